@@ -1,0 +1,3 @@
+from onnxviz.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""`onnxviz` command line (DESIGN.md §7).
+
+Subcommands live in their own modules (`onnxviz.cli.<name>`), each exposing
+``add_arguments(parser)`` and ``run(args) -> int``.  Errors reach the user as one
+sentence on stderr with exit code 2 (unless ``--debug``), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from onnxviz import __version__
+from onnxviz.errors import OnnxvizError
+
+SUBCOMMANDS = {
+    "info": "print a model's summary (ir_version, opsets, I/O, op histogram)",
+    "check": "validate a model against the ONNX IR spec and operator schemas",
+    "run": "run a model in the bundled interpreter",
+    "render": "draw a model's graph to SVG, PNG or PDF",
+}
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onnxviz",
+        description="Explore, edit, validate and debug ONNX models.",
+    )
+    parser.add_argument("--version", action="version", version=f"onnxviz {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        module = importlib.import_module(f"onnxviz.cli.{name}")
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+        module.add_arguments(sp)
+    return parser
+
+
+def _gui_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onnxviz",
+        description="Open the onnxviz GUI. Subcommands: " + ", ".join(SUBCOMMANDS),
+    )
+    parser.add_argument("model", nargs="?", help="model to open (default: a bundled example)")
+    parser.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG and exit")
+    parser.add_argument("--version", action="version", version=f"onnxviz {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"onnxviz: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    is_subcommand = first in SUBCOMMANDS
+    if not is_subcommand and any(a in ("-h", "--help") for a in args_list) and first is None:
+        _build_parser().print_help()
+        return 0
+    parser = _build_parser() if is_subcommand else _gui_parser()
+    args = parser.parse_args(args_list)
+    debug = bool(getattr(args, "debug", False))
+    try:
+        if is_subcommand:
+            module = importlib.import_module(f"onnxviz.cli.{args.command}")
+            return int(module.run(args))
+        from onnxviz.cli import gui
+
+        return int(gui.run(args))
+    except OnnxvizError as exc:
+        if debug:
+            raise
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+    except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback unless --debug
+        if debug:
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")

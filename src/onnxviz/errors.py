@@ -1,0 +1,74 @@
+"""Exceptions for operations that cannot complete.
+
+Problems *in* a model are `Diagnostic` records (see `onnxviz.model.diagnostics`);
+exceptions are reserved for an operation that cannot go on: a file that cannot be
+read, a save that failed, an edit that is refused, a kernel that failed.  Each one
+carries where it happened (file, graph path, node) so the CLI and the UI can print
+one clear sentence without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class OnnxvizError(Exception):
+    """Base class: a one-sentence message plus the place it concerns."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        graph_path: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.graph_path = graph_path
+        self.node = node
+
+    def __str__(self) -> str:
+        where = []
+        if self.file:
+            where.append(f"file '{self.file}'")
+        if self.graph_path:
+            where.append(f"graph '{self.graph_path}'")
+        if self.node:
+            where.append(f"node '{self.node}'")
+        if not where:
+            return self.message
+        return f"{self.message} ({', '.join(where)})"
+
+
+class LoadError(OnnxvizError):
+    """The file cannot be opened as an ONNX model at all."""
+
+
+class SaveError(OnnxvizError):
+    """Saving failed; the previous file on disk is untouched."""
+
+
+class ExternalDataError(OnnxvizError):
+    """External tensor data cannot be read (missing file, escaping path, bad range)."""
+
+
+class EditError(OnnxvizError):
+    """An edit command was refused; the Document is unchanged."""
+
+
+class ExecutionError(OnnxvizError):
+    """A node failed while the interpreter ran it; the session stays inspectable."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        graph_path: str | None = None,
+        node: str | None = None,
+        op_type: str | None = None,
+        input_summaries: list[str] | None = None,
+    ) -> None:
+        super().__init__(message, file=file, graph_path=graph_path, node=node)
+        self.op_type = op_type
+        self.input_summaries = list(input_summaries or [])

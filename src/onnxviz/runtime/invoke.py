@@ -1,0 +1,80 @@
+"""Run one node's kernel: resolve, decode attributes, call, normalise the outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import NodeProto
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.attributes import node_attributes
+from onnxviz.runtime.registry import KernelContext, KernelSpec, normalize_domain, resolve
+
+
+class UnsupportedOperator(ExecutionError):
+    """No kernel (and no expansion) for this op at this opset."""
+
+
+def find_kernel(node: NodeProto, opsets: dict[str, int]) -> KernelSpec:
+    domain = normalize_domain(node.domain)
+    opset = opsets.get(domain, 1)
+    spec = resolve(domain, node.op_type, opset)
+    if spec is None:
+        raise UnsupportedOperator(
+            f"no kernel for {domain or 'ai.onnx'}::{node.op_type} at opset {opset}",
+            node=node.name or None,
+            op_type=node.op_type,
+        )
+    return spec
+
+
+def normalize_outputs(result: Any, n_outputs: int) -> list[Any]:
+    if n_outputs == 1 and not isinstance(result, tuple):
+        outs = [result]
+    elif isinstance(result, (tuple, list)) and n_outputs != 1:
+        outs = list(result)
+    elif isinstance(result, tuple):
+        outs = list(result)
+    else:
+        outs = [result]
+    if len(outs) < n_outputs:
+        outs.extend([None] * (n_outputs - len(outs)))
+    return [o if o is None or isinstance(o, (list, dict)) else _as_array(o) for o in outs[:n_outputs]]
+
+
+def _as_array(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
+def call_node(
+    node: NodeProto,
+    inputs: list[Any],
+    opsets: dict[str, int],
+    *,
+    rng: np.random.Generator | None = None,
+    spec: KernelSpec | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> list[Any]:
+    """Run ``node`` on ``inputs`` (None for absent optional inputs); one value per output."""
+    spec = spec or find_kernel(node, opsets)
+    domain = normalize_domain(node.domain)
+    opset = opsets.get(domain, 1)
+    kwargs = attributes if attributes is not None else node_attributes(node, opset)
+    n_out = len(node.output)
+    if spec.needs_ctx:
+        ctx = KernelContext(
+            n_outputs=n_out,
+            opset=opset,
+            node_name=node.name,
+            rng=rng if rng is not None else np.random.default_rng(0),
+            output_names=tuple(node.output),
+        )
+        result = spec.fn(ctx, *inputs, **kwargs)
+    else:
+        result = spec.fn(*inputs, **kwargs)
+    return normalize_outputs(result, n_out)

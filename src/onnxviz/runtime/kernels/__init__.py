@@ -1,0 +1,1 @@
+"""Kernel families, one module each; `registry.load_all_kernels` imports them all."""

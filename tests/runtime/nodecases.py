@@ -1,0 +1,136 @@
+"""Run ONNX backend node-test cases (onnx.backend.test.case.node) through our kernels.
+
+This is the kernel families' quick harness: it evaluates a case's graph node by node
+with `call_node` (no control flow; the Session harness covers If/Loop/Scan).  Usage as
+a script: ``python -m tests.runtime.nodecases Add Conv ...`` prints each case's result.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from onnxviz.model.tensors import to_array
+from onnxviz.runtime.invoke import call_node
+from onnxviz.runtime.registry import normalize_domain
+
+
+@lru_cache(maxsize=1)
+def all_cases() -> list[Any]:
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(collect_testcases(None))
+
+
+def case_ops(case: Any) -> set[str]:
+    return {n.op_type for n in case.model.graph.node}
+
+
+def cases_for(ops: Iterable[str]) -> Iterator[Any]:
+    """Cases whose graph uses one of ``ops`` as its first node's op (the op under test)."""
+    wanted = set(ops)
+    for case in all_cases():
+        nodes = case.model.graph.node
+        if nodes and nodes[0].op_type in wanted:
+            yield case
+
+
+def to_value(x: Any) -> Any:
+    if isinstance(x, TensorProto):
+        return to_array(x)
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    if isinstance(x, list):
+        return [to_value(v) for v in x]
+    if isinstance(x, dict):
+        return {k: to_value(v) for k, v in x.items()}
+    return x
+
+
+def run_graph_simply(model: Any, feeds: list[Any]) -> list[Any]:
+    graph = model.graph
+    opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
+    env: dict[str, Any] = {"": None}
+    for init in graph.initializer:
+        env[init.name] = to_array(init)
+    inits = {i.name for i in graph.initializer}
+    real_inputs = [i.name for i in graph.input if i.name not in inits]
+    for name, value in zip(real_inputs, feeds):
+        env[name] = to_value(value)
+    for node in graph.node:
+        ins = [env[n] if n else None for n in node.input]
+        outs = call_node(node, ins, opsets)
+        for name, value in zip(node.output, outs):
+            if name:
+                env[name] = value
+    return [env[o.name] for o in graph.output]
+
+
+def values_match(expected: Any, actual: Any, rtol: float, atol: float) -> str | None:
+    """None when they match (as the onnx backend tests judge), else the reason."""
+    expected = to_value(expected)
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return f"expected a sequence of {len(expected)}, got {type(actual).__name__}"
+        for e, a in zip(expected, actual):
+            r = values_match(e, a, rtol, atol)
+            if r:
+                return r
+        return None
+    if isinstance(expected, dict):
+        return None if expected == actual else "map differs"
+    if expected is None:
+        return None if actual is None else "expected empty optional"
+    if not isinstance(actual, np.ndarray):
+        return f"expected an array, got {type(actual).__name__}"
+    if expected.dtype != actual.dtype:
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    if expected.shape != actual.shape:
+        return f"shape {actual.shape} != expected {expected.shape}"
+    if expected.dtype == object:
+        return None if np.array_equal(expected, actual) else "values differ"
+    try:
+        e = expected.astype(np.float64) if expected.dtype.kind not in "biuc" else expected
+        a = actual.astype(np.float64) if actual.dtype.kind not in "biuc" else actual
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as exc:
+        return "values differ: " + str(exc).strip().splitlines()[-1][:200]
+    return None
+
+
+def check_case(case: Any) -> tuple[str, str]:
+    """('pass'|'fail'|'unsupported'|'error', detail)."""
+    from onnxviz.runtime.invoke import UnsupportedOperator
+
+    for inputs, expected in case.data_sets:
+        try:
+            with np.errstate(all="ignore"):
+                actual = run_graph_simply(case.model, list(inputs))
+        except UnsupportedOperator as exc:
+            return "unsupported", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a report, not a crash
+            return "error", f"{type(exc).__name__}: {exc}"[:300]
+        for e, a in zip(expected, actual):
+            reason = values_match(e, a, case.rtol, case.atol)
+            if reason:
+                return "fail", reason
+    return "pass", ""
+
+
+if __name__ == "__main__":
+    ops = sys.argv[1:]
+    counts: dict[str, int] = {}
+    for case in cases_for(ops) if ops else all_cases():
+        status, detail = check_case(case)
+        counts[status] = counts.get(status, 0) + 1
+        if status != "pass" or "-v" in ops:
+            print(f"{status:12s} {case.name}: {detail}")
+    print(counts)
