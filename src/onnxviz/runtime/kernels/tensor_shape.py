@@ -1,0 +1,269 @@
+"""Shape and layout kernels: Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose,
+Concat, Split, Expand, Tile, DepthToSpace, SpaceToDepth, Identity.
+
+Wherever the spec allows the result is a view of the input (Reshape, Flatten, Squeeze,
+Unsqueeze, Transpose, Split, Expand, Identity); kernels never write into inputs, so
+sharing memory is safe and saves a copy per node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels._tensor_common import (
+    as_int,
+    as_ints,
+    fail,
+    normalize_axes,
+    normalize_axis,
+)
+from onnxviz.runtime.registry import KernelContext, kernel
+
+_ALL_SHAPE = (1, 13, 15, 19, 21, 23, 24, 25)
+
+
+@kernel("Shape", since=_ALL_SHAPE)
+def shape(data: np.ndarray, start: int = 0, end: int | None = None) -> np.ndarray:
+    dims = data.shape
+    rank = len(dims)
+    lo = max(0, min(rank, start + rank if start < 0 else start))
+    hi = rank if end is None else max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(dims[lo:hi], dtype=np.int64)
+
+
+@kernel("Size", since=(1, 13, 19, 21, 23, 24, 25))
+def size(data: np.ndarray) -> np.ndarray:
+    return np.array(data.size, dtype=np.int64)
+
+
+def reshape_target(in_shape: tuple[int, ...], target: list[int], allowzero: int) -> list[int]:
+    """Resolve ONNX 0 (copy the input dim, unless allowzero) and -1 (infer) entries."""
+    out = list(target)
+    if not allowzero:
+        for i, d in enumerate(out):
+            if d == 0:
+                if i >= len(in_shape):
+                    fail(f"Reshape: 0 at position {i} but the input has rank {len(in_shape)}")
+                out[i] = in_shape[i]
+    unknown = [i for i, d in enumerate(out) if d == -1]
+    if len(unknown) > 1:
+        fail("Reshape: more than one -1 in the target shape")
+    total = int(np.prod(in_shape, dtype=np.int64))
+    if unknown:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        if known == 0 or total % known:
+            fail(f"Reshape: cannot infer -1 reshaping {list(in_shape)} to {target}")
+        out[unknown[0]] = total // known
+    if any(d < 0 for d in out) or int(np.prod(out, dtype=np.int64)) != total:
+        fail(f"Reshape: cannot reshape {list(in_shape)} to {target}")
+    return out
+
+
+@kernel("Reshape", since=1)
+def reshape_v1(data: np.ndarray, shape: list[int] | None = None, **_: Any) -> np.ndarray:
+    return data.reshape(reshape_target(data.shape, shape or [], 0))
+
+
+@kernel("Reshape", since=(5, 13, 14, 19, 21, 23, 24, 25))
+def reshape(data: np.ndarray, shape: np.ndarray, allowzero: int = 0) -> np.ndarray:
+    return data.reshape(reshape_target(data.shape, as_ints(shape), allowzero))
+
+
+@kernel("Flatten", since=(1, 9, 11, 13, 21, 23, 24, 25))
+def flatten(data: np.ndarray, axis: int = 1) -> np.ndarray:
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis <= data.ndim:
+        fail(f"Flatten: axis {axis} is out of range for rank {data.ndim}")
+    outer = int(np.prod(data.shape[:axis], dtype=np.int64))
+    return data.reshape(outer, int(np.prod(data.shape[axis:], dtype=np.int64)))
+
+
+def _squeeze(data: np.ndarray, axes: Any) -> np.ndarray:
+    if axes is None:
+        return data.reshape([d for d in data.shape if d != 1])
+    norm = normalize_axes(as_ints(axes), data.ndim)
+    for a in norm:
+        if data.shape[a] != 1:
+            fail(f"Squeeze: dimension {a} has size {data.shape[a]}, not 1")
+    return np.squeeze(data, axis=tuple(norm)) if norm else data
+
+
+@kernel("Squeeze", since=(1, 11))
+def squeeze_v1(data: np.ndarray, axes: list[int] | None = None) -> np.ndarray:
+    return _squeeze(data, axes)
+
+
+@kernel("Squeeze", since=(13, 21, 23, 24, 25))
+def squeeze(data: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    return _squeeze(data, axes)
+
+
+def _unsqueeze(data: np.ndarray, axes: list[int]) -> np.ndarray:
+    out_rank = data.ndim + len(axes)
+    norm = sorted(normalize_axis(a, out_rank) for a in axes)
+    if len(set(norm)) != len(norm):
+        fail(f"Unsqueeze: repeated axes {axes}")
+    new_shape = list(data.shape)
+    for a in norm:
+        new_shape.insert(a, 1)
+    return data.reshape(new_shape)
+
+
+@kernel("Unsqueeze", since=(1, 11))
+def unsqueeze_v1(data: np.ndarray, axes: list[int]) -> np.ndarray:
+    return _unsqueeze(data, axes)
+
+
+@kernel("Unsqueeze", since=(13, 21, 23, 24, 25))
+def unsqueeze(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    return _unsqueeze(data, as_ints(axes))
+
+
+@kernel("Transpose", since=(1, 13, 21, 23, 24, 25))
+def transpose(data: np.ndarray, perm: list[int] | None = None) -> np.ndarray:
+    if perm is None:
+        return data.T
+    if sorted(perm) != list(range(data.ndim)):
+        fail(f"Transpose: perm {perm} is not a permutation of rank {data.ndim}")
+    return np.transpose(data, perm)
+
+
+@kernel("Concat", since=(1, 4, 11, 13))
+def concat(*inputs: np.ndarray, axis: int = 1) -> np.ndarray:
+    # Opset 1 made axis optional with default 1; from opset 4 it is required.
+    arrays = [x for x in inputs if x is not None]
+    if not arrays:
+        fail("Concat: no inputs")
+    rank = arrays[0].ndim
+    return np.concatenate(arrays, axis=normalize_axis(axis, rank))
+
+
+def _split_sizes(
+    dim: int, split: list[int] | None, n_out: int, num_outputs: int | None
+) -> list[int]:
+    if split:
+        if sum(split) != dim:
+            fail(f"Split: sizes {split} do not add up to dimension {dim}")
+        return split
+    if num_outputs is not None:
+        # Opset 18: chunks of ceil(dim / num_outputs), the last one smaller.
+        chunk = -(-dim // num_outputs)
+        sizes = [min(chunk, max(0, dim - i * chunk)) for i in range(num_outputs)]
+        return sizes
+    if dim % n_out:
+        fail(f"Split: dimension {dim} cannot be split evenly into {n_out} outputs")
+    return [dim // n_out] * n_out
+
+
+def _split(data: np.ndarray, axis: int, sizes: list[int]) -> tuple[np.ndarray, ...]:
+    axis = normalize_axis(axis, data.ndim)
+    bounds = np.cumsum(sizes)[:-1].tolist()
+    return tuple(np.split(data, bounds, axis=axis))
+
+
+@kernel("Split", since=1, ctx=True)
+def split_v1(
+    ctx: KernelContext,
+    data: np.ndarray,
+    split_in: np.ndarray | None = None,
+    *,
+    axis: int = 0,
+    split: list[int] | None = None,
+) -> tuple[np.ndarray, ...]:
+    sizes = as_ints(split_in) if split_in is not None else split
+    return _split(data, axis, _split_sizes(data.shape[axis], sizes, ctx.n_outputs, None))
+
+
+@kernel("Split", since=(2, 11), ctx=True)
+def split_v2(
+    ctx: KernelContext, data: np.ndarray, axis: int = 0, split: list[int] | None = None
+) -> tuple[np.ndarray, ...]:
+    return _split(data, axis, _split_sizes(data.shape[axis], split, ctx.n_outputs, None))
+
+
+@kernel("Split", since=(13, 18), ctx=True)
+def split_v13(
+    ctx: KernelContext,
+    data: np.ndarray,
+    split: np.ndarray | None = None,
+    axis: int = 0,
+    num_outputs: int | None = None,
+) -> tuple[np.ndarray, ...]:
+    sizes = as_ints(split) if split is not None else None
+    if sizes and len(sizes) != ctx.n_outputs:
+        fail(f"Split: {len(sizes)} sizes for {ctx.n_outputs} outputs")
+    dim = data.shape[normalize_axis(axis, data.ndim)]
+    return _split(data, axis, _split_sizes(dim, sizes, ctx.n_outputs, num_outputs))
+
+
+@kernel("Expand", since=(8, 13))
+def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    target = as_ints(shape)
+    try:
+        out_shape = np.broadcast_shapes(data.shape, tuple(target))
+    except ValueError:
+        fail(f"Expand: shape {list(data.shape)} cannot broadcast to {target}")
+    # A read-only broadcast view: consumers never write into their inputs.
+    return np.broadcast_to(data, out_shape)
+
+
+@kernel("Tile", since=1)
+def tile_v1(data: np.ndarray, tiles: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    reps = [1] * data.ndim
+    reps[normalize_axis(as_int(axis), data.ndim)] = as_int(tiles)
+    return np.tile(data, reps)
+
+
+@kernel("Tile", since=(6, 13))
+def tile(data: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+    reps = as_ints(repeats)
+    if len(reps) != data.ndim:
+        fail(f"Tile: {len(reps)} repeats for rank {data.ndim}")
+    return np.tile(data, reps)
+
+
+def _check_blocks(data: np.ndarray, blocksize: int, spatial: bool) -> tuple[int, ...]:
+    if data.ndim != 4:
+        fail(f"expected a 4-D input, got rank {data.ndim}")
+    b, c, h, w = data.shape
+    if blocksize <= 0:
+        fail(f"blocksize must be positive, got {blocksize}")
+    if spatial and (h % blocksize or w % blocksize):
+        fail(f"spatial dims {h}x{w} are not divisible by blocksize {blocksize}")
+    if not spatial and c % (blocksize * blocksize):
+        fail(f"channels {c} are not divisible by blocksize^2 = {blocksize * blocksize}")
+    return b, c, h, w
+
+
+@kernel("DepthToSpace", since=(1, 11, 13, 28))
+def depth_to_space(data: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:
+    b, c, h, w = _check_blocks(data, blocksize, spatial=False)
+    bs = blocksize
+    if mode == "DCR":
+        tmp = data.reshape(b, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        tmp = data.reshape(b, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        fail(f"DepthToSpace: unknown mode {mode!r}")
+    return tmp.reshape(b, c // (bs * bs), h * bs, w * bs)
+
+
+@kernel("SpaceToDepth", since=(1, 13, 28))
+def space_to_depth(data: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:
+    b, c, h, w = _check_blocks(data, blocksize, spatial=True)
+    bs = blocksize
+    if mode == "DCR":
+        tmp = data.reshape(b, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        tmp = data.reshape(b, c, h // bs, bs, w // bs, bs).transpose(0, 1, 3, 5, 2, 4)
+    else:
+        fail(f"SpaceToDepth: unknown mode {mode!r}")
+    return tmp.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25))
+def identity(value: Any) -> Any:
+    # Tensors, sequences (lists) and optionals (None) pass through unchanged.
+    return value
