@@ -1,0 +1,438 @@
+"""Convolutions: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im,
+CausalConvWithState.
+
+Speed: a general conv is one im2col copy of a strided window view plus one (grouped)
+GEMM through np.matmul; a 1x1 stride-1 conv is a plain matmul on a reshaped view;
+depthwise conv (one input channel per group) accumulates one vectorised multiply-add per
+kernel offset instead of many tiny GEMMs.  ConvTranspose is the GEMM W^T.X followed by
+a col2im that adds one strided slice per kernel offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.nn_geometry import (
+    as_compute,
+    conv_pads,
+    offset_slices,
+    pad_spatial,
+    pool_output_shape,
+    spatial_list,
+    window_view,
+)
+from onnxviz.runtime.registry import kernel
+
+
+def _conv_geometry(
+    x: np.ndarray,
+    w: np.ndarray,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    kernel_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    rank = x.ndim - 2
+    if rank < 1:
+        raise ExecutionError(f"conv input must have rank >= 3, got shape {x.shape}")
+    kernel = spatial_list(kernel_shape, rank, 0) if kernel_shape else list(w.shape[2:])
+    st = spatial_list(strides, rank, 1)
+    dil = spatial_list(dilations, rank, 1)
+    pd = conv_pads(x.shape[2:], kernel, st, dil, auto_pad, pads)
+    out = pool_output_shape(x.shape[2:], kernel, st, dil, pd, False)
+    return kernel, st, dil, pd, out
+
+
+def conv_core(
+    x: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """Zero-padded grouped convolution of same-dtype float arrays; (N, M, *out_shape)."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    rank = len(kernel)
+    if c % group or m % group or w.shape[1] * group != c:
+        raise ExecutionError(
+            f"conv channels do not fit: input {c}, weight {tuple(w.shape)}, group {group}"
+        )
+    cg, mg = c // group, m // group
+    k_size = int(np.prod(kernel))
+    p_size = int(np.prod(out_shape))
+    pointwise = k_size == 1 and not any(pads) and all(s == 1 for s in strides) and group == 1
+    if pointwise:
+        # 1x1, stride 1, no padding: a plain matmul on a view.
+        y = np.matmul(w.reshape(m, c), x.reshape(n, c, p_size))
+        return y.reshape(n, m, *out_shape)
+    xp = pad_spatial(x, pads[:rank], pads[rank:])
+    if cg == 1 and group > 1:
+        return _depthwise(xp, w, group, kernel, strides, dilations, out_shape)
+    cols = window_view(xp, kernel, strides, dilations, out_shape)
+    # im2col copy: (N, G, Cg*K, P), innermost axis the output positions (contiguous reads
+    # for stride 1), then one batched GEMM per group.
+    col = cols.reshape(n, group, cg * k_size, p_size)
+    wg = w.reshape(group, mg, cg * k_size)
+    if group == 1:
+        y = np.matmul(wg[0], col[:, 0])
+    else:
+        y = np.matmul(wg[None], col)
+    return y.reshape(n, m, *out_shape)
+
+
+def _depthwise(
+    xp: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    n = xp.shape[0]
+    mult = w.shape[0] // group
+    rank = len(kernel)
+    wk = w.reshape(group, mult, -1)
+    acc = np.zeros((n, group, mult, *out_shape), dtype=xp.dtype)
+    tmp = np.empty_like(acc)
+    bshape = (1, group, mult) + (1,) * rank
+    for k_index, offset in enumerate(product(*(range(k) for k in kernel))):
+        start = [o * d for o, d in zip(offset, dilations)]
+        xs = xp[(slice(None), slice(None), *offset_slices(start, strides, out_shape))]
+        np.multiply(xs[:, :, None], wk[:, :, k_index].reshape(bshape), out=tmp)
+        acc += tmp
+    return acc.reshape(n, group * mult, *out_shape)
+
+
+@kernel("Conv", since=(1, 11, 22))
+def conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    kernel, st, dil, pd, out = _conv_geometry(
+        x, w, auto_pad, dilations, kernel_shape, pads, strides
+    )
+    xc, wc = as_compute(x), as_compute(w)
+    if wc.dtype != xc.dtype:
+        wc = wc.astype(xc.dtype)
+    y = conv_core(xc, wc, group, kernel, st, dil, pd, out)
+    if b is not None:
+        y += as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * len(kernel))
+    return y.astype(x.dtype, copy=False)
+
+
+def _transpose_pads(
+    in_shape: Sequence[int],
+    kernel: Sequence[int],
+    st: Sequence[int],
+    dil: Sequence[int],
+    out_pad: Sequence[int],
+    auto_pad: str,
+    pads: Sequence[int] | None,
+    output_shape: Sequence[int] | None,
+) -> tuple[list[int], list[int]]:
+    rank = len(in_shape)
+    full = [
+        s * (i - 1) + op + (k - 1) * d + 1
+        for i, k, s, d, op in zip(in_shape, kernel, st, dil, out_pad)
+    ]
+    if output_shape:
+        target = list(output_shape)[-rank:]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = [i * s for i, s in zip(in_shape, st)]
+    else:
+        pd = [0] * (2 * rank) if auto_pad == "VALID" else spatial_list(pads, 2 * rank, 0)
+        return pd, [f - pd[i] - pd[i + rank] for i, f in enumerate(full)]
+    begin, end = [], []
+    for f, t in zip(full, target):
+        total = f - t
+        half = total // 2
+        if auto_pad == "SAME_UPPER":
+            begin.append(half)
+            end.append(total - half)
+        else:
+            begin.append(total - half)
+            end.append(half)
+    return begin + end, list(target)
+
+
+def col2im_add(
+    cols: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    blocks: Sequence[int],
+    full_shape: Sequence[int],
+) -> np.ndarray:
+    """Sum (N, C, *kernel, *blocks) columns into an image (N, C, *full_shape)."""
+    n, c = cols.shape[:2]
+    image = np.zeros((n, c, *full_shape), dtype=cols.dtype)
+    for offset in product(*(range(k) for k in kernel)):
+        start = [o * d for o, d in zip(offset, dilations)]
+        image[(slice(None), slice(None), *offset_slices(start, strides, blocks))] += cols[
+            (slice(None), slice(None), *offset)
+        ]
+    return image
+
+
+@kernel("ConvTranspose", since=(1, 11, 22))
+def conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    output_padding: list[int] | None = None,
+    output_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    rank = x.ndim - 2
+    n, c = x.shape[:2]
+    in_shape = list(x.shape[2:])
+    kernel = spatial_list(kernel_shape, rank, 0) if kernel_shape else list(w.shape[2:])
+    st = spatial_list(strides, rank, 1)
+    dil = spatial_list(dilations, rank, 1)
+    op = spatial_list(output_padding, rank, 0)
+    pd, out = _transpose_pads(in_shape, kernel, st, dil, op, auto_pad, pads, output_shape)
+    if w.shape[0] != c or c % group:
+        raise ExecutionError(f"ConvTranspose weight {w.shape} does not fit input {x.shape}")
+    cg, mg = c // group, w.shape[1]
+    k_size = int(np.prod(kernel))
+    p_in = int(np.prod(in_shape))
+    xc = as_compute(x)
+    wc = as_compute(w).astype(xc.dtype, copy=False)
+    wg = wc.reshape(group, cg, mg * k_size).transpose(0, 2, 1)
+    xg = xc.reshape(n, group, cg, p_in)
+    cols = np.matmul(wg[0], xg[:, 0]) if group == 1 else np.matmul(wg[None], xg)
+    cols = cols.reshape(n, group * mg, *kernel, *in_shape)
+    full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, st, dil)]
+    image = col2im_add(cols, kernel, st, dil, in_shape, full)
+    # Output padding and pads: crop (or zero-extend) the full image to the output window.
+    y = pad_spatial(
+        image, [-p for p in pd[:rank]], [o + p - f for o, p, f in zip(out, pd[:rank], full)]
+    )
+    if b is not None:
+        y = y + as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * rank)
+    return np.ascontiguousarray(y).astype(x.dtype, copy=False)
+
+
+def _integer_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zp: np.ndarray | None,
+    w_zp: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> np.ndarray:
+    """Exact integer conv (float64 GEMM: integer products and sums stay below 2**53)."""
+    xf = x.astype(np.float64)
+    wf = w.astype(np.float64)
+    if x_zp is not None:
+        xf -= np.float64(np.asarray(x_zp).reshape(-1)[0])
+    if w_zp is not None:
+        zp = np.asarray(w_zp, dtype=np.float64).reshape(-1)
+        wf -= zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp[0]
+    kernel, st, dil, pd, out = _conv_geometry(
+        x,
+        w,
+        attrs.get("auto_pad", "NOTSET"),
+        attrs.get("dilations"),
+        attrs.get("kernel_shape"),
+        attrs.get("pads"),
+        attrs.get("strides"),
+    )
+    return conv_core(xf, wf, attrs.get("group", 1), kernel, st, dil, pd, out)
+
+
+@kernel("ConvInteger", since=10)
+def conv_integer(
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zero_point: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    return _integer_conv(x, w, x_zero_point, w_zero_point, attrs).astype(np.int32)
+
+
+@kernel("QLinearConv", since=10)
+def qlinear_conv(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    w_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    b: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    acc = _integer_conv(x, w, x_zero_point, w_zero_point, attrs)
+    rank = x.ndim - 2
+    if b is not None:
+        acc += b.astype(np.float64).reshape((1, -1) + (1,) * rank)
+    ws = np.asarray(w_scale, dtype=np.float64).reshape(-1)
+    multiplier = (
+        np.float64(np.asarray(x_scale).reshape(-1)[0])
+        * (ws.reshape((1, -1) + (1,) * rank) if ws.size > 1 else ws[0])
+        / np.float64(np.asarray(y_scale).reshape(-1)[0])
+    )
+    y = np.rint(acc * multiplier) + np.float64(np.asarray(y_zero_point).reshape(-1)[0])
+    info = np.iinfo(y_zero_point.dtype)
+    return np.clip(y, info.min, info.max).astype(y_zero_point.dtype)
+
+
+def _linear_sample(x: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """N-linear interpolation of x (B, C, *spatial) at coords (B, n, *pts); zero outside.
+    Returns (B, C, *pts)."""
+    b, c = x.shape[:2]
+    spatial = x.shape[2:]
+    rank = len(spatial)
+    pts_shape = coords.shape[2:]
+    flat = x.reshape(b, c, -1)
+    base = np.floor(coords)
+    frac = coords - base
+    base = base.astype(np.int64)
+    out = np.zeros((b, c, int(np.prod(pts_shape))), dtype=x.dtype)
+    for corner in product((0, 1), repeat=rank):
+        weight = np.ones((b, *pts_shape), dtype=x.dtype)
+        index = np.zeros((b, *pts_shape), dtype=np.int64)
+        valid = np.ones((b, *pts_shape), dtype=bool)
+        for axis, bit in enumerate(corner):
+            pos = base[:, axis] + bit
+            weight *= frac[:, axis] if bit else 1 - frac[:, axis]
+            valid &= (pos >= 0) & (pos < spatial[axis])
+            index = index * spatial[axis] + np.clip(pos, 0, spatial[axis] - 1)
+        weight = np.where(valid, weight, 0).reshape(b, 1, -1)
+        gathered = np.take_along_axis(flat, index.reshape(b, 1, -1), axis=2)
+        out += gathered * weight
+    return out.reshape(b, c, *pts_shape)
+
+
+@kernel("DeformConv", since=(19, 22))
+def deform_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    offset: np.ndarray,
+    b: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
+    *,
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    offset_group: int = 1,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    kernel, st, dil, pd, out = _conv_geometry(
+        x, w, "NOTSET", dilations, kernel_shape, pads, strides
+    )
+    rank = len(kernel)
+    n, c = x.shape[:2]
+    k_size = int(np.prod(kernel))
+    xc = as_compute(x)
+    dt = xc.dtype
+    og = offset_group
+    # Regular sampling grid (rank, K, *out) then the learned offsets on top.
+    k_grid = np.stack(np.meshgrid(*(np.arange(k) for k in kernel), indexing="ij")).reshape(
+        rank, k_size
+    )
+    o_grid = np.stack(np.meshgrid(*(np.arange(o) for o in out), indexing="ij"))
+    base = np.empty((rank, k_size, *out), dtype=dt)
+    for a in range(rank):
+        base[a] = (
+            k_grid[a].reshape((k_size,) + (1,) * rank) * dil[a] + o_grid[a][None] * st[a] - pd[a]
+        )
+    offs = as_compute(offset).astype(dt).reshape(n, og, k_size, rank, *out)
+    coords = base[None, None] + np.moveaxis(offs, 3, 2)  # (N, og, rank, K, *out)
+    xg = xc.reshape(n * og, c // og, *x.shape[2:])
+    sampled = _linear_sample(xg, coords.reshape(n * og, rank, k_size, *out))
+    sampled = sampled.reshape(n, og, c // og, k_size, *out)
+    if mask is not None:
+        sampled = sampled * as_compute(mask).astype(dt).reshape(n, og, 1, k_size, *out)
+    cols = sampled.reshape(n, group, (c // group) * k_size, -1)
+    wg = as_compute(w).astype(dt).reshape(group, w.shape[0] // group, -1)
+    y = np.matmul(wg[None], cols).reshape(n, w.shape[0], *out)
+    if b is not None:
+        y += as_compute(b).astype(dt).reshape((1, -1) + (1,) * rank)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("Col2Im", since=18)
+def col2im(
+    x: np.ndarray,
+    image_shape: np.ndarray,
+    block_shape: np.ndarray,
+    *,
+    dilations: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
+    block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
+    rank = len(image)
+    st = spatial_list(strides, rank, 1)
+    dil = spatial_list(dilations, rank, 1)
+    pd = spatial_list(pads, 2 * rank, 0)
+    blocks = pool_output_shape(image, block, st, dil, pd, False)
+    k_size = int(np.prod(block))
+    n = x.shape[0]
+    if x.shape[1] % k_size or x.shape[2] != int(np.prod(blocks)):
+        raise ExecutionError(f"Col2Im input {x.shape} does not fit blocks {block} / {blocks}")
+    xc = as_compute(x)
+    cols = xc.reshape(n, x.shape[1] // k_size, *block, *blocks)
+    full = [i + pd[a] + pd[a + rank] for a, i in enumerate(image)]
+    img = col2im_add(cols, block, st, dil, blocks, full)
+    y = pad_spatial(img, [-p for p in pd[:rank]], [-p for p in pd[rank:]])
+    return np.ascontiguousarray(y).astype(x.dtype, copy=False)
+
+
+@kernel("CausalConvWithState", since=27)
+def causal_conv_with_state(
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    past_state: np.ndarray | None = None,
+    *,
+    activation: str = "none",
+) -> tuple[np.ndarray, np.ndarray]:
+    batch, channels, length = x.shape
+    k = weight.shape[-1]
+    xc = as_compute(x)
+    if past_state is None:
+        past = np.zeros((batch, channels, k - 1), dtype=xc.dtype)
+    else:
+        past = as_compute(past_state).astype(xc.dtype, copy=False)
+    full = np.concatenate([past, xc], axis=2)
+    wc = as_compute(weight).astype(xc.dtype).reshape(channels, 1, k)
+    y = _depthwise(full, wc, channels, [k], [1], [1], [length])
+    if bias is not None:
+        y += as_compute(bias).astype(xc.dtype).reshape(1, channels, 1)
+    if activation in ("silu", "swish"):
+        y = y / (1 + np.exp(-y))
+    elif activation != "none":
+        raise ExecutionError(f"CausalConvWithState: unknown activation '{activation}'")
+    present = full[:, :, full.shape[2] - (k - 1) :]
+    return y.astype(x.dtype, copy=False), np.ascontiguousarray(present).astype(x.dtype, copy=False)

@@ -1,0 +1,264 @@
+"""Pooling: MaxPool (with Indices), AveragePool, LpPool, the Global pools, MaxUnpool.
+
+Each windowed pool walks the kernel offsets (a handful of iterations), combining one
+strided slice of the padded input per offset with a vectorised max/add over the whole
+tensor; no per-window or per-element Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.nn_geometry import (
+    compute_dtype,
+    conv_pads,
+    offset_slices,
+    pad_spatial,
+    pool_output_shape,
+    spatial_list,
+)
+from onnxviz.runtime.registry import KernelContext, kernel
+
+
+class _Geometry:
+    """Resolved window geometry of one pooling call."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        kernel_shape: Sequence[int] | None,
+        strides: Sequence[int] | None,
+        dilations: Sequence[int] | None,
+        pads: Sequence[int] | None,
+        auto_pad: str,
+        ceil_mode: int,
+    ) -> None:
+        rank = x.ndim - 2
+        if rank < 1 or not kernel_shape or len(kernel_shape) != rank:
+            raise ExecutionError(f"pool kernel_shape {kernel_shape} does not fit input {x.shape}")
+        self.rank = rank
+        self.kernel = [int(k) for k in kernel_shape]
+        self.strides = spatial_list(strides, rank, 1)
+        self.dilations = spatial_list(dilations, rank, 1)
+        self.in_shape = list(x.shape[2:])
+        self.pads = conv_pads(
+            self.in_shape, self.kernel, self.strides, self.dilations, auto_pad, pads
+        )
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID") and ceil_mode:
+            # Deprecated auto_pad with ceil_mode: output = ceil(in / s) or ceil((in - span + 1) / s).
+            out = []
+            for i in range(rank):
+                span = (self.kernel[i] - 1) * self.dilations[i] + 1
+                size = self.in_shape[i] - (span - 1 if auto_pad == "VALID" else 0)
+                out.append(-(-size // self.strides[i]))
+            self.out = out
+        else:
+            self.out = pool_output_shape(
+                self.in_shape, self.kernel, self.strides, self.dilations, self.pads, bool(ceil_mode)
+            )
+        # Extra end padding so every window of the output fits (ceil_mode overhang).
+        self.extra = []
+        for i in range(rank):
+            span = (self.kernel[i] - 1) * self.dilations[i] + 1
+            need = (self.out[i] - 1) * self.strides[i] + span
+            have = self.in_shape[i] + self.pads[i] + self.pads[i + rank]
+            self.extra.append(max(need - have, 0))
+
+    def padded(self, x: np.ndarray, value: float) -> np.ndarray:
+        rank = self.rank
+        end = [self.pads[rank + i] + self.extra[i] for i in range(rank)]
+        return pad_spatial(x, self.pads[:rank], end, value)
+
+    def offsets(self) -> list[tuple[int, ...]]:
+        return list(product(*(range(k) for k in self.kernel)))
+
+    def window(self, xp: np.ndarray, offset: Sequence[int]) -> np.ndarray:
+        start = [o * d for o, d in zip(offset, self.dilations)]
+        return xp[(Ellipsis, *offset_slices(start, self.strides, self.out))]
+
+
+def _lowest(dtype: np.dtype[Any]) -> float:
+    if dtype.kind in "iu":
+        return float(np.iinfo(dtype).min)
+    return -np.inf
+
+
+def _max_pool(
+    x: np.ndarray, geo: _Geometry, want_indices: bool, storage_order: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    xc = x if x.dtype.kind in "iu" else x.astype(compute_dtype(x.dtype), copy=False)
+    xp = geo.padded(xc, _lowest(xc.dtype))
+    offsets = geo.offsets()
+    best = np.array(geo.window(xp, offsets[0]))
+    if not want_indices:
+        for off in offsets[1:]:
+            np.maximum(best, geo.window(xp, off), out=best)
+        return best.astype(x.dtype, copy=False), None
+    arg = np.zeros(best.shape, dtype=np.int64)
+    for k_index, off in enumerate(offsets[1:], start=1):
+        win = geo.window(xp, off)
+        better = win > best
+        np.copyto(best, win, where=better)
+        arg[better] = k_index
+    # Kernel offset index -> input coordinates -> flat index into X (without padding).
+    n, c = x.shape[:2]
+    rank = geo.rank
+    table = np.array(offsets, dtype=np.int64).reshape(len(offsets), rank)
+    flat = (np.arange(n, dtype=np.int64)[:, None] * c + np.arange(c)[None]).reshape(
+        (n, c) + (1,) * rank
+    )
+    coords = []
+    for a in range(rank):
+        o = np.arange(geo.out[a], dtype=np.int64).reshape(
+            (1, 1) + tuple(-1 if b == a else 1 for b in range(rank))
+        )
+        coords.append(o * geo.strides[a] - geo.pads[a] + table[arg, a] * geo.dilations[a])
+    spatial = geo.in_shape
+    if storage_order == 0:
+        pos = np.zeros_like(arg)
+        for a in range(rank):
+            pos = pos * spatial[a] + coords[a]
+    else:
+        pos = np.zeros_like(arg)
+        for a in reversed(range(rank)):
+            pos = pos * spatial[a] + coords[a]
+    index = flat * int(np.prod(spatial)) + pos
+    return best.astype(x.dtype, copy=False), index
+
+
+@kernel("MaxPool", since=(1, 8, 10, 11, 12, 22), ctx=True)
+def max_pool(
+    ctx: KernelContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    return _max_pool(x, geo, ctx.wants_output(1), storage_order)
+
+
+def _pool_counts(geo: _Geometry, include_pad: bool) -> np.ndarray:
+    """How many elements each window averages: input cells, plus explicit pad cells when
+    count_include_pad (the ceil_mode overhang never counts)."""
+    rank = geo.rank
+    ones = np.ones(geo.in_shape, dtype=np.float64)
+    if include_pad:
+        ones = pad_spatial(ones, geo.pads[:rank], geo.pads[rank:], 1.0)
+        ones = pad_spatial(ones, [0] * rank, geo.extra, 0.0)
+    else:
+        ones = geo.padded(ones, 0.0)
+    counts = np.zeros(geo.out, dtype=np.float64)
+    for off in geo.offsets():
+        counts += geo.window(ones, off)
+    return counts
+
+
+@kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
+def average_pool(
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    xp = geo.padded(xc, 0.0)
+    offsets = geo.offsets()
+    total = np.array(geo.window(xp, offsets[0]))
+    for off in offsets[1:]:
+        total += geo.window(xp, off)
+    counts = _pool_counts(geo, bool(count_include_pad))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total /= counts.astype(total.dtype)
+    return total.astype(x.dtype, copy=False)
+
+
+@kernel("LpPool", since=(1, 2, 11, 18, 22))
+def lp_pool(
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    p: float = 2,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    xc = np.abs(x.astype(compute_dtype(x.dtype)))
+    powered = xc**p if p != 2 else xc * xc
+    xp = geo.padded(powered, 0.0)
+    offsets = geo.offsets()
+    total = np.array(geo.window(xp, offsets[0]))
+    for off in offsets[1:]:
+        total += geo.window(xp, off)
+    return (total ** (1.0 / p)).astype(x.dtype, copy=False)
+
+
+def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
+    return tuple(range(2, x.ndim))
+
+
+@kernel("GlobalAveragePool", since=(1, 22))
+def global_average_pool(x: np.ndarray) -> np.ndarray:
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    return np.mean(xc, axis=_spatial_axes(x), keepdims=True).astype(x.dtype, copy=False)
+
+
+@kernel("GlobalMaxPool", since=(1, 22))
+def global_max_pool(x: np.ndarray) -> np.ndarray:
+    return np.max(x, axis=_spatial_axes(x), keepdims=True)
+
+
+@kernel("GlobalLpPool", since=(1, 2, 22))
+def global_lp_pool(x: np.ndarray, *, p: float = 2) -> np.ndarray:
+    xc = np.abs(x.astype(compute_dtype(x.dtype)))
+    total = np.sum(xc**p, axis=_spatial_axes(x), keepdims=True)
+    return (total ** (1.0 / p)).astype(x.dtype, copy=False)
+
+
+@kernel("MaxUnpool", since=(9, 11, 22))
+def max_unpool(
+    x: np.ndarray,
+    indices: np.ndarray,
+    output_shape: np.ndarray | None = None,
+    *,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    rank = x.ndim - 2
+    ks = spatial_list(kernel_shape, rank, 1)
+    st = spatial_list(strides, rank, 1)
+    pd = spatial_list(pads, 2 * rank, 0)
+    spatial = [(x.shape[2 + i] - 1) * st[i] + ks[i] - pd[i] - pd[i + rank] for i in range(rank)]
+    default = [x.shape[0], x.shape[1], *spatial]
+    flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+    shape = default
+    if output_shape is not None:
+        shape = [int(v) for v in np.asarray(output_shape).reshape(-1)]
+        if shape != default and flat.size:
+            # Indices address the unpooled tensor of the default shape: re-address them.
+            flat = np.ravel_multi_index(np.unravel_index(flat, default), shape)
+    y = np.zeros(int(np.prod(shape)), dtype=x.dtype)
+    if flat.size and (flat.min() < 0 or flat.max() >= y.size):
+        raise ExecutionError(f"MaxUnpool index out of range for output shape {shape}")
+    y[flat] = x.reshape(-1)
+    return y.reshape(shape)
