@@ -1,0 +1,106 @@
+"""TopK, Unique, Trilu, OneHot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxviz.runtime.kernels._tensor_common import as_int, fail, normalize_axis
+from onnxviz.runtime.registry import kernel
+
+
+def _topk(
+    data: np.ndarray, k: int, axis: int, largest: int, sorted_: int
+) -> tuple[np.ndarray, np.ndarray]:
+    axis = normalize_axis(axis, data.ndim)
+    n = data.shape[axis]
+    if not 0 <= k <= n:
+        fail(f"TopK: k={k} is out of range for an axis of size {n}")
+    if largest:
+        # Stable descending order with ties broken by the LOWER index (the spec):
+        # sort the reversed axis ascending (stable), walk it backwards, map indices back.
+        flipped = np.flip(data, axis=axis)
+        order = np.argsort(flipped, axis=axis, kind="stable")
+        order = np.flip(order, axis=axis)
+        order = (n - 1) - np.take(order, np.arange(k), axis=axis)
+    else:
+        order = np.argsort(data, axis=axis, kind="stable")
+        order = np.take(order, np.arange(k), axis=axis)
+    # sorted=0 leaves the order undefined; sorted order is a valid answer.
+    del sorted_
+    indices = order.astype(np.int64, copy=False)
+    return np.take_along_axis(data, indices, axis=axis), indices
+
+
+@kernel("TopK", since=1)
+def topk_v1(data: np.ndarray, k: int, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    return _topk(data, k, axis, 1, 1)
+
+
+@kernel("TopK", since=10)
+def topk_v10(data: np.ndarray, k: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    return _topk(data, as_int(k), axis, 1, 1)
+
+
+@kernel("TopK", since=(11, 24))
+def topk(
+    data: np.ndarray, k: np.ndarray, axis: int = -1, largest: int = 1, sorted: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    return _topk(data, as_int(k), axis, largest, sorted)
+
+
+@kernel("Unique", since=(11, 28))
+def unique(
+    data: np.ndarray, axis: int | None = None, sorted: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if axis is None:
+        values, first, inverse, counts = np.unique(
+            data.reshape(-1), return_index=True, return_inverse=True, return_counts=True
+        )
+        take_axis = 0
+    else:
+        take_axis = normalize_axis(axis, data.ndim)
+        if data.dtype == object:
+            fail("Unique: axis is not supported for string tensors")
+        values, first, inverse, counts = np.unique(
+            data, return_index=True, return_inverse=True, return_counts=True, axis=take_axis
+        )
+    inverse = inverse.reshape(-1)
+    if not sorted:
+        # Order of first occurrence: permute the sorted uniques by where they first appear.
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        values = np.take(values, order, axis=take_axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    i64 = np.int64
+    return values, first.astype(i64), inverse.astype(i64), counts.astype(i64)
+
+
+@kernel("Trilu", since=14)
+def trilu(data: np.ndarray, k: np.ndarray | None = None, upper: int = 1) -> np.ndarray:
+    if data.ndim < 2:
+        fail(f"Trilu: input must have rank >= 2, got {data.ndim}")
+    diag = 0 if k is None else as_int(k)
+    return np.triu(data, diag) if upper else np.tril(data, diag)
+
+
+@kernel("OneHot", since=(9, 11, 28))
+def one_hot(
+    indices: np.ndarray, depth: np.ndarray, values: np.ndarray, axis: int = -1
+) -> np.ndarray:
+    n = int(np.asarray(depth).reshape(-1)[0])
+    if n <= 0:
+        fail(f"OneHot: depth must be positive, got {n}")
+    values = values.reshape(-1)
+    if values.size != 2:
+        fail("OneHot: values must hold [off_value, on_value]")
+    axis = normalize_axis(axis, indices.ndim, extra=1)
+    idx = (
+        indices.astype(np.int64)
+        if indices.dtype.kind != "f"
+        else np.trunc(indices).astype(np.int64)
+    )
+    idx = np.where(idx < 0, idx + n, idx)
+    hot = idx[..., None] == np.arange(n)  # out-of-range indices match nothing: all off
+    out = np.where(hot, values[1], values[0]).astype(values.dtype, copy=False)
+    return np.moveaxis(out, -1, axis)
