@@ -29,15 +29,12 @@ class OnnxvizError(Exception):
 
     def __str__(self) -> str:
         where = []
-        if self.file:
-            where.append(f"file '{self.file}'")
         if self.graph_path:
             where.append(f"graph '{self.graph_path}'")
         if self.node:
             where.append(f"node '{self.node}'")
-        if not where:
-            return self.message
-        return f"{self.message} ({', '.join(where)})"
+        text = f"{self.file}: {self.message}" if self.file else self.message
+        return f"{text} ({', '.join(where)})" if where else text
 
 
 class LoadError(OnnxvizError):

@@ -45,7 +45,9 @@ def _gui_parser() -> argparse.ArgumentParser:
         description="Open the onnxviz GUI. Subcommands: " + ", ".join(SUBCOMMANDS),
     )
     parser.add_argument("model", nargs="?", help="model to open (default: a bundled example)")
-    parser.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG and exit")
+    parser.add_argument(
+        "--screenshot", metavar="OUT.png", help="render the window to a PNG and exit"
+    )
     parser.add_argument("--version", action="version", version=f"onnxviz {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return parser
@@ -79,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted")
-    except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback unless --debug
+    except Exception as exc:
         if debug:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")

@@ -1,0 +1,702 @@
+"""Edit commands: every change to a Document is one of these.
+
+A command validates first (raising EditError with a reason, the model untouched), then
+mutates the ModelProto only through a Journal, so `revert` restores it byte for byte.
+`apply` may be called again after `revert` (redo) and does the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from google.protobuf.message import Message
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    StringStringEntryProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+)
+
+from onnxviz.errors import EditError
+from onnxviz.model.changes import ChangeSet
+from onnxviz.model.journal import Journal
+from onnxviz.model.scopes import GraphScope
+
+if TYPE_CHECKING:
+    from onnxviz.model.document import Document
+
+
+class Command:
+    """Base class.  Subclasses implement `_apply(doc, journal) -> ChangeSet`."""
+
+    label: str = "Edit"
+
+    def __init__(self) -> None:
+        self._journal: Journal | None = None
+        self._changes = ChangeSet()
+
+    def apply(self, doc: Document) -> ChangeSet:
+        journal = Journal()
+        try:
+            changes = self._apply(doc, journal)
+        except BaseException:
+            journal.revert()  # a failure half-way leaves no trace
+            raise
+        self._journal = journal
+        self._changes = changes
+        return changes
+
+    def revert(self, doc: Document) -> ChangeSet:
+        if self._journal is None:
+            raise EditError(f"'{self.label}' was not applied")
+        self._journal.revert()
+        self._journal = None
+        return self._changes
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        raise NotImplementedError
+
+    def merge_key(self) -> tuple[Any, ...] | None:
+        """Commands with equal non-None keys, applied in a row, merge into one undo step."""
+        return None
+
+
+def _scope(doc: Document, graph_path: str) -> GraphScope:
+    try:
+        return doc.scope(graph_path)
+    except KeyError:
+        raise EditError(f"there is no graph '{graph_path}'") from None
+
+
+def _node(scope: GraphScope, index: int) -> NodeProto:
+    if not 0 <= index < len(scope.nodes):
+        raise EditError(f"graph '{scope.path}' has no node #{index}", graph_path=scope.path)
+    return scope.nodes[index]
+
+
+def _graph(scope: GraphScope) -> GraphProto:
+    if scope.graph is None:
+        raise EditError(
+            f"'{scope.path}' is a function body; it has no graph inputs, outputs, "
+            "initializers or value_info to edit this way",
+            graph_path=scope.path,
+        )
+    return scope.graph
+
+
+# -- values -------------------------------------------------------------------------
+
+
+class RenameValue(Command):
+    """Rename a value: its definition and every use follow, nested graphs included."""
+
+    def __init__(self, graph_path: str, old: str, new: str) -> None:
+        super().__init__()
+        self.graph_path, self.old, self.new = graph_path, old, new
+        self.label = f"Rename '{old}' → '{new}'"
+
+    def _check(self, doc: Document) -> GraphScope:
+        scope = _scope(doc, self.graph_path)
+        old, new = self.old, self.new
+        where = {"graph_path": scope.path}
+        if not new:
+            raise EditError("a value name cannot be empty", **where)
+        if new == old:
+            raise EditError(f"'{old}' already has that name", **where)
+        if old not in scope.definitions:
+            owner = scope.lookup(old)
+            if owner is not None:
+                raise EditError(
+                    f"'{old}' is defined in the enclosing graph '{owner.path}'; rename it there",
+                    **where,
+                )
+            raise EditError(f"no value named '{old}' is defined in this graph", **where)
+        owner = scope.lookup(new)
+        if owner is not None:
+            raise EditError(
+                f"cannot rename '{old}' to '{new}': that name is already defined in "
+                f"graph '{owner.path}'",
+                **where,
+            )
+        for sub in scope.descendants():
+            if new in sub.definitions:
+                raise EditError(
+                    f"cannot rename '{old}' to '{new}': the nested graph '{sub.path}' defines "
+                    f"'{new}', which would shadow it",
+                    **where,
+                )
+        if new in scope.free_names:
+            raise EditError(
+                f"cannot rename '{old}' to '{new}': '{new}' is already used (undefined) in "
+                "this graph, so the rename would change what that use refers to",
+                **where,
+            )
+        return scope
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = self._check(doc)
+        old, new = self.old, self.new
+        touched_graphs = {scope.path}
+        touched_nodes: set[tuple[str, int]] = set()
+        names = {(scope.path, old), (scope.path, new)}
+        renamed_scopes: list[GraphScope] = [scope]
+        # Definitions in this graph.
+        for d in scope.definitions[old]:
+            if d.kind == "node_output":
+                journal.set_item(scope.nodes[d.index].output, d.output_index, new)
+                touched_nodes.add((scope.path, d.index))
+            elif d.kind == "input":
+                if scope.graph is not None:
+                    journal.set_scalar(scope.graph.input[d.index], "name", new)
+                else:
+                    assert scope.function is not None
+                    journal.set_item(scope.function.input, d.index, new)
+            elif d.kind == "initializer":
+                journal.set_scalar(_graph(scope).initializer[d.index], "name", new)
+            elif d.kind == "sparse_initializer":
+                journal.set_scalar(_graph(scope).sparse_initializer[d.index].values, "name", new)
+        self._rename_uses(scope, journal, touched_nodes)
+        # Nested graphs that see this value (and do not redefine it).
+        stack = [c for c in scope.children if old in c.free_names]
+        while stack:
+            sub = stack.pop()
+            if old in sub.definitions:
+                continue
+            touched_graphs.add(sub.path)
+            names.add((sub.path, old))
+            names.add((sub.path, new))
+            self._rename_uses(sub, journal, touched_nodes)
+            renamed_scopes.append(sub)
+            stack.extend(c for c in sub.children if old in c.free_names)
+        if scope.kind == "main":
+            self._rename_training_bindings(doc.model, journal)
+        for s in renamed_scopes:
+            s.rename_in_index(old, new)
+        paths = [s.path for s in renamed_scopes]
+        # On undo, patch whatever index the document holds then (it may have been rebuilt).
+        journal.on_undo(lambda: doc._rename_in_index(paths, new, old))
+        return ChangeSet(
+            graphs=frozenset(touched_graphs),
+            nodes=frozenset(touched_nodes),
+            names=frozenset(names),
+        )
+
+    def _rename_uses(
+        self, scope: GraphScope, journal: Journal, touched: set[tuple[str, int]]
+    ) -> None:
+        old, new = self.old, self.new
+        for ni, ii in scope.consumers.get(old, ()):
+            journal.set_item(scope.nodes[ni].input, ii, new)
+            touched.add((scope.path, ni))
+        if scope.graph is not None:
+            for oi in scope.output_uses.get(old, ()):
+                journal.set_scalar(scope.graph.output[oi], "name", new)
+            for vi in scope.graph.value_info:
+                if vi.name == old:
+                    journal.set_scalar(vi, "name", new)
+            for qa in scope.graph.quantization_annotation:
+                if qa.tensor_name == old:
+                    journal.set_scalar(qa, "tensor_name", new)
+        else:
+            assert scope.function is not None
+            for i, name in enumerate(scope.function.output):
+                if name == old:
+                    journal.set_item(scope.function.output, i, new)
+            for vi in getattr(scope.function, "value_info", ()):
+                if vi.name == old:
+                    journal.set_scalar(vi, "name", new)
+
+    def _rename_training_bindings(self, model: ModelProto, journal: Journal) -> None:
+        for info in model.training_info:
+            for binding in (*info.initialization_binding, *info.update_binding):
+                if binding.key == self.old:
+                    journal.set_scalar(binding, "key", self.new)
+
+
+class RewireInput(Command):
+    """Point one node input at another existing name (or '' to leave it out)."""
+
+    def __init__(self, graph_path: str, node_index: int, input_index: int, name: str) -> None:
+        super().__init__()
+        self.graph_path, self.node_index, self.input_index, self.name = (
+            graph_path,
+            node_index,
+            input_index,
+            name,
+        )
+        self.label = f"Rewire input {input_index} to '{name}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        node = _node(scope, self.node_index)
+        if not 0 <= self.input_index < len(node.input):
+            raise EditError(
+                f"node '{scope.node_label(self.node_index)}' has no input {self.input_index}",
+                graph_path=scope.path,
+            )
+        if self.name and scope.lookup(self.name) is None:
+            raise EditError(
+                f"no value named '{self.name}' is visible in graph '{scope.path}'",
+                graph_path=scope.path,
+                node=scope.node_label(self.node_index),
+            )
+        old = node.input[self.input_index]
+        journal.set_item(node.input, self.input_index, self.name)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            nodes=frozenset({(scope.path, self.node_index)}),
+            names=frozenset({(scope.path, old), (scope.path, self.name)}),
+            reindex=frozenset({scope.path}),
+        )
+
+
+# -- nodes --------------------------------------------------------------------------
+
+
+def _has_subgraph(attr: AttributeProto) -> bool:
+    return attr.HasField("g") or len(attr.graphs) > 0
+
+
+class SetAttribute(Command):
+    """Add or replace one attribute of a node."""
+
+    def __init__(self, graph_path: str, node_index: int, attribute: AttributeProto) -> None:
+        super().__init__()
+        self.graph_path, self.node_index = graph_path, node_index
+        self.attribute = AttributeProto()
+        self.attribute.CopyFrom(attribute)
+        self.label = f"Set attribute '{attribute.name}'"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("attr", self.graph_path, self.node_index, self.attribute.name)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        node = _node(scope, self.node_index)
+        if not self.attribute.name:
+            raise EditError("an attribute needs a name", graph_path=scope.path)
+        structural = _has_subgraph(self.attribute)
+        for attr in node.attribute:
+            if attr.name == self.attribute.name:
+                structural = structural or _has_subgraph(attr)
+                journal.replace_message(attr, self.attribute)
+                break
+        else:
+            journal.insert(node.attribute, len(node.attribute), self.attribute)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            nodes=frozenset({(scope.path, self.node_index)}),
+            structural=structural,
+        )
+
+
+class RemoveAttribute(Command):
+    def __init__(self, graph_path: str, node_index: int, name: str) -> None:
+        super().__init__()
+        self.graph_path, self.node_index, self.name = graph_path, node_index, name
+        self.label = f"Remove attribute '{name}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        node = _node(scope, self.node_index)
+        for i, attr in enumerate(node.attribute):
+            if attr.name == self.name:
+                structural = _has_subgraph(attr)
+                journal.remove(node.attribute, i)
+                return ChangeSet(
+                    graphs=frozenset({scope.path}),
+                    nodes=frozenset({(scope.path, self.node_index)}),
+                    structural=structural,
+                )
+        raise EditError(
+            f"node '{scope.node_label(self.node_index)}' has no attribute '{self.name}'",
+            graph_path=scope.path,
+        )
+
+
+class SetNodeField(Command):
+    """Set a node's name, domain, op_type, overload or doc_string."""
+
+    FIELDS = ("name", "domain", "op_type", "overload", "doc_string")
+
+    def __init__(self, graph_path: str, node_index: int, field_name: str, value: str) -> None:
+        super().__init__()
+        if field_name not in self.FIELDS:
+            raise EditError(f"'{field_name}' is not an editable node field")
+        self.graph_path, self.node_index, self.field_name, self.value = (
+            graph_path,
+            node_index,
+            field_name,
+            value,
+        )
+        self.label = f"Set node {field_name}"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("node", self.graph_path, self.node_index, self.field_name)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        node = _node(scope, self.node_index)
+        journal.set_scalar(node, self.field_name, self.value)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            nodes=frozenset({(scope.path, self.node_index)}),
+            # A new name changes labels and so subgraph paths below this node.
+            structural=self.field_name == "name",
+        )
+
+
+class AddNode(Command):
+    def __init__(self, graph_path: str, node: NodeProto, index: int | None = None) -> None:
+        super().__init__()
+        self.graph_path, self.index = graph_path, index
+        self.node = NodeProto()
+        self.node.CopyFrom(node)
+        self.label = f"Add {node.op_type} node"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        nodes = scope.nodes
+        index = len(nodes) if self.index is None else self.index
+        if not 0 <= index <= len(nodes):
+            raise EditError(f"node position {index} is out of range", graph_path=scope.path)
+        for out in self.node.output:
+            if out and scope.lookup(out) is not None:
+                raise EditError(
+                    f"cannot add the node: its output '{out}' is already defined in graph "
+                    f"'{scope.lookup(out).path}'",  # type: ignore[union-attr]
+                    graph_path=scope.path,
+                )
+        journal.insert(nodes, index, self.node)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            nodes=frozenset({(scope.path, index)}),
+            names=frozenset((scope.path, n) for n in (*self.node.input, *self.node.output) if n),
+            structural=True,
+        )
+
+
+class RemoveNode(Command):
+    def __init__(self, graph_path: str, node_index: int) -> None:
+        super().__init__()
+        self.graph_path, self.node_index = graph_path, node_index
+        self.label = "Delete node"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        node = _node(scope, self.node_index)
+        self.label = f"Delete {node.op_type} node '{scope.node_label(self.node_index)}'"
+        names = frozenset((scope.path, n) for n in (*node.input, *node.output) if n)
+        journal.remove(scope.nodes, self.node_index)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            nodes=frozenset({(scope.path, self.node_index)}),
+            names=names,
+            structural=True,
+        )
+
+
+# -- graph inputs, outputs, initializers, value types --------------------------------
+
+GraphList = Literal["input", "output", "initializer", "sparse_initializer", "value_info"]
+
+
+def _entry_name(item: Message) -> str:
+    if isinstance(item, TensorProto | ValueInfoProto):
+        return item.name
+    return item.values.name  # type: ignore[attr-defined]
+
+
+class AddGraphEntry(Command):
+    """Add a graph input, output, initializer, sparse initializer or value_info."""
+
+    def __init__(self, graph_path: str, kind: GraphList, item: Message, index: int | None = None):
+        super().__init__()
+        self.graph_path, self.kind, self.index = graph_path, kind, index
+        self.item = type(item)()
+        self.item.CopyFrom(item)
+        self.label = f"Add {kind.replace('_', ' ')} '{_entry_name(item)}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        graph = _graph(scope)
+        name = _entry_name(self.item)
+        container = getattr(graph, self.kind)
+        if any(_entry_name(x) == name for x in container):
+            raise EditError(
+                f"graph '{scope.path}' already has {self.kind.replace('_', ' ')} '{name}'",
+                graph_path=scope.path,
+            )
+        if self.kind in ("initializer", "sparse_initializer"):
+            owner = scope.lookup(name)
+            if owner is not None and any(d.kind != "input" for d in owner.definitions[name]):
+                raise EditError(
+                    f"'{name}' is already defined in graph '{owner.path}'", graph_path=scope.path
+                )
+        index = len(container) if self.index is None else self.index
+        journal.insert(container, index, self.item)
+        return ChangeSet(
+            graphs=frozenset({scope.path}),
+            names=frozenset({(scope.path, name)}),
+            reindex=frozenset({scope.path}),
+        )
+
+
+class RemoveGraphEntry(Command):
+    def __init__(self, graph_path: str, kind: GraphList, name: str) -> None:
+        super().__init__()
+        self.graph_path, self.kind, self.name = graph_path, kind, name
+        self.label = f"Remove {kind.replace('_', ' ')} '{name}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        container = getattr(_graph(scope), self.kind)
+        for i, item in enumerate(container):
+            if _entry_name(item) == self.name:
+                journal.remove(container, i)
+                return ChangeSet(
+                    graphs=frozenset({scope.path}),
+                    names=frozenset({(scope.path, self.name)}),
+                    reindex=frozenset({scope.path}),
+                )
+        raise EditError(
+            f"graph '{scope.path}' has no {self.kind.replace('_', ' ')} '{self.name}'",
+            graph_path=scope.path,
+        )
+
+
+class MoveGraphEntry(Command):
+    """Reorder graph inputs or outputs."""
+
+    def __init__(self, graph_path: str, kind: GraphList, name: str, new_index: int) -> None:
+        super().__init__()
+        self.graph_path, self.kind, self.name, self.new_index = graph_path, kind, name, new_index
+        self.label = f"Move {kind} '{name}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        container = getattr(_graph(scope), self.kind)
+        for i, item in enumerate(container):
+            if _entry_name(item) == self.name:
+                if not 0 <= self.new_index < len(container):
+                    raise EditError(f"position {self.new_index} is out of range")
+                saved = journal.remove(container, i)
+                journal.insert(container, self.new_index, saved)
+                return ChangeSet(
+                    graphs=frozenset({scope.path}),
+                    names=frozenset({(scope.path, self.name)}),
+                    reindex=frozenset({scope.path}),
+                )
+        raise EditError(f"graph '{scope.path}' has no {self.kind} '{self.name}'")
+
+
+class SetValueType(Command):
+    """Set the declared type of a value (graph input/output entry, else value_info)."""
+
+    def __init__(self, graph_path: str, name: str, type_proto: TypeProto | None) -> None:
+        super().__init__()
+        self.graph_path, self.name = graph_path, name
+        self.type_proto = None if type_proto is None else TypeProto()
+        if type_proto is not None and self.type_proto is not None:
+            self.type_proto.CopyFrom(type_proto)
+        self.label = f"Set type of '{name}'"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("type", self.graph_path, self.name)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        graph = _graph(scope)
+        found = False
+        for container in (graph.input, graph.output, graph.value_info):
+            for vi in container:
+                if vi.name == self.name:
+                    journal.set_message(vi, "type", self.type_proto)
+                    found = True
+        if not found:
+            if scope.lookup(self.name) is None:
+                raise EditError(f"no value named '{self.name}' in graph '{scope.path}'")
+            if self.type_proto is not None:
+                vi = ValueInfoProto(name=self.name)
+                vi.type.CopyFrom(self.type_proto)
+                journal.insert(graph.value_info, len(graph.value_info), vi)
+        return ChangeSet(graphs=frozenset({scope.path}), names=frozenset({(scope.path, self.name)}))
+
+
+class ReplaceInitializer(Command):
+    """Replace an initializer's data (same name)."""
+
+    def __init__(self, graph_path: str, tensor: TensorProto) -> None:
+        super().__init__()
+        self.graph_path = graph_path
+        self.tensor = TensorProto()
+        self.tensor.CopyFrom(tensor)
+        self.label = f"Replace initializer '{tensor.name}'"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        scope = _scope(doc, self.graph_path)
+        for t in _graph(scope).initializer:
+            if t.name == self.tensor.name:
+                journal.replace_message(t, self.tensor)
+                return ChangeSet(
+                    graphs=frozenset({scope.path}), names=frozenset({(scope.path, t.name)})
+                )
+        raise EditError(f"graph '{scope.path}' has no initializer '{self.tensor.name}'")
+
+
+# -- model-level fields -----------------------------------------------------------------
+
+# Where metadata/doc strings live: "model", a graph path, or (graph path, node index).
+Target = str | tuple[str, int]
+
+
+def _target_message(doc: Document, target: Target) -> tuple[Message, ChangeSet]:
+    if target == "model":
+        return doc.model, ChangeSet(model_fields=True)
+    if isinstance(target, tuple):
+        scope = _scope(doc, target[0])
+        return _node(scope, target[1]), ChangeSet(
+            graphs=frozenset({scope.path}), nodes=frozenset({(scope.path, target[1])})
+        )
+    scope = _scope(doc, target)
+    msg = scope.graph if scope.graph is not None else scope.function
+    assert msg is not None
+    return msg, ChangeSet(graphs=frozenset({scope.path}))
+
+
+class SetMetadataProp(Command):
+    """Set (value) or remove (None) one metadata_props entry of a model, graph, node or
+    function."""
+
+    def __init__(self, target: Target, key: str, value: str | None) -> None:
+        super().__init__()
+        self.target, self.key, self.value = target, key, value
+        self.label = f"Set metadata '{key}'" if value is not None else f"Remove metadata '{key}'"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("meta", self.target, self.key)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        msg, changes = _target_message(doc, self.target)
+        if not hasattr(msg, "metadata_props"):
+            raise EditError("this element has no metadata_props")
+        props = msg.metadata_props  # type: ignore[attr-defined]
+        for i, entry in enumerate(props):
+            if entry.key == self.key:
+                if self.value is None:
+                    journal.remove(props, i)
+                else:
+                    journal.set_scalar(entry, "value", self.value)
+                return changes
+        if self.value is None:
+            raise EditError(f"there is no metadata key '{self.key}'")
+        journal.insert(props, len(props), StringStringEntryProto(key=self.key, value=self.value))
+        return changes
+
+
+class SetDocString(Command):
+    def __init__(self, target: Target, text: str) -> None:
+        super().__init__()
+        self.target, self.text = target, text
+        self.label = "Edit documentation"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("doc", self.target)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        msg, changes = _target_message(doc, self.target)
+        journal.set_scalar(msg, "doc_string", self.text)
+        return changes
+
+
+class SetModelField(Command):
+    """producer_name, producer_version, domain, model_version or ir_version."""
+
+    FIELDS = ("producer_name", "producer_version", "domain", "model_version", "ir_version")
+
+    def __init__(self, field_name: str, value: str | int) -> None:
+        super().__init__()
+        if field_name not in self.FIELDS:
+            raise EditError(f"'{field_name}' is not an editable model field")
+        self.field_name, self.value = field_name, value
+        self.label = f"Set {field_name}"
+
+    def merge_key(self) -> tuple[Any, ...]:
+        return ("model", self.field_name)
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        value: Any = self.value
+        if self.field_name in ("ir_version", "model_version"):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise EditError(f"{self.field_name} must be an integer, not {value!r}") from None
+            if value < 0:
+                raise EditError(f"{self.field_name} cannot be negative")
+        journal.set_scalar(doc.model, self.field_name, value)
+        return ChangeSet(model_fields=True)
+
+
+class SetOpsetImport(Command):
+    """Set the version imported for a domain; None removes the import."""
+
+    def __init__(self, domain: str, version: int | None) -> None:
+        super().__init__()
+        self.domain, self.version = domain, version
+        shown = domain or "ai.onnx"
+        self.label = f"Import {shown} {version}" if version is not None else f"Remove {shown}"
+
+    def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
+        ops = doc.model.opset_import
+        for i, entry in enumerate(ops):
+            if entry.domain == self.domain:
+                if self.version is None:
+                    journal.remove(ops, i)
+                else:
+                    journal.set_scalar(entry, "version", int(self.version))
+                return ChangeSet(model_fields=True, graphs=frozenset(s.path for s in doc.scopes()))
+        if self.version is None:
+            raise EditError(f"domain '{self.domain}' is not imported")
+        from onnx import OperatorSetIdProto
+
+        journal.insert(
+            ops, len(ops), OperatorSetIdProto(domain=self.domain, version=int(self.version))
+        )
+        return ChangeSet(model_fields=True, graphs=frozenset(s.path for s in doc.scopes()))
+
+
+@dataclass
+class MacroCommand(Command):
+    """Several commands as one undo step (e.g. bypass-delete a node)."""
+
+    commands: list[Command] = field(default_factory=list)
+    label: str = "Edit"
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def apply(self, doc: Document) -> ChangeSet:
+        done: list[Command] = []
+        total = ChangeSet()
+        try:
+            for cmd in self.commands:
+                total = total.merge(doc._apply_raw(cmd))
+                done.append(cmd)
+        except BaseException:
+            for cmd in reversed(done):
+                doc._revert_raw(cmd)
+            raise
+        self._changes = total
+        self._journal = Journal()
+        return total
+
+    def revert(self, doc: Document) -> ChangeSet:
+        for cmd in reversed(self.commands):
+            doc._revert_raw(cmd)
+        self._journal = None
+        return self._changes

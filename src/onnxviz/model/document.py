@@ -1,0 +1,307 @@
+"""The Document: a ModelProto (the truth) with derived indexes and an undo stack.
+
+Everything that changes a model goes through `Document.execute(command)`; views
+subscribe to the ChangeSets it reports.  Indexes (`scopes()`) are derived and rebuilt
+or patched after each command; the ModelProto is never copied for an edit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from typing import Any
+
+from onnx import AttributeProto, ModelProto, TensorProto, helper
+
+from onnxviz.errors import EditError
+from onnxviz.model import io
+from onnxviz.model.changes import ChangeSet
+from onnxviz.model.commands import (
+    Command,
+    RenameValue,
+    SetAttribute,
+)
+from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scopes import GraphScope, build_scopes, reindex_scope
+
+Listener = Callable[[ChangeSet], None]
+_entry_ids = itertools.count(1)
+
+
+class _Entry:
+    """One undo step: one command, or several merged edits of the same field."""
+
+    def __init__(self, command: Command) -> None:
+        self.commands = [command]
+        self.id = next(_entry_ids)
+
+    @property
+    def label(self) -> str:
+        return self.commands[-1].label
+
+
+class Document:
+    def __init__(
+        self,
+        model: ModelProto,
+        path: str | None = None,
+        *,
+        diagnostics: list[Diagnostic] | None = None,
+        original_bytes: bytes | None = None,
+        source_format: io.SourceFormat = "protobuf",
+    ) -> None:
+        self.model = model
+        self.path = os.path.abspath(path) if path else None
+        self.diagnostics: list[Diagnostic] = list(diagnostics or [])
+        self.source_format = source_format
+        self._original_bytes = original_bytes
+        self._scopes: list[GraphScope] | None = None
+        self._by_path: dict[str, GraphScope] = {}
+        self._undo: list[_Entry] = []
+        self._redo: list[_Entry] = []
+        self._listeners: list[Listener] = []
+        self._saved_marker: int | None = 0  # id of the top undo entry when last saved
+        self.revision = 0
+
+    # -- opening ---------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str) -> Document:
+        loaded = io.load(path)
+        return cls(
+            loaded.model,
+            path,
+            diagnostics=loaded.diagnostics,
+            original_bytes=loaded.original_bytes,
+            source_format=loaded.source_format,
+        )
+
+    @classmethod
+    def from_model(cls, model: ModelProto, path: str | None = None) -> Document:
+        base = os.path.dirname(os.path.abspath(path)) if path else None
+        return cls(model, path, diagnostics=io.external_diagnostics(model, base))
+
+    @property
+    def base_dir(self) -> str | None:
+        return os.path.dirname(self.path) if self.path else None
+
+    @property
+    def display_name(self) -> str:
+        return os.path.basename(self.path) if self.path else (self.model.graph.name or "untitled")
+
+    # -- indexes -----------------------------------------------------------------------
+    def scopes(self) -> list[GraphScope]:
+        if self._scopes is None:
+            self._scopes = build_scopes(self.model)
+            self._by_path = {s.path: s for s in self._scopes}
+        return self._scopes
+
+    def scope(self, path: str = "main") -> GraphScope:
+        self.scopes()
+        return self._by_path[path]
+
+    @property
+    def main_scope(self) -> GraphScope:
+        return self.scope("main")
+
+    def tensor_array(self, tensor: TensorProto) -> Any:
+        """Decode a tensor (external data mapped from this document's folder)."""
+        from onnxviz.model.tensors import to_array
+
+        return to_array(tensor, self.base_dir)
+
+    # -- editing ------------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _notify(self, changes: ChangeSet) -> None:
+        self.revision += 1
+        for listener in list(self._listeners):
+            listener(changes)
+
+    def _update_index(self, changes: ChangeSet) -> None:
+        if self._scopes is None:
+            return
+        if changes.structural:
+            self._scopes = None
+            self._by_path = {}
+            return
+        for path in changes.reindex:
+            scope = self._by_path.get(path)
+            if scope is None:
+                self._scopes = None
+                return
+            reindex_scope(scope)
+
+    def _rename_in_index(self, paths: list[str], old: str, new: str) -> None:
+        if self._scopes is None:
+            return
+        for path in paths:
+            scope = self._by_path.get(path)
+            if scope is not None:
+                scope.rename_in_index(old, new)
+
+    def _apply_raw(self, command: Command) -> ChangeSet:
+        self.scopes()
+        changes = command.apply(self)
+        self._update_index(changes)
+        return changes
+
+    def _revert_raw(self, command: Command) -> ChangeSet:
+        self.scopes()
+        changes = command.revert(self)
+        self._update_index(changes)
+        return changes
+
+    def execute(self, command: Command) -> ChangeSet:
+        """Apply ``command`` and push it on the undo stack (EditError: nothing changed)."""
+        changes = self._apply_raw(command)
+        key = command.merge_key()
+        top = self._undo[-1] if self._undo else None
+        if (
+            key is not None
+            and top is not None
+            and not self._redo
+            and top.commands[-1].merge_key() == key
+            and top.id != self._saved_marker
+        ):
+            top.commands.append(command)
+        else:
+            self._undo.append(_Entry(command))
+        self._redo.clear()
+        self._notify(changes)
+        return changes
+
+    def undo(self) -> ChangeSet:
+        if not self._undo:
+            raise EditError("nothing to undo")
+        entry = self._undo.pop()
+        changes = ChangeSet()
+        for command in reversed(entry.commands):
+            changes = changes.merge(self._revert_raw(command))
+        self._redo.append(entry)
+        self._notify(changes)
+        return changes
+
+    def redo(self) -> ChangeSet:
+        if not self._redo:
+            raise EditError("nothing to redo")
+        entry = self._redo.pop()
+        changes = ChangeSet()
+        for command in entry.commands:
+            changes = changes.merge(self._apply_raw(command))
+        self._undo.append(entry)
+        self._notify(changes)
+        return changes
+
+    @property
+    def can_undo(self) -> bool:
+        return bool(self._undo)
+
+    @property
+    def can_redo(self) -> bool:
+        return bool(self._redo)
+
+    @property
+    def undo_label(self) -> str | None:
+        return self._undo[-1].label if self._undo else None
+
+    @property
+    def redo_label(self) -> str | None:
+        return self._redo[-1].label if self._redo else None
+
+    @property
+    def is_modified(self) -> bool:
+        top = self._undo[-1].id if self._undo else 0
+        return top != self._saved_marker
+
+    @property
+    def _unchanged_since_load(self) -> bool:
+        return not self._undo
+
+    # -- facade (DESIGN.md §7) ---------------------------------------------------------
+    def _node_index(self, node: str, graph: str | None) -> tuple[str, int]:
+        path = graph or "main"
+        try:
+            scope = self.scope(path)
+        except KeyError:
+            raise EditError(f"there is no graph '{path}'") from None
+        index = scope.node_index(node)
+        if index is None:
+            raise EditError(f"graph '{path}' has no node '{node}'", graph_path=path)
+        return path, index
+
+    def rename_value(self, name: str, new_name: str, graph: str | None = None) -> ChangeSet:
+        return self.execute(RenameValue(graph or "main", name, new_name))
+
+    def set_attribute(
+        self, node: str, name: str, value: Any, graph: str | None = None
+    ) -> ChangeSet:
+        path, index = self._node_index(node, graph)
+        if isinstance(value, AttributeProto):
+            attr = AttributeProto()
+            attr.CopyFrom(value)
+            attr.name = name
+        else:
+            try:
+                attr = helper.make_attribute(name, value)
+            except Exception as exc:
+                raise EditError(f"cannot use {value!r} as attribute '{name}': {exc}") from None
+        return self.execute(SetAttribute(path, index, attr))
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(
+        self,
+        path: str | None = None,
+        external_data: io.ExternalMode = "keep",
+        *,
+        threshold: int = 1024,
+    ) -> str:
+        """Save atomically; returns the path written.  The Document then refers to it."""
+        target = os.path.abspath(path or self.path or "")
+        if not target or os.path.isdir(target):
+            from onnxviz.errors import SaveError
+
+            raise SaveError("no file name to save to", file=path)
+        original = None
+        if (
+            self._unchanged_since_load
+            and external_data == "keep"
+            and self._original_bytes is not None
+            and not io._is_text_path(target)
+        ):
+            original = self._original_bytes
+        saved = io.save(
+            self.model,
+            target,
+            source_dir=self.base_dir,
+            external_data=external_data,
+            threshold=threshold,
+            original_bytes=original,
+        )
+        if saved is not self.model:
+            self._adopt_tensor_storage(saved)
+            self._original_bytes = None
+        self.path = target
+        self._saved_marker = self._undo[-1].id if self._undo else 0
+        from onnxviz.model.external import MAPPED_FILES
+
+        MAPPED_FILES.forget()
+        return target
+
+    def _adopt_tensor_storage(self, saved: ModelProto) -> None:
+        """After a save that moved tensor data, point our tensors where it now is (in
+        place, so references held by undo journals stay valid)."""
+        ours = [s.tensor for s in io.iter_tensors(self.model)]
+        theirs = [s.tensor for s in io.iter_tensors(saved)]
+        if len(ours) != len(theirs):
+            return
+        for mine, new in zip(ours, theirs):
+            if mine.data_location == new.data_location and list(mine.external_data) == list(
+                new.external_data
+            ):
+                continue
+            name, doc = mine.name, mine.doc_string
+            mine.CopyFrom(new)
+            mine.name, mine.doc_string = name, doc

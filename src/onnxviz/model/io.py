@@ -1,0 +1,406 @@
+"""Load and save models: protobuf and ONNX text format, external data, atomic writes.
+
+The loader never repairs silently and never decodes tensor data: external references
+are checked with ``stat`` only (problems become D1xx diagnostics on the tensor) and
+values are decoded later, on demand.  Saving writes a temporary file in the target
+folder, fsyncs and renames it over the target, so a crash leaves either the old file or
+the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Literal
+
+from google.protobuf.message import DecodeError
+from onnx import GraphProto, ModelProto, TensorProto
+
+from onnxviz.errors import LoadError, SaveError
+from onnxviz.model.diagnostics import Diagnostic, Location, Severity
+from onnxviz.model.external import check_external, is_external, read_external_bytes
+
+TEXT_SUFFIXES = (".onnxtxt", ".onnxtext", ".txt")
+SourceFormat = Literal["protobuf", "text"]
+ExternalMode = Literal["keep", "embed", "external"]
+WriteFn = Callable[[IO[bytes]], None]
+# Protobuf's wire format cannot hold a message above 2 GiB.
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass
+class Loaded:
+    model: ModelProto
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    original_bytes: bytes | None = None
+    source_format: SourceFormat = "protobuf"
+
+
+def _is_text_path(path: str) -> bool:
+    return path.lower().endswith(TEXT_SUFFIXES)
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:4096]
+    if not head.strip():
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return head.lstrip()[:1] in (b"<", b"#") or b"=>" in head
+
+
+def _parse_text(path: str, data: bytes) -> ModelProto:
+    from onnx import parser
+
+    try:
+        return parser.parse_model(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LoadError("the text model is not valid UTF-8", file=path) from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"cannot parse the ONNX text format: {first}", file=path) from None
+
+
+def _parse_protobuf(path: str, data: bytes) -> ModelProto:
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except DecodeError as exc:
+        reason = str(exc) or "malformed protobuf"
+        if "depth" in reason.lower() or "recursion" in reason.lower():
+            raise LoadError(
+                f"the model nests subgraphs deeper than protobuf can parse ({reason})",
+                file=path,
+            ) from None
+        raise LoadError(
+            f"not an ONNX model: the file is truncated or is not protobuf ({reason})", file=path
+        ) from None
+    except RecursionError:
+        raise LoadError("the model nests subgraphs too deeply to parse", file=path) from None
+    if not model.HasField("graph"):
+        raise LoadError(
+            "not an ONNX model: the protobuf holds no graph "
+            "(is it another kind of message, such as a tensor?)",
+            file=path,
+        )
+    return model
+
+
+def load(path: str) -> Loaded:
+    """Read a model file.  Raises LoadError with one clear sentence if it cannot."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise LoadError("no such file", file=path) from None
+    except IsADirectoryError:
+        raise LoadError("is a folder, not a model file", file=path) from None
+    except OSError as exc:
+        raise LoadError(f"cannot read the file ({exc.strerror})", file=path) from None
+    if not data:
+        raise LoadError("the file is empty", file=path)
+    if _is_text_path(path) or (_looks_like_text(data) and not _parses_as_model(data)):
+        model = _parse_text(path, data)
+        loaded = Loaded(model, source_format="text")
+    else:
+        model = _parse_protobuf(path, data)
+        loaded = Loaded(model, original_bytes=data, source_format="protobuf")
+    loaded.diagnostics.extend(external_diagnostics(model, os.path.dirname(os.path.abspath(path))))
+    return loaded
+
+
+def _parses_as_model(data: bytes) -> bool:
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:
+        return False
+    return model.HasField("graph")
+
+
+# -- walking tensors -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorSite:
+    """Where a tensor lives: for messages and diagnostics."""
+
+    tensor: TensorProto
+    graph_path: str
+    node: str | None = None
+    attribute: str | None = None
+
+
+def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
+    """Every TensorProto in the model: initializers, sparse initializers' parts and
+    tensor attributes, in every graph and function body (iterative walk)."""
+    from onnxviz.model.scopes import build_scopes
+
+    for scope in build_scopes(model):
+        graph = scope.graph
+        if graph is not None:
+            for t in graph.initializer:
+                yield TensorSite(t, scope.path)
+            for s in graph.sparse_initializer:
+                yield TensorSite(s.values, scope.path)
+                yield TensorSite(s.indices, scope.path)
+        for i, node in enumerate(scope.nodes):
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield TensorSite(attr.t, scope.path, scope.node_label(i), attr.name)
+                for t in attr.tensors:
+                    yield TensorSite(t, scope.path, scope.node_label(i), attr.name)
+                if attr.HasField("sparse_tensor"):
+                    yield TensorSite(
+                        attr.sparse_tensor.values, scope.path, scope.node_label(i), attr.name
+                    )
+    for info in model.training_info:
+        for t in info.initialization.initializer:
+            yield TensorSite(t, "training_info/initialization")
+        for t in info.algorithm.initializer:
+            yield TensorSite(t, "training_info/algorithm")
+
+
+def _declared_nbytes(tensor: TensorProto) -> int | None:
+    try:
+        from onnxviz.model.tensors import tensor_nbytes  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        return int(tensor_nbytes(tensor))
+    except Exception:
+        return None
+
+
+def external_diagnostics(model: ModelProto, base_dir: str | None) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for site in iter_tensors(model):
+        t = site.tensor
+        if not is_external(t):
+            continue
+        problem = check_external(t, base_dir, _declared_nbytes(t))
+        if problem is None:
+            continue
+        code, message = problem
+        out.append(
+            Diagnostic(
+                code=code,
+                severity=Severity.ERROR,
+                message=message,
+                location=Location(
+                    graph_path=site.graph_path,
+                    node=site.node,
+                    value=t.name or None,
+                    attribute=site.attribute,
+                    field="external_data",
+                ),
+                spec="IR#external-tensor-data",
+                hint="Fix the data file or its location, or re-save with the data embedded.",
+            )
+        )
+    return out
+
+
+# -- saving -------------------------------------------------------------------------
+
+
+def _atomic_write(target: str, write: WriteFn) -> None:
+    folder = os.path.dirname(os.path.abspath(target)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".onnxviz-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if os.path.exists(target):
+            with contextlib.suppress(OSError):
+                os.chmod(tmp, os.stat(target).st_mode & 0o7777)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _external_tensors(model: ModelProto) -> list[TensorProto]:
+    return [s.tensor for s in iter_tensors(model) if is_external(s.tensor)]
+
+
+def _tensor_bytes(tensor: TensorProto, base_dir: str | None) -> bytes | memoryview:
+    if is_external(tensor):
+        return read_external_bytes(tensor, base_dir)
+    return tensor.raw_data
+
+
+def _make_raw(tensor: TensorProto) -> bool:
+    """Move typed-field data into raw_data so it can be written externally."""
+    if tensor.HasField("raw_data") or tensor.data_type == TensorProto.STRING:
+        return tensor.HasField("raw_data")
+    try:
+        from onnxviz.model.tensors import from_array, to_array
+
+        arr = to_array(tensor)
+        new = from_array(arr, tensor.name)
+    except Exception:
+        return False
+    if not new.HasField("raw_data"):
+        return False
+    keep_name, keep_doc = tensor.name, tensor.doc_string
+    tensor.Clear()
+    tensor.CopyFrom(new)
+    tensor.name, tensor.doc_string = keep_name, keep_doc
+    return True
+
+
+def save(
+    model: ModelProto,
+    path: str,
+    *,
+    source_dir: str | None,
+    external_data: ExternalMode = "keep",
+    threshold: int = 1024,
+    data_file: str | None = None,
+    original_bytes: bytes | None = None,
+    text: bool | None = None,
+) -> ModelProto:
+    """Write ``model`` atomically to ``path``; returns the model as saved (external
+    locations may differ from ``model``'s).  ``source_dir`` is where the model's current
+    external files live.  ``original_bytes`` (an unmodified document's file) is written
+    as is when nothing about the layout changes, so an unmodified save is byte-identical.
+    """
+    path = os.path.abspath(os.fspath(path))
+    target_dir = os.path.dirname(path)
+    as_text = _is_text_path(path) if text is None else text
+    same_dir = source_dir is not None and os.path.realpath(source_dir) == os.path.realpath(
+        target_dir
+    )
+    try:
+        if as_text:
+            from onnx import printer
+
+            out = ModelProto()
+            out.CopyFrom(model)
+            _embed_all(out, source_dir)
+            data = printer.to_text(out).encode("utf-8")
+            _atomic_write(path, lambda fh: fh.write(data))
+            return out
+        externals = _external_tensors(model)
+        if external_data == "keep" and (not externals or same_dir):
+            if original_bytes is not None:
+                _atomic_write(path, lambda fh: fh.write(original_bytes))
+                return model
+            payload = model.SerializeToString()
+            _check_size(payload, path)
+            _atomic_write(path, lambda fh: fh.write(payload))
+            return model
+        out = ModelProto()
+        out.CopyFrom(model)
+        if external_data == "embed":
+            _embed_all(out, source_dir)
+            payload = out.SerializeToString()
+            _check_size(payload, path)
+            _atomic_write(path, lambda fh: fh.write(payload))
+            return out
+        # "external", or "keep" into another folder: one fresh data file beside the model.
+        data_name = data_file or (os.path.splitext(os.path.basename(path))[0] + ".data")
+        min_size = threshold if external_data == "external" else None
+        _write_external(out, source_dir, target_dir, data_name, min_size)
+        payload = out.SerializeToString()
+        _check_size(payload, path)
+        _atomic_write(path, lambda fh: fh.write(payload))
+        return out
+    except SaveError:
+        raise
+    except OSError as exc:
+        raise SaveError(f"cannot write the model ({exc.strerror or exc})", file=path) from None
+    except Exception as exc:
+        raise SaveError(f"cannot save the model ({type(exc).__name__}: {exc})", file=path) from None
+
+
+def _check_size(payload: bytes, path: str) -> None:
+    if len(payload) > PROTOBUF_LIMIT:
+        raise SaveError(
+            "the model is over 2 GiB, the protobuf limit: save with external data",
+            file=path,
+        )
+
+
+def _embed_all(model: ModelProto, source_dir: str | None) -> None:
+    for tensor in _external_tensors(model):
+        data = bytes(read_external_bytes(tensor, source_dir))
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+        tensor.raw_data = data
+
+
+def _write_external(
+    model: ModelProto,
+    source_dir: str | None,
+    target_dir: str,
+    data_name: str,
+    min_size: int | None,
+) -> None:
+    """Put external tensors (and, with ``min_size``, every tensor at least that big) into
+    one data file written atomically beside the model.  Sources are read through maps of
+    the old files, which stay valid after the new file replaces them."""
+    chosen: list[tuple[TensorProto, bytes | memoryview]] = []
+    for site in iter_tensors(model):
+        t = site.tensor
+        if is_external(t):
+            chosen.append((t, read_external_bytes(t, source_dir)))
+        elif (
+            min_size is not None
+            and t.data_type != TensorProto.STRING
+            and _make_raw(t)
+            and len(t.raw_data) >= min_size
+        ):
+            chosen.append((t, t.raw_data))
+    if not chosen:
+        return
+    data_path = os.path.join(target_dir, data_name)
+    placements: list[tuple[TensorProto, int, int]] = []
+
+    def write(fh: IO[bytes]) -> None:
+        offset = 0
+        for tensor, data in chosen:
+            pad = (-offset) % 64  # aligned so readers can map values directly
+            if pad:
+                fh.write(b"\0" * pad)
+                offset += pad
+            fh.write(data)
+            placements.append((tensor, offset, len(data)))
+            offset += len(data)
+
+    _atomic_write(data_path, write)
+    from onnxviz.model.external import MAPPED_FILES
+
+    MAPPED_FILES.forget(os.path.realpath(data_path))
+    for tensor, offset, length in placements:
+        tensor.ClearField("raw_data")
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (
+            ("location", data_name),
+            ("offset", str(offset)),
+            ("length", str(length)),
+        ):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+
+
+def graph_of(model: ModelProto) -> GraphProto:
+    return model.graph
