@@ -187,9 +187,9 @@ def col2im_add(
     image = np.zeros((n, c, *full_shape), dtype=cols.dtype)
     for offset in product(*(range(k) for k in kernel)):
         start = [o * d for o, d in zip(offset, dilations)]
-        image[(slice(None), slice(None), *offset_slices(start, strides, blocks))] += cols[
-            (slice(None), slice(None), *offset)
-        ]
+        target: tuple[Any, ...] = (slice(None), slice(None), *offset_slices(start, strides, blocks))
+        source: tuple[Any, ...] = (slice(None), slice(None), *offset)
+        image[target] += cols[source]
     return image
 
 

@@ -103,7 +103,8 @@ def pad_spatial(
         slice(max(-b, 0), x.shape[x.ndim - rank + i] - max(-e, 0))
         for i, (b, e) in enumerate(zip(begin, end))
     )
-    x = x[(Ellipsis, *crop)]
+    index: tuple[Any, ...] = (Ellipsis, *crop)
+    x = x[index]
     widths = [(0, 0)] * (x.ndim - rank) + [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if any(w != (0, 0) for w in widths):
         x = np.pad(x, widths, mode="constant", constant_values=value)

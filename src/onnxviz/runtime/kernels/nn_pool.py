@@ -79,7 +79,8 @@ class _Geometry:
 
     def window(self, xp: np.ndarray, offset: Sequence[int]) -> np.ndarray:
         start = [o * d for o, d in zip(offset, self.dilations)]
-        return xp[(Ellipsis, *offset_slices(start, self.strides, self.out))]
+        index: tuple[Any, ...] = (Ellipsis, *offset_slices(start, self.strides, self.out))
+        return xp[index]
 
 
 def _lowest(dtype: np.dtype[Any]) -> float:
