@@ -412,7 +412,6 @@ def test_sparse_errors_name_the_tensor() -> None:
 
 
 def test_external_data_is_decoded(tmp_path: Any) -> None:
-    pytest.importorskip("onnxviz.model.external")
     weight = np.random.default_rng(1).standard_normal((40, 30)).astype(np.float32)
     packed = np.arange(-4, 5, dtype=np.int8).astype(ml_dtypes.int4)
     graph = helper.make_graph(
