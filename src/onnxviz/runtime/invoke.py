@@ -32,15 +32,15 @@ def find_kernel(node: NodeProto, opsets: dict[str, int]) -> KernelSpec:
 def normalize_outputs(result: Any, n_outputs: int) -> list[Any]:
     if n_outputs == 1 and not isinstance(result, tuple):
         outs = [result]
-    elif isinstance(result, (tuple, list)) and n_outputs != 1:
-        outs = list(result)
-    elif isinstance(result, tuple):
+    elif isinstance(result, tuple) or (isinstance(result, list) and n_outputs != 1):
         outs = list(result)
     else:
         outs = [result]
     if len(outs) < n_outputs:
         outs.extend([None] * (n_outputs - len(outs)))
-    return [o if o is None or isinstance(o, (list, dict)) else _as_array(o) for o in outs[:n_outputs]]
+    return [
+        o if o is None or isinstance(o, (list, dict)) else _as_array(o) for o in outs[:n_outputs]
+    ]
 
 
 def _as_array(value: Any) -> Any:

@@ -1,0 +1,251 @@
+"""If, Loop, Scan and SequenceMap, run by the executor in nested frames.
+
+Each runs its body graph through `Executor.run_frame` (``yield from``), so every body
+node produces events and the Session can step into a body iteration by iteration.
+Body frames see outer-scope values through the plan's captures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.frames import Events, ExecutionCancelled, Executor, Frame
+from onnxviz.runtime.plan import PlanNode
+from onnxviz.runtime.values import empty_like_type
+
+
+def _scalar_bool(value: Any) -> bool:
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise ValueError(f"condition must hold one element, got shape {arr.shape}")
+    return bool(arr.reshape(-1)[0])
+
+
+def run_control(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    op = pn.op_type
+    try:
+        if op == "If":
+            return (yield from _run_if(ex, frame, pn, ins))
+        if op == "Loop":
+            return (yield from _run_loop(ex, frame, pn, ins))
+        if op == "Scan":
+            if pn.opset < 9:
+                return (yield from _run_scan8(ex, frame, pn, ins))
+            return (yield from _run_scan(ex, frame, pn, ins))
+        if op == "SequenceMap":
+            return (yield from _run_sequence_map(ex, frame, pn, ins))
+    except (ValueError, TypeError, IndexError) as exc:
+        # Problems with the control node's own inputs (nested failures are already
+        # ExecutionErrors naming the inner node and pass through untouched).
+        raise ex.error(pn, ins, f"{type(exc).__name__}: {exc}") from exc
+    raise ex.error(pn, ins, f"unknown control-flow op {op}")
+
+
+def _check_cancel(ex: Executor, pn: PlanNode) -> None:
+    if ex.cancelled:
+        raise ExecutionCancelled(
+            "the run was cancelled", file=ex.file, graph_path=pn.graph_path, node=pn.label
+        )
+
+
+def _run_if(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    branch = "then_branch" if _scalar_bool(ins[0]) else "else_branch"
+    plan = ex.subplan(frame, pn, branch)
+    sub = ex.new_frame(
+        plan, parent=frame, caller=frame, title=f"{pn.label} {branch}", kind="subgraph", feeds=[]
+    )
+    outs = yield from ex.run_frame(sub)
+    return outs
+
+
+def _run_loop(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    trip = ins[0] if len(ins) > 0 else None
+    cond = ins[1] if len(ins) > 1 else None
+    carried = list(ins[2:])
+    max_trip = None if trip is None else int(np.asarray(trip).reshape(-1)[0])
+    keep_going = True if cond is None else _scalar_bool(cond)
+    plan = ex.subplan(frame, pn, "body")
+    n_carried = len(carried)
+    n_scan = len(plan.output_names) - 1 - n_carried
+    if n_scan < 0:
+        raise ValueError(
+            f"the body has {len(plan.output_names)} outputs, fewer than 1 + {n_carried} carried"
+        )
+    scans: list[list[Any]] = [[] for _ in range(n_scan)]
+    i = 0
+    total = f"/{max_trip}" if max_trip is not None else ""
+    while keep_going and (max_trip is None or i < max_trip):
+        _check_cancel(ex, pn)
+        feeds = [np.array(i, dtype=np.int64), np.array(keep_going), *carried]
+        sub = ex.new_frame(
+            plan,
+            parent=frame,
+            caller=frame,
+            title=f"{pn.label} iteration {i + 1}{total}",
+            kind="subgraph",
+            feeds=feeds,
+            iteration=i,
+            iterations=max_trip,
+        )
+        outs = yield from ex.run_frame(sub)
+        keep_going = _scalar_bool(outs[0]) if outs[0] is not None else keep_going
+        carried = list(outs[1 : 1 + n_carried])
+        for k in range(n_scan):
+            scans[k].append(outs[1 + n_carried + k])
+        i += 1
+    results: list[Any] = list(carried)
+    for k in range(n_scan):
+        if scans[k]:
+            results.append(np.stack([np.asarray(v) for v in scans[k]], axis=0))
+        else:
+            results.append(empty_like_type(plan.output_types[1 + n_carried + k] or _no_type()))
+    return results
+
+
+def _no_type() -> Any:
+    from onnx import TypeProto
+
+    return TypeProto()
+
+
+def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    n_scan_in = int(pn.attrs["num_scan_inputs"])
+    n_state = len(ins) - n_scan_in
+    states = list(ins[:n_state])
+    scan_ins = [np.asarray(x) for x in ins[n_state:]]
+    in_axes = list(pn.attrs.get("scan_input_axes") or [0] * n_scan_in)
+    in_dirs = list(pn.attrs.get("scan_input_directions") or [0] * n_scan_in)
+    in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes, scan_ins)]
+    if not scan_ins:
+        raise ValueError("Scan needs at least one scan input")
+    length = scan_ins[0].shape[in_axes[0]]
+    for x, a in zip(scan_ins, in_axes):
+        if x.shape[a] != length:
+            raise ValueError(
+                f"scan inputs disagree on the sequence length ({x.shape[a]} != {length})"
+            )
+    plan = ex.subplan(frame, pn, "body")
+    n_scan_out = len(plan.output_names) - n_state
+    scans: list[list[Any]] = [[] for _ in range(n_scan_out)]
+    for t in range(length):
+        _check_cancel(ex, pn)
+        slices = [
+            np.take(x, (length - 1 - t) if d else t, axis=a)
+            for x, a, d in zip(scan_ins, in_axes, in_dirs)
+        ]
+        sub = ex.new_frame(
+            plan,
+            parent=frame,
+            caller=frame,
+            title=f"{pn.label} iteration {t + 1}/{length}",
+            kind="subgraph",
+            feeds=[*states, *slices],
+            iteration=t,
+            iterations=length,
+        )
+        outs = yield from ex.run_frame(sub)
+        states = list(outs[:n_state])
+        for k in range(n_scan_out):
+            scans[k].append(np.asarray(outs[n_state + k]))
+    out_axes = list(pn.attrs.get("scan_output_axes") or [0] * n_scan_out)
+    out_dirs = list(pn.attrs.get("scan_output_directions") or [0] * n_scan_out)
+    results: list[Any] = list(states)
+    for k in range(n_scan_out):
+        items = scans[k]
+        if not items:
+            results.append(empty_like_type(plan.output_types[n_state + k] or _no_type()))
+            continue
+        if out_dirs[k]:
+            items = items[::-1]
+        axis = out_axes[k]
+        rank = items[0].ndim + 1
+        axis = axis + rank if axis < 0 else axis
+        results.append(np.stack(items, axis=axis))
+    return results
+
+
+def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    """Opset 8 Scan: a leading batch axis, the scan axis is 1, optional sequence_lens."""
+    n_scan_in = int(pn.attrs["num_scan_inputs"])
+    seq_lens = ins[0]
+    rest = ins[1:]
+    n_state = len(rest) - n_scan_in
+    states_b = [np.asarray(x) for x in rest[:n_state]]
+    scan_ins = [np.asarray(x) for x in rest[n_state:]]
+    dirs = list(pn.attrs.get("directions") or [0] * n_scan_in)
+    batch = scan_ins[0].shape[0]
+    max_len = scan_ins[0].shape[1]
+    lens = (
+        [max_len] * batch
+        if seq_lens is None
+        else [int(v) for v in np.asarray(seq_lens).reshape(-1)]
+    )
+    plan = ex.subplan(frame, pn, "body")
+    n_scan_out = len(plan.output_names) - n_state
+    final_states: list[list[Any]] = [[] for _ in range(n_state)]
+    scan_outs: list[list[Any]] = [[] for _ in range(n_scan_out)]
+    for b in range(batch):
+        states = [s[b] for s in states_b]
+        per_step: list[list[Any]] = [[] for _ in range(n_scan_out)]
+        length = lens[b]
+        for t in range(length):
+            _check_cancel(ex, pn)
+            slices = [x[b, (length - 1 - t) if d else t] for x, d in zip(scan_ins, dirs)]
+            sub = ex.new_frame(
+                plan,
+                parent=frame,
+                caller=frame,
+                title=f"{pn.label} batch {b + 1}/{batch} iteration {t + 1}/{length}",
+                kind="subgraph",
+                feeds=[*states, *slices],
+                iteration=t,
+                iterations=length,
+            )
+            outs = yield from ex.run_frame(sub)
+            states = list(outs[:n_state])
+            for k in range(n_scan_out):
+                per_step[k].append(np.asarray(outs[n_state + k]))
+        for k in range(n_state):
+            final_states[k].append(np.asarray(states[k]))
+        for k in range(n_scan_out):
+            stacked = np.stack(per_step[k], axis=0) if per_step[k] else None
+            if stacked is not None and length < max_len:
+                pad = np.zeros((max_len - length, *stacked.shape[1:]), dtype=stacked.dtype)
+                stacked = np.concatenate([stacked, pad], axis=0)
+            scan_outs[k].append(stacked)
+    results: list[Any] = [np.stack(v, axis=0) for v in final_states]
+    for k in range(n_scan_out):
+        results.append(np.stack(scan_outs[k], axis=0))
+    return results
+
+
+def _run_sequence_map(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    seq = ins[0]
+    if not isinstance(seq, list):
+        raise TypeError("SequenceMap's first input must be a sequence")
+    extra = ins[1:]
+    for e in extra:
+        if isinstance(e, list) and len(e) != len(seq):
+            raise ValueError(f"sequence inputs differ in length ({len(e)} != {len(seq)})")
+    plan = ex.subplan(frame, pn, "body")
+    n_out = len(plan.output_names)
+    results: list[list[Any]] = [[] for _ in range(n_out)]
+    for i, item in enumerate(seq):
+        _check_cancel(ex, pn)
+        feeds = [item, *[e[i] if isinstance(e, list) else e for e in extra]]
+        sub = ex.new_frame(
+            plan,
+            parent=frame,
+            caller=frame,
+            title=f"{pn.label} iteration {i + 1}/{len(seq)}",
+            kind="subgraph",
+            feeds=feeds,
+            iteration=i,
+            iterations=len(seq),
+        )
+        outs = yield from ex.run_frame(sub)
+        for k in range(n_out):
+            results[k].append(outs[k])
+    return list(results)

@@ -1,0 +1,351 @@
+"""Frames and the executor: run a `GraphPlan` node by node as a generator of events.
+
+A `Frame` is one running graph: its plan, its value slots, the frame it was opened
+from (subgraphs read outer-scope values through captures copied at entry) and a title
+for the stack text.  `Executor.run_frame` is a generator: it yields `NodeStarted` /
+`NodeFinished` around every node and `FrameEntered` / `FrameLeft` around every frame,
+and *returns* the graph's outputs.  Control flow and function calls open nested frames
+with ``yield from``, so whoever consumes the events (the Session) can pause anywhere,
+at any depth, and look at the values of every frame on the stack.
+
+On a kernel failure the executor raises `ExecutionError` naming the node, the op and
+its input types; the frame stack is left as it was, so the failed node stays
+inspectable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+from onnx import NodeProto
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.events import (
+    STACK_SEPARATOR,
+    Event,
+    FrameEntered,
+    FrameInfo,
+    FrameLeft,
+    NodeFinished,
+    NodeRef,
+    NodeStarted,
+)
+from onnxviz.runtime.functions import (
+    call_attributes,
+    context_function,
+    function_opsets,
+    input_signature,
+    static_schema_function,
+)
+from onnxviz.runtime.invoke import UnsupportedOperator, call_node
+from onnxviz.runtime.memory import IntermediateStore
+from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
+from onnxviz.runtime.values import describe
+
+Events = Generator[Event, None, list[Any]]
+
+
+class ExecutionCancelled(ExecutionError):
+    """The user cancelled the run."""
+
+
+class Frame:
+    __slots__ = ("plan", "values", "parent", "info", "depth", "node_index", "stack_text")
+
+    def __init__(
+        self, plan: GraphPlan, parent: Frame | None, info: FrameInfo, stack_text: str
+    ) -> None:
+        self.plan = plan
+        self.values: list[Any] = [None] * plan.n_slots
+        self.parent = parent  # lexical parent (outer scope), None for main and functions
+        self.info = info
+        self.depth = info.depth
+        self.node_index = -1  # position in plan.nodes of the running node
+        self.stack_text = stack_text
+
+    def lookup(self, name: str) -> Any:
+        """The value of ``name`` here or in an enclosing scope (KeyError if unknown)."""
+        frame: Frame | None = self
+        while frame is not None:
+            s = frame.plan.slots.get(name)
+            if s is not None:
+                return frame.values[s]
+            frame = frame.parent
+        raise KeyError(name)
+
+    def visible(self) -> dict[str, Any]:
+        """Every live value (not yet freed) of this frame."""
+        return {n: self.values[s] for n, s in self.plan.slots.items() if self.values[s] is not None}
+
+    @property
+    def current(self) -> PlanNode | None:
+        if 0 <= self.node_index < len(self.plan.nodes):
+            return self.plan.nodes[self.node_index]
+        return None
+
+
+def node_ref(pn: PlanNode) -> NodeRef:
+    return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
+
+
+def _resolved_node(pn: PlanNode) -> NodeProto:
+    """The node with ``ref_attr_name`` attributes replaced by the caller's values."""
+    if pn.outer_attrs is None or not any(a.ref_attr_name for a in pn.node.attribute):
+        return pn.node
+    node = NodeProto()
+    node.CopyFrom(pn.node)
+    del node.attribute[:]
+    for a in pn.node.attribute:
+        if not a.ref_attr_name:
+            node.attribute.append(a)
+        elif a.ref_attr_name in pn.outer_attrs:
+            resolved = node.attribute.add()
+            resolved.CopyFrom(pn.outer_attrs[a.ref_attr_name])
+            resolved.name = a.name
+    return node
+
+
+class Executor:
+    """Runs plans.  One per Session run; holds the frame stack, the random generator,
+    the intermediate store, per-node timing and the cancel flag."""
+
+    def __init__(
+        self,
+        ctx: PlanContext,
+        *,
+        rng: np.random.Generator,
+        store: IntermediateStore | None = None,
+        file: str | None = None,
+        input_values_in_events: bool = True,
+    ) -> None:
+        self.ctx = ctx
+        self.rng = rng
+        self.store = store
+        self.file = file
+        self.stack: list[Frame] = []
+        self.cancelled = False
+        self.input_values_in_events = input_values_in_events
+        # node address -> [calls, total seconds]
+        self.profile: dict[str, list[float]] = {}
+        self.failed_node: PlanNode | None = None
+        self.failed_inputs: list[Any] = []
+
+    # -- frames --------------------------------------------------------------------
+    def new_frame(
+        self,
+        plan: GraphPlan,
+        *,
+        parent: Frame | None,
+        caller: Frame | None,
+        title: str,
+        kind: str,
+        feeds: list[Any] | None = None,
+        iteration: int | None = None,
+        iterations: int | None = None,
+    ) -> Frame:
+        depth = 0 if caller is None else caller.depth + 1
+        info = FrameInfo(plan.path, title, depth, kind, iteration, iterations)
+        stack_text = title if caller is None else caller.stack_text + STACK_SEPARATOR + title
+        frame = Frame(plan, parent, info, stack_text)
+        values = frame.values
+        for s, v in plan.constants:
+            values[s] = v
+        if parent is not None:
+            for s, name in plan.captures:
+                try:
+                    values[s] = parent.lookup(name)
+                except KeyError:
+                    raise ExecutionError(
+                        f"value '{name}' is used but defined in no enclosing graph",
+                        file=self.file,
+                        graph_path=plan.path,
+                    ) from None
+        if feeds is not None:
+            for s, v in zip(plan.input_slots, feeds):
+                if s >= 0:
+                    values[s] = v
+        return frame
+
+    def stack_text(self) -> str:
+        return self.stack[-1].stack_text if self.stack else ""
+
+    def subplan(self, frame: Frame, pn: PlanNode, attr: str) -> GraphPlan:
+        plan = pn.subplans.get(attr)
+        if plan is None:
+            graph = pn.attrs.get(attr)
+            if graph is None:
+                raise self.error(pn, [], f"the node has no '{attr}' graph attribute")
+            plan = compile_graph(
+                graph,
+                f"{frame.plan.path}/{attr}:{pn.label}",
+                self.ctx,
+                kind="subgraph",
+                opsets=frame.plan.opsets,
+                outer_attrs=pn.outer_attrs,
+            )
+            pn.subplans[attr] = plan
+        return plan
+
+    # -- errors ----------------------------------------------------------------------
+    def error(
+        self, pn: PlanNode, inputs: list[Any], reason: str, cls: type = ExecutionError
+    ) -> ExecutionError:
+        summaries = [
+            f"{name or '(absent)'}: {describe(v) if name else '-'}"
+            for name, v in zip(pn.input_names, inputs)
+        ]
+        text = f"{pn.op_type} node '{pn.label}' failed: {reason}"
+        if summaries:
+            text += "; inputs: " + ", ".join(summaries)
+        self.failed_node = pn
+        self.failed_inputs = list(inputs)
+        err: ExecutionError = cls(
+            text,
+            file=self.file,
+            graph_path=pn.graph_path,
+            node=pn.label,
+            op_type=pn.op_type,
+            input_summaries=summaries,
+        )
+        return err
+
+    # -- running -----------------------------------------------------------------------
+    def run_frame(self, frame: Frame) -> Events:
+        """Run every node of ``frame``; yields events, returns the graph outputs."""
+        self.stack.append(frame)
+        plan = frame.plan
+        values = frame.values
+        depth = frame.depth
+        stack = frame.stack_text
+        t_frame = time.perf_counter()
+        yield FrameEntered(stack, depth, frame.info)
+        store = self.store
+        profile = self.profile
+        for i, pn in enumerate(plan.nodes):
+            if self.cancelled:
+                raise ExecutionCancelled(
+                    "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
+                )
+            frame.node_index = i
+            ins = [values[s] if s >= 0 else None for s in pn.inputs]
+            ref = node_ref(pn)
+            yield NodeStarted(
+                stack,
+                depth,
+                ref,
+                dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
+            )
+            t0 = time.perf_counter()
+            folded = pn.folded is not None
+            if folded:
+                outs = pn.folded
+            elif pn.kind == "kernel":
+                outs = self._call_kernel(pn, ins)
+                if pn.foldable:
+                    pn.folded = outs
+            elif pn.kind == "control":
+                from onnxviz.runtime.control_flow import run_control
+
+                outs = yield from run_control(self, frame, pn, ins)
+            elif pn.kind in ("function", "schema_function"):
+                outs = yield from self._run_function(frame, pn, ins)
+            else:
+                raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
+            dt = time.perf_counter() - t0
+            assert outs is not None
+            out_map: dict[str, Any] = {}
+            for s, name, v in zip(pn.outputs, pn.output_names, outs):
+                if s >= 0:
+                    values[s] = v
+                    out_map[name] = v
+                    if store is not None:
+                        store.put(plan.path, name, v)
+            entry = profile.get(ref.address)
+            if entry is None:
+                profile[ref.address] = [1, dt]
+            else:
+                entry[0] += 1
+                entry[1] += dt
+            yield NodeFinished(stack, depth, ref, out_map, dt, folded)
+            for s in pn.free_after:
+                values[s] = None
+        frame.node_index = len(plan.nodes)
+        outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
+        yield FrameLeft(stack, depth, frame.info, time.perf_counter() - t_frame)
+        self.stack.pop()
+        return outputs
+
+    def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+        try:
+            with np.errstate(all="ignore"):
+                outs = call_node(
+                    pn.node,
+                    ins,
+                    {pn.domain: pn.opset},
+                    rng=self.rng,
+                    spec=pn.spec,
+                    attributes=pn.attrs,
+                )
+        except ExecutionError as exc:
+            if exc.node:
+                raise
+            raise self.error(pn, ins, exc.message, type(exc)) from exc
+        except MemoryError as exc:
+            raise self.error(pn, ins, "out of memory while computing the outputs") from exc
+        except Exception as exc:
+            raise self.error(pn, ins, f"{type(exc).__name__}: {exc}") from exc
+        if len(outs) < len(pn.outputs):
+            outs = list(outs) + [None] * (len(pn.outputs) - len(outs))
+        return outs
+
+    def _run_function(self, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+        if pn.kind == "function":
+            fn = pn.function
+            assert fn is not None
+            key: Any = ""
+            overload = getattr(fn, "overload", "")
+            path = f"function:{fn.domain}:{fn.name}" + (f":{overload}" if overload else "")
+        else:
+            fn = static_schema_function(pn.domain, pn.op_type, pn.opset)
+            key = ""
+            if fn is None:
+                key = input_signature(ins)
+                if key not in pn.body_plans:
+                    fn = context_function(_resolved_node(pn), pn.domain, pn.opset, ins)
+                    if fn is None:
+                        raise self.error(
+                            pn,
+                            ins,
+                            "the schema could not build a function body",
+                            UnsupportedOperator,
+                        )
+            path = f"schema:{pn.domain or 'ai.onnx'}:{pn.op_type}"
+        plan = pn.body_plans.get(key)
+        if plan is None:
+            assert fn is not None
+            attrs = call_attributes(pn.node, fn, pn.opset, pn.outer_attrs)
+            plan = compile_graph(
+                fn,
+                path,
+                self.ctx,
+                kind="function",
+                opsets=function_opsets(fn, frame.plan.opsets),
+                outer_attrs=attrs,
+            )
+            pn.body_plans[key] = plan
+        sub = self.new_frame(
+            plan,
+            parent=None,
+            caller=frame,
+            title=f"{pn.label} ({pn.op_type} function)",
+            kind="function",
+            feeds=list(ins),
+        )
+        outs = yield from self.run_frame(sub)
+        return outs[: len(pn.outputs)] + [None] * max(0, len(pn.outputs) - len(outs))
+
+
+ProgressCallback = Callable[[Event], None]

@@ -1,0 +1,397 @@
+"""Execution plans: a graph compiled once into what the interpreter needs per node.
+
+`compile_graph` turns a GraphProto (main graph or subgraph) or a FunctionProto body
+into a `GraphPlan`:
+
+* nodes in topological order (the stored order when it is already valid);
+* for each node, how it runs: a kernel resolved by (domain, op_type, largest
+  since_version <= the opset), a control-flow op run by the interpreter (If, Loop,
+  Scan, SequenceMap), a function body (model-local or from the schema), or
+  "unsupported" (the error is raised only if the node is reached, so a model with one
+  unknown op can still be stepped up to it);
+* attributes decoded and defaulted from the schema, once;
+* every value name mapped to an integer slot; outer-scope names a subgraph (or its
+  own subgraphs) uses become "captures" copied from the enclosing frame at entry;
+* the last use of each slot, so the frame drops dead tensors as soon as possible
+  (a control-flow node counts as a use of everything its subgraphs capture);
+* constant folding: a deterministic kernel node whose inputs are all initializers (or
+  outputs of such nodes) is computed on the first run and its outputs reused after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto
+
+from onnxviz.errors import ExecutionError
+from onnxviz.model.tensors import to_array
+from onnxviz.runtime.attributes import _sparse_to_dense, node_attributes
+from onnxviz.runtime.functions import (
+    FunctionKey,
+    find_local_function,
+    function_opsets,
+    has_schema_function,
+)
+from onnxviz.runtime.registry import KernelSpec, normalize_domain, resolve
+
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+# Never folded: their output differs between runs (or they have effects).
+NONDETERMINISTIC_OPS = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",
+    }
+)
+
+
+@dataclass
+class PlanContext:
+    """What every graph of one model shares while being compiled."""
+
+    opsets: dict[str, int]
+    functions: dict[FunctionKey, FunctionProto]
+    base_dir: str | None = None
+    fold_constants: bool = True
+
+
+@dataclass
+class PlanNode:
+    index: int
+    node: NodeProto
+    label: str
+    graph_path: str
+    op_type: str
+    domain: str
+    opset: int
+    kind: str  # "kernel" | "control" | "function" | "schema_function" | "unsupported"
+    spec: KernelSpec | None
+    attrs: dict[str, Any]
+    inputs: tuple[int, ...]  # slot per input, -1 for an absent optional input
+    outputs: tuple[int, ...]  # slot per output, -1 for an unused optional output
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    free_after: tuple[int, ...] = ()
+    foldable: bool = False
+    problem: str = ""  # why "unsupported"
+    # Filled lazily by the executor:
+    folded: list[Any] | None = None
+    subplans: dict[str, GraphPlan] = field(default_factory=dict)
+    body_plans: dict[Any, GraphPlan] = field(default_factory=dict)
+    function: FunctionProto | None = None
+    outer_attrs: dict[str, AttributeProto] | None = None  # when inside a function body
+
+    @property
+    def address(self) -> str:
+        return f"{self.graph_path}::{self.label}"
+
+
+@dataclass
+class GraphPlan:
+    path: str
+    kind: str  # "main" | "subgraph" | "function"
+    name: str
+    nodes: list[PlanNode]
+    slots: dict[str, int]
+    n_slots: int
+    input_names: list[str]
+    input_slots: list[int]
+    input_types: list[TypeProto | None]
+    output_names: list[str]
+    output_slots: list[int]
+    output_types: list[TypeProto | None]
+    constants: list[tuple[int, Any]]  # (slot, value) for initializers
+    captures: list[tuple[int, str]]  # (slot, outer name)
+    opsets: dict[str, int]
+    labels: dict[str, int]  # node label -> index
+    # Initializer names that are also graph inputs (IR < 4 defaults a feed may replace).
+    overridable: frozenset[str] = frozenset()
+
+
+def node_labels(nodes: Sequence[NodeProto]) -> list[str]:
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n.name] = counts.get(n.name, 0) + 1
+    return [n.name if n.name and counts[n.name] == 1 else f"#{i}" for i, n in enumerate(nodes)]
+
+
+def subgraph_attributes(node: NodeProto) -> list[tuple[str, GraphProto]]:
+    out: list[tuple[str, GraphProto]] = []
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH or (attr.type == 0 and attr.HasField("g")):
+            out.append((attr.name, attr.g))
+        elif attr.type == AttributeProto.GRAPHS:
+            out.extend((f"{attr.name}[{i}]", g) for i, g in enumerate(attr.graphs))
+    return out
+
+
+_free_cache: dict[int, tuple[GraphProto, frozenset[str]]] = {}
+
+
+def free_names(graph: GraphProto) -> frozenset[str]:
+    """Names a graph (or any graph nested in it) uses without defining them."""
+    cached = _free_cache.get(id(graph))
+    if cached is not None and cached[0] is graph:
+        return cached[1]
+    defined = {v.name for v in graph.input}
+    defined.update(t.name for t in graph.initializer)
+    defined.update(s.values.name for s in graph.sparse_initializer)
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for _, sub in subgraph_attributes(node):
+            used.update(free_names(sub))
+        defined.update(n for n in node.output if n)
+    used.update(o.name for o in graph.output if o.name)
+    result = frozenset(used - defined)
+    if len(_free_cache) > 10000:
+        _free_cache.clear()
+    _free_cache[id(graph)] = (graph, result)
+    return result
+
+
+def _topological(nodes: Sequence[NodeProto], known: set[str], path: str) -> list[int]:
+    """Node indices in an order where every input is produced first (stored order when
+    valid).  Names not produced by any node count as available (outer scope)."""
+    produced_by: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                produced_by.setdefault(o, i)
+    deps: list[set[int]] = []
+    for i, n in enumerate(nodes):
+        needs = {n2 for n2 in n.input if n2}
+        for _, sub in subgraph_attributes(n):
+            needs.update(free_names(sub))
+        deps.append({produced_by[x] for x in needs if x in produced_by and x not in known} - {i})
+    if all(d < i for i, ds in enumerate(deps) for d in ds):
+        return list(range(len(nodes)))
+    # Kahn's algorithm, stable in stored order.
+    import heapq
+
+    indeg = [len(ds) for ds in deps]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    ready = [i for i, k in enumerate(indeg) if k == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name or f"#{i}" for i in range(len(nodes)) if indeg[i] > 0][:3]
+        raise ExecutionError(
+            f"the graph has a cycle (nodes {', '.join(stuck)} wait on each other)",
+            graph_path=path,
+        )
+    return order
+
+
+def _classify(
+    node: NodeProto, ctx: PlanContext, opsets: dict[str, int]
+) -> tuple[str, KernelSpec | None, FunctionProto | None, str]:
+    domain = normalize_domain(node.domain)
+    opset = opsets.get(domain, 1)
+    if domain == "" and node.op_type in CONTROL_FLOW_OPS:
+        return "control", None, None, ""
+    spec = resolve(domain, node.op_type, opset)
+    if spec is not None:
+        return "kernel", spec, None, ""
+    fn = find_local_function(ctx.functions, node)
+    if fn is not None:
+        return "function", None, fn, ""
+    if has_schema_function(domain, node.op_type, opset):
+        return "schema_function", None, None, ""
+    return (
+        "unsupported",
+        None,
+        None,
+        f"no kernel for {domain or 'ai.onnx'}::{node.op_type} at opset {opset}",
+    )
+
+
+def compile_graph(
+    graph: GraphProto | FunctionProto,
+    path: str,
+    ctx: PlanContext,
+    *,
+    kind: str = "main",
+    opsets: dict[str, int] | None = None,
+    outer_attrs: dict[str, AttributeProto] | None = None,
+) -> GraphPlan:
+    """Compile ``graph`` (a GraphProto, or a FunctionProto body with its call's
+    attributes in ``outer_attrs``) into a `GraphPlan`."""
+    opsets = dict(opsets if opsets is not None else ctx.opsets)
+    is_function = isinstance(graph, FunctionProto)
+    slots: dict[str, int] = {}
+
+    def slot(name: str) -> int:
+        if not name:
+            return -1
+        s = slots.get(name)
+        if s is None:
+            s = slots[name] = len(slots)
+        return s
+
+    constants: list[tuple[int, Any]] = []
+    input_types: list[TypeProto | None] = []
+    output_types: list[TypeProto | None] = []
+    overridable: set[str] = set()
+    if isinstance(graph, FunctionProto):
+        input_names = list(graph.input)
+        output_names = list(graph.output)
+        input_types = [None] * len(input_names)
+        output_types = [None] * len(output_names)
+        input_slots = [slot(n) for n in input_names]
+        init_names: set[str] = set()
+    else:
+        input_names = [v.name for v in graph.input]
+        input_types = [v.type for v in graph.input]
+        output_names = [v.name for v in graph.output]
+        output_types = [v.type for v in graph.output]
+        init_names = {t.name for t in graph.initializer} | {
+            s.values.name for s in graph.sparse_initializer
+        }
+        overridable = init_names & set(input_names)
+        # Feeds for real inputs only; an initializer that is also an input is a default.
+        input_slots = [slot(n) for n in input_names]
+        try:
+            for t in graph.initializer:
+                constants.append((slot(t.name), to_array(t, ctx.base_dir)))
+            for s in graph.sparse_initializer:
+                constants.append((slot(s.values.name), _sparse_to_dense(s)))
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise ExecutionError(
+                f"cannot decode an initializer: {type(exc).__name__}: {exc}", graph_path=path
+            ) from exc
+
+    nodes_proto = list(graph.node)
+    known = set(input_names) | init_names
+    order = _topological(nodes_proto, known, path)
+    labels_all = node_labels(nodes_proto)
+
+    # Captures: names used here or in nested graphs, defined nowhere in this graph.
+    defined = set(input_names) | init_names
+    for n in nodes_proto:
+        defined.update(o for o in n.output if o)
+    needed: set[str] = set()
+    for n in nodes_proto:
+        needed.update(x for x in n.input if x)
+        for _, sub in subgraph_attributes(n):
+            needed.update(free_names(sub))
+    needed.update(o for o in output_names if o)
+    capture_names = sorted(needed - defined)
+    captures = [(slot(name), name) for name in capture_names]
+
+    plan_nodes: list[PlanNode] = []
+    for index in order:
+        node = nodes_proto[index]
+        domain = normalize_domain(node.domain)
+        opset = opsets.get(domain, 1)
+        kind_, spec, fn, problem = _classify(node, ctx, opsets)
+        try:
+            attrs = node_attributes(node, opset, ctx.base_dir, outer_attrs)
+        except Exception as exc:
+            attrs = {}
+            kind_, problem = "unsupported", f"cannot decode attributes: {exc}"
+        pn = PlanNode(
+            index=index,
+            node=node,
+            label=labels_all[index],
+            graph_path=path,
+            op_type=node.op_type,
+            domain=domain,
+            opset=opset,
+            kind=kind_,
+            spec=spec,
+            attrs=attrs,
+            inputs=tuple(slot(n) for n in node.input),
+            outputs=tuple(slot(n) for n in node.output),
+            input_names=tuple(node.input),
+            output_names=tuple(node.output),
+            problem=problem,
+            function=fn,
+            outer_attrs=outer_attrs,
+        )
+        plan_nodes.append(pn)
+
+    _liveness(plan_nodes, slots, output_names)
+    if ctx.fold_constants:
+        _mark_foldable(plan_nodes, {s for s, _ in constants} - {slots[n] for n in overridable})
+
+    return GraphPlan(
+        path=path,
+        kind=kind if not is_function else "function",
+        name=graph.name,
+        nodes=plan_nodes,
+        slots=slots,
+        n_slots=len(slots),
+        input_names=input_names,
+        input_slots=input_slots,
+        input_types=input_types,
+        output_names=output_names,
+        output_slots=[slots[n] if n else -1 for n in output_names],
+        output_types=output_types,
+        constants=constants,
+        captures=captures,
+        opsets=opsets,
+        labels={pn.label: i for i, pn in enumerate(plan_nodes)},
+        overridable=frozenset(overridable),
+    )
+
+
+def _liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -> None:
+    keep = {slots[n] for n in outputs if n}
+    last_use: dict[int, int] = {}
+    for i, pn in enumerate(nodes):
+        for s in pn.inputs:
+            if s >= 0:
+                last_use[s] = i
+        for _, sub in subgraph_attributes(pn.node):
+            for name in free_names(sub):
+                s = slots.get(name, -1)
+                if s >= 0:
+                    last_use[s] = i
+        for s in pn.outputs:
+            if s >= 0 and s not in last_use:
+                last_use[s] = i  # produced but never read: free right away
+    frees: dict[int, list[int]] = {}
+    for s, i in last_use.items():
+        if s not in keep:
+            frees.setdefault(i, []).append(s)
+    for i, pn in enumerate(nodes):
+        pn.free_after = tuple(frees.get(i, ()))
+
+
+def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:
+    const = set(const_slots)
+    for pn in nodes:
+        if (
+            pn.kind == "kernel"
+            and pn.op_type not in NONDETERMINISTIC_OPS
+            and not subgraph_attributes(pn.node)
+            and all(s < 0 or s in const for s in pn.inputs)
+            and (pn.inputs or pn.op_type == "Constant")
+        ):
+            pn.foldable = True
+            const.update(s for s in pn.outputs if s >= 0)
+
+
+def function_plan_opsets(fn: FunctionProto, ctx: PlanContext) -> dict[str, int]:
+    return function_opsets(fn, ctx.opsets)

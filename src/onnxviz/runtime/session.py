@@ -1,0 +1,475 @@
+"""`Session`: run a model in the bundled interpreter, all at once or step by step.
+
+Quick use::
+
+    sess = Session(model_or_document, seed=0)
+    outputs = sess.run({"x": array})            # dict name -> value
+
+Stepping (a debugger over the graph)::
+
+    sess.start(feeds)                           # paused before anything runs
+    sess.add_breakpoint(node="main::Conv_3")    # or op_type="Loop", or nonfinite=True
+    pause = sess.resume()                       # runs until a breakpoint or the end
+    pause = sess.step()                         # step into: pause before the next node,
+                                                #   entering subgraphs and functions
+    pause = sess.step_over()                    # next node at this depth or shallower
+    pause = sess.step_out()                     # until the current frame is left
+    pause = sess.run_to("main/body:Loop_3::Add_1")
+    sess.value("x"); sess.values(); sess.stack_text
+    for event in sess.steps(feeds): ...         # raw events (events.py)
+
+**Node addresses.**  A node is addressed as ``<graph path>::<node label>``: the graph
+path as in DESIGN.md §3 (``main``, ``main/body:Loop_3``, ``main/body:Loop_3/then_branch:If_7``,
+``function:<domain>:<name>`` for a model-local function body, ``schema:<domain>:<op>`` for
+an operator's schema-defined body) and the node label (the node's name when it is
+non-empty and unique in its graph, else ``#<index>``).  ``(graph_path, label)`` tuples
+and `NodeRef` objects are accepted too, and a bare label (no ``::``) matches that label
+or node name in any graph.  Breakpoints in a body hit on every iteration or call.
+
+A pause happens *before* a node runs (`NodeStarted`), except for a non-finite
+breakpoint (after the node, at `NodeFinished`, outputs in the event) and `step_out`
+(at `FrameLeft`).  A kernel failure ends the run with an `ExecutionError` naming the
+node, its op and input types; the frame stack stays as it was, so `value()`,
+`values()` and `stack_text` still show the failed node's surroundings.
+
+Input: a ModelProto or any object with ``.model`` (ModelProto) and ``.base_dir``.
+Random ops draw from ``numpy.random.default_rng(seed)``, re-created at each run.
+With ``keep_intermediates=True`` every node output is kept (subgraph values: latest
+iteration) up to ``memory_cap_bytes``; what had to be dropped is listed in
+``session.dropped``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto, TypeProto
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.events import (
+    Event,
+    FrameEntered,
+    FrameInfo,
+    FrameLeft,
+    NodeFailed,
+    NodeFinished,
+    NodeRef,
+    NodeStarted,
+    Pause,
+    RunFinished,
+)
+from onnxviz.runtime.frames import ExecutionCancelled, Executor, Frame, node_ref
+from onnxviz.runtime.functions import local_function_index
+from onnxviz.runtime.memory import DEFAULT_MEMORY_CAP, DroppedValue, IntermediateStore
+from onnxviz.runtime.plan import GraphPlan, PlanContext, compile_graph
+from onnxviz.runtime.registry import normalize_domain
+from onnxviz.runtime.values import elem_type_to_dtype, from_proto, has_nonfinite
+
+NodeSpec = str | tuple[str, str] | NodeRef
+
+
+@dataclass
+class Breakpoint:
+    """Pause before a node (``node``), before any node of an op type (``op_type``), or
+    after any node whose output holds NaN/Inf (``nonfinite``)."""
+
+    node: str | None = None  # address "graph::label", or a bare label / name
+    op_type: str | None = None
+    nonfinite: bool = False
+    enabled: bool = True
+    hits: int = 0
+
+
+def _address(spec: NodeSpec) -> str:
+    if isinstance(spec, NodeRef):
+        return spec.address
+    if isinstance(spec, tuple):
+        return f"{spec[0]}::{spec[1]}"
+    return spec
+
+
+def node_matches(spec: str, ref: NodeRef, node_name: str | None = None) -> bool:
+    if "::" in spec:
+        return spec == ref.address
+    return spec == ref.label or (node_name is not None and spec == node_name)
+
+
+class Session:
+    def __init__(
+        self,
+        model_or_document: Any,
+        *,
+        seed: int = 0,
+        keep_intermediates: bool = False,
+        memory_cap_bytes: int = DEFAULT_MEMORY_CAP,
+        fold_constants: bool = True,
+    ) -> None:
+        model = getattr(model_or_document, "model", model_or_document)
+        if not isinstance(model, ModelProto):
+            raise TypeError(
+                f"Session needs a ModelProto or a Document, got {type(model_or_document).__name__}"
+            )
+        self.model = model
+        self.base_dir: str | None = getattr(model_or_document, "base_dir", None)
+        self.file: str | None = getattr(model_or_document, "path", None)
+        self.seed = seed
+        self.keep_intermediates = keep_intermediates
+        self.memory_cap_bytes = memory_cap_bytes
+        opsets: dict[str, int] = {}
+        for imp in model.opset_import:
+            opsets[normalize_domain(imp.domain)] = int(imp.version)
+        self.opsets = opsets
+        self.ctx = PlanContext(
+            opsets=opsets,
+            functions=local_function_index(model.functions),
+            base_dir=self.base_dir,
+            fold_constants=fold_constants,
+        )
+        self.plan: GraphPlan = compile_graph(model.graph, "main", self.ctx)
+        self.breakpoints: list[Breakpoint] = []
+        self.state = "idle"  # idle | paused | finished | failed | cancelled
+        self.error: ExecutionError | None = None
+        self.outputs: dict[str, Any] = {}
+        self.last_event: Event | None = None
+        self.seconds = 0.0
+        self.store: IntermediateStore | None = None
+        self._executor: Executor | None = None
+        self._gen: Generator[Event, None, list[Any]] | None = None
+        self._depth = 0
+        self._t0 = 0.0
+
+    # -- the model's interface -----------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        """Inputs a caller must (or may, for IR<4 initializer defaults) feed."""
+        return [n for n in self.plan.input_names if n not in self.plan.overridable]
+
+    @property
+    def inputs(self) -> list[tuple[str, TypeProto | None]]:
+        return [
+            (n, t)
+            for n, t in zip(self.plan.input_names, self.plan.input_types)
+            if n not in self.plan.overridable
+        ]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.output_names)
+
+    # -- running ------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Run to the end, ignoring breakpoints; the outputs by name."""
+        self.start(feeds or {})
+        gen = self._gen
+        assert gen is not None
+        while self._gen is not None:
+            self._advance()
+        if self.error is not None:
+            raise self.error
+        return dict(self.outputs)
+
+    def start(self, feeds: Mapping[str, Any]) -> None:
+        """Prepare a run paused before its first event (old run abandoned)."""
+        self._close()
+        values = self._check_feeds(feeds)
+        store = IntermediateStore(self.memory_cap_bytes) if self.keep_intermediates else None
+        self.store = store
+        ex = Executor(
+            self.ctx,
+            rng=np.random.default_rng(self.seed),
+            store=store,
+            file=self.file,
+        )
+        self._executor = ex
+        frame = ex.new_frame(
+            self.plan, parent=None, caller=None, title="main", kind="main", feeds=None
+        )
+        for name, value in values.items():
+            frame.values[self.plan.slots[name]] = value
+        if store is not None:
+            for name, value in values.items():
+                store.put("main", name, value)
+        self.error = None
+        self.outputs = {}
+        self.last_event = None
+        self.state = "paused"
+        self._depth = 0
+        self._t0 = time.perf_counter()
+        self._gen = ex.run_frame(frame)
+
+    def cancel(self) -> None:
+        """Ask the running (or paused) run to stop before its next node."""
+        if self._executor is not None:
+            self._executor.cancelled = True
+
+    def steps(self, feeds: Mapping[str, Any] | None = None) -> Iterator[Event]:
+        """Every event of the run (a new one when ``feeds`` is given), ignoring
+        breakpoints; ends with `RunFinished` or `NodeFailed`."""
+        if feeds is not None:
+            self.start(feeds)
+        while self._gen is not None:
+            ev = self._advance()
+            if ev is None:
+                return
+            yield ev
+
+    # -- stepping -----------------------------------------------------------------------
+    def step(self) -> Pause:
+        """Step into: pause before the next node, at any depth."""
+        return self._until(lambda ev: isinstance(ev, NodeStarted), "step")
+
+    step_into = step
+
+    def step_over(self) -> Pause:
+        """Pause before the next node at this depth or shallower (nested frames run through)."""
+        depth = self._depth
+        return self._until(lambda ev: isinstance(ev, NodeStarted) and ev.depth <= depth, "step")
+
+    def step_out(self) -> Pause:
+        """Run until the current frame is left (the main frame: to the end)."""
+        depth = self._depth
+        return self._until(
+            lambda ev: isinstance(ev, FrameLeft) and ev.depth == depth and depth > 0,
+            "frame_left",
+        )
+
+    def run_to(self, node: NodeSpec) -> Pause:
+        """Run until just before ``node`` (breakpoints still pause on the way)."""
+        spec = _address(node)
+        self._validate_node_spec(spec)
+        return self._until(
+            lambda ev: (
+                isinstance(ev, NodeStarted) and node_matches(spec, ev.node, self._name_of(ev.node))
+            ),
+            "run_to",
+        )
+
+    def resume(self) -> Pause:
+        """Run until a breakpoint or the end."""
+        return self._until(lambda ev: False, "breakpoint")
+
+    # -- breakpoints ----------------------------------------------------------------------
+    def add_breakpoint(
+        self,
+        node: NodeSpec | None = None,
+        *,
+        op_type: str | None = None,
+        nonfinite: bool = False,
+    ) -> Breakpoint:
+        if node is None and op_type is None and not nonfinite:
+            raise ValueError("a breakpoint needs a node, an op_type or nonfinite=True")
+        spec = None if node is None else _address(node)
+        if spec is not None:
+            self._validate_node_spec(spec)
+        bp = Breakpoint(node=spec, op_type=op_type, nonfinite=nonfinite)
+        self.breakpoints.append(bp)
+        return bp
+
+    def remove_breakpoint(self, bp: Breakpoint) -> None:
+        self.breakpoints = [b for b in self.breakpoints if b is not bp]
+
+    def clear_breakpoints(self) -> None:
+        self.breakpoints = []
+
+    # -- inspection -----------------------------------------------------------------------
+    @property
+    def frames(self) -> list[Frame]:
+        return list(self._executor.stack) if self._executor is not None else []
+
+    @property
+    def stack(self) -> list[FrameInfo]:
+        return [f.info for f in self.frames]
+
+    @property
+    def stack_text(self) -> str:
+        return self._executor.stack_text() if self._executor is not None else ""
+
+    @property
+    def current_node(self) -> NodeRef | None:
+        """The node the run is paused at (or failed at)."""
+        frames = self.frames
+        if not frames:
+            return None
+        pn = frames[-1].current
+        return node_ref(pn) if pn is not None else None
+
+    def value(self, name: str, frame: int = -1) -> Any:
+        """A live value by name, seen from a frame of the stack (default: innermost),
+        its outer scopes included; falls back to kept intermediates. KeyError if unknown."""
+        frames = self.frames
+        if frames:
+            f = frames[frame]
+            try:
+                v = f.lookup(name)
+            except KeyError:
+                v = None
+            if v is not None:
+                return v
+        if self.store is not None:
+            for path in ([frames[frame].plan.path] if frames else []) + ["main"]:
+                if (path, name) in self.store:
+                    return self.store.get(path, name)
+        if name in self.outputs:
+            return self.outputs[name]
+        raise KeyError(name)
+
+    def values(self, frame: int = -1) -> dict[str, Any]:
+        """Live values of one frame of the stack (default: innermost)."""
+        frames = self.frames
+        return frames[frame].visible() if frames else dict(self.outputs)
+
+    @property
+    def intermediates(self) -> dict[tuple[str, str], Any]:
+        return dict(self.store.items()) if self.store is not None else {}
+
+    @property
+    def dropped(self) -> list[DroppedValue]:
+        return list(self.store.dropped) if self.store is not None else []
+
+    @property
+    def node_times(self) -> dict[str, tuple[int, float]]:
+        """Node address -> (calls, total seconds) for the last run."""
+        if self._executor is None:
+            return {}
+        return {k: (int(v[0]), float(v[1])) for k, v in self._executor.profile.items()}
+
+    # -- internals ------------------------------------------------------------------------
+    def _close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+        self._gen = None
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        known = set(self.plan.input_names)
+        out: dict[str, Any] = {}
+        for name, value in feeds.items():
+            if name not in known:
+                raise ExecutionError(
+                    f"'{name}' is not an input of the model (inputs: {', '.join(self.input_names)})",
+                    file=self.file,
+                    graph_path="main",
+                )
+            out[name] = from_proto(value, self.base_dir)
+        for name, tp in zip(self.plan.input_names, self.plan.input_types):
+            if name not in out:
+                if name in self.plan.overridable:
+                    continue
+                raise ExecutionError(
+                    f"input '{name}' is missing", file=self.file, graph_path="main"
+                )
+            value = out[name]
+            if tp is not None and tp.HasField("tensor_type") and tp.tensor_type.elem_type:
+                if not isinstance(value, np.ndarray):
+                    value = out[name] = np.asarray(value)
+                want = elem_type_to_dtype(tp.tensor_type.elem_type)
+                if value.dtype != want and not (
+                    want == np.dtype(object) and value.dtype.kind in "OUS"
+                ):
+                    raise ExecutionError(
+                        f"input '{name}' must be {want}, got {value.dtype}",
+                        file=self.file,
+                        graph_path="main",
+                    )
+                if want == np.dtype(object) and value.dtype != np.dtype(object):
+                    out[name] = value.astype(object)
+        return out
+
+    def _name_of(self, ref: NodeRef) -> str | None:
+        frames = self.frames
+        if frames and frames[-1].plan.path == ref.graph_path:
+            pn = frames[-1].current
+            if pn is not None and pn.label == ref.label:
+                return pn.node.name
+        return None
+
+    def _validate_node_spec(self, spec: str) -> None:
+        if "::" not in spec:
+            return
+        path, _, label = spec.partition("::")
+        if path == "main" and label not in self.plan.labels:
+            raise ExecutionError(f"no node '{label}' in the main graph", graph_path="main")
+
+    def _advance(self) -> Event | None:
+        gen = self._gen
+        if gen is None:
+            return None
+        ex = self._executor
+        assert ex is not None
+        try:
+            ev = next(gen)
+        except StopIteration as stop:
+            outs = stop.value or []
+            self.outputs = self._finish_outputs(outs)
+            self.seconds = time.perf_counter() - self._t0
+            ev = RunFinished("", 0, dict(self.outputs), self.seconds)
+            self.state = "finished"
+            self._gen = None
+        except ExecutionError as exc:
+            self.error = exc
+            self.state = "cancelled" if isinstance(exc, ExecutionCancelled) else "failed"
+            self._gen = None
+            pn = ex.failed_node
+            ref = node_ref(pn) if pn is not None else self.current_node
+            ev = NodeFailed(ex.stack_text(), len(ex.stack) - 1, ref, exc)
+        if isinstance(ev, (NodeStarted, NodeFinished, FrameEntered)):
+            self._depth = ev.depth
+        elif isinstance(ev, FrameLeft):
+            self._depth = ev.depth - 1
+        self.last_event = ev
+        return ev
+
+    def _finish_outputs(self, outs: list[Any]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for name, value in zip(self.plan.output_names, outs):
+            # Outputs that are constants (initializers, folded nodes) are shared with the
+            # plan: hand out copies so a caller cannot change the next run.
+            if isinstance(value, np.ndarray) and self._is_plan_constant(value):
+                value = value.copy()
+            result[name] = value
+        return result
+
+    def _is_plan_constant(self, value: np.ndarray) -> bool:
+        if any(v is value for _, v in self.plan.constants):
+            return True
+        return any(
+            pn.folded is not None and any(o is value for o in pn.folded) for pn in self.plan.nodes
+        )
+
+    def _until(self, stop: Any, reason: str) -> Pause:
+        if self._gen is None:
+            if self.state == "idle":
+                raise ExecutionError("no run is in progress: call start(feeds) first")
+            return Pause(self.state, self.last_event)
+        check_nonfinite = any(b.enabled and b.nonfinite for b in self.breakpoints)
+        node_bps = [b for b in self.breakpoints if b.enabled and (b.node or b.op_type)]
+        while True:
+            ev = self._advance()
+            if ev is None:
+                return Pause(self.state, self.last_event)
+            if isinstance(ev, RunFinished):
+                return Pause("finished", ev)
+            if isinstance(ev, NodeFailed):
+                return Pause(self.state, ev)
+            if isinstance(ev, NodeStarted) and node_bps:
+                for bp in node_bps:
+                    hit = (bp.op_type is not None and bp.op_type == ev.node.op_type) or (
+                        bp.node is not None
+                        and node_matches(bp.node, ev.node, self._name_of(ev.node))
+                    )
+                    if hit:
+                        bp.hits += 1
+                        return Pause("breakpoint", ev, bp)
+            if (
+                check_nonfinite
+                and isinstance(ev, NodeFinished)
+                and any(has_nonfinite(v) for v in ev.outputs.values())
+            ):
+                bp = next(b for b in self.breakpoints if b.enabled and b.nonfinite)
+                bp.hits += 1
+                return Pause("nonfinite", ev, bp)
+            if stop(ev):
+                return Pause(reason, ev)
