@@ -1,0 +1,275 @@
+"""Request and result types of the layout engine.
+
+Everything here is plain data.  Coordinates follow screen conventions: x grows to the
+right, y grows downwards, a box is given by its top-left corner plus width and height.
+For ``direction="TB"`` ranks are stacked downwards and edges run from the bottom side of
+their source to the top side of their target; for ``direction="LR"`` ranks are stacked to
+the right and edges run from the right side of the source to the left side of the target.
+
+Ports are integer indexes.  The source port of an edge is the output index of the
+producing node, the target port is the input index of the consuming node (for ONNX: the
+position of the value in ``node.input``).  Ports are spread evenly along the side of a
+node, port 0 on the left (TB) or top (LR), so the layout keeps input 0 on the left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+
+Direction = Literal["TB", "LR"]
+CancelCheck = Callable[[], bool]
+"""Called now and then during a layout; returning True aborts it with `LayoutCancelled`.
+
+A ``threading.Event`` works through its ``is_set`` method: ``cancel=event.is_set``.
+"""
+
+
+class LayoutError(ValueError):
+    """The request cannot be laid out (unknown node id, negative size, ...)."""
+
+
+class LayoutCancelled(Exception):
+    """The caller's cancel check returned True; no partial result is given."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutNode:
+    """A box to place.
+
+    ``id`` must be unique among nodes *and* groups.  ``parent`` is the id of the group the
+    node belongs to (None: top level).  ``inputs``/``outputs`` are the numbers of ports on
+    the target and source sides; when left at 0 they are taken from the highest port index
+    used by an edge plus one.
+    """
+
+    id: str
+    width: float
+    height: float
+    parent: str | None = None
+    inputs: int = 0
+    outputs: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutEdge:
+    """A connection from output ``source_port`` of ``source`` to input ``target_port`` of
+    ``target``.  Several edges may share a source (fan-out)."""
+
+    source: str
+    target: str
+    source_port: int = 0
+    target_port: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutGroup:
+    """A collapsible frame around nodes and other groups (a name scope, a subgraph, a
+    function body).  ``collapsed_width``/``collapsed_height`` is the size of the single box
+    drawn while the group is collapsed."""
+
+    id: str
+    parent: str | None = None
+    label: str = ""
+    collapsed_width: float = 160.0
+    collapsed_height: float = 40.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Spacing:
+    """Distances, in the same unit as node sizes.
+
+    ``node`` separates neighbouring boxes in a rank, ``rank`` separates ranks, ``edge``
+    separates edge lanes (long-edge dummy points) from each other and from boxes.
+    ``group_padding`` is the inner margin of an expanded group frame and
+    ``group_header`` the extra space on its top for a label.
+    """
+
+    node: float = 24.0
+    rank: float = 40.0
+    edge: float = 10.0
+    group_padding: float = 12.0
+    group_header: float = 22.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LongEdgePolicy:
+    """When an edge is drawn as a proxy instead of a chain of dummy points.
+
+    An edge spanning more than ``max_span`` ranks, or one spanning more than
+    ``fanout_span`` ranks whose source feeds at least ``fanout`` consumers (attention
+    masks, position ids, rotary caches), ends in a small proxy box placed just above the
+    target; the proxy names its source so the UI can offer a jump to it.
+    """
+
+    max_span: int = 16
+    fanout: int = 6
+    fanout_span: int = 3
+    proxy_width: float = 16.0
+    proxy_height: float = 12.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutRequest:
+    """What to lay out.
+
+    ``groups`` and the nodes' ``parent`` fields describe a hierarchy; ``expanded`` names
+    the groups shown open (None: all of them).  A collapsed group is one box; nodes inside
+    it are not placed.  ``crossing_sweeps`` bounds the crossing-reduction effort.
+    """
+
+    nodes: Sequence[LayoutNode]
+    edges: Sequence[LayoutEdge] = ()
+    groups: Sequence[LayoutGroup] = ()
+    direction: Direction = "TB"
+    spacing: Spacing = Spacing()
+    long_edges: LongEdgePolicy = LongEdgePolicy()
+    expanded: frozenset[str] | None = None
+    max_group_children: int = 80
+    crossing_sweeps: int = 12
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeBox:
+    """A placed node (or a collapsed group drawn as a box): top-left corner and size."""
+
+    id: str
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupBox:
+    """A placed group.  When ``expanded`` the box is a frame that contains the boxes of
+    all its visible descendants; otherwise it is a plain box like a node."""
+
+    id: str
+    x: float
+    y: float
+    width: float
+    height: float
+    expanded: bool
+    label: str = ""
+    parent: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxyBox:
+    """A stand-in for the far-away ``source`` of a long or high fan-out edge, placed just
+    above its consumers; the UI draws it small and offers a jump to ``source``."""
+
+    id: str
+    source: str
+    source_port: int
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+EdgeKind = Literal["normal", "proxy", "reversed", "self", "lifted"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EdgeRoute:
+    """The drawn path of one edge as a cubic Bézier chain.
+
+    ``points`` holds ``3k+1`` points: start, then (control 1, control 2, end) for each
+    of the ``k`` segments.  The path starts at the source port and ends at the target
+    port (or at the proxy box / group box that stands for them).  ``kind`` is
+    ``"proxy"`` when the path starts at a `ProxyBox` (``proxy`` names it), ``"reversed"``
+    when the edge closes a cycle and was laid out upside down, ``"self"`` for a loop, and
+    ``"lifted"`` when one end is a collapsed group.  ``edge_index`` is the position of the
+    (first) request edge drawn by this route; ``count`` how many request edges it stands
+    for (more than one when edges are merged into a collapsed group).
+    """
+
+    source: str
+    target: str
+    source_port: int
+    target_port: int
+    points: tuple[tuple[float, float], ...]
+    kind: EdgeKind = "normal"
+    edge_index: int = -1
+    count: int = 1
+    proxy: str | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class LayoutResult:
+    """A finished layout.
+
+    The per-item views (`nodes`, `edges`, `groups`, `proxies`) are built on first access
+    from the compact arrays, so a caller that draws from the arrays pays nothing for them.
+
+    Arrays (TB or LR already applied):
+      * ``node_ids``, ``node_xy`` (n, 2) top-left corners, ``node_size`` (n, 2);
+        nodes hidden in a collapsed group are absent;
+      * ``route_offsets`` (m + 1,) and ``route_points`` (total, 2): the points of route
+        ``i`` are ``route_points[route_offsets[i]:route_offsets[i + 1]]``;
+      * ``ranks``: rank of each placed node (flat layouts; -1 where not meaningful).
+    ``timings`` maps stage name to seconds; ``stats`` carries counts such as
+    ``dummies``, ``proxies``, ``crossings``, ``reversed_edges``.
+    """
+
+    node_ids: list[str]
+    node_xy: np.ndarray
+    node_size: np.ndarray
+    ranks: np.ndarray
+    route_meta: list[tuple[str, str, int, int, EdgeKind, int, int, str | None]]
+    route_offsets: np.ndarray
+    route_points: np.ndarray
+    group_boxes: list[GroupBox]
+    proxy_boxes: list[ProxyBox]
+    width: float
+    height: float
+    direction: Direction = "TB"
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    stats: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @cached_property
+    def nodes(self) -> dict[str, NodeBox]:
+        """Placed nodes by id (collapsed groups are in `groups`, not here)."""
+        xy = self.node_xy.tolist()
+        size = self.node_size.tolist()
+        return {
+            nid: NodeBox(nid, p[0], p[1], s[0], s[1])
+            for nid, p, s in zip(self.node_ids, xy, size)
+        }
+
+    @cached_property
+    def groups(self) -> dict[str, GroupBox]:
+        """Visible groups by id, expanded frames and collapsed boxes alike."""
+        return {g.id: g for g in self.group_boxes}
+
+    @cached_property
+    def proxies(self) -> dict[str, ProxyBox]:
+        return {p.id: p for p in self.proxy_boxes}
+
+    @cached_property
+    def edges(self) -> list[EdgeRoute]:
+        """One route per drawn edge, in a deterministic order."""
+        pts = self.route_points.tolist()
+        offs = self.route_offsets.tolist()
+        out = []
+        for i, (src, dst, sp, tp, kind, index, count, proxy) in enumerate(self.route_meta):
+            seg = tuple((p[0], p[1]) for p in pts[offs[i] : offs[i + 1]])
+            out.append(EdgeRoute(src, dst, sp, tp, seg, kind, index, count, proxy))
+        return out
+
+    def box(self, item_id: str) -> tuple[float, float, float, float]:
+        """(x, y, width, height) of a node, group or proxy by id."""
+        if item_id in self.nodes:
+            b = self.nodes[item_id]
+            return (b.x, b.y, b.width, b.height)
+        if item_id in self.groups:
+            g = self.groups[item_id]
+            return (g.x, g.y, g.width, g.height)
+        p = self.proxies[item_id]
+        return (p.x, p.y, p.width, p.height)

@@ -1,0 +1,147 @@
+"""`compute(request) -> LayoutResult`: converts a request to index arrays, runs the flat
+pipeline (or the hierarchical session when the request has groups) and packs the result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .api import (
+    CancelCheck,
+    EdgeKind,
+    LayoutError,
+    LayoutRequest,
+    LayoutResult,
+    ProxyBox,
+)
+from .flat import ROUTE_PROXY, ROUTE_REVERSED, ROUTE_SELF, FlatLayout, layout_arrays
+
+_KIND_NAMES: dict[int, EdgeKind] = {
+    0: "normal",
+    ROUTE_PROXY: "proxy",
+    ROUTE_REVERSED: "reversed",
+    ROUTE_SELF: "self",
+}
+
+
+class RequestArrays:
+    """The request as index arrays (top-to-bottom frame: sizes swapped for LR)."""
+
+    def __init__(self, request: LayoutRequest) -> None:
+        nodes = request.nodes
+        self.ids: list[str] = [nd.id for nd in nodes]
+        self.index: dict[str, int] = {nid: i for i, nid in enumerate(self.ids)}
+        if len(self.index) != len(self.ids):
+            seen: set[str] = set()
+            dup = next(i for i in self.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise LayoutError(f"node id {dup!r} is used twice")
+        w = np.fromiter((nd.width for nd in nodes), dtype=float, count=len(nodes))
+        h = np.fromiter((nd.height for nd in nodes), dtype=float, count=len(nodes))
+        if len(nodes) and (not np.isfinite(w).all() or not np.isfinite(h).all()
+                           or (w < 0).any() or (h < 0).any()):
+            raise LayoutError("node sizes must be finite and not negative")
+        if request.direction == "LR":
+            w, h = h, w
+        elif request.direction != "TB":
+            raise LayoutError(f"direction must be 'TB' or 'LR', not {request.direction!r}")
+        self.width, self.height = w, h
+        index = self.index
+        edges = request.edges
+        try:
+            self.src = np.fromiter((index[e.source] for e in edges), dtype=np.int64, count=len(edges))
+            self.dst = np.fromiter((index[e.target] for e in edges), dtype=np.int64, count=len(edges))
+        except KeyError as exc:
+            raise LayoutError(f"edge refers to unknown node {exc.args[0]!r}") from None
+        self.src_port = np.fromiter((e.source_port for e in edges), dtype=np.int64, count=len(edges))
+        self.dst_port = np.fromiter((e.target_port for e in edges), dtype=np.int64, count=len(edges))
+        if len(edges) and (self.src_port.min() < 0 or self.dst_port.min() < 0):
+            raise LayoutError("port indexes must not be negative")
+        n = len(nodes)
+        n_in = np.fromiter((nd.inputs for nd in nodes), dtype=np.int64, count=n)
+        n_out = np.fromiter((nd.outputs for nd in nodes), dtype=np.int64, count=n)
+        if len(edges):
+            np.maximum.at(n_in, self.dst, self.dst_port + 1)
+            np.maximum.at(n_out, self.src, self.src_port + 1)
+        self.n_in, self.n_out = n_in, n_out
+
+
+def compute(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:
+    """Lay out ``request``; see the package docstring.  Raises `LayoutError` for a bad
+    request and `LayoutCancelled` when ``cancel()`` returns True."""
+    has_groups = bool(request.groups) or any(nd.parent is not None for nd in request.nodes)
+    if has_groups:
+        from .hierarchy import LayoutSession
+
+        session = LayoutSession(request, expanded=request.expanded, cancel=cancel)
+        return session.result()
+    return compute_flat(request, cancel)
+
+
+def compute_flat(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:
+    t0 = time.perf_counter()
+    arrays = RequestArrays(request)
+    t1 = time.perf_counter()
+    flat = layout_arrays(
+        arrays.width, arrays.height, arrays.src, arrays.dst, arrays.src_port,
+        arrays.dst_port, arrays.n_in, arrays.n_out, request.spacing, request.long_edges,
+        request.crossing_sweeps, cancel,
+    )
+    t2 = time.perf_counter()
+    result = flat_result(flat, arrays, request)
+    result.timings = {"prepare": t1 - t0, **flat.timings, "pack": time.perf_counter() - t2}
+    return result
+
+
+def flat_result(flat: FlatLayout, arrays: RequestArrays, request: LayoutRequest) -> LayoutResult:
+    """Pack a flat layout, applying the direction."""
+    ids = arrays.ids
+    w, h = arrays.width, arrays.height
+    xy = np.stack([flat.x - w / 2, flat.y - h / 2], axis=1) if len(ids) else np.zeros((0, 2))
+    size = np.stack([w, h], axis=1) if len(ids) else np.zeros((0, 2))
+    proxies_meta = []
+    proxy_ids: list[str] = []
+    for k, (s, port, r) in enumerate(
+        zip(flat.proxy_source.tolist(), flat.proxy_port.tolist(), flat.proxy_rank.tolist())
+    ):
+        pid = f"proxy:{ids[s]}:{port}@{r}"
+        proxy_ids.append(pid)
+        proxies_meta.append((pid, ids[s], port, float(flat.proxy_x[k]), float(flat.proxy_y[k])))
+    points = flat.route_points
+    lr = request.direction == "LR"
+    if lr:
+        xy = xy[:, ::-1].copy()
+        size = size[:, ::-1].copy()
+        points = points[:, ::-1].copy()
+    pw, ph = flat.proxy_w, flat.proxy_h
+    proxy_boxes = []
+    for pid, sid, port, px, py in proxies_meta:
+        if lr:
+            proxy_boxes.append(ProxyBox(pid, sid, port, py - ph / 2, px - pw / 2, ph, pw))
+        else:
+            proxy_boxes.append(ProxyBox(pid, sid, port, px - pw / 2, py - ph / 2, pw, ph))
+    edges = request.edges
+    kinds = [_KIND_NAMES[k] for k in flat.route_kind.tolist()]
+    proxy_of = flat.route_proxy.tolist()
+    meta = [
+        (e.source, e.target, e.source_port, e.target_port, kind, i, 1,
+         proxy_ids[p] if p >= 0 else None)
+        for i, (e, kind, p) in enumerate(zip(edges, kinds, proxy_of))
+    ]
+    width, height = (flat.height, flat.width) if lr else (flat.width, flat.height)
+    return LayoutResult(
+        node_ids=ids,
+        node_xy=xy,
+        node_size=size,
+        ranks=flat.rank,
+        route_meta=meta,
+        route_offsets=flat.route_offsets,
+        route_points=points,
+        group_boxes=[],
+        proxy_boxes=proxy_boxes,
+        width=width,
+        height=height,
+        direction=request.direction,
+        stats=dict(flat.stats),
+    )
