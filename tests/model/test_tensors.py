@@ -429,5 +429,19 @@ def test_external_data_is_decoded(tmp_path: Any) -> None:
     loaded = onnx.load_model(str(path), load_external_data=False)
     w, q = loaded.graph.initializer
     assert w.data_location == TensorProto.EXTERNAL
-    assert np.array_equal(to_array(w, str(tmp_path)), weight)
+    decoded = to_array(w, str(tmp_path))
+    assert np.array_equal(decoded, weight)
+    assert not decoded.flags.writeable  # a view over the mapped file, not a copy
     assert to_array(q, str(tmp_path)).astype(int).tolist() == list(range(-4, 5))
+
+
+def test_big_endian_input_is_written_little_endian() -> None:
+    array = np.array([1.5, -2.0], dtype=">f4")
+    tensor = from_array(array)
+    assert tensor.raw_data == np.array([1.5, -2.0], dtype="<f4").tobytes()
+    assert to_array(tensor).tolist() == [1.5, -2.0]
+
+
+def test_bool_bytes_other_than_one_read_as_true() -> None:
+    t = TensorProto(name="flags", data_type=TensorProto.BOOL, dims=[3], raw_data=b"\x00\x02\x01")
+    assert to_array(t).tolist() == [False, True, True]
