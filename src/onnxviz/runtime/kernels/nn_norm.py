@@ -1,0 +1,323 @@
+"""Normalizations: BatchNormalization (all forms), Instance/Group/Layer/RMS normalization,
+LpNormalization, MeanVarianceNormalization, LRN, and Dropout.
+
+Statistics are computed in the stash precision (float32 unless the input is float64)
+with whole-tensor reductions; the affine part is folded into one multiply-add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.model.dtypes import np_dtype
+from onnxviz.runtime.kernels.nn_geometry import compute_dtype
+from onnxviz.runtime.registry import KernelContext, kernel
+
+
+def _stash(x: np.ndarray, stash_type: int | None = None) -> np.ndarray:
+    """x in the precision statistics are computed in (stash_type 1 = float32)."""
+    if stash_type is not None and stash_type != 1:
+        target = np_dtype(stash_type)
+        if target.kind == "f" and target.itemsize >= 4:
+            return x.astype(target, copy=False)
+    if x.dtype == np.float64 and stash_type is None:
+        return x
+    return x.astype(np.float32, copy=False)
+
+
+def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
+    return (1, -1) + (1,) * (x.ndim - 2)
+
+
+def _param(v: np.ndarray, x: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
+    """A per-channel (C,) or per-activation (C, D1, ...) parameter, broadcastable on x."""
+    v = np.asarray(v).astype(dt, copy=False)
+    if v.ndim <= 1 and v.size == (x.shape[1] if x.ndim > 1 else 1):
+        return v.reshape(_channel_shape(x)) if x.ndim > 1 else v
+    return v.reshape((1, *x.shape[1:]))
+
+
+def _batch_norm_apply(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    epsilon: float,
+) -> np.ndarray:
+    dt = compute_dtype(x.dtype)
+    xc = x.astype(dt, copy=False)
+    a = _param(scale, x, dt) / np.sqrt(_param(var, x, dt) + dt.type(epsilon))
+    b = _param(bias, x, dt) - _param(mean, x, dt) * a
+    y = xc * a
+    y += b
+    return y.astype(x.dtype, copy=False)
+
+
+def _batch_stats(
+    x: np.ndarray, per_activation: bool
+) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    axes = (0,) if per_activation else (0, *range(2, x.ndim))
+    mean = xc.mean(axis=axes)
+    var = xc.var(axis=axes)
+    return mean, var, axes
+
+
+@kernel("BatchNormalization", since=(1, 6, 7, 9), ctx=True)
+def batch_norm_legacy(
+    ctx: KernelContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *,
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
+    is_test: int | None = None,
+    spatial: int = 1,
+    consumed_inputs: list[int] | None = None,
+) -> tuple[Any, ...]:
+    # Opsets 1-6 say training vs test with is_test; 7 and 9 by how many outputs are asked for.
+    training = (not is_test) if ctx.opset < 7 else ctx.n_outputs > 1
+    if not training:
+        return (_batch_norm_apply(x, scale, b, mean, var, epsilon),)
+    per_activation = not spatial
+    cur_mean, cur_var, _ = _batch_stats(x, per_activation)
+    y = _batch_norm_apply(x, scale, b, cur_mean, cur_var, epsilon)
+    shape = np.shape(mean)
+    run_mean = np.asarray(mean) * momentum + cur_mean.reshape(shape) * (1 - momentum)
+    run_var = np.asarray(var) * momentum + cur_var.reshape(shape) * (1 - momentum)
+    dt = x.dtype
+    return (
+        y,
+        run_mean.astype(dt),
+        run_var.astype(dt),
+        cur_mean.reshape(shape).astype(dt),
+        cur_var.reshape(shape).astype(dt),
+    )
+
+
+@kernel("BatchNormalization", since=(14, 15))
+def batch_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    input_mean: np.ndarray,
+    input_var: np.ndarray,
+    *,
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
+    training_mode: int = 0,
+) -> tuple[Any, ...]:
+    if not training_mode:
+        return (_batch_norm_apply(x, scale, b, input_mean, input_var, epsilon),)
+    cur_mean, cur_var, _ = _batch_stats(x, False)
+    y = _batch_norm_apply(x, scale, b, cur_mean, cur_var, epsilon)
+    run_mean = input_mean * momentum + cur_mean.astype(input_mean.dtype) * (1 - momentum)
+    run_var = input_var * momentum + cur_var.astype(input_var.dtype) * (1 - momentum)
+    return y, run_mean.astype(input_mean.dtype), run_var.astype(input_var.dtype)
+
+
+def _normalize(
+    x: np.ndarray, axes: tuple[int, ...], epsilon: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x - mean) * inv_std over axes (x already in stash precision); also mean, inv_std."""
+    mean = x.mean(axis=axes, keepdims=True)
+    centered = x - mean
+    var = np.mean(np.square(centered), axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(var + x.dtype.type(epsilon))
+    centered *= inv_std
+    return centered, mean, inv_std
+
+
+@kernel("InstanceNormalization", since=(1, 6, 22))
+def instance_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    *,
+    epsilon: float = 1e-5,
+    consumed_inputs: list[int] | None = None,
+) -> np.ndarray:
+    xs = _stash(x)
+    normed, _, _ = _normalize(xs, tuple(range(2, x.ndim)), epsilon)
+    shape = _channel_shape(x)
+    normed *= scale.astype(xs.dtype).reshape(shape)
+    normed += b.astype(xs.dtype).reshape(shape)
+    return normed.astype(x.dtype, copy=False)
+
+
+@kernel("GroupNormalization", since=(18, 21), ctx=True)
+def group_norm(
+    ctx: KernelContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    *,
+    epsilon: float = 1e-5,
+    num_groups: int = 1,
+    stash_type: int = 1,
+) -> np.ndarray:
+    n, c = x.shape[:2]
+    if num_groups <= 0 or c % num_groups:
+        raise ExecutionError(f"GroupNormalization: {c} channels not divisible by {num_groups}")
+    xs = _stash(x, stash_type).reshape(n, num_groups, -1)
+    normed, _, _ = _normalize(xs, (2,), epsilon)
+    normed = normed.astype(x.dtype, copy=False).reshape(x.shape)
+    dt = compute_dtype(x.dtype)
+    normed = normed.astype(dt, copy=False)
+    if ctx.opset < 21 and scale.size == num_groups:
+        # Opset 18: scale and bias are per group.
+        s = np.repeat(scale.astype(dt), c // num_groups)
+        b = np.repeat(bias.astype(dt), c // num_groups)
+    else:
+        s, b = scale.astype(dt), bias.astype(dt)
+    y = normed * s.reshape(_channel_shape(x)) + b.reshape(_channel_shape(x))
+    return y.astype(x.dtype, copy=False)
+
+
+def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
+    r = x.ndim
+    if not -r <= axis < r:
+        raise ExecutionError(f"normalization axis {axis} out of range for rank {r}")
+    return tuple(range(axis % r, r))
+
+
+@kernel("LayerNormalization", since=17)
+def layer_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    axes = _trailing_axes(x, axis)
+    xs = _stash(x, stash_type)
+    normed, mean, inv_std = _normalize(xs, axes, epsilon)
+    normed *= scale.astype(xs.dtype, copy=False)
+    if b is not None:
+        normed += b.astype(xs.dtype, copy=False)
+    return normed.astype(x.dtype, copy=False), mean, inv_std
+
+
+@kernel("RMSNormalization", since=23)
+def rms_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> np.ndarray:
+    axes = _trailing_axes(x, axis)
+    xs = _stash(x, stash_type)
+    ms = np.mean(np.square(xs), axis=axes, keepdims=True)
+    y = xs / np.sqrt(ms + xs.dtype.type(epsilon))
+    y = y.astype(x.dtype, copy=False)
+    dt = compute_dtype(x.dtype)
+    return (y.astype(dt, copy=False) * scale.astype(dt)).astype(x.dtype, copy=False)
+
+
+@kernel("LpNormalization", since=(1, 22))
+def lp_normalization(x: np.ndarray, *, axis: int = -1, p: int = 2) -> np.ndarray:
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    if p == 1:
+        norm = np.sum(np.abs(xc), axis=axis, keepdims=True)
+    elif p == 2:
+        norm = np.sqrt(np.sum(np.square(xc), axis=axis, keepdims=True))
+    else:
+        raise ExecutionError(f"LpNormalization supports p = 1 or 2, got {p}")
+    safe = np.where(norm == 0, 1, norm)
+    y = np.where(norm == 0, 0, xc / safe)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("MeanVarianceNormalization", since=(9, 13))
+def mean_variance_normalization(x: np.ndarray, *, axes: list[int] | None = None) -> np.ndarray:
+    ax = tuple(axes) if axes is not None else (0, 2, 3)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    mean = xc.mean(axis=ax, keepdims=True)
+    variance = np.mean(np.square(xc), axis=ax, keepdims=True) - np.square(mean)
+    y = (xc - mean) / (np.sqrt(variance) + xc.dtype.type(1e-9))
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("LRN", since=(1, 13))
+def lrn(
+    x: np.ndarray,
+    *,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    bias: float = 1.0,
+    size: int = 1,
+) -> np.ndarray:
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    c = x.shape[1]
+    before = (size - 1) // 2
+    after = size - 1 - before
+    sq = np.square(xc)
+    # Channel-window sums through a cumulative sum over zero-padded channels.
+    widths = [(0, 0)] * x.ndim
+    widths[1] = (before + 1, after)
+    cum = np.cumsum(np.pad(sq, widths), axis=1)
+    window = cum[:, size : size + c] - cum[:, 0:c]
+    y = xc / (bias + (alpha / size) * window) ** beta
+    return y.astype(x.dtype, copy=False)
+
+
+def _dropout(
+    x: np.ndarray,
+    ratio: float,
+    training: bool,
+    draw: Any,
+    mask_dtype: np.dtype[Any] | type,
+) -> tuple[np.ndarray, np.ndarray]:
+    if not training or ratio == 0:
+        return x, np.ones(x.shape, dtype=mask_dtype)
+    if not 0 <= ratio < 1:
+        raise ExecutionError(f"Dropout ratio must be in [0, 1), got {ratio}")
+    keep = draw(x.shape) >= ratio
+    dt = compute_dtype(x.dtype)
+    y = np.where(keep, x.astype(dt) / dt.type(1 - ratio), 0).astype(x.dtype)
+    return y, keep.astype(mask_dtype)
+
+
+@kernel("Dropout", since=(1, 6, 7, 10), ctx=True)
+def dropout_legacy(
+    ctx: KernelContext,
+    x: np.ndarray,
+    *,
+    ratio: float = 0.5,
+    is_test: int = 0,
+    consumed_inputs: list[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    # Opsets 1 and 6 train unless is_test; 7 and 10 are the inference-time identity.
+    training = ctx.opset < 7 and not is_test
+    mask_dtype = np.bool_ if ctx.opset >= 10 else x.dtype
+    return _dropout(x, ratio, training, ctx.rng.random, mask_dtype)
+
+
+@kernel("Dropout", since=(12, 13, 22), ctx=True)
+def dropout(
+    ctx: KernelContext,
+    x: np.ndarray,
+    ratio: np.ndarray | None = None,
+    training_mode: np.ndarray | None = None,
+    *,
+    seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+    training = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
+    if seed is not None:
+        # A seeded node draws uniforms from MT19937 RandomState(seed), the stream the ONNX
+        # backend test data were generated with, so seeded runs are reproducible anywhere.
+        legacy = np.random.RandomState(seed)
+        return _dropout(x, r, training, lambda shape: legacy.uniform(0, 1, shape), np.bool_)
+    return _dropout(x, r, training, ctx.rng.random, np.bool_)
