@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up onnxviz in ./.venv on Debian: system libraries Qt needs, then the package.
+#   scripts/setup.sh app    what the GUI needs (Qt libraries for a real window too)
+#   scripts/setup.sh test   what the test suite needs (headless Qt, test tools)
+# Installs missing Debian packages when run as root (or with sudo); otherwise prints
+# the exact apt-get line to run and stops.
+set -euo pipefail
+mode="${1:-app}"
+cd "$(dirname "$0")/.."
+
+# Qt (PySide6 from PyPI) loads these at run time; a fresh Debian lacks several.
+# fonts-dejavu-core: without any font, Qt draws every glyph as a box.
+offscreen_pkgs="libgl1 libegl1 libglib2.0-0 libfontconfig1 libfreetype6 libxkbcommon0 libdbus-1-3 libx11-6 fonts-dejavu-core"
+window_pkgs="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
+pkgs="python3-venv $offscreen_pkgs"
+if [ "$mode" = app ]; then
+    pkgs="$pkgs $window_pkgs"
+    # No screen (a headless box): run the window on a virtual one.
+    if [ -z "${DISPLAY:-}" ] && [ -z "${WAYLAND_DISPLAY:-}" ]; then pkgs="$pkgs xvfb xauth"; fi
+fi
+
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "onnxviz setup: not a Debian system; install the equivalents of:$missing" >&2
+        exit 1
+    fi
+    if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo"; else
+        echo "onnxviz setup: missing system packages. Run as root:" >&2
+        echo "  apt-get update && apt-get install -y$missing" >&2
+        exit 1
+    fi
+    echo "onnxviz setup: installing$missing" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "$mode" = test ]; then
+    .venv/bin/python -m pip install -q -e ".[test]"
+else
+    .venv/bin/python -m pip install -q -e ".[ort]"
+fi

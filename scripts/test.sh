@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up, then run every check headless: lint, format, layer contracts, types, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+export QT_QPA_PLATFORM=offscreen
+echo "== ruff (lint)";   .venv/bin/ruff check src tests benchmarks
+echo "== ruff (format)"; .venv/bin/ruff format --check src tests benchmarks
+echo "== import-linter"; .venv/bin/lint-imports
+echo "== mypy";          .venv/bin/mypy
+echo "== pytest"
+.venv/bin/python -m pytest -n 2 -q -p no:cacheprovider "$@"
