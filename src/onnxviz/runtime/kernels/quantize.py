@@ -1,0 +1,272 @@
+"""Quantization kernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+MatMulInteger, QLinearMatMul.
+
+Arithmetic happens in float32 (the types the specs name are emulated by rounding the
+operands to them first, which gives the same result for the float16/bfloat16 products
+and quotients involved) and integer matrix products go through float64 BLAS, which is
+exact for 8/16-bit operands at any realistic K.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnxviz.runtime.kernels._tensor_common import fail, normalize_axis, np_dtype
+from onnxviz.runtime.registry import kernel
+
+_FLOAT8 = {
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e4m3fnuz),
+    np.dtype(ml_dtypes.float8_e5m2),
+    np.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+_SUB_BYTE_INT = {
+    np.dtype(ml_dtypes.int4),
+    np.dtype(ml_dtypes.uint4),
+    np.dtype(ml_dtypes.int2),
+    np.dtype(ml_dtypes.uint2),
+}
+_F32 = np.float32
+
+
+def _is_integer(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind in "iu" or dtype in _SUB_BYTE_INT
+
+
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = ml_dtypes.iinfo(dtype) if dtype in _SUB_BYTE_INT else np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def to_f32(x: np.ndarray) -> np.ndarray:
+    """Any numeric tensor (incl. ml_dtypes types) as float32."""
+    return x.astype(_F32, copy=False)
+
+
+def round_to(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """float32 values rounded to the precision of ``dtype`` (kept as float32)."""
+    if dtype == np.dtype(_F32) or dtype.kind in "iu":
+        return values
+    return values.astype(dtype).astype(_F32)
+
+
+def saturate_cast(values: np.ndarray, dtype: np.dtype[Any], saturate: int = 1) -> np.ndarray:
+    """float32 values to a quantized type: RNE then clip for integers; for float8 clip to
+    +-max when ``saturate`` (infinities included), else the type's own overflow (inf/NaN)."""
+    if _is_integer(dtype):
+        lo, hi = _int_range(dtype)
+        rounded = np.clip(np.rint(values), lo, hi)
+        if dtype in _SUB_BYTE_INT:
+            return rounded.astype(np.int8).astype(dtype)
+        return rounded.astype(dtype)
+    if dtype in _FLOAT8 and saturate:
+        big = float(ml_dtypes.finfo(dtype).max)
+        values = np.clip(values, -big, big)
+    return values.astype(dtype)
+
+
+def _broadcast_param(
+    param: np.ndarray, x_shape: tuple[int, ...], axis: int, block_size: int, what: str
+) -> np.ndarray:
+    """A scale / zero point reshaped (per-axis) or expanded (blocked) to broadcast to x."""
+    if param.size == 1 and block_size == 0:
+        return param.reshape(())
+    rank = len(x_shape)
+    ax = normalize_axis(axis, rank)
+    if block_size > 0:
+        if param.ndim != rank:
+            fail(f"blocked quantization: {what} must have rank {rank}, got {param.ndim}")
+        n = x_shape[ax]
+        if param.shape[ax] != -(-n // block_size):
+            fail(
+                f"blocked quantization: {what} has {param.shape[ax]} blocks on axis {ax}, "
+                f"expected ceil({n}/{block_size})"
+            )
+        return np.repeat(param, block_size, axis=ax).take(np.arange(n), axis=ax)
+    if param.ndim != 1 or param.shape[0] != x_shape[ax]:
+        fail(
+            f"per-axis quantization: {what} of shape {list(param.shape)} does not match "
+            f"axis {ax} of size {x_shape[ax]}"
+        )
+    shape = [1] * rank
+    shape[ax] = x_shape[ax]
+    return param.reshape(shape)
+
+
+def _quantize(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: int = 1,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> np.ndarray:
+    if zero_point is not None:
+        out_dtype = zero_point.dtype
+        if output_dtype and np_dtype(output_dtype) != out_dtype:
+            fail("QuantizeLinear: output_dtype differs from the zero point type")
+    else:
+        out_dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
+    prec = np_dtype(precision) if precision else scale.dtype
+    if prec.kind not in "f" and prec.name != "bfloat16":
+        prec = np.dtype(_F32)  # int32 or float8e8m0 scales divide in float32
+    s = round_to(to_f32(_broadcast_param(scale, x.shape, axis, block_size, "scale")), prec)
+    q = round_to(round_to(to_f32(x), prec) / s, prec)
+    if zero_point is not None:
+        q = q + to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
+    return saturate_cast(q, out_dtype, saturate)
+
+
+@kernel("QuantizeLinear", since=10)
+def quantize_linear_v10(
+    x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    if y_scale.size != 1:
+        fail("QuantizeLinear-10 supports per-tensor quantization only")
+    return _quantize(x, y_scale, y_zero_point)
+
+
+@kernel("QuantizeLinear", since=(13, 19, 21, 23, 24, 25, 28))
+def quantize_linear(
+    x: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    axis: int = 1,
+    saturate: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> np.ndarray:
+    return _quantize(
+        x,
+        y_scale,
+        y_zero_point,
+        axis=axis,
+        block_size=block_size,
+        saturate=saturate,
+        output_dtype=output_dtype,
+        precision=precision,
+    )
+
+
+def _dequantize(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> np.ndarray:
+    if output_dtype:
+        out_dtype = np_dtype(output_dtype)
+    elif scale.dtype.kind == "f" or scale.dtype.name == "bfloat16":
+        out_dtype = scale.dtype
+    else:
+        out_dtype = np.dtype(_F32)
+    values = to_f32(x)
+    if zero_point is not None:
+        if zero_point.dtype != x.dtype:
+            fail(f"DequantizeLinear: zero point type {zero_point.dtype} != input type {x.dtype}")
+        values = values - to_f32(
+            _broadcast_param(zero_point, x.shape, axis, block_size, "zero point")
+        )
+    s = to_f32(_broadcast_param(scale, x.shape, axis, block_size, "scale"))
+    # The output type is the multiplication's precision: round both operands to it first.
+    return (round_to(values, out_dtype) * round_to(s, out_dtype)).astype(out_dtype)
+
+
+@kernel("DequantizeLinear", since=10)
+def dequantize_linear_v10(
+    x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    if x_scale.size != 1:
+        fail("DequantizeLinear-10 supports per-tensor dequantization only")
+    return _dequantize(x, x_scale, x_zero_point)
+
+
+@kernel("DequantizeLinear", since=(13, 19, 21, 23, 24, 25, 28))
+def dequantize_linear(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None = None,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> np.ndarray:
+    return _dequantize(
+        x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype
+    )
+
+
+@kernel("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    values = to_f32(x)
+    lo = min(float(values.min()) if values.size else 0.0, 0.0)
+    hi = max(float(values.max()) if values.size else 0.0, 0.0)
+    scale = _F32((hi - lo) / 255.0)
+    if scale == 0:
+        zero = np.array(0, dtype=np.uint8)
+        return np.zeros(x.shape, dtype=np.uint8), np.array(scale), zero
+    zero_f = np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255)
+    y = saturate_cast(np.rint(values / scale) + zero_f, np.dtype(np.uint8))
+    return y, np.array(scale, dtype=_F32), np.array(zero_f, dtype=np.uint8)
+
+
+def _exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer matrix product through float64 BLAS (exact below 2**53)."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def _row_param(param: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """A per-row parameter of ``a`` ([M] vector) reshaped to broadcast as [M, 1]."""
+    if param.ndim == 1 and param.size > 1 and a.ndim >= 2:
+        if param.shape[0] != a.shape[-2]:
+            fail(f"per-row parameter of length {param.shape[0]} for {a.shape[-2]} rows")
+        return param.reshape(-1, 1)
+    return param
+
+
+@kernel("MatMulInteger", since=10)
+def matmul_integer(
+    a: np.ndarray,
+    b: np.ndarray,
+    a_zero_point: np.ndarray | None = None,
+    b_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    a_val = a.astype(np.int32)
+    b_val = b.astype(np.int32)
+    if a_zero_point is not None:
+        a_val = a_val - _row_param(a_zero_point, a).astype(np.int32)
+    if b_zero_point is not None:
+        b_val = b_val - b_zero_point.astype(np.int32)
+    return np.rint(_exact_int_matmul(a_val, b_val)).astype(np.int32)
+
+
+@kernel("QLinearMatMul", since=(10, 21))
+def qlinear_matmul(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+) -> np.ndarray:
+    a_val = to_f32(a) - to_f32(_row_param(a_zero_point, a))
+    b_val = to_f32(b) - to_f32(b_zero_point)
+    if _is_integer(a.dtype) and _is_integer(b.dtype):
+        acc = _exact_int_matmul(a_val, b_val).astype(_F32)
+    else:
+        acc = np.matmul(a_val, b_val)
+    # One float32 multiplier per output element: a_scale[row] * b_scale[col] / y_scale.
+    multiplier = to_f32(_row_param(a_scale, a)) * to_f32(b_scale) / to_f32(y_scale)
+    y = acc * multiplier + to_f32(y_zero_point)
+    return saturate_cast(y, y_zero_point.dtype)
