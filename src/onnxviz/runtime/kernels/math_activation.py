@@ -1,0 +1,244 @@
+"""Activation kernels (Relu family, sigmoids, Gelu/Mish/Swish, PRelu, Shrink, Clip).
+
+Half-precision and ml_dtypes inputs are evaluated in float32 and rounded once at the end,
+the way runtimes do it, instead of rounding after every intermediate step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
+from onnxviz.runtime.kernels.math_erf import erf
+from onnxviz.runtime.registry import kernel
+
+Array = np.ndarray
+_F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
+
+
+def _widen(x: Array) -> Array:
+    if x.dtype == _F16 or x.dtype in ML_FLOATS:
+        return x.astype(np.float32)
+    if x.dtype in ML_INTS:
+        return x.astype(np.int32)
+    return x
+
+
+def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
+    """Evaluate ``fn`` on widened inputs; give the result the first input's dtype."""
+
+    def run(x: Array, *rest: Any, **attrs: Any) -> Array:
+        dt = x.dtype
+        out = np.asarray(fn(_widen(x), *rest, **attrs))
+        return out if out.dtype == dt else out.astype(dt)
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def sigmoid_f(x: Array) -> Array:
+    """1 / (1 + exp(-x)) in a fresh array; exp overflow for very negative x gives the
+    correct limit 0, so no branch is needed."""
+    t = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += 1
+    np.reciprocal(t, out=t)
+    return t
+
+
+@kernel("Relu", since=(1, 6, 13, 14))
+def relu(x: Array, **_legacy: Any) -> Array:
+    return np.maximum(x, x.dtype.type(0)) if x.dtype not in ML_FLOATS else _relu_wide(x)
+
+
+@_in_float32
+def _relu_wide(x: Array) -> Array:
+    return np.maximum(x, 0)
+
+
+@kernel("LeakyRelu", since=(1, 6, 16))
+@_in_float32
+def leaky_relu(x: Array, alpha: float = 0.01, **_legacy: Any) -> Array:
+    return np.where(x < 0, x * x.dtype.type(alpha), x)
+
+
+@kernel("Elu", since=(1, 6, 22))
+@_in_float32
+def elu(x: Array, alpha: float = 1.0, **_legacy: Any) -> Array:
+    return np.where(x < 0, np.expm1(np.minimum(x, 0)) * x.dtype.type(alpha), x)
+
+
+@kernel("Selu", since=(1, 6, 22))
+@_in_float32
+def selu(
+    x: Array,
+    alpha: float = 1.67326319217681884765625,
+    gamma: float = 1.05070102214813232421875,
+    **_legacy: Any,
+) -> Array:
+    t = x.dtype.type
+    neg = np.expm1(np.minimum(x, 0)) * t(alpha)
+    return np.where(x > 0, x, neg) * t(gamma)
+
+
+@kernel("Celu", since=(12, 28))
+@_in_float32
+def celu(x: Array, alpha: float = 1.0) -> Array:
+    t = x.dtype.type
+    return np.maximum(x, 0) + np.minimum(np.expm1(x / t(alpha)) * t(alpha), 0)
+
+
+@kernel("ThresholdedRelu", since=(10, 22))
+@_in_float32
+def thresholded_relu(x: Array, alpha: float = 1.0) -> Array:
+    return np.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+
+
+@kernel("HardSigmoid", since=(1, 6, 22))
+@_in_float32
+def hard_sigmoid(x: Array, alpha: float = 0.2, beta: float = 0.5, **_legacy: Any) -> Array:
+    t = x.dtype.type
+    out = x * t(alpha)
+    out += t(beta)
+    return np.clip(out, 0, 1, out=out)
+
+
+@kernel("HardSwish", since=(14, 22))
+@_in_float32
+def hard_swish(x: Array) -> Array:
+    t = x.dtype.type
+    gate = x * t(1.0 / 6.0)
+    gate += t(0.5)
+    np.clip(gate, 0, 1, out=gate)
+    gate *= x
+    return gate
+
+
+@kernel("Sigmoid", since=(1, 6, 13))
+@_in_float32
+def sigmoid(x: Array, **_legacy: Any) -> Array:
+    return sigmoid_f(x)
+
+
+@kernel("Softplus", since=(1, 22))
+@_in_float32
+def softplus(x: Array) -> Array:
+    return np.logaddexp(x.dtype.type(0), x)  # log(1 + exp(x)) without overflow
+
+
+@kernel("Softsign", since=(1, 22))
+@_in_float32
+def softsign(x: Array) -> Array:
+    d = np.abs(x)
+    d += 1
+    return np.divide(x, d, out=d)
+
+
+@kernel("Mish", since=(18, 22))
+@_in_float32
+def mish(x: Array) -> Array:
+    out = np.logaddexp(x.dtype.type(0), x)
+    np.tanh(out, out=out)
+    out *= x
+    return out
+
+
+@kernel("Swish", since=24)
+@_in_float32
+def swish(x: Array, alpha: float = 1.0) -> Array:
+    out = sigmoid_f(x * x.dtype.type(alpha)) if alpha != 1.0 else sigmoid_f(x)
+    out *= x
+    return out
+
+
+@kernel("SwiGLU", since=28)
+def swiglu(a: Array, b: Array, alpha: float = 1.0) -> Array:
+    dt = a.dtype
+    gate = swish(_widen(a), alpha=alpha)
+    gate *= _widen(b)
+    return gate if gate.dtype == dt else gate.astype(dt)
+
+
+@kernel("Gelu", since=20)
+@_in_float32
+def gelu(x: Array, approximate: str = "none") -> Array:
+    t = x.dtype.type
+    if approximate == "tanh":
+        inner = x * x
+        inner *= t(0.044715)
+        inner += 1
+        inner *= x
+        inner *= t(math.sqrt(2.0 / math.pi))
+        out = np.tanh(inner, out=inner)
+    else:
+        out = erf(x * t(1.0 / math.sqrt(2.0)))
+    out += 1
+    out *= x
+    out *= t(0.5)
+    return out
+
+
+@kernel("Shrink", since=9)
+def shrink(x: Array, bias: float = 0.0, lambd: float = 0.5) -> Array:
+    dt = x.dtype
+    w = _widen(x)
+    if w.dtype.kind == "f":
+        t = w.dtype.type
+        out = np.where(w < -t(lambd), w + t(bias), np.where(w > t(lambd), w - t(bias), t(0)))
+    else:  # integer inputs: compare and shift in float64, results are whole numbers
+        f = w.astype(np.float64)
+        out = np.where(f < -lambd, f + bias, np.where(f > lambd, f - bias, 0.0))
+    return out.astype(dt, copy=False)
+
+
+@kernel("PRelu", since=(1, 6))
+def prelu_legacy(x: Array, slope: Array, **_legacy: Any) -> Array:
+    # Before opset 7 a per-channel slope of shape (C,) applied to N x C x ... inputs.
+    if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] and slope.size > 1:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return prelu(x, slope)
+
+
+@kernel("PRelu", since=(7, 9, 16))
+def prelu(x: Array, slope: Array) -> Array:
+    dt = x.dtype
+    w, s = _widen(x), _widen(slope)
+    out = np.where(w < 0, w * s, w)
+    return out if out.dtype == dt else out.astype(dt)
+
+
+@kernel("Clip", since=(1, 6))
+def clip_legacy(
+    x: Array, min: float | None = None, max: float | None = None, **_legacy: Any
+) -> Array:
+    return _clip(x, min, max)
+
+
+@kernel("Clip", since=(11, 12, 13))
+def clip(x: Array, min: Array | None = None, max: Array | None = None) -> Array:
+    return _clip(x, min, max)
+
+
+def _clip(x: Array, lo: Any, hi: Any) -> Array:
+    """max(x, lo) then min(., hi): when lo > hi every value becomes hi, as the spec says."""
+    dt = x.dtype
+    w = _widen(x)
+    out = w
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo).astype(w.dtype))
+    if hi is not None:
+        bound = np.asarray(hi).astype(w.dtype)
+        if out is w:
+            out = np.minimum(out, bound)
+        else:
+            np.minimum(out, bound, out=out)
+    if out is x:
+        return x
+    return out if out.dtype == dt else out.astype(dt)

@@ -1,0 +1,240 @@
+"""Element-wise arithmetic kernels: unary math, binary arithmetic, variadic Max/Min/Sum/Mean.
+
+Opset 1 nodes may carry ``consumed_inputs`` (a legacy in-place hint that never changes the
+result); it is accepted and ignored.  Binary ops before opset 7 broadcast only with
+``broadcast=1`` (see `math_common.legacy_broadcast`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.math_common import (
+    ML_FLOATS,
+    ML_INTS,
+    as_compute,
+    float_unary,
+    is_float,
+    legacy_broadcast,
+)
+from onnxviz.runtime.kernels.math_erf import erf
+from onnxviz.runtime.registry import kernel
+
+Array = np.ndarray
+_F32 = np.dtype(np.float32)
+
+
+# ---------------------------------------------------------------- unary math
+def _register_unary(
+    op: str, since: tuple[int, ...], fn: Callable[[Array], Array], *, keep_dtype: bool = True
+) -> None:
+    apply = float_unary(fn) if keep_dtype else fn
+
+    def run(x: Array, **_legacy: Any) -> Array:
+        return apply(x)
+
+    run.__name__ = f"kernel_{op.lower()}"
+    kernel(op, since=since)(run)
+
+
+def _reciprocal(x: Array) -> Array:
+    return np.reciprocal(x) if is_float(x.dtype) else np.floor_divide(1, x)
+
+
+_UNARY: list[tuple[str, tuple[int, ...], Callable[[Array], Array]]] = [
+    ("Abs", (1, 6, 13), np.abs),
+    ("Neg", (1, 6, 13), np.negative),
+    ("Ceil", (1, 6, 13), np.ceil),
+    ("Floor", (1, 6, 13), np.floor),
+    ("Round", (11, 22), np.rint),  # rint rounds halves to even, as the spec asks
+    ("Sign", (9, 13), np.sign),
+    ("Exp", (1, 6, 13), np.exp),
+    ("Log", (1, 6, 13), np.log),
+    ("Sqrt", (1, 6, 13), np.sqrt),
+    ("Reciprocal", (1, 6, 13), _reciprocal),
+    ("Tanh", (1, 6, 13), np.tanh),
+    ("Erf", (9, 13), erf),
+    ("Sin", (7, 22), np.sin),
+    ("Cos", (7, 22), np.cos),
+    ("Tan", (7, 22), np.tan),
+    ("Asin", (7, 22), np.arcsin),
+    ("Acos", (7, 22), np.arccos),
+    ("Atan", (7, 22), np.arctan),
+    ("Sinh", (9, 22), np.sinh),
+    ("Cosh", (9, 22), np.cosh),
+    ("Asinh", (9, 22), np.arcsinh),
+    ("Acosh", (9, 22), np.arccosh),
+    ("Atanh", (9, 22), np.arctanh),
+]
+
+for _op, _since, _fn in _UNARY:
+    _register_unary(_op, _since, _fn)
+
+
+@kernel("IsNaN", since=(9, 13, 20))
+def is_nan(x: Array) -> Array:
+    return np.isnan(as_compute(x))
+
+
+@kernel("IsInf", since=(10, 20))
+def is_inf(x: Array, detect_negative: int = 1, detect_positive: int = 1) -> Array:
+    x = as_compute(x)
+    if x.dtype.kind != "f":
+        return np.zeros(x.shape, dtype=bool)
+    if detect_negative and detect_positive:
+        return np.isinf(x)
+    if detect_positive:
+        return np.isposinf(x)
+    if detect_negative:
+        return np.isneginf(x)
+    return np.zeros(x.shape, dtype=bool)
+
+
+# ---------------------------------------------------------------- binary arithmetic
+def _same_type(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
+    """Run ``fn`` in the compute dtype of A and give the result A's dtype."""
+
+    def apply(a: Array, b: Array) -> Array:
+        dt = a.dtype
+        if dt in ML_FLOATS or dt in ML_INTS:
+            return np.asarray(fn(as_compute(a), as_compute(b))).astype(dt)
+        if b.dtype != dt:
+            b = b.astype(dt)
+        out = np.asarray(fn(a, b))
+        return out if out.dtype == dt else out.astype(dt)
+
+    return apply
+
+
+def _divide(a: Array, b: Array) -> Array:
+    if a.dtype.kind == "f":
+        return np.divide(a, b)
+    # Integer division truncates toward zero (C semantics, as runtimes implement it);
+    # a - fmod(a, b) is an exact multiple of b, so floor division is exact there.
+    # Division by zero is undefined by the spec; numpy yields 0 without trapping.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if a.dtype.kind == "u":
+            return np.floor_divide(a, b)
+        return np.floor_divide(a - np.fmod(a, b), b)
+
+
+_BINARY: dict[str, Callable[[Array, Array], Array]] = {
+    "Add": _same_type(np.add),
+    "Sub": _same_type(np.subtract),
+    "Mul": _same_type(np.multiply),
+    "Div": _same_type(_divide),
+}
+
+
+def _register_binary(op: str, fn: Callable[[Array, Array], Array]) -> None:
+    def legacy(
+        a: Array, b: Array, broadcast: int = 0, axis: int | None = None, **_legacy: Any
+    ) -> Array:
+        return fn(a, legacy_broadcast(a, b, broadcast, axis))
+
+    def modern(a: Array, b: Array) -> Array:
+        return fn(a, b)
+
+    legacy.__name__ = f"kernel_{op.lower()}_legacy"
+    modern.__name__ = f"kernel_{op.lower()}"
+    kernel(op, since=(1, 6))(legacy)
+    kernel(op, since=(7, 13, 14))(modern)
+
+
+for _op, _fn2 in _BINARY.items():
+    _register_binary(_op, _fn2)
+
+
+def _power(a: Array, b: Array) -> Array:
+    """Pow: the result has the base's type T; the exponent's type T1 may differ."""
+    dt = a.dtype
+    if is_float(dt):
+        base = as_compute(a)
+        exp = b.astype(base.dtype) if b.dtype != base.dtype else b
+        out = np.power(base, exp)
+        return out if out.dtype == dt else out.astype(dt)
+    # Integer base.  A float exponent, or a negative integer one (numpy refuses those),
+    # is evaluated in double precision and truncated back to T.
+    if b.dtype.kind == "f" or b.dtype in ML_FLOATS or (b.dtype.kind == "i" and (b < 0).any()):
+        with np.errstate(all="ignore"):
+            return np.power(a.astype(np.float64), as_compute(b).astype(np.float64)).astype(dt)
+    return np.power(a, b.astype(dt) if b.dtype != dt else b)
+
+
+@kernel("Pow", since=1)
+def pow_legacy(a: Array, b: Array, broadcast: int = 0, axis: int | None = None) -> Array:
+    return _power(a, legacy_broadcast(a, b, broadcast, axis))
+
+
+@kernel("Pow", since=(7, 12, 13, 15))
+def pow_(a: Array, b: Array) -> Array:
+    return _power(a, b)
+
+
+def _mod(a: Array, b: Array, fmod: int) -> Array:
+    # fmod=0: A - floor(A/B)*B (sign of B); numpy's mod gives exactly the spec's special
+    # cases (signed zero follows B, x mod ±inf gives x or B).  fmod=1: C fmod (sign of A).
+    fn = np.fmod if fmod else np.mod
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _same_type(fn)(a, b)
+
+
+@kernel("Mod", since=(10, 13, 28))
+def mod(a: Array, b: Array, fmod: int = 0) -> Array:
+    return _mod(a, b, fmod)
+
+
+# ---------------------------------------------------------------- variadic
+def _fold(fn: Any, arrays: tuple[Array, ...]) -> Array:
+    """``fn`` applied pairwise over all inputs with numpy broadcasting, accumulating in
+    place once the running result is a fresh array of the final shape."""
+    if not arrays:
+        raise ExecutionError("variadic operator needs at least one input")
+    out = arrays[0]
+    fresh = False
+    for x in arrays[1:]:
+        if fresh and np.broadcast_shapes(out.shape, x.shape) == out.shape:
+            fn(out, x, out=out)
+        else:
+            out = fn(out, x)
+            fresh = True
+    return out
+
+
+def _variadic(fn: Any, arrays: tuple[Array, ...]) -> Array:
+    dt = arrays[0].dtype
+    if dt in ML_FLOATS or dt in ML_INTS:
+        return _fold(fn, tuple(as_compute(a) for a in arrays)).astype(dt)
+    out = _fold(fn, arrays)
+    return out if out.dtype == dt else out.astype(dt)
+
+
+@kernel("Max", since=(1, 6, 8, 12, 13))
+def max_(*inputs: Array, **_legacy: Any) -> Array:
+    return _variadic(np.maximum, inputs)
+
+
+@kernel("Min", since=(1, 6, 8, 12, 13))
+def min_(*inputs: Array, **_legacy: Any) -> Array:
+    return _variadic(np.minimum, inputs)
+
+
+@kernel("Sum", since=(1, 6, 8, 13))
+def sum_(*inputs: Array, **_legacy: Any) -> Array:
+    return _variadic(np.add, inputs)
+
+
+@kernel("Mean", since=(1, 6, 8, 13))
+def mean(*inputs: Array, **_legacy: Any) -> Array:
+    dt = inputs[0].dtype
+    # float16 sums accumulate in float32 so the mean of many inputs keeps its precision.
+    acc = np.dtype(np.float32) if dt == np.float16 or dt in ML_FLOATS else dt
+    if len(inputs) == 1:
+        return inputs[0]
+    total = _fold(np.add, tuple(x.astype(acc, copy=False) for x in inputs))  # a fresh array
+    np.divide(total, len(inputs), out=total)
+    return total.astype(dt, copy=False)

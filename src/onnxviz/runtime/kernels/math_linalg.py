@@ -1,0 +1,95 @@
+"""Linear algebra kernels: MatMul, Gemm, Det, Einsum.
+
+Matrix products go through np.matmul (BLAS for float32/float64).  numpy has no BLAS path
+for float16 and no arithmetic at all for bfloat16, so those multiply in float32 (which is
+also how runtimes accumulate them) and round once at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
+from onnxviz.runtime.registry import kernel
+
+Array = np.ndarray
+
+# Below this many elements in all operands, einsum's path optimiser costs more than it saves.
+_EINSUM_OPTIMIZE_MIN = 4096
+
+
+def _widen(x: Array) -> Array:
+    if x.dtype == np.float16 or x.dtype in ML_FLOATS:
+        return x.astype(np.float32)
+    if x.dtype in ML_INTS:
+        return x.astype(np.int32)
+    return x
+
+
+def _narrow(out: Array, dt: np.dtype) -> Array:
+    return out if out.dtype == dt else out.astype(dt)
+
+
+@kernel("MatMul", since=(1, 9, 13))
+def matmul(a: Array, b: Array) -> Array:
+    if a.ndim == 0 or b.ndim == 0:
+        raise ExecutionError("MatMul inputs must have rank >= 1")
+    return _narrow(np.matmul(_widen(a), _widen(b)), a.dtype)
+
+
+@kernel("Gemm", since=(1, 6, 7, 9, 11, 13))
+def gemm(
+    a: Array,
+    b: Array,
+    c: Array | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    broadcast: int = 0,
+) -> Array:
+    """alpha * A' @ B' + beta * C.  Before opset 7 a ``broadcast`` attribute allowed C
+    to be broadcast; numpy's rule covers both cases, so it is accepted and not needed."""
+    dt = a.dtype
+    wa, wb = _widen(a), _widen(b)
+    if wa.ndim != 2 or wb.ndim != 2:
+        raise ExecutionError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
+    y = np.matmul(wa.T if transA else wa, wb.T if transB else wb)
+    if y.dtype.kind == "f":
+        if alpha != 1.0:
+            y *= y.dtype.type(alpha)
+        if c is not None and beta != 0.0:
+            wc = _widen(c)
+            y += wc if beta == 1.0 else wc * y.dtype.type(beta)
+        return _narrow(y, dt)
+    # Integer Gemm: scale factors are floats; the result truncates back to T.
+    if alpha != 1.0:
+        y = (y * alpha).astype(y.dtype)
+    if c is not None and beta != 0.0:
+        y = y + (c if beta == 1.0 else (c * beta).astype(y.dtype))
+    return _narrow(y, dt)
+
+
+@kernel("Det", since=(11, 22))
+def det(x: Array) -> Array:
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ExecutionError(f"Det needs [..., M, M] input, got {x.shape}")
+    return _narrow(np.linalg.det(_widen(x)), x.dtype)
+
+
+@kernel("Einsum", since=(12, 28))
+def einsum(*inputs: Array, equation: str = "") -> Array:
+    if not inputs:
+        raise ExecutionError("Einsum needs at least one input")
+    eq = equation.replace(" ", "")
+    dt = inputs[0].dtype
+    ops: list[Any] = [_widen(x) for x in inputs]
+    optimize = len(ops) > 1 and sum(x.size for x in ops) >= _EINSUM_OPTIMIZE_MIN
+    try:
+        out = np.einsum(eq, *ops, optimize=optimize)
+    except ValueError as exc:
+        raise ExecutionError(f"Einsum equation {equation!r}: {exc}") from exc
+    return _narrow(np.asarray(out), dt)

@@ -1,0 +1,96 @@
+"""Softmax, LogSoftmax and Hardmax.
+
+Opset < 13 coerces the input to 2-D at ``axis`` (rows = dims before it, columns = the
+rest, default axis 1) and normalises each row; opset 13 normalises along one axis
+(default -1).  Softmax subtracts the maximum first, so large inputs never overflow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxviz.runtime.kernels.math_common import ML_FLOATS, normalize_axis
+from onnxviz.runtime.registry import kernel
+
+Array = np.ndarray
+
+
+def _widen(x: Array) -> Array:
+    return x.astype(np.float32) if x.dtype == np.float16 or x.dtype in ML_FLOATS else x
+
+
+def _shifted(x: Array, axis: int) -> Array:
+    """x - max(x, axis) in a fresh array (rows of -inf stay NaN-free where possible)."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0) if x.dtype.kind == "f" else m
+    return np.subtract(x, m)
+
+
+def _softmax(x: Array, axis: int) -> Array:
+    e = _shifted(x, axis)
+    np.exp(e, out=e)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax(x: Array, axis: int) -> Array:
+    s = _shifted(x, axis)
+    lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+    s -= lse
+    return s
+
+
+def _hardmax(x: Array, axis: int) -> Array:
+    # One-hot of the first maximum along the axis.
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    out = np.zeros(x.shape, dtype=x.dtype)
+    np.put_along_axis(out, idx, 1, axis=axis)
+    return out
+
+
+def _apply(fn: object, x: Array, axis: int, coerce_2d: bool) -> Array:
+    dt = x.dtype
+    if x.size == 0:
+        return np.empty(x.shape, dtype=dt)
+    w = _widen(x)
+    if x.ndim == 0:
+        out = fn(w.reshape(1), 0)  # type: ignore[operator]
+        return np.asarray(out).reshape(()).astype(dt, copy=False)
+    ax = normalize_axis(axis, x.ndim)
+    if coerce_2d:
+        rows = int(np.prod(x.shape[:ax], dtype=np.int64))
+        out = fn(w.reshape(rows, -1), 1)  # type: ignore[operator]
+        out = out.reshape(x.shape)
+    else:
+        out = fn(w, ax)  # type: ignore[operator]
+    return out if out.dtype == dt else out.astype(dt)
+
+
+@kernel("Softmax", since=(1, 11))
+def softmax_2d(x: Array, axis: int = 1) -> Array:
+    return _apply(_softmax, x, axis, True)
+
+
+@kernel("Softmax", since=13)
+def softmax(x: Array, axis: int = -1) -> Array:
+    return _apply(_softmax, x, axis, False)
+
+
+@kernel("LogSoftmax", since=(1, 11))
+def log_softmax_2d(x: Array, axis: int = 1) -> Array:
+    return _apply(_log_softmax, x, axis, True)
+
+
+@kernel("LogSoftmax", since=13)
+def log_softmax(x: Array, axis: int = -1) -> Array:
+    return _apply(_log_softmax, x, axis, False)
+
+
+@kernel("Hardmax", since=(1, 11))
+def hardmax_2d(x: Array, axis: int = 1) -> Array:
+    return _apply(_hardmax, x, axis, True)
+
+
+@kernel("Hardmax", since=13)
+def hardmax(x: Array, axis: int = -1) -> Array:
+    return _apply(_hardmax, x, axis, False)
