@@ -274,8 +274,8 @@ class Executor:
                 values[s] = None
         frame.node_index = len(plan.nodes)
         outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
+        self.stack.pop()  # popped first: at FrameLeft the stack shows where we return to
         yield FrameLeft(stack, depth, frame.info, time.perf_counter() - t_frame)
-        self.stack.pop()
         return outputs
 
     def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
