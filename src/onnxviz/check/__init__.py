@@ -1,1 +1,32 @@
-"""onnxviz.check."""
+"""onnxviz.check: validate a Document against the ONNX IR spec and operator schemas.
+
+`validate(doc)` returns every problem at once as located `Diagnostic` records: the
+loader's own (first), then the rule families (see `registry.RULES`), then inference (I)
+and the onnx.checker fallback (C).  `validate(doc, changed=change_set)` re-checks only
+what a command touched and returns what a full run would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxviz.check.incremental import _store, assemble, full_run, incremental_run, state_of
+from onnxviz.check.registry import RULES, Rule
+from onnxviz.model.diagnostics import Diagnostic
+
+__all__ = ["RULES", "Rule", "validate"]
+
+
+def validate(doc: Any, changed: Any = None) -> list[Diagnostic]:
+    """Every diagnostic for the document; with `changed` (a ChangeSet from the last
+    command), re-check only what that command touched."""
+    scopes = list(doc.scopes())
+    load_diags = list(getattr(doc, "diagnostics", []) or [])
+    state = state_of(doc) if changed is not None else None
+    result = None
+    if state is not None:
+        result = incremental_run(doc, state, scopes, changed, load_diags)
+    if result is None:
+        result = full_run(doc, doc.model, scopes, load_diags)
+    _store(doc, result)
+    return assemble(result, load_diags)

@@ -1,0 +1,141 @@
+"""Cheap screens for full runs: which nodes and names might have a problem.
+
+A full run over a 100k-node graph cannot afford every rule on every node in Python, so
+each screen here accepts only what is certainly clean and hands everything else to the
+real rules (which also explain the problem).  A screen must never accept something a
+rule would report: `tests/check/test_fastpath.py` runs both on the same models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnx import AttributeProto
+
+from onnxviz.check.context import CheckContext, get_schema, norm_domain
+from onnxviz.check.operators import VALUE_FIELD
+from onnxviz.model.scopes import GraphScope
+
+_A = AttributeProto
+_TENSORISH = {_A.TENSOR, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS}
+_OK_FIELDS = {"name", "type", "doc_string"}
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    min_in: int
+    max_in: int
+    min_out: int
+    max_out: int
+    attr_types: dict[str, int]
+    required: frozenset[str]
+
+
+_UNSURE = None  # an op we do not screen: always run the rules
+
+
+def _facts(ctx: CheckContext, opsets: dict[str, int], domain: str, op_type: str) -> OpFacts | None:
+    d = norm_domain(domain)
+    version = opsets.get(d)
+    if version is None or ctx.local_function(d, op_type) is not None:
+        return _UNSURE
+    schema = get_schema(d, op_type, version)
+    if schema is None or schema.deprecated:
+        return _UNSURE
+    # An empty name is only safe where the formal parameter is optional; we do not screen
+    # empty names at all (rare), so arity and attributes are all that is left.
+    return OpFacts(
+        schema.min_input,
+        schema.max_input,
+        schema.min_output,
+        schema.max_output,
+        {k: int(a.type) for k, a in schema.attributes.items()},
+        frozenset(k for k, a in schema.attributes.items() if a.required),
+    )
+
+
+def suspect_nodes(ctx: CheckContext, scope: GraphScope, with_types: bool) -> list[int]:
+    """Indexes of nodes the node rules must look at; the rest are certainly clean."""
+    if with_types:
+        return list(range(len(scope.nodes)))
+    opsets = ctx.opsets_for(scope)
+    in_function = ctx.function_of(scope) is not None
+    cache: dict[tuple[str, str], OpFacts | None] = {}
+    out: list[int] = []
+    for i, node in enumerate(scope.nodes):
+        key = (node.domain, node.op_type)
+        if key in cache:
+            facts = cache[key]
+        else:
+            facts = cache[key] = _facts(ctx, opsets, node.domain, node.op_type)
+        if facts is None:
+            out.append(i)
+            continue
+        inputs, outputs = node.input, node.output
+        if not (
+            facts.min_in <= len(inputs) <= facts.max_in
+            and facts.min_out <= len(outputs) <= facts.max_out
+        ):
+            out.append(i)
+            continue
+        if (
+            "" in inputs
+            or "" in outputs
+            or node.overload
+            or len(node.metadata_props)
+            or len(node.device_configurations)
+        ):
+            out.append(i)
+            continue
+        attrs = node.attribute
+        if (attrs or facts.required) and not _attrs_clean(attrs, facts, in_function):
+            out.append(i)
+    return out
+
+
+def _attrs_clean(attrs: object, facts: OpFacts, in_function: bool) -> bool:
+    seen: set[str] = set()
+    types = facts.attr_types
+    for a in attrs:  # type: ignore[attr-defined]
+        name = a.name
+        t = a.type
+        if name in seen or types.get(name) != t or t in _TENSORISH:
+            return False
+        seen.add(name)
+        field = VALUE_FIELD[t]
+        for fd, _ in a.ListFields():
+            fn = fd.name
+            if fn != field and fn not in _OK_FIELDS:
+                return False
+        if t == _A.GRAPH and not a.HasField("g"):
+            return False
+    return facts.required <= seen
+
+
+def suspect_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
+    """Names that structure/names/types/tensors name rules must look at."""
+    defs = scope.definitions
+    producer = scope.producer
+    out: set[str] = {n for n, d in defs.items() if len(d) > 1}
+    for name, cons in scope.consumers.items():
+        if name not in defs:
+            out.add(name)
+            continue
+        p = producer.get(name)
+        if p is not None and cons[0][0] <= p[0]:
+            out.add(name)
+    for name, owners in ctx.implicit_consumers(scope).items():
+        if name not in defs:
+            out.add(name)
+            continue
+        p = producer.get(name)
+        if p is not None and owners[0] <= p[0]:
+            out.add(name)
+    if scope.parent is not None:
+        visible: set[str] = set()
+        for a in scope.ancestors():
+            visible.update(a.definitions)
+        out.update(visible.intersection(defs))
+    out.update(ctx.declared_types(scope))
+    out.update(scope.initializer_names())
+    out.discard("")
+    return out

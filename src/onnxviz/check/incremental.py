@@ -1,0 +1,479 @@
+"""The validation engine: a full run, and re-checks of only what a command touched.
+
+Results are cached per document at three grains so an edit re-runs little:
+
+* per graph (interface rules, empty names, duplicate node names, cycles),
+* per value name in a graph (SSA, order, undefined uses, shadowing, declared types,
+  initializer tensors),
+* per node (operator schema, attributes, type constraints, attribute tensors, node
+  metadata and device configuration),
+
+plus the model-wide rules, the inference result and the checker verdict.  A value rename
+(the commonest edit) is recognised from the ChangeSet: one name leaves, one arrives, no
+structural or model-field change.  Types are invariant under renaming, so the inferred
+types and the checker verdict are re-keyed instead of recomputed, and only the nodes and
+names around the renamed value are checked again.  Any other change re-runs inference and
+the checker and re-checks everything whose types changed; a structural change (graphs
+added or removed, node indexes shifted) or a model-field change re-runs everything.
+Either way the result equals a full run: tests compare the two.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnxviz.check import (
+    fastpath,
+    functions,
+    model_rules,
+    names,
+    operators,
+    structure,
+    tensors,
+    types,
+)
+from onnxviz.check.context import CheckContext
+from onnxviz.check.inference import CheckerResult, InferenceResult, run_checker, run_inference
+from onnxviz.check.registry import diag
+from onnxviz.model.diagnostics import Diagnostic, Severity
+from onnxviz.model.scopes import GraphScope
+
+NodeRule = Callable[[CheckContext, GraphScope, int], list[Diagnostic]]
+NameRule = Callable[[CheckContext, GraphScope, Iterable[str]], dict[str, list[Diagnostic]]]
+ScopeRule = Callable[[CheckContext, GraphScope], list[Diagnostic]]
+
+NAME_RULES: tuple[NameRule, ...] = (
+    structure.name_rules,
+    names.name_rules,
+    types.name_rules,
+    tensors.name_rules,
+)
+# Type constraints (T004) are checked by strict inference when it succeeds; see _node_rules.
+BASE_NODE_RULES: tuple[NodeRule, ...] = (
+    operators.node_rules,
+    tensors.node_rules,
+    functions.node_rules,
+    model_rules.node_rules,
+)
+# Rules over a graph's interface: cheap, re-run whenever the graph changed.
+INTERFACE_RULES: tuple[ScopeRule, ...] = (structure.scope_rules,)
+# Rules over every entry of a graph: re-run on any change but a rename.
+BODY_RULES: tuple[ScopeRule, ...] = (
+    structure.empty_name_rules,
+    names.scope_rules,
+    tensors.scope_rules,
+    model_rules.scope_rules,
+)
+
+
+@dataclass
+class ValidationState:
+    ctx: CheckContext
+    revision: Any = None
+    paths: list[str] = field(default_factory=list)
+    interface: dict[str, list[Diagnostic]] = field(default_factory=dict)
+    body: dict[str, list[Diagnostic]] = field(default_factory=dict)
+    cycles: dict[str, list[Diagnostic]] = field(default_factory=dict)
+    by_name: dict[str, dict[str, list[Diagnostic]]] = field(default_factory=dict)
+    by_node: dict[str, dict[int, list[Diagnostic]]] = field(default_factory=dict)
+    names_seen: dict[str, set[str]] = field(default_factory=dict)
+    bad_identifiers: dict[str, set[str]] = field(default_factory=dict)
+    model: list[Diagnostic] = field(default_factory=list)
+    inference: InferenceResult | None = None
+    checker: CheckerResult | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, ValidationState] = weakref.WeakKeyDictionary()
+_STATES_BY_ID: dict[int, tuple[Any, ValidationState]] = {}
+
+
+def state_of(doc: Any) -> ValidationState | None:
+    try:
+        return _STATES.get(doc)
+    except TypeError:
+        got = _STATES_BY_ID.get(id(doc))
+        return got[1] if got is not None and got[0] is doc else None
+
+
+def _store(doc: Any, state: ValidationState) -> None:
+    try:
+        _STATES[doc] = state
+    except TypeError:
+        _STATES_BY_ID[id(doc)] = (doc, state)
+
+
+# -- rule runners ------------------------------------------------------------------------------
+def _node_rules(state: ValidationState) -> tuple[NodeRule, ...]:
+    inf = state.inference
+    if inf is None or not inf.ran or not inf.strict_ok:
+        return (*BASE_NODE_RULES, types.node_rules)
+    return BASE_NODE_RULES
+
+
+def _check_nodes(state: ValidationState, scope: GraphScope, indexes: Iterable[int]) -> None:
+    ctx = state.ctx
+    rules = _node_rules(state)
+    store = state.by_node.setdefault(scope.path, {})
+    n = len(scope.nodes)
+    for i in indexes:
+        store.pop(i, None)
+        if i >= n:
+            continue
+        found: list[Diagnostic] = []
+        for r in rules:
+            got = r(ctx, scope, i)
+            if got:
+                found.extend(got)
+        if found:
+            store[i] = found
+
+
+def _check_names(state: ValidationState, scope: GraphScope, wanted: Iterable[str]) -> None:
+    ctx = state.ctx
+    wanted = list(wanted)
+    store = state.by_name.setdefault(scope.path, {})
+    for nm in wanted:
+        store.pop(nm, None)
+    for r in NAME_RULES:
+        for nm, found in r(ctx, scope, wanted).items():
+            store.setdefault(nm, []).extend(found)
+
+
+def _check_cycles(state: ValidationState, scope: GraphScope) -> None:
+    names_store = state.by_name.get(scope.path, {})
+    has_order = any(d.code == "G002" for ds in names_store.values() for d in ds)
+    state.cycles[scope.path] = structure.cycle_rules(state.ctx, scope) if has_order else []
+
+
+def _model_rules(state: ValidationState) -> list[Diagnostic]:
+    ctx = state.ctx
+    out: list[Diagnostic] = []
+    for r in (
+        model_rules.model_rules,
+        operators.model_rules,
+        functions.model_rules,
+        types.model_rules,
+    ):
+        out.extend(r(ctx))
+    return out
+
+
+# -- full run --------------------------------------------------------------------------------
+def full_run(
+    doc: Any, model: Any, scopes: list[GraphScope], load_diags: list[Diagnostic]
+) -> ValidationState:
+    t0 = time.perf_counter()
+    inference = run_inference(model, scopes)
+    t1 = time.perf_counter()
+    checker = run_checker(model)
+    t2 = time.perf_counter()
+    ctx = CheckContext(model, scopes, load_diags, inference)
+    state = ValidationState(
+        ctx=ctx, revision=getattr(doc, "revision", None), inference=inference, checker=checker
+    )
+    state.paths = [s.path for s in scopes]
+    for scope in scopes:
+        state.interface[scope.path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+        state.body[scope.path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+        all_names = structure.scope_names(ctx, scope)
+        all_names.discard("")
+        state.names_seen[scope.path] = all_names
+        state.bad_identifiers[scope.path] = names.non_identifiers(all_names)
+        _check_names(state, scope, fastpath.suspect_names(ctx, scope))
+        _check_nodes(
+            state, scope, fastpath.suspect_nodes(ctx, scope, types.node_rules in _node_rules(state))
+        )
+        _check_cycles(state, scope)
+    state.model = _model_rules(state)
+    t3 = time.perf_counter()
+    state.timings = {"inference": t1 - t0, "checker": t2 - t1, "rules": t3 - t2}
+    return state
+
+
+# -- incremental run ---------------------------------------------------------------------------
+def _rename_pair(
+    state: ValidationState, scopes: dict[str, GraphScope], changed: Any
+) -> tuple[str, str] | None:
+    """(old, new) when the change is a value rename, else None."""
+    left: set[str] = set()
+    arrived: set[str] = set()
+    ctx = state.ctx
+    for path, name in changed.names:
+        scope = scopes.get(path)
+        if scope is None:
+            return None
+        before = name in state.names_seen.get(path, ())
+        now = bool(
+            name in scope.definitions
+            or name in scope.consumers
+            or name in scope.output_uses
+            or any(name in c.free_names for c in scope.children)
+        )
+        if before and not now:
+            left.add(name)
+        elif now and not before:
+            arrived.add(name)
+    del ctx
+    if len(left) == 1 and len(arrived) == 1:
+        return next(iter(left)), next(iter(arrived))
+    return None
+
+
+def incremental_run(
+    doc: Any,
+    state: ValidationState,
+    scopes: list[GraphScope],
+    changed: Any,
+    load_diags: list[Diagnostic],
+) -> ValidationState | None:
+    """Update state in place for a change; None when only a full run can answer."""
+    if getattr(changed, "structural", True) or getattr(changed, "model_fields", True):
+        return None
+    if [s.path for s in scopes] != state.paths:
+        return None
+    by_path = {s.path: s for s in scopes}
+    pair = _rename_pair(state, by_path, changed)
+    if pair is None:
+        return _retype_run(doc, state, scopes, by_path, changed, load_diags)
+    old, new = pair
+    ctx = state.ctx
+    ctx.scopes = scopes
+    ctx.by_path = by_path
+    ctx.load_diagnostics = load_diags
+    ctx._implicit.clear()
+    if state.inference is not None:
+        tmap = state.inference.types
+        for path in state.paths:
+            t = tmap.pop((path, old), None)
+            if t is not None:
+                tmap[(path, new)] = t
+    touched_nodes: dict[str, set[int]] = {}
+    for path, idx in changed.nodes:
+        touched_nodes.setdefault(path, set()).add(idx)
+    for scope in scopes:
+        path = scope.path
+        seen = state.names_seen[path]
+        had = old in seen or new in seen
+        now_names = [n for n in (old, new) if _present(ctx, scope, n)]
+        if not had and not now_names and path not in changed.graphs:
+            continue
+        declared = ctx._declared.get(path)
+        if declared is not None and old in declared:
+            declared[new] = declared.pop(old)
+        seen.discard(old)
+        seen.discard(new)
+        seen.update(now_names)
+        bad = state.bad_identifiers.setdefault(path, set())
+        bad.discard(old)
+        bad.discard(new)
+        bad.update(names.non_identifiers(now_names))
+        _check_names(state, scope, [old, new])
+        nodes = set(touched_nodes.get(path, ()))
+        for nm in now_names:
+            p = scope.producer.get(nm)
+            if p is not None:
+                nodes.add(p[0])
+            nodes.update(ci for ci, _ in scope.consumers.get(nm, ()))
+            nodes.update(ctx.implicit_consumers(scope).get(nm, ()))
+        _check_nodes(state, scope, sorted(nodes))
+        state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+        _check_cycles(state, scope)
+    # Training bindings and node sharding specs name values; the rest is rename-invariant.
+    state.model = [d for d in state.model if d.code not in ("M003", "M004", "M005")]
+    state.model.extend(
+        d for d in model_rules.model_rules(ctx) if d.code in ("M003", "M004", "M005")
+    )
+    state.revision = getattr(doc, "revision", None)
+    return state
+
+
+def _present(ctx: CheckContext, scope: GraphScope, name: str) -> bool:
+    return bool(
+        name in scope.definitions
+        or name in scope.consumers
+        or name in scope.output_uses
+        or name in ctx.implicit_consumers(scope)
+    )
+
+
+def _retype_run(
+    doc: Any,
+    state: ValidationState,
+    scopes: list[GraphScope],
+    by_path: dict[str, GraphScope],
+    changed: Any,
+    load_diags: list[Diagnostic],
+) -> ValidationState | None:
+    """A non-structural edit that may change types: re-run inference and the checker, then
+    re-check the touched graphs' names and the nodes whose inputs, outputs or types changed."""
+    old_inf = state.inference
+    inference = run_inference(doc.model, scopes)
+    checker = run_checker(doc.model)
+    if old_inf is None or old_inf.strict_ok != inference.strict_ok:
+        return None  # the set of node rules changes: recheck everything
+    ctx = CheckContext(doc.model, scopes, load_diags, inference)
+    state.ctx = ctx
+    state.inference = inference
+    state.checker = checker
+    retyped: set[tuple[str, str]] = {
+        k for k, t in inference.types.items() if old_inf.types.get(k) != t
+    }
+    retyped.update(k for k in old_inf.types if k not in inference.types)
+    graphs = (
+        set(changed.graphs)
+        | {p for p, _ in changed.nodes}
+        | {p for p, _ in changed.names}
+        | {p for p, _ in retyped}
+    )
+    for scope in scopes:
+        path = scope.path
+        if path not in graphs and not any(a.path in graphs for a in scope.ancestors()):
+            continue
+        all_names = structure.scope_names(ctx, scope)
+        all_names.discard("")
+        state.names_seen[path] = all_names
+        state.bad_identifiers[path] = names.non_identifiers(all_names)
+        state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+        state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+        wanted = {n for p, n in changed.names if p == path} | {n for p, n in retyped if p == path}
+        if path in changed.graphs or any(a.path in changed.graphs for a in scope.ancestors()):
+            wanted |= {
+                n for n in all_names if n in ctx.declared_types(scope) or n not in scope.definitions
+            }
+        stale = [n for n in state.by_name.get(path, {}) if n not in all_names]
+        for n in stale:
+            state.by_name[path].pop(n, None)
+        _check_names(state, scope, wanted)
+        nodes = {i for p, i in changed.nodes if p == path}
+        for nm in wanted:
+            pr = scope.producer.get(nm)
+            if pr is not None:
+                nodes.add(pr[0])
+            nodes.update(ci for ci, _ in scope.consumers.get(nm, ()))
+        _check_nodes(state, scope, sorted(nodes))
+        _check_cycles(state, scope)
+    state.model = _model_rules(state)
+    state.revision = getattr(doc, "revision", None)
+    return state
+
+
+# -- assembling the answer -----------------------------------------------------------------------
+def assemble(state: ValidationState, load_diags: list[Diagnostic]) -> list[Diagnostic]:
+    out: list[Diagnostic] = list(load_diags)
+    out.extend(state.model)
+    for path in state.paths:
+        out.extend(state.interface.get(path, ()))
+        out.extend(state.body.get(path, ()))
+        out.extend(names.identifier_summary(path, state.bad_identifiers.get(path, set())))
+        nodes = state.by_node.get(path, {})
+        for i in sorted(nodes):
+            out.extend(nodes[i])
+        names_store = state.by_name.get(path, {})
+        for nm in sorted(names_store):
+            out.extend(names_store[nm])
+        out.extend(state.cycles.get(path, ()))
+    out = _dedupe_custom_ops(out)
+    own_errors = [d for d in out if d.severity is Severity.ERROR]
+    out.extend(_inference_diags(state, own_errors))
+    out.extend(_checker_diags(state, [d for d in out if d.severity is Severity.ERROR]))
+    return out
+
+
+def _dedupe_custom_ops(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[str] = set()
+    out = []
+    for d in diags:
+        if d.code == "O004":
+            if d.message in seen:
+                continue
+            seen.add(d.message)
+        out.append(d)
+    return out
+
+
+def _inference_diags(state: ValidationState, own_errors: list[Diagnostic]) -> list[Diagnostic]:
+    inf = state.inference
+    if inf is None or inf.strict_ok:
+        return []
+    out = []
+    ctx = state.ctx
+    for f in inf.failures:
+        if f.node_index is None:
+            out.append(diag("I002", f"Shape inference failed: {f.message}", f.graph_path))
+            continue
+        scope = ctx.by_path.get(f.graph_path)
+        label = (
+            scope.node_label(f.node_index)
+            if scope is not None and f.node_index < len(scope.nodes)
+            else f"#{f.node_index}"
+        )
+        if f.known_gap and not own_errors:
+            out.append(
+                diag(
+                    "I003",
+                    f"onnx.shape_inference rejects node '{label}' ({f.op_type}): {f.message}; "
+                    f"this is a known gap: {f.known_gap}.",
+                    f.graph_path,
+                    node=label,
+                )
+            )
+        else:
+            out.append(
+                diag(
+                    "I001",
+                    f"Type and shape inference fails at node '{label}' ({f.op_type}): {f.message}",
+                    f.graph_path,
+                    node=label,
+                )
+            )
+    return out
+
+
+def _checker_diags(state: ValidationState, errors: list[Diagnostic]) -> list[Diagnostic]:
+    chk = state.checker
+    if chk is None or chk.message is None:
+        return []
+    if not errors:
+        return [
+            diag(
+                "C002",
+                f"onnx.checker rejects the model ({chk.message}), but the IR spec and onnxviz's rules "
+                "find it valid.",
+                field=None,
+            )
+        ]
+    if _explained(chk, errors):
+        return []
+    return [
+        diag("C001", f"onnx.checker rejects the model: {chk.message}", node=chk.node_name or None)
+    ]
+
+
+def _explained(chk: CheckerResult, errors: list[Diagnostic]) -> bool:
+    """Whether one of our errors is about the thing the checker complains about."""
+    msg = chk.message or ""
+    if chk.node_name and any(d.location.node == chk.node_name for d in errors):
+        return True
+    quoted = set(_quoted(msg))
+    for d in errors:
+        loc = d.location
+        if loc.value and loc.value in quoted or loc.attribute and loc.attribute in quoted:
+            return True
+        if loc.node and loc.node in quoted:
+            return True
+    # Without a handle on the place, any error of ours on a node the checker names by op
+    # or on the model as a whole counts: the checker stops at its first complaint.
+    return bool(errors) and not chk.node_name and not quoted
+
+
+def _quoted(text: str) -> list[str]:
+    out = []
+    parts = text.split("'")
+    for i in range(1, len(parts), 2):
+        out.append(parts[i])
+    return out

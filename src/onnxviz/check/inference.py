@@ -1,0 +1,274 @@
+"""Type and shape inference (onnx.shape_inference) and the onnx.checker fallback.
+
+Inference runs on a copy of the model whose value_info (and main-graph output types) are
+removed, so the inferred types stay apart from the declared ones: the UI can show both and
+`types.T005` can compare them.  Strict mode reports every node it cannot infer; each
+becomes an I001 diagnostic at that node.  `onnx.checker.check_model` (without the
+inference part, which we already ran) gives the checker's verdict; `onnxviz.check`
+turns an unexplained complaint into C001 / C002.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import onnx.checker
+import onnx.shape_inference
+from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
+
+from onnxviz.model.scopes import GraphScope
+
+TypeMap = dict[tuple[str, str], TypeProto]
+_LINE = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>[^)]*))?\): (?P<msg>.*)")
+_MAX_PROTO = 2**31 - 1
+
+
+@dataclass
+class InferenceFailure:
+    graph_path: str
+    node_index: int | None
+    op_type: str
+    message: str
+    known_gap: str | None = None  # why this is the onnx package's gap, not the model's fault
+
+
+@dataclass
+class InferenceResult:
+    types: TypeMap = field(default_factory=dict)
+    failures: list[InferenceFailure] = field(default_factory=list)
+    strict_ok: bool = True
+    ran: bool = True
+    seconds: float = 0.0
+
+
+def _stripped_copy(model: ModelProto) -> ModelProto:
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    stack: list[GraphProto] = [copy.graph]
+    for fn in copy.functions:
+        del fn.value_info[:]
+    while stack:
+        g = stack.pop()
+        del g.value_info[:]
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+    for out in copy.graph.output:
+        out.ClearField("type")
+    return copy
+
+
+def _graph_at(
+    root: GraphProto, scope: GraphScope, cache: dict[str, GraphProto]
+) -> GraphProto | None:
+    if scope.parent is None:
+        return root if scope.kind == "main" else None
+    parent = cache.get(scope.parent.path)
+    if (
+        parent is None
+        or scope.owner_node_index is None
+        or scope.owner_node_index >= len(parent.node)
+    ):
+        return None
+    node = parent.node[scope.owner_node_index]
+    attr_name = scope.owner_attribute or ""
+    index = None
+    if attr_name.endswith("]") and "[" in attr_name:
+        attr_name, _, rest = attr_name.partition("[")
+        index = int(rest[:-1])
+    for attr in node.attribute:
+        if attr.name != attr_name:
+            continue
+        if index is None and (attr.type == AttributeProto.GRAPH or attr.HasField("g")):
+            return attr.g
+        if index is not None and index < len(attr.graphs):
+            return attr.graphs[index]
+    return None
+
+
+def collect_types(result: ModelProto, scopes: list[GraphScope]) -> TypeMap:
+    types: TypeMap = {}
+    cache: dict[str, GraphProto] = {}
+    for scope in scopes:
+        if scope.kind == "function":
+            continue
+        g = _graph_at(result.graph, scope, cache)
+        if g is None:
+            continue
+        cache[scope.path] = g
+        path = scope.path
+        for vi in (*g.input, *g.value_info, *g.output):
+            if vi.HasField("type") and vi.type.WhichOneof("value") is not None:
+                types[(path, vi.name)] = vi.type
+    return types
+
+
+def run_inference(model: ModelProto, scopes: list[GraphScope]) -> InferenceResult:
+    start = time.perf_counter()
+    res = InferenceResult()
+    if model.ByteSize() > _MAX_PROTO:
+        res.ran = False
+        res.seconds = time.perf_counter() - start
+        return res
+    copy = _stripped_copy(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            copy, check_type=True, strict_mode=True, data_prop=True
+        )
+    except Exception as exc:
+        res.strict_ok = False
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                copy, check_type=False, strict_mode=False, data_prop=True
+            )
+        except Exception:
+            inferred = copy
+        res.types = collect_types(inferred, scopes)
+        res.failures = _parse_failures(str(exc), scopes, res.types)
+    else:
+        res.types = collect_types(inferred, scopes)
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def _parse_failures(text: str, scopes: list[GraphScope], types: TypeMap) -> list[InferenceFailure]:
+    found: list[InferenceFailure] = []
+    used: set[tuple[str, int]] = set()
+    for line in text.splitlines():
+        m = _LINE.search(line)
+        if m is None:
+            continue
+        op, name, msg = m.group("op"), (m.group("name") or "").strip(), m.group("msg").strip()
+        where = _locate(op, name, scopes, types, used)
+        if where is not None:
+            used.add(where)
+        found.append(
+            InferenceFailure(where[0] if where else "main", where[1] if where else None, op, msg)
+        )
+    if not found:
+        msg = text.strip().replace("\n", " ")
+        found.append(InferenceFailure("main", None, "", msg))
+    # "Input 0 expected to have type but instead is null" follows from an earlier failure.
+    primary = [f for f in found if "instead is null" not in f.message]
+    if primary:
+        found = primary
+    for f in found:
+        f.known_gap = _known_gap(f, scopes, types)
+    return found
+
+
+def _locate(
+    op: str, name: str, scopes: list[GraphScope], types: TypeMap, used: set[tuple[str, int]]
+) -> tuple[str, int] | None:
+    fallback: tuple[str, int] | None = None
+    for scope in scopes:
+        if name:
+            idx = scope.node_index(name)
+            if idx is not None and scope.nodes[idx].op_type == op:
+                return (scope.path, idx)
+            continue
+        for i, node in enumerate(scope.nodes):
+            if node.op_type != op or node.name or (scope.path, i) in used:
+                continue
+            if fallback is None:
+                fallback = (scope.path, i)
+            if any(o and (scope.path, o) not in types for o in node.output):
+                return (scope.path, i)
+    return fallback
+
+
+def _known_gap(f: InferenceFailure, scopes: list[GraphScope], types: TypeMap) -> str | None:
+    if f.node_index is None:
+        return None
+    scope = next((s for s in scopes if s.path == f.graph_path), None)
+    if scope is None:
+        return None
+    node = scope.nodes[f.node_index]
+    for name in node.input:
+        owner = scope.lookup(name) if name else None
+        if owner is None:
+            continue
+        if any(d.kind == "sparse_initializer" for d in owner.definitions.get(name, ())):
+            return "onnx.shape_inference ignores the types of sparse_initializer tensors"
+    return None
+
+
+# -- onnx.checker ----------------------------------------------------------------------------
+@dataclass
+class CheckerResult:
+    message: str | None  # None: the checker accepts the model
+    node_name: str | None = None
+    ran: bool = True
+    seconds: float = 0.0
+
+
+_NODE_CONTEXT = re.compile(r"Bad node spec for node\. Name: (?P<name>.*?) OpType: (?P<op>\S+)")
+
+
+def run_checker(model: ModelProto) -> CheckerResult:
+    start = time.perf_counter()
+    if model.ByteSize() > _MAX_PROTO:
+        return CheckerResult(None, ran=False)
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except Exception as exc:
+        text = str(exc).strip()
+        m = _NODE_CONTEXT.search(text)
+        first = text.split("\n\n==>")[0].strip()
+        return CheckerResult(
+            first,
+            node_name=m.group("name").strip() if m else None,
+            seconds=time.perf_counter() - start,
+        )
+    return CheckerResult(None, seconds=time.perf_counter() - start)
+
+
+# -- inferred types for the UI -----------------------------------------------------------------
+_TYPES_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, TypeMap]] = weakref.WeakKeyDictionary()
+
+
+def infer_types(doc: Any) -> TypeMap:
+    """Inferred types by (graph path, value name), kept apart from the declared ones.
+    Cached per document revision (the validator's latest run is reused when current)."""
+    from onnxviz.check.incremental import state_of
+
+    state = state_of(doc)
+    revision = getattr(doc, "revision", None)
+    if (
+        state is not None
+        and state.inference is not None
+        and state.revision == revision
+        and revision is not None
+    ):
+        return state.inference.types
+    try:
+        cached = _TYPES_CACHE.get(doc)
+    except TypeError:
+        cached = None
+    if cached is not None and cached[0] == revision and revision is not None:
+        return cached[1]
+    result = run_inference(doc.model, list(doc.scopes()))
+    with contextlib.suppress(TypeError):
+        _TYPES_CACHE[doc] = (revision, result.types)
+    return result.types
+
+
+__all__ = [
+    "CheckerResult",
+    "InferenceFailure",
+    "InferenceResult",
+    "TypeMap",
+    "collect_types",
+    "infer_types",
+    "run_checker",
+    "run_inference",
+    "onnx",
+]

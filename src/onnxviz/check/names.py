@@ -1,0 +1,119 @@
+"""Name and scope rules (N): shadowing, subgraph input/initializer clashes, duplicate node
+names, identifiers, initializers outside the inputs in IR <= 3."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from onnxviz.check.context import CheckContext
+from onnxviz.check.registry import diag
+from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scopes import GraphScope
+
+NameDiags = dict[str, list[Diagnostic]]
+C90_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_identifier(text: str) -> bool:
+    return C90_IDENTIFIER.fullmatch(text) is not None
+
+
+def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    counts = Counter(n.name for n in scope.nodes)
+    counts.pop("", None)
+    for name, count in counts.items():
+        if count > 1:
+            out.append(
+                diag(
+                    "N003",
+                    f"{count} nodes share the name '{name}'.",
+                    scope.path,
+                    node=name,
+                    field="name",
+                )
+            )
+    g = scope.graph
+    if scope.kind == "main" and g is not None and 0 < ctx.ir_version <= 3:
+        inputs = {v.name for v in g.input}
+        for t in g.initializer:
+            if t.name not in inputs:
+                out.append(
+                    diag(
+                        "N007",
+                        f"Initializer '{t.name}' is not a graph input, which IR version {ctx.ir_version} requires.",
+                        scope.path,
+                        value=t.name,
+                        field="initializer",
+                    )
+                )
+    return out
+
+
+def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> NameDiags:
+    """N001 shadowing, N002 subgraph input also an initializer."""
+    out: NameDiags = {}
+    path = scope.path
+    defs_all = scope.definitions
+    ancestors = list(scope.ancestors())
+    for name in names:
+        if not name:
+            continue
+        found: list[Diagnostic] = []
+        defs = defs_all.get(name)
+        if defs is not None:
+            if ancestors:
+                outer = next((a for a in ancestors if name in a.definitions), None)
+                if outer is not None:
+                    d = defs[0]
+                    node = scope.node_label(d.index) if d.kind == "node_output" else None
+                    kind = d.kind.replace("_", " ")
+                    found.append(
+                        diag(
+                            "N001",
+                            f"The {kind} '{name}' shadows the value of the same name in outer graph '{outer.path}'.",
+                            path,
+                            node=node,
+                            value=name,
+                        )
+                    )
+                if ctx.ir_version >= 4 and len(defs) > 1:
+                    kinds = {d.kind for d in defs}
+                    if "input" in kinds and (
+                        "initializer" in kinds or "sparse_initializer" in kinds
+                    ):
+                        found.append(
+                            diag(
+                                "N002",
+                                f"'{name}' is both an input and an initializer of this subgraph.",
+                                path,
+                                value=name,
+                            )
+                        )
+        if found:
+            out[name] = found
+    return out
+
+
+def non_identifiers(names: Iterable[str]) -> set[str]:
+    match = C90_IDENTIFIER.fullmatch
+    return {n for n in names if n and match(n) is None}
+
+
+def identifier_summary(path: str, bad: set[str]) -> list[Diagnostic]:
+    """N004 once per graph: exporters name nearly every value '/scope/Op_output_0', so a
+    diagnostic per value would drown everything else."""
+    if not bad:
+        return []
+    example = min(bad)
+    more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+    return [
+        diag(
+            "N004",
+            f"Value name '{example}'{more} in this graph are not C90 identifiers.",
+            path,
+            value=example,
+        )
+    ]
