@@ -1,0 +1,191 @@
+"""Place a built scene: lay out every block with `onnxviz.layout.compute`, innermost
+first (an expanded group or container enters its parent's layout as one big box), then
+give items, blocks and edges absolute coordinates.
+
+Edges whose two ends are direct children of one block follow that block's route; edges
+that leave a frame (into an expanded group, out of a subgraph) are drawn as one Bézier
+between the real ports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from onnxviz.layout import LayoutEdge, LayoutNode, LayoutRequest, Spacing, compute
+from onnxviz.present.options import (
+    GROUP_HEADER,
+    GROUP_PAD,
+    LINE_H,
+    PROXY_H,
+    PROXY_W,
+    SLOT_GAP,
+    SLOT_LABEL_H,
+    TITLE_H,
+    TextMeasure,
+    approximate_width,
+)
+from onnxviz.present.scene import Block, DisplayEdge, DisplayItem, Point, Scene
+
+SPACING = Spacing(
+    node=22.0, rank=44.0, edge=10.0, group_padding=GROUP_PAD, group_header=GROUP_HEADER
+)
+CancelCheck = Callable[[], bool]
+
+
+def place(
+    scene: Scene, cancel: CancelCheck | None = None, measure: TextMeasure | None = None
+) -> Scene:
+    measure = measure or approximate_width
+    _layout_block(scene, scene.root, cancel, measure)
+    _assign(scene, scene.root, 0.0, 0.0)
+    for edge in scene.edges:
+        _route_edge(scene, edge)
+    return scene
+
+
+def _content_size(item: DisplayItem, measure: TextMeasure) -> None:
+    """Size of an expanded group frame or container from its (placed) blocks."""
+    if item.kind == "group":
+        (blk,) = item.blocks
+        title_w = measure(item.title, True) + 2 * GROUP_PAD
+        item.width = max(blk.width + 2 * GROUP_PAD, title_w)
+        item.height = blk.height + GROUP_HEADER + GROUP_PAD
+        return
+    header = TITLE_H + (LINE_H if item.subtitle else 0.0)
+    widths = [b.width for b in item.blocks]
+    inner_w = sum(widths) + SLOT_GAP * (len(widths) - 1)
+    label_w = max((measure(b.label, False) for b in item.blocks), default=0.0)
+    item.width = max(inner_w, measure(item.title, True), label_w) + 2 * GROUP_PAD
+    item.height = (
+        header + SLOT_LABEL_H + max((b.height for b in item.blocks), default=0) + GROUP_PAD
+    )
+
+
+def _layout_block(
+    scene: Scene, block: Block, cancel: CancelCheck | None, measure: TextMeasure
+) -> None:
+    for item in block.items:
+        if item.expanded and item.blocks:
+            for inner in item.blocks:
+                _layout_block(scene, inner, cancel, measure)
+            _content_size(item, measure)
+    if not block.items:
+        block.width, block.height = 40.0, 20.0
+        return
+    nodes = [LayoutNode(it.id, it.width, it.height) for it in block.items]
+    edges = [LayoutEdge(s, t, sp, tp) for (s, sp, t, tp) in block.layout_edges]
+    result = compute(
+        LayoutRequest(nodes=nodes, edges=edges, direction=scene.direction, spacing=SPACING),  # type: ignore[arg-type]
+        cancel=cancel,
+    )
+    xy = result.node_xy
+    ids = result.node_ids
+    min_x = float(xy[:, 0].min()) if len(ids) else 0.0
+    min_y = float(xy[:, 1].min()) if len(ids) else 0.0
+    for p in result.proxy_boxes:
+        min_x, min_y = min(min_x, p.x), min(min_y, p.y)
+    pos = {nid: (float(x) - min_x, float(y) - min_y) for nid, (x, y) in zip(ids, xy.tolist())}
+    max_x = max_y = 0.0
+    by_id = {it.id: it for it in block.items}
+    for nid, (x, y) in pos.items():
+        it = by_id[nid]
+        it.x, it.y = x, y  # relative for now
+        max_x, max_y = max(max_x, x + it.width), max(max_y, y + it.height)
+    for p in result.proxy_boxes:
+        proxy = DisplayItem(
+            id=f"{block.id}|{p.id}",
+            kind="proxy",
+            graph_path=block.graph_path,
+            title="",
+            value=p.source,
+            width=PROXY_W if scene.direction == "TB" else PROXY_H,
+            height=PROXY_H if scene.direction == "TB" else PROXY_W,
+            x=p.x - min_x,
+            y=p.y - min_y,
+        )
+        block.items.append(proxy)
+        scene.items[proxy.id] = proxy
+    routes: dict[tuple[str, int, str, int], list[Point]] = {}
+    offs = result.route_offsets.tolist()
+    pts = result.route_points.tolist()
+    for k, meta in enumerate(result.route_meta):
+        src, dst, sp, tp = meta[0], meta[1], meta[2], meta[3]
+        seg = [(p[0] - min_x, p[1] - min_y) for p in pts[offs[k] : offs[k + 1]]]
+        routes[(src, sp, dst, tp)] = seg
+        for x, y in seg:
+            max_x, max_y = max(max_x, x), max(max_y, y)
+    block.routes = routes
+    block.width, block.height = max_x, max_y
+
+
+def _assign(scene: Scene, block: Block, ox: float, oy: float) -> None:
+    block.x, block.y = ox, oy
+    block.routes = {k: [(x + ox, y + oy) for x, y in v] for k, v in block.routes.items()}
+    for item in block.items:
+        item.x += ox
+        item.y += oy
+        if not (item.expanded and item.blocks):
+            continue
+        if item.kind == "group":
+            _assign(scene, item.blocks[0], item.x + GROUP_PAD, item.y + GROUP_HEADER)
+            continue
+        header = TITLE_H + (LINE_H if item.subtitle else 0.0)
+        inner_w = sum(b.width for b in item.blocks) + SLOT_GAP * (len(item.blocks) - 1)
+        x = item.x + (item.width - inner_w) / 2
+        for inner in item.blocks:
+            _assign(scene, inner, x, item.y + header + SLOT_LABEL_H)
+            x += inner.width + SLOT_GAP
+
+
+def port_point(item: DisplayItem, port: int, out: bool, direction: str) -> Point:
+    n = max(1, item.ports_out if out else item.ports_in)
+    port = min(max(port, 0), n - 1)
+    frac = (port + 1) / (n + 1)
+    if direction == "LR":
+        return (item.x + item.width if out else item.x, item.y + item.height * frac)
+    return (item.x + item.width * frac, item.y + item.height if out else item.y)
+
+
+def _curve(p0: Point, p1: Point, direction: str) -> list[Point]:
+    if direction == "LR":
+        d = max(24.0, abs(p1[0] - p0[0]) / 2)
+        return [p0, (p0[0] + d, p0[1]), (p1[0] - d, p1[1]), p1]
+    d = max(24.0, abs(p1[1] - p0[1]) / 2)
+    return [p0, (p0[0], p0[1] + d), (p1[0], p1[1] - d), p1]
+
+
+def _bezier_mid(points: list[Point]) -> Point:
+    segments = (len(points) - 1) // 3
+    if segments <= 0:
+        return points[0] if points else (0.0, 0.0)
+    k = (segments - 1) // 2 if segments > 1 else 0
+    p0, c1, c2, p1 = points[3 * k : 3 * k + 4]
+    t = 0.5 if segments % 2 == 1 else 1.0
+    mt = 1 - t
+    return (
+        mt**3 * p0[0] + 3 * mt * mt * t * c1[0] + 3 * mt * t * t * c2[0] + t**3 * p1[0],
+        mt**3 * p0[1] + 3 * mt * mt * t * c1[1] + 3 * mt * t * t * c2[1] + t**3 * p1[1],
+    )
+
+
+def _route_edge(scene: Scene, edge: DisplayEdge) -> None:
+    src = scene.items.get(edge.source)
+    dst = scene.items.get(edge.target)
+    if src is None or dst is None:
+        return
+    direction = scene.direction
+    points: list[Point] | None = None
+    if edge.layout_key is not None and edge.block is not None:
+        key = edge.layout_key
+        if key[0] == edge.source and key[2] == edge.target:
+            points = scene.blocks[edge.block].routes.get(key)
+            if points:
+                points = list(points)
+    if not points:
+        points = _curve(
+            port_point(src, edge.source_port, True, direction),
+            port_point(dst, edge.target_port, False, direction),
+            direction,
+        )
+    edge.points = points
+    edge.label_pos = _bezier_mid(points)

@@ -1,0 +1,147 @@
+"""`Presenter`: the Qt-free state behind a canvas (which graph is the root, what is
+expanded, view options) and `display_graph`, the one call that turns it into a placed
+`Scene`.  The UI runs `display_graph` in a worker thread."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from onnxviz.model.document import Document
+from onnxviz.model.scopes import GraphScope
+from onnxviz.present.build import SceneBuilder
+from onnxviz.present.groups import GroupTree, build_group_tree
+from onnxviz.present.options import TextMeasure, ViewOptions
+from onnxviz.present.placement import place
+from onnxviz.present.scene import Scene
+from onnxviz.present.typeinfo import TypeTable, declared_types
+
+CancelCheck = Callable[[], bool]
+
+# Default expansion: small graphs open fully; bigger ones open groups breadth-first
+# while the number of visible boxes stays under this budget.
+SMALL_GRAPH_NODES = 1500
+VISIBLE_BUDGET = 400
+
+
+@dataclass
+class Presenter:
+    doc: Document
+    options: ViewOptions = field(default_factory=ViewOptions)
+    root_path: str = "main"
+    expanded: set[str] = field(default_factory=set)
+    schema_expanded: set[str] = field(default_factory=set)
+    types: TypeTable | None = None
+    group_trees: dict[str, GroupTree] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.types is None:
+            self.types = declared_types(self.doc.model, self.doc.scopes())
+
+    # -- groups ----------------------------------------------------------------------
+    def group_tree(self, scope: GraphScope) -> GroupTree:
+        tree = self.group_trees.get(scope.path)
+        if tree is None:
+            tree = self.group_trees[scope.path] = build_group_tree(scope.nodes)
+        return tree
+
+    def default_expansion(self, inst: str | None = None) -> set[str]:
+        """Groups to open when a graph is first shown (see module constants)."""
+        scope = self.doc.scope(inst or self.root_path)
+        inst = inst or scope.path
+        tree = self.group_tree(scope)
+        if len(scope.nodes) <= SMALL_GRAPH_NODES:
+            return {f"{inst}|g:{p}" for p in tree.groups}
+        opened: set[str] = set()
+        visible = len(tree.top) + sum(1 for g in tree.node_group if g is None)
+        queue = list(tree.top)
+        while queue:
+            prefix = queue.pop(0)
+            grp = tree.groups[prefix]
+            grown = visible - 1 + len(grp.children) + len(grp.nodes)
+            if grown > VISIBLE_BUDGET:
+                break
+            visible = grown
+            opened.add(f"{inst}|g:{prefix}")
+            queue.extend(grp.children)
+        return opened
+
+    def all_group_ids(self) -> set[str]:
+        """Every name-scope group of the root graph and of the bodies now expanded."""
+        out: set[str] = set()
+        root = self.doc.scope(self.root_path)
+        for scope in [root, *root.descendants()]:
+            inst = scope.path
+            out.update(f"{inst}|g:{p}" for p in self.group_tree(scope).groups)
+        return out
+
+    # -- state changes -------------------------------------------------------------------
+    def toggle(self, item_id: str) -> bool:
+        """Expand or collapse a group or a body-holding node; returns the new state."""
+        if item_id in self.expanded:
+            self.expanded.discard(item_id)
+            return False
+        self.expanded.add(item_id)
+        return True
+
+    def set_root(self, path: str) -> None:
+        self.root_path = path
+        self.expanded |= self.default_expansion(path)
+
+    def reveal(self, graph_path: str, node_index: int | None) -> str | None:
+        """Expand what hides a node (or, with ``node_index`` None, the graph itself):
+        the bodies on the way from the root and the name-scope groups around it.
+        Returns the id of the item that shows it, or None when it cannot be shown
+        from the current root (the caller changes the root first)."""
+        target = self.doc.scope(graph_path)
+        chain: list[GraphScope] = [target]
+        while chain[-1].path != self.root_path:
+            parent = chain[-1].parent
+            if parent is None:
+                return None
+            chain.append(parent)
+        chain.reverse()
+        for outer, inner in zip(chain, chain[1:]):
+            owner = inner.owner_node_index
+            assert owner is not None
+            self._reveal_node(outer, owner)
+            self.expanded.add(f"{outer.path}#{owner}")
+        if node_index is None:
+            return f"{target.path}#0" if target.nodes else None
+        return self._reveal_node(target, node_index)
+
+    def _reveal_node(self, scope: GraphScope, index: int) -> str:
+        tree = self.group_tree(scope)
+        for prefix in tree.chain(tree.node_group[index]):
+            self.expanded.add(f"{scope.path}|g:{prefix}")
+        return f"{scope.path}#{index}"
+
+    def with_options(self, **changes: object) -> None:
+        self.options = replace(self.options, **changes)  # type: ignore[arg-type]
+
+
+def display_graph(
+    presenter: Presenter,
+    measure: TextMeasure | None = None,
+    cancel: CancelCheck | None = None,
+) -> Scene:
+    """Build and place the scene for the presenter's current state."""
+    t0 = time.perf_counter()
+    assert presenter.types is not None
+    builder = SceneBuilder(
+        presenter.doc,
+        presenter.root_path,
+        presenter.expanded,
+        presenter.options,
+        presenter.types,
+        measure=measure,
+        group_trees=presenter.group_trees,
+        cancel=cancel,
+        schema_expanded=presenter.schema_expanded,
+    )
+    scene = builder.build()
+    t1 = time.perf_counter()
+    place(scene, cancel=cancel, measure=measure)
+    scene.timings = {"build": t1 - t0, "place": time.perf_counter() - t1}
+    return scene
