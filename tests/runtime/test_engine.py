@@ -368,3 +368,22 @@ def test_bool_input_dtype_is_checked_for_cond() -> None:
     with pytest.raises(ExecutionError, match="must be bool"):
         Session(if_model()).run({"c": np.array(1, np.int64), "x": np.ones(2, np.float32)})
     assert B == TensorProto.BOOL
+
+
+def test_initializer_listed_as_input_is_a_default_that_feeds_override() -> None:
+    # IR 3 style: the initializer "w" is also a graph input; folding uses the default
+    # only while nobody feeds "w".
+    w = numpy_helper.from_array(np.array([2.0], np.float32), "w")
+    nodes = [
+        helper.make_node("Neg", ["w"], ["nw"], name="neg"),
+        helper.make_node("Add", ["x", "nw"], ["y"], name="add"),
+    ]
+    model = make(nodes, [vi("x", F, [1]), vi("w", F, [1])], [vi("y", F, [1])], initializers=[w])
+    model.ir_version = 3
+    sess = Session(model)
+    assert sess.input_names == ["x"]
+    x = np.array([1.0], np.float32)
+    assert sess.run({"x": x})["y"][0] == -1.0
+    assert sess.run({"x": x})["y"][0] == -1.0  # folded value reused
+    assert sess.run({"x": x, "w": np.array([5.0], np.float32)})["y"][0] == -4.0
+    assert sess.run({"x": x})["y"][0] == -1.0

@@ -132,6 +132,9 @@ class Executor:
         self.profile: dict[str, list[float]] = {}
         self.failed_node: PlanNode | None = None
         self.failed_inputs: list[Any] = []
+        # False when a run feeds an initializer that is also an input (IR < 4): the
+        # plan's folded values were computed from the default and do not apply.
+        self.fold = True
 
     # -- frames --------------------------------------------------------------------
     def new_frame(
@@ -239,12 +242,12 @@ class Executor:
                 dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
             )
             t0 = time.perf_counter()
-            folded = pn.folded is not None
+            folded = pn.folded is not None and self.fold
             if folded:
                 outs = pn.folded
             elif pn.kind == "kernel":
                 outs = self._call_kernel(pn, ins)
-                if pn.foldable:
+                if pn.foldable and self.fold:
                     pn.folded = outs
             elif pn.kind == "control":
                 from onnxviz.runtime.control_flow import run_control

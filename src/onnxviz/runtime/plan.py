@@ -333,7 +333,9 @@ def compile_graph(
 
     _liveness(plan_nodes, slots, output_names)
     if ctx.fold_constants:
-        _mark_foldable(plan_nodes, {s for s, _ in constants} - {slots[n] for n in overridable})
+        # Initializers listed as inputs (IR < 4) count as constants here; a run that
+        # feeds one of them runs without folding (see Executor.fold).
+        _mark_foldable(plan_nodes, {s for s, _ in constants})
 
     return GraphPlan(
         path=path,

@@ -185,6 +185,7 @@ class Session:
             file=self.file,
         )
         self._executor = ex
+        ex.fold = not any(name in self.plan.overridable for name in values)
         frame = ex.new_frame(
             self.plan, parent=None, caller=None, title="main", kind="main", feeds=None
         )
