@@ -118,6 +118,9 @@ def _quantize(
         prec = np.dtype(_F32)  # int32 or float8e8m0 scales divide in float32
     s = round_to(to_f32(_broadcast_param(scale, x.shape, axis, block_size, "scale")), prec)
     q = round_to(round_to(to_f32(x), prec) / s, prec)
+    if _is_integer(out_dtype):
+        # Round before adding the zero point: x/s + zp in float32 can lose the .5 tie.
+        q = np.rint(q)
     if zero_point is not None:
         q = q + to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
     return saturate_cast(q, out_dtype, saturate)
