@@ -31,14 +31,18 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(array, name))
         return name
 
-    def node(self, op: str, inputs: list[str], scope: str, n_out: int = 1, **attrs: object) -> list[str]:
+    def node(
+        self, op: str, inputs: list[str], scope: str, n_out: int = 1, **attrs: object
+    ) -> list[str]:
         name = f"{scope}/{op}_{len(self.nodes)}" if scope else f"/{op}_{len(self.nodes)}"
         outs = [f"{name}_output_{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         return outs
 
     def linear(self, x: str, scope: str) -> str:
-        w = self.init(f"{scope}.weight", self.rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32))
+        w = self.init(
+            f"{scope}.weight", self.rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32)
+        )
         b = self.init(f"{scope}.bias", np.zeros(HIDDEN, np.float32))
         (y,) = self.node("MatMul", [x, w], scope)
         (z,) = self.node("Add", [y, b], scope)
@@ -138,13 +142,17 @@ def transformer_like(n_nodes: int = 100_000, *, name: str = "transformer_like") 
         b.nodes,
         name,
         [
-            helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+            helper.make_tensor_value_info(
+                "hidden_states", TensorProto.FLOAT, ["batch", "seq", HIDDEN]
+            ),
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
         ],
         [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
         b.inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="onnxviz-bench")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="onnxviz-bench"
+    )
     model.ir_version = 8
     return model
 
@@ -164,7 +172,11 @@ def write_big_external(folder: str, total_bytes: int = 1 << 30, *, n_tensors: in
         for i in range(n_tensors):
             t = TensorProto(name=f"w{i}", data_type=TensorProto.FLOAT, dims=[rows, 1024])
             t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", "big.data"), ("offset", str(offset)), ("length", str(len(chunk)))):
+            for k, v in (
+                ("location", "big.data"),
+                ("offset", str(offset)),
+                ("length", str(len(chunk))),
+            ):
                 e = t.external_data.add()
                 e.key, e.value = k, v
             fh.write(chunk)

@@ -35,16 +35,53 @@ def small_cnn() -> onnx.ModelProto:
     ]
     n = helper.make_node
     nodes = [
-        n("Conv", ["image", "conv1.weight", "conv1.bias"], ["c1"], name="/features/conv1/Conv", pads=[1, 1, 1, 1]),
-        n("BatchNormalization", ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"], ["b1"], name="/features/bn1/BatchNormalization"),
+        n(
+            "Conv",
+            ["image", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            name="/features/conv1/Conv",
+            pads=[1, 1, 1, 1],
+        ),
+        n(
+            "BatchNormalization",
+            ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"],
+            ["b1"],
+            name="/features/bn1/BatchNormalization",
+        ),
         n("Relu", ["b1"], ["r1"], name="/features/relu1/Relu"),
-        n("MaxPool", ["r1"], ["p1"], name="/features/pool1/MaxPool", kernel_shape=[2, 2], strides=[2, 2]),
-        n("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], name="/features/conv2/Conv", pads=[1, 1, 1, 1]),
+        n(
+            "MaxPool",
+            ["r1"],
+            ["p1"],
+            name="/features/pool1/MaxPool",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+        ),
+        n(
+            "Conv",
+            ["p1", "conv2.weight", "conv2.bias"],
+            ["c2"],
+            name="/features/conv2/Conv",
+            pads=[1, 1, 1, 1],
+        ),
         n("Relu", ["c2"], ["r2"], name="/features/relu2/Relu"),
         n("Add", ["r2", "p1"], ["res"], name="/features/residual/Add"),
-        n("MaxPool", ["res"], ["p2"], name="/features/pool2/MaxPool", kernel_shape=[2, 2], strides=[2, 2]),
+        n(
+            "MaxPool",
+            ["res"],
+            ["p2"],
+            name="/features/pool2/MaxPool",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+        ),
         n("Flatten", ["p2"], ["flat"], name="/classifier/Flatten", axis=1),
-        n("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="/classifier/fc/Gemm", transB=1),
+        n(
+            "Gemm",
+            ["flat", "fc.weight", "fc.bias"],
+            ["logits"],
+            name="/classifier/fc/Gemm",
+            transB=1,
+        ),
         n("Softmax", ["logits"], ["probabilities"], name="/classifier/Softmax", axis=1),
     ]
     graph = helper.make_graph(
@@ -54,7 +91,9 @@ def small_cnn() -> onnx.ModelProto:
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", 10])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxviz-examples")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxviz-examples"
+    )
     model.ir_version = 8
     model.doc_string = "A small CNN bundled with onnxviz as the start-up example."
     helper.set_model_props(model, {"author": "onnxviz", "task": "digit classification"})
@@ -82,7 +121,14 @@ def loop_with_if() -> onnx.ModelProto:
             n("Mul", ["x", "iter_f"], ["scaled"], name="scale"),
             n("Mod", ["iter", "two"], ["parity"], name="parity"),
             n("Equal", ["parity", "zero"], ["is_even"], name="is_even"),
-            n("If", ["is_even"], ["acc_out"], name="maybe_add", then_branch=then_g, else_branch=else_g),
+            n(
+                "If",
+                ["is_even"],
+                ["acc_out"],
+                name="maybe_add",
+                then_branch=then_g,
+                else_branch=else_g,
+            ),
             n("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
         ],
         "loop_body",
@@ -110,7 +156,9 @@ def loop_with_if() -> onnx.ModelProto:
             numpy_helper.from_array(np.array(0, np.int64), "zero"),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxviz-examples")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxviz-examples"
+    )
     model.ir_version = 8
     return model
 
@@ -162,7 +210,11 @@ def with_functions() -> onnx.ModelProto:
 
 def main() -> None:
     os.makedirs(OUT, exist_ok=True)
-    for name, build in (("small_cnn", small_cnn), ("loop_with_if", loop_with_if), ("with_functions", with_functions)):
+    for name, build in (
+        ("small_cnn", small_cnn),
+        ("loop_with_if", loop_with_if),
+        ("with_functions", with_functions),
+    ):
         model = build()
         onnx.checker.check_model(model, full_check=True)
         with open(os.path.join(OUT, f"{name}.onnx"), "wb") as fh:

@@ -10,9 +10,9 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QRectF, Qt  # noqa: E402
-from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetricsF, QImage, QPainter  # noqa: E402
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene  # noqa: E402
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetricsF, QImage, QPainter
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene
 
 pytestmark = pytest.mark.qt
 
@@ -24,7 +24,7 @@ class _Box(QGraphicsItem):
         super().__init__()
         self.paints = 0
 
-    def boundingRect(self) -> QRectF:  # noqa: N802 - Qt API name
+    def boundingRect(self) -> QRectF:
         return QRectF(0, 0, 40, 20)
 
     def paint(self, painter: QPainter, option: object, widget: object = None) -> None:
@@ -58,6 +58,7 @@ def test_fonts_render_real_glyphs(qapp: object) -> None:
     font = QFont()
     metrics = QFontMetricsF(font)
     assert metrics.inFont("A") and metrics.inFont("0")
+
     # Two different letters must draw different pixels (a missing font draws the same box).
     def glyph(text: str) -> bytes:
         image = QImage(40, 40, QImage.Format.Format_Grayscale8)
