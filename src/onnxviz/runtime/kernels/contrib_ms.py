@@ -1,0 +1,280 @@
+"""com.microsoft contrib ops that exporters and onnxruntime's transformer optimizer emit:
+Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd, FusedMatMul and the fused normalisations
+(SkipLayerNormalization, SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization,
+LayerNormalization).
+
+These ops have no ONNX schema, so the attribute defaults are written here (as onnxruntime
+documents them).  Half-precision inputs are computed in float32 and rounded once."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.math_erf import erf
+from onnxviz.runtime.registry import kernel
+
+MS = "com.microsoft"
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """float32 for half/bfloat16 inputs, the array itself otherwise."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + erf(x * x.dtype.type(1.0 / math.sqrt(2.0))))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    t = x.dtype.type
+    inner = t(math.sqrt(2.0 / math.pi)) * (x + t(0.044715) * x * x * x)
+    return t(0.5) * x * (t(1.0) + np.tanh(inner))
+
+
+@kernel("Gelu", domain=MS, since=1)
+def ms_gelu(x: np.ndarray) -> np.ndarray:
+    return _gelu_erf(_wide(x)).astype(np.asarray(x).dtype)
+
+
+@kernel("BiasGelu", domain=MS, since=1)
+def bias_gelu(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _gelu_erf(_wide(a) + _wide(b)).astype(np.asarray(a).dtype)
+
+
+@kernel("FastGelu", domain=MS, since=1)
+def fast_gelu(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    v = _wide(x)
+    if bias is not None:
+        v = v + _wide(bias)
+    return _gelu_tanh(v).astype(np.asarray(x).dtype)
+
+
+@kernel("QuickGelu", domain=MS, since=1)
+def quick_gelu(x: np.ndarray, *, alpha: float = 1.702) -> np.ndarray:
+    v = _wide(x)
+    t = v.dtype.type
+    with np.errstate(over="ignore"):
+        out = v / (t(1.0) + np.exp(-t(alpha) * v))
+    return out.astype(np.asarray(x).dtype)
+
+
+@kernel("BiasAdd", domain=MS, since=1)
+def bias_add(x: np.ndarray, bias: np.ndarray, skip: np.ndarray) -> np.ndarray:
+    return (_wide(x) + _wide(bias) + _wide(skip)).astype(np.asarray(x).dtype)
+
+
+def _batch_transpose(a: np.ndarray, trans_batch: int, trans: int) -> np.ndarray:
+    """FusedMatMul operand layout: transBatch moves dimension 0 behind the batch dimensions
+    ([d0, b1..bk, m, n] -> [b1..bk, d0, n] read as the matrix [.., m', n]); trans swaps the
+    two matrix dimensions."""
+    if a.ndim < 2:
+        return a
+    r = a.ndim
+    if trans_batch and r > 2:
+        if trans:
+            perm = [*range(1, r - 1), r - 1, 0]
+        else:
+            perm = [*range(1, r - 1), 0, r - 1]
+        return np.transpose(a, perm)
+    if trans:
+        return np.swapaxes(a, -1, -2)
+    return a
+
+
+@kernel("FusedMatMul", domain=MS, since=1)
+def fused_matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    transBatchA: int = 0,
+    transBatchB: int = 0,
+) -> np.ndarray:
+    dtype = np.asarray(a).dtype
+    aa = _batch_transpose(_wide(a), transBatchA, transA)
+    bb = _batch_transpose(_wide(b), transBatchB, transB)
+    try:
+        out = np.matmul(aa, bb)
+    except ValueError as exc:
+        raise ExecutionError(f"FusedMatMul: {exc}") from None
+    if alpha != 1.0:
+        out = out * out.dtype.type(alpha)
+    return out.astype(dtype)
+
+
+def _normalize(
+    x: np.ndarray, axis: int, epsilon: float, simplified: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(normalised x, mean, 1/std) over the dimensions from ``axis`` on, keepdims."""
+    axes = tuple(range(axis, x.ndim))
+    if simplified:
+        mean = np.zeros(x.shape[:axis] + (1,) * (x.ndim - axis), dtype=x.dtype)
+        centered = x
+    else:
+        mean = x.mean(axis=axes, keepdims=True)
+        centered = x - mean
+    var = (centered * centered).mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(var + x.dtype.type(epsilon))
+    return centered * inv_std, mean, inv_std
+
+
+def _norm_axis(axis: int, rank: int, op: str) -> int:
+    if not -rank <= axis < rank:
+        raise ExecutionError(f"{op}: axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+@kernel("LayerNormalization", domain=MS, since=1)
+def ms_layer_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xa = np.asarray(x)
+    v = _wide(xa)
+    ax = _norm_axis(axis, v.ndim, "LayerNormalization")
+    normed, mean, inv_std = _normalize(v, ax, epsilon, simplified=False)
+    y = normed * _wide(scale)
+    if b is not None:
+        y = y + _wide(b)
+    return y.astype(xa.dtype), mean.astype(np.float32), inv_std.astype(np.float32)
+
+
+def _simplified_layer_norm(
+    x: np.ndarray, scale: np.ndarray, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    xa = np.asarray(x)
+    v = _wide(xa)
+    ax = _norm_axis(axis, v.ndim, "SimplifiedLayerNormalization")
+    normed, _, inv_std = _normalize(v, ax, epsilon, simplified=True)
+    y = normed * _wide(scale)
+    return y.astype(np.asarray(scale).dtype), inv_std.astype(np.float32)
+
+
+# onnxruntime registers SimplifiedLayerNormalization in the default domain (no ONNX op of
+# that name exists) and its optimizer emits it there; com.microsoft is accepted as well.
+kernel("SimplifiedLayerNormalization", domain=MS, since=1)(_simplified_layer_norm)
+kernel("SimplifiedLayerNormalization", domain="", since=1)(_simplified_layer_norm)
+
+
+def _skip_norm(
+    x: np.ndarray,
+    skip: np.ndarray,
+    gamma: np.ndarray,
+    beta: np.ndarray | None,
+    bias: np.ndarray | None,
+    epsilon: float,
+    simplified: bool,
+) -> tuple[np.ndarray, ...]:
+    xa = np.asarray(x)
+    total = _wide(xa) + _wide(skip)
+    if bias is not None:
+        total = total + _wide(bias)
+    normed, mean, inv_std = _normalize(total, total.ndim - 1, epsilon, simplified)
+    y = normed * _wide(gamma)
+    if beta is not None:
+        y = y + _wide(beta)
+    return (
+        y.astype(xa.dtype),
+        mean.astype(np.float32),
+        inv_std.astype(np.float32),
+        total.astype(xa.dtype),
+    )
+
+
+@kernel("SkipLayerNormalization", domain=MS, since=1)
+def skip_layer_norm(
+    x: np.ndarray,
+    skip: np.ndarray,
+    gamma: np.ndarray,
+    beta: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    epsilon: float = 1e-12,
+) -> tuple[np.ndarray, ...]:
+    return _skip_norm(x, skip, gamma, beta, bias, epsilon, simplified=False)
+
+
+@kernel("SkipSimplifiedLayerNormalization", domain=MS, since=1)
+def skip_simplified_layer_norm(
+    x: np.ndarray,
+    skip: np.ndarray,
+    gamma: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    epsilon: float = 1e-12,
+) -> tuple[np.ndarray, ...]:
+    return _skip_norm(x, skip, gamma, None, bias, epsilon, simplified=True)
+
+
+def embed_sum(
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray | None,
+    word: np.ndarray,
+    position: np.ndarray,
+    segment: np.ndarray | None,
+    position_ids: np.ndarray | None,
+) -> np.ndarray:
+    ids = np.asarray(input_ids, dtype=np.int64)
+    if ids.ndim != 2:
+        raise ExecutionError("EmbedLayerNormalization: input_ids must be [batch, sequence]")
+    b, s = ids.shape
+    for name, table, index in (("word", word, ids), ("position", position, position_ids)):
+        if (
+            index is not None
+            and np.asarray(index).size
+            and (np.asarray(index).min() < 0 or np.asarray(index).max() >= table.shape[0])
+        ):
+            raise ExecutionError(f"EmbedLayerNormalization: {name} id out of range")
+    out = _wide(word)[ids]
+    if position_ids is not None:
+        pos = np.broadcast_to(np.asarray(position_ids, dtype=np.int64), (b, s))
+        out = out + _wide(position)[pos]
+    else:
+        if s > position.shape[0]:
+            raise ExecutionError("EmbedLayerNormalization: sequence longer than position table")
+        out = out + _wide(position)[:s][None]
+    if segment is not None and segment_ids is not None:
+        out = out + _wide(segment)[np.asarray(segment_ids, dtype=np.int64)]
+    return out
+
+
+@kernel("EmbedLayerNormalization", domain=MS, since=1)
+def embed_layer_norm(
+    input_ids: np.ndarray,
+    segment_ids: np.ndarray | None,
+    word_embedding: np.ndarray,
+    position_embedding: np.ndarray,
+    segment_embedding: np.ndarray | None = None,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    *,
+    epsilon: float = 1e-12,
+    mask_index_type: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if gamma is None or beta is None:
+        raise ExecutionError("EmbedLayerNormalization: gamma and beta are required")
+    total = embed_sum(
+        input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, position_ids
+    )
+    normed, _, _ = _normalize(total, total.ndim - 1, epsilon, simplified=False)
+    y = normed * _wide(gamma) + _wide(beta)
+    dtype = np.asarray(word_embedding).dtype
+    ids = np.asarray(input_ids)
+    if mask is not None:
+        mask_index = (np.asarray(mask) != 0).sum(axis=1).astype(np.int32)
+    else:
+        mask_index = np.zeros(ids.shape[0], dtype=np.int32)
+    return y.astype(dtype), mask_index, total.astype(dtype)

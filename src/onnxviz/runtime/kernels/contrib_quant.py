@@ -1,0 +1,69 @@
+"""com.microsoft MatMulNBits: matmul with block-wise 2..8-bit quantised weights."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.registry import kernel
+
+MS = "com.microsoft"
+
+
+def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first ``count`` ``bits``-wide unsigned values of each row of bytes, packed from
+    the least significant bits of each byte upward."""
+    per_byte = 8 // bits
+    shifts = (np.arange(per_byte, dtype=np.uint8) * bits).astype(np.uint8)
+    mask = np.uint8((1 << bits) - 1)
+    values = (packed[..., None] >> shifts) & mask
+    return values.reshape(*packed.shape[:-1], -1)[..., :count]
+
+
+@kernel("MatMulNBits", domain=MS, since=1)
+def matmul_nbits(
+    a: np.ndarray,
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None = None,
+    g_idx: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int = 4,
+    accuracy_level: int = 0,
+    weight_prepacked: int = 0,
+) -> np.ndarray:
+    if bits not in (2, 4, 8):
+        raise ExecutionError(f"MatMulNBits: bits={bits} is not supported (2, 4 or 8)")
+    if weight_prepacked:
+        raise ExecutionError("MatMulNBits: prepacked weights are execution-provider specific")
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ExecutionError("MatMulNBits: block_size must be a power of two >= 16")
+    dtype = np.asarray(a).dtype
+    k_blocks = (K + block_size - 1) // block_size
+    blob = block_size * bits // 8
+    packed = np.asarray(b, dtype=np.uint8).reshape(N, k_blocks, blob)
+    q = unpack_bits(packed, bits, block_size).reshape(N, k_blocks * block_size)[:, :K]
+    sc = np.asarray(scales).astype(np.float32).reshape(N, k_blocks)
+    if zero_points is None:
+        zp = np.full((N, k_blocks), 2 ** (bits - 1), dtype=np.float32)
+    elif np.asarray(zero_points).dtype == np.uint8:
+        zp_bytes = np.asarray(zero_points, dtype=np.uint8).reshape(N, -1)
+        zp = unpack_bits(zp_bytes, bits, k_blocks).astype(np.float32)
+    else:
+        zp = np.asarray(zero_points).astype(np.float32).reshape(N, k_blocks)
+    if g_idx is not None:
+        block_of_k = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
+    else:
+        block_of_k = np.arange(K) // block_size
+    w = (q.astype(np.float32) - zp[:, block_of_k]) * sc[:, block_of_k]  # [N, K]
+    av = np.asarray(a).astype(np.float32)
+    if av.shape[-1] != K:
+        raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
+    y = av @ w.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float32)
+    return y.astype(dtype)
