@@ -1,0 +1,317 @@
+"""Resize (opsets 10-19) and Upsample (1-10).
+
+Resampling is separable: every resized axis gets a small tap table (input index and
+weight for each output position), and the axis is resampled with one `take` and a
+multiply-add per tap.  Linear and cubic with antialias use the same tables with the
+filter stretched by 1/scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.nn_geometry import compute_dtype
+from onnxviz.runtime.registry import KernelContext, kernel
+
+
+def _original_coords(
+    n_out: int,
+    n_in: int,
+    scale: float,
+    mode: str,
+    roi: tuple[float, float],
+) -> np.ndarray:
+    """Input coordinate of each output position (coordinate_transformation_mode)."""
+    x = np.arange(n_out, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = n_out / (n_in * scale)
+        offset = n_in / 2 * (1 - adjustment)
+        return offset + (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        # length_resized is the real-valued n_in * scale when scales were given.
+        length = n_in * scale
+        return x * (n_in - 1) / (length - 1) if n_out > 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if n_out > 1:
+            return start * (n_in - 1) + x * (end - start) * (n_in - 1) / (n_out - 1)
+        return np.full(n_out, 0.5 * (start + end) * (n_in - 1))
+    raise ExecutionError(f"Resize: unknown coordinate_transformation_mode '{mode}'")
+
+
+def _nearest_index(x: np.ndarray, nearest_mode: str, downsampling: bool) -> np.ndarray:
+    if nearest_mode == "round_prefer_floor":
+        return np.ceil(x - 0.5)
+    if nearest_mode == "round_prefer_ceil":
+        return np.floor(x + 0.5)
+    if nearest_mode == "floor":
+        return np.floor(x)
+    if nearest_mode == "ceil":
+        return np.ceil(x)
+    if nearest_mode == "simple":  # opset 10 / Upsample: truncate up, ceil down
+        return np.ceil(x) if downsampling else np.floor(x)
+    raise ExecutionError(f"Resize: unknown nearest_mode '{nearest_mode}'")
+
+
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _taps(
+    coords: np.ndarray,
+    n_in: int,
+    scale: float,
+    interp: str,
+    cubic_a: float,
+    antialias: bool,
+    exclude_outside: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each (n_out, taps)."""
+    base = np.floor(coords)
+    frac = (coords - base)[:, None]
+    support = 1 if interp == "linear" else 2
+    s = min(scale, 1.0) if antialias else 1.0
+    start = int(np.floor(-support / s) + 1)
+    if interp == "linear":
+        offsets = np.arange(start, start + 2 - 2 * start)
+    else:
+        offsets = np.arange(start, 2 - start)
+    dist = (offsets[None, :] - frac) * s
+    if interp == "linear":
+        weights = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        weights = _cubic_kernel(dist, cubic_a)
+    index = base[:, None].astype(np.int64) + offsets[None, :]
+    if exclude_outside:
+        weights = np.where((index >= 0) & (index < n_in), weights, 0.0)
+    total = weights.sum(axis=1, keepdims=True)
+    if antialias or exclude_outside:
+        weights = weights / np.where(total == 0, 1, total)
+    return np.clip(index, 0, n_in - 1), weights
+
+
+def _resample_axis(
+    x: np.ndarray, axis: int, index: np.ndarray, weights: np.ndarray | None
+) -> np.ndarray:
+    if weights is None:
+        return np.take(x, index, axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    acc = None
+    for t in range(index.shape[1]):
+        w = weights[:, t]
+        if not np.any(w):
+            continue
+        term = np.take(x, index[:, t], axis=axis) * w.astype(x.dtype).reshape(shape)
+        acc = term if acc is None else acc + term
+    if acc is None:
+        new_shape = list(x.shape)
+        new_shape[axis] = index.shape[0]
+        return np.zeros(new_shape, dtype=x.dtype)
+    return acc
+
+
+def resize_nd(
+    x: np.ndarray,
+    out_shape: Sequence[int],
+    scales: Sequence[float],
+    *,
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+    antialias: int = 0,
+    roi: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Resize every axis whose size or scale changes; scales are per axis of x."""
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ExecutionError(f"Resize: unknown mode '{mode}'")
+    rank = x.ndim
+    integer = x.dtype.kind in "iub"
+    y = x if mode == "nearest" else x.astype(compute_dtype(x.dtype) if not integer else np.float32)
+    outside: np.ndarray | None = None
+    crop = coordinate_transformation_mode == "tf_crop_and_resize"
+    for axis in range(rank):
+        n_in, n_out, scale = x.shape[axis], int(out_shape[axis]), float(scales[axis])
+        axis_roi = (
+            (float(roi[axis]), float(roi[axis + rank]))
+            if roi is not None and len(roi) == 2 * rank
+            else (0.0, 1.0)
+        )
+        if n_in == n_out and scale == 1.0 and not crop:
+            continue
+        coords = _original_coords(n_out, n_in, scale, coordinate_transformation_mode, axis_roi)
+        if crop:
+            bad = (coords < 0) | (coords > n_in - 1)
+            if bad.any():
+                shape = [1] * rank
+                shape[axis] = n_out
+                bad_b = bad.reshape(shape)
+                outside = bad_b if outside is None else outside | bad_b
+        if mode == "nearest":
+            idx = _nearest_index(coords, nearest_mode, scale < 1).astype(np.int64)
+            y = _resample_axis(y, axis, np.clip(idx, 0, n_in - 1), None)
+        else:
+            index, weights = _taps(
+                coords, n_in, scale, mode, cubic_coeff_a, bool(antialias), bool(exclude_outside)
+            )
+            y = _resample_axis(y, axis, index, weights)
+    if outside is not None:
+        y = np.where(outside, np.asarray(extrapolation_value, dtype=y.dtype), y)
+    if y.dtype != x.dtype:
+        if integer:
+            info = np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+            y = np.rint(y)
+            if info is not None:
+                y = np.clip(y, info.min, info.max)
+        y = y.astype(x.dtype)
+    return np.ascontiguousarray(y)
+
+
+def _sizes_from(
+    x: np.ndarray,
+    axes: list[int],
+    scales: np.ndarray | None,
+    sizes: np.ndarray | None,
+    policy: str,
+) -> tuple[list[int], list[float]]:
+    rank = x.ndim
+    out = list(x.shape)
+    sc = [1.0] * rank
+    if sizes is not None and np.size(sizes) > 0:
+        req = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(req) != len(axes):
+            raise ExecutionError(f"Resize: sizes {req} do not match axes {axes}")
+        if policy == "stretch":
+            for a, n in zip(axes, req):
+                out[a] = n
+                sc[a] = n / x.shape[a]
+        elif policy in ("not_larger", "not_smaller"):
+            ratios = [n / x.shape[a] for a, n in zip(axes, req)]
+            common = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                out[a] = int(np.floor(common * x.shape[a] + 0.5))
+                sc[a] = common
+        else:
+            raise ExecutionError(f"Resize: unknown keep_aspect_ratio_policy '{policy}'")
+        return out, sc
+    if scales is None or np.size(scales) == 0:
+        raise ExecutionError("Resize: one of scales and sizes must be given")
+    vals = [float(v) for v in np.asarray(scales).reshape(-1)]
+    if len(vals) != len(axes):
+        raise ExecutionError(f"Resize: scales {vals} do not match axes {axes}")
+    for a, s in zip(axes, vals):
+        if s <= 0:
+            raise ExecutionError(f"Resize: scales must be positive, got {vals}")
+        sc[a] = s
+        out[a] = int(np.floor(x.shape[a] * s))
+    return out, sc
+
+
+@kernel("Resize", since=(11, 13, 18, 19), ctx=True)
+def resize(
+    ctx: KernelContext,
+    x: np.ndarray,
+    roi: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    sizes: np.ndarray | None = None,
+    *,
+    antialias: int = 0,
+    axes: list[int] | None = None,
+    coordinate_transformation_mode: str = "half_pixel",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+    keep_aspect_ratio_policy: str = "stretch",
+    mode: str = "nearest",
+    nearest_mode: str = "round_prefer_floor",
+) -> np.ndarray:
+    rank = x.ndim
+    ax = [a % rank for a in axes] if axes else list(range(rank))
+    out, sc = _sizes_from(x, ax, scales, sizes, keep_aspect_ratio_policy)
+    full_roi: list[float] | None = None
+    if roi is not None and np.size(roi) > 0:
+        r = [float(v) for v in np.asarray(roi).reshape(-1)]
+        full_roi = [0.0] * rank + [1.0] * rank
+        for i, a in enumerate(ax):
+            full_roi[a] = r[i]
+            full_roi[a + rank] = r[i + len(ax)]
+    return resize_nd(
+        x,
+        out,
+        sc,
+        mode=mode,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        nearest_mode=nearest_mode,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        antialias=antialias,
+        roi=full_roi,
+    )
+
+
+def _legacy_upsample(x: np.ndarray, scales: Sequence[float], mode: str) -> np.ndarray:
+    """Opset-10 Resize and Upsample: asymmetric coordinates, 'simple' nearest rounding."""
+    if len(scales) != x.ndim:
+        raise ExecutionError(f"Upsample/Resize: {len(scales)} scales for rank {x.ndim}")
+    interp = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}.get(mode)
+    if interp is None:
+        raise ExecutionError(f"Upsample/Resize: unknown mode '{mode}'")
+    out = [int(np.floor(n * s)) for n, s in zip(x.shape, scales)]
+    return resize_nd(
+        x,
+        out,
+        scales,
+        mode=interp,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="simple",
+    )
+
+
+@kernel("Resize", since=10)
+def resize_v10(x: np.ndarray, scales: np.ndarray, *, mode: str = "nearest") -> np.ndarray:
+    return _legacy_upsample(x, [float(v) for v in np.asarray(scales).reshape(-1)], mode)
+
+
+@kernel("Upsample", since=(9, 10))
+def upsample_v9(x: np.ndarray, scales: np.ndarray, *, mode: str = "nearest") -> np.ndarray:
+    return _legacy_upsample(x, [float(v) for v in np.asarray(scales).reshape(-1)], mode)
+
+
+@kernel("Upsample", since=7)
+def upsample_v7(
+    x: np.ndarray, *, mode: str = "nearest", scales: list[float] | None = None
+) -> np.ndarray:
+    if not scales:
+        raise ExecutionError("Upsample: the scales attribute is required")
+    return _legacy_upsample(x, scales, mode)
+
+
+@kernel("Upsample", since=1)
+def upsample_v1(
+    x: np.ndarray,
+    *,
+    height_scale: float = 1.0,
+    width_scale: float = 1.0,
+    mode: str = "nearest",
+    **_unused: Any,
+) -> np.ndarray:
+    if x.ndim != 4:
+        raise ExecutionError(f"Upsample-1 expects a 4-D NCHW input, got shape {x.shape}")
+    return _legacy_upsample(x, [1.0, 1.0, height_scale, width_scale], mode)
