@@ -387,3 +387,18 @@ def test_initializer_listed_as_input_is_a_default_that_feeds_override() -> None:
     assert sess.run({"x": x})["y"][0] == -1.0  # folded value reused
     assert sess.run({"x": x, "w": np.array([5.0], np.float32)})["y"][0] == -4.0
     assert sess.run({"x": x})["y"][0] == -1.0
+
+
+def test_kernel_older_than_schema_version_yields_to_the_schema_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry.load_all_kernels()
+    monkeypatch.setitem(registry._REGISTRY, ("", "Selu"), [])
+    registry.kernel("Selu", since=1)(lambda x, **_: x * 0)  # stands for a v1-only kernel
+    node = helper.make_node("Selu", ["x"], ["y"])
+    old = Session(make([node], [vi("x", F, [1])], [vi("y", F, [1])], opset=1))
+    assert old.plan.nodes[0].kind == "kernel"
+    new = Session(make([node], [vi("x", F, [1])], [vi("y", F, [1])], opset=22))
+    assert new.plan.nodes[0].kind == "schema_function"
+    y = new.run({"x": np.array([1.0], np.float32)})["y"]
+    np.testing.assert_allclose(y, [1.0507009873554805], rtol=1e-6)

@@ -56,6 +56,12 @@ def _schema(domain: str, op_type: str, opset: int) -> Any:
         return None
 
 
+def schema_since_version(domain: str, op_type: str, opset: int) -> int:
+    """since_version of the schema in force at ``opset`` (0 for an unknown op)."""
+    schema = _schema(domain, op_type, opset)
+    return int(schema.since_version) if schema is not None else 0
+
+
 def has_schema_function(domain: str, op_type: str, opset: int) -> bool:
     schema = _schema(domain, op_type, opset)
     if schema is None:

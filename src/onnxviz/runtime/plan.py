@@ -34,6 +34,7 @@ from onnxviz.runtime.functions import (
     find_local_function,
     function_opsets,
     has_schema_function,
+    schema_since_version,
 )
 from onnxviz.runtime.registry import KernelSpec, normalize_domain, resolve
 
@@ -210,6 +211,12 @@ def _classify(
         return "control", None, None, ""
     spec = resolve(domain, node.op_type, opset)
     if spec is not None:
+        # A kernel registered for an older version than the schema in force is only a
+        # fallback: the schema's own function body, when it has one, is exact.
+        if spec.since_version < schema_since_version(
+            domain, node.op_type, opset
+        ) and has_schema_function(domain, node.op_type, opset):
+            return "schema_function", None, None, ""
         return "kernel", spec, None, ""
     fn = find_local_function(ctx.functions, node)
     if fn is not None:
