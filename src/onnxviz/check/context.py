@@ -74,6 +74,7 @@ class CheckContext:
         for fn in self.model.functions:
             self.functions.setdefault((norm_domain(fn.domain), fn.name, fn.overload), fn)
         self._declared: dict[str, dict[str, TypeProto]] = {}
+        self._declared_extra: dict[str, dict[str, list[TypeProto]]] = {}
         self._implicit: dict[str, dict[str, list[int]]] = {}
 
     # -- scopes ----------------------------------------------------------------------
@@ -120,20 +121,31 @@ class CheckContext:
         got = self._declared.get(scope.path)
         if got is None:
             got = {}
+            extra: dict[str, list[TypeProto]] = {}
             g = scope.graph
-            if g is not None:
-                for vi in (*g.value_info, *g.output, *g.input):
-                    if vi.HasField("type"):
-                        got[vi.name] = vi.type
-            elif scope.function is not None:
-                for vi in scope.function.value_info:
-                    if vi.HasField("type"):
+            entries = (*g.input, *g.output, *g.value_info) if g is not None else ()
+            if scope.function is not None:
+                entries = tuple(scope.function.value_info)
+            for vi in entries:
+                if vi.HasField("type"):
+                    if vi.name in got:
+                        extra.setdefault(vi.name, [got[vi.name]]).append(vi.type)
+                    else:
                         got[vi.name] = vi.type
             self._declared[scope.path] = got
+            self._declared_extra[scope.path] = extra
         return got
+
+    def declarations(self, scope: GraphScope, name: str) -> list[TypeProto]:
+        """Every type declared for name in this graph (input, output, value_info)."""
+        first = self.declared_types(scope).get(name)
+        if first is None:
+            return []
+        return self._declared_extra[scope.path].get(name) or [first]
 
     def forget_declared(self, path: str) -> None:
         self._declared.pop(path, None)
+        self._declared_extra.pop(path, None)
         self._implicit.pop(path, None)
 
     def inferred_type(self, path: str, name: str) -> TypeProto | None:
@@ -172,11 +184,12 @@ def initializer_type(scope: GraphScope, name: str) -> TypeProto | None:
                 tp.tensor_type.shape.dim.add().dim_value = v
             return tp
         if d.kind == "sparse_initializer":
+            # A sparse initializer is stored sparse but used as a dense tensor.
             s = g.sparse_initializer[d.index]
             tp = TypeProto()
-            tp.sparse_tensor_type.elem_type = s.values.data_type
-            tp.sparse_tensor_type.shape.SetInParent()
+            tp.tensor_type.elem_type = s.values.data_type
+            tp.tensor_type.shape.SetInParent()
             for v in s.dims:
-                tp.sparse_tensor_type.shape.dim.add().dim_value = v
+                tp.tensor_type.shape.dim.add().dim_value = v
             return tp
     return None

@@ -20,6 +20,7 @@ Either way the result equals a full run: tests compare the two.
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -265,6 +266,9 @@ def incremental_run(
         declared = ctx._declared.get(path)
         if declared is not None and old in declared:
             declared[new] = declared.pop(old)
+        extra = ctx._declared_extra.get(path)
+        if extra is not None and old in extra:
+            extra[new] = extra.pop(old)
         seen.discard(old)
         seen.discard(new)
         seen.update(now_names)
@@ -412,7 +416,7 @@ def _inference_diags(state: ValidationState, own_errors: list[Diagnostic]) -> li
             if scope is not None and f.node_index < len(scope.nodes)
             else f"#{f.node_index}"
         )
-        if f.known_gap and not own_errors:
+        if f.known_gap:
             out.append(
                 diag(
                     "I003",
@@ -454,21 +458,93 @@ def _checker_diags(state: ValidationState, errors: list[Diagnostic]) -> list[Dia
     ]
 
 
+# Words in onnx.checker's messages and the codes of ours that explain such a complaint.
+_CHECKER_TOPICS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("opset", frozenset({"O001", "O002", "O003", "O015", "O017", "F006"})),
+    (
+        "ir_version",
+        frozenset(
+            {
+                "M001",
+                "T001",
+                "T002",
+                "F002",
+                "F003",
+                "F004",
+                "F005",
+                "F009",
+                "M006",
+                "M007",
+                "M013",
+                "N007",
+            }
+        ),
+    ),
+    ("single static assignment", frozenset({"G001", "N001", "N002"})),
+    ("ssa", frozenset({"G001", "N001", "N002"})),
+    ("topolog", frozenset({"G002", "G003", "G004"})),
+    ("not output of any previous nodes", frozenset({"G002", "G003", "G004"})),
+    ("output of any node", frozenset({"G005"})),
+    ("attribute", frozenset({"O008", "O009", "O010", "O011", "O012", "O013", "O014", "O016"})),
+    ("no op registered", frozenset({"O003", "O002"})),
+    ("number of input", frozenset({"O006", "G006"})),
+    ("number of output", frozenset({"O007", "G006"})),
+    ("input", frozenset({"O006", "G006", "G004", "G007", "G008", "G009"})),
+    ("output", frozenset({"O007", "G006", "G005", "G007", "G008", "G009"})),
+    ("shape", frozenset({"G009", "T005", "D201", "D213"})),
+    ("elem_type", frozenset({"T003", "T008", "G008"})),
+    ("type", frozenset({"T001", "T002", "T003", "T004", "T005", "T007", "T008", "G008", "D210"})),
+    (
+        "tensor",
+        frozenset(
+            {
+                "D201",
+                "D202",
+                "D203",
+                "D204",
+                "D205",
+                "D206",
+                "D207",
+                "D208",
+                "D209",
+                "D210",
+                "D211",
+                "D213",
+            }
+        ),
+    ),
+    ("sparse", frozenset({"D208", "D209", "M013"})),
+    ("data_location", frozenset({"D203", "D206", "D207"})),
+    ("file", frozenset({"D101", "D102", "D103", "D104", "D205"})),
+    (
+        "external",
+        frozenset({"D101", "D102", "D103", "D104", "D203", "D204", "D205", "D206", "D207", "D212"}),
+    ),
+    (
+        "function",
+        frozenset({"F001", "F002", "F003", "F004", "F005", "F006", "F007", "F008", "F009", "O018"}),
+    ),
+    ("name", frozenset({"G007", "G010", "O016"})),
+    ("initializer", frozenset({"N007", "N002", "G001", "T007", "M013"})),
+    ("metadata", frozenset({"M002", "F005"})),
+    ("training", frozenset({"M003", "M004", "M005", "M006"})),
+)
+
+
 def _explained(chk: CheckerResult, errors: list[Diagnostic]) -> bool:
-    """Whether one of our errors is about the thing the checker complains about."""
+    """Whether one of our errors is about the thing the checker complains about: the same
+    node or value, or a code whose topic the checker's message names."""
     msg = chk.message or ""
     if chk.node_name and any(d.location.node == chk.node_name for d in errors):
         return True
-    quoted = set(_quoted(msg))
+    quoted = set(_quoted(msg)) | set(re.findall(r"[\w./:-]+", msg))
     for d in errors:
         loc = d.location
-        if loc.value and loc.value in quoted or loc.attribute and loc.attribute in quoted:
+        if any(x and x in quoted for x in (loc.value, loc.attribute, loc.node)):
             return True
-        if loc.node and loc.node in quoted:
-            return True
-    # Without a handle on the place, any error of ours on a node the checker names by op
-    # or on the model as a whole counts: the checker stops at its first complaint.
-    return bool(errors) and not chk.node_name and not quoted
+    low = msg.lower()
+    ours = {d.code for d in errors}
+    return any(word in low and codes & ours for word, codes in _CHECKER_TOPICS)
 
 
 def _quoted(text: str) -> list[str]:

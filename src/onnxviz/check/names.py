@@ -63,35 +63,32 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
             continue
         found: list[Diagnostic] = []
         defs = defs_all.get(name)
-        if defs is not None:
-            if ancestors:
-                outer = next((a for a in ancestors if name in a.definitions), None)
-                if outer is not None:
-                    d = defs[0]
-                    node = scope.node_label(d.index) if d.kind == "node_output" else None
-                    kind = d.kind.replace("_", " ")
+        if defs is not None and ancestors:
+            outer = next((a for a in ancestors if name in a.definitions), None)
+            if outer is not None:
+                d = defs[0]
+                node = scope.node_label(d.index) if d.kind == "node_output" else None
+                kind = d.kind.replace("_", " ")
+                found.append(
+                    diag(
+                        "N001",
+                        f"The {kind} '{name}' shadows the value of the same name in outer graph '{outer.path}'.",
+                        path,
+                        node=node,
+                        value=name,
+                    )
+                )
+            if ctx.ir_version >= 4 and len(defs) > 1:
+                kinds = {d.kind for d in defs}
+                if "input" in kinds and ("initializer" in kinds or "sparse_initializer" in kinds):
                     found.append(
                         diag(
-                            "N001",
-                            f"The {kind} '{name}' shadows the value of the same name in outer graph '{outer.path}'.",
+                            "N002",
+                            f"'{name}' is both an input and an initializer of this subgraph.",
                             path,
-                            node=node,
                             value=name,
                         )
                     )
-                if ctx.ir_version >= 4 and len(defs) > 1:
-                    kinds = {d.kind for d in defs}
-                    if "input" in kinds and (
-                        "initializer" in kinds or "sparse_initializer" in kinds
-                    ):
-                        found.append(
-                            diag(
-                                "N002",
-                                f"'{name}' is both an input and an initializer of this subgraph.",
-                                path,
-                                value=name,
-                            )
-                        )
         if found:
             out[name] = found
     return out

@@ -66,6 +66,8 @@ def node_rules(ctx: CheckContext, scope: GraphScope, index: int) -> list[Diagnos
     domain = norm_domain(node.domain)
     opsets = ctx.opsets_for(scope)
     if domain not in opsets:
+        if domain == "" and "" not in ctx.model_opsets:
+            return out  # O001, reported once for the model
         shown = domain or "ai.onnx"
         out.append(
             diag(
@@ -363,14 +365,19 @@ def _schema_attribute_rules(
 def model_rules(ctx: CheckContext) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     m = ctx.model
-    if ctx.ir_version >= 3 and "" not in ctx.model_opsets:
-        out.append(
-            diag(
-                "O001",
-                "The model does not import the default operator set (domain '' / 'ai.onnx').",
-                field="opset_import",
+    if "" not in ctx.model_opsets:
+        user = _first_default_domain_node(ctx)
+        if user is not None:
+            out.append(
+                diag(
+                    "O001",
+                    f"Node '{user[1]}' uses the default operator set (domain '' / 'ai.onnx'), "
+                    "which the model does not import.",
+                    user[0],
+                    node=user[1],
+                    field="opset_import",
+                )
             )
-        )
     out.extend(_opset_list_rules(m.opset_import, "main", "opset_import"))
     for fn in m.functions:
         from onnxviz.model.scopes import function_path
@@ -417,3 +424,13 @@ def _opset_list_rules(entries: object, path: str, field_name: str) -> list[Diagn
             )
         seen.add(d)
     return out
+
+
+def _first_default_domain_node(ctx: CheckContext) -> tuple[str, str] | None:
+    for scope in ctx.scopes:
+        if "" in ctx.opsets_for(scope):
+            continue
+        for i, node in enumerate(scope.nodes):
+            if norm_domain(node.domain) == "":
+                return scope.path, scope.node_label(i)
+    return None

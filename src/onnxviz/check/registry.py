@@ -159,19 +159,12 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "an initializer of the main graph is not a graph input (IR <= 3)",
         "list the initializer among the graph inputs or raise ir_version to 4 or later",
     ),
-    (
-        "N008",
-        E,
-        "IR#names-within-a-graph",
-        "a graph input name is listed twice",
-        "remove the duplicate input",
-    ),
     # --- O: operators, opsets, attributes -----------------------------------------------
     (
         "O001",
         E,
         "IR#operator-sets",
-        "the model does not import the default (ai.onnx) operator set",
+        "a node uses the default (ai.onnx) operator set, which the model does not import",
         "add an opset_import entry for domain ''",
     ),
     (
@@ -280,13 +273,6 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "IR#functions",
         "a call to a model-local function has more inputs or outputs than the function",
         "match the function signature",
-    ),
-    (
-        "O019",
-        E,
-        "IR#nodes",
-        "a node names an input or output of the same value twice in its outputs",
-        "each output of a node needs its own name",
     ),
     # --- T: types and shapes ------------------------------------------------------------
     (
