@@ -1,0 +1,266 @@
+"""com.microsoft contrib kernels against onnxruntime, which implements them natively."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from tests.runtime.nodecases import run_graph_simply
+
+ort = pytest.importorskip("onnxruntime")
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(1234)
+
+
+def _f(*shape: int) -> np.ndarray:
+    return RNG.normal(size=shape).astype(np.float32)
+
+
+def single_node_model(
+    op: str, inputs: list[np.ndarray | None], n_out: int, domain: str, attrs: dict[str, Any]
+) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    names = [f"in{k}" if v is not None else "" for k, v in enumerate(inputs)]
+    outs = [f"out{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, domain=domain, **attrs)
+    real = [(n, v) for n, v in zip(names, inputs) if v is not None]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in real
+        ],
+        [onnx.ValueInfoProto(name=o) for o in outs],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=8,
+    )
+    return model, [v for _, v in real]
+
+
+def compare_with_ort(
+    op: str,
+    inputs: list[np.ndarray | None],
+    n_out: int = 1,
+    domain: str = MS,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    **attrs: Any,
+) -> None:
+    model, feeds = single_node_model(op, inputs, n_out, domain, attrs)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {f"in{k}": v for k, v in enumerate(inputs) if v is not None})
+    actual = run_graph_simply(model, feeds)
+    assert len(actual) == len(expected)
+    for e, a in zip(expected, actual):
+        assert a.shape == e.shape
+        assert a.dtype == e.dtype
+        if e.dtype == object:
+            assert a.tolist() == e.tolist()
+        else:
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+
+
+def test_gelu_family() -> None:
+    x = _f(3, 7)
+    compare_with_ort("Gelu", [x])
+    compare_with_ort("BiasGelu", [x, _f(7)])
+    compare_with_ort("FastGelu", [x, _f(7)])
+    compare_with_ort("FastGelu", [x, None])
+    compare_with_ort("QuickGelu", [x], alpha=1.5)
+    compare_with_ort("QuickGelu", [x])  # default alpha 1.702
+
+
+def test_gelu_float16_computed_in_float32() -> None:
+    compare_with_ort("Gelu", [_f(4, 5).astype(np.float16)], rtol=1e-3, atol=1e-3)
+
+
+def test_bias_add_formula() -> None:
+    # onnxruntime has no CPU kernel for BiasAdd: check the documented formula.
+    x, b, s = _f(2, 3, 4), _f(4), _f(2, 3, 4)
+    model, feeds = single_node_model("BiasAdd", [x, b, s], 1, MS, {})
+    (y,) = run_graph_simply(model, feeds)
+    np.testing.assert_allclose(y, x + b + s, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "attrs"),
+    [
+        ((2, 3, 4), (2, 4, 5), {"alpha": 0.5}),
+        ((2, 4, 3), (2, 4, 5), {"transA": 1}),
+        ((2, 3, 4), (2, 5, 4), {"transB": 1, "alpha": 2.0}),
+        ((2, 4, 3), (2, 5, 4), {"transA": 1, "transB": 1}),
+        ((3, 2, 4), (2, 4, 5), {"transBatchA": 1}),
+        ((4, 2, 3), (2, 4, 5), {"transBatchA": 1, "transA": 1}),
+        ((2, 3, 4), (4, 2, 5), {"transBatchB": 1}),
+        ((2, 3, 4), (5, 2, 4), {"transBatchB": 1, "transB": 1}),
+        ((3, 4), (4, 6), {}),
+    ],
+)
+def test_fused_matmul(a_shape: tuple[int, ...], b_shape: tuple[int, ...], attrs: Any) -> None:
+    compare_with_ort("FusedMatMul", [_f(*a_shape), _f(*b_shape)], **attrs)
+
+
+def test_skip_layer_normalization_all_outputs() -> None:
+    compare_with_ort(
+        "SkipLayerNormalization", [_f(2, 3, 8), _f(2, 3, 8), _f(8), _f(8), _f(8)], 4, epsilon=1e-5
+    )
+    # 2-D skip broadcast over the batch, default epsilon, no beta/bias.
+    compare_with_ort("SkipLayerNormalization", [_f(2, 3, 8), _f(3, 8), _f(8)], 4)
+
+
+def test_skip_simplified_layer_normalization() -> None:
+    compare_with_ort(
+        "SkipSimplifiedLayerNormalization",
+        [_f(2, 3, 8), _f(2, 3, 8), _f(8), _f(8)],
+        4,
+        epsilon=1e-5,
+        atol=2e-5,
+    )
+
+
+def test_simplified_and_contrib_layer_normalization_in_default_domain() -> None:
+    compare_with_ort("SimplifiedLayerNormalization", [_f(2, 3, 8), _f(8)], 2, domain="")
+    compare_with_ort("SimplifiedLayerNormalization", [_f(2, 3, 8), _f(3, 8)], 2, domain="", axis=1)
+
+
+def test_simplified_layer_normalization_com_microsoft_matches_default_domain() -> None:
+    x, g = _f(2, 5, 6), _f(6)
+    ms_model, feeds = single_node_model("SimplifiedLayerNormalization", [x, g], 1, MS, {})
+    std_model, _ = single_node_model("SimplifiedLayerNormalization", [x, g], 1, "", {})
+    np.testing.assert_array_equal(
+        run_graph_simply(ms_model, feeds)[0], run_graph_simply(std_model, feeds)[0]
+    )
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(run_graph_simply(ms_model, feeds)[0], x / rms * g, rtol=1e-5)
+
+
+def test_embed_layer_normalization() -> None:
+    ids = RNG.integers(0, 10, (2, 5)).astype(np.int32)
+    seg = RNG.integers(0, 2, (2, 5)).astype(np.int32)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    compare_with_ort(
+        "EmbedLayerNormalization",
+        [ids, seg, _f(10, 8), _f(6, 8), _f(2, 8), _f(8), _f(8), mask],
+        3,
+    )
+    compare_with_ort(
+        "EmbedLayerNormalization", [ids, None, _f(10, 8), _f(6, 8), None, _f(8), _f(8)], 2
+    )
+
+
+X3 = _f(2, 4, 16)
+W48 = _f(16, 48)
+B48 = _f(48)
+
+
+@pytest.mark.parametrize(
+    ("extra", "attrs"),
+    [
+        ([], {"num_heads": 4}),
+        ([np.array([3, 4], np.int32)], {"num_heads": 4}),  # right padding lengths
+        ([np.array([4, 3, 0, 1], np.int32)], {"num_heads": 4}),  # end / start positions
+        ([np.array([[1, 1, 0, 1], [1, 1, 1, 0]], np.int32)], {"num_heads": 2, "unidirectional": 1}),
+        ([np.ones((2, 4, 4), np.int32) * np.array([1, 0, 1, 1], np.int32)], {"num_heads": 4}),
+    ],
+)
+def test_attention_masks(extra: list[np.ndarray], attrs: Any) -> None:
+    compare_with_ort("Attention", [X3, W48, B48, *extra], **attrs)
+
+
+def test_attention_with_past_and_present() -> None:
+    mask = np.array([[1, 1, 0, 1, 1, 1, 1], [1, 1, 1, 0, 1, 1, 1]], np.int32)
+    compare_with_ort(
+        "Attention", [X3, W48, B48, mask, _f(2, 2, 2, 3, 8)], 2, num_heads=2, unidirectional=1
+    )
+
+
+def test_attention_uneven_qkv_sizes_bias_and_scale() -> None:
+    compare_with_ort(
+        "Attention",
+        [X3, _f(16, 40), _f(40), None, None, _f(2, 4, 4, 4)],
+        num_heads=4,
+        qkv_hidden_sizes=[16, 16, 8],
+        scale=0.3,
+        atol=2e-5,
+    )
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_matmul_nbits(bits: int) -> None:
+    k, n, block = 40, 6, 16
+    k_blocks = (k + block - 1) // block
+    packed = RNG.integers(0, 256, (n, k_blocks, block * bits // 8)).astype(np.uint8)
+    scales = _f(n * k_blocks)
+    attrs = {"K": k, "N": n, "block_size": block, "bits": bits}
+    compare_with_ort("MatMulNBits", [_f(3, k), packed, scales], rtol=1e-4, atol=1e-4, **attrs)
+    zp = RNG.integers(0, 256, (n, (k_blocks * bits + 7) // 8)).astype(np.uint8)
+    compare_with_ort(
+        "MatMulNBits",
+        [_f(2, 3, k), packed, scales, zp, None, _f(n)],
+        rtol=1e-4,
+        atol=1e-4,
+        **attrs,
+    )
+    compare_with_ort(
+        "MatMulNBits", [_f(3, k), packed, scales, _f(n, k_blocks)], rtol=1e-4, atol=1e-4, **attrs
+    )
+
+
+def test_matmul_nbits_8bit_against_dequantised_weights() -> None:
+    # onnxruntime's CPU kernel lacks 8-bit unpacked compute: check against the definition.
+    k, n, block = 32, 3, 16
+    q = RNG.integers(0, 256, (n, 2, block)).astype(np.uint8)
+    scales = _f(n, 2)
+    a = _f(4, k)
+    model, feeds = single_node_model(
+        "MatMulNBits", [a, q, scales], 1, MS, {"K": k, "N": n, "block_size": block, "bits": 8}
+    )
+    (y,) = run_graph_simply(model, feeds)
+    w = (q.reshape(n, k).astype(np.float64) - 128) * np.repeat(scales, block, axis=1)
+    np.testing.assert_allclose(y, a @ w.T, rtol=1e-4, atol=1e-3)
+
+
+STRINGS = np.array([["Hello World", "I love computer science !"], ["a,b;;c", "  x  "]], object)
+
+
+@pytest.mark.parametrize(
+    ("data", "attrs"),
+    [
+        (STRINGS, {"mark": 1, "pad_value": "#", "mincharnum": 1, "separators": [" "]}),
+        (STRINGS, {"mark": 0, "pad_value": "#", "mincharnum": 2, "separators": [" ", ";", ","]}),
+        (STRINGS, {"mark": 1, "pad_value": "#", "mincharnum": 1, "separators": [""]}),
+        (STRINGS, {"mark": 0, "pad_value": "#", "mincharnum": 2, "tokenexp": "[a-zA-Z]+"}),
+        (STRINGS[0], {"mark": 1, "pad_value": "#", "mincharnum": 1, "tokenexp": "."}),
+        (
+            np.array(["   "], object),
+            {"mark": 1, "pad_value": "#", "mincharnum": 1, "separators": [" "]},
+        ),
+    ],
+)
+def test_tokenizer(data: np.ndarray, attrs: Any) -> None:
+    compare_with_ort("Tokenizer", [data], **attrs)
+
+
+def test_contrib_errors_are_execution_errors() -> None:
+    from onnxviz.errors import ExecutionError
+
+    model, feeds = single_node_model(
+        "MatMulNBits",
+        [_f(2, 8), np.zeros((1, 1, 8), np.uint8), _f(1)],
+        1,
+        MS,
+        {"K": 8, "N": 1, "block_size": 16, "bits": 3},
+    )
+    with pytest.raises(ExecutionError, match="bits"):
+        run_graph_simply(model, feeds)
+    model, feeds = single_node_model("Attention", [X3, _f(16, 47)], 1, MS, {"num_heads": 4})
+    with pytest.raises(ExecutionError, match="Q, K, V"):
+        run_graph_simply(model, feeds)
