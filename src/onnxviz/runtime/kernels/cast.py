@@ -107,6 +107,14 @@ def dtype_for(to: int) -> np.dtype:
 
 
 # ---------------------------------------------------------------- strings
+def _parse_int(text: str) -> int:
+    """Integer text keeps every digit; "100.5" gives 100 through float, as the spec allows."""
+    try:
+        return int(text)
+    except ValueError:
+        return int(float(text))
+
+
 def _parse_strings(x: Array, to: np.dtype) -> Array:
     """Parse a string tensor into float64, or int64/uint64 for integer targets (so large
     integers keep every digit); "INF"/"-inf"/"NaN" in any case are special values."""
@@ -114,37 +122,61 @@ def _parse_strings(x: Array, to: np.dtype) -> Array:
     try:
         if to.kind in "iu" or to in ML_INTS:
             target = np.uint64 if to.kind == "u" and to.itemsize == 8 else np.int64
-            try:
-                return np.array([int(s) for s in flat], dtype=target).reshape(x.shape)
-            except ValueError:
-                pass  # "100.5" -> 100 through float, as the spec allows
-        if to == np.bool_:
-            lowered = [s.strip().lower() for s in flat]
-            if all(s in ("true", "false") for s in lowered):
-                return np.array([s == "true" for s in lowered], dtype=bool).reshape(x.shape)
+            return np.array([_parse_int(s) for s in flat], dtype=target).reshape(x.shape)
+        if to == np.bool_:  # numbers, or the words true/false in any case
+            words = {"true": 1.0, "false": 0.0}
+            values = [words.get(s.strip().lower()) for s in flat]
+            floats = [float(s) if v is None else v for s, v in zip(flat, values)]
+            return np.array(floats, dtype=np.float64).reshape(x.shape)
         return np.array([float(s) for s in flat], dtype=np.float64).reshape(x.shape)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise ExecutionError(f"Cast: cannot parse string as a number ({exc})") from exc
+
+
+_SPECIAL_TEXT = {"nan": "NaN", "inf": "INF", "-inf": "-INF"}
 
 
 def _to_strings(x: Array) -> Array:
     if x.dtype in ML_FLOATS or x.dtype in ML_INTS:
         x = x.astype(_F32) if x.dtype in ML_FLOATS else x.astype(np.int32)
     if x.dtype.kind == "f":
-        # numpy's str() of a scalar is the shortest text that reads back to the same value.
-        text = [str(v) for v in x.ravel()]
+        # numpy's str() of a scalar is the shortest text that reads back to the same value;
+        # special values use the spellings the spec reserves (and runtimes print).
+        text = [_SPECIAL_TEXT.get(t, t) for t in map(str, x.ravel())]
         return np.array(text, dtype=object).reshape(x.shape)
+    if x.dtype == np.bool_:
+        return np.where(x, "1", "0").astype(object)
     return x.astype(str).astype(object)
 
 
 # ---------------------------------------------------------------- special targets
+def _narrow_float64(x: Array) -> Array:
+    """float64 -> float32 rounded to odd (truncate, then set the last bit if inexact).
+
+    ml_dtypes converts doubles to its narrow floats through float32, which rounds twice
+    and can land on a false tie.  Rounding to odd first keeps a sticky bit, so the second
+    rounding (to at most 10 mantissa bits, far below float32's 23) equals a single
+    correct rounding of the double."""
+    if x.dtype != _F64:
+        return x
+    with np.errstate(over="ignore"):
+        y = x.astype(_F32)
+    bits = y.view(np.uint32)
+    # Where RNE rounded away from zero, step one unit back toward zero (truncation).
+    away = np.abs(y.astype(_F64)) > np.abs(x)
+    bits = np.where(away & np.isfinite(x), bits - np.uint32(1), bits)  # inf -> FLT_MAX
+    truncated = bits.view(_F32)
+    inexact = (truncated.astype(_F64) != x) & np.isfinite(x)
+    return np.where(inexact, bits | np.uint32(1), bits).view(_F32)
+
+
 def _to_float8(x: Array, to: np.dtype, saturate: int) -> Array:
     if x.dtype.kind in "iub":
         x = x.astype(_F64)  # exact for every integer a float8 can come near
     if saturate:
         fmax = float(ml_dtypes.finfo(to).max)
         x = np.clip(x, -fmax, fmax)  # NaN stays NaN, +-inf become +-FLT_MAX
-    return x.astype(to)
+    return _narrow_float64(x).astype(to)
 
 
 def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
@@ -212,7 +244,7 @@ def cast_array(x: Array, to: np.dtype, saturate: int = 1, round_mode: str = "up"
     if to in ML_FLOATS:  # bfloat16, float4, float6: ml_dtypes rounds to nearest even
         if x.dtype.kind in "iu":
             x = x.astype(_F64)
-        return x.astype(to)
+        return _narrow_float64(x).astype(to)
     with np.errstate(invalid="ignore", over="ignore"):
         if to.kind in "iu" and x.dtype.kind == "f":
             # Out-of-range float -> int is undefined; truncate like C without warnings.
