@@ -320,6 +320,26 @@ class SceneBuilder:
                 else:
                     dp = k
                 pending.append((src, 0, dst, dp, name, "data"))
+        # Values a collapsed body (If/Loop/Scan) reads from this graph: a dashed edge to
+        # the node that holds the body, so the dependency stays visible.
+        extra_port: set[str] = set()
+        for child in scope.children:
+            owner = child.owner_node_index
+            if owner is None or f"{inst}#{owner}" in expanded:
+                continue
+            dst = vis[owner]
+            for name in sorted(child.free_names):
+                found = producers.get(name)
+                if found is None or found[0] == dst:
+                    continue
+                key = (found[0], name, dst)
+                if key in seen_group_edges:
+                    continue
+                seen_group_edges.add(key)
+                src, sp = found
+                dp = len(nodes[owner].input) if dst == f"{inst}#{owner}" else 0
+                pending.append((src, out_port(src, sp, name), dst, dp, name, "implicit"))
+                extra_port.add(dst)
         output_names = scope.output_names()
         for name in output_names:
             found = producers.get(name)
@@ -399,6 +419,11 @@ class SceneBuilder:
                 self._add_pill(
                     root_block, f"{inst}|out:{name}", "output", scope, name, parent, depth
                 )
+        for item_id in extra_port:
+            if item_id in self.items and self.items[item_id].kind == "op":
+                node_index = self.items[item_id].node_index
+                assert node_index is not None
+                self.items[item_id].ports_in = len(nodes[node_index].input) + 1
         # Collapsed-group ports.
         for gid, ports in group_in.items():
             item = self.items[gid]
@@ -428,7 +453,9 @@ class SceneBuilder:
                 inferred=bool(vt and vt.inferred),
                 kind=kind,  # type: ignore[arg-type]
             )
-            if kind == "data":
+            if kind == "implicit":
+                edge.kind = "captured"
+            if kind != "captured":
                 a = items[src].ancestors if src in items else ()
                 b = items[dst].ancestors
                 common = 0

@@ -1,0 +1,125 @@
+"""Menus, toolbar and shortcuts of the main window (one place to read them all)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QMenu
+
+if TYPE_CHECKING:
+    from onnxviz.ui.main_window import MainWindow
+
+SHORTCUTS_HELP = """\
+Ctrl+O  open            Ctrl+S  save          Ctrl+Shift+S  save as
+Ctrl+E  export image    Ctrl+W  close         Ctrl+Q  quit
+Ctrl+Z  undo            Ctrl+Shift+Z  redo    Ctrl+F  find
+Ctrl++  zoom in         Ctrl+-  zoom out      Ctrl+0  fit       Ctrl+1  actual size
+wheel / pinch  zoom around the pointer        drag background or hold Space  pan
+arrow keys  next node in that direction       Enter / double-click  expand or collapse
+Alt+Left  back (from a subgraph view)
+"""
+
+
+class Actions:
+    def __init__(self, w: MainWindow) -> None:
+        self.w = w
+        mk = self._make
+        self.open = mk("&Open…", w.open_dialog, QKeySequence.StandardKey.Open)
+        self.save = mk("&Save", w.save, QKeySequence.StandardKey.Save)
+        self.save_as = mk("Save &As…", w.save_as, QKeySequence.StandardKey.SaveAs)
+        self.export = mk("&Export Image…", w.export_dialog, "Ctrl+E")
+        self.close = mk("&Close", w.close_model, QKeySequence.StandardKey.Close)
+        self.quit = mk("&Quit", w.close, QKeySequence.StandardKey.Quit)
+        self.undo = mk("&Undo", w.undo, QKeySequence.StandardKey.Undo)
+        self.redo = mk("&Redo", w.redo, QKeySequence.StandardKey.Redo)
+        self.find = mk("&Find…", w.find_dock.focus_query, QKeySequence.StandardKey.Find)
+        self.zoom_in = mk("Zoom &In", w.view.zoom_in, QKeySequence.StandardKey.ZoomIn)
+        self.zoom_out = mk("Zoom &Out", w.view.zoom_out, QKeySequence.StandardKey.ZoomOut)
+        self.fit = mk("&Fit to Window", w.view.fit, "Ctrl+0")
+        self.actual = mk("&Actual Size", w.view.actual_size, "Ctrl+1")
+        self.shapes = mk("Show &Shapes on Edges", w.toggle_shapes, checkable=True)
+        self.inits = mk("Show &Initializers", w.toggle_initializers, checkable=True)
+        self.names = mk("Show Node &Names", w.toggle_names, checkable=True)
+        self.expand_all = mk("E&xpand All Groups", w.expand_all)
+        self.collapse_all = mk("&Collapse All Groups", w.collapse_all)
+        self.back = mk("&Back", w.back, "Alt+Left")
+        self.direction = QActionGroup(w)
+        self.top_bottom = mk("&Top to Bottom", lambda: w.set_direction("TB"), checkable=True)
+        self.left_right = mk("&Left to Right", lambda: w.set_direction("LR"), checkable=True)
+        for a in (self.top_bottom, self.left_right):
+            self.direction.addAction(a)
+        self.theme = QActionGroup(w)
+        self.theme_system = mk("Follow &System", lambda: w.set_theme_mode("system"), checkable=True)
+        self.theme_light = mk("&Light", lambda: w.set_theme_mode("light"), checkable=True)
+        self.theme_dark = mk("&Dark", lambda: w.set_theme_mode("dark"), checkable=True)
+        for a in (self.theme_system, self.theme_light, self.theme_dark):
+            self.theme.addAction(a)
+        self.run_panel = mk("Show &Run Panel", lambda: (w.run_dock.show(), w.run_dock.raise_()))
+        self.about = mk("&About onnxviz", w.about)
+        self.keys = mk("&Keyboard Shortcuts", w.shortcuts_help, "F1")
+        self.recent_menu = QMenu("Open &Recent", w)
+
+    def _make(self, text, slot, shortcut=None, checkable: bool = False) -> QAction:  # type: ignore[no-untyped-def]
+        action = QAction(text, self.w)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.setCheckable(checkable)
+        if checkable:
+            action.toggled.connect(lambda _checked: slot())
+        else:
+            action.triggered.connect(lambda _checked=False: slot())
+        return action
+
+    def build_menus(self) -> None:
+        w = self.w
+        bar = w.menuBar()
+        file = bar.addMenu("&File")
+        file.addAction(self.open)
+        file.addMenu(self.recent_menu)
+        file.addSeparator()
+        for a in (self.save, self.save_as, self.export):
+            file.addAction(a)
+        file.addSeparator()
+        file.addAction(self.close)
+        file.addAction(self.quit)
+        edit = bar.addMenu("&Edit")
+        for a in (self.undo, self.redo):
+            edit.addAction(a)
+        edit.addSeparator()
+        edit.addAction(self.find)
+        view = bar.addMenu("&View")
+        for a in (self.zoom_in, self.zoom_out, self.fit, self.actual):
+            view.addAction(a)
+        view.addSeparator()
+        for a in (self.shapes, self.inits, self.names):
+            view.addAction(a)
+        view.addSeparator()
+        view.addAction(self.top_bottom)
+        view.addAction(self.left_right)
+        view.addSeparator()
+        view.addAction(self.expand_all)
+        view.addAction(self.collapse_all)
+        view.addAction(self.back)
+        view.addSeparator()
+        theme = view.addMenu("T&heme")
+        for a in (self.theme_system, self.theme_light, self.theme_dark):
+            theme.addAction(a)
+        docks = view.addMenu("&Panels")
+        for dock in w.docks():
+            docks.addAction(dock.toggleViewAction())
+        run = bar.addMenu("&Run")
+        run.addAction(self.run_panel)
+        help_ = bar.addMenu("&Help")
+        help_.addAction(self.keys)
+        help_.addAction(self.about)
+        tools = w.addToolBar("Main")
+        tools.setObjectName("toolbar.main")
+        for a in (self.open, self.save, self.export):
+            tools.addAction(a)
+        tools.addSeparator()
+        for a in (self.zoom_in, self.zoom_out, self.fit, self.actual):
+            tools.addAction(a)
+        tools.addSeparator()
+        tools.addAction(self.back)
+        tools.addAction(self.find)

@@ -1,0 +1,49 @@
+"""GUI entry: `run_app(model, screenshot=...)` (called by `onnxviz [MODEL]`)."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from onnxviz.ui.examples import example_path
+
+
+def application() -> QApplication:
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(sys.argv[:1])
+        app.setApplicationName("onnxviz")
+        app.setOrganizationName("onnxviz")
+    return app  # type: ignore[return-value]
+
+
+def run_app(model: str | None, screenshot: str | None = None) -> int:
+    app = application()
+    from onnxviz.ui.main_window import MainWindow
+
+    window = MainWindow()
+    path = model or example_path()
+    if screenshot is not None:
+        window.resize(1400, 900)
+    window.show()
+    if screenshot is not None:
+        window.open_path(path, background=True, example=model is None)
+        window.wait_idle()
+        if window.doc is None:
+            print(
+                f"onnxviz: {getattr(window, 'last_error', '') or 'the model did not open'}",
+                file=sys.stderr,
+            )
+            return 2
+        window.view.fit()
+        app.processEvents()
+        image = window.grab()
+        if not image.save(screenshot, "PNG"):
+            print(f"onnxviz: cannot write {screenshot}", file=sys.stderr)
+            return 2
+        window.close()
+        return 0
+    QTimer.singleShot(0, lambda: window.open_path(path, example=model is None))
+    return int(app.exec())

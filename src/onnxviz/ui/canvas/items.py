@@ -1,0 +1,419 @@
+"""Light custom graphics items: node boxes, pills, group boxes and frames, edges.
+
+Items read their look from the scene's theme and paint according to `lod`; nothing is
+cached per item beyond the path of an edge, so 100k items stay cheap."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFontMetricsF,
+    QPainter,
+    QPainterPath,
+    QPainterPathStroker,
+    QPen,
+    QPolygonF,
+)
+from PySide6.QtWidgets import (
+    QGraphicsItem,
+    QGraphicsSceneMouseEvent,
+    QStyleOptionGraphicsItem,
+    QWidget,
+)
+
+from onnxviz.present.options import GROUP_HEADER, LINE_H, PAD_X, ROW_H, SLOT_LABEL_H, TITLE_H
+from onnxviz.present.scene import DisplayEdge, DisplayItem
+from onnxviz.ui.canvas import lod
+from onnxviz.ui.theme import italic_font, text_font, title_font
+
+if TYPE_CHECKING:
+    from onnxviz.ui.canvas.scene import GraphScene
+
+Z_FRAME = 0.0
+Z_EDGE = 100.0
+Z_NODE = 200.0
+
+_TITLE_FONT = None
+_TEXT_FONT = None
+_ITALIC_FONT = None
+
+
+_METRICS: dict[bool, QFontMetricsF] = {}
+
+
+def _label_metrics(italic: bool) -> QFontMetricsF:
+    fm = _METRICS.get(italic)
+    if fm is None:
+        _, text, ital = _fonts()
+        fm = _METRICS[italic] = QFontMetricsF(ital if italic else text)
+    return fm
+
+
+def _fonts():  # type: ignore[no-untyped-def]
+    global _TITLE_FONT, _TEXT_FONT, _ITALIC_FONT
+    if _TITLE_FONT is None:
+        _TITLE_FONT, _TEXT_FONT, _ITALIC_FONT = title_font(), text_font(), italic_font()
+    return _TITLE_FONT, _TEXT_FONT, _ITALIC_FONT
+
+
+class NodeItem(QGraphicsItem):
+    """Any box: operator, pill, collapsed group, proxy, or frame of an expanded item."""
+
+    def __init__(self, data: DisplayItem) -> None:
+        super().__init__()
+        self.data_item = data
+        self.highlighted = False
+        self.is_frame = data.expanded and bool(data.blocks)
+        self._rect = QRectF(0, 0, data.width, data.height)
+        self.setPos(data.x, data.y)
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
+        self.setZValue(Z_FRAME + data.depth if self.is_frame else Z_NODE)
+        self.setToolTip(_tooltip(data))
+        self.setAcceptHoverEvents(False)
+
+    # -- geometry ---------------------------------------------------------------------
+    def boundingRect(self) -> QRectF:
+        return self._rect.adjusted(-2, -2, 2, 2)
+
+    def shape(self) -> QPainterPath:
+        path = QPainterPath()
+        if self.is_frame:
+            # Only the header and the border are "the frame": clicks inside go through
+            # to the background (pan) or the items within.
+            path.addRect(QRectF(0, 0, self._rect.width(), self._header_height()))
+            return path
+        path.addRect(self._rect)
+        return path
+
+    def _header_height(self) -> float:
+        d = self.data_item
+        if d.kind == "group":
+            return GROUP_HEADER
+        return TITLE_H + (LINE_H if d.subtitle else 0.0)
+
+    @property
+    def graph_scene(self) -> GraphScene:
+        return self.scene()  # type: ignore[return-value]
+
+    # -- painting -----------------------------------------------------------------------
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        theme = self.graph_scene.theme
+        d = self.data_item
+        level = lod.level(painter)
+        selected = self.isSelected()
+        border = (
+            theme.selection
+            if selected
+            else theme.highlight
+            if self.highlighted
+            else theme.node_border
+        )
+        pen = QPen(border, 2.0 if (selected or self.highlighted) else 1.0)
+        pen.setCosmetic(level < 1.0)
+        kind = d.kind
+        r = self._rect
+        if self.is_frame:
+            self._paint_frame(painter, level, pen)
+            return
+        if kind in ("input", "output", "outer"):
+            fill = {"input": theme.input_fill, "output": theme.output_fill}.get(
+                kind, theme.outer_fill
+            )
+            if kind == "outer":
+                pen.setStyle(Qt.PenStyle.DashLine)
+            painter.setPen(pen)
+            painter.setBrush(fill)
+            radius = r.height() / 2
+            painter.drawRoundedRect(r, radius, radius)
+            if level >= lod.TEXT_MIN:
+                title, text, _ = _fonts()
+                painter.setFont(text)
+                painter.setPen(theme.text)
+                painter.drawText(r, Qt.AlignmentFlag.AlignCenter, d.title)
+            return
+        if kind == "proxy":
+            painter.setPen(pen)
+            painter.setBrush(theme.outer_fill)
+            painter.drawRoundedRect(r, 3, 3)
+            return
+        if kind == "group":
+            # a collapsed group: a stacked box
+            painter.setPen(pen)
+            painter.setBrush(theme.group_fill)
+            if level >= lod.ARROW_MIN:
+                painter.drawRoundedRect(r.adjusted(4, -4, 4, -4), 5, 5)
+            painter.drawRoundedRect(r, 5, 5)
+            if level >= lod.TEXT_MIN:
+                title, text, _ = _fonts()
+                painter.setPen(theme.text)
+                painter.setFont(title)
+                painter.drawText(
+                    QRectF(0, 3, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title
+                )
+                painter.setFont(text)
+                painter.setPen(theme.muted)
+                painter.drawText(
+                    QRectF(0, TITLE_H, r.width(), LINE_H), Qt.AlignmentFlag.AlignCenter, d.subtitle
+                )
+            return
+        # operator
+        painter.setPen(pen)
+        painter.setBrush(theme.category(d.category))
+        painter.drawRoundedRect(r, 5, 5)
+        if level < lod.TEXT_MIN:
+            return
+        title, text, _ = _fonts()
+        painter.setPen(theme.text)
+        painter.setFont(title)
+        painter.drawText(QRectF(0, 0, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title)
+        y = TITLE_H
+        if d.subtitle:
+            painter.setFont(text)
+            painter.setPen(theme.muted)
+            painter.drawText(
+                QRectF(PAD_X / 2, y - 3, r.width() - PAD_X, LINE_H),
+                Qt.AlignmentFlag.AlignCenter,
+                d.subtitle,
+            )
+            y += LINE_H
+        if d.rows and level >= lod.ROW_MIN:
+            painter.setPen(QPen(theme.node_border, 0.5))
+            painter.drawLine(QPointF(0, y), QPointF(r.width(), y))
+            painter.setFont(text)
+            painter.setPen(theme.text)
+            y += 2
+            for row in d.rows:
+                painter.drawText(
+                    QRectF(PAD_X, y, r.width() - PAD_X, ROW_H),
+                    Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                    f"{row.label} ⟨{row.shape}⟩",
+                )
+                y += ROW_H
+        if d.expandable:
+            self._paint_marker(painter, "+")
+
+    def _paint_marker(self, painter: QPainter, sign: str) -> None:
+        theme = self.graph_scene.theme
+        painter.setPen(QPen(theme.muted, 1))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        box = QRectF(self._rect.width() - 13, 3, 10, 10)
+        painter.drawRect(box)
+        painter.drawLine(
+            QPointF(box.left() + 2, box.center().y()), QPointF(box.right() - 2, box.center().y())
+        )
+        if sign == "+":
+            painter.drawLine(
+                QPointF(box.center().x(), box.top() + 2),
+                QPointF(box.center().x(), box.bottom() - 2),
+            )
+
+    def _paint_frame(self, painter: QPainter, level: float, pen: QPen) -> None:
+        theme = self.graph_scene.theme
+        d = self.data_item
+        r = self._rect
+        header = self._header_height()
+        if d.kind == "group":
+            painter.setPen(
+                QPen(
+                    theme.group_border if not pen.width() > 1 else pen.color(),
+                    pen.widthF(),
+                    Qt.PenStyle.DashLine,
+                )
+            )
+            painter.setBrush(theme.frame_fill)
+            painter.drawRoundedRect(r, 8, 8)
+        else:
+            fill = QColor(theme.category(d.category))
+            fill.setAlpha(60)
+            painter.setPen(pen)
+            painter.setBrush(fill)
+            painter.drawRoundedRect(r, 8, 8)
+            head = QColor(theme.category(d.category))
+            painter.setBrush(head)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.drawRoundedRect(QRectF(1, 1, r.width() - 2, header - 1), 7, 7)
+        if level < lod.TEXT_MIN:
+            return
+        title, text, _ = _fonts()
+        painter.setPen(theme.text)
+        painter.setFont(title)
+        if d.kind == "group":
+            painter.drawText(
+                QRectF(PAD_X, 2, r.width() - 2 * PAD_X, header - 2),
+                Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                d.title,
+            )
+        else:
+            painter.drawText(
+                QRectF(0, 0, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title
+            )
+            if d.subtitle:
+                painter.setFont(text)
+                painter.setPen(theme.muted)
+                painter.drawText(
+                    QRectF(0, TITLE_H - 3, r.width(), LINE_H),
+                    Qt.AlignmentFlag.AlignCenter,
+                    d.subtitle,
+                )
+            painter.setFont(text)
+            painter.setPen(theme.muted)
+            for blk in d.blocks:
+                painter.drawText(
+                    QRectF(blk.x - d.x, header, blk.width, SLOT_LABEL_H),
+                    Qt.AlignmentFlag.AlignCenter,
+                    blk.label,
+                )
+        self._paint_marker(painter, "-")
+
+    # -- interaction ----------------------------------------------------------------------
+    def row_at(self, y: float) -> str | None:
+        d = self.data_item
+        top = TITLE_H + (LINE_H if d.subtitle else 0.0) + 2
+        if not d.rows or y < top:
+            return None
+        k = int((y - top) // ROW_H)
+        return d.rows[k].name if 0 <= k < len(d.rows) else None
+
+    def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        super().mousePressEvent(event)
+        pos = event.pos()
+        if self.data_item.expandable and pos.x() > self._rect.width() - 16 and pos.y() < 16:
+            self.graph_scene.toggleRequested.emit(self.data_item.id)
+            return
+        name = self.row_at(pos.y())
+        if name is not None:
+            self.graph_scene.rowClicked.emit(self.data_item.id, name)
+
+    def mouseDoubleClickEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        d = self.data_item
+        if d.kind == "proxy" and d.value:
+            self.graph_scene.jumpRequested.emit(d.value)
+        elif d.expandable:
+            self.graph_scene.toggleRequested.emit(d.id)
+        else:
+            super().mouseDoubleClickEvent(event)
+
+
+def _tooltip(d: DisplayItem) -> str:
+    if d.kind == "group":
+        lines = [f"{d.title}: {d.op_count} ops"]
+        if d.group_inputs:
+            lines.append(
+                "inputs: "
+                + ", ".join(d.group_inputs[:8])
+                + (" …" if len(d.group_inputs) > 8 else "")
+            )
+        if d.group_outputs:
+            lines.append(
+                "outputs: "
+                + ", ".join(d.group_outputs[:8])
+                + (" …" if len(d.group_outputs) > 8 else "")
+            )
+        return "\n".join(lines)
+    if d.kind == "proxy":
+        return f"from {d.value} (double-click to jump)"
+    if d.kind in ("input", "output", "outer"):
+        what = {"input": "graph input", "output": "graph output"}.get(
+            d.kind, "value from an outer graph"
+        )
+        if d.missing:
+            what = "value defined nowhere"
+        return f"{d.value}: {what}"
+    return d.title + (f"\n{d.subtitle}" if d.subtitle else "")
+
+
+class EdgeItem(QGraphicsItem):
+    def __init__(self, data: DisplayEdge, show_label: bool) -> None:
+        super().__init__()
+        self.data_edge = data
+        self.highlighted = False
+        self.show_label = show_label and bool(data.label)
+        pts = data.points
+        path = QPainterPath(QPointF(*pts[0]))
+        for k in range(1, len(pts) - 2, 3):
+            path.cubicTo(QPointF(*pts[k]), QPointF(*pts[k + 1]), QPointF(*pts[k + 2]))
+        if len(pts) == 2:
+            path.lineTo(QPointF(*pts[1]))
+        self._path = path
+        self._end = QPointF(*pts[-1])
+        prev = QPointF(*pts[-2]) if len(pts) > 1 else QPointF(pts[0][0], pts[0][1] - 1)
+        self._arrow = _arrow(prev, self._end)
+        rect = path.boundingRect().adjusted(-6, -6, 6, 6)
+        if self.show_label:
+            fm_w = _label_metrics(data.inferred).horizontalAdvance(data.label) + 6
+            lx, ly = data.label_pos
+            self._label_rect = QRectF(lx + 4, ly - 7, fm_w, 14)
+            rect = rect.united(self._label_rect)
+        else:
+            self._label_rect = QRectF()
+        self._bounds = rect
+        self.setZValue(Z_EDGE)
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
+        self.setToolTip(
+            f"{data.value}"
+            + (f": {data.label}" + (" (inferred)" if data.inferred else "") if data.label else "")
+        )
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        stroker = QPainterPathStroker()
+        stroker.setWidth(6)
+        return stroker.createStroke(self._path)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        theme = self.scene().theme  # type: ignore[attr-defined]
+        level = lod.level(painter)
+        d = self.data_edge
+        color = (
+            theme.selection
+            if self.isSelected()
+            else theme.highlight
+            if self.highlighted
+            else theme.edge
+        )
+        pen = QPen(color, 2.0 if (self.highlighted or self.isSelected()) else 1.0)
+        pen.setCosmetic(True)
+        if d.kind == "captured":
+            pen.setStyle(Qt.PenStyle.DashLine)
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(self._path)
+        if level >= lod.ARROW_MIN:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(color)
+            painter.drawPolygon(self._arrow)
+        if self.show_label and level >= lod.LABEL_MIN:
+            _, text, italic = _fonts()
+            painter.setFont(italic if d.inferred else text)
+            painter.setPen(theme.edge_label)
+            painter.drawText(
+                self._label_rect,
+                Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                d.label,
+            )
+
+
+def _arrow(prev: QPointF, end: QPointF) -> QPolygonF:
+    dx, dy = end.x() - prev.x(), end.y() - prev.y()
+    length = (dx * dx + dy * dy) ** 0.5 or 1.0
+    ux, uy = dx / length, dy / length
+    size = 7.0
+    base = QPointF(end.x() - ux * size, end.y() - uy * size)
+    nx, ny = -uy * size * 0.45, ux * size * 0.45
+    return QPolygonF(
+        [end, QPointF(base.x() + nx, base.y() + ny), QPointF(base.x() - nx, base.y() - ny)]
+    )
+
+
+def brush(color: QColor) -> QBrush:
+    return QBrush(color)

@@ -1,0 +1,202 @@
+"""`GraphView`: zoom around the cursor (wheel, pinch, keys), pan by dragging the
+background or with the space bar held, fit to window, arrow keys between nodes."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QMouseEvent, QNativeGestureEvent, QPainter, QWheelEvent
+from PySide6.QtWidgets import QGraphicsView, QWidget
+
+from onnxviz.ui.canvas.items import NodeItem
+from onnxviz.ui.canvas.scene import GraphScene
+
+MIN_SCALE = 0.005
+MAX_SCALE = 8.0
+
+
+class GraphView(QGraphicsView):
+    zoomChanged = Signal(float)
+
+    def __init__(self, scene: GraphScene, parent: QWidget | None = None) -> None:
+        super().__init__(scene, parent)
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        self.setOptimizationFlag(QGraphicsView.OptimizationFlag.DontAdjustForAntialiasing, True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.viewport().grabGesture(Qt.GestureType.PinchGesture)
+        self._space_pan = False
+
+    @property
+    def graph_scene(self) -> GraphScene:
+        return self.scene()  # type: ignore[return-value]
+
+    # -- zoom -----------------------------------------------------------------------
+    def zoom(self) -> float:
+        return self.transform().m11()
+
+    def set_zoom(self, factor: float, anchor: QPointF | None = None) -> None:
+        factor = min(max(factor, MIN_SCALE), MAX_SCALE)
+        ratio = factor / self.zoom()
+        if anchor is None:
+            self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        self.scale(ratio, ratio)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.zoomChanged.emit(self.zoom())
+
+    def zoom_by(self, ratio: float, anchor: QPointF | None = None) -> None:
+        self.set_zoom(self.zoom() * ratio, anchor)
+
+    def zoom_in(self) -> None:
+        self.zoom_by(1.25)
+
+    def zoom_out(self) -> None:
+        self.zoom_by(0.8)
+
+    def actual_size(self) -> None:
+        self.set_zoom(1.0)
+
+    def fit(self) -> None:
+        rect = self.sceneRect()
+        if rect.isEmpty():
+            return
+        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
+        if self.zoom() > 1.0:
+            self.set_zoom(1.0)
+        self.zoomChanged.emit(self.zoom())
+
+    def fit_width_top(self) -> None:
+        """Readable start: fit when the graph is small, else the top of it at a zoom
+        where text shows."""
+        rect = self.sceneRect()
+        view = self.viewport().rect()
+        if rect.isEmpty() or view.isEmpty():
+            return
+        scale = min(view.width() / rect.width(), view.height() / rect.height())
+        if scale >= 0.5:
+            self.fit()
+            return
+        scale = max(min(view.width() / rect.width(), 1.0), 0.6)
+        self.resetTransform()
+        self.scale(scale, scale)
+        top = QRectF(rect.x(), rect.y(), rect.width(), view.height() / scale)
+        self.centerOn(top.center())
+        self.zoomChanged.emit(self.zoom())
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            super().wheelEvent(event)
+            return
+        delta = event.angleDelta().y() or event.pixelDelta().y()
+        if delta:
+            self.zoom_by(math.pow(1.0015, delta), event.position())
+        event.accept()
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.NativeGesture:
+            gesture: QNativeGestureEvent = event  # type: ignore[assignment]
+            if gesture.gestureType() == Qt.NativeGestureType.ZoomNativeGesture:
+                self.zoom_by(1.0 + gesture.value(), gesture.position())
+                return True
+        return super().viewportEvent(event)
+
+    # -- pan with space ----------------------------------------------------------------
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        key = event.key()
+        if key == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self._space_pan = True
+            self.viewport().setCursor(Qt.CursorShape.OpenHandCursor)
+            return
+        arrows = (Qt.Key.Key_Left, Qt.Key.Key_Right, Qt.Key.Key_Up, Qt.Key.Key_Down)
+        if key in arrows and self.move_selection(key):
+            return
+        if key in (Qt.Key.Key_Plus, Qt.Key.Key_Equal):
+            self.zoom_in()
+            return
+        if key == Qt.Key.Key_Minus:
+            self.zoom_out()
+            return
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            sel = self.selected_node()
+            if sel is not None and sel.data_item.expandable:
+                self.graph_scene.toggleRequested.emit(sel.data_item.id)
+                return
+        super().keyPressEvent(event)
+
+    def keyReleaseEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self._space_pan = False
+            self.viewport().unsetCursor()
+            return
+        super().keyReleaseEvent(event)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._space_pan and not (event.buttons() & Qt.MouseButton.LeftButton):
+            # space held: the pointer drags the canvas without a button
+            last = getattr(self, "_last_pos", None)
+            pos = event.position()
+            if last is not None:
+                d = pos - last
+                self.horizontalScrollBar().setValue(int(self.horizontalScrollBar().value() - d.x()))
+                self.verticalScrollBar().setValue(int(self.verticalScrollBar().value() - d.y()))
+            self._last_pos = pos
+            return
+        self._last_pos = None
+        super().mouseMoveEvent(event)
+
+    # -- keyboard navigation --------------------------------------------------------------
+    def selected_node(self) -> NodeItem | None:
+        for it in self.graph_scene.selectedItems():
+            if isinstance(it, NodeItem):
+                return it
+        return None
+
+    def move_selection(self, key: int) -> bool:
+        """Select the nearest box in the direction of an arrow key."""
+        current = self.selected_node()
+        nodes = [
+            n
+            for n in self.graph_scene.nodes.values()
+            if not n.is_frame and n.data_item.kind != "proxy"
+        ]
+        if not nodes:
+            return False
+        if current is None:
+            target = min(nodes, key=lambda n: (n.y(), n.x()))
+        else:
+            c = current.sceneBoundingRect().center()
+            best: tuple[float, NodeItem] | None = None
+            for n in nodes:
+                if n is current:
+                    continue
+                p = n.sceneBoundingRect().center()
+                dx, dy = p.x() - c.x(), p.y() - c.y()
+                forward = {
+                    Qt.Key.Key_Left: -dx,
+                    Qt.Key.Key_Right: dx,
+                    Qt.Key.Key_Up: -dy,
+                    Qt.Key.Key_Down: dy,
+                }[key]  # type: ignore[index]
+                side = abs(dy) if key in (Qt.Key.Key_Left, Qt.Key.Key_Right) else abs(dx)
+                if forward <= 1:
+                    continue
+                score = forward + 2 * side
+                if best is None or score < best[0]:
+                    best = (score, n)
+            if best is None:
+                return True
+            target = best[1]
+        self.select_and_show(target)
+        return True
+
+    def select_and_show(self, node: NodeItem, center: bool = True) -> None:
+        self.graph_scene.clearSelection()
+        node.setSelected(True)
+        if center:
+            if self.zoom() < 0.6:
+                self.set_zoom(0.9)
+            self.centerOn(node)

@@ -1,0 +1,100 @@
+"""Outline dock: graphs (nested), inputs, outputs, initializers, nodes and functions as
+a tree.  Children are filled when a branch is first opened, so 100k nodes cost nothing
+until someone looks."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
+
+from onnxviz.model.document import Document
+from onnxviz.model.scopes import GraphScope
+
+ROLE = Qt.ItemDataRole.UserRole
+_PENDING = "…"
+
+
+class OutlineDock(QDockWidget):
+    # kind ("graph"|"node"|"value"|"function"), graph path, node index or value name
+    activated = Signal(str, str, object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Outline", parent)
+        self.setObjectName("dock.outline")
+        self.tree = QTreeWidget()
+        self.tree.setHeaderHidden(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.itemExpanded.connect(self._fill)
+        self.tree.itemActivated.connect(self._activated)
+        self.setWidget(self.tree)
+        self.doc: Document | None = None
+
+    def show_document(self, doc: Document | None) -> None:
+        self.doc = doc
+        self.tree.clear()
+        if doc is None:
+            return
+        main = self._graph_item(doc.main_scope, "main graph")
+        self.tree.addTopLevelItem(main)
+        main.setExpanded(True)
+        if doc.model.functions:
+            fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
+            self.tree.addTopLevelItem(fns)
+            for scope in doc.scopes():
+                if scope.kind == "function":
+                    fns.addChild(self._graph_item(scope, scope.path.split(":", 1)[1]))
+
+    def _graph_item(self, scope: GraphScope, title: str) -> QTreeWidgetItem:
+        item = QTreeWidgetItem([f"{title}  ({len(scope.nodes)} nodes)"])
+        item.setData(0, ROLE, ("graph", scope.path, None, "branches"))
+        item.addChild(QTreeWidgetItem([_PENDING]))
+        return item
+
+    def _fill(self, item: QTreeWidgetItem) -> None:
+        if item.childCount() != 1 or item.child(0).text(0) != _PENDING or self.doc is None:
+            return
+        item.takeChild(0)
+        kind, path, _, what = item.data(0, ROLE)
+        scope = self.doc.scope(path)
+        if what == "branches":
+            inits = set(scope.initializer_names())
+            for label, names in (
+                ("inputs", [n for n in scope.input_names() if n not in inits]),
+                ("outputs", scope.output_names()),
+                ("initializers", sorted(inits)),
+            ):
+                branch = QTreeWidgetItem([f"{label} ({len(names)})"])
+                branch.setData(0, ROLE, ("list", path, None, label))
+                branch.addChild(QTreeWidgetItem([_PENDING]))
+                item.addChild(branch)
+            nodes = QTreeWidgetItem([f"nodes ({len(scope.nodes)})"])
+            nodes.setData(0, ROLE, ("list", path, None, "nodes"))
+            nodes.addChild(QTreeWidgetItem([_PENDING]))
+            item.addChild(nodes)
+            for child in scope.children:
+                item.addChild(self._graph_item(child, child.path.rsplit("/", 1)[-1]))
+            return
+        if what == "nodes":
+            for i, node in enumerate(scope.nodes):
+                child = QTreeWidgetItem([f"{node.op_type}  {scope.node_label(i)}"])
+                child.setData(0, ROLE, ("node", path, i, ""))
+                item.addChild(child)
+            return
+        inits = set(scope.initializer_names())
+        names = {
+            "inputs": [n for n in scope.input_names() if n not in inits],
+            "outputs": scope.output_names(),
+            "initializers": sorted(inits),
+        }[what]
+        for name in names:
+            child = QTreeWidgetItem([name])
+            child.setData(0, ROLE, ("value", path, name, ""))
+            item.addChild(child)
+
+    def _activated(self, item: QTreeWidgetItem, column: int) -> None:
+        data = item.data(0, ROLE)
+        if not data:
+            return
+        kind, path, target, _ = data
+        if kind in ("graph", "node", "value"):
+            self.activated.emit(kind, path, target)

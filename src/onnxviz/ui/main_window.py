@@ -1,0 +1,762 @@
+"""The main window: canvas with breadcrumb, docks, menus, status bar, and the glue
+between the Document, the Presenter and the canvas."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QTransform
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from onnxviz.errors import OnnxvizError
+from onnxviz.model.document import Document
+from onnxviz.present.find import FindResult
+from onnxviz.present.options import ViewOptions
+from onnxviz.present.presenter import Presenter
+from onnxviz.present.properties import (
+    graph_sections,
+    model_sections,
+    node_sections,
+    value_sections,
+)
+from onnxviz.present.scene import Scene
+from onnxviz.ui import settings as cfg
+from onnxviz.ui.actions import SHORTCUTS_HELP, Actions
+from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.canvas.scene import GraphScene
+from onnxviz.ui.canvas.view import GraphView
+from onnxviz.ui.docks.outline import OutlineDock
+from onnxviz.ui.docks.placeholders import DiagnosticsDock, RunDock
+from onnxviz.ui.docks.properties import PropertiesDock
+from onnxviz.ui.find import FindDock
+from onnxviz.ui.start_page import StartPage
+from onnxviz.ui.theme import TextMetrics, dark_palette, resolve_theme
+from onnxviz.ui.workers import Opened, Task, layout_job, open_model_job
+
+# Re-layouts of scenes with more boxes than this run in a worker thread.
+BACKGROUND_LAYOUT_ITEMS = 3000
+
+
+@dataclass
+class Crumb:
+    root_path: str
+    transform: QTransform
+    center: QPointF
+    expanded: set[str]
+
+
+class MainWindow(QMainWindow):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWindowTitle("onnxviz")
+        self.resize(1280, 860)
+        self.setAcceptDrops(True)
+        self.doc: Document | None = None
+        self.presenter: Presenter | None = None
+        self.display: Scene | None = None
+        self.task: Task | None = None
+        self.crumbs: list[Crumb] = []
+        self.is_example = False
+        self.theme_mode = cfg.load_str("theme", "system")
+        self.options = ViewOptions(
+            show_shapes=cfg.load_bool("show_shapes", True),
+            show_initializers=cfg.load_bool("show_initializers", True),
+            show_names=cfg.load_bool("show_names", False),
+            direction="LR" if cfg.load_str("direction", "TB") == "LR" else "TB",
+        )
+        self.graph_scene = GraphScene(resolve_theme(self.theme_mode))
+        self.view = GraphView(self.graph_scene)
+        self._build_central()
+        self.properties_dock = PropertiesDock(self)
+        self.outline_dock = OutlineDock(self)
+        self.find_dock = FindDock(self)
+        self.diagnostics_dock = DiagnosticsDock(self)
+        self.run_dock = RunDock(self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.properties_dock)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.outline_dock)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.find_dock)
+        self.tabifyDockWidget(self.outline_dock, self.find_dock)
+        self.outline_dock.raise_()
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.diagnostics_dock)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.run_dock)
+        self.diagnostics_dock.hide()
+        self.run_dock.hide()
+        self.actions_ = Actions(self)
+        self.actions_.build_menus()
+        self._build_status()
+        self._sync_actions()
+        self._connect()
+        self._refresh_recent()
+        self._restore_window()
+        self.apply_theme()
+
+    # -- construction ------------------------------------------------------------------
+    def docks(self) -> list[Any]:
+        return [
+            self.properties_dock,
+            self.outline_dock,
+            self.find_dock,
+            self.diagnostics_dock,
+            self.run_dock,
+        ]
+
+    def _build_central(self) -> None:
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        self.crumb_bar = QWidget()
+        bar = QHBoxLayout(self.crumb_bar)
+        bar.setContentsMargins(6, 2, 6, 2)
+        self.back_button = QToolButton()
+        self.back_button.setText("◀ Back")
+        self.back_button.clicked.connect(self.back)
+        self.crumb_label = QLabel()
+        bar.addWidget(self.back_button)
+        bar.addWidget(self.crumb_label, 1)
+        self.crumb_bar.hide()
+        layout.addWidget(self.crumb_bar)
+        layout.addWidget(self.view, 1)
+        self.setCentralWidget(central)
+        self.start_page = StartPage(self.view)
+        self.start_page.move(12, 12)
+        self.start_page.hide()
+
+    def _build_status(self) -> None:
+        status = self.statusBar()
+        self.summary_label = QLabel("")
+        self.zoom_label = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(140)
+        self.progress_label = QLabel("")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_task)
+        status.addWidget(self.summary_label, 1)
+        status.addPermanentWidget(self.progress_label)
+        status.addPermanentWidget(self.progress)
+        status.addPermanentWidget(self.cancel_button)
+        status.addPermanentWidget(self.zoom_label)
+        self._set_busy(None)
+
+    def _connect(self) -> None:
+        gs = self.graph_scene
+        gs.toggleRequested.connect(self.toggle)
+        gs.rowClicked.connect(self._row_clicked)
+        gs.jumpRequested.connect(self.select_item)
+        gs.selectionChanged.connect(self._selection_changed)
+        self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
+        self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.view.customContextMenuRequested.connect(self._context_menu)
+        self.find_dock.jump.connect(self.jump_to)
+        self.outline_dock.activated.connect(self._outline_activated)
+        self.properties_dock.navigate.connect(self._navigate)
+        self.start_page.openRequested.connect(
+            lambda p: self.open_path(p) if p else self.open_dialog()
+        )
+        hints = QApplication.styleHints()
+        if hasattr(hints, "colorSchemeChanged"):
+            hints.colorSchemeChanged.connect(lambda _s: self.apply_theme())
+
+    def _sync_actions(self) -> None:
+        a = self.actions_
+        for action, value in (
+            (a.shapes, self.options.show_shapes),
+            (a.inits, self.options.show_initializers),
+            (a.names, self.options.show_names),
+        ):
+            action.blockSignals(True)
+            action.setChecked(value)
+            action.blockSignals(False)
+        (a.left_right if self.options.direction == "LR" else a.top_bottom).setChecked(True)
+        {"light": a.theme_light, "dark": a.theme_dark}.get(
+            self.theme_mode, a.theme_system
+        ).setChecked(True)
+        has_doc = self.doc is not None
+        for action in (a.save, a.save_as, a.export, a.close, a.expand_all, a.collapse_all):
+            action.setEnabled(has_doc)
+        a.undo.setEnabled(bool(self.doc and self.doc.can_undo))
+        a.redo.setEnabled(bool(self.doc and self.doc.can_redo))
+        a.back.setEnabled(bool(self.crumbs))
+
+    def _restore_window(self) -> None:
+        geometry = cfg.load_bytes("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = cfg.load_bytes("window_state")
+        if state is not None:
+            self.restoreState(state)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task.wait(5000)
+        cfg.save_value("geometry", self.saveGeometry())
+        cfg.save_value("window_state", self.saveState())
+        super().closeEvent(event)
+
+    # -- theme ---------------------------------------------------------------------------
+    def set_theme_mode(self, mode: str) -> None:
+        self.theme_mode = mode
+        cfg.save_value("theme", mode)
+        self.apply_theme()
+
+    def apply_theme(self) -> None:
+        theme = resolve_theme(self.theme_mode)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            if theme.name == "dark":
+                app.setPalette(dark_palette())
+            else:
+                app.setPalette(app.style().standardPalette())
+        self.graph_scene.set_theme(theme)
+
+    # -- background work ------------------------------------------------------------------
+    def _set_busy(self, message: str | None) -> None:
+        busy = message is not None
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        self.progress_label.setText(message or "")
+        self.progress_label.setVisible(busy)
+
+    def cancel_task(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    def _run(
+        self,
+        fn: Callable[[threading.Event, Callable[[str], None]], Any],
+        on_done: Callable[[Any], None],
+        background: bool,
+        label: str,
+    ) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        if not background:
+            try:
+                result = fn(threading.Event(), lambda _m: None)
+            except OnnxvizError as exc:
+                self._failed(str(exc))
+                return
+            on_done(result)
+            return
+        task = Task(fn, self)
+        self.task = task
+        self._set_busy(label)
+
+        def done(result: Any) -> None:
+            if self.task is task:
+                self.task = None
+                self._set_busy(None)
+                on_done(result)
+
+        def failed(message: str) -> None:
+            if self.task is task:
+                self.task = None
+                self._set_busy(None)
+                if message:
+                    self._failed(message)
+                else:
+                    self.statusBar().showMessage("cancelled", 4000)
+
+        task.finished.connect(done)
+        task.failed.connect(failed)
+        task.progress.connect(
+            lambda m: self.progress_label.setText(m) if self.task is task else None
+        )
+        task.start()
+
+    def _failed(self, message: str) -> None:
+        self.statusBar().showMessage(message, 10000)
+        self.last_error = message
+        if os.environ.get("QT_QPA_PLATFORM") != "offscreen":
+            box = QMessageBox(
+                QMessageBox.Icon.Warning, "onnxviz", message, QMessageBox.StandardButton.Ok, self
+            )
+            box.open()
+
+    def wait_idle(self, ms: int = 60_000) -> None:
+        """Process events until no background task runs (tests and --screenshot)."""
+        import time
+
+        end = time.monotonic() + ms / 1000
+        while self.task is not None and time.monotonic() < end:
+            QApplication.processEvents()
+            time.sleep(0.005)
+        QApplication.processEvents()
+
+    # -- opening --------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        start = os.path.dirname(cfg.recent_files()[0]) if cfg.recent_files() else ""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open model", start, "ONNX models (*.onnx *.onnxtxt *.txt);;All files (*)"
+        )
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str, *, background: bool = True, example: bool = False) -> None:
+        self.last_error = ""
+        job = open_model_job(path, self.options, TextMetrics)
+        self._run(
+            job,
+            lambda opened: self._adopt(opened, path, example),
+            background,
+            f"opening {os.path.basename(path)}",
+        )
+
+    def _adopt(self, opened: Opened, path: str, example: bool) -> None:
+        self.doc = opened.doc
+        self.presenter = opened.presenter
+        self.crumbs = []
+        self.is_example = example
+        self._show(opened.scene)
+        self.view.fit_width_top()
+        if not example:
+            cfg.add_recent(path)
+            self._refresh_recent()
+        self.start_page.set_recent(cfg.recent_files())
+        self.start_page.setVisible(example)
+        self.setWindowTitle(f"{self.doc.display_name} — onnxviz")
+        self._update_summary()
+        self.outline_dock.show_document(self.doc)
+        self.find_dock.set_document(self.doc)
+        self.diagnostics_dock.show_diagnostics(self.doc.diagnostics)
+        if self.doc.diagnostics:
+            self.diagnostics_dock.show()
+        self.run_dock.attach(self.doc)
+        self.properties_dock.show_sections(model_sections(self.doc))
+        self.doc.subscribe(lambda _changes: self.relayout())
+        self._sync_actions()
+
+    def close_model(self) -> None:
+        self.doc = None
+        self.presenter = None
+        self.display = None
+        self.crumbs = []
+        self.graph_scene.clear()
+        self.graph_scene.nodes = {}
+        self.outline_dock.show_document(None)
+        self.find_dock.set_document(None)
+        self.properties_dock.show_sections([])
+        self.setWindowTitle("onnxviz")
+        self.summary_label.setText("")
+        self.crumb_bar.hide()
+        self._sync_actions()
+
+    def _update_summary(self) -> None:
+        if self.doc is None:
+            return
+        m = self.doc.model
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
+        total = sum(len(s.nodes) for s in self.doc.scopes())
+        shown = len(self.display.items) if self.display else 0
+        self.summary_label.setText(
+            f"{self.doc.display_name} · IR {m.ir_version} · {opsets} · {len(m.graph.node)} nodes"
+            f" ({total} in all graphs) · {shown} boxes shown"
+        )
+
+    def _refresh_recent(self) -> None:
+        menu = self.actions_.recent_menu
+        menu.clear()
+        files = cfg.recent_files()
+        for path in files:
+            action = menu.addAction(os.path.basename(path))
+            action.setToolTip(path)
+            action.triggered.connect(lambda _c=False, p=path: self.open_path(p))
+        if files:
+            menu.addSeparator()
+            menu.addAction("Clear", lambda: (cfg.clear_recent(), self._refresh_recent()))
+        menu.setEnabled(bool(files))
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        urls = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            self.open_path(urls[0])
+            event.acceptProposedAction()
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(self) -> None:
+        if self.doc is None:
+            return
+        if self.doc.path is None or self.is_example:
+            self.save_as()
+            return
+        self._save_to(self.doc.path)
+
+    def save_as(self) -> None:
+        if self.doc is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save model as", self.doc.path or "", "ONNX models (*.onnx)"
+        )
+        if path:
+            self._save_to(path)
+
+    def _save_to(self, path: str) -> None:
+        assert self.doc is not None
+        try:
+            self.doc.save(path)
+        except OnnxvizError as exc:
+            self._failed(str(exc))
+            return
+        self.is_example = False
+        cfg.add_recent(path)
+        self._refresh_recent()
+        self.statusBar().showMessage(f"saved {path}", 5000)
+
+    def undo(self) -> None:
+        if self.doc is not None and self.doc.can_undo:
+            self.doc.undo()
+        self._sync_actions()
+
+    def redo(self) -> None:
+        if self.doc is not None and self.doc.can_redo:
+            self.doc.redo()
+        self._sync_actions()
+
+    # -- export ---------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        from onnxviz.ui.export import export_any
+
+        if self.doc is None:
+            return
+        base = os.path.splitext(self.doc.path or "graph")[0]
+        path, chosen = QFileDialog.getSaveFileName(
+            self,
+            "Export image",
+            base + ".svg",
+            "SVG, whole graph (*.svg);;PNG, whole graph (*.png);;PDF (*.pdf);;PNG, current view (*.png)",
+        )
+        if not path:
+            return
+        rect = self.visible_rect() if "current view" in chosen else None
+        try:
+            export_any(self.graph_scene, path, rect, title=self.doc.display_name)
+        except OnnxvizError as exc:
+            self._failed(str(exc))
+            return
+        self.statusBar().showMessage(f"exported {path}", 5000)
+
+    def visible_rect(self) -> QRectF:
+        return self.view.mapToScene(self.view.viewport().rect()).boundingRect()
+
+    # -- scene ------------------------------------------------------------------------------
+    def _show(self, scene: Scene) -> None:
+        self.display = scene
+        self.graph_scene.show_scene(scene, self.options.show_shapes)
+        self._update_crumbs()
+        self._update_summary()
+
+    def relayout(self, anchor: str | None = None, after: Callable[[], None] | None = None) -> None:
+        """Rebuild and re-place the scene, keeping ``anchor`` (an item id) where it is."""
+        if self.presenter is None:
+            return
+        before = None
+        if anchor and anchor in self.graph_scene.nodes:
+            before = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+        center = self.view.mapToScene(self.view.viewport().rect().center())
+        background = bool(self.display and len(self.display.items) > BACKGROUND_LAYOUT_ITEMS)
+
+        def done(scene: Scene) -> None:
+            self._show(scene)
+            if before is not None and anchor in self.graph_scene.nodes:
+                now = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+                delta = now - before
+                self.view.horizontalScrollBar().setValue(
+                    self.view.horizontalScrollBar().value() + delta.x()
+                )
+                self.view.verticalScrollBar().setValue(
+                    self.view.verticalScrollBar().value() + delta.y()
+                )
+            else:
+                self.view.centerOn(center)
+            if after is not None:
+                after()
+
+        self._run(layout_job(self.presenter, TextMetrics), done, background, "laying out")
+
+    def toggle(self, item_id: str) -> None:
+        if self.presenter is None:
+            return
+        self.presenter.toggle(item_id)
+        self.relayout(anchor=item_id, after=lambda: self.select_item(item_id, center=False))
+
+    def expand_all(self) -> None:
+        if self.presenter is not None:
+            self.presenter.expanded |= self.presenter.all_group_ids()
+            self.relayout()
+
+    def collapse_all(self) -> None:
+        if self.presenter is not None:
+            groups = self.presenter.all_group_ids()
+            self.presenter.expanded -= groups
+            self.relayout(after=self.view.fit)
+
+    def _set_options(self, **changes: Any) -> None:
+        from dataclasses import replace
+
+        self.options = replace(self.options, **changes)
+        for key, value in changes.items():
+            cfg.save_value(key, value)
+        if self.presenter is not None:
+            self.presenter.options = self.options
+            self.relayout()
+
+    def toggle_shapes(self) -> None:
+        self._set_options(show_shapes=self.actions_.shapes.isChecked())
+
+    def toggle_initializers(self) -> None:
+        self._set_options(show_initializers=self.actions_.inits.isChecked())
+
+    def toggle_names(self) -> None:
+        self._set_options(show_names=self.actions_.names.isChecked())
+
+    def set_direction(self, direction: str) -> None:
+        if direction != self.options.direction:
+            self._set_options(direction=direction)
+            self.view.fit()
+
+    # -- drill-down -----------------------------------------------------------------------------
+    def open_graph(self, path: str) -> None:
+        """Show a subgraph or function body as a view of its own (Back returns)."""
+        if self.presenter is None or path == self.presenter.root_path:
+            return
+        self.crumbs.append(
+            Crumb(
+                self.presenter.root_path,
+                self.view.transform(),
+                self.view.mapToScene(self.view.viewport().rect().center()),
+                set(self.presenter.expanded),
+            )
+        )
+        self.presenter.set_root(path)
+        self.relayout(after=self.view.fit)
+
+    def back(self) -> None:
+        if not self.crumbs or self.presenter is None:
+            return
+        crumb = self.crumbs.pop()
+        self.presenter.root_path = crumb.root_path
+        self.presenter.expanded = crumb.expanded
+
+        def restore() -> None:
+            self.view.setTransform(crumb.transform)
+            self.view.centerOn(crumb.center)
+            self.view.zoomChanged.emit(self.view.zoom())
+
+        self.relayout(after=restore)
+
+    def _update_crumbs(self) -> None:
+        if self.presenter is None or self.presenter.root_path == "main" and not self.crumbs:
+            self.crumb_bar.hide()
+        else:
+            trail = [c.root_path for c in self.crumbs] + [self.presenter.root_path]
+            self.crumb_label.setText("  ›  ".join(p.rsplit("/", 1)[-1] for p in trail))
+            self.crumb_bar.show()
+        self._sync_actions()
+
+    # -- selection, navigation ------------------------------------------------------------------
+    def select_item(self, item_id: str, center: bool = True) -> bool:
+        node = self.graph_scene.nodes.get(item_id)
+        if node is None:
+            return False
+        self.view.select_and_show(node, center)
+        return True
+
+    def jump_to(self, result: FindResult) -> None:
+        """Show a find result: change the root if needed, expand what hides it, select."""
+        self.reveal(result.graph_path, result.node_index)
+
+    def reveal(self, graph_path: str, node_index: int | None) -> None:
+        if self.presenter is None or self.doc is None:
+            return
+        target = self.presenter.reveal(graph_path, node_index)
+        if target is None:
+            # not under the current root: go to the graph's top (main or a function)
+            scope = self.doc.scope(graph_path)
+            top = scope
+            while top.parent is not None:
+                top = top.parent
+            self.open_graph(top.path)
+            target = self.presenter.reveal(graph_path, node_index)
+        if target is None:
+            return
+        self.relayout(after=lambda: self.select_item(target))
+
+    def _outline_activated(self, kind: str, path: str, target: object) -> None:
+        if self.doc is None:
+            return
+        if kind == "node":
+            self.reveal(path, int(target))  # type: ignore[call-overload]
+        elif kind == "value":
+            self.show_value(path, str(target))
+        elif kind == "graph":
+            self.properties_dock.show_sections(graph_sections(self.doc, path))
+
+    def show_value(self, path: str, name: str) -> None:
+        if self.doc is None or self.presenter is None:
+            return
+        self.properties_dock.show_sections(
+            value_sections(self.doc, path, name, self.presenter.types)
+        )
+        self.properties_dock.show()
+
+    def _navigate(self, kind: str, target: str) -> None:
+        if kind == "node" and "#" in target:
+            path, index = target.rsplit("#", 1)
+            self.reveal(path, int(index))
+        elif kind == "value":
+            sel = self._selected_node()
+            path = sel.data_item.graph_path if sel else "main"
+            self.show_value(path, target)
+
+    def _row_clicked(self, item_id: str, name: str) -> None:
+        item = self.graph_scene.nodes.get(item_id)
+        if item is not None:
+            self.show_value(item.data_item.graph_path, name)
+            self._row_shown = True
+
+    def _selected_node(self) -> NodeItem | None:
+        return self.view.selected_node()
+
+    def _selection_changed(self) -> None:
+        if self.doc is None or self.presenter is None:
+            return
+        if getattr(self, "_row_shown", False):
+            self._row_shown = False
+            return
+        for it in self.graph_scene.selectedItems():
+            try:
+                if isinstance(it, EdgeItem):
+                    self.show_value(it.data_edge.graph_path, it.data_edge.value)
+                    return
+                if isinstance(it, NodeItem):
+                    self._show_item_properties(it)
+                    return
+            except (KeyError, IndexError):
+                return
+
+    def _show_item_properties(self, node: NodeItem) -> None:
+        assert self.doc is not None and self.presenter is not None
+        d = node.data_item
+        if d.node_index is not None and d.graph_path in {s.path for s in self.doc.scopes()}:
+            self.properties_dock.show_sections(
+                node_sections(self.doc, d.graph_path, d.node_index, self.presenter.types)
+            )
+        elif d.value is not None and d.kind in ("input", "output", "outer"):
+            self.show_value(d.graph_path, d.value)
+        elif d.kind == "group":
+            from onnxviz.present.properties import Row, Section
+
+            rows = [Row("scope", d.id.split("|g:", 1)[-1]), Row("ops", str(d.op_count))]
+            rows += [Row("input", n, target=("value", n)) for n in d.group_inputs]
+            rows += [Row("output", n, target=("value", n)) for n in d.group_outputs]
+            self.properties_dock.show_sections([Section("Group", rows)])
+
+    def _context_menu(self, pos: Any) -> None:
+        if self.doc is None or self.presenter is None:
+            return
+        item = self.view.itemAt(pos)
+        menu = QMenu(self)
+        if isinstance(item, NodeItem):
+            d = item.data_item
+            if d.expandable:
+                menu.addAction("Collapse" if d.expanded else "Expand", lambda: self.toggle(d.id))
+            if d.node_index is not None and d.graph_path in {s.path for s in self.doc.scopes()}:
+                scope = self.doc.scope(d.graph_path)
+                for child in scope.children:
+                    if child.owner_node_index == d.node_index:
+                        menu.addAction(
+                            f"Open '{child.owner_attribute}' in its own view",
+                            lambda p=child.path: self.open_graph(p),
+                        )
+                node = scope.nodes[d.node_index]
+                fn = next(
+                    (
+                        f
+                        for f in self.doc.model.functions
+                        if (f.domain, f.name) == (node.domain, node.op_type)
+                    ),
+                    None,
+                )
+                if fn is not None:
+                    from onnxviz.model.scopes import function_path
+
+                    fn_path = function_path(fn)
+                    menu.addAction(
+                        "Open the function body in its own view",
+                        lambda: self.open_graph(fn_path),
+                    )
+                elif d.kind == "op" or d.id in self.presenter.schema_expanded:
+                    from onnxviz.present.build import schema_function_body
+
+                    if schema_function_body(self.doc.model, node) is not None:
+                        shown = d.id in self.presenter.schema_expanded
+                        menu.addAction(
+                            "Hide the schema function body"
+                            if shown
+                            else "Expand the schema function body",
+                            lambda: self.toggle_schema_body(d.id),
+                        )
+        menu.addSeparator()
+        menu.addAction(self.actions_.fit)
+        if self.crumbs:
+            menu.addAction(self.actions_.back)
+        menu.popup(self.view.viewport().mapToGlobal(pos))
+
+    def toggle_schema_body(self, item_id: str) -> None:
+        if self.presenter is None:
+            return
+        if item_id in self.presenter.schema_expanded:
+            self.presenter.schema_expanded.discard(item_id)
+        else:
+            self.presenter.schema_expanded.add(item_id)
+        self.relayout(anchor=item_id)
+
+    # -- help -----------------------------------------------------------------------------------
+    def about(self) -> None:
+        from onnxviz import __version__
+
+        QMessageBox.about(
+            self,
+            "About onnxviz",
+            f"onnxviz {__version__}\nExplore, edit, validate and debug ONNX models.",
+        )
+
+    def shortcuts_help(self) -> None:
+        box = QMessageBox(
+            QMessageBox.Icon.Information,
+            "Keyboard shortcuts",
+            SHORTCUTS_HELP,
+            QMessageBox.StandardButton.Ok,
+            self,
+        )
+        box.setStyleSheet("QLabel { font-family: monospace; }")
+        box.open()
+
+    def showEvent(self, event: Any) -> None:
+        super().showEvent(event)
+        QTimer.singleShot(0, lambda: None)

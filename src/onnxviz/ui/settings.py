@@ -1,0 +1,55 @@
+"""Persistent settings (QSettings, INI format): recent files, window geometry and dock
+state, theme and view options."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QByteArray, QSettings
+
+MAX_RECENT = 10
+
+
+def settings() -> QSettings:
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, "onnxviz", "onnxviz")
+
+
+def recent_files() -> list[str]:
+    value = settings().value("recent_files", [])
+    if isinstance(value, str):
+        value = [value]
+    return [str(v) for v in (value or []) if v]
+
+
+def add_recent(path: str) -> list[str]:
+    path = os.path.abspath(path)
+    files = [p for p in recent_files() if p != path]
+    files.insert(0, path)
+    files = files[:MAX_RECENT]
+    settings().setValue("recent_files", files)
+    return files
+
+
+def clear_recent() -> None:
+    settings().setValue("recent_files", [])
+
+
+def load_bytes(key: str) -> QByteArray | None:
+    value = settings().value(key)
+    return value if isinstance(value, QByteArray) else None
+
+
+def save_value(key: str, value: object) -> None:
+    settings().setValue(key, value)
+
+
+def load_str(key: str, default: str) -> str:
+    value = settings().value(key, default)
+    return str(value) if value is not None else default
+
+
+def load_bool(key: str, default: bool) -> bool:
+    value = settings().value(key, default)
+    if isinstance(value, str):
+        return value.lower() in ("1", "true", "yes")
+    return bool(value)

@@ -1,0 +1,156 @@
+"""Work off the UI thread: opening a model and laying out a scene.
+
+A `Task` runs a function in a QThread and reports ``finished(result)`` or
+``failed(message)`` on the UI thread; ``cancel()`` sets the event the function polls
+(layout and scene building check it), after which the result is dropped.  Errors reach
+the user as the loader's one-sentence message, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal
+
+from onnxviz.errors import OnnxvizError
+from onnxviz.layout import LayoutCancelled
+from onnxviz.model.document import Document
+from onnxviz.present.build import BuildCancelled
+from onnxviz.present.options import ViewOptions
+from onnxviz.present.presenter import Presenter, display_graph
+from onnxviz.present.scene import Scene
+from onnxviz.present.typeinfo import type_table
+
+Progress = Callable[[str], None]
+
+
+class Cancelled(Exception):
+    pass
+
+
+class _Runner(QObject):
+    finished = Signal(object)
+    failed = Signal(str)
+    progress = Signal(str)
+
+    def __init__(
+        self, fn: Callable[[threading.Event, Progress], Any], cancel: threading.Event
+    ) -> None:
+        super().__init__()
+        self._fn = fn
+        self._cancel = cancel
+
+    def run(self) -> None:
+        try:
+            result = self._fn(self._cancel, self.progress.emit)
+        except (Cancelled, LayoutCancelled, BuildCancelled):
+            self.failed.emit("")
+        except OnnxvizError as exc:
+            self.failed.emit(str(exc))
+        except Exception as exc:  # never a traceback dialog: one sentence, details on stderr
+            traceback.print_exc()
+            self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            if self._cancel.is_set():
+                self.failed.emit("")
+            else:
+                self.finished.emit(result)
+
+
+class Task(QObject):
+    """One background job.  Keep a reference until it reports."""
+
+    finished = Signal(object)
+    failed = Signal(str)  # "" when cancelled
+    progress = Signal(str)
+
+    def __init__(
+        self, fn: Callable[[threading.Event, Progress], Any], parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.cancel_event = threading.Event()
+        self._thread = QThread()
+        self._runner = _Runner(fn, self.cancel_event)
+        self._runner.moveToThread(self._thread)
+        self._thread.started.connect(self._runner.run)
+        self._runner.finished.connect(self._on_finished)
+        self._runner.failed.connect(self._on_failed)
+        self._runner.progress.connect(self.progress)
+        self.done = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    def _stop(self) -> None:
+        self.done = True
+        self._thread.quit()
+        self._thread.wait()
+
+    def _on_finished(self, result: object) -> None:
+        self._stop()
+        self.finished.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        self._stop()
+        self.failed.emit(message)
+
+    def wait(self, ms: int = 60_000) -> bool:
+        return self._thread.wait(ms)
+
+
+@dataclass
+class Opened:
+    doc: Document
+    presenter: Presenter
+    scene: Scene
+    seconds: dict[str, float]
+
+
+def open_model_job(
+    path: str, options: ViewOptions, measure_factory: Callable[[], Any] | None = None
+) -> Callable[[threading.Event, Progress], Opened]:
+    """Load, type, expand and lay out: everything up to the first paint."""
+
+    def job(cancel: threading.Event, progress: Progress) -> Opened:
+        import time
+
+        t0 = time.perf_counter()
+        progress("reading model")
+        doc = Document.open(path)
+        if cancel.is_set():
+            raise Cancelled()
+        progress("indexing graphs")
+        doc.scopes()
+        t1 = time.perf_counter()
+        progress("inferring shapes")
+        types = type_table(doc)
+        t2 = time.perf_counter()
+        if cancel.is_set():
+            raise Cancelled()
+        presenter = Presenter(doc, options=options, types=types)
+        presenter.expanded |= presenter.default_expansion()
+        progress("laying out")
+        measure = measure_factory() if measure_factory else None
+        scene = display_graph(presenter, measure=measure, cancel=cancel.is_set)
+        t3 = time.perf_counter()
+        return Opened(doc, presenter, scene, {"load": t1 - t0, "types": t2 - t1, "layout": t3 - t2})
+
+    return job
+
+
+def layout_job(
+    presenter: Presenter, measure_factory: Callable[[], Any] | None = None
+) -> Callable[[threading.Event, Progress], Scene]:
+    def job(cancel: threading.Event, progress: Progress) -> Scene:
+        progress("laying out")
+        measure = measure_factory() if measure_factory else None
+        return display_graph(presenter, measure=measure, cancel=cancel.is_set)
+
+    return job
