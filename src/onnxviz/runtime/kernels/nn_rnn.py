@@ -1,0 +1,326 @@
+"""Recurrent layers: RNN, GRU, LSTM (every opset; directions, sequence_lens, initial states,
+peepholes, activation lists with alpha/beta, clip, layout, linear_before_reset).
+
+The input projection X.W^T of all time steps is one GEMM up front; the time loop (inherently
+sequential) does one H.R^T GEMM per step, vectorised over batch.  Reverse directions run
+forward over per-batch reversed sequences, so sequence_lens is a gather, not a branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.nn_geometry import compute_dtype
+from onnxviz.runtime.registry import kernel
+
+Activation = Callable[[np.ndarray], np.ndarray]
+
+# name -> (uses alpha, uses beta, default alpha, default beta)
+_PARAMS: dict[str, tuple[bool, bool, float, float]] = {
+    "affine": (True, True, 1.0, 0.0),
+    "leakyrelu": (True, False, 0.01, 0.0),
+    "thresholdedrelu": (True, False, 1.0, 0.0),
+    "scaledtanh": (True, True, 1.0, 1.0),
+    "hardsigmoid": (True, True, 0.2, 0.5),
+    "elu": (True, False, 1.0, 0.0),
+}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a non-positive argument only: no overflow warnings for large |x|.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _make_activation(name: str, alpha: float, beta: float) -> Activation:
+    key = name.lower()
+    table: dict[str, Activation] = {
+        "sigmoid": _sigmoid,
+        "tanh": np.tanh,
+        "relu": lambda x: np.maximum(x, 0),
+        "affine": lambda x: alpha * x + beta,
+        "leakyrelu": lambda x: np.where(x >= 0, x, alpha * x),
+        "thresholdedrelu": lambda x: np.where(x > alpha, x, 0),
+        "scaledtanh": lambda x: alpha * np.tanh(beta * x),
+        "hardsigmoid": lambda x: np.clip(alpha * x + beta, 0, 1),
+        "elu": lambda x: np.where(x >= 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)),
+        "softsign": lambda x: x / (1 + np.abs(x)),
+        "softplus": lambda x: np.logaddexp(0, x),
+    }
+    if key not in table:
+        raise ExecutionError(f"recurrent layer: unknown activation '{name}'")
+    return table[key]
+
+
+def _activations(
+    names: list[str] | None,
+    defaults: list[str],
+    n_dirs: int,
+    alphas: list[float] | None,
+    betas: list[float] | None,
+) -> list[list[Activation]]:
+    """Per direction, the activation functions (alpha/beta consumed in order by the
+    functions that take them)."""
+    per_dir = len(defaults)
+    if not names:
+        names = defaults * n_dirs
+    elif len(names) == per_dir and n_dirs == 2:
+        names = names * 2
+    # The RNN schema's default lists both directions' functions; a one-way layer uses the first.
+    names = names[: per_dir * n_dirs]
+    if len(names) != per_dir * n_dirs:
+        raise ExecutionError(
+            f"recurrent layer: expected {per_dir * n_dirs} activations, got {names}"
+        )
+    alpha_it, beta_it = iter(alphas or []), iter(betas or [])
+    funcs = []
+    for name in names:
+        uses_a, uses_b, da, db = _PARAMS.get(name.lower(), (False, False, 0.0, 0.0))
+        a = next(alpha_it, da) if uses_a else da
+        b = next(beta_it, db) if uses_b else db
+        funcs.append(_make_activation(name, a, b))
+    return [funcs[d * per_dir : (d + 1) * per_dir] for d in range(n_dirs)]
+
+
+class _Setup:
+    """Shapes, layout and per-direction data shared by the three layers."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        direction: str,
+        hidden_size: int | None,
+        layout: int,
+        sequence_lens: np.ndarray | None,
+    ) -> None:
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise ExecutionError(f"recurrent layer: unknown direction '{direction}'")
+        self.layout = layout
+        self.dtype = compute_dtype(x.dtype)
+        xs = x.astype(self.dtype, copy=False)
+        self.x = xs.transpose(1, 0, 2) if layout == 1 else xs  # (T, B, I)
+        self.steps, self.batch = self.x.shape[:2]
+        self.n_dirs = 2 if direction == "bidirectional" else 1
+        if w.shape[0] != self.n_dirs:
+            raise ExecutionError(
+                f"recurrent layer: W has {w.shape[0]} directions, expected {self.n_dirs}"
+            )
+        self.reverse = [False, True] if self.n_dirs == 2 else [direction == "reverse"]
+        self.hidden = int(hidden_size) if hidden_size else 0
+        if sequence_lens is None:
+            self.lens = np.full(self.batch, self.steps, dtype=np.int64)
+        else:
+            self.lens = np.asarray(sequence_lens, dtype=np.int64).reshape(-1)
+        t = np.arange(self.steps)[:, None]
+        self.valid = t < self.lens[None, :]  # (T, B)
+        # Per-batch reversal of the valid prefix (padding stays in place).
+        self.rev_index = np.where(self.valid, self.lens[None, :] - 1 - t, t)
+
+    def state(self, init: np.ndarray | None, d: int) -> np.ndarray:
+        if init is None:
+            return np.zeros((self.batch, self.hidden), dtype=self.dtype)
+        s = init.astype(self.dtype)
+        return s[:, d] if self.layout == 1 else s[d]
+
+    def inputs(self, d: int) -> np.ndarray:
+        if not self.reverse[d]:
+            return self.x
+        return np.take_along_axis(self.x, self.rev_index[:, :, None], axis=0)
+
+    def outputs(
+        self, ys: list[np.ndarray], finals: list[list[np.ndarray]], out_dtype: Any
+    ) -> tuple[Any, ...]:
+        per_dir = []
+        for d, y in enumerate(ys):
+            y = np.where(self.valid[:, :, None], y, 0)
+            if self.reverse[d]:
+                y = np.take_along_axis(y, self.rev_index[:, :, None], axis=0)
+                y = np.where(self.valid[:, :, None], y, 0)
+            per_dir.append(y)
+        y_all = np.stack(per_dir, axis=1)  # (T, D, B, H)
+        states = [np.stack(f, axis=0) for f in finals]  # each (D, B, H)
+        if self.layout == 1:
+            y_all = y_all.transpose(2, 0, 1, 3)
+            states = [s.transpose(1, 0, 2) for s in states]
+        return (y_all.astype(out_dtype), *[s.astype(out_dtype) for s in states])
+
+
+def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
+    return np.clip(x, -clip, clip) if clip is not None and clip > 0 else x
+
+
+def _biases(
+    b: np.ndarray | None, d: int, gates: int, hidden: int, dt: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    if b is None:
+        z = np.zeros(gates * hidden, dtype=dt)
+        return z, z
+    bd = b[d].astype(dt)
+    return bd[: gates * hidden], bd[gates * hidden :]
+
+
+def _hidden_size(w: np.ndarray, r: np.ndarray, gates: int, hidden_size: int | None) -> int:
+    h = int(hidden_size) if hidden_size else r.shape[-1]
+    if w.shape[1] != gates * h or r.shape[1] != gates * h:
+        raise ExecutionError(
+            f"recurrent layer: W {w.shape} / R {r.shape} do not fit hidden size {h}"
+        )
+    return h
+
+
+@kernel("RNN", since=(1, 7, 14, 22))
+def rnn(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    *,
+    activation_alpha: list[float] | None = None,
+    activation_beta: list[float] | None = None,
+    activations: list[str] | None = None,
+    clip: float | None = None,
+    direction: str = "forward",
+    hidden_size: int | None = None,
+    layout: int = 0,
+    output_sequence: int = 0,
+) -> tuple[Any, ...]:
+    setup = _Setup(x, w, direction, _hidden_size(w, r, 1, hidden_size), layout, sequence_lens)
+    acts = _activations(activations, ["Tanh"], setup.n_dirs, activation_alpha, activation_beta)
+    dt = setup.dtype
+    ys, finals = [], []
+    for d in range(setup.n_dirs):
+        f = acts[d][0]
+        wb, rb = _biases(b, d, 1, setup.hidden, dt)
+        proj = setup.inputs(d) @ w[d].astype(dt).T + (wb + rb)
+        rt = r[d].astype(dt).T
+        h = setup.state(initial_h, d)
+        y = np.empty((setup.steps, setup.batch, setup.hidden), dtype=dt)
+        for t in range(setup.steps):
+            h_new = f(_clip(proj[t] + h @ rt, clip))
+            h = np.where(setup.valid[t][:, None], h_new, h)
+            y[t] = h_new
+        ys.append(y)
+        finals.append(h)
+    return setup.outputs(ys, [finals], x.dtype)
+
+
+@kernel("GRU", since=(1, 3, 7, 14, 22))
+def gru(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    *,
+    activation_alpha: list[float] | None = None,
+    activation_beta: list[float] | None = None,
+    activations: list[str] | None = None,
+    clip: float | None = None,
+    direction: str = "forward",
+    hidden_size: int | None = None,
+    layout: int = 0,
+    linear_before_reset: int = 0,
+    output_sequence: int = 0,
+) -> tuple[Any, ...]:
+    setup = _Setup(x, w, direction, _hidden_size(w, r, 3, hidden_size), layout, sequence_lens)
+    acts = _activations(
+        activations, ["Sigmoid", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
+    )
+    dt = setup.dtype
+    hs = setup.hidden
+    ys, finals = [], []
+    for d in range(setup.n_dirs):
+        f, g = acts[d]
+        wb, rb = _biases(b, d, 3, hs, dt)
+        proj = setup.inputs(d) @ w[d].astype(dt).T + wb  # gate order z, r, h
+        rd = r[d].astype(dt)
+        r_zr = rd[: 2 * hs].T
+        r_h = rd[2 * hs :].T
+        rb_zr, rb_h = rb[: 2 * hs], rb[2 * hs :]
+        h = setup.state(initial_h, d)
+        y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
+        for t in range(setup.steps):
+            p = proj[t]
+            zr = f(_clip(p[:, : 2 * hs] + h @ r_zr + rb_zr, clip))
+            z, rg = zr[:, :hs], zr[:, hs:]
+            if linear_before_reset:
+                cand = p[:, 2 * hs :] + rg * (h @ r_h + rb_h)
+            else:
+                cand = p[:, 2 * hs :] + (rg * h) @ r_h + rb_h
+            hc = g(_clip(cand, clip))
+            h_new = (1 - z) * hc + z * h
+            h = np.where(setup.valid[t][:, None], h_new, h)
+            y[t] = h_new
+        ys.append(y)
+        finals.append(h)
+    return setup.outputs(ys, [finals], x.dtype)
+
+
+@kernel("LSTM", since=(1, 7, 14, 22))
+def lstm(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    p: np.ndarray | None = None,
+    *,
+    activation_alpha: list[float] | None = None,
+    activation_beta: list[float] | None = None,
+    activations: list[str] | None = None,
+    clip: float | None = None,
+    direction: str = "forward",
+    hidden_size: int | None = None,
+    input_forget: int = 0,
+    layout: int = 0,
+    output_sequence: int = 0,
+) -> tuple[Any, ...]:
+    setup = _Setup(x, w, direction, _hidden_size(w, r, 4, hidden_size), layout, sequence_lens)
+    acts = _activations(
+        activations, ["Sigmoid", "Tanh", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
+    )
+    dt = setup.dtype
+    hs = setup.hidden
+    ys, finals_h, finals_c = [], [], []
+    for d in range(setup.n_dirs):
+        f, g, hact = acts[d]
+        wb, rb = _biases(b, d, 4, hs, dt)
+        proj = setup.inputs(d) @ w[d].astype(dt).T + (wb + rb)  # gate order i, o, f, c
+        rt = r[d].astype(dt).T
+        if p is not None:
+            pd = p[d].astype(dt)
+            p_i, p_o, p_f = pd[:hs], pd[hs : 2 * hs], pd[2 * hs :]
+        else:
+            p_i = p_o = p_f = np.zeros(hs, dtype=dt)
+        h = setup.state(initial_h, d)
+        c = setup.state(initial_c, d)
+        y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
+        for t in range(setup.steps):
+            gates = proj[t] + h @ rt
+            i_g = f(_clip(gates[:, :hs] + p_i * c, clip))
+            if input_forget:
+                f_g = 1 - i_g
+            else:
+                f_g = f(_clip(gates[:, 2 * hs : 3 * hs] + p_f * c, clip))
+            c_cand = g(_clip(gates[:, 3 * hs :], clip))
+            c_new = f_g * c + i_g * c_cand
+            o_g = f(_clip(gates[:, hs : 2 * hs] + p_o * c_new, clip))
+            h_new = o_g * hact(c_new)
+            keep = setup.valid[t][:, None]
+            h = np.where(keep, h_new, h)
+            c = np.where(keep, c_new, c)
+            y[t] = h_new
+        ys.append(y)
+        finals_h.append(h)
+        finals_c.append(c)
+    return setup.outputs(ys, [finals_h, finals_c], x.dtype)
