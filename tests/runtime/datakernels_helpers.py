@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model.tensors import to_array
 from onnxviz.runtime.invoke import call_node
@@ -182,28 +182,61 @@ def run_ours(
     return call_node(node, list(inputs), {domain: opset}, rng=rng)
 
 
+_NUMPY_UNFRIENDLY = {
+    TensorProto.INT4,
+    TensorProto.UINT4,
+    TensorProto.INT2,
+    TensorProto.UINT2,
+    TensorProto.FLOAT4E2M1,
+    TensorProto.FLOAT8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ,
+    TensorProto.FLOAT8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ,
+}
+
+
 def run_ort(
     op: str, inputs: Sequence[np.ndarray | None], opset: int, n_outputs: int = 1, **attrs: Any
 ) -> list[np.ndarray]:
-    """One node through onnxruntime (CPU); inputs become graph inputs."""
+    """One node through onnxruntime (CPU).  Inputs of types onnxruntime's Python binding
+    cannot take (int4, float8...) become initializers; such outputs travel back through a
+    Cast to float32 and are converted to their own type here (exactly representable)."""
     import onnxruntime as ort
 
     names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
     outs = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op, names, outs, **attrs)
-    graph_inputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-        for n, x in zip(names, inputs)
-        if x is not None
-    ]
-    graph_outputs = [helper.make_value_info(o, onnx.TypeProto()) for o in outs]
-    graph = helper.make_graph([node], "g", graph_inputs, graph_outputs)
+    graph_inputs, inits, feeds = [], [], {}
+    for n, x in zip(names, inputs):
+        if x is None:
+            continue
+        elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+        if elem in _NUMPY_UNFRIENDLY:
+            inits.append(numpy_helper.from_array(x, n))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(n, elem, x.shape))
+            feeds[n] = x
+    graph = helper.make_graph([node], "g", graph_inputs, [], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
-    model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph  # make_model copied the graph
+    graph.output.extend(onnx.ValueInfoProto(name=o) for o in outs)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.output}
+    del graph.output[:]
+    back: dict[int, int] = {}
+    for i, o in enumerate(outs):
+        if types.get(o) in _NUMPY_UNFRIENDLY:
+            graph.node.append(helper.make_node("Cast", [o], [o + "_f"], to=TensorProto.FLOAT))
+            graph.output.append(helper.make_value_info(o + "_f", onnx.TypeProto()))
+            back[i] = types[o]
+        else:
+            graph.output.append(helper.make_value_info(o, onnx.TypeProto()))
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {n: x for n, x in zip(names, inputs) if x is not None}
-    return list(sess.run(None, feeds))
+    results = list(sess.run(None, feeds))
+    for i, elem in back.items():
+        results[i] = results[i].astype(helper.tensor_dtype_to_np_dtype(elem))
+    return results
 
 
 def assert_same(ours: Any, theirs: Any) -> None:

@@ -215,8 +215,9 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     hi = max(float(values.max()) if values.size else 0.0, 0.0)
     scale = _F32((hi - lo) / 255.0)
     if scale == 0:
+        # All zeros: the spec's formula divides by zero; like onnxruntime, use scale 1.
         zero = np.array(0, dtype=np.uint8)
-        return np.zeros(x.shape, dtype=np.uint8), np.array(scale), zero
+        return np.zeros(x.shape, dtype=np.uint8), np.array(1.0, dtype=_F32), zero
     zero_f = np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255)
     y = saturate_cast(np.rint(values / scale) + zero_f, np.dtype(np.uint8))
     return y, np.array(scale, dtype=_F32), np.array(zero_f, dtype=np.uint8)
@@ -271,5 +272,7 @@ def qlinear_matmul(
         acc = np.matmul(a_val, b_val)
     # One float32 multiplier per output element: a_scale[row] * b_scale[col] / y_scale.
     multiplier = to_f32(_row_param(a_scale, a)) * to_f32(b_scale) / to_f32(y_scale)
-    y = acc * multiplier + to_f32(y_zero_point)
-    return saturate_cast(y, y_zero_point.dtype)
+    y = acc * multiplier
+    if _is_integer(y_zero_point.dtype):
+        y = np.rint(y)  # round before the zero point joins (float32 would lose .5 ties)
+    return saturate_cast(y + to_f32(y_zero_point), y_zero_point.dtype)
