@@ -1,0 +1,136 @@
+"""validate(doc, changed=...) returns what a full run on the edited model returns."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxviz.check import validate
+from onnxviz.check.incremental import state_of
+from onnxviz.model import commands as cmd
+from onnxviz.model.document import Document
+from tests.check.cases import init, model, vi
+
+F = TensorProto.FLOAT
+
+
+def _sample() -> onnx.ModelProto:
+    """A model with a Loop body that uses outer values, several rule hits (undefined
+    input, non-identifier names, duplicate node names) and a value_info entry."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond"], ["cond_out"], name="keep"),
+            helper.make_node("Add", ["v", "/enc/w"], ["v_out"], name="acc"),
+        ],
+        "body",
+        [vi("i", TensorProto.INT64, ()), vi("cond", TensorProto.BOOL, ()), vi("v")],
+        [vi("cond_out", TensorProto.BOOL, ()), vi("v_out")],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["/enc/w"], name="relu"),
+        helper.make_node("Loop", ["n", "", "x"], ["loop_out"], body=body, name="loop"),
+        helper.make_node("Mul", ["loop_out", "scale"], ["t"], name="mul"),
+        helper.make_node("Add", ["t", "ghost"], ["u"], name="dup"),
+        helper.make_node("Neg", ["t"], ["y"], name="dup"),
+    ]
+    return model(
+        nodes,
+        [vi("x"), vi("n", TensorProto.INT64, ())],
+        [vi("y"), vi("u")],
+        [init("scale")],
+        value_info=[vi("t")],
+    )
+
+
+def _full(doc: Document) -> list[dict[str, object]]:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(doc.model)
+    return [d.to_json() for d in validate(Document.from_model(copy))]
+
+
+def _step(doc: Document, command: cmd.Command | str) -> None:
+    if command == "undo":
+        changes = doc.undo()
+    elif command == "redo":
+        changes = doc.redo()
+    else:
+        assert not isinstance(command, str)
+        changes = doc.execute(command)
+    got = [d.to_json() for d in validate(doc, changed=changes)]
+    assert got == _full(doc)
+
+
+def test_rename_is_rechecked_in_place() -> None:
+    doc = Document.from_model(_sample())
+    first = validate(doc)
+    assert {"G004", "N003", "N004"} <= {d.code for d in first}
+    state = state_of(doc)
+    _step(doc, cmd.RenameValue("main", "/enc/w", "enc_w"))
+    # The rename took the fast path: the same state object, inference not re-run.
+    assert state_of(doc) is state
+    _step(doc, cmd.RenameValue("main", "t", "scaled"))
+    _step(doc, cmd.RenameValue("main", "x", "input_x"))
+    _step(doc, "undo")
+    _step(doc, "redo")
+    _step(doc, cmd.RenameValue("main", "enc_w", "/again/w"))
+    _step(doc, cmd.RenameValue("main/body:loop", "v", "v.state"))
+    assert state_of(doc) is state
+
+
+def test_rename_follows_names_that_rules_look_at() -> None:
+    """Identifier summary (N004), training bindings (M003) and shadowing-free renames."""
+    m = model(
+        [
+            helper.make_node("Add", ["x", "w"], ["a"], name="r1"),
+            helper.make_node("Neg", ["a"], ["y"], name="r2"),
+        ],
+        [vi("x")],
+        [vi("y")],
+        [init("w")],
+    )
+    ti = m.training_info.add()
+    ti.initialization.CopyFrom(
+        helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["w_new"])], "init", [], [vi("w_new")], [init("c")]
+        )
+    )
+    ti.initialization_binding.add(key="w", value="w_new")
+    doc = Document.from_model(m)
+    assert "M003" not in {d.code for d in validate(doc)}
+    _step(doc, cmd.RenameValue("main", "a", "a.b"))
+    assert "N004" in {d.code for d in validate(doc)}
+    _step(doc, cmd.RenameValue("main", "w", "weight"))
+    _step(doc, "undo")
+    _step(doc, cmd.RenameValue("main", "x", "x.in"))
+
+
+def test_edits_that_change_types_or_structure() -> None:
+    doc = Document.from_model(_sample())
+    validate(doc)
+    _step(doc, cmd.SetAttribute("main", 3, helper.make_attribute("alpha", 2.0)))  # O008 on an Add
+    _step(doc, cmd.SetValueType("main", "t", helper.make_tensor_type_proto(TensorProto.INT64, [2])))
+    _step(doc, cmd.RemoveNode("main", 3))
+    _step(doc, cmd.AddNode("main", helper.make_node("Relu", ["y"], ["z"], name="late")))
+    _step(doc, cmd.RewireInput("main", 2, 1, "x"))
+    _step(doc, "undo")
+    _step(doc, "undo")
+    _step(doc, "redo")
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.INT64])
+def test_retype_run_matches_full(elem: int) -> None:
+    m = model(
+        [
+            helper.make_node("Sqrt", ["x"], ["t"], name="s"),
+            helper.make_node("Relu", ["t"], ["y"], name="r"),
+        ],
+        [vi("x")],
+        [vi("y")],
+    )
+    doc = Document.from_model(m)
+    validate(doc)
+    state = state_of(doc)
+    _step(doc, cmd.SetValueType("main", "x", helper.make_tensor_type_proto(elem, [2])))
+    # Float stays float: inference is re-run, the rules only re-check what changed.
+    assert (state_of(doc) is state) == (elem == TensorProto.FLOAT)
