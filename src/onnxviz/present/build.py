@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from onnx import FunctionProto, ModelProto, NodeProto, TensorProto
+from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope, build_scopes, function_path
@@ -77,24 +77,36 @@ class SchemaCache:
         return self._inputs[key]
 
 
-def schema_function_body(model: ModelProto, node: NodeProto) -> FunctionProto | None:
-    """The schema's function body of a standard op (e.g. LayerNormalization), if any."""
+def schema_function_body(
+    model: ModelProto, node: NodeProto, input_types: list[TypeProto | None] | None = None
+) -> FunctionProto | None:
+    """The schema's function body of a standard op (e.g. LayerNormalization), if any.
+    Context-dependent bodies are built for the node's input types (float32 tensors
+    where a type is unknown)."""
     try:
         import onnx.defs
 
         domain = "" if node.domain == "ai.onnx" else node.domain
         opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in model.opset_import}
         schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 10_000), domain)
+        fp = FunctionProto()
         if schema.has_function:
-            fn = schema.function_body
+            fp.CopyFrom(schema.function_body)
         elif schema.has_context_dependent_function:
-            return None
+            types = []
+            for k in range(len(node.input)):
+                tp = input_types[k] if input_types and k < len(input_types) else None
+                if tp is None:
+                    tp = TypeProto()
+                    tp.tensor_type.elem_type = TensorProto.FLOAT
+                types.append(tp.SerializeToString())
+            fp.ParseFromString(
+                schema.get_context_dependent_function(node.SerializeToString(), types)
+            )
         else:
             return None
     except Exception:
         return None
-    fp = FunctionProto()
-    fp.CopyFrom(fn)
     if not fp.name:
         fp.name = node.op_type
     fp.domain = fp.domain or "onnx.schema"

@@ -76,6 +76,21 @@ class Presenter:
             out.update(f"{inst}|g:{p}" for p in self.group_tree(scope).groups)
         return out
 
+    def all_body_ids(self) -> set[str]:
+        """Every node under the root that can show a body inline (subgraphs, calls of
+        model-local functions), at any depth of subgraphs."""
+        out: set[str] = set()
+        functions = {(f.domain, f.name) for f in self.doc.model.functions}
+        root = self.doc.scope(self.root_path)
+        for scope in [root, *root.descendants()]:
+            for child in scope.children:
+                out.add(f"{scope.path}#{child.owner_node_index}")
+            if functions:
+                for i, node in enumerate(scope.nodes):
+                    if (node.domain, node.op_type) in functions:
+                        out.add(f"{scope.path}#{i}")
+        return out
+
     # -- state changes -------------------------------------------------------------------
     def toggle(self, item_id: str) -> bool:
         """Expand or collapse a group or a body-holding node; returns the new state."""

@@ -360,6 +360,21 @@ class EdgeItem(QGraphicsItem):
             + (f": {data.label}" + (" (inferred)" if data.inferred else "") if data.label else "")
         )
 
+    @property
+    def label_rect(self) -> QRectF:
+        return self._label_rect
+
+    def place_label(self, rect: QRectF | None) -> None:
+        """Move the label (the scene avoids overlaps) or drop it (None)."""
+        self.prepareGeometryChange()
+        if rect is None:
+            self.show_label = False
+            self._label_rect = QRectF()
+            self._bounds = self._path.boundingRect().adjusted(-6, -6, 6, 6)
+            return
+        self._label_rect = rect
+        self._bounds = self._path.boundingRect().adjusted(-6, -6, 6, 6).united(rect)
+
     def boundingRect(self) -> QRectF:
         return self._bounds
 

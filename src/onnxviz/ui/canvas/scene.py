@@ -61,9 +61,51 @@ class GraphScene(QGraphicsScene):
             self.edge_items.append(e)
             self._edges_by_item.setdefault(edge.source, []).append(e)
             self._edges_by_item.setdefault(edge.target, []).append(e)
+        self._spread_labels()
         self.setSceneRect(
             QRectF(-MARGIN, -MARGIN, display.width + 2 * MARGIN, display.height + 2 * MARGIN)
         )
+
+    def _spread_labels(self) -> None:
+        """Keep edge labels from overlapping each other and boxes: try a few nudges
+        along the edge, else drop the label (the tooltip still tells)."""
+        cell = 120.0
+        grid: dict[tuple[int, int], list[QRectF]] = {}
+
+        def cells(r: QRectF) -> list[tuple[int, int]]:
+            return [
+                (i, j)
+                for i in range(int(r.left() // cell), int(r.right() // cell) + 1)
+                for j in range(int(r.top() // cell), int(r.bottom() // cell) + 1)
+            ]
+
+        def add(r: QRectF) -> None:
+            for c in cells(r):
+                grid.setdefault(c, []).append(r)
+
+        def free(r: QRectF) -> bool:
+            return not any(o.intersects(r) for c in cells(r) for o in grid.get(c, ()))
+
+        for node in self.nodes.values():
+            if not node.is_frame:
+                add(node.sceneBoundingRect().adjusted(2, 2, -2, -2))
+        for e in self.edge_items:
+            if not e.show_label:
+                continue
+            base = e.label_rect
+            for dy in (0.0, 14.0, -14.0, 28.0, -28.0):
+                for dx in (0.0, -base.width() - 8.0):
+                    r = base.translated(dx, dy)
+                    if free(r):
+                        add(r)
+                        if dx or dy:
+                            e.place_label(r)
+                        break
+                else:
+                    continue
+                break
+            else:
+                e.place_label(None)
 
     def edges_at(self, item_id: str) -> list[EdgeItem]:
         return self._edges_by_item.get(item_id, [])

@@ -1,0 +1,97 @@
+"""Small models for present/ui tests, built with onnx.helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def example(name: str) -> str:
+    from importlib import resources
+
+    return str(resources.files("onnxviz.resources") / "examples" / name)
+
+
+def scan_model() -> onnx.ModelProto:
+    """A Scan whose body reads an outer value ('scale') it does not declare."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["sum_in", "x_t"], ["sum_mid"], name="scan_add"),
+            helper.make_node("Mul", ["sum_mid", "scale"], ["sum_out"], name="scan_mul"),
+            helper.make_node("Identity", ["sum_out"], ["y_t"], name="scan_id"),
+        ],
+        "scan_body",
+        [
+            helper.make_tensor_value_info("sum_in", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("sum_out", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [2]),
+        ],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Neg", ["s"], ["scale"], name="make_scale"),
+            helper.make_node(
+                "Scan", ["init", "xs"], ["final", "ys"], name="scan", num_scan_inputs=1, body=body
+            ),
+        ],
+        "scan_graph",
+        [
+            helper.make_tensor_value_info("init", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("xs", TensorProto.FLOAT, [5, 2]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("final", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("ys", TensorProto.FLOAT, [5, 2]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def scoped_model(layers: int = 3) -> onnx.ModelProto:
+    """torch-style scoped names: /encoder/layer.{i}/{attn,mlp}/Op."""
+    nodes = []
+    inits = []
+    x = "x"
+    for i in range(layers):
+        for part in ("attn", "mlp"):
+            scope = f"/encoder/layer.{i}/{part}"
+            w = f"{scope}.weight"
+            inits.append(numpy_helper.from_array(np.eye(4, dtype=np.float32), w))
+            nodes.append(
+                helper.make_node("MatMul", [x, w], [f"{scope}/mm"], name=f"{scope}/MatMul")
+            )
+            nodes.append(
+                helper.make_node("Relu", [f"{scope}/mm"], [f"{scope}/r"], name=f"{scope}/Relu")
+            )
+            nodes.append(
+                helper.make_node("Add", [f"{scope}/r", x], [f"{scope}/out"], name=f"{scope}/Add")
+            )
+            x = f"{scope}/out"
+    nodes.append(helper.make_node("Softmax", [x], ["y"], name="/head/Softmax"))
+    graph = helper.make_graph(
+        nodes,
+        "scoped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def layernorm_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln")],
+        "ln",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            numpy_helper.from_array(np.ones(4, np.float32), "g"),
+            numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
