@@ -97,31 +97,92 @@ def _poly(coeffs: tuple[float, ...], t: np.ndarray) -> np.ndarray:
 
 
 def _erf_abs(a: np.ndarray) -> np.ndarray:
-    """erf(a) for a >= 0 (float64), each branch evaluated only on its own elements."""
-    out = np.empty_like(a)
-    small = a < 0.84375
-    mid = (a >= 0.84375) & (a < 1.25)
-    tail = (a >= 1.25) & (a < 6.0)
-    out[a >= 6.0] = 1.0
-    if small.any():
-        x = a[small]
-        z = x * x
-        out[small] = x + x * (_poly(_PP, z) / _poly(_QQ, z))
-    if mid.any():
-        s = a[mid] - 1.0
-        out[mid] = _ERX + _poly(_PA, s) / _poly(_QA, s)
-    if tail.any():
-        x = a[tail]
-        s = 1.0 / (x * x)
-        near = x < 1.0 / 0.35
-        ratio = np.where(near, _poly(_RA, s) / _poly(_SA, s), _poly(_RB, s) / _poly(_SB, s))
-        out[tail] = 1.0 - np.exp(-x * x - 0.5625 + ratio) / x
-    out[np.isnan(a)] = np.nan
-    return out
+    """erf(a) for a >= 0 in float64.  Every branch is evaluated on the whole array and the
+    right one selected: cheaper than gathering and scattering masked elements."""
+    with np.errstate(all="ignore"):
+        z = a * a
+        small = _poly(_PP, z)
+        small /= _poly(_QQ, z)
+        small *= a
+        small += a
+        s = a - 1.0
+        mid = _poly(_PA, s)
+        mid /= _poly(_QA, s)
+        mid += _ERX
+        inv = 1.0 / z
+        ratio = np.where(
+            a < 1.0 / 0.35, _poly(_RA, inv) / _poly(_SA, inv), _poly(_RB, inv) / _poly(_SB, inv)
+        )
+        ratio -= z
+        ratio -= 0.5625
+        tail = np.exp(ratio, out=ratio)
+        tail /= a
+        np.subtract(1.0, tail, out=tail)
+    out = np.where(a < 0.84375, small, np.where(a < 1.25, mid, np.where(a < 6.0, tail, 1.0)))
+    return np.where(np.isnan(a), np.nan, out) if np.isnan(a).any() else out
+
+
+# Single-precision path: one odd rational function of x on [-4, 4] (erf is +-1 to float32
+# precision beyond), relative error below 7e-8, no branches.  These are the widely used
+# coefficients of the Eigen / XLA float32 erf.
+_ALPHA = (
+    -1.60960333262415e-02,
+    -2.95459980854025e-03,
+    -7.34990630326855e-04,
+    -5.69250639462346e-05,
+    -2.10102402082508e-06,
+    2.77068142495902e-08,
+    -2.72614225801306e-10,
+)
+_BETA = (
+    -1.42647390514189e-02,
+    -7.37332916720468e-03,
+    -1.68282697438203e-03,
+    -2.13374055278905e-04,
+    -1.45660718464996e-05,
+)
+
+
+_ALPHA32 = np.array(_ALPHA, dtype=np.float32)
+_BETA32 = np.array(_BETA, dtype=np.float32)
+# Elements per block: the ~25 passes of the rational function then stay in the CPU cache
+# (about twice as fast as whole-array passes on BERT-sized tensors).
+_BLOCK = 16384
+
+
+def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray, den: np.ndarray) -> None:
+    """out = erf(xs) for one block; xs already clipped to [-4, 4]."""
+    np.multiply(xs, xs, out=t)
+    out.fill(_ALPHA32[-1])
+    for c in _ALPHA32[-2::-1]:
+        out *= t
+        out += c
+    out *= xs
+    den.fill(_BETA32[-1])
+    for c in _BETA32[-2::-1]:
+        den *= t
+        den += c
+    out /= den
+
+
+def _erf_single(x: np.ndarray) -> np.ndarray:
+    """erf in float32 (for float32 and narrower inputs), block by block."""
+    flat = np.clip(x.astype(np.float32).reshape(-1), -4.0, 4.0)  # NaN stays NaN
+    out = np.empty_like(flat)
+    n = flat.size
+    size = min(n, _BLOCK)
+    t = np.empty(size, dtype=np.float32)
+    den = np.empty(size, dtype=np.float32)
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        m = stop - start
+        _erf_block(flat[start:stop], out[start:stop], t[:m], den[:m])
+    return out.reshape(x.shape)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, element-wise, in x's float dtype (computed in float64)."""
-    x64 = np.asarray(x, dtype=np.float64)
-    out = np.copysign(_erf_abs(np.abs(x64)), x64)
-    return out.astype(x.dtype, copy=False) if x.dtype.kind == "f" else out
+    """The error function, element-wise, in x's float dtype."""
+    if x.dtype != np.float64:
+        out = _erf_single(x)
+        return out if out.dtype == x.dtype else out.astype(x.dtype)
+    return np.copysign(_erf_abs(np.abs(x)), x)
