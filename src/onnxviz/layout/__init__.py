@@ -1,1 +1,67 @@
-"""onnxviz.layout."""
+"""onnxviz.layout: layered (Sugiyama-style) layout of node-and-edge graphs.
+
+Sizes in, coordinates out; knows nothing of ONNX.  Flat use::
+
+    from onnxviz.layout import LayoutEdge, LayoutNode, LayoutRequest, compute
+
+    request = LayoutRequest(
+        nodes=[LayoutNode("x", 80, 36), LayoutNode("relu", 80, 36), LayoutNode("add", 80, 36)],
+        edges=[LayoutEdge("x", "relu"), LayoutEdge("relu", "add", 0, 0),
+               LayoutEdge("x", "add", 0, 1)],           # (source, target, out port, in port)
+        direction="TB",
+    )
+    result = compute(request, cancel=stop_event.is_set)    # LayoutCancelled if it fires
+    box = result.nodes["relu"]           # NodeBox(id, x, y, width, height), top-left based
+    for route in result.edges:           # EdgeRoute: Bézier chain, source port -> target port
+        path = route.points              # (p0, c1, c2, p1, c1, c2, p2, ...)
+
+Hierarchical use (groups from name scopes, collapsed groups drawn as one box)::
+
+    groups, parents = groups_from_scopes(node_names)      # "/model/layers.7/attn/MatMul"
+    nodes = [LayoutNode(name, w, h, parent=parents[i]) for i, name in enumerate(node_names)]
+    session = LayoutSession(LayoutRequest(nodes, edges, groups), expanded=())
+    view = session.result()              # top-level groups as boxes: view.groups[...]
+    session.expand("/model/layers.7")    # re-lays out only that group and its ancestors
+    view = session.result()
+
+Stages (one module each): cycles, ranking, long_edges (dummies and proxies), ordering
+(+ crossings), positioning (Brandes–Köpf), routing, hierarchy (+ scopes), metrics.
+"""
+
+from .api import (
+    CancelCheck,
+    Direction,
+    EdgeRoute,
+    GroupBox,
+    LayoutCancelled,
+    LayoutEdge,
+    LayoutError,
+    LayoutGroup,
+    LayoutNode,
+    LayoutRequest,
+    LayoutResult,
+    LongEdgePolicy,
+    NodeBox,
+    ProxyBox,
+    Spacing,
+)
+from .compute import compute
+
+__all__ = [
+    "CancelCheck",
+    "Direction",
+    "EdgeRoute",
+    "GroupBox",
+    "LayoutCancelled",
+    "LayoutEdge",
+    "LayoutError",
+    "LayoutGroup",
+    "LayoutNode",
+    "LayoutRequest",
+    "LayoutResult",
+    "LongEdgePolicy",
+    "NodeBox",
+    "ProxyBox",
+    "Spacing",
+    "compute",
+]

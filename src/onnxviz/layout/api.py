@@ -106,7 +106,7 @@ class LongEdgePolicy:
     target; the proxy names its source so the UI can offer a jump to it.
     """
 
-    max_span: int = 16
+    max_span: int = 48
     fanout: int = 6
     fanout_span: int = 3
     proxy_width: float = 16.0

@@ -90,10 +90,12 @@ def brandes_koepf(
             if cancel is not None and cancel():
                 raise LayoutCancelled()
             if down:
-                root, _ = _align(layers, up_start, up_nbr, posl, marked, leftward, True)
+                root, align = _align(layers, up_start, up_nbr, posl, marked, leftward, True)
             else:
-                root, _ = _align(layers[::-1], down_start, down_nbr, posl, marked, leftward, False)
-            candidates.append(_compact(size, root, lefts, rights, seps, leftward))
+                root, align = _align(
+                    layers[::-1], down_start, down_nbr, posl, marked, leftward, False
+                )
+            candidates.append(_compact(size, root, align, lefts, rights, seps, leftward))
     xs = np.stack(candidates)
     widths = xs.max(axis=1) - xs.min(axis=1)
     smallest = int(np.argmin(widths))
@@ -184,41 +186,105 @@ def _align(
 def _compact(
     size: int,
     root: list[int],
+    align: list[int],
     lefts: np.ndarray,
     rights: np.ndarray,
     seps: np.ndarray,
     leftward: bool,
 ) -> np.ndarray:
-    """Longest-path packing of the blocks toward one side."""
+    """Brandes–Köpf horizontal compaction toward one side, iteratively.
+
+    Blocks are placed in topological order of the "left neighbour" relation (what the
+    recursive place_block visits first).  A block joins the class of its first placed
+    left neighbour; inside a class blocks are packed against each other.  Each class is
+    then shifted toward the side opposite the packing by the slack to its neighbouring
+    classes, processing classes from the far side so chained shifts add up (the fix of
+    the 2020 erratum to the original algorithm).
+    """
+    if not leftward:
+        lefts, rights = rights, lefts
+    prev = [-1] * size
+    gap = [0.0] * size
+    for a, b, s in zip(lefts.tolist(), rights.tolist(), seps.tolist()):
+        prev[b] = a
+        gap[b] = s
     root_arr = np.asarray(root, dtype=np.int64)
-    if leftward:
-        ca, cb = root_arr[lefts], root_arr[rights]
-    else:
-        ca, cb = root_arr[rights], root_arr[lefts]
-    order = np.argsort(ca, kind="stable")
+    # Block graph: edge root(left neighbour) -> root(node); Kahn in that order.
+    left_block = root_arr[lefts]
+    right_block = root_arr[rights]
+    succ_order = np.argsort(left_block, kind="stable")
     starts = np.zeros(size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ca, minlength=size), out=starts[1:])
+    np.cumsum(np.bincount(left_block, minlength=size), out=starts[1:])
     st = starts.tolist()
-    nbr = cb[order].tolist()
-    wt = seps[order].tolist()
-    indeg = np.bincount(cb, minlength=size).tolist()
-    is_root = root_arr == np.arange(size)
-    coord = [0.0] * size
-    stack = [v for v in np.flatnonzero(is_root).tolist()[::-1] if indeg[v] == 0]
+    succ = right_block[succ_order].tolist()
+    remaining = np.bincount(right_block, minlength=size).tolist()
+    roots = np.flatnonzero(root_arr == np.arange(size)).tolist()
+    stack = [v for v in roots[::-1] if remaining[v] == 0]
+    x = [0.0] * size
+    sink = list(range(size))
+    cross: list[tuple[int, int, float]] = []  # (left node, right node, separation)
     while stack:
         v = stack.pop()
-        cv = coord[v]
+        xv = 0.0
+        w = v
+        while True:
+            p = prev[w]
+            if p >= 0:
+                u = root[p]
+                if sink[v] == v:
+                    sink[v] = sink[u]
+                if sink[v] != sink[u]:
+                    cross.append((p, w, gap[w]))
+                else:
+                    c = x[u] + gap[w]
+                    if c > xv:
+                        xv = c
+            w = align[w]
+            if w == v:
+                break
+        x[v] = xv
         for k in range(st[v], st[v + 1]):
-            w = nbr[k]
-            c = cv + wt[k]
-            if c > coord[w]:
-                coord[w] = c
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                stack.append(w)
-    block_x = np.asarray(coord)
-    x = block_x[root_arr]
-    return x if leftward else -x
+            t = succ[k]
+            remaining[t] -= 1
+            if remaining[t] == 0:
+                stack.append(t)
+    # Class shifts, from the far side back: a class moves toward its right neighbours as
+    # far as its tightest constraint allows (shift of the neighbour included).
+    shift: dict[int, float] = {}
+    if cross:
+        out_edges: dict[int, list[tuple[int, float]]] = {}
+        indeg_c: dict[int, int] = {}
+        for p, w, g in cross:
+            cu = sink[root[p]]
+            cv = sink[root[w]]
+            slack = x[root[w]] - x[root[p]] - g
+            out_edges.setdefault(cu, []).append((cv, slack))
+            indeg_c[cv] = indeg_c.get(cv, 0)
+            indeg_c[cu] = indeg_c.get(cu, 0)
+        # Reverse topological order of the class graph (classes with no right
+        # neighbours first).
+        pending = {c: len(out_edges.get(c, ())) for c in indeg_c}
+        incoming: dict[int, list[int]] = {}
+        for cu, lst in out_edges.items():
+            for cv, _ in lst:
+                incoming.setdefault(cv, []).append(cu)
+        ready = sorted(c for c, k in pending.items() if k == 0)
+        while ready:
+            c = ready.pop()
+            if c in out_edges:
+                shift[c] = min(shift.get(cv, 0.0) + slack for cv, slack in out_edges[c])
+            for cu in incoming.get(c, ()):
+                pending[cu] -= 1
+                if pending[cu] == 0:
+                    ready.append(cu)
+    xs = np.asarray(x)[root_arr]
+    if shift:
+        sink_arr = np.asarray(sink, dtype=np.int64)[root_arr]
+        table = np.zeros(size)
+        keys = np.fromiter(shift.keys(), dtype=np.int64, count=len(shift))
+        table[keys] = np.fromiter(shift.values(), dtype=float, count=len(shift))
+        xs = xs + table[sink_arr]
+    return xs if leftward else -xs
 
 
 def _enforce_separation(
