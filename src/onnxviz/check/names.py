@@ -105,12 +105,8 @@ def identifier_summary(path: str, bad: set[str]) -> list[Diagnostic]:
     if not bad:
         return []
     example = min(bad)
-    more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
-    return [
-        diag(
-            "N004",
-            f"Value name '{example}'{more} in this graph are not C90 identifiers.",
-            path,
-            value=example,
-        )
-    ]
+    if len(bad) == 1:
+        text = f"Value name '{example}' is not a C90 identifier."
+    else:
+        text = f"Value names '{example}' and {len(bad) - 1} more in this graph are not C90 identifiers."
+    return [diag("N004", text, path, value=example)]
