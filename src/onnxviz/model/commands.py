@@ -108,7 +108,7 @@ class RenameValue(Command):
             raise EditError("a value name cannot be empty", **where)
         if new == old:
             raise EditError(f"'{old}' already has that name", **where)
-        if old not in scope.definitions:
+        if not scope.defines(old):
             owner = scope.lookup(old)
             if owner is not None:
                 raise EditError(
@@ -124,7 +124,7 @@ class RenameValue(Command):
                 **where,
             )
         for sub in scope.descendants():
-            if new in sub.definitions:
+            if sub.defines(new):
                 raise EditError(
                     f"cannot rename '{old}' to '{new}': the nested graph '{sub.path}' defines "
                     f"'{new}', which would shadow it",
@@ -146,7 +146,7 @@ class RenameValue(Command):
         names = {(scope.path, old), (scope.path, new)}
         renamed_scopes: list[GraphScope] = [scope]
         # Definitions in this graph.
-        for d in scope.definitions[old]:
+        for d in scope.definitions_of(old):
             if d.kind == "node_output":
                 journal.set_item(scope.nodes[d.index].output, d.output_index, new)
                 touched_nodes.add((scope.path, d.index))
@@ -165,7 +165,7 @@ class RenameValue(Command):
         stack = [c for c in scope.children if old in c.free_names]
         while stack:
             sub = stack.pop()
-            if old in sub.definitions:
+            if sub.defines(old):
                 continue
             touched_graphs.add(sub.path)
             names.add((sub.path, old))
@@ -434,7 +434,7 @@ class AddGraphEntry(Command):
             )
         if self.kind in ("initializer", "sparse_initializer"):
             owner = scope.lookup(name)
-            if owner is not None and any(d.kind != "input" for d in owner.definitions[name]):
+            if owner is not None and any(d.kind != "input" for d in owner.definitions_of(name)):
                 raise EditError(
                     f"'{name}' is already defined in graph '{owner.path}'", graph_path=scope.path
                 )

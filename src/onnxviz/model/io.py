@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO, Literal
 
 from google.protobuf.message import DecodeError
-from onnx import GraphProto, ModelProto, TensorProto
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from onnxviz.errors import LoadError, SaveError
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
@@ -26,7 +26,7 @@ from onnxviz.model.external import check_external, is_external, read_external_by
 TEXT_SUFFIXES = (".onnxtxt", ".onnxtext", ".txt")
 SourceFormat = Literal["protobuf", "text"]
 ExternalMode = Literal["keep", "embed", "external"]
-WriteFn = Callable[[IO[bytes]], None]
+WriteFn = Callable[[IO[bytes]], object]
 # Protobuf's wire format cannot hold a message above 2 GiB.
 PROTOBUF_LIMIT = 2**31 - 1
 
@@ -137,12 +137,35 @@ class TensorSite:
     attribute: str | None = None
 
 
+# Attribute kinds that can hold tensors or subgraphs (UNDEFINED: old files, check fields).
+_TENSOR_OR_GRAPH_KINDS = frozenset(
+    {
+        AttributeProto.UNDEFINED,
+        AttributeProto.TENSOR,
+        AttributeProto.TENSORS,
+        AttributeProto.SPARSE_TENSOR,
+        AttributeProto.SPARSE_TENSORS,
+        AttributeProto.GRAPH,
+        AttributeProto.GRAPHS,
+    }
+)
+
+
 def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
     """Every TensorProto in the model: initializers, sparse initializers' parts and
-    tensor attributes, in every graph and function body (iterative walk)."""
-    from onnxviz.model.scopes import build_scopes
+    tensor attributes, in every graph and function body.
 
-    for scope in build_scopes(model):
+    A light walk of its own (not the scope index): opening a 100k-node model must not
+    pay for an index just to find its few external tensors.  Paths and labels match
+    `onnxviz.model.scopes` (a label is computed only for a node that holds a tensor).
+    """
+    from onnxviz.model.scopes import GraphScope, function_path
+
+    roots: list[GraphScope] = [GraphScope("main", "main", graph=model.graph)]
+    roots += [GraphScope(function_path(f), "function", function=f) for f in model.functions]
+    stack = list(reversed(roots))
+    while stack:
+        scope = stack.pop()
         graph = scope.graph
         if graph is not None:
             for t in graph.initializer:
@@ -150,16 +173,33 @@ def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
             for s in graph.sparse_initializer:
                 yield TensorSite(s.values, scope.path)
                 yield TensorSite(s.indices, scope.path)
+        nested: list[GraphScope] = []
         for i, node in enumerate(scope.nodes):
+            if not node.attribute:
+                continue
             for attr in node.attribute:
+                kind = attr.type
+                if kind not in _TENSOR_OR_GRAPH_KINDS:
+                    continue
                 if attr.HasField("t"):
                     yield TensorSite(attr.t, scope.path, scope.node_label(i), attr.name)
                 for t in attr.tensors:
                     yield TensorSite(t, scope.path, scope.node_label(i), attr.name)
                 if attr.HasField("sparse_tensor"):
-                    yield TensorSite(
-                        attr.sparse_tensor.values, scope.path, scope.node_label(i), attr.name
+                    st = attr.sparse_tensor
+                    yield TensorSite(st.values, scope.path, scope.node_label(i), attr.name)
+                subs = [(attr.name, attr.g)] if attr.HasField("g") else []
+                subs += [(f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs)]
+                for attr_name, sub in subs:
+                    nested.append(
+                        GraphScope(
+                            f"{scope.path}/{attr_name}:{scope.node_label(i)}",
+                            "subgraph",
+                            graph=sub,
+                            parent=scope,
+                        )
                     )
+        stack.extend(reversed(nested))
     for info in model.training_info:
         for t in info.initialization.initializer:
             yield TensorSite(t, "training_info/initialization")
@@ -169,7 +209,7 @@ def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
 
 def _declared_nbytes(tensor: TensorProto) -> int | None:
     try:
-        from onnxviz.model.tensors import tensor_nbytes  # type: ignore[attr-defined]
+        from onnxviz.model.tensors import tensor_nbytes
     except ImportError:
         return None
     try:

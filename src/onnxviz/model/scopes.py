@@ -32,7 +32,7 @@ class Definition(NamedTuple):
     are made per index build, and tuples are several times cheaper than dataclasses.)"""
 
     kind: DefinitionKind
-    index: int  # position in graph.input / initializer / sparse_initializer, or node index
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose; position in graph.input / initializer / sparse_initializer, or node index
     output_index: int = 0  # for node_output: which output of the node
 
 
@@ -46,15 +46,36 @@ class GraphScope:
     owner_node_index: int | None = None  # index (in parent.nodes) of the node holding us
     owner_attribute: str | None = None  # attribute name, with [i] for GRAPHS attributes
     depth: int = 0
-    definitions: dict[str, list[Definition]] = field(default_factory=dict)
     consumers: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     producer: dict[str, tuple[int, int]] = field(default_factory=dict)
     output_uses: dict[str, list[int]] = field(default_factory=dict)
     children: list[GraphScope] = field(default_factory=list)
     # Names used in this graph or any nested graph but defined in none of them.
     free_names: set[str] = field(default_factory=set)
-    _labels: list[str] = field(default_factory=list, repr=False)
+    # Definitions other than a name's first producing node: graph inputs, initializers,
+    # and second (invalid) definitions.  `definitions` is derived from these lazily,
+    # because building 100k Definition records up front doubles the index time.
+    _other_defs: dict[str, list[Definition]] = field(default_factory=dict, repr=False)
+    _definitions: dict[str, list[Definition]] | None = field(default=None, repr=False)
+    _labels: list[str] | None = field(default=None, repr=False)
     _label_to_index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def definitions(self) -> dict[str, list[Definition]]:
+        """Every definition of every name in this graph, in definition order."""
+        if self._definitions is None:
+            defs: dict[str, list[Definition]] = {}
+            other = self._other_defs
+            for name, found in other.items():
+                defs[name] = [d for d in found if d.kind != "node_output"]
+            for name, (ni, oi) in self.producer.items():
+                defs.setdefault(name, []).append(Definition("node_output", ni, oi))
+            for name, found in other.items():
+                extra = [d for d in found if d.kind == "node_output"]
+                if extra:
+                    defs[name].extend(extra)
+            self._definitions = defs
+        return self._definitions
 
     # -- what the graph holds --------------------------------------------------------
     @property
@@ -97,25 +118,48 @@ class GraphScope:
         return self.parent.nodes[self.owner_node_index]
 
     # -- node labels ---------------------------------------------------------------
+    def definitions_of(self, name: str) -> list[Definition]:
+        """The definitions of one name (cheap: does not build the whole table)."""
+        if self._definitions is not None:
+            return self._definitions.get(name, [])
+        found = self._other_defs.get(name, [])
+        out = [d for d in found if d.kind != "node_output"]
+        if name in self.producer:
+            ni, oi = self.producer[name]
+            out.append(Definition("node_output", ni, oi))
+        out.extend(d for d in found if d.kind == "node_output")
+        return out
+
+    def _build_labels(self) -> list[str]:
+        names = [n.name for n in self.nodes]
+        counts = Counter(names)
+        self._labels = [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
+        self._label_to_index = {nm: i for i, nm in enumerate(names) if nm and counts[nm] == 1}
+        return self._labels
+
     def node_label(self, index: int) -> str:
-        return self._labels[index]
+        """The node's name when non-empty and unique in this graph, else ``#index``."""
+        labels = self._labels if self._labels is not None else self._build_labels()
+        return labels[index]
 
     def node_index(self, label: str) -> int | None:
         """Index of the node with this label (name or ``#i``)."""
         if label.startswith("#") and label[1:].isdigit():
             i = int(label[1:])
             return i if 0 <= i < len(self.nodes) else None
+        if self._labels is None:
+            self._build_labels()
         return self._label_to_index.get(label)
 
     # -- scope chain -----------------------------------------------------------------
     def defines(self, name: str) -> bool:
-        return name in self.definitions
+        return name in self.producer or name in self._other_defs
 
     def lookup(self, name: str) -> GraphScope | None:
         """The innermost scope (this one or an ancestor) that defines ``name``."""
         scope: GraphScope | None = self
         while scope is not None:
-            if name in scope.definitions:
+            if name in scope.producer or name in scope._other_defs:
                 return scope
             scope = scope.parent
         return None
@@ -128,9 +172,17 @@ class GraphScope:
 
     def rename_in_index(self, old: str, new: str) -> None:
         """Move every index entry of ``old`` to ``new`` (after a value rename)."""
-        for table in (self.definitions, self.consumers, self.producer, self.output_uses):
+        tables: tuple[dict, ...] = (
+            self._other_defs,
+            self.consumers,
+            self.producer,
+            self.output_uses,
+        )
+        if self._definitions is not None:
+            tables += (self._definitions,)
+        for table in tables:
             if old in table:
-                table[new] = table.pop(old)  # type: ignore[attr-defined]
+                table[new] = table.pop(old)
         if old in self.free_names:
             self.free_names.discard(old)
             self.free_names.add(new)
@@ -147,7 +199,9 @@ class GraphScope:
         out: dict[str, GraphScope] = {}
         chain = [self, *self.ancestors()]
         for scope in reversed(chain):
-            for name in scope.definitions:
+            for name in scope.producer:
+                out[name] = scope
+            for name in scope._other_defs:
                 out[name] = scope
         return out
 
@@ -161,60 +215,54 @@ def _subgraph_attrs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
                 yield f"{attr.name}[{i}]", g
 
 
-def _index_scope(scope: GraphScope) -> None:
-    defs: dict[str, list[Definition]] = {}
+def _index_scope(scope: GraphScope, subgraph_nodes: list[int] | None = None) -> None:
+    """Fill the scope's tables.  ``subgraph_nodes``, when given, collects the indexes of
+    nodes that carry attributes (the only ones that can hold subgraphs), so the caller
+    does not walk 100k nodes a second time."""
+    other: dict[str, list[Definition]] = {}
     if scope.graph is not None:
         g = scope.graph
         for i, v in enumerate(g.input):
-            defs.setdefault(v.name, []).append(Definition("input", i))
+            other.setdefault(v.name, []).append(Definition("input", i))
         for i, t in enumerate(g.initializer):
-            defs.setdefault(t.name, []).append(Definition("initializer", i))
+            other.setdefault(t.name, []).append(Definition("initializer", i))
         for i, s in enumerate(g.sparse_initializer):
-            defs.setdefault(s.values.name, []).append(Definition("sparse_initializer", i))
+            other.setdefault(s.values.name, []).append(Definition("sparse_initializer", i))
     else:
         assert scope.function is not None
         for i, name in enumerate(scope.function.input):
-            defs.setdefault(name, []).append(Definition("input", i))
+            other.setdefault(name, []).append(Definition("input", i))
     consumers: dict[str, list[tuple[int, int]]] = {}
     producer: dict[str, tuple[int, int]] = {}
-    nodes = scope.nodes
-    names: list[str] = []
-    # Hot loop (100k nodes): locals only, no per-item helper calls.
-    add_name = names.append
-    node_output = "node_output"
-    for ni, node in enumerate(nodes):
-        add_name(node.name)
-        ii = 0
-        for name in node.input:
+    with_attrs = subgraph_nodes.append if subgraph_nodes is not None else None
+    # Hot loop (100k nodes): locals only, tuples only, no helper calls per item.
+    for ni, node in enumerate(scope.nodes):
+        # Slicing copies the repeated field into a list in C: ~30% cheaper than iterating.
+        for ii, name in enumerate(node.input[:]):
             if name:
                 use = consumers.get(name)
                 if use is None:
                     consumers[name] = [(ni, ii)]
                 else:
                     use.append((ni, ii))
-            ii += 1
-        oi = 0
-        for name in node.output:
+        for oi, name in enumerate(node.output[:]):
             if name:
-                entry = Definition(node_output, ni, oi)
-                found = defs.get(name)
-                if found is None:
-                    defs[name] = [entry]
-                    producer[name] = (ni, oi)
+                if name in producer or name in other:
+                    other.setdefault(name, []).append(Definition("node_output", ni, oi))
                 else:
-                    found.append(entry)
-            oi += 1
-    counts = Counter(names)
-    labels = [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
+                    producer[name] = (ni, oi)
+        if with_attrs is not None and node.attribute:
+            with_attrs(ni)
     output_uses: dict[str, list[int]] = {}
     for i, name in enumerate(scope.output_names()):
         output_uses.setdefault(name, []).append(i)
-    scope.definitions = defs
+    scope._other_defs = other
+    scope._definitions = None
     scope.consumers = consumers
     scope.producer = producer
     scope.output_uses = output_uses
-    scope._labels = labels
-    scope._label_to_index = {nm: i for i, nm in enumerate(names) if counts[nm] == 1 and nm}
+    scope._labels = None
+    scope._label_to_index = {}
 
 
 def function_path(fn: FunctionProto) -> str:
@@ -234,13 +282,13 @@ def build_scopes(model: ModelProto) -> list[GraphScope]:
         stack = [root]
         while stack:
             scope = stack.pop()
-            _index_scope(scope)
+            with_attrs: list[int] = []
+            _index_scope(scope, with_attrs)
             ordered.append(scope)
             kids: list[GraphScope] = []
-            for ni, node in enumerate(scope.nodes):
-                if not node.attribute:
-                    continue
-                for attr_name, sub in _subgraph_attrs(node):
+            nodes = scope.nodes
+            for ni in with_attrs:
+                for attr_name, sub in _subgraph_attrs(nodes[ni]):
                     child = GraphScope(
                         f"{scope.path}/{attr_name}:{scope.node_label(ni)}",
                         "subgraph",
@@ -262,14 +310,11 @@ def _compute_free_names(ordered: list[GraphScope]) -> None:
     # plus its children's free names that it does not define itself.
     for scope in reversed(ordered):
         free: set[str] = set()
-        for name in scope.consumers:
-            if name not in scope.definitions:
-                free.add(name)
-        for name in scope.output_uses:
-            if name not in scope.definitions:
-                free.add(name)
+        defines = scope.defines
+        free.update(n for n in scope.consumers if not defines(n))
+        free.update(n for n in scope.output_uses if not defines(n))
         for child in scope.children:
-            free.update(n for n in child.free_names if n not in scope.definitions)
+            free.update(n for n in child.free_names if not defines(n))
         scope.free_names = free
 
 
@@ -279,8 +324,9 @@ def reindex_scope(scope: GraphScope) -> None:
     _index_scope(scope)
     chain = [scope, *scope.ancestors()]
     for s in chain:
-        free: set[str] = {n for n in s.consumers if n not in s.definitions}
-        free.update(n for n in s.output_uses if n not in s.definitions)
+        defines = s.defines
+        free: set[str] = {n for n in s.consumers if not defines(n)}
+        free.update(n for n in s.output_uses if not defines(n))
         for child in s.children:
-            free.update(n for n in child.free_names if n not in s.definitions)
+            free.update(n for n in child.free_names if not defines(n))
         s.free_names = free
