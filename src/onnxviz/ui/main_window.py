@@ -82,7 +82,7 @@ class MainWindow(QMainWindow):
             show_names=cfg.load_bool("show_names", False),
             direction="LR" if cfg.load_str("direction", "TB") == "LR" else "TB",
         )
-        self.graph_scene = GraphScene(resolve_theme(self.theme_mode))
+        self.graph_scene = GraphScene(resolve_theme(self.theme_mode), self)
         self.view = GraphView(self.graph_scene)
         self._build_central()
         self.properties_dock = PropertiesDock(self)
@@ -206,6 +206,9 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not getattr(self, "_closed", False):
+            self._closed = True
+            self.graph_scene.selectionChanged.disconnect(self._selection_changed)
         if self.task is not None:
             self.task.cancel()
             self.task.wait(5000)
@@ -643,7 +646,7 @@ class MainWindow(QMainWindow):
         return self.view.selected_node()
 
     def _selection_changed(self) -> None:
-        if self.doc is None or self.presenter is None:
+        if self.doc is None or self.presenter is None or not self.isVisible():
             return
         if getattr(self, "_row_shown", False):
             self._row_shown = False

@@ -3,7 +3,7 @@ id -> item maps and the producer/consumer highlighting of the selection."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, Signal
+from PySide6.QtCore import QObject, QRectF, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
@@ -19,8 +19,8 @@ class GraphScene(QGraphicsScene):
     toggleRequested = Signal(str)  # item id of a group / body-holding node
     jumpRequested = Signal(str)  # item id to go to (a proxy's source)
 
-    def __init__(self, theme: Theme = LIGHT) -> None:
-        super().__init__()
+    def __init__(self, theme: Theme = LIGHT, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self.theme = theme
         self.display: Scene | None = None
         self.nodes: dict[str, NodeItem] = {}

@@ -1,0 +1,32 @@
+"""Qt tests run offscreen, with settings kept in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    from PySide6.QtCore import QSettings
+
+    folder = tmp_path_factory.mktemp("settings")
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
+    yield
+
+
+@pytest.fixture
+def window(qtbot):  # type: ignore[no-untyped-def]
+    from onnxviz.ui.main_window import MainWindow
+
+    w = MainWindow()
+    w.resize(1200, 800)
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
