@@ -194,6 +194,37 @@ def test_every_since_version_of_our_ops_resolves_to_its_own_registration() -> No
     assert not missing, missing
 
 
+def test_every_schema_attribute_is_a_kernel_parameter() -> None:
+    """A node may set any attribute its schema declares; the kernel must accept it."""
+    import inspect
+
+    import onnx.defs
+
+    refused = []
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain != "" or schema.name not in MATH_OPS:
+            continue
+        spec = resolve("", schema.name, schema.since_version)
+        assert spec is not None
+        params = inspect.signature(spec.fn).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+        refused += [
+            f"{schema.name}-{schema.since_version}:{a}"
+            for a in schema.attributes
+            if a not in params
+        ]
+    assert not refused, refused
+
+
+def test_rank_zero_inputs() -> None:
+    s = np.array(3.0, dtype=np.float32)
+    assert run_one("ReduceSum", [s, np.array([0], np.int64)], 13).shape == ()
+    assert run_one("ReduceMax", [s], 11, axes=[0]) == 3.0
+    assert run_one("Softmax", [s], 13) == 1.0
+    assert run_one("MatMul", [np.ones(3, np.float32), np.ones(3, np.float32)], 13).shape == ()
+
+
 # ---------------------------------------------------------------- old opset forms
 def test_add_opset6_broadcast_along_axis() -> None:
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)

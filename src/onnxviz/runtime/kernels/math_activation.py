@@ -6,6 +6,7 @@ the way runtimes do it, instead of rounding after every intermediate step.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -32,13 +33,12 @@ def _widen(x: Array) -> Array:
 def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
     """Evaluate ``fn`` on widened inputs; give the result the first input's dtype."""
 
+    @functools.wraps(fn)
     def run(x: Array, *rest: Any, **attrs: Any) -> Array:
         dt = x.dtype
         out = np.asarray(fn(_widen(x), *rest, **attrs))
         return out if out.dtype == dt else out.astype(dt)
 
-    run.__name__ = fn.__name__
-    run.__doc__ = fn.__doc__
     return run
 
 

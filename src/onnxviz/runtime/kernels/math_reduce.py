@@ -109,6 +109,8 @@ Reducer = Callable[[Array, Axes, bool], Array]
 
 def _reduce(fn: Reducer, x: Array, axes: Axes, keepdims: int) -> Array:
     dt = x.dtype
+    if x.ndim == 0 and axes:
+        axes = None  # a scalar has no axis to name; reducing it over "all" is the identity
     w = x.astype(_acc_dtype(dt)) if _acc_dtype(dt) != dt else x
     out = np.asarray(fn(w, axes, bool(keepdims)))
     return out if out.dtype == dt else out.astype(dt)
