@@ -40,7 +40,7 @@ from onnxviz.runtime.functions import (
     input_signature,
     static_schema_function,
 )
-from onnxviz.runtime.invoke import UnsupportedOperator, call_node
+from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
 from onnxviz.runtime.values import describe
@@ -234,7 +234,9 @@ class Executor:
                 )
             frame.node_index = i
             ins = [values[s] if s >= 0 else None for s in pn.inputs]
-            ref = node_ref(pn)
+            ref = pn.ref
+            if ref is None:
+                ref = pn.ref = node_ref(pn)
             yield NodeStarted(
                 stack,
                 depth,
@@ -282,14 +284,23 @@ class Executor:
         return outputs
 
     def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+        # Floating-point warnings (overflow to inf, 0/0) are results, not errors: the
+        # Session runs everything under np.errstate(all="ignore").
+        spec = pn.spec
         try:
-            with np.errstate(all="ignore"):
+            if spec is not None and not spec.needs_ctx:
+                # Fast path of call_node: plain kernel, one tensor out.
+                result = spec.fn(*ins, **pn.attrs)
+                if len(pn.outputs) == 1 and type(result) is np.ndarray:
+                    return [result]
+                outs = normalize_outputs(result, len(pn.outputs))
+            else:
                 outs = call_node(
                     pn.node,
                     ins,
                     {pn.domain: pn.opset},
                     rng=self.rng,
-                    spec=pn.spec,
+                    spec=spec,
                     attributes=pn.attrs,
                 )
         except ExecutionError as exc:

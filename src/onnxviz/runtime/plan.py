@@ -89,6 +89,7 @@ class PlanNode:
     body_plans: dict[Any, GraphPlan] = field(default_factory=dict)
     function: FunctionProto | None = None
     outer_attrs: dict[str, AttributeProto] | None = None  # when inside a function body
+    ref: Any = None  # events.NodeRef, made once by the executor
 
     @property
     def address(self) -> str:

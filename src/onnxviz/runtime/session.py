@@ -165,9 +165,17 @@ class Session:
         """Run to the end, ignoring breakpoints; the outputs by name."""
         self.start(feeds or {})
         gen = self._gen
-        assert gen is not None
-        while self._gen is not None:
-            self._advance()
+        ex = self._executor
+        assert gen is not None and ex is not None
+        ex.input_values_in_events = False  # nobody sees these events
+        with np.errstate(all="ignore"):
+            try:
+                while True:
+                    next(gen)
+            except StopIteration as stop:
+                self._finish(stop.value or [])
+            except ExecutionError as exc:
+                self._fail(exc)
         if self.error is not None:
             raise self.error
         return dict(self.outputs)
@@ -401,25 +409,37 @@ class Session:
         ex = self._executor
         assert ex is not None
         try:
-            ev = next(gen)
+            with np.errstate(all="ignore"):
+                ev = next(gen)
         except StopIteration as stop:
-            outs = stop.value or []
-            self.outputs = self._finish_outputs(outs)
-            self.seconds = time.perf_counter() - self._t0
-            ev = RunFinished("", 0, dict(self.outputs), self.seconds)
-            self.state = "finished"
-            self._gen = None
+            ev = self._finish(stop.value or [])
         except ExecutionError as exc:
-            self.error = exc
-            self.state = "cancelled" if isinstance(exc, ExecutionCancelled) else "failed"
-            self._gen = None
-            pn = ex.failed_node
-            ref = node_ref(pn) if pn is not None else self.current_node
-            ev = NodeFailed(ex.stack_text(), len(ex.stack) - 1, ref, exc)
+            ev = self._fail(exc)
         if isinstance(ev, (NodeStarted, NodeFinished, FrameEntered)):
             self._depth = ev.depth
         elif isinstance(ev, FrameLeft):
             self._depth = ev.depth - 1
+        self.last_event = ev
+        return ev
+
+    def _finish(self, outs: list[Any]) -> RunFinished:
+        self.outputs = self._finish_outputs(outs)
+        self.seconds = time.perf_counter() - self._t0
+        self.state = "finished"
+        self._gen = None
+        ev = RunFinished("", 0, dict(self.outputs), self.seconds)
+        self.last_event = ev
+        return ev
+
+    def _fail(self, exc: ExecutionError) -> NodeFailed:
+        ex = self._executor
+        assert ex is not None
+        self.error = exc
+        self.state = "cancelled" if isinstance(exc, ExecutionCancelled) else "failed"
+        self._gen = None
+        pn = ex.failed_node
+        ref = node_ref(pn) if pn is not None else self.current_node
+        ev = NodeFailed(ex.stack_text(), len(ex.stack) - 1, ref, exc)
         self.last_event = ev
         return ev
 
