@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from layout_graphs import GENERATORS, SyntheticGraph  # noqa: E402
 
-from onnxviz.layout import metrics  # noqa: E402
+from onnxviz.layout import LayoutSession, groups_from_scopes, metrics  # noqa: E402
 from onnxviz.layout import (  # noqa: E402
     LayoutEdge,
     LayoutNode,

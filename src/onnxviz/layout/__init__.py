@@ -46,6 +46,8 @@ from .api import (
     Spacing,
 )
 from .compute import compute
+from .hierarchy import LayoutSession
+from .scopes import groups_from_scopes
 
 __all__ = [
     "CancelCheck",
@@ -63,5 +65,7 @@ __all__ = [
     "NodeBox",
     "ProxyBox",
     "Spacing",
+    "LayoutSession",
     "compute",
+    "groups_from_scopes",
 ]
