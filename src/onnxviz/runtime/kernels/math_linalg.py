@@ -37,7 +37,13 @@ def _narrow(out: Array, dt: np.dtype) -> Array:
 def matmul(a: Array, b: Array) -> Array:
     if a.ndim == 0 or b.ndim == 0:
         raise ExecutionError("MatMul inputs must have rank >= 1")
-    return _narrow(np.matmul(_widen(a), _widen(b)), a.dtype)
+    wa, wb = _widen(a), _widen(b)
+    if wa.ndim > 2 and wb.ndim == 2 and wa.flags.c_contiguous:
+        # [..., M, K] @ [K, N] is one [(...*M), K] @ [K, N] product: a single large BLAS
+        # call instead of numpy's loop of small ones.
+        flat = np.matmul(wa.reshape(-1, wa.shape[-1]), wb)
+        return _narrow(flat.reshape(wa.shape[:-1] + (wb.shape[1],)), a.dtype)
+    return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
 
 
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))
