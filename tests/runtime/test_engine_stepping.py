@@ -186,3 +186,44 @@ def test_breakpoint_on_unknown_main_node_is_refused() -> None:
         sess.add_breakpoint("main::nope")
     with pytest.raises(ValueError):
         sess.add_breakpoint()
+
+
+def test_infinite_loop_form_runs_until_cancelled() -> None:
+    sess = Session(loop_model(with_trip=False, with_cond=False))
+    bp = sess.add_breakpoint("body_add")
+    sess.start({"x": X2})
+    for _ in range(25):  # well past the body's own cond, which this form ignores
+        assert sess.resume().reason == "breakpoint"
+    assert sess.stack_text == "main › loop iteration 25"
+    sess.remove_breakpoint(bp)
+    sess.cancel()
+    assert sess.resume().reason == "cancelled"
+    assert isinstance(sess.error, ExecutionError)
+
+
+def test_step_into_a_model_local_function_call() -> None:
+    fn = helper.make_function(
+        "local",
+        "Twice",
+        ["a"],
+        ["b"],
+        [helper.make_node("Add", ["a", "a"], ["b"], name="inner_add")],
+        [helper.make_opsetid("", 18)],
+    )
+    call = helper.make_node("Twice", ["x"], ["y"], domain="local", name="call")
+    model = make(
+        [call], [vi("x", F, [2])], [vi("y", F, [2])], functions=[fn], extra_opsets={"local": 1}
+    )
+    sess = Session(model)
+    sess.start({"x": X2})
+    assert sess.step().event.node.address == "main::call"
+    pause = sess.step()
+    assert pause.event.node.address == "function:local:Twice::inner_add"
+    assert sess.stack_text == "main › call (Twice function)"
+    np.testing.assert_allclose(sess.value("a"), X2)
+    with pytest.raises(KeyError):
+        sess.value("x")  # a function body does not see its caller's scope
+    np.testing.assert_allclose(sess.value("x", frame=0), X2)
+    assert sess.step_out().reason == "frame_left"
+    assert sess.step().reason == "finished"
+    np.testing.assert_allclose(sess.outputs["y"], X2 * 2)

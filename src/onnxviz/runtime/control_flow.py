@@ -90,7 +90,9 @@ def _run_loop(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
             iterations=max_trip,
         )
         outs = yield from ex.run_frame(sub)
-        keep_going = _scalar_bool(outs[0]) if outs[0] is not None else keep_going
+        # The spec's for-loop and infinite forms (no cond input) ignore the body's cond.
+        if cond is not None and outs[0] is not None:
+            keep_going = _scalar_bool(outs[0])
         carried = list(outs[1 : 1 + n_carried])
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
