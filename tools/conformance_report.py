@@ -17,6 +17,7 @@ from collections import defaultdict
 from onnxviz.runtime.conformance import (
     LIGHT_MODELS,
     CaseResult,
+    case_op,
     node_cases,
     run_light_model,
     run_node_case,
@@ -34,10 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results: list[CaseResult] = []
     for case in node_cases():
-        result = run_node_case(case)
-        if args.op and result.op not in args.op:
+        if args.op and case_op(case) not in args.op:
             continue
-        results.append(result)
+        results.append(run_node_case(case))
     node_seconds = time.perf_counter() - t0
     light: list[CaseResult] = []
     if not args.no_light and not args.op:
