@@ -563,6 +563,36 @@ ORT_CASES: list[tuple[str, list[np.ndarray], int, dict[str, Any]]] = [
     ("Sigmoid", [_rand(100) * 20], 13, {}),
     ("Hardmax", [_rand(3, 7)], 13, {}),
     ("Pow", [np.abs(_rand(50)) + 0.1, _rand(50)], 15, {}),
+    ("MatMul", [_rand(3, 4, 5, dtype=np.float16), _rand(5, 6, dtype=np.float16)], 13, {}),
+    ("MatMul", [RNG.integers(-9, 9, (3, 4)), RNG.integers(-9, 9, (2, 4, 3))], 13, {}),
+    (
+        "Gemm",
+        [
+            _rand(3, 4, dtype=np.float16),
+            _rand(4, 6, dtype=np.float16),
+            _rand(1, 6, dtype=np.float16),
+        ],
+        13,
+        {"beta": 0.5},
+    ),
+    (
+        "ReduceSum",
+        [_rand(3, 4, 5, dtype=np.float16), np.array([0, 2], np.int64)],
+        13,
+        {"keepdims": 0},
+    ),
+    ("ReduceProd", [RNG.integers(-5, 5, (3, 4)), np.array([1], np.int64)], 18, {}),
+    (
+        "PRelu",
+        [RNG.integers(-9, 9, (3, 4)).astype(np.int32), RNG.integers(-3, 3, 4).astype(np.int32)],
+        16,
+        {},
+    ),
+    ("Relu", [RNG.integers(-9, 9, 20).astype(np.int8)], 14, {}),
+    ("Round", [np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, 2.6, -2.6], np.float32)], 11, {}),
+    ("Hardmax", [np.array([[1, 3, 3, 0], [2, 2, 2, 2]], np.float32)], 13, {}),
+    ("Sigmoid", [_rand(40, dtype=np.float16) * 10], 13, {}),
+    ("ReduceLogSumExp", [_rand(3, 4, dtype=np.float16) * 5], 13, {"axes": [1]}),
 ]
 
 
@@ -578,4 +608,7 @@ def test_matches_onnxruntime(
     theirs = run_ort(op, inputs, opset, **attrs)
     assert ours.dtype == theirs.dtype
     assert ours.shape == theirs.shape
-    np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-6)
+    tol = 1e-3 if ours.dtype == np.float16 else 2e-5
+    np.testing.assert_allclose(
+        ours.astype(np.float64), theirs.astype(np.float64), rtol=tol, atol=tol / 10
+    )
