@@ -401,3 +401,19 @@ def test_center_crop_pad_odd_differences() -> None:
     (y,) = run_ours("CenterCropPad", [x, np.array([2, 7], np.int64)], 18)
     # crop 5 -> 2: window starts at floor(3/2) = 1; pad 4 -> 7: 1 before, 2 after.
     np.testing.assert_array_equal(y, np.pad(x[1:3], [(0, 0), (1, 2)]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_partition_path_with_many_ties(dtype: type, largest: int) -> None:
+    # k much smaller than the axis takes the partition path; few distinct values force
+    # ties at the threshold, which must still resolve to the lowest indices.
+    x = RNG.integers(0, 20, (6, 2000)).astype(dtype)
+    k = np.array([30], np.int64)
+    ours = run_ours("TopK", [x, k], 11, n_outputs=2, largest=largest)
+    theirs = run_ort("TopK", [x, k], 11, n_outputs=2, largest=largest)
+    for a, b in zip(ours, theirs):
+        assert_same(a, b)
+    xt = np.ascontiguousarray(x.T)
+    ours_t = run_ours("TopK", [xt, k], 11, n_outputs=2, axis=0, largest=largest)
+    np.testing.assert_array_equal(ours_t[1].T, ours[1])

@@ -8,6 +8,38 @@ from onnxviz.runtime.kernels._tensor_common import as_int, fail, normalize_axis
 from onnxviz.runtime.registry import kernel
 
 
+def _sorted_order(values: np.ndarray, largest: int) -> np.ndarray:
+    """Positions along the last axis that sort ``values``, ties by lower position first."""
+    if not largest:
+        return np.argsort(values, axis=-1, kind="stable")
+    # Descending with ties by the LOWER index: sort the reversed axis ascending (stable),
+    # read it backwards, and map the positions back.
+    n = values.shape[-1]
+    order = np.argsort(values[..., ::-1], axis=-1, kind="stable")
+    return (n - 1) - order[..., ::-1]
+
+
+def _topk_candidates(x: np.ndarray, k: int, largest: int) -> np.ndarray | None:
+    """Ascending positions of the k winners along the last axis in O(n) (partition), or
+    None when NaNs make the threshold unusable."""
+    n = x.shape[-1]
+    if largest:
+        threshold = np.partition(x, n - k, axis=-1)[..., n - k : n - k + 1]
+        strict = x > threshold
+    else:
+        threshold = np.partition(x, k - 1, axis=-1)[..., k - 1 : k]
+        strict = x < threshold
+    ties = x == threshold
+    room = k - strict.sum(axis=-1, keepdims=True)
+    chosen = strict | ties
+    if np.any(ties.sum(axis=-1, keepdims=True) > room):
+        # Among values equal to the threshold the spec keeps the lowest indices.
+        chosen = strict | (ties & (np.cumsum(ties, axis=-1) <= room))
+    if int(chosen.sum()) != k * (x.size // n):
+        return None
+    return np.nonzero(chosen)[-1].reshape(*x.shape[:-1], k)
+
+
 def _topk(
     data: np.ndarray, k: int, axis: int, largest: int, sorted_: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -15,20 +47,21 @@ def _topk(
     n = data.shape[axis]
     if not 0 <= k <= n:
         fail(f"TopK: k={k} is out of range for an axis of size {n}")
-    if largest:
-        # Stable descending order with ties broken by the LOWER index (the spec):
-        # sort the reversed axis ascending (stable), walk it backwards, map indices back.
-        flipped = np.flip(data, axis=axis)
-        order = np.argsort(flipped, axis=axis, kind="stable")
-        order = np.flip(order, axis=axis)
-        order = (n - 1) - np.take(order, np.arange(k), axis=axis)
-    else:
-        order = np.argsort(data, axis=axis, kind="stable")
-        order = np.take(order, np.arange(k), axis=axis)
     # sorted=0 leaves the order undefined; sorted order is a valid answer.
     del sorted_
+    x = np.moveaxis(data, axis, -1)
+    candidates = None
+    if k > 0 and 8 * k < n and data.dtype.kind in "iuf" and data.dtype.type.__module__ == "numpy":
+        candidates = _topk_candidates(x, k, largest)
+    if candidates is None:
+        order = _sorted_order(x, largest)[..., :k]
+    else:
+        order = np.take_along_axis(
+            candidates, _sorted_order(np.take_along_axis(x, candidates, -1), largest), -1
+        )
     indices = order.astype(np.int64, copy=False)
-    return np.take_along_axis(data, indices, axis=axis), indices
+    values = np.take_along_axis(x, indices, axis=-1)
+    return np.moveaxis(values, -1, axis), np.moveaxis(indices, -1, axis)
 
 
 @kernel("TopK", since=1)
