@@ -398,3 +398,49 @@ def test_kernel_older_than_schema_version_yields_to_the_schema_function(
     assert new.plan.nodes[0].kind == "schema_function"
     y = new.run({"x": np.array([1.0], np.float32)})["y"]
     np.testing.assert_allclose(y, [1.0507009873554805], rtol=1e-6)
+
+
+def test_inplace_elementwise_never_touches_live_views_feeds_or_constants() -> None:
+    from onnxviz.runtime import frames
+
+    hits: list[str] = []
+    original = frames.try_inplace
+
+    def counting(op: str, ins: list, dead: tuple) -> object:
+        result = original(op, ins, dead)
+        if result is not None:
+            hits.append(op)
+        return result
+
+    shp = numpy_helper.from_array(np.array([4], np.int64), "shp")
+    c = numpy_helper.from_array(np.full((2, 2), 3.0, np.float32), "c")
+    nodes = [
+        helper.make_node("Exp", ["x"], ["a"], name="exp"),  # x is the caller's: not reused
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),  # a dead, private: reused
+        helper.make_node("Reshape", ["b", "shp"], ["r"], name="view"),  # r is a view of b
+        helper.make_node("Neg", ["b"], ["n"], name="neg"),  # b dead but viewed by r: not reused
+        helper.make_node("Add", ["n", "c"], ["m"], name="add"),  # n reused, c constant kept
+    ]
+    model = make(
+        nodes, [vi("x", F, [2, 2])], [vi("r", F, [4]), vi("m", F, [2, 2])], initializers=[shp, c]
+    )
+    x = np.arange(4, dtype=np.float32).reshape(2, 2).copy()
+    x_before = x.copy()
+    sess = Session(model)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(frames, "try_inplace", counting)
+    try:
+        out = sess.run({"x": x})
+        again = sess.run({"x": x})
+    finally:
+        mp.undo()
+    assert hits[:2] == ["Relu", "Add"]
+    expected_b = np.maximum(np.exp(x_before), 0)
+    np.testing.assert_allclose(out["r"], expected_b.reshape(4), rtol=1e-6)
+    np.testing.assert_allclose(out["m"], -expected_b + 3.0, rtol=1e-6)
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_allclose(again["m"], out["m"])
+    stepped = Session(model)
+    events = [e for e in stepped.steps({"x": x}) if isinstance(e, NodeFinished)]
+    relu_in = [e for e in events if e.node.label == "exp"][0].outputs["a"]
+    np.testing.assert_allclose(relu_in, np.exp(x_before), rtol=1e-6)  # not overwritten when watched

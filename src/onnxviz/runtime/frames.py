@@ -40,6 +40,7 @@ from onnxviz.runtime.functions import (
     input_signature,
     static_schema_function,
 )
+from onnxviz.runtime.inplace import try_inplace
 from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
@@ -135,6 +136,8 @@ class Executor:
         # False when a run feeds an initializer that is also an input (IR < 4): the
         # plan's folded values were computed from the default and do not apply.
         self.fold = True
+        # In-place elementwise ops on dead inputs (inplace.py); only for unwatched runs.
+        self.inplace = False
 
     # -- frames --------------------------------------------------------------------
     def new_frame(
@@ -248,7 +251,10 @@ class Executor:
             if folded:
                 outs = pn.folded
             elif pn.kind == "kernel":
-                outs = self._call_kernel(pn, ins)
+                result = None
+                if self.inplace and pn.inplace_dead is not None:
+                    result = try_inplace(pn.op_type, ins, pn.inplace_dead)
+                outs = [result] if result is not None else self._call_kernel(pn, ins)
                 if pn.foldable and self.fold:
                     pn.folded = outs
             elif pn.kind == "control":
@@ -275,6 +281,9 @@ class Executor:
                 entry[0] += 1
                 entry[1] += dt
             yield NodeFinished(stack, depth, ref, out_map, dt, folded)
+            # Drop this generator's own references so dead values are freed now (and so
+            # inplace.py's reference count sees only the slot).
+            outs = out_map = v = ins = None  # type: ignore[assignment]
             for s in pn.free_after:
                 values[s] = None
         frame.node_index = len(plan.nodes)

@@ -36,6 +36,7 @@ from onnxviz.runtime.functions import (
     has_schema_function,
     schema_since_version,
 )
+from onnxviz.runtime.inplace import INPLACE_OPS
 from onnxviz.runtime.registry import KernelSpec, normalize_domain, resolve
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -90,6 +91,8 @@ class PlanNode:
     function: FunctionProto | None = None
     outer_attrs: dict[str, AttributeProto] | None = None  # when inside a function body
     ref: Any = None  # events.NodeRef, made once by the executor
+    # Per input: dead after this node (set for ops inplace.py may run in place).
+    inplace_dead: tuple[bool, ...] | None = None
 
     @property
     def address(self) -> str:
@@ -387,6 +390,12 @@ def _liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) 
             frees.setdefault(i, []).append(s)
     for i, pn in enumerate(nodes):
         pn.free_after = tuple(frees.get(i, ()))
+        if pn.kind == "kernel" and pn.domain == "" and pn.op_type in INPLACE_OPS:
+            dead = tuple(
+                s >= 0 and s in pn.free_after and pn.inputs.count(s) == 1 for s in pn.inputs
+            )
+            if any(dead) and (pn.op_type not in ("Add", "Sub", "Mul", "Div") or pn.opset >= 7):
+                pn.inplace_dead = dead
 
 
 def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:

@@ -107,6 +107,7 @@ class Session:
         keep_intermediates: bool = False,
         memory_cap_bytes: int = DEFAULT_MEMORY_CAP,
         fold_constants: bool = True,
+        inplace_ops: bool = True,
     ) -> None:
         model = getattr(model_or_document, "model", model_or_document)
         if not isinstance(model, ModelProto):
@@ -118,6 +119,7 @@ class Session:
         self.file: str | None = getattr(model_or_document, "path", None)
         self.seed = seed
         self.keep_intermediates = keep_intermediates
+        self.inplace_ops = inplace_ops
         self.memory_cap_bytes = memory_cap_bytes
         opsets: dict[str, int] = {}
         for imp in model.opset_import:
@@ -168,6 +170,7 @@ class Session:
         ex = self._executor
         assert gen is not None and ex is not None
         ex.input_values_in_events = False  # nobody sees these events
+        ex.inplace = self.store is None and self.inplace_ops  # nobody sees overwritten inputs
         with np.errstate(all="ignore"):
             try:
                 while True:

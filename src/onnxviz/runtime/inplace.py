@@ -1,0 +1,91 @@
+"""In-place elementwise arithmetic when an input dies at the node (run() only).
+
+For a few elementwise ops (Add, Sub, Mul, Div, Neg, Abs, Exp, Sqrt, Tanh, Relu) the
+executor may write the result into an input's buffer instead of allocating a new one,
+when all of these hold:
+
+* the run is not being watched (no stepping, no kept intermediates), so no event or
+  store shows the input value that gets overwritten;
+* the input's slot is freed after this node (its last use) and the input is a plain
+  float32/float64 array that owns its memory, is writeable and C-contiguous, and has
+  the result's shape and dtype;
+* nothing else refers to the array: its reference count is exactly what the executor
+  itself holds.  Views (Reshape, Squeeze, ...) keep a reference to their base, and
+  initializers, folded constants, caller feeds, captured outer values all hold one,
+  so any of them makes the count higher and the node runs normally.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_BINARY: dict[str, Callable[..., Any]] = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": np.divide,
+}
+_UNARY: dict[str, Callable[..., Any]] = {
+    "Neg": np.negative,
+    "Abs": np.absolute,
+    "Exp": np.exp,
+    "Sqrt": np.sqrt,
+    "Tanh": np.tanh,
+}
+INPLACE_OPS = frozenset(_BINARY) | frozenset(_UNARY) | {"Relu"}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# References to a candidate array while it is checked: the frame's slot list, the
+# node's input list, and getrefcount's own argument (the caller passes ``ins[k]``).
+_OWN_REFS = 3
+
+
+def _reusable(x: Any) -> bool:
+    return (
+        type(x) is np.ndarray
+        and x.dtype in _FLOATS
+        and x.flags.owndata
+        and x.flags.writeable
+        and x.flags.c_contiguous
+    )
+
+
+def try_inplace(op_type: str, ins: list[Any], dead: tuple[bool, ...]) -> np.ndarray | None:
+    """The result computed into a dead input's buffer, or None (run the kernel)."""
+    if op_type in _BINARY:
+        if len(ins) != 2:
+            return None
+        # Counted before any local name refers to the arrays.
+        counts = (sys.getrefcount(ins[0]), sys.getrefcount(ins[1]))
+        a, b = ins
+        if (
+            type(a) is not np.ndarray
+            or type(b) is not np.ndarray
+            or a.dtype != b.dtype
+            or a.dtype not in _FLOATS
+        ):
+            return None
+        try:
+            shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            return None  # the kernel reports the mismatch, naming the node
+        for k, x in ((0, a), (1, b)):
+            if dead[k] and counts[k] <= _OWN_REFS and x.shape == shape and _reusable(x):
+                result: np.ndarray = _BINARY[op_type](a, b, out=x)
+                return result
+        return None
+    if op_type in _UNARY or op_type == "Relu":
+        if len(ins) != 1 or not dead[0] or sys.getrefcount(ins[0]) > _OWN_REFS:
+            return None
+        x = ins[0]
+        if not _reusable(x):
+            return None
+        if op_type == "Relu":
+            return np.maximum(x, x.dtype.type(0), out=x)
+        out: np.ndarray = _UNARY[op_type](x, out=x)
+        return out
+    return None
