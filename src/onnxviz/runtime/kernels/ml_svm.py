@@ -167,9 +167,10 @@ def svm_classifier(
         r[:, ii, jj] = pij
         r[:, jj, ii] = 1.0 - pij
         probs = pairwise_coupling(r)
-        best = np.argmax(probs, axis=1)
+        # The label stays the one-vs-one vote (as libsvm's predict and onnxruntime do),
+        # which can differ from the most probable class near ties.
         z = apply_post_transform(probs.astype(np.float32), post)
-        return labels[best], np.asarray(z, dtype=np.float32)
+        return labels[np.argmax(votes, axis=1)], np.asarray(z, dtype=np.float32)
 
     best = np.argmax(votes, axis=1)
     if k == 2:
