@@ -24,17 +24,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from layout_graphs import GENERATORS, SyntheticGraph  # noqa: E402
-
-from onnxviz.layout import LayoutSession, groups_from_scopes, metrics  # noqa: E402
-from onnxviz.layout import (  # noqa: E402
+from layout_graphs import GENERATORS, SyntheticGraph
+from onnxviz.layout import (
     LayoutEdge,
     LayoutNode,
     LayoutRequest,
-
+    LayoutSession,
     compute,
-
-
+    groups_from_scopes,
+    metrics,
 )
 
 
@@ -52,8 +50,10 @@ def quality(geo: metrics.Geometry) -> dict[str, float]:
         "inversions%": 100.0 * bad / max(pairs, 1),
         "bends": bends,
         "long_edges": long_edges,
-        "width": float((geo.center[:, 0] + geo.size[:, 0] / 2).max()
-                       - (geo.center[:, 0] - geo.size[:, 0] / 2).min()),
+        "width": float(
+            (geo.center[:, 0] + geo.size[:, 0] / 2).max()
+            - (geo.center[:, 0] - geo.size[:, 0] / 2).min()
+        ),
     }
 
 
@@ -68,8 +68,12 @@ def dot_layout(g: SyntheticGraph, timeout: float) -> tuple[float, metrics.Geomet
     start = time.perf_counter()
     try:
         out = subprocess.run(
-            ["dot", "-Tplain"], input="\n".join(lines), capture_output=True, text=True,
-            timeout=timeout, check=True,
+            ["dot", "-Tplain"],
+            input="\n".join(lines),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
         ).stdout
     except subprocess.TimeoutExpired:
         return None
@@ -100,8 +104,15 @@ def dot_layout(g: SyntheticGraph, timeout: float) -> tuple[float, metrics.Geomet
         routes.append(pts)
     src = np.asarray([e[0] for e in g.edges], dtype=np.int64)
     geo = metrics.Geometry(
-        center, size, level, level_y, src, np.asarray([e[1] for e in g.edges], dtype=np.int64),
-        level[src], np.asarray([e[3] for e in g.edges], dtype=np.int64), routes,
+        center,
+        size,
+        level,
+        level_y,
+        src,
+        np.asarray([e[1] for e in g.edges], dtype=np.int64),
+        level[src],
+        np.asarray([e[3] for e in g.edges], dtype=np.int64),
+        routes,
     )
     return elapsed, geo
 
@@ -119,8 +130,10 @@ def bench_flat(kind: str, size: int, dot_timeout: float, quality_limit: int) -> 
     ours = time.perf_counter() - start
     stages = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in res.timings.items())
     print(f"{kind} n={len(g)} e={len(g.edges)}: ours {ours:.3f}s [{stages}]")
-    print(f"  stats: dummies={res.stats['dummies']} proxies={res.stats['proxies']} "
-          f"ranks={res.stats['ranks']} layer-crossings={res.stats['crossings']}")
+    print(
+        f"  stats: dummies={res.stats['dummies']} proxies={res.stats['proxies']} "
+        f"ranks={res.stats['ranks']} layer-crossings={res.stats['crossings']}"
+    )
     if len(g) > quality_limit:
         return
     q_ours = quality(metrics.geometry_of(res))
@@ -136,8 +149,10 @@ def bench_flat(kind: str, size: int, dot_timeout: float, quality_limit: int) -> 
     q_dot = quality(geo)
     print(fmt_row("dot", q_dot) + f" time={dot_time:.2f}s")
     ratios = {k: q_ours[k] / q_dot[k] for k in q_ours if q_dot[k]}
-    print(f"  ratio ours/dot: time={ours / dot_time:.4f} "
-          + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
+    print(
+        f"  ratio ours/dot: time={ours / dot_time:.4f} "
+        + " ".join(f"{k}={v:.3f}" for k, v in ratios.items())
+    )
 
 
 def bench_hierarchy(kind: str, size: int) -> None:
@@ -166,10 +181,12 @@ def bench_hierarchy(kind: str, size: int) -> None:
     session.expand_all()
     every = session.result()
     t_all = time.perf_counter() - start
-    print(f"hierarchy {kind} n={len(g)} groups={len(groups)}: scopes {t_scopes:.3f}s, "
-          f"first view {t_first:.3f}s ({len(first.node_ids)} nodes, {len(first.group_boxes)} "
-          f"groups), expand one {t_one:.3f}s, expand all {t_all:.3f}s "
-          f"({len(every.node_ids)} nodes, cache hits {session.cache_hits})")
+    print(
+        f"hierarchy {kind} n={len(g)} groups={len(groups)}: scopes {t_scopes:.3f}s, "
+        f"first view {t_first:.3f}s ({len(first.node_ids)} nodes, {len(first.group_boxes)} "
+        f"groups), expand one {t_one:.3f}s, expand all {t_all:.3f}s "
+        f"({len(every.node_ids)} nodes, cache hits {session.cache_hits})"
+    )
 
 
 def main() -> None:
@@ -177,8 +194,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10_000, 50_000, 100_000])
     parser.add_argument("--kinds", nargs="*", default=list(GENERATORS))
     parser.add_argument("--dot-timeout", type=float, default=120.0)
-    parser.add_argument("--quality-limit", type=int, default=20_000,
-                        help="compute quality metrics only up to this many nodes")
+    parser.add_argument(
+        "--quality-limit",
+        type=int,
+        default=20_000,
+        help="compute quality metrics only up to this many nodes",
+    )
     args = parser.parse_args()
     for size in args.sizes:
         for kind in args.kinds:

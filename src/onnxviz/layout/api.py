@@ -66,6 +66,91 @@ class LayoutEdge:
     target_port: int = 0
 
 
+class NodeTable(Sequence[LayoutNode]):
+    """Nodes given as columns, for large graphs: no per-node object is made unless asked.
+
+    ``parent_index`` holds, per node, the position of its group in the request's
+    ``groups`` (-1: top level).  Behaves as a read-only sequence of `LayoutNode`.
+    """
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        width: np.ndarray,
+        height: np.ndarray,
+        parent_index: np.ndarray | None = None,
+        group_ids: Sequence[str] = (),
+        inputs: np.ndarray | None = None,
+        outputs: np.ndarray | None = None,
+    ) -> None:
+        n = len(ids)
+        self.ids = list(ids)
+        self.width = np.asarray(width, dtype=float).reshape(n)
+        self.height = np.asarray(height, dtype=float).reshape(n)
+        self.parent_index = (
+            np.full(n, -1, dtype=np.int64)
+            if parent_index is None
+            else np.asarray(parent_index, dtype=np.int64).reshape(n)
+        )
+        self.group_ids = list(group_ids)
+        zeros = np.zeros(n, dtype=np.int64)
+        self.inputs = zeros if inputs is None else np.asarray(inputs, dtype=np.int64).reshape(n)
+        self.outputs = zeros if outputs is None else np.asarray(outputs, dtype=np.int64).reshape(n)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        p = int(self.parent_index[i])
+        return LayoutNode(
+            self.ids[i],
+            float(self.width[i]),
+            float(self.height[i]),
+            self.group_ids[p] if p >= 0 else None,
+            int(self.inputs[i]),
+            int(self.outputs[i]),
+        )
+
+
+class EdgeTable(Sequence[LayoutEdge]):
+    """Edges given as columns of node positions (indexes into the request's nodes)."""
+
+    def __init__(
+        self,
+        node_ids: Sequence[str],
+        source: np.ndarray,
+        target: np.ndarray,
+        source_port: np.ndarray | None = None,
+        target_port: np.ndarray | None = None,
+    ) -> None:
+        self.node_ids = node_ids
+        self.source = np.asarray(source, dtype=np.int64).reshape(-1)
+        m = len(self.source)
+        self.target = np.asarray(target, dtype=np.int64).reshape(m)
+        zeros = np.zeros(m, dtype=np.int64)
+        self.source_port = (
+            zeros if source_port is None else np.asarray(source_port, dtype=np.int64).reshape(m)
+        )
+        self.target_port = (
+            zeros if target_port is None else np.asarray(target_port, dtype=np.int64).reshape(m)
+        )
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return LayoutEdge(
+            self.node_ids[int(self.source[i])],
+            self.node_ids[int(self.target[i])],
+            int(self.source_port[i]),
+            int(self.target_port[i]),
+        )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class LayoutGroup:
     """A collapsible frame around nodes and other groups (a name scope, a subgraph, a
@@ -239,8 +324,7 @@ class LayoutResult:
         xy = self.node_xy.tolist()
         size = self.node_size.tolist()
         return {
-            nid: NodeBox(nid, p[0], p[1], s[0], s[1])
-            for nid, p, s in zip(self.node_ids, xy, size)
+            nid: NodeBox(nid, p[0], p[1], s[0], s[1]) for nid, p, s in zip(self.node_ids, xy, size)
         }
 
     @cached_property

@@ -11,9 +11,11 @@ import numpy as np
 from .api import (
     CancelCheck,
     EdgeKind,
+    EdgeTable,
     LayoutError,
     LayoutRequest,
     LayoutResult,
+    NodeTable,
     ProxyBox,
 )
 from .flat import ROUTE_PROXY, ROUTE_REVERSED, ROUTE_SELF, FlatLayout, layout_arrays
@@ -29,39 +31,68 @@ _KIND_NAMES: dict[int, EdgeKind] = {
 class RequestArrays:
     """The request as index arrays (top-to-bottom frame: sizes swapped for LR)."""
 
+    _index: dict[str, int] | None
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Node id -> position (built on first use)."""
+        if self._index is None:
+            self._index = dict(zip(self.ids, range(len(self.ids))))
+        return self._index
+
     def __init__(self, request: LayoutRequest) -> None:
         nodes = request.nodes
-        self.ids: list[str] = [nd.id for nd in nodes]
-        self.index: dict[str, int] = {nid: i for i, nid in enumerate(self.ids)}
-        if len(self.index) != len(self.ids):
+        n = len(nodes)
+        if isinstance(nodes, NodeTable):
+            self.ids: list[str] = nodes.ids
+            w, h = nodes.width.copy(), nodes.height.copy()
+            n_in, n_out = nodes.inputs.copy(), nodes.outputs.copy()
+        else:
+            self.ids = [nd.id for nd in nodes]
+            w = np.fromiter((nd.width for nd in nodes), dtype=float, count=n)
+            h = np.fromiter((nd.height for nd in nodes), dtype=float, count=n)
+            n_in = np.fromiter((nd.inputs for nd in nodes), dtype=np.int64, count=n)
+            n_out = np.fromiter((nd.outputs for nd in nodes), dtype=np.int64, count=n)
+        self._index = None
+        if (
+            isinstance(nodes, NodeTable)
+            and len(set(self.ids)) != n
+            or not isinstance(nodes, NodeTable)
+            and len(self.index) != n
+        ):
             seen: set[str] = set()
             dup = next(i for i in self.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise LayoutError(f"node id {dup!r} is used twice")
-        w = np.fromiter((nd.width for nd in nodes), dtype=float, count=len(nodes))
-        h = np.fromiter((nd.height for nd in nodes), dtype=float, count=len(nodes))
-        if len(nodes) and (not np.isfinite(w).all() or not np.isfinite(h).all()
-                           or (w < 0).any() or (h < 0).any()):
+        if n and (
+            not np.isfinite(w).all() or not np.isfinite(h).all() or (w < 0).any() or (h < 0).any()
+        ):
             raise LayoutError("node sizes must be finite and not negative")
         if request.direction == "LR":
             w, h = h, w
         elif request.direction != "TB":
             raise LayoutError(f"direction must be 'TB' or 'LR', not {request.direction!r}")
         self.width, self.height = w, h
-        index = self.index
         edges = request.edges
-        try:
-            self.src = np.fromiter((index[e.source] for e in edges), dtype=np.int64, count=len(edges))
-            self.dst = np.fromiter((index[e.target] for e in edges), dtype=np.int64, count=len(edges))
-        except KeyError as exc:
-            raise LayoutError(f"edge refers to unknown node {exc.args[0]!r}") from None
-        self.src_port = np.fromiter((e.source_port for e in edges), dtype=np.int64, count=len(edges))
-        self.dst_port = np.fromiter((e.target_port for e in edges), dtype=np.int64, count=len(edges))
-        if len(edges) and (self.src_port.min() < 0 or self.dst_port.min() < 0):
+        m = len(edges)
+        if isinstance(edges, EdgeTable):
+            self.src, self.dst = edges.source.copy(), edges.target.copy()
+            self.src_port, self.dst_port = edges.source_port.copy(), edges.target_port.copy()
+            if m and (
+                min(self.src.min(), self.dst.min()) < 0 or max(self.src.max(), self.dst.max()) >= n
+            ):
+                raise LayoutError("edge table refers to a node index out of range")
+        else:
+            index = self.index
+            try:
+                self.src = np.fromiter((index[e.source] for e in edges), np.int64, count=m)
+                self.dst = np.fromiter((index[e.target] for e in edges), np.int64, count=m)
+            except KeyError as exc:
+                raise LayoutError(f"edge refers to unknown node {exc.args[0]!r}") from None
+            self.src_port = np.fromiter((e.source_port for e in edges), np.int64, count=m)
+            self.dst_port = np.fromiter((e.target_port for e in edges), np.int64, count=m)
+        if m and (self.src_port.min() < 0 or self.dst_port.min() < 0):
             raise LayoutError("port indexes must not be negative")
-        n = len(nodes)
-        n_in = np.fromiter((nd.inputs for nd in nodes), dtype=np.int64, count=n)
-        n_out = np.fromiter((nd.outputs for nd in nodes), dtype=np.int64, count=n)
-        if len(edges):
+        if m:
             np.maximum.at(n_in, self.dst, self.dst_port + 1)
             np.maximum.at(n_out, self.src, self.src_port + 1)
         self.n_in, self.n_out = n_in, n_out
@@ -84,9 +115,18 @@ def compute_flat(request: LayoutRequest, cancel: CancelCheck | None = None) -> L
     arrays = RequestArrays(request)
     t1 = time.perf_counter()
     flat = layout_arrays(
-        arrays.width, arrays.height, arrays.src, arrays.dst, arrays.src_port,
-        arrays.dst_port, arrays.n_in, arrays.n_out, request.spacing, request.long_edges,
-        request.crossing_sweeps, cancel,
+        arrays.width,
+        arrays.height,
+        arrays.src,
+        arrays.dst,
+        arrays.src_port,
+        arrays.dst_port,
+        arrays.n_in,
+        arrays.n_out,
+        request.spacing,
+        request.long_edges,
+        request.crossing_sweeps,
+        cancel,
     )
     t2 = time.perf_counter()
     result = flat_result(flat, arrays, request)
@@ -121,14 +161,20 @@ def flat_result(flat: FlatLayout, arrays: RequestArrays, request: LayoutRequest)
             proxy_boxes.append(ProxyBox(pid, sid, port, py - ph / 2, px - pw / 2, ph, pw))
         else:
             proxy_boxes.append(ProxyBox(pid, sid, port, px - pw / 2, py - ph / 2, pw, ph))
-    edges = request.edges
     kinds = [_KIND_NAMES[k] for k in flat.route_kind.tolist()]
-    proxy_of = flat.route_proxy.tolist()
-    meta = [
-        (e.source, e.target, e.source_port, e.target_port, kind, i, 1,
-         proxy_ids[p] if p >= 0 else None)
-        for i, (e, kind, p) in enumerate(zip(edges, kinds, proxy_of))
-    ]
+    proxy_of = [proxy_ids[p] if p >= 0 else None for p in flat.route_proxy.tolist()]
+    meta = list(
+        zip(
+            [ids[i] for i in arrays.src.tolist()],
+            [ids[i] for i in arrays.dst.tolist()],
+            arrays.src_port.tolist(),
+            arrays.dst_port.tolist(),
+            kinds,
+            range(len(kinds)),
+            [1] * len(kinds),
+            proxy_of,
+        )
+    )
     width, height = (flat.height, flat.width) if lr else (flat.width, flat.height)
     return LayoutResult(
         node_ids=ids,

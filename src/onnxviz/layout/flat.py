@@ -102,8 +102,16 @@ def layout_arrays(
     d_off = np.where(reversed_, 0.0, port_offsets(dst_port, in_count[dst]))
     e_src, e_dst = lay_src[proper], lay_dst[proper]
     lg = build_layer_graph(
-        rank, width, height, e_src, e_dst, s_off[proper], d_off[proper],
-        np.where(reversed_, 0, src_port)[proper], policy, 0.0,
+        rank,
+        width,
+        height,
+        e_src,
+        e_dst,
+        s_off[proper],
+        d_off[proper],
+        np.where(reversed_, 0, src_port)[proper],
+        policy,
+        0.0,
     )
     lap("long_edges")
     pos, cross_before, cross_after = order_layers(lg, sweeps, cancel)
@@ -135,7 +143,7 @@ def layout_arrays(
     right = float((x + lg.width / 2).max()) if lg.size else 0.0
     if len(route_points):
         right = max(right, float(route_points[:, 0].max()))
-    bottom = float((rank_top[-1] + rank_height[-1])) if lg.size else 0.0
+    bottom = float(rank_top[-1] + rank_height[-1]) if lg.size else 0.0
     stats = {
         "nodes": n,
         "edges": m,
@@ -150,10 +158,19 @@ def layout_arrays(
     layer_info: dict[str, np.ndarray] = {}
     if keep_layers:
         layer_info = {
-            "rank": lg.rank, "pos": pos, "x": x, "kind": lg.kind, "edge_a": lg.edge_a,
-            "edge_b": lg.edge_b, "off_a": lg.off_a, "off_b": lg.off_b, "width": lg.width,
-            "edge_orig": proper[lg.edge_orig], "path_offsets": lg.path_offsets,
-            "path_nodes": lg.path_nodes, "proper": proper,
+            "rank": lg.rank,
+            "pos": pos,
+            "x": x,
+            "kind": lg.kind,
+            "edge_a": lg.edge_a,
+            "edge_b": lg.edge_b,
+            "off_a": lg.off_a,
+            "off_b": lg.off_b,
+            "width": lg.width,
+            "edge_orig": proper[lg.edge_orig],
+            "path_offsets": lg.path_offsets,
+            "path_nodes": lg.path_nodes,
+            "proper": proper,
         }
     return FlatLayout(
         x=x[:n],

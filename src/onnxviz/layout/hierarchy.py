@@ -28,10 +28,12 @@ from .api import (
     CancelCheck,
     EdgeKind,
     GroupBox,
+    LayoutCancelled,
     LayoutError,
     LayoutGroup,
     LayoutRequest,
     LayoutResult,
+    NodeTable,
     ProxyBox,
 )
 from .compute import RequestArrays
@@ -76,10 +78,21 @@ class LayoutSession:
         self._layout_cache: dict[bytes, FlatLayout] = {}
         self._layouts: dict[int, FlatLayout] = {}
         self._containers: dict[int, _Container] = {}
+        n, n_ent = self._n, self._n_ent
+        self._base_size = np.zeros((n_ent, 2))
+        self._base_size[:n, 0] = self._arrays.width
+        self._base_size[:n, 1] = self._arrays.height
+        self._base_size[n:, 0] = self._cw[n:]
+        self._base_size[n:, 1] = self._ch[n:]
+        self._open_size = self._base_size.copy()
+        self._n_in_ent = np.concatenate([self._arrays.n_in, np.ones(n_ent - n, dtype=np.int64)])
+        self._n_out_ent = np.concatenate([self._arrays.n_out, np.ones(n_ent - n, dtype=np.int64)])
+        self._open = np.zeros(n_ent, dtype=bool)
         if expanded is None:
-            self._expanded = set(range(self._n, self._n_ent))
+            self._open[n:] = True
         else:
-            self._expanded = {self._group_entity(g) for g in expanded}
+            for g in expanded:
+                self._open[self._group_entity(g)] = True
 
     # ----------------------------------------------------------------- tree building
     def _build_tree(self, request: LayoutRequest) -> None:
@@ -89,23 +102,44 @@ class LayoutSession:
         groups: list[LayoutGroup] = list(request.groups)
         gindex: dict[str, int] = {}
         for i, g in enumerate(groups):
-            if g.id in gindex or g.id in arrays.index:
+            if g.id in gindex:
                 raise LayoutError(f"group id {g.id!r} is used twice")
             gindex[g.id] = n + i
+        if not gindex.keys().isdisjoint(arrays.ids):
+            clash = next(i for i in arrays.ids if i in gindex)
+            raise LayoutError(f"id {clash!r} names both a node and a group")
         # Groups named only as a parent are created with default sizes.
-        for nd in request.nodes:
-            if nd.parent is not None and nd.parent not in gindex:
-                raise LayoutError(f"node {nd.id!r} names unknown group {nd.parent!r}")
         for g in groups:
             if g.parent is not None and g.parent not in gindex:
                 raise LayoutError(f"group {g.id!r} names unknown parent {g.parent!r}")
-        parent = [gindex[nd.parent] if nd.parent is not None else ROOT for nd in request.nodes]
-        parent += [gindex[g.parent] if g.parent is not None else ROOT for g in groups]
+        group_parent = np.asarray(
+            [gindex[g.parent] if g.parent is not None else ROOT for g in groups], dtype=np.int64
+        )
+        nodes = request.nodes
+        if isinstance(nodes, NodeTable):
+            pi = nodes.parent_index
+            if len(pi) and (pi.max() >= len(groups) or pi.min() < -1):
+                raise LayoutError("node parent index out of range")
+            node_parent = np.where(pi >= 0, pi + n, ROOT)
+        else:
+            try:
+                node_parent = np.fromiter(
+                    (gindex[nd.parent] if nd.parent is not None else ROOT for nd in nodes),
+                    dtype=np.int64,
+                    count=n,
+                )
+            except KeyError as exc:
+                raise LayoutError(f"a node names unknown group {exc.args[0]!r}") from None
+        parent = np.concatenate([node_parent, group_parent])
         self._ids: list[str] = list(arrays.ids) + [g.id for g in groups]
         self._labels: list[str] = [""] * n + [g.label or g.id for g in groups]
         lr = request.direction == "LR"
-        sizes = [(g.collapsed_height, g.collapsed_width) if lr else
-                 (g.collapsed_width, g.collapsed_height) for g in groups]
+        sizes = [
+            (g.collapsed_height, g.collapsed_width)
+            if lr
+            else (g.collapsed_width, g.collapsed_height)
+            for g in groups
+        ]
         cw = [s[0] for s in sizes]
         ch = [s[1] for s in sizes]
         par = np.asarray(parent, dtype=np.int64)
@@ -125,14 +159,21 @@ class LayoutSession:
         self._first = first
         self._cw = np.concatenate([np.zeros(n), np.asarray(cw, dtype=float)])
         self._ch = np.concatenate([np.zeros(n), np.asarray(ch, dtype=float)])
-        self._gindex = {self._ids[e]: e for e in range(n, self._n_ent)}
-        # Children of every container, ordered by first node.
-        order = np.lexsort((first, par))
-        sorted_par = par[order]
-        keys = np.concatenate(([ROOT], np.arange(n, self._n_ent)))
-        lo = np.searchsorted(sorted_par, keys, side="left")
-        hi = np.searchsorted(sorted_par, keys, side="right")
-        self._children = {int(k): order[a:b] for k, a, b in zip(keys.tolist(), lo, hi)}
+        self._gindex_cache: dict[str, int] | None = None
+        # Children of every container (top level = ROOT), ordered by first node.
+        self._child_order = np.lexsort((first, par))
+        self._child_par = par[self._child_order]
+
+    def _kids(self, c: int) -> np.ndarray:
+        lo = int(np.searchsorted(self._child_par, c, side="left"))
+        hi = int(np.searchsorted(self._child_par, c, side="right"))
+        return self._child_order[lo:hi]
+
+    @property
+    def _gindex(self) -> dict[str, int]:
+        if self._gindex_cache is None:
+            self._gindex_cache = dict(zip(self._ids[self._n :], range(self._n, self._n_ent)))
+        return self._gindex_cache
 
     @staticmethod
     def _depths(par: np.ndarray, n: int) -> np.ndarray:
@@ -155,49 +196,66 @@ class LayoutSession:
         ch: list[float],
         request: LayoutRequest,
     ) -> tuple[np.ndarray, np.ndarray, list[float], list[float], list[str]]:
+        """Give over-full containers sections of at most ``max_group_children`` children
+        each, in first-node order, nesting sections until every container fits."""
         limit = max(2, request.max_group_children)
-        par_list = par.tolist()
-        first_list = first.tolist()
         new_ids: list[str] = []
         counts = np.bincount(par + 1, minlength=len(par) + 1)
-        over = [c - 1 for c in np.flatnonzero(counts > limit).tolist()]
-        todo = list(over)
-        children_of: dict[int, list[int]] = {}
-        if todo:
-            members = np.flatnonzero(np.isin(par, todo))
-            for e in members.tolist():
-                children_of.setdefault(par_list[e], []).append(e)
+        todo = (np.flatnonzero(counts > limit) - 1).tolist()
+        if not todo:
+            return par, first, cw, ch, new_ids
+        par = par.copy()
         cw, ch = list(cw), list(ch)
+        taken = set(self._ids[self._n :])
         sec_w, sec_h = (cw[0], ch[0]) if cw else (160.0, 40.0)
+        new_par: list[int] = []
+        new_first: list[int] = []
+        order = np.lexsort((first, par))
+        sorted_par = par[order]
+        base_count = len(par)
+        override: dict[int, np.ndarray] = {}
+        levels: dict[int, int] = {}
         while todo:
             container = todo.pop()
-            kids = sorted(children_of[container], key=lambda e: first_list[e])
+            level = levels.get(container, 0)
+            if container in override:  # a further level: the sections made last round
+                kids = override.pop(container)
+            else:
+                lo = np.searchsorted(sorted_par, container, side="left")
+                hi = np.searchsorted(sorted_par, container, side="right")
+                kids = order[lo:hi]
             base = "" if container == ROOT else self._ids[container]
-            sections = []
+            made = []
             for k in range(0, len(kids), limit):
-                sid = len(par_list)
-                name = f"{base}#{k // limit}"
-                while name in self._ids or name in new_ids:
+                sid = base_count + len(new_par)
+                name = f"{base}#{k // limit}" if level == 0 else f"{base}#{level}.{k // limit}"
+                while name in taken:
                     name += "#"
+                taken.add(name)
                 new_ids.append(name)
                 chunk = kids[k : k + limit]
-                for e in chunk:
-                    par_list[e] = sid
-                par_list.append(container)
-                first_list.append(first_list[chunk[0]])
+                for e in chunk[chunk >= base_count].tolist():
+                    new_par[e - base_count] = sid
+                old = chunk[chunk < base_count]
+                par[old] = sid
+                first_of = (
+                    int(first[chunk[0]])
+                    if chunk[0] < base_count
+                    else new_first[int(chunk[0]) - base_count]
+                )
+                new_par.append(container)
+                new_first.append(first_of)
                 cw.append(sec_w)
                 ch.append(sec_h)
-                sections.append(sid)
-            if len(sections) > limit:
-                children_of[container] = sections
+                made.append(sid)
+            if len(made) > limit:
+                # Too many sections: group the sections themselves into sections.
+                override[container] = np.asarray(made, dtype=np.int64)
+                levels[container] = level + 1
                 todo.append(container)
-        return (
-            np.asarray(par_list, dtype=np.int64),
-            np.asarray(first_list, dtype=np.int64),
-            cw,
-            ch,
-            new_ids,
-        )
+        par = np.concatenate([par, np.asarray(new_par, dtype=np.int64)])
+        first = np.concatenate([first, np.asarray(new_first, dtype=np.int64)])
+        return par, first, cw, ch, new_ids
 
     def _lift_edges(self) -> None:
         """Container and child representatives of every edge, one pass per level."""
@@ -216,21 +274,16 @@ class LayoutSession:
                 break
             ra[differ] = par[ra[differ]]
             rb[differ] = par[rb[differ]]
-        self._edge_container = np.where(ra == rb, -2, par[ra])  # -2: internal self loop
+        container = np.where(ra == rb, -2, par[ra])  # -2: a self loop, never drawn lifted
+        self._edge_container = container
         self._edge_ra = ra
         self._edge_rb = rb
-        is_node_a = ra < self._n
-        is_node_b = rb < self._n
-        self._edge_sp = np.where(is_node_a, arrays.src_port, 0)
-        self._edge_tp = np.where(is_node_b, arrays.dst_port, 0)
-        # Deduplicated local edges: one layout edge per (container, a, b, ports).
-        keys = np.stack([self._edge_container, ra, rb, self._edge_sp, self._edge_tp], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        self._local_edges = uniq
-        self._edge_local = inverse.reshape(-1)
-        conts = uniq[:, 0]
-        self._local_lo = {int(c): int(i) for c, i in zip(*np.unique(conts, return_index=True))}
-        self._local_count = {int(c): int(k) for c, k in zip(*np.unique(conts, return_counts=True))}
+        # Edges grouped by container; deduplicated per container when first laid out.
+        order = np.argsort(container, kind="stable")
+        self._edge_order = order
+        self._edge_sorted_container = container[order]
+        self._edge_local = np.full(len(ra), -1, dtype=np.int64)
+        self._scratch = np.full(self._n_ent, -1, dtype=np.int64)
 
     # ------------------------------------------------------------------- queries
     def _group_entity(self, gid: str) -> int:
@@ -258,10 +311,10 @@ class LayoutSession:
     def children(self, gid: str | None) -> list[str]:
         """Ids of the direct children (nodes and groups) of a group (None: top level)."""
         key = ROOT if gid is None else self._group_entity(gid)
-        return [self._ids[e] for e in self._children.get(key, np.zeros(0, int)).tolist()]
+        return [self._ids[e] for e in self._kids(key).tolist()]
 
     def parent_of(self, item_id: str) -> str | None:
-        e = self._arrays.index.get(item_id)
+        e = self._arrays.index.get(item_id) if item_id not in self._gindex else None
         if e is None:
             e = self._group_entity(item_id)
         p = int(self._parent[e])
@@ -269,7 +322,8 @@ class LayoutSession:
 
     @property
     def expanded(self) -> frozenset[str]:
-        return frozenset(self._ids[e] for e in self._expanded)
+        """Ids of the groups currently shown open."""
+        return frozenset(self._ids[e] for e in np.flatnonzero(self._open).tolist())
 
     # ------------------------------------------------------------------ changes
     def _invalidate_ancestors(self, e: int) -> None:
@@ -281,83 +335,102 @@ class LayoutSession:
             p = int(self._parent[p])
 
     def expand(self, gid: str) -> None:
+        """Show a group open; its layout and its ancestors' are redone on `result`."""
         e = self._group_entity(gid)
-        if e not in self._expanded:
-            self._expanded.add(e)
+        if not self._open[e]:
+            self._open[e] = True
             self._invalidate_ancestors(e)
 
     def collapse(self, gid: str) -> None:
+        """Show a group as one box."""
         e = self._group_entity(gid)
-        if e in self._expanded:
-            self._expanded.discard(e)
+        if self._open[e]:
+            self._open[e] = False
             self._invalidate_ancestors(e)
 
-    def set_expanded(self, gids: set[str] | frozenset[str] | list[str]) -> None:
-        wanted = {self._group_entity(g) for g in gids}
-        for e in wanted ^ self._expanded:
-            self._invalidate_ancestors(e)
-        self._expanded = wanted
+    def set_expanded(self, gids: set[str] | frozenset[str] | list[str] | tuple[str, ...]) -> None:
+        wanted = np.zeros(self._n_ent, dtype=bool)
+        for g in gids:
+            wanted[self._group_entity(g)] = True
+        changed = np.flatnonzero(wanted != self._open)
+        self._open = wanted
+        if len(changed) > 64:
+            self._layouts.clear()
+        else:
+            for e in changed.tolist():
+                self._invalidate_ancestors(e)
 
     def expand_all(self) -> None:
-        self.set_expanded(set(self.group_ids()))
+        self.set_expanded(self.group_ids())
 
     def collapse_all(self) -> None:
-        self.set_expanded(set())
+        self.set_expanded(())
 
     # ------------------------------------------------------------------ layout
     def _visible_containers(self) -> list[int]:
         """Expanded containers whose ancestors are all expanded, parents first."""
         out = [ROOT]
         i = 0
+        n = self._n
         while i < len(out):
-            c = out[i]
+            kids = self._kids(out[i])
             i += 1
-            kids = self._children.get(c)
-            if kids is None:
-                continue
-            groups = kids[kids >= self._n].tolist()
-            out.extend(g for g in groups if g in self._expanded)
+            groups = kids[kids >= n]
+            out.extend(groups[self._open[groups]].tolist())
         return out
 
     def _container(self, c: int) -> _Container:
         cont = self._containers.get(c)
         if cont is None:
-            kids = self._children.get(c, np.zeros(0, dtype=np.int64))
-            lo = self._local_lo.get(c, 0)
-            rows = self._local_edges[lo : lo + self._local_count.get(c, 0)]
-            local = {int(e): i for i, e in enumerate(kids.tolist())}
-            a = np.fromiter((local[v] for v in rows[:, 1].tolist()), np.int64, len(rows))
-            b = np.fromiter((local[v] for v in rows[:, 2].tolist()), np.int64, len(rows))
-            cont = _Container(kids, a, b, rows[:, 3].copy(), rows[:, 4].copy())
+            kids = self._kids(c)
+            lo = int(np.searchsorted(self._edge_sorted_container, c, side="left"))
+            hi = int(np.searchsorted(self._edge_sorted_container, c, side="right"))
+            rows = self._edge_order[lo:hi]
+            scratch = self._scratch
+            scratch[kids] = np.arange(len(kids))
+            ra, rb = self._edge_ra[rows], self._edge_rb[rows]
+            a, b = scratch[ra], scratch[rb]
+            sp = np.where(ra < self._n, self._arrays.src_port[rows], 0)
+            tp = np.where(rb < self._n, self._arrays.dst_port[rows], 0)
+            if len(rows):
+                k = len(kids)
+                ports = int(max(sp.max(), tp.max())) + 1
+                if k * k * ports * ports < (1 << 62):
+                    key = ((a * k + b) * ports + sp) * ports + tp
+                    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+                    uniq = np.stack([a[first], b[first], sp[first], tp[first]], axis=1)
+                else:
+                    keys = np.stack([a, b, sp, tp], axis=1)
+                    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+                self._edge_local[rows] = inverse.reshape(-1)
+            else:
+                uniq = np.zeros((0, 4), dtype=np.int64)
+            cont = _Container(
+                kids, uniq[:, 0].copy(), uniq[:, 1].copy(), uniq[:, 2].copy(), uniq[:, 3].copy()
+            )
             self._containers[c] = cont
         return cont
 
-    def _box_size(self, e: int) -> tuple[float, float]:
-        if e < self._n:
-            return float(self._arrays.width[e]), float(self._arrays.height[e])
-        if e in self._expanded:
-            lay = self._layouts[e]
-            sp = self.request.spacing
-            return (lay.width + 2 * sp.group_padding,
-                    lay.height + 2 * sp.group_padding + sp.group_header)
-        return float(self._cw[e]), float(self._ch[e])
+    def _box_sizes(self, kids: np.ndarray) -> np.ndarray:
+        """Current (width, height) of children: nodes, open or collapsed groups."""
+        return np.where(self._open[kids, None], self._open_size[kids], self._base_size[kids])
 
     def _layout_container(self, c: int) -> FlatLayout:
         cont = self._container(c)
         kids = cont.children
-        k = len(kids)
-        sizes = np.asarray([self._box_size(e) for e in kids.tolist()], dtype=float).reshape(k, 2)
+        sizes = self._box_sizes(kids)
         is_node = kids < self._n
-        n_in = np.ones(k, dtype=np.int64)
-        n_out = np.ones(k, dtype=np.int64)
-        node_kids = kids[is_node]
-        n_in[is_node] = np.maximum(self._arrays.n_in[node_kids], 1)
-        n_out[is_node] = np.maximum(self._arrays.n_out[node_kids], 1)
-        signature = b"".join(
+        n_in = np.where(is_node, np.maximum(self._n_in_ent[kids], 1), 1)
+        n_out = np.where(is_node, np.maximum(self._n_out_ent[kids], 1), 1)
+        signature = b"|".join(
             (
-                np.round(sizes, 3).tobytes(), n_in.tobytes(), n_out.tobytes(),
-                cont.edge_a.tobytes(), b"|", cont.edge_b.tobytes(), b"|",
-                cont.edge_sp.tobytes(), cont.edge_tp.tobytes(),
+                np.round(sizes, 3).tobytes(),
+                n_in.tobytes(),
+                n_out.tobytes(),
+                cont.edge_a.tobytes(),
+                cont.edge_b.tobytes(),
+                cont.edge_sp.tobytes(),
+                cont.edge_tp.tobytes(),
             )
         )
         cached = self._layout_cache.get(signature)
@@ -366,8 +439,18 @@ class LayoutSession:
             return cached
         req = self.request
         lay = layout_arrays(
-            sizes[:, 0], sizes[:, 1], cont.edge_a, cont.edge_b, cont.edge_sp, cont.edge_tp,
-            n_in, n_out, req.spacing, req.long_edges, req.crossing_sweeps, self.cancel,
+            sizes[:, 0],
+            sizes[:, 1],
+            cont.edge_a,
+            cont.edge_b,
+            cont.edge_sp,
+            cont.edge_tp,
+            n_in,
+            n_out,
+            req.spacing,
+            req.long_edges,
+            req.crossing_sweeps,
+            self.cancel,
         )
         self.layouts_computed += 1
         self._layout_cache[signature] = lay
@@ -375,9 +458,19 @@ class LayoutSession:
 
     def _ensure_layouts(self) -> list[int]:
         visible = self._visible_containers()
+        sp = self.request.spacing
         for c in reversed(visible):  # children before parents: sizes flow upwards
-            if c not in self._layouts:
-                self._layouts[c] = self._layout_container(c)
+            lay = self._layouts.get(c)
+            if lay is None:
+                if self.cancel is not None and self.cancel():
+                    raise LayoutCancelled()
+                lay = self._layout_container(c)
+                self._layouts[c] = lay
+            if c != ROOT:
+                self._open_size[c] = (
+                    lay.width + 2 * sp.group_padding,
+                    lay.height + 2 * sp.group_padding + sp.group_header,
+                )
         return visible
 
     # ------------------------------------------------------------------ result
@@ -392,87 +485,104 @@ class LayoutSession:
 
     def _assemble(self, visible: list[int]) -> LayoutResult:
         sp = self.request.spacing
-        n_ent = self._n_ent
+        n, n_ent = self._n, self._n_ent
         center = np.zeros((n_ent, 2))
         size = np.zeros((n_ent, 2))
         shown = np.zeros(n_ent, dtype=bool)
         origin: dict[int, tuple[float, float]] = {ROOT: (0.0, 0.0)}
         group_boxes: list[GroupBox] = []
-        proxy_boxes: list[tuple[str, str, int, float, float, float, float]] = []
-        route_parts: dict[int, tuple[FlatLayout, float, float]] = {}
+        proxies: list[tuple[str, str, int, float, float, float, float]] = []
+        placed: list[tuple[int, FlatLayout, float, float]] = []
+        inset = np.asarray([sp.group_padding, sp.group_padding + sp.group_header])
         for c in visible:
             lay = self._layouts[c]
             ox, oy = origin[c]
-            kids = self._children.get(c, np.zeros(0, dtype=np.int64))
+            kids = self._kids(c)
             if len(kids) == 0:
                 continue
             center[kids, 0] = lay.x + ox
             center[kids, 1] = lay.y + oy
-            size[kids] = np.asarray([self._box_size(e) for e in kids.tolist()]).reshape(-1, 2)
+            size[kids] = self._box_sizes(kids)
             shown[kids] = True
-            route_parts[c] = (lay, ox, oy)
-            for e in kids[kids >= self._n].tolist():
-                w, h = size[e]
-                x0, y0 = center[e, 0] - w / 2, center[e, 1] - h / 2
-                is_open = e in self._expanded
-                if is_open:
-                    origin[e] = (x0 + sp.group_padding, y0 + sp.group_padding + sp.group_header)
-                par = int(self._parent[e])
-                group_boxes.append(GroupBox(self._ids[e], x0, y0, w, h, is_open,
-                                            self._labels[e], None if par == ROOT else
-                                            self._ids[par]))
+            placed.append((c, lay, ox, oy))
+            groups = kids[kids >= n]
+            if len(groups):
+                corner = center[groups] - size[groups] / 2
+                is_open = self._open[groups]
+                parent_id = None if c == ROOT else self._ids[c]
+                for g, (x0, y0), (w, h), op in zip(
+                    groups.tolist(), corner.tolist(), size[groups].tolist(), is_open.tolist()
+                ):
+                    if op:
+                        origin[g] = (x0 + float(inset[0]), y0 + float(inset[1]))
+                    group_boxes.append(
+                        GroupBox(self._ids[g], x0, y0, w, h, op, self._labels[g], parent_id)
+                    )
             for k in range(len(lay.proxy_source)):
                 src_e = int(kids[lay.proxy_source[k]])
                 port = int(lay.proxy_port[k])
-                pid = self._proxy_id(c, src_e, port, int(lay.proxy_rank[k]))
-                proxy_boxes.append((pid, self._ids[src_e], port, lay.proxy_x[k] + ox,
-                                    lay.proxy_y[k] + oy, lay.proxy_w, lay.proxy_h))
-        # Lowest shown entity holding each entity: itself if shown and not an open
-        # group's inside, else its nearest shown ancestor.
-        terminal = shown.copy()
-        open_groups = np.fromiter(self._expanded, dtype=np.int64, count=len(self._expanded))
-        terminal[open_groups[shown[open_groups]]] = False
+                proxies.append(
+                    (
+                        self._proxy_id(c, src_e, port, int(lay.proxy_rank[k])),
+                        self._ids[src_e],
+                        port,
+                        float(lay.proxy_x[k] + ox),
+                        float(lay.proxy_y[k] + oy),
+                        lay.proxy_w,
+                        lay.proxy_h,
+                    )
+                )
+        # Lowest shown entity standing for each entity: itself when shown and not an open
+        # group, else the one standing for its parent (a collapsed ancestor).
+        terminal = shown & ~self._open
         vis = np.where(terminal, np.arange(n_ent), -1)
         order = np.argsort(self._depth, kind="stable")
-        for e_level in np.split(order, np.flatnonzero(np.diff(self._depth[order])) + 1):
-            need = e_level[vis[e_level] < 0]
+        bounds = np.flatnonzero(np.diff(self._depth[order])) + 1
+        for level in np.split(order, bounds):
+            need = level[vis[level] < 0]
             par = self._parent[need]
             ok = par >= 0
             vis[need[ok]] = vis[par[ok]]
-        routes_meta, offsets, points = self._routes(vis, center, size, route_parts, proxy_boxes)
-        node_sel = np.flatnonzero(terminal[: self._n])
+        meta, offsets, points = self._routes(vis, center, size, placed)
+        node_sel = np.flatnonzero(terminal[:n])
         xy = center[node_sel] - size[node_sel] / 2
         nsize = size[node_sel]
         root = self._layouts[ROOT]
         width, height = root.width, root.height
-        if self.request.direction == "LR":
+        lr = self.request.direction == "LR"
+        if lr:
             xy = xy[:, ::-1].copy()
             nsize = nsize[:, ::-1].copy()
             points = points[:, ::-1].copy()
-            group_boxes = [dataclasses.replace(g, x=g.y, y=g.x, width=g.height, height=g.width)
-                           for g in group_boxes]
+            group_boxes = [
+                dataclasses.replace(g, x=g.y, y=g.x, width=g.height, height=g.width)
+                for g in group_boxes
+            ]
             width, height = height, width
-        proxies = []
-        for pid, sid, port, px, py, pw, ph in proxy_boxes:
-            if self.request.direction == "LR":
-                proxies.append(ProxyBox(pid, sid, port, py - ph / 2, px - pw / 2, ph, pw))
-            else:
-                proxies.append(ProxyBox(pid, sid, port, px - pw / 2, py - ph / 2, pw, ph))
+        proxy_boxes = [
+            ProxyBox(pid, sid, port, py - ph / 2, px - pw / 2, ph, pw)
+            if lr
+            else ProxyBox(pid, sid, port, px - pw / 2, py - ph / 2, pw, ph)
+            for pid, sid, port, px, py, pw, ph in proxies
+        ]
         return LayoutResult(
             node_ids=[self._ids[i] for i in node_sel.tolist()],
             node_xy=xy,
             node_size=nsize,
             ranks=np.full(len(node_sel), -1, dtype=np.int64),
-            route_meta=routes_meta,
+            route_meta=meta,
             route_offsets=offsets,
             route_points=points,
             group_boxes=group_boxes,
-            proxy_boxes=proxies,
+            proxy_boxes=proxy_boxes,
             width=width,
             height=height,
             direction=self.request.direction,
-            stats={"layouts_computed": self.layouts_computed, "cache_hits": self.cache_hits,
-                   "visible_groups": len(group_boxes)},
+            stats={
+                "layouts_computed": self.layouts_computed,
+                "cache_hits": self.cache_hits,
+                "visible_groups": len(group_boxes),
+            },
         )
 
     def _routes(
@@ -480,89 +590,133 @@ class LayoutSession:
         vis: np.ndarray,
         center: np.ndarray,
         size: np.ndarray,
-        route_parts: dict[int, tuple[FlatLayout, float, float]],
-        proxy_boxes: list[tuple[str, str, int, float, float, float, float]],
-    ) -> tuple[list[tuple[str, str, int, int, EdgeKind, int, int, str | None]],
-               np.ndarray, np.ndarray]:
-        """One route per distinct visible connection; edges inside a collapsed group
-        vanish, edges into an open group are extended from its border to the node."""
+        placed: list[tuple[int, FlatLayout, float, float]],
+    ) -> tuple[
+        list[tuple[str, str, int, int, EdgeKind, int, int, str | None]], np.ndarray, np.ndarray
+    ]:
+        """One route per distinct visible connection.  Edges inside a collapsed group
+        vanish; an edge whose end lies inside an open group follows the route between the
+        two children of the common container and is bridged from the group's border to
+        the node by one more cubic."""
         arrays = self._arrays
+        n = self._n
         cont = self._edge_container
         vs = vis[arrays.src]
         vd = vis[arrays.dst]
+        # Global table of the routes of every placed container.
+        route_base = np.full(self._n_ent + 1, -1, dtype=np.int64)  # index c + 1
+        offs_list, pts_list, kind_list, proxy_list = [], [], [], []
+        total_routes = 0
+        total_pts = 0
+        for c, lay, ox, oy in placed:
+            route_base[c + 1] = total_routes
+            k = len(lay.route_kind)
+            offs_list.append(lay.route_offsets[:-1] + total_pts)
+            pts_list.append(lay.route_points + (ox, oy))
+            kind_list.append(lay.route_kind)
+            proxy_list.append(
+                np.where(lay.route_proxy >= 0, lay.route_proxy + total_routes * 0, -1)
+            )
+            total_routes += k
+            total_pts += len(lay.route_points)
         live = (vs != vd) & (vs >= 0) & (vd >= 0) & (cont != -2)
-        live &= np.isin(cont, np.fromiter(route_parts, dtype=np.int64, count=len(route_parts)))
+        live &= route_base[cont + 1] >= 0
         idx = np.flatnonzero(live)
-        sp_eff = np.where(vs[idx] < self._n, arrays.src_port[idx], 0)
-        tp_eff = np.where(vd[idx] < self._n, arrays.dst_port[idx], 0)
+        if len(idx) == 0 or total_routes == 0:
+            return [], np.zeros(1, dtype=np.int64), np.zeros((0, 2))
+        all_offs = np.concatenate(offs_list + [np.asarray([total_pts])])
+        all_pts = np.concatenate(pts_list)
+        all_kind = np.concatenate(kind_list)
+        sp_eff = np.where(vs[idx] < n, arrays.src_port[idx], 0)
+        tp_eff = np.where(vd[idx] < n, arrays.dst_port[idx], 0)
         keys = np.stack([vs[idx], vd[idx], sp_eff, tp_eff], axis=1)
-        if len(keys):
-            _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
-            order = np.argsort(first_idx, kind="stable")
-            first_idx, counts = first_idx[order], counts[order]
-        else:
-            first_idx = counts = np.zeros(0, dtype=np.int64)
-        chosen = idx[first_idx]
-        # Local route of each chosen edge inside its container layout.
-        local_base = np.asarray([self._local_lo.get(int(c), 0) for c in cont[chosen].tolist()],
-                                dtype=np.int64).reshape(-1)
-        local_route = self._edge_local[chosen] - local_base
-        pieces: list[np.ndarray] = []
-        meta: list[tuple[str, str, int, int, EdgeKind, int, int, str | None]] = []
-        n = self._n
+        _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+        order = np.argsort(first_idx, kind="stable")
+        chosen = idx[first_idx[order]]
+        counts = counts[order]
+        g_route = route_base[cont[chosen] + 1] + self._edge_local[chosen]
+        lo = all_offs[g_route]
+        length = all_offs[g_route + 1] - lo
+        a, b = vs[chosen], vd[chosen]
+        ra, rb = self._edge_ra[chosen], self._edge_rb[chosen]
+        kind_code = all_kind[g_route]
+        pre = (a != ra) & (kind_code != ROUTE_PROXY)
+        suf = b != rb
+        out_len = length + 3 * pre + 3 * suf
+        out_offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum(out_len, out=out_offsets[1:])
+        out = np.empty((int(out_offsets[-1]), 2))
+        src_idx = np.repeat(lo, length) + _ramp(length)
+        dst_idx = np.repeat(out_offsets[:-1] + 3 * pre, length) + _ramp(length)
+        out[dst_idx] = all_pts[src_idx]
+        sp = np.where(a < n, arrays.src_port[chosen], 0)
+        tp = np.where(b < n, arrays.dst_port[chosen], 0)
+        if pre.any():
+            e = np.flatnonzero(pre)
+            border = all_pts[lo[e]]
+            px = center[a[e], 0] + self._port_frac(a[e], sp[e], True) * size[a[e], 0]
+            py = center[a[e], 1] + size[a[e], 1] / 2
+            mid = (py + border[:, 1]) / 2
+            base = out_offsets[e]
+            out[base] = np.stack([px, py], axis=1)
+            out[base + 1] = np.stack([px, mid], axis=1)
+            out[base + 2] = np.stack([border[:, 0], mid], axis=1)
+        if suf.any():
+            e = np.flatnonzero(suf)
+            border = all_pts[lo[e] + length[e] - 1]
+            px = center[b[e], 0] + self._port_frac(b[e], tp[e], False) * size[b[e], 0]
+            py = center[b[e], 1] - size[b[e], 1] / 2
+            mid = (py + border[:, 1]) / 2
+            end = out_offsets[e + 1]
+            out[end - 3] = np.stack([border[:, 0], mid], axis=1)
+            out[end - 2] = np.stack([px, mid], axis=1)
+            out[end - 1] = np.stack([px, py], axis=1)
+        kinds: list[EdgeKind] = [
+            "proxy"
+            if k == ROUTE_PROXY
+            else "reversed"
+            if k == ROUTE_REVERSED
+            else "normal"
+            if lifted == 0
+            else "lifted"
+            for k, lifted in zip(kind_code.tolist(), ((a >= n) | (b >= n)).tolist())
+        ]
+        proxy_names: list[str | None] = [None] * len(chosen)
+        for i in np.flatnonzero(kind_code == ROUTE_PROXY).tolist():
+            c = int(cont[chosen[i]])
+            lay = next(p[1] for p in placed if p[0] == c)
+            local = int(self._edge_local[chosen[i]])
+            pidx = int(lay.route_proxy[local])
+            proxy_names[i] = self._proxy_id(
+                c, int(ra[i]), int(lay.proxy_port[pidx]), int(lay.proxy_rank[pidx])
+            )
         ids = self._ids
-        for e, c, lr, cnt in zip(chosen.tolist(), cont[chosen].tolist(), local_route.tolist(),
-                                 counts.tolist()):
-            lay, ox, oy = route_parts[c]
-            lo, hi = int(lay.route_offsets[lr]), int(lay.route_offsets[lr + 1])
-            pts = lay.route_points[lo:hi] + (ox, oy)
-            kind_code = int(lay.route_kind[lr])
-            a, b = int(vs[e]), int(vd[e])
-            ra, rb = int(self._edge_ra[e]), int(self._edge_rb[e])
-            sp = int(arrays.src_port[e]) if a < n else 0
-            tp = int(arrays.dst_port[e]) if b < n else 0
-            proxy = None
-            kind: EdgeKind = "normal" if a < n and b < n else "lifted"
-            if kind_code == ROUTE_PROXY:
-                kind = "proxy"
-                pidx = int(lay.route_proxy[lr])
-                proxy = self._proxy_id(c, ra, int(lay.proxy_port[pidx]),
-                                       int(lay.proxy_rank[pidx]))
-            elif kind_code == ROUTE_REVERSED:
-                kind = "reversed"
-            if a != ra and kind_code != ROUTE_PROXY:
-                pts = np.concatenate([self._bridge(a, sp, center, size, pts[0], True), pts[1:]])
-            if b != rb:
-                pts = np.concatenate([pts[:-1], self._bridge(b, tp, center, size, pts[-1], False)])
-            pieces.append(pts)
-            meta.append((ids[a], ids[b], sp, tp, kind, e, cnt, proxy))
-        offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-        if pieces:
-            np.cumsum([len(p) for p in pieces], out=offsets[1:])
-            points = np.concatenate(pieces)
-        else:
-            points = np.zeros((0, 2))
-        return meta, offsets, points
+        meta = list(
+            zip(
+                [ids[v] for v in a.tolist()],
+                [ids[v] for v in b.tolist()],
+                sp.tolist(),
+                tp.tolist(),
+                kinds,
+                chosen.tolist(),
+                counts.tolist(),
+                proxy_names,
+            )
+        )
+        return meta, out_offsets, out
+
+    def _port_frac(self, ent: np.ndarray, port: np.ndarray, source: bool) -> np.ndarray:
+        counts = (self._n_out_ent if source else self._n_in_ent)[ent]
+        frac = port_offsets(port, np.maximum(counts, 1))
+        return np.where(ent < self._n, frac, 0.0)
 
     def _proxy_id(self, container: int, source: int, port: int, rank: int) -> str:
         where = self._ids[container] if container != ROOT else ""
         return f"proxy:{self._ids[source]}:{port}@{where}:{rank}"
 
-    def _bridge(self, e: int, port: int, center: np.ndarray, size: np.ndarray,
-                border: np.ndarray, from_source: bool) -> np.ndarray:
-        """A cubic from a shown entity's port to a point on an open group's border
-        (source side) or back (target side)."""
-        w, h = size[e]
-        if e < self._n:
-            count = self._arrays.n_out[e] if from_source else self._arrays.n_in[e]
-            off = float(port_offsets(np.asarray(port), np.asarray(max(int(count), 1))))
-        else:
-            off = 0.0
-        px = center[e, 0] + off * w
-        if from_source:
-            py = center[e, 1] + h / 2
-            mid = (py + border[1]) / 2
-            return np.asarray([(px, py), (px, mid), (border[0], mid), (border[0], border[1])])
-        py = center[e, 1] - h / 2
-        mid = (py + border[1]) / 2
-        return np.asarray([(border[0], border[1]), (border[0], mid), (px, mid), (px, py)])
+
+def _ramp(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for each count c, concatenated."""
+    total = int(counts.sum())
+    offsets = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(offsets, counts)

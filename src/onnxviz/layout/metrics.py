@@ -92,16 +92,24 @@ def geometry_of(result: LayoutResult) -> Geometry:
         port.append(tp if kind != "reversed" else 0)
         routes.append(pts)
     return Geometry(
-        center, result.node_size, level, level_y, np.asarray(src, dtype=np.int64),
-        np.asarray(dst, dtype=np.int64), np.asarray(src_level, dtype=np.int64),
-        np.asarray(port, dtype=np.int64), routes,
+        center,
+        result.node_size,
+        level,
+        level_y,
+        np.asarray(src, dtype=np.int64),
+        np.asarray(dst, dtype=np.int64),
+        np.asarray(src_level, dtype=np.int64),
+        np.asarray(port, dtype=np.int64),
+        routes,
     )
 
 
 def crossings(geo: Geometry) -> int:
     """Crossings between adjacent rank rows: for every edge the x where it passes each row
     it spans; pairs of edges whose order flips between two rows cross once."""
-    gaps, upper, lower = [], [], []
+    gaps: list[int] = []
+    upper: list[float] = []
+    lower: list[float] = []
     for s_lvl, t, pts in zip(geo.edge_src_level.tolist(), geo.edge_dst.tolist(), geo.routes):
         t_lvl = int(geo.level[t])
         if t_lvl - s_lvl < 1:

@@ -31,8 +31,9 @@ def rank_rows(lg: LayerGraph, rank_sep: float) -> tuple[np.ndarray, np.ndarray, 
     return tops[lg.rank] + heights[lg.rank] / 2, tops, heights
 
 
-def _separations(lg: LayerGraph, left: np.ndarray, right: np.ndarray, node_sep: float,
-                 edge_sep: float) -> np.ndarray:
+def _separations(
+    lg: LayerGraph, left: np.ndarray, right: np.ndarray, node_sep: float, edge_sep: float
+) -> np.ndarray:
     dummy = lg.kind == KIND_DUMMY
     gap = np.where(dummy[left] | dummy[right], edge_sep, node_sep)
     return (lg.width[left] + lg.width[right]) / 2 + gap
