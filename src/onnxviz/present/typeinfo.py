@@ -15,9 +15,10 @@ from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope, build_scopes
 from onnxviz.model.types import type_to_text
 
-# Shape inference on a copy costs about as much as the load itself; past this many
-# nodes the UI starts it after the first paint (see ui.workers) instead of before.
-INFERENCE_NODE_LIMIT = 200_000
+# Shape inference costs about 0.2 ms per node (20 s for 100k).  Up to this many nodes
+# it runs before the first paint; past it the UI paints declared types first and runs
+# inference in a separate process (`inferred_texts`), then fills in the labels.
+SYNC_INFERENCE_NODES = 4000
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,11 @@ class ValueType:
 
 @dataclass
 class TypeTable:
-    """Per graph path: value name -> ValueType."""
+    """Per graph path: value name -> ValueType.  ``complete`` is False while inferred
+    types are still to come."""
 
     by_graph: dict[str, dict[str, ValueType]] = field(default_factory=dict)
+    complete: bool = True
 
     def get(self, graph_path: str, name: str) -> ValueType | None:
         table = self.by_graph.get(graph_path)
@@ -98,13 +101,38 @@ def infer_value_types(model: ModelProto) -> dict[str, dict[str, TypeProto]]:
     return out
 
 
-def type_table(doc: Document, *, infer: bool = True) -> TypeTable:
+def type_table(doc: Document, *, infer: bool | None = None) -> TypeTable:
     """Declared types, completed by inferred ones (marked ``inferred``) where the model
-    declares none."""
+    declares none.  ``infer`` None: infer only small models (see SYNC_INFERENCE_NODES)
+    and mark the table incomplete otherwise."""
     table = declared_types(doc.model, doc.scopes())
-    if infer and sum(len(s.nodes) for s in doc.scopes()) <= INFERENCE_NODE_LIMIT:
+    if infer is None:
+        infer = sum(len(s.nodes) for s in doc.scopes()) <= SYNC_INFERENCE_NODES
+        table.complete = infer
+    if infer:
         add_inferred(table, infer_value_types(doc.model))
+        table.complete = True
     return table
+
+
+def inferred_texts(model_bytes: bytes) -> dict[str, dict[str, str]]:
+    """Inferred types as text, per graph path: runs in another process, so it takes
+    and returns plain data."""
+    model = ModelProto()
+    model.ParseFromString(model_bytes)
+    return {
+        path: {name: type_to_text(tp) for name, tp in values.items()}
+        for path, values in infer_value_types(model).items()
+    }
+
+
+def add_inferred_texts(table: TypeTable, texts: dict[str, dict[str, str]]) -> None:
+    for path, values in texts.items():
+        entries = table.by_graph.setdefault(path, {})
+        for name, text in values.items():
+            if name not in entries:
+                entries[name] = ValueType(text, True)
+    table.complete = True
 
 
 def add_inferred(table: TypeTable, inferred: dict[str, dict[str, TypeProto]]) -> None:

@@ -206,6 +206,10 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        inference = getattr(self, "inference_task", None)
+        if inference is not None and not inference.done:
+            inference.cancel()
+            inference.wait(5000)
         if not getattr(self, "_closed", False):
             self._closed = True
             self.graph_scene.selectionChanged.disconnect(self._selection_changed)
@@ -349,6 +353,28 @@ class MainWindow(QMainWindow):
         self.properties_dock.show_sections(model_sections(self.doc))
         self.doc.subscribe(lambda _changes: self.relayout())
         self._sync_actions()
+        if self.presenter.types is not None and not self.presenter.types.complete:
+            self._start_inference()
+
+    def _start_inference(self) -> None:
+        """Big models: shapes are inferred after the first paint, in another process."""
+        from onnxviz.present.typeinfo import add_inferred_texts
+        from onnxviz.ui.workers import inference_job
+
+        assert self.doc is not None and self.presenter is not None
+        presenter = self.presenter
+        task = Task(inference_job(self.doc.model), self)
+        self.inference_task = task
+        self.statusBar().showMessage("inferring shapes in the background…")
+
+        def done(texts: dict[str, dict[str, str]]) -> None:
+            if self.presenter is presenter and presenter.types is not None:
+                add_inferred_texts(presenter.types, texts)
+                self.statusBar().showMessage("inferred shapes added", 3000)
+                self.relayout()
+
+        task.finished.connect(done)
+        task.start()
 
     def close_model(self) -> None:
         self.doc = None
@@ -470,6 +496,7 @@ class MainWindow(QMainWindow):
     def _show(self, scene: Scene) -> None:
         self.display = scene
         self.graph_scene.show_scene(scene, self.options.show_shapes)
+        self.view.refresh_detail()
         self._update_crumbs()
         self._update_summary()
 
@@ -567,6 +594,7 @@ class MainWindow(QMainWindow):
 
         def restore() -> None:
             self.view.setTransform(crumb.transform)
+            self.view.refresh_detail()
             self.view.centerOn(crumb.center)
             self.view.zoomChanged.emit(self.view.zoom())
 

@@ -54,7 +54,7 @@ def render_model(
         known = ", ".join(s.path for s in doc.scopes()[:8])
         raise OnnxvizError(f"the model has no graph '{root}' (graphs: {known})") from None
     options = ViewOptions(direction="LR" if direction == "LR" else "TB", show_names=show_names)
-    presenter = Presenter(doc, options=options, types=type_table(doc))
+    presenter = Presenter(doc, options=options, types=type_table(doc, infer=True))
     presenter.root_path = root
     if expand == "all":
         presenter.expanded |= presenter.all_group_ids() | presenter.all_body_ids()

@@ -154,3 +154,30 @@ def layout_job(
         return display_graph(presenter, measure=measure, cancel=cancel.is_set)
 
     return job
+
+
+def inference_job(model: Any) -> Callable[[threading.Event, Progress], dict[str, dict[str, str]]]:
+    """Shape inference in a child process: the C++ inference holds the GIL for seconds
+    on big models, which would freeze the window if it ran in a thread."""
+
+    def job(cancel: threading.Event, progress: Progress) -> dict[str, dict[str, str]]:
+        import multiprocessing
+
+        from onnxviz.present.typeinfo import inferred_texts
+
+        progress("inferring shapes")
+        try:
+            data = model.SerializeToString()
+        except Exception:  # over 2 GB: no inference
+            return {}
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            pending = pool.apply_async(inferred_texts, (data,))
+            while not pending.ready():
+                if cancel.is_set():
+                    pool.terminate()
+                    raise Cancelled()
+                pending.wait(0.1)
+            return dict(pending.get())
+
+    return job

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QGraphicsScene
 
 from onnxviz.present.scene import Scene
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, OverviewItem
 from onnxviz.ui.theme import LIGHT, Theme
 
 MARGIN = 40.0
@@ -27,6 +28,8 @@ class GraphScene(QGraphicsScene):
         self.edge_items: list[EdgeItem] = []
         self._edges_by_item: dict[str, list[EdgeItem]] = {}
         self._highlighted: list[NodeItem | EdgeItem] = []
+        self.overview: OverviewItem | None = None
+        self.overview_shown = False
         self.setBackgroundBrush(QBrush(theme.background))
         self.selectionChanged.connect(self._on_selection)
 
@@ -41,6 +44,8 @@ class GraphScene(QGraphicsScene):
         self.clear()
         self.blockSignals(False)
         self.display = display
+        self.overview = None
+        self.overview_shown = False
         self.nodes = {}
         self.edge_items = []
         self._edges_by_item = {}
@@ -106,6 +111,25 @@ class GraphScene(QGraphicsScene):
                 break
             else:
                 e.place_label(None)
+
+    def wants_overview(self, zoom: float) -> bool:
+        count = len(self.nodes) + len(self.edge_items)
+        return zoom < OVERVIEW_ZOOM and count > OVERVIEW_MIN_ITEMS
+
+    def set_overview(self, on: bool) -> None:
+        """Paint everything with one overview item (on) or with the detailed items."""
+        if on == self.overview_shown:
+            return
+        if on and self.overview is None:
+            self.overview = OverviewItem(self)
+            self.addItem(self.overview)
+        self.overview_shown = on
+        if self.overview is not None:
+            self.overview.setVisible(on)
+        for node in self.nodes.values():
+            node.setVisible(not on)
+        for edge in self.edge_items:
+            edge.setVisible(not on)
 
     def edges_at(self, item_id: str) -> list[EdgeItem]:
         return self._edges_by_item.get(item_id, [])

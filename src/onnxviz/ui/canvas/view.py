@@ -30,6 +30,14 @@ class GraphView(QGraphicsView):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.viewport().grabGesture(Qt.GestureType.PinchGesture)
         self._space_pan = False
+        self.zoomChanged.connect(self._update_overview)
+
+    def _update_overview(self, zoom: float) -> None:
+        self.graph_scene.set_overview(self.graph_scene.wants_overview(zoom))
+
+    def refresh_detail(self) -> None:
+        """After the scene changed: pick overview or items for the current zoom."""
+        self._update_overview(self.zoom())
 
     @property
     def graph_scene(self) -> GraphScene:
@@ -44,6 +52,7 @@ class GraphView(QGraphicsView):
         ratio = factor / self.zoom()
         if anchor is None:
             self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        self._update_overview(factor)
         self.scale(ratio, ratio)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.zoomChanged.emit(self.zoom())
