@@ -444,3 +444,37 @@ def test_inplace_elementwise_never_touches_live_views_feeds_or_constants() -> No
     events = [e for e in stepped.steps({"x": x}) if isinstance(e, NodeFinished)]
     relu_in = [e for e in events if e.node.label == "exp"][0].outputs["a"]
     np.testing.assert_allclose(relu_in, np.exp(x_before), rtol=1e-6)  # not overwritten when watched
+
+
+def test_undefined_value_in_main_graph_is_refused() -> None:
+    node = helper.make_node("Add", ["x", "ghost"], ["y"], name="add")
+    model = make([node], [vi("x", F, [1])], [vi("y", F, [1])])
+    with pytest.raises(ExecutionError, match="'ghost'"):
+        Session(model)
+
+
+def test_scan_output_axis_and_reverse_output_direction() -> None:
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+            helper.make_node("Identity", ["s_out"], ["y_t"]),
+        ],
+        "body",
+        [vi("s_in", F, [2]), vi("x_t", F, [2])],
+        [vi("s_out", F, [2]), vi("y_t", F, [2])],
+    )
+    node = helper.make_node(
+        "Scan",
+        ["s0", "xs"],
+        ["s", "ys"],
+        body=body,
+        num_scan_inputs=1,
+        scan_output_axes=[-1],
+        scan_output_directions=[1],
+    )
+    model = make(
+        [node], [vi("s0", F, None), vi("xs", F, None)], [vi("s", F, None), vi("ys", F, None)]
+    )
+    xs = np.arange(6, dtype=np.float32).reshape(3, 2)
+    out = Session(model).run({"s0": np.zeros(2, np.float32), "xs": xs})
+    np.testing.assert_allclose(out["ys"], np.cumsum(xs, axis=0)[::-1].T)

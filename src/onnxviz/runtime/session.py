@@ -132,6 +132,14 @@ class Session:
             fold_constants=fold_constants,
         )
         self.plan: GraphPlan = compile_graph(model.graph, "main", self.ctx)
+        if self.plan.captures:
+            names = ", ".join(f"'{n}'" for _, n in self.plan.captures[:5])
+            raise ExecutionError(
+                f"the main graph uses {names} but nothing defines it "
+                "(not an input, initializer or node output)",
+                file=self.file,
+                graph_path="main",
+            )
         self.breakpoints: list[Breakpoint] = []
         self.state = "idle"  # idle | paused | finished | failed | cancelled
         self.error: ExecutionError | None = None
