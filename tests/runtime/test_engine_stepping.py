@@ -182,8 +182,14 @@ def test_event_stream_shape_and_timings() -> None:
 
 def test_breakpoint_on_unknown_main_node_is_refused() -> None:
     sess = Session(chain_model())
-    with pytest.raises(ExecutionError):
+    with pytest.raises(ExecutionError, match="no node 'nope'"):
         sess.add_breakpoint("main::nope")
+    with pytest.raises(ExecutionError, match="no graph"):
+        sess.run_to("main/body:nope::add")
+    loop = Session(loop_model())
+    assert loop.add_breakpoint("main/body:loop::body_add").node == "main/body:loop::body_add"
+    with pytest.raises(ExecutionError, match="no node 'body_nope'"):
+        loop.add_breakpoint("main/body:loop::body_nope")
     with pytest.raises(ValueError):
         sess.add_breakpoint()
 

@@ -151,6 +151,7 @@ class Session:
         self._gen: Generator[Event, None, list[Any]] | None = None
         self._depth = 0
         self._t0 = 0.0
+        self._labels_by_path: dict[str, set[str]] | None = None
 
     # -- the model's interface -----------------------------------------------------------
     @property
@@ -407,11 +408,25 @@ class Session:
         return None
 
     def _validate_node_spec(self, spec: str) -> None:
+        """Refuse an address naming a graph or node the model does not have (schema
+        function bodies are built on demand, so ``schema:`` addresses are accepted)."""
         if "::" not in spec:
             return
         path, _, label = spec.partition("::")
-        if path == "main" and label not in self.plan.labels:
-            raise ExecutionError(f"no node '{label}' in the main graph", graph_path="main")
+        if path.startswith("schema:"):
+            return
+        if self._labels_by_path is None:
+            from onnxviz.model.scopes import build_scopes
+
+            self._labels_by_path = {
+                scope.path: {scope.node_label(i) for i in range(len(scope.nodes))}
+                for scope in build_scopes(self.model)
+            }
+        labels = self._labels_by_path.get(path)
+        if labels is None:
+            raise ExecutionError(f"the model has no graph '{path}'", graph_path=path)
+        if label not in labels and not (label.startswith("#") and label[1:].isdigit()):
+            raise ExecutionError(f"no node '{label}' in graph '{path}'", graph_path=path)
 
     def _advance(self) -> Event | None:
         gen = self._gen
