@@ -13,21 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
+from onnxviz.runtime.kernels.math_common import ML_FLOATS, widen
 from onnxviz.runtime.kernels.math_erf import erf
 from onnxviz.runtime.registry import kernel
 
 Array = np.ndarray
-_F32 = np.dtype(np.float32)
-_F16 = np.dtype(np.float16)
-
-
-def _widen(x: Array) -> Array:
-    if x.dtype == _F16 or x.dtype in ML_FLOATS:
-        return x.astype(np.float32)
-    if x.dtype in ML_INTS:
-        return x.astype(np.int32)
-    return x
 
 
 def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
@@ -36,7 +26,7 @@ def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
     @functools.wraps(fn)
     def run(x: Array, *rest: Any, **attrs: Any) -> Array:
         dt = x.dtype
-        out = np.asarray(fn(_widen(x), *rest, **attrs))
+        out = np.asarray(fn(widen(x), *rest, **attrs))
         return out if out.dtype == dt else out.astype(dt)
 
     return run
@@ -161,8 +151,8 @@ def swish(x: Array, alpha: float = 1.0) -> Array:
 @kernel("SwiGLU", since=28)
 def swiglu(a: Array, b: Array, alpha: float = 1.0) -> Array:
     dt = a.dtype
-    gate = swish(_widen(a), alpha=alpha)
-    gate *= _widen(b)
+    gate = swish(widen(a), alpha=alpha)
+    gate *= widen(b)
     return gate if gate.dtype == dt else gate.astype(dt)
 
 
@@ -188,7 +178,7 @@ def gelu(x: Array, approximate: str = "none") -> Array:
 @kernel("Shrink", since=9)
 def shrink(x: Array, bias: float = 0.0, lambd: float = 0.5) -> Array:
     dt = x.dtype
-    w = _widen(x)
+    w = widen(x)
     if w.dtype.kind == "f":
         t = w.dtype.type
         out = np.where(w < -t(lambd), w + t(bias), np.where(w > t(lambd), w - t(bias), t(0)))
@@ -209,7 +199,7 @@ def prelu_legacy(x: Array, slope: Array, **_legacy: Any) -> Array:
 @kernel("PRelu", since=(7, 9, 16))
 def prelu(x: Array, slope: Array) -> Array:
     dt = x.dtype
-    w, s = _widen(x), _widen(slope)
+    w, s = widen(x), widen(slope)
     out = np.where(w < 0, w * s, w)
     return out if out.dtype == dt else out.astype(dt)
 
@@ -229,7 +219,7 @@ def clip(x: Array, min: Array | None = None, max: Array | None = None) -> Array:
 def _clip(x: Array, lo: Any, hi: Any) -> Array:
     """max(x, lo) then min(., hi): when lo > hi every value becomes hi, as the spec says."""
     dt = x.dtype
-    w = _widen(x)
+    w = widen(x)
     out = w
     if lo is not None:
         out = np.maximum(out, np.asarray(lo).astype(w.dtype))

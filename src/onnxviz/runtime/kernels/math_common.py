@@ -1,8 +1,9 @@
 """Shared helpers of the math kernel families (no kernels here).
 
-* `float_compute_dtype` / `via_float`: numpy has no (fast, correctly rounded) arithmetic for
-  the ml_dtypes floats (bfloat16, float8, float4, float6), so those are computed in float32
-  and rounded back once, as the runtime contract asks.
+* `float_compute_dtype` / `as_compute` / `widen`: numpy has no (fast, correctly rounded)
+  arithmetic for the ml_dtypes floats (bfloat16, float8, float4, float6), so those are
+  computed in float32 and rounded back once, as the runtime contract asks; `widen` also
+  lifts float16 to float32 for kernels whose intermediate steps should not round.
 * `legacy_broadcast`: opset < 7 binary ops broadcast B onto A only when ``broadcast=1``,
   aligned at ``axis`` (or at the trailing dimensions when no axis is given).
 * `normalize_axes`: negative axes, duplicates and range checks for reductions.
@@ -44,17 +45,9 @@ ML_INTS: frozenset[np.dtype] = frozenset(
 )
 
 
-def is_ml_float(dtype: np.dtype) -> bool:
-    return dtype in ML_FLOATS
-
-
 def is_float(dtype: np.dtype) -> bool:
     """Any floating type, numpy's or ml_dtypes'."""
     return dtype in _NUMPY_FLOATS or dtype in ML_FLOATS
-
-
-def is_integer(dtype: np.dtype) -> bool:
-    return dtype.kind in "iu" or dtype in ML_INTS
 
 
 def float_compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -72,14 +65,14 @@ def as_compute(x: np.ndarray) -> np.ndarray:
     return x if dt == x.dtype else x.astype(dt)
 
 
-def via_float(fn: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
-    """Apply ``fn`` to ``arrays`` in their compute dtype and round the result back to the
-    dtype of the first array when that one has no numpy arithmetic."""
-    first = arrays[0].dtype
-    if first in ML_FLOATS or first in ML_INTS:
-        out = fn(*(as_compute(a) for a in arrays))
-        return np.asarray(out).astype(first)
-    return np.asarray(fn(*arrays))
+def widen(x: np.ndarray) -> np.ndarray:
+    """``x`` in float32 when it is float16 or an ml_dtypes float, int32 for ml_dtypes ints;
+    otherwise ``x`` itself (no copy)."""
+    if x.dtype == np.float16 or x.dtype in ML_FLOATS:
+        return x.astype(np.float32)
+    if x.dtype in ML_INTS:
+        return x.astype(np.int32)
+    return x
 
 
 def float_unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:

@@ -25,14 +25,11 @@ from onnxviz.runtime.kernels.math_erf import erf
 from onnxviz.runtime.registry import kernel
 
 Array = np.ndarray
-_F32 = np.dtype(np.float32)
 
 
 # ---------------------------------------------------------------- unary math
-def _register_unary(
-    op: str, since: tuple[int, ...], fn: Callable[[Array], Array], *, keep_dtype: bool = True
-) -> None:
-    apply = float_unary(fn) if keep_dtype else fn
+def _register_unary(op: str, since: tuple[int, ...], fn: Callable[[Array], Array]) -> None:
+    apply = float_unary(fn)
 
     def run(x: Array, **_legacy: Any) -> Array:
         return apply(x)

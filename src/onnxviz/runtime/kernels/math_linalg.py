@@ -12,21 +12,13 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
+from onnxviz.runtime.kernels.math_common import widen
 from onnxviz.runtime.registry import kernel
 
 Array = np.ndarray
 
 # Below this many elements in all operands, einsum's path optimiser costs more than it saves.
 _EINSUM_OPTIMIZE_MIN = 4096
-
-
-def _widen(x: Array) -> Array:
-    if x.dtype == np.float16 or x.dtype in ML_FLOATS:
-        return x.astype(np.float32)
-    if x.dtype in ML_INTS:
-        return x.astype(np.int32)
-    return x
 
 
 def _narrow(out: Array, dt: np.dtype) -> Array:
@@ -37,7 +29,7 @@ def _narrow(out: Array, dt: np.dtype) -> Array:
 def matmul(a: Array, b: Array) -> Array:
     if a.ndim == 0 or b.ndim == 0:
         raise ExecutionError("MatMul inputs must have rank >= 1")
-    wa, wb = _widen(a), _widen(b)
+    wa, wb = widen(a), widen(b)
     if wa.ndim > 2 and wb.ndim == 2 and wa.flags.c_contiguous:
         # [..., M, K] @ [K, N] is one [(...*M), K] @ [K, N] product: a single large BLAS
         # call instead of numpy's loop of small ones.
@@ -60,7 +52,7 @@ def gemm(
     """alpha * A' @ B' + beta * C.  Before opset 7 a ``broadcast`` attribute allowed C
     to be broadcast; numpy's rule covers both cases, so it is accepted and not needed."""
     dt = a.dtype
-    wa, wb = _widen(a), _widen(b)
+    wa, wb = widen(a), widen(b)
     if wa.ndim != 2 or wb.ndim != 2:
         raise ExecutionError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
     y = np.matmul(wa.T if transA else wa, wb.T if transB else wb)
@@ -68,7 +60,7 @@ def gemm(
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
         if c is not None and beta != 0.0:
-            wc = _widen(c)
+            wc = widen(c)
             y += wc if beta == 1.0 else wc * y.dtype.type(beta)
         return _narrow(y, dt)
     # Integer Gemm: scale factors are floats; the result truncates back to T.
@@ -83,7 +75,7 @@ def gemm(
 def det(x: Array) -> Array:
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ExecutionError(f"Det needs [..., M, M] input, got {x.shape}")
-    return _narrow(np.linalg.det(_widen(x)), x.dtype)
+    return _narrow(np.linalg.det(widen(x)), x.dtype)
 
 
 @kernel("Einsum", since=(12, 28))
@@ -92,7 +84,7 @@ def einsum(*inputs: Array, equation: str = "") -> Array:
         raise ExecutionError("Einsum needs at least one input")
     eq = equation.replace(" ", "")
     dt = inputs[0].dtype
-    ops: list[Any] = [_widen(x) for x in inputs]
+    ops: list[Any] = [widen(x) for x in inputs]
     optimize = len(ops) > 1 and sum(x.size for x in ops) >= _EINSUM_OPTIMIZE_MIN
     try:
         out = np.einsum(eq, *ops, optimize=optimize)

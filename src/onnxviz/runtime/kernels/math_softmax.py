@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxviz.runtime.kernels.math_common import ML_FLOATS, normalize_axis
+from onnxviz.runtime.kernels.math_common import normalize_axis, widen
 from onnxviz.runtime.registry import kernel
 
 Array = np.ndarray
-
-
-def _widen(x: Array) -> Array:
-    return x.astype(np.float32) if x.dtype == np.float16 or x.dtype in ML_FLOATS else x
 
 
 def _shifted(x: Array, axis: int) -> Array:
@@ -52,7 +48,7 @@ def _apply(fn: object, x: Array, axis: int, coerce_2d: bool) -> Array:
     dt = x.dtype
     if x.size == 0:
         return np.empty(x.shape, dtype=dt)
-    w = _widen(x)
+    w = widen(x)
     if x.ndim == 0:
         out = fn(w.reshape(1), 0)  # type: ignore[operator]
         return np.asarray(out).reshape(()).astype(dt, copy=False)
