@@ -53,15 +53,20 @@ def round_to(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return values.astype(dtype).astype(_F32)
 
 
-def saturate_cast(values: np.ndarray, dtype: np.dtype[Any], saturate: int = 1) -> np.ndarray:
+def saturate_cast(
+    values: np.ndarray, dtype: np.dtype[Any], saturate: int = 1, *, owned: bool = False
+) -> np.ndarray:
     """float32 values to a quantized type: RNE then clip for integers; for float8 clip to
-    +-max when ``saturate`` (infinities included), else the type's own overflow (inf/NaN)."""
+    +-max when ``saturate`` (infinities included), else the type's own overflow (inf/NaN).
+    ``owned``: ``values`` is a temporary this call may overwrite (saves two copies)."""
     if _is_integer(dtype):
         lo, hi = _int_range(dtype)
-        rounded = np.clip(np.rint(values), lo, hi)
+        work = values if owned else values.copy()
+        np.rint(work, out=work)
+        np.clip(work, lo, hi, out=work)
         if dtype in _SUB_BYTE_INT:
-            return rounded.astype(np.int8).astype(dtype)
-        return rounded.astype(dtype)
+            return work.astype(np.int8).astype(dtype)
+        return work.astype(dtype)
     if dtype in _FLOAT8 and saturate:
         big = float(ml_dtypes.finfo(dtype).max)
         values = np.clip(values, -big, big)
@@ -117,13 +122,14 @@ def _quantize(
     if prec.kind not in "f" and prec.name != "bfloat16":
         prec = np.dtype(_F32)  # int32 or float8e8m0 scales divide in float32
     s = round_to(to_f32(_broadcast_param(scale, x.shape, axis, block_size, "scale")), prec)
-    q = round_to(round_to(to_f32(x), prec) / s, prec)
+    q = np.asarray(round_to(np.divide(round_to(to_f32(x), prec), s, dtype=_F32), prec))
     if _is_integer(out_dtype):
         # Round before adding the zero point: x/s + zp in float32 can lose the .5 tie.
-        q = np.rint(q)
+        np.rint(q, out=q)
     if zero_point is not None:
-        q = q + to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
-    return saturate_cast(q, out_dtype, saturate)
+        zp = to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
+        q += zp
+    return saturate_cast(q, out_dtype, saturate, owned=True)
 
 
 @kernel("QuantizeLinear", since=10)
@@ -219,12 +225,25 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
         zero = np.array(0, dtype=np.uint8)
         return np.zeros(x.shape, dtype=np.uint8), np.array(1.0, dtype=_F32), zero
     zero_f = np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255)
-    y = saturate_cast(np.rint(values / scale) + zero_f, np.dtype(np.uint8))
+    y = saturate_cast(np.asarray(np.rint(values / scale) + zero_f), np.dtype(np.uint8), owned=True)
     return y, np.array(scale, dtype=_F32), np.array(zero_f, dtype=np.uint8)
 
 
+_F32_EXACT = 2**24  # float32 holds every integer of smaller magnitude exactly
+
+
 def _exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer matrix product through float64 BLAS (exact below 2**53)."""
+    """Matrix product of integer-valued arrays, exactly, through BLAS (as float64 values).
+
+    float32 GEMM is exact while every partial sum stays below 2**24, i.e. when
+    max|a| * max|b| * K < 2**24 (typical for int8 x int8 with K up to ~1000); otherwise
+    float64 (exact below 2**53).  Splitting B into two exact float32 halves was measured
+    slower than one float64 GEMM."""
+    k = a.shape[-1]
+    a_max = float(np.abs(a).max()) if a.size else 0.0
+    b_max = float(np.abs(b).max()) if b.size else 0.0
+    if a_max * b_max * k < _F32_EXACT:
+        return np.matmul(a.astype(_F32), b.astype(_F32)).astype(np.float64)
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
@@ -275,4 +294,4 @@ def qlinear_matmul(
     y = acc * multiplier
     if _is_integer(y_zero_point.dtype):
         y = np.rint(y)  # round before the zero point joins (float32 would lose .5 ties)
-    return saturate_cast(y + to_f32(y_zero_point), y_zero_point.dtype)
+    return saturate_cast(np.asarray(y + to_f32(y_zero_point)), y_zero_point.dtype, owned=True)

@@ -78,10 +78,18 @@ def slice_op(
 
 
 def _fix_negative(indices: np.ndarray, dim: int | np.ndarray) -> np.ndarray:
-    """Indices in [-dim, dim-1] mapped to [0, dim-1]; out-of-range is an error."""
+    """Indices in [-dim, dim-1] mapped to [0, dim-1]; out-of-range is an error.
+    ``dim`` is one size, or one size per index column (last axis) for the ND ops."""
     idx = indices.astype(np.int64, copy=False)
-    if idx.size and (np.any(idx < -np.asarray(dim)) or np.any(idx >= dim)):
-        fail(f"index out of range for dimension of size {dim}")
+    if not idx.size:
+        return idx
+    if isinstance(dim, int):
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -dim or hi >= dim:
+            fail(f"index out of range for dimension of size {dim}")
+        return idx + dim * (idx < 0) if lo < 0 else idx
+    if np.any(idx < -dim) or np.any(idx >= dim):
+        fail(f"index out of range for dimensions {dim.tolist()}")
     return np.where(idx < 0, idx + dim, idx)
 
 
