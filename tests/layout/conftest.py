@@ -11,9 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from layout_graphs import GENERATORS, SyntheticGraph  # noqa: E402
-
-from onnxviz.layout import (  # noqa: E402
+from layout_graphs import GENERATORS, SyntheticGraph
+from onnxviz.layout import (
     LayoutEdge,
     LayoutNode,
     LayoutRequest,
@@ -30,9 +29,7 @@ def flat_request(g: SyntheticGraph, **kw: object) -> LayoutRequest:
 
 def scoped_request(g: SyntheticGraph, **kw: object) -> LayoutRequest:
     groups, parents = groups_from_scopes(g.names)
-    nodes = [
-        LayoutNode(name, *g.node_size(i), parent=parents[i]) for i, name in enumerate(g.names)
-    ]
+    nodes = [LayoutNode(name, *g.node_size(i), parent=parents[i]) for i, name in enumerate(g.names)]
     edges = [LayoutEdge(g.names[a], g.names[b], sp, tp) for a, b, sp, tp in g.edges]
     return LayoutRequest(nodes, edges, groups, **kw)  # type: ignore[arg-type]
 

@@ -132,8 +132,13 @@ def test_left_to_right_swaps_axes() -> None:
 
 def test_cycles_are_broken_and_drawn_reversed() -> None:
     nodes = [LayoutNode(x, 40, 20) for x in "abcd"]
-    edges = [LayoutEdge("a", "b"), LayoutEdge("b", "c"), LayoutEdge("c", "a"),
-             LayoutEdge("c", "d"), LayoutEdge("d", "d")]
+    edges = [
+        LayoutEdge("a", "b"),
+        LayoutEdge("b", "c"),
+        LayoutEdge("c", "a"),
+        LayoutEdge("c", "d"),
+        LayoutEdge("d", "d"),
+    ]
     res = compute(LayoutRequest(nodes, edges))
     kinds = [e.kind for e in res.edges]
     assert kinds.count("reversed") == 1

@@ -79,6 +79,11 @@ def brandes_koepf(
     is_dummy = (lg.kind == KIND_DUMMY).tolist()
     posl = pos.tolist()
     marked = _type1_conflicts(layers, up_start, up_nbr, is_dummy, posl)
+    # The neighbour each node would pick itself (left median): an alignment is only made
+    # when the other end agrees, so a skip connection cannot steal its source from the
+    # main path in the passes that scan from the right.
+    pref_up = _left_medians(size, up_start, up_nbr)
+    pref_down = _left_medians(size, down_start, down_nbr)
     # Separation between each node and its right neighbour in the rank.
     flat_order = np.lexsort((pos, lg.rank))
     same_rank = lg.rank[flat_order[:-1]] == lg.rank[flat_order[1:]]
@@ -91,10 +96,12 @@ def brandes_koepf(
             if cancel is not None and cancel():
                 raise LayoutCancelled()
             if down:
-                root, align = _align(layers, up_start, up_nbr, posl, marked, leftward, True)
+                root, align = _align(
+                    layers, up_start, up_nbr, posl, marked, leftward, True, pref_down
+                )
             else:
                 root, align = _align(
-                    layers[::-1], down_start, down_nbr, posl, marked, leftward, False
+                    layers[::-1], down_start, down_nbr, posl, marked, leftward, False, pref_up
                 )
             candidates.append(_compact(size, root, align, lefts, rights, seps, leftward))
     xs = np.stack(candidates)
@@ -109,6 +116,16 @@ def brandes_koepf(
     xs.sort(axis=0)
     x = (xs[1] + xs[2]) / 2
     return _enforce_separation(x, lg.rank, lefts, rights, seps, flat_order)
+
+
+def _left_medians(size: int, starts: list[int], nbr: list[int]) -> list[int]:
+    out = [-1] * size
+    for v in range(size):
+        lo = starts[v]
+        d = starts[v + 1] - lo
+        if d:
+            out[v] = nbr[lo + (d - 1) // 2]
+    return out
 
 
 def _type1_conflicts(
@@ -156,6 +173,7 @@ def _align(
     marked: set[tuple[int, int]],
     leftward: bool,
     down: bool,
+    agrees: list[int],
 ) -> tuple[list[int], list[int]]:
     size = len(pos)
     root = list(range(size))
@@ -170,11 +188,15 @@ def _align(
                 continue
             m_lo = lo + (d - 1) // 2
             m_hi = lo + d // 2
-            for m in (m_lo, m_hi) if leftward else (m_hi, m_lo):
+            # Even degree: both passes try the left median first, which is input 0 (the
+            # main path) since ordering keeps inputs in port order; keeps it straight.
+            for m in (m_lo, m_hi):
                 if align[v] != v:
                     break
                 u = nb[m]
                 pu = pos[u]
+                if agrees[u] != v:
+                    continue
                 conflict = (u, v) in marked if down else (v, u) in marked
                 if not conflict and (r < pu if leftward else r > pu):
                     align[u] = v
