@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 # fonts-dejavu-core: without any font, Qt draws every glyph as a box.
 offscreen_pkgs="libgl1 libegl1 libglib2.0-0 libfontconfig1 libfreetype6 libxkbcommon0 libdbus-1-3 libx11-6 fonts-dejavu-core"
 window_pkgs="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
-pkgs="python3-venv $offscreen_pkgs"
+pkgs="$offscreen_pkgs"
+# Debian's python3 needs python3-venv for `-m venv`; another Python (pyenv, ...) has it.
+"${PYTHON:-python3}" -c "import ensurepip, venv" 2>/dev/null || pkgs="python3-venv $pkgs"
 if [ "$mode" = app ]; then
     pkgs="$pkgs $window_pkgs"
     # No screen (a headless box): run the window on a virtual one.
