@@ -37,7 +37,7 @@ def _original_coords(
         return (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
     if mode == "align_corners":
         # length_resized is the real-valued n_in * scale when scales were given.
-        length = n_in * scale
+        length = float(np.float32(n_in) * np.float32(scale))  # same arithmetic as the size
         return x * (n_in - 1) / (length - 1) if n_out > 1 else np.zeros(n_out)
     if mode == "asymmetric":
         return x / scale
@@ -183,6 +183,11 @@ def resize_nd(
     return np.ascontiguousarray(y)
 
 
+def _scaled_size(n: int, scale: float) -> int:
+    """floor(n * scale) in float32, the scales' own precision (10 * 0.7f is exactly 7)."""
+    return int(np.floor(np.float32(n) * np.float32(scale)))
+
+
 def _sizes_from(
     x: np.ndarray,
     axes: list[int],
@@ -219,7 +224,7 @@ def _sizes_from(
         if s <= 0:
             raise ExecutionError(f"Resize: scales must be positive, got {vals}")
         sc[a] = s
-        out[a] = int(np.floor(x.shape[a] * s))
+        out[a] = _scaled_size(x.shape[a], s)
     return out, sc
 
 
@@ -273,7 +278,7 @@ def _legacy_upsample(x: np.ndarray, scales: Sequence[float], mode: str) -> np.nd
     interp = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}.get(mode)
     if interp is None:
         raise ExecutionError(f"Upsample/Resize: unknown mode '{mode}'")
-    out = [int(np.floor(n * s)) for n, s in zip(x.shape, scales)]
+    out = [_scaled_size(n, s) for n, s in zip(x.shape, scales)]
     return resize_nd(
         x,
         out,

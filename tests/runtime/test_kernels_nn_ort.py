@@ -1,0 +1,393 @@
+"""Neural-network kernels against onnxruntime on random data at realistic shapes:
+grouped / depthwise / dilated / strided / padded convolutions, ConvTranspose with
+output_padding and output_shape, pooling variants, normalizations, Resize modes,
+recurrent layers, region pooling, and old opset forms onnxruntime still runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, ValueInfoProto, helper
+
+from onnxviz.runtime.invoke import call_node
+
+ort = pytest.importorskip("onnxruntime")
+
+_TYPES = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.uint8): TensorProto.UINT8,
+    np.dtype(np.int8): TensorProto.INT8,
+}
+
+
+def compare(
+    op: str,
+    inputs: list[np.ndarray | None],
+    opset: int,
+    n_out: int = 1,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    **attrs: Any,
+) -> None:
+    names = [f"i{k}" if v is not None else "" for k, v in enumerate(inputs)]
+    outs = [f"o{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(n, _TYPES[v.dtype], v.shape)
+            for n, v in zip(names, inputs)
+            if v is not None
+        ],
+        [ValueInfoProto(name=o) for o in outs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    feeds = {n: v for n, v in zip(names, inputs) if v is not None}
+    theirs = session.run(None, feeds)
+    ours = call_node(node, inputs, {"": opset})
+    for k, (a, b) in enumerate(zip(ours, theirs)):
+        assert a is not None, f"output {k} missing"
+        assert a.dtype == b.dtype, f"output {k}: dtype {a.dtype} != {b.dtype}"
+        assert a.shape == b.shape, f"output {k}: shape {a.shape} != {b.shape}"
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {k}")
+
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+CONV_CASES = [
+    ("3x3_pad", (1, 16, 20, 20), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("1x1", (2, 32, 14, 14), (16, 32, 1, 1), {}),
+    ("1x1_stride2", (1, 32, 14, 14), (16, 32, 1, 1), {"strides": [2, 2]}),
+    ("7x7_s2", (1, 3, 32, 32), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    ("grouped", (1, 32, 12, 12), (64, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    ("depthwise", (2, 24, 15, 15), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
+    (
+        "depthwise_s2",
+        (1, 16, 16, 16),
+        (16, 1, 5, 5),
+        {"group": 16, "strides": [2, 2], "pads": [2, 2, 2, 2]},
+    ),
+    ("dilated", (1, 8, 17, 17), (8, 8, 3, 3), {"dilations": [2, 3], "pads": [2, 3, 2, 3]}),
+    ("asym_pads", (1, 4, 9, 11), (6, 4, 3, 2), {"pads": [0, 1, 2, 0], "strides": [2, 1]}),
+    ("same_upper", (1, 4, 10, 9), (4, 4, 4, 3), {"auto_pad": "SAME_UPPER", "strides": [3, 2]}),
+    ("same_lower", (1, 4, 10, 9), (4, 4, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [3, 2]}),
+    ("valid", (1, 4, 10, 9), (4, 4, 3, 3), {"auto_pad": "VALID"}),
+    ("conv1d", (2, 6, 30), (4, 6, 5), {"pads": [2, 2], "strides": [2]}),
+    ("conv3d", (1, 3, 6, 7, 8), (4, 3, 3, 3, 3), {"pads": [1] * 6}),
+]
+
+
+@pytest.mark.parametrize(
+    "shape_x, shape_w, attrs", [c[1:] for c in CONV_CASES], ids=[c[0] for c in CONV_CASES]
+)
+def test_conv_vs_ort(
+    shape_x: tuple[int, ...], shape_w: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    x, w, b = rand(*shape_x), rand(*shape_w), rand(shape_w[0])
+    compare("Conv", [x, w, b], 11, **attrs)
+
+
+CONV_T_CASES = [
+    (
+        "s2_outpad",
+        (1, 8, 7, 7),
+        (8, 4, 3, 3),
+        {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+    ),
+    (
+        "grouped_dilated",
+        (1, 6, 5, 6),
+        (6, 2, 3, 3),
+        {"group": 3, "dilations": [2, 2], "strides": [1, 2]},
+    ),
+    ("output_shape", (1, 4, 5, 5), (4, 3, 3, 3), {"strides": [2, 2], "output_shape": [10, 11]}),
+    ("conv1d_t", (2, 3, 9), (3, 5, 4), {"strides": [3], "pads": [1, 2]}),
+    ("conv3d_t", (1, 2, 3, 4, 3), (2, 3, 2, 2, 2), {"strides": [2, 2, 2]}),
+]
+
+
+@pytest.mark.parametrize(
+    "shape_x, shape_w, attrs", [c[1:] for c in CONV_T_CASES], ids=[c[0] for c in CONV_T_CASES]
+)
+def test_conv_transpose_vs_ort(
+    shape_x: tuple[int, ...], shape_w: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    x, w = rand(*shape_x), rand(*shape_w)
+    b = rand(shape_w[1] * attrs.get("group", 1))
+    compare("ConvTranspose", [x, w, b], 11, **attrs)
+
+
+POOL_CASES = [
+    ("MaxPool", 12, 2, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", 12, 2, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", 12, 2, {"kernel_shape": [2, 3], "dilations": [2, 2], "strides": [1, 2]}),
+    ("MaxPool", 12, 2, {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("MaxPool", 12, 2, {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ("MaxPool", 8, 2, {"kernel_shape": [2, 2], "strides": [2, 2], "storage_order": 1}),
+    ("MaxPool", 1, 1, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", 19, 1, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", 19, 1, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 0}),
+    (
+        "AveragePool",
+        19,
+        1,
+        {
+            "kernel_shape": [3, 3],
+            "strides": [2, 2],
+            "ceil_mode": 1,
+            "pads": [1, 1, 1, 1],
+            "count_include_pad": 1,
+        },
+    ),
+    ("AveragePool", 19, 1, {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("AveragePool", 7, 1, {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}),
+    ("LpPool", 18, 1, {"kernel_shape": [3, 3], "strides": [2, 2], "p": 3, "pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize(
+    "op, opset, n_out, attrs",
+    POOL_CASES,
+    ids=[f"{c[0]}{c[1]}_{k}" for k, c in enumerate(POOL_CASES)],
+)
+def test_pool_vs_ort(op: str, opset: int, n_out: int, attrs: dict[str, Any]) -> None:
+    compare(op, [rand(2, 3, 11, 12)], opset, n_out, **attrs)
+
+
+def test_maxpool_3d_and_1d_with_indices_vs_ort() -> None:
+    compare(
+        "MaxPool",
+        [rand(1, 2, 5, 6, 7)],
+        12,
+        2,
+        kernel_shape=[2, 3, 2],
+        strides=[2, 2, 1],
+        pads=[1, 0, 1, 0, 1, 0],
+    )
+    compare("MaxPool", [rand(2, 3, 15)], 12, 2, kernel_shape=[4], strides=[3], ceil_mode=1)
+
+
+def test_global_pools_vs_ort() -> None:
+    x = rand(2, 5, 7, 6)
+    compare("GlobalAveragePool", [x], 1)
+    compare("GlobalMaxPool", [x], 1)
+    compare("GlobalLpPool", [x], 2, p=3)
+
+
+def test_normalizations_vs_ort() -> None:
+    x = rand(3, 8, 6, 5)
+    c = x.shape[1]
+    scale, bias = rand(c), rand(c)
+    mean, var = rand(c), np.abs(rand(c)) + 0.5
+    compare("BatchNormalization", [x, scale, bias, mean, var], 15)
+    compare("BatchNormalization", [x, scale, bias, mean, var], 9)
+    compare("BatchNormalization", [x, scale, bias, mean, var], 7)
+    compare("InstanceNormalization", [x, scale, bias], 6, epsilon=1e-3)
+    compare("LayerNormalization", [x, rand(6, 5), rand(6, 5)], 17, 3, axis=2)
+    compare("GroupNormalization", [x, scale, bias], 21, num_groups=4)
+    compare("LRN", [x], 13, size=3, alpha=1e-3, beta=0.6, bias=1.5)
+    compare("LpNormalization", [x], 1, axis=1, p=1)
+    compare("MeanVarianceNormalization", [x], 13, rtol=1e-3, atol=1e-4)
+
+
+def test_batchnorm_training_vs_ort() -> None:
+    x = rand(4, 3, 5, 5)
+    c = 3
+    compare(
+        "BatchNormalization",
+        [x, rand(c), rand(c), rand(c), np.abs(rand(c)) + 0.1],
+        15,
+        3,
+        training_mode=1,
+        momentum=0.7,
+    )
+
+
+RESIZE_CASES = [
+    {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+    {
+        "mode": "nearest",
+        "coordinate_transformation_mode": "half_pixel",
+        "nearest_mode": "round_prefer_ceil",
+    },
+    {
+        "mode": "nearest",
+        "coordinate_transformation_mode": "align_corners",
+        "nearest_mode": "round_prefer_floor",
+    },
+    {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+    {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+    {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "cubic", "coordinate_transformation_mode": "half_pixel", "cubic_coeff_a": -0.5},
+    {"mode": "cubic", "coordinate_transformation_mode": "asymmetric", "exclude_outside": 1},
+]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    RESIZE_CASES,
+    ids=[f"{a['mode']}-{a['coordinate_transformation_mode']}" for a in RESIZE_CASES],
+)
+@pytest.mark.parametrize("scales", [[1.0, 1.0, 2.0, 1.5], [1.0, 1.0, 0.5, 0.7]], ids=["up", "down"])
+def test_resize_vs_ort(attrs: dict[str, Any], scales: list[float]) -> None:
+    # Sizes where n * scale is whole: with a fractional n * scale, align_corners divides by
+    # the real-valued length (the spec and the ONNX test data), onnxruntime by the integer.
+    x = rand(1, 2, 8, 10)
+    compare("Resize", [x, None, np.array(scales, np.float32)], 13, **attrs)
+
+
+def test_resize_sizes_and_antialias_vs_ort() -> None:
+    x = rand(1, 3, 16, 20)
+    sizes = np.array([1, 3, 7, 9], np.int64)
+    compare("Resize", [x, None, None, sizes], 18, mode="linear", antialias=1)
+    compare("Resize", [x, None, None, sizes], 18, mode="cubic", antialias=1, rtol=1e-3, atol=1e-4)
+    compare(
+        "Resize",
+        [x, None, None, np.array([8, 8], np.int64)],
+        18,
+        mode="linear",
+        axes=[2, 3],
+        keep_aspect_ratio_policy="not_larger",
+    )
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], np.float32)
+    compare(
+        "Resize",
+        [x, roi, None, sizes],
+        13,
+        mode="linear",
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=-1.0,
+    )
+
+
+def test_upsample_and_resize10_vs_ort() -> None:
+    x = rand(1, 2, 4, 5)
+    compare("Upsample", [x, np.array([1, 1, 2, 3], np.float32)], 9, mode="nearest")
+    compare("Upsample", [x, np.array([1, 1, 2, 2.5], np.float32)], 9, mode="linear")
+    compare("Upsample", [x], 7, scales=[1.0, 1.0, 3.0, 2.0])
+    compare("Resize", [x, np.array([1, 1, 0.5, 0.6], np.float32)], 10, mode="nearest")
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_vs_ort(direction: str) -> None:
+    d = 2 if direction == "bidirectional" else 1
+    t, b, i, h = 6, 3, 5, 4
+    x = rand(t, b, i)
+    w, r, bias = rand(d, 4 * h, i), rand(d, 4 * h, h), rand(d, 8 * h)
+    lens = np.array([6, 3, 1], np.int32)
+    h0, c0, p = rand(d, b, h), rand(d, b, h), rand(d, 3 * h)
+    compare("LSTM", [x, w, r, bias, lens, h0, c0, p], 14, 3, hidden_size=h, direction=direction)
+    compare(
+        "LSTM", [x, w, r, bias], 7, 3, hidden_size=h, direction=direction, clip=0.5, input_forget=1
+    )
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_vs_ort(lbr: int) -> None:
+    t, b, i, h = 5, 2, 4, 3
+    x = rand(t, b, i)
+    w, r, bias = rand(2, 3 * h, i), rand(2, 3 * h, h), rand(2, 6 * h)
+    lens = np.array([5, 2], np.int32)
+    compare(
+        "GRU",
+        [x, w, r, bias, lens, rand(2, b, h)],
+        14,
+        2,
+        hidden_size=h,
+        direction="bidirectional",
+        linear_before_reset=lbr,
+    )
+
+
+def test_rnn_vs_ort_with_activations() -> None:
+    x = rand(4, 2, 3)
+    w, r, bias = rand(2, 5, 3), rand(2, 5, 5), rand(2, 10)
+    compare(
+        "RNN",
+        [x, w, r, bias],
+        14,
+        2,
+        hidden_size=5,
+        direction="bidirectional",
+        activations=["LeakyRelu", "HardSigmoid"],
+        activation_alpha=[0.1, 0.3],
+        activation_beta=[0.4],
+    )
+
+
+def test_region_ops_vs_ort() -> None:
+    x = rand(2, 3, 12, 14)
+    rois = np.array([[0, 1, 1, 8, 9], [1, 0, 2, 13, 7], [0, 5, 5, 5, 5]], np.float32)
+    compare("MaxRoiPool", [x, rois], 1, pooled_shape=[3, 2], spatial_scale=1.0)
+    boxes = np.array([[1, 1, 8, 9], [0, 2, 13, 7.5], [3.3, 2.2, 9.1, 11.7]], np.float32)
+    idx = np.array([0, 1, 1], np.int64)
+    compare(
+        "RoiAlign",
+        [x, boxes, idx],
+        16,
+        output_height=3,
+        output_width=4,
+        sampling_ratio=2,
+        spatial_scale=0.8,
+    )
+    compare("RoiAlign", [x, boxes, idx], 16, output_height=2, output_width=2, mode="max")
+
+
+def test_quantized_convs_vs_ort() -> None:
+    x = RNG.integers(0, 255, size=(1, 4, 9, 9), dtype=np.uint8)
+    w = RNG.integers(-100, 100, size=(6, 2, 3, 3), dtype=np.int8)
+    compare("ConvInteger", [x, w, np.array(128, np.uint8), None], 10, group=2, pads=[1, 1, 1, 1])
+    wu = RNG.integers(0, 255, size=(6, 4, 3, 3), dtype=np.uint8)
+    compare(
+        "QLinearConv",
+        [
+            x,
+            np.array(0.02, np.float32),
+            np.array(120, np.uint8),
+            wu,
+            np.full(6, 0.01, np.float32),
+            np.array([100, 110, 120, 130, 140, 150], np.uint8),
+            np.array(0.5, np.float32),
+            np.array(10, np.uint8),
+            RNG.integers(-500, 500, size=6).astype(np.int32),
+        ],
+        10,
+        strides=[2, 2],
+        atol=1,
+    )
+
+
+def test_grid_sample_vs_ort() -> None:
+    x = rand(2, 3, 7, 8)
+    grid = RNG.random((2, 5, 6, 2)).astype(np.float32) * 2.6 - 1.3
+    for mode in ("linear", "nearest", "cubic"):
+        for padding in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                compare(
+                    "GridSample",
+                    [x, grid],
+                    20,
+                    mode=mode,
+                    padding_mode=padding,
+                    align_corners=align,
+                    rtol=1e-3,
+                    atol=1e-4,
+                )
