@@ -1,0 +1,178 @@
+"""Hierarchical layout: collapsed groups as boxes, lifted edges, sections, the cache,
+and incremental expand/collapse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxviz.layout import (
+    LayoutEdge,
+    LayoutError,
+    LayoutGroup,
+    LayoutNode,
+    LayoutRequest,
+    LayoutResult,
+    LayoutSession,
+    compute,
+    metrics,
+)
+
+from .conftest import graph, scoped_request
+
+
+def terminal_boxes(res: LayoutResult) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes, collapsed groups and proxies: the boxes that must not overlap."""
+    xy = [res.node_xy.reshape(-1, 2)]
+    size = [res.node_size.reshape(-1, 2)]
+    closed = [g for g in res.group_boxes if not g.expanded]
+    xy.append(np.asarray([(g.x, g.y) for g in closed]).reshape(-1, 2))
+    size.append(np.asarray([(g.width, g.height) for g in closed]).reshape(-1, 2))
+    xy.append(np.asarray([(p.x, p.y) for p in res.proxy_boxes]).reshape(-1, 2))
+    size.append(np.asarray([(p.width, p.height) for p in res.proxy_boxes]).reshape(-1, 2))
+    return np.concatenate(xy), np.concatenate(size)
+
+
+def assert_nested(res: LayoutResult, session: LayoutSession) -> None:
+    """Every shown node and group lies inside the frame of its (open) parent group."""
+    groups = res.groups
+    for nid, box in res.nodes.items():
+        parent = session.parent_of(nid)
+        if parent is not None:
+            frame = groups[parent]
+            assert frame.expanded
+            assert frame.x <= box.x and box.x + box.width <= frame.x + frame.width + 1e-6
+            assert frame.y <= box.y and box.y + box.height <= frame.y + frame.height + 1e-6
+    for g in res.group_boxes:
+        if g.parent is not None:
+            frame = groups[g.parent]
+            assert frame.x <= g.x and g.x + g.width <= frame.x + frame.width + 1e-6
+            assert frame.y <= g.y and g.y + g.height <= frame.y + frame.height + 1e-6
+
+
+@pytest.fixture(scope="module")
+def transformer_request() -> LayoutRequest:
+    return scoped_request(graph("transformer", 1200))
+
+
+def test_first_view_shows_top_level_groups_as_boxes(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request, expanded=())
+    res = session.result()
+    top = set(session.children(None))
+    assert {g.id for g in res.group_boxes} | set(res.node_ids) == top
+    for g in res.group_boxes:
+        assert not g.expanded and (g.width, g.height) == (160.0, 40.0)
+    # An edge into the collapsed /model stands for many request edges.
+    into_model = [r for r in res.edges if r.target == "/model"]
+    assert into_model and all(r.kind == "lifted" for r in into_model)
+    assert sum(r.count for r in res.edges) < len(transformer_request.edges)
+    box = res.groups["/model"]
+    for r in into_model:
+        assert r.points[-1][1] == pytest.approx(box.y)  # ends on the top of the box
+
+
+def test_expanded_groups_contain_their_children_and_nothing_overlaps(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request, expanded=())
+    for gid in ("/model", "/model/layers.1", "/model/layers.1/self_attn", "/model/layers.2"):
+        session.expand(gid)
+    res = session.result()
+    assert_nested(res, session)
+    assert metrics.overlaps(*terminal_boxes(res)) == 0
+    assert "/model/layers.1/self_attn/MatMul" in res.nodes
+    assert "/model/layers.0/self_attn/MatMul" not in res.nodes  # layers.0 stays collapsed
+
+
+def test_everything_expanded_matches_compute_and_keeps_invariants(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request)
+    res = session.result()
+    assert sorted(res.node_ids) == sorted(n.id for n in transformer_request.nodes)
+    assert_nested(res, session)
+    assert metrics.overlaps(*terminal_boxes(res)) == 0
+    again = compute(transformer_request)
+    assert np.array_equal(again.node_xy, res.node_xy)
+    assert again.route_meta == res.route_meta
+    # Routes start at their source (port or proxy) and end at their target's top.
+    for route in res.edges:
+        end = res.nodes[route.target]
+        assert route.points[-1][1] == pytest.approx(end.y)
+        assert end.x <= route.points[-1][0] <= end.x + end.width
+        if route.kind != "proxy":
+            start = res.nodes[route.source]
+            assert route.points[0][1] == pytest.approx(start.y + start.height)
+
+
+def test_identical_layers_are_laid_out_once(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request)
+    session.result()
+    n_groups = len(session.group_ids())
+    assert session.cache_hits > n_groups // 2
+    assert session.layouts_computed < n_groups // 2
+
+
+def test_expand_relays_out_only_the_group_and_its_ancestors(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request, expanded=("/model", "/model/layers.3"))
+    session.result()
+    before = session.layouts_computed + session.cache_hits
+    session.expand("/model/layers.3/self_attn")
+    session.result()
+    # The group itself, /model/layers.3, /model and the top level: four layouts.
+    assert session.layouts_computed + session.cache_hits - before == 4
+    before = session.layouts_computed + session.cache_hits
+    session.collapse("/model/layers.3/self_attn")
+    session.result()
+    assert session.layouts_computed + session.cache_hits - before == 3
+
+
+def test_collapse_restores_the_previous_view(transformer_request) -> None:  # type: ignore[no-untyped-def]
+    session = LayoutSession(transformer_request, expanded=("/model",))
+    first = session.result()
+    session.expand("/model/layers.2")
+    assert session.result().node_ids != first.node_ids
+    session.collapse("/model/layers.2")
+    back = session.result()
+    assert back.node_ids == first.node_ids
+    assert np.array_equal(back.node_xy, first.node_xy)
+    assert back.route_meta == first.route_meta
+    assert session.expanded == frozenset({"/model"})
+
+
+def test_overfull_groups_are_split_into_sections() -> None:
+    n = 500
+    nodes = [LayoutNode(f"n{i}", 40, 20, parent="big") for i in range(n)]
+    edges = [LayoutEdge(f"n{i}", f"n{i + 1}") for i in range(n - 1)]
+    req = LayoutRequest(nodes, edges, [LayoutGroup("big")], max_group_children=20)
+    session = LayoutSession(req, expanded=())
+    kids = session.children("big")
+    assert 1 < len(kids) <= 20
+    assert all(k.startswith("big#") for k in kids)
+    for k in kids:
+        assert len(session.children(k)) <= 20
+    session.expand_all()
+    res = session.result()
+    assert sorted(res.node_ids) == sorted(f"n{i}" for i in range(n))
+    assert_nested(res, session)
+    # Sections follow request order: the chain runs through them in sequence.
+    first_section = session.parent_of("n0")
+    assert first_section is not None and session.children(first_section)[0] == "n0"
+
+
+def test_left_to_right_hierarchy() -> None:
+    req = scoped_request(graph("resnet", 300), direction="LR")
+    session = LayoutSession(req)
+    res = session.result()
+    assert_nested(res, session)
+    for route in res.edges[:50]:
+        assert route.points[-1][0] >= route.points[0][0] - 1e-6
+
+
+def test_bad_hierarchies_raise() -> None:
+    nodes = [LayoutNode("a", 10, 10, parent="g1")]
+    with pytest.raises(LayoutError, match="cycle"):
+        LayoutSession(LayoutRequest(nodes, [], [LayoutGroup("g1", "g2"), LayoutGroup("g2", "g1")]))
+    with pytest.raises(LayoutError, match="unknown parent"):
+        LayoutSession(LayoutRequest(nodes, [], [LayoutGroup("g1", "zz")]))
+    with pytest.raises(LayoutError, match="both a node and a group"):
+        LayoutSession(LayoutRequest(nodes, [], [LayoutGroup("g1"), LayoutGroup("a")]))
+    session = LayoutSession(LayoutRequest(nodes, [], [LayoutGroup("g1")]))
+    with pytest.raises(LayoutError, match="unknown group"):
+        session.expand("nope")
