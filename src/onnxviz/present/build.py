@@ -18,7 +18,7 @@ from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope, build_scopes, function_path
 from onnxviz.present.categories import category_of
-from onnxviz.present.groups import GroupTree, build_group_tree
+from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import (
     LINE_H,
     MIN_NODE_W,
@@ -159,6 +159,8 @@ class SceneBuilder:
         tree = self.group_trees.get(scope.path)
         if tree is None:
             tree = self.group_trees[scope.path] = build_group_tree(scope.nodes)
+            if tree.groups:
+                attach_constants(tree, scope.nodes, scope.consumers, set(scope.initializer_names()))
         return tree
 
     def _child_scopes(self, scope: GraphScope) -> dict[tuple[int, str], GraphScope]:

@@ -128,3 +128,40 @@ def _kept_parent(p: str, parent_of: dict[str, str | None], kept: set[str]) -> st
     while q is not None and q not in kept:
         q = parent_of[q]
     return q
+
+
+def attach_constants(
+    tree: GroupTree,
+    nodes: Sequence[NodeProto],
+    consumers: dict[str, list[tuple[int, int]]],
+    initializers: set[str],
+) -> int:
+    """Move ungrouped constant-like nodes (no inputs but initializers: Constant, weight
+    Identity/Cast chains of exporters) into the innermost group holding all their
+    consumers, so a collapsed layer owns its weights.  Returns how many moved."""
+    moved = 0
+    groups = tree.groups
+    for i, group in enumerate(tree.node_group):
+        if group is not None:
+            continue
+        node = nodes[i]
+        if any(x and x not in initializers for x in node.input):
+            continue
+        targets = {tree.node_group[c] for out in node.output for c, _ in consumers.get(out, ())}
+        if not targets or None in targets:
+            continue
+        chains = [tree.chain(t) for t in targets]
+        common: str | None = None
+        for level in zip(*chains):
+            if all(p == level[0] for p in level):
+                common = level[0]
+            else:
+                break
+        if common is None:
+            continue
+        tree.node_group[i] = common
+        groups[common].nodes.append(i)
+        for p in tree.chain(common):
+            groups[p].size += 1
+        moved += 1
+    return moved

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope
 from onnxviz.present.build import SceneBuilder
-from onnxviz.present.groups import GroupTree, build_group_tree
+from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import TextMeasure, ViewOptions
 from onnxviz.present.placement import place
 from onnxviz.present.scene import Scene
@@ -44,6 +44,8 @@ class Presenter:
         tree = self.group_trees.get(scope.path)
         if tree is None:
             tree = self.group_trees[scope.path] = build_group_tree(scope.nodes)
+            if tree.groups:
+                attach_constants(tree, scope.nodes, scope.consumers, set(scope.initializer_names()))
         return tree
 
     def default_expansion(self, inst: str | None = None) -> set[str]:
