@@ -259,3 +259,69 @@ def test_integer_and_string_casts_match_onnxruntime() -> None:
     np.testing.assert_allclose(
         ours_text.astype(np.float64), theirs_text.astype(np.float64), rtol=1e-7
     )
+
+
+# ---------------------------------------------------------------- every type pair
+_ALL_TYPES = [
+    TP.FLOAT,
+    TP.UINT8,
+    TP.INT8,
+    TP.UINT16,
+    TP.INT16,
+    TP.INT32,
+    TP.INT64,
+    TP.STRING,
+    TP.BOOL,
+    TP.FLOAT16,
+    TP.DOUBLE,
+    TP.UINT32,
+    TP.UINT64,
+    TP.BFLOAT16,
+    TP.FLOAT8E4M3FN,
+    TP.FLOAT8E4M3FNUZ,
+    TP.FLOAT8E5M2,
+    TP.FLOAT8E5M2FNUZ,
+    TP.UINT4,
+    TP.INT4,
+    TP.FLOAT4E2M1,
+    TP.FLOAT8E8M0,
+    25,
+    26,
+    27,
+    28,  # UINT2, INT2, FLOAT6E2M3, FLOAT6E3M2
+]
+_CANDIDATES = [0.0, 1.0, 2.0, -1.0, 0.5, 3.0]
+
+
+def _representable(value: float, to: int) -> bool:
+    from onnxviz.runtime.kernels.cast import dtype_for
+
+    dt = dtype_for(to)
+    if dt == np.dtype(object):
+        return value == int(value)  # integers print the same from every numeric type
+    if dt == np.bool_:
+        return value in (0.0, 1.0)
+    if to == TP.FLOAT8E8M0:
+        return value > 0 and float(np.log2(value)).is_integer()
+    try:
+        return float(np.array(value).astype(dt).astype(np.float64)) == value
+    except (ValueError, OverflowError):
+        return False
+
+
+@pytest.mark.parametrize("src", _ALL_TYPES)
+def test_every_type_pair_keeps_values_both_types_hold(src: int) -> None:
+    from onnxviz.runtime.kernels.cast import dtype_for
+
+    for dst in _ALL_TYPES:
+        values = [v for v in _CANDIDATES if _representable(v, src) and _representable(v, dst)]
+        src_dt = dtype_for(src)
+        if src_dt == np.dtype(object):
+            x = np.array([str(int(v)) for v in values], dtype=object)
+        else:
+            x = np.array(values).astype(src_dt)
+        out = cast(x, dst)
+        assert out.dtype == dtype_for(dst), (src, dst)
+        assert out.shape == x.shape
+        got = [float(v) for v in out.tolist()] if out.dtype != object else [float(v) for v in out]
+        assert got == values, (src, dst, got, values)
