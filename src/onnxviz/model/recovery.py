@@ -1,0 +1,128 @@
+"""Crash recovery: snapshots of unsaved edits, offered again at the next start.
+
+While a document has unsaved edits, `Autosaver.save_now()` (the UI calls it on a timer
+after edits) writes the model atomically to a recovery folder with a small JSON record
+of where it came from.  Saving or closing the document cleanly discards the snapshot;
+after a crash, `pending()` lists what can be restored.  The snapshot keeps external data
+references relative to the original folder, so restoring reads the same data files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from onnx import ModelProto
+
+from onnxviz.model.document import Document
+from onnxviz.model.io import _atomic_write
+
+
+def recovery_dir() -> str:
+    """$ONNXVIZ_RECOVERY_DIR, else $XDG_STATE_HOME/onnxviz/recovery (~/.local/state)."""
+    override = os.environ.get("ONNXVIZ_RECOVERY_DIR")
+    if override:
+        return override
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "onnxviz", "recovery")
+
+
+@dataclass(frozen=True)
+class RecoveryEntry:
+    snapshot: str  # the .onnx snapshot
+    record: str  # its .json record
+    source: str | None  # the file the edits were made to (None: never saved)
+    saved_at: float
+    last_edit: str | None
+
+    def restore(self) -> Document:
+        """The snapshot as a modified Document pointing at its original file."""
+        with open(self.snapshot, "rb") as fh:
+            model = ModelProto()
+            model.ParseFromString(fh.read())
+        doc = Document.from_model(model, self.source)
+        doc._saved_marker = -1  # not what is on disk: the user must save it
+        return doc
+
+    def discard(self) -> None:
+        for path in (self.snapshot, self.record):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+class Autosaver:
+    def __init__(self, doc: Document, directory: str | None = None) -> None:
+        self.doc = doc
+        self.directory = directory or recovery_dir()
+        key = doc.path or f"untitled-{id(doc)}-{time.time()}"
+        self._stem = hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def snapshot_path(self) -> str:
+        return os.path.join(self.directory, f"{self._stem}.onnx")
+
+    @property
+    def record_path(self) -> str:
+        return os.path.join(self.directory, f"{self._stem}.json")
+
+    def save_now(self) -> bool:
+        """Snapshot the document if it has unsaved edits; True if written."""
+        if not self.doc.is_modified:
+            self.discard()
+            return False
+        os.makedirs(self.directory, exist_ok=True)
+        payload = self.doc.model.SerializeToString()
+        _atomic_write(self.snapshot_path, lambda fh: fh.write(payload))
+        record = {
+            "source": self.doc.path,
+            "saved_at": time.time(),
+            "last_edit": self.doc.undo_label,
+        }
+        data = json.dumps(record).encode("utf-8")
+        _atomic_write(self.record_path, lambda fh: fh.write(data))
+        return True
+
+    def discard(self) -> None:
+        """After a clean save or close: nothing to recover."""
+        for path in (self.snapshot_path, self.record_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def pending(directory: str | None = None) -> list[RecoveryEntry]:
+    """Snapshots left by sessions that did not end cleanly, newest first."""
+    folder = directory or recovery_dir()
+    out: list[RecoveryEntry] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        record_path = os.path.join(folder, name)
+        snapshot = record_path[: -len(".json")] + ".onnx"
+        try:
+            with open(record_path, encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not os.path.exists(snapshot):
+            continue
+        out.append(
+            RecoveryEntry(
+                snapshot,
+                record_path,
+                record.get("source"),
+                float(record.get("saved_at", 0.0)),
+                record.get("last_edit"),
+            )
+        )
+    out.sort(key=lambda e: -e.saved_at)
+    return out

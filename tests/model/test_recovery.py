@@ -1,0 +1,60 @@
+"""Unsaved edits survive a crash: snapshot, list, restore, discard."""
+
+from __future__ import annotations
+
+import os
+
+from onnxviz.model import recovery
+from onnxviz.model.document import Document
+from tests.model.builders import simple_model, with_external
+
+
+def test_snapshot_only_while_modified_and_restore_after_crash(tmp_path):
+    folder = str(tmp_path / "recovery")
+    src = tmp_path / "m.onnx"
+    src.write_bytes(simple_model().SerializeToString())
+    doc = Document.open(str(src))
+    saver = recovery.Autosaver(doc, folder)
+    assert saver.save_now() is False and recovery.pending(folder) == []
+    doc.rename_value("r", "relu_out")
+    assert saver.save_now() is True
+    # The process dies here; the next start finds the snapshot.
+    (entry,) = recovery.pending(folder)
+    assert entry.source == str(src) and entry.last_edit == "Rename 'r' → 'relu_out'"
+    restored = entry.restore()
+    assert restored.model.SerializeToString() == doc.model.SerializeToString()
+    assert restored.is_modified and restored.path == str(src)
+    # The original file was never touched.
+    assert Document.open(str(src)).model.graph.node[0].output[0] == "r"
+    entry.discard()
+    assert recovery.pending(folder) == []
+
+
+def test_clean_save_discards_the_snapshot(tmp_path):
+    folder = str(tmp_path / "recovery")
+    src = tmp_path / "m.onnx"
+    src.write_bytes(simple_model().SerializeToString())
+    doc = Document.open(str(src))
+    saver = recovery.Autosaver(doc, folder)
+    doc.rename_value("r", "q")
+    saver.save_now()
+    doc.save()
+    saver.save_now()  # not modified any more: the snapshot goes away
+    assert os.listdir(folder) == []
+
+
+def test_restored_snapshot_still_reads_external_data(tmp_path):
+    path = with_external(str(tmp_path / "m"))
+    doc = Document.open(path)
+    saver = recovery.Autosaver(doc, str(tmp_path / "rec"))
+    doc.rename_value("y", "out")
+    saver.save_now()
+    restored = recovery.pending(str(tmp_path / "rec"))[0].restore()
+    assert restored.diagnostics == []
+    assert restored.tensor_array(restored.model.graph.initializer[0]).sum() == 15.0
+
+
+def test_broken_records_are_ignored(tmp_path):
+    (tmp_path / "x.json").write_text("{not json")
+    (tmp_path / "y.json").write_text('{"source": "a"}')  # no snapshot beside it
+    assert recovery.pending(str(tmp_path)) == []
