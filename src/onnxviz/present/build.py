@@ -533,7 +533,9 @@ class SceneBuilder:
     ) -> DisplayItem:
         scope = g.scope
         item_id = f"{g.inst}#{i}"
-        title = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        # the ML domain is told by the colour; other non-standard domains by a prefix
+        plain = node.domain in ("", "ai.onnx", "ai.onnx.ml")
+        title = node.op_type if plain else f"{node.domain}.{node.op_type}"
         expandable = bool(
             (
                 node.attribute

@@ -176,4 +176,11 @@ def dark_palette() -> QPalette:
     p.setColor(QPalette.ColorRole.Highlight, QColor("#3d6fb6"))
     p.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
     p.setColor(QPalette.ColorRole.PlaceholderText, QColor("#8a8d93"))
+    disabled = QColor("#6d7077")
+    for role in (
+        QPalette.ColorRole.WindowText,
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+    ):
+        p.setColor(QPalette.ColorGroup.Disabled, role, disabled)
     return p
