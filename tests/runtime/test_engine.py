@@ -478,3 +478,20 @@ def test_scan_output_axis_and_reverse_output_direction() -> None:
     xs = np.arange(6, dtype=np.float32).reshape(3, 2)
     out = Session(model).run({"s0": np.zeros(2, np.float32), "xs": xs})
     np.testing.assert_allclose(out["ys"], np.cumsum(xs, axis=0)[::-1].T)
+
+
+def test_recursive_function_is_a_clear_error() -> None:
+    fn = helper.make_function(
+        "local",
+        "Forever",
+        ["a"],
+        ["b"],
+        [helper.make_node("Forever", ["a"], ["b"], domain="local")],
+        [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+    )
+    call = helper.make_node("Forever", ["x"], ["y"], domain="local", name="call")
+    model = make(
+        [call], [vi("x", F, [1])], [vi("y", F, [1])], functions=[fn], extra_opsets={"local": 1}
+    )
+    with pytest.raises(ExecutionError, match="nest deeper"):
+        Session(model).run({"x": np.ones(1, np.float32)})

@@ -49,6 +49,11 @@ from onnxviz.runtime.values import describe
 Events = Generator[Event, None, list[Any]]
 
 
+# Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
+# could recurse forever.  Each frame costs a few generator levels of Python stack.
+MAX_FRAME_DEPTH = 150
+
+
 class ExecutionCancelled(ExecutionError):
     """The user cancelled the run."""
 
@@ -153,6 +158,12 @@ class Executor:
         iterations: int | None = None,
     ) -> Frame:
         depth = 0 if caller is None else caller.depth + 1
+        if depth > MAX_FRAME_DEPTH:
+            raise ExecutionError(
+                f"frames nest deeper than {MAX_FRAME_DEPTH} (a function that calls itself?)",
+                file=self.file,
+                graph_path=plan.path,
+            )
         info = FrameInfo(plan.path, title, depth, kind, iteration, iterations)
         stack_text = title if caller is None else caller.stack_text + STACK_SEPARATOR + title
         frame = Frame(plan, parent, info, stack_text)
