@@ -7,7 +7,7 @@ interior slot sit next to each other (true child at ``child_base``, false child 
 ``child_base + 1``).  Evaluating all trees for all rows is then a loop over tree depth on
 flat arrays of (row, tree) positions:
 
-    next = child_base[pos] + (not compare(x[row, feature[pos]], threshold[pos]))
+    next = child_base[pos] + 1 - compare(x[row, feature[pos]], threshold[pos])
 
 Leaves point to themselves and compare against a constant column that always takes the
 true branch, so finished paths stay put without masking; positions that reached a leaf are
@@ -77,7 +77,8 @@ class CompiledEnsemble:
     mode: np.ndarray  # int8 per slot
     modes_present: tuple[int, ...]
     missing_true: np.ndarray | None
-    child_base: np.ndarray
+    child_base: np.ndarray  # true child's slot; leaves point to themselves
+    false_slot: np.ndarray  # child_base + 1: next = false_slot - went_true (no negation pass)
     leaf_of_slot: np.ndarray
     depth: int
     member_row: np.ndarray | None
@@ -208,6 +209,7 @@ def compile_ensemble(s: TreeStructure) -> CompiledEnsemble:
         modes_present=modes_present,
         missing_true=missing if missing.any() else None,
         child_base=child_base,
+        false_slot=child_base + 1,
         leaf_of_slot=leaf_of_slot,
         depth=depth,
         member_row=member_row,
@@ -271,7 +273,7 @@ def _leaf_slots(c: CompiledEnsemble, xa: np.ndarray) -> np.ndarray:
         if check_nan:
             assert c.missing_true is not None
             go_true |= c.missing_true[pos] & np.isnan(v)
-        new = c.child_base[pos] + ~go_true
+        new = c.false_slot[pos] - go_true
         done = new == pos
         n_done = int(np.count_nonzero(done))
         if n_done * 4 >= pos.size:
