@@ -67,6 +67,16 @@ def test_regex_full_match_is_a_full_match_with_python_re() -> None:
         run_ours("RegexFullMatch", [x], 20, pattern="(unclosed")
 
 
+def test_regex_re2_only_spellings_are_translated() -> None:
+    x = _strings("a.b*", "axb*", "ab")
+    (quoted,) = run_ours("RegexFullMatch", [x], 20, pattern=r"\Qa.b*\E")
+    assert quoted.tolist() == [True, False, False]
+    (end,) = run_ours("RegexFullMatch", [x], 20, pattern=r"a.*\z")
+    assert end.tolist() == [True, True, True]
+    (escaped,) = run_ours("RegexFullMatch", [_strings("a\\z")], 20, pattern=r"a\\z")
+    assert escaped.tolist() == [True]  # an escaped backslash followed by z stays literal
+
+
 def test_string_split_delimiters_and_maxsplit() -> None:
     x = _strings("a,,b", "  lead  trail ", "")
     parts, counts = run_ours("StringSplit", [x], 20, n_outputs=2, delimiter=",")

@@ -4,11 +4,14 @@ TfIdfVectorizer.
 String tensors are object arrays of ``str``; per-string work is inherently a Python
 loop over the elements (numpy has no vectorised string kernels for object arrays).
 
-RegexFullMatch uses Python's ``re`` instead of RE2.  Differences that matter: RE2 has no
+RegexFullMatch uses Python's ``re`` instead of RE2, after translating the two RE2-only
+spellings that have a Python equivalent: ``\\z`` (end of text, Python ``\\Z``) and
+``\\Q...\\E`` (literal text, escaped here).  Remaining differences: RE2 has no
 backreferences or look-around (``re`` accepts them, so patterns RE2 would reject run
 here); RE2 guarantees linear time while ``re`` can backtrack exponentially on
-pathological patterns; named groups are ``(?P<name>...)`` in both; RE2's ``\\C`` and
-``\\pN``-style Unicode classes are not available in ``re`` (``\\p{...}`` fails to compile).
+pathological patterns; RE2's ``\\pN`` / ``\\p{Greek}`` Unicode classes and ``\\C``
+do not exist in ``re`` (such patterns fail with a clear error); POSIX classes like
+``[[:alpha:]]`` are not understood by ``re``.
 """
 
 from __future__ import annotations
@@ -60,12 +63,37 @@ def string_normalizer(
     return _object_array(words, shape)
 
 
+def re2_to_python(pattern: str) -> str:
+    """Rewrite RE2's ``\\z`` and ``\\Q...\\E`` into Python ``re`` syntax."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch != "\\" or i + 1 == len(pattern):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = pattern[i + 1]
+        if nxt == "z":
+            out.append("\\Z")
+            i += 2
+        elif nxt == "Q":
+            end = pattern.find("\\E", i + 2)
+            stop = len(pattern) if end < 0 else end
+            out.append(re.escape(pattern[i + 2 : stop]))
+            i = stop if end < 0 else end + 2
+        else:
+            out.append(pattern[i : i + 2])  # any other escape is kept as written
+            i += 2
+    return "".join(out)
+
+
 @kernel("RegexFullMatch", since=20)
 def regex_full_match(data: np.ndarray, pattern: str | None = None) -> np.ndarray:
     if pattern is None:
         fail("RegexFullMatch: the pattern attribute is required")
     try:
-        regex = re.compile(pattern)
+        regex = re.compile(re2_to_python(pattern))
     except re.error as exc:
         fail(f"RegexFullMatch: invalid pattern {pattern!r}: {exc}")
     flat = [regex.fullmatch(str(s)) is not None for s in data.reshape(-1).tolist()]
