@@ -612,3 +612,10 @@ def test_matches_onnxruntime(
     np.testing.assert_allclose(
         ours.astype(np.float64), theirs.astype(np.float64), rtol=tol, atol=tol / 10
     )
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.0, 1.0, 2.5, -0.5])
+def test_leaky_relu_any_alpha(alpha: float) -> None:
+    x = np.array([-2.0, -0.5, 0.0, 0.5, 2.0, np.nan], dtype=np.float32)
+    expected = np.where(x < 0, np.float32(alpha) * x, x)
+    np.testing.assert_array_equal(run_one("LeakyRelu", [x], 16, alpha=alpha), expected)

@@ -56,13 +56,21 @@ def _relu_wide(x: Array) -> Array:
 @kernel("LeakyRelu", since=(1, 6, 16))
 @_in_float32
 def leaky_relu(x: Array, alpha: float = 0.01, **_legacy: Any) -> Array:
-    return np.where(x < 0, x * x.dtype.type(alpha), x)
+    # x if x >= 0 else alpha*x is max(x, alpha*x) for alpha <= 1 and min(...) above 1:
+    # two passes and one allocation instead of a mask and a select.
+    out = x * x.dtype.type(alpha)
+    (np.maximum if alpha <= 1.0 else np.minimum)(out, x, out=out)
+    return out
 
 
 @kernel("Elu", since=(1, 6, 22))
 @_in_float32
 def elu(x: Array, alpha: float = 1.0, **_legacy: Any) -> Array:
-    return np.where(x < 0, np.expm1(np.minimum(x, 0)) * x.dtype.type(alpha), x)
+    out = np.minimum(x, 0)
+    np.expm1(out, out=out)
+    out *= x.dtype.type(alpha)
+    np.copyto(out, x, where=x >= 0)
+    return out
 
 
 @kernel("Selu", since=(1, 6, 22))

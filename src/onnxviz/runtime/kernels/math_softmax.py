@@ -18,7 +18,8 @@ Array = np.ndarray
 def _shifted(x: Array, axis: int) -> Array:
     """x - max(x, axis) in a fresh array (rows of -inf stay NaN-free where possible)."""
     m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0) if x.dtype.kind == "f" else m
+    if x.dtype.kind == "f" and not np.isfinite(m).all():
+        m = np.where(np.isfinite(m), m, 0)  # rows of +-inf: keep them from becoming NaN
     return np.subtract(x, m)
 
 
