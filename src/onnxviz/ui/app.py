@@ -37,8 +37,7 @@ def run_app(model: str | None, screenshot: str | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        window.view.fit()
-        app.processEvents()
+        app.processEvents()  # the view as it opens: readable top, or the whole if small
         image = window.grab()
         if not image.save(screenshot, "PNG"):
             print(f"onnxviz: cannot write {screenshot}", file=sys.stderr)

@@ -482,8 +482,17 @@ class MainWindow(QMainWindow):
         if not path:
             return
         rect = self.visible_rect() if "current view" in chosen else None
+        scale = 2.0
+        if path.lower().endswith(".png"):
+            from PySide6.QtWidgets import QInputDialog
+
+            scale, ok = QInputDialog.getDouble(
+                self, "PNG scale", "Pixels per scene unit (sharpness):", 2.0, 0.1, 16.0, 1
+            )
+            if not ok:
+                return
         try:
-            export_any(self.graph_scene, path, rect, title=self.doc.display_name)
+            export_any(self.graph_scene, path, rect, scale=scale, title=self.doc.display_name)
         except OnnxvizError as exc:
             self._failed(str(exc))
             return

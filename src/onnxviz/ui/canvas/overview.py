@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from onnxviz.ui.canvas.scene import GraphScene
 
 OVERVIEW_ZOOM = 0.3
-OVERVIEW_MIN_ITEMS = 1500
+OVERVIEW_MIN_ITEMS = 600
 
 
 class OverviewItem(QGraphicsItem):

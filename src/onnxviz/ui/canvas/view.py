@@ -92,8 +92,19 @@ class GraphView(QGraphicsView):
         scale = max(min(view.width() / rect.width(), 1.0), 0.6)
         self.resetTransform()
         self.scale(scale, scale)
-        top = QRectF(rect.x(), rect.y(), rect.width(), view.height() / scale)
-        self.centerOn(top.center())
+        # start where the graph starts: the topmost (TB) or leftmost (LR) box
+        nodes = [n for n in self.graph_scene.nodes.values() if not n.is_frame]
+        if nodes:
+            lr = self.graph_scene.display is not None and self.graph_scene.display.direction == "LR"
+            first = min(nodes, key=lambda n: (n.x(), n.y()) if lr else (n.y(), n.x()))
+            c = first.sceneBoundingRect().center()
+            half_w, half_h = view.width() / scale / 2, view.height() / scale / 2
+            if lr:
+                self.centerOn(c.x() - 40 + half_w, c.y())
+            else:
+                self.centerOn(c.x(), c.y() - 40 + half_h)
+        else:
+            self.centerOn(QRectF(rect.x(), rect.y(), rect.width(), view.height() / scale).center())
         self.zoomChanged.emit(self.zoom())
 
     def wheelEvent(self, event: QWheelEvent) -> None:
