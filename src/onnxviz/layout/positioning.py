@@ -79,11 +79,11 @@ def brandes_koepf(
     is_dummy = (lg.kind == KIND_DUMMY).tolist()
     posl = pos.tolist()
     marked = _type1_conflicts(layers, up_start, up_nbr, is_dummy, posl)
-    # The neighbour each node would pick itself (left median): an alignment is only made
-    # when the other end agrees, so a skip connection cannot steal its source from the
-    # main path in the passes that scan from the right.
-    pref_up = _left_medians(size, up_start, up_nbr)
-    pref_down = _left_medians(size, down_start, down_nbr)
+    # An alignment is only made when both ends pick each other as leftmost neighbour,
+    # so a skip connection cannot steal its source from the main path in the passes that
+    # scan from the right, and the four passes agree on the main paths.
+    pref_up = _leftmost(size, up_start, up_nbr)
+    pref_down = _leftmost(size, down_start, down_nbr)
     # Separation between each node and its right neighbour in the rank.
     flat_order = np.lexsort((pos, lg.rank))
     same_rank = lg.rank[flat_order[:-1]] == lg.rank[flat_order[1:]]
@@ -118,14 +118,9 @@ def brandes_koepf(
     return _enforce_separation(x, lg.rank, lefts, rights, seps, flat_order)
 
 
-def _left_medians(size: int, starts: list[int], nbr: list[int]) -> list[int]:
-    out = [-1] * size
-    for v in range(size):
-        lo = starts[v]
-        d = starts[v + 1] - lo
-        if d:
-            out[v] = nbr[lo + (d - 1) // 2]
-    return out
+def _leftmost(size: int, starts: list[int], nbr: list[int]) -> list[int]:
+    """Per node its leftmost neighbour (by port position), -1 when it has none."""
+    return [nbr[starts[v]] if starts[v + 1] > starts[v] else -1 for v in range(size)]
 
 
 def _type1_conflicts(
@@ -186,11 +181,10 @@ def _align(
             d = nb_start[v + 1] - lo
             if d == 0:
                 continue
-            m_lo = lo + (d - 1) // 2
-            m_hi = lo + d // 2
-            # Even degree: both passes try the left median first, which is input 0 (the
-            # main path) since ordering keeps inputs in port order; keeps it straight.
-            for m in (m_lo, m_hi):
+            # The leftmost neighbour is the one on input 0 (ordering keeps inputs in port
+            # order): aligning on it draws the chain of input-0 edges (the main path,
+            # the residual stream) as one straight line.
+            for m in (lo,):
                 if align[v] != v:
                     break
                 u = nb[m]
