@@ -397,19 +397,22 @@ def structure_from_ids(
         raise ExecutionError(f"{op}: one weight is needed per leaf vote")
     tree = np.asarray(treeids, dtype=np.int64)
     node = np.asarray(nodeids, dtype=np.int64)
-    uniq, inverse = np.unique(np.asarray(modes, dtype=object), return_inverse=True)
-    try:
-        codes = np.array([MODE_CODES[str(u)] for u in uniq], dtype=np.int8)
-    except KeyError as exc:
-        raise ExecutionError(f"{op}: unknown node mode {exc}") from None
-    mode = codes[inverse] if m else np.zeros(0, dtype=np.int8)
+    mode_names = np.asarray(modes, dtype=str)
+    mode = np.full(m, -1, dtype=np.int8)
+    for name, code in MODE_CODES.items():  # a handful of vectorised comparisons
+        mode[mode_names == name] = code
+    if (mode < 0).any():
+        raise ExecutionError(f"{op}: unknown node mode '{mode_names[np.argmax(mode < 0)]}'")
     is_leaf = mode == LEAF
 
     # (tree, node) -> position, through one sorted composite key.
     span = int(node.max()) + 1 if m else 1
     tree_min = int(tree.min()) if m else 0
     key = (tree - tree_min) * span + node
-    order = np.argsort(key, kind="stable")
+    if m and bool((np.diff(key) > 0).all()):
+        order = np.arange(m)  # exporters list nodes tree by tree in id order: no sort
+    else:
+        order = np.argsort(key, kind="stable")
     sorted_key = key[order]
     if m and (np.diff(sorted_key) == 0).any():
         raise ExecutionError(f"{op}: a (tree id, node id) pair appears twice")
