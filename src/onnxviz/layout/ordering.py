@@ -111,24 +111,35 @@ def order_layers(
     a, b = lg.edge_a, lg.edge_b
     # Adjacency towards the rank above (for downward sweeps) and below (upward), each
     # entry carrying the port correction: neighbour port offset minus own port offset.
+    # Positions are normalised to (0, 1) per rank so that keys taken from ranks of
+    # different widths (above for most nodes, below for sources) compare fairly.
+    rank_len = np.bincount(rank, minlength=n_ranks)[rank].astype(float)
+    port_a = lg.off_a / rank_len[a]
+    port_b = lg.off_b / rank_len[b]
     up_order = np.argsort(b, kind="stable")
     up_start = _csr(size, b, up_order).tolist()
     up_nbr = a[up_order].tolist()
-    up_off = (lg.off_a - lg.off_b)[up_order].tolist()
+    up_off = (port_a - port_b)[up_order].tolist()
     down_order = np.argsort(a, kind="stable")
     down_start = _csr(size, a, down_order).tolist()
     down_nbr = b[down_order].tolist()
-    down_off = (lg.off_b - lg.off_a)[down_order].tolist()
-    cur = pos.tolist()
+    down_off = (port_b - port_a)[down_order].tolist()
+    inv_len = (1.0 / rank_len).tolist()
+    cur = ((pos + 0.5) / rank_len).tolist()
     stale = 0
     for sweep in range(sweeps):
         if cancel is not None and cancel():
             raise LayoutCancelled()
-        downward = sweep % 2 == 0
-        if downward:
-            rng, starts, nbr, off = range(1, n_ranks), up_start, up_nbr, up_off
+        # Upward first: the initial order already follows the inputs of each node.
+        upward = sweep % 2 == 0
+        if upward:
+            rng = range(n_ranks - 2, -1, -1)
+            starts, nbr, off = down_start, down_nbr, down_off
+            other_starts, other_nbr, other_off = up_start, up_nbr, up_off
         else:
-            rng, starts, nbr, off = range(n_ranks - 2, -1, -1), down_start, down_nbr, down_off
+            rng = range(1, n_ranks)
+            starts, nbr, off = up_start, up_nbr, up_off
+            other_starts, other_nbr, other_off = down_start, down_nbr, down_off
         for r in rng:
             layer = layers[r]
             if len(layer) < 2:
@@ -137,27 +148,40 @@ def order_layers(
             for v in layer:
                 lo = starts[v]
                 hi = starts[v + 1]
+                if hi == lo:
+                    # No neighbour on the sweep side (a source in a downward sweep):
+                    # follow the other side, so a Constant stays beside its consumer.
+                    st, nb, of = other_starts, other_nbr, other_off
+                    lo = st[v]
+                    hi = st[v + 1]
+                else:
+                    nb, of = nbr, off
                 if hi > lo:
                     total = 0.0
                     for k in range(lo, hi):
-                        total += cur[nbr[k]] + off[k]
+                        total += cur[nb[k]] + of[k]
                     keyed.append((total / (hi - lo), cur[v], v))
                 else:
-                    keyed.append((float(cur[v]), cur[v], v))
+                    keyed.append((cur[v], cur[v], v))
             keyed.sort()
+            step = inv_len[layer[0]]
             for i, item in enumerate(keyed):
                 v = item[2]
                 layer[i] = v
-                cur[v] = i
-        pos_now = np.asarray(cur, dtype=np.int64)
+                cur[v] = (i + 0.5) * step
+        pos_now = np.rint(np.asarray(cur) * rank_len - 0.5).astype(np.int64)
         crossings = layer_crossings(lg, pos_now)
         if crossings < best_cross:
             best_cross = crossings
             best = pos_now
             stale = 0
         else:
+            # Continue from the best order found so far.
             stale += 1
-            if stale >= 4:
+            cur = ((best + 0.5) / rank_len).tolist()
+            for layer in layers:
+                layer.sort(key=cur.__getitem__)
+            if stale >= 2:
                 break
         if best_cross == 0:
             break

@@ -82,7 +82,6 @@ def brandes_koepf(
     # An alignment is only made when both ends pick each other as leftmost neighbour,
     # so a skip connection cannot steal its source from the main path in the passes that
     # scan from the right, and the four passes agree on the main paths.
-    pref_up = _leftmost(size, up_start, up_nbr)
     pref_down = _leftmost(size, down_start, down_nbr)
     # Separation between each node and its right neighbour in the rank.
     flat_order = np.lexsort((pos, lg.rank))
@@ -90,31 +89,23 @@ def brandes_koepf(
     lefts = flat_order[:-1][same_rank]
     rights = flat_order[1:][same_rank]
     seps = _separations(lg, lefts, rights, node_sep, edge_sep)
+    # With alignment on mutual leftmost neighbours the upward passes pick the same pairs
+    # as the downward ones, so of the four Brandes–Köpf candidates two pairs coincide
+    # and the balanced result (mean of the two medians) is the mean of a left- and a
+    # right-packed candidate: only those two are computed.
     candidates = []
-    for down in (True, False):
-        for leftward in (True, False):
-            if cancel is not None and cancel():
-                raise LayoutCancelled()
-            if down:
-                root, align = _align(
-                    layers, up_start, up_nbr, posl, marked, leftward, True, pref_down
-                )
-            else:
-                root, align = _align(
-                    layers[::-1], down_start, down_nbr, posl, marked, leftward, False, pref_up
-                )
-            candidates.append(_compact(size, root, align, lefts, rights, seps, leftward))
+    for leftward in (True, False):
+        if cancel is not None and cancel():
+            raise LayoutCancelled()
+        root, align = _align(layers, up_start, up_nbr, posl, marked, leftward, True, pref_down)
+        candidates.append(_compact(size, root, align, lefts, rights, seps, leftward))
     xs = np.stack(candidates)
     widths = xs.max(axis=1) - xs.min(axis=1)
     smallest = int(np.argmin(widths))
     lo, hi = xs[smallest].min(), xs[smallest].max()
-    for i, leftward in enumerate((True, False, True, False)):
-        if leftward:
-            xs[i] += lo - xs[i].min()
-        else:
-            xs[i] += hi - xs[i].max()
-    xs.sort(axis=0)
-    x = (xs[1] + xs[2]) / 2
+    xs[0] += lo - xs[0].min()
+    xs[1] += hi - xs[1].max()
+    x = (xs[0] + xs[1]) / 2
     return _enforce_separation(x, lg.rank, lefts, rights, seps, flat_order)
 
 
