@@ -78,6 +78,10 @@ def conv_core(
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
         return _depthwise(xp, w, group, kernel, strides, dilations, out_shape)
+    if group == 1 and all(s == 1 for s in strides):
+        wide = int(np.prod(xp.shape[3:])) * out_shape[0]
+        if p_size >= 1024 and wide <= 1.1 * p_size:
+            return _shifted_conv(xp, w, kernel, dilations, out_shape)
     cols = window_view(xp, kernel, strides, dilations, out_shape)
     # im2col copy: (N, G, Cg*K, P), innermost axis the output positions (contiguous reads
     # for stride 1), then one batched GEMM per group.
@@ -88,6 +92,48 @@ def conv_core(
     else:
         y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape)
+
+
+def _shifted_conv(
+    xp: np.ndarray,
+    w: np.ndarray,
+    kernel: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """Stride-1 conv without im2col: with the padded spatial axes flattened, each kernel
+    offset is one contiguous shifted slice, read by BLAS in place (row stride = image
+    size).  Outputs are computed on the padded-width grid, and the overhang columns of
+    the trailing axes are dropped at the end."""
+    n, c = xp.shape[:2]
+    m = w.shape[0]
+    padded = xp.shape[2:]
+    flat_len = int(np.prod(padded))
+    row = flat_len // padded[0]  # elements per step of the first spatial axis
+    wide = out_shape[0] * row
+    axis_step = [int(np.prod(padded[a + 1 :])) for a in range(len(padded))]
+    offsets = list(product(*(range(k) for k in kernel)))
+    shifts = [sum(o * d * st for o, d, st in zip(off, dilations, axis_step)) for off in offsets]
+    # Zero tail so the last shifted slice stays in bounds.
+    flat = np.zeros((n, c, max(flat_len, shifts[-1] + wide)), dtype=xp.dtype)
+    flat[:, :, :flat_len] = xp.reshape(n, c, flat_len)
+    wk_all = w.reshape(m, c, -1)
+    acc: np.ndarray | None = None
+    tmp: np.ndarray | None = None
+    for k_index, shift in enumerate(shifts):
+        wk = np.ascontiguousarray(wk_all[:, :, k_index])
+        view = flat[:, :, shift : shift + wide]
+        if acc is None:
+            acc = np.matmul(wk, view)
+        else:
+            tmp = np.matmul(wk, view, out=tmp)
+            acc += tmp
+    assert acc is not None
+    grid = acc.reshape(n, m, out_shape[0], *padded[1:])
+    index: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
+        slice(0, o) for o in out_shape[1:]
+    )
+    return np.ascontiguousarray(grid[index])
 
 
 def _depthwise(
@@ -103,15 +149,60 @@ def _depthwise(
     mult = w.shape[0] // group
     rank = len(kernel)
     wk = w.reshape(group, mult, -1)
-    acc = np.zeros((n, group, mult, *out_shape), dtype=xp.dtype)
-    tmp = np.empty_like(acc)
-    bshape = (1, group, mult) + (1,) * rank
-    for k_index, offset in enumerate(product(*(range(k) for k in kernel))):
-        start = [o * d for o, d in zip(offset, dilations)]
-        xs = xp[(slice(None), slice(None), *offset_slices(start, strides, out_shape))]
-        np.multiply(xs[:, :, None], wk[:, :, k_index].reshape(bshape), out=tmp)
-        acc += tmp
-    return acc.reshape(n, group * mult, *out_shape)
+    offsets = list(product(*(range(k) for k in kernel)))
+    if all(s == 1 for s in strides):
+        # Stride 1: work on the flattened padded image, where every kernel offset is one
+        # long contiguous slice (long inner loops), on the padded-width output grid.
+        padded = xp.shape[2:]
+        flat_len = int(np.prod(padded))
+        wide = out_shape[0] * (flat_len // padded[0])
+        steps = [int(np.prod(padded[a + 1 :])) for a in range(rank)]
+        shifts = [sum(o * d * st for o, d, st in zip(off, dilations, steps)) for off in offsets]
+        flat = np.zeros((n, group, max(flat_len, shifts[-1] + wide)), dtype=xp.dtype)
+        flat[:, :, :flat_len] = xp.reshape(n, group, flat_len)
+        grid = _depthwise_blocks(flat, wk, [(slice(s, s + wide),) for s in shifts], (wide,))
+        grid = grid.reshape(n, group * mult, out_shape[0], *padded[1:])
+        crop: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
+            slice(0, o) for o in out_shape[1:]
+        )
+        return np.ascontiguousarray(grid[crop])
+    windows = [
+        offset_slices([o * d for o, d in zip(off, dilations)], strides, out_shape)
+        for off in offsets
+    ]
+    return _depthwise_blocks(xp, wk, windows, tuple(out_shape)).reshape(n, group * mult, *out_shape)
+
+
+def _depthwise_blocks(
+    xp: np.ndarray,
+    wk: np.ndarray,
+    windows: Sequence[tuple[slice, ...]],
+    out_shape: tuple[int, ...],
+) -> np.ndarray:
+    """sum_k wk[c, m, k] * xp[n, c, window_k]  ->  (N, C, mult, *out_shape)."""
+    n = xp.shape[0]
+    group, mult = wk.shape[:2]
+    rank = len(out_shape)
+    acc = np.empty((n, group, mult, *out_shape), dtype=xp.dtype)
+    # Channel blocks small enough (~128 KiB of output) that the running sum and the product
+    # stay in cache across all kernel offsets.
+    per_channel = n * mult * int(np.prod(out_shape)) * xp.dtype.itemsize
+    block = max(1, (128 * 1024) // max(per_channel, 1))
+    tmp = np.empty((n, min(block, group), mult, *out_shape), dtype=xp.dtype)
+    for c0 in range(0, group, block):
+        c1 = min(c0 + block, group)
+        out = acc[:, c0:c1]
+        t = tmp[:, : c1 - c0]
+        bshape = (1, c1 - c0, mult) + (1,) * rank
+        for k_index, window in enumerate(windows):
+            xs = xp[(slice(None), slice(c0, c1), *window)][:, :, None]
+            weight = wk[c0:c1, :, k_index].reshape(bshape)
+            if k_index == 0:
+                np.multiply(xs, weight, out=out)
+            else:
+                np.multiply(xs, weight, out=t)
+                out += t
+    return acc
 
 
 @kernel("Conv", since=(1, 11, 22))
