@@ -91,6 +91,9 @@ class PlanNode:
     function: FunctionProto | None = None
     outer_attrs: dict[str, AttributeProto] | None = None  # when inside a function body
     ref: Any = None  # events.NodeRef, made once by the executor
+    # Slots of outer names the node's subgraphs read (uses, for liveness).
+    implicit: tuple[int, ...] = ()
+    has_subgraphs: bool = False
     # Per input: dead after this node (set for ops inplace.py may run in place).
     inplace_dead: tuple[bool, ...] | None = None
 
@@ -163,21 +166,50 @@ def free_names(graph: GraphProto) -> frozenset[str]:
     return result
 
 
-def _topological(nodes: Sequence[NodeProto], known: set[str], path: str) -> list[int]:
+@dataclass
+class _NodeInfo:
+    """A node's protobuf fields read once (protobuf field access is slow)."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    implicit: frozenset[str]  # outer names its subgraphs use
+    has_subgraphs: bool
+
+
+def _node_info(node: NodeProto) -> _NodeInfo:
+    subs = subgraph_attributes(node) if len(node.attribute) else []
+    implicit: frozenset[str] = frozenset()
+    if subs:
+        implicit = frozenset().union(*(free_names(g) for _, g in subs))
+    return _NodeInfo(tuple(node.input), tuple(node.output), implicit, bool(subs))
+
+
+def _topological(
+    nodes: Sequence[NodeProto], infos: list[_NodeInfo], known: set[str], path: str
+) -> list[int]:
     """Node indices in an order where every input is produced first (stored order when
     valid).  Names not produced by any node count as available (outer scope)."""
     produced_by: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                produced_by.setdefault(o, i)
+    for i, info in enumerate(infos):
+        for o in info.outputs:
+            if o and o not in produced_by:
+                produced_by[o] = i
+    in_order = True
     deps: list[set[int]] = []
-    for i, n in enumerate(nodes):
-        needs = {n2 for n2 in n.input if n2}
-        for _, sub in subgraph_attributes(n):
-            needs.update(free_names(sub))
-        deps.append({produced_by[x] for x in needs if x in produced_by and x not in known} - {i})
-    if all(d < i for i, ds in enumerate(deps) for d in ds):
+    for i, info in enumerate(infos):
+        ds = set()
+        for x in info.inputs:
+            d = produced_by.get(x) if x else None
+            if d is not None and d != i and x not in known:
+                ds.add(d)
+                in_order = in_order and d < i
+        for x in info.implicit:
+            d = produced_by.get(x)
+            if d is not None and d != i and x not in known:
+                ds.add(d)
+                in_order = in_order and d < i
+        deps.append(ds)
+    if in_order:
         return list(range(len(nodes)))
     # Kahn's algorithm, stable in stored order.
     import heapq
@@ -293,26 +325,27 @@ def compile_graph(
             ) from exc
 
     nodes_proto = list(graph.node)
+    infos = [_node_info(n) for n in nodes_proto]
     known = set(input_names) | init_names
-    order = _topological(nodes_proto, known, path)
+    order = _topological(nodes_proto, infos, known, path)
     labels_all = node_labels(nodes_proto)
 
     # Captures: names used here or in nested graphs, defined nowhere in this graph.
     defined = set(input_names) | init_names
-    for n in nodes_proto:
-        defined.update(o for o in n.output if o)
     needed: set[str] = set()
-    for n in nodes_proto:
-        needed.update(x for x in n.input if x)
-        for _, sub in subgraph_attributes(n):
-            needed.update(free_names(sub))
-    needed.update(o for o in output_names if o)
+    for info in infos:
+        defined.update(info.outputs)
+        needed.update(info.inputs)
+        needed.update(info.implicit)
+    needed.update(output_names)
+    needed.discard("")
     capture_names = sorted(needed - defined)
     captures = [(slot(name), name) for name in capture_names]
 
     plan_nodes: list[PlanNode] = []
     for index in order:
         node = nodes_proto[index]
+        info = infos[index]
         domain = normalize_domain(node.domain)
         opset = opsets.get(domain, 1)
         kind_, spec, fn, problem = _classify(node, ctx, opsets)
@@ -332,13 +365,15 @@ def compile_graph(
             kind=kind_,
             spec=spec,
             attrs=attrs,
-            inputs=tuple(slot(n) for n in node.input),
-            outputs=tuple(slot(n) for n in node.output),
-            input_names=tuple(node.input),
-            output_names=tuple(node.output),
+            inputs=tuple([slot(n) for n in info.inputs]),
+            outputs=tuple([slot(n) for n in info.outputs]),
+            input_names=info.inputs,
+            output_names=info.outputs,
             problem=problem,
             function=fn,
             outer_attrs=outer_attrs,
+            implicit=tuple(slots[n] for n in info.implicit if n in slots),
+            has_subgraphs=info.has_subgraphs,
         )
         plan_nodes.append(pn)
 
@@ -376,11 +411,8 @@ def _liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) 
         for s in pn.inputs:
             if s >= 0:
                 last_use[s] = i
-        for _, sub in subgraph_attributes(pn.node):
-            for name in free_names(sub):
-                s = slots.get(name, -1)
-                if s >= 0:
-                    last_use[s] = i
+        for s in pn.implicit:
+            last_use[s] = i
         for s in pn.outputs:
             if s >= 0 and s not in last_use:
                 last_use[s] = i  # produced but never read: free right away
@@ -404,7 +436,7 @@ def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:
         if (
             pn.kind == "kernel"
             and pn.op_type not in NONDETERMINISTIC_OPS
-            and not subgraph_attributes(pn.node)
+            and not pn.has_subgraphs
             and all(s < 0 or s in const for s in pn.inputs)
             and (pn.inputs or pn.op_type == "Constant")
         ):
