@@ -226,6 +226,8 @@ def clip(x: Array, min: Array | None = None, max: Array | None = None) -> Array:
 
 def _clip(x: Array, lo: Any, hi: Any) -> Array:
     """max(x, lo) then min(., hi): when lo > hi every value becomes hi, as the spec says."""
+    if lo is None and hi is None:
+        return x  # nothing to clip: the input itself, no copy
     dt = x.dtype
     w = widen(x)
     out = w
@@ -237,6 +239,4 @@ def _clip(x: Array, lo: Any, hi: Any) -> Array:
             out = np.minimum(out, bound)
         else:
             np.minimum(out, bound, out=out)
-    if out is x:
-        return x
     return out if out.dtype == dt else out.astype(dt)
