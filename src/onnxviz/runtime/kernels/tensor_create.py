@@ -114,25 +114,36 @@ def _default_fill(dtype: np.dtype[Any]) -> Any:
     return np.zeros((), dtype=dtype)[()]
 
 
+def _pad_constant(data: np.ndarray, begins: list[int], ends: list[int], value: Any) -> np.ndarray:
+    """Output index o along an axis holds input index o - begin when that exists, else
+    the constant; negative pads crop, even past the opposite pad (size d + b + e)."""
+    out_shape = [max(0, d + b + e) for d, b, e in zip(data.shape, begins, ends)]
+    fill = _default_fill(data.dtype) if value is None else value
+    out = np.full(out_shape, fill, dtype=data.dtype)
+    src, dst = [], []
+    for d, b, n_out in zip(data.shape, begins, out_shape):
+        s0, d0 = max(0, -b), max(0, b)
+        n = max(0, min(d - s0, n_out - d0))
+        src.append(slice(s0, s0 + n))
+        dst.append(slice(d0, d0 + n))
+    out[tuple(dst)] = data[tuple(src)]
+    return out
+
+
 def _pad(data: np.ndarray, begins: list[int], ends: list[int], mode: str, value: Any) -> np.ndarray:
-    """Negative pads crop first; then the positive pads are added in ``mode``."""
-    rank = data.ndim
+    if mode == "constant":
+        return _pad_constant(data, begins, ends, value)
+    if mode not in ("reflect", "edge", "wrap"):
+        fail(f"Pad: unknown mode {mode!r}")
+    # Negative pads crop first; then the positive pads are added in ``mode``.
     crop = tuple(
-        slice(max(0, -b), data.shape[i] - max(0, -e)) for i, (b, e) in enumerate(zip(begins, ends))
+        slice(max(0, -b), max(0, data.shape[i] - max(0, -e)))
+        for i, (b, e) in enumerate(zip(begins, ends))
     )
     x = data[crop]
     widths = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
     if not any(b or e for b, e in widths):
         return x
-    if mode == "constant":
-        out_shape = [x.shape[i] + widths[i][0] + widths[i][1] for i in range(rank)]
-        fill = _default_fill(x.dtype) if value is None else value
-        out = np.full(out_shape, fill, dtype=x.dtype)
-        inner = tuple(slice(widths[i][0], widths[i][0] + x.shape[i]) for i in range(rank))
-        out[inner] = x
-        return out
-    if mode not in ("reflect", "edge", "wrap"):
-        fail(f"Pad: unknown mode {mode!r}")
     for i, (b, e) in enumerate(widths):
         if (b or e) and x.shape[i] == 0:
             fail(f"Pad: cannot pad an empty axis {i} in {mode} mode")
