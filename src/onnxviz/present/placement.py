@@ -26,6 +26,13 @@ from onnxviz.present.options import (
 )
 from onnxviz.present.scene import Block, DisplayEdge, DisplayItem, Point, Scene
 
+_Placed = tuple[
+    list[tuple[float, float]],  # item positions (relative to the block)
+    dict[int, tuple[Point, ...]],  # layout edge index -> route
+    list[tuple[int, int, float, float]],  # proxies: source item index, port, x, y
+    float,  # width
+    float,  # height
+]
 SPACING = Spacing(
     node=22.0, rank=44.0, edge=10.0, group_padding=GROUP_PAD, group_header=GROUP_HEADER
 )
@@ -72,50 +79,97 @@ def _layout_block(
     if not block.items:
         block.width, block.height = 40.0, 20.0
         return
-    nodes = [LayoutNode(it.id, it.width, it.height) for it in block.items]
-    edges = [LayoutEdge(s, t, sp, tp) for (s, sp, t, tp) in block.layout_edges]
-    result = compute(
-        LayoutRequest(nodes=nodes, edges=edges, direction=scene.direction, spacing=SPACING),  # type: ignore[arg-type]
-        cancel=cancel,
-    )
-    xy = result.node_xy
-    ids = result.node_ids
-    min_x = float(xy[:, 0].min()) if len(ids) else 0.0
-    min_y = float(xy[:, 1].min()) if len(ids) else 0.0
-    for p in result.proxy_boxes:
-        min_x, min_y = min(min_x, p.x), min(min_y, p.y)
-    pos = {nid: (float(x) - min_x, float(y) - min_y) for nid, (x, y) in zip(ids, xy.tolist())}
-    max_x = max_y = 0.0
-    by_id = {it.id: it for it in block.items}
-    for nid, (x, y) in pos.items():
-        it = by_id[nid]
+    items = block.items
+    placed = _layout_indexed(scene.direction, items, block.layout_edges, cancel)
+    positions, routes_by_edge, proxies, width, height = placed
+    for it, (x, y) in zip(items, positions):
         it.x, it.y = x, y  # relative for now
-        max_x, max_y = max(max_x, x + it.width), max(max_y, y + it.height)
-    for p in result.proxy_boxes:
+    for k, (source, port, x, y) in enumerate(proxies):
+        source_id = items[source].id
         proxy = DisplayItem(
-            id=f"{block.id}|{p.id}",
+            id=f"{block.id}|proxy:{source_id}:{port}#{k}",
             kind="proxy",
             graph_path=block.graph_path,
             title="",
-            value=p.source,
+            value=source_id,
             width=PROXY_W if scene.direction == "TB" else PROXY_H,
             height=PROXY_H if scene.direction == "TB" else PROXY_W,
-            x=p.x - min_x,
-            y=p.y - min_y,
+            x=x,
+            y=y,
         )
         block.items.append(proxy)
         scene.items[proxy.id] = proxy
-    routes: dict[tuple[str, int, str, int], list[Point]] = {}
+    block.routes = {block.layout_edges[e]: list(points) for e, points in routes_by_edge.items()}
+    block.width, block.height = width, height
+
+
+# Layouts of blocks with the same structure (the 24 identical layers of a transformer)
+# are computed once: key = direction, box sizes, edges by index.
+_CACHE: dict[tuple[object, ...], _Placed] = {}
+_CACHE_LIMIT = 2048
+
+
+def _layout_indexed(
+    direction: str,
+    items: list[DisplayItem],
+    layout_edges: list[tuple[str, int, str, int]],
+    cancel: CancelCheck | None,
+) -> _Placed:
+    index = {it.id: i for i, it in enumerate(items)}
+    edges = [(index[s], sp, index[t], tp) for (s, sp, t, tp) in layout_edges]
+    key = (
+        direction,
+        tuple((round(it.width, 2), round(it.height, 2)) for it in items),
+        tuple(edges),
+    )
+    found = _CACHE.get(key)
+    if found is not None:
+        return found
+    if len(items) == 1 and not edges:
+        placed: _Placed = ([(0.0, 0.0)], {}, [], items[0].width, items[0].height)
+    else:
+        placed = _run_layout(direction, items, edges, cancel)
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.clear()
+    _CACHE[key] = placed
+    return placed
+
+
+def _run_layout(
+    direction: str,
+    items: list[DisplayItem],
+    edges: list[tuple[int, int, int, int]],
+    cancel: CancelCheck | None,
+) -> _Placed:
+    ids = [str(i) for i in range(len(items))]
+    nodes = [LayoutNode(ids[i], it.width, it.height) for i, it in enumerate(items)]
+    request_edges = [LayoutEdge(ids[s], ids[t], sp, tp) for (s, sp, t, tp) in edges]
+    result = compute(
+        LayoutRequest(nodes=nodes, edges=request_edges, direction=direction, spacing=SPACING),  # type: ignore[arg-type]
+        cancel=cancel,
+    )
+    xy = result.node_xy
+    min_x = float(xy[:, 0].min()) if len(xy) else 0.0
+    min_y = float(xy[:, 1].min()) if len(xy) else 0.0
+    for p in result.proxy_boxes:
+        min_x, min_y = min(min_x, p.x), min(min_y, p.y)
+    positions: list[tuple[float, float]] = [(0.0, 0.0)] * len(items)
+    max_x = max_y = 0.0
+    for nid, (x, y) in zip(result.node_ids, xy.tolist()):
+        i = int(nid)
+        positions[i] = (x - min_x, y - min_y)
+        it = items[i]
+        max_x, max_y = max(max_x, x - min_x + it.width), max(max_y, y - min_y + it.height)
+    proxies = [(int(p.source), p.source_port, p.x - min_x, p.y - min_y) for p in result.proxy_boxes]
+    routes: dict[int, tuple[Point, ...]] = {}
     offs = result.route_offsets.tolist()
     pts = result.route_points.tolist()
     for k, meta in enumerate(result.route_meta):
-        src, dst, sp, tp = meta[0], meta[1], meta[2], meta[3]
-        seg = [(p[0] - min_x, p[1] - min_y) for p in pts[offs[k] : offs[k + 1]]]
-        routes[(src, sp, dst, tp)] = seg
+        seg = tuple((p[0] - min_x, p[1] - min_y) for p in pts[offs[k] : offs[k + 1]])
+        routes[meta[5]] = seg
         for x, y in seg:
             max_x, max_y = max(max_x, x), max(max_y, y)
-    block.routes = routes
-    block.width, block.height = max_x, max_y
+    return positions, routes, proxies, max_x, max_y
 
 
 def _assign(scene: Scene, block: Block, ox: float, oy: float) -> None:
