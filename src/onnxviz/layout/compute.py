@@ -54,12 +54,8 @@ class RequestArrays:
             n_in = np.fromiter((nd.inputs for nd in nodes), dtype=np.int64, count=n)
             n_out = np.fromiter((nd.outputs for nd in nodes), dtype=np.int64, count=n)
         self._index = None
-        if (
-            isinstance(nodes, NodeTable)
-            and len(set(self.ids)) != n
-            or not isinstance(nodes, NodeTable)
-            and len(self.index) != n
-        ):
+        self.id_set = set(self.ids)
+        if len(self.id_set) != n:
             seen: set[str] = set()
             dup = next(i for i in self.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise LayoutError(f"node id {dup!r} is used twice")

@@ -105,8 +105,8 @@ class LayoutSession:
             if g.id in gindex:
                 raise LayoutError(f"group id {g.id!r} is used twice")
             gindex[g.id] = n + i
-        if not gindex.keys().isdisjoint(arrays.ids):
-            clash = next(i for i in arrays.ids if i in gindex)
+        if not arrays.id_set.isdisjoint(gindex):
+            clash = next(i for i in gindex if i in arrays.id_set)
             raise LayoutError(f"id {clash!r} names both a node and a group")
         # Groups named only as a parent are created with default sizes.
         for g in groups:
