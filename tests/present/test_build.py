@@ -103,7 +103,7 @@ def test_name_scope_groups_collapse_and_expand() -> None:
     p.toggle(gid)
     collapsed = display_graph(p)
     box = collapsed.items[gid]
-    assert not box.expanded and box.op_count == 6 and box.subtitle == "6 ops"
+    assert not box.expanded and box.op_count == 6 and box.subtitle == "6 ops · 1 in · 1 out"
     assert not [
         it
         for it in collapsed.items.values()
@@ -119,6 +119,13 @@ def test_name_scope_groups_collapse_and_expand() -> None:
     _check_geometry(collapsed)
     p.toggle(gid)
     assert len(display_graph(p).items) == len(scene.items)
+    # opening a group inside a closed one opens its parents too
+    p.expanded.clear()
+    p.toggle("main|g:/encoder/layer.1/attn")
+    opened = display_graph(p)
+    assert opened.items["main|g:/encoder/layer.1"].expanded
+    assert opened.items["main|g:/encoder/layer.1/attn"].expanded
+    assert not opened.items["main|g:/encoder/layer.0"].expanded
 
 
 def test_loop_with_if_expands_inline_at_any_depth() -> None:

@@ -447,6 +447,8 @@ class SceneBuilder:
             item.ports_out = max(1, len(ports))
         for item in group_items.values():
             if not item.expanded:
+                n_in, n_out = len(item.group_inputs), len(item.group_outputs)
+                item.subtitle = f"{item.op_count} ops · {n_in} in · {n_out} out"
                 self._size_group(item)
         # Edges: draw list + lifted layout edges.
         types = self.types

@@ -100,6 +100,16 @@ class Presenter:
             self.expanded.discard(item_id)
             return False
         self.expanded.add(item_id)
+        # opening a group inside a closed one opens the way to it
+        inst, sep, prefix = item_id.partition("|g:")
+        if sep:
+            try:
+                tree = self.group_tree(self.doc.scope(inst))
+            except KeyError:
+                return True
+            group = tree.groups.get(prefix)
+            if group is not None:
+                self.expanded.update(f"{inst}|g:{p}" for p in tree.chain(group.parent))
         return True
 
     def set_root(self, path: str) -> None:

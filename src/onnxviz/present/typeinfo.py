@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from onnx import GraphProto, ModelProto, TypeProto, ValueInfoProto
+from onnx import GraphProto, ModelProto, TensorProto, TypeProto, ValueInfoProto
 
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope, build_scopes
@@ -34,10 +34,23 @@ class TypeTable:
 
     by_graph: dict[str, dict[str, ValueType]] = field(default_factory=dict)
     complete: bool = True
+    # Initializer types are made on first use (100k initializers cost half a second).
+    _init_graphs: dict[str, GraphProto] = field(default_factory=dict, repr=False)
+    _init_index: dict[str, dict[str, TensorProto]] = field(default_factory=dict, repr=False)
 
     def get(self, graph_path: str, name: str) -> ValueType | None:
         table = self.by_graph.get(graph_path)
-        return table.get(name) if table else None
+        found = table.get(name) if table else None
+        if found is None and graph_path in self._init_graphs:
+            index = self._init_index.get(graph_path)
+            if index is None:
+                graph = self._init_graphs[graph_path]
+                index = self._init_index[graph_path] = {t.name: t for t in graph.initializer}
+            tensor = index.get(name)
+            if tensor is not None:
+                found = ValueType(_tensor_text(tensor), False)
+                self.by_graph.setdefault(graph_path, {})[name] = found
+        return found
 
     def lookup(self, scope: GraphScope, name: str) -> ValueType | None:
         """The type of ``name`` as seen from ``scope`` (outer scopes included)."""
@@ -58,13 +71,10 @@ def _graph_value_infos(graph: GraphProto) -> list[ValueInfoProto]:
     return [*graph.input, *graph.output, *graph.value_info]
 
 
-def _initializer_types(graph: GraphProto) -> dict[str, str]:
+def _tensor_text(t: TensorProto) -> str:
     from onnxviz.model.types import elem_text
 
-    out: dict[str, str] = {}
-    for t in graph.initializer:
-        out[t.name] = f"{elem_text(t.data_type)}[{','.join(str(d) for d in t.dims)}]"
-    return out
+    return f"{elem_text(t.data_type)}[{','.join(str(d) for d in t.dims)}]"
 
 
 def declared_types(model: ModelProto, scopes: list[GraphScope] | None = None) -> TypeTable:
@@ -72,8 +82,8 @@ def declared_types(model: ModelProto, scopes: list[GraphScope] | None = None) ->
     for scope in scopes if scopes is not None else build_scopes(model):
         entries: dict[str, ValueType] = {}
         if scope.graph is not None:
-            for name, text in _initializer_types(scope.graph).items():
-                entries[name] = ValueType(text, False)
+            if len(scope.graph.initializer):
+                table._init_graphs[scope.path] = scope.graph
             for vi in _graph_value_infos(scope.graph):
                 if _typed(vi):
                     entries[vi.name] = ValueType(type_to_text(vi.type), False)
