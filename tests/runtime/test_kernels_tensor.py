@@ -63,6 +63,7 @@ def test_squeeze_and_unsqueeze_old_and_new_forms_are_views() -> None:
     (a,) = run_ours("Squeeze", [x], 1, axes=[0, 2])
     (b,) = run_ours("Squeeze", [x, np.array([-2, 0], np.int64)], 13)
     (c,) = run_ours("Squeeze", [x], 13)
+    assert run_ours("Squeeze", [x, np.array([], np.int64)], 13)[0].shape == (3, 2)
     assert a.shape == b.shape == c.shape == (3, 2) and np.shares_memory(a, x)
     (d,) = run_ours("Unsqueeze", [a], 11, axes=[-1, 0])
     (e,) = run_ours("Unsqueeze", [a, np.array([0, 3], np.int64)], 13)

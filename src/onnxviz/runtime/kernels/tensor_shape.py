@@ -81,7 +81,9 @@ def flatten(data: np.ndarray, axis: int = 1) -> np.ndarray:
 
 
 def _squeeze(data: np.ndarray, axes: Any) -> np.ndarray:
-    if axes is None:
+    # An empty axes list squeezes every 1 like an absent one (onnxruntime does the same;
+    # the spec only speaks of "not provided").
+    if axes is None or len(axes) == 0:
         return data.reshape([d for d in data.shape if d != 1])
     norm = normalize_axes(as_ints(axes), data.ndim)
     for a in norm:
