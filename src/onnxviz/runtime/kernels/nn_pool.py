@@ -74,6 +74,26 @@ class _Geometry:
         end = [self.pads[rank + i] + self.extra[i] for i in range(rank)]
         return pad_spatial(x, self.pads[:rank], end, value)
 
+    def separable(self, xp: np.ndarray, combine: Any) -> np.ndarray:
+        """Reduce the windows one spatial axis at a time (max and sum are separable):
+        sum(kernel) passes over shrinking arrays instead of prod(kernel) passes."""
+        y = xp
+        lead = xp.ndim - self.rank
+        for a in reversed(range(self.rank)):
+            d, st, n = self.dilations[a], self.strides[a], self.out[a]
+            acc: np.ndarray | None = None
+            for k in range(self.kernel[a]):
+                index: list[Any] = [slice(None)] * y.ndim
+                index[lead + a] = slice(k * d, k * d + (n - 1) * st + 1, st)
+                part = y[tuple(index)]
+                if acc is None:
+                    acc = np.array(part)
+                else:
+                    combine(acc, part, out=acc)
+            assert acc is not None
+            y = acc
+        return y
+
     def offsets(self) -> list[tuple[int, ...]]:
         return list(product(*(range(k) for k in self.kernel)))
 
@@ -95,17 +115,15 @@ def _max_pool(
     xc = x if x.dtype.kind in "iu" else x.astype(compute_dtype(x.dtype), copy=False)
     xp = geo.padded(xc, _lowest(xc.dtype))
     offsets = geo.offsets()
-    best = np.array(geo.window(xp, offsets[0]))
     if not want_indices:
-        for off in offsets[1:]:
-            np.maximum(best, geo.window(xp, off), out=best)
-        return best.astype(x.dtype, copy=False), None
+        return geo.separable(xp, np.maximum).astype(x.dtype, copy=False), None
+    best = np.array(geo.window(xp, offsets[0]))
     arg = np.zeros(best.shape, dtype=np.int64)
     for k_index, off in enumerate(offsets[1:], start=1):
         win = geo.window(xp, off)
         better = win > best
         np.copyto(best, win, where=better)
-        arg[better] = k_index
+        np.copyto(arg, k_index, where=better)
     # Kernel offset index -> input coordinates -> flat index into X (without padding).
     n, c = x.shape[:2]
     rank = geo.rank
@@ -159,10 +177,7 @@ def _pool_counts(geo: _Geometry, include_pad: bool) -> np.ndarray:
         ones = pad_spatial(ones, [0] * rank, geo.extra, 0.0)
     else:
         ones = geo.padded(ones, 0.0)
-    counts = np.zeros(geo.out, dtype=np.float64)
-    for off in geo.offsets():
-        counts += geo.window(ones, off)
-    return counts
+    return geo.separable(ones, np.add)
 
 
 @kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
@@ -179,11 +194,7 @@ def average_pool(
 ) -> np.ndarray:
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = x.astype(compute_dtype(x.dtype), copy=False)
-    xp = geo.padded(xc, 0.0)
-    offsets = geo.offsets()
-    total = np.array(geo.window(xp, offsets[0]))
-    for off in offsets[1:]:
-        total += geo.window(xp, off)
+    total = geo.separable(geo.padded(xc, 0.0), np.add)
     counts = _pool_counts(geo, bool(count_include_pad))
     with np.errstate(divide="ignore", invalid="ignore"):
         total /= counts.astype(total.dtype)
@@ -205,11 +216,7 @@ def lp_pool(
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = np.abs(x.astype(compute_dtype(x.dtype)))
     powered = xc**p if p != 2 else xc * xc
-    xp = geo.padded(powered, 0.0)
-    offsets = geo.offsets()
-    total = np.array(geo.window(xp, offsets[0]))
-    for off in offsets[1:]:
-        total += geo.window(xp, off)
+    total = geo.separable(geo.padded(powered, 0.0), np.add)
     return (total ** (1.0 / p)).astype(x.dtype, copy=False)
 
 
