@@ -264,3 +264,110 @@ def test_contrib_errors_are_execution_errors() -> None:
     model, feeds = single_node_model("Attention", [X3, _f(16, 47)], 1, MS, {"num_heads": 4})
     with pytest.raises(ExecutionError, match="Q, K, V"):
         run_graph_simply(model, feeds)
+
+
+def _u8(*shape: int) -> np.ndarray:
+    return RNG.integers(0, 256, shape).astype(np.uint8)
+
+
+def _i8(*shape: int) -> np.ndarray:
+    return RNG.integers(-128, 128, shape).astype(np.int8)
+
+
+def _s(value: float) -> np.ndarray:
+    return np.array(value, np.float32)
+
+
+def test_fused_gemm_and_conv() -> None:
+    compare_with_ort(
+        "FusedGemm", [_f(3, 4), _f(4, 5), _f(5)], alpha=0.5, beta=2.0, activation="Relu"
+    )
+    compare_with_ort(
+        "FusedGemm",
+        [_f(4, 3), _f(5, 4), _f(3, 5)],
+        transA=1,
+        transB=1,
+        activation="LeakyRelu",
+        activation_alpha=0.2,
+    )
+    compare_with_ort("FusedGemm", [_f(3, 4), _f(4, 5)], activation="Tanh")
+    compare_with_ort(
+        "FusedConv", [_f(1, 3, 8, 8), _f(4, 3, 3, 3), _f(4)], activation="Relu", pads=[1, 1, 1, 1]
+    )
+    compare_with_ort(
+        "FusedConv",
+        [_f(1, 3, 8, 8), _f(4, 3, 3, 3), _f(4), _f(1, 4, 6, 6)],
+        activation="Clip",
+        activation_params=[-0.5, 0.5],
+    )
+    compare_with_ort(
+        "FusedConv",
+        [_f(1, 3, 8, 8), _f(4, 3, 3, 3), None],
+        activation="HardSigmoid",
+        activation_params=[0.3, 0.4],
+    )
+
+
+def test_integer_matmuls_to_float() -> None:
+    zp_a, zp_b = np.array(100, np.uint8), np.array(3, np.int8)
+    compare_with_ort(
+        "MatMulIntegerToFloat", [_u8(3, 4), _i8(4, 5), _s(0.02), _s(0.03), zp_a, zp_b, _f(5)]
+    )
+    compare_with_ort(
+        "MatMulIntegerToFloat", [_u8(2, 3, 4), _u8(4, 5), _s(0.02), np.full(5, 0.03, np.float32)]
+    )
+    compare_with_ort("DynamicQuantizeMatMul", [_f(3, 4), _i8(4, 5), _s(0.03), None, _f(5)])
+    compare_with_ort(
+        "DynamicQuantizeMatMul", [_f(2, 3, 4), _u8(4, 5), np.full(5, 0.03, np.float32), _u8(5)]
+    )
+
+
+def test_qgemm_quantized_and_float_outputs() -> None:
+    bias = RNG.integers(-100, 100, 5).astype(np.int32)
+    zp = np.array(128, np.uint8)
+    compare_with_ort(
+        "QGemm",
+        [_u8(3, 4), _s(0.02), zp, _i8(4, 5), _s(0.03), np.array(0, np.int8), bias, _s(0.05), zp],
+    )
+    compare_with_ort(
+        "QGemm",
+        [_u8(3, 4), _s(0.02), zp, _i8(5, 4), np.full(5, 0.03, np.float32), np.zeros(5, np.int8)],
+        transB=1,
+    )
+
+
+def test_qlinear_elementwise_pool_concat() -> None:
+    zp = np.array(128, np.uint8)
+    compare_with_ort(
+        "QLinearAdd",
+        [_u8(2, 3), _s(0.05), zp, _u8(3), _s(0.07), np.array(100, np.uint8), _s(0.1), zp],
+    )
+    compare_with_ort(
+        "QLinearMul",
+        [
+            _i8(2, 3),
+            _s(0.05),
+            np.array(1, np.int8),
+            _i8(2, 3),
+            _s(0.07),
+            np.array(-3, np.int8),
+            _s(0.1),
+            np.array(5, np.int8),
+        ],
+    )
+    compare_with_ort(
+        "QLinearSigmoid", [_u8(2, 5), _s(0.05), zp, _s(1 / 256), np.array(0, np.uint8)]
+    )
+    compare_with_ort(
+        "QLinearLeakyRelu",
+        [_i8(2, 5), _s(0.05), np.array(3, np.int8), _s(0.04), np.array(-2, np.int8)],
+        alpha=0.1,
+    )
+    pool_in = [_s(0.05), zp, _s(0.02), np.array(100, np.uint8)]
+    compare_with_ort("QLinearGlobalAveragePool", [_u8(1, 3, 4, 4), *pool_in])
+    compare_with_ort("QLinearGlobalAveragePool", [_u8(1, 4, 4, 3), *pool_in], channels_last=1)
+    compare_with_ort(
+        "QLinearConcat",
+        [_s(0.1), zp, _u8(2, 3), _s(0.05), zp, _u8(2, 2), _s(0.2), np.array(10, np.uint8)],
+        axis=1,
+    )

@@ -1,0 +1,203 @@
+"""com.microsoft quantised ops written by onnxruntime's quantisation tools (QOperator
+format and dynamic quantisation): DynamicQuantizeMatMul, MatMulIntegerToFloat, QGemm,
+QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
+QLinearConcat.
+
+Integer products are exact (float64 BLAS below 2**53); requantisation rounds half to even
+and saturates, as onnxruntime does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
+from onnxviz.runtime.registry import kernel
+
+MS = "com.microsoft"
+
+
+def _zp(zero_point: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+    if zero_point is None:
+        return np.zeros((), dtype=like.dtype)
+    return np.asarray(zero_point)
+
+
+def dequantize(x: np.ndarray, scale: Any, zero_point: np.ndarray | None) -> np.ndarray:
+    return (
+        np.asarray(x).astype(np.float32) - _zp(zero_point, np.asarray(x)).astype(np.float32)
+    ) * np.asarray(scale, dtype=np.float32)
+
+
+def quantize(y: np.ndarray, scale: Any, zero_point: Any, dtype: Any) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.rint(np.asarray(y, dtype=np.float32) / np.asarray(scale, dtype=np.float32))
+    q = q + np.asarray(zero_point).astype(np.float32)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _int_matmul(a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any) -> np.ndarray:
+    """(A - a_zp) @ (B - b_zp) exactly, as float64; b_zp may be per output column."""
+    av = np.asarray(a).astype(np.float64) - np.asarray(a_zp).astype(np.float64)
+    bz = np.asarray(b_zp).astype(np.float64)
+    if bz.ndim == 1 and bz.size > 1:
+        bz = bz.reshape(1, -1)
+    bv = np.asarray(b).astype(np.float64) - bz
+    try:
+        return np.matmul(av, bv)
+    except ValueError as exc:
+        raise ExecutionError(f"quantised matmul: {exc}") from None
+
+
+@kernel("MatMulIntegerToFloat", domain=MS, since=1)
+def matmul_integer_to_float(
+    a: np.ndarray,
+    b: np.ndarray,
+    a_scale: np.ndarray,
+    b_scale: np.ndarray,
+    a_zero_point: np.ndarray | None = None,
+    b_zero_point: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
+    acc = _int_matmul(a, _zp(a_zero_point, a), b, _zp(b_zero_point, b))
+    y = acc.astype(np.float32) * (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32))
+    if bias is not None:
+        y = y + np.asarray(bias, np.float32)
+    return y.astype(np.asarray(a_scale).dtype)
+
+
+@kernel("DynamicQuantizeMatMul", domain=MS, since=1)
+def dynamic_quantize_matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
+    # A is quantised to uint8 per tensor at run time, exactly like DynamicQuantizeLinear.
+    a_q, a_scale, a_zp = dynamic_quantize_linear(a)
+    return matmul_integer_to_float(
+        a_q, b, a_scale.astype(np.float32), b_scale, a_zp, b_zero_point, bias
+    ).astype(np.asarray(a).dtype)
+
+
+@kernel("QGemm", domain=MS, since=1)
+def qgemm(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    c: np.ndarray | None = None,
+    y_scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+) -> np.ndarray:
+    aa = a.T if transA else a
+    bb = b.T if transB else b
+    acc = _int_matmul(aa, a_zero_point, bb, b_zero_point)
+    if c is not None:  # int32 bias in the accumulator's scale
+        acc = acc + np.asarray(c).astype(np.float64)
+    multiplier = (
+        np.float32(alpha) * np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)
+    )
+    y = acc.astype(np.float32) * multiplier
+    if y_scale is None:
+        return y.astype(np.float32)
+    out_dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else np.uint8
+    return quantize(y, y_scale, y_zero_point if y_zero_point is not None else 0, out_dtype)
+
+
+def _binary(
+    op: str,
+    a: np.ndarray,
+    a_scale: Any,
+    a_zp: Any,
+    b: np.ndarray,
+    b_scale: Any,
+    b_zp: Any,
+    c_scale: Any,
+    c_zp: Any,
+) -> np.ndarray:
+    da, db = dequantize(a, a_scale, a_zp), dequantize(b, b_scale, b_zp)
+    try:
+        y = da + db if op == "add" else da * db
+    except ValueError as exc:
+        raise ExecutionError(f"QLinear{op.title()}: {exc}") from None
+    return quantize(y, c_scale, _zp(c_zp, np.asarray(a)), np.asarray(a).dtype)
+
+
+@kernel("QLinearAdd", domain=MS, since=1)
+def qlinear_add(
+    a: np.ndarray,
+    a_scale: Any,
+    a_zp: Any,
+    b: np.ndarray,
+    b_scale: Any,
+    b_zp: Any,
+    c_scale: Any,
+    c_zp: Any = None,
+) -> np.ndarray:
+    return _binary("add", a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp)
+
+
+@kernel("QLinearMul", domain=MS, since=1)
+def qlinear_mul(
+    a: np.ndarray,
+    a_scale: Any,
+    a_zp: Any,
+    b: np.ndarray,
+    b_scale: Any,
+    b_zp: Any,
+    c_scale: Any,
+    c_zp: Any = None,
+) -> np.ndarray:
+    return _binary("mul", a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp)
+
+
+@kernel("QLinearSigmoid", domain=MS, since=1)
+def qlinear_sigmoid(
+    x: np.ndarray, x_scale: Any, x_zp: Any, y_scale: Any, y_zp: Any = None
+) -> np.ndarray:
+    v = dequantize(x, x_scale, x_zp)
+    y = np.float32(1) / (np.float32(1) + np.exp(-v))
+    return quantize(y, y_scale, _zp(y_zp, np.asarray(x)), np.asarray(x).dtype)
+
+
+@kernel("QLinearLeakyRelu", domain=MS, since=1)
+def qlinear_leaky_relu(
+    x: np.ndarray, x_scale: Any, x_zp: Any, y_scale: Any, y_zp: Any = None, *, alpha: float = 0.01
+) -> np.ndarray:
+    v = dequantize(x, x_scale, x_zp)
+    y = np.where(v >= 0, v, v * np.float32(alpha))
+    return quantize(y, y_scale, _zp(y_zp, np.asarray(x)), np.asarray(x).dtype)
+
+
+@kernel("QLinearGlobalAveragePool", domain=MS, since=1)
+def qlinear_global_average_pool(
+    x: np.ndarray, x_scale: Any, x_zp: Any, y_scale: Any, y_zp: Any, *, channels_last: int = 0
+) -> np.ndarray:
+    v = dequantize(x, x_scale, x_zp)
+    if v.ndim < 3:
+        raise ExecutionError("QLinearGlobalAveragePool: input must be [N, C, spatial...]")
+    axes = tuple(range(1, v.ndim - 1)) if channels_last else tuple(range(2, v.ndim))
+    y = v.mean(axis=axes, keepdims=True)
+    return quantize(y, y_scale, y_zp, np.asarray(x).dtype)
+
+
+@kernel("QLinearConcat", domain=MS, since=1)
+def qlinear_concat(y_scale: Any, y_zp: np.ndarray, *inputs: Any, axis: int) -> np.ndarray:
+    if len(inputs) % 3:
+        raise ExecutionError("QLinearConcat: inputs come in (tensor, scale, zero point) triples")
+    parts = [dequantize(inputs[i], inputs[i + 1], inputs[i + 2]) for i in range(0, len(inputs), 3)]
+    try:
+        joined = np.concatenate(parts, axis=axis)
+    except ValueError as exc:
+        raise ExecutionError(f"QLinearConcat: {exc}") from None
+    return quantize(joined, y_scale, y_zp, np.asarray(y_zp).dtype)
