@@ -97,7 +97,11 @@ class RequestArrays:
 def compute(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:
     """Lay out ``request``; see the package docstring.  Raises `LayoutError` for a bad
     request and `LayoutCancelled` when ``cancel()`` returns True."""
-    has_groups = bool(request.groups) or any(nd.parent is not None for nd in request.nodes)
+    nodes = request.nodes
+    if isinstance(nodes, NodeTable):
+        has_groups = bool(request.groups) or bool((nodes.parent_index >= 0).any())
+    else:
+        has_groups = bool(request.groups) or any(nd.parent is not None for nd in nodes)
     if has_groups:
         from .hierarchy import LayoutSession
 
