@@ -26,7 +26,10 @@ def _shifted(x: Array, axis: int) -> Array:
 def _softmax(x: Array, axis: int) -> Array:
     e = _shifted(x, axis)
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    # Multiplying by the row's reciprocal is several times faster than dividing every
+    # element, at most one ulp apart; every row sum is >= 1 (its maximum gives exp(0)).
+    total = np.sum(e, axis=axis, keepdims=True)
+    e *= np.reciprocal(total, out=total)
     return e
 
 
