@@ -27,14 +27,21 @@ def _to_heads(x: np.ndarray, num_heads: int | None, what: str) -> np.ndarray:
     return x.reshape(b, s, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
 
 
-def softmax_last(scores: np.ndarray) -> np.ndarray:
-    """Stable softmax over the last axis; a row of only -inf gives zeros, not NaN."""
+def softmax_last(scores: np.ndarray, *, inplace: bool = False) -> np.ndarray:
+    """Stable softmax over the last axis; a row of only -inf gives zeros, not NaN.
+    With ``inplace`` the caller's own scratch array is overwritten (no temporaries)."""
     top = np.max(scores, axis=-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0)
-    e = np.exp(scores - top)
+    dead = ~np.isfinite(top)
+    if dead.any():
+        top = np.where(dead, 0, top)
+    e = np.subtract(scores, top, out=scores if inplace else None)
+    np.exp(e, out=e)
     total = np.sum(e, axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+    empty = total <= 0
+    if empty.any():
+        total = np.where(empty, 1, total)  # fully masked rows: exp(-inf) = 0 everywhere
+    e /= total
+    return e
 
 
 def _group_matmul(q: np.ndarray, k_t: np.ndarray) -> np.ndarray:
@@ -113,7 +120,7 @@ def attention(
         scores = softcap * np.tanh(scores / softcap)
     capped = scores
     # Additive bias: float mask added; bool mask, causal frontier, windows and padding -inf.
-    bias = np.zeros((1, 1, 1, 1), dtype=dt)
+    bias: np.ndarray | None = None
     if attn_mask is not None:
         mask = attn_mask
         if mask.shape[-1] < s_k:
@@ -139,9 +146,14 @@ def attention(
         valid = valid.reshape(-1, 1, 1, s_k)
         allowed = valid if allowed is None else allowed & valid
     if allowed is not None:
-        bias = bias + np.where(allowed, 0, -np.inf).astype(dt)
-    scores = scores + bias
-    probs = softmax_last(scores.astype(sm_dtype, copy=False)).astype(dt, copy=False)
+        frontier = np.where(allowed, 0, -np.inf).astype(dt)
+        bias = frontier if bias is None else bias + frontier
+    if bias is not None:
+        scores = scores + bias
+    # Softmax may work in place unless `scores` is still needed as qk_matmul_output.
+    sm_in = scores.astype(sm_dtype, copy=False)
+    inplace = not ctx.wants_output(3) or sm_in is not scores
+    probs = softmax_last(sm_in, inplace=inplace).astype(dt, copy=False)
     y = _group_matmul(probs, v.astype(dt))
     if q_in.ndim == 3:
         y = y.transpose(0, 2, 1, 3).reshape(b, s_q, -1)
