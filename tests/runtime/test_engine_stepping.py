@@ -233,3 +233,31 @@ def test_step_into_a_model_local_function_call() -> None:
     assert sess.step_out().reason == "frame_left"
     assert sess.step().reason == "finished"
     np.testing.assert_allclose(sess.outputs["y"], X2 * 2)
+
+
+def test_cancel_from_another_thread_stops_a_running_infinite_loop() -> None:
+    import threading
+    import time
+
+    from onnxviz.runtime.frames import ExecutionCancelled
+
+    sess = Session(loop_model(with_trip=False, with_cond=False))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            sess.run({"x": X2})
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while sess.state != "paused" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    sess.cancel()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ExecutionCancelled)
+    assert sess.state == "cancelled" and sess.stack_text.startswith("main")
