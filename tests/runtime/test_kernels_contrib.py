@@ -371,3 +371,90 @@ def test_qlinear_elementwise_pool_concat() -> None:
         [_s(0.1), zp, _u8(2, 3), _s(0.05), zp, _u8(2, 2), _s(0.2), np.array(10, np.uint8)],
         axis=1,
     )
+
+
+B, S, L, N, H = 2, 3, 5, 2, 4
+
+
+@pytest.mark.parametrize(
+    ("inputs", "attrs"),
+    [
+        ([_f(B, S, N * H), _f(B, L, N * H), _f(B, L, N * H)], {}),
+        ([_f(B, S, N * H), _f(B, L, N * H), _f(B, L, N * H), _f(3 * N * H)], {}),
+        (
+            [_f(B, S, N * H), _f(B, L, N * H), _f(B, L, N * H), None, np.array([3, 5], np.int32)],
+            {},
+        ),
+        (
+            [
+                _f(B, S, N * H),
+                _f(B, L, N * H),
+                _f(B, L, N * H),
+                None,
+                np.array([[1, 1, 0, 1, 1], [1, 1, 1, 1, 0]], np.int32),
+            ],
+            {},
+        ),
+        ([_f(B, S, N * H), _f(B, N, L, H), _f(B, N, L, H)], {}),
+    ],
+)
+def test_multi_head_attention(inputs: list[np.ndarray | None], attrs: Any) -> None:
+    compare_with_ort("MultiHeadAttention", inputs, num_heads=N, **attrs)
+
+
+def test_multi_head_attention_causal_with_cache_and_bias() -> None:
+    compare_with_ort(
+        "MultiHeadAttention",
+        [
+            _f(B, S, N * H),
+            _f(B, S, N * H),
+            _f(B, S, N * H),
+            _f(3 * N * H),
+            None,
+            _f(B, N, S, S + 4),
+            _f(B, N, 4, H),
+            _f(B, N, 4, H),
+        ],
+        3,
+        num_heads=N,
+        unidirectional=1,
+        scale=0.4,
+    )
+
+
+def test_multi_head_attention_packed_layouts_match_unpacked() -> None:
+    # onnxruntime's CPU kernel has no packed layouts: compare with the unpacked form.
+    q, k, v = _f(B, S, N, H), _f(B, S, N, H), _f(B, S, N, H)
+    flat = [t.reshape(B, S, N * H) for t in (q, k, v)]
+    plain_model, feeds = single_node_model("MultiHeadAttention", flat, 1, MS, {"num_heads": N})
+    (expected,) = run_graph_simply(plain_model, feeds)
+    packed_qkv = np.stack([q, k, v], axis=3)  # [B, S, N, 3, H]
+    model, feeds = single_node_model("MultiHeadAttention", [packed_qkv], 1, MS, {"num_heads": N})
+    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-6)
+    packed_kv = np.stack([k, v], axis=3)  # [B, L, N, 2, H]
+    model, feeds = single_node_model(
+        "MultiHeadAttention", [flat[0], packed_kv], 1, MS, {"num_heads": N}
+    )
+    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding(interleaved: int) -> None:
+    positions = np.array([[0, 1, 2], [3, 4, 5]], np.int64)
+    compare_with_ort(
+        "RotaryEmbedding",
+        [_f(B, S, N * H), positions, _f(8, H // 2), _f(8, H // 2)],
+        interleaved=interleaved,
+    )
+    compare_with_ort(
+        "RotaryEmbedding",
+        [_f(B, N, S, H), np.array([2], np.int64), _f(8, H // 2), _f(8, H // 2)],
+        interleaved=interleaved,
+    )
+    compare_with_ort(  # partial rotation: only the first 4 of 8 head dims
+        "RotaryEmbedding",
+        [_f(B, S, N * 8), positions, _f(8, 2), _f(8, 2)],
+        interleaved=interleaved,
+        num_heads=N,
+        rotary_embedding_dim=4,
+    )

@@ -138,3 +138,137 @@ def ms_attention(
     if ctx.wants_output(1):
         present = np.stack([k, v]).astype(dtype)
     return out.astype(dtype), present
+
+
+def _mha_inputs(
+    query: np.ndarray,
+    key: np.ndarray | None,
+    value: np.ndarray | None,
+    bias: np.ndarray | None,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q, K, V as [B, N, S, H] from the layouts MultiHeadAttention accepts: 3-D [B, S, D]
+    (bias added), K/V already split [B, N, L, H], packed KV [B, L, N, 2, H] and packed QKV
+    [B, S, N, 3, H]."""
+    q = _wide(query)
+    b = None if bias is None else _wide(bias)
+    if key is None and value is None:
+        if q.ndim != 5 or q.shape[3] != 3:
+            raise ExecutionError("MultiHeadAttention: without key/value, query must be packed QKV")
+        qkv = q.transpose(3, 0, 2, 1, 4)  # [3, B, N, S, H]
+        return qkv[0], qkv[1], qkv[2]
+    d_q = q.shape[-1]
+    if b is not None:
+        q = q + b[:d_q]
+    qh = _heads(q, n)
+    k = _wide(key) if key is not None else None
+    if k is not None and k.ndim == 5:
+        kv = k.transpose(3, 0, 2, 1, 4)  # [2, B, N, L, H]
+        return qh, kv[0], kv[1]
+    if k is None or value is None:
+        raise ExecutionError("MultiHeadAttention: key and value must be given together")
+    v = _wide(value)
+    if k.ndim == 4:  # already [B, N, L, H] (cross attention cache): no bias
+        return qh, k, v
+    if b is not None:
+        d_k = k.shape[-1]
+        k = k + b[d_q : d_q + d_k]
+        v = v + b[d_q + d_k :]
+    return qh, _heads(k, n), _heads(v, n)
+
+
+@kernel("MultiHeadAttention", domain=MS, since=1, ctx=True)
+def multi_head_attention(
+    ctx: KernelContext,
+    query: np.ndarray,
+    key: np.ndarray | None = None,
+    value: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    key_padding_mask: np.ndarray | None = None,
+    attention_bias: np.ndarray | None = None,
+    past_key: np.ndarray | None = None,
+    past_value: np.ndarray | None = None,
+    past_sequence_length: np.ndarray | None = None,
+    cache_indirection: np.ndarray | None = None,
+    *,
+    num_heads: int,
+    unidirectional: int = 0,
+    scale: float | None = None,
+    mask_filter_value: float = -10000.0,
+) -> tuple[np.ndarray | None, ...]:
+    if cache_indirection is not None:
+        raise ExecutionError("MultiHeadAttention: cache_indirection (beam search) is not supported")
+    dtype = np.asarray(query).dtype
+    q, k, v = _mha_inputs(query, key, value, bias, num_heads)
+    past_len = 0
+    if past_key is not None and past_value is not None:
+        past_len = np.asarray(past_key).shape[2]
+        k = np.concatenate([_wide(past_key), k], axis=2)
+        v = np.concatenate([_wide(past_value), v], axis=2)
+    b, _, s, head = q.shape
+    total = k.shape[2]
+    factor = scale if scale else 1.0 / np.sqrt(head)
+    scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(factor)
+    qk = scores
+    if attention_bias is not None:
+        scores = scores + _wide(attention_bias)
+    mask = attention_mask_bias(
+        key_padding_mask, b, s, past_len, total, bool(unidirectional), mask_filter_value
+    )
+    if mask is not None:
+        scores = scores + mask
+    out = (softmax_last(scores) @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
+    present_k = k.astype(dtype) if ctx.wants_output(1) else None
+    present_v = v.astype(dtype) if ctx.wants_output(2) else None
+    qk_out = qk.astype(dtype) if ctx.wants_output(3) else None
+    return out.astype(dtype), present_k, present_v, qk_out
+
+
+@kernel("RotaryEmbedding", domain=MS, since=1)
+def ms_rotary_embedding(
+    x: np.ndarray,
+    position_ids: np.ndarray,
+    cos_cache: np.ndarray,
+    sin_cache: np.ndarray,
+    *,
+    interleaved: int = 0,
+    num_heads: int = 0,
+    rotary_embedding_dim: int = 0,
+    is_packed_batching: int = 0,
+    scale: float = 1.0,
+) -> np.ndarray:
+    if is_packed_batching:
+        raise ExecutionError("RotaryEmbedding: packed batching is not supported")
+    xa = np.asarray(x)
+    v = _wide(xa)
+    half = cos_cache.shape[-1]
+    rot = rotary_embedding_dim or 2 * half
+    if v.ndim == 4:  # [B, N, S, H]
+        heads = v
+    elif v.ndim == 3:  # [B, S, N*H]
+        head = (v.shape[-1] // num_heads) if num_heads else rot
+        heads = v.reshape(v.shape[0], v.shape[1], -1, head).transpose(0, 2, 1, 3)
+    else:
+        raise ExecutionError("RotaryEmbedding: input must be 3-D or 4-D")
+    bsz, _, seq, _ = heads.shape
+    pos = np.asarray(position_ids, dtype=np.int64)
+    if pos.size == 1:  # a start offset
+        pos = int(pos.ravel()[0]) + np.arange(seq)[None, :].repeat(bsz, axis=0)
+    pos = np.broadcast_to(pos, (bsz, seq))
+    if pos.min() < 0 or pos.max() >= cos_cache.shape[0]:
+        raise ExecutionError("RotaryEmbedding: position id outside the cos/sin cache")
+    cos = _wide(cos_cache)[pos][:, None, :, : rot // 2]  # [B, 1, S, rot/2]
+    sin = _wide(sin_cache)[pos][:, None, :, : rot // 2]
+    part = heads[..., :rot]
+    if interleaved:
+        x1, x2 = part[..., 0::2], part[..., 1::2]
+        rotated = np.empty_like(part)
+        rotated[..., 0::2] = x1 * cos - x2 * sin
+        rotated[..., 1::2] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = part[..., : rot // 2], part[..., rot // 2 :]
+        rotated = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    out = np.concatenate([rotated, heads[..., rot:]], axis=-1)
+    if v.ndim == 3:
+        out = out.transpose(0, 2, 1, 3).reshape(v.shape)
+    return out.astype(xa.dtype)
