@@ -63,3 +63,11 @@ def test_long_edges_stay_straight(transformer_1k) -> None:  # type: ignore[no-un
     bends, long_edges = metrics.long_edge_bends(geo)
     assert long_edges > 50
     assert bends <= 0.1 * long_edges
+
+
+def test_width_does_not_grow_with_depth() -> None:
+    # Repeated layers must not each shift sideways: a 4x deeper model is as wide.
+    small = compute(flat_request(graph("transformer", 1000)))
+    large = compute(flat_request(graph("transformer", 4000)))
+    assert large.height > 3 * small.height
+    assert large.width <= 1.1 * small.width

@@ -4,10 +4,14 @@
    in port order, numbering nodes as they finish.  Expression trees come out without
    crossings, and input 0 of a node (the main path of a residual block) lands left of
    input 1 (the skip connection).
-2. Sweeps: alternately downwards and upwards, every node of a rank moves to the mean
-   position of its neighbours in the rank before, measured at the ports (the neighbour's
-   port position minus this node's own port offset).  Ties keep the current order.
-3. After every sweep the exact crossing count decides; the best order is kept.
+2. Sweeps, upward first (the walk above already follows inputs), then alternating: each
+   node of a rank moves to the mean position of its neighbours in the rank before,
+   measured at the ports (the neighbour's port position minus this node's own port
+   offset), positions normalised per rank.  A node with no neighbour on that side (a
+   Constant in a downward sweep) follows its neighbours on the other side.  Ties keep
+   the current order.
+3. After every sweep the exact crossing count decides; a sweep that does not improve is
+   undone, and two in a row end the search.
 
 The sweep is a plain loop over flattened adjacency lists (ranks of ONNX graphs are narrow,
 so per-rank array calls would cost more than they save); its total work is bounded by

@@ -1,15 +1,24 @@
 """Coordinates: x by Brandes–Köpf, y by rank rows.
 
-Brandes–Köpf aligns each node with a median neighbour in the rank above (or below) into
-vertical blocks that are drawn straight, for each of four combinations of vertical and
-horizontal direction, packs the blocks as far as possible to one side, and takes the mean
-of the two median candidates per node.  Segments between two dummies (long edges) win
-conflicts, so long edges stay straight.  The blocks are packed by a longest-path pass over
-the block constraint graph instead of the original class/shift recursion; it gives the
-same blocks, is iterative and runs in linear time.
+Brandes–Köpf aligns nodes into vertical blocks that are drawn straight, packs the blocks
+as far as possible to one side, and balances candidates packed to the left and to the
+right.  Two choices adapt it to dataflow graphs:
 
-For very large layer graphs a vectorised fallback moves nodes toward the mean of their
-neighbours and restores the minimum separation with a running maximum, a few rounds.
+* A node is aligned with its *leftmost* neighbour (by port position), and only when that
+  neighbour picks it back.  Ordering keeps inputs in port order, so these pairs follow
+  input 0: the main path of a ResNet block, the residual stream of a transformer.  Those
+  become single straight lines, and a repeated block cannot shift sideways a little in
+  every copy (which otherwise adds up to a drawing many times wider than any rank).
+  With this rule the upward and downward passes of the original pick the same pairs, so
+  two candidates (left- and right-packed) give the same balance as four.
+* Segments between two dummies (long edges) win conflicts (type-1 marking), so long
+  edges stay straight.
+
+Blocks are packed by a pass in topological order of the block constraint graph instead of
+the recursive place_block, and classes are shifted from the far side back so chained
+shifts add up (the fix of the 2020 erratum).  For very large layer graphs a vectorised
+fallback moves nodes toward the mean of their neighbours and restores the minimum
+separation with a running maximum, a few rounds.
 """
 
 from __future__ import annotations
