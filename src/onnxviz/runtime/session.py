@@ -141,7 +141,7 @@ class Session:
                 graph_path="main",
             )
         self.breakpoints: list[Breakpoint] = []
-        self.state = "idle"  # idle | paused | finished | failed | cancelled
+        self.state = "idle"  # idle | paused | running (in run()) | finished | failed | cancelled
         self.error: ExecutionError | None = None
         self.outputs: dict[str, Any] = {}
         self.last_event: Event | None = None
@@ -179,6 +179,7 @@ class Session:
         ex = self._executor
         assert gen is not None and ex is not None
         ex.input_values_in_events = False  # nobody sees these events
+        self.state = "running"
         ex.inplace = self.store is None and self.inplace_ops  # nobody sees overwritten inputs
         with np.errstate(all="ignore"):
             try:
