@@ -31,6 +31,31 @@ def _float_out(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return values.astype(dtype)
 
 
+def _below(high: float, dtype: np.dtype[Any]) -> np.ndarray:
+    """The largest value of ``dtype`` strictly below ``high``."""
+    top = np.array(high, dtype=dtype)
+    if float(top) < high:
+        return top
+    if dtype.kind == "f":
+        return np.nextafter(top, np.array(-np.inf, dtype=dtype))
+    # ml_dtypes floats (bfloat16, ...): step the bit pattern one unit towards -inf.
+    unsigned = np.uint8 if dtype.itemsize == 1 else np.uint16
+    bits = top.view(unsigned).astype(np.int64)
+    if high == 0:  # just below zero: sign bit plus the smallest magnitude
+        bits = np.array(1 << (8 * dtype.itemsize - 1) | 1, dtype=np.int64)
+    else:
+        bits = bits + (-1 if high > 0 else 1)
+    return bits.astype(unsigned).view(dtype)
+
+
+def _uniform_out(values: np.ndarray, dtype: np.dtype[Any], high: float) -> np.ndarray:
+    """Uniform draws in [low, high): rounding to a narrow type must not reach ``high``."""
+    out = _float_out(values, dtype)
+    if out.size and float(out.max()) >= high:
+        out = np.minimum(out, _below(high, dtype))
+    return out
+
+
 @kernel("RandomNormal", since=_VERSIONS, ctx=True)
 def random_normal(
     ctx: KernelContext,
@@ -68,7 +93,7 @@ def random_uniform(
     seed: float | None = None,
 ) -> np.ndarray:
     values = _generator(ctx, seed).uniform(low, high, size=tuple(shape))
-    return _float_out(values, np_dtype(dtype))
+    return _uniform_out(values, np_dtype(dtype), high)
 
 
 @kernel("RandomUniformLike", since=_VERSIONS, ctx=True)
@@ -82,7 +107,7 @@ def random_uniform_like(
 ) -> np.ndarray:
     out_dtype = data.dtype if dtype is None else np_dtype(dtype)
     values = _generator(ctx, seed).uniform(low, high, size=data.shape)
-    return _float_out(values, out_dtype)
+    return _uniform_out(values, out_dtype, high)
 
 
 @kernel("Bernoulli", since=(15, 22), ctx=True)
