@@ -126,13 +126,23 @@ def batch_norm(
 def _normalize(
     x: np.ndarray, axes: tuple[int, ...], epsilon: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x - mean) * inv_std over axes (x already in stash precision); also mean, inv_std."""
-    mean = x.mean(axis=axes, keepdims=True)
-    centered = x - mean
-    var = np.mean(np.square(centered), axis=axes, keepdims=True)
+    """(x - mean) * inv_std over the trailing ``axes`` (x already in stash precision);
+    also mean and inv_std with those axes kept as size 1.  Works on a (rows, cols) view:
+    one pass each for the sum, the centring, the variance (einsum, no temporary) and the
+    scaling."""
+    first = axes[0]
+    if axes != tuple(range(first, x.ndim)):
+        raise ExecutionError(f"normalization axes {axes} must be trailing")
+    kept = x.shape[:first] + (1,) * (x.ndim - first)
+    cols = int(np.prod(x.shape[first:]))
+    rows = int(np.prod(x.shape[:first]))
+    x2 = x.reshape(rows, cols)
+    mean = np.add.reduce(x2, axis=1) / x.dtype.type(cols)
+    centered = x2 - mean[:, None]
+    var = np.einsum("ij,ij->i", centered, centered) / x.dtype.type(cols)
     inv_std = 1.0 / np.sqrt(var + x.dtype.type(epsilon))
-    centered *= inv_std
-    return centered, mean, inv_std
+    centered *= inv_std[:, None]
+    return centered.reshape(x.shape), mean.reshape(kept), inv_std.reshape(kept)
 
 
 @kernel("InstanceNormalization", since=(1, 6, 22))
