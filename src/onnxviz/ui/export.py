@@ -103,12 +103,21 @@ def export_any(
     scale: float = 2.0,
     title: str = "",
 ) -> None:
+    """Export by file extension.  Exports always paint the detailed items, also when
+    the view shows the overview."""
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".svg":
-        export_svg(scene, path, rect, title)
-    elif ext == ".png":
-        export_png(scene, path, rect, scale)
-    elif ext == ".pdf":
-        export_pdf(scene, path, rect)
-    else:
+    if ext not in (".svg", ".png", ".pdf"):
         raise ExportError(f"cannot export to '{ext or path}': use .svg, .png or .pdf")
+    overview = bool(getattr(scene, "overview_shown", False))
+    if overview:
+        scene.set_overview(False)  # type: ignore[attr-defined]
+    try:
+        if ext == ".svg":
+            export_svg(scene, path, rect, title)
+        elif ext == ".png":
+            export_png(scene, path, rect, scale)
+        else:
+            export_pdf(scene, path, rect)
+    finally:
+        if overview:
+            scene.set_overview(True)  # type: ignore[attr-defined]

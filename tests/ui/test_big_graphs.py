@@ -1,0 +1,56 @@
+"""Big graphs: the overview item when zoomed out, deferred shape inference."""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import pytest
+
+from tests.present.models import example
+
+pytestmark = pytest.mark.qt
+
+
+def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.models import transformer_like
+
+    from onnxviz.ui.canvas.overview import OVERVIEW_ZOOM
+    from onnxviz.ui.export import export_any
+
+    path = str(tmp_path / "t.onnx")
+    onnx.save(transformer_like(1500), path)
+    window.open_path(path, background=False)
+    window.expand_all()
+    window.wait_idle()
+    scene = window.graph_scene
+    assert len(scene.nodes) + len(scene.edge_items) > 600
+    window.view.set_zoom(OVERVIEW_ZOOM / 2)
+    assert scene.overview_shown and scene.overview is not None and scene.overview.isVisible()
+    assert not any(n.isVisible() for n in scene.nodes.values())
+    # exports still draw every item, then the overview comes back
+    svg = str(tmp_path / "t.svg")
+    export_any(scene, svg)
+    with open(svg, encoding="utf-8") as fh:
+        assert fh.read().count("MatMul") >= 10
+    assert scene.overview_shown
+    window.view.set_zoom(1.0)
+    assert not scene.overview_shown and all(n.isVisible() for n in scene.nodes.values())
+
+
+def test_shapes_inferred_after_first_paint_fill_in_labels(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.present.typeinfo import type_table
+
+    window.open_path(example("small_cnn.onnx"), background=False)
+    doc = window.doc
+    window.presenter.types = type_table(doc, infer=False)
+    window.presenter.types.complete = False
+    window.relayout()
+    inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
+    assert inner and not inner[0].data_edge.label  # not declared in the model
+    window._start_inference()
+    qtbot.waitUntil(lambda: window.inference_task.done, timeout=60000)
+    qtbot.waitUntil(lambda: window.task is None, timeout=20000)
+    inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
+    assert inner[0].data_edge.label.startswith("float32[") and inner[0].data_edge.inferred
+    assert os.getpid()  # inference ran in a child process, the window process is intact
