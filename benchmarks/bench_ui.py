@@ -26,9 +26,9 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import onnx  # noqa: E402
+import onnx
 
-from benchmarks.models import transformer_like  # noqa: E402
+from benchmarks.models import transformer_like
 
 
 def model_file(n: int, folder: Path) -> Path:
@@ -111,7 +111,7 @@ def measure(path: Path) -> dict[str, float]:
     # a close-up pan too: the detail level where text shows
     window.view.set_zoom(1.0)
     close = []
-    for k in range(20):
+    for _k in range(20):
         t = time.perf_counter()
         bar = window.view.verticalScrollBar()
         bar.setValue(bar.value() + 120)
