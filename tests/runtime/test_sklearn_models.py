@@ -279,3 +279,30 @@ def test_tokenizer_of_a_text_pipeline_against_onnxruntime() -> None:
     )
     lowered = np.char.lower(corpus.astype(str)).astype(object)
     check(tok, {"s": lowered})
+
+
+def _more_estimators() -> list[tuple[Any, Any]]:
+    from sklearn.ensemble import ExtraTreesClassifier, IsolationForest
+    from sklearn.svm import LinearSVC, LinearSVR, NuSVC
+
+    return [
+        (IsolationForest(n_estimators=10, random_state=0), None),
+        (ExtraTreesClassifier(n_estimators=5, random_state=0), Y3),
+        (LinearSVC(), Y2),
+        (LinearSVC(), Y3),
+        (LinearSVR(), Y_REG),
+        (NuSVC(), Y3),
+    ]
+
+
+@pytest.mark.parametrize(("estimator", "y"), _more_estimators(), ids=lambda v: type(v).__name__)
+def test_more_estimators(estimator: Any, y: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimator.fit(X) if y is None else estimator.fit(X, y)
+    options = {"zipmap": False} if hasattr(estimator, "predict_proba") else None
+    outputs = check(export(estimator, X[:1], options=options), {"X": X})
+    if y is Y_REG:
+        np.testing.assert_allclose(outputs[0].ravel(), estimator.predict(X), rtol=1e-4, atol=1e-4)
+    else:
+        assert outputs[0].ravel().tolist() == estimator.predict(X).ravel().tolist()
