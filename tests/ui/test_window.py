@@ -208,3 +208,34 @@ def test_dark_theme(window) -> None:  # type: ignore[no-untyped-def]
     assert window.graph_scene.backgroundBrush().color().lightness() < 60
     window.set_theme_mode("light")
     assert window.graph_scene.backgroundBrush().color().lightness() > 200
+
+
+def test_function_body_opens_as_its_own_view(window) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(example("with_functions.onnx"), background=False)
+    fn = window.doc.model.functions[0]
+    window.open_graph(f"function:{fn.domain}:{fn.name}")
+    ops = sorted(n.data_item.title for n in _ops(window))
+    assert ops == sorted(n.op_type for n in fn.node)
+    pills = {
+        n.data_item.value for n in window.graph_scene.nodes.values() if n.data_item.kind == "input"
+    }
+    assert pills == set(fn.input)
+    window.back()
+    assert window.presenter.root_path == "main"
+
+
+def test_window_geometry_and_docks_are_restored(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.ui.main_window import MainWindow
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.show()
+    first.resize(701, 503)  # within the offscreen screen: restoreGeometry clamps to it
+    first.outline_dock.hide()
+    first.close()
+    second = MainWindow()
+    qtbot.addWidget(second)
+    second.show()
+    assert second.size().width() == 701 and second.size().height() == 503
+    assert second.outline_dock.isHidden()
+    second.close()
