@@ -67,7 +67,7 @@ def linear_classifier(
         else:
             pos, neg = ("1", "0") if is_string else (1, 0)
             label = np.where(positive, pos, neg)
-            z = apply_post_transform(scores.astype(np.float32), post)
+            z = transform_single_target(scores.astype(np.float32), post)
         out = label.astype(object if is_string else np.int64)
         return out, np.asarray(z, dtype=np.float32)
     if scores.shape[1] != labels.size:
