@@ -550,3 +550,21 @@ def test_pad_crop_past_the_opposite_pad() -> None:
     # size = 1 + 1 - 2 = 0: the negative end pad also eats the added begin pad.
     (y,) = run_ours("Pad", [np.ones(1, np.float32), np.array([1, -2], np.int64)], 19)
     assert y.shape == (0,)
+
+
+def test_every_since_version_of_our_ops_has_a_kernel() -> None:
+    import onnx.defs
+
+    from onnxviz.runtime.registry import registered
+    from tests.runtime.datakernels_helpers import OUR_OPS
+
+    kernels = registered()
+    missing = []
+    for schema in onnx.defs.get_all_schemas_with_history():
+        domain = "" if schema.domain == "ai.onnx" else schema.domain
+        if schema.name not in OUR_OPS or domain not in ("", "ai.onnx.preview.training"):
+            continue
+        versions = {k.since_version for k in kernels.get((domain, schema.name), [])}
+        if schema.since_version not in versions:
+            missing.append(f"{schema.name}-{schema.since_version}")
+    assert not missing
