@@ -495,3 +495,15 @@ def test_recursive_function_is_a_clear_error() -> None:
     )
     with pytest.raises(ExecutionError, match="nest deeper"):
         Session(model).run({"x": np.ones(1, np.float32)})
+
+
+def test_facade_runs_a_real_document(tmp_path: object) -> None:
+    import onnxviz
+    from onnxviz.model.document import Document
+
+    path = f"{tmp_path}/chain.onnx"
+    onnx.save(chain_model(), path)
+    doc = onnxviz.open_model(path)
+    assert isinstance(doc, Document)
+    out = onnxviz.Session(doc).run({"x": np.ones(3, np.float32)})
+    np.testing.assert_allclose(out["y"], [4.0, 0.0, 3.0])
