@@ -14,7 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.invoke import call_node
@@ -616,3 +616,56 @@ def test_leaky_relu_any_alpha(alpha: float) -> None:
     x = np.array([-2.0, -0.5, 0.0, 0.5, 2.0, np.nan], dtype=np.float32)
     expected = np.where(x < 0, np.float32(alpha) * x, x)
     np.testing.assert_array_equal(run_one("LeakyRelu", [x], 16, alpha=alpha), expected)
+
+
+# ---------------------------------------------------------------- every allowed input type
+_BOOL_OUT = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "IsNaN", "IsInf"}
+_BOOL_OUT |= {"And", "Or", "Xor", "Not"}
+_EXTRA_INPUTS: dict[str, list[Any]] = {  # inputs after the first; default: copies of it
+    "CumSum": [np.array(1, np.int64)],
+    "CumProd": [np.array(1, np.int64)],
+}
+_ATTRS: dict[str, dict[str, Any]] = {
+    "BitShift": {"direction": "LEFT"},
+    "Einsum": {"equation": "ij,jk->ik"},  # with two operands, see _EXTRA_INPUTS
+}
+
+
+def _typed_params() -> list[Any]:
+    import onnx.defs
+    from onnx import helper as h
+
+    out = []
+    for op in MATH_OPS:
+        if op == "Where":
+            continue  # condition + two values: covered by the node tests and string test
+        schema = onnx.defs.get_schema(op, 28)
+        first = schema.inputs[0].type_str
+        allowed = next(c for c in schema.type_constraints if c.type_param_str == first)
+        for type_str in allowed.allowed_type_strs:
+            name = type_str[len("tensor(") : -1].upper()
+            if name == "STRING":
+                continue
+            elem = getattr(TensorProto, name)
+            out.append(pytest.param(op, h.tensor_dtype_to_np_dtype(elem), id=f"{op}-{name}"))
+    return out
+
+
+@pytest.mark.parametrize(("op", "dtype"), _typed_params())
+def test_every_allowed_type_runs_and_keeps_its_type(op: str, dtype: np.dtype) -> None:
+    """Each op at its newest opset, on every input type its schema allows."""
+    import onnx.defs
+
+    base = [[True, False], [False, True]] if dtype == np.bool_ else [[1, 2], [3, 1]]
+    x = np.array(base).astype(dtype)
+    schema = onnx.defs.get_schema(op, 28)
+    rest = [x] * (max(schema.min_input, 1) - 1) if op != "Einsum" else [x]
+    inputs = [x, *_EXTRA_INPUTS.get(op, rest)]
+    out = run_one(op, inputs, 28, **_ATTRS.get(op, {}))
+    if op in _BOOL_OUT:
+        expected = np.dtype(np.bool_)
+    elif op in ("ArgMax", "ArgMin"):
+        expected = np.dtype(np.int64)
+    else:
+        expected = np.dtype(dtype)
+    assert out.dtype == expected
