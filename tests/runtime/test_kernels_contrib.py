@@ -458,3 +458,60 @@ def test_rotary_embedding(interleaved: int) -> None:
         num_heads=N,
         rotary_embedding_dim=4,
     )
+
+
+def _lens(*values: int) -> np.ndarray:
+    return np.array(values, np.int32)
+
+
+GB, GS, GN, GK, GH = 2, 4, 4, 2, 16  # GQA: batch, sequence, q heads, kv heads, head size
+
+
+@pytest.mark.parametrize(
+    ("inputs", "attrs"),
+    [
+        # prompt, separate Q/K/V
+        (
+            [_f(GB, GS, GN * GH), _f(GB, GS, GK * GH), _f(GB, GS, GK * GH), None, None]
+            + [_lens(GS - 1, GS - 1), _lens(GS)],
+            {},
+        ),
+        # one decoding step after 5 cached tokens
+        (
+            [_f(GB, 1, GN * GH), _f(GB, 1, GK * GH), _f(GB, 1, GK * GH)]
+            + [_f(GB, GK, 5, GH), _f(GB, GK, 5, GH), _lens(5, 5), _lens(6)],
+            {},
+        ),
+        # shared 10-slot cache buffer, ragged lengths, interleaved rotary
+        (
+            [_f(GB, 1, GN * GH), _f(GB, 1, GK * GH), _f(GB, 1, GK * GH)]
+            + [_f(GB, GK, 10, GH), _f(GB, GK, 10, GH), _lens(5, 3), _lens(6)]
+            + [_f(16, GH // 2), _f(16, GH // 2)],
+            {"do_rotary": 1, "rotary_interleaved": 1},
+        ),
+        # packed QKV prompt with rotary
+        (
+            [_f(GB, GS, (GN + 2 * GK) * GH), None, None, None, None, _lens(3, 3), _lens(4)]
+            + [_f(16, GH // 2), _f(16, GH // 2)],
+            {"do_rotary": 1},
+        ),
+        (
+            [_f(GB, GS, GN * GH), _f(GB, GS, GK * GH), _f(GB, GS, GK * GH), None, None]
+            + [_lens(3, 3), _lens(4)],
+            {"softcap": 2.0, "local_window_size": 2, "scale": 0.3},
+        ),
+        (
+            [_f(GB, GS, GN * GH), _f(GB, GS, GK * GH), _f(GB, GS, GK * GH), None, None]
+            + [_lens(3, 3), _lens(4)],
+            {"smooth_softmax": 1},
+        ),
+        # head sinks and an attention bias
+        (
+            [_f(GB, GS, GN * GH), _f(GB, GS, GK * GH), _f(GB, GS, GK * GH), None, None]
+            + [_lens(3, 3), _lens(4), None, None, None, _f(GB, 1, GS, GS), _f(GN)],
+            {},
+        ),
+    ],
+)
+def test_group_query_attention(inputs: list[np.ndarray | None], attrs: Any) -> None:
+    compare_with_ort("GroupQueryAttention", inputs, 3, num_heads=GN, kv_num_heads=GK, **attrs)
