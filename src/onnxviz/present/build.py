@@ -242,7 +242,7 @@ class SceneBuilder:
         for name in input_names:
             producers[name] = (f"{inst}|in:{name}", 0)
         group_out: dict[str, dict[str, int]] = {}
-        group_in: dict[str, dict[str, int]] = {}
+        group_in: dict[str, dict[str, int]] = {}  # group -> value -> first node using it
         # From the scope index (not the protobuf: 10x faster on big graphs).
         for out, (ni, k) in scope.producer.items():
             v = vis[ni]
@@ -289,7 +289,8 @@ class SceneBuilder:
                             continue
                         seen_group_edges.add(key)
                         ports = group_in.setdefault(dst, {})
-                        dp = ports.setdefault(name, len(ports))
+                        ports[name] = min(ports.get(name, i), i)
+                        dp = -1
                     else:
                         dp = k
                     pending.append((src, out_port(src, sp, name), dst, dp, name, "data"))
@@ -307,7 +308,8 @@ class SceneBuilder:
                     seen_group_edges.add(key)
                     if dst_group:
                         ports = group_in.setdefault(dst, {})
-                        dp = ports.setdefault(name, len(ports))
+                        ports[name] = min(ports.get(name, i), i)
+                        dp = -1
                     else:
                         dp = k
                     pending.append((src, sp, dst, dp, name, "captured"))
@@ -322,7 +324,8 @@ class SceneBuilder:
                         continue
                     seen_group_edges.add(key)
                     ports = group_in.setdefault(dst, {})
-                    dp = ports.setdefault(name, len(ports))
+                    ports[name] = min(ports.get(name, i), i)
+                    dp = -1
                 else:
                     dp = k
                 pending.append((src, 0, dst, dp, name, "data"))
@@ -437,10 +440,20 @@ class SceneBuilder:
                 assert node_index is not None
                 self.items[item_id].ports_in = len(nodes[node_index].input) + 1
         # Collapsed-group ports.
-        for gid, ports in group_in.items():
+        # A collapsed group's input ports follow the order in which its nodes use the
+        # values: the main stream (used first) is port 0, which the layout keeps
+        # straight; side inputs (masks, caches) come after.
+        in_port: dict[str, dict[str, int]] = {}
+        for gid, first_use in group_in.items():
+            order = sorted(first_use, key=lambda n: (first_use[n], n))
+            in_port[gid] = {n: k for k, n in enumerate(order)}
             item = self.items[gid]
-            item.group_inputs = list(ports)
-            item.ports_in = max(1, len(ports))
+            item.group_inputs = order
+            item.ports_in = max(1, len(order))
+        pending = [
+            (src, sp, dst, in_port[dst][name] if dp < 0 else dp, name, kind)
+            for src, sp, dst, dp, name, kind in pending
+        ]
         for gid, ports in group_out.items():
             item = self.items[gid]
             item.group_outputs = list(ports)

@@ -59,6 +59,12 @@ class _Runner(QObject):
                 self.failed.emit("")
             else:
                 self.finished.emit(result)
+        finally:
+            # end the thread's event loop from inside: waiting for the UI thread to
+            # quit it would deadlock when the UI thread is the one waiting (closing)
+            thread = QThread.currentThread()
+            if thread is not None:
+                thread.quit()
 
 
 class Task(QObject):
