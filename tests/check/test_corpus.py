@@ -13,11 +13,11 @@ import onnx
 import onnx.backend.test
 import pytest
 from onnx import AttributeProto, TensorProto, helper
-from onnx.backend.test.case.node import collect_testcases
 
 from onnxviz.check import validate
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.document import Document
+from tests.check.nodecases import node_models as cached_node_models
 
 DATA = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data")
 DATA_MODELS = sorted(glob.glob(os.path.join(DATA, "*", "**", "*.onnx"), recursive=True))
@@ -41,7 +41,7 @@ def _own_errors(diags: list[Diagnostic]) -> list[Diagnostic]:
 
 @pytest.fixture(scope="module")
 def node_models() -> list[tuple[str, onnx.ModelProto]]:
-    return [(c.name, c.model) for c in collect_testcases() if c.model is not None]
+    return list(cached_node_models())
 
 
 def test_backend_data_models() -> None:

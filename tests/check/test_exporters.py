@@ -52,15 +52,28 @@ def test_torch_exports(tmp_path: Path) -> None:
     path = tmp_path / "small.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randn(1, 3, 4, 4),), str(path), dynamo=False,
-                          input_names=["img"], dynamic_axes={"img": {0: "batch"}}, opset_version=17)
+        torch.onnx.export(
+            model,
+            (torch.randn(1, 3, 4, 4),),
+            str(path),
+            dynamo=False,
+            input_names=["img"],
+            dynamic_axes={"img": {0: "batch"}},
+            opset_version=17,
+        )
     assert _errors(path) == []
 
     scripted = torch.jit.script(Looping())
     loop_path = tmp_path / "loop.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(scripted, (torch.randn(3), torch.tensor(2)), str(loop_path), dynamo=False, opset_version=17)
+        torch.onnx.export(
+            scripted,
+            (torch.randn(3), torch.tensor(2)),
+            str(loop_path),
+            dynamo=False,
+            opset_version=17,
+        )
     loaded = onnx.load(str(loop_path))
     assert any(n.op_type in ("Loop", "If") for n in loaded.graph.node)
     assert _errors(loop_path) == []
@@ -77,10 +90,12 @@ def test_skl2onnx_exports(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 4)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
-    for i, est in enumerate([
-        make_pipeline(StandardScaler(), LogisticRegression()),
-        RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0),
-    ]):
+    for i, est in enumerate(
+        [
+            make_pipeline(StandardScaler(), LogisticRegression()),
+            RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0),
+        ]
+    ):
         est.fit(x, y)
         onx = to_onnx(est, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
         path = tmp_path / f"skl{i}.onnx"

@@ -158,7 +158,7 @@ class CheckContext:
         scope, else inferred there, else an initializer's tensor type."""
         s: GraphScope | None = scope
         while s is not None:
-            if name in s.definitions:
+            if s.defines(name):
                 t = self.declared_types(s).get(name)
                 if t is not None and t.WhichOneof("value") is not None:
                     return t
@@ -174,7 +174,7 @@ def initializer_type(scope: GraphScope, name: str) -> TypeProto | None:
     g = scope.graph
     if g is None:
         return None
-    for d in scope.definitions.get(name, ()):
+    for d in scope.definitions_of(name):
         if d.kind == "initializer":
             t = g.initializer[d.index]
             tp = TypeProto()
@@ -193,3 +193,16 @@ def initializer_type(scope: GraphScope, name: str) -> TypeProto | None:
                 tp.tensor_type.shape.dim.add().dim_value = v
             return tp
     return None
+
+
+def defined_names(scope: GraphScope) -> set[str]:
+    """Every name this graph defines (without building the full definition table)."""
+    names = set(scope.producer)
+    names.update(scope._other_defs)
+    return names
+
+
+def multiply_defined(scope: GraphScope) -> set[str]:
+    """Names with more than one definition in this graph."""
+    producer = scope.producer
+    return {n for n, found in scope._other_defs.items() if len(found) > 1 or n in producer}

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from onnx import AttributeProto
 
-from onnxviz.check.context import CheckContext, get_schema, norm_domain
+from onnxviz.check.context import (
+    CheckContext,
+    defined_names,
+    get_schema,
+    multiply_defined,
+    norm_domain,
+)
 from onnxviz.check.operators import VALUE_FIELD
 from onnxviz.model.scopes import GraphScope
 
@@ -56,12 +62,18 @@ def _facts(ctx: CheckContext, opsets: dict[str, int], domain: str, op_type: str)
     )
 
 
-def suspect_nodes(ctx: CheckContext, scope: GraphScope, with_types: bool) -> list[int]:
-    """Indexes of nodes the node rules must look at; the rest are certainly clean."""
+def suspect_nodes(
+    ctx: CheckContext, scope: GraphScope, with_types: bool, checker_ok: bool = False
+) -> list[int]:
+    """Indexes of nodes the node rules must look at; the rest are certainly clean.
+
+    With ``checker_ok`` (onnx.checker accepted the model) the value fields of attributes
+    are not re-read: the checker already failed any attribute holding more than one
+    value or a value of another type than its declared one, which is all O011 looks at
+    for the attributes this screen lets through (no tensors, no graphs)."""
     if with_types or not ENABLED:
         return list(range(len(scope.nodes)))
     opsets = ctx.opsets_for(scope)
-    in_function = ctx.function_of(scope) is not None
     cache: dict[tuple[str, str], OpFacts | None] = {}
     out: list[int] = []
     for i, node in enumerate(scope.nodes):
@@ -90,49 +102,57 @@ def suspect_nodes(ctx: CheckContext, scope: GraphScope, with_types: bool) -> lis
             out.append(i)
             continue
         attrs = node.attribute
-        if (attrs or facts.required) and not _attrs_clean(attrs, facts, in_function):
+        if (attrs or facts.required) and not _attrs_clean(attrs, facts, checker_ok):
             out.append(i)
     return out
 
 
-def _attrs_clean(attrs: object, facts: OpFacts, in_function: bool) -> bool:
+def _attrs_clean(attrs: object, facts: OpFacts, fields_verified: bool) -> bool:
     seen: set[str] = set()
     types = facts.attr_types
     for a in attrs:  # type: ignore[attr-defined]
         name = a.name
         t = a.type
-        if name in seen or types.get(name) != t or t in _TENSORISH:
+        if (
+            name in seen
+            or types.get(name) != t
+            or t in _TENSORISH
+            or t == _A.GRAPH
+            or t == _A.GRAPHS
+        ):
             return False
         seen.add(name)
+        if fields_verified:
+            if a.ref_attr_name:
+                return False
+            continue
         field = VALUE_FIELD[t]
         for fd, _ in a.ListFields():
             fn = fd.name
             if fn != field and fn not in _OK_FIELDS:
                 return False
-        if t == _A.GRAPH and not a.HasField("g"):
-            return False
     return facts.required <= seen
 
 
 def suspect_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
     """Names that structure/names/types/tensors name rules must look at."""
     if not ENABLED:
-        names = set(scope.definitions) | set(scope.consumers) | set(scope.output_uses)
+        names = defined_names(scope) | set(scope.consumers) | set(scope.output_uses)
         names.update(ctx.implicit_consumers(scope))
         names.discard("")
         return names
-    defs = scope.definitions
     producer = scope.producer
-    out: set[str] = {n for n, d in defs.items() if len(d) > 1}
+    defines = scope.defines
+    out: set[str] = multiply_defined(scope)
     for name, cons in scope.consumers.items():
-        if name not in defs:
+        if not defines(name):
             out.add(name)
             continue
         p = producer.get(name)
         if p is not None and cons[0][0] <= p[0]:
             out.add(name)
     for name, owners in ctx.implicit_consumers(scope).items():
-        if name not in defs:
+        if not defines(name):
             out.add(name)
             continue
         p = producer.get(name)
@@ -141,8 +161,8 @@ def suspect_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
     if scope.parent is not None:
         visible: set[str] = set()
         for a in scope.ancestors():
-            visible.update(a.definitions)
-        out.update(visible.intersection(defs))
+            visible.update(defined_names(a))
+        out.update(visible.intersection(defined_names(scope)))
     out.update(ctx.declared_types(scope))
     out.update(scope.initializer_names())
     out.discard("")

@@ -110,19 +110,28 @@ def _store(doc: Any, state: ValidationState) -> None:
 
 # -- rule runners ------------------------------------------------------------------------------
 def _node_rules(state: ValidationState) -> tuple[NodeRule, ...]:
+    """Every node rule that applies; type constraints (T004) are checked by strict
+    inference when it succeeds, so they run only when it did not."""
     inf = state.inference
     if inf is None or not inf.ran or not inf.strict_ok:
         return (*BASE_NODE_RULES, types.node_rules)
     return BASE_NODE_RULES
 
 
-def _check_nodes(state: ValidationState, scope: GraphScope, indexes: Iterable[int]) -> None:
+def _check_nodes(
+    state: ValidationState,
+    scope: GraphScope,
+    indexes: Iterable[int],
+    rules: tuple[NodeRule, ...] | None = None,
+    reset: bool = True,
+) -> None:
     ctx = state.ctx
-    rules = _node_rules(state)
+    rules = _node_rules(state) if rules is None else rules
     store = state.by_node.setdefault(scope.path, {})
     n = len(scope.nodes)
     for i in indexes:
-        store.pop(i, None)
+        if reset:
+            store.pop(i, None)
         if i >= n:
             continue
         found: list[Diagnostic] = []
@@ -131,16 +140,23 @@ def _check_nodes(state: ValidationState, scope: GraphScope, indexes: Iterable[in
             if got:
                 found.extend(got)
         if found:
-            store[i] = found
+            store.setdefault(i, []).extend(found)
 
 
-def _check_names(state: ValidationState, scope: GraphScope, wanted: Iterable[str]) -> None:
+def _check_names(
+    state: ValidationState,
+    scope: GraphScope,
+    wanted: Iterable[str],
+    rules: tuple[NameRule, ...] = NAME_RULES,
+    reset: bool = True,
+) -> None:
     ctx = state.ctx
     wanted = list(wanted)
     store = state.by_name.setdefault(scope.path, {})
-    for nm in wanted:
-        store.pop(nm, None)
-    for r in NAME_RULES:
+    if reset:
+        for nm in wanted:
+            store.pop(nm, None)
+    for r in rules:
         for nm, found in r(ctx, scope, wanted).items():
             store.setdefault(nm, []).extend(found)
 
@@ -165,35 +181,77 @@ def _model_rules(state: ValidationState) -> list[Diagnostic]:
 
 
 # -- full run --------------------------------------------------------------------------------
+# Rules that read types (declared against inferred, type constraints, sharded ranks) run
+# after inference; everything else runs first, so that a model our rules find broken has
+# onnx's inference isolated in a worker process (onnx can crash on broken models).
+UNTYPED_NAME_RULES: tuple[NameRule, ...] = (
+    structure.name_rules,
+    names.name_rules,
+    tensors.name_rules,
+)
+TYPED_NAME_RULES: tuple[NameRule, ...] = (types.name_rules,)
+UNTYPED_NODE_RULES: tuple[NodeRule, ...] = (
+    operators.node_rules,
+    tensors.node_rules,
+    functions.node_rules,
+)
+TYPED_NODE_RULES: tuple[NodeRule, ...] = (model_rules.node_rules,)
+
+
 def full_run(
     doc: Any, model: Any, scopes: list[GraphScope], load_diags: list[Diagnostic]
 ) -> ValidationState:
     t0 = time.perf_counter()
-    inference = run_inference(model, scopes)
-    t1 = time.perf_counter()
     checker = run_checker(model)
-    t2 = time.perf_counter()
-    ctx = CheckContext(model, scopes, load_diags, inference)
-    state = ValidationState(
-        ctx=ctx, revision=getattr(doc, "revision", None), inference=inference, checker=checker
-    )
+    t1 = time.perf_counter()
+    ctx = CheckContext(model, scopes, load_diags, None)
+    state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None), checker=checker)
     state.paths = [s.path for s in scopes]
+    checker_ok = checker.ran and checker.message is None
+    suspects: dict[str, tuple[set[str], list[int]]] = {}
     for scope in scopes:
-        state.interface[scope.path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
-        state.body[scope.path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+        path = scope.path
+        state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+        state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
         all_names = structure.scope_names(ctx, scope)
         all_names.discard("")
-        state.names_seen[scope.path] = all_names
-        state.bad_identifiers[scope.path] = names.non_identifiers(all_names)
-        _check_names(state, scope, fastpath.suspect_names(ctx, scope))
-        _check_nodes(
-            state, scope, fastpath.suspect_nodes(ctx, scope, types.node_rules in _node_rules(state))
-        )
+        state.names_seen[path] = all_names
+        state.bad_identifiers[path] = names.non_identifiers(all_names)
+        sus_names = fastpath.suspect_names(ctx, scope)
+        sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
+        suspects[path] = (sus_names, sus_nodes)
+        _check_names(state, scope, sus_names, UNTYPED_NAME_RULES)
+        _check_nodes(state, scope, sus_nodes, UNTYPED_NODE_RULES)
+    broken = any(d.severity is Severity.ERROR for d in load_diags) or _has_error(state)
+    t2 = time.perf_counter()
+    inference = run_inference(model, scopes, isolate=broken)
+    t3 = time.perf_counter()
+    state.inference = inference
+    ctx.inference = inference
+    typed_nodes = TYPED_NODE_RULES
+    if types.node_rules in _node_rules(state):
+        typed_nodes = (*TYPED_NODE_RULES, types.node_rules)
+    for scope in scopes:
+        sus_names, sus_nodes = suspects[scope.path]
+        _check_names(state, scope, sus_names, TYPED_NAME_RULES, reset=False)
+        nodes = range(len(scope.nodes)) if types.node_rules in typed_nodes else sus_nodes
+        _check_nodes(state, scope, nodes, typed_nodes, reset=False)
         _check_cycles(state, scope)
     state.model = _model_rules(state)
-    t3 = time.perf_counter()
-    state.timings = {"inference": t1 - t0, "checker": t2 - t1, "rules": t3 - t2}
+    t4 = time.perf_counter()
+    state.timings = {"checker": t1 - t0, "inference": t3 - t2, "rules": (t2 - t1) + (t4 - t3)}
     return state
+
+
+def _has_error(state: ValidationState) -> bool:
+    for store in (state.interface, state.body):
+        if any(d.severity is Severity.ERROR for ds in store.values() for d in ds):
+            return True
+    for nested in (state.by_name, state.by_node):
+        for per in nested.values():
+            if any(d.severity is Severity.ERROR for ds in per.values() for d in ds):  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 # -- incremental run ---------------------------------------------------------------------------
@@ -210,7 +268,7 @@ def _rename_pair(
             return None
         before = name in state.names_seen.get(path, ())
         now = bool(
-            name in scope.definitions
+            scope.defines(name)
             or name in scope.consumers
             or name in scope.output_uses
             or any(name in c.free_names for c in scope.children)
@@ -248,11 +306,7 @@ def incremental_run(
     ctx.load_diagnostics = load_diags
     ctx._implicit.clear()
     if state.inference is not None:
-        tmap = state.inference.types
-        for path in state.paths:
-            t = tmap.pop((path, old), None)
-            if t is not None:
-                tmap[(path, new)] = t
+        state.inference.types.rename(old, new, {p for p, _ in changed.names})
     touched_nodes: dict[str, set[int]] = {}
     for path, idx in changed.nodes:
         touched_nodes.setdefault(path, set()).add(idx)
@@ -298,7 +352,7 @@ def incremental_run(
 
 def _present(ctx: CheckContext, scope: GraphScope, name: str) -> bool:
     return bool(
-        name in scope.definitions
+        scope.defines(name)
         or name in scope.consumers
         or name in scope.output_uses
         or name in ctx.implicit_consumers(scope)
@@ -316,8 +370,9 @@ def _retype_run(
     """A non-structural edit that may change types: re-run inference and the checker, then
     re-check the touched graphs' names and the nodes whose inputs, outputs or types changed."""
     old_inf = state.inference
-    inference = run_inference(doc.model, scopes)
     checker = run_checker(doc.model)
+    broken = any(d.severity is Severity.ERROR for d in load_diags) or _has_error(state)
+    inference = run_inference(doc.model, scopes, isolate=broken or checker.message is not None)
     if old_inf is None or old_inf.strict_ok != inference.strict_ok:
         return None  # the set of node rules changes: recheck everything
     ctx = CheckContext(doc.model, scopes, load_diags, inference)
@@ -347,7 +402,7 @@ def _retype_run(
         wanted = {n for p, n in changed.names if p == path} | {n for p, n in retyped if p == path}
         if path in changed.graphs or any(a.path in changed.graphs for a in scope.ancestors()):
             wanted |= {
-                n for n in all_names if n in ctx.declared_types(scope) or n not in scope.definitions
+                n for n in all_names if n in ctx.declared_types(scope) or not scope.defines(n)
             }
         stale = [n for n in state.by_name.get(path, {}) if n not in all_names]
         for n in stale:
@@ -402,6 +457,13 @@ def _dedupe_custom_ops(diags: list[Diagnostic]) -> list[Diagnostic]:
 
 def _inference_diags(state: ValidationState, own_errors: list[Diagnostic]) -> list[Diagnostic]:
     inf = state.inference
+    if inf is not None and inf.crash:
+        return [
+            diag(
+                "I003",
+                f"{inf.crash} on this model, so no types were inferred; onnxviz's own rules still ran.",
+            )
+        ]
     if inf is None or inf.strict_ok:
         return []
     out = []

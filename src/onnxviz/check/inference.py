@@ -11,9 +11,13 @@ turns an unexplained complaint into C001 / C002.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import os
+import pickle
 import re
 import time
 import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +28,49 @@ from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
 
 from onnxviz.model.scopes import GraphScope
 
-TypeMap = dict[tuple[str, str], TypeProto]
+
+class TypeMap(Mapping[tuple[str, str], TypeProto]):
+    """Inferred types by (graph path, value name), stored per graph so that collecting
+    100k types is one dict comprehension per graph.  Entries with an empty TypeProto
+    (inference knew nothing) read as absent."""
+
+    def __init__(self) -> None:
+        self.by_graph: dict[str, dict[str, TypeProto]] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> TypeProto:
+        t = self.by_graph.get(key[0], {}).get(key[1])
+        if t is None or t.WhichOneof("value") is None:
+            raise KeyError(key)
+        return t
+
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:  # type: ignore[override]
+        t = self.by_graph.get(key[0], {}).get(key[1])
+        if t is None or t.WhichOneof("value") is None:
+            return default
+        return t
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for path, types in self.by_graph.items():
+            for name, t in types.items():
+                if t.WhichOneof("value") is not None:
+                    yield (path, name)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def rename(self, old: str, new: str, paths: Iterable[str]) -> None:
+        for path in paths:
+            types = self.by_graph.get(path)
+            if types is None:
+                continue
+            t = types.pop(old, None)
+            if t is not None:
+                types[new] = t
+
+    def graph(self, path: str) -> dict[str, TypeProto]:
+        return self.by_graph.get(path, {})
+
+
 _LINE = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>[^)]*))?\): (?P<msg>.*)")
 _MAX_PROTO = 2**31 - 1
 
@@ -40,10 +86,11 @@ class InferenceFailure:
 
 @dataclass
 class InferenceResult:
-    types: TypeMap = field(default_factory=dict)
+    types: TypeMap = field(default_factory=TypeMap)
     failures: list[InferenceFailure] = field(default_factory=list)
     strict_ok: bool = True
     ran: bool = True
+    crash: str | None = None  # onnx crashed in the isolated worker
     seconds: float = 0.0
 
 
@@ -95,7 +142,7 @@ def _graph_at(
 
 
 def collect_types(result: ModelProto, scopes: list[GraphScope]) -> TypeMap:
-    types: TypeMap = {}
+    types = TypeMap()
     cache: dict[str, GraphProto] = {}
     for scope in scopes:
         if scope.kind == "function":
@@ -104,14 +151,84 @@ def collect_types(result: ModelProto, scopes: list[GraphScope]) -> TypeMap:
         if g is None:
             continue
         cache[scope.path] = g
-        path = scope.path
-        for vi in (*g.input, *g.value_info, *g.output):
-            if vi.HasField("type") and vi.type.WhichOneof("value") is not None:
-                types[(path, vi.name)] = vi.type
+        found = {vi.name: vi.type for vi in g.value_info}
+        for vi in g.output:
+            found[vi.name] = vi.type
+        for vi in g.input:
+            found[vi.name] = vi.type
+        types.by_graph[scope.path] = found
     return types
 
 
-def run_inference(model: ModelProto, scopes: list[GraphScope]) -> InferenceResult:
+def _infer(copy: ModelProto) -> tuple[ModelProto, str | None]:
+    """(inferred model, strict-mode failure text or None)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            copy, check_type=True, strict_mode=True, data_prop=True
+        )
+    except Exception as exc:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                copy, check_type=False, strict_mode=False, data_prop=True
+            )
+        except Exception:
+            inferred = copy
+        return inferred, str(exc)
+    return inferred, None
+
+
+def _infer_isolated(copy: ModelProto) -> tuple[ModelProto, str | None] | str:
+    """Run `_infer` in a forked child, so that a crash of onnx's C++ code on a broken
+    model (it dereferences missing input types in some operators' inference) cannot take
+    the application down.  Returns the crash description instead of a result."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: infer, send back the inferred model without tensor data
+        code = 0
+        try:
+            os.close(read_fd)
+            faulthandler.disable()  # a crash here is expected and reported by the parent
+            inferred, failure = _infer(copy)
+            _drop_tensor_data(inferred)
+            blob = pickle.dumps((inferred.SerializeToString(), failure))
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(blob)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        blob = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"onnx.shape_inference crashed (signal {os.WTERMSIG(status)})"
+    if not blob:
+        return "onnx.shape_inference failed in its worker process"
+    data, failure = pickle.loads(blob)
+    inferred = ModelProto()
+    inferred.ParseFromString(data)
+    return inferred, failure
+
+
+def _drop_tensor_data(model: ModelProto) -> None:
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        del g.initializer[:]
+        del g.sparse_initializer[:]
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
+def run_inference(
+    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = False
+) -> InferenceResult:
+    """Infer types on a copy without value_info.  With ``isolate`` (the caller found the
+    model broken), onnx runs in a forked process where fork exists."""
     start = time.perf_counter()
     res = InferenceResult()
     if model.ByteSize() > _MAX_PROTO:
@@ -119,22 +236,21 @@ def run_inference(model: ModelProto, scopes: list[GraphScope]) -> InferenceResul
         res.seconds = time.perf_counter() - start
         return res
     copy = _stripped_copy(model)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(
-            copy, check_type=True, strict_mode=True, data_prop=True
-        )
-    except Exception as exc:
-        res.strict_ok = False
-        try:
-            inferred = onnx.shape_inference.infer_shapes(
-                copy, check_type=False, strict_mode=False, data_prop=True
-            )
-        except Exception:
-            inferred = copy
-        res.types = collect_types(inferred, scopes)
-        res.failures = _parse_failures(str(exc), scopes, res.types)
+    if isolate and hasattr(os, "fork"):
+        got = _infer_isolated(copy)
     else:
-        res.types = collect_types(inferred, scopes)
+        got = _infer(copy)
+    if isinstance(got, str):
+        res.ran = False
+        res.strict_ok = False
+        res.crash = got
+        res.seconds = time.perf_counter() - start
+        return res
+    inferred, failure = got
+    res.types = collect_types(inferred, scopes)
+    if failure is not None:
+        res.strict_ok = False
+        res.failures = _parse_failures(failure, scopes, res.types)
     res.seconds = time.perf_counter() - start
     return res
 
@@ -196,7 +312,7 @@ def _known_gap(f: InferenceFailure, scopes: list[GraphScope], types: TypeMap) ->
         owner = scope.lookup(name) if name else None
         if owner is None:
             continue
-        if any(d.kind == "sparse_initializer" for d in owner.definitions.get(name, ())):
+        if any(d.kind == "sparse_initializer" for d in owner.definitions_of(name)):
             return "onnx.shape_inference ignores the types of sparse_initializer tensors"
     return None
 

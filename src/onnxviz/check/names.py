@@ -56,15 +56,14 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     """N001 shadowing, N002 subgraph input also an initializer."""
     out: NameDiags = {}
     path = scope.path
-    defs_all = scope.definitions
     ancestors = list(scope.ancestors())
     for name in names:
         if not name:
             continue
         found: list[Diagnostic] = []
-        defs = defs_all.get(name)
-        if defs is not None and ancestors:
-            outer = next((a for a in ancestors if name in a.definitions), None)
+        defs = scope.definitions_of(name) if ancestors else None
+        if defs and ancestors:
+            outer = next((a for a in ancestors if a.defines(name)), None)
             if outer is not None:
                 d = defs[0]
                 node = scope.node_label(d.index) if d.kind == "node_output" else None

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from onnx import TypeProto
 
-from onnxviz.check.context import CheckContext
+from onnxviz.check.context import CheckContext, defined_names
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.scopes import GraphScope
@@ -16,7 +16,7 @@ NameDiags = dict[str, list[Diagnostic]]
 
 
 def scope_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
-    names = set(scope.definitions)
+    names = defined_names(scope)
     names.update(scope.consumers)
     names.update(scope.output_uses)
     names.update(ctx.implicit_consumers(scope))
@@ -32,7 +32,7 @@ def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
         what = "function" if scope.kind == "function" else "graph"
         out.append(diag("G010", f"The {what} at '{path}' has no name.", path, field="name"))
     for name in scope.output_uses:
-        if name and not any(d for d in scope.definitions.get(name, ())):
+        if name and not scope.defines(name):
             outer = scope.lookup(name) if scope.parent is not None else None
             msg = f"Graph output '{name}' is not produced by any node, input or initializer of this graph."
             hint = (
@@ -121,16 +121,15 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     """G001 single assignment, G002 order, G004 undefined uses."""
     out: NameDiags = {}
     path = scope.path
-    defs_all = scope.definitions
     consumers_all = scope.consumers
     implicit = ctx.implicit_consumers(scope)
     label = scope.node_label
     for name in names:
         if not name:
             continue
-        defs = defs_all.get(name)
+        defs = scope.definitions_of(name)
         found: list[Diagnostic] = []
-        if defs is None:
+        if not defs:
             if scope.parent is None or scope.parent.lookup(name) is None:
                 for ni, ii in consumers_all.get(name, ()):
                     found.append(

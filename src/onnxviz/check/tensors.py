@@ -37,7 +37,39 @@ _EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 _COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}
 
 
+_PLAIN_FIELDS = {"name", "dims", "data_type", "doc_string"}
+
+
+def _plain_raw_ok(t: TensorProto) -> bool:
+    """The common case in one protobuf call: an in-model raw_data tensor of a known
+    fixed-width type whose byte count fits its dims."""
+    raw = None
+    dt = 0
+    dims: Iterable[int] = ()
+    for fd, value in t.ListFields():
+        name = fd.name
+        if name == "raw_data":
+            raw = value
+        elif name == "data_type":
+            dt = value
+        elif name == "dims":
+            dims = value
+        elif name not in _PLAIN_FIELDS:
+            return False
+    bits = _BITS.get(dt, 0)
+    if raw is None or bits == 0:
+        return False
+    n = 1
+    for d in dims:
+        if d < 0:
+            return False
+        n *= d
+    return len(raw) == (n * bits + 7) // 8
+
+
 def tensor_problems(t: TensorProto) -> list[Problem]:
+    if _plain_raw_ok(t):
+        return []
     out: list[Problem] = []
     dt = t.data_type
     if dt == 0 or dt not in _BITS:
@@ -201,7 +233,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     path = scope.path
     for name in names:
         found: list[Diagnostic] = []
-        for d in scope.definitions.get(name, ()):
+        for d in scope.definitions_of(name):
             if d.kind == "initializer":
                 probs = tensor_problems(g.initializer[d.index])
                 fld = "initializer"

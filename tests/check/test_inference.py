@@ -1,0 +1,104 @@
+"""Inference results kept apart from declared types; onnx crashes isolated."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxviz.check import inference, validate
+from onnxviz.check.inference import infer_types, run_inference
+from onnxviz.model.document import Document
+from tests.check.cases import model, vi
+
+F = TensorProto.FLOAT
+
+
+def _doc() -> Document:
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["t"], name="mm"),
+        helper.make_node("Relu", ["t"], ["y"], name="r"),
+    ]
+    # 't' is declared with a wrong element type: the inferred one must not be overwritten.
+    return Document.from_model(
+        model(
+            nodes,
+            [vi("a", shape=(2, 3)), vi("b", shape=(3, 5))],
+            [vi("y", shape=None)],
+            value_info=[vi("t", TensorProto.INT64)],
+        )
+    )
+
+
+def test_inferred_types_are_kept_apart_from_declared() -> None:
+    doc = _doc()
+    types = infer_types(doc)
+    t = types[("main", "t")]
+    assert t.tensor_type.elem_type == F
+    assert [d.dim_value for d in t.tensor_type.shape.dim] == [2, 5]
+    y = types[("main", "y")]
+    assert [d.dim_value for d in y.tensor_type.shape.dim] == [2, 5]
+    # The declared type in the model is untouched.
+    assert doc.model.graph.value_info[0].type.tensor_type.elem_type == TensorProto.INT64
+    assert ("main", "nowhere") not in types
+    assert {"T005"} <= {d.code for d in validate(doc)}
+
+
+def test_infer_types_is_cached_per_revision() -> None:
+    doc = _doc()
+    validate(doc)
+    first = infer_types(doc)
+    assert infer_types(doc) is first
+    doc.rename_value("t", "t2")
+    again = infer_types(doc)
+    assert ("main", "t2") in again
+
+
+def test_types_inside_subgraphs() -> None:
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", shape=None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["u"])], "else", [], [vi("u", shape=None)]
+    )
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
+    doc = Document.from_model(model([node], [vi("c", TensorProto.BOOL, ()), vi("x")], [vi("y")]))
+    types = infer_types(doc)
+    assert types[("main/then_branch:if", "t")].tensor_type.elem_type == F
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="isolation needs fork")
+def test_a_crash_in_onnx_is_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(copy: onnx.ModelProto) -> None:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(inference, "_infer", crash)
+    doc = _doc()
+    result = run_inference(doc.model, doc.scopes(), isolate=True)
+    assert result.crash is not None and "crashed" in result.crash
+    assert not result.types
+
+
+def test_broken_models_are_inferred_in_a_worker() -> None:
+    # onnx 1.23 dereferences a missing input type in LabelEncoder's inference; our rule
+    # sees the undefined input first, so inference runs isolated and the process survives.
+    node = helper.make_node(
+        "LabelEncoder",
+        ["nowhere"],
+        ["y"],
+        domain="ai.onnx.ml",
+        keys_strings=["a"],
+        values_tensor=helper.make_tensor("v", TensorProto.INT32, [1], [1]),
+    )
+    m = model(
+        [node],
+        [vi("x", TensorProto.STRING, (1,))],
+        [vi("y", TensorProto.INT32, (1,))],
+        opsets=[("ai.onnx.ml", 4)],
+    )
+    m.graph.output[0].ClearField("type")
+    codes = {d.code for d in validate(Document.from_model(m))}
+    assert "G004" in codes
