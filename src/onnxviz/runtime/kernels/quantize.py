@@ -54,15 +54,22 @@ def round_to(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
 
 
 def saturate_cast(
-    values: np.ndarray, dtype: np.dtype[Any], saturate: int = 1, *, owned: bool = False
+    values: np.ndarray,
+    dtype: np.dtype[Any],
+    saturate: int = 1,
+    *,
+    owned: bool = False,
+    rounded: bool = False,
 ) -> np.ndarray:
     """float32 values to a quantized type: RNE then clip for integers; for float8 clip to
     +-max when ``saturate`` (infinities included), else the type's own overflow (inf/NaN).
-    ``owned``: ``values`` is a temporary this call may overwrite (saves two copies)."""
+    ``owned``: ``values`` is a temporary this call may overwrite (saves two copies);
+    ``rounded``: the values are already integral."""
     if _is_integer(dtype):
         lo, hi = _int_range(dtype)
         work = values if owned else values.copy()
-        np.rint(work, out=work)
+        if not rounded:
+            np.rint(work, out=work)
         np.clip(work, lo, hi, out=work)
         if dtype in _SUB_BYTE_INT:
             return work.astype(np.int8).astype(dtype)
@@ -129,7 +136,8 @@ def _quantize(
     if zero_point is not None:
         zp = to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
         q += zp
-    return saturate_cast(q, out_dtype, saturate, owned=True)
+    # Integer targets were rounded above and the zero point is integral.
+    return saturate_cast(q, out_dtype, saturate, owned=True, rounded=True)
 
 
 @kernel("QuantizeLinear", since=10)
@@ -179,16 +187,16 @@ def _dequantize(
         out_dtype = scale.dtype
     else:
         out_dtype = np.dtype(_F32)
-    values = to_f32(x)
+    values = np.array(x, dtype=_F32)  # a fresh buffer, updated in place below
     if zero_point is not None:
         if zero_point.dtype != x.dtype:
             fail(f"DequantizeLinear: zero point type {zero_point.dtype} != input type {x.dtype}")
-        values = values - to_f32(
-            _broadcast_param(zero_point, x.shape, axis, block_size, "zero point")
-        )
+        values -= to_f32(_broadcast_param(zero_point, x.shape, axis, block_size, "zero point"))
     s = to_f32(_broadcast_param(scale, x.shape, axis, block_size, "scale"))
     # The output type is the multiplication's precision: round both operands to it first.
-    return (round_to(values, out_dtype) * round_to(s, out_dtype)).astype(out_dtype)
+    values = round_to(values, out_dtype)
+    values *= round_to(s, out_dtype)
+    return values.astype(out_dtype, copy=False)
 
 
 @kernel("DequantizeLinear", since=10)
