@@ -85,7 +85,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_image_decoder_decode_jpeg_bgr": _NO_CODEC,
     "test_image_decoder_decode_jpeg2k_rgb": _NO_CODEC,
     "test_image_decoder_decode_webp_rgb": _NO_CODEC,
-    "test_image_decoder_decode_tiff_rgb": _NO_CODEC,
 }
 
 

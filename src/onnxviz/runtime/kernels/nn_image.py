@@ -1,7 +1,7 @@
 """ImageDecoder (opset 20) for the formats decodable with the standard library alone:
-PNG (zlib), BMP (uncompressed 24/32-bit) and PNM (P2/P3/P5/P6).
+PNG (zlib), BMP (uncompressed 24/32-bit), PNM (P2/P3/P5/P6) and uncompressed TIFF.
 
-JPEG, JPEG 2000, TIFF and WebP need real codecs; image libraries are not runtime
+JPEG, JPEG 2000, compressed TIFF and WebP need real codecs; image libraries are not runtime
 dependencies, so those raise a clear ExecutionError instead of guessing.
 """
 
@@ -152,6 +152,47 @@ def _decode_pnm(data: bytes) -> np.ndarray:
     return np.repeat(img, 3, axis=2) if channels == 1 else img
 
 
+def _tiff_tags(data: bytes) -> dict[int, list[int]]:
+    """Tags of the first IFD: tag -> its SHORT/LONG values."""
+    order = "<" if data[:2] == b"II" else ">"
+    (ifd,) = struct.unpack(order + "I", data[4:8])
+    (count,) = struct.unpack(order + "H", data[ifd : ifd + 2])
+    tags: dict[int, list[int]] = {}
+    sizes = {1: ("B", 1), 3: ("H", 2), 4: ("I", 4)}
+    for k in range(count):
+        entry = data[ifd + 2 + 12 * k : ifd + 14 + 12 * k]
+        tag, kind, n = struct.unpack(order + "HHI", entry[:8])
+        if kind not in sizes:
+            continue
+        code, size = sizes[kind]
+        raw = entry[8:12] if n * size <= 4 else data[struct.unpack(order + "I", entry[8:12])[0] :]
+        tags[tag] = list(struct.unpack(order + code * n, raw[: n * size]))
+    return tags
+
+
+def _decode_tiff(data: bytes) -> np.ndarray:
+    """Baseline uncompressed 8-bit TIFF (RGB or grayscale, chunky, strips)."""
+    tags = _tiff_tags(data)
+    width, height = tags[256][0], tags[257][0]
+    bits = tags.get(258, [1])
+    compression = tags.get(259, [1])[0]
+    photometric = tags.get(262, [2])[0]
+    channels = tags.get(277, [1])[0]
+    if compression != 1 or any(b != 8 for b in bits) or tags.get(284, [1])[0] != 1:
+        raise ExecutionError("ImageDecoder: only uncompressed 8-bit chunky TIFF is supported")
+    strips = b"".join(
+        data[o : o + c] for o, c in zip(tags[273], tags.get(279, [width * height * channels]))
+    )
+    pixels = np.frombuffer(strips, dtype=np.uint8, count=width * height * channels)
+    img = pixels.reshape(height, width, channels)
+    if photometric in (0, 1):  # grayscale (0 = white is zero)
+        gray = img[..., :1] if photometric == 1 else 255 - img[..., :1]
+        return np.repeat(gray, 3, axis=2)
+    if photometric != 2 or channels < 3:
+        raise ExecutionError(f"ImageDecoder: TIFF photometric {photometric} is not supported")
+    return img[..., :3].copy()
+
+
 def _format_of(data: bytes) -> str:
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "png"
@@ -174,7 +215,7 @@ def _format_of(data: bytes) -> str:
 def image_decoder(encoded: np.ndarray, *, pixel_format: str = "RGB") -> np.ndarray:
     data = np.ascontiguousarray(encoded, dtype=np.uint8).tobytes()
     kind = _format_of(data)
-    decoders = {"png": _decode_png, "bmp": _decode_bmp, "pnm": _decode_pnm}
+    decoders = {"png": _decode_png, "bmp": _decode_bmp, "pnm": _decode_pnm, "tiff": _decode_tiff}
     if kind not in decoders:
         raise ExecutionError(
             f"ImageDecoder: {kind} images need a codec library, which onnxviz does not ship"
