@@ -632,36 +632,40 @@ _ATTRS: dict[str, dict[str, Any]] = {
 
 
 def _typed_params() -> list[Any]:
+    """(op, since_version, dtype) for every version of our ops and every input type that
+    version's schema allows for its first input."""
     import onnx.defs
     from onnx import helper as h
 
     out = []
-    for op in MATH_OPS:
-        if op == "Where":
-            continue  # condition + two values: covered by the node tests and string test
-        schema = onnx.defs.get_schema(op, 28)
+    for schema in onnx.defs.get_all_schemas_with_history():
+        op = schema.name
+        if schema.domain != "" or op not in MATH_OPS or op == "Where":
+            continue  # Where (condition + two values) is covered by node and string tests
         first = schema.inputs[0].type_str
-        allowed = next(c for c in schema.type_constraints if c.type_param_str == first)
-        for type_str in allowed.allowed_type_strs:
+        allowed = next((c for c in schema.type_constraints if c.type_param_str == first), None)
+        for type_str in allowed.allowed_type_strs if allowed else [first]:
             name = type_str[len("tensor(") : -1].upper()
             if name == "STRING":
                 continue
-            elem = getattr(TensorProto, name)
-            out.append(pytest.param(op, h.tensor_dtype_to_np_dtype(elem), id=f"{op}-{name}"))
+            dtype = h.tensor_dtype_to_np_dtype(getattr(TensorProto, name))
+            version = schema.since_version
+            out.append(pytest.param(op, version, dtype, id=f"{op}-{version}-{name}"))
     return out
 
 
-@pytest.mark.parametrize(("op", "dtype"), _typed_params())
-def test_every_allowed_type_runs_and_keeps_its_type(op: str, dtype: np.dtype) -> None:
-    """Each op at its newest opset, on every input type its schema allows."""
+@pytest.mark.parametrize(("op", "version", "dtype"), _typed_params())
+def test_every_version_and_allowed_type_runs_and_keeps_its_type(
+    op: str, version: int, dtype: np.dtype
+) -> None:
     import onnx.defs
 
     base = [[True, False], [False, True]] if dtype == np.bool_ else [[1, 2], [3, 1]]
     x = np.array(base).astype(dtype)
-    schema = onnx.defs.get_schema(op, 28)
+    schema = onnx.defs.get_schema(op, version)
     rest = [x] * (max(schema.min_input, 1) - 1) if op != "Einsum" else [x]
     inputs = [x, *_EXTRA_INPUTS.get(op, rest)]
-    out = run_one(op, inputs, 28, **_ATTRS.get(op, {}))
+    out = run_one(op, inputs, version, **_ATTRS.get(op, {}))
     if op in _BOOL_OUT:
         expected = np.dtype(np.bool_)
     elif op in ("ArgMax", "ArgMin"):
