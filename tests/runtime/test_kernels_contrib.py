@@ -340,15 +340,16 @@ def test_qlinear_elementwise_pool_concat() -> None:
     zp = np.array(128, np.uint8)
     compare_with_ort(
         "QLinearAdd",
-        [_u8(2, 3), _s(0.05), zp, _u8(3), _s(0.07), np.array(100, np.uint8), _s(0.1), zp],
+        # Ratios like 0.05/0.1 make many exact half-way values: rounding must agree.
+        [_u8(64, 32), _s(0.05), zp, _u8(32), _s(0.07), np.array(100, np.uint8), _s(0.1), zp],
     )
     compare_with_ort(
         "QLinearMul",
         [
-            _i8(2, 3),
+            _i8(64, 32),
             _s(0.05),
             np.array(1, np.int8),
-            _i8(2, 3),
+            _i8(64, 32),
             _s(0.07),
             np.array(-3, np.int8),
             _s(0.1),
