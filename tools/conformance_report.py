@@ -21,6 +21,7 @@ from onnxviz.runtime.conformance import (
     node_cases,
     run_light_model,
     run_node_case,
+    simple_model_cases,
 )
 
 
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         results.append(run_node_case(case))
     node_seconds = time.perf_counter() - t0
+    models: list[CaseResult] = []
+    if not args.op:
+        models = [run_node_case(case) for case in simple_model_cases()]
     light: list[CaseResult] = []
     if not args.no_light and not args.op:
         for name, rtol, atol in LIGHT_MODELS:
@@ -60,15 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{s} {totals[s]}" for s in statuses)
         + f" ({100.0 * totals['pass'] / max(n, 1):.1f}% pass, {node_seconds:.1f} s)"
     )
+    if models:
+        model_pass = sum(1 for r in models if r.status == "pass")
+        print(f"simple model cases: {len(models)}, pass {model_pass}")
     for r in light:
         print(f"light model {r.op:14s} {r.status}{': ' + r.detail if r.detail else ''}")
     if args.verbose:
         print()
-        for r in results + light:
+        for r in results + models + light:
             if r.status != "pass":
                 print(f"{r.status:11s} {r.name}: {r.detail}")
     if args.write_expected:
-        names = sorted(r.name for r in results + light if r.status == "pass")
+        names = sorted(r.name for r in results + models + light if r.status == "pass")
         with open(args.write_expected, "w", encoding="utf-8") as fh:
             fh.write(
                 "# Conformance cases that pass through the Session (written by\n"

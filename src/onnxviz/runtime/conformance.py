@@ -2,7 +2,8 @@
 tools/conformance_report.py and the CLI-free checks).
 
 * node cases: ``onnx.backend.test.case.node.collect_testcases()``, each a small model
-  with input/expected-output data sets;
+  with input/expected-output data sets (and the few "simple" whole-model cases of
+  ``onnx.backend.test.case.model``, run the same way);
 * light models: ``onnx/backend/test/data/light/light_<name>.onnx`` with
   ``light_<name>_output_0.pb``.  Their inputs are what the onnx test runner makes
   (``Runner.generate_dummy_data(random=False)``): a float32 tensor ``arange(n) / n``
@@ -54,6 +55,17 @@ def node_cases() -> list[Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return list(collect_testcases(None))
+
+
+@lru_cache(maxsize=1)
+def simple_model_cases() -> list[Any]:
+    """The small whole-model cases of ``onnx.backend.test.case.model`` (sequence models,
+    expand/shape models, string normalizer models, ...) that carry their own data."""
+    from onnx.backend.test.case.model import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [c for c in collect_testcases() if c.kind == "simple" and c.data_sets]
 
 
 def case_op(case: Any) -> str:
