@@ -507,3 +507,20 @@ def test_facade_runs_a_real_document(tmp_path: object) -> None:
     assert isinstance(doc, Document)
     out = onnxviz.Session(doc).run({"x": np.ones(3, np.float32)})
     np.testing.assert_allclose(out["y"], [4.0, 0.0, 3.0])
+
+
+def test_unexpected_interpreter_exception_becomes_execution_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from onnxviz.runtime import control_flow
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(control_flow, "_run_if", broken)
+    sess = Session(if_model())
+    with pytest.raises(ExecutionError, match="interpreter failed: KeyError") as info:
+        sess.run({"c": np.array(True), "x": np.ones(2, np.float32)})
+    assert info.value.node == "cond" and sess.state == "failed"
+    sess.start({"c": np.array(True), "x": np.ones(2, np.float32)})
+    assert sess.resume().reason == "failed"

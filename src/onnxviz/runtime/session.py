@@ -189,6 +189,8 @@ class Session:
                 self._finish(stop.value or [])
             except ExecutionError as exc:
                 self._fail(exc)
+            except Exception as exc:
+                self._fail(self._internal_error(exc))
         if self.error is not None:
             raise self.error
         return dict(self.outputs)
@@ -442,6 +444,8 @@ class Session:
             ev = self._finish(stop.value or [])
         except ExecutionError as exc:
             ev = self._fail(exc)
+        except Exception as exc:
+            ev = self._fail(self._internal_error(exc))
         if isinstance(ev, (NodeStarted, NodeFinished, FrameEntered)):
             self._depth = ev.depth
         elif isinstance(ev, FrameLeft):
@@ -457,6 +461,20 @@ class Session:
         ev = RunFinished("", 0, dict(self.outputs), self.seconds)
         self.last_event = ev
         return ev
+
+    def _internal_error(self, exc: Exception) -> ExecutionError:
+        """An unexpected exception outside any kernel, as an ExecutionError naming
+        where the run was (the run cannot continue after it)."""
+        ref = self.current_node
+        err = ExecutionError(
+            f"the interpreter failed: {type(exc).__name__}: {exc}",
+            file=self.file,
+            graph_path=ref.graph_path if ref else None,
+            node=ref.label if ref else None,
+            op_type=ref.op_type if ref else None,
+        )
+        err.__cause__ = exc
+        return err
 
     def _fail(self, exc: ExecutionError) -> NodeFailed:
         ex = self._executor
