@@ -284,7 +284,8 @@ def test_kernels_do_not_mutate_inputs() -> None:
     run("InstanceNormalization", [x, np.ones(4, np.float32), np.zeros(4, np.float32)], 6)
     q = rng.normal(size=(1, 2, 3, 4)).astype(np.float32)
     qk = q.copy()
-    run("RotaryEmbedding", [q, np.ones((3, 2), np.float32), np.zeros((3, 2), np.float32)], 23)
+    cache = np.ones((3, 2), np.float32)
+    run("RotaryEmbedding", [q, cache, cache, np.array([[0, 1, 2]], np.int64)], 23)
     np.testing.assert_array_equal(x, keep)
     np.testing.assert_array_equal(q, qk)
 

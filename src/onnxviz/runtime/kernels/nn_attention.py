@@ -191,6 +191,8 @@ def rotary_embedding(
     cos, sin = cos_cache.astype(dt), sin_cache.astype(dt)
     if position_ids is not None:
         cos, sin = cos[position_ids], sin[position_ids]
+    elif cos.ndim != 3 or sin.ndim != 3:
+        raise ExecutionError("RotaryEmbedding: without position_ids the caches must be 3-D")
     if cos.shape[-1] != half or sin.shape[-1] != half:
         raise ExecutionError(f"RotaryEmbedding: caches must have last dimension {half}")
     cos, sin = cos[:, :, None, :], sin[:, :, None, :]

@@ -101,6 +101,8 @@ class _Setup:
         layout: int,
         sequence_lens: np.ndarray | None,
     ) -> None:
+        if direction == "foward":  # the opset-1 GRU schema's default is spelled so
+            direction = "forward"
         if direction not in ("forward", "reverse", "bidirectional"):
             raise ExecutionError(f"recurrent layer: unknown direction '{direction}'")
         self.layout = layout
