@@ -134,3 +134,51 @@ def test_retype_run_matches_full(elem: int) -> None:
     _step(doc, cmd.SetValueType("main", "x", helper.make_tensor_type_proto(elem, [2])))
     # Float stays float: inference is re-run, the rules only re-check what changed.
     assert (state_of(doc) is state) == (elem == TensorProto.FLOAT)
+
+
+def test_random_edit_sequences_match_full_runs() -> None:
+    import random
+
+    from onnxviz.errors import EditError
+
+    rng = random.Random(3)
+    doc = Document.from_model(_sample())
+    validate(doc)
+    for step in range(40):
+        scopes = doc.scopes()
+        scope = rng.choice(scopes)
+        names = sorted(n for n in scope.producer if n)
+        kind = rng.choice(["rename", "rename", "rewire", "node_name", "attr", "undo"])
+        try:
+            if kind == "rename" and names:
+                command: cmd.Command | str = cmd.RenameValue(
+                    scope.path, rng.choice(names), f"v{step}.{rng.randrange(3)}"
+                )
+            elif kind == "rewire" and len(scope.nodes):
+                i = rng.randrange(len(scope.nodes))
+                visible = sorted(n for n in scope.visible_names() if n)
+                if not len(scope.nodes[i].input) or not visible:
+                    continue
+                command = cmd.RewireInput(
+                    scope.path, i, rng.randrange(len(scope.nodes[i].input)), rng.choice(visible)
+                )
+            elif kind == "node_name" and len(scope.nodes):
+                command = cmd.SetNodeField(
+                    scope.path,
+                    rng.randrange(len(scope.nodes)),
+                    "name",
+                    rng.choice(["dup", "n1", "n2"]),
+                )
+            elif kind == "attr" and len(scope.nodes):
+                command = cmd.SetAttribute(
+                    scope.path,
+                    rng.randrange(len(scope.nodes)),
+                    helper.make_attribute("axis", rng.randrange(2)),
+                )
+            elif kind == "undo" and doc.can_undo:
+                command = "undo"
+            else:
+                continue
+            _step(doc, command)
+        except EditError:
+            continue

@@ -82,7 +82,7 @@ class ValidationState:
     by_name: dict[str, dict[str, list[Diagnostic]]] = field(default_factory=dict)
     by_node: dict[str, dict[int, list[Diagnostic]]] = field(default_factory=dict)
     names_seen: dict[str, set[str]] = field(default_factory=dict)
-    bad_identifiers: dict[str, set[str]] = field(default_factory=dict)
+    bad_identifiers: dict[str, names.BadNames] = field(default_factory=dict)
     model: list[Diagnostic] = field(default_factory=list)
     inference: InferenceResult | None = None
     checker: CheckerResult | None = None
@@ -216,7 +216,7 @@ def full_run(
         all_names = structure.scope_names(ctx, scope)
         all_names.discard("")
         state.names_seen[path] = all_names
-        state.bad_identifiers[path] = names.non_identifiers(all_names)
+        state.bad_identifiers[path] = names.BadNames(names.non_identifiers(all_names))
         sus_names = fastpath.suspect_names(ctx, scope)
         sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
         suspects[path] = (sus_names, sus_nodes)
@@ -326,7 +326,7 @@ def incremental_run(
         seen.discard(old)
         seen.discard(new)
         seen.update(now_names)
-        bad = state.bad_identifiers.setdefault(path, set())
+        bad = state.bad_identifiers.setdefault(path, names.BadNames(set()))
         bad.discard(old)
         bad.discard(new)
         bad.update(names.non_identifiers(now_names))
@@ -389,31 +389,36 @@ def _retype_run(
         | {p for p, _ in changed.names}
         | {p for p, _ in retyped}
     )
+    changed_names = {n for _, n in changed.names if n}
     for scope in scopes:
         path = scope.path
-        if path not in graphs and not any(a.path in graphs for a in scope.ancestors()):
+        seen = state.names_seen.setdefault(path, set())
+        here = {n for n in changed_names if n in seen or _present(ctx, scope, n)}
+        if path not in graphs and not here:
             continue
-        all_names = structure.scope_names(ctx, scope)
-        all_names.discard("")
-        state.names_seen[path] = all_names
-        state.bad_identifiers[path] = names.non_identifiers(all_names)
+        for n in here:
+            if _present(ctx, scope, n):
+                seen.add(n)
+                state.bad_identifiers.setdefault(path, names.BadNames(set())).update(
+                    names.non_identifiers([n])
+                )
+            else:
+                seen.discard(n)
+                state.bad_identifiers.setdefault(path, names.BadNames(set())).discard(n)
+                state.by_name.get(path, {}).pop(n, None)
         state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
-        state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
-        wanted = {n for p, n in changed.names if p == path} | {n for p, n in retyped if p == path}
-        if path in changed.graphs or any(a.path in changed.graphs for a in scope.ancestors()):
-            wanted |= {
-                n for n in all_names if n in ctx.declared_types(scope) or not scope.defines(n)
-            }
-        stale = [n for n in state.by_name.get(path, {}) if n not in all_names]
-        for n in stale:
-            state.by_name[path].pop(n, None)
+        if path in changed.graphs:
+            state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+        wanted = {n for n in here if n in seen} | {n for p, n in retyped if p == path}
         _check_names(state, scope, wanted)
         nodes = {i for p, i in changed.nodes if p == path}
+        implicit = ctx.implicit_consumers(scope)
         for nm in wanted:
             pr = scope.producer.get(nm)
             if pr is not None:
                 nodes.add(pr[0])
             nodes.update(ci for ci, _ in scope.consumers.get(nm, ()))
+            nodes.update(implicit.get(nm, ()))
         _check_nodes(state, scope, sorted(nodes))
         _check_cycles(state, scope)
     state.model = _model_rules(state)
@@ -428,7 +433,9 @@ def assemble(state: ValidationState, load_diags: list[Diagnostic]) -> list[Diagn
     for path in state.paths:
         out.extend(state.interface.get(path, ()))
         out.extend(state.body.get(path, ()))
-        out.extend(names.identifier_summary(path, state.bad_identifiers.get(path, set())))
+        bad = state.bad_identifiers.get(path)
+        if bad is not None:
+            out.extend(names.identifier_summary(path, bad))
         nodes = state.by_node.get(path, {})
         for i in sorted(nodes):
             out.extend(nodes[i])

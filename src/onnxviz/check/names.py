@@ -98,12 +98,44 @@ def non_identifiers(names: Iterable[str]) -> set[str]:
     return {n for n in names if n and match(n) is None}
 
 
-def identifier_summary(path: str, bad: set[str]) -> list[Diagnostic]:
+class BadNames:
+    """The non-identifier value names of one graph, with their smallest kept current so a
+    rename updates the N004 summary without scanning every name."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self._min: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        if self._min is not None and name < self._min:
+            self._min = name
+
+    def update(self, names: Iterable[str]) -> None:
+        for n in names:
+            self.add(n)
+
+    def discard(self, name: str) -> None:
+        if name in self.names:
+            self.names.discard(name)
+            if name == self._min:
+                self._min = None
+
+    def example(self) -> str:
+        if self._min is None:
+            self._min = min(self.names)
+        return self._min
+
+
+def identifier_summary(path: str, bad: BadNames) -> list[Diagnostic]:
     """N004 once per graph: exporters name nearly every value '/scope/Op_output_0', so a
     diagnostic per value would drown everything else."""
-    if not bad:
+    if not len(bad):
         return []
-    example = min(bad)
+    example = bad.example()
     if len(bad) == 1:
         text = f"Value name '{example}' is not a C90 identifier."
     else:
