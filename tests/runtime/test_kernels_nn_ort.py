@@ -22,6 +22,7 @@ _TYPES = {
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.uint8): TensorProto.UINT8,
     np.dtype(np.int8): TensorProto.INT8,
+    np.dtype(np.bool_): TensorProto.BOOL,
 }
 
 
@@ -391,3 +392,54 @@ def test_grid_sample_vs_ort() -> None:
                     rtol=1e-3,
                     atol=1e-4,
                 )
+
+
+def test_newer_ops_vs_ort() -> None:
+    x = rand(2, 4, 9, 9)
+    w = rand(6, 2, 3, 3)
+    offset = rand(2, 2 * 2 * 9, 7, 7) * 0.7
+    mask = RNG.random((2, 2 * 9, 7, 7)).astype(np.float32)
+    compare(
+        "DeformConv",
+        [x, w, offset, rand(6), mask],
+        19,
+        group=2,
+        offset_group=2,
+        rtol=1e-3,
+        atol=1e-4,
+    )
+    cols = rand(2, 3 * 4, 18)
+    compare(
+        "Col2Im",
+        [cols, np.array([5, 6], np.int64), np.array([2, 2], np.int64)],
+        18,
+        pads=[1, 0, 1, 1],
+        strides=[2, 1],
+    )
+    theta = rand(2, 2, 3)
+    compare("AffineGrid", [theta, np.array([2, 3, 5, 7], np.int64)], 20, align_corners=0)
+    boxes = RNG.random((2, 30, 4)).astype(np.float32)
+    scores = RNG.random((2, 3, 30)).astype(np.float32)
+    compare(
+        "NonMaxSuppression",
+        [
+            boxes,
+            scores,
+            np.array([5], np.int64),
+            np.array([0.3], np.float32),
+            np.array([0.2], np.float32),
+        ],
+        11,
+    )
+
+
+def test_attention_family_vs_ort() -> None:
+    q, k, v = rand(2, 4, 5, 8), rand(2, 2, 7, 8), rand(2, 2, 7, 6)
+    mask = RNG.random((5, 7)) > 0.3
+    compare("Attention", [q, k, v, mask], 23, is_causal=0, rtol=1e-4, atol=1e-5)
+    compare("Attention", [q, k, v], 23, is_causal=1, softcap=2.0)
+    x = rand(2, 6, 3 * 8)
+    cache = rand(10, 4)
+    pos = np.array([[0, 1, 2, 3, 4, 5], [4, 5, 6, 7, 8, 9]], np.int64)
+    compare("RotaryEmbedding", [x, cache, cache, pos], 23, num_heads=3)
+    compare("RMSNormalization", [x, rand(24)], 23, epsilon=1e-3)
