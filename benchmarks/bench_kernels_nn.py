@@ -48,13 +48,38 @@ def cases() -> list[Case]:
     conv("Conv 3x3 64->64 @56 (resnet)", (1, 64, 56, 56), (64, 64, 3, 3), pads=[1] * 4)
     conv("Conv 3x3 256->256 @14 (resnet)", (1, 256, 14, 14), (256, 256, 3, 3), pads=[1] * 4)
     conv("Conv 3x3 512->512 @7 (resnet)", (1, 512, 7, 7), (512, 512, 3, 3), pads=[1] * 4)
-    conv("Conv 7x7/2 3->64 @224 (resnet stem)", (1, 3, 224, 224), (64, 3, 7, 7), pads=[3] * 4, strides=[2, 2])
+    conv(
+        "Conv 7x7/2 3->64 @224 (resnet stem)",
+        (1, 3, 224, 224),
+        (64, 3, 7, 7),
+        pads=[3] * 4,
+        strides=[2, 2],
+    )
     conv("Conv 1x1 256->64 @56 (resnet)", (1, 256, 56, 56), (64, 256, 1, 1))
     conv("Conv 1x1 1024->256 @14 (resnet)", (1, 1024, 14, 14), (256, 1024, 1, 1))
     conv("Conv 1x1/2 512->1024 @28 (resnet)", (1, 512, 28, 28), (1024, 512, 1, 1), strides=[2, 2])
-    conv("Conv depthwise 3x3 144 @56 (mobilenet)", (1, 144, 56, 56), (144, 1, 3, 3), pads=[1] * 4, group=144)
-    conv("Conv depthwise 3x3/2 96 @112 (mobilenet)", (1, 96, 112, 112), (96, 1, 3, 3), pads=[1] * 4, group=96, strides=[2, 2])
-    conv("Conv grouped 3x3 g32 256 @28 (resnext)", (1, 256, 28, 28), (256, 8, 3, 3), pads=[1] * 4, group=32)
+    conv(
+        "Conv depthwise 3x3 144 @56 (mobilenet)",
+        (1, 144, 56, 56),
+        (144, 1, 3, 3),
+        pads=[1] * 4,
+        group=144,
+    )
+    conv(
+        "Conv depthwise 3x3/2 96 @112 (mobilenet)",
+        (1, 96, 112, 112),
+        (96, 1, 3, 3),
+        pads=[1] * 4,
+        group=96,
+        strides=[2, 2],
+    )
+    conv(
+        "Conv grouped 3x3 g32 256 @28 (resnext)",
+        (1, 256, 28, 28),
+        (256, 8, 3, 3),
+        pads=[1] * 4,
+        group=32,
+    )
     conv("Conv batch 8, 3x3 64->64 @28", (8, 64, 28, 28), (64, 64, 3, 3), pads=[1] * 4)
     c.append(
         (
@@ -67,10 +92,42 @@ def cases() -> list[Case]:
             1,
         )
     )
-    c.append(("MaxPool 3x3/2 64 @112 (resnet)", "MaxPool", 12, [rand(1, 64, 112, 112)], [], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, 1))
-    c.append(("MaxPool 3x3/2 with indices", "MaxPool", 12, [rand(1, 64, 112, 112)], [], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, 2))
-    c.append(("AveragePool 3x3 256 @28", "AveragePool", 19, [rand(1, 256, 28, 28)], [], {"kernel_shape": [3, 3], "pads": [1] * 4}, 1))
-    c.append(("GlobalAveragePool 2048 @7", "GlobalAveragePool", 1, [rand(1, 2048, 7, 7)], [], {}, 1))
+    c.append(
+        (
+            "MaxPool 3x3/2 64 @112 (resnet)",
+            "MaxPool",
+            12,
+            [rand(1, 64, 112, 112)],
+            [],
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4},
+            1,
+        )
+    )
+    c.append(
+        (
+            "MaxPool 3x3/2 with indices",
+            "MaxPool",
+            12,
+            [rand(1, 64, 112, 112)],
+            [],
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4},
+            2,
+        )
+    )
+    c.append(
+        (
+            "AveragePool 3x3 256 @28",
+            "AveragePool",
+            19,
+            [rand(1, 256, 28, 28)],
+            [],
+            {"kernel_shape": [3, 3], "pads": [1] * 4},
+            1,
+        )
+    )
+    c.append(
+        ("GlobalAveragePool 2048 @7", "GlobalAveragePool", 1, [rand(1, 2048, 7, 7)], [], {}, 1)
+    )
     ch = 256
     c.append(
         (
@@ -83,8 +140,28 @@ def cases() -> list[Case]:
             1,
         )
     )
-    c.append(("LayerNormalization 128x768 (bert)", "LayerNormalization", 17, [rand(1, 128, 768)], [rand(768), rand(768)], {"axis": -1}, 1))
-    c.append(("LayerNormalization 8x128x768 (bert)", "LayerNormalization", 17, [rand(8, 128, 768)], [rand(768), rand(768)], {"axis": -1}, 1))
+    c.append(
+        (
+            "LayerNormalization 128x768 (bert)",
+            "LayerNormalization",
+            17,
+            [rand(1, 128, 768)],
+            [rand(768), rand(768)],
+            {"axis": -1},
+            1,
+        )
+    )
+    c.append(
+        (
+            "LayerNormalization 8x128x768 (bert)",
+            "LayerNormalization",
+            17,
+            [rand(8, 128, 768)],
+            [rand(768), rand(768)],
+            {"axis": -1},
+            1,
+        )
+    )
     q = [rand(1, 12, 128, 64), rand(1, 12, 128, 64), rand(1, 12, 128, 64)]
     c.append(("Attention 12h x 128 x 64 (bert)", "Attention", 23, q, [], {}, 1))
     q8 = [rand(8, 12, 128, 64), rand(8, 12, 128, 64), rand(8, 12, 128, 64)]
@@ -112,7 +189,17 @@ def cases() -> list[Case]:
             2,
         )
     )
-    c.append(("Resize linear x2 64 @56", "Resize", 13, [rand(1, 64, 56, 56)], [np.array([], np.float32), np.array([1, 1, 2, 2], np.float32)], {"mode": "linear"}, 1))
+    c.append(
+        (
+            "Resize linear x2 64 @56",
+            "Resize",
+            13,
+            [rand(1, 64, 56, 56)],
+            [np.array([], np.float32), np.array([1, 1, 2, 2], np.float32)],
+            {"mode": "linear"},
+            1,
+        )
+    )
     return c
 
 
@@ -130,7 +217,10 @@ def build(case: Case) -> tuple[Any, Any]:
     graph = helper.make_graph(
         [node],
         "bench",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in zip(in_names, inputs)],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape)
+            for n, v in zip(in_names, inputs)
+        ],
         [ValueInfoProto(name=o) for o in outs],
         [numpy_helper.from_array(v, n) for n, v in zip(init_names, inits)],
     )
@@ -178,7 +268,9 @@ def main() -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     options.inter_op_num_threads = 1
-    print(f"threads={args.threads} repeat={args.repeat} clock={args.clock} (best of)  onnxruntime {ort.__version__}")
+    print(
+        f"threads={args.threads} repeat={args.repeat} clock={args.clock} (best of)  onnxruntime {ort.__version__}"
+    )
     print(f"{'case':44s} {'ours ms':>9s} {'ort ms':>9s} {'ratio':>7s}")
     ratios = []
     with blas_threads(args.threads):
@@ -186,7 +278,9 @@ def main() -> None:
             if args.filter.lower() not in case[0].lower():
                 continue
             model, node = build(case)
-            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
             inputs, inits = case[3], case[4]
             feeds = {f"x{k}": v for k, v in enumerate(inputs)}
             ours_args: list[Any] = list(inputs) + list(inits)
@@ -196,7 +290,9 @@ def main() -> None:
             theirs = session.run(None, feeds)
             ours = call_node(node, ours_args, opsets)
             err = float(np.max(np.abs(ours[0] - theirs[0])) / (np.max(np.abs(theirs[0])) + 1e-12))
-            t_ours = best_of(lambda n=node, a=ours_args, o=opsets: call_node(n, a, o), args.repeat, clock)
+            t_ours = best_of(
+                lambda n=node, a=ours_args, o=opsets: call_node(n, a, o), args.repeat, clock
+            )
             t_ort = best_of(lambda s=session, f=feeds: s.run(None, f), args.repeat, clock)
             ratio = t_ours / t_ort
             ratios.append(ratio)
