@@ -112,6 +112,7 @@ def layout_arrays(
         np.where(reversed_, 0, src_port)[proper],
         policy,
         0.0,
+        reversed_[proper],
     )
     lap("long_edges")
     pos, cross_before, cross_after = order_layers(lg, sweeps, cancel)

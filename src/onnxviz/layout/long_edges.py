@@ -70,9 +70,11 @@ def build_layer_graph(
     src_port: np.ndarray,
     policy: LongEdgePolicy,
     dummy_width: float,
+    no_proxy: np.ndarray | None = None,
 ) -> LayerGraph:
     """``src``/``dst`` are the laid-out edges (reversed ones already flipped, no self
-    loops), ``src_off``/``dst_off`` their port offsets."""
+    loops), ``src_off``/``dst_off`` their port offsets.  Edges marked in ``no_proxy``
+    (reversed ones: their proxy would stand for the wrong end) always get dummies."""
     n = len(rank)
     m = len(src)
     span = rank[dst] - rank[src]
@@ -80,6 +82,8 @@ def build_layer_graph(
     use_proxy = (span > policy.max_span) | (
         (outdeg[src] >= policy.fanout) & (span > policy.fanout_span)
     )
+    if no_proxy is not None:
+        use_proxy &= ~no_proxy
     # Proxies: one per (source, port, rank above the target).
     proxy_edges = np.flatnonzero(use_proxy)
     key_rank = rank[dst[proxy_edges]] - 1
