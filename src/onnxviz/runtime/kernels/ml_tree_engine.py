@@ -253,8 +253,9 @@ def _leaf_slots(c: CompiledEnsemble, xa: np.ndarray) -> np.ndarray:
     for _ in range(c.depth):
         if pos.size == 0:
             break
-        v = xflat[rowoff + c.feature[pos]]
-        tv = thr[pos]
+        # np.take is a little faster than fancy indexing for these flat gathers.
+        v = np.take(xflat, rowoff + np.take(c.feature, pos))
+        tv = np.take(thr, pos)
         if single is not None and single != MEMBER:
             go_true = _compare(single, v, tv)
         else:
@@ -273,7 +274,7 @@ def _leaf_slots(c: CompiledEnsemble, xa: np.ndarray) -> np.ndarray:
         if check_nan:
             assert c.missing_true is not None
             go_true |= c.missing_true[pos] & np.isnan(v)
-        new = c.false_slot[pos] - go_true
+        new = np.take(c.false_slot, pos) - go_true
         done = new == pos
         n_done = int(np.count_nonzero(done))
         if n_done * 4 >= pos.size:
