@@ -233,7 +233,10 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
         zero = np.array(0, dtype=np.uint8)
         return np.zeros(x.shape, dtype=np.uint8), np.array(1.0, dtype=_F32), zero
     zero_f = np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255)
-    y = saturate_cast(np.asarray(np.rint(values / scale) + zero_f), np.dtype(np.uint8), owned=True)
+    q = np.asarray(np.divide(values, scale, dtype=_F32))
+    np.rint(q, out=q)
+    q += zero_f
+    y = saturate_cast(q, np.dtype(np.uint8), owned=True, rounded=True)
     return y, np.array(scale, dtype=_F32), np.array(zero_f, dtype=np.uint8)
 
 
