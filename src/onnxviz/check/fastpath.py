@@ -38,6 +38,8 @@ class OpFacts:
 
 _UNSURE = None  # an op we do not screen: always run the rules
 
+_MISSING = OpFacts(0, 0, 0, 0, {}, frozenset())  # sentinel for "not looked up yet"
+
 # Tests switch the screens off to compare a screened run with an unscreened one.
 ENABLED = True
 
@@ -78,10 +80,9 @@ def suspect_nodes(
     out: list[int] = []
     for i, node in enumerate(scope.nodes):
         key = (node.domain, node.op_type)
-        if key in cache:
-            facts = cache[key]
-        else:
-            facts = cache[key] = _facts(ctx, opsets, node.domain, node.op_type)
+        facts = cache.get(key, _MISSING)
+        if facts is _MISSING:
+            facts = cache[key] = _facts(ctx, opsets, key[0], key[1])
         if facts is None:
             out.append(i)
             continue

@@ -22,8 +22,7 @@ def is_identifier(text: str) -> bool:
 
 def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    counts = Counter(n.name for n in scope.nodes)
-    counts.pop("", None)
+    counts = _duplicate_node_names(scope)
     for name, count in counts.items():
         if count > 1:
             out.append(
@@ -50,6 +49,17 @@ def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
                     )
                 )
     return out
+
+
+def _duplicate_node_names(scope: GraphScope) -> Counter[str]:
+    """Counts of node names used more than once.  Node labels are '#i' exactly for nodes
+    whose name is empty or not unique, so only those nodes need to be counted."""
+    nodes = scope.nodes
+    if not len(nodes):
+        return Counter()
+    scope.node_label(0)  # builds the labels
+    labels = scope._labels or []
+    return Counter(nodes[i].name for i, lab in enumerate(labels) if lab[0] == "#" and nodes[i].name)
 
 
 def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> NameDiags:
@@ -93,9 +103,20 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     return out
 
 
+_NOT_IDENTIFIER_LINE = re.compile(r"^(?![A-Za-z_][A-Za-z0-9_]*$).+$", re.MULTILINE)
+
+
 def non_identifiers(names: Iterable[str]) -> set[str]:
-    match = C90_IDENTIFIER.fullmatch
-    return {n for n in names if n and match(n) is None}
+    """The names that are not C90 identifiers, found in one regex pass over all of them."""
+    plain: list[str] = []
+    out: set[str] = set()
+    for n in names:
+        if "\n" in n or "\r" in n:
+            out.add(n)
+        elif n:
+            plain.append(n)
+    out.update(_NOT_IDENTIFIER_LINE.findall("\n".join(plain)))
+    return out
 
 
 class BadNames:

@@ -140,7 +140,8 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
                             )
                         )
         if g is not None:
-            defs = scope.definitions_of(name)
+            # Initializers live among the non-node definitions; no need for the full list.
+            defs = scope._other_defs.get(name, ())
             for d in defs:
                 if d.kind != "initializer":
                     continue
