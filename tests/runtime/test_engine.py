@@ -524,3 +524,15 @@ def test_unexpected_interpreter_exception_becomes_execution_error(
     assert info.value.node == "cond" and sess.state == "failed"
     sess.start({"c": np.array(True), "x": np.ones(2, np.float32)})
     assert sess.resume().reason == "failed"
+
+
+def test_run_can_fetch_intermediate_values() -> None:
+    sess = Session(chain_model())
+    x = np.array([1.0, 1.0, 1.0], np.float32)
+    out = sess.run({"x": x}, fetch=["s", "r", "x", "w"])
+    np.testing.assert_allclose(out["s"], [2.0, -4.0, 1.5])
+    np.testing.assert_allclose(out["r"], [2.0, 0.0, 1.5])  # not overwritten in place later
+    np.testing.assert_allclose(out["y"], [4.0, 0.0, 3.0])
+    assert out["x"] is x and out["w"].shape == (3,)
+    with pytest.raises(ExecutionError, match="cannot fetch nope"):
+        sess.run({"x": x}, fetch=["nope"])

@@ -42,7 +42,7 @@ iteration) up to ``memory_cap_bytes``; what had to be dropped is listed in
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,7 @@ class Session:
         self._depth = 0
         self._t0 = 0.0
         self._labels_by_path: dict[str, set[str]] | None = None
+        self._main_frame: Frame | None = None
 
     # -- the model's interface -----------------------------------------------------------
     @property
@@ -172,8 +173,19 @@ class Session:
         return list(self.plan.output_names)
 
     # -- running ------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Run to the end, ignoring breakpoints; the outputs by name."""
+    def run(
+        self, feeds: Mapping[str, Any] | None = None, *, fetch: Iterable[str] = ()
+    ) -> dict[str, Any]:
+        """Run to the end, ignoring breakpoints; the outputs by name, plus the main-graph
+        values named in ``fetch`` (intermediates, like extra outputs)."""
+        wanted = set(fetch)
+        unknown = wanted - set(self.plan.slots)
+        if unknown:
+            raise ExecutionError(
+                f"cannot fetch {', '.join(sorted(unknown))}: no such value in the main graph",
+                file=self.file,
+                graph_path="main",
+            )
         self.start(feeds or {})
         gen = self._gen
         ex = self._executor
@@ -181,10 +193,21 @@ class Session:
         ex.input_values_in_events = False  # nobody sees these events
         self.state = "running"
         ex.inplace = self.store is None and self.inplace_ops  # nobody sees overwritten inputs
+        fetched: dict[str, Any] = {}
+        assert self._main_frame is not None
+        main_values = self._main_frame.values
+        for name in wanted:
+            value = main_values[self.plan.slots[name]]
+            if value is not None:  # a feed or an initializer
+                fetched[name] = value
+        watch = wanted - set(fetched)
         with np.errstate(all="ignore"):
             try:
                 while True:
-                    next(gen)
+                    ev = next(gen)
+                    if watch and type(ev) is NodeFinished and ev.depth == 0:
+                        for name in watch.intersection(ev.outputs):
+                            fetched[name] = ev.outputs[name]
             except StopIteration as stop:
                 self._finish(stop.value or [])
             except ExecutionError as exc:
@@ -193,7 +216,10 @@ class Session:
                 self._fail(self._internal_error(exc))
         if self.error is not None:
             raise self.error
-        return dict(self.outputs)
+        result = dict(self.outputs)
+        for name, value in fetched.items():
+            result.setdefault(name, value)
+        return result
 
     def start(self, feeds: Mapping[str, Any]) -> None:
         """Prepare a run paused before its first event (old run abandoned)."""
@@ -214,6 +240,7 @@ class Session:
         )
         for name, value in values.items():
             frame.values[self.plan.slots[name]] = value
+        self._main_frame = frame
         if store is not None:
             for name, value in values.items():
                 store.put("main", name, value)
