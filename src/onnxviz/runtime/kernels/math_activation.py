@@ -1,7 +1,9 @@
 """Activation kernels (Relu family, sigmoids, Gelu/Mish/Swish, PRelu, Shrink, Clip).
 
 Half-precision and ml_dtypes inputs are evaluated in float32 and rounded once at the end,
-the way runtimes do it, instead of rounding after every intermediate step.
+the way runtimes do it, instead of rounding after every intermediate step.  Constants are
+Python floats: numpy casts them to the array's type ("weak" scalars) on its fast path,
+where numpy scalar operands take a slower one.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def sigmoid_f(x: Array) -> Array:
 
 @kernel("Relu", since=(1, 6, 13, 14))
 def relu(x: Array, **_legacy: Any) -> Array:
-    return np.maximum(x, x.dtype.type(0)) if x.dtype not in ML_FLOATS else _relu_wide(x)
+    return np.maximum(x, 0) if x.dtype not in ML_FLOATS else _relu_wide(x)
 
 
 @_in_float32
@@ -58,7 +60,7 @@ def _relu_wide(x: Array) -> Array:
 def leaky_relu(x: Array, alpha: float = 0.01, **_legacy: Any) -> Array:
     # x if x >= 0 else alpha*x is max(x, alpha*x) for alpha <= 1 and min(...) above 1:
     # two passes and one allocation instead of a mask and a select.
-    out = x * x.dtype.type(alpha)
+    out = x * float(alpha)
     (np.maximum if alpha <= 1.0 else np.minimum)(out, x, out=out)
     return out
 
@@ -68,7 +70,7 @@ def leaky_relu(x: Array, alpha: float = 0.01, **_legacy: Any) -> Array:
 def elu(x: Array, alpha: float = 1.0, **_legacy: Any) -> Array:
     out = np.minimum(x, 0)
     np.expm1(out, out=out)
-    out *= x.dtype.type(alpha)
+    out *= float(alpha)
     np.copyto(out, x, where=x >= 0)
     return out
 
@@ -81,39 +83,35 @@ def selu(
     gamma: float = 1.05070102214813232421875,
     **_legacy: Any,
 ) -> Array:
-    t = x.dtype.type
-    neg = np.expm1(np.minimum(x, 0)) * t(alpha)
-    return np.where(x > 0, x, neg) * t(gamma)
+    neg = np.expm1(np.minimum(x, 0)) * float(alpha)
+    return np.where(x > 0, x, neg) * float(gamma)
 
 
 @kernel("Celu", since=(12, 28))
 @_in_float32
 def celu(x: Array, alpha: float = 1.0) -> Array:
-    t = x.dtype.type
-    return np.maximum(x, 0) + np.minimum(np.expm1(x / t(alpha)) * t(alpha), 0)
+    return np.maximum(x, 0) + np.minimum(np.expm1(x / float(alpha)) * float(alpha), 0)
 
 
 @kernel("ThresholdedRelu", since=(10, 22))
 @_in_float32
 def thresholded_relu(x: Array, alpha: float = 1.0) -> Array:
-    return np.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+    return np.where(x > float(alpha), x, 0.0)
 
 
 @kernel("HardSigmoid", since=(1, 6, 22))
 @_in_float32
 def hard_sigmoid(x: Array, alpha: float = 0.2, beta: float = 0.5, **_legacy: Any) -> Array:
-    t = x.dtype.type
-    out = x * t(alpha)
-    out += t(beta)
+    out = x * float(alpha)
+    out += float(beta)
     return np.clip(out, 0, 1, out=out)
 
 
 @kernel("HardSwish", since=(14, 22))
 @_in_float32
 def hard_swish(x: Array) -> Array:
-    t = x.dtype.type
-    gate = x * t(1.0 / 6.0)
-    gate += t(0.5)
+    gate = x * (1.0 / 6.0)
+    gate += 0.5
     np.clip(gate, 0, 1, out=gate)
     gate *= x
     return gate
@@ -128,7 +126,7 @@ def sigmoid(x: Array, **_legacy: Any) -> Array:
 @kernel("Softplus", since=(1, 22))
 @_in_float32
 def softplus(x: Array) -> Array:
-    return np.logaddexp(x.dtype.type(0), x)  # log(1 + exp(x)) without overflow
+    return np.logaddexp(0.0, x)  # log(1 + exp(x)) without overflow
 
 
 @kernel("Softsign", since=(1, 22))
@@ -142,7 +140,7 @@ def softsign(x: Array) -> Array:
 @kernel("Mish", since=(18, 22))
 @_in_float32
 def mish(x: Array) -> Array:
-    out = np.logaddexp(x.dtype.type(0), x)
+    out = np.logaddexp(0.0, x)
     np.tanh(out, out=out)
     out *= x
     return out
@@ -151,7 +149,7 @@ def mish(x: Array) -> Array:
 @kernel("Swish", since=24)
 @_in_float32
 def swish(x: Array, alpha: float = 1.0) -> Array:
-    out = sigmoid_f(x * x.dtype.type(alpha)) if alpha != 1.0 else sigmoid_f(x)
+    out = sigmoid_f(x * float(alpha)) if alpha != 1.0 else sigmoid_f(x)
     out *= x
     return out
 
@@ -167,19 +165,18 @@ def swiglu(a: Array, b: Array, alpha: float = 1.0) -> Array:
 @kernel("Gelu", since=20)
 @_in_float32
 def gelu(x: Array, approximate: str = "none") -> Array:
-    t = x.dtype.type
     if approximate == "tanh":
         inner = x * x
-        inner *= t(0.044715)
+        inner *= 0.044715
         inner += 1
         inner *= x
-        inner *= t(math.sqrt(2.0 / math.pi))
+        inner *= math.sqrt(2.0 / math.pi)
         out = np.tanh(inner, out=inner)
     else:
-        out = erf(x * t(1.0 / math.sqrt(2.0)))
+        out = erf(x * (1.0 / math.sqrt(2.0)))
     out += 1
     out *= x
-    out *= t(0.5)
+    out *= 0.5
     return out
 
 
@@ -188,8 +185,9 @@ def shrink(x: Array, bias: float = 0.0, lambd: float = 0.5) -> Array:
     dt = x.dtype
     w = widen(x)
     if w.dtype.kind == "f":
-        t = w.dtype.type
-        out = np.where(w < -t(lambd), w + t(bias), np.where(w > t(lambd), w - t(bias), t(0)))
+        out = np.where(
+            w < -float(lambd), w + float(bias), np.where(w > float(lambd), w - float(bias), 0.0)
+        )
     else:  # integer inputs: compare and shift in float64, results are whole numbers
         f = w.astype(np.float64)
         out = np.where(f < -lambd, f + bias, np.where(f > lambd, f - bias, 0.0))

@@ -143,8 +143,6 @@ _BETA = (
 )
 
 
-_ALPHA32 = np.array(_ALPHA, dtype=np.float32)
-_BETA32 = np.array(_BETA, dtype=np.float32)
 # Elements per block: the ~25 passes of the rational function then stay in the CPU cache
 # (about twice as fast as whole-array passes on BERT-sized tensors).
 _BLOCK = 16384
@@ -153,13 +151,16 @@ _BLOCK = 16384
 def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray, den: np.ndarray) -> None:
     """out = erf(xs) for one block; xs already clipped to [-4, 4]."""
     np.multiply(xs, xs, out=t)
-    out.fill(_ALPHA32[-1])
-    for c in _ALPHA32[-2::-1]:
+    # Python-float coefficients: numpy rounds them to float32 on its fast scalar path.
+    np.multiply(t, _ALPHA[-1], out=out)
+    out += _ALPHA[-2]
+    for c in _ALPHA[-3::-1]:
         out *= t
         out += c
     out *= xs
-    den.fill(_BETA32[-1])
-    for c in _BETA32[-2::-1]:
+    np.multiply(t, _BETA[-1], out=den)
+    den += _BETA[-2]
+    for c in _BETA[-3::-1]:
         den *= t
         den += c
     out /= den
