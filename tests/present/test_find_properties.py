@@ -92,3 +92,22 @@ def test_categories() -> None:
     assert category_of("ZipMap", "ai.onnx.ml") == "ml"
     assert category_of("Foo", "my.domain") == "custom"
     assert category_of("QuantizeLinear") == "quantization"
+
+
+def test_multi_device_configuration_and_training_info_are_listed() -> None:
+    model = scan_model()
+    cfg = model.configuration.add()
+    cfg.name = "two_gpus"
+    cfg.num_devices = 2
+    cfg.device.extend(["cuda:0", "cuda:1"])
+    node = model.graph.node[0]
+    dc = node.device_configurations.add()
+    dc.configuration_id = "two_gpus"
+    model.training_info.add()
+    doc = Document.from_model(model)
+    titles = {s.title: s for s in model_sections(doc)}
+    row = titles["Multi-device configuration"].rows[0]
+    assert row.key == "two_gpus" and "2 devices" in row.value and "cuda:1" in row.value
+    assert "Training info" in titles
+    node_rows = {r.key: r.value for s in node_sections(doc, "main", 0) for r in s.rows}
+    assert node_rows["device configuration"].startswith("two_gpus")

@@ -67,7 +67,13 @@ def model_sections(doc: Document) -> list[Section]:
     if devices:
         d = Section("Multi-device configuration")
         for cfg in devices:
-            d.rows.append(Row(cfg.name or "(unnamed)", f"{cfg.num_devices} devices"))
+            names = ", ".join(cfg.device) if len(cfg.device) else ""
+            d.rows.append(
+                Row(
+                    cfg.name or "(unnamed)",
+                    f"{cfg.num_devices} devices" + (f": {names}" if names else ""),
+                )
+            )
         sections.append(d)
     if m.functions:
         sections.append(
@@ -88,6 +94,8 @@ def graph_sections(doc: Document, path: str) -> list[Section]:
         s.rows.append(Row("initializers", str(len(g.initializer) + len(g.sparse_initializer))))
         if g.doc_string:
             s.rows.append(Row("doc", _short(g.doc_string)))
+        for prop in getattr(g, "metadata_props", ()):
+            s.rows.append(Row(f"metadata {prop.key}", _short(prop.value)))
     io = Section("Inputs and outputs")
     for name in scope.input_names():
         io.rows.append(Row("input", name, target=("value", name)))
@@ -147,6 +155,15 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
         s.rows.append(Row("since_version", str(schema.since_version)))
     if node.doc_string:
         s.rows.append(Row("doc", _short(node.doc_string)))
+    if getattr(node, "overload", ""):
+        s.rows.append(Row("overload", node.overload))
+    for prop in getattr(node, "metadata_props", ()):
+        s.rows.append(Row(f"metadata {prop.key}", _short(prop.value)))
+    for dc in getattr(node, "device_configurations", ()):
+        shards = len(dc.sharding_spec) if hasattr(dc, "sharding_spec") else 0
+        s.rows.append(
+            Row("device configuration", f"{dc.configuration_id} ({shards} sharding specs)")
+        )
     attrs = Section("Attributes")
     given = {a.name for a in node.attribute}
     for a in node.attribute:
