@@ -16,7 +16,7 @@ inspectable.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -380,6 +380,3 @@ class Executor:
         )
         outs = yield from self.run_frame(sub)
         return outs[: len(pn.outputs)] + [None] * max(0, len(pn.outputs) - len(outs))
-
-
-ProgressCallback = Callable[[Event], None]

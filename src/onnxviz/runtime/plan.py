@@ -32,7 +32,6 @@ from onnxviz.runtime.attributes import _sparse_to_dense, node_attributes
 from onnxviz.runtime.functions import (
     FunctionKey,
     find_local_function,
-    function_opsets,
     has_schema_function,
     schema_since_version,
 )
@@ -442,7 +441,3 @@ def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:
         ):
             pn.foldable = True
             const.update(s for s in pn.outputs if s >= 0)
-
-
-def function_plan_opsets(fn: FunctionProto, ctx: PlanContext) -> dict[str, int]:
-    return function_opsets(fn, ctx.opsets)
