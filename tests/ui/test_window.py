@@ -239,3 +239,21 @@ def test_window_geometry_and_docks_are_restored(qtbot) -> None:  # type: ignore[
     assert second.size().width() == 701 and second.size().height() == 503
     assert second.outline_dock.isHidden()
     second.close()
+
+
+def test_find_a_value_inside_a_nested_body_and_jump(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(example("loop_with_if.onnx"), background=False)
+    dock = window.find_dock
+    dock.query.setText("then_out")
+    results = dock.run_query()
+    value = next(r for r in results if r.kind in ("value", "output") and r.value == "then_out")
+    assert value.graph_path.endswith("then_branch:maybe_add")
+    window.jump_to(value)
+    qtbot.waitUntil(lambda: window.view.selected_node() is not None, timeout=10000)
+    node = window.view.selected_node()
+    body = window.doc.scope(value.graph_path)
+    assert node.data_item.graph_path == value.graph_path
+    assert "then_out" in body.nodes[node.data_item.node_index].output
+    # the Loop and the If around it were expanded to show it
+    frames = [n for n in window.graph_scene.nodes.values() if n.is_frame]
+    assert {f.data_item.title for f in frames} >= {"Loop", "If"}
