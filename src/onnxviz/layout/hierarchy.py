@@ -605,7 +605,7 @@ class LayoutSession:
         vd = vis[arrays.dst]
         # Global table of the routes of every placed container.
         route_base = np.full(self._n_ent + 1, -1, dtype=np.int64)  # index c + 1
-        offs_list, pts_list, kind_list, proxy_list = [], [], [], []
+        offs_list, pts_list, kind_list = [], [], []
         total_routes = 0
         total_pts = 0
         for c, lay, ox, oy in placed:
@@ -614,9 +614,6 @@ class LayoutSession:
             offs_list.append(lay.route_offsets[:-1] + total_pts)
             pts_list.append(lay.route_points + (ox, oy))
             kind_list.append(lay.route_kind)
-            proxy_list.append(
-                np.where(lay.route_proxy >= 0, lay.route_proxy + total_routes * 0, -1)
-            )
             total_routes += k
             total_pts += len(lay.route_points)
         live = (vs != vd) & (vs >= 0) & (vd >= 0) & (cont != -2)
