@@ -257,3 +257,19 @@ def test_find_a_value_inside_a_nested_body_and_jump(window, qtbot) -> None:  # t
     # the Loop and the If around it were expanded to show it
     frames = [n for n in window.graph_scene.nodes.values() if n.is_frame]
     assert {f.data_item.title for f in frames} >= {"Loop", "If"}
+
+
+def test_edits_and_undo_redraw_the_graph(window) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(example("small_cnn.onnx"), background=False)
+    doc = window.doc
+    old = doc.model.graph.node[0].output[0]
+    doc.rename_value(old, "renamed_value")
+    values = {e.data_edge.value for e in window.graph_scene.edge_items}
+    assert "renamed_value" in values and old not in values
+    assert window.actions_.undo.isEnabled()
+    assert window.windowTitle().startswith("small_cnn.onnx *")
+    window.undo()
+    values = {e.data_edge.value for e in window.graph_scene.edge_items}
+    assert old in values and "renamed_value" not in values
+    window.redo()
+    assert "renamed_value" in {e.data_edge.value for e in window.graph_scene.edge_items}

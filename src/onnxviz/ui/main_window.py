@@ -351,7 +351,7 @@ class MainWindow(QMainWindow):
             self.diagnostics_dock.show()
         self.run_dock.attach(self.doc)
         self.properties_dock.show_sections(model_sections(self.doc))
-        self.doc.subscribe(lambda _changes: self.relayout())
+        self.doc.subscribe(self._on_changed)
         self._sync_actions()
         if self.presenter.types is not None and not self.presenter.types.complete:
             self._start_inference()
@@ -375,6 +375,16 @@ class MainWindow(QMainWindow):
 
         task.finished.connect(done)
         task.start()
+
+    def _on_changed(self, _changes: object) -> None:
+        """The Document changed (an edit, undo or redo): redraw, refresh the actions."""
+        self.relayout()
+        self._sync_actions()
+        self.setWindowTitle(
+            f"{self.doc.display_name}{' *' if self.doc and self.doc.is_modified else ''} — onnxviz"
+            if self.doc
+            else "onnxviz"
+        )
 
     def close_model(self) -> None:
         self.doc = None
