@@ -331,6 +331,9 @@ class MainWindow(QMainWindow):
         )
 
     def _adopt(self, opened: Opened, path: str, example: bool) -> None:
+        previous = getattr(self, "inference_task", None)
+        if previous is not None and not previous.done:
+            previous.cancel()  # shapes of the model being replaced are not needed
         self.doc = opened.doc
         self.presenter = opened.presenter
         self.crumbs = []
