@@ -568,3 +568,30 @@ def test_every_since_version_of_our_ops_has_a_kernel() -> None:
         if schema.since_version not in versions:
             missing.append(f"{schema.name}-{schema.since_version}")
     assert not missing
+
+
+def test_every_schema_attribute_is_a_kernel_parameter() -> None:
+    """A node may set any attribute its schema declares; our kernels must accept it."""
+    import inspect
+
+    import onnx.defs
+
+    from onnxviz.runtime.registry import resolve
+    from tests.runtime.datakernels_helpers import OUR_OPS
+
+    refused = []
+    for schema in onnx.defs.get_all_schemas_with_history():
+        domain = "" if schema.domain == "ai.onnx" else schema.domain
+        if schema.name not in OUR_OPS or domain not in ("", "ai.onnx.preview.training"):
+            continue
+        spec = resolve(domain, schema.name, schema.since_version)
+        assert spec is not None
+        params = inspect.signature(spec.fn).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            continue
+        refused += [
+            f"{schema.name}-{schema.since_version}:{a}"
+            for a in schema.attributes
+            if a not in params
+        ]
+    assert not refused
