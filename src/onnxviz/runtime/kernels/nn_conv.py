@@ -75,13 +75,18 @@ def conv_core(
         # 1x1, stride 1, no padding: a plain matmul on a view.
         y = np.matmul(w.reshape(m, c), x.reshape(n, c, p_size))
         return y.reshape(n, m, *out_shape)
+    stride1 = all(s == 1 for s in strides) and min(pads) >= 0
+    padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+    if cg == 1 and group > 1 and stride1:
+        layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
+        return _depthwise_flat(layout, w, group)
+    if group == 1 and stride1:
+        wide = int(np.prod(padded[1:])) * out_shape[0]
+        if n * p_size >= 1024 and wide <= 1.1 * p_size:
+            return _shifted_conv(_FlatLayout(x, pads, kernel, dilations, out_shape), w)
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
         return _depthwise(xp, w, group, kernel, strides, dilations, out_shape)
-    if group == 1 and all(s == 1 for s in strides):
-        wide = int(np.prod(xp.shape[3:])) * out_shape[0]
-        if p_size >= 1024 and wide <= 1.1 * p_size:
-            return _shifted_conv(xp, w, kernel, dilations, out_shape)
     cols = window_view(xp, kernel, strides, dilations, out_shape)
     # im2col copy: (N, G, Cg*K, P), innermost axis the output positions (contiguous reads
     # for stride 1), then one batched GEMM per group.
@@ -94,46 +99,93 @@ def conv_core(
     return y.reshape(n, m, *out_shape)
 
 
-def _shifted_conv(
-    xp: np.ndarray,
-    w: np.ndarray,
-    kernel: Sequence[int],
-    dilations: Sequence[int],
-    out_shape: Sequence[int],
-) -> np.ndarray:
-    """Stride-1 conv without im2col: with the padded spatial axes flattened, each kernel
-    offset is one contiguous shifted slice, read by BLAS in place (row stride = image
-    size).  Outputs are computed on the padded-width grid, and the overhang columns of
-    the trailing axes are dropped at the end."""
-    n, c = xp.shape[:2]
-    m = w.shape[0]
-    padded = xp.shape[2:]
-    flat_len = int(np.prod(padded))
-    row = flat_len // padded[0]  # elements per step of the first spatial axis
-    wide = out_shape[0] * row
-    axis_step = [int(np.prod(padded[a + 1 :])) for a in range(len(padded))]
-    offsets = list(product(*(range(k) for k in kernel)))
-    shifts = [sum(o * d * st for o, d, st in zip(off, dilations, axis_step)) for off in offsets]
-    # Zero tail so the last shifted slice stays in bounds.
-    flat = np.zeros((n, c, max(flat_len, shifts[-1] + wide)), dtype=xp.dtype)
-    flat[:, :, :flat_len] = xp.reshape(n, c, flat_len)
+class _FlatLayout:
+    """The zero-padded input with its spatial axes flattened (one copy of x), plus a zero
+    tail: for a stride-1 conv every kernel offset is then one contiguous shifted slice
+    of length ``wide`` (the output rows on the padded-width grid)."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        pads: Sequence[int],
+        kernel: Sequence[int],
+        dilations: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c = x.shape[:2]
+        rank = len(kernel)
+        self.padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+        self.out_shape = list(out_shape)
+        flat_len = int(np.prod(self.padded))
+        self.wide = out_shape[0] * (flat_len // self.padded[0])
+        steps = [int(np.prod(self.padded[a + 1 :])) for a in range(rank)]
+        self.shifts = [
+            sum(o * d * st for o, d, st in zip(off, dilations, steps))
+            for off in product(*(range(k) for k in kernel))
+        ]
+        self.flat = np.zeros((n, c, max(flat_len, self.shifts[-1] + self.wide)), dtype=x.dtype)
+        image = self.flat[:, :, :flat_len].reshape(n, c, *self.padded)
+        inner: tuple[Any, ...] = (slice(None), slice(None)) + tuple(
+            slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])
+        )
+        image[inner] = x
+
+    def crop(self, grid: np.ndarray) -> np.ndarray:
+        """(N, M, wide) results on the padded-width grid -> (N, M, *out_shape)."""
+        n, m = grid.shape[:2]
+        full = grid.reshape(n, m, self.out_shape[0], *self.padded[1:])
+        index: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
+            slice(0, o) for o in self.out_shape[1:]
+        )
+        return np.ascontiguousarray(full[index])
+
+
+def _shifted_conv(layout: _FlatLayout, w: np.ndarray) -> np.ndarray:
+    """Stride-1 conv without im2col: one GEMM per kernel offset on a shifted slice that
+    BLAS reads in place (row stride = image size), accumulated."""
+    m, c = w.shape[:2]
     wk_all = w.reshape(m, c, -1)
     acc: np.ndarray | None = None
     tmp: np.ndarray | None = None
-    for k_index, shift in enumerate(shifts):
+    for k_index, shift in enumerate(layout.shifts):
         wk = np.ascontiguousarray(wk_all[:, :, k_index])
-        view = flat[:, :, shift : shift + wide]
+        view = layout.flat[:, :, shift : shift + layout.wide]
         if acc is None:
             acc = np.matmul(wk, view)
         else:
             tmp = np.matmul(wk, view, out=tmp)
             acc += tmp
     assert acc is not None
-    grid = acc.reshape(n, m, out_shape[0], *padded[1:])
-    index: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
-        slice(0, o) for o in out_shape[1:]
-    )
-    return np.ascontiguousarray(grid[index])
+    return layout.crop(acc)
+
+
+def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarray:
+    """Stride-1 depthwise conv on the flat layout: long contiguous slices per offset."""
+    n = layout.flat.shape[0]
+    mult = w.shape[0] // group
+    wk = w.reshape(group, mult, -1)
+    if mult == 1:
+        # Plain 2-D (channels, positions) operations: numpy's fastest loops.
+        wide = layout.wide
+        out = np.empty((n, group, wide), dtype=layout.flat.dtype)
+        block = max(1, (256 * 1024) // (wide * out.itemsize))
+        tmp = np.empty((min(block, group), wide), dtype=out.dtype)
+        for b in range(n):
+            for c0 in range(0, group, block):
+                c1 = min(c0 + block, group)
+                acc, t = out[b, c0:c1], tmp[: c1 - c0]
+                src = layout.flat[b, c0:c1]
+                for k_index, shift in enumerate(layout.shifts):
+                    weight = wk[c0:c1, 0, k_index, None]
+                    if k_index == 0:
+                        np.multiply(src[:, shift : shift + wide], weight, out=acc)
+                    else:
+                        np.multiply(src[:, shift : shift + wide], weight, out=t)
+                        acc += t
+        return layout.crop(out)
+    windows = [(slice(s, s + layout.wide),) for s in layout.shifts]
+    grid = _depthwise_blocks(layout.flat, wk, windows, (layout.wide,))
+    return layout.crop(grid.reshape(n, group * mult, layout.wide))
 
 
 def _depthwise(
@@ -147,25 +199,8 @@ def _depthwise(
 ) -> np.ndarray:
     n = xp.shape[0]
     mult = w.shape[0] // group
-    rank = len(kernel)
     wk = w.reshape(group, mult, -1)
     offsets = list(product(*(range(k) for k in kernel)))
-    if all(s == 1 for s in strides):
-        # Stride 1: work on the flattened padded image, where every kernel offset is one
-        # long contiguous slice (long inner loops), on the padded-width output grid.
-        padded = xp.shape[2:]
-        flat_len = int(np.prod(padded))
-        wide = out_shape[0] * (flat_len // padded[0])
-        steps = [int(np.prod(padded[a + 1 :])) for a in range(rank)]
-        shifts = [sum(o * d * st for o, d, st in zip(off, dilations, steps)) for off in offsets]
-        flat = np.zeros((n, group, max(flat_len, shifts[-1] + wide)), dtype=xp.dtype)
-        flat[:, :, :flat_len] = xp.reshape(n, group, flat_len)
-        grid = _depthwise_blocks(flat, wk, [(slice(s, s + wide),) for s in shifts], (wide,))
-        grid = grid.reshape(n, group * mult, out_shape[0], *padded[1:])
-        crop: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
-            slice(0, o) for o in out_shape[1:]
-        )
-        return np.ascontiguousarray(grid[crop])
     windows = [
         offset_slices([o * d for o, d in zip(off, dilations)], strides, out_shape)
         for off in offsets
@@ -184,10 +219,10 @@ def _depthwise_blocks(
     group, mult = wk.shape[:2]
     rank = len(out_shape)
     acc = np.empty((n, group, mult, *out_shape), dtype=xp.dtype)
-    # Channel blocks small enough (~128 KiB of output) that the running sum and the product
+    # Channel blocks small enough (~256 KiB of output) that the running sum and the product
     # stay in cache across all kernel offsets.
     per_channel = n * mult * int(np.prod(out_shape)) * xp.dtype.itemsize
-    block = max(1, (128 * 1024) // max(per_channel, 1))
+    block = max(1, (256 * 1024) // max(per_channel, 1))
     tmp = np.empty((n, min(block, group), mult, *out_shape), dtype=xp.dtype)
     for c0 in range(0, group, block):
         c1 = min(c0 + block, group)
