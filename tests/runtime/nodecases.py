@@ -8,9 +8,7 @@ a script: ``python -m tests.runtime.nodecases Add Conv ...`` prints each case's 
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -21,13 +19,12 @@ from onnxviz.runtime.invoke import call_node
 from onnxviz.runtime.registry import normalize_domain
 
 
-@lru_cache(maxsize=1)
 def all_cases() -> list[Any]:
-    from onnx.backend.test.case.node import collect_testcases
+    """The backend node cases, loaded once per process (shared with the conformance
+    harness: collecting them costs ~10 s of CPU)."""
+    from onnxviz.runtime.conformance import node_cases
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return list(collect_testcases(None))
+    return node_cases()
 
 
 def case_ops(case: Any) -> set[str]:
@@ -116,7 +113,7 @@ def check_case(case: Any) -> tuple[str, str]:
                 actual = run_graph_simply(case.model, list(inputs))
         except UnsupportedOperator as exc:
             return "unsupported", str(exc)
-        except Exception as exc:  # noqa: BLE001 - a report, not a crash
+        except Exception as exc:
             return "error", f"{type(exc).__name__}: {exc}"[:300]
         for e, a in zip(expected, actual):
             reason = values_match(e, a, case.rtol, case.atol)
