@@ -1,0 +1,193 @@
+"""Compare our interpreter with onnxruntime on the same feeds, value by value.
+
+onnxruntime only returns graph outputs, so every main-graph node output is added to a
+copy of the model as an extra output ("intermediates exposed as outputs").  For each
+node (in graph order) we report the largest absolute and relative error over its
+outputs, and the first node whose error passes a tolerance: the place where the two
+runtimes start to disagree.  Subgraph values cannot be exposed this way; the node that
+owns the subgraph (Loop, If, ...) is compared on its outputs.
+
+No Qt here: the run panel and ``onnxviz run --compare`` share this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxviz.errors import ExecutionError
+
+
+@dataclass
+class ValueDiff:
+    """How one value differs.  ``max_abs``/``max_rel`` are None when not comparable
+    (not a tensor on one side, or a missing value); ``shape_mismatch`` holds both shapes."""
+
+    name: str
+    max_abs: float | None = None
+    max_rel: float | None = None
+    ref_scale: float = 0.0  # largest |value| on the peer's side
+    shape_mismatch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    equal: bool | None = None  # for string tensors
+    note: str = ""
+
+    def beyond(self, atol: float, rtol: float) -> bool:
+        """True when the difference passes ``atol + rtol * |reference|``."""
+        if self.shape_mismatch is not None or self.equal is False:
+            return True
+        if self.max_abs is None:
+            return False
+        return self.max_abs > atol + rtol * self.ref_scale
+
+
+@dataclass
+class NodeComparison:
+    address: str  # "main::<label>"
+    index: int
+    op_type: str
+    values: list[ValueDiff] = field(default_factory=list)
+
+    @property
+    def max_abs(self) -> float | None:
+        found = [v.max_abs for v in self.values if v.max_abs is not None]
+        return max(found) if found else None
+
+    @property
+    def max_rel(self) -> float | None:
+        found = [v.max_rel for v in self.values if v.max_rel is not None]
+        return max(found) if found else None
+
+    def beyond(self, atol: float, rtol: float) -> bool:
+        return any(v.beyond(atol, rtol) for v in self.values)
+
+
+@dataclass
+class Comparison:
+    peer: str
+    nodes: list[NodeComparison]  # main-graph nodes in graph order
+    outputs: list[ValueDiff]
+
+    def first_beyond(self, atol: float = 1e-4, rtol: float = 1e-3) -> NodeComparison | None:
+        return next((n for n in self.nodes if n.beyond(atol, rtol)), None)
+
+    def by_address(self) -> dict[str, NodeComparison]:
+        return {n.address: n for n in self.nodes}
+
+
+def errors_between(name: str, ours: Any, theirs: Any) -> ValueDiff:
+    """Largest absolute and relative error between two values (NaN against NaN and the
+    same infinity count as equal; a NaN against a number is an infinite error)."""
+    out = ValueDiff(name)
+    if theirs is None:
+        out.note = "no value from the peer"
+        return out
+    if not isinstance(ours, np.ndarray) or not isinstance(theirs, np.ndarray):
+        out.note = "not a tensor"
+        return out
+    if ours.shape != theirs.shape:
+        out.shape_mismatch = (tuple(ours.shape), tuple(theirs.shape))
+        return out
+    if ours.dtype.kind in "OUS" or theirs.dtype.kind in "OUS":
+        out.equal = bool(np.array_equal(ours.astype(str), theirs.astype(str)))
+        return out
+    if ours.size == 0:
+        out.max_abs = out.max_rel = 0.0
+        return out
+    a = ours.astype(np.float64)
+    b = theirs.astype(np.float64)
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - b)
+        both_nan = np.isnan(a) & np.isnan(b)
+        same_inf = np.isinf(a) & (a == b)
+        diff = np.where(both_nan | same_inf, 0.0, diff)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        rel = diff / np.maximum(np.abs(b), 1e-12)
+        finite_b = np.abs(b[np.isfinite(b)])
+    out.max_abs = float(diff.max())
+    out.max_rel = float(rel.max())
+    out.ref_scale = float(finite_b.max()) if finite_b.size else 0.0
+    return out
+
+
+def _exposed_model(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph also outputs ``names`` (types left to onnxruntime
+    to infer: a name alone is enough for it)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for name in names:
+        if name not in have:
+            m.graph.output.append(onnx.ValueInfoProto(name=name))
+            have.add(name)
+    return m
+
+
+def run_onnxruntime(
+    model: onnx.ModelProto, feeds: Mapping[str, Any], extra_outputs: list[str]
+) -> dict[str, Any]:
+    """Outputs and the requested main-graph values as onnxruntime computes them."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ExecutionError("comparing with onnxruntime needs the onnxruntime package") from exc
+    m = _exposed_model(model, extra_outputs)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    # Fusions would hide the intermediates we expose; keep the graph as written.
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        inputs = {i.name for i in sess.get_inputs()}
+        values = sess.run(names, {k: v for k, v in feeds.items() if k in inputs})
+    except Exception as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExecutionError(f"onnxruntime could not run the model: {message}") from exc
+    return dict(zip(names, values))
+
+
+def node_output_names(model: onnx.ModelProto) -> list[tuple[int, onnx.NodeProto, list[str]]]:
+    """Main-graph nodes with their non-empty output names, in graph order."""
+    return [(i, n, [o for o in n.output if o]) for i, n in enumerate(model.graph.node)]
+
+
+def compare_with_onnxruntime(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, Any],
+    ours: Mapping[str, Any] | None = None,
+    *,
+    base_dir: str | None = None,
+) -> Comparison:
+    """Run ``feeds`` in onnxruntime and compare with ``ours`` (main-graph values by
+    name; None: run our interpreter here and fetch every main-graph node output)."""
+    from onnxviz.model.scopes import build_scopes
+
+    nodes = node_output_names(model)
+    wanted = [name for _, _, outs in nodes for name in outs]
+    if ours is None:
+        from onnxviz.runtime.session import Session
+
+        class _Doc:
+            pass
+
+        holder = _Doc()
+        holder.model = model  # type: ignore[attr-defined]
+        holder.base_dir = base_dir  # type: ignore[attr-defined]
+        ours = Session(holder).run(feeds, fetch=wanted)
+    theirs = run_onnxruntime(model, feeds, [n for n in wanted if n in ours])
+    main = next(s for s in build_scopes(model) if s.path == "main")
+    result: list[NodeComparison] = []
+    for index, node, outs in nodes:
+        nc = NodeComparison(f"main::{main.node_label(index)}", index, node.op_type)
+        for name in outs:
+            if name in ours:
+                nc.values.append(errors_between(name, ours[name], theirs.get(name)))
+        result.append(nc)
+    outputs = [
+        errors_between(o.name, ours.get(o.name), theirs.get(o.name)) for o in model.graph.output
+    ]
+    return Comparison("onnxruntime", result, outputs)
