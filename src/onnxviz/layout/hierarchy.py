@@ -163,11 +163,16 @@ class LayoutSession:
         # Children of every container (top level = ROOT), ordered by first node.
         self._child_order = np.lexsort((first, par))
         self._child_par = par[self._child_order]
+        self._kid_bounds: tuple[list[int], list[int]] | None = None
 
     def _kids(self, c: int) -> np.ndarray:
-        lo = int(np.searchsorted(self._child_par, c, side="left"))
-        hi = int(np.searchsorted(self._child_par, c, side="right"))
-        return self._child_order[lo:hi]
+        if self._kid_bounds is None:
+            keys = np.arange(-1, self._n_ent)
+            lo = np.searchsorted(self._child_par, keys, side="left")
+            hi = np.searchsorted(self._child_par, keys, side="right")
+            self._kid_bounds = (lo.tolist(), hi.tolist())
+        lo_list, hi_list = self._kid_bounds
+        return self._child_order[lo_list[c + 1] : hi_list[c + 1]]
 
     @property
     def _gindex(self) -> dict[str, int]:
@@ -284,6 +289,8 @@ class LayoutSession:
         self._edge_sorted_container = container[order]
         self._edge_local = np.full(len(ra), -1, dtype=np.int64)
         self._scratch = np.full(self._n_ent, -1, dtype=np.int64)
+        self._uniq_edges: np.ndarray | None = None
+        self._uniq_cont_sorted = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------- queries
     def _group_entity(self, gid: str) -> int:
@@ -379,41 +386,75 @@ class LayoutSession:
             out.extend(groups[self._open[groups]].tolist())
         return out
 
+    def _dedupe_edges(self) -> None:
+        """Local layout edges of every container at once: (container, local a, local b,
+        ports) deduplicated, each request edge mapped to its local edge."""
+        order, par = self._child_order, self._child_par
+        # Position of every entity among its siblings.
+        starts = np.searchsorted(par, par, side="left")
+        local_pos = np.empty(self._n_ent, dtype=np.int64)
+        local_pos[order] = np.arange(len(order)) - starts
+        ra, rb = self._edge_ra, self._edge_rb
+        cont = self._edge_container
+        a, b = local_pos[ra], local_pos[rb]
+        sp = np.where(ra < self._n, self._arrays.src_port, 0)
+        tp = np.where(rb < self._n, self._arrays.dst_port, 0)
+        srt = np.lexsort((tp, sp, b, a, cont))
+        cols = np.stack([cont, a, b, sp, tp], axis=1)[srt]
+        new = np.ones(len(srt), dtype=bool)
+        if len(srt):
+            new[1:] = (cols[1:] != cols[:-1]).any(axis=1)
+        uniq_id = np.cumsum(new) - 1
+        uniq = cols[new]
+        # Local edge index = rank of the unique row within its container.
+        first_of_cont = np.searchsorted(uniq[:, 0], uniq[:, 0], side="left")
+        local = np.arange(len(uniq)) - first_of_cont
+        self._edge_local = np.empty(len(srt), dtype=np.int64)
+        self._edge_local[srt] = local[uniq_id]
+        self._uniq_edges = uniq
+        self._uniq_cont_sorted = uniq[:, 0]
+
     def _container(self, c: int) -> _Container:
         cont = self._containers.get(c)
         if cont is None:
             kids = self._kids(c)
-            lo = int(np.searchsorted(self._edge_sorted_container, c, side="left"))
-            hi = int(np.searchsorted(self._edge_sorted_container, c, side="right"))
-            rows = self._edge_order[lo:hi]
-            scratch = self._scratch
-            scratch[kids] = np.arange(len(kids))
-            ra, rb = self._edge_ra[rows], self._edge_rb[rows]
-            a, b = scratch[ra], scratch[rb]
-            sp = np.where(ra < self._n, self._arrays.src_port[rows], 0)
-            tp = np.where(rb < self._n, self._arrays.dst_port[rows], 0)
-            if len(rows):
-                k = len(kids)
-                ports = int(max(sp.max(), tp.max())) + 1
-                if k * k * ports * ports < (1 << 62):
-                    key = ((a * k + b) * ports + sp) * ports + tp
-                    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-                    uniq = np.stack([a[first], b[first], sp[first], tp[first]], axis=1)
-                else:
-                    keys = np.stack([a, b, sp, tp], axis=1)
-                    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-                self._edge_local[rows] = inverse.reshape(-1)
+            if self._uniq_edges is not None:
+                lo = int(np.searchsorted(self._uniq_cont_sorted, c, side="left"))
+                hi = int(np.searchsorted(self._uniq_cont_sorted, c, side="right"))
+                rows = self._uniq_edges[lo:hi]
+                cont = _Container(kids, rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4])
             else:
-                uniq = np.zeros((0, 4), dtype=np.int64)
-            cont = _Container(
-                kids, uniq[:, 0].copy(), uniq[:, 1].copy(), uniq[:, 2].copy(), uniq[:, 3].copy()
-            )
+                cont = self._container_edges(c, kids)
             self._containers[c] = cont
         return cont
 
+    def _container_edges(self, c: int, kids: np.ndarray) -> _Container:
+        """The same local edges as `_dedupe_edges`, for one container (used while few
+        containers are open, so the first view never pays for all of them)."""
+        lo = int(np.searchsorted(self._edge_sorted_container, c, side="left"))
+        hi = int(np.searchsorted(self._edge_sorted_container, c, side="right"))
+        rows = self._edge_order[lo:hi]
+        scratch = self._scratch
+        scratch[kids] = np.arange(len(kids))
+        ra, rb = self._edge_ra[rows], self._edge_rb[rows]
+        a, b = scratch[ra], scratch[rb]
+        sp = np.where(ra < self._n, self._arrays.src_port[rows], 0)
+        tp = np.where(rb < self._n, self._arrays.dst_port[rows], 0)
+        if len(rows) == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return _Container(kids, empty, empty, empty, empty)
+        keys = np.stack([a, b, sp, tp], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        self._edge_local[rows] = inverse.reshape(-1)
+        return _Container(kids, uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3])
+
     def _box_sizes(self, kids: np.ndarray) -> np.ndarray:
         """Current (width, height) of children: nodes, open or collapsed groups."""
-        return np.where(self._open[kids, None], self._open_size[kids], self._base_size[kids])
+        sizes = self._base_size[kids]
+        is_open = self._open[kids]
+        if is_open.any():
+            sizes[is_open] = self._open_size[kids[is_open]]
+        return sizes
 
     def _layout_container(self, c: int) -> FlatLayout:
         cont = self._container(c)
@@ -459,6 +500,9 @@ class LayoutSession:
     def _ensure_layouts(self) -> list[int]:
         visible = self._visible_containers()
         sp = self.request.spacing
+        missing = sum(1 for c in visible if c not in self._layouts)
+        if missing > 64 and self._uniq_edges is None:
+            self._dedupe_edges()  # many containers at once: one vectorised pass
         for c in reversed(visible):  # children before parents: sizes flow upwards
             lay = self._layouts.get(c)
             if lay is None:
