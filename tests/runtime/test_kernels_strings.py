@@ -86,6 +86,10 @@ def test_string_split_delimiters_and_maxsplit() -> None:
     assert counts.tolist() == [1, 2, 0]
     parts, counts = run_ours("StringSplit", [_strings("a b c d")], 20, n_outputs=2, maxsplit=2)
     assert parts.tolist() == [["a", "b", "c d"]] and counts.tolist() == [3]
+    # Trailing whitespace is removed even from the unsplit remainder (the spec; onnxruntime
+    # agrees, Python's str.split would keep it).
+    parts, _ = run_ours("StringSplit", [_strings(" a  b c  ")], 20, n_outputs=2, maxsplit=1)
+    assert parts.tolist() == [["a", "b c"]]
 
 
 def test_string_concat_broadcasts() -> None:
@@ -115,3 +119,22 @@ def test_tfidf_against_onnxruntime(mode: str) -> None:
         run_ours("TfIdfVectorizer", [x[0]], 9, **kw)[0],
         run_ort("TfIdfVectorizer", [x[0]], 9, **kw)[0],
     )
+
+
+def test_split_concat_regex_against_onnxruntime() -> None:
+    # (onnxruntime counts 0 substrings for "" split on a delimiter; the spec's rule that
+    # delimiters delimit empty strings gives 1, as onnx.reference does: no "" here.)
+    x = _strings("a,,b", "  lead  trail ", "x,y,z,w", ",", "a b  c ")
+    for kw in ({"delimiter": ","}, {}, {"delimiter": ",", "maxsplit": 1}, {"maxsplit": 1}):
+        ours = run_ours("StringSplit", [x], 20, n_outputs=2, **kw)
+        theirs = run_ort("StringSplit", [x], 20, n_outputs=2, **kw)
+        assert ours[0].tolist() == theirs[0].tolist()
+        assert_same(ours[1], theirs[1])
+    a, b = _strings("a", "b").reshape(2, 1), _strings("x", "y", "z")
+    assert_same(run_ours("StringConcat", [a, b], 20)[0], run_ort("StringConcat", [a, b], 20)[0])
+    words = _strings("abc123", "abc", "123abc", "", "A1")
+    for pattern in (r"[a-z]+\d*", r"(?i)a\d", r".*", r"\Qabc\E"):
+        assert_same(
+            run_ours("RegexFullMatch", [words], 20, pattern=pattern)[0],
+            run_ort("RegexFullMatch", [words], 20, pattern=pattern)[0],
+        )

@@ -105,8 +105,13 @@ def string_split(
     data: np.ndarray, delimiter: str | None = None, maxsplit: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     limit = -1 if maxsplit is None else maxsplit
-    sep = delimiter or None  # None: split on runs of whitespace, trimmed
-    parts = [str(s).split(sep, limit) for s in data.reshape(-1).tolist()]
+    strings = [str(s) for s in data.reshape(-1).tolist()]
+    if delimiter:
+        parts = [s.split(delimiter, limit) for s in strings]
+    else:
+        # Runs of whitespace separate; leading AND trailing whitespace never reach the
+        # output (also after the last allowed split, unlike Python's str.split).
+        parts = [s.strip().split(None, limit) for s in strings]
     counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(data.shape)
     width = int(counts.max()) if counts.size else 0
     padded = [p + [""] * (width - len(p)) for p in parts]
