@@ -24,6 +24,13 @@ Hierarchical use (groups from name scopes, collapsed groups drawn as one box)::
     session.expand("/model/layers.7")    # re-lays out only that group and its ancestors
     view = session.result()
 
+In a hierarchical result a collapsed group is a `GroupBox` with ``expanded=False`` (and is
+not in ``result.nodes``); an open group is a frame around its children.  Edges whose end
+is hidden inside a collapsed group are drawn to the group box (``kind="lifted"``; several
+request edges merged into one route carry ``count``).  Request edges can also be given as
+columns (`NodeTable`, `EdgeTable`) to skip building 100k small objects.  Long or high
+fan-out edges start at a `ProxyBox` (``route.proxy``) that names the real source.
+
 Stages (one module each): cycles, ranking, long_edges (dummies and proxies), ordering
 (+ crossings), positioning (Brandes–Köpf), routing, hierarchy (+ scopes), metrics.
 """
