@@ -536,3 +536,12 @@ def test_run_can_fetch_intermediate_values() -> None:
     assert out["x"] is x and out["w"].shape == (3,)
     with pytest.raises(ExecutionError, match="cannot fetch nope"):
         sess.run({"x": x}, fetch=["nope"])
+
+
+def test_kept_subgraph_values_are_those_of_the_last_iteration() -> None:
+    sess = Session(loop_model(), keep_intermediates=True)
+    x = np.array([1.0, 2.0], np.float32)
+    sess.run({"x": x})
+    np.testing.assert_allclose(sess.intermediates[("main/body:loop", "acc_out")], x * 3)
+    assert int(sess.intermediates[("main/body:loop", "i")]) == 2
+    np.testing.assert_allclose(sess.value("scans"), np.stack([x, x * 2, x * 3]))

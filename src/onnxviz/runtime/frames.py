@@ -184,6 +184,10 @@ class Executor:
             for s, v in zip(plan.input_slots, feeds):
                 if s >= 0:
                     values[s] = v
+            if self.store is not None:  # a body's inputs (iteration number, carried values)
+                for name, v in zip(plan.input_names, feeds):
+                    if name:
+                        self.store.put(plan.path, name, v)
         return frame
 
     def stack_text(self) -> str:
