@@ -200,15 +200,16 @@ def classify(
         # Votes for one class but two base values (or votes for class 1): both columns are
         # scores ("binary as multiclass"); the decision uses the voted column's score.
         full = scores.copy()
-        full[:, : base.size] += base[:2]
+        full[:, : min(base.size, 2)] += base[:2]
         positive = (full[:, k] > 0.5) if all_positive else (full[:, k] > 0)
         z = apply_post_transform(full.astype(np.float32), post)
         return positive.astype(np.int64), np.asarray(z, dtype=np.float32)
     if base.size:
+        m = min(base.size, n_classes)
         scores = scores.copy()
-        scores[:, : base.size] += base[:n_classes]
+        scores[:, :m] += base[:m]
         has = has.copy()
-        has[:, : base.size] = True
+        has[:, :m] = True
     # Top class among the classes that received a vote; first one wins ties.
     masked = np.where(has, scores, -np.inf)
     best = np.argmax(masked, axis=1).astype(np.int64)
