@@ -180,3 +180,18 @@ def test_qlinear_matmul_per_row_and_column_follows_the_formula() -> None:
     expected = np.clip(np.rint(real / 0.2) + 128, 0, 255)
     assert y.dtype == np.uint8
     assert np.abs(y - expected).max() <= 1
+
+
+@pytest.mark.parametrize("opset", [10, 13, 19, 21, 23, 25])
+def test_every_opset_form_against_onnxruntime(opset: int) -> None:
+    x = _x(2, 3, 4)
+    per_axis = opset >= 13
+    scale = RNG.uniform(0.05, 0.2, 3 if per_axis else ()).astype(np.float32)
+    zp = RNG.integers(-3, 3, 3 if per_axis else ()).astype(np.int8)
+    q = run_ours("QuantizeLinear", [x, scale, zp], opset)[0]
+    assert_same(q, run_ort("QuantizeLinear", [x, scale, zp], opset)[0])
+    d = run_ours("DequantizeLinear", [q, scale, zp], opset)[0]
+    assert_same(d, run_ort("DequantizeLinear", [q, scale, zp], opset)[0])
+    if not per_axis:
+        with pytest.raises(ExecutionError):
+            run_ours("QuantizeLinear", [x, np.ones(3, np.float32), np.zeros(3, np.int8)], opset)
