@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import sys
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxviz.check import inference, validate
+from onnxviz.check import validate, worker
 from onnxviz.check.inference import infer_types, run_inference
 from onnxviz.model.document import Document
 from tests.check.cases import model, vi
@@ -70,16 +68,24 @@ def test_types_inside_subgraphs() -> None:
     assert types[("main/then_branch:if", "t")].tensor_type.elem_type == F
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="isolation needs fork")
-def test_a_crash_in_onnx_is_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(copy: onnx.ModelProto) -> None:
-        os.kill(os.getpid(), signal.SIGSEGV)
+_CRASHER = "import os, signal, sys; sys.stdin.buffer.read(8); os.kill(os.getpid(), signal.SIGSEGV)"
 
-    monkeypatch.setattr(inference, "_infer", crash)
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+def test_a_crash_in_the_worker_is_reported_and_the_worker_restarts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    crasher = worker.InferenceWorker([sys.executable, "-c", _CRASHER])
+    monkeypatch.setattr(worker, "WORKER", crasher)
     doc = _doc()
     result = run_inference(doc.model, doc.scopes(), isolate=True)
-    assert result.crash is not None and "crashed" in result.crash
+    assert result.crash is not None and "crashed" in result.crash and "11" in result.crash
     assert not result.types
+    # A real worker after the crash: inference works again, isolated.
+    monkeypatch.setattr(worker, "WORKER", worker.InferenceWorker())
+    again = run_inference(doc.model, doc.scopes(), isolate=True)
+    assert again.crash is None and again.types[("main", "t")].tensor_type.elem_type == F
+    worker.WORKER.close()
 
 
 def test_broken_models_are_inferred_in_a_worker() -> None:
@@ -100,5 +106,7 @@ def test_broken_models_are_inferred_in_a_worker() -> None:
         opsets=[("ai.onnx.ml", 4)],
     )
     m.graph.output[0].ClearField("type")
-    codes = {d.code for d in validate(Document.from_model(m))}
-    assert "G004" in codes
+    diags = validate(Document.from_model(m))
+    assert "G004" in {d.code for d in diags}
+    crashes = [d for d in diags if d.code == "I003"]
+    assert all("crashed" in d.message for d in crashes)

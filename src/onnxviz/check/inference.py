@@ -11,9 +11,6 @@ turns an unexplained complaint into C001 / C002.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import os
-import pickle
 import re
 import time
 import weakref
@@ -24,7 +21,7 @@ from typing import Any
 import onnx
 import onnx.checker
 import onnx.shape_inference
-from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
 from onnxviz.model.scopes import GraphScope
 
@@ -94,12 +91,49 @@ class InferenceResult:
     seconds: float = 0.0
 
 
+# Initializers with more elements than this reach inference without their data: their
+# type and shape are all it needs, and data propagation only reads small shape tensors.
+_DATA_KEPT_UP_TO = 4096
+
+
+def _copy_fields(src: Any, dst: Any, skip: tuple[str, ...]) -> None:
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        target = getattr(dst, fd.name)
+        if hasattr(value, "extend") and hasattr(target, "extend"):
+            target.extend(value)
+        elif hasattr(value, "CopyFrom"):
+            target.CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
 def _stripped_copy(model: ModelProto) -> ModelProto:
+    """The model without value_info, main-graph output types and big tensor data, built
+    without copying the weights."""
     copy = ModelProto()
-    copy.CopyFrom(model)
-    stack: list[GraphProto] = [copy.graph]
+    _copy_fields(model, copy, ("graph",))
+    _copy_fields(model.graph, copy.graph, ("initializer", "value_info"))
+    for t in model.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n <= _DATA_KEPT_UP_TO or t.data_location == TensorProto.EXTERNAL:
+            copy.graph.initializer.add().CopyFrom(t)
+        else:
+            slim = copy.graph.initializer.add()
+            slim.name = t.name
+            slim.data_type = t.data_type
+            slim.dims.extend(t.dims)
+    stack: list[GraphProto] = []
     for fn in copy.functions:
         del fn.value_info[:]
+    for node in copy.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                stack.append(attr.g)
+            stack.extend(attr.graphs)
     while stack:
         g = stack.pop()
         del g.value_info[:]
@@ -178,34 +212,15 @@ def _infer(copy: ModelProto) -> tuple[ModelProto, str | None]:
 
 
 def _infer_isolated(copy: ModelProto) -> tuple[ModelProto, str | None] | str:
-    """Run `_infer` in a forked child, so that a crash of onnx's C++ code on a broken
-    model (it dereferences missing input types in some operators' inference) cannot take
-    the application down.  Returns the crash description instead of a result."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: infer, send back the inferred model without tensor data
-        code = 0
-        try:
-            os.close(read_fd)
-            faulthandler.disable()  # a crash here is expected and reported by the parent
-            inferred, failure = _infer(copy)
-            _drop_tensor_data(inferred)
-            blob = pickle.dumps((inferred.SerializeToString(), failure))
-            with os.fdopen(write_fd, "wb") as pipe:
-                pipe.write(blob)
-        except BaseException:
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        blob = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return f"onnx.shape_inference crashed (signal {os.WTERMSIG(status)})"
-    if not blob:
-        return "onnx.shape_inference failed in its worker process"
-    data, failure = pickle.loads(blob)
+    """Run `_infer` in the worker process (see `onnxviz.check.worker`), so that a crash
+    of onnx's C++ code on a broken model cannot take the application down.  Returns the
+    crash description instead of a result."""
+    from onnxviz.check.worker import WORKER
+
+    got = WORKER.infer(copy.SerializeToString())
+    if isinstance(got, str):
+        return got
+    data, failure = got
     inferred = ModelProto()
     inferred.ParseFromString(data)
     return inferred, failure
@@ -228,7 +243,7 @@ def run_inference(
     model: ModelProto, scopes: list[GraphScope], *, isolate: bool = False
 ) -> InferenceResult:
     """Infer types on a copy without value_info.  With ``isolate`` (the caller found the
-    model broken), onnx runs in a forked process where fork exists."""
+    model broken), onnx runs in the worker process."""
     start = time.perf_counter()
     res = InferenceResult()
     if model.ByteSize() > _MAX_PROTO:
@@ -236,7 +251,7 @@ def run_inference(
         res.seconds = time.perf_counter() - start
         return res
     copy = _stripped_copy(model)
-    if isolate and hasattr(os, "fork"):
+    if isolate:
         got = _infer_isolated(copy)
     else:
         got = _infer(copy)

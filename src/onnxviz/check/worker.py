@@ -1,0 +1,108 @@
+"""A long-lived helper process that runs onnx.shape_inference for broken models.
+
+onnx's C++ inference dereferences missing input types in some operators (for example
+LabelEncoder in onnx 1.23), which kills the whole process.  Models our rules find broken
+are therefore inferred here: the parent sends the (stripped) model bytes, the worker sends
+back the inferred model bytes without tensor data and the strict-mode failure text.  If
+the worker dies, the parent reports the crash and starts a new worker next time.
+
+Protocol on stdin/stdout: 8-byte little-endian length, then a pickle.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+_HEADER = struct.Struct("<Q")
+
+
+def _read(stream: IO[bytes]) -> Any:
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        raise EOFError
+    return pickle.loads(body)
+
+
+def _write(stream: IO[bytes], obj: Any) -> None:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def serve() -> None:
+    import faulthandler
+
+    from onnx import ModelProto
+
+    from onnxviz.check.inference import _drop_tensor_data, _infer
+
+    faulthandler.disable()  # a crash here is expected and reported by the parent
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            blob = _read(stdin)
+        except EOFError:
+            return
+        model = ModelProto()
+        model.ParseFromString(blob)
+        inferred, failure = _infer(model)
+        _drop_tensor_data(inferred)
+        _write(stdout, (inferred.SerializeToString(), failure))
+
+
+class InferenceWorker:
+    """The parent's handle; one per process, used under a lock."""
+
+    def __init__(self, command: list[str] | None = None) -> None:
+        self._command = command or [
+            sys.executable,
+            "-c",
+            "from onnxviz.check.worker import serve; serve()",
+        ]
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self._command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def infer(self, model_bytes: bytes) -> tuple[bytes, str | None] | str:
+        """(inferred model bytes, failure text) or a description of the crash."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                proc = self._proc = self._start()
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                _write(proc.stdin, model_bytes)
+                result: tuple[bytes, str | None] = _read(proc.stdout)
+                return result
+            except (EOFError, BrokenPipeError, OSError):
+                code = proc.wait()
+                self._proc = None
+                if code < 0:
+                    return f"onnx.shape_inference crashed (signal {-code})"
+                return f"onnx.shape_inference stopped its worker process (exit status {code})"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                self._proc.kill()
+                self._proc.wait()
+                self._proc = None
+
+
+WORKER = InferenceWorker()
