@@ -228,18 +228,25 @@ def _route_edge(scene: Scene, edge: DisplayEdge) -> None:
     if src is None or dst is None:
         return
     direction = scene.direction
+    start = port_point(src, edge.source_port, True, direction)
+    end = port_point(dst, edge.target_port, False, direction)
     points: list[Point] | None = None
     if edge.layout_key is not None and edge.block is not None:
         key = edge.layout_key
-        if key[0] == edge.source and key[2] == edge.target:
-            points = scene.blocks[edge.block].routes.get(key)
-            if points:
-                points = list(points)
+        route = scene.blocks[edge.block].routes.get(key)
+        if route:
+            points = list(route)
+            # An end inside an expanded frame: the route reaches the frame's border;
+            # join the real port to it, so the edge follows the laid-out lane outside.
+            if key[0] != edge.source and _far(points[0], start):
+                points = _curve(start, points[0], direction)[:3] + points
+            if key[2] != edge.target and _far(points[-1], end):
+                points = points + _curve(points[-1], end, direction)[1:]
     if not points:
-        points = _curve(
-            port_point(src, edge.source_port, True, direction),
-            port_point(dst, edge.target_port, False, direction),
-            direction,
-        )
+        points = _curve(start, end, direction)
     edge.points = points
     edge.label_pos = _bezier_mid(points)
+
+
+def _far(a: Point, b: Point) -> bool:
+    return abs(a[0] - b[0]) + abs(a[1] - b[1]) > 0.5
