@@ -182,3 +182,14 @@ def test_random_edit_sequences_match_full_runs() -> None:
             _step(doc, command)
         except EditError:
             continue
+
+
+def test_edits_missed_between_calls_force_a_full_run() -> None:
+    doc = Document.from_model(_sample())
+    validate(doc)
+    state = state_of(doc)
+    doc.rename_value("t", "t1")  # validated by nobody
+    changes = doc.rename_value("t1", "t2")
+    got = [d.to_json() for d in validate(doc, changed=changes)]
+    assert state_of(doc) is not state
+    assert got == _full(doc)

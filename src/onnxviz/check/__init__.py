@@ -18,11 +18,22 @@ __all__ = ["RULES", "Rule", "validate"]
 
 
 def validate(doc: Any, changed: Any = None) -> list[Diagnostic]:
-    """Every diagnostic for the document; with `changed` (a ChangeSet from the last
-    command), re-check only what that command touched."""
+    """Every diagnostic for the document; with `changed` (the ChangeSet of the one command
+    executed, undone or redone since the previous call), re-check only what it touched.
+    When more than one edit happened since the previous call (the Document's revision
+    says so), a full run is made; merge ChangeSets if you validate less often."""
     scopes = list(doc.scopes())
     load_diags = list(getattr(doc, "diagnostics", []) or [])
     state = state_of(doc) if changed is not None else None
+    revision = getattr(doc, "revision", None)
+    if (
+        state is not None
+        and revision is not None
+        and state.revision is not None
+        and revision != state.revision + 1
+    ):
+        # `changed` covers only the last command; edits in between were not seen.
+        state = None
     result = None
     if state is not None:
         result = incremental_run(doc, state, scopes, changed, load_diags)
