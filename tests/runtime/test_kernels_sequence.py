@@ -84,3 +84,25 @@ def test_optionals() -> None:
     assert run_ours("OptionalGetElement", [t], 18)[0] is t
     with pytest.raises(ExecutionError):
         run_ours("OptionalGetElement", [None], 15)
+
+
+@pytest.mark.parametrize(
+    ("split", "attrs"),
+    [
+        (None, {}),
+        (None, {"keepdims": 0}),
+        (np.array(3, np.int64), {}),
+        (np.array([1, 1]), {"axis": -1}),
+    ],
+    ids=["ones", "no-keepdims", "scalar-chunks", "sizes"],
+)
+def test_split_to_sequence_against_onnxruntime(split: np.ndarray | None, attrs: dict) -> None:
+    from tests.runtime.datakernels_helpers import assert_same, run_ort
+
+    x = np.random.default_rng(0).random((7, 2)).astype(np.float32)
+    args = [x] if split is None else [x, split]
+    (ours,) = run_ours("SplitToSequence", args, 11, **attrs)
+    (theirs,) = run_ort("SplitToSequence", args, 11, **attrs)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert_same(a, b)
