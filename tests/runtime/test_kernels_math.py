@@ -673,3 +673,12 @@ def test_every_version_and_allowed_type_runs_and_keeps_its_type(
     else:
         expected = np.dtype(dtype)
     assert out.dtype == expected
+
+
+def test_clip_on_a_scalar_with_both_bounds() -> None:
+    # 0-d inputs: numpy returns scalars from ufuncs, which broke the in-place second bound.
+    from onnxviz.runtime.kernels.math_activation import clip
+
+    x = np.array(5.0, np.float32)
+    out = clip(x, np.array(0.0, np.float32), np.array(3.0, np.float32))
+    assert out.shape == () and out.dtype == np.float32 and float(out) == 3.0

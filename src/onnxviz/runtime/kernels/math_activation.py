@@ -230,7 +230,8 @@ def _clip(x: Array, lo: Any, hi: Any) -> Array:
     w = widen(x)
     out = w
     if lo is not None:
-        out = np.maximum(out, np.asarray(lo).astype(w.dtype))
+        # asarray: on 0-d inputs numpy returns a scalar, which cannot be an `out=` target.
+        out = np.asarray(np.maximum(out, np.asarray(lo).astype(w.dtype)))
     if hi is not None:
         bound = np.asarray(hi).astype(w.dtype)
         if out is w:
