@@ -176,3 +176,19 @@ def test_bad_hierarchies_raise() -> None:
     session = LayoutSession(LayoutRequest(nodes, [], [LayoutGroup("g1")]))
     with pytest.raises(LayoutError, match="unknown group"):
         session.expand("nope")
+
+
+def test_proxies_in_groups_name_their_real_source() -> None:
+    req = scoped_request(graph("transformer_mask", 3000))
+    session = LayoutSession(req, expanded=())
+    session.expand_all()
+    res = session.result()
+    proxied = [r for r in res.edges if r.kind == "proxy"]
+    assert proxied
+    for route in proxied:
+        box = res.proxies[route.proxy]  # type: ignore[index]
+        # The proxy stands for the source or, when the edge is lifted, the group that
+        # holds the source at the level where the edge is laid out.
+        holders = [route.source, *session.ancestors_of(route.source)]
+        assert box.source in holders
+        assert route.points[0][1] == pytest.approx(box.y + box.height)

@@ -247,7 +247,10 @@ class GroupBox:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProxyBox:
     """A stand-in for the far-away ``source`` of a long or high fan-out edge, placed just
-    above its consumers; the UI draws it small and offers a jump to ``source``."""
+    above its consumers; the UI draws it small and offers a jump to ``source``.  In a
+    hierarchical layout ``source`` is the item at the proxy's level: the source node, or
+    the group holding it when the edge was lifted (routes through the proxy still name
+    the real source node)."""
 
     id: str
     source: str

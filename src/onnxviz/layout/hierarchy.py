@@ -320,6 +320,15 @@ class LayoutSession:
         key = ROOT if gid is None else self._group_entity(gid)
         return [self._ids[e] for e in self._kids(key).tolist()]
 
+    def ancestors_of(self, item_id: str) -> list[str]:
+        """Enclosing groups of a node or group, nearest first."""
+        out = []
+        p = self.parent_of(item_id)
+        while p is not None:
+            out.append(p)
+            p = self.parent_of(p)
+        return out
+
     def parent_of(self, item_id: str) -> str | None:
         e = self._arrays.index.get(item_id) if item_id not in self._gindex else None
         if e is None:
