@@ -135,10 +135,8 @@ def concrete_shape(spec: InputSpec, dims: Mapping[str, int]) -> tuple[int, ...]:
 def default_range(dtype: np.dtype[Any]) -> tuple[float, float]:
     if dtype == np.dtype(bool):
         return (0.0, 1.0)
-    if dtype.kind == "u":
-        return (0.0, 10.0)
-    if dtype.kind == "i":
-        return (-5.0, 5.0)
+    if dtype.kind in "iu":
+        return (0.0, 5.0)  # counts and indices: negative values are rarely meant
     return (-1.0, 1.0)
 
 

@@ -1,0 +1,163 @@
+"""`RunController`: one debugging session, run on a worker thread.
+
+Each command (run, continue, step, ...) starts a Python thread that calls
+`Debugger.advance`; while it runs the session belongs to that thread, and the UI only
+reads `Debugger.snapshot()`.  Pause sets a flag the worker checks before every node;
+Stop cancels the session (it stops before its next node).  Signals emitted from the
+worker reach the UI thread queued, so slots always run on the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QApplication
+
+from onnxviz.errors import OnnxvizError
+from onnxviz.runtime.events import Pause
+from onnxviz.runtime.session import Session
+from onnxviz.ui.run.driver import Debugger
+
+PROGRESS_MS = 100
+
+
+class RunController(QObject):
+    stopped = Signal(object)  # Pause (or an OnnxvizError when the run could not start)
+    started = Signal()
+    progress = Signal()  # while running, every PROGRESS_MS
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.debugger: Debugger | None = None
+        self.last_pause: Pause | None = None
+        self.last_feeds: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(PROGRESS_MS)
+        self._timer.timeout.connect(self.progress.emit)
+        self.stopped.connect(self._delivered)
+        # Breakpoints live here so they survive a new session (a new run).
+        self.breakpoints: set[str] = set()
+        self.break_on_nonfinite = False
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def session(self) -> Session | None:
+        return self.debugger.session if self.debugger is not None else None
+
+    @property
+    def can_continue(self) -> bool:
+        s = self.session
+        return not self.busy and s is not None and s.state == "paused"
+
+    # -- commands ------------------------------------------------------------------------
+    def start_run(
+        self,
+        session_factory: Callable[[], Session],
+        feeds: Mapping[str, Any],
+        mode: str = "continue",
+        target: str | None = None,
+    ) -> bool:
+        """Begin a new run (the old one is abandoned) and advance it by ``mode``."""
+        if self.busy:
+            return False
+        feeds = dict(feeds)
+
+        def work() -> Pause:
+            sess = session_factory()
+            dbg = Debugger(sess)
+            self._sync_breakpoints(dbg)
+            self.debugger = dbg
+            dbg.start(feeds)
+            self.last_feeds = feeds
+            if mode == "start":
+                return Pause("step", None)
+            return dbg.advance(mode, target)
+
+        self._launch(work)
+        return True
+
+    def advance(self, mode: str, target: str | None = None) -> bool:
+        """Continue the paused run (step, step_over, step_out, continue, run_to)."""
+        dbg = self.debugger
+        if not self.can_continue or dbg is None:
+            return False
+        self._sync_breakpoints(dbg)
+        self._launch(lambda: dbg.advance(mode, target))
+        return True
+
+    def pause(self) -> None:
+        if self.debugger is not None and self.busy:
+            self.debugger.request_pause()
+
+    def stop(self) -> None:
+        """Cancel: a running run stops before its next node; a paused one ends now."""
+        dbg = self.debugger
+        if dbg is None:
+            return
+        dbg.cancel()
+        if not self.busy and dbg.session.state == "paused":
+            self._launch(lambda: dbg.advance("continue"))
+
+    def set_breakpoint(self, address: str, on: bool) -> None:
+        (self.breakpoints.add if on else self.breakpoints.discard)(address)
+        if self.debugger is not None:
+            self._sync_breakpoints(self.debugger)
+
+    def set_break_on_nonfinite(self, on: bool) -> None:
+        self.break_on_nonfinite = on
+        if self.debugger is not None:
+            self.debugger.break_on_nonfinite = on
+
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        """Process events until the worker has stopped and its signal was delivered
+        (tests, benchmarks)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            QApplication.processEvents()
+            if not self.busy and not self._pending:
+                QApplication.processEvents()
+                return True
+            time.sleep(0.002)
+        return False
+
+    # -- internals ------------------------------------------------------------------------
+    _pending = False
+
+    def _sync_breakpoints(self, dbg: Debugger) -> None:
+        # Replace the set object: the worker reads it without a lock.
+        dbg.node_breakpoints = set(self.breakpoints)
+        dbg.break_on_nonfinite = self.break_on_nonfinite
+
+    def _launch(self, work: Callable[[], Pause]) -> None:
+        self._pending = True
+
+        def body() -> None:
+            result: Any
+            try:
+                result = work()
+            except OnnxvizError as exc:
+                result = exc
+            except Exception as exc:  # one sentence for the user, details on stderr
+                traceback.print_exc()
+                result = OnnxvizError(f"internal error: {type(exc).__name__}: {exc}")
+            self.stopped.emit(result)
+
+        self._thread = threading.Thread(target=body, name="onnxviz-run", daemon=True)
+        self.started.emit()
+        self._timer.start()
+        self._thread.start()
+
+    def _delivered(self, result: Any) -> None:
+        self._timer.stop()
+        self._pending = False
+        self.last_pause = result if isinstance(result, Pause) else None

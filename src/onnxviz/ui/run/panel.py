@@ -1,0 +1,330 @@
+"""`RunPanelWidget`: the body of the Run dock.
+
+A row of run buttons and the frame stack breadcrumb on top; tabs below: frames and
+their values, breakpoints, profile, compare and memory.  The widget only shows things
+and emits what the user asks for; `RunPanel` (``__init__.py``) does the work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from onnxviz.runtime.compare import Comparison
+from onnxviz.runtime.memory import DroppedValue
+from onnxviz.runtime.profile import NodeProfile
+from onnxviz.runtime.values import describe, nbytes
+
+
+class NumberItem(QTableWidgetItem):
+    """A table cell that sorts by its number, not its text."""
+
+    def __init__(self, text: str, number: float) -> None:
+        super().__init__(text)
+        self.number = number
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        if isinstance(other, NumberItem):
+            return self.number < other.number
+        return super().__lt__(other)
+
+
+def _table(headers: list[str]) -> QTableWidget:
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().hide()
+    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    t.horizontalHeader().setStretchLastSection(True)
+    return t
+
+
+def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
+    item = table.item(row, col)
+    return item.text() if item is not None else ""
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+class RunPanelWidget(QWidget):
+    frameChosen = Signal(int)  # index in the stack, 0 = main
+    valueActivated = Signal(int, str)  # frame index, value name
+    nodeActivated = Signal(str)  # node address
+    breakpointRemoved = Signal(str)
+    compareRequested = Signal()
+    jumpToDivergence = Signal()
+    colouringChanged = Signal(str)  # "none" | "heat" | "error"
+
+    def __init__(self, actions: list[QAction], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        for action in actions:
+            if action is None:
+                top.addSpacing(8)
+                continue
+            b = QToolButton()
+            b.setDefaultAction(action)
+            top.addWidget(b)
+        self.status = QLabel("not started")
+        top.addWidget(self.status, 1)
+        self.stack_label = QLabel("")
+        self.stack_label.setTextFormat(Qt.TextFormat.RichText)
+        self.stack_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._build_frames(), "Frames && Values")
+        self.tabs.addTab(self._build_breakpoints(), "Breakpoints")
+        self.tabs.addTab(self._build_profile(), "Profile")
+        self.tabs.addTab(self._build_compare(), "Compare")
+        self.tabs.addTab(self._build_memory(), "Memory")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.stack_label)
+        lay.addWidget(self.tabs, 1)
+
+    # -- tabs ----------------------------------------------------------------------------
+    def _build_frames(self) -> QWidget:
+        split = QSplitter()
+        self.frames = QListWidget()
+        self.frames.currentRowChanged.connect(self.frameChosen.emit)
+        self.values = _table(["value", "type", "min", "max", "NaN/Inf"])
+        self.values.setSortingEnabled(True)
+        self.values.cellDoubleClicked.connect(self._value_clicked)
+        split.addWidget(self.frames)
+        split.addWidget(self.values)
+        split.setSizes([220, 600])
+        return split
+
+    def _build_breakpoints(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        self.break_nonfinite = QCheckBox("Break when a node outputs NaN or Inf")
+        lay.addWidget(self.break_nonfinite)
+        self.breakpoints = QListWidget()
+        self.breakpoints.itemActivated.connect(
+            lambda it: self.nodeActivated.emit(it.data(Qt.ItemDataRole.UserRole))
+        )
+        lay.addWidget(self.breakpoints, 1)
+        remove = QPushButton("Remove")
+        remove.clicked.connect(self._remove_breakpoint)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("F9 toggles a breakpoint on the selected node"), 1)
+        row.addWidget(remove)
+        lay.addLayout(row)
+        return w
+
+    def _build_profile(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        self.heat = QCheckBox("Colour nodes by time on the canvas")
+        self.heat.toggled.connect(lambda on: self._colouring("heat", on))
+        lay.addWidget(self.heat)
+        self.profile = _table(["node", "op", "calls", "total ms", "mean ms", "output", "type"])
+        self.profile.setSortingEnabled(True)
+        self.profile.cellDoubleClicked.connect(
+            lambda r, _c: self.nodeActivated.emit(_cell(self.profile, r))
+        )
+        lay.addWidget(self.profile, 1)
+        return w
+
+    def _build_compare(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        row = QHBoxLayout()
+        self.compare_button = QPushButton("Compare with onnxruntime")
+        self.compare_button.clicked.connect(self.compareRequested.emit)
+        row.addWidget(self.compare_button)
+        row.addWidget(QLabel("atol"))
+        self.atol = QDoubleSpinBox()
+        self.atol.setDecimals(8)
+        self.atol.setRange(0, 1e6)
+        self.atol.setValue(1e-4)
+        row.addWidget(self.atol)
+        row.addWidget(QLabel("rtol"))
+        self.rtol = QDoubleSpinBox()
+        self.rtol.setDecimals(8)
+        self.rtol.setRange(0, 1e6)
+        self.rtol.setValue(1e-3)
+        row.addWidget(self.rtol)
+        self.jump_button = QPushButton("Jump to first divergence")
+        self.jump_button.clicked.connect(self.jumpToDivergence.emit)
+        row.addWidget(self.jump_button)
+        self.error_colours = QCheckBox("Colour nodes by error")
+        self.error_colours.toggled.connect(lambda on: self._colouring("error", on))
+        row.addWidget(self.error_colours)
+        row.addStretch(1)
+        lay.addLayout(row)
+        self.compare_status = QLabel(
+            "Runs the same inputs in onnxruntime, every main-graph value exposed as an output."
+        )
+        self.compare_status.setWordWrap(True)
+        lay.addWidget(self.compare_status)
+        self.compare = _table(["node", "op", "max abs", "max rel", "values"])
+        self.compare.setSortingEnabled(True)
+        self.compare.cellDoubleClicked.connect(
+            lambda r, _c: self.nodeActivated.emit(_cell(self.compare, r))
+        )
+        lay.addWidget(self.compare, 1)
+        return w
+
+    def _build_memory(self) -> QWidget:
+        w = QWidget()
+        lay = QVBoxLayout(w)
+        self.memory_label = QLabel("")
+        self.memory_label.setWordWrap(True)
+        lay.addWidget(self.memory_label)
+        self.dropped = _table(["graph", "value", "size", "why"])
+        lay.addWidget(self.dropped, 1)
+        return w
+
+    # -- filling -------------------------------------------------------------------------
+    def set_stack(self, titles: list[str], current: int) -> None:
+        self.frames.blockSignals(True)
+        self.frames.clear()
+        for t in titles:
+            self.frames.addItem(QListWidgetItem(t))
+        if titles:
+            self.frames.setCurrentRow(current)
+        self.frames.blockSignals(False)
+        crumbs = [f"<b>{t}</b>" if i == len(titles) - 1 else t for i, t in enumerate(titles)]
+        self.stack_label.setText(" › ".join(crumbs))
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        from onnxviz.ui.inspector.stats import summarize
+
+        t = self.values
+        t.setSortingEnabled(False)
+        t.setRowCount(0)
+        for name, value in values.items():
+            if value is None and not isinstance(value, list):
+                type_text = "optional(empty)"
+            else:
+                type_text = describe(value)
+            lo = hi = bad = ""
+            if hasattr(value, "dtype") and value.size and value.size <= 50_000_000:
+                s = summarize(value)
+                lo = "" if s.min is None else f"{s.min:.4g}"
+                hi = "" if s.max is None else f"{s.max:.4g}"
+                bad = f"{s.nan}/{s.inf}" if (s.nan or s.inf) else ""
+            r = t.rowCount()
+            t.insertRow(r)
+            for c, text in enumerate((name, type_text, lo, hi, bad)):
+                item = QTableWidgetItem(text)
+                if c == 4 and text:
+                    item.setForeground(Qt.GlobalColor.red)
+                t.setItem(r, c, item)
+        t.setSortingEnabled(True)
+
+    def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
+        self.breakpoints.clear()
+        for a in addresses:
+            n = hits.get(a, 0)
+            item = QListWidgetItem(a + (f"   (hit {n}×)" if n else ""))
+            item.setData(Qt.ItemDataRole.UserRole, a)
+            self.breakpoints.addItem(item)
+
+    def set_profile(self, rows: list[NodeProfile]) -> None:
+        t = self.profile
+        t.setSortingEnabled(False)
+        t.setRowCount(len(rows))
+        for r, p in enumerate(rows):
+            t.setItem(r, 0, QTableWidgetItem(p.address))
+            t.setItem(r, 1, QTableWidgetItem(p.op_type))
+            t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
+            t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
+            t.setItem(r, 4, NumberItem(f"{p.mean_seconds * 1000:.3f}", p.mean_seconds))
+            t.setItem(r, 5, NumberItem(fmt_bytes(p.output_bytes), p.output_bytes))
+            t.setItem(r, 6, QTableWidgetItem(p.output_text))
+        t.setSortingEnabled(True)
+        t.sortItems(3, Qt.SortOrder.DescendingOrder)
+
+    def set_comparison(self, cmp: Comparison | None, message: str = "") -> None:
+        t = self.compare
+        t.setSortingEnabled(False)
+        t.setRowCount(0)
+        if cmp is not None:
+            atol, rtol = self.atol.value(), self.rtol.value()
+            t.setRowCount(len(cmp.nodes))
+            for r, n in enumerate(cmp.nodes):
+                a, rel = n.max_abs, n.max_rel
+                t.setItem(r, 0, QTableWidgetItem(n.address))
+                t.setItem(r, 1, QTableWidgetItem(n.op_type))
+                t.setItem(r, 2, NumberItem("–" if a is None else f"{a:.3g}", a or 0.0))
+                t.setItem(r, 3, NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0))
+                t.setItem(r, 4, QTableWidgetItem(", ".join(v.name for v in n.values)))
+                if n.beyond(atol, rtol):
+                    for c in range(5):
+                        cell = t.item(r, c)
+                        if cell is not None:
+                            cell.setForeground(Qt.GlobalColor.red)
+        t.setSortingEnabled(True)
+        if message:
+            self.compare_status.setText(message)
+
+    def set_memory(self, kept: int, count: int, cap: int, dropped: list[DroppedValue]) -> None:
+        self.memory_label.setText(
+            f"{count} intermediate values kept, {fmt_bytes(kept)} of a {fmt_bytes(cap)} cap "
+            "(Settings: run/memory_cap_mb)."
+            + (f" {len(dropped)} values were dropped, listed below." if dropped else "")
+        )
+        t = self.dropped
+        t.setRowCount(len(dropped))
+        for r, d in enumerate(dropped):
+            t.setItem(r, 0, QTableWidgetItem(d.graph_path))
+            t.setItem(r, 1, QTableWidgetItem(d.name))
+            t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
+            t.setItem(r, 3, QTableWidgetItem(d.reason))
+        if dropped:
+            self.tabs.setTabText(4, f"Memory ({len(dropped)} dropped)")
+        else:
+            self.tabs.setTabText(4, "Memory")
+
+    # -- internals -------------------------------------------------------------------------
+    def _value_clicked(self, row: int, _col: int) -> None:
+        item = self.values.item(row, 0)
+        if item is not None:
+            self.valueActivated.emit(self.frames.currentRow(), item.text())
+
+    def _remove_breakpoint(self) -> None:
+        item = self.breakpoints.currentItem()
+        if item is not None:
+            self.breakpointRemoved.emit(item.data(Qt.ItemDataRole.UserRole))
+
+    def _colouring(self, mode: str, on: bool) -> None:
+        other = self.error_colours if mode == "heat" else self.heat
+        if on:
+            other.blockSignals(True)
+            other.setChecked(False)
+            other.blockSignals(False)
+        self.colouringChanged.emit(mode if on else "none")
+
+
+def value_bytes(values: dict[str, Any]) -> int:
+    return sum(nbytes(v) for v in values.values())
