@@ -6,18 +6,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QTransform
+from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
     QMainWindow,
-    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -28,25 +26,21 @@ from PySide6.QtWidgets import (
 
 from onnxviz.errors import OnnxvizError
 from onnxviz.model.document import Document
-from onnxviz.present.find import FindResult
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter
 from onnxviz.present.properties import (
-    graph_sections,
     model_sections,
-    node_sections,
-    value_sections,
 )
 from onnxviz.present.scene import Scene
 from onnxviz.ui import settings as cfg
 from onnxviz.ui.actions import SHORTCUTS_HELP, Actions
-from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.docks.outline import OutlineDock
 from onnxviz.ui.docks.placeholders import DiagnosticsDock, RunDock
 from onnxviz.ui.docks.properties import PropertiesDock
 from onnxviz.ui.find import FindDock
+from onnxviz.ui.navigation import Crumb, NavigationMixin
 from onnxviz.ui.start_page import StartPage
 from onnxviz.ui.theme import TextMetrics, dark_palette, resolve_theme
 from onnxviz.ui.workers import Opened, Task, layout_job, open_model_job
@@ -55,15 +49,7 @@ from onnxviz.ui.workers import Opened, Task, layout_job, open_model_job
 BACKGROUND_LAYOUT_ITEMS = 3000
 
 
-@dataclass
-class Crumb:
-    root_path: str
-    transform: QTransform
-    center: QPointF
-    expanded: set[str]
-
-
-class MainWindow(QMainWindow):
+class MainWindow(NavigationMixin, QMainWindow):
     def __init__(self) -> None:
         super().__init__()
         self.setWindowTitle("onnxviz")
@@ -590,204 +576,6 @@ class MainWindow(QMainWindow):
         if direction != self.options.direction:
             self._set_options(direction=direction)
             self.view.fit()
-
-    # -- drill-down -----------------------------------------------------------------------------
-    def open_graph(self, path: str) -> None:
-        """Show a subgraph or function body as a view of its own (Back returns)."""
-        if self.presenter is None or path == self.presenter.root_path:
-            return
-        self.crumbs.append(
-            Crumb(
-                self.presenter.root_path,
-                self.view.transform(),
-                self.view.mapToScene(self.view.viewport().rect().center()),
-                set(self.presenter.expanded),
-            )
-        )
-        self.presenter.set_root(path)
-        self.relayout(after=self.view.fit)
-
-    def back(self) -> None:
-        if not self.crumbs or self.presenter is None:
-            return
-        crumb = self.crumbs.pop()
-        self.presenter.root_path = crumb.root_path
-        self.presenter.expanded = crumb.expanded
-
-        def restore() -> None:
-            self.view.setTransform(crumb.transform)
-            self.view.refresh_detail()
-            self.view.centerOn(crumb.center)
-            self.view.zoomChanged.emit(self.view.zoom())
-
-        self.relayout(after=restore)
-
-    def _update_crumbs(self) -> None:
-        if self.presenter is None or self.presenter.root_path == "main" and not self.crumbs:
-            self.crumb_bar.hide()
-        else:
-            trail = [c.root_path for c in self.crumbs] + [self.presenter.root_path]
-            self.crumb_label.setText("  ›  ".join(p.rsplit("/", 1)[-1] for p in trail))
-            self.crumb_bar.show()
-        self._sync_actions()
-
-    # -- selection, navigation ------------------------------------------------------------------
-    def select_item(self, item_id: str, center: bool = True) -> bool:
-        node = self.graph_scene.nodes.get(item_id)
-        if node is None:
-            return False
-        self.view.select_and_show(node, center)
-        return True
-
-    def jump_to(self, result: FindResult) -> None:
-        """Show a find result: change the root if needed, expand what hides it, select."""
-        self.reveal(result.graph_path, result.node_index)
-
-    def reveal(self, graph_path: str, node_index: int | None) -> None:
-        if self.presenter is None or self.doc is None:
-            return
-        target = self.presenter.reveal(graph_path, node_index)
-        if target is None:
-            # not under the current root: go to the graph's top (main or a function)
-            scope = self.doc.scope(graph_path)
-            top = scope
-            while top.parent is not None:
-                top = top.parent
-            self.open_graph(top.path)
-            target = self.presenter.reveal(graph_path, node_index)
-        if target is None:
-            return
-        self.relayout(after=lambda: self.select_item(target))
-
-    def _outline_activated(self, kind: str, path: str, target: object) -> None:
-        if self.doc is None:
-            return
-        if kind == "node":
-            self.reveal(path, int(target))  # type: ignore[call-overload]
-        elif kind == "value":
-            self.show_value(path, str(target))
-        elif kind == "graph":
-            self.properties_dock.show_sections(graph_sections(self.doc, path))
-
-    def show_value(self, path: str, name: str) -> None:
-        if self.doc is None or self.presenter is None:
-            return
-        self.properties_dock.show_sections(
-            value_sections(self.doc, path, name, self.presenter.types)
-        )
-        self.properties_dock.show()
-
-    def _navigate(self, kind: str, target: str) -> None:
-        if kind == "node" and "#" in target:
-            path, index = target.rsplit("#", 1)
-            self.reveal(path, int(index))
-        elif kind == "value":
-            sel = self._selected_node()
-            path = sel.data_item.graph_path if sel else "main"
-            self.show_value(path, target)
-
-    def _row_clicked(self, item_id: str, name: str) -> None:
-        item = self.graph_scene.nodes.get(item_id)
-        if item is not None:
-            self.show_value(item.data_item.graph_path, name)
-            self._row_shown = True
-
-    def _selected_node(self) -> NodeItem | None:
-        return self.view.selected_node()
-
-    def _selection_changed(self) -> None:
-        if self.doc is None or self.presenter is None or not self.isVisible():
-            return
-        if getattr(self, "_row_shown", False):
-            self._row_shown = False
-            return
-        for it in self.graph_scene.selectedItems():
-            try:
-                if isinstance(it, EdgeItem):
-                    self.show_value(it.data_edge.graph_path, it.data_edge.value)
-                    return
-                if isinstance(it, NodeItem):
-                    self._show_item_properties(it)
-                    return
-            except (KeyError, IndexError):
-                return
-
-    def _show_item_properties(self, node: NodeItem) -> None:
-        assert self.doc is not None and self.presenter is not None
-        d = node.data_item
-        if d.node_index is not None and d.graph_path in {s.path for s in self.doc.scopes()}:
-            self.properties_dock.show_sections(
-                node_sections(self.doc, d.graph_path, d.node_index, self.presenter.types)
-            )
-        elif d.value is not None and d.kind in ("input", "output", "outer"):
-            self.show_value(d.graph_path, d.value)
-        elif d.kind == "group":
-            from onnxviz.present.properties import Row, Section
-
-            rows = [Row("scope", d.id.split("|g:", 1)[-1]), Row("ops", str(d.op_count))]
-            rows += [Row("input", n, target=("value", n)) for n in d.group_inputs]
-            rows += [Row("output", n, target=("value", n)) for n in d.group_outputs]
-            self.properties_dock.show_sections([Section("Group", rows)])
-
-    def _context_menu(self, pos: Any) -> None:
-        if self.doc is None or self.presenter is None:
-            return
-        item = self.view.itemAt(pos)
-        menu = QMenu(self)
-        if isinstance(item, NodeItem):
-            d = item.data_item
-            if d.expandable:
-                menu.addAction("Collapse" if d.expanded else "Expand", lambda: self.toggle(d.id))
-            if d.node_index is not None and d.graph_path in {s.path for s in self.doc.scopes()}:
-                scope = self.doc.scope(d.graph_path)
-                for child in scope.children:
-                    if child.owner_node_index == d.node_index:
-                        menu.addAction(
-                            f"Open '{child.owner_attribute}' in its own view",
-                            lambda p=child.path: self.open_graph(p),
-                        )
-                node = scope.nodes[d.node_index]
-                fn = next(
-                    (
-                        f
-                        for f in self.doc.model.functions
-                        if (f.domain, f.name) == (node.domain, node.op_type)
-                    ),
-                    None,
-                )
-                if fn is not None:
-                    from onnxviz.model.scopes import function_path
-
-                    fn_path = function_path(fn)
-                    menu.addAction(
-                        "Open the function body in its own view",
-                        lambda: self.open_graph(fn_path),
-                    )
-                elif d.kind == "op" or d.id in self.presenter.schema_expanded:
-                    from onnxviz.present.build import schema_function_body
-
-                    if schema_function_body(self.doc.model, node) is not None:
-                        shown = d.id in self.presenter.schema_expanded
-                        menu.addAction(
-                            "Hide the schema function body"
-                            if shown
-                            else "Expand the schema function body",
-                            lambda: self.toggle_schema_body(d.id),
-                        )
-        menu.addSeparator()
-        menu.addAction(self.actions_.fit)
-        if self.crumbs:
-            menu.addAction(self.actions_.back)
-        menu.popup(self.view.viewport().mapToGlobal(pos))
-
-    def toggle_schema_body(self, item_id: str) -> None:
-        if self.presenter is None:
-            return
-        if item_id in self.presenter.schema_expanded:
-            self.presenter.schema_expanded.discard(item_id)
-        else:
-            self.presenter.schema_expanded.add(item_id)
-        self.relayout(anchor=item_id)
 
     # -- help -----------------------------------------------------------------------------------
     def about(self) -> None:
