@@ -5,9 +5,23 @@ from __future__ import annotations
 import sys
 
 from PySide6.QtCore import QTimer
+from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import QApplication
 
 from onnxviz.ui.examples import example_path
+
+
+def _icon() -> QIcon:
+    from importlib import resources
+
+    ref = resources.files("onnxviz.resources") / "icons" / "onnxviz.svg"
+    try:
+        data = ref.read_bytes()
+    except OSError:
+        return QIcon()
+    pixmap = QPixmap()
+    pixmap.loadFromData(data, "SVG")
+    return QIcon(pixmap)
 
 
 def application() -> QApplication:
@@ -16,6 +30,7 @@ def application() -> QApplication:
         app = QApplication(sys.argv[:1])
         app.setApplicationName("onnxviz")
         app.setOrganizationName("onnxviz")
+        app.setWindowIcon(_icon())
     return app  # type: ignore[return-value]
 
 
