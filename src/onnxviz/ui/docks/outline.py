@@ -12,6 +12,8 @@ from onnxviz.model.scopes import GraphScope
 
 ROLE = Qt.ItemDataRole.UserRole
 _PENDING = "…"
+# A branch lists at most this many entries (a tree of 100k rows takes seconds to build).
+MAX_LISTED = 5000
 
 
 class OutlineDock(QDockWidget):
@@ -75,10 +77,11 @@ class OutlineDock(QDockWidget):
                 item.addChild(self._graph_item(child, child.path.rsplit("/", 1)[-1]))
             return
         if what == "nodes":
-            for i, node in enumerate(scope.nodes):
-                child = QTreeWidgetItem([f"{node.op_type}  {scope.node_label(i)}"])
-                child.setData(0, ROLE, ("node", path, i, ""))
-                item.addChild(child)
+            nodes = scope.nodes
+            shown = min(len(nodes), MAX_LISTED)
+            item.addChildren([self._node_item(scope, path, i) for i in range(shown)])
+            if len(nodes) > shown:
+                item.addChild(QTreeWidgetItem([f"… {len(nodes) - shown} more: use Find (Ctrl+F)"]))
             return
         inits = set(scope.initializer_names())
         names = {
@@ -86,10 +89,20 @@ class OutlineDock(QDockWidget):
             "outputs": scope.output_names(),
             "initializers": sorted(inits),
         }[what]
-        for name in names:
+        children = []
+        for name in names[:MAX_LISTED]:
             child = QTreeWidgetItem([name])
             child.setData(0, ROLE, ("value", path, name, ""))
-            item.addChild(child)
+            children.append(child)
+        item.addChildren(children)
+        if len(names) > MAX_LISTED:
+            item.addChild(QTreeWidgetItem([f"… {len(names) - MAX_LISTED} more: use Find (Ctrl+F)"]))
+
+    @staticmethod
+    def _node_item(scope: GraphScope, path: str, i: int) -> QTreeWidgetItem:
+        child = QTreeWidgetItem([f"{scope.nodes[i].op_type}  {scope.node_label(i)}"])
+        child.setData(0, ROLE, ("node", path, i, ""))
+        return child
 
     def _activated(self, item: QTreeWidgetItem, column: int) -> None:
         data = item.data(0, ROLE)
