@@ -94,6 +94,42 @@ class _Geometry:
             y = acc
         return y
 
+    def separable_unpadded(self, x: np.ndarray, combine: Any, identity: float) -> np.ndarray:
+        """Like `separable` but straight from the unpadded input: each kernel offset
+        combines only the output positions whose input lies inside the tensor, so the
+        padded copy is never made (pads act as ``identity``)."""
+        y = x
+        lead = x.ndim - self.rank
+        for a in reversed(range(self.rank)):
+            d, st, n = self.dilations[a], self.strides[a], self.out[a]
+            size, begin = y.shape[lead + a], self.pads[a]
+            shape = list(y.shape)
+            shape[lead + a] = n
+            acc = np.full(shape, identity, dtype=y.dtype)
+            for k in range(self.kernel[a]):
+                first = k * d - begin  # input index read by output 0
+                lo = 0 if first >= 0 else (-first + st - 1) // st
+                room = size - 1 - first  # output o reads first + o * st <= size - 1
+                hi = min(n, room // st + 1) if room >= 0 else 0
+                if lo >= hi:
+                    continue
+                src: list[Any] = [slice(None)] * y.ndim
+                start = first + lo * st
+                src[lead + a] = slice(start, start + (hi - lo - 1) * st + 1, st)
+                dst: list[Any] = [slice(None)] * y.ndim
+                dst[lead + a] = slice(lo, hi)
+                target = acc[tuple(dst)]
+                combine(target, y[tuple(src)], out=target)
+            y = acc
+        return y
+
+    def reduce(self, x: np.ndarray, combine: Any, identity: float) -> np.ndarray:
+        """Windowed max/sum: strided pools skip the padded copy (their reads are strided
+        anyway); stride-1 pools read long runs from one padded copy."""
+        if any(s > 1 for s in self.strides):
+            return self.separable_unpadded(x, combine, identity)
+        return self.separable(self.padded(x, identity), combine)
+
     def offsets(self) -> list[tuple[int, ...]]:
         return list(product(*(range(k) for k in self.kernel)))
 
@@ -113,10 +149,11 @@ def _max_pool(
     x: np.ndarray, geo: _Geometry, want_indices: bool, storage_order: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
     xc = x if x.dtype.kind in "iu" else x.astype(compute_dtype(x.dtype), copy=False)
+    if not want_indices:
+        best = geo.reduce(xc, np.maximum, _lowest(xc.dtype))
+        return best.astype(x.dtype, copy=False), None
     xp = geo.padded(xc, _lowest(xc.dtype))
     offsets = geo.offsets()
-    if not want_indices:
-        return geo.separable(xp, np.maximum).astype(x.dtype, copy=False), None
     best = np.array(geo.window(xp, offsets[0]))
     arg = np.zeros(best.shape, dtype=np.int64)
     for k_index, off in enumerate(offsets[1:], start=1):
@@ -194,10 +231,13 @@ def average_pool(
 ) -> np.ndarray:
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = x.astype(compute_dtype(x.dtype), copy=False)
-    total = geo.separable(geo.padded(xc, 0.0), np.add)
+    total = geo.reduce(xc, np.add, 0.0)
     counts = _pool_counts(geo, bool(count_include_pad))
     with np.errstate(divide="ignore", invalid="ignore"):
-        total /= counts.astype(total.dtype)
+        if np.all(counts == counts.flat[0]):
+            total *= total.dtype.type(1.0 / counts.flat[0])  # every window full: one scale
+        else:
+            total /= counts.astype(total.dtype)
     return total.astype(x.dtype, copy=False)
 
 
@@ -216,7 +256,7 @@ def lp_pool(
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = np.abs(x.astype(compute_dtype(x.dtype)))
     powered = xc**p if p != 2 else xc * xc
-    total = geo.separable(geo.padded(powered, 0.0), np.add)
+    total = geo.reduce(powered, np.add, 0.0)
     return (total ** (1.0 / p)).astype(x.dtype, copy=False)
 
 
