@@ -334,6 +334,7 @@ class RunPanel(QObject):
         self.set_breakpoint(address, address not in self.controller.breakpoints)
 
     def set_breakpoint(self, address: str, on: bool) -> None:
+        self._check_doc()
         self.controller.set_breakpoint(address, on)
         self._refresh_breakpoints()
         self._refresh_canvas()
@@ -431,8 +432,14 @@ class RunPanel(QObject):
         if s is None or self.controller.busy:
             return
         frames = s.frames
+        dbg = self.controller.debugger
         if frames and 0 <= row < len(frames):
             values = dict(s.values(row))
+            path = frames[row].plan.path
+            names = dbg.frame_names[row] if dbg is not None and row < len(dbg.frame_names) else ()
+            for name in names:
+                if name not in values and s.store is not None and (path, name) in s.store:
+                    values[name] = s.store.get(path, name)
         else:
             values = dict(s.store.names("main")) if s.store is not None else {}
             values.update(s.outputs)

@@ -20,6 +20,7 @@ from typing import Any
 
 from onnxviz.runtime.events import (
     Event,
+    FrameEntered,
     FrameLeft,
     NodeFailed,
     NodeFinished,
@@ -56,6 +57,9 @@ class Debugger:
         self._lock = threading.Lock()
         self._snap = Snapshot()
         self.hits: dict[str, int] = {}
+        # names computed in each frame of the stack (by depth) since it was entered: the
+        # values table shows these, even the ones already freed (from the kept store)
+        self.frame_names: list[set[str]] = [set()]
 
     # -- state -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -84,6 +88,7 @@ class Debugger:
         self.session.start(feeds)
         self.profiler.clear()
         self.hits = {}
+        self.frame_names = [set()]
         with self._lock:
             self._snap = Snapshot()
             for name, value in feeds.items():
@@ -140,8 +145,15 @@ class Debugger:
 
     def _record(self, ev: Event) -> None:
         kind = type(ev)
+        if kind is FrameEntered:
+            del self.frame_names[ev.depth :]
+            while len(self.frame_names) <= ev.depth:
+                self.frame_names.append(set())
         if kind is NodeFinished:
             self.profiler.feed(ev)
+            while len(self.frame_names) <= ev.depth:
+                self.frame_names.append(set())
+            self.frame_names[ev.depth].update(ev.outputs)  # type: ignore[attr-defined]
             path = ev.node.graph_path  # type: ignore[attr-defined]
             with self._lock:
                 snap = self._snap

@@ -1,0 +1,241 @@
+"""The run panel on a real main window: stepping, breakpoints, loops, run-to, NaN
+breaks, pause/stop, compare with onnxruntime."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.ui.run import install_run_panel
+from tests.runtime.engine_models import chain_model, make, vi
+
+pytestmark = pytest.mark.qt
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "../../src/onnxviz/resources/examples")
+CHAIN_FEEDS = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
+W = np.array([1.0, -5.0, 0.5], np.float32)
+
+
+def _open(window, tmp_path, model: onnx.ModelProto, name: str = "m.onnx"):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / name)
+    onnx.save(model, path)
+    panel = install_run_panel(window)
+    window.open_path(path, background=False)
+    window.wait_idle()
+    return panel
+
+
+def _settle(window, panel) -> None:  # type: ignore[no-untyped-def]
+    assert panel.controller.wait(30)
+    window.wait_idle()
+
+
+def test_step_node_by_node_highlights_and_values(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    assert panel.run(CHAIN_FEEDS, mode="step")
+    _settle(window, panel)
+    s = panel.controller.session
+    for index, label in enumerate(["add", "relu", "mul"]):
+        assert panel.current_key() == ("main", index)
+        assert s.current_node.label == label
+        marks = panel.overlay.marks
+        assert marks[("main", index)].current
+        assert sum(m.current for m in marks.values()) == 1
+        assert {k for k, m in marks.items() if m.executed} == {("main", i) for i in range(index)}
+        assert panel.status_text().startswith("paused at main::" + label)
+        panel.step()
+        _settle(window, panel)
+        if label == "add":
+            np.testing.assert_allclose(s.value("s"), CHAIN_FEEDS["x"] + W)
+        if label == "relu":
+            np.testing.assert_allclose(s.value("r"), np.maximum(CHAIN_FEEDS["x"] + W, 0))
+    assert s.state == "finished"
+    np.testing.assert_allclose(s.outputs["y"], np.maximum(CHAIN_FEEDS["x"] + W, 0) * 2)
+    assert all(m.executed for m in panel.overlay.marks.values())
+    # every computed value has a badge with its runtime shape
+    assert {b.text for b in panel.overlay.badges} == {"3"}
+    assert len(panel.overlay.badges) >= 3
+
+
+def test_breakpoint_is_hit_and_marked(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    node = window.graph_scene.nodes
+    mul = next(n for n in node.values() if n.data_item.node_index == 2)
+    window.view.select_and_show(mul)
+    panel.toggle_breakpoint()
+    assert panel.controller.breakpoints == {"main::mul"}
+    assert panel.overlay.marks[("main", 2)].breakpoint
+    panel.run(CHAIN_FEEDS)
+    _settle(window, panel)
+    pause = panel.controller.last_pause
+    assert pause.reason == "breakpoint" and pause.event.node.label == "mul"
+    assert panel.controller.debugger.hits == {"main::mul": 1}
+    assert panel.controller.session.state == "paused"
+    panel.continue_()
+    _settle(window, panel)
+    assert panel.controller.session.state == "finished"
+    panel.toggle_breakpoint("main::mul")
+    assert not panel.overlay.marks[("main", 2)].breakpoint
+
+
+def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignore[no-untyped-def]
+    panel = install_run_panel(window)
+    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
+    panel.set_breakpoint("main/body:accumulate::keep_going", True)
+    panel.run(feeds)
+    _settle(window, panel)
+    seen = []
+    for iteration in range(3):
+        s = panel.controller.session
+        assert panel.controller.last_pause.reason == "breakpoint"
+        assert f"accumulate iteration {iteration + 1}/3" in panel.widget.stack_label.text()
+        seen.append(float(s.value("iter_f")))
+        # the values table shows the body frame's values
+        names = {
+            panel.widget.values.item(r, 0).text() for r in range(panel.widget.values.rowCount())
+        }
+        assert "iter_f" in names
+        # the current node was revealed on the canvas, inside the loop body
+        assert panel.overlay.marks[("main/body:accumulate", 5)].current
+        panel.continue_()
+        _settle(window, panel)
+    assert seen == [0.0, 1.0, 2.0]
+    assert panel.controller.session.state == "finished"
+
+
+def test_step_out_leaves_the_body(window) -> None:  # type: ignore[no-untyped-def]
+    panel = install_run_panel(window)
+    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(2)}
+    panel.run(feeds, mode="step")
+    _settle(window, panel)
+    panel.step()  # into the body
+    _settle(window, panel)
+    assert panel.controller.session.current_node.graph_path == "main/body:accumulate"
+    panel.step_out()
+    _settle(window, panel)
+    assert panel.controller.last_pause.reason == "frame_left"
+    assert "iteration 1/2" in panel.status_text()
+
+
+def test_run_to_node(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    window.remember = None
+    from onnxviz.runtime.inputs import FeedRecipe
+    from onnxviz.ui.run.inputs_dialog import remember
+
+    remember(window.doc.path, {}, {"x": FeedRecipe("ones")})
+    relu = next(n for n in window.graph_scene.nodes.values() if n.data_item.node_index == 1)
+    window.view.select_and_show(relu)
+    assert panel.run_to_selected()
+    _settle(window, panel)
+    s = panel.controller.session
+    assert panel.controller.last_pause.reason == "run_to"
+    assert s.current_node.label == "relu"
+    np.testing.assert_allclose(s.value("s"), np.ones(3, np.float32) + W)
+    assert panel.overlay.marks[("main", 1)].current and panel.overlay.marks[("main", 0)].executed
+
+
+def _nan_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"], name="abs"),
+        helper.make_node("Neg", ["a"], ["n"], name="neg"),
+        helper.make_node("Sqrt", ["n"], ["q"], name="sqrt"),
+        helper.make_node("Add", ["q", "x"], ["y"], name="add"),
+    ]
+    return make(nodes, [vi("x", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, [2])])
+
+
+def test_break_on_nan(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, _nan_model())
+    panel.act_nonfinite.setChecked(True)
+    assert panel.widget.break_nonfinite.isChecked()
+    panel.run({"x": np.array([1.0, 4.0], np.float32)})
+    _settle(window, panel)
+    pause = panel.controller.last_pause
+    assert pause.reason == "nonfinite" and pause.event.node.label == "sqrt"
+    assert np.isnan(pause.event.outputs["q"]).all()
+    assert "NaN/Inf" in panel.status_text()
+
+
+def _long_loop_model(trips: int) -> onnx.ModelProto:
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["acc_in", "one"], ["acc_out"], name="inc"),
+            helper.make_node("Identity", ["c_in"], ["c_out"], name="keep"),
+        ],
+        "body",
+        [
+            vi("i", TensorProto.INT64, []),
+            vi("c_in", TensorProto.BOOL, []),
+            vi("acc_in", TensorProto.FLOAT, [1]),
+        ],
+        [vi("c_out", TensorProto.BOOL, []), vi("acc_out", TensorProto.FLOAT, [1])],
+        initializer=[numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(trips, np.int64), "trip"),
+        numpy_helper.from_array(np.array(True), "cond"),
+    ]
+    loop = helper.make_node("Loop", ["trip", "cond", "x"], ["y"], body=body, name="loop")
+    return make(
+        [loop],
+        [vi("x", TensorProto.FLOAT, [1])],
+        [vi("y", TensorProto.FLOAT, [1])],
+        initializers=inits,
+    )
+
+
+def test_pause_and_stop_act_quickly(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, _long_loop_model(10_000_000))
+    panel.run({"x": np.zeros(1, np.float32)})
+    time.sleep(0.3)
+    assert panel.controller.busy
+    t0 = time.perf_counter()
+    panel.pause()
+    _settle(window, panel)
+    assert time.perf_counter() - t0 < 1.0
+    assert panel.controller.last_pause.reason == "paused"
+    assert panel.controller.session.state == "paused"
+    panel.continue_()
+    time.sleep(0.2)
+    t0 = time.perf_counter()
+    panel.stop()
+    _settle(window, panel)
+    assert time.perf_counter() - t0 < 1.0
+    assert panel.controller.session.state == "cancelled"
+
+
+def test_compare_finds_injected_divergence(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("onnxruntime")
+    panel = _open(window, tmp_path, chain_model())
+    panel.run(CHAIN_FEEDS)
+    _settle(window, panel)
+    assert panel.controller.session.state == "finished"
+    # the peer runs a copy whose initializer "w" was changed: its first reader diverges
+    copy = onnx.ModelProto()
+    copy.CopyFrom(window.doc.model)
+    w = numpy_helper.to_array(copy.graph.initializer[0]).copy()
+    w[1] = 7.0
+    copy.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    window.doc.model = copy  # what the peer is given
+    try:
+        panel.compare()
+        panel.wait_compare()
+    finally:
+        pass
+    cmp = panel.comparison
+    assert cmp is not None
+    first = cmp.first_beyond(1e-4, 1e-3)
+    assert first is not None and first.address == "main::add"
+    assert panel.jump_to_divergence() == "main::add"
+    window.wait_idle()
+    marks = panel.overlay.marks
+    assert marks[("main", 0)].fill is not None and marks[("main", 0)].fill.red() > 200
+    assert "main::add" in panel.widget.compare_status.text()
