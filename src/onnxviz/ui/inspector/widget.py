@@ -65,10 +65,14 @@ class HistogramView(QWidget):
         super().__init__()
         self.counts = np.zeros(0, np.int64)
         self.edges = np.zeros(0)
+        self.empty_text = "no finite values"
         self.setMinimumHeight(160)
 
-    def set_data(self, counts: np.ndarray, edges: np.ndarray) -> None:
+    def set_data(
+        self, counts: np.ndarray, edges: np.ndarray, empty_text: str = "no finite values"
+    ) -> None:
         self.counts, self.edges = counts, edges
+        self.empty_text = empty_text
         self.update()
 
     def paintEvent(self, event: Any) -> None:
@@ -76,7 +80,7 @@ class HistogramView(QWidget):
         r = QRectF(self.rect()).adjusted(40, 10, -10, -24)
         p.fillRect(self.rect(), self.palette().base())
         if not self.counts.size:
-            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no finite values")
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.empty_text)
             return
         top = float(self.counts.max()) or 1.0
         n = len(self.counts)
@@ -243,7 +247,7 @@ class TensorInspector(QWidget):
             self.array = None
             what = "empty optional" if value is None else describe(value)
             self.header.setText(f"<b>{self.title}</b> {item.text(0)}: {what}")
-            self.hist.set_data(np.zeros(0, np.int64), np.zeros(0))
+            self.hist.set_data(np.zeros(0, np.int64), np.zeros(0), "pick a tensor in the tree")
 
     def _show_tensor(self, title: str, arr: np.ndarray) -> None:
         self.array = arr
