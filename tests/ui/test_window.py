@@ -273,3 +273,15 @@ def test_edits_and_undo_redraw_the_graph(window) -> None:  # type: ignore[no-unt
     assert old in values and "renamed_value" not in values
     window.redo()
     assert "renamed_value" in {e.data_edge.value for e in window.graph_scene.edge_items}
+
+
+def test_find_inside_a_function_body_opens_it(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(example("with_functions.onnx"), background=False)
+    dock = window.find_dock
+    dock.query.setText("sigmoid")
+    hit = next(r for r in dock.run_query() if r.graph_path.startswith("function:"))
+    window.jump_to(hit)
+    qtbot.waitUntil(lambda: window.view.selected_node() is not None, timeout=10000)
+    assert window.presenter.root_path == hit.graph_path
+    assert window.view.selected_node().data_item.title == "Sigmoid"
+    assert window.crumbs  # Back returns to the main graph
