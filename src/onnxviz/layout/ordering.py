@@ -92,7 +92,7 @@ def order_layers(
     lg: LayerGraph,
     sweeps: int,
     cancel: CancelCheck | None = None,
-    work_budget: int = 300_000,
+    work_budget: int = 200_000,
 ) -> tuple[np.ndarray, int, int]:
     """Returns (positions, crossings of the initial order, crossings of the result)."""
     pos = initial_order(lg)
