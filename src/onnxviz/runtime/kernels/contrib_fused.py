@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels.nn_conv import conv
+from onnxviz.runtime.kernels.contrib_common import standard_kernel
 from onnxviz.runtime.registry import kernel
 
 MS = "com.microsoft"
@@ -78,7 +78,7 @@ def fused_conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
-    y = conv(
+    y = standard_kernel("Conv", 22)(
         x,
         w,
         b,

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels.math_erf import erf
+from onnxviz.runtime.kernels.contrib_common import standard_kernel
 from onnxviz.runtime.registry import kernel
 
 MS = "com.microsoft"
@@ -26,6 +26,7 @@ def _wide(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    erf = standard_kernel("Erf", 13)
     return 0.5 * x * (1.0 + erf(x * x.dtype.type(1.0 / math.sqrt(2.0))))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
+from onnxviz.runtime.kernels.contrib_common import standard_kernel
 from onnxviz.runtime.registry import kernel
 
 MS = "com.microsoft"
@@ -77,7 +77,7 @@ def dynamic_quantize_matmul(
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
     # A is quantised to uint8 per tensor at run time, exactly like DynamicQuantizeLinear.
-    a_q, a_scale, a_zp = dynamic_quantize_linear(a)
+    a_q, a_scale, a_zp = standard_kernel("DynamicQuantizeLinear", 11)(a)
     return matmul_integer_to_float(
         a_q, b, a_scale.astype(np.float32), b_scale, a_zp, b_zero_point, bias
     ).astype(np.asarray(a).dtype)
