@@ -595,3 +595,17 @@ def test_every_schema_attribute_is_a_kernel_parameter() -> None:
             if a not in params
         ]
     assert not refused
+
+
+@pytest.mark.parametrize("sorted_", [0, 1])
+def test_unique_string_slices_along_an_axis(sorted_: int) -> None:
+    x = np.array([["b", "a", "b", "c"], ["x", "y", "x", "z"]], dtype=object)
+    y, first, inverse, counts = run_ours("Unique", [x], 11, n_outputs=4, axis=1, sorted=sorted_)
+    if sorted_:
+        assert y.tolist() == [["a", "b", "c"], ["y", "x", "z"]]
+        assert first.tolist() == [1, 0, 3] and inverse.tolist() == [1, 0, 1, 2]
+        assert counts.tolist() == [1, 2, 1]
+    else:
+        assert y.tolist() == [["b", "a", "c"], ["x", "y", "z"]]
+        assert first.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2]
+        assert counts.tolist() == [2, 1, 1]

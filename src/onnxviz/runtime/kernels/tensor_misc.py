@@ -86,6 +86,21 @@ def topk(
     return _topk(data, as_int(k), axis, largest, sorted)
 
 
+def _unique_object_slices(
+    data: np.ndarray, axis: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """np.unique(..., axis) for string tensors (numpy refuses object arrays there): each
+    slice along ``axis`` becomes a tuple; unique tuples are sorted lexicographically."""
+    rows = [tuple(r) for r in np.moveaxis(data, axis, 0).reshape(data.shape[axis], -1).tolist()]
+    uniques = sorted(set(rows))
+    slot = {r: i for i, r in enumerate(uniques)}
+    inverse = np.array([slot[r] for r in rows], dtype=np.int64)
+    counts = np.bincount(inverse, minlength=len(uniques))
+    first = np.full(len(uniques), len(rows), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(rows)))
+    return np.take(data, first, axis=axis), first, inverse, counts
+
+
 @kernel("Unique", since=(11, 28))
 def unique(
     data: np.ndarray, axis: int | None = None, sorted: int = 1
@@ -98,10 +113,11 @@ def unique(
     else:
         take_axis = normalize_axis(axis, data.ndim)
         if data.dtype == object:
-            fail("Unique: axis is not supported for string tensors")
-        values, first, inverse, counts = np.unique(
-            data, return_index=True, return_inverse=True, return_counts=True, axis=take_axis
-        )
+            values, first, inverse, counts = _unique_object_slices(data, take_axis)
+        else:
+            values, first, inverse, counts = np.unique(
+                data, return_index=True, return_inverse=True, return_counts=True, axis=take_axis
+            )
     inverse = inverse.reshape(-1)
     if not sorted:
         # Order of first occurrence: permute the sorted uniques by where they first appear.
