@@ -27,45 +27,85 @@ from onnxviz.model.scopes import GraphScope
 
 
 class TypeMap(Mapping[tuple[str, str], TypeProto]):
-    """Inferred types by (graph path, value name), stored per graph so that collecting
-    100k types is one dict comprehension per graph.  Entries with an empty TypeProto
-    (inference knew nothing) read as absent."""
+    """Inferred types by (graph path, value name).
+
+    Kept per graph as the inferred GraphProto: graph inputs and outputs are indexed at
+    once (few), the value_info of inner values only when first asked for, because
+    indexing 100k entries costs more than the rules that usually need none of them.
+    Entries with an empty TypeProto (inference knew nothing) read as absent."""
 
     def __init__(self) -> None:
-        self.by_graph: dict[str, dict[str, TypeProto]] = {}
+        self._graphs: dict[str, GraphProto] = {}
+        self._io: dict[str, dict[str, TypeProto]] = {}
+        self._inner: dict[str, dict[str, TypeProto] | None] = {}
+        self._pending: dict[str, list[tuple[str, str]]] = {}
 
-    def __getitem__(self, key: tuple[str, str]) -> TypeProto:
-        t = self.by_graph.get(key[0], {}).get(key[1])
-        if t is None or t.WhichOneof("value") is None:
-            raise KeyError(key)
-        return t
+    def add_graph(self, path: str, g: GraphProto) -> None:
+        io = {vi.name: vi.type for vi in g.output}
+        io.update((vi.name, vi.type) for vi in g.input)
+        self._graphs[path] = g
+        self._io[path] = io
+        self._inner[path] = None
+
+    def _inner_of(self, path: str) -> dict[str, TypeProto]:
+        got = self._inner.get(path)
+        if got is None:
+            g = self._graphs.get(path)
+            got = {vi.name: vi.type for vi in g.value_info} if g is not None else {}
+            for old, new in self._pending.pop(path, ()):
+                t = got.pop(old, None)
+                if t is not None:
+                    got[new] = t
+            self._inner[path] = got
+        return got
 
     def get(self, key: tuple[str, str], default: Any = None) -> Any:  # type: ignore[override]
-        t = self.by_graph.get(key[0], {}).get(key[1])
+        path, name = key
+        io = self._io.get(path)
+        if io is None:
+            return default
+        t = io.get(name)
+        if t is None:
+            t = self._inner_of(path).get(name)
         if t is None or t.WhichOneof("value") is None:
             return default
         return t
 
+    def __getitem__(self, key: tuple[str, str]) -> TypeProto:
+        t = self.get(key)
+        if t is None:
+            raise KeyError(key)
+        return t  # type: ignore[no-any-return]
+
+    def graph(self, path: str) -> dict[str, TypeProto]:
+        """Every inferred type of one graph (builds its index)."""
+        out = dict(self._inner_of(path)) if path in self._io else {}
+        out.update(self._io.get(path, {}))
+        return {n: t for n, t in out.items() if t.WhichOneof("value") is not None}
+
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        for path, types in self.by_graph.items():
-            for name, t in types.items():
-                if t.WhichOneof("value") is not None:
-                    yield (path, name)
+        for path in self._io:
+            for name in self.graph(path):
+                yield (path, name)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return sum(len(self.graph(path)) for path in self._io)
 
     def rename(self, old: str, new: str, paths: Iterable[str]) -> None:
         for path in paths:
-            types = self.by_graph.get(path)
-            if types is None:
+            io = self._io.get(path)
+            if io is None:
                 continue
-            t = types.pop(old, None)
+            t = io.pop(old, None)
             if t is not None:
-                types[new] = t
-
-    def graph(self, path: str) -> dict[str, TypeProto]:
-        return self.by_graph.get(path, {})
+                io[new] = t
+            inner = self._inner.get(path)
+            if inner is None:
+                self._pending.setdefault(path, []).append((old, new))
+            else:
+                t = inner.pop(old, None)
+                if t is not None:
+                    inner[new] = t
 
 
 _LINE = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>[^)]*))?\): (?P<msg>.*)")
@@ -96,44 +136,37 @@ class InferenceResult:
 _DATA_KEPT_UP_TO = 4096
 
 
-def _copy_fields(src: Any, dst: Any, skip: tuple[str, ...]) -> None:
-    for fd, value in src.ListFields():
-        if fd.name in skip:
-            continue
-        target = getattr(dst, fd.name)
-        if hasattr(value, "extend") and hasattr(target, "extend"):
-            target.extend(value)
-        elif hasattr(value, "CopyFrom"):
-            target.CopyFrom(value)
-        else:
-            setattr(dst, fd.name, value)
-
-
-def _stripped_copy(model: ModelProto) -> ModelProto:
-    """The model without value_info, main-graph output types and big tensor data, built
-    without copying the weights."""
+def _stripped_copy(model: ModelProto, scopes: list[GraphScope] | None = None) -> ModelProto:
+    """The model without value_info, main-graph output types and big tensor data.
+    Serialize-and-parse is several times faster than CopyFrom for big models."""
     copy = ModelProto()
-    _copy_fields(model, copy, ("graph",))
-    _copy_fields(model.graph, copy.graph, ("initializer", "value_info"))
-    for t in model.graph.initializer:
+    copy.ParseFromString(model.SerializeToString())
+    for t in copy.graph.initializer:
         n = 1
         for d in t.dims:
             n *= d
-        if n <= _DATA_KEPT_UP_TO or t.data_location == TensorProto.EXTERNAL:
-            copy.graph.initializer.add().CopyFrom(t)
-        else:
-            slim = copy.graph.initializer.add()
-            slim.name = t.name
-            slim.data_type = t.data_type
-            slim.dims.extend(t.dims)
-    stack: list[GraphProto] = []
+        if (
+            n > _DATA_KEPT_UP_TO
+            and t.data_location != TensorProto.EXTERNAL
+            and t.HasField("raw_data")
+        ):
+            t.ClearField("raw_data")
     for fn in copy.functions:
         del fn.value_info[:]
-    for node in copy.graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                stack.append(attr.g)
-            stack.extend(attr.graphs)
+    if scopes is not None:
+        # The scopes know which nodes hold subgraphs: no walk over every node.
+        cache: dict[str, GraphProto] = {}
+        for scope in scopes:
+            if scope.kind == "function":
+                continue
+            g = _graph_at(copy.graph, scope, cache)
+            if g is not None:
+                cache[scope.path] = g
+                del g.value_info[:]
+        for out in copy.graph.output:
+            out.ClearField("type")
+        return copy
+    stack: list[GraphProto] = [copy.graph]
     while stack:
         g = stack.pop()
         del g.value_info[:]
@@ -185,12 +218,7 @@ def collect_types(result: ModelProto, scopes: list[GraphScope]) -> TypeMap:
         if g is None:
             continue
         cache[scope.path] = g
-        found = {vi.name: vi.type for vi in g.value_info}
-        for vi in g.output:
-            found[vi.name] = vi.type
-        for vi in g.input:
-            found[vi.name] = vi.type
-        types.by_graph[scope.path] = found
+        types.add_graph(scope.path, g)
     return types
 
 
@@ -250,7 +278,7 @@ def run_inference(
         res.ran = False
         res.seconds = time.perf_counter() - start
         return res
-    copy = _stripped_copy(model)
+    copy = _stripped_copy(model, scopes)
     if isolate:
         got = _infer_isolated(copy)
     else:

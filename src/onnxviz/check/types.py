@@ -114,7 +114,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     out: NameDiags = {}
     path = scope.path
     declared = ctx.declared_types(scope)
-    inferred = ctx.inference.types.graph(path) if ctx.inference is not None else {}
+    inferred = ctx.inference.types if ctx.inference is not None else None
     ir = ctx.ir_version
     g = scope.graph
     for name in names:
@@ -126,7 +126,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
                     found.append(
                         diag(code, f"Value '{name}' {text}.", path, value=name, field="type")
                     )
-                inf = inferred.get(name)
+                inf = inferred.get((path, name)) if inferred is not None else None
                 if inf is not None and inf != decl and not _sparse_gap(decl, inf):
                     clash = contradiction(decl, inf)
                     if clash:
