@@ -239,3 +239,28 @@ def test_compare_finds_injected_divergence(window, tmp_path) -> None:  # type: i
     marks = panel.overlay.marks
     assert marks[("main", 0)].fill is not None and marks[("main", 0)].fill.red() > 200
     assert "main::add" in panel.widget.compare_status.text()
+
+
+def test_compare_colours_a_transformer_by_error(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("onnxruntime")
+    from tests.ui.run_models import transformer_block, with_changed_initializer
+
+    model = transformer_block()
+    panel = _open(window, tmp_path, model)
+    x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
+    panel.run({"x": x})
+    _settle(window, panel)
+    window.doc.model = with_changed_initializer(model, "w1", 0.5)  # the peer's copy
+    panel.compare()
+    panel.wait_compare()
+    window.wait_idle()
+    first = panel.comparison.first_beyond(1e-4, 1e-3)
+    assert first is not None and first.address == "main::ff_up"
+    order = [n.address for n in panel.comparison.nodes]
+    red = {
+        k[1]
+        for k, m in panel.overlay.marks.items()
+        if m.fill is not None and m.fill.red() > 200 and m.fill.green() < 100
+    }
+    before = set(range(order.index("main::ff_up")))
+    assert order.index("main::ff_up") in red and not (red & before)

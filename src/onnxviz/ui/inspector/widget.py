@@ -77,7 +77,7 @@ class HistogramView(QWidget):
 
     def paintEvent(self, event: Any) -> None:
         p = QPainter(self)
-        r = QRectF(self.rect()).adjusted(40, 10, -10, -24)
+        r = QRectF(self.rect()).adjusted(64, 10, -10, -24)
         p.fillRect(self.rect(), self.palette().base())
         if not self.counts.size:
             p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.empty_text)
@@ -93,7 +93,7 @@ class HistogramView(QWidget):
         p.setPen(QPen(self.palette().text().color()))
         p.drawLine(r.bottomLeft(), r.bottomRight())
         p.drawText(
-            QRectF(r.left() - 40, r.bottom() + 4, 120, 16),
+            QRectF(r.left(), r.bottom() + 4, 120, 16),
             Qt.AlignmentFlag.AlignLeft,
             f"{self.edges[0]:.4g}",
         )
@@ -102,7 +102,8 @@ class HistogramView(QWidget):
             Qt.AlignmentFlag.AlignRight,
             f"{self.edges[-1]:.4g}",
         )
-        p.drawText(QRectF(0, r.top() - 6, 38, 16), Qt.AlignmentFlag.AlignRight, str(int(top)))
+        p.drawText(QRectF(0, r.top() - 6, 60, 16), Qt.AlignmentFlag.AlignRight, str(int(top)))
+        p.drawText(QRectF(0, r.bottom() - 12, 60, 16), Qt.AlignmentFlag.AlignRight, "0")
 
 
 class TensorInspector(QWidget):

@@ -12,6 +12,7 @@ selected node.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -49,16 +50,16 @@ def heat_colour(x: float) -> QColor:
     return QColor(255, int(235 - 200 * x), int(160 - 160 * x))
 
 
-def error_colour(rel: float | None, beyond: bool) -> QColor:
+def error_colour(rel: float | None, beyond: bool, rtol: float) -> QColor:
+    """Grey: not comparable; red: beyond the tolerance; green (a thousandth of the
+    tolerance or less) to yellow (at the tolerance) in between."""
     if rel is None:
         return QColor(200, 200, 200)
     if beyond:
         return QColor(230, 40, 40)
-    # green for exact agreement, yellow when close to the tolerance
-    import math
-
-    x = min(max((math.log10(max(rel, 1e-12)) + 12) / 10, 0.0), 1.0)
-    return QColor(int(80 + 170 * x), int(200 - 20 * x), 80)
+    ratio = max(rel / max(rtol, 1e-12), 1e-12)
+    x = min(max((math.log10(ratio) + 3) / 3, 0.0), 1.0)
+    return QColor(int(60 + 190 * x), int(190 + 20 * x), 60)
 
 
 class RunPanel(QObject):
@@ -558,7 +559,7 @@ class RunPanel(QObject):
             atol, rtol = self.widget.atol.value(), self.widget.rtol.value()
             for n in self.comparison.nodes:
                 key = ("main", n.index)
-                fills[key] = error_colour(n.max_rel, n.beyond(atol, rtol))
+                fills[key] = error_colour(n.max_rel, n.beyond(atol, rtol), rtol)
                 if n.max_abs is not None:
                     notes[key] = f"abs {n.max_abs:.2g} rel {n.max_rel:.2g}"
         self.overlay.update(

@@ -29,6 +29,7 @@ BREAKPOINT = QColor(220, 40, 40)
 CURRENT = QColor(255, 140, 0)
 EXECUTED = QColor(40, 160, 80)
 MAX_BADGES = 3000
+NOTE_SPILL = 50.0  # the note under a box may be wider than the box
 
 
 def shape_text(type_text: str) -> str:
@@ -55,7 +56,7 @@ class NodeMark(QGraphicsItem):
         self.setZValue(1)
 
     def boundingRect(self) -> QRectF:
-        return self._rect.adjusted(-8, -8, 8, 20)
+        return self._rect.adjusted(-NOTE_SPILL, -8, NOTE_SPILL, 20)
 
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
@@ -64,7 +65,7 @@ class NodeMark(QGraphicsItem):
         if self.fill is not None:
             painter.setPen(Qt.PenStyle.NoPen)
             wash = QColor(self.fill)
-            wash.setAlpha(120)
+            wash.setAlpha(170)
             painter.setBrush(wash)
             painter.drawRoundedRect(r, 5, 5)
         if self.executed:
@@ -87,7 +88,9 @@ class NodeMark(QGraphicsItem):
             painter.setFont(font)
             painter.setPen(QColor(90, 90, 90))
             painter.drawText(
-                QRectF(0, r.bottom() + 1, r.width(), 14), Qt.AlignmentFlag.AlignCenter, self.note
+                QRectF(-NOTE_SPILL, r.bottom() + 1, r.width() + 2 * NOTE_SPILL, 14),
+                Qt.AlignmentFlag.AlignCenter,
+                self.note,
             )
 
 

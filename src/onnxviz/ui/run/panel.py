@@ -284,6 +284,8 @@ class RunPanelWidget(QWidget):
                         cell = t.item(r, c)
                         if cell is not None:
                             cell.setForeground(Qt.GlobalColor.red)
+        # graph order until the user sorts: the first divergence reads top-down
+        t.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
         t.setSortingEnabled(True)
         if message:
             self.compare_status.setText(message)
