@@ -516,3 +516,23 @@ GB, GS, GN, GK, GH = 2, 4, 4, 2, 16  # GQA: batch, sequence, q heads, kv heads, 
 )
 def test_group_query_attention(inputs: list[np.ndarray | None], attrs: Any) -> None:
     compare_with_ort("GroupQueryAttention", inputs, 3, num_heads=GN, kv_num_heads=GK, **attrs)
+
+
+def test_cdist() -> None:
+    compare_with_ort("CDist", [_f(5, 3), _f(4, 3)])
+    compare_with_ort(
+        "CDist", [_f(5, 3).astype(np.float64), _f(4, 3).astype(np.float64)], metric="euclidean"
+    )
+
+
+def test_murmur_hash3_strings_and_numbers() -> None:
+    words = np.array([["hello", "world", ""], ["ab", "abc", "abcdé😀"]], dtype=object)
+    compare_with_ort("MurmurHash3", [words])
+    compare_with_ort("MurmurHash3", [words], positive=0, seed=42)
+    for dtype in (np.int32, np.uint32, np.int64, np.uint64):
+        compare_with_ort("MurmurHash3", [RNG.integers(0, 1000, (3, 4)).astype(dtype)], seed=7)
+    compare_with_ort(
+        "MurmurHash3", [RNG.integers(-1000, 1000, (3, 4)).astype(np.int64)], positive=0
+    )
+    compare_with_ort("MurmurHash3", [_f(3, 4)])
+    compare_with_ort("MurmurHash3", [_f(3, 4).astype(np.float64)])

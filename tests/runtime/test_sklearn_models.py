@@ -306,3 +306,13 @@ def test_more_estimators(estimator: Any, y: Any) -> None:
         np.testing.assert_allclose(outputs[0].ravel(), estimator.predict(X), rtol=1e-4, atol=1e-4)
     else:
         assert outputs[0].ravel().tolist() == estimator.predict(X).ravel().tolist()
+
+
+def test_nearest_neighbours_with_cdist() -> None:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    knn = KNeighborsClassifier(n_neighbors=3).fit(X[:60], Y3[:60])
+    model = export(knn, X[:1], options={"optim": "cdist", "zipmap": False})
+    assert any(n.op_type == "CDist" for n in model.graph.node)
+    labels, _ = check(model, {"X": X[60:]})
+    assert labels.tolist() == knn.predict(X[60:]).tolist()
