@@ -84,6 +84,11 @@ def conv_core(
         wide = int(np.prod(padded[1:])) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
             return _shifted_conv(_FlatLayout(x, pads, kernel, dilations, out_shape), w)
+    if group == 1 and not stride1 and k_size > 1 and c >= 16 and min(pads) >= 0:
+        phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
+        if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
+            layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
+            return _shifted_conv(layout, w)
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
         return _depthwise(xp, w, group, kernel, strides, dilations, out_shape)
@@ -100,9 +105,12 @@ def conv_core(
 
 
 class _FlatLayout:
-    """The zero-padded input with its spatial axes flattened (one copy of x), plus a zero
-    tail: for a stride-1 conv every kernel offset is then one contiguous shifted slice
-    of length ``wide`` (the output rows on the padded-width grid)."""
+    """The zero-padded input with its spatial axes flattened, plus a zero tail, so that
+    each kernel offset of the conv reads one contiguous shifted slice of length ``wide``
+    (the output rows on a padded-width grid).  A strided conv is split into its stride
+    phases first (x[..., p0::s0, p1::s1, ...]): every kernel offset then falls in one
+    phase, again as a plain shifted slice; one extra copy of the input instead of an
+    im2col of kernel-size copies."""
 
     def __init__(
         self,
@@ -111,24 +119,44 @@ class _FlatLayout:
         kernel: Sequence[int],
         dilations: Sequence[int],
         out_shape: Sequence[int],
+        strides: Sequence[int] | None = None,
     ) -> None:
         n, c = x.shape[:2]
         rank = len(kernel)
-        self.padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+        st = list(strides) if strides is not None else [1] * rank
+        padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+        # Per-phase image size (the common, largest one).
+        self.padded = [-(-p // s) for p, s in zip(padded, st)]
         self.out_shape = list(out_shape)
         flat_len = int(np.prod(self.padded))
         self.wide = out_shape[0] * (flat_len // self.padded[0])
         steps = [int(np.prod(self.padded[a + 1 :])) for a in range(rank)]
-        self.shifts = [
-            sum(o * d * st for o, d, st in zip(off, dilations, steps))
-            for off in product(*(range(k) for k in kernel))
-        ]
-        self.flat = np.zeros((n, c, max(flat_len, self.shifts[-1] + self.wide)), dtype=x.dtype)
-        image = self.flat[:, :, :flat_len].reshape(n, c, *self.padded)
-        inner: tuple[Any, ...] = (slice(None), slice(None)) + tuple(
-            slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])
-        )
-        image[inner] = x
+        phases = list(product(*(range(s) for s in st)))
+        phase_index = {ph: i for i, ph in enumerate(phases)}
+        self.taps: list[tuple[int, int]] = []
+        for off in product(*(range(k) for k in kernel)):
+            pos = [o * d for o, d in zip(off, dilations)]
+            ph = tuple(p % s for p, s in zip(pos, st))
+            shift = sum((p // s) * step for p, s, step in zip(pos, st, steps))
+            self.taps.append((phase_index[ph], shift))
+        length = max(flat_len, max(t[1] for t in self.taps) + self.wide)
+        self.flat = np.zeros((n, c, len(phases), length), dtype=x.dtype)
+        if len(phases) == 1:
+            image = self.flat[:, :, 0, :flat_len].reshape(n, c, *self.padded)
+            inner: tuple[Any, ...] = (slice(None), slice(None)) + tuple(
+                slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])
+            )
+            image[inner] = x
+            return
+        xp = pad_spatial(x, pads[:rank], pads[rank:])
+        for i, ph in enumerate(phases):
+            part = xp[(slice(None), slice(None), *(slice(p, None, s) for p, s in zip(ph, st)))]
+            image = self.flat[:, :, i, :flat_len].reshape(n, c, *self.padded)
+            image[(slice(None), slice(None), *(slice(0, e) for e in part.shape[2:]))] = part
+
+    def view(self, tap: int) -> np.ndarray:
+        phase, shift = self.taps[tap]
+        return self.flat[:, :, phase, shift : shift + self.wide]
 
     def crop(self, grid: np.ndarray) -> np.ndarray:
         """(N, M, wide) results on the padded-width grid -> (N, M, *out_shape)."""
@@ -147,9 +175,9 @@ def _shifted_conv(layout: _FlatLayout, w: np.ndarray) -> np.ndarray:
     wk_all = w.reshape(m, c, -1)
     acc: np.ndarray | None = None
     tmp: np.ndarray | None = None
-    for k_index, shift in enumerate(layout.shifts):
+    for k_index in range(len(layout.taps)):
         wk = np.ascontiguousarray(wk_all[:, :, k_index])
-        view = layout.flat[:, :, shift : shift + layout.wide]
+        view = layout.view(k_index)
         if acc is None:
             acc = np.matmul(wk, view)
         else:
@@ -174,16 +202,16 @@ def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarra
             for c0 in range(0, group, block):
                 c1 = min(c0 + block, group)
                 acc, t = out[b, c0:c1], tmp[: c1 - c0]
-                src = layout.flat[b, c0:c1]
-                for k_index, shift in enumerate(layout.shifts):
+                for k_index in range(len(layout.taps)):
+                    src = layout.view(k_index)[b, c0:c1]
                     weight = wk[c0:c1, 0, k_index, None]
                     if k_index == 0:
-                        np.multiply(src[:, shift : shift + wide], weight, out=acc)
+                        np.multiply(src, weight, out=acc)
                     else:
-                        np.multiply(src[:, shift : shift + wide], weight, out=t)
+                        np.multiply(src, weight, out=t)
                         acc += t
         return layout.crop(out)
-    windows = [(slice(s, s + layout.wide),) for s in layout.shifts]
+    windows = [(ph, slice(sh, sh + layout.wide)) for ph, sh in layout.taps]
     grid = _depthwise_blocks(layout.flat, wk, windows, (layout.wide,))
     return layout.crop(grid.reshape(n, group * mult, layout.wide))
 
@@ -211,7 +239,7 @@ def _depthwise(
 def _depthwise_blocks(
     xp: np.ndarray,
     wk: np.ndarray,
-    windows: Sequence[tuple[slice, ...]],
+    windows: Sequence[tuple[Any, ...]],
     out_shape: tuple[int, ...],
 ) -> np.ndarray:
     """sum_k wk[c, m, k] * xp[n, c, window_k]  ->  (N, C, mult, *out_shape)."""
