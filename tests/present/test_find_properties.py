@@ -64,7 +64,7 @@ def test_model_sections_cover_metadata_and_opsets() -> None:
     doc = Document.open(example("small_cnn.onnx"))
     titles = {s.title: s for s in model_sections(doc)}
     keys = {r.key for r in titles["Model"].rows}
-    assert {"ir_version", "producer", "opset ai.onnx"} <= keys
+    assert {"ir_version", "producer_name", "opset ai.onnx"} <= keys
     assert {r.key for r in titles["Metadata"].rows} == {p.key for p in doc.model.metadata_props}
 
 

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
+from onnxviz.model.attribute_values import attribute_specs
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope
-from onnxviz.model.types import elem_text
+from onnxviz.model.types import elem_text, type_to_text
 
 PREVIEW_VALUES = 32
 STATS_MAX_BYTES = 256 * 1024 * 1024
@@ -25,6 +26,22 @@ class Row:
     note: str = ""  # "default", "inferred", "since 13", ...
     field: str = ""  # what an editor would change (for the editing issue)
     target: tuple[str, str] | None = None  # ("value"|"tensor"|"node", name) to navigate to
+    # What an editor changes, as a tuple the UI's editor factory reads (see EDIT_KINDS).
+    edit: tuple[Any, ...] | None = None
+
+
+# Edit targets carried by rows (first element = kind):
+#   ("model", field)                 ir_version, producer_name, producer_version, domain,
+#                                    model_version, doc_string
+#   ("opset", domain)                version of an imported opset
+#   ("metadata", target, key)        target: "model", a graph path or (path, node index)
+#   ("doc", target)                  doc string of a graph or (path, node index)
+#   ("node", path, index, field)     name, domain, op_type
+#   ("attr", path, index, name, attribute type, enum choices or None)
+#   ("input", path, index, k)        rewire node input k
+#   ("rename", path, name)           rename a value (every use follows)
+#   ("type", path, name)             declared type of a graph input/output/value
+EDIT_KINDS = ("model", "opset", "metadata", "doc", "node", "attr", "input", "rename", "type")
 
 
 @dataclass
@@ -42,21 +59,45 @@ def model_sections(doc: Document) -> list[Section]:
     m: ModelProto = doc.model
     s = Section("Model")
     s.rows += [
-        Row("ir_version", str(m.ir_version), field="ir_version"),
-        Row("producer", f"{m.producer_name} {m.producer_version}".strip(), field="producer_name"),
-        Row("domain", m.domain, field="domain"),
-        Row("model_version", str(m.model_version), field="model_version"),
+        Row("ir_version", str(m.ir_version), field="ir_version", edit=("model", "ir_version")),
+        Row(
+            "producer_name", m.producer_name, field="producer_name", edit=("model", "producer_name")
+        ),
+        Row(
+            "producer_version",
+            m.producer_version,
+            field="producer_version",
+            edit=("model", "producer_version"),
+        ),
+        Row("domain", m.domain, field="domain", edit=("model", "domain")),
+        Row(
+            "model_version",
+            str(m.model_version),
+            field="model_version",
+            edit=("model", "model_version"),
+        ),
         Row("file", doc.path or "(not saved)"),
     ]
     for o in m.opset_import:
-        s.rows.append(Row(f"opset {o.domain or 'ai.onnx'}", str(o.version), field="opset_import"))
-    if m.doc_string:
-        s.rows.append(Row("doc", _short(m.doc_string), field="doc_string"))
-    sections = [s]
-    if m.metadata_props:
-        sections.append(
-            Section("Metadata", [Row(p.key, _short(p.value)) for p in m.metadata_props])
+        s.rows.append(
+            Row(
+                f"opset {o.domain or 'ai.onnx'}",
+                str(o.version),
+                field="opset_import",
+                edit=("opset", o.domain),
+            )
         )
+    s.rows.append(Row("doc", m.doc_string, field="doc_string", edit=("model", "doc_string")))
+    sections = [s]
+    sections.append(
+        Section(
+            "Metadata",
+            [
+                Row(p.key, p.value, field=f"metadata:{p.key}", edit=("metadata", "model", p.key))
+                for p in m.metadata_props
+            ],
+        )
+    )
     if m.training_info:
         t = Section("Training info")
         for i, ti in enumerate(m.training_info):
@@ -89,18 +130,31 @@ def graph_sections(doc: Document, path: str) -> list[Section]:
     s = Section(
         "Graph", [Row("path", path), Row("name", scope.name), Row("nodes", str(len(scope.nodes)))]
     )
+    io = Section("Inputs and outputs")
     if scope.graph is not None:
         g = scope.graph
         s.rows.append(Row("initializers", str(len(g.initializer) + len(g.sparse_initializer))))
-        if g.doc_string:
-            s.rows.append(Row("doc", _short(g.doc_string)))
+        s.rows.append(Row("doc", g.doc_string, field="doc_string", edit=("doc", path)))
         for prop in getattr(g, "metadata_props", ()):
-            s.rows.append(Row(f"metadata {prop.key}", _short(prop.value)))
-    io = Section("Inputs and outputs")
-    for name in scope.input_names():
-        io.rows.append(Row("input", name, target=("value", name)))
-    for name in scope.output_names():
-        io.rows.append(Row("output", name, target=("value", name)))
+            s.rows.append(
+                Row(f"metadata {prop.key}", prop.value, edit=("metadata", path, prop.key))
+            )
+        for kind, entries in (("input", g.input), ("output", g.output)):
+            for vi in entries:
+                io.rows.append(
+                    Row(
+                        f"{kind} {vi.name}",
+                        type_to_text(vi.type) if vi.HasField("type") else "",
+                        field=f"{kind}:{vi.name}",
+                        target=("value", vi.name),
+                        edit=("type", path, vi.name),
+                    )
+                )
+    else:
+        for name in scope.input_names():
+            io.rows.append(Row("input", name, target=("value", name)))
+        for name in scope.output_names():
+            io.rows.append(Row("output", name, target=("value", name)))
     return [s, io]
 
 
@@ -147,18 +201,19 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
         [
             Row("op_type", node.op_type, field="op_type"),
             Row("domain", node.domain or "ai.onnx", field="domain"),
-            Row("name", node.name, field="name"),
+            Row("name", node.name, field="name", edit=("node", path, index, "name")),
             Row("graph", path),
         ],
     )
     if schema is not None:
         s.rows.append(Row("since_version", str(schema.since_version)))
-    if node.doc_string:
-        s.rows.append(Row("doc", _short(node.doc_string)))
+    s.rows.append(Row("doc", node.doc_string, field="doc_string", edit=("doc", (path, index))))
     if getattr(node, "overload", ""):
         s.rows.append(Row("overload", node.overload))
     for prop in getattr(node, "metadata_props", ()):
-        s.rows.append(Row(f"metadata {prop.key}", _short(prop.value)))
+        s.rows.append(
+            Row(f"metadata {prop.key}", prop.value, edit=("metadata", (path, index), prop.key))
+        )
     for dc in getattr(node, "device_configurations", ()):
         shards = len(dc.sharding_spec) if hasattr(dc, "sharding_spec") else 0
         s.rows.append(
@@ -166,6 +221,13 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
         )
     attrs = Section("Attributes")
     given = {a.name for a in node.attribute}
+    specs = attribute_specs(schema, node.op_type)
+
+    def attr_edit(name: str, kind: int) -> tuple[Any, ...]:
+        spec = specs.get(name)
+        kind = spec.type if spec is not None and spec.type else kind
+        return ("attr", path, index, name, kind, spec.choices if spec else None)
+
     for a in node.attribute:
         attrs.rows.append(
             Row(
@@ -173,6 +235,7 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 _attr_text(a),
                 note=AttributeProto.AttributeType.Name(a.type).lower(),
                 field=f"attribute:{a.name}",
+                edit=attr_edit(a.name, a.type) if not a.ref_attr_name else None,
             )
         )
     if schema is not None:
@@ -185,7 +248,15 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                     Row(name, _attr_text(default), note="default", field=f"attribute:{name}")
                 )
             elif spec.required:
-                attrs.rows.append(Row(name, "(missing)", note="required"))
+                attrs.rows.append(
+                    Row(
+                        name,
+                        "(missing)",
+                        note="required",
+                        field=f"attribute:{name}",
+                        edit=attr_edit(name, int(spec.type)),
+                    )
+                )
     ins = Section("Inputs")
     formal = [p.name for p in schema.inputs] if schema is not None else []
     for k, name in enumerate(node.input):
@@ -195,7 +266,9 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 label,
                 name or "(absent)",
                 note=_type_note(types, scope, name),
+                field=f"input:{k}",
                 target=("value", name) if name else None,
+                edit=("input", path, index, k),
             )
         )
     outs = Section("Outputs")
@@ -207,7 +280,9 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 label,
                 name or "(absent)",
                 note=_type_note(types, scope, name),
+                field=f"output:{k}",
                 target=("value", name) if name else None,
+                edit=("rename", path, name) if name else None,
             )
         )
     sections = [s, attrs, ins, outs]
@@ -228,12 +303,27 @@ def _type_note(types: Any, scope: GraphScope, name: str) -> str:
 def value_sections(doc: Document, path: str, name: str, types: Any = None) -> list[Section]:
     scope = doc.scope(path)
     owner = scope.lookup(name) or scope
-    s = Section("Value", [Row("name", name), Row("graph", owner.path)])
+    s = Section(
+        "Value",
+        [
+            Row("name", name, field="name", edit=("rename", owner.path, name)),
+            Row("graph", owner.path),
+        ],
+    )
     if types is not None:
         vt = types.lookup(scope, name)
         s.rows.append(
-            Row("type", vt.text if vt else "unknown", note="inferred" if vt and vt.inferred else "")
+            Row(
+                "type",
+                vt.text if vt else "unknown",
+                note="inferred" if vt and vt.inferred else "",
+                field="type",
+                edit=("type", owner.path, name) if owner.graph is not None else None,
+            )
         )
+    if owner.graph is not None:
+        is_out = name in owner.output_uses
+        s.rows.append(Row("graph output", "yes" if is_out else "no", field="is_output"))
     defs = owner.definitions.get(name, [])
     for d in defs:
         if d.kind == "node_output":
