@@ -155,7 +155,7 @@ class LayoutSession:
         self._labels += ["section " + i.rsplit("#", 1)[-1] for i in new_ids]
         self._n_ent = len(par)
         self._parent = par
-        self._depth = self._depths(par, n)
+        self._depth = self._depths(par, n) if new_ids else depth
         self._first = first
         self._cw = np.concatenate([np.zeros(n), np.asarray(cw, dtype=float)])
         self._ch = np.concatenate([np.zeros(n), np.asarray(ch, dtype=float)])
