@@ -84,7 +84,8 @@ def conv_core(
         wide = int(np.prod(padded[1:])) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
             return _shifted_conv(_FlatLayout(x, pads, kernel, dilations, out_shape), w)
-    if group == 1 and not stride1 and k_size > 1 and c >= 16 and min(pads) >= 0:
+    strided = any(s > 1 for s in strides) and min(pads) >= 0
+    if group == 1 and strided and k_size > 1 and c >= 16 and n * p_size >= 1024:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
