@@ -114,8 +114,8 @@ def class_labels(
 
 def float_input(x: np.ndarray) -> np.ndarray:
     """Numeric input as float32 (what the ML ops compute in); float64 stays float64."""
-    if x.dtype == np.float64 or x.dtype == np.float32:
+    if x.dtype in (np.float32, np.float64):
         return x
-    if x.dtype.kind in "iub" or x.dtype.kind == "f" or x.dtype.kind == "V":
+    if x.dtype.kind in "iubf":
         return x.astype(np.float32)
     raise ExecutionError(f"unsupported input element type {x.dtype}")
