@@ -315,3 +315,31 @@ def test_depthwise_conv_with_channel_multiplier() -> None:
                 patch = xp[:, m // 2, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3]
                 want[:, m, i, j] = (patch * w[m, 0]).sum(axis=(1, 2))
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_opset18_scale_is_per_group() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 4, 3)).astype(np.float32)
+    scale = np.array([2.0, -1.0], np.float32)  # per group at opset 18
+    bias = np.array([0.5, 1.0], np.float32)
+    (y,) = run("GroupNormalization", [x, scale, bias], 18, num_groups=2, epsilon=0.0)
+    g = x.reshape(2, 2, 6)
+    normed = (g - g.mean(axis=2, keepdims=True)) / g.std(axis=2, keepdims=True)
+    want = normed * scale[None, :, None] + bias[None, :, None]
+    np.testing.assert_allclose(y, want.reshape(x.shape), rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_opset1_matches_opset14() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3, 2, 4)).astype(np.float32)
+    w = (rng.normal(size=(1, 8, 4)) / 2).astype(np.float32)
+    r = (rng.normal(size=(1, 8, 2)) / 2).astype(np.float32)
+    old = run("LSTM", [x, w, r], 1, 3, hidden_size=2, output_sequence=1)
+    new = run("LSTM", [x, w, r], 14, 3, hidden_size=2)
+    for a, b in zip(old, new):
+        np.testing.assert_array_equal(a, b)
+    # One step by hand (gate order i, o, f, c; zero state): h = o * tanh(i * c~).
+    g = x[0] @ w[0].T
+    sig = 1 / (1 + np.exp(-g))
+    h = sig[:, 2:4] * np.tanh(sig[:, 0:2] * np.tanh(g[:, 6:8]))
+    np.testing.assert_allclose(new[0][0, 0], h, rtol=1e-5)
