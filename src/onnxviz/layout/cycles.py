@@ -9,8 +9,12 @@ reverses the edges closing a cycle (back edges).
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
+
+try:  # scipy finds strongly connected components in compiled code; optional.
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+except ImportError:  # tests/layout/test_cycles.py covers this path too
+    connected_components = None
 
 
 def feedback_edges(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -25,12 +29,18 @@ def feedback_edges(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     s, d = src[proper], dst[proper]
     if len(s) == 0:
         return mask
-    graph = csr_matrix((np.ones(len(s), dtype=np.int8), (s, d)), shape=(n, n))
-    count, labels = connected_components(graph, directed=True, connection="strong")
-    if count == n:
-        return mask
-    sizes = np.bincount(labels, minlength=count)
-    in_cycle_edge = proper & (labels[src] == labels[dst]) & (sizes[labels[src]] > 1)
+    if connected_components is not None:
+        graph = csr_matrix((np.ones(len(s), dtype=np.int8), (s, d)), shape=(n, n))
+        count, labels = connected_components(graph, directed=True, connection="strong")
+        if count == n:
+            return mask
+        sizes = np.bincount(labels, minlength=count)
+        in_cycle_edge = proper & (labels[src] == labels[dst]) & (sizes[labels[src]] > 1)
+    else:
+        # Without scipy: Kahn's algorithm peels off everything that is not on or below
+        # a cycle; only edges between the remaining nodes can close a cycle.
+        left = _left_after_peeling(n, src, dst, proper)
+        in_cycle_edge = proper & left[src] & left[dst]
     edge_ids = np.nonzero(in_cycle_edge)[0]
     # Adjacency restricted to the cyclic components, edges kept in input order.
     adjacency: dict[int, list[tuple[int, int]]] = {}
@@ -58,3 +68,25 @@ def feedback_edges(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
                 state[v] = 2
                 stack.pop()
     return mask
+
+
+def _left_after_peeling(n: int, src: np.ndarray, dst: np.ndarray, proper: np.ndarray) -> np.ndarray:
+    """Nodes Kahn's algorithm cannot order (on a cycle or downstream of one)."""
+    s, d = src[proper], dst[proper]
+    order = np.argsort(s, kind="stable")
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s, minlength=n), out=starts[1:])
+    st = starts.tolist()
+    nbr = d[order].tolist()
+    indeg = np.bincount(d, minlength=n).tolist()
+    stack = [v for v in range(n) if indeg[v] == 0]
+    done = bytearray(n)
+    while stack:
+        v = stack.pop()
+        done[v] = 1
+        for k in range(st[v], st[v + 1]):
+            w = nbr[k]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                stack.append(w)
+    return np.frombuffer(bytes(done), dtype=np.uint8) == 0
