@@ -435,11 +435,21 @@ class RunPanel(QObject):
         frames = s.frames
         dbg = self.controller.debugger
         if frames and 0 <= row < len(frames):
-            values = dict(s.values(row))
-            path = frames[row].plan.path
-            names = dbg.frame_names[row] if dbg is not None and row < len(dbg.frame_names) else ()
+            # the frame's inputs and what it computed so far (initializers left out: a
+            # ResNet has hundreds, and the canvas shows them already)
+            live = s.values(row)
+            plan = frames[row].plan
+            path = plan.path
+            names = (
+                dbg.frame_names[row] if dbg is not None and row < len(dbg.frame_names) else set()
+            )
+            values = {
+                n: live[n] for n in plan.input_names if n in live and n not in plan.overridable
+            }
             for name in names:
-                if name not in values and s.store is not None and (path, name) in s.store:
+                if name in live:
+                    values[name] = live[name]
+                elif s.store is not None and (path, name) in s.store:
                     values[name] = s.store.get(path, name)
         else:
             values = dict(s.store.names("main")) if s.store is not None else {}

@@ -43,6 +43,10 @@ class RunController(QObject):
         self.stopped.connect(self._delivered)
         # Breakpoints live here so they survive a new session (a new run).
         self.breakpoints: set[str] = set()
+        # shared with every Debugger: a Pause pressed while the session is still being
+        # compiled is not lost
+        self.pause_event = threading.Event()
+        self.stop_event = threading.Event()
         self.break_on_nonfinite = False
 
     # -- state ---------------------------------------------------------------------------
@@ -75,9 +79,12 @@ class RunController(QObject):
         def work() -> Pause:
             sess = session_factory()
             dbg = Debugger(sess)
+            dbg.pause_requested = self.pause_event
             self._sync_breakpoints(dbg)
             self.debugger = dbg
             dbg.start(feeds)
+            if self.stop_event.is_set():
+                dbg.cancel()
             self.last_feeds = feeds
             if mode == "start":
                 return Pause("step", None)
@@ -96,11 +103,12 @@ class RunController(QObject):
         return True
 
     def pause(self) -> None:
-        if self.debugger is not None and self.busy:
-            self.debugger.request_pause()
+        if self.busy:
+            self.pause_event.set()
 
     def stop(self) -> None:
         """Cancel: a running run stops before its next node; a paused one ends now."""
+        self.stop_event.set()  # seen by a run whose session is still being built
         dbg = self.debugger
         if dbg is None:
             return
@@ -140,6 +148,8 @@ class RunController(QObject):
 
     def _launch(self, work: Callable[[], Pause]) -> None:
         self._pending = True
+        self.pause_event.clear()
+        self.stop_event.clear()
 
         def body() -> None:
             result: Any

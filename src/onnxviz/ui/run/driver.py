@@ -101,7 +101,6 @@ class Debugger:
         if mode not in MODES:
             raise ValueError(f"unknown stepping mode {mode!r}")
         sess = self.session
-        self.pause_requested.clear()
         depth0 = self.depth
         for ev in sess.steps():
             self._record(ev)
@@ -138,6 +137,8 @@ class Debugger:
         return Pause(sess.state, sess.last_event)
 
     def request_pause(self) -> None:
+        """Pause before the next node (a request made before `advance` starts counts:
+        the caller clears the flag when it issues a new command)."""
         self.pause_requested.set()
 
     def cancel(self) -> None:

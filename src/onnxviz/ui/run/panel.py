@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
@@ -33,6 +34,29 @@ from onnxviz.runtime.compare import Comparison
 from onnxviz.runtime.memory import DroppedValue
 from onnxviz.runtime.profile import NodeProfile
 from onnxviz.runtime.values import describe, nbytes
+
+STATS_MAX_SIZE = 65_536
+
+
+def quick_stats(value: Any) -> tuple[str, str, str]:
+    """min, max and NaN/Inf counts as table text; blank for big or non-numeric values
+    (statistics of big tensors are left to the inspector: the table must fill at once
+    even when a finished run keeps hundreds of feature maps)."""
+    if not isinstance(value, np.ndarray) or not 0 < value.size <= STATS_MAX_SIZE:
+        return "", "", ""
+    if value.dtype.kind not in "biuf":
+        return "", "", ""
+    f = value.astype(np.float64, copy=False)
+    finite = np.isfinite(f)
+    n_finite = int(finite.sum())
+    bad = ""
+    if n_finite < f.size:
+        nan = int(np.isnan(f).sum())
+        bad = f"{nan}/{f.size - n_finite - nan}"
+    if not n_finite:
+        return "", "", bad
+    vals = f[finite] if n_finite < f.size else f
+    return f"{vals.min():.4g}", f"{vals.max():.4g}", bad
 
 
 class NumberItem(QTableWidgetItem):
@@ -217,25 +241,12 @@ class RunPanelWidget(QWidget):
         self.stack_label.setText(" › ".join(crumbs))
 
     def set_values(self, values: dict[str, Any]) -> None:
-        from onnxviz.ui.inspector.stats import summarize
-
         t = self.values
         t.setSortingEnabled(False)
-        t.setRowCount(0)
-        for name, value in values.items():
-            if value is None and not isinstance(value, list):
-                type_text = "optional(empty)"
-            else:
-                type_text = describe(value)
-            lo = hi = bad = ""
-            if hasattr(value, "dtype") and value.size and value.size <= 50_000_000:
-                s = summarize(value)
-                lo = "" if s.min is None else f"{s.min:.4g}"
-                hi = "" if s.max is None else f"{s.max:.4g}"
-                bad = f"{s.nan}/{s.inf}" if (s.nan or s.inf) else ""
-            r = t.rowCount()
-            t.insertRow(r)
-            for c, text in enumerate((name, type_text, lo, hi, bad)):
+        t.setRowCount(len(values))
+        for r, (name, value) in enumerate(values.items()):
+            lo, hi, bad = quick_stats(value)
+            for c, text in enumerate((name, describe(value), lo, hi, bad)):
                 item = QTableWidgetItem(text)
                 if c == 4 and text:
                     item.setForeground(Qt.GlobalColor.red)
