@@ -693,3 +693,14 @@ def test_tree_regressor_base_value_for_target_without_votes() -> None:
     x = np.array([[-1.0], [1.0]], np.float32)
     (y,) = run_ours("TreeEnsembleRegressor", [x], n_targets=2, base_values=[1.0, 2.0], **tree)
     assert y.tolist() == [[6.0, 2.0], [8.0, 2.0]]
+
+
+def test_tree_scoring_in_small_blocks_matches_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxviz.runtime.kernels import ml_tree_engine
+
+    attrs = random_forest(4, 3, 5, 2, XT, MODES, seed=3)
+    (whole,) = run_ours("TreeEnsembleRegressor", [XT_NAN], n_targets=2, **attrs)
+    monkeypatch.setattr(ml_tree_engine, "_PAIRS_PER_BLOCK", 9)  # 2 rows per block
+    monkeypatch.setattr(ml_tree_engine, "_PAIRS_PER_CHUNK", 5)  # 1 row per traversal chunk
+    (blocked,) = run_ours("TreeEnsembleRegressor", [XT_NAN], n_targets=2, **attrs)
+    np.testing.assert_array_equal(whole, blocked)

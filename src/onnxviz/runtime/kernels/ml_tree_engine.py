@@ -366,6 +366,25 @@ def aggregate(c: CompiledEnsemble, leaves: np.ndarray, how: str) -> tuple[np.nda
     return sums.reshape(n, k), has
 
 
+# Rows per block when scoring: bounds the [rows, trees] leaf-index and gather arrays.
+_PAIRS_PER_BLOCK = 1 << 21
+
+
+def score_rows(c: CompiledEnsemble, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """`aggregate` over `leaf_indices`, block by block of rows so that memory stays bounded
+    for any batch size."""
+    n = x.shape[0]
+    rows = max(1, _PAIRS_PER_BLOCK // max(1, c.n_trees))
+    if n <= rows:
+        return aggregate(c, leaf_indices(c, x), how)
+    scores = np.empty((n, c.n_outputs), dtype=np.float64)
+    has = np.empty((n, c.n_outputs), dtype=bool)
+    for start in range(0, n, rows):
+        block = slice(start, min(n, start + rows))
+        scores[block], has[block] = aggregate(c, leaf_indices(c, x[block]), how)
+    return scores, has
+
+
 # --------------------------------------------------------------------------- builders
 
 

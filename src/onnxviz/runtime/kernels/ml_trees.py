@@ -22,10 +22,9 @@ from onnxviz.runtime.kernels.ml_tree_engine import (
     MEMBER,
     CompiledEnsemble,
     TreeStructure,
-    aggregate,
     cached_compile,
     compile_ensemble,
-    leaf_indices,
+    score_rows,
     structure_from_ids,
 )
 from onnxviz.runtime.registry import kernel
@@ -73,7 +72,7 @@ def _finish_regression(
     post: str,
     dtype: Any = np.float32,
 ) -> np.ndarray:
-    scores, has = aggregate(c, leaf_indices(c, x), how)
+    scores, has = score_rows(c, x, how)
     if how == "AVERAGE":
         scores = scores / max(c.n_trees, 1)
     k = c.n_outputs
@@ -187,7 +186,7 @@ def classify(
     all_positive: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(index of the predicted class [N], scores [N, n_classes] float32)."""
-    scores, has = aggregate(c, leaf_indices(c, x), "SUM")
+    scores, has = score_rows(c, x, "SUM")
     n_classes = c.n_outputs
     base = np.zeros(0) if base is None else base
     if n_classes == 2 and voted_classes.size == 1:
