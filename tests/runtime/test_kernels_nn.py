@@ -80,9 +80,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_attention_4d_causal_padded_kv_bf16": _BF16_ROUNDING,
     "test_attention_4d_attn_mask_causal_bf16": _BF16_ROUNDING,
     "test_attention_3d_causal_bf16": _BF16_ROUNDING,
-    "test_image_decoder_decode_jpeg_rgb": _NO_CODEC,
-    "test_image_decoder_decode_jpeg_grayscale": _NO_CODEC,
-    "test_image_decoder_decode_jpeg_bgr": _NO_CODEC,
     "test_image_decoder_decode_jpeg2k_rgb": _NO_CODEC,
     "test_image_decoder_decode_webp_rgb": _NO_CODEC,
 }

@@ -1,7 +1,8 @@
 """ImageDecoder (opset 20) for the formats decodable with the standard library alone:
-PNG (zlib), BMP (uncompressed 24/32-bit), PNM (P2/P3/P5/P6) and uncompressed TIFF.
+PNG (zlib), BMP (uncompressed 24/32-bit), PNM (P2/P3/P5/P6), uncompressed TIFF and
+baseline JPEG (nn_jpeg).
 
-JPEG, JPEG 2000, compressed TIFF and WebP need real codecs; image libraries are not runtime
+Progressive JPEG, JPEG 2000, compressed TIFF and WebP need real codecs; image libraries are not runtime
 dependencies, so those raise a clear ExecutionError instead of guessing.
 """
 
@@ -13,6 +14,7 @@ import zlib
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.nn_jpeg import decode_jpeg
 from onnxviz.runtime.registry import kernel
 
 
@@ -215,7 +217,13 @@ def _format_of(data: bytes) -> str:
 def image_decoder(encoded: np.ndarray, *, pixel_format: str = "RGB") -> np.ndarray:
     data = np.ascontiguousarray(encoded, dtype=np.uint8).tobytes()
     kind = _format_of(data)
-    decoders = {"png": _decode_png, "bmp": _decode_bmp, "pnm": _decode_pnm, "tiff": _decode_tiff}
+    decoders = {
+        "png": _decode_png,
+        "bmp": _decode_bmp,
+        "pnm": _decode_pnm,
+        "tiff": _decode_tiff,
+        "jpeg": decode_jpeg,
+    }
     if kind not in decoders:
         raise ExecutionError(
             f"ImageDecoder: {kind} images need a codec library, which onnxviz does not ship"
