@@ -52,3 +52,23 @@ def test_diagnostics_carry_registry_metadata(code: str) -> None:
         assert d.hint
         assert d.message.endswith((".", ")")) or d.code in ("I001", "I002", "C001"), d.message
         assert d.location.graph_path
+
+
+def test_function_bodies_are_checked_as_graphs() -> None:
+    """Body order, single assignment and undefined names inside a model-local function."""
+    from onnx import helper
+
+    from tests.check.cases import model, vi
+
+    body = [
+        helper.make_node("Relu", ["t"], ["b"], name="late_use"),
+        helper.make_node("Neg", ["a"], ["t"], name="producer"),
+        helper.make_node("Neg", ["nowhere"], ["t"], name="again"),
+    ]
+    fn = helper.make_function("local", "F", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
+    call = helper.make_node("F", ["x"], ["y"], domain="local")
+    m = model([call], [vi("x")], [vi("y")], opsets=[("local", 1)], functions=[fn])
+    found = {(d.code, d.location.graph_path, d.location.node) for d in validate(LooseDoc(m))}
+    assert ("G002", "function:local:F", "late_use") in found
+    assert ("G001", "function:local:F", "producer") in found
+    assert ("G004", "function:local:F", "again") in found
