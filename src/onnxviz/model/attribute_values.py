@@ -233,10 +233,10 @@ def parse_attribute(
     else:
         kind = A.AttributeType.Name(t) if t in A.AttributeType.values() else str(t)
         raise AttributeTextError(f"attributes of type {kind} cannot be typed as text")
-    attr = helper.make_attribute(name, value)
-    if t in (A.INTS, A.FLOATS, A.STRINGS) and attr.type != t:
-        attr.type = t  # an empty list: make_attribute cannot tell which kind
-    return attr
+    if t in (A.INTS, A.FLOATS, A.STRINGS):
+        # an empty list: make_attribute cannot tell which kind without being told
+        return helper.make_attribute(name, value, attr_type=t)
+    return helper.make_attribute(name, value)
 
 
 def parse_untyped(name: str, text: str) -> AttributeProto:

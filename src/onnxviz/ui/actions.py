@@ -88,6 +88,10 @@ class Actions:
             edit.addAction(a)
         edit.addSeparator()
         edit.addAction(self.find)
+        from onnxviz.ui.edit.menus import build_edit_actions
+
+        self.edit_menu = edit
+        self.edit_actions = build_edit_actions(w, edit)
         view = bar.addMenu("&View")
         for a in (self.zoom_in, self.zoom_out, self.fit, self.actual):
             view.addAction(a)

@@ -28,17 +28,17 @@ from onnxviz.errors import OnnxvizError
 from onnxviz.model.document import Document
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter
-from onnxviz.present.properties import (
-    model_sections,
-)
 from onnxviz.present.scene import Scene
 from onnxviz.ui import settings as cfg
 from onnxviz.ui.actions import SHORTCUTS_HELP, Actions
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.docks.outline import OutlineDock
-from onnxviz.ui.docks.placeholders import DiagnosticsDock, RunDock
+from onnxviz.ui.docks.placeholders import RunDock
 from onnxviz.ui.docks.properties import PropertiesDock
+from onnxviz.ui.edit.controller import EditController
+from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
+from onnxviz.ui.edit.window_edits import EditingMixin
 from onnxviz.ui.find import FindDock
 from onnxviz.ui.navigation import Crumb, NavigationMixin
 from onnxviz.ui.start_page import StartPage
@@ -49,7 +49,7 @@ from onnxviz.ui.workers import Opened, Task, layout_job, open_model_job
 BACKGROUND_LAYOUT_ITEMS = 3000
 
 
-class MainWindow(NavigationMixin, QMainWindow):
+class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
     def __init__(self) -> None:
         super().__init__()
         self.setWindowTitle("onnxviz")
@@ -85,6 +85,10 @@ class MainWindow(NavigationMixin, QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.run_dock)
         self.diagnostics_dock.hide()
         self.run_dock.hide()
+        self.edits = EditController(self)
+        self.badges: dict[str, list[str]] = {}
+        self.properties_dock.editor_factory = self.make_row_editor
+        self.properties_dock.row_menu = self.fill_row_menu
         self.actions_ = Actions(self)
         self.actions_.build_menus()
         self._build_status()
@@ -155,6 +159,7 @@ class MainWindow(NavigationMixin, QMainWindow):
         self.find_dock.jump.connect(self.jump_to)
         self.outline_dock.activated.connect(self._outline_activated)
         self.properties_dock.navigate.connect(self._navigate)
+        self.diagnostics_dock.locate.connect(self.locate_diagnostic)
         self.start_page.openRequested.connect(
             lambda p: self.open_path(p) if p else self.open_dialog()
         )
@@ -181,6 +186,7 @@ class MainWindow(NavigationMixin, QMainWindow):
             action.setEnabled(has_doc)
         a.undo.setEnabled(bool(self.doc and self.doc.can_undo))
         a.redo.setEnabled(bool(self.doc and self.doc.can_redo))
+        self.sync_undo_labels()
         a.back.setEnabled(bool(self.crumbs))
 
     def _restore_window(self) -> None:
@@ -192,6 +198,10 @@ class MainWindow(NavigationMixin, QMainWindow):
             self.restoreState(state)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.maybe_save():
+            event.ignore()
+            return
+        self.edits.closed_cleanly()
         inference = getattr(self, "inference_task", None)
         if inference is not None and not inference.done:
             inference.cancel()
@@ -307,6 +317,8 @@ class MainWindow(NavigationMixin, QMainWindow):
             self.open_path(path)
 
     def open_path(self, path: str, *, background: bool = True, example: bool = False) -> None:
+        if not self.maybe_save():
+            return
         self.last_error = ""
         job = open_model_job(path, self.options, TextMetrics)
         self._run(
@@ -335,12 +347,11 @@ class MainWindow(NavigationMixin, QMainWindow):
         self._update_summary()
         self.outline_dock.show_document(self.doc)
         self.find_dock.set_document(self.doc)
-        self.diagnostics_dock.show_diagnostics(self.doc.diagnostics)
-        if self.doc.diagnostics:
+        self.edits.attach(self.doc)
+        if any(d.severity.value == "error" for d in self.edits.diagnostics):
             self.diagnostics_dock.show()
         self.run_dock.attach(self.doc)
-        self.properties_dock.show_sections(model_sections(self.doc))
-        self.doc.subscribe(self._on_changed)
+        self.show_model_properties()
         self._sync_actions()
         if self.presenter.types is not None and not self.presenter.types.complete:
             self._start_inference()
@@ -365,17 +376,12 @@ class MainWindow(NavigationMixin, QMainWindow):
         task.finished.connect(done)
         task.start()
 
-    def _on_changed(self, _changes: object) -> None:
-        """The Document changed (an edit, undo or redo): redraw, refresh the actions."""
-        self.relayout()
-        self._sync_actions()
-        self.setWindowTitle(
-            f"{self.doc.display_name}{' *' if self.doc and self.doc.is_modified else ''} — onnxviz"
-            if self.doc
-            else "onnxviz"
-        )
-
     def close_model(self) -> None:
+        if not self.maybe_save():
+            return
+        self.edits.closed_cleanly()
+        self.edits.attach(None)
+        self.diagnostics_dock.show_diagnostics([])
         self.doc = None
         self.presenter = None
         self.display = None
@@ -440,29 +446,33 @@ class MainWindow(NavigationMixin, QMainWindow):
         path, _ = QFileDialog.getSaveFileName(
             self, "Save model as", self.doc.path or "", "ONNX models (*.onnx)"
         )
-        if path:
-            self._save_to(path)
+        if not path:
+            return
+        mode = self.ask_external_mode()
+        if mode is not None:
+            self._save_to(path, mode)
 
-    def _save_to(self, path: str) -> None:
+    def _save_to(self, path: str, external_data: str = "keep") -> bool:
         assert self.doc is not None
         try:
-            self.doc.save(path)
+            self.doc.save(path, external_data=external_data)  # type: ignore[arg-type]
         except OnnxvizError as exc:
             self._failed(str(exc))
-            return
+            return False
+        self.edits.saved()
+        self.update_title()
         self.is_example = False
         cfg.add_recent(path)
         self._refresh_recent()
         self.statusBar().showMessage(f"saved {path}", 5000)
+        return True
 
     def undo(self) -> None:
-        if self.doc is not None and self.doc.can_undo:
-            self.doc.undo()
+        self.edits.undo()
         self._sync_actions()
 
     def redo(self) -> None:
-        if self.doc is not None and self.doc.can_redo:
-            self.doc.redo()
+        self.edits.redo()
         self._sync_actions()
 
     # -- export ---------------------------------------------------------------------------
@@ -504,6 +514,10 @@ class MainWindow(NavigationMixin, QMainWindow):
     def _show(self, scene: Scene) -> None:
         self.display = scene
         self.graph_scene.show_scene(scene, self.options.show_shapes)
+        for item_id, problems in self.badges.items():
+            node = self.graph_scene.nodes.get(item_id)
+            if node is not None:
+                node.set_problems(problems)
         self.view.refresh_detail()
         self._update_crumbs()
         self._update_summary()

@@ -13,7 +13,7 @@ from PySide6.QtGui import QTransform
 from PySide6.QtWidgets import QMenu
 
 from onnxviz.present.find import FindResult
-from onnxviz.present.properties import graph_sections, node_sections, value_sections
+from onnxviz.present.properties import value_sections
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 
 if TYPE_CHECKING:
@@ -105,13 +105,16 @@ class NavigationMixin:
         elif kind == "value":
             self.show_value(path, str(target))
         elif kind == "graph":
-            self.properties_dock.show_sections(graph_sections(self.doc, path))
+            self.show_graph_properties(path)
 
     def show_value(self, path: str, name: str) -> None:
         if self.doc is None or self.presenter is None:
             return
+        doc, presenter = self.doc, self.presenter
         self.properties_dock.show_sections(
-            value_sections(self.doc, path, name, self.presenter.types)
+            value_sections(doc, path, name, presenter.types),
+            lambda: value_sections(doc, path, name, presenter.types),
+            ("value", path, name),
         )
         self.properties_dock.show()
 
@@ -154,9 +157,7 @@ class NavigationMixin:
         assert self.doc is not None and self.presenter is not None
         d = node.data_item
         if d.node_index is not None and d.graph_path in {s.path for s in self.doc.scopes()}:
-            self.properties_dock.show_sections(
-                node_sections(self.doc, d.graph_path, d.node_index, self.presenter.types)
-            )
+            self.show_node_properties(d.graph_path, d.node_index)
         elif d.value is not None and d.kind in ("input", "output", "outer"):
             self.show_value(d.graph_path, d.value)
         elif d.kind == "group":
@@ -212,6 +213,9 @@ class NavigationMixin:
                             else "Expand the schema function body",
                             lambda: self.toggle_schema_body(d.id),
                         )
+        from onnxviz.ui.edit.menus import canvas_menu
+
+        canvas_menu(self, item, menu)
         menu.addSeparator()
         menu.addAction(self.actions_.fit)
         if self.crumbs:

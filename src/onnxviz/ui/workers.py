@@ -187,3 +187,15 @@ def inference_job(model: Any) -> Callable[[threading.Event, Progress], dict[str,
             return dict(pending.get())
 
     return job
+
+
+def build_opened(
+    doc: Document, options: ViewOptions, measure_factory: Callable[[], Any] | None = None
+) -> Opened:
+    """An already loaded Document (recovered edits) made ready to show, synchronously."""
+    types = type_table(doc)
+    presenter = Presenter(doc, options=options, types=types)
+    presenter.expanded |= presenter.default_expansion()
+    measure = measure_factory() if measure_factory else None
+    scene = display_graph(presenter, measure=measure)
+    return Opened(doc, presenter, scene, {})

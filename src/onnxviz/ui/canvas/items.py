@@ -75,6 +75,26 @@ class NodeItem(QGraphicsItem):
         self.setToolTip(_tooltip(data))
         self.setAcceptHoverEvents(False)
 
+        self.problems: list[str] = []
+        self._badge: ProblemBadge | None = None
+
+    def set_problems(self, problems: list[str]) -> None:
+        """Diagnostics located at this node: a badge at the top right corner."""
+        if problems == self.problems:
+            return
+        self.problems = problems
+        if not problems:
+            if self._badge is not None:
+                self._badge.setParentItem(None)
+                if self._badge.scene() is not None:
+                    self._badge.scene().removeItem(self._badge)
+                self._badge = None
+            return
+        if self._badge is None:
+            self._badge = ProblemBadge(self)
+            self._badge.setPos(self._rect.width() - 7, -7)
+        self._badge.set_text(problems)
+
     # -- geometry ---------------------------------------------------------------------
     def boundingRect(self) -> QRectF:
         return self._rect.adjusted(-2, -2, 2, 2)
@@ -326,6 +346,41 @@ def _tooltip(d: DisplayItem) -> str:
             what = "value defined nowhere"
         return f"{d.value}: {what}"
     return d.title + (f"\n{d.subtitle}" if d.subtitle else "")
+
+
+class ProblemBadge(QGraphicsItem):
+    """A red dot with the number of problems at a node (tooltip: the messages)."""
+
+    SIZE = 14.0
+
+    def __init__(self, parent: QGraphicsItem) -> None:
+        super().__init__(parent)
+        self.count = 0
+        self.setZValue(10)
+
+    def set_text(self, problems: list[str]) -> None:
+        self.count = len(problems)
+        shown = problems[:12] + ([f"… {len(problems) - 12} more"] if len(problems) > 12 else [])
+        self.setToolTip("\n".join(shown))
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, self.SIZE, self.SIZE)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        painter.setPen(QPen(QColor("#ffffff"), 1.0))
+        painter.setBrush(QColor("#d32f2f"))
+        painter.drawEllipse(self.boundingRect())
+        if lod.level(painter) >= lod.TEXT_MIN:
+            _, text, _ = _fonts()
+            painter.setFont(text)
+            painter.drawText(
+                self.boundingRect(),
+                Qt.AlignmentFlag.AlignCenter,
+                str(self.count) if self.count < 10 else "!",
+            )
 
 
 class EdgeItem(QGraphicsItem):

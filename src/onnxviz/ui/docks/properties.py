@@ -1,15 +1,32 @@
-"""Properties dock: shows `present.properties` sections in a two-column tree.
+"""Properties dock: shows `present.properties` sections in a two-column tree, with an
+editor in the value column of every editable row (rows carry an ``edit`` target).
 
-Read-only for now.  Extension point for the editing issue: every `Row` carries a
-``field``; `PropertiesDock.editor_for_row` is where editors will be created."""
+The window sets `editor_factory` (row -> widget or None) and `row_menu` (row, menu ->
+None, adds the row's actions such as "Remove attribute").  `show_sections` takes the
+sections and, optionally, the function that made them, so `refresh()` rebuilds them
+after an edit."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QDockWidget, QHeaderView, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHeaderView,
+    QLabel,
+    QMenu,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from onnxviz.present.properties import Row, Section
+
+SectionSource = Callable[[], list[Section]]
 
 
 class PropertiesDock(QDockWidget):
@@ -18,6 +35,9 @@ class PropertiesDock(QDockWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Properties", parent)
         self.setObjectName("dock.properties")
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(0, 0, 0, 0)
         self.tree = QTreeWidget()
         self.tree.setColumnCount(2)
         self.tree.setHeaderLabels(["Property", "Value"])
@@ -25,11 +45,35 @@ class PropertiesDock(QDockWidget):
         self.tree.setWordWrap(True)
         self.tree.setUniformRowHeights(False)
         self.tree.itemActivated.connect(self._activated)
-        self.setWidget(self.tree)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._context_menu)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setStyleSheet("color: #c62828; padding: 2px 4px;")
+        self.message.hide()
+        layout.addWidget(self.tree, 1)
+        layout.addWidget(self.message)
+        self.setWidget(body)
         self.sections: list[Section] = []
+        self.source: SectionSource | None = None
+        self.subject: tuple[Any, ...] | None = None
+        self.editor_factory: Callable[[Row], QWidget | None] | None = None
+        self.row_menu: Callable[[Row | None, QMenu], None] | None = None
+        self.editors: dict[str, QWidget] = {}  # row key (section/key) -> editor
 
-    def show_sections(self, sections: list[Section]) -> None:
+    def show_sections(
+        self,
+        sections: list[Section],
+        source: SectionSource | None = None,
+        subject: tuple[Any, ...] | None = None,
+    ) -> None:
+        """``subject``: what the sections describe, for row menus: ("node", path, index),
+        ("value", path, name), ("graph", path) or ("model",)."""
         self.sections = sections
+        self.source = source
+        self.subject = subject
+        self.editors = {}
+        self.show_problem("")
         self.tree.clear()
         bold = QFont()
         bold.setBold(True)
@@ -48,18 +92,54 @@ class PropertiesDock(QDockWidget):
                     f.setItalic(True)
                     item.setFont(1, f)
                 top.addChild(item)
+                editor = self.editor_for_row(row)
+                if editor is not None:
+                    self.tree.setItemWidget(item, 1, editor)
+                    self.editors[f"{section.title}/{row.key}"] = editor
+                    problem = getattr(editor, "problem", None)
+                    if problem is not None:
+                        problem.connect(self.show_problem)
             if section.text:
                 item = QTreeWidgetItem(["", section.text])
                 item.setToolTip(1, section.text[:2000])
                 top.addChild(item)
             top.setExpanded(True)
 
+    def refresh(self) -> None:
+        """Rebuild from the source after an edit (the subject may be gone: then clear)."""
+        if self.source is None:
+            return
+        try:
+            sections = self.source()
+        except (KeyError, IndexError, ValueError):
+            sections = []
+        self.show_sections(sections, self.source if sections else None, self.subject)
+
+    def show_problem(self, reason: str) -> None:
+        self.message.setText(reason)
+        self.message.setVisible(bool(reason))
+
     def rows(self) -> list[Row]:
         return [r for s in self.sections for r in s.rows]
 
+    def editor(self, section: str, key: str) -> Any:
+        return self.editors.get(f"{section}/{key}")
+
     def editor_for_row(self, row: Row) -> QWidget | None:
-        """Extension point: the editing issue returns an editor for editable fields."""
-        return None
+        """An editor for editable rows (set by the window's edit controller)."""
+        if self.editor_factory is None or row.edit is None:
+            return None
+        return self.editor_factory(row)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        if self.row_menu is None:
+            return
+        item = self.tree.itemAt(pos)
+        row = item.data(0, Qt.ItemDataRole.UserRole) if item is not None else None
+        menu = QMenu(self)
+        self.row_menu(row if isinstance(row, Row) else None, menu)
+        if not menu.isEmpty():
+            menu.popup(self.tree.viewport().mapToGlobal(pos))
 
     def _activated(self, item: QTreeWidgetItem, column: int) -> None:
         row = item.data(0, Qt.ItemDataRole.UserRole)

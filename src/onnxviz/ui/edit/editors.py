@@ -1,0 +1,341 @@
+"""Editors for the properties dock: one per editable row, chosen from the row's edit
+target (see `present.properties.EDIT_KINDS`) and, for attributes, the schema type.
+
+Typed text is checked on every keystroke: an invalid value turns the editor red with
+the reason (tooltip and the dock's message line) and is never applied.  A valid value
+is applied when editing finishes, as one command through the edit controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from onnx import AttributeProto
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QWidget,
+)
+
+from onnxviz.errors import EditError
+from onnxviz.model import commands as C
+from onnxviz.model.attribute_values import (
+    AttributeTextError,
+    attribute_text,
+    parse_attribute,
+    parse_untyped,
+)
+from onnxviz.model.types import text_to_type, type_to_text
+from onnxviz.present.properties import Row
+
+if TYPE_CHECKING:
+    from onnxviz.model.document import Document
+    from onnxviz.ui.edit.controller import EditController
+
+A = AttributeProto
+INVALID_STYLE = "background: #ffd6d6; color: #7a0000;"
+
+# text -> command; raises ValueError/EditError with the reason when the text is invalid
+Parser = Callable[[str], C.Command]
+
+
+def _int_text(text: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, not '{text}'") from None
+
+
+def current_text(doc: Document, edit: tuple[Any, ...], row: Row) -> str:
+    """What the editor starts with (the full value, not the shortened display)."""
+    kind = edit[0]
+    if kind == "attr":
+        _, path, index, name = edit[:4]
+        node = doc.scope(path).nodes[index]
+        for a in node.attribute:
+            if a.name == name:
+                return attribute_text(a)
+        return ""
+    if kind == "type":
+        scope = doc.scope(edit[1])
+        g = scope.graph
+        if g is not None:
+            for vi in (*g.input, *g.output, *g.value_info):
+                if vi.name == edit[2] and vi.HasField("type"):
+                    return type_to_text(vi.type)
+        return "" if row.value == "unknown" else row.value
+    if kind == "input":
+        _, path, index, k = edit
+        return str(doc.scope(path).nodes[index].input[k])
+    return row.value
+
+
+def parser_for(doc: Document, edit: tuple[Any, ...]) -> Parser:
+    kind = edit[0]
+    if kind == "model":
+        field = edit[1]
+        if field == "doc_string":
+            return lambda t: C.SetDocString("model", t)
+        if field in ("ir_version", "model_version"):
+            return lambda t: C.SetModelField(field, _int_text(t, field))
+        return lambda t: C.SetModelField(field, t)
+    if kind == "opset":
+        domain = edit[1]
+
+        def opset(t: str) -> C.Command:
+            v = _int_text(t, "an opset version")
+            if v < 1:
+                raise ValueError("an opset version is at least 1")
+            return C.SetOpsetImport(domain, v)
+
+        return opset
+    if kind == "metadata":
+        return lambda t: C.SetMetadataProp(edit[1], edit[2], t)
+    if kind == "doc":
+        return lambda t: C.SetDocString(edit[1], t)
+    if kind == "node":
+        _, path, index, field = edit
+        return lambda t: C.SetNodeField(path, index, field, t)
+    if kind == "attr":
+        _, path, index, name, attr_type, choices = edit
+
+        def attr(t: str) -> C.Command:
+            if attr_type:
+                value = parse_attribute(name, t, attr_type, choices)
+            else:
+                value = parse_untyped(name, t)
+            return C.SetAttribute(path, index, value)
+
+        return attr
+    if kind == "input":
+        _, path, index, k = edit
+
+        def rewire(t: str) -> C.Command:
+            name = t.strip()
+            if name and doc.scope(path).lookup(name) is None:
+                raise ValueError(f"no value named '{name}' is visible in graph '{path}'")
+            return C.RewireInput(path, index, k, name)
+
+        return rewire
+    if kind == "rename":
+        _, path, old = edit
+
+        def rename(t: str) -> C.Command:
+            cmd = C.RenameValue(path, old, t.strip())
+            cmd._check(doc)  # the command's own reasons, before anything changes
+            return cmd
+
+        return rename
+    if kind == "type":
+        _, path, name = edit
+
+        def settype(t: str) -> C.Command:
+            return C.SetValueType(path, name, text_to_type(t) if t.strip() else None)
+
+        return settype
+    raise ValueError(f"cannot edit {kind}")
+
+
+class FieldEditor(QLineEdit):
+    """A line editor that validates as you type and applies on Enter / focus out."""
+
+    problem = Signal(str)  # "" when the text is valid
+
+    def __init__(self, controller: EditController, row: Row, parser: Parser, text: str) -> None:
+        super().__init__(text)
+        self.controller, self.row, self.parser = controller, row, parser
+        self.original = text
+        self.error = ""
+        self.textEdited.connect(self.check)
+        self.editingFinished.connect(self.commit)
+
+    def check(self, text: str | None = None) -> C.Command | None:
+        text = self.text() if text is None else text
+        try:
+            cmd = self.parser(text)
+        except (AttributeTextError, ValueError, EditError) as exc:
+            self.mark(str(exc))
+            return None
+        self.mark("")
+        return cmd
+
+    def mark(self, reason: str) -> None:
+        self.error = reason
+        self.setStyleSheet(INVALID_STYLE if reason else "")
+        self.setToolTip(reason)
+        self.problem.emit(reason)
+
+    def commit(self) -> bool:
+        if self.text() == self.original:
+            self.mark("")
+            return False
+        cmd = self.check()
+        if cmd is None:
+            return False
+        self.original = self.text()
+        if not self.controller.execute(cmd):
+            refusal = self.controller.refusal
+            self.mark(refusal.message if refusal else "refused")
+            return False
+        return True
+
+
+class ChoiceEditor(QComboBox):
+    """Enum attributes and input rewiring: a list to pick from (editable for names)."""
+
+    problem = Signal(str)
+
+    def __init__(
+        self,
+        controller: EditController,
+        row: Row,
+        parser: Parser,
+        text: str,
+        choices: list[tuple[str, str]],
+        editable: bool,
+    ) -> None:
+        super().__init__()
+        self.controller, self.row, self.parser = controller, row, parser
+        self.setEditable(editable)
+        for value, label in choices:
+            self.addItem(label, value)
+        index = self.findData(text)
+        if index < 0:
+            self.addItem(text, text)
+            index = self.count() - 1
+        self.setCurrentIndex(index)
+        self.original = text
+        self.error = ""
+        self.activated.connect(lambda _i: self.commit())
+        if editable and self.lineEdit() is not None:
+            self.lineEdit().editingFinished.connect(self.commit)
+
+    def value(self) -> str:
+        if self.isEditable():
+            text = self.currentText()
+            data = self.currentData()
+            label = self.itemText(self.currentIndex())
+            return str(data) if data is not None and text == label else text.split("  ")[0]
+        return str(self.currentData())
+
+    def commit(self) -> bool:
+        text = self.value()
+        if text == self.original:
+            return False
+        try:
+            cmd = self.parser(text)
+        except (AttributeTextError, ValueError, EditError) as exc:
+            self.error = str(exc)
+            self.setStyleSheet(INVALID_STYLE)
+            self.setToolTip(self.error)
+            self.problem.emit(self.error)
+            return False
+        self.original = text
+        self.error = ""
+        self.setStyleSheet("")
+        self.problem.emit("")
+        ok = self.controller.execute(cmd)
+        if not ok and self.controller.refusal is not None:
+            self.problem.emit(self.controller.refusal.message)
+        return ok
+
+
+def _visible_names(doc: Document, path: str, types: Any) -> list[tuple[str, str]]:
+    scope = doc.scope(path)
+    out: list[tuple[str, str]] = [("", "(absent)")]
+    for name in sorted(scope.visible_names()):
+        vt = types.lookup(scope, name) if types is not None else None
+        out.append((name, f"{name}  {vt.text}" if vt else name))
+    return out
+
+
+def make_editor(
+    controller: EditController, row: Row, types: Any = None, open_graph: Any = None
+) -> QWidget | None:
+    """The editor widget for a row, or None when the row is read-only."""
+    doc = controller.doc
+    edit = row.edit
+    if doc is None or edit is None:
+        return None
+    try:
+        text = current_text(doc, edit, row)
+        parser = parser_for(doc, edit)
+    except (KeyError, IndexError, ValueError):
+        return None
+    if edit[0] == "attr":
+        attr_type, choices = edit[4], edit[5]
+        if attr_type in (A.GRAPH, A.GRAPHS):
+            return _graph_button(doc, edit, open_graph)
+        if choices:
+            return ChoiceEditor(
+                controller, row, parser, text, [(c, c) for c in choices], editable=False
+            )
+        if attr_type == A.TENSOR:
+            return _tensor_editor(controller, row, parser, text, edit)
+    if edit[0] == "input":
+        return ChoiceEditor(
+            controller, row, parser, text, _visible_names(doc, edit[1], types), editable=True
+        )
+    return FieldEditor(controller, row, parser, text)
+
+
+def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWidget:
+    _, path, index, name = edit[:4]
+    scope = doc.scope(path)
+    target = next(
+        (
+            c.path
+            for c in scope.children
+            if c.owner_node_index == index and c.owner_attribute == name
+        ),
+        None,
+    )
+    button = QPushButton("Open subgraph")
+    button.setEnabled(target is not None and open_graph is not None)
+    if target is not None and open_graph is not None:
+        button.clicked.connect(lambda: open_graph(target))
+    return button
+
+
+def _tensor_editor(
+    controller: EditController, row: Row, parser: Parser, text: str, edit: tuple[Any, ...]
+) -> QWidget:
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    line = FieldEditor(controller, row, parser, text)
+    line.setPlaceholderText("e.g. float32 [1.0, 2.0]")
+    load = QPushButton("npy…")
+    load.setToolTip("Load the tensor from a .npy file")
+
+    def from_file() -> None:
+        path, _ = QFileDialog.getOpenFileName(box, "Tensor from .npy", "", "NumPy (*.npy)")
+        if path:
+            load_attribute_tensor(controller, edit, path)
+
+    load.clicked.connect(from_file)
+    layout.addWidget(line, 1)
+    layout.addWidget(load)
+    box.problem = line.problem  # type: ignore[attr-defined]
+    return box
+
+
+def load_attribute_tensor(controller: EditController, edit: tuple[Any, ...], path: str) -> bool:
+    import numpy as np
+
+    from onnxviz.model.tensors import from_array
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        controller.refuse(f"cannot read {path}: {exc}")
+        return False
+    _, gpath, index, name = edit[:4]
+    from onnx import helper
+
+    attr = helper.make_attribute(name, from_array(arr, name))
+    return controller.execute(C.SetAttribute(gpath, index, attr))

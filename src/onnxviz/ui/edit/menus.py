@@ -1,0 +1,271 @@
+"""Edit menus: the canvas context menu's editing part, the properties rows' menu, and
+the Edit menu actions (add node, delete, clean up, extract)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from onnx import AttributeProto
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu
+
+from onnxviz.model import commands as C
+from onnxviz.model.attribute_values import attribute_specs, schema_for
+from onnxviz.model.types import text_to_type
+from onnxviz.present.properties import Row
+from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+
+if TYPE_CHECKING:
+    from onnxviz.ui.main_window import MainWindow
+
+
+def build_edit_actions(w: MainWindow, edit_menu: QMenu) -> list[QAction]:
+    def add(text: str, slot: Any, shortcut: str | None = None) -> QAction:
+        action = QAction(text, w)
+        if shortcut:
+            action.setShortcut(shortcut)
+        action.triggered.connect(lambda _c=False: slot())
+        edit_menu.addAction(action)
+        return action
+
+    def delete(mode: str) -> None:
+        ref = w.selected_node_ref()
+        if ref is not None:
+            w.delete_node(ref[0], ref[1], mode)
+
+    edit_menu.addSeparator()
+    actions = [
+        add("&Add Node…", w.add_node_dialog, "Ctrl+Shift+A"),
+        add("&Delete Node (Bypass)", lambda: delete("bypass"), "Del"),
+        add("Delete Node with Dead &Ancestors", lambda: delete("ancestors"), "Shift+Del"),
+        add("Clean &Up Unused Nodes and Initializers", w.clean_up),
+        add("E&xtract Subgraph…", w.extract_dialog),
+        add("Model &Properties", w.show_model_properties),
+    ]
+    return actions
+
+
+def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
+    """Editing entries for the item under the pointer (a node or an edge)."""
+    doc = w.doc
+    if doc is None:
+        return
+    if isinstance(item, NodeItem):
+        d = item.data_item
+        if d.kind == "op" and d.node_index is not None:
+            path, index = d.graph_path, d.node_index
+            try:
+                node = doc.scope(path).nodes[index]
+            except (KeyError, IndexError):
+                return
+            menu.addSeparator()
+            menu.addAction("Delete (reconnect consumers)", lambda: w.delete_node(path, index))
+            menu.addAction(
+                "Delete with dead ancestors", lambda: w.delete_node(path, index, "ancestors")
+            )
+            menu.addAction("Delete only this node", lambda: w.delete_node(path, index, "plain"))
+            outs = menu.addMenu("Make output a graph output")
+            scope = doc.scope(path)
+            for name in node.output:
+                if name:
+                    is_out = name in scope.output_uses
+                    outs.addAction(
+                        ("Stop exposing " if is_out else "Expose ") + name,
+                        lambda n=name, on=not is_out: w.make_output(path, n, on),
+                    )
+        elif d.kind == "output" and d.value:
+            menu.addSeparator()
+            menu.addAction(
+                f"Remove graph output '{d.value}'",
+                lambda: w.make_output(d.graph_path, d.value or "", False),
+            )
+        menu.addAction("Add node…", lambda: w.add_node_dialog(d.graph_path))
+    elif isinstance(item, EdgeItem):
+        e = item.data_edge
+        menu.addSeparator()
+        insert = menu.addMenu(f"Insert on '{e.value}'")
+        for op in ("Relu", "Identity", "Sigmoid", "Cast", "Transpose"):
+            insert.addAction(op, lambda o=op: w.insert_on_edge(e.graph_path, e.value, o))
+        insert.addAction("Other…", lambda: _insert_other(w, e.graph_path, e.value))
+        menu.addAction("Make it a graph output", lambda: w.make_output(e.graph_path, e.value))
+    else:
+        menu.addAction("Add node…", lambda: w.add_node_dialog())
+
+
+def _insert_other(w: MainWindow, path: str, value: str) -> None:
+    from onnxviz.ui.edit.palette import OperatorPalette
+
+    assert w.doc is not None
+    palette = OperatorPalette(w.doc, w)
+    palette.chosen.connect(lambda op, _domain: w.insert_on_edge(path, value, op))
+    palette.open()
+    w.palette = palette
+
+
+def properties_menu(
+    w: MainWindow, row: Row | None, subject: tuple[Any, ...] | None, menu: QMenu
+) -> None:
+    from onnxviz.ui.edit.window_edits import ask_text
+
+    doc = w.doc
+    if doc is None or subject is None:
+        return
+    edits = w.edits
+    kind = subject[0]
+    if kind == "node":
+        _, path, index = subject
+        node = doc.scope(path).nodes[index]
+        if row is not None and row.edit is not None and row.edit[0] == "attr":
+            name = row.edit[3]
+            if any(a.name == name for a in node.attribute):
+                menu.addAction(
+                    f"Remove attribute '{name}'",
+                    lambda: edits.execute(C.RemoveAttribute(path, index, name)),
+                )
+        opsets = {o.domain or "": o.version for o in doc.model.opset_import}
+        specs = attribute_specs(schema_for(node, opsets), node.op_type)
+        given = {a.name for a in node.attribute}
+        missing = [s for n, s in sorted(specs.items()) if n not in given]
+        if missing:
+            sub = menu.addMenu("Add attribute")
+            for spec in missing:
+                sub.addAction(
+                    spec.name + (" (required)" if spec.required else ""),
+                    lambda s=spec: _add_attribute(w, path, index, s),
+                )
+        menu.addAction(
+            "Add metadata…",
+            lambda: _add_metadata(w, (path, index)),
+        )
+        if row is not None and row.edit is not None and row.edit[0] == "rename":
+            value = row.edit[2]
+            menu.addAction(f"Make '{value}' a graph output", lambda: w.make_output(path, value))
+    elif kind == "value":
+        _, path, name = subject
+        scope = doc.scope(path)
+        owner = scope.lookup(name) or scope
+        if owner.graph is not None:
+            if name in owner.output_uses:
+                menu.addAction(
+                    "Stop being a graph output", lambda: w.make_output(owner.path, name, False)
+                )
+            else:
+                menu.addAction("Make it a graph output", lambda: w.make_output(owner.path, name))
+            if name in owner.initializer_names():
+                from onnxviz.model import surgery
+
+                menu.addAction("Export to .npy…", lambda: w.export_initializer(owner.path, name))
+                menu.addAction(
+                    "Replace from .npy…", lambda: w.replace_initializer(owner.path, name)
+                )
+                menu.addAction(
+                    "Turn into a graph input",
+                    lambda: edits.execute(
+                        lambda d: surgery.initializer_to_input(d, owner.path, name)
+                    ),
+                )
+    elif kind == "graph":
+        path = subject[1]
+        scope = doc.scope(path)
+        if scope.graph is not None:
+            menu.addAction("Add input…", lambda: _add_io(w, path, "input"))
+            menu.addAction("Add output…", lambda: _add_io(w, path, "output"))
+            if row is not None and row.edit is not None and row.edit[0] == "type":
+                name = row.edit[2]
+                io_kind = "input" if row.key.startswith("input") else "output"
+                names = scope.input_names() if io_kind == "input" else scope.output_names()
+                pos = names.index(name) if name in names else -1
+                menu.addAction(
+                    f"Remove {io_kind} '{name}'",
+                    lambda: edits.execute(C.RemoveGraphEntry(path, io_kind, name)),  # type: ignore[arg-type]
+                )
+                if pos > 0:
+                    menu.addAction(
+                        "Move up",
+                        lambda: edits.execute(C.MoveGraphEntry(path, io_kind, name, pos - 1)),  # type: ignore[arg-type]
+                    )
+                if 0 <= pos < len(names) - 1:
+                    menu.addAction(
+                        "Move down",
+                        lambda: edits.execute(C.MoveGraphEntry(path, io_kind, name, pos + 1)),  # type: ignore[arg-type]
+                    )
+            menu.addAction("Add metadata…", lambda: _add_metadata(w, path))
+    elif kind == "model":
+        menu.addAction("Add metadata…", lambda: _add_metadata(w, "model"))
+        if row is not None and row.edit is not None and row.edit[0] == "metadata":
+            key = row.edit[2]
+            menu.addAction(
+                f"Remove metadata '{key}'",
+                lambda: edits.execute(C.SetMetadataProp(row.edit[1], key, None)),  # type: ignore[index]
+            )
+        menu.addAction(
+            "Import an opset…",
+            lambda: _import_opset(
+                w, ask_text(w, "Import opset", "domain version, e.g. ai.onnx.ml 3")
+            ),
+        )
+
+
+def _add_attribute(w: MainWindow, path: str, index: int, spec: Any) -> None:
+    from onnx import helper
+
+    if spec.default is not None:
+        attr = AttributeProto()
+        attr.CopyFrom(spec.default)
+        attr.name = spec.name
+    else:
+        empty = {
+            AttributeProto.INT: 0,
+            AttributeProto.FLOAT: 0.0,
+            AttributeProto.STRING: "",
+            AttributeProto.INTS: [],
+            AttributeProto.FLOATS: [],
+            AttributeProto.STRINGS: [],
+        }
+        if spec.type not in empty:
+            w.edits.refuse(f"'{spec.name}' has no default; set it from a tensor or graph editor")
+            return
+        kind = spec.type if isinstance(empty[spec.type], list) else None
+        attr = helper.make_attribute(spec.name, empty[spec.type], attr_type=kind)
+    w.edits.execute(C.SetAttribute(path, index, attr))
+
+
+def _add_metadata(w: MainWindow, target: Any) -> None:
+    from onnxviz.ui.edit.window_edits import ask_text
+
+    text = ask_text(w, "Add metadata", "key=value")
+    if text and "=" in text:
+        key, value = text.split("=", 1)
+        w.edits.execute(C.SetMetadataProp(target, key.strip(), value.strip()))
+
+
+def _add_io(w: MainWindow, path: str, kind: str) -> None:
+    from onnx import ValueInfoProto
+
+    from onnxviz.ui.edit.window_edits import ask_text
+
+    text = ask_text(w, f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
+    if not text:
+        return
+    name, _, type_text = text.partition(":")
+    vi = ValueInfoProto(name=name.strip())
+    if type_text.strip():
+        try:
+            vi.type.CopyFrom(text_to_type(type_text.strip()))
+        except ValueError as exc:
+            w.edits.refuse(str(exc))
+            return
+    w.edits.execute(C.AddGraphEntry(path, kind, vi))  # type: ignore[arg-type]
+
+
+def _import_opset(w: MainWindow, text: str | None) -> None:
+    if not text:
+        return
+    parts = text.split()
+    try:
+        domain = "" if parts[0] in ("ai.onnx", '""') else parts[0]
+        version = int(parts[1])
+    except (IndexError, ValueError):
+        w.edits.refuse("type a domain and a version, e.g. ai.onnx.ml 3")
+        return
+    w.edits.execute(C.SetOpsetImport(domain, version))
