@@ -97,6 +97,16 @@ def node_ref(pn: PlanNode) -> NodeRef:
     return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
 
 
+def _drain(events: Events) -> list[Any]:
+    """Run an event generator to its end; its return value."""
+    while True:
+        try:
+            next(events)
+        except StopIteration as stop:
+            result: list[Any] = stop.value
+            return result
+
+
 def _resolved_node(pn: PlanNode) -> NodeProto:
     """The node with ``ref_attr_name`` attributes replaced by the caller's values."""
     if pn.outer_attrs is None or not any(a.ref_attr_name for a in pn.node.attribute):
@@ -272,6 +282,7 @@ class Executor:
                 outs = [result] if result is not None else self._call_kernel(pn, ins)
                 if pn.foldable and self.fold:
                     pn.folded = outs
+                    plan.folded_values.extend(outs)
             elif pn.kind == "control":
                 from onnxviz.runtime.control_flow import run_control
 
@@ -289,9 +300,9 @@ class Executor:
                     out_map[name] = v
                     if store is not None:
                         store.put(plan.path, name, v)
-            entry = profile.get(ref.address)
+            entry = profile.get(pn.key)
             if entry is None:
-                profile[ref.address] = [1, dt]
+                profile[pn.key] = [1, dt]
             else:
                 entry[0] += 1
                 entry[1] += dt
@@ -306,6 +317,74 @@ class Executor:
         self.stack.pop()  # popped first: at FrameLeft the stack shows where we return to
         yield FrameLeft(stack, depth, frame.info, time.perf_counter() - t_frame)
         return outputs
+
+    def run_frame_direct(self, frame: Frame, *, fuse: bool = True) -> list[Any]:
+        """`run_frame` without events, for runs nobody watches (`Session.run`): the same
+        kernels, folding, in-place ops, freeing and per-node times, minus the generator
+        and event objects per node, and with fused node pairs (fusion.py) when ``fuse``.
+        Control flow and function calls still run their nested frames as generators
+        (drained here).  Returns the graph outputs."""
+        from onnxviz.runtime.fusion import run_nodes
+
+        self.stack.append(frame)
+        plan = frame.plan
+        values = frame.values
+        profile = self.profile
+        perf = time.perf_counter
+        fold = self.fold
+        inplace = self.inplace
+        call_kernel = self._call_kernel
+        for pn in run_nodes(plan) if fuse else plan.nodes:
+            if self.cancelled:
+                raise ExecutionCancelled(
+                    "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
+                )
+            frame.node_index = pn.position
+            ins = [values[s] if s >= 0 else None for s in pn.inputs]
+            t0 = perf()
+            if pn.folded is not None and fold:
+                outs = pn.folded
+            elif pn.kind == "kernel":
+                result = None
+                if inplace and pn.inplace_dead is not None:
+                    result = try_inplace(pn.op_type, ins, pn.inplace_dead)
+                outs = [result] if result is not None else call_kernel(pn, ins)
+                result = None
+                if pn.foldable and fold:
+                    pn.folded = outs
+                    plan.folded_values.extend(outs)
+            elif pn.kind == "fused":
+                outs = pn.fused(self, ins)
+            elif pn.kind == "control":
+                from onnxviz.runtime.control_flow import run_control
+
+                outs = _drain(run_control(self, frame, pn, ins))
+            elif pn.kind in ("function", "schema_function"):
+                outs = _drain(self._run_function(frame, pn, ins))
+            else:
+                raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
+            dt = perf() - t0
+            for s, v in zip(pn.outputs, outs):
+                if s >= 0:
+                    values[s] = v
+            entry = profile.get(pn.key)
+            if entry is None:
+                profile[pn.key] = [1, dt]
+            else:
+                entry[0] += 1
+                entry[1] += dt
+            # As in run_frame: no local reference may outlive the slot (inplace.py counts).
+            outs = v = ins = None  # type: ignore[assignment]
+            for s in pn.free_after:
+                values[s] = None
+        frame.node_index = len(plan.nodes)
+        outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
+        self.stack.pop()
+        return outputs
+
+    def call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+        """One kernel node's outputs (errors name the node)."""
+        return self._call_kernel(pn, ins)
 
     def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
         # Floating-point warnings (overflow to inf, 0/0) are results, not errors: the

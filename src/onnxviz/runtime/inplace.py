@@ -1,6 +1,7 @@
 """In-place elementwise arithmetic when an input dies at the node (run() only).
 
-For a few elementwise ops (Add, Sub, Mul, Div, Neg, Abs, Exp, Sqrt, Tanh, Relu) the
+For a few elementwise ops (Add, Sub, Mul, Div, two-input Sum of equal shapes, Neg,
+Abs, Exp, Sqrt, Tanh, Relu) the
 executor may write the result into an input's buffer instead of allocating a new one,
 when all of these hold:
 
@@ -36,7 +37,7 @@ _UNARY: dict[str, Callable[..., Any]] = {
     "Sqrt": np.sqrt,
     "Tanh": np.tanh,
 }
-INPLACE_OPS = frozenset(_BINARY) | frozenset(_UNARY) | {"Relu"}
+INPLACE_OPS = frozenset(_BINARY) | frozenset(_UNARY) | {"Relu", "Sum"}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 # References to a candidate array while it is checked: the frame's slot list, the
@@ -56,6 +57,13 @@ def _reusable(x: Any) -> bool:
 
 def try_inplace(op_type: str, ins: list[Any], dead: tuple[bool, ...]) -> np.ndarray | None:
     """The result computed into a dead input's buffer, or None (run the kernel)."""
+    if op_type == "Sum":
+        # Two inputs of one shape only: every opset's Sum agrees on that case.
+        if len(ins) != 2 or type(ins[0]) is not np.ndarray or type(ins[1]) is not np.ndarray:
+            return None
+        if ins[0].shape != ins[1].shape:
+            return None
+        op_type = "Add"
     if op_type in _BINARY:
         if len(ins) != 2:
             return None

@@ -95,6 +95,11 @@ class PlanNode:
     has_subgraphs: bool = False
     # Per input: dead after this node (set for ops inplace.py may run in place).
     inplace_dead: tuple[bool, ...] | None = None
+    # Position in GraphPlan.nodes (a fused node: its first node's).
+    position: int = -1
+    # kind "fused" (fusion.py): computes the outputs from (executor, inputs).
+    fused: Any = None
+    key: str = ""  # the address, made once (profile key)
 
     @property
     def address(self) -> str:
@@ -121,6 +126,10 @@ class GraphPlan:
     labels: dict[str, int]  # node label -> index
     # Initializer names that are also graph inputs (IR < 4 defaults a feed may replace).
     overridable: frozenset[str] = frozenset()
+    # The node list unwatched runs execute (fusion.py), made on first use.
+    run_nodes: list[PlanNode] | None = None
+    # Outputs of constant-folded nodes (shared between runs, never handed out as is).
+    folded_values: list[Any] = field(default_factory=list)
 
 
 def node_labels(nodes: Sequence[NodeProto]) -> list[str]:
@@ -376,7 +385,10 @@ def compile_graph(
         )
         plan_nodes.append(pn)
 
-    _liveness(plan_nodes, slots, output_names)
+    for position, pn in enumerate(plan_nodes):
+        pn.position = position
+        pn.key = pn.address
+    liveness(plan_nodes, slots, output_names)
     if ctx.fold_constants:
         # Initializers listed as inputs (IR < 4) count as constants here; a run that
         # feeds one of them runs without folding (see Executor.fold).
@@ -403,7 +415,7 @@ def compile_graph(
     )
 
 
-def _liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -> None:
+def liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -> None:
     keep = {slots[n] for n in outputs if n}
     last_use: dict[int, int] = {}
     for i, pn in enumerate(nodes):
@@ -425,6 +437,7 @@ def _liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) 
             dead = tuple(
                 s >= 0 and s in pn.free_after and pn.inputs.count(s) == 1 for s in pn.inputs
             )
+            # Before opset 7 the binary ops had a broadcast attribute (not handled there).
             if any(dead) and (pn.op_type not in ("Add", "Sub", "Mul", "Div") or pn.opset >= 7):
                 pn.inplace_dead = dead
 

@@ -37,6 +37,12 @@ Random ops draw from ``numpy.random.default_rng(seed)``, re-created at each run.
 With ``keep_intermediates=True`` every node output is kept (subgraph values: latest
 iteration) up to ``memory_cap_bytes``; what had to be dropped is listed in
 ``session.dropped``.
+
+**Speed.**  `run()` without ``fetch`` and without kept intermediates runs the plan
+directly (no event objects), with elementwise ops in place on dead inputs
+(``inplace_ops``) and Conv+BatchNormalization pairs folded into one Conv
+(``fuse_ops``, see fusion.py); `node_times` then has one entry per executed node (a
+fused pair under the Conv's address).  Stepping and `steps()` always run every node.
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ class Session:
         memory_cap_bytes: int = DEFAULT_MEMORY_CAP,
         fold_constants: bool = True,
         inplace_ops: bool = True,
+        fuse_ops: bool = True,
     ) -> None:
         model = getattr(model_or_document, "model", model_or_document)
         if not isinstance(model, ModelProto):
@@ -120,6 +127,7 @@ class Session:
         self.seed = seed
         self.keep_intermediates = keep_intermediates
         self.inplace_ops = inplace_ops
+        self.fuse_ops = fuse_ops
         self.memory_cap_bytes = memory_cap_bytes
         opsets: dict[str, int] = {}
         for imp in model.opset_import:
@@ -201,9 +209,14 @@ class Session:
             if value is not None:  # a feed or an initializer
                 fetched[name] = value
         watch = wanted - set(fetched)
+        direct = not watch and self.store is None
         with np.errstate(all="ignore"):
             try:
-                while True:
+                if direct:
+                    # Nobody watches: no events, fused node pairs (fusion.py).
+                    gen.close()
+                    self._finish(ex.run_frame_direct(self._main_frame, fuse=self.fuse_ops))
+                while not direct:
                     ev = next(gen)
                     if watch and type(ev) is NodeFinished and ev.depth == 0:
                         for name in watch.intersection(ev.outputs):
@@ -528,9 +541,7 @@ class Session:
     def _is_plan_constant(self, value: np.ndarray) -> bool:
         if any(v is value for _, v in self.plan.constants):
             return True
-        return any(
-            pn.folded is not None and any(o is value for o in pn.folded) for pn in self.plan.nodes
-        )
+        return any(v is value for v in self.plan.folded_values)
 
     def _until(self, stop: Any, reason: str) -> Pause:
         if self._gen is None:

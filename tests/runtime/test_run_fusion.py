@@ -1,0 +1,125 @@
+"""Unwatched runs (Session.run) use fused node lists (fusion.py); stepping never does."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime.events import NodeFinished
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+
+F = TensorProto.FLOAT
+
+
+def _conv_bn_model(*, extra_use: bool = False, bn_as_input: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "s"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 4).astype(np.float32), "beta"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 4).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "var"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", F, None)]
+    if extra_use:
+        outputs.append(helper.make_tensor_value_info("c", F, None))
+    inputs = [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])]
+    if bn_as_input:  # IR 3: an initializer listed as an input is a default a feed replaces
+        inputs.append(helper.make_tensor_value_info("mean", F, [4]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3 if bn_as_input else 8
+    return model
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Node-by-node result from a watched run (never fused)."""
+    sess = Session(model)
+    finished = [e for e in sess.steps(feeds) if isinstance(e, NodeFinished)]
+    out: dict[str, np.ndarray] = {}
+    for e in finished:
+        out.update(e.outputs)
+    return out
+
+
+def test_conv_batchnorm_runs_as_one_node_with_the_same_result() -> None:
+    model = _conv_bn_model()
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv", "Relu"]
+    assert run_nodes(sess.plan)[0].kind == "fused"
+    want = _reference(model, {"x": x})
+    np.testing.assert_allclose(y, want["y"], rtol=1e-5, atol=1e-5)
+    # The fused pair is timed under the Conv's address; the BatchNormalization never ran.
+    assert "main::conv" in sess.node_times and "main::bn" not in sess.node_times
+    # Without fusion every node runs.
+    plain = Session(model, fuse_ops=False)
+    np.testing.assert_allclose(plain.run({"x": x})["y"], y, rtol=1e-5, atol=1e-5)
+    assert "main::bn" in plain.node_times
+
+
+def test_stepping_and_fetch_still_show_the_batchnorm_output() -> None:
+    model = _conv_bn_model()
+    x = np.ones((1, 3, 8, 8), np.float32)
+    sess = Session(model)
+    sess.run({"x": x})  # builds the fused list; must not change what stepping sees
+    labels = [e.node.label for e in sess.steps({"x": x}) if isinstance(e, NodeFinished)]
+    assert labels == ["conv", "bn", "relu"]
+    got = sess.run({"x": x}, fetch=["c", "n"])
+    want = _reference(model, {"x": x})
+    np.testing.assert_allclose(got["c"], want["c"], rtol=1e-6)
+    np.testing.assert_allclose(got["n"], want["n"], rtol=1e-6)
+
+
+def test_conv_output_used_elsewhere_is_not_fused() -> None:
+    model = _conv_bn_model(extra_use=True)
+    sess = Session(model)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    out = sess.run({"x": x})
+    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv", "BatchNormalization", "Relu"]
+    want = _reference(model, {"x": x})
+    np.testing.assert_allclose(out["c"], want["c"], rtol=1e-6)
+
+
+def test_fed_normalization_parameter_is_folded_again() -> None:
+    model = _conv_bn_model(bn_as_input=True)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sess = Session(model)
+    default = sess.run({"x": x})["y"]
+    mean = np.full(4, 0.25, np.float32)
+    fed = sess.run({"x": x, "mean": mean})["y"]
+    want = _reference(model, {"x": x, "mean": mean})["y"]
+    np.testing.assert_allclose(fed, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(fed, default)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], default, rtol=1e-6)
+
+
+def test_unwatched_run_of_a_long_chain_matches_stepping() -> None:
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    nodes = []
+    prev = "x"
+    for i in range(300):
+        nodes.append(helper.make_node("Add", [prev, "one"], [f"a{i}"], name=f"add{i}"))
+        prev = f"a{i}"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", F, [1])],
+        [helper.make_tensor_value_info(prev, F, [1])],
+        initializer=[one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = Session(model)
+    x = np.zeros(1, np.float32)
+    assert sess.run({"x": x})[prev][0] == 300.0
+    assert x[0] == 0.0  # the caller's feed is never written
+    assert len(sess.node_times) == 300
