@@ -340,3 +340,84 @@ def test_lstm_opset1_matches_opset14() -> None:
     sig = 1 / (1 + np.exp(-g))
     h = sig[:, 2:4] * np.tanh(sig[:, 0:2] * np.tanh(g[:, 6:8]))
     np.testing.assert_allclose(new[0][0, 0], h, rtol=1e-5)
+
+
+# --- ImageDecoder on hand-built files ---------------------------------------------------
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    """RGB PNG whose row r uses filter type r % 5 (forward filters per the PNG spec)."""
+    import struct
+    import zlib
+
+    h, w, _ = pixels.shape
+    raw = b""
+    prev = np.zeros(w * 3, dtype=np.int64)
+    for r in range(h):
+        row = pixels[r].reshape(-1).astype(np.int64)
+        left = np.concatenate([np.zeros(3, np.int64), row[:-3]])
+        up_left = np.concatenate([np.zeros(3, np.int64), prev[:-3]])
+        kind = r % 5
+        if kind == 0:
+            pred = np.zeros_like(row)
+        elif kind == 1:
+            pred = left
+        elif kind == 2:
+            pred = prev
+        elif kind == 3:
+            pred = (left + prev) // 2
+        else:
+            p = left + prev - up_left
+            pa, pb, pc = abs(p - left), abs(p - prev), abs(p - up_left)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, up_left))
+        raw += bytes([kind]) + ((row - pred) % 256).astype(np.uint8).tobytes()
+        prev = row
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _decode(data: bytes, fmt: str = "RGB") -> np.ndarray:
+    (out,) = run("ImageDecoder", [np.frombuffer(data, dtype=np.uint8)], 20, pixel_format=fmt)
+    return out
+
+
+def test_image_decoder_png_all_filters_and_pixel_formats() -> None:
+    pixels = np.random.default_rng(8).integers(0, 256, size=(10, 7, 3), dtype=np.uint8)
+    data = _png(pixels)
+    np.testing.assert_array_equal(_decode(data), pixels)
+    np.testing.assert_array_equal(_decode(data, "BGR"), pixels[..., ::-1])
+    gray = _decode(data, "Grayscale")
+    want = (pixels[..., 0] * 0.299 + pixels[..., 1] * 0.587 + pixels[..., 2] * 0.114)[..., None]
+    assert gray.shape == (10, 7, 1) and gray.dtype == np.uint8
+    assert np.abs(gray.astype(float) - want).max() <= 1
+
+
+def test_image_decoder_bmp_and_pnm() -> None:
+    import struct
+
+    pixels = np.random.default_rng(9).integers(0, 256, size=(3, 5, 3), dtype=np.uint8)
+    stride = (5 * 3 + 3) // 4 * 4
+    body = b"".join(
+        pixels[r, :, ::-1].tobytes() + b"\0" * (stride - 15) for r in reversed(range(3))
+    )
+    header = struct.pack("<2sIHHI", b"BM", 54 + len(body), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, 5, 3, 1, 24, 0, len(body), 0, 0, 0, 0)
+    np.testing.assert_array_equal(_decode(header + info + body), pixels)
+    ascii_pnm = b"P3\n# comment\n2 1\n15\n15 0 0  0 15 3\n"
+    np.testing.assert_array_equal(_decode(ascii_pnm), [[[255, 0, 0], [0, 255, 51]]])
+
+
+def test_image_decoder_rejects_unknown_data() -> None:
+    with pytest.raises(ExecutionError, match="codec"):
+        _decode(b"RIFF\0\0\0\0WEBPVP8 ")
