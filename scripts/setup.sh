@@ -49,6 +49,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$mode" = test ]; then
     .venv/bin/python -m pip install -q -e ".[test]"
+    # PyTorch exports real models for the validator and runtime tests. 2.13.0 is pinned:
+    # on this project's machines pip takes a local CPU build of it (no download).
+    .venv/bin/python -m pip install -q "torch==2.13.0"
 else
     .venv/bin/python -m pip install -q -e ".[ort]"
 fi
