@@ -27,17 +27,16 @@ def groups_from_scopes(
     """
     parent_of_scope: dict[str, str | None] = {}
     node_parent: list[str | None] = []
+    append = node_parent.append
     for name in names:
-        cut = name.rfind(separator)
-        if cut <= 0:
-            node_parent.append(None)
+        scope = name.rpartition(separator)[0]
+        if not scope:
+            append(None)
             continue
-        scope = name[:cut]
-        node_parent.append(scope)
-        # Register the chain of enclosing scopes once.
-        while scope and scope not in parent_of_scope:
-            up = scope.rfind(separator)
-            outer = scope[:up] if up > 0 else None
+        append(scope)
+        # Register the chain of enclosing scopes once (most names share a known scope).
+        while scope not in parent_of_scope:
+            outer = scope.rpartition(separator)[0] or None
             parent_of_scope[scope] = outer
             if outer is None:
                 break
@@ -50,16 +49,20 @@ def groups_from_scopes(
         for outer in parent_of_scope.values():
             if outer is not None:
                 child_count[outer] += 1
-        # Deepest scopes first so chains of single-child scopes fold completely.
-        replacement: dict[str, str | None] = {}
-        for scope in sorted(parent_of_scope, key=lambda s: -s.count(separator)):
-            if child_count[scope] == 1:
-                replacement[scope] = parent_of_scope[scope]
+        replacement = {
+            scope: outer for scope, outer in parent_of_scope.items() if child_count[scope] == 1
+        }
+        resolved: dict[str | None, str | None] = {None: None}
 
         def resolve(s: str | None) -> str | None:
-            while s is not None and s in replacement:
-                s = replacement[s]
-            return s
+            hit = resolved.get(s, s)
+            if hit is not s:
+                return hit
+            t = s
+            while t is not None and t in replacement:  # chains of single-child scopes
+                t = replacement[t]
+            resolved[s] = t
+            return t
 
         node_parent = [resolve(p) for p in node_parent]
         parent_of_scope = {
