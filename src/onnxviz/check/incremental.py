@@ -475,7 +475,10 @@ def _inference_diags(state: ValidationState, own_errors: list[Diagnostic]) -> li
         return []
     out = []
     ctx = state.ctx
+    own = {d.code for d in own_errors}
     for f in inf.failures:
+        if "No opset import" in f.message and own & {"O001", "O002"}:
+            continue  # the consequence of a missing import we already report
         if f.node_index is None:
             out.append(diag("I002", f"Shape inference failed: {f.message}", f.graph_path))
             continue
