@@ -609,3 +609,34 @@ def test_unique_string_slices_along_an_axis(sorted_: int) -> None:
         assert y.tolist() == [["b", "a", "c"], ["x", "y", "z"]]
         assert first.tolist() == [0, 1, 3] and inverse.tolist() == [0, 1, 0, 2]
         assert counts.tolist() == [2, 1, 1]
+
+
+def test_gather_scatter_random_shapes_against_onnxruntime() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(40):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 5, rank))
+        x = rng.random(shape).astype(np.float32)
+        b = int(rng.integers(0, rank))
+        k = int(rng.integers(1, rank - b + 1))
+        extra = tuple(int(v) for v in rng.integers(1, 4, rng.integers(0, 3)))
+        nd = np.stack(
+            [rng.integers(-shape[b + j], shape[b + j], shape[:b] + extra) for j in range(k)], -1
+        ).astype(np.int64)
+        assert_same(
+            run_ours("GatherND", [x, nd], 13, batch_dims=b)[0],
+            run_ort("GatherND", [x, nd], 13, batch_dims=b)[0],
+        )
+        axis = int(rng.integers(-rank, rank))
+        ishape = tuple(int(rng.integers(1, d + 1)) for d in shape)
+        el = rng.integers(-shape[axis], shape[axis], ishape).astype(np.int64)
+        upd = rng.random(ishape).astype(np.float32)
+        assert_same(
+            run_ours("GatherElements", [x, el], 13, axis=axis)[0],
+            run_ort("GatherElements", [x, el], 13, axis=axis)[0],
+        )
+        for red in ("add", "mul", "min"):  # duplicates are likely: reductions are defined
+            assert_same(
+                run_ours("ScatterElements", [x, el, upd], 18, axis=axis, reduction=red)[0],
+                run_ort("ScatterElements", [x, el, upd], 18, axis=axis, reduction=red)[0],
+            )

@@ -109,10 +109,12 @@ def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.
         fail("GatherElements: data and indices must have the same rank")
     idx = _fix_negative(indices, data.shape[axis])
     # Indices may be smaller than data in the other dimensions: restrict data first.
-    window = tuple(
-        slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(data.ndim)
-    )
-    return np.take_along_axis(data[window], idx, axis=axis)
+    if any(indices.shape[d] != data.shape[d] for d in range(data.ndim) if d != axis):
+        window = tuple(
+            slice(None) if d == axis else slice(0, indices.shape[d]) for d in range(data.ndim)
+        )
+        data = data[window]
+    return np.take_along_axis(data, idx, axis=axis)
 
 
 @kernel("GatherND", since=(11, 12, 13))
