@@ -155,35 +155,33 @@ def _max_pool(
     xp = geo.padded(xc, _lowest(xc.dtype))
     offsets = geo.offsets()
     best = np.array(geo.window(xp, offsets[0]))
-    arg = np.zeros(best.shape, dtype=np.int64)
+    arg = np.zeros(best.shape, dtype=np.min_scalar_type(len(offsets)))
     for k_index, off in enumerate(offsets[1:], start=1):
         win = geo.window(xp, off)
         better = win > best
         np.copyto(best, win, where=better)
         np.copyto(arg, k_index, where=better)
-    # Kernel offset index -> input coordinates -> flat index into X (without padding).
+    # The flat input index is linear in the window origin and the kernel offset:
+    # index = (n*C + c) * size + origin_offset(out position) + offset_shift[arg].
     n, c = x.shape[:2]
     rank = geo.rank
-    table = np.array(offsets, dtype=np.int64).reshape(len(offsets), rank)
-    flat = (np.arange(n, dtype=np.int64)[:, None] * c + np.arange(c)[None]).reshape(
-        (n, c) + (1,) * rank
-    )
-    coords = []
-    for a in range(rank):
-        o = np.arange(geo.out[a], dtype=np.int64).reshape(
-            (1, 1) + tuple(-1 if b == a else 1 for b in range(rank))
-        )
-        coords.append(o * geo.strides[a] - geo.pads[a] + table[arg, a] * geo.dilations[a])
     spatial = geo.in_shape
     if storage_order == 0:
-        pos = np.zeros_like(arg)
-        for a in range(rank):
-            pos = pos * spatial[a] + coords[a]
+        axis_stride = [int(np.prod(spatial[a + 1 :])) for a in range(rank)]
     else:
-        pos = np.zeros_like(arg)
-        for a in reversed(range(rank)):
-            pos = pos * spatial[a] + coords[a]
-    index = flat * int(np.prod(spatial)) + pos
+        axis_stride = [int(np.prod(spatial[:a])) for a in range(rank)]
+    table = np.array(offsets, dtype=np.int64).reshape(len(offsets), rank)
+    shift = table @ np.array([d * st for d, st in zip(geo.dilations, axis_stride)], np.int64)
+    origin = np.zeros(geo.out, dtype=np.int64)
+    for a in range(rank):
+        o = np.arange(geo.out[a], dtype=np.int64) * geo.strides[a] - geo.pads[a]
+        origin = origin + (o * axis_stride[a]).reshape(
+            tuple(-1 if b == a else 1 for b in range(rank))
+        )
+    plane = (np.arange(n * c, dtype=np.int64) * int(np.prod(spatial))).reshape((n, c) + (1,) * rank)
+    index = np.take(shift, arg)
+    index += origin
+    index += plane
     return best.astype(x.dtype, copy=False), index
 
 
