@@ -8,8 +8,9 @@ when all of these hold:
 * the run is not being watched (no stepping, no kept intermediates), so no event or
   store shows the input value that gets overwritten;
 * the input's slot is freed after this node (its last use) and the input is a plain
-  float32/float64 array that owns its memory, is writeable and C-contiguous, and has
-  the result's shape and dtype;
+  float32/float64 array that owns its memory (or is a whole-buffer view of an array
+  nothing else refers to), is writeable and C-contiguous, and has the result's shape
+  and dtype;
 * nothing else refers to the array: its reference count is exactly what the executor
   itself holds.  Views (Reshape, Squeeze, ...) keep a reference to their base, and
   initializers, folded constants, caller feeds, captured outer values all hold one,
@@ -46,12 +47,24 @@ _OWN_REFS = 3
 
 
 def _reusable(x: Any) -> bool:
+    if type(x) is not np.ndarray or x.dtype not in _FLOATS:
+        return False
+    flags = x.flags
+    if not (flags.writeable and flags.c_contiguous):
+        return False
+    return flags.owndata or _private_view(x)
+
+
+def _private_view(x: np.ndarray) -> bool:
+    """A reshaped view (e.g. a kernel's ``y.reshape(...)`` result) whose base nothing
+    else holds: numpy points every view at the owning array, so a base referenced only
+    by ``x`` (count 2: x's reference and getrefcount's argument) has no other view."""
+    base = x.base
     return (
-        type(x) is np.ndarray
-        and x.dtype in _FLOATS
-        and x.flags.owndata
-        and x.flags.writeable
-        and x.flags.c_contiguous
+        type(base) is np.ndarray
+        and base.flags.owndata
+        and base.nbytes == x.nbytes
+        and sys.getrefcount(base) <= 3  # x's reference, the local name, the argument
     )
 
 
