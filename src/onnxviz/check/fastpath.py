@@ -78,6 +78,7 @@ def suspect_nodes(
     opsets = ctx.opsets_for(scope)
     cache: dict[tuple[str, str], OpFacts | None] = {}
     out: list[int] = []
+    n_inputs = n_outputs = 0
     for i, node in enumerate(scope.nodes):
         key = (node.domain, node.op_type)
         facts = cache.get(key, _MISSING)
@@ -86,26 +87,35 @@ def suspect_nodes(
         if facts is None:
             out.append(i)
             continue
-        inputs, outputs = node.input, node.output
-        if not (
-            facts.min_in <= len(inputs) <= facts.max_in
-            and facts.min_out <= len(outputs) <= facts.max_out
-        ):
+        k_in, k_out = len(node.input), len(node.output)
+        n_inputs += k_in
+        n_outputs += k_out
+        if not (facts.min_in <= k_in <= facts.max_in and facts.min_out <= k_out <= facts.max_out):
             out.append(i)
             continue
-        if (
-            "" in inputs
-            or "" in outputs
-            or node.overload
-            or len(node.metadata_props)
-            or len(node.device_configurations)
-        ):
+        if node.overload or len(node.metadata_props) or len(node.device_configurations):
             out.append(i)
             continue
         attrs = node.attribute
         if (attrs or facts.required) and not _attrs_clean(attrs, facts, checker_ok):
             out.append(i)
+    # Empty input and output names: the scope index records every non-empty one, so
+    # equal totals mean there is none and no node needs scanning for them.
+    if n_inputs != sum(map(len, scope.consumers.values())) or n_outputs != _indexed_outputs(scope):
+        flagged = set(out)
+        nodes = scope.nodes
+        out.extend(
+            i
+            for i in range(len(nodes))
+            if i not in flagged and ("" in nodes[i].input or "" in nodes[i].output)
+        )
+        out.sort()
     return out
+
+
+def _indexed_outputs(scope: GraphScope) -> int:
+    extra = sum(1 for found in scope._other_defs.values() for d in found if d.kind == "node_output")
+    return len(scope.producer) + extra
 
 
 def _attrs_clean(attrs: object, facts: OpFacts, fields_verified: bool) -> bool:
@@ -135,36 +145,40 @@ def _attrs_clean(attrs: object, facts: OpFacts, fields_verified: bool) -> bool:
     return facts.required <= seen
 
 
-def suspect_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
-    """Names that structure/names/types/tensors name rules must look at."""
+def suspect_names(ctx: CheckContext, scope: GraphScope) -> tuple[set[str], set[str]]:
+    """(names the structure and scope rules must look at, names the type and tensor
+    rules must look at: declared types and initializers)."""
+    typed = set(ctx.declared_types(scope))
+    typed.update(scope.initializer_names())
+    typed.discard("")
     if not ENABLED:
         names = defined_names(scope) | set(scope.consumers) | set(scope.output_uses)
         names.update(ctx.implicit_consumers(scope))
         names.discard("")
-        return names
+        return names, names
     producer = scope.producer
     defines = scope.defines
     out: set[str] = multiply_defined(scope)
     for name, cons in scope.consumers.items():
-        if not defines(name):
-            out.add(name)
-            continue
+        # Undefined here (the rule looks outward), or first used before it is produced
+        # (consumer lists are in node order).
         p = producer.get(name)
-        if p is not None and cons[0][0] <= p[0]:
+        if p is None:
+            if not defines(name):
+                out.add(name)
+        elif cons[0][0] <= p[0]:
             out.add(name)
     for name, owners in ctx.implicit_consumers(scope).items():
-        if not defines(name):
-            out.add(name)
-            continue
         p = producer.get(name)
-        if p is not None and owners[0] <= p[0]:
+        if p is None:
+            if not defines(name):
+                out.add(name)
+        elif owners[0] <= p[0]:
             out.add(name)
     if scope.parent is not None:
         visible: set[str] = set()
         for a in scope.ancestors():
             visible.update(defined_names(a))
         out.update(visible.intersection(defined_names(scope)))
-    out.update(ctx.declared_types(scope))
-    out.update(scope.initializer_names())
     out.discard("")
-    return out
+    return out, typed

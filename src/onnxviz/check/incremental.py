@@ -184,11 +184,7 @@ def _model_rules(state: ValidationState) -> list[Diagnostic]:
 # Rules that read types (declared against inferred, type constraints, sharded ranks) run
 # after inference; everything else runs first, so that a model our rules find broken has
 # onnx's inference isolated in a worker process (onnx can crash on broken models).
-UNTYPED_NAME_RULES: tuple[NameRule, ...] = (
-    structure.name_rules,
-    names.name_rules,
-    tensors.name_rules,
-)
+STRUCTURE_NAME_RULES: tuple[NameRule, ...] = (structure.name_rules, names.name_rules)
 TYPED_NAME_RULES: tuple[NameRule, ...] = (types.name_rules,)
 UNTYPED_NODE_RULES: tuple[NodeRule, ...] = (
     operators.node_rules,
@@ -217,10 +213,11 @@ def full_run(
         all_names.discard("")
         state.names_seen[path] = all_names
         state.bad_identifiers[path] = names.BadNames(names.non_identifiers(all_names))
-        sus_names = fastpath.suspect_names(ctx, scope)
+        sus_names, typed_names = fastpath.suspect_names(ctx, scope)
         sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
-        suspects[path] = (sus_names, sus_nodes)
-        _check_names(state, scope, sus_names, UNTYPED_NAME_RULES)
+        suspects[path] = (typed_names, sus_nodes)
+        _check_names(state, scope, sus_names, STRUCTURE_NAME_RULES)
+        _check_names(state, scope, typed_names, (tensors.name_rules,), reset=False)
         _check_nodes(state, scope, sus_nodes, UNTYPED_NODE_RULES)
     broken = any(d.severity is Severity.ERROR for d in load_diags) or _has_error(state)
     t2 = time.perf_counter()
@@ -232,8 +229,8 @@ def full_run(
     if types.node_rules in _node_rules(state):
         typed_nodes = (*TYPED_NODE_RULES, types.node_rules)
     for scope in scopes:
-        sus_names, sus_nodes = suspects[scope.path]
-        _check_names(state, scope, sus_names, TYPED_NAME_RULES, reset=False)
+        typed_names, sus_nodes = suspects[scope.path]
+        _check_names(state, scope, typed_names, TYPED_NAME_RULES, reset=False)
         nodes = range(len(scope.nodes)) if types.node_rules in typed_nodes else sus_nodes
         _check_nodes(state, scope, nodes, typed_nodes, reset=False)
         _check_cycles(state, scope)
