@@ -154,13 +154,16 @@ def _max_pool(
         return best.astype(x.dtype, copy=False), None
     xp = geo.padded(xc, _lowest(xc.dtype))
     offsets = geo.offsets()
-    best = np.array(geo.window(xp, offsets[0]))
+    best = geo.separable(xp, np.maximum)
+    # Argmax = the first kernel offset whose value equals the max: walk the offsets
+    # backwards, overwriting on equality, with uint8/uint16 arithmetic (no masked copies).
     arg = np.zeros(best.shape, dtype=np.min_scalar_type(len(offsets)))
-    for k_index, off in enumerate(offsets[1:], start=1):
-        win = geo.window(xp, off)
-        better = win > best
-        np.copyto(best, win, where=better)
-        np.copyto(arg, k_index, where=better)
+    for k_index in reversed(range(len(offsets))):
+        hit = np.equal(geo.window(xp, offsets[k_index]), best).view(np.uint8).astype(arg.dtype)
+        arg *= 1 - hit
+        if k_index:
+            hit *= arg.dtype.type(k_index)
+            arg += hit
     # The flat input index is linear in the window origin and the kernel offset:
     # index = (n*C + c) * size + origin_offset(out position) + offset_shift[arg].
     n, c = x.shape[:2]
