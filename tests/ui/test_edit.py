@@ -88,6 +88,7 @@ def test_enum_attribute_gets_a_choice_list_and_graph_attribute_a_button(opened) 
     node = w.doc.main_scope.nodes[0]
     spec = attribute_specs(schema_for(node, {"": 17}), "Conv")["auto_pad"]
     _add_attribute(w, "main", 0, spec)
+    w.edits.wait_validated()
     auto_pad = w.properties_dock.editor("Attributes", "auto_pad")
     assert isinstance(auto_pad, QComboBox)
     assert [auto_pad.itemText(i) for i in range(auto_pad.count())] == [

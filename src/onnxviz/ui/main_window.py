@@ -522,15 +522,22 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self._update_crumbs()
         self._update_summary()
 
-    def relayout(self, anchor: str | None = None, after: Callable[[], None] | None = None) -> None:
-        """Rebuild and re-place the scene, keeping ``anchor`` (an item id) where it is."""
+    def relayout(
+        self,
+        anchor: str | None = None,
+        after: Callable[[], None] | None = None,
+        background: bool | None = None,
+    ) -> None:
+        """Rebuild and re-place the scene, keeping ``anchor`` (an item id) where it is
+        (``background`` None: in a worker thread when the scene is big)."""
         if self.presenter is None:
             return
         before = None
         if anchor and anchor in self.graph_scene.nodes:
             before = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
         center = self.view.mapToScene(self.view.viewport().rect().center())
-        background = bool(self.display and len(self.display.items) > BACKGROUND_LAYOUT_ITEMS)
+        if background is None:
+            background = bool(self.display and len(self.display.items) > BACKGROUND_LAYOUT_ITEMS)
 
         def done(scene: Scene) -> None:
             self._show(scene)

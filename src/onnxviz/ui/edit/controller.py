@@ -2,9 +2,11 @@
 on the Document, report refusals, and after every change re-validate, refresh the
 canvas, the properties and the title, and schedule the crash-recovery snapshot.
 
-Validation is incremental (`check.validate(doc, changed)`) and runs right after each
-change, so the validator always sees one command per call.  Before it runs, a quick
-check (`quick_check`) of the touched names shows the obvious breakages at once.
+Validation is incremental (`check.validate(doc, changed)`) and runs after each change
+in a worker thread, so typing stays fluid on big models; the next edit waits for it to
+finish (the validator then always sees one command per call, and never a model that
+changes under it).  Before it runs, a quick check (`quick_check`) of the touched names
+shows the obvious breakages at once.
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ class EditController(QObject):
         self._validate_timer = QTimer(self)
         self._validate_timer.setSingleShot(True)
         self._validate_timer.timeout.connect(self.validate_pending)
+        self._task: Any = None
+        self._before: Any = None
+        self._view_changes: ChangeSet | None = None
+        self._task_result: list[Any] = []
+        self._task_started = 0.0
 
     # -- documents --------------------------------------------------------------------
     def attach(self, doc: Document | None) -> None:
+        self.settle()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -70,23 +78,20 @@ class EditController(QObject):
         self.validate_full()
 
     def validate_full(self) -> None:
-        from onnxviz.check import validate
-
+        """Validate the whole document (in the worker; load-time problems show now)."""
         if self.doc is None:
             return
-        t0 = time.perf_counter()
-        try:
-            self.diagnostics = validate(self.doc)
-        except Exception as exc:  # a validator bug must not take the window down
-            self.diagnostics = [_internal(exc)]
-        self.last_validation_s = time.perf_counter() - t0
+        self.diagnostics = list(self.doc.diagnostics)
         self._publish()
+        self._start(self.doc, None)
 
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
         """Run one edit; False (and the reason shown) when it was refused."""
         if self.doc is None:
             return False
+        self.settle()
+        self._before = self._index_before(self.doc)
         try:
             if isinstance(edit, Command):
                 self.doc.execute(edit)
@@ -100,6 +105,17 @@ class EditController(QObject):
             return False
         return True
 
+    @staticmethod
+    def _index_before(doc: Document) -> Any:
+        """The main graph's index before an edit, node labels built (see quick_check)."""
+        try:
+            scope = doc.scope("main")
+            if scope.nodes:
+                scope.node_label(0)
+            return scope
+        except (KeyError, IndexError):
+            return None
+
     def refuse(self, message: str, graph_path: str | None = None, node: str | None = None) -> None:
         self.refusal = Diagnostic(
             "EDIT",
@@ -111,11 +127,15 @@ class EditController(QObject):
         self._publish()
 
     def undo(self) -> None:
+        self.settle()
         if self.doc is not None and self.doc.can_undo:
+            self._before = self._index_before(self.doc)
             self.doc.undo()
 
     def redo(self) -> None:
+        self.settle()
         if self.doc is not None and self.doc.can_redo:
+            self._before = self._index_before(self.doc)
             self.doc.redo()
 
     # -- after each change ------------------------------------------------------------------
@@ -130,41 +150,101 @@ class EditController(QObject):
             self._pending = self._pending.merge(changes)
         else:
             self._pending = changes
-        quick = quick_check(doc, changes)
+        before, self._before = self._before, None
+        quick = quick_check(doc, changes, before)
         if quick:
             known = {(d.code, d.location, d.message) for d in self.diagnostics}
             self.diagnostics = self.diagnostics + [
                 d for d in quick if (d.code, d.location, d.message) not in known
             ]
-        self._publish()
-        self.w.document_changed(changes)
+        self._publish(badges=False)  # badges need the index: they follow with the views
+        self.w.update_title()
+        self.w._sync_actions()
+        # The canvas, properties and the validator follow once the dock has painted.
+        self._view_changes = (
+            changes if self._view_changes is None else self._view_changes.merge(changes)
+        )
         self._autosave_timer.start(AUTOSAVE_DELAY_MS)
         self._validate_timer.start(0)
 
-    def validate_pending(self) -> None:
-        from onnxviz.check import validate
+    def flush_views(self) -> None:
+        """Refresh canvas and properties for the changes not shown yet."""
+        changes, self._view_changes = self._view_changes, None
+        if changes is not None and self.doc is not None:
+            self.w.document_changed(changes)
+            self.w.show_diagnostic_badges(self.shown())
 
+    def validate_pending(self) -> None:
+        """Refresh the views, then validate the pending change in a worker thread."""
+        self.flush_views()
+        self.settle()
         changes, self._pending = self._pending, None
-        if changes is None or self.doc is None:
+        doc = self.doc
+        if changes is None or doc is None:
             return
-        t0 = time.perf_counter()
-        try:
-            self.diagnostics = validate(self.doc, changes)
-        except Exception as exc:
-            self.diagnostics = [_internal(exc)]
-        self.last_validation_s = time.perf_counter() - t0
-        self._publish()
+        self._start(doc, changes)
+
+    def _start(self, doc: Document, changes: ChangeSet | None) -> None:
+        from onnxviz.check import validate
+        from onnxviz.ui.workers import Task
+
+        box: list[Any] = []
+        self._task_result = box
+
+        def job(_cancel: Any, _progress: Any) -> None:
+            try:
+                box.append(validate(doc, changes))
+            except Exception as exc:  # a validator bug must not take the window down
+                box.append([_internal(exc)])
+
+        task = Task(job, self)
+        self._task = task
+        self._task_started = time.perf_counter()
+        task.finished.connect(lambda _r: self._take_result(task))
+        task.failed.connect(lambda _m: self._take_result(task))
+        task.start()
+
+    def settle(self) -> None:
+        """Wait for a running validation and take its result (before the next edit)."""
+        task = self._task
+        if task is not None:
+            task.wait()
+            self._take_result(task)
+
+    def _take_result(self, task: Any) -> None:
+        if task is not self._task:
+            return
+        self._task = None
+        if self._task_result and self.doc is not None:
+            had_errors = any(d.severity == Severity.ERROR for d in self.diagnostics)
+            self.diagnostics = self._task_result[0]
+            if not had_errors and any(d.severity == Severity.ERROR for d in self.diagnostics):
+                self.w.diagnostics_dock.show()
+            self.last_validation_s = time.perf_counter() - self._task_started
+            self._publish()
+        self._task_result = []
+
+    @property
+    def validating(self) -> bool:
+        return self._task is not None or self._pending is not None
 
     def wait_validated(self) -> None:
-        """Tests: run the pending validation now."""
-        self._validate_timer.stop()
-        self.validate_pending()
+        """Tests: run the pending validation now and wait for it."""
+        self.settle()
+        if self._validate_timer.isActive():
+            self._validate_timer.stop()
+            self.validate_pending()
+        self.settle()
         QApplication.processEvents()
 
-    def _publish(self) -> None:
-        shown = ([self.refusal] if self.refusal is not None else []) + self.diagnostics
+    def shown(self) -> list[Diagnostic]:
+        return ([self.refusal] if self.refusal is not None else []) + self.diagnostics
+
+    def _publish(self, badges: bool = True) -> None:
+        shown = self.shown()
         self.w.diagnostics_dock.show_diagnostics(shown)
-        self.w.show_diagnostic_badges(shown)
+        if badges and self._view_changes is None:
+            self.w.show_diagnostic_badges(shown)
 
     # -- recovery ---------------------------------------------------------------------------
     def autosave_now(self) -> None:
@@ -181,6 +261,7 @@ class EditController(QObject):
         self._autosave_timer.stop()
 
     def closed_cleanly(self) -> None:
+        self.settle()
         self._autosave_timer.stop()
         if self.autosaver is not None:
             self.autosaver.discard()

@@ -175,6 +175,8 @@ class FieldEditor(QLineEdit):
             return False
         cmd = self.check()
         if cmd is None:
+            # typed and confirmed but invalid: say so in the diagnostics dock too
+            self.controller.refuse(self.error)
             return False
         self.original = self.text()
         if not self.controller.execute(cmd):
@@ -233,6 +235,7 @@ class ChoiceEditor(QComboBox):
             self.setStyleSheet(INVALID_STYLE)
             self.setToolTip(self.error)
             self.problem.emit(self.error)
+            self.controller.refuse(self.error)
             return False
         self.original = text
         self.error = ""

@@ -31,6 +31,9 @@ from onnxviz.present.properties import Row, graph_sections, model_sections, node
 from onnxviz.ui.canvas.items import NodeItem
 
 OFFSCREEN = os.environ.get("QT_QPA_PLATFORM") == "offscreen"
+# After an edit of a model with more nodes than this, the canvas is re-laid out in a
+# worker thread (the window stays responsive; the old drawing shows until then).
+BACKGROUND_EDIT_NODES = 3000
 EXTERNAL_CHOICES = [
     ("keep", "Keep external data where it is"),
     ("embed", "Embed all tensors in the model file"),
@@ -46,7 +49,7 @@ class EditingMixin:
         if self.doc is None or self.presenter is None:
             return
         presenter = self.presenter
-        if changes.structural or changes.graphs:
+        if changes.structural:
             presenter.group_trees = {}
         try:
             self.doc.scope(presenter.root_path)
@@ -65,7 +68,8 @@ class EditingMixin:
         if self._in_place(changes):
             self._refresh_in_place()
         else:
-            self.relayout()
+            big = sum(len(s.nodes) for s in self.doc.scopes()) > BACKGROUND_EDIT_NODES
+            self.relayout(background=True if big else None)
         self.properties_dock.refresh()
         self.update_title()
         self._sync_actions()
