@@ -100,6 +100,8 @@ class PlanNode:
     # kind "fused" (fusion.py): computes the outputs from (executor, inputs).
     fused: Any = None
     key: str = ""  # the address, made once (profile key)
+    # The kernel function when it is called plainly (no context) for one output.
+    plain_fn: Any = None
 
     @property
     def address(self) -> str:
@@ -388,6 +390,8 @@ def compile_graph(
     for position, pn in enumerate(plan_nodes):
         pn.position = position
         pn.key = pn.address
+        if pn.spec is not None and not pn.spec.needs_ctx and len(pn.outputs) == 1:
+            pn.plain_fn = pn.spec.fn
     liveness(plan_nodes, slots, output_names)
     if ctx.fold_constants:
         # Initializers listed as inputs (IR < 4) count as constants here; a run that
