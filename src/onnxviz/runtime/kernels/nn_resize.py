@@ -110,16 +110,26 @@ def _resample_axis(
         return np.take(x, index, axis=axis)
     shape = [1] * x.ndim
     shape[axis] = -1
-    acc = None
+    new_shape = list(x.shape)
+    new_shape[axis] = index.shape[0]
+    acc: np.ndarray | None = None
+    tmp: np.ndarray | None = None
+    # One accumulator and one scratch buffer for all taps (no per-tap allocations).
     for t in range(index.shape[1]):
         w = weights[:, t]
         if not np.any(w):
             continue
-        term = np.take(x, index[:, t], axis=axis) * w.astype(x.dtype).reshape(shape)
-        acc = term if acc is None else acc + term
+        wb = w.astype(x.dtype).reshape(shape)
+        if acc is None:
+            acc = np.take(x, index[:, t], axis=axis)
+            acc *= wb
+            continue
+        if tmp is None:
+            tmp = np.empty_like(acc)
+        np.take(x, index[:, t], axis=axis, out=tmp)
+        tmp *= wb
+        acc += tmp
     if acc is None:
-        new_shape = list(x.shape)
-        new_shape[axis] = index.shape[0]
         return np.zeros(new_shape, dtype=x.dtype)
     return acc
 
