@@ -7,6 +7,8 @@ and emits what the user asks for; `RunPanel` (``__init__.py``) does the work.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -78,7 +80,7 @@ def _table(headers: list[str]) -> QTableWidget:
     t.verticalHeader().hide()
     t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     t.horizontalHeader().setStretchLastSection(True)
     return t
 
@@ -86,6 +88,20 @@ def _table(headers: list[str]) -> QTableWidget:
 def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
     item = table.item(row, col)
     return item.text() if item is not None else ""
+
+
+@contextmanager
+def filling(table: QTableWidget, sort: bool = True) -> Iterator[None]:
+    """Fill a table in one go: no sorting, no repaint and no column fitting per cell
+    (fitting columns to contents per cell made refills quadratic: 80 s for 700 rows)."""
+    table.setSortingEnabled(False)
+    table.setUpdatesEnabled(False)
+    try:
+        yield
+    finally:
+        table.resizeColumnsToContents()
+        table.setUpdatesEnabled(True)
+        table.setSortingEnabled(sort)
 
 
 def fmt_bytes(n: int) -> str:
@@ -242,16 +258,16 @@ class RunPanelWidget(QWidget):
 
     def set_values(self, values: dict[str, Any]) -> None:
         t = self.values
-        t.setSortingEnabled(False)
-        t.setRowCount(len(values))
-        for r, (name, value) in enumerate(values.items()):
-            lo, hi, bad = quick_stats(value)
-            for c, text in enumerate((name, describe(value), lo, hi, bad)):
-                item = QTableWidgetItem(text)
-                if c == 4 and text:
-                    item.setForeground(Qt.GlobalColor.red)
-                t.setItem(r, c, item)
-        t.setSortingEnabled(True)
+        with filling(t):
+            t.setRowCount(0)
+            t.setRowCount(len(values))
+            for r, (name, value) in enumerate(values.items()):
+                lo, hi, bad = quick_stats(value)
+                for c, text in enumerate((name, describe(value), lo, hi, bad)):
+                    item = QTableWidgetItem(text)
+                    if c == 4 and text:
+                        item.setForeground(Qt.GlobalColor.red)
+                    t.setItem(r, c, item)
 
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()
@@ -263,41 +279,42 @@ class RunPanelWidget(QWidget):
 
     def set_profile(self, rows: list[NodeProfile]) -> None:
         t = self.profile
-        t.setSortingEnabled(False)
-        t.setRowCount(len(rows))
-        for r, p in enumerate(rows):
-            t.setItem(r, 0, QTableWidgetItem(p.address))
-            t.setItem(r, 1, QTableWidgetItem(p.op_type))
-            t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
-            t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
-            t.setItem(r, 4, NumberItem(f"{p.mean_seconds * 1000:.3f}", p.mean_seconds))
-            t.setItem(r, 5, NumberItem(fmt_bytes(p.output_bytes), p.output_bytes))
-            t.setItem(r, 6, QTableWidgetItem(p.output_text))
-        t.setSortingEnabled(True)
+        with filling(t):
+            t.setRowCount(0)
+            t.setRowCount(len(rows))
+            for r, p in enumerate(rows):
+                t.setItem(r, 0, QTableWidgetItem(p.address))
+                t.setItem(r, 1, QTableWidgetItem(p.op_type))
+                t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
+                t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
+                t.setItem(r, 4, NumberItem(f"{p.mean_seconds * 1000:.3f}", p.mean_seconds))
+                t.setItem(r, 5, NumberItem(fmt_bytes(p.output_bytes), p.output_bytes))
+                t.setItem(r, 6, QTableWidgetItem(p.output_text))
         t.sortItems(3, Qt.SortOrder.DescendingOrder)
 
     def set_comparison(self, cmp: Comparison | None, message: str = "") -> None:
         t = self.compare
-        t.setSortingEnabled(False)
-        t.setRowCount(0)
-        if cmp is not None:
-            atol, rtol = self.atol.value(), self.rtol.value()
-            t.setRowCount(len(cmp.nodes))
-            for r, n in enumerate(cmp.nodes):
-                a, rel = n.max_abs, n.max_rel
-                t.setItem(r, 0, QTableWidgetItem(n.address))
-                t.setItem(r, 1, QTableWidgetItem(n.op_type))
-                t.setItem(r, 2, NumberItem("–" if a is None else f"{a:.3g}", a or 0.0))
-                t.setItem(r, 3, NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0))
-                t.setItem(r, 4, QTableWidgetItem(", ".join(v.name for v in n.values)))
-                if n.beyond(atol, rtol):
-                    for c in range(5):
-                        cell = t.item(r, c)
-                        if cell is not None:
-                            cell.setForeground(Qt.GlobalColor.red)
         # graph order until the user sorts: the first divergence reads top-down
         t.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
-        t.setSortingEnabled(True)
+        with filling(t):
+            t.setRowCount(0)
+            if cmp is not None:
+                atol, rtol = self.atol.value(), self.rtol.value()
+                t.setRowCount(len(cmp.nodes))
+                for r, n in enumerate(cmp.nodes):
+                    a, rel = n.max_abs, n.max_rel
+                    cells = [
+                        QTableWidgetItem(n.address),
+                        QTableWidgetItem(n.op_type),
+                        NumberItem("–" if a is None else f"{a:.3g}", a or 0.0),
+                        NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0),
+                        QTableWidgetItem(", ".join(v.name for v in n.values)),
+                    ]
+                    beyond = n.beyond(atol, rtol)
+                    for c, cell in enumerate(cells):
+                        if beyond:
+                            cell.setForeground(Qt.GlobalColor.red)
+                        t.setItem(r, c, cell)
         if message:
             self.compare_status.setText(message)
 
@@ -308,12 +325,14 @@ class RunPanelWidget(QWidget):
             + (f" {len(dropped)} values were dropped, listed below." if dropped else "")
         )
         t = self.dropped
-        t.setRowCount(len(dropped))
-        for r, d in enumerate(dropped):
-            t.setItem(r, 0, QTableWidgetItem(d.graph_path))
-            t.setItem(r, 1, QTableWidgetItem(d.name))
-            t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
-            t.setItem(r, 3, QTableWidgetItem(d.reason))
+        with filling(t, sort=False):
+            t.setRowCount(0)
+            t.setRowCount(len(dropped))
+            for r, d in enumerate(dropped):
+                t.setItem(r, 0, QTableWidgetItem(d.graph_path))
+                t.setItem(r, 1, QTableWidgetItem(d.name))
+                t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
+                t.setItem(r, 3, QTableWidgetItem(d.reason))
         if dropped:
             self.tabs.setTabText(4, f"Memory ({len(dropped)} dropped)")
         else:
