@@ -80,16 +80,7 @@ def test_enum_attribute_gets_a_choice_list_and_graph_attribute_a_button(opened) 
     w = opened
     dock = _select_node(w, "conv")
     auto_pad = dock.editor("Attributes", "auto_pad")
-    # auto_pad is not set on the node: the default row is read-only; add it from the menu
-    assert auto_pad is None
-    from onnxviz.model.attribute_values import attribute_specs, schema_for
-    from onnxviz.ui.edit.menus import _add_attribute
-
-    node = w.doc.main_scope.nodes[0]
-    spec = attribute_specs(schema_for(node, {"": 17}), "Conv")["auto_pad"]
-    _add_attribute(w, "main", 0, spec)
-    w.edits.wait_validated()
-    auto_pad = w.properties_dock.editor("Attributes", "auto_pad")
+    # not set on the node: the default shows, and picking another value sets it
     assert isinstance(auto_pad, QComboBox)
     assert [auto_pad.itemText(i) for i in range(auto_pad.count())] == [
         "NOTSET",
@@ -97,9 +88,18 @@ def test_enum_attribute_gets_a_choice_list_and_graph_attribute_a_button(opened) 
         "SAME_LOWER",
         "VALID",
     ]
+    assert auto_pad.currentText() == "NOTSET"
+    auto_pad.setCurrentIndex(1)
+    auto_pad.activated.emit(1)
+    assert _attr(w, "conv", "auto_pad").s == b"SAME_UPPER"
+    assert w.doc.undo_label == "Set attribute 'auto_pad'"
     dock = _select_node(w, "branch")
     button = dock.editor("Attributes", "then_branch")
     assert isinstance(button, QPushButton) and button.isEnabled()
+    assert button.text() == "Open (1 node)"
+    button.click()
+    w.wait_idle()
+    assert w.presenter.root_path.endswith("then_branch:branch")
 
 
 def test_rename_a_value_used_inside_a_loop_body(opened) -> None:  # type: ignore[no-untyped-def]

@@ -245,7 +245,13 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
             default = spec.default_value
             if default is not None and default.type != 0:
                 attrs.rows.append(
-                    Row(name, _attr_text(default), note="default", field=f"attribute:{name}")
+                    Row(
+                        name,
+                        _attr_text(default),
+                        note="default",
+                        field=f"attribute:{name}",
+                        edit=attr_edit(name, int(spec.type)),
+                    )
                 )
             elif spec.required:
                 attrs.rows.append(

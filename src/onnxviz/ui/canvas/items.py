@@ -92,7 +92,7 @@ class NodeItem(QGraphicsItem):
             return
         if self._badge is None:
             self._badge = ProblemBadge(self)
-            self._badge.setPos(self._rect.width() - 7, -7)
+            self._badge.setPos(self._rect.width() - 4, -10)
         self._badge.set_text(problems)
 
     # -- geometry ---------------------------------------------------------------------

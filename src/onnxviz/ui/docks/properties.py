@@ -42,6 +42,8 @@ class PropertiesDock(QDockWidget):
         self.tree.setColumnCount(2)
         self.tree.setHeaderLabels(["Property", "Value"])
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        # editors fill the value column, whatever the dock's width
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.tree.setWordWrap(True)
         self.tree.setUniformRowHeights(False)
         self.tree.itemActivated.connect(self._activated)

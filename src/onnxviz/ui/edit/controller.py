@@ -52,6 +52,7 @@ class EditController(QObject):
         self._validate_timer.timeout.connect(self.validate_pending)
         self._task: Any = None
         self._before: Any = None
+        self._errors_shown = 0
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
         self._task_started = 0.0
@@ -216,10 +217,7 @@ class EditController(QObject):
             return
         self._task = None
         if self._task_result and self.doc is not None:
-            had_errors = any(d.severity == Severity.ERROR for d in self.diagnostics)
             self.diagnostics = self._task_result[0]
-            if not had_errors and any(d.severity == Severity.ERROR for d in self.diagnostics):
-                self.w.diagnostics_dock.show()
             self.last_validation_s = time.perf_counter() - self._task_started
             self._publish()
         self._task_result = []
@@ -243,6 +241,12 @@ class EditController(QObject):
     def _publish(self, badges: bool = True) -> None:
         shown = self.shown()
         self.w.diagnostics_dock.show_diagnostics(shown)
+        errors = sum(1 for d in shown if d.severity == Severity.ERROR)
+        if errors and not self._errors_shown:
+            # problems appeared: bring the list forward (once; the user may close it)
+            self.w.diagnostics_dock.show()
+            self.w.diagnostics_dock.raise_()
+        self._errors_shown = errors
         if badges and self._view_changes is None:
             self.w.show_diagnostic_badges(shown)
 

@@ -57,6 +57,7 @@ class DiagnosticsDock(QDockWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
+        header.resizeSection(3, 300)
         self.tree.itemActivated.connect(self._activated)
         self.tree.itemClicked.connect(self._activated)
         layout.addWidget(self.summary)

@@ -25,9 +25,11 @@ from onnxviz.errors import EditError
 from onnxviz.model import commands as C
 from onnxviz.model.attribute_values import (
     AttributeTextError,
+    attribute_specs,
     attribute_text,
     parse_attribute,
     parse_untyped,
+    schema_for,
 )
 from onnxviz.model.types import text_to_type, type_to_text
 from onnxviz.present.properties import Row
@@ -59,7 +61,9 @@ def current_text(doc: Document, edit: tuple[Any, ...], row: Row) -> str:
         for a in node.attribute:
             if a.name == name:
                 return attribute_text(a)
-        return ""
+        opsets = {o.domain: o.version for o in doc.model.opset_import}
+        spec = attribute_specs(schema_for(node, opsets), node.op_type).get(name)
+        return attribute_text(spec.default) if spec is not None and spec.default else ""
     if kind == "type":
         scope = doc.scope(edit[1])
         g = scope.graph
@@ -271,6 +275,8 @@ def make_editor(
         return None
     if edit[0] == "attr":
         attr_type, choices = edit[4], edit[5]
+        if row.note == "default" and attr_type == A.TENSOR:
+            return None  # a default tensor: add the attribute from the row menu
         if attr_type in (A.GRAPH, A.GRAPHS):
             return _graph_button(doc, edit, open_graph)
         if choices:
@@ -289,15 +295,14 @@ def make_editor(
 def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWidget:
     _, path, index, name = edit[:4]
     scope = doc.scope(path)
-    target = next(
-        (
-            c.path
-            for c in scope.children
-            if c.owner_node_index == index and c.owner_attribute == name
-        ),
+    child = next(
+        (c for c in scope.children if c.owner_node_index == index and c.owner_attribute == name),
         None,
     )
-    button = QPushButton("Open subgraph")
+    target = child.path if child is not None else None
+    count = len(child.nodes) if child is not None else 0
+    button = QPushButton(f"Open ({count} node{'s' if count != 1 else ''})")
+    button.setToolTip(f"Show the subgraph '{name}' in its own view")
     button.setEnabled(target is not None and open_graph is not None)
     if target is not None and open_graph is not None:
         button.clicked.connect(lambda: open_graph(target))

@@ -70,6 +70,9 @@ class EditingMixin:
         else:
             big = sum(len(s.nodes) for s in self.doc.scopes()) > BACKGROUND_EDIT_NODES
             self.relayout(background=True if big else None)
+        if changes.structural or changes.reindex or changes.names:
+            self.outline_dock.show_document(self.doc)
+            self.find_dock.set_document(self.doc)
         self.properties_dock.refresh()
         self.update_title()
         self._sync_actions()
@@ -158,12 +161,21 @@ class EditingMixin:
 
     # -- properties ----------------------------------------------------------------------------
     def show_node_properties(self, path: str, index: int) -> None:
+        """Show a node's properties; after edits they follow the node by its label
+        (indexes shift when nodes are added or removed before it)."""
         assert self.doc is not None and self.presenter is not None
         doc, presenter = self.doc, self.presenter
+        label = doc.scope(path).node_label(index)
+
+        def sections() -> list[Any]:
+            found = doc.scope(path).node_index(label)
+            if found is None:
+                return []
+            self.properties_dock.subject = ("node", path, found)
+            return node_sections(doc, path, found, presenter.types)
+
         self.properties_dock.show_sections(
-            node_sections(doc, path, index, presenter.types),
-            lambda: node_sections(doc, path, index, presenter.types),
-            ("node", path, index),
+            node_sections(doc, path, index, presenter.types), sections, ("node", path, index)
         )
 
     def show_model_properties(self) -> None:
