@@ -123,3 +123,47 @@ def test_unwatched_run_of_a_long_chain_matches_stepping() -> None:
     assert sess.run({"x": x})[prev][0] == 300.0
     assert x[0] == 0.0  # the caller's feed is never written
     assert len(sess.node_times) == 300
+
+
+def _conv_affine_model(add_shape: tuple[int, ...]) -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "s"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 4).astype(np.float32), "beta"),
+        numpy_helper.from_array(rng.uniform(-1, 1, 4).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "var"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, (4, 1, 1)).astype(np.float32), "k"),
+        numpy_helper.from_array(rng.uniform(-1, 1, add_shape).astype(np.float32), "a"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["n"]),
+        helper.make_node("Mul", ["k", "n"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "a"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_conv_with_per_channel_mul_and_add_folds_into_one_conv() -> None:
+    model = _conv_affine_model((1, 4, 1, 1))
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused"]
+    assert list(sess.node_times) == ["main::conv"]
+    np.testing.assert_allclose(y, _reference(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_that_is_not_per_channel_runs_the_steps_one_by_one() -> None:
+    model = _conv_affine_model((8, 8))  # varies over space: cannot go into a Conv bias
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    y = Session(model).run({"x": x})["y"]
+    np.testing.assert_allclose(y, _reference(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)

@@ -4,16 +4,19 @@ A plan's ``nodes`` are what stepping shows, one node at a time.  When nobody loo
 intermediate values, `run_nodes` gives an equivalent list in which some node pairs run
 as one ("fused") node:
 
-* **Conv -> BatchNormalization (inference)**: when the Conv output feeds only the
-  BatchNormalization, and the Conv weight/bias and the normalization's scale, bias,
-  mean and variance are constants (initializers or constant-folded node outputs), the
-  normalization is folded into the Conv's weight and bias once (W * k, (b - mean) * k +
-  beta, k = scale / sqrt(var + eps), computed in float64) and the pair runs as one Conv.
-  The folded weights are cached by the identity of the arrays they came from, so a run
-  that feeds other values (IR < 4 overridable initializers) folds again.
+* **Conv -> per-channel affine steps**: a Conv followed by a chain of inference
+  BatchNormalization, Mul and Add nodes (each the only user of the previous output,
+  the other operands constants: initializers or constant-folded node outputs) runs as
+  one Conv whose weight and bias absorb the chain: y = conv(x, W) * K + B per output
+  channel, so W' = W * K and b' = B, folded once in float64 (BatchNormalization:
+  K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K *= c, B *= c; Add:
+  B += c).  A Mul/Add constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar,
+  ...) when the fold happens, else the steps run one by one as usual.  The folded
+  weights are cached by the identity of the arrays they came from, so a run that feeds
+  other values (IR < 4 overridable initializers) folds again.
 
-The fused node sits at the normalization's position (every input is ready there), takes
-the union of both nodes' outside inputs, and its liveness (``free_after``, in-place
+The fused node sits at the last step's position (every input is ready there), takes
+the union of the nodes' outside inputs, and its liveness (``free_after``, in-place
 candidates) is computed again over the new list.  Every other node is a copy of the
 plan's node (liveness differs, the rest is shared).
 """
@@ -60,6 +63,26 @@ def _is_inference_batch_norm(pn: PlanNode) -> bool:
     return bool(attrs.get("spatial", 1)) and not attrs.get("training_mode", 0)
 
 
+def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
+    """How ``pn`` continues a Conv's affine chain on slot ``y`` ("bn", "mul", "add"), or
+    None."""
+    if pn.kind != "kernel" or pn.domain != "" or len(pn.outputs) != 1:
+        return None
+    if pn.op_type == "BatchNormalization":
+        ok = (
+            _is_inference_batch_norm(pn)
+            and pn.inputs[0] == y
+            and y not in pn.inputs[1:]
+            and all(s in const for s in pn.inputs[1:])
+        )
+        return "bn" if ok else None
+    if pn.op_type in ("Mul", "Add") and pn.opset >= 7 and len(pn.inputs) == 2:
+        a, b = pn.inputs
+        if (a == y and b in const) or (b == y and a in const):
+            return pn.op_type.lower()
+    return None
+
+
 def _fuse(plan: GraphPlan) -> list[PlanNode]:
     nodes = plan.nodes
     const = _constant_slots(plan)
@@ -69,8 +92,9 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         for s in (*pn.inputs, *pn.implicit):
             if s >= 0:
                 users.setdefault(s, []).append(i)
-    # BatchNormalization position -> the Conv folded into it.
-    conv_of: dict[int, int] = {}
+    # Position of a chain's last step -> (Conv position, step positions, step kinds).
+    chains: dict[int, tuple[int, list[int], list[str]]] = {}
+    absorbed: set[int] = set()
     for i, pn in enumerate(nodes):
         if (
             pn.kind != "kernel"
@@ -83,86 +107,146 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             or (len(pn.inputs) > 2 and pn.inputs[2] >= 0 and pn.inputs[2] not in const)
         ):
             continue
+        steps: list[int] = []
+        kinds: list[str] = []
         y = pn.outputs[0]
-        consumers = users.get(y, [])
-        if y < 0 or y in keep or len(consumers) != 1:
+        while y >= 0 and y not in keep:
+            consumers = users.get(y, [])
+            if len(consumers) != 1:
+                break
+            kind = _affine_step(nodes[consumers[0]], y, const)
+            if kind is None:
+                break
+            steps.append(consumers[0])
+            kinds.append(kind)
+            y = nodes[consumers[0]].outputs[0]
+        if steps:
+            chains[steps[-1]] = (i, steps, kinds)
+            absorbed.add(i)
+            absorbed.update(steps[:-1])
+    out: list[PlanNode] = []
+    for j, pn in enumerate(nodes):
+        if j in absorbed:
             continue
-        j = consumers[0]
-        bn = nodes[j]
-        if (
-            _is_inference_batch_norm(bn)
-            and bn.inputs[0] == y
-            and y not in bn.inputs[1:]
-            and all(s in const for s in bn.inputs[1:])
-        ):
-            conv_of[j] = i
-    if not conv_of:
-        out = [dataclasses.replace(pn) for pn in nodes]
-    else:
-        folded_convs = set(conv_of.values())
-        out = []
-        for j, pn in enumerate(nodes):
-            if j in folded_convs:
-                continue
-            head = conv_of.get(j)
-            out.append(dataclasses.replace(pn) if head is None else _conv_bn_node(nodes[head], pn))
+        chain = chains.get(j)
+        if chain is None:
+            out.append(dataclasses.replace(pn))
+        else:
+            head, steps, kinds = chain
+            out.append(_conv_affine_node(nodes[head], [nodes[k] for k in steps], kinds))
     liveness(out, plan.slots, plan.output_names)
     return out
 
 
-def _conv_bn_node(conv: PlanNode, bn: PlanNode) -> PlanNode:
-    conv_ins = tuple(conv.inputs) + (-1,) * (3 - len(conv.inputs))
-    conv_names = tuple(conv.input_names) + ("",) * (3 - len(conv.input_names))
+def _conv_affine_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -> PlanNode:
+    ins = list(conv.inputs) + [-1] * (3 - len(conv.inputs))
+    names = list(conv.input_names) + [""] * (3 - len(conv.input_names))
+    # Per step: where its constant operands sit in the fused node's inputs.
+    operands: list[list[int]] = []
+    y = conv.outputs[0]
+    for pn in steps:
+        places = []
+        for s, name in zip(pn.inputs, pn.input_names):
+            if s != y:
+                places.append(len(ins))
+                ins.append(s)
+                names.append(name)
+        operands.append(places)
+        y = pn.outputs[0]
+    last = steps[-1]
     return dataclasses.replace(
         conv,
         kind="fused",
-        inputs=conv_ins + tuple(bn.inputs[1:]),
-        input_names=conv_names + tuple(bn.input_names[1:]),
-        outputs=bn.outputs,
-        output_names=bn.output_names,
+        inputs=tuple(ins),
+        input_names=tuple(names),
+        outputs=last.outputs,
+        output_names=last.output_names,
         foldable=False,
-        fused=ConvBatchNorm(conv, bn),
+        fused=ConvAffine(conv, steps, kinds, operands),
         inplace_dead=None,
+        plain_fn=None,
     )
 
 
-class ConvBatchNorm:
-    """Conv followed by an inference BatchNormalization, as one Conv with folded weights."""
+class ConvAffine:
+    """A Conv and the per-channel affine steps after it, as one Conv with folded weights."""
 
-    def __init__(self, conv: PlanNode, bn: PlanNode) -> None:
+    def __init__(
+        self, conv: PlanNode, steps: list[PlanNode], kinds: list[str], operands: list[list[int]]
+    ) -> None:
         self.conv = conv
-        self.bn = bn
-        self.epsilon = float(bn.attrs.get("epsilon", 1e-5))
+        self.steps = steps
+        self.kinds = kinds
+        self.operands = operands
         self._key: tuple[Any, ...] | None = None
         self._folded: tuple[np.ndarray, np.ndarray] | None = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        x, w, b = ins[0], ins[1], ins[2]
-        params = ins[3:7]
-        key = (w, b, *params)
+        key = tuple(ins[1:])
         if self._key is None or any(k is not v for k, v in zip(self._key, key)):
-            self._folded = _fold(w, b, params, self.epsilon)
+            self._folded = self._fold(ins)
             self._key = key
-        if self._folded is None or x.dtype != self._folded[0].dtype:
-            # Not foldable (dtypes, shapes): the two kernels one after the other.
-            y = ex.call_kernel(self.conv, [x, w, b][: len(self.conv.inputs)])
-            return ex.call_kernel(self.bn, [y[0], *params])
+        x = ins[0]
+        if self._folded is None or type(x) is not np.ndarray or x.dtype != self._folded[0].dtype:
+            return self._one_by_one(ex, ins)
         wf, bf = self._folded
         return ex.call_kernel(self.conv, [x, wf, bf])
 
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        """The nodes as they are (values the fold does not cover)."""
+        y = ex.call_kernel(self.conv, ins[: len(self.conv.inputs)])[0]
+        prev = self.conv.outputs[0]
+        for pn, places in zip(self.steps, self.operands):
+            it = iter(places)
+            args = [y if s == prev else ins[next(it)] for s in pn.inputs]
+            y = ex.call_kernel(pn, args)[0]
+            prev = pn.outputs[0]
+        return [y]
 
-def _fold(
-    w: Any, b: Any, params: list[Any], epsilon: float
-) -> tuple[np.ndarray, np.ndarray] | None:
-    arrays = [w, *params] + ([b] if b is not None else [])
-    if any(type(a) is not np.ndarray or a.dtype not in _FLOATS for a in arrays):
+    def _fold(self, ins: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        w, b = ins[1], ins[2]
+        if type(w) is not np.ndarray or w.dtype not in _FLOATS or w.ndim < 3:
+            return None
+        m = w.shape[0]
+        k = np.ones(m)
+        if b is None:
+            offset = np.zeros(m)
+        elif type(b) is np.ndarray and b.dtype == w.dtype and b.shape == (m,):
+            offset = b.astype(np.float64)
+        else:
+            return None
+        for pn, kind, places in zip(self.steps, self.kinds, self.operands):
+            consts = [ins[p] for p in places]
+            if kind == "bn":
+                if any(
+                    type(c) is not np.ndarray or c.dtype != w.dtype or c.shape != (m,)
+                    for c in consts
+                ):
+                    return None
+                scale, beta, mean, var = (c.astype(np.float64) for c in consts)
+                kb = scale / np.sqrt(var + float(pn.attrs.get("epsilon", 1e-5)))
+                k = k * kb
+                offset = (offset - mean) * kb + beta
+            else:
+                c = _per_channel(consts[0], w)
+                if c is None:
+                    return None
+                if kind == "mul":
+                    k = k * c
+                    offset = offset * c
+                else:
+                    offset = offset + c
+        wf = (w.astype(np.float64) * k.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        return wf, offset.astype(w.dtype)
+
+
+def _per_channel(c: Any, w: np.ndarray) -> np.ndarray | None:
+    """A Mul/Add constant as a float64 vector per output channel, if it is one (it must
+    broadcast against (N, M, *spatial) without growing the result)."""
+    if type(c) is not np.ndarray or c.dtype != w.dtype or c.ndim > w.ndim:
         return None
-    m = w.shape[0] if w.ndim >= 3 else -1
-    if any(p.shape != (m,) for p in params) or (b is not None and b.shape != (m,)):
+    m = w.shape[0]
+    shape = (1,) * (w.ndim - c.ndim) + c.shape
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, m):
         return None
-    scale, beta, mean, var = (p.astype(np.float64) for p in params)
-    k = scale / np.sqrt(var + epsilon)
-    bias = b.astype(np.float64) if b is not None else np.zeros(m)
-    wf = (w.astype(np.float64) * k.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-    bf = ((bias - mean) * k + beta).astype(w.dtype)
-    return wf, bf
+    return np.broadcast_to(c.reshape(-1).astype(np.float64), (m,))
