@@ -81,6 +81,7 @@ def _table(headers: list[str]) -> QTableWidget:
     t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
     t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    t.horizontalHeader().setResizeContentsPrecision(64)  # fit columns to the first rows only
     t.horizontalHeader().setStretchLastSection(True)
     return t
 
