@@ -65,6 +65,8 @@ def test_rename_is_rechecked_in_place() -> None:
     doc = Document.from_model(_sample())
     first = validate(doc)
     assert {"G004", "N003", "N004"} <= {d.code for d in first}
+    # '/enc/w' is only used in the loop body: judged where it is defined, not there.
+    assert [d.location.graph_path for d in first if d.code == "N004"] == ["main"]
     state = state_of(doc)
     _step(doc, cmd.RenameValue("main", "/enc/w", "enc_w"))
     # The rename took the fast path: the same state object, inference not re-run.

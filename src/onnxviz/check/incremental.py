@@ -37,7 +37,7 @@ from onnxviz.check import (
     tensors,
     types,
 )
-from onnxviz.check.context import CheckContext
+from onnxviz.check.context import CheckContext, defined_names
 from onnxviz.check.inference import CheckerResult, InferenceResult, run_checker, run_inference
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
@@ -212,7 +212,8 @@ def full_run(
         all_names = structure.scope_names(ctx, scope)
         all_names.discard("")
         state.names_seen[path] = all_names
-        state.bad_identifiers[path] = names.BadNames(names.non_identifiers(all_names))
+        # Only names this graph defines: uses of outer names are judged where defined.
+        state.bad_identifiers[path] = names.BadNames(names.non_identifiers(defined_names(scope)))
         sus_names, typed_names = fastpath.suspect_names(ctx, scope)
         sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
         suspects[path] = (typed_names, sus_nodes)
@@ -326,7 +327,7 @@ def incremental_run(
         bad = state.bad_identifiers.setdefault(path, names.BadNames(set()))
         bad.discard(old)
         bad.discard(new)
-        bad.update(names.non_identifiers(now_names))
+        bad.update(names.non_identifiers([n for n in now_names if scope.defines(n)]))
         _check_names(state, scope, [old, new])
         nodes = set(touched_nodes.get(path, ()))
         for nm in now_names:
@@ -396,9 +397,9 @@ def _retype_run(
         for n in here:
             if _present(ctx, scope, n):
                 seen.add(n)
-                state.bad_identifiers.setdefault(path, names.BadNames(set())).update(
-                    names.non_identifiers([n])
-                )
+                bad_here = state.bad_identifiers.setdefault(path, names.BadNames(set()))
+                bad_here.discard(n)
+                bad_here.update(names.non_identifiers([n] if scope.defines(n) else []))
             else:
                 seen.discard(n)
                 state.bad_identifiers.setdefault(path, names.BadNames(set())).discard(n)
