@@ -1,0 +1,109 @@
+"""install_run_panel on a main window: menu, shortcuts, toolbar, docks; badges open the
+inspector; profile heat; the memory cap and what it dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxviz.ui.canvas.items import EdgeItem
+from onnxviz.ui.run import install_run_panel
+from tests.runtime.engine_models import chain_model, make, vi
+
+pytestmark = pytest.mark.qt
+
+
+def _open(window, tmp_path, model):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    panel = install_run_panel(window)
+    window.open_path(path, background=False)
+    window.wait_idle()
+    return panel
+
+
+def _run(window, panel, feeds) -> None:  # type: ignore[no-untyped-def]
+    assert panel.run(feeds)
+    assert panel.controller.wait(30)
+    window.wait_idle()
+
+
+def test_menu_shortcuts_toolbar_and_docks(window) -> None:  # type: ignore[no-untyped-def]
+    panel = install_run_panel(window)
+    shortcuts = {
+        a.text().replace("&", ""): a.shortcut().toString() for a in panel.run_menu.actions()
+    }
+    assert shortcuts["Run"] == "F5"
+    assert shortcuts["Step"] == "F11"
+    assert shortcuts["Step Over"] == "F10"
+    assert shortcuts["Step Out"] == "Shift+F11"
+    assert shortcuts["Toggle Breakpoint"] == "F9"
+    assert shortcuts["Stop"] == "Shift+F5"
+    assert "Run to Selected Node" in shortcuts and "Break on NaN/Inf" in shortcuts
+    assert "Pause" in shortcuts and "Continue" in shortcuts
+    menus = [a.text().replace("&", "") for a in window.menuBar().actions()]
+    assert menus.count("Run") == 1
+    assert panel.toolbar.objectName() == "toolbar.run" and len(panel.toolbar.actions()) >= 7
+    assert window.run_dock.widget() is panel.widget
+    assert panel.inspector_dock.objectName() == "dock.inspector"
+    # nothing to run without a model
+    assert not panel.act_run.isEnabled() and not panel.run({})
+
+
+def test_badges_and_edges_open_the_inspector(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    _run(window, panel, {"x": np.array([1.0, 2.0, 3.0], np.float32)})
+    badge = next(b for b in panel.overlay.badges if b.parentItem().data_edge.value == "r")
+    badge._on_click()
+    ins = panel.inspector_dock.inspector
+    np.testing.assert_allclose(ins.array, [2.0, 0.0, 3.5])
+    assert not panel.inspector_dock.isHidden()
+    edge = next(
+        e
+        for e in window.graph_scene.edge_items
+        if isinstance(e, EdgeItem) and e.data_edge.value == "s"
+    )
+    window.graph_scene.clearSelection()
+    edge.setSelected(True)
+    np.testing.assert_allclose(ins.array, [2.0, -3.0, 3.5])
+
+
+def test_profile_table_and_heat(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    _run(window, panel, {"x": np.array([1.0, 2.0, 3.0], np.float32)})
+    table = panel.widget.profile
+    assert table.rowCount() == 3
+    assert {table.item(r, 0).text() for r in range(3)} == {"main::add", "main::relu", "main::mul"}
+    totals = [table.item(r, 3).number for r in range(3)]
+    assert totals == sorted(totals, reverse=True)
+    panel.widget.heat.setChecked(True)
+    marks = panel.overlay.marks
+    fills = {k: m.fill for k, m in marks.items()}
+    assert all(f is not None for f in fills.values())
+    slowest = max(panel.controller.debugger.profiler.rows(), key=lambda r: r.seconds)
+    reddest = min(fills, key=lambda k: fills[k].green())
+    assert reddest == (slowest.graph_path, slowest.index)
+    assert all(m.note.endswith("ms") for m in marks.values())
+
+
+def test_memory_cap_drops_and_says_so(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.ui import settings as cfg
+
+    cfg.save_value("run/memory_cap_mb", 1)
+    n = 200_000  # 800 kB per value: the second kept value passes a 1 MiB cap
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="r1"),
+        helper.make_node("Neg", ["a"], ["b"], name="n1"),
+        helper.make_node("Abs", ["b"], ["y"], name="a1"),
+    ]
+    model = make(nodes, [vi("x", TensorProto.FLOAT, [n])], [vi("y", TensorProto.FLOAT, [n])])
+    panel = _open(window, tmp_path, model)
+    _run(window, panel, {"x": np.ones(n, np.float32)})
+    s = panel.controller.session
+    assert s.memory_cap_bytes == 1024 * 1024
+    assert s.dropped
+    assert panel.widget.dropped.rowCount() == len(s.dropped)
+    assert "dropped" in panel.widget.tabs.tabText(4)
+    assert "dropped" in panel.widget.memory_label.text()
