@@ -123,6 +123,7 @@ class _Setup:
             self.lens = np.asarray(sequence_lens, dtype=np.int64).reshape(-1)
         t = np.arange(self.steps)[:, None]
         self.valid = t < self.lens[None, :]  # (T, B)
+        self.all_valid = bool(self.valid.all())
         # Per-batch reversal of the valid prefix (padding stays in place).
         self.rev_index = np.where(self.valid, self.lens[None, :] - 1 - t, t)
 
@@ -207,6 +208,7 @@ def rnn(
     setup = _Setup(x, w, direction, _hidden_size(w, r, 1, hidden_size), layout, sequence_lens)
     acts = _activations(activations, ["Tanh"], setup.n_dirs, activation_alpha, activation_beta)
     dt = setup.dtype
+    all_valid = setup.all_valid
     ys, finals = [], []
     for d in range(setup.n_dirs):
         f = acts[d][0]
@@ -217,7 +219,7 @@ def rnn(
         y = np.empty((setup.steps, setup.batch, setup.hidden), dtype=dt)
         for t in range(setup.steps):
             h_new = f(_clip(proj[t] + h @ rt, clip))
-            h = np.where(setup.valid[t][:, None], h_new, h)
+            h = h_new if all_valid else np.where(setup.valid[t][:, None], h_new, h)
             y[t] = h_new
         ys.append(y)
         finals.append(h)
@@ -248,6 +250,7 @@ def gru(
         activations, ["Sigmoid", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
     )
     dt = setup.dtype
+    all_valid = setup.all_valid
     hs = setup.hidden
     ys, finals = [], []
     for d in range(setup.n_dirs):
@@ -270,7 +273,7 @@ def gru(
                 cand = p[:, 2 * hs :] + (rg * h) @ r_h + rb_h
             hc = g(_clip(cand, clip))
             h_new = (1 - z) * hc + z * h
-            h = np.where(setup.valid[t][:, None], h_new, h)
+            h = h_new if all_valid else np.where(setup.valid[t][:, None], h_new, h)
             y[t] = h_new
         ys.append(y)
         finals.append(h)
@@ -303,6 +306,7 @@ def lstm(
         activations, ["Sigmoid", "Tanh", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
     )
     dt = setup.dtype
+    all_valid = setup.all_valid
     hs = setup.hidden
     ys, finals_h, finals_c = [], [], []
     for d in range(setup.n_dirs):
@@ -320,18 +324,29 @@ def lstm(
         y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
         for t in range(setup.steps):
             gates = proj[t] + h @ rt
-            i_g = f(_clip(gates[:, :hs] + p_i * c, clip))
-            if input_forget:
-                f_g = 1 - i_g
+            if p is None:
+                # No peepholes: the i, o, f gates are one activation call.
+                iof = f(_clip(gates[:, : 3 * hs], clip))
+                i_g, o_g, f_g = iof[:, :hs], iof[:, hs : 2 * hs], iof[:, 2 * hs :]
+                if input_forget:
+                    f_g = 1 - i_g
             else:
-                f_g = f(_clip(gates[:, 2 * hs : 3 * hs] + p_f * c, clip))
+                i_g = f(_clip(gates[:, :hs] + p_i * c, clip))
+                if input_forget:
+                    f_g = 1 - i_g
+                else:
+                    f_g = f(_clip(gates[:, 2 * hs : 3 * hs] + p_f * c, clip))
             c_cand = g(_clip(gates[:, 3 * hs :], clip))
             c_new = f_g * c + i_g * c_cand
-            o_g = f(_clip(gates[:, hs : 2 * hs] + p_o * c_new, clip))
+            if p is not None:
+                o_g = f(_clip(gates[:, hs : 2 * hs] + p_o * c_new, clip))
             h_new = o_g * hact(c_new)
-            keep = setup.valid[t][:, None]
-            h = np.where(keep, h_new, h)
-            c = np.where(keep, c_new, c)
+            if all_valid:
+                h, c = h_new, c_new
+            else:
+                keep = setup.valid[t][:, None]
+                h = np.where(keep, h_new, h)
+                c = np.where(keep, c_new, c)
             y[t] = h_new
         ys.append(y)
         finals_h.append(h)
