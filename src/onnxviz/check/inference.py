@@ -10,10 +10,8 @@ turns an unexplained complaint into C001 / C002.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -391,33 +389,24 @@ def run_checker(model: ModelProto) -> CheckerResult:
 
 
 # -- inferred types for the UI -----------------------------------------------------------------
-_TYPES_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, TypeMap]] = weakref.WeakKeyDictionary()
-
-
 def infer_types(doc: Any) -> TypeMap:
     """Inferred types by (graph path, value name), kept apart from the declared ones.
-    Cached per document revision (the validator's latest run is reused when current)."""
+
+    Cached per document revision: the validator's latest run is reused when it is
+    current, otherwise a validation runs (which decides whether onnx must be isolated
+    in the worker process, since onnx can crash on broken models)."""
+    from onnxviz.check import validate
     from onnxviz.check.incremental import state_of
 
     state = state_of(doc)
     revision = getattr(doc, "revision", None)
-    if (
-        state is not None
-        and state.inference is not None
-        and state.revision == revision
-        and revision is not None
-    ):
-        return state.inference.types
-    try:
-        cached = _TYPES_CACHE.get(doc)
-    except TypeError:
-        cached = None
-    if cached is not None and cached[0] == revision and revision is not None:
-        return cached[1]
-    result = run_inference(doc.model, list(doc.scopes()))
-    with contextlib.suppress(TypeError):
-        _TYPES_CACHE[doc] = (revision, result.types)
-    return result.types
+    if state is None or state.inference is None or revision is None or state.revision != revision:
+        validate(doc)
+        state = state_of(doc)
+    assert state is not None
+    if state.inference is None:
+        return TypeMap()
+    return state.inference.types
 
 
 __all__ = [
