@@ -172,3 +172,22 @@ def test_save_as_with_external_data(opened, tmp_path) -> None:  # type: ignore[n
     again = Document.open(target)
     assert "act" in again.scope("main").children[0].nodes[1].input
     assert np.allclose(again.tensor_array(again.model.graph.initializer[0]).shape, (4, 3, 3, 3))
+
+
+def test_alt_drag_from_an_input_pill_to_a_node_wires_it(opened, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    w = opened
+    w.view.fit()
+    nodes = w.graph_scene.nodes
+    source = nodes["main|in:x"]
+    relu_index = w.doc.main_scope.node_index("relu")
+    target = nodes[f"main#{relu_index}"]
+    viewport = w.view.viewport()
+    start = w.view.mapFromScene(source.sceneBoundingRect().center())
+    end = w.view.mapFromScene(target.sceneBoundingRect().center())
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.AltModifier, start)
+    qtbot.mouseMove(viewport, end)
+    qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.AltModifier, end)
+    assert w.doc.main_scope.nodes[relu_index].input[0] == "x"
+    assert w.doc.undo_label == "Rewire input 0 to 'x'"

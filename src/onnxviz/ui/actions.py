@@ -18,6 +18,8 @@ Ctrl++  zoom in         Ctrl+-  zoom out      Ctrl+0  fit       Ctrl+1  actual s
 wheel / pinch  zoom around the pointer        drag background or hold Space  pan
 arrow keys  next node in that direction       Enter / double-click  expand or collapse
 Alt+Left  back (from a subgraph view)
+Alt+drag from a node to another  wire one of its inputs      Del  delete node (bypass)
+Ctrl+Shift+A  add a node from the operator palette           right-click  edit menu
 """
 
 

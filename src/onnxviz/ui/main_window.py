@@ -86,6 +86,10 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self.diagnostics_dock.hide()
         self.run_dock.hide()
         self.edits = EditController(self)
+        from onnxviz.ui.edit.wiring import WireDrag
+
+        self.wire_drag = WireDrag(self)
+        self.view.viewport().installEventFilter(self.wire_drag)
         self.badges: dict[str, list[str]] = {}
         self.properties_dock.editor_factory = self.make_row_editor
         self.properties_dock.row_menu = self.fill_row_menu
