@@ -264,3 +264,24 @@ def test_compare_colours_a_transformer_by_error(window, tmp_path) -> None:  # ty
     }
     before = set(range(order.index("main::ff_up")))
     assert order.index("main::ff_up") in red and not (red & before)
+
+
+def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore[no-untyped-def]
+    panel = install_run_panel(window)
+    window.open_path(os.path.join(EXAMPLES, "with_functions.onnx"), background=False)
+    panel.run({"x": np.ones((1, 4), np.float32)}, mode="step")
+    _settle(window, panel)
+    panel.step()  # before act1, the call of the model-local function
+    _settle(window, panel)
+    call = panel.current_key()
+    assert panel.controller.session.current_node.label == "act1"
+    panel.step()  # into the function body
+    _settle(window, panel)
+    assert panel.controller.session.current_node.graph_path.startswith("function:")
+    assert "ScaledSwish function" in panel.widget.stack_label.text()
+    # the view stays on the main graph and the call node stands for the current node
+    assert window.presenter.root_path == "main"
+    assert panel.overlay.marks[call].current
+    panel.step_out()
+    _settle(window, panel)
+    assert panel.controller.last_pause.reason == "frame_left"

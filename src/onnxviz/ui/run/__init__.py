@@ -557,6 +557,8 @@ class RunPanel(QObject):
         current = None
         if snap is not None and snap.current_ref is not None:
             current = (snap.current_ref.graph_path, snap.current_ref.index)
+            if not self.controller.busy:
+                current = self._shown_current(current, scroll)
         fills: dict[tuple[str, int], QColor] = {}
         notes: dict[tuple[str, int], str] = {}
         if self.colouring == "heat" and dbg is not None:
@@ -583,15 +585,31 @@ class RunPanel(QObject):
         if scroll and current is not None:
             self.show_node(*current)
 
+    def _shown_current(self, key: tuple[str, int], reveal: bool) -> tuple[str, int]:
+        """The box that stands for the current node: itself when the canvas shows it or
+        can expand to it without leaving the current view (``reveal``: do expand);
+        else the nearest calling node that is shown (a function body's call node)."""
+        if self.overlay.item_for(*key) is not None:
+            return key
+        presenter = self.window.presenter
+        root = presenter.root_path if presenter is not None else "main"
+        scopes = {s.path for s in self.doc.scopes()}
+        if key[0] in scopes and (key[0] == root or key[0].startswith(root + "/")):
+            if reveal:
+                self.window.reveal(*key)
+            return key
+        s = self.controller.session
+        for frame in reversed(s.frames if s is not None else []):
+            pn = frame.current
+            if pn is not None and self.overlay.item_for(pn.graph_path, pn.index) is not None:
+                return (pn.graph_path, pn.index)
+        return key
+
     def show_node(self, graph_path: str, index: int) -> None:
-        """Scroll a node into view, expanding what hides it."""
+        """Scroll a node into view, expanding what hides it within the current view."""
         item = self.overlay.item_for(graph_path, index)
         if item is not None:
             self.window.view.ensureVisible(item, 80, 80)
-            return
-        scopes = {s.path for s in self.doc.scopes()}
-        if graph_path in scopes:
-            self.window.reveal(graph_path, index)
 
     def reveal_address(self, address: str) -> None:
         key = self.key_of(address)
