@@ -107,3 +107,26 @@ def test_memory_cap_drops_and_says_so(window, tmp_path) -> None:  # type: ignore
     assert panel.widget.dropped.rowCount() == len(s.dropped)
     assert "dropped" in panel.widget.tabs.tabText(4)
     assert "dropped" in panel.widget.memory_label.text()
+
+
+def test_f5_continues_when_paused_and_close_stops(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    panel = _open(window, tmp_path, chain_model())
+    panel.set_breakpoint("main::relu", True)
+    assert panel.run_or_continue()  # offscreen: random inputs, no dialog
+    assert panel.controller.wait(30)
+    assert panel.controller.last_pause.reason == "breakpoint"
+    assert panel.run_or_continue()  # continues the same run
+    assert panel.controller.wait(30)
+    assert panel.controller.session.state == "finished"
+    assert panel.controller.debugger.hits == {"main::relu": 1}
+
+
+def test_closing_the_window_stops_the_run(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.ui.test_run_panel import _long_loop_model
+
+    panel = _open(window, tmp_path, _long_loop_model(10_000_000))
+    panel.run({"x": np.zeros(1, np.float32)})
+    assert panel.controller.busy
+    window.close()
+    assert panel.controller.wait(5)
+    assert panel.controller.session.state == "cancelled"

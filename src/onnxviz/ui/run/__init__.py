@@ -13,10 +13,11 @@ selected node.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QMenu
 
@@ -98,6 +99,7 @@ class RunPanel(QObject):
         self.overlay = CanvasOverlay(window.graph_scene, self.inspect_value)
         self._install_menu_and_toolbar()
         self._connect()
+        window.installEventFilter(self)
         self._sync()
 
     # -- construction ------------------------------------------------------------------
@@ -111,7 +113,7 @@ class RunPanel(QObject):
 
     def _build_actions(self) -> None:
         mk = self._action
-        self.act_run = mk("&Run", self.run, "F5", "Run from the start (F5)")
+        self.act_run = mk("&Run", self.run_or_continue, "F5", "Run, or continue when paused (F5)")
         self.act_continue = mk("&Continue", self.continue_, "Ctrl+F5", "Continue (Ctrl+F5)")
         self.act_step = mk("&Step", self.step, "F11", "Step into the next node (F11)")
         self.act_step_over = mk("Step &Over", self.step_over, "F10", "Step over (F10)")
@@ -255,6 +257,20 @@ class RunPanel(QObject):
         self.window.run_dock.show()
         self.comparison = None
         return self.controller.start_run(self._session, feeds, mode)
+
+    def run_or_continue(self) -> bool:
+        """F5: continue a paused run; else a new run, asking for inputs the first time
+        (in an interactive session) when none were chosen for this model yet."""
+        self._check_doc()
+        if self.controller.can_continue:
+            return self.controller.advance("continue")
+        if self.doc is None or self.controller.busy:
+            return False
+        dims, recipes = load_remembered(self.doc.path)
+        if not recipes and os.environ.get("QT_QPA_PLATFORM") != "offscreen":
+            self.edit_inputs(then_run=True)
+            return False
+        return self.run()
 
     def _advance_or_start(self, mode: str, target: str | None = None) -> bool:
         self._check_doc()
@@ -694,6 +710,13 @@ class RunPanel(QObject):
                 break
             time.sleep(0.005)
         QApplication.processEvents()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Closing the window stops a run (the worker must not outlive its window)."""
+        if watched is self.window and event.type() == QEvent.Type.Close:
+            self.controller.stop()
+            self.controller.pause()
+        return False
 
     # -- misc -------------------------------------------------------------------------------
     def _message(self, text: str) -> None:
