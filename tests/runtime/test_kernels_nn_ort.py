@@ -99,6 +99,18 @@ CONV_CASES = [
         (4, 32, 3, 2),
         {"strides": [2, 3], "dilations": [2, 1], "pads": [1, 0, 2, 1]},
     ),
+    (
+        "depthwise_s2_phases",
+        (1, 8, 40, 40),
+        (8, 1, 3, 3),
+        {"group": 8, "strides": [2, 2], "pads": [1] * 4},
+    ),
+    (
+        "depthwise_mult2_s2_phases",
+        (2, 4, 30, 30),
+        (8, 1, 3, 3),
+        {"group": 4, "strides": [2, 2], "pads": [1] * 4},
+    ),
     ("conv1d_s3_phases", (1, 16, 3100), (6, 16, 4), {"strides": [3], "pads": [2, 1]}),
     ("conv3d", (1, 3, 6, 7, 8), (4, 3, 3, 3, 3), {"pads": [1] * 6}),
 ]

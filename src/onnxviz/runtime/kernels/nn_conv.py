@@ -77,9 +77,11 @@ def conv_core(
         return y.reshape(n, m, *out_shape)
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
-    if cg == 1 and group > 1 and stride1:
-        layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
-        return _depthwise_flat(layout, w, group)
+    if cg == 1 and group > 1 and min(pads) >= 0:
+        phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
+        if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
+            layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
+            return _depthwise_flat(layout, w, group)
     if group == 1 and stride1:
         wide = int(np.prod(padded[1:])) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
