@@ -296,6 +296,7 @@ class TensorInspector(QWidget):
             taken = self.sliders_box.takeAt(0)
             w = taken.widget() if taken is not None else None
             if w is not None:
+                w.hide()  # deleteLater waits for the event loop: do not show it meanwhile
                 w.deleteLater()
         self.sliders = {}
         ra, ca = self.row_axis.currentData(), self.col_axis.currentData()

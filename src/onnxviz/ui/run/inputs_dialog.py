@@ -214,6 +214,8 @@ class InputsDialog(QDialog):
         self.rows = [
             InputRow(s, recipes.get(s.name, FeedRecipe()), grid, i + 1) for i, s in enumerate(specs)
         ]
+        grid.setRowStretch(len(specs) + 1, 1)
+        grid.setColumnStretch(3, 1)
         scroll = QScrollArea()
         scroll.setWidget(body)
         scroll.setWidgetResizable(True)
@@ -237,7 +239,7 @@ class InputsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
-        self.resize(820, min(640, 160 + 40 * len(specs)))
+        self.resize(1040, min(640, 200 + 40 * len(specs)))
 
     def choices(self) -> tuple[dict[str, int], dict[str, FeedRecipe]]:
         dims = {n: s.value() for n, s in self.dims.items()}
