@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from onnxviz.ui.main_window import MainWindow
 
 AUTOSAVE_DELAY_MS = 1500
+# Main graphs up to this size redraw inside the edit; bigger ones right after the
+# diagnostics dock has shown the quick check (so it appears within 200 ms).
+SYNC_VIEW_NODES = 2000
 
 Edit = Command | Callable[[Document], Any]
 
@@ -165,6 +168,8 @@ class EditController(QObject):
         self._view_changes = (
             changes if self._view_changes is None else self._view_changes.merge(changes)
         )
+        if len(doc.model.graph.node) <= SYNC_VIEW_NODES:
+            self.flush_views()  # small models redraw at once
         self._autosave_timer.start(AUTOSAVE_DELAY_MS)
         self._validate_timer.start(0)
 
