@@ -88,6 +88,12 @@ def test_initializer_export_replace_and_turn_into_input(opened, tmp_path) -> Non
     assert "B" in w.doc.main_scope.input_names()
     w.edits.wait_validated()
     assert not [d for d in w.edits.diagnostics if d.severity.value == "error"]
+    # and back, with data from a file
+    bias = str(tmp_path / "B.npy")
+    np.save(bias, np.arange(4, dtype=np.float32))
+    assert w.input_to_initializer("main", "B", bias)
+    assert "B" not in w.doc.main_scope.input_names()
+    assert "B" in w.doc.main_scope.initializer_names()
 
 
 def test_palette_adds_a_node_and_the_validator_names_what_is_missing(opened) -> None:  # type: ignore[no-untyped-def]
@@ -191,3 +197,15 @@ def test_alt_drag_from_an_input_pill_to_a_node_wires_it(opened, qtbot) -> None: 
     qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.AltModifier, end)
     assert w.doc.main_scope.nodes[relu_index].input[0] == "x"
     assert w.doc.undo_label == "Rewire input 0 to 'x'"
+
+
+def test_edit_a_node_inside_a_loop_body(opened) -> None:  # type: ignore[no-untyped-def]
+    w = opened
+    body = w.doc.scope("main").children[0].path
+    index = w.doc.scope(body).node_index("body_add")
+    w.show_node_properties(body, index)
+    _commit(w.properties_dock.editor("Node", "name"), "accumulate")
+    assert w.doc.scope(body).nodes[index].name == "accumulate"
+    picker = w.properties_dock.editor("Inputs", "B")
+    names = [picker.itemData(i) for i in range(picker.count())]
+    assert {"acc_in", "relu_out", "x"} <= set(names)  # own names and the outer ones

@@ -101,6 +101,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self._refresh_recent()
         self._restore_window()
         self.apply_theme()
+        QTimer.singleShot(0, self.offer_recovery)
 
     # -- construction ------------------------------------------------------------------
     def docks(self) -> list[Any]:

@@ -89,7 +89,11 @@ def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
         insert.addAction("Other…", lambda: _insert_other(w, e.graph_path, e.value))
         menu.addAction("Make it a graph output", lambda: w.make_output(e.graph_path, e.value))
     else:
+        path = w.presenter.root_path if w.presenter else "main"
         menu.addAction("Add node…", lambda: w.add_node_dialog())
+        menu.addAction("Graph properties", lambda: w.show_graph_properties(path))
+        menu.addAction("Model properties", w.show_model_properties)
+        menu.addAction("Clean up unused nodes and initializers", w.clean_up)
 
 
 def _insert_other(w: MainWindow, path: str, value: str) -> None:
@@ -163,6 +167,11 @@ def properties_menu(
                     lambda: edits.execute(
                         lambda d: surgery.initializer_to_input(d, owner.path, name)
                     ),
+                )
+            elif name in owner.input_names():
+                menu.addAction(
+                    "Turn into an initializer from .npy…",
+                    lambda: w.input_to_initializer(owner.path, name),
                 )
     elif kind == "graph":
         path = subject[1]

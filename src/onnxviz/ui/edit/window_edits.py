@@ -165,12 +165,16 @@ class EditingMixin:
         (indexes shift when nodes are added or removed before it)."""
         assert self.doc is not None and self.presenter is not None
         doc, presenter = self.doc, self.presenter
-        label = doc.scope(path).node_label(index)
+        where = {"label": doc.scope(path).node_label(index), "index": index}
 
         def sections() -> list[Any]:
-            found = doc.scope(path).node_index(label)
-            if found is None:
-                return []
+            scope = doc.scope(path)
+            found = scope.node_index(str(where["label"]))
+            if found is None:  # renamed itself: same place
+                found = int(where["index"])
+                if found >= len(scope.nodes):
+                    return []
+            where.update(label=scope.node_label(found), index=found)
             self.properties_dock.subject = ("node", path, found)
             return node_sections(doc, path, found, presenter.types)
 
@@ -333,6 +337,21 @@ class EditingMixin:
             self.edits.refuse(f"cannot read {source}: {exc}")
             return False
         return self.edits.execute(C.ReplaceInitializer(path, from_array(arr, name)))
+
+    def input_to_initializer(self, path: str, name: str, source: str | None = None) -> bool:
+        from onnxviz.model.tensors import from_array
+
+        if source is None:
+            source, _ = QFileDialog.getOpenFileName(self, "Initializer data", "", "*.npy")
+            if not source:
+                return False
+        try:
+            arr = np.load(source, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            self.edits.refuse(f"cannot read {source}: {exc}")
+            return False
+        tensor = from_array(arr, name)
+        return self.edits.execute(lambda d: surgery.input_to_initializer(d, path, tensor))
 
     # -- saving, closing, recovery --------------------------------------------------------------
     def maybe_save(self) -> bool:
