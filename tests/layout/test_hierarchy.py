@@ -192,3 +192,30 @@ def test_proxies_in_groups_name_their_real_source() -> None:
         holders = [route.source, *session.ancestors_of(route.source)]
         assert box.source in holders
         assert route.points[0][1] == pytest.approx(box.y + box.height)
+
+
+@pytest.mark.parametrize("through", [True, False])
+def test_edges_into_open_groups_end_at_their_nodes(through: bool) -> None:
+    req = scoped_request(graph("transformer", 600), route_through_groups=through)
+    session = LayoutSession(req, expanded=("/model", "/model/layers.1"))
+    res = session.result()
+    inner = "/model/layers.1/input_layernorm/Pow"
+    assert inner not in res.nodes  # input_layernorm is still collapsed
+    session.expand("/model/layers.1/input_layernorm")
+    res = session.result()
+    box = res.nodes[inner]
+    group = "/model/layers.1/input_layernorm"
+    into = [r for r in res.edges if r.target == inner and not r.source.startswith(group)]
+    assert into
+    for route in into:
+        end = route.points[-1]
+        assert end[1] == pytest.approx(box.y)
+        assert box.x <= end[0] <= box.x + box.width
+        # Entering through the group's top: the route passes the frame's top edge.
+        frame = res.groups["/model/layers.1/input_layernorm"]
+        ys = [p[1] for p in route.points[::3]]
+        assert min(ys) < frame.y < max(ys)
+    if through:  # routed inside the group: more than one curve after the border
+        frame = res.groups["/model/layers.1/input_layernorm"]
+        inside = [p for p in into[0].points[::3] if p[1] > frame.y]
+        assert len(inside) >= 2

@@ -205,6 +205,10 @@ class LayoutRequest:
     ``groups`` and the nodes' ``parent`` fields describe a hierarchy; ``expanded`` names
     the groups shown open (None: all of them).  A collapsed group is one box; nodes inside
     it are not placed.  ``crossing_sweeps`` bounds the crossing-reduction effort.
+    ``route_through_groups``: an edge entering or leaving an open group is routed inside
+    the group's own layout (from an entry terminal on its top rank, to an exit terminal
+    on its bottom rank); when False it is finished by one curve from the group border to
+    the node, which is about twice as fast when thousands of groups are open at once.
     """
 
     nodes: Sequence[LayoutNode]
@@ -216,6 +220,7 @@ class LayoutRequest:
     expanded: frozenset[str] | None = None
     max_group_children: int = 80
     crossing_sweeps: int = 12
+    route_through_groups: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -73,7 +73,11 @@ def layout_arrays(
     sweeps: int,
     cancel: CancelCheck | None = None,
     keep_layers: bool = False,
+    pin_top: np.ndarray | None = None,
+    pin_bottom: np.ndarray | None = None,
 ) -> FlatLayout:
+    """Lay out index arrays.  ``pin_top``/``pin_bottom`` mark nodes (group terminals)
+    that must sit on the first/last rank; edges touching them never become proxies."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -95,6 +99,11 @@ def layout_arrays(
     proper = np.flatnonzero(~is_self)
     lap("cycles")
     rank = rank_nodes(n, lay_src[proper], lay_dst[proper], cancel)
+    no_proxy = reversed_.copy()
+    if pin_top is not None and pin_bottom is not None and (pin_top.any() or pin_bottom.any()):
+        rank = _pin_ranks(rank, pin_top, pin_bottom)
+        pinned = pin_top | pin_bottom
+        no_proxy |= pinned[src] | pinned[dst]
     lap("ranking")
     out_count = np.maximum(n_out, 1)
     in_count = np.maximum(n_in, 1)
@@ -112,7 +121,7 @@ def layout_arrays(
         np.where(reversed_, 0, src_port)[proper],
         policy,
         0.0,
-        reversed_[proper],
+        no_proxy[proper],
     )
     lap("long_edges")
     pos, cross_before, cross_after = order_layers(lg, sweeps, cancel)
@@ -226,3 +235,18 @@ def _merge_self_loops(
     ]
     out[from_self] = np.asarray(loops, dtype=float)
     return offsets, out
+
+
+def _pin_ranks(rank: np.ndarray, top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """Move ``top`` nodes to rank 0 and ``bottom`` nodes below everything else."""
+    free = ~(top | bottom)
+    out = rank.copy()
+    if free.any():
+        out[free] -= out[free].min()
+        out[free] += 1 if top.any() else 0
+        last = int(out[free].max())
+    else:
+        last = 0
+    out[top] = 0
+    out[bottom] = last + 1
+    return out

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -53,10 +54,12 @@ class _Container:
     """A container's children and the lifted edges it lays out (deduplicated)."""
 
     children: np.ndarray  # entity ids, in drawing-input order
-    edge_a: np.ndarray  # local child indexes
+    edge_a: np.ndarray  # local child indexes (terminals follow the children)
     edge_b: np.ndarray
     edge_sp: np.ndarray
     edge_tp: np.ndarray
+    n_entries: int = 0  # terminals on the top rank for edges entering the group
+    n_exits: int = 0  # terminals on the bottom rank for edges leaving it
 
 
 class LayoutSession:
@@ -295,6 +298,7 @@ class LayoutSession:
         self._edge_local = np.full(len(ra), -1, dtype=np.int64)
         self._scratch = np.full(self._n_ent, -1, dtype=np.int64)
         self._uniq_edges: np.ndarray | None = None
+        self._pairs: dict[str, tuple[np.ndarray, ...]] | None = None
         self._uniq_cont_sorted = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------- queries
@@ -427,6 +431,45 @@ class LayoutSession:
         self._edge_local[srt] = local[uniq_id]
         self._uniq_edges = uniq
         self._uniq_cont_sorted = uniq[:, 0]
+        if self.request.route_through_groups:
+            self._global_terminals(local_pos)
+
+    def _global_terminals(self, local_pos: np.ndarray) -> None:
+        """Terminals of every group at once (the vectorised twin of `_add_terminals`):
+        per side the unique (group, child, port) rows and each pair's route index."""
+        if self._pairs is None:
+            self._terminal_pairs()
+        assert self._pairs is not None and self._uniq_edges is not None
+        regular = np.bincount(self._uniq_edges[:, 0] + 2, minlength=self._n_ent + 2)
+        self._terms: dict[str, np.ndarray] = {}
+        n_in_per_group = np.zeros(self._n_ent + 2, dtype=np.int64)
+        for side in ("in", "out"):
+            g_all, e_all, c_all, _l, _bg, _gs, _be, _es, route = self._pairs[side]
+            ports = self._arrays.dst_port if side == "in" else self._arrays.src_port
+            port = np.where(c_all < self._n, ports[e_all], 0)
+            local = local_pos[c_all]
+            srt = np.lexsort((port, local, g_all))
+            cols = np.stack([g_all, local, port], axis=1)[srt]
+            new = np.ones(len(srt), dtype=bool)
+            if len(srt):
+                new[1:] = (cols[1:] != cols[:-1]).any(axis=1)
+            uid = np.cumsum(new) - 1
+            uniq = cols[new]
+            first = np.searchsorted(uniq[:, 0], uniq[:, 0], side="left")
+            t_local = np.arange(len(uniq)) - first
+            g_of = uniq[:, 0]
+            offset = regular[g_of + 2] + (n_in_per_group[g_of + 2] if side == "out" else 0)
+            route[srt] = (offset + t_local)[uid]
+            if side == "in":
+                n_in_per_group = np.bincount(g_of + 2, minlength=self._n_ent + 2)
+            self._terms[side] = uniq
+        keys = np.arange(-2, self._n_ent)
+        bounds = [
+            np.searchsorted(self._terms[side][:, 0], keys, side=where)
+            for side in ("in", "out")
+            for where in ("left", "right")
+        ]
+        self._term_bounds = np.stack(bounds, axis=1).tolist()
 
     def _container(self, c: int) -> _Container:
         cont = self._containers.get(c)
@@ -439,8 +482,131 @@ class LayoutSession:
                 cont = _Container(kids, rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4])
             else:
                 cont = self._container_edges(c, kids)
+            if c != ROOT and self.request.route_through_groups:
+                if self._uniq_edges is not None:
+                    cont = self._slice_terminals(c, cont)
+                else:
+                    cont = self._add_terminals(c, cont)
             self._containers[c] = cont
         return cont
+
+    def _terminal_pairs(self) -> None:
+        """For every edge and every group it enters (or leaves) below its common
+        container: the group, the edge, the group's child holding the end, and the
+        nesting level (0 = the group directly around the end)."""
+        par = self._parent
+        cont = self._edge_container
+        live = np.flatnonzero(cont != -2)
+        self._pairs = {}
+        for side, ends in (("in", self._arrays.dst), ("out", self._arrays.src)):
+            cur, edge, top = ends[live], live, cont[live]
+            gs, es, cs, lv = [], [], [], []
+            level = 0
+            while len(cur):
+                g = par[cur]
+                keep = (g != top) & (g >= 0)
+                cur, edge, top, g = cur[keep], edge[keep], top[keep], g[keep]
+                gs.append(g)
+                es.append(edge)
+                cs.append(cur)
+                lv.append(np.full(len(g), level, dtype=np.int64))
+                cur = g
+                level += 1
+            g_all = np.concatenate(gs) if gs else np.zeros(0, dtype=np.int64)
+            e_all = np.concatenate(es) if es else np.zeros(0, dtype=np.int64)
+            c_all = np.concatenate(cs) if cs else np.zeros(0, dtype=np.int64)
+            l_all = np.concatenate(lv) if lv else np.zeros(0, dtype=np.int64)
+            by_group = np.lexsort((e_all, g_all))
+            by_edge = np.lexsort((-l_all, e_all))  # per edge, outermost group first
+            self._pairs[side] = (
+                g_all,
+                e_all,
+                c_all,
+                l_all,
+                by_group,
+                g_all[by_group],
+                by_edge,
+                e_all[by_edge],
+                np.full(len(g_all), -1, np.int64),
+            )
+
+    def _slice_terminals(self, c: int, cont: _Container) -> _Container:
+        """`_add_terminals` from the precomputed global terminal table."""
+        k = len(cont.children)
+        lo_in, hi_in, lo_out, hi_out = self._term_bounds[c + 2]
+        t_in, t_out = hi_in - lo_in, hi_out - lo_out
+        if t_in == 0 and t_out == 0:
+            return cont
+        rows_in = self._terms["in"][lo_in:hi_in]
+        rows_out = self._terms["out"][lo_out:hi_out]
+        zeros_in = np.zeros(t_in, dtype=np.int64)
+        zeros_out = np.zeros(t_out, dtype=np.int64)
+        return _Container(
+            cont.children,
+            np.concatenate([cont.edge_a, k + np.arange(t_in), rows_out[:, 1]]),
+            np.concatenate([cont.edge_b, rows_in[:, 1], k + t_in + np.arange(t_out)]),
+            np.concatenate([cont.edge_sp, zeros_in, rows_out[:, 2]]),
+            np.concatenate([cont.edge_tp, rows_in[:, 2], zeros_out]),
+            t_in,
+            t_out,
+        )
+
+    def _add_terminals(self, c: int, cont: _Container) -> _Container:
+        """Entry terminals (top rank) and exit terminals (bottom rank) for the edges
+        that cross the group's border, so they are routed inside the group's layout."""
+        if self._pairs is None:
+            self._terminal_pairs()
+        assert self._pairs is not None
+        kids = cont.children
+        k = len(kids)
+        scratch = self._scratch
+        scratch[kids] = np.arange(k)
+        n_regular = len(cont.edge_a)
+        new_a, new_b, new_sp, new_tp = [cont.edge_a], [cont.edge_b], [cont.edge_sp], [cont.edge_tp]
+        counts = {}
+        base = n_regular
+        for side in ("in", "out"):
+            g_all, e_all, c_all, _l, by_group, g_sorted, _be, _es, route = self._pairs[side]
+            lo = int(np.searchsorted(g_sorted, c, side="left"))
+            hi = int(np.searchsorted(g_sorted, c, side="right"))
+            rows = by_group[lo:hi]
+            if len(rows) == 0:
+                counts[side] = 0
+                continue
+            child = c_all[rows]
+            local = scratch[child]
+            ports = self._arrays.dst_port if side == "in" else self._arrays.src_port
+            port = np.where(child < self._n, ports[e_all[rows]], 0)
+            width = int(port.max()) + 1
+            ukey, inverse = np.unique(local * width + port, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            uniq = np.stack([ukey // width, ukey % width], axis=1)
+            t = len(uniq)
+            counts[side] = t
+            route[rows] = base + inverse
+            base += t
+            first_terminal = k + (0 if side == "in" else counts["in"])
+            terminal = first_terminal + np.arange(t)
+            zeros = np.zeros(t, dtype=np.int64)
+            if side == "in":
+                new_a.append(terminal)
+                new_b.append(uniq[:, 0])
+                new_sp.append(zeros)
+                new_tp.append(uniq[:, 1])
+            else:
+                new_a.append(uniq[:, 0])
+                new_b.append(terminal)
+                new_sp.append(uniq[:, 1])
+                new_tp.append(zeros)
+        return _Container(
+            kids,
+            np.concatenate(new_a),
+            np.concatenate(new_b),
+            np.concatenate(new_sp),
+            np.concatenate(new_tp),
+            counts.get("in", 0),
+            counts.get("out", 0),
+        )
 
     def _container_edges(self, c: int, kids: np.ndarray) -> _Container:
         """The same local edges as `_dedupe_edges`, for one container (used while few
@@ -473,10 +639,16 @@ class LayoutSession:
     def _layout_container(self, c: int) -> FlatLayout:
         cont = self._container(c)
         kids = cont.children
-        sizes = self._box_sizes(kids)
+        n_term = cont.n_entries + cont.n_exits
+        sizes = np.concatenate([self._box_sizes(kids), np.zeros((n_term, 2))])
         is_node = kids < self._n
-        n_in = np.where(is_node, np.maximum(self._n_in_ent[kids], 1), 1)
-        n_out = np.where(is_node, np.maximum(self._n_out_ent[kids], 1), 1)
+        ones = np.ones(n_term, dtype=np.int64)
+        n_in = np.concatenate([np.where(is_node, np.maximum(self._n_in_ent[kids], 1), 1), ones])
+        n_out = np.concatenate([np.where(is_node, np.maximum(self._n_out_ent[kids], 1), 1), ones])
+        pin_top = np.zeros(len(sizes), dtype=bool)
+        pin_bottom = np.zeros(len(sizes), dtype=bool)
+        pin_top[len(kids) : len(kids) + cont.n_entries] = True
+        pin_bottom[len(kids) + cont.n_entries :] = True
         signature = b"|".join(
             (
                 np.round(sizes, 3).tobytes(),
@@ -486,6 +658,8 @@ class LayoutSession:
                 cont.edge_b.tobytes(),
                 cont.edge_sp.tobytes(),
                 cont.edge_tp.tobytes(),
+                bytes((cont.n_entries % 251, cont.n_exits % 251)),
+                str((cont.n_entries, cont.n_exits)).encode(),
             )
         )
         cached = self._layout_cache.get(signature)
@@ -506,6 +680,8 @@ class LayoutSession:
             req.long_edges,
             req.crossing_sweeps,
             self.cancel,
+            pin_top=pin_top,
+            pin_bottom=pin_bottom,
         )
         self.layouts_computed += 1
         self._layout_cache[signature] = lay
@@ -558,8 +734,8 @@ class LayoutSession:
             kids = self._kids(c)
             if len(kids) == 0:
                 continue
-            center[kids, 0] = lay.x + ox
-            center[kids, 1] = lay.y + oy
+            center[kids, 0] = lay.x[: len(kids)] + ox
+            center[kids, 1] = lay.y[: len(kids)] + oy
             size[kids] = self._box_sizes(kids)
             shown[kids] = True
             placed.append((c, lay, ox, oy))
@@ -697,35 +873,56 @@ class LayoutSession:
         kind_code = all_kind[g_route]
         pre = (a != ra) & (kind_code != ROUTE_PROXY)
         suf = b != rb
-        out_len = length + 3 * pre + 3 * suf
+        bridged = pre | suf
+        sp = np.where(a < n, arrays.src_port[chosen], 0)
+        tp = np.where(b < n, arrays.dst_port[chosen], 0)
+        # Edges crossing open group borders continue through the groups' own layouts
+        # (entry/exit terminals); built one by one, the rest is gathered at once.
+        chains: dict[int, np.ndarray] = {}
+        if bridged.any():
+            by_container = {c: (lay, ox, oy) for c, lay, ox, oy in placed}
+            which = np.flatnonzero(bridged)
+            seg_in = self._segment_finder("in", chosen[which], by_container)
+            seg_out = self._segment_finder("out", chosen[which], by_container)
+            lo_l, len_l = lo.tolist(), length.tolist()
+            pre_l, suf_l = pre.tolist(), suf.tolist()
+            # The visible ends' ports: where a chain must start and end (when groups are
+            # not routed through, the join draws one curve from the border to them).
+            aw, bw = which, which
+            src_pt = np.stack(
+                [
+                    center[a[aw], 0] + self._port_frac(a[aw], sp[aw], True) * size[a[aw], 0],
+                    center[a[aw], 1] + size[a[aw], 1] / 2,
+                ],
+                axis=1,
+            )[:, None, :]
+            dst_pt = np.stack(
+                [
+                    center[b[bw], 0] + self._port_frac(b[bw], tp[bw], False) * size[b[bw], 0],
+                    center[b[bw], 1] - size[b[bw], 1] / 2,
+                ],
+                axis=1,
+            )[:, None, :]
+            for j, i in enumerate(which.tolist()):
+                pieces = [all_pts[lo_l[i] : lo_l[i] + len_l[i]]]
+                if suf_l[i]:
+                    pieces += seg_in(j)
+                    pieces.append(dst_pt[j])
+                if pre_l[i]:
+                    pieces = [src_pt[j], *seg_out(j)[::-1], *pieces]
+                chains[i] = _join(pieces)
+        out_len = length.copy()
+        for i, chain in chains.items():
+            out_len[i] = len(chain)
         out_offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
         np.cumsum(out_len, out=out_offsets[1:])
         out = np.empty((int(out_offsets[-1]), 2))
-        src_idx = np.repeat(lo, length) + _ramp(length)
-        dst_idx = np.repeat(out_offsets[:-1] + 3 * pre, length) + _ramp(length)
+        plain = ~bridged
+        src_idx = np.repeat(lo[plain], length[plain]) + _ramp(length[plain])
+        dst_idx = np.repeat(out_offsets[:-1][plain], length[plain]) + _ramp(length[plain])
         out[dst_idx] = all_pts[src_idx]
-        sp = np.where(a < n, arrays.src_port[chosen], 0)
-        tp = np.where(b < n, arrays.dst_port[chosen], 0)
-        if pre.any():
-            e = np.flatnonzero(pre)
-            border = all_pts[lo[e]]
-            px = center[a[e], 0] + self._port_frac(a[e], sp[e], True) * size[a[e], 0]
-            py = center[a[e], 1] + size[a[e], 1] / 2
-            mid = (py + border[:, 1]) / 2
-            base = out_offsets[e]
-            out[base] = np.stack([px, py], axis=1)
-            out[base + 1] = np.stack([px, mid], axis=1)
-            out[base + 2] = np.stack([border[:, 0], mid], axis=1)
-        if suf.any():
-            e = np.flatnonzero(suf)
-            border = all_pts[lo[e] + length[e] - 1]
-            px = center[b[e], 0] + self._port_frac(b[e], tp[e], False) * size[b[e], 0]
-            py = center[b[e], 1] - size[b[e], 1] / 2
-            mid = (py + border[:, 1]) / 2
-            end = out_offsets[e + 1]
-            out[end - 3] = np.stack([border[:, 0], mid], axis=1)
-            out[end - 2] = np.stack([px, mid], axis=1)
-            out[end - 1] = np.stack([px, py], axis=1)
+        for i, chain in chains.items():
+            out[out_offsets[i] : out_offsets[i + 1]] = chain
         kinds: list[EdgeKind] = [
             "proxy"
             if k == ROUTE_PROXY
@@ -760,6 +957,40 @@ class LayoutSession:
         )
         return meta, out_offsets, out
 
+    def _segment_finder(
+        self,
+        side: str,
+        edges: np.ndarray,
+        by_container: dict[int, tuple[FlatLayout, float, float]],
+    ) -> Callable[[int], list[np.ndarray]]:
+        """For the j-th of ``edges``: its routes inside the open groups it enters (side
+        "in", entry terminal to the child holding the end) or leaves (side "out"),
+        outermost group first, stopping at the first group not shown open."""
+        if self._pairs is None:  # routing through groups is off
+            return lambda j: []
+        g_all, _e, _c, _l, _bg, _gs, by_edge, e_sorted, route = self._pairs[side]
+        los = np.searchsorted(e_sorted, edges, side="left").tolist()
+        his = np.searchsorted(e_sorted, edges, side="right").tolist()
+        order = by_edge.tolist()
+        groups = g_all.tolist()
+        routes = route.tolist()
+        is_open = self._open
+
+        def segments(j: int) -> list[np.ndarray]:
+            out = []
+            for r in order[los[j] : his[j]]:
+                g = groups[r]
+                placed = by_container.get(g)
+                if placed is None or not is_open[g] or routes[r] < 0:
+                    break
+                lay, ox, oy = placed
+                k = routes[r]
+                offs = lay.route_offsets
+                out.append(lay.route_points[offs[k] : offs[k + 1]] + (ox, oy))
+            return out
+
+        return segments
+
     def _port_frac(self, ent: np.ndarray, port: np.ndarray, source: bool) -> np.ndarray:
         counts = (self._n_out_ent if source else self._n_in_ent)[ent]
         frac = port_offsets(port, np.maximum(counts, 1))
@@ -768,6 +999,21 @@ class LayoutSession:
     def _proxy_id(self, container: int, source: int, port: int, rank: int) -> str:
         where = self._ids[container] if container != ROOT else ""
         return f"proxy:{self._ids[source]}:{port}@{where}:{rank}"
+
+
+def _join(pieces: list[np.ndarray]) -> np.ndarray:
+    """One Bézier chain from several, with a connecting cubic where one piece ends away
+    from where the next starts (a group border and the terminal inside it)."""
+    out = [pieces[0]]
+    end = pieces[0][-1]
+    for piece in pieces[1:]:
+        start = piece[0]
+        if abs(end[0] - start[0]) > 1e-6 or abs(end[1] - start[1]) > 1e-6:
+            mid = (end[1] + start[1]) / 2
+            out.append(np.asarray([(end[0], mid), (start[0], mid), (start[0], start[1])]))
+        out.append(piece[1:])
+        end = piece[-1]
+    return np.concatenate(out)
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
