@@ -95,6 +95,14 @@ class PropertiesDock(QDockWidget):
                     item.setFont(1, f)
                 top.addChild(item)
                 editor = self.editor_for_row(row)
+                if editor is not None and row.note == "default":
+                    # a schema default, not set on the node: editing it sets it
+                    f = QFont(editor.font())
+                    f.setItalic(True)
+                    editor.setFont(f)
+                    editor.setToolTip("the schema's default; not set on the node")
+                    item.setText(0, f"{row.key} (default)")
+                    item.setFont(0, f)
                 if editor is not None:
                     self.tree.setItemWidget(item, 1, editor)
                     self.editors[f"{section.title}/{row.key}"] = editor
