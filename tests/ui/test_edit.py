@@ -195,6 +195,8 @@ def test_deleting_a_used_producer_shows_the_diagnostic_and_badge(opened) -> None
     w.locate_diagnostic(g004[0])
     w.wait_idle()
     assert w.properties_dock.subject == ("node", "main", _node_index(w, "relu"))
+    assert w.properties_dock.focused_field == "input:0"
+    assert w.view.selected_node().data_item.node_index == _node_index(w, "relu")
 
 
 def test_attribute_parsing_rules() -> None:

@@ -135,6 +135,24 @@ class PropertiesDock(QDockWidget):
     def editor(self, section: str, key: str) -> Any:
         return self.editors.get(f"{section}/{key}")
 
+    def focus_field(self, field: str) -> bool:
+        """Scroll to the row editing ``field`` (e.g. "attribute:strides", "input:0") and
+        give its editor the focus."""
+        for i in range(self.tree.topLevelItemCount()):
+            top = self.tree.topLevelItem(i)
+            for j in range(top.childCount()):
+                item = top.child(j)
+                row = item.data(0, Qt.ItemDataRole.UserRole)
+                if isinstance(row, Row) and row.field == field:
+                    self.tree.scrollToItem(item)
+                    self.tree.setCurrentItem(item)
+                    widget = self.tree.itemWidget(item, 1)
+                    if widget is not None:
+                        widget.setFocus()
+                    self.focused_field = field
+                    return True
+        return False
+
     def editor_for_row(self, row: Row) -> QWidget | None:
         """An editor for editable rows (set by the window's edit controller)."""
         if self.editor_factory is None or row.edit is None:

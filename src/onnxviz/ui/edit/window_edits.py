@@ -150,10 +150,14 @@ class EditingMixin:
         if index is not None:
             self.reveal(path, index)
             self.show_node_properties(path, index)
-            key = loc.attribute or ""
-            editor = self.properties_dock.editor("Attributes", key) if key else None
-            if editor is not None:
-                editor.setFocus()
+            field = ""
+            if loc.attribute:
+                field = f"attribute:{loc.attribute}"
+            elif loc.field and loc.field.startswith(("input[", "output[")):
+                kind, _, rest = loc.field.partition("[")
+                field = f"{kind}:{rest.rstrip(']')}"
+            if field:
+                self.properties_dock.focus_field(field)
         elif loc.value:
             self.show_value(path, loc.value)
         elif path == "main":
