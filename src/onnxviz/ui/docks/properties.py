@@ -62,6 +62,7 @@ class PropertiesDock(QDockWidget):
         self.editor_factory: Callable[[Row], QWidget | None] | None = None
         self.row_menu: Callable[[Row | None, QMenu], None] | None = None
         self.editors: dict[str, QWidget] = {}  # row key (section/key) -> editor
+        self.focused_field = ""
 
     def show_sections(
         self,

@@ -107,6 +107,12 @@ class EditController(QObject):
         except OnnxvizError as exc:
             self.refuse(str(exc))
             return False
+        except Exception as exc:  # a bug in an edit must not take the window down
+            import traceback
+
+            traceback.print_exc()
+            self.refuse(f"internal error: {type(exc).__name__}: {exc}")
+            return False
         return True
 
     @staticmethod
