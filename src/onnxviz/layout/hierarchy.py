@@ -16,10 +16,11 @@ of that container that hold them ("lifted").  Consequences:
 The whole tree is handled with index arrays; the per-edge lifting to the common
 container is vectorised (one pass per nesting level).
 
-Known limitation: an edge that enters or leaves an open group is laid out between the
-group's box and the other end; inside the group it is finished by one cubic from the
-box border to the node, which may cross the group's content.  Entry/exit terminals
-pinned to the top/bottom rank of the group's own layout would route it properly.
+Edges that enter or leave an open group are routed inside it: the group's own layout
+gets zero-size terminals pinned to its first rank (one per child input fed from outside)
+and last rank (one per child output used outside), and the drawn route joins the outer
+route at the group border to the inner route from the terminal.  Terminals depend only
+on the group's structure, so identical layers still share one layout.
 """
 
 from __future__ import annotations
