@@ -715,7 +715,6 @@ class RunPanel(QObject):
         """Closing the window stops a run (the worker must not outlive its window)."""
         if watched is self.window and event.type() == QEvent.Type.Close:
             self.controller.stop()
-            self.controller.pause()
         return False
 
     # -- misc -------------------------------------------------------------------------------
