@@ -38,7 +38,13 @@ from onnxviz.check import (
     types,
 )
 from onnxviz.check.context import CheckContext, defined_names
-from onnxviz.check.inference import CheckerResult, InferenceResult, run_checker, run_inference
+from onnxviz.check.inference import (
+    CheckerResult,
+    InferenceResult,
+    begin_inference,
+    run_checker,
+    run_inference,
+)
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
@@ -198,32 +204,41 @@ def full_run(
     doc: Any, model: Any, scopes: list[GraphScope], load_diags: list[Diagnostic]
 ) -> ValidationState:
     t0 = time.perf_counter()
-    checker = run_checker(model)
-    t1 = time.perf_counter()
-    ctx = CheckContext(model, scopes, load_diags, None)
-    state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None), checker=checker)
-    state.paths = [s.path for s in scopes]
-    checker_ok = checker.ran and checker.message is None
-    suspects: dict[str, tuple[set[str], list[int]]] = {}
-    for scope in scopes:
-        path = scope.path
-        state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
-        state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
-        all_names = structure.scope_names(ctx, scope)
-        all_names.discard("")
-        state.names_seen[path] = all_names
-        # Only names this graph defines: uses of outer names are judged where defined.
-        state.bad_identifiers[path] = names.BadNames(names.non_identifiers(defined_names(scope)))
-        sus_names, typed_names = fastpath.suspect_names(ctx, scope)
-        sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
-        suspects[path] = (typed_names, sus_nodes)
-        _check_names(state, scope, sus_names, STRUCTURE_NAME_RULES)
-        _check_names(state, scope, typed_names, (tensors.name_rules,), reset=False)
-        _check_nodes(state, scope, sus_nodes, UNTYPED_NODE_RULES)
-    broken = any(d.severity is Severity.ERROR for d in load_diags) or _has_error(state)
-    t2 = time.perf_counter()
-    inference = run_inference(model, scopes, isolate=broken)
+    # The worker process infers types while this one runs the checker and the rules
+    # that need no types: two cores, and a crash in onnx cannot take us down.
+    pending = begin_inference(model, scopes, isolate=True)
+    try:
+        t1 = time.perf_counter()
+        checker = run_checker(model)
+        t2 = time.perf_counter()
+        ctx = CheckContext(model, scopes, load_diags, None)
+        state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None), checker=checker)
+        state.paths = [s.path for s in scopes]
+        checker_ok = checker.ran and checker.message is None
+        suspects: dict[str, tuple[set[str], list[int]]] = {}
+        for scope in scopes:
+            path = scope.path
+            state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+            state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+            all_names = structure.scope_names(ctx, scope)
+            all_names.discard("")
+            state.names_seen[path] = all_names
+            # Only names this graph defines: uses of outer names are judged where defined.
+            state.bad_identifiers[path] = names.BadNames(
+                names.non_identifiers(defined_names(scope))
+            )
+            sus_names, typed_names = fastpath.suspect_names(ctx, scope)
+            sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
+            suspects[path] = (typed_names, sus_nodes)
+            _check_names(state, scope, sus_names, STRUCTURE_NAME_RULES)
+            _check_names(state, scope, typed_names, (tensors.name_rules,), reset=False)
+            _check_nodes(state, scope, sus_nodes, UNTYPED_NODE_RULES)
+    except BaseException:
+        pending()  # always collect the answer: it releases the worker
+        raise
     t3 = time.perf_counter()
+    inference = pending()
+    t4 = time.perf_counter()
     state.inference = inference
     ctx.inference = inference
     typed_nodes = TYPED_NODE_RULES
@@ -236,8 +251,14 @@ def full_run(
         _check_nodes(state, scope, nodes, typed_nodes, reset=False)
         _check_cycles(state, scope)
     state.model = _model_rules(state)
-    t4 = time.perf_counter()
-    state.timings = {"checker": t1 - t0, "inference": t3 - t2, "rules": (t2 - t1) + (t4 - t3)}
+    t5 = time.perf_counter()
+    state.timings = {
+        "checker": t2 - t1,
+        "inference": inference.seconds,
+        "inference_wait": t4 - t3,
+        "rules": (t3 - t2) + (t5 - t4),
+        "start": t1 - t0,
+    }
     return state
 
 
@@ -369,8 +390,7 @@ def _retype_run(
     re-check the touched graphs' names and the nodes whose inputs, outputs or types changed."""
     old_inf = state.inference
     checker = run_checker(doc.model)
-    broken = any(d.severity is Severity.ERROR for d in load_diags) or _has_error(state)
-    inference = run_inference(doc.model, scopes, isolate=broken or checker.message is not None)
+    inference = run_inference(doc.model, scopes)
     if old_inf is None or old_inf.strict_ok != inference.strict_ok:
         return None  # the set of node rules changes: recheck everything
     ctx = CheckContext(doc.model, scopes, load_diags, inference)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,21 +237,6 @@ def _infer(copy: ModelProto) -> tuple[ModelProto, str | None]:
     return inferred, None
 
 
-def _infer_isolated(copy: ModelProto) -> tuple[ModelProto, str | None] | str:
-    """Run `_infer` in the worker process (see `onnxviz.check.worker`), so that a crash
-    of onnx's C++ code on a broken model cannot take the application down.  Returns the
-    crash description instead of a result."""
-    from onnxviz.check.worker import WORKER
-
-    got = WORKER.infer(copy.SerializeToString())
-    if isinstance(got, str):
-        return got
-    data, failure = got
-    inferred = ModelProto()
-    inferred.ParseFromString(data)
-    return inferred, failure
-
-
 def _drop_tensor_data(model: ModelProto) -> None:
     stack = [model.graph]
     while stack:
@@ -266,32 +251,56 @@ def _drop_tensor_data(model: ModelProto) -> None:
 
 
 def run_inference(
-    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = False
+    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = True
 ) -> InferenceResult:
-    """Infer types on a copy without value_info.  With ``isolate`` (the caller found the
-    model broken), onnx runs in the worker process."""
+    """Infer types on a copy without value_info, in the worker process (onnx can crash
+    on broken models) unless ``isolate`` is False."""
+    return begin_inference(model, scopes, isolate=isolate)()
+
+
+def begin_inference(
+    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = True
+) -> Callable[[], InferenceResult]:
+    """Start inference and return the function that completes it; with isolation the
+    worker infers while the caller runs its own rules."""
     start = time.perf_counter()
-    res = InferenceResult()
     if model.ByteSize() > _MAX_PROTO:
-        res.ran = False
-        res.seconds = time.perf_counter() - start
-        return res
+        res = InferenceResult(ran=False)
+        return lambda: res
     copy = _stripped_copy(model, scopes)
     if isolate:
-        got = _infer_isolated(copy)
-    else:
-        got = _infer(copy)
+        from onnxviz.check.worker import WORKER
+
+        pending = WORKER.begin(copy.SerializeToString())
+
+        def finish_isolated() -> InferenceResult:
+            got = pending()
+            if isinstance(got, str):
+                return _result(got, scopes, start)
+            data, failure = got
+            inferred = ModelProto()
+            inferred.ParseFromString(data)
+            return _result((inferred, failure), scopes, start)
+
+        return finish_isolated
+    got = _infer(copy)
+    return lambda: _result(got, scopes, start)
+
+
+def _result(
+    got: tuple[ModelProto, str | None] | str, scopes: list[GraphScope], start: float
+) -> InferenceResult:
+    res = InferenceResult()
     if isinstance(got, str):
         res.ran = False
         res.strict_ok = False
         res.crash = got
-        res.seconds = time.perf_counter() - start
-        return res
-    inferred, failure = got
-    res.types = collect_types(inferred, scopes)
-    if failure is not None:
-        res.strict_ok = False
-        res.failures = _parse_failures(failure, scopes, res.types)
+    else:
+        inferred, failure = got
+        res.types = collect_types(inferred, scopes)
+        if failure is not None:
+            res.strict_ok = False
+            res.failures = _parse_failures(failure, scopes, res.types)
     res.seconds = time.perf_counter() - start
     return res
 

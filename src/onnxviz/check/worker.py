@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 _HEADER = struct.Struct("<Q")
@@ -81,21 +82,51 @@ class InferenceWorker:
 
     def infer(self, model_bytes: bytes) -> tuple[bytes, str | None] | str:
         """(inferred model bytes, failure text) or a description of the crash."""
-        with self._lock:
+        return self.begin(model_bytes)()
+
+    def begin(self, model_bytes: bytes) -> Callable[[], tuple[bytes, str | None] | str]:
+        """Send a model and return the function that waits for its answer, so the caller
+        can work meanwhile (the worker runs on another core).  The worker is held until
+        the answer has been read."""
+        self._lock.acquire()
+        proc: subprocess.Popen[bytes] | None = None
+        try:
             proc = self._proc
             if proc is None or proc.poll() is not None:
                 proc = self._proc = self._start()
-            assert proc.stdin is not None and proc.stdout is not None
+            assert proc.stdin is not None
+            _write(proc.stdin, model_bytes)
+        except (BrokenPipeError, OSError):
+            failure = (
+                self._failed(proc) if proc is not None else "the inference worker could not start"
+            )
+            self._lock.release()
+            return lambda: failure
+        started = proc
+        answered = False
+
+        def finish() -> tuple[bytes, str | None] | str:
+            nonlocal answered
+            if answered:
+                raise RuntimeError("the answer was already read")
+            answered = True
             try:
-                _write(proc.stdin, model_bytes)
-                result: tuple[bytes, str | None] = _read(proc.stdout)
+                assert started.stdout is not None
+                result: tuple[bytes, str | None] = _read(started.stdout)
                 return result
             except (EOFError, BrokenPipeError, OSError):
-                code = proc.wait()
-                self._proc = None
-                if code < 0:
-                    return f"onnx.shape_inference crashed (signal {-code})"
-                return f"onnx.shape_inference stopped its worker process (exit status {code})"
+                return self._failed(started)
+            finally:
+                self._lock.release()
+
+        return finish
+
+    def _failed(self, proc: subprocess.Popen[bytes]) -> str:
+        code = proc.wait()
+        self._proc = None
+        if code < 0:
+            return f"onnx.shape_inference crashed (signal {-code})"
+        return f"onnx.shape_inference stopped its worker process (exit status {code})"
 
     def close(self) -> None:
         with self._lock:
