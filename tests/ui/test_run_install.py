@@ -91,7 +91,6 @@ def test_profile_table_and_heat(window, tmp_path) -> None:  # type: ignore[no-un
 def test_memory_cap_drops_and_says_so(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.ui import settings as cfg
 
-    cfg.save_value("run/memory_cap_mb", 1)
     n = 200_000  # 800 kB per value: the second kept value passes a 1 MiB cap
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="r1"),
@@ -100,6 +99,8 @@ def test_memory_cap_drops_and_says_so(window, tmp_path) -> None:  # type: ignore
     ]
     model = make(nodes, [vi("x", TensorProto.FLOAT, [n])], [vi("y", TensorProto.FLOAT, [n])])
     panel = _open(window, tmp_path, model)
+    panel.widget.memory_cap.setValue(1)  # the setting, from the Memory tab
+    assert cfg.settings().value("run/memory_cap_mb") in (1, "1")
     _run(window, panel, {"x": np.ones(n, np.float32)})
     s = panel.controller.session
     assert s.memory_cap_bytes == 1024 * 1024

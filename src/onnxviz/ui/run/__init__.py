@@ -98,6 +98,10 @@ class RunPanel(QObject):
         self.inspector_dock.hide()
         self.overlay = CanvasOverlay(window.graph_scene, self.inspect_value)
         self._install_menu_and_toolbar()
+        self.widget.memory_cap.setValue(self.memory_cap_bytes() // (1024 * 1024))
+        self.widget.memory_cap.valueChanged.connect(
+            lambda mb: cfg.save_value("run/memory_cap_mb", int(mb))
+        )
         self._connect()
         window.installEventFilter(self)
         self._sync()

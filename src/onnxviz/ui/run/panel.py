@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -238,6 +239,15 @@ class RunPanelWidget(QWidget):
     def _build_memory(self) -> QWidget:
         w = QWidget()
         lay = QVBoxLayout(w)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Keep intermediate values up to"))
+        self.memory_cap = QSpinBox()
+        self.memory_cap.setRange(1, 1024 * 1024)
+        self.memory_cap.setSuffix(" MiB")
+        self.memory_cap.setToolTip("applies from the next run; values past the cap are dropped")
+        row.addWidget(self.memory_cap)
+        row.addStretch(1)
+        lay.addLayout(row)
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)
         lay.addWidget(self.memory_label)
@@ -321,8 +331,7 @@ class RunPanelWidget(QWidget):
 
     def set_memory(self, kept: int, count: int, cap: int, dropped: list[DroppedValue]) -> None:
         self.memory_label.setText(
-            f"{count} intermediate values kept, {fmt_bytes(kept)} of a {fmt_bytes(cap)} cap "
-            "(Settings: run/memory_cap_mb)."
+            f"{count} intermediate values kept, {fmt_bytes(kept)} of a {fmt_bytes(cap)} cap."
             + (f" {len(dropped)} values were dropped, listed below." if dropped else "")
         )
         t = self.dropped
