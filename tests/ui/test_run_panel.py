@@ -285,3 +285,19 @@ def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore
     panel.step_out()
     _settle(window, panel)
     assert panel.controller.last_pause.reason == "frame_left"
+
+
+def test_step_over_runs_a_loop_whole(window) -> None:  # type: ignore[no-untyped-def]
+    panel = install_run_panel(window)
+    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
+    panel.run(feeds, mode="step")
+    _settle(window, panel)
+    assert panel.controller.session.current_node.op_type == "Loop"
+    panel.step_over()
+    _settle(window, panel)
+    s = panel.controller.session
+    assert s.state == "finished"
+    body = {k for k in panel.controller.debugger.snapshot().executed if k[0] != "main"}
+    assert ("main/body:accumulate", 0) in body  # the body ran, without pausing in it
+    assert panel.controller.debugger.profiler.nodes["main/body:accumulate::scale"].calls == 3
