@@ -64,6 +64,9 @@ class EditingMixin:
                     entries = presenter.types.by_graph.setdefault(path, {})
                     for name, vt in values.items():
                         entries.setdefault(name, vt)
+            previous = getattr(self, "inference_task", None)
+            if previous is not None and not previous.done:
+                previous.cancel()  # its model is out of date
             self._start_inference()
         if self._in_place(changes):
             self._refresh_in_place()
