@@ -224,60 +224,15 @@ def _stats(value: Any) -> dict[str, Any]:
     return out
 
 
-def errors_between(ours: Any, theirs: Any) -> dict[str, Any] | None:
-    """max abs and max rel error between two tensors (None if not comparable)."""
-    if not isinstance(ours, np.ndarray) or not isinstance(theirs, np.ndarray):
-        return None
-    if ours.shape != theirs.shape:
-        return {"shape_mismatch": [list(ours.shape), list(theirs.shape)]}
-    if ours.dtype == object or theirs.dtype == object:
-        return {"equal": bool(np.array_equal(ours, theirs))}
-    a = ours.astype(np.float64)
-    b = np.asarray(theirs).astype(np.float64)
-    if a.size == 0:
-        return {"max_abs": 0.0, "max_rel": 0.0}
-    diff = np.abs(a - b)
-    both_nan = np.isnan(a) & np.isnan(b)
-    same_inf = np.isinf(a) & (a == b)
-    diff = np.where(both_nan | same_inf, 0.0, diff)
-    rel = diff / np.maximum(np.abs(b), 1e-12)
-    return {
-        "max_abs": float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))),
-        "max_rel": float(np.nanmax(np.where(np.isnan(rel), np.inf, rel))),
-    }
-
-
-def run_onnxruntime(model: Any, feeds: dict[str, Any], extra_outputs: list[str]) -> dict[str, Any]:
-    """Outputs (and the requested intermediate values) as onnxruntime computes them."""
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise ExecutionError("--compare onnxruntime needs the onnxruntime package") from exc
-    import onnx
-    from onnx import shape_inference
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    if extra_outputs:
-        try:
-            inferred = shape_inference.infer_shapes(m)
-            types = {vi.name: vi for vi in inferred.graph.value_info}
-        except Exception:
-            types = {}
-        have = {o.name for o in m.graph.output}
-        for name in extra_outputs:
-            if name in types and name not in have:
-                m.graph.output.append(types[name])
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        inputs = {i.name for i in sess.get_inputs()}
-        values = sess.run(names, {k: v for k, v in feeds.items() if k in inputs})
-    except Exception as exc:
-        raise ExecutionError(f"onnxruntime could not run the model: {exc}".splitlines()[0]) from exc
-    return dict(zip(names, values))
+def _diff_json(diff: Any) -> dict[str, Any]:
+    """One `runtime.compare.ValueDiff` as the JSON report writes it."""
+    if diff.shape_mismatch is not None:
+        return {"name": diff.name, "shape_mismatch": [list(s) for s in diff.shape_mismatch]}
+    if diff.equal is not None:
+        return {"name": diff.name, "equal": diff.equal}
+    if diff.max_abs is None:
+        return {"name": diff.name, "comparable": False, "note": diff.note}
+    return {"name": diff.name, "max_abs": diff.max_abs, "max_rel": diff.max_rel}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -331,15 +286,16 @@ def run(args: argparse.Namespace) -> int:
         {"node": k, "op_type": op_of.get(k, ""), "calls": c, "seconds": s} for k, (c, s) in times
     ]
     if args.compare == "onnxruntime":
+        from onnxviz.runtime.compare import errors_between, run_onnxruntime
+
         theirs = run_onnxruntime(doc.model, feeds, list(intermediates))
         report["compare"] = {
             "peer": "onnxruntime",
             "outputs": [
-                {"name": n, **(errors_between(v, theirs.get(n)) or {"comparable": False})}
-                for n, v in outputs.items()
+                _diff_json(errors_between(n, v, theirs.get(n))) for n, v in outputs.items()
             ],
             "intermediates": [
-                {"name": n, **(errors_between(v, theirs[n]) or {"comparable": False})}
+                _diff_json(errors_between(n, v, theirs[n]))
                 for n, v in intermediates.items()
                 if n in theirs
             ],
