@@ -109,21 +109,24 @@ class LayoutSession:
         n = len(arrays.ids)
         self._n = n
         groups: list[LayoutGroup] = list(request.groups)
-        gindex: dict[str, int] = {}
-        for i, g in enumerate(groups):
-            if g.id in gindex:
-                raise LayoutError(f"group id {g.id!r} is used twice")
-            gindex[g.id] = n + i
+        group_ids = [g.id for g in groups]
+        gindex: dict[str, int] = dict(zip(group_ids, range(n, n + len(groups))))
+        if len(gindex) != len(groups):
+            seen: set[str] = set()
+            dup = next(i for i in group_ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+            raise LayoutError(f"group id {dup!r} is used twice")
         if not arrays.id_set.isdisjoint(gindex):
             clash = next(i for i in gindex if i in arrays.id_set)
             raise LayoutError(f"id {clash!r} names both a node and a group")
-        # Groups named only as a parent are created with default sizes.
-        for g in groups:
-            if g.parent is not None and g.parent not in gindex:
-                raise LayoutError(f"group {g.id!r} names unknown parent {g.parent!r}")
-        group_parent = np.asarray(
-            [gindex[g.parent] if g.parent is not None else ROOT for g in groups], dtype=np.int64
-        )
+        try:
+            group_parent = np.fromiter(
+                (ROOT if g.parent is None else gindex[g.parent] for g in groups),
+                dtype=np.int64,
+                count=len(groups),
+            )
+        except KeyError as exc:
+            bad = next(g for g in groups if g.parent == exc.args[0])
+            raise LayoutError(f"group {bad.id!r} names unknown parent {exc.args[0]!r}") from None
         nodes = request.nodes
         if isinstance(nodes, NodeTable):
             pi = nodes.parent_index
@@ -140,17 +143,14 @@ class LayoutSession:
             except KeyError as exc:
                 raise LayoutError(f"a node names unknown group {exc.args[0]!r}") from None
         parent = np.concatenate([node_parent, group_parent])
-        self._ids: list[str] = list(arrays.ids) + [g.id for g in groups]
+        self._ids: list[str] = list(arrays.ids) + group_ids
         self._labels: list[str] = [""] * n + [g.label or g.id for g in groups]
-        lr = request.direction == "LR"
-        sizes = [
-            (g.collapsed_height, g.collapsed_width)
-            if lr
-            else (g.collapsed_width, g.collapsed_height)
-            for g in groups
-        ]
-        cw = [s[0] for s in sizes]
-        ch = [s[1] for s in sizes]
+        if request.direction == "LR":
+            cw = [g.collapsed_height for g in groups]
+            ch = [g.collapsed_width for g in groups]
+        else:
+            cw = [g.collapsed_width for g in groups]
+            ch = [g.collapsed_height for g in groups]
         par = np.asarray(parent, dtype=np.int64)
         depth = self._depths(par, n)
         # Order key: first node (in request order) inside each entity.
@@ -300,6 +300,7 @@ class LayoutSession:
         self._scratch = np.full(self._n_ent, -1, dtype=np.int64)
         self._uniq_edges: np.ndarray | None = None
         self._pairs: dict[str, tuple[np.ndarray, ...]] | None = None
+        self._depth_levels: list[np.ndarray] | None = None
         self._uniq_cont_sorted = np.zeros(0, dtype=np.int64)
 
     # ------------------------------------------------------------------- queries
@@ -771,9 +772,11 @@ class LayoutSession:
         # group, else the one standing for its parent (a collapsed ancestor).
         terminal = shown & ~self._open
         vis = np.where(terminal, np.arange(n_ent), -1)
-        order = np.argsort(self._depth, kind="stable")
-        bounds = np.flatnonzero(np.diff(self._depth[order])) + 1
-        for level in np.split(order, bounds):
+        if self._depth_levels is None:
+            order = np.argsort(self._depth, kind="stable")
+            bounds = np.flatnonzero(np.diff(self._depth[order])) + 1
+            self._depth_levels = np.split(order, bounds)
+        for level in self._depth_levels:
             need = level[vis[level] < 0]
             par = self._parent[need]
             ok = par >= 0
