@@ -173,3 +173,43 @@ def test_facade_set_attribute_by_node_name_and_index():
     assert doc.model.graph.node[1].attribute[0].s == b"hello"
     with pytest.raises(EditError, match="has no node"):
         doc.set_attribute("missing", "a", 1)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        lambda: c.RemoveNode("main", 1),
+        lambda: c.RemoveNode("main", 0),
+        lambda: c.RemoveAttribute("main", 0, "alpha"),
+        lambda: c.RemoveGraphEntry("main", "input", "x"),
+        lambda: c.SetOpsetImport("", None),
+        lambda: c.MoveGraphEntry("main", "input", "flag", 0),
+    ],
+)
+def test_undo_after_a_later_command_removed_what_an_earlier_one_edited(second):
+    # A later removal re-inserts a *copy* on undo; earlier edits must still revert.
+    doc = Document.from_model(loop_model())
+    before = doc.model.SerializeToString()
+    doc.execute(c.RewireInput("main", 1, 0, "x"))
+    doc.execute(c.SetAttribute("main", 0, helper.make_attribute("alpha", 0.5)))
+    doc.execute(c.SetValueType("main", "x", text_to_type("float32[batch]")))
+    doc.execute(c.SetOpsetImport("", 18))
+    doc.execute(second())
+    applied = doc.model.SerializeToString()
+    for _ in range(5):
+        doc.undo()
+    assert doc.model.SerializeToString() == before
+    for _ in range(5):
+        doc.redo()
+    assert doc.model.SerializeToString() == applied
+
+
+def test_undo_of_metadata_edit_after_its_entry_was_removed():
+    doc = Document.from_model(simple_model())
+    before = doc.model.SerializeToString()
+    doc.execute(c.SetMetadataProp("model", "k", "changed"))
+    doc.execute(c.SetDocString("model", "between"))  # keeps the two edits apart
+    doc.execute(c.SetMetadataProp("model", "k", None))
+    for _ in range(3):
+        doc.undo()
+    assert doc.model.SerializeToString() == before

@@ -14,7 +14,6 @@ from google.protobuf.message import Message
 from onnx import (
     AttributeProto,
     GraphProto,
-    ModelProto,
     NodeProto,
     StringStringEntryProto,
     TensorProto,
@@ -24,7 +23,7 @@ from onnx import (
 
 from onnxviz.errors import EditError
 from onnxviz.model.changes import ChangeSet
-from onnxviz.model.journal import Journal
+from onnxviz.model.journal import Journal, Ref, attr_ref, item_ref
 from onnxviz.model.scopes import GraphScope
 
 if TYPE_CHECKING:
@@ -77,6 +76,26 @@ def _node(scope: GraphScope, index: int) -> NodeProto:
     if not 0 <= index < len(scope.nodes):
         raise EditError(f"graph '{scope.path}' has no node #{index}", graph_path=scope.path)
     return scope.nodes[index]
+
+
+def _nodes_ref(doc: Document, path: str) -> Ref:
+    return lambda: doc.scope(path).nodes
+
+
+def _node_ref(doc: Document, path: str, index: int) -> Ref:
+    return item_ref(_nodes_ref(doc, path), index)
+
+
+def _graph_ref(doc: Document, path: str) -> Ref:
+    return lambda: doc.scope(path).graph
+
+
+def _function_ref(doc: Document, path: str) -> Ref:
+    return lambda: doc.scope(path).function
+
+
+def _model_ref(doc: Document) -> Ref:
+    return lambda: doc.model
 
 
 def _graph(scope: GraphScope) -> GraphProto:
@@ -148,19 +167,36 @@ class RenameValue(Command):
         # Definitions in this graph.
         for d in scope.definitions_of(old):
             if d.kind == "node_output":
-                journal.set_item(scope.nodes[d.index].output, d.output_index, new)
+                journal.set_item(
+                    attr_ref(_node_ref(doc, scope.path, d.index), "output"), d.output_index, new
+                )
                 touched_nodes.add((scope.path, d.index))
             elif d.kind == "input":
                 if scope.graph is not None:
-                    journal.set_scalar(scope.graph.input[d.index], "name", new)
+                    journal.set_scalar(
+                        item_ref(attr_ref(_graph_ref(doc, scope.path), "input"), d.index),
+                        "name",
+                        new,
+                    )
                 else:
                     assert scope.function is not None
-                    journal.set_item(scope.function.input, d.index, new)
+                    journal.set_item(
+                        attr_ref(_function_ref(doc, scope.path), "input"), d.index, new
+                    )
             elif d.kind == "initializer":
-                journal.set_scalar(_graph(scope).initializer[d.index], "name", new)
+                _graph(scope)
+                journal.set_scalar(
+                    item_ref(attr_ref(_graph_ref(doc, scope.path), "initializer"), d.index),
+                    "name",
+                    new,
+                )
             elif d.kind == "sparse_initializer":
-                journal.set_scalar(_graph(scope).sparse_initializer[d.index].values, "name", new)
-        self._rename_uses(scope, journal, touched_nodes)
+                _graph(scope)
+                sparse = item_ref(
+                    attr_ref(_graph_ref(doc, scope.path), "sparse_initializer"), d.index
+                )
+                journal.set_scalar(attr_ref(sparse, "values"), "name", new)
+        self._rename_uses(doc, scope, journal, touched_nodes)
         # Nested graphs that see this value (and do not redefine it).
         stack = [c for c in scope.children if old in c.free_names]
         while stack:
@@ -170,11 +206,11 @@ class RenameValue(Command):
             touched_graphs.add(sub.path)
             names.add((sub.path, old))
             names.add((sub.path, new))
-            self._rename_uses(sub, journal, touched_nodes)
+            self._rename_uses(doc, sub, journal, touched_nodes)
             renamed_scopes.append(sub)
             stack.extend(c for c in sub.children if old in c.free_names)
         if scope.kind == "main":
-            self._rename_training_bindings(doc.model, journal)
+            self._rename_training_bindings(doc, journal)
         for s in renamed_scopes:
             s.rename_in_index(old, new)
         paths = [s.path for s in renamed_scopes]
@@ -187,35 +223,42 @@ class RenameValue(Command):
         )
 
     def _rename_uses(
-        self, scope: GraphScope, journal: Journal, touched: set[tuple[str, int]]
+        self, doc: Document, scope: GraphScope, journal: Journal, touched: set[tuple[str, int]]
     ) -> None:
         old, new = self.old, self.new
+        path = scope.path
         for ni, ii in scope.consumers.get(old, ()):
-            journal.set_item(scope.nodes[ni].input, ii, new)
-            touched.add((scope.path, ni))
+            journal.set_item(attr_ref(_node_ref(doc, path, ni), "input"), ii, new)
+            touched.add((path, ni))
         if scope.graph is not None:
+            graph = _graph_ref(doc, path)
             for oi in scope.output_uses.get(old, ()):
-                journal.set_scalar(scope.graph.output[oi], "name", new)
-            for vi in scope.graph.value_info:
+                journal.set_scalar(item_ref(attr_ref(graph, "output"), oi), "name", new)
+            for i, vi in enumerate(scope.graph.value_info):
                 if vi.name == old:
-                    journal.set_scalar(vi, "name", new)
-            for qa in scope.graph.quantization_annotation:
+                    journal.set_scalar(item_ref(attr_ref(graph, "value_info"), i), "name", new)
+            for i, qa in enumerate(scope.graph.quantization_annotation):
                 if qa.tensor_name == old:
-                    journal.set_scalar(qa, "tensor_name", new)
+                    annotations = attr_ref(graph, "quantization_annotation")
+                    journal.set_scalar(item_ref(annotations, i), "tensor_name", new)
         else:
             assert scope.function is not None
+            function = _function_ref(doc, path)
             for i, name in enumerate(scope.function.output):
                 if name == old:
-                    journal.set_item(scope.function.output, i, new)
-            for vi in getattr(scope.function, "value_info", ()):
+                    journal.set_item(attr_ref(function, "output"), i, new)
+            for i, vi in enumerate(getattr(scope.function, "value_info", ())):
                 if vi.name == old:
-                    journal.set_scalar(vi, "name", new)
+                    journal.set_scalar(item_ref(attr_ref(function, "value_info"), i), "name", new)
 
-    def _rename_training_bindings(self, model: ModelProto, journal: Journal) -> None:
-        for info in model.training_info:
-            for binding in (*info.initialization_binding, *info.update_binding):
-                if binding.key == self.old:
-                    journal.set_scalar(binding, "key", self.new)
+    def _rename_training_bindings(self, doc: Document, journal: Journal) -> None:
+        infos = attr_ref(_model_ref(doc), "training_info")
+        for k, info in enumerate(doc.model.training_info):
+            for field_name in ("initialization_binding", "update_binding"):
+                for j, binding in enumerate(getattr(info, field_name)):
+                    if binding.key == self.old:
+                        ref = item_ref(attr_ref(item_ref(infos, k), field_name), j)
+                        journal.set_scalar(ref, "key", self.new)
 
 
 class RewireInput(Command):
@@ -246,7 +289,11 @@ class RewireInput(Command):
                 node=scope.node_label(self.node_index),
             )
         old = node.input[self.input_index]
-        journal.set_item(node.input, self.input_index, self.name)
+        journal.set_item(
+            attr_ref(_node_ref(doc, scope.path, self.node_index), "input"),
+            self.input_index,
+            self.name,
+        )
         return ChangeSet(
             graphs=frozenset({scope.path}),
             nodes=frozenset({(scope.path, self.node_index)}),
@@ -281,13 +328,14 @@ class SetAttribute(Command):
         if not self.attribute.name:
             raise EditError("an attribute needs a name", graph_path=scope.path)
         structural = _has_subgraph(self.attribute)
-        for attr in node.attribute:
+        attrs = attr_ref(_node_ref(doc, scope.path, self.node_index), "attribute")
+        for i, attr in enumerate(node.attribute):
             if attr.name == self.attribute.name:
                 structural = structural or _has_subgraph(attr)
-                journal.replace_message(attr, self.attribute)
+                journal.replace_message(item_ref(attrs, i), self.attribute)
                 break
         else:
-            journal.insert(node.attribute, len(node.attribute), self.attribute)
+            journal.insert(attrs, len(node.attribute), self.attribute)
         return ChangeSet(
             graphs=frozenset({scope.path}),
             nodes=frozenset({(scope.path, self.node_index)}),
@@ -307,7 +355,9 @@ class RemoveAttribute(Command):
         for i, attr in enumerate(node.attribute):
             if attr.name == self.name:
                 structural = _has_subgraph(attr)
-                journal.remove(node.attribute, i)
+                journal.remove(
+                    attr_ref(_node_ref(doc, scope.path, self.node_index), "attribute"), i
+                )
                 return ChangeSet(
                     graphs=frozenset({scope.path}),
                     nodes=frozenset({(scope.path, self.node_index)}),
@@ -341,8 +391,8 @@ class SetNodeField(Command):
 
     def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
         scope = _scope(doc, self.graph_path)
-        node = _node(scope, self.node_index)
-        journal.set_scalar(node, self.field_name, self.value)
+        _node(scope, self.node_index)
+        journal.set_scalar(_node_ref(doc, scope.path, self.node_index), self.field_name, self.value)
         return ChangeSet(
             graphs=frozenset({scope.path}),
             nodes=frozenset({(scope.path, self.node_index)}),
@@ -372,7 +422,7 @@ class AddNode(Command):
                     f"'{scope.lookup(out).path}'",  # type: ignore[union-attr]
                     graph_path=scope.path,
                 )
-        journal.insert(nodes, index, self.node)
+        journal.insert(_nodes_ref(doc, scope.path), index, self.node)
         return ChangeSet(
             graphs=frozenset({scope.path}),
             nodes=frozenset({(scope.path, index)}),
@@ -392,7 +442,7 @@ class RemoveNode(Command):
         node = _node(scope, self.node_index)
         self.label = f"Delete {node.op_type} node '{scope.node_label(self.node_index)}'"
         names = frozenset((scope.path, n) for n in (*node.input, *node.output) if n)
-        journal.remove(scope.nodes, self.node_index)
+        journal.remove(_nodes_ref(doc, scope.path), self.node_index)
         return ChangeSet(
             graphs=frozenset({scope.path}),
             nodes=frozenset({(scope.path, self.node_index)}),
@@ -439,7 +489,7 @@ class AddGraphEntry(Command):
                     f"'{name}' is already defined in graph '{owner.path}'", graph_path=scope.path
                 )
         index = len(container) if self.index is None else self.index
-        journal.insert(container, index, self.item)
+        journal.insert(attr_ref(_graph_ref(doc, scope.path), self.kind), index, self.item)
         return ChangeSet(
             graphs=frozenset({scope.path}),
             names=frozenset({(scope.path, name)}),
@@ -458,7 +508,7 @@ class RemoveGraphEntry(Command):
         container = getattr(_graph(scope), self.kind)
         for i, item in enumerate(container):
             if _entry_name(item) == self.name:
-                journal.remove(container, i)
+                journal.remove(attr_ref(_graph_ref(doc, scope.path), self.kind), i)
                 return ChangeSet(
                     graphs=frozenset({scope.path}),
                     names=frozenset({(scope.path, self.name)}),
@@ -485,8 +535,9 @@ class MoveGraphEntry(Command):
             if _entry_name(item) == self.name:
                 if not 0 <= self.new_index < len(container):
                     raise EditError(f"position {self.new_index} is out of range")
-                saved = journal.remove(container, i)
-                journal.insert(container, self.new_index, saved)
+                entries = attr_ref(_graph_ref(doc, scope.path), self.kind)
+                saved = journal.remove(entries, i)
+                journal.insert(entries, self.new_index, saved)
                 return ChangeSet(
                     graphs=frozenset({scope.path}),
                     names=frozenset({(scope.path, self.name)}),
@@ -513,10 +564,11 @@ class SetValueType(Command):
         scope = _scope(doc, self.graph_path)
         graph = _graph(scope)
         found = False
-        for container in (graph.input, graph.output, graph.value_info):
-            for vi in container:
+        for kind in ("input", "output", "value_info"):
+            for i, vi in enumerate(getattr(graph, kind)):
                 if vi.name == self.name:
-                    journal.set_message(vi, "type", self.type_proto)
+                    ref = item_ref(attr_ref(_graph_ref(doc, scope.path), kind), i)
+                    journal.set_message(ref, "type", self.type_proto)
                     found = True
         if not found:
             if scope.lookup(self.name) is None:
@@ -524,7 +576,9 @@ class SetValueType(Command):
             if self.type_proto is not None:
                 vi = ValueInfoProto(name=self.name)
                 vi.type.CopyFrom(self.type_proto)
-                journal.insert(graph.value_info, len(graph.value_info), vi)
+                journal.insert(
+                    attr_ref(_graph_ref(doc, scope.path), "value_info"), len(graph.value_info), vi
+                )
         return ChangeSet(graphs=frozenset({scope.path}), names=frozenset({(scope.path, self.name)}))
 
 
@@ -540,9 +594,10 @@ class ReplaceInitializer(Command):
 
     def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
         scope = _scope(doc, self.graph_path)
-        for t in _graph(scope).initializer:
+        for i, t in enumerate(_graph(scope).initializer):
             if t.name == self.tensor.name:
-                journal.replace_message(t, self.tensor)
+                ref = item_ref(attr_ref(_graph_ref(doc, scope.path), "initializer"), i)
+                journal.replace_message(ref, self.tensor)
                 return ChangeSet(
                     graphs=frozenset({scope.path}), names=frozenset({(scope.path, t.name)})
                 )
@@ -555,18 +610,21 @@ class ReplaceInitializer(Command):
 Target = str | tuple[str, int]
 
 
-def _target_message(doc: Document, target: Target) -> tuple[Message, ChangeSet]:
+def _target_message(doc: Document, target: Target) -> tuple[Ref, ChangeSet]:
+    """A ref to the model, graph, function or node that ``target`` names."""
     if target == "model":
-        return doc.model, ChangeSet(model_fields=True)
+        return _model_ref(doc), ChangeSet(model_fields=True)
     if isinstance(target, tuple):
         scope = _scope(doc, target[0])
-        return _node(scope, target[1]), ChangeSet(
+        _node(scope, target[1])
+        return _node_ref(doc, scope.path, target[1]), ChangeSet(
             graphs=frozenset({scope.path}), nodes=frozenset({(scope.path, target[1])})
         )
     scope = _scope(doc, target)
-    msg = scope.graph if scope.graph is not None else scope.function
-    assert msg is not None
-    return msg, ChangeSet(graphs=frozenset({scope.path}))
+    path = scope.path
+    if scope.graph is not None:
+        return _graph_ref(doc, path), ChangeSet(graphs=frozenset({path}))
+    return _function_ref(doc, path), ChangeSet(graphs=frozenset({path}))
 
 
 class SetMetadataProp(Command):
@@ -583,19 +641,21 @@ class SetMetadataProp(Command):
 
     def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
         msg, changes = _target_message(doc, self.target)
-        if not hasattr(msg, "metadata_props"):
+        if not hasattr(msg(), "metadata_props"):
             raise EditError("this element has no metadata_props")
-        props = msg.metadata_props  # type: ignore[attr-defined]
+        props_ref = attr_ref(msg, "metadata_props")
+        props = props_ref()
         for i, entry in enumerate(props):
             if entry.key == self.key:
                 if self.value is None:
-                    journal.remove(props, i)
+                    journal.remove(props_ref, i)
                 else:
-                    journal.set_scalar(entry, "value", self.value)
+                    journal.set_scalar(item_ref(props_ref, i), "value", self.value)
                 return changes
         if self.value is None:
             raise EditError(f"there is no metadata key '{self.key}'")
-        journal.insert(props, len(props), StringStringEntryProto(key=self.key, value=self.value))
+        entry = StringStringEntryProto(key=self.key, value=self.value)
+        journal.insert(props_ref, len(props), entry)
         return changes
 
 
@@ -638,7 +698,7 @@ class SetModelField(Command):
                 raise EditError(f"{self.field_name} must be an integer, not {value!r}") from None
             if value < 0:
                 raise EditError(f"{self.field_name} cannot be negative")
-        journal.set_scalar(doc.model, self.field_name, value)
+        journal.set_scalar(_model_ref(doc), self.field_name, value)
         return ChangeSet(model_fields=True)
 
 
@@ -653,19 +713,20 @@ class SetOpsetImport(Command):
 
     def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
         ops = doc.model.opset_import
+        ops_ref = attr_ref(_model_ref(doc), "opset_import")
         for i, entry in enumerate(ops):
             if entry.domain == self.domain:
                 if self.version is None:
-                    journal.remove(ops, i)
+                    journal.remove(ops_ref, i)
                 else:
-                    journal.set_scalar(entry, "version", int(self.version))
+                    journal.set_scalar(item_ref(ops_ref, i), "version", int(self.version))
                 return ChangeSet(model_fields=True, graphs=frozenset(s.path for s in doc.scopes()))
         if self.version is None:
             raise EditError(f"domain '{self.domain}' is not imported")
         from onnx import OperatorSetIdProto
 
         journal.insert(
-            ops, len(ops), OperatorSetIdProto(domain=self.domain, version=int(self.version))
+            ops_ref, len(ops), OperatorSetIdProto(domain=self.domain, version=int(self.version))
         )
         return ChangeSet(model_fields=True, graphs=frozenset(s.path for s in doc.scopes()))
 

@@ -3,6 +3,14 @@
 Commands change the ModelProto only through a Journal, which remembers how to put
 each field back.  Reverting replays the log backwards, so apply + revert gives a
 byte-identical serialization.
+
+Every entry names its target with a *ref*: a zero-argument function that finds the
+message or repeated field from the document's root each time it is called.  Holding
+the protobuf object itself is not safe: when a later command removes a node and its
+undo inserts it back, the node is a new copy, and an object held by an earlier entry
+would point at the detached original (undoing it would change nothing).  Reverts run
+in exact reverse order, so a ref always resolves in the same structure it was
+recorded in.
 """
 
 from __future__ import annotations
@@ -12,6 +20,18 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+Ref = Callable[[], Any]
+
+
+def attr_ref(ref: Ref, name: str) -> Ref:
+    """A field of what ``ref`` finds."""
+    return lambda: getattr(ref(), name)
+
+
+def item_ref(ref: Ref, index: int) -> Ref:
+    """Element ``index`` of the repeated field ``ref`` finds."""
+    return lambda: ref()[index]
+
 
 class Journal:
     def __init__(self) -> None:
@@ -20,95 +40,104 @@ class Journal:
     def __len__(self) -> int:
         return len(self._undo)
 
-    def set_scalar(self, msg: Message, name: str, value: Any) -> None:
+    def set_scalar(self, msg: Ref, name: str, value: Any) -> None:
         """Set a singular scalar field, remembering whether it was present."""
-        had = msg.HasField(name)
-        old = getattr(msg, name)
-        setattr(msg, name, value)
+        target = msg()
+        had = target.HasField(name)
+        old = getattr(target, name)
+        setattr(target, name, value)
 
         def undo() -> None:
+            m = msg()
             if had:
-                setattr(msg, name, old)
+                setattr(m, name, old)
             else:
-                msg.ClearField(name)
+                m.ClearField(name)
 
         self._undo.append(undo)
 
-    def set_message(self, msg: Message, name: str, value: Message | None) -> None:
+    def set_message(self, msg: Ref, name: str, value: Message | None) -> None:
         """Replace (or clear, with None) a singular message field."""
-        had = msg.HasField(name)
-        old = type(getattr(msg, name))()
+        target = msg()
+        had = target.HasField(name)
+        old = type(getattr(target, name))()
         if had:
-            old.CopyFrom(getattr(msg, name))
+            old.CopyFrom(getattr(target, name))
         if value is None:
-            msg.ClearField(name)
+            target.ClearField(name)
         else:
-            getattr(msg, name).CopyFrom(value)
+            getattr(target, name).CopyFrom(value)
 
         def undo() -> None:
+            m = msg()
             if had:
-                getattr(msg, name).CopyFrom(old)
+                getattr(m, name).CopyFrom(old)
             else:
-                msg.ClearField(name)
+                m.ClearField(name)
 
         self._undo.append(undo)
 
-    def set_item(self, container: Any, index: int, value: Any) -> None:
+    def set_item(self, container: Ref, index: int, value: Any) -> None:
         """Set one element of a repeated scalar field (node.input[i] = ...)."""
-        old = container[index]
-        container[index] = value
+        target = container()
+        old = target[index]
+        target[index] = value
 
         def undo() -> None:
-            container[index] = old
+            container()[index] = old
 
         self._undo.append(undo)
 
-    def insert(self, container: Any, index: int, value: Any) -> None:
+    def insert(self, container: Ref, index: int, value: Any) -> None:
         """Insert into a repeated field (scalar or message; messages are copied in)."""
-        if index >= len(container):
-            index = len(container)
+        target = container()
+        if index >= len(target):
+            index = len(target)
             if isinstance(value, Message):
-                container.add().CopyFrom(value)
+                target.add().CopyFrom(value)
             else:
-                container.append(value)
+                target.append(value)
         else:
-            container.insert(index, value)
+            target.insert(index, value)
 
         def undo() -> None:
-            del container[index]
+            del container()[index]
 
         self._undo.append(undo)
 
-    def remove(self, container: Any, index: int) -> Any:
+    def remove(self, container: Ref, index: int) -> Any:
         """Remove one element of a repeated field; returns a copy of it."""
-        item = container[index]
+        target = container()
+        item = target[index]
         if isinstance(item, Message):
             saved: Any = type(item)()
             saved.CopyFrom(item)
         else:
             saved = item
-        del container[index]
+        del target[index]
 
         def undo() -> None:
-            if index >= len(container):
+            c = container()
+            if index >= len(c):
                 if isinstance(saved, Message):
-                    container.add().CopyFrom(saved)
+                    c.add().CopyFrom(saved)
                 else:
-                    container.append(saved)
+                    c.append(saved)
             else:
-                container.insert(index, saved)
+                c.insert(index, saved)
 
         self._undo.append(undo)
         return saved
 
-    def replace_message(self, msg: Message, value: Message) -> None:
+    def replace_message(self, msg: Ref, value: Message) -> None:
         """Overwrite a whole message in place (e.g. one AttributeProto)."""
-        old = type(msg)()
-        old.CopyFrom(msg)
-        msg.CopyFrom(value)
+        target = msg()
+        old = type(target)()
+        old.CopyFrom(target)
+        target.CopyFrom(value)
 
         def undo() -> None:
-            msg.CopyFrom(old)
+            msg().CopyFrom(old)
 
         self._undo.append(undo)
 
