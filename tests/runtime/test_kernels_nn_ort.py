@@ -206,6 +206,19 @@ def test_maxpool_3d_and_1d_with_indices_vs_ort() -> None:
     compare("MaxPool", [rand(2, 3, 15)], 12, 2, kernel_shape=[4], strides=[3], ceil_mode=1)
 
 
+def test_stride1_pools_flat_path_vs_ort() -> None:
+    """Stride-1 pools run on the flattened padded tensor (windows wrap past row ends and
+    are cropped): dilated, asymmetric-padded, 3-D and 1-D windows, with and without
+    indices, must still match exactly."""
+    x = rand(2, 3, 9, 10)
+    compare("MaxPool", [x], 12, 2, kernel_shape=[3, 2], dilations=[2, 3], pads=[2, 0, 1, 1])
+    compare("MaxPool", [x], 12, 1, kernel_shape=[1, 3], pads=[0, 1, 0, 1])
+    compare("AveragePool", [x], 19, 1, kernel_shape=[3, 3], dilations=[1, 2], pads=[1, 2, 1, 2])
+    compare("AveragePool", [x], 19, 1, kernel_shape=[7, 7], count_include_pad=0)
+    compare("MaxPool", [rand(1, 2, 5, 6, 7)], 12, 2, kernel_shape=[2, 3, 2], pads=[1] * 6)
+    compare("AveragePool", [rand(2, 3, 15)], 19, 1, kernel_shape=[4], pads=[2, 1])
+
+
 def test_global_pools_vs_ort() -> None:
     x = rand(2, 5, 7, 6)
     compare("GlobalAveragePool", [x], 1)

@@ -107,7 +107,19 @@ def pad_spatial(
     x = x[index]
     widths = [(0, 0)] * (x.ndim - rank) + [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, mode="constant", constant_values=value)
+        # Interior copy plus border slabs only (np.pad walks more Python machinery and
+        # np.full + copy writes every element twice).
+        out = np.empty([s + b + e for s, (b, e) in zip(x.shape, widths)], dtype=x.dtype)
+        inner = tuple(slice(b, b + s) for s, (b, _) in zip(x.shape, widths))
+        out[inner] = x
+        for axis in range(x.ndim - rank, x.ndim):
+            b, e = widths[axis]
+            lead: tuple[Any, ...] = (slice(None),) * axis
+            if b:
+                out[(*lead, slice(0, b))] = value
+            if e:
+                out[(*lead, slice(out.shape[axis] - e, None))] = value
+        x = out
     return x
 
 

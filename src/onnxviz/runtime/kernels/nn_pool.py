@@ -77,6 +77,8 @@ class _Geometry:
     def separable(self, xp: np.ndarray, combine: Any) -> np.ndarray:
         """Reduce the windows one spatial axis at a time (max and sum are separable):
         sum(kernel) passes over shrinking arrays instead of prod(kernel) passes."""
+        if all(s == 1 for s in self.strides) and xp.flags.c_contiguous:
+            return self._separable_flat(xp, combine)
         y = xp
         lead = xp.ndim - self.rank
         for a in reversed(range(self.rank)):
@@ -93,6 +95,36 @@ class _Geometry:
             assert acc is not None
             y = acc
         return y
+
+    def _separable_flat(self, xp: np.ndarray, combine: Any) -> np.ndarray:
+        """Stride-1 windows on the flattened padded tensor: along an axis with element
+        step ``step`` the window sum/max at flat index i combines i, i + d*step, ...;
+        every pass is one long contiguous 1-D ufunc call (no 4-D strided iteration).
+        Positions whose window wraps past a row end are garbage and cropped at the end;
+        returns a (non-contiguous) view of the valid corner."""
+        flat = xp.reshape(-1)
+        total = flat.size
+        lead = xp.ndim - self.rank
+        buffers = [np.empty(total, dtype=xp.dtype), np.empty(total, dtype=xp.dtype)]
+        src, length = flat, total
+        for a in reversed(range(self.rank)):
+            step = int(np.prod(xp.shape[lead + a + 1 :])) * self.dilations[a]
+            k = self.kernel[a]
+            if k == 1:
+                continue
+            length -= (k - 1) * step
+            dst = buffers[0] if src is not buffers[0] else buffers[1]
+            out = dst[:length]
+            combine(src[:length], src[step : step + length], out=out)
+            for j in range(2, k):
+                combine(out, src[j * step : j * step + length], out=out)
+            src = dst
+        full = np.empty(total, dtype=xp.dtype) if src is flat else src
+        if src is flat:
+            full[:] = flat
+        grid = full.reshape(xp.shape)
+        index: tuple[Any, ...] = (Ellipsis, *(slice(0, o) for o in self.out))
+        return grid[index]
 
     def separable_unpadded(self, x: np.ndarray, combine: Any, identity: float) -> np.ndarray:
         """Like `separable` but straight from the unpadded input: each kernel offset
@@ -151,7 +183,7 @@ def _max_pool(
     xc = x if x.dtype.kind in "iu" else x.astype(compute_dtype(x.dtype), copy=False)
     if not want_indices:
         best = geo.reduce(xc, np.maximum, _lowest(xc.dtype))
-        return best.astype(x.dtype, copy=False), None
+        return np.ascontiguousarray(best).astype(x.dtype, copy=False), None
     xp = geo.padded(xc, _lowest(xc.dtype))
     offsets = geo.offsets()
     best = geo.separable(xp, np.maximum)
@@ -185,7 +217,7 @@ def _max_pool(
     index = np.take(shift, arg)
     index += origin
     index += plane
-    return best.astype(x.dtype, copy=False), index
+    return np.ascontiguousarray(best).astype(x.dtype, copy=False), index
 
 
 @kernel("MaxPool", since=(1, 8, 10, 11, 12, 22), ctx=True)
@@ -203,6 +235,32 @@ def max_pool(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     return _max_pool(x, geo, ctx.wants_output(1), storage_order)
+
+
+_COUNTS_CACHE: dict[tuple[Any, ...], np.ndarray] = {}
+
+
+def _cached_counts(geo: _Geometry, include_pad: bool, dtype: np.dtype[Any]) -> np.ndarray:
+    """_pool_counts in ``dtype``, memoised per geometry (a model calls the same pool
+    geometry on every run; the counts never change)."""
+    key = (
+        tuple(geo.in_shape),
+        tuple(geo.kernel),
+        tuple(geo.strides),
+        tuple(geo.dilations),
+        tuple(geo.pads),
+        tuple(geo.out),
+        include_pad,
+        dtype.str,
+    )
+    counts = _COUNTS_CACHE.get(key)
+    if counts is None:
+        if len(_COUNTS_CACHE) > 256:
+            _COUNTS_CACHE.clear()
+        counts = _pool_counts(geo, include_pad).astype(dtype)
+        counts.setflags(write=False)
+        _COUNTS_CACHE[key] = counts
+    return counts
 
 
 def _pool_counts(geo: _Geometry, include_pad: bool) -> np.ndarray:
@@ -233,12 +291,13 @@ def average_pool(
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = x.astype(compute_dtype(x.dtype), copy=False)
     total = geo.reduce(xc, np.add, 0.0)
-    counts = _pool_counts(geo, bool(count_include_pad))
+    counts = _cached_counts(geo, bool(count_include_pad), total.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         if np.all(counts == counts.flat[0]):
-            total *= total.dtype.type(1.0 / counts.flat[0])  # every window full: one scale
+            # Every window full: one scale (a new contiguous array: total may be a view).
+            total = total * total.dtype.type(1.0 / float(counts.flat[0]))
         else:
-            total /= counts.astype(total.dtype)
+            total = total / counts
     return total.astype(x.dtype, copy=False)
 
 
