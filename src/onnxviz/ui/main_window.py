@@ -41,6 +41,7 @@ from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
 from onnxviz.ui.edit.window_edits import EditingMixin
 from onnxviz.ui.find import FindDock
 from onnxviz.ui.navigation import Crumb, NavigationMixin
+from onnxviz.ui.run import install_run_panel
 from onnxviz.ui.start_page import StartPage
 from onnxviz.ui.theme import TextMetrics, dark_palette, resolve_theme
 from onnxviz.ui.workers import Opened, Task, layout_job, open_model_job
@@ -101,6 +102,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self._refresh_recent()
         self._restore_window()
         self.apply_theme()
+        self.run_panel = install_run_panel(self)
         QTimer.singleShot(0, self.offer_recovery)
 
     # -- construction ------------------------------------------------------------------
