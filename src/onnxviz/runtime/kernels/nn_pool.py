@@ -129,15 +129,18 @@ class _Geometry:
     def separable_unpadded(self, x: np.ndarray, combine: Any, identity: float) -> np.ndarray:
         """Like `separable` but straight from the unpadded input: each kernel offset
         combines only the output positions whose input lies inside the tensor, so the
-        padded copy is never made (pads act as ``identity``)."""
+        padded copy is never made (pads act as ``identity``).  Outer axes go first: their
+        strided reads keep contiguous inner rows and shrink the array before the
+        innermost axis, whose reads are element-strided (slow ufunc loops)."""
         y = x
         lead = x.ndim - self.rank
-        for a in reversed(range(self.rank)):
+        for a in range(self.rank):
             d, st, n = self.dilations[a], self.strides[a], self.out[a]
             size, begin = y.shape[lead + a], self.pads[a]
             shape = list(y.shape)
             shape[lead + a] = n
-            acc = np.full(shape, identity, dtype=y.dtype)
+            parts: list[tuple[Any, Any]] = []  # (destination slice, source slice)
+            full: list[Any] = []  # sources that cover every output position
             for k in range(self.kernel[a]):
                 first = k * d - begin  # input index read by output 0
                 lo = 0 if first >= 0 else (-first + st - 1) // st
@@ -148,10 +151,24 @@ class _Geometry:
                 src: list[Any] = [slice(None)] * y.ndim
                 start = first + lo * st
                 src[lead + a] = slice(start, start + (hi - lo - 1) * st + 1, st)
-                dst: list[Any] = [slice(None)] * y.ndim
-                dst[lead + a] = slice(lo, hi)
-                target = acc[tuple(dst)]
-                combine(target, y[tuple(src)], out=target)
+                if lo == 0 and hi == n:
+                    full.append(y[tuple(src)])
+                else:
+                    dst: list[Any] = [slice(None)] * y.ndim
+                    dst[lead + a] = slice(lo, hi)
+                    parts.append((tuple(dst), y[tuple(src)]))
+            if len(full) >= 2:
+                # Two full-coverage offsets make the accumulator: no identity fill pass.
+                acc = combine(full[0], full[1])
+                rest = full[2:]
+            else:
+                acc = np.full(shape, identity, dtype=y.dtype)
+                rest = full
+            for part in rest:
+                combine(acc, part, out=acc)
+            for dst_index, part in parts:
+                target = acc[dst_index]
+                combine(target, part, out=target)
             y = acc
         return y
 
