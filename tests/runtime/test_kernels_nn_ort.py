@@ -142,6 +142,11 @@ CONV_T_CASES = [
     ("output_shape", (1, 4, 5, 5), (4, 3, 3, 3), {"strides": [2, 2], "output_shape": [10, 11]}),
     ("conv1d_t", (2, 3, 9), (3, 5, 4), {"strides": [3], "pads": [1, 2]}),
     ("conv3d_t", (1, 2, 3, 4, 3), (2, 3, 2, 2, 2), {"strides": [2, 2, 2]}),
+    # Kernel == stride: the non-overlapping interleave path (UNet upsampling).
+    ("k_eq_s_2d", (2, 4, 5, 6), (4, 3, 2, 2), {"strides": [2, 2], "group": 2}),
+    ("k_eq_s_pads", (1, 3, 5, 4), (3, 2, 3, 2), {"strides": [3, 2], "pads": [1, 0, 2, 1]}),
+    ("k_eq_s_outpad", (1, 3, 4, 4), (3, 2, 2, 2), {"strides": [2, 2], "output_padding": [1, 1]}),
+    ("k_eq_s_1d", (2, 3, 7), (3, 4, 3), {"strides": [3]}),
 ]
 
 

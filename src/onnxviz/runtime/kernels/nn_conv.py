@@ -385,14 +385,21 @@ def conv_transpose(
     cols = np.matmul(wg[0], xg[:, 0]) if group == 1 else np.matmul(wg[None], xg)
     cols = cols.reshape(n, group * mg, *kernel, *in_shape)
     full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, st, dil)]
-    image = col2im_add(cols, kernel, st, dil, in_shape, full)
+    if all(k == s and d == 1 for k, s, d in zip(kernel, st, dil)):
+        # Kernel == stride (e.g. 2x2/2 upsampling): the windows tile the image without
+        # overlap, so col2im is one interleaving copy (N, M, k.., i..) -> (N, M, i, k, ...).
+        order = [0, 1] + [a for r in range(rank) for a in (2 + rank + r, 2 + r)]
+        image = cols.transpose(order).reshape(n, group * mg, *full)
+    else:
+        image = col2im_add(cols, kernel, st, dil, in_shape, full)
     # Output padding and pads: crop (or zero-extend) the full image to the output window.
     y = pad_spatial(
         image, [-p for p in pd[:rank]], [o + p - f for o, p, f in zip(out, pd[:rank], full)]
     )
+    y = np.ascontiguousarray(y)  # built from the fresh GEMM output: safe to add in place
     if b is not None:
-        y = y + as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * rank)
-    return np.ascontiguousarray(y).astype(x.dtype, copy=False)
+        y += as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * rank)
+    return y.astype(x.dtype, copy=False)
 
 
 def _integer_conv(
