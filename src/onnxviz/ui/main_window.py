@@ -100,9 +100,10 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self._sync_actions()
         self._connect()
         self._refresh_recent()
+        # Before restoring the saved layout, so the run panel's docks take part in it.
+        self.run_panel = install_run_panel(self)
         self._restore_window()
         self.apply_theme()
-        self.run_panel = install_run_panel(self)
         QTimer.singleShot(0, self.offer_recovery)
 
     # -- construction ------------------------------------------------------------------

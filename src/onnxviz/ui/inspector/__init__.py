@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtWidgets import QDockWidget, QWidget
@@ -17,8 +18,14 @@ class InspectorDock(QDockWidget):
         self.setObjectName("dock.inspector")
         self.inspector = TensorInspector()
         self.setWidget(self.inspector)
+        # Called once, just before the dock is first shown (the run panel tabs it there).
+        self.before_first_show: Callable[[], None] | None = None
 
     def show_value(self, title: str, value: Any) -> None:
         self.inspector.show_value(title, value)
+        first = self.before_first_show
+        if first is not None and self.isHidden():
+            self.before_first_show = None
+            first()
         self.show()
         self.raise_()

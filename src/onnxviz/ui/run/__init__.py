@@ -92,10 +92,13 @@ class RunPanel(QObject):
         window.run_dock.setWidget(self.widget)
         window.run_dock.setWindowTitle("Run")
         self.inspector_dock = InspectorDock(window)
+        # Added hidden and tabbed with Properties only when first shown: tabifying a dock
+        # that is then hidden before the window is laid out leaves a stray tab bar.
         window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.inspector_dock)
-        window.tabifyDockWidget(window.properties_dock, self.inspector_dock)
-        window.properties_dock.raise_()
         self.inspector_dock.hide()
+        self.inspector_dock.before_first_show = lambda: window.tabifyDockWidget(
+            window.properties_dock, self.inspector_dock
+        )
         self.overlay = CanvasOverlay(window.graph_scene, self.inspect_value)
         self._install_menu_and_toolbar()
         self.widget.memory_cap.setValue(self.memory_cap_bytes() // (1024 * 1024))
