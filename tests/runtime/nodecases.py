@@ -73,34 +73,9 @@ def run_graph_simply(model: Any, feeds: list[Any]) -> list[Any]:
 
 def values_match(expected: Any, actual: Any, rtol: float, atol: float) -> str | None:
     """None when they match (as the onnx backend tests judge), else the reason."""
-    expected = to_value(expected)
-    if isinstance(expected, list):
-        if not isinstance(actual, list) or len(actual) != len(expected):
-            return f"expected a sequence of {len(expected)}, got {type(actual).__name__}"
-        for e, a in zip(expected, actual):
-            r = values_match(e, a, rtol, atol)
-            if r:
-                return r
-        return None
-    if isinstance(expected, dict):
-        return None if expected == actual else "map differs"
-    if expected is None:
-        return None if actual is None else "expected empty optional"
-    if not isinstance(actual, np.ndarray):
-        return f"expected an array, got {type(actual).__name__}"
-    if expected.dtype != actual.dtype:
-        return f"dtype {actual.dtype} != expected {expected.dtype}"
-    if expected.shape != actual.shape:
-        return f"shape {actual.shape} != expected {expected.shape}"
-    if expected.dtype == object:
-        return None if np.array_equal(expected, actual) else "values differ"
-    try:
-        e = expected.astype(np.float64) if expected.dtype.kind not in "biuc" else expected
-        a = actual.astype(np.float64) if actual.dtype.kind not in "biuc" else actual
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-    except AssertionError as exc:
-        return "values differ: " + str(exc).strip().splitlines()[-1][:200]
-    return None
+    from onnxviz.runtime.conformance import compare
+
+    return compare(expected, actual, rtol, atol)
 
 
 def check_case(case: Any) -> tuple[str, str]:

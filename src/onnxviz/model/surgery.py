@@ -123,6 +123,19 @@ def bypass_node(doc: Document, graph_path: str, node_index: int) -> ChangeSet:
     return _run(doc, f"Bypass {node.op_type} '{label}'", cmds)
 
 
+def _has_live_output(scope: GraphScope, node: NodeProto, dead: set[int]) -> bool:
+    """Whether something outside ``dead`` (a node, a graph output, a nested graph) uses
+    one of the node's outputs."""
+    for out in node.output:
+        if not out:
+            continue
+        if out in scope.output_uses or _uses_in_nested(scope, out):
+            return True
+        if any(c not in dead for c, _ in scope.consumers.get(out, ())):
+            return True
+    return False
+
+
 def dead_ancestors(scope: GraphScope, node_index: int) -> list[int]:
     """Nodes (indexes, including ``node_index``) that become dead when it is deleted:
     ancestors none of whose outputs is used by anything that survives."""
@@ -137,17 +150,7 @@ def dead_ancestors(scope: GraphScope, node_index: int) -> list[int]:
             pi = scope.producer[name][0]
             if pi in doomed:
                 continue
-            alive = False
-            for out in nodes[pi].output:
-                if not out:
-                    continue
-                if out in scope.output_uses or _uses_in_nested(scope, out):
-                    alive = True
-                    break
-                if any(c not in doomed for c, _ in scope.consumers.get(out, ())):
-                    alive = True
-                    break
-            if not alive:
+            if not _has_live_output(scope, nodes[pi], doomed):
                 doomed.add(pi)
                 queue.append(pi)
     return sorted(doomed)
@@ -274,17 +277,7 @@ def unused(doc: Document) -> dict[str, tuple[list[int], list[str]]]:
             for ni, node in enumerate(nodes):
                 if ni in dead:
                     continue
-                live = False
-                for out in node.output:
-                    if not out:
-                        continue
-                    if out in scope.output_uses or _uses_in_nested(scope, out):
-                        live = True
-                        break
-                    if any(c not in dead for c, _ in scope.consumers.get(out, ())):
-                        live = True
-                        break
-                if not live and node.output:
+                if node.output and not _has_live_output(scope, node, dead):
                     dead.add(ni)
                     changed = True
         inits = []
