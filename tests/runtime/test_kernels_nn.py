@@ -68,18 +68,9 @@ NN_OPS = [
     "ImageDecoder",
 ]
 
-_BF16_ROUNDING = (
-    "bfloat16 expected values carry intermediate roundings the spec does not define; "
-    "ours (float32 compute, one final rounding) differ by one bfloat16 ulp in places"
-)
 _NO_CODEC = "no image codec for this format without an image library (not a runtime dep)"
 
 KNOWN_FAILURES: dict[str, str] = {
-    "test_attention_4d_causal_bf16": _BF16_ROUNDING,
-    "test_attention_4d_padded_kv_bf16": _BF16_ROUNDING,
-    "test_attention_4d_causal_padded_kv_bf16": _BF16_ROUNDING,
-    "test_attention_4d_attn_mask_causal_bf16": _BF16_ROUNDING,
-    "test_attention_3d_causal_bf16": _BF16_ROUNDING,
     "test_image_decoder_decode_jpeg2k_rgb": _NO_CODEC,
     "test_image_decoder_decode_webp_rgb": _NO_CODEC,
 }
