@@ -113,7 +113,27 @@ CONV_CASES = [
     ),
     ("conv1d_s3_phases", (1, 16, 3100), (6, 16, 4), {"strides": [3], "pads": [2, 1]}),
     ("conv3d", (1, 3, 6, 7, 8), (4, 3, 3, 3, 3), {"pads": [1] * 6}),
+    # Big enough (>= 1024 outputs) for the shifted-GEMM paths, whose crop adds the bias.
+    ("shifted_s1_bias", (1, 16, 34, 34), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("shifted_s2_bias", (2, 16, 48, 50), (8, 16, 3, 3), {"strides": [2, 2], "pads": [1] * 4}),
 ]
+
+
+def test_conv_scratch_buffers_do_not_leak_between_calls() -> None:
+    """Conv temporaries are reused between calls: an earlier result must stay intact
+    after later convs of the same and of other shapes (fresh outputs only)."""
+    x1, x2, w, b = rand(1, 16, 34, 34), rand(1, 16, 34, 34), rand(24, 16, 3, 3), rand(24)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    first = call_node(node, [x1, w, b], {"": 11})[0]
+    kept = first.copy()
+    second = call_node(node, [x2, w, b], {"": 11})[0]
+    call_node(
+        helper.make_node("Conv", ["x", "w"], ["y"]),
+        [rand(1, 3, 40, 40), rand(4, 3, 5, 5)],
+        {"": 11},
+    )
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, second)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from onnxviz.runtime.kernels.nn_geometry import (
     offset_slices,
     pad_spatial,
     pool_output_shape,
+    scratch,
     spatial_list,
     window_view,
 )
@@ -58,8 +59,28 @@ def conv_core(
     dilations: Sequence[int],
     pads: Sequence[int],
     out_shape: Sequence[int],
+    bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Zero-padded grouped convolution of same-dtype float arrays; (N, M, *out_shape)."""
+    """Zero-padded grouped convolution of same-dtype float arrays plus the optional
+    per-channel ``bias`` (M,); a fresh (N, M, *out_shape)."""
+    y, bias_added = _conv_dispatch(x, w, group, kernel, strides, dilations, pads, out_shape, bias)
+    if bias is not None and not bias_added:
+        y += bias.reshape((1, -1) + (1,) * len(kernel))
+    return y
+
+
+def _conv_dispatch(
+    x: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+    bias: np.ndarray | None,
+) -> tuple[np.ndarray, bool]:
+    """The conv by the fastest path for its shape; True when ``bias`` is already in."""
     n, c = x.shape[:2]
     m = w.shape[0]
     rank = len(kernel)
@@ -74,37 +95,39 @@ def conv_core(
     if pointwise:
         # 1x1, stride 1, no padding: a plain matmul on a view.
         y = np.matmul(w.reshape(m, c), x.reshape(n, c, p_size))
-        return y.reshape(n, m, *out_shape)
+        return y.reshape(n, m, *out_shape), False
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
-            return _depthwise_flat(layout, w, group)
+            return _depthwise_flat(layout, w, group), False
     if group == 1 and stride1:
         wide = int(np.prod(padded[1:])) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
-            return _shifted_conv(_FlatLayout(x, pads, kernel, dilations, out_shape), w)
+            layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
+            return _shifted_conv(layout, w, bias), True
     strided = any(s > 1 for s in strides) and min(pads) >= 0
     if group == 1 and strided and k_size > 1 and c >= 16 and n * p_size >= 1024:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
-            return _shifted_conv(layout, w)
+            return _shifted_conv(layout, w, bias), True
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
-        return _depthwise(xp, w, group, kernel, strides, dilations, out_shape)
+        return _depthwise(xp, w, group, kernel, strides, dilations, out_shape), False
     cols = window_view(xp, kernel, strides, dilations, out_shape)
     # im2col copy: (N, G, Cg*K, P), innermost axis the output positions (contiguous reads
     # for stride 1), then one batched GEMM per group.
-    col = cols.reshape(n, group, cg * k_size, p_size)
+    col = scratch("conv_col", (n, group, cg * k_size, p_size), x.dtype)
+    col.reshape(cols.shape)[...] = cols
     wg = w.reshape(group, mg, cg * k_size)
     if group == 1:
         y = np.matmul(wg[0], col[:, 0])
     else:
         y = np.matmul(wg[None], col)
-    return y.reshape(n, m, *out_shape)
+    return y.reshape(n, m, *out_shape), False
 
 
 class _FlatLayout:
@@ -143,7 +166,8 @@ class _FlatLayout:
             shift = sum((p // s) * step for p, s, step in zip(pos, st, steps))
             self.taps.append((phase_index[ph], shift))
         length = max(flat_len, max(t[1] for t in self.taps) + self.wide)
-        self.flat = np.zeros((n, c, len(phases), length), dtype=x.dtype)
+        self.flat = scratch("conv_flat", (n, c, len(phases), length), x.dtype)
+        self.flat.fill(0)
         if len(phases) == 1:
             image = self.flat[:, :, 0, :flat_len].reshape(n, c, *self.padded)
             inner: tuple[Any, ...] = (slice(None), slice(None)) + tuple(
@@ -161,33 +185,38 @@ class _FlatLayout:
         phase, shift = self.taps[tap]
         return self.flat[:, :, phase, shift : shift + self.wide]
 
-    def crop(self, grid: np.ndarray) -> np.ndarray:
-        """(N, M, wide) results on the padded-width grid -> (N, M, *out_shape)."""
+    def crop(self, grid: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        """(N, M, wide) results on the padded-width grid -> a fresh (N, M, *out_shape),
+        plus the per-channel ``bias`` in the same pass when given."""
         n, m = grid.shape[:2]
         full = grid.reshape(n, m, self.out_shape[0], *self.padded[1:])
         index: tuple[Any, ...] = (slice(None), slice(None), slice(None)) + tuple(
             slice(0, o) for o in self.out_shape[1:]
         )
-        return np.ascontiguousarray(full[index])
+        if bias is None:
+            return np.ascontiguousarray(full[index])
+        out = np.empty((n, m, *self.out_shape), dtype=grid.dtype)
+        return np.add(full[index], bias.reshape((1, m) + (1,) * len(self.out_shape)), out=out)
 
 
-def _shifted_conv(layout: _FlatLayout, w: np.ndarray) -> np.ndarray:
+def _shifted_conv(layout: _FlatLayout, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """Stride-1 conv without im2col: one GEMM per kernel offset on a shifted slice that
-    BLAS reads in place (row stride = image size), accumulated."""
+    BLAS reads in place (row stride = image size), accumulated in reused scratch buffers;
+    the crop to the output (with the bias) is the only fresh array."""
     m, c = w.shape[:2]
+    n = layout.flat.shape[0]
     wk_all = w.reshape(m, c, -1)
-    acc: np.ndarray | None = None
-    tmp: np.ndarray | None = None
+    acc = scratch("conv_acc", (n, m, layout.wide), layout.flat.dtype)
+    tmp = scratch("conv_tmp", (n, m, layout.wide), layout.flat.dtype)
     for k_index in range(len(layout.taps)):
         wk = np.ascontiguousarray(wk_all[:, :, k_index])
         view = layout.view(k_index)
-        if acc is None:
-            acc = np.matmul(wk, view)
+        if k_index == 0:
+            np.matmul(wk, view, out=acc)
         else:
-            tmp = np.matmul(wk, view, out=tmp)
+            np.matmul(wk, view, out=tmp)
             acc += tmp
-    assert acc is not None
-    return layout.crop(acc)
+    return layout.crop(acc, bias)
 
 
 def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarray:
@@ -290,9 +319,8 @@ def conv(
     xc, wc = as_compute(x), as_compute(w)
     if wc.dtype != xc.dtype:
         wc = wc.astype(xc.dtype)
-    y = conv_core(xc, wc, group, kernel, st, dil, pd, out)
-    if b is not None:
-        y += as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * len(kernel))
+    bias = None if b is None else as_compute(b).astype(xc.dtype, copy=False).reshape(-1)
+    y = conv_core(xc, wc, group, kernel, st, dil, pd, out, bias)
     return y.astype(x.dtype, copy=False)
 
 

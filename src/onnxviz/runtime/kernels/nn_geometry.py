@@ -7,12 +7,37 @@ for dtypes numpy has no fast arithmetic for.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+
+_SCRATCH = threading.local()
+# Larger temporaries are not kept between calls (memory would stay pinned).
+_SCRATCH_MAX_BYTES = 64 * 1024 * 1024
+
+
+def scratch(name: str, shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """A reusable per-thread temporary of ``shape`` (contents undefined).  Big fresh numpy
+    arrays are mmapped by malloc and page-faulted in on every call, which costs as much as
+    the arithmetic for a conv; kernels use this for internal buffers that never escape
+    (never for returned arrays).  One buffer per name: a name must not be used twice in
+    one live computation."""
+    dt = np.dtype(dtype)
+    size = int(np.prod(shape)) * dt.itemsize
+    if size > _SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype=dt)
+    pool: dict[str, np.ndarray] | None = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = {}
+    raw = pool.get(name)
+    if raw is None or raw.size < size:
+        raw = np.empty(size, dtype=np.uint8)
+        pool[name] = raw
+    return raw[:size].view(dt).reshape(shape)
 
 
 def compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
