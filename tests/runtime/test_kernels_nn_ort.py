@@ -115,6 +115,9 @@ CONV_CASES = [
     ("conv3d", (1, 3, 6, 7, 8), (4, 3, 3, 3, 3), {"pads": [1] * 6}),
     # Big enough (>= 1024 outputs) for the shifted-GEMM paths, whose crop adds the bias.
     ("shifted_s1_bias", (1, 16, 34, 34), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # Fewer than 8 input channels: one im2col GEMM from the flat layout (RGB stems).
+    ("few_channels_s1", (1, 3, 40, 40), (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("few_channels_s2", (2, 3, 70, 66), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3] * 4}),
     ("shifted_s2_bias", (2, 16, 48, 50), (8, 16, 3, 3), {"strides": [2, 2], "pads": [1] * 4}),
 ]
 
