@@ -362,6 +362,28 @@ def test_lstm_vs_ort(direction: str) -> None:
     )
 
 
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_plain_loop_vs_ort(direction: str) -> None:
+    """No peepholes, no sequence_lens: the in-place time loop (reused gate buffer, cell
+    state updated in place, h written into Y)."""
+    d = 2 if direction == "bidirectional" else 1
+    t, b, i, h = 7, 3, 5, 4
+    x = rand(t, b, i)
+    w, r, bias = rand(d, 4 * h, i), rand(d, 4 * h, h), rand(d, 8 * h)
+    h0, c0 = rand(d, b, h), rand(d, b, h)
+    compare("LSTM", [x, w, r, bias, None, h0, c0], 14, 3, hidden_size=h, direction=direction)
+    compare("LSTM", [x, w, r], 14, 3, hidden_size=h, direction=direction, clip=0.7)
+    compare(
+        "LSTM",
+        [x, w, r, bias],
+        14,
+        3,
+        hidden_size=h,
+        direction=direction,
+        activations=["HardSigmoid", "Tanh", "Softsign"] * d,
+    )
+
+
 @pytest.mark.parametrize("lbr", [0, 1])
 def test_gru_vs_ort(lbr: int) -> None:
     t, b, i, h = 5, 2, 4, 3

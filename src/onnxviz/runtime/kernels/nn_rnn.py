@@ -282,6 +282,37 @@ def gru(
     return setup.outputs(ys, [finals], x.dtype)
 
 
+def _lstm_steps_plain(
+    proj: np.ndarray,
+    rt: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray,
+    y: np.ndarray,
+    f: Activation,
+    g: Activation,
+    hact: Activation,
+    clip: float | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The LSTM time loop without peepholes or sequence padding (the common case): the
+    step GEMM writes into one reused gate buffer, the cell state is updated in place and
+    each h goes straight into its row of y (fewer temporaries per step)."""
+    hs = rt.shape[0]
+    gates = np.empty(proj.shape[1:], dtype=proj.dtype)
+    c = np.array(c, dtype=proj.dtype)  # own copy: updated in place
+    for t in range(proj.shape[0]):
+        np.matmul(h, rt, out=gates)
+        gates += proj[t]
+        iof = f(_clip(gates[:, : 3 * hs], clip))
+        c_cand = g(_clip(gates[:, 3 * hs :], clip))
+        i_g, o_g, f_g = iof[:, :hs], iof[:, hs : 2 * hs], iof[:, 2 * hs :]
+        c *= f_g
+        i_g *= c_cand  # iof is a fresh activation output: free to overwrite
+        c += i_g
+        h = y[t]
+        np.multiply(o_g, hact(c), out=h)
+    return h, c
+
+
 @kernel("LSTM", since=(1, 7, 14, 22))
 def lstm(
     x: np.ndarray,
@@ -325,6 +356,12 @@ def lstm(
         h = setup.state(initial_h, d)
         c = setup.state(initial_c, d)
         y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
+        if p is None and all_valid and not input_forget:
+            h, c = _lstm_steps_plain(proj, rt, h, c, y, f, g, hact, clip)
+            ys.append(y)
+            finals_h.append(h)
+            finals_c.append(c)
+            continue
         for t in range(setup.steps):
             gates = proj[t] + h @ rt
             if p is None:
