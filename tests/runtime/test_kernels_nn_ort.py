@@ -247,6 +247,18 @@ def test_stride1_pools_flat_path_vs_ort() -> None:
     compare("AveragePool", [rand(2, 3, 15)], 19, 1, kernel_shape=[4], pads=[2, 1])
 
 
+def test_pool_scratch_buffers_do_not_leak_between_calls() -> None:
+    """Stride-1 pools reuse their window buffers: earlier results stay intact."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    first = call_node(node, [rand(1, 4, 9, 9)], {"": 12})[0]
+    kept = first.copy()
+    second = call_node(node, [rand(1, 4, 9, 9)], {"": 12})[0]
+    avg = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2])
+    call_node(avg, [rand(1, 4, 9, 9)], {"": 19})
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, second)
+
+
 def test_global_pools_vs_ort() -> None:
     x = rand(2, 5, 7, 6)
     compare("GlobalAveragePool", [x], 1)

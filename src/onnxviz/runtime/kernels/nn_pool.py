@@ -20,6 +20,7 @@ from onnxviz.runtime.kernels.nn_geometry import (
     offset_slices,
     pad_spatial,
     pool_output_shape,
+    scratch,
     spatial_list,
 )
 from onnxviz.runtime.registry import KernelContext, kernel
@@ -99,13 +100,13 @@ class _Geometry:
     def _separable_flat(self, xp: np.ndarray, combine: Any) -> np.ndarray:
         """Stride-1 windows on the flattened padded tensor: along an axis with element
         step ``step`` the window sum/max at flat index i combines i, i + d*step, ...;
-        every pass is one long contiguous 1-D ufunc call (no 4-D strided iteration).
-        Positions whose window wraps past a row end are garbage and cropped at the end;
-        returns a (non-contiguous) view of the valid corner."""
+        every pass is one long contiguous 1-D ufunc call (no 4-D strided iteration) in
+        reused scratch buffers.  Positions whose window wraps past a row end are garbage
+        and cropped at the end into a fresh array."""
         flat = xp.reshape(-1)
         total = flat.size
         lead = xp.ndim - self.rank
-        buffers = [np.empty(total, dtype=xp.dtype), np.empty(total, dtype=xp.dtype)]
+        buffers = [scratch("pool_a", (total,), xp.dtype), scratch("pool_b", (total,), xp.dtype)]
         src, length = flat, total
         for a in reversed(range(self.rank)):
             step = int(np.prod(xp.shape[lead + a + 1 :])) * self.dilations[a]
@@ -124,7 +125,7 @@ class _Geometry:
             full[:] = flat
         grid = full.reshape(xp.shape)
         index: tuple[Any, ...] = (Ellipsis, *(slice(0, o) for o in self.out))
-        return grid[index]
+        return np.array(grid[index])  # fresh: the buffers are reused scratch
 
     def separable_unpadded(self, x: np.ndarray, combine: Any, identity: float) -> np.ndarray:
         """Like `separable` but straight from the unpadded input: each kernel offset
@@ -311,10 +312,10 @@ def average_pool(
     counts = _cached_counts(geo, bool(count_include_pad), total.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         if np.all(counts == counts.flat[0]):
-            # Every window full: one scale (a new contiguous array: total may be a view).
-            total = total * total.dtype.type(1.0 / float(counts.flat[0]))
+            # Every window full: one scale.  total is a fresh array of ours.
+            total *= total.dtype.type(1.0 / float(counts.flat[0]))
         else:
-            total = total / counts
+            total /= counts
     return total.astype(x.dtype, copy=False)
 
 
