@@ -102,7 +102,7 @@ def _conv_dispatch(
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
-            return _depthwise_flat(layout, w, group), False
+            return _depthwise_flat(layout, w, group, bias), True
     if group == 1 and stride1:
         wide = int(np.prod(padded[1:])) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
@@ -246,7 +246,9 @@ def _flat_im2col_conv(
     return layout.crop(acc, bias)
 
 
-def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarray:
+def _depthwise_flat(
+    layout: _FlatLayout, w: np.ndarray, group: int, bias: np.ndarray | None = None
+) -> np.ndarray:
     """Stride-1 depthwise conv on the flat layout: long contiguous slices per offset."""
     n = layout.flat.shape[0]
     mult = w.shape[0] // group
@@ -254,7 +256,7 @@ def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarra
     if mult == 1:
         # Plain 2-D (channels, positions) operations: numpy's fastest loops.
         wide = layout.wide
-        out = np.empty((n, group, wide), dtype=layout.flat.dtype)
+        out = scratch("conv_acc", (n, group, wide), layout.flat.dtype)  # crop copies out
         block = max(1, (256 * 1024) // (wide * out.itemsize))
         tmp = np.empty((min(block, group), wide), dtype=out.dtype)
         for b in range(n):
@@ -269,10 +271,10 @@ def _depthwise_flat(layout: _FlatLayout, w: np.ndarray, group: int) -> np.ndarra
                     else:
                         np.multiply(src, weight, out=t)
                         acc += t
-        return layout.crop(out)
+        return layout.crop(out, bias)
     windows = [(ph, slice(sh, sh + layout.wide)) for ph, sh in layout.taps]
     grid = _depthwise_blocks(layout.flat, wk, windows, (layout.wide,))
-    return layout.crop(grid.reshape(n, group * mult, layout.wide))
+    return layout.crop(grid.reshape(n, group * mult, layout.wide), bias)
 
 
 def _depthwise(
