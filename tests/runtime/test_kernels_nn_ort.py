@@ -413,6 +413,18 @@ def test_gru_vs_ort(lbr: int) -> None:
     )
 
 
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_plain_loop_vs_ort(lbr: int) -> None:
+    """No sequence_lens: the buffered time loop (h written straight into Y)."""
+    t, b, i, h = 6, 3, 4, 5
+    x = rand(t, b, i)
+    w, r, bias = rand(2, 3 * h, i), rand(2, 3 * h, h), rand(2, 6 * h)
+    attrs: dict[str, Any] = {"hidden_size": h, "linear_before_reset": lbr}
+    compare("GRU", [x, w, r, bias, None, rand(2, b, h)], 14, 2, direction="bidirectional", **attrs)
+    compare("GRU", [x, w[:1], r[:1]], 14, 2, clip=0.6, **attrs)
+    compare("GRU", [x, w[1:], r[1:], bias[1:]], 14, 2, direction="reverse", **attrs)
+
+
 def test_rnn_vs_ort_with_activations() -> None:
     x = rand(4, 2, 3)
     w, r, bias = rand(2, 5, 3), rand(2, 5, 5), rand(2, 10)

@@ -227,6 +227,51 @@ def rnn(
     return setup.outputs(ys, [finals], x.dtype)
 
 
+def _gru_steps_plain(
+    proj: np.ndarray,
+    r_zr: np.ndarray,
+    r_h: np.ndarray,
+    rb_zr: np.ndarray,
+    rb_h: np.ndarray,
+    h: np.ndarray,
+    y: np.ndarray,
+    f: Activation,
+    g: Activation,
+    clip: float | None,
+    linear_before_reset: bool,
+) -> np.ndarray:
+    """The GRU time loop without sequence padding: step GEMMs into reused buffers, the
+    new h written straight into its row of y (same formulas and order as the general
+    loop, so the same roundings)."""
+    hs = r_h.shape[0]
+    pre_zr = np.empty((proj.shape[1], 2 * hs), dtype=proj.dtype)
+    pre_h = np.empty((proj.shape[1], hs), dtype=proj.dtype)
+    blend = np.empty_like(pre_h)
+    for t in range(proj.shape[0]):
+        p = proj[t]
+        np.add(p[:, : 2 * hs], np.matmul(h, r_zr, out=pre_zr), out=pre_zr)
+        pre_zr += rb_zr
+        zr = f(_clip(pre_zr, clip))
+        z, rg = zr[:, :hs], zr[:, hs:]
+        if linear_before_reset:
+            np.matmul(h, r_h, out=pre_h)
+            pre_h += rb_h
+            np.multiply(rg, pre_h, out=pre_h)
+            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
+        else:
+            np.matmul(rg * h, r_h, out=pre_h)
+            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
+            pre_h += rb_h
+        hc = g(_clip(pre_h, clip))
+        np.subtract(1, z, out=blend)
+        blend *= hc
+        h_new = y[t]
+        np.multiply(z, h, out=h_new)
+        h_new += blend
+        h = h_new
+    return h
+
+
 @kernel("GRU", since=(1, 3, 7, 14, 22))
 def gru(
     x: np.ndarray,
@@ -265,6 +310,12 @@ def gru(
         rb_zr, rb_h = rb[: 2 * hs], rb[2 * hs :]
         h = setup.state(initial_h, d)
         y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
+        if all_valid:
+            lbr = bool(linear_before_reset)
+            h = _gru_steps_plain(proj, r_zr, r_h, rb_zr, rb_h, h, y, f, g, clip, lbr)
+            ys.append(y)
+            finals.append(h)
+            continue
         for t in range(setup.steps):
             p = proj[t]
             zr = f(_clip(p[:, : 2 * hs] + h @ r_zr + rb_zr, clip))
