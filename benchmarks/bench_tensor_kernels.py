@@ -27,16 +27,18 @@ if ARGS is not None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(ARGS.threads)
 
-import statistics  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-from onnx import helper  # noqa: E402
 
-from onnxviz.runtime.invoke import call_node, find_kernel  # noqa: E402
+from single_node import (  # noqa: E402
+    geometric_mean,
+    median_seconds,
+    onnxruntime_call,
+    single_node,
+)
+from single_node import ours as our_call  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -123,42 +125,6 @@ CASES: list[tuple[str, list[np.ndarray], int, dict[str, Any], int]] = [
 VIEW_OPS = {"Transpose", "Reshape", "Expand", "Slice", "Split"}
 
 
-def _median_seconds(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def _ort_session(
-    op: str, inputs: list[np.ndarray], opset: int, attrs: dict[str, Any], n_out: int
-) -> Any:
-    import onnxruntime as ort
-
-    names = [f"x{i}" for i in range(len(inputs))]
-    outs = [f"y{i}" for i in range(n_out)]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, outs, **attrs)],
-        "bench",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for n, v in zip(names, inputs)
-        ],
-        [onnx.ValueInfoProto(name=o) for o in outs],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ARGS.threads if ARGS else 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feeds = dict(zip(names, inputs))
-    return lambda: sess.run(None, feeds)
-
-
 def main() -> None:
     assert ARGS is not None
     print(f"threads={ARGS.threads} repeat={ARGS.repeat}")
@@ -167,31 +133,22 @@ def main() -> None:
     )
     ratios = []
     for op, inputs, opset, attrs, n_out in CASES:
-        names = [f"x{i}" for i in range(len(inputs))]
-        node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **attrs)
-        spec = find_kernel(node, {"": opset})
-
-        def ours_fn(
-            node: Any = node,
-            inputs: list[np.ndarray] = inputs,
-            spec: Any = spec,
-            opset: int = opset,
-        ) -> Any:
-            return call_node(node, inputs, {"": opset}, spec=spec)
+        node = single_node(op, len(inputs), n_out, attrs)
+        ours_fn = our_call(node, inputs, opset)
 
         def copied(fn: Callable[[], Any] = ours_fn) -> Any:
             return [np.ascontiguousarray(o) for o in fn()]
 
-        ours = _median_seconds(ours_fn, ARGS.repeat)
-        copy = _median_seconds(copied, ARGS.repeat) if op in VIEW_OPS else float("nan")
-        theirs = _median_seconds(_ort_session(op, inputs, opset, attrs, n_out), ARGS.repeat)
+        ours = median_seconds(ours_fn, ARGS.repeat)
+        copy = median_seconds(copied, ARGS.repeat) if op in VIEW_OPS else float("nan")
+        theirs = median_seconds(onnxruntime_call(node, inputs, opset, ARGS.threads), ARGS.repeat)
         ratio = ours / theirs
         ratios.append(ratio)
         shape = "x".join(map(str, inputs[0].shape))
         print(
             f"{op:22s} {shape:16s} {ours * 1e3:9.3f} {copy * 1e3:9.3f} {theirs * 1e3:9.3f} {ratio:7.2f}"
         )
-    geo = float(np.exp(np.mean(np.log(ratios))))
+    geo = geometric_mean(ratios)
     print(f"geometric mean ratio ours/onnxruntime: {geo:.2f}")
 
 
