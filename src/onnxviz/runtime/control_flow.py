@@ -7,12 +7,14 @@ Body frames see outer-scope values through the plan's captures.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime.events import Event
 from onnxviz.runtime.frames import Events, ExecutionCancelled, Executor, Frame
-from onnxviz.runtime.plan import PlanNode
+from onnxviz.runtime.plan import GraphPlan, PlanNode
 from onnxviz.runtime.values import empty_like_type
 
 
@@ -137,20 +139,10 @@ def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
             np.take(x, (length - 1 - t) if d else t, axis=a)
             for x, a, d in zip(scan_ins, in_axes, in_dirs)
         ]
-        sub = ex.new_frame(
-            plan,
-            parent=frame,
-            caller=frame,
-            title=f"{pn.label} iteration {t + 1}/{length}",
-            kind="subgraph",
-            feeds=[*states, *slices],
-            iteration=t,
-            iterations=length,
-        )
-        outs = yield from ex.run_frame(sub)
-        states = list(outs[:n_state])
+        title = f"{pn.label} iteration {t + 1}/{length}"
+        states, step_outs = yield from _scan_step(ex, frame, plan, title, states, slices, t, length)
         for k in range(n_scan_out):
-            scans[k].append(np.asarray(outs[n_state + k]))
+            scans[k].append(step_outs[k])
     out_axes = list(pn.attrs.get("scan_output_axes") or [0] * n_scan_out)
     out_dirs = list(pn.attrs.get("scan_output_directions") or [0] * n_scan_out)
     results: list[Any] = list(states)
@@ -166,6 +158,33 @@ def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
         axis = axis + rank if axis < 0 else axis
         results.append(np.stack(items, axis=axis))
     return results
+
+
+def _scan_step(
+    ex: Executor,
+    frame: Frame,
+    plan: GraphPlan,
+    title: str,
+    states: list[Any],
+    slices: list[Any],
+    t: int,
+    length: int,
+) -> Generator[Event, None, tuple[list[Any], list[Any]]]:
+    """Run one Scan iteration (both opset forms): the new states and this step's scan
+    outputs."""
+    sub = ex.new_frame(
+        plan,
+        parent=frame,
+        caller=frame,
+        title=title,
+        kind="subgraph",
+        feeds=[*states, *slices],
+        iteration=t,
+        iterations=length,
+    )
+    outs = yield from ex.run_frame(sub)
+    n_state = len(states)
+    return list(outs[:n_state]), [np.asarray(o) for o in outs[n_state:]]
 
 
 def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
@@ -195,20 +214,12 @@ def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
         for t in range(length):
             _check_cancel(ex, pn)
             slices = [x[b, (length - 1 - t) if d else t] for x, d in zip(scan_ins, dirs)]
-            sub = ex.new_frame(
-                plan,
-                parent=frame,
-                caller=frame,
-                title=f"{pn.label} batch {b + 1}/{batch} iteration {t + 1}/{length}",
-                kind="subgraph",
-                feeds=[*states, *slices],
-                iteration=t,
-                iterations=length,
+            title = f"{pn.label} batch {b + 1}/{batch} iteration {t + 1}/{length}"
+            states, step_outs = yield from _scan_step(
+                ex, frame, plan, title, states, slices, t, length
             )
-            outs = yield from ex.run_frame(sub)
-            states = list(outs[:n_state])
             for k in range(n_scan_out):
-                per_step[k].append(np.asarray(outs[n_state + k]))
+                per_step[k].append(step_outs[k])
         for k in range(n_state):
             final_states[k].append(np.asarray(states[k]))
         for k in range(n_scan_out):
