@@ -137,16 +137,14 @@ class TensorSite:
     attribute: str | None = None
 
 
-# Attribute kinds that can hold tensors or subgraphs (UNDEFINED: old files, check fields).
-_TENSOR_OR_GRAPH_KINDS = frozenset(
+# Attribute kinds that can hold tensors (UNDEFINED: old files, check the fields).
+_TENSOR_KINDS = frozenset(
     {
         AttributeProto.UNDEFINED,
         AttributeProto.TENSOR,
         AttributeProto.TENSORS,
         AttributeProto.SPARSE_TENSOR,
         AttributeProto.SPARSE_TENSORS,
-        AttributeProto.GRAPH,
-        AttributeProto.GRAPHS,
     }
 )
 
@@ -155,17 +153,12 @@ def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
     """Every TensorProto in the model: initializers, sparse initializers' parts and
     tensor attributes, in every graph and function body.
 
-    A light walk of its own (not the scope index): opening a 100k-node model must not
-    pay for an index just to find its few external tensors.  Paths and labels match
-    `onnxviz.model.scopes` (a label is computed only for a node that holds a tensor).
+    A light walk (`scopes.iter_graphs`, no index): opening a 100k-node model must not
+    pay for an index just to find its few external tensors.
     """
-    from onnxviz.model.scopes import GraphScope, function_path
+    from onnxviz.model.scopes import iter_graphs
 
-    roots: list[GraphScope] = [GraphScope("main", "main", graph=model.graph)]
-    roots += [GraphScope(function_path(f), "function", function=f) for f in model.functions]
-    stack = list(reversed(roots))
-    while stack:
-        scope = stack.pop()
+    for scope in iter_graphs(model):
         graph = scope.graph
         if graph is not None:
             for t in graph.initializer:
@@ -173,13 +166,11 @@ def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
             for s in graph.sparse_initializer:
                 yield TensorSite(s.values, scope.path)
                 yield TensorSite(s.indices, scope.path)
-        nested: list[GraphScope] = []
         for i, node in enumerate(scope.nodes):
             if not node.attribute:
                 continue
             for attr in node.attribute:
-                kind = attr.type
-                if kind not in _TENSOR_OR_GRAPH_KINDS:
+                if attr.type not in _TENSOR_KINDS:
                     continue
                 if attr.HasField("t"):
                     yield TensorSite(attr.t, scope.path, scope.node_label(i), attr.name)
@@ -188,18 +179,6 @@ def iter_tensors(model: ModelProto) -> Iterator[TensorSite]:
                 if attr.HasField("sparse_tensor"):
                     st = attr.sparse_tensor
                     yield TensorSite(st.values, scope.path, scope.node_label(i), attr.name)
-                subs = [(attr.name, attr.g)] if attr.HasField("g") else []
-                subs += [(f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs)]
-                for attr_name, sub in subs:
-                    nested.append(
-                        GraphScope(
-                            f"{scope.path}/{attr_name}:{scope.node_label(i)}",
-                            "subgraph",
-                            graph=sub,
-                            parent=scope,
-                        )
-                    )
-        stack.extend(reversed(nested))
     for info in model.training_info:
         for t in info.initialization.initializer:
             yield TensorSite(t, "training_info/initialization")

@@ -271,6 +271,36 @@ def _index_scope(scope: GraphScope, subgraph_nodes: list[int] | None = None) -> 
     scope._label_to_index = {}
 
 
+def iter_graphs(model: ModelProto) -> Iterator[GraphScope]:
+    """Every graph of the model in `build_scopes` order, *without* building indexes:
+    for walks that only need each graph's nodes and path (tensor scans, summaries),
+    which must not pay for a 100k-node index.  Labels are computed only for nodes
+    holding a subgraph."""
+    roots: list[GraphScope] = [GraphScope("main", "main", graph=model.graph)]
+    roots += [GraphScope(function_path(f), "function", function=f) for f in model.functions]
+    stack = list(reversed(roots))
+    while stack:
+        scope = stack.pop()
+        yield scope
+        nested: list[GraphScope] = []
+        for i, node in enumerate(scope.nodes):
+            if not node.attribute or not any(a.type in _GRAPH_KINDS for a in node.attribute):
+                continue
+            for attr_name, sub in _subgraph_attrs(node):
+                nested.append(
+                    GraphScope(
+                        f"{scope.path}/{attr_name}:{scope.node_label(i)}",
+                        "subgraph",
+                        graph=sub,
+                        parent=scope,
+                        owner_node_index=i,
+                        owner_attribute=attr_name,
+                        depth=scope.depth + 1,
+                    )
+                )
+        stack.extend(reversed(nested))
+
+
 def function_path(fn: FunctionProto) -> str:
     path = f"function:{fn.domain}:{fn.name}"
     overload = getattr(fn, "overload", "")

@@ -9,7 +9,7 @@ from onnx import ModelProto, ValueInfoProto
 
 from onnxviz.model.external import external_ref, is_external
 from onnxviz.model.io import iter_tensors
-from onnxviz.model.scopes import build_scopes
+from onnxviz.model.scopes import iter_graphs
 
 
 def _type_text(vi: ValueInfoProto) -> str:
@@ -25,7 +25,7 @@ def _type_text(vi: ValueInfoProto) -> str:
 
 def summarize(model: ModelProto) -> dict[str, Any]:
     """The fields of `onnxviz info --json` (DESIGN.md §7)."""
-    scopes = build_scopes(model)
+    scopes = list(iter_graphs(model))  # no index: info on 100k nodes stays light
     graph = model.graph
     op_types: Counter[str] = Counter()
     total = 0
