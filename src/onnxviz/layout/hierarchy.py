@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from operator import attrgetter
 
 import numpy as np
 
@@ -48,6 +49,12 @@ from .flat import ROUTE_PROXY, ROUTE_REVERSED, FlatLayout, layout_arrays
 from .long_edges import port_offsets
 
 ROOT = -1
+BELOW_TOP = -3  # an edge inside one top-level group, not lifted yet (see `_lift_below_top`)
+
+_get_id = attrgetter("id")
+_get_parent = attrgetter("parent")
+_get_width = attrgetter("collapsed_width")
+_get_height = attrgetter("collapsed_height")
 
 
 @dataclasses.dataclass
@@ -104,12 +111,16 @@ class LayoutSession:
                 self._open[self._group_entity(g)] = True
 
     # ----------------------------------------------------------------- tree building
+    # Only what the first view needs is built here: parents, depths, first-node order
+    # keys, sections and the top-level lift of every edge.  The child index of every
+    # container and the lift below the top level are built when a group is first opened.
     def _build_tree(self, request: LayoutRequest) -> None:
         arrays = self._arrays
         n = len(arrays.ids)
         self._n = n
         groups: list[LayoutGroup] = list(request.groups)
-        group_ids = [g.id for g in groups]
+        self._groups = groups
+        group_ids: list[str] = list(map(_get_id, groups))
         gindex: dict[str, int] = dict(zip(group_ids, range(n, n + len(groups))))
         if len(gindex) != len(groups):
             seen: set[str] = set()
@@ -118,9 +129,11 @@ class LayoutSession:
         if not arrays.id_set.isdisjoint(gindex):
             clash = next(i for i in gindex if i in arrays.id_set)
             raise LayoutError(f"id {clash!r} names both a node and a group")
+        lookup: dict[str | None, int] = {None: ROOT}
+        lookup.update(gindex)
         try:
             group_parent = np.fromiter(
-                (ROOT if g.parent is None else gindex[g.parent] for g in groups),
+                map(lookup.__getitem__, map(_get_parent, groups)),
                 dtype=np.int64,
                 count=len(groups),
             )
@@ -136,80 +149,101 @@ class LayoutSession:
         else:
             try:
                 node_parent = np.fromiter(
-                    (gindex[nd.parent] if nd.parent is not None else ROOT for nd in nodes),
-                    dtype=np.int64,
-                    count=n,
+                    map(lookup.__getitem__, map(_get_parent, nodes)), dtype=np.int64, count=n
                 )
             except KeyError as exc:
                 raise LayoutError(f"a node names unknown group {exc.args[0]!r}") from None
-        parent = np.concatenate([node_parent, group_parent])
+        par = np.concatenate([node_parent, group_parent])
         self._ids: list[str] = list(arrays.ids) + group_ids
-        self._labels: list[str] = [""] * n + [g.label or g.id for g in groups]
-        if request.direction == "LR":
-            cw = [g.collapsed_height for g in groups]
-            ch = [g.collapsed_width for g in groups]
-        else:
-            cw = [g.collapsed_width for g in groups]
-            ch = [g.collapsed_height for g in groups]
-        par = np.asarray(parent, dtype=np.int64)
+        lr = request.direction == "LR"
+        cw = np.fromiter(map(_get_height if lr else _get_width, groups), float, len(groups))
+        ch = np.fromiter(map(_get_width if lr else _get_height, groups), float, len(groups))
         depth = self._depths(par, n)
-        # Order key: first node (in request order) inside each entity.
-        first = np.full(len(par), np.iinfo(np.int64).max, dtype=np.int64)
-        first[:n] = np.arange(n)
-        for level in range(int(depth.max(initial=0)), -1, -1):
-            sel = np.flatnonzero((depth == level) & (par >= 0))
-            np.minimum.at(first, par[sel], first[sel])
+        first = self._first_nodes(par, depth, n)
         par, first, cw, ch, new_ids = self._split_sections(par, first, cw, ch, request)
         self._ids += new_ids
-        self._labels += ["section " + i.rsplit("#", 1)[-1] for i in new_ids]
+        gindex.update(zip(new_ids, range(n + len(groups), len(par))))
+        self._gindex = gindex
         self._n_ent = len(par)
         self._parent = par
         self._depth = self._depths(par, n) if new_ids else depth
         self._first = first
-        self._cw = np.concatenate([np.zeros(n), np.asarray(cw, dtype=float)])
-        self._ch = np.concatenate([np.zeros(n), np.asarray(ch, dtype=float)])
-        self._gindex_cache: dict[str, int] | None = None
-        # Children of every container (top level = ROOT), ordered by first node.
-        self._child_order = np.lexsort((first, par))
-        self._child_par = par[self._child_order]
-        self._kid_bounds: tuple[list[int], list[int]] | None = None
+        self._cw = np.concatenate([np.zeros(n), cw])
+        self._ch = np.concatenate([np.zeros(n), ch])
+        # Children of every container (top level = ROOT), ordered by first node: built
+        # on first use beyond the top level (see `_kids`).
+        self._root_kids: np.ndarray | None = None
+        self._child_order: np.ndarray | None = None
+        self._kid_start: list[int] = []
+        self._group_levels: list[np.ndarray] | None = None
 
     def _kids(self, c: int) -> np.ndarray:
-        if self._kid_bounds is None:
-            keys = np.arange(-1, self._n_ent)
-            lo = np.searchsorted(self._child_par, keys, side="left")
-            hi = np.searchsorted(self._child_par, keys, side="right")
-            self._kid_bounds = (lo.tolist(), hi.tolist())
-        lo_list, hi_list = self._kid_bounds
-        return self._child_order[lo_list[c + 1] : hi_list[c + 1]]
+        if self._child_order is None:
+            if c == ROOT:  # the first view: no need to sort every container's children
+                if self._root_kids is None:
+                    top = np.flatnonzero(self._parent == ROOT)
+                    self._root_kids = top[np.argsort(self._first[top], kind="stable")]
+                return self._root_kids
+            self._index_children()
+        assert self._child_order is not None
+        return self._child_order[self._kid_start[c + 1] : self._kid_start[c + 2]]
 
-    @property
-    def _gindex(self) -> dict[str, int]:
-        if self._gindex_cache is None:
-            self._gindex_cache = dict(zip(self._ids[self._n :], range(self._n, self._n_ent)))
-        return self._gindex_cache
+    def _index_children(self) -> None:
+        """Children of every container in one sorted array (by container, first node)."""
+        if self._child_order is not None:
+            return
+        par = self._parent
+        self._child_order = np.lexsort((self._first, par))
+        counts = np.bincount(par + 1, minlength=self._n_ent + 1)
+        start = np.zeros(self._n_ent + 2, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        self._kid_start = start.tolist()
+
+    def _label(self, g: int) -> str:
+        if g < self._n + len(self._groups):
+            grp = self._groups[g - self._n]
+            return grp.label or grp.id
+        return "section " + self._ids[g].rsplit("#", 1)[-1]
 
     @staticmethod
     def _depths(par: np.ndarray, n: int) -> np.ndarray:
-        """Depth of every entity (top level 0); LayoutError on a parent cycle."""
+        """Depth of every entity (top level 0); LayoutError on a parent cycle.  Walks the
+        groups only: a node is one deeper than its group."""
         depth = np.zeros(len(par), dtype=np.int64)
-        cur = par.copy()
+        group_depth = depth[n:]  # a view: filled in place
+        cur = par[n:].copy()
         for _ in range(len(par) - n + 1):
-            live = cur >= 0
-            if not live.any():
+            live = np.flatnonzero(cur >= 0)
+            if not len(live):
+                node_par = par[:n]
+                depth[:n] = np.where(node_par >= 0, depth[np.maximum(node_par, 0)] + 1, 0)
                 return depth
-            depth[live] += 1
+            group_depth[live] += 1
             cur[live] = par[cur[live]]
         raise LayoutError("group parents form a cycle")
+
+    @staticmethod
+    def _first_nodes(par: np.ndarray, depth: np.ndarray, n: int) -> np.ndarray:
+        """Order key of every entity: its first node in request order (groups without
+        nodes: the largest int64)."""
+        first = np.full(len(par), np.iinfo(np.int64).max, dtype=np.int64)
+        first[:n] = np.arange(n)
+        inside = np.flatnonzero(par[:n] >= 0)
+        np.minimum.at(first, par[inside], inside)
+        group_depth = depth[n:]
+        for level in range(int(group_depth.max(initial=0)), 0, -1):
+            sel = np.flatnonzero(group_depth == level) + n
+            np.minimum.at(first, par[sel], first[sel])
+        return first
 
     def _split_sections(
         self,
         par: np.ndarray,
         first: np.ndarray,
-        cw: list[float],
-        ch: list[float],
+        cw: np.ndarray,
+        ch: np.ndarray,
         request: LayoutRequest,
-    ) -> tuple[np.ndarray, np.ndarray, list[float], list[float], list[str]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Give over-full containers sections of at most ``max_group_children`` children
         each, in first-node order, nesting sections until every container fits."""
         limit = max(2, request.max_group_children)
@@ -219,12 +253,14 @@ class LayoutSession:
         if not todo:
             return par, first, cw, ch, new_ids
         par = par.copy()
-        cw, ch = list(cw), list(ch)
         taken = set(self._ids[self._n :])
-        sec_w, sec_h = (cw[0], ch[0]) if cw else (160.0, 40.0)
+        sec_w, sec_h = (float(cw[0]), float(ch[0])) if len(cw) else (160.0, 40.0)
         new_par: list[int] = []
         new_first: list[int] = []
-        order = np.lexsort((first, par))
+        # Children of the over-full containers only, by (container, first node).
+        over_full = counts > limit
+        order = np.flatnonzero(over_full[par + 1])
+        order = order[np.lexsort((first[order], par[order]))]
         sorted_par = par[order]
         base_count = len(par)
         override: dict[int, np.ndarray] = {}
@@ -259,8 +295,6 @@ class LayoutSession:
                 )
                 new_par.append(container)
                 new_first.append(first_of)
-                cw.append(sec_w)
-                ch.append(sec_h)
                 made.append(sid)
             if len(made) > limit:
                 # Too many sections: group the sections themselves into sections.
@@ -269,39 +303,86 @@ class LayoutSession:
                 todo.append(container)
         par = np.concatenate([par, np.asarray(new_par, dtype=np.int64)])
         first = np.concatenate([first, np.asarray(new_first, dtype=np.int64)])
+        cw = np.concatenate([cw, np.full(len(new_ids), sec_w)])
+        ch = np.concatenate([ch, np.full(len(new_ids), sec_h)])
         return par, first, cw, ch, new_ids
 
+    def _levels(self) -> list[np.ndarray]:
+        """Group entities by depth, shallowest first."""
+        if self._group_levels is None:
+            n = self._n
+            depth = self._depth[n:]
+            order = np.argsort(depth, kind="stable")
+            bounds = np.flatnonzero(np.diff(depth[order])) + 1
+            self._group_levels = np.split(order + n, bounds) if len(order) else []
+        return self._group_levels
+
     def _lift_edges(self) -> None:
-        """Container and child representatives of every edge, one pass per level."""
+        """Lift every edge to the top level: an edge between two top-level entities
+        belongs to the top-level layout; the rest (inside one top-level group) are
+        lifted further by `_lift_below_top` when a group is first opened."""
         arrays = self._arrays
-        par, depth = self._parent, self._depth
-        ra = arrays.src.copy()
-        rb = arrays.dst.copy()
-        for _ in range(int(depth.max(initial=0)) + 1):
-            deeper_a = depth[ra] > depth[rb]
-            ra[deeper_a] = par[ra[deeper_a]]
-            deeper_b = depth[rb] > depth[ra]
-            rb[deeper_b] = par[rb[deeper_b]]
-        for _ in range(int(depth.max(initial=0)) + 1):
-            differ = (par[ra] != par[rb]) & (ra != rb)
-            if not differ.any():
-                break
-            ra[differ] = par[ra[differ]]
-            rb[differ] = par[rb[differ]]
-        container = np.where(ra == rb, -2, par[ra])  # -2: a self loop, never drawn lifted
-        self._edge_container = container
+        par = self._parent
+        top = np.arange(self._n_ent)  # top-level ancestor of every group
+        for level in self._levels()[1:]:
+            top[level] = top[par[level]]
+        src_par, dst_par = par[arrays.src], par[arrays.dst]
+        ra = np.where(src_par >= 0, top[src_par], arrays.src)
+        rb = np.where(dst_par >= 0, top[dst_par], arrays.dst)
+        self._edge_container = np.where(ra == rb, BELOW_TOP, ROOT)
         self._edge_ra = ra
         self._edge_rb = rb
-        # Edges grouped by container; deduplicated per container when first laid out.
-        order = np.argsort(container, kind="stable")
-        self._edge_order = order
-        self._edge_sorted_container = container[order]
+        self._lifted_all = False
+        # Edges grouped by container (built with the full lift).
+        self._edge_order = np.zeros(0, dtype=np.int64)
+        self._edge_sorted_container = np.zeros(0, dtype=np.int64)
         self._edge_local = np.full(len(ra), -1, dtype=np.int64)
         self._scratch = np.full(self._n_ent, -1, dtype=np.int64)
         self._uniq_edges: np.ndarray | None = None
         self._pairs: dict[str, tuple[np.ndarray, ...]] | None = None
-        self._depth_levels: list[np.ndarray] | None = None
         self._uniq_cont_sorted = np.zeros(0, dtype=np.int64)
+
+    def _lift_below_top(self) -> None:
+        """Container and child representatives of the edges inside top-level groups,
+        one pass per level; edges between siblings need none."""
+        if self._lifted_all:
+            return
+        self._lifted_all = True
+        arrays = self._arrays
+        par, depth = self._parent, self._depth
+        below = np.flatnonzero(self._edge_container == BELOW_TOP)
+        ra, rb = arrays.src[below], arrays.dst[below]
+        climb = np.flatnonzero(par[ra] != par[rb])
+        a, b = ra[climb], rb[climb]
+        for _ in range(int(depth.max(initial=0)) + 1):
+            deeper_a = depth[a] > depth[b]
+            a[deeper_a] = par[a[deeper_a]]
+            deeper_b = depth[b] > depth[a]
+            b[deeper_b] = par[b[deeper_b]]
+        for _ in range(int(depth.max(initial=0)) + 1):
+            differ = (par[a] != par[b]) & (a != b)
+            if not differ.any():
+                break
+            a[differ] = par[a[differ]]
+            b[differ] = par[b[differ]]
+        ra[climb], rb[climb] = a, b
+        # -2: a self loop, never drawn lifted
+        self._edge_container[below] = np.where(ra == rb, -2, par[ra])
+        self._edge_ra[below] = ra
+        self._edge_rb[below] = rb
+        container = self._edge_container
+        self._edge_order = np.argsort(container, kind="stable")
+        self._edge_sorted_container = container[self._edge_order]
+
+    def _edge_rows(self, c: int) -> np.ndarray:
+        """The request edges laid out in container ``c``, in request order."""
+        if not self._lifted_all:
+            if c == ROOT:  # already final: lifted to the top level at the start
+                return np.flatnonzero(self._edge_container == ROOT)
+            self._lift_below_top()
+        lo = int(np.searchsorted(self._edge_sorted_container, c, side="left"))
+        hi = int(np.searchsorted(self._edge_sorted_container, c, side="right"))
+        return self._edge_order[lo:hi]
 
     # ------------------------------------------------------------------- queries
     def _group_entity(self, gid: str) -> int:
@@ -409,7 +490,11 @@ class LayoutSession:
     def _dedupe_edges(self) -> None:
         """Local layout edges of every container at once: (container, local a, local b,
         ports) deduplicated, each request edge mapped to its local edge."""
-        order, par = self._child_order, self._child_par
+        self._lift_below_top()
+        self._index_children()
+        order = self._child_order
+        assert order is not None
+        par = self._parent[order]
         # Position of every entity among its siblings.
         starts = np.searchsorted(par, par, side="left")
         local_pos = np.empty(self._n_ent, dtype=np.int64)
@@ -496,6 +581,7 @@ class LayoutSession:
         """For every edge and every group it enters (or leaves) below its common
         container: the group, the edge, the group's child holding the end, and the
         nesting level (0 = the group directly around the end)."""
+        self._lift_below_top()
         par = self._parent
         cont = self._edge_container
         live = np.flatnonzero(cont != -2)
@@ -613,9 +699,7 @@ class LayoutSession:
     def _container_edges(self, c: int, kids: np.ndarray) -> _Container:
         """The same local edges as `_dedupe_edges`, for one container (used while few
         containers are open, so the first view never pays for all of them)."""
-        lo = int(np.searchsorted(self._edge_sorted_container, c, side="left"))
-        hi = int(np.searchsorted(self._edge_sorted_container, c, side="right"))
-        rows = self._edge_order[lo:hi]
+        rows = self._edge_rows(c)
         scratch = self._scratch
         scratch[kids] = np.arange(len(kids))
         ra, rb = self._edge_ra[rows], self._edge_rb[rows]
@@ -691,6 +775,8 @@ class LayoutSession:
 
     def _ensure_layouts(self) -> list[int]:
         visible = self._visible_containers()
+        if len(visible) > 1:
+            self._lift_below_top()
         sp = self.request.spacing
         missing = sum(1 for c in visible if c not in self._layouts)
         if missing > 64 and self._uniq_edges is None:
@@ -752,7 +838,7 @@ class LayoutSession:
                     if op:
                         origin[g] = (x0 + float(inset[0]), y0 + float(inset[1]))
                     group_boxes.append(
-                        GroupBox(self._ids[g], x0, y0, w, h, op, self._labels[g], parent_id)
+                        GroupBox(self._ids[g], x0, y0, w, h, op, self._label(g), parent_id)
                     )
             for k in range(len(lay.proxy_source)):
                 src_e = int(kids[lay.proxy_source[k]])
@@ -772,15 +858,14 @@ class LayoutSession:
         # group, else the one standing for its parent (a collapsed ancestor).
         terminal = shown & ~self._open
         vis = np.where(terminal, np.arange(n_ent), -1)
-        if self._depth_levels is None:
-            order = np.argsort(self._depth, kind="stable")
-            bounds = np.flatnonzero(np.diff(self._depth[order])) + 1
-            self._depth_levels = np.split(order, bounds)
-        for level in self._depth_levels:
+        for level in self._levels():  # groups, parents first
             need = level[vis[level] < 0]
             par = self._parent[need]
             ok = par >= 0
             vis[need[ok]] = vis[par[ok]]
+        node_par = self._parent[:n]
+        hidden = np.flatnonzero(~terminal[:n] & (node_par >= 0))
+        vis[hidden] = vis[node_par[hidden]]
         meta, offsets, points = self._routes(vis, center, size, placed)
         node_sel = np.flatnonzero(terminal[:n])
         xy = center[node_sel] - size[node_sel] / 2
@@ -854,8 +939,11 @@ class LayoutSession:
             kind_list.append(lay.route_kind)
             total_routes += k
             total_pts += len(lay.route_points)
-        live = (vs != vd) & (vs >= 0) & (vd >= 0) & (cont != -2)
-        live &= route_base[cont + 1] >= 0
+        # Edges of placed containers (-2: self loops, BELOW_TOP: not lifted yet, in a
+        # top-level group that is closed).
+        laid = cont >= ROOT
+        live = (vs != vd) & (vs >= 0) & (vd >= 0) & laid
+        live &= route_base[np.where(laid, cont, ROOT) + 1] >= 0
         idx = np.flatnonzero(live)
         if len(idx) == 0 or total_routes == 0:
             return [], np.zeros(1, dtype=np.int64), np.zeros((0, 2))
