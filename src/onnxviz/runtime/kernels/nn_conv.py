@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
     conv_pads,
@@ -28,6 +29,27 @@ from onnxviz.runtime.kernels.nn_geometry import (
     window_view,
 )
 from onnxviz.runtime.registry import kernel
+
+
+class ConvWeight:
+    """A constant conv weight with the repacked forms the fast paths read, made once.
+
+    The planner wraps a Conv's initializer weight in one of these for unwatched runs
+    (see runtime.fusion), so the per-offset weight matrices of a 3x3 conv are not copied
+    out of the (M, C, kh, kw) array on every call.  ``array`` is the weight itself."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self._taps: np.ndarray | None = None
+
+    def taps(self) -> np.ndarray:
+        """(kernel offsets, M, C/group) contiguous: one (M, C) matrix per offset."""
+        if self._taps is None:
+            w = self.array
+            self._taps = np.ascontiguousarray(
+                w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1)
+            )
+        return self._taps
 
 
 def _conv_geometry(
@@ -60,10 +82,14 @@ def conv_core(
     pads: Sequence[int],
     out_shape: Sequence[int],
     bias: np.ndarray | None = None,
+    packed: ConvWeight | None = None,
 ) -> np.ndarray:
     """Zero-padded grouped convolution of same-dtype float arrays plus the optional
-    per-channel ``bias`` (M,); a fresh (N, M, *out_shape)."""
-    y, bias_added = _conv_dispatch(x, w, group, kernel, strides, dilations, pads, out_shape, bias)
+    per-channel ``bias`` (M,); a fresh (N, M, *out_shape).  ``packed`` is ``w`` wrapped
+    with its repacked forms, when the caller keeps one."""
+    y, bias_added = _conv_dispatch(
+        x, w, group, kernel, strides, dilations, pads, out_shape, bias, packed
+    )
     if bias is not None and not bias_added:
         y += bias.reshape((1, -1) + (1,) * len(kernel))
     return y
@@ -79,6 +105,7 @@ def _conv_dispatch(
     pads: Sequence[int],
     out_shape: Sequence[int],
     bias: np.ndarray | None,
+    packed: ConvWeight | None = None,
 ) -> tuple[np.ndarray, bool]:
     """The conv by the fastest path for its shape; True when ``bias`` is already in."""
     n, c = x.shape[:2]
@@ -93,9 +120,10 @@ def _conv_dispatch(
     p_size = int(np.prod(out_shape))
     pointwise = k_size == 1 and not any(pads) and all(s == 1 for s in strides) and group == 1
     if pointwise:
-        # 1x1, stride 1, no padding: a plain matmul on a view.
-        y = np.matmul(w.reshape(m, c), x.reshape(n, c, p_size))
-        return y.reshape(n, m, *out_shape), False
+        # 1x1, stride 1, no padding: a plain product on a view.
+        y = np.empty((n, m, p_size), dtype=x.dtype)
+        added = _products_with_bias(w.reshape(m, c), x.reshape(n, c, p_size), y, bias)
+        return y.reshape(n, m, *out_shape), added
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if cg == 1 and group > 1 and min(pads) >= 0:
@@ -109,7 +137,7 @@ def _conv_dispatch(
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
             if c < _FEW_CHANNELS:
                 return _flat_im2col_conv(layout, w, bias), True
-            return _shifted_conv(layout, w, bias), True
+            return _shifted_conv(layout, w, bias, packed), True
     strided = any(s > 1 for s in strides) and min(pads) >= 0
     few = c < _FEW_CHANNELS
     if group == 1 and strided and k_size > 1 and (c >= 16 or few) and n * p_size >= 1024:
@@ -118,7 +146,7 @@ def _conv_dispatch(
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
             if few:
                 return _flat_im2col_conv(layout, w, bias), True
-            return _shifted_conv(layout, w, bias), True
+            return _shifted_conv(layout, w, bias, packed), True
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
         return _depthwise(xp, w, group, kernel, strides, dilations, out_shape), False
@@ -129,10 +157,27 @@ def _conv_dispatch(
     col.reshape(cols.shape)[...] = cols
     wg = w.reshape(group, mg, cg * k_size)
     if group == 1:
-        y = np.matmul(wg[0], col[:, 0])
-    else:
-        y = np.matmul(wg[None], col)
+        y = np.empty((n, m, p_size), dtype=x.dtype)
+        added = _products_with_bias(wg[0], col[:, 0], y, bias)
+        return y.reshape(n, m, *out_shape), added
+    y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape), False
+
+
+def _products_with_bias(
+    w: np.ndarray, cols: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+) -> bool:
+    """out[b] = w @ cols[b] for each batch item; True when ``bias`` (M,) is in too.
+
+    With direct BLAS the bias is written first and the product added onto it inside
+    the GEMM: a write-only pass instead of a read-and-write pass over a big output."""
+    if bias is not None and blas.available():
+        out[...] = bias[:, None]
+        for b in range(out.shape[0]):
+            blas.gemm(w, cols[b], out[b], accumulate=True)
+        return True
+    np.matmul(w, cols, out=out)
+    return False
 
 
 class _FlatLayout:
@@ -204,23 +249,22 @@ class _FlatLayout:
         return np.add(full[index], bias.reshape((1, m) + (1,) * len(self.out_shape)), out=out)
 
 
-def _shifted_conv(layout: _FlatLayout, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """Stride-1 conv without im2col: one GEMM per kernel offset on a shifted slice that
-    BLAS reads in place (row stride = image size), accumulated in reused scratch buffers;
-    the crop to the output (with the bias) is the only fresh array."""
-    m, c = w.shape[:2]
+def _shifted_conv(
+    layout: _FlatLayout,
+    w: np.ndarray,
+    bias: np.ndarray | None = None,
+    packed: ConvWeight | None = None,
+) -> np.ndarray:
+    """Conv without im2col: one GEMM per kernel offset on a shifted slice that BLAS
+    reads in place (row stride = image size), each product added onto the running sum
+    inside the GEMM (beta = 1), in a reused scratch buffer; the crop to the output (with
+    the bias) is the only fresh array."""
     n = layout.flat.shape[0]
-    wk_all = w.reshape(m, c, -1)
-    acc = scratch("conv_acc", (n, m, layout.wide), layout.flat.dtype)
-    tmp = scratch("conv_tmp", (n, m, layout.wide), layout.flat.dtype)
-    for k_index in range(len(layout.taps)):
-        wk = np.ascontiguousarray(wk_all[:, :, k_index])
-        view = layout.view(k_index)
-        if k_index == 0:
-            np.matmul(wk, view, out=acc)
-        else:
-            np.matmul(wk, view, out=tmp)
-            acc += tmp
+    taps = (packed or ConvWeight(w)).taps()
+    acc = scratch("conv_acc", (n, w.shape[0], layout.wide), layout.flat.dtype)
+    for b in range(n):
+        for k_index in range(len(layout.taps)):
+            blas.gemm(taps[k_index], layout.view(k_index)[b], acc[b], accumulate=k_index > 0)
     return layout.crop(acc, bias)
 
 
@@ -332,7 +376,7 @@ def _depthwise_blocks(
 @kernel("Conv", since=(1, 11, 22))
 def conv(
     x: np.ndarray,
-    w: np.ndarray,
+    w: np.ndarray | ConvWeight,
     b: np.ndarray | None = None,
     *,
     auto_pad: str = "NOTSET",
@@ -342,14 +386,19 @@ def conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
+    packed = None
+    if isinstance(w, ConvWeight):
+        packed, w = w, w.array
     kernel, st, dil, pd, out = _conv_geometry(
         x, w, auto_pad, dilations, kernel_shape, pads, strides
     )
     xc, wc = as_compute(x), as_compute(w)
     if wc.dtype != xc.dtype:
         wc = wc.astype(xc.dtype)
+    if wc is not w:
+        packed = None  # its forms are of the uncast weight
     bias = None if b is None else as_compute(b).astype(xc.dtype, copy=False).reshape(-1)
-    y = conv_core(xc, wc, group, kernel, st, dil, pd, out, bias)
+    y = conv_core(xc, wc, group, kernel, st, dil, pd, out, bias, packed)
     return y.astype(x.dtype, copy=False)
 
 
