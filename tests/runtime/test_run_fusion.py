@@ -55,12 +55,14 @@ def test_conv_batchnorm_runs_as_one_node_with_the_same_result() -> None:
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     sess = Session(model)
     y = sess.run({"x": x})["y"]
-    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv", "Relu"]
+    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv"]
     assert run_nodes(sess.plan)[0].kind == "fused"
     want = _reference(model, {"x": x})
     np.testing.assert_allclose(y, want["y"], rtol=1e-5, atol=1e-5)
-    # The fused pair is timed under the Conv's address; the BatchNormalization never ran.
-    assert "main::conv" in sess.node_times and "main::bn" not in sess.node_times
+    assert (y == 0).any() and (y > 0).any()  # the Relu was applied, not skipped
+    # The fused chain is timed under the Conv's address; the others never ran.
+    assert "main::conv" in sess.node_times
+    assert "main::bn" not in sess.node_times and "main::relu" not in sess.node_times
     # Without fusion every node runs.
     plain = Session(model, fuse_ops=False)
     np.testing.assert_allclose(plain.run({"x": x})["y"], y, rtol=1e-5, atol=1e-5)
@@ -167,3 +169,66 @@ def test_a_constant_that_is_not_per_channel_runs_the_steps_one_by_one() -> None:
     x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
     y = Session(model).run({"x": x})["y"]
     np.testing.assert_allclose(y, _reference(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def _plain_conv_model(*, weight_as_input: bool = False, relu_kept: bool = False) -> onnx.ModelProto:
+    """x -> Conv 3x3 (8 -> 16 channels, 40x40: big enough for the shifted-GEMM path)
+    -> Relu."""
+    rng = np.random.default_rng(11)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", F, [1, 8, 40, 40])]
+    if weight_as_input:
+        inputs.append(helper.make_tensor_value_info("w", F, [16, 8, 3, 3]))
+    outputs = [helper.make_tensor_value_info("y", F, None)]
+    if relu_kept:
+        outputs.append(helper.make_tensor_value_info("c", F, None))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 3 if weight_as_input else 8
+    return model
+
+
+def test_conv_then_relu_runs_as_one_node() -> None:
+    model = _plain_conv_model()
+    x = np.random.default_rng(2).standard_normal((1, 8, 40, 40)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
+    want = _reference(model, {"x": x})
+    np.testing.assert_allclose(y, want["y"], rtol=1e-5, atol=1e-4)
+    assert float(y.min()) == 0.0
+    # Second run: the wrapped weight is reused and gives the same numbers.
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], y)
+
+
+def test_conv_whose_output_is_kept_runs_alone_and_relu_separately() -> None:
+    model = _plain_conv_model(relu_kept=True)
+    x = np.random.default_rng(3).standard_normal((1, 8, 40, 40)).astype(np.float32)
+    sess = Session(model)
+    out = sess.run({"x": x})
+    kinds = [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)]
+    assert kinds == [("Conv", "fused"), ("Relu", "kernel")]
+    want = _reference(model, {"x": x})
+    assert (out["c"] < 0).any()  # the kept Conv output is not clipped
+    np.testing.assert_allclose(out["c"], want["c"], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5, atol=1e-4)
+
+
+def test_fed_conv_weight_replaces_the_wrapped_one() -> None:
+    model = _plain_conv_model(weight_as_input=True)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
+    sess = Session(model)
+    default = sess.run({"x": x})["y"]
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    fed = sess.run({"x": x, "w": w})["y"]
+    np.testing.assert_allclose(fed, _reference(model, {"x": x, "w": w})["y"], rtol=1e-5, atol=1e-4)
+    assert not np.allclose(fed, default)
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], default)

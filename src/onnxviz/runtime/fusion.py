@@ -4,16 +4,20 @@ A plan's ``nodes`` are what stepping shows, one node at a time.  When nobody loo
 intermediate values, `run_nodes` gives an equivalent list in which some node pairs run
 as one ("fused") node:
 
-* **Conv -> per-channel affine steps**: a Conv followed by a chain of inference
-  BatchNormalization, Mul and Add nodes (each the only user of the previous output,
-  the other operands constants: initializers or constant-folded node outputs) runs as
-  one Conv whose weight and bias absorb the chain: y = conv(x, W) * K + B per output
-  channel, so W' = W * K and b' = B, folded once in float64 (BatchNormalization:
-  K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K *= c, B *= c; Add:
-  B += c).  A Mul/Add constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar,
-  ...) when the fold happens, else the steps run one by one as usual.  The folded
-  weights are cached by the identity of the arrays they came from, so a run that feeds
-  other values (IR < 4 overridable initializers) folds again.
+* **Conv -> per-channel affine steps -> Relu**: a Conv with a constant weight, followed
+  by a chain of inference BatchNormalization, Mul and Add nodes (each the only user of
+  the previous output, the other operands constants: initializers or constant-folded
+  node outputs) and optionally a Relu, runs as one Conv whose weight and bias absorb
+  the chain: y = conv(x, W) * K + B per output channel, so W' = W * K and b' = B, folded
+  once in float64 (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that +
+  beta; Mul: K *= c, B *= c; Add: B += c), and the Relu is applied in place to the
+  Conv's fresh output while it is still in cache.  A Mul/Add constant must be
+  per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold happens, else the
+  steps run one by one as usual.  A Conv with no such steps still becomes a fused node
+  of its own: its weight is handed to the kernel wrapped (nn_conv.ConvWeight), so the
+  repacked forms the fast conv paths read are made once, not on every run.  Folded and
+  wrapped weights are cached by the identity of the arrays they came from, so a run
+  that feeds other values (IR < 4 overridable initializers) folds again.
 
 The fused node sits at the last step's position (every input is ready there), takes
 the union of the nodes' outside inputs, and its liveness (``free_after``, in-place
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, liveness
 
 if TYPE_CHECKING:
@@ -64,10 +69,12 @@ def _is_inference_batch_norm(pn: PlanNode) -> bool:
 
 
 def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
-    """How ``pn`` continues a Conv's affine chain on slot ``y`` ("bn", "mul", "add"), or
+    """How ``pn`` continues a Conv's chain on slot ``y`` ("bn", "mul", "add", "relu"), or
     None."""
     if pn.kind != "kernel" or pn.domain != "" or len(pn.outputs) != 1:
         return None
+    if pn.op_type == "Relu":
+        return "relu" if tuple(pn.inputs) == (y,) else None
     if pn.op_type == "BatchNormalization":
         ok = (
             _is_inference_batch_norm(pn)
@@ -110,7 +117,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         steps: list[int] = []
         kinds: list[str] = []
         y = pn.outputs[0]
-        while y >= 0 and y not in keep:
+        while y >= 0 and y not in keep and "relu" not in kinds:
             consumers = users.get(y, [])
             if len(consumers) != 1:
                 break
@@ -120,8 +127,9 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             steps.append(consumers[0])
             kinds.append(kind)
             y = nodes[consumers[0]].outputs[0]
+        last = steps[-1] if steps else i
+        chains[last] = (i, steps, kinds)
         if steps:
-            chains[steps[-1]] = (i, steps, kinds)
             absorbed.add(i)
             absorbed.update(steps[:-1])
     out: list[PlanNode] = []
@@ -133,12 +141,12 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             out.append(dataclasses.replace(pn))
         else:
             head, steps, kinds = chain
-            out.append(_conv_affine_node(nodes[head], [nodes[k] for k in steps], kinds))
+            out.append(_conv_chain_node(nodes[head], [nodes[k] for k in steps], kinds))
     liveness(out, plan.slots, plan.output_names)
     return out
 
 
-def _conv_affine_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -> PlanNode:
+def _conv_chain_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -> PlanNode:
     ins = list(conv.inputs) + [-1] * (3 - len(conv.inputs))
     names = list(conv.input_names) + [""] * (3 - len(conv.input_names))
     # Per step: where its constant operands sit in the fused node's inputs.
@@ -153,7 +161,7 @@ def _conv_affine_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -
                 names.append(name)
         operands.append(places)
         y = pn.outputs[0]
-    last = steps[-1]
+    last = steps[-1] if steps else conv
     return dataclasses.replace(
         conv,
         kind="fused",
@@ -162,14 +170,15 @@ def _conv_affine_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -
         outputs=last.outputs,
         output_names=last.output_names,
         foldable=False,
-        fused=ConvAffine(conv, steps, kinds, operands),
+        fused=ConvChain(conv, steps, kinds, operands),
         inplace_dead=None,
         plain_fn=None,
     )
 
 
-class ConvAffine:
-    """A Conv and the per-channel affine steps after it, as one Conv with folded weights."""
+class ConvChain:
+    """A Conv and the per-channel affine steps and Relu after it, as one Conv with folded
+    (and repacked) weights."""
 
     def __init__(
         self, conv: PlanNode, steps: list[PlanNode], kinds: list[str], operands: list[list[int]]
@@ -178,19 +187,23 @@ class ConvAffine:
         self.steps = steps
         self.kinds = kinds
         self.operands = operands
+        self.relu = bool(kinds) and kinds[-1] == "relu"
         self._key: tuple[Any, ...] | None = None
-        self._folded: tuple[np.ndarray, np.ndarray] | None = None
+        self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         key = tuple(ins[1:])
         if self._key is None or any(k is not v for k, v in zip(self._key, key)):
-            self._folded = self._fold(ins)
+            self._prepared = self._prepare(ins)
             self._key = key
         x = ins[0]
-        if self._folded is None or type(x) is not np.ndarray or x.dtype != self._folded[0].dtype:
+        prepared = self._prepared
+        if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
-        wf, bf = self._folded
-        return ex.call_kernel(self.conv, [x, wf, bf])
+        y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
+        if self.relu:
+            np.maximum(y, 0, out=y)  # the conv's output is fresh and nobody else holds it
+        return [y]
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         """The nodes as they are (values the fold does not cover)."""
@@ -203,15 +216,25 @@ class ConvAffine:
             prev = pn.outputs[0]
         return [y]
 
-    def _fold(self, ins: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    def _prepare(self, ins: list[Any]) -> tuple[ConvWeight, np.ndarray | None] | None:
         w, b = ins[1], ins[2]
         if type(w) is not np.ndarray or w.dtype not in _FLOATS or w.ndim < 3:
             return None
+        if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
+            return None
+        if not any(kind != "relu" for kind in self.kinds):
+            return ConvWeight(w), b
+        folded = self._fold(w, b, ins)
+        return None if folded is None else (ConvWeight(folded[0]), folded[1])
+
+    def _fold(
+        self, w: np.ndarray, b: np.ndarray | None, ins: list[Any]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         m = w.shape[0]
         k = np.ones(m)
         if b is None:
             offset = np.zeros(m)
-        elif type(b) is np.ndarray and b.dtype == w.dtype and b.shape == (m,):
+        elif b.shape == (m,):
             offset = b.astype(np.float64)
         else:
             return None
@@ -227,7 +250,7 @@ class ConvAffine:
                 kb = scale / np.sqrt(var + float(pn.attrs.get("epsilon", 1e-5)))
                 k = k * kb
                 offset = (offset - mean) * kb + beta
-            else:
+            elif kind in ("mul", "add"):
                 c = _per_channel(consts[0], w)
                 if c is None:
                     return None
