@@ -5,6 +5,9 @@ pipeline (or the hierarchical session when the request has groups) and packs the
 from __future__ import annotations
 
 import time
+from collections.abc import Set as AbstractSet
+from functools import partial
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -48,13 +51,17 @@ class RequestArrays:
             w, h = nodes.width.copy(), nodes.height.copy()
             n_in, n_out = nodes.inputs.copy(), nodes.outputs.copy()
         else:
-            self.ids = [nd.id for nd in nodes]
-            w = np.fromiter((nd.width for nd in nodes), dtype=float, count=n)
-            h = np.fromiter((nd.height for nd in nodes), dtype=float, count=n)
-            n_in = np.fromiter((nd.inputs for nd in nodes), dtype=np.int64, count=n)
-            n_out = np.fromiter((nd.outputs for nd in nodes), dtype=np.int64, count=n)
+            self.ids = list(map(attrgetter("id"), nodes))
+            w = np.fromiter(map(attrgetter("width"), nodes), dtype=float, count=n)
+            h = np.fromiter(map(attrgetter("height"), nodes), dtype=float, count=n)
+            n_in = np.fromiter(map(attrgetter("inputs"), nodes), dtype=np.int64, count=n)
+            n_out = np.fromiter(map(attrgetter("outputs"), nodes), dtype=np.int64, count=n)
         self._index = None
-        self.id_set = set(self.ids)
+        # Ids seen as a set: the id -> position dict when edges name nodes by id (built
+        # anyway), else a plain set.  Either way one hash of every id, no second pass.
+        self.id_set: AbstractSet[str] = (
+            set(self.ids) if isinstance(request.edges, EdgeTable) else self.index.keys()
+        )
         if len(self.id_set) != n:
             seen: set[str] = set()
             dup = next(i for i in self.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
@@ -78,14 +85,14 @@ class RequestArrays:
             ):
                 raise LayoutError("edge table refers to a node index out of range")
         else:
-            index = self.index
+            position = self.index.__getitem__
             try:
-                self.src = np.fromiter((index[e.source] for e in edges), np.int64, count=m)
-                self.dst = np.fromiter((index[e.target] for e in edges), np.int64, count=m)
+                self.src = np.fromiter(map(position, map(attrgetter("source"), edges)), np.int64, m)
+                self.dst = np.fromiter(map(position, map(attrgetter("target"), edges)), np.int64, m)
             except KeyError as exc:
                 raise LayoutError(f"edge refers to unknown node {exc.args[0]!r}") from None
-            self.src_port = np.fromiter((e.source_port for e in edges), np.int64, count=m)
-            self.dst_port = np.fromiter((e.target_port for e in edges), np.int64, count=m)
+            self.src_port = np.fromiter(map(attrgetter("source_port"), edges), np.int64, m)
+            self.dst_port = np.fromiter(map(attrgetter("target_port"), edges), np.int64, m)
         if m and (self.src_port.min() < 0 or self.dst_port.min() < 0):
             raise LayoutError("port indexes must not be negative")
         if m:
@@ -101,7 +108,8 @@ def compute(request: LayoutRequest, cancel: CancelCheck | None = None) -> Layout
     if isinstance(nodes, NodeTable):
         has_groups = bool(request.groups) or bool((nodes.parent_index >= 0).any())
     else:
-        has_groups = bool(request.groups) or any(nd.parent is not None for nd in nodes)
+        top_level = map(partial(is_, None), map(attrgetter("parent"), nodes))
+        has_groups = bool(request.groups) or not all(top_level)
     if has_groups:
         from .hierarchy import LayoutSession
 

@@ -160,7 +160,7 @@ class LayoutSession:
         ch = np.fromiter(map(_get_width if lr else _get_height, groups), float, len(groups))
         depth = self._depths(par, n)
         first = self._first_nodes(par, depth, n)
-        par, first, cw, ch, new_ids = self._split_sections(par, first, cw, ch, request)
+        par, first, cw, ch, new_ids = self._split_sections(par, first, cw, ch, request, gindex)
         self._ids += new_ids
         gindex.update(zip(new_ids, range(n + len(groups), len(par))))
         self._gindex = gindex
@@ -243,6 +243,7 @@ class LayoutSession:
         cw: np.ndarray,
         ch: np.ndarray,
         request: LayoutRequest,
+        group_ids: dict[str, int],
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Give over-full containers sections of at most ``max_group_children`` children
         each, in first-node order, nesting sections until every container fits."""
@@ -253,7 +254,7 @@ class LayoutSession:
         if not todo:
             return par, first, cw, ch, new_ids
         par = par.copy()
-        taken = set(self._ids[self._n :])
+        taken: set[str] = set()  # section names so far (group ids are in ``group_ids``)
         sec_w, sec_h = (float(cw[0]), float(ch[0])) if len(cw) else (160.0, 40.0)
         new_par: list[int] = []
         new_first: list[int] = []
@@ -279,7 +280,7 @@ class LayoutSession:
             for k in range(0, len(kids), limit):
                 sid = base_count + len(new_par)
                 name = f"{base}#{k // limit}" if level == 0 else f"{base}#{level}.{k // limit}"
-                while name in taken:
+                while name in taken or name in group_ids:
                     name += "#"
                 taken.add(name)
                 new_ids.append(name)
@@ -856,17 +857,16 @@ class LayoutSession:
                 )
         # Lowest shown entity standing for each entity: itself when shown and not an open
         # group, else the one standing for its parent (a collapsed ancestor).
+        # (Groups here; nodes at the ends of drawn edges in `_stand_in`.)
         terminal = shown & ~self._open
-        vis = np.where(terminal, np.arange(n_ent), -1)
-        for level in self._levels():  # groups, parents first
+        vis = np.full(n_ent, -1, dtype=np.int64)
+        vis[n:] = np.where(terminal[n:], np.arange(n, n_ent), -1)
+        for level in self._levels():  # parents first
             need = level[vis[level] < 0]
             par = self._parent[need]
             ok = par >= 0
             vis[need[ok]] = vis[par[ok]]
-        node_par = self._parent[:n]
-        hidden = np.flatnonzero(~terminal[:n] & (node_par >= 0))
-        vis[hidden] = vis[node_par[hidden]]
-        meta, offsets, points = self._routes(vis, center, size, placed)
+        meta, offsets, points = self._routes(terminal, vis, center, size, placed)
         node_sel = np.flatnonzero(terminal[:n])
         xy = center[node_sel] - size[node_sel] / 2
         nsize = size[node_sel]
@@ -908,8 +908,15 @@ class LayoutSession:
             },
         )
 
+    def _stand_in(self, nodes: np.ndarray, terminal: np.ndarray, vis: np.ndarray) -> np.ndarray:
+        """The shown entity standing for each node: itself, or the collapsed group that
+        hides it (-1: none, inside an open group that is not shown)."""
+        par = self._parent[nodes]
+        return np.where(terminal[nodes], nodes, np.where(par >= 0, vis[par], -1))
+
     def _routes(
         self,
+        terminal: np.ndarray,
         vis: np.ndarray,
         center: np.ndarray,
         size: np.ndarray,
@@ -924,8 +931,6 @@ class LayoutSession:
         arrays = self._arrays
         n = self._n
         cont = self._edge_container
-        vs = vis[arrays.src]
-        vd = vis[arrays.dst]
         # Global table of the routes of every placed container.
         route_base = np.full(self._n_ent + 1, -1, dtype=np.int64)  # index c + 1
         offs_list, pts_list, kind_list = [], [], []
@@ -939,28 +944,36 @@ class LayoutSession:
             kind_list.append(lay.route_kind)
             total_routes += k
             total_pts += len(lay.route_points)
-        # Edges of placed containers (-2: self loops, BELOW_TOP: not lifted yet, in a
-        # top-level group that is closed).
-        laid = cont >= ROOT
-        live = (vs != vd) & (vs >= 0) & (vd >= 0) & laid
-        live &= route_base[np.where(laid, cont, ROOT) + 1] >= 0
-        idx = np.flatnonzero(live)
-        if len(idx) == 0 or total_routes == 0:
+        if total_routes == 0:
+            return [], np.zeros(1, dtype=np.int64), np.zeros((0, 2))
+        # Edges laid out in placed containers, in request order (-2: self loops and
+        # BELOW_TOP: not lifted yet, inside a closed top-level group, are never drawn).
+        if len(placed) == 1:
+            rows = self._edge_rows(placed[0][0])
+        else:
+            laid = cont >= ROOT
+            rows = np.flatnonzero(laid & (route_base[np.where(laid, cont, ROOT) + 1] >= 0))
+        vs = self._stand_in(arrays.src[rows], terminal, vis)
+        vd = self._stand_in(arrays.dst[rows], terminal, vis)
+        live = (vs != vd) & (vs >= 0) & (vd >= 0)
+        idx, vs, vd = rows[live], vs[live], vd[live]
+        if len(idx) == 0:
             return [], np.zeros(1, dtype=np.int64), np.zeros((0, 2))
         all_offs = np.concatenate(offs_list + [np.asarray([total_pts])])
         all_pts = np.concatenate(pts_list)
         all_kind = np.concatenate(kind_list)
-        sp_eff = np.where(vs[idx] < n, arrays.src_port[idx], 0)
-        tp_eff = np.where(vd[idx] < n, arrays.dst_port[idx], 0)
-        keys = np.stack([vs[idx], vd[idx], sp_eff, tp_eff], axis=1)
+        sp_eff = np.where(vs < n, arrays.src_port[idx], 0)
+        tp_eff = np.where(vd < n, arrays.dst_port[idx], 0)
+        keys = np.stack([vs, vd, sp_eff, tp_eff], axis=1)
         _, first_idx, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
         order = np.argsort(first_idx, kind="stable")
-        chosen = idx[first_idx[order]]
+        pick = first_idx[order]  # into idx, vs, vd
+        chosen = idx[pick]
         counts = counts[order]
         g_route = route_base[cont[chosen] + 1] + self._edge_local[chosen]
         lo = all_offs[g_route]
         length = all_offs[g_route + 1] - lo
-        a, b = vs[chosen], vd[chosen]
+        a, b = vs[pick], vd[pick]
         ra, rb = self._edge_ra[chosen], self._edge_rb[chosen]
         kind_code = all_kind[g_route]
         pre = (a != ra) & (kind_code != ROUTE_PROXY)
