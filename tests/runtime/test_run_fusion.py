@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
@@ -232,3 +233,137 @@ def test_fed_conv_weight_replaces_the_wrapped_one() -> None:
     np.testing.assert_allclose(fed, _reference(model, {"x": x, "w": w})["y"], rtol=1e-5, atol=1e-4)
     assert not np.allclose(fed, default)
     np.testing.assert_array_equal(sess.run({"x": x})["y"], default)
+
+
+def _linear_model(bias_shape: tuple[int, ...], *, bias_first: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(13)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((24, 40)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(bias_shape).astype(np.float32), "bias"),
+    ]
+    add_inputs = ["bias", "mm"] if bias_first else ["mm", "bias"]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+        helper.make_node("Add", add_inputs, ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 7, 24])],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    "bias_shape, bias_first",
+    [((40,), False), ((1, 1, 40), True), ((7, 40), False), ((2, 7, 40), True)],
+)
+def test_matmul_then_bias_add_runs_as_one_gemm(
+    bias_shape: tuple[int, ...], bias_first: bool
+) -> None:
+    model = _linear_model(bias_shape, bias_first=bias_first)
+    x = np.random.default_rng(9).standard_normal((2, 7, 24)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("MatMul", "fused")]
+    want = _reference(model, {"x": x})["y"]
+    assert y.shape == want.shape == (2, 7, 40)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert "main::add" not in sess.node_times
+
+
+def _residual_model(op: str, residual_shape: tuple[int, ...]) -> onnx.ModelProto:
+    """x -> Conv 1x1 (16 -> 16) -> op(conv, r) -> Relu, with r a second graph input (a
+    live value, like a ResNet shortcut)."""
+    rng = np.random.default_rng(17)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+        helper.make_node(op, ["r", "c"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, [1, 16, 12, 12]),
+            helper.make_tensor_value_info("r", F, list(residual_shape)),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("op", ["Add", "Sum"])
+def test_conv_residual_add_and_relu_run_as_one_node(op: str) -> None:
+    model = _residual_model(op, (1, 16, 12, 12))
+    rng = np.random.default_rng(8)
+    feeds = {
+        "x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32),
+        "r": rng.standard_normal((1, 16, 12, 12)).astype(np.float32),
+    }
+    kept = feeds["r"].copy()
+    sess = Session(model)
+    y = sess.run(feeds)["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
+    np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(feeds["r"], kept)  # the residual is read, never written
+    assert set(sess.node_times) == {"main::conv"}
+
+
+def test_conv_residual_that_broadcasts_runs_the_steps_one_by_one() -> None:
+    model = _residual_model("Add", (1, 16, 1, 1))
+    rng = np.random.default_rng(9)
+    feeds = {
+        "x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32),
+        "r": rng.standard_normal((1, 16, 1, 1)).astype(np.float32),
+    }
+    y = Session(model).run(feeds)["y"]
+    assert y.shape == (1, 16, 12, 12)
+    np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_two_conv_branches_meeting_at_one_add_both_run() -> None:
+    """A ResNet downsample block: the main branch's last Conv and the shortcut's Conv both
+    end at the same Add.  Only one chain may take the Add; the other Conv must still
+    run (a Conv lost here gave wrong numbers silently)."""
+    rng = np.random.default_rng(23)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in [
+            ("w1", (8, 4, 3, 3)),
+            ("w2", (16, 8, 1, 1)),
+            ("wd", (16, 4, 1, 1)),
+            ("b2", (16,)),
+            ("bd", (16,)),
+        ]
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["ar"], name="r1"),
+        helper.make_node("Conv", ["ar", "w2", "b2"], ["m"], name="c2"),
+        helper.make_node("Conv", ["x", "wd", "bd"], ["d"], name="down"),
+        helper.make_node("Add", ["m", "d"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="r2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 4, 10, 10])],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": rng.standard_normal((2, 4, 10, 10)).astype(np.float32)}
+    sess = Session(model)
+    y = sess.run(feeds)["y"]
+    ran = {pn.label for pn in run_nodes(sess.plan)}
+    assert {"c1", "c2", "down"} <= ran
+    np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+    assert (y > 0).mean() > 0.2  # a real signal, not an all-zero output

@@ -19,6 +19,11 @@ as one ("fused") node:
   wrapped weights are cached by the identity of the arrays they came from, so a run
   that feeds other values (IR < 4 overridable initializers) folds again.
 
+* **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
+  only feeds an Add of a constant vector along the last axis (a linear layer's bias)
+  runs as one GEMM that writes the bias into its output first and adds the product
+  onto it inside BLAS (kernels.blas): no separate pass over the output.
+
 The fused node sits at the last step's position (every input is ready there), takes
 the union of the nodes' outside inputs, and its liveness (``free_after``, in-place
 candidates) is computed again over the new list.  Every other node is a copy of the
@@ -28,10 +33,12 @@ plan's node (liveness differs, the rest is shared).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, liveness
 
@@ -75,6 +82,11 @@ def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
         return None
     if pn.op_type == "Relu":
         return "relu" if tuple(pn.inputs) == (y,) else None
+    adds = (pn.op_type == "Add" and pn.opset >= 7) or pn.op_type == "Sum"
+    if adds and len(pn.inputs) == 2 and pn.inputs.count(y) == 1:
+        other = pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]
+        if other >= 0 and other not in const:
+            return "residual"
     if pn.op_type == "BatchNormalization":
         ok = (
             _is_inference_batch_norm(pn)
@@ -99,10 +111,17 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         for s in (*pn.inputs, *pn.implicit):
             if s >= 0:
                 users.setdefault(s, []).append(i)
-    # Position of a chain's last step -> (Conv position, step positions, step kinds).
-    chains: dict[int, tuple[int, list[int], list[str]]] = {}
+    # Position of a chain's last step -> (head position, step positions, fused node maker).
+    chains: dict[int, tuple[int, list[int], Callable[..., PlanNode]]] = {}
     absorbed: set[int] = set()
+    claimed: set[int] = set()  # steps of a chain already made (two Convs can meet at an Add)
     for i, pn in enumerate(nodes):
+        bias_add = _matmul_bias_add(pn, nodes, users, const, keep)
+        if bias_add is not None and bias_add not in claimed:
+            chains[bias_add] = (i, [bias_add], _matmul_bias_node)
+            claimed.add(bias_add)
+            absorbed.add(i)
+            continue
         if (
             pn.kind != "kernel"
             or pn.domain != ""
@@ -119,16 +138,21 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         y = pn.outputs[0]
         while y >= 0 and y not in keep and "relu" not in kinds:
             consumers = users.get(y, [])
-            if len(consumers) != 1:
+            if len(consumers) != 1 or consumers[0] in claimed:
                 break
             kind = _affine_step(nodes[consumers[0]], y, const)
-            if kind is None:
+            if kind is None or ("residual" in kinds and kind != "relu"):
                 break
             steps.append(consumers[0])
             kinds.append(kind)
             y = nodes[consumers[0]].outputs[0]
         last = steps[-1] if steps else i
-        chains[last] = (i, steps, kinds)
+        chains[last] = (
+            i,
+            steps,
+            lambda head, chain, kinds=kinds: _conv_chain_node(head, chain, kinds),
+        )
+        claimed.update(steps)
         if steps:
             absorbed.add(i)
             absorbed.update(steps[:-1])
@@ -140,10 +164,96 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         if chain is None:
             out.append(dataclasses.replace(pn))
         else:
-            head, steps, kinds = chain
-            out.append(_conv_chain_node(nodes[head], [nodes[k] for k in steps], kinds))
+            head, steps, make = chain
+            out.append(make(nodes[head], [nodes[k] for k in steps]))
     liveness(out, plan.slots, plan.output_names)
     return out
+
+
+def _matmul_bias_add(
+    pn: PlanNode,
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+) -> int | None:
+    """Position of the Add that takes a constant-matrix MatMul's output (its only use)
+    and a constant, or None."""
+    if (
+        pn.kind != "kernel"
+        or pn.domain != ""
+        or pn.op_type != "MatMul"
+        or pn.foldable
+        or len(pn.inputs) != 2
+        or len(pn.outputs) != 1
+        or pn.inputs[1] not in const
+    ):
+        return None
+    y = pn.outputs[0]
+    consumers = users.get(y, [])
+    if y < 0 or y in keep or len(consumers) != 1:
+        return None
+    add = nodes[consumers[0]]
+    if add.kind != "kernel" or add.domain != "" or add.op_type != "Add" or add.opset < 7:
+        return None
+    if len(add.inputs) != 2 or len(add.outputs) != 1:
+        return None
+    a, b = add.inputs
+    if (a == y and b in const and b != y) or (b == y and a in const):
+        return consumers[0]
+    return None
+
+
+def _matmul_bias_node(matmul: PlanNode, steps: list[PlanNode]) -> PlanNode:
+    add = steps[0]
+    y = matmul.outputs[0]
+    place = 0 if add.inputs[1] == y else 1  # the Add's constant operand
+    return dataclasses.replace(
+        matmul,
+        kind="fused",
+        inputs=(*matmul.inputs, add.inputs[place]),
+        input_names=(*matmul.input_names, add.input_names[place]),
+        outputs=add.outputs,
+        output_names=add.output_names,
+        foldable=False,
+        fused=MatMulBias(matmul, add),
+        inplace_dead=None,
+        plain_fn=None,
+    )
+
+
+class MatMulBias:
+    """A MatMul by a constant matrix and the Add of a constant row vector after it, as one
+    GEMM onto the bias."""
+
+    def __init__(self, matmul: PlanNode, add: PlanNode) -> None:
+        self.matmul = matmul
+        self.add = add
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        a, w, c = ins
+        if (
+            type(a) is np.ndarray
+            and type(w) is np.ndarray
+            and type(c) is np.ndarray
+            and a.dtype in _FLOATS
+            and w.dtype == a.dtype
+            and c.dtype == a.dtype
+            and w.ndim == 2
+            and a.ndim >= 2
+            and a.shape[-1] == w.shape[0]
+            and 1 <= c.ndim <= a.ndim
+            and c.size == w.shape[1]
+            and c.shape[-1] == w.shape[1]
+        ):
+            a2 = a.reshape(-1, a.shape[-1])
+            out = np.empty((a2.shape[0], w.shape[1]), dtype=a.dtype)
+            out[...] = c.reshape(-1)
+            blas.gemm(a2, w, out, accumulate=True)
+            return [out.reshape(a.shape[:-1] + (w.shape[1],))]
+        y = ex.call_kernel(self.matmul, [a, w])[0]
+        args = [y, c] if self.add.inputs[0] == self.matmul.outputs[0] else [c, y]
+        return ex.call_kernel(self.add, args)
 
 
 def _conv_chain_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -> PlanNode:
@@ -188,6 +298,11 @@ class ConvChain:
         self.kinds = kinds
         self.operands = operands
         self.relu = bool(kinds) and kinds[-1] == "relu"
+        # Where the residual (a live value added after the affine steps) sits in the
+        # fused node's inputs.
+        self.residual: int | None = None
+        if "residual" in kinds:
+            self.residual = operands[kinds.index("residual")][0]
         self._key: tuple[Any, ...] | None = None
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
 
@@ -200,7 +315,18 @@ class ConvChain:
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
-        y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
+        if self.residual is None:
+            y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
+        else:
+            spec = self.conv.spec
+            if spec is None or spec.needs_ctx:
+                return self._one_by_one(ex, ins)
+            try:
+                y = spec.fn(
+                    x, prepared[0], prepared[1], addend=ins[self.residual], **self.conv.attrs
+                )
+            except Exception:  # the steps one by one raise it with the right node named
+                return self._one_by_one(ex, ins)
         if self.relu:
             np.maximum(y, 0, out=y)  # the conv's output is fresh and nobody else holds it
         return [y]
@@ -222,7 +348,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if not any(kind != "relu" for kind in self.kinds):
+        if all(kind in ("relu", "residual") for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])

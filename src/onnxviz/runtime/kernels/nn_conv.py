@@ -83,15 +83,19 @@ def conv_core(
     out_shape: Sequence[int],
     bias: np.ndarray | None = None,
     packed: ConvWeight | None = None,
+    addend: np.ndarray | None = None,
 ) -> np.ndarray:
     """Zero-padded grouped convolution of same-dtype float arrays plus the optional
-    per-channel ``bias`` (M,); a fresh (N, M, *out_shape).  ``packed`` is ``w`` wrapped
-    with its repacked forms, when the caller keeps one."""
-    y, bias_added = _conv_dispatch(
-        x, w, group, kernel, strides, dilations, pads, out_shape, bias, packed
+    per-channel ``bias`` (M,) and ``addend`` (an array of the output's shape: a residual
+    connection); a fresh (N, M, *out_shape).  ``packed`` is ``w`` wrapped with its
+    repacked forms, when the caller keeps one."""
+    y, added = _conv_dispatch(
+        x, w, group, kernel, strides, dilations, pads, out_shape, bias, packed, addend
     )
-    if bias is not None and not bias_added:
+    if bias is not None and not added:
         y += bias.reshape((1, -1) + (1,) * len(kernel))
+    if addend is not None and not added:
+        y += addend
     return y
 
 
@@ -106,8 +110,10 @@ def _conv_dispatch(
     out_shape: Sequence[int],
     bias: np.ndarray | None,
     packed: ConvWeight | None = None,
+    addend: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """The conv by the fastest path for its shape; True when ``bias`` is already in."""
+    """The conv by the fastest path for its shape; True when ``bias`` and ``addend`` are
+    already in (a path that takes no ``addend`` returns False when one is given)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     rank = len(kernel)
@@ -122,7 +128,7 @@ def _conv_dispatch(
     if pointwise:
         # 1x1, stride 1, no padding: a plain product on a view.
         y = np.empty((n, m, p_size), dtype=x.dtype)
-        added = _products_with_bias(w.reshape(m, c), x.reshape(n, c, p_size), y, bias)
+        added = _products_with_bias(w.reshape(m, c), x.reshape(n, c, p_size), y, bias, addend)
         return y.reshape(n, m, *out_shape), added
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
@@ -158,21 +164,32 @@ def _conv_dispatch(
     wg = w.reshape(group, mg, cg * k_size)
     if group == 1:
         y = np.empty((n, m, p_size), dtype=x.dtype)
-        added = _products_with_bias(wg[0], col[:, 0], y, bias)
+        added = _products_with_bias(wg[0], col[:, 0], y, bias, addend)
         return y.reshape(n, m, *out_shape), added
     y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape), False
 
 
 def _products_with_bias(
-    w: np.ndarray, cols: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+    w: np.ndarray,
+    cols: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    addend: np.ndarray | None = None,
 ) -> bool:
-    """out[b] = w @ cols[b] for each batch item; True when ``bias`` (M,) is in too.
+    """out[b] = w @ cols[b] for each batch item; True when ``bias`` (M,) and ``addend``
+    (any shape reshaping to out's) are in too.
 
-    With direct BLAS the bias is written first and the product added onto it inside
-    the GEMM: a write-only pass instead of a read-and-write pass over a big output."""
-    if bias is not None and blas.available():
-        out[...] = bias[:, None]
+    With direct BLAS the bias (and addend) are written first and the product added onto
+    them inside the GEMM: one pass that writes the output instead of a second pass that
+    reads and writes it after the product."""
+    if (bias is not None or addend is not None) and blas.available():
+        if addend is not None and bias is not None:
+            np.add(addend.reshape(out.shape), bias[:, None], out=out)
+        elif addend is not None:
+            out[...] = addend.reshape(out.shape)
+        else:
+            out[...] = bias[:, None]  # type: ignore[index]
         for b in range(out.shape[0]):
             blas.gemm(w, cols[b], out[b], accumulate=True)
         return True
@@ -385,7 +402,10 @@ def conv(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    addend: np.ndarray | None = None,
 ) -> np.ndarray:
+    """ONNX Conv.  ``addend`` is not an ONNX attribute: the planner's fused Conv -> Add
+    (runtime.fusion) passes the residual it adds, same shape and dtype as the output."""
     packed = None
     if isinstance(w, ConvWeight):
         packed, w = w, w.array
@@ -398,7 +418,13 @@ def conv(
     if wc is not w:
         packed = None  # its forms are of the uncast weight
     bias = None if b is None else as_compute(b).astype(xc.dtype, copy=False).reshape(-1)
-    y = conv_core(xc, wc, group, kernel, st, dil, pd, out, bias, packed)
+    if addend is not None and (
+        type(addend) is not np.ndarray
+        or addend.dtype != xc.dtype
+        or addend.shape != (x.shape[0], wc.shape[0], *out)
+    ):
+        raise ExecutionError("Conv has no attribute 'addend' (or the residual does not fit)")
+    y = conv_core(xc, wc, group, kernel, st, dil, pd, out, bias, packed, addend)
     return y.astype(x.dtype, copy=False)
 
 
