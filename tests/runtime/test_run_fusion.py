@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
-from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.fusion import ConvChain, run_nodes
 from onnxviz.runtime.session import Session
 
 F = TensorProto.FLOAT
@@ -301,7 +301,9 @@ def _residual_model(op: str, residual_shape: tuple[int, ...]) -> onnx.ModelProto
 
 
 @pytest.mark.parametrize("op", ["Add", "Sum"])
-def test_conv_residual_add_and_relu_run_as_one_node(op: str) -> None:
+def test_conv_residual_add_and_relu_run_as_one_node(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = _residual_model(op, (1, 16, 12, 12))
     rng = np.random.default_rng(8)
     feeds = {
@@ -315,6 +317,15 @@ def test_conv_residual_add_and_relu_run_as_one_node(op: str) -> None:
     np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(feeds["r"], kept)  # the residual is read, never written
     assert set(sess.node_times) == {"main::conv"}
+    # The weights are prepared once: a new residual array each run is not a new weight.
+    prepared: list[int] = []
+    original = ConvChain._prepare
+    monkeypatch.setattr(
+        ConvChain, "_prepare", lambda self, ins: prepared.append(1) or original(self, ins)
+    )
+    fresh = {"x": feeds["x"], "r": feeds["r"].copy()}
+    np.testing.assert_array_equal(sess.run(fresh)["y"], y)
+    assert prepared == []
 
 
 def test_conv_residual_that_broadcasts_runs_the_steps_one_by_one() -> None:
