@@ -3,10 +3,13 @@ and incremental expand/collapse."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from onnxviz.layout import (
+    EdgeTable,
     LayoutEdge,
     LayoutError,
     LayoutGroup,
@@ -14,6 +17,7 @@ from onnxviz.layout import (
     LayoutRequest,
     LayoutResult,
     LayoutSession,
+    NodeTable,
     compute,
     metrics,
 )
@@ -219,3 +223,62 @@ def test_edges_into_open_groups_end_at_their_nodes(through: bool) -> None:
         frame = res.groups["/model/layers.1/input_layernorm"]
         inside = [p for p in into[0].points[::3] if p[1] > frame.y]
         assert len(inside) >= 2
+
+
+def table_request(ids: list[str], parent_index: list[int], group_ids: list[str]) -> LayoutRequest:
+    """A columnar request: a chain through ``ids``, groups without parents."""
+    n = len(ids)
+    nodes = NodeTable(ids, np.full(n, 40.0), np.full(n, 20.0), np.asarray(parent_index), group_ids)
+    chain = np.arange(n - 1)
+    return LayoutRequest(
+        nodes, EdgeTable(ids, chain, chain + 1), [LayoutGroup(g) for g in group_ids]
+    )
+
+
+def test_bad_columnar_requests_raise() -> None:
+    with pytest.raises(LayoutError, match="'b' is used twice"):
+        LayoutSession(table_request(["a", "b", "c", "b"], [0, 0, -1, -1], ["g"]))
+    with pytest.raises(LayoutError, match="'c' names both a node and a group"):
+        LayoutSession(table_request(["a", "b", "c"], [0, 0, -1], ["g", "c"]))
+    ok = LayoutSession(table_request(["a", "b", "c"], [0, 0, -1], ["g"]), expanded=())
+    assert ok.children(None) == ["g", "c"] and ok.children("g") == ["a", "b"]
+
+
+def test_session_leaves_the_callers_columns_alone() -> None:
+    g = graph("transformer", 600)
+    req = scoped_request(g)
+    pos = {grp.id: i for i, grp in enumerate(req.groups)}
+    e = np.asarray(g.edges)
+    nodes = NodeTable(
+        [nd.id for nd in req.nodes],
+        np.asarray([nd.width for nd in req.nodes]),
+        np.asarray([nd.height for nd in req.nodes]),
+        np.asarray([pos[nd.parent] if nd.parent else -1 for nd in req.nodes]),
+        list(pos),
+    )
+    edges = EdgeTable(nodes.ids, e[:, 0], e[:, 1], e[:, 2], e[:, 3])
+    before = [a.copy() for a in (nodes.width, nodes.height, edges.source, edges.target)]
+    table_req = LayoutRequest(nodes, edges, req.groups, direction="LR")
+    session = LayoutSession(table_req, expanded=())
+    first = session.result()
+    session.expand_all()
+    every = session.result()
+    for a, b in zip(before, (nodes.width, nodes.height, edges.source, edges.target)):
+        assert np.array_equal(a, b)
+    # The same views as from the object request.
+    objects = LayoutSession(dataclasses.replace(req, direction="LR"), expanded=())
+    assert objects.result().route_meta == first.route_meta
+    objects.expand_all()
+    assert np.array_equal(objects.result().node_xy, every.node_xy)
+
+
+def test_section_names_avoid_existing_group_ids() -> None:
+    nodes = [LayoutNode(f"n{i}", 40, 20, parent="big") for i in range(9)]
+    nodes.append(LayoutNode("x", 40, 20, parent="big#0"))
+    edges = [LayoutEdge(f"n{i}", f"n{i + 1}") for i in range(8)]
+    groups = [LayoutGroup("big"), LayoutGroup("big#0")]
+    session = LayoutSession(LayoutRequest(nodes, edges, groups, max_group_children=4), expanded=())
+    sections = session.children("big")
+    assert sections == ["big#0#", "big#1", "big#2"]
+    assert session.children("big#0#") == ["n0", "n1", "n2", "n3"]
+    assert session.children("big#0") == ["x"]

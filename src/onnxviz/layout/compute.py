@@ -5,8 +5,8 @@ pipeline (or the hierarchical session when the request has groups) and packs the
 from __future__ import annotations
 
 import time
-from collections.abc import Set as AbstractSet
 from functools import partial
+from itertools import chain
 from operator import attrgetter, is_
 
 import numpy as np
@@ -48,7 +48,7 @@ class RequestArrays:
         n = len(nodes)
         if isinstance(nodes, NodeTable):
             self.ids: list[str] = nodes.ids
-            w, h = nodes.width.copy(), nodes.height.copy()
+            w, h = _read_only(nodes.width), _read_only(nodes.height)
             n_in, n_out = nodes.inputs.copy(), nodes.outputs.copy()
         else:
             self.ids = list(map(attrgetter("id"), nodes))
@@ -57,15 +57,8 @@ class RequestArrays:
             n_in = np.fromiter(map(attrgetter("inputs"), nodes), dtype=np.int64, count=n)
             n_out = np.fromiter(map(attrgetter("outputs"), nodes), dtype=np.int64, count=n)
         self._index = None
-        # Ids seen as a set: the id -> position dict when edges name nodes by id (built
-        # anyway), else a plain set.  Either way one hash of every id, no second pass.
-        self.id_set: AbstractSet[str] = (
-            set(self.ids) if isinstance(request.edges, EdgeTable) else self.index.keys()
-        )
-        if len(self.id_set) != n:
-            seen: set[str] = set()
-            dup = next(i for i in self.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
-            raise LayoutError(f"node id {dup!r} is used twice")
+        self.group_ids: list[str] = list(map(attrgetter("id"), request.groups))
+        self._check_ids(isinstance(request.edges, EdgeTable))
         if n and (
             not np.isfinite(w).all() or not np.isfinite(h).all() or (w < 0).any() or (h < 0).any()
         ):
@@ -78,8 +71,9 @@ class RequestArrays:
         edges = request.edges
         m = len(edges)
         if isinstance(edges, EdgeTable):
-            self.src, self.dst = edges.source.copy(), edges.target.copy()
-            self.src_port, self.dst_port = edges.source_port.copy(), edges.target_port.copy()
+            self.src, self.dst = _read_only(edges.source), _read_only(edges.target)
+            self.src_port = _read_only(edges.source_port)
+            self.dst_port = _read_only(edges.target_port)
             if m and (
                 min(self.src.min(), self.dst.min()) < 0 or max(self.src.max(), self.dst.max()) >= n
             ):
@@ -99,6 +93,39 @@ class RequestArrays:
             np.maximum.at(n_in, self.dst, self.dst_port + 1)
             np.maximum.at(n_out, self.src, self.src_port + 1)
         self.n_in, self.n_out = n_in, n_out
+
+    def _check_ids(self, by_position: bool) -> None:
+        """Node ids are unique and name no group (LayoutError otherwise)."""
+        ids, group_ids = self.ids, self.group_ids
+        if by_position:
+            # Edges by position need no id -> position dict: a repeated id shows as equal
+            # neighbours among the sorted hashes (cheaper than a set of 100k strings);
+            # the strings are compared only then.
+            hashes = np.fromiter(
+                map(hash, chain(ids, group_ids)), np.int64, len(ids) + len(group_ids)
+            )
+            hashes.sort()
+            suspect = bool((hashes[1:] == hashes[:-1]).any())
+        else:
+            index = self.index
+            suspect = len(index) != len(ids) or any(map(index.__contains__, group_ids))
+        if not suspect:
+            return
+        seen: set[str] = set()
+        dup = next((i for i in ids if i in seen or seen.add(i)), None)  # type: ignore[func-returns-value]
+        if dup is not None:
+            raise LayoutError(f"node id {dup!r} is used twice")
+        clash = next((i for i in group_ids if i in seen), None)
+        if clash is not None:
+            raise LayoutError(f"id {clash!r} names both a node and a group")
+        # Otherwise two groups share an id (reported by the hierarchy) or two hashes met.
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """The caller's column without a copy; writing through it is an error."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def compute(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:

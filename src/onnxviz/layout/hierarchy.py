@@ -51,7 +51,6 @@ from .long_edges import port_offsets
 ROOT = -1
 BELOW_TOP = -3  # an edge inside one top-level group, not lifted yet (see `_lift_below_top`)
 
-_get_id = attrgetter("id")
 _get_parent = attrgetter("parent")
 _get_width = attrgetter("collapsed_width")
 _get_height = attrgetter("collapsed_height")
@@ -100,9 +99,10 @@ class LayoutSession:
         self._base_size[:n, 1] = self._arrays.height
         self._base_size[n:, 0] = self._cw[n:]
         self._base_size[n:, 1] = self._ch[n:]
-        self._open_size = self._base_size.copy()
-        self._n_in_ent = np.concatenate([self._arrays.n_in, np.ones(n_ent - n, dtype=np.int64)])
-        self._n_out_ent = np.concatenate([self._arrays.n_out, np.ones(n_ent - n, dtype=np.int64)])
+        self._open_size = self._base_size[n:].copy()  # groups: size when shown open
+        ones = np.ones(n_ent - n, dtype=np.int64)
+        self._n_in_ent = np.concatenate([self._arrays.n_in, ones])  # groups: one port
+        self._n_out_ent = np.concatenate([self._arrays.n_out, ones])
         self._open = np.zeros(n_ent, dtype=bool)
         if expanded is None:
             self._open[n:] = True
@@ -120,15 +120,12 @@ class LayoutSession:
         self._n = n
         groups: list[LayoutGroup] = list(request.groups)
         self._groups = groups
-        group_ids: list[str] = list(map(_get_id, groups))
+        group_ids = arrays.group_ids
         gindex: dict[str, int] = dict(zip(group_ids, range(n, n + len(groups))))
         if len(gindex) != len(groups):
             seen: set[str] = set()
             dup = next(i for i in group_ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise LayoutError(f"group id {dup!r} is used twice")
-        if not arrays.id_set.isdisjoint(gindex):
-            clash = next(i for i in gindex if i in arrays.id_set)
-            raise LayoutError(f"id {clash!r} names both a node and a group")
         lookup: dict[str | None, int] = {None: ROOT}
         lookup.update(gindex)
         try:
@@ -154,19 +151,20 @@ class LayoutSession:
             except KeyError as exc:
                 raise LayoutError(f"a node names unknown group {exc.args[0]!r}") from None
         par = np.concatenate([node_parent, group_parent])
-        self._ids: list[str] = list(arrays.ids) + group_ids
+        self._node_ids: list[str] = arrays.ids
+        self._group_names: list[str] = group_ids  # sections are added below
         lr = request.direction == "LR"
         cw = np.fromiter(map(_get_height if lr else _get_width, groups), float, len(groups))
         ch = np.fromiter(map(_get_width if lr else _get_height, groups), float, len(groups))
-        depth = self._depths(par, n)
-        first = self._first_nodes(par, depth, n)
+        group_depth = self._group_depths(par, n)
+        first = self._first_nodes(par, group_depth, n)
         par, first, cw, ch, new_ids = self._split_sections(par, first, cw, ch, request, gindex)
-        self._ids += new_ids
+        self._group_names = group_ids + new_ids
         gindex.update(zip(new_ids, range(n + len(groups), len(par))))
         self._gindex = gindex
         self._n_ent = len(par)
         self._parent = par
-        self._depth = self._depths(par, n) if new_ids else depth
+        self._group_depth = self._group_depths(par, n) if new_ids else group_depth
         self._first = first
         self._cw = np.concatenate([np.zeros(n), cw])
         self._ch = np.concatenate([np.zeros(n), ch])
@@ -199,38 +197,43 @@ class LayoutSession:
         np.cumsum(counts, out=start[1:])
         self._kid_start = start.tolist()
 
+    def _name(self, e: int) -> str:
+        """The id of a node or group entity."""
+        return self._node_ids[e] if e < self._n else self._group_names[e - self._n]
+
+    def _names(self, entities: np.ndarray) -> list[str]:
+        nodes, groups, n = self._node_ids, self._group_names, self._n
+        return [nodes[e] if e < n else groups[e - n] for e in entities.tolist()]
+
     def _label(self, g: int) -> str:
         if g < self._n + len(self._groups):
             grp = self._groups[g - self._n]
             return grp.label or grp.id
-        return "section " + self._ids[g].rsplit("#", 1)[-1]
+        return "section " + self._name(g).rsplit("#", 1)[-1]
 
     @staticmethod
-    def _depths(par: np.ndarray, n: int) -> np.ndarray:
-        """Depth of every entity (top level 0); LayoutError on a parent cycle.  Walks the
-        groups only: a node is one deeper than its group."""
-        depth = np.zeros(len(par), dtype=np.int64)
-        group_depth = depth[n:]  # a view: filled in place
-        cur = par[n:].copy()
-        for _ in range(len(par) - n + 1):
+    def _group_depths(par: np.ndarray, n: int) -> np.ndarray:
+        """Depth of every group (top level 0; a node is one deeper than its group);
+        LayoutError on a parent cycle."""
+        group_par = par[n:]
+        depth = np.zeros(len(group_par), dtype=np.int64)
+        cur = group_par.copy()
+        for _ in range(len(group_par) + 1):
             live = np.flatnonzero(cur >= 0)
             if not len(live):
-                node_par = par[:n]
-                depth[:n] = np.where(node_par >= 0, depth[np.maximum(node_par, 0)] + 1, 0)
                 return depth
-            group_depth[live] += 1
+            depth[live] += 1
             cur[live] = par[cur[live]]
         raise LayoutError("group parents form a cycle")
 
     @staticmethod
-    def _first_nodes(par: np.ndarray, depth: np.ndarray, n: int) -> np.ndarray:
+    def _first_nodes(par: np.ndarray, group_depth: np.ndarray, n: int) -> np.ndarray:
         """Order key of every entity: its first node in request order (groups without
         nodes: the largest int64)."""
         first = np.full(len(par), np.iinfo(np.int64).max, dtype=np.int64)
         first[:n] = np.arange(n)
         inside = np.flatnonzero(par[:n] >= 0)
         np.minimum.at(first, par[inside], inside)
-        group_depth = depth[n:]
         for level in range(int(group_depth.max(initial=0)), 0, -1):
             sel = np.flatnonzero(group_depth == level) + n
             np.minimum.at(first, par[sel], first[sel])
@@ -275,7 +278,7 @@ class LayoutSession:
                 lo = np.searchsorted(sorted_par, container, side="left")
                 hi = np.searchsorted(sorted_par, container, side="right")
                 kids = order[lo:hi]
-            base = "" if container == ROOT else self._ids[container]
+            base = "" if container == ROOT else self._name(container)
             made = []
             for k in range(0, len(kids), limit):
                 sid = base_count + len(new_par)
@@ -312,7 +315,7 @@ class LayoutSession:
         """Group entities by depth, shallowest first."""
         if self._group_levels is None:
             n = self._n
-            depth = self._depth[n:]
+            depth = self._group_depth
             order = np.argsort(depth, kind="stable")
             bounds = np.flatnonzero(np.diff(depth[order])) + 1
             self._group_levels = np.split(order + n, bounds) if len(order) else []
@@ -350,7 +353,10 @@ class LayoutSession:
             return
         self._lifted_all = True
         arrays = self._arrays
-        par, depth = self._parent, self._depth
+        par, n = self._parent, self._n
+        node_par = par[:n]
+        node_depth = np.where(node_par >= 0, self._group_depth[np.maximum(node_par - n, 0)] + 1, 0)
+        depth = np.concatenate([node_depth, self._group_depth])
         below = np.flatnonzero(self._edge_container == BELOW_TOP)
         ra, rb = arrays.src[below], arrays.dst[below]
         climb = np.flatnonzero(par[ra] != par[rb])
@@ -394,24 +400,24 @@ class LayoutSession:
 
     def group_ids(self) -> list[str]:
         """All group ids, sections included."""
-        return self._ids[self._n :]
+        return list(self._group_names)
 
     def depth(self, gid: str) -> int:
-        return int(self._depth[self._group_entity(gid)])
+        return int(self._group_depth[self._group_entity(gid) - self._n])
 
     def ancestors(self, gid: str) -> list[str]:
         """Enclosing groups, nearest first."""
         out = []
         p = int(self._parent[self._group_entity(gid)])
         while p != ROOT:
-            out.append(self._ids[p])
+            out.append(self._name(p))
             p = int(self._parent[p])
         return out
 
     def children(self, gid: str | None) -> list[str]:
         """Ids of the direct children (nodes and groups) of a group (None: top level)."""
         key = ROOT if gid is None else self._group_entity(gid)
-        return [self._ids[e] for e in self._kids(key).tolist()]
+        return self._names(self._kids(key))
 
     def ancestors_of(self, item_id: str) -> list[str]:
         """Enclosing groups of a node or group, nearest first."""
@@ -427,12 +433,12 @@ class LayoutSession:
         if e is None:
             e = self._group_entity(item_id)
         p = int(self._parent[e])
-        return None if p == ROOT else self._ids[p]
+        return None if p == ROOT else self._name(p)
 
     @property
     def expanded(self) -> frozenset[str]:
         """Ids of the groups currently shown open."""
-        return frozenset(self._ids[e] for e in np.flatnonzero(self._open).tolist())
+        return frozenset(self._names(np.flatnonzero(self._open)))
 
     # ------------------------------------------------------------------ changes
     def _invalidate_ancestors(self, e: int) -> None:
@@ -720,7 +726,7 @@ class LayoutSession:
         sizes = self._base_size[kids]
         is_open = self._open[kids]
         if is_open.any():
-            sizes[is_open] = self._open_size[kids[is_open]]
+            sizes[is_open] = self._open_size[kids[is_open] - self._n]
         return sizes
 
     def _layout_container(self, c: int) -> FlatLayout:
@@ -790,7 +796,7 @@ class LayoutSession:
                 lay = self._layout_container(c)
                 self._layouts[c] = lay
             if c != ROOT:
-                self._open_size[c] = (
+                self._open_size[c - self._n] = (
                     lay.width + 2 * sp.group_padding,
                     lay.height + 2 * sp.group_padding + sp.group_header,
                 )
@@ -832,14 +838,14 @@ class LayoutSession:
             if len(groups):
                 corner = center[groups] - size[groups] / 2
                 is_open = self._open[groups]
-                parent_id = None if c == ROOT else self._ids[c]
+                parent_id = None if c == ROOT else self._name(c)
                 for g, (x0, y0), (w, h), op in zip(
                     groups.tolist(), corner.tolist(), size[groups].tolist(), is_open.tolist()
                 ):
                     if op:
                         origin[g] = (x0 + float(inset[0]), y0 + float(inset[1]))
                     group_boxes.append(
-                        GroupBox(self._ids[g], x0, y0, w, h, op, self._label(g), parent_id)
+                        GroupBox(self._name(g), x0, y0, w, h, op, self._label(g), parent_id)
                     )
             for k in range(len(lay.proxy_source)):
                 src_e = int(kids[lay.proxy_source[k]])
@@ -847,7 +853,7 @@ class LayoutSession:
                 proxies.append(
                     (
                         self._proxy_id(c, src_e, port, int(lay.proxy_rank[k])),
-                        self._ids[src_e],
+                        self._name(src_e),
                         port,
                         float(lay.proxy_x[k] + ox),
                         float(lay.proxy_y[k] + oy),
@@ -889,7 +895,7 @@ class LayoutSession:
             for pid, sid, port, px, py, pw, ph in proxies
         ]
         return LayoutResult(
-            node_ids=[self._ids[i] for i in node_sel.tolist()],
+            node_ids=self._names(node_sel),
             node_xy=xy,
             node_size=nsize,
             ranks=np.full(len(node_sel), -1, dtype=np.int64),
@@ -1047,11 +1053,10 @@ class LayoutSession:
             proxy_names[i] = self._proxy_id(
                 c, int(ra[i]), int(lay.proxy_port[pidx]), int(lay.proxy_rank[pidx])
             )
-        ids = self._ids
         meta = list(
             zip(
-                [ids[v] for v in a.tolist()],
-                [ids[v] for v in b.tolist()],
+                self._names(a),
+                self._names(b),
                 sp.tolist(),
                 tp.tolist(),
                 kinds,
@@ -1102,8 +1107,8 @@ class LayoutSession:
         return np.where(ent < self._n, frac, 0.0)
 
     def _proxy_id(self, container: int, source: int, port: int, rank: int) -> str:
-        where = self._ids[container] if container != ROOT else ""
-        return f"proxy:{self._ids[source]}:{port}@{where}:{rank}"
+        where = self._name(container) if container != ROOT else ""
+        return f"proxy:{self._name(source)}:{port}@{where}:{rank}"
 
 
 def _join(pieces: list[np.ndarray]) -> np.ndarray:
