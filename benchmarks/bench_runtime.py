@@ -2,7 +2,8 @@
 
 Models (bench_models.py): ResNet-50 and Inception v2 (light), a BERT-base encoder,
 a small UNet, a 2-layer LSTM, and a chain of 5,000 tiny Add nodes (engine overhead per
-node).  For each thread count, each model: one warm-up run each (plan compile, constant
+node); and, on request, PyTorch exports (torch_models.py: ``resnet50_torch``,
+``bert_torch``, the shapes real exports have).  For each thread count, each model: one warm-up run each (plan compile, constant
 folding, onnxruntime's graph optimisation), then ``--repeat`` rounds that time onnxviz and
 onnxruntime back to back (so load from other processes hits both alike), then
 ``--reference-repeat`` runs of onnx.reference.  Prints medians and ratios; "round ratio"
@@ -29,6 +30,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import MODELS
+from torch_models import TORCH_MODELS
+
+MODELS = {**MODELS, **TORCH_MODELS}
 
 DEFAULT_MODELS = "resnet50,inception_v2,bert,unet,lstm,add_chain"
 

@@ -37,6 +37,9 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import MODELS  # noqa: E402
+from torch_models import TORCH_MODELS  # noqa: E402
+
+MODELS = {**MODELS, **TORCH_MODELS}
 
 
 def op_profile(model: Any, feeds: dict[str, np.ndarray], repeat: int) -> tuple[float, list[Any]]:
