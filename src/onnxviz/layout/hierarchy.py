@@ -29,6 +29,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from operator import attrgetter
+from typing import cast
 
 import numpy as np
 
@@ -97,8 +98,8 @@ class LayoutSession:
         self._base_size = np.zeros((n_ent, 2))
         self._base_size[:n, 0] = self._arrays.width
         self._base_size[:n, 1] = self._arrays.height
-        self._base_size[n:, 0] = self._cw[n:]
-        self._base_size[n:, 1] = self._ch[n:]
+        self._base_size[n:, 0] = self._collapsed_w
+        self._base_size[n:, 1] = self._collapsed_h
         self._open_size = self._base_size[n:].copy()  # groups: size when shown open
         ones = np.ones(n_ent - n, dtype=np.int64)
         self._n_in_ent = np.concatenate([self._arrays.n_in, ones])  # groups: one port
@@ -121,13 +122,13 @@ class LayoutSession:
         groups: list[LayoutGroup] = list(request.groups)
         self._groups = groups
         group_ids = arrays.group_ids
-        gindex: dict[str, int] = dict(zip(group_ids, range(n, n + len(groups))))
-        if len(gindex) != len(groups):
+        # Group id -> entity, and None -> ROOT while the parents are resolved.
+        lookup: dict[str | None, int] = {None: ROOT}
+        lookup.update(zip(group_ids, range(n, n + len(groups))))
+        if len(lookup) != len(groups) + 1:
             seen: set[str] = set()
             dup = next(i for i in group_ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise LayoutError(f"group id {dup!r} is used twice")
-        lookup: dict[str | None, int] = {None: ROOT}
-        lookup.update(gindex)
         try:
             group_parent = np.fromiter(
                 map(lookup.__getitem__, map(_get_parent, groups)),
@@ -150,6 +151,8 @@ class LayoutSession:
                 )
             except KeyError as exc:
                 raise LayoutError(f"a node names unknown group {exc.args[0]!r}") from None
+        del lookup[None]
+        gindex = cast(dict[str, int], lookup)
         par = np.concatenate([node_parent, group_parent])
         self._node_ids: list[str] = arrays.ids
         self._group_names: list[str] = group_ids  # sections are added below
@@ -166,8 +169,7 @@ class LayoutSession:
         self._parent = par
         self._group_depth = self._group_depths(par, n) if new_ids else group_depth
         self._first = first
-        self._cw = np.concatenate([np.zeros(n), cw])
-        self._ch = np.concatenate([np.zeros(n), ch])
+        self._collapsed_w, self._collapsed_h = cw, ch  # per group, sections included
         # Children of every container (top level = ROOT), ordered by first node: built
         # on first use beyond the top level (see `_kids`).
         self._root_kids: np.ndarray | None = None
@@ -327,12 +329,13 @@ class LayoutSession:
         lifted further by `_lift_below_top` when a group is first opened."""
         arrays = self._arrays
         par = self._parent
-        top = np.arange(self._n_ent)  # top-level ancestor of every group
+        n = self._n
+        top = np.arange(self._n_ent)  # top-level ancestor (or self) of every entity
         for level in self._levels()[1:]:
             top[level] = top[par[level]]
-        src_par, dst_par = par[arrays.src], par[arrays.dst]
-        ra = np.where(src_par >= 0, top[src_par], arrays.src)
-        rb = np.where(dst_par >= 0, top[dst_par], arrays.dst)
+        node_par = par[:n]
+        top[:n] = np.where(node_par >= 0, top[node_par], top[:n])
+        ra, rb = top[arrays.src], top[arrays.dst]
         self._edge_container = np.where(ra == rb, BELOW_TOP, ROOT)
         self._edge_ra = ra
         self._edge_rb = rb
