@@ -1,4 +1,4 @@
-"""Guards against gross slowdowns (CPU seconds, five times the acceptance targets so a
+"""Guards against gross slowdowns (CPU seconds, several times the acceptance targets so a
 busy test machine does not make them flaky; the real numbers come from
 benchmarks/bench_layout.py)."""
 
@@ -50,7 +50,10 @@ def test_hierarchical_first_view_and_expand_within_budget() -> None:
     req = LayoutRequest(nodes, EdgeTable(g.names, e[:, 0], e[:, 1], e[:, 2], e[:, 3]), groups)
     seconds, session = cpu(lambda: LayoutSession(req, expanded=()))
     first_view, _ = cpu(session.result)
-    assert seconds + first_view < 0.5  # target 0.1 s at 100k nodes
+    # Target 0.1 s at 100k nodes; about 0.02 s here on a quiet machine (the bound leaves
+    # room for a loaded one).
+    assert seconds + first_view < 0.15
+    assert session.layouts_computed == 1  # the top level only
     target = "/model/layers.5/self_attn"
     for gid in session.ancestors(target)[::-1]:  # /model, its section, /model/layers.5
         session.expand(gid)
