@@ -24,6 +24,10 @@ as one ("fused") node:
   runs as one GEMM that writes the bias into its output first and adds the product
   onto it inside BLAS (kernels.blas): no separate pass over the output.
 
+* **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
+  Mul (a GELU), each the only user of the one before, with scalar constants or the
+  chain's input as other operands, run block by block in one pass through memory.
+
 The fused node sits at the last step's position (every input is ready there), takes
 the union of the nodes' outside inputs, and its liveness (``free_after``, in-place
 candidates) is computed again over the new list.  Every other node is a copy of the
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, liveness
@@ -156,6 +161,14 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         if steps:
             absorbed.add(i)
             absorbed.update(steps[:-1])
+    taken = absorbed | claimed | set(chains)
+    for head_slot, positions in find_chains(nodes, users, const, keep, taken):
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, h=head_slot, ps=positions: chain_node(nodes, h, ps),
+        )
+        absorbed.update(positions[:-1])
     out: list[PlanNode] = []
     for j, pn in enumerate(nodes):
         if j in absorbed:

@@ -181,6 +181,20 @@ def _erf_single(x: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def erf_into(x: np.ndarray, out: np.ndarray) -> None:
+    """out = erf(x) for 1-D float32/float64 arrays of one length (``out`` may be ``x``);
+    for callers that already work block by block."""
+    if x.dtype == np.float64:
+        out[...] = erf(x)
+        return
+    for start in range(0, x.size, _BLOCK):
+        stop = min(start + _BLOCK, x.size)
+        xs = np.clip(x[start:stop], -4.0, 4.0)  # a copy: out may be x
+        t = np.empty_like(xs)
+        den = np.empty_like(xs)
+        _erf_block(xs, out[start:stop], t, den)
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """The error function, element-wise, in x's float dtype."""
     if x.dtype != np.float64:

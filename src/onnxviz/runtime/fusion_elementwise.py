@@ -1,0 +1,201 @@
+"""Chains of elementwise nodes run block by block, for unwatched runs (see fusion.py).
+
+A transformer's GELU exported by PyTorch is Div -> Erf -> Add -> Mul -> Mul over a
+[tokens, 3072] tensor: five passes through memory, each writing a fresh array.  When
+each node of such a chain is the only user of the one before, and its other operand is
+a scalar constant or the chain's own input, the chain runs as one node that walks the
+tensor in cache-sized blocks and applies every step to a block before moving on: one
+pass through memory, one output array.
+
+Only float32/float64 values with scalar (single-element) constants of the same dtype are
+fused at run time; anything else (a broadcasting operand, another dtype) runs the nodes
+one by one, so results and errors are those of the plain kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels.math_erf import erf_into
+from onnxviz.runtime.plan import PlanNode
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.frames import Executor
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+_BINARY: dict[str, Callable[..., Any]] = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": np.divide,
+    "Pow": np.power,
+}
+
+
+def _relu_into(x: np.ndarray, out: np.ndarray) -> None:
+    np.maximum(x, 0, out=out)
+
+
+_UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+    "Erf": erf_into,
+    "Tanh": lambda x, out: np.tanh(x, out=out),
+    "Exp": lambda x, out: np.exp(x, out=out),
+    "Sqrt": lambda x, out: np.sqrt(x, out=out),
+    "Neg": lambda x, out: np.negative(x, out=out),
+    "Abs": lambda x, out: np.absolute(x, out=out),
+    "Relu": _relu_into,
+}
+
+# Elements per block: a few blocks of this size stay in a core's L2 cache.
+_BLOCK = 32768
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """One node of a chain: ``op`` applied to the running value ``v`` and, for a binary
+    node, ``other`` (an input place of the fused node, or -1 for the chain's input);
+    ``value_first`` says whether v is the node's first operand."""
+
+    op_type: str
+    other: int | None = None
+    value_first: bool = True
+
+
+def _eligible(pn: PlanNode) -> bool:
+    if pn.kind != "kernel" or pn.domain != "" or pn.foldable or len(pn.outputs) != 1:
+        return False
+    if pn.op_type in _BINARY:
+        return pn.opset >= 7 and len(pn.inputs) == 2 and min(pn.inputs) >= 0
+    return pn.op_type in _UNARY and len(pn.inputs) == 1 and pn.inputs[0] >= 0
+
+
+def find_chains(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+    taken: set[int],
+) -> list[tuple[int, list[int]]]:
+    """(head slot, node positions) of every chain of two or more fusable nodes, none of
+    them in ``taken``."""
+    chains: list[tuple[int, list[int]]] = []
+    used: set[int] = set(taken)
+    for i, pn in enumerate(nodes):
+        if i in used or not _eligible(pn):
+            continue
+        live = [s for s in pn.inputs if s not in const]
+        if not live or any(s != live[0] for s in live):
+            continue
+        head = live[0]
+        steps = [i]
+        y = pn.outputs[0]
+        while y not in keep:
+            consumers = users.get(y, [])
+            if len(consumers) != 1 or consumers[0] in used:
+                break
+            nxt = nodes[consumers[0]]
+            if not _eligible(nxt) or nxt.inputs.count(y) != 1:
+                break
+            others = [s for s in nxt.inputs if s != y]
+            if any(s not in const and s != head for s in others):
+                break
+            steps.append(consumers[0])
+            y = nxt.outputs[0]
+        if len(steps) >= 2:
+            chains.append((head, steps))
+            used.update(steps)
+    return chains
+
+
+def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNode:
+    """The fused node running ``positions`` (a chain from find_chains) on slot ``head``."""
+    first, last = nodes[positions[0]], nodes[positions[-1]]
+    ins: list[int] = [head]
+    names: list[str] = [first.input_names[first.inputs.index(head)]]
+    place_of = {head: 0}  # slot -> input place of the fused node (constants once each)
+    steps: list[_Step] = []
+    value = head
+    for pos in positions:
+        pn = nodes[pos]
+        if pn.op_type in _UNARY:
+            steps.append(_Step(pn.op_type))
+        else:
+            a, b = pn.inputs
+            value_first = a == value
+            k = 1 if value_first else 0
+            other_slot = pn.inputs[k]
+            if other_slot == head:
+                other = -1  # the chain's input, read block by block
+            else:
+                if other_slot not in place_of:
+                    place_of[other_slot] = len(ins)
+                    ins.append(other_slot)
+                    names.append(pn.input_names[k])
+                other = place_of[other_slot]
+            steps.append(_Step(pn.op_type, other, value_first))
+        value = pn.outputs[0]
+    chain = ElementwiseChain([nodes[p] for p in positions], steps, place_of)
+    return dataclasses.replace(
+        first,
+        kind="fused",
+        inputs=tuple(ins),
+        input_names=tuple(names),
+        outputs=last.outputs,
+        output_names=last.output_names,
+        fused=chain,
+        inplace_dead=None,
+        plain_fn=None,
+    )
+
+
+class ElementwiseChain:
+    """Runs a chain's steps block by block (see the module docstring)."""
+
+    def __init__(self, nodes: list[PlanNode], steps: list[_Step], place_of: dict[int, int]) -> None:
+        self.nodes = nodes
+        self.steps = steps
+        self.place_of = place_of  # outside slot -> input place
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        x = ins[0]
+        if type(x) is not np.ndarray or x.dtype not in _FLOATS or not self._scalars_fit(x, ins):
+            return self._one_by_one(ex, ins)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty_like(flat)
+        scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
+        for start in range(0, flat.size, _BLOCK):
+            stop = min(start + _BLOCK, flat.size)
+            self._run_block(flat[start:stop], out[start:stop], scalars)
+        return [out.reshape(x.shape)]
+
+    def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
+        """Every other operand is one element of x's dtype that does not add axes."""
+        return all(
+            type(c) is np.ndarray and c.dtype == x.dtype and c.size == 1 and c.ndim <= x.ndim
+            for c in ins[1:]
+        )
+
+    def _run_block(self, xb: np.ndarray, vb: np.ndarray, scalars: dict[int, Any]) -> None:
+        src = xb  # the running value lives in vb after the first step
+        for step in self.steps:
+            if step.other is None:
+                _UNARY[step.op_type](src, vb)
+            else:
+                other = xb if step.other == -1 else scalars[step.other]
+                fn = _BINARY[step.op_type]
+                if step.value_first:
+                    fn(src, other, out=vb)
+                else:
+                    fn(other, src, out=vb)
+            src = vb
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        values = {slot: ins[place] for slot, place in self.place_of.items()}
+        for pn in self.nodes:
+            values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
+        return [values[self.nodes[-1].outputs[0]]]

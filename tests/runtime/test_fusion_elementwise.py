@@ -1,0 +1,127 @@
+"""Elementwise chains run block by block in unwatched runs (fusion_elementwise.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime.events import NodeFinished
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    consts: dict[str, Any],
+    shape: list[int],
+    dtype: int = TensorProto.FLOAT,
+    outputs: tuple[str, ...] = ("y",),
+) -> onnx.ModelProto:
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    inits = [numpy_helper.from_array(np.asarray(v, dtype=np_dtype), k) for k, v in consts.items()]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", dtype, shape)],
+        [helper.make_tensor_value_info(o, dtype, None) for o in outputs],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _stepped(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for e in Session(model).steps(feeds):
+        if isinstance(e, NodeFinished):
+            out.update(e.outputs)
+    return out
+
+
+def _gelu_nodes() -> list[onnx.NodeProto]:
+    """PyTorch's export of nn.GELU(): x * (erf(x / sqrt 2) + 1) * 0.5."""
+    return [
+        helper.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+        helper.make_node("Mul", ["m", "half"], ["y"], name="half"),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_gelu_chain_runs_as_one_node_with_the_plain_result(dtype: int) -> None:
+    consts = {"sqrt2": np.sqrt(2.0), "one": 1.0, "half": 0.5}
+    shape = [3, 40_000]  # several blocks, the last one partial
+    model = _model(_gelu_nodes(), consts, shape, dtype)
+    x = np.random.default_rng(1).standard_normal(shape) * 3
+    x = x.astype(helper.tensor_dtype_to_np_dtype(dtype))
+    x[0, :4] = [np.nan, np.inf, -np.inf, 0.0]
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Div", "fused")]
+    want = _stepped(model, {"x": x})["y"]
+    assert y.dtype == want.dtype and y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)  # NaN where want is NaN
+    # IEEE as the plain kernels: gelu(-inf) = -inf * 0 is NaN.
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.inf and np.isnan(y[0, 2]) and y[0, 3] == 0
+
+
+def test_operands_on_either_side_and_repeated_constants() -> None:
+    """(c - x) / (x + c2), then c2 - v, then x * v: constants used twice, the value as
+    the second operand, the chain's input read again."""
+    nodes = [
+        helper.make_node("Sub", ["c", "x"], ["s"]),
+        helper.make_node("Div", ["s", "c2"], ["d"]),
+        helper.make_node("Sub", ["c2", "d"], ["t"]),
+        helper.make_node("Add", ["t", "c"], ["u"]),
+        helper.make_node("Mul", ["x", "u"], ["y"]),
+    ]
+    model = _model(nodes, {"c": 1.5, "c2": 4.0}, [5, 7])
+    x = np.random.default_rng(2).standard_normal((5, 7)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert len(run_nodes(sess.plan)) == 1
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y, x64 * ((4.0 - (1.5 - x64) / 4.0) + 1.5), rtol=1e-6)
+
+
+def test_square_of_the_input_starts_a_chain() -> None:
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("Sqrt", ["sq"], ["y"])]
+    model = _model(nodes, {}, [100])
+    x = np.linspace(-3, 3, 100, dtype=np.float32)
+    sess = Session(model)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], np.abs(x), rtol=1e-6)
+    assert len(run_nodes(sess.plan)) == 1
+
+
+def test_broadcasting_operand_runs_the_nodes_one_by_one() -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["m"], name="mul"),
+        helper.make_node("Tanh", ["m"], ["y"], name="tanh"),
+    ]
+    model = _model(nodes, {"scale": [[0.5], [2.0], [-1.0]]}, [3, 4])
+    x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    np.testing.assert_allclose(y, np.tanh(x * np.array([[0.5], [2.0], [-1.0]])), rtol=1e-6)
+    assert "main::mul" in sess.node_times  # the fused node stands for the chain
+
+
+def test_kept_intermediate_ends_the_chain() -> None:
+    model = _model(
+        _gelu_nodes(), {"sqrt2": np.sqrt(2.0), "one": 1.0, "half": 0.5}, [64], outputs=("y", "e")
+    )
+    x = np.random.default_rng(4).standard_normal(64).astype(np.float32)
+    sess = Session(model)
+    out = sess.run({"x": x})
+    want = _stepped(model, {"x": x})
+    np.testing.assert_allclose(out["e"], want["e"], rtol=1e-6)
+    np.testing.assert_allclose(out["y"], want["y"], rtol=1e-6)
+    kinds = [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)]
+    # Div -> Erf stops at the kept value; the rest reads two live values (e's chain and
+    # x), which a chain does not take, so it runs node by node.
+    assert kinds == [("Div", "fused"), ("Add", "kernel"), ("Mul", "kernel"), ("Mul", "kernel")]
