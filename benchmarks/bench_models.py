@@ -8,7 +8,8 @@
   ConvTranspose and nearest Resize up, Concat skips) on a 1x3x128x128 image.
 * ``lstm``: a 2-layer LSTM (hidden 256, input 128, sequence 64, batch 4), the second
   layer bidirectional.
-* ``add_chain``: 5,000 Add nodes on [1] tensors, for the engine's per-node overhead.
+* ``add_chain``: 5,000 Add nodes on [1] tensors (adding a second graph input, so no
+  fusion), for the engine's per-node overhead.
 
 Every builder is deterministic (seeded) so that all runtimes get the same model.
 """
@@ -227,19 +228,23 @@ def lstm(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) -> B
 
 
 def add_chain(n: int = 5000) -> Built:
-    """``n`` Add nodes on [1] float tensors: nearly all time is engine overhead."""
+    """``n`` Add nodes on [1] float tensors: nearly all time is engine overhead.  The
+    added value is a second graph input, not a constant, so that the planner does not
+    run the chain as one fused elementwise node: this measures the cost per node."""
     g = _Graph(3)
-    one = g.const("one", [1.0])
     x = "x"
     for i in range(n):
-        x = g.node("Add", [x, one], f"add{i}")
+        x = g.node("Add", [x, "one"], f"add{i}")
     g.node("Identity", [x], "y")
     model = g.model(
         "add_chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+            helper.make_tensor_value_info("one", TensorProto.FLOAT, [1]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    return model, {"x": np.zeros(1, np.float32)}
+    return model, {"x": np.zeros(1, np.float32), "one": np.ones(1, np.float32)}
 
 
 MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
