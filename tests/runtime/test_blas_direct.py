@@ -123,3 +123,41 @@ def test_conv_without_direct_blas_gives_the_same_numbers() -> None:
     w = r.standard_normal((24, 16, 3, 3)).astype(np.float32)
     b = r.standard_normal(24).astype(np.float32)
     np.testing.assert_allclose(fallback, conv(x, w, b, pads=[1, 1, 1, 1]), rtol=1e-5, atol=1e-4)
+
+
+def test_raw_gemm_reads_and_writes_the_addressed_blocks() -> None:
+    raw = blas.raw_gemm(np.float32)
+    if raw is None:
+        pytest.xfail("no direct BLAS on this numpy build")
+    a, b = _rand(6, 10), _rand(30, 12)
+    out = np.zeros((8, 9), np.float32)
+    item = 4
+    # out[1:7, 2:7] = a[:, 2:10:1] @ b[3:11, 4:9]  (blocks of bigger buffers by address)
+    raw(
+        6,
+        5,
+        8,
+        a.ctypes.data + 2 * item,
+        10,
+        b.ctypes.data + (3 * 12 + 4) * item,
+        12,
+        out.ctypes.data + (1 * 9 + 2) * item,
+        9,
+        False,
+    )
+    want = np.zeros((8, 9), np.float32)
+    want[1:7, 2:7] = a[:, 2:10] @ b[3:11, 4:9]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    raw(
+        6,
+        5,
+        8,
+        a.ctypes.data + 2 * item,
+        10,
+        b.ctypes.data + (3 * 12 + 4) * item,
+        12,
+        out.ctypes.data + (1 * 9 + 2) * item,
+        9,
+        True,
+    )
+    np.testing.assert_allclose(out, 2 * want, rtol=1e-5, atol=1e-5)

@@ -40,6 +40,7 @@ class _Gemm:
 
 
 _GEMM: dict[np.dtype[Any], _Gemm] | None = None
+_RAW: dict[np.dtype[Any], Any] = {}
 
 
 def _candidate_paths() -> list[str]:
@@ -175,6 +176,49 @@ def available() -> bool:
     if _GEMM is None:
         _GEMM = _load()
     return bool(_GEMM)
+
+
+def raw_gemm(dtype: np.dtype[Any]) -> Any:
+    """The bare BLAS gemm for ``dtype`` as ``fn(m, n, k, a_ptr, lda, b_ptr, ldb, c_ptr, ldc,
+    accumulate)`` on row-major, untransposed operands given by address (C = A @ B, or
+    C += A @ B), or None without direct BLAS.  For loops of many products over one
+    buffer, whose addresses the caller computes once: ``gemm``'s checks and
+    ``ndarray.ctypes`` lookups cost about 10 us per call.  The caller guarantees the
+    addresses, leading dimensions and sizes describe memory it owns."""
+    global _GEMM
+    dt = np.dtype(dtype)
+    if dt in _RAW:
+        return _RAW[dt]
+    if _GEMM is None:
+        _GEMM = _load()
+    g = _GEMM.get(dt)
+    if g is None:
+        _RAW[dt] = None
+        return None
+    fn, scalar = g.fn, g.c_scalar
+    one, zero = scalar(1.0), scalar(0.0)
+
+    def call(
+        m: int, n: int, k: int, a: int, lda: int, b: int, ldb: int, c: int, ldc: int, acc: bool
+    ) -> None:
+        fn(
+            _ROW_MAJOR,
+            _NO_TRANS,
+            _NO_TRANS,
+            m,
+            n,
+            k,
+            one,
+            a,
+            lda,
+            b,
+            ldb,
+            one if acc else zero,
+            c,
+            ldc,
+        )
+
+    return call
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = False) -> None:

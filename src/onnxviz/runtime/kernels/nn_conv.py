@@ -10,7 +10,9 @@ a col2im that adds one strided slice per kernel offset.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 from itertools import product
 from typing import Any
 
@@ -122,8 +124,8 @@ def _conv_dispatch(
             f"conv channels do not fit: input {c}, weight {tuple(w.shape)}, group {group}"
         )
     cg, mg = c // group, m // group
-    k_size = int(np.prod(kernel))
-    p_size = int(np.prod(out_shape))
+    k_size = math.prod(kernel)
+    p_size = math.prod(out_shape)
     pointwise = k_size == 1 and not any(pads) and all(s == 1 for s in strides) and group == 1
     if pointwise:
         # 1x1, stride 1, no padding: a plain product on a view.
@@ -134,11 +136,11 @@ def _conv_dispatch(
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
-        if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
+        if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
             return _depthwise_flat(layout, w, group, bias), True
     if group == 1 and stride1:
-        wide = int(np.prod(padded[1:])) * out_shape[0]
+        wide = math.prod(padded[1:]) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
             if c < _FEW_CHANNELS:
@@ -148,7 +150,7 @@ def _conv_dispatch(
     few = c < _FEW_CHANNELS
     if group == 1 and strided and k_size > 1 and (c >= 16 or few) and n * p_size >= 1024:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
-        if int(np.prod(phase_rows)) <= 1.15 * int(np.prod(out_shape[1:])):
+        if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
             if few:
                 return _flat_im2col_conv(layout, w, bias), True
@@ -197,6 +199,36 @@ def _products_with_bias(
     return False
 
 
+@lru_cache(maxsize=256)
+def _flat_geometry(
+    spatial: tuple[int, ...],
+    pads: tuple[int, ...],
+    kernel: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out_rows: int,
+    strides: tuple[int, ...],
+) -> tuple[tuple[int, ...], int, list[tuple[int, int]], list[tuple[int, ...]], int, int]:
+    """_FlatLayout's geometry, computed once per conv shape: (per-phase padded image size,
+    wide, (phase, shift) per kernel offset, phases, image length, buffer length)."""
+    rank = len(kernel)
+    full = [s + pads[i] + pads[i + rank] for i, s in enumerate(spatial)]
+    # Per-phase image size (the common, largest one).
+    padded = tuple(-(-p // s) for p, s in zip(full, strides))
+    flat_len = math.prod(padded)
+    wide = out_rows * (flat_len // padded[0])
+    steps = [math.prod(padded[a + 1 :]) for a in range(rank)]
+    phases = list(product(*(range(s) for s in strides)))
+    phase_index = {ph: i for i, ph in enumerate(phases)}
+    taps: list[tuple[int, int]] = []
+    for off in product(*(range(k) for k in kernel)):
+        pos = [o * d for o, d in zip(off, dilations)]
+        ph = tuple(p % s for p, s in zip(pos, strides))
+        shift = sum((p // s) * step for p, s, step in zip(pos, strides, steps))
+        taps.append((phase_index[ph], shift))
+    length = max(flat_len, max(t[1] for t in taps) + wide)
+    return padded, wide, taps, phases, flat_len, length
+
+
 class _FlatLayout:
     """The zero-padded input with its spatial axes flattened, plus a zero tail, so that
     each kernel offset of the conv reads one contiguous shifted slice of length ``wide``
@@ -216,23 +248,13 @@ class _FlatLayout:
     ) -> None:
         n, c = x.shape[:2]
         rank = len(kernel)
-        st = list(strides) if strides is not None else [1] * rank
-        padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
-        # Per-phase image size (the common, largest one).
-        self.padded = [-(-p // s) for p, s in zip(padded, st)]
+        st = tuple(strides) if strides is not None else (1,) * rank
         self.out_shape = list(out_shape)
-        flat_len = int(np.prod(self.padded))
-        self.wide = out_shape[0] * (flat_len // self.padded[0])
-        steps = [int(np.prod(self.padded[a + 1 :])) for a in range(rank)]
-        phases = list(product(*(range(s) for s in st)))
-        phase_index = {ph: i for i, ph in enumerate(phases)}
-        self.taps: list[tuple[int, int]] = []
-        for off in product(*(range(k) for k in kernel)):
-            pos = [o * d for o, d in zip(off, dilations)]
-            ph = tuple(p % s for p, s in zip(pos, st))
-            shift = sum((p // s) * step for p, s, step in zip(pos, st, steps))
-            self.taps.append((phase_index[ph], shift))
-        length = max(flat_len, max(t[1] for t in self.taps) + self.wide)
+        geometry = _flat_geometry(
+            tuple(x.shape[2:]), tuple(pads), tuple(kernel), tuple(dilations), out_shape[0], st
+        )
+        padded, self.wide, self.taps, phases, flat_len, length = geometry
+        self.padded = list(padded)
         self.flat = scratch("conv_flat", (n, c, len(phases), length), x.dtype)
         self.flat.fill(0)
         if len(phases) == 1:
@@ -278,7 +300,30 @@ def _shifted_conv(
     the bias) is the only fresh array."""
     n = layout.flat.shape[0]
     taps = (packed or ConvWeight(w)).taps()
-    acc = scratch("conv_acc", (n, w.shape[0], layout.wide), layout.flat.dtype)
+    flat = layout.flat
+    acc = scratch("conv_acc", (n, w.shape[0], layout.wide), flat.dtype)
+    raw = blas.raw_gemm(flat.dtype)
+    if raw is not None and taps.dtype == flat.dtype:
+        # Addresses computed here once: 9 products per image at a few microseconds each.
+        item = flat.itemsize
+        m, c = taps.shape[1:]
+        t0, f0, a0 = taps.ctypes.data, flat.ctypes.data, acc.ctypes.data
+        for b in range(n):
+            for k_index, (phase, shift) in enumerate(layout.taps):
+                src = f0 + b * flat.strides[0] + phase * flat.strides[2] + shift * item
+                raw(
+                    m,
+                    layout.wide,
+                    c,
+                    t0 + k_index * taps.strides[0],
+                    c,
+                    src,
+                    flat.strides[1] // item,
+                    a0 + b * acc.strides[0],
+                    layout.wide,
+                    k_index > 0,
+                )
+        return layout.crop(acc, bias)
     for b in range(n):
         for k_index in range(len(layout.taps)):
             blas.gemm(taps[k_index], layout.view(k_index)[b], acc[b], accumulate=k_index > 0)
@@ -371,7 +416,7 @@ def _depthwise_blocks(
     acc = np.empty((n, group, mult, *out_shape), dtype=xp.dtype)
     # Channel blocks small enough (~256 KiB of output) that the running sum and the product
     # stay in cache across all kernel offsets.
-    per_channel = n * mult * int(np.prod(out_shape)) * xp.dtype.itemsize
+    per_channel = n * mult * math.prod(out_shape) * xp.dtype.itemsize
     block = max(1, (256 * 1024) // max(per_channel, 1))
     tmp = np.empty((n, min(block, group), mult, *out_shape), dtype=xp.dtype)
     for c0 in range(0, group, block):
@@ -508,8 +553,8 @@ def conv_transpose(
     if w.shape[0] != c or c % group:
         raise ExecutionError(f"ConvTranspose weight {w.shape} does not fit input {x.shape}")
     cg, mg = c // group, w.shape[1]
-    k_size = int(np.prod(kernel))
-    p_in = int(np.prod(in_shape))
+    k_size = math.prod(kernel)
+    p_in = math.prod(in_shape)
     xc = as_compute(x)
     wc = as_compute(w).astype(xc.dtype, copy=False)
     wg = wc.reshape(group, cg, mg * k_size).transpose(0, 2, 1)
@@ -611,7 +656,7 @@ def _linear_sample(x: np.ndarray, coords: np.ndarray) -> np.ndarray:
     base = np.floor(coords)
     frac = coords - base
     base = base.astype(np.int64)
-    out = np.zeros((b, c, int(np.prod(pts_shape))), dtype=x.dtype)
+    out = np.zeros((b, c, math.prod(pts_shape)), dtype=x.dtype)
     for corner in product((0, 1), repeat=rank):
         weight = np.ones((b, *pts_shape), dtype=x.dtype)
         index = np.zeros((b, *pts_shape), dtype=np.int64)
@@ -647,7 +692,7 @@ def deform_conv(
     )
     rank = len(kernel)
     n, c = x.shape[:2]
-    k_size = int(np.prod(kernel))
+    k_size = math.prod(kernel)
     xc = as_compute(x)
     dt = xc.dtype
     og = offset_group
@@ -693,9 +738,9 @@ def col2im(
     dil = spatial_list(dilations, rank, 1)
     pd = spatial_list(pads, 2 * rank, 0)
     blocks = pool_output_shape(image, block, st, dil, pd, False)
-    k_size = int(np.prod(block))
+    k_size = math.prod(block)
     n = x.shape[0]
-    if x.shape[1] % k_size or x.shape[2] != int(np.prod(blocks)):
+    if x.shape[1] % k_size or x.shape[2] != math.prod(blocks):
         raise ExecutionError(f"Col2Im input {x.shape} does not fit blocks {block} / {blocks}")
     xc = as_compute(x)
     cols = xc.reshape(n, x.shape[1] // k_size, *block, *blocks)

@@ -7,6 +7,7 @@ for dtypes numpy has no fast arithmetic for.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +28,7 @@ def scratch(name: str, shape: Sequence[int], dtype: Any) -> np.ndarray:
     (never for returned arrays).  One buffer per name: a name must not be used twice in
     one live computation."""
     dt = np.dtype(dtype)
-    size = int(np.prod(shape)) * dt.itemsize
+    size = math.prod(shape) * dt.itemsize
     if size > _SCRATCH_MAX_BYTES:
         return np.empty(shape, dtype=dt)
     pool: dict[str, np.ndarray] | None = getattr(_SCRATCH, "pool", None)

@@ -7,6 +7,7 @@ tensor; no per-window or per-element Python loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from itertools import product
 from typing import Any
@@ -109,7 +110,7 @@ class _Geometry:
         buffers = [scratch("pool_a", (total,), xp.dtype), scratch("pool_b", (total,), xp.dtype)]
         src, length = flat, total
         for a in reversed(range(self.rank)):
-            step = int(np.prod(xp.shape[lead + a + 1 :])) * self.dilations[a]
+            step = math.prod(xp.shape[lead + a + 1 :]) * self.dilations[a]
             k = self.kernel[a]
             if k == 1:
                 continue
@@ -220,9 +221,9 @@ def _max_pool(
     rank = geo.rank
     spatial = geo.in_shape
     if storage_order == 0:
-        axis_stride = [int(np.prod(spatial[a + 1 :])) for a in range(rank)]
+        axis_stride = [math.prod(spatial[a + 1 :]) for a in range(rank)]
     else:
-        axis_stride = [int(np.prod(spatial[:a])) for a in range(rank)]
+        axis_stride = [math.prod(spatial[:a]) for a in range(rank)]
     table = np.array(offsets, dtype=np.int64).reshape(len(offsets), rank)
     shift = table @ np.array([d * st for d, st in zip(geo.dilations, axis_stride)], np.int64)
     origin = np.zeros(geo.out, dtype=np.int64)
@@ -231,7 +232,7 @@ def _max_pool(
         origin = origin + (o * axis_stride[a]).reshape(
             tuple(-1 if b == a else 1 for b in range(rank))
         )
-    plane = (np.arange(n * c, dtype=np.int64) * int(np.prod(spatial))).reshape((n, c) + (1,) * rank)
+    plane = (np.arange(n * c, dtype=np.int64) * math.prod(spatial)).reshape((n, c) + (1,) * rank)
     index = np.take(shift, arg)
     index += origin
     index += plane
@@ -383,7 +384,7 @@ def max_unpool(
         if shape != default and flat.size:
             # Indices address the unpooled tensor of the default shape: re-address them.
             flat = np.ravel_multi_index(np.unravel_index(flat, default), shape)
-    y = np.zeros(int(np.prod(shape)), dtype=x.dtype)
+    y = np.zeros(math.prod(shape), dtype=x.dtype)
     if flat.size and (flat.min() < 0 or flat.max() >= y.size):
         raise ExecutionError(f"MaxUnpool index out of range for output shape {shape}")
     y[flat] = x.reshape(-1)
