@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from operator import attrgetter
 from typing import cast
 
@@ -991,52 +990,47 @@ class LayoutSession:
         sp = np.where(a < n, arrays.src_port[chosen], 0)
         tp = np.where(b < n, arrays.dst_port[chosen], 0)
         # Edges crossing open group borders continue through the groups' own layouts
-        # (entry/exit terminals); built one by one, the rest is gathered at once.
-        chains: dict[int, np.ndarray] = {}
-        if bridged.any():
-            by_container = {c: (lay, ox, oy) for c, lay, ox, oy in placed}
-            which = np.flatnonzero(bridged)
-            seg_in = self._segment_finder("in", chosen[which], by_container)
-            seg_out = self._segment_finder("out", chosen[which], by_container)
-            lo_l, len_l = lo.tolist(), length.tolist()
-            pre_l, suf_l = pre.tolist(), suf.tolist()
+        # (entry/exit terminals): their chains are joined from pieces, all at once.
+        out_len = length.copy()
+        which = np.flatnonzero(bridged)
+        if len(which):
             # The visible ends' ports: where a chain must start and end (when groups are
             # not routed through, the join draws one curve from the border to them).
-            aw, bw = which, which
+            aw, bw = a[which], b[which]
             src_pt = np.stack(
                 [
-                    center[a[aw], 0] + self._port_frac(a[aw], sp[aw], True) * size[a[aw], 0],
-                    center[a[aw], 1] + size[a[aw], 1] / 2,
+                    center[aw, 0] + self._port_frac(aw, sp[which], True) * size[aw, 0],
+                    center[aw, 1] + size[aw, 1] / 2,
                 ],
                 axis=1,
-            )[:, None, :]
+            )
             dst_pt = np.stack(
                 [
-                    center[b[bw], 0] + self._port_frac(b[bw], tp[bw], False) * size[b[bw], 0],
-                    center[b[bw], 1] - size[b[bw], 1] / 2,
+                    center[bw, 0] + self._port_frac(bw, tp[which], False) * size[bw, 0],
+                    center[bw, 1] - size[bw, 1] / 2,
                 ],
                 axis=1,
-            )[:, None, :]
-            for j, i in enumerate(which.tolist()):
-                pieces = [all_pts[lo_l[i] : lo_l[i] + len_l[i]]]
-                if suf_l[i]:
-                    pieces += seg_in(j)
-                    pieces.append(dst_pt[j])
-                if pre_l[i]:
-                    pieces = [src_pt[j], *seg_out(j)[::-1], *pieces]
-                chains[i] = _join(pieces)
-        out_len = length.copy()
-        for i, chain in chains.items():
-            out_len[i] = len(chain)
+            )
+            pool = np.concatenate([all_pts, src_pt, dst_pt])
+            pieces = self._chain_pieces(
+                chosen[which],
+                lo[which],
+                length[which],
+                pre[which],
+                suf[which],
+                route_base,
+                all_offs,
+                len(all_pts),
+            )
+            chains = _ChainJoin(pool, *pieces, len(which))
+            out_len[which] = chains.lengths
         out_offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
         np.cumsum(out_len, out=out_offsets[1:])
         out = np.empty((int(out_offsets[-1]), 2))
         plain = ~bridged
-        src_idx = np.repeat(lo[plain], length[plain]) + _ramp(length[plain])
-        dst_idx = np.repeat(out_offsets[:-1][plain], length[plain]) + _ramp(length[plain])
-        out[dst_idx] = all_pts[src_idx]
-        for i, chain in chains.items():
-            out[out_offsets[i] : out_offsets[i + 1]] = chain
+        _copy_runs(out, out_offsets[:-1][plain], all_pts, lo[plain], length[plain])
+        if len(which):
+            chains.write(out, out_offsets[which])
         kinds: list[EdgeKind] = [
             "proxy"
             if k == ROUTE_PROXY
@@ -1070,39 +1064,72 @@ class LayoutSession:
         )
         return meta, out_offsets, out
 
-    def _segment_finder(
+    def _chain_pieces(
         self,
-        side: str,
         edges: np.ndarray,
-        by_container: dict[int, tuple[FlatLayout, float, float]],
-    ) -> Callable[[int], list[np.ndarray]]:
-        """For the j-th of ``edges``: its routes inside the open groups it enters (side
-        "in", entry terminal to the child holding the end) or leaves (side "out"),
-        outermost group first, stopping at the first group not shown open."""
+        main_lo: np.ndarray,
+        main_len: np.ndarray,
+        pre: np.ndarray,
+        suf: np.ndarray,
+        route_base: np.ndarray,
+        all_offs: np.ndarray,
+        n_pts: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pieces of the chains of ``edges`` (which cross open group borders), in
+        drawing order: (chain, first point, point count) into the pool of placed routes
+        (``n_pts`` points), then one source point and one target point per chain.
+
+        A chain is: the source port and the routes inside the groups it leaves (innermost
+        first) when ``pre``; the route in the common container; the routes inside the
+        groups it enters (outermost first) and the target port when ``suf``."""
+        k = len(edges)
+        chain = np.arange(k)
+        out_j, out_q, out_lo, out_len = self._group_segments("out", edges, route_base, all_offs)
+        keep = pre[out_j]
+        out_j, out_q, out_lo, out_len = out_j[keep], out_q[keep], out_lo[keep], out_len[keep]
+        in_j, in_q, in_lo, in_len = self._group_segments("in", edges, route_base, all_offs)
+        keep = suf[in_j]
+        in_j, in_q, in_lo, in_len = in_j[keep], in_q[keep], in_lo[keep], in_len[keep]
+        k_out = np.bincount(out_j, minlength=k)
+        k_in = np.bincount(in_j, minlength=k)
+        ones = np.ones(k, dtype=np.int64)
+        parts = [  # (chain, position in the chain, first point, count)
+            (chain[pre], np.zeros(int(pre.sum()), dtype=np.int64), n_pts + chain[pre], ones[pre]),
+            (out_j, k_out[out_j] - out_q, out_lo, out_len),
+            (chain, 1 + k_out, main_lo, main_len),
+            (in_j, 2 + k_out[in_j] + in_q, in_lo, in_len),
+            (chain[suf], 2 + k_out[suf] + k_in[suf], n_pts + k + chain[suf], ones[suf]),
+        ]
+        c, pos, first, count = (np.concatenate(col) for col in zip(*parts))
+        order = np.lexsort((pos, c))
+        return c[order], first[order], count[order]
+
+    def _group_segments(
+        self, side: str, edges: np.ndarray, route_base: np.ndarray, all_offs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For ``edges``: their routes inside the open groups they enter (side "in",
+        entry terminal to the child holding the end) or leave (side "out"), outermost
+        group first, up to the first group not shown open.  Per route: the edge's
+        position in ``edges``, the route's position in that list, its first point in
+        the placed routes and its point count."""
+        empty = np.zeros(0, dtype=np.int64)
         if self._pairs is None:  # routing through groups is off
-            return lambda j: []
+            return empty, empty, empty, empty
         g_all, _e, _c, _l, _bg, _gs, by_edge, e_sorted, route = self._pairs[side]
-        los = np.searchsorted(e_sorted, edges, side="left").tolist()
-        his = np.searchsorted(e_sorted, edges, side="right").tolist()
-        order = by_edge.tolist()
-        groups = g_all.tolist()
-        routes = route.tolist()
-        is_open = self._open
-
-        def segments(j: int) -> list[np.ndarray]:
-            out = []
-            for r in order[los[j] : his[j]]:
-                g = groups[r]
-                placed = by_container.get(g)
-                if placed is None or not is_open[g] or routes[r] < 0:
-                    break
-                lay, ox, oy = placed
-                k = routes[r]
-                offs = lay.route_offsets
-                out.append(lay.route_points[offs[k] : offs[k + 1]] + (ox, oy))
-            return out
-
-        return segments
+        lo = np.searchsorted(e_sorted, edges, side="left")
+        counts = np.searchsorted(e_sorted, edges, side="right") - lo
+        q = _ramp(counts)
+        rows = by_edge[np.repeat(lo, counts) + q]
+        j = np.repeat(np.arange(len(edges)), counts)
+        g = g_all[rows]
+        base = route_base[g + 1]  # -1: the group is not placed
+        ok = (base >= 0) & self._open[g] & (route[rows] >= 0)
+        # Keep each edge's routes up to its first unusable group.
+        failed = np.cumsum(~ok)
+        run_start = np.repeat(np.cumsum(counts) - counts, counts)
+        keep = failed - (failed[run_start] - ~ok[run_start]) == 0
+        g_route = (base + route[rows])[keep]
+        return j[keep], q[keep], all_offs[g_route], all_offs[g_route + 1] - all_offs[g_route]
 
     def _port_frac(self, ent: np.ndarray, port: np.ndarray, source: bool) -> np.ndarray:
         counts = (self._n_out_ent if source else self._n_in_ent)[ent]
@@ -1114,19 +1141,54 @@ class LayoutSession:
         return f"proxy:{self._name(source)}:{port}@{where}:{rank}"
 
 
-def _join(pieces: list[np.ndarray]) -> np.ndarray:
-    """One Bézier chain from several, with a connecting cubic where one piece ends away
-    from where the next starts (a group border and the terminal inside it)."""
-    out = [pieces[0]]
-    end = pieces[0][-1]
-    for piece in pieces[1:]:
-        start = piece[0]
-        if abs(end[0] - start[0]) > 1e-6 or abs(end[1] - start[1]) > 1e-6:
-            mid = (end[1] + start[1]) / 2
-            out.append(np.asarray([(end[0], mid), (start[0], mid), (start[0], start[1])]))
-        out.append(piece[1:])
-        end = piece[-1]
-    return np.concatenate(out)
+class _ChainJoin:
+    """Bézier chains from pieces of ``pool`` (sorted by chain, in order): each piece after
+    the first drops its first point, and where it starts away from where the previous
+    one ended (a group border and the terminal inside it) a connecting cubic is put in
+    between.  ``lengths``: points per chain; `write` puts the chains in place."""
+
+    def __init__(
+        self, pool: np.ndarray, chain: np.ndarray, first: np.ndarray, count: np.ndarray, n: int
+    ) -> None:
+        opens = np.ones(len(chain), dtype=bool)
+        opens[1:] = chain[1:] != chain[:-1]
+        self.end = pool[np.roll(first + count - 1, 1)]  # the previous piece's last point
+        self.start = pool[first]
+        end, start = self.end, self.start
+        self.gap = ~opens & (
+            (np.abs(end[:, 0] - start[:, 0]) > 1e-6) | (np.abs(end[:, 1] - start[:, 1]) > 1e-6)
+        )
+        self.skip = (~opens).astype(np.int64)
+        self.n_join = 3 * self.gap.astype(np.int64)
+        emit = self.n_join + count - self.skip
+        self.lengths = np.bincount(chain, weights=emit, minlength=n).astype(np.int64)
+        before = np.cumsum(emit) - emit  # points emitted by earlier pieces
+        self.within = before - before[np.flatnonzero(opens)][np.cumsum(opens) - 1]
+        self.pool, self.chain, self.first, self.count = pool, chain, first, count
+
+    def write(self, out: np.ndarray, at: np.ndarray) -> None:
+        """Chain ``k`` into ``out[at[k] : at[k] + lengths[k]]``."""
+        dest = at[self.chain] + self.within
+        g = np.flatnonzero(self.gap)
+        end, start, to = self.end[g], self.start[g], dest[g]
+        mid = (end[:, 1] + start[:, 1]) / 2
+        out[to] = np.stack([end[:, 0], mid], axis=1)
+        out[to + 1] = np.stack([start[:, 0], mid], axis=1)
+        out[to + 2] = start
+        _copy_runs(
+            out, dest + self.n_join, self.pool, self.first + self.skip, self.count - self.skip
+        )
+
+
+def _copy_runs(
+    out: np.ndarray, out_at: np.ndarray, src: np.ndarray, src_at: np.ndarray, counts: np.ndarray
+) -> None:
+    """out[out_at[i] : out_at[i] + counts[i]] = src[src_at[i] : src_at[i] + counts[i]] for
+    (n, 2) float arrays, copied as one complex number per point (far faster than rows)."""
+    ramp = _ramp(counts)
+    pairs_out = out.view(np.complex128).reshape(-1)
+    pairs_src = np.ascontiguousarray(src).view(np.complex128).reshape(-1)
+    pairs_out[np.repeat(out_at, counts) + ramp] = pairs_src[np.repeat(src_at, counts) + ramp]
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:
