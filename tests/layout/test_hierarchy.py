@@ -282,3 +282,61 @@ def test_section_names_avoid_existing_group_ids() -> None:
     assert sections == ["big#0#", "big#1", "big#2"]
     assert session.children("big#0#") == ["n0", "n1", "n2", "n3"]
     assert session.children("big#0") == ["x"]
+
+
+@pytest.mark.parametrize("through", [True, False])
+def test_expanding_step_by_step_matches_a_fresh_session(through: bool) -> None:
+    """The first view prepares only the top level; what is built later on demand (the
+    children of every group, edges lifted below the top level) gives the same views as
+    a session that starts with the groups open."""
+    req = scoped_request(
+        graph("transformer_mask", 1500), route_through_groups=through, max_group_children=8
+    )
+    session = LayoutSession(req, expanded=())
+    session.result()
+    target = "/model/layers.1/self_attn"
+    steps = [*session.ancestors(target)[::-1], target]
+    assert any("#" in gid for gid in steps)  # through sections
+    views = [(gid, steps[: k + 1]) for k, gid in enumerate(steps)] + [(None, None)]
+    for gid, shown in views:
+        if gid is None:
+            session.expand_all()
+        else:
+            session.expand(gid)
+        res = session.result()
+        fresh = LayoutSession(req, expanded=shown).result()
+        assert res.node_ids == fresh.node_ids
+        assert np.array_equal(res.node_xy, fresh.node_xy)
+        assert res.route_meta == fresh.route_meta
+        assert np.array_equal(res.route_points, fresh.route_points)
+        assert res.group_boxes == fresh.group_boxes
+    assert "/model/layers.1/self_attn/Softmax" in res.nodes
+
+
+def test_self_loops_and_inner_edges_stay_hidden_in_the_first_view() -> None:
+    nodes = [
+        LayoutNode("in", 40, 20),
+        LayoutNode("a", 40, 20, parent="g"),
+        LayoutNode("b", 40, 20, parent="g"),
+        LayoutNode("out", 40, 20),
+    ]
+    edges = [
+        LayoutEdge("in", "a"),
+        LayoutEdge("a", "b"),
+        LayoutEdge("b", "b"),
+        LayoutEdge("b", "out"),
+        LayoutEdge("out", "out"),
+    ]
+    session = LayoutSession(LayoutRequest(nodes, edges, [LayoutGroup("g")]), expanded=())
+    first = session.result()
+    assert [(r.source, r.target, r.kind) for r in first.edges] == [
+        ("in", "g", "lifted"),
+        ("g", "out", "lifted"),
+    ]
+    session.expand("g")
+    opened = session.result()
+    assert sorted((r.source, r.target) for r in opened.edges) == [
+        ("a", "b"),
+        ("b", "out"),
+        ("in", "a"),
+    ]

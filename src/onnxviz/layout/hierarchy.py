@@ -6,7 +6,9 @@ at their collapsed size, expanded groups at the size of their own layout plus pa
 An edge belongs to the lowest common container of its ends and connects the two children
 of that container that hold them ("lifted").  Consequences:
 
-* only expanded groups are laid out; the first view of a large model is one small layout;
+* only expanded groups are laid out; the first view of a large model is one small layout,
+  and the session prepares only the top level for it (the children of every group and
+  the lifting of edges below the top level are built when a group is first opened);
 * expanding or collapsing a group invalidates only it and its ancestors;
 * layouts are cached by structure (child sizes, port counts and local edges), so the
   forty identical decoder layers of a transformer are laid out once;
@@ -14,7 +16,8 @@ of that container that hold them ("lifted").  Consequences:
   (synthetic groups ``<group>#<k>``) in the order of the request's nodes.
 
 The whole tree is handled with index arrays; the per-edge lifting to the common
-container is vectorised (one pass per nesting level).
+container is vectorised (one pass per nesting level), and so is the joining of routes
+through open groups.
 
 Edges that enter or leave an open group are routed inside it: the group's own layout
 gets zero-size terminals pinned to its first rank (one per child input fed from outside)
