@@ -125,3 +125,31 @@ def test_kept_intermediate_ends_the_chain() -> None:
     # Div -> Erf stops at the kept value; the rest reads two live values (e's chain and
     # x), which a chain does not take, so it runs node by node.
     assert kinds == [("Div", "fused"), ("Add", "kernel"), ("Mul", "kernel"), ("Mul", "kernel")]
+
+
+def test_value_read_again_after_an_earlier_last_use_is_not_overwritten() -> None:
+    """The GELU as written by hand: Div -> Erf -> Add is a chain, and Mul(h, 0.5) sits
+    between its nodes.  Node by node, that Mul was h's last use (so it could write into
+    h in place); the fused chain reads h later, so the Mul must not (found on BERT)."""
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["h"], name="bias"),  # h: an intermediate
+        helper.make_node("Div", ["h", "sqrt2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Mul", ["h", "half"], ["hh"], name="half"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["hh", "a"], ["g"], name="gelu"),
+        # 0.5 used again later (as the next layer's GELU would): not dead at "half".
+        helper.make_node("Mul", ["g", "half"], ["y"], name="again"),
+    ]
+    consts = {"bias": 0.25, "sqrt2": np.sqrt(2.0), "half": 0.5, "one": 1.0}
+    model = _model(nodes, consts, [4, 3000])
+    x = np.random.default_rng(5).standard_normal((4, 3000)).astype(np.float32)
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    nodes_run = run_nodes(sess.plan)
+    assert any(pn.kind == "fused" for pn in nodes_run)
+    # Every in-place mark of the fused list is earned at the node's new position.
+    for pn in nodes_run:
+        for slot, dead in zip(pn.inputs, pn.inplace_dead or ()):
+            assert not dead or slot in pn.free_after, pn.label
+    np.testing.assert_allclose(y, _stepped(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)

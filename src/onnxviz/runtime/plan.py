@@ -442,8 +442,10 @@ def liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -
                 s >= 0 and s in pn.free_after and pn.inputs.count(s) == 1 for s in pn.inputs
             )
             # Before opset 7 the binary ops had a broadcast attribute (not handled there).
-            if any(dead) and (pn.op_type not in ("Add", "Sub", "Mul", "Div") or pn.opset >= 7):
-                pn.inplace_dead = dead
+            ok = any(dead) and (pn.op_type not in ("Add", "Sub", "Mul", "Div") or pn.opset >= 7)
+            # Always set: a node list made again (fusion.py) moves last uses, and a copy
+            # must not keep a "dead" mark its new position no longer earns.
+            pn.inplace_dead = dead if ok else None
 
 
 def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:
