@@ -381,3 +381,29 @@ def test_two_conv_branches_meeting_at_one_add_both_run() -> None:
     assert {"c1", "c2", "down"} <= ran
     np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
     assert (y > 0).mean() > 0.2  # a real signal, not an all-zero output
+
+
+@pytest.mark.parametrize(
+    "name", ["resnet50", "inception_v2", "densenet121", "shufflenet", "squeezenet", "vgg19"]
+)
+def test_fused_lists_of_real_models_keep_the_plan_invariants(name: str) -> None:
+    """Over the light models' fused node lists: every value is made before it is read,
+    every in-place mark is earned where the node now sits, and nothing is freed twice."""
+    import os
+
+    from onnxviz.runtime.conformance import light_dir
+
+    model = onnx.load(os.path.join(light_dir(), f"light_{name}.onnx"))
+    plan = Session(model).plan
+    nodes = run_nodes(plan)
+    made = {s for s, _ in plan.constants} | {plan.slots[i.name] for i in model.graph.input}
+    freed: set[int] = set()
+    for pn in nodes:
+        for s in pn.inputs:
+            assert s < 0 or (s in made and s not in freed), (pn.label, s)
+        for slot, dead in zip(pn.inputs, pn.inplace_dead or ()):
+            assert not dead or slot in pn.free_after, pn.label
+        made.update(s for s in pn.outputs if s >= 0)
+        assert not freed & set(pn.free_after)
+        freed.update(pn.free_after)
+    assert len(nodes) < len(plan.nodes)  # something was fused
