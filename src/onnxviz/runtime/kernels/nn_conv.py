@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels import blas
+from onnxviz.runtime.kernels import blas, nn_winograd
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
     conv_pads,
@@ -43,6 +43,13 @@ class ConvWeight:
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
         self._taps: np.ndarray | None = None
+        self._winograd: np.ndarray | None = None
+
+    def winograd(self) -> np.ndarray:
+        """The F(2x2, 3x3) transformed weight (16, M, C) (nn_winograd)."""
+        if self._winograd is None:
+            self._winograd = nn_winograd.transform_weights(self.array)
+        return self._winograd
 
     def taps(self) -> np.ndarray:
         """(kernel offsets, M, C/group) contiguous: one (M, C) matrix per offset."""
@@ -132,6 +139,14 @@ def _conv_dispatch(
         y = np.empty((n, m, p_size), dtype=x.dtype)
         added = _products_with_bias(w.reshape(m, c), x.reshape(n, c, p_size), y, bias, addend)
         return y.reshape(n, m, *out_shape), added
+    if packed is not None and nn_winograd.fits(
+        c, m, group, kernel, strides, dilations, pads, out_shape
+    ):
+        # Constant weights only: their transform is made once (ConvWeight.winograd).
+        y = nn_winograd.winograd_conv(x, packed.winograd(), bias, pads, out_shape)
+        if addend is not None:
+            y += addend
+        return y, True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if cg == 1 and group > 1 and min(pads) >= 0:

@@ -1,0 +1,174 @@
+"""3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3).
+
+Each 2x2 block of outputs is computed from a 4x4 tile of the input with 16 multiplies
+per input/output channel pair instead of 36: with the tile transformed (V = B^T d B) and
+the weights transformed once (U = G g G^T), the products are 16 GEMMs U_k (M, C) @ V_k
+(C, tiles), and the output block is A^T m A.  The transform matrices have entries
+0, +-1 and +-1/2 only, so the rounding error stays within a few units of the direct
+product's (tests compare both against float64).
+
+Numpy cannot gather 4x4 tiles cheaply, so the input is split into its four
+(row parity, column parity) phase images, flattened per channel with one spare row and
+column: every tile element is then the same phase image read at a fixed flat offset,
+and the whole input transform is 24 long contiguous 1-D array operations.  Positions in
+the spare column are computed and dropped.
+
+The 16 smaller GEMMs beat the direct conv's work only where their column count is
+moderate (see `fits`); on big images the transforms' memory traffic eats the gain, on
+tiny ones the GEMMs get too thin.  The weight transform is done once per constant
+weight (nn_conv.ConvWeight), never per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels import blas
+from onnxviz.runtime.kernels.nn_geometry import scratch
+
+_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+# Output sizes (per spatial axis) where F(2x2, 3x3) measured faster than the direct paths
+# on ResNet/Inception shapes (14x14 to 28x28 images with 64 to 512 channels): 15-20 %.
+_MIN_OUT, _MAX_OUT = 12, 32
+_MIN_CHANNELS = 32
+
+
+def fits(
+    c: int,
+    m: int,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool:
+    """Whether this conv should run by `winograd_conv`."""
+    return (
+        len(kernel) == 2
+        and tuple(kernel) == (3, 3)
+        and group == 1
+        and all(s == 1 for s in strides)
+        and all(d == 1 for d in dilations)
+        and min(pads) >= 0
+        and max(pads) <= 2
+        and c >= _MIN_CHANNELS
+        and m >= _MIN_CHANNELS
+        and all(_MIN_OUT <= o <= _MAX_OUT for o in out_shape)
+        and blas.raw_gemm(np.dtype(np.float32)) is not None
+    )
+
+
+def transform_weights(w: np.ndarray) -> np.ndarray:
+    """U = G g G^T for every (output, input) channel pair of a (M, C, 3, 3) weight, as
+    (16, M, C) contiguous (U_k for tile element k = 4 * row + column), in float64 then
+    rounded once to w's dtype."""
+    m, c = w.shape[:2]
+    u = np.einsum("ik,mckl,jl->ijmc", _G, w.astype(np.float64), _G)
+    return np.ascontiguousarray(u.reshape(16, m, c).astype(w.dtype))
+
+
+def winograd_conv(
+    x: np.ndarray,
+    u: np.ndarray,
+    bias: np.ndarray | None,
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """The conv of ``x`` (N, C, H, W) with transformed weights ``u`` (16, M, C), zero
+    padding ``pads`` (ONNX order), plus ``bias``; a fresh (N, M, *out_shape)."""
+    n, c = x.shape[:2]
+    m = u.shape[1]
+    oh, ow = out_shape
+    th, tw = -(-oh // 2), -(-ow // 2)
+    out = np.empty((n, m, 2 * th, 2 * tw), dtype=x.dtype)
+    for b in range(n):
+        _one_image(x[b], u, bias, pads[0], pads[1], th, tw, out[b])
+    if oh != 2 * th or ow != 2 * tw:
+        return np.ascontiguousarray(out[:, :, :oh, :ow])
+    return out
+
+
+def _one_image(
+    x: np.ndarray,
+    u: np.ndarray,
+    bias: np.ndarray | None,
+    pad_top: int,
+    pad_left: int,
+    th: int,
+    tw: int,
+    out: np.ndarray,
+) -> None:
+    c = x.shape[0]
+    m = u.shape[1]
+    dt = x.dtype
+    width = tw + 1  # a phase image row: the tiles' columns plus the spare one
+    plane = (th + 1) * width  # a phase image of one channel (plus the spare row)
+    q = c * plane
+    # The padded input at row 2i + rp, column 2j + cp is phase[rp, cp][i, j].
+    phase = scratch("wino_phase", (2, 2, q + width + 2), dt)
+    phase.fill(0)
+    for rp in (0, 1):
+        r0 = (rp - pad_top) % 2  # first input row landing on padded row parity rp
+        i0 = (r0 + pad_top) // 2
+        for cp in (0, 1):
+            c0 = (cp - pad_left) % 2
+            j0 = (c0 + pad_left) // 2
+            src = x[:, r0::2, c0::2]
+            rows, cols = min(src.shape[1], th + 1 - i0), min(src.shape[2], width - j0)
+            image = phase[rp, cp, :q].reshape(c, th + 1, width)
+            image[:, i0 : i0 + rows, j0 : j0 + cols] = src[:, :rows, :cols]
+    # Input transform, rows then columns: tile row r of column parity cp is
+    # phase[r % 2, cp] read at offset (r // 2) * width; tile column j is the column
+    # parity j % 2 read at offset j // 2.
+    rows_t = scratch("wino_rows", (4, 2, q + 1), dt)
+    for cp in (0, 1):
+        d0, d2 = phase[0, cp, : q + 1], phase[0, cp, width : width + q + 1]
+        d1, d3 = phase[1, cp, : q + 1], phase[1, cp, width : width + q + 1]
+        np.subtract(d0, d2, out=rows_t[0, cp])
+        np.add(d1, d2, out=rows_t[1, cp])
+        np.subtract(d2, d1, out=rows_t[2, cp])
+        np.subtract(d1, d3, out=rows_t[3, cp])
+    v = scratch("wino_v", (16, q), dt)
+    for i in range(4):
+        e0, o1 = rows_t[i, 0, :q], rows_t[i, 1, :q]
+        e2, o3 = rows_t[i, 0, 1 : q + 1], rows_t[i, 1, 1 : q + 1]
+        np.subtract(e0, e2, out=v[4 * i])
+        np.add(o1, e2, out=v[4 * i + 1])
+        np.subtract(e2, o1, out=v[4 * i + 2])
+        np.subtract(o1, o3, out=v[4 * i + 3])
+    # 16 products over the first th tile rows of every channel (the spare row is only
+    # read by the shifted slices above).
+    cols = th * width
+    prods = scratch("wino_m", (16, m, cols), dt)
+    raw = blas.raw_gemm(dt)
+    if raw is not None and u.dtype == dt:
+        u0, v0, p0 = u.ctypes.data, v.ctypes.data, prods.ctypes.data
+        for k in range(16):
+            raw(m, cols, c, u0 + k * u.strides[0], c, v0 + k * v.strides[0], plane,
+                p0 + k * prods.strides[0], cols, False)  # fmt: skip
+    else:
+        vk = v.reshape(16, c, th + 1, width)[:, :, :th].reshape(16, c, cols)
+        np.matmul(u.astype(dt, copy=False), vk, out=prods)
+    if bias is not None:
+        prods[5] += bias[:, None]  # m11 reaches all four outputs with sign +1
+    # Output transform A^T m A, rows then columns, into the 2x2 blocks of out.
+    half = scratch("wino_half", (2, 4, m, cols), dt)
+    np.add(prods[0:4], prods[4:8], out=half[0])
+    half[0] += prods[8:12]
+    np.subtract(prods[4:8], prods[8:12], out=half[1])
+    half[1] -= prods[12:16]
+    blocks: Any = out.reshape(m, th, 2, tw, 2)
+    y = scratch("wino_y", (m, cols), dt)
+    grid = y.reshape(m, th, width)[:, :, :tw]
+    for a in (0, 1):
+        np.add(half[a, 0], half[a, 1], out=y)
+        y += half[a, 2]
+        blocks[:, :, a, :, 0] = grid
+        np.subtract(half[a, 1], half[a, 2], out=y)
+        y -= half[a, 3]
+        blocks[:, :, a, :, 1] = grid
