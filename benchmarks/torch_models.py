@@ -37,6 +37,14 @@ def _export(module: Any, args: tuple[Any, ...], names: list[str], opset: int) ->
 
 
 def resnet50_torch() -> Built:
+    return resnet_torch([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)])
+
+
+def resnet_torch(
+    stages: list[tuple[int, int, int]], *, stem: int = 64, image: int = 224, batch: int = 1
+) -> Built:
+    """torchvision's ResNet layout with bottleneck ``stages`` of (width, blocks, stride);
+    random weights, BatchNorm statistics as after training (folded by the exporter)."""
     import torch
     from torch import nn
 
@@ -66,17 +74,17 @@ def resnet50_torch() -> Built:
             return torch.relu(self.body(x) + self.short(x))
 
     layers: list[nn.Module] = [
-        nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
-        nn.BatchNorm2d(64),
+        nn.Conv2d(3, stem, 7, stride=2, padding=3, bias=False),
+        nn.BatchNorm2d(stem),
         nn.ReLU(),
         nn.MaxPool2d(3, 2, 1),
     ]
-    cin = 64
-    for mid, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+    cin = stem
+    for mid, blocks, stride in stages:
         for b in range(blocks):
             layers.append(Bottleneck(cin, mid, stride if b == 0 else 1))
             cin = mid * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
     net = nn.Sequential(*layers)
     for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -84,7 +92,7 @@ def resnet50_torch() -> Built:
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
                 m.weight.uniform_(0.2, 0.6)  # keeps activations bounded through 16 blocks
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((batch, 3, image, image)).astype(np.float32)
     return _export(net, (torch.from_numpy(x),), ["x"], 17), {"x": x}
 
 

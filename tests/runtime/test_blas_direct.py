@@ -126,38 +126,23 @@ def test_conv_without_direct_blas_gives_the_same_numbers() -> None:
 
 
 def test_raw_gemm_reads_and_writes_the_addressed_blocks() -> None:
-    raw = blas.raw_gemm(np.float32)
+    raw = blas.raw_gemm(np.dtype(np.float32))
     if raw is None:
         pytest.xfail("no direct BLAS on this numpy build")
     a, b = _rand(6, 10), _rand(30, 12)
     out = np.zeros((8, 9), np.float32)
     item = 4
-    # out[1:7, 2:7] = a[:, 2:10:1] @ b[3:11, 4:9]  (blocks of bigger buffers by address)
-    raw(
-        6,
-        5,
-        8,
-        a.ctypes.data + 2 * item,
-        10,
-        b.ctypes.data + (3 * 12 + 4) * item,
-        12,
-        out.ctypes.data + (1 * 9 + 2) * item,
-        9,
-        False,
-    )
+
+    def block_product(accumulate: bool) -> None:
+        """out[1:7, 2:7] (+)= a[:, 2:10] @ b[3:11, 4:9], blocks of bigger buffers by address."""
+        a_at = a.ctypes.data + 2 * item
+        b_at = b.ctypes.data + (3 * 12 + 4) * item
+        out_at = out.ctypes.data + (1 * 9 + 2) * item
+        raw(6, 5, 8, a_at, 10, b_at, 12, out_at, 9, accumulate)
+
+    block_product(False)
     want = np.zeros((8, 9), np.float32)
     want[1:7, 2:7] = a[:, 2:10] @ b[3:11, 4:9]
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-    raw(
-        6,
-        5,
-        8,
-        a.ctypes.data + 2 * item,
-        10,
-        b.ctypes.data + (3 * 12 + 4) * item,
-        12,
-        out.ctypes.data + (1 * 9 + 2) * item,
-        9,
-        True,
-    )
+    block_product(True)
     np.testing.assert_allclose(out, 2 * want, rtol=1e-5, atol=1e-5)

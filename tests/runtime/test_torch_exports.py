@@ -8,6 +8,8 @@ and GRU, and scripted control flow (Loop with If).  Each is exported at test tim
 from __future__ import annotations
 
 import io
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -18,6 +20,9 @@ import torch
 from torch import nn
 
 from onnxviz.runtime.session import Session
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks"))
+import torch_models
 
 torch.manual_seed(0)
 # The fused "fast path" of nn.TransformerEncoderLayer has no ONNX export; the plain
@@ -69,47 +74,13 @@ def test_cnn_with_upsampling():
     _compare(model, {"x": x}, rtol=1e-4, atol=1e-5)
 
 
-class Bottleneck(nn.Module):
-    """torchvision's ResNet bottleneck: 1x1 -> 3x3 (stride) -> 1x1 with BatchNorm after
-    each, a shortcut (a strided 1x1 conv when the shape changes), Add, then ReLU."""
-
-    def __init__(self, cin: int, mid: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, mid, 1, bias=False),
-            nn.BatchNorm2d(mid),
-            nn.ReLU(),
-            nn.Conv2d(mid, mid, 3, stride=stride, padding=1, bias=False),
-            nn.BatchNorm2d(mid),
-            nn.ReLU(),
-            nn.Conv2d(mid, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        )
-        self.short: nn.Module = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.short = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.body(x) + self.short(x))
-
-
 def test_resnet_bottlenecks_with_trained_statistics():
-    stem = nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
-    net = nn.Sequential(
-        stem, Bottleneck(16, 8, 32, 1), Bottleneck(32, 8, 32, 1), Bottleneck(32, 16, 64, 2)
+    """torchvision's bottleneck blocks (1x1 -> 3x3 -> 1x1, BatchNorm, strided 1x1
+    shortcut, Add + ReLU) as the ResNet-50 benchmark builds them, scaled down."""
+    model, feeds = torch_models.resnet_torch(
+        [(8, 1, 1), (8, 1, 1), (16, 1, 2)], stem=16, image=64, batch=2
     )
-    for m in net.modules():  # non-trivial normalization statistics, as after training
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 2.0)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-    model = _export(net, (torch.randn(2, 3, 64, 64),), input_names=["x"])
-    x = np.random.default_rng(4).standard_normal((2, 3, 64, 64)).astype(np.float32)
-    _compare(model, {"x": x}, rtol=1e-4, atol=1e-4)
+    _compare(model, feeds, rtol=1e-4, atol=1e-4)
 
 
 class Encoder(nn.Module):

@@ -45,7 +45,7 @@ import numpy as np
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
-from onnxviz.runtime.plan import GraphPlan, PlanNode, liveness
+from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
 
 if TYPE_CHECKING:
     from onnxviz.runtime.frames import Executor
@@ -128,11 +128,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             absorbed.add(i)
             continue
         if (
-            pn.kind != "kernel"
-            or pn.domain != ""
-            or pn.op_type != "Conv"
-            or pn.foldable
-            or len(pn.outputs) != 1
+            not _plain_kernel(pn, "Conv")
             or len(pn.inputs) < 2
             or pn.inputs[1] not in const
             or (len(pn.inputs) > 2 and pn.inputs[2] >= 0 and pn.inputs[2] not in const)
@@ -183,6 +179,17 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
     return out
 
 
+def _plain_kernel(pn: PlanNode, op_type: str) -> bool:
+    """``pn`` runs the default domain's ``op_type`` kernel for one output, every run."""
+    return (
+        pn.kind == "kernel"
+        and pn.domain == ""
+        and pn.op_type == op_type
+        and not pn.foldable
+        and len(pn.outputs) == 1
+    )
+
+
 def _matmul_bias_add(
     pn: PlanNode,
     nodes: list[PlanNode],
@@ -192,15 +199,7 @@ def _matmul_bias_add(
 ) -> int | None:
     """Position of the Add that takes a constant-matrix MatMul's output (its only use)
     and a constant, or None."""
-    if (
-        pn.kind != "kernel"
-        or pn.domain != ""
-        or pn.op_type != "MatMul"
-        or pn.foldable
-        or len(pn.inputs) != 2
-        or len(pn.outputs) != 1
-        or pn.inputs[1] not in const
-    ):
+    if not _plain_kernel(pn, "MatMul") or len(pn.inputs) != 2 or pn.inputs[1] not in const:
         return None
     y = pn.outputs[0]
     consumers = users.get(y, [])
@@ -219,19 +218,13 @@ def _matmul_bias_add(
 
 def _matmul_bias_node(matmul: PlanNode, steps: list[PlanNode]) -> PlanNode:
     add = steps[0]
-    y = matmul.outputs[0]
-    place = 0 if add.inputs[1] == y else 1  # the Add's constant operand
-    return dataclasses.replace(
+    place = 0 if add.inputs[1] == matmul.outputs[0] else 1  # the Add's constant operand
+    return fused_node(
         matmul,
-        kind="fused",
-        inputs=(*matmul.inputs, add.inputs[place]),
-        input_names=(*matmul.input_names, add.input_names[place]),
-        outputs=add.outputs,
-        output_names=add.output_names,
-        foldable=False,
-        fused=MatMulBias(matmul, add),
-        inplace_dead=None,
-        plain_fn=None,
+        add,
+        (*matmul.inputs, add.inputs[place]),
+        (*matmul.input_names, add.input_names[place]),
+        MatMulBias(matmul, add),
     )
 
 
@@ -285,18 +278,7 @@ def _conv_chain_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) ->
         operands.append(places)
         y = pn.outputs[0]
     last = steps[-1] if steps else conv
-    return dataclasses.replace(
-        conv,
-        kind="fused",
-        inputs=tuple(ins),
-        input_names=tuple(names),
-        outputs=last.outputs,
-        output_names=last.output_names,
-        foldable=False,
-        fused=ConvChain(conv, steps, kinds, operands),
-        inplace_dead=None,
-        plain_fn=None,
-    )
+    return fused_node(conv, last, ins, names, ConvChain(conv, steps, kinds, operands))
 
 
 class ConvChain:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.kernels.math_erf import erf_into
-from onnxviz.runtime.plan import PlanNode
+from onnxviz.runtime.plan import PlanNode, fused_node
 
 if TYPE_CHECKING:
     from onnxviz.runtime.frames import Executor
@@ -140,17 +140,7 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
             steps.append(_Step(pn.op_type, other, value_first))
         value = pn.outputs[0]
     chain = ElementwiseChain([nodes[p] for p in positions], steps, place_of)
-    return dataclasses.replace(
-        first,
-        kind="fused",
-        inputs=tuple(ins),
-        input_names=tuple(names),
-        outputs=last.outputs,
-        output_names=last.output_names,
-        fused=chain,
-        inplace_dead=None,
-        plain_fn=None,
-    )
+    return fused_node(first, last, ins, names, chain)
 
 
 class ElementwiseChain:

@@ -20,6 +20,7 @@ into a `GraphPlan`:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -416,6 +417,30 @@ def compile_graph(
         opsets=opsets,
         labels={pn.label: i for i, pn in enumerate(plan_nodes)},
         overridable=frozenset(overridable),
+    )
+
+
+def fused_node(
+    head: PlanNode,
+    last: PlanNode,
+    inputs: Sequence[int],
+    input_names: Sequence[str],
+    fused: Any,
+) -> PlanNode:
+    """An entry of a fused node list (fusion.py) that runs ``fused(executor, inputs)`` in
+    place of the nodes from ``head`` to ``last``: head's identity (label, address, timing
+    key), last's outputs; `liveness` then marks what it frees."""
+    return dataclasses.replace(
+        head,
+        kind="fused",
+        inputs=tuple(inputs),
+        input_names=tuple(input_names),
+        outputs=last.outputs,
+        output_names=last.output_names,
+        foldable=False,
+        fused=fused,
+        inplace_dead=None,
+        plain_fn=None,
     )
 
 
