@@ -78,11 +78,10 @@ class GraphScene(QGraphicsScene):
         grid: dict[tuple[int, int], list[QRectF]] = {}
 
         def cells(r: QRectF) -> list[tuple[int, int]]:
-            return [
-                (i, j)
-                for i in range(int(r.left() // cell), int(r.right() // cell) + 1)
-                for j in range(int(r.top() // cell), int(r.bottom() // cell) + 1)
-            ]
+            # The rect's edges read once: each QRectF getter is a Python-to-C++ call.
+            cols = range(int(r.left() // cell), int(r.right() // cell) + 1)
+            rows = range(int(r.top() // cell), int(r.bottom() // cell) + 1)
+            return [(i, j) for i in cols for j in rows]
 
         def add(r: QRectF) -> None:
             for c in cells(r):
