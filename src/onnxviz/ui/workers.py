@@ -146,11 +146,6 @@ def open_model_job(
         measure = measure_factory() if measure_factory else None
         scene = display_graph(presenter, measure=measure, cancel=cancel.is_set)
         t3 = time.perf_counter()
-        # The UI thread imports these when it adopts the model (validator, property
-        # editors): ~0.2 s of a frozen window there, nothing here.
-        import onnxviz.check.incremental
-        import onnxviz.ui.edit.editors  # noqa: F401
-
         return Opened(doc, presenter, scene, {"load": t1 - t0, "types": t2 - t1, "layout": t3 - t2})
 
     return job
