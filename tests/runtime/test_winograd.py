@@ -106,3 +106,18 @@ def test_conv_module_uses_one_weight_transform_per_wrapped_weight() -> None:
     packed = nn_conv.ConvWeight(w)
     assert packed.winograd() is packed.winograd()
     assert packed.winograd().shape == (16, 32, 32)
+
+
+def test_without_direct_blas_the_products_go_through_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x = RNG.standard_normal((2, 32, 13, 14)).astype(np.float32)
+    w = (RNG.standard_normal((40, 32, 3, 3)) * 0.1).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    u = nn_winograd.transform_weights(w)
+    direct = nn_winograd.winograd_conv(x, u, b, [1] * 4, (13, 14))
+    monkeypatch.setattr(nn_winograd.blas, "raw_gemm", lambda dtype: None)
+    assert not nn_winograd.fits(32, 40, 1, (3, 3), (1, 1), (1, 1), [1] * 4, (13, 14))
+    fallback = nn_winograd.winograd_conv(x, u, b, [1] * 4, (13, 14))
+    np.testing.assert_allclose(fallback, direct, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fallback, _direct64(x, w, b, [1] * 4), rtol=1e-4, atol=1e-4)
