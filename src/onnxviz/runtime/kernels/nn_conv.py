@@ -122,7 +122,9 @@ def _conv_dispatch(
     addend: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool]:
     """The conv by the fastest path for its shape; True when ``bias`` and ``addend`` are
-    already in (a path that takes no ``addend`` returns False when one is given)."""
+    both already in.  A path that writes the bias but knows no addend adds the addend
+    itself (`_plus`) before it says True: a True that left the addend out dropped the
+    residual of every fused Conv -> Add on the flat-layout paths (issue 13)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     rank = len(kernel)
@@ -144,23 +146,21 @@ def _conv_dispatch(
     ):
         # Constant weights only: their transform is made once (ConvWeight.winograd).
         y = nn_winograd.winograd_conv(x, packed.winograd(), bias, pads, out_shape)
-        if addend is not None:
-            y += addend
-        return y, True
+        return _plus(y, addend), True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
-            return _depthwise_flat(layout, w, group, bias), True
+            return _plus(_depthwise_flat(layout, w, group, bias), addend), True
     if group == 1 and stride1:
         wide = math.prod(padded[1:]) * out_shape[0]
         if n * p_size >= 1024 and wide <= 1.1 * p_size:
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape)
             if c < _FEW_CHANNELS:
-                return _flat_im2col_conv(layout, w, bias), True
-            return _shifted_conv(layout, w, bias, packed), True
+                return _plus(_flat_im2col_conv(layout, w, bias), addend), True
+            return _plus(_shifted_conv(layout, w, bias, packed), addend), True
     strided = any(s > 1 for s in strides) and min(pads) >= 0
     few = c < _FEW_CHANNELS
     if group == 1 and strided and k_size > 1 and (c >= 16 or few) and n * p_size >= 1024:
@@ -168,8 +168,8 @@ def _conv_dispatch(
         if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
             layout = _FlatLayout(x, pads, kernel, dilations, out_shape, strides)
             if few:
-                return _flat_im2col_conv(layout, w, bias), True
-            return _shifted_conv(layout, w, bias, packed), True
+                return _plus(_flat_im2col_conv(layout, w, bias), addend), True
+            return _plus(_shifted_conv(layout, w, bias, packed), addend), True
     xp = pad_spatial(x, pads[:rank], pads[rank:])
     if cg == 1 and group > 1:
         return _depthwise(xp, w, group, kernel, strides, dilations, out_shape), False
@@ -185,6 +185,13 @@ def _conv_dispatch(
         return y.reshape(n, m, *out_shape), added
     y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape), False
+
+
+def _plus(y: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+    """``y`` (a fresh conv output) with the residual ``addend`` added in place."""
+    if addend is not None:
+        y += addend
+    return y
 
 
 def _products_with_bias(

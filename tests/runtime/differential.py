@@ -1,0 +1,79 @@
+"""The differential check every fast path goes through: an unwatched run (fused node
+lists, in-place reuse, direct BLAS) must give the numbers of the stepped run, which runs
+every node on its own and keeps every value.
+
+`assert_modes_agree` runs a model both ways (plus the plain path: no fusion, no in-place
+reuse) and compares every graph output.  The tolerance is float32 rounding: a fusion
+folds constants in float64 and sums products in another order, so the last bits may
+move, but nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxviz.runtime.events import NodeFinished
+from onnxviz.runtime.session import Session
+
+# Relative to each output's own scale: a few float32 ulps after a few hundred products.
+RTOL = 2e-5
+
+
+def stepped_values(model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any]:
+    """Every main-graph value of a run taken one node at a time (never fused)."""
+    sess = Session(model)
+    values: dict[str, Any] = dict(feeds)
+    with np.errstate(all="ignore"):
+        for event in sess.steps(feeds):
+            if isinstance(event, NodeFinished) and event.depth == 0:
+                values.update(event.outputs)
+    assert sess.state == "finished", sess.error
+    return values
+
+
+def close(got: Any, want: Any, what: str, rtol: float = RTOL) -> None:
+    """``got`` equals ``want`` up to float rounding (exactly, for non-float values)."""
+    if isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), what
+        for i, (g, w) in enumerate(zip(got, want)):
+            close(g, w, f"{what}[{i}]", rtol)
+        return
+    if not isinstance(want, np.ndarray):  # maps, optionals, scalars
+        assert not isinstance(got, np.ndarray) and got == want, what
+        return
+    assert isinstance(got, np.ndarray), f"{what}: {type(got).__name__}"
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: {got.dtype}{list(got.shape)} != {want.dtype}{list(want.shape)}"
+    )
+    if want.dtype.kind not in "fc":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite, err_msg=f"{what}: non-finite")
+    np.testing.assert_array_equal(got[~finite], want[~finite], err_msg=f"{what}: inf/nan")
+    scale = float(np.max(np.abs(want[finite]), initial=0.0))
+    np.testing.assert_allclose(
+        got[finite], want[finite], rtol=rtol, atol=rtol * max(scale, 1e-6), err_msg=what
+    )
+
+
+def assert_modes_agree(
+    model: onnx.ModelProto, feeds: dict[str, Any], rtol: float = RTOL
+) -> dict[str, Any]:
+    """The fused/unwatched run and the plain unwatched run equal the stepped run on every
+    graph output; returns the stepped run's values (every node output)."""
+    stepped = stepped_values(model, feeds)
+    names = [o.name for o in model.graph.output]
+    kept = {k: np.array(v, copy=True) for k, v in feeds.items() if isinstance(v, np.ndarray)}
+    with np.errstate(all="ignore"):
+        fused = Session(model).run(feeds)
+        plain = Session(model, fuse_ops=False, inplace_ops=False).run(feeds)
+    for name in names:
+        close(fused[name], stepped[name], f"fused run, output {name!r}", rtol)
+        close(plain[name], stepped[name], f"plain run, output {name!r}", rtol)
+    for k, v in kept.items():  # nobody writes into the caller's arrays
+        np.testing.assert_array_equal(feeds[k], v, err_msg=f"feed {k!r} was overwritten")
+    return stepped
