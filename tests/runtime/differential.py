@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.session import Session
@@ -23,9 +24,11 @@ RTOL = 2e-5
 
 
 def stepped_values(model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any]:
-    """Every main-graph value of a run taken one node at a time (never fused)."""
+    """Every main-graph value of a run taken one node at a time (never fused), the
+    initializers included."""
     sess = Session(model)
-    values: dict[str, Any] = dict(feeds)
+    values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values.update(feeds)
     with np.errstate(all="ignore"):
         for event in sess.steps(feeds):
             if isinstance(event, NodeFinished) and event.depth == 0:
@@ -77,3 +80,20 @@ def assert_modes_agree(
     for k, v in kept.items():  # nobody writes into the caller's arrays
         np.testing.assert_array_equal(feeds[k], v, err_msg=f"feed {k!r} was overwritten")
     return stepped
+
+
+def assert_integer_matmuls_exact(model: onnx.ModelProto, values: dict[str, Any]) -> int:
+    """Every MatMulInteger of the main graph, in a stepped run's ``values``, equals
+    (A - zero_a) @ (B - zero_b) in exact int64 arithmetic; returns how many were checked.
+    (onnxruntime is no reference here: its AVX2 u8s8 kernels saturate.)"""
+    checked = 0
+    for node in model.graph.node:
+        if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
+            continue
+        ins = [values.get(n) if n else None for n in node.input] + [None] * 4
+        a, b, a_zero, b_zero = ins[:4]
+        ai = a.astype(np.int64) - (0 if a_zero is None else a_zero.astype(np.int64))
+        bi = b.astype(np.int64) - (0 if b_zero is None else b_zero.astype(np.int64))
+        np.testing.assert_array_equal(values[node.output[0]], ai @ bi, err_msg=node.name)
+        checked += 1
+    return checked

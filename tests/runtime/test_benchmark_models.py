@@ -19,11 +19,21 @@ import bench_models
 import torch_models
 from onnxviz.runtime.session import Session
 
+from .differential import assert_modes_agree
+
+pytestmark = pytest.mark.numeric
+
 CASES: list[tuple[str, Callable[[], Any]]] = [
     ("bert", lambda: bench_models.bert(layers=2, hidden=64, heads=4, ffn=256, seq=24)),
     ("unet", lambda: bench_models.unet(size=32, base=8, levels=2)),
     ("lstm", lambda: bench_models.lstm(seq=9, batch=3, n_in=16, hidden=24)),
     ("bert_torch", lambda: torch_models.bert_torch(layers=2, hidden=64, heads=4, ffn=256, seq=24)),
+    # Basic blocks at 112 px: the shortcut convs and residual Adds take the flat-layout
+    # conv paths (a dynamo ResNet-18 once lost its shortcuts there).
+    (
+        "resnet_torch",
+        lambda: torch_models.resnet_torch([(16, 1, 1), (32, 1, 2)], stem=16, image=112),
+    ),
 ]
 
 
@@ -33,6 +43,7 @@ def test_benchmark_model_matches_onnxruntime(build: Callable[[], Any]) -> None:
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, feeds
     )
+    assert_modes_agree(model, feeds)
     sess = Session(model)
     for _ in range(2):  # the second run reuses folded weights and scratch buffers
         got = sess.run(feeds)

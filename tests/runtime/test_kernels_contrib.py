@@ -308,15 +308,49 @@ def test_fused_gemm_and_conv() -> None:
     )
 
 
+def _i8_exact_for_ort(*shape: int) -> np.ndarray:
+    """int8 weights onnxruntime multiplies exactly on every CPU: its AVX2 u8s8 kernels
+    (no VNNI) add pairs of u8 x s8 products in saturating int16, exact while
+    2 * 255 * |b| <= 32767, i.e. |b| <= 64."""
+    return RNG.integers(-64, 64, shape).astype(np.int8)
+
+
+def _ours(op: str, inputs: list[np.ndarray | None]) -> np.ndarray:
+    model, feeds = single_node_model(op, inputs, 1, MS, {})
+    return run_graph_simply(model, feeds)[0]
+
+
+def _exact_integer_matmul_to_float(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
+    """(A - zp_a) @ (B - zp_b) in int64, scaled in float64: what the op means."""
+    ai = a.astype(np.int64) - (0 if a_zp is None else a_zp.astype(np.int64))
+    bi = b.astype(np.int64) - (0 if b_zp is None else b_zp.astype(np.int64))
+    y = (ai @ bi).astype(np.float64) * (a_scale.astype(np.float64) * b_scale.astype(np.float64))
+    return y if bias is None else y + bias
+
+
+@pytest.mark.numeric
 def test_integer_matmuls_to_float() -> None:
     zp_a, zp_b = np.array(100, np.uint8), np.array(3, np.int8)
+    # Full int8 range: against exact integer arithmetic (onnxruntime's u8s8 kernels may
+    # saturate there on AVX2 machines without VNNI).
+    a, b, bias = _u8(3, 64), _i8(64, 5), _f(5)
+    args = [a, b, _s(0.02), _s(0.03), zp_a, zp_b, bias]
+    want = _exact_integer_matmul_to_float(a, b, _s(0.02), _s(0.03), zp_a, zp_b, bias)
+    np.testing.assert_allclose(_ours("MatMulIntegerToFloat", args), want, rtol=1e-6, atol=1e-5)
+    b_u8, col_scale = _u8(64, 5), np.full(5, 0.03, np.float32)
+    a3 = _u8(2, 3, 64)
+    want = _exact_integer_matmul_to_float(a3, b_u8, _s(0.02), col_scale)
+    got = _ours("MatMulIntegerToFloat", [a3, b_u8, _s(0.02), col_scale])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+    # Against onnxruntime where its result is exact by construction.
     compare_with_ort(
-        "MatMulIntegerToFloat", [_u8(3, 4), _i8(4, 5), _s(0.02), _s(0.03), zp_a, zp_b, _f(5)]
+        "MatMulIntegerToFloat",
+        [_u8(3, 4), _i8_exact_for_ort(4, 5), _s(0.02), _s(0.03), zp_a, zp_b, _f(5)],
     )
+    compare_with_ort("MatMulIntegerToFloat", [_u8(2, 3, 4), _u8(4, 5), _s(0.02), col_scale])
     compare_with_ort(
-        "MatMulIntegerToFloat", [_u8(2, 3, 4), _u8(4, 5), _s(0.02), np.full(5, 0.03, np.float32)]
+        "DynamicQuantizeMatMul", [_f(3, 4), _i8_exact_for_ort(4, 5), _s(0.03), None, _f(5)]
     )
-    compare_with_ort("DynamicQuantizeMatMul", [_f(3, 4), _i8(4, 5), _s(0.03), None, _f(5)])
     compare_with_ort(
         "DynamicQuantizeMatMul", [_f(2, 3, 4), _u8(4, 5), np.full(5, 0.03, np.float32), _u8(5)]
     )

@@ -21,8 +21,12 @@ from torch import nn
 
 from onnxviz.runtime.session import Session
 
+from .differential import assert_integer_matmuls_exact, assert_modes_agree
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks"))
 import torch_models
+
+pytestmark = pytest.mark.numeric
 
 torch.manual_seed(0)
 # The fused "fast path" of nn.TransformerEncoderLayer has no ONNX export; the plain
@@ -44,6 +48,8 @@ def _compare(
 ) -> None:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
+    # Fused, plain and stepped runs agree first; then the default run against onnxruntime.
+    assert_modes_agree(model, feeds)
     got = Session(model).run(feeds)
     names = [o.name for o in model.graph.output]
     for name, ref in zip(names, want, strict=True):
@@ -116,17 +122,24 @@ def test_transformer_encoder_float():
     _compare(model, feeds, rtol=1e-4, atol=1e-5)
 
 
-def test_transformer_encoder_int8_dynamic_quantized(tmp_path):
+@pytest.mark.parametrize("reduce_range", [True, False])
+def test_transformer_encoder_int8_dynamic_quantized(tmp_path, reduce_range):
+    """Full-range int8 weights: every integer matmul equals exact int64 arithmetic.
+    7-bit weights (reduce_range, the quantizer's option for CPUs without VNNI): the
+    model also matches onnxruntime, whose u8s8 kernels are exact there on every CPU."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model, feeds = _encoder_model()
     src, dst = tmp_path / "f32.onnx", tmp_path / "int8.onnx"
     onnx.save(model, src)
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, reduce_range=reduce_range)
     quantized = onnx.load(dst)
     ops = {n.op_type for n in quantized.graph.node}
     assert ops & {"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul"}
-    _compare(quantized, feeds, rtol=1e-3, atol=1e-4)
+    values = assert_modes_agree(quantized, feeds)
+    assert assert_integer_matmuls_exact(quantized, values) > 0
+    if reduce_range:
+        _compare(quantized, feeds, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
