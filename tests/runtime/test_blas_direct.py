@@ -146,3 +146,74 @@ def test_raw_gemm_reads_and_writes_the_addressed_blocks() -> None:
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     block_product(True)
     np.testing.assert_allclose(out, 2 * want, rtol=1e-5, atol=1e-5)
+
+
+def test_self_check_covers_the_calls_the_fast_paths_make() -> None:
+    """The load-time check passes on the machine's own kernels (and, through CI, on the
+    Haswell and Sandybridge kernel sets) and names the kernel set it checked."""
+    status = blas.status()
+    if not status["direct_blas"]:
+        pytest.skip(f"no direct BLAS here: {status['reason']}")
+    for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+        assert blas._self_check(blas._load()[dt], dt) is None
+    assert status["core"]  # OpenBLAS says which kernels it picked
+
+
+def test_a_library_that_gets_any_checked_call_wrong_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Accumulate (beta = 1) that overwrites, as a broken kernel would: the check sees it,
+    every product goes through numpy, the reason is logged once and reported."""
+    if not blas.status()["direct_blas"]:
+        pytest.skip("no direct BLAS here")
+    real_call = blas._call
+
+    def overwriting(g, a, b, out, beta):  # beta ignored: C = A @ B even when asked +=
+        return real_call(g, a, b, out, 0.0)
+
+    monkeypatch.setattr(blas, "_call", overwriting)
+    monkeypatch.setattr(blas, "_GEMM", None)
+    monkeypatch.setattr(blas, "_RAW", {})
+    monkeypatch.setattr(blas, "_STATUS", {})
+    with caplog.at_level("WARNING", logger="onnxviz.runtime.kernels.blas"):
+        assert not blas.available()
+        assert blas.raw_gemm(np.dtype(np.float32)) is None
+        status = blas.status()
+    assert status["direct_blas"] is False
+    assert "C += A @ B differs" in status["reason"]
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "direct BLAS calls are off" in caplog.records[0].message
+    # The products still come out right, through numpy.
+    a, b, c = _rand(5, 7), _rand(7, 3), _rand(5, 3)
+    want = c + a @ b
+    blas.gemm(a, b, c, accumulate=True)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+def test_run_json_reports_the_blas_engine(tmp_path) -> None:
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(_rand(4, 3), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[w],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    env = {**os.environ, "ONNXVIZ_DIRECT_BLAS": "0"}
+    cmd = [sys.executable, "-m", "onnxviz", "run", str(path), "--random-inputs", "--json"]
+    off = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    assert off["engine"]["direct_blas"] is False
+    assert "ONNXVIZ_DIRECT_BLAS=0" in off["engine"]["blas_fallback_reason"]
+    env.pop("ONNXVIZ_DIRECT_BLAS")
+    on = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    assert on["engine"]["name"] == "onnxviz"
+    assert on["engine"]["direct_blas"] == blas.status()["direct_blas"]
+    if on["engine"]["direct_blas"]:
+        assert on["engine"]["blas_core"] and on["engine"]["blas_fallback_reason"] is None

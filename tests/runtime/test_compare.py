@@ -64,3 +64,82 @@ def test_finds_divergence_from_a_changed_initializer() -> None:
     first = cmp.first_beyond(1e-5, 1e-5)
     assert first is not None and first.address == "main::add"
     assert cmp.by_address()["main::add"].max_abs == pytest.approx(1.0)
+
+
+def _saturating_u8s8(a: np.ndarray, b: np.ndarray, b_zero: int) -> np.ndarray:
+    """MatMulInteger as onnxruntime's AVX2 u8s8 kernel (no VNNI) computes it: pairs of
+    u8 x s8 products added in saturating int16 (vpmaddubsw), then summed in int32; the
+    zero point corrected afterwards."""
+    prods = a.astype(np.int32)[:, :, None] * b.astype(np.int32)[None, :, :]  # (M, K, N)
+    pairs = np.clip(prods[:, 0::2] + prods[:, 1::2], -32768, 32767).sum(axis=1)
+    return (pairs - b_zero * a.astype(np.int32).sum(axis=1)[:, None]).astype(np.int32)
+
+
+def _matmul_integer_model(b: np.ndarray) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "", "bz"], ["y"], name="mmi")],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        initializer=[numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.int8(2), "bz")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_saturating_peer_is_named_as_the_inexact_side(monkeypatch) -> None:
+    import onnxviz.runtime.compare as compare
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(200, 256, (3, 8)).astype(np.uint8)
+    b = rng.integers(100, 128, (8, 4)).astype(np.int8)  # pairs of ~255*127: saturate
+    model = _matmul_integer_model(b)
+    peer = _saturating_u8s8(a, b, 2)
+    exact = (a.astype(np.int64)) @ (b.astype(np.int64) - 2)
+    assert (peer != exact).any()  # the emulation really saturates
+    monkeypatch.setattr(compare, "run_onnxruntime", lambda m, f, names: {"y": peer})
+    result = compare.compare_with_onnxruntime(model, {"a": a})
+    (node,) = result.nodes
+    assert node.beyond(1e-4, 1e-3)
+    assert "onnxruntime is inexact here" in node.peer_note
+    assert "ours equals exact integer arithmetic" in node.peer_note
+    assert "onnxruntime is inexact here" in result.summary()
+    # When ours is the wrong one, nothing excuses it.
+    monkeypatch.setattr(
+        compare, "run_onnxruntime", lambda m, f, names: {"y": exact.astype(np.int32)}
+    )
+    bad = compare.compare_with_onnxruntime(model, {"a": a}, {"y": peer})
+    assert bad.nodes[0].beyond(1e-4, 1e-3) and bad.nodes[0].peer_note == ""
+
+
+def test_run_compare_json_says_which_side_is_inexact(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    import onnxviz.runtime.compare as compare
+    from onnxviz.cli.main import main
+
+    rng = np.random.default_rng(4)
+    a = rng.integers(200, 256, (3, 8)).astype(np.uint8)
+    b = rng.integers(100, 128, (8, 4)).astype(np.int8)
+    path = tmp_path / "mmi.onnx"
+    onnx.save(_matmul_integer_model(b), path)
+    np.save(tmp_path / "a.npy", a)
+    monkeypatch.setattr(
+        compare, "run_onnxruntime", lambda m, f, names: {"y": _saturating_u8s8(f["a"], b, 2)}
+    )
+    code = main(
+        [
+            "run",
+            str(path),
+            "--input",
+            f"a={tmp_path / 'a.npy'}",
+            "--compare",
+            "onnxruntime",
+            "--json",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    (entry,) = report["compare"]["outputs"]
+    assert entry["max_abs"] > 0 and "onnxruntime is inexact here" in entry["note"]

@@ -232,7 +232,27 @@ def _diff_json(diff: Any) -> dict[str, Any]:
         return {"name": diff.name, "equal": diff.equal}
     if diff.max_abs is None:
         return {"name": diff.name, "comparable": False, "note": diff.note}
-    return {"name": diff.name, "max_abs": diff.max_abs, "max_rel": diff.max_rel}
+    entry = {"name": diff.name, "max_abs": diff.max_abs, "max_rel": diff.max_rel}
+    if diff.note:  # e.g. the peer's integer kernel is the inexact one (exact_integer.py)
+        entry["note"] = diff.note
+    return entry
+
+
+def _peer_explainer(model: Any, ours: dict[str, Any], feeds: dict[str, Any]) -> Any:
+    """``explain(diff, ours, theirs) -> diff`` with its note set when the value comes from
+    an integer node whose exact result is ours and not the peer's (exact_integer.py)."""
+    from onnxviz.runtime.exact_integer import initializer_lookup, peer_inexact
+
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    value_of = initializer_lookup(model, ours, feeds)
+
+    def explain(diff: Any, mine: Any, theirs: Any) -> Any:
+        node = producer.get(diff.name)
+        if node is not None and diff.max_abs:
+            diff.note = peer_inexact(node, value_of, mine, theirs)
+        return diff
+
+    return explain
 
 
 def run(args: argparse.Namespace) -> int:
@@ -252,8 +272,18 @@ def run(args: argparse.Namespace) -> int:
             n: v for n, v in session.store.names("main").items() if n not in outs and n not in feeds
         }
 
+    from onnxviz.runtime.kernels import blas
+
+    blas_status = blas.status()
     report: dict[str, Any] = {
         "model": os.path.abspath(args.model),
+        "engine": {
+            "name": "onnxviz",
+            "direct_blas": blas_status["direct_blas"],
+            "blas_library": blas_status["library"],
+            "blas_core": blas_status["core"],
+            "blas_fallback_reason": blas_status["reason"],
+        },
         "seconds": seconds,
         "inputs": [{"name": n, **_stats(v)} for n, v in feeds.items()],
         "outputs": [{"name": n, **_stats(v)} for n, v in outputs.items()],
@@ -289,13 +319,15 @@ def run(args: argparse.Namespace) -> int:
         from onnxviz.runtime.compare import errors_between, run_onnxruntime
 
         theirs = run_onnxruntime(doc.model, feeds, list(intermediates))
+        explain = _peer_explainer(doc.model, {**intermediates, **outputs}, feeds)
         report["compare"] = {
             "peer": "onnxruntime",
             "outputs": [
-                _diff_json(errors_between(n, v, theirs.get(n))) for n, v in outputs.items()
+                _diff_json(explain(errors_between(n, v, theirs.get(n)), v, theirs.get(n)))
+                for n, v in outputs.items()
             ],
             "intermediates": [
-                _diff_json(errors_between(n, v, theirs[n]))
+                _diff_json(explain(errors_between(n, v, theirs[n]), v, theirs[n]))
                 for n, v in intermediates.items()
                 if n in theirs
             ],
@@ -310,6 +342,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_human(report: dict[str, Any]) -> None:
     print(f"ran {report['model']} in {report['seconds'] * 1000:.1f} ms")
+    reason = report["engine"]["blas_fallback_reason"]
+    if reason and "ONNXVIZ_DIRECT_BLAS=0" not in reason:
+        print(f"  note: direct BLAS calls are off ({reason}); numpy's matmul was used")
     for o in report["outputs"]:
         extra = f" -> {o['file']}" if "file" in o else ""
         stats = ""
@@ -339,5 +374,7 @@ def _print_human(report: dict[str, Any]) -> None:
                     print(
                         f"    {kind[:-1]} {e['name']}: max abs {e['max_abs']:.3g}, max rel {e['max_rel']:.3g}"
                     )
+                    if e.get("note"):
+                        print(f"      {e['note']}")
                 else:
                     print(f"    {kind[:-1]} {e['name']}: {e}")

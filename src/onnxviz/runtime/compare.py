@@ -7,6 +7,10 @@ outputs, and the first node whose error passes a tolerance: the place where the 
 runtimes start to disagree.  Subgraph values cannot be exposed this way; the node that
 owns the subgraph (Loop, If, ...) is compared on its outputs.
 
+Where the two differ on an integer matmul or conv, the node is recomputed in exact
+arithmetic (exact_integer.py), and when ours is the exact one the comparison says so in
+words: onnxruntime's u8s8 kernels saturate on AVX2 CPUs without VNNI.
+
 No Qt here: the run panel and ``onnxviz run --compare`` share this module.
 """
 
@@ -20,6 +24,7 @@ import numpy as np
 import onnx
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.exact_integer import initializer_lookup, peer_inexact
 
 
 @dataclass
@@ -50,6 +55,8 @@ class NodeComparison:
     index: int
     op_type: str
     values: list[ValueDiff] = field(default_factory=list)
+    # Why the difference is the peer's, when we know (exact_integer.peer_inexact).
+    peer_note: str = ""
 
     @property
     def max_abs(self) -> float | None:
@@ -73,6 +80,16 @@ class Comparison:
 
     def first_beyond(self, atol: float = 1e-4, rtol: float = 1e-3) -> NodeComparison | None:
         return next((n for n in self.nodes if n.beyond(atol, rtol)), None)
+
+    def summary(self, atol: float = 1e-4, rtol: float = 1e-3) -> str:
+        """One sentence for the run panel: where the runtimes part, and whose number is
+        wrong there when that is known."""
+        first = self.first_beyond(atol, rtol)
+        text = f"compared {len(self.nodes)} nodes with {self.peer}; "
+        if first is None:
+            return text + "all within"
+        text += f"first node beyond the tolerance: {first.address}"
+        return text + (f" ({first.peer_note})" if first.peer_note else "")
 
     def by_address(self) -> dict[str, NodeComparison]:
         return {n.address: n for n in self.nodes}
@@ -180,12 +197,17 @@ def compare_with_onnxruntime(
         ours = Session(holder).run(feeds, fetch=wanted)
     theirs = run_onnxruntime(model, feeds, [n for n in wanted if n in ours])
     main = next(s for s in build_scopes(model) if s.path == "main")
+    value_of = initializer_lookup(model, ours, feeds)
     result: list[NodeComparison] = []
     for index, node, outs in nodes:
         nc = NodeComparison(f"main::{main.node_label(index)}", index, node.op_type)
         for name in outs:
             if name in ours:
-                nc.values.append(errors_between(name, ours[name], theirs.get(name)))
+                diff = errors_between(name, ours[name], theirs.get(name))
+                if diff.max_abs:
+                    diff.note = peer_inexact(node, value_of, ours[name], theirs.get(name))
+                    nc.peer_note = nc.peer_note or diff.note
+                nc.values.append(diff)
         result.append(nc)
     outputs = [
         errors_between(o.name, ours.get(o.name), theirs.get(o.name)) for o in model.graph.output

@@ -7,16 +7,21 @@ output (a pass that costs as much as a small GEMM once the output leaves the cac
 
 The library is the one numpy's own BLAS calls go to (its bundled OpenBLAS in the wheels:
 same instance, so thread limits set through threadpoolctl or OPENBLAS_NUM_THREADS apply
-to both).  It is found through the process's loaded libraries, checked once with a
-small product against np.matmul, and when anything about it is unclear (no such
-library, unknown integer width, a wrong answer, or ONNXVIZ_DIRECT_BLAS=0) every call
-falls back to numpy: same results, one extra pass.
+to both).  It is found through the process's loaded libraries and checked once, at first
+use, on every kind of call the fast paths make (`_self_check`: overwrite and accumulate,
+transposed and strided operands, an output inside a wider buffer, products by address
+with leading dimensions wider than the rows, thin, tall and edge-tile shapes), in float64
+arithmetic.  When anything about it is unclear (no such library, unknown integer width, a
+wrong answer, or ONNXVIZ_DIRECT_BLAS=0) every call falls back to numpy: same results, one
+extra pass.  The reason is logged once and `status()` reports it (``onnxviz run --json``
+prints it as its engine information).
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import logging
 import os
 from typing import Any
 
@@ -41,6 +46,9 @@ class _Gemm:
 
 _GEMM: dict[np.dtype[Any], _Gemm] | None = None
 _RAW: dict[np.dtype[Any], Any] = {}
+# What `_load` found: the library's path and core name, or why direct calls are off.
+_STATUS: dict[str, Any] = {}
+_log = logging.getLogger(__name__)
 
 
 def _candidate_paths() -> list[str]:
@@ -89,8 +97,12 @@ def _bind(lib: Any, symbol: str, int_type: Any, c_scalar: Any) -> Any:
 
 def _load() -> dict[np.dtype[Any], _Gemm]:
     found: dict[np.dtype[Any], _Gemm] = {}
+    _STATUS.clear()
+    _STATUS.update(direct_blas=False, library=None, core=None, reason=None)
     if os.environ.get("ONNXVIZ_DIRECT_BLAS", "1") == "0":
+        _STATUS["reason"] = "turned off by ONNXVIZ_DIRECT_BLAS=0"
         return found
+    reason = "no ILP64 OpenBLAS (cblas_?gemm64_) in this process"
     for path in _candidate_paths():
         try:
             lib = ctypes.CDLL(path)
@@ -110,21 +122,91 @@ def _load() -> dict[np.dtype[Any], _Gemm]:
                 }
             except AttributeError:
                 continue
-            if all(_self_test(g, dt) for dt, g in fns.items()):
+            core = _core_name(lib, pattern)
+            failures = [f"{dt}: {why}" for dt, g in fns.items() if (why := _self_check(g, dt))]
+            if not failures:
+                _STATUS.update(direct_blas=True, library=path, core=core)
                 return fns
+            reason = f"{os.path.basename(path)} ({core or 'unknown core'}) failed its check: " + (
+                "; ".join(failures)
+            )
+    _STATUS["reason"] = reason
+    _log.warning("direct BLAS calls are off, numpy's matmul is used instead: %s", reason)
     return found
 
 
-def _self_test(g: _Gemm, dtype: np.dtype[Any]) -> bool:
-    rng = np.random.default_rng(7)
-    a = rng.standard_normal((3, 4)).astype(dtype)
-    b = rng.standard_normal((4, 5)).astype(dtype)
-    c = np.ones((3, 5), dtype=dtype)
+def _core_name(lib: Any, pattern: str) -> str | None:
+    """The kernel set OpenBLAS chose for this CPU (or OPENBLAS_CORETYPE), e.g. Haswell."""
+    prefix = "scipy_openblas" if pattern.startswith("scipy_") else "openblas"
     try:
-        _call(g, a, b, c, 1.0)
-    except Exception:  # a library that rejects the call is not used
-        return False
-    return bool(np.allclose(c, a @ b + 1.0, rtol=1e-4, atol=1e-4))
+        fn = getattr(lib, f"{prefix}_get_corename64_")
+    except AttributeError:
+        return None
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    name = fn()
+    return name.decode("ascii", "replace") if name else None
+
+
+# (m, k, n) of the self-check: tiny, an edge tile of every common micro-kernel size, thin
+# (one row, one column), tall, and a K long enough for the kernels' unrolled loops.
+_CHECK_SHAPES = ((3, 4, 5), (1, 37, 9), (17, 5, 1), (257, 3, 2), (31, 130, 65), (64, 96, 33))
+
+
+def _self_check(g: _Gemm, dtype: np.dtype[Any]) -> str | None:
+    """None when every kind of call the fast paths make gives numpy's float64 answer
+    within this dtype's rounding, else what went wrong."""
+    rng = np.random.default_rng(7)
+    eps = float(np.finfo(dtype).eps)
+    try:
+        for m, k, n in _CHECK_SHAPES:
+            a = rng.standard_normal((m, k)).astype(dtype)
+            b = rng.standard_normal((k, n)).astype(dtype)
+            c0 = rng.standard_normal((m, n)).astype(dtype)
+            tol = 8 * eps * k
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            # Overwrite (beta = 0 must ignore what was there, NaN included) and accumulate.
+            out = np.full((m, n), np.nan, dtype=dtype)
+            if not _call(g, a, b, out, 0.0):
+                return f"{m}x{k}x{n}: operands rejected"
+            if not np.allclose(out, exact, rtol=tol, atol=tol):
+                return f"{m}x{k}x{n}: C = A @ B differs"
+            out = c0.copy()
+            _call(g, a, b, out, 1.0)
+            if not np.allclose(out, exact + c0, rtol=tol, atol=tol):
+                return f"{m}x{k}x{n}: C += A @ B differs"
+            # Transposed operands (views of the transposes) and an output inside a wider
+            # buffer (leading dimension > n), its neighbours untouched.
+            at, bt = np.ascontiguousarray(a.T).T, np.ascontiguousarray(b.T).T
+            wide = np.full((m, n + 3), 5.0, dtype=dtype)
+            _call(g, at, bt, wide[:, 1 : n + 1], 0.0)
+            if not np.allclose(wide[:, 1 : n + 1], exact, rtol=tol, atol=tol):
+                return f"{m}x{k}x{n}: transposed/strided product differs"
+            if (wide[:, 0] != 5).any() or (wide[:, n + 1 :] != 5).any():
+                return f"{m}x{k}x{n}: wrote outside the output"
+            # By address with leading dimensions wider than the rows (raw_gemm's calls).
+            apad = np.zeros((m, k + 2), dtype=dtype)
+            bpad = np.zeros((k, n + 5), dtype=dtype)
+            apad[:, :k], bpad[:, :n] = a, b
+            cpad = np.zeros((m, n + 1), dtype=dtype)
+            cpad[:, :n] = c0
+            one = g.c_scalar(1.0)
+            g.fn(
+                _ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, one,
+                apad.ctypes.data, k + 2, bpad.ctypes.data, n + 5, one, cpad.ctypes.data, n + 1,
+            )  # fmt: skip
+            if not np.allclose(cpad[:, :n], exact + c0, rtol=tol, atol=tol):
+                return f"{m}x{k}x{n}: product by address differs"
+    except Exception as exc:  # a library that rejects a call is not used
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def status() -> dict[str, Any]:
+    """Whether products go to BLAS directly, which library and kernel set (OpenBLAS's core
+    name) they go to, and otherwise why not."""
+    available()
+    return dict(_STATUS)
 
 
 def _layout(m: np.ndarray) -> tuple[int, int] | None:

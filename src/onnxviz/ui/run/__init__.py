@@ -684,11 +684,8 @@ class RunPanel(QObject):
             self.widget.set_comparison(None, str(result))
             return
         self.comparison = result
-        first = result.first_beyond(self.widget.atol.value(), self.widget.rtol.value())
-        where = f"first node beyond the tolerance: {first.address}" if first else "all within"
-        self.widget.set_comparison(
-            result, f"compared {len(result.nodes)} nodes with onnxruntime; {where}"
-        )
+        summary = result.summary(self.widget.atol.value(), self.widget.rtol.value())
+        self.widget.set_comparison(result, summary)
         if not self.widget.error_colours.isChecked():
             self.widget.error_colours.setChecked(True)
         else:

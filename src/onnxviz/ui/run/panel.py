@@ -325,6 +325,8 @@ class RunPanelWidget(QWidget):
                     for c, cell in enumerate(cells):
                         if beyond:
                             cell.setForeground(Qt.GlobalColor.red)
+                        if n.peer_note:  # the peer's number is the wrong one: say so
+                            cell.setToolTip(n.peer_note)
                         t.setItem(r, c, cell)
         if message:
             self.compare_status.setText(message)
