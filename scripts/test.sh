@@ -10,3 +10,13 @@ echo "== import-linter"; .venv/bin/lint-imports
 echo "== mypy";          .venv/bin/mypy
 echo "== pytest"
 .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider "$@"
+# OpenBLAS picks its kernels by CPU: the runtime's numeric tests run again on the AVX2
+# kernels (Haswell: most CPUs without AVX-512, Zen too) and the AVX ones (Sandybridge),
+# whatever this machine is.
+if [ "$#" -eq 0 ]; then
+    for core in Haswell Sandybridge; do
+        echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core)"
+        OPENBLAS_CORETYPE=$core .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
+            -m numeric tests/runtime
+    done
+fi

@@ -12,6 +12,8 @@ import pytest
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight, conv
 
+pytestmark = pytest.mark.numeric
+
 RNG = np.random.default_rng(21)
 
 

@@ -13,6 +13,8 @@ from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 
+pytestmark = pytest.mark.numeric
+
 
 def _model(
     nodes: list[onnx.NodeProto],

@@ -19,6 +19,8 @@ from onnxviz.runtime.invoke import call_node
 from onnxviz.runtime.registry import resolve
 from tests.runtime.nodecases import cases_for, check_case
 
+pytestmark = pytest.mark.numeric
+
 NN_OPS = [
     "Conv",
     "ConvTranspose",

@@ -13,6 +13,8 @@ from onnx import TensorProto, ValueInfoProto, helper
 
 from onnxviz.runtime.invoke import call_node
 
+pytestmark = pytest.mark.numeric
+
 ort = pytest.importorskip("onnxruntime")
 
 _TYPES = {

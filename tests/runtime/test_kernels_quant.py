@@ -19,6 +19,8 @@ from tests.runtime.datakernels_helpers import (
     run_ours,
 )
 
+pytestmark = pytest.mark.numeric
+
 KNOWN_FAILURES: dict[str, str] = {}
 RNG = np.random.default_rng(7)
 

@@ -11,6 +11,8 @@ from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import ConvChain, run_nodes
 from onnxviz.runtime.session import Session
 
+pytestmark = pytest.mark.numeric
+
 F = TensorProto.FLOAT
 
 

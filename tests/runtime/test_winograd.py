@@ -9,6 +9,8 @@ import pytest
 from onnxviz.runtime.kernels import nn_conv, nn_winograd
 from onnxviz.runtime.kernels.nn_conv import ConvWeight, conv
 
+pytestmark = pytest.mark.numeric
+
 RNG = np.random.default_rng(31)
 
 

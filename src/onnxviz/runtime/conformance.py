@@ -125,12 +125,15 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
-def run_node_case(case: Any) -> CaseResult:
+def run_node_case(case: Any, *, stepped: bool = False) -> CaseResult:
+    """One case through `Session.run`: the unwatched run (fused node lists, in-place
+    reuse) by default, or with ``stepped`` the watched run that keeps every value and
+    runs each node on its own, as the debugger does."""
     from onnxviz.runtime.session import Session
 
     op = case_op(case)
     try:
-        session = Session(case.model)
+        session = Session(case.model, keep_intermediates=stepped)
     except ExecutionError as exc:
         return CaseResult(case.name, op, "error", f"compile: {exc}"[:300])
     names = session.input_names
