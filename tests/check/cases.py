@@ -305,6 +305,12 @@ def o016(bad: bool) -> ModelProto:
 
 
 def o017(bad: bool) -> ModelProto:
+    # Two versions of one domain: which Relu is meant is undefined.
+    return simple(opsets=[("", 16)] if bad else [("com.example", 1)])
+
+
+def o019(bad: bool) -> ModelProto:
+    # skl2onnx 1.20 writes ('', 17) twice: redundant, the same opset either way.
     return simple(opsets=[("", 17)] if bad else [("com.example", 1)])
 
 

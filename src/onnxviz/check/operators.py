@@ -399,16 +399,30 @@ def model_rules(ctx: CheckContext) -> list[Diagnostic]:
 
 
 def _opset_list_rules(entries: object, path: str, field_name: str) -> list[Diagnostic]:
+    """An opset is named by its (domain, version) pair (IR spec, operator set
+    identifiers): two versions of one domain leave the model's operators undefined
+    (O017), while the same pair twice, as skl2onnx 1.20 writes ('', 17), only repeats
+    itself (O019, a warning)."""
     out: list[Diagnostic] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for e in entries:  # type: ignore[attr-defined]
         d = norm_domain(e.domain)
         shown = d or "ai.onnx"
-        if d in seen:
+        if d in seen and seen[d] != e.version:
             out.append(
                 diag(
                     "O017",
-                    f"opset_import lists domain '{shown}' more than once.",
+                    f"opset_import gives domain '{shown}' two versions: {seen[d]} and "
+                    f"{e.version}.",
+                    path,
+                    field=field_name,
+                )
+            )
+        elif d in seen:
+            out.append(
+                diag(
+                    "O019",
+                    f"opset_import lists ('{shown}', {e.version}) more than once.",
                     path,
                     field=field_name,
                 )
@@ -422,7 +436,7 @@ def _opset_list_rules(entries: object, path: str, field_name: str) -> list[Diagn
                     field=field_name,
                 )
             )
-        seen.add(d)
+        seen.setdefault(d, e.version)
     return out
 
 

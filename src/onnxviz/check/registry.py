@@ -264,8 +264,15 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "O017",
         E,
         "IR#operator-set-identifiers",
-        "opset_import lists a domain twice or with a version below 1",
+        "opset_import gives one domain two different versions, or a version below 1",
         "import each domain once with a positive version",
+    ),
+    (
+        "O019",
+        W,
+        "IR#operator-set-identifiers",
+        "opset_import repeats the same (domain, version) entry",
+        "drop the repeated entry (the model means the same opset either way)",
     ),
     (
         "O018",
