@@ -43,7 +43,6 @@ from onnxviz.check.inference import (
     InferenceResult,
     begin_inference,
     run_checker,
-    run_inference,
 )
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
@@ -206,10 +205,11 @@ def full_run(
     t0 = time.perf_counter()
     # The worker process infers types while this one runs the checker and the rules
     # that need no types: two cores, and a crash in onnx cannot take us down.
-    pending = begin_inference(model, scopes, isolate=True)
+    base_dir = getattr(doc, "base_dir", None)
+    pending = begin_inference(model, scopes, isolate=True, base_dir=base_dir)
     try:
         t1 = time.perf_counter()
-        checker = run_checker(model)
+        checker = run_checker(model, base_dir)
         t2 = time.perf_counter()
         ctx = CheckContext(model, scopes, load_diags, None)
         state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None), checker=checker)
@@ -389,8 +389,10 @@ def _retype_run(
     """A non-structural edit that may change types: re-run inference and the checker, then
     re-check the touched graphs' names and the nodes whose inputs, outputs or types changed."""
     old_inf = state.inference
-    checker = run_checker(doc.model)
-    inference = run_inference(doc.model, scopes)
+    base_dir = getattr(doc, "base_dir", None)
+    pending = begin_inference(doc.model, scopes, base_dir=base_dir)
+    checker = run_checker(doc.model, base_dir)
+    inference = pending()
     if old_inf is None or old_inf.strict_ok != inference.strict_ok:
         return None  # the set of node rules changes: recheck everything
     ctx = CheckContext(doc.model, scopes, load_diags, inference)

@@ -129,26 +129,69 @@ class InferenceResult:
     seconds: float = 0.0
 
 
-# Initializers with more elements than this reach inference without their data: their
-# type and shape are all it needs, and data propagation only reads small shape tensors.
+# Initializers with more elements than this reach inference and the checker without
+# their data: their type and shape are all they need, and data propagation only reads
+# small shape tensors (Reshape, Expand, Slice, ... inputs).
 _DATA_KEPT_UP_TO = 4096
 
 
-def _stripped_copy(model: ModelProto, scopes: list[GraphScope] | None = None) -> ModelProto:
-    """The model without value_info, main-graph output types and big tensor data.
-    Serialize-and-parse is several times faster than CopyFrom for big models."""
+def _all_graphs(model: ModelProto) -> Iterator[GraphProto]:
+    stack: list[GraphProto] = [model.graph]
+    while stack:
+        g = stack.pop()
+        yield g
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append(attr.g)
+                stack.extend(attr.graphs)
+
+
+def _seen_as_loaded(copy: ModelProto, base_dir: str | None) -> None:
+    """Tensor data as onnx's C++ code should see it, in place: big tensors without their
+    bytes (embedded or external: a 1 GiB weight is not needed to infer a shape), small
+    external ones read from the model's own folder and embedded, so that inference and
+    the checker never open files relative to the current directory (or at all).  A
+    small external tensor that cannot be read is left data-less: the loader's D101-D105
+    already name what is wrong with it."""
+    from onnxviz.model.external import is_external, read_external_bytes
+    from onnxviz.model.tensors import tensor_nbytes
+
+    for g in _all_graphs(copy):
+        for t in g.initializer:
+            n = 1
+            for d in t.dims:
+                n *= d
+            if is_external(t):
+                data = None
+                if n <= _DATA_KEPT_UP_TO:
+                    try:
+                        raw = bytes(read_external_bytes(t, base_dir))
+                        data = raw if len(raw) == tensor_nbytes(t) else None
+                    except Exception:  # missing, escaping or short: the loader said so
+                        data = None
+                del t.external_data[:]
+                t.data_location = TensorProto.DEFAULT
+                if data is not None:
+                    t.raw_data = data
+            elif n > _DATA_KEPT_UP_TO and t.HasField("raw_data"):
+                t.ClearField("raw_data")
+
+
+def _copy_of(model: ModelProto) -> ModelProto:
+    """Serialize-and-parse is several times faster than CopyFrom for big models."""
     copy = ModelProto()
     copy.ParseFromString(model.SerializeToString())
-    for t in copy.graph.initializer:
-        n = 1
-        for d in t.dims:
-            n *= d
-        if (
-            n > _DATA_KEPT_UP_TO
-            and t.data_location != TensorProto.EXTERNAL
-            and t.HasField("raw_data")
-        ):
-            t.ClearField("raw_data")
+    return copy
+
+
+def _stripped_copy(
+    model: ModelProto, scopes: list[GraphScope] | None = None, base_dir: str | None = None
+) -> ModelProto:
+    """The model without value_info and main-graph output types (so inferred types stay
+    apart from declared ones), tensor data as loaded (`_seen_as_loaded`)."""
+    copy = _copy_of(model)
+    _seen_as_loaded(copy, base_dir)
     for fn in copy.functions:
         del fn.value_info[:]
     if scopes is not None:
@@ -164,15 +207,8 @@ def _stripped_copy(model: ModelProto, scopes: list[GraphScope] | None = None) ->
         for out in copy.graph.output:
             out.ClearField("type")
         return copy
-    stack: list[GraphProto] = [copy.graph]
-    while stack:
-        g = stack.pop()
+    for g in _all_graphs(copy):
         del g.value_info[:]
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
     for out in copy.graph.output:
         out.ClearField("type")
     return copy
@@ -251,15 +287,24 @@ def _drop_tensor_data(model: ModelProto) -> None:
 
 
 def run_inference(
-    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = True
+    model: ModelProto,
+    scopes: list[GraphScope],
+    *,
+    isolate: bool = True,
+    base_dir: str | None = None,
 ) -> InferenceResult:
     """Infer types on a copy without value_info, in the worker process (onnx can crash
-    on broken models) unless ``isolate`` is False."""
-    return begin_inference(model, scopes, isolate=isolate)()
+    on broken models) unless ``isolate`` is False.  ``base_dir``: the model's folder, where
+    its external data is (never the current directory)."""
+    return begin_inference(model, scopes, isolate=isolate, base_dir=base_dir)()
 
 
 def begin_inference(
-    model: ModelProto, scopes: list[GraphScope], *, isolate: bool = True
+    model: ModelProto,
+    scopes: list[GraphScope],
+    *,
+    isolate: bool = True,
+    base_dir: str | None = None,
 ) -> Callable[[], InferenceResult]:
     """Start inference and return the function that completes it; with isolation the
     worker infers while the caller runs its own rules."""
@@ -267,7 +312,7 @@ def begin_inference(
     if model.ByteSize() > _MAX_PROTO:
         res = InferenceResult(ran=False)
         return lambda: res
-    copy = _stripped_copy(model, scopes)
+    copy = _stripped_copy(model, scopes, base_dir)
     if isolate:
         from onnxviz.check.worker import WORKER
 
@@ -379,22 +424,42 @@ class CheckerResult:
 _NODE_CONTEXT = re.compile(r"Bad node spec for node\. Name: (?P<name>.*?) OpType: (?P<op>\S+)")
 
 
-def run_checker(model: ModelProto) -> CheckerResult:
+def run_checker(model: ModelProto, base_dir: str | None = None) -> CheckerResult:
+    """onnx.checker's verdict, given in its worker process (`worker.CHECKER`: the checker
+    is onnx C++ code too), which runs in the model's folder so that the external data
+    files it checks are the loader's, whatever the current directory is."""
+    return begin_checker(model, base_dir)()
+
+
+def begin_checker(
+    model: ModelProto, base_dir: str | None = None
+) -> Callable[[], CheckerResult]:
+    """Send the model to the checker's worker; the returned function waits for the
+    verdict."""
+    from onnxviz.check.worker import CHECKER
+
     start = time.perf_counter()
     if model.ByteSize() > _MAX_PROTO:
-        return CheckerResult(None, ran=False)
-    try:
-        onnx.checker.check_model(model, full_check=False)
-    except Exception as exc:
-        text = str(exc).strip()
-        m = _NODE_CONTEXT.search(text)
-        first = text.split("\n\n==>")[0].strip()
+        res = CheckerResult(None, ran=False)
+        return lambda: res
+    pending = CHECKER.begin(model.SerializeToString(), "check", base_dir)
+
+    def finish() -> CheckerResult:
+        answer = pending()
+        seconds = time.perf_counter() - start
+        if isinstance(answer, str):
+            # The checker crashed: that says nothing about the model, so no verdict.
+            return CheckerResult(None, ran=False, seconds=seconds)
+        message = answer[1]
+        if message is None:
+            return CheckerResult(None, seconds=seconds)
+        m = _NODE_CONTEXT.search(message)
+        first = message.split("\n\n==>")[0].strip()
         return CheckerResult(
-            first,
-            node_name=m.group("name").strip() if m else None,
-            seconds=time.perf_counter() - start,
+            first, node_name=m.group("name").strip() if m else None, seconds=seconds
         )
-    return CheckerResult(None, seconds=time.perf_counter() - start)
+
+    return finish
 
 
 # -- inferred types for the UI -----------------------------------------------------------------
@@ -425,6 +490,7 @@ __all__ = [
     "TypeMap",
     "collect_types",
     "infer_types",
+    "begin_checker",
     "run_checker",
     "run_inference",
     "onnx",

@@ -1,16 +1,22 @@
-"""A long-lived helper process that runs onnx.shape_inference for broken models.
+"""Long-lived helper processes that run onnx's C++ code (shape inference, the checker)
+on user models.
 
 onnx's C++ inference dereferences missing input types in some operators (for example
-LabelEncoder in onnx 1.23), which kills the whole process.  Models our rules find broken
-are therefore inferred here: the parent sends the (stripped) model bytes, the worker sends
-back the inferred model bytes without tensor data and the strict-mode failure text.  If
-the worker dies, the parent reports the crash and starts a new worker next time.
+LabelEncoder in onnx 1.23), which kills the whole process, and its checker is the same
+kind of code.  Neither ever runs in the app's process: the parent sends a request (the
+prepared model bytes), the worker answers.  For inference: the inferred model bytes
+without tensor data and the strict-mode failure text; for the checker: its message, or
+None when it accepts the model.  If the worker dies, the parent reports the crash and
+starts a new worker next time.  Two workers (`WORKER` infers, `CHECKER` checks) let both
+run while the parent runs its own rules.
 
-Protocol on stdin/stdout: 8-byte little-endian length, then a pickle.
+Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request is
+(kind, model bytes, the model's folder) with kind "infer" or "check".
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 import subprocess
@@ -47,23 +53,46 @@ def serve() -> None:
     from onnxviz.check.inference import _drop_tensor_data, _infer
 
     faulthandler.disable()  # a crash here is expected and reported by the parent
+    home = os.getcwd()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
             blob = _read(stdin)
         except EOFError:
             return
+        kind, data, base_dir = blob
         model = ModelProto()
-        model.ParseFromString(blob)
+        model.ParseFromString(data)
+        if kind == "check":
+            # The checker opens external data files relative to the current directory:
+            # this process's, so it may be the model's own folder.
+            os.chdir(base_dir or home)
+            _write(stdout, _check(model))
+            continue
         inferred, failure = _infer(model)
         _drop_tensor_data(inferred)
         _write(stdout, (inferred.SerializeToString(), failure))
 
 
+def _check(model: Any) -> tuple[str, str | None]:
+    """("verdict", None) when onnx.checker accepts a prepared model, else ("verdict",
+    its message); a tuple, so the parent tells it from a crash report (a plain str)."""
+    import onnx.checker
+
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except Exception as exc:
+        return "verdict", str(exc).strip() or type(exc).__name__
+    return "verdict", None
+
+
 class InferenceWorker:
     """The parent's handle; one per process, used under a lock."""
 
-    def __init__(self, command: list[str] | None = None) -> None:
+    def __init__(
+        self, command: list[str] | None = None, what: str = "onnx.shape_inference"
+    ) -> None:
+        self.what = what  # what runs there, for the crash sentence
         self._command = command or [
             sys.executable,
             "-c",
@@ -82,9 +111,11 @@ class InferenceWorker:
 
     def infer(self, model_bytes: bytes) -> tuple[bytes, str | None] | str:
         """(inferred model bytes, failure text) or a description of the crash."""
-        return self.begin(model_bytes)()
+        return self.begin(model_bytes)()  # type: ignore[no-any-return]
 
-    def begin(self, model_bytes: bytes) -> Callable[[], tuple[bytes, str | None] | str]:
+    def begin(
+        self, model_bytes: bytes, kind: str = "infer", base_dir: str | None = None
+    ) -> Callable[[], Any]:
         """Send a model and return the function that waits for its answer, so the caller
         can work meanwhile (the worker runs on another core).  The worker is held until
         the answer has been read."""
@@ -95,7 +126,7 @@ class InferenceWorker:
             if proc is None or proc.poll() is not None:
                 proc = self._proc = self._start()
             assert proc.stdin is not None
-            _write(proc.stdin, model_bytes)
+            _write(proc.stdin, (kind, model_bytes, base_dir))
         except (BrokenPipeError, OSError):
             failure = (
                 self._failed(proc) if proc is not None else "the inference worker could not start"
@@ -105,15 +136,14 @@ class InferenceWorker:
         started = proc
         answered = False
 
-        def finish() -> tuple[bytes, str | None] | str:
+        def finish() -> Any:
             nonlocal answered
             if answered:
                 raise RuntimeError("the answer was already read")
             answered = True
             try:
                 assert started.stdout is not None
-                result: tuple[bytes, str | None] = _read(started.stdout)
-                return result
+                return _read(started.stdout)
             except (EOFError, BrokenPipeError, OSError):
                 return self._failed(started)
             finally:
@@ -125,8 +155,8 @@ class InferenceWorker:
         code = proc.wait()
         self._proc = None
         if code < 0:
-            return f"onnx.shape_inference crashed (signal {-code})"
-        return f"onnx.shape_inference stopped its worker process (exit status {code})"
+            return f"{self.what} crashed (signal {-code})"
+        return f"{self.what} stopped its worker process (exit status {code})"
 
     def close(self) -> None:
         with self._lock:
@@ -137,3 +167,4 @@ class InferenceWorker:
 
 
 WORKER = InferenceWorker()
+CHECKER = InferenceWorker(what="onnx.checker")
