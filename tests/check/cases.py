@@ -357,6 +357,13 @@ def t005(bad: bool) -> ModelProto:
     return model(nodes, [vi("x")], [vi("y")], value_info=[vi("t", I64 if bad else F)])
 
 
+def t009(bad: bool) -> ModelProto:
+    # A value_info shape on an intermediate that inference contradicts (genai writes
+    # int64[] for a constant inferred int64[1]): a warning, not an error.
+    nodes = [relu("x", "t"), relu("t", "y")]
+    return model(nodes, [vi("x")], [vi("y")], value_info=[vi("t", shape=(3,) if bad else (2,))])
+
+
 def t006(bad: bool) -> ModelProto:
     nodes = [
         helper.make_node("Identity", ["a"], ["y1"]),

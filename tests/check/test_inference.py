@@ -110,3 +110,33 @@ def test_broken_models_are_inferred_in_a_worker() -> None:
     assert "G004" in {d.code for d in diags}
     crashes = [d for d in diags if d.code == "I003"]
     assert all("crashed" in d.message for d in crashes)
+
+
+def _declared(value_info=(), outputs=None):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t"], name="first"),
+        helper.make_node("Relu", ["t"], ["y"], name="second"),
+    ]
+    return Document.from_model(
+        model(nodes, [vi("x", shape=(2,))], outputs or [vi("y", shape=(2,))], value_info=value_info)
+    )
+
+
+def test_an_intermediate_shape_hint_that_inference_contradicts_is_a_located_warning() -> None:
+    diags = validate(_declared(value_info=[vi("t", shape=(1,))]))
+    (d,) = [d for d in diags if d.code in ("T005", "T009")]
+    assert d.code == "T009" and d.severity.name == "WARNING"
+    assert "float32[1]" in d.message and "float32[2]" in d.message  # both types named
+    assert (d.location.node, d.location.value) == ("first", "t")  # badge on the producer
+
+
+def test_a_declared_type_that_makes_the_model_invalid_stays_an_error() -> None:
+    # Element type of an intermediate: a dtype conflict.
+    diags = validate(_declared(value_info=[vi("t", TensorProto.INT64, shape=(2,))]))
+    assert [(d.code, d.severity.name, d.location.node) for d in diags if d.code == "T005"] == [
+        ("T005", "ERROR", "first")
+    ]
+    # A graph output's shape: the model's interface.
+    diags = validate(_declared(outputs=[vi("y", shape=(3,))]))
+    t005 = [d for d in diags if d.code == "T005"]
+    assert t005 and t005[0].severity.name == "ERROR" and t005[0].location.node == "second"

@@ -583,7 +583,7 @@ _CHECKER_TOPICS: tuple[tuple[str, frozenset[str]], ...] = (
     ("number of output", frozenset({"O007", "G006"})),
     ("input", frozenset({"O006", "G006", "G004", "G007", "G008", "G009"})),
     ("output", frozenset({"O007", "G006", "G005", "G007", "G008", "G009"})),
-    ("shape", frozenset({"G009", "T005", "D201", "D213"})),
+    ("shape", frozenset({"G009", "T005", "T009", "D201", "D213"})),
     ("elem_type", frozenset({"T003", "T008", "G008"})),
     ("type", frozenset({"T001", "T002", "T003", "T004", "T005", "T007", "T008", "G008", "D210"})),
     (

@@ -314,8 +314,16 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "T005",
         E,
         "IR#static-tensor-shapes",
-        "a declared type contradicts the type inferred from the graph",
-        "fix or remove the declared value_info / output type",
+        "a declared type contradicts the inferred one on a graph input or output, or in "
+        "its element type or kind of value",
+        "fix or remove the declared type",
+    ),
+    (
+        "T009",
+        W,
+        "IR#static-tensor-shapes",
+        "a shape declared in value_info for an intermediate value contradicts the inferred one",
+        "fix or remove the value_info entry (inference overrides it)",
     ),
     (
         "T006",

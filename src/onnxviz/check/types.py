@@ -117,6 +117,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     inferred = ctx.inference.types if ctx.inference is not None else None
     ir = ctx.ir_version
     g = scope.graph
+    interface: set[str] | None = None  # the graph's inputs and outputs, made when needed
     for name in names:
         found: list[Diagnostic] = []
         tp = declared.get(name)
@@ -130,15 +131,9 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
                 if inf is not None and inf != decl and not _sparse_gap(decl, inf):
                     clash = contradiction(decl, inf)
                     if clash:
-                        found.append(
-                            diag(
-                                "T005",
-                                f"Value '{name}' is declared {type_text(decl)} but inferred {type_text(inf)} ({clash}).",
-                                path,
-                                value=name,
-                                field="type",
-                            )
-                        )
+                        if interface is None:
+                            interface = {*scope.input_names(), *scope.output_names()}
+                        found.append(_declared_clash(scope, name, decl, inf, clash, interface))
         if g is not None:
             # Initializers live among the non-node definitions; no need for the full list.
             defs = scope._other_defs.get(name, ())
@@ -196,6 +191,38 @@ def _initializer_clash(t: TensorProto, tp: TypeProto) -> str | None:
             if d.HasField("dim_value") and d.dim_value != v:
                 return f"of shape {list(t.dims)}"
     return None
+
+
+# Clashes that change what a value is (not just its shape) are errors wherever declared.
+_KIND_CLASHES = ("element types differ", "versus", "map key types differ")
+
+
+def _declared_clash(
+    scope: GraphScope,
+    name: str,
+    decl: TypeProto,
+    inf: TypeProto,
+    clash: str,
+    interface: set[str],
+) -> Diagnostic:
+    """T005 (error) where a declared type contradicts inference and that makes the model
+    invalid: a graph input or output (a subgraph's interface too) or a different element
+    type or kind of value.  T009 (warning) for a shape declared on an intermediate value
+    in value_info: a hint onnx's own inference overrides, which exporters write loosely
+    (onnxruntime-genai declares int64[] for a constant inferred int64[1]).  Located at
+    the node that produces the value, so the canvas badge lands on it."""
+    producer = scope.producer.get(name)
+    node = scope.node_label(producer[0]) if producer is not None else None
+    text = f"Value '{name}' is declared {type_text(decl)} but inferred {type_text(inf)} ({clash})."
+    serious = name in interface or any(k in clash for k in _KIND_CLASHES)
+    return diag(
+        "T005" if serious else "T009",
+        text,
+        scope.path,
+        node=node,
+        value=name,
+        field="type",
+    )
 
 
 def contradiction(declared: TypeProto, inferred: TypeProto) -> str | None:
