@@ -466,7 +466,7 @@ def assemble(state: ValidationState, load_diags: list[Diagnostic]) -> list[Diagn
     out = _dedupe_custom_ops(out)
     own_errors = [d for d in out if d.severity is Severity.ERROR]
     out.extend(_inference_diags(state, own_errors))
-    out.extend(_checker_diags(state, [d for d in out if d.severity is Severity.ERROR]))
+    out.extend(_checker_diags(state, out))
     return out
 
 
@@ -530,10 +530,16 @@ def _inference_diags(state: ValidationState, own_errors: list[Diagnostic]) -> li
     return out
 
 
-def _checker_diags(state: ValidationState, errors: list[Diagnostic]) -> list[Diagnostic]:
+# Warnings that are our account of a checker rejection: the model breaks the spec in a
+# way onnxruntime accepts (O020), so the checker's complaint is no news.
+_EXPLAINS_CHECKER = frozenset({"O020"})
+
+
+def _checker_diags(state: ValidationState, found: list[Diagnostic]) -> list[Diagnostic]:
     chk = state.checker
     if chk is None or chk.message is None:
         return []
+    errors = [d for d in found if d.severity is Severity.ERROR or d.code in _EXPLAINS_CHECKER]
     if not errors:
         return [
             diag(
@@ -578,7 +584,7 @@ _CHECKER_TOPICS: tuple[tuple[str, frozenset[str]], ...] = (
     ("not output of any previous nodes", frozenset({"G002", "G003", "G004"})),
     ("output of any node", frozenset({"G005"})),
     ("attribute", frozenset({"O008", "O009", "O010", "O011", "O012", "O013", "O014", "O016"})),
-    ("no op registered", frozenset({"O003", "O002"})),
+    ("no op registered", frozenset({"O003", "O002", "O020"})),
     ("number of input", frozenset({"O006", "G006"})),
     ("number of output", frozenset({"O007", "G006"})),
     ("input", frozenset({"O006", "G006", "G004", "G007", "G008", "G009"})),

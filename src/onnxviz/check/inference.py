@@ -431,9 +431,7 @@ def run_checker(model: ModelProto, base_dir: str | None = None) -> CheckerResult
     return begin_checker(model, base_dir)()
 
 
-def begin_checker(
-    model: ModelProto, base_dir: str | None = None
-) -> Callable[[], CheckerResult]:
+def begin_checker(model: ModelProto, base_dir: str | None = None) -> Callable[[], CheckerResult]:
     """Send the model to the checker's worker; the returned function waits for the
     verdict."""
     from onnxviz.check.worker import CHECKER

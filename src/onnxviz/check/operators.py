@@ -15,6 +15,7 @@ from onnxviz.check.context import (
     known_max_version,
     norm_domain,
 )
+from onnxviz.check.onnxruntime_ops import default_domain_extensions
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.scopes import GraphScope
@@ -107,7 +108,20 @@ def node_rules(ctx: CheckContext, scope: GraphScope, index: int) -> list[Diagnos
         return out
     schema = get_schema(domain, node.op_type, version)
     if schema is None:
-        if domain in ONNX_DOMAINS:
+        if domain == "" and node.op_type in default_domain_extensions():
+            out.append(
+                diag(
+                    "O020",
+                    f"Operator '{node.op_type}' is not an ONNX operator (opset {version} of "
+                    f"'ai.onnx' has none by that name), but onnxruntime runs it as an extension "
+                    f"of that domain (node '{label}'): the model runs in onnxruntime and is not "
+                    "portable to other runtimes.",
+                    path,
+                    node=label,
+                    field="op_type",
+                )
+            )
+        elif domain in ONNX_DOMAINS:
             shown = domain or "ai.onnx"
             out.append(
                 diag(
@@ -412,8 +426,7 @@ def _opset_list_rules(entries: object, path: str, field_name: str) -> list[Diagn
             out.append(
                 diag(
                     "O017",
-                    f"opset_import gives domain '{shown}' two versions: {seen[d]} and "
-                    f"{e.version}.",
+                    f"opset_import gives domain '{shown}' two versions: {seen[d]} and {e.version}.",
                     path,
                     field=field_name,
                 )

@@ -268,6 +268,14 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "import each domain once with a positive version",
     ),
     (
+        "O020",
+        W,
+        "IR#operator-sets",
+        "an op_type of the default domain that ONNX does not define but onnxruntime runs "
+        "as an extension",
+        "the model runs in onnxruntime only; for other runtimes use a standard decomposition",
+    ),
+    (
         "O019",
         W,
         "IR#operator-set-identifiers",

@@ -1,0 +1,60 @@
+"""Every model of the exporter corpus (tests/data/exporters/) runs in our interpreter:
+the unwatched (fused) run, the plain run and the stepped run agree, and match
+onnxruntime.
+
+onnxruntime is the reference as the model means it, not as its optimizer rewrites it:
+its graph optimizations are off (on a QDQ model they fuse DequantizeLinear -> Conv ->
+QuantizeLinear into an integer QLinearConv that rounds differently), and MatMulNBits runs
+at accuracy_level 0: at level 4 (what the genai builder writes for CPU) onnxruntime
+quantizes the activations to int8 as well, an approximation we do not copy (ours is the
+exact product of the 4-bit weights).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from onnxviz.model.document import Document
+from onnxviz.runtime.session import Session
+from tests.data.exporters import NAMES, feeds_of, path_of
+
+from .differential import assert_modes_agree, close
+
+pytestmark = pytest.mark.numeric
+
+
+def _as_meant(model: onnx.ModelProto) -> onnx.ModelProto:
+    exact = onnx.ModelProto()
+    exact.CopyFrom(model)
+    for node in exact.graph.node:
+        if node.op_type == "MatMulNBits":
+            for attr in node.attribute:
+                if attr.name == "accuracy_level":
+                    attr.i = 0
+    return exact
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exporter_model_matches_onnxruntime_in_every_mode(name: str) -> None:
+    doc = Document.open(str(path_of(name)))
+    feeds = feeds_of(name)
+    assert_modes_agree(doc.model, feeds)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    reference = ort.InferenceSession(
+        _as_meant(doc.model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    want = reference.run(None, feeds)
+    got = Session(doc).run(feeds)
+    for out, ref in zip(doc.model.graph.output, want, strict=True):
+        value = got[out.name]
+        if isinstance(ref, list):  # skl2onnx's ZipMap: a list of {label: probability}
+            assert [sorted(d) for d in value] == [sorted(d) for d in ref]
+            for mine, theirs in zip(value, ref):
+                for key in theirs:
+                    np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-5, err_msg=name)
+            continue
+        close(value, np.asarray(ref), f"{name}: {out.name}", rtol=1e-5)
