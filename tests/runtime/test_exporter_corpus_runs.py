@@ -8,6 +8,11 @@ QuantizeLinear into an integer QLinearConv that rounds differently), and MatMulN
 at accuracy_level 0: at level 4 (what the genai builder writes for CPU) onnxruntime
 quantizes the activations to int8 as well, an approximation we do not copy (ours is the
 exact product of the 4-bit weights).
+
+An output that a DequantizeLinear makes may differ by one quantization step: the float
+value before its QuantizeLinear can sit within float rounding of a rounding boundary,
+and which side it lands on depends on the summation order of the BLAS kernel (seen on
+OpenBLAS's Haswell kernels against onnxruntime's MLAS).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
 from onnxviz.model.document import Document
 from onnxviz.runtime.session import Session
@@ -37,6 +43,15 @@ def _as_meant(model: onnx.ModelProto) -> onnx.ModelProto:
     return exact
 
 
+def _quantization_step(model: onnx.ModelProto, output: str) -> float:
+    """The scale of the DequantizeLinear that makes ``output`` (0 for other outputs)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    node = next((n for n in model.graph.node if output in n.output), None)
+    if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
+        return 0.0
+    return float(np.max(numpy_helper.to_array(inits[node.input[1]])))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_exporter_model_matches_onnxruntime_in_every_mode(name: str) -> None:
     doc = Document.open(str(path_of(name)))
@@ -56,5 +71,10 @@ def test_exporter_model_matches_onnxruntime_in_every_mode(name: str) -> None:
             for mine, theirs in zip(value, ref):
                 for key in theirs:
                     np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-5, err_msg=name)
+            continue
+        step = _quantization_step(doc.model, out.name)
+        if step:
+            assert np.abs(value - ref).max() <= step * (1 + 1e-4), f"{name}: {out.name}"
+            assert np.mean(value == ref) >= 0.5  # most values agree exactly
             continue
         close(value, np.asarray(ref), f"{name}: {out.name}", rtol=1e-5)
