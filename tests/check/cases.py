@@ -309,6 +309,13 @@ def o017(bad: bool) -> ModelProto:
     return simple(opsets=[("", 16)] if bad else [("com.example", 1)])
 
 
+def o020(bad: bool) -> ModelProto:
+    # onnxruntime-genai's RMSNorm: an onnxruntime extension of the default domain.
+    op = "SimplifiedLayerNormalization" if bad else "LayerNormalization"
+    node = helper.make_node(op, ["x", "scale"], ["y"], axis=-1, epsilon=1e-5)
+    return model([node], [vi("x")], [vi("y")], [init("scale")])
+
+
 def o019(bad: bool) -> ModelProto:
     # skl2onnx 1.20 writes ('', 17) twice: redundant, the same opset either way.
     return simple(opsets=[("", 17)] if bad else [("com.example", 1)])

@@ -195,3 +195,79 @@ def test_edits_missed_between_calls_force_a_full_run() -> None:
     got = [d.to_json() for d in validate(doc, changed=changes)]
     assert state_of(doc) is not state
     assert got == _full(doc)
+
+
+def _mutated(attr: onnx.AttributeProto, rng: object) -> onnx.AttributeProto | None:
+    """The same attribute with another plausible value (ints nudged, floats scaled)."""
+    new = onnx.AttributeProto()
+    new.CopyFrom(attr)
+    if attr.type == onnx.AttributeProto.INT:
+        new.i = attr.i + rng.choice([-1, 1])  # type: ignore[attr-defined]
+    elif attr.type == onnx.AttributeProto.FLOAT:
+        new.f = attr.f * 1.5 + 0.25
+    elif attr.type == onnx.AttributeProto.INTS and len(attr.ints):
+        k = rng.randrange(len(attr.ints))  # type: ignore[attr-defined]
+        new.ints[k] = attr.ints[k] + rng.choice([-1, 1])  # type: ignore[attr-defined]
+    else:
+        return None
+    return new
+
+
+@pytest.mark.parametrize(
+    ("name", "some_local"),
+    [
+        ("torch_dynamo_transformer", True),
+        ("torch_torchscript_cnn", True),
+        ("transformer_like", True),
+        # onnx.checker rejects this model (an onnxruntime extension op): every edit takes
+        # the whole-model path, whose answer is the one to compare with.
+        ("ort_genai_llama_int4", False),
+    ],
+)
+def test_attribute_edits_rechecked_locally_match_full_runs(
+    name: str, some_local: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every attribute edit (valid or not, type-changing or not) re-checked incrementally
+    gives the diagnostics of a full run; on a model the checker accepts, edits that keep
+    the node's types take the one-node path."""
+    import random
+
+    from onnxviz.check import incremental
+    from onnxviz.errors import EditError
+
+    if name == "transformer_like":
+        from benchmarks.models import transformer_like
+
+        base = transformer_like(600)
+    else:
+        from tests.data.exporters import path_of
+
+        base = onnx.load(str(path_of(name)))
+    local: list[bool] = []
+    original = incremental._local_attribute_run
+
+    def spy(*args: object, **kwargs: object) -> object:
+        got = original(*args, **kwargs)  # type: ignore[arg-type]
+        local.append(got is not None)
+        return got
+
+    monkeypatch.setattr(incremental, "_local_attribute_run", spy)
+    rng = random.Random(7)
+    doc = Document.from_model(base)
+    validate(doc)
+    candidates = [
+        (i, a)
+        for i, n in enumerate(doc.main_scope.nodes)
+        for a in n.attribute
+        if a.type in (1, 2, 7)
+    ]
+    for i, attr in rng.sample(candidates, min(12, len(candidates))):
+        new = _mutated(attr, rng)
+        if new is None:
+            continue
+        try:
+            _step(doc, cmd.SetAttribute("main", i, new))
+            _step(doc, "undo")
+        except EditError:
+            continue
+    assert local and any(local) == some_local

@@ -33,17 +33,22 @@ from onnxviz.check import (
     model_rules,
     names,
     operators,
+    prefetch,
     structure,
     tensors,
     types,
 )
 from onnxviz.check.context import CheckContext, defined_names
 from onnxviz.check.inference import (
+    MAX_PROTO,
     CheckerResult,
     InferenceResult,
+    begin_checker,
     begin_inference,
-    run_checker,
+    checker_answer,
+    inference_answer,
 )
+from onnxviz.check.local_recheck import node_keeps_its_types
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
@@ -203,19 +208,26 @@ def full_run(
     doc: Any, model: Any, scopes: list[GraphScope], load_diags: list[Diagnostic]
 ) -> ValidationState:
     t0 = time.perf_counter()
-    # The worker process infers types while this one runs the checker and the rules
-    # that need no types: two cores, and a crash in onnx cannot take us down.
+    # Two worker processes infer types and run the checker while this one runs the
+    # rules that need neither: a crash in onnx cannot take us down, and the cores work
+    # in parallel.  The model is serialized once for both.
     base_dir = getattr(doc, "base_dir", None)
-    pending = begin_inference(model, scopes, isolate=True, base_dir=base_dir)
+    early = prefetch.take(doc)
+    if early is not None:  # the workers have had the file since before it was loaded
+        pending = inference_answer(early[0], scopes, t0)
+        pending_checker = checker_answer(early[1], t0)
+    else:
+        blob = model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
+        pending = begin_inference(model, scopes, isolate=True, base_dir=base_dir, blob=blob)
+        pending_checker = begin_checker(model, base_dir, blob=blob)
+    checker: CheckerResult | None = None
     try:
         t1 = time.perf_counter()
-        checker = run_checker(model, base_dir)
-        t2 = time.perf_counter()
         ctx = CheckContext(model, scopes, load_diags, None)
-        state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None), checker=checker)
+        state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None))
         state.paths = [s.path for s in scopes]
-        checker_ok = checker.ran and checker.message is None
         suspects: dict[str, tuple[set[str], list[int]]] = {}
+        untyped: dict[str, set[str]] = {}
         for scope in scopes:
             path = scope.path
             state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
@@ -228,13 +240,24 @@ def full_run(
                 names.non_identifiers(defined_names(scope))
             )
             sus_names, typed_names = fastpath.suspect_names(ctx, scope)
-            sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
-            suspects[path] = (typed_names, sus_nodes)
+            untyped[path] = sus_names
+            suspects[path] = (typed_names, [])
             _check_names(state, scope, sus_names, STRUCTURE_NAME_RULES)
             _check_names(state, scope, typed_names, (tensors.name_rules,), reset=False)
+        # Which nodes need a closer look depends on the checker's verdict.
+        t2 = time.perf_counter()
+        checker = pending_checker()
+        t_checker = time.perf_counter()
+        state.checker = checker
+        checker_ok = checker.ran and checker.message is None
+        for scope in scopes:
+            sus_nodes = fastpath.suspect_nodes(ctx, scope, False, checker_ok)
+            suspects[scope.path] = (suspects[scope.path][0], sus_nodes)
             _check_nodes(state, scope, sus_nodes, UNTYPED_NODE_RULES)
     except BaseException:
-        pending()  # always collect the answer: it releases the worker
+        pending()  # always collect the answers: they release the workers
+        if checker is None:
+            pending_checker()
         raise
     t3 = time.perf_counter()
     inference = pending()
@@ -253,10 +276,11 @@ def full_run(
     state.model = _model_rules(state)
     t5 = time.perf_counter()
     state.timings = {
-        "checker": t2 - t1,
+        "checker": checker.seconds,
+        "checker_wait": t_checker - t2,
         "inference": inference.seconds,
         "inference_wait": t4 - t3,
-        "rules": (t3 - t2) + (t5 - t4),
+        "rules": (t2 - t1) + (t3 - t_checker) + (t5 - t4),
         "start": t1 - t0,
     }
     return state
@@ -369,6 +393,42 @@ def incremental_run(
     return state
 
 
+def _local_attribute_run(
+    doc: Any,
+    state: ValidationState,
+    by_path: dict[str, GraphScope],
+    changed: Any,
+    load_diags: list[Diagnostic],
+) -> ValidationState | None:
+    """The re-check of an attribute edit on one node whose output types stay the same,
+    or None when the whole model must be inferred again."""
+    if changed.names or len(changed.nodes) != 1 or len(changed.graphs) > 1:
+        return None
+    ((path, index),) = changed.nodes
+    scope = by_path.get(path)
+    inference, checker = state.inference, state.checker
+    if (
+        scope is None
+        or scope.graph is None
+        or inference is None
+        or not inference.ran
+        or not inference.strict_ok
+        or checker is None
+        or not checker.ran
+        or checker.message is not None
+    ):
+        return None  # a model with problems already: the full answer is the safe one
+    if not node_keeps_its_types(
+        doc.model, state.ctx, scope, index, inference.types, getattr(doc, "base_dir", None)
+    ):
+        return None
+    state.ctx.load_diagnostics = load_diags
+    _check_nodes(state, scope, [index])
+    state.body[path] = [d for r in BODY_RULES for d in r(state.ctx, scope)]
+    state.revision = getattr(doc, "revision", None)
+    return state
+
+
 def _present(ctx: CheckContext, scope: GraphScope, name: str) -> bool:
     return bool(
         scope.defines(name)
@@ -387,11 +447,19 @@ def _retype_run(
     load_diags: list[Diagnostic],
 ) -> ValidationState | None:
     """A non-structural edit that may change types: re-run inference and the checker, then
-    re-check the touched graphs' names and the nodes whose inputs, outputs or types changed."""
+    re-check the touched graphs' names and the nodes whose inputs, outputs or types changed.
+    An edit of one node's attributes that leaves its output types as they were is answered
+    from that node alone (`local_recheck.node_keeps_its_types`): nothing downstream can
+    change."""
+    local = _local_attribute_run(doc, state, by_path, changed, load_diags)
+    if local is not None:
+        return local
     old_inf = state.inference
     base_dir = getattr(doc, "base_dir", None)
-    pending = begin_inference(doc.model, scopes, base_dir=base_dir)
-    checker = run_checker(doc.model, base_dir)
+    model = doc.model
+    blob = model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
+    pending = begin_inference(model, scopes, base_dir=base_dir, blob=blob)
+    checker = begin_checker(model, base_dir, blob=blob)()
     inference = pending()
     if old_inf is None or old_inf.strict_ok != inference.strict_ok:
         return None  # the set of node rules changes: recheck everything

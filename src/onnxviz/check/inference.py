@@ -107,7 +107,8 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
 
 
 _LINE = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>[^)]*))?\): (?P<msg>.*)")
-_MAX_PROTO = 2**31 - 1
+MAX_PROTO = 2**31 - 1  # protobuf's limit for one message
+_MAX_PROTO = MAX_PROTO
 
 
 @dataclass
@@ -147,7 +148,9 @@ def _all_graphs(model: ModelProto) -> Iterator[GraphProto]:
                 stack.extend(attr.graphs)
 
 
-def _seen_as_loaded(copy: ModelProto, base_dir: str | None) -> None:
+def _seen_as_loaded(
+    copy: ModelProto, base_dir: str | None, graphs: list[GraphProto] | None = None
+) -> None:
     """Tensor data as onnx's C++ code should see it, in place: big tensors without their
     bytes (embedded or external: a 1 GiB weight is not needed to infer a shape), small
     external ones read from the model's own folder and embedded, so that inference and
@@ -157,7 +160,7 @@ def _seen_as_loaded(copy: ModelProto, base_dir: str | None) -> None:
     from onnxviz.model.external import is_external, read_external_bytes
     from onnxviz.model.tensors import tensor_nbytes
 
-    for g in _all_graphs(copy):
+    for g in graphs if graphs is not None else _all_graphs(copy):
         for t in g.initializer:
             n = 1
             for d in t.dims:
@@ -185,17 +188,16 @@ def _copy_of(model: ModelProto) -> ModelProto:
     return copy
 
 
-def _stripped_copy(
-    model: ModelProto, scopes: list[GraphScope] | None = None, base_dir: str | None = None
-) -> ModelProto:
-    """The model without value_info and main-graph output types (so inferred types stay
-    apart from declared ones), tensor data as loaded (`_seen_as_loaded`)."""
-    copy = _copy_of(model)
-    _seen_as_loaded(copy, base_dir)
-    for fn in copy.functions:
-        del fn.value_info[:]
-    if scopes is not None:
-        # The scopes know which nodes hold subgraphs: no walk over every node.
+def prepare_for_inference(
+    copy: ModelProto, base_dir: str | None = None, scopes: list[GraphScope] | None = None
+) -> None:
+    """In place, on a copy: tensor data as loaded (`_seen_as_loaded`), and no value_info
+    or main-graph output types, so that inferred types stay apart from declared ones.
+    Runs in the worker process when the parent sends the model as it is.  One pass finds
+    the graphs (through the scopes when given: no walk over every node)."""
+    if scopes is None:
+        graphs = list(_all_graphs(copy))
+    else:
         cache: dict[str, GraphProto] = {}
         for scope in scopes:
             if scope.kind == "function":
@@ -203,14 +205,22 @@ def _stripped_copy(
             g = _graph_at(copy.graph, scope, cache)
             if g is not None:
                 cache[scope.path] = g
-                del g.value_info[:]
-        for out in copy.graph.output:
-            out.ClearField("type")
-        return copy
-    for g in _all_graphs(copy):
+        graphs = list(cache.values())
+    _seen_as_loaded(copy, base_dir, graphs)
+    for g in graphs:
         del g.value_info[:]
+    for fn in copy.functions:
+        del fn.value_info[:]
     for out in copy.graph.output:
         out.ClearField("type")
+
+
+def _stripped_copy(
+    model: ModelProto, scopes: list[GraphScope] | None = None, base_dir: str | None = None
+) -> ModelProto:
+    """A copy prepared for inference (`prepare_for_inference`)."""
+    copy = _copy_of(model)
+    prepare_for_inference(copy, base_dir, scopes)
     return copy
 
 
@@ -305,31 +315,56 @@ def begin_inference(
     *,
     isolate: bool = True,
     base_dir: str | None = None,
+    blob: bytes | None = None,
 ) -> Callable[[], InferenceResult]:
     """Start inference and return the function that completes it; with isolation the
-    worker infers while the caller runs its own rules."""
+    worker infers while the caller runs its own rules.  ``blob``: the model already
+    serialized (the worker then prepares its copy itself, off this process's time)."""
     start = time.perf_counter()
     if model.ByteSize() > _MAX_PROTO:
         res = InferenceResult(ran=False)
         return lambda: res
-    copy = _stripped_copy(model, scopes, base_dir)
     if isolate:
         from onnxviz.check.worker import WORKER
 
-        pending = WORKER.begin(copy.SerializeToString())
+        if blob is not None:
+            pending = WORKER.begin(blob, "prepare+infer", base_dir)
+        else:
+            pending = WORKER.begin(_stripped_copy(model, scopes, base_dir).SerializeToString())
 
-        def finish_isolated() -> InferenceResult:
-            got = pending()
-            if isinstance(got, str):
-                return _result(got, scopes, start)
-            data, failure = got
-            inferred = ModelProto()
-            inferred.ParseFromString(data)
-            return _result((inferred, failure), scopes, start)
-
-        return finish_isolated
-    got = _infer(copy)
+        return inference_answer(pending, scopes, start)
+    got = _infer(_stripped_copy(model, scopes, base_dir))
     return lambda: _result(got, scopes, start)
+
+
+def inference_answer(
+    pending: Callable[[], Any], scopes: list[GraphScope], start: float
+) -> Callable[[], InferenceResult]:
+    """The function that turns the inference worker's answer into an InferenceResult."""
+
+    def finish_isolated() -> InferenceResult:
+        got = pending()
+        if isinstance(got, str):
+            return _result(got, scopes, start)
+        data, failure = got
+        inferred = ModelProto()
+        inferred.ParseFromString(data)
+        return _result((inferred, failure), scopes, start)
+
+    return finish_isolated
+
+
+def _infer_bytes(model_bytes: bytes) -> ModelProto | None:
+    """A small prepared model inferred (strict mode) in the worker process; None when
+    inference fails or crashes there."""
+    from onnxviz.check.worker import WORKER
+
+    got = WORKER.infer(model_bytes)
+    if isinstance(got, str) or got[1] is not None:
+        return None
+    inferred = ModelProto()
+    inferred.ParseFromString(got[0])
+    return inferred
 
 
 def _result(
@@ -431,16 +466,23 @@ def run_checker(model: ModelProto, base_dir: str | None = None) -> CheckerResult
     return begin_checker(model, base_dir)()
 
 
-def begin_checker(model: ModelProto, base_dir: str | None = None) -> Callable[[], CheckerResult]:
-    """Send the model to the checker's worker; the returned function waits for the
-    verdict."""
+def begin_checker(
+    model: ModelProto, base_dir: str | None = None, *, blob: bytes | None = None
+) -> Callable[[], CheckerResult]:
+    """Send the model (or ``blob``, the model already serialized) to the checker's
+    worker; the returned function waits for the verdict."""
     from onnxviz.check.worker import CHECKER
 
     start = time.perf_counter()
     if model.ByteSize() > _MAX_PROTO:
         res = CheckerResult(None, ran=False)
         return lambda: res
-    pending = CHECKER.begin(model.SerializeToString(), "check", base_dir)
+    pending = CHECKER.begin(blob or model.SerializeToString(), "check", base_dir)
+    return checker_answer(pending, start)
+
+
+def checker_answer(pending: Callable[[], Any], start: float) -> Callable[[], CheckerResult]:
+    """The function that turns the checker worker's answer into a CheckerResult."""
 
     def finish() -> CheckerResult:
         answer = pending()

@@ -11,7 +11,8 @@ starts a new worker next time.  Two workers (`WORKER` infers, `CHECKER` checks) 
 run while the parent runs its own rules.
 
 Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request is
-(kind, model bytes, the model's folder) with kind "infer" or "check".
+(kind, model bytes, the model's folder) with kind "infer" (a prepared copy),
+"prepare+infer" (the model as it is: the worker prepares its copy) or "check".
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def serve() -> None:
 
     from onnx import ModelProto
 
-    from onnxviz.check.inference import _drop_tensor_data, _infer
+    from onnxviz.check.inference import _drop_tensor_data, _infer, prepare_for_inference
 
     faulthandler.disable()  # a crash here is expected and reported by the parent
     home = os.getcwd()
@@ -69,6 +70,8 @@ def serve() -> None:
             os.chdir(base_dir or home)
             _write(stdout, _check(model))
             continue
+        if kind == "prepare+infer":
+            prepare_for_inference(model, base_dir)
         inferred, failure = _infer(model)
         _drop_tensor_data(inferred)
         _write(stdout, (inferred.SerializeToString(), failure))
@@ -120,20 +123,26 @@ class InferenceWorker:
         can work meanwhile (the worker runs on another core).  The worker is held until
         the answer has been read."""
         self._lock.acquire()
-        proc: subprocess.Popen[bytes] | None = None
         try:
-            proc = self._proc
-            if proc is None or proc.poll() is not None:
-                proc = self._proc = self._start()
-            assert proc.stdin is not None
-            _write(proc.stdin, (kind, model_bytes, base_dir))
-        except (BrokenPipeError, OSError):
-            failure = (
-                self._failed(proc) if proc is not None else "the inference worker could not start"
-            )
+            proc = self.start()
+        except OSError:
             self._lock.release()
-            return lambda: failure
-        started = proc
+            return lambda: f"the {self.what} worker could not start"
+        # The request is written from a thread: the pipe holds 64 KiB, so a big model
+        # would keep this thread waiting until the worker reads it all (for a new worker,
+        # until it has imported onnx), time the caller can spend on its own rules.
+        sent: list[bool] = []
+
+        def send() -> None:
+            try:
+                assert proc.stdin is not None
+                _write(proc.stdin, (kind, model_bytes, base_dir))
+                sent.append(True)
+            except (BrokenPipeError, OSError):
+                pass
+
+        writer = threading.Thread(target=send, name="onnxviz-worker-send", daemon=True)
+        writer.start()
         answered = False
 
         def finish() -> Any:
@@ -142,14 +151,25 @@ class InferenceWorker:
                 raise RuntimeError("the answer was already read")
             answered = True
             try:
-                assert started.stdout is not None
-                return _read(started.stdout)
+                writer.join()
+                if not sent:
+                    return self._failed(proc)
+                assert proc.stdout is not None
+                return _read(proc.stdout)
             except (EOFError, BrokenPipeError, OSError):
-                return self._failed(started)
+                return self._failed(proc)
             finally:
                 self._lock.release()
 
         return finish
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """The worker process, started if it is not running (callers may start it early,
+        so that its start-up overlaps their own work)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            proc = self._proc = self._start()
+        return proc
 
     def _failed(self, proc: subprocess.Popen[bytes]) -> str:
         code = proc.wait()

@@ -27,24 +27,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from onnxviz.check import validate
+    from onnxviz.check.prefetch import discard, prefetch
     from onnxviz.model.document import Document
 
-    doc = Document.open(args.model)
-    diags = validate(doc)
+    # onnx's inference and checker start on the file in their workers while this
+    # process loads, indexes and runs its own rules.
+    prefetch(args.model)
+    try:
+        doc = Document.open(args.model)
+        diags = validate(doc)
+    finally:
+        discard(args.model)  # a file that did not load leaves its answers unread
     if args.json:
         json.dump([d.to_json() for d in diags], sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_report(args.model, diags, _node_order(doc)))
+        sys.stdout.write(format_report(args.model, diags, _node_order(doc, diags)))
     return 1 if any(d.severity is Severity.ERROR for d in diags) else 0
 
 
-def _node_order(doc: object) -> dict[tuple[str, str], int]:
-    """(graph path, node label) -> node index, to list nodes in graph order."""
+def _node_order(doc: object, diags: list[Diagnostic]) -> dict[tuple[str, str], int]:
+    """(graph path, node label) -> node index for the nodes the diagnostics name, to list
+    them in graph order (looked up per named node: a clean 100k-node model needs none)."""
+    by_path = {s.path: s for s in doc.scopes()}  # type: ignore[attr-defined]
     order: dict[tuple[str, str], int] = {}
-    for scope in doc.scopes():  # type: ignore[attr-defined]
-        for i in range(len(scope.nodes)):
-            order[(scope.path, scope.node_label(i))] = i
+    for d in diags:
+        path, label = d.location.graph_path, d.location.node
+        scope = by_path.get(path)
+        if label is None or scope is None or (path, label) in order:
+            continue
+        index = scope.node_index(label)
+        if index is not None:
+            order[(path, label)] = index
     return order
 
 

@@ -1,0 +1,87 @@
+"""Start onnx's inference and checker on a model file before its Document exists.
+
+At 100k nodes, inference is the longest part of a check (about two seconds) and it needs
+nothing of ours: only the file's bytes.  `prefetch(path)` sends them to the worker
+processes at once, so they parse and infer while this process loads and indexes the
+model and runs its own rules; `validate` then takes the answers (`take`) instead of
+sending the model again, when the Document is that file, unedited.  `onnxviz check`
+uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# Bigger files are not sent twice: inference gets a copy without the big tensor data
+# once the Document is loaded (check.inference.prepare_for_inference).
+_MAX_BYTES = 256 << 20
+
+_lock = threading.Lock()
+_pending: dict[str, tuple[tuple[int, int], Callable[[], Any], Callable[[], Any]]] = {}
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
+
+
+def prefetch(path: str) -> None:
+    """Send the file at ``path`` to the inference and checker workers (no-op for a file
+    that cannot be read or is too big: the loader will say what is wrong)."""
+    from onnxviz.check.worker import CHECKER, WORKER
+
+    path = os.path.abspath(path)
+    try:
+        ident = _identity(path)
+        if ident[1] > _MAX_BYTES:
+            return
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return
+    base_dir = os.path.dirname(path)
+    with _lock:
+        _drain(_pending.pop(path, None))
+        inference = WORKER.begin(data, "prepare+infer", base_dir)
+        checker = CHECKER.begin(data, "check", base_dir)
+        _pending[path] = (ident, inference, checker)
+
+
+def take(doc: Any) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+    """The pending (inference, checker) answers for ``doc`` when it is the prefetched
+    file as it was read, unedited and in protobuf form; else None (a prefetch for its
+    path is dropped)."""
+    path = getattr(doc, "path", None)
+    if not path:
+        return None
+    with _lock:
+        entry = _pending.pop(path, None)
+    if entry is None:
+        return None
+    ident, inference, checker = entry
+    try:
+        same = _identity(path) == ident
+    except OSError:
+        same = False
+    if not same or doc.revision != 0 or getattr(doc, "source_format", "") != "protobuf":
+        _drain(entry)
+        return None
+    return inference, checker
+
+
+def discard(path: str) -> None:
+    """Drop a prefetch nobody took (the file did not load): its answers hold the
+    workers until read."""
+    with _lock:
+        entry = _pending.pop(os.path.abspath(path), None)
+    _drain(entry)
+
+
+def _drain(entry: tuple[Any, Callable[[], Any], Callable[[], Any]] | None) -> None:
+    """Read and drop answers nobody will use (each holds its worker until read)."""
+    if entry is not None:
+        entry[1]()
+        entry[2]()
