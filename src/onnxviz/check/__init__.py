@@ -11,8 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from onnxviz.check.incremental import _store, assemble, full_run, incremental_run, state_of
+from onnxviz.check.inference import infer_value_types
 from onnxviz.check.registry import RULES, Rule
+from onnxviz.model import surgery
 from onnxviz.model.diagnostics import Diagnostic
+
+# Surgery (insert, extract) types new values by shape inference, which only this package
+# runs, in its worker process; the model layer cannot import it, so it is handed over.
+surgery.TYPE_INFERENCE = infer_value_types
 
 __all__ = ["RULES", "Rule", "validate"]
 

@@ -502,6 +502,22 @@ def checker_answer(pending: Callable[[], Any], start: float) -> Callable[[], Che
     return finish
 
 
+# -- inferred types for the UI and surgery ---------------------------------------------------
+def infer_value_types(
+    model: ModelProto, base_dir: str | None = None
+) -> dict[str, dict[str, TypeProto]]:
+    """Types shape inference finds, per graph path, apart from the declared ones; always
+    in the worker process (onnx's C++ inference can crash on a broken model, and must not
+    take the app with it).  Empty when inference fails or crashes."""
+    from onnxviz.model.scopes import build_scopes
+
+    scopes = build_scopes(model)
+    result = run_inference(model, scopes, isolate=True, base_dir=base_dir)
+    if not result.ran:
+        return {}
+    return {s.path: result.types.graph(s.path) for s in scopes if s.graph is not None}
+
+
 # -- inferred types for the UI -----------------------------------------------------------------
 def infer_types(doc: Any) -> TypeMap:
     """Inferred types by (graph path, value name), kept apart from the declared ones.
@@ -530,6 +546,7 @@ __all__ = [
     "TypeMap",
     "collect_types",
     "infer_types",
+    "infer_value_types",
     "begin_checker",
     "run_checker",
     "run_inference",

@@ -8,6 +8,7 @@ analysis (who consumes what, what becomes dead) uses the document's scope index.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from onnx import ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
 
@@ -41,6 +42,12 @@ def _declared_type(scope: GraphScope, name: str) -> TypeProto | None:
                     return helper.make_tensor_type_proto(t.data_type, list(t.dims))
         s = s.parent
     return None
+
+
+# Shape inference for the surgery that needs types (insert, extract): onnx's C++
+# inference runs only in check's worker process, and this layer cannot import check, so
+# check registers it here when it is imported.  None: declared types only.
+TYPE_INFERENCE: Callable[[ModelProto], dict[str, dict[str, TypeProto]]] | None = None
 
 
 def _uses_in_nested(scope: GraphScope, name: str) -> list[tuple[GraphScope, int, int]]:
@@ -206,18 +213,9 @@ def _value_type(doc: Document, scope: GraphScope, name: str) -> TypeProto | None
     declared = _declared_type(scope, name)
     if declared is not None:
         return declared
-    try:
-        from onnx import shape_inference
-
-        inferred = shape_inference.infer_shapes(doc.model)
-    except Exception:
+    if scope.kind != "main" or TYPE_INFERENCE is None:
         return None
-    if scope.kind != "main":
-        return None
-    for vi in (*inferred.graph.value_info, *inferred.graph.output):
-        if vi.name == name and vi.HasField("type"):
-            return vi.type
-    return None
+    return TYPE_INFERENCE(doc.model).get("main", {}).get(name)
 
 
 def make_graph_output(doc: Document, graph_path: str, value: str) -> ChangeSet:
@@ -342,14 +340,11 @@ def extract(doc: Document, inputs: list[str], outputs: list[str]) -> ModelProto:
             if sub.owner_node_index == ni:
                 queue.extend(sub.free_names)
     types: dict[str, ValueInfoProto] = {}
-    try:
-        from onnx import shape_inference
-
-        inferred = shape_inference.infer_shapes(doc.model).graph
-        for vi in (*inferred.input, *inferred.value_info, *inferred.output):
-            types[vi.name] = vi
-    except Exception:
-        for vi in (*graph.input, *graph.value_info, *graph.output):
+    inferred = TYPE_INFERENCE(doc.model).get(scope.path, {}) if TYPE_INFERENCE else {}
+    for name, tp in inferred.items():
+        types[name] = ValueInfoProto(name=name, type=tp)
+    for vi in (*graph.input, *graph.value_info, *graph.output):  # declared ones win
+        if vi.HasField("type"):
             types[vi.name] = vi
 
     def info(name: str) -> ValueInfoProto:

@@ -1,8 +1,8 @@
 """Value types for edge labels: declared (value_info, graph inputs/outputs) versus
 inferred (shape inference), so the canvas can tell them apart.
 
-Inference sits behind `infer_value_types` so it can move to `onnxviz.check` later
-without touching the callers.
+Inference itself is check's (`check.inference.infer_value_types`, in its worker process:
+onnx's C++ inference can crash on a broken model and must not take the app with it).
 """
 
 from __future__ import annotations
@@ -96,19 +96,11 @@ def declared_types(model: ModelProto, scopes: list[GraphScope] | None = None) ->
 
 
 def infer_value_types(model: ModelProto) -> dict[str, dict[str, TypeProto]]:
-    """Types found by shape inference, per graph path (empty when inference fails)."""
-    import onnx.shape_inference
+    """Types found by shape inference, per graph path (empty when inference fails), from
+    check's worker process: never onnx's C++ code in this process."""
+    from onnxviz.check.inference import infer_value_types as infer_in_worker
 
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:
-        return {}
-    out: dict[str, dict[str, TypeProto]] = {}
-    for scope in build_scopes(inferred):
-        if scope.graph is None:
-            continue
-        out[scope.path] = {vi.name: vi.type for vi in _graph_value_infos(scope.graph) if _typed(vi)}
-    return out
+    return infer_in_worker(model)
 
 
 def type_table(doc: Document, *, infer: bool | None = None) -> TypeTable:

@@ -163,28 +163,22 @@ def layout_job(
 
 
 def inference_job(model: Any) -> Callable[[threading.Event, Progress], dict[str, dict[str, str]]]:
-    """Shape inference in a child process: the C++ inference holds the GIL for seconds
-    on big models, which would freeze the window if it ran in a thread."""
+    """Shape inference as type texts per graph path.  It runs in check's worker process
+    (onnx's C++ code never runs in the app's, where a crash would take the window and its
+    unsaved edits with it); this thread only waits for the answer."""
 
     def job(cancel: threading.Event, progress: Progress) -> dict[str, dict[str, str]]:
-        import multiprocessing
-
-        from onnxviz.present.typeinfo import inferred_texts
+        from onnxviz.check.inference import infer_value_types
+        from onnxviz.model.types import type_to_text
 
         progress("inferring shapes")
-        try:
-            data = model.SerializeToString()
-        except Exception:  # over 2 GB: no inference
-            return {}
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(1) as pool:
-            pending = pool.apply_async(inferred_texts, (data,))
-            while not pending.ready():
-                if cancel.is_set():
-                    pool.terminate()
-                    raise Cancelled()
-                pending.wait(0.1)
-            return dict(pending.get())
+        inferred = infer_value_types(model)
+        if cancel.is_set():
+            raise Cancelled()
+        return {
+            path: {name: type_to_text(tp) for name, tp in values.items()}
+            for path, values in inferred.items()
+        }
 
     return job
 
