@@ -139,3 +139,41 @@ def test_kernel_failure_names_the_node(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["run", str(model), "--input", f"x={tmp_path / 'bad.npy'}"]) == 2
     err = capsys.readouterr().err
     assert "Add node 'add' failed" in err and "float32[2,5]" in err
+
+
+@pytest.mark.parametrize("verb", ["run", "info", "check"])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, verb: str) -> None:
+    """`onnxviz run ... --json | head -c 1500` ended in "internal error: BrokenPipeError";
+    a closed pipe is a normal end for a command-line tool."""
+    import subprocess
+    import sys
+
+    nodes, prev = [], "x"
+    for i in range(3000):  # per-node times and op counts: far more than a pipe holds
+        nodes.append(helper.make_node("Relu", [prev], [f"v{i}"], name=f"relu_{i}"))
+        prev = f"v{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [4])],
+        [helper.make_tensor_value_info(prev, F, [4])],
+        # one value_info per value: check --json and info --json say a lot about them
+        value_info=[
+            helper.make_tensor_value_info(f"v{i}", TensorProto.INT64, [4]) for i in range(3000)
+        ],
+    )
+    path = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    extra = {"run": ["--random-inputs", "--json"], "info": ["--json"], "check": ["--json"]}[verb]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "onnxviz", verb, str(path), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = proc.stdout.read(1500)
+    proc.stdout.close()  # the reader goes away, as `head -c 1500` does
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=120)
+    assert head.lstrip().startswith((b"{", b"["))
+    assert err == "" and code in (0, 1), (code, err[-400:])

@@ -180,3 +180,38 @@ def test_saving_over_2gib_inline_is_refused_clearly(monkeypatch, tmp_path):
     doc = Document.from_model(simple_model())
     with pytest.raises(SaveError, match="2 GiB"):
         doc.save(str(tmp_path / "x.onnx"))
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o002])
+def test_new_model_and_data_files_honour_the_umask(tmp_path, mask) -> None:
+    """mkstemp's 0600 made new files unreadable to other users; a new file gets
+    0666 & ~umask, as open() would give it, and an overwritten one keeps its mode."""
+    import stat
+
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        initializer=[w],
+    )
+    src = tmp_path / "src.onnx"
+    onnx.save(helper.make_model(graph), src)
+    old = os.umask(mask)
+    try:
+        doc = Document.open(str(src))
+        embedded, external = tmp_path / "new.onnx", tmp_path / "ext.onnx"
+        doc.save(str(embedded))
+        doc.save(str(external), external_data="external")
+        data_files = [p for p in tmp_path.iterdir() if p.suffix not in (".onnx",)]
+        assert data_files, "the external save wrote no data file"
+        for path in [embedded, external, *data_files]:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path.name
+        os.chmod(embedded, 0o640)
+        doc.save(str(embedded))
+        assert stat.S_IMODE(embedded.stat().st_mode) == 0o640  # overwriting keeps the mode
+    finally:
+        os.umask(old)

@@ -53,6 +53,21 @@ def _gui_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _closed_pipe() -> int:
+    """The reader of our output went away (``onnxviz run --json | head``): a normal end
+    for a Unix tool, so exit quietly, as the shell's SIGPIPE would end a C tool.  stdout
+    points at /dev/null from here on, so the interpreter's own flush at exit cannot
+    fail again and print a traceback."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (tests capture it): nothing to redirect
+        pass
+    return 0
+
+
 def _fail(message: str) -> int:
     print(f"onnxviz: {message}", file=sys.stderr)
     return 2
@@ -75,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from onnxviz.cli import gui
 
         return int(gui.run(args))
+    except BrokenPipeError:
+        return _closed_pipe()
     except OnnxvizError as exc:
         if debug:
             raise

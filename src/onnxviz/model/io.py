@@ -229,6 +229,13 @@ def external_diagnostics(model: ModelProto, base_dir: str | None) -> list[Diagno
 # -- saving -------------------------------------------------------------------------
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it; set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(target: str, write: WriteFn) -> None:
     folder = os.path.dirname(os.path.abspath(target)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".onnxviz-", suffix=".tmp", dir=folder)
@@ -237,9 +244,14 @@ def _atomic_write(target: str, write: WriteFn) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        if os.path.exists(target):
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            # mkstemp makes 0600; the file we leave must look like one open() made: the
+            # old file's mode when replacing it, else 0666 less the umask (0644 with 022),
+            # so other users, web servers and containers can read a new model.
+            if os.path.exists(target):
                 os.chmod(tmp, os.stat(target).st_mode & 0o7777)
+            else:
+                os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
