@@ -301,3 +301,28 @@ def test_step_over_runs_a_loop_whole(window) -> None:  # type: ignore[no-untyped
     body = {k for k in panel.controller.debugger.snapshot().executed if k[0] != "main"}
     assert ("main/body:accumulate", 0) in body  # the body ran, without pausing in it
     assert panel.controller.debugger.profiler.nodes["main/body:accumulate::scale"].calls == 3
+
+
+def test_compare_names_a_saturating_onnxruntime_as_the_inexact_side(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Where onnxruntime's u8s8 kernel saturates (AVX2 without VNNI), the run panel says
+    in words that onnxruntime is the inexact side, on the status line and the row."""
+    import onnxviz.runtime.compare as compare
+    from tests.runtime.test_compare import _matmul_integer_model, _saturating_u8s8
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(200, 256, (3, 8)).astype(np.uint8)
+    b = rng.integers(100, 128, (8, 4)).astype(np.int8)
+    panel = _open(window, tmp_path, _matmul_integer_model(b))
+    panel.run({"a": a})
+    _settle(window, panel)
+    monkeypatch.setattr(
+        compare, "run_onnxruntime", lambda m, f, names: {"y": _saturating_u8s8(f["a"], b, 2)}
+    )
+    panel.compare()
+    panel.wait_compare()
+    status = panel.widget.compare_status.text()
+    assert "main::mmi" in status and "onnxruntime is inexact here" in status
+    row = panel.widget.compare.item(0, 0)
+    assert "ours equals exact integer arithmetic" in row.toolTip()
