@@ -597,6 +597,8 @@ class RunPanel(QObject):
                 fills[key] = error_colour(n.max_rel, n.beyond(atol, rtol), rtol)
                 if n.max_abs is not None:
                     notes[key] = f"abs {n.max_abs:.2g} rel {n.max_rel:.2g}"
+                    if n.peer_note:  # the peer's number is the wrong one here
+                        notes[key] += " · onnxruntime inexact"
         self.overlay.update(
             snap.executed if snap is not None else set(),
             current,
