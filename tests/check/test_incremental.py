@@ -271,3 +271,77 @@ def test_attribute_edits_rechecked_locally_match_full_runs(
         except EditError:
             continue
     assert local and any(local) == some_local
+
+
+@pytest.mark.parametrize(
+    ("name", "small_cone"),
+    [
+        ("transformer_like", True),
+        ("torch_dynamo_transformer", True),
+        # A new padding changes every later spatial size and breaks the residual Adds:
+        # such edits are inferred whole (and must still match a full run).
+        ("torch_dynamo_cnn", False),
+    ],
+)
+def test_type_changing_edits_reinfer_only_the_downstream_cone_and_match_full_runs(
+    name: str, small_cone: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Edits that change a node's output types (a Cast's target type, a Transpose's
+    permutation, a Gather's axis, a Conv's padding) re-infer the nodes downstream of
+    the edit, seeded with the types at its boundary, and give a full run's diagnostics;
+    the cone really is the part inferred (not the whole model)."""
+    import random
+
+    from onnxviz.check import local_recheck
+    from onnxviz.errors import EditError
+
+    if name == "transformer_like":
+        from benchmarks.models import transformer_like
+
+        base = transformer_like(600)
+    else:
+        from tests.data.exporters import path_of
+
+        base = onnx.load(str(path_of(name)))
+    cones: list[int] = []
+    original = local_recheck.cone_types
+
+    def spy(model, ctx, scope, cone, types):  # type: ignore[no-untyped-def]
+        got = original(model, ctx, scope, cone, types)
+        if got is not None:
+            cones.append(len(cone))
+        return got
+
+    monkeypatch.setattr(local_recheck, "cone_types", spy)
+    from onnxviz.check import incremental
+
+    monkeypatch.setattr(incremental, "cone_types", spy)
+    doc = Document.from_model(base)
+    validate(doc)
+    nodes = doc.main_scope.nodes
+    edits: list[tuple[int, onnx.AttributeProto]] = []
+    for i, node in enumerate(nodes):
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to":
+                edits.append((i, helper.make_attribute("to", TensorProto.DOUBLE)))
+            elif node.op_type == "Transpose" and a.name == "perm" and len(a.ints) >= 2:
+                perm = list(a.ints)
+                perm[-1], perm[-2] = perm[-2], perm[-1]
+                edits.append((i, helper.make_attribute("perm", perm)))
+            elif node.op_type in ("Gather", "Concat", "Softmax") and a.name == "axis":
+                edits.append((i, helper.make_attribute("axis", a.i - 1 if a.i > 0 else a.i + 1)))
+            elif node.op_type == "Conv" and a.name == "pads":
+                edits.append((i, helper.make_attribute("pads", [p + 1 for p in a.ints])))
+    rng = random.Random(5)
+    # The last ones first: their cones are small; then a sample of the rest.
+    chosen = edits[-4:] + rng.sample(edits[:-4], min(6, max(len(edits) - 4, 0)))
+    assert chosen, f"{name} has no type-changing attribute to edit"
+    for i, attr in chosen:
+        try:
+            _step(doc, cmd.SetAttribute("main", i, attr))
+            _step(doc, "undo")
+        except EditError:
+            continue
+    if small_cone:
+        assert cones, "no edit was answered from its downstream cone"
+        assert min(cones) < len(nodes) // 2

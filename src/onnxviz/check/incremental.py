@@ -48,7 +48,12 @@ from onnxviz.check.inference import (
     checker_answer,
     inference_answer,
 )
-from onnxviz.check.local_recheck import node_keeps_its_types
+from onnxviz.check.local_recheck import (
+    cone_types,
+    downstream_cone,
+    node_keeps_its_types,
+    one_node_types,
+)
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
@@ -400,8 +405,9 @@ def _local_attribute_run(
     changed: Any,
     load_diags: list[Diagnostic],
 ) -> ValidationState | None:
-    """The re-check of an attribute edit on one node whose output types stay the same,
-    or None when the whole model must be inferred again."""
+    """The re-check of an attribute edit on one node: from that node alone when its output
+    types stay the same, else from its downstream cone inferred again; None when the
+    whole model must be inferred again."""
     if changed.names or len(changed.nodes) != 1 or len(changed.graphs) > 1:
         return None
     ((path, index),) = changed.nodes
@@ -418,13 +424,31 @@ def _local_attribute_run(
         or checker.message is not None
     ):
         return None  # a model with problems already: the full answer is the safe one
-    if not node_keeps_its_types(
-        doc.model, state.ctx, scope, index, inference.types, getattr(doc, "base_dir", None)
-    ):
-        return None
-    state.ctx.load_diagnostics = load_diags
-    _check_nodes(state, scope, [index])
-    state.body[path] = [d for r in BODY_RULES for d in r(state.ctx, scope)]
+    ctx, base_dir = state.ctx, getattr(doc, "base_dir", None)
+    recheck_nodes: set[int] = {index}
+    retyped: list[str] = []
+    if not node_keeps_its_types(doc.model, ctx, scope, index, inference.types, base_dir):
+        # The types change: infer the downstream cone again, seeded at its boundary.
+        cone = downstream_cone(ctx, scope, index)
+        if cone is None:
+            return None
+        if one_node_types(doc.model, ctx, scope, index, inference.types, base_dir) is None:
+            return None  # inference or the checker rejects the edited node itself
+        found = cone_types(doc.model, ctx, scope, cone, inference.types)
+        if found is None:
+            return None
+        retyped = [n for n, t in found.items() if inference.types.get((path, n)) != t]
+        inference.types.update(path, found)
+        recheck_nodes.update(cone)
+        for name in retyped:
+            recheck_nodes.update(ci for ci, _ in scope.consumers.get(name, ()))
+    ctx.load_diagnostics = load_diags
+    if retyped:
+        _check_names(state, scope, retyped)
+        state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
+    _check_nodes(state, scope, sorted(recheck_nodes))
+    state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+    state.model = _model_rules(state)
     state.revision = getattr(doc, "revision", None)
     return state
 

@@ -37,6 +37,13 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
         self._io: dict[str, dict[str, TypeProto]] = {}
         self._inner: dict[str, dict[str, TypeProto] | None] = {}
         self._pending: dict[str, list[tuple[str, str]]] = {}
+        # Types a re-inference of part of a graph found since (see `update`).
+        self._newer: dict[str, dict[str, TypeProto]] = {}
+
+    def update(self, path: str, found: Mapping[str, TypeProto]) -> None:
+        """Types found by inferring part of graph ``path`` again (the downstream cone of an
+        edit): they replace the whole-model ones without indexing the whole graph."""
+        self._newer.setdefault(path, {}).update(found)
 
     def add_graph(self, path: str, g: GraphProto) -> None:
         io = {vi.name: vi.type for vi in g.output}
@@ -62,7 +69,10 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
         io = self._io.get(path)
         if io is None:
             return default
-        t = io.get(name)
+        newer = self._newer.get(path)
+        t = newer.get(name) if newer else None
+        if t is None:
+            t = io.get(name)
         if t is None:
             t = self._inner_of(path).get(name)
         if t is None or t.WhichOneof("value") is None:
@@ -79,6 +89,7 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
         """Every inferred type of one graph (builds its index)."""
         out = dict(self._inner_of(path)) if path in self._io else {}
         out.update(self._io.get(path, {}))
+        out.update(self._newer.get(path, {}))
         return {n: t for n, t in out.items() if t.WhichOneof("value") is not None}
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
@@ -91,6 +102,9 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
 
     def rename(self, old: str, new: str, paths: Iterable[str]) -> None:
         for path in paths:
+            newer = self._newer.get(path)
+            if newer is not None and old in newer:
+                newer[new] = newer.pop(old)
             io = self._io.get(path)
             if io is None:
                 continue

@@ -9,7 +9,12 @@ small constant inputs (Reshape shapes, Slice starts, ...) as initializers.  The 
 keeps its types when that inference succeeds, gives exactly the previous output types,
 and onnx.checker accepts the one-node model.
 
-Anything this cannot judge answers False, and the caller infers the whole model:
+When the types do change, `downstream_cone` and `cone_types` infer only the nodes that
+read the edited node's outputs, directly or not (with the shape computations they read,
+which whole-model inference followed by data propagation), seeded with the types at the
+cone's boundary.
+
+Anything this cannot judge answers False (or None), and the caller infers the whole model:
 outputs that may carry shape values on to later nodes (integer tensors of rank 0 or 1,
 which data propagation follows), nodes with subgraphs or calling local functions, inputs
 of unknown type.  Both onnx calls run in the worker processes (check/worker.py).
@@ -95,6 +100,32 @@ def one_node_model(
     return alone
 
 
+def one_node_types(
+    model: ModelProto,
+    ctx: CheckContext,
+    scope: GraphScope,
+    index: int,
+    types: Mapping,
+    base_dir: str | None = None,
+) -> dict[str, TypeProto] | None:
+    """The node's output types from inferring it alone (strict) with its inputs typed as
+    the last inference found them, when that succeeds and onnx.checker accepts the
+    one-node model; else None."""
+    from onnxviz.check.inference import _infer_bytes, begin_checker
+
+    alone = one_node_model(model, ctx, scope, index, types)
+    if alone is None:
+        return None
+    inferred = _infer_bytes(alone.SerializeToString())
+    if inferred is None:
+        return None
+    # The checker wants typed graph outputs: it checks the inferred one-node model.
+    verdict = begin_checker(inferred, base_dir)()
+    if not verdict.ran or verdict.message is not None:
+        return None
+    return {vi.name: vi.type for vi in inferred.graph.output}
+
+
 def node_keeps_its_types(
     model: ModelProto,
     ctx: CheckContext,
@@ -105,21 +136,124 @@ def node_keeps_its_types(
 ) -> bool:
     """True when the node, inferred and checked alone with its edited attributes, gives
     the output types the last full inference recorded (see the module docstring)."""
-    from onnxviz.check.inference import _infer_bytes, begin_checker
-
     node = scope.nodes[index]
-    before = [types.get((scope.path, o)) for o in node.output if o]
+    outs = [o for o in node.output if o]
+    before = [types.get((scope.path, o)) for o in outs]
     if any(t is None or _may_carry_shape_values(t) for t in before):
         return False
-    alone = one_node_model(model, ctx, scope, index, types)
-    if alone is None:
-        return False
-    inferred = _infer_bytes(alone.SerializeToString())
+    got = one_node_types(model, ctx, scope, index, types, base_dir)
+    return got is not None and all(got.get(o) == t for o, t in zip(outs, before))
+
+
+# A cone bigger than this is inferred with the whole model (one pass costs about the same).
+CONE_LIMIT = 5000
+# Producers of shape values outside the cone brought along, at most (see `_shape_sources`).
+_SHAPE_SOURCES_LIMIT = 500
+
+
+def downstream_cone(ctx: CheckContext, scope: GraphScope, index: int) -> list[int] | None:
+    """Indexes of the edited node and every node that reads, directly or not, what it
+    makes, in graph order; None when a nested graph reads one of those values or the cone
+    is over CONE_LIMIT (then the whole model is inferred again)."""
+    implicit = ctx.implicit_consumers(scope)
+    seen = {index}
+    stack = [index]
+    while stack:
+        i = stack.pop()
+        node = scope.nodes[i]
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            return None
+        for out in node.output:
+            if not out:
+                continue
+            if out in implicit:
+                return None
+            for consumer, _ in scope.consumers.get(out, ()):
+                if consumer not in seen:
+                    seen.add(consumer)
+                    stack.append(consumer)
+                    if len(seen) > CONE_LIMIT:
+                        return None
+    return sorted(seen)
+
+
+def _shape_sources(
+    scope: GraphScope, cone: set[int], boundary: list[str], types: Mapping
+) -> set[int] | None:
+    """Nodes outside the cone that compute the integer vectors the cone reads (Shape ->
+    Gather -> Concat -> Reshape): whole-model inference knew their values (data
+    propagation), so the part inferred again must compute them too."""
+    extra: set[int] = set()
+    stack = list(boundary)
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        t = types.get((scope.path, name))
+        producer = scope.producer.get(name)
+        if t is None or producer is None or not _may_carry_shape_values(t):
+            continue
+        i = producer[0]
+        if i in cone or i in extra:
+            continue
+        node = scope.nodes[i]
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            return None
+        extra.add(i)
+        if len(extra) > _SHAPE_SOURCES_LIMIT:
+            return None
+        stack.extend(n for n in node.input if n)
+    return extra
+
+
+def cone_types(
+    model: ModelProto,
+    ctx: CheckContext,
+    scope: GraphScope,
+    cone: list[int],
+    types: Mapping,
+) -> dict[str, TypeProto] | None:
+    """The inferred types of every value the cone makes, from inferring the cone alone
+    (with the shape computations it reads) in the worker process, its inputs typed as the
+    last inference found them; None when that part cannot be inferred on its own or
+    inference fails there (the caller then infers the whole model)."""
+    from onnxviz.check.inference import _infer_bytes
+
+    inside = set(cone)
+    made = {o for i in inside for o in scope.nodes[i].output if o}
+    boundary = [n for i in cone for n in scope.nodes[i].input if n and n not in made]
+    extra = _shape_sources(scope, inside, boundary, types)
+    if extra is None:
+        return None
+    nodes = sorted(inside | extra)
+    made |= {o for i in extra for o in scope.nodes[i].output if o}
+    inputs, inits, seen = [], [], set()
+    for i in nodes:
+        for name in scope.nodes[i].input:
+            if not name or name in made or name in seen:
+                continue
+            seen.add(name)
+            t = types.get((scope.path, name)) or ctx.value_type(scope, name)
+            if t is None or t.WhichOneof("value") is None:
+                return None
+            inputs.append(helper.make_value_info(name, t))
+            const = _constant_input(scope, name)
+            if const is not None:
+                inits.append(const)
+    outputs = [ValueInfoProto(name=o) for i in cone for o in scope.nodes[i].output if o]
+    graph = helper.make_graph(
+        [scope.nodes[i] for i in nodes], "cone", inputs, outputs, initializer=inits
+    )
+    part = helper.make_model(graph, opset_imports=list(model.opset_import))
+    part.ir_version = model.ir_version
+    part.functions.extend(model.functions)
+    inferred = _infer_bytes(part.SerializeToString())
     if inferred is None:
-        return False
-    # The checker wants typed graph outputs: it checks the inferred one-node model.
-    verdict = begin_checker(inferred, base_dir)()
-    if not verdict.ran or verdict.message is not None:
-        return False
-    got = {vi.name: vi.type for vi in inferred.graph.output}
-    return all(got.get(o) == t for o, t in zip([o for o in node.output if o], before))
+        return None
+    found = {vi.name: vi.type for vi in (*inferred.graph.value_info, *inferred.graph.output)}
+    wanted = [o for i in cone for o in scope.nodes[i].output if o]
+    if any(o not in found for o in wanted):
+        return None  # inference left a value untyped: let the whole model speak
+    return {o: found[o] for o in wanted}
