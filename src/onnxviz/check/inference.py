@@ -298,16 +298,9 @@ def _infer(copy: ModelProto) -> tuple[ModelProto, str | None]:
 
 
 def _drop_tensor_data(model: ModelProto) -> None:
-    stack = [model.graph]
-    while stack:
-        g = stack.pop()
+    for g in _all_graphs(model):
         del g.initializer[:]
         del g.sparse_initializer[:]
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
 
 
 def run_inference(
