@@ -43,6 +43,8 @@ def get_schema(domain: str, op_type: str, version: int) -> onnx.defs.OpSchema | 
     top = known_max_version(domain)
     if top is not None:
         version = min(version, top)
+    if not isinstance(op_type, str) or not isinstance(domain, str):
+        return None  # not UTF-8: no schema has such a name (onnx's binding wants str)
     try:
         return onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:

@@ -57,6 +57,7 @@ from onnxviz.check.local_recheck import (
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
+from onnxviz.model.text import as_text
 
 NodeRule = Callable[[CheckContext, GraphScope, int], list[Diagnostic]]
 NameRule = Callable[[CheckContext, GraphScope, Iterable[str]], dict[str, list[Diagnostic]]]
@@ -552,7 +553,7 @@ def assemble(state: ValidationState, load_diags: list[Diagnostic]) -> list[Diagn
         for i in sorted(nodes):
             out.extend(nodes[i])
         names_store = state.by_name.get(path, {})
-        for nm in sorted(names_store):
+        for nm in sorted(names_store, key=as_text):  # names that are not UTF-8 are bytes
             out.extend(names_store[nm])
         out.extend(state.cycles.get(path, ()))
     out = _dedupe_custom_ops(out)

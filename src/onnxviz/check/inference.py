@@ -253,7 +253,8 @@ def _graph_at(
     node = parent.node[scope.owner_node_index]
     attr_name = scope.owner_attribute or ""
     index = None
-    if attr_name.endswith("]") and "[" in attr_name:
+    # (an attribute name that is not UTF-8 comes as bytes, and is never "name[i]")
+    if isinstance(attr_name, str) and attr_name.endswith("]") and "[" in attr_name:
         attr_name, _, rest = attr_name.partition("[")
         index = int(rest[:-1])
     for attr in node.attribute:

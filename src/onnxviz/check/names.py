@@ -11,6 +11,7 @@ from onnxviz.check.context import CheckContext
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.scopes import GraphScope
+from onnxviz.model.text import as_text
 
 NameDiags = dict[str, list[Diagnostic]]
 C90_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -111,7 +112,9 @@ def non_identifiers(names: Iterable[str]) -> set[str]:
     plain: list[str] = []
     out: set[str] = set()
     for n in names:
-        if "\n" in n or "\r" in n:
+        if (
+            isinstance(n, bytes) or "\n" in n or "\r" in n
+        ):  # not UTF-8 (protobuf hands such strings over as bytes)
             out.add(n)
         elif n:
             plain.append(n)
@@ -147,8 +150,8 @@ class BadNames:
 
     def example(self) -> str:
         if self._min is None:
-            self._min = min(self.names)
-        return self._min
+            self._min = min(self.names, key=as_text)  # bytes: names that are not UTF-8
+        return as_text(self._min)
 
 
 def identifier_summary(path: str, bad: BadNames) -> list[Diagnostic]:

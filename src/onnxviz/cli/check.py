@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from onnxviz.check import validate
     from onnxviz.check.prefetch import discard, prefetch
     from onnxviz.model.document import Document
+    from onnxviz.model.text import jsonable
 
     # onnx's inference and checker start on the file in their workers while this
     # process loads, indexes and runs its own rules.
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         discard(args.model)  # a file that did not load leaves its answers unread
     if args.json:
-        json.dump([d.to_json() for d in diags], sys.stdout, indent=1)
+        json.dump(jsonable([d.to_json() for d in diags]), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_report(args.model, diags, _node_order(doc, diags)))

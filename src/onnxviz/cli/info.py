@@ -9,6 +9,7 @@ from typing import Any
 
 from onnxviz.model.document import Document
 from onnxviz.model.summary import summarize
+from onnxviz.model.text import jsonable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     info = summarize(doc.model)
     if args.json:
         info["load_diagnostics"] = [d.to_json() for d in doc.diagnostics]
-        json.dump(info, sys.stdout, indent=2)
+        json.dump(jsonable(info), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(_human(info, args.model, [str(d) for d in doc.diagnostics]))

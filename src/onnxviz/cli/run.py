@@ -24,6 +24,7 @@ import numpy as np
 from onnx import TypeProto
 
 from onnxviz.errors import ExecutionError, LoadError
+from onnxviz.model.text import jsonable
 from onnxviz.runtime.values import describe, elem_type_to_dtype, load_proto_file
 
 
@@ -333,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
             ],
         }
     if args.json:
-        json.dump(report, sys.stdout, indent=2, default=str)
+        json.dump(jsonable(report), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         _print_human(report)

@@ -10,6 +10,7 @@ from onnx import ModelProto, ValueInfoProto
 from onnxviz.model.external import external_ref, is_external
 from onnxviz.model.io import iter_tensors
 from onnxviz.model.scopes import iter_graphs
+from onnxviz.model.text import as_text
 
 
 def _type_text(vi: ValueInfoProto) -> str:
@@ -68,7 +69,7 @@ def summarize(model: ModelProto) -> dict[str, Any]:
             {"domain": f.domain, "name": f.name, "overload": getattr(f, "overload", "")}
             for f in model.functions
         ],
-        "op_types": dict(sorted(op_types.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "op_types": dict(sorted(op_types.items(), key=lambda kv: (-kv[1], as_text(kv[0])))),
         "external_data_files": sorted(files),
         "metadata_props": {p.key: p.value for p in model.metadata_props},
         "training_info_count": len(model.training_info),

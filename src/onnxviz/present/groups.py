@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from onnx import NodeProto
 
+from onnxviz.model.text import as_text
+
 
 @dataclass
 class ScopeGroup:
@@ -55,7 +57,7 @@ def _prefixes(scope: str) -> list[str]:
 
 
 def build_group_tree(nodes: Sequence[NodeProto]) -> GroupTree:
-    names = [n.name for n in nodes]
+    names = [as_text(n.name) for n in nodes]  # a name that is not UTF-8 comes as bytes
     total = len(names)
     innermost: list[str | None] = [None] * total
     counts: dict[str, int] = {}

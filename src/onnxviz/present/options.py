@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from onnxviz.model.text import as_text
+
 Direction = Literal["TB", "LR"]
 
 # Text measure: (text, bold) -> width in scene units.  The UI passes one built on
@@ -41,5 +43,7 @@ def approximate_width(text: str, bold: bool = False) -> float:
     return len(text) * (6.6 if bold else 5.9) + 2.0
 
 
-def elide(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+def elide(text: str | bytes, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (a name that is not UTF-8 shown escaped)."""
+    text = as_text(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"

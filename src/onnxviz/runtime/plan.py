@@ -29,6 +29,7 @@ from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.tensors import to_array
+from onnxviz.model.text import as_text
 from onnxviz.runtime.attributes import _sparse_to_dense, node_attributes
 from onnxviz.runtime.functions import (
     FunctionKey,
@@ -350,7 +351,7 @@ def compile_graph(
         needed.update(info.implicit)
     needed.update(output_names)
     needed.discard("")
-    capture_names = sorted(needed - defined)
+    capture_names = sorted(needed - defined, key=as_text)  # bytes: names that are not UTF-8
     captures = [(slot(name), name) for name in capture_names]
 
     plan_nodes: list[PlanNode] = []

@@ -56,6 +56,7 @@ import numpy as np
 from onnx import ModelProto, TypeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.model.text import as_text
 from onnxviz.runtime.events import (
     Event,
     FrameEntered,
@@ -141,7 +142,7 @@ class Session:
         )
         self.plan: GraphPlan = compile_graph(model.graph, "main", self.ctx)
         if self.plan.captures:
-            names = ", ".join(f"'{n}'" for _, n in self.plan.captures[:5])
+            names = ", ".join(f"'{as_text(n)}'" for _, n in self.plan.captures[:5])
             raise ExecutionError(
                 f"the main graph uses {names} but nothing defines it "
                 "(not an input, initializer or node output)",
