@@ -191,6 +191,25 @@ def n007(bad: bool) -> ModelProto:
     return model([node], inputs, [vi("y")], [init("w")], opset=8, ir=3)
 
 
+def n008(bad: bool) -> ModelProto:
+    # A node name that is not UTF-8 (protobuf hands it over as bytes).
+    m = simple()
+    m.graph.node[0].name = "NAMEXX"
+    if bad:
+        m = with_raw_string(m, b"NAMEXX", b"NA\xffXXX")
+    return m
+
+
+def with_raw_string(m: ModelProto, old: bytes, new: bytes) -> ModelProto:
+    """``m`` with the string ``old`` replaced by the raw bytes ``new`` (same length), which
+    protobuf cannot be told to write through its Python API when they are not UTF-8."""
+    assert len(old) == len(new)
+    data = m.SerializeToString().replace(old, new)
+    out = ModelProto()
+    out.ParseFromString(data)
+    return out
+
+
 # -- O ---------------------------------------------------------------------------------------
 def o001(bad: bool) -> ModelProto:
     m = simple()

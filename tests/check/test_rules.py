@@ -72,3 +72,35 @@ def test_function_bodies_are_checked_as_graphs() -> None:
     assert ("G002", "function:local:F", "late_use") in found
     assert ("G001", "function:local:F", "producer") in found
     assert ("G004", "function:local:F", "again") in found
+
+
+def test_strings_that_are_not_utf8_are_located_escaped_and_kept_on_save(tmp_path) -> None:
+    """A model whose node name, value name and metadata are not UTF-8 opens; each bad
+    string is a located N008 with its bytes escaped; JSON output works; an edit elsewhere
+    and a save leave those bytes as they were."""
+    import json
+
+    from onnxviz.cli.check import format_report
+    from onnxviz.model.document import Document
+    from onnxviz.model.text import jsonable
+    from tests.check.cases import simple, with_raw_string
+
+    m = simple()
+    m.graph.node[0].name = "NODEXX"
+    m.metadata_props.add(key="KEYXX", value="fine")
+    m = with_raw_string(m, b"NODEXX", b"NO\xfeXXX")
+    m = with_raw_string(m, b"KEYXX", b"K\xc3(XX")
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(m.SerializeToString())
+    doc = Document.open(str(path))
+    diags = [d for d in validate(doc) if d.code == "N008"]
+    where = {(d.location.node, d.location.field) for d in diags}
+    assert ("NO\\xfeXXX", "name") in where and (None, "metadata_props[0].key") in where
+    assert any("K\\xc3(XX" in d.message for d in diags)
+    json.dumps(jsonable([d.to_json() for d in diags]))
+    assert "NO\\xfeXXX" in format_report(str(path), diags)
+    out = tmp_path / "saved.onnx"
+    doc.rename_value(doc.model.graph.output[0].name, "renamed")
+    doc.save(str(out))
+    saved = out.read_bytes()
+    assert b"NO\xfeXXX" in saved and b"K\xc3(XX" in saved and b"renamed" in saved

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onnxviz.check import (
+    encoding,
     fastpath,
     functions,
     model_rules,
@@ -80,6 +81,7 @@ BASE_NODE_RULES: tuple[NodeRule, ...] = (
 INTERFACE_RULES: tuple[ScopeRule, ...] = (structure.scope_rules,)
 # Rules over every entry of a graph: re-run on any change but a rename.
 BODY_RULES: tuple[ScopeRule, ...] = (
+    encoding.scope_rules,
     structure.empty_name_rules,
     names.scope_rules,
     tensors.scope_rules,
@@ -187,6 +189,7 @@ def _model_rules(state: ValidationState) -> list[Diagnostic]:
     ctx = state.ctx
     out: list[Diagnostic] = []
     for r in (
+        encoding.model_rules,
         model_rules.model_rules,
         operators.model_rules,
         functions.model_rules,

@@ -161,6 +161,13 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
     ),
     # --- O: operators, opsets, attributes -----------------------------------------------
     (
+        "N008",
+        E,
+        "IR#names-within-a-graph",
+        "a string field (a name, op type, domain, metadata, doc string) is not UTF-8",
+        "the IR spec says strings are UTF-8: re-encode the field",
+    ),
+    (
         "O001",
         E,
         "IR#operator-sets",
