@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def open_model(path: str) -> Document:
+    import onnxviz.check  # noqa: F401  (hands graph surgery its shape inference)
     from onnxviz.model.document import Document
 
     return Document.open(path)

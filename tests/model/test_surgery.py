@@ -8,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxviz.check  # noqa: F401  (hands surgery its shape inference, run in the worker)
 from onnxviz.errors import EditError
 from onnxviz.model import surgery
 from onnxviz.model.document import Document

@@ -9,9 +9,7 @@ the new one, never half of either.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Literal
@@ -22,6 +20,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 from onnxviz.errors import LoadError, SaveError
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
 from onnxviz.model.external import check_external, is_external, read_external_bytes
+from onnxviz.model.save_commit import SaveCommit, finish_interrupted
 
 TEXT_SUFFIXES = (".onnxtxt", ".onnxtext", ".txt")
 SourceFormat = Literal["protobuf", "text"]
@@ -37,6 +36,8 @@ class Loaded:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     original_bytes: bytes | None = None
     source_format: SourceFormat = "protobuf"
+    # What the loader did about a save of this file that a kill interrupted (save_commit).
+    recovered: list[str] = field(default_factory=list)
 
 
 def _is_text_path(path: str) -> bool:
@@ -94,6 +95,8 @@ def _parse_protobuf(path: str, data: bytes) -> ModelProto:
 def load(path: str) -> Loaded:
     """Read a model file.  Raises LoadError with one clear sentence if it cannot."""
     path = os.fspath(path)
+    # A save of this model that a kill interrupted is finished or undone first.
+    recovered = finish_interrupted(path) if os.path.isfile(path) else []
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -112,6 +115,7 @@ def load(path: str) -> Loaded:
         model = _parse_protobuf(path, data)
         loaded = Loaded(model, original_bytes=data, source_format="protobuf")
     loaded.diagnostics.extend(external_diagnostics(model, os.path.dirname(os.path.abspath(path))))
+    loaded.recovered = recovered
     return loaded
 
 
@@ -229,42 +233,11 @@ def external_diagnostics(model: ModelProto, base_dir: str | None) -> list[Diagno
 # -- saving -------------------------------------------------------------------------
 
 
-def _umask() -> int:
-    """The process's umask (reading it means setting it; set straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _atomic_write(target: str, write: WriteFn) -> None:
-    folder = os.path.dirname(os.path.abspath(target)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".onnxviz-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(OSError):
-            # mkstemp makes 0600; the file we leave must look like one open() made: the
-            # old file's mode when replacing it, else 0666 less the umask (0644 with 022),
-            # so other users, web servers and containers can read a new model.
-            if os.path.exists(target):
-                os.chmod(tmp, os.stat(target).st_mode & 0o7777)
-            else:
-                os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    """Write one file so that a crash leaves the old bytes or the new ones (save_commit)."""
+    commit = SaveCommit(target)
+    commit.stage(target, write)
+    commit.commit()
 
 
 def _external_tensors(model: ModelProto) -> list[TensorProto]:
@@ -346,13 +319,23 @@ def save(
             _check_size(payload, path)
             _atomic_write(path, lambda fh: fh.write(payload))
             return out
-        # "external", or "keep" into another folder: one fresh data file beside the model.
+        # "external", or "keep" into another folder: one fresh data file beside the model,
+        # put in place together with the model (save_commit: a kill never splits them).
         data_name = data_file or (os.path.splitext(os.path.basename(path))[0] + ".data")
         min_size = threshold if external_data == "external" else None
-        _write_external(out, source_dir, target_dir, data_name, min_size)
-        payload = out.SerializeToString()
-        _check_size(payload, path)
-        _atomic_write(path, lambda fh: fh.write(payload))
+        commit = SaveCommit(path)
+        try:
+            _write_external(out, source_dir, target_dir, data_name, min_size, commit)
+            payload = out.SerializeToString()
+            _check_size(payload, path)
+            commit.stage(path, lambda fh: fh.write(payload))
+            commit.commit()
+        except BaseException:
+            commit.abort()
+            raise
+        from onnxviz.model.external import MAPPED_FILES
+
+        MAPPED_FILES.forget(os.path.realpath(os.path.join(target_dir, data_name)))
         return out
     except SaveError:
         raise
@@ -384,6 +367,7 @@ def _write_external(
     target_dir: str,
     data_name: str,
     min_size: int | None,
+    commit: SaveCommit,
 ) -> None:
     """Put external tensors (and, with ``min_size``, every tensor at least that big) into
     one data file written atomically beside the model.  Sources are read through maps of
@@ -416,10 +400,7 @@ def _write_external(
             placements.append((tensor, offset, len(data)))
             offset += len(data)
 
-    _atomic_write(data_path, write)
-    from onnxviz.model.external import MAPPED_FILES
-
-    MAPPED_FILES.forget(os.path.realpath(data_path))
+    commit.stage(data_path, write)
     for tensor, offset, length in placements:
         tensor.ClearField("raw_data")
         del tensor.external_data[:]
