@@ -45,6 +45,11 @@ class SaveError(OnnxvizError):
     """Saving failed; the previous file on disk is untouched."""
 
 
+class FileChangedError(SaveError):
+    """The file changed on disk since it was opened or saved (another program wrote it):
+    saving would overwrite that work, so the caller must ask first."""
+
+
 class ExternalDataError(OnnxvizError):
     """External tensor data cannot be read (missing file, escaping path, bad range)."""
 

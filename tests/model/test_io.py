@@ -215,3 +215,25 @@ def test_new_model_and_data_files_honour_the_umask(tmp_path, mask) -> None:
         assert stat.S_IMODE(embedded.stat().st_mode) == 0o640  # overwriting keeps the mode
     finally:
         os.umask(old)
+
+
+def test_saving_over_a_file_another_program_rewrote_is_refused_unless_forced(tmp_path) -> None:
+    from onnxviz.errors import FileChangedError
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(simple_model().SerializeToString())
+    doc = Document.open(str(path))
+    doc.rename_value("r", "mine")
+    # Another tool rewrites the file while it is open.
+    other = simple_model()
+    other.doc_string = "written by another tool"
+    path.write_bytes(other.SerializeToString())
+    with pytest.raises(FileChangedError, match="changed on disk"):
+        doc.save()
+    assert onnx.load(str(path)).doc_string == "written by another tool"  # untouched
+    doc.save(overwrite_changed=True)
+    assert onnx.load(str(path)).graph.node[0].output[0] == "mine"
+    # After our own save, saving again needs no force; Save As elsewhere never does.
+    doc.rename_value("mine", "again")
+    doc.save()
+    doc.save(str(tmp_path / "copy.onnx"))

@@ -89,3 +89,23 @@ def test_an_edit_that_makes_inference_crash_keeps_the_window_and_the_edit(window
     assert len(window.doc.model.graph.input) == 0  # the edit is kept
     assert window.doc.can_undo
     assert "G004" in {d.code for d in window.edits.shown()}
+
+
+def test_the_window_asks_before_saving_over_a_file_changed_on_disk(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "m.onnx"
+    onnx.save(_label_encoder("x"), path)
+    window.open_path(str(path), background=False)
+    assert window.edits.execute(cmd.SetDocString("main", "my edit"))
+    other = _label_encoder("x")
+    other.doc_string = "another tool"
+    onnx.save(other, path)
+    asked: list[str] = []
+    monkeypatch.setattr(window, "ask_overwrite_changed", lambda p: asked.append(p) or False)
+    window.save()
+    assert asked == [str(path)] and onnx.load(path).doc_string == "another tool"
+    assert window.doc.is_modified  # the edit is still there, unsaved
+    monkeypatch.setattr(window, "ask_overwrite_changed", lambda p: True)
+    window.save()
+    assert onnx.load(path).graph.doc_string == "my edit" and not window.doc.is_modified

@@ -63,6 +63,8 @@ class Document:
         self._listeners: list[Listener] = []
         self._saved_marker: int | None = 0  # id of the top undo entry when last saved
         self.revision = 0
+        # The file as we last read or wrote it, to notice another program rewriting it.
+        self._disk_identity = _identity(self.path) if self.path else None
 
     # -- opening ---------------------------------------------------------------------
     @classmethod
@@ -257,13 +259,29 @@ class Document:
         external_data: io.ExternalMode = "keep",
         *,
         threshold: int = 1024,
+        overwrite_changed: bool = False,
     ) -> str:
-        """Save atomically; returns the path written.  The Document then refers to it."""
+        """Save atomically; returns the path written.  The Document then refers to it.
+        Saving over the document's own file after another program changed it raises
+        FileChangedError, unless ``overwrite_changed``."""
         target = os.path.abspath(path or self.path or "")
         if not target or os.path.isdir(target):
             from onnxviz.errors import SaveError
 
             raise SaveError("no file name to save to", file=path)
+        if (
+            not overwrite_changed
+            and target == self.path
+            and self._disk_identity is not None
+            and _identity(target) not in (None, self._disk_identity)
+        ):
+            from onnxviz.errors import FileChangedError
+
+            raise FileChangedError(
+                "the file changed on disk since it was opened (another program wrote it); "
+                "saving would overwrite that",
+                file=target,
+            )
         original = None
         if (
             self._unchanged_since_load
@@ -284,6 +302,7 @@ class Document:
             self._adopt_tensor_storage(saved)
             self._original_bytes = None
         self.path = target
+        self._disk_identity = _identity(target)
         self._saved_marker = self._undo[-1].id if self._undo else 0
         from onnxviz.model.external import MAPPED_FILES
 
@@ -305,3 +324,12 @@ class Document:
             name, doc = mine.name, mine.doc_string
             mine.CopyFrom(new)
             mine.name, mine.doc_string = name, doc
+
+
+def _identity(path: str | None) -> tuple[int, int, int] | None:
+    """(modification time in ns, size, inode) of a file, or None when there is none."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_mtime_ns, st.st_size, st.st_ino)

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from onnxviz.errors import OnnxvizError
+from onnxviz.errors import FileChangedError, OnnxvizError
 from onnxviz.model.document import Document
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter
@@ -448,6 +448,18 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
             return
         self._save_to(self.doc.path)
 
+    def ask_overwrite_changed(self, path: str) -> bool:
+        """Another program rewrote the file since it was opened: overwrite it?"""
+        answer = QMessageBox.question(
+            self,
+            "File changed on disk",
+            f"{os.path.basename(path)} was changed by another program since it was opened.\n"
+            "Save over it and lose those changes?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel,
+        )
+        return answer == QMessageBox.StandardButton.Save
+
     def save_as(self) -> None:
         if self.doc is None:
             return
@@ -463,7 +475,13 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
     def _save_to(self, path: str, external_data: str = "keep") -> bool:
         assert self.doc is not None
         try:
-            self.doc.save(path, external_data=external_data)  # type: ignore[arg-type]
+            try:
+                self.doc.save(path, external_data=external_data)  # type: ignore[arg-type]
+            except FileChangedError:
+                if not self.ask_overwrite_changed(path):
+                    self.statusBar().showMessage("not saved: the file changed on disk", 8000)
+                    return False
+                self.doc.save(path, external_data=external_data, overwrite_changed=True)  # type: ignore[arg-type]
         except OnnxvizError as exc:
             self._failed(str(exc))
             return False
