@@ -17,6 +17,7 @@ from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 
 from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope, build_scopes, function_path
+from onnxviz.model.text import as_text
 from onnxviz.present.categories import category_of
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import (
@@ -337,7 +338,7 @@ class SceneBuilder:
             if owner is None or f"{inst}#{owner}" in expanded:
                 continue
             dst = vis[owner]
-            for name in sorted(child.free_names):
+            for name in sorted(child.free_names, key=as_text):  # bytes: not UTF-8
                 found = producers.get(name)
                 if found is None or found[0] == dst:
                     continue
@@ -468,6 +469,8 @@ class SceneBuilder:
         show_shapes = self.options.show_shapes
         items = self.items
         for src, sp, dst, dp, name, kind in pending:
+            if dst not in items:
+                continue  # an end with no box (a graph output with no name): nothing to draw
             vt = types.lookup(scope, name) if show_shapes else None
             edge = DisplayEdge(
                 src,
@@ -580,7 +583,7 @@ class SceneBuilder:
             if formal:
                 label = formal[min(k, len(formal) - 1)]
             else:
-                label = elide(name.rsplit("/", 1)[-1], 24)
+                label = elide(as_text(name).rsplit("/", 1)[-1], 24)
             tensor = self.initializer(scope, name)
             shape = _shape_text(tensor.dims) if tensor is not None else "sparse"
             item.rows.append(InitializerRow(k, label, name, shape))

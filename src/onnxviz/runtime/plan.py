@@ -325,10 +325,13 @@ def compile_graph(
         # Feeds for real inputs only; an initializer that is also an input is a default.
         input_slots = [slot(n) for n in input_names]
         try:
+            # An unnamed initializer can be read by no node (the validator says so).
             for t in graph.initializer:
-                constants.append((slot(t.name), to_array(t, ctx.base_dir)))
+                if t.name:
+                    constants.append((slot(t.name), to_array(t, ctx.base_dir)))
             for s in graph.sparse_initializer:
-                constants.append((slot(s.values.name), _sparse_to_dense(s)))
+                if s.values.name:
+                    constants.append((slot(s.values.name), _sparse_to_dense(s)))
         except ExecutionError:
             raise
         except Exception as exc:

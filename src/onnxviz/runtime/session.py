@@ -253,7 +253,9 @@ class Session:
             self.plan, parent=None, caller=None, title="main", kind="main", feeds=None
         )
         for name, value in values.items():
-            frame.values[self.plan.slots[name]] = value
+            slot = self.plan.slots.get(name)
+            if slot is not None:  # an input with no name: nothing can read it
+                frame.values[slot] = value
         self._main_frame = frame
         if store is not None:
             for name, value in values.items():

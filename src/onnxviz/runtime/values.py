@@ -12,11 +12,15 @@ import numpy as np
 from onnx import MapProto, OptionalProto, SequenceProto, TensorProto, TypeProto
 from onnx.helper import np_dtype_to_tensor_dtype, tensor_dtype_to_np_dtype
 
+from onnxviz.errors import ExecutionError
 from onnxviz.model.tensors import to_array
 
 
 def elem_type_to_dtype(elem_type: int) -> np.dtype[Any]:
-    return np.dtype(tensor_dtype_to_np_dtype(elem_type))
+    try:
+        return np.dtype(tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        raise ExecutionError(f"unknown tensor element type {elem_type}") from None
 
 
 def dtype_to_elem_type(dtype: np.dtype[Any]) -> int:
