@@ -18,7 +18,8 @@ C90_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def is_identifier(text: str) -> bool:
-    return C90_IDENTIFIER.fullmatch(text) is not None
+    # A name that is not UTF-8 comes as bytes: surely no identifier.
+    return isinstance(text, str) and C90_IDENTIFIER.fullmatch(text) is not None
 
 
 def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:

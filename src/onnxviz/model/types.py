@@ -30,6 +30,7 @@ import re
 from onnx import TensorShapeProto, TypeProto, ValueInfoProto
 
 from onnxviz.model.dtypes import ELEMENT_TYPES, elem_type_from_name
+from onnxviz.model.text import as_text
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.+*/:\-]*")
 _PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -50,7 +51,8 @@ def elem_text(code: int) -> str:
     return et.name if et else f"type{code}"
 
 
-def _quoted_if_needed(text: str, plain: re.Pattern[str]) -> str:
+def _quoted_if_needed(text: str | bytes, plain: re.Pattern[str]) -> str:
+    text = as_text(text)  # a dim_param or denotation that is not UTF-8 comes as bytes
     return text if plain.fullmatch(text) else json.dumps(text, ensure_ascii=False)
 
 

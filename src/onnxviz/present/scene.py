@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from onnxviz.model.text import as_text
+
 ItemKind = Literal["op", "input", "output", "outer", "group", "container", "proxy"]
 EdgeKind = Literal["data", "captured"]
 Point = tuple[float, float]
@@ -62,6 +64,13 @@ class DisplayItem:
     x: float = 0.0
     y: float = 0.0
     missing: bool = False  # an "outer" pill for a name defined nowhere
+
+    def __post_init__(self) -> None:
+        # Op types and names that are not UTF-8 come from protobuf as bytes: shown escaped.
+        if not isinstance(self.title, str):
+            self.title = as_text(self.title)
+        if not isinstance(self.subtitle, str):
+            self.subtitle = as_text(self.subtitle)
 
     def rect(self) -> tuple[float, float, float, float]:
         return (self.x, self.y, self.width, self.height)

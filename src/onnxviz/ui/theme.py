@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QGuiApplication, QPalette
 
+from onnxviz.model.text import as_text
+
 TITLE_PX = 12
 TEXT_PX = 11
 
@@ -158,7 +160,8 @@ class TextMetrics:
         self._text = QFontMetricsF(text_font())
 
     def __call__(self, text: str, bold: bool = False) -> float:
-        return (self._title if bold else self._text).horizontalAdvance(text)
+        # (bytes: a string field that is not UTF-8, measured as it is shown, escaped)
+        return (self._title if bold else self._text).horizontalAdvance(as_text(text))
 
 
 def dark_palette() -> QPalette:
