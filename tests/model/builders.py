@@ -27,6 +27,19 @@ def simple_model() -> onnx.ModelProto:
     return model
 
 
+def matmul_model(size: int = 64) -> onnx.ModelProto:
+    """y = x @ w with a size x size weight of ones: big enough to go to a data file."""
+    w = numpy_helper.from_array(np.ones((size, size), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])],
+        initializer=[w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def loop_model() -> onnx.ModelProto:
     """A Loop whose body uses the outer value 'scale' and holds an If using it too."""
     then_g = helper.make_graph(

@@ -188,18 +188,10 @@ def test_new_model_and_data_files_honour_the_umask(tmp_path, mask) -> None:
     0666 & ~umask, as open() would give it, and an overwritten one keeps its mode."""
     import stat
 
-    from onnx import helper, numpy_helper
+    from tests.model.builders import matmul_model
 
-    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-        initializer=[w],
-    )
     src = tmp_path / "src.onnx"
-    onnx.save(helper.make_model(graph), src)
+    onnx.save(matmul_model(), src)
     old = os.umask(mask)
     try:
         doc = Document.open(str(src))

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model.document import Document
 from onnxviz.model.external import MAPPED_FILES
 from onnxviz.model.tensors import to_array
+from tests.model.builders import matmul_model
 
 _CHILD = r"""
 import os, signal, sys
@@ -27,6 +27,7 @@ from onnxviz.model import commands as cmd
 from onnxviz.model.document import Document
 from onnxviz.model.external import MAPPED_FILES
 from onnxviz.model.tensors import to_array
+from tests.model.builders import matmul_model
 
 path, kill_at, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 doc = Document.open(path)
@@ -49,18 +50,6 @@ print("saved", calls[0])
 """
 
 
-def _model() -> onnx.ModelProto:
-    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-        initializer=[w],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
@@ -68,7 +57,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 def _save_in(folder: Path, mode: str) -> None:
     """The starting point: the model saved by onnxviz in ``mode`` (data file or not)."""
     folder.mkdir()
-    onnx.save(_model(), folder / "m.onnx")
+    onnx.save(matmul_model(), folder / "m.onnx")
     Document.open(str(folder / "m.onnx")).save(str(folder / "m.onnx"), external_data=mode)
 
 
