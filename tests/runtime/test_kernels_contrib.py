@@ -408,6 +408,77 @@ def test_qlinear_elementwise_pool_concat() -> None:
     )
 
 
+def test_qlinear_average_pool_reduce_mean_softmax_where() -> None:
+    """QOperator output of onnxruntime.quantization (a pooled conv net, attention) uses
+    these four.  Results are within one quantisation step of onnxruntime's: it sums the
+    dequantised float32 values in window order and divides, so a mean that lands on a
+    half-way point can round the other way (ours sums more exactly); its softmax reads exp
+    from a lookup table.  QLinearWhere selects and requantises: exact."""
+    zp = np.array(128, np.uint8)
+    pool_in = [_s(0.05), zp, _s(0.03), np.array(120, np.uint8)]
+    exact = {"rtol": 0, "atol": 1}
+    compare_with_ort(
+        "QLinearAveragePool", [_u8(2, 3, 7, 7), *pool_in], kernel_shape=[3, 3], **exact
+    )
+    compare_with_ort(
+        "QLinearAveragePool",
+        [_u8(1, 2, 9, 8), *pool_in],
+        kernel_shape=[3, 2],
+        strides=[2, 2],
+        pads=[1, 0, 1, 1],
+        ceil_mode=1,
+        **exact,
+    )
+    compare_with_ort(
+        "QLinearAveragePool",
+        [_u8(1, 6, 6, 4), *pool_in],
+        kernel_shape=[2, 2],
+        pads=[1, 1, 1, 1],
+        count_include_pad=1,
+        channels_last=1,
+        **exact,
+    )
+    compare_with_ort(
+        "QLinearAveragePool",
+        [_i8(1, 2, 16), _s(0.1), np.array(-3, np.int8), _s(0.07), np.array(2, np.int8)],
+        kernel_shape=[4],
+        strides=[3],
+        **exact,
+    )
+    # onnxruntime has the schema of QLinearReduceMean but no CPU kernel: exact arithmetic
+    # (integer sums, one rounding half to even) is the reference.
+    data = _i8(4, 6, 5)
+    model, feeds = single_node_model(
+        "QLinearReduceMean",
+        [data, _s(0.1), np.array(1, np.int8), _s(0.05), np.array(-4, np.int8)],
+        1,
+        MS,
+        {"axes": [0, 2], "keepdims": 0},
+    )
+    (got,) = run_graph_simply(model, feeds)
+    sums = (data.astype(np.int64) - 1).sum(axis=(0, 2))
+    scale_in, scale_out = np.float64(np.float32(0.1)), np.float64(np.float32(0.05))
+    want = np.clip(np.rint(sums * scale_in / 20 / scale_out) - 4, -128, 127)
+    np.testing.assert_array_equal(got, want.astype(np.int8))
+    assert got.shape == (6,) and got.dtype == np.int8
+    for opset in (12, 13):
+        compare_with_ort(
+            "QLinearSoftmax",
+            [_u8(3, 4, 10), _s(0.08), zp, _s(1 / 256), np.array(0, np.uint8)],
+            axis=-1 if opset >= 13 else 2,
+            opset=opset,
+            rtol=0,
+            atol=1,
+        )
+    cond = RNG.random((3, 5)) > 0.5
+    compare_with_ort(
+        "QLinearWhere",
+        [cond, _u8(3, 5), _s(0.05), zp, _u8(1, 5), _s(0.1), np.array(100, np.uint8), _s(0.07), zp],
+        rtol=0,
+        atol=0,
+    )
+
+
 B, S, L, N, H = 2, 3, 5, 2, 4
 
 

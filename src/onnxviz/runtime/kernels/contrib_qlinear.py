@@ -1,7 +1,7 @@
 """com.microsoft quantised ops written by onnxruntime's quantisation tools (QOperator
 format and dynamic quantisation): DynamicQuantizeMatMul, MatMulIntegerToFloat, QGemm,
 QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-QLinearConcat.
+QLinearAveragePool, QLinearReduceMean, QLinearSoftmax, QLinearWhere, QLinearConcat.
 
 Integer products are exact (float64 BLAS below 2**53); requantisation rounds half to even
 and saturates, as onnxruntime does."""
@@ -14,6 +14,8 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels.contrib_common import standard_kernel
+from onnxviz.runtime.kernels.math_softmax import softmax
+from onnxviz.runtime.kernels.nn_pool import average_pool
 from onnxviz.runtime.registry import kernel
 
 MS = "com.microsoft"
@@ -213,3 +215,90 @@ def qlinear_concat(y_scale: Any, y_zp: np.ndarray, *inputs: Any, axis: int) -> n
     except ValueError as exc:
         raise ExecutionError(f"QLinearConcat: {exc}") from None
     return quantize(joined, y_scale, y_zp, np.asarray(y_zp).dtype)
+
+
+@kernel("QLinearAveragePool", domain=MS, since=1)
+def qlinear_average_pool(
+    x: np.ndarray,
+    x_scale: Any,
+    x_zp: Any,
+    y_scale: Any,
+    y_zp: Any = None,
+    *,
+    channels_last: int = 0,
+    **pool: Any,
+) -> np.ndarray:
+    """AveragePool on the dequantised input, requantised: what onnxruntime computes in
+    float for this op (its sums are exact integers, the one rounding is the final one)."""
+    v = dequantize(x, x_scale, x_zp)
+    if v.ndim < 3:
+        raise ExecutionError("QLinearAveragePool: input must be [N, C, spatial...]")
+    if channels_last:
+        v = np.moveaxis(v, -1, 1)
+    y = average_pool(v, **pool)
+    if channels_last:
+        y = np.moveaxis(y, 1, -1)
+    return quantize(y, y_scale, _zp(y_zp, np.asarray(x)), np.asarray(x).dtype)
+
+
+@kernel("QLinearReduceMean", domain=MS, since=1)
+def qlinear_reduce_mean(
+    data: np.ndarray,
+    data_scale: Any,
+    data_zp: Any,
+    reduced_scale: Any,
+    reduced_zp: Any = None,
+    *,
+    axes: list[int],
+    keepdims: int,
+) -> np.ndarray:
+    v = dequantize(data, data_scale, data_zp)
+    try:
+        y = v.mean(axis=tuple(axes), keepdims=bool(keepdims))
+    except (ValueError, np.exceptions.AxisError) as exc:
+        raise ExecutionError(f"QLinearReduceMean: {exc}") from None
+    return quantize(y, reduced_scale, _zp(reduced_zp, np.asarray(data)), np.asarray(data).dtype)
+
+
+@kernel("QLinearSoftmax", domain=MS, since=1)
+def qlinear_softmax(
+    x: np.ndarray,
+    x_scale: Any,
+    x_zp: Any,
+    y_scale: Any,
+    y_zp: Any,
+    *,
+    axis: int = -1,
+    opset: int,
+) -> np.ndarray:
+    """Softmax of the dequantised input.  onnxruntime reads exp from a 256-entry table and
+    divides in fixed point, so its result can be one quantisation step off ours; before
+    opset 13 the axis flattens the tensor to 2-D, as Softmax-1/11 does."""
+    v = dequantize(x, x_scale, x_zp)
+    if opset < 13:
+        ax = axis % v.ndim if v.ndim else 0
+        rows = int(np.prod(v.shape[:ax], dtype=np.int64))
+        y = softmax(v.reshape(rows, -1), axis=1).reshape(v.shape)
+    else:
+        y = softmax(v, axis=axis)
+    return quantize(y, y_scale, y_zp, np.asarray(x).dtype)
+
+
+@kernel("QLinearWhere", domain=MS, since=1)
+def qlinear_where(
+    condition: np.ndarray,
+    x: np.ndarray,
+    x_scale: Any,
+    x_zp: Any,
+    y: np.ndarray,
+    y_scale: Any,
+    y_zp: Any,
+    z_scale: Any,
+    z_zp: Any,
+) -> np.ndarray:
+    chosen = np.where(
+        np.asarray(condition, dtype=bool),
+        dequantize(x, x_scale, x_zp),
+        dequantize(y, y_scale, y_zp),
+    )
+    return quantize(chosen, z_scale, z_zp, np.asarray(x).dtype)
