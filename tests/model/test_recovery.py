@@ -58,3 +58,43 @@ def test_broken_records_are_ignored(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     (tmp_path / "y.json").write_text('{"source": "a"}')  # no snapshot beside it
     assert recovery.pending(str(tmp_path)) == []
+
+
+_KILLED_EDITOR = r"""
+import os, signal, sys
+from onnxviz.model import recovery
+from onnxviz.model.document import Document
+
+src, folder = sys.argv[1], sys.argv[2]
+doc = Document.open(src)
+saver = recovery.Autosaver(doc, folder)
+doc.rename_value("r", "relu_out")
+assert saver.save_now()
+sys.stdout.buffer.write(doc.model.SerializeToString())
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGKILL)  # the app dies with the edit unsaved
+"""
+
+
+def test_an_editor_killed_with_unsaved_edits_is_restored_byte_for_byte(tmp_path):
+    import subprocess
+    import sys
+
+    folder = str(tmp_path / "recovery")
+    src = tmp_path / "m.onnx"
+    original = simple_model().SerializeToString()
+    src.write_bytes(original)
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_EDITOR, str(src), folder],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr.decode()[-400:]
+    edited = done.stdout
+    # The next start finds the snapshot; restoring gives the edited model back exactly,
+    # and the file on disk is still the original.
+    (entry,) = recovery.pending(folder)
+    restored = entry.restore()
+    assert restored.model.SerializeToString() == edited != original
+    assert restored.is_modified and src.read_bytes() == original
