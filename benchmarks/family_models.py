@@ -1,0 +1,384 @@
+"""The model families of the interpreter-speed goal (issue 21), as users' exporters write
+them: small real models, where what each node costs us beyond its arithmetic shows.
+
+* ``mobilenetv3_small``: MobileNetV3-small's layout (inverted residuals, depthwise 3x3 and
+  5x5, squeeze-excite with hard-sigmoid, hard-swish), torch dynamo export, 1x3x224x224;
+* ``gpt2_kv``: a 2-layer GPT-2 decoder (hidden 768, 12 heads) taking a KV cache of 32
+  past positions for 8 new tokens, TorchScript export at opset 14;
+* ``lstm_gru``: a 2-layer LSTM then a GRU (seq 64, batch 4, hidden 256), TorchScript;
+* ``unet_torch``: a small UNet (3 levels from 16 channels, 128 px, transposed convs and
+  concat skips), TorchScript;
+* ``vit_tiny``: ViT-tiny (patch 16 on 224 px, dim 192, 12 layers, 3 heads), dynamo;
+* ``bert_tiny``: BERT-tiny (2 layers, hidden 128, 2 heads, seq 128), TorchScript opset 14;
+* ``resnet18_w32``: ResNet-18 at base width 32, dynamo (BatchNorm folded into the convs);
+* ``qdq_cnn``: that ResNet-18 quantized by onnxruntime.quantization (static, QDQ,
+  per-channel weights, uint8 activations);
+* ``genai_llama_int4``: the committed onnxruntime-genai int4 Llama (MatMulNBits,
+  GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters.
+
+Random weights, seeded.  torch and onnxscript are benchmark-time tools only.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+
+Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _export(
+    module: Any, args: tuple[Any, ...], names: list[str], *, dynamo: bool, opset: int = 17
+) -> onnx.ModelProto:
+    import torch
+
+    module.eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            program = torch.onnx.export(module, args, input_names=names, dynamo=True, verbose=False)
+            return program.model_proto
+        buf = io.BytesIO()
+        torch.onnx.export(module, args, buf, dynamo=False, opset_version=opset, input_names=names)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def _feeds(names: list[str], args: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    return {n: a.numpy() for n, a in zip(names, args)}
+
+
+def mobilenetv3_small() -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def conv_bn(cin: int, cout: int, k: int, s: int, groups: int = 1) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            squeeze = max(8, (c // 4 + 4) // 8 * 8)
+            self.fc1 = nn.Conv2d(c, squeeze, 1)
+            self.fc2 = nn.Conv2d(squeeze, c, 1)
+
+        def forward(self, x: Any) -> Any:
+            s = nn.functional.adaptive_avg_pool2d(x, 1)
+            return x * nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(s))))
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, s: int):
+            super().__init__()
+            act: type[nn.Module] = nn.Hardswish if hs else nn.ReLU
+            layers: list[nn.Module] = []
+            if exp != cin:
+                layers += [*conv_bn(cin, exp, 1, 1), act()]
+            layers += [*conv_bn(exp, exp, k, s, groups=exp), act()]
+            if se:
+                layers.append(SqueezeExcite(exp))
+            layers += conv_bn(exp, cout, 1, 1)
+            self.body = nn.Sequential(*layers)
+            self.residual = s == 1 and cin == cout
+
+        def forward(self, x: Any) -> Any:
+            y = self.body(x)
+            return x + y if self.residual else y
+
+    # (kernel, expansion, out, SE, hard-swish, stride): MobileNetV3-small's table
+    table = [
+        (3, 16, 16, True, False, 2),
+        (3, 72, 24, False, False, 2),
+        (3, 88, 24, False, False, 1),
+        (5, 96, 40, True, True, 2),
+        (5, 240, 40, True, True, 1),
+        (5, 240, 40, True, True, 1),
+        (5, 120, 48, True, True, 1),
+        (5, 144, 48, True, True, 1),
+        (5, 288, 96, True, True, 2),
+        (5, 576, 96, True, True, 1),
+        (5, 576, 96, True, True, 1),
+    ]
+    layers: list[nn.Module] = [*conv_bn(3, 16, 3, 2), nn.Hardswish()]
+    cin = 16
+    for k, exp, cout, se, hs, s in table:
+        layers.append(InvertedResidual(cin, k, exp, cout, se, hs, s))
+        cin = cout
+    layers += [*conv_bn(cin, 576, 1, 1), nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    layers += [nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, 1000)]
+    net = nn.Sequential(*layers)
+    for m in net.modules():  # trained-looking normalization statistics
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    args = (torch.randn(1, 3, 224, 224),)
+    return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
+
+
+def gpt2_kv(
+    layers: int = 2, hidden: int = 768, heads: int = 12, past: int = 32, new: int = 8
+) -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    head = hidden // heads
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1 = nn.LayerNorm(hidden)
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+            self.ln2 = nn.LayerNorm(hidden)
+            self.fc = nn.Linear(hidden, 4 * hidden)
+            self.out = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x: Any, pk: Any, pv: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(hidden, dim=2)
+            q, k, v = (z.view(b, t, heads, head).transpose(1, 2) for z in (q, k, v))
+            k = torch.cat([pk, k], 2)
+            v = torch.cat([pv, v], 2)
+            att = (q @ k.transpose(-1, -2)) / (head**0.5)
+            total = k.shape[2]
+            mask = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, hidden)
+            x = x + self.proj(y)
+            x = x + self.out(nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            return x, k, v
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(1000, hidden)
+            self.wpe = nn.Embedding(256, hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(hidden)
+
+        def forward(self, ids: Any, *cache: Any) -> Any:
+            pos = torch.arange(past, past + ids.shape[1]).unsqueeze(0)
+            x = self.wte(ids) + self.wpe(pos)
+            presents = []
+            for i, block in enumerate(self.blocks):
+                x, k, v = block(x, cache[2 * i], cache[2 * i + 1])
+                presents += [k, v]
+            return (self.ln(x) @ self.wte.weight.t(), *presents)
+
+    ids = torch.randint(0, 1000, (1, new))
+    cache = tuple(torch.randn(1, heads, past, head) for _ in range(2 * layers))
+    names = ["input_ids"] + [f"past_{i // 2}_{'kv'[i % 2]}" for i in range(2 * layers)]
+    args = (ids, *cache)
+    return _export(Decoder(), args, names, dynamo=False, opset=14), _feeds(names, args)
+
+
+def lstm_gru(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(n_in, hidden, 2)
+            self.gru = nn.GRU(hidden, hidden)
+            self.head = nn.Linear(hidden, 32)
+
+        def forward(self, x: Any) -> Any:
+            y, _ = self.lstm(x)
+            z, _ = self.gru(y)
+            return self.head(z)
+
+    args = (torch.randn(seq, batch, n_in),)
+    return _export(Recurrent(), args, ["x"], dynamo=False), _feeds(["x"], args)
+
+
+def unet_torch(size: int = 128, base: int = 16, levels: int = 3) -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def block(cin: int, cout: int) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, padding=1),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+        )
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            widths = [base * 2**i for i in range(levels + 1)]
+            self.down = nn.ModuleList(block(c, w) for c, w in zip([3, *widths[:-2]], widths[:-1]))
+            self.mid = block(widths[-2], widths[-1])
+            self.up = nn.ModuleList(nn.ConvTranspose2d(w, w // 2, 2, 2) for w in widths[:0:-1])
+            self.dec = nn.ModuleList(block(w, w // 2) for w in widths[:0:-1])
+            self.head = nn.Conv2d(base, 2, 1)
+
+        def forward(self, x: Any) -> Any:
+            skips = []
+            for d in self.down:
+                x = d(x)
+                skips.append(x)
+                x = nn.functional.max_pool2d(x, 2)
+            x = self.mid(x)
+            for up, dec, skip in zip(self.up, self.dec, reversed(skips)):
+                x = dec(torch.cat([up(x), skip], 1))
+            return self.head(x)
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(UNet(), args, ["image"], dynamo=False), _feeds(["image"], args)
+
+
+def vit_tiny(
+    image: int = 224, patch: int = 16, dim: int = 192, depth: int = 12, heads: int = 3
+) -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    tokens = (image // patch) ** 2 + 1
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1 = nn.LayerNorm(dim)
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.proj = nn.Linear(dim, dim)
+            self.ln2 = nn.LayerNorm(dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+        def forward(self, x: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = (
+                self.qkv(self.ln1(x)).reshape(b, t, 3, heads, dim // heads).permute(2, 0, 3, 1, 4)
+            )
+            att = ((q @ k.transpose(-1, -2)) * (dim // heads) ** -0.5).softmax(-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, dim))
+            return x + self.mlp(self.ln2(x))
+
+    class ViT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, dim, patch, patch)
+            self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+            self.blocks = nn.Sequential(*(Block() for _ in range(depth)))
+            self.ln = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, 1000)
+
+        def forward(self, x: Any) -> Any:
+            p = self.patch(x).flatten(2).transpose(1, 2)
+            p = torch.cat([self.cls.expand(p.shape[0], -1, -1), p], 1) + self.pos
+            return self.head(self.ln(self.blocks(p))[:, 0])
+
+    args = (torch.randn(1, 3, image, image),)
+    return _export(ViT(), args, ["image"], dynamo=True), _feeds(["image"], args)
+
+
+def bert_tiny(seq: int = 128) -> Built:
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_models import bert_torch
+
+    return bert_torch(layers=2, hidden=128, heads=2, ffn=512, seq=seq)
+
+
+def resnet18_w32() -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Basic(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+                nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(cout),
+            )
+            self.short: nn.Module = nn.Identity()
+            if stride != 1 or cin != cout:
+                self.short = nn.Sequential(
+                    nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+                )
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.body(x) + self.short(x))
+
+    widths = [32, 64, 128, 256]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 32, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    cin = 32
+    for i, w in enumerate(widths):
+        layers += [Basic(cin, w, 1 if i == 0 else 2), Basic(w, w, 1)]
+        cin = w
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
+    net = nn.Sequential(*layers)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    args = (torch.randn(1, 3, 224, 224),)
+    return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
+
+
+def qdq_cnn() -> Built:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    model, feeds = resnet18_w32()
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([feeds])
+
+        def get_next(self) -> Any:
+            return next(self.items, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
+        onnx.save(model, src)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+        return onnx.load(dst), feeds
+
+
+def genai_llama_int4() -> Built:
+    base = os.path.join(ROOT, "tests", "data", "exporters", "ort_genai_llama_int4")
+    return onnx.load(base + ".onnx"), dict(np.load(base + ".npz"))
+
+
+FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
+    "mobilenetv3_small": ("MobileNetV3-small, torch dynamo", mobilenetv3_small),
+    "gpt2_kv": ("GPT-2 (2 layers) with KV cache, TorchScript", gpt2_kv),
+    "lstm_gru": ("LSTM + GRU, TorchScript", lstm_gru),
+    "qdq_cnn": ("QDQ ResNet-18 w32 (onnxruntime.quantization)", qdq_cnn),
+    "bert_tiny": ("BERT-tiny, TorchScript", bert_tiny),
+    "vit_tiny": ("ViT-tiny, torch dynamo", vit_tiny),
+    "unet_torch": ("small UNet, TorchScript", unet_torch),
+    "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
+    "genai_llama_int4": ("onnxruntime-genai Llama int4 (tiny)", genai_llama_int4),
+}
