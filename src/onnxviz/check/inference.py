@@ -21,6 +21,7 @@ import onnx.checker
 import onnx.shape_inference
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
+from onnxviz.check.checkable import Checkable
 from onnxviz.model.scopes import GraphScope
 
 
@@ -527,24 +528,14 @@ def infer_value_types(
 
 
 # -- inferred types for the UI -----------------------------------------------------------------
-def infer_types(doc: Any) -> TypeMap:
-    """Inferred types by (graph path, value name), kept apart from the declared ones.
+def infer_types(doc: Checkable) -> TypeMap:
+    """Inferred types by (graph path, value name), kept apart from the declared ones,
+    from a full validation (which decides whether onnx must be isolated in the worker
+    process, since onnx can crash on broken models).  An open document asks its
+    `Validator.inferred_types()` instead, which reuses the last run while it is current."""
+    from onnxviz.check.validator import Validator
 
-    Cached per document revision: the validator's latest run is reused when it is
-    current, otherwise a validation runs (which decides whether onnx must be isolated
-    in the worker process, since onnx can crash on broken models)."""
-    from onnxviz.check import validate
-    from onnxviz.check.incremental import state_of
-
-    state = state_of(doc)
-    revision = getattr(doc, "revision", None)
-    if state is None or state.inference is None or revision is None or state.revision != revision:
-        validate(doc)
-        state = state_of(doc)
-    assert state is not None
-    if state.inference is None:
-        return TypeMap()
-    return state.inference.types
+    return Validator(doc).inferred_types()
 
 
 __all__ = [
