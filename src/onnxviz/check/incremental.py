@@ -41,7 +41,7 @@ from onnxviz.check import (
     types,
 )
 from onnxviz.check.checkable import Checkable
-from onnxviz.check.context import CheckContext, defined_names
+from onnxviz.check.context import CheckContext
 from onnxviz.check.inference import (
     MAX_PROTO,
     CheckerResult,
@@ -230,7 +230,7 @@ def full_run(
             state.names_seen[path] = all_names
             # Only names this graph defines: uses of outer names are judged where defined.
             state.bad_identifiers[path] = names.BadNames(
-                names.non_identifiers(defined_names(scope))
+                names.non_identifiers(scope.defined_names())
             )
             sus_names, typed_names = fastpath.suspect_names(ctx, scope)
             untyped[path] = sus_names
@@ -340,7 +340,7 @@ def incremental_run(
     ctx.scopes = scopes
     ctx.by_path = by_path
     ctx.load_diagnostics = load_diags
-    ctx._implicit.clear()
+    ctx.forget_implicit()
     if state.inference is not None:
         state.inference.types.rename(old, new, {p for p, _ in changed.names})
     touched_nodes: dict[str, set[int]] = {}
@@ -353,12 +353,7 @@ def incremental_run(
         now_names = [n for n in (old, new) if _present(ctx, scope, n)]
         if not had and not now_names and path not in changed.graphs:
             continue
-        declared = ctx._declared.get(path)
-        if declared is not None and old in declared:
-            declared[new] = declared.pop(old)
-        extra = ctx._declared_extra.get(path)
-        if extra is not None and old in extra:
-            extra[new] = extra.pop(old)
+        ctx.rename_declared(path, old, new)
         seen.discard(old)
         seen.discard(new)
         seen.update(now_names)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from onnx import TypeProto
 
-from onnxviz.check.context import CheckContext, defined_names
+from onnxviz.check.context import CheckContext
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.scopes import GraphScope
@@ -16,7 +16,7 @@ NameDiags = dict[str, list[Diagnostic]]
 
 
 def scope_names(ctx: CheckContext, scope: GraphScope) -> set[str]:
-    names = defined_names(scope)
+    names = scope.defined_names()
     names.update(scope.consumers)
     names.update(scope.output_uses)
     names.update(ctx.implicit_consumers(scope))

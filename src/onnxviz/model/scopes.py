@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -119,7 +119,25 @@ class GraphScope:
             return None
         return self.parent.nodes[self.owner_node_index]
 
+    def other_definitions(self) -> Mapping[str, list[Definition]]:
+        """Definitions other than a name's first producing node, by name: graph inputs,
+        initializers and second (invalid) definitions.  Cheap (the index keeps them), so
+        rules that look at initializers or repeated definitions read these instead of
+        the full `definitions` table.  Read-only: the index owns the lists."""
+        return self._other_defs
+
+    def defined_names(self) -> set[str]:
+        """Every name this graph defines (without building the full definition table)."""
+        names = set(self.producer)
+        names.update(self._other_defs)
+        return names
+
     # -- node labels ---------------------------------------------------------------
+    @property
+    def labels(self) -> Sequence[str]:
+        """Every node's label, by node index (see `node_label`)."""
+        return self._labels if self._labels is not None else self._build_labels()
+
     def definitions_of(self, name: str) -> list[Definition]:
         """The definitions of one name (cheap: does not build the whole table)."""
         if self._definitions is not None:
