@@ -167,3 +167,18 @@ def test_random_node_edits_match_the_rebuilt_index_and_the_full_run(seed: int) -
         assert _g004(indexed, touched) == _g004(validate(doc), touched)
         found += len(fast)
     assert found  # the edits did break uses: the comparison saw findings
+
+
+def test_diagnostics_are_mapped_to_the_nodes_they_are_located_at() -> None:
+    from onnxviz.check.validator import diagnostics_by_node
+    from onnxviz.model.node_id import NodeId
+
+    doc = Document.from_model(_chain())
+    doc.execute(cmd.RemoveNode("main", 0))  # 'second' (now #0) and 'last' lose 'a'
+    found = diagnostics_by_node(doc, validate(doc))
+    assert {n for n, ds in found.items() if any(d.code == "G004" for d in ds)} == {
+        NodeId("main", 0),
+        NodeId("main", 2),
+    }
+    assert doc.find_node("last") == NodeId("main", 2) and str(doc.find_node("last")) == "main::last"
+    assert doc.find_node("#1") == NodeId("main", 1) and doc.find_node("nope") is None

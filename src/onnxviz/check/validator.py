@@ -22,6 +22,7 @@ from onnxviz.check.inference import TypeMap
 from onnxviz.check.quick import IndexBefore, quick_check
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.node_id import NodeId
 
 Listener = Callable[[list[Diagnostic]], None]
 
@@ -127,3 +128,19 @@ class Validator:
         if state is None or state.inference is None:
             return TypeMap()
         return state.inference.types
+
+
+def diagnostics_by_node(
+    doc: Checkable, diagnostics: list[Diagnostic]
+) -> dict[NodeId, list[Diagnostic]]:
+    """The diagnostics located at a node, by the node's identity (its graph path and
+    label resolved on the document's index); the others are left out."""
+    scopes = {s.path: s for s in doc.scopes()}
+    out: dict[NodeId, list[Diagnostic]] = {}
+    for d in diagnostics:
+        loc = d.location
+        scope = scopes.get(loc.graph_path or "main") if loc.node else None
+        index = scope.node_index(loc.node) if scope is not None and loc.node else None
+        if scope is not None and index is not None:
+            out.setdefault(NodeId(scope.path, index, loc.node or ""), []).append(d)
+    return out

@@ -23,6 +23,7 @@ from onnxviz.model.commands import (
     SetAttribute,
 )
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.node_id import NodeId
 from onnxviz.model.scopes import GraphScope, build_scopes, reindex_scope
 
 Listener = Callable[[ChangeSet], None]
@@ -105,6 +106,16 @@ class Document:
     @property
     def main_scope(self) -> GraphScope:
         return self.scope("main")
+
+    def find_node(self, label: str, graph_path: str = "main") -> NodeId | None:
+        """The node with this label (name or ``#index``) in a graph; None when the graph
+        or the node does not exist."""
+        self.scopes()
+        scope = self._by_path.get(graph_path)
+        if scope is None:
+            return None
+        index = scope.node_index(label)
+        return None if index is None else NodeId(graph_path, index, scope.node_label(index))
 
     def tensor_array(self, tensor: TensorProto) -> Any:
         """Decode a tensor (external data mapped from this document's folder)."""
