@@ -133,7 +133,7 @@ def test_the_validator_keeps_quick_findings_until_its_next_run() -> None:
     assert after == validate(doc) and len(seen) == 2
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_node_edits_match_the_rebuilt_index_and_the_full_run(seed: int) -> None:
     """Differential: quick check from the index before the edit == quick check on the
     rebuilt index, and both report exactly the full run's G004 for the touched names."""
@@ -142,14 +142,22 @@ def test_random_node_edits_match_the_rebuilt_index_and_the_full_run(seed: int) -
     rng = random.Random(seed)
     doc = Document.from_model(transformer_like(300))
     found = 0
-    for _ in range(12):
+    for _ in range(16):
         nodes = doc.main_scope.nodes
+        if rng.random() < 0.2 and doc.can_undo:
+            before = index_before(doc)
+            changes = doc.undo()
+            fast = quick_check(doc, changes, before)
+            touched = {n for p, n in changes.names if p == "main"}
+            assert _g004(fast, touched) == _g004(validate(doc), touched)
+            continue
         if rng.random() < 0.6 and len(nodes) > 1:
             command: cmd.Command = cmd.RemoveNode("main", rng.randrange(len(nodes)))
         else:
             names = sorted(doc.main_scope.visible_names())
             ins = [rng.choice(names + ["ghost"]) for _ in range(2)]
-            named = rng.choice(["", f"new{rng.randrange(99)}", nodes[0].name])
+            # A name no node has, none, or one a node has (both are then labelled #i).
+            named = rng.choice(["", f"new{rng.randrange(99)}", rng.choice(nodes).name])
             command = cmd.AddNode(
                 "main",
                 helper.make_node("Add", ins, [f"out{rng.randrange(10**6)}"], name=named),
@@ -182,3 +190,28 @@ def test_diagnostics_are_mapped_to_the_nodes_they_are_located_at() -> None:
     }
     assert doc.find_node("last") == NodeId("main", 2) and str(doc.find_node("last")) == "main::last"
     assert doc.find_node("#1") == NodeId("main", 1) and doc.find_node("nope") is None
+
+
+def test_labels_follow_names_that_become_unique_or_shared() -> None:
+    m = model(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="src"),
+            helper.make_node("Neg", ["x"], ["b"], name="dup"),
+            helper.make_node("Neg", ["a"], ["c"], name="dup"),
+            helper.make_node("Add", ["a", "c"], ["y"], name="uses_a"),
+        ],
+        [vi("x")],
+        [vi("y"), vi("b")],
+    )
+    doc = Document.from_model(m)
+    # Removing the first 'dup' leaves one, so the user of 'a' is labelled 'dup' again.
+    doc.execute(cmd.RemoveNode("main", 1))
+    quick, full, _ = _check_edit(doc, cmd.RemoveNode("main", 0))  # 'a' is gone
+    assert sorted(d.location.node for d in quick) == ["dup", "uses_a"]
+    assert _g004(quick, {"a"}) == _g004(full, {"a"})
+    # A new node called 'uses_a' makes that name shared: both are labelled by index.
+    quick, full, _ = _check_edit(
+        doc, cmd.AddNode("main", helper.make_node("Relu", ["a"], ["z"], name="uses_a"), 0)
+    )
+    assert sorted(d.location.node for d in quick) == ["#0", "#2", "dup"]
+    assert _g004(quick, {"a"}) == _g004(full, {"a"})

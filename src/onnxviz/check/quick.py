@@ -121,10 +121,9 @@ def _shifted_main_check(before: IndexBefore, shift: _Shift, names: list[str]) ->
                 continue
             node = nodes[now]
             if k < len(node.input) and node.input[k] == name:
-                old = scope.node_label(ni)
-                users.append((now, k, old if not old.startswith("#") else f"#{now}"))
+                users.append((now, k, _label_now(scope, shift, added, node, now)))
         if added is not None:
-            label = _label_of_added(scope, added, shift.at)
+            label = _label_now(scope, shift, added, added, shift.at)
             users += [(shift.at, k, label) for k, x in enumerate(added.input) if x == name]
         out += [undefined_input("main", label, name, k) for _, k, label in sorted(users)]
     return out
@@ -153,9 +152,18 @@ def _defined_after(scope: GraphScope, shift: _Shift, added: NodeProto | None, na
     return False
 
 
-def _label_of_added(scope: GraphScope, node: NodeProto, index: int) -> str:
-    """The added node's label: its name when no node had it before, else ``#index``.
-    (A name two nodes shared before is missing from the label index too; the full run
-    that follows labels that rare case right.)"""
+def _label_now(
+    scope: GraphScope, shift: _Shift, added: NodeProto | None, node: NodeProto, index: int
+) -> str:
+    """A node's label after the edit: its name when no other node has it, else
+    ``#index``.  Name counts come from the index before the edit, with the added node;
+    a removed node's name is not known, so a name two nodes had is counted again."""
     name = node.name
-    return name if name and scope.node_index(name) is None else f"#{index}"
+    if not name:
+        return f"#{index}"
+    count = scope.name_count(name)
+    if added is not None and added.name == name:
+        count += 1
+    elif shift.delta < 0 and count == 2:
+        count = sum(1 for n in shift.nodes if n.name == name)  # rare: the other may be gone
+    return name if count == 1 else f"#{index}"

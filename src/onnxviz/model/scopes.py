@@ -61,6 +61,7 @@ class GraphScope:
     _definitions: dict[str, list[Definition]] | None = field(default=None, repr=False)
     _labels: list[str] | None = field(default=None, repr=False)
     _label_to_index: dict[str, int] = field(default_factory=dict, repr=False)
+    _name_counts: Counter[str] = field(default_factory=Counter, repr=False)
 
     @property
     def definitions(self) -> dict[str, list[Definition]]:
@@ -153,6 +154,7 @@ class GraphScope:
     def _build_labels(self) -> list[str]:
         names = [n.name for n in self.nodes]
         counts = Counter(names)
+        self._name_counts = counts
         self._labels = [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
         self._label_to_index = {nm: i for i, nm in enumerate(names) if nm and counts[nm] == 1}
         return self._labels
@@ -161,6 +163,12 @@ class GraphScope:
         """The node's name when non-empty and unique in this graph, else ``#index``."""
         labels = self._labels if self._labels is not None else self._build_labels()
         return labels[index]
+
+    def name_count(self, name: str) -> int:
+        """How many nodes of this graph have this name (when the labels were built)."""
+        if self._labels is None:
+            self._build_labels()
+        return self._name_counts[name]
 
     def node_index(self, label: str) -> int | None:
         """Index of the node with this label (name or ``#i``)."""
