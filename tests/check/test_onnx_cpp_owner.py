@@ -12,7 +12,8 @@ CPP_MODULES = {"onnx.shape_inference", "onnx.checker", "onnx.version_converter",
 # Where the worker process imports them (inference.py builds and reads its requests).
 OWNERS = {"check/worker.py", "check/inference.py"}
 # Not moved yet, each with who moves it: the text-format loader parses in the app's
-# process (io.py belongs to the io helper; the worker needs a "parse" request for it).
+# process (io.py belongs to the io helper: it should take check.inference.parse_text_model,
+# the worker's "parse" request, handed over like surgery.TYPE_INFERENCE).
 PENDING = {"model/io.py": ["onnx.parser"]}
 
 

@@ -511,6 +511,28 @@ def checker_answer(pending: Callable[[], Any], start: float) -> Callable[[], Che
     return finish
 
 
+# -- the ONNX text format ---------------------------------------------------------------------
+class TextParseError(ValueError):
+    """onnx.parser refused the text (its message), or its worker process died."""
+
+
+def parse_text_model(text: bytes) -> ModelProto:
+    """Parse ONNX text format (UTF-8 bytes) in the checker's worker process: onnx.parser
+    is C++ code and must not run on a user's file in the app's process.  Raises
+    TextParseError with the parser's complaint or the crash."""
+    from onnxviz.check.worker import CHECKER
+
+    answer = CHECKER.begin(text, "parse")()
+    if isinstance(answer, str):  # the worker died
+        raise TextParseError(answer.replace(CHECKER.what, "onnx.parser"))
+    verdict, payload = answer
+    if verdict != "parsed":
+        raise TextParseError(str(payload))
+    model = ModelProto()
+    model.ParseFromString(payload)
+    return model
+
+
 # -- inferred types for the UI and surgery ---------------------------------------------------
 def infer_value_types(
     model: ModelProto, base_dir: str | None = None
@@ -546,6 +568,7 @@ __all__ = [
     "collect_types",
     "infer_types",
     "infer_value_types",
+    "parse_text_model",
     "begin_checker",
     "run_checker",
     "run_inference",
