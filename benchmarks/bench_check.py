@@ -30,8 +30,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.models import transformer_like
-from onnxviz.check import validate
-from onnxviz.check.incremental import state_of
+from onnxviz.check.validator import Validator
 from onnxviz.model.document import Document
 
 
@@ -72,8 +71,9 @@ def main() -> None:
     def full() -> list[Any]:
         doc = fresh_index()
         start, cpu = time.perf_counter(), time.process_time()
-        out = validate(doc)
-        state = state_of(doc)
+        validator = Validator(doc)
+        out = validator.validate()
+        state = validator.state
         assert state is not None
         timings.append(
             {
@@ -109,13 +109,14 @@ def main() -> None:
     )
 
     doc = fresh_index()
-    validate(doc)
+    validator = Validator(doc)
+    validator.validate()
     names = [n.output[0] for n in model.graph.node[100 : 100 + args.repeat * 2]]
     rename_times = []
     for i, name in enumerate(names):
         changes = doc.rename_value(name, f"renamed_{i}")
         start = time.perf_counter()
-        validate(doc, changed=changes)
+        validator.validate(changes)
         rename_times.append(time.perf_counter() - start)
     t_rename = min(rename_times)
     print(
@@ -130,7 +131,7 @@ def main() -> None:
     for _ in range(args.repeat):
         changes = doc.set_attribute(label, attr.name, attr)
         start = time.perf_counter()
-        validate(doc, changed=changes)
+        validator.validate(changes)
         attr_times.append(time.perf_counter() - start)
     print(
         f"incremental after an attribute edit:{min(attr_times) * 1000:8.1f} ms  (the node inferred and checked alone; peer/ours {t_peer / min(attr_times):.1f})"
@@ -150,7 +151,7 @@ def main() -> None:
             to = onnx.helper.make_attribute("to", onnx.TensorProto.DOUBLE if k % 2 == 0 else 1)
             changes = doc.set_attribute(cast_label, "to", to)
             start = time.perf_counter()
-            validate(doc, changed=changes)
+            validator.validate(changes)
             retype_times.append(time.perf_counter() - start)
         print(
             f"type-changing edit {where}: {min(retype_times) * 1000:8.1f} ms  (peer/ours {t_peer / min(retype_times):.2f})"

@@ -21,10 +21,10 @@ import onnx
 from onnx import helper
 
 from benchmarks.models import transformer_like
-from onnxviz.check import validate
+from onnxviz.check.quick import index_before
+from onnxviz.check.validator import Validator
 from onnxviz.model import commands as C
 from onnxviz.model.document import Document
-from onnxviz.ui.edit.quick_check import quick_check
 
 
 def _ms(seconds: float) -> str:
@@ -35,8 +35,9 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     doc = Document.from_model(transformer_like(n))
     scope = doc.main_scope
+    validator = Validator(doc)
     t0 = time.perf_counter()
-    validate(doc)
+    validator.validate()
     full = time.perf_counter() - t0
     t0 = time.perf_counter()
     with contextlib.suppress(Exception):  # the peer's verdict is not what we time
@@ -64,15 +65,13 @@ def main() -> None:
     ]
     print(f"{'edit':24} {'apply':>11} {'quick check':>11} {'incremental':>11} {'vs peer':>8}")
     for label, make in edits:
-        before = doc.main_scope
-        if before.nodes:
-            before.node_label(0)
+        before = index_before(doc)
         t0 = time.perf_counter()
         changes = doc.execute(make())
         t1 = time.perf_counter()
-        quick_check(doc, changes, before)
+        validator.quick_check(changes, before)
         t2 = time.perf_counter()
-        validate(doc, changes)
+        validator.validate(changes)
         t3 = time.perf_counter()
         print(f"{label:24} {_ms(t1 - t0)} {_ms(t2 - t1)} {_ms(t3 - t2)} {(t3 - t2) / peer:7.2f}x")
 

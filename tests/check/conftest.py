@@ -16,6 +16,10 @@ class LooseDoc:
     def __init__(self, model: ModelProto) -> None:
         self.model = model
         self.diagnostics: list[Any] = []
+        self.revision = 0
+        self.path: str | None = None
+        self.base_dir: str | None = None
+        self.source_format = "protobuf"
         self._scopes: list[GraphScope] | None = None
 
     def scopes(self) -> list[GraphScope]:

@@ -1,4 +1,5 @@
-"""validate(doc, changed=...) returns what a full run on the edited model returns."""
+"""A Validator's validate(changes) after an edit returns what a full run on the edited
+model returns."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxviz.check import validate
-from onnxviz.check.incremental import state_of
+from onnxviz.check.validator import Validator
 from onnxviz.model import commands as cmd
 from onnxviz.model.document import Document
 from tests.check.cases import init, model, vi
@@ -49,7 +50,9 @@ def _full(doc: Document) -> list[dict[str, object]]:
     return [d.to_json() for d in validate(Document.from_model(copy))]
 
 
-def _step(doc: Document, command: cmd.Command | str) -> None:
+def _step(v: Validator, command: cmd.Command | str) -> None:
+    doc = v.doc
+    assert isinstance(doc, Document)
     if command == "undo":
         changes = doc.undo()
     elif command == "redo":
@@ -57,27 +60,28 @@ def _step(doc: Document, command: cmd.Command | str) -> None:
     else:
         assert not isinstance(command, str)
         changes = doc.execute(command)
-    got = [d.to_json() for d in validate(doc, changed=changes)]
+    got = [d.to_json() for d in v.validate(changes)]
     assert got == _full(doc)
 
 
 def test_rename_is_rechecked_in_place() -> None:
     doc = Document.from_model(_sample())
-    first = validate(doc)
+    v = Validator(doc)
+    first = v.validate()
     assert {"G004", "N003", "N004"} <= {d.code for d in first}
     # '/enc/w' is only used in the loop body: judged where it is defined, not there.
     assert [d.location.graph_path for d in first if d.code == "N004"] == ["main"]
-    state = state_of(doc)
-    _step(doc, cmd.RenameValue("main", "/enc/w", "enc_w"))
+    state = v.state
+    _step(v, cmd.RenameValue("main", "/enc/w", "enc_w"))
     # The rename took the fast path: the same state object, inference not re-run.
-    assert state_of(doc) is state
-    _step(doc, cmd.RenameValue("main", "t", "scaled"))
-    _step(doc, cmd.RenameValue("main", "x", "input_x"))
-    _step(doc, "undo")
-    _step(doc, "redo")
-    _step(doc, cmd.RenameValue("main", "enc_w", "/again/w"))
-    _step(doc, cmd.RenameValue("main/body:loop", "v", "v.state"))
-    assert state_of(doc) is state
+    assert v.state is state
+    _step(v, cmd.RenameValue("main", "t", "scaled"))
+    _step(v, cmd.RenameValue("main", "x", "input_x"))
+    _step(v, "undo")
+    _step(v, "redo")
+    _step(v, cmd.RenameValue("main", "enc_w", "/again/w"))
+    _step(v, cmd.RenameValue("main/body:loop", "v", "v.state"))
+    assert v.state is state
 
 
 def test_rename_follows_names_that_rules_look_at() -> None:
@@ -99,25 +103,27 @@ def test_rename_follows_names_that_rules_look_at() -> None:
     )
     ti.initialization_binding.add(key="w", value="w_new")
     doc = Document.from_model(m)
-    assert "M003" not in {d.code for d in validate(doc)}
-    _step(doc, cmd.RenameValue("main", "a", "a.b"))
-    assert "N004" in {d.code for d in validate(doc)}
-    _step(doc, cmd.RenameValue("main", "w", "weight"))
-    _step(doc, "undo")
-    _step(doc, cmd.RenameValue("main", "x", "x.in"))
+    v = Validator(doc)
+    assert "M003" not in {d.code for d in v.validate()}
+    _step(v, cmd.RenameValue("main", "a", "a.b"))
+    assert "N004" in {d.code for d in v.validate()}
+    _step(v, cmd.RenameValue("main", "w", "weight"))
+    _step(v, "undo")
+    _step(v, cmd.RenameValue("main", "x", "x.in"))
 
 
 def test_edits_that_change_types_or_structure() -> None:
     doc = Document.from_model(_sample())
-    validate(doc)
-    _step(doc, cmd.SetAttribute("main", 3, helper.make_attribute("alpha", 2.0)))  # O008 on an Add
-    _step(doc, cmd.SetValueType("main", "t", helper.make_tensor_type_proto(TensorProto.INT64, [2])))
-    _step(doc, cmd.RemoveNode("main", 3))
-    _step(doc, cmd.AddNode("main", helper.make_node("Relu", ["y"], ["z"], name="late")))
-    _step(doc, cmd.RewireInput("main", 2, 1, "x"))
-    _step(doc, "undo")
-    _step(doc, "undo")
-    _step(doc, "redo")
+    v = Validator(doc)
+    v.validate()
+    _step(v, cmd.SetAttribute("main", 3, helper.make_attribute("alpha", 2.0)))  # O008 on an Add
+    _step(v, cmd.SetValueType("main", "t", helper.make_tensor_type_proto(TensorProto.INT64, [2])))
+    _step(v, cmd.RemoveNode("main", 3))
+    _step(v, cmd.AddNode("main", helper.make_node("Relu", ["y"], ["z"], name="late")))
+    _step(v, cmd.RewireInput("main", 2, 1, "x"))
+    _step(v, "undo")
+    _step(v, "undo")
+    _step(v, "redo")
 
 
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.INT64])
@@ -131,11 +137,12 @@ def test_retype_run_matches_full(elem: int) -> None:
         [vi("y")],
     )
     doc = Document.from_model(m)
-    validate(doc)
-    state = state_of(doc)
-    _step(doc, cmd.SetValueType("main", "x", helper.make_tensor_type_proto(elem, [2])))
+    v = Validator(doc)
+    v.validate()
+    state = v.state
+    _step(v, cmd.SetValueType("main", "x", helper.make_tensor_type_proto(elem, [2])))
     # Float stays float: inference is re-run, the rules only re-check what changed.
-    assert (state_of(doc) is state) == (elem == TensorProto.FLOAT)
+    assert (v.state is state) == (elem == TensorProto.FLOAT)
 
 
 def test_random_edit_sequences_match_full_runs() -> None:
@@ -145,7 +152,8 @@ def test_random_edit_sequences_match_full_runs() -> None:
 
     rng = random.Random(3)
     doc = Document.from_model(_sample())
-    validate(doc)
+    v = Validator(doc)
+    v.validate()
     for step in range(40):
         scopes = doc.scopes()
         scope = rng.choice(scopes)
@@ -181,19 +189,20 @@ def test_random_edit_sequences_match_full_runs() -> None:
                 command = "undo"
             else:
                 continue
-            _step(doc, command)
+            _step(v, command)
         except EditError:
             continue
 
 
 def test_edits_missed_between_calls_force_a_full_run() -> None:
     doc = Document.from_model(_sample())
-    validate(doc)
-    state = state_of(doc)
+    v = Validator(doc)
+    v.validate()
+    state = v.state
     doc.rename_value("t", "t1")  # validated by nobody
     changes = doc.rename_value("t1", "t2")
-    got = [d.to_json() for d in validate(doc, changed=changes)]
-    assert state_of(doc) is not state
+    got = [d.to_json() for d in v.validate(changes)]
+    assert v.state is not state
     assert got == _full(doc)
 
 
@@ -254,7 +263,8 @@ def test_attribute_edits_rechecked_locally_match_full_runs(
     monkeypatch.setattr(incremental, "_local_attribute_run", spy)
     rng = random.Random(7)
     doc = Document.from_model(base)
-    validate(doc)
+    v = Validator(doc)
+    v.validate()
     candidates = [
         (i, a)
         for i, n in enumerate(doc.main_scope.nodes)
@@ -266,8 +276,8 @@ def test_attribute_edits_rechecked_locally_match_full_runs(
         if new is None:
             continue
         try:
-            _step(doc, cmd.SetAttribute("main", i, new))
-            _step(doc, "undo")
+            _step(v, cmd.SetAttribute("main", i, new))
+            _step(v, "undo")
         except EditError:
             continue
     assert local and any(local) == some_local
@@ -317,7 +327,8 @@ def test_type_changing_edits_reinfer_only_the_downstream_cone_and_match_full_run
 
     monkeypatch.setattr(incremental, "cone_types", spy)
     doc = Document.from_model(base)
-    validate(doc)
+    v = Validator(doc)
+    v.validate()
     nodes = doc.main_scope.nodes
     edits: list[tuple[int, onnx.AttributeProto]] = []
     for i, node in enumerate(nodes):
@@ -338,8 +349,8 @@ def test_type_changing_edits_reinfer_only_the_downstream_cone_and_match_full_run
     assert chosen, f"{name} has no type-changing attribute to edit"
     for i, attr in chosen:
         try:
-            _step(doc, cmd.SetAttribute("main", i, attr))
-            _step(doc, "undo")
+            _step(v, cmd.SetAttribute("main", i, attr))
+            _step(v, "undo")
         except EditError:
             continue
     if small_cone:

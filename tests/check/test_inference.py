@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from onnxviz.check import validate, worker
 from onnxviz.check.inference import infer_types, run_inference
+from onnxviz.check.validator import Validator
 from onnxviz.model.document import Document
 from tests.check.cases import model, vi
 
@@ -45,14 +46,16 @@ def test_inferred_types_are_kept_apart_from_declared() -> None:
     assert {"T005"} <= {d.code for d in validate(doc)}
 
 
-def test_infer_types_is_cached_per_revision() -> None:
+def test_a_validators_inferred_types_are_reused_while_current() -> None:
     doc = _doc()
-    validate(doc)
-    first = infer_types(doc)
-    assert infer_types(doc) is first
-    doc.rename_value("t", "t2")
-    again = infer_types(doc)
-    assert ("main", "t2") in again
+    validator = Validator(doc)
+    validator.validate()
+    first = validator.inferred_types()
+    assert validator.inferred_types() is first
+    doc.rename_value("t", "t2")  # not validated: the next ask runs inference again
+    again = validator.inferred_types()
+    assert ("main", "t2") in again and ("main", "t") not in again
+    assert validator.current
 
 
 def test_types_inside_subgraphs() -> None:

@@ -1,5 +1,5 @@
-"""onnx's C++ entry points (shape inference, checker, version converter) are called in
-one place, check's worker process: a lint over the source tree (issue 15).  A crash there
+"""onnx's C++ entry points (shape inference, checker, version converter, text parser)
+are called in one place, check's worker process: a lint over the source tree (issue 15).  A crash there
 must never take the app, and a user's unsaved work, with it."""
 
 from __future__ import annotations
@@ -8,9 +8,13 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "onnxviz"
-CPP_MODULES = {"onnx.shape_inference", "onnx.checker", "onnx.version_converter"}
+CPP_MODULES = {"onnx.shape_inference", "onnx.checker", "onnx.version_converter", "onnx.parser"}
 # Where the worker process imports them (inference.py builds and reads its requests).
 OWNERS = {"check/worker.py", "check/inference.py"}
+# Not moved yet, each with who moves it: the text-format loader parses in the app's
+# process (io.py belongs to the io helper: it should take check.inference.parse_text_model,
+# the worker's "parse" request, handed over like surgery.TYPE_INFERENCE).
+PENDING = {"model/io.py": ["onnx.parser"]}
 
 
 def _uses(tree: ast.AST) -> set[str]:
@@ -44,7 +48,7 @@ def test_only_the_worker_modules_reach_onnx_cpp_entry_points() -> None:
         used = _uses(ast.parse(path.read_text(encoding="utf-8")))
         if used:
             offenders[rel] = sorted(used)
-    assert offenders == {}
+    assert offenders == PENDING
 
 
 def test_the_lint_sees_each_form_of_use() -> None:
@@ -53,5 +57,8 @@ def test_the_lint_sees_each_form_of_use() -> None:
         "from onnx import checker",
         "from onnx.version_converter import convert_version",
         "import onnx\nonnx.shape_inference.infer_shapes(m)",
+        "from onnx import parser",
+        "from onnx.parser import parse_model",
+        "import onnx.version_converter",
     ]
     assert all(_uses(ast.parse(src)) for src in forms)

@@ -213,3 +213,60 @@ def test_undo_of_metadata_edit_after_its_entry_was_removed():
     for _ in range(3):
         doc.undo()
     assert doc.model.SerializeToString() == before
+
+
+def test_scope_seams_name_what_the_graph_defines_and_labels() -> None:
+    from tests.check.cases import init, model, vi
+
+    m = model(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="r"),
+            helper.make_node("Neg", ["a"], ["a"], name="r"),  # second definition of 'a'
+            helper.make_node("Add", ["a", "w"], ["y"]),
+        ],
+        [vi("x")],
+        [vi("y")],
+        [init("w")],
+    )
+    scope = Document.from_model(m).main_scope
+    assert scope.defined_names() == {"x", "w", "a", "y"}
+    other = scope.other_definitions()
+    assert [d.kind for d in other["x"]] == ["input"]
+    assert [d.kind for d in other["w"]] == ["initializer"]
+    assert [(d.kind, d.index) for d in other["a"]] == [("node_output", 1)]  # the repeat
+    assert "y" not in other  # a name's first producer lives in `producer`
+    assert list(scope.labels) == ["#0", "#1", "#2"]  # 'r' twice: by index
+
+
+def test_a_macro_applies_its_parts_unrecorded_and_undoes_as_one() -> None:
+    doc = Document.from_model(simple_model())
+    heard = []
+    doc.subscribe(heard.append)
+    before = doc.model.SerializeToString()
+    first = doc.main_scope.nodes[0].output[0]
+    macro = c.MacroCommand(
+        [c.RenameValue("main", first, "m1"), c.RenameValue("main", "m1", "m2")], "two renames"
+    )
+    doc.execute(macro)
+    assert len(heard) == 1 and doc.undo_label == "two renames"
+    assert doc.main_scope.defines("m2") and not doc.main_scope.defines(first)
+    doc.undo()
+    assert doc.model.SerializeToString() == before
+    assert doc.main_scope.defines(first) and not doc.main_scope.defines("m2")
+
+
+def test_mark_unsaved_shows_a_document_as_modified_until_saved(tmp_path) -> None:
+    doc = Document.from_model(simple_model())
+    assert not doc.is_modified
+    doc.mark_unsaved()
+    assert doc.is_modified
+    doc.save(str(tmp_path / "m.onnx"))
+    assert not doc.is_modified
+
+
+def test_a_refused_rename_is_refused_by_check_before_anything_changes() -> None:
+    doc = Document.from_model(simple_model())
+    name = doc.main_scope.nodes[0].output[0]
+    with pytest.raises(EditError, match="cannot be empty"):
+        c.RenameValue("main", name, "").check(doc)
+    assert doc.main_scope.defines(name) and not doc.can_undo

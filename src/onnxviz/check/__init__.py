@@ -2,17 +2,17 @@
 
 `validate(doc)` returns every problem at once as located `Diagnostic` records: the
 loader's own (first), then the rule families (see `registry.RULES`), then inference (I)
-and the onnx.checker fallback (C).  `validate(doc, changed=change_set)` re-checks only
-what a command touched and returns what a full run would.
+and the onnx.checker fallback (C).  An open document's diagnostics live in its
+`Validator` (check.validator), whose `validate(changes)` re-checks only what an edit
+touched and returns what a full run would.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from onnxviz.check.incremental import _store, assemble, full_run, incremental_run, state_of
+from onnxviz.check.checkable import Checkable
 from onnxviz.check.inference import infer_value_types
 from onnxviz.check.registry import RULES, Rule
+from onnxviz.check.validator import Validator
 from onnxviz.model import surgery
 from onnxviz.model.diagnostics import Diagnostic
 
@@ -20,30 +20,10 @@ from onnxviz.model.diagnostics import Diagnostic
 # runs, in its worker process; the model layer cannot import it, so it is handed over.
 surgery.TYPE_INFERENCE = infer_value_types
 
-__all__ = ["RULES", "Rule", "validate"]
+__all__ = ["RULES", "Checkable", "Rule", "Validator", "validate"]
 
 
-def validate(doc: Any, changed: Any = None) -> list[Diagnostic]:
-    """Every diagnostic for the document; with `changed` (the ChangeSet of the one command
-    executed, undone or redone since the previous call), re-check only what it touched.
-    When more than one edit happened since the previous call (the Document's revision
-    says so), a full run is made; merge ChangeSets if you validate less often."""
-    scopes = list(doc.scopes())
-    load_diags = list(getattr(doc, "diagnostics", []) or [])
-    state = state_of(doc) if changed is not None else None
-    revision = getattr(doc, "revision", None)
-    if (
-        state is not None
-        and revision is not None
-        and state.revision is not None
-        and revision != state.revision + 1
-    ):
-        # `changed` covers only the last command; edits in between were not seen.
-        state = None
-    result = None
-    if state is not None:
-        result = incremental_run(doc, state, scopes, changed, load_diags)
-    if result is None:
-        result = full_run(doc, doc.model, scopes, load_diags)
-    _store(doc, result)
-    return assemble(result, load_diags)
+def validate(doc: Checkable) -> list[Diagnostic]:
+    """Every diagnostic for the document, from a full run (a document open for editing
+    keeps a `Validator` instead, which re-checks only what each edit touched)."""
+    return Validator(doc).validate()

@@ -145,6 +145,17 @@ class CheckContext:
             return []
         return self._declared_extra[scope.path].get(name) or [first]
 
+    def rename_declared(self, path: str, old: str, new: str) -> None:
+        """Move the declared types kept for ``old`` to ``new`` after a value rename
+        (types are invariant under renaming, so nothing is read again)."""
+        for table in (self._declared.get(path), self._declared_extra.get(path)):
+            if table is not None and old in table:
+                table[new] = table.pop(old)  # type: ignore[index]
+
+    def forget_implicit(self) -> None:
+        """Drop the implicit-consumer tables (names moved; they are rebuilt on demand)."""
+        self._implicit.clear()
+
     def forget_declared(self, path: str) -> None:
         self._declared.pop(path, None)
         self._declared_extra.pop(path, None)
@@ -197,14 +208,7 @@ def initializer_type(scope: GraphScope, name: str) -> TypeProto | None:
     return None
 
 
-def defined_names(scope: GraphScope) -> set[str]:
-    """Every name this graph defines (without building the full definition table)."""
-    names = set(scope.producer)
-    names.update(scope._other_defs)
-    return names
-
-
 def multiply_defined(scope: GraphScope) -> set[str]:
     """Names with more than one definition in this graph."""
     producer = scope.producer
-    return {n for n, found in scope._other_defs.items() if len(found) > 1 or n in producer}
+    return {n for n, found in scope.other_definitions().items() if len(found) > 1 or n in producer}

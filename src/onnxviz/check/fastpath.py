@@ -13,7 +13,6 @@ from onnx import AttributeProto
 
 from onnxviz.check.context import (
     CheckContext,
-    defined_names,
     get_schema,
     multiply_defined,
     norm_domain,
@@ -114,7 +113,9 @@ def suspect_nodes(
 
 
 def _indexed_outputs(scope: GraphScope) -> int:
-    extra = sum(1 for found in scope._other_defs.values() for d in found if d.kind == "node_output")
+    extra = sum(
+        1 for found in scope.other_definitions().values() for d in found if d.kind == "node_output"
+    )
     return len(scope.producer) + extra
 
 
@@ -152,7 +153,7 @@ def suspect_names(ctx: CheckContext, scope: GraphScope) -> tuple[set[str], set[s
     typed.update(scope.initializer_names())
     typed.discard("")
     if not ENABLED:
-        names = defined_names(scope) | set(scope.consumers) | set(scope.output_uses)
+        names = scope.defined_names() | set(scope.consumers) | set(scope.output_uses)
         names.update(ctx.implicit_consumers(scope))
         names.discard("")
         return names, names
@@ -178,7 +179,7 @@ def suspect_names(ctx: CheckContext, scope: GraphScope) -> tuple[set[str], set[s
     if scope.parent is not None:
         visible: set[str] = set()
         for a in scope.ancestors():
-            visible.update(defined_names(a))
-        out.update(visible.intersection(defined_names(scope)))
+            visible.update(a.defined_names())
+        out.update(visible.intersection(scope.defined_names()))
     out.discard("")
     return out, typed

@@ -1,6 +1,7 @@
 """The validation engine: a full run, and re-checks of only what a command touched.
 
-Results are cached per document at three grains so an edit re-runs little:
+A `Validator` (check.validator) keeps a `ValidationState` per document, with results at
+three grains so an edit re-runs little:
 
 * per graph (interface rules, empty names, duplicate node names, cycles),
 * per value name in a graph (SSA, order, undefined uses, shadowing, declared types,
@@ -22,10 +23,10 @@ from __future__ import annotations
 
 import re
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from onnx import ModelProto
 
 from onnxviz.check import (
     encoding,
@@ -39,7 +40,8 @@ from onnxviz.check import (
     tensors,
     types,
 )
-from onnxviz.check.context import CheckContext, defined_names
+from onnxviz.check.checkable import Checkable
+from onnxviz.check.context import CheckContext
 from onnxviz.check.inference import (
     MAX_PROTO,
     CheckerResult,
@@ -56,6 +58,7 @@ from onnxviz.check.local_recheck import (
     one_node_types,
 )
 from onnxviz.check.registry import diag
+from onnxviz.model.changes import ChangeSet
 from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.text import as_text
@@ -92,7 +95,7 @@ BODY_RULES: tuple[ScopeRule, ...] = (
 @dataclass
 class ValidationState:
     ctx: CheckContext
-    revision: Any = None
+    revision: int | None = None  # the document revision this state describes
     paths: list[str] = field(default_factory=list)
     interface: dict[str, list[Diagnostic]] = field(default_factory=dict)
     body: dict[str, list[Diagnostic]] = field(default_factory=dict)
@@ -105,25 +108,6 @@ class ValidationState:
     inference: InferenceResult | None = None
     checker: CheckerResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
-
-
-_STATES: weakref.WeakKeyDictionary[Any, ValidationState] = weakref.WeakKeyDictionary()
-_STATES_BY_ID: dict[int, tuple[Any, ValidationState]] = {}
-
-
-def state_of(doc: Any) -> ValidationState | None:
-    try:
-        return _STATES.get(doc)
-    except TypeError:
-        got = _STATES_BY_ID.get(id(doc))
-        return got[1] if got is not None and got[0] is doc else None
-
-
-def _store(doc: Any, state: ValidationState) -> None:
-    try:
-        _STATES[doc] = state
-    except TypeError:
-        _STATES_BY_ID[id(doc)] = (doc, state)
 
 
 # -- rule runners ------------------------------------------------------------------------------
@@ -214,13 +198,13 @@ TYPED_NODE_RULES: tuple[NodeRule, ...] = (model_rules.node_rules,)
 
 
 def full_run(
-    doc: Any, model: Any, scopes: list[GraphScope], load_diags: list[Diagnostic]
+    doc: Checkable, model: ModelProto, scopes: list[GraphScope], load_diags: list[Diagnostic]
 ) -> ValidationState:
     t0 = time.perf_counter()
     # Two worker processes infer types and run the checker while this one runs the
     # rules that need neither: a crash in onnx cannot take us down, and the cores work
     # in parallel.  The model is serialized once for both.
-    base_dir = getattr(doc, "base_dir", None)
+    base_dir = doc.base_dir
     early = prefetch.take(doc)
     if early is not None:  # the workers have had the file since before it was loaded
         pending = inference_answer(early[0], scopes, t0)
@@ -233,7 +217,7 @@ def full_run(
     try:
         t1 = time.perf_counter()
         ctx = CheckContext(model, scopes, load_diags, None)
-        state = ValidationState(ctx=ctx, revision=getattr(doc, "revision", None))
+        state = ValidationState(ctx=ctx, revision=doc.revision)
         state.paths = [s.path for s in scopes]
         suspects: dict[str, tuple[set[str], list[int]]] = {}
         untyped: dict[str, set[str]] = {}
@@ -246,7 +230,7 @@ def full_run(
             state.names_seen[path] = all_names
             # Only names this graph defines: uses of outer names are judged where defined.
             state.bad_identifiers[path] = names.BadNames(
-                names.non_identifiers(defined_names(scope))
+                names.non_identifiers(scope.defined_names())
             )
             sus_names, typed_names = fastpath.suspect_names(ctx, scope)
             untyped[path] = sus_names
@@ -308,7 +292,7 @@ def _has_error(state: ValidationState) -> bool:
 
 # -- incremental run ---------------------------------------------------------------------------
 def _rename_pair(
-    state: ValidationState, scopes: dict[str, GraphScope], changed: Any
+    state: ValidationState, scopes: dict[str, GraphScope], changed: ChangeSet
 ) -> tuple[str, str] | None:
     """(old, new) when the change is a value rename, else None."""
     left: set[str] = set()
@@ -336,14 +320,14 @@ def _rename_pair(
 
 
 def incremental_run(
-    doc: Any,
+    doc: Checkable,
     state: ValidationState,
     scopes: list[GraphScope],
-    changed: Any,
+    changed: ChangeSet,
     load_diags: list[Diagnostic],
 ) -> ValidationState | None:
     """Update state in place for a change; None when only a full run can answer."""
-    if getattr(changed, "structural", True) or getattr(changed, "model_fields", True):
+    if changed.structural or changed.model_fields:
         return None
     if [s.path for s in scopes] != state.paths:
         return None
@@ -356,7 +340,7 @@ def incremental_run(
     ctx.scopes = scopes
     ctx.by_path = by_path
     ctx.load_diagnostics = load_diags
-    ctx._implicit.clear()
+    ctx.forget_implicit()
     if state.inference is not None:
         state.inference.types.rename(old, new, {p for p, _ in changed.names})
     touched_nodes: dict[str, set[int]] = {}
@@ -369,12 +353,7 @@ def incremental_run(
         now_names = [n for n in (old, new) if _present(ctx, scope, n)]
         if not had and not now_names and path not in changed.graphs:
             continue
-        declared = ctx._declared.get(path)
-        if declared is not None and old in declared:
-            declared[new] = declared.pop(old)
-        extra = ctx._declared_extra.get(path)
-        if extra is not None and old in extra:
-            extra[new] = extra.pop(old)
+        ctx.rename_declared(path, old, new)
         seen.discard(old)
         seen.discard(new)
         seen.update(now_names)
@@ -398,15 +377,15 @@ def incremental_run(
     state.model.extend(
         d for d in model_rules.model_rules(ctx) if d.code in ("M003", "M004", "M005")
     )
-    state.revision = getattr(doc, "revision", None)
+    state.revision = doc.revision
     return state
 
 
 def _local_attribute_run(
-    doc: Any,
+    doc: Checkable,
     state: ValidationState,
     by_path: dict[str, GraphScope],
-    changed: Any,
+    changed: ChangeSet,
     load_diags: list[Diagnostic],
 ) -> ValidationState | None:
     """The re-check of an attribute edit on one node: from that node alone when its output
@@ -428,7 +407,7 @@ def _local_attribute_run(
         or checker.message is not None
     ):
         return None  # a model with problems already: the full answer is the safe one
-    ctx, base_dir = state.ctx, getattr(doc, "base_dir", None)
+    ctx, base_dir = state.ctx, doc.base_dir
     recheck_nodes: set[int] = {index}
     retyped: list[str] = []
     if not node_keeps_its_types(doc.model, ctx, scope, index, inference.types, base_dir):
@@ -453,7 +432,7 @@ def _local_attribute_run(
     _check_nodes(state, scope, sorted(recheck_nodes))
     state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
     state.model = _model_rules(state)
-    state.revision = getattr(doc, "revision", None)
+    state.revision = doc.revision
     return state
 
 
@@ -467,11 +446,11 @@ def _present(ctx: CheckContext, scope: GraphScope, name: str) -> bool:
 
 
 def _retype_run(
-    doc: Any,
+    doc: Checkable,
     state: ValidationState,
     scopes: list[GraphScope],
     by_path: dict[str, GraphScope],
-    changed: Any,
+    changed: ChangeSet,
     load_diags: list[Diagnostic],
 ) -> ValidationState | None:
     """A non-structural edit that may change types: re-run inference and the checker, then
@@ -483,7 +462,7 @@ def _retype_run(
     if local is not None:
         return local
     old_inf = state.inference
-    base_dir = getattr(doc, "base_dir", None)
+    base_dir = doc.base_dir
     model = doc.model
     blob = model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
     pending = begin_inference(model, scopes, base_dir=base_dir, blob=blob)
@@ -538,7 +517,7 @@ def _retype_run(
         _check_nodes(state, scope, sorted(nodes))
         _check_cycles(state, scope)
     state.model = _model_rules(state)
-    state.revision = getattr(doc, "revision", None)
+    state.revision = doc.revision
     return state
 
 

@@ -21,6 +21,7 @@ import onnx.checker
 import onnx.shape_inference
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
+from onnxviz.check.checkable import Checkable
 from onnxviz.model.scopes import GraphScope
 
 
@@ -510,6 +511,28 @@ def checker_answer(pending: Callable[[], Any], start: float) -> Callable[[], Che
     return finish
 
 
+# -- the ONNX text format ---------------------------------------------------------------------
+class TextParseError(ValueError):
+    """onnx.parser refused the text (its message), or its worker process died."""
+
+
+def parse_text_model(text: bytes) -> ModelProto:
+    """Parse ONNX text format (UTF-8 bytes) in the checker's worker process: onnx.parser
+    is C++ code and must not run on a user's file in the app's process.  Raises
+    TextParseError with the parser's complaint or the crash."""
+    from onnxviz.check.worker import CHECKER
+
+    answer = CHECKER.begin(text, "parse")()
+    if isinstance(answer, str):  # the worker died
+        raise TextParseError(answer.replace(CHECKER.what, "onnx.parser"))
+    verdict, payload = answer
+    if verdict != "parsed":
+        raise TextParseError(str(payload))
+    model = ModelProto()
+    model.ParseFromString(payload)
+    return model
+
+
 # -- inferred types for the UI and surgery ---------------------------------------------------
 def infer_value_types(
     model: ModelProto, base_dir: str | None = None
@@ -527,24 +550,14 @@ def infer_value_types(
 
 
 # -- inferred types for the UI -----------------------------------------------------------------
-def infer_types(doc: Any) -> TypeMap:
-    """Inferred types by (graph path, value name), kept apart from the declared ones.
+def infer_types(doc: Checkable) -> TypeMap:
+    """Inferred types by (graph path, value name), kept apart from the declared ones,
+    from a full validation (which decides whether onnx must be isolated in the worker
+    process, since onnx can crash on broken models).  An open document asks its
+    `Validator.inferred_types()` instead, which reuses the last run while it is current."""
+    from onnxviz.check.validator import Validator
 
-    Cached per document revision: the validator's latest run is reused when it is
-    current, otherwise a validation runs (which decides whether onnx must be isolated
-    in the worker process, since onnx can crash on broken models)."""
-    from onnxviz.check import validate
-    from onnxviz.check.incremental import state_of
-
-    state = state_of(doc)
-    revision = getattr(doc, "revision", None)
-    if state is None or state.inference is None or revision is None or state.revision != revision:
-        validate(doc)
-        state = state_of(doc)
-    assert state is not None
-    if state.inference is None:
-        return TypeMap()
-    return state.inference.types
+    return Validator(doc).inferred_types()
 
 
 __all__ = [
@@ -555,6 +568,7 @@ __all__ = [
     "collect_types",
     "infer_types",
     "infer_value_types",
+    "parse_text_model",
     "begin_checker",
     "run_checker",
     "run_inference",

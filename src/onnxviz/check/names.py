@@ -59,8 +59,7 @@ def _duplicate_node_names(scope: GraphScope) -> Counter[str]:
     nodes = scope.nodes
     if not len(nodes):
         return Counter()
-    scope.node_label(0)  # builds the labels
-    labels = scope._labels or []
+    labels = scope.labels
     return Counter(nodes[i].name for i, lab in enumerate(labels) if lab[0] == "#" and nodes[i].name)
 
 

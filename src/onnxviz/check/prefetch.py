@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onnxviz.check.checkable import Checkable
 
 # Bigger files are not sent twice: inference gets a copy without the big tensor data
 # once the Document is loaded (check.inference.prepare_for_inference).
@@ -50,11 +53,11 @@ def prefetch(path: str) -> None:
         _pending[path] = (ident, inference, checker)
 
 
-def take(doc: Any) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+def take(doc: Checkable) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
     """The pending (inference, checker) answers for ``doc`` when it is the prefetched
     file as it was read, unedited and in protobuf form; else None (a prefetch for its
     path is dropped)."""
-    path = getattr(doc, "path", None)
+    path = doc.path
     if not path:
         return None
     with _lock:
@@ -66,7 +69,7 @@ def take(doc: Any) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
         same = _identity(path) == ident
     except OSError:
         same = False
-    if not same or doc.revision != 0 or getattr(doc, "source_format", "") != "protobuf":
+    if not same or doc.revision != 0 or doc.source_format != "protobuf":
         _drain(entry)
         return None
     return inference, checker

@@ -233,7 +233,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
     path = scope.path
     for name in names:
         found: list[Diagnostic] = []
-        for d in scope._other_defs.get(name, ()):  # initializers are never node outputs
+        for d in scope.other_definitions().get(name, ()):  # initializers are never node outputs
             if d.kind == "initializer":
                 probs = tensor_problems(g.initializer[d.index])
                 fld = "initializer"

@@ -136,7 +136,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
                         found.append(_declared_clash(scope, name, decl, inf, clash, interface))
         if g is not None:
             # Initializers live among the non-node definitions; no need for the full list.
-            defs = scope._other_defs.get(name, ())
+            defs = scope.other_definitions().get(name, ())
             for d in defs:
                 if d.kind != "initializer":
                     continue

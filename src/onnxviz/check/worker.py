@@ -12,7 +12,9 @@ run while the parent runs its own rules.
 
 Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request is
 (kind, model bytes, the model's folder) with kind "infer" (a prepared copy),
-"prepare+infer" (the model as it is: the worker prepares its copy) or "check".
+"prepare+infer" (the model as it is: the worker prepares its copy), "check", or
+"parse" (the bytes are ONNX text format; the answer is the parsed model's bytes or
+onnx.parser's complaint).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ def serve() -> None:
         except EOFError:
             return
         kind, data, base_dir = blob
+        if kind == "parse":
+            _write(stdout, _parse(data))
+            continue
         model = ModelProto()
         model.ParseFromString(data)
         if kind == "check":
@@ -75,6 +80,18 @@ def serve() -> None:
         inferred, failure = _infer(model)
         _drop_tensor_data(inferred)
         _write(stdout, (inferred.SerializeToString(), failure))
+
+
+def _parse(text: bytes) -> tuple[str, bytes | str]:
+    """("parsed", model bytes) or ("refused", onnx.parser's first line of complaint)."""
+    from onnx import parser
+
+    try:
+        model = parser.parse_model(text.decode("utf-8"))
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        return "refused", lines[0] if lines else type(exc).__name__
+    return "parsed", model.SerializeToString()
 
 
 def _check(model: Any) -> tuple[str, str | None]:

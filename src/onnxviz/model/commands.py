@@ -119,7 +119,9 @@ class RenameValue(Command):
         self.graph_path, self.old, self.new = graph_path, old, new
         self.label = f"Rename '{old}' → '{new}'"
 
-    def _check(self, doc: Document) -> GraphScope:
+    def check(self, doc: Document) -> GraphScope:
+        """Raise EditError with the reason when this rename cannot be done (nothing
+        changes); editors call it to refuse a name before executing."""
         scope = _scope(doc, self.graph_path)
         old, new = self.old, self.new
         where = {"graph_path": scope.path}
@@ -158,7 +160,7 @@ class RenameValue(Command):
         return scope
 
     def _apply(self, doc: Document, journal: Journal) -> ChangeSet:
-        scope = self._check(doc)
+        scope = self.check(doc)
         old, new = self.old, self.new
         touched_graphs = {scope.path}
         touched_nodes: set[tuple[str, int]] = set()
@@ -215,7 +217,7 @@ class RenameValue(Command):
             s.rename_in_index(old, new)
         paths = [s.path for s in renamed_scopes]
         # On undo, patch whatever index the document holds then (it may have been rebuilt).
-        journal.on_undo(lambda: doc._rename_in_index(paths, new, old))
+        journal.on_undo(lambda: doc.rename_in_index(paths, new, old))
         return ChangeSet(
             graphs=frozenset(touched_graphs),
             nodes=frozenset(touched_nodes),
@@ -746,11 +748,11 @@ class MacroCommand(Command):
         total = ChangeSet()
         try:
             for cmd in self.commands:
-                total = total.merge(doc._apply_raw(cmd))
+                total = total.merge(doc.apply_unrecorded(cmd))
                 done.append(cmd)
         except BaseException:
             for cmd in reversed(done):
-                doc._revert_raw(cmd)
+                doc.revert_unrecorded(cmd)
             raise
         self._changes = total
         self._journal = Journal()
@@ -758,6 +760,6 @@ class MacroCommand(Command):
 
     def revert(self, doc: Document) -> ChangeSet:
         for cmd in reversed(self.commands):
-            doc._revert_raw(cmd)
+            doc.revert_unrecorded(cmd)
         self._journal = None
         return self._changes

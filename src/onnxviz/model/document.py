@@ -23,6 +23,7 @@ from onnxviz.model.commands import (
     SetAttribute,
 )
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.node_id import NodeId
 from onnxviz.model.scopes import GraphScope, build_scopes, reindex_scope
 
 Listener = Callable[[ChangeSet], None]
@@ -106,6 +107,16 @@ class Document:
     def main_scope(self) -> GraphScope:
         return self.scope("main")
 
+    def find_node(self, label: str, graph_path: str = "main") -> NodeId | None:
+        """The node with this label (name or ``#index``) in a graph; None when the graph
+        or the node does not exist."""
+        self.scopes()
+        scope = self._by_path.get(graph_path)
+        if scope is None:
+            return None
+        index = scope.node_index(label)
+        return None if index is None else NodeId(graph_path, index, scope.node_label(index))
+
     def tensor_array(self, tensor: TensorProto) -> Any:
         """Decode a tensor (external data mapped from this document's folder)."""
         from onnxviz.model.tensors import to_array
@@ -136,7 +147,10 @@ class Document:
                 return
             reindex_scope(scope)
 
-    def _rename_in_index(self, paths: list[str], old: str, new: str) -> None:
+    def rename_in_index(self, paths: list[str], old: str, new: str) -> None:
+        """Patch the index of the graphs at ``paths`` after a rename of ``old`` to ``new``
+        done outside a command's own bookkeeping (a rename's undo: the index the document
+        holds then may be a rebuilt one).  No-op while there is no index."""
         if self._scopes is None:
             return
         for path in paths:
@@ -144,13 +158,17 @@ class Document:
             if scope is not None:
                 scope.rename_in_index(old, new)
 
-    def _apply_raw(self, command: Command) -> ChangeSet:
+    def apply_unrecorded(self, command: Command) -> ChangeSet:
+        """Apply ``command`` and update the index, without an undo entry and without
+        telling listeners: for a command that is part of another (a macro), which is
+        recorded and reported as one."""
         self.scopes()
         changes = command.apply(self)
         self._update_index(changes)
         return changes
 
-    def _revert_raw(self, command: Command) -> ChangeSet:
+    def revert_unrecorded(self, command: Command) -> ChangeSet:
+        """Revert a command applied by `apply_unrecorded` (index updated, nobody told)."""
         self.scopes()
         changes = command.revert(self)
         self._update_index(changes)
@@ -158,7 +176,7 @@ class Document:
 
     def execute(self, command: Command) -> ChangeSet:
         """Apply ``command`` and push it on the undo stack (EditError: nothing changed)."""
-        changes = self._apply_raw(command)
+        changes = self.apply_unrecorded(command)
         key = command.merge_key()
         top = self._undo[-1] if self._undo else None
         if (
@@ -181,7 +199,7 @@ class Document:
         entry = self._undo.pop()
         changes = ChangeSet()
         for command in reversed(entry.commands):
-            changes = changes.merge(self._revert_raw(command))
+            changes = changes.merge(self.revert_unrecorded(command))
         self._redo.append(entry)
         self._notify(changes)
         return changes
@@ -192,7 +210,7 @@ class Document:
         entry = self._redo.pop()
         changes = ChangeSet()
         for command in entry.commands:
-            changes = changes.merge(self._apply_raw(command))
+            changes = changes.merge(self.apply_unrecorded(command))
         self._undo.append(entry)
         self._notify(changes)
         return changes
@@ -217,6 +235,11 @@ class Document:
     def is_modified(self) -> bool:
         top = self._undo[-1].id if self._undo else 0
         return top != self._saved_marker
+
+    def mark_unsaved(self) -> None:
+        """Say the document differs from its file although no edit was made here (a
+        recovered snapshot): it shows as modified until saved."""
+        self._saved_marker = -1
 
     @property
     def _unchanged_since_load(self) -> bool:

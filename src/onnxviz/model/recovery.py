@@ -47,7 +47,7 @@ class RecoveryEntry:
             model = ModelProto()
             model.ParseFromString(fh.read())
         doc = Document.from_model(model, self.source)
-        doc._saved_marker = -1  # not what is on disk: the user must save it
+        doc.mark_unsaved()  # not what is on disk: the user must save it
         return doc
 
     def discard(self) -> None:

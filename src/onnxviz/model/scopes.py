@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -61,6 +61,7 @@ class GraphScope:
     _definitions: dict[str, list[Definition]] | None = field(default=None, repr=False)
     _labels: list[str] | None = field(default=None, repr=False)
     _label_to_index: dict[str, int] = field(default_factory=dict, repr=False)
+    _name_counts: Counter[str] = field(default_factory=Counter, repr=False)
 
     @property
     def definitions(self) -> dict[str, list[Definition]]:
@@ -119,7 +120,25 @@ class GraphScope:
             return None
         return self.parent.nodes[self.owner_node_index]
 
+    def other_definitions(self) -> Mapping[str, list[Definition]]:
+        """Definitions other than a name's first producing node, by name: graph inputs,
+        initializers and second (invalid) definitions.  Cheap (the index keeps them), so
+        rules that look at initializers or repeated definitions read these instead of
+        the full `definitions` table.  Read-only: the index owns the lists."""
+        return self._other_defs
+
+    def defined_names(self) -> set[str]:
+        """Every name this graph defines (without building the full definition table)."""
+        names = set(self.producer)
+        names.update(self._other_defs)
+        return names
+
     # -- node labels ---------------------------------------------------------------
+    @property
+    def labels(self) -> Sequence[str]:
+        """Every node's label, by node index (see `node_label`)."""
+        return self._labels if self._labels is not None else self._build_labels()
+
     def definitions_of(self, name: str) -> list[Definition]:
         """The definitions of one name (cheap: does not build the whole table)."""
         if self._definitions is not None:
@@ -135,6 +154,7 @@ class GraphScope:
     def _build_labels(self) -> list[str]:
         names = [n.name for n in self.nodes]
         counts = Counter(names)
+        self._name_counts = counts
         self._labels = [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
         self._label_to_index = {nm: i for i, nm in enumerate(names) if nm and counts[nm] == 1}
         return self._labels
@@ -143,6 +163,12 @@ class GraphScope:
         """The node's name when non-empty and unique in this graph, else ``#index``."""
         labels = self._labels if self._labels is not None else self._build_labels()
         return labels[index]
+
+    def name_count(self, name: str) -> int:
+        """How many nodes of this graph have this name (when the labels were built)."""
+        if self._labels is None:
+            self._build_labels()
+        return self._name_counts[name]
 
     def node_index(self, label: str) -> int | None:
         """Index of the node with this label (name or ``#i``)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from onnxviz.model.document import Document
+from onnxviz.model.node_id import NodeId, group_item_id, split_group_id
 from onnxviz.model.scopes import GraphScope
 from onnxviz.present.build import SceneBuilder
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
@@ -101,15 +102,16 @@ class Presenter:
             return False
         self.expanded.add(item_id)
         # opening a group inside a closed one opens the way to it
-        inst, sep, prefix = item_id.partition("|g:")
-        if sep:
+        group = split_group_id(item_id)
+        if group is not None:
+            inst, prefix = group
             try:
                 tree = self.group_tree(self.doc.scope(inst))
             except KeyError:
                 return True
-            group = tree.groups.get(prefix)
-            if group is not None:
-                self.expanded.update(f"{inst}|g:{p}" for p in tree.chain(group.parent))
+            found = tree.groups.get(prefix)
+            if found is not None:
+                self.expanded.update(group_item_id(inst, p) for p in tree.chain(found.parent))
         return True
 
     def set_root(self, path: str) -> None:
@@ -133,16 +135,16 @@ class Presenter:
             owner = inner.owner_node_index
             assert owner is not None
             self._reveal_node(outer, owner)
-            self.expanded.add(f"{outer.path}#{owner}")
+            self.expanded.add(NodeId(outer.path, owner).item_id)
         if node_index is None:
-            return f"{target.path}#0" if target.nodes else None
+            return NodeId(target.path, 0).item_id if target.nodes else None
         return self._reveal_node(target, node_index)
 
     def _reveal_node(self, scope: GraphScope, index: int) -> str:
         tree = self.group_tree(scope)
         for prefix in tree.chain(tree.node_group[index]):
-            self.expanded.add(f"{scope.path}|g:{prefix}")
-        return f"{scope.path}#{index}"
+            self.expanded.add(group_item_id(scope.path, prefix))
+        return NodeId(scope.path, index).item_id
 
     def with_options(self, **changes: object) -> None:
         self.options = replace(self.options, **changes)  # type: ignore[arg-type]

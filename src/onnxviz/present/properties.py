@@ -12,6 +12,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
 from onnxviz.model.attribute_values import attribute_specs
 from onnxviz.model.document import Document
+from onnxviz.model.node_id import NodeId
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.types import elem_text, type_to_text
 
@@ -337,7 +338,7 @@ def value_sections(doc: Document, path: str, name: str, types: Any = None) -> li
                 Row(
                     "producer",
                     f"{owner.nodes[d.index].op_type} {owner.node_label(d.index)}",
-                    target=("node", f"{owner.path}#{d.index}"),
+                    target=("node", NodeId(owner.path, d.index).item_id),
                 )
             )
         else:
@@ -349,7 +350,7 @@ def value_sections(doc: Document, path: str, name: str, types: Any = None) -> li
             Row(
                 "consumer",
                 f"{owner.nodes[ni].op_type} {owner.node_label(ni)} (input {k})",
-                target=("node", f"{owner.path}#{ni}"),
+                target=("node", NodeId(owner.path, ni).item_id),
             )
         )
     sections = [s]

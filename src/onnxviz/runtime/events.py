@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxviz.model.node_id import NodeId, address_of
+
 STACK_SEPARATOR = " › "
 
 
@@ -28,7 +30,12 @@ class NodeRef:
 
     @property
     def address(self) -> str:
-        return f"{self.graph_path}::{self.label}"
+        return address_of(self.graph_path, self.label)
+
+    @property
+    def node_id(self) -> NodeId:
+        """The node's identity, shared with the document, canvas and diagnostics."""
+        return NodeId(self.graph_path, self.index, self.label)
 
     def __str__(self) -> str:
         return self.address

@@ -28,6 +28,7 @@ from typing import Any
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.model.node_id import address_of
 from onnxviz.model.tensors import to_array
 from onnxviz.model.text import as_text
 from onnxviz.runtime.attributes import _sparse_to_dense, node_attributes
@@ -107,7 +108,7 @@ class PlanNode:
 
     @property
     def address(self) -> str:
-        return f"{self.graph_path}::{self.label}"
+        return address_of(self.graph_path, self.label)
 
 
 @dataclass

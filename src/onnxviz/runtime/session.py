@@ -56,6 +56,7 @@ import numpy as np
 from onnx import ModelProto, TypeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.model.node_id import ADDRESS_SEP, address_of, split_address
 from onnxviz.model.text import as_text
 from onnxviz.runtime.events import (
     Event,
@@ -95,12 +96,12 @@ def _address(spec: NodeSpec) -> str:
     if isinstance(spec, NodeRef):
         return spec.address
     if isinstance(spec, tuple):
-        return f"{spec[0]}::{spec[1]}"
+        return address_of(spec[0], spec[1])
     return spec
 
 
 def node_matches(spec: str, ref: NodeRef, node_name: str | None = None) -> bool:
-    if "::" in spec:
+    if ADDRESS_SEP in spec:
         return spec == ref.address
     return spec == ref.label or (node_name is not None and spec == node_name)
 
@@ -456,10 +457,7 @@ class Session:
     def _validate_node_spec(self, spec: str) -> None:
         """Refuse an address naming a graph or node the model does not have (schema
         function bodies are built on demand, so ``schema:`` addresses are accepted)."""
-        if "::" not in spec:
-            return
-        path, _, label = spec.partition("::")
-        if path.startswith("schema:"):
+        if ADDRESS_SEP not in spec or spec.startswith("schema:"):
             return
         if self._labels_by_path is None:
             from onnxviz.model.scopes import build_scopes
@@ -468,6 +466,9 @@ class Session:
                 scope.path: {scope.node_label(i) for i in range(len(scope.nodes))}
                 for scope in build_scopes(self.model)
             }
+        split = split_address(spec, self._labels_by_path)
+        assert split is not None
+        path, label = split
         labels = self._labels_by_path.get(path)
         if labels is None:
             raise ExecutionError(f"the model has no graph '{path}'", graph_path=path)

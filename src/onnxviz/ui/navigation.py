@@ -12,6 +12,7 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QTransform
 from PySide6.QtWidgets import QMenu
 
+from onnxviz.model.node_id import parse_item_id
 from onnxviz.present.find import FindResult
 from onnxviz.present.properties import value_sections
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
@@ -119,9 +120,9 @@ class NavigationMixin:
         self.properties_dock.show()
 
     def _navigate(self, kind: str, target: str) -> None:
-        if kind == "node" and "#" in target:
-            path, index = target.rsplit("#", 1)
-            self.reveal(path, int(index))
+        node = parse_item_id(target) if kind == "node" else None
+        if node is not None:
+            self.reveal(node.graph_path, node.index)
         elif kind == "value":
             sel = self._selected_node()
             path = sel.data_item.graph_path if sel else "main"

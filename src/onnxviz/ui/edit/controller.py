@@ -2,10 +2,11 @@
 on the Document, report refusals, and after every change re-validate, refresh the
 canvas, the properties and the title, and schedule the crash-recovery snapshot.
 
-Validation is incremental (`check.validate(doc, changed)`) and runs after each change
-in a worker thread, so typing stays fluid on big models; the next edit waits for it to
+The diagnostics live in the document's `check.Validator`; this controller only asks it.
+Validation is incremental (`Validator.validate(changes)`) and runs after each change in
+a worker thread, so typing stays fluid on big models; the next edit waits for it to
 finish (the validator then always sees one command per call, and never a model that
-changes under it).  Before it runs, a quick check (`quick_check`) of the touched names
+changes under it).  Before it runs, the validator's quick check of the touched names
 shows the obvious breakages at once.
 """
 
@@ -18,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
+from onnxviz.check.quick import index_before
 from onnxviz.errors import EditError, OnnxvizError
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.commands import Command
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
 from onnxviz.model.document import Document
-from onnxviz.ui.edit.quick_check import quick_check
+
+if TYPE_CHECKING:
+    from onnxviz.check.validator import Validator
 
 if TYPE_CHECKING:
     from onnxviz.ui.main_window import MainWindow
@@ -41,7 +45,8 @@ class EditController(QObject):
         super().__init__(window)
         self.w = window
         self.doc: Document | None = None
-        self.diagnostics: list[Diagnostic] = []
+        self.validator: Validator | None = None
+        self.failure: Diagnostic | None = None  # the validator itself failed (a bug)
         self.refusal: Diagnostic | None = None
         self.last_validation_s = 0.0
         self._unsubscribe: Callable[[], None] | None = None
@@ -61,7 +66,16 @@ class EditController(QObject):
         self._task_started = 0.0
 
     # -- documents --------------------------------------------------------------------
-    def attach(self, doc: Document | None) -> None:
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """The attached document's diagnostics, as its Validator has them."""
+        if self.failure is not None:
+            return [self.failure]
+        return self.validator.diagnostics if self.validator is not None else []
+
+    def attach(self, doc: Document | None, validator: Validator | None = None) -> None:
+        """Edit ``doc``; its diagnostics are kept by ``validator`` (made here when the
+        caller, which owns the open document, has none)."""
         self.settle()
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -70,11 +84,15 @@ class EditController(QObject):
             self.autosaver.discard()
         self.doc = doc
         self.refusal = None
+        self.failure = None
         self._pending = None
         if doc is None:
             self.autosaver = None
-            self.diagnostics = []
+            self.validator = None
             return
+        from onnxviz.check.validator import Validator
+
+        self.validator = validator if validator is not None else Validator(doc)
         from onnxviz.model.recovery import Autosaver
 
         self.autosaver = Autosaver(doc)
@@ -85,9 +103,8 @@ class EditController(QObject):
         """Validate the whole document (in the worker; load-time problems show now)."""
         if self.doc is None:
             return
-        self.diagnostics = list(self.doc.diagnostics)
-        self._publish()
-        self._start(self.doc, None)
+        self._publish()  # the Validator has the load-time problems before its first run
+        self._start(None)
 
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
@@ -95,7 +112,7 @@ class EditController(QObject):
         if self.doc is None:
             return False
         self.settle()
-        self._before = self._index_before(self.doc)
+        self._before = index_before(self.doc)
         try:
             if isinstance(edit, Command):
                 self.doc.execute(edit)
@@ -115,17 +132,6 @@ class EditController(QObject):
             return False
         return True
 
-    @staticmethod
-    def _index_before(doc: Document) -> Any:
-        """The main graph's index before an edit, node labels built (see quick_check)."""
-        try:
-            scope = doc.scope("main")
-            if scope.nodes:
-                scope.node_label(0)
-            return scope
-        except (KeyError, IndexError):
-            return None
-
     def refuse(self, message: str, graph_path: str | None = None, node: str | None = None) -> None:
         self.refusal = Diagnostic(
             "EDIT",
@@ -139,13 +145,13 @@ class EditController(QObject):
     def undo(self) -> None:
         self.settle()
         if self.doc is not None and self.doc.can_undo:
-            self._before = self._index_before(self.doc)
+            self._before = index_before(self.doc)
             self.doc.undo()
 
     def redo(self) -> None:
         self.settle()
         if self.doc is not None and self.doc.can_redo:
-            self._before = self._index_before(self.doc)
+            self._before = index_before(self.doc)
             self.doc.redo()
 
     # -- after each change ------------------------------------------------------------------
@@ -161,12 +167,8 @@ class EditController(QObject):
         else:
             self._pending = changes
         before, self._before = self._before, None
-        quick = quick_check(doc, changes, before)
-        if quick:
-            known = {(d.code, d.location, d.message) for d in self.diagnostics}
-            self.diagnostics = self.diagnostics + [
-                d for d in quick if (d.code, d.location, d.message) not in known
-            ]
+        if self.validator is not None:
+            self.validator.quick_check(changes, before)
         self._publish(badges=False)  # badges need the index: they follow with the views
         self.w.update_title()
         self.w._sync_actions()
@@ -191,23 +193,25 @@ class EditController(QObject):
         self.flush_views()
         self.settle()
         changes, self._pending = self._pending, None
-        doc = self.doc
-        if changes is None or doc is None:
+        if changes is None or self.doc is None:
             return
-        self._start(doc, changes)
+        self._start(changes)
 
-    def _start(self, doc: Document, changes: ChangeSet | None) -> None:
-        from onnxviz.check import validate
+    def _start(self, changes: ChangeSet | None) -> None:
         from onnxviz.ui.workers import Task
 
+        validator = self.validator
+        if validator is None:
+            return
         box: list[Any] = []
         self._task_result = box
 
         def job(_cancel: Any, _progress: Any) -> None:
             try:
-                box.append(validate(doc, changes))
+                validator.validate(changes)
+                box.append(None)
             except Exception as exc:  # a validator bug must not take the window down
-                box.append([_internal(exc)])
+                box.append(_internal(exc))
 
         task = Task(job, self)
         self._task = task
@@ -228,7 +232,7 @@ class EditController(QObject):
             return
         self._task = None
         if self._task_result and self.doc is not None:
-            self.diagnostics = self._task_result[0]
+            self.failure = self._task_result[0]
             self.last_validation_s = time.perf_counter() - self._task_started
             self._publish()
         self._task_result = []

@@ -130,7 +130,7 @@ def parser_for(doc: Document, edit: tuple[Any, ...]) -> Parser:
 
         def rename(t: str) -> C.Command:
             cmd = C.RenameValue(path, old, t.strip())
-            cmd._check(doc)  # the command's own reasons, before anything changes
+            cmd.check(doc)  # the command's own reasons, before anything changes
             return cmd
 
         return rename

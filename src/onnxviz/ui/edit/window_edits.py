@@ -124,17 +124,10 @@ class EditingMixin:
     def show_diagnostic_badges(self, diagnostics: list[Diagnostic]) -> None:
         counts: dict[str, list[str]] = {}
         if self.doc is not None:
-            scopes = {s.path: s for s in self.doc.scopes()}
-            for d in diagnostics:
-                loc = d.location
-                if not loc.node:
-                    continue
-                scope = scopes.get(loc.graph_path or "main")
-                index = scope.node_index(loc.node) if scope is not None else None
-                if index is not None:
-                    counts.setdefault(f"{scope.path}#{index}", []).append(  # type: ignore[union-attr]
-                        f"{d.severity.value} {d.code}: {d.message}"
-                    )
+            from onnxviz.check.validator import diagnostics_by_node
+
+            for node, found in diagnostics_by_node(self.doc, diagnostics).items():
+                counts[node.item_id] = [f"{d.severity.value} {d.code}: {d.message}" for d in found]
         self.badges = counts
         for item_id, node in self.graph_scene.nodes.items():
             node.set_problems(counts.get(item_id, []))
@@ -146,11 +139,12 @@ class EditingMixin:
         loc = d.location
         path = loc.graph_path or "main"
         try:
-            scope = self.doc.scope(path)
+            self.doc.scope(path)
         except KeyError:
             return
-        index = scope.node_index(loc.node) if loc.node else None
-        if index is not None:
+        node = self.doc.find_node(loc.node, path) if loc.node else None
+        if node is not None:
+            index = node.index
             self.reveal(path, index)
             self.show_node_properties(path, index)
             field = ""

@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import QMenu
 
 from onnxviz.errors import OnnxvizError
+from onnxviz.model.node_id import NodeId, resolve_address
 from onnxviz.runtime.compare import Comparison, compare_with_onnxruntime
 from onnxviz.runtime.events import FrameLeft, NodeFailed, Pause, RunFinished
 from onnxviz.runtime.inputs import FeedRecipe, input_specs
@@ -327,15 +328,12 @@ class RunPanel(QObject):
 
     # -- breakpoints -----------------------------------------------------------------------
     def address_of(self, graph_path: str, index: int) -> str:
-        return f"{graph_path}::{self.doc.scope(graph_path).node_label(index)}"
+        return NodeId(graph_path, index, self.doc.scope(graph_path).node_label(index)).address
 
     def key_of(self, address: str) -> tuple[str, int] | None:
-        path, _, label = address.partition("::")
-        try:
-            index = self.doc.scope(path).node_index(label)
-        except (KeyError, ValueError):
-            return None
-        return None if index is None else (path, index)
+        graphs = {s.path for s in self.doc.scopes()}
+        node = resolve_address(address, graphs, lambda p, lab: self.doc.scope(p).node_index(lab))
+        return None if node is None else (node.graph_path, node.index)
 
     def selected_address(self) -> str | None:
         node = self.window.view.selected_node()

@@ -1,0 +1,46 @@
+"""`Checkable`: what the validator needs of a document, as a typed protocol.
+
+`onnxviz.model.document.Document` is the one real implementation; tests validate bare
+ModelProtos through a small stand-in with the same members.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from onnx import ModelProto
+
+from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scopes import GraphScope
+
+
+class Checkable(Protocol):
+    """A model to validate, with its index and the loader's findings."""
+
+    @property
+    def model(self) -> ModelProto: ...
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """The loader's problems (D1xx and the like): reported first, never re-computed."""
+        ...
+
+    @property
+    def revision(self) -> int:
+        """Counts the edits: the validator tells from it whether it saw every one."""
+        ...
+
+    @property
+    def path(self) -> str | None: ...
+
+    @property
+    def base_dir(self) -> str | None:
+        """The folder external tensor data is read from."""
+        ...
+
+    @property
+    def source_format(self) -> str:
+        """ "protobuf" or "text": only a protobuf file's prefetched answers are reused."""
+        ...
+
+    def scopes(self) -> list[GraphScope]: ...
