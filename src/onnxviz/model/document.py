@@ -48,7 +48,7 @@ class Document:
         path: str | None = None,
         *,
         diagnostics: list[Diagnostic] | None = None,
-        original_bytes: bytes | None = None,
+        original_bytes: io.Original | None = None,
         source_format: io.SourceFormat = "protobuf",
     ) -> None:
         self.model = model

@@ -139,7 +139,14 @@ def check_external(
 
 
 def read_external_bytes(tensor: TensorProto, base_dir: str | None) -> memoryview:
-    """A read-only view of a tensor's external bytes (mapped, not copied)."""
+    """A read-only view of a tensor's external bytes (mapped, not copied).  A tensor
+    left in place in its own model file (`inplace`) reads from that file's map as it
+    was opened, whatever has been written over the path since."""
+    from onnxviz.model.inplace import read_inplace
+
+    kept = read_inplace(tensor)
+    if kept is not None:
+        return kept
     name = tensor.name or "<unnamed>"
     ref = external_ref(tensor)
     path = resolve_location(base_dir, ref.location, name)
