@@ -224,3 +224,36 @@ def test_files_below_the_size_threshold_are_parsed_whole(
     path = write(weights_model([big]), tmp_path / "m.onnx")
     kept = io.load(str(path)).model.graph.initializer[0]
     assert kept.HasField("raw_data") and not inplace.is_inplace(kept)
+
+
+def test_check_and_info_see_embedded_weights_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxviz.check import validate
+    from onnxviz.check.inference import infer_types
+    from onnxviz.model.summary import summarize
+
+    rng = np.random.default_rng(3)
+    weight = numpy_helper.from_array(rng.random((32, 32), np.float32), "w")
+    shape = numpy_helper.from_array(np.array([32, 1], np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+            helper.make_node("Reshape", ["y", "shape"], ["out"], name="reshape"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [32, 1])],
+        [weight, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "models").mkdir()
+    path = write(model, tmp_path / "models" / "m.onnx")
+    monkeypatch.chdir(tmp_path)  # not the model's folder
+    doc = Document.open(str(path))
+    assert inplace.is_inplace(doc.model.graph.initializer[0])
+    assert validate(doc) == []
+    out = infer_types(doc).graph("main")["out"]
+    assert [d.dim_value for d in out.tensor_type.shape.dim] == [32, 1]
+    assert summarize(doc.model)["external_data_files"] == []
