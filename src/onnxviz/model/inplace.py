@@ -181,7 +181,11 @@ def inplace_ref(tensor: TensorProto) -> InplaceRef | None:
     """The in-place reference of a tensor loaded by `scan`, or None."""
     if tensor.data_location != TensorProto.EXTERNAL:
         return None
-    fields = {e.key: e.value for e in tensor.external_data}
+    entries = tensor.external_data
+    # The token is written last (`_reference`, `repoint`): one look tells most tensors apart.
+    if not entries or entries[len(entries) - 1].key != INPLACE_KEY:
+        return None
+    fields = {e.key: e.value for e in entries}
     token = fields.get(INPLACE_KEY)
     if token is None:
         return None

@@ -20,7 +20,12 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 from onnxviz.errors import LoadError, SaveError
 from onnxviz.model import inplace
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
-from onnxviz.model.external import check_external, is_external, read_external_bytes
+from onnxviz.model.external import (
+    SizeCache,
+    check_external,
+    is_external,
+    read_external_bytes,
+)
 from onnxviz.model.save_commit import SaveCommit, finish_interrupted
 
 TEXT_SUFFIXES = (".onnxtxt", ".onnxtext", ".txt")
@@ -239,11 +244,12 @@ def _declared_nbytes(tensor: TensorProto) -> int | None:
 
 def external_diagnostics(model: ModelProto, base_dir: str | None) -> list[Diagnostic]:
     out: list[Diagnostic] = []
+    sizes: SizeCache = {}
     for site in iter_tensors(model):
         t = site.tensor
         if not is_external(t):
             continue
-        problem = check_external(t, base_dir, _declared_nbytes(t))
+        problem = check_external(t, base_dir, _declared_nbytes(t), sizes)
         if problem is None:
             continue
         code, message = problem
