@@ -13,6 +13,7 @@ from typing import Any
 from onnxviz.check.incremental import _store, assemble, full_run, incremental_run, state_of
 from onnxviz.check.inference import infer_value_types
 from onnxviz.check.registry import RULES, Rule
+from onnxviz.check.targets import DEFAULT_TARGET, TARGETS, Target, using_target
 from onnxviz.model import surgery
 from onnxviz.model.diagnostics import Diagnostic
 
@@ -20,14 +21,28 @@ from onnxviz.model.diagnostics import Diagnostic
 # runs, in its worker process; the model layer cannot import it, so it is handed over.
 surgery.TYPE_INFERENCE = infer_value_types
 
-__all__ = ["RULES", "Rule", "validate"]
+__all__ = ["RULES", "TARGETS", "Rule", "Target", "validate"]
+
+# The target of each document's latest run (by id: the incremental state it left is only
+# reusable for the same target).
+_TARGET_OF: dict[int, str] = {}
 
 
-def validate(doc: Any, changed: Any = None) -> list[Diagnostic]:
+def validate(doc: Any, changed: Any = None, *, target: str = DEFAULT_TARGET) -> list[Diagnostic]:
     """Every diagnostic for the document; with `changed` (the ChangeSet of the one command
     executed, undone or redone since the previous call), re-check only what it touched.
     When more than one edit happened since the previous call (the Document's revision
-    says so), a full run is made; merge ChangeSets if you validate less often."""
+    says so), a full run is made; merge ChangeSets if you validate less often.
+    ``target``: "onnx" (strict to the spec) or "onnxruntime" (its extensions accepted,
+    its contrib ops checked against its schemas): see `check.targets`."""
+    with using_target(target) as chosen:
+        if _TARGET_OF.get(id(doc)) != chosen:
+            changed = None  # the previous run's results were for the other target
+        _TARGET_OF[id(doc)] = chosen
+        return _validate(doc, changed)
+
+
+def _validate(doc: Any, changed: Any) -> list[Diagnostic]:
     scopes = list(doc.scopes())
     load_diags = list(getattr(doc, "diagnostics", []) or [])
     state = state_of(doc) if changed is not None else None

@@ -12,7 +12,8 @@ run while the parent runs its own rules.
 
 Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request is
 (kind, model bytes, the model's folder) with kind "infer" (a prepared copy),
-"prepare+infer" (the model as it is: the worker prepares its copy) or "check".
+"prepare+infer" (the model as it is: the worker prepares its copy), "check", or
+"onnxruntime-schemas" (no model: onnxruntime's operator schemas, `onnxruntime_ops`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def serve() -> None:
         except EOFError:
             return
         kind, data, base_dir = blob
+        if kind == "onnxruntime-schemas":
+            from onnxviz.check.onnxruntime_ops import read_onnxruntime_schemas
+
+            _write(stdout, ("schemas", read_onnxruntime_schemas()))
+            continue
         model = ModelProto()
         model.ParseFromString(data)
         if kind == "check":
@@ -188,3 +194,5 @@ class InferenceWorker:
 
 WORKER = InferenceWorker()
 CHECKER = InferenceWorker(what="onnx.checker")
+# Started only for the onnxruntime target: onnxruntime's schema registry is native code too.
+SCHEMAS = InferenceWorker(what="onnxruntime's schema registry")
