@@ -92,7 +92,7 @@ def measure(label: str, path: str) -> dict[str, float]:
             import subprocess
             t = time.perf_counter()
             env = dict(os.environ, PYTHONPATH={SRC!r}, QT_QPA_PLATFORM="offscreen")
-            r = subprocess.run([sys.executable, "-m", "onnxviz", "gui", {path!r},
+            r = subprocess.run([sys.executable, "-m", "onnxviz", {path!r},
                                 "--screenshot", {path + ".png"!r}], capture_output=True, env=env)
             done(seconds=time.perf_counter() - t, exit=r.returncode, tail=r.stderr.decode()[-300:])
             """

@@ -257,3 +257,58 @@ def test_check_and_info_see_embedded_weights_from_any_folder(
     out = infer_types(doc).graph("main")["out"]
     assert [d.dim_value for d in out.tensor_type.shape.dim] == [32, 1]
     assert summarize(doc.model)["external_data_files"] == []
+
+
+def test_recovery_snapshot_of_an_in_place_model_restores_and_saves_the_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onnxviz.model import recovery
+
+    monkeypatch.setenv("ONNXVIZ_RECOVERY_DIR", str(tmp_path / "recovery"))
+    array = np.random.default_rng(4).random((16, 16), np.float32)
+    path = write(weights_model([numpy_helper.from_array(array, "w")]), tmp_path / "m.onnx")
+    doc = Document.open(str(path))
+    doc.execute(SetAttribute("main", 0, helper.make_attribute("note", "unsaved")))
+    assert recovery.Autosaver(doc).save_now()
+    snapshot = recovery.pending()[0]
+    # The snapshot is small: the weights stay in the model file.
+    assert os.path.getsize(snapshot.snapshot) < array.nbytes
+    # A new session: the token in the snapshot names no map of this process.
+    monkeypatch.setattr(inplace, "SOURCES", inplace._Registry())
+    restored = snapshot.restore()
+    assert np.array_equal(restored.tensor_array(restored.model.graph.initializer[0]), array)
+    restored.save(str(tmp_path / "restored.onnx"))
+    saved = onnx.load(str(tmp_path / "restored.onnx"), load_external_data=False)
+    assert saved.graph.initializer[0].data_location == TensorProto.DEFAULT  # embedded again
+    assert np.array_equal(numpy_helper.to_array(saved.graph.initializer[0]), array)
+    assert saved.graph.node[0].attribute[0].s == b"unsaved"
+
+
+def test_onnxruntime_reads_the_plain_external_copy_from_the_model_folder(
+    tmp_path: Path,
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(5)
+    w = rng.random((32, 32), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = write(model, tmp_path / "m.onnx")
+    doc = Document.open(str(path))
+    plain = inplace.plain_external_copy(doc.model)
+    assert not inplace.is_inplace(plain.graph.initializer[0])
+    assert inplace.is_inplace(doc.model.graph.initializer[0])  # the document is untouched
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", str(tmp_path)
+    )
+    sess = ort.InferenceSession(plain.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    x = rng.random((1, 32), np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5)

@@ -81,6 +81,7 @@ class Document:
     @classmethod
     def from_model(cls, model: ModelProto, path: str | None = None) -> Document:
         base = os.path.dirname(os.path.abspath(path)) if path else None
+        io.inplace.adopt(model, base)  # weights another process left in place
         return cls(model, path, diagnostics=io.external_diagnostics(model, base))
 
     @property

@@ -211,6 +211,62 @@ def read_inplace(tensor: TensorProto) -> memoryview | None:
     return source.view(ref.offset, ref.length)
 
 
+def adopt(model: ModelProto, base_dir: str | None) -> None:
+    """Give in-place tensors whose source is not open in this process (a crash-recovery
+    snapshot, a model sent from another process) a source again: the file their location
+    names in ``base_dir``, which holds their bytes at their offsets.  Without this a save
+    would write them as references to a map that no longer exists."""
+    from onnxviz.errors import ExternalDataError
+    from onnxviz.model.external import resolve_location
+    from onnxviz.model.io import iter_tensors
+
+    opened: dict[str, InplaceSource | None] = {}
+    for site in iter_tensors(model):
+        tensor = site.tensor
+        ref = inplace_ref(tensor)
+        if ref is None or SOURCES.get(ref.token) is not None:
+            continue
+        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+        if location not in opened:
+            try:
+                opened[location] = SOURCES.open(resolve_location(base_dir, location))
+            except (ExternalDataError, OSError, ValueError):
+                opened[location] = None
+        source = opened[location]
+        if source is None or ref.offset + ref.length > len(source.data):
+            # Leave it as plain external data: the loader's D10x rules say what is wrong.
+            entries = [(e.key, e.value) for e in tensor.external_data if e.key != INPLACE_KEY]
+        else:
+            entries = [
+                (e.key, source.token if e.key == INPLACE_KEY else e.value)
+                for e in tensor.external_data
+            ]
+        del tensor.external_data[:]
+        for key, value in entries:
+            e = tensor.external_data.add()
+            e.key, e.value = key, value
+
+
+def plain_external_copy(model: ModelProto) -> ModelProto:
+    """A copy in which in-place tensors are plain external data (location: the model
+    file, offset, length; no token), for peers such as onnxruntime that read external
+    data themselves relative to the model's folder and refuse keys they do not know."""
+    from onnxviz.model.io import iter_tensors
+
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    for site in iter_tensors(copy):
+        tensor = site.tensor
+        if inplace_ref(tensor) is None:
+            continue
+        entries = [(e.key, e.value) for e in tensor.external_data if e.key != INPLACE_KEY]
+        del tensor.external_data[:]
+        for key, value in entries:
+            e = tensor.external_data.add()
+            e.key, e.value = key, value
+    return copy
+
+
 def _entry(key: str, value: str) -> bytes:
     k, v = key.encode(), value.encode()
     body = b"\x0a" + encode_varint(len(k)) + k + b"\x12" + encode_varint(len(v)) + v
