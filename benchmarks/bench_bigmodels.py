@@ -118,9 +118,12 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def write_single_file(path: str, total_bytes: int, matmuls: int = 16) -> str:
+def write_single_file(
+    path: str, total_bytes: int, matmuls: int = 16, *, sparse: bool = False
+) -> str:
     """``matmuls`` chained MatMuls whose square float32 weights total ``total_bytes``,
-    embedded as raw_data; written field by field so the weights are never in memory."""
+    embedded as raw_data; written field by field so the weights are never in memory.
+    ``sparse``: the weights are holes in the file (zeros, no disk, no time to write)."""
     side = int((total_bytes / matmuls / 4) ** 0.5)
     nodes, weights = [], []
     prev = "x"
@@ -151,7 +154,11 @@ def write_single_file(path: str, total_bytes: int, matmuls: int = 16) -> str:
         fh.write(b"\x3a" + _varint(graph_len) + graph_bytes)  # graph, field 7
         for f in framed:
             fh.write(f)
-            fh.write(block)
+            if sparse:
+                fh.seek(nbytes, os.SEEK_CUR)
+            else:
+                fh.write(block)
+        fh.truncate()
     return path
 
 
