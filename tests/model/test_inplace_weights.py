@@ -312,3 +312,52 @@ def test_onnxruntime_reads_the_plain_external_copy_from_the_model_folder(
     x = rng.random((1, 32), np.float32)
     (y,) = sess.run(None, {"x": x})
     np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=6),
+    places=st.lists(st.sampled_from(["init", "attr", "branch", "sparse"]), min_size=6, max_size=6),
+    threshold=st.sampled_from([1, 100, 256, 2000]),
+)
+def test_scan_then_streamed_save_reproduces_the_file(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], places: list[str], threshold: int
+) -> None:
+    """Differential: for any mix of tensor sites and sizes, the in-place load followed by
+    a streamed save gives protobuf's own serialization of the model, byte for byte."""
+    inits, nodes, sparse, branch_inits = [], [], [], []
+    for i, (size, place) in enumerate(zip(sizes, places)):
+        t = numpy_helper.from_array(np.arange(size, dtype=np.uint8), f"t{i}")
+        if place == "init":
+            inits.append(t)
+        elif place == "attr":
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=t))
+        elif place == "sparse" and size:
+            idx = numpy_helper.from_array(np.arange(size, dtype=np.int64), f"i{i}")
+            sparse.append(helper.make_sparse_tensor(t, idx, [size]))
+        else:
+            branch_inits.append(t)
+    body = helper.make_graph([], "body", [], [], branch_inits)
+    nodes.append(helper.make_node("If", ["cond"], [], then_branch=body, else_branch=body))
+    graph = helper.make_graph(nodes, "g", [], [], inits, sparse_initializer=sparse)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    folder = tmp_path_factory.mktemp("m")
+    path = write(model, folder / "m.onnx")
+    old_threshold = inplace.MIN_TENSOR_BYTES
+    inplace.MIN_TENSOR_BYTES = threshold
+    try:
+        loaded = io.load(str(path))
+    finally:
+        inplace.MIN_TENSOR_BYTES = old_threshold
+    kept = 0
+    for site in io.iter_tensors(loaded.model):
+        if inplace.is_inplace(site.tensor):
+            kept += 1
+            assert inplace.inplace_ref(site.tensor).length >= threshold  # type: ignore[union-attr]
+    biggest = max(
+        size * (8 if place == "sparse" and size else 1) for size, place in zip(sizes, places)
+    )  # (a sparse tensor's int64 indices are 8 bytes an element)
+    assert (kept > 0) == (biggest >= threshold)
+    doc = Document(loaded.model, str(path))
+    doc.save(str(folder / "again.onnx"))
+    assert (folder / "again.onnx").read_bytes() == model.SerializeToString()
