@@ -361,3 +361,29 @@ def test_scan_then_streamed_save_reproduces_the_file(
     doc = Document(loaded.model, str(path))
     doc.save(str(folder / "again.onnx"))
     assert (folder / "again.onnx").read_bytes() == model.SerializeToString()
+
+
+def test_the_interpreter_runs_on_weights_left_in_place(tmp_path: Path) -> None:
+    import onnxviz
+
+    rng = np.random.default_rng(6)
+    weights = [rng.standard_normal((24, 24)).astype(np.float32) for _ in range(3)]
+    nodes, prev = [], "x"
+    for i in range(3):
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
+        prev = f"y{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 24])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 24])],
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = write(model, tmp_path / "m.onnx")
+    doc = onnxviz.open_model(str(path))
+    assert all(inplace.is_inplace(t) for t in doc.model.graph.initializer)
+    x = rng.standard_normal((2, 24)).astype(np.float32)
+    got = onnxviz.Session(doc).run({"x": x})[prev]
+    np.testing.assert_allclose(got, x @ weights[0] @ weights[1] @ weights[2], rtol=1e-4, atol=1e-5)

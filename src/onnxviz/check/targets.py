@@ -22,6 +22,11 @@ from typing import Literal
 Target = Literal["onnx", "onnxruntime"]
 TARGETS: tuple[Target, ...] = ("onnx", "onnxruntime")
 DEFAULT_TARGET: Target = "onnx"
+# What a chooser (the GUI's) shows for each target.
+TARGET_LABELS: dict[Target, str] = {
+    "onnx": "ONNX spec (strict, portable)",
+    "onnxruntime": "onnxruntime (its extensions and contrib operators)",
+}
 
 _CURRENT: contextvars.ContextVar[Target] = contextvars.ContextVar(
     "onnxviz_check_target", default=DEFAULT_TARGET
