@@ -286,6 +286,15 @@ def main() -> None:
     parser.add_argument("--only", choices=["single", "external"], default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        # The floor: what a one-node model costs (interpreter start, imports, workers).
+        tiny = os.path.join(tmp, "tiny.onnx")
+        write_single_file(tiny, 64, matmuls=1)
+        report(
+            "== floor: a one-node model",
+            tiny,
+            ["onnx.load", "onnxviz open", "onnxviz info", "onnxviz check"],
+            args.rounds,
+        )
         if args.only in (None, "single"):
             path = write_single_file(os.path.join(tmp, "single.onnx"), int(args.gib * 2**30))
             size = os.path.getsize(path) / 2**30
