@@ -149,8 +149,14 @@ class InplaceSource:
     def copy_to(self, fh: IO[bytes], offset: int, length: int) -> None:
         """Write ``length`` bytes from ``offset`` in chunks read with pread (the pages
         go through the page cache, not into this process's resident memory)."""
+        pread = getattr(os, "pread", None)  # (not on Windows: read through the map)
         while length > 0:
-            chunk = os.pread(self.fd, min(length, _CHUNK), offset)
+            size = min(length, _CHUNK)
+            chunk = (
+                pread(self.fd, size, offset)
+                if pread is not None
+                else bytes(self.data[offset : offset + size])
+            )
             if not chunk:
                 raise OSError(f"'{self.path}' is shorter than when it was opened")
             fh.write(chunk)
