@@ -335,6 +335,24 @@ def o020(bad: bool) -> ModelProto:
     return model([node], [vi("x")], [vi("y")], [init("scale")])
 
 
+def o021(bad: bool) -> ModelProto:
+    # An onnxruntime contrib operator, for the onnx target: runs in onnxruntime only.
+    node = (
+        helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
+        if bad
+        else helper.make_node("Gelu", ["x"], ["y"])
+    )
+    return model([node], [vi("x")], [vi("y")], opset=20, opsets=[("com.microsoft", 1)])
+
+
+def o022(bad: bool) -> ModelProto:
+    # For the onnxruntime target (test_rules.ONNXRUNTIME_TARGET): a contrib op it lacks.
+    node = helper.make_node(
+        "FastGeluu" if bad else "FastGelu", ["x"], ["y"], domain="com.microsoft"
+    )
+    return model([node], [vi("x")], [vi("y")], opsets=[("com.microsoft", 1)])
+
+
 def o019(bad: bool) -> ModelProto:
     # skl2onnx 1.20 writes ('', 17) twice: redundant, the same opset either way.
     return simple(opsets=[("", 17)] if bad else [("com.example", 1)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from onnxviz.check.checkable import Checkable
 from onnxviz.check.inference import infer_value_types
 from onnxviz.check.registry import RULES, Rule
+from onnxviz.check.targets import DEFAULT_TARGET, TARGETS, Target
 from onnxviz.check.validator import Validator
 from onnxviz.model import surgery
 from onnxviz.model.diagnostics import Diagnostic
@@ -20,10 +21,12 @@ from onnxviz.model.diagnostics import Diagnostic
 # runs, in its worker process; the model layer cannot import it, so it is handed over.
 surgery.TYPE_INFERENCE = infer_value_types
 
-__all__ = ["RULES", "Checkable", "Rule", "Validator", "validate"]
+__all__ = ["RULES", "TARGETS", "Checkable", "Rule", "Target", "Validator", "validate"]
 
 
-def validate(doc: Checkable) -> list[Diagnostic]:
+def validate(doc: Checkable, *, target: str = DEFAULT_TARGET) -> list[Diagnostic]:
     """Every diagnostic for the document, from a full run (a document open for editing
-    keeps a `Validator` instead, which re-checks only what each edit touched)."""
-    return Validator(doc).validate()
+    keeps a `Validator` instead, which re-checks only what each edit touched).
+    ``target``: "onnx" (strict to the spec) or "onnxruntime" (its extensions accepted,
+    its contrib ops checked against its schemas): see `check.targets`."""
+    return Validator(doc, target=target).validate()

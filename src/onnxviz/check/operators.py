@@ -15,9 +15,15 @@ from onnxviz.check.context import (
     known_max_version,
     norm_domain,
 )
-from onnxviz.check.onnxruntime_ops import default_domain_extensions
+from onnxviz.check.onnxruntime_ops import (
+    ONNXRUNTIME,
+    ORT_DOMAINS,
+    PortableSchema,
+    default_domain_extensions,
+)
 from onnxviz.check.registry import diag
-from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.check.targets import current_target
+from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scopes import GraphScope
 
 _A = AttributeProto
@@ -106,44 +112,17 @@ def node_rules(ctx: CheckContext, scope: GraphScope, index: int) -> list[Diagnos
             )
         )
         return out
-    schema = get_schema(domain, node.op_type, version)
+    schema: OpSchema | PortableSchema | None = get_schema(domain, node.op_type, version)
     if schema is None:
-        if domain == "" and node.op_type in default_domain_extensions():
-            out.append(
-                diag(
-                    "O020",
-                    f"Operator '{node.op_type}' is not an ONNX operator (opset {version} of "
-                    f"'ai.onnx' has none by that name), but onnxruntime runs it as an extension "
-                    f"of that domain (node '{label}'): the model runs in onnxruntime and is not "
-                    "portable to other runtimes.",
-                    path,
-                    node=label,
-                    field="op_type",
-                )
-            )
-        elif domain in ONNX_DOMAINS:
-            shown = domain or "ai.onnx"
-            out.append(
-                diag(
-                    "O003",
-                    f"Operator '{node.op_type}' does not exist in opset {version} of domain '{shown}' "
-                    f"(node '{label}').",
-                    path,
-                    node=label,
-                    field="op_type",
-                )
-            )
+        if current_target() == "onnxruntime":
+            found, said = _onnxruntime_schema(domain, node, version, label, path)
+            out.extend(said)
+            if found is None:
+                return out
+            schema = found
         else:
-            out.append(
-                diag(
-                    "O004",
-                    f"No schema is known for '{node.op_type}' of custom domain '{domain}'; "
-                    "its signature is not checked.",
-                    path,
-                    node=label,
-                )
-            )
-        return out
+            out.append(_not_in_onnx(domain, node, version, label, path))
+            return out
     if schema.deprecated:
         out.append(
             diag(
@@ -158,7 +137,105 @@ def node_rules(ctx: CheckContext, scope: GraphScope, index: int) -> list[Diagnos
     return out
 
 
-def _arity_rules(schema: OpSchema, node: NodeProto, label: str, path: str) -> list[Diagnostic]:
+def _not_in_onnx(domain: str, node: NodeProto, version: int, label: str, path: str) -> Diagnostic:
+    """The ``onnx`` target's word on an operator ONNX has no schema for."""
+    if domain == "" and node.op_type in default_domain_extensions():
+        return diag(
+            "O020",
+            f"Operator '{node.op_type}' is not an ONNX operator (opset {version} of "
+            f"'ai.onnx' has none by that name), but onnxruntime runs it as an extension "
+            f"of that domain (node '{label}'): the model runs in onnxruntime and is not "
+            "portable to other runtimes.",
+            path,
+            node=label,
+            field="op_type",
+        )
+    if domain in ONNX_DOMAINS:
+        shown = domain or "ai.onnx"
+        return diag(
+            "O003",
+            f"Operator '{node.op_type}' does not exist in opset {version} of domain '{shown}' "
+            f"(node '{label}').",
+            path,
+            node=label,
+            field="op_type",
+        )
+    if domain in ORT_DOMAINS:
+        return diag(
+            "O021",
+            f"Operator '{node.op_type}' of domain '{domain}' (node '{label}') is an onnxruntime "
+            "contrib operator: onnxruntime runs it, other runtimes may not, so the model is not "
+            "portable; check with the onnxruntime target to check it against onnxruntime's "
+            "schema.",
+            path,
+            node=label,
+            field="domain",
+        )
+    return diag(
+        "O004",
+        f"No schema is known for '{node.op_type}' of custom domain '{domain}'; "
+        "its signature is not checked.",
+        path,
+        node=label,
+    )
+
+
+def _onnxruntime_schema(
+    domain: str, node: NodeProto, version: int, label: str, path: str
+) -> tuple[PortableSchema | None, list[Diagnostic]]:
+    """The ``onnxruntime`` target: onnxruntime's schema for a node ONNX has none for,
+    or what to say instead."""
+    found = ONNXRUNTIME.schema(domain, node.op_type, version)
+    if found is not None:
+        extra = []
+        if domain == "":
+            extra.append(
+                diag(
+                    "O020",
+                    f"Operator '{node.op_type}' (node '{label}') is an onnxruntime extension "
+                    f"of the default domain (ONNX opset {version} has none by that name): "
+                    "accepted for the onnxruntime target and checked against onnxruntime's "
+                    "schema; other runtimes will not run it.",
+                    path,
+                    node=label,
+                    field="op_type",
+                    severity=Severity.INFO,
+                )
+            )
+        return found, extra
+    if not ONNXRUNTIME.available():
+        # No onnxruntime to ask: the onnx target's word, noting what is missing.
+        return None, [_not_in_onnx(domain, node, version, label, path)]
+    shown = domain or "ai.onnx"
+    if domain in ONNX_DOMAINS:
+        return None, [_not_in_onnx(domain, node, version, label, path)]
+    if domain in ORT_DOMAINS:
+        known = ONNXRUNTIME.knows(domain, node.op_type)
+        reason = f"only from a later opset than {version}" if known else "no operator by that name"
+        return None, [
+            diag(
+                "O022",
+                f"onnxruntime has {reason} for '{node.op_type}' in domain '{shown}' "
+                f"(node '{label}'): onnxruntime cannot run the model.",
+                path,
+                node=label,
+                field="op_type",
+            )
+        ]
+    return None, [
+        diag(
+            "O004",
+            f"No schema is known for '{node.op_type}' of custom domain '{domain}' (neither ONNX "
+            "nor onnxruntime defines it); its signature is not checked.",
+            path,
+            node=label,
+        )
+    ]
+
+
+def _arity_rules(
+    schema: OpSchema | PortableSchema, node: NodeProto, label: str, path: str
+) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     n_in, n_out = len(node.input), len(node.output)
     if not schema.min_input <= n_in <= schema.max_input:
@@ -194,7 +271,7 @@ def _arity_rules(schema: OpSchema, node: NodeProto, label: str, path: str) -> li
             if nm:
                 continue
             formal = formals[min(i, len(formals) - 1)]
-            if formal.option == _OPTION.Single:
+            if int(formal.option) == int(_OPTION.Single):
                 out.append(
                     diag(
                         "G006",
@@ -322,7 +399,7 @@ def _attribute_shape_rules(
 
 
 def _schema_attribute_rules(
-    schema: OpSchema, node: NodeProto, label: str, path: str
+    schema: OpSchema | PortableSchema, node: NodeProto, label: str, path: str
 ) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     formal = schema.attributes

@@ -18,10 +18,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from onnxviz.check.checkable import Checkable
 
-# Bigger files are not sent twice: inference gets a copy without the big tensor data
-# once the Document is loaded (check.inference.prepare_for_inference).
-_MAX_BYTES = 256 << 20
-
 _lock = threading.Lock()
 _pending: dict[str, tuple[tuple[int, int], Callable[[], Any], Callable[[], Any]]] = {}
 
@@ -35,11 +31,15 @@ def prefetch(path: str) -> None:
     """Send the file at ``path`` to the inference and checker workers (no-op for a file
     that cannot be read or is too big: the loader will say what is wrong)."""
     from onnxviz.check.worker import CHECKER, WORKER
+    from onnxviz.model import inplace
 
     path = os.path.abspath(path)
     try:
         ident = _identity(path)
-        if ident[1] > _MAX_BYTES:
+        if ident[1] >= inplace.MIN_FILE_SIZE:
+            # The loader leaves such a file's big tensors in place (model.inplace): the
+            # workers get that small copy once it is loaded, not every weight to parse
+            # (a 200 MB file sent whole cost a worker 600 MB).
             return
         with open(path, "rb") as fh:
             data = fh.read()

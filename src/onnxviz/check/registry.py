@@ -283,6 +283,21 @@ _TABLE: list[tuple[str, Severity, str, str, str]] = [
         "the model runs in onnxruntime only; for other runtimes use a standard decomposition",
     ),
     (
+        "O021",
+        I,
+        "IR#operators",
+        "an operator of onnxruntime's own domains (com.microsoft, ...): onnxruntime runs it, "
+        "the model is not portable",
+        "check with the onnxruntime target to check such nodes against onnxruntime's schemas",
+    ),
+    (
+        "O022",
+        E,
+        "IR#operators",
+        "onnxruntime has no such operator in its domain at the imported opset (onnxruntime target)",
+        "check the op_type spelling, the domain and the opset version",
+    ),
+    (
         "O019",
         W,
         "IR#operator-set-identifiers",

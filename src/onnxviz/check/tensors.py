@@ -83,6 +83,20 @@ def tensor_problems(t: TensorProto) -> list[Problem]:
     typed = [f for f in _TYPED_FIELDS if len(getattr(t, f))]
     has_raw = t.HasField("raw_data")
     if t.data_location == TensorProto.EXTERNAL:
+        from onnxviz.model.inplace import inplace_ref
+
+        kept = inplace_ref(t)
+        if kept is not None and dt in _BITS and dt != TensorProto.STRING:
+            # Embedded raw_data the loader left in the file (model.inplace): check it as such.
+            want = (n * _BITS[dt] + 7) // 8
+            if kept.length != want:
+                out.append(
+                    (
+                        "D201",
+                        f"has {kept.length} bytes of raw_data but its dims {list(t.dims)} need {want}",
+                    )
+                )
+            return out
         out.extend(_external_problems(t))
         if typed or has_raw:
             out.append(

@@ -20,6 +20,7 @@ from onnxviz.check.checkable import Checkable
 from onnxviz.check.incremental import ValidationState, assemble, full_run, incremental_run
 from onnxviz.check.inference import TypeMap
 from onnxviz.check.quick import IndexBefore, quick_check
+from onnxviz.check.targets import DEFAULT_TARGET, check_target, using_target
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.node_id import NodeId
@@ -30,8 +31,9 @@ Listener = Callable[[list[Diagnostic]], None]
 class Validator:
     """Validates one document, incrementally after each edit, and keeps the answer."""
 
-    def __init__(self, doc: Checkable) -> None:
+    def __init__(self, doc: Checkable, *, target: str = DEFAULT_TARGET) -> None:
         self.doc = doc
+        self._target = check_target(target)
         self._state: ValidationState | None = None
         self._results: list[Diagnostic] = list(doc.diagnostics)
         self._provisional: list[Diagnostic] = []
@@ -66,6 +68,18 @@ class Validator:
         """Seconds spent in the last full run's parts (inference, checker, rules)."""
         return {} if self._state is None else dict(self._state.timings)
 
+    @property
+    def target(self) -> str:
+        """What the document is checked against: "onnx" or "onnxruntime" (`check.targets`)."""
+        return self._target
+
+    def set_target(self, target: str) -> list[Diagnostic]:
+        """Check against another target from now on (a full run: the kept per-rule results
+        were for the other one)."""
+        self._target = check_target(target)
+        self._state = None
+        return self.validate()
+
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(diagnostics)`` after each change; returns the unsubscriber."""
         self._listeners.append(listener)
@@ -83,7 +97,7 @@ class Validator:
         is re-checked; the answer equals a full run's.  When more than one edit happened
         since the previous call (the document's revision says so) a full run is made:
         merge ChangeSets if you validate less often."""
-        with self._lock:
+        with self._lock, using_target(self._target):
             doc = self.doc
             scopes = list(doc.scopes())
             load_diags = list(doc.diagnostics)

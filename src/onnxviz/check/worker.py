@@ -14,7 +14,8 @@ Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request 
 (kind, model bytes, the model's folder) with kind "infer" (a prepared copy),
 "prepare+infer" (the model as it is: the worker prepares its copy), "check", or
 "parse" (the bytes are ONNX text format; the answer is the parsed model's bytes or
-onnx.parser's complaint).
+onnx.parser's complaint), or "onnxruntime-schemas" (no model: onnxruntime's operator
+schemas, `onnxruntime_ops`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def serve() -> None:
         kind, data, base_dir = blob
         if kind == "parse":
             _write(stdout, _parse(data))
+            continue
+        if kind == "onnxruntime-schemas":
+            from onnxviz.check.onnxruntime_ops import read_onnxruntime_schemas
+
+            _write(stdout, ("schemas", read_onnxruntime_schemas()))
             continue
         model = ModelProto()
         model.ParseFromString(data)
@@ -205,3 +211,5 @@ class InferenceWorker:
 
 WORKER = InferenceWorker()
 CHECKER = InferenceWorker(what="onnx.checker")
+# Started only for the onnxruntime target: onnxruntime's schema registry is native code too.
+SCHEMAS = InferenceWorker(what="onnxruntime's schema registry")

@@ -1,4 +1,5 @@
-"""`onnxviz check MODEL [--json]`: every problem in a model, located (DESIGN.md §7).
+"""`onnxviz check MODEL [--json] [--target onnx|onnxruntime]`: every problem in a model,
+located (DESIGN.md §7).  The target says what the model is checked against (`check.targets`).
 
 Exit status: 0 when no error was found (warnings and infos may be), 1 when errors were
 found, 2 when the model cannot be read (raised as LoadError and reported by cli.main).
@@ -23,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the diagnostics as one JSON list"
     )
+    parser.add_argument(
+        "--target",
+        choices=("onnx", "onnxruntime"),
+        default="onnx",
+        help="onnx (default): strict to the ONNX spec; onnxruntime: accept onnxruntime's "
+        "extensions and check its contrib operators against onnxruntime's own schemas",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     prefetch(args.model)
     try:
         doc = Document.open(args.model)
-        diags = validate(doc)
+        diags = validate(doc, target=args.target)
     finally:
         discard(args.model)  # a file that did not load leaves its answers unread
     if args.json:

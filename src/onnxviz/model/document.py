@@ -49,7 +49,7 @@ class Document:
         path: str | None = None,
         *,
         diagnostics: list[Diagnostic] | None = None,
-        original_bytes: bytes | None = None,
+        original_bytes: io.Original | None = None,
         source_format: io.SourceFormat = "protobuf",
     ) -> None:
         self.model = model
@@ -82,6 +82,7 @@ class Document:
     @classmethod
     def from_model(cls, model: ModelProto, path: str | None = None) -> Document:
         base = os.path.dirname(os.path.abspath(path)) if path else None
+        io.inplace.adopt(model, base)  # weights another process left in place
         return cls(model, path, diagnostics=io.external_diagnostics(model, base))
 
     @property

@@ -101,8 +101,15 @@ class _MappedFiles:
 MAPPED_FILES = _MappedFiles()
 
 
+# location -> (real path, size), or why it has neither; shared by one pass over a model.
+SizeCache = dict[str, tuple[str, int] | ExternalDataError | OSError]
+
+
 def check_external(
-    tensor: TensorProto, base_dir: str | None, expected_nbytes: int | None
+    tensor: TensorProto,
+    base_dir: str | None,
+    expected_nbytes: int | None,
+    sizes: SizeCache | None = None,
 ) -> tuple[str, str] | None:
     """Cheap validity check without reading data: None, or (code, sentence).
 
@@ -114,14 +121,23 @@ def check_external(
         ref = external_ref(tensor)
     except ExternalDataError as exc:
         return "D105", exc.message
-    try:
-        path = resolve_location(base_dir, ref.location, name)
-    except ExternalDataError as exc:
-        return "D102", exc.message
-    try:
-        size = os.stat(path).st_size
-    except OSError:
+    # An LLM export has thousands of tensors in one or a few files: ``sizes`` keeps each
+    # location's resolved path and size (or why it has none) for the next tensor.
+    known = sizes.get(ref.location) if sizes is not None else None
+    if known is None:
+        try:
+            path = resolve_location(base_dir, ref.location, name)
+            known = (path, os.stat(path).st_size)
+        except (ExternalDataError, OSError) as exc:
+            known = exc
+        if sizes is not None:
+            sizes[ref.location] = known
+    if isinstance(known, ExternalDataError):
+        problem = resolve_problem(base_dir, ref.location, name)
+        return "D102", problem
+    if isinstance(known, OSError):
         return "D101", f"tensor '{name}': external data file '{ref.location}' is missing"
+    size = known[1]
     end = ref.offset + (ref.length if ref.length is not None else 0)
     if ref.offset > size or end > size:
         return "D103", (
@@ -138,8 +154,24 @@ def check_external(
     return None
 
 
+def resolve_problem(base_dir: str | None, location: str, tensor_name: str) -> str:
+    """Why ``location`` cannot be used, in a sentence naming the tensor."""
+    try:
+        resolve_location(base_dir, location, tensor_name)
+    except ExternalDataError as exc:
+        return exc.message
+    return f"tensor '{tensor_name}': external location '{location}' cannot be used"
+
+
 def read_external_bytes(tensor: TensorProto, base_dir: str | None) -> memoryview:
-    """A read-only view of a tensor's external bytes (mapped, not copied)."""
+    """A read-only view of a tensor's external bytes (mapped, not copied).  A tensor
+    left in place in its own model file (`inplace`) reads from that file's map as it
+    was opened, whatever has been written over the path since."""
+    from onnxviz.model.inplace import read_inplace
+
+    kept = read_inplace(tensor)
+    if kept is not None:
+        return kept
     name = tensor.name or "<unnamed>"
     ref = external_ref(tensor)
     path = resolve_location(base_dir, ref.location, name)

@@ -18,8 +18,14 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from onnxviz.errors import LoadError, SaveError
+from onnxviz.model import inplace
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
-from onnxviz.model.external import check_external, is_external, read_external_bytes
+from onnxviz.model.external import (
+    SizeCache,
+    check_external,
+    is_external,
+    read_external_bytes,
+)
 from onnxviz.model.save_commit import SaveCommit, finish_interrupted
 
 TEXT_SUFFIXES = (".onnxtxt", ".onnxtext", ".txt")
@@ -30,11 +36,15 @@ WriteFn = Callable[[IO[bytes]], object]
 PROTOBUF_LIMIT = 2**31 - 1
 
 
+# An unmodified document's file: its bytes, or the map its big tensors were left in.
+Original = bytes | inplace.InplaceSource
+
+
 @dataclass
 class Loaded:
     model: ModelProto
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    original_bytes: bytes | None = None
+    original_bytes: Original | None = None
     source_format: SourceFormat = "protobuf"
     # What the loader did about a save of this file that a kill interrupted (save_commit).
     recovered: list[str] = field(default_factory=list)
@@ -97,6 +107,15 @@ def load(path: str) -> Loaded:
     path = os.fspath(path)
     # A save of this model that a kill interrupted is finished or undone first.
     recovered = finish_interrupted(path) if os.path.isfile(path) else []
+    kept = _load_inplace(path)
+    if kept is not None:
+        model, source = kept
+        loaded = Loaded(model, original_bytes=source, source_format="protobuf")
+        loaded.diagnostics.extend(
+            external_diagnostics(model, os.path.dirname(os.path.abspath(path)))
+        )
+        loaded.recovered = recovered
+        return loaded
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -117,6 +136,28 @@ def load(path: str) -> Loaded:
     loaded.diagnostics.extend(external_diagnostics(model, os.path.dirname(os.path.abspath(path))))
     loaded.recovered = recovered
     return loaded
+
+
+def _load_inplace(path: str) -> tuple[ModelProto, inplace.InplaceSource] | None:
+    """A big protobuf file parsed with its big tensors left in the file (`inplace`);
+    None for small files, text, or anything the scan does not understand (the ordinary
+    parse then runs and names the problem)."""
+    if _is_text_path(path):
+        return None
+    try:
+        if os.path.getsize(path) < inplace.MIN_FILE_SIZE:
+            return None
+        with open(path, "rb") as fh:
+            if _looks_like_text(fh.read(4096)):
+                return None
+        kept = inplace.load_inplace(path)
+    except (OSError, ValueError):
+        return None
+    except DecodeError:
+        return None
+    if kept is None or not kept[0].HasField("graph"):
+        return None
+    return kept
 
 
 def _parses_as_model(data: bytes) -> bool:
@@ -203,11 +244,12 @@ def _declared_nbytes(tensor: TensorProto) -> int | None:
 
 def external_diagnostics(model: ModelProto, base_dir: str | None) -> list[Diagnostic]:
     out: list[Diagnostic] = []
+    sizes: SizeCache = {}
     for site in iter_tensors(model):
         t = site.tensor
         if not is_external(t):
             continue
-        problem = check_external(t, base_dir, _declared_nbytes(t))
+        problem = check_external(t, base_dir, _declared_nbytes(t), sizes)
         if problem is None:
             continue
         code, message = problem
@@ -278,7 +320,7 @@ def save(
     external_data: ExternalMode = "keep",
     threshold: int = 1024,
     data_file: str | None = None,
-    original_bytes: bytes | None = None,
+    original_bytes: Original | None = None,
     text: bool | None = None,
 ) -> ModelProto:
     """Write ``model`` atomically to ``path``; returns the model as saved (external
@@ -302,22 +344,24 @@ def save(
             data = printer.to_text(out).encode("utf-8")
             _atomic_write(path, lambda fh: fh.write(data))
             return out
-        externals = _external_tensors(model)
+        externals = [t for t in _external_tensors(model) if not inplace.is_inplace(t)]
         if external_data == "keep" and (not externals or same_dir):
-            if original_bytes is not None:
-                _atomic_write(path, lambda fh: fh.write(original_bytes))
+            if isinstance(original_bytes, inplace.InplaceSource):
+                source = original_bytes
+                size = len(source.data)
+                _atomic_write(path, lambda fh: source.copy_to(fh, 0, size))
                 return model
-            payload = model.SerializeToString()
-            _check_size(payload, path)
-            _atomic_write(path, lambda fh: fh.write(payload))
+            if original_bytes is not None:
+                data = original_bytes
+                _atomic_write(path, lambda fh: fh.write(data))
+                return model
+            _write_model(model, path)
             return model
         out = ModelProto()
         out.CopyFrom(model)
         if external_data == "embed":
-            _embed_all(out, source_dir)
-            payload = out.SerializeToString()
-            _check_size(payload, path)
-            _atomic_write(path, lambda fh: fh.write(payload))
+            _embed_all(out, source_dir, keep_inplace=True)
+            _write_model(out, path)
             return out
         # "external", or "keep" into another folder: one fresh data file beside the model,
         # put in place together with the model (save_commit: a kill never splits them).
@@ -326,10 +370,18 @@ def save(
         commit = SaveCommit(path)
         try:
             _write_external(out, source_dir, target_dir, data_name, min_size, commit)
-            payload = out.SerializeToString()
-            _check_size(payload, path)
-            commit.stage(path, lambda fh: fh.write(payload))
-            commit.commit()
+            streamed = inplace.serialize(out)
+            if streamed is None:
+                payload = out.SerializeToString()
+                _check_size(len(payload), path)
+                commit.stage(path, lambda fh: fh.write(payload))
+                commit.commit()
+            else:
+                _check_size(streamed.size, path)
+                starts: list[int] = []
+                commit.stage(path, lambda fh: starts.extend(streamed.write(fh)))
+                commit.commit()
+                inplace.repoint(streamed.tensors, starts, path)
         except BaseException:
             commit.abort()
             raise
@@ -345,16 +397,36 @@ def save(
         raise SaveError(f"cannot save the model ({type(exc).__name__}: {exc})", file=path) from None
 
 
-def _check_size(payload: bytes, path: str) -> None:
-    if len(payload) > PROTOBUF_LIMIT:
+def _write_model(model: ModelProto, path: str) -> None:
+    """Write ``model`` atomically, streaming its in-place tensors' bytes from their
+    files (never a copy of the whole model in memory); then those tensors refer to
+    the new file."""
+    streamed = inplace.serialize(model)
+    if streamed is None:
+        payload = model.SerializeToString()
+        _check_size(len(payload), path)
+        _atomic_write(path, lambda fh: fh.write(payload))
+        return
+    _check_size(streamed.size, path)
+    starts: list[int] = []
+    _atomic_write(path, lambda fh: starts.extend(streamed.write(fh)))
+    inplace.repoint(streamed.tensors, starts, path)
+
+
+def _check_size(size: int, path: str) -> None:
+    if size > PROTOBUF_LIMIT:
         raise SaveError(
             "the model is over 2 GiB, the protobuf limit: save with external data",
             file=path,
         )
 
 
-def _embed_all(model: ModelProto, source_dir: str | None) -> None:
+def _embed_all(model: ModelProto, source_dir: str | None, *, keep_inplace: bool = False) -> None:
+    """Embed external tensors' bytes (with ``keep_inplace``, in-place ones stay as they
+    are: the streamed save embeds them without a copy in memory)."""
     for tensor in _external_tensors(model):
+        if keep_inplace and inplace.is_inplace(tensor):
+            continue
         data = bytes(read_external_bytes(tensor, source_dir))
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
@@ -375,6 +447,8 @@ def _write_external(
     chosen: list[tuple[TensorProto, bytes | memoryview]] = []
     for site in iter_tensors(model):
         t = site.tensor
+        if min_size is None and inplace.is_inplace(t):
+            continue  # "keep": weights embedded in the model stay embedded (streamed)
         if is_external(t):
             chosen.append((t, read_external_bytes(t, source_dir)))
         elif (

@@ -41,8 +41,11 @@ def summarize(model: ModelProto) -> dict[str, Any]:
         s.values.name for s in graph.sparse_initializer
     }
     files = set()
+    from onnxviz.model.inplace import is_inplace
+
     for site in iter_tensors(model):
-        if is_external(site.tensor):
+        # (a weight left in place is in the model file itself, not in a data file)
+        if is_external(site.tensor) and not is_inplace(site.tensor):
             try:
                 files.add(external_ref(site.tensor).location)
             except Exception:

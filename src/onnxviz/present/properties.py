@@ -386,7 +386,12 @@ def tensor_sections(doc: Document, tensor: TensorProto) -> list[Section]:
         s.rows.append(Row("size", f"{nbytes:,} bytes"))
     except Exception:
         nbytes = 0
-    if is_external(tensor):
+    from onnxviz.model.inplace import is_inplace
+
+    if is_inplace(tensor):
+        # Embedded in the model file; read from a map of it, not parsed into memory.
+        s.rows.append(Row("location", "inside the model"))
+    elif is_external(tensor):
         loc = {e.key: e.value for e in tensor.external_data}
         s.rows.append(
             Row("location", f"external: {loc.get('location', '?')} @ {loc.get('offset', '0')}")
