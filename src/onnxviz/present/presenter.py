@@ -16,6 +16,7 @@ from onnxviz.present.options import TextMeasure, ViewOptions
 from onnxviz.present.placement import place
 from onnxviz.present.scene import Scene
 from onnxviz.present.typeinfo import TypeTable, declared_types
+from onnxviz.present.visible import UseTable
 
 CancelCheck = Callable[[], bool]
 
@@ -34,6 +35,8 @@ class Presenter:
     schema_expanded: set[str] = field(default_factory=set)
     types: TypeTable | None = None
     group_trees: dict[str, GroupTree] = field(default_factory=dict)
+    # per graph: its uses as arrays (rebuilt when the graph's index changes)
+    use_tables: dict[str, UseTable] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.types is None:
@@ -166,6 +169,7 @@ def display_graph(
         group_trees=presenter.group_trees,
         cancel=cancel,
         schema_expanded=presenter.schema_expanded,
+        use_tables=presenter.use_tables,
     )
     scene = builder.build()
     t1 = time.perf_counter()
