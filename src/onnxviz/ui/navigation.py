@@ -71,6 +71,8 @@ class NavigationMixin:
 
     # -- selection, navigation ------------------------------------------------------------------
     def select_item(self, item_id: str, center: bool = True) -> bool:
+        if item_id not in self.graph_scene.nodes:
+            self.graph_scene.finish_filling()  # a big scene still being filled
         node = self.graph_scene.nodes.get(item_id)
         if node is None:
             return False
