@@ -70,6 +70,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
             direction="LR" if cfg.load_str("direction", "TB") == "LR" else "TB",
         )
         self.graph_scene = GraphScene(resolve_theme(self.theme_mode), self)
+        self.graph_scene.filled.connect(self._apply_badges)  # big scenes fill in slices
         self.view = GraphView(self.graph_scene)
         self._build_central()
         self.properties_dock = PropertiesDock(self)
@@ -269,6 +270,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
                 self._failed(str(exc))
                 return
             on_done(result)
+            self.graph_scene.finish_filling()  # done when this returns, canvas included
             return
         task = Task(fn, self)
         self.task = task
@@ -310,7 +312,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         import time
 
         end = time.monotonic() + ms / 1000
-        while self.task is not None and time.monotonic() < end:
+        while (self.task is not None or self.graph_scene.filling) and time.monotonic() < end:
             QApplication.processEvents()
             time.sleep(0.005)
         QApplication.processEvents()
@@ -540,13 +542,15 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
     def _show(self, scene: Scene) -> None:
         self.display = scene
         self.graph_scene.show_scene(scene, self.options.show_shapes)
+        self.view.refresh_detail()
+        self._update_crumbs()
+        self._update_summary()
+
+    def _apply_badges(self) -> None:
         for item_id, problems in self.badges.items():
             node = self.graph_scene.nodes.get(item_id)
             if node is not None:
                 node.set_problems(problems)
-        self.view.refresh_detail()
-        self._update_crumbs()
-        self._update_summary()
 
     def relayout(
         self,
