@@ -24,6 +24,7 @@ from onnxviz.present.categories import category_of
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import (
     LINE_H,
+    MARKER_W,
     MIN_NODE_W,
     PAD_X,
     PILL_H,
@@ -157,7 +158,11 @@ class SceneBuilder:
             {o.domain if o.domain != "ai.onnx" else "": o.version for o in doc.model.opset_import}
         )
         self._children: dict[str, dict[tuple[int, str], GraphScope]] = {}
-        self._functions = {(f.domain, f.name): function_path(f) for f in doc.model.functions}
+        # (domain, name, overload): two overloads of one function are two functions
+        self._functions = {
+            (f.domain, f.name, getattr(f, "overload", "")): function_path(f)
+            for f in doc.model.functions
+        }
         self._width_cache: dict[tuple[str, bool], float] = {}
         self._init_index: dict[str, dict[str, TensorProto]] = {}
 
@@ -596,13 +601,16 @@ class SceneBuilder:
         # the ML domain is told by the colour; other non-standard domains by a prefix
         plain = node.domain in ("", "ai.onnx", "ai.onnx.ml")
         title = node.op_type if plain else f"{node.domain}.{node.op_type}"
+        overload = getattr(node, "overload", "")
+        if overload:  # a call of one overload of a function: say which
+            title = f"{title} ({as_text(overload)})"
         expandable = bool(
             (
                 node.attribute
                 and self._child_scopes(scope)
                 and any((i, a) in self._child_scopes(scope) for a in _subgraph_attr_names(node))
             )
-            or (node.domain, node.op_type) in self._functions
+            or _function_key(node) in self._functions
         )
         item = DisplayItem(
             id=item_id,
@@ -634,6 +642,8 @@ class SceneBuilder:
             w = max(w, self._w(item.subtitle))
         for row in item.rows:
             w = max(w, self._w(f"{row.label} ⟨{row.shape}⟩"))
+        if item.expandable:  # the +/- marker sits at the right of the centred title
+            w += 2 * MARKER_W
         item.width = max(MIN_NODE_W, w + 2 * PAD_X)
         item.height = TITLE_H + (LINE_H if item.subtitle else 0.0)
         if item.rows:
@@ -661,7 +671,7 @@ class SceneBuilder:
             inst = child.path if g.inst == g.scope.path else f"{g.inst}/{attr}"
             blk = self._build_graph(_Graph(child, inst, outer, False), depth, item.id, attr)
             item.blocks.append(blk)
-        fn_path = self._functions.get((node.domain, node.op_type))
+        fn_path = self._functions.get(_function_key(node))
         if fn_path is not None:
             fn_scope = self.doc.scope(fn_path)
             blk = self._build_graph(
@@ -685,6 +695,10 @@ class SceneBuilder:
         if not item.blocks:
             item.kind = "op"
             item.expanded = False
+
+
+def _function_key(node: NodeProto) -> tuple[str, str, str]:
+    return (node.domain, node.op_type, getattr(node, "overload", ""))
 
 
 def group_blocks_by_id(group_blocks: dict[str, Block], gid: str) -> Block:

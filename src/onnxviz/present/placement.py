@@ -16,6 +16,7 @@ from onnxviz.present.options import (
     GROUP_HEADER,
     GROUP_PAD,
     LINE_H,
+    MARKER_W,
     PROXY_H,
     PROXY_W,
     SLOT_GAP,
@@ -54,7 +55,7 @@ def _content_size(item: DisplayItem, measure: TextMeasure) -> None:
     """Size of an expanded group frame or container from its (placed) blocks."""
     if item.kind == "group":
         (blk,) = item.blocks
-        title_w = measure(item.title, True) + 2 * GROUP_PAD
+        title_w = measure(item.title, True) + 2 * GROUP_PAD + MARKER_W
         item.width = max(blk.width + 2 * GROUP_PAD, title_w)
         item.height = blk.height + GROUP_HEADER + GROUP_PAD
         return
@@ -62,7 +63,9 @@ def _content_size(item: DisplayItem, measure: TextMeasure) -> None:
     widths = [b.width for b in item.blocks]
     inner_w = sum(widths) + SLOT_GAP * (len(widths) - 1)
     label_w = max((measure(b.label, False) for b in item.blocks), default=0.0)
-    item.width = max(inner_w, measure(item.title, True), label_w) + 2 * GROUP_PAD
+    # the title is centred and the collapse marker sits at the right: room on both sides
+    title_w = measure(item.title, True) + 2 * MARKER_W
+    item.width = max(inner_w, title_w, label_w) + 2 * GROUP_PAD
     item.height = (
         header + SLOT_LABEL_H + max((b.height for b in item.blocks), default=0) + GROUP_PAD
     )
@@ -90,7 +93,7 @@ def _layout_block(
             id=f"{block.id}|proxy:{source_id}:{port}#{k}",
             kind="proxy",
             graph_path=block.graph_path,
-            title="",
+            title=items[source].title,  # too small to draw: the tooltip tells it
             value=source_id,
             width=PROXY_W if scene.direction == "TB" else PROXY_H,
             height=PROXY_H if scene.direction == "TB" else PROXY_W,

@@ -96,6 +96,34 @@ class Presenter:
                         out.add(f"{scope.path}#{i}")
         return out
 
+    def open_all_bodies(self, max_rounds: int = 6, max_items: int = 50_000) -> int:
+        """Expand every Loop/If/Scan and every call of a model-local function under the
+        root, including calls inside function bodies opened on the way (``max_rounds``
+        levels of those: a function may call itself).  Returns how many were opened."""
+        before = len(self.expanded)
+        self.expanded |= self.all_body_ids()
+        assert self.types is not None
+        for _ in range(max_rounds):
+            scene = SceneBuilder(
+                self.doc,
+                self.root_path,
+                self.expanded,
+                self.options,
+                self.types,
+                group_trees=self.group_trees,
+                schema_expanded=self.schema_expanded,
+                use_tables=self.use_tables,
+            ).build()
+            closed = {
+                it.id
+                for it in scene.items.values()
+                if it.kind == "op" and it.expandable and it.id not in self.expanded
+            }
+            if not closed or len(scene.items) > max_items:
+                break
+            self.expanded |= closed
+        return len(self.expanded) - before
+
     # -- state changes -------------------------------------------------------------------
     def toggle(self, item_id: str) -> bool:
         """Expand or collapse a group or a body-holding node; returns the new state."""

@@ -337,7 +337,8 @@ def _tooltip(d: DisplayItem) -> str:
             )
         return "\n".join(lines)
     if d.kind == "proxy":
-        return f"from {d.value} (double-click to jump)"
+        source = f"{d.title} ({d.value})" if d.title else str(d.value)
+        return f"continues from {source}; double-click to jump there"
     if d.kind in ("input", "output", "outer"):
         what = {"input": "graph input", "output": "graph output"}.get(
             d.kind, "value from an outer graph"
