@@ -191,7 +191,15 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
             self.theme_mode, a.theme_system
         ).setChecked(True)
         has_doc = self.doc is not None
-        for action in (a.save, a.save_as, a.export, a.close, a.expand_all, a.collapse_all):
+        for action in (
+            a.save,
+            a.save_as,
+            a.export,
+            a.close,
+            a.expand_all,
+            a.expand_bodies,
+            a.collapse_all,
+        ):
             action.setEnabled(has_doc)
         a.undo.setEnabled(bool(self.doc and self.doc.can_undo))
         a.redo.setEnabled(bool(self.doc and self.doc.can_redo))
