@@ -101,3 +101,28 @@ def test_every_box_says_what_it_is(window, name: str) -> None:  # type: ignore[n
         assert d.title.strip() or node.toolTip().strip(), d.id
         if d.kind == "proxy":
             assert d.title and d.title in node.toolTip()
+
+
+def _dark_pixels_inside(window, item_id: str) -> int:  # type: ignore[no-untyped-def]
+    node = window.graph_scene.nodes[item_id]
+    rect = window.view.mapFromScene(node.sceneBoundingRect()).boundingRect().adjusted(3, 3, -3, -3)
+    image = window.view.viewport().grab(rect).toImage()
+    return sum(
+        1
+        for x in range(image.width())
+        for y in range(image.height())
+        if image.pixelColor(x, y).lightness() < 110
+    )
+
+
+def test_fitted_cnn_keeps_op_titles_readable(window) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.ui.canvas import lod
+
+    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.view.fit()
+    zoom = window.view.zoom()
+    assert zoom < lod.TEXT_MIN  # the whole CNN at once: box text would be unreadable
+    conv = next(i for i, it in window.display.items.items() if it.title == "Conv")
+    assert _dark_pixels_inside(window, conv) > 10  # the title is drawn
+    window.view.set_zoom(lod.SMALL_TITLE_MIN / 2)  # far out: plain boxes
+    assert _dark_pixels_inside(window, conv) == 0

@@ -111,6 +111,12 @@ class GraphScene(QGraphicsScene):
                 self.filling = False
                 # a new dict: views that mark items (the run overlay) see a new scene
                 self.nodes = dict(self.nodes)
+                if self.overview is not None:  # made from the items of that time
+                    self.removeItem(self.overview)
+                    self.overview = None
+                    if self.overview_shown:
+                        self.overview_shown = False
+                        self.set_overview(True)
                 self.filled.emit()
 
     def _fill_items(self, display: Scene, show_labels: bool, sliced: bool) -> Iterator[None]:
