@@ -13,7 +13,7 @@ from onnxviz.model.scopes import GraphScope
 from onnxviz.present.build import SceneBuilder
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import TextMeasure, ViewOptions
-from onnxviz.present.placement import place
+from onnxviz.present.placement import LayoutCache, place
 from onnxviz.present.scene import Scene
 from onnxviz.present.typeinfo import TypeTable, declared_types
 from onnxviz.present.visible import UseTable
@@ -37,6 +37,7 @@ class Presenter:
     group_trees: dict[str, GroupTree] = field(default_factory=dict)
     # per graph: its uses as arrays (rebuilt when the graph's index changes)
     use_tables: dict[str, UseTable] = field(default_factory=dict)
+    layout_cache: LayoutCache = field(default_factory=LayoutCache)
 
     def __post_init__(self) -> None:
         if self.types is None:
@@ -201,6 +202,6 @@ def display_graph(
     )
     scene = builder.build()
     t1 = time.perf_counter()
-    place(scene, cancel=cancel, measure=measure)
+    place(scene, cancel=cancel, measure=measure, cache=presenter.layout_cache)
     scene.timings = {"build": t1 - t0, "place": time.perf_counter() - t1}
     return scene
