@@ -115,3 +115,45 @@ def test_event_loop_keeps_turning_while_100k_nodes_open(window, qtbot, big_model
     assert max(gaps) < 2.5, f"the UI thread stopped for {max(gaps) * 1000:.0f} ms"
     # the canvas was filled across several turns of the event loop, not in one go
     assert len(set(fill_turns)) >= 3
+
+
+def test_expanding_a_group_keeps_it_in_place_while_the_canvas_fills(
+    window, qtbot, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.model.document import Document
+
+    doc = Document.from_model(scoped_model(8))
+    monkeypatch.setattr(canvas_scene, "SYNC_ITEMS", 10)
+    monkeypatch.setattr(canvas_scene, "SLICE_ITEMS", 3)
+    monkeypatch.setattr(canvas_scene, "SLICE_SECONDS", 0.0)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        file = str(Path(folder) / "scoped.onnx")
+        onnx.save(doc.model, file)
+        window.open_path(file, background=False)
+    window.collapse_all()
+    window.wait_idle()
+    window.view.set_zoom(3.0)  # close up: the view can scroll every way
+    groups = [i for i, it in window.display.items.items() if it.kind == "group"]
+    target = groups[len(groups) // 2]
+    window.view.centerOn(window.graph_scene.nodes[target])
+    before = window.view.mapFromScene(window.graph_scene.item_pos(target))
+    seen: list[tuple[bool, bool, object]] = []
+
+    def placed() -> None:  # right after the new scene is shown and the view adjusted
+        gs = window.graph_scene
+        seen.append((gs.filling, target in gs.nodes, window.view.mapFromScene(gs.item_pos(target))))
+
+    window.presenter.toggle(target)
+    window.relayout(anchor=target, after=placed, background=True)
+    qtbot.waitUntil(lambda: bool(seen), timeout=10_000)
+    filling, made, after = seen[0]
+    assert filling  # the view was placed while the canvas was still being filled
+    # kept in place (along the graph: across it the scroll range of a narrow graph ends)
+    assert abs(after.y() - before.y()) <= 1  # type: ignore[attr-defined]
+    qtbot.waitUntil(lambda: not window.graph_scene.filling, timeout=10_000)
+    # made by now, and on screen (a scroll bar showing up may shift the view a little)
+    shown = window.view.mapFromScene(window.graph_scene.nodes[target].pos())
+    assert window.view.viewport().rect().contains(shown)
+    assert window.display.items[target].expanded

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from PySide6.QtCore import QObject, QRectF, QTimer, Signal
+from PySide6.QtCore import QObject, QPointF, QRectF, QTimer, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
@@ -46,6 +46,7 @@ class GraphScene(QGraphicsScene):
         self.selectionChanged.connect(self._on_selection)
         self.filling = False
         self._fill: Iterator[None] | None = None
+        self._focus: QPointF | None = None
         self._fill_timer = QTimer(self)
         self._fill_timer.setInterval(0)
         self._fill_timer.timeout.connect(self._fill_step)
@@ -57,6 +58,7 @@ class GraphScene(QGraphicsScene):
 
     def show_scene(self, display: Scene, show_labels: bool = True) -> None:
         """Replace everything with the items of ``display`` (a big scene in slices)."""
+        self._focus = self._view_focus()
         self.blockSignals(True)
         self.clear()
         self.blockSignals(False)
@@ -83,6 +85,14 @@ class GraphScene(QGraphicsScene):
         self._fill_step()  # the first slice now: the view has something to show at once
         if self.filling:
             self._fill_timer.start()
+
+    def item_pos(self, item_id: str) -> QPointF | None:
+        """Scene position of an item's box, also while a sliced fill has not made it."""
+        node = self.nodes.get(item_id)
+        if node is not None:
+            return node.pos()
+        data = self.display.items.get(item_id) if self.display is not None else None
+        return QPointF(data.x, data.y) if data is not None else None
 
     def clear(self) -> None:
         """Remove every item, and stop a fill in progress."""
@@ -125,7 +135,7 @@ class GraphScene(QGraphicsScene):
         made = 0
         items = list(display.items.values())
         if sliced:
-            items.sort(key=lambda it: it.y)
+            items.sort(key=self._nearness(display))
         for item in items:
             node = NodeItem(item)
             if self.overview_shown:
@@ -138,7 +148,8 @@ class GraphScene(QGraphicsScene):
         labelled: set[tuple[str, str]] = set()
         edges = display.edges
         if sliced:
-            edges = sorted(edges, key=lambda e: min(y for _x, y in e.points) if e.points else 0.0)
+            near = self._nearness(display)
+            edges = sorted(edges, key=lambda e: near(display.items[e.source]))
         for edge in edges:
             if not edge.points:
                 continue
@@ -156,6 +167,21 @@ class GraphScene(QGraphicsScene):
             if made % SLICE_ITEMS == 0:
                 yield
         yield from self._spread_labels()
+
+    def _view_focus(self) -> QPointF | None:
+        """Where the view looks in the scene shown now (None: no scene shown)."""
+        views = self.views()
+        if self.display is None or not views:
+            return None
+        center = views[0].mapToScene(views[0].viewport().rect().center())
+        return center if self.sceneRect().contains(center) else None
+
+    def _nearness(self, display: Scene):  # type: ignore[no-untyped-def]
+        """Sort key of items for a sliced fill: the part the view shows first (where it
+        looked in the scene before, as after expanding a group; else the top)."""
+        focus = self._focus
+        cx, cy = (focus.x(), focus.y()) if focus is not None else (display.width / 2, 0.0)
+        return lambda it: abs(it.x + it.width / 2 - cx) + abs(it.y + it.height / 2 - cy)
 
     def _spread_labels(self) -> Iterator[None]:
         """Keep edge labels from overlapping each other and boxes: try a few nudges
