@@ -571,16 +571,17 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         if self.presenter is None:
             return
         before = None
-        if anchor and anchor in self.graph_scene.nodes:
-            before = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+        if anchor and (pos := self.graph_scene.item_pos(anchor)) is not None:
+            before = self.view.mapFromScene(pos)
         center = self.view.mapToScene(self.view.viewport().rect().center())
         if background is None:
             background = bool(self.display and len(self.display.items) > BACKGROUND_LAYOUT_ITEMS)
 
         def done(scene: Scene) -> None:
             self._show(scene)
-            if before is not None and anchor in self.graph_scene.nodes:
-                now = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+            pos = self.graph_scene.item_pos(anchor) if anchor else None
+            if before is not None and pos is not None:
+                now = self.view.mapFromScene(pos)
                 delta = now - before
                 self.view.horizontalScrollBar().setValue(
                     self.view.horizontalScrollBar().value() + delta.x()
