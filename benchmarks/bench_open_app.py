@@ -8,8 +8,6 @@ Per round (the peers alternate with ours, since timings on a shared machine are 
 * present path (what the window runs): first view (build + place on a fresh Presenter)
   and expanding one name-scope group, with the use filter of `present.visible`
   against the plain walk over every use (``walk_every_use``);
-* `layout.LayoutSession` on the same nodes, edges and name scopes: first view and
-  expanding the same group (layout only: it builds no items, rows or labels);
 * the window (unless ``--no-window``): open to first full paint and the longest gap of
   the UI thread's event loop meanwhile.
 
@@ -30,11 +28,9 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np
 import onnx
 
 from benchmarks.models import transformer_like
-from onnxviz.layout import EdgeTable, LayoutRequest, LayoutSession, NodeTable, groups_from_scopes
 from onnxviz.model.document import Document
 from onnxviz.present.presenter import Presenter, display_graph
 from onnxviz.present.typeinfo import type_table
@@ -72,44 +68,6 @@ def present_round(doc: Document, walk_every_use: bool) -> dict[str, float]:
         "expand_build": scene.timings["build"],
         "expand_place": scene.timings["place"],
     }
-
-
-def session_request(doc: Document) -> LayoutRequest:
-    scope = doc.main_scope
-    names = [n.name for n in scope.nodes]
-    groups, parents = groups_from_scopes(names)
-    pos = {g.id: i for i, g in enumerate(groups)}
-    src, dst, sp, dp = [], [], [], []
-    for name, uses in scope.consumers.items():
-        hit = scope.producer.get(name)
-        if hit is None:
-            continue
-        for i, k in uses:
-            src.append(hit[0])
-            sp.append(hit[1])
-            dst.append(i)
-            dp.append(k)
-    n = len(names)
-    nodes = NodeTable(
-        names,
-        np.full(n, 100.0),
-        np.full(n, 36.0),
-        np.asarray([pos[p] if p is not None else -1 for p in parents]),
-        [g.id for g in groups],
-    )
-    edges = EdgeTable(names, np.asarray(src), np.asarray(dst), np.asarray(sp), np.asarray(dp))
-    return LayoutRequest(nodes, edges, groups)
-
-
-def session_round(request: LayoutRequest) -> dict[str, float]:
-    t0 = time.perf_counter()
-    session = LayoutSession(request, expanded=())
-    session.result()
-    t1 = time.perf_counter()
-    session.expand(GROUP)
-    session.result()
-    t2 = time.perf_counter()
-    return {"first": t1 - t0, "expand": t2 - t1}
 
 
 def window_round(path: Path) -> dict[str, float]:
@@ -157,12 +115,10 @@ def main() -> int:
     doc = Document.open(str(path))
     doc.scopes()
     load = time.perf_counter() - t0
-    request = session_request(doc)
-    rows: dict[str, list[dict[str, float]]] = {"fast": [], "plain": [], "session": [], "win": []}
+    rows: dict[str, list[dict[str, float]]] = {"fast": [], "plain": [], "win": []}
     for _ in range(args.rounds):
         rows["fast"].append(present_round(doc, walk_every_use=False))
         rows["plain"].append(present_round(doc, walk_every_use=True))
-        rows["session"].append(session_round(request))
         if not args.no_window:
             rows["win"].append(window_round(path))
 
@@ -175,14 +131,12 @@ def main() -> int:
     for kind, label in (
         ("fast", "present (use filter, what the app runs)"),
         ("plain", "present (plain walk over every use)"),
-        ("session", "layout.LayoutSession (layout only)"),
     ):
         print(f"{label:38} {med(kind, 'first'):10.3f}s {med(kind, 'expand'):12.3f}s")
     print(
         f"expand, present fast: build {med('fast', 'expand_build'):.3f}s + place "
         f"{med('fast', 'expand_place'):.3f}s; plain/fast expand ratio "
-        f"{med('plain', 'expand') / med('fast', 'expand'):.2f}x; session/fast expand ratio "
-        f"{med('session', 'expand') / med('fast', 'expand'):.2f}x"
+        f"{med('plain', 'expand') / med('fast', 'expand'):.2f}x"
     )
     if rows["win"]:
         print(

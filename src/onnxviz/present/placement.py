@@ -34,9 +34,7 @@ _Placed = tuple[
     float,  # width
     float,  # height
 ]
-SPACING = Spacing(
-    node=22.0, rank=44.0, edge=10.0, group_padding=GROUP_PAD, group_header=GROUP_HEADER
-)
+SPACING = Spacing(node=22.0, rank=44.0, edge=10.0)
 CancelCheck = Callable[[], bool]
 
 
