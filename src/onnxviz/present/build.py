@@ -182,11 +182,11 @@ class SceneBuilder:
                 attach_constants(tree, scope.nodes, scope.consumers, set(scope.initializer_names()))
         return tree
 
-    def _use_table(self, scope: GraphScope, tree: GroupTree, initializers: set[str]) -> UseTable:
+    def _use_table(self, scope: GraphScope, tree: GroupTree) -> UseTable:
         table = self.use_tables.get(scope.path)
         revision = self.doc.revision
-        if table is None or not table.fits(scope, tree, initializers, revision):
-            table = use_table(scope, tree, initializers, revision)
+        if table is None or not table.fits(scope, tree, revision):
+            table = use_table(scope, tree, revision)
             self.use_tables[scope.path] = table
         return table
 
@@ -206,9 +206,16 @@ class SceneBuilder:
         while s is not None:
             table = self._init_index.get(s.path)
             if table is None:
-                graph = s.graph
-                table = {t.name: t for t in graph.initializer} if graph is not None else {}
-                self._init_index[s.path] = table
+                uses = self.use_tables.get(s.path)
+                kept = uses is not None and uses.revision == self.doc.revision
+                if kept and uses.tensors is not None:  # type: ignore[union-attr]
+                    table = uses.tensors  # type: ignore[union-attr]
+                else:
+                    graph = s.graph
+                    table = {t.name: t for t in graph.initializer} if graph is not None else {}
+                    if kept:
+                        uses.tensors = table  # type: ignore[union-attr]
+                self._init_index[s.path] = table  # type: ignore[assignment]
             if name in table:
                 return table[name]
             if name in s.definitions:
@@ -260,8 +267,8 @@ class SceneBuilder:
                 None if stand_prefix[prefix] is None else f"{inst}|g:{stand_prefix[prefix]}"
             )
         node_group = tree.node_group
-        initializers = set(scope.initializer_names())
-        table = self._use_table(scope, tree, initializers)
+        table = self._use_table(scope, tree)
+        initializers = table.initializers
         # The box showing each node as a number (see present.visible), and its item id.
         group_prefixes = list(tree.groups)
         stand_in = np.fromiter(

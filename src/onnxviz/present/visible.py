@@ -44,24 +44,23 @@ class UseTable:
     prod: np.ndarray  # producing node index in this graph, -1: none (input, outer, ...)
     node_group: np.ndarray  # group number of each node (position in tree.groups), -1: none
     group_number: dict[str, int]  # group prefix -> group number
-    initializers: frozenset[str]
+    initializers: frozenset[str]  # names of the graph's initializers
     is_init: np.ndarray  # the use reads an initializer of this graph
+    tensors: dict[str, object] | None = None  # initializer name -> TensorProto, on demand
 
-    def fits(
-        self, scope: GraphScope, tree: GroupTree, initializers: set[str], revision: int
-    ) -> bool:
+    def fits(self, scope: GraphScope, tree: GroupTree, revision: int) -> bool:
+        """Still the graph's table: same document revision (every edit, undo and redo
+        counts one), same index dicts and group tree."""
         return (
             self.revision == revision
             and self.consumers is scope.consumers
             and self.producer is scope.producer
             and self.tree is tree
-            and self.initializers == initializers
         )
 
 
-def use_table(
-    scope: GraphScope, tree: GroupTree, initializers: set[str], revision: int
-) -> UseTable:
+def use_table(scope: GraphScope, tree: GroupTree, revision: int) -> UseTable:
+    initializers = set(scope.initializer_names())
     names: list[str] = []
     value: list[int] = []
     node: list[int] = []
