@@ -18,6 +18,7 @@ Goals (issues 16 and 18): shown in under 1 s after load, a group expanded in und
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -115,6 +116,7 @@ def main() -> int:
     doc = Document.open(str(path))
     doc.scopes()
     load = time.perf_counter() - t0
+    gc.freeze()  # as the app's open job does (ui/workers.py)
     rows: dict[str, list[dict[str, float]]] = {"fast": [], "plain": [], "win": []}
     for _ in range(args.rounds):
         rows["fast"].append(present_round(doc, walk_every_use=False))
