@@ -8,13 +8,13 @@ Prints, per graph: time per stage, total time, and the quality metrics of
 onnxviz.layout.metrics for us and for dot (same geometry-based code for both), with ratios.
 dot (Debian package ``graphviz``) runs with the same node sizes; it gets no port
 information (plain dot has none for boxes), so its input-order figures are informative only.
-Then the hierarchical session: first view, expanding one group, expanding everything.
+The grouped path the app runs (present: each open block laid out flat) is measured by
+benchmarks/bench_open_app.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import subprocess
 import sys
@@ -27,14 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from layout_graphs import GENERATORS, SyntheticGraph
 from onnxviz.layout import (
-    EdgeTable,
     LayoutEdge,
     LayoutNode,
     LayoutRequest,
-    LayoutSession,
-    NodeTable,
     compute,
-    groups_from_scopes,
     metrics,
 )
 
@@ -160,58 +156,6 @@ def bench_flat(kind: str, size: int, dot_timeout: float, quality_limit: int) -> 
     )
 
 
-def bench_hierarchy(kind: str, size: int) -> None:
-    """Times are CPU seconds (process_time): the figures that matter on a shared machine."""
-    g = GENERATORS[kind](size)
-    clock = time.process_time
-    start = clock()
-    groups, parents = groups_from_scopes(g.names)
-    t_scopes = clock() - start
-    # Columnar request (what a caller with arrays at hand builds; no per-node objects).
-    group_pos = {grp.id: i for i, grp in enumerate(groups)}
-    sizes = np.asarray([g.node_size(i) for i in range(len(g))])
-    e = np.asarray(g.edges, dtype=np.int64)
-    nodes = NodeTable(
-        g.names,
-        sizes[:, 0],
-        sizes[:, 1],
-        np.asarray([group_pos[p] if p is not None else -1 for p in parents]),
-        [grp.id for grp in groups],
-    )
-    req = LayoutRequest(nodes, EdgeTable(g.names, e[:, 0], e[:, 1], e[:, 2], e[:, 3]), groups)
-    start = clock()
-    session = LayoutSession(req, expanded=())
-    first = session.result()
-    t_first = clock() - start
-    # Expand the path down to the deepest group, timing the last expansion only.
-    target = max(session.group_ids(), key=session.depth)
-    chain = session.ancestors(target)[::-1]
-    for gid in chain:
-        session.expand(gid)
-    session.result()
-    start = clock()
-    session.expand(target)
-    session.result()
-    t_one = clock() - start
-    start = clock()
-    session.expand_all()
-    every = session.result()
-    t_all = clock() - start
-    # The same with edges into open groups finished by one border curve.
-    plain = LayoutSession(dataclasses.replace(req, route_through_groups=False), expanded=())
-    plain.expand_all()
-    start = clock()
-    plain.result()
-    t_plain = clock() - start
-    print(
-        f"hierarchy {kind} n={len(g)} groups={len(groups)} (cpu): scopes {t_scopes:.3f}s, "
-        f"first view {t_first:.3f}s ({len(first.node_ids)} nodes, {len(first.group_boxes)} "
-        f"groups), expand one {t_one:.3f}s, expand all {t_all:.3f}s "
-        f"({len(every.node_ids)} nodes, cache hits {session.cache_hits}), "
-        f"expand all without routing through groups {t_plain:.3f}s"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -229,11 +173,6 @@ def main() -> None:
     for size in args.sizes:
         for kind in args.kinds:
             bench_flat(kind, size, args.dot_timeout if size <= 10_000 else 0, args.quality_limit)
-    for size in args.sizes:
-        if size < 10_000:
-            continue
-        for kind in args.kinds:
-            bench_hierarchy(kind, size)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def measure(path: Path) -> dict[str, float]:
     # the window stays responsive meanwhile: count event-loop turns and the longest gap
     longest_gap = 0.0
     last = time.perf_counter()
-    while window.task is not None:
+    # until the canvas is complete (a big scene is filled in slices)
+    while window.task is not None or getattr(window.graph_scene, "filling", False):
         app.processEvents()
         now = time.perf_counter()
         longest_gap = max(longest_gap, now - last)

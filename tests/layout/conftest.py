@@ -17,7 +17,6 @@ from onnxviz.layout import (
     LayoutNode,
     LayoutRequest,
     LayoutResult,
-    groups_from_scopes,
 )
 
 
@@ -25,13 +24,6 @@ def flat_request(g: SyntheticGraph, **kw: object) -> LayoutRequest:
     nodes = [LayoutNode(name, *g.node_size(i)) for i, name in enumerate(g.names)]
     edges = [LayoutEdge(g.names[a], g.names[b], sp, tp) for a, b, sp, tp in g.edges]
     return LayoutRequest(nodes, edges, **kw)  # type: ignore[arg-type]
-
-
-def scoped_request(g: SyntheticGraph, **kw: object) -> LayoutRequest:
-    groups, parents = groups_from_scopes(g.names)
-    nodes = [LayoutNode(name, *g.node_size(i), parent=parents[i]) for i, name in enumerate(g.names)]
-    edges = [LayoutEdge(g.names[a], g.names[b], sp, tp) for a, b, sp, tp in g.edges]
-    return LayoutRequest(nodes, edges, groups, **kw)  # type: ignore[arg-type]
 
 
 def graph(kind: str, size: int) -> SyntheticGraph:

@@ -43,7 +43,6 @@ def test_empty_and_single_node_requests() -> None:
         (LayoutRequest([LayoutNode("a", float("nan"), 1)]), "finite"),
         (LayoutRequest([LayoutNode("a", 1, 1)], direction="BT"), "direction"),  # type: ignore[arg-type]
         (LayoutRequest([LayoutNode("a", 1, 1)], [LayoutEdge("a", "a", -1, 0)]), "port"),
-        (LayoutRequest([LayoutNode("a", 1, 1, parent="nope")]), "unknown group"),
     ],
 )
 def test_bad_requests_raise_layout_error(request_: LayoutRequest, message: str) -> None:

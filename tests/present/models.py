@@ -95,3 +95,85 @@ def layernorm_model() -> onnx.ModelProto:
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def nested_control_flow() -> onnx.ModelProto:
+    """An unnamed Loop whose body holds an unnamed If (as torch exports them)."""
+    t = helper.make_tensor_value_info
+    branch = {
+        which: helper.make_graph(
+            [helper.make_node(op, ["x_in", "x_in"], [f"{which}_out"])],
+            which,
+            [],
+            [t(f"{which}_out", TensorProto.FLOAT, [2])],
+        )
+        for which, op in (("then", "Add"), ("else", "Mul"))
+    }
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["x"], ["x_in"]),
+            helper.make_node(
+                "If",
+                ["c_in"],
+                ["x_out"],
+                then_branch=branch["then"],
+                else_branch=branch["else"],
+            ),
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+        ],
+        "body",
+        [
+            t("i", TensorProto.INT64, []),
+            t("c_in", TensorProto.BOOL, []),
+            t("x", TensorProto.FLOAT, [2]),
+        ],
+        [t("c_out", TensorProto.BOOL, []), t("x_out", TensorProto.FLOAT, [2])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "c", "x0"], ["y"], body=body)],
+        "g",
+        [
+            t("n", TensorProto.INT64, []),
+            t("c", TensorProto.BOOL, []),
+            t("x0", TensorProto.FLOAT, [2]),
+        ],
+        [t("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def overloads_and_nested_calls() -> onnx.ModelProto:
+    """Two overloads of local.Scale (IR 10) and a function that calls another."""
+    t = helper.make_tensor_value_info
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+
+    def fn(name: str, overload: str, nodes: list[onnx.NodeProto]) -> onnx.FunctionProto:
+        f = helper.make_function("local", name, ["a"], ["b"], nodes, [helper.make_opsetid("", 18)])
+        f.overload = overload
+        return f
+
+    mul = fn("Scale", "double", [helper.make_node("Add", ["a", "a"], ["b"])])
+    sqr = fn("Scale", "square", [helper.make_node("Mul", ["a", "a"], ["b"])])
+    inner = fn("Inner", "", [helper.make_node("Relu", ["a"], ["b"])])
+    outer = fn("Outer", "", [helper.make_node("Inner", ["a"], ["b"], domain="local")])
+    calls = [
+        helper.make_node("Scale", ["x"], ["y1"], domain="local"),
+        helper.make_node("Scale", ["y1"], ["y2"], domain="local"),
+        helper.make_node("Outer", ["y2"], ["y"], domain="local"),
+    ]
+    calls[0].overload = "double"
+    calls[1].overload = "square"
+    graph = helper.make_graph(
+        calls,
+        "g",
+        [t("x", TensorProto.FLOAT, [2])],
+        [t("y", TensorProto.FLOAT, [2])],
+        initializer=[one],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+        functions=[mul, sqr, inner, outer],
+    )
+    model.ir_version = 10
+    return model

@@ -224,3 +224,33 @@ def test_show_initializers_option(show: bool) -> None:
     rows = sum(len(it.rows) for it in scene.items_of_kind("op"))
     assert (rows > 0) == show
     assert np.isfinite(scene.width)
+
+
+def test_layout_cache_belongs_to_the_presenter_and_reuses_identical_layers() -> None:
+    from onnxviz.present import placement
+
+    first = _open(scoped_model(6))
+    first.expanded |= first.all_group_ids()
+    calls: list[int] = []
+    original = placement.compute
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    placement.compute = counting  # type: ignore[assignment]
+    try:
+        display_graph(first)
+        cold = len(calls)
+        display_graph(first)  # same structure again: every block from the cache
+        assert len(calls) == cold
+        # six identical layers: fewer layouts than blocks
+        blocks = len(display_graph(first).blocks)
+        assert 0 < cold < blocks
+        second = _open(scoped_model(6))  # another document starts with its own cache
+        second.expanded |= second.all_group_ids()
+        assert len(second.layout_cache) == 0
+        display_graph(second)
+        assert len(calls) == 2 * cold
+    finally:
+        placement.compute = original  # type: ignore[assignment]

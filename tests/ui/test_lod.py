@@ -1,4 +1,4 @@
-"""Level of detail: text drops out when zoomed out."""
+"""Level of detail: text drops out when zoomed out (the title last)."""
 
 from __future__ import annotations
 
@@ -32,13 +32,16 @@ def test_text_and_rows_drop_out_when_zoomed_out(window) -> None:  # type: ignore
     item = next(
         n for n in window.graph_scene.nodes.values() if n.data_item.title == "BatchNormalization"
     )
-    far = _interior_colours(item, lod.TEXT_MIN * 0.8)
+    far = _interior_colours(item, lod.SMALL_TITLE_MIN * 0.8)
+    middle = _interior_colours(item, lod.TEXT_MIN * 0.8)
     near = _interior_colours(item, 1.0)
 
     # text is near-black; the border is mid-grey, the fill light
     def darkest(colours: set[int]) -> int:
         return min(QColor.fromRgba(c).lightness() for c in colours)
 
-    assert darkest(far) > 90  # zoomed out: no text, only fill and border
+    assert darkest(far) > 90  # far out: no text, only fill and border
+    # zoomed out: the title alone, at a readable screen size (issue 18: labels stay)
+    assert darkest(middle) < 90
     assert darkest(near) < 60  # close up: the title and rows are drawn
-    assert len(near) > len(far)
+    assert len(near) > len(middle) > len(far)

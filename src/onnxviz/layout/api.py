@@ -41,16 +41,14 @@ class LayoutCancelled(Exception):
 class LayoutNode:
     """A box to place.
 
-    ``id`` must be unique among nodes *and* groups.  ``parent`` is the id of the group the
-    node belongs to (None: top level).  ``inputs``/``outputs`` are the numbers of ports on
-    the target and source sides; when left at 0 they are taken from the highest port index
-    used by an edge plus one.
+    ``id`` must be unique.  ``inputs``/``outputs`` are the numbers of ports on the target
+    and source sides; when left at 0 they are taken from the highest port index used by an
+    edge plus one.
     """
 
     id: str
     width: float
     height: float
-    parent: str | None = None
     inputs: int = 0
     outputs: int = 0
 
@@ -68,18 +66,13 @@ class LayoutEdge:
 
 class NodeTable(Sequence[LayoutNode]):
     """Nodes given as columns, for large graphs: no per-node object is made unless asked.
-
-    ``parent_index`` holds, per node, the position of its group in the request's
-    ``groups`` (-1: top level).  Behaves as a read-only sequence of `LayoutNode`.
-    """
+    Behaves as a read-only sequence of `LayoutNode`."""
 
     def __init__(
         self,
         ids: Sequence[str],
         width: np.ndarray,
         height: np.ndarray,
-        parent_index: np.ndarray | None = None,
-        group_ids: Sequence[str] = (),
         inputs: np.ndarray | None = None,
         outputs: np.ndarray | None = None,
     ) -> None:
@@ -87,12 +80,6 @@ class NodeTable(Sequence[LayoutNode]):
         self.ids = list(ids)
         self.width = np.asarray(width, dtype=float).reshape(n)
         self.height = np.asarray(height, dtype=float).reshape(n)
-        self.parent_index = (
-            np.full(n, -1, dtype=np.int64)
-            if parent_index is None
-            else np.asarray(parent_index, dtype=np.int64).reshape(n)
-        )
-        self.group_ids = list(group_ids)
         zeros = np.zeros(n, dtype=np.int64)
         self.inputs = zeros if inputs is None else np.asarray(inputs, dtype=np.int64).reshape(n)
         self.outputs = zeros if outputs is None else np.asarray(outputs, dtype=np.int64).reshape(n)
@@ -103,12 +90,10 @@ class NodeTable(Sequence[LayoutNode]):
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        p = int(self.parent_index[i])
         return LayoutNode(
             self.ids[i],
             float(self.width[i]),
             float(self.height[i]),
-            self.group_ids[p] if p >= 0 else None,
             int(self.inputs[i]),
             int(self.outputs[i]),
         )
@@ -152,33 +137,16 @@ class EdgeTable(Sequence[LayoutEdge]):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class LayoutGroup:
-    """A collapsible frame around nodes and other groups (a name scope, a subgraph, a
-    function body).  ``collapsed_width``/``collapsed_height`` is the size of the single box
-    drawn while the group is collapsed."""
-
-    id: str
-    parent: str | None = None
-    label: str = ""
-    collapsed_width: float = 160.0
-    collapsed_height: float = 40.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Spacing:
     """Distances, in the same unit as node sizes.
 
     ``node`` separates neighbouring boxes in a rank, ``rank`` separates ranks, ``edge``
     separates edge lanes (long-edge dummy points) from each other and from boxes.
-    ``group_padding`` is the inner margin of an expanded group frame and
-    ``group_header`` the extra space on its top for a label.
     """
 
     node: float = 24.0
     rank: float = 40.0
     edge: float = 10.0
-    group_padding: float = 12.0
-    group_header: float = 22.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -200,62 +168,33 @@ class LongEdgePolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LayoutRequest:
-    """What to lay out.
-
-    ``groups`` and the nodes' ``parent`` fields describe a hierarchy; ``expanded`` names
-    the groups shown open (None: all of them).  A collapsed group is one box; nodes inside
-    it are not placed.  ``crossing_sweeps`` bounds the crossing-reduction effort.
-    ``route_through_groups``: an edge entering or leaving an open group is routed inside
-    the group's own layout (from an entry terminal on its top rank, to an exit terminal
-    on its bottom rank); when False it is finished by one curve from the group border to
-    the node, which is about twice as fast when thousands of groups are open at once.
-    """
+    """What to lay out: one flat graph of boxes.  ``crossing_sweeps`` bounds the
+    crossing-reduction effort.  (Nesting is the caller's: `onnxviz.present` lays out each
+    open group or subgraph as a graph of its own, innermost first.)"""
 
     nodes: Sequence[LayoutNode]
     edges: Sequence[LayoutEdge] = ()
-    groups: Sequence[LayoutGroup] = ()
     direction: Direction = "TB"
     spacing: Spacing = Spacing()
     long_edges: LongEdgePolicy = LongEdgePolicy()
-    expanded: frozenset[str] | None = None
-    max_group_children: int = 80
     crossing_sweeps: int = 12
-    route_through_groups: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeBox:
-    """A placed node (or a collapsed group drawn as a box): top-left corner and size."""
+    """A placed node: top-left corner and size."""
 
     id: str
     x: float
     y: float
     width: float
     height: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GroupBox:
-    """A placed group.  When ``expanded`` the box is a frame that contains the boxes of
-    all its visible descendants; otherwise it is a plain box like a node."""
-
-    id: str
-    x: float
-    y: float
-    width: float
-    height: float
-    expanded: bool
-    label: str = ""
-    parent: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProxyBox:
     """A stand-in for the far-away ``source`` of a long or high fan-out edge, placed just
-    above its consumers; the UI draws it small and offers a jump to ``source``.  In a
-    hierarchical layout ``source`` is the item at the proxy's level: the source node, or
-    the group holding it when the edge was lifted (routes through the proxy still name
-    the real source node)."""
+    above its consumers; the UI draws it small and offers a jump to ``source``."""
 
     id: str
     source: str
@@ -266,7 +205,7 @@ class ProxyBox:
     height: float
 
 
-EdgeKind = Literal["normal", "proxy", "reversed", "self", "lifted"]
+EdgeKind = Literal["normal", "proxy", "reversed", "self"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -275,12 +214,10 @@ class EdgeRoute:
 
     ``points`` holds ``3k+1`` points: start, then (control 1, control 2, end) for each
     of the ``k`` segments.  The path starts at the source port and ends at the target
-    port (or at the proxy box / group box that stands for them).  ``kind`` is
-    ``"proxy"`` when the path starts at a `ProxyBox` (``proxy`` names it), ``"reversed"``
-    when the edge closes a cycle and was laid out upside down, ``"self"`` for a loop, and
-    ``"lifted"`` when one end is a collapsed group.  ``edge_index`` is the position of the
-    (first) request edge drawn by this route; ``count`` how many request edges it stands
-    for (more than one when edges are merged into a collapsed group).
+    port (or at the proxy box that stands for the source).  ``kind`` is ``"proxy"`` when
+    the path starts at a `ProxyBox` (``proxy`` names it), ``"reversed"`` when the edge
+    closes a cycle and was laid out upside down, and ``"self"`` for a loop.
+    ``edge_index`` is the position of the request edge drawn by this route.
     """
 
     source: str
@@ -290,7 +227,6 @@ class EdgeRoute:
     points: tuple[tuple[float, float], ...]
     kind: EdgeKind = "normal"
     edge_index: int = -1
-    count: int = 1
     proxy: str | None = None
 
 
@@ -298,12 +234,11 @@ class EdgeRoute:
 class LayoutResult:
     """A finished layout.
 
-    The per-item views (`nodes`, `edges`, `groups`, `proxies`) are built on first access
+    The per-item views (`nodes`, `edges`, `proxies`) are built on first access
     from the compact arrays, so a caller that draws from the arrays pays nothing for them.
 
     Arrays (TB or LR already applied):
       * ``node_ids``, ``node_xy`` (n, 2) top-left corners, ``node_size`` (n, 2);
-        nodes hidden in a collapsed group are absent;
       * ``route_offsets`` (m + 1,) and ``route_points`` (total, 2): the points of route
         ``i`` are ``route_points[route_offsets[i]:route_offsets[i + 1]]``;
       * ``ranks``: rank of each placed node (flat layouts; -1 where not meaningful).
@@ -315,10 +250,9 @@ class LayoutResult:
     node_xy: np.ndarray
     node_size: np.ndarray
     ranks: np.ndarray
-    route_meta: list[tuple[str, str, int, int, EdgeKind, int, int, str | None]]
+    route_meta: list[tuple[str, str, int, int, EdgeKind, int, str | None]]
     route_offsets: np.ndarray
     route_points: np.ndarray
-    group_boxes: list[GroupBox]
     proxy_boxes: list[ProxyBox]
     width: float
     height: float
@@ -328,17 +262,12 @@ class LayoutResult:
 
     @cached_property
     def nodes(self) -> dict[str, NodeBox]:
-        """Placed nodes by id (collapsed groups are in `groups`, not here)."""
+        """Placed nodes by id."""
         xy = self.node_xy.tolist()
         size = self.node_size.tolist()
         return {
             nid: NodeBox(nid, p[0], p[1], s[0], s[1]) for nid, p, s in zip(self.node_ids, xy, size)
         }
-
-    @cached_property
-    def groups(self) -> dict[str, GroupBox]:
-        """Visible groups by id, expanded frames and collapsed boxes alike."""
-        return {g.id: g for g in self.group_boxes}
 
     @cached_property
     def proxies(self) -> dict[str, ProxyBox]:
@@ -350,18 +279,15 @@ class LayoutResult:
         pts = self.route_points.tolist()
         offs = self.route_offsets.tolist()
         out = []
-        for i, (src, dst, sp, tp, kind, index, count, proxy) in enumerate(self.route_meta):
+        for i, (src, dst, sp, tp, kind, index, proxy) in enumerate(self.route_meta):
             seg = tuple((p[0], p[1]) for p in pts[offs[i] : offs[i + 1]])
-            out.append(EdgeRoute(src, dst, sp, tp, seg, kind, index, count, proxy))
+            out.append(EdgeRoute(src, dst, sp, tp, seg, kind, index, proxy))
         return out
 
     def box(self, item_id: str) -> tuple[float, float, float, float]:
-        """(x, y, width, height) of a node, group or proxy by id."""
+        """(x, y, width, height) of a node or proxy by id."""
         if item_id in self.nodes:
             b = self.nodes[item_id]
             return (b.x, b.y, b.width, b.height)
-        if item_id in self.groups:
-            g = self.groups[item_id]
-            return (g.x, g.y, g.width, g.height)
         p = self.proxies[item_id]
         return (p.x, p.y, p.width, p.height)

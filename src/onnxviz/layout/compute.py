@@ -1,13 +1,11 @@
 """`compute(request) -> LayoutResult`: converts a request to index arrays, runs the flat
-pipeline (or the hierarchical session when the request has groups) and packs the result.
+pipeline and packs the result.
 """
 
 from __future__ import annotations
 
 import time
-from functools import partial
-from itertools import chain
-from operator import attrgetter, is_
+from operator import attrgetter
 
 import numpy as np
 
@@ -57,7 +55,6 @@ class RequestArrays:
             n_in = np.fromiter(map(attrgetter("inputs"), nodes), dtype=np.int64, count=n)
             n_out = np.fromiter(map(attrgetter("outputs"), nodes), dtype=np.int64, count=n)
         self._index = None
-        self.group_ids: list[str] = list(map(attrgetter("id"), request.groups))
         self._check_ids(isinstance(request.edges, EdgeTable))
         if n and (
             not np.isfinite(w).all() or not np.isfinite(h).all() or (w < 0).any() or (h < 0).any()
@@ -95,30 +92,24 @@ class RequestArrays:
         self.n_in, self.n_out = n_in, n_out
 
     def _check_ids(self, by_position: bool) -> None:
-        """Node ids are unique and name no group (LayoutError otherwise)."""
-        ids, group_ids = self.ids, self.group_ids
+        """Node ids are unique (LayoutError otherwise)."""
+        ids = self.ids
         if by_position:
             # Edges by position need no id -> position dict: a repeated id shows as equal
             # neighbours among the sorted hashes (cheaper than a set of 100k strings);
             # the strings are compared only then.
-            hashes = np.fromiter(
-                map(hash, chain(ids, group_ids)), np.int64, len(ids) + len(group_ids)
-            )
+            hashes = np.fromiter(map(hash, ids), np.int64, len(ids))
             hashes.sort()
             suspect = bool((hashes[1:] == hashes[:-1]).any())
         else:
-            index = self.index
-            suspect = len(index) != len(ids) or any(map(index.__contains__, group_ids))
+            suspect = len(self.index) != len(ids)
         if not suspect:
             return
         seen: set[str] = set()
         dup = next((i for i in ids if i in seen or seen.add(i)), None)  # type: ignore[func-returns-value]
         if dup is not None:
             raise LayoutError(f"node id {dup!r} is used twice")
-        clash = next((i for i in group_ids if i in seen), None)
-        if clash is not None:
-            raise LayoutError(f"id {clash!r} names both a node and a group")
-        # Otherwise two groups share an id (reported by the hierarchy) or two hashes met.
+        # Otherwise two hashes met.
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -131,21 +122,6 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 def compute(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:
     """Lay out ``request``; see the package docstring.  Raises `LayoutError` for a bad
     request and `LayoutCancelled` when ``cancel()`` returns True."""
-    nodes = request.nodes
-    if isinstance(nodes, NodeTable):
-        has_groups = bool(request.groups) or bool((nodes.parent_index >= 0).any())
-    else:
-        top_level = map(partial(is_, None), map(attrgetter("parent"), nodes))
-        has_groups = bool(request.groups) or not all(top_level)
-    if has_groups:
-        from .hierarchy import LayoutSession
-
-        session = LayoutSession(request, expanded=request.expanded, cancel=cancel)
-        return session.result()
-    return compute_flat(request, cancel)
-
-
-def compute_flat(request: LayoutRequest, cancel: CancelCheck | None = None) -> LayoutResult:
     t0 = time.perf_counter()
     arrays = RequestArrays(request)
     t1 = time.perf_counter()
@@ -206,7 +182,6 @@ def flat_result(flat: FlatLayout, arrays: RequestArrays, request: LayoutRequest)
             arrays.dst_port.tolist(),
             kinds,
             range(len(kinds)),
-            [1] * len(kinds),
             proxy_of,
         )
     )
@@ -219,7 +194,6 @@ def flat_result(flat: FlatLayout, arrays: RequestArrays, request: LayoutRequest)
         route_meta=meta,
         route_offsets=flat.route_offsets,
         route_points=points,
-        group_boxes=[],
         proxy_boxes=proxy_boxes,
         width=width,
         height=height,

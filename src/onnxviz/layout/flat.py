@@ -51,7 +51,6 @@ class FlatLayout:
     height: float
     stats: dict[str, int]
     timings: dict[str, float]
-    layer_info: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def _check(cancel: CancelCheck | None) -> None:
@@ -72,12 +71,8 @@ def layout_arrays(
     policy: LongEdgePolicy,
     sweeps: int,
     cancel: CancelCheck | None = None,
-    keep_layers: bool = False,
-    pin_top: np.ndarray | None = None,
-    pin_bottom: np.ndarray | None = None,
 ) -> FlatLayout:
-    """Lay out index arrays.  ``pin_top``/``pin_bottom`` mark nodes (group terminals)
-    that must sit on the first/last rank; edges touching them never become proxies."""
+    """Lay out index arrays (one flat graph)."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -100,10 +95,6 @@ def layout_arrays(
     lap("cycles")
     rank = rank_nodes(n, lay_src[proper], lay_dst[proper], cancel)
     no_proxy = reversed_.copy()
-    if pin_top is not None and pin_bottom is not None and (pin_top.any() or pin_bottom.any()):
-        rank = _pin_ranks(rank, pin_top, pin_bottom)
-        pinned = pin_top | pin_bottom
-        no_proxy |= pinned[src] | pinned[dst]
     lap("ranking")
     out_count = np.maximum(n_out, 1)
     in_count = np.maximum(n_in, 1)
@@ -165,23 +156,6 @@ def layout_arrays(
         "crossings_initial": cross_before,
         "crossings": cross_after,
     }
-    layer_info: dict[str, np.ndarray] = {}
-    if keep_layers:
-        layer_info = {
-            "rank": lg.rank,
-            "pos": pos,
-            "x": x,
-            "kind": lg.kind,
-            "edge_a": lg.edge_a,
-            "edge_b": lg.edge_b,
-            "off_a": lg.off_a,
-            "off_b": lg.off_b,
-            "width": lg.width,
-            "edge_orig": proper[lg.edge_orig],
-            "path_offsets": lg.path_offsets,
-            "path_nodes": lg.path_nodes,
-            "proper": proper,
-        }
     return FlatLayout(
         x=x[:n],
         y=y[:n],
@@ -201,7 +175,6 @@ def layout_arrays(
         height=bottom,
         stats=stats,
         timings=timings,
-        layer_info=layer_info,
     )
 
 
@@ -235,18 +208,3 @@ def _merge_self_loops(
     ]
     out[from_self] = np.asarray(loops, dtype=float)
     return offsets, out
-
-
-def _pin_ranks(rank: np.ndarray, top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
-    """Move ``top`` nodes to rank 0 and ``bottom`` nodes below everything else."""
-    free = ~(top | bottom)
-    out = rank.copy()
-    if free.any():
-        out[free] -= out[free].min()
-        out[free] += 1 if top.any() else 0
-        last = int(out[free].max())
-    else:
-        last = 0
-    out[top] = 0
-    out[bottom] = last + 1
-    return out

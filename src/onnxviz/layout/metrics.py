@@ -73,7 +73,7 @@ def geometry_of(result: LayoutResult) -> Geometry:
     src, dst, src_level, port, routes = [], [], [], [], []
     offs = result.route_offsets
     for i, meta in enumerate(result.route_meta):
-        s, t, _sp, tp, kind, _idx, _count, proxy = meta
+        s, t, _sp, tp, kind, _idx, proxy = meta
         if kind == "self":
             continue
         pts = result.route_points[offs[i] : offs[i + 1]]

@@ -10,9 +10,11 @@ producer (or, when the subgraph is the root of the view, from an ``outer`` pill)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 from onnx import FunctionProto, ModelProto, NodeProto, TensorProto, TypeProto
 
 from onnxviz.model.document import Document
@@ -22,6 +24,7 @@ from onnxviz.present.categories import category_of
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import (
     LINE_H,
+    MARKER_W,
     MIN_NODE_W,
     PAD_X,
     PILL_H,
@@ -34,6 +37,13 @@ from onnxviz.present.options import (
 )
 from onnxviz.present.scene import Block, DisplayEdge, DisplayItem, InitializerRow, Scene
 from onnxviz.present.typeinfo import TypeTable
+from onnxviz.present.visible import (
+    UseTable,
+    VisibleProducers,
+    use_table,
+    uses_to_walk,
+    visible_codes,
+)
 
 CancelCheck = Callable[[], bool]
 
@@ -53,7 +63,7 @@ class _Graph:
 
     scope: GraphScope
     inst: str
-    outer: dict[str, tuple[str, int]] | None  # captured names -> outer producers
+    outer: Mapping[str, tuple[str, int]] | None  # captured names -> outer producers
     is_root: bool
 
 
@@ -126,6 +136,8 @@ class SceneBuilder:
         group_trees: dict[str, GroupTree] | None = None,
         cancel: CancelCheck | None = None,
         schema_expanded: set[str] | None = None,
+        use_tables: dict[str, UseTable] | None = None,
+        walk_every_use: bool = False,
     ) -> None:
         self.doc = doc
         self.root_path = root_path
@@ -135,16 +147,22 @@ class SceneBuilder:
         self.types = types
         self.measure = measure or approximate_width
         self.group_trees = group_trees if group_trees is not None else {}
+        self.use_tables = use_tables if use_tables is not None else {}
+        self.walk_every_use = walk_every_use  # the plain path, for differential tests
         self.cancel = cancel
         self.items: dict[str, DisplayItem] = {}
         self.blocks: dict[str, Block] = {}
         self.edges: list[DisplayEdge] = []
-        self.producers: dict[str, dict[str, tuple[str, int]]] = {}
+        self.producers: dict[str, Mapping[str, tuple[str, int]]] = {}
         self.schemas = SchemaCache(
             {o.domain if o.domain != "ai.onnx" else "": o.version for o in doc.model.opset_import}
         )
         self._children: dict[str, dict[tuple[int, str], GraphScope]] = {}
-        self._functions = {(f.domain, f.name): function_path(f) for f in doc.model.functions}
+        # (domain, name, overload): two overloads of one function are two functions
+        self._functions = {
+            (f.domain, f.name, getattr(f, "overload", "")): function_path(f)
+            for f in doc.model.functions
+        }
         self._width_cache: dict[tuple[str, bool], float] = {}
         self._init_index: dict[str, dict[str, TensorProto]] = {}
 
@@ -164,6 +182,14 @@ class SceneBuilder:
                 attach_constants(tree, scope.nodes, scope.consumers, set(scope.initializer_names()))
         return tree
 
+    def _use_table(self, scope: GraphScope, tree: GroupTree) -> UseTable:
+        table = self.use_tables.get(scope.path)
+        revision = self.doc.revision
+        if table is None or not table.fits(scope, tree, revision):
+            table = use_table(scope, tree, revision)
+            self.use_tables[scope.path] = table
+        return table
+
     def _child_scopes(self, scope: GraphScope) -> dict[tuple[int, str], GraphScope]:
         table = self._children.get(scope.path)
         if table is None:
@@ -180,9 +206,16 @@ class SceneBuilder:
         while s is not None:
             table = self._init_index.get(s.path)
             if table is None:
-                graph = s.graph
-                table = {t.name: t for t in graph.initializer} if graph is not None else {}
-                self._init_index[s.path] = table
+                uses = self.use_tables.get(s.path)
+                kept = uses is not None and uses.revision == self.doc.revision
+                if kept and uses.tensors is not None:  # type: ignore[union-attr]
+                    table = uses.tensors  # type: ignore[union-attr]
+                else:
+                    graph = s.graph
+                    table = {t.name: t for t in graph.initializer} if graph is not None else {}
+                    if kept:
+                        uses.tensors = table  # type: ignore[union-attr]
+                self._init_index[s.path] = table  # type: ignore[assignment]
             if name in table:
                 return table[name]
             if name in s.definitions:
@@ -225,31 +258,43 @@ class SceneBuilder:
         # Visible collapsed ancestor of each group (None: the group is expanded and all
         # groups around it too).
         vis_group: dict[str, str | None] = {}
+        stand_prefix: dict[str, str | None] = {}
         for prefix, grp in tree.groups.items():  # parents come before children
-            up = vis_group.get(grp.parent) if grp.parent is not None else None
+            up = stand_prefix.get(grp.parent) if grp.parent is not None else None
             gid = f"{inst}|g:{prefix}"
-            vis_group[prefix] = up if up is not None else (None if gid in expanded else gid)
+            stand_prefix[prefix] = up if up is not None else (None if gid in expanded else prefix)
+            vis_group[prefix] = (
+                None if stand_prefix[prefix] is None else f"{inst}|g:{stand_prefix[prefix]}"
+            )
         node_group = tree.node_group
+        table = self._use_table(scope, tree)
+        initializers = table.initializers
+        # The box showing each node as a number (see present.visible), and its item id.
+        group_prefixes = list(tree.groups)
+        stand_in = np.fromiter(
+            (
+                table.group_number[q] if (q := stand_prefix[p]) is not None else -1
+                for p in group_prefixes
+            ),
+            dtype=np.int64,
+            count=len(group_prefixes),
+        )
+        codes = visible_codes(table, stand_in)
+        n_nodes = len(codes)
 
-        # Hot path (100k nodes): comprehension over plain lists, no protobuf access.
-        vis = [
-            (vis_group[g] or f"{inst}#{i}") if g is not None else f"{inst}#{i}"
-            for i, g in enumerate(node_group)
-        ]
-        initializers = set(scope.initializer_names())
+        def vis_id(code: int) -> str:
+            return (
+                f"{inst}#{code}" if code < n_nodes else f"{inst}|g:{group_prefixes[code - n_nodes]}"
+            )
+
         input_names = [n for n in scope.input_names() if n not in initializers]
-        # Producers: value -> (visible item, port).
-        producers: dict[str, tuple[str, int]] = {}
-        for name in input_names:
-            producers[name] = (f"{inst}|in:{name}", 0)
+        # Producers: value -> (visible item, port); a collapsed group's output port is
+        # assigned when used from outside.
+        inputs = {name: (f"{inst}|in:{name}", 0) for name in input_names}
+        producers = VisibleProducers(inputs, scope.producer, codes, vis_id)
+        self.producers[inst] = producers
         group_out: dict[str, dict[str, int]] = {}
         group_in: dict[str, dict[str, int]] = {}  # group -> value -> first node using it
-        # From the scope index (not the protobuf: 10x faster on big graphs).
-        for out, (ni, k) in scope.producer.items():
-            v = vis[ni]
-            # a collapsed group's output port is assigned when used from outside
-            producers[out] = (v, -1) if "|g:" in v else (v, k)
-        self.producers[inst] = producers
 
         def out_port(src: str, port: int, name: str) -> int:
             if port >= 0:
@@ -266,59 +311,34 @@ class SceneBuilder:
         captured_set: set[str] = set()
         show_inits = self.options.show_initializers
         rows_of: dict[int, list[tuple[int, str]]] = {}
-        count = 0
-        for name, uses in scope.consumers.items():
-            count += 1
-            if (count & 1023) == 0:
+        # Hot path (100k uses): numpy drops the uses that draw nothing (present.visible);
+        # the plain walk (every use) is kept for the differential tests.
+        if self.walk_every_use:
+            walk = np.arange(len(table.node), dtype=np.int64)
+        else:
+            walk = uses_to_walk(table, codes, show_inits)
+        use_names = table.names
+        use_node = table.node[walk].tolist()
+        use_port = table.port[walk].tolist()
+        use_init = table.is_init[walk].tolist()
+        code_of = codes[table.node[walk]].tolist()
+        for count, (u, i, k, is_init, dst_code) in enumerate(
+            zip(walk.tolist(), use_node, use_port, use_init, code_of)
+        ):
+            if (count & 1023) == 1023:
                 self._check_cancel()
-            is_init = name in initializers
-            for i, k in uses:
-                dst = vis[i]
-                dst_group = "|g:" in dst
-                if is_init:
-                    if show_inits and not dst_group:
-                        rows_of.setdefault(i, []).append((k, name))
+            name = use_names[u]
+            dst = vis_id(dst_code)
+            dst_group = dst_code >= n_nodes
+            if is_init:
+                if show_inits and not dst_group:
+                    rows_of.setdefault(i, []).append((k, name))
+                continue
+            found = producers.get(name)
+            if found is not None:
+                src, sp = found
+                if src == dst:
                     continue
-                found = producers.get(name)
-                if found is not None:
-                    src, sp = found
-                    if src == dst:
-                        continue
-                    if dst_group:
-                        key = (src, name, dst)
-                        if key in seen_group_edges:
-                            continue
-                        seen_group_edges.add(key)
-                        ports = group_in.setdefault(dst, {})
-                        ports[name] = min(ports.get(name, i), i)
-                        dp = -1
-                    else:
-                        dp = k
-                    pending.append((src, out_port(src, sp, name), dst, dp, name, "data"))
-                    continue
-                # Not defined in this graph: an outer value (or undefined).
-                if g.outer is not None and self._is_outer_initializer(scope, name):
-                    if show_inits and not dst_group:
-                        rows_of.setdefault(i, []).append((k, name))
-                    continue
-                if g.outer is not None and name in g.outer:
-                    src, sp = g.outer[name]
-                    key = (src, name, dst)
-                    if key in seen_group_edges:
-                        continue
-                    seen_group_edges.add(key)
-                    if dst_group:
-                        ports = group_in.setdefault(dst, {})
-                        ports[name] = min(ports.get(name, i), i)
-                        dp = -1
-                    else:
-                        dp = k
-                    pending.append((src, sp, dst, dp, name, "captured"))
-                    continue
-                if name not in captured_set:
-                    captured_set.add(name)
-                    captured.append(name)
-                src = f"{inst}|outer:{name}"
                 if dst_group:
                     key = (src, name, dst)
                     if key in seen_group_edges:
@@ -329,7 +349,42 @@ class SceneBuilder:
                     dp = -1
                 else:
                     dp = k
-                pending.append((src, 0, dst, dp, name, "data"))
+                pending.append((src, out_port(src, sp, name), dst, dp, name, "data"))
+                continue
+            # Not defined in this graph: an outer value (or undefined).
+            if g.outer is not None and self._is_outer_initializer(scope, name):
+                if show_inits and not dst_group:
+                    rows_of.setdefault(i, []).append((k, name))
+                continue
+            if g.outer is not None and name in g.outer:
+                src, sp = g.outer[name]
+                key = (src, name, dst)
+                if key in seen_group_edges:
+                    continue
+                seen_group_edges.add(key)
+                if dst_group:
+                    ports = group_in.setdefault(dst, {})
+                    ports[name] = min(ports.get(name, i), i)
+                    dp = -1
+                else:
+                    dp = k
+                pending.append((src, sp, dst, dp, name, "captured"))
+                continue
+            if name not in captured_set:
+                captured_set.add(name)
+                captured.append(name)
+            src = f"{inst}|outer:{name}"
+            if dst_group:
+                key = (src, name, dst)
+                if key in seen_group_edges:
+                    continue
+                seen_group_edges.add(key)
+                ports = group_in.setdefault(dst, {})
+                ports[name] = min(ports.get(name, i), i)
+                dp = -1
+            else:
+                dp = k
+            pending.append((src, 0, dst, dp, name, "data"))
         # Values a collapsed body (If/Loop/Scan) reads from this graph: a dashed edge to
         # the node that holds the body, so the dependency stays visible.
         extra_port: set[str] = set()
@@ -337,7 +392,7 @@ class SceneBuilder:
             owner = child.owner_node_index
             if owner is None or f"{inst}#{owner}" in expanded:
                 continue
-            dst = vis[owner]
+            dst = vis_id(int(codes[owner]))
             for name in sorted(child.free_names, key=as_text):  # bytes: not UTF-8
                 found = producers.get(name)
                 if found is None or found[0] == dst:
@@ -413,9 +468,8 @@ class SceneBuilder:
                 root_block, f"{inst}|outer:{name}", "outer", scope, name, parent, depth
             )
             pill.missing = scope.lookup(name) is None and scope.parent is None
-        for i, node in enumerate(nodes):
-            if vis[i] != f"{inst}#{i}":
-                continue
+        for i in np.flatnonzero(codes == np.arange(n_nodes)).tolist():
+            node = nodes[i]
             node_prefix = node_group[i]
             ancestors = _ancestors(tree, node_prefix, inst)
             item = self._op_item(
@@ -554,13 +608,16 @@ class SceneBuilder:
         # the ML domain is told by the colour; other non-standard domains by a prefix
         plain = node.domain in ("", "ai.onnx", "ai.onnx.ml")
         title = node.op_type if plain else f"{node.domain}.{node.op_type}"
+        overload = getattr(node, "overload", "")
+        if overload:  # a call of one overload of a function: say which
+            title = f"{title} ({as_text(overload)})"
         expandable = bool(
             (
                 node.attribute
                 and self._child_scopes(scope)
                 and any((i, a) in self._child_scopes(scope) for a in _subgraph_attr_names(node))
             )
-            or (node.domain, node.op_type) in self._functions
+            or _function_key(node) in self._functions
         )
         item = DisplayItem(
             id=item_id,
@@ -592,6 +649,8 @@ class SceneBuilder:
             w = max(w, self._w(item.subtitle))
         for row in item.rows:
             w = max(w, self._w(f"{row.label} ⟨{row.shape}⟩"))
+        if item.expandable:  # the +/- marker sits at the right of the centred title
+            w += 2 * MARKER_W
         item.width = max(MIN_NODE_W, w + 2 * PAD_X)
         item.height = TITLE_H + (LINE_H if item.subtitle else 0.0)
         if item.rows:
@@ -605,12 +664,12 @@ class SceneBuilder:
         i: int,
         node: NodeProto,
         item: DisplayItem,
-        producers: dict[str, tuple[str, int]],
+        producers: Mapping[str, tuple[str, int]],
         depth: int,
     ) -> None:
         item.kind = "container"
-        outer = dict(g.outer or {})
-        outer.update(producers)
+        # this graph's producers first, then what the graph itself sees from outside
+        outer: Mapping[str, tuple[str, int]] = ChainMap(producers, g.outer or {})  # type: ignore[arg-type]
         children = self._child_scopes(g.scope)
         for attr in _subgraph_attr_names(node):
             child = children.get((i, attr))
@@ -619,7 +678,7 @@ class SceneBuilder:
             inst = child.path if g.inst == g.scope.path else f"{g.inst}/{attr}"
             blk = self._build_graph(_Graph(child, inst, outer, False), depth, item.id, attr)
             item.blocks.append(blk)
-        fn_path = self._functions.get((node.domain, node.op_type))
+        fn_path = self._functions.get(_function_key(node))
         if fn_path is not None:
             fn_scope = self.doc.scope(fn_path)
             blk = self._build_graph(
@@ -643,6 +702,10 @@ class SceneBuilder:
         if not item.blocks:
             item.kind = "op"
             item.expanded = False
+
+
+def _function_key(node: NodeProto) -> tuple[str, str, str]:
+    return (node.domain, node.op_type, getattr(node, "overload", ""))
 
 
 def group_blocks_by_id(group_blocks: dict[str, Block], gid: str) -> Block:

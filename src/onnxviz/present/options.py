@@ -36,6 +36,7 @@ SLOT_LABEL_H = 16.0
 SLOT_GAP = 20.0
 PROXY_W = 16.0
 PROXY_H = 12.0
+MARKER_W = 16.0  # the expand/collapse marker at the top right of a box or frame
 MAX_TEXT_CHARS = 48
 
 

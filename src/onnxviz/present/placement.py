@@ -16,6 +16,7 @@ from onnxviz.present.options import (
     GROUP_HEADER,
     GROUP_PAD,
     LINE_H,
+    MARKER_W,
     PROXY_H,
     PROXY_W,
     SLOT_GAP,
@@ -33,17 +34,40 @@ _Placed = tuple[
     float,  # width
     float,  # height
 ]
-SPACING = Spacing(
-    node=22.0, rank=44.0, edge=10.0, group_padding=GROUP_PAD, group_header=GROUP_HEADER
-)
+SPACING = Spacing(node=22.0, rank=44.0, edge=10.0)
 CancelCheck = Callable[[], bool]
 
 
+class LayoutCache:
+    """Layouts of blocks by structure (direction, box sizes, edges by index): the 24
+    identical layers of a transformer are laid out once.  One per `Presenter`, so it
+    lives and dies with the document shown (and no two windows share one)."""
+
+    LIMIT = 2048
+
+    def __init__(self) -> None:
+        self._placed: dict[tuple[object, ...], _Placed] = {}
+
+    def get(self, key: tuple[object, ...]) -> _Placed | None:
+        return self._placed.get(key)
+
+    def put(self, key: tuple[object, ...], placed: _Placed) -> None:
+        if len(self._placed) >= self.LIMIT:
+            self._placed.clear()
+        self._placed[key] = placed
+
+    def __len__(self) -> int:
+        return len(self._placed)
+
+
 def place(
-    scene: Scene, cancel: CancelCheck | None = None, measure: TextMeasure | None = None
+    scene: Scene,
+    cancel: CancelCheck | None = None,
+    measure: TextMeasure | None = None,
+    cache: LayoutCache | None = None,
 ) -> Scene:
     measure = measure or approximate_width
-    _layout_block(scene, scene.root, cancel, measure)
+    _layout_block(scene, scene.root, cancel, measure, cache if cache is not None else LayoutCache())
     _assign(scene, scene.root, 0.0, 0.0)
     for edge in scene.edges:
         _route_edge(scene, edge)
@@ -54,7 +78,7 @@ def _content_size(item: DisplayItem, measure: TextMeasure) -> None:
     """Size of an expanded group frame or container from its (placed) blocks."""
     if item.kind == "group":
         (blk,) = item.blocks
-        title_w = measure(item.title, True) + 2 * GROUP_PAD
+        title_w = measure(item.title, True) + 2 * GROUP_PAD + MARKER_W
         item.width = max(blk.width + 2 * GROUP_PAD, title_w)
         item.height = blk.height + GROUP_HEADER + GROUP_PAD
         return
@@ -62,25 +86,31 @@ def _content_size(item: DisplayItem, measure: TextMeasure) -> None:
     widths = [b.width for b in item.blocks]
     inner_w = sum(widths) + SLOT_GAP * (len(widths) - 1)
     label_w = max((measure(b.label, False) for b in item.blocks), default=0.0)
-    item.width = max(inner_w, measure(item.title, True), label_w) + 2 * GROUP_PAD
+    # the title is centred and the collapse marker sits at the right: room on both sides
+    title_w = measure(item.title, True) + 2 * MARKER_W
+    item.width = max(inner_w, title_w, label_w) + 2 * GROUP_PAD
     item.height = (
         header + SLOT_LABEL_H + max((b.height for b in item.blocks), default=0) + GROUP_PAD
     )
 
 
 def _layout_block(
-    scene: Scene, block: Block, cancel: CancelCheck | None, measure: TextMeasure
+    scene: Scene,
+    block: Block,
+    cancel: CancelCheck | None,
+    measure: TextMeasure,
+    cache: LayoutCache,
 ) -> None:
     for item in block.items:
         if item.expanded and item.blocks:
             for inner in item.blocks:
-                _layout_block(scene, inner, cancel, measure)
+                _layout_block(scene, inner, cancel, measure, cache)
             _content_size(item, measure)
     if not block.items:
         block.width, block.height = 40.0, 20.0
         return
     items = block.items
-    placed = _layout_indexed(scene.direction, items, block.layout_edges, cancel)
+    placed = _layout_indexed(scene.direction, items, block.layout_edges, cancel, cache)
     positions, routes_by_edge, proxies, width, height = placed
     for it, (x, y) in zip(items, positions):
         it.x, it.y = x, y  # relative for now
@@ -90,7 +120,7 @@ def _layout_block(
             id=f"{block.id}|proxy:{source_id}:{port}#{k}",
             kind="proxy",
             graph_path=block.graph_path,
-            title="",
+            title=items[source].title,  # too small to draw: the tooltip tells it
             value=source_id,
             width=PROXY_W if scene.direction == "TB" else PROXY_H,
             height=PROXY_H if scene.direction == "TB" else PROXY_W,
@@ -103,17 +133,12 @@ def _layout_block(
     block.width, block.height = width, height
 
 
-# Layouts of blocks with the same structure (the 24 identical layers of a transformer)
-# are computed once: key = direction, box sizes, edges by index.
-_CACHE: dict[tuple[object, ...], _Placed] = {}
-_CACHE_LIMIT = 2048
-
-
 def _layout_indexed(
     direction: str,
     items: list[DisplayItem],
     layout_edges: list[tuple[str, int, str, int]],
     cancel: CancelCheck | None,
+    cache: LayoutCache,
 ) -> _Placed:
     index = {it.id: i for i, it in enumerate(items)}
     edges = [(index[s], sp, index[t], tp) for (s, sp, t, tp) in layout_edges]
@@ -122,16 +147,14 @@ def _layout_indexed(
         tuple((round(it.width, 2), round(it.height, 2)) for it in items),
         tuple(edges),
     )
-    found = _CACHE.get(key)
+    found = cache.get(key)
     if found is not None:
         return found
     if len(items) == 1 and not edges:
         placed: _Placed = ([(0.0, 0.0)], {}, [], items[0].width, items[0].height)
     else:
         placed = _run_layout(direction, items, edges, cancel)
-    if len(_CACHE) >= _CACHE_LIMIT:
-        _CACHE.clear()
-    _CACHE[key] = placed
+    cache.put(key, placed)
     return placed
 
 

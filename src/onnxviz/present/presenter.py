@@ -14,9 +14,10 @@ from onnxviz.model.scopes import GraphScope
 from onnxviz.present.build import SceneBuilder
 from onnxviz.present.groups import GroupTree, attach_constants, build_group_tree
 from onnxviz.present.options import TextMeasure, ViewOptions
-from onnxviz.present.placement import place
+from onnxviz.present.placement import LayoutCache, place
 from onnxviz.present.scene import Scene
 from onnxviz.present.typeinfo import TypeTable, declared_types
+from onnxviz.present.visible import UseTable
 
 CancelCheck = Callable[[], bool]
 
@@ -35,6 +36,9 @@ class Presenter:
     schema_expanded: set[str] = field(default_factory=set)
     types: TypeTable | None = None
     group_trees: dict[str, GroupTree] = field(default_factory=dict)
+    # per graph: its uses as arrays (rebuilt when the graph's index changes)
+    use_tables: dict[str, UseTable] = field(default_factory=dict)
+    layout_cache: LayoutCache = field(default_factory=LayoutCache)
 
     def __post_init__(self) -> None:
         if self.types is None:
@@ -93,6 +97,34 @@ class Presenter:
                     if (node.domain, node.op_type) in functions:
                         out.add(f"{scope.path}#{i}")
         return out
+
+    def open_all_bodies(self, max_rounds: int = 6, max_items: int = 50_000) -> int:
+        """Expand every Loop/If/Scan and every call of a model-local function under the
+        root, including calls inside function bodies opened on the way (``max_rounds``
+        levels of those: a function may call itself).  Returns how many were opened."""
+        before = len(self.expanded)
+        self.expanded |= self.all_body_ids()
+        assert self.types is not None
+        for _ in range(max_rounds):
+            scene = SceneBuilder(
+                self.doc,
+                self.root_path,
+                self.expanded,
+                self.options,
+                self.types,
+                group_trees=self.group_trees,
+                schema_expanded=self.schema_expanded,
+                use_tables=self.use_tables,
+            ).build()
+            closed = {
+                it.id
+                for it in scene.items.values()
+                if it.kind == "op" and it.expandable and it.id not in self.expanded
+            }
+            if not closed or len(scene.items) > max_items:
+                break
+            self.expanded |= closed
+        return len(self.expanded) - before
 
     # -- state changes -------------------------------------------------------------------
     def toggle(self, item_id: str) -> bool:
@@ -168,9 +200,10 @@ def display_graph(
         group_trees=presenter.group_trees,
         cancel=cancel,
         schema_expanded=presenter.schema_expanded,
+        use_tables=presenter.use_tables,
     )
     scene = builder.build()
     t1 = time.perf_counter()
-    place(scene, cancel=cancel, measure=measure)
+    place(scene, cancel=cancel, measure=measure, cache=presenter.layout_cache)
     scene.timings = {"build": t1 - t0, "place": time.perf_counter() - t1}
     return scene

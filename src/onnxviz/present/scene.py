@@ -17,6 +17,7 @@ where ``inst`` is the graph path for graphs shown in their own right (``main``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -119,7 +120,7 @@ class Scene:
     root_path: str
     direction: str = "TB"
     # per graph instance: value name -> (visible item id, port) of its producer
-    producers: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    producers: dict[str, Mapping[str, tuple[str, int]]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property

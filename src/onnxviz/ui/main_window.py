@@ -70,6 +70,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
             direction="LR" if cfg.load_str("direction", "TB") == "LR" else "TB",
         )
         self.graph_scene = GraphScene(resolve_theme(self.theme_mode), self)
+        self.graph_scene.filled.connect(self._apply_badges)  # big scenes fill in slices
         self.view = GraphView(self.graph_scene)
         self._build_central()
         self.properties_dock = PropertiesDock(self)
@@ -190,7 +191,15 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
             self.theme_mode, a.theme_system
         ).setChecked(True)
         has_doc = self.doc is not None
-        for action in (a.save, a.save_as, a.export, a.close, a.expand_all, a.collapse_all):
+        for action in (
+            a.save,
+            a.save_as,
+            a.export,
+            a.close,
+            a.expand_all,
+            a.expand_bodies,
+            a.collapse_all,
+        ):
             action.setEnabled(has_doc)
         a.undo.setEnabled(bool(self.doc and self.doc.can_undo))
         a.redo.setEnabled(bool(self.doc and self.doc.can_redo))
@@ -269,6 +278,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
                 self._failed(str(exc))
                 return
             on_done(result)
+            self.graph_scene.finish_filling()  # done when this returns, canvas included
             return
         task = Task(fn, self)
         self.task = task
@@ -310,7 +320,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         import time
 
         end = time.monotonic() + ms / 1000
-        while self.task is not None and time.monotonic() < end:
+        while (self.task is not None or self.graph_scene.filling) and time.monotonic() < end:
             QApplication.processEvents()
             time.sleep(0.005)
         QApplication.processEvents()
@@ -540,13 +550,15 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
     def _show(self, scene: Scene) -> None:
         self.display = scene
         self.graph_scene.show_scene(scene, self.options.show_shapes)
+        self.view.refresh_detail()
+        self._update_crumbs()
+        self._update_summary()
+
+    def _apply_badges(self) -> None:
         for item_id, problems in self.badges.items():
             node = self.graph_scene.nodes.get(item_id)
             if node is not None:
                 node.set_problems(problems)
-        self.view.refresh_detail()
-        self._update_crumbs()
-        self._update_summary()
 
     def relayout(
         self,
@@ -559,16 +571,17 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         if self.presenter is None:
             return
         before = None
-        if anchor and anchor in self.graph_scene.nodes:
-            before = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+        if anchor and (pos := self.graph_scene.item_pos(anchor)) is not None:
+            before = self.view.mapFromScene(pos)
         center = self.view.mapToScene(self.view.viewport().rect().center())
         if background is None:
             background = bool(self.display and len(self.display.items) > BACKGROUND_LAYOUT_ITEMS)
 
         def done(scene: Scene) -> None:
             self._show(scene)
-            if before is not None and anchor in self.graph_scene.nodes:
-                now = self.view.mapFromScene(self.graph_scene.nodes[anchor].pos())
+            pos = self.graph_scene.item_pos(anchor) if anchor else None
+            if before is not None and pos is not None:
+                now = self.view.mapFromScene(pos)
                 delta = now - before
                 self.view.horizontalScrollBar().setValue(
                     self.view.horizontalScrollBar().value() + delta.x()

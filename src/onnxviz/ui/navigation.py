@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMenu
 
 from onnxviz.model.node_id import parse_item_id
 from onnxviz.present.find import FindResult
+from onnxviz.present.paths import graph_trail
 from onnxviz.present.properties import value_sections
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 
@@ -65,13 +66,26 @@ class NavigationMixin:
         if self.presenter is None or self.presenter.root_path == "main" and not self.crumbs:
             self.crumb_bar.hide()
         else:
-            trail = [c.root_path for c in self.crumbs] + [self.presenter.root_path]
-            self.crumb_label.setText("  ›  ".join(p.rsplit("/", 1)[-1] for p in trail))
+            # the graph shown, with the graphs around it: main › Scan#0 › If#4 (else)
+            scope = self.doc.scope(self.presenter.root_path)
+            self.crumb_label.setText("  ›  ".join(graph_trail(scope)))
             self.crumb_bar.show()
         self._sync_actions()
 
     # -- selection, navigation ------------------------------------------------------------------
+    def expand_all_bodies(self) -> None:
+        """Open every Loop/If/Scan body and function body under the shown graph."""
+        if self.presenter is None:
+            return
+        opened = self.presenter.open_all_bodies()
+        self.statusBar().showMessage(
+            f"opened {opened} bodies" if opened else "no bodies to open", 4000
+        )
+        self.relayout()
+
     def select_item(self, item_id: str, center: bool = True) -> bool:
+        if item_id not in self.graph_scene.nodes:
+            self.graph_scene.finish_filling()  # a big scene still being filled
         node = self.graph_scene.nodes.get(item_id)
         if node is None:
             return False

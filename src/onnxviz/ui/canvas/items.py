@@ -11,6 +11,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import (
     QBrush,
     QColor,
+    QFont,
     QFontMetricsF,
     QPainter,
     QPainterPath,
@@ -51,6 +52,36 @@ def _label_metrics(italic: bool) -> QFontMetricsF:
         _, text, ital = _fonts()
         fm = _METRICS[italic] = QFontMetricsF(ital if italic else text)
     return fm
+
+
+_SMALL_TITLES: dict[int, tuple[QFont, QFontMetricsF]] = {}
+
+
+def _title_font_px(px: int) -> tuple[QFont, QFontMetricsF]:
+    found = _SMALL_TITLES.get(px)
+    if found is None:
+        font = QFont(_fonts()[0])
+        font.setPixelSize(px)
+        found = _SMALL_TITLES[px] = (font, QFontMetricsF(font))
+    return found
+
+
+def _small_title(painter: QPainter, rect: QRectF, text: str, level: float) -> None:
+    """The title at a fixed screen size when the zoom makes the box text unreadable:
+    `lod.SMALL_TITLE_PX` screen pixels, smaller (down to `lod.SMALL_TITLE_MIN_PX`) to
+    fit the box, else elided."""
+    room = rect.width() - 2
+    px = max(1, round(lod.SMALL_TITLE_PX / level))
+    font, metrics = _title_font_px(px)
+    wide = metrics.horizontalAdvance(text)
+    if wide > room:
+        floor = max(1, round(lod.SMALL_TITLE_MIN_PX / level))
+        font, metrics = _title_font_px(max(floor, int(px * room / wide)))
+    shown = metrics.elidedText(text, Qt.TextElideMode.ElideRight, room)
+    if len(shown) < 2:  # not even one letter and the ellipsis
+        return
+    painter.setFont(font)
+    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, shown)
 
 
 def _fonts():  # type: ignore[no-untyped-def]
@@ -169,6 +200,9 @@ class NodeItem(QGraphicsItem):
             if level >= lod.ARROW_MIN:
                 painter.drawRoundedRect(r.adjusted(4, -4, 4, -4), 5, 5)
             painter.drawRoundedRect(r, 5, 5)
+            if lod.SMALL_TITLE_MIN <= level < lod.TEXT_MIN:
+                painter.setPen(theme.text)
+                _small_title(painter, r, d.title, level)
             if level >= lod.TEXT_MIN:
                 title, text, _ = _fonts()
                 painter.setPen(theme.text)
@@ -187,6 +221,9 @@ class NodeItem(QGraphicsItem):
         painter.setBrush(theme.category(d.category))
         painter.drawRoundedRect(r, 5, 5)
         if level < lod.TEXT_MIN:
+            if level >= lod.SMALL_TITLE_MIN:
+                painter.setPen(theme.text)
+                _small_title(painter, r, d.title, level)
             return
         title, text, _ = _fonts()
         painter.setPen(theme.text)
@@ -337,7 +374,8 @@ def _tooltip(d: DisplayItem) -> str:
             )
         return "\n".join(lines)
     if d.kind == "proxy":
-        return f"from {d.value} (double-click to jump)"
+        source = f"{d.title} ({d.value})" if d.title else str(d.value)
+        return f"continues from {source}; double-click to jump there"
     if d.kind in ("input", "output", "outer"):
         what = {"input": "graph input", "output": "graph output"}.get(
             d.kind, "value from an outer graph"

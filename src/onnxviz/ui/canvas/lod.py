@@ -1,7 +1,10 @@
 """Level of detail: what an item paints at a given zoom (scale of the view transform).
 
-Below `TEXT_MIN` boxes are plain fills (text would be unreadable and costs the most);
-below `LABEL_MIN` edges lose their type labels; below `ARROW_MIN` arrowheads go too.
+Below `TEXT_MIN` the text inside boxes would be unreadable: operator and group boxes
+then keep just their title, drawn at `SMALL_TITLE_PX` screen pixels (elided to the box)
+down to `SMALL_TITLE_MIN`, so a fitted ResNet still says Conv, Relu, Add; below that
+boxes are plain fills.  Below `LABEL_MIN` edges lose their type labels; below
+`ARROW_MIN` arrowheads go too.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QStyleOptionGraphicsItem
 
 TEXT_MIN = 0.38
+SMALL_TITLE_MIN = 0.12
+SMALL_TITLE_PX = 9.0
+SMALL_TITLE_MIN_PX = 6.0
 LABEL_MIN = 0.6
 ARROW_MIN = 0.3
 ROW_MIN = 0.5

@@ -1,9 +1,17 @@
 """`GraphScene`: the QGraphicsScene that shows one placed `present.Scene`, with the
-id -> item maps and the producer/consumer highlighting of the selection."""
+id -> item maps and the producer/consumer highlighting of the selection.
+
+A big scene (over `SYNC_ITEMS` boxes and edges) is filled in slices of `SLICE_SECONDS`,
+one slice per turn of the event loop, so the window keeps answering while tens of
+thousands of items are made; ``filling`` is True meanwhile and ``filled`` fires at the end.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QRectF, Signal
+import time
+from collections.abc import Iterator
+
+from PySide6.QtCore import QObject, QPointF, QRectF, QTimer, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
@@ -13,12 +21,16 @@ from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, Overvi
 from onnxviz.ui.theme import LIGHT, Theme
 
 MARGIN = 40.0
+SYNC_ITEMS = 1500  # scenes with up to this many items are filled at once
+SLICE_ITEMS = 40  # items made between two looks at the clock when filling in slices
+SLICE_SECONDS = 0.02  # time given to filling per event-loop turn
 
 
 class GraphScene(QGraphicsScene):
     rowClicked = Signal(str, str)  # item id, initializer name
     toggleRequested = Signal(str)  # item id of a group / body-holding node
     jumpRequested = Signal(str)  # item id to go to (a proxy's source)
+    filled = Signal()  # every item of the shown scene exists
 
     def __init__(self, theme: Theme = LIGHT, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -32,6 +44,12 @@ class GraphScene(QGraphicsScene):
         self.overview_shown = False
         self.setBackgroundBrush(QBrush(theme.background))
         self.selectionChanged.connect(self._on_selection)
+        self.filling = False
+        self._fill: Iterator[None] | None = None
+        self._focus: QPointF | None = None
+        self._fill_timer = QTimer(self)
+        self._fill_timer.setInterval(0)
+        self._fill_timer.timeout.connect(self._fill_step)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -39,7 +57,8 @@ class GraphScene(QGraphicsScene):
         self.update()
 
     def show_scene(self, display: Scene, show_labels: bool = True) -> None:
-        """Replace everything with the items of ``display``."""
+        """Replace everything with the items of ``display`` (a big scene in slices)."""
+        self._focus = self._view_focus()
         self.blockSignals(True)
         self.clear()
         self.blockSignals(False)
@@ -50,30 +69,124 @@ class GraphScene(QGraphicsScene):
         self.edge_items = []
         self._edges_by_item = {}
         self._highlighted = []
-        for item in display.items.values():
+        self.setSceneRect(
+            QRectF(-MARGIN, -MARGIN, display.width + 2 * MARGIN, display.height + 2 * MARGIN)
+        )
+        sliced = len(display.items) + len(display.edges) > SYNC_ITEMS
+        fill = self._fill_items(display, show_labels, sliced)
+        if not sliced:
+            for _ in fill:
+                pass
+            self.filling = False
+            self.filled.emit()
+            return
+        self.filling = True
+        self._fill = fill
+        self._fill_step()  # the first slice now: the view has something to show at once
+        if self.filling:
+            self._fill_timer.start()
+
+    def item_pos(self, item_id: str) -> QPointF | None:
+        """Scene position of an item's box, also while a sliced fill has not made it."""
+        node = self.nodes.get(item_id)
+        if node is not None:
+            return node.pos()
+        data = self.display.items.get(item_id) if self.display is not None else None
+        return QPointF(data.x, data.y) if data is not None else None
+
+    def clear(self) -> None:
+        """Remove every item, and stop a fill in progress."""
+        self._fill_timer.stop()
+        self._fill = None
+        self.filling = False
+        super().clear()
+
+    def finish_filling(self) -> None:
+        """Make the remaining items now (before reading ``nodes`` of a sliced scene)."""
+        while self.filling:
+            self._fill_step()
+
+    def _fill_step(self) -> None:
+        fill = self._fill
+        end = time.perf_counter() + SLICE_SECONDS
+        done = fill is None
+        while not done:  # at least one slice per turn
+            done = next(fill, StopIteration) is StopIteration  # type: ignore[arg-type]
+            if time.perf_counter() >= end:
+                break
+        if done:
+            self._fill_timer.stop()
+            self._fill = None
+            if self.filling:
+                self.filling = False
+                # a new dict: views that mark items (the run overlay) see a new scene
+                self.nodes = dict(self.nodes)
+                if self.overview is not None:  # made from the items of that time
+                    self.removeItem(self.overview)
+                    self.overview = None
+                    if self.overview_shown:
+                        self.overview_shown = False
+                        self.set_overview(True)
+                self.filled.emit()
+
+    def _fill_items(self, display: Scene, show_labels: bool, sliced: bool) -> Iterator[None]:
+        """Make the items, yielding after each slice: frames and boxes first (sliced:
+        from the top down, where the first view looks), then the edges."""
+        made = 0
+        items = list(display.items.values())
+        if sliced:
+            items.sort(key=self._nearness(display))
+        for item in items:
             node = NodeItem(item)
+            if self.overview_shown:
+                node.setVisible(False)
             self.addItem(node)
             self.nodes[item.id] = node
+            made += 1
+            if made % SLICE_ITEMS == 0:
+                yield
         labelled: set[tuple[str, str]] = set()
-        for edge in display.edges:
+        edges = display.edges
+        if sliced:
+            near = self._nearness(display)
+            edges = sorted(edges, key=lambda e: near(display.items[e.source]))
+        for edge in edges:
             if not edge.points:
                 continue
             # a value that fans out is labelled once, not on every branch
             key = (edge.source, edge.value)
             e = EdgeItem(edge, show_labels and key not in labelled)
             labelled.add(key)
+            if self.overview_shown:
+                e.setVisible(False)
             self.addItem(e)
             self.edge_items.append(e)
             self._edges_by_item.setdefault(edge.source, []).append(e)
             self._edges_by_item.setdefault(edge.target, []).append(e)
-        self._spread_labels()
-        self.setSceneRect(
-            QRectF(-MARGIN, -MARGIN, display.width + 2 * MARGIN, display.height + 2 * MARGIN)
-        )
+            made += 1
+            if made % SLICE_ITEMS == 0:
+                yield
+        yield from self._spread_labels()
 
-    def _spread_labels(self) -> None:
+    def _view_focus(self) -> QPointF | None:
+        """Where the view looks in the scene shown now (None: no scene shown)."""
+        views = self.views()
+        if self.display is None or not views:
+            return None
+        center = views[0].mapToScene(views[0].viewport().rect().center())
+        return center if self.sceneRect().contains(center) else None
+
+    def _nearness(self, display: Scene):  # type: ignore[no-untyped-def]
+        """Sort key of items for a sliced fill: the part the view shows first (where it
+        looked in the scene before, as after expanding a group; else the top)."""
+        focus = self._focus
+        cx, cy = (focus.x(), focus.y()) if focus is not None else (display.width / 2, 0.0)
+        return lambda it: abs(it.x + it.width / 2 - cx) + abs(it.y + it.height / 2 - cy)
+
+    def _spread_labels(self) -> Iterator[None]:
         """Keep edge labels from overlapping each other and boxes: try a few nudges
-        along the edge, else drop the label (the tooltip still tells)."""
+        along the edge, else drop the label (the tooltip still tells).  Yields now and
+        then (a generator: sliced filling goes on through it)."""
         cell = 120.0
         grid: dict[tuple[int, int], list[QRectF]] = {}
 
@@ -93,7 +206,9 @@ class GraphScene(QGraphicsScene):
         for node in self.nodes.values():
             if not node.is_frame:
                 add(node.sceneBoundingRect().adjusted(2, 2, -2, -2))
-        for e in self.edge_items:
+        for k, e in enumerate(self.edge_items):
+            if k % SLICE_ITEMS == SLICE_ITEMS - 1:
+                yield
             if not e.show_label:
                 continue
             base = e.label_rect

@@ -1,0 +1,42 @@
+"""Graph paths as a reader wants them: ``Scan#0 > Loop#2 > If#4 (else)``.
+
+A scope path (``main/body:#0/body:#2/else_branch:#4``) names each subgraph by its
+attribute and its owner's label, which for unnamed nodes is a bare index.  Here each
+step names the owner node by its name, or by op type and index when it has none, and
+tells the branch of an If (``then``/``else``) or any attribute other than ``body``.
+"""
+
+from __future__ import annotations
+
+from onnxviz.model.scopes import GraphScope
+from onnxviz.model.text import as_text
+
+_BRANCHES = {"then_branch": "then", "else_branch": "else", "body": ""}
+
+
+def step_label(scope: GraphScope) -> str:
+    """How one subgraph is named in a trail (its owner node and the attribute)."""
+    parent, index, attr = scope.parent, scope.owner_node_index, scope.owner_attribute
+    if parent is None or index is None:
+        if scope.kind == "function":  # function:<domain>:<name>[:<overload>]
+            _, domain, name, *overload = scope.path.split(":", 3)
+            label = f"function {domain}.{name}" if domain else f"function {name}"
+            return f"{label} ({overload[0]})" if overload else label
+        return scope.path
+    node = parent.nodes[index]
+    name = as_text(node.name)
+    owner = (
+        name if name and parent.node_label(index) == name else f"{as_text(node.op_type)}#{index}"
+    )
+    branch = _BRANCHES.get(attr or "", attr or "")
+    return f"{owner} ({branch})" if branch else owner
+
+
+def graph_trail(scope: GraphScope) -> list[str]:
+    """Labels from the outermost graph down to ``scope``."""
+    chain = [scope, *scope.ancestors()]
+    return [step_label(s) for s in reversed(chain)]
+
+
+def readable_path(scope: GraphScope, separator: str = " > ") -> str:
+    return separator.join(graph_trail(scope))
