@@ -1,0 +1,268 @@
+"""Match the nodes of two graphs.
+
+In order of evidence:
+
+1. anchors the user pinned by hand;
+2. structural hashes unique on both sides: a forward hash (op, attributes, and the
+   hashes of what feeds each input, from graph inputs by position and weights by
+   shape) and a backward hash (op, and who consumes each output at which slot, down to
+   the graph outputs by position).  Names play no part, so renamed values and re-sorted
+   nodes match exactly;
+3. node names, when the same name has the same op on both sides;
+4. propagation from matched pairs: the producers at the same input slot, and the
+   consumers at the same slot, of the same op on both sides.  This is what carries a
+   match across a changed attribute or an inserted node, where the hashes part.
+
+QuantizeLinear -> DequantizeLinear pairs are looked through (`GraphIndex.real`), so an
+fp32 graph matches its QDQ version node for node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from onnx import AttributeProto, NodeProto
+
+from onnxviz.model.diff.index import GraphIndex
+
+
+def attribute_signature(node: NodeProto) -> tuple[object, ...]:
+    """Attributes as comparable bytes, subgraphs summarized by their op types (their
+    differences are diffed, recursively, elsewhere)."""
+    out: list[tuple[str, object]] = []
+    for attr in node.attribute:
+        if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) or attr.HasField("g"):
+            graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            out.append((attr.name, tuple(tuple(sorted(n.op_type for n in g.node)) for g in graphs)))
+        else:
+            out.append((attr.name, attr.SerializeToString()))
+    out.sort(key=lambda item: item[0])
+    return tuple(out)
+
+
+def _op(node: NodeProto) -> tuple[str, str]:
+    return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
+
+
+class _Hashes:
+    """Forward and backward structural hashes of one graph's nodes."""
+
+    def __init__(self, gi: GraphIndex, outer: Mapping[str, int]) -> None:
+        self.gi = gi
+        order = gi.topological_order()
+        nodes = gi.nodes
+        value: dict[str, int] = {}
+        for pos, name in enumerate(gi.input_names):
+            if name not in gi.initializers:
+                value[name] = hash(("in", pos))
+        for name, t in gi.initializers.items():
+            value.setdefault(name, hash(("w", tuple(t.dims))))
+        self.sig = [hash((_op(n), attribute_signature(n) if n.attribute else ())) for n in nodes]
+        fwd = [0] * len(nodes)
+        for i in order:
+            node = nodes[i]
+            if i in gi.qdq_nodes:
+                weight = gi.is_weight(node.output[0]) if node.output else None
+                if weight is not None:
+                    value[node.output[0]] = hash(("w", tuple(weight.dims)))
+                continue
+            ins = []
+            for name in node.input:
+                real = gi.real(name)
+                h = value.get(real)
+                if h is None:
+                    h = outer.get(real) if real in outer else hash(("outer", real))
+                ins.append(h)
+            h = hash((self.sig[i], tuple(ins)))
+            fwd[i] = h
+            for k, name in enumerate(node.output):
+                if name:
+                    value[name] = hash((h, k))
+        self.value = value
+        self.fwd = fwd
+        out_pos = defaultdict(list)
+        for pos, name in enumerate(gi.output_names):
+            out_pos[gi.real(name)].append(pos)
+        ops = [hash(_op(n)) for n in nodes]
+        bwd = [0] * len(nodes)
+        for i in reversed(order):
+            node = nodes[i]
+            if i in gi.qdq_nodes:
+                continue
+            outs = []
+            for name in node.output:
+                uses = sorted(
+                    (bwd[ci] if bwd[ci] else ops[ci], k) for ci, k in gi.effective_consumers(name)
+                )
+                outs.append(hash((tuple(uses), tuple(out_pos.get(name, ())))))
+            bwd[i] = hash((ops[i], tuple(outs)))
+        self.bwd = bwd
+
+
+def _unique(keys: Sequence[int], skip: set[int]) -> dict[int, int]:
+    seen: dict[int, int] = {}
+    dup: set[int] = set()
+    for i, k in enumerate(keys):
+        if i in skip:
+            continue
+        if k in seen:
+            dup.add(k)
+        else:
+            seen[k] = i
+    for k in dup:
+        del seen[k]
+    return seen
+
+
+class Matcher:
+    def __init__(
+        self,
+        a: GraphIndex,
+        b: GraphIndex,
+        outer_map: Mapping[str, str],
+        anchors: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.a = a
+        self.b = b
+        self.a_to_b: dict[int, int] = {}
+        self.b_to_a: dict[int, int] = {}
+        self.outer_map = dict(outer_map)
+        self.anchors = list(anchors)
+
+    def _pair(self, ia: int, ib: int) -> bool:
+        if ia in self.a_to_b or ib in self.b_to_a:
+            return False
+        self.a_to_b[ia] = ib
+        self.b_to_a[ib] = ia
+        return True
+
+    def run(self) -> dict[int, int]:
+        a, b = self.a, self.b
+        la = {lab: i for i, lab in enumerate(a.labels)}
+        lb = {lab: i for i, lab in enumerate(b.labels)}
+        for na, nb in self.anchors:
+            if na in la and nb in lb:
+                self._pair(la[na], lb[nb])
+        outer_hash = {name: hash(("outer", name)) for name in self.outer_map}
+        ha = _Hashes(a, outer_hash)
+        hb = _Hashes(b, {self.outer_map[k]: v for k, v in outer_hash.items()})
+        pending: list[tuple[int, int]] = list(self.a_to_b.items())
+        for keys_a, keys_b in (
+            (
+                [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)],
+                [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)],
+            ),
+            (ha.fwd, hb.fwd),
+            (ha.bwd, hb.bwd),
+        ):
+            ua = _unique(keys_a, a.qdq_nodes | self.a_to_b.keys())
+            ub = _unique(keys_b, b.qdq_nodes | self.b_to_a.keys())
+            for k, ia in ua.items():
+                ib = ub.get(k)
+                if ib is not None and self._pair(ia, ib):
+                    pending.append((ia, ib))
+        for lab, ia in la.items():
+            if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
+                continue
+            ib = lb.get(lab)
+            if (
+                ib is not None
+                and ib not in b.qdq_nodes
+                and _op(a.nodes[ia]) == _op(b.nodes[ib])
+                and self._pair(ia, ib)
+            ):
+                pending.append((ia, ib))
+        self._propagate(pending, ha.sig, hb.sig)
+        # Then from the values both graphs get from outside: graph inputs by position,
+        # and names of the enclosing graph.
+        seeds = list(
+            zip(
+                [n for n in a.input_names if n not in a.initializers],
+                [n for n in b.input_names if n not in b.initializers],
+            )
+        )
+        seeds += [(x, y) for x, y in self.outer_map.items() if not a.defined_here(x)]
+        for xa, xb in seeds:
+            self._match_consumers(xa, xb, ha.sig, hb.sig, pending)
+            self._propagate(pending, ha.sig, hb.sig)
+        return self.a_to_b
+
+    def _propagate(
+        self, pending: list[tuple[int, int]], sig_a: list[int], sig_b: list[int]
+    ) -> None:
+        a, b = self.a, self.b
+        na, nb = a.nodes, b.nodes
+        while pending:
+            ia, ib = pending.pop()
+            node_a, node_b = na[ia], nb[ib]
+            for ka in range(min(len(node_a.input), len(node_b.input))):
+                pa = a.producer.get(a.real(node_a.input[ka]))
+                pb = b.producer.get(b.real(node_b.input[ka]))
+                if pa is None or pb is None or pa[1] != pb[1]:
+                    continue
+                ja, jb = pa[0], pb[0]
+                if ja in a.qdq_nodes or jb in b.qdq_nodes:
+                    continue
+                if _op(na[ja]) == _op(nb[jb]) and self._pair(ja, jb):
+                    pending.append((ja, jb))
+            for k in range(min(len(node_a.output), len(node_b.output))):
+                self._match_consumers(node_a.output[k], node_b.output[k], sig_a, sig_b, pending)
+
+    def _match_consumers(
+        self,
+        value_a: str,
+        value_b: str,
+        sig_a: list[int],
+        sig_b: list[int],
+        pending: list[tuple[int, int]],
+        skip: bool = True,
+    ) -> None:
+        """Pair the consumers of two corresponding values: same op at the same slot,
+        unique on both sides (or unique once the attributes are counted).  A consumer
+        whose op the other side lacks there (an inserted BatchNormalization, a removed
+        Identity) is stepped over once, so matching goes on behind it."""
+        a, b = self.a, self.b
+        na, nb = a.nodes, b.nodes
+        uses_a = a.effective_consumers(value_a)
+        uses_b = b.effective_consumers(value_b)
+        if not uses_a or not uses_b:
+            return
+        groups_a: dict[tuple[object, int], list[int]] = defaultdict(list)
+        groups_b: dict[tuple[object, int], list[int]] = defaultdict(list)
+        for ci, slot in uses_a:
+            if ci not in self.a_to_b:
+                groups_a[(_op(na[ci]), slot)].append(ci)
+        for ci, slot in uses_b:
+            if ci not in self.b_to_a:
+                groups_b[(_op(nb[ci]), slot)].append(ci)
+        for key, cands_a in groups_a.items():
+            cands_b = groups_b.get(key)
+            if not cands_b:
+                continue
+            if len(cands_a) == 1 and len(cands_b) == 1:
+                if self._pair(cands_a[0], cands_b[0]):
+                    pending.append((cands_a[0], cands_b[0]))
+                continue
+            by_sig: dict[int, list[int]] = defaultdict(list)
+            for cb in cands_b:
+                by_sig[sig_b[cb]].append(cb)
+            for ca in cands_a:
+                same = by_sig.get(sig_a[ca], [])
+                unique = sum(sig_a[x] == sig_a[ca] for x in cands_a) == 1
+                if len(same) == 1 and unique and self._pair(ca, same[0]):
+                    pending.append((ca, same[0]))
+        if not skip:
+            return
+        ops_a = {key[0] for key in groups_a}
+        ops_b = {key[0] for key in groups_b}
+        for key, cands_a in groups_a.items():
+            if key[0] not in ops_b and len(cands_a) == 1 and len(na[cands_a[0]].output) == 1:
+                self._match_consumers(
+                    na[cands_a[0]].output[0], value_b, sig_a, sig_b, pending, False
+                )
+        for key, cands_b in groups_b.items():
+            if key[0] not in ops_a and len(cands_b) == 1 and len(nb[cands_b[0]].output) == 1:
+                self._match_consumers(
+                    value_a, nb[cands_b[0]].output[0], sig_a, sig_b, pending, False
+                )
