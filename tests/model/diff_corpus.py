@@ -290,3 +290,81 @@ def loop_model(alpha: float = 1.0) -> onnx.ModelProto:
             numpy_helper.from_array(np.array(True), "c"),
         ],
     )
+
+
+def quantize_qdq(
+    model: onnx.ModelProto, x: np.ndarray, *, bad_value: str | None = None, bad_scale: float = 0.0
+) -> onnx.ModelProto:
+    """A QDQ version of an fp32 model (as quantization tools write it): every weight
+    int8 with a DequantizeLinear, every activation that feeds a MatMul or Conv passed
+    through QuantizeLinear -> DequantizeLinear with a scale calibrated on ``x``.
+    ``bad_value``: an activation given a scale ``bad_scale`` times too small, so it
+    saturates (the planted quantization fault the numeric diff must name)."""
+    from onnx.reference import ReferenceEvaluator  # test-only: calibrates the scales
+
+    m = copy(model)
+    g = m.graph
+    acts = [n.input[0] for n in g.node if n.op_type in ("MatMul", "Conv")]
+    probe = copy(model)
+    probe.graph.output.extend(
+        onnx.ValueInfoProto(name=a) for a in acts if a not in {o.name for o in probe.graph.output}
+    )
+    ref = ReferenceEvaluator(probe)
+    outs = dict(zip([o.name for o in probe.graph.output], ref.run(None, {g.input[0].name: x})))
+    outs[g.input[0].name] = x
+    inits = {t.name: t for t in g.initializer}
+    new_nodes, new_inits = [], []
+    weight_names = {n.input[1] for n in g.node if n.op_type in ("MatMul", "Conv")}
+    for name in weight_names:
+        w = numpy_helper.to_array(inits[name])
+        scale = float(np.abs(w).max() / 127) or 1.0
+        q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+        new_inits += [
+            numpy_helper.from_array(q, name + "_q"),
+            numpy_helper.from_array(np.array(scale, np.float32), name + "_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), name + "_zp"),
+        ]
+        new_nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [name + "_q", name + "_scale", name + "_zp"],
+                [name + "_dq"],
+                name=name + "_DequantizeLinear",
+            )
+        )
+    renames: dict[tuple[str, int], str] = {}
+    for a in acts:
+        scale = float(np.abs(outs[a]).max() / 127) or 1.0
+        if a == bad_value:
+            scale *= bad_scale
+        new_inits += [
+            numpy_helper.from_array(np.array(scale, np.float32), a + "_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), a + "_zp"),
+        ]
+        new_nodes += [
+            helper.make_node(
+                "QuantizeLinear",
+                [a, a + "_scale", a + "_zp"],
+                [a + "_q"],
+                name=a + "_QuantizeLinear",
+            ),
+            helper.make_node(
+                "DequantizeLinear",
+                [a + "_q", a + "_scale", a + "_zp"],
+                [a + "_dqa"],
+                name=a + "_DequantizeLinear",
+            ),
+        ]
+    for n in g.node:
+        if n.op_type in ("MatMul", "Conv"):
+            n.input[0] = n.input[0] + "_dqa"
+            n.input[1] = n.input[1] + "_dq"
+    del renames
+    kept = [t for t in g.initializer if t.name not in weight_names]
+    del g.initializer[:]
+    g.initializer.extend(kept + new_inits)
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(new_nodes + nodes)
+    _shuffle_topologically(g, random.Random(0))
+    return m

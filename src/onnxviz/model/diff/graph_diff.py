@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from onnx import AttributeProto, NodeProto, ValueInfoProto, helper
+import numpy as np
+from onnx import AttributeProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from onnxviz.model.diff.groups import find_groups
 from onnxviz.model.diff.index import GraphIndex, index_graph, subgraph_attrs
 from onnxviz.model.diff.matching import Matcher, _op
-from onnxviz.model.diff.results import Detail, GraphDiff, NodeChange, NodeRef
-from onnxviz.model.diff.weights import compare_tensors
+from onnxviz.model.diff.results import Detail, GraphDiff, NodeChange, NodeRef, TensorDiff
+from onnxviz.model.diff.weights import compare_arrays, compare_tensors, dequantized
+from onnxviz.model.tensors import to_array
 
 _TEXT_LIMIT = 120
 
@@ -114,16 +116,45 @@ class GraphDiffer:
             for name_a, name_b in self._tensor_pairs.items():
                 if self._tensor_owner.get(name_a) in grouped_a and name_a != name_b:
                     continue  # a folded weight: the fused group tells it
-                res.weights.append(
-                    compare_tensors(
-                        a.initializers[name_a],
-                        self.base_a,
-                        b.initializers[name_b],
-                        self.base_b,
-                        a.path,
-                    )
-                )
+                res.weights.append(self._compare_weight(name_a, name_b))
         return res
+
+    def _compare_weight(self, name_a: str, name_b: str) -> TensorDiff:
+        ta, tb = self.a.initializers[name_a], self.b.initializers[name_b]
+        out = compare_tensors(ta, self.base_a, tb, self.base_b, self.a.path)
+        qa, qb = self._quantization(self.a, name_a), self._quantization(self.b, name_b)
+        if qa is None and qb is None:
+            return out
+        try:
+            va = dequantized(ta, *qa, self.base_a) if qa else to_array(ta, self.base_a)
+            vb = dequantized(tb, *qb, self.base_b) if qb else to_array(tb, self.base_b)
+            out = compare_arrays(
+                TensorDiff(
+                    name_a, name_b, self.a.path, out.dtype_a, out.dtype_b, out.shape_a, out.shape_b
+                ),
+                np.asarray(va, np.float64),
+                np.asarray(vb, np.float64),
+            )
+            out.note = "compared dequantized"
+        except Exception as exc:
+            out.note = f"quantized values not compared: {getattr(exc, 'message', exc)}"
+        return out
+
+    @staticmethod
+    def _quantization(
+        g: GraphIndex, weight: str
+    ) -> tuple[TensorProto, TensorProto | None, int] | None:
+        """(scale, zero point, axis) of the DequantizeLinear that reads ``weight``."""
+        for ci, _ in g.consumers.get(weight, ()):
+            node = g.nodes[ci]
+            if ci in g.qdq_nodes and node.op_type == "DequantizeLinear" and len(node.input) >= 2:
+                scale = g.initializers.get(node.input[1])
+                zp = g.initializers.get(node.input[2]) if len(node.input) > 2 else None
+                if scale is None:
+                    return None
+                axis = next((int(x.i) for x in node.attribute if x.name == "axis"), 1)
+                return scale, zp, axis
+        return None
 
     # -- values ------------------------------------------------------------------------
     def _map_values(self, matches: dict[int, int]) -> None:

@@ -120,8 +120,8 @@ def find_groups(
                 start_a = True
             if not start_b and sb in gb:
                 start_b = True
-        if not ga or not gb:
-            continue
+        if not ga or not gb or (len(ga) == 1 and len(gb) == 1):
+            continue  # one node for one other: told as removed and added
         enter_a = {value_map.get(x, "\0" + x) for x in _entering(a, ga)}
         enter_b = _entering(b, gb)
         if enter_a != enter_b:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from onnx import AttributeProto, NodeProto
+from onnx import AttributeProto, NodeProto, TensorProto
 
 from onnxviz.model.diff.index import GraphIndex
 
@@ -41,6 +41,19 @@ def attribute_signature(node: NodeProto) -> tuple[object, ...]:
     return tuple(out)
 
 
+_DIGEST_LIMIT = 1 << 16
+
+
+def _weight_token(t: TensorProto) -> int:
+    """A weight as seen by the forward hash: its shape and type, and its bytes when they
+    are small and embedded (distinct layers of the same shape then hash apart)."""
+    data = t.raw_data if t.HasField("raw_data") and len(t.raw_data) <= _DIGEST_LIMIT else b""
+    if not data and t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _DIGEST_LIMIT:
+        data = t.SerializeToString()  # typed fields; the name is not in the hash below
+        data = data.replace(t.name.encode(), b"") if t.name else data
+    return hash(("w", t.data_type, tuple(t.dims), data))
+
+
 def _op(node: NodeProto) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
@@ -57,7 +70,7 @@ class _Hashes:
             if name not in gi.initializers:
                 value[name] = hash(("in", pos))
         for name, t in gi.initializers.items():
-            value.setdefault(name, hash(("w", tuple(t.dims))))
+            value.setdefault(name, _weight_token(t))
         self.sig = [hash((_op(n), attribute_signature(n) if n.attribute else ())) for n in nodes]
         fwd = [0] * len(nodes)
         for i in order:
@@ -148,20 +161,9 @@ class Matcher:
         ha = _Hashes(a, outer_hash)
         hb = _Hashes(b, {self.outer_map[k]: v for k, v in outer_hash.items()})
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
-        for keys_a, keys_b in (
-            (
-                [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)],
-                [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)],
-            ),
-            (ha.fwd, hb.fwd),
-            (ha.bwd, hb.bwd),
-        ):
-            ua = _unique(keys_a, a.qdq_nodes | self.a_to_b.keys())
-            ub = _unique(keys_b, b.qdq_nodes | self.b_to_a.keys())
-            for k, ia in ua.items():
-                ib = ub.get(k)
-                if ib is not None and self._pair(ia, ib):
-                    pending.append((ia, ib))
+        combined_a = [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)]
+        combined_b = [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)]
+        self._unique_pairs(combined_a, combined_b, pending)
         for lab, ia in la.items():
             if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
                 continue
@@ -173,6 +175,8 @@ class Matcher:
                 and self._pair(ia, ib)
             ):
                 pending.append((ia, ib))
+        self._unique_pairs(ha.fwd, hb.fwd, pending)
+        self._unique_pairs(ha.bwd, hb.bwd, pending)
         self._propagate(pending, ha.sig, hb.sig)
         # Then from the values both graphs get from outside: graph inputs by position,
         # and names of the enclosing graph.
@@ -187,6 +191,16 @@ class Matcher:
             self._match_consumers(xa, xb, ha.sig, hb.sig, pending)
             self._propagate(pending, ha.sig, hb.sig)
         return self.a_to_b
+
+    def _unique_pairs(
+        self, keys_a: Sequence[int], keys_b: Sequence[int], pending: list[tuple[int, int]]
+    ) -> None:
+        ua = _unique(keys_a, self.a.qdq_nodes | self.a_to_b.keys())
+        ub = _unique(keys_b, self.b.qdq_nodes | self.b_to_a.keys())
+        for k, ia in ua.items():
+            ib = ub.get(k)
+            if ib is not None and self._pair(ia, ib):
+                pending.append((ia, ib))
 
     def _propagate(
         self, pending: list[tuple[int, int]], sig_a: list[int], sig_b: list[int]

@@ -175,3 +175,39 @@ def _fill_stats(
     out.fraction_changed = changed / count if count else 0.0
     if out.dtype_a != out.dtype_b:
         out.note = f"dtype {out.dtype_a} -> {out.dtype_b}"
+
+
+def dequantized(
+    q: TensorProto,
+    scale: TensorProto,
+    zero_point: TensorProto | None,
+    axis: int,
+    base_dir: str | None,
+) -> np.ndarray:
+    """The float values a DequantizeLinear makes of a quantized weight (per tensor or
+    per axis; block quantization is left as stored)."""
+    values = np.asarray(to_array(q, base_dir)).astype(np.float64)
+    s = np.asarray(to_array(scale, base_dir)).astype(np.float64)
+    zp = (
+        np.asarray(to_array(zero_point, base_dir)).astype(np.float64)
+        if zero_point is not None
+        else 0.0
+    )
+    if s.ndim == 1 and values.ndim > 0 and s.size == values.shape[axis]:
+        shape = [1] * values.ndim
+        shape[axis] = s.size
+        s = s.reshape(shape)
+        zp = np.reshape(zp, shape) if np.ndim(zp) == 1 else zp
+    elif s.ndim > 0 and s.size != 1:
+        raise ValueError("blocked quantization is not compared")
+    return (values - zp) * s.reshape(s.shape if s.ndim else ())
+
+
+def compare_arrays(out: TensorDiff, va: np.ndarray, vb: np.ndarray) -> TensorDiff:
+    """Fill ``out`` from two decoded arrays (dequantized weights)."""
+    if va.shape != vb.shape:
+        out.note = f"shape {list(va.shape)} -> {list(vb.shape)}"
+        return out
+    flat_a, flat_b = va.reshape(-1), vb.reshape(-1)
+    _fill_stats(out, iter([(flat_a, flat_b, False)]), flat_a.size)
+    return out
