@@ -127,6 +127,8 @@ def find_groups(
         if enter_a != enter_b:
             continue
         for ia in ga:
+            for name in a.nodes[ia].output:
+                value_map.pop(name, None)  # inside the group: no counterpart
             ib = matches.pop(ia, None)
             if ib is not None:
                 b_to_a.pop(ib, None)
