@@ -94,6 +94,18 @@ class _Hashes:
                     value[name] = hash((h, k))
         self.value = value
         self.fwd = fwd
+        # Op, attributes and the weights read (by slot): what tells apart two nodes of
+        # one op reading the same value (Gather of index 0 and of index 1), even where
+        # a change upstream spoiled the forward hash.
+        self.local = [
+            hash(
+                (
+                    self.sig[i],
+                    tuple(value.get(x) if gi.is_weight(x) is not None else 0 for x in n.input),
+                )
+            )
+            for i, n in enumerate(nodes)
+        ]
         out_pos = defaultdict(list)
         for pos, name in enumerate(gi.output_names):
             out_pos[gi.real(name)].append(pos)
@@ -160,6 +172,8 @@ class Matcher:
         outer_hash = {name: hash(("outer", name)) for name in self.outer_map}
         ha = _Hashes(a, outer_hash)
         hb = _Hashes(b, {self.outer_map[k]: v for k, v in outer_hash.items()})
+        self.ha, self.hb = ha, hb
+        self.sig_a, self.sig_b = ha.sig, hb.sig
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
         combined_a = [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)]
         combined_b = [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)]
@@ -190,6 +204,13 @@ class Matcher:
         for xa, xb in seeds:
             self._match_consumers(xa, xb, ha.sig, hb.sig, pending)
             self._propagate(pending, ha.sig, hb.sig)
+        # A tie (q, k and v of one input) may resolve only after its neighbours
+        # matched: sweep again until nothing new pairs.
+        for _ in range(8):
+            before = len(self.a_to_b)
+            self._propagate(list(self.a_to_b.items()), ha.sig, hb.sig)
+            if len(self.a_to_b) == before:
+                break
         return self.a_to_b
 
     def _unique_pairs(
@@ -222,6 +243,35 @@ class Matcher:
                     pending.append((ja, jb))
             for k in range(min(len(node_a.output), len(node_b.output))):
                 self._match_consumers(node_a.output[k], node_b.output[k], sig_a, sig_b, pending)
+
+    def _disambiguate(
+        self, cands_a: list[int], cands_b: list[int], pending: list[tuple[int, int]]
+    ) -> None:
+        """Several consumers of one op at one slot (the q, k and v projections of one
+        input): pair those that attributes, then what follows them, then what feeds
+        them, tell apart; a last one left on each side pairs too."""
+        left_a, left_b = list(cands_a), list(cands_b)
+        for keys_a, keys_b in (
+            (self.ha.local, self.hb.local),
+            (self.ha.bwd, self.hb.bwd),
+            (self.ha.fwd, self.hb.fwd),
+        ):
+            if not left_a or not left_b:
+                return
+            count_a: dict[int, list[int]] = defaultdict(list)
+            count_b: dict[int, list[int]] = defaultdict(list)
+            for x in left_a:
+                count_a[keys_a[x]].append(x)
+            for x in left_b:
+                count_b[keys_b[x]].append(x)
+            for key, xs in count_a.items():
+                ys = count_b.get(key)
+                if len(xs) == 1 and ys is not None and len(ys) == 1 and self._pair(xs[0], ys[0]):
+                    pending.append((xs[0], ys[0]))
+            left_a = [x for x in left_a if x not in self.a_to_b]
+            left_b = [x for x in left_b if x not in self.b_to_a]
+        if len(left_a) == 1 and len(left_b) == 1 and self._pair(left_a[0], left_b[0]):
+            pending.append((left_a[0], left_b[0]))
 
     def _match_consumers(
         self,
@@ -258,14 +308,7 @@ class Matcher:
                 if self._pair(cands_a[0], cands_b[0]):
                     pending.append((cands_a[0], cands_b[0]))
                 continue
-            by_sig: dict[int, list[int]] = defaultdict(list)
-            for cb in cands_b:
-                by_sig[sig_b[cb]].append(cb)
-            for ca in cands_a:
-                same = by_sig.get(sig_a[ca], [])
-                unique = sum(sig_a[x] == sig_a[ca] for x in cands_a) == 1
-                if len(same) == 1 and unique and self._pair(ca, same[0]):
-                    pending.append((ca, same[0]))
+            self._disambiguate(cands_a, cands_b, pending)
         if not skip:
             return
         ops_a = {key[0] for key in groups_a}

@@ -58,13 +58,13 @@ class _ByteSource:
         else:
             self.data = t.raw_data
 
-    def read(self, start: int, buf: bytearray) -> memoryview:
+    def read(self, start: int, size: int, buf: bytearray) -> memoryview:
         if self.file is not None:
             self.file.seek(self.offset + start)
-            n = self.file.readinto(buf)
+            n = self.file.readinto(memoryview(buf)[:size])
             return memoryview(buf)[:n]
         assert self.data is not None
-        return memoryview(self.data)[start : start + len(buf)]
+        return memoryview(self.data)[start : start + size]
 
     def close(self) -> None:
         if self.file is not None:
@@ -85,15 +85,16 @@ def _chunks(
             same = ca.dtype == cb.dtype and ca.tobytes() == cb.tobytes()
             yield ca, cb, same
         return
-    step = max(1, CHUNK_BYTES // max(da.itemsize, db.itemsize))
-    buf_a = bytearray(step * da.itemsize)
-    buf_b = bytearray(step * db.itemsize)
+    step = min(count, max(1, CHUNK_BYTES // max(da.itemsize, db.itemsize)))
+    # Buffers only for data read from files; embedded bytes are sliced in place.
+    buf_a = bytearray(step * da.itemsize if ta.data_location == TensorProto.EXTERNAL else 0)
+    buf_b = bytearray(step * db.itemsize if tb.data_location == TensorProto.EXTERNAL else 0)
     src_a, src_b = _ByteSource(ta, base_a), _ByteSource(tb, base_b)
     try:
         for s in range(0, count, step):
             n = min(step, count - s)
-            ra = src_a.read(s * da.itemsize, buf_a)[: n * da.itemsize]
-            rb = src_b.read(s * db.itemsize, buf_b)[: n * db.itemsize]
+            ra = src_a.read(s * da.itemsize, n * da.itemsize, buf_a)
+            rb = src_b.read(s * db.itemsize, n * db.itemsize, buf_b)
             if len(ra) < n * da.itemsize or len(rb) < n * db.itemsize:
                 raise ValueError("the data is shorter than the tensor's dims")
             same = da == db and ra == rb
