@@ -143,8 +143,9 @@ def test_change_two_levels_down_shows_on_every_parent() -> None:
     assert [c.a.label for c in loop_body.changed] == ["choose"]
     inner = {g.path_a: g for g in loop_body.children}
     branch = inner["main/body:loop/else_branch:choose"]
-    assert [n.op_type for n in branch.removed] == ["Neg"]
-    assert [n.op_type for n in branch.added] == ["Abs"]
+    (replaced,) = branch.changed  # one op for another at the same place
+    assert (replaced.a.op_type, replaced.b.op_type) == ("Neg", "Abs")
+    assert replaced.details[0].what == "op"
     assert inner["main/body:loop/then_branch:choose"].equal
 
 
@@ -256,7 +257,8 @@ def test_functions_are_diffed_and_listed() -> None:
     d = diff(with_function("Relu"), with_function("Neg"))
     (fd,) = d.functions
     assert fd.path_a == "function:local:F"
-    assert [n.op_type for n in fd.removed] == ["Relu"] and [n.op_type for n in fd.added] == ["Neg"]
+    (replaced,) = fd.changed
+    assert (replaced.a.op_type, replaced.b.op_type) == ("Relu", "Neg")
     assert not d.equal
 
 
@@ -296,6 +298,35 @@ def test_external_weights_compared_in_chunks(tmp_path, monkeypatch) -> None:
     assert wd.max_abs == np.inf  # a NaN against a number
     d_same = diff(Document.open(paths[0]), Document.open(paths[0]))
     assert d_same.equal and d_same.main.weights[0].fraction_changed == 0.0
+
+
+def test_replaced_op_in_a_chain_keeps_the_rest_matched() -> None:
+    a = C.mlp(layers=3)
+    b = C.copy(a)
+    C.node(b, "add1").op_type = "Sub"
+    d = diff(a, C.rename_everything(b, 6))
+    (changed,) = d.main.changed
+    assert changed.a.label == "add1" and changed.b.op_type == "Sub"
+    assert [(x.what, x.a, x.b) for x in changed.details] == [("op", "::Add", "::Sub")]
+    assert d.counts()["matched"] == len(a.graph.node)
+    assert not d.main.added and not d.main.removed
+
+
+def test_inserted_identities_do_not_shift_a_repeated_chain() -> None:
+    # A long chain of identical layers: an inserted node must not slide the matching
+    a = C.mlp(layers=12, width=4)
+    b = C.copy(a)
+    for k in (2, 7):
+        b.graph.node.append(
+            helper.make_node("Identity", [f"relu{k}"], [f"relu{k}_id"], name=f"id{k}")
+        )
+        C.node(b, f"matmul{k + 1}").input[0] = f"relu{k}_id"
+    d = diff(a, C.rename_everything(b, 11))
+    b_names = C.rename_everything(b, 11)
+    pairs = [(a.graph.node[i].name, b_names.graph.node[j].op_type) for i, j in d.main.matches]
+    assert len(pairs) == len(a.graph.node)
+    assert sorted(n.op_type for n in d.main.added) == ["Identity", "Identity"]
+    assert not d.main.changed and not d.main.removed
 
 
 def test_json_form_is_stable() -> None:

@@ -65,6 +65,8 @@ class GraphIndex:
     def real(self, name: str) -> str:
         """The value ``name`` stands for once Q/DQ pairs are looked through."""
         alias = self.alias
+        if not alias:
+            return name
         for _ in range(64):  # a broken model may loop its aliases
             if name not in alias:
                 return name
@@ -85,6 +87,15 @@ class GraphIndex:
                     eff.setdefault(real, []).extend(keep)
             self.__dict__["_eff"] = eff
         return eff.get(name, [])
+
+    def weight_names(self) -> set[str]:
+        """Names that `is_weight` answers for: initializers and dequantized weights."""
+        names = set(self.initializers)
+        for i in self.qdq_nodes:
+            node = self.nodes[i]
+            if node.op_type in DEQUANTIZE_OPS and node.input and node.input[0] in self.initializers:
+                names.update(node.output[:1])
+        return names
 
     def is_weight(self, name: str) -> TensorProto | None:
         """The initializer behind ``name``: itself, or the input of the

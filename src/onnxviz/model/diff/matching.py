@@ -97,11 +97,12 @@ class _Hashes:
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
         # a change upstream spoiled the forward hash.
+        weights = gi.weight_names()
         self.local = [
             hash(
                 (
                     self.sig[i],
-                    tuple(value.get(x) if gi.is_weight(x) is not None else 0 for x in n.input),
+                    tuple(value.get(x) if x in weights else 0 for x in n.input),
                 )
             )
             for i, n in enumerate(nodes)
@@ -208,10 +209,32 @@ class Matcher:
         # matched: sweep again until nothing new pairs.
         for _ in range(8):
             before = len(self.a_to_b)
-            self._propagate(list(self.a_to_b.items()), ha.sig, hb.sig)
+            self._propagate(self._frontier(), ha.sig, hb.sig)
             if len(self.a_to_b) == before:
                 break
         return self.a_to_b
+
+    def _frontier(self) -> list[tuple[int, int]]:
+        """Matched pairs next to a node of A without a counterpart: the only places a
+        new pair can come from."""
+        a = self.a
+        out = []
+        for ia, ib in self.a_to_b.items():
+            node = a.nodes[ia]
+            near = False
+            for x in node.input:
+                p = a.producer.get(x)
+                if p is not None and p[0] not in self.a_to_b:
+                    near = True
+                    break
+            if not near:
+                for x in node.output:
+                    if any(c not in self.a_to_b for c, _ in a.consumers.get(x, ())):
+                        near = True
+                        break
+            if near:
+                out.append((ia, ib))
+        return out
 
     def _unique_pairs(
         self, keys_a: Sequence[int], keys_b: Sequence[int], pending: list[tuple[int, int]]
@@ -239,8 +262,23 @@ class Matcher:
                 ja, jb = pa[0], pb[0]
                 if ja in a.qdq_nodes or jb in b.qdq_nodes:
                     continue
-                if _op(na[ja]) == _op(nb[jb]) and self._pair(ja, jb):
-                    pending.append((ja, jb))
+                if _op(na[ja]) == _op(nb[jb]):
+                    if self._pair(ja, jb):
+                        pending.append((ja, jb))
+                    continue
+                # An inserted (or removed) pass-through node between: step over it.
+                if ja not in self.a_to_b and jb not in self.b_to_a:
+                    for side, j in ((b, jb), (a, ja)):
+                        if not self._passes_through(side, j):
+                            continue
+                        x = next(x for x in side.nodes[j].input if x and side.is_weight(x) is None)
+                        p = side.producer.get(side.real(x))
+                        if p is None:
+                            continue
+                        ja2, jb2 = (ja, p[0]) if side is b else (p[0], jb)
+                        if _op(na[ja2]) == _op(nb[jb2]) and self._pair(ja2, jb2):
+                            pending.append((ja2, jb2))
+                            break
             for k in range(min(len(node_a.output), len(node_b.output))):
                 self._match_consumers(node_a.output[k], node_b.output[k], sig_a, sig_b, pending)
 
@@ -313,13 +351,35 @@ class Matcher:
             return
         ops_a = {key[0] for key in groups_a}
         ops_b = {key[0] for key in groups_b}
-        for key, cands_a in groups_a.items():
-            if key[0] not in ops_b and len(cands_a) == 1 and len(na[cands_a[0]].output) == 1:
-                self._match_consumers(
-                    na[cands_a[0]].output[0], value_b, sig_a, sig_b, pending, False
-                )
-        for key, cands_b in groups_b.items():
-            if key[0] not in ops_a and len(cands_b) == 1 and len(nb[cands_b[0]].output) == 1:
-                self._match_consumers(
-                    value_a, nb[cands_b[0]].output[0], sig_a, sig_b, pending, False
-                )
+        only_a = [c[0] for key, c in groups_a.items() if key[0] not in ops_b and len(c) == 1]
+        only_b = [c[0] for key, c in groups_b.items() if key[0] not in ops_a and len(c) == 1]
+        if len(only_a) == 1 and len(only_b) == 1:
+            # One node for one other at the same place (Add became Sub): a changed op,
+            # so matching goes on behind it.
+            ca, cb = only_a[0], only_b[0]
+            same_shape = len(na[ca].input) == len(nb[cb].input) and len(na[ca].output) == len(
+                nb[cb].output
+            )
+            slot_a = next(k for key, c in groups_a.items() if c == [ca] for k in [key[1]])
+            slot_b = next(k for key, c in groups_b.items() if c == [cb] for k in [key[1]])
+            if same_shape and slot_a == slot_b and self._pair(ca, cb):
+                pending.append((ca, cb))
+        else:
+            # A pass-through node one side has and the other lacks (an inserted
+            # Identity, a removed Cast): step over it.  Nodes with two inputs are never
+            # stepped over, or matching would slide one node along a chain.
+            for ca in only_a:
+                if self._passes_through(a, ca):
+                    self._match_consumers(na[ca].output[0], value_b, sig_a, sig_b, pending, False)
+            for cb in only_b:
+                if self._passes_through(b, cb):
+                    self._match_consumers(value_a, nb[cb].output[0], sig_a, sig_b, pending, False)
+
+    @staticmethod
+    def _passes_through(g: GraphIndex, i: int) -> bool:
+        """One output, and one input that is not a weight (Identity, Cast,
+        BatchNormalization, an activation)."""
+        node = g.nodes[i]
+        if len(node.output) != 1:
+            return False
+        return sum(1 for x in node.input if x and g.is_weight(x) is None) == 1
