@@ -347,8 +347,6 @@ class Matcher:
                     pending.append((cands_a[0], cands_b[0]))
                 continue
             self._disambiguate(cands_a, cands_b, pending)
-        if not skip:
-            return
         ops_a = {key[0] for key in groups_a}
         ops_b = {key[0] for key in groups_b}
         only_a = [c[0] for key, c in groups_a.items() if key[0] not in ops_b and len(c) == 1]
@@ -364,7 +362,8 @@ class Matcher:
             slot_b = next(k for key, c in groups_b.items() if c == [cb] for k in [key[1]])
             if same_shape and slot_a == slot_b and self._pair(ca, cb):
                 pending.append((ca, cb))
-        else:
+                return
+        if skip and (only_a or only_b):
             # A pass-through node one side has and the other lacks (an inserted
             # Identity, a removed Cast): step over it.  Nodes with two inputs are never
             # stepped over, or matching would slide one node along a chain.
