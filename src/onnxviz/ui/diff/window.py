@@ -109,6 +109,8 @@ class DiffPane(QWidget):
             item.setSelected(True)
             self.scene.blockSignals(False)
             self.scene._on_selection()
+        if self.view.zoom() < 0.6:  # a jump lands where the text reads
+            self.view.set_zoom(1.0)
         self.view.centerOn(item)
 
     def selected_key(self) -> NodeKey | None:
@@ -210,6 +212,9 @@ class CompareWindow(QMainWindow):
         views = QSplitter(Qt.Orientation.Horizontal)
         views.addWidget(self.a)
         views.addWidget(self.b)
+        views.setSizes([700, 700])
+        views.setStretchFactor(0, 1)
+        views.setStretchFactor(1, 1)
         self.change_list = QTreeWidget()
         self.change_list.setHeaderLabels(["Change", "Details"])
         self.change_list.setRootIsDecorated(False)
