@@ -244,9 +244,10 @@ def _stream(
             if type(event) is not NodeFinished or event.depth != 0:
                 continue
             for name, value in event.outputs.items():
-                vc = wants[side].get(name)
-                if vc is None:
+                wanted = wants[side].get(name)
+                if wanted is None:
                     continue
+                vc = wanted
                 other = vc.b if side == 0 else vc.a
                 if other in held[1 - side]:
                     mine = value

@@ -12,20 +12,20 @@ a group when the values that enter them (weights aside) correspond.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from onnxviz.model.diff.index import GraphIndex
 
 
-def _back_closure(g: GraphIndex, start: int, free: Callable[[int], bool]) -> set[int]:
-    """``start`` and the producers behind it, over nodes for which ``free`` holds."""
+def _back_closure(g: GraphIndex, start: int, taken: tuple[Container[int], ...]) -> set[int]:
+    """``start`` and the producers behind it, over nodes in none of ``taken``."""
     seen = {start}
     stack = [start]
     while stack:
         i = stack.pop()
         for name in g.nodes[i].input:
             p = g.producer.get(g.real(name))
-            if p is not None and p[0] not in seen and free(p[0]):
+            if p is not None and p[0] not in seen and not any(p[0] in t for t in taken):
                 seen.add(p[0])
                 stack.append(p[0])
     return seen
@@ -79,24 +79,8 @@ def find_groups(
         start_b = sb not in b_to_a
         if not start_a and not start_b:
             continue
-        ga = (
-            _back_closure(
-                a,
-                sa,
-                lambda i, used=used_a: i not in matches and i not in used and i not in a.qdq_nodes,
-            )
-            if start_a
-            else set()
-        )
-        gb = (
-            _back_closure(
-                b,
-                sb,
-                lambda i, used=used_b: i not in b_to_a and i not in used and i not in b.qdq_nodes,
-            )
-            if start_b
-            else set()
-        )
+        ga: set[int] = _back_closure(a, sa, (matches, used_a, a.qdq_nodes)) if start_a else set()
+        gb: set[int] = _back_closure(b, sb, (b_to_a, used_b, b.qdq_nodes)) if start_b else set()
         # Matched pairs at the edge that absorbed the change (fused into the group).
         changed = True
         while changed:
@@ -129,9 +113,8 @@ def find_groups(
         for ia in ga:
             for name in a.nodes[ia].output:
                 value_map.pop(name, None)  # inside the group: no counterpart
-            ib = matches.pop(ia, None)
-            if ib is not None:
-                b_to_a.pop(ib, None)
+            if ia in matches:
+                b_to_a.pop(matches.pop(ia), None)
         used_a |= ga
         used_b |= gb
         groups.append((ga, gb))

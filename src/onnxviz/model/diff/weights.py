@@ -155,8 +155,8 @@ def _fill_stats(
             work = np.float32  # half the memory traffic of float64 on the common case
         else:
             work = np.float64
-        fa = ca.astype(work, copy=False)
-        fb = cb.astype(work, copy=False)
+        fa: np.ndarray = ca.astype(work, copy=False)
+        fb: np.ndarray = cb.astype(work, copy=False)
         with np.errstate(all="ignore"):
             diff = np.abs(fa - fb)
             nan = np.isnan(diff)
