@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TensorProto, ValueInfoProto, helper
+from onnx import AttributeProto, TensorProto, ValueInfoProto, helper
 
 from onnxviz.model.diff.groups import find_groups
-from onnxviz.model.diff.index import GraphIndex, index_graph, subgraph_attrs
+from onnxviz.model.diff.index import GraphIndex, LiteNode, index_graph, subgraph_attrs
 from onnxviz.model.diff.matching import Matcher, _op
 from onnxviz.model.diff.results import Detail, GraphDiff, NodeChange, NodeRef, TensorDiff
 from onnxviz.model.diff.weights import compare_arrays, compare_tensors, dequantized
@@ -270,7 +270,7 @@ class GraphDiffer:
         p = self.b.producer.get(name)
         return p is None or p[0] in self._matched_b_set or name in self.b.initializers
 
-    def _compare_attributes(self, na: NodeProto, nb: NodeProto) -> list[Detail]:
+    def _compare_attributes(self, na: LiteNode, nb: LiteNode) -> list[Detail]:
         out: list[Detail] = []
         attrs_a = {x.name: x for x in na.attribute}
         attrs_b = {x.name: x for x in nb.attribute}

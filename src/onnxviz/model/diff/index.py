@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto
 
@@ -19,7 +20,7 @@ QUANTIZE_OPS = frozenset({"QuantizeLinear"})
 DEQUANTIZE_OPS = frozenset({"DequantizeLinear"})
 
 
-def subgraph_attrs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+def subgraph_attrs(node: NodeProto | LiteNode) -> Iterator[tuple[str, GraphProto]]:
     """(attribute label, graph) for every subgraph a node holds (GRAPHS adds ``[i]``)."""
     for attr in node.attribute:
         if attr.type == AttributeProto.GRAPH or (attr.type == 0 and attr.HasField("g")):
@@ -29,12 +30,32 @@ def subgraph_attrs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
                 yield f"{attr.name}[{i}]", g
 
 
+class LiteNode(NamedTuple):
+    """A node's fields as plain Python objects, read from protobuf once: every access to
+    a NodeProto's repeated field builds new Python strings, and a diff reads each
+    node's inputs a dozen times.  ``attribute`` stays the protobuf field."""
+
+    name: str
+    op_type: str
+    domain: str
+    input: list[str]
+    output: list[str]
+    attribute: Any
+
+
+def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
+    return [
+        LiteNode(n.name, n.op_type, n.domain, list(n.input), list(n.output), n.attribute)
+        for n in nodes
+    ]
+
+
 @dataclass
 class GraphIndex:
     """One graph (or function body) seen as a DAG of nodes and named values."""
 
     path: str
-    nodes: Sequence[NodeProto]
+    nodes: Sequence[LiteNode]
     input_names: list[str]
     output_names: list[str]
     initializers: dict[str, TensorProto]
@@ -143,7 +164,7 @@ class GraphIndex:
         return order
 
 
-def _labels(nodes: Sequence[NodeProto]) -> list[str]:
+def _labels(nodes: Sequence[LiteNode]) -> list[str]:
     names = [n.name for n in nodes]
     counts = Counter(names)
     return [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
@@ -158,7 +179,7 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
         inits.setdefault(sp.values.name, sp.values)
     gi = GraphIndex(
         path,
-        graph.node,
+        lite_nodes(graph.node),
         [v.name for v in graph.input],
         [v.name for v in graph.output],
         inits,
@@ -171,7 +192,7 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
 def index_function(path: str, fn: object) -> GraphIndex:
     gi = GraphIndex(
         path,
-        fn.node,  # type: ignore[attr-defined]
+        lite_nodes(fn.node),  # type: ignore[attr-defined]
         list(fn.input),  # type: ignore[attr-defined]
         list(fn.output),  # type: ignore[attr-defined]
         {},

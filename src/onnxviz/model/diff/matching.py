@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 
 from onnx import AttributeProto, NodeProto, TensorProto
 
-from onnxviz.model.diff.index import GraphIndex
+from onnxviz.model.diff.index import GraphIndex, LiteNode
 
 
-def attribute_signature(node: NodeProto) -> tuple[object, ...]:
+def attribute_signature(node: NodeProto | LiteNode) -> tuple[object, ...]:
     """Attributes as comparable bytes, subgraphs summarized by their op types (their
     differences are diffed, recursively, elsewhere)."""
     out: list[tuple[str, object]] = []
@@ -54,7 +54,7 @@ def _weight_token(t: TensorProto) -> int:
     return hash(("w", t.data_type, tuple(t.dims), data))
 
 
-def _op(node: NodeProto) -> tuple[str, str]:
+def _op(node: NodeProto | LiteNode) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
 

@@ -71,6 +71,15 @@ class _ByteSource:
             self.file.close()
 
 
+def _same_bytes(x: memoryview, y: memoryview) -> bool:
+    """memcmp speed: a memoryview's own == compares element by element in Python."""
+    if len(x) != len(y):
+        return False
+    word = 8 if len(x) % 8 == 0 else 1
+    dt = np.uint64 if word == 8 else np.uint8
+    return bool(np.array_equal(np.frombuffer(x, dt), np.frombuffer(y, dt)))
+
+
 def _chunks(
     ta: TensorProto, base_a: str | None, tb: TensorProto, base_b: str | None, count: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
@@ -97,7 +106,7 @@ def _chunks(
             rb = src_b.read(s * db.itemsize, n * db.itemsize, buf_b)
             if len(ra) < n * da.itemsize or len(rb) < n * db.itemsize:
                 raise ValueError("the data is shorter than the tensor's dims")
-            same = da == db and ra == rb
+            same = da == db and _same_bytes(ra, rb)
             yield np.frombuffer(ra, da), np.frombuffer(rb, db), same
     finally:
         src_a.close()
