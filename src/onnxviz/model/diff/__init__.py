@@ -25,7 +25,7 @@ from onnxviz.model.diff.results import (
     NodeRef,
     TensorDiff,
 )
-from onnxviz.model.scopes import function_path
+from onnxviz.model.scopes import _no_gc, function_path
 
 __all__ = [
     "FORMAT",
@@ -52,9 +52,18 @@ def diff(
     anchors: Sequence[tuple[str, str]] = (),
     compare_values: bool = True,
 ) -> ModelDiff:
-    """Diff two Documents (or ModelProtos).  ``anchors``: (node label in A, node label in
+    """Diff two Documents (or ModelProtos).  The cyclic garbage collector is paused
+    meanwhile: the diff of two 100k-node graphs makes millions of small containers, and
+    the collections they trigger cost more than the diff itself.  ``anchors``: (node label in A, node label in
     B) pairs of the main graph the user pinned as matching.  ``compare_values``: compare
     initializer values (off: dtypes and shapes only... and no data is read)."""
+    with _no_gc():
+        return _diff(doc_a, doc_b, anchors, compare_values)
+
+
+def _diff(
+    doc_a: Any, doc_b: Any, anchors: Sequence[tuple[str, str]], compare_values: bool
+) -> ModelDiff:
     ma, base_a, path_a = _model_and_dir(doc_a)
     mb, base_b, path_b = _model_and_dir(doc_b)
     main = diff_graphs(
