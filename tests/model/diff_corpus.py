@@ -86,6 +86,8 @@ def _shuffle_topologically(g: onnx.GraphProto, rnd: random.Random) -> None:
     order: list[int] = []
     while len(order) < len(nodes):
         ready = [i for i in range(len(nodes)) if i not in done and deps[i] <= done]
+        if not ready:  # a cycle (or a node reading its own output): keep file order
+            ready = [min(i for i in range(len(nodes)) if i not in done)]
         pick = rnd.choice(ready)
         order.append(pick)
         done.add(pick)

@@ -16,6 +16,7 @@ from onnxviz.model.diff.matching import Matcher, _op
 from onnxviz.model.diff.results import Detail, GraphDiff, NodeChange, NodeRef, TensorDiff
 from onnxviz.model.diff.weights import compare_arrays, compare_tensors, dequantized
 from onnxviz.model.tensors import to_array
+from onnxviz.model.text import as_text
 
 _TEXT_LIMIT = 120
 
@@ -183,8 +184,8 @@ class GraphDiffer:
                 wa, wb = a.is_weight(xa), b.is_weight(xb)
                 if wa is not None and wb is not None:
                     vmap.setdefault(a.real(xa), b.real(xb))
-                    self._tensor_pairs.setdefault(wa.name, wb.name)
-                    self._tensor_owner.setdefault(wa.name, ia)
+                    self._tensor_pairs.setdefault(as_text(wa.name), as_text(wb.name))
+                    self._tensor_owner.setdefault(as_text(wa.name), ia)
         for name in a.initializers:
             if name in b.initializers:
                 self._tensor_pairs.setdefault(name, name)
@@ -239,6 +240,8 @@ class GraphDiffer:
             expected = self.value_map.get(ra)
             if expected == rb:
                 continue
+            if expected is None and ra == rb and ra not in a.producer and rb not in b.producer:
+                continue  # the same name defined nowhere (a broken model) on both sides
             if (
                 expected is None
                 and not self._explained(a, ra)
@@ -272,8 +275,8 @@ class GraphDiffer:
 
     def _compare_attributes(self, na: LiteNode, nb: LiteNode) -> list[Detail]:
         out: list[Detail] = []
-        attrs_a = {x.name: x for x in na.attribute}
-        attrs_b = {x.name: x for x in nb.attribute}
+        attrs_a = {as_text(x.name): x for x in na.attribute}
+        attrs_b = {as_text(x.name): x for x in nb.attribute}
         for name in sorted(attrs_a.keys() | attrs_b.keys()):
             xa, xb = attrs_a.get(name), attrs_b.get(name)
             if xa is None:

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto
 
+from onnxviz.model.text import as_text
+
 QUANTIZE_OPS = frozenset({"QuantizeLinear"})
 DEQUANTIZE_OPS = frozenset({"DequantizeLinear"})
 
@@ -24,10 +26,10 @@ def subgraph_attrs(node: NodeProto | LiteNode) -> Iterator[tuple[str, GraphProto
     """(attribute label, graph) for every subgraph a node holds (GRAPHS adds ``[i]``)."""
     for attr in node.attribute:
         if attr.type == AttributeProto.GRAPH or (attr.type == 0 and attr.HasField("g")):
-            yield attr.name, attr.g
+            yield as_text(attr.name), attr.g
         elif attr.type == AttributeProto.GRAPHS:
             for i, g in enumerate(attr.graphs):
-                yield f"{attr.name}[{i}]", g
+                yield f"{as_text(attr.name)}[{i}]", g
 
 
 class LiteNode(NamedTuple):
@@ -43,9 +45,21 @@ class LiteNode(NamedTuple):
     attribute: Any
 
 
+def _names(values: Any) -> list[str]:
+    """Names as text: protobuf hands out bytes for a name that is not UTF-8."""
+    return [x if type(x) is str else as_text(x) for x in values]
+
+
 def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
     return [
-        LiteNode(n.name, n.op_type, n.domain, list(n.input), list(n.output), n.attribute)
+        LiteNode(
+            as_text(n.name),
+            as_text(n.op_type),
+            as_text(n.domain),
+            _names(n.input),
+            _names(n.output),
+            n.attribute,
+        )
         for n in nodes
     ]
 
@@ -171,17 +185,17 @@ def _labels(nodes: Sequence[LiteNode]) -> list[str]:
 
 
 def index_graph(path: str, graph: GraphProto) -> GraphIndex:
-    types = {vi.name: vi for vi in graph.value_info}
-    types.update((vi.name, vi) for vi in graph.input)
-    types.update((vi.name, vi) for vi in graph.output)
-    inits = {t.name: t for t in graph.initializer}
+    types = {as_text(vi.name): vi for vi in graph.value_info}
+    types.update((as_text(vi.name), vi) for vi in graph.input)
+    types.update((as_text(vi.name), vi) for vi in graph.output)
+    inits = {as_text(t.name): t for t in graph.initializer}
     for sp in graph.sparse_initializer:
-        inits.setdefault(sp.values.name, sp.values)
+        inits.setdefault(as_text(sp.values.name), sp.values)
     gi = GraphIndex(
         path,
         lite_nodes(graph.node),
-        [v.name for v in graph.input],
-        [v.name for v in graph.output],
+        _names(v.name for v in graph.input),
+        _names(v.name for v in graph.output),
         inits,
         types,
     )
@@ -193,11 +207,11 @@ def index_function(path: str, fn: object) -> GraphIndex:
     gi = GraphIndex(
         path,
         lite_nodes(fn.node),  # type: ignore[attr-defined]
-        list(fn.input),  # type: ignore[attr-defined]
-        list(fn.output),  # type: ignore[attr-defined]
+        _names(fn.input),  # type: ignore[attr-defined]
+        _names(fn.output),  # type: ignore[attr-defined]
         {},
-        {vi.name: vi for vi in getattr(fn, "value_info", ())},
-        attribute_names=list(fn.attribute) or ["<function>"],  # type: ignore[attr-defined]
+        {as_text(vi.name): vi for vi in getattr(fn, "value_info", ())},
+        attribute_names=_names(fn.attribute) or ["<function>"],  # type: ignore[attr-defined]
     )
     _fill(gi)
     return gi

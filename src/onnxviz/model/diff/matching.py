@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from onnx import AttributeProto, NodeProto, TensorProto
 
 from onnxviz.model.diff.index import GraphIndex, LiteNode
+from onnxviz.model.text import as_text
 
 
 def attribute_signature(node: NodeProto | LiteNode) -> tuple[object, ...]:
@@ -37,7 +38,7 @@ def attribute_signature(node: NodeProto | LiteNode) -> tuple[object, ...]:
             out.append((attr.name, tuple(tuple(sorted(n.op_type for n in g.node)) for g in graphs)))
         else:
             out.append((attr.name, attr.SerializeToString()))
-    out.sort(key=lambda item: item[0])
+    out.sort(key=lambda item: as_text(item[0]))
     return tuple(out)
 
 
@@ -50,7 +51,8 @@ def _weight_token(t: TensorProto) -> int:
     data = t.raw_data if t.HasField("raw_data") and len(t.raw_data) <= _DIGEST_LIMIT else b""
     if not data and t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _DIGEST_LIMIT:
         data = t.SerializeToString()  # typed fields; the name is not in the hash below
-        data = data.replace(t.name.encode(), b"") if t.name else data
+        name = t.name if isinstance(t.name, bytes) else t.name.encode()
+        data = data.replace(name, b"") if name else data
     return hash(("w", t.data_type, tuple(t.dims), data))
 
 

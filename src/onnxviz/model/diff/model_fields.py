@@ -7,11 +7,13 @@ from onnx import ModelProto
 
 from onnxviz.model.diff.results import Detail
 from onnxviz.model.scopes import function_path
+from onnxviz.model.text import as_text
 
 
 def _opsets(m: ModelProto) -> dict[str, int]:
     return {
-        (imp.domain if imp.domain != "ai.onnx" else ""): int(imp.version) for imp in m.opset_import
+        ("" if imp.domain == "ai.onnx" else as_text(imp.domain)): int(imp.version)
+        for imp in m.opset_import
     }
 
 
@@ -34,14 +36,21 @@ def model_details(a: ModelProto, b: ModelProto) -> list[Detail]:
     for field in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
         va, vb = getattr(a, field), getattr(b, field)
         if va != vb:
-            out.append(Detail("model", field, str(va), str(vb)))
-    ma = {p.key: p.value for p in a.metadata_props}
-    mb = {p.key: p.value for p in b.metadata_props}
+            out.append(
+                Detail(
+                    "model",
+                    field,
+                    as_text(va) if isinstance(va, (str, bytes)) else str(va),
+                    as_text(vb) if isinstance(vb, (str, bytes)) else str(vb),
+                )
+            )
+    ma = {as_text(p.key): as_text(p.value) for p in a.metadata_props}
+    mb = {as_text(p.key): as_text(p.value) for p in b.metadata_props}
     for key in sorted(ma.keys() | mb.keys()):
         if ma.get(key) != mb.get(key):
             out.append(Detail("metadata", key, ma.get(key, ""), mb.get(key, "")))
-    fa = {function_path(f) for f in a.functions}
-    fb = {function_path(f) for f in b.functions}
+    fa = {as_text(function_path(f)) for f in a.functions}
+    fb = {as_text(function_path(f)) for f in b.functions}
     for path in sorted(fa - fb):
         out.append(Detail("function_removed", path, path, ""))
     for path in sorted(fb - fa):

@@ -18,6 +18,7 @@ from onnxviz.model.diff.results import TensorDiff
 from onnxviz.model.dtypes import ELEMENT_TYPES
 from onnxviz.model.external import external_ref, resolve_location
 from onnxviz.model.tensors import describe_tensor, to_array
+from onnxviz.model.text import as_text
 
 CHUNK_BYTES = 8 << 20
 
@@ -121,8 +122,8 @@ def compare_tensors(
     graph: str = "main",
 ) -> TensorDiff:
     out = TensorDiff(
-        ta.name,
-        tb.name,
+        as_text(ta.name),
+        as_text(tb.name),
         graph,
         _dtype_name(ta),
         _dtype_name(tb),
