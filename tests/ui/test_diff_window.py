@@ -97,6 +97,7 @@ def test_numbers_colour_edges_and_first_divergence(qtbot) -> None:  # type: igno
     rows = {r[0]: r for r in _rows(w)}
     assert rows["value"][1:3] == ("relu1", "relu1_dqa")
     assert float(rows["max abs error"][1]) > 1.0
+    assert w.tensor_dock is not None and w.tensor_dock.isVisible()  # both tensors inspected
 
 
 def test_compare_with_file_on_disk(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -149,6 +149,8 @@ class CompareWindow(QMainWindow):
         self.setWindowTitle(f"Compare {name_a} with {name_b}")
         self.result: ModelDiff = diff(doc_a, doc_b)
         self.numeric: Any = None
+        self.inspectors: list[Any] | None = None
+        self.tensor_dock: Any = None
         self.a = DiffPane(doc_a, f"A: {name_a}")
         self.b = DiffPane(doc_b, f"B: {name_b}")
         self._pairs_ab: dict[NodeKey, NodeKey] = {}
@@ -465,12 +467,39 @@ class CompareWindow(QMainWindow):
         rows = [("value", first.a, first.b, False)]
         if self.numeric.first_values is not None:
             rows += tensor_rows(*self.numeric.first_values)
+            self.inspect(first.a, first.b, *self.numeric.first_values)
         rows.append(("max abs error", f"{first.max_abs:.6g}", "", True))
         if first.tolerance is not None:
             rows.append(("tolerance", f"{first.tolerance:.6g}", "", False))
         if first.quant_step is not None:
             rows.append(("quantization step", f"{first.quant_step:.6g}", "", False))
         self.set_rows(rows)
+
+    def inspect(self, name_a: str, name_b: str, va: Any, vb: Any) -> None:
+        """Both tensors, and their difference when the shapes agree, in tensor
+        inspectors (tabs of a dock on the right)."""
+        import numpy as np
+        from PySide6.QtWidgets import QDockWidget, QTabWidget
+
+        from onnxviz.ui.inspector import TensorInspector
+
+        if self.inspectors is None:
+            dock = QDockWidget("Tensors", self)
+            dock.setObjectName("dock.diff_tensors")
+            tabs = QTabWidget()
+            self.inspectors = [TensorInspector(), TensorInspector(), TensorInspector()]
+            for widget, label in zip(self.inspectors, ("A", "B", "B − A")):
+                tabs.addTab(widget, label)
+            dock.setWidget(tabs)
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            self.tensor_dock = dock
+        self.inspectors[0].show_value(f"A: {name_a}", va)
+        self.inspectors[1].show_value(f"B: {name_b}", vb)
+        same = isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and va.shape == vb.shape
+        if same and va.dtype.kind in "biuf" and vb.dtype.kind in "biuf":
+            delta = vb.astype(np.float64) - va.astype(np.float64)
+            self.inspectors[2].show_value(f"B − A: {name_a}", delta)
+        self.tensor_dock.show()
 
 
 def _random_feeds(doc: Any) -> dict[str, Any]:
