@@ -127,6 +127,28 @@ class _Hashes:
             bwd[i] = hash((ops[i], tuple(outs)))
         self.bwd = bwd
 
+    def neighbourhood(self) -> list[int]:
+        """A hash of each node's two-step neighbourhood (ops, attributes, weights of
+        the node, its producers and consumers, and theirs).  Unlike the forward and
+        backward hashes it survives a change further away, so in a model with changes
+        spread all over it still pairs most nodes at once."""
+        gi, local = self.gi, self.local
+        producer, consumers = gi.producer, gi.consumers
+        nodes = gi.nodes
+
+        def ring(keys: list[int]) -> list[int]:
+            out = []
+            for i, node in enumerate(nodes):
+                ups = []
+                for x in node.input:
+                    p = producer.get(x)
+                    ups.append(keys[p[0]] if p is not None else 0)
+                downs = sorted((keys[c], k) for x in node.output for c, k in consumers.get(x, ()))
+                out.append(hash((keys[i], tuple(ups), tuple(downs))))
+            return out
+
+        return ring(ring(local))
+
 
 def _unique(keys: Sequence[int], skip: set[int]) -> dict[int, int]:
     seen: dict[int, int] = {}
@@ -194,6 +216,7 @@ class Matcher:
                 pending.append((ia, ib))
         self._unique_pairs(ha.fwd, hb.fwd, pending)
         self._unique_pairs(ha.bwd, hb.bwd, pending)
+        self._unique_pairs(ha.neighbourhood(), hb.neighbourhood(), pending)
         # Pairs whose neighbours all matched by hash have nothing to propagate.
         self._propagate(self._frontier(), ha.sig, hb.sig)
         # Then from the values both graphs get from outside: graph inputs by position,
