@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "check": "validate a model against the ONNX IR spec and operator schemas",
     "run": "run a model in the bundled interpreter",
     "render": "draw a model's graph to SVG, PNG or PDF",
+    "diff": "compare two models: structure, attributes, weights and numbers",
 }
 
 

@@ -38,6 +38,7 @@ from onnxviz.ui.docks.placeholders import RunDock
 from onnxviz.ui.docks.properties import PropertiesDock
 from onnxviz.ui.edit.controller import EditController
 from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
+from onnxviz.ui.edit.menus import add_compare_actions
 from onnxviz.ui.edit.window_edits import EditingMixin
 from onnxviz.ui.find import FindDock
 from onnxviz.ui.navigation import Crumb, NavigationMixin
@@ -97,6 +98,7 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self.properties_dock.row_menu = self.fill_row_menu
         self.actions_ = Actions(self)
         self.actions_.build_menus()
+        self.compare_actions = add_compare_actions(self)  # File > Compare (issue #20)
         self._build_status()
         self._sync_actions()
         self._connect()

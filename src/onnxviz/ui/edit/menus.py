@@ -278,3 +278,36 @@ def _import_opset(w: MainWindow, text: str | None) -> None:
         w.edits.refuse("type a domain and a version, e.g. ai.onnx.ml 3")
         return
     w.edits.execute(C.SetOpsetImport(domain, version))
+
+
+def add_compare_actions(w: MainWindow) -> list[QAction]:
+    """File > Compare With... and File > Compare With File on Disk (issue #20), placed
+    after Export; both open `onnxviz.ui.diff`'s Compare window for the open document."""
+    from onnxviz.ui.diff import open_compare_window
+
+    file_menu = next(
+        (a.menu() for a in w.menuBar().actions() if a.text().replace("&", "") == "File"), None
+    )
+    if file_menu is None:
+        return []
+
+    def compare(with_disk: bool) -> None:
+        if w.doc is not None:
+            window = open_compare_window(w, w.doc, with_disk=with_disk)
+            if window is not None:
+                w._compare_window = window  # type: ignore[attr-defined]  # kept alive
+
+    with_file = QAction("Compare &With…", w)
+    with_file.triggered.connect(lambda _c=False: compare(False))
+    with_disk = QAction("Compare With File on &Disk", w)
+    with_disk.triggered.connect(lambda _c=False: compare(True))
+    export = getattr(w.actions_, "export", None)
+    actions = file_menu.actions()
+    at = actions.index(export) + 1 if export in actions else len(actions)
+    before = actions[at] if at < len(actions) else None
+    for action in (with_file, with_disk):
+        if before is not None:
+            file_menu.insertAction(before, action)
+        else:
+            file_menu.addAction(action)
+    return [with_file, with_disk]

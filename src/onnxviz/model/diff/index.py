@@ -1,0 +1,257 @@
+"""A light per-graph index for diffing: producers, consumers, graph inputs, initializers
+and declared types, plus the quantization view (a value that only passes through a
+QuantizeLinear -> DequantizeLinear pair counts as the value it came from).
+
+Built for speed on 100k-node graphs: plain dicts and lists, no Definition records.
+Graph paths and node labels follow `onnxviz.model.scopes` (name when non-empty and
+unique, else ``#index``), so a diff's locations open in the rest of the app.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto
+
+from onnxviz.model.text import as_text
+
+QUANTIZE_OPS = frozenset({"QuantizeLinear"})
+DEQUANTIZE_OPS = frozenset({"DequantizeLinear"})
+
+
+def subgraph_attrs(node: NodeProto | LiteNode) -> Iterator[tuple[str, GraphProto]]:
+    """(attribute label, graph) for every subgraph a node holds (GRAPHS adds ``[i]``)."""
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH or (attr.type == 0 and attr.HasField("g")):
+            yield as_text(attr.name), attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            for i, g in enumerate(attr.graphs):
+                yield f"{as_text(attr.name)}[{i}]", g
+
+
+class LiteNode(NamedTuple):
+    """A node's fields as plain Python objects, read from protobuf once: every access to
+    a NodeProto's repeated field builds new Python strings, and a diff reads each
+    node's inputs a dozen times.  ``attribute`` stays the protobuf field."""
+
+    name: str
+    op_type: str
+    domain: str
+    input: list[str]
+    output: list[str]
+    attribute: Any
+
+
+def _names(values: Any) -> list[str]:
+    """Names as text: protobuf hands out bytes for a name that is not UTF-8."""
+    return [x if type(x) is str else as_text(x) for x in values]
+
+
+def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
+    return [
+        LiteNode(
+            as_text(n.name),
+            as_text(n.op_type),
+            as_text(n.domain),
+            _names(n.input),
+            _names(n.output),
+            n.attribute,
+        )
+        for n in nodes
+    ]
+
+
+@dataclass
+class GraphIndex:
+    """One graph (or function body) seen as a DAG of nodes and named values."""
+
+    path: str
+    nodes: Sequence[LiteNode]
+    input_names: list[str]
+    output_names: list[str]
+    initializers: dict[str, TensorProto]
+    types: dict[str, ValueInfoProto]
+    producer: dict[str, tuple[int, int]] = field(default_factory=dict)
+    consumers: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    # value -> the value it stands for when the quantization is looked through
+    alias: dict[str, str] = field(default_factory=dict)
+    qdq_nodes: set[int] = field(default_factory=set)
+    attribute_names: list[str] = field(default_factory=list)  # function attributes
+
+    @property
+    def is_function(self) -> bool:
+        return bool(self.attribute_names) or self.path.startswith("function:")
+
+    def defined_here(self, name: str) -> bool:
+        return name in self.producer or name in self.initializers or name in self._inputs
+
+    @property
+    def _inputs(self) -> set[str]:
+        cached = self.__dict__.get("_input_set")
+        if cached is None:
+            cached = set(self.input_names)
+            self.__dict__["_input_set"] = cached
+        return cached
+
+    def real(self, name: str) -> str:
+        """The value ``name`` stands for once Q/DQ pairs are looked through."""
+        alias = self.alias
+        if not alias:
+            return name
+        for _ in range(64):  # a broken model may loop its aliases
+            if name not in alias:
+                return name
+            name = alias[name]
+        return name
+
+    def effective_consumers(self, name: str) -> list[tuple[int, int]]:
+        """Consumers of ``name`` and of every Q/DQ alias of it (the Q/DQ nodes left out)."""
+        if not self.alias:
+            return self.consumers.get(name, [])
+        eff = self.__dict__.get("_eff")
+        if eff is None:
+            eff = {}
+            for value, found in self.consumers.items():
+                real = self.real(value)
+                keep = [c for c in found if c[0] not in self.qdq_nodes]
+                if keep:
+                    eff.setdefault(real, []).extend(keep)
+            self.__dict__["_eff"] = eff
+        return eff.get(name, [])
+
+    def weight_names(self) -> set[str]:
+        """Names that `is_weight` answers for: initializers and dequantized weights."""
+        names = set(self.initializers)
+        for i in self.qdq_nodes:
+            node = self.nodes[i]
+            if node.op_type in DEQUANTIZE_OPS and node.input and node.input[0] in self.initializers:
+                names.update(node.output[:1])
+        return names
+
+    def is_weight(self, name: str) -> TensorProto | None:
+        """The initializer behind ``name``: itself, or the input of the
+        DequantizeLinear that makes it (a quantized weight)."""
+        found = self.initializers.get(name)
+        if found is not None:
+            return found
+        p = self.producer.get(name)
+        if p is not None and p[0] in self.qdq_nodes:
+            node = self.nodes[p[0]]
+            if node.op_type in DEQUANTIZE_OPS and node.input:
+                return self.initializers.get(node.input[0])
+        return None
+
+    def topological_order(self) -> list[int]:
+        """Node indexes with every producer before its consumers (nodes in a cycle, which
+        a broken model may hold, come last in file order)."""
+        n = len(self.nodes)
+        pending = [0] * n
+        for i, node in enumerate(self.nodes):
+            seen: set[int] = set()
+            for name in node.input:
+                p = self.producer.get(name)
+                if p is not None and p[0] != i and p[0] not in seen:
+                    seen.add(p[0])
+                    pending[i] += 1
+        ready = [i for i in range(n) if pending[i] == 0]
+        ready.reverse()
+        order: list[int] = []
+        placed = [False] * n
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            placed[i] = True
+            released: set[int] = set()
+            for out in self.nodes[i].output:
+                for ci, _ in self.consumers.get(out, ()):
+                    if ci != i and ci not in released:
+                        released.add(ci)
+                        pending[ci] -= 1
+                        if pending[ci] == 0:
+                            ready.append(ci)
+        if len(order) < n:
+            order.extend(i for i in range(n) if not placed[i])
+        return order
+
+
+def _labels(nodes: Sequence[LiteNode]) -> list[str]:
+    names = [n.name for n in nodes]
+    counts = Counter(names)
+    return [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
+
+
+def index_graph(path: str, graph: GraphProto) -> GraphIndex:
+    types = {as_text(vi.name): vi for vi in graph.value_info}
+    types.update((as_text(vi.name), vi) for vi in graph.input)
+    types.update((as_text(vi.name), vi) for vi in graph.output)
+    inits = {as_text(t.name): t for t in graph.initializer}
+    for sp in graph.sparse_initializer:
+        inits.setdefault(as_text(sp.values.name), sp.values)
+    gi = GraphIndex(
+        path,
+        lite_nodes(graph.node),
+        _names(v.name for v in graph.input),
+        _names(v.name for v in graph.output),
+        inits,
+        types,
+    )
+    _fill(gi)
+    return gi
+
+
+def index_function(path: str, fn: object) -> GraphIndex:
+    gi = GraphIndex(
+        path,
+        lite_nodes(fn.node),  # type: ignore[attr-defined]
+        _names(fn.input),  # type: ignore[attr-defined]
+        _names(fn.output),  # type: ignore[attr-defined]
+        {},
+        {as_text(vi.name): vi for vi in getattr(fn, "value_info", ())},
+        attribute_names=_names(fn.attribute) or ["<function>"],  # type: ignore[attr-defined]
+    )
+    _fill(gi)
+    return gi
+
+
+def _fill(gi: GraphIndex) -> None:
+    producer = gi.producer
+    consumers = gi.consumers
+    for i, node in enumerate(gi.nodes):
+        for k, name in enumerate(node.input):
+            if name:
+                found = consumers.get(name)
+                if found is None:
+                    consumers[name] = [(i, k)]
+                else:
+                    found.append((i, k))
+        for k, name in enumerate(node.output):
+            if name and name not in producer:
+                producer[name] = (i, k)
+    gi.labels = _labels(gi.nodes)
+    _quantization_view(gi)
+
+
+def _quantization_view(gi: GraphIndex) -> None:
+    """Look through QuantizeLinear -> DequantizeLinear pairs: the DQ output aliases the
+    Q input.  A DequantizeLinear of an initializer (a quantized weight) stays a node of
+    its own; matching treats it as the weight's stand-in."""
+    nodes = gi.nodes
+    for i, node in enumerate(nodes):
+        if node.op_type not in DEQUANTIZE_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        if not node.input or not node.output:
+            continue
+        p = gi.producer.get(node.input[0])
+        if p is None:
+            if node.input[0] in gi.initializers:
+                gi.qdq_nodes.add(i)
+            continue
+        q = nodes[p[0]]
+        if q.op_type in QUANTIZE_OPS and q.domain in ("", "ai.onnx") and q.input:
+            gi.alias[node.output[0]] = q.input[0]
+            gi.qdq_nodes.add(i)
+            gi.qdq_nodes.add(p[0])

@@ -1,0 +1,410 @@
+"""Match the nodes of two graphs.
+
+In order of evidence:
+
+1. anchors the user pinned by hand;
+2. structural hashes unique on both sides: a forward hash (op, attributes, and the
+   hashes of what feeds each input, from graph inputs by position and weights by
+   shape) and a backward hash (op, and who consumes each output at which slot, down to
+   the graph outputs by position).  Names play no part, so renamed values and re-sorted
+   nodes match exactly;
+3. node names, when the same name has the same op on both sides;
+4. propagation from matched pairs: the producers at the same input slot, and the
+   consumers at the same slot, of the same op on both sides.  This is what carries a
+   match across a changed attribute or an inserted node, where the hashes part.
+
+QuantizeLinear -> DequantizeLinear pairs are looked through (`GraphIndex.real`), so an
+fp32 graph matches its QDQ version node for node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from onnx import AttributeProto, NodeProto, TensorProto
+
+from onnxviz.model.diff.index import GraphIndex, LiteNode
+from onnxviz.model.text import as_text
+
+
+def attribute_signature(node: NodeProto | LiteNode) -> tuple[object, ...]:
+    """Attributes as comparable bytes, subgraphs summarized by their op types (their
+    differences are diffed, recursively, elsewhere)."""
+    out: list[tuple[str, object]] = []
+    for attr in node.attribute:
+        if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) or attr.HasField("g"):
+            graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            out.append((attr.name, tuple(tuple(sorted(n.op_type for n in g.node)) for g in graphs)))
+        else:
+            out.append((attr.name, attr.SerializeToString()))
+    out.sort(key=lambda item: as_text(item[0]))
+    return tuple(out)
+
+
+_DIGEST_LIMIT = 1 << 16
+
+
+def _weight_token(t: TensorProto) -> int:
+    """A weight as seen by the forward hash: its shape and type, and its bytes when they
+    are small and embedded (distinct layers of the same shape then hash apart)."""
+    data = t.raw_data if t.HasField("raw_data") and len(t.raw_data) <= _DIGEST_LIMIT else b""
+    if not data and t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _DIGEST_LIMIT:
+        data = t.SerializeToString()  # typed fields; the name is not in the hash below
+        name = t.name if isinstance(t.name, bytes) else t.name.encode()
+        data = data.replace(name, b"") if name else data
+    return hash(("w", t.data_type, tuple(t.dims), data))
+
+
+def _op(node: NodeProto | LiteNode) -> tuple[str, str]:
+    return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
+
+
+class _Hashes:
+    """Forward and backward structural hashes of one graph's nodes."""
+
+    def __init__(self, gi: GraphIndex, outer: Mapping[str, int]) -> None:
+        self.gi = gi
+        order = gi.topological_order()
+        nodes = gi.nodes
+        value: dict[str, int] = {}
+        for pos, name in enumerate(gi.input_names):
+            if name not in gi.initializers:
+                value[name] = hash(("in", pos))
+        for name, t in gi.initializers.items():
+            value.setdefault(name, _weight_token(t))
+        self.sig = [hash((_op(n), attribute_signature(n) if n.attribute else ())) for n in nodes]
+        fwd = [0] * len(nodes)
+        for i in order:
+            node = nodes[i]
+            if i in gi.qdq_nodes:
+                weight = gi.is_weight(node.output[0]) if node.output else None
+                if weight is not None:
+                    value[node.output[0]] = hash(("w", tuple(weight.dims)))
+                continue
+            ins = []
+            for name in node.input:
+                real = gi.real(name)
+                h = value.get(real)
+                if h is None:
+                    h = outer.get(real) if real in outer else hash(("outer", real))
+                ins.append(h)
+            h = hash((self.sig[i], tuple(ins)))
+            fwd[i] = h
+            for k, name in enumerate(node.output):
+                if name:
+                    value[name] = hash((h, k))
+        self.value = value
+        self.fwd = fwd
+        # Op, attributes and the weights read (by slot): what tells apart two nodes of
+        # one op reading the same value (Gather of index 0 and of index 1), even where
+        # a change upstream spoiled the forward hash.
+        weights = gi.weight_names()
+        self.local = [
+            hash(
+                (
+                    self.sig[i],
+                    tuple(value.get(x) if x in weights else 0 for x in n.input),
+                )
+            )
+            for i, n in enumerate(nodes)
+        ]
+        out_pos = defaultdict(list)
+        for pos, name in enumerate(gi.output_names):
+            out_pos[gi.real(name)].append(pos)
+        ops = [hash(_op(n)) for n in nodes]
+        bwd = [0] * len(nodes)
+        for i in reversed(order):
+            node = nodes[i]
+            if i in gi.qdq_nodes:
+                continue
+            outs = []
+            for name in node.output:
+                uses = sorted(
+                    (bwd[ci] if bwd[ci] else ops[ci], k) for ci, k in gi.effective_consumers(name)
+                )
+                outs.append(hash((tuple(uses), tuple(out_pos.get(name, ())))))
+            bwd[i] = hash((ops[i], tuple(outs)))
+        self.bwd = bwd
+
+    def neighbourhood(self) -> list[int]:
+        """A hash of each node's two-step neighbourhood (ops, attributes, weights of
+        the node, its producers and consumers, and theirs).  Unlike the forward and
+        backward hashes it survives a change further away, so in a model with changes
+        spread all over it still pairs most nodes at once."""
+        gi, local = self.gi, self.local
+        producer, consumers = gi.producer, gi.consumers
+        nodes = gi.nodes
+
+        def ring(keys: list[int]) -> list[int]:
+            out = []
+            for i, node in enumerate(nodes):
+                ups = []
+                for x in node.input:
+                    p = producer.get(x)
+                    ups.append(keys[p[0]] if p is not None else 0)
+                downs = sorted((keys[c], k) for x in node.output for c, k in consumers.get(x, ()))
+                out.append(hash((keys[i], tuple(ups), tuple(downs))))
+            return out
+
+        return ring(ring(local))
+
+
+def _unique(keys: Sequence[int], skip: set[int]) -> dict[int, int]:
+    seen: dict[int, int] = {}
+    dup: set[int] = set()
+    for i, k in enumerate(keys):
+        if i in skip:
+            continue
+        if k in seen:
+            dup.add(k)
+        else:
+            seen[k] = i
+    for k in dup:
+        del seen[k]
+    return seen
+
+
+class Matcher:
+    def __init__(
+        self,
+        a: GraphIndex,
+        b: GraphIndex,
+        outer_map: Mapping[str, str],
+        anchors: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.a = a
+        self.b = b
+        self.a_to_b: dict[int, int] = {}
+        self.b_to_a: dict[int, int] = {}
+        self.outer_map = dict(outer_map)
+        self.anchors = list(anchors)
+
+    def _pair(self, ia: int, ib: int) -> bool:
+        if ia in self.a_to_b or ib in self.b_to_a:
+            return False
+        self.a_to_b[ia] = ib
+        self.b_to_a[ib] = ia
+        return True
+
+    def run(self) -> dict[int, int]:
+        a, b = self.a, self.b
+        la = {lab: i for i, lab in enumerate(a.labels)}
+        lb = {lab: i for i, lab in enumerate(b.labels)}
+        for na, nb in self.anchors:
+            if na in la and nb in lb:
+                self._pair(la[na], lb[nb])
+        outer_hash = {name: hash(("outer", name)) for name in self.outer_map}
+        ha = _Hashes(a, outer_hash)
+        hb = _Hashes(b, {self.outer_map[k]: v for k, v in outer_hash.items()})
+        self.ha, self.hb = ha, hb
+        self.sig_a, self.sig_b = ha.sig, hb.sig
+        pending: list[tuple[int, int]] = list(self.a_to_b.items())
+        combined_a = [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)]
+        combined_b = [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)]
+        self._unique_pairs(combined_a, combined_b, pending)
+        for lab, ia in la.items():
+            if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
+                continue
+            ib = lb.get(lab)
+            if (
+                ib is not None
+                and ib not in b.qdq_nodes
+                and _op(a.nodes[ia]) == _op(b.nodes[ib])
+                and self._pair(ia, ib)
+            ):
+                pending.append((ia, ib))
+        self._unique_pairs(ha.fwd, hb.fwd, pending)
+        self._unique_pairs(ha.bwd, hb.bwd, pending)
+        self._unique_pairs(ha.neighbourhood(), hb.neighbourhood(), pending)
+        # Pairs whose neighbours all matched by hash have nothing to propagate.
+        self._propagate(self._frontier(), ha.sig, hb.sig)
+        # Then from the values both graphs get from outside: graph inputs by position,
+        # and names of the enclosing graph.
+        seeds = list(
+            zip(
+                [n for n in a.input_names if n not in a.initializers],
+                [n for n in b.input_names if n not in b.initializers],
+            )
+        )
+        seeds += [(x, y) for x, y in self.outer_map.items() if not a.defined_here(x)]
+        for xa, xb in seeds:
+            self._match_consumers(xa, xb, ha.sig, hb.sig, pending)
+            self._propagate(pending, ha.sig, hb.sig)
+        # A tie (q, k and v of one input) may resolve only after its neighbours
+        # matched: sweep again until nothing new pairs.
+        for _ in range(8):
+            before = len(self.a_to_b)
+            self._propagate(self._frontier(), ha.sig, hb.sig)
+            if len(self.a_to_b) == before:
+                break
+        return self.a_to_b
+
+    def _frontier(self) -> list[tuple[int, int]]:
+        """Matched pairs within two steps of a node of A without a counterpart: the
+        only places a new pair can come from (a pair needs an unmatched node of A, and
+        propagation steps over at most one node).  Found from the unmatched nodes, so a
+        nearly matched 100k-node graph costs little."""
+        a, matched = self.a, self.a_to_b
+        ring = {i for i in range(len(a.nodes)) if i not in matched}
+        near: set[int] = set()
+        for _ in range(2):
+            nxt: set[int] = set()
+            for i in ring:
+                node = a.nodes[i]
+                for x in node.input:
+                    p = a.producer.get(x)
+                    if p is not None:
+                        nxt.add(p[0])
+                for x in node.output:
+                    nxt.update(c for c, _ in a.consumers.get(x, ()))
+            near |= nxt
+            ring = nxt
+        return [(i, matched[i]) for i in near if i in matched]
+
+    def _unique_pairs(
+        self, keys_a: Sequence[int], keys_b: Sequence[int], pending: list[tuple[int, int]]
+    ) -> None:
+        ua = _unique(keys_a, self.a.qdq_nodes | self.a_to_b.keys())
+        ub = _unique(keys_b, self.b.qdq_nodes | self.b_to_a.keys())
+        for k, ia in ua.items():
+            ib = ub.get(k)
+            if ib is not None and self._pair(ia, ib):
+                pending.append((ia, ib))
+
+    def _propagate(
+        self, pending: list[tuple[int, int]], sig_a: list[int], sig_b: list[int]
+    ) -> None:
+        a, b = self.a, self.b
+        na, nb = a.nodes, b.nodes
+        while pending:
+            ia, ib = pending.pop()
+            node_a, node_b = na[ia], nb[ib]
+            for ka in range(min(len(node_a.input), len(node_b.input))):
+                pa = a.producer.get(a.real(node_a.input[ka]))
+                pb = b.producer.get(b.real(node_b.input[ka]))
+                if pa is None or pb is None or pa[1] != pb[1]:
+                    continue
+                ja, jb = pa[0], pb[0]
+                if ja in a.qdq_nodes or jb in b.qdq_nodes:
+                    continue
+                if _op(na[ja]) == _op(nb[jb]):
+                    if self._pair(ja, jb):
+                        pending.append((ja, jb))
+                    continue
+                # An inserted (or removed) pass-through node between: step over it.
+                if ja not in self.a_to_b and jb not in self.b_to_a:
+                    for side, j in ((b, jb), (a, ja)):
+                        if not self._passes_through(side, j):
+                            continue
+                        x = next(x for x in side.nodes[j].input if x and side.is_weight(x) is None)
+                        p = side.producer.get(side.real(x))
+                        if p is None:
+                            continue
+                        ja2, jb2 = (ja, p[0]) if side is b else (p[0], jb)
+                        if _op(na[ja2]) == _op(nb[jb2]) and self._pair(ja2, jb2):
+                            pending.append((ja2, jb2))
+                            break
+            for k in range(min(len(node_a.output), len(node_b.output))):
+                self._match_consumers(node_a.output[k], node_b.output[k], sig_a, sig_b, pending)
+
+    def _disambiguate(
+        self, cands_a: list[int], cands_b: list[int], pending: list[tuple[int, int]]
+    ) -> None:
+        """Several consumers of one op at one slot (the q, k and v projections of one
+        input): pair those that attributes, then what follows them, then what feeds
+        them, tell apart; a last one left on each side pairs too."""
+        left_a, left_b = list(cands_a), list(cands_b)
+        for keys_a, keys_b in (
+            (self.ha.local, self.hb.local),
+            (self.ha.bwd, self.hb.bwd),
+            (self.ha.fwd, self.hb.fwd),
+        ):
+            if not left_a or not left_b:
+                return
+            count_a: dict[int, list[int]] = defaultdict(list)
+            count_b: dict[int, list[int]] = defaultdict(list)
+            for x in left_a:
+                count_a[keys_a[x]].append(x)
+            for x in left_b:
+                count_b[keys_b[x]].append(x)
+            for key, xs in count_a.items():
+                ys = count_b.get(key)
+                if len(xs) == 1 and ys is not None and len(ys) == 1 and self._pair(xs[0], ys[0]):
+                    pending.append((xs[0], ys[0]))
+            left_a = [x for x in left_a if x not in self.a_to_b]
+            left_b = [x for x in left_b if x not in self.b_to_a]
+        if len(left_a) == 1 and len(left_b) == 1 and self._pair(left_a[0], left_b[0]):
+            pending.append((left_a[0], left_b[0]))
+
+    def _match_consumers(
+        self,
+        value_a: str,
+        value_b: str,
+        sig_a: list[int],
+        sig_b: list[int],
+        pending: list[tuple[int, int]],
+        skip: bool = True,
+    ) -> None:
+        """Pair the consumers of two corresponding values: same op at the same slot,
+        unique on both sides (or unique once the attributes are counted).  A consumer
+        whose op the other side lacks there (an inserted BatchNormalization, a removed
+        Identity) is stepped over once, so matching goes on behind it."""
+        a, b = self.a, self.b
+        na, nb = a.nodes, b.nodes
+        uses_a = a.effective_consumers(value_a)
+        uses_b = b.effective_consumers(value_b)
+        if not uses_a or not uses_b:
+            return
+        groups_a: dict[tuple[object, int], list[int]] = defaultdict(list)
+        groups_b: dict[tuple[object, int], list[int]] = defaultdict(list)
+        for ci, slot in uses_a:
+            if ci not in self.a_to_b:
+                groups_a[(_op(na[ci]), slot)].append(ci)
+        for ci, slot in uses_b:
+            if ci not in self.b_to_a:
+                groups_b[(_op(nb[ci]), slot)].append(ci)
+        for key, cands_a in groups_a.items():
+            cands_b = groups_b.get(key)
+            if not cands_b:
+                continue
+            if len(cands_a) == 1 and len(cands_b) == 1:
+                if self._pair(cands_a[0], cands_b[0]):
+                    pending.append((cands_a[0], cands_b[0]))
+                continue
+            self._disambiguate(cands_a, cands_b, pending)
+        ops_a = {key[0] for key in groups_a}
+        ops_b = {key[0] for key in groups_b}
+        only_a = [c[0] for key, c in groups_a.items() if key[0] not in ops_b and len(c) == 1]
+        only_b = [c[0] for key, c in groups_b.items() if key[0] not in ops_a and len(c) == 1]
+        if len(only_a) == 1 and len(only_b) == 1:
+            # One node for one other at the same place (Add became Sub): a changed op,
+            # so matching goes on behind it.
+            ca, cb = only_a[0], only_b[0]
+            same_shape = len(na[ca].input) == len(nb[cb].input) and len(na[ca].output) == len(
+                nb[cb].output
+            )
+            slot_a = next(k for key, c in groups_a.items() if c == [ca] for k in [key[1]])
+            slot_b = next(k for key, c in groups_b.items() if c == [cb] for k in [key[1]])
+            if same_shape and slot_a == slot_b and self._pair(ca, cb):
+                pending.append((ca, cb))
+                return
+        if skip and (only_a or only_b):
+            # A pass-through node one side has and the other lacks (an inserted
+            # Identity, a removed Cast): step over it.  Nodes with two inputs are never
+            # stepped over, or matching would slide one node along a chain.
+            for ca in only_a:
+                if self._passes_through(a, ca):
+                    self._match_consumers(na[ca].output[0], value_b, sig_a, sig_b, pending, False)
+            for cb in only_b:
+                if self._passes_through(b, cb):
+                    self._match_consumers(value_a, nb[cb].output[0], sig_a, sig_b, pending, False)
+
+    @staticmethod
+    def _passes_through(g: GraphIndex, i: int) -> bool:
+        """One output, and one input that is not a weight (Identity, Cast,
+        BatchNormalization, an activation)."""
+        node = g.nodes[i]
+        if len(node.output) != 1:
+            return False
+        return sum(1 for x in node.input if x and g.is_weight(x) is None) == 1
