@@ -137,6 +137,6 @@ def test_file_menu_compare_with_disk(window, tmp_path) -> None:  # type: ignore[
     assert all(a in file_menu.actions() for a in window.compare_actions)
     window.doc.set_attribute("softmax", "axis", 0)
     window.compare_actions[1].trigger()
-    compare = window._compare_window
+    compare = window.compare_window
     assert [c.kind for c in compare.changes] == ["changed"]
     compare.close()

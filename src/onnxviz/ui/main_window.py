@@ -98,6 +98,8 @@ class MainWindow(EditingMixin, NavigationMixin, QMainWindow):
         self.properties_dock.row_menu = self.fill_row_menu
         self.actions_ = Actions(self)
         self.actions_.build_menus()
+        # The open Compare window (kept alive here; a new compare replaces it).
+        self.compare_window: QWidget | None = None
         self.compare_actions = add_compare_actions(self)  # File > Compare (issue #20)
         self._build_status()
         self._sync_actions()

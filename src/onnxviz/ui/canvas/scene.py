@@ -271,6 +271,11 @@ class GraphScene(QGraphicsScene):
                     if end in self.nodes:
                         self._mark(self.nodes[end])
 
+    def refresh_highlight(self) -> None:
+        """Highlight the neighbours of the selection now (for a selection set while the
+        scene's signals were blocked)."""
+        self._on_selection()
+
     def _mark(self, it: NodeItem | EdgeItem) -> None:
         it.highlighted = True
         it.update()

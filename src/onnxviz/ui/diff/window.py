@@ -108,7 +108,7 @@ class DiffPane(QWidget):
             self.scene.clearSelection()
             item.setSelected(True)
             self.scene.blockSignals(False)
-            self.scene._on_selection()
+            self.scene.refresh_highlight()
         if self.view.zoom() < 0.6:  # a jump lands where the text reads
             self.view.set_zoom(1.0)
         self.view.centerOn(item)

@@ -295,7 +295,7 @@ def add_compare_actions(w: MainWindow) -> list[QAction]:
         if w.doc is not None:
             window = open_compare_window(w, w.doc, with_disk=with_disk)
             if window is not None:
-                w._compare_window = window  # type: ignore[attr-defined]  # kept alive
+                w.compare_window = window
 
     with_file = QAction("Compare &With…", w)
     with_file.triggered.connect(lambda _c=False: compare(False))
