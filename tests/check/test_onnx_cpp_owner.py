@@ -11,10 +11,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "onnxviz"
 CPP_MODULES = {"onnx.shape_inference", "onnx.checker", "onnx.version_converter", "onnx.parser"}
 # Where the worker process imports them (inference.py builds and reads its requests).
 OWNERS = {"check/worker.py", "check/inference.py"}
-# Not moved yet, each with who moves it: the text-format loader parses in the app's
-# process (io.py belongs to the io helper: it should take check.inference.parse_text_model,
-# the worker's "parse" request, handed over like surgery.TYPE_INFERENCE).
-PENDING = {"model/io.py": ["onnx.parser"]}
+# Modules still calling them in the app's process (none: the text-format loader takes
+# check.inference.parse_text_model, handed over as model.io.TEXT_PARSER).
+PENDING: dict[str, list[str]] = {}
 
 
 def _uses(tree: ast.AST) -> set[str]:

@@ -10,16 +10,17 @@ touched and returns what a full run would.
 from __future__ import annotations
 
 from onnxviz.check.checkable import Checkable
-from onnxviz.check.inference import infer_value_types
+from onnxviz.check.inference import infer_value_types, parse_text_model
 from onnxviz.check.registry import RULES, Rule
 from onnxviz.check.targets import DEFAULT_TARGET, TARGETS, Target
 from onnxviz.check.validator import Validator
-from onnxviz.model import surgery
+from onnxviz.model import io, surgery
 from onnxviz.model.diagnostics import Diagnostic
 
 # Surgery (insert, extract) types new values by shape inference, which only this package
 # runs, in its worker process; the model layer cannot import it, so it is handed over.
 surgery.TYPE_INFERENCE = infer_value_types
+io.TEXT_PARSER = parse_text_model
 
 __all__ = ["RULES", "TARGETS", "Checkable", "Rule", "Target", "Validator", "validate"]
 

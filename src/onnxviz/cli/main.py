@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from onnxviz import __version__
 from onnxviz.errors import OnnxvizError
@@ -74,6 +75,20 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _hand_over_text_parser() -> None:
+    """Text-format models parse in the checker's worker (model.io.TEXT_PARSER); imported
+    only when a text model is opened, so the other verbs do not pay for check's import."""
+    from onnxviz.model import io
+
+    def parse(data: bytes) -> Any:
+        from onnxviz.check.inference import parse_text_model
+
+        return parse_text_model(data)
+
+    if io.TEXT_PARSER is None:
+        io.TEXT_PARSER = parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
@@ -84,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser() if is_subcommand else _gui_parser()
     args = parser.parse_args(args_list)
     debug = bool(getattr(args, "debug", False))
+    _hand_over_text_parser()
     try:
         if is_subcommand:
             module = importlib.import_module(f"onnxviz.cli.{args.command}")

@@ -65,14 +65,27 @@ def _looks_like_text(data: bytes) -> bool:
     return head.lstrip()[:1] in (b"<", b"#") or b"=>" in head
 
 
-def _parse_text(path: str, data: bytes) -> ModelProto:
-    from onnx import parser
+# onnx.parser is C++ code: on a user's file it runs in the checker's worker process, never
+# in the app's.  The model layer cannot import check, so check hands its parser over on
+# import (as surgery.TYPE_INFERENCE); the CLI and the GUI do so before they load anything.
+# It raises ValueError with the parser's complaint.
+TEXT_PARSER: Callable[[bytes], ModelProto] | None = None
 
+
+def _parse_text(path: str, data: bytes) -> ModelProto:
     try:
-        return parser.parse_model(data.decode("utf-8"))
+        data.decode("utf-8")
     except UnicodeDecodeError:
         raise LoadError("the text model is not valid UTF-8", file=path) from None
-    except Exception as exc:
+    if TEXT_PARSER is None:
+        raise LoadError(
+            "cannot parse the ONNX text format: its parser runs in onnxviz's checker "
+            "process (import onnxviz.check, or open it with onnxviz.open_model)",
+            file=path,
+        )
+    try:
+        return TEXT_PARSER(data)
+    except ValueError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LoadError(f"cannot parse the ONNX text format: {first}", file=path) from None
 
