@@ -11,12 +11,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxviz import bundled
 from onnxviz.ui.run import install_run_panel
 from tests.runtime.engine_models import chain_model, make, vi
 
 pytestmark = pytest.mark.qt
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "../../src/onnxviz/resources/examples")
+EXAMPLES = str(bundled.root() / "examples")
 CHAIN_FEEDS = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
 W = np.array([1.0, -5.0, 0.5], np.float32)
 
