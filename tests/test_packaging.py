@@ -13,6 +13,7 @@ import textwrap
 import zipfile
 
 import onnx
+import pytest
 
 from onnxviz import bundled
 
@@ -48,6 +49,7 @@ _PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_installed_wheel_finds_its_resources(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip"]
