@@ -1,4 +1,4 @@
-"""The small Python facade of DESIGN.md §7, as a script author uses it."""
+"""The small Python facade of docs/architecture.md §9, as a script author uses it."""
 
 from __future__ import annotations
 
