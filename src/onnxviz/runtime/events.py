@@ -17,7 +17,7 @@ STACK_SEPARATOR = " › "
 
 @dataclass(frozen=True)
 class NodeRef:
-    """A node of one graph: ``graph_path`` as in DESIGN.md §3 (``main``,
+    """A node of one graph: ``graph_path`` as in docs/architecture.md §2 (``main``,
     ``main/body:Loop_3``, ``function:<domain>:<name>``) and the node's label (its name
     when non-empty and unique in the graph, else ``#<index>``).  ``str(ref)`` is the
     address form ``<graph path>::<label>`` that `Session.run_to` and breakpoints accept."""
