@@ -401,7 +401,7 @@ def test_kernel_older_than_schema_version_yields_to_the_schema_function(
 
 
 def test_inplace_elementwise_never_touches_live_views_feeds_or_constants() -> None:
-    from onnxviz.runtime import frames
+    from onnxviz.runtime import executor as frames
 
     hits: list[str] = []
     original = frames.try_inplace

@@ -48,7 +48,7 @@ from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
 
 if TYPE_CHECKING:
-    from onnxviz.runtime.frames import Executor
+    from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

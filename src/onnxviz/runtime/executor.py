@@ -1,38 +1,48 @@
-"""Frames and the executor: run a `GraphPlan` node by node as a generator of events.
+"""The executor: the one node loop that runs every graph, watched or not.
 
-A `Frame` is one running graph: its plan, its value slots, the frame it was opened
-from (subgraphs read outer-scope values through captures copied at entry) and a title
-for the stack text.  `Executor.run_frame` is a generator: it yields `NodeStarted` /
-`NodeFinished` around every node and `FrameEntered` / `FrameLeft` around every frame,
-and *returns* the graph's outputs.  Control flow and function calls open nested frames
-with ``yield from``, so whoever consumes the events (the Session) can pause anywhere,
-at any depth, and look at the values of every frame on the stack.
+`Executor.run_frame(frame)` runs the nodes of one frame and *returns* the graph's
+outputs.  It is a generator, and the same loop serves every kind of run:
+
+* **watched** (``Executor.watched``: stepping, breakpoints, `Session.steps`, fetches):
+  it yields `FrameEntered` / `NodeStarted` / `NodeFinished` / `FrameLeft` around every
+  frame and node, and the consumer of those events (the Session) is the run's
+  observer: it can stop consuming at any event, at any depth, and look at the values
+  of every frame on the stack;
+* **unwatched** (`Session.run` with nobody looking): it yields nothing, so draining
+  the generator is a single ``next()``; it runs the plan's fused node list
+  (fusion.py: just another list of `PlanNode`) and may compute elementwise results
+  into dead inputs (inplace.py).
+
+Either way each node gets the same treatment: constant folding, the kernel call (or a
+fused node, a control-flow node, a function call in a nested frame via ``yield
+from``), kept values (``store``), per-node time (``profile``) and the freeing of dead
+slots after the node's last use.  Control flow and function calls open nested frames
+that run through this same loop.
 
 On a kernel failure the executor raises `ExecutionError` naming the node, the op and
 its input types; the frame stack is left as it was, so the failed node stays
-inspectable.
+inspectable.  `cancelled` (set from any thread) stops the run before its next node.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 from onnx import NodeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.control_flow import run_control
 from onnxviz.runtime.events import (
     STACK_SEPARATOR,
-    Event,
     FrameEntered,
     FrameInfo,
     FrameLeft,
     NodeFinished,
-    NodeRef,
     NodeStarted,
 )
+from onnxviz.runtime.frame import Events, ExecutionCancelled, Frame, node_ref
 from onnxviz.runtime.functions import (
     call_attributes,
     context_function,
@@ -40,65 +50,21 @@ from onnxviz.runtime.functions import (
     input_signature,
     static_schema_function,
 )
+from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.inplace import try_inplace
 from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
 from onnxviz.runtime.values import describe
 
-Events = Generator[Event, None, list[Any]]
-
-
 # Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
 # could recurse forever.  Each frame costs a few generator levels of Python stack.
 MAX_FRAME_DEPTH = 150
 
 
-class ExecutionCancelled(ExecutionError):
-    """The user cancelled the run."""
-
-
-class Frame:
-    __slots__ = ("plan", "values", "parent", "info", "depth", "node_index", "stack_text")
-
-    def __init__(
-        self, plan: GraphPlan, parent: Frame | None, info: FrameInfo, stack_text: str
-    ) -> None:
-        self.plan = plan
-        self.values: list[Any] = [None] * plan.n_slots
-        self.parent = parent  # lexical parent (outer scope), None for main and functions
-        self.info = info
-        self.depth = info.depth
-        self.node_index = -1  # position in plan.nodes of the running node
-        self.stack_text = stack_text
-
-    def lookup(self, name: str) -> Any:
-        """The value of ``name`` here or in an enclosing scope (KeyError if unknown)."""
-        frame: Frame | None = self
-        while frame is not None:
-            s = frame.plan.slots.get(name)
-            if s is not None:
-                return frame.values[s]
-            frame = frame.parent
-        raise KeyError(name)
-
-    def visible(self) -> dict[str, Any]:
-        """Every live value (not yet freed) of this frame."""
-        return {n: self.values[s] for n, s in self.plan.slots.items() if self.values[s] is not None}
-
-    @property
-    def current(self) -> PlanNode | None:
-        if 0 <= self.node_index < len(self.plan.nodes):
-            return self.plan.nodes[self.node_index]
-        return None
-
-
-def node_ref(pn: PlanNode) -> NodeRef:
-    return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
-
-
-def _drain(events: Events) -> list[Any]:
-    """Run an event generator to its end; its return value."""
+def drain(events: Events) -> list[Any]:
+    """Run an event generator to its end; its return value (an unwatched run yields
+    nothing, so this is one ``next()``)."""
     while True:
         try:
             next(events)
@@ -125,8 +91,9 @@ def _resolved_node(pn: PlanNode) -> NodeProto:
 
 
 class Executor:
-    """Runs plans.  One per Session run; holds the frame stack, the random generator,
-    the intermediate store, per-node timing and the cancel flag."""
+    """Runs plans (implements frame.FrameRunner).  One per Session run; holds the frame
+    stack, the random generator, the intermediate store, per-node timing and the
+    cancel flag."""
 
     def __init__(
         self,
@@ -142,8 +109,15 @@ class Executor:
         self.store = store
         self.file = file
         self.stack: list[Frame] = []
+        # Set from any thread (Session.cancel); read by the loop before every node.
         self.cancelled = False
         self.input_values_in_events = input_values_in_events
+        # Watched: events around every node and frame, the plan's own node list.
+        # Unwatched: no events, the fused node list when `fuse`, in-place ops when
+        # `inplace` (nobody sees an overwritten input).
+        self.watched = True
+        self.fuse = False
+        self.inplace = False
         # node address -> [calls, total seconds]
         self.profile: dict[str, list[float]] = {}
         self.failed_node: PlanNode | None = None
@@ -151,8 +125,13 @@ class Executor:
         # False when a run feeds an initializer that is also an input (IR < 4): the
         # plan's folded values were computed from the default and do not apply.
         self.fold = True
-        # In-place elementwise ops on dead inputs (inplace.py); only for unwatched runs.
-        self.inplace = False
+
+    def unwatched(self, *, fuse: bool, inplace: bool) -> None:
+        """Run without events from now on (nobody looks at a node).  Kept values
+        (``store``) still need every node of the plan: no fusion, no in-place."""
+        self.watched = False
+        self.fuse = fuse and self.store is None
+        self.inplace = inplace and self.store is None
 
     # -- frames --------------------------------------------------------------------
     def new_frame(
@@ -220,6 +199,12 @@ class Executor:
             pn.subplans[attr] = plan
         return plan
 
+    def check_cancel(self, pn: PlanNode) -> None:
+        if self.cancelled:
+            raise ExecutionCancelled(
+                "the run was cancelled", file=self.file, graph_path=pn.graph_path, node=pn.label
+            )
+
     # -- errors ----------------------------------------------------------------------
     def error(
         self, pn: PlanNode, inputs: list[Any], reason: str, cls: type = ExecutionError
@@ -243,107 +228,51 @@ class Executor:
         )
         return err
 
-    # -- running -----------------------------------------------------------------------
+    # -- the node loop -------------------------------------------------------------------
     def run_frame(self, frame: Frame) -> Events:
-        """Run every node of ``frame``; yields events, returns the graph outputs."""
+        """Run every node of ``frame``; yields events when watched, returns the graph
+        outputs.  Watched runs execute ``plan.nodes`` one by one; unwatched runs the
+        fused list (fusion.run_nodes) when `fuse` is set."""
         self.stack.append(frame)
         plan = frame.plan
         values = frame.values
-        depth = frame.depth
-        stack = frame.stack_text
-        t_frame = time.perf_counter()
-        yield FrameEntered(stack, depth, frame.info)
+        watched = self.watched
         store = self.store
-        profile = self.profile
-        for i, pn in enumerate(plan.nodes):
-            if self.cancelled:
-                raise ExecutionCancelled(
-                    "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
-                )
-            frame.node_index = i
-            ins = [values[s] if s >= 0 else None for s in pn.inputs]
-            ref = pn.ref
-            if ref is None:
-                ref = pn.ref = node_ref(pn)
-            yield NodeStarted(
-                stack,
-                depth,
-                ref,
-                dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
-            )
-            t0 = time.perf_counter()
-            folded = pn.folded is not None and self.fold
-            if folded:
-                outs = pn.folded
-            elif pn.kind == "kernel":
-                result = None
-                if self.inplace and pn.inplace_dead is not None:
-                    result = try_inplace(pn.op_type, ins, pn.inplace_dead)
-                outs = [result] if result is not None else self._call_kernel(pn, ins)
-                if pn.foldable and self.fold:
-                    pn.folded = outs
-                    plan.folded_values.extend(outs)
-            elif pn.kind == "control":
-                from onnxviz.runtime.control_flow import run_control
-
-                outs = yield from run_control(self, frame, pn, ins)
-            elif pn.kind in ("function", "schema_function"):
-                outs = yield from self._run_function(frame, pn, ins)
-            else:
-                raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
-            dt = time.perf_counter() - t0
-            assert outs is not None
-            out_map: dict[str, Any] = {}
-            for s, name, v in zip(pn.outputs, pn.output_names, outs):
-                if s >= 0:
-                    values[s] = v
-                    out_map[name] = v
-                    if store is not None:
-                        store.put(plan.path, name, v)
-            entry = profile.get(pn.key)
-            if entry is None:
-                profile[pn.key] = [1, dt]
-            else:
-                entry[0] += 1
-                entry[1] += dt
-            yield NodeFinished(stack, depth, ref, out_map, dt, folded)
-            # Drop this generator's own references so dead values are freed now (and so
-            # inplace.py's reference count sees only the slot).
-            outs = out_map = v = ins = None  # type: ignore[assignment]
-            for s in pn.free_after:
-                values[s] = None
-        frame.node_index = len(plan.nodes)
-        outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
-        self.stack.pop()  # popped first: at FrameLeft the stack shows where we return to
-        yield FrameLeft(stack, depth, frame.info, time.perf_counter() - t_frame)
-        return outputs
-
-    def run_frame_direct(self, frame: Frame, *, fuse: bool = True) -> list[Any]:
-        """`run_frame` without events, for runs nobody watches (`Session.run`): the same
-        kernels, folding, in-place ops, freeing and per-node times, minus the generator
-        and event objects per node, and with fused node pairs (fusion.py) when ``fuse``.
-        Control flow and function calls still run their nested frames as generators
-        (drained here).  Returns the graph outputs."""
-        from onnxviz.runtime.fusion import run_nodes
-
-        self.stack.append(frame)
-        plan = frame.plan
-        values = frame.values
         profile = self.profile
         perf = time.perf_counter
         fold = self.fold
         inplace = self.inplace
         call_kernel = self._call_kernel
-        for pn in run_nodes(plan) if fuse else plan.nodes:
+        depth = frame.depth
+        stack = frame.stack_text
+        t_frame = perf()
+        if watched:
+            yield FrameEntered(stack, depth, frame.info)
+            nodes = plan.nodes
+        else:
+            nodes = run_nodes(plan) if self.fuse else plan.nodes
+        for pn in nodes:
             if self.cancelled:
                 raise ExecutionCancelled(
                     "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
                 )
             frame.node_index = pn.position
             ins = [values[s] if s >= 0 else None for s in pn.inputs]
+            if watched:
+                ref = pn.ref
+                if ref is None:
+                    ref = pn.ref = node_ref(pn)
+                yield NodeStarted(
+                    stack,
+                    depth,
+                    ref,
+                    dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
+                )
             t0 = perf()
-            if pn.folded is not None and fold:
-                outs = pn.folded
+            outs: list[Any]
+            folded = pn.folded is not None and fold
+            if folded:
+                outs = pn.folded  # type: ignore[assignment]  # not None: checked above
             elif pn.kind == "kernel":
                 result = None
                 if inplace and pn.inplace_dead is not None:
@@ -369,32 +298,45 @@ class Executor:
             elif pn.kind == "fused":
                 outs = pn.fused(self, ins)
             elif pn.kind == "control":
-                from onnxviz.runtime.control_flow import run_control
-
-                outs = _drain(run_control(self, frame, pn, ins))
+                outs = yield from run_control(self, frame, pn, ins)
             elif pn.kind in ("function", "schema_function"):
-                outs = _drain(self._run_function(frame, pn, ins))
+                outs = yield from self._run_function(frame, pn, ins)
             else:
                 raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
             dt = perf() - t0
-            for s, v in zip(pn.outputs, outs):
-                if s >= 0:
-                    values[s] = v
+            if watched or store is not None:
+                out_map: dict[str, Any] = {}
+                for s, name, v in zip(pn.outputs, pn.output_names, outs):
+                    if s >= 0:
+                        values[s] = v
+                        out_map[name] = v
+                        if store is not None:
+                            store.put(plan.path, name, v)
+            else:
+                for s, v in zip(pn.outputs, outs):
+                    if s >= 0:
+                        values[s] = v
             entry = profile.get(pn.key)
             if entry is None:
                 profile[pn.key] = [1, dt]
             else:
                 entry[0] += 1
                 entry[1] += dt
-            # As in run_frame: no local reference may outlive the slot (inplace.py counts).
-            outs = v = ins = None  # type: ignore[assignment]
+            if watched:
+                yield NodeFinished(stack, depth, ref, out_map, dt, folded)
+            # Drop this generator's own references so dead values are freed now (and so
+            # inplace.py's reference count sees only the slot).
+            outs = out_map = v = ins = None  # type: ignore[assignment]
             for s in pn.free_after:
                 values[s] = None
         frame.node_index = len(plan.nodes)
         outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
-        self.stack.pop()
+        self.stack.pop()  # popped first: at FrameLeft the stack shows where we return to
+        if watched:
+            yield FrameLeft(stack, depth, frame.info, perf() - t_frame)
         return outputs
 
+    # -- kernels -------------------------------------------------------------------------
     def _kernel_error(self, pn: PlanNode, ins: list[Any], exc: Exception) -> Exception:
         """The error to raise for a kernel's exception: an ExecutionError naming the node
         (one that already names a node is passed on as is)."""
