@@ -27,6 +27,7 @@ inspectable.  `cancelled` (set from any thread) stops the run before its next no
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -207,7 +208,7 @@ class Executor:
 
     # -- errors ----------------------------------------------------------------------
     def error(
-        self, pn: PlanNode, inputs: list[Any], reason: str, cls: type = ExecutionError
+        self, pn: PlanNode, inputs: Sequence[Any], reason: str, cls: type = ExecutionError
     ) -> ExecutionError:
         summaries = [
             f"{name or '(absent)'}: {describe(v) if name else '-'}"
@@ -257,7 +258,7 @@ class Executor:
                     "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
                 )
             frame.node_index = pn.position
-            ins = [values[s] if s >= 0 else None for s in pn.inputs]
+            ins = pn.gather(values)  # prepared.py: a list or tuple, None where absent
             if watched:
                 ref = pn.ref
                 if ref is None:
@@ -270,37 +271,41 @@ class Executor:
                 )
             t0 = perf()
             outs: list[Any]
-            folded = pn.folded is not None and fold
+            folded = fold and pn.folded is not None
+            call = pn.call
             if folded:
                 outs = pn.folded  # type: ignore[assignment]  # not None: checked above
-            elif pn.kind == "kernel":
+            elif call is not None:
+                # A plain kernel with one output (prepared.py), maybe in place (inplace.py).
                 result = None
                 if inplace and pn.inplace_dead is not None:
                     result = try_inplace(pn.op_type, ins, pn.inplace_dead)
-                if result is not None:
-                    outs = [result]
-                elif pn.plain_fn is not None:
-                    # _call_kernel's fast path, inlined (a call less per node).
+                if result is None:
                     try:
-                        result = pn.plain_fn(*ins, **pn.attrs)
+                        result = call(*ins)
                     except Exception as exc:
                         err = self._kernel_error(pn, ins, exc)
                         if err is exc:
                             raise
                         raise err from exc
-                    outs = [result] if type(result) is np.ndarray else normalize_outputs(result, 1)
-                else:
-                    outs = call_kernel(pn, ins)
+                    if type(result) is not np.ndarray:
+                        result = normalize_outputs(result, 1)[0]
+                outs = [result]
                 result = None
                 if pn.foldable and fold:
                     pn.folded = outs
                     plan.folded_values.extend(outs)
+            elif pn.kind == "kernel":
+                outs = call_kernel(pn, ins)
+                if pn.foldable and fold:
+                    pn.folded = outs
+                    plan.folded_values.extend(outs)
             elif pn.kind == "fused":
-                outs = pn.fused(self, ins)
+                outs = pn.fused(self, list(ins))
             elif pn.kind == "control":
-                outs = yield from run_control(self, frame, pn, ins)
+                outs = yield from run_control(self, frame, pn, list(ins))
             elif pn.kind in ("function", "schema_function"):
-                outs = yield from self._run_function(frame, pn, ins)
+                outs = yield from self._run_function(frame, pn, list(ins))
             else:
                 raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
             dt = perf() - t0
@@ -312,6 +317,8 @@ class Executor:
                         out_map[name] = v
                         if store is not None:
                             store.put(plan.path, name, v)
+            elif pn.out0 >= 0:
+                values[pn.out0] = outs[0]
             else:
                 for s, v in zip(pn.outputs, outs):
                     if s >= 0:
@@ -337,7 +344,7 @@ class Executor:
         return outputs
 
     # -- kernels -------------------------------------------------------------------------
-    def _kernel_error(self, pn: PlanNode, ins: list[Any], exc: Exception) -> Exception:
+    def _kernel_error(self, pn: PlanNode, ins: Sequence[Any], exc: Exception) -> Exception:
         """The error to raise for a kernel's exception: an ExecutionError naming the node
         (one that already names a node is passed on as is)."""
         if isinstance(exc, ExecutionError):
@@ -348,11 +355,11 @@ class Executor:
             return self.error(pn, ins, "out of memory while computing the outputs")
         return self.error(pn, ins, f"{type(exc).__name__}: {exc}")
 
-    def call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+    def call_kernel(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         """One kernel node's outputs (errors name the node)."""
         return self._call_kernel(pn, ins)
 
-    def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+    def _call_kernel(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         # Floating-point warnings (overflow to inf, 0/0) are results, not errors: the
         # Session runs everything under np.errstate(all="ignore").
         spec = pn.spec
@@ -366,7 +373,7 @@ class Executor:
             else:
                 outs = call_node(
                     pn.node,
-                    ins,
+                    list(ins),
                     {pn.domain: pn.opset},
                     rng=self.rng,
                     spec=spec,

@@ -39,6 +39,7 @@ from onnxviz.runtime.functions import (
     schema_since_version,
 )
 from onnxviz.runtime.inplace import INPLACE_OPS
+from onnxviz.runtime.prepared import prepare
 from onnxviz.runtime.registry import KernelSpec, normalize_domain, resolve
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -67,7 +68,7 @@ class PlanContext:
     fold_constants: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class PlanNode:
     index: int
     node: NodeProto
@@ -103,8 +104,11 @@ class PlanNode:
     # kind "fused" (fusion.py): computes the outputs from (executor, inputs).
     fused: Any = None
     key: str = ""  # the address, made once (profile key)
-    # The kernel function when it is called plainly (no context) for one output.
-    plain_fn: Any = None
+    # Prepared by prepared.prepare for the node loop: values -> inputs, the single
+    # output's slot, the positional call of a plain one-output kernel.
+    gather: Any = None
+    out0: int = -1
+    call: Any = None
 
     @property
     def address(self) -> str:
@@ -396,8 +400,7 @@ def compile_graph(
     for position, pn in enumerate(plan_nodes):
         pn.position = position
         pn.key = pn.address
-        if pn.spec is not None and not pn.spec.needs_ctx and len(pn.outputs) == 1:
-            pn.plain_fn = pn.spec.fn
+    prepare(plan_nodes, fast=False)
     liveness(plan_nodes, slots, output_names)
     if ctx.fold_constants:
         # Initializers listed as inputs (IR < 4) count as constants here; a run that
@@ -445,7 +448,7 @@ def fused_node(
         foldable=False,
         fused=fused,
         inplace_dead=None,
-        plain_fn=None,
+        call=None,
     )
 
 
