@@ -100,13 +100,14 @@ class Executor:
         self,
         ctx: PlanContext,
         *,
-        rng: np.random.Generator,
+        seed: int,
         store: IntermediateStore | None = None,
         file: str | None = None,
         input_values_in_events: bool = True,
     ) -> None:
         self.ctx = ctx
-        self.rng = rng
+        self.seed = seed
+        self._rng: np.random.Generator | None = None
         self.store = store
         self.file = file
         self.stack: list[Frame] = []
@@ -126,6 +127,14 @@ class Executor:
         # False when a run feeds an initializer that is also an input (IR < 4): the
         # plan's folded values were computed from the default and do not apply.
         self.fold = True
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's random generator, made on first use: making one costs tens of
+        microseconds, more than a small model's run pays for everything else."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return self._rng
 
     def unwatched(self, *, fuse: bool, inplace: bool) -> None:
         """Run without events from now on (nobody looks at a node).  Kept values
@@ -157,9 +166,7 @@ class Executor:
         info = FrameInfo(plan.path, title, depth, kind, iteration, iterations)
         stack_text = title if caller is None else caller.stack_text + STACK_SEPARATOR + title
         frame = Frame(plan, parent, info, stack_text)
-        values = frame.values
-        for s, v in plan.constants:
-            values[s] = v
+        values = frame.values  # the constants are in place (GraphPlan.start_values)
         if parent is not None:
             for s, name in plan.captures:
                 try:

@@ -31,7 +31,7 @@ class Frame:
         self, plan: GraphPlan, parent: Frame | None, info: FrameInfo, stack_text: str
     ) -> None:
         self.plan = plan
-        self.values: list[Any] = [None] * plan.n_slots
+        self.values: list[Any] = plan.start_values()
         self.parent = parent  # lexical parent (outer scope), None for main and functions
         self.info = info
         self.depth = info.depth

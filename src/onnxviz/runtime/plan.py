@@ -139,6 +139,19 @@ class GraphPlan:
     run_nodes: list[PlanNode] | None = None
     # Outputs of constant-folded nodes (shared between runs, never handed out as is).
     folded_values: list[Any] = field(default_factory=list)
+    # The slots a frame starts with: the constants in place, None elsewhere (made once;
+    # a frame copies it in one step instead of storing the constants one by one).
+    initial_values: list[Any] | None = None
+
+    def start_values(self) -> list[Any]:
+        """A new frame's value slots (constants set)."""
+        initial = self.initial_values
+        if initial is None:
+            initial = [None] * self.n_slots
+            for s, v in self.constants:
+                initial[s] = v
+            self.initial_values = initial
+        return initial.copy()
 
 
 def node_labels(nodes: Sequence[NodeProto]) -> list[str]:

@@ -174,6 +174,7 @@ class Session:
         self._t0 = 0.0
         self._labels_by_path: dict[str, set[str]] | None = None
         self._main_frame: Frame | None = None
+        self._constant_ids: tuple[int, set[int]] | None = None
         # Set by `pause` (any thread), honoured by stepping calls before the next node.
         self.pause_requested = threading.Event()
         # Called with every event a stepping call or `steps` goes through (the run
@@ -258,7 +259,7 @@ class Session:
         self.store = store
         ex = Executor(
             self.ctx,
-            rng=np.random.default_rng(self.seed),
+            seed=self.seed,
             store=store,
             file=self.file,
         )
@@ -595,9 +596,13 @@ class Session:
         return result
 
     def _is_plan_constant(self, value: np.ndarray) -> bool:
-        if any(v is value for _, v in self.plan.constants):
-            return True
-        return any(v is value for v in self.plan.folded_values)
+        folded = self.plan.folded_values
+        if self._constant_ids is None or self._constant_ids[0] != len(folded):
+            # Made again only when a run folded more nodes (the first run, mostly).
+            ids = {id(v) for _, v in self.plan.constants}
+            ids.update(id(v) for v in folded)
+            self._constant_ids = (len(folded), ids)
+        return id(value) in self._constant_ids[1]
 
     def _until(self, stop: Callable[[Event], bool], reason: str) -> Pause:
         if self._gen is None:
