@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto
 
 from onnxviz.model.diff.index import GraphIndex, LiteNode
@@ -60,109 +61,145 @@ def _op(node: NodeProto | LiteNode) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 arrays: a cheap hash that spreads every bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _as_keys(values: list[int]) -> np.ndarray:
+    """Python hashes (signed 64-bit) as an int64 array: an eighth of a list's memory."""
+    return np.array(values, dtype=np.int64)
+
+
 class _Hashes:
-    """Forward and backward structural hashes of one graph's nodes."""
+    """Forward and backward structural hashes of one graph's nodes, kept as int64
+    arrays (a 100k-node graph's lists of Python ints would cost tens of MB)."""
 
     def __init__(self, gi: GraphIndex, outer: Mapping[str, int]) -> None:
         self.gi = gi
-        order = gi.topological_order()
         nodes = gi.nodes
+        n = len(nodes)
+        order = gi.topological_order()
+        qdq = gi.qdq_nodes
+        real = gi.real if gi.alias else None
         value: dict[str, int] = {}
         for pos, name in enumerate(gi.input_names):
             if name not in gi.initializers:
                 value[name] = hash(("in", pos))
         for name, t in gi.initializers.items():
             value.setdefault(name, _weight_token(t))
-        self.sig = [hash((_op(n), attribute_signature(n) if n.attribute else ())) for n in nodes]
-        fwd = [0] * len(nodes)
+        op_hash: dict[tuple[str, str], int] = {}
+        ops = [0] * n
+        sig = [0] * n
+        for i, node in enumerate(nodes):
+            op = _op(node)
+            h = op_hash.get(op)
+            if h is None:
+                h = op_hash[op] = hash(op)
+            ops[i] = h
+            sig[i] = hash((op, attribute_signature(node))) if node.attribute else hash((op, ()))
+        fwd = [0] * n
+        get = value.get
         for i in order:
             node = nodes[i]
-            if i in gi.qdq_nodes:
+            if qdq and i in qdq:
                 weight = gi.is_weight(node.output[0]) if node.output else None
                 if weight is not None:
                     value[node.output[0]] = hash(("w", tuple(weight.dims)))
                 continue
             ins = []
             for name in node.input:
-                real = gi.real(name)
-                h = value.get(real)
+                if real is not None:
+                    name = real(name)
+                h = get(name)
                 if h is None:
-                    h = outer.get(real) if real in outer else hash(("outer", real))
+                    h = outer.get(name) if name in outer else hash(("outer", name))
                 ins.append(h)
-            h = hash((self.sig[i], tuple(ins)))
+            h = hash((sig[i], tuple(ins)))
             fwd[i] = h
             for k, name in enumerate(node.output):
                 if name:
                     value[name] = hash((h, k))
-        self.value = value
-        self.fwd = fwd
+        self.fwd = _as_keys(fwd)
+        del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
         # a change upstream spoiled the forward hash.
         weights = gi.weight_names()
-        self.local = [
-            hash(
-                (
-                    self.sig[i],
-                    tuple(value.get(x) if x in weights else 0 for x in n.input),
-                )
-            )
-            for i, n in enumerate(nodes)
-        ]
-        out_pos = defaultdict(list)
+        self.local = _as_keys(
+            [
+                hash((sig[i], tuple([get(x) if x in weights else 0 for x in node.input])))
+                if node.input
+                else hash((sig[i], ()))
+                for i, node in enumerate(nodes)
+            ]
+        )
+        del value, get
+        self.sig = sig
+        out_pos: dict[str, list[int]] = defaultdict(list)
         for pos, name in enumerate(gi.output_names):
             out_pos[gi.real(name)].append(pos)
-        ops = [hash(_op(n)) for n in nodes]
-        bwd = [0] * len(nodes)
+        bwd = [0] * n
+        consumers = gi.effective_consumers if gi.alias else gi.consumers.get
+        no_uses: list[tuple[int, int]] = []
         for i in reversed(order):
-            node = nodes[i]
-            if i in gi.qdq_nodes:
+            if qdq and i in qdq:
                 continue
             outs = []
-            for name in node.output:
-                uses = sorted(
-                    (bwd[ci] if bwd[ci] else ops[ci], k) for ci, k in gi.effective_consumers(name)
-                )
-                outs.append(hash((tuple(uses), tuple(out_pos.get(name, ())))))
+            for name in nodes[i].output:
+                found = consumers(name) or no_uses
+                uses = sorted([(bwd[ci] or ops[ci], k) for ci, k in found]) if found else ()
+                at = out_pos.get(name) if out_pos else None
+                outs.append(hash((tuple(uses), tuple(at) if at else ())))
             bwd[i] = hash((ops[i], tuple(outs)))
-        self.bwd = bwd
+        self.bwd = _as_keys(bwd)
 
-    def neighbourhood(self) -> list[int]:
+    def neighbourhood(self) -> np.ndarray:
         """A hash of each node's two-step neighbourhood (ops, attributes, weights of
-        the node, its producers and consumers, and theirs).  Unlike the forward and
-        backward hashes it survives a change further away, so in a model with changes
-        spread all over it still pairs most nodes at once."""
-        gi, local = self.gi, self.local
-        producer, consumers = gi.producer, gi.consumers
-        nodes = gi.nodes
+        the node, its producers by slot and its consumers with their slots, and
+        theirs).  Unlike the forward and backward hashes it survives a change further
+        away, so in a model with changes spread all over it still pairs most nodes at
+        once.  Computed over edge arrays by numpy: sums of mixed hashes stand for the
+        (ordered) producers and the (unordered) consumers."""
+        gi = self.gi
+        src, dst, slot = gi.edges()
+        n = len(gi.nodes)
+        salt = _mix(slot.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+        keys = self.local.view(np.uint64)
+        for _ in range(2):
+            mixed = _mix(keys)
+            ups = np.zeros(n, np.uint64)
+            np.add.at(ups, dst, _mix(mixed[src] ^ salt))
+            downs = np.zeros(n, np.uint64)
+            np.add.at(downs, src, _mix(mixed[dst] + salt))
+            keys = _mix(
+                mixed ^ _mix(ups + np.uint64(1)) ^ (_mix(downs ^ np.uint64(7)) >> np.uint64(1))
+            )
+        return keys.view(np.int64)
 
-        def ring(keys: list[int]) -> list[int]:
-            out = []
-            for i, node in enumerate(nodes):
-                ups = []
-                for x in node.input:
-                    p = producer.get(x)
-                    ups.append(keys[p[0]] if p is not None else 0)
-                downs = sorted((keys[c], k) for x in node.output for c, k in consumers.get(x, ()))
-                out.append(hash((keys[i], tuple(ups), tuple(downs))))
-            return out
 
-        return ring(ring(local))
+def _combine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return (
+        _mix(x.view(np.uint64)) ^ (_mix(y.view(np.uint64) + np.uint64(3)) >> np.uint64(1))
+    ).view(np.int64)
 
 
-def _unique(keys: Sequence[int], skip: set[int]) -> dict[int, int]:
-    seen: dict[int, int] = {}
-    dup: set[int] = set()
-    for i, k in enumerate(keys):
-        if i in skip:
-            continue
-        if k in seen:
-            dup.add(k)
-        else:
-            seen[k] = i
-    for k in dup:
-        del seen[k]
-    return seen
+def _unique_index(keys: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, node index) of the keys that occur once among the nodes not skipped,
+    sorted by key."""
+    idx = np.flatnonzero(~skip)
+    k = keys[idx]
+    order = np.argsort(k, kind="stable")
+    ks = k[order]
+    if len(ks) < 2:
+        return ks, idx[order]
+    dup = ks[1:] == ks[:-1]
+    once = ~(np.concatenate(([False], dup)) | np.concatenate((dup, [False])))
+    return ks[once], idx[order][once]
 
 
 class Matcher:
@@ -200,9 +237,7 @@ class Matcher:
         self.ha, self.hb = ha, hb
         self.sig_a, self.sig_b = ha.sig, hb.sig
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
-        combined_a = [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)]
-        combined_b = [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)]
-        self._unique_pairs(combined_a, combined_b, pending)
+        self._unique_pairs(_combine(ha.fwd, ha.bwd), _combine(hb.fwd, hb.bwd), pending)
         for lab, ia in la.items():
             if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
                 continue
@@ -217,7 +252,9 @@ class Matcher:
         self._unique_pairs(ha.fwd, hb.fwd, pending)
         self._unique_pairs(ha.bwd, hb.bwd, pending)
         self._unique_pairs(ha.neighbourhood(), hb.neighbourhood(), pending)
-        # Pairs whose neighbours all matched by hash have nothing to propagate.
+        # Pairs whose neighbours all matched by hash have nothing to propagate: only
+        # the frontier does, and the pairs made by hashing are done with.
+        pending.clear()
         self._propagate(self._frontier(), ha.sig, hb.sig)
         # Then from the values both graphs get from outside: graph inputs by position,
         # and names of the enclosing graph.
@@ -263,14 +300,23 @@ class Matcher:
         return [(i, matched[i]) for i in near if i in matched]
 
     def _unique_pairs(
-        self, keys_a: Sequence[int], keys_b: Sequence[int], pending: list[tuple[int, int]]
+        self, keys_a: np.ndarray, keys_b: np.ndarray, pending: list[tuple[int, int]]
     ) -> None:
-        ua = _unique(keys_a, self.a.qdq_nodes | self.a_to_b.keys())
-        ub = _unique(keys_b, self.b.qdq_nodes | self.b_to_a.keys())
-        for k, ia in ua.items():
-            ib = ub.get(k)
-            if ib is not None and self._pair(ia, ib):
-                pending.append((ia, ib))
+        ka, ia = _unique_index(keys_a, self._skip(self.a, self.a_to_b))
+        kb, ib = _unique_index(keys_b, self._skip(self.b, self.b_to_a))
+        _, at_a, at_b = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
+        for x, y in zip(ia[at_a].tolist(), ib[at_b].tolist()):
+            if self._pair(x, y):
+                pending.append((x, y))
+
+    @staticmethod
+    def _skip(g: GraphIndex, matched: Mapping[int, int]) -> np.ndarray:
+        skip = np.zeros(len(g.nodes), bool)
+        if g.qdq_nodes:
+            skip[list(g.qdq_nodes)] = True
+        if matched:
+            skip[list(matched)] = True
+        return skip
 
     def _propagate(
         self, pending: list[tuple[int, int]], sig_a: list[int], sig_b: list[int]
