@@ -70,6 +70,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
 def _as_keys(values: list[int]) -> np.ndarray:
     """Python hashes (signed 64-bit) as an int64 array: an eighth of a list's memory."""
     return np.array(values, dtype=np.int64)
@@ -165,21 +168,25 @@ class _Hashes:
         away, so in a model with changes spread all over it still pairs most nodes at
         once.  Computed over edge arrays by numpy: sums of mixed hashes stand for the
         (ordered) producers and the (unordered) consumers."""
-        gi = self.gi
-        src, dst, slot = gi.edges()
-        n = len(gi.nodes)
-        salt = _mix(slot.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
         keys = self.local.view(np.uint64)
         for _ in range(2):
-            mixed = _mix(keys)
-            ups = np.zeros(n, np.uint64)
-            np.add.at(ups, dst, _mix(mixed[src] ^ salt))
-            downs = np.zeros(n, np.uint64)
-            np.add.at(downs, src, _mix(mixed[dst] + salt))
-            keys = _mix(
-                mixed ^ _mix(ups + np.uint64(1)) ^ (_mix(downs ^ np.uint64(7)) >> np.uint64(1))
-            )
+            keys = self.ring(keys)
         return keys.view(np.int64)
+
+    def ring(self, keys: np.ndarray) -> np.ndarray:
+        """One step of the neighbourhood hash: each node's key (uint64) mixed with its
+        producers' keys by input slot and its consumers' keys with their slots."""
+        src, dst, slot = self.gi.edges()
+        salt = self.__dict__.get("_salt")
+        if salt is None:
+            salt = self.__dict__["_salt"] = _mix(slot.astype(np.uint64) + _GOLDEN)
+        n = len(keys)
+        mixed = _mix(keys)
+        ups = np.zeros(n, np.uint64)
+        np.add.at(ups, dst, _mix(mixed[src] ^ salt))
+        downs = np.zeros(n, np.uint64)
+        np.add.at(downs, src, _mix(mixed[dst] + salt))
+        return _mix(mixed ^ _mix(ups + np.uint64(1)) ^ (_mix(downs ^ np.uint64(7)) >> np.uint64(1)))
 
 
 def _combine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -252,6 +259,7 @@ class Matcher:
         self._unique_pairs(ha.fwd, hb.fwd, pending)
         self._unique_pairs(ha.bwd, hb.bwd, pending)
         self._unique_pairs(ha.neighbourhood(), hb.neighbourhood(), pending)
+        self._spread(pending)
         # Pairs whose neighbours all matched by hash have nothing to propagate: only
         # the frontier does, and the pairs made by hashing are done with.
         pending.clear()
@@ -276,6 +284,32 @@ class Matcher:
             if len(self.a_to_b) == before:
                 break
         return self.a_to_b
+
+    def _spread(self, pending: list[tuple[int, int]], rounds: int = 48) -> None:
+        """Propagation by numpy, for the bulk of a large graph: every matched pair gets
+        a tag shared by its two nodes, each node's key becomes its own (tag, or op,
+        attributes and weights) mixed with its neighbours' by slot, and the keys unique
+        on both sides among the unmatched nodes pair.  Repeated while it pairs
+        anything; what is left (ties, inserted nodes to step over) is for the
+        stepwise `_propagate`."""
+        a, b = self.a, self.b
+        base_a = self.ha.local.view(np.uint64)
+        base_b = self.hb.local.view(np.uint64)
+        for _ in range(rounds):
+            done = len(self.a_to_b)
+            if not done or done == len(a.nodes) or done == len(b.nodes):
+                return
+            ia = np.fromiter(self.a_to_b.keys(), np.int64, done)
+            ib = np.fromiter(self.a_to_b.values(), np.int64, done)
+            tag = _mix(np.arange(done, dtype=np.uint64) + _GOLDEN)
+            ka, kb = base_a.copy(), base_b.copy()
+            ka[ia] = tag
+            kb[ib] = tag
+            self._unique_pairs(
+                self.ha.ring(ka).view(np.int64), self.hb.ring(kb).view(np.int64), pending
+            )
+            if len(self.a_to_b) == done:
+                return
 
     def _frontier(self) -> list[tuple[int, int]]:
         """Matched pairs within two steps of a node of A without a counterpart: the
@@ -391,6 +425,7 @@ class Matcher:
         sig_b: list[int],
         pending: list[tuple[int, int]],
         skip: bool = True,
+        guess: bool = True,
     ) -> None:
         """Pair the consumers of two corresponding values: same op at the same slot,
         unique on both sides (or unique once the attributes are counted).  A consumer
@@ -423,7 +458,7 @@ class Matcher:
         ops_b = {key[0] for key in groups_b}
         only_a = [c[0] for key, c in groups_a.items() if key[0] not in ops_b and len(c) == 1]
         only_b = [c[0] for key, c in groups_b.items() if key[0] not in ops_a and len(c) == 1]
-        if len(only_a) == 1 and len(only_b) == 1:
+        if guess and len(only_a) == 1 and len(only_b) == 1:
             # One node for one other at the same place (Add became Sub): a changed op,
             # so matching goes on behind it.
             ca, cb = only_a[0], only_b[0]
@@ -432,19 +467,45 @@ class Matcher:
             )
             slot_a = next(k for key, c in groups_a.items() if c == [ca] for k in [key[1]])
             slot_b = next(k for key, c in groups_b.items() if c == [cb] for k in [key[1]])
-            if same_shape and slot_a == slot_b and self._pair(ca, cb):
+            if (
+                same_shape
+                and slot_a == slot_b
+                and not self._inserted_before(b, cb, _op(na[ca]))
+                and not self._inserted_before(a, ca, _op(nb[cb]))
+                and self._pair(ca, cb)
+            ):
                 pending.append((ca, cb))
                 return
         if skip and (only_a or only_b):
             # A pass-through node one side has and the other lacks (an inserted
             # Identity, a removed Cast): step over it.  Nodes with two inputs are never
-            # stepped over, or matching would slide one node along a chain.
-            for ca in only_a:
-                if self._passes_through(a, ca):
-                    self._match_consumers(na[ca].output[0], value_b, sig_a, sig_b, pending, False)
-            for cb in only_b:
-                if self._passes_through(b, cb):
-                    self._match_consumers(value_a, nb[cb].output[0], sig_a, sig_b, pending, False)
+            # stepped over, or matching would slide one node along a chain.  First
+            # without the changed-op guess behind the node stepped over: stacked on
+            # the step it would pair a Div's Erf with the Identity inserted on the
+            # other side in front of that Div.
+            before = len(self.a_to_b)
+            for guess_behind in (False, True):
+                for ca in only_a:
+                    if self._passes_through(a, ca):
+                        self._match_consumers(
+                            na[ca].output[0], value_b, sig_a, sig_b, pending, False, guess_behind
+                        )
+                for cb in only_b:
+                    if self._passes_through(b, cb):
+                        self._match_consumers(
+                            value_a, nb[cb].output[0], sig_a, sig_b, pending, False, guess_behind
+                        )
+                if len(self.a_to_b) > before:
+                    break
+
+    @classmethod
+    def _inserted_before(cls, g: GraphIndex, i: int, op: tuple[str, str]) -> bool:
+        """Node ``i`` passes through to a node of ``op``: an inserted (or removed)
+        Identity in front of the node the other side has there, not a changed op."""
+        node = g.nodes[i]
+        if sum(1 for x in node.input if x) != 1 or not cls._passes_through(g, i):
+            return False  # a node with weights (Add of a bias) is a changed op
+        return any(_op(g.nodes[c]) == op for c, _ in g.effective_consumers(g.nodes[i].output[0]))
 
     @staticmethod
     def _passes_through(g: GraphIndex, i: int) -> bool:
