@@ -109,7 +109,7 @@ class GraphDiffer:
             for i in range(len(b.nodes))
             if i not in matched_b and i not in grouped_b and i not in b.qdq_nodes
         ]
-        res.value_map = {k: v for k, v in self.value_map.items() if not k.startswith("\0")}
+        res.value_map = self.value_map
         for ia, ib in res.matches:
             details = self._compare_nodes(ia, ib)
             if details:

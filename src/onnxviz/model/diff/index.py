@@ -61,8 +61,19 @@ _STRINGS = attrgetter("name", "op_type", "domain")
 
 
 def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
+    # A node without attributes keeps no attribute container: 100k protobuf
+    # containers held for nothing cost tens of MB.  Op types and domains are shared.
+    ops: dict[str, str] = {}
     out = [
-        LiteNode(n.name, n.op_type, n.domain, n.input[:], n.output[:], n.attribute) for n in nodes
+        LiteNode(
+            n.name,
+            ops.setdefault(n.op_type, n.op_type),
+            ops.setdefault(n.domain, n.domain),
+            n.input[:],
+            n.output[:],
+            at if len(at := n.attribute) else (),
+        )
+        for n in nodes
     ]
     # Passes in C over every name, to find any protobuf handed out as bytes.
     seen = set(map(type, chain.from_iterable(map(_LISTS, out))))
@@ -255,6 +266,13 @@ def index_function(path: str, fn: object) -> GraphIndex:
 def _fill(gi: GraphIndex) -> None:
     producer = gi.producer
     consumers = gi.consumers
+    # One string object per name: protobuf hands out a new one at every access, so
+    # each value's name would be held once per reader.  Sharing them halves the
+    # memory of the names, and dict lookups then compare by identity.
+    canon = {name: name for node in gi.nodes for name in node.output}
+    get = canon.get
+    for node in gi.nodes:
+        node.input[:] = [get(x, x) for x in node.input]
     for i, node in enumerate(gi.nodes):
         for k, name in enumerate(node.input):
             if name:
