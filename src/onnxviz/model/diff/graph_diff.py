@@ -125,6 +125,8 @@ class GraphDiffer:
     def _compare_weight(self, name_a: str, name_b: str) -> TensorDiff:
         ta, tb = self.a.initializers[name_a], self.b.initializers[name_b]
         out = compare_tensors(ta, self.base_a, tb, self.base_b, self.a.path)
+        if not self.a.qdq_nodes and not self.b.qdq_nodes:
+            return out
         qa, qb = self._quantization(self.a, name_a), self._quantization(self.b, name_b)
         if qa is None and qb is None:
             return out

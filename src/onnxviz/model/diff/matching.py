@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto
@@ -114,30 +115,33 @@ class _Hashes:
                 if weight is not None:
                     value[node.output[0]] = hash(("w", tuple(weight.dims)))
                 continue
-            ins = []
-            for name in node.input:
-                if real is not None:
-                    name = real(name)
-                h = get(name)
-                if h is None:
-                    h = outer.get(name) if name in outer else hash(("outer", name))
-                ins.append(h)
-            h = hash((sig[i], tuple(ins)))
+            inputs = node.input if real is None else [real(x) for x in node.input]
+            ins = tuple(map(get, inputs))
+            if None in ins:  # a name from the enclosing graph, or defined nowhere
+                ins = tuple(
+                    (outer.get(x) if x in outer else hash(("outer", x))) if h is None else h
+                    for x, h in zip(inputs, ins)
+                )
+            h = hash((sig[i], ins))
             fwd[i] = h
-            for k, name in enumerate(node.output):
-                if name:
-                    value[name] = hash((h, k))
+            outputs = node.output
+            if len(outputs) == 1:
+                if outputs[0]:
+                    value[outputs[0]] = hash((h, 0))
+            else:
+                for k, name in enumerate(outputs):
+                    if name:
+                        value[name] = hash((h, k))
         self.fwd = _as_keys(fwd)
         del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
         # a change upstream spoiled the forward hash.
-        weights = gi.weight_names()
+        tokens = {x: get(x) for x in gi.weight_names()}
+        zeros = repeat(0)
         self.local = _as_keys(
             [
-                hash((sig[i], tuple([get(x) if x in weights else 0 for x in node.input])))
-                if node.input
-                else hash((sig[i], ()))
+                hash((sig[i], tuple(map(tokens.get, node.input, zeros))))
                 for i, node in enumerate(nodes)
             ]
         )
@@ -155,9 +159,13 @@ class _Hashes:
             outs = []
             for name in nodes[i].output:
                 found = consumers(name) or no_uses
-                uses = sorted([(bwd[ci] or ops[ci], k) for ci, k in found]) if found else ()
+                if len(found) == 1:
+                    ci, k = found[0]
+                    uses: tuple[tuple[int, int], ...] = ((bwd[ci] or ops[ci], k),)
+                else:
+                    uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
                 at = out_pos.get(name) if out_pos else None
-                outs.append(hash((tuple(uses), tuple(at) if at else ())))
+                outs.append(hash((uses, tuple(at) if at else ())))
             bwd[i] = hash((ops[i], tuple(outs)))
         self.bwd = _as_keys(bwd)
 
