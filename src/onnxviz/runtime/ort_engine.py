@@ -316,7 +316,11 @@ class ChunkPlanner:
     def __post_init__(self) -> None:
         g = self.model.graph
         for vi in [*g.input, *g.value_info, *g.output]:
-            if vi.type.WhichOneof("value") is not None:
+            if vi.type.WhichOneof("value") is None:
+                continue
+            have = self._types.get(vi.name)
+            # a declaration with a shape wins over one without (outputs often have none)
+            if have is None or not _has_shape(have) or _has_shape(vi.type):
                 self._types[vi.name] = vi.type
         for vi in g.input:
             value = self.feeds.get(vi.name)
@@ -375,6 +379,10 @@ class ChunkPlanner:
             chunk.append(name)
             total += size
         return chunk
+
+
+def _has_shape(tp: onnx.TypeProto) -> bool:
+    return tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.HasField("shape")
 
 
 def _nbytes(value: Any) -> int:
