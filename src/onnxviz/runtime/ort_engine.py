@@ -98,6 +98,15 @@ def _first_line(exc: BaseException) -> str:
 
 # -- the copy onnxruntime runs -------------------------------------------------------------
 @dataclass
+class ModelInFolder:
+    """A bare ModelProto with the folder its external data lives in (what a Document
+    offers as ``.model`` and ``.base_dir``)."""
+
+    model: onnx.ModelProto
+    base_dir: str | None
+
+
+@dataclass
 class RunnableModel:
     """A copy of a Document's model as onnxruntime gets it: tensors in place turned into
     plain external data, every main-graph node uniquely named."""
@@ -453,6 +462,8 @@ def fetch_values(
 ) -> dict[str, Any]:
     """A few main-graph values (and outputs) from one onnxruntime run."""
     runnable = RunnableModel.of(doc)
+    computed = set(main_values(runnable.model)) | {o.name for o in runnable.model.graph.output}
+    names = [n for n in names if n in computed]
     session = make_session(runnable, runnable.with_outputs(names), options)
     return _run(session, feeds, list(dict.fromkeys(names)))
 
