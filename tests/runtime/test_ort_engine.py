@@ -334,3 +334,21 @@ def test_genai_llama_int4_matches_in_chunks_and_profile() -> None:
     # onnxruntime turns Constant nodes into initializers at load: they never run
     ran = [n for n in doc.model.graph.node if n.op_type != "Constant"]
     assert len(prof.nodes) == len(ran) > 20
+
+
+def test_compare_with_onnxruntime_reads_external_data_from_another_cwd(
+    tmp_path, monkeypatch
+) -> None:
+    """The run panel's Compare (compare_with_onnxruntime with the Document's folder)."""
+    from onnxviz.runtime.compare import compare_with_onnxruntime
+
+    model, _ = _weighted_model()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, str(folder / "m.onnx"), save_as_external_data=True, size_threshold=0)
+    monkeypatch.chdir(tmp_path)
+    doc = Document.open(str(folder / "m.onnx"))
+    x = np.random.default_rng(4).standard_normal((1, 64)).astype(np.float32)
+    result = compare_with_onnxruntime(doc.model, {"x": x}, base_dir=doc.base_dir)
+    assert [n.op_type for n in result.nodes] == ["MatMul", "Relu"]
+    assert result.first_beyond() is None

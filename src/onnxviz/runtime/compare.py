@@ -175,7 +175,11 @@ def compare_with_onnxruntime(
         holder.model = model  # type: ignore[attr-defined]
         holder.base_dir = base_dir  # type: ignore[attr-defined]
         ours = Session(holder).run(feeds, fetch=wanted)
-    theirs = run_onnxruntime(model, feeds, [n for n in wanted if n in ours], base_dir=base_dir)
+    from onnxviz.runtime.ort_engine import ModelInFolder
+
+    # the model with its folder: external data resolves from any working directory
+    source = ModelInFolder(model, base_dir) if base_dir is not None else model
+    theirs = run_onnxruntime(source, feeds, [n for n in wanted if n in ours])
     main = next(s for s in build_scopes(model) if s.path == "main")
     value_of = initializer_lookup(model, ours, feeds)
     result: list[NodeComparison] = []
