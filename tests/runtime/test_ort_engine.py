@@ -63,8 +63,8 @@ def test_external_data_resolves_against_the_models_folder_from_any_cwd(
     np.testing.assert_allclose(result.outputs["y"], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
     assert result.providers[-1] == "CPUExecutionProvider"
     # intermediates take the same path
-    (_, values), *_ = list(oe.iter_intermediates(doc, {"x": x}, ["h"]))
-    np.testing.assert_allclose(values["h"], x @ w, rtol=1e-5, atol=1e-5)
+    for _, values in oe.iter_intermediates(doc, {"x": x}, ["h"]):
+        np.testing.assert_allclose(values["h"], x @ w, rtol=1e-5, atol=1e-5)
 
 
 def test_single_file_weights_left_in_place_run(tmp_path, monkeypatch) -> None:
@@ -138,6 +138,17 @@ def test_intermediates_come_in_chunks_under_the_budget(declare: bool) -> None:
     assert list(got) == list(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6)
+
+
+def test_a_chunk_is_dropped_when_the_next_is_asked_for_unless_kept() -> None:
+    model = _long_chain(4, 100, declare=True)
+    x = np.zeros(100, np.float32)
+    chunks = oe.iter_intermediates(model, {"x": x}, chunk_bytes=800)
+    _, first = next(chunks)
+    kept = first["v0"]  # a reference the caller keeps survives
+    _, second = next(chunks)
+    assert first == {} and set(second) == {"v2", "v3"}
+    np.testing.assert_allclose(kept, np.full(100, 1.01, np.float32))
 
 
 def test_a_value_bigger_than_the_budget_runs_alone() -> None:
