@@ -8,6 +8,8 @@ Outputs are written to ``--output-dir`` as ``<name>.npy`` (non-tensors as
 graph too (under ``intermediates/``); ``--compare onnxruntime`` runs onnxruntime on the
 same inputs and reports max abs / rel error per output and per intermediate both
 produce; ``--json`` prints one JSON document with per-node times.
+``--engine onnxruntime``, ``--profile``, ``--chunk-mb`` and ``--first-divergence`` are
+`run_engine`'s.
 """
 
 from __future__ import annotations
