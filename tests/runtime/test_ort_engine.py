@@ -363,3 +363,25 @@ def test_compare_with_onnxruntime_reads_external_data_from_another_cwd(
     result = compare_with_onnxruntime(doc.model, {"x": x}, base_dir=doc.base_dir)
     assert [n.op_type for n in result.nodes] == ["MatMul", "Relu"]
     assert result.first_beyond() is None
+
+
+@pytest.mark.numeric
+def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations() -> None:
+    """The builder writes accuracy_level 4: where onnxruntime has int8 kernels the two
+    engines part at the first MatMulNBits, and the report says why; elsewhere they agree."""
+    path = os.path.join(EXPORTERS, "ort_genai_llama_int4.onnx")
+    doc = Document.open(path)
+    feeds = dict(np.load(path[:-5] + ".npz"))
+    found = oe.first_divergence(doc, feeds)
+    if found.node_index is not None:
+        assert found.op_type == "MatMulNBits"
+        assert "accuracy_level 4" in found.note and "int8" in found.text()
+    # at the level the op defines (0), the whole model agrees
+    exact = onnx.ModelProto()
+    exact.CopyFrom(doc.model)
+    for node in exact.graph.node:
+        for a in node.attribute:
+            if a.name == "accuracy_level":
+                a.i = 0
+    again = oe.first_divergence(Document.from_model(exact), feeds, rtol=1e-3, atol=1e-4)
+    assert again.node_index is None, again.text()

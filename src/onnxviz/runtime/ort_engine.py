@@ -500,6 +500,42 @@ def fetch_values(
     return _run(session, feeds, list(dict.fromkeys(names)))
 
 
+def _peer_note(
+    doc: Any,
+    model: onnx.ModelProto,
+    node: onnx.NodeProto,
+    feeds: Mapping[str, Any],
+    ours: Callable[[list[str]], Mapping[str, Any]],
+    theirs: Callable[[list[str]], Mapping[str, Any]],
+    producers: Mapping[str, int],
+) -> str:
+    """`exact_integer.peer_inexact` for the node found: its inputs (ours) and one more
+    run of each engine for its first output.  "" when nothing explains the difference."""
+    from onnxviz.model.tensors import to_array
+    from onnxviz.runtime.exact_integer import peer_inexact
+
+    outs = [o for o in node.output if o][:1]
+    if not outs:
+        return ""
+    try:
+        computed = [n for n in node.input if n in producers]
+        mine = dict(ours(computed)) if computed else {}
+        inits = {t.name: t for t in model.graph.initializer}
+        base_dir = getattr(doc, "base_dir", None)
+
+        def value_of(name: str) -> Any:
+            if name in mine:
+                return mine[name]
+            if name in feeds:
+                return feeds[name]
+            t = inits.get(name)
+            return to_array(t, base_dir) if t is not None else None
+
+        return peer_inexact(node, value_of, ours(outs)[outs[0]], theirs(outs)[outs[0]])
+    except Exception:  # no verdict: the numbers speak
+        return ""
+
+
 # -- first divergence -----------------------------------------------------------------------
 @dataclass
 class Divergence:
@@ -512,6 +548,7 @@ class Divergence:
     diffs: list[Any]  # compare.ValueDiff of that node's outputs
     probes: int  # how many nodes were compared
     probed: list[int] = field(default_factory=list)
+    note: str = ""  # why onnxruntime's number is the inexact one, when known
 
     def text(self) -> str:
         if self.node_index is None:
@@ -531,10 +568,11 @@ class Divergence:
                 if d.shape_mismatch
                 else "differs"
             )
-        return (
+        text = (
             f"first divergence at {self.address} ({self.op_type}, node {self.node_index}) "
             f"after {self.probes} probes{detail}"
         )
+        return text + (f" ({self.note})" if self.note else "")
 
 
 def first_divergence(
@@ -589,7 +627,7 @@ def first_divergence(
     def result(index: int | None) -> Divergence:
         if index is None:
             return Divergence(None, None, None, [], len(probed), probed)
-        return Divergence(
+        found = Divergence(
             index,
             f"main::{labels[index]}",
             nodes[index].op_type,
@@ -597,6 +635,8 @@ def first_divergence(
             len(probed),
             probed,
         )
+        found.note = _peer_note(doc, model, nodes[index], feeds, ours, theirs, producers)
+        return found
 
     producers = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     # Start from the graph's outputs (and the last node): when they all agree there is
