@@ -128,8 +128,16 @@ def _torch_modules() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], list[
         def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4) -> None:
             super().__init__()
             self.emb, self.pos, self.heads = nn.Embedding(vocab, dim), nn.Embedding(32, dim), heads
-            self.ln1, self.qkv, self.proj = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-            self.ln2, self.fc, self.out = nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.ln1, self.qkv, self.proj = (
+                nn.LayerNorm(dim),
+                nn.Linear(dim, 3 * dim),
+                nn.Linear(dim, dim),
+            )
+            self.ln2, self.fc, self.out = (
+                nn.LayerNorm(dim),
+                nn.Linear(dim, 4 * dim),
+                nn.Linear(4 * dim, dim),
+            )
             self.lm = nn.Linear(dim, vocab, bias=False)
 
         def forward(self, ids: Any, past_k: Any, past_v: Any) -> Any:
@@ -261,7 +269,10 @@ def sklearn_models() -> dict[str, Callable[[], Made]]:
         ).fit(frame, y)
         model = convert_sklearn(
             pipe,
-            initial_types=[("city", StringTensorType([None, 1])), ("size", FloatTensorType([None, 1]))],
+            initial_types=[
+                ("city", StringTensorType([None, 1])),
+                ("size", FloatTensorType([None, 1])),
+            ],
             target_opset={"": 17, "ai.onnx.ml": 3},
         )
         feeds = {
@@ -300,7 +311,10 @@ def derived_models() -> dict[str, Callable[[], Made]]:
             def __init__(self) -> None:
                 rng = np.random.default_rng(3)
                 self.items = iter(
-                    [{"image": rng.standard_normal((1, 3, 112, 112)).astype(np.float32)} for _ in range(4)]
+                    [
+                        {"image": rng.standard_normal((1, 3, 112, 112)).astype(np.float32)}
+                        for _ in range(4)
+                    ]
                 )
 
             def get_next(self) -> Any:
@@ -382,16 +396,31 @@ def hf_models() -> dict[str, Callable[[], Made]]:
             model = onnx.load(os.path.join(dst, "model.onnx"))
         return model, _hf_feeds(model)
 
-    def genai(precision: str) -> Made:
-        from transformers import LlamaConfig, LlamaForCausalLM
+    def genai(precision: str, family: str = "llama", past: int = 0) -> Made:
+        import transformers
 
-        config = LlamaConfig(
-            vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        )  # fmt: skip
+        # Every family: 4 heads of 16 over 2 KV heads (what _hf_feeds assumes).
+        size = {
+            "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 64,
+        }  # fmt: skip
+        if family == "llama":
+            config: Any = transformers.LlamaConfig(**size)
+            cls: Any = transformers.LlamaForCausalLM
+        elif family == "phi3":
+            # packed qkv and gate_up projections (onnxruntime needs the rotated half of a
+            # head to be a multiple of 8: with heads of 16, all of it is rotated)
+            config = transformers.Phi3Config(
+                **size, pad_token_id=0, original_max_position_embeddings=64
+            )
+            cls = transformers.Phi3ForCausalLM
+        else:  # qwen2: q/k/v biases; tied embeddings (int4: GatherBlockQuantized)
+            config = transformers.Qwen2Config(**size, tie_word_embeddings=True)
+            cls = transformers.Qwen2ForCausalLM
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = os.path.join(tmp, "hf"), os.path.join(tmp, "out")
-            LlamaForCausalLM(config).save_pretrained(src)
+            cls(config).save_pretrained(src)
             _write_tokenizer(src)
             # The builder's own command line (its Python entry needs parsed options).
             import subprocess
@@ -405,13 +434,19 @@ def hf_models() -> dict[str, Callable[[], Made]]:
                 capture_output=True,
             )  # fmt: skip
             model = onnx.load(os.path.join(dst, "model.onnx"))
-        return model, _hf_feeds(model)
+        return model, _hf_feeds(model, past)
 
     return {
         "optimum_bert": lambda: optimum_export("bert"),
         "optimum_gpt2_with_past": lambda: optimum_export("gpt2"),
         "ort_genai_llama_fp32": lambda: genai("fp32"),
         "ort_genai_llama_int4": lambda: genai("int4"),
+        # with a KV cache of 3 earlier tokens: GroupQueryAttention's past path and rotary
+        # positions after the cache
+        "ort_genai_phi3_fp32_past": lambda: genai("fp32", "phi3", past=3),
+        "ort_genai_phi3_int4_past": lambda: genai("int4", "phi3", past=3),
+        "ort_genai_qwen2_fp32_past": lambda: genai("fp32", "qwen2", past=3),
+        "ort_genai_qwen2_int4_past": lambda: genai("int4", "qwen2", past=3),
     }
 
 
@@ -428,8 +463,9 @@ def _write_tokenizer(folder: str) -> None:
         pass
 
 
-def _hf_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Inputs for a decoder/encoder export: token ids, masks, positions, empty caches."""
+def _hf_feeds(model: onnx.ModelProto, past: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for a decoder/encoder export: token ids, masks, positions, and caches of
+    ``past`` earlier tokens (random values; empty by default)."""
     rng = np.random.default_rng(5)
     feeds: dict[str, np.ndarray] = {}
     batch, seq = 1, 4
@@ -441,17 +477,15 @@ def _hf_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         if "past" in name:
             # (batch, kv heads, past length 0, head size); symbolic sizes from the
             # configs above (genai: 2 kv heads of 16).
-            known = [batch, 2, 0, 16]
+            known = [batch, 2, past, 16]
             shape = [known[i] if i in (0, 2) or d is None else d for i, d in enumerate(dims)]
-            feeds[name] = np.zeros(shape, dtype)
+            feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dtype)
         elif "token_type" in name:
             feeds[name] = np.zeros((batch, seq), dtype)
         elif "mask" in name:
-            past = next((v for k, v in feeds.items() if "past" in k), None)
-            total = seq + (past.shape[2] if past is not None else 0)
-            feeds[name] = np.ones((batch, total), dtype)
+            feeds[name] = np.ones((batch, seq + past), dtype)
         elif "position" in name:
-            feeds[name] = np.arange(seq, dtype=dtype)[None]
+            feeds[name] = np.arange(past, past + seq, dtype=dtype)[None]
         elif dtype.kind in "iu":
             feeds[name] = rng.integers(0, 60, (batch, seq)).astype(dtype)
         else:

@@ -129,6 +129,35 @@ def test_emulation_quantizes_each_block_to_int8_steps() -> None:
     )
 
 
+def _boundary_rows(count: int) -> np.ndarray:
+    """Rows of A where ``x * (127 / max)`` and ``x / (max / 127)`` round to different
+    integers somewhere: only the first is onnxruntime's arithmetic."""
+    rows = []
+    while len(rows) < count:
+        a = RNG.standard_normal((4096, K)).astype(np.float32)
+        pad = np.zeros((a.shape[0], KB * BLOCK - K), np.float32)
+        blocks = np.concatenate([a, pad], axis=1).reshape(a.shape[0], KB, BLOCK)
+        amax = np.abs(blocks).max(-1)
+        one = np.rint(blocks * (np.float32(127) / amax)[..., None])
+        two = np.rint(blocks * (np.float32(1) / (amax / np.float32(127)))[..., None])
+        rows.extend(a[np.any(one != two, axis=(1, 2))])
+    return np.stack(rows[:count])
+
+
+@pytest.mark.numeric
+def test_level4_emulation_scales_by_127_over_max_as_onnxruntime_does() -> None:
+    case = _case("none")
+    a = _boundary_rows(M)
+    theirs4 = _ort(_model(case, 4), a)
+    exact = _exact(case, a)
+    scale = float(np.abs(exact).max())
+    if np.allclose(theirs4, exact, rtol=0, atol=1e-5 * scale):
+        pytest.skip("onnxruntime has no int8 MatMulNBits kernel on this CPU (level 4 is float)")
+    kw = {"K": K, "N": N, "block_size": BLOCK, "bits": 4}
+    emulated = emulate_level4(a, case["b"], case["scales"], None, case["bias"], **kw)
+    np.testing.assert_allclose(theirs4, emulated, rtol=0, atol=1e-5 * scale)
+
+
 @pytest.mark.numeric
 def test_comparison_names_onnxruntime_level4_as_the_cause() -> None:
     case = _case("uint8")

@@ -366,10 +366,11 @@ def test_compare_with_onnxruntime_reads_external_data_from_another_cwd(
 
 
 @pytest.mark.numeric
-def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations() -> None:
+@pytest.mark.parametrize("name", ["llama_int4", "phi3_int4_past", "qwen2_int4_past"])
+def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations(name: str) -> None:
     """The builder writes accuracy_level 4: where onnxruntime has int8 kernels the two
     engines part at the first MatMulNBits, and the report says why; elsewhere they agree."""
-    path = os.path.join(EXPORTERS, "ort_genai_llama_int4.onnx")
+    path = os.path.join(EXPORTERS, f"ort_genai_{name}.onnx")
     doc = Document.open(path)
     feeds = dict(np.load(path[:-5] + ".npz"))
     found = oe.first_divergence(doc, feeds)

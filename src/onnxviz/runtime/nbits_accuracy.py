@@ -3,7 +3,8 @@
 The attribute is a floor on accuracy: 4 allows int8 compute.  onnxruntime's CPU kernel
 (MLAS "CompInt8", on CPUs with AVX2, AVX-512 or NEON kernels for it) then quantizes the
 activations: every row of A is cut into blocks of ``block_size`` along K, each block gets
-the scale ``max|a| / 127`` and its values are rounded to the nearest int8; the products
+the scale ``max|a| / 127`` and its values times ``127 / max|a|`` are rounded to the
+nearest int8; the products
 with the 4-bit weights (minus their zero points) are summed in integers and scaled by
 both block scales.  Levels 0-3 compute in float.  onnxruntime-genai's builder writes
 level 4 for int4 CPU models, so on those ours and onnxruntime's differ by that
@@ -50,10 +51,12 @@ def emulate_level4(
     if pad:
         rows = np.concatenate([rows, np.zeros((rows.shape[0], pad), np.float32)], axis=1)
     blocks = rows.reshape(rows.shape[0], k_blocks, block_size)
-    scale_a = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
-    inverse = np.divide(
-        np.float32(1), scale_a, out=np.zeros_like(scale_a), where=scale_a != 0
-    ).astype(np.float32)
+    amax = np.abs(blocks).max(axis=-1).astype(np.float32)
+    scale_a = (amax / np.float32(127)).astype(np.float32)
+    # 127 / max, not 1 / scale: the two differ in the last bit, and values that sit on a
+    # rounding boundary then land on different integers (seen on a Qwen2 export)
+    inverse = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+    inverse = inverse.astype(np.float32)
     qa = np.rint(blocks * inverse[..., None]).astype(np.int64)  # [M, kb, bs]
     blob = block_size * bits // 8
     q = unpack_bits(np.asarray(b, np.uint8).reshape(N, k_blocks, blob), bits, block_size)
