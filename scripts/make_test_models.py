@@ -350,6 +350,27 @@ def derived_models() -> dict[str, Callable[[], Made]]:
         model, feeds = torch_models()["torch_dynamo_transformer"]()
         return onnxslim.slim(model), feeds
 
+    def fused_bert(multi_head: bool) -> Made:
+        """optimum's BERT through onnxruntime's transformer optimizer: Attention or
+        MultiHeadAttention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu."""
+        from onnxruntime.transformers.fusion_options import FusionOptions
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        src = os.path.join(OUT, "optimum_bert.onnx")
+        with np.load(os.path.join(OUT, "optimum_bert.npz")) as data:
+            feeds = {k: data[k] for k in data.files}
+        options = FusionOptions("bert")
+        options.use_multi_head_attention = multi_head
+        fused = optimize_model(
+            src, model_type="bert", num_heads=4, hidden_size=32,
+            optimization_options=options, opt_level=0,
+        )  # fmt: skip
+        model = fused.model
+        # the optimizer's own save adds the contrib domain; the model in memory lacks it
+        if not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+        return model, feeds
+
     def sim() -> Made:
         import onnxsim
 
@@ -359,6 +380,8 @@ def derived_models() -> dict[str, Callable[[], Made]]:
         return simplified, feeds
 
     return {
+        "ort_transformers_bert_attention": lambda: fused_bert(False),
+        "ort_transformers_bert_mha": lambda: fused_bert(True),
         "ort_quantization_qdq_per_channel_cnn": qdq_static,
         "ort_quantization_dynamic_transformer": dynamic,
         "onnxslim_transformer": slim,
@@ -498,6 +521,7 @@ EXPORTER_OF = {
     "torch": "torch",
     "skl2onnx": "skl2onnx",
     "ort_quantization": "onnxruntime",
+    "ort_transformers": "onnxruntime",
     "onnxslim": "onnxslim",
     "onnxsim": "onnxsim",
     "optimum": "optimum",

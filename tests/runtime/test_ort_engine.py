@@ -386,3 +386,37 @@ def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations(name:
                 a.i = 0
     again = oe.first_divergence(Document.from_model(exact), feeds, rtol=1e-3, atol=1e-4)
     assert again.node_index is None, again.text()
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("name", ["optimum_gpt2_with_past", "ort_genai_qwen2_fp32_past"])
+def test_kv_cache_decoding_two_steps_matches_onnxruntime(name: str) -> None:
+    """Prompt, then one more token fed with the cache the prompt produced (ours to ours,
+    onnxruntime's to onnxruntime): logits and caches agree at both steps."""
+    from onnxviz.runtime.session import Session
+
+    path = os.path.join(EXPORTERS, f"{name}.onnx")
+    doc = Document.open(path)
+    feeds = dict(np.load(path[:-5] + ".npz"))
+    session = Session(doc)
+    pasts = sorted(k for k in feeds if k.startswith("past_key_values"))
+    ours_feeds, theirs_feeds = dict(feeds), dict(feeds)
+    for step in range(2):
+        ours = session.run(ours_feeds)
+        theirs = oe.run(doc, theirs_feeds).outputs
+        for out, value in ours.items():
+            scale = float(np.abs(theirs[out]).max()) or 1.0
+            np.testing.assert_allclose(
+                value, theirs[out], rtol=0, atol=2e-5 * scale, err_msg=f"{out} step {step}"
+            )
+        # the next token: one id, the cache grown by the prompt
+        past_len = ours[pasts[0].replace("past_key_values", "present")].shape[2]
+        nxt = {"input_ids": np.array([[7]], np.int64)}
+        if "attention_mask" in feeds:
+            nxt["attention_mask"] = np.ones((1, past_len + 1), np.int64)
+        if "position_ids" in feeds:
+            nxt["position_ids"] = np.array([[past_len]], np.int64)
+        for source, target in ((ours, ours_feeds), (theirs, theirs_feeds)):
+            target.update(nxt)
+            for p in pasts:
+                target[p] = source[p.replace("past_key_values", "present")]
