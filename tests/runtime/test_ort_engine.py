@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model import inplace
@@ -17,6 +18,7 @@ from onnxviz.model.document import Document
 from onnxviz.runtime import ort_engine as oe
 from onnxviz.runtime.compare import errors_between
 from tests.runtime.engine_models import make, vi
+from tests.runtime.test_differential import random_graphs
 
 pytest.importorskip("onnxruntime")
 
@@ -168,6 +170,23 @@ def test_unknown_sizes_are_estimated_from_the_largest_value_seen() -> None:
     declared = _long_chain(3, 10, declare=True)
     planner = oe.ChunkPlanner(declared, {"x": np.zeros(7, np.float32)}, budget=10**6)
     assert planner.known("v2") == 28  # symbolic "n" bound from the feed
+
+
+@pytest.mark.parametrize("name", ["optimum_gpt2_with_past", "ort_transformers_bert_mha"])
+def test_undeclared_sizes_are_measured_in_a_profiled_run(name: str) -> None:
+    """Exports without value_info: one profiled run gives every value's size, so the
+    chunks hold what was planned (and stay under the budget)."""
+    path = os.path.join(EXPORTERS, f"{name}.onnx")
+    doc = Document.open(path)
+    feeds = dict(np.load(path[:-5] + ".npz"))
+    sizes = oe.measure_sizes(oe.RunnableModel.of(doc), feeds)
+    whole = oe.fetch_values(doc, feeds, oe.main_values(doc.model))
+    assert set(sizes) == set(oe.main_values(doc.model))
+    for value_name, size in sizes.items():
+        assert size == whole[value_name].nbytes, value_name
+    budget = 2 * max(sizes.values())
+    for chunk, _ in oe.iter_intermediates(doc, feeds, chunk_bytes=budget):
+        assert chunk.actual_bytes == chunk.planned_bytes <= budget
 
 
 def test_asking_for_a_value_no_node_computes_is_an_error() -> None:
@@ -334,7 +353,8 @@ def test_genai_llama_int4_matches_in_chunks_and_profile() -> None:
     whole = oe.fetch_values(doc, feeds, every)
     seen = 0
     for chunk, values in oe.iter_intermediates(doc, feeds, chunk_bytes=4096):
-        assert chunk.actual_bytes <= max(4096, max(v.nbytes for v in values.values()))
+        assert chunk.actual_bytes == chunk.planned_bytes  # sizes measured, not guessed
+        assert chunk.actual_bytes <= 4096 or len(chunk.names) == 1
         for name, value in values.items():
             d = errors_between(name, value, whole[name])
             assert d.max_abs == 0.0, name
@@ -420,3 +440,76 @@ def test_kv_cache_decoding_two_steps_matches_onnxruntime(name: str) -> None:
             target.update(nxt)
             for p in pasts:
                 target[p] = source[p.replace("past_key_values", "present")]
+
+
+# -- resuming chunks from held values (Frontier) against recomputing from the inputs -------
+def _all_chunks(
+    model: Any, feeds: dict[str, Any], budget: int, resume: bool
+) -> tuple[dict[str, Any], int]:
+    got: dict[str, Any] = {}
+    resumed = 0
+    for chunk, values in oe.iter_intermediates(model, feeds, chunk_bytes=budget, resume=resume):
+        got.update(values)
+        resumed += chunk.resumed
+    return got, resumed
+
+
+def _assert_resume_is_exact(model: Any, feeds: dict[str, Any], budget: int) -> int:
+    fast, resumed = _all_chunks(model, feeds, budget, True)
+    plain, none = _all_chunks(model, feeds, budget, False)
+    assert none == 0
+    assert list(fast) == list(plain)
+    for name, value in plain.items():
+        d = errors_between(name, fast[name], value)
+        assert d.max_abs == 0.0 or (d.max_abs is None and d.shape_mismatch is None), name
+    return resumed
+
+
+def test_resumed_chunks_equal_recomputed_ones_on_a_chain() -> None:
+    model = _long_chain(12, 1000, declare=True)
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    assert _assert_resume_is_exact(model, {"x": x}, 3 * 4000 + 100) == 3  # chunks 2..4
+
+
+@pytest.mark.parametrize(
+    ("name", "budget"),
+    [
+        ("ort_genai_llama_int4", 2048),  # multi-output nodes (SkipSimplifiedLayerNormalization)
+        ("ort_genai_qwen2_int4_past", 2048),  # GatherBlockQuantized, a KV cache
+        ("ort_transformers_bert_mha", 2048),
+        ("torch_dynamo_control_flow", 40),  # subgraphs that read outer values
+        ("optimum_gpt2_with_past", 8192),
+    ],
+)
+def test_resumed_chunks_equal_recomputed_ones_on_exports(name: str, budget: int) -> None:
+    path = os.path.join(EXPORTERS, f"{name}.onnx")
+    doc = Document.open(path)
+    feeds = dict(np.load(path[:-5] + ".npz"))
+    assert _assert_resume_is_exact(doc, feeds, budget) > 0
+
+
+def test_held_values_over_the_frontier_budget_are_not_kept() -> None:
+    model = _long_chain(6, 1000, declare=True)
+    frontier = oe.Frontier(model, budget=3999)
+    frontier.update({"v0": np.zeros(1000, np.float32)}, ["v1"])
+    assert frontier.held == {}  # 4000 bytes > 3999: the next chunk recomputes
+    frontier = oe.Frontier(model, budget=4000)
+    frontier.update({"v0": np.zeros(1000, np.float32)}, ["v1"])
+    assert set(frontier.held) == {"v0"}
+    cut, extra = frontier.model_for(oe.RunnableModel.of(model).with_outputs(["v1"], only=True))
+    assert [n.output[0] for n in cut.graph.node] == ["v1"] and set(extra) == {"v0"}
+    frontier.update({"v1": np.zeros(1000, np.float32)}, ["v3"])
+    assert set(frontier.held) == {"v1"}  # v0 has no reader left, node 2 reads v1
+    frontier.update({"v5": np.zeros(1000, np.float32)}, [])
+    assert frontier.held == {}  # nothing left to run
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@given(random_graphs())
+def test_random_graphs_resumed_chunks_equal_recomputed_ones(case: Any) -> None:
+    """Fan-out and residual values that later chunks read (the differential harness's
+    random conv/matmul graphs)."""
+    model, feeds = case
+    budget = max(v.nbytes for v in feeds.values()) * 2
+    _assert_resume_is_exact(model, feeds, budget)

@@ -314,23 +314,93 @@ class Chunk:
     planned_bytes: int
     actual_bytes: int = 0
     seconds: float = 0.0
+    resumed: int = 0  # held values of earlier chunks the run started from
+
+
+# Ops whose output has at most (product of their inputs' element counts) elements:
+# elementwise with broadcasting, gathers, slices, reshapes, reductions, concatenation.
+# Applied to the small int64 shape arithmetic of exports whose value_info is empty, this
+# bounds values that would otherwise be estimated as the largest value seen.
+_PRODUCT_BOUNDED = frozenset(
+    [
+        "Abs",
+        "Add",
+        "And",
+        "ArgMax",
+        "ArgMin",
+        "Cast",
+        "CastLike",
+        "Ceil",
+        "Concat",
+        "Div",
+        "Equal",
+        "Erf",
+        "Exp",
+        "Flatten",
+        "Floor",
+        "Gather",
+        "GatherElements",
+        "Greater",
+        "GreaterOrEqual",
+        "Identity",
+        "IsInf",
+        "IsNaN",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "Max",
+        "Min",
+        "Mod",
+        "Mul",
+        "Neg",
+        "Not",
+        "Or",
+        "Pow",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "Reciprocal",
+        "Relu",
+        "Reshape",
+        "Round",
+        "Sigmoid",
+        "Sign",
+        "Slice",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Tanh",
+        "Transpose",
+        "Unsqueeze",
+        "Where",
+        "Xor",
+    ]
+)
 
 
 @dataclass
 class ChunkPlanner:
-    """Size estimates for main-graph values (bytes), from declared shapes with symbolic
-    dims bound from the feeds; unknown sizes are taken as the largest value seen."""
+    """Size estimates for main-graph values (bytes): from declared (or ``types``, e.g.
+    inferred) shapes with symbolic dims bound from the feeds; else an upper bound from the
+    inputs' sizes for the ops of `_PRODUCT_BOUNDED`, Shape, Size and Constant (when it is
+    below the next); else the largest value seen so far."""
 
     model: onnx.ModelProto
     feeds: Mapping[str, Any]
     budget: int
+    types: Mapping[str, onnx.TypeProto] | None = None
+    measured: Mapping[str, int] | None = None  # bytes, from a profiled run (`measure_sizes`)
     seen_max: int = 0
     _types: dict[str, onnx.TypeProto] = field(default_factory=dict)
     _dims: dict[str, int] = field(default_factory=dict)
+    _bound: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         g = self.model.graph
-        for vi in [*g.input, *g.value_info, *g.output]:
+        hinted = [onnx.helper.make_value_info(n, t) for n, t in (self.types or {}).items()]
+        for vi in [*hinted, *g.input, *g.value_info, *g.output]:
             if vi.type.WhichOneof("value") is None:
                 continue
             have = self._types.get(vi.name)
@@ -348,6 +418,45 @@ class ChunkPlanner:
                         self._dims[d.dim_param] = int(n)
         for value in self.feeds.values():
             self.observe(value)
+        self._bound = self._bounds()
+
+    def _bounds(self) -> dict[str, int]:
+        """Upper bounds in elements for values without a known size (see class doc)."""
+        g = self.model.graph
+        elems: dict[str, int] = {}
+        for t in g.initializer:
+            elems[t.name] = int(np.prod(t.dims)) if t.dims else 1
+        for name, value in self.feeds.items():
+            if isinstance(value, np.ndarray):
+                elems[name] = int(value.size)
+        bound: dict[str, int] = {}
+        for node in g.node:
+            outs = [o for o in node.output if o]
+            known = {o: k for o in outs if (k := self.known(o)) is not None}
+            for o, size in known.items():
+                elems[o] = max(size // 8, 1)  # in 8-byte elements: an over-estimate
+            if len(known) == len(outs):
+                continue
+            ins = [i for i in node.input if i]
+            if node.op_type in ("Shape", "Size"):
+                count = 8 if node.op_type == "Shape" else 1
+            elif node.op_type == "Constant":
+                count = _constant_elems(node)
+            elif node.op_type in _PRODUCT_BOUNDED and ins and all(i in elems for i in ins):
+                count = 1
+                for i in ins:
+                    count *= max(elems[i], 1)
+                    if count > 2**40:
+                        break
+                if node.op_type == "Concat":
+                    count = sum(max(elems[i], 1) for i in ins)
+            else:
+                continue
+            for o in outs:
+                if o not in known:
+                    elems[o] = count
+                    bound[o] = count * 8
+        return bound
 
     def observe(self, value: Any) -> int:
         size = _nbytes(value)
@@ -379,8 +488,15 @@ class ChunkPlanner:
         return count * itemsize
 
     def estimate(self, name: str) -> int:
+        if self.measured and name in self.measured:
+            return self.measured[name]
         exact = self.known(name)
-        return exact if exact is not None else max(self.seen_max, 1)
+        if exact is not None:
+            return exact
+        fallback = max(self.seen_max, 1)
+        bound = self._bound.get(name)
+        # the bound is exact arithmetic but loose for big tensors (a broadcast product)
+        return min(bound, fallback) if bound is not None else fallback
 
     def next_chunk(self, pending: list[str]) -> list[str]:
         """Values from the front of ``pending`` whose estimates fit the budget together
@@ -394,6 +510,32 @@ class ChunkPlanner:
             chunk.append(name)
             total += size
         return chunk
+
+
+def _constant_bytes(node: onnx.NodeProto) -> int:
+    """A Constant node's value size in bytes (strings: 64 a piece, a guess)."""
+    for a in node.attribute:
+        if a.name == "value" and a.t.data_type != onnx.TensorProto.STRING:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(a.t.data_type).itemsize
+            return _constant_elems(node) * itemsize
+        if a.name in ("value_int", "value_float"):
+            return 8 if a.name == "value_int" else 4
+        if a.name == "value_floats":
+            return 4 * _constant_elems(node)
+        if a.name == "value_ints":
+            return 8 * _constant_elems(node)
+    return 64 * _constant_elems(node)
+
+
+def _constant_elems(node: onnx.NodeProto) -> int:
+    """Element count of a Constant node's value (1 for the scalar forms)."""
+    for a in node.attribute:
+        if a.name in ("value", "sparse_value"):
+            t = a.t if a.name == "value" else a.sparse_tensor.values
+            return int(np.prod(t.dims)) if t.dims else 1
+        if a.name in ("value_ints", "value_floats", "value_strings"):
+            return max(len(a.ints) or len(a.floats) or len(a.strings), 1)
+    return 1
 
 
 def _has_shape(tp: onnx.TypeProto) -> bool:
@@ -423,6 +565,52 @@ def main_values(model: onnx.ModelProto) -> list[str]:
     return out
 
 
+_ITEMSIZE = {
+    "float": 4, "double": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "int16": 2,
+    "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "bool": 1,
+}  # fmt: skip
+
+
+def measure_sizes(
+    runnable: RunnableModel, feeds: Mapping[str, Any], options: EngineOptions | None = None
+) -> dict[str, int]:
+    """Every main-graph node output's size in bytes, from one profiled onnxruntime run of
+    the model as it is (outputs only: the memory of an ordinary run).  The profiler
+    records each node's output types and shapes; a value it does not list is absent."""
+    folder = tempfile.mkdtemp(prefix="onnxviz-ort-sizes-")
+    try:
+        session = make_session(
+            runnable, runnable.model, options, profile_prefix=os.path.join(folder, "p")
+        )
+        _run(session, feeds)
+        with open(session.end_profiling(), encoding="utf-8") as fh:
+            events = json.load(fh)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    nodes = runnable.model.graph.node
+    sizes: dict[str, int] = {}
+    for node in nodes:  # onnxruntime folds these into initializers: they never run
+        if node.op_type == "Constant" and node.output and node.output[0]:
+            sizes[node.output[0]] = _constant_bytes(node)
+    for ev in events if isinstance(events, list) else []:
+        name = str(ev.get("name", "")) if isinstance(ev, dict) else ""
+        if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        index = runnable.index_of.get(name[: -len("_kernel_time")])
+        shapes = (ev.get("args") or {}).get("output_type_shape")
+        if index is None or not isinstance(shapes, list):
+            continue
+        outs = [o for o in nodes[index].output if o]
+        if len(shapes) != len(outs):
+            continue
+        for out, entry in zip(outs, shapes):
+            if isinstance(entry, dict) and len(entry) == 1:
+                ((dtype, dims),) = entry.items()
+                count = int(np.prod(dims)) if dims else 1
+                sizes[out] = max(sizes.get(out, 0), count * _ITEMSIZE.get(str(dtype), 64))
+    return sizes
+
+
 def iter_intermediates(
     doc: Any,
     feeds: Mapping[str, Any],
@@ -431,11 +619,16 @@ def iter_intermediates(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     options: EngineOptions | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
+    resume: bool = True,
+    types: Mapping[str, onnx.TypeProto] | None = None,
+    measure: bool = True,
 ) -> Iterator[tuple[Chunk, dict[str, Any]]]:
     """Yield ``(chunk, values)`` for the main-graph values ``names`` (None: all of
     them, in graph order), one onnxruntime run per chunk.  Only the chunk being
     yielded is held here: the caller keeps what it needs (references to the arrays) and
-    the dict is emptied when the next chunk is asked for."""
+    the dict is emptied when the next chunk is asked for.  ``types``: value types known
+    besides the declared ones (shape inference's), for the size estimates; ``measure``:
+    when some size is not declared, measure them all first (`measure_sizes`)."""
     runnable = RunnableModel.of(doc)
     model = runnable.model
     computed = set(main_values(model))
@@ -446,18 +639,32 @@ def iter_intermediates(
             f"onnxruntime can only fetch values computed by main-graph nodes: "
             f"{', '.join(unknown[:5])} {'is' if len(unknown) == 1 else 'are'} not"
         )
-    planner = ChunkPlanner(model, feeds, max(int(chunk_bytes), 1))
+    planner = ChunkPlanner(model, feeds, max(int(chunk_bytes), 1), types)
+    if measure and any(planner.known(n) is None for n in wanted):
+        # sizes the declarations leave open, measured in one profiled run
+        planner.measured = measure_sizes(runnable, feeds, options)
+    # Values of earlier chunks that later nodes read, held so that a chunk starts from
+    # them instead of recomputing the graph from its inputs (`Frontier`); off with
+    # resume=False, the plain path the tests compare it with.
+    frontier = Frontier(model, planner.budget // 2) if resume else None
     pending = list(wanted)
     while pending:
         names_now = planner.next_chunk(pending)
         pending = pending[len(names_now) :]
         chunk = Chunk(names_now, sum(planner.estimate(n) for n in names_now))
-        session = make_session(runnable, runnable.with_outputs(names_now, only=True), options)
+        if frontier is not None:
+            sub, extra = frontier.model_for(runnable.with_outputs(names_now, only=True))
+            chunk.resumed = len(extra)
+        else:
+            sub, extra = runnable.with_outputs(names_now, only=True), {}
+        session = make_session(runnable, sub, options)
         t0 = time.perf_counter()
-        values = _run(session, feeds, names_now)
+        values = _run(session, {**feeds, **extra}, names_now)
         chunk.seconds = time.perf_counter() - t0
-        del session
+        del session, extra
         chunk.actual_bytes = sum(planner.observe(v) for v in values.values())
+        if frontier is not None:
+            frontier.update(values, pending)
         if on_chunk is not None:
             on_chunk(chunk)
         yield chunk, values
@@ -466,6 +673,97 @@ def iter_intermediates(
         values.clear()
         del values
         _release_heap()
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a subgraph reads from enclosing scopes (used, not defined inside)."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used |= set(node_reads(node))
+        defined |= {o for o in node.output if o}
+    used |= {o.name for o in graph.output}
+    return used - defined
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """A node's inputs and the outer-scope names its subgraphs read."""
+    names = [i for i in node.input if i]
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+        for g in graphs:
+            names.extend(sorted(_outer_names(g)))
+    return names
+
+
+class Frontier:
+    """Main-graph values held between chunks so that a chunk's run starts from them.
+
+    After a chunk, the values it fetched that a node of a later chunk reads are kept
+    (tensors only, up to ``budget`` bytes; past that nothing is kept and the next chunk
+    recomputes from the graph's inputs).  `model_for` cuts a chunk's model at the held
+    values: they become graph inputs, and only the nodes that lead from them (and the
+    graph's inputs) to the chunk's values are left in it."""
+
+    def __init__(self, model: onnx.ModelProto, budget: int) -> None:
+        self.budget = budget
+        self.held: dict[str, np.ndarray] = {}
+        self.nodes = list(model.graph.node)
+        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
+        self.readers: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for name in node_reads(n):
+                self.readers.setdefault(name, []).append(i)
+
+    def update(self, values: Mapping[str, Any], pending: list[str]) -> None:
+        """Keep what nodes after this chunk read; drop what none of them reads."""
+        if not pending:
+            self.held = {}
+            return
+        done = max((self.producer[n] for n in values if n in self.producer), default=-1)
+        held = {**self.held, **{k: v for k, v in values.items() if isinstance(v, np.ndarray)}}
+        keep = {k: v for k, v in held.items() if any(r > done for r in self.readers.get(k, []))}
+        self.held = keep if sum(v.nbytes for v in keep.values()) <= self.budget else {}
+
+    def model_for(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
+        """``model`` (whose outputs are a chunk's values) cut at the held values, and the
+        held values it reads (feeds for its new inputs)."""
+        if not self.held:
+            return model, {}
+        needed: set[int] = set()
+        reads: set[str] = set()
+        stack = [o.name for o in model.graph.output]
+        seen: set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            index = self.producer.get(name)
+            if name in self.held or index is None:
+                reads.add(name)
+                continue
+            if index not in needed:
+                needed.add(index)
+                stack.extend(node_reads(self.nodes[index]))
+        # a node that runs anyway (for another of its outputs) makes its held outputs
+        # again: feeding them as inputs too would define them twice
+        remade = {o for i in needed for o in self.nodes[i].output if o}
+        extra = {n: self.held[n] for n in reads if n in self.held and n not in remade}
+        if not extra:
+            return model, {}
+        cut = onnx.ModelProto()
+        cut.CopyFrom(model)
+        del cut.graph.node[:]
+        cut.graph.node.extend(self.nodes[i] for i in sorted(needed))
+        inputs = [vi for vi in model.graph.input if vi.name in reads]
+        del cut.graph.input[:]
+        cut.graph.input.extend(inputs)
+        for name, value in extra.items():
+            elem = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+            cut.graph.input.append(onnx.helper.make_tensor_value_info(name, elem, value.shape))
+        return cut, extra
 
 
 _TRIM: Any = None
