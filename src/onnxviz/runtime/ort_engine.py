@@ -20,10 +20,15 @@ user asked about.  Without them it is on, as in production.
 **Intermediates in bounded memory.**  Polygraphy's layer-by-layer compare marks every
 tensor as an output at once and runs out of memory on LLMs.  Here the values are added as
 outputs in chunks whose estimated total stays under a budget; each chunk is its own
-session run whose results go to the caller and are then dropped.  Estimates come from
-the declared shapes (symbolic dims bound from the feeds); a value whose shape is not
-known is estimated as the largest value seen so far (feeds and earlier chunks), and the
-estimate never goes below that.  A chunk's actual size is reported next to its plan.
+session run whose results go to the caller and are then dropped.  Sizes come from the
+declared shapes (symbolic dims bound from the feeds); when some are not declared, one
+profiled run of the model measures them all (`measure_sizes`: the profiler records each
+node's output shapes); failing that, shape arithmetic is bounded from its inputs and any
+other value is estimated as the largest value seen so far.  A chunk's actual size is
+reported next to its plan.  A chunk does not recompute the graph from its inputs: the
+values of earlier chunks that its nodes read are held (up to half the budget, so memory
+stays under 1.5 budgets) and the chunk's model is cut there (`Frontier`); the time of all
+chunks together is then close to one run's.
 
 **First divergence.**  Bisection over the graph's (topological) order, comparing one
 node's outputs at a time: both engines run to produce just those few values.  When the
