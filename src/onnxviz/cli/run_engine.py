@@ -122,6 +122,7 @@ def onnxruntime_report(
                     "values": len(chunk.names),
                     "planned_bytes": chunk.planned_bytes,
                     "actual_bytes": chunk.actual_bytes,
+                    "resumed_from": chunk.resumed,  # held values the run started from
                     "seconds": chunk.seconds,
                 }
             )
