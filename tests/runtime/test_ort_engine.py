@@ -96,6 +96,19 @@ def test_choose_providers_keeps_installed_ones_and_cpu_last() -> None:
     assert "AzureExecutionProvider" not in default
 
 
+def test_gpu_providers_come_first_when_installed(monkeypatch) -> None:
+    import onnxruntime as ort
+
+    installed = ["TensorrtExecutionProvider", "CPUExecutionProvider", "CUDAExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: installed)
+    # TensorRT builds an engine per session (minutes on an LLM): only when asked for
+    assert oe.choose_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert oe.choose_providers(["TensorrtExecutionProvider"]) == [
+        "TensorrtExecutionProvider",
+        "CPUExecutionProvider",
+    ]
+
+
 def _long_chain(n_nodes: int, width: int, *, declare: bool) -> onnx.ModelProto:
     """x -> Add/Mul alternating ``n_nodes`` times; every value ``width`` floats (value
     types declared or not)."""

@@ -188,7 +188,7 @@ def make_session(
     ort = _ort()
     options = options or EngineOptions()
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: errors reach the user as our own sentence
     # The arena keeps every chunk's peak: without it memory goes back between chunks.
     opts.enable_cpu_mem_arena = False
     if options.threads:
