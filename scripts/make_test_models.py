@@ -355,6 +355,27 @@ def derived_models() -> dict[str, Callable[[], Made]]:
         model, feeds = torch_models()["torch_dynamo_transformer"]()
         return onnxslim.slim(model), feeds
 
+    def fused_bert(multi_head: bool) -> Made:
+        """optimum's BERT through onnxruntime's transformer optimizer: Attention or
+        MultiHeadAttention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu."""
+        from onnxruntime.transformers.fusion_options import FusionOptions
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        src = os.path.join(OUT, "optimum_bert.onnx")
+        with np.load(os.path.join(OUT, "optimum_bert.npz")) as data:
+            feeds = {k: data[k] for k in data.files}
+        options = FusionOptions("bert")
+        options.use_multi_head_attention = multi_head
+        fused = optimize_model(
+            src, model_type="bert", num_heads=4, hidden_size=32,
+            optimization_options=options, opt_level=0,
+        )  # fmt: skip
+        model = fused.model
+        # the optimizer's own save adds the contrib domain; the model in memory lacks it
+        if not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+        return model, feeds
+
     def sim() -> Made:
         import onnxsim
 
@@ -364,6 +385,8 @@ def derived_models() -> dict[str, Callable[[], Made]]:
         return simplified, feeds
 
     return {
+        "ort_transformers_bert_attention": lambda: fused_bert(False),
+        "ort_transformers_bert_mha": lambda: fused_bert(True),
         "ort_quantization_qdq_per_channel_cnn": qdq_static,
         "ort_quantization_dynamic_transformer": dynamic,
         "onnxslim_transformer": slim,
@@ -401,16 +424,31 @@ def hf_models() -> dict[str, Callable[[], Made]]:
             model = onnx.load(os.path.join(dst, "model.onnx"))
         return model, _hf_feeds(model)
 
-    def genai(precision: str) -> Made:
-        from transformers import LlamaConfig, LlamaForCausalLM
+    def genai(precision: str, family: str = "llama", past: int = 0) -> Made:
+        import transformers
 
-        config = LlamaConfig(
-            vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        )  # fmt: skip
+        # Every family: 4 heads of 16 over 2 KV heads (what _hf_feeds assumes).
+        size = {
+            "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 64,
+        }  # fmt: skip
+        if family == "llama":
+            config: Any = transformers.LlamaConfig(**size)
+            cls: Any = transformers.LlamaForCausalLM
+        elif family == "phi3":
+            # packed qkv and gate_up projections (onnxruntime needs the rotated half of a
+            # head to be a multiple of 8: with heads of 16, all of it is rotated)
+            config = transformers.Phi3Config(
+                **size, pad_token_id=0, original_max_position_embeddings=64
+            )
+            cls = transformers.Phi3ForCausalLM
+        else:  # qwen2: q/k/v biases; tied embeddings (int4: GatherBlockQuantized)
+            config = transformers.Qwen2Config(**size, tie_word_embeddings=True)
+            cls = transformers.Qwen2ForCausalLM
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = os.path.join(tmp, "hf"), os.path.join(tmp, "out")
-            LlamaForCausalLM(config).save_pretrained(src)
+            cls(config).save_pretrained(src)
             _write_tokenizer(src)
             # The builder's own command line (its Python entry needs parsed options).
             import subprocess
@@ -424,13 +462,19 @@ def hf_models() -> dict[str, Callable[[], Made]]:
                 capture_output=True,
             )  # fmt: skip
             model = onnx.load(os.path.join(dst, "model.onnx"))
-        return model, _hf_feeds(model)
+        return model, _hf_feeds(model, past)
 
     return {
         "optimum_bert": lambda: optimum_export("bert"),
         "optimum_gpt2_with_past": lambda: optimum_export("gpt2"),
         "ort_genai_llama_fp32": lambda: genai("fp32"),
         "ort_genai_llama_int4": lambda: genai("int4"),
+        # with a KV cache of 3 earlier tokens: GroupQueryAttention's past path and rotary
+        # positions after the cache
+        "ort_genai_phi3_fp32_past": lambda: genai("fp32", "phi3", past=3),
+        "ort_genai_phi3_int4_past": lambda: genai("int4", "phi3", past=3),
+        "ort_genai_qwen2_fp32_past": lambda: genai("fp32", "qwen2", past=3),
+        "ort_genai_qwen2_int4_past": lambda: genai("int4", "qwen2", past=3),
     }
 
 
@@ -447,8 +491,9 @@ def _write_tokenizer(folder: str) -> None:
         pass
 
 
-def _hf_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Inputs for a decoder/encoder export: token ids, masks, positions, empty caches."""
+def _hf_feeds(model: onnx.ModelProto, past: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for a decoder/encoder export: token ids, masks, positions, and caches of
+    ``past`` earlier tokens (random values; empty by default)."""
     rng = np.random.default_rng(5)
     feeds: dict[str, np.ndarray] = {}
     batch, seq = 1, 4
@@ -460,17 +505,15 @@ def _hf_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
         if "past" in name:
             # (batch, kv heads, past length 0, head size); symbolic sizes from the
             # configs above (genai: 2 kv heads of 16).
-            known = [batch, 2, 0, 16]
+            known = [batch, 2, past, 16]
             shape = [known[i] if i in (0, 2) or d is None else d for i, d in enumerate(dims)]
-            feeds[name] = np.zeros(shape, dtype)
+            feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dtype)
         elif "token_type" in name:
             feeds[name] = np.zeros((batch, seq), dtype)
         elif "mask" in name:
-            past = next((v for k, v in feeds.items() if "past" in k), None)
-            total = seq + (past.shape[2] if past is not None else 0)
-            feeds[name] = np.ones((batch, total), dtype)
+            feeds[name] = np.ones((batch, seq + past), dtype)
         elif "position" in name:
-            feeds[name] = np.arange(seq, dtype=dtype)[None]
+            feeds[name] = np.arange(past, past + seq, dtype=dtype)[None]
         elif dtype.kind in "iu":
             feeds[name] = rng.integers(0, 60, (batch, seq)).astype(dtype)
         else:
@@ -483,6 +526,7 @@ EXPORTER_OF = {
     "torch": "torch",
     "skl2onnx": "skl2onnx",
     "ort_quantization": "onnxruntime",
+    "ort_transformers": "onnxruntime",
     "onnxslim": "onnxslim",
     "onnxsim": "onnxsim",
     "optimum": "optimum",

@@ -20,6 +20,10 @@ EXPECTED_WARNINGS: dict[str, set[str]] = {
     # declared int64[] in value_info but is int64[1] (T009: a wrong shape hint).
     "ort_genai_llama_fp32": {"O020", "T009"},
     "ort_genai_llama_int4": {"O020", "T009"},
+    "ort_genai_phi3_fp32_past": {"O020", "T009"},
+    "ort_genai_phi3_int4_past": {"O020", "T009"},
+    "ort_genai_qwen2_fp32_past": {"O020", "T009"},
+    "ort_genai_qwen2_int4_past": {"O020", "T009"},
 }
 
 

@@ -99,7 +99,7 @@ def test_a_saturating_peer_is_named_as_the_inexact_side(monkeypatch) -> None:
     peer = _saturating_u8s8(a, b, 2)
     exact = (a.astype(np.int64)) @ (b.astype(np.int64) - 2)
     assert (peer != exact).any()  # the emulation really saturates
-    monkeypatch.setattr(compare, "run_onnxruntime", lambda m, f, names: {"y": peer})
+    monkeypatch.setattr(compare, "run_onnxruntime", lambda m, f, names, **kw: {"y": peer})
     result = compare.compare_with_onnxruntime(model, {"a": a})
     (node,) = result.nodes
     assert node.beyond(1e-4, 1e-3)
@@ -108,7 +108,7 @@ def test_a_saturating_peer_is_named_as_the_inexact_side(monkeypatch) -> None:
     assert "onnxruntime is inexact here" in result.summary()
     # When ours is the wrong one, nothing excuses it.
     monkeypatch.setattr(
-        compare, "run_onnxruntime", lambda m, f, names: {"y": exact.astype(np.int32)}
+        compare, "run_onnxruntime", lambda m, f, names, **kw: {"y": exact.astype(np.int32)}
     )
     bad = compare.compare_with_onnxruntime(model, {"a": a}, {"y": peer})
     assert bad.nodes[0].beyond(1e-4, 1e-3) and bad.nodes[0].peer_note == ""

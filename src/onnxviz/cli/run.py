@@ -8,6 +8,8 @@ Outputs are written to ``--output-dir`` as ``<name>.npy`` (non-tensors as
 graph too (under ``intermediates/``); ``--compare onnxruntime`` runs onnxruntime on the
 same inputs and reports max abs / rel error per output and per intermediate both
 produce; ``--json`` prints one JSON document with per-node times.
+``--engine onnxruntime``, ``--profile``, ``--chunk-mb`` and ``--first-divergence`` are
+`run_engine`'s.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 from onnx import TypeProto
 
+from onnxviz.cli import run_engine
 from onnxviz.errors import ExecutionError, LoadError
 from onnxviz.model.text import jsonable
 from onnxviz.runtime.values import describe, elem_type_to_dtype, load_proto_file
@@ -58,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run onnxruntime and report max abs / rel error",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    run_engine.add_arguments(parser)
 
 
 # -- inputs ------------------------------------------------------------------------------
@@ -211,7 +215,7 @@ def write_value(directory: str, name: str, value: Any, used: set[str]) -> str:
     return path
 
 
-def _stats(value: Any) -> dict[str, Any]:
+def value_stats(value: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"type": describe(value)}
     if isinstance(value, np.ndarray) and value.size and value.dtype.kind in "biuf":
         v = value.astype(np.float64)
@@ -225,7 +229,7 @@ def _stats(value: Any) -> dict[str, Any]:
     return out
 
 
-def _diff_json(diff: Any) -> dict[str, Any]:
+def diff_json(diff: Any) -> dict[str, Any]:
     """One `runtime.compare.ValueDiff` as the JSON report writes it."""
     if diff.shape_mismatch is not None:
         return {"name": diff.name, "shape_mismatch": [list(s) for s in diff.shape_mismatch]}
@@ -239,7 +243,7 @@ def _diff_json(diff: Any) -> dict[str, Any]:
     return entry
 
 
-def _peer_explainer(model: Any, ours: dict[str, Any], feeds: dict[str, Any]) -> Any:
+def peer_explainer(model: Any, ours: dict[str, Any], feeds: dict[str, Any]) -> Any:
     """``explain(diff, ours, theirs) -> diff`` with its note set when the value comes from
     an integer node whose exact result is ours and not the peer's (exact_integer.py)."""
     from onnxviz.runtime.exact_integer import initializer_lookup, peer_inexact
@@ -258,9 +262,42 @@ def _peer_explainer(model: Any, ours: dict[str, Any], feeds: dict[str, Any]) -> 
 
 def run(args: argparse.Namespace) -> int:
     from onnxviz.model.document import Document
-    from onnxviz.runtime.session import Session
 
     doc = Document.open(args.model)
+    if args.engine == "onnxruntime":
+        feeds = gather_inputs(args, run_engine.GraphInputs(doc.model))
+        report, outputs = run_engine.onnxruntime_report(args, doc, feeds, write_value, value_stats)
+        report = {"model": os.path.abspath(args.model), **report}
+        report["inputs"] = [{"name": n, **value_stats(v)} for n, v in feeds.items()]
+    else:
+        report, outputs, intermediates, feeds = _run_ours(args, doc)
+        if args.compare == "onnxruntime":
+            report["compare"] = run_engine.compare_report(
+                doc, feeds, outputs, intermediates, args, diff_json, peer_explainer
+            )
+    if args.output_dir:
+        used: set[str] = set()
+        for entry in report["outputs"]:
+            entry["file"] = write_value(
+                args.output_dir, entry["name"], outputs[entry["name"]], used
+            )
+    if args.first_divergence:
+        report["first_divergence"] = run_engine.divergence_report(args, doc, feeds, diff_json)
+    if args.json:
+        json.dump(jsonable(report), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_human(report)
+    return 0
+
+
+def _run_ours(
+    args: argparse.Namespace, doc: Any
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Run in the bundled interpreter: (report, outputs, kept intermediates, feeds)."""
+    from onnxviz.runtime.kernels import blas
+    from onnxviz.runtime.session import Session
+
     session = Session(doc, seed=args.seed, keep_intermediates=bool(args.intermediates))
     feeds = gather_inputs(args, session)
     t0 = time.perf_counter()
@@ -272,9 +309,6 @@ def run(args: argparse.Namespace) -> int:
         intermediates = {
             n: v for n, v in session.store.names("main").items() if n not in outs and n not in feeds
         }
-
-    from onnxviz.runtime.kernels import blas
-
     blas_status = blas.status()
     report: dict[str, Any] = {
         "model": os.path.abspath(args.model),
@@ -286,25 +320,16 @@ def run(args: argparse.Namespace) -> int:
             "blas_fallback_reason": blas_status["reason"],
         },
         "seconds": seconds,
-        "inputs": [{"name": n, **_stats(v)} for n, v in feeds.items()],
-        "outputs": [{"name": n, **_stats(v)} for n, v in outputs.items()],
+        "inputs": [{"name": n, **value_stats(v)} for n, v in feeds.items()],
+        "outputs": [{"name": n, **value_stats(v)} for n, v in outputs.items()],
     }
-    if args.output_dir:
-        used: set[str] = set()
-        for entry in report["outputs"]:
-            entry["file"] = write_value(
-                args.output_dir, entry["name"], outputs[entry["name"]], used
-            )
-        if intermediates:
-            sub = os.path.join(args.output_dir, "intermediates")
-            used_i: set[str] = set()
-            report["intermediates"] = [
-                {"name": n, "type": describe(v), "file": write_value(sub, n, v, used_i)}
-                for n, v in intermediates.items()
-            ]
-    if intermediates and "intermediates" not in report:
+    if intermediates:
+        sub = os.path.join(args.output_dir, "intermediates") if args.output_dir else None
+        used_i: set[str] = set()
         report["intermediates"] = [
-            {"name": n, "type": describe(v)} for n, v in intermediates.items()
+            {"name": n, "type": describe(v)}
+            | ({"file": write_value(sub, n, v, used_i)} if sub else {})
+            for n, v in intermediates.items()
         ]
     if session.dropped:
         report["dropped"] = [
@@ -316,34 +341,14 @@ def run(args: argparse.Namespace) -> int:
     report["node_times"] = [
         {"node": k, "op_type": op_of.get(k, ""), "calls": c, "seconds": s} for k, (c, s) in times
     ]
-    if args.compare == "onnxruntime":
-        from onnxviz.runtime.compare import errors_between, run_onnxruntime
-
-        theirs = run_onnxruntime(doc.model, feeds, list(intermediates))
-        explain = _peer_explainer(doc.model, {**intermediates, **outputs}, feeds)
-        report["compare"] = {
-            "peer": "onnxruntime",
-            "outputs": [
-                _diff_json(explain(errors_between(n, v, theirs.get(n)), v, theirs.get(n)))
-                for n, v in outputs.items()
-            ],
-            "intermediates": [
-                _diff_json(explain(errors_between(n, v, theirs[n]), v, theirs[n]))
-                for n, v in intermediates.items()
-                if n in theirs
-            ],
-        }
-    if args.json:
-        json.dump(jsonable(report), sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    else:
-        _print_human(report)
-    return 0
+    return report, outputs, intermediates, feeds
 
 
-def _print_human(report: dict[str, Any]) -> None:
-    print(f"ran {report['model']} in {report['seconds'] * 1000:.1f} ms")
-    reason = report["engine"]["blas_fallback_reason"]
+def print_human(report: dict[str, Any]) -> None:
+    engine = report["engine"]
+    where = f" with onnxruntime ({', '.join(engine['providers'])})" if "providers" in engine else ""
+    print(f"ran {report['model']}{where} in {report['seconds'] * 1000:.1f} ms")
+    reason = engine.get("blas_fallback_reason")
     if reason and "ONNXVIZ_DIRECT_BLAS=0" not in reason:
         print(f"  note: direct BLAS calls are off ({reason}); numpy's matmul was used")
     for o in report["outputs"]:
@@ -354,6 +359,9 @@ def _print_human(report: dict[str, Any]) -> None:
         print(f"  {o['name']}: {o['type']}{stats}{extra}")
     if report.get("intermediates"):
         print(f"  {len(report['intermediates'])} intermediate values kept")
+    if report.get("chunks"):
+        peak = max(c["actual_bytes"] for c in report["chunks"])
+        print(f"    fetched in {len(report['chunks'])} runs, largest {peak / 2**20:.1f} MB")
     for d in report.get("dropped", []):
         print(f"  dropped {d['name']} ({d['bytes']} bytes): {d['reason']}")
     slow = report["node_times"][:5]
@@ -379,3 +387,5 @@ def _print_human(report: dict[str, Any]) -> None:
                         print(f"      {e['note']}")
                 else:
                     print(f"    {kind[:-1]} {e['name']}: {e}")
+    if "first_divergence" in report:
+        print(f"  {report['first_divergence']['text']}")

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxviz.errors import ExecutionError
 from onnxviz.runtime.exact_integer import initializer_lookup, peer_inexact
 
 
@@ -130,41 +129,22 @@ def errors_between(name: str, ours: Any, theirs: Any) -> ValueDiff:
     return out
 
 
-def _exposed_model(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose graph also outputs ``names`` (types left to onnxruntime
-    to infer: a name alone is enough for it)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for name in names:
-        if name not in have:
-            m.graph.output.append(onnx.ValueInfoProto(name=name))
-            have.add(name)
-    return m
-
-
 def run_onnxruntime(
-    model: onnx.ModelProto, feeds: Mapping[str, Any], extra_outputs: list[str]
+    model: Any, feeds: Mapping[str, Any], extra_outputs: list[str], *, base_dir: str | None = None
 ) -> dict[str, Any]:
-    """Outputs and the requested main-graph values as onnxruntime computes them."""
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise ExecutionError("comparing with onnxruntime needs the onnxruntime package") from exc
-    m = _exposed_model(model, extra_outputs)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    # Fusions would hide the intermediates we expose; keep the graph as written.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        inputs = {i.name for i in sess.get_inputs()}
-        values = sess.run(names, {k: v for k, v in feeds.items() if k in inputs})
-    except Exception as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExecutionError(f"onnxruntime could not run the model: {message}") from exc
-    return dict(zip(names, values))
+    """Outputs and the requested main-graph values as onnxruntime computes them.
+
+    ``model`` is a ModelProto or a Document; external data (and single-file weights
+    left in place) are read from the Document's folder, or ``base_dir``, whatever the
+    current directory is (`ort_engine.RunnableModel`)."""
+    from onnxviz.runtime import ort_engine
+
+    source = model
+    if isinstance(model, onnx.ModelProto) and base_dir is not None:
+        source = ort_engine.ModelInFolder(model, base_dir)
+    proto = getattr(source, "model", source)
+    names = [o.name for o in proto.graph.output] + list(extra_outputs)
+    return ort_engine.fetch_values(source, feeds, names)
 
 
 def node_output_names(model: onnx.ModelProto) -> list[tuple[int, onnx.NodeProto, list[str]]]:
@@ -195,7 +175,11 @@ def compare_with_onnxruntime(
         holder.model = model  # type: ignore[attr-defined]
         holder.base_dir = base_dir  # type: ignore[attr-defined]
         ours = Session(holder).run(feeds, fetch=wanted)
-    theirs = run_onnxruntime(model, feeds, [n for n in wanted if n in ours])
+    from onnxviz.runtime.ort_engine import ModelInFolder
+
+    # the model with its folder: external data resolves from any working directory
+    source = ModelInFolder(model, base_dir) if base_dir is not None else model
+    theirs = run_onnxruntime(source, feeds, [n for n in wanted if n in ours])
     main = next(s for s in build_scopes(model) if s.path == "main")
     value_of = initializer_lookup(model, ours, feeds)
     result: list[NodeComparison] = []

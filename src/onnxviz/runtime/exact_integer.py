@@ -95,6 +95,10 @@ def peer_inexact(
     """A sentence when ``ours`` equals exact arithmetic and ``theirs`` does not (else "").
     ``value_of`` gives the node's input values by name (None for a missing optional)."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    if node.op_type == "MatMulNBits":  # int8 activations at accuracy_level 4
+        from onnxviz.runtime.nbits_accuracy import peer_note
+
+        return peer_note(node, value_of, ours, theirs)
     if (domain, node.op_type) not in INTEGER_OPS:
         return ""
     try:

@@ -218,8 +218,8 @@ def _stream(
         from onnxviz.runtime.compare import run_onnxruntime
 
         ma, mb = getattr(doc_a, "model", doc_a), getattr(doc_b, "model", doc_b)
-        got_a = run_onnxruntime(_with_external(doc_a), feeds_a, list(want_a)) if ma else {}
-        got_b = run_onnxruntime(_with_external(doc_b), feeds_b, list(want_b)) if mb else {}
+        got_a = run_onnxruntime(doc_a, feeds_a, list(want_a)) if ma else {}
+        got_b = run_onnxruntime(doc_b, feeds_b, list(want_b)) if mb else {}
         for name, vc in want_a.items():
             if name in got_a and vc.b in got_b:
                 yield vc, got_a[name], got_b[vc.b]
@@ -255,24 +255,3 @@ def _stream(
                     yield (vc, mine, theirs) if side == 0 else (vc, theirs, mine)
                 else:
                     held[side][name] = value
-
-
-def _with_external(doc: Any) -> Any:
-    """onnxruntime reads external data relative to the model file; give it the model
-    with data embedded when the document has a folder."""
-    model = getattr(doc, "model", doc)
-    base = getattr(doc, "base_dir", None)
-    if base is None:
-        return model
-    from onnx import ModelProto, TensorProto
-
-    from onnxviz.model.io import iter_tensors
-
-    if not any(s.tensor.data_location == TensorProto.EXTERNAL for s in iter_tensors(model)):
-        return model
-    copy = ModelProto()
-    copy.CopyFrom(model)
-    from onnxviz.model.io import _embed_all
-
-    _embed_all(copy, base)
-    return copy

@@ -36,6 +36,9 @@ def matmul_nbits(
     accuracy_level: int = 0,
     weight_prepacked: int = 0,
 ) -> np.ndarray:
+    """The op's definition at every ``accuracy_level``: dequantized weights times float
+    activations.  onnxruntime's CPU kernel at level 4 quantizes the activations to int8
+    instead (runtime/nbits_accuracy.py emulates that to explain the difference)."""
     if bits not in (2, 4, 8):
         raise ExecutionError(f"MatMulNBits: bits={bits} is not supported (2, 4 or 8)")
     if weight_prepacked:

@@ -30,6 +30,7 @@ from onnxviz.runtime.session import Session
 from onnxviz.ui import settings as cfg
 from onnxviz.ui.inspector import InspectorDock
 from onnxviz.ui.run.controller import RunController
+from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
 from onnxviz.ui.run.overlay import CanvasOverlay
 from onnxviz.ui.run.panel import RunPanelWidget, value_bytes
@@ -90,6 +91,13 @@ class RunPanel(QObject):
                 self.act_inputs,
             ]
         )
+        # onnxruntime as the second engine (engine_choice.py): its last run, when newer
+        # than ours, is what the values, profile and heat colouring show.
+        self.engine = EngineChoice()
+        self.widget.layout().insertWidget(0, self.engine)  # type: ignore[union-attr]
+        self.ort = OrtRunner(self)
+        self.ort.finished.connect(self._ort_done)
+        self.ort_outcome: OrtOutcome | None = None
         window.run_dock.setWidget(self.widget)
         window.run_dock.setWindowTitle("Run")
         self.inspector_dock = InspectorDock(window)
@@ -203,6 +211,7 @@ class RunPanel(QObject):
             if not self.controller.busy:
                 self.controller.debugger = None
             self.comparison = None
+            self.ort_outcome = None
             self.controller.breakpoints.clear()
             self.widget.set_comparison(None, "")
             self._sync()
@@ -264,7 +273,30 @@ class RunPanel(QObject):
                 return False
         self.window.run_dock.show()
         self.comparison = None
+        if self.engine.engine() == "onnxruntime":
+            return self._run_onnxruntime(feeds)
+        self.ort_outcome = None
         return self.controller.start_run(self._session, feeds, mode)
+
+    def _run_onnxruntime(self, feeds: dict[str, Any]) -> bool:
+        if self.ort.busy:
+            return False
+        self.controller.last_feeds = feeds  # Compare uses the same inputs
+        self.widget.status.setText("running in onnxruntime…")
+        cap = self.memory_cap_bytes()
+        return self.ort.start(self.doc, feeds, cap, min(cap, 256 * 2**20))
+
+    def _ort_done(self, result: Any) -> None:
+        if isinstance(result, OnnxvizError):
+            self._message(str(result))
+            self.widget.status.setText(str(result))
+            return
+        self.ort_outcome = result
+        self.widget.set_stack(["main (onnxruntime)"], 0)
+        self.widget.set_values(result.values)
+        self.widget.set_profile(result.profiler.rows())
+        self.widget.status.setText(result.status())
+        self._refresh_canvas()
 
     def run_or_continue(self) -> bool:
         """F5: continue a paused run; else a new run, asking for inputs the first time
@@ -478,6 +510,9 @@ class RunPanel(QObject):
         self.widget.set_values(values)
 
     def _value_activated(self, row: int, name: str) -> None:
+        if self.ort_outcome is not None and name in self.ort_outcome.values:
+            self.inspector_dock.show_value(name, self.ort_outcome.values[name])
+            return
         s = self.controller.session
         if s is None or self.controller.busy:
             return
@@ -491,6 +526,10 @@ class RunPanel(QObject):
 
     def inspect_value(self, graph_path: str, name: str) -> bool:
         """Open the inspector on a computed value (badge click, edge selection)."""
+        ort = self.ort_outcome
+        if ort is not None and graph_path == "main" and name in ort.values:
+            self.inspector_dock.show_value(f"{name}  (onnxruntime)", ort.values[name])
+            return True
         s = self.controller.session
         if s is None or self.controller.busy:
             return False
@@ -582,9 +621,12 @@ class RunPanel(QObject):
                 current = self._shown_current(current, scroll)
         fills: dict[tuple[str, int], QColor] = {}
         notes: dict[tuple[str, int], str] = {}
-        if self.colouring == "heat" and dbg is not None:
-            for address, x in dbg.profiler.heat().items():
-                row = dbg.profiler.nodes[address]
+        profiler = self.ort_outcome.profiler if self.ort_outcome is not None else None
+        if profiler is None and dbg is not None:
+            profiler = dbg.profiler
+        if self.colouring == "heat" and profiler is not None:
+            for address, x in profiler.heat().items():
+                row = profiler.nodes[address]
                 key = (row.graph_path, row.index)
                 fills[key] = heat_colour(x)
                 notes[key] = f"{row.seconds * 1000:.2f} ms"
@@ -597,8 +639,11 @@ class RunPanel(QObject):
                     notes[key] = f"abs {n.max_abs:.2g} rel {n.max_rel:.2g}"
                     if n.peer_note:  # the peer's number is the wrong one here
                         notes[key] += " · onnxruntime inexact"
+        executed = snap.executed if snap is not None else set()
+        if self.ort_outcome is not None:  # onnxruntime ran every node it profiled
+            executed = {(r.graph_path, r.index) for r in self.ort_outcome.profiler.nodes.values()}
         self.overlay.update(
-            snap.executed if snap is not None else set(),
+            executed,
             current,
             bps,
             fills,
