@@ -36,12 +36,11 @@ def main() -> None:
     app = QApplication.instance() or QApplication([])
     from onnxviz.runtime.session import Session
     from onnxviz.ui.main_window import MainWindow
-    from onnxviz.ui.run import install_run_panel
 
     window = MainWindow()
     window.resize(1400, 900)
     window.show()
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(RESNET, background=False)
     window.wait_idle()
     model = window.doc.model

@@ -61,6 +61,7 @@ class Actions:
         self.run_panel = mk("Show &Run Panel", lambda: (w.run_dock.show(), w.run_dock.raise_()))
         self.about = mk("&About onnxviz", w.about)
         self.keys = mk("&Keyboard Shortcuts", w.shortcuts_help, "F1")
+        self.log_folder = mk("Open &Log Folder", w.open_log_folder)
         self.recent_menu = QMenu("Open &Recent", w)
 
     def _make(self, text, slot, shortcut=None, checkable: bool = False) -> QAction:  # type: ignore[no-untyped-def]
@@ -116,10 +117,11 @@ class Actions:
         docks = view.addMenu("&Panels")
         for dock in w.docks():
             docks.addAction(dock.toggleViewAction())
-        run = bar.addMenu("&Run")
-        run.addAction(self.run_panel)
+        self.run_menu = bar.addMenu("&Run")
+        self.run_menu.addAction(self.run_panel)
         help_ = bar.addMenu("&Help")
         help_.addAction(self.keys)
+        help_.addAction(self.log_folder)
         help_.addAction(self.about)
         tools = w.addToolBar("Main")
         tools.setObjectName("toolbar.main")

@@ -109,8 +109,6 @@ def _insert_other(w: MainWindow, path: str, value: str) -> None:
 def properties_menu(
     w: MainWindow, row: Row | None, subject: tuple[Any, ...] | None, menu: QMenu
 ) -> None:
-    from onnxviz.ui.edit.window_edits import ask_text
-
     doc = w.doc
     if doc is None or subject is None:
         return
@@ -210,7 +208,7 @@ def properties_menu(
         menu.addAction(
             "Import an opset…",
             lambda: _import_opset(
-                w, ask_text(w, "Import opset", "domain version, e.g. ai.onnx.ml 3")
+                w, w.prompter.text("Import opset", "domain version, e.g. ai.onnx.ml 3")
             ),
         )
 
@@ -240,9 +238,7 @@ def _add_attribute(w: MainWindow, path: str, index: int, spec: Any) -> None:
 
 
 def _add_metadata(w: MainWindow, target: Any) -> None:
-    from onnxviz.ui.edit.window_edits import ask_text
-
-    text = ask_text(w, "Add metadata", "key=value")
+    text = w.prompter.text("Add metadata", "key=value")
     if text and "=" in text:
         key, value = text.split("=", 1)
         w.edits.execute(C.SetMetadataProp(target, key.strip(), value.strip()))
@@ -251,9 +247,7 @@ def _add_metadata(w: MainWindow, target: Any) -> None:
 def _add_io(w: MainWindow, path: str, kind: str) -> None:
     from onnx import ValueInfoProto
 
-    from onnxviz.ui.edit.window_edits import ask_text
-
-    text = ask_text(w, f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
+    text = w.prompter.text(f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
     if not text:
         return
     name, _, type_text = text.partition(":")
