@@ -226,7 +226,6 @@ def test_function_body_opens_as_its_own_view(window) -> None:  # type: ignore[no
 
 def test_window_geometry_and_docks_are_restored(qtbot) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.ui.main_window import MainWindow
-
     from tests.ui.scripted_prompter import ScriptedPrompter
 
     first = MainWindow(prompter=ScriptedPrompter())
