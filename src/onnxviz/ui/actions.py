@@ -58,7 +58,7 @@ class Actions:
         self.theme_dark = mk("&Dark", lambda: w.set_theme_mode("dark"), checkable=True)
         for a in (self.theme_system, self.theme_light, self.theme_dark):
             self.theme.addAction(a)
-        self.run_panel = mk("Show &Run Panel", lambda: (w.run_dock.show(), w.run_dock.raise_()))
+        self.run_panel = mk("Show &Run Panel", w.show_run_dock)
         self.about = mk("&About onnxviz", w.about)
         self.keys = mk("&Keyboard Shortcuts", w.shortcuts_help, "F1")
         self.log_folder = mk("Open &Log Folder", w.open_log_folder)

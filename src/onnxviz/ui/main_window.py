@@ -417,6 +417,10 @@ class MainWindow(QMainWindow):
     def shortcuts_help(self) -> None:
         self.prompter.inform("Keyboard shortcuts", SHORTCUTS_HELP, monospace=True)
 
+    def show_run_dock(self) -> None:
+        self.run_dock.show()
+        self.run_dock.raise_()
+
     def open_log_folder(self) -> None:
         """Help > Open Log Folder: the folder of the log file, and its path in the status bar."""
         folder = log_dir()

@@ -179,13 +179,14 @@ class FileController(QObject):
             return
         path, kind = chosen
         rect = self.navigation.visible_rect() if "current view" in kind else None
-        scale: float | None = 2.0
+        scale = 2.0
         if path.lower().endswith(".png"):
-            scale = self.prompter.number(
+            chosen_scale = self.prompter.number(
                 "PNG scale", "Pixels per scene unit (sharpness):", 2.0, 0.1, 16.0, 1
             )
-            if scale is None:
+            if chosen_scale is None:
                 return
+            scale = chosen_scale
         try:
             export_any(self.graph_scene, path, rect, scale=scale, title=doc.display_name)
         except OnnxvizError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QObject, QPointF, Signal
@@ -307,7 +308,7 @@ class NavigationController(QObject):
             if child.owner_node_index == d.node_index:
                 menu.addAction(
                     f"Open '{child.owner_attribute}' in its own view",
-                    lambda p=child.path: self.open_graph(p),
+                    partial(self.open_graph, child.path),
                 )
         node = scope.nodes[d.node_index]
         fn = next(
@@ -393,8 +394,10 @@ class NavigationController(QObject):
         if doc is not None:
             from onnxviz.check.validator import diagnostics_by_node
 
-            for node, found in diagnostics_by_node(doc, diagnostics).items():
-                counts[node.item_id] = [f"{d.severity.value} {d.code}: {d.message}" for d in found]
+            for node_id, found in diagnostics_by_node(doc, diagnostics).items():
+                counts[node_id.item_id] = [
+                    f"{d.severity.value} {d.code}: {d.message}" for d in found
+                ]
         self.badges = counts
         for item_id, node in self.graph_scene.nodes.items():
             node.set_problems(counts.get(item_id, []))

@@ -86,7 +86,7 @@ class PropertiesController(QObject):
         (indexes shift when nodes are added or removed before it)."""
         doc, presenter = self.session.doc, self.session.presenter
         assert doc is not None and presenter is not None
-        where = {"label": doc.scope(path).node_label(index), "index": index}
+        where: dict[str, Any] = {"label": doc.scope(path).node_label(index), "index": index}
 
         def sections() -> list[Any]:
             scope = doc.scope(path)

@@ -3,6 +3,7 @@ the Edit menu actions (add node, delete, clean up, extract)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from onnx import AttributeProto
@@ -71,7 +72,7 @@ def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
                     is_out = name in scope.output_uses
                     outs.addAction(
                         ("Stop exposing " if is_out else "Expose ") + name,
-                        lambda n=name, on=not is_out: w.make_output(path, n, on),
+                        partial(w.make_output, path, name, not is_out),
                     )
         elif d.kind == "output" and d.value:
             menu.addSeparator()
@@ -102,8 +103,8 @@ def _insert_other(w: MainWindow, path: str, value: str) -> None:
     assert w.doc is not None
     palette = OperatorPalette(w.doc, w)
     palette.chosen.connect(lambda op, _domain: w.insert_on_edge(path, value, op))
-    palette.open()
-    w.palette = palette
+    w.surgery.palette = palette  # kept alive while it is open
+    w.prompter.ask(palette)
 
 
 def properties_menu(
@@ -133,7 +134,7 @@ def properties_menu(
             for spec in missing:
                 sub.addAction(
                     spec.name + (" (required)" if spec.required else ""),
-                    lambda s=spec: _add_attribute(w, path, index, s),
+                    partial(_add_attribute, w, path, index, spec),
                 )
         menu.addAction(
             "Add metadata…",
@@ -280,7 +281,12 @@ def add_compare_actions(w: MainWindow) -> list[QAction]:
     from onnxviz.ui.diff import open_compare_window
 
     file_menu = next(
-        (a.menu() for a in w.menuBar().actions() if a.text().replace("&", "") == "File"), None
+        (
+            menu
+            for a in w.menuBar().actions()
+            if a.text().replace("&", "") == "File" and isinstance(menu := a.menu(), QMenu)
+        ),
+        None,
     )
     if file_menu is None:
         return []
