@@ -131,3 +131,54 @@ def test_a_stepped_run_reports_compute_time_not_the_time_spent_paused(window, tm
     assert found, text
     assert float(found.group(1)) < paused * 1000
     assert float(found.group(1)) == pytest.approx(panel.controller.compute_seconds * 1000, abs=0.1)
+
+
+def test_a_newly_opened_model_is_editable_in_the_properties_dock_at_once(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    _open(window, write(conv_loop_if_model(), str(tmp_path / "m.onnx")))
+    assert window.properties_dock.subject == ("model",)
+    editor = window.properties_dock.editor("Model", "doc")
+    assert editor is not None  # the pane was built with the edit pipeline attached
+    _type(qtbot, editor, "my model")
+    assert window.doc.model.doc_string == "my model"
+    assert window.windowTitle().startswith("m.onnx *")
+
+
+def test_help_shows_where_the_log_file_is(window, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QDesktopServices
+
+    monkeypatch.setenv("ONNXVIZ_LOG_DIR", str(tmp_path / "logs"))
+    opened: list[str] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()))
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    action = next(a for a in help_menu.actions() if a.text() == "Open &Log Folder")
+    action.trigger()
+    assert opened == [str(tmp_path / "logs")]
+    assert str(tmp_path / "logs") in window.statusBar().currentMessage()
+
+
+def test_internal_errors_go_to_the_log_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    from onnxviz.ui.log_file import setup_logging
+
+    monkeypatch.setenv("ONNXVIZ_LOG_DIR", str(tmp_path / "logs"))
+    root = logging.getLogger("onnxviz")
+    before = list(root.handlers)
+    try:
+        path = setup_logging()
+        assert path == str(tmp_path / "logs" / "onnxviz.log")
+        try:
+            raise ValueError("a bug in an edit")
+        except ValueError:
+            logging.getLogger("onnxviz.ui.edit.controller").exception("an edit failed")
+        for handler in root.handlers:
+            handler.flush()
+        text = open(path, encoding="utf-8").read()
+        assert "an edit failed" in text and "ValueError: a bug in an edit" in text
+    finally:
+        for handler in root.handlers:
+            if handler not in before:
+                root.removeHandler(handler)
+                handler.close()

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMenu,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QToolButton,
@@ -90,7 +89,7 @@ class MainWindow(QMainWindow):
         self._build_central()
         self._build_docks()
         self.work = BackgroundWork(self)
-        self.edits = EditController(session)
+        self.edits = EditController(session)  # first: the editors of every pane need it
         self.navigation = NavigationController(
             session, self.graph_scene, self.view, self.work, self.crumb_bar, self.crumb_label
         )
@@ -118,8 +117,6 @@ class MainWindow(QMainWindow):
             self.prompter,
             self,
         )
-        # last: the edit pipeline validates the new document once every panel shows it
-        session.document_replaced.connect(lambda _doc: self.edits.follow_session())
         from onnxviz.ui.edit.wiring import WireDrag
 
         self.wire_drag = WireDrag(self)
@@ -408,8 +405,7 @@ class MainWindow(QMainWindow):
     def about(self) -> None:
         from onnxviz import __version__
 
-        QMessageBox.about(
-            self,
+        self.prompter.inform(
             "About onnxviz",
             f"onnxviz {__version__}\nExplore, edit, validate and debug ONNX models.",
         )

@@ -27,14 +27,14 @@ class DiagnosticsController(QObject):
         self.navigation = navigation
         self.properties = properties
         self.errors_shown = 0
+        self.doc_seen: object = None
         session.diagnostics_changed.connect(self._diagnostics_changed)
-        session.document_replaced.connect(self._document_replaced)
         dock.locate.connect(self.locate)
 
-    def _document_replaced(self, _doc: object) -> None:
-        self.errors_shown = 0
-
     def _diagnostics_changed(self, shown: list[Diagnostic], _badges: bool) -> None:
+        if self.session.doc is not self.doc_seen:  # another model: its errors are new
+            self.doc_seen = self.session.doc
+            self.errors_shown = 0
         self.dock.show_diagnostics(shown)
         errors = sum(1 for d in shown if d.severity == Severity.ERROR)
         if errors and not self.errors_shown:

@@ -67,6 +67,7 @@ class EditController(QObject):
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
         self._task_started = 0.0
+        session.document_replaced.connect(lambda _doc: self.follow_session())
 
     # -- documents --------------------------------------------------------------------
     @property
