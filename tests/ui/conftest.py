@@ -21,12 +21,15 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 
 
 @pytest.fixture(autouse=True)
-def _isolated_recovery(
+def _isolated_recovery_and_log(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # a real crash snapshot of the user's must never be offered (or dropped) by a test
+    # a real crash snapshot of the user's must never be offered (or dropped) by a test,
+    # nor the user's log file written
     if "ONNXVIZ_RECOVERY_DIR" not in os.environ:
         monkeypatch.setenv("ONNXVIZ_RECOVERY_DIR", str(tmp_path_factory.mktemp("recovery")))
+    if "ONNXVIZ_LOG_DIR" not in os.environ:
+        monkeypatch.setenv("ONNXVIZ_LOG_DIR", str(tmp_path_factory.mktemp("logs")))
 
 
 @pytest.fixture

@@ -175,7 +175,8 @@ def test_internal_errors_go_to_the_log_file(tmp_path, monkeypatch) -> None:  # t
             logging.getLogger("onnxviz.ui.edit.controller").exception("an edit failed")
         for handler in root.handlers:
             handler.flush()
-        text = open(path, encoding="utf-8").read()
+        with open(path, encoding="utf-8") as log:
+            text = log.read()
         assert "an edit failed" in text and "ValueError: a bug in an edit" in text
     finally:
         for handler in root.handlers:

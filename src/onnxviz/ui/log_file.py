@@ -35,8 +35,11 @@ def setup_logging() -> str | None:
     root = logging.getLogger("onnxviz")
     root.setLevel(logging.INFO)
     path = log_path()
-    if any(isinstance(h, logging.handlers.RotatingFileHandler) for h in root.handlers):
-        return path
+    for old in [h for h in root.handlers if isinstance(h, logging.handlers.RotatingFileHandler)]:
+        if old.baseFilename == os.path.abspath(path):
+            return path
+        root.removeHandler(old)  # the log folder moved ($ONNXVIZ_LOG_DIR)
+        old.close()
     try:
         os.makedirs(log_dir(), exist_ok=True)
         handler = logging.handlers.RotatingFileHandler(

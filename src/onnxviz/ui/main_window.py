@@ -18,8 +18,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMenu,
-    QProgressBar,
-    QPushButton,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -56,6 +54,7 @@ from onnxviz.ui.log_file import log_dir
 from onnxviz.ui.prompter import Prompter
 from onnxviz.ui.run import RunPanel
 from onnxviz.ui.start_page import StartPage
+from onnxviz.ui.status_line import StatusLine
 from onnxviz.ui.theme import dark_palette, resolve_theme
 
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
@@ -131,7 +130,9 @@ class MainWindow(QMainWindow):
         # The open Compare window (kept alive here; a new compare replaces it).
         self.compare_window: QWidget | None = None
         self.compare_actions = add_compare_actions(self)  # File > Compare (issue #20)
-        self._build_status()
+        self.status_line = StatusLine(self.statusBar())
+        self.summary_label = self.status_line.summary_label
+        self.progress = self.status_line.progress
         self._connect()
         self.sync_actions()
         self.refresh_recent()
@@ -204,40 +205,26 @@ class MainWindow(QMainWindow):
         panel.fill_toolbar(bar)
         panel.toolbar = bar
 
-    def _build_status(self) -> None:
-        status = self.statusBar()
-        self.summary_label = QLabel("")
-        self.zoom_label = QLabel("")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)
-        self.progress.setMaximumWidth(140)
-        self.progress_label = QLabel("")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.work.cancel)
-        status.addWidget(self.summary_label, 1)
-        status.addPermanentWidget(self.progress_label)
-        status.addPermanentWidget(self.progress)
-        status.addPermanentWidget(self.cancel_button)
-        status.addPermanentWidget(self.zoom_label)
-        self._set_busy(None)
-
     def _connect(self) -> None:
         session = self.session
         session.document_replaced.connect(self._document_replaced)
         session.edited.connect(self.sync_actions)
-        session.scene_ready.connect(lambda _scene: self._update_summary())
+        session.scene_ready.connect(
+            lambda scene: self.status_line.show_summary(self.session.doc, scene)
+        )
+        self.status_line.cancel_button.clicked.connect(self.work.cancel)
         session.message.connect(self.statusBar().showMessage)
         self.navigation.crumbs_changed.connect(self.sync_actions)
         self.run_panel.show_requested.connect(self.run_dock.show)
         self.files.recent_changed.connect(self.refresh_recent)
         self.files.failed.connect(self.report_failure)
         self.work.failed.connect(self.report_failure)
-        self.work.busy.connect(self._set_busy)
-        self.work.progress.connect(self.progress_label.setText)
+        self.work.busy.connect(self.status_line.set_busy)
+        self.work.progress.connect(self.status_line.progress_label.setText)
         self.work.cancelled.connect(lambda: self.statusBar().showMessage("cancelled", 4000))
         self.work.ran_inline.connect(self.graph_scene.finish_filling)  # canvas included
         self.back_button.clicked.connect(self.navigation.back)
-        self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
+        self.view.zoomChanged.connect(self.status_line.set_zoom)
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._context_menu)
         self.start_page.openRequested.connect(
@@ -266,38 +253,16 @@ class MainWindow(QMainWindow):
 
     def _document_replaced(self, doc: Document | None) -> None:
         self.statusBar().clearMessage()  # refusals and messages about the old model
-        self.summary_label.setText("")
+        self.status_line.show_summary(None, None)
         self.start_page.set_recent(settings.recent_files())
         self.start_page.setVisible(doc is not None and self.session.is_example)
         self.sync_actions()
 
     def sync_actions(self) -> None:
         """Title, undo labels and enabled actions follow the document and the view."""
-        a, doc = self.actions_, self.session.doc
-        options = self.session.options
-        for action, value in (
-            (a.shapes, options.show_shapes),
-            (a.inits, options.show_initializers),
-            (a.names, options.show_names),
-        ):
-            action.blockSignals(True)
-            action.setChecked(value)
-            action.blockSignals(False)
-        (a.left_right if options.direction == "LR" else a.top_bottom).setChecked(True)
-        {"light": a.theme_light, "dark": a.theme_dark}.get(
-            self.theme_mode, a.theme_system
-        ).setChecked(True)
-        for action in (
-            a.save, a.save_as, a.export, a.close, a.expand_all, a.expand_bodies, a.collapse_all
-        ):  # fmt: skip
-            action.setEnabled(doc is not None)
-        a.undo.setEnabled(bool(doc and doc.can_undo))
-        a.redo.setEnabled(bool(doc and doc.can_redo))
-        a.undo.setText(f"&Undo {doc.undo_label}" if doc and doc.undo_label else "&Undo")
-        a.redo.setText(f"&Redo {doc.redo_label}" if doc and doc.redo_label else "&Redo")
-        for action in getattr(a, "edit_actions", []):
-            action.setEnabled(doc is not None)
-        a.back.setEnabled(bool(self.navigation.crumbs))
+        self.actions_.sync(
+            self.session.doc, self.session.options, self.theme_mode, bool(self.navigation.crumbs)
+        )
         self.update_title()
 
     def update_title(self) -> None:
@@ -305,42 +270,13 @@ class MainWindow(QMainWindow):
         dirty = " *" if doc is not None and doc.is_modified else ""
         self.setWindowTitle(f"{doc.display_name}{dirty} — onnxviz" if doc else "onnxviz")
 
-    def _update_summary(self) -> None:
-        doc, display = self.session.doc, self.session.display
-        if doc is None:
-            return
-        m = doc.model
-        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
-        shown = len(display.items) if display else 0
-        self.summary_label.setText(
-            f"{doc.display_name} · IR {m.ir_version} · {opsets} · {len(m.graph.node)} nodes"
-            f" ({self.session.total_nodes} in all graphs) · {shown} boxes shown"
-        )
-
-    def _set_busy(self, message: str | None) -> None:
-        busy = message is not None
-        self.progress.setVisible(busy)
-        self.cancel_button.setVisible(busy)
-        self.progress_label.setText(message or "")
-        self.progress_label.setVisible(busy)
-
     def report_failure(self, message: str) -> None:
         self.statusBar().showMessage(message, 10000)
         self.last_error = message
         self.prompter.warn(message)
 
     def refresh_recent(self) -> None:
-        menu = self.actions_.recent_menu
-        menu.clear()
-        files = settings.recent_files()
-        for path in files:
-            action = menu.addAction(os.path.basename(path))
-            action.setToolTip(path)
-            action.triggered.connect(lambda _c=False, p=path: self.open_path(p))
-        if files:
-            menu.addSeparator()
-            menu.addAction("Clear", self._clear_recent)
-        menu.setEnabled(bool(files))
+        self.actions_.fill_recent(settings.recent_files(), self.open_path, self._clear_recent)
 
     def _clear_recent(self) -> None:
         settings.clear_recent()
