@@ -183,3 +183,29 @@ def test_internal_errors_go_to_the_log_file(tmp_path, monkeypatch) -> None:  # t
             if handler not in before:
                 root.removeHandler(handler)
                 handler.close()
+
+
+def test_editing_the_model_under_a_paused_run_stops_it(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.model import commands
+
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(chain_model(), path)
+    _open(window, path)
+    panel = window.run_panel
+    panel.set_breakpoint("main::relu", True)
+    assert panel.run(CHAIN_FEEDS, mode="step")
+    assert panel.controller.wait(30)
+    window.wait_idle()
+    assert panel.status_text().startswith("paused")
+    assert panel.widget.values.rowCount() > 0
+    assert window.edits.execute(commands.SetDocString("main", "edited while paused"))
+    window.wait_idle()
+    assert panel.controller.session is None and panel.status_text() == "not started"
+    assert panel.widget.frames.count() == 0 and panel.widget.values.rowCount() == 0
+    assert "the run was stopped" in window.statusBar().currentMessage()
+    assert panel.controller.breakpoints == {"main::relu"}  # the user's breakpoints stay
+    # a new run of the edited model stops at the kept breakpoint
+    assert panel.run(CHAIN_FEEDS)
+    assert panel.controller.wait(30)
+    window.wait_idle()
+    assert panel.status_text().startswith("breakpoint hit at main::relu")

@@ -90,6 +90,7 @@ class RunPanel(QObject):
         self.colouring = "none"
         self.frame_index = -1
         self.last_message = ""
+        self.drop_when_stopped = False  # a run stopped because its model went away
         self._build_actions()
         self.widget = RunPanelWidget(
             [
@@ -186,6 +187,7 @@ class RunPanel(QObject):
         self.graph_scene.changed.connect(lambda _r: self._scene_changed())
         self.graph_scene.selectionChanged.connect(self._selection_changed)
         self.session.document_replaced.connect(self._document_replaced)
+        self.session.edited.connect(self._model_edited)
 
     # -- model and inputs ----------------------------------------------------------------
     @property
@@ -193,14 +195,31 @@ class RunPanel(QObject):
         return self.session.doc
 
     def _document_replaced(self, _doc: object) -> None:
-        """Another document (or none): forget the old run, its values and comparison."""
+        """Another document (or none): forget the old run, its values, comparison and
+        breakpoints."""
+        self.controller.breakpoints.clear()
+        self.forget_run()
+
+    def _model_edited(self) -> None:
+        """The model changed under the run: its values and paused frames describe a
+        model that is gone, and a running worker must not read a model being edited."""
+        c = self.controller
+        if c.debugger is None and not c.busy:
+            return
+        live = c.busy or c.can_continue
+        self.forget_run()
+        if live:
+            self._message("the model changed: the run was stopped")
+
+    def forget_run(self) -> None:
+        """Drop the run and everything shown of it (a running one stops first)."""
         if self.controller.busy:
             self.controller.stop()
+            self.drop_when_stopped = True
         else:
             self.controller.debugger = None
         self.comparison = None
         self.frame_index = -1
-        self.controller.breakpoints.clear()
         self.widget.set_comparison(None, "")
         self.widget.compare_status.setText("")
         self.widget.set_stack([], 0)
@@ -368,6 +387,12 @@ class RunPanel(QObject):
 
     # -- after a stop ----------------------------------------------------------------------
     def _on_stopped(self, result: Any) -> None:
+        if self.drop_when_stopped:
+            self.drop_when_stopped = False
+            self.controller.debugger = None
+            self._sync()
+            self._refresh_canvas()
+            return
         if isinstance(result, OnnxvizError):
             self._message(str(result))
             self._sync()
