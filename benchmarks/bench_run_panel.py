@@ -36,8 +36,9 @@ def main() -> None:
     app = QApplication.instance() or QApplication([])
     from onnxviz.runtime.session import Session
     from onnxviz.ui.main_window import MainWindow
+    from onnxviz.ui.prompter import UnattendedPrompter
 
-    window = MainWindow()
+    window = MainWindow(UnattendedPrompter())  # no question may wait for a user
     window.resize(1400, 900)
     window.show()
     panel = window.run_panel

@@ -67,6 +67,7 @@ class EditController(QObject):
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
         self._task_started = 0.0
+        self._abandoned: list[Any] = []  # validations of documents no longer open
         session.document_replaced.connect(lambda _doc: self.follow_session())
 
     # -- documents --------------------------------------------------------------------
@@ -89,7 +90,15 @@ class EditController(QObject):
     ) -> None:
         """Edit ``doc``; its diagnostics are kept by ``validator`` and its recovery
         snapshots by ``autosaver`` (made here when the caller has none)."""
-        self.settle()
+        if doc is self.doc:
+            self.settle()
+        else:
+            # The old document's validation is of no use any more: its result is
+            # dropped (see `_take_result`) instead of waited for (closing waits).
+            if self._task is not None:
+                self._abandoned = [t for t in self._abandoned if not t.done] + [self._task]
+            self._task = None
+            self._task_result = []
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -285,6 +294,9 @@ class EditController(QObject):
 
     def closed_cleanly(self) -> None:
         self.settle()
+        for task in self._abandoned:
+            task.wait()
+        self._abandoned = []
         self._autosave_timer.stop()
         if self.autosaver is not None:
             self.autosaver.discard()
