@@ -1,8 +1,9 @@
 """The one place edits go through in the window: run a command (or a surgery function)
-on the Document, report refusals, and after every change re-validate, refresh the
-canvas, the properties and the title, and schedule the crash-recovery snapshot.
+on the session's Document, report refusals, and after every change re-validate, tell
+the views (the `DocumentSession`'s ``edited``, ``changed`` and ``diagnostics_changed``
+signals) and schedule the crash-recovery snapshot.
 
-The diagnostics live in the document's `check.Validator`; this controller only asks it.
+The diagnostics live in the session's `check.Validator`; this controller only asks it.
 Validation is incremental (`Validator.validate(changes)`) and runs after each change in
 a worker thread, so typing stays fluid on big models; the next edit waits for it to
 finish (the validator then always sees one command per call, and never a model that
