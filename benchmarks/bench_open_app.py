@@ -78,7 +78,9 @@ def window_round(path: Path) -> dict[str, float]:
     from onnxviz.ui.main_window import MainWindow
 
     app = application()
-    window = MainWindow()
+    from onnxviz.ui.prompter import UnattendedPrompter
+
+    window = MainWindow(UnattendedPrompter())  # no question may wait for a user
     window.resize(1400, 900)
     window.show()
     app.processEvents()

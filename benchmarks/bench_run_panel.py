@@ -36,12 +36,12 @@ def main() -> None:
     app = QApplication.instance() or QApplication([])
     from onnxviz.runtime.session import Session
     from onnxviz.ui.main_window import MainWindow
-    from onnxviz.ui.run import install_run_panel
+    from onnxviz.ui.prompter import UnattendedPrompter
 
-    window = MainWindow()
+    window = MainWindow(UnattendedPrompter())  # no question may wait for a user
     window.resize(1400, 900)
     window.show()
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(RESNET, background=False)
     window.wait_idle()
     model = window.doc.model

@@ -76,8 +76,9 @@ def measure(path: Path) -> dict[str, float]:
     t_app = time.perf_counter()
     app = application()
     from onnxviz.ui.main_window import MainWindow
+    from onnxviz.ui.prompter import UnattendedPrompter
 
-    window = MainWindow()
+    window = MainWindow(UnattendedPrompter())  # no question may wait for a user
     window.resize(1400, 900)
     window.show()
     app.processEvents()

@@ -14,10 +14,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "onnxviz"
 ALLOWED = {
     # io.py is reworked by the io helper: make _is_text_path public there.
     ("model/document.py", "io._is_text_path"),
-    # The main window's action refresh; the window is being split into a session.
-    ("ui/edit/controller.py", "self.w._sync_actions"),
-    # The run dock reads its overlay's bookkeeping (ui/run is the runtime helper's).
-    ("ui/run/__init__.py", "self.overlay._nodes_seen"),
 }
 
 

@@ -20,11 +20,24 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     yield
 
 
+@pytest.fixture(autouse=True)
+def _isolated_recovery_and_log(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a real crash snapshot of the user's must never be offered (or dropped) by a test,
+    # nor the user's log file written
+    if "ONNXVIZ_RECOVERY_DIR" not in os.environ:
+        monkeypatch.setenv("ONNXVIZ_RECOVERY_DIR", str(tmp_path_factory.mktemp("recovery")))
+    if "ONNXVIZ_LOG_DIR" not in os.environ:
+        monkeypatch.setenv("ONNXVIZ_LOG_DIR", str(tmp_path_factory.mktemp("logs")))
+
+
 @pytest.fixture
 def window(qtbot):  # type: ignore[no-untyped-def]
     from onnxviz.ui.main_window import MainWindow
+    from tests.ui.scripted_prompter import ScriptedPrompter
 
-    w = MainWindow()
+    w = MainWindow(prompter=ScriptedPrompter())
     w.resize(1200, 800)
     qtbot.addWidget(w)
     w.show()

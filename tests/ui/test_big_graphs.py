@@ -48,8 +48,8 @@ def test_shapes_inferred_after_first_paint_fill_in_labels(window, qtbot) -> None
     window.relayout()
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner and not inner[0].data_edge.label  # not declared in the model
-    window._start_inference()
-    qtbot.waitUntil(lambda: window.inference_task.done, timeout=60000)
+    window.navigation.start_inference()
+    qtbot.waitUntil(lambda: window.navigation.inference_task.done, timeout=60000)
     qtbot.waitUntil(lambda: window.task is None, timeout=20000)
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner[0].data_edge.label.startswith("float32[") and inner[0].data_edge.inferred

@@ -91,9 +91,7 @@ def test_an_edit_that_makes_inference_crash_keeps_the_window_and_the_edit(window
     assert "G004" in {d.code for d in window.edits.shown()}
 
 
-def test_the_window_asks_before_saving_over_a_file_changed_on_disk(
-    window, tmp_path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_the_window_asks_before_saving_over_a_file_changed_on_disk(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "m.onnx"
     onnx.save(_label_encoder("x"), path)
     window.open_path(str(path), background=False)
@@ -101,11 +99,11 @@ def test_the_window_asks_before_saving_over_a_file_changed_on_disk(
     other = _label_encoder("x")
     other.doc_string = "another tool"
     onnx.save(other, path)
-    asked: list[str] = []
-    monkeypatch.setattr(window, "ask_overwrite_changed", lambda p: asked.append(p) or False)
+    window.prompter.overwrite = False
     window.save()
-    assert asked == [str(path)] and onnx.load(path).doc_string == "another tool"
+    assert window.prompter.asked == [("overwrite", "m.onnx")]
+    assert onnx.load(path).doc_string == "another tool"
     assert window.doc.is_modified  # the edit is still there, unsaved
-    monkeypatch.setattr(window, "ask_overwrite_changed", lambda p: True)
+    window.prompter.overwrite = True
     window.save()
     assert onnx.load(path).graph.doc_string == "my edit" and not window.doc.is_modified

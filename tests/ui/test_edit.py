@@ -161,7 +161,7 @@ def test_surgery_insert_bypass_output_symbolic_then_undo_redo_save(opened, tmp_p
     assert not [d for d in w.edits.diagnostics if d.severity.value == "error"]
     # save and reopen; the saved model passes the checker and our validator
     saved = str(tmp_path / "saved.onnx")
-    assert w._save_to(saved)
+    assert w.save_to(saved)
     assert not w.windowTitle().startswith("saved.onnx *")
     onnx.checker.check_model(onnx.load(saved), full_check=True)
     reopened = Document.open(saved)

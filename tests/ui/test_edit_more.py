@@ -146,22 +146,20 @@ def test_recovery_snapshot_restores_unsaved_edits(opened, tmp_path) -> None:  # 
     assert w.doc.path == str(tmp_path / "m.onnx")
     assert w.windowTitle().startswith("m.onnx *")
     assert len(pending()) == 1  # the restored, still unsaved, state is snapshotted again
-    assert w._save_to(w.doc.path)
+    assert w.save_to(w.doc.path)
     assert pending() == []
 
 
-def test_closing_unsaved_work_asks_first(opened, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from PySide6.QtWidgets import QMessageBox
-
+def test_closing_unsaved_work_asks_first(opened) -> None:  # type: ignore[no-untyped-def]
     w = opened
     assert w.make_output("main", "relu_out")
-    w.prompt_in_tests = True
-    monkeypatch.setattr(QMessageBox, "exec", lambda _self: QMessageBox.StandardButton.Cancel)
+    w.prompter.unsaved = "cancel"
     w.close()
     assert w.isVisible() and w.doc is not None
     w.close_model()
     assert w.doc is not None
-    monkeypatch.setattr(QMessageBox, "exec", lambda _self: QMessageBox.StandardButton.Discard)
+    assert [kind for kind, _name in w.prompter.asked] == ["unsaved", "unsaved"]
+    w.prompter.unsaved = "discard"
     w.close_model()
     assert w.doc is None
 

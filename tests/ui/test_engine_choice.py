@@ -8,7 +8,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxviz.ui.run import install_run_panel
 from tests.runtime.engine_models import make, vi
 
 pytestmark = pytest.mark.qt
@@ -36,7 +35,7 @@ def _model() -> onnx.ModelProto:
 def _open(window, tmp_path):  # type: ignore[no-untyped-def]
     path = str(tmp_path / "m.onnx")
     onnx.save(_model(), path)
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(path, background=False)
     window.wait_idle()
     return panel

@@ -1,4 +1,4 @@
-"""install_run_panel on a main window: menu, shortcuts, toolbar, docks; badges open the
+"""The main window's run panel: menu, shortcuts, toolbar, docks; badges open the
 inspector; profile heat; the memory cap and what it dropped."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxviz.ui.canvas.items import EdgeItem
-from onnxviz.ui.run import install_run_panel
 from tests.runtime.engine_models import chain_model, make, vi
 
 pytestmark = pytest.mark.qt
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.qt
 def _open(window, tmp_path, model):  # type: ignore[no-untyped-def]
     path = str(tmp_path / "m.onnx")
     onnx.save(model, path)
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(path, background=False)
     window.wait_idle()
     return panel
@@ -31,7 +30,7 @@ def _run(window, panel, feeds) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_menu_shortcuts_toolbar_and_docks(window) -> None:  # type: ignore[no-untyped-def]
-    panel = install_run_panel(window)
+    panel = window.run_panel
     shortcuts = {
         a.text().replace("&", ""): a.shortcut().toString() for a in panel.run_menu.actions()
     }

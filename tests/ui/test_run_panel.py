@@ -12,7 +12,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz import bundled
-from onnxviz.ui.run import install_run_panel
 from tests.runtime.engine_models import chain_model, make, vi
 
 pytestmark = pytest.mark.qt
@@ -25,7 +24,7 @@ W = np.array([1.0, -5.0, 0.5], np.float32)
 def _open(window, tmp_path, model: onnx.ModelProto, name: str = "m.onnx"):  # type: ignore[no-untyped-def]
     path = str(tmp_path / name)
     onnx.save(model, path)
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(path, background=False)
     window.wait_idle()
     return panel
@@ -85,7 +84,7 @@ def test_breakpoint_is_hit_and_marked(window, tmp_path) -> None:  # type: ignore
 
 
 def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignore[no-untyped-def]
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
     panel.set_breakpoint("main/body:accumulate::keep_going", True)
@@ -111,7 +110,7 @@ def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignor
 
 
 def test_step_out_leaves_the_body(window) -> None:  # type: ignore[no-untyped-def]
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(2)}
     panel.run(feeds, mode="step")
@@ -283,7 +282,7 @@ def test_compare_colours_a_transformer_by_error(window, tmp_path) -> None:  # ty
 
 
 def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore[no-untyped-def]
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(os.path.join(EXAMPLES, "with_functions.onnx"), background=False)
     panel.run({"x": np.ones((1, 4), np.float32)}, mode="step")
     _settle(window, panel)
@@ -304,7 +303,7 @@ def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore
 
 
 def test_step_over_runs_a_loop_whole(window) -> None:  # type: ignore[no-untyped-def]
-    panel = install_run_panel(window)
+    panel = window.run_panel
     window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
     panel.run(feeds, mode="step")

@@ -226,14 +226,15 @@ def test_function_body_opens_as_its_own_view(window) -> None:  # type: ignore[no
 
 def test_window_geometry_and_docks_are_restored(qtbot) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.ui.main_window import MainWindow
+    from tests.ui.scripted_prompter import ScriptedPrompter
 
-    first = MainWindow()
+    first = MainWindow(prompter=ScriptedPrompter())
     qtbot.addWidget(first)
     first.show()
     first.resize(701, 503)  # within the offscreen screen: restoreGeometry clamps to it
     first.outline_dock.hide()
     first.close()
-    second = MainWindow()
+    second = MainWindow(prompter=ScriptedPrompter())
     qtbot.addWidget(second)
     second.show()
     assert second.size().width() == 701 and second.size().height() == 503

@@ -153,13 +153,14 @@ def compare_report(
 
     theirs = compare.run_onnxruntime(doc, feeds, [])
     explain = explainer(doc.model, {**intermediates, **outputs}, feeds)
-    out = {
+    found: list[Any] = []
+    out: dict[str, Any] = {
         "peer": "onnxruntime",
         "outputs": [
             diff_json(explain(compare.errors_between(n, v, theirs.get(n)), v, theirs.get(n)))
             for n, v in outputs.items()
         ],
-        "intermediates": [],
+        "intermediates": found,
     }
     if intermediates:
         for _, values in ort_engine.iter_intermediates(
@@ -167,9 +168,7 @@ def compare_report(
         ):
             for n, peer in values.items():
                 mine = intermediates[n]
-                out["intermediates"].append(
-                    diff_json(explain(compare.errors_between(n, mine, peer), mine, peer))
-                )
+                found.append(diff_json(explain(compare.errors_between(n, mine, peer), mine, peer)))
     return out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu
@@ -58,9 +60,10 @@ class Actions:
         self.theme_dark = mk("&Dark", lambda: w.set_theme_mode("dark"), checkable=True)
         for a in (self.theme_system, self.theme_light, self.theme_dark):
             self.theme.addAction(a)
-        self.run_panel = mk("Show &Run Panel", lambda: (w.run_dock.show(), w.run_dock.raise_()))
+        self.run_panel = mk("Show &Run Panel", w.show_run_dock)
         self.about = mk("&About onnxviz", w.about)
         self.keys = mk("&Keyboard Shortcuts", w.shortcuts_help, "F1")
+        self.log_folder = mk("Open &Log Folder", w.open_log_folder)
         self.recent_menu = QMenu("Open &Recent", w)
 
     def _make(self, text, slot, shortcut=None, checkable: bool = False) -> QAction:  # type: ignore[no-untyped-def]
@@ -116,10 +119,11 @@ class Actions:
         docks = view.addMenu("&Panels")
         for dock in w.docks():
             docks.addAction(dock.toggleViewAction())
-        run = bar.addMenu("&Run")
-        run.addAction(self.run_panel)
+        self.run_menu = bar.addMenu("&Run")
+        self.run_menu.addAction(self.run_panel)
         help_ = bar.addMenu("&Help")
         help_.addAction(self.keys)
+        help_.addAction(self.log_folder)
         help_.addAction(self.about)
         tools = w.addToolBar("Main")
         tools.setObjectName("toolbar.main")
@@ -131,3 +135,44 @@ class Actions:
         tools.addSeparator()
         tools.addAction(self.back)
         tools.addAction(self.find)
+
+    def sync(self, doc: Any, options: Any, theme_mode: str, can_go_back: bool) -> None:
+        """Checked and enabled states follow the document, the view options and theme."""
+        for action, value in (
+            (self.shapes, options.show_shapes),
+            (self.inits, options.show_initializers),
+            (self.names, options.show_names),
+        ):
+            action.blockSignals(True)
+            action.setChecked(value)
+            action.blockSignals(False)
+        (self.left_right if options.direction == "LR" else self.top_bottom).setChecked(True)
+        {"light": self.theme_light, "dark": self.theme_dark}.get(
+            theme_mode, self.theme_system
+        ).setChecked(True)
+        has_doc = doc is not None
+        for action in (self.save, self.save_as, self.export, self.close, self.expand_all):
+            action.setEnabled(has_doc)
+        self.expand_bodies.setEnabled(has_doc)
+        self.collapse_all.setEnabled(has_doc)
+        self.undo.setEnabled(bool(doc and doc.can_undo))
+        self.redo.setEnabled(bool(doc and doc.can_redo))
+        self.undo.setText(f"&Undo {doc.undo_label}" if doc and doc.undo_label else "&Undo")
+        self.redo.setText(f"&Redo {doc.redo_label}" if doc and doc.redo_label else "&Redo")
+        for action in getattr(self, "edit_actions", []):
+            action.setEnabled(has_doc)
+        self.back.setEnabled(can_go_back)
+
+    def fill_recent(
+        self, files: list[str], open_path: Callable[[str], Any], clear: Callable[[], Any]
+    ) -> None:
+        menu = self.recent_menu
+        menu.clear()
+        for path in files:
+            action = menu.addAction(os.path.basename(path))
+            action.setToolTip(path)
+            action.triggered.connect(lambda _c=False, p=path: open_path(p))
+        if files:
+            menu.addSeparator()
+            menu.addAction("Clear", clear)
+        menu.setEnabled(bool(files))

@@ -36,9 +36,13 @@ def application() -> QApplication:
 
 def run_app(model: str | None, screenshot: str | None = None) -> int:
     app = application()
+    from onnxviz.ui.log_file import setup_logging
     from onnxviz.ui.main_window import MainWindow
+    from onnxviz.ui.prompter import UnattendedPrompter
 
-    window = MainWindow()
+    setup_logging()
+    # nobody answers questions while a screenshot is taken
+    window = MainWindow(UnattendedPrompter() if screenshot is not None else None)
     path = model or example_path()
     if screenshot is not None:
         window.resize(1400, 900)

@@ -75,7 +75,7 @@ def export_png(
             scene.render(painter, target, source)
             painter.restore()
     painter.end()
-    if not image.save(path, "PNG"):
+    if not image.save(path, "PNG"):  # type: ignore[call-overload]  # the stub wants bytes, Qt a str
         raise ExportError(f"cannot write {path}")
     return image.size()
 

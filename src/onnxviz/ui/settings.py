@@ -18,7 +18,9 @@ def recent_files() -> list[str]:
     value = settings().value("recent_files", [])
     if isinstance(value, str):
         value = [value]
-    return [str(v) for v in (value or []) if v]
+    if not isinstance(value, list):
+        return []
+    return [str(v) for v in value if v]
 
 
 def add_recent(path: str) -> list[str]:

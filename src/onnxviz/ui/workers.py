@@ -9,9 +9,9 @@ the user as the loader's one-sentence message, never as a traceback.
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from onnxviz.present.presenter import Presenter, display_graph
 from onnxviz.present.scene import Scene
 from onnxviz.present.typeinfo import type_table
 
+log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 
@@ -61,7 +62,7 @@ class _Runner(QObject):
         except OnnxvizError as exc:
             self.failed.emit(str(exc))
         except Exception as exc:  # never a traceback dialog: one sentence, details on stderr
-            traceback.print_exc()
+            log.exception("a background task failed")
             self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
         else:
             if self._cancel.is_set():

@@ -1,8 +1,9 @@
 """The one place edits go through in the window: run a command (or a surgery function)
-on the Document, report refusals, and after every change re-validate, refresh the
-canvas, the properties and the title, and schedule the crash-recovery snapshot.
+on the session's Document, report refusals, and after every change re-validate, tell
+the views (the `DocumentSession`'s ``edited``, ``changed`` and ``diagnostics_changed``
+signals) and schedule the crash-recovery snapshot.
 
-The diagnostics live in the document's `check.Validator`; this controller only asks it.
+The diagnostics live in the session's `check.Validator`; this controller only asks it.
 Validation is incremental (`Validator.validate(changes)`) and runs after each change in
 a worker thread, so typing stays fluid on big models; the next edit waits for it to
 finish (the validator then always sees one command per call, and never a model that
@@ -12,6 +13,7 @@ shows the obvious breakages at once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,10 +30,10 @@ from onnxviz.model.document import Document
 
 if TYPE_CHECKING:
     from onnxviz.check.validator import Validator
+    from onnxviz.model.recovery import Autosaver
+    from onnxviz.ui.doc_session import DocumentSession
 
-if TYPE_CHECKING:
-    from onnxviz.ui.main_window import MainWindow
-
+log = logging.getLogger(__name__)
 AUTOSAVE_DELAY_MS = 1500
 # Main graphs up to this size redraw inside the edit; bigger ones right after the
 # diagnostics dock has shown the quick check (so it appears within 200 ms).
@@ -41,9 +43,12 @@ Edit = Command | Callable[[Document], Any]
 
 
 class EditController(QObject):
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.w = window
+    """Runs the edits of the session's document; the views follow `DocumentSession`'s
+    ``edited``, ``changed`` and ``diagnostics_changed`` signals, which it emits."""
+
+    def __init__(self, session: DocumentSession) -> None:
+        super().__init__(session)
+        self.session = session
         self.doc: Document | None = None
         self.validator: Validator | None = None
         self.failure: Diagnostic | None = None  # the validator itself failed (a bug)
@@ -51,7 +56,7 @@ class EditController(QObject):
         self.last_validation_s = 0.0
         self._unsubscribe: Callable[[], None] | None = None
         self._pending: ChangeSet | None = None
-        self.autosaver: Any = None
+        self.autosaver: Autosaver | None = None
         self._autosave_timer = QTimer(self)
         self._autosave_timer.setSingleShot(True)
         self._autosave_timer.timeout.connect(self.autosave_now)
@@ -60,10 +65,11 @@ class EditController(QObject):
         self._validate_timer.timeout.connect(self.validate_pending)
         self._task: Any = None
         self._before: Any = None
-        self._errors_shown = 0
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
         self._task_started = 0.0
+        self._abandoned: list[Any] = []  # validations of documents no longer open
+        session.document_replaced.connect(lambda _doc: self.follow_session())
 
     # -- documents --------------------------------------------------------------------
     @property
@@ -73,10 +79,27 @@ class EditController(QObject):
             return [self.failure]
         return self.validator.diagnostics if self.validator is not None else []
 
-    def attach(self, doc: Document | None, validator: Validator | None = None) -> None:
-        """Edit ``doc``; its diagnostics are kept by ``validator`` (made here when the
-        caller, which owns the open document, has none)."""
-        self.settle()
+    def follow_session(self) -> None:
+        """Edit the session's document with the session's validator and autosaver."""
+        self.attach(self.session.doc, self.session.validator, self.session.autosaver)
+
+    def attach(
+        self,
+        doc: Document | None,
+        validator: Validator | None = None,
+        autosaver: Autosaver | None = None,
+    ) -> None:
+        """Edit ``doc``; its diagnostics are kept by ``validator`` and its recovery
+        snapshots by ``autosaver`` (made here when the caller has none)."""
+        if doc is self.doc:
+            self.settle()
+        else:
+            # The old document's validation is of no use any more: its result is
+            # dropped (see `_take_result`) instead of waited for (closing waits).
+            if self._task is not None:
+                self._abandoned = [t for t in self._abandoned if not t.done] + [self._task]
+            self._task = None
+            self._task_result = []
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -89,13 +112,15 @@ class EditController(QObject):
         if doc is None:
             self.autosaver = None
             self.validator = None
+            self._view_changes = None
+            self._publish()  # nothing to show: the dock and badges empty
             return
         from onnxviz.check.validator import Validator
 
         self.validator = validator if validator is not None else Validator(doc)
         from onnxviz.model.recovery import Autosaver
 
-        self.autosaver = Autosaver(doc)
+        self.autosaver = autosaver if autosaver is not None else Autosaver(doc)
         self._unsubscribe = doc.subscribe(self._on_changed)
         self.validate_full()
 
@@ -125,9 +150,7 @@ class EditController(QObject):
             self.refuse(str(exc))
             return False
         except Exception as exc:  # a bug in an edit must not take the window down
-            import traceback
-
-            traceback.print_exc()
+            log.exception("an edit failed")
             self.refuse(f"internal error: {type(exc).__name__}: {exc}")
             return False
         return True
@@ -139,7 +162,7 @@ class EditController(QObject):
             f"edit refused: {message}",
             Location(graph_path or "main", node),
         )
-        self.w.statusBar().showMessage(f"edit refused: {message}", 10000)
+        self.session.status(f"edit refused: {message}", 10000)
         self._publish()
 
     def undo(self) -> None:
@@ -170,8 +193,7 @@ class EditController(QObject):
         if self.validator is not None:
             self.validator.quick_check(changes, before)
         self._publish(badges=False)  # badges need the index: they follow with the views
-        self.w.update_title()
-        self.w._sync_actions()
+        self.session.edited.emit()
         # The canvas, properties and the validator follow once the dock has painted.
         self._view_changes = (
             changes if self._view_changes is None else self._view_changes.merge(changes)
@@ -185,8 +207,7 @@ class EditController(QObject):
         """Refresh canvas and properties for the changes not shown yet."""
         changes, self._view_changes = self._view_changes, None
         if changes is not None and self.doc is not None:
-            self.w.document_changed(changes)
-            self.w.show_diagnostic_badges(self.shown())
+            self.session.show_changes(changes)
 
     def validate_pending(self) -> None:
         """Refresh the views, then validate the pending change in a worker thread."""
@@ -255,15 +276,8 @@ class EditController(QObject):
 
     def _publish(self, badges: bool = True) -> None:
         shown = self.shown()
-        self.w.diagnostics_dock.show_diagnostics(shown)
-        errors = sum(1 for d in shown if d.severity == Severity.ERROR)
-        if errors and not self._errors_shown:
-            # problems appeared: bring the list forward (once; the user may close it)
-            self.w.diagnostics_dock.show()
-            self.w.diagnostics_dock.raise_()
-        self._errors_shown = errors
-        if badges and self._view_changes is None:
-            self.w.show_diagnostic_badges(shown)
+        self.session.diagnostics = shown
+        self.session.diagnostics_changed.emit(shown, badges and self._view_changes is None)
 
     # -- recovery ---------------------------------------------------------------------------
     def autosave_now(self) -> None:
@@ -272,7 +286,7 @@ class EditController(QObject):
         try:
             self.autosaver.save_now()
         except (OSError, OnnxvizError, ValueError) as exc:
-            self.w.statusBar().showMessage(f"recovery snapshot failed: {exc}", 8000)
+            self.session.status(f"recovery snapshot failed: {exc}", 8000)
 
     def saved(self) -> None:
         if self.autosaver is not None:
@@ -281,6 +295,9 @@ class EditController(QObject):
 
     def closed_cleanly(self) -> None:
         self.settle()
+        for task in self._abandoned:
+            task.wait()
+        self._abandoned = []
         self._autosave_timer.stop()
         if self.autosaver is not None:
             self.autosaver.discard()

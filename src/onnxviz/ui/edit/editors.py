@@ -217,8 +217,9 @@ class ChoiceEditor(QComboBox):
         self.original = text
         self.error = ""
         self.activated.connect(lambda _i: self.commit())
-        if editable and self.lineEdit() is not None:
-            self.lineEdit().editingFinished.connect(self.commit)
+        line = self.lineEdit() if editable else None
+        if line is not None:
+            line.editingFinished.connect(self.commit)
 
     def value(self) -> str:
         if self.isEditable():

@@ -3,6 +3,7 @@ the Edit menu actions (add node, delete, clean up, extract)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from onnx import AttributeProto
@@ -71,7 +72,7 @@ def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
                     is_out = name in scope.output_uses
                     outs.addAction(
                         ("Stop exposing " if is_out else "Expose ") + name,
-                        lambda n=name, on=not is_out: w.make_output(path, n, on),
+                        partial(w.make_output, path, name, not is_out),
                     )
         elif d.kind == "output" and d.value:
             menu.addSeparator()
@@ -102,15 +103,13 @@ def _insert_other(w: MainWindow, path: str, value: str) -> None:
     assert w.doc is not None
     palette = OperatorPalette(w.doc, w)
     palette.chosen.connect(lambda op, _domain: w.insert_on_edge(path, value, op))
-    palette.open()
-    w.palette = palette
+    w.surgery.palette = palette  # kept alive while it is open
+    w.prompter.ask(palette)
 
 
 def properties_menu(
     w: MainWindow, row: Row | None, subject: tuple[Any, ...] | None, menu: QMenu
 ) -> None:
-    from onnxviz.ui.edit.window_edits import ask_text
-
     doc = w.doc
     if doc is None or subject is None:
         return
@@ -135,7 +134,7 @@ def properties_menu(
             for spec in missing:
                 sub.addAction(
                     spec.name + (" (required)" if spec.required else ""),
-                    lambda s=spec: _add_attribute(w, path, index, s),
+                    partial(_add_attribute, w, path, index, spec),
                 )
         menu.addAction(
             "Add metadata…",
@@ -210,7 +209,7 @@ def properties_menu(
         menu.addAction(
             "Import an opset…",
             lambda: _import_opset(
-                w, ask_text(w, "Import opset", "domain version, e.g. ai.onnx.ml 3")
+                w, w.prompter.text("Import opset", "domain version, e.g. ai.onnx.ml 3")
             ),
         )
 
@@ -240,9 +239,7 @@ def _add_attribute(w: MainWindow, path: str, index: int, spec: Any) -> None:
 
 
 def _add_metadata(w: MainWindow, target: Any) -> None:
-    from onnxviz.ui.edit.window_edits import ask_text
-
-    text = ask_text(w, "Add metadata", "key=value")
+    text = w.prompter.text("Add metadata", "key=value")
     if text and "=" in text:
         key, value = text.split("=", 1)
         w.edits.execute(C.SetMetadataProp(target, key.strip(), value.strip()))
@@ -251,9 +248,7 @@ def _add_metadata(w: MainWindow, target: Any) -> None:
 def _add_io(w: MainWindow, path: str, kind: str) -> None:
     from onnx import ValueInfoProto
 
-    from onnxviz.ui.edit.window_edits import ask_text
-
-    text = ask_text(w, f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
+    text = w.prompter.text(f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
     if not text:
         return
     name, _, type_text = text.partition(":")
@@ -286,7 +281,12 @@ def add_compare_actions(w: MainWindow) -> list[QAction]:
     from onnxviz.ui.diff import open_compare_window
 
     file_menu = next(
-        (a.menu() for a in w.menuBar().actions() if a.text().replace("&", "") == "File"), None
+        (
+            menu
+            for a in w.menuBar().actions()
+            if a.text().replace("&", "") == "File" and isinstance(menu := a.menu(), QMenu)
+        ),
+        None,
     )
     if file_menu is None:
         return []

@@ -4,6 +4,7 @@ result is one RewireInput command through the edit controller."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QLineF, QObject, QPoint, Qt
@@ -124,7 +125,7 @@ class WireDrag(QObject):
             return
         menu = QMenu(self.w)
         for value, k, label in choices:
-            menu.addAction(label, lambda v=value, i=k: wire(self.w, target, v, i))
+            menu.addAction(label, partial(wire, self.w, target, value, k))
         menu.popup(where)
         self.menu = menu
 

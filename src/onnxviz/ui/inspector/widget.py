@@ -224,6 +224,17 @@ class TensorInspector(QWidget):
         root.setExpanded(True)
         self.tree.setCurrentItem(root)
 
+    def clear(self) -> None:
+        """Show nothing (the value's model was closed or replaced)."""
+        self.title, self.value, self.array = "", None, None
+        self.tree.clear()
+        self.tree.hide()
+        self.header.setText("")
+        self.hist.set_data(np.zeros(0, np.int64), np.zeros(0), "nothing selected")
+        self.heat_label.setPixmap(QPixmap())
+        self.channels_label.setPixmap(QPixmap())
+        self.table.setRowCount(0)
+
     def _tree_item(self, label: str, value: Any) -> QTreeWidgetItem:
         item = QTreeWidgetItem([label, describe(value)])
         item.setData(0, Qt.ItemDataRole.UserRole, value)

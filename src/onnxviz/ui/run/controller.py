@@ -9,9 +9,9 @@ worker reach the UI thread queued, so slots always run on the UI thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +23,7 @@ from onnxviz.runtime.events import Pause
 from onnxviz.runtime.session import Session
 from onnxviz.ui.run.driver import Debugger
 
+log = logging.getLogger(__name__)
 PROGRESS_MS = 100
 
 
@@ -48,6 +49,9 @@ class RunController(QObject):
         self.pause_event = threading.Event()
         self.stop_event = threading.Event()
         self.break_on_nonfinite = False
+        # Time the run spent computing, its steps added up: a stepped run's wall time
+        # counts the user's pauses, which are not the model's.
+        self.compute_seconds = 0.0
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -82,13 +86,18 @@ class RunController(QObject):
             dbg.pause_requested = self.pause_event
             self._sync_breakpoints(dbg)
             self.debugger = dbg
-            dbg.start(feeds)
-            if self.stop_event.is_set():
-                dbg.cancel()
-            self.last_feeds = feeds
-            if mode == "start":
-                return Pause("step", None)
-            return dbg.advance(mode, target)
+            self.compute_seconds = 0.0
+            t0 = time.perf_counter()
+            try:
+                dbg.start(feeds)
+                if self.stop_event.is_set():
+                    dbg.cancel()
+                self.last_feeds = feeds
+                if mode == "start":
+                    return Pause("step", None)
+                return dbg.advance(mode, target)
+            finally:
+                self.compute_seconds += time.perf_counter() - t0
 
         self._launch(work)
         return True
@@ -99,8 +108,15 @@ class RunController(QObject):
         if not self.can_continue or dbg is None:
             return False
         self._sync_breakpoints(dbg)
-        self._launch(lambda: dbg.advance(mode, target))
+        self._launch(lambda: self._timed(lambda: dbg.advance(mode, target)))
         return True
+
+    def _timed(self, step: Callable[[], Pause]) -> Pause:
+        t0 = time.perf_counter()
+        try:
+            return step()
+        finally:
+            self.compute_seconds += time.perf_counter() - t0
 
     def pause(self) -> None:
         if self.busy:
@@ -157,8 +173,8 @@ class RunController(QObject):
                 result = work()
             except OnnxvizError as exc:
                 result = exc
-            except Exception as exc:  # one sentence for the user, details on stderr
-                traceback.print_exc()
+            except Exception as exc:  # one sentence for the user, details in the log
+                log.exception("the run failed")
                 result = OnnxvizError(f"internal error: {type(exc).__name__}: {exc}")
             self.stopped.emit(result)
 

@@ -124,11 +124,11 @@ class OrtRunner(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread: threading.Thread | None = None
+        self.worker_thread: threading.Thread | None = None
 
     @property
     def busy(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        return self.worker_thread is not None and self.worker_thread.is_alive()
 
     def start(self, doc: Any, feeds: dict[str, Any], memory_cap: int, chunk_bytes: int) -> bool:
         if self.busy:
@@ -149,8 +149,8 @@ class OrtRunner(QObject):
                 result = OnnxvizError(f"onnxruntime failed: {type(exc).__name__}: {exc}")
             self.finished.emit(result)
 
-        self.thread = threading.Thread(target=work, name="onnxviz-onnxruntime", daemon=True)
-        self.thread.start()
+        self.worker_thread = threading.Thread(target=work, name="onnxviz-onnxruntime", daemon=True)
+        self.worker_thread.start()
         return True
 
     def wait(self, timeout_s: float = 60.0) -> bool:

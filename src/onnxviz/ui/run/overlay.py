@@ -175,6 +175,11 @@ class CanvasOverlay:
                 self.marks[key] = NodeMark(item)
         return True
 
+    def follows(self, nodes: object) -> bool:
+        """True when the marks are those of the scene's boxes ``nodes`` (a rebuilt
+        scene has a new dict of boxes, and needs fresh marks)."""
+        return nodes is self._nodes_seen
+
     def item_for(self, graph_path: str, index: int) -> NodeItem | None:
         self._attach()
         mark = self.marks.get((graph_path, index))

@@ -1,0 +1,195 @@
+"""Files: open (in a worker thread), close, save and Save As with the external-data
+choice, the unsaved-work question, crash recovery at start, image export."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from onnxviz.errors import FileChangedError, OnnxvizError
+from onnxviz.ui import settings
+from onnxviz.ui.canvas.scene import GraphScene
+from onnxviz.ui.controllers.background_work import BackgroundWork
+from onnxviz.ui.controllers.navigation_controller import NavigationController
+from onnxviz.ui.doc_session import DocumentSession
+from onnxviz.ui.edit.controller import EditController
+from onnxviz.ui.prompter import Prompter
+from onnxviz.ui.theme import TextMetrics
+from onnxviz.ui.workers import Opened, open_model_job
+
+MODEL_FILTERS = "ONNX models (*.onnx *.onnxtxt *.txt);;All files (*)"
+EXTERNAL_CHOICES = [
+    ("keep", "Keep external data where it is"),
+    ("embed", "Embed all tensors in the model file"),
+    ("external", "Write big tensors to a data file next to the model"),
+]
+
+
+class FileController(QObject):
+    recent_changed = Signal()  # the recent-files list changed
+    failed = Signal(str)  # a file could not be opened, saved or exported
+
+    def __init__(
+        self,
+        session: DocumentSession,
+        edits: EditController,
+        navigation: NavigationController,
+        work: BackgroundWork,
+        scene: GraphScene,
+        prompter: Prompter,
+    ) -> None:
+        super().__init__(session)
+        self.session = session
+        self.edits = edits
+        self.navigation = navigation
+        self.work = work
+        self.graph_scene = scene
+        self.prompter = prompter
+
+    # -- opening ------------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        recent = settings.recent_files()
+        start = os.path.dirname(recent[0]) if recent else ""
+        path = self.prompter.open_file("Open model", start, MODEL_FILTERS)
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str, *, background: bool = True, example: bool = False) -> None:
+        if not self.maybe_save():
+            return
+        job = open_model_job(path, self.session.options, TextMetrics)
+        self.work.run(
+            job,
+            lambda opened: self.adopt(opened, path, example),
+            background,
+            f"opening {os.path.basename(path)}",
+        )
+
+    def adopt(self, opened: Opened, path: str, example: bool) -> None:
+        """Make a freshly opened model the session's document."""
+        self.session.replace(opened.doc, opened.presenter, example=example)
+        self.navigation.adopt_scene(opened.scene)
+        if not example:
+            settings.add_recent(path)
+            self.recent_changed.emit()
+
+    def close_model(self) -> None:
+        if not self.maybe_save():
+            return
+        self.edits.closed_cleanly()
+        self.session.replace(None)
+
+    # -- saving -------------------------------------------------------------------------------
+    def save(self) -> None:
+        doc = self.session.doc
+        if doc is None:
+            return
+        if doc.path is None or self.session.is_example:
+            self.save_as()
+            return
+        self.save_to(doc.path)
+
+    def save_as(self) -> None:
+        doc = self.session.doc
+        if doc is None:
+            return
+        chosen = self.prompter.save_file("Save model as", doc.path or "", "ONNX models (*.onnx)")
+        if chosen is None:
+            return
+        mode = self.prompter.choose("Tensor data", "Weights", EXTERNAL_CHOICES)
+        if mode is not None:
+            self.save_to(chosen[0], mode)
+
+    def save_to(self, path: str, external_data: Any = "keep") -> bool:
+        doc = self.session.doc
+        assert doc is not None
+        try:
+            try:
+                doc.save(path, external_data=external_data)
+            except FileChangedError:
+                if not self.prompter.overwrite_changed(os.path.basename(path)):
+                    self.session.status("not saved: the file changed on disk", 8000)
+                    return False
+                doc.save(path, external_data=external_data, overwrite_changed=True)
+        except OnnxvizError as exc:
+            self.failed.emit(str(exc))
+            return False
+        self.edits.saved()
+        self.session.is_example = False
+        self.session.edited.emit()  # the title loses its dirty mark
+        settings.add_recent(path)
+        self.recent_changed.emit()
+        self.session.status(f"saved {path}", 5000)
+        return True
+
+    def maybe_save(self) -> bool:
+        """Before closing unsaved work: save, discard or cancel.  True: go on."""
+        doc = self.session.doc
+        if doc is None or not doc.is_modified:
+            return True
+        answer = self.prompter.unsaved_changes(doc.display_name)
+        if answer == "cancel":
+            return False
+        if answer == "save":
+            self.save()
+            return not doc.is_modified
+        return True
+
+    # -- recovery -------------------------------------------------------------------------------
+    def offer_recovery(self) -> None:
+        """At start: snapshots left by a crashed session can be restored."""
+        from onnxviz.model.recovery import pending
+
+        entries = pending()
+        if not entries:
+            return
+        entry = entries[0]
+        answer = self.prompter.recover(entry.source or "an unsaved model", entry.last_edit or "")
+        if answer == "restore":
+            self.restore_recovery(entry)
+        elif answer == "discard":
+            entry.discard()
+
+    def restore_recovery(self, entry: Any) -> None:
+        from onnxviz.ui.workers import build_opened
+
+        doc = entry.restore()
+        self.adopt(build_opened(doc, self.session.options), doc.path or "", example=False)
+        entry.discard()
+        self.edits.autosave_now()
+        self.session.edited.emit()
+
+    # -- export ---------------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        from onnxviz.ui.export import export_any
+
+        doc = self.session.doc
+        if doc is None:
+            return
+        base = os.path.splitext(doc.path or "graph")[0]
+        chosen = self.prompter.save_file(
+            "Export image",
+            base + ".svg",
+            "SVG, whole graph (*.svg);;PNG, whole graph (*.png);;PDF (*.pdf);;"
+            "PNG, current view (*.png)",
+        )
+        if chosen is None:
+            return
+        path, kind = chosen
+        rect = self.navigation.visible_rect() if "current view" in kind else None
+        scale = 2.0
+        if path.lower().endswith(".png"):
+            chosen_scale = self.prompter.number(
+                "PNG scale", "Pixels per scene unit (sharpness):", 2.0, 0.1, 16.0, 1
+            )
+            if chosen_scale is None:
+                return
+            scale = chosen_scale
+        try:
+            export_any(self.graph_scene, path, rect, scale=scale, title=doc.display_name)
+        except OnnxvizError as exc:
+            self.failed.emit(str(exc))
+            return
+        self.session.status(f"exported {path}", 5000)

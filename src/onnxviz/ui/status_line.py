@@ -1,0 +1,49 @@
+"""The status bar's permanent parts: the model summary, the progress of the background
+job with its Cancel button, and the zoom."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar
+
+from onnxviz.model.document import Document
+from onnxviz.present.scene import Scene
+
+
+class StatusLine:
+    def __init__(self, bar: QStatusBar) -> None:
+        self.summary_label = QLabel("")
+        self.zoom_label = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(140)
+        self.progress_label = QLabel("")
+        self.cancel_button = QPushButton("Cancel")
+        bar.addWidget(self.summary_label, 1)
+        bar.addPermanentWidget(self.progress_label)
+        bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.cancel_button)
+        bar.addPermanentWidget(self.zoom_label)
+        self.set_busy(None)
+
+    def set_busy(self, message: str | None) -> None:
+        busy = message is not None
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        self.progress_label.setText(message or "")
+        self.progress_label.setVisible(busy)
+
+    def set_zoom(self, zoom: float) -> None:
+        self.zoom_label.setText(f"{zoom * 100:.0f}%")
+
+    def show_summary(self, doc: Document | None, display: Scene | None) -> None:
+        if doc is None:
+            self.summary_label.setText("")
+            return
+        m = doc.model
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
+        total = sum(len(s.nodes) for s in doc.scopes())
+        shown = len(display.items) if display else 0
+        self.summary_label.setText(
+            f"{doc.display_name} · IR {m.ir_version} · {opsets} · {len(m.graph.node)} nodes"
+            f" ({total} in all graphs) · {shown} boxes shown"
+        )
