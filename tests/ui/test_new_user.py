@@ -83,3 +83,88 @@ def test_focusing_a_metadata_field_opens_its_group(window) -> None:  # type: ign
     assert group.isExpanded()
     assert dock.tree.currentItem().parent() is group
     assert dock.tree.currentItem().data(0, Qt.ItemDataRole.UserRole) is row
+
+
+def _checked_model(tmp_path: Path, perm: list[int]) -> str:
+    """Relu -> Transpose with a declared output [2,3] (a perm of [1,0] contradicts it),
+    a loosely declared intermediate (warning) and dotted names (notes)."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    g = h.make_graph(
+        [
+            h.make_node("Relu", ["x"], ["r.1"], name="relu"),
+            h.make_node("Transpose", ["r.1"], ["y.1"], perm=perm, name="flip"),
+        ],
+        "main",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [h.make_tensor_value_info("y.1", TensorProto.FLOAT, [2, 3])],
+        value_info=[h.make_tensor_value_info("r.1", TensorProto.FLOAT, [2, 4])],
+    )
+    path = str(tmp_path / "checked.onnx")
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_declared_shape_clash_after_an_edit_is_badged_on_the_edited_node(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(_checked_model(tmp_path, [0, 1]), background=False)
+    window.edits.wait_validated()
+    assert not [d for d in window.diagnostics_dock.diagnostics if d.code == "T005"]
+    # the user selects the Transpose and types a new perm
+    flip = _select(window, "Transpose")
+    editor = window.properties_dock.editor("Attributes", "perm")
+    editor.setText("1, 0")
+    editor.textEdited.emit("1, 0")
+    editor.editingFinished.emit()
+    window.edits.wait_validated()
+    window.wait_idle()
+    clash = next(d for d in window.diagnostics_dock.diagnostics if d.code == "T005")
+    assert clash.location.node == "flip" and clash.location.value == "y.1"
+    flip = window.graph_scene.nodes[flip.data_item.id]
+    assert any("T005" in p for p in flip.problems)  # the badge is on the edited node
+    row = next(
+        window.diagnostics_dock.tree.topLevelItem(i)
+        for i in range(window.diagnostics_dock.tree.topLevelItemCount())
+        if window.diagnostics_dock.tree.topLevelItem(i).text(1) == "T005"
+    )
+    assert "node flip" in row.text(3) and "value y.1" in row.text(3)
+    window.graph_scene.clearSelection()
+    window.diagnostics_dock.tree.itemClicked.emit(row, 2)
+    assert [n.data_item.title for n in window.graph_scene.selectedItems()] == ["Transpose"]
+
+
+def test_diagnostics_list_errors_first_and_the_message_gets_the_width(
+    window, tmp_path, qtbot
+) -> None:  # type: ignore[no-untyped-def]
+    window.open_path(_checked_model(tmp_path, [1, 0]), background=False)
+    window.edits.wait_validated()
+    dock = window.diagnostics_dock
+    qtbot.waitUntil(dock.isVisible)
+    tree = dock.tree
+    severities = [tree.topLevelItem(i).text(0) for i in range(tree.topLevelItemCount())]
+    assert {"error", "warning", "info"} <= set(severities)
+    rank = {"error": 0, "warning": 1, "info": 2}
+    assert [rank[s] for s in severities] == sorted(rank[s] for s in severities)
+    # alone in the bottom area: every column, the message the widest
+    header = tree.header()
+    assert not tree.isColumnHidden(3)
+    assert header.sectionSize(2) >= 0.5 * tree.viewport().width()
+    # next to the Run dock the area is shared: the message keeps most of what is left
+    window.run_dock.show()
+    qtbot.waitUntil(lambda: window.run_dock.isVisible())
+    qtbot.wait(50)
+    width = tree.viewport().width()
+    shown = [c for c in range(4) if not tree.isColumnHidden(c)]
+    assert 2 in shown and 1 in shown  # the code (with its severity dot) and the message
+    assert header.sectionSize(2) >= 0.6 * width
+    first = tree.topLevelItem(0)
+    assert "error" in first.toolTip(2) and "node flip" in first.toolTip(2)
+    said = [
+        f"{n} {word}" + ("" if n == 1 else "s")
+        for n, word in zip(
+            (severities.count(s) for s in ("error", "warning", "info")),
+            ("error", "warning", "note"),
+        )
+    ]
+    assert dock.summary.text() == " · ".join(said)
