@@ -168,3 +168,63 @@ def test_diagnostics_list_errors_first_and_the_message_gets_the_width(
         )
     ]
     assert dock.summary.text() == " · ".join(said)
+
+
+def test_empty_inspector_says_nothing_is_selected(qtbot) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from onnxviz.ui.inspector import InspectorDock
+
+    dock = InspectorDock()
+    qtbot.addWidget(dock)
+    dock.show()
+    ins = dock.inspector
+    assert "nothing selected" in ins.hist.empty_text
+    assert "nothing selected" in ins.header.text()
+    assert "finite" not in ins.hist.empty_text
+    # a tensor of only NaN says so; clearing goes back to nothing selected
+    dock.show_value("bad", np.full((2, 2), np.nan, np.float32))
+    assert ins.hist.empty_text == "no finite values"
+    dock.clear()
+    assert "nothing selected" in ins.hist.empty_text and ins.array is None
+
+
+@pytest.mark.parametrize("tab", [1, 2])
+def test_channel_grid_and_heatmap_fit_the_dock_then_zoom(qtbot, tab: int) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from onnxviz.ui.inspector import InspectorDock
+
+    dock = InspectorDock()
+    qtbot.addWidget(dock)
+    dock.resize(420, 360)
+    dock.show()
+    ins = dock.inspector
+    rng = np.random.default_rng(0)
+    # 64 channels of 28x28 (8 a row) and a 300-column slice: both wider than the dock
+    dock.show_value("feature map", rng.standard_normal((1, 64, 28, 28)).astype(np.float32))
+    if tab == 1:
+        dock.show_value("wide", rng.standard_normal((40, 300)).astype(np.float32))
+    ins.tabs.setCurrentIndex(tab)
+    view = ins.heat_label if tab == 1 else ins.channels_label
+    qtbot.waitUntil(lambda: view.viewport().width() > 0 and view.isVisible())
+    qtbot.wait(20)
+    shown = view.pixmap().size()
+    room = view.viewport().size()
+    # the whole picture is in view at first: every column of the grid
+    assert shown.width() <= room.width() and shown.height() <= room.height()
+    assert shown.width() >= room.width() * 0.9 or shown.height() >= room.height() * 0.9
+    assert view.horizontalScrollBar().maximum() == 0
+    # the user zooms in with the wheel or "+": the picture grows and scrolls
+    view.setFocus()
+    for _ in range(4):
+        qtbot.keyClick(view, Qt.Key.Key_Plus)
+    assert view.pixmap().width() > shown.width() * 2
+    assert view.horizontalScrollBar().maximum() > 0
+    # resizing keeps the user's zoom; a double-click fits again
+    zoomed = view.pixmap().size()
+    dock.resize(500, 400)
+    qtbot.wait(20)
+    assert view.pixmap().size() == zoomed
+    qtbot.mouseDClick(view.viewport(), Qt.MouseButton.LeftButton)
+    assert view.pixmap().width() <= view.viewport().width()
