@@ -228,3 +228,37 @@ def test_channel_grid_and_heatmap_fit_the_dock_then_zoom(qtbot, tab: int) -> Non
     assert view.pixmap().size() == zoomed
     qtbot.mouseDClick(view.viewport(), Qt.MouseButton.LeftButton)
     assert view.pixmap().width() <= view.viewport().width()
+
+
+def test_toolbars_show_icons_with_text_and_shortcut_in_tooltips(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QToolBar, QToolButton
+
+    from onnxviz.ui.icons import plain_text
+
+    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    qtbot.wait(10)
+    bars = window.findChildren(QToolBar)
+    assert {b.objectName() for b in bars} >= {"toolbar.main", "toolbar.run"}
+    for bar in bars:
+        for action in bar.actions():
+            if action.isSeparator():
+                continue
+            assert not action.icon().isNull(), plain_text(action)
+            button = bar.widgetForAction(action)
+            assert isinstance(button, QToolButton)
+            assert button.toolButtonStyle() == Qt.ToolButtonStyle.ToolButtonIconOnly
+            tip = action.toolTip()
+            assert plain_text(action).split()[0].lower() in tip.lower(), tip  # says what it does
+            keys = action.shortcut().toString()
+            if keys:
+                assert keys in tip, (tip, keys)
+    # the shortcuts still work: Ctrl+1 is actual size, Ctrl+0 fits
+    window.view.setFocus()
+    window.view.set_zoom(0.3)
+    qtbot.keyClick(window.view, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
+    assert window.view.zoom() == pytest.approx(1.0)
+    # a toolbar click does what the menu item does
+    zoom = window.view.zoom()
+    zoom_out = window.findChild(QToolBar, "toolbar.main").widgetForAction(window.actions_.zoom_out)
+    qtbot.mouseClick(zoom_out, Qt.MouseButton.LeftButton)
+    assert window.view.zoom() < zoom

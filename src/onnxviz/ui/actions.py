@@ -131,3 +131,7 @@ class Actions:
         tools.addSeparator()
         tools.addAction(self.back)
         tools.addAction(self.find)
+        from onnxviz.ui.icons import decorate_toolbars
+
+        # icons with the text and shortcut in tooltips, on this toolbar and later ones
+        self.toolbar_icons = decorate_toolbars(w)
