@@ -108,6 +108,14 @@ class NodeItem(QGraphicsItem):
 
         self.problems: list[str] = []
         self._badge: ProblemBadge | None = None
+        # A run colour (profile heat, compare error) painted as the box's own fill, so
+        # the text drawn over it keeps its contrast; None: the category colour.
+        self.tint: QColor | None = None
+
+    def set_tint(self, color: QColor | None) -> None:
+        if color != self.tint:
+            self.tint = color
+            self.update()
 
     def set_problems(self, problems: list[str]) -> None:
         """Diagnostics located at this node: a badge at the top right corner."""
@@ -196,7 +204,7 @@ class NodeItem(QGraphicsItem):
         if kind == "group":
             # a collapsed group: a stacked box
             painter.setPen(pen)
-            painter.setBrush(theme.group_fill)
+            painter.setBrush(self.tint if self.tint is not None else theme.group_fill)
             if level >= lod.ARROW_MIN:
                 painter.drawRoundedRect(r.adjusted(4, -4, 4, -4), 5, 5)
             painter.drawRoundedRect(r, 5, 5)
@@ -218,7 +226,7 @@ class NodeItem(QGraphicsItem):
             return
         # operator
         painter.setPen(pen)
-        painter.setBrush(theme.category(d.category))
+        painter.setBrush(self.tint if self.tint is not None else theme.category(d.category))
         painter.drawRoundedRect(r, 5, 5)
         if level < lod.TEXT_MIN:
             if level >= lod.SMALL_TITLE_MIN:
@@ -291,7 +299,7 @@ class NodeItem(QGraphicsItem):
             painter.setPen(pen)
             painter.setBrush(fill)
             painter.drawRoundedRect(r, 8, 8)
-            head = QColor(theme.category(d.category))
+            head = QColor(self.tint if self.tint is not None else theme.category(d.category))
             painter.setBrush(head)
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(QRectF(1, 1, r.width() - 2, header - 1), 7, 7)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 SEVERITY_COLORS = {"error": "#d32f2f", "warning": "#ef8f00", "info": "#1e88e5"}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 LOCATION_SHARE = 0.3  # of the tree's width, at most, for the location column
+MIN_WIDTH = 280  # px: the code and a readable part of a message
 NARROW = 480  # px: below this the severity and location columns hide (icon and tooltip)
 MAX_SHOWN = 5000  # a model with more problems lists the first ones (the count says all)
 
@@ -66,10 +67,14 @@ def severity_icon(severity: str) -> QIcon:
 
 class _Body(QWidget):
     """The dock's body: asks for a width where messages read in full (the window
-    splits a dock area by its docks' size hints)."""
+    splits a dock area by its docks' size hints) and keeps `MIN_WIDTH` next to the
+    Run dock (which asks for much more)."""
 
     def sizeHint(self) -> QSize:
         return QSize(560, 180)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(MIN_WIDTH, 80)
 
 
 def _count(n: int, word: str) -> str:
@@ -102,7 +107,7 @@ class DiagnosticsDock(QDockWidget):
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
         header.resizeSection(3, 160)
-        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)  # a message reads from its start
         self.tree.viewport().installEventFilter(self)
         self.tree.itemActivated.connect(self._activated)
         self.tree.itemClicked.connect(self._activated)
@@ -157,10 +162,10 @@ class DiagnosticsDock(QDockWidget):
         narrow = width < NARROW
         self.tree.setColumnHidden(0, narrow)
         self.tree.setColumnHidden(3, narrow)
-        if narrow:
-            return
-        wanted = self.tree.sizeHintForColumn(3) if self.tree.topLevelItemCount() else 80
-        self.tree.header().resizeSection(3, max(60, min(wanted + 8, int(width * LOCATION_SHARE))))
+        if not narrow:
+            wanted = self.tree.sizeHintForColumn(3) if self.tree.topLevelItemCount() else 80
+            share = int(width * LOCATION_SHARE)
+            self.tree.header().resizeSection(3, max(60, min(wanted + 8, share)))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
