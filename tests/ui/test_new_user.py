@@ -262,3 +262,45 @@ def test_toolbars_show_icons_with_text_and_shortcut_in_tooltips(window, qtbot) -
     zoom_out = window.findChild(QToolBar, "toolbar.main").widgetForAction(window.actions_.zoom_out)
     qtbot.mouseClick(zoom_out, Qt.MouseButton.LeftButton)
     assert window.view.zoom() < zoom
+
+
+def _band_pixel(window, node, y: float):  # type: ignore[no-untyped-def]
+    window.view.viewport().repaint()
+    p = window.view.mapFromScene(node.mapToScene(node.boundingRect().width() - 12, y))
+    return window.view.viewport().grab().toImage().pixelColor(p.x(), p.y())
+
+
+def test_hovering_a_weight_row_lights_it_and_a_click_there_shows_the_tensor(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.present.options import LINE_H, ROW_H, TITLE_H
+
+    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.view.actual_size()
+    conv = next(n for n in window.graph_scene.nodes.values() if n.data_item.title == "Conv")
+    window.view.centerOn(conv)
+    d = conv.data_item
+    top = TITLE_H + (LINE_H if d.subtitle else 0.0) + 2
+    w_y, title_y = top + ROW_H / 2, TITLE_H / 2
+    viewport = window.view.viewport()
+
+    def at(y: float):  # type: ignore[no-untyped-def]
+        return window.view.mapFromScene(conv.mapToScene(conv.boundingRect().width() / 3, y))
+
+    before = _band_pixel(window, conv, w_y)
+    qtbot.mouseMove(viewport, at(title_y))
+    qtbot.mouseMove(viewport, at(w_y))
+    qtbot.waitUntil(lambda: conv.hover_row == 0)
+    assert _band_pixel(window, conv, w_y) != before  # the W row is lit
+    assert d.rows[0].name in conv.toolTip() and "tensor" in conv.toolTip()
+    # on the title nothing is lit, and the tooltip says a click shows the node
+    qtbot.mouseMove(viewport, at(title_y))
+    qtbot.waitUntil(lambda: conv.hover_row is None)
+    assert _band_pixel(window, conv, w_y) == before
+    assert "node" in conv.toolTip()
+    # the clicks do what the highlight promised
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=at(w_y))
+    rows = {r.key: r.value for r in window.properties_dock.rows()}
+    assert rows.get("name") == d.rows[0].name and "dtype" in rows
+    window.graph_scene.clearSelection()  # (a click on a selected node is item 3's)
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=at(title_y))
+    assert conv.isSelected()
+    assert {"op_type", "since_version"} <= {r.key for r in window.properties_dock.rows()}

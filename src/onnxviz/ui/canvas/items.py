@@ -21,6 +21,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
+    QGraphicsSceneHoverEvent,
     QGraphicsSceneMouseEvent,
     QStyleOptionGraphicsItem,
     QWidget,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 Z_FRAME = 0.0
 Z_EDGE = 100.0
 Z_NODE = 200.0
+HOVER_ALPHA = 70  # of the selection colour behind a hovered weight row
 
 _TITLE_FONT = None
 _TEXT_FONT = None
@@ -104,7 +106,10 @@ class NodeItem(QGraphicsItem):
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
         self.setZValue(Z_FRAME + data.depth if self.is_frame else Z_NODE)
         self.setToolTip(_tooltip(data))
-        self.setAcceptHoverEvents(False)
+        # Boxes with weight rows answer hovering: a click on a row shows the tensor, a
+        # click elsewhere the node, and the hovered row lights up to say which.
+        self.setAcceptHoverEvents(bool(data.rows) and not self.is_frame)
+        self.hover_row: int | None = None
 
         self.problems: list[str] = []
         self._badge: ProblemBadge | None = None
@@ -251,8 +256,16 @@ class NodeItem(QGraphicsItem):
             painter.setPen(QPen(theme.node_border, 0.5))
             painter.drawLine(QPointF(0, y), QPointF(r.width(), y))
             painter.setFont(text)
-            painter.setPen(theme.text)
             y += 2
+            if self.hover_row is not None:
+                band = QColor(theme.selection)
+                band.setAlpha(HOVER_ALPHA)
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(band)
+                painter.drawRoundedRect(
+                    QRectF(2, y + self.hover_row * ROW_H, r.width() - 4, ROW_H), 2, 2
+                )
+            painter.setPen(theme.text)
             for row in d.rows:
                 painter.drawText(
                     QRectF(PAD_X, y, r.width() - PAD_X, ROW_H),
@@ -338,12 +351,44 @@ class NodeItem(QGraphicsItem):
 
     # -- interaction ----------------------------------------------------------------------
     def row_at(self, y: float) -> str | None:
+        k = self.row_index_at(y)
+        return None if k is None else self.data_item.rows[k].name
+
+    def row_index_at(self, y: float) -> int | None:
         d = self.data_item
         top = TITLE_H + (LINE_H if d.subtitle else 0.0) + 2
         if not d.rows or y < top:
             return None
         k = int((y - top) // ROW_H)
-        return d.rows[k].name if 0 <= k < len(d.rows) else None
+        return k if 0 <= k < len(d.rows) else None
+
+    def _hover_at(self, pos: QPointF | None) -> None:
+        k = self.row_index_at(pos.y()) if pos is not None else None
+        if k == self.hover_row:
+            return
+        self.hover_row = k
+        d = self.data_item
+        if k is None:
+            self.setToolTip(_tooltip(d) + ("\nclick: the node's properties" if pos else ""))
+            self.unsetCursor()
+        else:
+            row = d.rows[k]
+            self.setToolTip(f"{row.label}: {row.name} ⟨{row.shape}⟩\nclick: show the tensor")
+            self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.update()
+
+    def hoverEnterEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(event.pos())
+        super().hoverEnterEvent(event)
+
+    def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(event.pos())
+        super().hoverMoveEvent(event)
+
+    def hoverLeaveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(None)
+        self.setToolTip(_tooltip(self.data_item))
+        super().hoverLeaveEvent(event)
 
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
         super().mousePressEvent(event)
