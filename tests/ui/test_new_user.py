@@ -304,3 +304,25 @@ def test_hovering_a_weight_row_lights_it_and_a_click_there_shows_the_tensor(wind
     qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=at(title_y))
     assert conv.isSelected()
     assert {"op_type", "since_version"} <= {r.key for r in window.properties_dock.rows()}
+
+
+@pytest.mark.parametrize("size", [(1400, 900), (1024, 640)])
+@pytest.mark.parametrize("name", ["optimum_bert", "torch_dynamo_transformer", "torch_dynamo_cnn"])
+def test_the_first_view_is_readable_without_zooming(window, qtbot, name: str, size) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.ui.canvas import lod
+
+    window.resize(*size)
+    qtbot.wait(10)
+    window.open_path(str(EXPORTERS / f"{name}.onnx"), background=False)
+    window.wait_idle()
+    # box text is drawn at this zoom, and the graph's start is in view
+    assert window.view.zoom() >= lod.TEXT_MIN
+    visible = window.visible_rect()
+    inputs = [n for n in window.graph_scene.nodes.values() if n.data_item.kind == "input"]
+    assert any(visible.intersects(n.sceneBoundingRect()) for n in inputs)
+    ops = [
+        n
+        for n in window.graph_scene.nodes.values()
+        if n.data_item.kind == "op" and visible.contains(n.sceneBoundingRect())
+    ]
+    assert len(ops) >= 3  # several whole boxes, titles readable
