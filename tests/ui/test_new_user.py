@@ -326,3 +326,35 @@ def test_the_first_view_is_readable_without_zooming(window, qtbot, name: str, si
         if n.data_item.kind == "op" and visible.contains(n.sceneBoundingRect())
     ]
     assert len(ops) >= 3  # several whole boxes, titles readable
+
+
+def _dark_in(window, rect) -> int:  # type: ignore[no-untyped-def]
+    window.view.viewport().repaint()
+    image = window.view.viewport().grab(rect).toImage()
+    return sum(
+        1
+        for x in range(image.width())
+        for y in range(image.height())
+        if image.pixelColor(x, y).lightness() < 90
+    )
+
+
+def test_fitted_transformer_still_names_its_groups(window) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QRect
+
+    from onnxviz.ui.canvas import lod
+    from onnxviz.ui.canvas.items import FrameTitle
+
+    window.open_path(str(EXPORTERS / "optimum_bert.onnx"), background=False)
+    window.view.fit()
+    zoom = window.view.zoom()
+    assert zoom < lod.TEXT_MIN  # the frames' own header text is not drawn
+    titles = [t for t in window.graph_scene.items() if isinstance(t, FrameTitle)]
+    frames = [n for n in window.graph_scene.nodes.values() if n.is_frame]
+    assert frames and len(titles) == len(frames)
+    wide = [t for t in titles if t.frame.data_item.width * zoom >= lod.FRAME_TITLE_MIN_W]
+    assert wide
+    for title in wide:
+        corner = window.view.mapFromScene(title.pos())
+        rect = QRect(corner.x() + 1, corner.y() + 1, 30, 9)
+        assert _dark_in(window, rect) > 5, title.text  # its name, at a readable size

@@ -317,7 +317,7 @@ class NodeItem(QGraphicsItem):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(QRectF(1, 1, r.width() - 2, header - 1), 7, 7)
         if level < lod.TEXT_MIN:
-            return
+            return  # a `FrameTitle` names the frame at this zoom
         title, text, _ = _fonts()
         painter.setPen(theme.text)
         painter.setFont(title)
@@ -437,6 +437,59 @@ def _tooltip(d: DisplayItem) -> str:
             what = "value defined nowhere"
         return f"{d.value}: {what}"
     return d.title + (f"\n{d.subtitle}" if d.subtitle else "")
+
+
+class FrameTitle(QGraphicsItem):
+    """The title of an expanded group or body (layers.0, attention, Loop body) at a
+    fixed screen size, drawn above the boxes, while the zoom is too small for the
+    frame's own header text: a fitted BERT still says which layer is where.
+
+    A scene item of its own (not a child of the frame, whose boxes would cover it),
+    ignoring the view's scale; it paints nothing at readable zooms or when the frame
+    is narrower than `lod.FRAME_TITLE_MIN_W` on screen."""
+
+    MAX_W = 220.0  # screen px
+
+    def __init__(self, frame: NodeItem) -> None:
+        super().__init__()
+        self.frame = frame
+        self.text = frame.data_item.title
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations, True)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.setZValue(Z_NODE + 50)
+        self.setPos(frame.pos())
+        font, metrics = _title_font_px(int(lod.SMALL_TITLE_PX))
+        self._font, self._metrics = font, metrics
+        self._size = QRectF(
+            0, 0, min(metrics.horizontalAdvance(self.text) + 6, self.MAX_W), metrics.height() + 2
+        )
+
+    def boundingRect(self) -> QRectF:
+        return self._size
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        view = widget.parent() if widget is not None else None
+        transform = getattr(view, "transform", None)
+        zoom = transform().m11() if transform is not None else 1.0
+        width = self.frame.data_item.width * zoom
+        if zoom >= lod.TEXT_MIN or width < lod.FRAME_TITLE_MIN_W or self.frame.is_frame is False:
+            return
+        room = min(self._size.width(), width)
+        shown = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 6)
+        if len(shown) < 2:
+            return
+        theme = self.frame.graph_scene.theme
+        plate = QColor(theme.background)
+        plate.setAlpha(215)
+        box = QRectF(0, 0, self._metrics.horizontalAdvance(shown) + 6, self._size.height())
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(plate)
+        painter.drawRoundedRect(box, 2, 2)
+        painter.setPen(theme.text)
+        painter.setFont(self._font)
+        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, shown)
 
 
 class ProblemBadge(QGraphicsItem):

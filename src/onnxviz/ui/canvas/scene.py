@@ -16,7 +16,7 @@ from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
 from onnxviz.present.scene import Scene
-from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.canvas.items import EdgeItem, FrameTitle, NodeItem
 from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, OverviewItem
 from onnxviz.ui.theme import LIGHT, Theme
 
@@ -142,6 +142,8 @@ class GraphScene(QGraphicsScene):
                 node.setVisible(False)
             self.addItem(node)
             self.nodes[item.id] = node
+            if node.is_frame:  # its name, readable when zoomed far out
+                self.addItem(FrameTitle(node))
             made += 1
             if made % SLICE_ITEMS == 0:
                 yield
