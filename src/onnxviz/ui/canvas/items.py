@@ -93,6 +93,21 @@ def _fonts():  # type: ignore[no-untyped-def]
     return _TITLE_FONT, _TEXT_FONT, _ITALIC_FONT
 
 
+def luminance(c: QColor) -> float:
+    """WCAG relative luminance (0 black .. 1 white)."""
+
+    def channel(v: float) -> float:
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(c.redF()) + 0.7152 * channel(c.greenF()) + 0.0722 * channel(c.blueF())
+
+
+def ink_on(fill: QColor) -> QColor:
+    """Near-black or near-white, whichever contrasts more with ``fill`` (a saturated
+    red takes black: 5.6:1 against white's 3.8:1)."""
+    return QColor("#1b1b1b") if luminance(fill) > 0.18 else QColor("#f4f4f4")
+
+
 class NodeItem(QGraphicsItem):
     """Any box: operator, pill, collapsed group, proxy, or frame of an expanded item."""
 
@@ -169,6 +184,10 @@ class NodeItem(QGraphicsItem):
     ) -> None:
         theme = self.graph_scene.theme
         d = self.data_item
+        # on a run colour (light tints, or heat) the text takes the ink that reads on it,
+        # whatever the theme's text colour
+        ink = theme.text if self.tint is None else ink_on(self.tint)
+        muted = theme.muted if self.tint is None else ink
         level = lod.level(painter)
         selected = self.isSelected()
         border = (
@@ -214,17 +233,17 @@ class NodeItem(QGraphicsItem):
                 painter.drawRoundedRect(r.adjusted(4, -4, 4, -4), 5, 5)
             painter.drawRoundedRect(r, 5, 5)
             if lod.SMALL_TITLE_MIN <= level < lod.TEXT_MIN:
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 _small_title(painter, r, d.title, level)
             if level >= lod.TEXT_MIN:
                 title, text, _ = _fonts()
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 painter.setFont(title)
                 painter.drawText(
                     QRectF(0, 3, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title
                 )
                 painter.setFont(text)
-                painter.setPen(theme.muted)
+                painter.setPen(muted)
                 painter.drawText(
                     QRectF(0, TITLE_H, r.width(), LINE_H), Qt.AlignmentFlag.AlignCenter, d.subtitle
                 )
@@ -235,17 +254,17 @@ class NodeItem(QGraphicsItem):
         painter.drawRoundedRect(r, 5, 5)
         if level < lod.TEXT_MIN:
             if level >= lod.SMALL_TITLE_MIN:
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 _small_title(painter, r, d.title, level)
             return
         title, text, _ = _fonts()
-        painter.setPen(theme.text)
+        painter.setPen(ink)
         painter.setFont(title)
         painter.drawText(QRectF(0, 0, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title)
         y = TITLE_H
         if d.subtitle:
             painter.setFont(text)
-            painter.setPen(theme.muted)
+            painter.setPen(muted)
             painter.drawText(
                 QRectF(PAD_X / 2, y - 3, r.width() - PAD_X, LINE_H),
                 Qt.AlignmentFlag.AlignCenter,
@@ -265,7 +284,7 @@ class NodeItem(QGraphicsItem):
                 painter.drawRoundedRect(
                     QRectF(2, y + self.hover_row * ROW_H, r.width() - 4, ROW_H), 2, 2
                 )
-            painter.setPen(theme.text)
+            painter.setPen(ink)
             for row in d.rows:
                 painter.drawText(
                     QRectF(PAD_X, y, r.width() - PAD_X, ROW_H),
@@ -319,7 +338,8 @@ class NodeItem(QGraphicsItem):
         if level < lod.TEXT_MIN:
             return  # a `FrameTitle` names the frame at this zoom
         title, text, _ = _fonts()
-        painter.setPen(theme.text)
+        ink = theme.text if self.tint is None or d.kind == "group" else ink_on(self.tint)
+        painter.setPen(ink)
         painter.setFont(title)
         if d.kind == "group":
             painter.drawText(
@@ -333,7 +353,7 @@ class NodeItem(QGraphicsItem):
             )
             if d.subtitle:
                 painter.setFont(text)
-                painter.setPen(theme.muted)
+                painter.setPen(theme.muted if ink is theme.text else ink)
                 painter.drawText(
                     QRectF(0, TITLE_H - 3, r.width(), LINE_H),
                     Qt.AlignmentFlag.AlignCenter,
