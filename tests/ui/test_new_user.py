@@ -285,14 +285,32 @@ def test_hovering_a_weight_row_lights_it_and_a_click_there_shows_the_tensor(wind
     def at(y: float):  # type: ignore[no-untyped-def]
         return window.view.mapFromScene(conv.mapToScene(conv.boundingRect().width() / 3, y))
 
+    def move(y: float) -> None:
+        # the pointer moves over the viewport (sent to it: another test's window left
+        # at that screen position must not take the event)
+        from PySide6.QtCore import QEvent, QPointF
+        from PySide6.QtGui import QMouseEvent
+        from PySide6.QtWidgets import QApplication
+
+        local = QPointF(at(y))
+        event = QMouseEvent(
+            QEvent.Type.MouseMove,
+            local,
+            QPointF(viewport.mapToGlobal(local.toPoint())),
+            Qt.MouseButton.NoButton,
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+        QApplication.sendEvent(viewport, event)
+
     before = _band_pixel(window, conv, w_y)
-    qtbot.mouseMove(viewport, at(title_y))
-    qtbot.mouseMove(viewport, at(w_y))
+    move(title_y)
+    move(w_y)
     qtbot.waitUntil(lambda: conv.hover_row == 0)
     assert _band_pixel(window, conv, w_y) != before  # the W row is lit
     assert d.rows[0].name in conv.toolTip() and "tensor" in conv.toolTip()
     # on the title nothing is lit, and the tooltip says a click shows the node
-    qtbot.mouseMove(viewport, at(title_y))
+    move(title_y)
     qtbot.waitUntil(lambda: conv.hover_row is None)
     assert _band_pixel(window, conv, w_y) == before
     assert "node" in conv.toolTip()
