@@ -483,6 +483,7 @@ class FrameTitle(QGraphicsItem):
         self._size = QRectF(
             0, 0, min(metrics.horizontalAdvance(self.text) + 6, self.MAX_W), metrics.height() + 2
         )
+        self._shown: tuple[int, str, float] = (-1, "", 0.0)  # room -> elided text, width
 
     def boundingRect(self) -> QRectF:
         return self._size
@@ -496,14 +497,17 @@ class FrameTitle(QGraphicsItem):
         width = self.frame.data_item.width * zoom
         if zoom >= lod.TEXT_MIN or width < lod.FRAME_TITLE_MIN_W or self.frame.is_frame is False:
             return
-        room = min(self._size.width(), width)
-        shown = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 6)
+        room = int(min(self._size.width(), width))
+        if self._shown[0] != room:  # elide once per width, not on every frame
+            text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 6)
+            self._shown = (room, text, self._metrics.horizontalAdvance(text) + 6)
+        _, shown, plate_w = self._shown
         if len(shown) < 2:
             return
         theme = self.frame.graph_scene.theme
         plate = QColor(theme.background)
         plate.setAlpha(215)
-        box = QRectF(0, 0, self._metrics.horizontalAdvance(shown) + 6, self._size.height())
+        box = QRectF(0, 0, plate_w, self._size.height())
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(plate)
         painter.drawRoundedRect(box, 2, 2)
