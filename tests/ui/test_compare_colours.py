@@ -53,6 +53,13 @@ def test_the_colour_says_what_the_text_says(nodes, atol: float, rtol: float) -> 
     assert text.endswith("all within") == ("over" not in bands)
 
 
+def test_equal_strings_are_within_and_missing_values_not_compared() -> None:
+    same = NodeComparison("main::enc", 0, "LabelEncoder", [ValueDiff("s", equal=True)])
+    differ = NodeComparison("main::enc", 0, "LabelEncoder", [ValueDiff("s", equal=False)])
+    missing = NodeComparison("main::seq", 1, "SequenceConstruct", [ValueDiff("q")])
+    assert [band(n, 1e-4, 1e-3) for n in (same, differ, missing)] == ["within", "over", "none"]
+
+
 def test_atol_alone_decides_a_zero_reference() -> None:
     # the old colouring read max_rel / rtol only: a reference of zeros is then "over"
     # although |a - b| = 1e-6 is well within atol 1e-4

@@ -37,6 +37,8 @@ def usage(n: NodeComparison, atol: float, rtol: float) -> float | None:
     for v in n.values:
         if v.shape_mismatch is not None or v.equal is False:
             found.append(math.inf)
+        elif v.equal is True:  # strings, compared whole: the same on both sides
+            found.append(0.0)
         elif v.max_abs is not None:
             allowance = atol + rtol * v.ref_scale
             found.append(v.max_abs / allowance if allowance > 0 else (math.inf if v.max_abs else 0))
