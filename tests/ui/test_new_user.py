@@ -370,9 +370,17 @@ def test_fitted_transformer_still_names_its_groups(window) -> None:  # type: ign
     titles = [t for t in window.graph_scene.items() if isinstance(t, FrameTitle)]
     frames = [n for n in window.graph_scene.nodes.values() if n.is_frame]
     assert frames and len(titles) == len(frames)
-    wide = [t for t in titles if t.frame.data_item.width * zoom >= lod.FRAME_TITLE_MIN_W]
+    wide = [t for t in titles if t.shows_at(zoom)]
     assert wide
+    drops = {t.text: t.drop(zoom) for t in wide}
     for title in wide:
+        drop = title.drop(zoom)
+        if drop is None:  # nested deeper than the stack: not drawn
+            continue
         corner = window.view.mapFromScene(title.pos())
-        rect = QRect(corner.x() + 1, corner.y() + 1, 30, 9)
+        rect = QRect(corner.x() + 1, corner.y() + round(drop) + 2, 24, 8)
         assert _dark_in(window, rect) > 5, title.text  # its name, at a readable size
+    # nested frames starting together (encoder > layer.0 > attention) stack their
+    # titles, each below its parent's instead of over it
+    stacked = sorted(d for d in drops.values() if d is not None)
+    assert len(set(round(d) for d in stacked)) >= 3, drops

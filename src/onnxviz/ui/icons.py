@@ -1,5 +1,6 @@
-"""Toolbar icons: our own small SVGs (resources/icons), given to every toolbar action
-by what it does, with the action's name and shortcut in the tooltip.
+"""Toolbar icons: our own small SVGs (resources/icons, found through `onnxviz.bundled`),
+given to every toolbar action by what it does, with the action's name and shortcut in
+the tooltip.
 
 `decorate_toolbars(window)` covers the toolbars the window has and any added later
 (the run panel adds its toolbar after the main one): it watches for new toolbars and
@@ -8,11 +9,11 @@ their text; toolbars show icons only (the text is in the tooltip)."""
 
 from __future__ import annotations
 
-from importlib import resources
-
 from PySide6.QtCore import QEvent, QObject, QSize, QTimer
 from PySide6.QtGui import QAction, QActionEvent, QIcon, QKeySequence, QPixmap
 from PySide6.QtWidgets import QMainWindow, QToolBar
+
+from onnxviz import bundled
 
 ICON_SIZE = 20
 # action text (without '&' and '…') -> icon file (resources/icons/<name>.svg)
@@ -47,12 +48,16 @@ def icon(name: str) -> QIcon:
     """The icon ``resources/icons/<name>.svg`` (an empty icon if it is missing)."""
     found = _CACHE.get(name)
     if found is None:
-        ref = resources.files("onnxviz.resources") / "icons" / f"{name}.svg"
         found = QIcon()
-        try:
-            data = ref.read_bytes()
-        except OSError:
-            data = b""
+        data = b""
+        # the bundled files, else a source checkout's resources/ (an editable install
+        # of another checkout can own the package name)
+        for folder in (bundled.root, lambda: bundled.CHECKOUT):
+            try:
+                data = (folder() / "icons" / f"{name}.svg").read_bytes()
+                break
+            except OSError:  # FileNotFoundError too: no bundled files at all
+                continue
         for size in (16, ICON_SIZE, 24, 32, 48):
             pixmap = QPixmap(size, size)
             if data and pixmap.loadFromData(data, "SVG"):

@@ -5,6 +5,7 @@ cached per item beyond the path of an edge, so 100k items stay cheap."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -466,9 +467,12 @@ class FrameTitle(QGraphicsItem):
 
     A scene item of its own (not a child of the frame, whose boxes would cover it),
     ignoring the view's scale; it paints nothing at readable zooms or when the frame
-    is narrower than `lod.FRAME_TITLE_MIN_W` on screen."""
+    is narrower than `lod.FRAME_TITLE_MIN_W` on screen.  Nested frames that start at
+    nearly the same height (encoder > layer.0 > attention) stack their titles below
+    their parent's, up to `MAX_STACK` deep, instead of covering it."""
 
     MAX_W = 220.0  # screen px
+    MAX_STACK = 4
 
     def __init__(self, frame: NodeItem) -> None:
         super().__init__()
@@ -480,13 +484,30 @@ class FrameTitle(QGraphicsItem):
         self.setPos(frame.pos())
         font, metrics = _title_font_px(int(lod.SMALL_TITLE_PX))
         self._font, self._metrics = font, metrics
-        self._size = QRectF(
-            0, 0, min(metrics.horizontalAdvance(self.text) + 6, self.MAX_W), metrics.height() + 2
-        )
+        self.plate_h = metrics.height() + 2
+        self._width = min(math.ceil(metrics.horizontalAdvance(self.text)) + 8, self.MAX_W)
         self._shown: tuple[int, str, float] = (-1, "", 0.0)  # room -> elided text, width
 
     def boundingRect(self) -> QRectF:
-        return self._size
+        return QRectF(0, 0, self._width, self.plate_h * (self.MAX_STACK + 1))
+
+    def shows_at(self, zoom: float) -> bool:
+        return zoom < lod.TEXT_MIN and self.frame.data_item.width * zoom >= lod.FRAME_TITLE_MIN_W
+
+    def drop(self, zoom: float, depth: int = 0) -> float | None:
+        """Screen px below the frame's top where the title goes (under the titles of
+        enclosing frames that start at nearly the same height); None: too deep."""
+        titles = getattr(self.scene(), "frame_titles", {})
+        parent = titles.get(self.frame.data_item.parent)
+        if parent is None or not parent.shows_at(zoom):
+            return 0.0
+        if depth >= self.MAX_STACK:
+            return None
+        above = parent.drop(zoom, depth + 1)
+        if above is None:
+            return None
+        gap = (self.frame.y() - parent.frame.y()) * zoom
+        return max(0.0, above + parent.plate_h - gap)
 
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
@@ -494,12 +515,14 @@ class FrameTitle(QGraphicsItem):
         view = widget.parent() if widget is not None else None
         transform = getattr(view, "transform", None)
         zoom = transform().m11() if transform is not None else 1.0
-        width = self.frame.data_item.width * zoom
-        if zoom >= lod.TEXT_MIN or width < lod.FRAME_TITLE_MIN_W or self.frame.is_frame is False:
+        if not self.shows_at(zoom):
             return
-        room = int(min(self._size.width(), width))
+        drop = self.drop(zoom)
+        if drop is None or drop > self.plate_h * self.MAX_STACK:
+            return
+        room = int(min(self._width, self.frame.data_item.width * zoom))
         if self._shown[0] != room:  # elide once per width, not on every frame
-            text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 6)
+            text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 5)
             self._shown = (room, text, self._metrics.horizontalAdvance(text) + 6)
         _, shown, plate_w = self._shown
         if len(shown) < 2:
@@ -507,7 +530,7 @@ class FrameTitle(QGraphicsItem):
         theme = self.frame.graph_scene.theme
         plate = QColor(theme.background)
         plate.setAlpha(215)
-        box = QRectF(0, 0, plate_w, self._size.height())
+        box = QRectF(0, drop, plate_w, self.plate_h)
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(plate)
         painter.drawRoundedRect(box, 2, 2)

@@ -37,6 +37,7 @@ class GraphScene(QGraphicsScene):
         self.theme = theme
         self.display: Scene | None = None
         self.nodes: dict[str, NodeItem] = {}
+        self.frame_titles: dict[str, FrameTitle] = {}  # frame item id -> its far-out title
         self.edge_items: list[EdgeItem] = []
         self._edges_by_item: dict[str, list[EdgeItem]] = {}
         self._highlighted: list[NodeItem | EdgeItem] = []
@@ -66,6 +67,7 @@ class GraphScene(QGraphicsScene):
         self.overview = None
         self.overview_shown = False
         self.nodes = {}
+        self.frame_titles = {}
         self.edge_items = []
         self._edges_by_item = {}
         self._highlighted = []
@@ -143,7 +145,8 @@ class GraphScene(QGraphicsScene):
             self.addItem(node)
             self.nodes[item.id] = node
             if node.is_frame:  # its name, readable when zoomed far out
-                self.addItem(FrameTitle(node))
+                title = self.frame_titles[item.id] = FrameTitle(node)
+                self.addItem(title)
             made += 1
             if made % SLICE_ITEMS == 0:
                 yield
