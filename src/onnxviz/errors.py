@@ -28,11 +28,16 @@ class OnnxvizError(Exception):
         self.node = node
 
     def __str__(self) -> str:
-        where = []
-        if self.graph_path:
-            where.append(f"graph '{self.graph_path}'")
-        if self.node:
-            where.append(f"node '{self.node}'")
+        # The place is appended unless the message already names it ("... already
+        # defined in graph 'main'" must not read "... (graph 'main')" after it).
+        where = [
+            place
+            for place in (
+                f"graph '{self.graph_path}'" if self.graph_path else "",
+                f"node '{self.node}'" if self.node else "",
+            )
+            if place and place not in self.message
+        ]
         text = f"{self.file}: {self.message}" if self.file else self.message
         return f"{text} ({', '.join(where)})" if where else text
 

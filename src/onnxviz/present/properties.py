@@ -213,7 +213,12 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
         s.rows.append(Row("overload", node.overload))
     for prop in getattr(node, "metadata_props", ()):
         s.rows.append(
-            Row(f"metadata {prop.key}", prop.value, edit=("metadata", (path, index), prop.key))
+            Row(
+                f"metadata {prop.key}",
+                prop.value,
+                field=f"metadata:{prop.key}",
+                edit=("metadata", (path, index), prop.key),
+            )
         )
     for dc in getattr(node, "device_configurations", ()):
         shards = len(dc.sharding_spec) if hasattr(dc, "sharding_spec") else 0

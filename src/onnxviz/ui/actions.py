@@ -135,6 +135,10 @@ class Actions:
         tools.addSeparator()
         tools.addAction(self.back)
         tools.addAction(self.find)
+        from onnxviz.ui.icons import decorate_toolbars
+
+        # icons with the text and shortcut in tooltips, on this toolbar and later ones
+        self.toolbar_icons = decorate_toolbars(w)
 
     def sync(self, doc: Any, options: Any, theme_mode: str, can_go_back: bool) -> None:
         """Checked and enabled states follow the document, the view options and theme."""

@@ -5,6 +5,7 @@ cached per item beyond the path of an edge, so 100k items stay cheap."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -21,6 +22,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
+    QGraphicsSceneHoverEvent,
     QGraphicsSceneMouseEvent,
     QStyleOptionGraphicsItem,
     QWidget,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 Z_FRAME = 0.0
 Z_EDGE = 100.0
 Z_NODE = 200.0
+HOVER_ALPHA = 70  # of the selection colour behind a hovered weight row
 
 _TITLE_FONT = None
 _TEXT_FONT = None
@@ -91,6 +94,21 @@ def _fonts():  # type: ignore[no-untyped-def]
     return _TITLE_FONT, _TEXT_FONT, _ITALIC_FONT
 
 
+def luminance(c: QColor) -> float:
+    """WCAG relative luminance (0 black .. 1 white)."""
+
+    def channel(v: float) -> float:
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(c.redF()) + 0.7152 * channel(c.greenF()) + 0.0722 * channel(c.blueF())
+
+
+def ink_on(fill: QColor) -> QColor:
+    """Near-black or near-white, whichever contrasts more with ``fill`` (a saturated
+    red takes black: 5.6:1 against white's 3.8:1)."""
+    return QColor("#1b1b1b") if luminance(fill) > 0.18 else QColor("#f4f4f4")
+
+
 class NodeItem(QGraphicsItem):
     """Any box: operator, pill, collapsed group, proxy, or frame of an expanded item."""
 
@@ -104,10 +122,21 @@ class NodeItem(QGraphicsItem):
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
         self.setZValue(Z_FRAME + data.depth if self.is_frame else Z_NODE)
         self.setToolTip(_tooltip(data))
-        self.setAcceptHoverEvents(False)
+        # Boxes with weight rows answer hovering: a click on a row shows the tensor, a
+        # click elsewhere the node, and the hovered row lights up to say which.
+        self.setAcceptHoverEvents(bool(data.rows) and not self.is_frame)
+        self.hover_row: int | None = None
 
         self.problems: list[str] = []
         self._badge: ProblemBadge | None = None
+        # A run colour (profile heat, compare error) painted as the box's own fill, so
+        # the text drawn over it keeps its contrast; None: the category colour.
+        self.tint: QColor | None = None
+
+    def set_tint(self, color: QColor | None) -> None:
+        if color != self.tint:
+            self.tint = color
+            self.update()
 
     def set_problems(self, problems: list[str]) -> None:
         """Diagnostics located at this node: a badge at the top right corner."""
@@ -156,6 +185,10 @@ class NodeItem(QGraphicsItem):
     ) -> None:
         theme = self.graph_scene.theme
         d = self.data_item
+        # on a run colour (light tints, or heat) the text takes the ink that reads on it,
+        # whatever the theme's text colour
+        ink = theme.text if self.tint is None else ink_on(self.tint)
+        muted = theme.muted if self.tint is None else ink
         level = lod.level(painter)
         selected = self.isSelected()
         border = (
@@ -196,43 +229,43 @@ class NodeItem(QGraphicsItem):
         if kind == "group":
             # a collapsed group: a stacked box
             painter.setPen(pen)
-            painter.setBrush(theme.group_fill)
+            painter.setBrush(self.tint if self.tint is not None else theme.group_fill)
             if level >= lod.ARROW_MIN:
                 painter.drawRoundedRect(r.adjusted(4, -4, 4, -4), 5, 5)
             painter.drawRoundedRect(r, 5, 5)
             if lod.SMALL_TITLE_MIN <= level < lod.TEXT_MIN:
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 _small_title(painter, r, d.title, level)
             if level >= lod.TEXT_MIN:
                 title, text, _ = _fonts()
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 painter.setFont(title)
                 painter.drawText(
                     QRectF(0, 3, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title
                 )
                 painter.setFont(text)
-                painter.setPen(theme.muted)
+                painter.setPen(muted)
                 painter.drawText(
                     QRectF(0, TITLE_H, r.width(), LINE_H), Qt.AlignmentFlag.AlignCenter, d.subtitle
                 )
             return
         # operator
         painter.setPen(pen)
-        painter.setBrush(theme.category(d.category))
+        painter.setBrush(self.tint if self.tint is not None else theme.category(d.category))
         painter.drawRoundedRect(r, 5, 5)
         if level < lod.TEXT_MIN:
             if level >= lod.SMALL_TITLE_MIN:
-                painter.setPen(theme.text)
+                painter.setPen(ink)
                 _small_title(painter, r, d.title, level)
             return
         title, text, _ = _fonts()
-        painter.setPen(theme.text)
+        painter.setPen(ink)
         painter.setFont(title)
         painter.drawText(QRectF(0, 0, r.width(), TITLE_H), Qt.AlignmentFlag.AlignCenter, d.title)
         y = TITLE_H
         if d.subtitle:
             painter.setFont(text)
-            painter.setPen(theme.muted)
+            painter.setPen(muted)
             painter.drawText(
                 QRectF(PAD_X / 2, y - 3, r.width() - PAD_X, LINE_H),
                 Qt.AlignmentFlag.AlignCenter,
@@ -243,8 +276,16 @@ class NodeItem(QGraphicsItem):
             painter.setPen(QPen(theme.node_border, 0.5))
             painter.drawLine(QPointF(0, y), QPointF(r.width(), y))
             painter.setFont(text)
-            painter.setPen(theme.text)
             y += 2
+            if self.hover_row is not None:
+                band = QColor(theme.selection)
+                band.setAlpha(HOVER_ALPHA)
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(band)
+                painter.drawRoundedRect(
+                    QRectF(2, y + self.hover_row * ROW_H, r.width() - 4, ROW_H), 2, 2
+                )
+            painter.setPen(ink)
             for row in d.rows:
                 painter.drawText(
                     QRectF(PAD_X, y, r.width() - PAD_X, ROW_H),
@@ -291,14 +332,15 @@ class NodeItem(QGraphicsItem):
             painter.setPen(pen)
             painter.setBrush(fill)
             painter.drawRoundedRect(r, 8, 8)
-            head = QColor(theme.category(d.category))
+            head = QColor(self.tint if self.tint is not None else theme.category(d.category))
             painter.setBrush(head)
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(QRectF(1, 1, r.width() - 2, header - 1), 7, 7)
         if level < lod.TEXT_MIN:
-            return
+            return  # a `FrameTitle` names the frame at this zoom
         title, text, _ = _fonts()
-        painter.setPen(theme.text)
+        ink = theme.text if self.tint is None or d.kind == "group" else ink_on(self.tint)
+        painter.setPen(ink)
         painter.setFont(title)
         if d.kind == "group":
             painter.drawText(
@@ -312,7 +354,7 @@ class NodeItem(QGraphicsItem):
             )
             if d.subtitle:
                 painter.setFont(text)
-                painter.setPen(theme.muted)
+                painter.setPen(theme.muted if ink is theme.text else ink)
                 painter.drawText(
                     QRectF(0, TITLE_H - 3, r.width(), LINE_H),
                     Qt.AlignmentFlag.AlignCenter,
@@ -330,12 +372,44 @@ class NodeItem(QGraphicsItem):
 
     # -- interaction ----------------------------------------------------------------------
     def row_at(self, y: float) -> str | None:
+        k = self.row_index_at(y)
+        return None if k is None else self.data_item.rows[k].name
+
+    def row_index_at(self, y: float) -> int | None:
         d = self.data_item
         top = TITLE_H + (LINE_H if d.subtitle else 0.0) + 2
         if not d.rows or y < top:
             return None
         k = int((y - top) // ROW_H)
-        return d.rows[k].name if 0 <= k < len(d.rows) else None
+        return k if 0 <= k < len(d.rows) else None
+
+    def _hover_at(self, pos: QPointF | None) -> None:
+        k = self.row_index_at(pos.y()) if pos is not None else None
+        if k == self.hover_row:
+            return
+        self.hover_row = k
+        d = self.data_item
+        if k is None:
+            self.setToolTip(_tooltip(d) + ("\nclick: the node's properties" if pos else ""))
+            self.unsetCursor()
+        else:
+            row = d.rows[k]
+            self.setToolTip(f"{row.label}: {row.name} ⟨{row.shape}⟩\nclick: show the tensor")
+            self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.update()
+
+    def hoverEnterEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(event.pos())
+        super().hoverEnterEvent(event)
+
+    def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(event.pos())
+        super().hoverMoveEvent(event)
+
+    def hoverLeaveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        self._hover_at(None)
+        self.setToolTip(_tooltip(self.data_item))
+        super().hoverLeaveEvent(event)
 
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
         super().mousePressEvent(event)
@@ -384,6 +458,85 @@ def _tooltip(d: DisplayItem) -> str:
             what = "value defined nowhere"
         return f"{d.value}: {what}"
     return d.title + (f"\n{d.subtitle}" if d.subtitle else "")
+
+
+class FrameTitle(QGraphicsItem):
+    """The title of an expanded group or body (layers.0, attention, Loop body) at a
+    fixed screen size, drawn above the boxes, while the zoom is too small for the
+    frame's own header text: a fitted BERT still says which layer is where.
+
+    A scene item of its own (not a child of the frame, whose boxes would cover it),
+    ignoring the view's scale; it paints nothing at readable zooms or when the frame
+    is narrower than `lod.FRAME_TITLE_MIN_W` on screen.  Nested frames that start at
+    nearly the same height (encoder > layer.0 > attention) stack their titles below
+    their parent's, up to `MAX_STACK` deep, instead of covering it."""
+
+    MAX_W = 220.0  # screen px
+    MAX_STACK = 4
+
+    def __init__(self, frame: NodeItem) -> None:
+        super().__init__()
+        self.frame = frame
+        self.text = frame.data_item.title
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations, True)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.setZValue(Z_NODE + 50)
+        self.setPos(frame.pos())
+        font, metrics = _title_font_px(int(lod.SMALL_TITLE_PX))
+        self._font, self._metrics = font, metrics
+        self.plate_h = metrics.height() + 2
+        self._width = min(math.ceil(metrics.horizontalAdvance(self.text)) + 8, self.MAX_W)
+        self._shown: tuple[int, str, float] = (-1, "", 0.0)  # room -> elided text, width
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, self._width, self.plate_h * (self.MAX_STACK + 1))
+
+    def shows_at(self, zoom: float) -> bool:
+        return zoom < lod.TEXT_MIN and self.frame.data_item.width * zoom >= lod.FRAME_TITLE_MIN_W
+
+    def drop(self, zoom: float, depth: int = 0) -> float | None:
+        """Screen px below the frame's top where the title goes (under the titles of
+        enclosing frames that start at nearly the same height); None: too deep."""
+        titles = getattr(self.scene(), "frame_titles", {})
+        parent = titles.get(self.frame.data_item.parent)
+        if parent is None or not parent.shows_at(zoom):
+            return 0.0
+        if depth >= self.MAX_STACK:
+            return None
+        above = parent.drop(zoom, depth + 1)
+        if above is None:
+            return None
+        gap = (self.frame.y() - parent.frame.y()) * zoom
+        return max(0.0, above + parent.plate_h - gap)
+
+    def paint(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
+    ) -> None:
+        view = widget.parent() if widget is not None else None
+        transform = getattr(view, "transform", None)
+        zoom = transform().m11() if transform is not None else 1.0
+        if not self.shows_at(zoom):
+            return
+        drop = self.drop(zoom)
+        if drop is None or drop > self.plate_h * self.MAX_STACK:
+            return
+        room = int(min(self._width, self.frame.data_item.width * zoom))
+        if self._shown[0] != room:  # elide once per width, not on every frame
+            text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 5)
+            self._shown = (room, text, self._metrics.horizontalAdvance(text) + 6)
+        _, shown, plate_w = self._shown
+        if len(shown) < 2:
+            return
+        theme = self.frame.graph_scene.theme
+        plate = QColor(theme.background)
+        plate.setAlpha(215)
+        box = QRectF(0, drop, plate_w, self.plate_h)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(plate)
+        painter.drawRoundedRect(box, 2, 2)
+        painter.setPen(theme.text)
+        painter.setFont(self._font)
+        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, shown)
 
 
 class ProblemBadge(QGraphicsItem):

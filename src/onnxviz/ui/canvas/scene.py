@@ -16,7 +16,7 @@ from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
 from onnxviz.present.scene import Scene
-from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.canvas.items import EdgeItem, FrameTitle, NodeItem
 from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, OverviewItem
 from onnxviz.ui.theme import LIGHT, Theme
 
@@ -37,6 +37,7 @@ class GraphScene(QGraphicsScene):
         self.theme = theme
         self.display: Scene | None = None
         self.nodes: dict[str, NodeItem] = {}
+        self.frame_titles: dict[str, FrameTitle] = {}  # frame item id -> its far-out title
         self.edge_items: list[EdgeItem] = []
         self._edges_by_item: dict[str, list[EdgeItem]] = {}
         self._highlighted: list[NodeItem | EdgeItem] = []
@@ -66,6 +67,7 @@ class GraphScene(QGraphicsScene):
         self.overview = None
         self.overview_shown = False
         self.nodes = {}
+        self.frame_titles = {}
         self.edge_items = []
         self._edges_by_item = {}
         self._highlighted = []
@@ -142,6 +144,9 @@ class GraphScene(QGraphicsScene):
                 node.setVisible(False)
             self.addItem(node)
             self.nodes[item.id] = node
+            if node.is_frame:  # its name, readable when zoomed far out
+                title = self.frame_titles[item.id] = FrameTitle(node)
+                self.addItem(title)
             made += 1
             if made % SLICE_ITEMS == 0:
                 yield

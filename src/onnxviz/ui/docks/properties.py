@@ -1,6 +1,11 @@
 """Properties dock: shows `present.properties` sections in a two-column tree, with an
 editor in the value column of every editable row (rows carry an ``edit`` target).
 
+Names never push values off-screen: the name column is at most `NAME_SHARE` of the
+width (the rest is the values'), long names elide in the middle with the full name in
+a tooltip, and a node's or graph's metadata rows (torch exports carry several long
+`pkg.torch.onnx.*` keys per node) sit in a collapsed "metadata" group.
+
 The window sets `editor_factory` (row -> widget or None) and `row_menu` (row, menu ->
 None, adds the row's actions such as "Remove attribute").  `show_sections` takes the
 sections and, optionally, the function that made them, so `refresh()` rebuilds them
@@ -11,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QDockWidget,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QMenu,
     QTreeWidget,
     QTreeWidgetItem,
@@ -27,6 +33,10 @@ from PySide6.QtWidgets import (
 from onnxviz.present.properties import Row, Section
 
 SectionSource = Callable[[], list[Section]]
+
+NAME_SHARE = 0.45  # the name column's most of the tree's width; values get the rest
+NAME_MIN = 70  # px: a name column narrower than this says too little
+METADATA_PREFIX = "metadata "  # node and graph metadata rows (present.properties)
 
 
 class PropertiesDock(QDockWidget):
@@ -41,9 +51,14 @@ class PropertiesDock(QDockWidget):
         self.tree = QTreeWidget()
         self.tree.setColumnCount(2)
         self.tree.setHeaderLabels(["Property", "Value"])
-        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        # editors fill the value column, whatever the dock's width
-        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        # The name column is sized by us (`fit_columns`), never to its longest name: a
+        # 300 px metadata key would leave the values and their editors off-screen.
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        self.tree.header().setStretchLastSection(True)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.setIndentation(12)  # two levels of a 20 px indent cost a name 40 px
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tree.viewport().installEventFilter(self)
         self.tree.setWordWrap(True)
         self.tree.setUniformRowHeights(False)
         self.tree.itemActivated.connect(self._activated)
@@ -83,18 +98,30 @@ class PropertiesDock(QDockWidget):
         for section in sections:
             top = QTreeWidgetItem([section.title])
             top.setFont(0, bold)
-            top.setFirstColumnSpanned(False)
             self.tree.addTopLevelItem(top)
+            top.setFirstColumnSpanned(True)  # a title, not a name: never elided
+            metadata = [r for r in section.rows if r.key.startswith(METADATA_PREFIX)]
+            group: QTreeWidgetItem | None = None
             for row in section.rows:
                 value = row.value + (f"  ({row.note})" if row.note else "")
-                item = QTreeWidgetItem([row.key, value])
+                name = row.key
+                parent = top
+                if row.key.startswith(METADATA_PREFIX):
+                    if group is None:
+                        group = QTreeWidgetItem([f"metadata ({len(metadata)})", ""])
+                        group.setToolTip(0, "metadata properties: expand to see or edit")
+                        top.addChild(group)
+                        group.setFirstColumnSpanned(True)
+                    parent, name = group, row.key[len(METADATA_PREFIX) :]
+                item = QTreeWidgetItem([name, value])
+                item.setToolTip(0, row.key)
                 item.setToolTip(1, row.value)
                 item.setData(0, Qt.ItemDataRole.UserRole, row)
                 if row.note == "default":
                     f = QFont()
                     f.setItalic(True)
                     item.setFont(1, f)
-                top.addChild(item)
+                parent.addChild(item)
                 editor = self.editor_for_row(row)
                 if editor is not None and row.note == "default":
                     # a schema default, not set on the node: editing it sets it
@@ -102,9 +129,11 @@ class PropertiesDock(QDockWidget):
                     f.setItalic(True)
                     editor.setFont(f)
                     editor.setToolTip("the schema's default; not set on the node")
-                    item.setText(0, f"{row.key} (default)")
+                    item.setText(0, f"{name} (default)")
                     item.setFont(0, f)
                 if editor is not None:
+                    if isinstance(editor, QLineEdit):
+                        editor.setCursorPosition(0)  # a long value shows its start
                     self.tree.setItemWidget(item, 1, editor)
                     self.editors[f"{section.title}/{row.key}"] = editor
                     problem = getattr(editor, "problem", None)
@@ -115,6 +144,23 @@ class PropertiesDock(QDockWidget):
                 item.setToolTip(1, section.text[:2000])
                 top.addChild(item)
             top.setExpanded(True)
+            if group is not None:
+                group.setExpanded(False)  # long and rarely needed: one click away
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Name column: as wide as its names need, at most `NAME_SHARE` of the width."""
+        width = self.tree.viewport().width()
+        if width <= 0:
+            return
+        wanted = self.tree.sizeHintForColumn(0) + 8
+        most = max(NAME_MIN, int(width * NAME_SHARE))
+        self.tree.header().resizeSection(0, max(min(wanted, most), min(NAME_MIN, width // 2)))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
+            self.fit_columns()
+        return super().eventFilter(watched, event)
 
     def refresh(self) -> None:
         """Rebuild from the source after an edit (the subject may be gone: then clear)."""
@@ -139,20 +185,30 @@ class PropertiesDock(QDockWidget):
     def focus_field(self, field: str) -> bool:
         """Scroll to the row editing ``field`` (e.g. "attribute:strides", "input:0") and
         give its editor the focus."""
-        for i in range(self.tree.topLevelItemCount()):
-            top = self.tree.topLevelItem(i)
-            for j in range(top.childCount()):
-                item = top.child(j)
-                row = item.data(0, Qt.ItemDataRole.UserRole)
-                if isinstance(row, Row) and row.field == field:
-                    self.tree.scrollToItem(item)
-                    self.tree.setCurrentItem(item)
-                    widget = self.tree.itemWidget(item, 1)
-                    if widget is not None:
-                        widget.setFocus()
-                    self.focused_field = field
-                    return True
+        for item in self._row_items():
+            row = item.data(0, Qt.ItemDataRole.UserRole)
+            if isinstance(row, Row) and row.field == field:
+                if item.parent() is not None:
+                    item.parent().setExpanded(True)  # a collapsed metadata group
+                self.tree.scrollToItem(item)
+                self.tree.setCurrentItem(item)
+                widget = self.tree.itemWidget(item, 1)
+                if widget is not None:
+                    widget.setFocus()
+                self.focused_field = field
+                return True
         return False
+
+    def _row_items(self) -> list[QTreeWidgetItem]:
+        """Every item of the tree, groups' children included, in display order."""
+        found: list[QTreeWidgetItem] = []
+        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        stack.reverse()
+        while stack:
+            item = stack.pop()
+            found.append(item)
+            stack.extend(item.child(j) for j in reversed(range(item.childCount())))
+        return found
 
     def editor_for_row(self, row: Row) -> QWidget | None:
         """An editor for editable rows (set by the window's edit controller)."""

@@ -1,12 +1,18 @@
 """The diagnostics dock: every problem of the model (severity, code, message, where),
-kept current by the edit controller; activating one reveals its node or field."""
+kept current by the edit controller; activating one reveals its node or field.
+
+Errors come first, then warnings, then notes (each in the checker's order).  The
+message is what a user reads: it gets the width, the location column at most
+`LOCATION_SHARE` of it (elided, whole in the tooltip).  Squeezed next to the Run dock
+(under `NARROW`), only the code (with its severity's coloured dot) and the message
+columns stay; the tooltip says the rest."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
     QDockWidget,
     QHeaderView,
@@ -18,6 +24,10 @@ from PySide6.QtWidgets import (
 )
 
 SEVERITY_COLORS = {"error": "#d32f2f", "warning": "#ef8f00", "info": "#1e88e5"}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+LOCATION_SHARE = 0.3  # of the tree's width, at most, for the location column
+MIN_WIDTH = 280  # px: the code and a readable part of a message
+NARROW = 480  # px: below this the severity and location columns hide (icon and tooltip)
 MAX_SHOWN = 5000  # a model with more problems lists the first ones (the count says all)
 
 
@@ -36,13 +46,52 @@ def _location_text(loc: Any) -> str:
     return " · ".join(parts)
 
 
+_ICONS: dict[str, QIcon] = {}
+
+
+def severity_icon(severity: str) -> QIcon:
+    """A dot in the severity's colour (cached: one per severity)."""
+    icon = _ICONS.get(severity)
+    if icon is None:
+        pixmap = QPixmap(10, 10)
+        pixmap.fill(QColor(0, 0, 0, 0))
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(SEVERITY_COLORS.get(severity, "#777")))
+        painter.drawEllipse(1, 1, 8, 8)
+        painter.end()
+        icon = _ICONS[severity] = QIcon(pixmap)
+    return icon
+
+
+class _Body(QWidget):
+    """The dock's body: asks for a width where messages read in full (the window
+    splits a dock area by its docks' size hints) and keeps `MIN_WIDTH` next to the
+    Run dock (which asks for much more)."""
+
+    def sizeHint(self) -> QSize:
+        return QSize(560, 180)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(MIN_WIDTH, 80)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _severity(d: Any) -> str:
+    return str(getattr(getattr(d, "severity", None), "value", "info"))
+
+
 class DiagnosticsDock(QDockWidget):
     locate = Signal(object)  # the Diagnostic
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Diagnostics", parent)
         self.setObjectName("dock.diagnostics")
-        body = QWidget()
+        body = _Body()
         layout = QVBoxLayout(body)
         layout.setContentsMargins(2, 2, 2, 2)
         self.summary = QLabel("")
@@ -57,7 +106,9 @@ class DiagnosticsDock(QDockWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
-        header.resizeSection(3, 300)
+        header.resizeSection(3, 160)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)  # a message reads from its start
+        self.tree.viewport().installEventFilter(self)
         self.tree.itemActivated.connect(self._activated)
         self.tree.itemClicked.connect(self._activated)
         layout.addWidget(self.summary)
@@ -71,8 +122,9 @@ class DiagnosticsDock(QDockWidget):
         self.tree.clear()
         counts = {"error": 0, "warning": 0, "info": 0}
         rows = []
+        self.diagnostics.sort(key=lambda d: SEVERITY_ORDER.get(_severity(d), len(SEVERITY_ORDER)))
         for d in self.diagnostics:
-            sev = getattr(getattr(d, "severity", None), "value", "info")
+            sev = _severity(d)
             counts[sev] = counts.get(sev, 0) + 1
             if len(rows) >= MAX_SHOWN:
                 continue
@@ -80,18 +132,45 @@ class DiagnosticsDock(QDockWidget):
                 [sev, d.code, d.message, _location_text(getattr(d, "location", None))]
             )
             item.setForeground(0, QBrush(QColor(SEVERITY_COLORS.get(sev, "#777"))))
-            item.setToolTip(2, d.message + (f"\n\nhint: {d.hint}" if d.hint else ""))
-            item.setToolTip(3, item.text(3))
+            item.setIcon(1, severity_icon(sev))
+            where = item.text(3)
+            tip = f"{sev} {d.code}: {d.message}" + (f"\n{where}" if where else "")
+            item.setToolTip(2, tip + (f"\n\nhint: {d.hint}" if d.hint else ""))
+            item.setToolTip(1, tip)
+            item.setToolTip(3, where)
             item.setData(0, Qt.ItemDataRole.UserRole, d)
             rows.append(item)
         self.tree.addTopLevelItems(rows)
         self.tree.setUpdatesEnabled(True)
+        self.fit_columns()
         if not self.diagnostics:
             self.summary.setText("No problems found.")
         else:
             self.summary.setText(
-                f"{counts['error']} errors · {counts['warning']} warnings · {counts['info']} notes"
+                " · ".join(
+                    _count(counts[k], word)
+                    for k, word in (("error", "error"), ("warning", "warning"), ("info", "note"))
+                )
             )
+
+    def fit_columns(self) -> None:
+        """The location column: what its texts need, at most `LOCATION_SHARE` of the
+        width; the message column (stretched) gets the rest."""
+        width = self.tree.viewport().width()
+        if width <= 0:
+            return
+        narrow = width < NARROW
+        self.tree.setColumnHidden(0, narrow)
+        self.tree.setColumnHidden(3, narrow)
+        if not narrow:
+            wanted = self.tree.sizeHintForColumn(3) if self.tree.topLevelItemCount() else 80
+            share = int(width * LOCATION_SHARE)
+            self.tree.header().resizeSection(3, max(60, min(wanted + 8, share)))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
+            self.fit_columns()
+        return super().eventFilter(watched, event)
 
     def _activated(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         d = item.data(0, Qt.ItemDataRole.UserRole)

@@ -21,6 +21,10 @@ class InspectorDock(QDockWidget):
         # Called once, just before the dock is first shown (the run panel tabs it there).
         self.before_first_show: Callable[[], None] | None = None
 
+    def clear(self) -> None:
+        """Show that nothing is selected (e.g. after another model was opened)."""
+        self.inspector.clear()
+
     def show_value(self, title: str, value: Any) -> None:
         self.inspector.show_value(title, value)
         first = self.before_first_show

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSlider,
     QSpinBox,
     QSplitter,
@@ -34,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.runtime.values import describe
+from onnxviz.ui.inspector.image_view import ImageView
 from onnxviz.ui.inspector.stats import (
     channel_grid,
     colorize,
@@ -44,7 +44,7 @@ from onnxviz.ui.inspector.stats import (
 )
 
 PAGE_SIZE = 200
-HEATMAP_MAX = 512  # pixels per side shown (bigger slices are scaled down by Qt)
+NOTHING_SELECTED = "nothing selected: pick a value on the canvas or in Frames & Values"
 
 
 def to_pixmap(img: np.ndarray, scale: int = 1) -> QPixmap:
@@ -65,7 +65,7 @@ class HistogramView(QWidget):
         super().__init__()
         self.counts = np.zeros(0, np.int64)
         self.edges = np.zeros(0)
-        self.empty_text = "no finite values"
+        self.empty_text = NOTHING_SELECTED
         self.setMinimumHeight(160)
 
     def set_data(
@@ -142,6 +142,20 @@ class TensorInspector(QWidget):
         outer.setContentsMargins(2, 2, 2, 2)
         outer.addWidget(split)
         self.tree.hide()
+        self.clear()
+
+    def clear(self) -> None:
+        """Nothing selected (at start, and when the value shown is gone: another model)."""
+        self.value = None
+        self.array = None
+        self.title = ""
+        self.tree.clear()
+        self.tree.hide()
+        self.header.setText(f"<i>{NOTHING_SELECTED}</i>")
+        self.hist.set_data(np.zeros(0, np.int64), np.zeros(0), NOTHING_SELECTED)
+        self.heat_label.setText(NOTHING_SELECTED)
+        self.channels_label.setText(NOTHING_SELECTED)
+        self.table.setRowCount(0)
 
     # -- building ----------------------------------------------------------------------
     def _build_heatmap(self) -> QWidget:
@@ -159,12 +173,9 @@ class TensorInspector(QWidget):
         self.sliders_box = QGridLayout()
         lay.addLayout(self.sliders_box)
         self.sliders: dict[int, QSlider] = {}
-        self.heat_label = QLabel()
-        self.heat_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        scroll = QScrollArea()
-        scroll.setWidget(self.heat_label)
-        scroll.setWidgetResizable(True)
-        lay.addWidget(scroll, 1)
+        self.heat_label = ImageView()
+        self.heat_label.setToolTip("wheel or +/- to zoom, double-click to fit")
+        lay.addWidget(self.heat_label, 1)
         self.heat_range = QLabel()
         lay.addWidget(self.heat_range)
         self.row_axis.currentIndexChanged.connect(self._axes_changed)
@@ -182,12 +193,9 @@ class TensorInspector(QWidget):
         self.channels_note = QLabel()
         row.addWidget(self.channels_note, 1)
         lay.addLayout(row)
-        self.channels_label = QLabel()
-        self.channels_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        scroll = QScrollArea()
-        scroll.setWidget(self.channels_label)
-        scroll.setWidgetResizable(True)
-        lay.addWidget(scroll, 1)
+        self.channels_label = ImageView()
+        self.channels_label.setToolTip("wheel or +/- to zoom, double-click to fit")
+        lay.addWidget(self.channels_label, 1)
         return w
 
     def _build_table(self) -> QWidget:
@@ -223,17 +231,6 @@ class TensorInspector(QWidget):
         self.tree.addTopLevelItem(root)
         root.setExpanded(True)
         self.tree.setCurrentItem(root)
-
-    def clear(self) -> None:
-        """Show nothing (the value's model was closed or replaced)."""
-        self.title, self.value, self.array = "", None, None
-        self.tree.clear()
-        self.tree.hide()
-        self.header.setText("")
-        self.hist.set_data(np.zeros(0, np.int64), np.zeros(0), "nothing selected")
-        self.heat_label.setPixmap(QPixmap())
-        self.channels_label.setPixmap(QPixmap())
-        self.table.setRowCount(0)
 
     def _tree_item(self, label: str, value: Any) -> QTreeWidgetItem:
         item = QTreeWidgetItem([label, describe(value)])
@@ -275,7 +272,8 @@ class TensorInspector(QWidget):
                 bad = f"<span style='color:#c22'>{bad}</span>"
             parts.append(bad)
         self.header.setText("<br>".join(parts))
-        self.hist.set_data(*histogram(arr))
+        counts, edges = histogram(arr)
+        self.hist.set_data(counts, edges, "no values" if not arr.size else "no finite values")
         self._setup_axes(arr)
         self._draw_channels()
         pages = max(1, -(-arr.size // PAGE_SIZE))
@@ -341,9 +339,7 @@ class TensorInspector(QWidget):
         if plane is None:
             self.heat_label.setText("pick two different axes")
             return
-        img = colorize(plane)
-        scale = max(1, min(16, HEATMAP_MAX // max(plane.shape)))
-        self.heat_label.setPixmap(to_pixmap(img, scale))
+        self.heat_label.setPixmap(to_pixmap(colorize(plane)))  # fitted to the view
         s = summarize(plane)
         self.heat_range.setText(
             f"slice {plane.shape[0]}×{plane.shape[1]} · colour from {_fmt(s.min)} to {_fmt(s.max)}"
@@ -353,7 +349,6 @@ class TensorInspector(QWidget):
     def _draw_channels(self) -> None:
         arr = self.array
         if arr is None or arr.ndim not in (3, 4) or arr.dtype.kind not in "biuf":
-            self.channels_label.setPixmap(QPixmap())
             self.channels_label.setText("channel grid: for 3-D or 4-D (NCHW) numeric tensors")
             self.channels_note.setText("")
             self.tabs.setTabEnabled(2, False)
@@ -361,8 +356,7 @@ class TensorInspector(QWidget):
         self.tabs.setTabEnabled(2, True)
         self.batch_spin.setRange(0, arr.shape[0] - 1 if arr.ndim == 4 else 0)
         img, cols, shown = channel_grid(arr, self.batch_spin.value())
-        scale = max(1, min(8, 720 // max(img.shape[:2])))
-        self.channels_label.setPixmap(to_pixmap(img, scale))
+        self.channels_label.setPixmap(to_pixmap(img))  # fitted to the view
         total = arr.shape[1] if arr.ndim == 4 else arr.shape[0]
         self.channels_note.setText(
             f"{shown} of {total} channels, {cols} a row, each scaled to its own range"

@@ -1,8 +1,8 @@
 """Run marks on the canvas, drawn by items of our own that we attach to the canvas'
 node and edge items as children (so they move, hide and vanish with them):
 
-- `NodeMark`: executed tick, current-node outline, breakpoint dot, and a colour wash
-  (profile heat or compare error);
+- `NodeMark`: executed tick, current-node outline, breakpoint dot, and a colour
+  (profile heat or compare error): the box's own fill (under its text) and an outline;
 - `ValueBadge`: the runtime type of a computed value next to its edge; a click opens
   the tensor inspector.
 
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.run.compare_colours import edge_colour
 
 BREAKPOINT = QColor(220, 40, 40)
 CURRENT = QColor(255, 140, 0)
@@ -63,11 +64,13 @@ class NodeMark(QGraphicsItem):
     ) -> None:
         r = self._rect
         if self.fill is not None:
-            painter.setPen(Qt.PenStyle.NoPen)
-            wash = QColor(self.fill)
-            wash.setAlpha(170)
-            painter.setBrush(wash)
-            painter.drawRoundedRect(r, 5, 5)
+            # The colour itself is the box's fill (`NodeItem.set_tint`: under its
+            # text, which keeps its contrast); the mark adds a strong outline.
+            pen = QPen(edge_colour(self.fill) or self.fill.darker(135), 3.0)
+            pen.setCosmetic(True)
+            painter.setPen(pen)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(r.adjusted(-1, -1, 1, 1), 6, 6)
         if self.executed:
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(EXECUTED)
@@ -206,6 +209,9 @@ class CanvasOverlay:
             if state != (mark.executed, mark.current, mark.breakpoint, mark.fill, mark.note):
                 mark.prepareGeometryChange()
                 mark.executed, mark.current, mark.breakpoint, mark.fill, mark.note = state
+                box = mark.parentItem()
+                if isinstance(box, NodeItem):
+                    box.set_tint(mark.fill)
                 mark.update()
         self._update_badges(value_types)
 

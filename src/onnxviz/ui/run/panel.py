@@ -37,6 +37,7 @@ from onnxviz.runtime.compare import Comparison
 from onnxviz.runtime.memory import DroppedValue
 from onnxviz.runtime.profile import NodeProfile
 from onnxviz.runtime.values import describe, nbytes
+from onnxviz.ui.run.compare_colours import CompareLegend
 
 STATS_MAX_SIZE = 65_536
 
@@ -199,10 +200,18 @@ class RunPanelWidget(QWidget):
     def _build_compare(self) -> QWidget:
         w = QWidget()
         lay = QVBoxLayout(w)
+        # two short rows, not one long one: the Run dock stays narrow enough to share
+        # the bottom area with the Diagnostics dock
         row = QHBoxLayout()
         self.compare_button = QPushButton("Compare with onnxruntime")
         self.compare_button.clicked.connect(self.compareRequested.emit)
         row.addWidget(self.compare_button)
+        self.jump_button = QPushButton("Jump to first divergence")
+        self.jump_button.clicked.connect(self.jumpToDivergence.emit)
+        row.addWidget(self.jump_button)
+        row.addStretch(1)
+        lay.addLayout(row)
+        row = QHBoxLayout()
         row.addWidget(QLabel("atol"))
         self.atol = QDoubleSpinBox()
         self.atol.setDecimals(8)
@@ -215,14 +224,19 @@ class RunPanelWidget(QWidget):
         self.rtol.setRange(0, 1e6)
         self.rtol.setValue(1e-3)
         row.addWidget(self.rtol)
-        self.jump_button = QPushButton("Jump to first divergence")
-        self.jump_button.clicked.connect(self.jumpToDivergence.emit)
-        row.addWidget(self.jump_button)
         self.error_colours = QCheckBox("Colour nodes by error")
         self.error_colours.toggled.connect(lambda on: self._colouring("error", on))
         row.addWidget(self.error_colours)
         row.addStretch(1)
         lay.addLayout(row)
+        self.compare_legend = CompareLegend()
+        self.compare_legend.setVisible(False)  # shown while the nodes are coloured
+        self.error_colours.toggled.connect(self.compare_legend.setVisible)
+        for spin in (self.atol, self.rtol):
+            spin.valueChanged.connect(
+                lambda _v: self.compare_legend.set_tolerance(self.atol.value(), self.rtol.value())
+            )
+        lay.addWidget(self.compare_legend)
         self.compare_status = QLabel(
             "Runs the same inputs in onnxruntime, every main-graph value exposed as an output."
         )

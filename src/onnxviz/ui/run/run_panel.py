@@ -13,7 +13,6 @@ selected node.
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.inspector import InspectorDock
 from onnxviz.ui.prompter import Prompter
+from onnxviz.ui.run.compare_colours import compare_colour
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
 from onnxviz.ui.run.overlay import CanvasOverlay
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the session imports ui.run's controller: no import cycle at
     from onnxviz.ui.controllers.navigation_controller import NavigationController
     from onnxviz.ui.doc_session import DocumentSession
 
-__all__ = ["RunPanel", "error_colour", "heat_colour"]
+__all__ = ["RunPanel", "heat_colour"]
 
 DEFAULT_MEMORY_CAP_MB = 1024
 
@@ -50,18 +50,6 @@ def heat_colour(x: float) -> QColor:
     """0 -> pale yellow, 1 -> red."""
     x = min(max(x, 0.0), 1.0)
     return QColor(255, int(235 - 200 * x), int(160 - 160 * x))
-
-
-def error_colour(rel: float | None, beyond: bool, rtol: float) -> QColor:
-    """Grey: not comparable; red: beyond the tolerance; green (a thousandth of the
-    tolerance or less) to yellow (at the tolerance) in between."""
-    if rel is None:
-        return QColor(200, 200, 200)
-    if beyond:
-        return QColor(230, 40, 40)
-    ratio = max(rel / max(rtol, 1e-12), 1e-12)
-    x = min(max((math.log10(ratio) + 3) / 3, 0.0), 1.0)
-    return QColor(int(60 + 190 * x), int(190 + 20 * x), 60)
 
 
 class RunPanel(QObject):
@@ -658,7 +646,7 @@ class RunPanel(QObject):
             atol, rtol = self.widget.atol.value(), self.widget.rtol.value()
             for n in self.comparison.nodes:
                 key = ("main", n.index)
-                fills[key] = error_colour(n.max_rel, n.beyond(atol, rtol), rtol)
+                fills[key] = compare_colour(n, atol, rtol)
                 if n.max_abs is not None:
                     notes[key] = f"abs {n.max_abs:.2g} rel {n.max_rel:.2g}"
                     if n.peer_note:  # the peer's number is the wrong one here
