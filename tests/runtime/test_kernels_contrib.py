@@ -17,13 +17,6 @@ MS = "com.microsoft"
 RNG = np.random.default_rng(1234)
 
 
-@pytest.fixture(autouse=True)
-def _same_inputs_in_any_order() -> None:
-    """Each test draws the same inputs whichever tests ran before it in this process
-    (pytest-xdist spreads them differently from run to run)."""
-    RNG.bit_generator.state = np.random.default_rng(1234).bit_generator.state
-
-
 def _f(*shape: int) -> np.ndarray:
     return RNG.normal(size=shape).astype(np.float32)
 
