@@ -6,6 +6,7 @@ taking unsaved edits with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,8 @@ def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
         capture_output=True,
         timeout=120,
         check=False,
+        # The app's settings (recent files) go to a folder of the test's, not the user's.
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},
     )
     assert done.returncode == 0, done.stderr.decode()[-500:]
     assert out.stat().st_size > 1000
