@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnxviz.model import commands as cmd
@@ -55,6 +56,7 @@ def test_a_model_that_crashes_inference_opens_in_the_window(window, tmp_path) ->
     assert "G004" in codes  # the undefined input, located
 
 
+@pytest.mark.slow
 def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
     out = tmp_path / "shot.png"
     done = subprocess.run(
