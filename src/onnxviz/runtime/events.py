@@ -104,7 +104,7 @@ class Pause:
     """Why a stepping call (`step`, `run_to`, `resume`, ...) returned.
 
     ``reason`` is one of "step", "breakpoint", "nonfinite", "run_to", "frame_left",
-    "finished", "failed", "cancelled"; ``event`` is the event it stopped at.
+    "paused" (`Session.pause` from another thread), "finished", "failed", "cancelled"; ``event`` is the event it stopped at.
     """
 
     reason: str
