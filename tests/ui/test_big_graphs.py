@@ -12,6 +12,7 @@ from tests.present.models import example
 pytestmark = pytest.mark.qt
 
 
+@pytest.mark.slow
 def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from benchmarks.models import transformer_like
 

@@ -6,11 +6,13 @@ taking unsaved edits with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnxviz.model import commands as cmd
@@ -54,6 +56,7 @@ def test_a_model_that_crashes_inference_opens_in_the_window(window, tmp_path) ->
     assert "G004" in codes  # the undefined input, located
 
 
+@pytest.mark.slow
 def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
     out = tmp_path / "shot.png"
     done = subprocess.run(
@@ -68,6 +71,8 @@ def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
         capture_output=True,
         timeout=120,
         check=False,
+        # The app's settings (recent files) go to a folder of the test's, not the user's.
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},
     )
     assert done.returncode == 0, done.stderr.decode()[-500:]
     assert out.stat().st_size > 1000
