@@ -175,3 +175,22 @@ def test_batchnorm_folding_pairs_every_conv_with_its_conv_bn(blocks: int) -> Non
         bn = next(n for n in f.a if n.op_type == "BatchNormalization")
         assert a.graph.node[bn.index].input[0] == a.graph.node[conv.index].output[0]
     assert not d.main.added and not d.main.removed and not d.main.changed
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_a_changed_declared_output_type_is_found_on_its_node(renamed: bool) -> None:
+    from onnx import TensorProto, helper
+
+    a = C.mlp()
+    a.graph.value_info.extend(
+        helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, [2, 8]) for n in a.graph.node
+    )
+    b = C.copy(a)
+    vi = next(v for v in b.graph.value_info if v.name == "add1")
+    vi.CopyFrom(helper.make_tensor_value_info("add1", TensorProto.FLOAT, [2, "n"]))
+    if renamed:
+        b = C.rename_everything(b, 3)
+    d = diff(a, b)
+    assert [(c.a.label, [(x.what, x.name) for x in c.details]) for c in d.main.changed] == [
+        ("add1", [("type", "output 0")])
+    ]

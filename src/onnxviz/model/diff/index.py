@@ -264,26 +264,31 @@ def index_function(path: str, fn: object) -> GraphIndex:
 
 
 def _fill(gi: GraphIndex) -> None:
+    made = [
+        (name, (i, k))
+        for i, node in enumerate(gi.nodes)
+        for k, name in enumerate(node.output)
+        if name
+    ]
+    made.reverse()  # so that the first producer of a name is the one kept
     producer = gi.producer
+    producer.update(made)
     consumers = gi.consumers
     # One string object per name: protobuf hands out a new one at every access, so
     # each value's name would be held once per reader.  Sharing them halves the
     # memory of the names, and dict lookups then compare by identity.
-    canon = {name: name for node in gi.nodes for name in node.output}
+    canon = {name: name for name in producer}
     get = canon.get
-    for node in gi.nodes:
-        node.input[:] = [get(x, x) for x in node.input]
     for i, node in enumerate(gi.nodes):
-        for k, name in enumerate(node.input):
+        ins = node.input
+        ins[:] = [get(x, x) for x in ins]
+        for k, name in enumerate(ins):
             if name:
                 found = consumers.get(name)
                 if found is None:
                     consumers[name] = [(i, k)]
                 else:
                     found.append((i, k))
-        for k, name in enumerate(node.output):
-            if name and name not in producer:
-                producer[name] = (i, k)
     gi.labels = _labels(gi.nodes)
     _quantization_view(gi)
     weights: dict[str, TensorProto] = {}
