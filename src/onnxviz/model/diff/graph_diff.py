@@ -84,6 +84,7 @@ class GraphDiffer:
         matcher = Matcher(a, b, self.outer_map, self.anchors)
         matches = matcher.run()
         self._sig_a, self._sig_b = matcher.sig_a, matcher.sig_b
+        self._nested_a = set(matcher.nested_a)
         self._map_values(matches)
         ias, ibs, ins = self._inputs
         wired = ins.agrees(self.value_map)
@@ -391,10 +392,11 @@ class GraphDiffer:
         """(index a, index b, attribute label, graph a, graph b) for subgraphs of
         matched nodes, paired by attribute label."""
         out = []
+        nested = self._nested_a
         for ia, ib in self.result.matches:
+            if ia not in nested:
+                continue  # no subgraph in A's node: nothing to pair
             na, nb = self.a.nodes[ia], self.b.nodes[ib]
-            if not na.attribute:
-                continue
             subs_b = dict(subgraph_attrs(nb))
             for label, ga in subgraph_attrs(na):
                 gb = subs_b.get(label)

@@ -9,7 +9,7 @@ unique, else ``#index``), so a diff's locations open in the rest of the app.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -279,16 +279,21 @@ def _fill(gi: GraphIndex) -> None:
     # memory of the names, and dict lookups then compare by identity.
     canon = {name: name for name in producer}
     get = canon.get
-    for i, node in enumerate(gi.nodes):
+    for node in gi.nodes:
         ins = node.input
-        ins[:] = [get(x, x) for x in ins]
-        for k, name in enumerate(ins):
-            if name:
-                found = consumers.get(name)
-                if found is None:
-                    consumers[name] = [(i, k)]
-                else:
-                    found.append((i, k))
+        ins[:] = map(get, ins, ins)
+    # (node, slot) of every input, laid flat by numpy, then grouped by name.
+    lists = [node.input for node in gi.nodes]
+    lens = np.fromiter(map(len, lists), np.int64, len(lists))
+    flat = list(chain.from_iterable(lists))
+    at = np.repeat(np.arange(len(lists)), lens)
+    slot = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    uses = zip(at.tolist(), slot.tolist())
+    grouped: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    for name, use in zip(flat, uses):
+        grouped[name].append(use)
+    grouped.pop("", None)  # inputs left out
+    consumers.update(grouped)
     gi.labels = _labels(gi.nodes)
     _quantization_view(gi)
     weights: dict[str, TensorProto] = {}

@@ -99,13 +99,21 @@ class _Hashes:
         op_hash: dict[tuple[str, str], int] = {}
         ops = [0] * n
         sig = [0] * n
+        nested: list[int] = []  # nodes holding a subgraph
         for i, node in enumerate(nodes):
             op = _op(node)
             h = op_hash.get(op)
             if h is None:
                 h = op_hash[op] = hash(op)
             ops[i] = h
-            sig[i] = hash((op, attribute_signature(node))) if node.attribute else hash((op, ()))
+            if node.attribute:
+                attrs = attribute_signature(node)
+                if any(type(v) is tuple for _, v in attrs):
+                    nested.append(i)
+                sig[i] = hash((op, attrs))
+            else:
+                sig[i] = hash((op, ()))
+        self.nested = nested
         fwd = [0] * n
         get = value.get
         for i in order:
@@ -251,6 +259,7 @@ class Matcher:
         hb = _Hashes(b, {self.outer_map[k]: v for k, v in outer_hash.items()})
         self.ha, self.hb = ha, hb
         self.sig_a, self.sig_b = ha.sig, hb.sig
+        self.nested_a = ha.nested
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
         self._unique_pairs(_combine(ha.fwd, ha.bwd), _combine(hb.fwd, hb.bwd), pending)
         for lab, ia in la.items():
