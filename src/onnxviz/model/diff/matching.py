@@ -30,7 +30,7 @@ from onnxviz.model.diff.index import GraphIndex, LiteNode
 from onnxviz.model.text import as_text
 
 
-def attribute_signature(node: NodeProto | LiteNode) -> tuple[object, ...]:
+def attribute_signature(node: NodeProto | LiteNode) -> tuple[tuple[str, object], ...]:
     """Attributes as comparable bytes, subgraphs summarized by their op types (their
     differences are diffed, recursively, elsewhere)."""
     out: list[tuple[str, object]] = []
