@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
-from operator import and_, is_not
+from operator import and_, attrgetter, is_not, itemgetter
 
 import numpy as np
 from onnx import AttributeProto, TensorProto, ValueInfoProto, helper
@@ -22,6 +22,8 @@ from onnxviz.model.tensors import to_array
 from onnxviz.model.text import as_text
 
 _TEXT_LIMIT = 120
+_INPUT = attrgetter("input")
+_OUTPUT = attrgetter("output")
 
 
 def _attr_text(attr: AttributeProto) -> str:
@@ -203,7 +205,9 @@ class GraphDiffer:
         ias, ibs = list(matches), list(matches.values())
         # Outputs of all the pairs at once (`bulk`); pairs whose output counts differ
         # map the slots they share, one by one.
-        outs = Flat([nodes_a[i].output for i in ias], [nodes_b[i].output for i in ibs])
+        pa = [nodes_a[i] for i in ias] if len(ias) < 2 else list(itemgetter(*ias)(nodes_a))
+        pb = [nodes_b[i] for i in ibs] if len(ibs) < 2 else list(itemgetter(*ibs)(nodes_b))
+        outs = Flat(list(map(_OUTPUT, pa)), list(map(_OUTPUT, pb)))
         if "" in outs.a or "" in outs.b:  # an optional output left out
             vmap.update((oa, ob) for oa, ob in zip(outs.a, outs.b) if oa and ob)
         else:
@@ -212,7 +216,8 @@ class GraphDiffer:
             na, nb = nodes_a[ias[k]], nodes_b[ibs[k]]
             vmap.update((oa, ob) for oa, ob in zip(na.output, nb.output) if oa and ob)
         self._outputs = outs
-        ins = Flat([nodes_a[i].input for i in ias], [nodes_b[i].input for i in ibs])
+        ins = Flat(list(map(_INPUT, pa)), list(map(_INPUT, pb)))
+        del pa, pb
         self._inputs = (ias, ibs, ins)
         if not weights_a or not weights_b:
             return

@@ -101,7 +101,8 @@ class _Hashes:
         sig = [0] * n
         nested: list[int] = []  # nodes holding a subgraph
         for i, node in enumerate(nodes):
-            op = _op(node)
+            domain = node.domain
+            op = (domain if domain != "ai.onnx" else "", node.op_type)
             h = op_hash.get(op)
             if h is None:
                 h = op_hash[op] = hash(op)
