@@ -194,3 +194,38 @@ def test_a_changed_declared_output_type_is_found_on_its_node(renamed: bool) -> N
     assert [(c.a.label, [(x.what, x.name) for x in c.details]) for c in d.main.changed] == [
         ("add1", [("type", "output 0")])
     ]
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1])
+def test_the_benchmark_pair_reports_exactly_what_was_planted(fraction: float) -> None:
+    """The structural benchmark's pair, small: Identities inserted after random nodes
+    and attributes edited (or Add made Sub) on others, every name shuffled and the
+    nodes re-sorted.  Exactly the inserted nodes are added and exactly the edited
+    nodes changed (an inserted Identity must not pass for an Erf or a Shape whose
+    op "changed")."""
+    import random
+
+    from benchmarks.bench_diff import _plant_changes, _shuffle_names_and_order
+    from benchmarks.models import transformer_like
+
+    a = transformer_like(3000)
+    b = C.copy(a)
+    _plant_changes(b, fraction, 3)
+    _shuffle_names_and_order(b, 4)
+    # What _plant_changes did, from its seed: even picks got an Identity after them,
+    # odd picks an INT/FLOAT attribute edit or Add -> Sub (others only a doc string).
+    picks = random.Random(3).sample(range(len(a.graph.node)), int(len(a.graph.node) * fraction))
+    edited = set()
+    for k, i in enumerate(picks):
+        node = a.graph.node[i]
+        if k % 2 == 0:
+            continue
+        if node.attribute:
+            if node.attribute[0].type in (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT):
+                edited.add(i)
+        elif node.op_type == "Add":
+            edited.add(i)
+    d = diff(a, b)
+    assert {c.a.index for c in d.main.changed} == edited
+    assert sorted(n.op_type for n in d.main.added) == ["Identity"] * len(picks[::2])
+    assert not d.main.removed and not d.main.fused
