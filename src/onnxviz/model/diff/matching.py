@@ -9,9 +9,20 @@ In order of evidence:
    the graph outputs by position).  Names play no part, so renamed values and re-sorted
    nodes match exactly;
 3. node names, when the same name has the same op on both sides;
-4. propagation from matched pairs: the producers at the same input slot, and the
-   consumers at the same slot, of the same op on both sides.  This is what carries a
+4. a two-step neighbourhood hash (op, attributes, weights, and those of the
+   producers by slot and the consumers with their slots), unique on both sides;
+5. propagation in bulk (`Matcher._spread`): each matched pair tags its two nodes
+   alike, and a node whose key (own tag or op, mixed with its neighbours' keys) is
+   unique on both sides pairs; repeated while it pairs anything.  numpy over edge
+   arrays: on a 100k-node graph with changes everywhere this pairs what is left of
+   the bulk in a few rounds of milliseconds;
+6. stepwise propagation from the pairs next to unmatched nodes: the producers at the
+   same input slot, and the consumers at the same slot, of the same op on both sides,
+   stepping over an inserted or removed pass-through node.  This is what carries a
    match across a changed attribute or an inserted node, where the hashes part.
+
+Hashes are kept as int64 arrays (a Python int per node and per hash would cost tens
+of MB on a 100k-node graph).
 
 QuantizeLinear -> DequantizeLinear pairs are looked through (`GraphIndex.real`), so an
 fp32 graph matches its QDQ version node for node.
