@@ -112,3 +112,38 @@ def test_numeric_diff_names_the_saturated_value_of_an_onnxruntime_qdq_model(
     (err, step) = next((e, s) for n, e, s, _ in judged if n == planted)
     assert err > STEPS * step  # saturated: far more than rounding
     assert result.first.max_abs == pytest.approx(err, rel=1e-3, abs=1e-5)
+
+
+def test_the_diff_is_the_same_under_any_hash_seed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Pairs are matched in an order that follows hash values (PYTHONHASHSEED); what
+    the diff reports must not.  (The Relu onnxruntime folds into the QDQ of its Add
+    once came out as fused or as removed by the seed.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    a = C.mlp(layers=4, width=16)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path)
+    onnx.save(a, tmp_path / "a.onnx")
+    onnx.save(q, tmp_path / "q.onnx")
+    code = (
+        "import json, sys, onnx\n"
+        "from onnxviz.model.diff import diff\n"
+        "d = diff(onnx.load(sys.argv[1]), onnx.load(sys.argv[2]))\n"
+        "print(json.dumps(d.to_json(), sort_keys=True))\n"
+    )
+    outs = set()
+    for seed in ("1", "3", "6", "11"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "a.onnx"), str(tmp_path / "q.onnx")],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        outs.add(run.stdout)
+    assert len(outs) == 1
+    assert json.loads(outs.pop())["counts"]["matched"] > 0

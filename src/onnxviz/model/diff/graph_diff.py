@@ -202,7 +202,10 @@ class GraphDiffer:
         nodes_a, nodes_b = a.nodes, b.nodes
         weights_a, weights_b = a.weights, b.weights
         pairs, owner = self._tensor_pairs, self._tensor_owner
-        ias, ibs = list(matches), list(matches.values())
+        # In A's node order, so that the first reader of a shared weight is the same
+        # whatever order the pairs were matched in (that follows hash values).
+        ias = sorted(matches)
+        ibs = [matches[i] for i in ias]
         # Outputs of all the pairs at once (`bulk`); pairs whose output counts differ
         # map the slots they share, one by one.
         pa = [nodes_a[i] for i in ias] if len(ias) < 2 else list(itemgetter(*ias)(nodes_a))

@@ -64,7 +64,9 @@ def find_groups(
     groups: list[tuple[set[int], set[int]]] = []
     # Places where both sides read a value: matched consumers' slots and graph outputs.
     reads: list[tuple[str, str]] = []
-    for ia, ib in matches.items():
+    # In A's node order: the groups found can depend on the order of the reads, and
+    # the order pairs were matched in depends on hash values (PYTHONHASHSEED).
+    for ia, ib in sorted(matches.items()):
         if ia in wired:
             continue  # every value read corresponds: nothing to group here
         ins_a, ins_b = a.nodes[ia].input, b.nodes[ib].input

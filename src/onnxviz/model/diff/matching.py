@@ -46,13 +46,18 @@ def attribute_signature(node: NodeProto | LiteNode) -> tuple[tuple[str, object],
     differences are diffed, recursively, elsewhere)."""
     out: list[tuple[str, object]] = []
     for attr in node.attribute:
-        if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) or attr.HasField("g"):
+        kind = attr.type
+        if kind in (_GRAPH, _GRAPHS) or (kind == 0 and attr.HasField("g")):
             graphs = [attr.g] if attr.HasField("g") else list(attr.graphs)
             out.append((attr.name, tuple(tuple(sorted(n.op_type for n in g.node)) for g in graphs)))
         else:
             out.append((attr.name, attr.SerializeToString()))
-    out.sort(key=lambda item: as_text(item[0]))
+    if len(out) > 1:
+        out.sort(key=lambda item: as_text(item[0]))
     return tuple(out)
+
+
+_GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
 
 
 _DIGEST_LIMIT = 1 << 16
@@ -274,13 +279,12 @@ class Matcher:
         self.nested_a = ha.nested
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
         self._unique_pairs(_combine(ha.fwd, ha.bwd), _combine(hb.fwd, hb.bwd), pending)
-        for lab, ia in la.items():
+        for lab in la.keys() & lb.keys():  # names on both sides (most renamed: few)
+            ia, ib = la[lab], lb[lab]
             if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
                 continue
-            ib = lb.get(lab)
             if (
-                ib is not None
-                and ib not in b.qdq_nodes
+                ib not in b.qdq_nodes
                 and _op(a.nodes[ia]) == _op(b.nodes[ib])
                 and self._pair(ia, ib)
             ):
