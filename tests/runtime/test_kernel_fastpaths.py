@@ -22,7 +22,7 @@ from onnxviz.runtime.kernels import _weight_cache, nn_conv
 
 pytestmark = pytest.mark.numeric
 
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _frozen(x: np.ndarray) -> np.ndarray:
@@ -66,7 +66,9 @@ def depthwise_cases(draw):
     stride = draw(st.sampled_from([1, 1, 2]))
     dil = draw(st.sampled_from([1, 1, 2]))
     out_last = draw(st.integers(1, 8))
-    c = draw(st.integers(16 if stride == 1 else max(32, 8 * out_last), 96))
+    # The einsum paths (stride 1, or dilation 1 along the last axis) and the per-offset
+    # path (strided and dilated) each take their own channel counts.
+    c = draw(st.integers(max(32, 8 * out_last) if stride > 1 and dil > 1 else 16, 96))
     pad = draw(st.integers(0, (k - 1) * dil))
     span = (k - 1) * dil + 1
     last = (out_last - 1) * stride + span - 2 * pad
@@ -96,13 +98,35 @@ def test_channels_last_depthwise_conv_matches_the_definition(case) -> None:
         "dilations": [dil] * rank,
     }
     want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
-    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"])
+    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"])
     got = nn_conv.conv(x, w, b, **attrs)
     packed = nn_conv.conv(x, nn_conv.ConvWeight(_frozen(w)), b, **attrs)
     scale = max(1.0, float(np.abs(want).max()))
     for y in (got, packed):
         assert y.shape == want.shape and y.dtype == np.float32
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize(
+    ("shape", "k", "stride", "dil", "pad"),
+    [
+        ((1, 288, 14, 14), 5, 2, 1, 2),  # MobileNetV3's strided 5x5: phases of the image
+        ((2, 72, 20, 21), 3, 2, 1, 1),  # odd width: phases of unequal length
+        ((1, 40, 15, 15), 3, 3, 1, 0),  # stride 3: three phases, one column each
+        ((1, 48, 12, 12), 3, 1, 2, 2),  # dilated, stride 1: one einsum
+        ((1, 40, 9, 9), 3, 2, 2, 2),  # strided and dilated: a multiply-add per offset
+    ],
+)
+def test_channels_last_depthwise_conv_on_each_path(shape, k, stride, dil, pad) -> None:
+    rng = np.random.default_rng(sum(shape) + k)
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    attrs = {"group": c, "strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dil] * 2}
+    want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"])
+    np.testing.assert_allclose(nn_conv.conv(x, w, b, **attrs), want, rtol=1e-5, atol=1e-4)
 
 
 def test_channels_last_depthwise_conv_adds_a_residual() -> None:

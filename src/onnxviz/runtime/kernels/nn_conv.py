@@ -149,7 +149,12 @@ def _conv_dispatch(
         return _plus(y, addend), True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
-    if cg == 1 and m == group > 1 and min(pads) >= 0 and channels_last_pays(c, out_shape, strides):
+    if (
+        cg == 1
+        and m == group > 1
+        and min(pads) >= 0
+        and channels_last_pays(c, out_shape, strides, dilations)
+    ):
         taps = packed.taps() if packed is not None else None
         y = _depthwise_channels_last(x, w, taps, kernel, strides, dilations, pads, out_shape)
         return _plus(_nchw_with_bias(y, bias), addend), True
@@ -426,14 +431,17 @@ def _depthwise_flat(
     return layout.crop(grid.reshape(n, group * mult, layout.wide), bias)
 
 
-def channels_last_pays(channels: int, out_shape: Sequence[int], strides: Sequence[int]) -> bool:
+def channels_last_pays(
+    channels: int, out_shape: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> bool:
     """Whether the channels-last depthwise conv beats the channels-first one: the deep,
-    small-image layers of a MobileNet (measured on MobileNetV3's shapes).  With stride 1
-    along the last axis (one einsum pass): 3-5x faster up to 32x32 outputs, slower from
-    56x56 on, where the channels-first rows are long and the image leaves the cache.
-    Strided: 1.3-2x faster from about 8 channels per output column on, slower below
-    (the two layout copies cost more than the shorter loops save)."""
-    if strides[-1] == 1:
+    small-image layers of a MobileNet (measured on MobileNetV3's shapes).  The einsum
+    path (stride 1 or dilation 1 along the last axis) is 1.3-5x faster up to 32x32
+    outputs and slower from 56x56 on, where the channels-first rows are long and the
+    image leaves the cache.  The per-offset path (strided and dilated) is faster from
+    about 8 channels per output column on (below, the two layout copies cost more than
+    the shorter loops save)."""
+    if strides[-1] == 1 or dilations[-1] == 1:
         return channels >= 16 and math.prod(out_shape) <= 1024
     return channels >= 32 and channels >= 8 * out_shape[-1]
 
@@ -467,21 +475,11 @@ def _depthwise_channels_last(
     xl[(slice(None), *inner)] = np.moveaxis(x, 1, -1)
     wk = taps.reshape(taps.shape[0], c) if taps is not None else w.reshape(c, -1).T
     wk = wk.reshape(*kernel, c)
-    st = xl.strides
-    outer = [st[1 + i] * strides[i] for i in range(rank)]
-    offsets = [st[1 + i] * dilations[i] for i in range(rank)]
-    letters = "abcdefghijklmnopqrstuvw"
-    o_sub, k_sub = letters[:rank], letters[rank : 2 * rank]
-    if strides[-1] == 1:
-        last = out_shape[-1]
-        shape = (n, *out_shape[:-1], *kernel, last * c)
-        steps = (st[0], *outer[:-1], *offsets, st[-1])
-        view = np.lib.stride_tricks.as_strided(xl, shape, steps, writeable=False)
-        tiled = np.tile(wk, (1,) * rank + (last,))
-        subs = f"z{o_sub[:-1]}{k_sub}y,{k_sub}y->z{o_sub[:-1]}y"
-        return np.einsum(subs, view, tiled).reshape(n, *out_shape, c)
-    # Strided: a multiply and an add per kernel offset over (N, *out, C) windows (here
-    # einsum's inner loops of C elements measured slower than these two passes).
+    sw = strides[-1]
+    if sw == 1 or dilations[-1] == 1:
+        return _depthwise_phase_sums(xl, wk, strides, dilations, out_shape)
+    # Strided and dilated along the last axis: a multiply and an add per kernel offset
+    # over (N, *out, C) windows.
     wk = wk.reshape(-1, c)
     acc = np.empty((n, *out_shape, c), dtype=x.dtype)
     tmp = scratch("conv_nhwc_tmp", acc.shape, x.dtype)
@@ -494,6 +492,53 @@ def _depthwise_channels_last(
             np.multiply(src, wk[k_index], out=tmp)
             acc += tmp
     return acc
+
+
+def _depthwise_phase_sums(
+    xl: np.ndarray,
+    wk: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """sum over kernel offsets of wk[offset] * window(offset) for a padded channels-last
+    image ``xl`` (N, *padded, C) and weights ``wk`` (*kernel, C), by einsum.
+
+    The last spatial axis and the channels are summed as one contiguous axis of out_w*C
+    (the weights tiled out_w times): the windows of one output row are then out_w
+    consecutive pixels.  With stride s > 1 along that axis the image is first split into
+    its s phases (pixels p, p+s, p+2s, ...: one copy of the input in all): within a
+    phase the kernel columns p, p+s, ... read consecutive pixels again, so each phase is
+    one einsum over its own columns of the kernel (dilation 1 along that axis)."""
+    n, c = xl.shape[0], xl.shape[-1]
+    rank = xl.ndim - 2
+    kernel = wk.shape[:-1]
+    sw, last = strides[-1], out_shape[-1]
+    letters = "abcdefghijklmnopqrstuvw"
+    o_sub, k_sub = letters[: rank - 1], letters[rank - 1 : 2 * rank - 1]
+    subs = f"z{o_sub}{k_sub}y,{k_sub}y->z{o_sub}y"
+    total: np.ndarray | None = None
+    for phase in range(min(sw, kernel[-1])):
+        image = xl if sw == 1 else np.ascontiguousarray(xl[..., phase::sw, :])
+        sub = wk[..., phase::sw, :]
+        st = image.strides
+        shape = (n, *out_shape[:-1], *sub.shape[:-1], last * c)
+        steps = (
+            st[0],
+            *(st[1 + i] * strides[i] for i in range(rank - 1)),
+            *(st[1 + i] * dilations[i] for i in range(rank - 1)),
+            st[-2] * (dilations[-1] if sw == 1 else 1),
+            st[-1],
+        )
+        view = np.lib.stride_tricks.as_strided(image, shape, steps, writeable=False)
+        tiled = np.tile(sub, (1,) * rank + (last,))
+        part = np.einsum(subs, view, tiled)
+        if total is None:
+            total = part
+        else:
+            total += part
+    assert total is not None  # kernel[-1] >= 1
+    return total.reshape(n, *out_shape, c)
 
 
 def _nchw_with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
