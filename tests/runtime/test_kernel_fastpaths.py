@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, nn_conv
+from onnxviz.runtime.kernels import _weight_cache, nn_conv, nn_rnn
 
 pytestmark = pytest.mark.numeric
 
@@ -145,3 +145,84 @@ def _empty_cache():
     _weight_cache.clear()
     yield
     _weight_cache.clear()
+
+
+def _sig(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_definition(x, w, r, b, h0, c0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One-direction LSTM by the ONNX formulas in float64 (gate order i, o, f, c)."""
+    w, r = w[0].astype(np.float64), r[0].astype(np.float64)
+    bias = b[0, : w.shape[0]].astype(np.float64) + b[0, w.shape[0] :]
+    h, c = h0[0].astype(np.float64), c0[0].astype(np.float64)
+    hs = h.shape[1]
+    ys = []
+    for xt in x.astype(np.float64):
+        g = xt @ w.T + h @ r.T + bias
+        i, o, f, cand = (
+            _sig(g[:, :hs]),
+            _sig(g[:, hs : 2 * hs]),
+            _sig(g[:, 2 * hs : 3 * hs]),
+            np.tanh(g[:, 3 * hs :]),
+        )
+        c = f * c + i * cand
+        h = o * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys)[:, None], h[None], c[None]
+
+
+def gru_definition(x, w, r, b, h0, linear_before_reset) -> tuple[np.ndarray, np.ndarray]:
+    """One-direction GRU by the ONNX formulas in float64 (gate order z, r, h)."""
+    w, r = w[0].astype(np.float64), r[0].astype(np.float64)
+    hs = r.shape[1]
+    wb, rb = b[0, : 3 * hs].astype(np.float64), b[0, 3 * hs :].astype(np.float64)
+    h = h0[0].astype(np.float64)
+    ys = []
+    for xt in x.astype(np.float64):
+        px = xt @ w.T + wb
+        z = _sig(px[:, :hs] + h @ r[:hs].T + rb[:hs])
+        rg = _sig(px[:, hs : 2 * hs] + h @ r[hs : 2 * hs].T + rb[hs : 2 * hs])
+        if linear_before_reset:
+            cand = np.tanh(px[:, 2 * hs :] + rg * (h @ r[2 * hs :].T + rb[2 * hs :]))
+        else:
+            cand = np.tanh(px[:, 2 * hs :] + (rg * h) @ r[2 * hs :].T + rb[2 * hs :])
+        h = (1 - z) * cand + z * h
+        ys.append(h)
+    return np.stack(ys)[:, None], h[None]
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_recurrent_layers_with_pretransposed_constant_weights(linear_before_reset) -> None:
+    # Initializer weights (frozen) take the cached transposed R; writeable copies rebuild
+    # it on each call; both must give the definition's numbers, call after call.
+    rng = np.random.default_rng(8 + linear_before_reset)
+    steps, batch, n_in, hs = 6, 3, 5, 7
+    x = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+    h0 = rng.standard_normal((1, batch, hs)).astype(np.float32)
+    c0 = rng.standard_normal((1, batch, hs)).astype(np.float32)
+
+    def weights(gates: int) -> list[np.ndarray]:
+        return [
+            rng.standard_normal((1, gates * hs, n_in)).astype(np.float32) * 0.5,
+            rng.standard_normal((1, gates * hs, hs)).astype(np.float32) * 0.5,
+            rng.standard_normal((1, 2 * gates * hs)).astype(np.float32) * 0.5,
+        ]
+
+    w, r, b = weights(4)
+    want = lstm_definition(x, w, r, b, h0, c0)
+    for ws in ([w, r, b], [_frozen(v) for v in (w, r, b)]):
+        for _ in range(2):
+            got = nn_rnn.lstm(x, *ws, None, h0, c0, hidden_size=hs)
+            for g, e in zip(got, want):
+                np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    assert _weight_cache.stored_bytes() >= 4 * hs * hs * 4
+    w, r, b = weights(3)
+    want = gru_definition(x, w, r, b, h0, linear_before_reset)
+    for ws in ([w, r, b], [_frozen(v) for v in (w, r, b)]):
+        for _ in range(2):
+            got = nn_rnn.gru(
+                x, *ws, None, h0, hidden_size=hs, linear_before_reset=linear_before_reset
+            )
+            for g, e in zip(got, want):
+                np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)

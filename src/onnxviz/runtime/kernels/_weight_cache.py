@@ -82,8 +82,9 @@ def derived(
     size = _size(value)
     if size > CAP_BYTES // 4:
         return value
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False  # shared by every later call
+    for array in value if isinstance(value, tuple) else (value,):
+        if isinstance(array, np.ndarray):
+            array.flags.writeable = False  # shared by every later call
     with _lock:
         old = _entries.pop(key, None)
         if old is not None:
