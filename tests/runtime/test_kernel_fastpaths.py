@@ -9,6 +9,7 @@ skipped.
 
 from __future__ import annotations
 
+import math
 from itertools import product
 
 import numpy as np
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, nn_conv, nn_rnn
+from onnxviz.runtime.kernels import _weight_cache, math_erf, nn_conv, nn_rnn
 
 pytestmark = pytest.mark.numeric
 
@@ -226,3 +227,30 @@ def test_recurrent_layers_with_pretransposed_constant_weights(linear_before_rese
             )
             for g, e in zip(got, want):
                 np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_float32_erf_is_within_a_few_ulp_everywhere() -> None:
+    grid = np.concatenate(
+        [
+            np.linspace(-6, 6, 120001),
+            np.geomspace(1e-38, 4, 4001),
+            -np.geomspace(1e-38, 4, 401),
+            [0.0, 4.2, 4.20001, 9.0, 1e30],
+        ]
+    ).astype(np.float32)
+    exact = np.array([math.erf(float(v)) for v in grid])
+    got = math_erf.erf(grid)
+    assert got.dtype == np.float32
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - exact) / ulp).max() <= 3.5
+    assert (np.diff(got[:120001]) >= 0).all()  # monotone
+    np.testing.assert_array_equal(math_erf.erf(-grid), -got)  # odd
+    special = math_erf.erf(np.array([np.inf, -np.inf, np.nan, -0.0], np.float32))
+    assert special[0] == 1.0 and special[1] == -1.0 and np.isnan(special[2])
+    assert special[3] == 0.0 and np.signbit(special[3])
+    # The block-by-block entry point of the fused elementwise chains, in place.
+    buf = grid.copy()
+    math_erf.erf_into(buf, buf)
+    np.testing.assert_array_equal(buf, got)
+    half = math_erf.erf(grid[:120001].astype(np.float16))
+    assert half.dtype == np.float16
