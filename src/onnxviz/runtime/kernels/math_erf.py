@@ -142,9 +142,11 @@ _TANH_ARG = (
 _CLIP = 4.2
 
 
-# Elements per block: the passes of the polynomial then stay in the CPU cache (about
-# twice as fast as whole-array passes on BERT-sized tensors).
-_BLOCK = 16384
+# Elements per block: the passes of the polynomial then stay in the CPU cache (three
+# 256 KB buffers), while each numpy call still has enough work to hide its ~1 us of
+# overhead (measured on 150k and 1M elements: 16k-element blocks 1.3x slower, whole
+# arrays 1.1-1.4x slower).
+_BLOCK = 65536
 
 
 def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
