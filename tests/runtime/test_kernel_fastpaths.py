@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, math_erf, nn_conv, nn_rnn
+from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_rnn
 
 pytestmark = pytest.mark.numeric
 
@@ -254,3 +254,51 @@ def test_float32_erf_is_within_a_few_ulp_everywhere() -> None:
     np.testing.assert_array_equal(buf, got)
     half = math_erf.erf(grid[:120001].astype(np.float16))
     assert half.dtype == np.float16
+
+
+def softmax_definition(x: np.ndarray, axis: int) -> np.ndarray:
+    w = x.astype(np.float64)
+    e = np.exp(w - w.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    st.floats(0.1, 80.0),
+    st.integers(0, 2**16),
+    st.sampled_from([np.float32, np.float64]),
+)
+def test_softmax_with_one_shift_matches_the_definition(shape, spread, seed, dtype) -> None:
+    # Spreads below 60 take the one-shift path, wider ones the per-row maxima: both must
+    # give the definition's numbers (rows far below the array's maximum included).
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-0.5, 0.5, shape) * spread).astype(dtype)
+    got = math_softmax.softmax(x)
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_allclose(got, softmax_definition(x, -1), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        math_softmax.softmax_2d(x, axis=x.ndim - 1),
+        softmax_definition(x, -1),
+        rtol=2e-6,
+        atol=1e-7,
+    )
+
+
+def test_softmax_one_shift_path_is_taken_only_when_safe() -> None:
+    x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
+    assert math_softmax.softmax_rows(x) is not None
+    assert math_softmax.softmax_rows(np.asfortranarray(x)) is None
+    wide = x.copy()
+    wide[0, 0] = -1e9  # an additive attention mask
+    assert math_softmax.softmax_rows(wide) is None
+    masked = x.copy()
+    masked[1, :3] = -np.inf
+    assert math_softmax.softmax_rows(masked) is None
+    got = math_softmax.softmax(masked)
+    assert (got[1, :3] == 0).all()
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-6)
+    nan = x.copy()
+    nan[2, 5] = np.nan
+    assert math_softmax.softmax_rows(nan) is None
+    assert np.isnan(math_softmax.softmax(nan)[2]).all()
