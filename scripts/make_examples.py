@@ -1,4 +1,4 @@
-"""Build the example models bundled in src/onnxviz/resources/examples/.
+"""Build the example models bundled in resources/examples/ (the wheel's onnxviz.resources).
 
 Run: .venv/bin/python scripts/make_examples.py   (deterministic; commit the outputs)
 """
@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "src", "onnxviz", "resources", "examples")
+OUT = os.path.join(os.path.dirname(__file__), "..", "resources", "examples")
 rng = np.random.default_rng(7)
 
 

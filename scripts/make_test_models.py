@@ -8,6 +8,11 @@ gets its inputs (``<name>.npz``) and a line in ``manifest.json`` with the export
 version; a tool that is not installed is skipped with a note.
 
     .venv/bin/python scripts/make_test_models.py [NAME ...]
+    .venv/bin/python scripts/make_test_models.py --exports [NAME ...]
+
+``--exports`` writes the other set, tests/data/exports/: the models the unit tests once
+exported at test time (scripts/test_exports.py builds them; torch and scikit-learn +
+skl2onnx), with the exporter's own results, so that the test command needs neither.
 
 Needs: torch (CPU), onnxscript, scikit-learn + skl2onnx + pandas, onnxruntime
 (quantization), onnxslim / onnxsim, transformers + optimum-onnx, onnxruntime-genai (each
@@ -128,8 +133,16 @@ def _torch_modules() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], list[
         def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 4) -> None:
             super().__init__()
             self.emb, self.pos, self.heads = nn.Embedding(vocab, dim), nn.Embedding(32, dim), heads
-            self.ln1, self.qkv, self.proj = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-            self.ln2, self.fc, self.out = nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.ln1, self.qkv, self.proj = (
+                nn.LayerNorm(dim),
+                nn.Linear(dim, 3 * dim),
+                nn.Linear(dim, dim),
+            )
+            self.ln2, self.fc, self.out = (
+                nn.LayerNorm(dim),
+                nn.Linear(dim, 4 * dim),
+                nn.Linear(4 * dim, dim),
+            )
             self.lm = nn.Linear(dim, vocab, bias=False)
 
         def forward(self, ids: Any, past_k: Any, past_v: Any) -> Any:
@@ -261,7 +274,10 @@ def sklearn_models() -> dict[str, Callable[[], Made]]:
         ).fit(frame, y)
         model = convert_sklearn(
             pipe,
-            initial_types=[("city", StringTensorType([None, 1])), ("size", FloatTensorType([None, 1]))],
+            initial_types=[
+                ("city", StringTensorType([None, 1])),
+                ("size", FloatTensorType([None, 1])),
+            ],
             target_opset={"": 17, "ai.onnx.ml": 3},
         )
         feeds = {
@@ -300,7 +316,10 @@ def derived_models() -> dict[str, Callable[[], Made]]:
             def __init__(self) -> None:
                 rng = np.random.default_rng(3)
                 self.items = iter(
-                    [{"image": rng.standard_normal((1, 3, 112, 112)).astype(np.float32)} for _ in range(4)]
+                    [
+                        {"image": rng.standard_normal((1, 3, 112, 112)).astype(np.float32)}
+                        for _ in range(4)
+                    ]
                 )
 
             def get_next(self) -> Any:
@@ -471,7 +490,65 @@ EXPORTER_OF = {
 }
 
 
+EXPORTS = os.path.join(os.path.dirname(__file__), os.pardir, "tests", "data", "exports")
+
+
+def _save_npz(path: str, arrays: dict[str, Any]) -> None:
+    """Arrays as they are; anything else (a dict fed to a ZipMap-style input) as a 0-d
+    object array, which the tests unwrap with ``.item()``."""
+    stored = {}
+    for key, value in arrays.items():
+        if isinstance(value, np.ndarray):
+            stored[key] = value
+        else:
+            holder = np.empty((), dtype=object)
+            holder[()] = value
+            stored[key] = holder
+    np.savez(path, **stored)
+
+
+def main_exports(argv: list[str]) -> int:
+    """Write tests/data/exports/ (see the module docstring)."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_exports
+
+    os.makedirs(EXPORTS, exist_ok=True)
+    manifest_path = os.path.join(EXPORTS, "manifest.json")
+    manifest: dict[str, Any] = {}
+    if os.path.exists(manifest_path):
+        with open(manifest_path, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+    for name, build in test_exports.builders().items():
+        if argv and name not in argv:
+            continue
+        model, feeds, refs = build()
+        onnx.save(model, os.path.join(EXPORTS, f"{name}.onnx"))
+        _save_npz(
+            os.path.join(EXPORTS, f"{name}.npz"),
+            {
+                **{f"feed:{k}": v for k, v in feeds.items()},
+                **{f"ref:{k}": v for k, v in refs.items()},
+            },
+        )
+        tool = ["torch"] if name.startswith("torch") else ["scikit-learn", "skl2onnx"]
+        manifest[name] = {
+            "exporter": "torch.onnx.export(dynamo=False)" if tool == ["torch"] else "skl2onnx",
+            "versions": {pkg: version(pkg) for pkg in tool},
+            "producer": f"{model.producer_name} {model.producer_version}".strip(),
+            "opsets": {i.domain or "ai.onnx": i.version for i in model.opset_import},
+            "command": f"scripts/make_test_models.py --exports {name}",
+        }
+        size = os.path.getsize(os.path.join(EXPORTS, f"{name}.onnx"))
+        print(f"wrote exports/{name} ({size // 1024} KB)")
+    with open(manifest_path, "w", encoding="utf-8") as fh:
+        json.dump(dict(sorted(manifest.items())), fh, indent=1)
+        fh.write("\n")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--exports"]:
+        return main_exports(argv[1:])
     os.makedirs(OUT, exist_ok=True)
     manifest_path = os.path.join(OUT, "manifest.json")
     manifest: dict[str, Any] = {}

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Set up onnxviz in ./.venv on Debian: system libraries Qt needs, then the package.
 #   scripts/setup.sh app    what the GUI needs (Qt libraries for a real window too)
-#   scripts/setup.sh test   what the test suite needs (headless Qt, test tools)
+#   scripts/setup.sh test   what the test suite needs (headless Qt, test tools; no exporter:
+#                           the tests read the models committed in tests/data/)
+#   scripts/setup.sh exporters  the test tools plus torch, scikit-learn and skl2onnx, to
+#                           regenerate those models (scripts/make_test_models.py) and run the
+#                           benchmarks that export at run time
 # Installs missing Debian packages when run as root (or with sudo); otherwise prints
 # the exact apt-get line to run and stops.
 set -euo pipefail
@@ -49,8 +53,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$mode" = test ]; then
     .venv/bin/python -m pip install -q -e ".[test]"
-    # PyTorch exports real models for the validator and runtime tests. 2.13.0 is pinned:
-    # on this project's machines pip takes a local CPU build of it (no download).
+elif [ "$mode" = exporters ]; then
+    .venv/bin/python -m pip install -q -e ".[test,exporters]"
+    # 2.13.0 is pinned: on this project's machines pip takes a local CPU build of it (no
+    # download); from the public index ask for the CPU wheels
+    # (--index-url https://download.pytorch.org/whl/cpu), not the CUDA build.
     .venv/bin/python -m pip install -q "torch==2.13.0"
 else
     .venv/bin/python -m pip install -q -e ".[ort]"

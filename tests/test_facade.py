@@ -1,4 +1,4 @@
-"""The small Python facade of DESIGN.md §7, as a script author uses it."""
+"""The small Python facade of docs/architecture.md §9, as a script author uses it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy as np
 import onnxruntime as ort
 
 import onnxviz
+from onnxviz import bundled
 
-EXAMPLES = os.path.join(os.path.dirname(onnxviz.__file__), "resources", "examples")
+EXAMPLES = str(bundled.root() / "examples")
 
 
 def test_open_validate_run_edit_save(tmp_path):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = [
-    *sorted((ROOT / "src" / "onnxviz" / "resources" / "examples").glob("*.onnx")),
+    *sorted((ROOT / "resources" / "examples").glob("*.onnx")),
     *sorted((ROOT / "tests" / "data" / "exporters").glob("*.onnx")),
 ]
 VERB_ARGS = {

@@ -1,6 +1,6 @@
 """onnxviz: explore, edit, validate and debug ONNX models.
 
-The small, stable Python facade (DESIGN.md §7)::
+The small, stable Python facade (docs/architecture.md §9)::
 
     doc = onnxviz.open_model(path)
     onnxviz.validate(doc)

@@ -1,3 +1,6 @@
+"""Helpers of the validator tests: `LooseDoc` (a bare ModelProto to validate, no loader)
+and the `no_screens` fixture (full runs without fastpath's screens, to compare both)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

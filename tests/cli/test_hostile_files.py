@@ -37,6 +37,11 @@ def _bytes_cases(tmp_path) -> dict[str, bytes]:
 # Import every subcommand once, so timings below measure the work, not first imports.
 _build_parser()
 
+# Hostile files must fail fast: these take milliseconds, and a file that made the loader
+# allocate what it claims or walk 10^12 elements would take minutes.  The bound leaves
+# room for a busy 2-core machine; memory is the sharp check (tracemalloc peaks below).
+FAST_S = 5.0
+
 
 def _run(
     argv: list[str], capsys, *, measure_memory: bool = False
@@ -67,7 +72,7 @@ def test_unreadable_files_give_one_sentence_and_exit_2(tmp_path, capsys, case):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0]
     assert "Traceback" not in err
-    assert elapsed < 1.0
+    assert elapsed < FAST_S
     assert peak < 50 * 2**20
 
 
@@ -85,7 +90,7 @@ def test_missing_file_and_folder(tmp_path, capsys):
 def test_bad_external_data_opens_with_a_located_diagnostic(tmp_path, capsys, location, code):
     path = with_external(str(tmp_path / "m"), location=location)
     rc, out, _, elapsed, _ = _run(["info", path, "--json"], capsys)
-    assert rc == 0 and elapsed < 1.0
+    assert rc == 0 and elapsed < FAST_S
     diags = json.loads(out)["load_diagnostics"]
     assert [d["code"] for d in diags] == [code]
     assert diags[0]["location"]["value"] == "w"
@@ -114,7 +119,7 @@ def test_dims_claiming_10_to_the_12_elements_are_not_allocated(tmp_path, capsys)
     path.write_bytes(helper.make_model(graph).SerializeToString())
     rc, out, _, elapsed, peak = _run(["info", str(path), "--json"], capsys, measure_memory=True)
     assert rc == 0 and json.loads(out)["initializer_count"] == 1
-    assert elapsed < 1.0 and peak < 50 * 2**20
+    assert elapsed < FAST_S and peak < 50 * 2**20
 
 
 def test_node_with_100k_inputs(tmp_path, capsys):
@@ -129,7 +134,7 @@ def test_node_with_100k_inputs(tmp_path, capsys):
     path.write_bytes(helper.make_model(graph).SerializeToString())
     rc, out, _, elapsed, _ = _run(["info", str(path), "--json"], capsys)
     assert rc == 0 and json.loads(out)["op_types"] == {"Concat": 1}
-    assert elapsed < 1.0
+    assert elapsed < FAST_S
 
 
 def test_no_traceback_end_to_end(tmp_path):

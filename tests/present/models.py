@@ -8,9 +8,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def example(name: str) -> str:
-    from importlib import resources
+    from onnxviz import bundled
 
-    return str(resources.files("onnxviz.resources") / "examples" / name)
+    return bundled.as_path("examples", name)
 
 
 def scan_model() -> onnx.ModelProto:

@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks"))
 
 import bench_models
-import torch_models
 from onnxviz.runtime.session import Session
+from tests.data.exports import load
 
 from .differential import assert_modes_agree
 
@@ -27,13 +27,11 @@ CASES: list[tuple[str, Callable[[], Any]]] = [
     ("bert", lambda: bench_models.bert(layers=2, hidden=64, heads=4, ffn=256, seq=24)),
     ("unet", lambda: bench_models.unet(size=32, base=8, levels=2)),
     ("lstm", lambda: bench_models.lstm(seq=9, batch=3, n_in=16, hidden=24)),
-    ("bert_torch", lambda: torch_models.bert_torch(layers=2, hidden=64, heads=4, ffn=256, seq=24)),
+    # benchmarks/torch_models.py's exports, scaled down and committed in tests/data/exports/.
+    ("bert_torch", lambda: load("torchscript_bert_small")[:2]),
     # Basic blocks at 112 px: the shortcut convs and residual Adds take the flat-layout
     # conv paths (a dynamo ResNet-18 once lost its shortcuts there).
-    (
-        "resnet_torch",
-        lambda: torch_models.resnet_torch([(16, 1, 1), (32, 1, 2)], stem=16, image=112),
-    ),
+    ("resnet_torch", lambda: load("torchscript_resnet_basic_112")[:2]),
 ]
 
 

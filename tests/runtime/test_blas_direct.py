@@ -24,7 +24,7 @@ def _rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
 def test_numpy_bundled_openblas_is_used_directly() -> None:
     config = str(np.show_config(mode="dicts")).lower()  # type: ignore[func-returns-value]
     if "openblas" not in config:
-        pytest.xfail("this numpy is not built on OpenBLAS; products go through numpy")
+        pytest.skip("this numpy is not built on OpenBLAS; products go through numpy")
     assert blas.available()
 
 
@@ -130,7 +130,7 @@ def test_conv_without_direct_blas_gives_the_same_numbers() -> None:
 def test_raw_gemm_reads_and_writes_the_addressed_blocks() -> None:
     raw = blas.raw_gemm(np.dtype(np.float32))
     if raw is None:
-        pytest.xfail("no direct BLAS on this numpy build")
+        pytest.skip("no direct BLAS on this numpy build")
     a, b = _rand(6, 10), _rand(30, 12)
     out = np.zeros((8, 9), np.float32)
     item = 4

@@ -9,12 +9,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from onnxviz import bundled
 from onnxviz.runtime.compare import compare_with_onnxruntime, errors_between
 from tests.runtime.engine_models import chain_model
 
 pytest.importorskip("onnxruntime")
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "../../src/onnxviz/resources/examples")
+EXAMPLES = str(bundled.root() / "examples")
 
 
 def test_errors_between_measures_abs_and_rel() -> None:

@@ -321,6 +321,7 @@ def random_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return model, {"x": x}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=250,
     deadline=None,

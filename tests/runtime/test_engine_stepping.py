@@ -239,7 +239,7 @@ def test_cancel_from_another_thread_stops_a_running_infinite_loop() -> None:
     import threading
     import time
 
-    from onnxviz.runtime.frames import ExecutionCancelled
+    from onnxviz.runtime.frame import ExecutionCancelled
 
     sess = Session(loop_model(with_trip=False, with_cond=False))
     errors: list[BaseException] = []

@@ -17,10 +17,15 @@ from tests.runtime.datakernels_helpers import (
     run_ours,
 )
 
-# Cases whose graph starts with one of our ops but fails for another reason.  Mixed
-# graphs whose failure lies in other families' kernels are xfailed by judge_case itself
-# after checking our nodes against onnx.reference.
-KNOWN_FAILURES: dict[str, str] = {}
+# Cases whose graph starts with one of our ops but fails for another reason (strict
+# xfails).  A mixed case failing in another family's kernel still fails: judge_case
+# checks our nodes against onnx.reference first, to say whose kernel it is.
+KNOWN_FAILURES: dict[str, str] = {
+    # Was hidden as an xfail by judge_case until 2026-11: our nodes match onnx.reference;
+    # our Softmax (nn family) rounds 2 of 192 float16 weights one ulp away from
+    # onnx.reference's, beyond the backend case's tolerance.
+    "test_attention_4d_causal_fp16_expanded": "Softmax float16: 2/192 values one ulp off",
+}
 
 RNG = np.random.default_rng(1234)
 

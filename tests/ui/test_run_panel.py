@@ -11,12 +11,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxviz import bundled
 from onnxviz.ui.run import install_run_panel
 from tests.runtime.engine_models import chain_model, make, vi
 
 pytestmark = pytest.mark.qt
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "../../src/onnxviz/resources/examples")
+EXAMPLES = str(bundled.root() / "examples")
 CHAIN_FEEDS = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
 W = np.array([1.0, -5.0, 0.5], np.float32)
 
@@ -192,23 +193,38 @@ def _long_loop_model(trips: int) -> onnx.ModelProto:
     )
 
 
+# Pause and Stop act before the next node; the 10M-trip loop would run for minutes.  The
+# bound leaves room for a busy 2-core machine.
+ACT_QUICKLY_S = 5.0
+
+
+def _wait_running(panel, done_before: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """Until the worker runs the model's nodes (not merely builds the session): more
+    nodes done than ``done_before``."""
+    deadline = time.monotonic() + 30
+    while (dbg := panel.controller.debugger) is None or dbg.snapshot().nodes_done <= done_before:
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.01)
+
+
 def test_pause_and_stop_act_quickly(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     panel = _open(window, tmp_path, _long_loop_model(10_000_000))
     panel.run({"x": np.zeros(1, np.float32)})
-    time.sleep(0.3)
+    _wait_running(panel)
     assert panel.controller.busy
     t0 = time.perf_counter()
     panel.pause()
     _settle(window, panel)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < ACT_QUICKLY_S
     assert panel.controller.last_pause.reason == "paused"
     assert panel.controller.session.state == "paused"
+    paused_at = panel.controller.debugger.snapshot().nodes_done
     panel.continue_()
-    time.sleep(0.2)
+    _wait_running(panel, paused_at)
     t0 = time.perf_counter()
     panel.stop()
     _settle(window, panel)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < ACT_QUICKLY_S
     assert panel.controller.session.state == "cancelled"
 
 

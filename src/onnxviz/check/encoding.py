@@ -49,50 +49,69 @@ def model_rules(ctx: CheckContext) -> list[Diagnostic]:
 
 
 def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
+    """Every N008 of one graph: its interface and initializer names, then each node."""
+    out = entry_rules(ctx, scope)
+    for i in range(len(scope.nodes)):
+        found = node_rules(ctx, scope, i)
+        if found:
+            out.extend(found)
+    return out
+
+
+def entry_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
+    """N008 on a graph's inputs, outputs, value_info and initializer names."""
     out: list[Diagnostic] = []
     path = scope.path
-    if scope.graph is not None:
-        g = scope.graph
-        for kind, entries in (
-            ("input", g.input),
-            ("output", g.output),
-            ("value_info", g.value_info),
-        ):
-            for vi in entries:
-                if isinstance(vi.name, bytes):
-                    out.append(
-                        diag(
-                            "N008",
-                            _message(f"A graph {kind}", "its name", vi.name),
-                            path,
-                            field=kind,
-                        )
-                    )
-        for t in g.initializer:
-            if isinstance(t.name, bytes):
+    if scope.graph is None:
+        return out
+    g = scope.graph
+    for kind, entries in (
+        ("input", g.input),
+        ("output", g.output),
+        ("value_info", g.value_info),
+    ):
+        for vi in entries:
+            if isinstance(vi.name, bytes):
                 out.append(
                     diag(
                         "N008",
-                        _message("An initializer", "its name", t.name),
+                        _message(f"A graph {kind}", "its name", vi.name),
                         path,
-                        field="initializer",
+                        field=kind,
                     )
                 )
-    for i, node in enumerate(scope.nodes):
-        fields = [("name", node.name), ("op_type", node.op_type), ("domain", node.domain)]
-        fields += [(f"input[{k}]", n) for k, n in enumerate(node.input)]
-        fields += [(f"output[{k}]", n) for k, n in enumerate(node.output)]
-        fields += [(f"attribute[{k}].name", a.name) for k, a in enumerate(node.attribute)]
-        fields.append(("doc_string", node.doc_string))
-        for field, raw in _bad(fields):
-            label = scope.node_label(i)
+    for t in g.initializer:
+        if isinstance(t.name, bytes):
             out.append(
                 diag(
                     "N008",
-                    _message(f"Node '{as_text(label)}'", field, raw),
+                    _message("An initializer", "its name", t.name),
                     path,
-                    node=as_text(label),
-                    field=field,
+                    field="initializer",
                 )
             )
+    return out
+
+
+def node_rules(ctx: CheckContext, scope: GraphScope, i: int) -> list[Diagnostic]:
+    """N008 on one node's string fields (a re-check after a one-node edit runs only this
+    for that node: the whole-graph walk costs ~0.6 s at 100k nodes)."""
+    node = scope.nodes[i]
+    fields = [("name", node.name), ("op_type", node.op_type), ("domain", node.domain)]
+    fields += [(f"input[{k}]", n) for k, n in enumerate(node.input)]
+    fields += [(f"output[{k}]", n) for k, n in enumerate(node.output)]
+    fields += [(f"attribute[{k}].name", a.name) for k, a in enumerate(node.attribute)]
+    fields.append(("doc_string", node.doc_string))
+    out: list[Diagnostic] = []
+    for field, raw in _bad(fields):
+        label = as_text(scope.node_label(i))
+        out.append(
+            diag(
+                "N008",
+                _message(f"Node '{label}'", field, raw),
+                scope.path,
+                node=label,
+                field=field,
+            )
+        )
     return out

@@ -430,10 +430,39 @@ def _local_attribute_run(
         _check_names(state, scope, retyped)
         state.interface[path] = [d for r in INTERFACE_RULES for d in r(ctx, scope)]
     _check_nodes(state, scope, sorted(recheck_nodes))
-    state.body[path] = [d for r in BODY_RULES for d in r(ctx, scope)]
+    state.body[path] = _local_body(ctx, scope, state.body.get(path, []), recheck_nodes)
     state.model = _model_rules(state)
     state.revision = doc.revision
     return state
+
+
+def _local_body(
+    ctx: CheckContext, scope: GraphScope, before: list[Diagnostic], recheck_nodes: set[int]
+) -> list[Diagnostic]:
+    """BODY_RULES after an edit that changed only ``recheck_nodes``' attributes and types:
+    the node part of the encoding rule (N008) walks every node, so its earlier findings
+    are kept for the nodes the edit did not touch (their fields and labels are the same)
+    and only the re-checked nodes are read again."""
+    labels = {as_text(scope.node_label(i)) for i in recheck_nodes if i < len(scope.nodes)}
+    kept = [
+        d
+        for d in before
+        if d.code == "N008" and d.location.node is not None and d.location.node not in labels
+    ]
+    fresh = [
+        d
+        for i in sorted(recheck_nodes)
+        if i < len(scope.nodes)
+        for d in encoding.node_rules(ctx, scope, i)
+    ]
+    out = encoding.entry_rules(ctx, scope)
+    if kept and fresh:  # rare (names that are not UTF-8): restore the full run's node order
+        at = {as_text(label): i for i, label in enumerate(scope.labels)}
+        out += sorted(kept + fresh, key=lambda d: at.get(d.location.node or "", -1))
+    else:
+        out += kept + fresh
+    out += [d for r in BODY_RULES if r is not encoding.scope_rules for d in r(ctx, scope)]
+    return out
 
 
 def _present(ctx: CheckContext, scope: GraphScope, name: str) -> bool:

@@ -1,10 +1,10 @@
 """The rule registry: every diagnostic code the validator can emit, with its severity,
 family, the IR-spec section it enforces, a one-line description and a default hint.
 
-Codes are stable (DESIGN.md §4): a code is never reused for another meaning.  Families:
-G graph structure, N names and scopes, T types and shapes, O operators/opsets/attributes,
-F functions, D tensors and external data (D1xx belong to the loader; ours are D2xx),
-M model, I inference, C checker fallback.  Spec sections are anchors of the IR spec
+Codes are stable (docs/architecture.md §4, §9): a code is never reused for another
+meaning.  Families: G graph structure, N names and scopes, T types and shapes,
+O operators/opsets/attributes, F functions, D tensors and external data (D1xx belong to
+the loader; ours are D2xx), M model, I inference, C checker fallback.  Spec sections are anchors of the IR spec
 (``IR#graphs``), of the external-data document (``ExternalData#...``) or of the operator
 documents (``Operators#<op>`` style anchors are given as ``Operators``).
 """

@@ -1,5 +1,6 @@
 """`onnxviz check MODEL [--json] [--target onnx|onnxruntime]`: every problem in a model,
-located (DESIGN.md §7).  The target says what the model is checked against (`check.targets`).
+located (docs/architecture.md §9).  The target says what the model is checked against
+(`check.targets`).
 
 Exit status: 0 when no error was found (warnings and infos may be), 1 when errors were
 found, 2 when the model cannot be read (raised as LoadError and reported by cli.main).

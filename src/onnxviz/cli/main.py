@@ -1,4 +1,4 @@
-"""`onnxviz` command line (DESIGN.md §7).
+"""`onnxviz` command line (docs/architecture.md §9).
 
 Subcommands live in their own modules (`onnxviz.cli.<name>`), each exposing
 ``add_arguments(parser)`` and ``run(args) -> int``.  Errors reach the user as one

@@ -1,4 +1,4 @@
-"""`onnxviz run MODEL`: run a model in the bundled interpreter (DESIGN.md §7).
+"""`onnxviz run MODEL`: run a model in the bundled interpreter (docs/architecture.md §9).
 
 Inputs come from ``--input NAME=FILE`` (.npy, .npz with names inside, or an ONNX
 TensorProto/SequenceProto/... ``.pb``; a ``.npz`` may be given without ``NAME=``), or

@@ -246,7 +246,7 @@ class Document:
     def _unchanged_since_load(self) -> bool:
         return not self._undo
 
-    # -- facade (DESIGN.md §7) ---------------------------------------------------------
+    # -- facade (docs/architecture.md §9) ------------------------------------------------
     def _node_index(self, node: str, graph: str | None) -> tuple[str, int]:
         path = graph or "main"
         try:

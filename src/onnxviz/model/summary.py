@@ -25,7 +25,7 @@ def _type_text(vi: ValueInfoProto) -> str:
 
 
 def summarize(model: ModelProto) -> dict[str, Any]:
-    """The fields of `onnxviz info --json` (DESIGN.md §7)."""
+    """The fields of `onnxviz info --json` (docs/architecture.md §9)."""
     scopes = list(iter_graphs(model))  # no index: info on 100k nodes stays light
     graph = model.graph
     op_types: Counter[str] = Counter()

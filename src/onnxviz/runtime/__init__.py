@@ -1,4 +1,4 @@
-"""onnxviz.runtime: the bundled interpreter (DESIGN.md §5).
+"""onnxviz.runtime: the bundled interpreter (docs/architecture.md §5).
 
 Modules, one job each:
 

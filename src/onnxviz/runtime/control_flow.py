@@ -1,8 +1,10 @@
 """If, Loop, Scan and SequenceMap, run by the executor in nested frames.
 
-Each runs its body graph through `Executor.run_frame` (``yield from``), so every body
-node produces events and the Session can step into a body iteration by iteration.
-Body frames see outer-scope values through the plan's captures.
+Each runs its body graph through the runner's one node loop (`FrameRunner.run_frame`,
+``yield from``), so every body node produces events when the run is watched and the
+Session can step into a body iteration by iteration.  Body frames see outer-scope
+values through the plan's captures.  Only the `FrameRunner` protocol (frame.py) is
+imported: the executor imports this module, not the other way round.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime.events import Event
-from onnxviz.runtime.frames import Events, ExecutionCancelled, Executor, Frame
+from onnxviz.runtime.frame import Events, Frame, FrameRunner
 from onnxviz.runtime.plan import GraphPlan, PlanNode
 from onnxviz.runtime.values import empty_like_type
 
@@ -25,7 +27,7 @@ def _scalar_bool(value: Any) -> bool:
     return bool(arr.reshape(-1)[0])
 
 
-def run_control(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def run_control(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     op = pn.op_type
     try:
         if op == "If":
@@ -45,14 +47,7 @@ def run_control(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Eve
     raise ex.error(pn, ins, f"unknown control-flow op {op}")
 
 
-def _check_cancel(ex: Executor, pn: PlanNode) -> None:
-    if ex.cancelled:
-        raise ExecutionCancelled(
-            "the run was cancelled", file=ex.file, graph_path=pn.graph_path, node=pn.label
-        )
-
-
-def _run_if(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     branch = "then_branch" if _scalar_bool(ins[0]) else "else_branch"
     plan = ex.subplan(frame, pn, branch)
     sub = ex.new_frame(
@@ -62,7 +57,7 @@ def _run_if(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     return outs
 
 
-def _run_loop(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _run_loop(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     trip = ins[0] if len(ins) > 0 else None
     cond = ins[1] if len(ins) > 1 else None
     carried = list(ins[2:])
@@ -79,7 +74,7 @@ def _run_loop(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
     i = 0
     total = f"/{max_trip}" if max_trip is not None else ""
     while keep_going and (max_trip is None or i < max_trip):
-        _check_cancel(ex, pn)
+        ex.check_cancel(pn)
         feeds = [np.array(i, dtype=np.int64), np.array(keep_going), *carried]
         sub = ex.new_frame(
             plan,
@@ -114,7 +109,7 @@ def _no_type() -> Any:
     return TypeProto()
 
 
-def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _run_scan(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     n_scan_in = int(pn.attrs["num_scan_inputs"])
     n_state = len(ins) - n_scan_in
     states = list(ins[:n_state])
@@ -134,7 +129,7 @@ def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
     n_scan_out = len(plan.output_names) - n_state
     scans: list[list[Any]] = [[] for _ in range(n_scan_out)]
     for t in range(length):
-        _check_cancel(ex, pn)
+        ex.check_cancel(pn)
         slices = [
             np.take(x, (length - 1 - t) if d else t, axis=a)
             for x, a, d in zip(scan_ins, in_axes, in_dirs)
@@ -161,7 +156,7 @@ def _run_scan(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Event
 
 
 def _scan_step(
-    ex: Executor,
+    ex: FrameRunner,
     frame: Frame,
     plan: GraphPlan,
     title: str,
@@ -187,7 +182,7 @@ def _scan_step(
     return list(outs[:n_state]), [np.asarray(o) for o in outs[n_state:]]
 
 
-def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _run_scan8(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     """Opset 8 Scan: a leading batch axis, the scan axis is 1, optional sequence_lens."""
     n_scan_in = int(pn.attrs["num_scan_inputs"])
     seq_lens = ins[0]
@@ -212,7 +207,7 @@ def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
         per_step: list[list[Any]] = [[] for _ in range(n_scan_out)]
         length = lens[b]
         for t in range(length):
-            _check_cancel(ex, pn)
+            ex.check_cancel(pn)
             slices = [x[b, (length - 1 - t) if d else t] for x, d in zip(scan_ins, dirs)]
             title = f"{pn.label} batch {b + 1}/{batch} iteration {t + 1}/{length}"
             states, step_outs = yield from _scan_step(
@@ -234,7 +229,7 @@ def _run_scan8(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
     return results
 
 
-def _run_sequence_map(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _run_sequence_map(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     seq = ins[0]
     if not isinstance(seq, list):
         raise TypeError("SequenceMap's first input must be a sequence")
@@ -246,7 +241,7 @@ def _run_sequence_map(ex: Executor, frame: Frame, pn: PlanNode, ins: list[Any]) 
     n_out = len(plan.output_names)
     results: list[list[Any]] = [[] for _ in range(n_out)]
     for i, item in enumerate(seq):
-        _check_cancel(ex, pn)
+        ex.check_cancel(pn)
         feeds = [item, *[e[i] if isinstance(e, list) else e for e in extra]]
         sub = ex.new_frame(
             plan,

@@ -17,7 +17,7 @@ STACK_SEPARATOR = " › "
 
 @dataclass(frozen=True)
 class NodeRef:
-    """A node of one graph: ``graph_path`` as in DESIGN.md §3 (``main``,
+    """A node of one graph: ``graph_path`` as in docs/architecture.md §2 (``main``,
     ``main/body:Loop_3``, ``function:<domain>:<name>``) and the node's label (its name
     when non-empty and unique in the graph, else ``#<index>``).  ``str(ref)`` is the
     address form ``<graph path>::<label>`` that `Session.run_to` and breakpoints accept."""
@@ -104,7 +104,7 @@ class Pause:
     """Why a stepping call (`step`, `run_to`, `resume`, ...) returned.
 
     ``reason`` is one of "step", "breakpoint", "nonfinite", "run_to", "frame_left",
-    "finished", "failed", "cancelled"; ``event`` is the event it stopped at.
+    "paused" (`Session.pause` from another thread), "finished", "failed", "cancelled"; ``event`` is the event it stopped at.
     """
 
     reason: str

@@ -46,9 +46,10 @@ from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
+from onnxviz.runtime.prepared import prepare
 
 if TYPE_CHECKING:
-    from onnxviz.runtime.frames import Executor
+    from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -176,6 +177,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
     liveness(out, plan.slots, plan.output_names)
+    prepare(out, fast=True)
     return out
 
 

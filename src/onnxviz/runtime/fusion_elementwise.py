@@ -24,7 +24,7 @@ from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.plan import PlanNode, fused_node
 
 if TYPE_CHECKING:
-    from onnxviz.runtime.frames import Executor
+    from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

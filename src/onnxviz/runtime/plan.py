@@ -39,6 +39,7 @@ from onnxviz.runtime.functions import (
     schema_since_version,
 )
 from onnxviz.runtime.inplace import INPLACE_OPS
+from onnxviz.runtime.prepared import prepare
 from onnxviz.runtime.registry import KernelSpec, normalize_domain, resolve
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -67,7 +68,7 @@ class PlanContext:
     fold_constants: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class PlanNode:
     index: int
     node: NodeProto
@@ -103,8 +104,11 @@ class PlanNode:
     # kind "fused" (fusion.py): computes the outputs from (executor, inputs).
     fused: Any = None
     key: str = ""  # the address, made once (profile key)
-    # The kernel function when it is called plainly (no context) for one output.
-    plain_fn: Any = None
+    # Prepared by prepared.prepare for the node loop: values -> inputs, the single
+    # output's slot, the positional call of a plain one-output kernel.
+    gather: Any = None
+    out0: int = -1
+    call: Any = None
 
     @property
     def address(self) -> str:
@@ -135,6 +139,19 @@ class GraphPlan:
     run_nodes: list[PlanNode] | None = None
     # Outputs of constant-folded nodes (shared between runs, never handed out as is).
     folded_values: list[Any] = field(default_factory=list)
+    # The slots a frame starts with: the constants in place, None elsewhere (made once;
+    # a frame copies it in one step instead of storing the constants one by one).
+    initial_values: list[Any] | None = None
+
+    def start_values(self) -> list[Any]:
+        """A new frame's value slots (constants set)."""
+        initial = self.initial_values
+        if initial is None:
+            initial = [None] * self.n_slots
+            for s, v in self.constants:
+                initial[s] = v
+            self.initial_values = initial
+        return initial.copy()
 
 
 def node_labels(nodes: Sequence[NodeProto]) -> list[str]:
@@ -396,8 +413,7 @@ def compile_graph(
     for position, pn in enumerate(plan_nodes):
         pn.position = position
         pn.key = pn.address
-        if pn.spec is not None and not pn.spec.needs_ctx and len(pn.outputs) == 1:
-            pn.plain_fn = pn.spec.fn
+    prepare(plan_nodes, fast=False)
     liveness(plan_nodes, slots, output_names)
     if ctx.fold_constants:
         # Initializers listed as inputs (IR < 4) count as constants here; a run that
@@ -445,7 +461,7 @@ def fused_node(
         foldable=False,
         fused=fused,
         inplace_dead=None,
-        plain_fn=None,
+        call=None,
     )
 
 

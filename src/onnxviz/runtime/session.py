@@ -15,8 +15,14 @@ Stepping (a debugger over the graph)::
     pause = sess.step_over()                    # next node at this depth or shallower
     pause = sess.step_out()                     # until the current frame is left
     pause = sess.run_to("main/body:Loop_3::Add_1")
+    pause = sess.advance("step_over")           # the same, by mode name (MODES)
     sess.value("x"); sess.values(); sess.stack_text
     for event in sess.steps(feeds): ...         # raw events (events.py)
+
+**From another thread.**  `advance` (and the calls above, which use it) may run on a
+worker thread while another thread calls `pause()` (stop before the next node, reason
+"paused"; `advance` again resumes where it stopped) or `cancel()` (the run ends before
+its next node with state "cancelled").  ``on_event`` sees every event on the way.
 
 **Node addresses.**  A node is addressed as ``<graph path>::<node label>``: the graph
 path as in DESIGN.md §3 (``main``, ``main/body:Loop_3``, ``main/body:Loop_3/then_branch:If_7``,
@@ -38,8 +44,8 @@ With ``keep_intermediates=True`` every node output is kept (subgraph values: lat
 iteration) up to ``memory_cap_bytes``; what had to be dropped is listed in
 ``session.dropped``.
 
-**Speed.**  `run()` without ``fetch`` and without kept intermediates runs the plan
-directly (no event objects), with elementwise ops in place on dead inputs
+**Speed.**  `run()` without ``fetch`` runs unwatched: the executor's node loop makes
+no event objects; without kept intermediates it also runs elementwise ops in place on dead inputs
 (``inplace_ops``) and Conv+BatchNormalization pairs folded into one Conv
 (``fuse_ops``, see fusion.py); `node_times` then has one entry per executed node (a
 fused pair under the Conv's address).  Stepping and `steps()` always run every node.
@@ -47,8 +53,9 @@ fused pair under the Conv's address).  Stepping and `steps()` always run every n
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +77,8 @@ from onnxviz.runtime.events import (
     Pause,
     RunFinished,
 )
-from onnxviz.runtime.frames import ExecutionCancelled, Executor, Frame, node_ref
+from onnxviz.runtime.executor import Executor
+from onnxviz.runtime.frame import ExecutionCancelled, Frame, node_ref
 from onnxviz.runtime.functions import local_function_index
 from onnxviz.runtime.memory import DEFAULT_MEMORY_CAP, DroppedValue, IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, compile_graph
@@ -78,6 +86,9 @@ from onnxviz.runtime.registry import normalize_domain
 from onnxviz.runtime.values import elem_type_to_dtype, from_proto, has_nonfinite
 
 NodeSpec = str | tuple[str, str] | NodeRef
+
+# Stepping modes of `Session.advance` ("step_into" is accepted for "step").
+MODES = ("continue", "step", "step_over", "step_out", "run_to")
 
 
 @dataclass
@@ -163,6 +174,12 @@ class Session:
         self._t0 = 0.0
         self._labels_by_path: dict[str, set[str]] | None = None
         self._main_frame: Frame | None = None
+        self._constant_ids: tuple[int, set[int]] | None = None
+        # Set by `pause` (any thread), honoured by stepping calls before the next node.
+        self.pause_requested = threading.Event()
+        # Called with every event a stepping call or `steps` goes through (the run
+        # panel's display state); runs on the thread that advances the session.
+        self.on_event: Callable[[Event], None] | None = None
 
     # -- the model's interface -----------------------------------------------------------
     @property
@@ -202,7 +219,6 @@ class Session:
         assert gen is not None and ex is not None
         ex.input_values_in_events = False  # nobody sees these events
         self.state = "running"
-        ex.inplace = self.store is None and self.inplace_ops  # nobody sees overwritten inputs
         fetched: dict[str, Any] = {}
         assert self._main_frame is not None
         main_values = self._main_frame.values
@@ -211,14 +227,13 @@ class Session:
             if value is not None:  # a feed or an initializer
                 fetched[name] = value
         watch = wanted - set(fetched)
-        direct = not watch and self.store is None
+        if not watch:
+            # Nobody looks at a node: no events (the generator runs to its end in one
+            # step), fused node lists, in-place ops unless values are kept.
+            ex.unwatched(fuse=self.fuse_ops, inplace=self.inplace_ops)
         with np.errstate(all="ignore"):
             try:
-                if direct:
-                    # Nobody watches: no events, fused node pairs (fusion.py).
-                    gen.close()
-                    self._finish(ex.run_frame_direct(self._main_frame, fuse=self.fuse_ops))
-                while not direct:
+                while True:
                     ev = next(gen)
                     if watch and type(ev) is NodeFinished and ev.depth == 0:
                         for name in watch.intersection(ev.outputs):
@@ -244,7 +259,7 @@ class Session:
         self.store = store
         ex = Executor(
             self.ctx,
-            rng=np.random.default_rng(self.seed),
+            seed=self.seed,
             store=store,
             file=self.file,
         )
@@ -270,9 +285,20 @@ class Session:
         self._gen = ex.run_frame(frame)
 
     def cancel(self) -> None:
-        """Ask the running (or paused) run to stop before its next node."""
+        """Ask the running (or paused) run to stop before its next node; callable from
+        any thread.  The run then ends with state "cancelled"."""
         if self._executor is not None:
             self._executor.cancelled = True
+
+    def pause(self) -> None:
+        """Ask a stepping call running on another thread (`advance`, `resume`, ...) to
+        stop before its next node, with reason "paused".  The request stays set until a
+        stepping call honours it (a request made just before the call counts), or
+        `clear_pause` drops it."""
+        self.pause_requested.set()
+
+    def clear_pause(self) -> None:
+        self.pause_requested.clear()
 
     def steps(self, feeds: Mapping[str, Any] | None = None) -> Iterator[Event]:
         """Every event of the run (a new one when ``feeds`` is given), ignoring
@@ -286,39 +312,64 @@ class Session:
             yield ev
 
     # -- stepping -----------------------------------------------------------------------
+    def advance(self, mode: str = "continue", target: NodeSpec | None = None) -> Pause:
+        """Run until the goal of ``mode``, a breakpoint, a non-finite output (with such a
+        breakpoint), a `pause` request, the end, a failure or a `cancel`.
+
+        Modes (`MODES`): "step" (= "step_into": before the next node, at any depth),
+        "step_over" (the next node at this depth or shallower), "step_out" (until the
+        current frame is left; in the main frame: to the end), "run_to" (before node
+        ``target``) and "continue" (breakpoints only).  Meant to run on a worker
+        thread while another thread may call `pause` or `cancel`; ``on_event`` sees
+        every event on the way."""
+        if mode == "step_into":
+            mode = "step"
+        depth = self._depth
+        if mode == "step":
+            return self._until(lambda ev: type(ev) is NodeStarted, "step")
+        if mode == "step_over":
+            return self._until(lambda ev: type(ev) is NodeStarted and ev.depth <= depth, "step")
+        if mode == "step_out":
+            return self._until(
+                lambda ev: type(ev) is FrameLeft and ev.depth == depth and depth > 0,
+                "frame_left",
+            )
+        if mode == "run_to":
+            if target is None:
+                raise ValueError("run_to needs a target node")
+            spec = _address(target)
+            self._validate_node_spec(spec)
+            return self._until(
+                lambda ev: (
+                    type(ev) is NodeStarted and node_matches(spec, ev.node, self._name_of(ev.node))
+                ),
+                "run_to",
+            )
+        if mode == "continue":
+            return self._until(lambda ev: False, "breakpoint")
+        raise ValueError(f"unknown stepping mode {mode!r} (one of {', '.join(MODES)})")
+
     def step(self) -> Pause:
         """Step into: pause before the next node, at any depth."""
-        return self._until(lambda ev: isinstance(ev, NodeStarted), "step")
+        return self.advance("step")
 
     step_into = step
 
     def step_over(self) -> Pause:
         """Pause before the next node at this depth or shallower (nested frames run through)."""
-        depth = self._depth
-        return self._until(lambda ev: isinstance(ev, NodeStarted) and ev.depth <= depth, "step")
+        return self.advance("step_over")
 
     def step_out(self) -> Pause:
         """Run until the current frame is left (the main frame: to the end)."""
-        depth = self._depth
-        return self._until(
-            lambda ev: isinstance(ev, FrameLeft) and ev.depth == depth and depth > 0,
-            "frame_left",
-        )
+        return self.advance("step_out")
 
     def run_to(self, node: NodeSpec) -> Pause:
         """Run until just before ``node`` (breakpoints still pause on the way)."""
-        spec = _address(node)
-        self._validate_node_spec(spec)
-        return self._until(
-            lambda ev: (
-                isinstance(ev, NodeStarted) and node_matches(spec, ev.node, self._name_of(ev.node))
-            ),
-            "run_to",
-        )
+        return self.advance("run_to", node)
 
     def resume(self) -> Pause:
         """Run until a breakpoint or the end."""
-        return self._until(lambda ev: False, "breakpoint")
+        return self.advance("continue")
 
     # -- breakpoints ----------------------------------------------------------------------
     def add_breakpoint(
@@ -495,6 +546,8 @@ class Session:
         elif isinstance(ev, FrameLeft):
             self._depth = ev.depth - 1
         self.last_event = ev
+        if self.on_event is not None:
+            self.on_event(ev)
         return ev
 
     def _finish(self, outs: list[Any]) -> RunFinished:
@@ -543,18 +596,29 @@ class Session:
         return result
 
     def _is_plan_constant(self, value: np.ndarray) -> bool:
-        if any(v is value for _, v in self.plan.constants):
-            return True
-        return any(v is value for v in self.plan.folded_values)
+        folded = self.plan.folded_values
+        if self._constant_ids is None or self._constant_ids[0] != len(folded):
+            # Made again only when a run folded more nodes (the first run, mostly).
+            ids = {id(v) for _, v in self.plan.constants}
+            ids.update(id(v) for v in folded)
+            self._constant_ids = (len(folded), ids)
+        return id(value) in self._constant_ids[1]
 
-    def _until(self, stop: Any, reason: str) -> Pause:
+    def _until(self, stop: Callable[[Event], bool], reason: str) -> Pause:
         if self._gen is None:
             if self.state == "idle":
                 raise ExecutionError("no run is in progress: call start(feeds) first")
             return Pause(self.state, self.last_event)
-        check_nonfinite = any(b.enabled and b.nonfinite for b in self.breakpoints)
-        node_bps = [b for b in self.breakpoints if b.enabled and (b.node or b.op_type)]
+        pause_requested = self.pause_requested
+        bps: list[Breakpoint] | None = None
+        node_bps: list[Breakpoint] = []
+        nonfinite_bp: Breakpoint | None = None
         while True:
+            if self.breakpoints is not bps:
+                # Read again when replaced (another thread may set a new list mid-run).
+                bps = self.breakpoints
+                node_bps = [b for b in bps if b.enabled and (b.node or b.op_type)]
+                nonfinite_bp = next((b for b in bps if b.enabled and b.nonfinite), None)
             ev = self._advance()
             if ev is None:
                 return Pause(self.state, self.last_event)
@@ -562,7 +626,10 @@ class Session:
                 return Pause("finished", ev)
             if isinstance(ev, NodeFailed):
                 return Pause(self.state, ev)
-            if isinstance(ev, NodeStarted) and node_bps:
+            if isinstance(ev, NodeStarted):
+                if pause_requested.is_set():
+                    pause_requested.clear()
+                    return Pause("paused", ev)
                 for bp in node_bps:
                     hit = (bp.op_type is not None and bp.op_type == ev.node.op_type) or (
                         bp.node is not None
@@ -571,13 +638,12 @@ class Session:
                     if hit:
                         bp.hits += 1
                         return Pause("breakpoint", ev, bp)
-            if (
-                check_nonfinite
-                and isinstance(ev, NodeFinished)
+            elif (
+                isinstance(ev, NodeFinished)
+                and nonfinite_bp is not None
                 and any(has_nonfinite(v) for v in ev.outputs.values())
             ):
-                bp = next(b for b in self.breakpoints if b.enabled and b.nonfinite)
-                bp.hits += 1
-                return Pause("nonfinite", ev, bp)
+                nonfinite_bp.hits += 1
+                return Pause("nonfinite", ev, nonfinite_bp)
             if stop(ev):
                 return Pause(reason, ev)

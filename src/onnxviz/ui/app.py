@@ -12,9 +12,9 @@ from onnxviz.ui.examples import example_path
 
 
 def _icon() -> QIcon:
-    from importlib import resources
+    from onnxviz import bundled
 
-    ref = resources.files("onnxviz.resources") / "icons" / "onnxviz.svg"
+    ref = bundled.root() / "icons" / "onnxviz.svg"
     try:
         data = ref.read_bytes()
     except OSError:

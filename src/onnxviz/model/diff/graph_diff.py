@@ -78,7 +78,9 @@ class GraphDiffer:
 
     def run(self) -> GraphDiff:
         a, b = self.a, self.b
-        matches = Matcher(a, b, self.outer_map, self.anchors).run()
+        matcher = Matcher(a, b, self.outer_map, self.anchors)
+        matches = matcher.run()
+        self._sig_a, self._sig_b = matcher.sig_a, matcher.sig_b
         self._map_values(matches)
         groups = find_groups(a, b, matches, self.value_map, self._pair_differs)
         for ga, _gb in groups:
@@ -107,7 +109,7 @@ class GraphDiffer:
             for i in range(len(b.nodes))
             if i not in matched_b and i not in grouped_b and i not in b.qdq_nodes
         ]
-        res.value_map = {k: v for k, v in self.value_map.items() if not k.startswith("\0")}
+        res.value_map = self.value_map
         for ia, ib in res.matches:
             details = self._compare_nodes(ia, ib)
             if details:
@@ -123,6 +125,8 @@ class GraphDiffer:
     def _compare_weight(self, name_a: str, name_b: str) -> TensorDiff:
         ta, tb = self.a.initializers[name_a], self.b.initializers[name_b]
         out = compare_tensors(ta, self.base_a, tb, self.base_b, self.a.path)
+        if not self.a.qdq_nodes and not self.b.qdq_nodes:
+            return out
         qa, qb = self._quantization(self.a, name_a), self._quantization(self.b, name_b)
         if qa is None and qb is None:
             return out
@@ -175,17 +179,29 @@ class GraphDiffer:
         for name in a.initializers:
             if name in b.initializers:
                 vmap[name] = name
+        nodes_a, nodes_b = a.nodes, b.nodes
+        weights_a, weights_b = a.weights, b.weights
+        pairs, owner = self._tensor_pairs, self._tensor_owner
         for ia, ib in matches.items():
-            na, nb = a.nodes[ia], b.nodes[ib]
-            for oa, ob in zip(na.output, nb.output):
-                if oa and ob:
-                    vmap[oa] = ob
+            na, nb = nodes_a[ia], nodes_b[ib]
+            outs_a, outs_b = na.output, nb.output
+            if "" in outs_a or "" in outs_b:
+                vmap.update((oa, ob) for oa, ob in zip(outs_a, outs_b) if oa and ob)
+            else:
+                vmap.update(zip(outs_a, outs_b))
+            if not weights_a or not weights_b:
+                continue
             for xa, xb in zip(na.input, nb.input):
-                wa, wb = a.is_weight(xa), b.is_weight(xb)
-                if wa is not None and wb is not None:
+                wa = weights_a.get(xa)
+                if wa is None:
+                    continue
+                wb = weights_b.get(xb)
+                if wb is not None:
                     vmap.setdefault(a.real(xa), b.real(xb))
-                    self._tensor_pairs.setdefault(as_text(wa.name), as_text(wb.name))
-                    self._tensor_owner.setdefault(as_text(wa.name), ia)
+                    name_a = wa.name if type(wa.name) is str else as_text(wa.name)
+                    if name_a not in pairs:
+                        pairs[name_a] = as_text(wb.name)
+                        owner[name_a] = ia
         for name in a.initializers:
             if name in b.initializers:
                 self._tensor_pairs.setdefault(name, name)
@@ -216,7 +232,30 @@ class GraphDiffer:
                     return True
         return False
 
+    def _same(self, ia: int, ib: int) -> bool:
+        """The quick answer for the many pairs that are equal: same op and attributes
+        (their hashes), every input the counterpart of the other's, output types
+        equal as protobuf."""
+        a, b = self.a, self.b
+        na, nb = a.nodes[ia], b.nodes[ib]
+        if self._sig_a[ia] != self._sig_b[ib] or len(na.output) != len(nb.output):
+            return False
+        if a.alias or b.alias:
+            return False
+        vget = self.value_map.get
+        if list(map(vget, na.input, na.input)) != nb.input:
+            return False
+        types_a, types_b = a.types, b.types
+        if types_a or types_b:
+            for oa, ob in zip(na.output, nb.output):
+                ta, tb = types_a.get(oa), types_b.get(ob)
+                if ta is not None and tb is not None and ta.type != tb.type:
+                    return False
+        return True
+
     def _compare_nodes(self, ia: int, ib: int) -> list[Detail]:
+        if self._same(ia, ib):
+            return []
         a, b = self.a, self.b
         na, nb = a.nodes[ia], b.nodes[ib]
         details: list[Detail] = []

@@ -61,8 +61,13 @@ def find_groups(
     groups: list[tuple[set[int], set[int]]] = []
     # Places where both sides read a value: matched consumers' slots and graph outputs.
     reads: list[tuple[str, str]] = []
+    plain = not a.alias and not b.alias
+    vget = value_map.get
     for ia, ib in matches.items():
-        for xa, xb in zip(a.nodes[ia].input, b.nodes[ib].input):
+        ins_a, ins_b = a.nodes[ia].input, b.nodes[ib].input
+        if plain and list(map(vget, ins_a)) == ins_b:
+            continue  # every value read corresponds: nothing to group here
+        for xa, xb in zip(ins_a, ins_b):
             if xa and xb:
                 reads.append((a.real(xa), b.real(xb)))
     reads += [(a.real(x), b.real(y)) for x, y in zip(a.output_names, b.output_names)]

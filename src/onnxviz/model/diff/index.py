@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
+import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto
 
 from onnxviz.model.text import as_text
@@ -50,18 +53,44 @@ def _names(values: Any) -> list[str]:
     return [x if type(x) is str else as_text(x) for x in values]
 
 
+def _LISTS(node: LiteNode) -> Any:
+    return chain(node.input, node.output)
+
+
+_STRINGS = attrgetter("name", "op_type", "domain")
+
+
 def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
-    return [
+    # A node without attributes keeps no attribute container: 100k protobuf
+    # containers held for nothing cost tens of MB.  Op types and domains are shared.
+    ops: dict[str, str] = {}
+    out = [
         LiteNode(
-            as_text(n.name),
-            as_text(n.op_type),
-            as_text(n.domain),
-            _names(n.input),
-            _names(n.output),
-            n.attribute,
+            n.name,
+            ops.setdefault(n.op_type, n.op_type),
+            ops.setdefault(n.domain, n.domain),
+            n.input[:],
+            n.output[:],
+            at if len(at := n.attribute) else (),
         )
         for n in nodes
     ]
+    # Passes in C over every name, to find any protobuf handed out as bytes.
+    seen = set(map(type, chain.from_iterable(map(_LISTS, out))))
+    seen.update(map(type, chain.from_iterable(map(_STRINGS, out))))
+    if seen - {str}:
+        out = [
+            LiteNode(
+                as_text(n.name),
+                as_text(n.op_type),
+                as_text(n.domain),
+                _names(n.input),
+                _names(n.output),
+                n.attribute,
+            )
+            for n in nodes
+        ]
+    return out
 
 
 @dataclass
@@ -81,6 +110,8 @@ class GraphIndex:
     alias: dict[str, str] = field(default_factory=dict)
     qdq_nodes: set[int] = field(default_factory=set)
     attribute_names: list[str] = field(default_factory=list)  # function attributes
+    # value -> the initializer behind it (itself, or the one a DequantizeLinear reads)
+    weights: dict[str, TensorProto] = field(default_factory=dict)
 
     @property
     def is_function(self) -> bool:
@@ -125,30 +156,45 @@ class GraphIndex:
 
     def weight_names(self) -> set[str]:
         """Names that `is_weight` answers for: initializers and dequantized weights."""
-        names = set(self.initializers)
-        for i in self.qdq_nodes:
-            node = self.nodes[i]
-            if node.op_type in DEQUANTIZE_OPS and node.input and node.input[0] in self.initializers:
-                names.update(node.output[:1])
-        return names
+        return set(self.weights)
 
     def is_weight(self, name: str) -> TensorProto | None:
         """The initializer behind ``name``: itself, or the input of the
         DequantizeLinear that makes it (a quantized weight)."""
-        found = self.initializers.get(name)
-        if found is not None:
-            return found
-        p = self.producer.get(name)
-        if p is not None and p[0] in self.qdq_nodes:
-            node = self.nodes[p[0]]
-            if node.op_type in DEQUANTIZE_OPS and node.input:
-                return self.initializers.get(node.input[0])
-        return None
+        return self.weights.get(name)
 
-    def topological_order(self) -> list[int]:
+    def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(producer node, consumer node, consumer's input slot) of every value that a
+        node of this graph makes and another reads, as int64 arrays."""
+        cached = self.__dict__.get("_edges")
+        if cached is None:
+            src: list[int] = []
+            dst: list[int] = []
+            slot: list[int] = []
+            producer = self.producer
+            for name, uses in self.consumers.items():
+                p = producer.get(name)
+                if p is None:
+                    continue
+                for c, k in uses:
+                    src.append(p[0])
+                    dst.append(c)
+                    slot.append(k)
+            cached = (
+                np.array(src, np.int64),
+                np.array(dst, np.int64),
+                np.array(slot, np.int64),
+            )
+            self.__dict__["_edges"] = cached
+        return cached
+
+    def topological_order(self) -> Sequence[int]:
         """Node indexes with every producer before its consumers (nodes in a cycle, which
         a broken model may hold, come last in file order)."""
         n = len(self.nodes)
+        src, dst, _ = self.edges()
+        if not len(src) or bool((src < dst).all()):
+            return range(n)  # sorted already, as the ONNX spec asks of a graph
         pending = [0] * n
         for i, node in enumerate(self.nodes):
             seen: set[int] = set()
@@ -220,6 +266,13 @@ def index_function(path: str, fn: object) -> GraphIndex:
 def _fill(gi: GraphIndex) -> None:
     producer = gi.producer
     consumers = gi.consumers
+    # One string object per name: protobuf hands out a new one at every access, so
+    # each value's name would be held once per reader.  Sharing them halves the
+    # memory of the names, and dict lookups then compare by identity.
+    canon = {name: name for node in gi.nodes for name in node.output}
+    get = canon.get
+    for node in gi.nodes:
+        node.input[:] = [get(x, x) for x in node.input]
     for i, node in enumerate(gi.nodes):
         for k, name in enumerate(node.input):
             if name:
@@ -233,6 +286,15 @@ def _fill(gi: GraphIndex) -> None:
                 producer[name] = (i, k)
     gi.labels = _labels(gi.nodes)
     _quantization_view(gi)
+    weights: dict[str, TensorProto] = {}
+    for name, (i, _) in producer.items() if gi.qdq_nodes else ():
+        if i in gi.qdq_nodes:
+            node = gi.nodes[i]
+            found = gi.initializers.get(node.input[0]) if node.input else None
+            if node.op_type in DEQUANTIZE_OPS and found is not None:
+                weights[name] = found
+    weights.update(gi.initializers)
+    gi.weights = weights
 
 
 def _quantization_view(gi: GraphIndex) -> None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
+import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto
 
 from onnxviz.model.diff.index import GraphIndex, LiteNode
@@ -60,109 +62,159 @@ def _op(node: NodeProto | LiteNode) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 arrays: a cheap hash that spreads every bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _as_keys(values: list[int]) -> np.ndarray:
+    """Python hashes (signed 64-bit) as an int64 array: an eighth of a list's memory."""
+    return np.array(values, dtype=np.int64)
+
+
 class _Hashes:
-    """Forward and backward structural hashes of one graph's nodes."""
+    """Forward and backward structural hashes of one graph's nodes, kept as int64
+    arrays (a 100k-node graph's lists of Python ints would cost tens of MB)."""
 
     def __init__(self, gi: GraphIndex, outer: Mapping[str, int]) -> None:
         self.gi = gi
-        order = gi.topological_order()
         nodes = gi.nodes
+        n = len(nodes)
+        order = gi.topological_order()
+        qdq = gi.qdq_nodes
+        real = gi.real if gi.alias else None
         value: dict[str, int] = {}
         for pos, name in enumerate(gi.input_names):
             if name not in gi.initializers:
                 value[name] = hash(("in", pos))
         for name, t in gi.initializers.items():
             value.setdefault(name, _weight_token(t))
-        self.sig = [hash((_op(n), attribute_signature(n) if n.attribute else ())) for n in nodes]
-        fwd = [0] * len(nodes)
+        op_hash: dict[tuple[str, str], int] = {}
+        ops = [0] * n
+        sig = [0] * n
+        for i, node in enumerate(nodes):
+            op = _op(node)
+            h = op_hash.get(op)
+            if h is None:
+                h = op_hash[op] = hash(op)
+            ops[i] = h
+            sig[i] = hash((op, attribute_signature(node))) if node.attribute else hash((op, ()))
+        fwd = [0] * n
+        get = value.get
         for i in order:
             node = nodes[i]
-            if i in gi.qdq_nodes:
+            if qdq and i in qdq:
                 weight = gi.is_weight(node.output[0]) if node.output else None
                 if weight is not None:
                     value[node.output[0]] = hash(("w", tuple(weight.dims)))
                 continue
-            ins = []
-            for name in node.input:
-                real = gi.real(name)
-                h = value.get(real)
-                if h is None:
-                    h = outer.get(real) if real in outer else hash(("outer", real))
-                ins.append(h)
-            h = hash((self.sig[i], tuple(ins)))
+            inputs = node.input if real is None else [real(x) for x in node.input]
+            ins = tuple(map(get, inputs))
+            if None in ins:  # a name from the enclosing graph, or defined nowhere
+                ins = tuple(
+                    (outer.get(x) if x in outer else hash(("outer", x))) if h is None else h
+                    for x, h in zip(inputs, ins)
+                )
+            h = hash((sig[i], ins))
             fwd[i] = h
-            for k, name in enumerate(node.output):
-                if name:
-                    value[name] = hash((h, k))
-        self.value = value
-        self.fwd = fwd
+            outputs = node.output
+            if len(outputs) == 1:
+                if outputs[0]:
+                    value[outputs[0]] = hash((h, 0))
+            else:
+                for k, name in enumerate(outputs):
+                    if name:
+                        value[name] = hash((h, k))
+        self.fwd = _as_keys(fwd)
+        del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
         # a change upstream spoiled the forward hash.
-        weights = gi.weight_names()
-        self.local = [
-            hash(
-                (
-                    self.sig[i],
-                    tuple(value.get(x) if x in weights else 0 for x in n.input),
-                )
-            )
-            for i, n in enumerate(nodes)
-        ]
-        out_pos = defaultdict(list)
+        tokens = {x: get(x) for x in gi.weight_names()}
+        zeros = repeat(0)
+        self.local = _as_keys(
+            [
+                hash((sig[i], tuple(map(tokens.get, node.input, zeros))))
+                for i, node in enumerate(nodes)
+            ]
+        )
+        del value, get
+        self.sig = sig
+        out_pos: dict[str, list[int]] = defaultdict(list)
         for pos, name in enumerate(gi.output_names):
             out_pos[gi.real(name)].append(pos)
-        ops = [hash(_op(n)) for n in nodes]
-        bwd = [0] * len(nodes)
+        bwd = [0] * n
+        consumers = gi.effective_consumers if gi.alias else gi.consumers.get
+        no_uses: list[tuple[int, int]] = []
         for i in reversed(order):
-            node = nodes[i]
-            if i in gi.qdq_nodes:
+            if qdq and i in qdq:
                 continue
             outs = []
-            for name in node.output:
-                uses = sorted(
-                    (bwd[ci] if bwd[ci] else ops[ci], k) for ci, k in gi.effective_consumers(name)
-                )
-                outs.append(hash((tuple(uses), tuple(out_pos.get(name, ())))))
+            for name in nodes[i].output:
+                found = consumers(name) or no_uses
+                if len(found) == 1:
+                    ci, k = found[0]
+                    uses: tuple[tuple[int, int], ...] = ((bwd[ci] or ops[ci], k),)
+                else:
+                    uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
+                at = out_pos.get(name) if out_pos else None
+                outs.append(hash((uses, tuple(at) if at else ())))
             bwd[i] = hash((ops[i], tuple(outs)))
-        self.bwd = bwd
+        self.bwd = _as_keys(bwd)
 
-    def neighbourhood(self) -> list[int]:
+    def neighbourhood(self) -> np.ndarray:
         """A hash of each node's two-step neighbourhood (ops, attributes, weights of
-        the node, its producers and consumers, and theirs).  Unlike the forward and
-        backward hashes it survives a change further away, so in a model with changes
-        spread all over it still pairs most nodes at once."""
-        gi, local = self.gi, self.local
-        producer, consumers = gi.producer, gi.consumers
-        nodes = gi.nodes
+        the node, its producers by slot and its consumers with their slots, and
+        theirs).  Unlike the forward and backward hashes it survives a change further
+        away, so in a model with changes spread all over it still pairs most nodes at
+        once.  Computed over edge arrays by numpy: sums of mixed hashes stand for the
+        (ordered) producers and the (unordered) consumers."""
+        keys = self.local.view(np.uint64)
+        for _ in range(2):
+            keys = self.ring(keys)
+        return keys.view(np.int64)
 
-        def ring(keys: list[int]) -> list[int]:
-            out = []
-            for i, node in enumerate(nodes):
-                ups = []
-                for x in node.input:
-                    p = producer.get(x)
-                    ups.append(keys[p[0]] if p is not None else 0)
-                downs = sorted((keys[c], k) for x in node.output for c, k in consumers.get(x, ()))
-                out.append(hash((keys[i], tuple(ups), tuple(downs))))
-            return out
+    def ring(self, keys: np.ndarray) -> np.ndarray:
+        """One step of the neighbourhood hash: each node's key (uint64) mixed with its
+        producers' keys by input slot and its consumers' keys with their slots."""
+        src, dst, slot = self.gi.edges()
+        salt = self.__dict__.get("_salt")
+        if salt is None:
+            salt = self.__dict__["_salt"] = _mix(slot.astype(np.uint64) + _GOLDEN)
+        n = len(keys)
+        mixed = _mix(keys)
+        ups = np.zeros(n, np.uint64)
+        np.add.at(ups, dst, _mix(mixed[src] ^ salt))
+        downs = np.zeros(n, np.uint64)
+        np.add.at(downs, src, _mix(mixed[dst] + salt))
+        return _mix(mixed ^ _mix(ups + np.uint64(1)) ^ (_mix(downs ^ np.uint64(7)) >> np.uint64(1)))
 
-        return ring(ring(local))
+
+def _combine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return (
+        _mix(x.view(np.uint64)) ^ (_mix(y.view(np.uint64) + np.uint64(3)) >> np.uint64(1))
+    ).view(np.int64)
 
 
-def _unique(keys: Sequence[int], skip: set[int]) -> dict[int, int]:
-    seen: dict[int, int] = {}
-    dup: set[int] = set()
-    for i, k in enumerate(keys):
-        if i in skip:
-            continue
-        if k in seen:
-            dup.add(k)
-        else:
-            seen[k] = i
-    for k in dup:
-        del seen[k]
-    return seen
+def _unique_index(keys: np.ndarray, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, node index) of the keys that occur once among the nodes not skipped,
+    sorted by key."""
+    idx = np.flatnonzero(~skip)
+    k = keys[idx]
+    order = np.argsort(k, kind="stable")
+    ks = k[order]
+    if len(ks) < 2:
+        return ks, idx[order]
+    dup = ks[1:] == ks[:-1]
+    once = ~(np.concatenate(([False], dup)) | np.concatenate((dup, [False])))
+    return ks[once], idx[order][once]
 
 
 class Matcher:
@@ -200,9 +252,7 @@ class Matcher:
         self.ha, self.hb = ha, hb
         self.sig_a, self.sig_b = ha.sig, hb.sig
         pending: list[tuple[int, int]] = list(self.a_to_b.items())
-        combined_a = [hash((f, g)) for f, g in zip(ha.fwd, ha.bwd)]
-        combined_b = [hash((f, g)) for f, g in zip(hb.fwd, hb.bwd)]
-        self._unique_pairs(combined_a, combined_b, pending)
+        self._unique_pairs(_combine(ha.fwd, ha.bwd), _combine(hb.fwd, hb.bwd), pending)
         for lab, ia in la.items():
             if lab.startswith("#") or ia in self.a_to_b or ia in a.qdq_nodes:
                 continue
@@ -217,7 +267,10 @@ class Matcher:
         self._unique_pairs(ha.fwd, hb.fwd, pending)
         self._unique_pairs(ha.bwd, hb.bwd, pending)
         self._unique_pairs(ha.neighbourhood(), hb.neighbourhood(), pending)
-        # Pairs whose neighbours all matched by hash have nothing to propagate.
+        self._spread(pending)
+        # Pairs whose neighbours all matched by hash have nothing to propagate: only
+        # the frontier does, and the pairs made by hashing are done with.
+        pending.clear()
         self._propagate(self._frontier(), ha.sig, hb.sig)
         # Then from the values both graphs get from outside: graph inputs by position,
         # and names of the enclosing graph.
@@ -239,6 +292,32 @@ class Matcher:
             if len(self.a_to_b) == before:
                 break
         return self.a_to_b
+
+    def _spread(self, pending: list[tuple[int, int]], rounds: int = 48) -> None:
+        """Propagation by numpy, for the bulk of a large graph: every matched pair gets
+        a tag shared by its two nodes, each node's key becomes its own (tag, or op,
+        attributes and weights) mixed with its neighbours' by slot, and the keys unique
+        on both sides among the unmatched nodes pair.  Repeated while it pairs
+        anything; what is left (ties, inserted nodes to step over) is for the
+        stepwise `_propagate`."""
+        a, b = self.a, self.b
+        base_a = self.ha.local.view(np.uint64)
+        base_b = self.hb.local.view(np.uint64)
+        for _ in range(rounds):
+            done = len(self.a_to_b)
+            if not done or done == len(a.nodes) or done == len(b.nodes):
+                return
+            ia = np.fromiter(self.a_to_b.keys(), np.int64, done)
+            ib = np.fromiter(self.a_to_b.values(), np.int64, done)
+            tag = _mix(np.arange(done, dtype=np.uint64) + _GOLDEN)
+            ka, kb = base_a.copy(), base_b.copy()
+            ka[ia] = tag
+            kb[ib] = tag
+            self._unique_pairs(
+                self.ha.ring(ka).view(np.int64), self.hb.ring(kb).view(np.int64), pending
+            )
+            if len(self.a_to_b) == done:
+                return
 
     def _frontier(self) -> list[tuple[int, int]]:
         """Matched pairs within two steps of a node of A without a counterpart: the
@@ -263,14 +342,23 @@ class Matcher:
         return [(i, matched[i]) for i in near if i in matched]
 
     def _unique_pairs(
-        self, keys_a: Sequence[int], keys_b: Sequence[int], pending: list[tuple[int, int]]
+        self, keys_a: np.ndarray, keys_b: np.ndarray, pending: list[tuple[int, int]]
     ) -> None:
-        ua = _unique(keys_a, self.a.qdq_nodes | self.a_to_b.keys())
-        ub = _unique(keys_b, self.b.qdq_nodes | self.b_to_a.keys())
-        for k, ia in ua.items():
-            ib = ub.get(k)
-            if ib is not None and self._pair(ia, ib):
-                pending.append((ia, ib))
+        ka, ia = _unique_index(keys_a, self._skip(self.a, self.a_to_b))
+        kb, ib = _unique_index(keys_b, self._skip(self.b, self.b_to_a))
+        _, at_a, at_b = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
+        for x, y in zip(ia[at_a].tolist(), ib[at_b].tolist()):
+            if self._pair(x, y):
+                pending.append((x, y))
+
+    @staticmethod
+    def _skip(g: GraphIndex, matched: Mapping[int, int]) -> np.ndarray:
+        skip = np.zeros(len(g.nodes), bool)
+        if g.qdq_nodes:
+            skip[list(g.qdq_nodes)] = True
+        if matched:
+            skip[list(matched)] = True
+        return skip
 
     def _propagate(
         self, pending: list[tuple[int, int]], sig_a: list[int], sig_b: list[int]
@@ -345,6 +433,7 @@ class Matcher:
         sig_b: list[int],
         pending: list[tuple[int, int]],
         skip: bool = True,
+        guess: bool = True,
     ) -> None:
         """Pair the consumers of two corresponding values: same op at the same slot,
         unique on both sides (or unique once the attributes are counted).  A consumer
@@ -377,7 +466,7 @@ class Matcher:
         ops_b = {key[0] for key in groups_b}
         only_a = [c[0] for key, c in groups_a.items() if key[0] not in ops_b and len(c) == 1]
         only_b = [c[0] for key, c in groups_b.items() if key[0] not in ops_a and len(c) == 1]
-        if len(only_a) == 1 and len(only_b) == 1:
+        if guess and len(only_a) == 1 and len(only_b) == 1:
             # One node for one other at the same place (Add became Sub): a changed op,
             # so matching goes on behind it.
             ca, cb = only_a[0], only_b[0]
@@ -386,19 +475,45 @@ class Matcher:
             )
             slot_a = next(k for key, c in groups_a.items() if c == [ca] for k in [key[1]])
             slot_b = next(k for key, c in groups_b.items() if c == [cb] for k in [key[1]])
-            if same_shape and slot_a == slot_b and self._pair(ca, cb):
+            if (
+                same_shape
+                and slot_a == slot_b
+                and not self._inserted_before(b, cb, _op(na[ca]))
+                and not self._inserted_before(a, ca, _op(nb[cb]))
+                and self._pair(ca, cb)
+            ):
                 pending.append((ca, cb))
                 return
         if skip and (only_a or only_b):
             # A pass-through node one side has and the other lacks (an inserted
             # Identity, a removed Cast): step over it.  Nodes with two inputs are never
-            # stepped over, or matching would slide one node along a chain.
-            for ca in only_a:
-                if self._passes_through(a, ca):
-                    self._match_consumers(na[ca].output[0], value_b, sig_a, sig_b, pending, False)
-            for cb in only_b:
-                if self._passes_through(b, cb):
-                    self._match_consumers(value_a, nb[cb].output[0], sig_a, sig_b, pending, False)
+            # stepped over, or matching would slide one node along a chain.  First
+            # without the changed-op guess behind the node stepped over: stacked on
+            # the step it would pair a Div's Erf with the Identity inserted on the
+            # other side in front of that Div.
+            before = len(self.a_to_b)
+            for guess_behind in (False, True):
+                for ca in only_a:
+                    if self._passes_through(a, ca):
+                        self._match_consumers(
+                            na[ca].output[0], value_b, sig_a, sig_b, pending, False, guess_behind
+                        )
+                for cb in only_b:
+                    if self._passes_through(b, cb):
+                        self._match_consumers(
+                            value_a, nb[cb].output[0], sig_a, sig_b, pending, False, guess_behind
+                        )
+                if len(self.a_to_b) > before:
+                    break
+
+    @classmethod
+    def _inserted_before(cls, g: GraphIndex, i: int, op: tuple[str, str]) -> bool:
+        """Node ``i`` passes through to a node of ``op``: an inserted (or removed)
+        Identity in front of the node the other side has there, not a changed op."""
+        node = g.nodes[i]
+        if sum(1 for x in node.input if x) != 1 or not cls._passes_through(g, i):
+            return False  # a node with weights (Add of a bias) is a changed op
+        return any(_op(g.nodes[c]) == op for c, _ in g.effective_consumers(g.nodes[i].output[0]))
 
     @staticmethod
     def _passes_through(g: GraphIndex, i: int) -> bool:

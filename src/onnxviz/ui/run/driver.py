@@ -1,11 +1,10 @@
-"""`Debugger`: drives a `Session` event by event for the run panel (no Qt here).
+"""`Debugger`: the run panel's view of a `Session` (no Qt here).
 
-The session's own stepping calls (`resume`, `step_over`, ...) run to their stop
-without looking back, so a Pause pressed in the UI could not reach them.  The
-debugger walks `Session.steps()` itself and checks, at every node, the user's
-breakpoints, the stepping goal and a pause request set from another thread; it also
-records what the canvas shows: executed nodes, the current node, the runtime type
-of every computed value, and the per-node profile.
+Stepping, breakpoints, pause and cancel are the session's (`Session.advance`, `pause`,
+`cancel`, callable from another thread).  The debugger only keeps what the canvas and
+the panel show, fed by the session's ``on_event`` hook: executed nodes, the current
+node, the runtime type of every computed value, the names computed in each frame, the
+per-node profile and breakpoint hit counts.
 
 Everything here runs on the worker thread; the UI reads `snapshot()` (taken under a
 lock) while a run goes on and the full state once the worker has stopped.
@@ -21,7 +20,6 @@ from typing import Any
 from onnxviz.runtime.events import (
     Event,
     FrameEntered,
-    FrameLeft,
     NodeFailed,
     NodeFinished,
     NodeStarted,
@@ -29,10 +27,8 @@ from onnxviz.runtime.events import (
     RunFinished,
 )
 from onnxviz.runtime.profile import Profiler
-from onnxviz.runtime.session import Session, node_matches
-from onnxviz.runtime.values import describe, has_nonfinite
-
-MODES = ("continue", "step", "step_over", "step_out", "run_to")
+from onnxviz.runtime.session import MODES, Breakpoint, Session
+from onnxviz.runtime.values import describe
 
 
 @dataclass
@@ -50,16 +46,52 @@ class Snapshot:
 class Debugger:
     def __init__(self, session: Session) -> None:
         self.session = session
+        session.on_event = self._record
         self.profiler = Profiler()
-        self.node_breakpoints: set[str] = set()  # addresses
-        self.break_on_nonfinite = False
-        self.pause_requested = threading.Event()
+        self._node_breakpoints: set[str] = set()  # addresses
+        self._break_on_nonfinite = False
         self._lock = threading.Lock()
         self._snap = Snapshot()
         self.hits: dict[str, int] = {}
         # names computed in each frame of the stack (by depth) since it was entered: the
         # values table shows these, even the ones already freed (from the kept store)
         self.frame_names: list[set[str]] = [set()]
+
+    # -- breakpoints and pause: the session's ------------------------------------------------
+    @property
+    def node_breakpoints(self) -> set[str]:
+        return self._node_breakpoints
+
+    @node_breakpoints.setter
+    def node_breakpoints(self, addresses: set[str]) -> None:
+        self._node_breakpoints = set(addresses)
+        self._sync_breakpoints()
+
+    @property
+    def break_on_nonfinite(self) -> bool:
+        return self._break_on_nonfinite
+
+    @break_on_nonfinite.setter
+    def break_on_nonfinite(self, on: bool) -> None:
+        self._break_on_nonfinite = on
+        self._sync_breakpoints()
+
+    @property
+    def pause_requested(self) -> threading.Event:
+        return self.session.pause_requested
+
+    @pause_requested.setter
+    def pause_requested(self, event: threading.Event) -> None:
+        # The controller shares one Event with every session it makes, so a Pause
+        # pressed while a session is still being built is not lost.
+        self.session.pause_requested = event
+
+    def _sync_breakpoints(self) -> None:
+        bps = [Breakpoint(node=a) for a in sorted(self._node_breakpoints)]
+        if self._break_on_nonfinite:
+            bps.append(Breakpoint(nonfinite=True))
+        # One assignment of a new list: the session reads it again when it changes.
+        self.session.breakpoints = bps
 
     # -- state -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -74,15 +106,6 @@ class Debugger:
                 s.nodes_done,
             )
 
-    @property
-    def depth(self) -> int:
-        ev = self.session.last_event
-        if ev is None or isinstance(ev, RunFinished):
-            return 0
-        if isinstance(ev, FrameLeft):
-            return ev.depth - 1
-        return ev.depth
-
     def start(self, feeds: Mapping[str, Any]) -> None:
         """A new run, paused before its first node."""
         self.session.start(feeds)
@@ -96,50 +119,21 @@ class Debugger:
 
     # -- running -----------------------------------------------------------------------------
     def advance(self, mode: str, target: str | None = None) -> Pause:
-        """Run until the goal of ``mode`` (see MODES), a breakpoint, a NaN/Inf output
-        (when enabled), a pause request, the end, or a failure."""
+        """`Session.advance`: until the goal of ``mode`` (see MODES), a breakpoint, a
+        NaN/Inf output (when enabled), a pause request, the end, or a failure."""
         if mode not in MODES:
             raise ValueError(f"unknown stepping mode {mode!r}")
-        sess = self.session
-        depth0 = self.depth
-        for ev in sess.steps():
-            self._record(ev)
-            if isinstance(ev, RunFinished):
-                return Pause("finished", ev)
-            if isinstance(ev, NodeFailed):
-                return Pause(sess.state, ev)
-            if isinstance(ev, NodeStarted):
-                address = ev.node.address
-                if self.pause_requested.is_set():
-                    self.pause_requested.clear()
-                    return Pause("paused", ev)
-                if address in self.node_breakpoints:
-                    self.hits[address] = self.hits.get(address, 0) + 1
-                    return Pause("breakpoint", ev, address)
-                if mode == "step":
-                    return Pause("step", ev)
-                if mode == "step_over" and ev.depth <= depth0:
-                    return Pause("step", ev)
-                if mode == "step_out" and ev.depth < depth0:
-                    return Pause("step", ev)
-                if mode == "run_to" and target is not None and node_matches(target, ev.node):
-                    return Pause("run_to", ev)
-            elif isinstance(ev, NodeFinished):
-                if self.break_on_nonfinite and any(has_nonfinite(v) for v in ev.outputs.values()):
-                    return Pause("nonfinite", ev)
-            elif (
-                isinstance(ev, FrameLeft)
-                and mode == "step_out"
-                and ev.depth == depth0
-                and depth0 > 0
-            ):
-                return Pause("frame_left", ev)
-        return Pause(sess.state, sess.last_event)
+        pause = self.session.advance(mode, target)
+        bp = pause.breakpoint
+        if pause.reason == "breakpoint" and isinstance(bp, Breakpoint) and bp.node:
+            self.hits[bp.node] = self.hits.get(bp.node, 0) + 1
+            return Pause("breakpoint", pause.event, bp.node)
+        return pause
 
     def request_pause(self) -> None:
         """Pause before the next node (a request made before `advance` starts counts:
         the caller clears the flag when it issues a new command)."""
-        self.pause_requested.set()
+        self.session.pause()
 
     def cancel(self) -> None:
         self.session.cancel()

@@ -1,38 +1,49 @@
-"""Frames and the executor: run a `GraphPlan` node by node as a generator of events.
+"""The executor: the one node loop that runs every graph, watched or not.
 
-A `Frame` is one running graph: its plan, its value slots, the frame it was opened
-from (subgraphs read outer-scope values through captures copied at entry) and a title
-for the stack text.  `Executor.run_frame` is a generator: it yields `NodeStarted` /
-`NodeFinished` around every node and `FrameEntered` / `FrameLeft` around every frame,
-and *returns* the graph's outputs.  Control flow and function calls open nested frames
-with ``yield from``, so whoever consumes the events (the Session) can pause anywhere,
-at any depth, and look at the values of every frame on the stack.
+`Executor.run_frame(frame)` runs the nodes of one frame and *returns* the graph's
+outputs.  It is a generator, and the same loop serves every kind of run:
+
+* **watched** (``Executor.watched``: stepping, breakpoints, `Session.steps`, fetches):
+  it yields `FrameEntered` / `NodeStarted` / `NodeFinished` / `FrameLeft` around every
+  frame and node, and the consumer of those events (the Session) is the run's
+  observer: it can stop consuming at any event, at any depth, and look at the values
+  of every frame on the stack;
+* **unwatched** (`Session.run` with nobody looking): it yields nothing, so draining
+  the generator is a single ``next()``; it runs the plan's fused node list
+  (fusion.py: just another list of `PlanNode`) and may compute elementwise results
+  into dead inputs (inplace.py).
+
+Either way each node gets the same treatment: constant folding, the kernel call (or a
+fused node, a control-flow node, a function call in a nested frame via ``yield
+from``), kept values (``store``), per-node time (``profile``) and the freeing of dead
+slots after the node's last use.  Control flow and function calls open nested frames
+that run through this same loop.
 
 On a kernel failure the executor raises `ExecutionError` naming the node, the op and
 its input types; the frame stack is left as it was, so the failed node stays
-inspectable.
+inspectable.  `cancelled` (set from any thread) stops the run before its next node.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from onnx import NodeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.control_flow import run_control
 from onnxviz.runtime.events import (
     STACK_SEPARATOR,
-    Event,
     FrameEntered,
     FrameInfo,
     FrameLeft,
     NodeFinished,
-    NodeRef,
     NodeStarted,
 )
+from onnxviz.runtime.frame import Events, ExecutionCancelled, Frame, node_ref
 from onnxviz.runtime.functions import (
     call_attributes,
     context_function,
@@ -40,65 +51,21 @@ from onnxviz.runtime.functions import (
     input_signature,
     static_schema_function,
 )
+from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.inplace import try_inplace
 from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
 from onnxviz.runtime.values import describe
 
-Events = Generator[Event, None, list[Any]]
-
-
 # Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
 # could recurse forever.  Each frame costs a few generator levels of Python stack.
 MAX_FRAME_DEPTH = 150
 
 
-class ExecutionCancelled(ExecutionError):
-    """The user cancelled the run."""
-
-
-class Frame:
-    __slots__ = ("plan", "values", "parent", "info", "depth", "node_index", "stack_text")
-
-    def __init__(
-        self, plan: GraphPlan, parent: Frame | None, info: FrameInfo, stack_text: str
-    ) -> None:
-        self.plan = plan
-        self.values: list[Any] = [None] * plan.n_slots
-        self.parent = parent  # lexical parent (outer scope), None for main and functions
-        self.info = info
-        self.depth = info.depth
-        self.node_index = -1  # position in plan.nodes of the running node
-        self.stack_text = stack_text
-
-    def lookup(self, name: str) -> Any:
-        """The value of ``name`` here or in an enclosing scope (KeyError if unknown)."""
-        frame: Frame | None = self
-        while frame is not None:
-            s = frame.plan.slots.get(name)
-            if s is not None:
-                return frame.values[s]
-            frame = frame.parent
-        raise KeyError(name)
-
-    def visible(self) -> dict[str, Any]:
-        """Every live value (not yet freed) of this frame."""
-        return {n: self.values[s] for n, s in self.plan.slots.items() if self.values[s] is not None}
-
-    @property
-    def current(self) -> PlanNode | None:
-        if 0 <= self.node_index < len(self.plan.nodes):
-            return self.plan.nodes[self.node_index]
-        return None
-
-
-def node_ref(pn: PlanNode) -> NodeRef:
-    return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
-
-
-def _drain(events: Events) -> list[Any]:
-    """Run an event generator to its end; its return value."""
+def drain(events: Events) -> list[Any]:
+    """Run an event generator to its end; its return value (an unwatched run yields
+    nothing, so this is one ``next()``)."""
     while True:
         try:
             next(events)
@@ -125,25 +92,34 @@ def _resolved_node(pn: PlanNode) -> NodeProto:
 
 
 class Executor:
-    """Runs plans.  One per Session run; holds the frame stack, the random generator,
-    the intermediate store, per-node timing and the cancel flag."""
+    """Runs plans (implements frame.FrameRunner).  One per Session run; holds the frame
+    stack, the random generator, the intermediate store, per-node timing and the
+    cancel flag."""
 
     def __init__(
         self,
         ctx: PlanContext,
         *,
-        rng: np.random.Generator,
+        seed: int,
         store: IntermediateStore | None = None,
         file: str | None = None,
         input_values_in_events: bool = True,
     ) -> None:
         self.ctx = ctx
-        self.rng = rng
+        self.seed = seed
+        self._rng: np.random.Generator | None = None
         self.store = store
         self.file = file
         self.stack: list[Frame] = []
+        # Set from any thread (Session.cancel); read by the loop before every node.
         self.cancelled = False
         self.input_values_in_events = input_values_in_events
+        # Watched: events around every node and frame, the plan's own node list.
+        # Unwatched: no events, the fused node list when `fuse`, in-place ops when
+        # `inplace` (nobody sees an overwritten input).
+        self.watched = True
+        self.fuse = False
+        self.inplace = False
         # node address -> [calls, total seconds]
         self.profile: dict[str, list[float]] = {}
         self.failed_node: PlanNode | None = None
@@ -151,8 +127,21 @@ class Executor:
         # False when a run feeds an initializer that is also an input (IR < 4): the
         # plan's folded values were computed from the default and do not apply.
         self.fold = True
-        # In-place elementwise ops on dead inputs (inplace.py); only for unwatched runs.
-        self.inplace = False
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's random generator, made on first use: making one costs tens of
+        microseconds, more than a small model's run pays for everything else."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return self._rng
+
+    def unwatched(self, *, fuse: bool, inplace: bool) -> None:
+        """Run without events from now on (nobody looks at a node).  Kept values
+        (``store``) still need every node of the plan: no fusion, no in-place."""
+        self.watched = False
+        self.fuse = fuse and self.store is None
+        self.inplace = inplace and self.store is None
 
     # -- frames --------------------------------------------------------------------
     def new_frame(
@@ -177,9 +166,7 @@ class Executor:
         info = FrameInfo(plan.path, title, depth, kind, iteration, iterations)
         stack_text = title if caller is None else caller.stack_text + STACK_SEPARATOR + title
         frame = Frame(plan, parent, info, stack_text)
-        values = frame.values
-        for s, v in plan.constants:
-            values[s] = v
+        values = frame.values  # the constants are in place (GraphPlan.start_values)
         if parent is not None:
             for s, name in plan.captures:
                 try:
@@ -220,9 +207,15 @@ class Executor:
             pn.subplans[attr] = plan
         return plan
 
+    def check_cancel(self, pn: PlanNode) -> None:
+        if self.cancelled:
+            raise ExecutionCancelled(
+                "the run was cancelled", file=self.file, graph_path=pn.graph_path, node=pn.label
+            )
+
     # -- errors ----------------------------------------------------------------------
     def error(
-        self, pn: PlanNode, inputs: list[Any], reason: str, cls: type = ExecutionError
+        self, pn: PlanNode, inputs: Sequence[Any], reason: str, cls: type = ExecutionError
     ) -> ExecutionError:
         summaries = [
             f"{name or '(absent)'}: {describe(v) if name else '-'}"
@@ -243,70 +236,108 @@ class Executor:
         )
         return err
 
-    # -- running -----------------------------------------------------------------------
+    # -- the node loop -------------------------------------------------------------------
     def run_frame(self, frame: Frame) -> Events:
-        """Run every node of ``frame``; yields events, returns the graph outputs."""
+        """Run every node of ``frame``; yields events when watched, returns the graph
+        outputs.  Watched runs execute ``plan.nodes`` one by one; unwatched runs the
+        fused list (fusion.run_nodes) when `fuse` is set."""
         self.stack.append(frame)
         plan = frame.plan
         values = frame.values
-        depth = frame.depth
-        stack = frame.stack_text
-        t_frame = time.perf_counter()
-        yield FrameEntered(stack, depth, frame.info)
+        watched = self.watched
         store = self.store
         profile = self.profile
-        for i, pn in enumerate(plan.nodes):
+        perf = time.perf_counter
+        fold = self.fold
+        inplace = self.inplace
+        call_kernel = self._call_kernel
+        depth = frame.depth
+        stack = frame.stack_text
+        t_frame = perf()
+        if watched:
+            yield FrameEntered(stack, depth, frame.info)
+            nodes = plan.nodes
+        else:
+            nodes = run_nodes(plan) if self.fuse else plan.nodes
+        for pn in nodes:
             if self.cancelled:
                 raise ExecutionCancelled(
                     "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
                 )
-            frame.node_index = i
-            ins = [values[s] if s >= 0 else None for s in pn.inputs]
-            ref = pn.ref
-            if ref is None:
-                ref = pn.ref = node_ref(pn)
-            yield NodeStarted(
-                stack,
-                depth,
-                ref,
-                dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
-            )
-            t0 = time.perf_counter()
-            folded = pn.folded is not None and self.fold
+            frame.node_index = pn.position
+            ins = pn.gather(values)  # prepared.py: a list or tuple, None where absent
+            if watched:
+                ref = pn.ref
+                if ref is None:
+                    ref = pn.ref = node_ref(pn)
+                yield NodeStarted(
+                    stack,
+                    depth,
+                    ref,
+                    dict(zip(pn.input_names, ins)) if self.input_values_in_events else {},
+                )
+            t0 = perf()
+            outs: list[Any]
+            folded = fold and pn.folded is not None
+            call = pn.call
             if folded:
-                outs = pn.folded
-            elif pn.kind == "kernel":
+                outs = pn.folded  # type: ignore[assignment]  # not None: checked above
+            elif call is not None:
+                # A plain kernel with one output (prepared.py), maybe in place (inplace.py).
                 result = None
-                if self.inplace and pn.inplace_dead is not None:
+                if inplace and pn.inplace_dead is not None:
                     result = try_inplace(pn.op_type, ins, pn.inplace_dead)
-                outs = [result] if result is not None else self._call_kernel(pn, ins)
-                if pn.foldable and self.fold:
+                if result is None:
+                    try:
+                        result = call(*ins)
+                    except Exception as exc:
+                        err = self._kernel_error(pn, ins, exc)
+                        if err is exc:
+                            raise
+                        raise err from exc
+                    if type(result) is not np.ndarray:
+                        result = normalize_outputs(result, 1)[0]
+                outs = [result]
+                result = None
+                if pn.foldable and fold:
                     pn.folded = outs
                     plan.folded_values.extend(outs)
+            elif pn.kind == "kernel":
+                outs = call_kernel(pn, ins)
+                if pn.foldable and fold:
+                    pn.folded = outs
+                    plan.folded_values.extend(outs)
+            elif pn.kind == "fused":
+                outs = pn.fused(self, list(ins))
             elif pn.kind == "control":
-                from onnxviz.runtime.control_flow import run_control
-
-                outs = yield from run_control(self, frame, pn, ins)
+                outs = yield from run_control(self, frame, pn, list(ins))
             elif pn.kind in ("function", "schema_function"):
-                outs = yield from self._run_function(frame, pn, ins)
+                outs = yield from self._run_function(frame, pn, list(ins))
             else:
                 raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
-            dt = time.perf_counter() - t0
-            assert outs is not None
-            out_map: dict[str, Any] = {}
-            for s, name, v in zip(pn.outputs, pn.output_names, outs):
-                if s >= 0:
-                    values[s] = v
-                    out_map[name] = v
-                    if store is not None:
-                        store.put(plan.path, name, v)
+            dt = perf() - t0
+            if watched or store is not None:
+                out_map: dict[str, Any] = {}
+                for s, name, v in zip(pn.outputs, pn.output_names, outs):
+                    if s >= 0:
+                        values[s] = v
+                        out_map[name] = v
+                        if store is not None:
+                            store.put(plan.path, name, v)
+            elif pn.out0 >= 0:
+                values[pn.out0] = outs[0]
+            else:
+                for s, v in zip(pn.outputs, outs):
+                    if s >= 0:
+                        values[s] = v
             entry = profile.get(pn.key)
             if entry is None:
                 profile[pn.key] = [1, dt]
             else:
                 entry[0] += 1
                 entry[1] += dt
-            yield NodeFinished(stack, depth, ref, out_map, dt, folded)
+            if watched:
+                yield NodeFinished(stack, depth, ref, out_map, dt, folded)
             # Drop this generator's own references so dead values are freed now (and so
             # inplace.py's reference count sees only the slot).
             outs = out_map = v = ins = None  # type: ignore[assignment]
@@ -315,87 +346,12 @@ class Executor:
         frame.node_index = len(plan.nodes)
         outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
         self.stack.pop()  # popped first: at FrameLeft the stack shows where we return to
-        yield FrameLeft(stack, depth, frame.info, time.perf_counter() - t_frame)
+        if watched:
+            yield FrameLeft(stack, depth, frame.info, perf() - t_frame)
         return outputs
 
-    def run_frame_direct(self, frame: Frame, *, fuse: bool = True) -> list[Any]:
-        """`run_frame` without events, for runs nobody watches (`Session.run`): the same
-        kernels, folding, in-place ops, freeing and per-node times, minus the generator
-        and event objects per node, and with fused node pairs (fusion.py) when ``fuse``.
-        Control flow and function calls still run their nested frames as generators
-        (drained here).  Returns the graph outputs."""
-        from onnxviz.runtime.fusion import run_nodes
-
-        self.stack.append(frame)
-        plan = frame.plan
-        values = frame.values
-        profile = self.profile
-        perf = time.perf_counter
-        fold = self.fold
-        inplace = self.inplace
-        call_kernel = self._call_kernel
-        for pn in run_nodes(plan) if fuse else plan.nodes:
-            if self.cancelled:
-                raise ExecutionCancelled(
-                    "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
-                )
-            frame.node_index = pn.position
-            ins = [values[s] if s >= 0 else None for s in pn.inputs]
-            t0 = perf()
-            if pn.folded is not None and fold:
-                outs = pn.folded
-            elif pn.kind == "kernel":
-                result = None
-                if inplace and pn.inplace_dead is not None:
-                    result = try_inplace(pn.op_type, ins, pn.inplace_dead)
-                if result is not None:
-                    outs = [result]
-                elif pn.plain_fn is not None:
-                    # _call_kernel's fast path, inlined (a call less per node).
-                    try:
-                        result = pn.plain_fn(*ins, **pn.attrs)
-                    except Exception as exc:
-                        err = self._kernel_error(pn, ins, exc)
-                        if err is exc:
-                            raise
-                        raise err from exc
-                    outs = [result] if type(result) is np.ndarray else normalize_outputs(result, 1)
-                else:
-                    outs = call_kernel(pn, ins)
-                result = None
-                if pn.foldable and fold:
-                    pn.folded = outs
-                    plan.folded_values.extend(outs)
-            elif pn.kind == "fused":
-                outs = pn.fused(self, ins)
-            elif pn.kind == "control":
-                from onnxviz.runtime.control_flow import run_control
-
-                outs = _drain(run_control(self, frame, pn, ins))
-            elif pn.kind in ("function", "schema_function"):
-                outs = _drain(self._run_function(frame, pn, ins))
-            else:
-                raise self.error(pn, ins, pn.problem or "unsupported", UnsupportedOperator)
-            dt = perf() - t0
-            for s, v in zip(pn.outputs, outs):
-                if s >= 0:
-                    values[s] = v
-            entry = profile.get(pn.key)
-            if entry is None:
-                profile[pn.key] = [1, dt]
-            else:
-                entry[0] += 1
-                entry[1] += dt
-            # As in run_frame: no local reference may outlive the slot (inplace.py counts).
-            outs = v = ins = None  # type: ignore[assignment]
-            for s in pn.free_after:
-                values[s] = None
-        frame.node_index = len(plan.nodes)
-        outputs = [values[s] if s >= 0 else None for s in plan.output_slots]
-        self.stack.pop()
-        return outputs
-
-    def _kernel_error(self, pn: PlanNode, ins: list[Any], exc: Exception) -> Exception:
+    # -- kernels -------------------------------------------------------------------------
+    def _kernel_error(self, pn: PlanNode, ins: Sequence[Any], exc: Exception) -> Exception:
         """The error to raise for a kernel's exception: an ExecutionError naming the node
         (one that already names a node is passed on as is)."""
         if isinstance(exc, ExecutionError):
@@ -406,11 +362,11 @@ class Executor:
             return self.error(pn, ins, "out of memory while computing the outputs")
         return self.error(pn, ins, f"{type(exc).__name__}: {exc}")
 
-    def call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+    def call_kernel(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         """One kernel node's outputs (errors name the node)."""
         return self._call_kernel(pn, ins)
 
-    def _call_kernel(self, pn: PlanNode, ins: list[Any]) -> list[Any]:
+    def _call_kernel(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         # Floating-point warnings (overflow to inf, 0/0) are results, not errors: the
         # Session runs everything under np.errstate(all="ignore").
         spec = pn.spec
@@ -424,7 +380,7 @@ class Executor:
             else:
                 outs = call_node(
                     pn.node,
-                    ins,
+                    list(ins),
                     {pn.domain: pn.opset},
                     rng=self.rng,
                     spec=spec,

@@ -1,0 +1,100 @@
+"""A running graph (`Frame`) and what control flow needs from whoever runs frames.
+
+`Frame` holds one graph's value slots while it runs: its plan, the frame it was opened
+from (subgraphs read outer-scope values through captures copied at entry) and the
+stack text.  `FrameRunner` is the small protocol control_flow.py runs its bodies
+through; the executor implements it.  It lives here, apart from both, so that the
+executor can import control flow without control flow importing the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, Protocol
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime.events import Event, FrameInfo, NodeRef
+from onnxviz.runtime.plan import GraphPlan, PlanNode
+
+# A frame's run: yields events (when watched), returns the graph's outputs.
+Events = Generator[Event, None, list[Any]]
+
+
+class ExecutionCancelled(ExecutionError):
+    """The user cancelled the run."""
+
+
+class Frame:
+    __slots__ = ("plan", "values", "parent", "info", "depth", "node_index", "stack_text")
+
+    def __init__(
+        self, plan: GraphPlan, parent: Frame | None, info: FrameInfo, stack_text: str
+    ) -> None:
+        self.plan = plan
+        self.values: list[Any] = plan.start_values()
+        self.parent = parent  # lexical parent (outer scope), None for main and functions
+        self.info = info
+        self.depth = info.depth
+        self.node_index = -1  # position in plan.nodes of the running node
+        self.stack_text = stack_text
+
+    def lookup(self, name: str) -> Any:
+        """The value of ``name`` here or in an enclosing scope (KeyError if unknown)."""
+        frame: Frame | None = self
+        while frame is not None:
+            s = frame.plan.slots.get(name)
+            if s is not None:
+                return frame.values[s]
+            frame = frame.parent
+        raise KeyError(name)
+
+    def visible(self) -> dict[str, Any]:
+        """Every live value (not yet freed) of this frame."""
+        return {n: self.values[s] for n, s in self.plan.slots.items() if self.values[s] is not None}
+
+    @property
+    def current(self) -> PlanNode | None:
+        if 0 <= self.node_index < len(self.plan.nodes):
+            return self.plan.nodes[self.node_index]
+        return None
+
+
+def node_ref(pn: PlanNode) -> NodeRef:
+    return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
+
+
+class FrameRunner(Protocol):
+    """What control flow (If, Loop, Scan, SequenceMap) needs to run its bodies."""
+
+    def subplan(self, frame: Frame, pn: PlanNode, attr: str) -> GraphPlan:
+        """The compiled graph attribute ``attr`` of control node ``pn``."""
+        ...
+
+    def new_frame(
+        self,
+        plan: GraphPlan,
+        *,
+        parent: Frame | None,
+        caller: Frame | None,
+        title: str,
+        kind: str,
+        feeds: list[Any] | None = None,
+        iteration: int | None = None,
+        iterations: int | None = None,
+    ) -> Frame:
+        """A frame for ``plan`` opened from ``caller``, seeing ``parent``'s scope."""
+        ...
+
+    def run_frame(self, frame: Frame) -> Events:
+        """Run every node of ``frame`` (the one node loop); returns its outputs."""
+        ...
+
+    def check_cancel(self, pn: PlanNode) -> None:
+        """Raise `ExecutionCancelled` if the run was cancelled (between iterations)."""
+        ...
+
+    def error(
+        self, pn: PlanNode, inputs: list[Any], reason: str, cls: type = ExecutionError
+    ) -> ExecutionError:
+        """An error naming node ``pn`` and its inputs."""
+        ...

@@ -1,0 +1,127 @@
+"""Prepared calls: what the node loop needs per node, worked out once per node list.
+
+The executor's loop (executor.py) runs a list of `PlanNode`; the per-node work it
+does beyond the kernel is the engine's fixed cost, which dominates small models and
+long chains of small ops (issue 21's add-chain benchmark).  `prepare` fills, for every
+node of a list:
+
+* ``gather``: values -> the node's inputs, read from resolved slot indices by a C-level
+  ``operator.itemgetter`` where it can (absent optional inputs give None);
+* ``out0``: the slot of a single-output node's output (-1 otherwise), written without
+  a loop over outputs;
+* ``call``: for a plain kernel (no context) with one output, a positional callable with
+  the node's pre-decoded attributes bound, so the loop calls ``call(*ins)``.
+
+For node lists of unwatched runs (``fast=True``, fusion.run_nodes) the binary
+arithmetic ops Add, Sub, Mul (float32/64, int32/64) and Div (float32/64) get a
+shortcut that applies numpy's operator when both inputs are arrays of one of those
+dtypes (what the kernel computes for them: the same ufunc, no casts) and calls the
+kernel otherwise.  Stepped runs always call the kernel, so the differential tests
+compare the two.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.plan import PlanNode
+
+_ND = np.ndarray
+_ARITH = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+_FLOAT = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+
+
+def _no_inputs(values: list[Any]) -> tuple[()]:
+    return ()
+
+
+def _gather(slots: tuple[int, ...]) -> Callable[[list[Any]], Any]:
+    """values -> the inputs at ``slots`` (None for -1), as a sequence."""
+    if not slots:
+        return _no_inputs
+    if any(s < 0 for s in slots):
+        return lambda values: [values[s] if s >= 0 else None for s in slots]
+    if len(slots) == 1:
+        s = slots[0]
+        return operator.itemgetter(slice(s, s + 1))  # a one-item list
+    return operator.itemgetter(*slots)  # a tuple
+
+
+def _add(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def add(a: Any, b: Any) -> Any:
+        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
+            return a + b
+        return kernel(a, b)
+
+    return add
+
+
+def _sub(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def sub(a: Any, b: Any) -> Any:
+        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
+            return a - b
+        return kernel(a, b)
+
+    return sub
+
+
+def _mul(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def mul(a: Any, b: Any) -> Any:
+        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
+            return a * b
+        return kernel(a, b)
+
+    return mul
+
+
+def _div(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    # Integer Div truncates toward zero in the kernel; numpy's / would give floats.
+    def div(a: Any, b: Any) -> Any:
+        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _FLOAT:
+            return a / b
+        return kernel(a, b)
+
+    return div
+
+
+_FAST_BINARY: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "Add": _add,
+    "Sub": _sub,
+    "Mul": _mul,
+    "Div": _div,
+}
+
+
+def _call(pn: PlanNode, fast: bool) -> Callable[..., Any] | None:
+    spec = pn.spec
+    if pn.kind != "kernel" or spec is None or spec.needs_ctx or len(pn.outputs) != 1:
+        return None
+    fn: Callable[..., Any] = spec.fn
+    if pn.attrs:
+        fn = functools.partial(fn, **pn.attrs)
+    if (
+        fast
+        and pn.domain == ""
+        and pn.opset >= 7  # older binary ops had a broadcast attribute
+        and len(pn.inputs) == 2
+        and not pn.attrs
+    ):
+        maker = _FAST_BINARY.get(pn.op_type)
+        if maker is not None:
+            fn = maker(fn)
+    return fn
+
+
+def prepare(nodes: list[PlanNode], *, fast: bool) -> None:
+    """Fill ``gather``, ``out0`` and ``call`` of every node (see the module docstring);
+    ``fast`` for the node lists of unwatched runs."""
+    for pn in nodes:
+        pn.gather = _gather(pn.inputs)
+        pn.out0 = pn.outputs[0] if len(pn.outputs) == 1 else -1
+        pn.call = _call(pn, fast)

@@ -1,0 +1,177 @@
+"""Acceptance of the structural diff on pairs it never saw: random models (hypothesis
+draws the seeds) with one random planted change each, found on the right node and
+nothing else reported; renamed and re-sorted copies with nothing reported."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onnxviz.model.diff import GraphDiff, diff
+from tests.model import diff_corpus as C
+from tests.model import diff_random as R
+
+KINDS = ["attribute", "input", "added", "removed", "weight"]
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _summary(g: GraphDiff) -> dict[str, object]:
+    return {
+        "changed": [(c.a.label, [(d.what, d.name) for d in c.details]) for c in g.changed],
+        "added": [n.label for n in g.added],
+        "removed": [n.label for n in g.removed],
+        "fused": len(g.fused),
+        "weights": [w.a for w in g.changed_weights],
+        "io": [(d.what, d.name) for d in g.io],
+    }
+
+
+def _expected(p: R.Planted) -> dict[str, object]:
+    out: dict[str, object] = {
+        "changed": [],
+        "added": [],
+        "removed": [],
+        "fused": 0,
+        "weights": [],
+        "io": [],
+    }
+    if p.kind == "attribute":
+        out["changed"] = [(p.node, [("attribute", p.detail)])]
+    elif p.kind == "input":
+        out["changed"] = [(p.node, [("input", p.detail)])]
+    elif p.kind == "added":
+        out["added"] = [p.node]
+    elif p.kind == "removed":
+        out["removed"] = [p.node]
+    else:
+        out["weights"] = [p.detail]
+    return out
+
+
+def _planted_pair(
+    make: object, seed: int, kind: str, where: str
+) -> tuple[onnx.ModelProto, onnx.ModelProto, R.Planted] | None:
+    a = make(seed)  # type: ignore[operator]
+    b = C.copy(a)
+    p = R.plant(b, kind, seed + 1, where)
+    if p is None:
+        return None
+    onnx.checker.check_model(b)  # the planted model is still a valid model
+    # Rename and re-sort the side whose names the expectation does not use.
+    if kind == "added":
+        a = C.rename_everything(a, seed + 2)
+    else:
+        b = C.rename_everything(b, seed + 2)
+    return a, b, p
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS))
+def test_every_planted_change_is_found_and_nothing_else(seed: int, kind: str) -> None:
+    made = _planted_pair(R.random_model, seed, kind, "main")
+    if made is None:
+        return
+    a, b, p = made
+    d = diff(a, b)
+    assert _summary(d.main) == _expected(p)
+    assert not d.model
+
+
+NESTED = {
+    "if": (R.if_model, "If", "/then_branch:"),
+    "loop": (R.loop_model, "Loop", "/body:"),
+}
+
+
+@SETTINGS
+@given(
+    seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS), where=st.sampled_from(sorted(NESTED))
+)
+def test_a_change_inside_a_nested_body_is_shown_on_its_owner(
+    seed: int, kind: str, where: str
+) -> None:
+    make, owner_op, path = NESTED[where]
+    made = _planted_pair(make, seed, kind, where)
+    if made is None:
+        return
+    a, b, p = made
+    d = diff(a, b)
+    (owner,) = d.main.changed
+    assert owner.a.op_type == owner_op
+    assert [x.what for x in owner.details] == ["body"]
+    assert not (d.main.added or d.main.removed or d.main.changed_weights)
+    (inside,) = [c for c in d.main.children if path in c.path_a]
+    assert _summary(inside) == _expected(p)
+    assert all(c.equal for c in d.main.children if c is not inside)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6), body=st.booleans())
+def test_renamed_and_resorted_random_model_has_no_change(seed: int, body: bool) -> None:
+    a = (R.if_model(seed) if seed % 2 else R.loop_model(seed)) if body else R.random_model(seed, 20)
+    b = C.rename_everything(a, seed)
+    d = diff(a, b)
+    assert d.equal, d.to_json()
+    assert len(d.main.matches) == len(a.graph.node)
+    assert d.counts()["renamed_values"] > 0
+
+
+def _function_model(seed: int, planted: str | None = None) -> tuple[onnx.ModelProto, object]:
+    """A model calling a local function whose body is a random graph."""
+    import random
+
+    from onnx import helper as h
+
+    rnd = random.Random(seed)
+    nodes, inits, last = R.random_graph_nodes(rnd, 8, 4, "f", "a")
+    # Function bodies hold no initializers: their weights come in as Constants.
+    consts = [h.make_node("Constant", [], [t.name], name=f"c_{t.name}", value=t) for t in inits]
+    nodes = consts + nodes + [h.make_node("Identity", [last], ["b"], name="f_out")]
+    fn = h.make_function("local", "F", ["a"], ["b"], nodes, [h.make_opsetid("", 17)])
+    g = h.make_graph(
+        [h.make_node("F", ["x"], ["y"], domain="local", name="call")],
+        "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+    )
+    model = h.make_model(
+        g, functions=[fn], opset_imports=[h.make_opsetid("", 17), h.make_opsetid("local", 1)]
+    )
+    model.ir_version = 8
+    return model, fn
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6))
+def test_an_attribute_edit_inside_a_function_body_is_found(seed: int) -> None:
+    a, _ = _function_model(seed)
+    b = C.copy(a)
+    cands = [n for n in b.functions[0].node if n.op_type in ("LeakyRelu", "Elu")]
+    if not cands:
+        return
+    cands[seed % len(cands)].attribute[0].f += 0.25
+    d = diff(a, b)
+    (fd,) = d.functions
+    assert [(c.a.label, [x.name for x in c.details]) for c in fd.changed] == [
+        (cands[seed % len(cands)].name, ["alpha"])
+    ]
+    assert d.main.equal and not d.equal
+
+
+@pytest.mark.parametrize("blocks", [1, 3, 5])
+def test_batchnorm_folding_pairs_every_conv_with_its_conv_bn(blocks: int) -> None:
+    a = C.cnn(True, blocks=blocks, seed=blocks)
+    b = C.rename_everything(C.fold_batchnorm(a), blocks)
+    d = diff(a, b)
+    groups = sorted(
+        (sorted(n.op_type for n in f.a), sorted(n.op_type for n in f.b)) for f in d.main.fused
+    )
+    assert groups == [(["BatchNormalization", "Conv"], ["Conv"])] * blocks
+    # each group pairs a Conv with the BatchNormalization that reads it
+    for f in d.main.fused:
+        conv = next(n for n in f.a if n.op_type == "Conv")
+        bn = next(n for n in f.a if n.op_type == "BatchNormalization")
+        assert a.graph.node[bn.index].input[0] == a.graph.node[conv.index].output[0]
+    assert not d.main.added and not d.main.removed and not d.main.changed

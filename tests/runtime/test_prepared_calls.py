@@ -1,0 +1,161 @@
+"""The unwatched run's prepared calls (prepared.py) and the small-array rule of in-place
+reuse (inplace.MIN_ELEMENTS) give the stepped run's numbers (issue 21).
+
+Random graphs (hypothesis) of Add, Sub, Mul and Div over float32, float64, int32 and
+int64 values with broadcasting, 0-d values, fan-out, a value used twice by one node,
+graph outputs in the middle of a chain and values big enough to be reused in place:
+the unwatched run (shortcut arithmetic, in place) and the plain run must equal the
+stepped run (every node through its kernel), exactly for integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import helper, numpy_helper
+
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree, stepped_values
+
+pytestmark = pytest.mark.numeric
+
+DTYPES = {
+    np.dtype(np.float32): onnx.TensorProto.FLOAT,
+    np.dtype(np.float64): onnx.TensorProto.DOUBLE,
+    np.dtype(np.int32): onnx.TensorProto.INT32,
+    np.dtype(np.int64): onnx.TensorProto.INT64,
+}
+# (base shape) -> operands broadcast against it; (128, 128) is past inplace.MIN_ELEMENTS.
+BASES = [(), (3,), (2, 3), (4, 1, 3), (2, 4, 3), (128, 128)]
+
+
+def _operand_shape(draw, base: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts to ``base``: leading axes dropped, some axes set to 1."""
+    drop = draw(st.integers(0, len(base)))
+    return tuple(1 if draw(st.integers(0, 3)) == 0 else d for d in base[drop:])
+
+
+def _values(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    # Nonzero, so that any value may divide (integer Div by zero is undefined).
+    if dt.kind == "i":
+        v = rng.integers(1, 6, size=shape) * rng.choice([-1, 1], size=shape)
+        return np.asarray(v, dtype=dt)
+    v = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    return np.asarray(v, dtype=dt)
+
+
+@st.composite
+def arithmetic_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    dt = draw(st.sampled_from(list(DTYPES)))
+    base = draw(st.sampled_from(BASES))
+    elem = DTYPES[dt]
+    feeds: dict[str, np.ndarray] = {}
+    inits: list[onnx.TensorProto] = []
+    shapes: dict[str, tuple[int, ...]] = {}
+    divisors: list[str] = []  # never zero: graph inputs and constants
+    for k in range(draw(st.integers(1, 3))):
+        name = f"in{k}"
+        shape = base if k == 0 else _operand_shape(draw, base)
+        feeds[name] = _values(rng, shape, dt)
+        shapes[name] = shape
+        divisors.append(name)
+    for k in range(draw(st.integers(0, 2))):
+        name = f"c{k}"
+        shape = _operand_shape(draw, base)
+        inits.append(numpy_helper.from_array(_values(rng, shape, dt), name))
+        shapes[name] = shape
+        divisors.append(name)
+    nodes: list[onnx.NodeProto] = []
+    outputs: list[str] = []
+    frontier = list(shapes)
+    for i in range(draw(st.integers(1, 10))):
+        op = draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+        a = draw(st.sampled_from(frontier))
+        b = draw(st.sampled_from(divisors if op == "Div" else frontier))  # may be a itself
+        if draw(st.booleans()) and op != "Div":
+            a, b = b, a
+        y = f"v{i}"
+        nodes.append(helper.make_node(op, [a, b], [y], name=f"n{i}"))
+        shapes[y] = tuple(np.broadcast_shapes(shapes[a], shapes[b]))
+        frontier.append(y)
+        if draw(st.integers(0, 4)) == 0:
+            outputs.append(y)  # a graph output in the middle of the chain
+    outputs = list(dict.fromkeys([*outputs, frontier[-1]]))
+    graph = helper.make_graph(
+        nodes,
+        "arith",
+        [helper.make_tensor_value_info(n, elem, list(v.shape)) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(o, elem, None) for o in outputs],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), feeds
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(arithmetic_graphs())
+def test_random_arithmetic_gives_the_stepped_numbers_unwatched(case) -> None:
+    model, feeds = case
+    stepped = assert_modes_agree(model, feeds)
+    # Same ufunc on the same operands: the shortcut is exact, not just close.
+    with np.errstate(all="ignore"):
+        fast = Session(model).run(feeds)
+    for name, value in fast.items():
+        np.testing.assert_array_equal(value, stepped[name], err_msg=name)
+        assert value.dtype == stepped[name].dtype and value.shape == stepped[name].shape
+
+
+def test_the_unwatched_list_takes_the_shortcut_and_the_stepped_list_does_not() -> None:
+    """The shortcut is really used (else the test above compares a path with itself)."""
+    f = onnx.TensorProto.FLOAT
+    nodes = [  # two live operands each: no fused elementwise chain
+        helper.make_node("Add", ["x", "z"], ["a"], name="add"),
+        helper.make_node("Div", ["a", "z"], ["y"], name="div"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", f, [3]), helper.make_tensor_value_info("z", f, [3])],
+        [helper.make_tensor_value_info("y", f, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    sess = Session(model)
+    feeds = {"x": np.array([1.0, -2.0, 4.0], np.float32), "z": np.float32([1, 2, 4])}
+    out = sess.run(feeds)["y"]
+    stepped = [pn.call for pn in sess.plan.nodes]
+    fast = [pn.call for pn in run_nodes(sess.plan)]
+    assert [f.__name__ for f in fast] == ["add", "div"]
+    assert all(f is not g for f, g in zip(fast, stepped))
+    np.testing.assert_array_equal(out, stepped_values(model, feeds)["y"])
+    np.testing.assert_array_equal(out, np.float32([2.0, 0.0, 2.0]))
+
+
+def test_integer_division_keeps_the_kernels_truncation() -> None:
+    """Div on integers is not numpy's true division: the shortcut leaves it to the kernel."""
+    i64 = onnx.TensorProto.INT64
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["a", "b"], ["y"], name="div")],
+        "g",
+        [
+            helper.make_tensor_value_info("a", i64, [4]),
+            helper.make_tensor_value_info("b", i64, [4]),
+        ],
+        [helper.make_tensor_value_info("y", i64, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    a = np.array([7, -7, 9, -9], np.int64)
+    b = np.array([2, 2, -4, -4], np.int64)
+    y = Session(model).run({"a": a, "b": b})["y"]
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, np.trunc(a / b).astype(np.int64))
