@@ -152,3 +152,19 @@ def test_session_runs_an_int4_decoder_layer_the_same_twice() -> None:
             (y,) = sess.run({"a": a}).values()
             np.testing.assert_allclose(y, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
     assert wc.stored_bytes() >= 48 * 64 * 4
+
+
+def test_an_entry_goes_away_with_its_source() -> None:
+    import gc
+
+    x = _frozen_copy(np.arange(1000, dtype=np.float32))
+    calls = []
+    wc.derived("test", (x,), (), lambda a=x: calls.append(1) or a * 2)
+    wc.derived("test", (x,), (), lambda a=x: calls.append(1) or a * 2)
+    assert calls == [1] and wc.stored_bytes() == 4000
+    del x
+    gc.collect()
+    assert wc.stored_bytes() == 0
+    # A new array that happens to get the dead one's id is never served the old form.
+    y = _frozen_copy(np.ones(1000, dtype=np.float32))
+    np.testing.assert_array_equal(wc.derived("test", (y,), (), lambda: y * 2), 2)

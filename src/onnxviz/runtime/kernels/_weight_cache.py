@@ -10,8 +10,10 @@ used as a key only when it is *frozen*: read-only, and every array it views is r
 too, down to an immutable buffer (``bytes``, a read-only memoryview) or an array that
 owns its memory.  Initializers decoded from raw data (model.tensors.to_array) are such
 views over the proto's bytes; intermediate values and caller feeds are normally
-writeable, and for them the form is simply rebuilt on each call, as before.  Each entry
-keeps its sources alive, so an id cannot be reused by another array while it is stored.
+writeable, and for them the form is simply rebuilt on each call, as before.  Entries
+hold their sources by weak reference: a hit needs the very same live arrays (an id reused
+by a later array never matches a dead reference), and an entry goes away with its
+sources, so a closed model's forms do not outlive it.
 
 Memory is bounded: entries are evicted least recently used first once their total size
 passes `CAP_BYTES`, and a form bigger than a quarter of the cap is never stored.
@@ -20,6 +22,7 @@ passes `CAP_BYTES`, and a form bigger than a quarter of the cap is never stored.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -28,8 +31,11 @@ import numpy as np
 
 CAP_BYTES = 512 << 20
 
-_lock = threading.Lock()
-_entries: OrderedDict[tuple[Hashable, ...], tuple[tuple[Any, ...], Any, int]] = OrderedDict()
+# Re-entrant: a weak reference's callback (which drops an entry) may run inside a locked
+# region when the garbage collector happens to run there.
+_lock = threading.RLock()
+_Key = tuple[Hashable, ...]
+_entries: OrderedDict[_Key, tuple[tuple[Any, ...], Any, int]] = OrderedDict()
 _total = 0
 
 
@@ -75,7 +81,10 @@ def derived(
     global _total
     with _lock:
         hit = _entries.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+        if hit is not None and all(
+            (r is None and s is None) or (r is not None and r() is s)
+            for r, s in zip(hit[0], sources)
+        ):
             _entries.move_to_end(key)
             return hit[1]
     value = build()
@@ -89,12 +98,28 @@ def derived(
         old = _entries.pop(key, None)
         if old is not None:
             _total -= old[2]
-        _entries[key] = (tuple(sources), value, size)
+        on_death = _dropper(key)
+        refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
+        _entries[key] = (refs, value, size)
         _total += size
         while _total > CAP_BYTES and _entries:
             _, evicted = _entries.popitem(last=False)
             _total -= evicted[2]
     return value
+
+
+def _dropper(key: _Key) -> Callable[[Any], None]:
+    """The weak-reference callback that forgets ``key``'s entry when a source dies.  (A
+    late callback of an older entry under a reused key only costs a rebuild.)"""
+
+    def drop(_ref: Any) -> None:
+        global _total
+        with _lock:
+            old = _entries.pop(key, None)
+            if old is not None:
+                _total -= old[2]
+
+    return drop
 
 
 def clear() -> None:
