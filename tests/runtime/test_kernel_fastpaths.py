@@ -302,3 +302,48 @@ def test_softmax_one_shift_path_is_taken_only_when_safe() -> None:
     nan[2, 5] = np.nan
     assert math_softmax.softmax_rows(nan) is None
     assert np.isnan(math_softmax.softmax(nan)[2]).all()
+
+
+def gqa_definition(q, k, v, past_k, past_v, num_heads, kv_heads) -> np.ndarray:
+    """GroupQueryAttention output for new tokens q/k/v [B, S, heads*H] after a full
+    past cache [B, KV, P, H], causal, no rotary: every query head n reads KV head
+    n // (num_heads // kv_heads), in float64 with the KV heads repeated explicitly."""
+    b, s, _ = q.shape
+    h = past_k.shape[-1]
+    group = num_heads // kv_heads
+    qh = q.reshape(b, s, num_heads, h).transpose(0, 2, 1, 3).astype(np.float64)
+    kh = k.reshape(b, s, kv_heads, h).transpose(0, 2, 1, 3)
+    vh = v.reshape(b, s, kv_heads, h).transpose(0, 2, 1, 3)
+    keys = np.repeat(np.concatenate([past_k, kh], axis=2), group, axis=1).astype(np.float64)
+    vals = np.repeat(np.concatenate([past_v, vh], axis=2), group, axis=1).astype(np.float64)
+    past, total = past_k.shape[2], past_k.shape[2] + s
+    scores = qh @ keys.transpose(0, 1, 3, 2) / math.sqrt(h)
+    allowed = np.arange(total)[None, :] <= past + np.arange(s)[:, None]
+    scores = np.where(allowed, scores, -np.inf)
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return (probs @ vals).transpose(0, 2, 1, 3).reshape(b, s, num_heads * h)
+
+
+@pytest.mark.parametrize(("s", "past", "group"), [(1, 37, 4), (3, 20, 2), (5, 0, 8)])
+def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) -> None:
+    from onnxviz.runtime.kernels.contrib_gqa import group_query_attention
+    from onnxviz.runtime.registry import KernelContext
+
+    rng = np.random.default_rng(s * 100 + past)
+    b, kv, h = 2, 2, 8
+    heads = kv * group
+    q = rng.standard_normal((b, s, heads * h)).astype(np.float32)
+    k = rng.standard_normal((b, s, kv * h)).astype(np.float32)
+    v = rng.standard_normal((b, s, kv * h)).astype(np.float32)
+    pk = rng.standard_normal((b, kv, past, h)).astype(np.float32)
+    pv = rng.standard_normal((b, kv, past, h)).astype(np.float32)
+    lens = np.full(b, past + s - 1, np.int32)
+    out, present_k, _, _ = group_query_attention(
+        KernelContext(n_outputs=3), q, k, v, pk, pv, lens, np.array(past + s, np.int32),
+        num_heads=heads, kv_num_heads=kv,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        out, gqa_definition(q, k, v, pk, pv, heads, kv), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_array_equal(present_k[:, :, :past], pk)
