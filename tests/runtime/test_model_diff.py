@@ -98,3 +98,58 @@ def test_unknown_engine_is_refused() -> None:
     a = C.mlp()
     with pytest.raises(ExecutionError, match="unknown engine"):
         numeric_diff(a, a, diff(a, a), {"x": _x(8)}, engine="tvm")
+
+
+def _fp16(model):  # type: ignore[no-untyped-def]
+    """The model in float16, as a converter writes it: weights, inputs and outputs."""
+    from onnx import TensorProto
+
+    m = C.copy(model)
+    for t in m.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in list(m.graph.input) + list(m.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    return m
+
+
+@pytest.mark.parametrize("engine", ["onnxviz", "onnxruntime"])
+def test_fp16_model_has_no_divergence_and_a_changed_weight_is_named(engine: str) -> None:
+    a = C.mlp(layers=8, width=16)
+    x = _x(16, 1)
+    b = _fp16(a)
+    result = numeric_diff(a, b, diff(a, b), {"x": x}, engine=engine)
+    assert not result.quantized
+    assert result.equal, result.first
+    assert all(v.local_abs is not None for v in result.values)
+    assert any(v.max_abs > 0 for v in result.values)  # fp16 did round
+
+    idx = next(i for i, t in enumerate(b.graph.initializer) if t.name == "w5")
+    w = numpy_helper.to_array(b.graph.initializer[idx]).copy()
+    w[:, 3] *= np.float16(1.05)  # 5%: far above fp16's rounding, far below a gross fault
+    b.graph.initializer[idx].CopyFrom(numpy_helper.from_array(w, "w5"))
+    result = numeric_diff(a, b, diff(a, b), {"x": x}, engine=engine)
+    assert result.first is not None and result.first.a == "mm5"
+    assert result.first.local_abs is not None and result.first.local_abs > result.first.tolerance
+    va, vb = result.first_values
+    assert vb.dtype == np.float16 and va.dtype == np.float32
+
+
+def test_a_value_is_judged_by_its_own_error_not_the_one_it_inherits() -> None:
+    """Two changed weights: mm1's change is named first; mm2 inherits it and adds its
+    own, and only its own counts (mm2 beyond too; add1 and relu1 only inherit)."""
+    a = C.mlp(layers=3)
+    b = C.copy(a)
+    for name in ("w1", "w2"):
+        idx = next(i for i, t in enumerate(b.graph.initializer) if t.name == name)
+        w = numpy_helper.to_array(b.graph.initializer[idx]).copy()
+        w[:, 0] += 1.0
+        b.graph.initializer[idx].CopyFrom(numpy_helper.from_array(w, name))
+    result = numeric_diff(a, b, diff(a, b), {"x": _x(8)})
+    by = result.by_value_a()
+    assert result.first is not None and result.first.a == "mm1"
+    assert by["add1"].max_abs > by["add1"].tolerance  # carries mm1's error...
+    assert not by["add1"].beyond and by["add1"].local_abs == pytest.approx(0.0, abs=1e-6)
+    assert not by["relu1"].beyond
+    assert by["mm2"].beyond and by["mm2"].local_abs > by["mm2"].tolerance
+    assert not by["add2"].beyond

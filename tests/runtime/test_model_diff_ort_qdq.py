@@ -24,7 +24,9 @@ STEPS = 4.0  # numeric_diff's default tolerance in quantization steps
 ATOL, RTOL = 1e-4, 1e-3
 
 
-def _ort_qdq(model: onnx.ModelProto, x: np.ndarray, tmp_path) -> onnx.ModelProto:  # type: ignore[no-untyped-def]
+def _ort_qdq(
+    model: onnx.ModelProto, x: np.ndarray, tmp_path, per_channel: bool = False
+) -> onnx.ModelProto:  # type: ignore[no-untyped-def]
     class Reader(quantization.CalibrationDataReader):
         def __init__(self) -> None:
             self.feeds = iter([{"x": x}])
@@ -32,7 +34,7 @@ def _ort_qdq(model: onnx.ModelProto, x: np.ndarray, tmp_path) -> onnx.ModelProto
         def get_next(self):  # type: ignore[no-untyped-def]
             return next(self.feeds, None)
 
-    src, dst = tmp_path / "fp32.onnx", tmp_path / "qdq.onnx"
+    src, dst = tmp_path / f"fp32_{per_channel}.onnx", tmp_path / f"qdq_{per_channel}.onnx"
     onnx.save(model, src)
     quantization.quantize_static(
         str(src),
@@ -41,7 +43,7 @@ def _ort_qdq(model: onnx.ModelProto, x: np.ndarray, tmp_path) -> onnx.ModelProto
         quant_format=quantization.QuantFormat.QDQ,
         activation_type=quantization.QuantType.QInt8,
         weight_type=quantization.QuantType.QInt8,
-        per_channel=False,
+        per_channel=per_channel,
     )
     return onnx.load(dst)
 
@@ -147,3 +149,88 @@ def test_the_diff_is_the_same_under_any_hash_seed(tmp_path) -> None:  # type: ig
         outs.add(run.stdout)
     assert len(outs) == 1
     assert json.loads(outs.pop())["counts"]["matched"] > 0
+
+
+def _quantize_op(q: onnx.ModelProto, value: str) -> onnx.NodeProto:
+    return next(n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == value)
+
+
+def _int_range(q: onnx.ModelProto, value: str) -> tuple[float, float]:
+    """The float range B's QuantizeLinear of ``value`` can hold (int8 or uint8)."""
+    quant = _quantize_op(q, value)
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    scale, zp = float(inits[quant.input[1]]), inits[quant.input[2]]
+    info = np.iinfo(zp.dtype)
+    return (info.min - int(zp)) * scale, (info.max - int(zp)) * scale
+
+
+@pytest.mark.parametrize("engine", ["onnxviz", "onnxruntime"])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fault_free_onnxruntime_qdq_mlp_has_no_divergence(
+    tmp_path, engine: str, per_channel: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """The error a sound quantization inherits grows with depth: end to end it passes a
+    bound of a few steps of the value's own scale (here at relu2, found by a helper on
+    this very model), though no node adds more than its rounding."""
+    a = C.mlp(layers=4, width=16)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path, per_channel)
+    result = numeric_diff(a, q, diff(a, q), {"x": x}, engine=engine)
+    judged = [v for v in result.values if v.tolerance is not None]
+    assert {v.a for v in judged} >= {"relu0", "relu1", "relu2", "relu3", "y"}
+    assert result.equal, result.first
+    inherited = [
+        v
+        for v in judged
+        if v.quant_step is not None
+        and v.max_abs is not None
+        and v.max_abs
+        > ATOL + RTOL * float(np.abs(_all_values(a, x)[v.a]).max()) + STEPS * v.quant_step
+    ]
+    assert inherited  # the old end-to-end judgement would have flagged these
+    assert all(v.local_abs is not None for v in judged)  # each judged by its own nodes
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fault_free_onnxruntime_qdq_cnn_has_no_divergence(tmp_path, per_channel: bool) -> None:  # type: ignore[no-untyped-def]
+    a = C.cnn(False, blocks=3)
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path, per_channel)
+    assert sum(n.op_type == "QuantizeLinear" for n in q.graph.node) >= 3
+    result = numeric_diff(a, q, diff(a, q), {"x": x})
+    assert sum(v.tolerance is not None for v in result.values) >= 3
+    assert result.equal, result.first
+
+
+@pytest.mark.parametrize("engine", ["onnxviz", "onnxruntime"])
+@pytest.mark.parametrize("planted", ["relu0", "relu1", "relu2", "relu3", "y"])
+def test_a_saturating_scale_at_any_layer_is_named(tmp_path, engine: str, planted: str) -> None:  # type: ignore[no-untyped-def]
+    """The named value is the one whose quantization clips, not one after it that only
+    inherits the clipped values: its own error is at least what the clipping costs."""
+    a = C.mlp(layers=4, width=16)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path)
+    # onnxruntime folds the Relu into the quantization of its Add: the value B
+    # quantizes for A's relu<i> is the Add's output, and y's is the Softmax's.
+    source = next(
+        n.input[0]
+        for n in q.graph.node
+        if n.op_type == "QuantizeLinear"
+        and any(
+            m.output[0] in (planted, planted + "_DequantizeLinear_Output")
+            and m.input[0] == n.output[0]
+            for m in q.graph.node
+        )
+    )
+    _plant_saturation(q, source, 0.1)
+    lo, hi = _int_range(q, source)
+    truth = _all_values(a, x)[planted].astype(np.float64)
+    clip_error = float(np.abs(truth - np.clip(truth, lo, hi)).max())
+
+    result = numeric_diff(a, q, diff(a, q), {"x": x}, engine=engine)
+    first = result.first
+    assert first is not None and first.a == planted
+    assert first.tolerance is not None and clip_error > 2 * first.tolerance  # really a fault
+    assert first.local_abs is not None and first.local_abs >= clip_error - first.tolerance
+    before = [v for v in result.values if v.order < first.order and v.tolerance is not None]
+    assert len(before) == ["relu0", "relu1", "relu2", "relu3", "y"].index(planted)

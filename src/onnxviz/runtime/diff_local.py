@@ -142,5 +142,6 @@ def as_b_type(value: Any, like: Any) -> Any:
     if not isinstance(value, np.ndarray) or not isinstance(like, np.ndarray):
         return value
     if value.dtype != like.dtype and value.dtype.kind == like.dtype.kind == "f":
-        return value.astype(like.dtype)
+        with np.errstate(over="ignore"):  # past fp16's range is inf, as B would hold it
+            return value.astype(like.dtype)
     return value
