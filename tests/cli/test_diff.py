@@ -75,10 +75,12 @@ def test_run_with_random_inputs_names_first_divergence(tmp_path, capsys) -> None
     first = data["numeric"]["first_divergence"]
     assert first["a"] == "relu1" and first["b"] == "relu1_dqa" and first["beyond"] is True
     assert first["quant_step"] > 0 and first["max_abs"] > first["tolerance"]
+    assert first["local_abs"] > first["tolerance"]  # the error relu1's own nodes add
     assert data["numeric"]["quantized"] is True
     # the same, in words
     assert main(["diff", a, b, "--run", "--input", f"x={tmp_path / 'x.npy'}"]) == 1
-    assert "first divergence: relu1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "first divergence: relu1" in out and f"its nodes add {first['local_abs']:.3g}" in out
 
 
 @pytest.mark.numeric

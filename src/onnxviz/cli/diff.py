@@ -155,8 +155,15 @@ def _human(args: argparse.Namespace, d: Any, numeric: Any, equal: bool) -> str:
             step = (
                 "" if first.quant_step is None else f" (quantization step {first.quant_step:.3g})"
             )
+            # The judged error is what the value's own nodes add; end to end it also
+            # carries what came before.
+            own = "" if first.local_abs is None else f"its nodes add {first.local_abs:.3g}"
             lines.append(
                 f"  first divergence: {first.a} (node {first.node_a}) against {first.b}: "
-                f"max abs {first.max_abs:.3g}{tol}{step}"
+                + (
+                    f"{own}{tol}{step}, max abs {first.max_abs:.3g} end to end"
+                    if own
+                    else f"max abs {first.max_abs:.3g}{tol}{step}"
+                )
             )
     return "\n".join(lines)
