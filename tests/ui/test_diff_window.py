@@ -140,3 +140,57 @@ def test_file_menu_compare_with_disk(window, tmp_path) -> None:  # type: ignore[
     compare = window.compare_window
     assert [c.kind for c in compare.changes] == ["changed"]
     compare.close()
+
+
+def _ort_qdq(model, x, tmp_path):  # type: ignore[no-untyped-def]
+    quantization = pytest.importorskip("onnxruntime.quantization")
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{"x": x}])
+
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(self.feeds, None)
+
+    src, dst = tmp_path / "fp32.onnx", tmp_path / "qdq.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(
+        str(src), str(dst), Reader(), quant_format=quantization.QuantFormat.QDQ
+    )
+    return onnx.load(dst)
+
+
+@pytest.mark.numeric
+def test_onnxruntime_qdq_pair_red_only_where_the_error_is_added(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """onnxruntime's QDQ model with relu1's scale ten times too small: after Compare
+    Numbers only relu1's edge in A is red (what follows inherits its error, and is not
+    where the models part); First Divergence shows relu1 and the error its nodes add;
+    the summary and the colour legend stay in sight in a 1024x640 window."""
+    from onnx import numpy_helper
+
+    a = C.mlp(layers=4, width=16)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path)
+    quant = next(n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "relu1")
+    t = next(t for t in q.graph.initializer if t.name == quant.input[1])
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(0.1), t.name))
+    w = _window(qtbot, a, q)
+    w.resize(1024, 640)
+    assert not w.legend.isVisible()
+    w.compare_numbers({"x": x})
+    assert w.legend.isVisible() and w.summary.isVisible()
+    assert "part at relu1" in w.summary.text()
+    red = {
+        m.toolTip().split(":")[0] for m in w.a.marks.edges if m.pen().color().name() == "#d23c3c"
+    }
+    assert red == {"relu1"}
+    coloured = {m.toolTip().split(":")[0] for m in w.a.marks.edges}
+    assert {"relu0", "relu2", "relu3"} <= coloured
+    w.first_action.trigger()
+    ka = w.a.selected_key()
+    assert a.graph.node[ka[1]].name == "relu1"
+    rows = {r[0]: r for r in _rows(w)}
+    assert float(rows["error its nodes add"][1]) > float(rows["tolerance"][1])
+    assert rows["error its nodes add"][3] is True  # highlighted
+    assert "relu1" in w.statusBar().currentMessage()
+    assert w.tensor_dock.width() < w.width() // 2  # the graphs keep most of the window

@@ -11,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtGui import QAction, QBrush, QColor
 from PySide6.QtWidgets import (
+    QHBoxLayout,
     QLabel,
     QMainWindow,
     QSplitter,
@@ -206,10 +207,18 @@ class CompareWindow(QMainWindow):
         self.first_action.triggered.connect(self.show_first_divergence)
         for action in (self.prev_action, self.next_action, self.numbers_action, self.first_action):
             bar.addAction(action)
-        bar.addSeparator()
+        # The summary sits under the toolbar, not in it: in a toolbar it went into the
+        # overflow menu of a 1024-wide window, out of sight.
         self.summary = QLabel(self._summary_text())
-        self.summary.setStyleSheet("padding: 0 8px")
-        bar.addWidget(self.summary)
+        self.summary.setWordWrap(True)
+        self.summary.setStyleSheet("padding: 2px 8px")
+        self.legend = QLabel(error_legend())
+        self.legend.setStyleSheet("padding: 2px 8px")
+        self.legend.setToolTip(
+            "An edge after Compare Numbers: the error the nodes making its value add "
+            "(B's nodes run on A's values of their inputs), against the tolerance"
+        )
+        self.legend.hide()
 
         views = QSplitter(Qt.Orientation.Horizontal)
         views.addWidget(self.a)
@@ -234,7 +243,17 @@ class CompareWindow(QMainWindow):
         main.addWidget(views)
         main.addWidget(lower)
         main.setSizes([620, 280])
-        self.setCentralWidget(main)
+        info = QHBoxLayout()
+        info.setContentsMargins(0, 0, 0, 0)
+        info.addWidget(self.summary, 1)
+        info.addWidget(self.legend)
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addLayout(info)
+        column.addWidget(main, 1)
+        self.setCentralWidget(central)
 
         for src, dst in ((self.a, self.b), (self.b, self.a)):
             src.view.zoomChanged.connect(lambda z, d=dst: self._sync_zoom(d, z))
@@ -270,6 +289,8 @@ class CompareWindow(QMainWindow):
         for k, ch in enumerate(self.changes):
             details = "; ".join(f"{d.what} {d.name}: {d.a} → {d.b}" for d in ch.details)
             item = QTreeWidgetItem([ch.text, details])
+            item.setToolTip(0, ch.text)  # the Details column is often out of sight
+            item.setToolTip(1, details)
             item.setForeground(0, QBrush(COLORS[ch.kind]))
             item.setData(0, Qt.ItemDataRole.UserRole, k)
             self.change_list.addTopLevelItem(item)
@@ -399,10 +420,15 @@ class CompareWindow(QMainWindow):
         for r, (label, va, vb, differs) in enumerate(rows):
             for c, text in enumerate((label, va, vb)):
                 cell = QTableWidgetItem(text)
+                cell.setToolTip(text)  # a long value is cut at the column's width
                 if differs:
                     cell.setBackground(QBrush(wash))
                 self.props.setItem(r, c, cell)
         self.props.resizeColumnsToContents()
+        # A long list of values must not push B's column out of sight.
+        cap = max(160, self.props.viewport().width() // 3)
+        for c in (1, 2):
+            self.props.setColumnWidth(c, min(self.props.columnWidth(c), cap))
 
     # -- numbers ------------------------------------------------------------------------
     def compare_numbers(self, feeds: dict[str, Any] | None = None) -> None:
@@ -418,13 +444,15 @@ class CompareWindow(QMainWindow):
             self.statusBar().showMessage(f"Cannot compare the numbers: {exc}")
             return
         self._color_edges()
+        self.legend.show()
         self.first_action.setEnabled(self.numeric.first is not None)
         self.summary.setText(self._summary_text())
         first = self.numeric.first
         self.statusBar().showMessage(
             "The numbers agree within the tolerance"
             if first is None
-            else f"First divergence: {first.a} (node {first.node_a}), max abs {first.max_abs:.3g}"
+            else f"First divergence: {first.a} (node {first.node_a}): "
+            f"{_judged_text(first)} — press First Divergence to see it"
         )
 
     def _color_edges(self) -> None:
@@ -442,10 +470,11 @@ class CompareWindow(QMainWindow):
                 vc = table.get(edge.data_edge.value)
                 if vc is None or vc.max_abs is None:
                     continue
-                ratio = vc.max_abs / vc.tolerance if vc.tolerance else None
-                tip = f"{vc.a}: max abs {vc.max_abs:.3g}" + (
-                    f", tolerance {vc.tolerance:.3g}" if vc.tolerance else " (not judged)"
-                )
+                # Coloured by the error judged (what the value's own nodes add), so
+                # red is where the models part, not everything downstream of it.
+                judged = vc.max_abs if vc.local_abs is None else vc.local_abs
+                ratio = judged / vc.tolerance if vc.tolerance else None
+                tip = f"{vc.a}: {_judged_text(vc)}" + ("" if vc.tolerance else " (not judged)")
                 pane.marks.mark_edge(edge, error_color(ratio), tip)
 
     def show_first_divergence(self) -> None:
@@ -464,16 +493,26 @@ class CompareWindow(QMainWindow):
                 self.b.show_node(("main", ib))
         finally:
             self._syncing = False
+        # The numbers that explain the verdict first, then the two tensors.
         rows = [("value", first.a, first.b, False)]
+        if first.local_abs is not None:
+            rows.append(("error its nodes add", f"{first.local_abs:.6g}", "", True))
+        if first.tolerance is not None:
+            rows.append(("tolerance", f"{first.tolerance:.6g}", "", False))
+        rows.append(("max abs error", f"{first.max_abs:.6g}", "", first.local_abs is None))
+        if first.quant_step is not None:
+            rows.append(("quantization step", f"{first.quant_step:.6g}", "", False))
+        if first.region_step is not None and first.region_step != first.quant_step:
+            rows.append(("coarsest step of its nodes", f"{first.region_step:.6g}", "", False))
+        if first.note:
+            rows.append(("note", first.note, "", False))
         if self.numeric.first_values is not None:
             rows += tensor_rows(*self.numeric.first_values)
             self.inspect(first.a, first.b, *self.numeric.first_values)
-        rows.append(("max abs error", f"{first.max_abs:.6g}", "", True))
-        if first.tolerance is not None:
-            rows.append(("tolerance", f"{first.tolerance:.6g}", "", False))
-        if first.quant_step is not None:
-            rows.append(("quantization step", f"{first.quant_step:.6g}", "", False))
         self.set_rows(rows)
+        self.statusBar().showMessage(
+            f"First divergence: {first.a} (node {first.node_a}): {_judged_text(first)}"
+        )
 
     def inspect(self, name_a: str, name_b: str, va: Any, vb: Any) -> None:
         """Both tensors, and their difference when the shapes agree, in tensor
@@ -492,6 +531,8 @@ class CompareWindow(QMainWindow):
                 tabs.addTab(widget, label)
             dock.setWidget(tabs)
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            # A quarter of the window: the two graphs stay the larger part.
+            self.resizeDocks([dock], [max(260, self.width() // 4)], Qt.Orientation.Horizontal)
             self.tensor_dock = dock
         self.inspectors[0].show_value(f"A: {name_a}", va)
         self.inspectors[1].show_value(f"B: {name_b}", vb)
@@ -500,6 +541,30 @@ class CompareWindow(QMainWindow):
             delta = vb.astype(np.float64) - va.astype(np.float64)
             self.inspectors[2].show_value(f"B − A: {name_a}", delta)
         self.tensor_dock.show()
+
+
+def _judged_text(vc: Any) -> str:
+    """The error a value is judged by, its tolerance, and the end-to-end error."""
+    if vc.local_abs is None:
+        own = f"max abs {vc.max_abs:.3g}"
+    else:
+        own = f"its nodes add {vc.local_abs:.3g}"
+    tol = "" if vc.tolerance is None else f" (tolerance {vc.tolerance:.3g})"
+    end = "" if vc.local_abs is None else f"; end to end {vc.max_abs:.3g}"
+    return own + tol + end
+
+
+def error_legend() -> str:
+    """Rich text: what the edge colours of a numeric diff mean."""
+    swatches = [
+        (error_color(0.0), "within"),
+        (error_color(0.9), "near"),
+        (error_color(2.0), "beyond tolerance"),
+        (error_color(None), "not judged"),
+    ]
+    return "Edges: " + " ".join(
+        f'<span style="color:{c.name()}">■</span> {label}' for c, label in swatches
+    )
 
 
 def _random_feeds(doc: Any) -> dict[str, Any]:
