@@ -28,7 +28,7 @@ of its weights passes any float tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,13 @@ from onnxviz.model.diff import ModelDiff
 from onnxviz.model.diff.index import GraphIndex, index_graph
 from onnxviz.model.tensors import to_array
 from onnxviz.runtime.compare import errors_between
-from onnxviz.runtime.diff_local import as_b_type, find_regions, run_region
+from onnxviz.runtime.diff_local import (
+    Region,
+    as_b_type,
+    find_regions,
+    run_region,
+    run_regions_together,
+)
 from onnxviz.runtime.values import elem_type_to_dtype
 
 ENGINES = ("onnxviz", "onnxruntime")
@@ -233,6 +239,31 @@ class _Local:
 
     def run(self, vc: ValueComparison, va: Any, vb: Any) -> Any:
         """B's region of ``vc`` on A's values (None when it cannot run)."""
+        job = self._prepare(vc, va, vb)
+        return None if job is None else self._run_one(vc, *job)
+
+    def run_all(self, triples: list[tuple[ValueComparison, Any, Any]]) -> list[Any]:
+        """`run` for every pair, the regions run together (onnxruntime: one session)."""
+        jobs = [self._prepare(vc, va, vb) for vc, va, vb in triples]
+        ready = [(k, job) for k, job in enumerate(jobs) if job is not None]
+        out: list[Any] = [None] * len(jobs)
+        if not ready:
+            return out
+        feeds: dict[str, Any] = {}
+        for _, (_, f) in ready:
+            feeds.update(f)
+        try:
+            got = run_regions_together([r for _, (r, _) in ready], self.model_b, self.base_b, feeds)
+        except Exception:  # one region that does not stand alone: each on its own
+            got = [self._run_one(triples[k][0], *job) for k, job in ready]
+        for (k, _), value in zip(ready, got):
+            out[k] = value
+        return out
+
+    def _prepare(
+        self, vc: ValueComparison, va: Any, vb: Any
+    ) -> tuple[Region, dict[str, Any]] | None:
+        """The region of ``vc`` and its feeds (B names, B's types), or None."""
         if self.readers.get(vc.b):
             self.held_a[vc.a] = va
             self.like_b[vc.b] = _type_probe(vb)
@@ -249,6 +280,9 @@ class _Local:
             self._release(region.inputs)
         if any(not isinstance(v, np.ndarray) for v in feeds.values()):
             return None
+        return region, feeds
+
+    def _run_one(self, vc: ValueComparison, region: Region, feeds: dict[str, Any]) -> Any:
         try:
             return run_region(region, self.model_b, self.base_b, feeds, self.engine)
         except Exception as exc:  # a region that does not stand alone: judge end to end
@@ -316,8 +350,17 @@ def numeric_diff(
     want_b = {vc.b: vc for vc in pairs}
     local = _Local(b, doc_b, pairs, feeds, feeds_b, engine)
     first_values: dict[str, tuple[Any, Any]] = {}
-    for vc, va, vb in _stream(engine, doc_a, doc_b, feeds, feeds_b, want_a, want_b):
-        _judge(vc, va, vb, local.run(vc, va, vb), atol, rtol, quant_steps)
+    stream = _stream(engine, doc_a, doc_b, feeds, feeds_b, want_a, want_b)
+    if engine == "onnxruntime":
+        # onnxruntime holds every value already: the regions run in one session.
+        triples = list(stream)
+        judged: Iterable[tuple[tuple[ValueComparison, Any, Any], Any]] = zip(
+            triples, local.run_all(triples)
+        )
+    else:
+        judged = (((vc, va, vb), local.run(vc, va, vb)) for vc, va, vb in stream)
+    for (vc, va, vb), own in judged:
+        _judge(vc, va, vb, own, atol, rtol, quant_steps)
         if vc.beyond and (result.first is None or vc.order < result.first.order):
             result.first = vc
             first_values = {vc.a: (va, vb)}
