@@ -234,3 +234,19 @@ def test_a_saturating_scale_at_any_layer_is_named(tmp_path, engine: str, planted
     assert first.local_abs is not None and first.local_abs >= clip_error - first.tolerance
     before = [v for v in result.values if v.order < first.order and v.tolerance is not None]
     assert len(before) == ["relu0", "relu1", "relu2", "relu3", "y"].index(planted)
+
+
+@pytest.mark.parametrize("engine", ["onnxviz", "onnxruntime"])
+def test_a_wrong_quantized_weight_is_named_at_its_layer(tmp_path, engine: str) -> None:  # type: ignore[no-untyped-def]
+    """A fault that is not a scale: one column of layer 2's int8 weight negated (a
+    broken conversion).  Named at that layer's value, not at one that inherits it."""
+    a = C.mlp(layers=4, width=16)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    q = _ort_qdq(a, x, tmp_path)
+    t = next(t for t in q.graph.initializer if t.name == "w2_quantized")
+    w = numpy_helper.to_array(t).copy()
+    w[:, :4] = -w[:, :4]
+    t.CopyFrom(numpy_helper.from_array(w, t.name))
+    result = numeric_diff(a, q, diff(a, q), {"x": x}, engine=engine)
+    assert result.first is not None and result.first.a == "relu2"
+    assert not any(v.beyond for v in result.values if v.order < result.first.order)
