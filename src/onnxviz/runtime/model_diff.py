@@ -15,13 +15,13 @@ layer the accumulated error first passed the bound, not where a fault is.
 
 Quantized against float: when model B quantizes a value (QuantizeLinear ->
 DequantizeLinear), A's value is compared with B's dequantized one, and the tolerance is
-``quant_steps`` quantization steps (the scale) on top of ``atol`` + ``rtol`` * |A|.  The
-error a sound region adds is its own rounding (half a step), the rounding of the
-values quantized inside it (the MatMul's output before the Add, say) and of its
-weights: on 30 of onnxruntime's QDQ MLPs and CNNs (8 to 64 wide, per-tensor and
-per-channel) it stayed under 2.3 of those steps, while a
-saturating scale gives tens of steps, so four steps (the default) is where
-quantization alone stops explaining the error.  In a quantized model only quantized
+``quant_steps`` quantization steps on top of ``atol`` + ``rtol`` * |A|, the step being
+the coarsest scale among the activations the value's own nodes quantize (its own, and
+say the MatMul's output before the Add; ``region_step``).  The error a sound region
+adds is the rounding of those (half a step each) and of its weights: on 30 of
+onnxruntime's QDQ MLPs and CNNs (8 to 64 wide, per-tensor and per-channel weights) it
+stayed under 2.3 steps, while a saturating scale gives tens of steps, so four steps
+(the default) is where quantization alone stops explaining the error.  In a quantized model only quantized
 values are judged: a float value in between has no step of its own, and the rounding
 of its weights passes any float tolerance.
 """
@@ -286,7 +286,8 @@ class _Local:
         try:
             return run_region(region, self.model_b, self.base_b, feeds, self.engine)
         except Exception as exc:  # a region that does not stand alone: judge end to end
-            vc.note = f"its nodes alone could not be run ({type(exc).__name__})"
+            why = f"its nodes alone could not be run ({type(exc).__name__})"
+            vc.note = f"{vc.note}; {why}" if vc.note else why
             return None
 
     def _release(self, names: list[str]) -> None:
