@@ -107,7 +107,7 @@ def test_coloured_boxes_keep_their_text_readable(window, fill: str, theme: str) 
 
 
 def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     window.view.actual_size()
     panel = window.run_panel
     panel.overlay.update(set(), None, set(), {}, {}, {})  # marks on the new scene
@@ -124,7 +124,7 @@ def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_the_compare_tab_shows_a_legend_that_follows_the_tolerance(window, qtbot) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     widget = window.run_panel.widget
     window.run_dock.show()
     widget.tabs.setCurrentIndex(widget.tabs.indexOf(widget.compare.parentWidget()))

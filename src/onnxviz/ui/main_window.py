@@ -62,11 +62,6 @@ LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
 
 
-def _forward(owner: str, name: str) -> Any:
-    """A window command that is a controller's: ``window.name`` is ``owner.name``."""
-    return property(lambda self: getattr(getattr(self, owner), name))
-
-
 class MainWindow(QMainWindow):
     def __init__(self, prompter: Prompter | None = None) -> None:
         super().__init__()
@@ -228,7 +223,7 @@ class MainWindow(QMainWindow):
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._context_menu)
         self.start_page.openRequested.connect(
-            lambda p: self.open_path(p) if p else self.files.open_dialog()
+            lambda p: self.files.open_path(p) if p else self.files.open_dialog()
         )
         hints = QApplication.styleHints()
         if hasattr(hints, "colorSchemeChanged"):
@@ -243,16 +238,10 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
 
     # -- following the session -------------------------------------------------------------
-    doc = property(lambda self: self.session.doc)
-    presenter = property(lambda self: self.session.presenter)
-    display = property(lambda self: self.session.display)
-    options = property(lambda self: self.session.options)
-    is_example = property(lambda self: self.session.is_example)
-    crumbs = property(lambda self: self.navigation.crumbs)
-    task = property(lambda self: self.work.task)
-
     def _document_replaced(self, doc: Document | None) -> None:
         self.statusBar().clearMessage()  # refusals and messages about the old model
+        if doc is not None:
+            self.last_error = ""  # the failure of an earlier open is over
         self.status_line.show_summary(None, None)
         self.start_page.set_recent(settings.recent_files())
         self.start_page.setVisible(doc is not None and self.session.is_example)
@@ -276,7 +265,7 @@ class MainWindow(QMainWindow):
         self.prompter.warn(message)
 
     def refresh_recent(self) -> None:
-        self.actions_.fill_recent(settings.recent_files(), self.open_path, self._clear_recent)
+        self.actions_.fill_recent(settings.recent_files(), self.files.open_path, self._clear_recent)
 
     def _clear_recent(self) -> None:
         settings.clear_recent()
@@ -303,27 +292,6 @@ class MainWindow(QMainWindow):
         return make_editor(self.edits, row, types, self.navigation.open_graph)
 
     # -- commands ---------------------------------------------------------------------------
-    def open_path(self, path: str, *, background: bool = True, example: bool = False) -> None:
-        self.last_error = ""
-        self.files.open_path(path, background=background, example=example)
-
-    def undo(self) -> None:
-        self.edits.undo()
-        self.sync_actions()
-
-    def redo(self) -> None:
-        self.edits.redo()
-        self.sync_actions()
-
-    def toggle_shapes(self) -> None:
-        self.navigation.set_options(show_shapes=self.actions_.shapes.isChecked())
-
-    def toggle_initializers(self) -> None:
-        self.navigation.set_options(show_initializers=self.actions_.inits.isChecked())
-
-    def toggle_names(self) -> None:
-        self.navigation.set_options(show_names=self.actions_.names.isChecked())
-
     def set_theme_mode(self, mode: str) -> None:
         self.theme_mode = mode
         settings.save_value("theme", mode)
@@ -360,45 +328,6 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"log folder: {folder}", 15000)
         QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
 
-    open_dialog = _forward("files", "open_dialog")
-    save = _forward("files", "save")
-    save_as = _forward("files", "save_as")
-    save_to = _forward("files", "save_to")
-    maybe_save = _forward("files", "maybe_save")
-    close_model = _forward("files", "close_model")
-    export_dialog = _forward("files", "export_dialog")
-    restore_recovery = _forward("files", "restore_recovery")
-    cancel_task = _forward("work", "cancel")
-    relayout = _forward("navigation", "relayout")
-    toggle = _forward("navigation", "toggle")
-    expand_all = _forward("navigation", "expand_all")
-    expand_all_bodies = _forward("navigation", "expand_all_bodies")
-    collapse_all = _forward("navigation", "collapse_all")
-    set_direction = _forward("navigation", "set_direction")
-    open_graph = _forward("navigation", "open_graph")
-    back = _forward("navigation", "back")
-    select_item = _forward("navigation", "select_item")
-    jump_to = _forward("navigation", "jump_to")
-    reveal = _forward("navigation", "reveal")
-    visible_rect = _forward("navigation", "visible_rect")
-    show_node_properties = _forward("properties", "show_node_properties")
-    show_value = _forward("properties", "show_value")
-    show_model_properties = _forward("properties", "show_model_properties")
-    show_graph_properties = _forward("properties", "show_graph_properties")
-    locate_diagnostic = _forward("diagnostics", "locate")
-    selected_node_ref = _forward("surgery", "selected_node_ref")
-    delete_node = _forward("surgery", "delete_node")
-    insert_on_edge = _forward("surgery", "insert_on_edge")
-    make_output = _forward("surgery", "make_output")
-    add_node_dialog = _forward("surgery", "add_node_dialog")
-    add_node = _forward("surgery", "add_node")
-    clean_up = _forward("surgery", "clean_up")
-    extract_dialog = _forward("surgery", "extract_dialog")
-    extract_to = _forward("surgery", "extract_to")
-    export_initializer = _forward("surgery", "export_initializer")
-    replace_initializer = _forward("surgery", "replace_initializer")
-    input_to_initializer = _forward("surgery", "input_to_initializer")
-
     # -- window events ------------------------------------------------------------------------
     def wait_idle(self, ms: int = 60_000) -> None:
         """Process events until no background task runs (tests and --screenshot)."""
@@ -415,7 +344,7 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event: QDropEvent) -> None:
         urls = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if urls:
-            self.open_path(urls[0])
+            self.files.open_path(urls[0])
             event.acceptProposedAction()
 
     def closeEvent(self, event: QCloseEvent) -> None:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.errors import EditError
-from onnxviz.model import commands as C
+from onnxviz.model import commands
 from onnxviz.model.attribute_values import (
     AttributeTextError,
     attribute_specs,
@@ -42,7 +42,7 @@ A = AttributeProto
 INVALID_STYLE = "background: #ffd6d6; color: #7a0000;"
 
 # text -> command; raises ValueError/EditError with the reason when the text is invalid
-Parser = Callable[[str], C.Command]
+Parser = Callable[[str], commands.Command]
 
 
 def _int_text(text: str, what: str) -> int:
@@ -83,53 +83,53 @@ def parser_for(doc: Document, edit: tuple[Any, ...]) -> Parser:
     if kind == "model":
         field = edit[1]
         if field == "doc_string":
-            return lambda t: C.SetDocString("model", t)
+            return lambda t: commands.SetDocString("model", t)
         if field in ("ir_version", "model_version"):
-            return lambda t: C.SetModelField(field, _int_text(t, field))
-        return lambda t: C.SetModelField(field, t)
+            return lambda t: commands.SetModelField(field, _int_text(t, field))
+        return lambda t: commands.SetModelField(field, t)
     if kind == "opset":
         domain = edit[1]
 
-        def opset(t: str) -> C.Command:
+        def opset(t: str) -> commands.Command:
             v = _int_text(t, "an opset version")
             if v < 1:
                 raise ValueError("an opset version is at least 1")
-            return C.SetOpsetImport(domain, v)
+            return commands.SetOpsetImport(domain, v)
 
         return opset
     if kind == "metadata":
-        return lambda t: C.SetMetadataProp(edit[1], edit[2], t)
+        return lambda t: commands.SetMetadataProp(edit[1], edit[2], t)
     if kind == "doc":
-        return lambda t: C.SetDocString(edit[1], t)
+        return lambda t: commands.SetDocString(edit[1], t)
     if kind == "node":
         _, path, index, field = edit
-        return lambda t: C.SetNodeField(path, index, field, t)
+        return lambda t: commands.SetNodeField(path, index, field, t)
     if kind == "attr":
         _, path, index, name, attr_type, choices = edit
 
-        def attr(t: str) -> C.Command:
+        def attr(t: str) -> commands.Command:
             if attr_type:
                 value = parse_attribute(name, t, attr_type, choices)
             else:
                 value = parse_untyped(name, t)
-            return C.SetAttribute(path, index, value)
+            return commands.SetAttribute(path, index, value)
 
         return attr
     if kind == "input":
         _, path, index, k = edit
 
-        def rewire(t: str) -> C.Command:
+        def rewire(t: str) -> commands.Command:
             name = t.strip()
             if name and doc.scope(path).lookup(name) is None:
                 raise ValueError(f"no value named '{name}' is visible in graph '{path}'")
-            return C.RewireInput(path, index, k, name)
+            return commands.RewireInput(path, index, k, name)
 
         return rewire
     if kind == "rename":
         _, path, old = edit
 
-        def rename(t: str) -> C.Command:
-            cmd = C.RenameValue(path, old, t.strip())
+        def rename(t: str) -> commands.Command:
+            cmd = commands.RenameValue(path, old, t.strip())
             cmd.check(doc)  # the command's own reasons, before anything changes
             return cmd
 
@@ -137,8 +137,8 @@ def parser_for(doc: Document, edit: tuple[Any, ...]) -> Parser:
     if kind == "type":
         _, path, name = edit
 
-        def settype(t: str) -> C.Command:
-            return C.SetValueType(path, name, text_to_type(t) if t.strip() else None)
+        def settype(t: str) -> commands.Command:
+            return commands.SetValueType(path, name, text_to_type(t) if t.strip() else None)
 
         return settype
     raise ValueError(f"cannot edit {kind}")
@@ -157,7 +157,7 @@ class FieldEditor(QLineEdit):
         self.textEdited.connect(self.check)
         self.editingFinished.connect(self.commit)
 
-    def check(self, text: str | None = None) -> C.Command | None:
+    def check(self, text: str | None = None) -> commands.Command | None:
         text = self.text() if text is None else text
         try:
             cmd = self.parser(text)
@@ -347,4 +347,4 @@ def load_attribute_tensor(controller: EditController, edit: tuple[Any, ...], pat
     from onnx import helper
 
     attr = helper.make_attribute(name, from_array(arr, name))
-    return controller.execute(C.SetAttribute(gpath, index, attr))
+    return controller.execute(commands.SetAttribute(gpath, index, attr))
