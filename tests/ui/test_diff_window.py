@@ -15,7 +15,7 @@ pytestmark = pytest.mark.qt
 
 
 def _window(qtbot, a, b):  # type: ignore[no-untyped-def]
-    from onnxviz.ui.diff.window import CompareWindow
+    from onnxviz.ui.diff.compare_window import CompareWindow
 
     w = CompareWindow(Document.from_model(a), Document.from_model(b), title_a="a", title_b="b")
     qtbot.addWidget(w)

@@ -163,7 +163,7 @@ class MainWindow(QMainWindow):
         self.find_dock = FindDock(self)
         self.diagnostics_dock = DiagnosticsDock(self)
         self.run_dock = RunDock(self)
-        self.inspector_dock = InspectorDock(self)
+        self.inspector_dock = InspectorDock(self, self.prompter)
         self.addDockWidget(RIGHT, self.properties_dock)
         self.addDockWidget(LEFT, self.outline_dock)
         self.addDockWidget(LEFT, self.find_dock)
@@ -289,7 +289,7 @@ class MainWindow(QMainWindow):
 
         presenter = self.session.presenter
         types = presenter.types if presenter else None
-        return make_editor(self.edits, row, types, self.navigation.open_graph)
+        return make_editor(self.edits, row, types, self.navigation.open_graph, self.prompter)
 
     # -- commands ---------------------------------------------------------------------------
     def set_theme_mode(self, mode: str) -> None:

@@ -14,7 +14,6 @@ from onnx import AttributeProto
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLineEdit,
     QPushButton,
@@ -33,6 +32,7 @@ from onnxviz.model.attribute_values import (
 )
 from onnxviz.model.types import text_to_type, type_to_text
 from onnxviz.present.properties import Row
+from onnxviz.ui.prompter import Prompter
 
 if TYPE_CHECKING:
     from onnxviz.model.document import Document
@@ -262,9 +262,14 @@ def _visible_names(doc: Document, path: str, types: Any) -> list[tuple[str, str]
 
 
 def make_editor(
-    controller: EditController, row: Row, types: Any = None, open_graph: Any = None
+    controller: EditController,
+    row: Row,
+    types: Any = None,
+    open_graph: Any = None,
+    prompter: Prompter | None = None,
 ) -> QWidget | None:
-    """The editor widget for a row, or None when the row is read-only."""
+    """The editor widget for a row, or None when the row is read-only.  ``prompter``
+    asks for files (a tensor attribute's npy… button)."""
     doc = controller.doc
     edit = row.edit
     if doc is None or edit is None:
@@ -285,7 +290,7 @@ def make_editor(
                 controller, row, parser, text, [(c, c) for c in choices], editable=False
             )
         if attr_type == A.TENSOR:
-            return _tensor_editor(controller, row, parser, text, edit)
+            return _tensor_editor(controller, row, parser, text, edit, prompter or Prompter())
     if edit[0] == "input":
         return ChoiceEditor(
             controller, row, parser, text, _visible_names(doc, edit[1], types), editable=True
@@ -311,7 +316,12 @@ def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWid
 
 
 def _tensor_editor(
-    controller: EditController, row: Row, parser: Parser, text: str, edit: tuple[Any, ...]
+    controller: EditController,
+    row: Row,
+    parser: Parser,
+    text: str,
+    edit: tuple[Any, ...],
+    prompter: Prompter,
 ) -> QWidget:
     box = QWidget()
     layout = QHBoxLayout(box)
@@ -322,7 +332,7 @@ def _tensor_editor(
     load.setToolTip("Load the tensor from a .npy file")
 
     def from_file() -> None:
-        path, _ = QFileDialog.getOpenFileName(box, "Tensor from .npy", "", "NumPy (*.npy)")
+        path = prompter.open_file("Tensor from .npy", "", "NumPy (*.npy)")
         if path:
             load_attribute_tensor(controller, edit, path)
 

@@ -318,7 +318,9 @@ def add_compare_actions(window: MainWindow) -> list[QAction]:
 
     def compare(with_disk: bool) -> None:
         if window.session.doc is not None:
-            compare_window = open_compare_window(window, window.session.doc, with_disk=with_disk)
+            compare_window = open_compare_window(
+                window, window.session.doc, with_disk=with_disk, prompter=window.prompter
+            )
             if compare_window is not None:
                 window.compare_window = compare_window
 

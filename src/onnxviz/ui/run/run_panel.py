@@ -259,7 +259,7 @@ class RunPanel(QObject):
             self._message(str(exc))
             return False
         dims, recipes = load_remembered(self.doc.path)
-        dialog = InputsDialog(specs, dims, recipes, self.parent_widget)
+        dialog = InputsDialog(specs, dims, recipes, self.parent_widget, self.prompter)
         self.inputs_dialog = dialog
 
         def accepted() -> None:
