@@ -144,10 +144,14 @@ class NodeItem(QGraphicsItem):
             return
         self.problems = problems
         if not problems:
-            if self._badge is not None:
-                self._badge.setParentItem(None)
-                if self._badge.scene() is not None:
-                    self._badge.scene().removeItem(self._badge)
+            badge = self._badge
+            if badge is not None:
+                scene = badge.scene()
+                if scene is not None:
+                    scene.removeItem(badge)  # (removal also detaches it from this node)
+                else:
+                    # PySide6's stub says an item, but None is Qt's "no parent"
+                    badge.setParentItem(None)  # type: ignore[arg-type]
                 self._badge = None
             return
         if self._badge is None:

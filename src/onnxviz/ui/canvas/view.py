@@ -30,6 +30,7 @@ class GraphView(QGraphicsView):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.viewport().grabGesture(Qt.GestureType.PinchGesture)
         self._space_pan = False
+        self._last_pos: QPointF | None = None  # the pointer, while Space pans
         self.zoomChanged.connect(self._update_overview)
 
     def _update_overview(self, zoom: float) -> None:
@@ -157,7 +158,7 @@ class GraphView(QGraphicsView):
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         if self._space_pan and not (event.buttons() & Qt.MouseButton.LeftButton):
             # space held: the pointer drags the canvas without a button
-            last = getattr(self, "_last_pos", None)
+            last = self._last_pos
             pos = event.position()
             if last is not None:
                 d = pos - last

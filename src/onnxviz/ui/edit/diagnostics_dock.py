@@ -121,7 +121,7 @@ class DiagnosticsDock(QDockWidget):
         self.tree.setUpdatesEnabled(False)
         self.tree.clear()
         counts = {"error": 0, "warning": 0, "info": 0}
-        rows = []
+        rows: list[QTreeWidgetItem] = []
         self.diagnostics.sort(key=lambda d: SEVERITY_ORDER.get(_severity(d), len(SEVERITY_ORDER)))
         for d in self.diagnostics:
             sev = _severity(d)
