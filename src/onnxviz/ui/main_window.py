@@ -60,6 +60,10 @@ from onnxviz.ui.theme import dark_palette, resolve_theme
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
+# Diagnostics' part of the bottom area next to the Run dock (below the least, it gets
+# the share): its messages need the width more than the run panel, whose buttons wrap.
+BOTTOM_SHARE_MIN = 0.4
+BOTTOM_SHARE = 0.45
 
 
 class MainWindow(QMainWindow):
@@ -180,6 +184,26 @@ class MainWindow(QMainWindow):
         self.inspector_dock.before_first_show = lambda: self.tabifyDockWidget(
             self.properties_dock, self.inspector_dock
         )
+        for dock in (self.diagnostics_dock, self.run_dock):
+            # after the dock layout has placed the newly shown dock
+            dock.visibilityChanged.connect(
+                lambda shown: shown and QTimer.singleShot(0, self._share_bottom)
+            )
+
+    def _share_bottom(self) -> None:
+        """Diagnostics and Run side by side: the Run dock's size hint would take nearly
+        all the width (Diagnostics then shows "Valu..."); give Diagnostics its share."""
+        diagnostics, run = self.diagnostics_dock, self.run_dock
+        side_by_side = all(
+            d.isVisible() and not d.isFloating() and self.dockWidgetArea(d) == BOTTOM
+            for d in (diagnostics, run)
+        ) and not self.tabifiedDockWidgets(run)
+        if not side_by_side:
+            return
+        total = diagnostics.width() + run.width()
+        if diagnostics.width() < BOTTOM_SHARE_MIN * total:
+            share = int(total * BOTTOM_SHARE)
+            self.resizeDocks([diagnostics, run], [share, total - share], Qt.Orientation.Horizontal)
 
     def docks(self) -> list[Any]:
         return [
