@@ -43,6 +43,16 @@ class _Entry:
 
 
 class Document:
+    """One open model: its ModelProto (the truth), the scope index derived from it, the
+    undo/redo stack and where it came from on disk.
+
+    Edits are `Command`s run by `execute` (or `undo`/`redo`); each reports a
+    `ChangeSet` to the listeners of `subscribe`, and patches the index (`scopes()`,
+    `scope(path)`) instead of rebuilding it when it can.  `save` writes the model
+    (keeping untouched external data where it is) and remembers the file's identity,
+    so that a save over a file another program changed is refused.
+    """
+
     def __init__(
         self,
         model: ModelProto,

@@ -40,6 +40,15 @@ class Definition(NamedTuple):
 
 @dataclass
 class GraphScope:
+    """One graph of the model (main, a subgraph attribute, or a function body) and its
+    index: which name each node, input and initializer defines, who consumes it, which
+    names come from enclosing graphs, and the nested graphs it holds.
+
+    ``lookup(name)`` finds the scope that defines a name, innermost first (this one,
+    then its ancestors), as ONNX resolves names; ``path`` is the graph path every
+    layer uses (see the module's docstring).
+    """
+
     path: str
     kind: ScopeKind
     graph: GraphProto | None = None

@@ -125,6 +125,11 @@ def schema_function_body(
 
 
 class SceneBuilder:
+    """Builds the display graph (a `Scene`, not yet placed) of one root graph: one
+    box per visible node, group or body frame for the expansion state ``expanded``,
+    and the edges between visible items (see the module's docstring); `present`
+    composes its per-level results and hands them to the layout."""
+
     def __init__(
         self,
         doc: Document,
