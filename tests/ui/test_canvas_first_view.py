@@ -130,5 +130,8 @@ def test_fitted_cnn_keeps_op_titles_readable(window) -> None:  # type: ignore[no
     assert zoom < lod.TEXT_MIN  # the whole CNN at once: box text would be unreadable
     conv = next(i for i, it in window.session.display.items.items() if it.title == "Conv")
     assert _dark_pixels_inside(window, conv) > 10  # the title is drawn
-    window.view.set_zoom(lod.SMALL_TITLE_MIN / 2)  # far out: plain boxes
-    assert _dark_pixels_inside(window, conv) == 0
+    # far out the box is too small for its title: a label over the canvas names it
+    window.view.set_zoom(lod.SMALL_TITLE_MIN / 2)
+    assert ("Conv", conv) in {
+        (label.text, label.item_id) for label in window.view.zoomed_out_labels()
+    }
