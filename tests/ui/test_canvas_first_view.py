@@ -90,7 +90,7 @@ def test_breadcrumbs_name_unnamed_owners_by_op_type(window, tmp_path) -> None:  
     window.files.open_path(_save(nested_control_flow(), tmp_path, "cf.onnx"), background=False)
     window.navigation.open_graph("main/body:#0/else_branch:#1")
     window.wait_idle()
-    assert window.crumb_label.text() == "main  ›  Loop#0  ›  If#1 (else)"
+    assert window.crumb_bar.label.text() == "main  ›  Loop#0  ›  If#1 (else)"
 
 
 @pytest.mark.parametrize(

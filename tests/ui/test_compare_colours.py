@@ -99,11 +99,11 @@ def _text_pixels(window, node) -> int:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("fill", [*(b[0] for b in BANDS.values()), "#ff2300", "#fff0a0"])
 def test_coloured_boxes_keep_their_text_readable(window, fill: str, theme: str) -> None:  # type: ignore[no-untyped-def]
-    window.set_theme_mode(theme)
+    window.theme.set_mode(theme)
     try:
         _check_contrast(window, fill)
     finally:
-        window.set_theme_mode("light")  # the theme is the application's, not the window's
+        window.theme.set_mode("light")  # the theme is the application's, not the window's
 
 
 def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]

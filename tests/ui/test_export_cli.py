@@ -134,4 +134,4 @@ def test_cancel_stops_an_open(window, qtbot) -> None:  # type: ignore[no-untyped
     qtbot.waitUntil(lambda: window.work.task is None, timeout=20000)
     # either it finished before the cancel landed, or nothing was adopted
     assert window.session.doc is None or window.session.doc.display_name == "small_cnn.onnx"
-    assert window.progress.isHidden()
+    assert window.status_line.progress.isHidden()

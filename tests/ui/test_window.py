@@ -39,7 +39,7 @@ def test_light_models_open_and_draw_every_node(window, path: str) -> None:  # ty
             window.graph_scene.nodes[e.data_edge.target].sceneBoundingRect().adjusted(-3, -3, 3, 3)
         )
         assert target.contains(QPointF(*e.data_edge.points[-1]))
-    assert window.summary_label.text().startswith(os.path.basename(path))
+    assert window.status_line.summary_label.text().startswith(os.path.basename(path))
 
 
 def test_no_model_opens_the_bundled_example_with_start_page(window, qtbot) -> None:  # type: ignore[no-untyped-def]
@@ -206,10 +206,10 @@ def test_view_options_relayout(window) -> None:  # type: ignore[no-untyped-def]
 
 def test_dark_theme(window) -> None:  # type: ignore[no-untyped-def]
     window.files.open_path(example("small_cnn.onnx"), background=False)
-    window.set_theme_mode("dark")
+    window.theme.set_mode("dark")
     assert window.graph_scene.theme.name == "dark"
     assert window.graph_scene.backgroundBrush().color().lightness() < 60
-    window.set_theme_mode("light")
+    window.theme.set_mode("light")
     assert window.graph_scene.backgroundBrush().color().lightness() > 200
 
 

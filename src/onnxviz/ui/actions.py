@@ -77,16 +77,16 @@ class Actions:
             self.direction.addAction(a)
         self.theme = QActionGroup(window)
         self.theme_system = mk(
-            "Follow &System", lambda: window.set_theme_mode("system"), checkable=True
+            "Follow &System", lambda: window.theme.set_mode("system"), checkable=True
         )
-        self.theme_light = mk("&Light", lambda: window.set_theme_mode("light"), checkable=True)
-        self.theme_dark = mk("&Dark", lambda: window.set_theme_mode("dark"), checkable=True)
+        self.theme_light = mk("&Light", lambda: window.theme.set_mode("light"), checkable=True)
+        self.theme_dark = mk("&Dark", lambda: window.theme.set_mode("dark"), checkable=True)
         for a in (self.theme_system, self.theme_light, self.theme_dark):
             self.theme.addAction(a)
         self.run_panel = mk("Show &Run Panel", window.show_run_dock)
-        self.about = mk("&About onnxviz", window.about)
-        self.keys = mk("&Keyboard Shortcuts", window.shortcuts_help, "F1")
-        self.log_folder = mk("Open &Log Folder", window.open_log_folder)
+        self.about = mk("&About onnxviz", window.help.about)
+        self.keys = mk("&Keyboard Shortcuts", window.help.shortcuts, "F1")
+        self.log_folder = mk("Open &Log Folder", window.help.open_log_folder)
         self.recent_menu = QMenu("Open &Recent", window)
 
     def _make(self, text, slot, shortcut=None, checkable: bool = False) -> QAction:  # type: ignore[no-untyped-def]

@@ -6,32 +6,20 @@ the session; its public commands are its controllers' (menus, actions, tests).""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, QUrl
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import (
-    QApplication,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QMainWindow, QVBoxLayout, QWidget
 
 from onnxviz.model.document import Document
-from onnxviz.present.options import ViewOptions
 from onnxviz.ui import settings
-from onnxviz.ui.actions import SHORTCUTS_HELP, Actions
+from onnxviz.ui.actions import Actions
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.controllers import (
     BackgroundWork,
-    Crumb,
     DiagnosticsController,
     FileController,
     FindController,
@@ -41,29 +29,28 @@ from onnxviz.ui.controllers import (
     PropertiesController,
     SurgeryController,
 )
+from onnxviz.ui.crumb_bar import CrumbBar
 from onnxviz.ui.doc_session import DocumentSession
+from onnxviz.ui.docks.bottom_share import keep_bottom_share
 from onnxviz.ui.docks.outline import OutlineDock
 from onnxviz.ui.docks.properties import PropertiesDock
 from onnxviz.ui.docks.run_dock import RunDock
 from onnxviz.ui.edit.controller import EditController
 from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
-from onnxviz.ui.edit.menus import add_compare_actions, canvas_menu, properties_menu
+from onnxviz.ui.edit.editors import row_editor_factory
+from onnxviz.ui.edit.menus import add_compare_actions, canvas_context_menu, properties_menu
 from onnxviz.ui.find import FindDock
+from onnxviz.ui.help_commands import HelpCommands
 from onnxviz.ui.inspector import InspectorDock
-from onnxviz.ui.log_file import log_dir
 from onnxviz.ui.prompter import Prompter
 from onnxviz.ui.run import RunPanel
 from onnxviz.ui.start_page import StartPage
 from onnxviz.ui.status_line import StatusLine
-from onnxviz.ui.theme import dark_palette, resolve_theme
+from onnxviz.ui.theme_switch import ThemeSwitch
 
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
-# Diagnostics' part of the bottom area next to the Run dock (below the least, it gets
-# the share): its messages need the width more than the run panel, whose buttons wrap.
-BOTTOM_SHARE_MIN = 0.4
-BOTTOM_SHARE = 0.45
 
 
 class MainWindow(QMainWindow):
@@ -73,23 +60,18 @@ class MainWindow(QMainWindow):
         self.resize(1280, 860)
         self.setAcceptDrops(True)
         self.prompter = prompter or Prompter(self)
-        self.last_error = ""
-        self.theme_mode = settings.load_str("theme", "system")
-        options = ViewOptions(
-            show_shapes=settings.load_bool("show_shapes", True),
-            show_initializers=settings.load_bool("show_initializers", True),
-            show_names=settings.load_bool("show_names", False),
-            direction="LR" if settings.load_str("direction", "TB") == "LR" else "TB",
-        )
-        self.session = session = DocumentSession(options, self)
-        self.graph_scene = GraphScene(resolve_theme(self.theme_mode), self)
+        self.last_error = ""  # the last failure, for --screenshot's message
+        self.theme = ThemeSwitch(self)
+        self.session = session = DocumentSession(settings.view_options(), self)
+        self.graph_scene = GraphScene(self.theme.theme(), self)
+        self.theme.scene = self.graph_scene
         self.view = GraphView(self.graph_scene)
         self._build_central()
         self._build_docks()
         self.work = BackgroundWork(self)
         self.edits = EditController(session)  # first: the editors of every pane need it
         self.navigation = NavigationController(
-            session, self.graph_scene, self.view, self.work, self.crumb_bar, self.crumb_label
+            session, self.graph_scene, self.view, self.work, self.crumb_bar, self.crumb_bar.label
         )
         self.properties = PropertiesController(
             session, self.properties_dock, self.graph_scene, self.view, self.navigation
@@ -119,10 +101,13 @@ class MainWindow(QMainWindow):
 
         self.wire_drag = WireDrag(self)
         self.view.viewport().installEventFilter(self.wire_drag)
-        self.properties_dock.editor_factory = self.make_row_editor
+        self.properties_dock.editor_factory = row_editor_factory(
+            self.edits, session, self.navigation.open_graph, self.prompter
+        )
         self.properties_dock.row_menu = lambda row, menu: properties_menu(
             self, row, self.properties_dock.subject, menu
         )
+        self.help = HelpCommands(self.prompter, self.statusBar())
         self.actions_ = Actions(self)
         self.actions_.build_menus()
         self._build_run_menu()
@@ -130,13 +115,11 @@ class MainWindow(QMainWindow):
         self.compare_window: QWidget | None = None
         self.compare_actions = add_compare_actions(self)  # File > Compare (issue #20)
         self.status_line = StatusLine(self.statusBar())
-        self.summary_label = self.status_line.summary_label
-        self.progress = self.status_line.progress
         self._connect()
         self.sync_actions()
         self.refresh_recent()
         self._restore_window()
-        self.apply_theme()
+        self.theme.apply()
         QTimer.singleShot(0, self.files.offer_recovery)
 
     # -- construction ------------------------------------------------------------------
@@ -145,15 +128,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        self.crumb_bar = QWidget()
-        bar = QHBoxLayout(self.crumb_bar)
-        bar.setContentsMargins(6, 2, 6, 2)
-        self.back_button = QToolButton()
-        self.back_button.setText("◀ Back")
-        self.crumb_label = QLabel()
-        bar.addWidget(self.back_button)
-        bar.addWidget(self.crumb_label, 1)
-        self.crumb_bar.hide()
+        self.crumb_bar = CrumbBar()
         layout.addWidget(self.crumb_bar)
         layout.addWidget(self.view, 1)
         self.setCentralWidget(central)
@@ -184,26 +159,7 @@ class MainWindow(QMainWindow):
         self.inspector_dock.before_first_show = lambda: self.tabifyDockWidget(
             self.properties_dock, self.inspector_dock
         )
-        for dock in (self.diagnostics_dock, self.run_dock):
-            # after the dock layout has placed the newly shown dock
-            dock.visibilityChanged.connect(
-                lambda shown: shown and QTimer.singleShot(0, self._share_bottom)
-            )
-
-    def _share_bottom(self) -> None:
-        """Diagnostics and Run side by side: the Run dock's size hint would take nearly
-        all the width (Diagnostics then shows "Valu..."); give Diagnostics its share."""
-        diagnostics, run = self.diagnostics_dock, self.run_dock
-        side_by_side = all(
-            d.isVisible() and not d.isFloating() and self.dockWidgetArea(d) == BOTTOM
-            for d in (diagnostics, run)
-        ) and not self.tabifiedDockWidgets(run)
-        if not side_by_side:
-            return
-        total = diagnostics.width() + run.width()
-        if diagnostics.width() < BOTTOM_SHARE_MIN * total:
-            share = int(total * BOTTOM_SHARE)
-            self.resizeDocks([diagnostics, run], [share, total - share], Qt.Orientation.Horizontal)
+        keep_bottom_share(self, self.diagnostics_dock, self.run_dock)
 
     def docks(self) -> list[Any]:
         return [
@@ -242,16 +198,13 @@ class MainWindow(QMainWindow):
         self.work.progress.connect(self.status_line.progress_label.setText)
         self.work.cancelled.connect(lambda: self.statusBar().showMessage("cancelled", 4000))
         self.work.ran_inline.connect(self.graph_scene.finish_filling)  # canvas included
-        self.back_button.clicked.connect(self.navigation.back)
+        self.crumb_bar.back_button.clicked.connect(self.navigation.back)
         self.view.zoomChanged.connect(self.status_line.set_zoom)
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.view.customContextMenuRequested.connect(self._context_menu)
+        self.view.customContextMenuRequested.connect(lambda pos: canvas_context_menu(self, pos))
         self.start_page.openRequested.connect(
             lambda p: self.files.open_path(p) if p else self.files.open_dialog()
         )
-        hints = QApplication.styleHints()
-        if hasattr(hints, "colorSchemeChanged"):
-            hints.colorSchemeChanged.connect(lambda _s: self.apply_theme())
 
     def _restore_window(self) -> None:
         geometry = settings.load_bytes("geometry")
@@ -274,7 +227,7 @@ class MainWindow(QMainWindow):
     def sync_actions(self) -> None:
         """Title, undo labels and enabled actions follow the document and the view."""
         self.actions_.sync(
-            self.session.doc, self.session.options, self.theme_mode, bool(self.navigation.crumbs)
+            self.session.doc, self.session.options, self.theme.mode, bool(self.navigation.crumbs)
         )
         self.update_title()
 
@@ -295,62 +248,10 @@ class MainWindow(QMainWindow):
         settings.clear_recent()
         self.refresh_recent()
 
-    def _context_menu(self, pos: Any) -> None:
-        if self.session.doc is None:
-            return
-        item = self.view.itemAt(pos)
-        menu = QMenu(self)
-        self.navigation.fill_context_menu(item, menu)
-        canvas_menu(self, item, menu)
-        menu.addSeparator()
-        menu.addAction(self.actions_.fit)
-        if self.navigation.crumbs:
-            menu.addAction(self.actions_.back)
-        menu.popup(self.view.viewport().mapToGlobal(pos))
-
-    def make_row_editor(self, row: Any) -> Any:
-        from onnxviz.ui.edit.editors import make_editor
-
-        presenter = self.session.presenter
-        types = presenter.types if presenter else None
-        return make_editor(self.edits, row, types, self.navigation.open_graph, self.prompter)
-
     # -- commands ---------------------------------------------------------------------------
-    def set_theme_mode(self, mode: str) -> None:
-        self.theme_mode = mode
-        settings.save_value("theme", mode)
-        self.apply_theme()
-
-    def apply_theme(self) -> None:
-        theme = resolve_theme(self.theme_mode)
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            app.setPalette(
-                dark_palette() if theme.name == "dark" else app.style().standardPalette()
-            )
-        self.graph_scene.set_theme(theme)
-
-    def about(self) -> None:
-        from onnxviz import __version__
-
-        self.prompter.inform(
-            "About onnxviz",
-            f"onnxviz {__version__}\nExplore, edit, validate and debug ONNX models.",
-        )
-
-    def shortcuts_help(self) -> None:
-        self.prompter.inform("Keyboard shortcuts", SHORTCUTS_HELP, monospace=True)
-
     def show_run_dock(self) -> None:
         self.run_dock.show()
         self.run_dock.raise_()
-
-    def open_log_folder(self) -> None:
-        """Help > Open Log Folder: the folder of the log file, and its path in the status bar."""
-        folder = log_dir()
-        os.makedirs(folder, exist_ok=True)
-        self.statusBar().showMessage(f"log folder: {folder}", 15000)
-        QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
 
     # -- window events ------------------------------------------------------------------------
     def wait_idle(self, ms: int = 60_000) -> None:
@@ -387,4 +288,4 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-__all__ = ["Crumb", "MainWindow"]
+__all__ = ["MainWindow"]

@@ -7,6 +7,8 @@ import os
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from onnxviz.present.options import ViewOptions
+
 MAX_RECENT = 10
 
 
@@ -55,3 +57,13 @@ def load_bool(key: str, default: bool) -> bool:
     if isinstance(value, str):
         return value.lower() in ("1", "true", "yes")
     return bool(value)
+
+
+def view_options() -> ViewOptions:
+    """The view options the user left set (View > Show ..., the direction)."""
+    return ViewOptions(
+        show_shapes=load_bool("show_shapes", True),
+        show_initializers=load_bool("show_initializers", True),
+        show_names=load_bool("show_names", False),
+        direction="LR" if load_str("direction", "TB") == "LR" else "TB",
+    )

@@ -298,6 +298,20 @@ def make_editor(
     return FieldEditor(controller, row, parser, text)
 
 
+def row_editor_factory(
+    controller: EditController, session: Any, open_graph: Any, prompter: Prompter
+) -> Callable[[Row], QWidget | None]:
+    """The Properties dock's editor factory: `make_editor` with the open document's
+    type table (``session.presenter``'s, as it is when a row is shown)."""
+
+    def editor(row: Row) -> QWidget | None:
+        presenter = session.presenter
+        types = presenter.types if presenter is not None else None
+        return make_editor(controller, row, types, open_graph, prompter)
+
+    return editor
+
+
 def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWidget:
     _, path, index, name = edit[:4]
     scope = doc.scope(path)

@@ -46,6 +46,22 @@ def build_edit_actions(window: MainWindow, edit_menu: QMenu) -> list[QAction]:
     return actions
 
 
+def canvas_context_menu(window: MainWindow, pos: Any) -> None:
+    """The canvas's right-click menu at ``pos`` (viewport coordinates): navigation
+    (expand, open body), then the edits of the item there, then Fit and Back."""
+    if window.session.doc is None:
+        return
+    item = window.view.itemAt(pos)
+    menu = QMenu(window)
+    window.navigation.fill_context_menu(item, menu)
+    canvas_menu(window, item, menu)
+    menu.addSeparator()
+    menu.addAction(window.actions_.fit)
+    if window.navigation.crumbs:
+        menu.addAction(window.actions_.back)
+    menu.popup(window.view.viewport().mapToGlobal(pos))
+
+
 def canvas_menu(window: MainWindow, item: Any, menu: QMenu) -> None:
     """Editing entries for the item under the pointer (a node or an edge)."""
     doc = window.session.doc
