@@ -97,7 +97,7 @@ def test_initializer_export_replace_and_turn_into_input(opened, tmp_path) -> Non
 
 
 def test_palette_adds_a_node_and_the_validator_names_what_is_missing(opened) -> None:  # type: ignore[no-untyped-def]
-    from onnxviz.ui.edit.palette import OperatorPalette
+    from onnxviz.ui.edit.operator_palette import OperatorPalette
 
     w = opened
     palette = OperatorPalette(w.session.doc, w)

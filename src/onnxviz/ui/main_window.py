@@ -32,14 +32,14 @@ from onnxviz.ui.controllers import (
 from onnxviz.ui.crumb_bar import CrumbBar
 from onnxviz.ui.doc_session import DocumentSession
 from onnxviz.ui.docks.bottom_share import keep_bottom_share
-from onnxviz.ui.docks.outline import OutlineDock
-from onnxviz.ui.docks.properties import PropertiesDock
+from onnxviz.ui.docks.find_dock import FindDock
+from onnxviz.ui.docks.outline_dock import OutlineDock
+from onnxviz.ui.docks.properties_dock import PropertiesDock
 from onnxviz.ui.docks.run_dock import RunDock
 from onnxviz.ui.edit.controller import EditController
 from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
 from onnxviz.ui.edit.editors import row_editor_factory
 from onnxviz.ui.edit.menus import add_compare_actions, canvas_context_menu, properties_menu
-from onnxviz.ui.find import FindDock
 from onnxviz.ui.help_commands import HelpCommands
 from onnxviz.ui.inspector import InspectorDock
 from onnxviz.ui.prompter import Prompter

@@ -123,7 +123,7 @@ def canvas_menu(window: MainWindow, item: Any, menu: QMenu) -> None:
 
 
 def _insert_other(window: MainWindow, path: str, value: str) -> None:
-    from onnxviz.ui.edit.palette import OperatorPalette
+    from onnxviz.ui.edit.operator_palette import OperatorPalette
 
     assert window.session.doc is not None
     palette = OperatorPalette(window.session.doc, window)

@@ -2,7 +2,7 @@
 
 A row of run buttons and the frame stack breadcrumb on top; tabs below: frames and
 their values, breakpoints, profile, compare and memory.  The widget only shows things
-and emits what the user asks for; `RunPanel` (``__init__.py``) does the work.
+and emits what the user asks for; `RunPanel` (run_panel.py) does the work.
 """
 
 from __future__ import annotations
