@@ -14,6 +14,7 @@ from onnxviz.model import commands
 from onnxviz.model.attribute_values import attribute_specs, schema_for
 from onnxviz.model.types import text_to_type
 from onnxviz.present.properties import Row
+from onnxviz.present.row_edits import AttrEdit, MetadataEdit, RenameEdit, TypeEdit
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 
 if TYPE_CHECKING:
@@ -143,8 +144,8 @@ def properties_menu(
     if kind == "node":
         _, path, index = subject
         node = doc.scope(path).nodes[index]
-        if row is not None and row.edit is not None and row.edit[0] == "attr":
-            name = row.edit[3]
+        if row is not None and isinstance(row.edit, AttrEdit):
+            name = row.edit.name
             if any(a.name == name for a in node.attribute):
                 menu.addAction(
                     f"Remove attribute '{name}'",
@@ -165,8 +166,8 @@ def properties_menu(
             "Add metadata…",
             lambda: _add_metadata(window, (path, index)),
         )
-        if row is not None and row.edit is not None and row.edit[0] == "rename":
-            value = row.edit[2]
+        if row is not None and isinstance(row.edit, RenameEdit):
+            value = row.edit.name
             menu.addAction(
                 f"Make '{value}' a graph output", lambda: window.surgery.make_output(path, value)
             )
@@ -211,8 +212,8 @@ def properties_menu(
         if scope.graph is not None:
             menu.addAction("Add input…", lambda: _add_io(window, path, "input"))
             menu.addAction("Add output…", lambda: _add_io(window, path, "output"))
-            if row is not None and row.edit is not None and row.edit[0] == "type":
-                name = row.edit[2]
+            if row is not None and isinstance(row.edit, TypeEdit):
+                name = row.edit.name
                 io_kind: Literal["input", "output"] = (
                     "input" if row.key.startswith("input") else "output"
                 )
@@ -239,11 +240,11 @@ def properties_menu(
             menu.addAction("Add metadata…", lambda: _add_metadata(window, path))
     elif kind == "model":
         menu.addAction("Add metadata…", lambda: _add_metadata(window, "model"))
-        if row is not None and row.edit is not None and row.edit[0] == "metadata":
-            key = row.edit[2]
+        if row is not None and isinstance(row.edit, MetadataEdit):
+            target, key = row.edit.target, row.edit.key
             menu.addAction(
                 f"Remove metadata '{key}'",
-                lambda: edits.execute(commands.SetMetadataProp(row.edit[1], key, None)),  # type: ignore[index]
+                lambda: edits.execute(commands.SetMetadataProp(target, key, None)),
             )
         menu.addAction(
             "Import an opset…",
