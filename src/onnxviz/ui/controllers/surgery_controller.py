@@ -112,9 +112,11 @@ class SurgeryController(QObject):
         )
         if answers is None:
             return
+        inputs, outputs = answers
         chosen = self.prompter.save_file("Save extracted model", "", "ONNX (*.onnx)")
         if chosen is not None:
-            self.extract_to(names(answers[0]), names(answers[1]), chosen[0])
+            path, _filter = chosen
+            self.extract_to(names(inputs), names(outputs), path)
 
     def extract_to(self, inputs: list[str], outputs: list[str], path: str) -> bool:
         from onnxviz.model import io

@@ -375,7 +375,8 @@ class CompareWindow(QMainWindow):
         if key is None:
             return None
         try:
-            return doc.scope(key[0]).nodes[key[1]]
+            graph_path, node_index = key
+            return doc.scope(graph_path).nodes[node_index]
         except (KeyError, IndexError):
             return None
 

@@ -232,4 +232,5 @@ class PropertiesDock(QDockWidget):
     def _activated(self, item: QTreeWidgetItem, column: int) -> None:
         row = item.data(0, Qt.ItemDataRole.UserRole)
         if isinstance(row, Row) and row.target is not None:
-            self.navigate.emit(row.target[0], row.target[1])
+            kind, name = row.target  # ("value" | "tensor" | "node", its name)
+            self.navigate.emit(kind, name)

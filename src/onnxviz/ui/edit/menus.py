@@ -33,7 +33,8 @@ def build_edit_actions(window: MainWindow, edit_menu: QMenu) -> list[QAction]:
     def delete(mode: str) -> None:
         ref = window.surgery.selected_node_ref()
         if ref is not None:
-            window.surgery.delete_node(ref[0], ref[1], mode)
+            graph_path, node_index = ref
+            window.surgery.delete_node(graph_path, node_index, mode)
 
     edit_menu.addSeparator()
     actions = [
@@ -207,7 +208,7 @@ def properties_menu(
                     lambda: window.surgery.input_to_initializer(owner.path, name),
                 )
     elif kind == "graph":
-        path = subject[1]
+        _, path = subject
         scope = doc.scope(path)
         if scope.graph is not None:
             menu.addAction("Add input…", lambda: _add_io(window, path, "input"))

@@ -581,7 +581,7 @@ class RunPanel(QObject):
                 d = it.data_edge
                 snap = self.controller.debugger.snapshot()  # type: ignore[union-attr]
                 if (d.graph_path, d.value) in snap.value_types or any(
-                    k[1] == d.value for k in snap.value_types
+                    name == d.value for _graph, name in snap.value_types
                 ):
                     self.inspect_value(d.graph_path, d.value)
                 return
