@@ -7,11 +7,10 @@ the session; its public commands are its controllers' (menus, actions, tests).""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication, QMainWindow, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QVBoxLayout, QWidget
 
 from onnxviz.model.document import Document
 from onnxviz.ui import settings
@@ -118,7 +117,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self.sync_actions()
         self.refresh_recent()
-        self._restore_window()
+        settings.restore_window(self)
         self.theme.apply()
         QTimer.singleShot(0, self.files.offer_recovery)
 
@@ -161,14 +160,10 @@ class MainWindow(QMainWindow):
         )
         keep_bottom_share(self, self.diagnostics_dock, self.run_dock)
 
-    def docks(self) -> list[Any]:
-        return [
-            self.properties_dock,
-            self.outline_dock,
-            self.find_dock,
-            self.diagnostics_dock,
-            self.run_dock,
-        ]
+    def docks(self) -> list[QDockWidget]:
+        """The docks View > Panels lists."""
+        docks = (self.properties_dock, self.outline_dock, self.find_dock, self.diagnostics_dock)
+        return [*docks, self.run_dock]
 
     def _build_run_menu(self) -> None:
         panel = self.run_panel
@@ -205,14 +200,6 @@ class MainWindow(QMainWindow):
         self.start_page.openRequested.connect(
             lambda p: self.files.open_path(p) if p else self.files.open_dialog()
         )
-
-    def _restore_window(self) -> None:
-        geometry = settings.load_bytes("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        state = settings.load_bytes("window_state")
-        if state is not None:
-            self.restoreState(state)
 
     # -- following the session -------------------------------------------------------------
     def _document_replaced(self, doc: Document | None) -> None:
@@ -283,8 +270,7 @@ class MainWindow(QMainWindow):
             self.closed = True
             self.properties.disconnect_scene()
         self.work.stop()
-        settings.save_value("geometry", self.saveGeometry())
-        settings.save_value("window_state", self.saveState())
+        settings.save_window(self)
         super().closeEvent(event)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtWidgets import QMainWindow
 
 from onnxviz.present.options import ViewOptions
 
@@ -67,3 +68,18 @@ def view_options() -> ViewOptions:
         show_names=load_bool("show_names", False),
         direction="LR" if load_str("direction", "TB") == "LR" else "TB",
     )
+
+
+def restore_window(window: QMainWindow) -> None:
+    """The window's size, place and dock layout as the user left them."""
+    geometry = load_bytes("geometry")
+    if geometry is not None:
+        window.restoreGeometry(geometry)
+    state = load_bytes("window_state")
+    if state is not None:
+        window.restoreState(state)
+
+
+def save_window(window: QMainWindow) -> None:
+    save_value("geometry", window.saveGeometry())
+    save_value("window_state", window.saveState())
