@@ -87,3 +87,30 @@ def test_a_fitted_bert_names_its_operators(window, qtbot) -> None:  # type: igno
     # where the boxes hold their own titles, no labels over them
     window.view.set_zoom(lod.TEXT_MIN)
     assert window.view.zoomed_out_labels() == []
+
+
+def test_a_view_of_too_many_boxes_names_none(window, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Past MAX_CANDIDATES boxes in view no labels at all (a huge graph's overview stays
+    fast); a big graph seen in part is still labelled, from the scene's index."""
+    from onnxviz.ui.canvas import lod
+    from onnxviz.ui.canvas import view as view_module
+
+    window.resize(900, 600)
+    window.files.open_path(str(EXPORTERS / "optimum_bert.onnx"), background=False)
+    cap = len(window.graph_scene.nodes) - 1  # the whole of it is one too many
+    monkeypatch.setattr(view_module, "MAX_CANDIDATES", cap)
+    view = window.view
+    view.fit()
+    assert view.zoom() < lod.SMALL_TITLE_MIN and view.zoomed_out_labels() == []
+    # a closer look at the top, still too far out for the boxes' own titles
+    view.set_zoom(lod.SMALL_TITLE_MIN * 0.9)
+    top = min(
+        (n for n in window.graph_scene.nodes.values() if not n.is_frame),
+        key=lambda n: n.y(),
+    )
+    view.centerOn(top)
+    labels = view.zoomed_out_labels()
+    assert 0 < len(labels) <= cap
+    visible = view.mapToScene(view.viewport().rect()).boundingRect()
+    nodes = window.graph_scene.nodes
+    assert all(visible.intersects(nodes[label.item_id].sceneBoundingRect()) for label in labels)
