@@ -105,18 +105,21 @@ class GraphView(QGraphicsView):
             ):
                 return self._labels
             pool = [it for it in scene.items(seen) if isinstance(it, NodeItem)]
+        to_screen = self.viewportTransform()
+        least = MIN_BOX_PX / self.zoom()  # scene px: smaller boxes get no label
         for node in pool:
             d = node.data_item
             item_id = d.id
-            if node.is_frame or d.kind not in ("op", "group") or not d.title.strip():
+            if node.is_frame or d.kind not in ("op", "group") or d.height < least:
                 continue
-            if not visible.intersects(node.sceneBoundingRect()):
+            if d.width < least or not d.title.strip():
                 continue
-            box = self.mapFromScene(node.sceneBoundingRect()).boundingRect()
-            if box.width() < MIN_BOX_PX or box.height() < MIN_BOX_PX:
+            rect = node.sceneBoundingRect()
+            if not visible.intersects(rect):
                 continue
+            box = to_screen.mapRect(rect)
             category = "group" if d.kind == "group" else d.category
-            candidates.append(Candidate(item_id, QRectF(box), d.title, category))
+            candidates.append(Candidate(item_id, box, d.title, category))
             if len(candidates) > MAX_CANDIDATES:
                 candidates = []  # too many to name: the overview stays as it is
                 break

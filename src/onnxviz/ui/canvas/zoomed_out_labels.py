@@ -20,7 +20,7 @@ from PySide6.QtCore import QRectF
 
 LABEL_PX = 10  # screen pixels: the font of a label
 PAD_X, PAD_Y = 3.0, 1.0  # inside the pill
-MIN_BOX_PX = 3.0  # a box narrower or lower than this on screen gets no label
+MIN_BOX_PX = 2.0  # a box narrower or lower than this on screen gets no label
 MAX_CANDIDATES = 4000
 CELL = 64.0  # px: the collision grid
 
