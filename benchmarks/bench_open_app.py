@@ -85,10 +85,10 @@ def window_round(path: Path) -> dict[str, float]:
     window.show()
     app.processEvents()
     t0 = time.perf_counter()
-    window.open_path(str(path), background=True)
+    window.files.open_path(str(path), background=True)
     longest = 0.0
     last = time.perf_counter()
-    while window.task is not None or getattr(window.graph_scene, "filling", False):
+    while window.work.task is not None or getattr(window.graph_scene, "filling", False):
         app.processEvents()
         now = time.perf_counter()
         longest = max(longest, now - last)

@@ -317,7 +317,7 @@ class Document:
             self._unchanged_since_load
             and external_data == "keep"
             and self._original_bytes is not None
-            and not io._is_text_path(target)
+            and not io.is_text_path(target)
         ):
             original = self._original_bytes
         saved = io.save(
