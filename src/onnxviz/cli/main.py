@@ -8,10 +8,10 @@ sentence on stderr with exit code 2 (unless ``--debug``), never as a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from onnxviz import __version__
 from onnxviz.errors import OnnxvizError
@@ -76,23 +76,29 @@ def _fail(message: str) -> int:
 
 
 def _hand_over_text_parser() -> None:
-    """Text-format models parse in the checker's worker (model.io.TEXT_PARSER); imported
-    only when a text model is opened, so the other verbs do not pay for check's import."""
-    from onnxviz.model import io
+    """Text-format models parse in the checker's worker (model.hooks.TEXT_PARSER):
+    importing `onnxviz.check` hands the parser over (and costs no onnx import)."""
+    import onnxviz.check  # noqa: F401
 
-    def parse(data: bytes) -> Any:
-        from onnxviz.check.inference import parse_text_model
 
-        return parse_text_model(data)
+def _start_workers_early(first: str | None) -> None:
+    """`onnxviz check` waits for onnx's inference and checker in two worker processes;
+    each spends most of its time importing onnx.  Started now, before this process
+    imports onnx and builds its parser, they start up while it does."""
+    if first != "check":
+        return
+    from onnxviz.check.worker import CHECKER, WORKER
 
-    if io.TEXT_PARSER is None:
-        io.TEXT_PARSER = parse
+    for worker in (WORKER, CHECKER):
+        with contextlib.suppress(OSError):  # reported when a request is sent
+            worker.start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     is_subcommand = first in SUBCOMMANDS
+    _start_workers_early(first)
     if not is_subcommand and any(a in ("-h", "--help") for a in args_list) and first is None:
         _build_parser().print_help()
         return 0
