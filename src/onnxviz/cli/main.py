@@ -25,7 +25,10 @@ SUBCOMMANDS = {
 }
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The subcommands' parser; with ``only``, the arguments of that subcommand alone
+    (each module is imported to add its own: `run` imports the runtime, which `check`
+    and `info` do not need)."""
     parser = argparse.ArgumentParser(
         prog="onnxviz",
         description="Explore, edit, validate and debug ONNX models.",
@@ -34,10 +37,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
-        module = importlib.import_module(f"onnxviz.cli.{name}")
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-        module.add_arguments(sp)
+        if only is None or name == only:
+            importlib.import_module(f"onnxviz.cli.{name}").add_arguments(sp)
     return parser
 
 
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not is_subcommand and any(a in ("-h", "--help") for a in args_list) and first is None:
         _build_parser().print_help()
         return 0
-    parser = _build_parser() if is_subcommand else _gui_parser()
+    parser = _build_parser(first) if is_subcommand else _gui_parser()
     args = parser.parse_args(args_list)
     debug = bool(getattr(args, "debug", False))
     _hand_over_text_parser()
