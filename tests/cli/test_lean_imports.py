@@ -71,3 +71,21 @@ def test_the_check_worker_is_started_before_onnx_is_imported(tmp_path: Path) -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stderr.strip().splitlines()[-1] == "(0, [False, False])"
+
+
+def test_the_onnxruntime_target_asks_for_schemas_before_onnx_is_imported(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from onnxviz.check import worker\n"
+        "seen = []\n"
+        "begin = worker.InferenceWorker.begin\n"
+        "def spy(self, data, kind='infer', base_dir=None):\n"
+        "    seen.append((kind, 'onnx' in sys.modules))\n"
+        "    return begin(self, data, kind, base_dir)\n"
+        "worker.InferenceWorker.begin = spy\n"
+        "from onnxviz.cli.main import main\n"
+        f"rc = main(['check', '--target', 'onnxruntime', {_model(tmp_path)!r}])\n"
+        "sys.stderr.write(repr((rc, [s for s in seen if s[0] == 'onnxruntime-schemas'])))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stderr.strip().splitlines()[-1] == "(0, [('onnxruntime-schemas', False)])"

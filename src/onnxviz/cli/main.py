@@ -84,10 +84,11 @@ def _hand_over_text_parser() -> None:
     import onnxviz.check  # noqa: F401
 
 
-def _start_workers_early(first: str | None) -> None:
-    """`onnxviz check` waits for onnx's inference and checker in two worker processes;
-    each spends most of its time importing onnx.  Started now, before this process
-    imports onnx and builds its parser, they start up while it does."""
+def _start_workers_early(first: str | None, args: list[str]) -> None:
+    """`onnxviz check` waits for onnx's inference and checker in two worker processes
+    (and, for the onnxruntime target, for onnxruntime's schemas in a third); most of
+    their time is start-up.  Started now, before this process imports onnx and builds
+    its parser, they start up while it does."""
     if first != "check":
         return
     from onnxviz.check.worker import CHECKER, WORKER
@@ -95,13 +96,18 @@ def _start_workers_early(first: str | None) -> None:
     for worker in (WORKER, CHECKER):
         with contextlib.suppress(OSError):  # reported when a request is sent
             worker.start()
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    if "--target=onnxruntime" in args or ("--target", "onnxruntime") in pairs:
+        from onnxviz.check.onnxruntime_ops import ask_early
+
+        ask_early()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     is_subcommand = first in SUBCOMMANDS
-    _start_workers_early(first)
+    _start_workers_early(first, args_list)
     if not is_subcommand and any(a in ("-h", "--help") for a in args_list) and first is None:
         _build_parser().print_help()
         return 0
