@@ -69,7 +69,7 @@ def may_be_text(path: str, head: bytes) -> bool:
     """Whether the file at ``path``, starting with ``head``, may be in the ONNX text format
     (its suffix, or text that looks like it): callers that would hand its bytes to onnx
     as protobuf leave such a file to the loader."""
-    return _is_text_path(path) or _looks_like_text(head)
+    return path.lower().endswith(TEXT_SUFFIXES) or _looks_like_text(head)
 
 
 def _parse_text(path: str, data: bytes) -> ModelProto:
