@@ -121,9 +121,12 @@ def measure(label: str, path: str) -> dict[str, float]:
         code = PRELUDE + f"PATH = {path!r}\nTARGET = {target!r}\n" + SNIPPETS[label]
     # Linux records the launching process's peak RSS in the child it execs (ru_maxrss
     # survives exec), so a lean launcher starts the measured process, not this one (or
-    # a test runner) with its hundreds of MB.
+    # a test runner) with its hundreds of MB.  Bytecode is written and read as in an
+    # installed package (a PYTHONDONTWRITEBYTECODE session would compile every module
+    # of every run: a third of the floor).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out = subprocess.run(
-        [sys.executable, "-S", "-c", _LAUNCHER, code], capture_output=True, text=True
+        [sys.executable, "-S", "-c", _LAUNCHER, code], capture_output=True, text=True, env=env
     )
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?"}

@@ -5,6 +5,7 @@ must never take the app, and a user's unsaved work, with it."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "onnxviz"
@@ -61,3 +62,19 @@ def test_the_lint_sees_each_form_of_use() -> None:
         "import onnx.version_converter",
     ]
     assert all(_uses(ast.parse(src)) for src in forms)
+
+
+def test_onnx_compiled_module_is_loaded_only_by_the_worker() -> None:
+    """The worker loads onnx's compiled module without the onnx package
+    (check/onnx_native.py): only the worker may use that loader, and no other module
+    names the compiled module."""
+    loaders = {"check/onnx_native.py", "check/worker.py"}
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel not in loaders and re.search(
+            r"onnx_cpp2py_export|import\s+onnx_native\b|onnx_native\s+import", text
+        ):
+            offenders.append(rel)
+    assert offenders == []

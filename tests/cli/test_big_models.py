@@ -39,3 +39,12 @@ def test_twenty_gb_llama_with_external_data_opens_and_checks(tmp_path: Path) -> 
     assert checked["exit"] == 0 and checked["peak_rss_mb"] < 300, checked
     with_workers = measure("onnxviz validate (workers' RSS)", path)
     assert with_workers["errors"] == 0 and with_workers["peak_rss_mb"] < 300, with_workers
+
+
+def test_twenty_gb_llama_is_drawn_in_bounded_memory(tmp_path: Path) -> None:
+    """`onnxviz MODEL --screenshot` opens, lays out and draws the 5,000-node model (Qt
+    included) under the 300 MB goal: no weight is read to draw it."""
+    path = write_llama_external(str(tmp_path), 20.0, 5000)
+    shot = measure("onnxviz --screenshot", path)
+    assert shot["exit"] == 0 and shot["peak_rss_mb"] < 300, shot
+    assert (tmp_path / "llama.onnx.png").stat().st_size > 10_000

@@ -19,9 +19,10 @@ from typing import Any
 import onnx
 import onnx.checker
 import onnx.shape_inference
-from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
+from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
 
 from onnxviz.check.checkable import Checkable
+from onnxviz.check.prepare import all_graphs, prepare_graphs
 from onnxviz.model.scopes import GraphScope
 
 
@@ -155,57 +156,6 @@ class InferenceResult:
     seconds: float = 0.0
 
 
-# Initializers with more elements than this reach inference and the checker without
-# their data: their type and shape are all they need, and data propagation only reads
-# small shape tensors (Reshape, Expand, Slice, ... inputs).
-_DATA_KEPT_UP_TO = 4096
-
-
-def _all_graphs(model: ModelProto) -> Iterator[GraphProto]:
-    stack: list[GraphProto] = [model.graph]
-    while stack:
-        g = stack.pop()
-        yield g
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    stack.append(attr.g)
-                stack.extend(attr.graphs)
-
-
-def _seen_as_loaded(
-    copy: ModelProto, base_dir: str | None, graphs: list[GraphProto] | None = None
-) -> None:
-    """Tensor data as onnx's C++ code should see it, in place: big tensors without their
-    bytes (embedded or external: a 1 GiB weight is not needed to infer a shape), small
-    external ones read from the model's own folder and embedded, so that inference and
-    the checker never open files relative to the current directory (or at all).  A
-    small external tensor that cannot be read is left data-less: the loader's D101-D105
-    already name what is wrong with it."""
-    from onnxviz.model.external import is_external, read_external_bytes
-    from onnxviz.model.tensors import tensor_nbytes
-
-    for g in graphs if graphs is not None else _all_graphs(copy):
-        for t in g.initializer:
-            n = 1
-            for d in t.dims:
-                n *= d
-            if is_external(t):
-                data = None
-                if n <= _DATA_KEPT_UP_TO:
-                    try:
-                        raw = bytes(read_external_bytes(t, base_dir))
-                        data = raw if len(raw) == tensor_nbytes(t) else None
-                    except Exception:  # missing, escaping or short: the loader said so
-                        data = None
-                del t.external_data[:]
-                t.data_location = TensorProto.DEFAULT
-                if data is not None:
-                    t.raw_data = data
-            elif n > _DATA_KEPT_UP_TO and t.HasField("raw_data"):
-                t.ClearField("raw_data")
-
-
 def _copy_of(model: ModelProto) -> ModelProto:
     """Serialize-and-parse is several times faster than CopyFrom for big models."""
     copy = ModelProto()
@@ -216,12 +166,12 @@ def _copy_of(model: ModelProto) -> ModelProto:
 def prepare_for_inference(
     copy: ModelProto, base_dir: str | None = None, scopes: list[GraphScope] | None = None
 ) -> None:
-    """In place, on a copy: tensor data as loaded (`_seen_as_loaded`), and no value_info
-    or main-graph output types, so that inferred types stay apart from declared ones.
-    Runs in the worker process when the parent sends the model as it is.  One pass finds
-    the graphs (through the scopes when given: no walk over every node)."""
+    """In place, on a copy: tensor data as loaded, and no value_info or main-graph output
+    types, so that inferred types stay apart from declared ones (`prepare.prepare_graphs`,
+    which the worker runs itself on a model sent as it is).  One pass finds the graphs
+    (through the scopes when given: no walk over every node)."""
     if scopes is None:
-        graphs = list(_all_graphs(copy))
+        graphs = list(all_graphs(copy))
     else:
         cache: dict[str, GraphProto] = {}
         for scope in scopes:
@@ -231,13 +181,7 @@ def prepare_for_inference(
             if g is not None:
                 cache[scope.path] = g
         graphs = list(cache.values())
-    _seen_as_loaded(copy, base_dir, graphs)
-    for g in graphs:
-        del g.value_info[:]
-    for fn in copy.functions:
-        del fn.value_info[:]
-    for out in copy.graph.output:
-        out.ClearField("type")
+    prepare_graphs(copy, base_dir, graphs)
 
 
 def _stripped_copy(
@@ -307,12 +251,6 @@ def _infer(copy: ModelProto) -> tuple[ModelProto, str | None]:
             inferred = copy
         return inferred, str(exc)
     return inferred, None
-
-
-def _drop_tensor_data(model: ModelProto) -> None:
-    for g in _all_graphs(model):
-        del g.initializer[:]
-        del g.sparse_initializer[:]
 
 
 def run_inference(

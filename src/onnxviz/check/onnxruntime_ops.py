@@ -131,10 +131,24 @@ class _Registry:
         return (domain, op_type) in self.load()
 
 
+_early: list[Any] = []  # the answer asked for by `ask_early`, not yet read
+
+
+def ask_early() -> None:
+    """Send the request now (`onnxviz check --target onnxruntime` does, before it imports
+    onnx), so that the worker imports onnxruntime while this process loads the model."""
+    from onnxviz.check.worker import SCHEMAS
+
+    with ONNXRUNTIME._lock:
+        if ONNXRUNTIME._by_op is None and not _early:
+            _early.append(SCHEMAS.begin(b"", "onnxruntime-schemas"))
+
+
 def _ask_worker() -> list[PortableSchema] | str:
     from onnxviz.check.worker import SCHEMAS
 
-    answer: Any = SCHEMAS.begin(b"", "onnxruntime-schemas")()
+    pending = _early.pop() if _early else SCHEMAS.begin(b"", "onnxruntime-schemas")
+    answer: Any = pending()
     if isinstance(answer, str):
         return answer  # the worker crashed: a sentence saying so
     return answer[1]  # type: ignore[no-any-return]

@@ -31,7 +31,7 @@ def prefetch(path: str) -> None:
     """Send the file at ``path`` to the inference and checker workers (no-op for a file
     that cannot be read or is too big: the loader will say what is wrong)."""
     from onnxviz.check.worker import CHECKER, WORKER
-    from onnxviz.model import inplace
+    from onnxviz.model import inplace, io
 
     path = os.path.abspath(path)
     try:
@@ -44,6 +44,10 @@ def prefetch(path: str) -> None:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError:
+        return
+    if io.may_be_text(path, data[:4096]):
+        # Parsed by the checker's worker as the loader opens it: a request sent now
+        # would hold that worker until read, and the parse would wait for it for ever.
         return
     base_dir = os.path.dirname(path)
     with _lock:

@@ -8,10 +8,10 @@ sentence on stderr with exit code 2 (unless ``--debug``), never as a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from onnxviz import __version__
 from onnxviz.errors import OnnxvizError
@@ -25,7 +25,10 @@ SUBCOMMANDS = {
 }
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The subcommands' parser; with ``only``, the arguments of that subcommand alone
+    (each module is imported to add its own: `run` imports the runtime, which `check`
+    and `info` do not need)."""
     parser = argparse.ArgumentParser(
         prog="onnxviz",
         description="Explore, edit, validate and debug ONNX models.",
@@ -34,10 +37,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
-        module = importlib.import_module(f"onnxviz.cli.{name}")
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-        module.add_arguments(sp)
+        if only is None or name == only:
+            importlib.import_module(f"onnxviz.cli.{name}").add_arguments(sp)
     return parser
 
 
@@ -76,27 +79,39 @@ def _fail(message: str) -> int:
 
 
 def _hand_over_text_parser() -> None:
-    """Text-format models parse in the checker's worker (model.io.TEXT_PARSER); imported
-    only when a text model is opened, so the other verbs do not pay for check's import."""
-    from onnxviz.model import io
+    """Text-format models parse in the checker's worker (model.hooks.TEXT_PARSER):
+    importing `onnxviz.check` hands the parser over (and costs no onnx import)."""
+    import onnxviz.check  # noqa: F401
 
-    def parse(data: bytes) -> Any:
-        from onnxviz.check.inference import parse_text_model
 
-        return parse_text_model(data)
+def _start_workers_early(first: str | None, args: list[str]) -> None:
+    """`onnxviz check` waits for onnx's inference and checker in two worker processes
+    (and, for the onnxruntime target, for onnxruntime's schemas in a third); most of
+    their time is start-up.  Started now, before this process imports onnx and builds
+    its parser, they start up while it does."""
+    if first != "check":
+        return
+    from onnxviz.check.worker import CHECKER, WORKER
 
-    if io.TEXT_PARSER is None:
-        io.TEXT_PARSER = parse
+    for worker in (WORKER, CHECKER):
+        with contextlib.suppress(OSError):  # reported when a request is sent
+            worker.start()
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    if "--target=onnxruntime" in args or ("--target", "onnxruntime") in pairs:
+        from onnxviz.check.onnxruntime_ops import ask_early
+
+        ask_early()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     is_subcommand = first in SUBCOMMANDS
+    _start_workers_early(first, args_list)
     if not is_subcommand and any(a in ("-h", "--help") for a in args_list) and first is None:
         _build_parser().print_help()
         return 0
-    parser = _build_parser() if is_subcommand else _gui_parser()
+    parser = _build_parser(first) if is_subcommand else _gui_parser()
     args = parser.parse_args(args_list)
     debug = bool(getattr(args, "debug", False))
     _hand_over_text_parser()

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import threading
 from dataclasses import dataclass
-
-from onnx import TensorProto
+from typing import TYPE_CHECKING
 
 from onnxviz.errors import ExternalDataError
+
+if TYPE_CHECKING:
+    from onnx import TensorProto
+
+# TensorProto.EXTERNAL: this module imports no onnx, so that check's worker process can
+# read small external tensors without importing onnx's Python package (check.prepare).
+_EXTERNAL = 1
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ def external_ref(tensor: TensorProto) -> ExternalRef:
 
 
 def is_external(tensor: TensorProto) -> bool:
-    return tensor.data_location == TensorProto.EXTERNAL
+    return tensor.data_location == _EXTERNAL
 
 
 def resolve_location(base_dir: str | None, location: str, tensor_name: str = "") -> str:
@@ -167,11 +174,12 @@ def read_external_bytes(tensor: TensorProto, base_dir: str | None) -> memoryview
     """A read-only view of a tensor's external bytes (mapped, not copied).  A tensor
     left in place in its own model file (`inplace`) reads from that file's map as it
     was opened, whatever has been written over the path since."""
-    from onnxviz.model.inplace import read_inplace
-
-    kept = read_inplace(tensor)
+    # A tensor is in place only when its source file was opened in this process, by
+    # model.inplace: a process that never imported it (check's worker) has none.
+    inplace = sys.modules.get("onnxviz.model.inplace")
+    kept = inplace.read_inplace(tensor) if inplace is not None else None
     if kept is not None:
-        return kept
+        return kept  # type: ignore[no-any-return]
     name = tensor.name or "<unnamed>"
     ref = external_ref(tensor)
     path = resolve_location(base_dir, ref.location, name)

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from onnxviz.errors import LoadError, SaveError
-from onnxviz.model import inplace
+from onnxviz.model import hooks, inplace
 from onnxviz.model.diagnostics import Diagnostic, Location, Severity
 from onnxviz.model.external import (
     SizeCache,
@@ -65,11 +65,11 @@ def _looks_like_text(data: bytes) -> bool:
     return head.lstrip()[:1] in (b"<", b"#") or b"=>" in head
 
 
-# onnx.parser is C++ code: on a user's file it runs in the checker's worker process, never
-# in the app's.  The model layer cannot import check, so check hands its parser over on
-# import (as surgery.TYPE_INFERENCE); the CLI and the GUI do so before they load anything.
-# It raises ValueError with the parser's complaint.
-TEXT_PARSER: Callable[[bytes], ModelProto] | None = None
+def may_be_text(path: str, head: bytes) -> bool:
+    """Whether the file at ``path``, starting with ``head``, may be in the ONNX text format
+    (its suffix, or text that looks like it): callers that would hand its bytes to onnx
+    as protobuf leave such a file to the loader."""
+    return path.lower().endswith(TEXT_SUFFIXES) or _looks_like_text(head)
 
 
 def _parse_text(path: str, data: bytes) -> ModelProto:
@@ -77,14 +77,18 @@ def _parse_text(path: str, data: bytes) -> ModelProto:
         data.decode("utf-8")
     except UnicodeDecodeError:
         raise LoadError("the text model is not valid UTF-8", file=path) from None
-    if TEXT_PARSER is None:
+    # onnx.parser is C++ code: on a user's file it runs in the checker's worker process,
+    # never in the app's.  The model layer cannot import check: importing `onnxviz.check`
+    # hands the parser over (model.hooks).  It raises ValueError with the complaint.
+    parser = hooks.TEXT_PARSER
+    if parser is None:
         raise LoadError(
             "cannot parse the ONNX text format: its parser runs in onnxviz's checker "
             "process (import onnxviz.check, or open it with onnxviz.open_model)",
             file=path,
         )
     try:
-        return TEXT_PARSER(data)
+        return parser(data)
     except ValueError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LoadError(f"cannot parse the ONNX text format: {first}", file=path) from None

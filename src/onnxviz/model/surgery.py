@@ -8,11 +8,11 @@ analysis (who consumes what, what becomes dead) uses the document's scope index.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
 from onnx import ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, helper
 
 from onnxviz.errors import EditError
+from onnxviz.model import hooks
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.commands import (
     AddGraphEntry,
@@ -42,12 +42,6 @@ def _declared_type(scope: GraphScope, name: str) -> TypeProto | None:
                     return helper.make_tensor_type_proto(t.data_type, list(t.dims))
         s = s.parent
     return None
-
-
-# Shape inference for the surgery that needs types (insert, extract): onnx's C++
-# inference runs only in check's worker process, and this layer cannot import check, so
-# check registers it here when it is imported.  None: declared types only.
-TYPE_INFERENCE: Callable[[ModelProto], dict[str, dict[str, TypeProto]]] | None = None
 
 
 def _uses_in_nested(scope: GraphScope, name: str) -> list[tuple[GraphScope, int, int]]:
@@ -213,9 +207,11 @@ def _value_type(doc: Document, scope: GraphScope, name: str) -> TypeProto | None
     declared = _declared_type(scope, name)
     if declared is not None:
         return declared
-    if scope.kind != "main" or TYPE_INFERENCE is None:
+    # Shape inference runs only in check's worker process; check hands it over (hooks).
+    infer = hooks.TYPE_INFERENCE
+    if scope.kind != "main" or infer is None:
         return None
-    return TYPE_INFERENCE(doc.model).get("main", {}).get(name)
+    return infer(doc.model).get("main", {}).get(name)
 
 
 def make_graph_output(doc: Document, graph_path: str, value: str) -> ChangeSet:
@@ -340,7 +336,8 @@ def extract(doc: Document, inputs: list[str], outputs: list[str]) -> ModelProto:
             if sub.owner_node_index == ni:
                 queue.extend(sub.free_names)
     types: dict[str, ValueInfoProto] = {}
-    inferred = TYPE_INFERENCE(doc.model).get(scope.path, {}) if TYPE_INFERENCE else {}
+    infer = hooks.TYPE_INFERENCE
+    inferred = infer(doc.model).get(scope.path, {}) if infer else {}
     for name, tp in inferred.items():
         types[name] = ValueInfoProto(name=name, type=tp)
     for vi in (*graph.input, *graph.value_info, *graph.output):  # declared ones win
