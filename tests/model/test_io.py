@@ -236,9 +236,9 @@ def test_saving_over_a_file_another_program_rewrote_is_refused_unless_forced(tmp
 def test_text_format_without_a_parser_says_how_to_get_one(tmp_path, monkeypatch):
     """onnx.parser is C++ code: model.io never runs it itself; without the worker's parser
     handed over, opening a text model is a LoadError that says what to do, not a crash."""
-    from onnxviz.model import io
+    from onnxviz.model import hooks
 
-    monkeypatch.setattr(io, "TEXT_PARSER", None)
+    monkeypatch.setattr(hooks, "TEXT_PARSER", None)
     path = tmp_path / "m.onnxtxt"
     path.write_text(
         '<ir_version: 8, opset_import: ["" : 17]>\ng (float[2] x) => (float[2] y) {\n y = Relu(x)\n}\n'
