@@ -4,7 +4,7 @@ until someone looks."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from onnxviz.model.document import Document
@@ -14,6 +14,7 @@ ROLE = Qt.ItemDataRole.UserRole
 _PENDING = "…"
 # A branch lists at most this many entries (a tree of 100k rows takes seconds to build).
 MAX_LISTED = 5000
+DEFER_NODES = 5000  # bigger main graphs: the tree opens in the next turn of the event loop
 
 
 class OutlineDock(QDockWidget):
@@ -30,15 +31,25 @@ class OutlineDock(QDockWidget):
         self.tree.itemActivated.connect(self._activated)
         self.setWidget(self.tree)
         self.doc: Document | None = None
+        self._shown = 0  # how many times the tree was rebuilt
 
     def show_document(self, doc: Document | None) -> None:
         self.doc = doc
+        self._shown += 1  # a pending expansion of the tree shown before is dropped
         self.tree.clear()
         if doc is None:
             return
         main = self._graph_item(doc.main_scope, "main graph")
         self.tree.addTopLevelItem(main)
-        main.setExpanded(True)
+        if len(doc.main_scope.nodes) <= DEFER_NODES:
+            main.setExpanded(True)
+            return
+        # A big graph's is opened in the next turn of the event loop: listing its inputs
+        # and initializers takes ~100 ms at 100k nodes, which would add to the rest of
+        # taking over the new document in one long stop of the UI thread.
+        self._shown += 1
+        shown = self._shown
+        QTimer.singleShot(0, lambda: main.setExpanded(True) if self._shown == shown else None)
         if doc.model.functions:
             fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
             self.tree.addTopLevelItem(fns)
