@@ -98,4 +98,6 @@ class BackgroundWork(QObject):
         if next(steps, StopIteration) is StopIteration:
             self._idle(task)
             return
-        QTimer.singleShot(0, lambda: self._step(task, steps))
+        # A real timer, not a zero-time one: Qt runs the zero-time callbacks posted while
+        # it runs such callbacks in the same pass, before any timer, input or paint.
+        QTimer.singleShot(1, lambda: self._step(task, steps))

@@ -12,6 +12,7 @@ from onnxviz.model.scopes import GraphScope
 
 ROLE = Qt.ItemDataRole.UserRole
 _PENDING = "…"
+_INITIALIZER_KINDS = ("initializer", "sparse_initializer")
 # A branch lists at most this many entries (a tree of 100k rows takes seconds to build).
 MAX_LISTED = 5000
 DEFER_NODES = 5000  # bigger main graphs: the tree opens in the next turn of the event loop
@@ -49,7 +50,7 @@ class OutlineDock(QDockWidget):
         # taking over the new document in one long stop of the UI thread.
         self._shown += 1
         shown = self._shown
-        QTimer.singleShot(0, lambda: main.setExpanded(True) if self._shown == shown else None)
+        QTimer.singleShot(1, lambda: main.setExpanded(True) if self._shown == shown else None)
         if doc.model.functions:
             fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
             self.tree.addTopLevelItem(fns)
@@ -70,13 +71,19 @@ class OutlineDock(QDockWidget):
         kind, path, _, what = item.data(0, ROLE)
         scope = self.doc.scope(path)
         if what == "branches":
-            inits = set(scope.initializer_names())
-            for label, names in (
-                ("inputs", [n for n in scope.input_names() if n not in inits]),
-                ("outputs", scope.output_names()),
-                ("initializers", sorted(inits)),
+            # counts from the index, not lists of names: a big graph's 10^4 initializers
+            # are listed (and sorted) only when their branch is opened
+            other = scope.other_definitions()
+
+            def initializer(name: str) -> bool:
+                return any(d.kind in _INITIALIZER_KINDS for d in other.get(name, ()))
+
+            for label, count in (
+                ("inputs", sum(1 for n in scope.input_names() if not initializer(n))),
+                ("outputs", len(scope.output_names())),
+                ("initializers", sum(1 for n in other if initializer(n))),
             ):
-                branch = QTreeWidgetItem([f"{label} ({len(names)})"])
+                branch = QTreeWidgetItem([f"{label} ({count})"])
                 branch.setData(0, ROLE, ("list", path, None, label))
                 branch.addChild(QTreeWidgetItem([_PENDING]))
                 item.addChild(branch)
