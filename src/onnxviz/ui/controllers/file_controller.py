@@ -79,18 +79,25 @@ class FileController(QObject):
         """`adopt` in steps (BackgroundWork runs one per turn of the event loop): at 100k
         nodes the panels, the canvas's first slice and the recent-files list each take
         tens of milliseconds, and under load their sum stopped the UI for half a second."""
-        self.session.replace(opened.doc, opened.presenter, example=example)
-        staged = self.session.total_nodes > STAGED_ADOPT_NODES  # small: all at once
-        if staged:
-            yield
-            if self.session.doc is not opened.doc:  # closed or replaced meanwhile
-                return
-        self.navigation.adopt_scene(opened.scene)
-        if not example:
+        staged = sum(len(s.nodes) for s in opened.doc.scopes()) > STAGED_ADOPT_NODES
+        if staged:  # validated once the canvas has its first view (see hold_validation)
+            self.edits.hold_validation()
+        try:
+            self.session.replace(opened.doc, opened.presenter, example=example)
             if staged:
                 yield
-            settings.add_recent(path)
-            self.recent_changed.emit()
+                if self.session.doc is not opened.doc:  # closed or replaced meanwhile
+                    return
+            self.navigation.adopt_scene(opened.scene)
+            if not example:
+                if staged:
+                    yield
+                settings.add_recent(path)
+                self.recent_changed.emit()
+            while staged and self.graph_scene.filling:
+                yield
+        finally:
+            self.edits.release_validation()
 
     def close_model(self) -> None:
         if not self.maybe_save():
