@@ -235,3 +235,41 @@ def test_cancelling_an_open_keeps_the_document_before(
     assert window.doc is before
     assert set(window.graph_scene.nodes) == shown  # the canvas still shows it
     assert progress.isHidden() and window.statusBar().currentMessage() == "cancelled"
+
+
+def test_a_held_validation_runs_on_release_or_settle(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Opening a big model holds the first full validation until the canvas has its
+    first view; held, it waits, and runs when released (or when an edit settles)."""
+    from onnx import TensorProto, helper
+
+    from onnxviz.model.document import Document
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["nowhere"], ["y"], name="r")],  # an undefined input
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    edits = window.edits
+    for release in (edits.release_validation, edits.settle):
+        edits.hold_validation()
+        window.session.replace(Document.from_model(model))
+        qtbot.wait(50)
+        assert not edits.validating and not edits.diagnostics
+        release()
+        edits.settle()
+        assert any(d.severity.name == "ERROR" for d in edits.diagnostics)
+
+
+def test_opening_a_big_model_validates_it_after_the_first_view(window, qtbot, model_50k) -> None:  # type: ignore[no-untyped-def]
+    seen: list[bool] = []  # validating, each turn while the canvas filled
+    window.open_path(str(model_50k))
+    qtbot.waitUntil(lambda: window.doc is not None, timeout=30_000)
+    while window.graph_scene.filling:
+        seen.append(window.edits.validating)
+        qtbot.wait(5)
+    assert seen and not any(seen)
+    qtbot.waitUntil(lambda: window.task is None, timeout=30_000)
+    window.edits.settle()
+    assert window.edits.last_validation_s > 0  # it did run, after the fill
