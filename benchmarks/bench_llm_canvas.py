@@ -85,7 +85,7 @@ def window_round(path: str) -> dict[str, float]:
     window.session.scene_ready.connect(first_view)
     timer.start()
     t0 = time.perf_counter()
-    window.open_path(path, background=True)
+    window.files.open_path(path, background=True)
     nav = window.navigation
     end = t0 + 120
     while time.perf_counter() < end:
@@ -100,7 +100,7 @@ def window_round(path: str) -> dict[str, float]:
             marks["boxes"] = len(window.graph_scene.nodes)
         inference = nav.inference_task
         settled = (
-            window.task is None
+            window.work.task is None
             and "filled" in marks
             and inference is not None
             and inference.done
@@ -121,7 +121,7 @@ def window_round(path: str) -> dict[str, float]:
         "zoom": marks["zoom"],
         "boxes_in_view": marks["boxes_in_view"],
         "boxes": marks["boxes"],
-        "nodes": float(len(window.doc.model.graph.node)),
+        "nodes": float(len(window.session.doc.model.graph.node)),
     }
     out.update(frames(window, app))
     window.close()

@@ -97,14 +97,14 @@ def window_round(path: Path) -> dict[str, float]:
     timer.timeout.connect(lambda: ticks.append((time.perf_counter(), time.thread_time())))
     timer.start()
     t0 = time.perf_counter()
-    window.open_path(str(path), background=True)
+    window.files.open_path(str(path), background=True)
     first_paint = 0.0
     nav = window.navigation
     end = t0 + 180
     while time.perf_counter() < end:
         app.processEvents()
-        busy = window.task is not None or window.graph_scene.filling
-        if not first_paint and not busy and window.doc is not None:
+        busy = window.work.task is not None or window.graph_scene.filling
+        if not first_paint and not busy and window.session.doc is not None:
             window.view.viewport().grab()
             first_paint = time.perf_counter() - t0
         inference = nav.inference_task

@@ -42,9 +42,9 @@ def main() -> None:
     window.resize(1400, 900)
     window.show()
     panel = window.run_panel
-    window.open_path(RESNET, background=False)
+    window.files.open_path(RESNET, background=False)
     window.wait_idle()
-    model = window.doc.model
+    model = window.session.doc.model
     name = model.graph.input[0].name
     feeds = {name: np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)}
 
@@ -52,7 +52,7 @@ def main() -> None:
     bare = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        Session(window.doc).run(feeds)
+        Session(window.session.doc).run(feeds)
         bare.append(time.perf_counter() - t0)
 
     # onnxruntime, the peer

@@ -84,12 +84,12 @@ def measure(path: Path) -> dict[str, float]:
     app.processEvents()
     t0 = time.perf_counter()
     c0 = time.process_time()
-    window.open_path(str(path), background=True)
+    window.files.open_path(str(path), background=True)
     # the window stays responsive meanwhile: count event-loop turns and the longest gap
     longest_gap = 0.0
     last = time.perf_counter()
     # until the canvas is complete (a big scene is filled in slices)
-    while window.task is not None or getattr(window.graph_scene, "filling", False):
+    while window.work.task is not None or getattr(window.graph_scene, "filling", False):
         app.processEvents()
         now = time.perf_counter()
         longest_gap = max(longest_gap, now - last)

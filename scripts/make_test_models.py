@@ -11,7 +11,7 @@ version; a tool that is not installed is skipped with a note.
     .venv/bin/python scripts/make_test_models.py --exports [NAME ...]
 
 ``--exports`` writes the other set, tests/data/exports/: the models the unit tests once
-exported at test time (scripts/test_exports.py builds them; torch and scikit-learn +
+exported at test time (scripts/exports_for_tests.py builds them; torch and scikit-learn +
 skl2onnx), with the exporter's own results, so that the test command needs neither.
 
 Needs: torch (CPU), onnxscript, scikit-learn + skl2onnx + pandas, onnxruntime
@@ -554,7 +554,7 @@ def _save_npz(path: str, arrays: dict[str, Any]) -> None:
 def main_exports(argv: list[str]) -> int:
     """Write tests/data/exports/ (see the module docstring)."""
     sys.path.insert(0, os.path.dirname(__file__))
-    import test_exports
+    import exports_for_tests
 
     os.makedirs(EXPORTS, exist_ok=True)
     manifest_path = os.path.join(EXPORTS, "manifest.json")
@@ -562,7 +562,7 @@ def main_exports(argv: list[str]) -> int:
     if os.path.exists(manifest_path):
         with open(manifest_path, encoding="utf-8") as fh:
             manifest = json.load(fh)
-    for name, build in test_exports.builders().items():
+    for name, build in exports_for_tests.builders().items():
         if argv and name not in argv:
             continue
         model, feeds, refs = build()

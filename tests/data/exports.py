@@ -1,5 +1,5 @@
 """Models the unit tests read instead of exporting them at test time (tests/data/exports/,
-made by ``scripts/make_test_models.py --exports`` from scripts/test_exports.py): the test
+made by ``scripts/make_test_models.py --exports`` from scripts/exports_for_tests.py): the test
 command then installs neither PyTorch nor scikit-learn.  Each model comes with its inputs
 and the exporting library's own results (``refs``: what scikit-learn predicted, ...)."""
 

@@ -175,3 +175,57 @@ def test_batchnorm_folding_pairs_every_conv_with_its_conv_bn(blocks: int) -> Non
         bn = next(n for n in f.a if n.op_type == "BatchNormalization")
         assert a.graph.node[bn.index].input[0] == a.graph.node[conv.index].output[0]
     assert not d.main.added and not d.main.removed and not d.main.changed
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_a_changed_declared_output_type_is_found_on_its_node(renamed: bool) -> None:
+    from onnx import TensorProto, helper
+
+    a = C.mlp()
+    a.graph.value_info.extend(
+        helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, [2, 8]) for n in a.graph.node
+    )
+    b = C.copy(a)
+    vi = next(v for v in b.graph.value_info if v.name == "add1")
+    vi.CopyFrom(helper.make_tensor_value_info("add1", TensorProto.FLOAT, [2, "n"]))
+    if renamed:
+        b = C.rename_everything(b, 3)
+    d = diff(a, b)
+    assert [(c.a.label, [(x.what, x.name) for x in c.details]) for c in d.main.changed] == [
+        ("add1", [("type", "output 0")])
+    ]
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1])
+def test_the_benchmark_pair_reports_exactly_what_was_planted(fraction: float) -> None:
+    """The structural benchmark's pair, small: Identities inserted after random nodes
+    and attributes edited (or Add made Sub) on others, every name shuffled and the
+    nodes re-sorted.  Exactly the inserted nodes are added and exactly the edited
+    nodes changed (an inserted Identity must not pass for an Erf or a Shape whose
+    op "changed")."""
+    import random
+
+    from benchmarks.bench_diff import _plant_changes, _shuffle_names_and_order
+    from benchmarks.models import transformer_like
+
+    a = transformer_like(3000)
+    b = C.copy(a)
+    _plant_changes(b, fraction, 3)
+    _shuffle_names_and_order(b, 4)
+    # What _plant_changes did, from its seed: even picks got an Identity after them,
+    # odd picks an INT/FLOAT attribute edit or Add -> Sub (others only a doc string).
+    picks = random.Random(3).sample(range(len(a.graph.node)), int(len(a.graph.node) * fraction))
+    edited = set()
+    for k, i in enumerate(picks):
+        node = a.graph.node[i]
+        if k % 2 == 0:
+            continue
+        if node.attribute:
+            if node.attribute[0].type in (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT):
+                edited.add(i)
+        elif node.op_type == "Add":
+            edited.add(i)
+    d = diff(a, b)
+    assert {c.a.index for c in d.main.changed} == edited
+    assert sorted(n.op_type for n in d.main.added) == ["Identity"] * len(picks[::2])
+    assert not d.main.removed and not d.main.fused

@@ -44,6 +44,8 @@ def test_edited_save_parses_back_equal(tmp_path):
 
 
 def test_text_format_round_trip(tmp_path):
+    import onnxviz.check  # noqa: F401  (hands model.io the text parser of its worker)
+
     text = """
     <ir_version: 8, opset_import: ["" : 17]>
     agraph (float[N, 4] x) => (float[N, 4] y) {
@@ -229,3 +231,17 @@ def test_saving_over_a_file_another_program_rewrote_is_refused_unless_forced(tmp
     doc.rename_value("mine", "again")
     doc.save()
     doc.save(str(tmp_path / "copy.onnx"))
+
+
+def test_text_format_without_a_parser_says_how_to_get_one(tmp_path, monkeypatch):
+    """onnx.parser is C++ code: model.io never runs it itself; without the worker's parser
+    handed over, opening a text model is a LoadError that says what to do, not a crash."""
+    from onnxviz.model import io
+
+    monkeypatch.setattr(io, "TEXT_PARSER", None)
+    path = tmp_path / "m.onnxtxt"
+    path.write_text(
+        '<ir_version: 8, opset_import: ["" : 17]>\ng (float[2] x) => (float[2] y) {\n y = Relu(x)\n}\n'
+    )
+    with pytest.raises(LoadError, match="checker process"):
+        Document.open(str(path))

@@ -219,3 +219,15 @@ def test_run_json_reports_the_blas_engine(tmp_path) -> None:
     assert on["engine"]["direct_blas"] == blas.status()["direct_blas"]
     if on["engine"]["direct_blas"]:
         assert on["engine"]["blas_core"] and on["engine"]["blas_fallback_reason"] is None
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 576, 1024), (144, 576, 1), (1, 7, 1)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_matrix_vector_shapes_give_the_float64_product(m, k, n, accumulate) -> None:
+    # Single rows and columns go through numpy's gemv, not gemm: same numbers.
+    a, b = _rand(m, k), _rand(k, n)
+    start = _rand(m, n)
+    out = start.copy()
+    blas.gemm(a, b, out, accumulate=accumulate)
+    want = a.astype(np.float64) @ b.astype(np.float64) + (start if accumulate else 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)

@@ -42,6 +42,13 @@ CONV_PATHS = [
     ("strided-phases", (1, 16, 64, 64), (16, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("few-channel-stem", (1, 3, 32, 32), (3, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("depthwise", (1, 16, 32, 32), (16, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 16}),
+    ("depthwise-channels-last", (1, 64, 7, 7), (64, 1, 5, 5), {"pads": [2] * 4, "group": 64}),
+    (
+        "depthwise-channels-last-strided",
+        (1, 96, 9, 9),
+        (96, 1, 3, 3),
+        {"pads": [1] * 4, "group": 96, "strides": [2, 2]},
+    ),
     ("winograd", (1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (1, 16, 32, 32), (16, 16, 1, 1), {}),
     ("im2col-small", (1, 16, 12, 12), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),

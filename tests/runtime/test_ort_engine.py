@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model import inplace
 from onnxviz.model.document import Document
+from onnxviz.runtime import divergence
 from onnxviz.runtime import ort_engine as oe
 from onnxviz.runtime.compare import errors_between
 from tests.runtime.engine_models import make, vi
@@ -281,7 +282,7 @@ def test_bisection_finds_the_first_node_beyond_the_tolerance(bad: int) -> None:
     model = _long_chain(n, 8, declare=True)
     x = np.zeros(8, np.float32)
     ours, theirs, calls = _fake_engines(model, x, bad, 0.5)
-    found = oe.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
+    found = divergence.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
     assert found.node_index == bad
     assert found.address == f"main::#{bad}"
     assert found.probes <= 2 + int(np.ceil(np.log2(n)))  # bisection, not a scan
@@ -293,7 +294,7 @@ def test_bisection_within_tolerance_reports_none() -> None:
     model = _long_chain(10, 8, declare=True)
     x = np.zeros(8, np.float32)
     ours, theirs, _ = _fake_engines(model, x, 3, 1e-7)
-    found = oe.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
+    found = divergence.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
     assert found.node_index is None
     assert "no divergence" in found.text()
 
@@ -321,7 +322,7 @@ def test_divergence_on_a_side_branch_walks_back_to_the_node_whose_inputs_agree()
     def ours(names: list[str]) -> dict[str, Any]:
         return {k: truth[k] + (1.0 if k in broken else 0.0) for k in names}
 
-    found = oe.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
+    found = divergence.first_divergence(model, {"x": x}, ours=ours, theirs=theirs)
     assert found.address == "main::a"
 
 
@@ -329,7 +330,7 @@ def test_divergence_on_a_side_branch_walks_back_to_the_node_whose_inputs_agree()
 def test_real_engines_agree_on_a_float_model() -> None:
     model = _long_chain(9, 16, declare=False)
     x = np.random.default_rng(3).standard_normal(16).astype(np.float32)
-    found = oe.first_divergence(Document.from_model(model), {"x": x})
+    found = divergence.first_divergence(Document.from_model(model), {"x": x})
     assert found.node_index is None
     assert found.probes >= 1
 
@@ -349,7 +350,7 @@ def test_real_engines_find_a_changed_initializer() -> None:
     def theirs(names: list[str]) -> dict[str, Any]:
         return oe.fetch_values(peer, {"x": x}, names)
 
-    found = oe.first_divergence(Document.from_model(model), {"x": x}, theirs=theirs)
+    found = divergence.first_divergence(Document.from_model(model), {"x": x}, theirs=theirs)
     assert found.node_index == 11
 
 
@@ -406,7 +407,7 @@ def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations(name:
     path = os.path.join(EXPORTERS, f"ort_genai_{name}.onnx")
     doc = Document.open(path)
     feeds = dict(np.load(path[:-5] + ".npz"))
-    found = oe.first_divergence(doc, feeds)
+    found = divergence.first_divergence(doc, feeds)
     if found.node_index is not None:
         assert found.op_type == "MatMulNBits"
         assert "accuracy_level 4" in found.note and "int8" in found.text()
@@ -417,7 +418,7 @@ def test_genai_int4_first_divergence_is_only_onnxruntimes_int8_activations(name:
         for a in node.attribute:
             if a.name == "accuracy_level":
                 a.i = 0
-    again = oe.first_divergence(Document.from_model(exact), feeds, rtol=1e-3, atol=1e-4)
+    again = divergence.first_divergence(Document.from_model(exact), feeds, rtol=1e-3, atol=1e-4)
     assert again.node_index is None, again.text()
 
 

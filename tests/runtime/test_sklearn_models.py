@@ -2,7 +2,7 @@
 and against scikit-learn's own predictions.
 
 The exports and scikit-learn's results are committed in tests/data/exports/
-(scripts/test_exports.py fits the estimators; scripts/make_test_models.py --exports
+(scripts/exports_for_tests.py fits the estimators; scripts/make_test_models.py --exports
 regenerates them), so this test needs neither scikit-learn nor skl2onnx.
 """
 

@@ -3,7 +3,7 @@
 The models are small stand-ins for the families users bring: a CNN with upsampling,
 ResNet bottlenecks, a transformer encoder (float and int8 dynamically quantized by
 onnxruntime's tool), LSTM and GRU, and scripted control flow (Loop with If).  They are
-committed in tests/data/exports/ (scripts/test_exports.py holds the torch modules;
+committed in tests/data/exports/ (scripts/exports_for_tests.py holds the torch modules;
 scripts/make_test_models.py --exports regenerates them), so this test needs no torch.
 """
 

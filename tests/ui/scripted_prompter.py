@@ -16,6 +16,16 @@ class ScriptedPrompter(UnattendedPrompter):
         self.unsaved: UnsavedAnswer = "discard"
         self.overwrite = False
         self.recovery: RecoveryAnswer = "later"
+        # the answers of the file choosers, first asked first answered (none left: cancel)
+        self.files: list[str] = []
+
+    def open_file(self, title: str, start: str = "", filters: str = "") -> str | None:
+        self.asked.append(("open_file", title))
+        return self.files.pop(0) if self.files else None
+
+    def save_file(self, title: str, start: str = "", filters: str = "") -> tuple[str, str] | None:
+        self.asked.append(("save_file", title))
+        return (self.files.pop(0), filters) if self.files else None
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)

@@ -12,6 +12,7 @@ from tests.present.models import example
 pytestmark = pytest.mark.qt
 
 
+@pytest.mark.slow
 def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from benchmarks.models import transformer_like
 
@@ -20,8 +21,8 @@ def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # t
 
     path = str(tmp_path / "t.onnx")
     onnx.save(transformer_like(1500), path)
-    window.open_path(path, background=False)
-    window.expand_all()
+    window.files.open_path(path, background=False)
+    window.navigation.expand_all()
     window.wait_idle()
     scene = window.graph_scene
     assert len(scene.nodes) + len(scene.edge_items) > 600
@@ -41,16 +42,16 @@ def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # t
 def test_shapes_inferred_after_first_paint_fill_in_labels(window, qtbot) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.present.typeinfo import type_table
 
-    window.open_path(example("small_cnn.onnx"), background=False)
-    doc = window.doc
-    window.presenter.types = type_table(doc, infer=False)
-    window.presenter.types.complete = False
-    window.relayout()
+    window.files.open_path(example("small_cnn.onnx"), background=False)
+    doc = window.session.doc
+    window.session.presenter.types = type_table(doc, infer=False)
+    window.session.presenter.types.complete = False
+    window.navigation.relayout()
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner and not inner[0].data_edge.label  # not declared in the model
     window.navigation.start_inference()
     qtbot.waitUntil(lambda: window.navigation.inference_task.done, timeout=60000)
-    qtbot.waitUntil(lambda: window.task is None, timeout=20000)
+    qtbot.waitUntil(lambda: window.work.task is None, timeout=20000)
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner[0].data_edge.label.startswith("float32[") and inner[0].data_edge.inferred
     assert os.getpid()  # inference ran in a child process, the window process is intact

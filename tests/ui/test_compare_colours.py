@@ -99,15 +99,15 @@ def _text_pixels(window, node) -> int:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("fill", [*(b[0] for b in BANDS.values()), "#ff2300", "#fff0a0"])
 def test_coloured_boxes_keep_their_text_readable(window, fill: str, theme: str) -> None:  # type: ignore[no-untyped-def]
-    window.set_theme_mode(theme)
+    window.theme.set_mode(theme)
     try:
         _check_contrast(window, fill)
     finally:
-        window.set_theme_mode("light")  # the theme is the application's, not the window's
+        window.theme.set_mode("light")  # the theme is the application's, not the window's
 
 
 def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     window.view.actual_size()
     panel = window.run_panel
     panel.overlay.update(set(), None, set(), {}, {}, {})  # marks on the new scene
@@ -124,7 +124,7 @@ def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_the_compare_tab_shows_a_legend_that_follows_the_tolerance(window, qtbot) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     widget = window.run_panel.widget
     window.run_dock.show()
     widget.tabs.setCurrentIndex(widget.tabs.indexOf(widget.compare.parentWidget()))

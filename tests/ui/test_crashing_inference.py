@@ -6,11 +6,13 @@ taking unsaved edits with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from onnxviz.model import commands as cmd
@@ -47,13 +49,17 @@ def _crasher(path: Path) -> Path:
 
 
 def test_a_model_that_crashes_inference_opens_in_the_window(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(_crasher(tmp_path / "crash.onnx")), background=False)
+    window.files.open_path(str(_crasher(tmp_path / "crash.onnx")), background=False)
     window.edits.wait_validated()
-    assert window.doc is not None and window.doc.model.graph.node[0].op_type == "LabelEncoder"
+    assert (
+        window.session.doc is not None
+        and window.session.doc.model.graph.node[0].op_type == "LabelEncoder"
+    )
     codes = {d.code for d in window.edits.shown()}
     assert "G004" in codes  # the undefined input, located
 
 
+@pytest.mark.slow
 def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
     out = tmp_path / "shot.png"
     done = subprocess.run(
@@ -68,6 +74,8 @@ def test_screenshot_of_a_model_that_crashes_inference(tmp_path: Path) -> None:
         capture_output=True,
         timeout=120,
         check=False,
+        # The app's settings (recent files) go to a folder of the test's, not the user's.
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")},
     )
     assert done.returncode == 0, done.stderr.decode()[-500:]
     assert out.stat().st_size > 1000
@@ -78,7 +86,7 @@ def test_an_edit_that_makes_inference_crash_keeps_the_window_and_the_edit(window
     model.graph.output[0].ClearField("type")
     path = tmp_path / "fine.onnx"
     onnx.save(model, path)
-    window.open_path(str(path), background=False)
+    window.files.open_path(str(path), background=False)
     window.edits.wait_validated()
     # Remove the graph input the encoder reads: its input is now undefined, and onnx's
     # inference of the edited model crashes.
@@ -86,24 +94,24 @@ def test_an_edit_that_makes_inference_crash_keeps_the_window_and_the_edit(window
     window.edits.validate_pending()
     window.edits.wait_validated()
     window.edits.flush_views()
-    assert len(window.doc.model.graph.input) == 0  # the edit is kept
-    assert window.doc.can_undo
+    assert len(window.session.doc.model.graph.input) == 0  # the edit is kept
+    assert window.session.doc.can_undo
     assert "G004" in {d.code for d in window.edits.shown()}
 
 
 def test_the_window_asks_before_saving_over_a_file_changed_on_disk(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "m.onnx"
     onnx.save(_label_encoder("x"), path)
-    window.open_path(str(path), background=False)
+    window.files.open_path(str(path), background=False)
     assert window.edits.execute(cmd.SetDocString("main", "my edit"))
     other = _label_encoder("x")
     other.doc_string = "another tool"
     onnx.save(other, path)
     window.prompter.overwrite = False
-    window.save()
+    window.files.save()
     assert window.prompter.asked == [("overwrite", "m.onnx")]
     assert onnx.load(path).doc_string == "another tool"
-    assert window.doc.is_modified  # the edit is still there, unsaved
+    assert window.session.doc.is_modified  # the edit is still there, unsaved
     window.prompter.overwrite = True
-    window.save()
-    assert onnx.load(path).graph.doc_string == "my edit" and not window.doc.is_modified
+    window.files.save()
+    assert onnx.load(path).graph.doc_string == "my edit" and not window.session.doc.is_modified

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.qt
 
 
 def _window(qtbot, a, b):  # type: ignore[no-untyped-def]
-    from onnxviz.ui.diff.window import CompareWindow
+    from onnxviz.ui.diff.compare_window import CompareWindow
 
     w = CompareWindow(Document.from_model(a), Document.from_model(b), title_a="a", title_b="b")
     qtbot.addWidget(w)
@@ -130,12 +130,12 @@ def test_pair_rows_flag_what_differs_not_renames() -> None:
 def test_file_menu_compare_with_disk(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "m.onnx"
     onnx.save(C.mlp(), str(path))
-    window.open_path(str(path), background=False)
+    window.files.open_path(str(path), background=False)
     texts = [a.text() for a in window.compare_actions]
     assert texts == ["Compare &With…", "Compare With File on &Disk"]
     file_menu = window.menuBar().actions()[0].menu()
     assert all(a in file_menu.actions() for a in window.compare_actions)
-    window.doc.set_attribute("softmax", "axis", 0)
+    window.session.doc.set_attribute("softmax", "axis", 0)
     window.compare_actions[1].trigger()
     compare = window.compare_window
     assert [c.kind for c in compare.changes] == ["changed"]

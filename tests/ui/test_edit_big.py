@@ -26,15 +26,15 @@ def test_invalid_edits_on_a_10k_node_model_show_their_diagnostic_fast(
     path = str(tmp_path / "big.onnx")
     onnx.save(transformer_like(10_000), path)
     w = window
-    w.open_path(path, background=False)
+    w.files.open_path(path, background=False)
     w.edits.wait_validated()
-    scope = w.doc.main_scope
+    scope = w.session.doc.main_scope
     assert len(scope.nodes) > 9_900  # transformer_like rounds to whole layers
 
     # 1. an ints attribute typed as "3,x": marked at once, never applied
     index = next(i for i, n in enumerate(scope.nodes) if any(a.type == a.INTS for a in n.attribute))
     name = next(a.name for a in scope.nodes[index].attribute if a.type == a.INTS)
-    w.show_node_properties("main", index)
+    w.properties.show_node_properties("main", index)
     editor = w.properties_dock.editor("Attributes", name)
     t0 = time.perf_counter()
     editor.setText("3,x")
@@ -42,11 +42,11 @@ def test_invalid_edits_on_a_10k_node_model_show_their_diagnostic_fast(
     assert time.perf_counter() - t0 < LIMIT_S
     assert "'x' is not an integer" in editor.error
     editor.editingFinished.emit()
-    assert not w.doc.can_undo
+    assert not w.session.doc.can_undo
 
     # 2. renaming a value to an existing name: refused, the reason in the dock
     first, second = scope.nodes[5].output[0], scope.nodes[6].output[0]
-    w.show_value("main", first)
+    w.properties.show_value("main", first)
     rename = w.properties_dock.editor("Value", "name")
     t0 = time.perf_counter()
     rename.setText(second)
@@ -54,13 +54,13 @@ def test_invalid_edits_on_a_10k_node_model_show_their_diagnostic_fast(
     assert time.perf_counter() - t0 < LIMIT_S
     shown = w.diagnostics_dock.diagnostics
     assert shown and shown[0].code == "EDIT" and "already defined" in shown[0].message
-    assert not w.doc.can_undo
+    assert not w.session.doc.can_undo
 
     # 3. deleting the producer of a used value: G004 listed within the limit
     used = next(i for i, n in enumerate(scope.nodes) if scope.consumers.get(n.output[0]))
     consumer = scope.node_label(scope.consumers[scope.nodes[used].output[0]][0][0])
     t0 = time.perf_counter()
-    assert w.delete_node("main", used, "plain")
+    assert w.surgery.delete_node("main", used, "plain")
     elapsed = time.perf_counter() - t0
     g004 = [d for d in w.diagnostics_dock.diagnostics if d.code == "G004"]
     assert g004 and g004[0].location.node == consumer
@@ -68,6 +68,6 @@ def test_invalid_edits_on_a_10k_node_model_show_their_diagnostic_fast(
     # the full validator agrees once it has finished, and the window is still whole
     w.edits.wait_validated()
     assert any(d.code == "G004" and d.location.node == consumer for d in w.edits.diagnostics)
-    w.undo()
+    w.edits.undo()
     w.edits.wait_validated()
     assert not [d for d in w.edits.diagnostics if d.code == "G004"]

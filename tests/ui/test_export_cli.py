@@ -23,11 +23,11 @@ def _svg_texts(path: str) -> list[str]:
 def test_export_svg_and_png_whole_graph_and_view(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.ui.export import export_any, export_png
 
-    window.open_path(example("small_cnn.onnx"), background=False)
+    window.files.open_path(example("small_cnn.onnx"), background=False)
     svg = str(tmp_path / "g.svg")
     export_any(window.graph_scene, svg, title="cnn")
     texts = _svg_texts(svg)
-    ops = {n.op_type for n in window.doc.model.graph.node}
+    ops = {n.op_type for n in window.session.doc.model.graph.node}
     assert ops <= set(texts)  # every op type is drawn as vector text
     png = str(tmp_path / "g.png")
     size = export_png(window.graph_scene, png, scale=1.5)
@@ -41,8 +41,8 @@ def test_export_svg_and_png_whole_graph_and_view(window, tmp_path) -> None:  # t
     assert len(colours) > 10
     view_png = str(tmp_path / "view.png")
     window.view.set_zoom(1.0)
-    export_any(window.graph_scene, view_png, window.visible_rect(), scale=1.0)
-    vis = window.visible_rect()
+    export_any(window.graph_scene, view_png, window.navigation.visible_rect(), scale=1.0)
+    vis = window.navigation.visible_rect()
     assert QImage(view_png).width() == round(vis.width())
     pdf = str(tmp_path / "g.pdf")
     export_any(window.graph_scene, pdf)
@@ -92,7 +92,7 @@ def test_screenshot_option(qapp, tmp_path) -> None:  # type: ignore[no-untyped-d
 
 
 def test_outline_lists_graphs_and_jumps(window) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(example("loop_with_if.onnx"), background=False)
+    window.files.open_path(example("loop_with_if.onnx"), background=False)
     tree = window.outline_dock.tree
     main = tree.topLevelItem(0)
     texts = [main.child(i).text(0) for i in range(main.childCount())]
@@ -104,7 +104,7 @@ def test_outline_lists_graphs_and_jumps(window) -> None:  # type: ignore[no-unty
         body.child(i) for i in range(body.childCount()) if body.child(i).text(0).startswith("nodes")
     )
     nodes.setExpanded(True)
-    assert nodes.childCount() == len(window.doc.scope("main/body:accumulate").nodes)
+    assert nodes.childCount() == len(window.session.doc.scope("main/body:accumulate").nodes)
     window.outline_dock._activated(nodes.child(4), 0)
     selected = window.view.selected_node()
     assert selected is not None and selected.data_item.graph_path == "main/body:accumulate"
@@ -123,13 +123,15 @@ def test_drop_a_file_opens_it(window, qtbot, tmp_path) -> None:  # type: ignore[
         Qt.KeyboardModifier.NoModifier,
     )
     window.dropEvent(event)
-    qtbot.waitUntil(lambda: window.doc is not None and window.doc.path == path, timeout=20000)
+    qtbot.waitUntil(
+        lambda: window.session.doc is not None and window.session.doc.path == path, timeout=20000
+    )
 
 
 def test_cancel_stops_an_open(window, qtbot) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(example("small_cnn.onnx"))
-    window.cancel_task()
-    qtbot.waitUntil(lambda: window.task is None, timeout=20000)
+    window.files.open_path(example("small_cnn.onnx"))
+    window.work.cancel()
+    qtbot.waitUntil(lambda: window.work.task is None, timeout=20000)
     # either it finished before the cancel landed, or nothing was adopted
-    assert window.doc is None or window.doc.display_name == "small_cnn.onnx"
-    assert window.progress.isHidden()
+    assert window.session.doc is None or window.session.doc.display_name == "small_cnn.onnx"
+    assert window.status_line.progress.isHidden()

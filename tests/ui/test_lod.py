@@ -28,7 +28,7 @@ def _interior_colours(item, scale: float) -> set[int]:  # type: ignore[no-untype
 
 
 def test_text_and_rows_drop_out_when_zoomed_out(window) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(example("small_cnn.onnx"), background=False)
+    window.files.open_path(example("small_cnn.onnx"), background=False)
     item = next(
         n for n in window.graph_scene.nodes.values() if n.data_item.title == "BatchNormalization"
     )

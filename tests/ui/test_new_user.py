@@ -35,7 +35,7 @@ def _items(tree):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("width", [1400, 1024])
 def test_properties_of_a_torch_conv_keep_the_values_in_view(window, qtbot, width: int) -> None:  # type: ignore[no-untyped-def]
     window.resize(width, 640 if width < 1400 else 900)
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     _select(window, "Conv")
     dock = window.properties_dock
     tree = dock.tree
@@ -66,14 +66,14 @@ def test_properties_of_a_torch_conv_keep_the_values_in_view(window, qtbot, width
     editor.setText("1, 1")
     editor.textEdited.emit("1, 1")
     editor.editingFinished.emit()
-    conv = window.doc.main_scope.nodes[
-        next(i for i, n in enumerate(window.doc.main_scope.nodes) if n.op_type == "Conv")
+    conv = window.session.doc.main_scope.nodes[
+        next(i for i, n in enumerate(window.session.doc.main_scope.nodes) if n.op_type == "Conv")
     ]
     assert list(next(a for a in conv.attribute if a.name == "strides").ints) == [1, 1]
 
 
 def test_focusing_a_metadata_field_opens_its_group(window) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     node = _select(window, "Conv")
     assert node is not None
     dock = window.properties_dock
@@ -108,7 +108,7 @@ def _checked_model(tmp_path: Path, perm: list[int]) -> str:
 
 
 def test_declared_shape_clash_after_an_edit_is_badged_on_the_edited_node(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(_checked_model(tmp_path, [0, 1]), background=False)
+    window.files.open_path(_checked_model(tmp_path, [0, 1]), background=False)
     window.edits.wait_validated()
     assert not [d for d in window.diagnostics_dock.diagnostics if d.code == "T005"]
     # the user selects the Transpose and types a new perm
@@ -137,7 +137,7 @@ def test_declared_shape_clash_after_an_edit_is_badged_on_the_edited_node(window,
 def test_diagnostics_list_errors_first_and_the_message_gets_the_width(
     window, tmp_path, qtbot
 ) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(_checked_model(tmp_path, [1, 0]), background=False)
+    window.files.open_path(_checked_model(tmp_path, [1, 0]), background=False)
     window.edits.wait_validated()
     dock = window.diagnostics_dock
     qtbot.waitUntil(dock.isVisible)
@@ -235,7 +235,7 @@ def test_toolbars_show_icons_with_text_and_shortcut_in_tooltips(window, qtbot) -
 
     from onnxviz.ui.icons import plain_text
 
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     qtbot.wait(10)
     bars = window.findChildren(QToolBar)
     assert {b.objectName() for b in bars} >= {"toolbar.main", "toolbar.run"}
@@ -273,7 +273,7 @@ def _band_pixel(window, node, y: float):  # type: ignore[no-untyped-def]
 def test_hovering_a_weight_row_lights_it_and_a_click_there_shows_the_tensor(window, qtbot) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.present.options import LINE_H, ROW_H, TITLE_H
 
-    window.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     window.view.actual_size()
     conv = next(n for n in window.graph_scene.nodes.values() if n.data_item.title == "Conv")
     window.view.centerOn(conv)
@@ -331,11 +331,11 @@ def test_the_first_view_is_readable_without_zooming(window, qtbot, name: str, si
 
     window.resize(*size)
     qtbot.wait(10)
-    window.open_path(str(EXPORTERS / f"{name}.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / f"{name}.onnx"), background=False)
     window.wait_idle()
     # box text is drawn at this zoom, and the graph's start is in view
     assert window.view.zoom() >= lod.TEXT_MIN
-    visible = window.visible_rect()
+    visible = window.navigation.visible_rect()
     inputs = [n for n in window.graph_scene.nodes.values() if n.data_item.kind == "input"]
     assert any(visible.intersects(n.sceneBoundingRect()) for n in inputs)
     ops = [
@@ -363,7 +363,7 @@ def test_fitted_transformer_still_names_its_groups(window) -> None:  # type: ign
     from onnxviz.ui.canvas import lod
     from onnxviz.ui.canvas.items import FrameTitle
 
-    window.open_path(str(EXPORTERS / "optimum_bert.onnx"), background=False)
+    window.files.open_path(str(EXPORTERS / "optimum_bert.onnx"), background=False)
     window.view.fit()
     zoom = window.view.zoom()
     assert zoom < lod.TEXT_MIN  # the frames' own header text is not drawn

@@ -86,7 +86,7 @@ def test_selecting_an_item_of_a_scene_being_filled_finishes_it(window, monkeypat
     window.graph_scene.show_scene(display)
     lowest = max(display.items.values(), key=lambda it: it.y)
     assert lowest.id not in window.graph_scene.nodes
-    assert window.select_item(lowest.id)
+    assert window.navigation.select_item(lowest.id)
     assert window.graph_scene.nodes[lowest.id].isSelected()
 
 
@@ -104,11 +104,13 @@ def test_event_loop_keeps_turning_while_100k_nodes_open(window, qtbot, big_model
     timer.setInterval(5)
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     timer.start()
-    window.open_path(str(big_model), background=True)
-    qtbot.waitUntil(lambda: window.task is None and not window.graph_scene.filling, timeout=120_000)
+    window.files.open_path(str(big_model), background=True)
+    qtbot.waitUntil(
+        lambda: window.work.task is None and not window.graph_scene.filling, timeout=120_000
+    )
     qtbot.wait(50)
     timer.stop()
-    assert window.doc is not None and len(window.doc.model.graph.node) > 90_000
+    assert window.session.doc is not None and len(window.session.doc.model.graph.node) > 90_000
     assert window.graph_scene.nodes, "the first view shows boxes"
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     assert len(ticks) > 20
@@ -131,11 +133,11 @@ def test_expanding_a_group_keeps_it_in_place_while_the_canvas_fills(
     with tempfile.TemporaryDirectory() as folder:
         file = str(Path(folder) / "scoped.onnx")
         onnx.save(doc.model, file)
-        window.open_path(file, background=False)
-    window.collapse_all()
+        window.files.open_path(file, background=False)
+    window.navigation.collapse_all()
     window.wait_idle()
     window.view.set_zoom(3.0)  # close up: the view can scroll every way
-    groups = [i for i, it in window.display.items.items() if it.kind == "group"]
+    groups = [i for i, it in window.session.display.items.items() if it.kind == "group"]
     target = groups[len(groups) // 2]
     window.view.centerOn(window.graph_scene.nodes[target])
     before = window.view.mapFromScene(window.graph_scene.item_pos(target))
@@ -145,8 +147,8 @@ def test_expanding_a_group_keeps_it_in_place_while_the_canvas_fills(
         gs = window.graph_scene
         seen.append((gs.filling, target in gs.nodes, window.view.mapFromScene(gs.item_pos(target))))
 
-    window.presenter.toggle(target)
-    window.relayout(anchor=target, after=placed, background=True)
+    window.session.presenter.toggle(target)
+    window.navigation.relayout(anchor=target, after=placed, background=True)
     qtbot.waitUntil(lambda: bool(seen), timeout=10_000)
     filling, made, after = seen[0]
     assert filling  # the view was placed while the canvas was still being filled
@@ -156,7 +158,7 @@ def test_expanding_a_group_keeps_it_in_place_while_the_canvas_fills(
     # made by now, and on screen (a scroll bar showing up may shift the view a little)
     shown = window.view.mapFromScene(window.graph_scene.nodes[target].pos())
     assert window.view.viewport().rect().contains(shown)
-    assert window.display.items[target].expanded
+    assert window.session.display.items[target].expanded
 
 
 @pytest.fixture(scope="module")
@@ -201,16 +203,16 @@ def test_opening_50k_nodes_never_stops_the_event_loop_for_long(window, qtbot, mo
     def settled() -> bool:
         inference = nav.inference_task
         return (
-            window.task is None
-            and window.doc is not None
+            window.work.task is None
+            and window.session.doc is not None
             and inference is not None
             and inference.done
-            and window.presenter.types.complete
+            and window.session.presenter.types.complete
             and not window.graph_scene.filling
         )
 
-    wall, cpu = _longest_stops_while(qtbot, lambda: window.open_path(str(model_50k)), settled)
-    assert len(window.doc.model.graph.node) > 45_000
+    wall, cpu = _longest_stops_while(qtbot, lambda: window.files.open_path(str(model_50k)), settled)
+    assert len(window.session.doc.model.graph.node) > 45_000
     assert window.graph_scene.nodes, "the first view shows boxes"
     assert cpu < 0.1, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
     assert wall < 1.5, f"the UI thread stopped for {wall * 1000:.0f} ms"
@@ -222,17 +224,17 @@ def test_cancelling_an_open_keeps_the_document_before(
     from onnxviz.ui import status_line
     from tests.present.models import example
 
-    window.open_path(example("small_cnn.onnx"), background=False)
-    before, shown = window.doc, set(window.graph_scene.nodes)
+    window.files.open_path(example("small_cnn.onnx"), background=False)
+    before, shown = window.session.doc, set(window.graph_scene.nodes)
     monkeypatch.setattr(status_line, "PROGRESS_DELAY_MS", 100)
-    window.open_path(str(model_50k))
+    window.files.open_path(str(model_50k))
     progress = window.status_line.progress
-    assert window.task is not None and progress.isHidden()  # a quick job shows none
+    assert window.work.task is not None and progress.isHidden()  # a quick job shows none
     qtbot.waitUntil(lambda: not progress.isHidden(), timeout=5_000)
     assert window.status_line.cancel_button.isVisible()
     window.status_line.cancel_button.click()
-    qtbot.waitUntil(lambda: window.task is None, timeout=30_000)
-    assert window.doc is before
+    qtbot.waitUntil(lambda: window.work.task is None, timeout=30_000)
+    assert window.session.doc is before
     assert set(window.graph_scene.nodes) == shown  # the canvas still shows it
     assert progress.isHidden() and window.statusBar().currentMessage() == "cancelled"
 
@@ -264,12 +266,12 @@ def test_a_held_validation_runs_on_release_or_settle(window, qtbot) -> None:  # 
 
 def test_opening_a_big_model_validates_it_after_the_first_view(window, qtbot, model_50k) -> None:  # type: ignore[no-untyped-def]
     seen: list[bool] = []  # validating, each turn while the canvas filled
-    window.open_path(str(model_50k))
-    qtbot.waitUntil(lambda: window.doc is not None, timeout=30_000)
+    window.files.open_path(str(model_50k))
+    qtbot.waitUntil(lambda: window.session.doc is not None, timeout=30_000)
     while window.graph_scene.filling:
         seen.append(window.edits.validating)
         qtbot.wait(5)
     assert seen and not any(seen)
-    qtbot.waitUntil(lambda: window.task is None, timeout=30_000)
+    qtbot.waitUntil(lambda: window.work.task is None, timeout=30_000)
     window.edits.settle()
     assert window.edits.last_validation_s > 0  # it did run, after the fill

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.session import Session
-from onnxviz.ui.run.driver import Debugger
+from onnxviz.ui.run.debugger import Debugger
 
 from ..runtime.test_session_threads import N_CHAIN, X, chain_model
 

@@ -18,7 +18,7 @@ def _open(window, tmp_path, model):  # type: ignore[no-untyped-def]
     path = str(tmp_path / "m.onnx")
     onnx.save(model, path)
     panel = window.run_panel
-    window.open_path(path, background=False)
+    window.files.open_path(path, background=False)
     window.wait_idle()
     return panel
 

@@ -25,7 +25,7 @@ def _open(window, tmp_path, model: onnx.ModelProto, name: str = "m.onnx"):  # ty
     path = str(tmp_path / name)
     onnx.save(model, path)
     panel = window.run_panel
-    window.open_path(path, background=False)
+    window.files.open_path(path, background=False)
     window.wait_idle()
     return panel
 
@@ -85,7 +85,7 @@ def test_breakpoint_is_hit_and_marked(window, tmp_path) -> None:  # type: ignore
 
 def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignore[no-untyped-def]
     panel = window.run_panel
-    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    window.files.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
     panel.set_breakpoint("main/body:accumulate::keep_going", True)
     panel.run(feeds)
@@ -111,7 +111,7 @@ def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignor
 
 def test_step_out_leaves_the_body(window) -> None:  # type: ignore[no-untyped-def]
     panel = window.run_panel
-    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    window.files.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(2)}
     panel.run(feeds, mode="step")
     _settle(window, panel)
@@ -130,7 +130,7 @@ def test_run_to_node(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from onnxviz.runtime.inputs import FeedRecipe
     from onnxviz.ui.run.inputs_dialog import remember
 
-    remember(window.doc.path, {}, {"x": FeedRecipe("ones")})
+    remember(window.session.doc.path, {}, {"x": FeedRecipe("ones")})
     relu = next(n for n in window.graph_scene.nodes.values() if n.data_item.node_index == 1)
     window.view.select_and_show(relu)
     assert panel.run_to_selected()
@@ -235,11 +235,11 @@ def test_compare_finds_injected_divergence(window, tmp_path) -> None:  # type: i
     assert panel.controller.session.state == "finished"
     # the peer runs a copy whose initializer "w" was changed: its first reader diverges
     copy = onnx.ModelProto()
-    copy.CopyFrom(window.doc.model)
+    copy.CopyFrom(window.session.doc.model)
     w = numpy_helper.to_array(copy.graph.initializer[0]).copy()
     w[1] = 7.0
     copy.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
-    window.doc.model = copy  # what the peer is given
+    window.session.doc.model = copy  # what the peer is given
     try:
         panel.compare()
         panel.wait_compare()
@@ -265,7 +265,7 @@ def test_compare_colours_a_transformer_by_error(window, tmp_path) -> None:  # ty
     x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
     panel.run({"x": x})
     _settle(window, panel)
-    window.doc.model = with_changed_initializer(model, "w1", 0.5)  # the peer's copy
+    window.session.doc.model = with_changed_initializer(model, "w1", 0.5)  # the peer's copy
     panel.compare()
     panel.wait_compare()
     window.wait_idle()
@@ -284,7 +284,7 @@ def test_compare_colours_a_transformer_by_error(window, tmp_path) -> None:  # ty
 
 def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore[no-untyped-def]
     panel = window.run_panel
-    window.open_path(os.path.join(EXAMPLES, "with_functions.onnx"), background=False)
+    window.files.open_path(os.path.join(EXAMPLES, "with_functions.onnx"), background=False)
     panel.run({"x": np.ones((1, 4), np.float32)}, mode="step")
     _settle(window, panel)
     panel.step()  # before act1, the call of the model-local function
@@ -296,7 +296,7 @@ def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore
     assert panel.controller.session.current_node.graph_path.startswith("function:")
     assert "ScaledSwish function" in panel.widget.stack_label.text()
     # the view stays on the main graph and the call node stands for the current node
-    assert window.presenter.root_path == "main"
+    assert window.session.presenter.root_path == "main"
     assert panel.overlay.marks[call].current
     panel.step_out()
     _settle(window, panel)
@@ -305,7 +305,7 @@ def test_step_into_function_marks_the_call_node(window) -> None:  # type: ignore
 
 def test_step_over_runs_a_loop_whole(window) -> None:  # type: ignore[no-untyped-def]
     panel = window.run_panel
-    window.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
+    window.files.open_path(os.path.join(EXAMPLES, "loop_with_if.onnx"), background=False)
     feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "trip_count": np.array(3)}
     panel.run(feeds, mode="step")
     _settle(window, panel)

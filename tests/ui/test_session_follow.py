@@ -21,7 +21,7 @@ CHAIN_FEEDS = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
 
 
 def _open(window, path: str) -> None:  # type: ignore[no-untyped-def]
-    window.open_path(path, background=False)
+    window.files.open_path(path, background=False)
     window.wait_idle()
 
 
@@ -46,10 +46,10 @@ def _click(qtbot, window, item_id: str, y_offset: float = 8.0) -> None:  # type:
 
 def test_the_value_pane_follows_renames_typed_in_it(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _open(window, write(conv_loop_if_model(), str(tmp_path / "m.onnx")))
-    window.show_value("main", "relu_out")
+    window.properties.show_value("main", "relu_out")
     producer = _value_row(window, "producer")
     _type(qtbot, window.properties_dock.editor("Value", "name"), "act")
-    assert "act" in window.doc.main_scope.definitions
+    assert "act" in window.session.doc.main_scope.definitions
     # the pane shows the renamed value, still defined by the same node
     assert window.properties_dock.subject == ("value", "main", "act")
     assert _value_row(window, "name") == "act"
@@ -57,10 +57,10 @@ def test_the_value_pane_follows_renames_typed_in_it(window, qtbot, tmp_path) -> 
     # a second rename typed in the same pane is the value's, not refused
     _type(qtbot, window.properties_dock.editor("Value", "name"), "act2")
     assert window.edits.refusal is None
-    assert "act2" in window.doc.main_scope.definitions
+    assert "act2" in window.session.doc.main_scope.definitions
     assert _value_row(window, "name") == "act2"
     # undo brings the pane back with the name
-    window.undo()
+    window.edits.undo()
     assert _value_row(window, "name") == "act"
 
 
@@ -73,7 +73,7 @@ def test_clicking_the_selected_node_again_brings_its_properties_back(
     index = window.graph_scene.nodes[conv].data_item.node_index
     assert window.properties_dock.subject == ("node", "main", index)
     # the pane moves on: a value, then the node's own weight row
-    window.show_value("main", "relu_out")
+    window.properties.show_value("main", "relu_out")
     assert window.properties_dock.subject[0] == "value"
     _click(qtbot, window, conv)
     assert window.properties_dock.subject == ("node", "main", index)
@@ -141,7 +141,7 @@ def test_a_newly_opened_model_is_editable_in_the_properties_dock_at_once(
     editor = window.properties_dock.editor("Model", "doc")
     assert editor is not None  # the pane was built with the edit pipeline attached
     _type(qtbot, editor, "my model")
-    assert window.doc.model.doc_string == "my model"
+    assert window.session.doc.model.doc_string == "my model"
     assert window.windowTitle().startswith("m.onnx *")
 
 

@@ -175,10 +175,10 @@ def compare_report(
 def divergence_report(
     args: argparse.Namespace, doc: Any, feeds: dict[str, Any], diff_json: Any
 ) -> dict[str, Any]:
-    from onnxviz.runtime import ort_engine
+    from onnxviz.runtime.divergence import first_divergence
 
     t0 = time.perf_counter()
-    found = ort_engine.first_divergence(
+    found = first_divergence(
         doc, feeds, atol=args.atol, rtol=args.rtol, seed=args.seed, options=options(args)
     )
     return {

@@ -43,6 +43,12 @@ class _Entry:
 
 
 class Document:
+    """One open model: its ModelProto (the truth, never copied for an edit), where it
+    came from (path, source format, the loader's diagnostics, the original bytes or
+    in-place map), the derived per-graph indexes (`scopes`, `scope(path)`), and the undo
+    and redo stacks of the commands `execute` ran.  ``revision`` counts every change;
+    listeners (`subscribe`) get each command's ChangeSet."""
+
     def __init__(
         self,
         model: ModelProto,
@@ -311,7 +317,7 @@ class Document:
             self._unchanged_since_load
             and external_data == "keep"
             and self._original_bytes is not None
-            and not io._is_text_path(target)
+            and not io.is_text_path(target)
         ):
             original = self._original_bytes
         saved = io.save(

@@ -50,7 +50,7 @@ class Loaded:
     recovered: list[str] = field(default_factory=list)
 
 
-def _is_text_path(path: str) -> bool:
+def is_text_path(path: str) -> bool:
     return path.lower().endswith(TEXT_SUFFIXES)
 
 
@@ -140,7 +140,7 @@ def load(path: str) -> Loaded:
         raise LoadError(f"cannot read the file ({exc.strerror})", file=path) from None
     if not data:
         raise LoadError("the file is empty", file=path)
-    if _is_text_path(path) or (_looks_like_text(data) and not _parses_as_model(data)):
+    if is_text_path(path) or (_looks_like_text(data) and not _parses_as_model(data)):
         model = _parse_text(path, data)
         loaded = Loaded(model, source_format="text")
     else:
@@ -155,7 +155,7 @@ def _load_inplace(path: str) -> tuple[ModelProto, inplace.InplaceSource] | None:
     """A big protobuf file parsed with its big tensors left in the file (`inplace`);
     None for small files, text, or anything the scan does not understand (the ordinary
     parse then runs and names the problem)."""
-    if _is_text_path(path):
+    if is_text_path(path):
         return None
     try:
         if os.path.getsize(path) < inplace.MIN_FILE_SIZE:
@@ -343,7 +343,7 @@ def save(
     """
     path = os.path.abspath(os.fspath(path))
     target_dir = os.path.dirname(path)
-    as_text = _is_text_path(path) if text is None else text
+    as_text = is_text_path(path) if text is None else text
     same_dir = source_dir is not None and os.path.realpath(source_dir) == os.path.realpath(
         target_dir
     )

@@ -40,6 +40,13 @@ class Definition(NamedTuple):
 
 @dataclass
 class GraphScope:
+    """The index of one graph (main, a subgraph at any depth, or a function body): its
+    path and place in the tree (``parent``, ``owner_node_index``, ``owner_attribute``,
+    ``children``), who produces and who consumes each value name, the graph outputs that
+    use a name, the names it takes from enclosing graphs (``free_names``) and the node
+    labels.  Built by `build_scopes`; derived from the ModelProto and rebuilt or patched
+    after each command, never a second truth."""
+
     path: str
     kind: ScopeKind
     graph: GraphProto | None = None

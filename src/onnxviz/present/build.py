@@ -129,6 +129,11 @@ def schema_function_body(
 
 
 class SceneBuilder:
+    """Builds the `Scene` of one root graph for one expansion state (`build`): the blocks,
+    the visible items and the edges between them, not yet placed (placement.py does
+    that).  Reuses the caller's group trees and use tables across rebuilds; one builder
+    per build."""
+
     def __init__(
         self,
         doc: Document,

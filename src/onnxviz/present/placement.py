@@ -187,9 +187,9 @@ def _run_layout(
     routes: dict[int, tuple[Point, ...]] = {}
     offs = result.route_offsets.tolist()
     pts = result.route_points.tolist()
-    for k, meta in enumerate(result.route_meta):
+    for k, (_src, _dst, _sp, _tp, _kind, edge_index, _proxy) in enumerate(result.route_meta):
         seg = tuple((p[0] - min_x, p[1] - min_y) for p in pts[offs[k] : offs[k + 1]])
-        routes[meta[5]] = seg
+        routes[edge_index] = seg
         for x, y in seg:
             max_x, max_y = max(max_x, x), max(max_y, y)
     return positions, routes, proxies, max_x, max_y

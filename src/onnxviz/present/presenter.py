@@ -29,6 +29,10 @@ VISIBLE_BUDGET = 400
 
 @dataclass
 class Presenter:
+    """What one canvas shows of a document: the root graph, the expanded groups and
+    bodies, view options, the type table, and the caches kept across rebuilds (group
+    trees, use tables, block layouts).  `display_graph` turns it into a placed Scene."""
+
     doc: Document
     options: ViewOptions = field(default_factory=ViewOptions)
     root_path: str = "main"

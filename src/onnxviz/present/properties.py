@@ -15,6 +15,18 @@ from onnxviz.model.document import Document
 from onnxviz.model.node_id import NodeId
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.types import elem_text, type_to_text
+from onnxviz.present.row_edits import (
+    AttrEdit,
+    DocEdit,
+    InputEdit,
+    MetadataEdit,
+    ModelFieldEdit,
+    NodeFieldEdit,
+    OpsetEdit,
+    RenameEdit,
+    RowEdit,
+    TypeEdit,
+)
 
 PREVIEW_VALUES = 32
 STATS_MAX_BYTES = 256 * 1024 * 1024
@@ -27,21 +39,11 @@ class Row:
     note: str = ""  # "default", "inferred", "since 13", ...
     field: str = ""  # what an editor would change (for the editing issue)
     target: tuple[str, str] | None = None  # ("value"|"tensor"|"node", name) to navigate to
-    # What an editor changes, as a tuple the UI's editor factory reads (see EDIT_KINDS).
-    edit: tuple[Any, ...] | None = None
+    # What an editor changes (row_edits.py), read by the UI's editor factory.
+    edit: RowEdit | None = None
 
 
-# Edit targets carried by rows (first element = kind):
-#   ("model", field)                 ir_version, producer_name, producer_version, domain,
-#                                    model_version, doc_string
-#   ("opset", domain)                version of an imported opset
-#   ("metadata", target, key)        target: "model", a graph path or (path, node index)
-#   ("doc", target)                  doc string of a graph or (path, node index)
-#   ("node", path, index, field)     name, domain, op_type
-#   ("attr", path, index, name, attribute type, enum choices or None)
-#   ("input", path, index, k)        rewire node input k
-#   ("rename", path, name)           rename a value (every use follows)
-#   ("type", path, name)             declared type of a graph input/output/value
+# The kinds of `Row.edit` (row_edits.py).
 EDIT_KINDS = ("model", "opset", "metadata", "doc", "node", "attr", "input", "rename", "type")
 
 
@@ -60,22 +62,30 @@ def model_sections(doc: Document) -> list[Section]:
     m: ModelProto = doc.model
     s = Section("Model")
     s.rows += [
-        Row("ir_version", str(m.ir_version), field="ir_version", edit=("model", "ir_version")),
         Row(
-            "producer_name", m.producer_name, field="producer_name", edit=("model", "producer_name")
+            "ir_version",
+            str(m.ir_version),
+            field="ir_version",
+            edit=ModelFieldEdit("model", "ir_version"),
+        ),
+        Row(
+            "producer_name",
+            m.producer_name,
+            field="producer_name",
+            edit=ModelFieldEdit("model", "producer_name"),
         ),
         Row(
             "producer_version",
             m.producer_version,
             field="producer_version",
-            edit=("model", "producer_version"),
+            edit=ModelFieldEdit("model", "producer_version"),
         ),
-        Row("domain", m.domain, field="domain", edit=("model", "domain")),
+        Row("domain", m.domain, field="domain", edit=ModelFieldEdit("model", "domain")),
         Row(
             "model_version",
             str(m.model_version),
             field="model_version",
-            edit=("model", "model_version"),
+            edit=ModelFieldEdit("model", "model_version"),
         ),
         Row("file", doc.path or "(not saved)"),
     ]
@@ -85,16 +95,23 @@ def model_sections(doc: Document) -> list[Section]:
                 f"opset {o.domain or 'ai.onnx'}",
                 str(o.version),
                 field="opset_import",
-                edit=("opset", o.domain),
+                edit=OpsetEdit("opset", o.domain),
             )
         )
-    s.rows.append(Row("doc", m.doc_string, field="doc_string", edit=("model", "doc_string")))
+    s.rows.append(
+        Row("doc", m.doc_string, field="doc_string", edit=ModelFieldEdit("model", "doc_string"))
+    )
     sections = [s]
     sections.append(
         Section(
             "Metadata",
             [
-                Row(p.key, p.value, field=f"metadata:{p.key}", edit=("metadata", "model", p.key))
+                Row(
+                    p.key,
+                    p.value,
+                    field=f"metadata:{p.key}",
+                    edit=MetadataEdit("metadata", "model", p.key),
+                )
                 for p in m.metadata_props
             ],
         )
@@ -135,10 +152,14 @@ def graph_sections(doc: Document, path: str) -> list[Section]:
     if scope.graph is not None:
         g = scope.graph
         s.rows.append(Row("initializers", str(len(g.initializer) + len(g.sparse_initializer))))
-        s.rows.append(Row("doc", g.doc_string, field="doc_string", edit=("doc", path)))
+        s.rows.append(Row("doc", g.doc_string, field="doc_string", edit=DocEdit("doc", path)))
         for prop in getattr(g, "metadata_props", ()):
             s.rows.append(
-                Row(f"metadata {prop.key}", prop.value, edit=("metadata", path, prop.key))
+                Row(
+                    f"metadata {prop.key}",
+                    prop.value,
+                    edit=MetadataEdit("metadata", path, prop.key),
+                )
             )
         for kind, entries in (("input", g.input), ("output", g.output)):
             for vi in entries:
@@ -148,7 +169,7 @@ def graph_sections(doc: Document, path: str) -> list[Section]:
                         type_to_text(vi.type) if vi.HasField("type") else "",
                         field=f"{kind}:{vi.name}",
                         target=("value", vi.name),
-                        edit=("type", path, vi.name),
+                        edit=TypeEdit("type", path, vi.name),
                     )
                 )
     else:
@@ -202,13 +223,15 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
         [
             Row("op_type", node.op_type, field="op_type"),
             Row("domain", node.domain or "ai.onnx", field="domain"),
-            Row("name", node.name, field="name", edit=("node", path, index, "name")),
+            Row("name", node.name, field="name", edit=NodeFieldEdit("node", path, index, "name")),
             Row("graph", path),
         ],
     )
     if schema is not None:
         s.rows.append(Row("since_version", str(schema.since_version)))
-    s.rows.append(Row("doc", node.doc_string, field="doc_string", edit=("doc", (path, index))))
+    s.rows.append(
+        Row("doc", node.doc_string, field="doc_string", edit=DocEdit("doc", (path, index)))
+    )
     if getattr(node, "overload", ""):
         s.rows.append(Row("overload", node.overload))
     for prop in getattr(node, "metadata_props", ()):
@@ -217,7 +240,7 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 f"metadata {prop.key}",
                 prop.value,
                 field=f"metadata:{prop.key}",
-                edit=("metadata", (path, index), prop.key),
+                edit=MetadataEdit("metadata", (path, index), prop.key),
             )
         )
     for dc in getattr(node, "device_configurations", ()):
@@ -229,10 +252,10 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
     given = {a.name for a in node.attribute}
     specs = attribute_specs(schema, node.op_type)
 
-    def attr_edit(name: str, kind: int) -> tuple[Any, ...]:
+    def attr_edit(name: str, kind: int) -> AttrEdit:
         spec = specs.get(name)
         kind = spec.type if spec is not None and spec.type else kind
-        return ("attr", path, index, name, kind, spec.choices if spec else None)
+        return AttrEdit("attr", path, index, name, kind, spec.choices if spec else None)
 
     for a in node.attribute:
         attrs.rows.append(
@@ -280,7 +303,7 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 note=_type_note(types, scope, name),
                 field=f"input:{k}",
                 target=("value", name) if name else None,
-                edit=("input", path, index, k),
+                edit=InputEdit("input", path, index, k),
             )
         )
     outs = Section("Outputs")
@@ -294,7 +317,7 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
                 note=_type_note(types, scope, name),
                 field=f"output:{k}",
                 target=("value", name) if name else None,
-                edit=("rename", path, name) if name else None,
+                edit=RenameEdit("rename", path, name) if name else None,
             )
         )
     sections = [s, attrs, ins, outs]
@@ -318,7 +341,7 @@ def value_sections(doc: Document, path: str, name: str, types: Any = None) -> li
     s = Section(
         "Value",
         [
-            Row("name", name, field="name", edit=("rename", owner.path, name)),
+            Row("name", name, field="name", edit=RenameEdit("rename", owner.path, name)),
             Row("graph", owner.path),
         ],
     )
@@ -330,7 +353,7 @@ def value_sections(doc: Document, path: str, name: str, types: Any = None) -> li
                 vt.text if vt else "unknown",
                 note="inferred" if vt and vt.inferred else "",
                 field="type",
-                edit=("type", owner.path, name) if owner.graph is not None else None,
+                edit=TypeEdit("type", owner.path, name) if owner.graph is not None else None,
             )
         )
     if owner.graph is not None:

@@ -132,6 +132,9 @@ class Executor:
     def rng(self) -> np.random.Generator:
         """The run's random generator, made on first use: making one costs tens of
         microseconds, more than a small model's run pays for everything else."""
+        return self._make_rng()
+
+    def _make_rng(self) -> np.random.Generator:
         if self._rng is None:
             self._rng = np.random.default_rng(self.seed)
         return self._rng
@@ -382,7 +385,7 @@ class Executor:
                     pn.node,
                     list(ins),
                     {pn.domain: pn.opset},
-                    rng=self.rng,
+                    rng=self._make_rng,  # made only if the kernel draws
                     spec=spec,
                     attributes=pn.attrs,
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -56,11 +57,13 @@ def call_node(
     inputs: list[Any],
     opsets: dict[str, int],
     *,
-    rng: np.random.Generator | None = None,
+    rng: np.random.Generator | Callable[[], np.random.Generator] | None = None,
     spec: KernelSpec | None = None,
     attributes: dict[str, Any] | None = None,
 ) -> list[Any]:
-    """Run ``node`` on ``inputs`` (None for absent optional inputs); one value per output."""
+    """Run ``node`` on ``inputs`` (None for absent optional inputs); one value per output.
+    ``rng``: the random generator, or a function making it when a kernel first draws
+    (default: ``numpy.random.default_rng(0)``)."""
     spec = spec or find_kernel(node, opsets)
     domain = normalize_domain(node.domain)
     opset = opsets.get(domain, 1)
@@ -71,7 +74,7 @@ def call_node(
             n_outputs=n_out,
             opset=opset,
             node_name=node.name,
-            rng=rng if rng is not None else np.random.default_rng(0),
+            rng_source=rng,
             output_names=tuple(node.output),
         )
         result = spec.fn(ctx, *inputs, **kwargs)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,9 +40,20 @@ class KernelContext:
     n_outputs: int = 1
     opset: int = 0
     node_name: str = ""
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    # The run's random generator, or a function that makes it: made only when a kernel
+    # draws (making one costs tens of microseconds, and most context kernels never do).
+    rng_source: np.random.Generator | Callable[[], np.random.Generator] | None = None
     # Names of outputs the node really asks for ("" = not requested), same length as n_outputs.
     output_names: tuple[str, ...] = ()
+
+    @property
+    def rng(self) -> np.random.Generator:
+        source = self.rng_source
+        if isinstance(source, np.random.Generator):
+            return source
+        rng = source() if source is not None else np.random.default_rng(0)
+        self.rng_source = rng
+        return rng
 
     def wants_output(self, index: int) -> bool:
         return index < len(self.output_names) and self.output_names[index] != ""

@@ -118,6 +118,12 @@ def node_matches(spec: str, ref: NodeRef, node_name: str | None = None) -> bool:
 
 
 class Session:
+    """The bundled interpreter over one model (or Document): ``run`` for outputs, or
+    ``start`` then ``resume``/``step``/``step_over``/``step_out``/``run_to`` to debug it
+    node by node with breakpoints, the value of every name kept (up to a memory cap)
+    and the frame stack of subgraphs and function calls (see the module's docstring).
+    """
+
     def __init__(
         self,
         model_or_document: Any,

@@ -33,14 +33,22 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, np.ndarray)
 
 
+# dtype -> its name in describe(): numpy's str(dtype) runs Python code (~10 us), and the
+# run panel describes every value of a stepped run.
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
+
+
 def describe(value: Any) -> str:
     """Short type-and-shape text: ``float32[1,3,224,224]``, ``seq(float32[2]) x3``,
     ``map(int64 -> float32) x4``, ``optional(empty)``."""
     if value is None:
         return "optional(empty)"
     if isinstance(value, np.ndarray):
-        dtype = "string" if value.dtype == object else str(value.dtype)
-        return f"{dtype}[{','.join(str(d) for d in value.shape)}]"
+        dt = value.dtype
+        dtype = _DTYPE_NAMES.get(dt)
+        if dtype is None:
+            dtype = _DTYPE_NAMES[dt] = "string" if dt.kind == "O" else str(dt)
+        return f"{dtype}[{','.join(map(str, value.shape))}]"
     if isinstance(value, np.generic):
         return describe(np.asarray(value))
     if isinstance(value, list):

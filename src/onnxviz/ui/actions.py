@@ -26,48 +26,71 @@ Ctrl+Shift+A  add a node from the operator palette           right-click  edit m
 
 
 class Actions:
-    def __init__(self, w: MainWindow) -> None:
-        self.w = w
+    def __init__(self, window: MainWindow) -> None:
+        self.window = window
         mk = self._make
-        self.open = mk("&Open…", w.open_dialog, QKeySequence.StandardKey.Open)
-        self.save = mk("&Save", w.save, QKeySequence.StandardKey.Save)
-        self.save_as = mk("Save &As…", w.save_as, QKeySequence.StandardKey.SaveAs)
-        self.export = mk("&Export Image…", w.export_dialog, "Ctrl+E")
-        self.close = mk("&Close", w.close_model, QKeySequence.StandardKey.Close)
-        self.quit = mk("&Quit", w.close, QKeySequence.StandardKey.Quit)
-        self.undo = mk("&Undo", w.undo, QKeySequence.StandardKey.Undo)
-        self.redo = mk("&Redo", w.redo, QKeySequence.StandardKey.Redo)
-        self.find = mk("&Find…", w.find_dock.focus_query, QKeySequence.StandardKey.Find)
-        self.zoom_in = mk("Zoom &In", w.view.zoom_in, QKeySequence.StandardKey.ZoomIn)
-        self.zoom_out = mk("Zoom &Out", w.view.zoom_out, QKeySequence.StandardKey.ZoomOut)
-        self.fit = mk("&Fit to Window", w.view.fit, "Ctrl+0")
-        self.actual = mk("&Actual Size", w.view.actual_size, "Ctrl+1")
-        self.shapes = mk("Show &Shapes on Edges", w.toggle_shapes, checkable=True)
-        self.inits = mk("Show &Initializers", w.toggle_initializers, checkable=True)
-        self.names = mk("Show Node &Names", w.toggle_names, checkable=True)
-        self.expand_all = mk("E&xpand All Groups", w.expand_all)
-        self.expand_bodies = mk("Expand All &Bodies", w.expand_all_bodies, "Ctrl+Shift+B")
-        self.collapse_all = mk("&Collapse All Groups", w.collapse_all)
-        self.back = mk("&Back", w.back, "Alt+Left")
-        self.direction = QActionGroup(w)
-        self.top_bottom = mk("&Top to Bottom", lambda: w.set_direction("TB"), checkable=True)
-        self.left_right = mk("&Left to Right", lambda: w.set_direction("LR"), checkable=True)
+        self.open = mk("&Open…", window.files.open_dialog, QKeySequence.StandardKey.Open)
+        self.save = mk("&Save", window.files.save, QKeySequence.StandardKey.Save)
+        self.save_as = mk("Save &As…", window.files.save_as, QKeySequence.StandardKey.SaveAs)
+        self.export = mk("&Export Image…", window.files.export_dialog, "Ctrl+E")
+        self.close = mk("&Close", window.files.close_model, QKeySequence.StandardKey.Close)
+        self.quit = mk("&Quit", window.close, QKeySequence.StandardKey.Quit)
+        self.undo = mk("&Undo", window.edits.undo, QKeySequence.StandardKey.Undo)
+        self.redo = mk("&Redo", window.edits.redo, QKeySequence.StandardKey.Redo)
+        self.find = mk("&Find…", window.find_dock.focus_query, QKeySequence.StandardKey.Find)
+        self.zoom_in = mk("Zoom &In", window.view.zoom_in, QKeySequence.StandardKey.ZoomIn)
+        self.zoom_out = mk("Zoom &Out", window.view.zoom_out, QKeySequence.StandardKey.ZoomOut)
+        self.fit = mk("&Fit to Window", window.view.fit, "Ctrl+0")
+        self.actual = mk("&Actual Size", window.view.actual_size, "Ctrl+1")
+        options = window.navigation.set_options
+        # the View > Show toggles change the presenter's options (and relayout)
+        self.shapes: QAction
+        self.inits: QAction
+        self.names: QAction
+        self.shapes = mk(
+            "Show &Shapes on Edges",
+            lambda: options(show_shapes=self.shapes.isChecked()),
+            checkable=True,
+        )
+        self.inits = mk(
+            "Show &Initializers",
+            lambda: options(show_initializers=self.inits.isChecked()),
+            checkable=True,
+        )
+        self.names = mk(
+            "Show Node &Names", lambda: options(show_names=self.names.isChecked()), checkable=True
+        )
+        self.expand_all = mk("E&xpand All Groups", window.navigation.expand_all)
+        self.expand_bodies = mk(
+            "Expand All &Bodies", window.navigation.expand_all_bodies, "Ctrl+Shift+B"
+        )
+        self.collapse_all = mk("&Collapse All Groups", window.navigation.collapse_all)
+        self.back = mk("&Back", window.navigation.back, "Alt+Left")
+        self.direction = QActionGroup(window)
+        self.top_bottom = mk(
+            "&Top to Bottom", lambda: window.navigation.set_direction("TB"), checkable=True
+        )
+        self.left_right = mk(
+            "&Left to Right", lambda: window.navigation.set_direction("LR"), checkable=True
+        )
         for a in (self.top_bottom, self.left_right):
             self.direction.addAction(a)
-        self.theme = QActionGroup(w)
-        self.theme_system = mk("Follow &System", lambda: w.set_theme_mode("system"), checkable=True)
-        self.theme_light = mk("&Light", lambda: w.set_theme_mode("light"), checkable=True)
-        self.theme_dark = mk("&Dark", lambda: w.set_theme_mode("dark"), checkable=True)
+        self.theme = QActionGroup(window)
+        self.theme_system = mk(
+            "Follow &System", lambda: window.theme.set_mode("system"), checkable=True
+        )
+        self.theme_light = mk("&Light", lambda: window.theme.set_mode("light"), checkable=True)
+        self.theme_dark = mk("&Dark", lambda: window.theme.set_mode("dark"), checkable=True)
         for a in (self.theme_system, self.theme_light, self.theme_dark):
             self.theme.addAction(a)
-        self.run_panel = mk("Show &Run Panel", w.show_run_dock)
-        self.about = mk("&About onnxviz", w.about)
-        self.keys = mk("&Keyboard Shortcuts", w.shortcuts_help, "F1")
-        self.log_folder = mk("Open &Log Folder", w.open_log_folder)
-        self.recent_menu = QMenu("Open &Recent", w)
+        self.run_panel = mk("Show &Run Panel", window.show_run_dock)
+        self.about = mk("&About onnxviz", window.help.about)
+        self.keys = mk("&Keyboard Shortcuts", window.help.shortcuts, "F1")
+        self.log_folder = mk("Open &Log Folder", window.help.open_log_folder)
+        self.recent_menu = QMenu("Open &Recent", window)
 
     def _make(self, text, slot, shortcut=None, checkable: bool = False) -> QAction:  # type: ignore[no-untyped-def]
-        action = QAction(text, self.w)
+        action = QAction(text, self.window)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
         action.setCheckable(checkable)
@@ -78,8 +101,8 @@ class Actions:
         return action
 
     def build_menus(self) -> None:
-        w = self.w
-        bar = w.menuBar()
+        window = self.window
+        bar = window.menuBar()
         file = bar.addMenu("&File")
         file.addAction(self.open)
         file.addMenu(self.recent_menu)
@@ -97,7 +120,7 @@ class Actions:
         from onnxviz.ui.edit.menus import build_edit_actions
 
         self.edit_menu = edit
-        self.edit_actions = build_edit_actions(w, edit)
+        self.edit_actions = build_edit_actions(window, edit)
         view = bar.addMenu("&View")
         for a in (self.zoom_in, self.zoom_out, self.fit, self.actual):
             view.addAction(a)
@@ -117,7 +140,7 @@ class Actions:
         for a in (self.theme_system, self.theme_light, self.theme_dark):
             theme.addAction(a)
         docks = view.addMenu("&Panels")
-        for dock in w.docks():
+        for dock in window.docks():
             docks.addAction(dock.toggleViewAction())
         self.run_menu = bar.addMenu("&Run")
         self.run_menu.addAction(self.run_panel)
@@ -125,7 +148,7 @@ class Actions:
         help_.addAction(self.keys)
         help_.addAction(self.log_folder)
         help_.addAction(self.about)
-        tools = w.addToolBar("Main")
+        tools = window.addToolBar("Main")
         tools.setObjectName("toolbar.main")
         for a in (self.open, self.save, self.export):
             tools.addAction(a)
@@ -138,7 +161,7 @@ class Actions:
         from onnxviz.ui.icons import decorate_toolbars
 
         # icons with the text and shortcut in tooltips, on this toolbar and later ones
-        self.toolbar_icons = decorate_toolbars(w)
+        self.toolbar_icons = decorate_toolbars(window)
 
     def sync(self, doc: Any, options: Any, theme_mode: str, can_go_back: bool) -> None:
         """Checked and enabled states follow the document, the view options and theme."""

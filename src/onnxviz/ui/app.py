@@ -48,9 +48,9 @@ def run_app(model: str | None, screenshot: str | None = None) -> int:
         window.resize(1400, 900)
     window.show()
     if screenshot is not None:
-        window.open_path(path, background=True, example=model is None)
+        window.files.open_path(path, background=True, example=model is None)
         window.wait_idle()
-        if window.doc is None:
+        if window.session.doc is None:
             print(
                 f"onnxviz: {getattr(window, 'last_error', '') or 'the model did not open'}",
                 file=sys.stderr,
@@ -63,5 +63,5 @@ def run_app(model: str | None, screenshot: str | None = None) -> int:
             return 2
         window.close()
         return 0
-    QTimer.singleShot(0, lambda: window.open_path(path, example=model is None))
+    QTimer.singleShot(0, lambda: window.files.open_path(path, example=model is None))
     return int(app.exec())

@@ -19,7 +19,7 @@ from onnxviz.model.document import Document
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter
 from onnxviz.present.scene import Scene
-from onnxviz.ui.run.controller import RunController
+from onnxviz.ui.run.run_controller import RunController
 
 if TYPE_CHECKING:
     from onnxviz.check.validator import Validator

@@ -6,32 +6,19 @@ the session; its public commands are its controllers' (menus, actions, tests).""
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, QUrl
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import (
-    QApplication,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QVBoxLayout, QWidget
 
 from onnxviz.model.document import Document
-from onnxviz.present.options import ViewOptions
 from onnxviz.ui import settings
-from onnxviz.ui.actions import SHORTCUTS_HELP, Actions
+from onnxviz.ui.actions import Actions
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.controllers import (
     BackgroundWork,
-    Crumb,
     DiagnosticsController,
     FileController,
     FindController,
@@ -41,30 +28,28 @@ from onnxviz.ui.controllers import (
     PropertiesController,
     SurgeryController,
 )
+from onnxviz.ui.crumb_bar import CrumbBar
 from onnxviz.ui.doc_session import DocumentSession
-from onnxviz.ui.docks.outline import OutlineDock
-from onnxviz.ui.docks.properties import PropertiesDock
+from onnxviz.ui.docks.bottom_share import keep_bottom_share
+from onnxviz.ui.docks.find_dock import FindDock
+from onnxviz.ui.docks.outline_dock import OutlineDock
+from onnxviz.ui.docks.properties_dock import PropertiesDock
 from onnxviz.ui.docks.run_dock import RunDock
 from onnxviz.ui.edit.controller import EditController
 from onnxviz.ui.edit.diagnostics_dock import DiagnosticsDock
-from onnxviz.ui.edit.menus import add_compare_actions, canvas_menu, properties_menu
-from onnxviz.ui.find import FindDock
+from onnxviz.ui.edit.editors import row_editor_factory
+from onnxviz.ui.edit.menus import add_compare_actions, canvas_context_menu, properties_menu
+from onnxviz.ui.help_commands import HelpCommands
 from onnxviz.ui.inspector import InspectorDock
-from onnxviz.ui.log_file import log_dir
 from onnxviz.ui.prompter import Prompter
 from onnxviz.ui.run import RunPanel
 from onnxviz.ui.start_page import StartPage
 from onnxviz.ui.status_line import StatusLine
-from onnxviz.ui.theme import dark_palette, resolve_theme
+from onnxviz.ui.theme_switch import ThemeSwitch
 
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
-
-
-def _forward(owner: str, name: str) -> Any:
-    """A window command that is a controller's: ``window.name`` is ``owner.name``."""
-    return property(lambda self: getattr(getattr(self, owner), name))
 
 
 class MainWindow(QMainWindow):
@@ -74,23 +59,18 @@ class MainWindow(QMainWindow):
         self.resize(1280, 860)
         self.setAcceptDrops(True)
         self.prompter = prompter or Prompter(self)
-        self.last_error = ""
-        self.theme_mode = settings.load_str("theme", "system")
-        options = ViewOptions(
-            show_shapes=settings.load_bool("show_shapes", True),
-            show_initializers=settings.load_bool("show_initializers", True),
-            show_names=settings.load_bool("show_names", False),
-            direction="LR" if settings.load_str("direction", "TB") == "LR" else "TB",
-        )
-        self.session = session = DocumentSession(options, self)
-        self.graph_scene = GraphScene(resolve_theme(self.theme_mode), self)
+        self.last_error = ""  # the last failure, for --screenshot's message
+        self.theme = ThemeSwitch(self)
+        self.session = session = DocumentSession(settings.view_options(), self)
+        self.graph_scene = GraphScene(self.theme.theme(), self)
+        self.theme.scene = self.graph_scene
         self.view = GraphView(self.graph_scene)
         self._build_central()
         self._build_docks()
         self.work = BackgroundWork(self)
         self.edits = EditController(session)  # first: the editors of every pane need it
         self.navigation = NavigationController(
-            session, self.graph_scene, self.view, self.work, self.crumb_bar, self.crumb_label
+            session, self.graph_scene, self.view, self.work, self.crumb_bar, self.crumb_bar.label
         )
         self.properties = PropertiesController(
             session, self.properties_dock, self.graph_scene, self.view, self.navigation
@@ -120,10 +100,13 @@ class MainWindow(QMainWindow):
 
         self.wire_drag = WireDrag(self)
         self.view.viewport().installEventFilter(self.wire_drag)
-        self.properties_dock.editor_factory = self.make_row_editor
+        self.properties_dock.editor_factory = row_editor_factory(
+            self.edits, session, self.navigation.open_graph, self.prompter
+        )
         self.properties_dock.row_menu = lambda row, menu: properties_menu(
             self, row, self.properties_dock.subject, menu
         )
+        self.help = HelpCommands(self.prompter, self.statusBar())
         self.actions_ = Actions(self)
         self.actions_.build_menus()
         self._build_run_menu()
@@ -131,13 +114,11 @@ class MainWindow(QMainWindow):
         self.compare_window: QWidget | None = None
         self.compare_actions = add_compare_actions(self)  # File > Compare (issue #20)
         self.status_line = StatusLine(self.statusBar())
-        self.summary_label = self.status_line.summary_label
-        self.progress = self.status_line.progress
         self._connect()
         self.sync_actions()
         self.refresh_recent()
-        self._restore_window()
-        self.apply_theme()
+        settings.restore_window(self)
+        self.theme.apply()
         QTimer.singleShot(0, self.files.offer_recovery)
 
     # -- construction ------------------------------------------------------------------
@@ -146,15 +127,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        self.crumb_bar = QWidget()
-        bar = QHBoxLayout(self.crumb_bar)
-        bar.setContentsMargins(6, 2, 6, 2)
-        self.back_button = QToolButton()
-        self.back_button.setText("◀ Back")
-        self.crumb_label = QLabel()
-        bar.addWidget(self.back_button)
-        bar.addWidget(self.crumb_label, 1)
-        self.crumb_bar.hide()
+        self.crumb_bar = CrumbBar()
         layout.addWidget(self.crumb_bar)
         layout.addWidget(self.view, 1)
         self.setCentralWidget(central)
@@ -168,7 +141,7 @@ class MainWindow(QMainWindow):
         self.find_dock = FindDock(self)
         self.diagnostics_dock = DiagnosticsDock(self)
         self.run_dock = RunDock(self)
-        self.inspector_dock = InspectorDock(self)
+        self.inspector_dock = InspectorDock(self, self.prompter)
         self.addDockWidget(RIGHT, self.properties_dock)
         self.addDockWidget(LEFT, self.outline_dock)
         self.addDockWidget(LEFT, self.find_dock)
@@ -185,15 +158,12 @@ class MainWindow(QMainWindow):
         self.inspector_dock.before_first_show = lambda: self.tabifyDockWidget(
             self.properties_dock, self.inspector_dock
         )
+        keep_bottom_share(self, self.diagnostics_dock, self.run_dock)
 
-    def docks(self) -> list[Any]:
-        return [
-            self.properties_dock,
-            self.outline_dock,
-            self.find_dock,
-            self.diagnostics_dock,
-            self.run_dock,
-        ]
+    def docks(self) -> list[QDockWidget]:
+        """The docks View > Panels lists."""
+        docks = (self.properties_dock, self.outline_dock, self.find_dock, self.diagnostics_dock)
+        return [*docks, self.run_dock]
 
     def _build_run_menu(self) -> None:
         panel = self.run_panel
@@ -223,36 +193,19 @@ class MainWindow(QMainWindow):
         self.work.progress.connect(self.status_line.progress_label.setText)
         self.work.cancelled.connect(lambda: self.statusBar().showMessage("cancelled", 4000))
         self.work.ran_inline.connect(self.graph_scene.finish_filling)  # canvas included
-        self.back_button.clicked.connect(self.navigation.back)
+        self.crumb_bar.back_button.clicked.connect(self.navigation.back)
         self.view.zoomChanged.connect(self.status_line.set_zoom)
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.view.customContextMenuRequested.connect(self._context_menu)
+        self.view.customContextMenuRequested.connect(lambda pos: canvas_context_menu(self, pos))
         self.start_page.openRequested.connect(
-            lambda p: self.open_path(p) if p else self.files.open_dialog()
+            lambda p: self.files.open_path(p) if p else self.files.open_dialog()
         )
-        hints = QApplication.styleHints()
-        if hasattr(hints, "colorSchemeChanged"):
-            hints.colorSchemeChanged.connect(lambda _s: self.apply_theme())
-
-    def _restore_window(self) -> None:
-        geometry = settings.load_bytes("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        state = settings.load_bytes("window_state")
-        if state is not None:
-            self.restoreState(state)
 
     # -- following the session -------------------------------------------------------------
-    doc = property(lambda self: self.session.doc)
-    presenter = property(lambda self: self.session.presenter)
-    display = property(lambda self: self.session.display)
-    options = property(lambda self: self.session.options)
-    is_example = property(lambda self: self.session.is_example)
-    crumbs = property(lambda self: self.navigation.crumbs)
-    task = property(lambda self: self.work.task)
-
     def _document_replaced(self, doc: Document | None) -> None:
         self.statusBar().clearMessage()  # refusals and messages about the old model
+        if doc is not None:
+            self.last_error = ""  # the failure of an earlier open is over
         self.status_line.show_summary(None, None)
         self.start_page.set_recent(settings.recent_files())
         self.start_page.setVisible(doc is not None and self.session.is_example)
@@ -261,7 +214,7 @@ class MainWindow(QMainWindow):
     def sync_actions(self) -> None:
         """Title, undo labels and enabled actions follow the document and the view."""
         self.actions_.sync(
-            self.session.doc, self.session.options, self.theme_mode, bool(self.navigation.crumbs)
+            self.session.doc, self.session.options, self.theme.mode, bool(self.navigation.crumbs)
         )
         self.update_title()
 
@@ -276,128 +229,16 @@ class MainWindow(QMainWindow):
         self.prompter.warn(message)
 
     def refresh_recent(self) -> None:
-        self.actions_.fill_recent(settings.recent_files(), self.open_path, self._clear_recent)
+        self.actions_.fill_recent(settings.recent_files(), self.files.open_path, self._clear_recent)
 
     def _clear_recent(self) -> None:
         settings.clear_recent()
         self.refresh_recent()
 
-    def _context_menu(self, pos: Any) -> None:
-        if self.session.doc is None:
-            return
-        item = self.view.itemAt(pos)
-        menu = QMenu(self)
-        self.navigation.fill_context_menu(item, menu)
-        canvas_menu(self, item, menu)
-        menu.addSeparator()
-        menu.addAction(self.actions_.fit)
-        if self.navigation.crumbs:
-            menu.addAction(self.actions_.back)
-        menu.popup(self.view.viewport().mapToGlobal(pos))
-
-    def make_row_editor(self, row: Any) -> Any:
-        from onnxviz.ui.edit.editors import make_editor
-
-        presenter = self.session.presenter
-        types = presenter.types if presenter else None
-        return make_editor(self.edits, row, types, self.navigation.open_graph)
-
     # -- commands ---------------------------------------------------------------------------
-    def open_path(self, path: str, *, background: bool = True, example: bool = False) -> None:
-        self.last_error = ""
-        self.files.open_path(path, background=background, example=example)
-
-    def undo(self) -> None:
-        self.edits.undo()
-        self.sync_actions()
-
-    def redo(self) -> None:
-        self.edits.redo()
-        self.sync_actions()
-
-    def toggle_shapes(self) -> None:
-        self.navigation.set_options(show_shapes=self.actions_.shapes.isChecked())
-
-    def toggle_initializers(self) -> None:
-        self.navigation.set_options(show_initializers=self.actions_.inits.isChecked())
-
-    def toggle_names(self) -> None:
-        self.navigation.set_options(show_names=self.actions_.names.isChecked())
-
-    def set_theme_mode(self, mode: str) -> None:
-        self.theme_mode = mode
-        settings.save_value("theme", mode)
-        self.apply_theme()
-
-    def apply_theme(self) -> None:
-        theme = resolve_theme(self.theme_mode)
-        app = QApplication.instance()
-        if isinstance(app, QApplication):
-            app.setPalette(
-                dark_palette() if theme.name == "dark" else app.style().standardPalette()
-            )
-        self.graph_scene.set_theme(theme)
-
-    def about(self) -> None:
-        from onnxviz import __version__
-
-        self.prompter.inform(
-            "About onnxviz",
-            f"onnxviz {__version__}\nExplore, edit, validate and debug ONNX models.",
-        )
-
-    def shortcuts_help(self) -> None:
-        self.prompter.inform("Keyboard shortcuts", SHORTCUTS_HELP, monospace=True)
-
     def show_run_dock(self) -> None:
         self.run_dock.show()
         self.run_dock.raise_()
-
-    def open_log_folder(self) -> None:
-        """Help > Open Log Folder: the folder of the log file, and its path in the status bar."""
-        folder = log_dir()
-        os.makedirs(folder, exist_ok=True)
-        self.statusBar().showMessage(f"log folder: {folder}", 15000)
-        QDesktopServices.openUrl(QUrl.fromLocalFile(folder))
-
-    open_dialog = _forward("files", "open_dialog")
-    save = _forward("files", "save")
-    save_as = _forward("files", "save_as")
-    save_to = _forward("files", "save_to")
-    maybe_save = _forward("files", "maybe_save")
-    close_model = _forward("files", "close_model")
-    export_dialog = _forward("files", "export_dialog")
-    restore_recovery = _forward("files", "restore_recovery")
-    cancel_task = _forward("work", "cancel")
-    relayout = _forward("navigation", "relayout")
-    toggle = _forward("navigation", "toggle")
-    expand_all = _forward("navigation", "expand_all")
-    expand_all_bodies = _forward("navigation", "expand_all_bodies")
-    collapse_all = _forward("navigation", "collapse_all")
-    set_direction = _forward("navigation", "set_direction")
-    open_graph = _forward("navigation", "open_graph")
-    back = _forward("navigation", "back")
-    select_item = _forward("navigation", "select_item")
-    jump_to = _forward("navigation", "jump_to")
-    reveal = _forward("navigation", "reveal")
-    visible_rect = _forward("navigation", "visible_rect")
-    show_node_properties = _forward("properties", "show_node_properties")
-    show_value = _forward("properties", "show_value")
-    show_model_properties = _forward("properties", "show_model_properties")
-    show_graph_properties = _forward("properties", "show_graph_properties")
-    locate_diagnostic = _forward("diagnostics", "locate")
-    selected_node_ref = _forward("surgery", "selected_node_ref")
-    delete_node = _forward("surgery", "delete_node")
-    insert_on_edge = _forward("surgery", "insert_on_edge")
-    make_output = _forward("surgery", "make_output")
-    add_node_dialog = _forward("surgery", "add_node_dialog")
-    add_node = _forward("surgery", "add_node")
-    clean_up = _forward("surgery", "clean_up")
-    extract_dialog = _forward("surgery", "extract_dialog")
-    extract_to = _forward("surgery", "extract_to")
-    export_initializer = _forward("surgery", "export_initializer")
-    replace_initializer = _forward("surgery", "replace_initializer")
-    input_to_initializer = _forward("surgery", "input_to_initializer")
 
     # -- window events ------------------------------------------------------------------------
     def wait_idle(self, ms: int = 60_000) -> None:
@@ -415,7 +256,7 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event: QDropEvent) -> None:
         urls = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if urls:
-            self.open_path(urls[0])
+            self.files.open_path(urls[0])
             event.acceptProposedAction()
 
     def closeEvent(self, event: QCloseEvent) -> None:
@@ -429,9 +270,8 @@ class MainWindow(QMainWindow):
             self.closed = True
             self.properties.disconnect_scene()
         self.work.stop()
-        settings.save_value("geometry", self.saveGeometry())
-        settings.save_value("window_state", self.saveState())
+        settings.save_window(self)
         super().closeEvent(event)
 
 
-__all__ = ["Crumb", "MainWindow"]
+__all__ = ["MainWindow"]

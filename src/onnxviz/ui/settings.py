@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtWidgets import QMainWindow
+
+from onnxviz.present.options import ViewOptions
 
 MAX_RECENT = 10
 
@@ -55,3 +58,28 @@ def load_bool(key: str, default: bool) -> bool:
     if isinstance(value, str):
         return value.lower() in ("1", "true", "yes")
     return bool(value)
+
+
+def view_options() -> ViewOptions:
+    """The view options the user left set (View > Show ..., the direction)."""
+    return ViewOptions(
+        show_shapes=load_bool("show_shapes", True),
+        show_initializers=load_bool("show_initializers", True),
+        show_names=load_bool("show_names", False),
+        direction="LR" if load_str("direction", "TB") == "LR" else "TB",
+    )
+
+
+def restore_window(window: QMainWindow) -> None:
+    """The window's size, place and dock layout as the user left them."""
+    geometry = load_bytes("geometry")
+    if geometry is not None:
+        window.restoreGeometry(geometry)
+    state = load_bytes("window_state")
+    if state is not None:
+        window.restoreState(state)
+
+
+def save_window(window: QMainWindow) -> None:
+    save_value("geometry", window.saveGeometry())
+    save_value("window_state", window.saveState())

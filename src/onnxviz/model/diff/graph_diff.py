@@ -6,10 +6,13 @@ a Loop body shows on the Loop."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import and_, attrgetter, is_not, itemgetter
 
 import numpy as np
 from onnx import AttributeProto, TensorProto, ValueInfoProto, helper
 
+from onnxviz.model.diff.bulk import Flat
 from onnxviz.model.diff.groups import find_groups
 from onnxviz.model.diff.index import GraphIndex, LiteNode, index_graph, subgraph_attrs
 from onnxviz.model.diff.matching import Matcher, _op
@@ -19,6 +22,8 @@ from onnxviz.model.tensors import to_array
 from onnxviz.model.text import as_text
 
 _TEXT_LIMIT = 120
+_INPUT = attrgetter("input")
+_OUTPUT = attrgetter("output")
 
 
 def _attr_text(attr: AttributeProto) -> str:
@@ -81,8 +86,20 @@ class GraphDiffer:
         matcher = Matcher(a, b, self.outer_map, self.anchors)
         matches = matcher.run()
         self._sig_a, self._sig_b = matcher.sig_a, matcher.sig_b
+        self._nested_a = set(matcher.nested_a)
         self._map_values(matches)
-        groups = find_groups(a, b, matches, self.value_map, self._pair_differs)
+        ias, ibs, ins = self._inputs
+        wired = ins.agrees(self.value_map)
+        plain = not a.alias and not b.alias
+        groups = find_groups(
+            a,
+            b,
+            matches,
+            self.value_map,
+            self._pair_differs,
+            # pairs whose every input corresponds: nothing to group behind them
+            set(compress(ias, wired.tolist())) if plain else set(),
+        )
         for ga, _gb in groups:
             for ia in ga:
                 matches.pop(ia, None)
@@ -110,7 +127,9 @@ class GraphDiffer:
             if i not in matched_b and i not in grouped_b and i not in b.qdq_nodes
         ]
         res.value_map = self.value_map
-        for ia, ib in res.matches:
+        if groups:  # their outputs now map: the wiring of the pairs behind them changed
+            wired = ins.agrees(self.value_map)
+        for ia, ib in self._unequal(ias, ibs, wired, matches):
             details = self._compare_nodes(ia, ib)
             if details:
                 res.changed.append(NodeChange(self.ref_a(ia), self.ref_b(ib), details))
@@ -165,6 +184,7 @@ class GraphDiffer:
     def _map_values(self, matches: dict[int, int]) -> None:
         a, b = self.a, self.b
         vmap: dict[str, str] = {}
+        self.value_map = vmap
         for name, other in self.outer_map.items():
             if not a.defined_here(name):
                 vmap[name] = other
@@ -182,26 +202,46 @@ class GraphDiffer:
         nodes_a, nodes_b = a.nodes, b.nodes
         weights_a, weights_b = a.weights, b.weights
         pairs, owner = self._tensor_pairs, self._tensor_owner
-        for ia, ib in matches.items():
-            na, nb = nodes_a[ia], nodes_b[ib]
-            outs_a, outs_b = na.output, nb.output
-            if "" in outs_a or "" in outs_b:
-                vmap.update((oa, ob) for oa, ob in zip(outs_a, outs_b) if oa and ob)
-            else:
-                vmap.update(zip(outs_a, outs_b))
-            if not weights_a or not weights_b:
-                continue
-            for xa, xb in zip(na.input, nb.input):
-                wa = weights_a.get(xa)
-                if wa is None:
-                    continue
-                wb = weights_b.get(xb)
-                if wb is not None:
-                    vmap.setdefault(a.real(xa), b.real(xb))
-                    name_a = wa.name if type(wa.name) is str else as_text(wa.name)
-                    if name_a not in pairs:
-                        pairs[name_a] = as_text(wb.name)
-                        owner[name_a] = ia
+        # In A's node order, so that the first reader of a shared weight is the same
+        # whatever order the pairs were matched in (that follows hash values).
+        ias = sorted(matches)
+        ibs = [matches[i] for i in ias]
+        # Outputs of all the pairs at once (`bulk`); pairs whose output counts differ
+        # map the slots they share, one by one.
+        pa = [nodes_a[i] for i in ias] if len(ias) < 2 else list(itemgetter(*ias)(nodes_a))
+        pb = [nodes_b[i] for i in ibs] if len(ibs) < 2 else list(itemgetter(*ibs)(nodes_b))
+        outs = Flat(list(map(_OUTPUT, pa)), list(map(_OUTPUT, pb)))
+        if "" in outs.a or "" in outs.b:  # an optional output left out
+            vmap.update((oa, ob) for oa, ob in zip(outs.a, outs.b) if oa and ob)
+        else:
+            vmap.update(zip(outs.a, outs.b))
+        for k in np.flatnonzero(~outs.same_len).tolist():
+            na, nb = nodes_a[ias[k]], nodes_b[ibs[k]]
+            vmap.update((oa, ob) for oa, ob in zip(na.output, nb.output) if oa and ob)
+        self._outputs = outs
+        ins = Flat(list(map(_INPUT, pa)), list(map(_INPUT, pb)))
+        del pa, pb
+        self._inputs = (ias, ibs, ins)
+        if not weights_a or not weights_b:
+            return
+        found: list[tuple[str, str, int, TensorProto]] = [
+            (ins.a[k], ins.b[k], ias[int(ins.pair_of[k])], wa) for k, wa in ins.hits(weights_a.get)
+        ]
+        for k in np.flatnonzero(~ins.same_len).tolist():
+            na, nb = nodes_a[ias[k]], nodes_b[ibs[k]]
+            found += [
+                (xa, xb, ias[k], wa)
+                for xa, xb in zip(na.input, nb.input)
+                if (wa := weights_a.get(xa)) is not None
+            ]
+        for xa, xb, ia, wa in found:
+            wb = weights_b.get(xb)
+            if wb is not None:
+                vmap.setdefault(a.real(xa), b.real(xb))
+                name_a = wa.name if type(wa.name) is str else as_text(wa.name)
+                if name_a not in pairs:
+                    pairs[name_a] = as_text(wb.name)
+                    owner[name_a] = ia
         for name in a.initializers:
             if name in b.initializers:
                 self._tensor_pairs.setdefault(name, name)
@@ -232,30 +272,34 @@ class GraphDiffer:
                     return True
         return False
 
-    def _same(self, ia: int, ib: int) -> bool:
-        """The quick answer for the many pairs that are equal: same op and attributes
-        (their hashes), every input the counterpart of the other's, output types
-        equal as protobuf."""
+    def _unequal(
+        self, ias: list[int], ibs: list[int], wired: np.ndarray, matches: dict[int, int]
+    ) -> list[tuple[int, int]]:
+        """The matched pairs (sorted) that may differ: all but those with the same op
+        and attributes (their hashes), every input the counterpart of the other's, as
+        many outputs, and no declared output types to compare."""
         a, b = self.a, self.b
-        na, nb = a.nodes[ia], b.nodes[ib]
-        if self._sig_a[ia] != self._sig_b[ib] or len(na.output) != len(nb.output):
-            return False
-        if a.alias or b.alias:
-            return False
-        vget = self.value_map.get
-        if list(map(vget, na.input, na.input)) != nb.input:
-            return False
-        types_a, types_b = a.types, b.types
-        if types_a or types_b:
-            for oa, ob in zip(na.output, nb.output):
-                ta, tb = types_a.get(oa), types_b.get(ob)
-                if ta is not None and tb is not None and ta.type != tb.type:
-                    return False
-        return True
+        if a.alias or b.alias:  # Q/DQ looked through: every pair the long way
+            return list(self.result.matches)
+        sig_a = np.array(self._sig_a, np.int64)[ias]
+        sig_b = np.array(self._sig_b, np.int64)[ibs]
+        outs = self._outputs
+        same = wired & (sig_a == sig_b) & outs.same_len
+        if a.types and b.types:
+            # Declared output types: the pairs where both sides declare one and the
+            # two differ as protobuf take the long way.
+            ta = list(map(a.types.get, outs.a))
+            tb = list(map(b.types.get, outs.b))
+            both = compress(
+                range(len(ta)),
+                map(and_, map(is_not, ta, repeat(None)), map(is_not, tb, repeat(None))),
+            )
+            differ = [k for k in both if ta[k].type != tb[k].type]  # type: ignore[union-attr]
+            same[outs.pair_of[differ]] = False
+        skip = set(compress(ias, same.tolist()))
+        return [(ia, ib) for ia, ib in self.result.matches if ia not in skip and ia in matches]
 
     def _compare_nodes(self, ia: int, ib: int) -> list[Detail]:
-        if self._same(ia, ib):
-            return []
         a, b = self.a, self.b
         na, nb = a.nodes[ia], b.nodes[ib]
         details: list[Detail] = []
@@ -356,10 +400,11 @@ class GraphDiffer:
         """(index a, index b, attribute label, graph a, graph b) for subgraphs of
         matched nodes, paired by attribute label."""
         out = []
+        nested = self._nested_a
         for ia, ib in self.result.matches:
+            if ia not in nested:
+                continue  # no subgraph in A's node: nothing to pair
             na, nb = self.a.nodes[ia], self.b.nodes[ib]
-            if not na.attribute:
-                continue
             subs_b = dict(subgraph_attrs(nb))
             for label, ga in subgraph_attrs(na):
                 gb = subs_b.get(label)

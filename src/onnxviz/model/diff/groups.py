@@ -52,21 +52,24 @@ def find_groups(
     matches: dict[int, int],
     value_map: dict[str, str],
     pair_differs: Callable[[int, int], bool],
+    wired: Container[int] = (),
 ) -> list[tuple[set[int], set[int]]]:
     """Groups (nodes of a, nodes of b).  Pairs absorbed into a group leave ``matches``;
-    the group's output values are added to ``value_map``."""
+    the group's output values are added to ``value_map``.  ``wired``: nodes of A
+    whose every input maps to their counterpart's (no read of theirs can start a
+    group)."""
     b_to_a = {ib: ia for ia, ib in matches.items()}
     used_a: set[int] = set()
     used_b: set[int] = set()
     groups: list[tuple[set[int], set[int]]] = []
     # Places where both sides read a value: matched consumers' slots and graph outputs.
     reads: list[tuple[str, str]] = []
-    plain = not a.alias and not b.alias
-    vget = value_map.get
-    for ia, ib in matches.items():
-        ins_a, ins_b = a.nodes[ia].input, b.nodes[ib].input
-        if plain and list(map(vget, ins_a)) == ins_b:
+    # In A's node order: the groups found can depend on the order of the reads, and
+    # the order pairs were matched in depends on hash values (PYTHONHASHSEED).
+    for ia, ib in sorted(matches.items()):
+        if ia in wired:
             continue  # every value read corresponds: nothing to group here
+        ins_a, ins_b = a.nodes[ia].input, b.nodes[ib].input
         for xa, xb in zip(ins_a, ins_b):
             if xa and xb:
                 reads.append((a.real(xa), b.real(xb)))

@@ -9,7 +9,7 @@ unique, else ``#index``), so a diff's locations open in the rest of the app.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -264,26 +264,36 @@ def index_function(path: str, fn: object) -> GraphIndex:
 
 
 def _fill(gi: GraphIndex) -> None:
+    made = [
+        (name, (i, k))
+        for i, node in enumerate(gi.nodes)
+        for k, name in enumerate(node.output)
+        if name
+    ]
+    made.reverse()  # so that the first producer of a name is the one kept
     producer = gi.producer
+    producer.update(made)
     consumers = gi.consumers
     # One string object per name: protobuf hands out a new one at every access, so
     # each value's name would be held once per reader.  Sharing them halves the
     # memory of the names, and dict lookups then compare by identity.
-    canon = {name: name for node in gi.nodes for name in node.output}
+    canon = {name: name for name in producer}
     get = canon.get
     for node in gi.nodes:
-        node.input[:] = [get(x, x) for x in node.input]
-    for i, node in enumerate(gi.nodes):
-        for k, name in enumerate(node.input):
-            if name:
-                found = consumers.get(name)
-                if found is None:
-                    consumers[name] = [(i, k)]
-                else:
-                    found.append((i, k))
-        for k, name in enumerate(node.output):
-            if name and name not in producer:
-                producer[name] = (i, k)
+        ins = node.input
+        ins[:] = map(get, ins, ins)
+    # (node, slot) of every input, laid flat by numpy, then grouped by name.
+    lists = [node.input for node in gi.nodes]
+    lens = np.fromiter(map(len, lists), np.int64, len(lists))
+    flat = list(chain.from_iterable(lists))
+    at = np.repeat(np.arange(len(lists)), lens)
+    slot = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    uses = zip(at.tolist(), slot.tolist())
+    grouped: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    for name, use in zip(flat, uses):
+        grouped[name].append(use)
+    grouped.pop("", None)  # inputs left out
+    consumers.update(grouped)
     gi.labels = _labels(gi.nodes)
     _quantization_view(gi)
     weights: dict[str, TensorProto] = {}

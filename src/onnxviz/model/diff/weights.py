@@ -127,8 +127,8 @@ def compare_tensors(
         graph,
         _dtype_name(ta),
         _dtype_name(tb),
-        tuple(int(d) for d in ta.dims),
-        tuple(int(d) for d in tb.dims),
+        tuple(map(int, ta.dims)),
+        tuple(map(int, tb.dims)),
     )
     if out.shape_a != out.shape_b:
         out.note = f"shape {describe_tensor(ta)} -> {describe_tensor(tb)}"

@@ -26,15 +26,19 @@ def _rotate(
     c = cos[pos][:, None]  # [B, 1, S, half]
     s = sin[pos][:, None]
     part = x[..., :rot]
+    # Written into one fresh array: the two concatenations this replaces copied it twice.
+    out = np.empty(x.shape, dtype=x.dtype)
     if interleaved:
         x1, x2 = part[..., 0::2], part[..., 1::2]
-        out = np.empty_like(part)
-        out[..., 0::2] = x1 * c - x2 * s
-        out[..., 1::2] = x2 * c + x1 * s
+        np.subtract(x1 * c, x2 * s, out=out[..., 0:rot:2])
+        np.add(x2 * c, x1 * s, out=out[..., 1:rot:2])
     else:
         x1, x2 = part[..., :half], part[..., half:]
-        out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
-    return np.concatenate([out, x[..., rot:]], axis=-1)
+        np.subtract(x1 * c, x2 * s, out=out[..., :half])
+        np.add(x2 * c, x1 * s, out=out[..., half:rot])
+    if rot < x.shape[-1]:
+        out[..., rot:] = x[..., rot:]
+    return out
 
 
 def _rms(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -144,11 +148,15 @@ def group_query_attention(
         present_k[i, :, start : start + s] = k_new[i]
         present_v[i, :, start : start + s] = v_new[i]
 
+    # Query head n reads KV head n // group: the group's query rows stacked on one KV head
+    # ([B, KV, group*S, H]) multiply the cache in place, no repeated copy of K and V.
     group = num_heads // kv_num_heads
-    keys = np.repeat(present_k[:, :, :total_max], group, axis=1)  # [B, N, T, H]
-    vals = np.repeat(present_v[:, :, :total_max], group, axis=1)
+    keys = present_k[:, :, :total_max]  # [B, KV, T, H]
+    vals = present_v[:, :, :total_max]
     factor = scale if scale else 1.0 / np.sqrt(head)
-    scores = (q @ np.swapaxes(keys, -1, -2)) * q.dtype.type(factor)
+    q_rows = q.reshape(b, kv_num_heads, group * s, head)
+    scores = (q_rows @ np.swapaxes(keys, -1, -2)).reshape(b, num_heads, s, total_max)
+    scores *= q.dtype.type(factor)
     if softcap > 0:
         scores = softcap * np.tanh(scores / softcap)
     if attention_bias is not None:
@@ -175,5 +183,7 @@ def group_query_attention(
     if sink is not None:
         denom = denom + np.exp(sink - peak)
     probs = e / np.where(denom == 0, 1.0, denom)
-    out = (probs @ vals).transpose(0, 2, 1, 3).reshape(b, s, num_heads * head)
+    probs = probs.reshape(b, kv_num_heads, group * s, total_max)
+    out = (probs @ vals).reshape(b, num_heads, s, head)
+    out = out.transpose(0, 2, 1, 3).reshape(b, s, num_heads * head)
     return out.astype(dtype), present_k.astype(dtype), present_v.astype(dtype), None

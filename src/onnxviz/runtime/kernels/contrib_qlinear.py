@@ -197,12 +197,20 @@ def qlinear_leaky_relu(
 def qlinear_global_average_pool(
     x: np.ndarray, x_scale: Any, x_zp: Any, y_scale: Any, y_zp: Any, *, channels_last: int = 0
 ) -> np.ndarray:
-    v = dequantize(x, x_scale, x_zp)
-    if v.ndim < 3:
+    """The mean of the dequantised input, requantised, in exact arithmetic: the sum of
+    (x - zero point) is an exact integer, and one float64 expression scales it
+    (onnxruntime scales in float32, so a mean on a half-way point can land one step
+    away from ours)."""
+    x = np.asarray(x)
+    if x.ndim < 3:
         raise ExecutionError("QLinearGlobalAveragePool: input must be [N, C, spatial...]")
-    axes = tuple(range(1, v.ndim - 1)) if channels_last else tuple(range(2, v.ndim))
-    y = v.mean(axis=axes, keepdims=True)
-    return quantize(y, y_scale, y_zp, np.asarray(x).dtype)
+    axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    total = (x.astype(np.int64) - _zp(x_zp, x).astype(np.int64)).sum(axis=axes, keepdims=True)
+    scale = np.float64(np.float32(x_scale)) / np.float64(np.float32(y_scale))
+    q = np.rint(total * scale / max(count, 1)) + np.asarray(y_zp).astype(np.int64)
+    info = np.iinfo(x.dtype)
+    return np.clip(q, info.min, info.max).astype(x.dtype)
 
 
 @kernel("QLinearConcat", domain=MS, since=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.registry import kernel
 
 MS = "com.microsoft"
@@ -46,6 +47,34 @@ def matmul_nbits(
     if block_size < 16 or block_size & (block_size - 1):
         raise ExecutionError("MatMulNBits: block_size must be a power of two >= 16")
     dtype = np.asarray(a).dtype
+    av = np.asarray(a).astype(np.float32, copy=False)
+    if av.shape[-1] != K:
+        raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
+    # The dequantized weight of an initializer is made once (_weight_cache): dequantizing
+    # on every call cost more than the product itself in a decoder step.
+    w = derived(
+        "MatMulNBits",
+        (b, scales, zero_points, g_idx),
+        (K, N, block_size, bits),
+        lambda: dequantize_nbits(b, scales, zero_points, g_idx, K, N, block_size, bits),
+    )
+    y = av @ w.T
+    if bias is not None:
+        y = y + np.asarray(bias).astype(np.float32)
+    return y.astype(dtype, copy=False)
+
+
+def dequantize_nbits(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+) -> np.ndarray:
+    """The float32 weight [N, K] that MatMulNBits' packed blocks stand for."""
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
     packed = np.asarray(b, dtype=np.uint8).reshape(N, k_blocks, blob)
@@ -62,11 +91,4 @@ def matmul_nbits(
         block_of_k = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
     else:
         block_of_k = np.arange(K) // block_size
-    w = (q.astype(np.float32) - zp[:, block_of_k]) * sc[:, block_of_k]  # [N, K]
-    av = np.asarray(a).astype(np.float32)
-    if av.shape[-1] != K:
-        raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
-    y = av @ w.T
-    if bias is not None:
-        y = y + np.asarray(bias).astype(np.float32)
-    return y.astype(dtype)
+    return (q.astype(np.float32) - zp[:, block_of_k]) * sc[:, block_of_k]

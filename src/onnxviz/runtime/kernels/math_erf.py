@@ -3,7 +3,8 @@
 The piecewise rational approximations are the classic ones of Sun's fdlibm ``s_erf.c``
 (near-correctly rounded in double precision): a polynomial in x^2 below 0.84375, an
 expansion around erf(1) up to 1.25, and exp(-x^2) times a rational function in 1/x^2 for
-the tail, where erf is 1 to double precision beyond 6.
+the tail, where erf is 1 to double precision beyond 6.  float32 (and narrower) inputs
+take a cheaper form, tanh of an odd polynomial, within 3 ulp in float32 (below).
 """
 
 from __future__ import annotations
@@ -122,62 +123,54 @@ def _erf_abs(a: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(a), np.nan, out) if np.isnan(a).any() else out
 
 
-# Single-precision path: one odd rational function of x on [-4, 4] (erf is +-1 to float32
-# precision beyond), relative error below 7e-8, no branches.  These are the widely used
-# coefficients of the Eigen / XLA float32 erf.
-_ALPHA = (
-    -1.60960333262415e-02,
-    -2.95459980854025e-03,
-    -7.34990630326855e-04,
-    -5.69250639462346e-05,
-    -2.10102402082508e-06,
-    2.77068142495902e-08,
-    -2.72614225801306e-10,
+# Single-precision path: erf(x) = tanh(x * P(x^2)) with P of degree 7, fitted here (weighted
+# least squares on atanh(erf(x)) / x over [0, 4.2], weights for erf's relative error).
+# numpy's float32 tanh is one vectorised pass, so this is 17 passes per block where the
+# classic rational function took 26, and it is closer: within 3 ulp of the correctly
+# rounded erf over the whole float32 range (the rational one was 35 ulp off near 1e-3).
+# Beyond 4.2 float32 erf is +-1, and tanh of the clipped argument rounds to exactly that.
+_TANH_ARG = (
+    1.1283791688623899,
+    0.10277030973287303,
+    -0.00019571050846250992,
+    -0.0006150139006908897,
+    8.491305527522867e-05,
+    -4.911259989623384e-06,
+    4.392321955801193e-08,
+    4.653078797267618e-09,
 )
-_BETA = (
-    -1.42647390514189e-02,
-    -7.37332916720468e-03,
-    -1.68282697438203e-03,
-    -2.13374055278905e-04,
-    -1.45660718464996e-05,
-)
+_CLIP = 4.2
 
 
-# Elements per block: the ~25 passes of the rational function then stay in the CPU cache
-# (about twice as fast as whole-array passes on BERT-sized tensors).
-_BLOCK = 16384
+# Elements per block: the passes of the polynomial then stay in the CPU cache (three
+# 256 KB buffers), while each numpy call still has enough work to hide its ~1 us of
+# overhead (measured on 150k and 1M elements: 16k-element blocks 1.3x slower, whole
+# arrays 1.1-1.4x slower).
+_BLOCK = 65536
 
 
-def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray, den: np.ndarray) -> None:
-    """out = erf(xs) for one block; xs already clipped to [-4, 4]."""
+def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """out = erf(xs) for one block; xs already clipped to [-_CLIP, _CLIP]."""
     np.multiply(xs, xs, out=t)
     # Python-float coefficients: numpy rounds them to float32 on its fast scalar path.
-    np.multiply(t, _ALPHA[-1], out=out)
-    out += _ALPHA[-2]
-    for c in _ALPHA[-3::-1]:
+    np.multiply(t, _TANH_ARG[-1], out=out)
+    out += _TANH_ARG[-2]
+    for c in _TANH_ARG[-3::-1]:
         out *= t
         out += c
     out *= xs
-    np.multiply(t, _BETA[-1], out=den)
-    den += _BETA[-2]
-    for c in _BETA[-3::-1]:
-        den *= t
-        den += c
-    out /= den
+    np.tanh(out, out=out)
 
 
 def _erf_single(x: np.ndarray) -> np.ndarray:
     """erf in float32 (for float32 and narrower inputs), block by block."""
-    flat = np.clip(x.astype(np.float32).reshape(-1), -4.0, 4.0)  # NaN stays NaN
+    flat = np.clip(x.astype(np.float32).reshape(-1), -_CLIP, _CLIP)  # NaN stays NaN
     out = np.empty_like(flat)
     n = flat.size
-    size = min(n, _BLOCK)
-    t = np.empty(size, dtype=np.float32)
-    den = np.empty(size, dtype=np.float32)
+    t = np.empty(min(n, _BLOCK), dtype=np.float32)
     for start in range(0, n, _BLOCK):
         stop = min(start + _BLOCK, n)
-        m = stop - start
-        _erf_block(flat[start:stop], out[start:stop], t[:m], den[:m])
+        _erf_block(flat[start:stop], out[start:stop], t[: stop - start])
     return out.reshape(x.shape)
 
 
@@ -189,10 +182,8 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> None:
         return
     for start in range(0, x.size, _BLOCK):
         stop = min(start + _BLOCK, x.size)
-        xs = np.clip(x[start:stop], -4.0, 4.0)  # a copy: out may be x
-        t = np.empty_like(xs)
-        den = np.empty_like(xs)
-        _erf_block(xs, out[start:stop], t, den)
+        xs = np.clip(x[start:stop], -_CLIP, _CLIP)  # a copy: out may be x
+        _erf_block(xs, out[start:stop], np.empty_like(xs))
 
 
 def erf(x: np.ndarray) -> np.ndarray:

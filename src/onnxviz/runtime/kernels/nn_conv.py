@@ -149,6 +149,15 @@ def _conv_dispatch(
         return _plus(y, addend), True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
+    if (
+        cg == 1
+        and m == group > 1
+        and min(pads) >= 0
+        and channels_last_pays(c, out_shape, strides, dilations)
+    ):
+        taps = packed.taps() if packed is not None else None
+        y = _depthwise_channels_last(x, w, taps, kernel, strides, dilations, pads, out_shape)
+        return _plus(_nchw_with_bias(y, bias), addend), True
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
         if math.prod(phase_rows) <= 1.15 * math.prod(out_shape[1:]):
@@ -420,6 +429,129 @@ def _depthwise_flat(
     windows = [(ph, slice(sh, sh + layout.wide)) for ph, sh in layout.taps]
     grid = _depthwise_blocks(layout.flat, wk, windows, (layout.wide,))
     return layout.crop(grid.reshape(n, group * mult, layout.wide), bias)
+
+
+def channels_last_pays(
+    channels: int, out_shape: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> bool:
+    """Whether the channels-last depthwise conv beats the channels-first one: the deep,
+    small-image layers of a MobileNet (measured on MobileNetV3's shapes).  The einsum
+    path (stride 1 or dilation 1 along the last axis) is 1.3-5x faster up to 32x32
+    outputs and slower from 56x56 on, where the channels-first rows are long and the
+    image leaves the cache.  The per-offset path (strided and dilated) is faster from
+    about 8 channels per output column on (below, the two layout copies cost more than
+    the shorter loops save)."""
+    if strides[-1] == 1 or dilations[-1] == 1:
+        return channels >= 16 and math.prod(out_shape) <= 1024
+    return channels >= 32 and channels >= 8 * out_shape[-1]
+
+
+def _depthwise_channels_last(
+    x: np.ndarray,
+    w: np.ndarray,
+    taps: np.ndarray | None,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """Depthwise conv (one input channel per output channel) as a stencil over a padded
+    channels-last copy of the input.  The windows of every kernel offset are one strided
+    view of that copy.  With stride 1 along the last axis a window row is ``out_w``
+    consecutive pixels, so that axis and the channels merge into one contiguous axis of
+    out_w*C (the weights tiled to match), and numpy's einsum sums weight x window over
+    the kernel axes in one pass over the view: 3-5x faster than the channels-first
+    multiply and add per offset on MobileNetV3's 5x5 layers, and no temporary.
+    Returns the (N, *out, C) sum; the caller moves it back to channels-first."""
+    n, c = x.shape[:2]
+    rank = len(kernel)
+    spatial = x.shape[2:]
+    padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(spatial)]
+    xl = scratch("conv_nhwc", (n, *padded, c), x.dtype)
+    if any(pads):
+        xl.fill(0)
+    inner = tuple(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial))
+    xl[(slice(None), *inner)] = np.moveaxis(x, 1, -1)
+    wk = taps.reshape(taps.shape[0], c) if taps is not None else w.reshape(c, -1).T
+    wk = wk.reshape(*kernel, c)
+    sw = strides[-1]
+    if sw == 1 or dilations[-1] == 1:
+        return _depthwise_phase_sums(xl, wk, strides, dilations, out_shape)
+    # Strided and dilated along the last axis: a multiply and an add per kernel offset
+    # over (N, *out, C) windows.
+    wk = wk.reshape(-1, c)
+    acc = np.empty((n, *out_shape, c), dtype=x.dtype)
+    tmp = scratch("conv_nhwc_tmp", acc.shape, x.dtype)
+    for k_index, off in enumerate(product(*(range(k) for k in kernel))):
+        window = offset_slices([o * d for o, d in zip(off, dilations)], strides, out_shape)
+        src = xl[(slice(None), *window)]
+        if k_index == 0:
+            np.multiply(src, wk[k_index], out=acc)
+        else:
+            np.multiply(src, wk[k_index], out=tmp)
+            acc += tmp
+    return acc
+
+
+def _depthwise_phase_sums(
+    xl: np.ndarray,
+    wk: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    """sum over kernel offsets of wk[offset] * window(offset) for a padded channels-last
+    image ``xl`` (N, *padded, C) and weights ``wk`` (*kernel, C), by einsum.
+
+    The last spatial axis and the channels are summed as one contiguous axis of out_w*C
+    (the weights tiled out_w times): the windows of one output row are then out_w
+    consecutive pixels.  With stride s > 1 along that axis the image is first split into
+    its s phases (pixels p, p+s, p+2s, ...: one copy of the input in all): within a
+    phase the kernel columns p, p+s, ... read consecutive pixels again, so each phase is
+    one einsum over its own columns of the kernel (dilation 1 along that axis)."""
+    n, c = xl.shape[0], xl.shape[-1]
+    rank = xl.ndim - 2
+    kernel = wk.shape[:-1]
+    sw, last = strides[-1], out_shape[-1]
+    letters = "abcdefghijklmnopqrstuvw"
+    o_sub, k_sub = letters[: rank - 1], letters[rank - 1 : 2 * rank - 1]
+    subs = f"z{o_sub}{k_sub}y,{k_sub}y->z{o_sub}y"
+    total: np.ndarray | None = None
+    for phase in range(min(sw, kernel[-1])):
+        image = xl if sw == 1 else np.ascontiguousarray(xl[..., phase::sw, :])
+        sub = wk[..., phase::sw, :]
+        st = image.strides
+        shape = (n, *out_shape[:-1], *sub.shape[:-1], last * c)
+        steps = (
+            st[0],
+            *(st[1 + i] * strides[i] for i in range(rank - 1)),
+            *(st[1 + i] * dilations[i] for i in range(rank - 1)),
+            st[-2] * (dilations[-1] if sw == 1 else 1),
+            st[-1],
+        )
+        view = np.lib.stride_tricks.as_strided(image, shape, steps, writeable=False)
+        tiled = np.tile(sub, (1,) * rank + (last,))
+        part = np.einsum(subs, view, tiled)
+        if total is None:
+            total = part
+        else:
+            total += part
+    assert total is not None  # kernel[-1] >= 1
+    return total.reshape(n, *out_shape, c)
+
+
+def _nchw_with_bias(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """A channels-last (N, *spatial, C) result as a fresh channels-first array, plus the
+    per-channel ``bias`` in the same pass."""
+    n, c = y.shape[0], y.shape[-1]
+    out = np.empty((n, c, *y.shape[1:-1]), dtype=y.dtype)
+    moved = np.moveaxis(y, -1, 1)
+    if bias is None:
+        out[...] = moved
+    else:
+        np.add(moved, bias.reshape((1, c) + (1,) * (y.ndim - 2)), out=out)
+    return out
 
 
 def depthwise(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import kernel
 
@@ -164,6 +165,21 @@ def _project(x: np.ndarray, w: np.ndarray, dt: Any) -> np.ndarray:
     return (x.reshape(t * b, i) @ w.astype(dt, copy=False).T).reshape(t, b, -1)
 
 
+def _recurrent_t(r: np.ndarray, d: int, dt: Any, split: int) -> tuple[np.ndarray, ...]:
+    """Direction ``d`` of the recurrent weight R [D, G*H, H], transposed to contiguous
+    (H, rows) blocks that the step GEMM h @ R^T reads row by row: rows [:split] and, when
+    split is less than all of them, rows [split:] as a second block (GRU's z/r gates and
+    its candidate).  Made once per constant R (_weight_cache), not on every call: the
+    transpose is a pass over the whole matrix."""
+
+    def build() -> tuple[np.ndarray, ...]:
+        rd = r[d].astype(dt, copy=False)
+        blocks = [rd[:split], rd[split:]] if split < rd.shape[0] else [rd]
+        return tuple(np.ascontiguousarray(block.T) for block in blocks)
+
+    return derived("rnn_recurrent_t", (r,), (d, np.dtype(dt).str, split), build)  # type: ignore[no-any-return]
+
+
 def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
     return np.clip(x, -clip, clip) if clip is not None and clip > 0 else x
 
@@ -215,7 +231,7 @@ def rnn(
         wb, rb = _biases(b, d, 1, setup.hidden, dt)
         proj = _project(setup.inputs(d), w[d], dt)
         proj += wb + rb
-        rt = np.ascontiguousarray(r[d].astype(dt).T)
+        rt = _recurrent_t(r, d, dt, setup.hidden)[0]
         h = setup.state(initial_h, d)
         y = np.empty((setup.steps, setup.batch, setup.hidden), dtype=dt)
         for t in range(setup.steps):
@@ -304,9 +320,7 @@ def gru(
         wb, rb = _biases(b, d, 3, hs, dt)
         proj = _project(setup.inputs(d), w[d], dt)  # gate order z, r, h
         proj += wb
-        rd = r[d].astype(dt)
-        r_zr = np.ascontiguousarray(rd[: 2 * hs].T)
-        r_h = np.ascontiguousarray(rd[2 * hs :].T)
+        r_zr, r_h = _recurrent_t(r, d, dt, 2 * hs)
         rb_zr, rb_h = rb[: 2 * hs], rb[2 * hs :]
         h = setup.state(initial_h, d)
         y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
@@ -398,7 +412,7 @@ def lstm(
         wb, rb = _biases(b, d, 4, hs, dt)
         proj = _project(setup.inputs(d), w[d], dt)  # gate order i, o, f, c
         proj += wb + rb
-        rt = np.ascontiguousarray(r[d].astype(dt).T)
+        rt = _recurrent_t(r, d, dt, 4 * hs)[0]
         if p is not None:
             pd = p[d].astype(dt)
             p_i, p_o, p_f = pd[:hs], pd[hs : 2 * hs], pd[2 * hs :]

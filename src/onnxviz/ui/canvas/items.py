@@ -144,10 +144,14 @@ class NodeItem(QGraphicsItem):
             return
         self.problems = problems
         if not problems:
-            if self._badge is not None:
-                self._badge.setParentItem(None)
-                if self._badge.scene() is not None:
-                    self._badge.scene().removeItem(self._badge)
+            badge = self._badge
+            if badge is not None:
+                scene = badge.scene()
+                if scene is not None:
+                    scene.removeItem(badge)  # (removal also detaches it from this node)
+                else:
+                    # PySide6's stub says an item, but None is Qt's "no parent"
+                    badge.setParentItem(None)  # type: ignore[arg-type]
                 self._badge = None
             return
         if self._badge is None:
@@ -509,18 +513,27 @@ class FrameTitle(QGraphicsItem):
         gap = (self.frame.y() - parent.frame.y()) * zoom
         return max(0.0, above + parent.plate_h - gap)
 
+    def plate(self, zoom: float) -> QRectF | None:
+        """Where the title is drawn, in screen px from the frame's top-left corner (at
+        most this wide: the text is elided to it); None when it is not drawn."""
+        if not self.shows_at(zoom):
+            return None
+        drop = self.drop(zoom)
+        if drop is None or drop > self.plate_h * self.MAX_STACK:
+            return None
+        return QRectF(0, drop, min(self._width, self.frame.data_item.width * zoom), self.plate_h)
+
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
     ) -> None:
         view = widget.parent() if widget is not None else None
         transform = getattr(view, "transform", None)
         zoom = transform().m11() if transform is not None else 1.0
-        if not self.shows_at(zoom):
+        where = self.plate(zoom)
+        if where is None:
             return
-        drop = self.drop(zoom)
-        if drop is None or drop > self.plate_h * self.MAX_STACK:
-            return
-        room = int(min(self._width, self.frame.data_item.width * zoom))
+        drop = where.y()
+        room = int(where.width())
         if self._shown[0] != room:  # elide once per width, not on every frame
             text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 5)
             self._shown = (room, text, self._metrics.horizontalAdvance(text) + 6)

@@ -1,16 +1,38 @@
 """`GraphView`: zoom around the cursor (wheel, pinch, keys), pan by dragging the
-background or with the space bar held, fit to window, arrow keys between nodes."""
+background or with the space bar held, fit to window, arrow keys between nodes; zoomed
+far out, op-type labels over the boxes (zoomed_out_labels.py)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QKeyEvent, QMouseEvent, QNativeGestureEvent, QPainter, QWheelEvent
+from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, Qt, Signal
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetricsF,
+    QKeyEvent,
+    QMouseEvent,
+    QNativeGestureEvent,
+    QPainter,
+    QPen,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
-from onnxviz.ui.canvas.items import NodeItem
+from onnxviz.ui.canvas import lod
+from onnxviz.ui.canvas.items import NodeItem, ink_on
 from onnxviz.ui.canvas.scene import GraphScene
+from onnxviz.ui.canvas.zoomed_out_labels import (
+    LABEL_PX,
+    MAX_CANDIDATES,
+    MIN_BOX_PX,
+    Candidate,
+    Label,
+    place_labels,
+)
+from onnxviz.ui.theme import title_font
 
 MIN_SCALE = 0.005
 MAX_SCALE = 8.0
@@ -30,7 +52,17 @@ class GraphView(QGraphicsView):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.viewport().grabGesture(Qt.GestureType.PinchGesture)
         self._space_pan = False
+        self._last_pos: QPointF | None = None  # the pointer, while Space pans
         self.zoomChanged.connect(self._update_overview)
+        # zoomed far out: the labels placed for the current view, and what they were
+        # placed for (the transform, the viewport and the scene's items)
+        self._labels: list[Label] = []
+        self._labels_for: tuple[object, ...] | None = None
+        font = QFont(title_font())
+        font.setPixelSize(LABEL_PX)
+        self._label_font = font
+        self._label_metrics = QFontMetricsF(font)
+        scene.changed.connect(self._forget_labels)
 
     def _update_overview(self, zoom: float) -> None:
         self.graph_scene.set_overview(self.graph_scene.wants_overview(zoom))
@@ -42,6 +74,95 @@ class GraphView(QGraphicsView):
     @property
     def graph_scene(self) -> GraphScene:
         return self.scene()  # type: ignore[return-value]
+
+    # -- labels when zoomed far out ----------------------------------------------------
+    def _forget_labels(self, _regions: object = None) -> None:
+        self._labels_for = None
+
+    def zoomed_out_labels(self) -> list[Label]:
+        """The op-type labels drawn over the boxes at this zoom (none at a zoom where the
+        boxes hold their own titles)."""
+        if self.zoom() >= lod.SMALL_TITLE_MIN:
+            return []
+        scene = self.graph_scene
+        viewport = QRectF(self.viewport().rect())
+        scroll = (self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+        key = (self.transform(), scroll, viewport, id(scene.nodes), len(scene.nodes))
+        if key == self._labels_for:
+            return self._labels
+        visible = self.mapToScene(self.viewport().rect()).boundingRect()
+        candidates: list[Candidate] = []
+        self._labels, self._labels_for = [], key
+        pool: Iterable[NodeItem] = scene.nodes.values()
+        if len(scene.nodes) > MAX_CANDIDATES:
+            # a big graph: skip it when the view likely holds too many boxes to name
+            # (without visiting them all), else ask the scene's index for the few
+            whole = self.sceneRect()
+            seen = visible.intersected(whole)
+            area = whole.width() * whole.height()
+            if area <= 0 or seen.width() * seen.height() / area * len(scene.nodes) > (
+                MAX_CANDIDATES
+            ):
+                return self._labels
+            pool = [it for it in scene.items(seen) if isinstance(it, NodeItem)]
+        to_screen = self.viewportTransform()
+        least = MIN_BOX_PX / self.zoom()  # scene px: smaller boxes get no label
+        for node in pool:
+            d = node.data_item
+            item_id = d.id
+            if node.is_frame or d.kind not in ("op", "group") or d.height < least:
+                continue
+            if d.width < least or not d.title.strip():
+                continue
+            rect = node.sceneBoundingRect()
+            if not visible.intersects(rect):
+                continue
+            box = to_screen.mapRect(rect)
+            category = "group" if d.kind == "group" else d.category
+            candidates.append(Candidate(item_id, box, d.title, category))
+            if len(candidates) > MAX_CANDIDATES:
+                candidates = []  # too many to name: the overview stays as it is
+                break
+        zoom = self.zoom()
+        titles = []  # the frames' own titles stay readable: labels keep off them
+        for title in scene.frame_titles.values():
+            plate = title.plate(zoom)
+            if plate is not None:
+                corner = QPointF(self.mapFromScene(title.pos()))
+                titles.append(plate.translated(corner))
+        self._labels = place_labels(
+            candidates, self._label_metrics.horizontalAdvance, viewport, titles
+        )
+        self._labels_for = key
+        return self._labels
+
+    def scrollContentsBy(self, dx: int, dy: int) -> None:
+        super().scrollContentsBy(dx, dy)
+        if self.zoom() < lod.SMALL_TITLE_MIN:
+            # the labels are placed for the whole view: a scrolled copy of the old
+            # ones would not match the strip painted for the new view
+            self.viewport().update()
+
+    def drawForeground(self, painter: QPainter, rect: QRectF | QRect) -> None:
+        super().drawForeground(painter, rect)
+        labels = self.zoomed_out_labels()
+        if not labels:
+            return
+        theme = self.graph_scene.theme
+        painter.save()
+        painter.resetTransform()  # viewport pixels: the labels keep their screen size
+        painter.setFont(self._label_font)
+        border = QPen(theme.node_border, 1.0)
+        for label in labels:
+            fill = QColor(
+                theme.group_fill if label.category == "group" else theme.category(label.category)
+            )
+            painter.setPen(border)
+            painter.setBrush(fill)
+            painter.drawRoundedRect(label.rect, 3, 3)
+            painter.setPen(ink_on(fill))
+            painter.drawText(label.rect, Qt.AlignmentFlag.AlignCenter, label.text)
+        painter.restore()
 
     # -- zoom -----------------------------------------------------------------------
     def zoom(self) -> float:
@@ -157,7 +278,7 @@ class GraphView(QGraphicsView):
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         if self._space_pan and not (event.buttons() & Qt.MouseButton.LeftButton):
             # space held: the pointer drags the canvas without a button
-            last = getattr(self, "_last_pos", None)
+            last = self._last_pos
             pos = event.position()
             if last is not None:
                 d = pos - last

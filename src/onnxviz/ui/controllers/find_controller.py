@@ -8,7 +8,7 @@ from PySide6.QtCore import QObject
 from onnxviz.model.changes import ChangeSet
 from onnxviz.ui.controllers.navigation_controller import NavigationController
 from onnxviz.ui.doc_session import DocumentSession
-from onnxviz.ui.find import FindDock
+from onnxviz.ui.docks.find_dock import FindDock
 
 
 class FindController(QObject):

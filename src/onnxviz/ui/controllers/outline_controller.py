@@ -11,7 +11,7 @@ from onnxviz.model.changes import ChangeSet
 from onnxviz.ui.controllers.navigation_controller import NavigationController
 from onnxviz.ui.controllers.properties_controller import PropertiesController
 from onnxviz.ui.doc_session import DocumentSession
-from onnxviz.ui.docks.outline import OutlineDock
+from onnxviz.ui.docks.outline_dock import OutlineDock
 
 
 class OutlineController(QObject):

@@ -26,7 +26,7 @@ from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.controllers.navigation_controller import NavigationController
 from onnxviz.ui.doc_session import DocumentSession
-from onnxviz.ui.docks.properties import PropertiesDock
+from onnxviz.ui.docks.properties_dock import PropertiesDock
 
 
 class PropertiesController(QObject):

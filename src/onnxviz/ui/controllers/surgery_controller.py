@@ -56,7 +56,7 @@ class SurgeryController(QObject):
     def insert_on_edge(
         self, path: str, value: str, op_type: str, consumer: tuple[int, int] | None = None
     ) -> bool:
-        from onnxviz.ui.edit.palette import schema_domain
+        from onnxviz.ui.edit.operator_palette import schema_domain
 
         domain = schema_domain(self.doc, op_type) if self.doc is not None else ""
         return self.edits.execute(
@@ -71,7 +71,7 @@ class SurgeryController(QObject):
         return self.edits.execute(lambda doc: surgery.remove_graph_output(doc, path, value))
 
     def add_node_dialog(self, path: str | None = None) -> None:
-        from onnxviz.ui.edit.palette import OperatorPalette
+        from onnxviz.ui.edit.operator_palette import OperatorPalette
 
         if self.doc is None:
             return
@@ -83,7 +83,7 @@ class SurgeryController(QObject):
         self.prompter.ask(palette)
 
     def add_node(self, path: str, op_type: str, domain: str = "", inputs: Any = None) -> bool:
-        from onnxviz.ui.edit.palette import new_node
+        from onnxviz.ui.edit.operator_palette import new_node
 
         if self.doc is None:
             return False
@@ -112,9 +112,11 @@ class SurgeryController(QObject):
         )
         if answers is None:
             return
+        inputs, outputs = answers
         chosen = self.prompter.save_file("Save extracted model", "", "ONNX (*.onnx)")
         if chosen is not None:
-            self.extract_to(names(answers[0]), names(answers[1]), chosen[0])
+            path, _filter = chosen
+            self.extract_to(names(inputs), names(outputs), path)
 
     def extract_to(self, inputs: list[str], outputs: list[str], path: str) -> bool:
         from onnxviz.model import io

@@ -1,1 +1,2 @@
-"""Dock widgets of the main window: the outline and the properties panel."""
+"""Dock widgets of the main window: outline, find, properties, run, and how Diagnostics
+and Run share the bottom area (each module is named for what it holds)."""

@@ -1,0 +1,3 @@
+"""Editing in the GUI: the edit controller (validation, autosave, refusals), the
+property editors, edit menus, the operator palette, drag wiring and the
+Diagnostics dock."""

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 SEVERITY_COLORS = {"error": "#d32f2f", "warning": "#ef8f00", "info": "#1e88e5"}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-LOCATION_SHARE = 0.3  # of the tree's width, at most, for the location column
+LOCATION_SHARE = 0.25  # of the tree's width, at most, for the location column
 MIN_WIDTH = 280  # px: the code and a readable part of a message
 NARROW = 480  # px: below this the severity and location columns hide (icon and tooltip)
 MAX_SHOWN = 5000  # a model with more problems lists the first ones (the count says all)
@@ -121,7 +121,7 @@ class DiagnosticsDock(QDockWidget):
         self.tree.setUpdatesEnabled(False)
         self.tree.clear()
         counts = {"error": 0, "warning": 0, "info": 0}
-        rows = []
+        rows: list[QTreeWidgetItem] = []
         self.diagnostics.sort(key=lambda d: SEVERITY_ORDER.get(_severity(d), len(SEVERITY_ORDER)))
         for d in self.diagnostics:
             sev = _severity(d)

@@ -14,7 +14,6 @@ from onnx import AttributeProto
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLineEdit,
     QPushButton,
@@ -22,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.errors import EditError
-from onnxviz.model import commands as C
+from onnxviz.model import commands
 from onnxviz.model.attribute_values import (
     AttributeTextError,
     attribute_specs,
@@ -33,6 +32,19 @@ from onnxviz.model.attribute_values import (
 )
 from onnxviz.model.types import text_to_type, type_to_text
 from onnxviz.present.properties import Row
+from onnxviz.present.row_edits import (
+    AttrEdit,
+    DocEdit,
+    InputEdit,
+    MetadataEdit,
+    ModelFieldEdit,
+    NodeFieldEdit,
+    OpsetEdit,
+    RenameEdit,
+    RowEdit,
+    TypeEdit,
+)
+from onnxviz.ui.prompter import Prompter
 
 if TYPE_CHECKING:
     from onnxviz.model.document import Document
@@ -42,7 +54,7 @@ A = AttributeProto
 INVALID_STYLE = "background: #ffd6d6; color: #7a0000;"
 
 # text -> command; raises ValueError/EditError with the reason when the text is invalid
-Parser = Callable[[str], C.Command]
+Parser = Callable[[str], commands.Command]
 
 
 def _int_text(text: str, what: str) -> int:
@@ -52,96 +64,95 @@ def _int_text(text: str, what: str) -> int:
         raise ValueError(f"{what} must be an integer, not '{text}'") from None
 
 
-def current_text(doc: Document, edit: tuple[Any, ...], row: Row) -> str:
+def current_text(doc: Document, edit: RowEdit, row: Row) -> str:
     """What the editor starts with (the full value, not the shortened display)."""
-    kind = edit[0]
-    if kind == "attr":
-        _, path, index, name = edit[:4]
-        node = doc.scope(path).nodes[index]
+    if isinstance(edit, AttrEdit):
+        node = doc.scope(edit.path).nodes[edit.node_index]
         for a in node.attribute:
-            if a.name == name:
+            if a.name == edit.name:
                 return attribute_text(a)
         opsets = {o.domain: o.version for o in doc.model.opset_import}
-        spec = attribute_specs(schema_for(node, opsets), node.op_type).get(name)
+        spec = attribute_specs(schema_for(node, opsets), node.op_type).get(edit.name)
         return attribute_text(spec.default) if spec is not None and spec.default else ""
-    if kind == "type":
-        scope = doc.scope(edit[1])
-        g = scope.graph
+    if isinstance(edit, TypeEdit):
+        g = doc.scope(edit.path).graph
         if g is not None:
             for vi in (*g.input, *g.output, *g.value_info):
-                if vi.name == edit[2] and vi.HasField("type"):
+                if vi.name == edit.name and vi.HasField("type"):
                     return type_to_text(vi.type)
         return "" if row.value == "unknown" else row.value
-    if kind == "input":
-        _, path, index, k = edit
-        return str(doc.scope(path).nodes[index].input[k])
+    if isinstance(edit, InputEdit):
+        return str(doc.scope(edit.path).nodes[edit.node_index].input[edit.k])
     return row.value
 
 
-def parser_for(doc: Document, edit: tuple[Any, ...]) -> Parser:
-    kind = edit[0]
-    if kind == "model":
-        field = edit[1]
+def parser_for(doc: Document, edit: RowEdit) -> Parser:
+    if isinstance(edit, ModelFieldEdit):
+        field = edit.field
         if field == "doc_string":
-            return lambda t: C.SetDocString("model", t)
+            return lambda t: commands.SetDocString("model", t)
         if field in ("ir_version", "model_version"):
-            return lambda t: C.SetModelField(field, _int_text(t, field))
-        return lambda t: C.SetModelField(field, t)
-    if kind == "opset":
-        domain = edit[1]
+            return lambda t: commands.SetModelField(field, _int_text(t, field))
+        return lambda t: commands.SetModelField(field, t)
+    if isinstance(edit, OpsetEdit):
+        domain = edit.domain
 
-        def opset(t: str) -> C.Command:
+        def opset(t: str) -> commands.Command:
             v = _int_text(t, "an opset version")
             if v < 1:
                 raise ValueError("an opset version is at least 1")
-            return C.SetOpsetImport(domain, v)
+            return commands.SetOpsetImport(domain, v)
 
         return opset
-    if kind == "metadata":
-        return lambda t: C.SetMetadataProp(edit[1], edit[2], t)
-    if kind == "doc":
-        return lambda t: C.SetDocString(edit[1], t)
-    if kind == "node":
-        _, path, index, field = edit
-        return lambda t: C.SetNodeField(path, index, field, t)
-    if kind == "attr":
+    if isinstance(edit, MetadataEdit):
+        target, key = edit.target, edit.key
+        return lambda t: commands.SetMetadataProp(target, key, t)
+    if isinstance(edit, DocEdit):
+        doc_target = edit.target
+        return lambda t: commands.SetDocString(doc_target, t)
+    if isinstance(edit, NodeFieldEdit):
+        node_field = edit
+        return lambda t: commands.SetNodeField(
+            node_field.path, node_field.node_index, node_field.field, t
+        )
+    if isinstance(edit, AttrEdit):
         _, path, index, name, attr_type, choices = edit
 
-        def attr(t: str) -> C.Command:
+        def attr(t: str) -> commands.Command:
             if attr_type:
                 value = parse_attribute(name, t, attr_type, choices)
             else:
                 value = parse_untyped(name, t)
-            return C.SetAttribute(path, index, value)
+            return commands.SetAttribute(path, index, value)
 
         return attr
-    if kind == "input":
+    if isinstance(edit, InputEdit):
         _, path, index, k = edit
 
-        def rewire(t: str) -> C.Command:
+        def rewire(t: str) -> commands.Command:
             name = t.strip()
             if name and doc.scope(path).lookup(name) is None:
                 raise ValueError(f"no value named '{name}' is visible in graph '{path}'")
-            return C.RewireInput(path, index, k, name)
+            return commands.RewireInput(path, index, k, name)
 
         return rewire
-    if kind == "rename":
+    if isinstance(edit, RenameEdit):
         _, path, old = edit
 
-        def rename(t: str) -> C.Command:
-            cmd = C.RenameValue(path, old, t.strip())
+        def rename(t: str) -> commands.Command:
+            cmd = commands.RenameValue(path, old, t.strip())
             cmd.check(doc)  # the command's own reasons, before anything changes
             return cmd
 
         return rename
-    if kind == "type":
+    if isinstance(edit, TypeEdit):
         _, path, name = edit
 
-        def settype(t: str) -> C.Command:
-            return C.SetValueType(path, name, text_to_type(t) if t.strip() else None)
+        def settype(t: str) -> commands.Command:
+            return commands.SetValueType(path, name, text_to_type(t) if t.strip() else None)
 
         return settype
-    raise ValueError(f"cannot edit {kind}")
+    raise ValueError(f"cannot edit {edit.kind}")
 
 
 class FieldEditor(QLineEdit):
@@ -157,7 +168,7 @@ class FieldEditor(QLineEdit):
         self.textEdited.connect(self.check)
         self.editingFinished.connect(self.commit)
 
-    def check(self, text: str | None = None) -> C.Command | None:
+    def check(self, text: str | None = None) -> commands.Command | None:
         text = self.text() if text is None else text
         try:
             cmd = self.parser(text)
@@ -262,9 +273,14 @@ def _visible_names(doc: Document, path: str, types: Any) -> list[tuple[str, str]
 
 
 def make_editor(
-    controller: EditController, row: Row, types: Any = None, open_graph: Any = None
+    controller: EditController,
+    row: Row,
+    types: Any = None,
+    open_graph: Any = None,
+    prompter: Prompter | None = None,
 ) -> QWidget | None:
-    """The editor widget for a row, or None when the row is read-only."""
+    """The editor widget for a row, or None when the row is read-only.  ``prompter``
+    asks for files (a tensor attribute's npy… button)."""
     doc = controller.doc
     edit = row.edit
     if doc is None or edit is None:
@@ -274,8 +290,8 @@ def make_editor(
         parser = parser_for(doc, edit)
     except (KeyError, IndexError, ValueError):
         return None
-    if edit[0] == "attr":
-        attr_type, choices = edit[4], edit[5]
+    if isinstance(edit, AttrEdit):
+        attr_type, choices = edit.attr_type, edit.choices
         if row.note == "default" and attr_type == A.TENSOR:
             return None  # a default tensor: add the attribute from the row menu
         if attr_type in (A.GRAPH, A.GRAPHS):
@@ -285,17 +301,31 @@ def make_editor(
                 controller, row, parser, text, [(c, c) for c in choices], editable=False
             )
         if attr_type == A.TENSOR:
-            return _tensor_editor(controller, row, parser, text, edit)
-    if edit[0] == "input":
+            return _tensor_editor(controller, row, parser, text, edit, prompter or Prompter())
+    if isinstance(edit, InputEdit):
         return ChoiceEditor(
-            controller, row, parser, text, _visible_names(doc, edit[1], types), editable=True
+            controller, row, parser, text, _visible_names(doc, edit.path, types), editable=True
         )
     return FieldEditor(controller, row, parser, text)
 
 
-def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWidget:
-    _, path, index, name = edit[:4]
-    scope = doc.scope(path)
+def row_editor_factory(
+    controller: EditController, session: Any, open_graph: Any, prompter: Prompter
+) -> Callable[[Row], QWidget | None]:
+    """The Properties dock's editor factory: `make_editor` with the open document's
+    type table (``session.presenter``'s, as it is when a row is shown)."""
+
+    def editor(row: Row) -> QWidget | None:
+        presenter = session.presenter
+        types = presenter.types if presenter is not None else None
+        return make_editor(controller, row, types, open_graph, prompter)
+
+    return editor
+
+
+def _graph_button(doc: Document, edit: AttrEdit, open_graph: Any) -> QWidget:
+    index, name = edit.node_index, edit.name
+    scope = doc.scope(edit.path)
     child = next(
         (c for c in scope.children if c.owner_node_index == index and c.owner_attribute == name),
         None,
@@ -311,7 +341,12 @@ def _graph_button(doc: Document, edit: tuple[Any, ...], open_graph: Any) -> QWid
 
 
 def _tensor_editor(
-    controller: EditController, row: Row, parser: Parser, text: str, edit: tuple[Any, ...]
+    controller: EditController,
+    row: Row,
+    parser: Parser,
+    text: str,
+    edit: AttrEdit,
+    prompter: Prompter,
 ) -> QWidget:
     box = QWidget()
     layout = QHBoxLayout(box)
@@ -322,7 +357,7 @@ def _tensor_editor(
     load.setToolTip("Load the tensor from a .npy file")
 
     def from_file() -> None:
-        path, _ = QFileDialog.getOpenFileName(box, "Tensor from .npy", "", "NumPy (*.npy)")
+        path = prompter.open_file("Tensor from .npy", "", "NumPy (*.npy)")
         if path:
             load_attribute_tensor(controller, edit, path)
 
@@ -333,7 +368,7 @@ def _tensor_editor(
     return box
 
 
-def load_attribute_tensor(controller: EditController, edit: tuple[Any, ...], path: str) -> bool:
+def load_attribute_tensor(controller: EditController, edit: AttrEdit, path: str) -> bool:
     import numpy as np
 
     from onnxviz.model.tensors import from_array
@@ -343,8 +378,7 @@ def load_attribute_tensor(controller: EditController, edit: tuple[Any, ...], pat
     except (OSError, ValueError) as exc:
         controller.refuse(f"cannot read {path}: {exc}")
         return False
-    _, gpath, index, name = edit[:4]
     from onnx import helper
 
-    attr = helper.make_attribute(name, from_array(arr, name))
-    return controller.execute(C.SetAttribute(gpath, index, attr))
+    attr = helper.make_attribute(edit.name, from_array(arr, edit.name))
+    return controller.execute(commands.SetAttribute(edit.path, edit.node_index, attr))

@@ -4,25 +4,26 @@ the Edit menu actions (add node, delete, clean up, extract)."""
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from onnx import AttributeProto
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu
 
-from onnxviz.model import commands as C
+from onnxviz.model import commands
 from onnxviz.model.attribute_values import attribute_specs, schema_for
 from onnxviz.model.types import text_to_type
 from onnxviz.present.properties import Row
+from onnxviz.present.row_edits import AttrEdit, MetadataEdit, RenameEdit, TypeEdit
 from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 
 if TYPE_CHECKING:
     from onnxviz.ui.main_window import MainWindow
 
 
-def build_edit_actions(w: MainWindow, edit_menu: QMenu) -> list[QAction]:
+def build_edit_actions(window: MainWindow, edit_menu: QMenu) -> list[QAction]:
     def add(text: str, slot: Any, shortcut: str | None = None) -> QAction:
-        action = QAction(text, w)
+        action = QAction(text, window)
         if shortcut:
             action.setShortcut(shortcut)
         action.triggered.connect(lambda _c=False: slot())
@@ -30,25 +31,42 @@ def build_edit_actions(w: MainWindow, edit_menu: QMenu) -> list[QAction]:
         return action
 
     def delete(mode: str) -> None:
-        ref = w.selected_node_ref()
+        ref = window.surgery.selected_node_ref()
         if ref is not None:
-            w.delete_node(ref[0], ref[1], mode)
+            graph_path, node_index = ref
+            window.surgery.delete_node(graph_path, node_index, mode)
 
     edit_menu.addSeparator()
     actions = [
-        add("&Add Node…", w.add_node_dialog, "Ctrl+Shift+A"),
+        add("&Add Node…", window.surgery.add_node_dialog, "Ctrl+Shift+A"),
         add("&Delete Node (Bypass)", lambda: delete("bypass"), "Del"),
         add("Delete Node with Dead &Ancestors", lambda: delete("ancestors"), "Shift+Del"),
-        add("Clean &Up Unused Nodes and Initializers", w.clean_up),
-        add("E&xtract Subgraph…", w.extract_dialog),
-        add("Model &Properties", w.show_model_properties),
+        add("Clean &Up Unused Nodes and Initializers", window.surgery.clean_up),
+        add("E&xtract Subgraph…", window.surgery.extract_dialog),
+        add("Model &Properties", window.properties.show_model_properties),
     ]
     return actions
 
 
-def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
+def canvas_context_menu(window: MainWindow, pos: Any) -> None:
+    """The canvas's right-click menu at ``pos`` (viewport coordinates): navigation
+    (expand, open body), then the edits of the item there, then Fit and Back."""
+    if window.session.doc is None:
+        return
+    item = window.view.itemAt(pos)
+    menu = QMenu(window)
+    window.navigation.fill_context_menu(item, menu)
+    canvas_menu(window, item, menu)
+    menu.addSeparator()
+    menu.addAction(window.actions_.fit)
+    if window.navigation.crumbs:
+        menu.addAction(window.actions_.back)
+    menu.popup(window.view.viewport().mapToGlobal(pos))
+
+
+def canvas_menu(window: MainWindow, item: Any, menu: QMenu) -> None:
     """Editing entries for the item under the pointer (a node or an edge)."""
-    doc = w.doc
+    doc = window.session.doc
     if doc is None:
         return
     if isinstance(item, NodeItem):
@@ -60,11 +78,16 @@ def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
             except (KeyError, IndexError):
                 return
             menu.addSeparator()
-            menu.addAction("Delete (reconnect consumers)", lambda: w.delete_node(path, index))
             menu.addAction(
-                "Delete with dead ancestors", lambda: w.delete_node(path, index, "ancestors")
+                "Delete (reconnect consumers)", lambda: window.surgery.delete_node(path, index)
             )
-            menu.addAction("Delete only this node", lambda: w.delete_node(path, index, "plain"))
+            menu.addAction(
+                "Delete with dead ancestors",
+                lambda: window.surgery.delete_node(path, index, "ancestors"),
+            )
+            menu.addAction(
+                "Delete only this node", lambda: window.surgery.delete_node(path, index, "plain")
+            )
             outs = menu.addMenu("Make output a graph output")
             scope = doc.scope(path)
             for name in node.output:
@@ -72,58 +95,62 @@ def canvas_menu(w: MainWindow, item: Any, menu: QMenu) -> None:
                     is_out = name in scope.output_uses
                     outs.addAction(
                         ("Stop exposing " if is_out else "Expose ") + name,
-                        partial(w.make_output, path, name, not is_out),
+                        partial(window.surgery.make_output, path, name, not is_out),
                     )
         elif d.kind == "output" and d.value:
             menu.addSeparator()
             menu.addAction(
                 f"Remove graph output '{d.value}'",
-                lambda: w.make_output(d.graph_path, d.value or "", False),
+                lambda: window.surgery.make_output(d.graph_path, d.value or "", False),
             )
-        menu.addAction("Add node…", lambda: w.add_node_dialog(d.graph_path))
+        menu.addAction("Add node…", lambda: window.surgery.add_node_dialog(d.graph_path))
     elif isinstance(item, EdgeItem):
         e = item.data_edge
         menu.addSeparator()
         insert = menu.addMenu(f"Insert on '{e.value}'")
         for op in ("Relu", "Identity", "Sigmoid", "Cast", "Transpose"):
-            insert.addAction(op, lambda o=op: w.insert_on_edge(e.graph_path, e.value, o))
-        insert.addAction("Other…", lambda: _insert_other(w, e.graph_path, e.value))
-        menu.addAction("Make it a graph output", lambda: w.make_output(e.graph_path, e.value))
+            insert.addAction(
+                op, lambda o=op: window.surgery.insert_on_edge(e.graph_path, e.value, o)
+            )
+        insert.addAction("Other…", lambda: _insert_other(window, e.graph_path, e.value))
+        menu.addAction(
+            "Make it a graph output", lambda: window.surgery.make_output(e.graph_path, e.value)
+        )
     else:
-        path = w.presenter.root_path if w.presenter else "main"
-        menu.addAction("Add node…", lambda: w.add_node_dialog())
-        menu.addAction("Graph properties", lambda: w.show_graph_properties(path))
-        menu.addAction("Model properties", w.show_model_properties)
-        menu.addAction("Clean up unused nodes and initializers", w.clean_up)
+        path = window.session.presenter.root_path if window.session.presenter else "main"
+        menu.addAction("Add node…", lambda: window.surgery.add_node_dialog())
+        menu.addAction("Graph properties", lambda: window.properties.show_graph_properties(path))
+        menu.addAction("Model properties", window.properties.show_model_properties)
+        menu.addAction("Clean up unused nodes and initializers", window.surgery.clean_up)
 
 
-def _insert_other(w: MainWindow, path: str, value: str) -> None:
-    from onnxviz.ui.edit.palette import OperatorPalette
+def _insert_other(window: MainWindow, path: str, value: str) -> None:
+    from onnxviz.ui.edit.operator_palette import OperatorPalette
 
-    assert w.doc is not None
-    palette = OperatorPalette(w.doc, w)
-    palette.chosen.connect(lambda op, _domain: w.insert_on_edge(path, value, op))
-    w.surgery.palette = palette  # kept alive while it is open
-    w.prompter.ask(palette)
+    assert window.session.doc is not None
+    palette = OperatorPalette(window.session.doc, window)
+    palette.chosen.connect(lambda op, _domain: window.surgery.insert_on_edge(path, value, op))
+    window.surgery.palette = palette  # kept alive while it is open
+    window.prompter.ask(palette)
 
 
 def properties_menu(
-    w: MainWindow, row: Row | None, subject: tuple[Any, ...] | None, menu: QMenu
+    window: MainWindow, row: Row | None, subject: tuple[Any, ...] | None, menu: QMenu
 ) -> None:
-    doc = w.doc
+    doc = window.session.doc
     if doc is None or subject is None:
         return
-    edits = w.edits
+    edits = window.edits
     kind = subject[0]
     if kind == "node":
         _, path, index = subject
         node = doc.scope(path).nodes[index]
-        if row is not None and row.edit is not None and row.edit[0] == "attr":
-            name = row.edit[3]
+        if row is not None and isinstance(row.edit, AttrEdit):
+            name = row.edit.name
             if any(a.name == name for a in node.attribute):
                 menu.addAction(
                     f"Remove attribute '{name}'",
-                    lambda: edits.execute(C.RemoveAttribute(path, index, name)),
+                    lambda: edits.execute(commands.RemoveAttribute(path, index, name)),
                 )
         opsets = {o.domain or "": o.version for o in doc.model.opset_import}
         specs = attribute_specs(schema_for(node, opsets), node.op_type)
@@ -134,15 +161,17 @@ def properties_menu(
             for spec in missing:
                 sub.addAction(
                     spec.name + (" (required)" if spec.required else ""),
-                    partial(_add_attribute, w, path, index, spec),
+                    partial(_add_attribute, window, path, index, spec),
                 )
         menu.addAction(
             "Add metadata…",
-            lambda: _add_metadata(w, (path, index)),
+            lambda: _add_metadata(window, (path, index)),
         )
-        if row is not None and row.edit is not None and row.edit[0] == "rename":
-            value = row.edit[2]
-            menu.addAction(f"Make '{value}' a graph output", lambda: w.make_output(path, value))
+        if row is not None and isinstance(row.edit, RenameEdit):
+            value = row.edit.name
+            menu.addAction(
+                f"Make '{value}' a graph output", lambda: window.surgery.make_output(path, value)
+            )
     elif kind == "value":
         _, path, name = subject
         scope = doc.scope(path)
@@ -150,16 +179,22 @@ def properties_menu(
         if owner.graph is not None:
             if name in owner.output_uses:
                 menu.addAction(
-                    "Stop being a graph output", lambda: w.make_output(owner.path, name, False)
+                    "Stop being a graph output",
+                    lambda: window.surgery.make_output(owner.path, name, False),
                 )
             else:
-                menu.addAction("Make it a graph output", lambda: w.make_output(owner.path, name))
+                menu.addAction(
+                    "Make it a graph output", lambda: window.surgery.make_output(owner.path, name)
+                )
             if name in owner.initializer_names():
                 from onnxviz.model import surgery
 
-                menu.addAction("Export to .npy…", lambda: w.export_initializer(owner.path, name))
                 menu.addAction(
-                    "Replace from .npy…", lambda: w.replace_initializer(owner.path, name)
+                    "Export to .npy…", lambda: window.surgery.export_initializer(owner.path, name)
+                )
+                menu.addAction(
+                    "Replace from .npy…",
+                    lambda: window.surgery.replace_initializer(owner.path, name),
                 )
                 menu.addAction(
                     "Turn into a graph input",
@@ -170,51 +205,57 @@ def properties_menu(
             elif name in owner.input_names():
                 menu.addAction(
                     "Turn into an initializer from .npy…",
-                    lambda: w.input_to_initializer(owner.path, name),
+                    lambda: window.surgery.input_to_initializer(owner.path, name),
                 )
     elif kind == "graph":
-        path = subject[1]
+        _, path = subject
         scope = doc.scope(path)
         if scope.graph is not None:
-            menu.addAction("Add input…", lambda: _add_io(w, path, "input"))
-            menu.addAction("Add output…", lambda: _add_io(w, path, "output"))
-            if row is not None and row.edit is not None and row.edit[0] == "type":
-                name = row.edit[2]
-                io_kind = "input" if row.key.startswith("input") else "output"
+            menu.addAction("Add input…", lambda: _add_io(window, path, "input"))
+            menu.addAction("Add output…", lambda: _add_io(window, path, "output"))
+            if row is not None and isinstance(row.edit, TypeEdit):
+                name = row.edit.name
+                io_kind: Literal["input", "output"] = (
+                    "input" if row.key.startswith("input") else "output"
+                )
                 names = scope.input_names() if io_kind == "input" else scope.output_names()
                 pos = names.index(name) if name in names else -1
                 menu.addAction(
                     f"Remove {io_kind} '{name}'",
-                    lambda: edits.execute(C.RemoveGraphEntry(path, io_kind, name)),  # type: ignore[arg-type]
+                    lambda: edits.execute(commands.RemoveGraphEntry(path, io_kind, name)),
                 )
                 if pos > 0:
                     menu.addAction(
                         "Move up",
-                        lambda: edits.execute(C.MoveGraphEntry(path, io_kind, name, pos - 1)),  # type: ignore[arg-type]
+                        lambda: edits.execute(
+                            commands.MoveGraphEntry(path, io_kind, name, pos - 1)
+                        ),
                     )
                 if 0 <= pos < len(names) - 1:
                     menu.addAction(
                         "Move down",
-                        lambda: edits.execute(C.MoveGraphEntry(path, io_kind, name, pos + 1)),  # type: ignore[arg-type]
+                        lambda: edits.execute(
+                            commands.MoveGraphEntry(path, io_kind, name, pos + 1)
+                        ),
                     )
-            menu.addAction("Add metadata…", lambda: _add_metadata(w, path))
+            menu.addAction("Add metadata…", lambda: _add_metadata(window, path))
     elif kind == "model":
-        menu.addAction("Add metadata…", lambda: _add_metadata(w, "model"))
-        if row is not None and row.edit is not None and row.edit[0] == "metadata":
-            key = row.edit[2]
+        menu.addAction("Add metadata…", lambda: _add_metadata(window, "model"))
+        if row is not None and isinstance(row.edit, MetadataEdit):
+            target, key = row.edit.target, row.edit.key
             menu.addAction(
                 f"Remove metadata '{key}'",
-                lambda: edits.execute(C.SetMetadataProp(row.edit[1], key, None)),  # type: ignore[index]
+                lambda: edits.execute(commands.SetMetadataProp(target, key, None)),
             )
         menu.addAction(
             "Import an opset…",
             lambda: _import_opset(
-                w, w.prompter.text("Import opset", "domain version, e.g. ai.onnx.ml 3")
+                window, window.prompter.text("Import opset", "domain version, e.g. ai.onnx.ml 3")
             ),
         )
 
 
-def _add_attribute(w: MainWindow, path: str, index: int, spec: Any) -> None:
+def _add_attribute(window: MainWindow, path: str, index: int, spec: Any) -> None:
     from onnx import helper
 
     if spec.default is not None:
@@ -231,24 +272,26 @@ def _add_attribute(w: MainWindow, path: str, index: int, spec: Any) -> None:
             AttributeProto.STRINGS: [],
         }
         if spec.type not in empty:
-            w.edits.refuse(f"'{spec.name}' has no default; set it from a tensor or graph editor")
+            window.edits.refuse(
+                f"'{spec.name}' has no default; set it from a tensor or graph editor"
+            )
             return
         kind = spec.type if isinstance(empty[spec.type], list) else None
         attr = helper.make_attribute(spec.name, empty[spec.type], attr_type=kind)
-    w.edits.execute(C.SetAttribute(path, index, attr))
+    window.edits.execute(commands.SetAttribute(path, index, attr))
 
 
-def _add_metadata(w: MainWindow, target: Any) -> None:
-    text = w.prompter.text("Add metadata", "key=value")
+def _add_metadata(window: MainWindow, target: Any) -> None:
+    text = window.prompter.text("Add metadata", "key=value")
     if text and "=" in text:
         key, value = text.split("=", 1)
-        w.edits.execute(C.SetMetadataProp(target, key.strip(), value.strip()))
+        window.edits.execute(commands.SetMetadataProp(target, key.strip(), value.strip()))
 
 
-def _add_io(w: MainWindow, path: str, kind: str) -> None:
+def _add_io(window: MainWindow, path: str, kind: str) -> None:
     from onnx import ValueInfoProto
 
-    text = w.prompter.text(f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
+    text = window.prompter.text(f"Add graph {kind}", "name: type, e.g. x: float32[batch,3,224,224]")
     if not text:
         return
     name, _, type_text = text.partition(":")
@@ -257,12 +300,12 @@ def _add_io(w: MainWindow, path: str, kind: str) -> None:
         try:
             vi.type.CopyFrom(text_to_type(type_text.strip()))
         except ValueError as exc:
-            w.edits.refuse(str(exc))
+            window.edits.refuse(str(exc))
             return
-    w.edits.execute(C.AddGraphEntry(path, kind, vi))  # type: ignore[arg-type]
+    window.edits.execute(commands.AddGraphEntry(path, kind, vi))  # type: ignore[arg-type]
 
 
-def _import_opset(w: MainWindow, text: str | None) -> None:
+def _import_opset(window: MainWindow, text: str | None) -> None:
     if not text:
         return
     parts = text.split()
@@ -270,12 +313,12 @@ def _import_opset(w: MainWindow, text: str | None) -> None:
         domain = "" if parts[0] in ("ai.onnx", '""') else parts[0]
         version = int(parts[1])
     except (IndexError, ValueError):
-        w.edits.refuse("type a domain and a version, e.g. ai.onnx.ml 3")
+        window.edits.refuse("type a domain and a version, e.g. ai.onnx.ml 3")
         return
-    w.edits.execute(C.SetOpsetImport(domain, version))
+    window.edits.execute(commands.SetOpsetImport(domain, version))
 
 
-def add_compare_actions(w: MainWindow) -> list[QAction]:
+def add_compare_actions(window: MainWindow) -> list[QAction]:
     """File > Compare With... and File > Compare With File on Disk (issue #20), placed
     after Export; both open `onnxviz.ui.diff`'s Compare window for the open document."""
     from onnxviz.ui.diff import open_compare_window
@@ -283,7 +326,7 @@ def add_compare_actions(w: MainWindow) -> list[QAction]:
     file_menu = next(
         (
             menu
-            for a in w.menuBar().actions()
+            for a in window.menuBar().actions()
             if a.text().replace("&", "") == "File" and isinstance(menu := a.menu(), QMenu)
         ),
         None,
@@ -292,16 +335,18 @@ def add_compare_actions(w: MainWindow) -> list[QAction]:
         return []
 
     def compare(with_disk: bool) -> None:
-        if w.doc is not None:
-            window = open_compare_window(w, w.doc, with_disk=with_disk)
-            if window is not None:
-                w.compare_window = window
+        if window.session.doc is not None:
+            compare_window = open_compare_window(
+                window, window.session.doc, with_disk=with_disk, prompter=window.prompter
+            )
+            if compare_window is not None:
+                window.compare_window = compare_window
 
-    with_file = QAction("Compare &With…", w)
+    with_file = QAction("Compare &With…", window)
     with_file.triggered.connect(lambda _c=False: compare(False))
-    with_disk = QAction("Compare With File on &Disk", w)
+    with_disk = QAction("Compare With File on &Disk", window)
     with_disk.triggered.connect(lambda _c=False: compare(True))
-    export = getattr(w.actions_, "export", None)
+    export = getattr(window.actions_, "export", None)
     actions = file_menu.actions()
     at = actions.index(export) + 1 if export in actions else len(actions)
     before = actions[at] if at < len(actions) else None

@@ -11,21 +11,21 @@ from PySide6.QtCore import QEvent, QLineF, QObject, QPoint, Qt
 from PySide6.QtGui import QMouseEvent, QPen
 from PySide6.QtWidgets import QGraphicsLineItem, QMenu
 
-from onnxviz.model import commands as C
+from onnxviz.model import commands
 from onnxviz.ui.canvas.items import NodeItem
 
 if TYPE_CHECKING:
     from onnxviz.ui.main_window import MainWindow
 
 
-def source_values(w: MainWindow, item: NodeItem) -> list[str]:
+def source_values(window: MainWindow, item: NodeItem) -> list[str]:
     """Values a drag from this item can carry: a node's outputs or a pill's value."""
     d = item.data_item
-    if w.doc is None:
+    if window.session.doc is None:
         return []
     if d.kind == "op" and d.node_index is not None:
         try:
-            node = w.doc.scope(d.graph_path).nodes[d.node_index]
+            node = window.session.doc.scope(d.graph_path).nodes[d.node_index]
         except (KeyError, IndexError):
             return []
         return [o for o in node.output if o]
@@ -34,18 +34,20 @@ def source_values(w: MainWindow, item: NodeItem) -> list[str]:
     return []
 
 
-def wire_choices(w: MainWindow, source: NodeItem, target: NodeItem) -> list[tuple[str, int, str]]:
+def wire_choices(
+    window: MainWindow, source: NodeItem, target: NodeItem
+) -> list[tuple[str, int, str]]:
     """(value, target input index, label) pairs a drop can make."""
     td = target.data_item
-    if w.doc is None or td.kind != "op" or td.node_index is None:
+    if window.session.doc is None or td.kind != "op" or td.node_index is None:
         return []
     try:
-        scope = w.doc.scope(td.graph_path)
+        scope = window.session.doc.scope(td.graph_path)
         node = scope.nodes[td.node_index]
     except (KeyError, IndexError):
         return []
     out = []
-    for value in source_values(w, source):
+    for value in source_values(window, source):
         if scope.lookup(value) is None:
             continue  # not visible from the target's graph
         for k, current in enumerate(node.input):
@@ -53,18 +55,18 @@ def wire_choices(w: MainWindow, source: NodeItem, target: NodeItem) -> list[tupl
     return out
 
 
-def wire(w: MainWindow, target: NodeItem, value: str, k: int) -> bool:
+def wire(window: MainWindow, target: NodeItem, value: str, k: int) -> bool:
     td = target.data_item
     assert td.node_index is not None
-    return w.edits.execute(C.RewireInput(td.graph_path, td.node_index, k, value))
+    return window.edits.execute(commands.RewireInput(td.graph_path, td.node_index, k, value))
 
 
 class WireDrag(QObject):
     """Event filter on the canvas viewport for Alt+drag wiring."""
 
-    def __init__(self, w: MainWindow) -> None:
-        super().__init__(w)
-        self.w = w
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
         self.source: NodeItem | None = None
         self.line: QGraphicsLineItem | None = None
 
@@ -87,50 +89,54 @@ class WireDrag(QObject):
         ):
             return False
         item = self._node_at(event.position().toPoint())
-        if item is None or not source_values(self.w, item):
+        if item is None or not source_values(self.window, item):
             return False
         self.source = item
         start = item.sceneBoundingRect().center()
         self.line = QGraphicsLineItem(QLineF(start, start))
-        pen = QPen(self.w.graph_scene.theme.selection, 2.0, Qt.PenStyle.DashLine)
+        pen = QPen(self.window.graph_scene.theme.selection, 2.0, Qt.PenStyle.DashLine)
         pen.setCosmetic(True)
         self.line.setPen(pen)
         self.line.setZValue(1000)
-        self.w.graph_scene.addItem(self.line)
+        self.window.graph_scene.addItem(self.line)
         return True
 
     def _move(self, event: QMouseEvent) -> None:
         if self.line is not None:
-            end = self.w.view.mapToScene(event.position().toPoint())
+            end = self.window.view.mapToScene(event.position().toPoint())
             self.line.setLine(QLineF(self.line.line().p1(), end))
 
     def _release(self, event: QMouseEvent) -> None:
         source, self.source = self.source, None
         if self.line is not None:
-            self.w.graph_scene.removeItem(self.line)
+            self.window.graph_scene.removeItem(self.line)
             self.line = None
         target = self._node_at(event.position().toPoint())
         if source is None or target is None or target is source:
             return
-        self.drop(source, target, self.w.view.viewport().mapToGlobal(event.position().toPoint()))
+        self.drop(
+            source, target, self.window.view.viewport().mapToGlobal(event.position().toPoint())
+        )
 
     def drop(self, source: NodeItem, target: NodeItem, where: QPoint | None = None) -> None:
-        choices = wire_choices(self.w, source, target)
+        choices = wire_choices(self.window, source, target)
         if not choices:
-            self.w.edits.refuse("nothing to wire there: drop on an operator whose graph sees it")
+            self.window.edits.refuse(
+                "nothing to wire there: drop on an operator whose graph sees it"
+            )
             return
         if len(choices) == 1 or where is None:
             value, k, _ = choices[0]
-            wire(self.w, target, value, k)
+            wire(self.window, target, value, k)
             return
-        menu = QMenu(self.w)
+        menu = QMenu(self.window)
         for value, k, label in choices:
-            menu.addAction(label, partial(wire, self.w, target, value, k))
+            menu.addAction(label, partial(wire, self.window, target, value, k))
         menu.popup(where)
         self.menu = menu
 
     def _node_at(self, pos: QPoint) -> NodeItem | None:
-        for item in self.w.view.items(pos):
+        for item in self.window.view.items(pos):
             if isinstance(item, NodeItem) and not item.is_frame:
                 return item
         return None

@@ -23,7 +23,7 @@ from onnxviz.errors import OnnxvizError
 from onnxviz.runtime import ort_engine
 from onnxviz.runtime.profile import Profiler
 from onnxviz.runtime.values import nbytes
-from onnxviz.ui import settings as cfg
+from onnxviz.ui import settings
 
 ENGINES = (("onnxviz (step)", "onnxviz"), ("onnxruntime", "onnxruntime"))
 
@@ -49,7 +49,7 @@ class EngineChoice(QWidget):
         )
         lay.addWidget(self.combo)
         lay.addStretch(1)
-        saved = str(cfg.settings().value("run/engine", "onnxviz"))
+        saved = str(settings.settings().value("run/engine", "onnxviz"))
         if saved == "onnxruntime" and ort_engine.available():
             self.combo.setCurrentIndex(1)
         self.combo.currentIndexChanged.connect(self._changed)
@@ -63,7 +63,7 @@ class EngineChoice(QWidget):
             self.combo.setCurrentIndex(index)
 
     def _changed(self, _index: int) -> None:
-        cfg.save_value("run/engine", self.engine())
+        settings.save_value("run/engine", self.engine())
         self.changed.emit(self.engine())
 
 

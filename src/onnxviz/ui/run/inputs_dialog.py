@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
-    QFileDialog,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -45,7 +44,8 @@ from onnxviz.runtime.inputs import (
     recipe_to_dict,
     symbolic_dims,
 )
-from onnxviz.ui import settings as cfg
+from onnxviz.ui import settings
+from onnxviz.ui.prompter import Prompter
 
 MODE_LABELS = {
     "random": "Random",
@@ -75,7 +75,7 @@ def settings_key(model_path: str | None) -> str:
 
 
 def load_remembered(model_path: str | None) -> tuple[dict[str, int], dict[str, FeedRecipe]]:
-    raw = cfg.load_str(settings_key(model_path), "")
+    raw = settings.load_str(settings_key(model_path), "")
     if not raw:
         return {}, {}
     try:
@@ -89,7 +89,7 @@ def load_remembered(model_path: str | None) -> tuple[dict[str, int], dict[str, F
 
 def remember(model_path: str | None, dims: dict[str, int], recipes: dict[str, FeedRecipe]) -> None:
     data = {"dims": dims, "recipes": {k: recipe_to_dict(r) for k, r in recipes.items()}}
-    cfg.save_value(settings_key(model_path), json.dumps(data))
+    settings.save_value(settings_key(model_path), json.dumps(data))
 
 
 def build_feeds(
@@ -107,8 +107,16 @@ def build_feeds(
 class InputRow:
     """The widgets of one input."""
 
-    def __init__(self, spec: InputSpec, recipe: FeedRecipe, grid: QGridLayout, row: int) -> None:
+    def __init__(
+        self,
+        spec: InputSpec,
+        recipe: FeedRecipe,
+        grid: QGridLayout,
+        row: int,
+        prompter: Prompter | None = None,
+    ) -> None:
         self.spec = spec
+        self.prompter = prompter or Prompter()  # asks for the file of "from file"
         self.mode = QComboBox()
         modes = ["random", "zeros", "ones", "file"]
         if spec.kind == "tensor" and spec.dtype is not None and spec.dtype.kind == "O":
@@ -137,7 +145,7 @@ class InputRow:
         self.pages: dict[str, QWidget] = {"random": rnd, "zeros": QLabel(""), "ones": QLabel("")}
         # file / image
         self.path = QLineEdit(recipe.path)
-        browse = QPushButton("…")
+        self.browse_button = browse = QPushButton("…")
         browse.clicked.connect(self._browse)
         fw = QWidget()
         fl = QHBoxLayout(fw)
@@ -178,7 +186,7 @@ class InputRow:
     def _browse(self) -> None:
         image = self.mode.currentData() == "image"
         pattern = "Images (*.png *.jpg *.jpeg *.bmp)" if image else "Arrays (*.npy *.npz *.pb)"
-        path, _ = QFileDialog.getOpenFileName(None, f"Value for {self.spec.name}", "", pattern)
+        path = self.prompter.open_file(f"Value for {self.spec.name}", "", pattern)
         if path:
             self.path.setText(path)
 
@@ -202,6 +210,7 @@ class InputsDialog(QDialog):
         dims: dict[str, int],
         recipes: dict[str, FeedRecipe],
         parent: QWidget | None = None,
+        prompter: Prompter | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Run inputs")
@@ -212,7 +221,8 @@ class InputsDialog(QDialog):
         for c, h in enumerate(("input", "type", "value", "")):
             grid.addWidget(QLabel(f"<i>{h}</i>"), 0, c)
         self.rows = [
-            InputRow(s, recipes.get(s.name, FeedRecipe()), grid, i + 1) for i, s in enumerate(specs)
+            InputRow(s, recipes.get(s.name, FeedRecipe()), grid, i + 1, prompter)
+            for i, s in enumerate(specs)
         ]
         grid.setRowStretch(len(specs) + 1, 1)
         grid.setColumnStretch(3, 1)

@@ -4,7 +4,7 @@
 values and its comparison) and drives the session's run controller.  The main window
 places its widget in the Run dock, its actions in the Run menu and toolbar
 (`fill_menu`, `fill_toolbar`), and run marks are drawn on the canvas by our own child
-items (`overlay.py`).
+items (`canvas_overlay.py`).
 
 Shortcuts follow common debuggers: F5 run / continue, Shift+F5 stop, F9 toggle
 breakpoint, F10 step over, F11 step (into), Shift+F11 step out, Ctrl+F10 run to the
@@ -31,11 +31,11 @@ from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
 from onnxviz.ui.inspector import InspectorDock
 from onnxviz.ui.prompter import Prompter
+from onnxviz.ui.run.canvas_overlay import CanvasOverlay
 from onnxviz.ui.run.compare_colours import compare_colour
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
-from onnxviz.ui.run.overlay import CanvasOverlay
-from onnxviz.ui.run.panel import RunPanelWidget, value_bytes
+from onnxviz.ui.run.run_panel_widget import RunPanelWidget, value_bytes
 
 if TYPE_CHECKING:  # the session imports ui.run's controller: no import cycle at run time
     from onnxviz.ui.controllers.navigation_controller import NavigationController
@@ -259,7 +259,7 @@ class RunPanel(QObject):
             self._message(str(exc))
             return False
         dims, recipes = load_remembered(self.doc.path)
-        dialog = InputsDialog(specs, dims, recipes, self.parent_widget)
+        dialog = InputsDialog(specs, dims, recipes, self.parent_widget, self.prompter)
         self.inputs_dialog = dialog
 
         def accepted() -> None:
@@ -581,7 +581,7 @@ class RunPanel(QObject):
                 d = it.data_edge
                 snap = self.controller.debugger.snapshot()  # type: ignore[union-attr]
                 if (d.graph_path, d.value) in snap.value_types or any(
-                    k[1] == d.value for k in snap.value_types
+                    name == d.value for _graph, name in snap.value_types
                 ):
                     self.inspect_value(d.graph_path, d.value)
                 return

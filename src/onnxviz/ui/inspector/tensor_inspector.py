@@ -15,7 +15,6 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -42,6 +41,7 @@ from onnxviz.ui.inspector.stats import (
     summarize,
     table_page,
 )
+from onnxviz.ui.prompter import Prompter
 
 PAGE_SIZE = 200
 NOTHING_SELECTED = "nothing selected: pick a value on the canvas or in Frames & Values"
@@ -107,8 +107,9 @@ class HistogramView(QWidget):
 
 
 class TensorInspector(QWidget):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, prompter: Prompter | None = None) -> None:
         super().__init__(parent)
+        self.prompter = prompter or Prompter(self)  # asks where Export writes
         self.value: Any = None
         self.array: np.ndarray | None = None
         self.title = ""
@@ -381,6 +382,6 @@ class TensorInspector(QWidget):
         if self.array is None:
             return
         safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in self.title) or "value"
-        path, _ = QFileDialog.getSaveFileName(self, "Export tensor", safe + ".npy", "NumPy (*.npy)")
-        if path:
-            self.export(path)
+        chosen = self.prompter.save_file("Export tensor", safe + ".npy", "NumPy (*.npy)")
+        if chosen is not None:
+            self.export(chosen[0])

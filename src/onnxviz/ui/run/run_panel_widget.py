@@ -2,7 +2,7 @@
 
 A row of run buttons and the frame stack breadcrumb on top; tabs below: frames and
 their values, breakpoints, profile, compare and memory.  The widget only shows things
-and emits what the user asks for; `RunPanel` (``__init__.py``) does the work.
+and emits what the user asks for; `RunPanel` (run_panel.py) does the work.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from onnxviz.runtime.compare import Comparison
 from onnxviz.runtime.memory import DroppedValue
 from onnxviz.runtime.profile import NodeProfile
 from onnxviz.runtime.values import describe, nbytes
+from onnxviz.ui.flow_layout import FlowLayout
 from onnxviz.ui.run.compare_colours import CompareLegend
 
 STATS_MAX_SIZE = 65_536
@@ -126,8 +127,9 @@ class RunPanelWidget(QWidget):
 
     def __init__(self, actions: list[QAction], parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
+        # The buttons wrap onto a second line in a narrow dock rather than making the
+        # dock wide: at 1024 px the Run dock shares the bottom with Diagnostics.
+        top = FlowLayout()
         for action in actions:
             if action is None:
                 top.addSpacing(8)
@@ -136,7 +138,7 @@ class RunPanelWidget(QWidget):
             b.setDefaultAction(action)
             top.addWidget(b)
         self.status = QLabel("not started")
-        top.addWidget(self.status, 1)
+        top.addWidget(self.status)
         self.stack_label = QLabel("")
         self.stack_label.setTextFormat(Qt.TextFormat.RichText)
         self.stack_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -178,7 +180,9 @@ class RunPanelWidget(QWidget):
         remove = QPushButton("Remove")
         remove.clicked.connect(self._remove_breakpoint)
         row = QHBoxLayout()
-        row.addWidget(QLabel("F9 toggles a breakpoint on the selected node"), 1)
+        hint = QLabel("F9 toggles a breakpoint on the selected node")
+        hint.setWordWrap(True)
+        row.addWidget(hint, 1)
         row.addWidget(remove)
         lay.addLayout(row)
         return w
@@ -224,11 +228,11 @@ class RunPanelWidget(QWidget):
         self.rtol.setRange(0, 1e6)
         self.rtol.setValue(1e-3)
         row.addWidget(self.rtol)
-        self.error_colours = QCheckBox("Colour nodes by error")
-        self.error_colours.toggled.connect(lambda on: self._colouring("error", on))
-        row.addWidget(self.error_colours)
         row.addStretch(1)
         lay.addLayout(row)
+        self.error_colours = QCheckBox("Colour nodes by error")
+        self.error_colours.toggled.connect(lambda on: self._colouring("error", on))
+        lay.addWidget(self.error_colours)
         self.compare_legend = CompareLegend()
         self.compare_legend.setVisible(False)  # shown while the nodes are coloured
         self.error_colours.toggled.connect(self.compare_legend.setVisible)

@@ -343,9 +343,12 @@ class CompareWindow(QMainWindow):
         count = self.change_list.topLevelItemCount()
         if not count:
             return
-        current = self.change_list.indexOfTopLevelItem(self.change_list.currentItem())
+        picked = self.change_list.currentItem()
+        current = self.change_list.indexOfTopLevelItem(picked) if picked is not None else -1
         row = (current + delta) % count if current >= 0 else (0 if delta > 0 else count - 1)
-        self.change_list.setCurrentItem(self.change_list.topLevelItem(row))
+        target = self.change_list.topLevelItem(row)
+        if target is not None:
+            self.change_list.setCurrentItem(target)
 
     def _on_change_picked(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
         if item is None:
@@ -372,7 +375,8 @@ class CompareWindow(QMainWindow):
         if key is None:
             return None
         try:
-            return doc.scope(key[0]).nodes[key[1]]
+            graph_path, node_index = key
+            return doc.scope(graph_path).nodes[node_index]
         except (KeyError, IndexError):
             return None
 

@@ -168,7 +168,17 @@ def torch_builders() -> dict[str, Callable[[], Built]]:
     def bench(built: tuple[onnx.ModelProto, dict[str, np.ndarray]]) -> Built:
         return built[0], built[1], {}
 
-    return {
+    def seeded(build: Callable[[], Built]) -> Callable[[], Built]:
+        """Each model draws its weights from a fresh seed: regenerating one gives the same
+        file as regenerating all."""
+
+        def run() -> Built:
+            torch.manual_seed(0)
+            return build()
+
+        return run
+
+    builders: dict[str, Callable[[], Built]] = {
         "torchscript_mixed": mixed,
         "torchscript_double_or_decrement": double_or_decrement,
         "torchscript_unet": unet,
@@ -191,6 +201,7 @@ def torch_builders() -> dict[str, Callable[[], Built]]:
             torch_models.bert_torch(layers=2, hidden=64, heads=4, ffn=256, seq=24)
         ),
     }
+    return {name: seeded(build) for name, build in builders.items()}
 
 
 # -- skl2onnx (target opsets ai.onnx 17, ai.onnx.ml 3) ---------------------------------------

@@ -188,8 +188,9 @@ class PropertiesDock(QDockWidget):
         for item in self._row_items():
             row = item.data(0, Qt.ItemDataRole.UserRole)
             if isinstance(row, Row) and row.field == field:
-                if item.parent() is not None:
-                    item.parent().setExpanded(True)  # a collapsed metadata group
+                group = item.parent()
+                if group is not None:
+                    group.setExpanded(True)  # a collapsed metadata group
                 self.tree.scrollToItem(item)
                 self.tree.setCurrentItem(item)
                 widget = self.tree.itemWidget(item, 1)
@@ -206,6 +207,8 @@ class PropertiesDock(QDockWidget):
         stack.reverse()
         while stack:
             item = stack.pop()
+            if item is None:
+                continue
             found.append(item)
             stack.extend(item.child(j) for j in reversed(range(item.childCount())))
         return found
@@ -229,4 +232,5 @@ class PropertiesDock(QDockWidget):
     def _activated(self, item: QTreeWidgetItem, column: int) -> None:
         row = item.data(0, Qt.ItemDataRole.UserRole)
         if isinstance(row, Row) and row.target is not None:
-            self.navigate.emit(row.target[0], row.target[1])
+            kind, name = row.target  # ("value" | "tensor" | "node", its name)
+            self.navigate.emit(kind, name)

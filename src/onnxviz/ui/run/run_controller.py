@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication
 from onnxviz.errors import OnnxvizError
 from onnxviz.runtime.events import Pause
 from onnxviz.runtime.session import Session
-from onnxviz.ui.run.driver import Debugger
+from onnxviz.ui.run.debugger import Debugger
 
 log = logging.getLogger(__name__)
 PROGRESS_MS = 100

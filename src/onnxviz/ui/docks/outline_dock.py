@@ -65,7 +65,8 @@ class OutlineDock(QDockWidget):
         return item
 
     def _fill(self, item: QTreeWidgetItem) -> None:
-        if item.childCount() != 1 or item.child(0).text(0) != _PENDING or self.doc is None:
+        first = item.child(0) if item.childCount() == 1 else None
+        if first is None or first.text(0) != _PENDING or self.doc is None:
             return
         item.takeChild(0)
         kind, path, _, what = item.data(0, ROLE)
@@ -91,15 +92,15 @@ class OutlineDock(QDockWidget):
             nodes.setData(0, ROLE, ("list", path, None, "nodes"))
             nodes.addChild(QTreeWidgetItem([_PENDING]))
             item.addChild(nodes)
-            for child in scope.children:
-                item.addChild(self._graph_item(child, child.path.rsplit("/", 1)[-1]))
+            for child_scope in scope.children:
+                item.addChild(self._graph_item(child_scope, child_scope.path.rsplit("/", 1)[-1]))
             return
         if what == "nodes":
-            nodes = scope.nodes
-            shown = min(len(nodes), MAX_LISTED)
+            count = len(scope.nodes)
+            shown = min(count, MAX_LISTED)
             item.addChildren([self._node_item(scope, path, i) for i in range(shown)])
-            if len(nodes) > shown:
-                item.addChild(QTreeWidgetItem([f"… {len(nodes) - shown} more: use Find (Ctrl+F)"]))
+            if count > shown:
+                item.addChild(QTreeWidgetItem([f"… {count - shown} more: use Find (Ctrl+F)"]))
             return
         inits = set(scope.initializer_names())
         names = {

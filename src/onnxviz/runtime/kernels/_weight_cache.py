@@ -1,0 +1,134 @@
+"""Derived forms of constant weights (dequantized, transposed, repacked), made once.
+
+A kernel whose work on every call starts by rewriting a weight it was handed (MatMulNBits
+dequantizing its int4 blocks, an RNN transposing its recurrent matrix) asks `derived`
+for that form instead.  The answer is keyed on the identities of the source arrays, so
+the second call with the same initializer objects gets the stored result.
+
+Identity is only a safe key for arrays that cannot change between calls, so a source is
+used as a key only when it is *frozen*: read-only, and every array it views is read-only
+too, down to an immutable buffer (``bytes``, a read-only memoryview) or an array that
+owns its memory.  Initializers decoded from raw data (model.tensors.to_array) are such
+views over the proto's bytes; intermediate values and caller feeds are normally
+writeable, and for them the form is simply rebuilt on each call, as before.  Entries
+hold their sources by weak reference: a hit needs the very same live arrays (an id reused
+by a later array never matches a dead reference), and an entry goes away with its
+sources, so a closed model's forms do not outlive it.
+
+Memory is bounded: entries are evicted least recently used first once their total size
+passes `CAP_BYTES`, and a form bigger than a quarter of the cap is never stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+CAP_BYTES = 512 << 20
+
+# Re-entrant: a weak reference's callback (which drops an entry) may run inside a locked
+# region when the garbage collector happens to run there.
+_lock = threading.RLock()
+_Key = tuple[Hashable, ...]
+_entries: OrderedDict[_Key, tuple[tuple[Any, ...], Any, int]] = OrderedDict()
+_total = 0
+
+
+def frozen(x: Any) -> bool:
+    """True when ``x`` is an ndarray whose contents cannot change (see the module doc)."""
+    if type(x) is not np.ndarray or x.flags.writeable:
+        return False
+    base = x.base
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if base is None or isinstance(base, bytes):
+        return True
+    try:
+        return memoryview(base).readonly
+    except TypeError:
+        return False
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, tuple):
+        return sum(_size(v) for v in value)
+    return 0
+
+
+def derived(
+    kind: str,
+    sources: Sequence[np.ndarray | None],
+    params: tuple[Hashable, ...],
+    build: Callable[[], Any],
+) -> Any:
+    """``build()``, stored under (``kind``, the identities of ``sources``, ``params``)
+    when every non-None source is frozen, else rebuilt on each call.  ``params`` must
+    name everything besides the sources that the form depends on (attributes, dtypes).
+    The stored value is shared: callers must not write into it."""
+    present = [s for s in sources if s is not None]
+    if not present or not all(frozen(s) for s in present):
+        return build()
+    key = (kind, *(id(s) if s is not None else None for s in sources), *params)
+    global _total
+    with _lock:
+        hit = _entries.get(key)
+        if hit is not None and all(
+            (r is None and s is None) or (r is not None and r() is s)
+            for r, s in zip(hit[0], sources)
+        ):
+            _entries.move_to_end(key)
+            return hit[1]
+    value = build()
+    size = _size(value)
+    if size > CAP_BYTES // 4:
+        return value
+    for array in value if isinstance(value, tuple) else (value,):
+        if isinstance(array, np.ndarray):
+            array.flags.writeable = False  # shared by every later call
+    with _lock:
+        old = _entries.pop(key, None)
+        if old is not None:
+            _total -= old[2]
+        on_death = _dropper(key)
+        refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
+        _entries[key] = (refs, value, size)
+        _total += size
+        while _total > CAP_BYTES and _entries:
+            _, evicted = _entries.popitem(last=False)
+            _total -= evicted[2]
+    return value
+
+
+def _dropper(key: _Key) -> Callable[[Any], None]:
+    """The weak-reference callback that forgets ``key``'s entry when a source dies.  (A
+    late callback of an older entry under a reused key only costs a rebuild.)"""
+
+    def drop(_ref: Any) -> None:
+        global _total
+        with _lock:
+            old = _entries.pop(key, None)
+            if old is not None:
+                _total -= old[2]
+
+    return drop
+
+
+def clear() -> None:
+    """Forget every stored form (tests; a host that wants the memory back)."""
+    global _total
+    with _lock:
+        _entries.clear()
+        _total = 0
+
+
+def stored_bytes() -> int:
+    return _total

@@ -1,0 +1,349 @@
+"""Kernel fast paths against plain numpy definitions (float64), with random shapes.
+
+Each fast path of issue 21 (channels-last depthwise conv, recurrent steps on pretransposed
+weights, GEMV with a constant weight, single-pass activations) must give the numbers of
+the operator's definition written the slow, obvious way here; the draws are limited to
+shapes that really take the fast path (asserted), so a test would fail if the path were
+skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import numpy_helper
+
+from onnxviz.model.tensors import to_array
+from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_rnn
+
+pytestmark = pytest.mark.numeric
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _frozen(x: np.ndarray) -> np.ndarray:
+    """``x`` as the interpreter holds an initializer (read-only over proto bytes)."""
+    return to_array(numpy_helper.from_array(x, "w"))
+
+
+def conv_definition(x, w, b, group, strides, pads, dilations) -> np.ndarray:
+    """Conv by its definition: a float64 sum over kernel offsets and input channels."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    mg = m // group
+    rank = x.ndim - 2
+    kernel = w.shape[2:]
+    xp = np.pad(
+        x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[i], pads[i + rank]) for i in range(rank)]
+    )
+    out = [
+        (xp.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
+        for i in range(rank)
+    ]
+    y = np.zeros((n, m, *out))
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(
+            slice(o * d, o * d + (s_out - 1) * s + 1, s)
+            for o, d, s, s_out in zip(off, dilations, strides, out)
+        )
+        for g in range(group):
+            xs = xp[(slice(None), slice(g * cg, (g + 1) * cg), *window)]
+            ws = w[(slice(g * mg, (g + 1) * mg), slice(None), *off)].astype(np.float64)
+            y[:, g * mg : (g + 1) * mg] += np.einsum("mc,nc...->nm...", ws, xs)
+    if b is not None:
+        y += b.astype(np.float64).reshape((1, m) + (1,) * rank)
+    return y
+
+
+@st.composite
+def depthwise_cases(draw):
+    rank = draw(st.sampled_from([1, 2, 2, 2, 3]))
+    k = draw(st.sampled_from([1, 3, 5]))
+    stride = draw(st.sampled_from([1, 1, 2]))
+    dil = draw(st.sampled_from([1, 1, 2]))
+    out_last = draw(st.integers(1, 8))
+    # The einsum paths (stride 1, or dilation 1 along the last axis) and the per-offset
+    # path (strided and dilated) each take their own channel counts.
+    c = draw(st.integers(max(32, 8 * out_last) if stride > 1 and dil > 1 else 16, 96))
+    pad = draw(st.integers(0, (k - 1) * dil))
+    span = (k - 1) * dil + 1
+    last = (out_last - 1) * stride + span - 2 * pad
+    if last < 1:
+        last += 2 * pad
+        pad = 0
+    others = [draw(st.integers(max(1, span - 2 * pad), 9)) for _ in range(rank - 1)]
+    shape = (draw(st.integers(1, 2)), c, *others, last)
+    seed = draw(st.integers(0, 2**16))
+    return shape, k, stride, dil, pad, draw(st.booleans()), seed
+
+
+@SETTINGS
+@given(depthwise_cases())
+def test_channels_last_depthwise_conv_matches_the_definition(case) -> None:
+    shape, k, stride, dil, pad, with_bias, seed = case
+    rng = np.random.default_rng(seed)
+    rank = len(shape) - 2
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c, 1) + (k,) * rank).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32) if with_bias else None
+    attrs = {
+        "group": c,
+        "strides": [stride] * rank,
+        "pads": [pad] * (2 * rank),
+        "dilations": [dil] * rank,
+    }
+    want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"])
+    got = nn_conv.conv(x, w, b, **attrs)
+    packed = nn_conv.conv(x, nn_conv.ConvWeight(_frozen(w)), b, **attrs)
+    scale = max(1.0, float(np.abs(want).max()))
+    for y in (got, packed):
+        assert y.shape == want.shape and y.dtype == np.float32
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize(
+    ("shape", "k", "stride", "dil", "pad"),
+    [
+        ((1, 288, 14, 14), 5, 2, 1, 2),  # MobileNetV3's strided 5x5: phases of the image
+        ((2, 72, 20, 21), 3, 2, 1, 1),  # odd width: phases of unequal length
+        ((1, 40, 15, 15), 3, 3, 1, 0),  # stride 3: three phases, one column each
+        ((1, 48, 12, 12), 3, 1, 2, 2),  # dilated, stride 1: one einsum
+        ((1, 40, 9, 9), 3, 2, 2, 2),  # strided and dilated: a multiply-add per offset
+    ],
+)
+def test_channels_last_depthwise_conv_on_each_path(shape, k, stride, dil, pad) -> None:
+    rng = np.random.default_rng(sum(shape) + k)
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    attrs = {"group": c, "strides": [stride] * 2, "pads": [pad] * 4, "dilations": [dil] * 2}
+    want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"])
+    np.testing.assert_allclose(nn_conv.conv(x, w, b, **attrs), want, rtol=1e-5, atol=1e-4)
+
+
+def test_channels_last_depthwise_conv_adds_a_residual() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((64, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    r = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    want = conv_definition(x, w, b, 64, [1, 1], [2] * 4, [1, 1]) + r
+    got = nn_conv.conv(x, w, b, group=64, pads=[2] * 4, addend=r)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    _weight_cache.clear()
+    yield
+    _weight_cache.clear()
+
+
+def _sig(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_definition(x, w, r, b, h0, c0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One-direction LSTM by the ONNX formulas in float64 (gate order i, o, f, c)."""
+    w, r = w[0].astype(np.float64), r[0].astype(np.float64)
+    bias = b[0, : w.shape[0]].astype(np.float64) + b[0, w.shape[0] :]
+    h, c = h0[0].astype(np.float64), c0[0].astype(np.float64)
+    hs = h.shape[1]
+    ys = []
+    for xt in x.astype(np.float64):
+        g = xt @ w.T + h @ r.T + bias
+        i, o, f, cand = (
+            _sig(g[:, :hs]),
+            _sig(g[:, hs : 2 * hs]),
+            _sig(g[:, 2 * hs : 3 * hs]),
+            np.tanh(g[:, 3 * hs :]),
+        )
+        c = f * c + i * cand
+        h = o * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys)[:, None], h[None], c[None]
+
+
+def gru_definition(x, w, r, b, h0, linear_before_reset) -> tuple[np.ndarray, np.ndarray]:
+    """One-direction GRU by the ONNX formulas in float64 (gate order z, r, h)."""
+    w, r = w[0].astype(np.float64), r[0].astype(np.float64)
+    hs = r.shape[1]
+    wb, rb = b[0, : 3 * hs].astype(np.float64), b[0, 3 * hs :].astype(np.float64)
+    h = h0[0].astype(np.float64)
+    ys = []
+    for xt in x.astype(np.float64):
+        px = xt @ w.T + wb
+        z = _sig(px[:, :hs] + h @ r[:hs].T + rb[:hs])
+        rg = _sig(px[:, hs : 2 * hs] + h @ r[hs : 2 * hs].T + rb[hs : 2 * hs])
+        if linear_before_reset:
+            cand = np.tanh(px[:, 2 * hs :] + rg * (h @ r[2 * hs :].T + rb[2 * hs :]))
+        else:
+            cand = np.tanh(px[:, 2 * hs :] + (rg * h) @ r[2 * hs :].T + rb[2 * hs :])
+        h = (1 - z) * cand + z * h
+        ys.append(h)
+    return np.stack(ys)[:, None], h[None]
+
+
+@pytest.mark.parametrize("linear_before_reset", [0, 1])
+def test_recurrent_layers_with_pretransposed_constant_weights(linear_before_reset) -> None:
+    # Initializer weights (frozen) take the cached transposed R; writeable copies rebuild
+    # it on each call; both must give the definition's numbers, call after call.
+    rng = np.random.default_rng(8 + linear_before_reset)
+    steps, batch, n_in, hs = 6, 3, 5, 7
+    x = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+    h0 = rng.standard_normal((1, batch, hs)).astype(np.float32)
+    c0 = rng.standard_normal((1, batch, hs)).astype(np.float32)
+
+    def weights(gates: int) -> list[np.ndarray]:
+        return [
+            rng.standard_normal((1, gates * hs, n_in)).astype(np.float32) * 0.5,
+            rng.standard_normal((1, gates * hs, hs)).astype(np.float32) * 0.5,
+            rng.standard_normal((1, 2 * gates * hs)).astype(np.float32) * 0.5,
+        ]
+
+    w, r, b = weights(4)
+    want = lstm_definition(x, w, r, b, h0, c0)
+    for ws in ([w, r, b], [_frozen(v) for v in (w, r, b)]):
+        for _ in range(2):
+            got = nn_rnn.lstm(x, *ws, None, h0, c0, hidden_size=hs)
+            for g, e in zip(got, want):
+                np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    assert _weight_cache.stored_bytes() >= 4 * hs * hs * 4
+    w, r, b = weights(3)
+    want = gru_definition(x, w, r, b, h0, linear_before_reset)
+    for ws in ([w, r, b], [_frozen(v) for v in (w, r, b)]):
+        for _ in range(2):
+            got = nn_rnn.gru(
+                x, *ws, None, h0, hidden_size=hs, linear_before_reset=linear_before_reset
+            )
+            for g, e in zip(got, want):
+                np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_float32_erf_is_within_a_few_ulp_everywhere() -> None:
+    grid = np.concatenate(
+        [
+            np.linspace(-6, 6, 120001),
+            np.geomspace(1e-38, 4, 4001),
+            -np.geomspace(1e-38, 4, 401),
+            [0.0, 4.2, 4.20001, 9.0, 1e30],
+        ]
+    ).astype(np.float32)
+    exact = np.array([math.erf(float(v)) for v in grid])
+    got = math_erf.erf(grid)
+    assert got.dtype == np.float32
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - exact) / ulp).max() <= 3.5
+    assert (np.diff(got[:120001]) >= 0).all()  # monotone
+    np.testing.assert_array_equal(math_erf.erf(-grid), -got)  # odd
+    special = math_erf.erf(np.array([np.inf, -np.inf, np.nan, -0.0], np.float32))
+    assert special[0] == 1.0 and special[1] == -1.0 and np.isnan(special[2])
+    assert special[3] == 0.0 and np.signbit(special[3])
+    # The block-by-block entry point of the fused elementwise chains, in place.
+    buf = grid.copy()
+    math_erf.erf_into(buf, buf)
+    np.testing.assert_array_equal(buf, got)
+    half = math_erf.erf(grid[:120001].astype(np.float16))
+    assert half.dtype == np.float16
+
+
+def softmax_definition(x: np.ndarray, axis: int) -> np.ndarray:
+    w = x.astype(np.float64)
+    e = np.exp(w - w.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    st.floats(0.1, 80.0),
+    st.integers(0, 2**16),
+    st.sampled_from([np.float32, np.float64]),
+)
+def test_softmax_with_one_shift_matches_the_definition(shape, spread, seed, dtype) -> None:
+    # Spreads below 60 take the one-shift path, wider ones the per-row maxima: both must
+    # give the definition's numbers (rows far below the array's maximum included).
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-0.5, 0.5, shape) * spread).astype(dtype)
+    got = math_softmax.softmax(x)
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_allclose(got, softmax_definition(x, -1), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        math_softmax.softmax_2d(x, axis=x.ndim - 1),
+        softmax_definition(x, -1),
+        rtol=2e-6,
+        atol=1e-7,
+    )
+
+
+def test_softmax_one_shift_path_is_taken_only_when_safe() -> None:
+    x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
+    assert math_softmax.softmax_rows(x) is not None
+    assert math_softmax.softmax_rows(np.asfortranarray(x)) is None
+    wide = x.copy()
+    wide[0, 0] = -1e9  # an additive attention mask
+    assert math_softmax.softmax_rows(wide) is None
+    masked = x.copy()
+    masked[1, :3] = -np.inf
+    assert math_softmax.softmax_rows(masked) is None
+    got = math_softmax.softmax(masked)
+    assert (got[1, :3] == 0).all()
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-6)
+    nan = x.copy()
+    nan[2, 5] = np.nan
+    assert math_softmax.softmax_rows(nan) is None
+    assert np.isnan(math_softmax.softmax(nan)[2]).all()
+
+
+def gqa_definition(q, k, v, past_k, past_v, num_heads, kv_heads) -> np.ndarray:
+    """GroupQueryAttention output for new tokens q/k/v [B, S, heads*H] after a full
+    past cache [B, KV, P, H], causal, no rotary: every query head n reads KV head
+    n // (num_heads // kv_heads), in float64 with the KV heads repeated explicitly."""
+    b, s, _ = q.shape
+    h = past_k.shape[-1]
+    group = num_heads // kv_heads
+    qh = q.reshape(b, s, num_heads, h).transpose(0, 2, 1, 3).astype(np.float64)
+    kh = k.reshape(b, s, kv_heads, h).transpose(0, 2, 1, 3)
+    vh = v.reshape(b, s, kv_heads, h).transpose(0, 2, 1, 3)
+    keys = np.repeat(np.concatenate([past_k, kh], axis=2), group, axis=1).astype(np.float64)
+    vals = np.repeat(np.concatenate([past_v, vh], axis=2), group, axis=1).astype(np.float64)
+    past, total = past_k.shape[2], past_k.shape[2] + s
+    scores = qh @ keys.transpose(0, 1, 3, 2) / math.sqrt(h)
+    allowed = np.arange(total)[None, :] <= past + np.arange(s)[:, None]
+    scores = np.where(allowed, scores, -np.inf)
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    return (probs @ vals).transpose(0, 2, 1, 3).reshape(b, s, num_heads * h)
+
+
+@pytest.mark.parametrize(("s", "past", "group"), [(1, 37, 4), (3, 20, 2), (5, 0, 8)])
+def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) -> None:
+    from onnxviz.runtime.kernels.contrib_gqa import group_query_attention
+    from onnxviz.runtime.registry import KernelContext
+
+    rng = np.random.default_rng(s * 100 + past)
+    b, kv, h = 2, 2, 8
+    heads = kv * group
+    q = rng.standard_normal((b, s, heads * h)).astype(np.float32)
+    k = rng.standard_normal((b, s, kv * h)).astype(np.float32)
+    v = rng.standard_normal((b, s, kv * h)).astype(np.float32)
+    pk = rng.standard_normal((b, kv, past, h)).astype(np.float32)
+    pv = rng.standard_normal((b, kv, past, h)).astype(np.float32)
+    lens = np.full(b, past + s - 1, np.int32)
+    out, present_k, _, _ = group_query_attention(
+        KernelContext(n_outputs=3), q, k, v, pk, pv, lens, np.array(past + s, np.int32),
+        num_heads=heads, kv_num_heads=kv,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        out, gqa_definition(q, k, v, pk, pv, heads, kv), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_array_equal(present_k[:, :, :past], pk)

@@ -1,0 +1,170 @@
+"""Constant-weight forms made once (kernels/_weight_cache): keyed only on arrays that
+cannot change, never stale, bounded in memory, and MatMulNBits gives the definition's
+numbers through it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.model.tensors import to_array
+from onnxviz.runtime.kernels import _weight_cache as wc
+from onnxviz.runtime.kernels.contrib_quant import matmul_nbits
+from onnxviz.runtime.session import Session
+
+pytestmark = pytest.mark.numeric
+
+RNG = np.random.default_rng(21)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    wc.clear()
+    yield
+    wc.clear()
+
+
+def _frozen_copy(x: np.ndarray) -> np.ndarray:
+    """``x`` as the interpreter holds an initializer: a read-only view over proto bytes."""
+    return to_array(numpy_helper.from_array(x, "w"))
+
+
+def test_only_arrays_that_cannot_change_are_frozen() -> None:
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    assert not wc.frozen(x)
+    assert wc.frozen(_frozen_copy(x))
+    view = x.view()
+    view.flags.writeable = False  # read-only, but its base can still be written
+    assert not wc.frozen(view)
+    assert not wc.frozen(None)
+    assert not wc.frozen([1, 2])
+
+
+def _nbits_reference(q: np.ndarray, scales: np.ndarray, zp: np.ndarray, block: int) -> np.ndarray:
+    """The dequantized weight by the definition, from unpacked 4-bit values (int64 math
+    for the integer part)."""
+    n, k = q.shape
+    zpv = np.repeat(zp.astype(np.int64), block, axis=1)[:, :k]
+    return (q.astype(np.int64) - zpv) * np.repeat(scales.astype(np.float64), block, axis=1)[:, :k]
+
+
+def _pack4(values: np.ndarray) -> np.ndarray:
+    """Pack 4-bit values along the last axis, low nibble first."""
+    v = values.astype(np.uint8)
+    if v.shape[-1] % 2:
+        v = np.concatenate([v, np.zeros((*v.shape[:-1], 1), np.uint8)], axis=-1)
+    return v[..., 0::2] | (v[..., 1::2] << 4)
+
+
+def _nbits_case(k: int = 72, n: int = 24, block: int = 32):
+    k_blocks = -(-k // block)
+    q = RNG.integers(0, 16, (n, k_blocks * block))
+    zp = RNG.integers(0, 16, (n, k_blocks))
+    scales = RNG.uniform(0.01, 0.1, (n, k_blocks)).astype(np.float32)
+    packed = _pack4(q).reshape(n, k_blocks, block // 2)
+    zp_packed = _pack4(zp)
+    w = _nbits_reference(q[:, :k], scales, zp, block)
+    attrs = {"K": k, "N": n, "block_size": block, "bits": 4}
+    return packed, scales.reshape(-1), zp_packed, w, attrs
+
+
+def test_matmul_nbits_cached_weight_gives_the_definitions_numbers() -> None:
+    packed, scales, zp, w, attrs = _nbits_case()
+    a = RNG.standard_normal((3, attrs["K"])).astype(np.float32)
+    fb, fs, fz = _frozen_copy(packed), _frozen_copy(scales), _frozen_copy(zp)
+    plain = matmul_nbits(a, packed, scales, zp, **attrs)  # writeable: not stored
+    assert wc.stored_bytes() == 0
+    first = matmul_nbits(a, fb, fs, fz, **attrs)
+    assert wc.stored_bytes() > 0
+    second = matmul_nbits(a, fb, fs, fz, **attrs)
+    expected = a.astype(np.float64) @ w.T
+    for y in (plain, first, second):
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(plain, first)
+
+
+def test_a_writeable_weight_changed_between_calls_is_seen() -> None:
+    packed, scales, zp, _, attrs = _nbits_case()
+    a = RNG.standard_normal((2, attrs["K"])).astype(np.float32)
+    before = matmul_nbits(a, packed, scales, zp, **attrs)
+    packed ^= np.uint8(0x11)  # every nibble moves by one
+    after = matmul_nbits(a, packed, scales, zp, **attrs)
+    fresh = matmul_nbits(a, packed.copy(), scales.copy(), zp.copy(), **attrs)
+    assert not np.allclose(before, after)
+    np.testing.assert_array_equal(after, fresh)
+
+
+def test_same_arrays_other_attributes_are_other_entries() -> None:
+    packed, scales, zp, w, attrs = _nbits_case(k=64, n=8, block=32)
+    fb, fs, fz = _frozen_copy(packed), _frozen_copy(scales), _frozen_copy(zp)
+    a = RNG.standard_normal((2, 64)).astype(np.float32)
+    y64 = matmul_nbits(a, fb, fs, fz, **attrs)
+    # K=60 reads the same blocks but drops the last 4 features of the weight.
+    y60 = matmul_nbits(a[:, :60], fb, fs, fz, **{**attrs, "K": 60})
+    np.testing.assert_allclose(y64, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y60, a[:, :60].astype(np.float64) @ w[:, :60].T, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_memory_is_bounded_least_recently_used_first(monkeypatch) -> None:
+    monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
+    arrays = [_frozen_copy(np.full(100, i, np.float32)) for i in range(20)]
+    for x in arrays:
+        wc.derived("test", (x,), (), lambda x=x: x * 2)
+        assert wc.stored_bytes() <= 4 * 1024
+    calls = []
+    # The newest entry is still stored, the oldest was evicted.
+    wc.derived("test", (arrays[-1],), (), lambda: calls.append("new") or arrays[-1] * 2)
+    wc.derived("test", (arrays[0],), (), lambda: calls.append("old") or arrays[0] * 2)
+    assert calls == ["old"]
+    big = _frozen_copy(np.zeros(2000, np.float32))  # more than a quarter of the cap
+    wc.derived("test", (big,), (), lambda: big + 1)
+    assert wc.stored_bytes() <= 4 * 1024
+
+
+def test_session_runs_an_int4_decoder_layer_the_same_twice() -> None:
+    packed, scales, zp, w, attrs = _nbits_case(k=64, n=48, block=32)
+    node = helper.make_node(
+        "MatMulNBits", ["a", "b", "s", "z"], ["y"], domain="com.microsoft", **attrs
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(packed, "b"),
+            numpy_helper.from_array(scales, "s"),
+            numpy_helper.from_array(zp, "z"),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+    )
+    sess = Session(model)
+    for rows in (1, 5):
+        a = RNG.standard_normal((rows, 64)).astype(np.float32)
+        for _ in range(2):
+            (y,) = sess.run({"a": a}).values()
+            np.testing.assert_allclose(y, a.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+    assert wc.stored_bytes() >= 48 * 64 * 4
+
+
+def test_an_entry_goes_away_with_its_source() -> None:
+    import gc
+
+    x = _frozen_copy(np.arange(1000, dtype=np.float32))
+    calls = []
+    wc.derived("test", (x,), (), lambda a=x: calls.append(1) or a * 2)
+    wc.derived("test", (x,), (), lambda a=x: calls.append(1) or a * 2)
+    assert calls == [1] and wc.stored_bytes() == 4000
+    del x
+    gc.collect()
+    assert wc.stored_bytes() == 0
+    # A new array that happens to get the dead one's id is never served the old form.
+    y = _frozen_copy(np.ones(1000, dtype=np.float32))
+    np.testing.assert_array_equal(wc.derived("test", (y,), (), lambda: y * 2), 2)
