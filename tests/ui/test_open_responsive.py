@@ -23,7 +23,7 @@ def big_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from benchmarks.models import transformer_like
 
     path = tmp_path_factory.mktemp("big") / "transformer_100k.onnx"
-    onnx.save(transformer_like(50_000), str(path))
+    onnx.save(transformer_like(100_000), str(path))
     return path
 
 
@@ -265,13 +265,19 @@ def test_a_held_validation_runs_on_release_or_settle(window, qtbot) -> None:  # 
 
 
 def test_opening_a_big_model_validates_it_after_the_first_view(window, qtbot, model_50k) -> None:  # type: ignore[no-untyped-def]
-    seen: list[bool] = []  # validating, each turn while the canvas filled
+    seen: list[tuple[bool, bool]] = []  # (canvas filling, validating), every 5 ms
+    timer = QTimer()
+    timer.setInterval(5)
+    timer.timeout.connect(
+        lambda: seen.append((window.graph_scene.filling, window.edits.validating))
+    )
+    timer.start()
     window.files.open_path(str(model_50k))
-    qtbot.waitUntil(lambda: window.session.doc is not None, timeout=30_000)
-    while window.graph_scene.filling:
-        seen.append(window.edits.validating)
-        qtbot.wait(5)
-    assert seen and not any(seen)
-    qtbot.waitUntil(lambda: window.work.task is None, timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.session.doc is not None and window.work.task is None, timeout=30_000
+    )
+    timer.stop()
+    assert any(filling for filling, _ in seen)
+    assert not any(filling and validating for filling, validating in seen)
     window.edits.settle()
     assert window.edits.last_validation_s > 0  # it did run, after the fill
