@@ -281,3 +281,21 @@ def test_opening_a_big_model_validates_it_after_the_first_view(window, qtbot, mo
     assert not any(filling and validating for filling, validating in seen)
     window.edits.settle()
     assert window.edits.last_validation_s > 0  # it did run, after the fill
+
+
+def test_a_big_model_opened_inline_is_shown_whole_at_once(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without a worker thread (recovery, scripts, --screenshot) the steps of taking a
+    big model over run at once, the canvas filled and the validation released."""
+    from benchmarks.models import transformer_like
+
+    from onnxviz.ui.controllers import file_controller
+
+    model = transformer_like(file_controller.STAGED_ADOPT_NODES + 1000)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    window.files.open_path(path, background=False)
+    assert window.session.doc is not None and window.work.task is None
+    assert not window.graph_scene.filling
+    assert set(window.graph_scene.nodes) == set(window.session.display.items)
+    window.edits.settle()
+    assert window.edits.last_validation_s > 0

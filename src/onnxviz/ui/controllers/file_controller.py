@@ -65,18 +65,21 @@ class FileController(QObject):
         job = open_model_job(path, self.session.options, TextMetrics)
         self.work.run(
             job,
-            lambda opened: self.adopt_steps(opened, path, example),
+            lambda opened: self.adopt_steps(opened, path, example, inline=not background),
             background,
             f"opening {os.path.basename(path)}",
         )
 
     def adopt(self, opened: Opened, path: str, example: bool) -> None:
         """Make a freshly opened model the session's document."""
-        for _ in self.adopt_steps(opened, path, example):
+        for _ in self.adopt_steps(opened, path, example, inline=True):
             pass
 
-    def adopt_steps(self, opened: Opened, path: str, example: bool) -> Iterator[None]:
-        """`adopt` in steps (BackgroundWork runs one per turn of the event loop): at 100k
+    def adopt_steps(
+        self, opened: Opened, path: str, example: bool, inline: bool = False
+    ) -> Iterator[None]:
+        """`adopt` in steps (BackgroundWork runs one per turn of the event loop; ``inline``:
+        all at once, the canvas filled before the last step): at 100k
         nodes the panels, the canvas's first slice and the recent-files list each take
         tens of milliseconds, and under load their sum stopped the UI for half a second."""
         staged = sum(len(s.nodes) for s in opened.doc.scopes()) > STAGED_ADOPT_NODES
@@ -94,6 +97,8 @@ class FileController(QObject):
                     yield
                 settings.add_recent(path)
                 self.recent_changed.emit()
+            if staged and inline:  # no event loop turns between the steps
+                self.graph_scene.finish_filling()
             while staged and self.graph_scene.filling:
                 yield
         finally:
