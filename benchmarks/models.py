@@ -197,3 +197,215 @@ def write_big_external(folder: str, total_bytes: int = 1 << 30, *, n_tensors: in
     with open(path, "wb") as fh:
         fh.write(model.SerializeToString())
     return path
+
+
+# -- a Llama-2-shaped decoder as torch exports it (issue 19: "Canvas at LLM scale") ----------
+LLAMA_HIDDEN, LLAMA_FFN, LLAMA_HEADS, LLAMA_VOCAB = 4096, 11008, 32, 32000
+
+
+class _LlamaBuilder(_Builder):
+    """Constants as Constant nodes next to their use and shapes computed from Shape, as
+    torch.onnx.export writes them (that is where most of an exported Llama's 8k nodes
+    come from); weights with Llama-2-7B's dimensions, as references into one sparse
+    external data file (real sizes, no disk blocks)."""
+
+    def __init__(self, data_name: str) -> None:
+        super().__init__()
+        self.data_name = data_name
+        self.offset = 0
+        self.cache_inputs: list[str] = []
+        self.cache_outputs: list[str] = []
+
+    def weight(self, name: str, dims: list[int]) -> str:
+        t = TensorProto(name=name, data_type=TensorProto.FLOAT16, dims=dims)
+        t.data_location = TensorProto.EXTERNAL
+        n = int(np.prod(dims)) * 2
+        for k, v in (
+            ("location", self.data_name),
+            ("offset", str(self.offset)),
+            ("length", str(n)),
+        ):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        self.offset += (n + 4095) // 4096 * 4096
+        self.inits.append(t)
+        return name
+
+    def const(self, scope: str, value: np.ndarray) -> str:
+        (out,) = self.node("Constant", [], scope, value=numpy_helper.from_array(value))
+        return out
+
+    def rms_norm(self, x: str, scope: str) -> str:
+        (x,) = self.node("Cast", [x], scope, to=TensorProto.FLOAT)  # fp16 models norm in fp32
+        (sq,) = self.node("Pow", [x, self.const(scope, np.array(2.0, np.float32))], scope)
+        axes = self.const(scope, np.array([-1], np.int64))
+        (var,) = self.node("ReduceMean", [sq, axes], scope, keepdims=1)
+        (ve,) = self.node("Add", [var, self.const(scope, np.array(1e-5, np.float32))], scope)
+        (sd,) = self.node("Sqrt", [ve], scope)
+        (inv,) = self.node("Reciprocal", [sd], scope)
+        (n,) = self.node("Mul", [x, inv], scope)
+        (n16,) = self.node("Cast", [n], scope, to=TensorProto.FLOAT16)
+        (o,) = self.node("Mul", [self.weight(f"{scope}.weight", [LLAMA_HIDDEN]), n16], scope)
+        return o
+
+    def dim(self, x: str, index: int, scope: str) -> str:
+        (shape,) = self.node("Shape", [x], scope)
+        (d,) = self.node("Gather", [shape, self.const(scope, np.array(index, np.int64))], scope)
+        (u,) = self.node("Unsqueeze", [d, self.const(scope, np.array([0], np.int64))], scope)
+        return u
+
+    def reshape(self, x: str, like: str, tail: list[int], scope: str) -> str:
+        dims = [self.dim(like, 0, scope), self.dim(like, 1, scope)]
+        (target,) = self.node(
+            "Concat", [*dims, self.const(scope, np.array(tail, np.int64))], scope, axis=0
+        )
+        (r,) = self.node("Reshape", [x, target], scope)
+        return r
+
+    def rotate(self, x: str, cos: str, sin: str, scope: str) -> str:
+        # rotate_half: x[..., : x.shape[-1] // 2] and x[..., x.shape[-1] // 2 :]
+        (shape,) = self.node("Shape", [x], scope)
+        (last,) = self.node("Gather", [shape, self.const(scope, np.array(-1, np.int64))], scope)
+        (half,) = self.node("Div", [last, self.const(scope, np.array(2, np.int64))], scope)
+        (half,) = self.node("Unsqueeze", [half, self.const(scope, np.array([0], np.int64))], scope)
+
+        def part(start: str, end: str) -> str:
+            axes_steps = [self.const(scope, np.array([v], np.int64)) for v in (-1, 1)]
+            (s,) = self.node("Slice", [x, start, end, *axes_steps], scope)
+            return s
+
+        zero = self.const(scope, np.array([0], np.int64))
+        big = self.const(scope, np.array([2**62], np.int64))
+        x1, x2 = part(zero, half), part(half, big)
+        (neg,) = self.node("Neg", [x2], scope)
+        (rot,) = self.node("Concat", [neg, x1], scope, axis=-1)
+        (a,) = self.node("Mul", [x, cos], scope)
+        (b,) = self.node("Mul", [rot, sin], scope)
+        (o,) = self.node("Add", [a, b], scope)
+        return o
+
+    def attention(self, x: str, mask: str, scope: str) -> str:  # type: ignore[override]
+        head = LLAMA_HIDDEN // LLAMA_HEADS
+        heads = {}
+        for p in ("q_proj", "k_proj", "v_proj"):
+            w = self.weight(f"{scope}/{p}.weight", [LLAMA_HIDDEN, LLAMA_HIDDEN])
+            (y,) = self.node("MatMul", [x, w], f"{scope}/{p}")
+            r = self.reshape(y, x, [LLAMA_HEADS, head], f"{scope}/{p}")
+            (heads[p],) = self.node("Transpose", [r], scope, perm=[0, 2, 1, 3])
+        # the KV cache: this layer's past keys and values come in, the present go out
+        layer = scope.split("/")[2].split(".")[1]
+        for p, kind in (("k_proj", "key"), ("v_proj", "value")):
+            past = f"past_key_values.{layer}.{kind}"
+            self.cache_inputs.append(past)
+            (heads[p],) = self.node("Concat", [past, heads[p]], scope, axis=-2)
+            self.cache_outputs.append(heads[p])
+        rotary = f"{scope}/rotary_emb"
+        cos_sin = []
+        kv_len = self.dim(heads["v_proj"], 2, rotary)
+        for table in ("cos_cached", "sin_cached"):
+            ins = [table, self.const(rotary, np.array([0], np.int64)), kv_len]
+            ins.append(self.const(rotary, np.array([0], np.int64)))
+            ins.append(self.const(rotary, np.array([1], np.int64)))
+            (sl,) = self.node("Slice", ins, rotary)
+            (c,) = self.node("Cast", [sl], rotary, to=TensorProto.FLOAT16)
+            (g,) = self.node("Gather", [c, "position_ids"], rotary, axis=0)
+            (u,) = self.node("Unsqueeze", [g, self.const(rotary, np.array([1], np.int64))], rotary)
+            cos_sin.append(u)
+        q = self.rotate(heads["q_proj"], *cos_sin, scope)
+        k = self.rotate(heads["k_proj"], *cos_sin, scope)
+        (kt,) = self.node("Transpose", [k], scope, perm=[0, 1, 3, 2])
+        (qk,) = self.node("MatMul", [q, kt], scope)
+        scale = self.const(scope, np.array(np.sqrt(head), np.float16))
+        (sc,) = self.node("Div", [qk, scale], scope)
+        # the causal mask cut to this step's query and key lengths
+        ends = [self.dim(q, 2, scope), kv_len]
+        (end,) = self.node("Concat", ends, scope, axis=0)
+        zeros = self.const(scope, np.array([0, 0], np.int64))
+        axes = self.const(scope, np.array([2, 3], np.int64))
+        (cut,) = self.node("Slice", [mask, zeros, end, axes], scope)
+        (ms,) = self.node("Add", [sc, cut], scope)
+        (up,) = self.node("Cast", [ms], scope, to=TensorProto.FLOAT)
+        (p,) = self.node("Softmax", [up], scope, axis=-1)
+        (down,) = self.node("Cast", [p], scope, to=TensorProto.FLOAT16)
+        (ctx,) = self.node("MatMul", [down, heads["v_proj"]], scope)
+        (ct,) = self.node("Transpose", [ctx], scope, perm=[0, 2, 1, 3])
+        r = self.reshape(ct, x, [LLAMA_HIDDEN], scope)
+        w = self.weight(f"{scope}/o_proj.weight", [LLAMA_HIDDEN, LLAMA_HIDDEN])
+        (o,) = self.node("MatMul", [r, w], f"{scope}/o_proj")
+        return o
+
+    def mlp(self, x: str, scope: str) -> str:  # type: ignore[override]
+        gw = self.weight(f"{scope}/gate_proj.weight", [LLAMA_HIDDEN, LLAMA_FFN])
+        (g,) = self.node("MatMul", [x, gw], f"{scope}/gate_proj")
+        (sg,) = self.node("Sigmoid", [g], f"{scope}/act_fn")
+        (silu,) = self.node("Mul", [g, sg], f"{scope}/act_fn")
+        uw = self.weight(f"{scope}/up_proj.weight", [LLAMA_HIDDEN, LLAMA_FFN])
+        (u,) = self.node("MatMul", [x, uw], f"{scope}/up_proj")
+        (gu,) = self.node("Mul", [silu, u], scope)
+        dw = self.weight(f"{scope}/down_proj.weight", [LLAMA_FFN, LLAMA_HIDDEN])
+        (d,) = self.node("MatMul", [gu, dw], f"{scope}/down_proj")
+        return d
+
+
+def write_llama2_like(folder: str, layers: int = 32) -> str:
+    """A Llama-2-7B-shaped decoder as torch exports it (embedding, 32 layers of RMSNorm,
+    rotary attention with a causal mask and SwiGLU MLP, final norm, lm_head), written to
+    ``folder/llama2_like.onnx`` with its 13 GB of fp16 weights in a sparse data file.
+    About 8,000 nodes at 32 layers."""
+    data_name = "llama2_like.onnx.data"
+    b = _LlamaBuilder(data_name)
+    emb = b.weight("model.embed_tokens.weight", [LLAMA_VOCAB, LLAMA_HIDDEN])
+    (x,) = b.node("Gather", [emb, "input_ids"], "/model/embed_tokens", axis=0)
+    for table in ("cos_cached", "sin_cached"):
+        b.weight(table, [4096, LLAMA_HIDDEN // LLAMA_HEADS])
+    # the causal mask [1, 1, seq, seq] from the input's length, as exports build it
+    m = "/model"
+    seq = b.dim("input_ids", 1, m)
+    (sq,) = b.node("Concat", [seq, seq], m, axis=0)
+    (filled,) = b.node(
+        "ConstantOfShape",
+        [sq],
+        m,
+        value=numpy_helper.from_array(np.array([-65504.0], np.float16)),
+    )
+    (tri,) = b.node("Trilu", [filled, b.const(m, np.array(1, np.int64))], m, upper=1)
+    (mask,) = b.node("Unsqueeze", [tri, b.const(m, np.array([0, 1], np.int64))], m)
+    for i in range(layers):
+        scope = f"/model/layers.{i}"
+        h = b.rms_norm(x, f"{scope}/input_layernorm")
+        a = b.attention(h, mask, f"{scope}/self_attn")
+        (r1,) = b.node("Add", [x, a], scope)
+        h2 = b.rms_norm(r1, f"{scope}/post_attention_layernorm")
+        mo = b.mlp(h2, f"{scope}/mlp")
+        (x,) = b.node("Add", [r1, mo], scope)
+    h = b.rms_norm(x, "/model/norm")
+    (logits,) = b.node(
+        "MatMul", [h, b.weight("lm_head.weight", [LLAMA_HIDDEN, LLAMA_VOCAB])], "/lm_head"
+    )
+    graph = helper.make_graph(
+        b.nodes,
+        "llama2_like",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        ]
+        + [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["batch", 32, "past", 128])
+            for name in b.cache_inputs
+        ],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT16, ["batch", "seq", LLAMA_VOCAB])]
+        + [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["batch", 32, "total", 128])
+            for name in b.cache_outputs
+        ],
+        b.inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="onnxviz-bench"
+    )
+    model.ir_version = 8
+    with open(os.path.join(folder, data_name), "wb") as fh:
+        fh.truncate(b.offset)  # sparse: the size is real, the disk blocks are not
+    path = os.path.join(folder, "llama2_like.onnx")
+    onnx.save(model, path)
+    return path

@@ -143,3 +143,26 @@ def test_a_declared_type_that_makes_the_model_invalid_stays_an_error() -> None:
     diags = validate(_declared(outputs=[vi("y", shape=(3,))]))
     t005 = [d for d in diags if d.code == "T005"]
     assert t005 and t005[0].severity.name == "ERROR" and t005[0].location.node == "second"
+
+
+def test_the_canvas_gets_type_texts_from_the_worker_from_a_file_or_the_model(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    """The UI's inference: the worker reads an unedited file itself (nothing serialized
+    in the app) or takes the model's bytes, and answers the texts the canvas shows,
+    the same as converting the inferred TypeProtos here would give."""
+    import onnx
+
+    from onnxviz.check.inference import infer_type_texts, infer_value_types
+    from onnxviz.model.types import type_to_text
+
+    doc = _doc()
+    path = str(tmp_path / "m.onnx")  # type: ignore[operator]
+    onnx.save(doc.model, path)
+    here = {
+        p: {name: type_to_text(tp) for name, tp in values.items()}
+        for p, values in infer_value_types(doc.model).items()
+    }
+    assert here["main"]["t"] == "float32[2,5]"  # inferred, not the declared int64
+    assert infer_type_texts(doc.model) == here
+    assert infer_type_texts(doc.model, path=path) == here

@@ -254,3 +254,60 @@ def test_layout_cache_belongs_to_the_presenter_and_reuses_identical_layers() -> 
         assert len(calls) == 2 * cold
     finally:
         placement.compute = original  # type: ignore[assignment]
+
+
+def _cached_layers(layers: int):  # type: ignore[no-untyped-def]
+    """A decoder-like chain with one cache input per layer (as LLM exports have two)
+    and a mask every layer reads."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes, inputs = [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])]
+    inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [4]))
+    x = "x"
+    for i in range(layers):
+        scope = f"/model/layers.{i}"
+        inputs.append(helper.make_tensor_value_info(f"cache.{i}", TensorProto.FLOAT, [4]))
+        nodes.append(
+            helper.make_node("Add", [x, f"cache.{i}"], [f"{scope}/a"], name=f"{scope}/Add")
+        )
+        nodes.append(
+            helper.make_node("Mul", [f"{scope}/a", "mask"], [f"{scope}/m"], name=f"{scope}/Mul")
+        )
+        nodes.append(helper.make_node("Relu", [f"{scope}/m"], [f"{scope}/r"], name=f"{scope}/Relu"))
+        x = f"{scope}/r"
+    graph = helper.make_graph(
+        nodes, "cached", inputs, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4])]
+    )
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_many_inputs_are_placed_with_their_uses_not_in_a_row_across_the_top() -> None:
+    from onnxviz.present import build
+
+    layers = build.FEW_INPUTS + 2
+    doc = Document.from_model(_cached_layers(layers))
+    presenter = Presenter(doc, types=type_table(doc))
+    presenter.expanded |= presenter.all_group_ids()
+    scene = display_graph(presenter)
+    _check_geometry(scene)
+    for i in range(layers):
+        cache = scene.items[f"main|in:cache.{i}"]
+        assert cache.parent == f"main|g:/model/layers.{i}"  # inside its layer's frame
+    assert scene.items["main|in:mask"].parent is None  # every layer reads it
+    assert scene.items["main|in:x"].parent == "main|g:/model/layers.0"
+    # layers collapsed: each cache input sits right above its layer's box, not at the
+    # top of the drawing
+    presenter.expanded = set()
+    scene = display_graph(presenter)
+    _check_geometry(scene)
+    last = scene.items[f"main|g:/model/layers.{layers - 1}"]
+    cache = scene.items[f"main|in:cache.{layers - 1}"]
+    assert cache.parent == last.parent
+    assert 0 < last.y - (cache.y + cache.height) < 3 * cache.height
+    # with few inputs they keep the top row
+    small = Document.from_model(_cached_layers(build.FEW_INPUTS - 2))
+    presenter = Presenter(small, types=type_table(small))
+    presenter.expanded |= presenter.all_group_ids()
+    scene = display_graph(presenter)
+    assert all(it.parent is None for it in scene.items.values() if it.kind == "input")

@@ -498,6 +498,53 @@ def infer_value_types(
 
 
 # -- inferred types for the UI -----------------------------------------------------------------
+def type_texts_here(source: bytes | str, base_dir: str | None) -> dict[str, dict[str, str]]:
+    """Inferred types as text per graph path, for the canvas; runs in the worker process
+    (``source``: model bytes or a model file's path).  Everything the app would do with
+    the answer besides storing it (parsing the inferred model, indexing it, turning 10^5
+    TypeProtos into text) happens here, so the app's threads hold the GIL only for
+    unpickling plain strings, not for a second or more next to the UI thread."""
+    from onnxviz.model.scopes import build_scopes
+    from onnxviz.model.types import type_to_text
+
+    model = ModelProto()
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            model.ParseFromString(fh.read())
+    else:
+        model.ParseFromString(source)
+    scopes = build_scopes(model)
+    result = run_inference(model, scopes, isolate=False, base_dir=base_dir)
+    if not result.ran:
+        return {}
+    return {
+        s.path: {name: type_to_text(tp) for name, tp in result.types.graph(s.path).items()}
+        for s in scopes
+        if s.graph is not None
+    }
+
+
+def infer_type_texts(
+    model: ModelProto, base_dir: str | None = None, path: str | None = None
+) -> dict[str, dict[str, str]]:
+    """`type_texts_here` in the worker process: from the file at ``path`` when given (an
+    unedited model: nothing is serialized here), else from the model.  Empty when
+    inference fails or crashes."""
+    from onnxviz.check.worker import WORKER
+
+    source: bytes | str
+    if path is not None:
+        source = path
+    elif model.ByteSize() > _MAX_PROTO:
+        return {}
+    else:
+        source = model.SerializeToString()
+    got = WORKER.begin(source, "type-texts", base_dir)()  # type: ignore[arg-type]
+    if isinstance(got, str):  # a crash report
+        return {}
+    return got[1]  # type: ignore[no-any-return]
+
+
 def infer_types(doc: Checkable) -> TypeMap:
     """Inferred types by (graph path, value name), kept apart from the declared ones,
     from a full validation (which decides whether onnx must be isolated in the worker
@@ -515,6 +562,7 @@ __all__ = [
     "TypeMap",
     "collect_types",
     "infer_types",
+    "infer_type_texts",
     "infer_value_types",
     "parse_text_model",
     "begin_checker",

@@ -17,7 +17,10 @@ Protocol on stdin/stdout: 8-byte little-endian length, then a pickle; a request 
 (kind, model bytes, the model's folder) with kind "infer" (a prepared copy),
 "prepare+infer" (the model as it is: the worker prepares its copy), "check", or
 "parse" (the bytes are ONNX text format; the answer is the parsed model's bytes or
-onnx.parser's complaint), or "onnxruntime-schemas" (no model: onnxruntime's operator
+onnx.parser's complaint), "type-texts" (model bytes, or the path of an unedited model
+file the worker reads itself; the answer is the inferred types as text per graph path,
+plain data the app's canvas takes without parsing or converting anything: see
+`inference.type_texts_here`), or "onnxruntime-schemas" (no model: onnxruntime's operator
 schemas, `onnxruntime_ops`).
 """
 
@@ -74,6 +77,11 @@ def serve() -> None:
             from onnxviz.check.onnxruntime_ops import read_onnxruntime_schemas
 
             _write(stdout, ("schemas", read_onnxruntime_schemas()))
+            continue
+        if kind == "type-texts":
+            from onnxviz.check.inference import type_texts_here
+
+            _write(stdout, ("texts", type_texts_here(data, base_dir)))
             continue
         if kind == "check":
             # The checker opens external data files relative to the current directory:

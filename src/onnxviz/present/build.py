@@ -52,6 +52,10 @@ class BuildCancelled(Exception):
     pass
 
 
+# Graphs with more inputs than this place each input near its uses (see `_build_graph`).
+FEW_INPUTS = 8
+
+
 def _shape_text(dims: Iterable[int]) -> str:
     dims = list(dims)
     return "×".join(str(d) for d in dims) if dims else "scalar"
@@ -466,8 +470,24 @@ class SceneBuilder:
                 group_blocks[prefix] = blk
                 self.blocks[gid] = blk
                 item.blocks = [blk]
+        spread_inputs = len(input_names) > FEW_INPUTS
         for name in input_names:
-            self._add_pill(root_block, f"{inst}|in:{name}", "input", scope, name, parent, depth)
+            # Few inputs stay in the top row, where a reader looks for them.  Many (LLM
+            # exports: two KV-cache inputs a layer) each go inside the innermost open
+            # group holding every use: next to that layer, not in a row across the top.
+            uses = scope.consumers.get(name, ()) if spread_inputs else ()
+            home = _home_group(tree, vis_group, uses)
+            ancestors = _ancestors(tree, home, inst)
+            self._add_pill(
+                block_of(home),
+                f"{inst}|in:{name}",
+                "input",
+                scope,
+                name,
+                _frame_id(ancestors, parent),
+                depth + len(ancestors),
+                ancestors,
+            )
         for name in captured:
             pill = self._add_pill(
                 root_block, f"{inst}|outer:{name}", "outer", scope, name, parent, depth
@@ -573,6 +593,7 @@ class SceneBuilder:
         name: str,
         parent: str | None,
         depth: int,
+        ancestors: tuple[str, ...] = (),
     ) -> DisplayItem:
         title = elide(name)
         item = DisplayItem(
@@ -588,6 +609,7 @@ class SceneBuilder:
             height=PILL_H,
             parent=parent,
             depth=depth,
+            ancestors=ancestors,
         )
         block.items.append(item)
         self.items[item_id] = item
@@ -720,6 +742,25 @@ def group_blocks_by_id(group_blocks: dict[str, Block], gid: str) -> Block:
 
 def _ancestors(tree: GroupTree, prefix: str | None, inst: str) -> tuple[str, ...]:
     return tuple(f"{inst}|g:{p}" for p in tree.chain(prefix))
+
+
+def _home_group(
+    tree: GroupTree,
+    vis_group: dict[str, str | None],
+    uses: Iterable[tuple[int, int]],
+) -> str | None:
+    """The innermost open group (it and every group around it expanded) holding every
+    use of a value; None: the graph's top level."""
+    targets = {tree.node_group[i] for i, _ in uses}
+    if not targets or None in targets:
+        return None
+    chains = [tree.chain(t) for t in targets]
+    home: str | None = None
+    for level in zip(*chains):
+        if any(p != level[0] for p in level) or vis_group.get(level[0]) is not None:
+            break
+        home = level[0]
+    return home
 
 
 def _frame_id(ancestors: tuple[str, ...], parent: str | None) -> str | None:

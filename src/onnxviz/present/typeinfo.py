@@ -137,6 +137,28 @@ def add_inferred_texts(table: TypeTable, texts: dict[str, dict[str, str]]) -> No
     table.complete = True
 
 
+InferredEntries = dict[str, dict[str, ValueType]]
+
+
+def inferred_entries(texts: dict[str, dict[str, str]]) -> InferredEntries:
+    """Inferred type texts made into table entries, apart from any table: a worker
+    thread makes them (10^5 objects at 100k nodes), the UI thread only merges them."""
+    return {
+        path: {name: ValueType(text, True) for name, text in values.items()}
+        for path, values in texts.items()
+    }
+
+
+def add_inferred_entries(table: TypeTable, found: InferredEntries) -> None:
+    """`add_inferred_texts` for entries made beforehand: declared types win, and the merge
+    is a copy and an update of dicts (no Python loop over the values)."""
+    for path, values in found.items():
+        merged = dict(values)
+        merged.update(table.by_graph.get(path, {}))
+        table.by_graph[path] = merged
+    table.complete = True
+
+
 def add_inferred(table: TypeTable, inferred: dict[str, dict[str, TypeProto]]) -> None:
     for path, values in inferred.items():
         entries = table.by_graph.setdefault(path, {})

@@ -1,12 +1,16 @@
 """The status bar's permanent parts: the model summary, the progress of the background
-job with its Cancel button, and the zoom."""
+job with its Cancel button (shown once the job has run `PROGRESS_DELAY_MS`: a quick job
+does not flash it), and the zoom."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar
 
 from onnxviz.model.document import Document
 from onnxviz.present.scene import Scene
+
+PROGRESS_DELAY_MS = 500
 
 
 class StatusLine:
@@ -23,14 +27,24 @@ class StatusLine:
         bar.addPermanentWidget(self.progress)
         bar.addPermanentWidget(self.cancel_button)
         bar.addPermanentWidget(self.zoom_label)
+        self._reveal = QTimer(bar)
+        self._reveal.setSingleShot(True)
+        self._reveal.timeout.connect(lambda: self._show_progress(True))
         self.set_busy(None)
 
     def set_busy(self, message: str | None) -> None:
-        busy = message is not None
-        self.progress.setVisible(busy)
-        self.cancel_button.setVisible(busy)
+        """A job is under way (``message``: its label) or none (None)."""
         self.progress_label.setText(message or "")
-        self.progress_label.setVisible(busy)
+        if message is None:
+            self._reveal.stop()
+            self._show_progress(False)
+        elif self.progress.isHidden() and not self._reveal.isActive():
+            self._reveal.start(PROGRESS_DELAY_MS)
+
+    def _show_progress(self, on: bool) -> None:
+        self.progress.setVisible(on)
+        self.cancel_button.setVisible(on)
+        self.progress_label.setVisible(on)
 
     def set_zoom(self, zoom: float) -> None:
         self.zoom_label.setText(f"{zoom * 100:.0f}%")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +27,7 @@ from onnxviz.present.build import BuildCancelled
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter, display_graph
 from onnxviz.present.scene import Scene
-from onnxviz.present.typeinfo import type_table
+from onnxviz.present.typeinfo import InferredEntries, inferred_entries, type_table
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -123,6 +125,27 @@ class Task(QObject):
         return self._thread.wait(ms)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Load and index a model with the cyclic garbage collector off, then freeze what
+    was made.  A full collection scans every tracked object holding the GIL: with a
+    100k-node index that is 150-250 ms in which the UI thread cannot run, and the first
+    allocation after the index build re-enabled the collector paid exactly that.  The
+    model's objects live as long as it is open, so they leave the collector's
+    generations (until the next open) before it runs again, and later collections
+    stay short."""
+    # The previous model's objects, frozen when it was opened, may be garbage now.
+    gc.unfreeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 @dataclass
 class Opened:
     doc: Document
@@ -141,18 +164,12 @@ def open_model_job(
 
         t0 = time.perf_counter()
         progress("reading model")
-        # The previous model's objects, frozen when it was opened, may be garbage now.
-        gc.unfreeze()
-        doc = Document.open(path)
-        if cancel.is_set():
-            raise Cancelled()
-        progress("indexing graphs")
-        doc.scopes()
-        # A full garbage collection scans every tracked object holding the GIL: with a
-        # 100k-node index that is 150-200 ms in which the UI thread cannot run.  The
-        # model's objects live as long as it is open, so they leave the collector's
-        # generations (until the next open), and later collections stay short.
-        gc.freeze()
+        with _collector_paused():
+            doc = Document.open(path)
+            if cancel.is_set():
+                raise Cancelled()
+            progress("indexing graphs")
+            doc.scopes()
         t1 = time.perf_counter()
         progress("inferring shapes")
         types = type_table(doc)
@@ -181,23 +198,32 @@ def layout_job(
     return job
 
 
-def inference_job(model: Any) -> Callable[[threading.Event, Progress], dict[str, dict[str, str]]]:
+def inference_job(doc: Document) -> Callable[[threading.Event, Progress], InferredEntries]:
     """Shape inference as type texts per graph path.  It runs in check's worker process
     (onnx's C++ code never runs in the app's, where a crash would take the window and its
-    unsaved edits with it); this thread only waits for the answer."""
+    unsaved edits with it), which also reads an unedited model's file itself and turns
+    the types into text: this thread only waits for plain strings and makes the type
+    table's entries of them, so the UI thread merely merges dicts."""
+    from onnxviz.check.inference import infer_type_texts
+    from onnxviz.model import inplace
 
-    def job(cancel: threading.Event, progress: Progress) -> dict[str, dict[str, str]]:
-        from onnxviz.check.inference import infer_value_types
-        from onnxviz.model.types import type_to_text
+    path = doc.path
+    if path is not None and (
+        doc.is_modified
+        or doc.source_format != "protobuf"
+        or os.path.splitext(path)[1].lower() in (".onnxtxt", ".txt")  # saved as text
+        or not os.path.isfile(path)
+        or os.path.getsize(path) >= inplace.MIN_FILE_SIZE  # big weights left in place
+    ):
+        path = None  # the model as it is now goes over the pipe
+    model, base_dir = doc.model, doc.base_dir
 
+    def job(cancel: threading.Event, progress: Progress) -> InferredEntries:
         progress("inferring shapes")
-        inferred = infer_value_types(model)
+        texts = infer_type_texts(model, base_dir, path)
         if cancel.is_set():
             raise Cancelled()
-        return {
-            path: {name: type_to_text(tp) for name, tp in values.items()}
-            for path, values in inferred.items()
-        }
+        return inferred_entries(texts)
 
     return job
 

@@ -21,7 +21,7 @@ from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, Overvi
 from onnxviz.ui.theme import LIGHT, Theme
 
 MARGIN = 40.0
-SYNC_ITEMS = 1500  # scenes with up to this many items are filled at once
+SYNC_ITEMS = 500  # scenes with up to this many items are filled at once (~15 ms)
 SLICE_ITEMS = 40  # items made between two looks at the clock when filling in slices
 SLICE_SECONDS = 0.02  # time given to filling per event-loop turn
 

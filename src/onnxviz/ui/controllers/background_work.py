@@ -1,14 +1,19 @@
 """The window's one background job at a time (opening a model, laying out a scene):
 a new job cancels the one before; big jobs run in a worker thread with a progress
-label and Cancel, small ones at once."""
+label and Cancel, small ones at once.
+
+A job's ``on_done`` may return an iterator: its steps then run one per turn of the
+event loop (the job still counts as under way meanwhile), so taking over a big result
+on the UI thread (a new document: panels, canvas, recent files) never stops the event
+loop for the sum of the steps."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from onnxviz.errors import OnnxvizError
 from onnxviz.ui.workers import Task
@@ -37,7 +42,7 @@ class BackgroundWork(QObject):
             self.task.cancel()
             self.task.wait(ms)
 
-    def run(self, fn: Job, on_done: Callable[[Any], None], background: bool, label: str) -> None:
+    def run(self, fn: Job, on_done: Callable[[Any], Any], background: bool, label: str) -> None:
         if self.task is not None:
             self.task.cancel()
             self.task = None
@@ -47,7 +52,10 @@ class BackgroundWork(QObject):
             except OnnxvizError as exc:
                 self.failed.emit(str(exc))
                 return
-            on_done(result)
+            steps = on_done(result)
+            if isinstance(steps, Iterator):
+                for _ in steps:
+                    pass
             self.ran_inline.emit()
             return
         task = Task(fn, self)
@@ -55,15 +63,18 @@ class BackgroundWork(QObject):
         self.busy.emit(label)
 
         def done(result: Any) -> None:
-            if self.task is task:
-                self.task = None
-                self.busy.emit(None)
-                on_done(result)
+            if self.task is not task:
+                return
+            # still under way while on_done runs: a job it starts replaces this one
+            steps = on_done(result)
+            if isinstance(steps, Iterator):
+                self._step(task, steps)
+            else:
+                self._idle(task)
 
         def failed(message: str) -> None:
             if self.task is task:
-                self.task = None
-                self.busy.emit(None)
+                self._idle(task)
                 if message:
                     self.failed.emit(message)
                 else:
@@ -73,3 +84,20 @@ class BackgroundWork(QObject):
         task.failed.connect(failed)
         task.progress.connect(lambda m: self.progress.emit(m) if self.task is task else None)
         task.start()
+
+    def _idle(self, task: Task) -> None:
+        if self.task is task:
+            self.task = None
+            self.busy.emit(None)
+
+    def _step(self, task: Task, steps: Iterator[Any]) -> None:
+        """One step of a job's taking over, the next in the next turn of the event loop;
+        a new job dropped the rest (its result replaces this one's)."""
+        if self.task is not task:
+            return
+        if next(steps, StopIteration) is StopIteration:
+            self._idle(task)
+            return
+        # A real timer, not a zero-time one: Qt runs the zero-time callbacks posted while
+        # it runs such callbacks in the same pass, before any timer, input or paint.
+        QTimer.singleShot(1, lambda: self._step(task, steps))

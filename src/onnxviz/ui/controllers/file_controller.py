@@ -4,6 +4,7 @@ choice, the unsaved-work question, crash recovery at start, image export."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -20,6 +21,8 @@ from onnxviz.ui.theme import TextMetrics
 from onnxviz.ui.workers import Opened, open_model_job
 
 MODEL_FILTERS = "ONNX models (*.onnx *.onnxtxt *.txt);;All files (*)"
+# Models with more nodes are taken over in steps, one per turn of the event loop.
+STAGED_ADOPT_NODES = 5000
 EXTERNAL_CHOICES = [
     ("keep", "Keep external data where it is"),
     ("embed", "Embed all tensors in the model file"),
@@ -62,18 +65,44 @@ class FileController(QObject):
         job = open_model_job(path, self.session.options, TextMetrics)
         self.work.run(
             job,
-            lambda opened: self.adopt(opened, path, example),
+            lambda opened: self.adopt_steps(opened, path, example, inline=not background),
             background,
             f"opening {os.path.basename(path)}",
         )
 
     def adopt(self, opened: Opened, path: str, example: bool) -> None:
         """Make a freshly opened model the session's document."""
-        self.session.replace(opened.doc, opened.presenter, example=example)
-        self.navigation.adopt_scene(opened.scene)
-        if not example:
-            settings.add_recent(path)
-            self.recent_changed.emit()
+        for _ in self.adopt_steps(opened, path, example, inline=True):
+            pass
+
+    def adopt_steps(
+        self, opened: Opened, path: str, example: bool, inline: bool = False
+    ) -> Iterator[None]:
+        """`adopt` in steps (BackgroundWork runs one per turn of the event loop; ``inline``:
+        all at once, the canvas filled before the last step): at 100k
+        nodes the panels, the canvas's first slice and the recent-files list each take
+        tens of milliseconds, and under load their sum stopped the UI for half a second."""
+        staged = sum(len(s.nodes) for s in opened.doc.scopes()) > STAGED_ADOPT_NODES
+        if staged:  # validated once the canvas has its first view (see hold_validation)
+            self.edits.hold_validation()
+        try:
+            self.session.replace(opened.doc, opened.presenter, example=example)
+            if staged:
+                yield
+                if self.session.doc is not opened.doc:  # closed or replaced meanwhile
+                    return
+            self.navigation.adopt_scene(opened.scene)
+            if not example:
+                if staged:
+                    yield
+                settings.add_recent(path)
+                self.recent_changed.emit()
+            if staged and inline:  # no event loop turns between the steps
+                self.graph_scene.finish_filling()
+            while staged and self.graph_scene.filling:
+                yield
+        finally:
+            self.edits.release_validation()
 
     def close_model(self) -> None:
         if not self.maybe_save():

@@ -19,6 +19,7 @@ from onnxviz.present.find import FindResult
 from onnxviz.present.paths import graph_trail
 from onnxviz.present.scene import Scene
 from onnxviz.ui import settings
+from onnxviz.ui.canvas import scene as canvas_scene
 from onnxviz.ui.canvas.items import NodeItem
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
@@ -106,18 +107,18 @@ class NavigationController(QObject):
 
     def start_inference(self) -> None:
         """Big models: shapes are inferred after the first paint, in another process."""
-        from onnxviz.present.typeinfo import add_inferred_texts
+        from onnxviz.present.typeinfo import InferredEntries, add_inferred_entries
         from onnxviz.ui.workers import inference_job
 
         doc, presenter = self.session.doc, self.session.presenter
         assert doc is not None and presenter is not None
-        task = Task(inference_job(doc.model), self)
+        task = Task(inference_job(doc), self)
         self.inference_task = task
         self.session.status("inferring shapes in the background…", 0)
 
-        def done(texts: dict[str, dict[str, str]]) -> None:
+        def done(found: InferredEntries) -> None:
             if self.session.presenter is presenter and presenter.types is not None:
-                add_inferred_texts(presenter.types, texts)
+                add_inferred_entries(presenter.types, found)
                 self.session.status("inferred shapes added", 3000)
                 self.relayout()
 
@@ -149,7 +150,15 @@ class NavigationController(QObject):
         center = self.view.mapToScene(self.view.viewport().rect().center())
         if background is None:
             display = self.session.display
-            background = bool(display and len(display.items) > BACKGROUND_LAYOUT_ITEMS)
+            # in the background also when the canvas fills in slices: an inline layout
+            # fills the whole canvas at once (inline callers want it complete)
+            background = bool(
+                display
+                and (
+                    len(display.items) > BACKGROUND_LAYOUT_ITEMS
+                    or len(display.items) + len(display.edges) > canvas_scene.SYNC_ITEMS
+                )
+            )
 
         def done(scene: Scene) -> None:
             self.show(scene)

@@ -4,7 +4,7 @@ until someone looks."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from onnxviz.model.document import Document
@@ -12,8 +12,10 @@ from onnxviz.model.scopes import GraphScope
 
 ROLE = Qt.ItemDataRole.UserRole
 _PENDING = "…"
+_INITIALIZER_KINDS = ("initializer", "sparse_initializer")
 # A branch lists at most this many entries (a tree of 100k rows takes seconds to build).
 MAX_LISTED = 5000
+DEFER_NODES = 5000  # bigger main graphs: the tree opens in the next turn of the event loop
 
 
 class OutlineDock(QDockWidget):
@@ -30,15 +32,25 @@ class OutlineDock(QDockWidget):
         self.tree.itemActivated.connect(self._activated)
         self.setWidget(self.tree)
         self.doc: Document | None = None
+        self._shown = 0  # how many times the tree was rebuilt
 
     def show_document(self, doc: Document | None) -> None:
         self.doc = doc
+        self._shown += 1  # a pending expansion of the tree shown before is dropped
         self.tree.clear()
         if doc is None:
             return
         main = self._graph_item(doc.main_scope, "main graph")
         self.tree.addTopLevelItem(main)
-        main.setExpanded(True)
+        if len(doc.main_scope.nodes) <= DEFER_NODES:
+            main.setExpanded(True)
+            return
+        # A big graph's is opened in the next turn of the event loop: listing its inputs
+        # and initializers takes ~100 ms at 100k nodes, which would add to the rest of
+        # taking over the new document in one long stop of the UI thread.
+        self._shown += 1
+        shown = self._shown
+        QTimer.singleShot(1, lambda: main.setExpanded(True) if self._shown == shown else None)
         if doc.model.functions:
             fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
             self.tree.addTopLevelItem(fns)
@@ -60,13 +72,19 @@ class OutlineDock(QDockWidget):
         kind, path, _, what = item.data(0, ROLE)
         scope = self.doc.scope(path)
         if what == "branches":
-            inits = set(scope.initializer_names())
-            for label, names in (
-                ("inputs", [n for n in scope.input_names() if n not in inits]),
-                ("outputs", scope.output_names()),
-                ("initializers", sorted(inits)),
+            # counts from the index, not lists of names: a big graph's 10^4 initializers
+            # are listed (and sorted) only when their branch is opened
+            other = scope.other_definitions()
+
+            def initializer(name: str) -> bool:
+                return any(d.kind in _INITIALIZER_KINDS for d in other.get(name, ()))
+
+            for label, count in (
+                ("inputs", sum(1 for n in scope.input_names() if not initializer(n))),
+                ("outputs", len(scope.output_names())),
+                ("initializers", sum(1 for n in other if initializer(n))),
             ):
-                branch = QTreeWidgetItem([f"{label} ({len(names)})"])
+                branch = QTreeWidgetItem([f"{label} ({count})"])
                 branch.setData(0, ROLE, ("list", path, None, label))
                 branch.addChild(QTreeWidgetItem([_PENDING]))
                 item.addChild(branch)

@@ -69,6 +69,8 @@ class EditController(QObject):
         self._task_result: list[Any] = []
         self._task_started = 0.0
         self._abandoned: list[Any] = []  # validations of documents no longer open
+        self._held = False  # see hold_validation
+        self._held_run = False  # a full validation waits for release_validation
         session.document_replaced.connect(lambda _doc: self.follow_session())
 
     # -- documents --------------------------------------------------------------------
@@ -129,7 +131,24 @@ class EditController(QObject):
         if self.doc is None:
             return
         self._publish()  # the Validator has the load-time problems before its first run
+        if self._held:
+            self._held_run = True
+            return
         self._start(None)
+
+    def hold_validation(self) -> None:
+        """Keep the next full validation waiting until `release_validation` (or a
+        `settle`): opening a big model holds it until the canvas has its first view, so
+        that the validator's seconds of Python in a worker thread do not compete with
+        the canvas for the GIL while it fills."""
+        self._held = True
+
+    def release_validation(self) -> None:
+        self._held = False
+        if self._held_run:
+            self._held_run = False
+            if self.doc is not None:
+                self._start(None)
 
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
@@ -243,6 +262,7 @@ class EditController(QObject):
 
     def settle(self) -> None:
         """Wait for a running validation and take its result (before the next edit)."""
+        self.release_validation()  # a held one runs now
         task = self._task
         if task is not None:
             task.wait()
