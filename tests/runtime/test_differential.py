@@ -292,7 +292,31 @@ def _layer_norm(b: _Builder, x: str, draw) -> str:
     return y
 
 
+def _fake_quant(b: _Builder, x: str, draw) -> str:
+    """QuantizeLinear -> DequantizeLinear as onnxruntime.quantization's QDQ format writes
+    it (fusion_qdq.py): per tensor (int8, uint8) or per channel (runs node by node).
+    Drawn on the graph input only: after a fused step, whose last bits may differ from
+    the stepped run's, a value on a rounding boundary moves by a whole quantization
+    step (that bound is test_exporter_corpus_runs' business, not this harness's)."""
+    shape = b.shapes[x]
+    per_channel = draw(st.integers(0, 3)) == 0
+    n = shape[1] if per_channel else 1
+    dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    scale = b.rng.uniform(0.01, 0.2, n).astype(np.float32)
+    zp = b.rng.integers(np.iinfo(dtype).min // 2, np.iinfo(dtype).max // 2, n).astype(dtype)
+    if not per_channel:
+        scale, zp = scale.reshape(()), zp.reshape(())
+    s = b.name("scale")
+    b.inits.append(numpy_helper.from_array(scale, s))
+    z = b.name("zp")
+    b.inits.append(numpy_helper.from_array(zp, z))
+    q = b.name("q")
+    b.nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [q], name=q, axis=1))
+    return b.add("DequantizeLinear", [q, s, z], shape, axis=1)
+
+
 _STEPS = [
+    _fake_quant,
     _conv,
     _conv,
     _conv,
@@ -334,7 +358,9 @@ def random_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     for _ in range(draw(st.integers(2, 9))):
         x = draw(st.sampled_from(frontier))  # fan-out: any earlier value may be reused
         step = draw(st.sampled_from(_STEPS))
-        if step not in (_matmul_bias, _layer_norm) and len(b.shapes[x]) != 4:
+        if step not in (_matmul_bias, _layer_norm, _fake_quant) and len(b.shapes[x]) != 4:
+            continue
+        if step is _fake_quant and x != "x":
             continue
         y = step(b, x, draw)
         if y != x:

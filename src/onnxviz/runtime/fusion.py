@@ -28,6 +28,9 @@ as one ("fused") node:
   ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's
   nn.LayerNorm) as one node.
 
+* **QuantizeLinear -> DequantizeLinear** (fusion_qdq.py): a QDQ model's rounding of an
+  activation to its integer grid and back, as one float32 pass with no integer array.
+
 * **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
   Mul (a GELU), each the only user of the one before, with scalar constants or the
   chain's input as other operands, run block by block in one pass through memory.
@@ -48,6 +51,7 @@ import numpy as np
 
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
+from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
@@ -169,6 +173,14 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             positions[0],
             positions[1:],
             lambda _first, _rest, ps=positions: layer_norm_node(nodes, ps),
+        )
+        absorbed.update(positions[:-1])
+        taken.update(positions)
+    for positions in find_qdq_pairs(nodes, users, keep, taken):
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, ps=positions: qdq_node(nodes, ps),
         )
         absorbed.update(positions[:-1])
         taken.update(positions)
