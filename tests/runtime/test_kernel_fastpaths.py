@@ -347,3 +347,26 @@ def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) ->
         out, gqa_definition(q, k, v, pk, pv, heads, kv), rtol=1e-5, atol=1e-5
     )
     np.testing.assert_array_equal(present_k[:, :, :past], pk)
+
+
+def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:
+    """The geometry of a conv is looked up by input size and attributes (nn_conv): a
+    SAME_UPPER conv on two image sizes, then other strides, each gives the definition's
+    numbers; invalid attributes raise on every call, not only the first."""
+    from onnxviz.errors import ExecutionError
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    for size, stride in ((9, 1), (12, 1), (12, 2), (9, 2)):
+        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        got = nn_conv.conv(x, w, auto_pad="SAME_UPPER", strides=[stride, stride])
+        out = -(-size // stride)
+        total = max(0, (out - 1) * stride + 3 - size)
+        pads = [total // 2] * 2 + [total - total // 2] * 2
+        want = conv_definition(x, w, None, 1, [stride] * 2, pads, [1, 1])
+        assert got.shape == (1, 4, out, out)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    for _ in range(2):
+        with pytest.raises(ExecutionError, match="spatial values"):
+            nn_conv.conv(x, w, strides=[1, 1, 1])
