@@ -370,3 +370,28 @@ def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:
     for _ in range(2):
         with pytest.raises(ExecutionError, match="spatial values"):
             nn_conv.conv(x, w, strides=[1, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "k", "stride", "pad"),
+    [
+        ((2, 40, 40, 40), 3, 1, 1),  # batch 2, channels in several cache blocks
+        ((2, 24, 41, 37), 5, 1, 2),
+        ((1, 16, 57, 57), 3, 2, 1),  # strided: the stride-phase layout
+    ],
+)
+def test_flat_depthwise_products_per_channel(x_shape, k, stride, pad) -> None:
+    """Depthwise convs on images too big for the channels-last path (nn_conv's flat
+    layout: one product per channel over the offsets' shifted rows) give the
+    definition's numbers, bias included."""
+    rng = np.random.default_rng(11)
+    c = x_shape[1]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal((c, 1, k, k)).astype(np.float32))
+    b = rng.standard_normal(c).astype(np.float32)
+    got = nn_conv.conv(
+        x, nn_conv.ConvWeight(w), b, group=c, kernel_shape=[k, k], strides=[stride] * 2,
+        pads=[pad] * 4,
+    )  # fmt: skip
+    want = conv_definition(x, w, b, c, [stride] * 2, [pad] * 4, [1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
