@@ -395,3 +395,27 @@ def test_flat_depthwise_products_per_channel(x_shape, k, stride, pad) -> None:
     )  # fmt: skip
     want = conv_definition(x, w, b, c, [stride] * 2, [pad] * 4, [1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "stride", "pads", "group"),
+    [
+        ((1, 3, 75, 81), (8, 3, 7, 7), 2, [3, 2, 1, 3], 1),  # an RGB stem, uneven pads
+        ((2, 16, 60, 61), (16, 16, 3, 3), 2, [0, 1, 1, 0], 1),
+        ((1, 16, 100, 98), (16, 16, 3, 3), 3, [2, 2, 2, 2], 1),  # stride 3: nine phases
+        ((1, 24, 70, 72), (24, 1, 3, 3), 2, [1, 0, 0, 1], 24),  # depthwise
+    ],
+)
+def test_stride_phases_taken_straight_from_the_input(x_shape, w_shape, stride, pads, group):
+    """Strided convs split the image into stride phases (nn_conv._FlatLayout), read from
+    the unpadded input with the padding left as zeros: the definition's numbers for
+    uneven pads, odd sizes, batch 2 and stride 3."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal(w_shape).astype(np.float32))
+    got = nn_conv.conv(
+        x, nn_conv.ConvWeight(w), None, group=group, kernel_shape=list(w_shape[2:]),
+        strides=[stride] * 2, pads=pads,
+    )  # fmt: skip
+    want = conv_definition(x, w, None, group, [stride] * 2, pads, [1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

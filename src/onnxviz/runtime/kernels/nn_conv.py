@@ -324,11 +324,19 @@ class _FlatLayout:
             )
             image[inner] = x
             return
-        xp = pad_spatial(x, pads[:rank], pads[rank:])
+        # Each phase straight from x (no padded copy first): phase row i is padded row
+        # p + i*s, that is x row p + i*s - pad; rows outside x stay zero.
         for i, ph in enumerate(phases):
-            part = xp[(slice(None), slice(None), *(slice(p, None, s) for p, s in zip(ph, st)))]
+            src: list[slice] = []
+            dst: list[slice] = []
+            for p, s, pad, size in zip(ph, st, pads[:rank], x.shape[2:]):
+                first = max(0, -(-(pad - p) // s))  # first phase row inside x
+                start = p + first * s - pad
+                count = len(range(start, size, s))
+                src.append(slice(start, size, s))
+                dst.append(slice(first, first + count))
             image = self.flat[:, :, i, :flat_len].reshape(n, c, *self.padded)
-            image[(slice(None), slice(None), *(slice(0, e) for e in part.shape[2:]))] = part
+            image[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
 
     def view(self, tap: int) -> np.ndarray:
         phase, shift = self.taps[tap]
