@@ -419,3 +419,26 @@ def test_stride_phases_taken_straight_from_the_input(x_shape, w_shape, stride, p
     )  # fmt: skip
     want = conv_definition(x, w, None, group, [stride] * 2, pads, [1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "pads"),
+    [
+        ((1, 16, 40, 44), (8, 16, 3, 3), [1, 2, 0, 1]),
+        ((2, 16, 1100), (8, 16, 5), [2, 1]),  # 1-D
+        ((1, 16, 12, 12, 12), (8, 16, 3, 3, 3), [1, 1, 0, 0, 1, 1]),  # 3-D
+    ],
+)
+def test_flat_layout_zeros_its_borders_in_a_reused_buffer(x_shape, w_shape, pads) -> None:
+    """The stride-1 flat layout writes zeros only around the image in its reused scratch
+    buffer: after a bigger conv left large values there, a padded conv still gives the
+    definition's numbers."""
+    rng = np.random.default_rng(13)
+    big = np.full((1, 16, 70, 70), 1e3, np.float32)
+    nn_conv.conv(big, rng.standard_normal((8, 16, 3, 3)).astype(np.float32), pads=[1] * 4)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal(w_shape).astype(np.float32))
+    rank = len(x_shape) - 2
+    got = nn_conv.conv(x, nn_conv.ConvWeight(w), None, pads=pads)
+    want = conv_definition(x, w, None, 1, [1] * rank, pads, [1] * rank)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

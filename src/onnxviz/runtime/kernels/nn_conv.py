@@ -316,14 +316,23 @@ class _FlatLayout:
         padded, self.wide, self.taps, phases, flat_len, length = geometry
         self.padded = list(padded)
         self.flat = scratch("conv_flat", (n, c, len(phases), length), x.dtype)
-        self.flat.fill(0)
         if len(phases) == 1:
+            # Zeros only where x does not land (the pad borders and the tail): the
+            # reused buffer holds the previous conv's values, and a fill of all of it
+            # would be one more pass over the image.
             image = self.flat[:, :, 0, :flat_len].reshape(n, c, *self.padded)
-            inner: tuple[Any, ...] = (slice(None), slice(None)) + tuple(
+            lead = (slice(None), slice(None))
+            for d, size in enumerate(x.shape[2:]):
+                before = (slice(None),) * d
+                image[(*lead, *before, slice(0, pads[d]))] = 0
+                image[(*lead, *before, slice(pads[d] + size, None))] = 0
+            self.flat[:, :, 0, flat_len:] = 0
+            inner: tuple[Any, ...] = lead + tuple(
                 slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])
             )
             image[inner] = x
             return
+        self.flat.fill(0)
         # Each phase straight from x (no padded copy first): phase row i is padded row
         # p + i*s, that is x row p + i*s - pad; rows outside x stay zero.
         for i, ph in enumerate(phases):
