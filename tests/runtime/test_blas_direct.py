@@ -46,11 +46,22 @@ def test_gemm_matches_numpy_for_plain_transposed_and_strided_operands(dtype: typ
     np.testing.assert_allclose(out, big[3:40, 5:26] @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_gemm_accumulates_onto_the_output() -> None:
-    a, b = _rand(8, 5), _rand(5, 9)
-    out = np.full((8, 9), 2.5, np.float32)
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(8, 5, 9), (200, 30, 200)],  # below and above blas._SMALL_OUTPUT: numpy, then direct
+)
+def test_gemm_accumulates_onto_the_output(m: int, k: int, n: int) -> None:
+    assert (m * n < blas._SMALL_OUTPUT) == (m == 8)
+    a, b = _rand(m, k), _rand(k, n)
+    want = a.astype(np.float64) @ b.astype(np.float64) + 2.5
+    out = np.full((m, n), 2.5, np.float32)
     blas.gemm(a, b, out, accumulate=True)
-    np.testing.assert_allclose(out, a @ b + 2.5, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    # Transposed operands into a column block of a wider output, neighbours untouched.
+    wide = np.full((m, n + 7), 2.5, np.float32)
+    blas.gemm(np.asfortranarray(a), np.asfortranarray(b), wide[:, 3 : n + 3], accumulate=True)
+    np.testing.assert_allclose(wide[:, 3 : n + 3], want, rtol=1e-5, atol=1e-4)
+    assert (wide[:, :3] == 2.5).all() and (wide[:, n + 3 :] == 2.5).all()
 
 
 def test_views_blas_cannot_read_fall_back_to_numpy() -> None:

@@ -269,7 +269,65 @@ def _matmul_bias(b: _Builder, x: str, draw) -> str:
     return b.add("Add", ins, (*lead, n_out))
 
 
-_STEPS = [_conv, _conv, _conv, _batch_norm, _affine, _residual, _relu, _gelu, _matmul_bias]
+def _layer_norm(b: _Builder, x: str, draw) -> str:
+    """nn.LayerNorm over the last axis as TorchScript writes it out (fusion_layernorm.py);
+    sometimes with an intermediate that is also a graph output (no fusion then)."""
+    shape = b.shapes[x]
+    mean_shape = (*shape[:-1], 1)
+    m = b.add("ReduceMean", [x], mean_shape, axes=[-1], keepdims=1)
+    d = b.add("Sub", [x, m], shape)
+    if draw(st.booleans()):
+        p = b.add("Pow", [d, b.const(np.array(2.0))], shape)
+    else:
+        p = b.add("Mul", [d, d], shape)
+    v = b.add("ReduceMean", [p], mean_shape, axes=[-1], keepdims=1)
+    if draw(st.integers(0, 4)) == 0:
+        b.outputs.append(v)
+    s = b.add("Sqrt", [b.add("Add", [v, b.const(np.array(1e-3))], mean_shape)], mean_shape)
+    y = b.add("Div", [d, s], shape)
+    if draw(st.booleans()):
+        gamma = b.const(b.rng.uniform(0.5, 1.5, shape[-1]))
+        y = b.add("Mul", [y, gamma] if draw(st.booleans()) else [gamma, y], shape)
+        y = b.add("Add", [y, b.const(b.rng.uniform(-1, 1, shape[-1]))], shape)
+    return y
+
+
+def _fake_quant(b: _Builder, x: str, draw) -> str:
+    """QuantizeLinear -> DequantizeLinear as onnxruntime.quantization's QDQ format writes
+    it (fusion_qdq.py): per tensor (int8, uint8) or per channel (runs node by node).
+    Drawn on the graph input only: after a fused step, whose last bits may differ from
+    the stepped run's, a value on a rounding boundary moves by a whole quantization
+    step (that bound is test_exporter_corpus_runs' business, not this harness's)."""
+    shape = b.shapes[x]
+    per_channel = draw(st.integers(0, 3)) == 0
+    n = shape[1] if per_channel else 1
+    dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    scale = b.rng.uniform(0.01, 0.2, n).astype(np.float32)
+    zp = b.rng.integers(np.iinfo(dtype).min // 2, np.iinfo(dtype).max // 2, n).astype(dtype)
+    if not per_channel:
+        scale, zp = scale.reshape(()), zp.reshape(())
+    s = b.name("scale")
+    b.inits.append(numpy_helper.from_array(scale, s))
+    z = b.name("zp")
+    b.inits.append(numpy_helper.from_array(zp, z))
+    q = b.name("q")
+    b.nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [q], name=q, axis=1))
+    return b.add("DequantizeLinear", [q, s, z], shape, axis=1)
+
+
+_STEPS = [
+    _fake_quant,
+    _conv,
+    _conv,
+    _conv,
+    _batch_norm,
+    _affine,
+    _residual,
+    _relu,
+    _gelu,
+    _matmul_bias,
+    _layer_norm,
+]
 
 
 def _first_conv(b: _Builder, draw) -> str:
@@ -300,7 +358,9 @@ def random_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     for _ in range(draw(st.integers(2, 9))):
         x = draw(st.sampled_from(frontier))  # fan-out: any earlier value may be reused
         step = draw(st.sampled_from(_STEPS))
-        if step is not _matmul_bias and len(b.shapes[x]) != 4:
+        if step not in (_matmul_bias, _layer_norm, _fake_quant) and len(b.shapes[x]) != 4:
+            continue
+        if step is _fake_quant and x != "x":
             continue
         y = step(b, x, draw)
         if y != x:

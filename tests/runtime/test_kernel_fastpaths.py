@@ -347,3 +347,98 @@ def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) ->
         out, gqa_definition(q, k, v, pk, pv, heads, kv), rtol=1e-5, atol=1e-5
     )
     np.testing.assert_array_equal(present_k[:, :, :past], pk)
+
+
+def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:
+    """The geometry of a conv is looked up by input size and attributes (nn_conv): a
+    SAME_UPPER conv on two image sizes, then other strides, each gives the definition's
+    numbers; invalid attributes raise on every call, not only the first."""
+    from onnxviz.errors import ExecutionError
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    for size, stride in ((9, 1), (12, 1), (12, 2), (9, 2)):
+        x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        got = nn_conv.conv(x, w, auto_pad="SAME_UPPER", strides=[stride, stride])
+        out = -(-size // stride)
+        total = max(0, (out - 1) * stride + 3 - size)
+        pads = [total // 2] * 2 + [total - total // 2] * 2
+        want = conv_definition(x, w, None, 1, [stride] * 2, pads, [1, 1])
+        assert got.shape == (1, 4, out, out)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    for _ in range(2):
+        with pytest.raises(ExecutionError, match="spatial values"):
+            nn_conv.conv(x, w, strides=[1, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "k", "stride", "pad"),
+    [
+        ((2, 40, 40, 40), 3, 1, 1),  # batch 2, channels in several cache blocks
+        ((2, 24, 41, 37), 5, 1, 2),
+        ((1, 16, 57, 57), 3, 2, 1),  # strided: the stride-phase layout
+    ],
+)
+def test_flat_depthwise_products_per_channel(x_shape, k, stride, pad) -> None:
+    """Depthwise convs on images too big for the channels-last path (nn_conv's flat
+    layout: one product per channel over the offsets' shifted rows) give the
+    definition's numbers, bias included."""
+    rng = np.random.default_rng(11)
+    c = x_shape[1]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal((c, 1, k, k)).astype(np.float32))
+    b = rng.standard_normal(c).astype(np.float32)
+    got = nn_conv.conv(
+        x, nn_conv.ConvWeight(w), b, group=c, kernel_shape=[k, k], strides=[stride] * 2,
+        pads=[pad] * 4,
+    )  # fmt: skip
+    want = conv_definition(x, w, b, c, [stride] * 2, [pad] * 4, [1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "stride", "pads", "group"),
+    [
+        ((1, 3, 75, 81), (8, 3, 7, 7), 2, [3, 2, 1, 3], 1),  # an RGB stem, uneven pads
+        ((2, 16, 60, 61), (16, 16, 3, 3), 2, [0, 1, 1, 0], 1),
+        ((1, 16, 100, 98), (16, 16, 3, 3), 3, [2, 2, 2, 2], 1),  # stride 3: nine phases
+        ((1, 24, 70, 72), (24, 1, 3, 3), 2, [1, 0, 0, 1], 24),  # depthwise
+    ],
+)
+def test_stride_phases_taken_straight_from_the_input(x_shape, w_shape, stride, pads, group):
+    """Strided convs split the image into stride phases (nn_conv._FlatLayout), read from
+    the unpadded input with the padding left as zeros: the definition's numbers for
+    uneven pads, odd sizes, batch 2 and stride 3."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal(w_shape).astype(np.float32))
+    got = nn_conv.conv(
+        x, nn_conv.ConvWeight(w), None, group=group, kernel_shape=list(w_shape[2:]),
+        strides=[stride] * 2, pads=pads,
+    )  # fmt: skip
+    want = conv_definition(x, w, None, group, [stride] * 2, pads, [1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "pads"),
+    [
+        ((1, 16, 40, 44), (8, 16, 3, 3), [1, 2, 0, 1]),
+        ((2, 16, 1100), (8, 16, 5), [2, 1]),  # 1-D
+        ((1, 16, 12, 12, 12), (8, 16, 3, 3, 3), [1, 1, 0, 0, 1, 1]),  # 3-D
+    ],
+)
+def test_flat_layout_zeros_its_borders_in_a_reused_buffer(x_shape, w_shape, pads) -> None:
+    """The stride-1 flat layout writes zeros only around the image in its reused scratch
+    buffer: after a bigger conv left large values there, a padded conv still gives the
+    definition's numbers."""
+    rng = np.random.default_rng(13)
+    big = np.full((1, 16, 70, 70), 1e3, np.float32)
+    nn_conv.conv(big, rng.standard_normal((8, 16, 3, 3)).astype(np.float32), pads=[1] * 4)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = _frozen(rng.standard_normal(w_shape).astype(np.float32))
+    rank = len(x_shape) - 2
+    got = nn_conv.conv(x, nn_conv.ConvWeight(w), None, pads=pads)
+    want = conv_definition(x, w, None, 1, [1] * rank, pads, [1] * rank)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -24,6 +24,13 @@ as one ("fused") node:
   runs as one GEMM that writes the bias into its output first and adds the product
   onto it inside BLAS (kernels.blas): no separate pass over the output.
 
+* **Written-out layer norms** (fusion_layernorm.py): ReduceMean -> Sub -> Pow ->
+  ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's
+  nn.LayerNorm) as one node.
+
+* **QuantizeLinear -> DequantizeLinear** (fusion_qdq.py): a QDQ model's rounding of an
+  activation to its integer grid and back, as one float32 pass with no integer array.
+
 * **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
   Mul (a GELU), each the only user of the one before, with scalar constants or the
   chain's input as other operands, run block by block in one pass through memory.
@@ -43,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
+from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
+from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
@@ -159,6 +168,22 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             absorbed.add(i)
             absorbed.update(steps[:-1])
     taken = absorbed | claimed | set(chains)
+    for positions in find_layer_norms(nodes, users, const, keep, taken):
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, ps=positions: layer_norm_node(nodes, ps),
+        )
+        absorbed.update(positions[:-1])
+        taken.update(positions)
+    for positions in find_qdq_pairs(nodes, users, keep, taken):
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, ps=positions: qdq_node(nodes, ps),
+        )
+        absorbed.update(positions[:-1])
+        taken.update(positions)
     for head_slot, positions in find_chains(nodes, users, const, keep, taken):
         chains[positions[-1]] = (
             positions[0],

@@ -1,0 +1,240 @@
+"""Layer normalisation written out node by node, run as one node in unwatched runs.
+
+TorchScript exports (and older opsets, which have no LayerNormalization) write
+``nn.LayerNorm`` as nine nodes over the last axis::
+
+    m = ReduceMean(x)          d = Sub(x, m)          p = Pow(d, 2)  (or Mul(d, d))
+    v = ReduceMean(p)          e = Add(v, eps)        s = Sqrt(e)
+    n = Div(d, s)              [y = Mul(n, gamma)]    [z = Add(y, beta)]
+
+Each node is a dispatch, an allocation and a pass through memory; on a small transformer
+(BERT-tiny, a GPT-2 decoder step over a few tokens) the nine nodes cost more than the
+arithmetic.  `find_layer_norms` finds the pattern (every intermediate used only inside
+it, none a graph output) and `LayerNormChain` runs it as one node that computes the
+same steps in the same order and dtype into one output array.
+
+What the plan cannot see is checked at run time: both means over exactly the last axis
+with kept dimensions, an exponent of 2, a one-element epsilon, and gamma/beta of the
+input's dtype that do not grow the result.  Anything else runs the nodes one by one, so
+results and error messages are those of the plain kernels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.plan import PlanNode, fused_node
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.executor import Executor
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _plain(pn: PlanNode, op_type: str) -> bool:
+    return (
+        pn.kind == "kernel"
+        and pn.domain == ""
+        and pn.op_type == op_type
+        and not pn.foldable
+        and len(pn.outputs) == 1
+        and pn.outputs[0] >= 0
+        and min(pn.inputs, default=-1) >= 0
+    )
+
+
+def _binary(pn: PlanNode, op_type: str) -> bool:
+    return _plain(pn, op_type) and pn.opset >= 7 and len(pn.inputs) == 2
+
+
+def _mean(pn: PlanNode) -> bool:
+    """A ReduceMean that keeps its dimensions (its axes are checked at run time)."""
+    if not _plain(pn, "ReduceMean") or not pn.attrs.get("keepdims", 1):
+        return False
+    if pn.opset >= 18:
+        return len(pn.inputs) == 2  # axes as an input (absent axes: every axis)
+    axes = pn.attrs.get("axes")
+    return len(pn.inputs) == 1 and axes is not None and len(axes) == 1
+
+
+def find_layer_norms(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+    taken: set[int],
+) -> list[list[int]]:
+    """Node positions (in order) of every written-out layer norm, none of them in
+    ``taken``."""
+    found: list[list[int]] = []
+    used = set(taken)
+
+    def only(slot: int) -> PlanNode | None:
+        """The one node reading ``slot`` (once), if nothing else sees the value."""
+        readers = users.get(slot, [])
+        if slot in keep or len(readers) != 1 or readers[0] in used:
+            return None
+        return nodes[readers[0]]
+
+    position = {id(pn): i for i, pn in enumerate(nodes)}
+    for i, mean in enumerate(nodes):
+        if i in used or not _mean(mean):
+            continue
+        x, m = mean.inputs[0], mean.outputs[0]
+        sub = only(m)
+        if sub is None or not _binary(sub, "Sub") or sub.inputs != (x, m) or x == m:
+            continue
+        d = sub.outputs[0]
+        readers = users.get(d, [])
+        if d in keep or len(readers) not in (2, 3) or any(r in used for r in readers):
+            continue
+        square = div = None
+        for r in dict.fromkeys(readers):
+            pn = nodes[r]
+            pow_d = _binary(pn, "Pow") and pn.inputs[0] == d and pn.inputs[1] in const
+            if pow_d or (_binary(pn, "Mul") and pn.inputs == (d, d)):
+                square = pn
+            elif _binary(pn, "Div") and pn.inputs[0] == d and pn.inputs[1] != d:
+                div = pn
+        if square is None or div is None:
+            continue
+        # Pow(d, k) and Div read d once each; Mul(d, d) twice (users lists it twice).
+        if len(readers) != (3 if square.op_type == "Mul" else 2):
+            continue
+        var = only(square.outputs[0])
+        if var is None or not _mean(var) or var.inputs[0] != square.outputs[0]:
+            continue
+        add = only(var.outputs[0])
+        if add is None or not _binary(add, "Add"):
+            continue
+        v = var.outputs[0]
+        eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
+        if eps not in const or eps == v:
+            continue
+        sqrt = only(add.outputs[0])
+        if sqrt is None or not _plain(sqrt, "Sqrt") or len(sqrt.inputs) != 1:
+            continue
+        if only(sqrt.outputs[0]) is not div or div.inputs[1] != sqrt.outputs[0]:
+            continue
+        chain = [mean, sub, square, var, add, sqrt, div]
+        for op_type in ("Mul", "Add"):  # gamma, then beta
+            last = chain[-1].outputs[0]
+            nxt = only(last)
+            if nxt is None or not _binary(nxt, op_type) or nxt.inputs.count(last) != 1:
+                break
+            other = nxt.inputs[1] if nxt.inputs[0] == last else nxt.inputs[0]
+            if other not in const:
+                break
+            chain.append(nxt)
+        positions = sorted(position[id(pn)] for pn in chain)
+        found.append(positions)
+        used.update(positions)
+    return found
+
+
+def layer_norm_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
+    """The fused node running the layer norm at ``positions`` (from find_layer_norms)."""
+    steps = [nodes[p] for p in positions]
+    inside = {s for pn in steps for s in pn.outputs}
+    ins: list[int] = []
+    names: list[str] = []
+    place_of: dict[int, int] = {}  # outside slot -> input place of the fused node
+    for pn in steps:
+        for s, name in zip(pn.inputs, pn.input_names):
+            if s not in inside and s not in place_of:
+                place_of[s] = len(ins)
+                ins.append(s)
+                names.append(name)
+    return fused_node(steps[0], steps[-1], ins, names, LayerNormChain(steps, place_of))
+
+
+class LayerNormChain:
+    """A written-out layer norm as one node (see the module docstring)."""
+
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
+        self.steps = steps
+        self.place_of = place_of
+        by_op: dict[str, list[PlanNode]] = {}
+        for pn in steps:
+            by_op.setdefault(pn.op_type, []).append(pn)
+        means = by_op["ReduceMean"]
+        first, second = means[0], means[1]
+        self.means = (first, second)
+        self.x = first.inputs[0]
+        sub = next(pn for pn in steps if pn.op_type == "Sub")
+        d = sub.outputs[0]
+        self.square = next(pn for pn in steps if pn.op_type in ("Pow", "Mul") and d in pn.inputs)
+        add_eps = next(pn for pn in steps if pn.op_type == "Add" and second.outputs[0] in pn.inputs)
+        self.eps = next(s for s in add_eps.inputs if s != second.outputs[0])
+        # The optional affine steps after the Div: (slot of the constant) per step.
+        div = next(pn for pn in steps if pn.op_type == "Div")
+        tail = steps[steps.index(div) + 1 :]
+        y = div.outputs[0]
+        self.affine: list[tuple[str, int]] = []
+        for pn in tail:
+            self.affine.append((pn.op_type, pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]))
+            y = pn.outputs[0]
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        place = self.place_of
+        x = ins[place[self.x]]
+        if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0 or not x.size:
+            return self._one_by_one(ex, ins)
+        if not all(self._last_axis(pn, ins, x.ndim) for pn in self.means):
+            return self._one_by_one(ex, ins)
+        eps = ins[place[self.eps]]
+        if not _scalar_of(eps, x):
+            return self._one_by_one(ex, ins)
+        if self.square.op_type == "Pow":
+            k = ins[place[self.square.inputs[1]]]
+            if (
+                type(k) is not np.ndarray
+                or k.size != 1
+                or k.dtype.kind not in "fiu"
+                or float(k.reshape(())) != 2
+            ):
+                return self._one_by_one(ex, ins)
+        consts = [ins[place[s]] for _, s in self.affine]
+        if not all(
+            type(c) is np.ndarray
+            and c.dtype == x.dtype
+            and c.ndim <= x.ndim
+            and np.broadcast_shapes(c.shape, x.shape) == x.shape
+            for c in consts
+        ):
+            return self._one_by_one(ex, ins)
+        # The nodes' own steps, in their order and dtype, into one array.
+        out = np.subtract(x, np.mean(x, axis=-1, keepdims=True, dtype=x.dtype))
+        var = np.mean(np.square(out), axis=-1, keepdims=True, dtype=x.dtype)
+        np.add(var, eps.reshape(()), out=var)
+        np.sqrt(var, out=var)
+        np.divide(out, var, out=out)
+        for (op_type, _), c in zip(self.affine, consts):
+            if op_type == "Mul":
+                np.multiply(out, c, out=out)
+            else:
+                np.add(out, c, out=out)
+        return [out]
+
+    def _last_axis(self, mean: PlanNode, ins: list[Any], rank: int) -> bool:
+        """The mean is over exactly the last axis."""
+        if mean.opset >= 18:
+            axes = ins[self.place_of[mean.inputs[1]]]
+            if type(axes) is not np.ndarray or axes.dtype.kind not in "iu" or axes.size != 1:
+                return False
+            axis = int(axes.reshape(()))
+        else:
+            axis = int(mean.attrs["axes"][0])
+        return axis in (-1, rank - 1)
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        values = {slot: ins[place] for slot, place in self.place_of.items()}
+        for pn in self.steps:
+            values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
+        return [values[self.steps[-1].outputs[0]]]
+
+
+def _scalar_of(c: Any, x: np.ndarray) -> bool:
+    return type(c) is np.ndarray and c.dtype == x.dtype and c.size == 1 and c.ndim <= x.ndim

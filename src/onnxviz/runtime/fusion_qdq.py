@@ -1,0 +1,136 @@
+"""QuantizeLinear -> DequantizeLinear pairs run as one float node in unwatched runs.
+
+onnxruntime.quantization's QDQ format puts a QuantizeLinear and a DequantizeLinear
+after every quantized activation: the float value is rounded to the integer grid and
+brought back.  Run node by node that is two kernels, an integer array and a float array
+made, and a cast each way.  When the integer value is used by nothing but the
+DequantizeLinear (and is no graph output), `find_qdq_pairs` pairs the two and
+`QdqPair` computes the same value in float32 with no integer array::
+
+    t = rint(x / s) + zp, clipped to the integer type's range;  y = (t - zp') * s'
+
+Every step is the kernels' own float32 step in the same order, and the integers met on
+the way are exact in float32 (|t| < 2^24), so the result is the stepped one to the bit.
+Only per-tensor parameters (one scale, one zero point) of 8- and 16-bit integer types,
+with float32 input and output, take this path; a NaN in the input (whose cast to an
+integer type is the platform's choice), per-axis or blocked parameters, other types or
+bad operands run the two nodes one by one: same results and errors as stepping.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.plan import PlanNode, fused_node
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.executor import Executor
+
+_F32 = np.dtype(np.float32)
+_INTS = {np.dtype(t): np.iinfo(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
+
+
+def _plain(pn: PlanNode, op_type: str) -> bool:
+    return (
+        pn.kind == "kernel"
+        and pn.domain == ""
+        and pn.op_type == op_type
+        and not pn.foldable
+        and len(pn.outputs) == 1
+        and pn.outputs[0] >= 0
+        and 2 <= len(pn.inputs) <= 3
+        and min(pn.inputs[:2]) >= 0
+    )
+
+
+def find_qdq_pairs(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    keep: set[int],
+    taken: set[int],
+) -> list[list[int]]:
+    """[Quantize position, Dequantize position] of every pair whose integer value only
+    the Dequantize reads, neither in ``taken``."""
+    pairs: list[list[int]] = []
+    for i, q in enumerate(nodes):
+        if i in taken or not _plain(q, "QuantizeLinear"):
+            continue
+        y = q.outputs[0]
+        readers = users.get(y, [])
+        if y in keep or len(readers) != 1 or readers[0] in taken:
+            continue
+        dq = nodes[readers[0]]
+        if _plain(dq, "DequantizeLinear") and dq.inputs[0] == y and y not in dq.inputs[1:]:
+            pairs.append([i, readers[0]])
+    return pairs
+
+
+def qdq_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
+    """The fused node running the pair at ``positions`` (from find_qdq_pairs)."""
+    q, dq = nodes[positions[0]], nodes[positions[1]]
+    ins = list(q.inputs) + [-1] * (3 - len(q.inputs))
+    names = list(q.input_names) + [""] * (3 - len(q.input_names))
+    for s, name in zip(dq.inputs[1:], dq.input_names[1:]):
+        ins.append(s)
+        names.append(name)
+    ins += [-1] * (5 - len(ins))
+    names += [""] * (5 - len(names))
+    return fused_node(q, dq, ins, names, QdqPair(q, dq))
+
+
+def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
+    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
+
+
+class QdqPair:
+    """A QuantizeLinear and the DequantizeLinear after it, as one float pass (see the
+    module docstring)."""
+
+    def __init__(self, q: PlanNode, dq: PlanNode) -> None:
+        self.q = q
+        self.dq = dq
+        # Attributes that change the computation away from the plain per-tensor case.
+        self.plain_attrs = (
+            not q.attrs.get("block_size", 0)
+            and not q.attrs.get("precision", 0)
+            and not dq.attrs.get("block_size", 0)
+            and dq.attrs.get("output_dtype", 0) in (0, 1)  # 1: float32
+        )
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        x, s, zp, s2, zp2 = ins
+        qtype = zp.dtype if type(zp) is np.ndarray else np.dtype(np.uint8)
+        info = _INTS.get(qtype)
+        out_dtype = self.q.attrs.get("output_dtype", 0)
+        if (
+            not self.plain_attrs
+            or info is None
+            or type(x) is not np.ndarray
+            or x.dtype != _F32
+            or not _scalar(s, _F32)
+            or not _scalar(s2, _F32)
+            or (zp is not None and not _scalar(zp))
+            or out_dtype  # an explicit output type: the kernel checks it against zp
+            or (zp2 is not None and not _scalar(zp2, qtype))
+        ):
+            return self._one_by_one(ex, ins)
+        # The kernels' float32 steps (kernels.quantize), in their order.
+        t = np.divide(x, s.reshape(()), dtype=_F32)
+        np.rint(t, out=t)
+        if zp is not None:
+            t += np.float32(zp.reshape(()))
+        np.clip(t, info.min, info.max, out=t)
+        if t.size and np.isnan(t.min()):
+            return self._one_by_one(ex, ins)  # NaN -> integer: the platform's cast
+        if zp2 is not None:
+            t -= np.float32(zp2.reshape(()))
+        t *= s2.reshape(())
+        return [t]
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        q_ins = [v for v, s in zip(ins[:3], (*self.q.inputs, -1, -1)) if s >= 0]
+        y = ex.call_kernel(self.q, q_ins)[0]
+        dq_ins = [y] + [v for v, s in zip(ins[3:], (*self.dq.inputs[1:], -1, -1)) if s >= 0]
+        return ex.call_kernel(self.dq, dq_ins)

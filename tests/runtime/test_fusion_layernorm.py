@@ -1,0 +1,155 @@
+"""Written-out layer norms run as one node in unwatched runs (fusion_layernorm.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+from tests.runtime.differential import assert_modes_agree
+
+pytestmark = pytest.mark.numeric
+
+
+def _layer_norm_model(
+    *,
+    opset: int = 14,
+    dtype: int = TensorProto.FLOAT,
+    shape: tuple[int, ...] = (2, 5, 48),
+    axis: int = -1,
+    square: str = "Pow",
+    exponent: float = 2.0,
+    affine: bool = True,
+    gamma_shape: tuple[int, ...] | None = None,
+    outputs: tuple[str, ...] = ("z",),
+) -> onnx.ModelProto:
+    """TorchScript's export of nn.LayerNorm (axes as an attribute before opset 18, as an
+    input from 18 on)."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(3)
+    width = shape[-1]
+    consts: dict[str, np.ndarray] = {
+        "two": np.array(exponent, dtype=np_dtype),
+        "eps": np.array(0.1, dtype=np_dtype),  # large enough that a lost eps shows
+        "gamma": rng.uniform(0.5, 1.5, gamma_shape or (width,)).astype(np_dtype),
+        "beta": rng.uniform(-0.5, 0.5, (width,)).astype(np_dtype),
+        "axes": np.array([axis], dtype=np.int64),
+    }
+
+    def mean(src: str, dst: str) -> onnx.NodeProto:
+        if opset >= 18:
+            return helper.make_node("ReduceMean", [src, "axes"], [dst], keepdims=1)
+        return helper.make_node("ReduceMean", [src], [dst], axes=[axis], keepdims=1)
+
+    sq = (
+        helper.make_node("Pow", ["d", "two"], ["p"])
+        if square == "Pow"
+        else helper.make_node("Mul", ["d", "d"], ["p"])
+    )
+    nodes = [
+        mean("x", "m"),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        sq,
+        mean("p", "v"),
+        helper.make_node("Add", ["v", "eps"], ["e"]),
+        helper.make_node("Sqrt", ["e"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n" if affine else "z"]),
+    ]
+    if affine:
+        nodes += [
+            helper.make_node("Mul", ["gamma", "n"], ["y"]),
+            helper.make_node("Add", ["y", "beta"], ["z"]),
+        ]
+    for i, node in enumerate(nodes):
+        node.name = f"n{i}"
+    graph = helper.make_graph(
+        nodes,
+        "ln",
+        [helper.make_tensor_value_info("x", dtype, list(shape))],
+        [helper.make_tensor_value_info(o, dtype, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _feeds(model: onnx.ModelProto) -> dict[str, Any]:
+    t = model.graph.input[0].type.tensor_type
+    shape = [d.dim_value for d in t.shape.dim]
+    np_dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+    x = np.random.default_rng(0).standard_normal(shape) * 3 + 1.5
+    return {"x": x.astype(np_dtype)}
+
+
+def _fused_count(model: onnx.ModelProto) -> int:
+    nodes = run_nodes(Session(model).plan)
+    return sum(type(pn.fused).__name__ == "LayerNormChain" for pn in nodes)
+
+
+@pytest.mark.parametrize("opset", [14, 18])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+@pytest.mark.parametrize("square", ["Pow", "Mul"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_written_out_layer_norm_runs_as_one_node_with_the_stepped_result(
+    opset: int, dtype: int, square: str, affine: bool
+) -> None:
+    model = _layer_norm_model(opset=opset, dtype=dtype, square=square, affine=affine)
+    assert _fused_count(model) == 1
+    assert len(run_nodes(Session(model).plan)) == 1
+    stepped = assert_modes_agree(model, _feeds(model))
+    # Normalised: each row has mean 0 and variance 1 before the affine step.
+    if not affine:
+        z = stepped["z"].astype(np.float64)
+        np.testing.assert_allclose(z.mean(-1), 0, atol=1e-5)
+        np.testing.assert_allclose(z.var(-1), 1, rtol=2e-2)
+
+
+def test_a_kept_intermediate_stops_the_fusion() -> None:
+    model = _layer_norm_model(outputs=("z", "v"))
+    assert _fused_count(model) == 0
+    assert_modes_agree(model, _feeds(model))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"axis": 1},  # a mean over another axis than the last
+        {"opset": 18, "axis": 0},
+        {"exponent": 3.0},  # not a variance
+        {"gamma_shape": (2, 1, 1, 48)},  # gamma that grows the result
+    ],
+)
+def test_what_the_plan_cannot_check_runs_the_nodes_one_by_one(variant: dict[str, Any]) -> None:
+    model = _layer_norm_model(**variant)
+    assert _fused_count(model) == 1  # matched by structure, checked at run time
+    feeds = _feeds(model)
+    stepped = assert_modes_agree(model, feeds)
+    assert Session(model).run(feeds)["z"].shape == stepped["z"].shape
+
+
+def test_the_transformer_exports_fuse_every_layer_norm() -> None:
+    """BERT-style block: two layer norms after residual Adds, each one fused node."""
+    model = _layer_norm_model(shape=(1, 7, 32))
+    graph = model.graph
+    # A second layer norm on the first one's output (a residual in between).
+    nodes = list(graph.node)
+    second = [onnx.NodeProto() for _ in nodes]
+    rename = {
+        "x": "r",
+        **{n: n + "2" for node in nodes for n in node.output},
+    }
+    for src, dst in zip(nodes, second):
+        dst.CopyFrom(src)
+        dst.name = src.name + "b"
+        dst.input[:] = [rename.get(i, i) for i in src.input]
+        dst.output[:] = [rename[o] for o in src.output]
+    res = helper.make_node("Add", ["z", "x"], ["r"], name="res")
+    del graph.node[:]
+    graph.node.extend([*nodes, res, *second])
+    graph.output[0].name = "z2"
+    assert _fused_count(model) == 2
+    assert_modes_agree(model, _feeds(model))
