@@ -112,6 +112,11 @@ class GraphIndex:
     attribute_names: list[str] = field(default_factory=list)  # function attributes
     # value -> the initializer behind it (itself, or the one a DequantizeLinear reads)
     weights: dict[str, TensorProto] = field(default_factory=dict)
+    # Every node input laid end to end (in node order), with its node and slot as
+    # int64 arrays: per-input work then runs as C-level maps and numpy.
+    flat_inputs: list[str] = field(default_factory=list)
+    input_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    input_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def is_function(self) -> bool:
@@ -288,6 +293,7 @@ def _fill(gi: GraphIndex) -> None:
     flat = list(chain.from_iterable(lists))
     at = np.repeat(np.arange(len(lists)), lens)
     slot = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    gi.flat_inputs, gi.input_node, gi.input_slot = flat, at, slot
     uses = zip(at.tolist(), slot.tolist())
     grouped: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
     for name, use in zip(flat, uses):
