@@ -231,6 +231,8 @@ class GraphIndex:
 
 def _labels(nodes: Sequence[LiteNode]) -> list[str]:
     names = [n.name for n in nodes]
+    if "" not in (seen := set(names)) and len(seen) == len(names):
+        return names  # every name set and unique (the common case): no counting
     counts = Counter(names)
     return [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
 

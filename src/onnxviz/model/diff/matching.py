@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from itertools import repeat
+from itertools import compress, repeat
+from operator import attrgetter
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto
@@ -58,6 +59,7 @@ def attribute_signature(node: NodeProto | LiteNode) -> tuple[tuple[str, object],
 
 
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
+_DOMAIN, _OP_TYPE, _ATTRIBUTE = attrgetter("domain"), attrgetter("op_type"), attrgetter("attribute")
 
 
 _DIGEST_LIMIT = 1 << 16
@@ -127,24 +129,18 @@ class _Hashes:
                 value[name] = hash(("in", pos))
         for name, t in gi.initializers.items():
             value.setdefault(name, _weight_token(t))
-        op_hash: dict[tuple[str, str], int] = {}
-        ops = [0] * n
-        sig = [0] * n
+        # Op hashes per distinct (domain, op type), handed out by C-level maps; only
+        # the nodes with attributes take the Python loop.
+        keys = list(zip(map(_DOMAIN, nodes), map(_OP_TYPE, nodes)))
+        op_of = {k: (k[0] if k[0] != "ai.onnx" else "", k[1]) for k in set(keys)}
+        ops = list(map({k: hash(op) for k, op in op_of.items()}.__getitem__, keys))
+        sig = list(map({k: hash((op, ())) for k, op in op_of.items()}.__getitem__, keys))
         nested: list[int] = []  # nodes holding a subgraph
-        for i, node in enumerate(nodes):
-            domain = node.domain
-            op = (domain if domain != "ai.onnx" else "", node.op_type)
-            h = op_hash.get(op)
-            if h is None:
-                h = op_hash[op] = hash(op)
-            ops[i] = h
-            if node.attribute:
-                attrs = attribute_signature(node)
-                if any(type(v) is tuple for _, v in attrs):
-                    nested.append(i)
-                sig[i] = hash((op, attrs))
-            else:
-                sig[i] = hash((op, ()))
+        for i in compress(range(n), map(bool, map(_ATTRIBUTE, nodes))):
+            attrs = attribute_signature(nodes[i])
+            if any(type(v) is tuple for _, v in attrs):
+                nested.append(i)
+            sig[i] = hash((op_of[keys[i]], attrs))
         self.nested = nested
         fwd = [0] * n
         get = value.get
