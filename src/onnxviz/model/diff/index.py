@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -173,23 +173,13 @@ class GraphIndex:
         node of this graph makes and another reads, as int64 arrays."""
         cached = self.__dict__.get("_edges")
         if cached is None:
-            src: list[int] = []
-            dst: list[int] = []
-            slot: list[int] = []
-            producer = self.producer
-            for name, uses in self.consumers.items():
-                p = producer.get(name)
-                if p is None:
-                    continue
-                for c, k in uses:
-                    src.append(p[0])
-                    dst.append(c)
-                    slot.append(k)
-            cached = (
-                np.array(src, np.int64),
-                np.array(dst, np.int64),
-                np.array(slot, np.int64),
-            )
+            # Over the flat inputs, by C-level maps and numpy: the producing node of
+            # each input (-1: a graph input, a weight, a name from outside, or none).
+            node_of = dict(zip(self.producer, map(itemgetter(0), self.producer.values())))
+            flat = self.flat_inputs
+            src = np.fromiter(map(node_of.get, flat, repeat(-1)), np.int64, len(flat))
+            keep = src >= 0
+            cached = (src[keep], self.input_node[keep], self.input_slot[keep])
             self.__dict__["_edges"] = cached
         return cached
 

@@ -387,9 +387,9 @@ class Matcher:
     def _skip(g: GraphIndex, matched: Mapping[int, int]) -> np.ndarray:
         skip = np.zeros(len(g.nodes), bool)
         if g.qdq_nodes:
-            skip[list(g.qdq_nodes)] = True
+            skip[np.fromiter(g.qdq_nodes, np.int64, len(g.qdq_nodes))] = True
         if matched:
-            skip[list(matched)] = True
+            skip[np.fromiter(matched.keys(), np.int64, len(matched))] = True
         return skip
 
     def _propagate(
