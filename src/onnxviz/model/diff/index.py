@@ -10,7 +10,7 @@ unique, else ``#index``), so a diff's locations open in the rest of the app.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -60,7 +60,23 @@ def _LISTS(node: LiteNode) -> Any:
 _STRINGS = attrgetter("name", "op_type", "domain")
 
 
-def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
+class _Canon(dict[str, str]):
+    """name -> the one string object that stands for it; a name not held maps to itself."""
+
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[LiteNode]:
+    """The nodes as `LiteNode`s.  One string object per value name (the outputs' and
+    those of ``defined``: graph inputs, initializers): protobuf hands out a new one at
+    every access, so each value's name would be held once per reader.  Sharing them
+    halves the memory of the names, and dict lookups then compare by identity."""
+    outputs = [n.output[:] for n in nodes]
+    known = ["", *defined]  # "": an optional input left out
+    canon = _Canon(zip(known, known))
+    canon.update(zip(chain.from_iterable(outputs), chain.from_iterable(outputs)))
+    name_of = canon.__getitem__
     # A node without attributes keeps no attribute container: 100k protobuf
     # containers held for nothing cost tens of MB.  Op types and domains are shared.
     ops: dict[str, str] = {}
@@ -69,11 +85,11 @@ def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
             n.name,
             ops.setdefault(n.op_type, n.op_type),
             ops.setdefault(n.domain, n.domain),
-            n.input[:],
-            n.output[:],
+            list(map(name_of, n.input)),
+            outs,
             at if len(at := n.attribute) else (),
         )
-        for n in nodes
+        for n, outs in zip(nodes, outputs)
     ]
     # Passes in C over every name, to find any protobuf handed out as bytes.
     seen = set(map(type, chain.from_iterable(map(_LISTS, out))))
@@ -234,10 +250,11 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
     inits = {as_text(t.name): t for t in graph.initializer}
     for sp in graph.sparse_initializer:
         inits.setdefault(as_text(sp.values.name), sp.values)
+    input_names = _names(v.name for v in graph.input)
     gi = GraphIndex(
         path,
-        lite_nodes(graph.node),
-        _names(v.name for v in graph.input),
+        lite_nodes(graph.node, chain(inits, input_names)),
+        input_names,
         _names(v.name for v in graph.output),
         inits,
         types,
@@ -247,10 +264,11 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
 
 
 def index_function(path: str, fn: object) -> GraphIndex:
+    input_names = _names(fn.input)  # type: ignore[attr-defined]
     gi = GraphIndex(
         path,
-        lite_nodes(fn.node),  # type: ignore[attr-defined]
-        _names(fn.input),  # type: ignore[attr-defined]
+        lite_nodes(fn.node, input_names),  # type: ignore[attr-defined]
+        input_names,
         _names(fn.output),  # type: ignore[attr-defined]
         {},
         {as_text(vi.name): vi for vi in getattr(fn, "value_info", ())},
@@ -271,14 +289,7 @@ def _fill(gi: GraphIndex) -> None:
     producer = gi.producer
     producer.update(made)
     consumers = gi.consumers
-    # One string object per name: protobuf hands out a new one at every access, so
-    # each value's name would be held once per reader.  Sharing them halves the
-    # memory of the names, and dict lookups then compare by identity.
-    canon = {name: name for name in producer}
-    get = canon.get
-    for node in gi.nodes:
-        ins = node.input
-        ins[:] = map(get, ins, ins)
+    # (node input names share their string objects: `lite_nodes`)
     # (node, slot) of every input, laid flat by numpy, then grouped by name.
     lists = [node.input for node in gi.nodes]
     lens = np.fromiter(map(len, lists), np.int64, len(lists))
