@@ -206,32 +206,27 @@ class GraphIndex:
         src, dst, _ = self.edges()
         if not len(src) or bool((src < dst).all()):
             return range(n)  # sorted already, as the ONNX spec asks of a graph
-        pending = [0] * n
-        for i, node in enumerate(self.nodes):
-            seen: set[int] = set()
-            for name in node.input:
-                p = self.producer.get(name)
-                if p is not None and p[0] != i and p[0] not in seen:
-                    seen.add(p[0])
-                    pending[i] += 1
+        # Kahn's algorithm over the distinct (producer, consumer) pairs, laid out by
+        # numpy as successor lists (a self-loop left out: it holds nothing back).
+        keep = src != dst
+        pairs = np.unique(src[keep] * n + dst[keep])
+        first, then = pairs // n, pairs % n
+        pending = np.bincount(then, minlength=n).tolist()
+        starts = np.searchsorted(first, np.arange(n + 1)).tolist()
+        succ = then.tolist()
         ready = [i for i in range(n) if pending[i] == 0]
         ready.reverse()
         order: list[int] = []
-        placed = [False] * n
         while ready:
             i = ready.pop()
             order.append(i)
-            placed[i] = True
-            released: set[int] = set()
-            for out in self.nodes[i].output:
-                for ci, _ in self.consumers.get(out, ()):
-                    if ci != i and ci not in released:
-                        released.add(ci)
-                        pending[ci] -= 1
-                        if pending[ci] == 0:
-                            ready.append(ci)
-        if len(order) < n:
-            order.extend(i for i in range(n) if not placed[i])
+            for c in succ[starts[i] : starts[i + 1]]:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        if len(order) < n:  # a cycle: its nodes last, in file order
+            placed = set(order)
+            order.extend(i for i in range(n) if i not in placed)
         return order
 
 
