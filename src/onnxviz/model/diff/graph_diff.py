@@ -107,7 +107,8 @@ class GraphDiffer:
         grouped_b = {i for _, gb in groups for i in gb}
         matched_b = set(matches.values())
         res = self.result
-        res.matches = sorted(matches.items())
+        in_order = sorted(matches)  # (ints sort faster than pairs)
+        res.matches = list(zip(in_order, map(matches.__getitem__, in_order)))
         self._matched_a = set(matches)
         self._matched_b_set = matched_b
         from onnxviz.model.diff.results import FusedGroup

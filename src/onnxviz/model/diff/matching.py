@@ -68,8 +68,13 @@ _DIGEST_LIMIT = 1 << 16
 def _weight_token(t: TensorProto) -> int:
     """A weight as seen by the forward hash: its shape and type, and its bytes when they
     are small and embedded (distinct layers of the same shape then hash apart)."""
-    data = t.raw_data if t.HasField("raw_data") and len(t.raw_data) <= _DIGEST_LIMIT else b""
-    if not data and t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _DIGEST_LIMIT:
+    # Each access to raw_data copies the bytes: read once, and never for a big tensor
+    # (ByteSize is the embedded size plus a name and dims: a margin covers those).
+    size = t.ByteSize()
+    data = t.raw_data if size <= _DIGEST_LIMIT + 4096 and t.HasField("raw_data") else b""
+    if len(data) > _DIGEST_LIMIT:
+        data = b""
+    if not data and t.data_location != TensorProto.EXTERNAL and size <= _DIGEST_LIMIT:
         data = t.SerializeToString()  # typed fields; the name is not in the hash below
         name = t.name if isinstance(t.name, bytes) else t.name.encode()
         data = data.replace(name, b"") if name else data
@@ -182,22 +187,28 @@ class _Hashes:
         out_pos: dict[str, list[int]] = defaultdict(list)
         for pos, name in enumerate(gi.output_names):
             out_pos[gi.real(name)].append(pos)
+        at_get = {name: tuple(found) for name, found in out_pos.items()}.get
         bwd = [0] * n
         consumers = gi.effective_consumers if gi.alias else gi.consumers.get
         no_uses: list[tuple[int, int]] = []
         for i in reversed(order):
             if qdq and i in qdq:
                 continue
-            outs = []
-            for name in nodes[i].output:
-                found = consumers(name) or no_uses
+            outputs = nodes[i].output
+            if len(outputs) == 1:  # most nodes: no list of outputs to hash
+                found = consumers(outputs[0]) or no_uses
                 if len(found) == 1:
                     ci, k = found[0]
                     uses: tuple[tuple[int, int], ...] = ((bwd[ci] or ops[ci], k),)
                 else:
                     uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
-                at = out_pos.get(name) if out_pos else None
-                outs.append(hash((uses, tuple(at) if at else ())))
+                bwd[i] = hash((ops[i], uses, at_get(outputs[0])))
+                continue
+            outs = []
+            for name in outputs:
+                found = consumers(name) or no_uses
+                uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
+                outs.append(hash((uses, at_get(name))))
             bwd[i] = hash((ops[i], tuple(outs)))
         self.bwd = _as_keys(bwd)
 
