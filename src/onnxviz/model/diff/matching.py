@@ -166,13 +166,14 @@ class _Hashes:
             h = hash((sig[i], ins))
             fwd[i] = h
             outputs = node.output
+            # Output 0 stands as the node's own hash (no tuple to build for most nodes).
             if len(outputs) == 1:
                 if outputs[0]:
-                    value[outputs[0]] = hash((h, 0))
+                    value[outputs[0]] = h
             else:
                 for k, name in enumerate(outputs):
                     if name:
-                        value[name] = hash((h, k))
+                        value[name] = hash((h, k)) if k else h
         self.fwd = _as_keys(fwd)
         del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
