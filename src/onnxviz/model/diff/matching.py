@@ -369,7 +369,7 @@ class Matcher:
         propagation steps over at most one node).  Found from the unmatched nodes, so a
         nearly matched 100k-node graph costs little."""
         a, matched = self.a, self.a_to_b
-        ring = {i for i in range(len(a.nodes)) if i not in matched}
+        ring = set(np.flatnonzero(~self._skip(a, matched, qdq=False)).tolist())
         near: set[int] = set()
         for _ in range(2):
             nxt: set[int] = set()
@@ -396,9 +396,10 @@ class Matcher:
                 pending.append((x, y))
 
     @staticmethod
-    def _skip(g: GraphIndex, matched: Mapping[int, int]) -> np.ndarray:
+    def _skip(g: GraphIndex, matched: Mapping[int, int], qdq: bool = True) -> np.ndarray:
+        """Mask of the nodes matched already (and the Q/DQ nodes, unless ``qdq`` is off)."""
         skip = np.zeros(len(g.nodes), bool)
-        if g.qdq_nodes:
+        if qdq and g.qdq_nodes:
             skip[np.fromiter(g.qdq_nodes, np.int64, len(g.qdq_nodes))] = True
         if matched:
             skip[np.fromiter(matched.keys(), np.int64, len(matched))] = True
