@@ -178,10 +178,9 @@ class _Hashes:
         del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
-        # a change upstream spoiled the forward hash.
-        # Summed per slot by numpy over the flat inputs: only the slots that read a
-        # weight add to the node's own hash (a Python tuple per node cost 0.1 s).
-        tokens = {x: h for x in gi.weight_names() if (h := get(x)) is not None}
+        # a change upstream spoiled the forward hash.  Summed per slot by numpy over
+        # the flat inputs (a Python tuple per node cost 0.1 s).
+        tokens = {x: tok for x in gi.weight_names() if (tok := get(x)) is not None}
         self.local = _local_keys(sig, gi, tokens)
         del value, get
         self.sig = sig
