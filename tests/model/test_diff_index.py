@@ -101,3 +101,44 @@ def test_node_inputs_share_the_string_of_what_they_read() -> None:
                 assert gi.nodes[p[0]].output[p[1]] is x
             elif x in gi.initializers:
                 assert next(k for k in gi.initializers if k == x) is x
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_local_keys_tell_apart_exactly_the_nodes_a_plain_tuple_does(seed: int) -> None:
+    """The matcher's per-node local key (op, attributes, input count, the weight read
+    at each slot), summed by numpy, against the plain tuple it stands for."""
+    from onnxviz.model.diff.matching import Matcher
+
+    rnd = random.Random(seed)
+    weights = [helper.make_tensor(f"w{k}", TensorProto.FLOAT, [1], [float(k)]) for k in range(3)]
+    names = ["x", "w0", "w1", "w2"]
+    nodes = []
+    for i in range(40):
+        ins = [rnd.choice(names) for _ in range(rnd.randint(1, 3))]
+        op = rnd.choice(["Sum", "Max"])
+        attrs = {"note": rnd.randint(0, 1)} if rnd.random() < 0.3 else {}
+        nodes.append(helper.make_node(op, ins, [f"v{i}"], name=f"n{i}", **attrs))
+        names.append(f"v{i}")
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])],
+        weights,
+    )
+    gi = index_graph("main", graph)
+    m = Matcher(gi, gi, {})
+    m.run()
+    local = m.ha.local.tolist()
+    plain = [
+        (
+            n.op_type,
+            tuple((a.name, a.i) for a in n.attribute),
+            tuple(x if x.startswith("w") else None for x in n.input),
+        )
+        for n in graph.node
+    ]
+    for i in range(len(plain)):
+        for j in range(len(plain)):
+            assert (local[i] == local[j]) == (plain[i] == plain[j])
