@@ -83,8 +83,8 @@ def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[
     out = [
         LiteNode(
             n.name,
-            ops.setdefault(n.op_type, n.op_type),
-            ops.setdefault(n.domain, n.domain),
+            ops.setdefault(op := n.op_type, op),  # (one protobuf access, not two)
+            ops.setdefault(domain := n.domain, domain),
             list(map(name_of, n.input)),
             outs,
             at if len(at := n.attribute) else (),

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import attrgetter
 
 import numpy as np
@@ -274,6 +274,13 @@ class Matcher:
         self.b_to_a: dict[int, int] = {}
         self.outer_map = dict(outer_map)
         self.anchors = list(anchors)
+        # The pairs as numpy arrays, in the order they were made, and masks of the
+        # matched nodes: brought up to date by `_matched` from the pairs made since
+        # (pairs are only ever added, so the dicts' tails are the new ones).
+        self._synced = 0
+        self._ia = self._ib = np.zeros(0, np.int64)
+        self._mask_a = np.zeros(len(a.nodes), bool)
+        self._mask_b = np.zeros(len(b.nodes), bool)
 
     def _pair(self, ia: int, ib: int) -> bool:
         if ia in self.a_to_b or ib in self.b_to_a:
@@ -281,6 +288,20 @@ class Matcher:
         self.a_to_b[ia] = ib
         self.b_to_a[ib] = ia
         return True
+
+    def _matched(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(nodes of A, their counterparts in B) in the order paired, and the masks of
+        the matched nodes of A and of B."""
+        done, old = len(self.a_to_b), self._synced
+        if done > old:
+            ia = np.fromiter(islice(self.a_to_b.keys(), old, None), np.int64, done - old)
+            ib = np.fromiter(islice(self.a_to_b.values(), old, None), np.int64, done - old)
+            self._ia = np.concatenate((self._ia, ia))
+            self._ib = np.concatenate((self._ib, ib))
+            self._mask_a[ia] = True
+            self._mask_b[ib] = True
+            self._synced = done
+        return self._ia, self._ib, self._mask_a, self._mask_b
 
     def run(self) -> dict[int, int]:
         a, b = self.a, self.b
@@ -350,8 +371,7 @@ class Matcher:
             done = len(self.a_to_b)
             if not done or done == len(a.nodes) or done == len(b.nodes):
                 return
-            ia = np.fromiter(self.a_to_b.keys(), np.int64, done)
-            ib = np.fromiter(self.a_to_b.values(), np.int64, done)
+            ia, ib, _, _ = self._matched()
             tag = _mix(np.arange(done, dtype=np.uint64) + _GOLDEN)
             ka, kb = base_a.copy(), base_b.copy()
             ka[ia] = tag
@@ -368,7 +388,7 @@ class Matcher:
         propagation steps over at most one node).  Found from the unmatched nodes, so a
         nearly matched 100k-node graph costs little."""
         a, matched = self.a, self.a_to_b
-        ring = set(np.flatnonzero(~self._skip(a, matched, qdq=False)).tolist())
+        ring = set(np.flatnonzero(~self._matched()[2]).tolist())
         near: set[int] = set()
         for _ in range(2):
             nxt: set[int] = set()
@@ -387,21 +407,21 @@ class Matcher:
     def _unique_pairs(
         self, keys_a: np.ndarray, keys_b: np.ndarray, pending: list[tuple[int, int]]
     ) -> None:
-        ka, ia = _unique_index(keys_a, self._skip(self.a, self.a_to_b))
-        kb, ib = _unique_index(keys_b, self._skip(self.b, self.b_to_a))
+        _, _, mask_a, mask_b = self._matched()
+        ka, ia = _unique_index(keys_a, self._skip(self.a, mask_a))
+        kb, ib = _unique_index(keys_b, self._skip(self.b, mask_b))
         _, at_a, at_b = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
         for x, y in zip(ia[at_a].tolist(), ib[at_b].tolist()):
             if self._pair(x, y):
                 pending.append((x, y))
 
     @staticmethod
-    def _skip(g: GraphIndex, matched: Mapping[int, int], qdq: bool = True) -> np.ndarray:
-        """Mask of the nodes matched already (and the Q/DQ nodes, unless ``qdq`` is off)."""
-        skip = np.zeros(len(g.nodes), bool)
-        if qdq and g.qdq_nodes:
-            skip[np.fromiter(g.qdq_nodes, np.int64, len(g.qdq_nodes))] = True
-        if matched:
-            skip[np.fromiter(matched.keys(), np.int64, len(matched))] = True
+    def _skip(g: GraphIndex, matched: np.ndarray) -> np.ndarray:
+        """Mask of the nodes matched already and the Q/DQ nodes."""
+        if not g.qdq_nodes:
+            return matched
+        skip = matched.copy()
+        skip[np.fromiter(g.qdq_nodes, np.int64, len(g.qdq_nodes))] = True
         return skip
 
     def _propagate(
