@@ -53,11 +53,9 @@ def _names(values: Any) -> list[str]:
     return [x if type(x) is str else as_text(x) for x in values]
 
 
-def _LISTS(node: LiteNode) -> Any:
-    return chain(node.input, node.output)
-
-
 _STRINGS = attrgetter("name", "op_type", "domain")
+_INPUTS = attrgetter("input")
+_ROW = tuple.__new__  # a LiteNode from its fields in C (the class's own __new__ is Python)
 
 
 class _Canon(dict[str, str]):
@@ -80,8 +78,8 @@ def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[
     # A node without attributes keeps no attribute container: 100k protobuf
     # containers held for nothing cost tens of MB.  Op types and domains are shared.
     ops: dict[str, str] = {}
-    out = [
-        LiteNode(
+    rows = [
+        (
             n.name,
             ops.setdefault(op := n.op_type, op),  # (one protobuf access, not two)
             ops.setdefault(domain := n.domain, domain),
@@ -91,8 +89,11 @@ def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[
         )
         for n, outs in zip(nodes, outputs)
     ]
+    out: list[LiteNode] = list(map(_ROW, repeat(LiteNode), rows))
+    del rows
     # Passes in C over every name, to find any protobuf handed out as bytes.
-    seen = set(map(type, chain.from_iterable(map(_LISTS, out))))
+    seen = set(map(type, chain.from_iterable(map(_INPUTS, out))))
+    seen.update(map(type, chain.from_iterable(outputs)))
     seen.update(map(type, chain.from_iterable(map(_STRINGS, out))))
     if seen - {str}:
         out = [
