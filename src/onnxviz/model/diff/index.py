@@ -78,7 +78,7 @@ def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[
     # A node without attributes keeps no attribute container: 100k protobuf
     # containers held for nothing cost tens of MB.  Op types and domains are shared.
     ops: dict[str, str] = {}
-    rows = [
+    rows = (  # a generator: each row lives only until its LiteNode is made
         (
             n.name,
             ops.setdefault(op := n.op_type, op),  # (one protobuf access, not two)
@@ -88,9 +88,8 @@ def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[
             at if len(at := n.attribute) else (),
         )
         for n, outs in zip(nodes, outputs)
-    ]
+    )
     out: list[LiteNode] = list(map(_ROW, repeat(LiteNode), rows))
-    del rows
     # Passes in C over every name, to find any protobuf handed out as bytes.
     seen = set(map(type, chain.from_iterable(map(_INPUTS, out))))
     seen.update(map(type, chain.from_iterable(outputs)))
