@@ -1,6 +1,7 @@
 """Model diff benchmark (issue #20).
 
     .venv/bin/python benchmarks/bench_diff.py [--nodes 100000] [--gb 1.0] [--rounds 3]
+        [--only structural|weights] [--profile]
 
 1. Two transformer-like models of ``--nodes`` nodes that differ in 1% of their nodes
    (Identity nodes inserted, attributes edited), every name in one of them shuffled and
@@ -8,6 +9,9 @@
    both models (the peer, measured in the same run, rounds alternating).
 2. Two ``--gb`` models with external data, 1/16 of their tensors changed: the weight
    diff's time and the memory it adds to opening both.
+
+``--profile``: one more structural diff under cProfile, its top functions by own time
+printed (where the time goes, for whoever speeds it up next).
 
 Each measurement runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own.
 Times are wall clock and CPU (process time): on a loaded machine the CPU time is the
@@ -57,6 +61,16 @@ from onnxviz.model.diff import diff
 a = Document.open(A); b = Document.open(B)
 c = time.process_time(); t = time.perf_counter(); d = diff(a, b); s = time.perf_counter() - t
 done(seconds=s, cpu=time.process_time() - c, counts=d.counts())
+"""
+
+
+PROFILE = """
+import cProfile, pstats
+from onnxviz.model.diff import diff
+a = Document.open(A); b = Document.open(B)
+prof = cProfile.Profile(); prof.enable(); diff(a, b); prof.disable()
+pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+done()
 """
 
 
@@ -147,7 +161,16 @@ def _plant_changes(model: onnx.ModelProto, fraction: float, seed: int) -> int:
     return len(picks)
 
 
-def structural(nodes: int, rounds: int, folder: str) -> None:
+def profile(a: str, b: str) -> None:
+    code = PRELUDE + f"A = {a!r}\nB = {b!r}\n" + PROFILE
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    print(out.stderr)
+
+
+def structural(nodes: int, rounds: int, folder: str, with_profile: bool = False) -> None:
     a_model = transformer_like(nodes)
     b_model = onnx.ModelProto()
     b_model.CopyFrom(a_model)
@@ -176,6 +199,8 @@ def structural(nodes: int, rounds: int, folder: str) -> None:
     print(
         f"  peak with diff    {diff_mb:.0f} MB = {diff_mb / open_mb:.2f}x opening both (target < 1.5x)"
     )
+    if with_profile:
+        profile(a, b)
 
 
 def _perturb_external(folder: str, every: int) -> None:
@@ -242,10 +267,11 @@ def main() -> None:
     p.add_argument("--gb", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--only", choices=("structural", "weights"))
+    p.add_argument("--profile", action="store_true", help="profile one structural diff")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         if args.only != "weights":
-            structural(args.nodes, args.rounds, folder)
+            structural(args.nodes, args.rounds, folder, args.profile)
         if args.only != "structural":
             weights(args.gb, args.rounds, folder)
 

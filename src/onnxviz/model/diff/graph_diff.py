@@ -107,7 +107,8 @@ class GraphDiffer:
         grouped_b = {i for _, gb in groups for i in gb}
         matched_b = set(matches.values())
         res = self.result
-        res.matches = sorted(matches.items())
+        in_order = sorted(matches)  # (ints sort faster than pairs)
+        res.matches = list(zip(in_order, map(matches.__getitem__, in_order)))
         self._matched_a = set(matches)
         self._matched_b_set = matched_b
         from onnxviz.model.diff.results import FusedGroup
@@ -224,8 +225,10 @@ class GraphDiffer:
         self._inputs = (ias, ibs, ins)
         if not weights_a or not weights_b:
             return
+        hits = ins.hits(weights_a.get)
+        owners = ins.pair_of[[k for k, _ in hits]].tolist() if hits else []
         found: list[tuple[str, str, int, TensorProto]] = [
-            (ins.a[k], ins.b[k], ias[int(ins.pair_of[k])], wa) for k, wa in ins.hits(weights_a.get)
+            (ins.a[k], ins.b[k], ias[p], wa) for (k, wa), p in zip(hits, owners)
         ]
         for k in np.flatnonzero(~ins.same_len).tolist():
             na, nb = nodes_a[ias[k]], nodes_b[ibs[k]]
@@ -234,9 +237,13 @@ class GraphDiffer:
                 for xa, xb in zip(na.input, nb.input)
                 if (wa := weights_a.get(xa)) is not None
             ]
+        done: set[str] = set()  # a shared weight is read by many nodes: first one counts
         for xa, xb, ia, wa in found:
+            if xa in done:
+                continue
             wb = weights_b.get(xb)
             if wb is not None:
+                done.add(xa)
                 vmap.setdefault(a.real(xa), b.real(xb))
                 name_a = wa.name if type(wa.name) is str else as_text(wa.name)
                 if name_a not in pairs:

@@ -10,10 +10,10 @@ unique, else ``#index``), so a diff's locations open in the rest of the app.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,30 +53,46 @@ def _names(values: Any) -> list[str]:
     return [x if type(x) is str else as_text(x) for x in values]
 
 
-def _LISTS(node: LiteNode) -> Any:
-    return chain(node.input, node.output)
-
-
 _STRINGS = attrgetter("name", "op_type", "domain")
+_INPUTS = attrgetter("input")
+_ROW = tuple.__new__  # a LiteNode from its fields in C (the class's own __new__ is Python)
 
 
-def lite_nodes(nodes: Sequence[NodeProto]) -> list[LiteNode]:
+class _Canon(dict[str, str]):
+    """name -> the one string object that stands for it; a name not held maps to itself."""
+
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+def lite_nodes(nodes: Sequence[NodeProto], defined: Iterable[str] = ()) -> list[LiteNode]:
+    """The nodes as `LiteNode`s.  One string object per value name (the outputs' and
+    those of ``defined``: graph inputs, initializers): protobuf hands out a new one at
+    every access, so each value's name would be held once per reader.  Sharing them
+    halves the memory of the names, and dict lookups then compare by identity."""
+    outputs = [n.output[:] for n in nodes]
+    known = ["", *defined]  # "": an optional input left out
+    canon = _Canon(zip(known, known))
+    canon.update(zip(chain.from_iterable(outputs), chain.from_iterable(outputs)))
+    name_of = canon.__getitem__
     # A node without attributes keeps no attribute container: 100k protobuf
     # containers held for nothing cost tens of MB.  Op types and domains are shared.
     ops: dict[str, str] = {}
-    out = [
-        LiteNode(
+    rows = (  # a generator: each row lives only until its LiteNode is made
+        (
             n.name,
-            ops.setdefault(n.op_type, n.op_type),
-            ops.setdefault(n.domain, n.domain),
-            n.input[:],
-            n.output[:],
+            ops.setdefault(op := n.op_type, op),  # (one protobuf access, not two)
+            ops.setdefault(domain := n.domain, domain),
+            list(map(name_of, n.input)),
+            outs,
             at if len(at := n.attribute) else (),
         )
-        for n in nodes
-    ]
+        for n, outs in zip(nodes, outputs)
+    )
+    out: list[LiteNode] = list(map(_ROW, repeat(LiteNode), rows))
     # Passes in C over every name, to find any protobuf handed out as bytes.
-    seen = set(map(type, chain.from_iterable(map(_LISTS, out))))
+    seen = set(map(type, chain.from_iterable(map(_INPUTS, out))))
+    seen.update(map(type, chain.from_iterable(outputs)))
     seen.update(map(type, chain.from_iterable(map(_STRINGS, out))))
     if seen - {str}:
         out = [
@@ -112,6 +128,11 @@ class GraphIndex:
     attribute_names: list[str] = field(default_factory=list)  # function attributes
     # value -> the initializer behind it (itself, or the one a DequantizeLinear reads)
     weights: dict[str, TensorProto] = field(default_factory=dict)
+    # Every node input laid end to end (in node order), with its node and slot as
+    # int64 arrays: per-input work then runs as C-level maps and numpy.
+    flat_inputs: list[str] = field(default_factory=list)
+    input_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    input_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def is_function(self) -> bool:
@@ -168,23 +189,13 @@ class GraphIndex:
         node of this graph makes and another reads, as int64 arrays."""
         cached = self.__dict__.get("_edges")
         if cached is None:
-            src: list[int] = []
-            dst: list[int] = []
-            slot: list[int] = []
-            producer = self.producer
-            for name, uses in self.consumers.items():
-                p = producer.get(name)
-                if p is None:
-                    continue
-                for c, k in uses:
-                    src.append(p[0])
-                    dst.append(c)
-                    slot.append(k)
-            cached = (
-                np.array(src, np.int64),
-                np.array(dst, np.int64),
-                np.array(slot, np.int64),
-            )
+            # Over the flat inputs, by C-level maps and numpy: the producing node of
+            # each input (-1: a graph input, a weight, a name from outside, or none).
+            node_of = dict(zip(self.producer, map(itemgetter(0), self.producer.values())))
+            flat = self.flat_inputs
+            src = np.fromiter(map(node_of.get, flat, repeat(-1)), np.int64, len(flat))
+            keep = src >= 0
+            cached = (src[keep], self.input_node[keep], self.input_slot[keep])
             self.__dict__["_edges"] = cached
         return cached
 
@@ -195,37 +206,34 @@ class GraphIndex:
         src, dst, _ = self.edges()
         if not len(src) or bool((src < dst).all()):
             return range(n)  # sorted already, as the ONNX spec asks of a graph
-        pending = [0] * n
-        for i, node in enumerate(self.nodes):
-            seen: set[int] = set()
-            for name in node.input:
-                p = self.producer.get(name)
-                if p is not None and p[0] != i and p[0] not in seen:
-                    seen.add(p[0])
-                    pending[i] += 1
+        # Kahn's algorithm over the distinct (producer, consumer) pairs, laid out by
+        # numpy as successor lists (a self-loop left out: it holds nothing back).
+        keep = src != dst
+        pairs = np.unique(src[keep] * n + dst[keep])
+        first, then = pairs // n, pairs % n
+        pending = np.bincount(then, minlength=n).tolist()
+        starts = np.searchsorted(first, np.arange(n + 1)).tolist()
+        succ = then.tolist()
         ready = [i for i in range(n) if pending[i] == 0]
         ready.reverse()
         order: list[int] = []
-        placed = [False] * n
         while ready:
             i = ready.pop()
             order.append(i)
-            placed[i] = True
-            released: set[int] = set()
-            for out in self.nodes[i].output:
-                for ci, _ in self.consumers.get(out, ()):
-                    if ci != i and ci not in released:
-                        released.add(ci)
-                        pending[ci] -= 1
-                        if pending[ci] == 0:
-                            ready.append(ci)
-        if len(order) < n:
-            order.extend(i for i in range(n) if not placed[i])
+            for c in succ[starts[i] : starts[i + 1]]:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        if len(order) < n:  # a cycle: its nodes last, in file order
+            placed = set(order)
+            order.extend(i for i in range(n) if i not in placed)
         return order
 
 
 def _labels(nodes: Sequence[LiteNode]) -> list[str]:
     names = [n.name for n in nodes]
+    if "" not in (seen := set(names)) and len(seen) == len(names):
+        return names  # every name set and unique (the common case): no counting
     counts = Counter(names)
     return [nm if nm and counts[nm] == 1 else f"#{i}" for i, nm in enumerate(names)]
 
@@ -237,10 +245,11 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
     inits = {as_text(t.name): t for t in graph.initializer}
     for sp in graph.sparse_initializer:
         inits.setdefault(as_text(sp.values.name), sp.values)
+    input_names = _names(v.name for v in graph.input)
     gi = GraphIndex(
         path,
-        lite_nodes(graph.node),
-        _names(v.name for v in graph.input),
+        lite_nodes(graph.node, chain(inits, input_names)),
+        input_names,
         _names(v.name for v in graph.output),
         inits,
         types,
@@ -250,10 +259,11 @@ def index_graph(path: str, graph: GraphProto) -> GraphIndex:
 
 
 def index_function(path: str, fn: object) -> GraphIndex:
+    input_names = _names(fn.input)  # type: ignore[attr-defined]
     gi = GraphIndex(
         path,
-        lite_nodes(fn.node),  # type: ignore[attr-defined]
-        _names(fn.input),  # type: ignore[attr-defined]
+        lite_nodes(fn.node, input_names),  # type: ignore[attr-defined]
+        input_names,
         _names(fn.output),  # type: ignore[attr-defined]
         {},
         {as_text(vi.name): vi for vi in getattr(fn, "value_info", ())},
@@ -274,20 +284,14 @@ def _fill(gi: GraphIndex) -> None:
     producer = gi.producer
     producer.update(made)
     consumers = gi.consumers
-    # One string object per name: protobuf hands out a new one at every access, so
-    # each value's name would be held once per reader.  Sharing them halves the
-    # memory of the names, and dict lookups then compare by identity.
-    canon = {name: name for name in producer}
-    get = canon.get
-    for node in gi.nodes:
-        ins = node.input
-        ins[:] = map(get, ins, ins)
+    # (node input names share their string objects: `lite_nodes`)
     # (node, slot) of every input, laid flat by numpy, then grouped by name.
     lists = [node.input for node in gi.nodes]
     lens = np.fromiter(map(len, lists), np.int64, len(lists))
     flat = list(chain.from_iterable(lists))
     at = np.repeat(np.arange(len(lists)), lens)
     slot = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    gi.flat_inputs, gi.input_node, gi.input_slot = flat, at, slot
     uses = zip(at.tolist(), slot.tolist())
     grouped: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
     for name, use in zip(flat, uses):

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from itertools import repeat
+from itertools import compress, islice, repeat
+from operator import attrgetter
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto
@@ -58,6 +59,7 @@ def attribute_signature(node: NodeProto | LiteNode) -> tuple[tuple[str, object],
 
 
 _GRAPH, _GRAPHS = AttributeProto.GRAPH, AttributeProto.GRAPHS
+_DOMAIN, _OP_TYPE, _ATTRIBUTE = attrgetter("domain"), attrgetter("op_type"), attrgetter("attribute")
 
 
 _DIGEST_LIMIT = 1 << 16
@@ -66,8 +68,13 @@ _DIGEST_LIMIT = 1 << 16
 def _weight_token(t: TensorProto) -> int:
     """A weight as seen by the forward hash: its shape and type, and its bytes when they
     are small and embedded (distinct layers of the same shape then hash apart)."""
-    data = t.raw_data if t.HasField("raw_data") and len(t.raw_data) <= _DIGEST_LIMIT else b""
-    if not data and t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _DIGEST_LIMIT:
+    # Each access to raw_data copies the bytes: read once, and never for a big tensor
+    # (ByteSize is the embedded size plus a name and dims: a margin covers those).
+    size = t.ByteSize()
+    data = t.raw_data if size <= _DIGEST_LIMIT + 4096 and t.HasField("raw_data") else b""
+    if len(data) > _DIGEST_LIMIT:
+        data = b""
+    if not data and t.data_location != TensorProto.EXTERNAL and size <= _DIGEST_LIMIT:
         data = t.SerializeToString()  # typed fields; the name is not in the hash below
         name = t.name if isinstance(t.name, bytes) else t.name.encode()
         data = data.replace(name, b"") if name else data
@@ -95,6 +102,21 @@ def _as_keys(values: list[int]) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
+def _local_keys(sig: list[int], gi: GraphIndex, tokens: Mapping[str, int]) -> np.ndarray:
+    """Each node's op and attributes (``sig``), input count, and the weights it reads
+    by slot, as one int64 key."""
+    n = len(sig)
+    flat = gi.flat_inputs
+    tok = np.fromiter(map(tokens.get, flat, repeat(0)), np.int64, len(flat)).view(np.uint64)
+    hit = np.flatnonzero(tok)
+    per = np.zeros(n, np.uint64)
+    slot = gi.input_slot[hit].astype(np.uint64)
+    np.add.at(per, gi.input_node[hit], _mix(tok[hit] ^ _mix(slot + _GOLDEN)))
+    count = np.bincount(gi.input_node, minlength=n).astype(np.uint64)
+    keys = _mix(np.array(sig, np.int64).view(np.uint64) ^ _mix(count * _GOLDEN + per))
+    return keys.view(np.int64)
+
+
 class _Hashes:
     """Forward and backward structural hashes of one graph's nodes, kept as int64
     arrays (a 100k-node graph's lists of Python ints would cost tens of MB)."""
@@ -112,24 +134,18 @@ class _Hashes:
                 value[name] = hash(("in", pos))
         for name, t in gi.initializers.items():
             value.setdefault(name, _weight_token(t))
-        op_hash: dict[tuple[str, str], int] = {}
-        ops = [0] * n
-        sig = [0] * n
+        # Op hashes per distinct (domain, op type), handed out by C-level maps; only
+        # the nodes with attributes take the Python loop.
+        keys = list(zip(map(_DOMAIN, nodes), map(_OP_TYPE, nodes)))
+        op_of = {k: (k[0] if k[0] != "ai.onnx" else "", k[1]) for k in set(keys)}
+        ops = list(map({k: hash(op) for k, op in op_of.items()}.__getitem__, keys))
+        sig = list(map({k: hash((op, ())) for k, op in op_of.items()}.__getitem__, keys))
         nested: list[int] = []  # nodes holding a subgraph
-        for i, node in enumerate(nodes):
-            domain = node.domain
-            op = (domain if domain != "ai.onnx" else "", node.op_type)
-            h = op_hash.get(op)
-            if h is None:
-                h = op_hash[op] = hash(op)
-            ops[i] = h
-            if node.attribute:
-                attrs = attribute_signature(node)
-                if any(type(v) is tuple for _, v in attrs):
-                    nested.append(i)
-                sig[i] = hash((op, attrs))
-            else:
-                sig[i] = hash((op, ()))
+        for i in compress(range(n), map(bool, map(_ATTRIBUTE, nodes))):
+            attrs = attribute_signature(nodes[i])
+            if any(type(v) is tuple for _, v in attrs):
+                nested.append(i)
+            sig[i] = hash((op_of[keys[i]], attrs))
         self.nested = nested
         fwd = [0] * n
         get = value.get
@@ -150,47 +166,49 @@ class _Hashes:
             h = hash((sig[i], ins))
             fwd[i] = h
             outputs = node.output
+            # Output 0 stands as the node's own hash (no tuple to build for most nodes).
             if len(outputs) == 1:
                 if outputs[0]:
-                    value[outputs[0]] = hash((h, 0))
+                    value[outputs[0]] = h
             else:
                 for k, name in enumerate(outputs):
                     if name:
-                        value[name] = hash((h, k))
+                        value[name] = hash((h, k)) if k else h
         self.fwd = _as_keys(fwd)
         del fwd
         # Op, attributes and the weights read (by slot): what tells apart two nodes of
         # one op reading the same value (Gather of index 0 and of index 1), even where
-        # a change upstream spoiled the forward hash.
-        tokens = {x: get(x) for x in gi.weight_names()}
-        zeros = repeat(0)
-        self.local = _as_keys(
-            [
-                hash((sig[i], tuple(map(tokens.get, node.input, zeros))))
-                for i, node in enumerate(nodes)
-            ]
-        )
+        # a change upstream spoiled the forward hash.  Summed per slot by numpy over
+        # the flat inputs (a Python tuple per node cost 0.1 s).
+        tokens = {x: tok for x in gi.weight_names() if (tok := get(x)) is not None}
+        self.local = _local_keys(sig, gi, tokens)
         del value, get
         self.sig = sig
         out_pos: dict[str, list[int]] = defaultdict(list)
         for pos, name in enumerate(gi.output_names):
             out_pos[gi.real(name)].append(pos)
+        at_get = {name: tuple(found) for name, found in out_pos.items()}.get
         bwd = [0] * n
         consumers = gi.effective_consumers if gi.alias else gi.consumers.get
         no_uses: list[tuple[int, int]] = []
         for i in reversed(order):
             if qdq and i in qdq:
                 continue
-            outs = []
-            for name in nodes[i].output:
-                found = consumers(name) or no_uses
+            outputs = nodes[i].output
+            if len(outputs) == 1:  # most nodes: no list of outputs to hash
+                found = consumers(outputs[0]) or no_uses
                 if len(found) == 1:
                     ci, k = found[0]
                     uses: tuple[tuple[int, int], ...] = ((bwd[ci] or ops[ci], k),)
                 else:
                     uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
-                at = out_pos.get(name) if out_pos else None
-                outs.append(hash((uses, tuple(at) if at else ())))
+                bwd[i] = hash((ops[i], uses, at_get(outputs[0])))
+                continue
+            outs = []
+            for name in outputs:
+                found = consumers(name) or no_uses
+                uses = tuple(sorted([(bwd[ci] or ops[ci], k) for ci, k in found]))
+                outs.append(hash((uses, at_get(name))))
             bwd[i] = hash((ops[i], tuple(outs)))
         self.bwd = _as_keys(bwd)
 
@@ -256,6 +274,13 @@ class Matcher:
         self.b_to_a: dict[int, int] = {}
         self.outer_map = dict(outer_map)
         self.anchors = list(anchors)
+        # The pairs as numpy arrays, in the order they were made, and masks of the
+        # matched nodes: brought up to date by `_matched` from the pairs made since
+        # (pairs are only ever added, so the dicts' tails are the new ones).
+        self._synced = 0
+        self._ia = self._ib = np.zeros(0, np.int64)
+        self._mask_a = np.zeros(len(a.nodes), bool)
+        self._mask_b = np.zeros(len(b.nodes), bool)
 
     def _pair(self, ia: int, ib: int) -> bool:
         if ia in self.a_to_b or ib in self.b_to_a:
@@ -263,6 +288,20 @@ class Matcher:
         self.a_to_b[ia] = ib
         self.b_to_a[ib] = ia
         return True
+
+    def _matched(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(nodes of A, their counterparts in B) in the order paired, and the masks of
+        the matched nodes of A and of B."""
+        done, old = len(self.a_to_b), self._synced
+        if done > old:
+            ia = np.fromiter(islice(self.a_to_b.keys(), old, None), np.int64, done - old)
+            ib = np.fromiter(islice(self.a_to_b.values(), old, None), np.int64, done - old)
+            self._ia = np.concatenate((self._ia, ia))
+            self._ib = np.concatenate((self._ib, ib))
+            self._mask_a[ia] = True
+            self._mask_b[ib] = True
+            self._synced = done
+        return self._ia, self._ib, self._mask_a, self._mask_b
 
     def run(self) -> dict[int, int]:
         a, b = self.a, self.b
@@ -332,8 +371,7 @@ class Matcher:
             done = len(self.a_to_b)
             if not done or done == len(a.nodes) or done == len(b.nodes):
                 return
-            ia = np.fromiter(self.a_to_b.keys(), np.int64, done)
-            ib = np.fromiter(self.a_to_b.values(), np.int64, done)
+            ia, ib, _, _ = self._matched()
             tag = _mix(np.arange(done, dtype=np.uint64) + _GOLDEN)
             ka, kb = base_a.copy(), base_b.copy()
             ka[ia] = tag
@@ -350,7 +388,7 @@ class Matcher:
         propagation steps over at most one node).  Found from the unmatched nodes, so a
         nearly matched 100k-node graph costs little."""
         a, matched = self.a, self.a_to_b
-        ring = {i for i in range(len(a.nodes)) if i not in matched}
+        ring = set(np.flatnonzero(~self._matched()[2]).tolist())
         near: set[int] = set()
         for _ in range(2):
             nxt: set[int] = set()
@@ -369,20 +407,21 @@ class Matcher:
     def _unique_pairs(
         self, keys_a: np.ndarray, keys_b: np.ndarray, pending: list[tuple[int, int]]
     ) -> None:
-        ka, ia = _unique_index(keys_a, self._skip(self.a, self.a_to_b))
-        kb, ib = _unique_index(keys_b, self._skip(self.b, self.b_to_a))
+        _, _, mask_a, mask_b = self._matched()
+        ka, ia = _unique_index(keys_a, self._skip(self.a, mask_a))
+        kb, ib = _unique_index(keys_b, self._skip(self.b, mask_b))
         _, at_a, at_b = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
         for x, y in zip(ia[at_a].tolist(), ib[at_b].tolist()):
             if self._pair(x, y):
                 pending.append((x, y))
 
     @staticmethod
-    def _skip(g: GraphIndex, matched: Mapping[int, int]) -> np.ndarray:
-        skip = np.zeros(len(g.nodes), bool)
-        if g.qdq_nodes:
-            skip[list(g.qdq_nodes)] = True
-        if matched:
-            skip[list(matched)] = True
+    def _skip(g: GraphIndex, matched: np.ndarray) -> np.ndarray:
+        """Mask of the nodes matched already and the Q/DQ nodes."""
+        if not g.qdq_nodes:
+            return matched
+        skip = matched.copy()
+        skip[np.fromiter(g.qdq_nodes, np.int64, len(g.qdq_nodes))] = True
         return skip
 
     def _propagate(
