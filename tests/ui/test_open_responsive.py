@@ -214,7 +214,9 @@ def test_opening_50k_nodes_never_stops_the_event_loop_for_long(window, qtbot, mo
     wall, cpu = _longest_stops_while(qtbot, lambda: window.files.open_path(str(model_50k)), settled)
     assert len(window.session.doc.model.graph.node) > 45_000
     assert window.graph_scene.nodes, "the first view shows boxes"
-    assert cpu < 0.1, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
+    # 130 ms: three times what this takes here (a slower CPU in CI must not fail it), still
+    # under the 160 ms the old one-turn take-over cost on this machine.
+    assert cpu < 0.13, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
     assert wall < 1.5, f"the UI thread stopped for {wall * 1000:.0f} ms"
 
 
