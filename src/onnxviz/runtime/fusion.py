@@ -54,7 +54,7 @@ from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
-from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness
+from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
 from onnxviz.runtime.prepared import prepare
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             absorbed.add(i)
             continue
         if (
-            not _plain_kernel(pn, "Conv")
+            not plain_kernel(pn, "Conv")
             or len(pn.inputs) < 2
             or pn.inputs[1] not in const
             or (len(pn.inputs) > 2 and pn.inputs[2] >= 0 and pn.inputs[2] not in const)
@@ -206,17 +206,6 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
     return out
 
 
-def _plain_kernel(pn: PlanNode, op_type: str) -> bool:
-    """``pn`` runs the default domain's ``op_type`` kernel for one output, every run."""
-    return (
-        pn.kind == "kernel"
-        and pn.domain == ""
-        and pn.op_type == op_type
-        and not pn.foldable
-        and len(pn.outputs) == 1
-    )
-
-
 def _matmul_bias_add(
     pn: PlanNode,
     nodes: list[PlanNode],
@@ -226,7 +215,7 @@ def _matmul_bias_add(
 ) -> int | None:
     """Position of the Add that takes a constant-matrix MatMul's output (its only use)
     and a constant, or None."""
-    if not _plain_kernel(pn, "MatMul") or len(pn.inputs) != 2 or pn.inputs[1] not in const:
+    if not plain_kernel(pn, "MatMul") or len(pn.inputs) != 2 or pn.inputs[1] not in const:
         return None
     y = pn.outputs[0]
     consumers = users.get(y, [])

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime.plan import PlanNode, fused_node
+from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -34,15 +34,7 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _plain(pn: PlanNode, op_type: str) -> bool:
-    return (
-        pn.kind == "kernel"
-        and pn.domain == ""
-        and pn.op_type == op_type
-        and not pn.foldable
-        and len(pn.outputs) == 1
-        and pn.outputs[0] >= 0
-        and min(pn.inputs, default=-1) >= 0
-    )
+    return plain_kernel(pn, op_type) and pn.outputs[0] >= 0 and min(pn.inputs, default=-1) >= 0
 
 
 def _binary(pn: PlanNode, op_type: str) -> bool:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime.plan import PlanNode, fused_node
+from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -34,11 +34,7 @@ _INTS = {np.dtype(t): np.iinfo(t) for t in (np.int8, np.uint8, np.int16, np.uint
 
 def _plain(pn: PlanNode, op_type: str) -> bool:
     return (
-        pn.kind == "kernel"
-        and pn.domain == ""
-        and pn.op_type == op_type
-        and not pn.foldable
-        and len(pn.outputs) == 1
+        plain_kernel(pn, op_type)
         and pn.outputs[0] >= 0
         and 2 <= len(pn.inputs) <= 3
         and min(pn.inputs[:2]) >= 0

@@ -441,6 +441,18 @@ def compile_graph(
     )
 
 
+def plain_kernel(pn: PlanNode, op_type: str) -> bool:
+    """``pn`` runs the default domain's ``op_type`` kernel for one output, every run (not
+    folded to a constant): what each unwatched-run fusion starts from."""
+    return (
+        pn.kind == "kernel"
+        and pn.domain == ""
+        and pn.op_type == op_type
+        and not pn.foldable
+        and len(pn.outputs) == 1
+    )
+
+
 def fused_node(
     head: PlanNode,
     last: PlanNode,
