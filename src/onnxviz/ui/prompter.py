@@ -119,13 +119,7 @@ class Prompter:
         for value, text in choices:
             combo.addItem(text, value)
         form.addRow(label, combo)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(dialog.accept)
-        buttons.rejected.connect(dialog.reject)
-        form.addRow(buttons)
-        if dialog.exec() != QDialog.DialogCode.Accepted:
+        if not _accepted(dialog, form):
             return None
         return str(combo.currentData())
 
@@ -140,13 +134,7 @@ class Prompter:
             edit = QLineEdit(text)
             layout.addRow(label, edit)
             edits.append(edit)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(dialog.accept)
-        buttons.rejected.connect(dialog.reject)
-        layout.addRow(buttons)
-        if dialog.exec() != QDialog.DialogCode.Accepted:
+        if not _accepted(dialog, layout):
             return None
         return [e.text() for e in edits]
 
@@ -198,3 +186,14 @@ class UnattendedPrompter(Prompter):
 
     def ask(self, dialog: QDialog) -> bool:
         return False
+
+
+def _accepted(dialog: QDialog, form: QFormLayout) -> bool:
+    """Add OK and Cancel under ``form``, show ``dialog`` modally; whether OK was chosen."""
+    buttons = QDialogButtonBox(
+        QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+    )
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    form.addRow(buttons)
+    return dialog.exec() == QDialog.DialogCode.Accepted
