@@ -19,11 +19,11 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
-from onnxviz.errors import OnnxvizError
 from onnxviz.runtime import ort_engine
 from onnxviz.runtime.profile import Profiler
 from onnxviz.runtime.values import nbytes
 from onnxviz.ui import settings
+from onnxviz.ui.run.worker_thread import start_worker_thread
 
 ENGINES = (("onnxviz (step)", "onnxviz"), ("onnxruntime", "onnxruntime"))
 
@@ -140,17 +140,12 @@ class OrtRunner(QObject):
         model.CopyFrom(doc.model)
         source = ort_engine.ModelInFolder(model, getattr(doc, "base_dir", None))
 
-        def work() -> None:
-            try:
-                result: Any = run_onnxruntime(source, feeds, memory_cap, chunk_bytes)
-            except OnnxvizError as exc:
-                result = exc
-            except Exception as exc:  # one sentence, never a traceback dialog
-                result = OnnxvizError(f"onnxruntime failed: {type(exc).__name__}: {exc}")
-            self.finished.emit(result)
-
-        self.worker_thread = threading.Thread(target=work, name="onnxviz-onnxruntime", daemon=True)
-        self.worker_thread.start()
+        self.worker_thread = start_worker_thread(
+            lambda: run_onnxruntime(source, feeds, memory_cap, chunk_bytes),
+            self.finished.emit,
+            name="onnxviz-onnxruntime",
+            failure="onnxruntime failed",
+        )
         return True
 
     def wait(self, timeout_s: float = 60.0) -> bool:

@@ -9,7 +9,6 @@ worker reach the UI thread queued, so slots always run on the UI thread.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,12 +17,11 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
-from onnxviz.errors import OnnxvizError
 from onnxviz.runtime.events import Pause
 from onnxviz.runtime.session import Session
 from onnxviz.ui.run.debugger import Debugger
+from onnxviz.ui.run.worker_thread import start_worker_thread
 
-log = logging.getLogger(__name__)
 PROGRESS_MS = 100
 
 
@@ -166,22 +164,11 @@ class RunController(QObject):
         self._pending = True
         self.pause_event.clear()
         self.stop_event.clear()
-
-        def body() -> None:
-            result: Any
-            try:
-                result = work()
-            except OnnxvizError as exc:
-                result = exc
-            except Exception as exc:  # one sentence for the user, details in the log
-                log.exception("the run failed")
-                result = OnnxvizError(f"internal error: {type(exc).__name__}: {exc}")
-            self.stopped.emit(result)
-
-        self._thread = threading.Thread(target=body, name="onnxviz-run", daemon=True)
         self.started.emit()
         self._timer.start()
-        self._thread.start()
+        self._thread = start_worker_thread(
+            work, self.stopped.emit, name="onnxviz-run", failure="internal error"
+        )
 
     def _delivered(self, result: Any) -> None:
         self._timer.stop()

@@ -13,7 +13,6 @@ selected node.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
@@ -36,6 +35,7 @@ from onnxviz.ui.run.compare_colours import compare_colour
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
 from onnxviz.ui.run.run_panel_widget import RunPanelWidget, value_bytes
+from onnxviz.ui.run.worker_thread import start_worker_thread
 
 if TYPE_CHECKING:  # the session imports ui.run's controller: no import cycle at run time
     from onnxviz.ui.controllers.navigation_controller import NavigationController
@@ -722,17 +722,12 @@ class RunPanel(QObject):
         self.widget.compare_button.setEnabled(False)
         self.widget.set_comparison(None, "running onnxruntime…")
 
-        def work() -> None:
-            try:
-                result: Any = compare_with_onnxruntime(model, feeds, ours, base_dir=base_dir)
-            except OnnxvizError as exc:
-                result = exc
-            except Exception as exc:  # one sentence, never a traceback dialog
-                result = OnnxvizError(f"compare failed: {type(exc).__name__}: {exc}")
-            self.compareDone.emit(result)
-
-        self._compare_thread = threading.Thread(target=work, name="onnxviz-compare", daemon=True)
-        self._compare_thread.start()
+        self._compare_thread = start_worker_thread(
+            lambda: compare_with_onnxruntime(model, feeds, ours, base_dir=base_dir),
+            self.compareDone.emit,
+            name="onnxviz-compare",
+            failure="compare failed",
+        )
 
     def _compare_done(self, result: Any) -> None:
         self.widget.compare_button.setEnabled(True)
