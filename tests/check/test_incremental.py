@@ -64,6 +64,23 @@ def _step(v: Validator, command: cmd.Command | str) -> None:
     assert got == _full(doc)
 
 
+def _spy_on_local_runs(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, for each attribute edit re-checked from here on, whether it took the
+    one-node path (incremental._local_attribute_run answered) or fell back."""
+    from onnxviz.check import incremental
+
+    local: list[bool] = []
+    original = incremental._local_attribute_run
+
+    def spy(*args: object, **kwargs: object) -> object:
+        got = original(*args, **kwargs)  # type: ignore[arg-type]
+        local.append(got is not None)
+        return got
+
+    monkeypatch.setattr(incremental, "_local_attribute_run", spy)
+    return local
+
+
 def test_rename_is_rechecked_in_place() -> None:
     doc = Document.from_model(_sample())
     v = Validator(doc)
@@ -241,7 +258,6 @@ def test_attribute_edits_rechecked_locally_match_full_runs(
     the node's types take the one-node path."""
     import random
 
-    from onnxviz.check import incremental
     from onnxviz.errors import EditError
 
     if name == "transformer_like":
@@ -252,15 +268,7 @@ def test_attribute_edits_rechecked_locally_match_full_runs(
         from tests.data.exporters import path_of
 
         base = onnx.load(str(path_of(name)))
-    local: list[bool] = []
-    original = incremental._local_attribute_run
-
-    def spy(*args: object, **kwargs: object) -> object:
-        got = original(*args, **kwargs)  # type: ignore[arg-type]
-        local.append(got is not None)
-        return got
-
-    monkeypatch.setattr(incremental, "_local_attribute_run", spy)
+    local = _spy_on_local_runs(monkeypatch)
     rng = random.Random(7)
     doc = Document.from_model(base)
     v = Validator(doc)
@@ -364,7 +372,6 @@ def test_local_attribute_rechecks_keep_and_refresh_names_that_are_not_utf8(
     """A one-node re-check reads N008 only for the edited node and keeps the others' (the
     whole-graph walk cost 0.6 s at 100k nodes); the result, order included, is a full
     run's, whichever node the edit touches."""
-    from onnxviz.check import incremental
     from tests.check.cases import with_raw_string
 
     nodes = [
@@ -377,15 +384,7 @@ def test_local_attribute_rechecks_keep_and_refresh_names_that_are_not_utf8(
     )
     m = with_raw_string(m, b"NODEA", b"N\xffDEA")
     m = with_raw_string(m, b"NODEC", b"N\xfeDEC")
-    local: list[bool] = []
-    original = incremental._local_attribute_run
-
-    def spy(*args: object, **kwargs: object) -> object:
-        got = original(*args, **kwargs)  # type: ignore[arg-type]
-        local.append(got is not None)
-        return got
-
-    monkeypatch.setattr(incremental, "_local_attribute_run", spy)
+    local = _spy_on_local_runs(monkeypatch)
     doc = Document.from_model(m)
     v = Validator(doc)
     assert [d.code for d in v.validate()].count("N008") == 2
