@@ -200,6 +200,17 @@ class Document:
         self._notify(changes)
         return changes
 
+    def close(self) -> None:
+        """The document is done with (another one replaced it, or its window closed):
+        forget its history and listeners.  Undo steps are closures over the document, a
+        reference cycle; the app keeps a loaded model's objects out of the cycle
+        collector's reach (ui/workers.py freezes them, so that a collection never scans a
+        100k-node index), and a cycle would keep a closed model in memory for good.
+        Without them, reference counting frees it the moment its last user lets go."""
+        self._undo.clear()
+        self._redo.clear()
+        self._listeners.clear()
+
     def undo(self) -> ChangeSet:
         if not self._undo:
             raise EditError("nothing to undo")

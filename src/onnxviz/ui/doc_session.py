@@ -81,6 +81,7 @@ class DocumentSession(QObject):
         from onnxviz.check.validator import Validator
         from onnxviz.model.recovery import Autosaver
 
+        previous = self.doc
         self.doc = doc
         self.presenter = presenter
         self.display = None
@@ -89,6 +90,8 @@ class DocumentSession(QObject):
         self.autosaver = None if doc is None else Autosaver(doc)
         self.document_replaced.emit(doc)
         self.run_state_changed.emit()
+        if previous is not None and previous is not doc:
+            previous.close()  # every panel has let go of it (see Document.close)
 
     def subscribe(self, listener: Callable[[ChangeSet], Any]) -> Callable[[], None]:
         """Hear every change of the open document as the Document makes it (the edit

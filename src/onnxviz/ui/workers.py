@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,11 +54,12 @@ class _Runner(QObject):
         self, fn: Callable[[threading.Event, Progress], Any], cancel: threading.Event
     ) -> None:
         super().__init__()
-        self._fn = fn
+        self._fn: Callable[[threading.Event, Progress], Any] | None = fn
         self._cancel = cancel
 
     def run(self) -> None:
         try:
+            assert self._fn is not None, "a task runs once"
             result = self._fn(self._cancel, self.progress.emit)
         except (Cancelled, LayoutCancelled, BuildCancelled):
             self.failed.emit("")
@@ -72,6 +74,9 @@ class _Runner(QObject):
             else:
                 self.finished.emit(result)
         finally:
+            # The job's closure holds its document (and its validator, presenter...): a
+            # finished task must not keep a closed model alive.
+            self._fn = None
             # end the thread's event loop from inside: waiting for the UI thread to
             # quit it would deadlock when the UI thread is the one waiting (closing)
             thread = QThread.currentThread()
@@ -116,10 +121,24 @@ class Task(QObject):
     def _on_finished(self, result: object) -> None:
         self._stop()
         self.finished.emit(result)
+        self._forget_receivers()
 
     def _on_failed(self, message: str) -> None:
         self._stop()
         self.failed.emit(message)
+        self._forget_receivers()
+
+    def _forget_receivers(self) -> None:
+        """A task reports once.  Its receivers are closures over the document, presenter
+        and validator of their day, and the task lives on as its controller's child: kept
+        connected, every model ever opened would stay in memory."""
+        with warnings.catch_warnings():  # disconnecting a signal nobody connected warns
+            warnings.simplefilter("ignore")
+            for signal in (self.finished, self.failed, self.progress):
+                try:
+                    signal.disconnect()
+                except (RuntimeError, TypeError, SystemError):
+                    pass
 
     def wait(self, ms: int = 60_000) -> bool:
         return self._thread.wait(ms)
