@@ -278,7 +278,8 @@ def begin_inference(
     worker infers while the caller runs its own rules.  ``blob``: the model already
     serialized (the worker then prepares its copy itself, off this process's time)."""
     start = time.perf_counter()
-    if model.ByteSize() > _MAX_PROTO:
+    # (the blob's length, when there is one: ByteSize walks every node holding the GIL)
+    if (len(blob) if blob is not None else model.ByteSize()) > _MAX_PROTO:
         res = InferenceResult(ran=False)
         return lambda: res
     if isolate:
@@ -431,7 +432,7 @@ def begin_checker(
     from onnxviz.check.worker import CHECKER
 
     start = time.perf_counter()
-    if model.ByteSize() > _MAX_PROTO:
+    if (len(blob) if blob is not None else model.ByteSize()) > _MAX_PROTO:
         res = CheckerResult(None, ran=False)
         return lambda: res
     pending = CHECKER.begin(blob or model.SerializeToString(), "check", base_dir)

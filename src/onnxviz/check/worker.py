@@ -21,7 +21,9 @@ onnx.parser's complaint), "type-texts" (model bytes, or the path of an unedited 
 file the worker reads itself; the answer is the inferred types as text per graph path,
 plain data the app's canvas takes without parsing or converting anything: see
 `inference.type_texts_here`), or "onnxruntime-schemas" (no model: onnxruntime's operator
-schemas, `onnxruntime_ops`).
+schemas, `onnxruntime_ops`), or "validate" (instead of bytes: the path, identity and
+check target of an unedited model file; the answer is our own Validator's diagnostics
+for it: `check.file_validation`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def serve() -> None:
             from onnxviz.check.inference import type_texts_here
 
             _write(stdout, ("texts", type_texts_here(data, base_dir)))
+            continue
+        if kind == "validate":
+            from onnxviz.check.file_validation import validate_file_here
+
+            path, identity, target = data
+            _write(stdout, ("validated", validate_file_here(path, identity, target)))
             continue
         if kind == "check":
             # The checker opens external data files relative to the current directory:
@@ -203,7 +211,10 @@ class InferenceWorker:
         return self.begin(model_bytes)()  # type: ignore[no-any-return]
 
     def begin(
-        self, model_bytes: bytes, kind: str = "infer", base_dir: str | None = None
+        self,
+        model_bytes: bytes | tuple[Any, ...],
+        kind: str = "infer",
+        base_dir: str | None = None,
     ) -> Callable[[], Any]:
         """Send a model and return the function that waits for its answer, so the caller
         can work meanwhile (the worker runs on another core).  The worker is held until
@@ -274,5 +285,7 @@ class InferenceWorker:
 
 WORKER = InferenceWorker()
 CHECKER = InferenceWorker(what="onnx.checker")
+# Validates unedited big files away from the app's GIL (`check.file_validation`).
+VALIDATOR = InferenceWorker(what="the validator")
 # Started only for the onnxruntime target: onnxruntime's schema registry is native code too.
 SCHEMAS = InferenceWorker(what="onnxruntime's schema registry")
