@@ -239,7 +239,9 @@ def test_a_model_replaced_by_another_leaves_memory(window, qtbot, tmp_path) -> N
     old = weakref.ref(window.session.doc)
     old_validator = weakref.ref(window.session.validator)
     old_presenter = weakref.ref(window.session.presenter)
-    window.files.open_path(write(conv_loop_if_model(), str(tmp_path / "other.onnx")), background=True)
+    window.files.open_path(
+        write(conv_loop_if_model(), str(tmp_path / "other.onnx")), background=True
+    )
     window.wait_idle()
     window.edits.wait_validated()
     assert window.session.doc is not None and window.session.doc.path.endswith("other.onnx")

@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,10 +135,8 @@ class Task(QObject):
         with warnings.catch_warnings():  # disconnecting a signal nobody connected warns
             warnings.simplefilter("ignore")
             for signal in (self.finished, self.failed, self.progress):
-                try:
+                with suppress(RuntimeError, TypeError, SystemError):
                     signal.disconnect()
-                except (RuntimeError, TypeError, SystemError):
-                    pass
 
     def wait(self, ms: int = 60_000) -> bool:
         return self._thread.wait(ms)
@@ -151,16 +149,14 @@ def _collector_paused() -> Iterator[None]:
     100k-node index that is 150-250 ms in which the UI thread cannot run, and the first
     allocation after the index build re-enabled the collector paid exactly that.  The
     model's objects live as long as it is open, so they leave the collector's
-    generations (until the next open) before it runs again, and later collections
-    stay short."""
-    # The previous model's objects, frozen when it was opened, may be garbage now.
-    gc.unfreeze()
+    generations before it runs again, and later collections stay short.  When the model
+    is closed, reference counting frees them (`Document.close` breaks its cycles)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        gc.freeze()  # (and no full collection until the model settles: `ui.collector`)
         if enabled:
             gc.enable()
 
