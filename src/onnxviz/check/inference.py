@@ -543,7 +543,37 @@ def infer_type_texts(
     got = WORKER.begin(source, "type-texts", base_dir)()  # type: ignore[arg-type]
     if isinstance(got, str):  # a crash report
         return {}
-    return got[1]  # type: ignore[no-any-return]
+    return texts_from_chunks(got[1])
+
+
+# Type texts travel in pickles of this many entries: unpickling the 10^5 texts of a big
+# model at once held the GIL for 30-90 ms, a stop of the UI thread.
+TEXT_CHUNK = 10_000
+
+
+def texts_in_chunks(texts: dict[str, dict[str, str]]) -> list[tuple[str, bytes]]:
+    """(graph path, pickled list of (name, text) pairs) per chunk of `TEXT_CHUNK`."""
+    import pickle
+
+    chunks: list[tuple[str, bytes]] = []
+    for path, per_name in texts.items():
+        pairs = list(per_name.items())
+        for start in range(0, max(len(pairs), 1), TEXT_CHUNK):
+            chunk = pairs[start : start + TEXT_CHUNK]
+            chunks.append((path, pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)))
+    return chunks
+
+
+def texts_from_chunks(chunks: list[tuple[str, bytes]]) -> dict[str, dict[str, str]]:
+    """`texts_in_chunks` undone, one chunk at a time, letting other threads (the UI
+    thread) take the GIL between two."""
+    import pickle
+
+    texts: dict[str, dict[str, str]] = {}
+    for path, blob in chunks:
+        texts.setdefault(path, {}).update(pickle.loads(blob))
+        time.sleep(0)
+    return texts
 
 
 def infer_types(doc: Checkable) -> TypeMap:

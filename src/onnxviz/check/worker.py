@@ -81,9 +81,9 @@ def serve() -> None:
             _write(stdout, ("schemas", read_onnxruntime_schemas()))
             continue
         if kind == "type-texts":
-            from onnxviz.check.inference import type_texts_here
+            from onnxviz.check.inference import texts_in_chunks, type_texts_here
 
-            _write(stdout, ("texts", type_texts_here(data, base_dir)))
+            _write(stdout, ("texts", texts_in_chunks(type_texts_here(data, base_dir))))
             continue
         if kind == "validate":
             from onnxviz.check.file_validation import validate_file_here
