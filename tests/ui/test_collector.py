@@ -54,3 +54,30 @@ def test_a_failed_open_settles_too(window, qtbot, tmp_path) -> None:  # type: ig
     path.write_bytes(b"\x08\x07not a model at all")
     window.files.open_path(str(path), background=True)
     qtbot.waitUntil(lambda: not collector.holding(), timeout=20_000)
+
+
+def test_the_windows_worker_processes_run_below_it(window) -> None:  # type: ignore[no-untyped-def]
+    """A big model's inference, checker and validation are busy processes: on a 2-core
+    machine they must not take the UI thread's core."""
+    import os
+    import time
+
+    from onnxviz.check import worker as worker_module
+    from onnxviz.ui.main_window import WORKER_NICE
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    fresh = worker_module.InferenceWorker()  # started after the window, as the app's are
+    proc = fresh.start()
+    try:
+        end = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) < max(mine, WORKER_NICE):
+            assert time.monotonic() < end, "the worker never lowered its priority"
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the app itself is as it was
+        # and its answers are still the same: a text model parsed there
+        text = b'<ir_version: 8, opset_import: ["" : 17]>\ng (float[2] x) => (float[2] y) { y = Relu(x) }'
+        answer = fresh.begin(text, "parse")()
+        assert answer[0] == "parsed"
+    finally:
+        fresh.close()
+        worker_module.run_workers_below(0)  # (the test process's later workers as the CLI's)

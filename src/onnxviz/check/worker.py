@@ -39,6 +39,28 @@ from typing import IO, Any
 
 _HEADER = struct.Struct("<Q")
 
+# The niceness workers run at, passed to them in this variable (and by them to theirs).
+NICE_ENV = "ONNXVIZ_WORKER_NICE"
+_worker_nice = 0
+
+
+def run_workers_below(nice: int) -> None:
+    """Start workers at niceness ``nice`` from now on.  The window does: on a 2-core
+    machine a big model's inference, checker and validation are three busy processes,
+    and at the same priority they took the UI thread's core from it for 100 ms and more.
+    The CLI does not: there the workers' answers are what the user waits for."""
+    global _worker_nice
+    _worker_nice = nice
+
+
+def _lower_own_priority() -> None:
+    try:
+        wanted = int(os.environ.get(NICE_ENV, "0"))
+        if wanted > os.getpriority(os.PRIO_PROCESS, 0):
+            os.setpriority(os.PRIO_PROCESS, 0, wanted)
+    except (AttributeError, OSError, ValueError):  # no such call here, or not allowed
+        pass
+
 
 def _read(stream: IO[bytes]) -> Any:
     head = stream.read(_HEADER.size)
@@ -63,6 +85,7 @@ def serve() -> None:
     from onnxviz.check import onnx_native
 
     faulthandler.disable()  # a crash here is expected and reported by the parent
+    _lower_own_priority()
     engine = _Engine(onnx_native.load() or _ThroughPackage())
     home = os.getcwd()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -199,8 +222,10 @@ class InferenceWorker:
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, NICE_ENV: str(_worker_nice)} if _worker_nice else None
         return subprocess.Popen(
             self._command,
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
