@@ -383,3 +383,32 @@ def test_an_edit_does_not_wait_for_the_workers_validation(window, tmp_path, monk
     window.edits.wait_validated()
     assert window.edits.diagnostics == Validator(window.session.doc).validate()
     assert not any(d.severity.name == "ERROR" for d in window.edits.diagnostics)
+
+
+def test_the_diagnostics_dock_says_validating_until_the_first_run_reports(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A big model's first validation takes seconds: until it reports, the dock must
+    not say there are no problems."""
+    import threading
+
+    from onnxviz.check import file_validation
+    from tests.check.test_file_validation import _broken_model
+
+    path = str(tmp_path / "broken.onnx")
+    onnx.save(_broken_model(), path)
+    release = threading.Event()
+    real = file_validation.validate_file_in_worker
+
+    def slow_worker(*args):  # type: ignore[no-untyped-def]
+        release.wait(20)
+        return real(*args)
+
+    monkeypatch.setattr(file_validation, "validate_file_in_worker", slow_worker)
+    _staged_open(window, path, monkeypatch)
+    summary = window.diagnostics_dock.summary
+    assert summary.text().startswith("Validating…")
+    assert "No problems" not in summary.text()
+    release.set()
+    window.edits.wait_validated()
+    assert "error" in summary.text() and "Validating" not in summary.text()

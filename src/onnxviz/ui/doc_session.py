@@ -38,6 +38,7 @@ class DocumentSession(QObject):
       after ``edited``: the diagnostics dock shows the quick check first);
     * ``diagnostics_changed(list, badges)``: what the validator and the last refused edit
       say; ``badges``: the canvas may badge them now (False while a relayout is pending);
+      ``validation_running`` says whether a validation will still complete the list;
     * ``scene_ready(Scene)``: a (re)laid-out scene is on the canvas;
     * ``selection_changed(subject)``: the properties pane shows ``subject``
       (("node", path, index), ("value", path, name), ...);
@@ -64,6 +65,8 @@ class DocumentSession(QObject):
         self.autosaver: Autosaver | None = None
         # what the diagnostics dock shows: the refused edit, then the validator's list
         self.diagnostics: list[Diagnostic] = []
+        # and whether that list is still to be completed by a running validation
+        self.validation_running = False
         self.is_example = False
         self.runner = RunController(self)
         self.runner.started.connect(self.run_state_changed.emit)

@@ -92,7 +92,7 @@ class FileController(QObject):
         quiet = (
             self.work.task is None
             and not self.graph_scene.filling
-            and not self.edits.validating
+            and not self.edits.validation_due
             and (inference is None or inference.done)
         )
         self._quiet_polls = self._quiet_polls + 1 if quiet else 0

@@ -132,11 +132,13 @@ class EditController(QObject):
         """Validate the whole document (in the worker; load-time problems show now)."""
         if self.doc is None:
             return
-        self._publish()  # the Validator has the load-time problems before its first run
         if self._held:
             self._held_run = True
-            return
-        self._start(None)
+        else:
+            self._start(None)
+        # the Validator has the load-time problems before its first run (the dock says
+        # the rest is being checked: `validating`)
+        self._publish()
 
     def hold_validation(self) -> None:
         """Keep the next full validation waiting until `release_validation` (or a
@@ -299,7 +301,13 @@ class EditController(QObject):
 
     @property
     def validating(self) -> bool:
+        """A validation runs, or follows an edit soon."""
         return self._task is not None or self._pending is not None
+
+    @property
+    def validation_due(self) -> bool:
+        """`validating`, or a full validation waits for the canvas's first view."""
+        return self.validating or self._held_run
 
     def wait_validated(self) -> None:
         """Tests: run the pending validation now and wait for it."""
@@ -316,6 +324,7 @@ class EditController(QObject):
     def _publish(self, badges: bool = True) -> None:
         shown = self.shown()
         self.session.diagnostics = shown
+        self.session.validation_running = self.validation_due
         self.session.diagnostics_changed.emit(shown, badges and self._view_changes is None)
 
     # -- recovery ---------------------------------------------------------------------------
