@@ -101,6 +101,14 @@ def _load() -> dict[np.dtype[Any], _Gemm]:
     found: dict[np.dtype[Any], _Gemm] = {}
     _STATUS.clear()
     _STATUS.update(direct_blas=False, library=None, core=None, reason=None)
+    # OpenBLAS reads OPENBLAS_CORETYPE once, when it loads, instead of detecting the CPU
+    # (a name its build lacks falls back to detection).  Said in the report because an
+    # environment that sets it for every process can hide a faster kernel set: on an
+    # AVX-512 CPU, Haswell's AVX2 kernels run products 1.4-1.9x slower than SkylakeX's.
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    _STATUS["core_chosen_by"] = (
+        f"OPENBLAS_CORETYPE={forced}" if forced else "OpenBLAS's CPU detection"
+    )
     if os.environ.get("ONNXVIZ_DIRECT_BLAS", "1") == "0":
         _STATUS["reason"] = "turned off by ONNXVIZ_DIRECT_BLAS=0"
         return found
@@ -206,7 +214,8 @@ def _self_check(g: _Gemm, dtype: np.dtype[Any]) -> str | None:
 
 def status() -> dict[str, Any]:
     """Whether products go to BLAS directly, which library and kernel set (OpenBLAS's core
-    name) they go to, and otherwise why not."""
+    name) they go to, and otherwise why not; and what chose that kernel set
+    (``core_chosen_by``: OPENBLAS_CORETYPE's value, or OpenBLAS's CPU detection)."""
     available()
     return dict(_STATUS)
 
