@@ -1,0 +1,183 @@
+"""Products of a few rows cut into column blocks (blas.few_rows_matmul): the blocks give
+the plain product's numbers, on every kernel set, in the kernels that use them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onnxviz.runtime.kernels import blas, math_linalg, nn_rnn
+
+pytestmark = pytest.mark.numeric
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture
+def blocks() -> Iterator[None]:
+    """Column blocks on, whatever kernel set this machine runs; automatic afterwards."""
+    blas.set_split_few_rows(True)
+    yield
+    blas.set_split_few_rows(None)
+
+
+def _exact_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 8 * float(np.finfo(np.float32).eps) * a.shape[1]
+    np.testing.assert_allclose(got, exact, rtol=tol, atol=tol)
+
+
+@SETTINGS
+@given(
+    m=st.integers(2, 8),
+    k=st.integers(16, 300),
+    extra_cols=st.integers(0, 2000),
+    b_wider=st.integers(0, 5),
+    out_kind=st.sampled_from(["none", "contiguous", "inside_wider"]),
+    seed=st.integers(0, 2**16),
+)
+def test_blocks_give_the_float64_product(
+    m: int, k: int, extra_cols: int, b_wider: int, out_kind: str, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = 1_000_000 // (m * k) + 1 + extra_cols  # above the limit: the blocks are used
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    # b may be a column slice of a wider matrix (rows contiguous, leading dimension > n).
+    b = rng.standard_normal((k, n + b_wider)).astype(np.float32)[:, :n]
+    wide = np.full((m, n + 4), 7.0, dtype=np.float32)
+    out = {
+        "none": None,
+        "contiguous": np.empty((m, n), np.float32),
+        "inside_wider": wide[:, 2 : n + 2],
+    }[out_kind]
+    got = blas.few_rows_matmul(a, b, out, split=True)
+    if out is not None:
+        assert got is out
+    _exact_close(got, a, b)
+    if out_kind == "inside_wider":
+        assert (wide[:, :2] == 7).all() and (wide[:, n + 2 :] == 7).all()
+
+
+def test_blocks_are_used_only_where_they_pay(blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+    plain = np.matmul
+
+    def counting(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        calls.append(y.shape)
+        return plain(x, y, out=out)
+
+    monkeypatch.setattr(blas.np, "matmul", counting)
+    rng = np.random.default_rng(3)
+
+    def run(m: int, k: int, n: int, dtype: type = np.float32) -> int:
+        calls.clear()
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+        _exact_close(blas.few_rows_matmul(a, b), a, b)
+        return len(calls)
+
+    # An LSTM step (4 x 256 x 1024) and GPT-2's projections (8 rows): blocks of at most
+    # 1e6 multiply-adds, each a whole number of 16-column tiles.
+    assert run(4, 256, 1024) == 2
+    assert run(8, 768, 2304) == -(-2304 // (1_000_000 // (8 * 768) // 16 * 16))
+    # One plain product: one row (numpy's gemv), many rows, under the limit, float64,
+    # a K so long that a 16-column block is over the limit.
+    for shape in ((1, 768, 3072), (9, 768, 3072), (8, 100, 1000)):
+        assert run(*shape) == 1
+    assert run(4, 256, 1024, np.float64) == 1
+    assert run(4, 40000, 16 * 4) == 1
+
+
+def test_transposed_b_is_one_plain_product(blocks: None) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((4, 256)).astype(np.float32)
+    bt = rng.standard_normal((1024, 256)).astype(np.float32)
+    _exact_close(blas.few_rows_matmul(a, bt.T), a, bt.T)
+
+
+@SETTINGS
+@given(
+    batch=st.integers(2, 8),
+    hidden=st.sampled_from([128, 256]),
+    op=st.sampled_from(["LSTM", "GRU", "GRU_lbr"]),
+    seed=st.integers(0, 2**16),
+)
+def test_recurrent_steps_match_the_plain_products(
+    batch: int, hidden: int, op: str, seed: int
+) -> None:
+    # The step GEMM h @ R^T is [batch, hidden] x [hidden, gates*hidden]: over the limit
+    # for hidden 256 (LSTM: 4 x 256 x 1024), under it for some of the 128 cases.
+    rng = np.random.default_rng(seed)
+    gates = 4 if op == "LSTM" else 3
+    x = rng.standard_normal((5, batch, 32)).astype(np.float32)
+    w = (rng.standard_normal((1, gates * hidden, 32)) * 0.2).astype(np.float32)
+    r = (rng.standard_normal((1, gates * hidden, hidden)) * 0.1).astype(np.float32)
+    b = (rng.standard_normal((1, 2 * gates * hidden)) * 0.1).astype(np.float32)
+    h0 = rng.standard_normal((1, batch, hidden)).astype(np.float32)
+
+    def run() -> list[np.ndarray]:
+        if op == "LSTM":
+            return list(nn_rnn.lstm(x, w, r, b, None, h0, hidden_size=hidden))
+        lbr = int(op == "GRU_lbr")
+        return list(nn_rnn.gru(x, w, r, b, None, h0, hidden_size=hidden, linear_before_reset=lbr))
+
+    try:
+        blas.set_split_few_rows(False)
+        plain = run()
+        blas.set_split_few_rows(True)
+        split = run()
+    finally:
+        blas.set_split_few_rows(None)
+    for p, s in zip(plain, split, strict=True):
+        np.testing.assert_allclose(s, p, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("rows", [2, 8])
+def test_matmul_and_gemm_kernels_match_the_plain_products(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    x3 = rng.standard_normal((1, rows, 768)).astype(np.float32)
+    w = rng.standard_normal((768, 1536)).astype(np.float32)
+    c = rng.standard_normal(1536).astype(np.float32)
+    try:
+        blas.set_split_few_rows(False)
+        plain = [
+            math_linalg.matmul(x3, w),
+            math_linalg.matmul(x3[0], w),
+            math_linalg.gemm(x3[0], w, c, alpha=0.5),
+        ]
+        blas.set_split_few_rows(True)
+        split = [
+            math_linalg.matmul(x3, w),
+            math_linalg.matmul(x3[0], w),
+            math_linalg.gemm(x3[0], w, c, alpha=0.5),
+        ]
+    finally:
+        blas.set_split_few_rows(None)
+    for p, s in zip(plain, split, strict=True):
+        assert s.shape == p.shape and s.dtype == p.dtype
+        np.testing.assert_allclose(s, p, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_follow_the_kernel_set_and_the_off_switch() -> None:
+    # In a fresh process: on exactly when OpenBLAS runs a kernel set with a small-matrix
+    # path, and off with ONNXVIZ_SPLIT_FEW_ROWS=0 whatever the kernel set.
+    code = (
+        "from onnxviz.runtime.kernels import blas\n"
+        "print(blas.status()['core'], blas.splits_few_rows())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    core, on = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert (on == "True") == (core.lower() in {"skylakex", "cooperlake", "sapphirerapids"})
+    env["ONNXVIZ_SPLIT_FEW_ROWS"] = "0"
+    off = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert off == [core, "False"]
