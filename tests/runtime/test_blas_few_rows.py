@@ -37,24 +37,27 @@ def _exact_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 @SETTINGS
 @given(
     m=st.integers(2, 8),
-    k=st.integers(16, 300),
-    extra_cols=st.integers(0, 2000),
+    n=st.integers(64, 7812),
+    extra_k=st.integers(0, 600),
+    a_transposed=st.booleans(),
     b_wider=st.integers(0, 5),
     out_kind=st.sampled_from(["none", "contiguous", "inside_wider"]),
     seed=st.integers(0, 2**16),
 )
 def test_blocks_give_the_float64_product(
-    m: int, k: int, extra_cols: int, b_wider: int, out_kind: str, seed: int
+    m: int, n: int, extra_k: int, a_transposed: bool, b_wider: int, out_kind: str, seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
-    n = 1_000_000 // (m * k) + 1 + extra_cols  # above the limit: the blocks are used
+    k = 1_000_000 // (m * n) + 1 + extra_k  # above the limit: the blocks are used
     a = rng.standard_normal((m, k)).astype(np.float32)
+    if a_transposed:
+        a = np.ascontiguousarray(a.T).T
     # b may be a column slice of a wider matrix (rows contiguous, leading dimension > n).
     b = rng.standard_normal((k, n + b_wider)).astype(np.float32)[:, :n]
-    wide = np.full((m, n + 4), 7.0, dtype=np.float32)
+    wide = np.full((m, n + 4), np.nan, dtype=np.float32)  # blocks must overwrite, then add
     out = {
         "none": None,
-        "contiguous": np.empty((m, n), np.float32),
+        "contiguous": np.full((m, n), np.nan, np.float32),
         "inside_wider": wide[:, 2 : n + 2],
     }[out_kind]
     got = blas.few_rows_matmul(a, b, out, split=True)
@@ -62,43 +65,42 @@ def test_blocks_give_the_float64_product(
         assert got is out
     _exact_close(got, a, b)
     if out_kind == "inside_wider":
-        assert (wide[:, :2] == 7).all() and (wide[:, n + 2 :] == 7).all()
+        assert np.isnan(wide[:, :2]).all() and np.isnan(wide[:, n + 2 :]).all()
 
 
 def test_blocks_are_used_only_where_they_pay(blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[int, ...]] = []
-    plain = np.matmul
+    calls: list[int] = []
+    real = blas.raw_gemm
 
-    def counting(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        calls.append(y.shape)
-        return plain(x, y, out=out)
+    def counting(dtype: np.dtype) -> object:
+        fn = real(dtype)
 
-    monkeypatch.setattr(blas.np, "matmul", counting)
+        def call(m: int, n: int, k: int, *rest: object) -> None:
+            calls.append(k)
+            fn(m, n, k, *rest)
+
+        return call
+
+    monkeypatch.setattr(blas, "raw_gemm", counting)
     rng = np.random.default_rng(3)
 
-    def run(m: int, k: int, n: int, dtype: type = np.float32) -> int:
+    def run(m: int, k: int, n: int, dtype: type = np.float32) -> list[int]:
         calls.clear()
         a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
         _exact_close(blas.few_rows_matmul(a, b), a, b)
-        return len(calls)
+        return list(calls)
 
-    # An LSTM step (4 x 256 x 1024) and GPT-2's projections (8 rows): blocks of at most
-    # 1e6 multiply-adds, each a whole number of 16-column tiles.
-    assert run(4, 256, 1024) == 2
-    assert run(8, 768, 2304) == -(-2304 // (1_000_000 // (8 * 768) // 16 * 16))
-    # One plain product: one row (numpy's gemv), many rows, under the limit, float64,
-    # a K so long that a 16-column block is over the limit.
-    for shape in ((1, 768, 3072), (9, 768, 3072), (8, 100, 1000)):
-        assert run(*shape) == 1
-    assert run(4, 256, 1024, np.float64) == 1
-    assert run(4, 40000, 16 * 4) == 1
-
-
-def test_transposed_b_is_one_plain_product(blocks: None) -> None:
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((4, 256)).astype(np.float32)
-    bt = rng.standard_normal((1024, 256)).astype(np.float32)
-    _exact_close(blas.few_rows_matmul(a, bt.T), a, bt.T)
+    # An LSTM step (4 x 256 x 1024) and GPT-2's projections (8 rows): blocks of K of at
+    # most 1e6 multiply-adds that cover K once.
+    for m, k, n in ((4, 256, 1024), (8, 768, 2304), (8, 3072, 768)):
+        depths = run(m, k, n)
+        assert len(depths) > 1 and sum(depths) == k
+        assert all(m * n * d <= 1_000_000 for d in depths)
+    # One plain product: one row (numpy's gemv), 9 rows, under the limit, float64, and
+    # a row of B so long that a block would hold fewer than 16 rows of it.
+    for shape in ((1, 768, 3072), (9, 768, 3072), (8, 100, 1000), (8, 768, 8000)):
+        assert run(*shape) == []
+    assert run(4, 256, 1024, np.float64) == []
 
 
 @SETTINGS

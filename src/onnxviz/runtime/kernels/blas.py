@@ -318,16 +318,27 @@ def raw_gemm(dtype: np.dtype[Any]) -> Any:
 # without packing its operands when M*N*K <= 1e6 (its sgemm_small_kernel_permit); above
 # that they pack B on every call, which for a few rows costs more than the arithmetic:
 # [4, 256] @ [256, 1024] (an LSTM step) takes 80-150 us there, 54 us on the AVX2 Haswell
-# kernels.  Cut into column blocks under the limit, it takes 25 us; products of 2-8 rows
-# run 1.3-4x faster (measured on an AVX-512 EPYC; from 12 rows on the blocks lose).
+# kernels.  Cut along K into blocks under the limit, accumulated in C, it takes 25-30 us;
+# GPT-2's 8-row projections run 1.3-1.9x faster, with their weights in cache or not
+# (measured on an AVX-512 EPYC; from 12 rows on, blocks lose).  Blocks along K read whole
+# rows of B, contiguous: column blocks read strided strips and lose on cold weights.
 _SMALL_KERNEL_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 _SMALL_MNK = 1_000_000
 _SPLIT_MAX_ROWS = 8
+_SPLIT_MIN_K = 16  # fewer rows of B per block: the calls' overhead outweighs the gain
 _SPLIT: bool | None = None
 
 
+def _rows_contiguous(x: np.ndarray) -> bool:
+    """Rows of contiguous elements at a positive, whole-element distance (a leading
+    dimension BLAS takes) of at least a row's length."""
+    item = x.itemsize
+    s0, s1 = x.strides
+    return s1 == item and s0 % item == 0 and s0 // item >= x.shape[1]
+
+
 def splits_few_rows() -> bool:
-    """True when `few_rows_matmul` cuts products into column blocks: OpenBLAS runs one of
+    """True when `few_rows_matmul` cuts products into blocks of K: OpenBLAS runs one of
     its kernel sets with a small-matrix path (and ONNXVIZ_SPLIT_FEW_ROWS is not 0)."""
     global _SPLIT
     if _SPLIT is None:
@@ -338,7 +349,7 @@ def splits_few_rows() -> bool:
 
 
 def set_split_few_rows(on: bool | None) -> None:
-    """Turn the column blocks of `few_rows_matmul` on or off whatever the kernel set
+    """Turn the blocks of `few_rows_matmul` on or off whatever the kernel set
     (differential tests, benchmarks), or back to the automatic choice with None."""
     global _SPLIT
     _SPLIT = on
@@ -349,29 +360,40 @@ def few_rows_matmul(
 ) -> np.ndarray:
     """``a @ b`` for 2-D operands, into ``out`` when given (must not overlap them).
 
-    A float32 product of 2-8 rows and more than 1e6 multiply-adds, with ``b``'s rows
-    contiguous, runs as column blocks of at most 1e6 multiply-adds each when
-    `splits_few_rows` (or ``split=True``, which the tests use on any kernel set): every
-    block goes to OpenBLAS's small-matrix kernel instead of a packed GEMM.  Each output
-    element is the same sum over K either way, up to the kernels' rounding."""
+    A float32 product of 2-8 rows and more than 1e6 multiply-adds, with the rows of
+    ``b`` and ``out`` contiguous, runs as blocks of K of at most 1e6 multiply-adds each
+    (C = A1 @ B1, then C += Ai @ Bi) when `splits_few_rows` (or ``split=True``, which the
+    tests use on any kernel set): each block goes to OpenBLAS's small-matrix kernel
+    instead of a packed GEMM.  The same sums over K, up to float32 rounding."""
     m, k = a.shape
     n = b.shape[1]
+    rows = _SMALL_MNK // max(m * n, 1)  # rows of B (of K) per block
     if (
         not 2 <= m <= _SPLIT_MAX_ROWS
         or m * k * n <= _SMALL_MNK
-        or m * k * 16 > _SMALL_MNK
+        or rows < _SPLIT_MIN_K
         or a.dtype != np.float32
         or b.dtype != np.float32
-        or b.strides[1] != b.itemsize
-        or (out is not None and out.dtype != np.float32)
+        or not _rows_contiguous(b)
+        or (out is not None and (out.dtype != np.float32 or not _rows_contiguous(out)))
         or not (splits_few_rows() if split is None else split)
     ):
         return np.matmul(a, b, out=out)
+    gemm_at = raw_gemm(np.dtype(np.float32))
+    if gemm_at is None:
+        return np.matmul(a, b, out=out)
+    if not _rows_contiguous(a):
+        a = np.ascontiguousarray(a)  # at most 8 rows: a small copy
+    item = a.itemsize
     if out is None:
         out = np.empty((m, n), dtype=np.float32)
-    cols = _SMALL_MNK // (m * k) // 16 * 16  # a multiple of the kernels' 16-wide tiles
-    for j in range(0, n, cols):
-        np.matmul(a, b[:, j : j + cols], out=out[:, j : j + cols])
+    lda, ldb, ldc = a.strides[0] // item, b.strides[0] // item, out.strides[0] // item
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    for start in range(0, k, rows):
+        depth = min(rows, k - start)
+        gemm_at(
+            m, n, depth, pa + item * start, lda, pb + item * start * ldb, ldb, pc, ldc, start > 0
+        )
     return out
 
 
