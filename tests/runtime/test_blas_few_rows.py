@@ -183,3 +183,59 @@ def test_blocks_follow_the_kernel_set_and_the_off_switch() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
     assert off == [core, "False"]
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize(("m", "k", "n"), [(4, 256, 1024), (8, 768, 2304), (3, 700, 900)])
+def test_gemm_blocks_overwrite_or_accumulate(
+    blocks: None, m: int, k: int, n: int, accumulate: bool
+) -> None:
+    # blas.gemm (the MatMul + bias fusion's product onto the bias) takes the blocks too.
+    rng = np.random.default_rng(m * n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    start = rng.standard_normal((m, n)).astype(np.float32)
+    out = start.copy() if accumulate else np.full((m, n), np.nan, np.float32)
+    blas.gemm(a, b, out, accumulate=accumulate)
+    exact = a.astype(np.float64) @ b.astype(np.float64) + (start if accumulate else 0)
+    tol = 8 * float(np.finfo(np.float32).eps) * k
+    np.testing.assert_allclose(out, exact, rtol=tol, atol=tol)
+
+
+def test_fused_linear_layers_with_blocks_match_the_stepped_plain_run() -> None:
+    # GPT-2's shape of work: [1, rows, K] @ W + bias twice, fused (MatMul + Add onto the
+    # bias, in blocks) against the stepped run without fusions or blocks.
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxviz.runtime.session import Session
+
+    rng = np.random.default_rng(9)
+    w1 = numpy_helper.from_array((rng.standard_normal((256, 1024)) * 0.05).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(
+        (rng.standard_normal((1024, 1024)) * 0.03).astype(np.float32), "w2"
+    )
+    b2 = numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "b2")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("Add", ["h", "b1"], ["hb"]),
+            helper.make_node("MatMul", ["hb", "w2"], ["y0"]),
+            helper.make_node("Add", ["b2", "y0"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "rows", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[w1, b1, w2, b2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for rows in (4, 8):
+        x = rng.standard_normal((1, rows, 256)).astype(np.float32)
+        try:
+            blas.set_split_few_rows(False)
+            plain = Session(model, fuse_ops=False, keep_intermediates=True).run({"x": x})["y"]
+            blas.set_split_few_rows(True)
+            fused = Session(model).run({"x": x})["y"]
+        finally:
+            blas.set_split_few_rows(None)
+        np.testing.assert_allclose(fused, plain, rtol=2e-4, atol=2e-4)

@@ -365,36 +365,53 @@ def few_rows_matmul(
     (C = A1 @ B1, then C += Ai @ Bi) when `splits_few_rows` (or ``split=True``, which the
     tests use on any kernel set): each block goes to OpenBLAS's small-matrix kernel
     instead of a packed GEMM.  The same sums over K, up to float32 rounding."""
+    depth = _block_depth(a, b, out, split)
+    if depth is None:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
+    _blocks(a, b, out, depth, accumulate=False)
+    return out
+
+
+def _block_depth(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, split: bool | None
+) -> int | None:
+    """Rows of B per block when ``a @ b`` runs in blocks of K (few_rows_matmul), else None."""
     m, k = a.shape
     n = b.shape[1]
-    rows = _SMALL_MNK // max(m * n, 1)  # rows of B (of K) per block
+    depth = _SMALL_MNK // max(m * n, 1)
     if (
         not 2 <= m <= _SPLIT_MAX_ROWS
         or m * k * n <= _SMALL_MNK
-        or rows < _SPLIT_MIN_K
+        or depth < _SPLIT_MIN_K
         or a.dtype != np.float32
         or b.dtype != np.float32
         or not _rows_contiguous(b)
         or (out is not None and (out.dtype != np.float32 or not _rows_contiguous(out)))
         or not (splits_few_rows() if split is None else split)
+        or raw_gemm(np.dtype(np.float32)) is None
     ):
-        return np.matmul(a, b, out=out)
+        return None
+    return depth
+
+
+def _blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, depth: int, accumulate: bool) -> None:
+    """out (+)= a @ b as blocks of ``depth`` rows of B, each onto what the last left."""
     gemm_at = raw_gemm(np.dtype(np.float32))
-    if gemm_at is None:
-        return np.matmul(a, b, out=out)
     if not _rows_contiguous(a):
         a = np.ascontiguousarray(a)  # at most 8 rows: a small copy
+    m, k = a.shape
+    n = b.shape[1]
     item = a.itemsize
-    if out is None:
-        out = np.empty((m, n), dtype=np.float32)
     lda, ldb, ldc = a.strides[0] // item, b.strides[0] // item, out.strides[0] // item
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
-    for start in range(0, k, rows):
-        depth = min(rows, k - start)
+    for start in range(0, k, depth):
+        rows = min(depth, k - start)
         gemm_at(
-            m, n, depth, pa + item * start, lda, pb + item * start * ldb, ldb, pc, ldc, start > 0
-        )
-    return out
+            m, n, rows, pa + item * start, lda, pb + item * start * ldb, ldb, pc, ldc,
+            accumulate or start > 0,
+        )  # fmt: skip
 
 
 # Outputs (elements) below which C += A @ B is a product then an add (see gemm).
@@ -408,6 +425,12 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = Fa
     global _GEMM
     if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
         raise ValueError(f"gemm shapes do not fit: {a.shape} @ {b.shape} -> {out.shape}")
+    depth = _block_depth(a, b, out, None)
+    if depth is not None:
+        # A few rows on a kernel set with a small-matrix path (few_rows_matmul); the
+        # blocks accumulate onto what out holds, so C += A @ B costs no separate pass.
+        _blocks(a, b, out, depth, accumulate)
+        return
     if not accumulate:
         # C = A @ B is what numpy's matmul does: the same BLAS gemm (or gemv for a single
         # row or column, where gemm would pack its operands first: 4-5x slower on a
