@@ -15,6 +15,9 @@ arithmetic.  When anything about it is unclear (no such library, unknown integer
 wrong answer, or ONNXVIZ_DIRECT_BLAS=0) every call falls back to numpy: same results, one
 extra pass.  The reason is logged once and `status()` reports it (``onnxviz run --json``
 prints it as its engine information).
+
+`few_rows_matmul` (and `gemm`) run products of a few rows in blocks of K on OpenBLAS's
+AVX-512 kernel sets, whose small-matrix kernel is faster there than their packed GEMM.
 """
 
 from __future__ import annotations
