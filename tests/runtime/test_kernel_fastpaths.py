@@ -349,6 +349,97 @@ def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) ->
     np.testing.assert_array_equal(present_k[:, :, :past], pk)
 
 
+@st.composite
+def gqa_cases(draw):  # type: ignore[no-untyped-def]
+    """A GroupQueryAttention call: prompt or continuation, ragged lengths, a shared cache
+    buffer longer than the sequence, packed or separate QKV, and the optional features."""
+    b, s = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    kv, group, head = (
+        draw(st.integers(1, 2)),
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from([8, 16])),
+    )
+    prompt = draw(st.booleans())
+    if prompt:  # padded entries have fewer valid keys than the sequence
+        totals = [draw(st.integers(1, s)) for _ in range(b)]
+        total_max, past_rows = s, draw(st.sampled_from([None, 0, 3]))
+    else:
+        past = [draw(st.integers(0, 6)) for _ in range(b)]
+        if draw(st.booleans()):
+            past = [past[0]] * b  # one past length (the common case)
+        totals = [p + s for p in past]
+        total_max, past_rows = max(totals), max(past) + draw(st.integers(0, 3))
+    return {
+        "b": b, "s": s, "kv": kv, "heads": kv * group, "head": head, "prompt": prompt,
+        "totals": totals, "total_max": total_max, "past_rows": past_rows,
+        "packed": draw(st.booleans()), "rotary": draw(st.booleans()),
+        "interleaved": draw(st.integers(0, 1)), "rot_half": draw(st.sampled_from([head // 2, head // 4])),
+        "position_ids": draw(st.booleans()), "causal": draw(st.integers(0, 1)),
+        "window": draw(st.sampled_from([-1, 1, 2, 4])), "softcap": draw(st.sampled_from([0.0, 3.0])),
+        "extra": draw(st.sampled_from([None, "smooth", "sink", "bias", "qk_norm"])),
+        "seed": draw(st.integers(0, 2**16)),
+    }  # fmt: skip
+
+
+@SETTINGS
+@given(gqa_cases())
+def test_group_query_attention_matches_the_plain_formula(case) -> None:
+    """The kernel's in-place cache writes, shared rotary tables, cached masks and skipped
+    passes give the plain step-by-step formula's numbers (tests/runtime/gqa_reference.py)
+    on every output, for random shapes and options."""
+    from onnxviz.runtime.kernels.contrib_gqa import group_query_attention
+    from onnxviz.runtime.registry import KernelContext
+    from tests.runtime.gqa_reference import reference_gqa
+
+    rng = np.random.default_rng(case["seed"])
+    b, s, kv, heads, h = case["b"], case["s"], case["kv"], case["heads"], case["head"]
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    if case["packed"]:
+        inputs: list[np.ndarray | None] = [f(b, s, (heads + 2 * kv) * h), None, None]
+    else:
+        inputs = [f(b, s, heads * h), f(b, s, kv * h), f(b, s, kv * h)]
+    rows = case["past_rows"]
+    inputs += [None, None] if rows is None else [f(b, kv, rows, h), f(b, kv, rows, h)]
+    inputs += [
+        np.array([t - 1 for t in case["totals"]], np.int32),
+        np.array([case["total_max"]], np.int32),
+    ]
+    attrs = {
+        "num_heads": heads, "kv_num_heads": kv, "causal": case["causal"],
+        "local_window_size": case["window"], "softcap": case["softcap"],
+    }  # fmt: skip
+    cache_rows = case["total_max"] + 8
+    opt: dict[int, np.ndarray] = {}
+    if case["rotary"]:
+        attrs.update(do_rotary=1, rotary_interleaved=case["interleaved"])
+        opt[7], opt[8] = f(cache_rows, case["rot_half"]), f(cache_rows, case["rot_half"])
+        if case["position_ids"] and not case["prompt"]:
+            opt[9] = rng.integers(0, cache_rows, (b, s)).astype(np.int64)
+    extra = case["extra"]
+    if extra == "smooth":
+        attrs["smooth_softmax"] = 1
+    elif extra == "sink":
+        opt[11] = f(heads)
+    elif extra == "bias":
+        opt[10] = f(b, 1, s, case["total_max"])
+    elif extra == "qk_norm":
+        opt[14], opt[15] = f(h), f(h)
+    for i in sorted(opt):
+        inputs += [None] * (i - len(inputs))
+        inputs.append(opt[i])
+    ctx = KernelContext(n_outputs=3, output_names=("out", "present_k", "present_v"))
+    with np.errstate(all="ignore"):
+        want = reference_gqa(ctx, *inputs, **attrs)
+        got = group_query_attention(ctx, *inputs, **attrs)
+    assert got[3] is None
+    for name, g, w in zip(("output", "present_key", "present_value"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
 def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:
     """The geometry of a conv is looked up by input size and attributes (nn_conv): a
     SAME_UPPER conv on two image sizes, then other strides, each gives the definition's
