@@ -440,6 +440,40 @@ def test_group_query_attention_matches_the_plain_formula(case) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=name)
 
 
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.sampled_from([1, 3, 64, 127, 768, 1000]),
+    st.sampled_from([np.float32, np.float64]),
+    st.sampled_from([1e-3, 1.0, 300.0]),
+    st.integers(0, 2**16),
+)
+def test_contrib_layer_norms_reduce_like_numpys_mean(b, s, n, dtype, magnitude, seed) -> None:
+    """The com.microsoft normalisations sum with np.add.reduce and divide in the input's
+    precision instead of calling np.mean: the mean and 1/std outputs are numpy's own, bit
+    for bit, and the normalised outputs follow from them."""
+    from onnxviz.runtime.kernels.contrib_ms import ms_layer_norm, skip_simplified_layer_norm
+
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((b, s, n)) * magnitude).astype(dtype)
+    skip = rng.standard_normal((b, s, n)).astype(dtype)
+    gamma, beta = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    eps = dtype(1e-6)
+    y, mean, inv_std = ms_layer_norm(x, gamma, beta, epsilon=1e-6)
+    want_mean = x.mean(axis=-1, keepdims=True)
+    centered = x - want_mean
+    want_inv = 1.0 / np.sqrt((centered * centered).mean(axis=-1, keepdims=True) + eps)
+    np.testing.assert_array_equal(mean, want_mean.astype(np.float32))
+    np.testing.assert_array_equal(inv_std, want_inv.astype(np.float32))
+    np.testing.assert_array_equal(y, centered * want_inv * gamma + beta)
+    y, _, inv_std, total = skip_simplified_layer_norm(x, skip, gamma, epsilon=1e-6)
+    np.testing.assert_array_equal(total, x + skip)
+    want_inv = 1.0 / np.sqrt((total * total).mean(axis=-1, keepdims=True) + eps)
+    np.testing.assert_array_equal(inv_std, want_inv.astype(np.float32))
+    np.testing.assert_array_equal(y, total * want_inv * gamma)
+
+
 def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:
     """The geometry of a conv is looked up by input size and attributes (nn_conv): a
     SAME_UPPER conv on two image sizes, then other strides, each gives the definition's
