@@ -102,7 +102,7 @@ def _apply(fn: object, x: Array, axis: int, coerce_2d: bool) -> Array:
         return np.asarray(out).reshape(()).astype(dt, copy=False)
     ax = normalize_axis(axis, x.ndim)
     if coerce_2d:
-        rows = int(np.prod(x.shape[:ax], dtype=np.int64))
+        rows = math.prod(x.shape[:ax])
         out = fn(w.reshape(rows, -1), 1)  # type: ignore[operator]
         out = out.reshape(x.shape)
     else:
