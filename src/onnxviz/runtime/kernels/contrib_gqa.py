@@ -112,7 +112,8 @@ def _fill_cache(
         if start:
             assert past is not None
             present[:, :, :start] = past[:, :, :start]
-        present[:, :, start + s :] = 0
+        if start + s < present.shape[2]:  # a shared buffer longer than the sequence
+            present[:, :, start + s :] = 0
         return
     for i, start in enumerate(starts):
         if start:
