@@ -387,6 +387,80 @@ def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) ->
     np.testing.assert_array_equal(present_k[:, :, :past], pk)
 
 
+def pairwise_rotary(xs, c, s, rot, interleaved) -> np.ndarray:
+    """Rotary embedding of xs [B, S, N, H] written pair by pair (the spec's formula) with
+    cos/sin rows c, s [B or 1, S, >= rot/2], in xs's precision."""
+    half = rot // 2
+    c, s = c[:, :, None, :half], s[:, :, None, :half]
+    if interleaved:
+        x1, x2 = xs[..., 0:rot:2], xs[..., 1:rot:2]
+    else:
+        x1, x2 = xs[..., :half], xs[..., half:rot]
+    out = xs.copy()
+    if interleaved:
+        out[..., 0:rot:2], out[..., 1:rot:2] = x1 * c - x2 * s, x2 * c + x1 * s
+    else:
+        out[..., :half], out[..., half:rot] = x1 * c - x2 * s, x2 * c + x1 * s
+    return out
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.sampled_from([4, 8, 16]),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_rotary_kernels_give_the_pairwise_formula_bit_for_bit(
+    b, seq, n, head, partial, interleaved, four_d, offset, seed
+) -> None:
+    """Both RotaryEmbedding kernels rotate in four full-width passes (_rotary.py); the
+    numbers are the pairwise formula's exactly, in every layout and position form."""
+    from onnxviz.runtime.kernels.contrib_attention import ms_rotary_embedding
+    from onnxviz.runtime.kernels.nn_attention import rotary_embedding
+
+    rng = np.random.default_rng(seed)
+    rot = head // 2 if partial else head
+    xs = rng.standard_normal((b, seq, n, head)).astype(np.float32)
+    rows = seq + 6
+    cos = rng.standard_normal((rows, head // 2)).astype(np.float32)
+    sin = rng.standard_normal((rows, head // 2)).astype(np.float32)
+    if offset:
+        start = int(rng.integers(0, 6))
+        pos = np.array([start], np.int64)
+        full = np.broadcast_to(start + np.arange(seq), (b, seq))
+    else:
+        full = rng.integers(0, rows, (b, seq)).astype(np.int64)
+        pos = full
+    x = xs.transpose(0, 2, 1, 3) if four_d else xs.reshape(b, seq, n * head)
+    x = np.ascontiguousarray(x)
+    ms_cos, ms_sin = cos[:, : rot // 2], sin[:, : rot // 2]
+    want = pairwise_rotary(xs, ms_cos[full], ms_sin[full], rot, interleaved)
+    got = ms_rotary_embedding(
+        x, pos, ms_cos, ms_sin, interleaved=int(interleaved), num_heads=n,
+        rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    got_bs = got.transpose(0, 2, 1, 3) if four_d else got.reshape(b, seq, n, head)
+    np.testing.assert_array_equal(got_bs, want)
+    onnx_cos, onnx_sin = cos[:, : rot // 2], sin[:, : rot // 2]
+    got = rotary_embedding(
+        x, onnx_cos, onnx_sin, full, interleaved=int(interleaved),
+        num_heads=0 if four_d else n, rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    got_bs = got.transpose(0, 2, 1, 3) if four_d else got.reshape(b, seq, n, head)
+    np.testing.assert_array_equal(got_bs, want)
+    half16 = rotary_embedding(
+        x.astype(np.float16), onnx_cos, onnx_sin, full, interleaved=int(interleaved),
+        num_heads=0 if four_d else n, rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    assert half16.dtype == np.float16
+
+
 @st.composite
 def gqa_cases(draw):  # type: ignore[no-untyped-def]
     """A GroupQueryAttention call: prompt or continuation, ragged lengths, a shared cache

@@ -9,7 +9,7 @@ supported (clear error): quantised KV caches and window-sized caches.
 A decoder runs this once per layer per generated token, on small tensors, so its cost is
 the number of numpy calls more than arithmetic (issue 21): lengths are Python ints, the
 new keys/values/queries are written once into the buffers the products read, queries and
-keys are rotated together from shared tables, a prompt's mask is built once, and the
+keys are rotated together (_rotary.py), a prompt's mask is built once, and the
 mask and zero-row guards are skipped when nothing can be masked (one-token decode).
 tests/runtime/gqa_reference.py keeps the plain formula its random test compares with."""
 
@@ -20,54 +20,24 @@ import functools
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels.contrib_attention import _wide
 from onnxviz.runtime.registry import KernelContext, kernel
 
 MS = "com.microsoft"
 
 
-@functools.lru_cache(maxsize=32)
-def _partner(half: int, interleaved: bool) -> np.ndarray:
-    """For each rotated dimension, the index of the one it is rotated with."""
-    idx = np.arange(2 * half)
-    return idx ^ 1 if interleaved else (idx + half) % (2 * half)
-
-
-def _rotary_tables(
-    cos: np.ndarray, sin: np.ndarray, interleaved: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From the cos/sin rows of each position [B or 1, S, half]: (C, S, partner) with
-    C, S [B, S, 1, rot] such that the rotary embedding of x is
-    x * C + x[..., partner] * S: each dimension's cos, and its partner's sin signed as
-    the rotation wants (-sin for the first of a pair).  The same products and sums as
-    the pairwise formula, so the same roundings, in four passes over all heads at once."""
-    c = cos[:, :, None]  # [B, S, 1, half]
-    s = sin[:, :, None]
-    half = c.shape[-1]
-    if interleaved:
-        big_c = np.repeat(c, 2, axis=-1)
-        big_s = np.stack([-s, s], axis=-1).reshape(*s.shape[:-1], 2 * half)
-    else:
-        big_c = np.concatenate([c, c], axis=-1)
-        big_s = np.concatenate([-s, s], axis=-1)
-    return big_c, big_s, _partner(half, interleaved)
-
-
 def _rotate(
     x: np.ndarray,
-    tables: tuple[np.ndarray, np.ndarray, np.ndarray],
+    tables: tuple[np.ndarray, np.ndarray, bool],
     outs: list[tuple[slice, np.ndarray]],
 ) -> None:
-    """Rotary embedding of x [B, S, N, H]: heads ``sl`` of the result go to ``out``
-    ([B, S, n, H], any strides: the callers pass transposed views of the buffers the heads
-    are read from next) for each (sl, out) of ``outs``."""
-    big_c, big_s, partner = tables
+    """Rotary embedding of x [B, S, N, H] (tables: C, S [B, S, 1, rot] and interleaved):
+    heads ``sl`` of the result go to ``out`` ([B, S, n, H], any strides: the callers pass
+    transposed views of the buffers the heads are read from next) for each (sl, out)."""
+    big_c, big_s, interleaved = tables
     rot = big_c.shape[-1]
-    part = x[..., :rot]
-    rotated = part * big_c
-    crossed = np.take(part, partner, axis=-1)
-    crossed *= big_s
-    rotated += crossed
+    rotated = rotate(x, big_c, big_s, interleaved)
     # Plain copies into the strided destinations: a ufunc writing there costs more.
     for heads, out in outs:
         out[..., :rot] = rotated[:, :, heads]
@@ -240,7 +210,9 @@ def group_query_attention(
             c, sn = cos[pos], sin[pos]
         if last >= cos.shape[0]:
             raise ExecutionError(f"{op}: position beyond the cos/sin cache")
-        tables = _rotary_tables(c, sn, bool(rotary_interleaved))
+        inter = bool(rotary_interleaved)
+        big_c, big_s = pair_tables(c[:, :, None], sn[:, :, None], inter)  # [B, S, 1, rot]
+        tables = (big_c, big_s, inter)
         if packed is not None:  # queries and keys side by side: rotated in one go
             qk = packed[:, :, : nq + nk]
             _rotate(qk, tables, [(slice(0, nq), q_rows), (slice(nq, nq + nk), k_rows)])

@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.dtypes import np_dtype
+from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -188,25 +189,25 @@ def rotary_embedding(
     dim = rotary_embedding_dim or head
     half = dim // 2
     dt = compute_dtype(x.dtype)
-    cos, sin = cos_cache.astype(dt), sin_cache.astype(dt)
+    # Rows first, then the compute dtype: converting the whole cache cost a pass over it
+    # on every call.
+    cos, sin = cos_cache, sin_cache
     if position_ids is not None:
         cos, sin = cos[position_ids], sin[position_ids]
     elif cos.ndim != 3 or sin.ndim != 3:
         raise ExecutionError("RotaryEmbedding: without position_ids the caches must be 3-D")
     if cos.shape[-1] != half or sin.shape[-1] != half:
         raise ExecutionError(f"RotaryEmbedding: caches must have last dimension {half}")
-    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    xr = xs[..., :dim].astype(dt)
-    x1, x2 = (xr[..., 0::2], xr[..., 1::2]) if interleaved else (xr[..., :half], xr[..., half:])
-    real = cos * x1 - sin * x2
-    imag = sin * x1 + cos * x2
-    out = xs.astype(dt)  # a fresh array: the input is never written
-    if interleaved:
-        out[..., 0:dim:2] = real
-        out[..., 1:dim:2] = imag
+    cos, sin = cos.astype(dt, copy=False), sin.astype(dt, copy=False)
+    big_c, big_s = pair_tables(cos[:, :, None, :], sin[:, :, None, :], bool(interleaved))
+    xd = xs.astype(dt, copy=False)
+    rotated = rotate(xd, big_c, big_s, bool(interleaved))  # a fresh array (_rotary.py)
+    if dim < head:
+        out = np.empty(xs.shape, dtype=rotated.dtype)
+        out[..., :dim] = rotated
+        out[..., dim:] = xd[..., dim:]
     else:
-        out[..., :half] = real
-        out[..., half:dim] = imag
+        out = rotated
     out = out.astype(x.dtype, copy=False)
     return out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
 
