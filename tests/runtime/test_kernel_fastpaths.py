@@ -485,6 +485,7 @@ def gqa_cases(draw):  # type: ignore[no-untyped-def]
         "b": b, "s": s, "kv": kv, "heads": kv * group, "head": head, "prompt": prompt,
         "totals": totals, "total_max": total_max, "past_rows": past_rows,
         "packed": draw(st.booleans()), "rotary": draw(st.booleans()),
+        "constant_caches": draw(st.booleans()),
         "interleaved": draw(st.integers(0, 1)), "rot_half": draw(st.sampled_from([head // 2, head // 4])),
         "position_ids": draw(st.booleans()), "causal": draw(st.integers(0, 1)),
         "window": draw(st.sampled_from([-1, 1, 2, 4])), "softcap": draw(st.sampled_from([0.0, 3.0])),
@@ -528,6 +529,8 @@ def test_group_query_attention_matches_the_plain_formula(case) -> None:
     if case["rotary"]:
         attrs.update(do_rotary=1, rotary_interleaved=case["interleaved"])
         opt[7], opt[8] = f(cache_rows, case["rot_half"]), f(cache_rows, case["rot_half"])
+        if case["constant_caches"]:  # initializers: tables of every position made once
+            opt[7], opt[8] = _frozen(opt[7]), _frozen(opt[8])
         if case["position_ids"] and not case["prompt"]:
             opt[9] = rng.integers(0, cache_rows, (b, s)).astype(np.int64)
     extra = case["extra"]

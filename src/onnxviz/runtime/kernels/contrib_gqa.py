@@ -21,6 +21,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
+from onnxviz.runtime.kernels._weight_cache import derived, frozen
 from onnxviz.runtime.kernels.contrib_attention import _wide
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -52,10 +53,11 @@ def _rms(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _blocked(
     past: tuple[int, ...], totals: tuple[int, ...], s: int, t: int, causal: bool, window: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, bool]:
     """The key positions each query may not read, [B, 1, S, T] (read-only, shared): past
-    the batch entry's valid keys, after the query (causal), or outside its local window.
-    A prompt's or a ragged batch's mask repeats from layer to layer and step to step."""
+    the batch entry's valid keys, after the query (causal), or outside its local window;
+    and whether some query may read none.  A prompt's or a ragged batch's mask repeats
+    from layer to layer and step to step."""
     key_pos = np.arange(t)[None, None, :]  # [1, 1, T]
     query_pos = (np.array(past)[:, None] + np.arange(s)[None, :])[:, :, None]  # [B, S, 1]
     allowed = key_pos < np.array(totals)[:, None, None]
@@ -65,7 +67,37 @@ def _blocked(
         allowed = allowed & (key_pos > query_pos - window)
     blocked = ~allowed[:, None]
     blocked.flags.writeable = False
-    return blocked
+    return blocked, bool(blocked.all(axis=-1).any())
+
+
+def _position_tables(
+    cos_cache: np.ndarray,
+    sin_cache: np.ndarray,
+    interleaved: bool,
+    pos: np.ndarray | None,
+    start: int,
+    s: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rotary tables (_rotary.pair_tables) [B or 1, S, 1, rot] of positions ``pos``
+    [B, S], or of start..start+s-1 for every entry when ``pos`` is None.  For constant
+    caches (initializers) the tables of every position are made once (_weight_cache) and
+    each call takes its rows: every layer of every step rotates at the same few positions."""
+    if frozen(cos_cache) and frozen(sin_cache):
+        full_c, full_s = derived(
+            "gqa_rotary_tables",
+            (cos_cache, sin_cache),
+            (interleaved,),
+            lambda: pair_tables(_wide(cos_cache), _wide(sin_cache), interleaved),
+        )
+        if pos is None:
+            return full_c[None, start : start + s, None], full_s[None, start : start + s, None]
+        return full_c[pos][:, :, None], full_s[pos][:, :, None]
+    cos, sin = _wide(cos_cache), _wide(sin_cache)
+    if pos is None:
+        c, sn = cos[None, start : start + s], sin[None, start : start + s]
+    else:
+        c, sn = cos[pos], sin[pos]
+    return pair_tables(c[:, :, None], sn[:, :, None], interleaved)
 
 
 def _fill_cache(
@@ -164,7 +196,8 @@ def group_query_attention(
 
     # The per-batch lengths as Python ints: a handful of numbers, for which numpy's
     # per-call cost was most of the bookkeeping.
-    total_max = int(np.ravel(total_sequence_length)[0])
+    tsl = np.asarray(total_sequence_length)
+    total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
     totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]  # valid keys per entry
     prompt = s == total_max
     past_len = [0] * b if prompt else [n - s for n in totals]
@@ -196,22 +229,19 @@ def group_query_attention(
     if do_rotary:
         if cos_cache is None or sin_cache is None:
             raise ExecutionError(f"{op}: do_rotary needs cos_cache and sin_cache")
-        cos, sin = _wide(cos_cache), _wide(sin_cache)
+        inter = bool(rotary_interleaved)
         if position_ids is not None and not prompt:
-            pos = np.broadcast_to(np.asarray(position_ids, dtype=np.int64), (b, s))
-            last = int(pos.max()) if pos.size else -1
-            c, sn = cos[pos], sin[pos]
+            pos: np.ndarray | None = np.broadcast_to(
+                np.asarray(position_ids, dtype=np.int64), (b, s)
+            )
         elif uniform:  # the same positions for every entry: rows of the caches
-            last = start + s - 1
-            c, sn = cos[None, start : start + s], sin[None, start : start + s]
+            pos = None
         else:
             pos = np.array(past_len)[:, None] + np.arange(s)[None, :]
-            last = int(pos.max()) if pos.size else -1
-            c, sn = cos[pos], sin[pos]
-        if last >= cos.shape[0]:
+        last = start + s - 1 if pos is None else (int(pos.max()) if pos.size else -1)
+        if last >= cos_cache.shape[0]:
             raise ExecutionError(f"{op}: position beyond the cos/sin cache")
-        inter = bool(rotary_interleaved)
-        big_c, big_s = pair_tables(c[:, :, None], sn[:, :, None], inter)  # [B, S, 1, rot]
+        big_c, big_s = _position_tables(cos_cache, sin_cache, inter, pos, start, s)
         tables = (big_c, big_s, inter)
         if packed is not None:  # queries and keys side by side: rotated in one go
             qk = packed[:, :, : nq + nk]
@@ -246,10 +276,13 @@ def group_query_attention(
     # Nothing is masked when every entry has all T keys and no query can see past them
     # (a decode step of one token per entry): the mask pass is skipped.
     full = uniform and all(n == total_max for n in totals)
+    empty_rows = False
     window = local_window_size if 0 < local_window_size <= total_max - 1 else -1
     masked = not full or (bool(causal) and s > 1) or window > 0
     if masked:
-        blocked = _blocked(tuple(past_len), tuple(totals), s, total_max, bool(causal), window)
+        blocked, empty_rows = _blocked(
+            tuple(past_len), tuple(totals), s, total_max, bool(causal), window
+        )
         np.copyto(scores, -np.inf, where=blocked)
     peak = scores.max(axis=-1, keepdims=True)
     sink = None
@@ -266,9 +299,12 @@ def group_query_attention(
     denom = scores.sum(axis=-1, keepdims=True)
     if sink is not None:
         denom = denom + np.exp(sink - peak)
-    if masked or attention_bias is not None or sink is not None:
+    # A row sums to 0 only when all its scores are -inf: fully masked, or a -inf bias.
+    # Otherwise its peak's own term is exp(0) = 1 (and with a sink, the sink's or the
+    # peak's is), so the guard's two passes are skipped; a NaN row stays NaN either way.
+    if (masked and empty_rows) or attention_bias is not None:
         scores /= np.where(denom == 0, 1.0, denom)  # a row with nothing to attend to
-    else:  # the peak's own term is exp(0) = 1: no row sums to 0 (a NaN stays NaN)
+    else:
         scores /= denom
     probs = scores.reshape(b, nk, group * s, total_max)
     heads_out = (probs @ vals).reshape(b, nq, s, head)
