@@ -113,8 +113,8 @@ def attention(
     if sm_dtype.kind != "f" or sm_dtype.itemsize < 4:
         sm_dtype = np.dtype(np.float32)
     root = np.sqrt(1.0 / np.sqrt(head) if scale is None else scale)
-    qs = q.astype(dt) * dt.type(root)
-    ks = k.astype(dt) * dt.type(root)
+    qs = q.astype(dt, copy=False) * dt.type(root)
+    ks = k.astype(dt, copy=False) * dt.type(root)
     scores = _group_matmul(qs, ks.transpose(0, 1, 3, 2))
     raw = scores
     if softcap > 0:
@@ -131,7 +131,7 @@ def attention(
         if mask.dtype == np.bool_:
             bias = np.where(mask, 0, -np.inf).astype(dt)
         else:
-            bias = mask.astype(dt)
+            bias = mask.astype(dt, copy=False)
         bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
     if past_key is not None:
         offset = np.array([past_key.shape[2]])
@@ -146,8 +146,10 @@ def attention(
         valid = np.arange(s_k)[None, :] < np.asarray(nonpad_kv_seqlen).reshape(-1, 1)
         valid = valid.reshape(-1, 1, 1, s_k)
         allowed = valid if allowed is None else allowed & valid
+    if allowed is not None and allowed.all():  # e.g. a causal decode step: sees every key
+        allowed = None
     if allowed is not None:
-        frontier = np.where(allowed, 0, -np.inf).astype(dt)
+        frontier = np.where(allowed, 0, -np.inf).astype(dt, copy=False)
         bias = frontier if bias is None else bias + frontier
     if bias is not None:
         scores = scores + bias
@@ -155,7 +157,7 @@ def attention(
     sm_in = scores.astype(sm_dtype, copy=False)
     inplace = not ctx.wants_output(3) or sm_in is not scores
     probs = softmax_last(sm_in, inplace=inplace).astype(dt, copy=False)
-    y = _group_matmul(probs, v.astype(dt))
+    y = _group_matmul(probs, v.astype(dt, copy=False))
     if q_in.ndim == 3:
         y = y.transpose(0, 2, 1, 3).reshape(b, s_q, -1)
     qk_out = (raw, capped, scores, probs)[qk_matmul_output_mode] if ctx.wants_output(3) else None
