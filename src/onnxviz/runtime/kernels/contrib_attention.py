@@ -137,8 +137,8 @@ def ms_attention(
     out = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
     present = None
     if ctx.wants_output(1):
-        present = np.stack([k, v]).astype(dtype)
-    return out.astype(dtype), present
+        present = np.stack([k, v]).astype(dtype, copy=False)  # fresh from the stack
+    return out.astype(dtype, copy=False), present
 
 
 def _mha_inputs(
@@ -219,10 +219,13 @@ def multi_head_attention(
     if mask is not None:
         scores = scores + mask
     out = (softmax_last(scores) @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
-    present_k = k.astype(dtype) if ctx.wants_output(1) else None
-    present_v = v.astype(dtype) if ctx.wants_output(2) else None
-    qk_out = qk.astype(dtype) if ctx.wants_output(3) else None
-    return out.astype(dtype), present_k, present_v, qk_out
+    # K and V are fresh after a concatenation with the past; without one they may be
+    # views of the inputs, which the outputs must not be.
+    copy_kv = past_key is None or past_value is None
+    present_k = k.astype(dtype, copy=copy_kv) if ctx.wants_output(1) else None
+    present_v = v.astype(dtype, copy=copy_kv) if ctx.wants_output(2) else None
+    qk_out = qk.astype(dtype, copy=False) if ctx.wants_output(3) else None  # not changed
+    return out.astype(dtype, copy=False), present_k, present_v, qk_out
 
 
 @kernel("RotaryEmbedding", domain=MS, since=1)
