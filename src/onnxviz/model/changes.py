@@ -25,6 +25,11 @@ class ChangeSet:
     model_fields: bool = False
     # Graphs whose index the command could not update in place: the Document re-indexes them.
     reindex: frozenset[str] = field(default=frozenset(), compare=False)
+    # Graphs whose node labels changed (a node renamed) while the rest of their index holds:
+    # with ``index_kept`` a structural change (labels are in paths and ids, so consumers
+    # rebuild) leaves the Document's index in place but for these graphs' labels.
+    relabel: frozenset[str] = field(default=frozenset(), compare=False)
+    index_kept: bool = field(default=False, compare=False)
 
     def merge(self, other: ChangeSet) -> ChangeSet:
         return ChangeSet(
@@ -34,6 +39,9 @@ class ChangeSet:
             self.structural or other.structural,
             self.model_fields or other.model_fields,
             self.reindex | other.reindex,
+            self.relabel | other.relabel,
+            # kept only if every structural part kept it
+            (self.index_kept or not self.structural) and (other.index_kept or not other.structural),
         )
 
     @property

@@ -143,10 +143,16 @@ class Document:
     def _update_index(self, changes: ChangeSet) -> None:
         if self._scopes is None:
             return
-        if changes.structural:
+        if changes.structural and not changes.index_kept:
             self._scopes = None
             self._by_path = {}
             return
+        for path in changes.relabel:
+            scope = self._by_path.get(path)
+            if scope is None:
+                self._scopes = None
+                return
+            scope.forget_labels()
         for path in changes.reindex:
             scope = self._by_path.get(path)
             if scope is None:

@@ -166,6 +166,11 @@ class GraphScope:
         self._label_to_index = {nm: i for i, nm in enumerate(names) if nm and counts[nm] == 1}
         return self._labels
 
+    def forget_labels(self) -> None:
+        """A node's name changed: labels are rebuilt when next asked for."""
+        self._labels = None
+        self._label_to_index = {}
+
     def node_label(self, index: int) -> str:
         """The node's name when non-empty and unique in this graph, else ``#index``."""
         labels = self._labels if self._labels is not None else self._build_labels()
@@ -245,7 +250,8 @@ class GraphScope:
 _GRAPH_KINDS = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS, AttributeProto.UNDEFINED})
 
 
-def _subgraph_attrs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+def subgraph_attrs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+    """(attribute name, graph) of every subgraph a node owns (``name[i]`` in a list)."""
     for attr in node.attribute:
         if attr.type == AttributeProto.GRAPH or (attr.type == 0 and attr.HasField("g")):
             yield attr.name, attr.g
@@ -300,8 +306,7 @@ def _index_scope(scope: GraphScope, subgraph_nodes: list[int] | None = None) -> 
     scope.consumers = consumers
     scope.producer = producer
     scope.output_uses = output_uses
-    scope._labels = None
-    scope._label_to_index = {}
+    scope.forget_labels()
 
 
 def iter_graphs(model: ModelProto) -> Iterator[GraphScope]:
@@ -319,7 +324,7 @@ def iter_graphs(model: ModelProto) -> Iterator[GraphScope]:
         for i, node in enumerate(scope.nodes):
             if not node.attribute or not any(a.type in _GRAPH_KINDS for a in node.attribute):
                 continue
-            for attr_name, sub in _subgraph_attrs(node):
+            for attr_name, sub in subgraph_attrs(node):
                 nested.append(
                     GraphScope(
                         f"{scope.path}/{attr_name}:{scope.node_label(i)}",
@@ -380,7 +385,7 @@ def _build_scopes(model: ModelProto) -> list[GraphScope]:
                 # attributes, almost none of them graphs.
                 if not any(a.type in _GRAPH_KINDS for a in node.attribute):
                     continue
-                for attr_name, sub in _subgraph_attrs(node):
+                for attr_name, sub in subgraph_attrs(node):
                     child = GraphScope(
                         f"{scope.path}/{attr_name}:{scope.node_label(ni)}",
                         "subgraph",
