@@ -108,7 +108,8 @@ def window_round(path: Path) -> dict[str, float]:
             window.view.viewport().grab()
             first_paint = time.perf_counter() - t0
         inference = nav.inference_task
-        if first_paint and not busy and (inference is None or inference.done):
+        validated = not window.edits.validation_due  # (in the validator's worker process)
+        if first_paint and not busy and (inference is None or inference.done) and validated:
             break
         time.sleep(0.001)
     settled = time.perf_counter() - t0

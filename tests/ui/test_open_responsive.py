@@ -95,26 +95,40 @@ def test_event_loop_keeps_turning_while_100k_nodes_open(window, qtbot, big_model
     """The real figure is in benchmarks/bench_open_app.py; the bound here leaves room
     for a 2-core machine shared with other jobs (a load of 8 doubles every figure).
     Before the canvas filled in slices the whole first view was made in one go."""
-    ticks: list[float] = []
+    ticks: list[tuple[float, float]] = []
     fill_turns: list[int] = []
     window.graph_scene.changed.connect(
         lambda _r: fill_turns.append(len(ticks)) if window.graph_scene.filling else None
     )
     timer = QTimer()
     timer.setInterval(5)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.timeout.connect(lambda: ticks.append((time.perf_counter(), time.thread_time())))
     timer.start()
     window.files.open_path(str(big_model), background=True)
+    nav = window.navigation
+    # until it has settled: canvas filled, shapes inferred and drawn, validated
     qtbot.waitUntil(
-        lambda: window.work.task is None and not window.graph_scene.filling, timeout=120_000
+        lambda: window.work.task is None
+        and not window.graph_scene.filling
+        and nav.inference_task is not None
+        and nav.inference_task.done
+        and not window.edits.validation_due,
+        timeout=180_000,
     )
     qtbot.wait(50)
     timer.stop()
     assert window.session.doc is not None and len(window.session.doc.model.graph.node) > 90_000
     assert window.graph_scene.nodes, "the first view shows boxes"
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert window.session.validator.state is None, "validated by the worker process"
+    pairs = list(zip(ticks, ticks[1:]))
     assert len(ticks) > 20
-    assert max(gaps) < 2.5, f"the UI thread stopped for {max(gaps) * 1000:.0f} ms"
+    wall = max(b[0] - a[0] for a, b in pairs)
+    cpu = max(b[1] - a[1] for a, b in pairs)
+    # The UI thread's own work in one turn (about 50 ms here; a slower CPU must not fail
+    # it), and the wall-clock stop generously: under xdist's parallel tests on 2 cores
+    # other processes take the cores (the quiet figure, 60-70 ms, is bench_open_app's).
+    assert cpu < 0.15, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
+    assert wall < 1.0, f"the UI thread stopped for {wall * 1000:.0f} ms"
     # the canvas was filled across several turns of the event loop, not in one go
     assert len(set(fill_turns)) >= 3
 
