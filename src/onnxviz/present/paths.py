@@ -8,6 +8,7 @@ tells the branch of an If (``then``/``else``) or any attribute other than ``body
 
 from __future__ import annotations
 
+from onnxviz.model.document import Document
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.text import as_text
 
@@ -40,3 +41,13 @@ def graph_trail(scope: GraphScope) -> list[str]:
 
 def readable_path(scope: GraphScope, separator: str = " > ") -> str:
     return separator.join(graph_trail(scope))
+
+
+def readable_graph_path(doc: Document, path: str, separator: str = " > ") -> str:
+    """`readable_path` of the graph at ``path`` in ``doc``; the path itself when the
+    document has no such graph (a diagnostic about a graph an edit just removed)."""
+    try:
+        scope = doc.scope(path or "main")
+    except KeyError:
+        return path
+    return readable_path(scope, separator)

@@ -1,0 +1,130 @@
+"""Every pane names a subgraph as the breadcrumbs do (issue 18, item 15, tried again on
+fresh models): ``main > Loop#0 > If#1 (else)``, never the path ``main/body:#0/else_branch:#1``;
+and the Outline lists the local functions of any model, not only of big ones."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import helper
+
+from tests.present.models import nested_control_flow, overloads_and_nested_calls
+
+pytestmark = pytest.mark.qt
+
+ELSE = "main > Loop#0 > If#1 (else)"
+
+
+def _nested_with_a_problem_in_the_else_branch() -> onnx.ModelProto:
+    """torch-style unnamed Loop > If, whose else branch's Mul has an attribute Mul does
+    not have (so the validator reports a problem located in that branch)."""
+    model = nested_control_flow()
+    loop = model.graph.node[0]
+    if_node = loop.attribute[0].g.node[1]
+    else_branch = next(a.g for a in if_node.attribute if a.name == "else_branch")
+    else_branch.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    return model
+
+
+def _open(window, model: onnx.ModelProto, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "model.onnx")
+    onnx.save(model, path)
+    window.files.open_path(path, background=False)
+
+
+def _items(tree):  # type: ignore[no-untyped-def]
+    stack = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
+    while stack:
+        item = stack.pop()
+        yield item
+        stack.extend(item.child(j) for j in range(item.childCount()))
+
+
+def test_properties_find_and_diagnostics_name_a_branch_by_its_owners(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    _open(window, _nested_with_a_problem_in_the_else_branch(), tmp_path)
+    window.actions_.expand_bodies.trigger()
+    mul = next(
+        n
+        for n in window.graph_scene.nodes.values()
+        if n.data_item.title == "Mul" and not n.is_frame
+    )
+    window.graph_scene.clearSelection()
+    mul.setSelected(True)
+    rows = {(r.key, r.value) for r in window.properties_dock.rows()}
+    assert ("graph", ELSE) in rows
+
+    # a value of the branch names its graph the same way
+    window.properties.show_value("main/body:#0/else_branch:#1", "else_out")
+    assert ("graph", ELSE) in {(r.key, r.value) for r in window.properties_dock.rows()}
+
+    window.find_dock.query.setText("Mul")
+    window.find_dock.run_query()
+    texts = [
+        window.find_dock.results.item(i).text() for i in range(window.find_dock.results.count())
+    ]
+    assert f"op: Mul (#0)  [{ELSE}]" in texts
+    assert not any("body:" in t or "else_branch:" in t for t in texts)
+
+    window.edits.wait_validated()
+    tree = window.diagnostics_dock.tree
+    qtbot.waitUntil(lambda: tree.topLevelItemCount() > 0)
+    locations = [tree.topLevelItem(i).text(3) for i in range(tree.topLevelItemCount())]
+    assert any(loc.startswith(ELSE) for loc in locations), locations
+    assert not any("body:" in loc for loc in locations)
+    # and a click on it still finds the node in that branch
+    item = next(
+        tree.topLevelItem(i)
+        for i in range(tree.topLevelItemCount())
+        if tree.topLevelItem(i).text(3).startswith(ELSE)
+    )
+    window.graph_scene.clearSelection()
+    tree.itemClicked.emit(item, 0)
+    selected = window.graph_scene.selectedItems()
+    assert [n.data_item.title for n in selected] == ["Mul"]
+
+
+def test_the_outline_names_subgraphs_by_their_owner_node(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _open(window, nested_control_flow(), tmp_path)
+    tree = window.outline_dock.tree
+    main = tree.topLevelItem(0)
+    loop = next(
+        main.child(j) for j in range(main.childCount()) if "nodes)" in main.child(j).text(0)
+    )
+    assert loop.text(0) == "Loop#0  (3 nodes)"
+    loop.setExpanded(True)  # as a click on its arrow does
+    branches = sorted(
+        loop.child(j).text(0) for j in range(loop.childCount()) if "nodes)" in loop.child(j).text(0)
+    )
+    assert branches == ["If#1 (else)  (1 nodes)", "If#1 (then)  (1 nodes)"]
+    # activating a branch shows it in Properties, named the same way
+    other = next(
+        loop.child(j)
+        for j in range(loop.childCount())
+        if loop.child(j).text(0).startswith("If#1 (else)")
+    )
+    tree.itemActivated.emit(other, 0)
+    assert {r.key: r.value for r in window.properties_dock.rows()}["path"] == ELSE
+    assert not any("body:" in i.text(0) or "_branch:" in i.text(0) for i in _items(tree))
+
+
+def test_the_outline_lists_the_local_functions_of_a_small_model(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = overloads_and_nested_calls()
+    _open(window, model, tmp_path)
+    tree = window.outline_dock.tree
+    tops = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
+    functions = next(t for t in tops if t.text(0).startswith("functions"))
+    assert functions.text(0) == f"functions ({len(model.functions)})"
+    titles = [functions.child(j).text(0) for j in range(functions.childCount())]
+    assert any(t.startswith("local.Scale (double)  (") for t in titles), titles
+    assert any(t.startswith("local.Scale (square)  (") for t in titles), titles
+    # activating a function's body shows it, as for any graph
+    item = next(
+        functions.child(j)
+        for j in range(functions.childCount())
+        if functions.child(j).text(0).startswith("local.Scale (double)")
+    )
+    tree.itemActivated.emit(item, 0)
+    rows = {r.key: r.value for r in window.properties_dock.rows()}
+    assert rows["path"] == "function local.Scale (double)"
