@@ -128,3 +128,14 @@ def test_the_outline_lists_the_local_functions_of_a_small_model(window, tmp_path
     tree.itemActivated.emit(item, 0)
     rows = {r.key: r.value for r in window.properties_dock.rows()}
     assert rows["path"] == "function local.Scale (double)"
+
+
+def test_the_model_properties_tell_two_overloads_of_a_function_apart(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _open(window, overloads_and_nested_calls(), tmp_path)
+    window.graph_scene.clearSelection()  # nothing selected: the model's properties
+    functions = [
+        r.key
+        for r in window.properties_dock.rows()
+        if r.value.startswith("local ·") and r.key.startswith("Scale")
+    ]
+    assert sorted(functions) == ["Scale (double)", "Scale (square)"]

@@ -138,7 +138,15 @@ def model_sections(doc: Document) -> list[Section]:
     if m.functions:
         sections.append(
             Section(
-                "Functions", [Row(f.name, f"{f.domain} · {len(f.node)} nodes") for f in m.functions]
+                "Functions",
+                # overloads of one function differ only by their overload (IR 10)
+                [
+                    Row(
+                        f"{f.name} ({f.overload})" if f.overload else f.name,
+                        f"{f.domain} · {len(f.node)} nodes",
+                    )
+                    for f in m.functions
+                ],
             )
         )
     return sections
