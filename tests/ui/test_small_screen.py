@@ -1,0 +1,86 @@
+"""A new user on a 1280x720 screen runs a torch-exported model (issue 18, tried again on
+fresh models): the Run dock appears without taking most of the height from the canvas,
+and its Values table shows numbers next to long torch value names."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytestmark = pytest.mark.qt
+
+
+def _torch_named_chain(layers: int = 4) -> onnx.ModelProto:
+    """Relu/Neg layers with value names as long as torch writes them."""
+    nodes, previous = [], "pixels"
+    for k in range(layers):
+        out = f"/model/encoder/stages/stages.{k}/block/pointwise_conv/Relu_output_{k}"
+        nodes.append(helper.make_node("Relu" if k % 2 else "Neg", [previous], [out]))
+        previous = out
+    nodes.append(helper.make_node("Identity", [previous], ["logits"]))
+    t = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [t("pixels", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [t("logits", TensorProto.FLOAT, [1, 3, 4, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _open(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(_torch_named_chain(), path)
+    window.files.open_path(path, background=False)
+
+
+def test_the_run_dock_leaves_the_canvas_most_of_a_small_window(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    window.resize(1280, 720)
+    _open(window, tmp_path)
+    before = window.view.height()
+    window.actions_.run_panel.trigger()  # Run > Show Run Panel
+    dock = window.run_dock
+    qtbot.waitUntil(lambda: dock.isVisible())
+    qtbot.wait(50)  # the share is set after the dock layout placed the dock
+    assert dock.height() <= max(0.5 * window.height(), dock.minimumSizeHint().height())
+    assert window.view.height() >= 0.4 * before
+    assert window.height() == 720
+
+
+def test_the_values_table_shows_numbers_next_to_long_names(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    window.resize(1280, 720)
+    _open(window, tmp_path)
+    panel = window.run_panel
+    window.diagnostics_dock.show()  # the two share the bottom of the window
+    window.actions_.run_panel.trigger()
+    qtbot.waitUntil(lambda: window.run_dock.isVisible())
+    pixels = np.arange(48, dtype=np.float32).reshape(1, 3, 4, 4) - 20
+    assert panel.run({"pixels": pixels})
+    assert panel.controller.wait(30)
+    window.wait_idle()
+    table = panel.widget.values
+    qtbot.waitUntil(lambda: table.rowCount() > 0)
+    qtbot.wait(50)
+    viewport = table.viewport().width()
+    header = table.horizontalHeader()
+    names = header.sectionSize(0)
+    assert names <= 0.5 * viewport
+    # the type column and the start of the min column are on screen
+    assert header.sectionPosition(2) + 20 <= viewport
+    row = next(
+        r
+        for r in range(table.rowCount())
+        if table.item(r, 0).text().startswith("/model/encoder/stages/stages.3")
+    )
+    name = table.item(row, 0).text()
+    assert table.fontMetrics().horizontalAdvance(name) > names  # elided on screen ...
+    assert table.item(row, 0).toolTip() == name  # ... and whole in its tooltip
+    # its min, as numpy works it out along the chain
+    expected = pixels
+    for k in range(4):
+        expected = np.maximum(expected, 0) if k % 2 else -expected
+    assert float(table.item(row, 2).text()) == float(expected.min())
+    row2 = next(r for r in range(table.rowCount()) if "stages.2" in table.item(r, 0).text())
+    assert float(table.item(row2, 2).text()) == float((-np.maximum(-pixels, 0)).min())
