@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -86,7 +86,45 @@ def _table(headers: list[str]) -> QTableWidget:
     t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     t.horizontalHeader().setResizeContentsPrecision(64)  # fit columns to the first rows only
     t.horizontalHeader().setStretchLastSection(True)
+    # torch's value names (/stages/stages.0/pw1/MatMul_output_0) are long at both ends
+    t.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    t.viewport().installEventFilter(_FirstColumnShare(t))
     return t
+
+
+# The first column (a value's name, a node's address) gets at most this share of the
+# width when the columns after it would not fit: they hold the numbers.
+FIRST_COLUMN_SHARE = 0.45
+
+
+def share_first_column(table: QTableWidget) -> None:
+    """Shrink the first column, fitted to its names, so that the other columns fit
+    the viewport (each at its content width), but not below `FIRST_COLUMN_SHARE`;
+    long names are elided in the middle with the whole name in their tooltip."""
+    width = table.viewport().width()
+    if width <= 0 or table.columnCount() < 2:
+        return
+    header = table.horizontalHeader()
+    others = sum(
+        max(table.sizeHintForColumn(c), header.sectionSizeHint(c))
+        for c in range(1, table.columnCount())
+    )
+    wanted = max(table.sizeHintForColumn(0), header.sectionSizeHint(0))
+    header.resizeSection(0, min(wanted, max(int(width * FIRST_COLUMN_SHARE), width - others)))
+
+
+class _FirstColumnShare(QObject):
+    """Shares the width again when the table's viewport changes size (the dock is
+    resized, or first shown after it was filled hidden)."""
+
+    def __init__(self, table: QTableWidget) -> None:
+        super().__init__(table)
+        self.table = table
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            share_first_column(self.table)
+        return False
 
 
 def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
@@ -104,6 +142,11 @@ def filling(table: QTableWidget, sort: bool = True) -> Iterator[None]:
         yield
     finally:
         table.resizeColumnsToContents()
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            if item is not None and not item.toolTip():
+                item.setToolTip(item.text())  # the whole name when it is elided
+        share_first_column(table)
         table.setUpdatesEnabled(True)
         table.setSortingEnabled(sort)
 
