@@ -42,10 +42,12 @@ def keep_bottom_share(window: QMainWindow, diagnostics: QDockWidget, run: QDockW
         if dock.height() > MOST_HEIGHT * height:
             window.resizeDocks([dock], [int(HEIGHT_SHARE * height)], Qt.Orientation.Vertical)
 
+    def placed(dock: QDockWidget) -> None:
+        keep_canvas_height(dock)
+        share()
+
     for dock in (diagnostics, run):
         # after the dock layout has placed the newly shown dock
         dock.visibilityChanged.connect(
-            lambda shown, d=dock: (
-                shown and QTimer.singleShot(0, lambda: (keep_canvas_height(d), share()))
-            )
+            lambda shown, d=dock: shown and QTimer.singleShot(0, lambda: placed(d))
         )
