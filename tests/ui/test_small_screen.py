@@ -102,3 +102,25 @@ def test_the_run_dock_next_to_diagnostics_gets_its_share_of_the_width(
     total = diagnostics.width() + run.width()
     assert run.width() >= 0.4 * total
     assert diagnostics.width() >= 0.4 * total
+
+
+def test_inspecting_a_value_after_a_run_keeps_the_window_on_a_720_screen(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    window.resize(1280, 720)
+    _open(window, tmp_path)
+    panel = window.run_panel
+    window.diagnostics_dock.show()
+    pixels = np.arange(48, dtype=np.float32).reshape(1, 3, 4, 4) - 20
+    assert panel.run({"pixels": pixels})  # shows the Run dock
+    assert panel.controller.wait(30)
+    window.wait_idle()
+    assert panel.inspect_value("main", "logits")
+    window.inspector_dock.show()
+    window.inspector_dock.raise_()
+    qtbot.waitUntil(lambda: window.inspector_dock.isVisible())
+    qtbot.wait(50)
+    assert window.minimumSizeHint().height() <= 720
+    assert window.height() == 720
+    inspector = window.inspector_dock.inspector
+    assert inspector.hist.isVisible() and inspector.hist.height() >= 90

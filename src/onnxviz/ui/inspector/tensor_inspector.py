@@ -60,13 +60,18 @@ def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{v:.6g}"
 
 
+HISTOGRAM_MIN_HEIGHT = 96
+
+
 class HistogramView(QWidget):
     def __init__(self) -> None:
         super().__init__()
         self.counts = np.zeros(0, np.int64)
         self.edges = np.zeros(0)
         self.empty_text = NOTHING_SELECTED
-        self.setMinimumHeight(160)
+        # readable at this height; at 160 the inspector next to the Run dock made the
+        # window taller than a 1280x720 screen (738 px)
+        self.setMinimumHeight(HISTOGRAM_MIN_HEIGHT)
 
     def set_data(
         self, counts: np.ndarray, edges: np.ndarray, empty_text: str = "no finite values"

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -127,6 +128,14 @@ class _FirstColumnShare(QObject):
         return False
 
 
+def _scrolling(page: QWidget) -> QScrollArea:
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    area.setWidget(page)
+    return area
+
+
 def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
     item = table.item(row, col)
     return item.text() if item is not None else ""
@@ -187,10 +196,12 @@ class RunPanelWidget(QWidget):
         self.stack_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._build_frames(), "Frames && Values")
-        self.tabs.addTab(self._build_breakpoints(), "Breakpoints")
+        # The pages with rows of controls above their list scroll when the dock is at
+        # its smallest: their full height made the window taller than a 720 px screen.
+        self.tabs.addTab(_scrolling(self._build_breakpoints()), "Breakpoints")
         self.tabs.addTab(self._build_profile(), "Profile")
-        self.tabs.addTab(self._build_compare(), "Compare")
-        self.tabs.addTab(self._build_memory(), "Memory")
+        self.tabs.addTab(_scrolling(self._build_compare()), "Compare")
+        self.tabs.addTab(_scrolling(self._build_memory()), "Memory")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
