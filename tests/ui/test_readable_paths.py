@@ -139,3 +139,23 @@ def test_the_model_properties_tell_two_overloads_of_a_function_apart(window, tmp
         if r.value.startswith("local ·") and r.key.startswith("Scale")
     ]
     assert sorted(functions) == ["Scale (double)", "Scale (square)"]
+
+
+def test_a_refused_rename_in_a_branch_names_the_graphs_as_the_breadcrumbs_do(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    _open(window, nested_control_flow(), tmp_path)
+    window.properties.show_value("main/body:#0/else_branch:#1", "else_out")
+    editor = window.properties_dock.editor("Value", "name")
+    editor.selectAll()
+    qtbot.keyClicks(editor, "x_in")  # defined by the Loop body's Identity
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    message = window.statusBar().currentMessage()
+    assert message.startswith("edit refused: cannot rename 'else_out' to 'x_in'"), message
+    assert "already defined in graph 'main > Loop#0'" in message
+    assert message.endswith(f"(graph '{ELSE}')")
+    assert "body:" not in message and "_branch:" not in message
+    refusal = next(d for d in window.diagnostics_dock.diagnostics if d.code == "EDIT")
+    assert refusal.location.graph_path == "main/body:#0/else_branch:#1"  # still locatable

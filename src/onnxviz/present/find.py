@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from onnxviz.model.document import Document
-from onnxviz.present.paths import readable_path
+from onnxviz.model.scope_names import readable_path
 
 FindKind = Literal["node", "op", "value", "initializer", "input", "output"]
 

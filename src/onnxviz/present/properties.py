@@ -13,9 +13,9 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 from onnxviz.model.attribute_values import attribute_specs
 from onnxviz.model.document import Document
 from onnxviz.model.node_id import NodeId
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.types import elem_text, type_to_text
-from onnxviz.present.paths import readable_path
 from onnxviz.present.row_edits import (
     AttrEdit,
     DocEdit,

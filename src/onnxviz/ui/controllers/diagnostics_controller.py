@@ -9,7 +9,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject
 
 from onnxviz.model.diagnostics import Diagnostic, Severity
-from onnxviz.present.paths import readable_graph_path
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.ui.controllers.navigation_controller import NavigationController
 from onnxviz.ui.controllers.properties_controller import PropertiesController
 from onnxviz.ui.doc_session import DocumentSession

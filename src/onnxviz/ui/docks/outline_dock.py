@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from onnxviz.model.document import Document
+from onnxviz.model.scope_names import step_label
 from onnxviz.model.scopes import GraphScope
-from onnxviz.present.paths import step_label
 
 ROLE = Qt.ItemDataRole.UserRole
 _PENDING = "…"

@@ -165,6 +165,7 @@ class FieldEditor(QLineEdit):
         self.controller, self.row, self.parser = controller, row, parser
         self.original = text
         self.error = ""
+        self.error_place: tuple[str | None, str | None] = (None, None)
         self.textEdited.connect(self.check)
         self.editingFinished.connect(self.commit)
 
@@ -173,13 +174,16 @@ class FieldEditor(QLineEdit):
         try:
             cmd = self.parser(text)
         except (AttributeTextError, ValueError, EditError) as exc:
-            self.mark(str(exc))
+            # where the problem is, for the refusal's Location (a rename in a branch
+            # is located in that branch, not in main)
+            self.mark(str(exc), getattr(exc, "graph_path", None), getattr(exc, "node", None))
             return None
         self.mark("")
         return cmd
 
-    def mark(self, reason: str) -> None:
+    def mark(self, reason: str, graph_path: str | None = None, node: str | None = None) -> None:
         self.error = reason
+        self.error_place = (graph_path, node)
         self.setStyleSheet(INVALID_STYLE if reason else "")
         self.setToolTip(reason)
         self.problem.emit(reason)
@@ -191,7 +195,7 @@ class FieldEditor(QLineEdit):
         cmd = self.check()
         if cmd is None:
             # typed and confirmed but invalid: say so in the diagnostics dock too
-            self.controller.refuse(self.error)
+            self.controller.refuse(self.error, *self.error_place)
             return False
         self.original = self.text()
         if not self.controller.execute(cmd):
@@ -251,7 +255,9 @@ class ChoiceEditor(QComboBox):
             self.setStyleSheet(INVALID_STYLE)
             self.setToolTip(self.error)
             self.problem.emit(self.error)
-            self.controller.refuse(self.error)
+            self.controller.refuse(
+                self.error, getattr(exc, "graph_path", None), getattr(exc, "node", None)
+            )
             return False
         self.original = text
         self.error = ""

@@ -4,13 +4,19 @@ A scope path (``main/body:#0/body:#2/else_branch:#4``) names each subgraph by it
 attribute and its owner's label, which for unnamed nodes is a bare index.  Here each
 step names the owner node by its name, or by op type and index when it has none, and
 tells the branch of an If (``then``/``else``) or any attribute other than ``body``.
+Every text a user reads names graphs this way: breadcrumbs, Properties, Find,
+Diagnostics, the Outline and the edit commands' refusals.
 """
 
 from __future__ import annotations
 
-from onnxviz.model.document import Document
+from typing import TYPE_CHECKING
+
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.text import as_text
+
+if TYPE_CHECKING:  # document.py imports the edit commands, which name graphs with these
+    from onnxviz.model.document import Document
 
 _BRANCHES = {"then_branch": "then", "else_branch": "else", "body": ""}
 
