@@ -124,3 +124,30 @@ def test_inspecting_a_value_after_a_run_keeps_the_window_on_a_720_screen(
     assert window.height() == 720
     inspector = window.inspector_dock.inspector
     assert inspector.hist.isVisible() and inspector.hist.height() >= 90
+
+
+def test_an_input_choice_shows_the_start_of_a_long_value_name(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    window.resize(1280, 720)
+    _open(window, tmp_path)
+    relu = next(
+        n
+        for n in window.graph_scene.nodes.values()
+        if n.data_item.title == "Relu" and not n.is_frame
+    )
+    window.graph_scene.clearSelection()
+    relu.setSelected(True)
+    editor = window.properties_dock.editor("Inputs", "X")
+    qtbot.waitUntil(editor.isVisible)
+    line = editor.lineEdit()
+    name = window.session.doc.main_scope.nodes[1].input[0]
+    assert line.text().startswith(name)
+    assert line.fontMetrics().horizontalAdvance(line.text()) > line.width()  # it cannot all show
+    assert line.cursorPosition() == 0  # so its start, the name, is what shows
+    assert editor.toolTip() == line.text()
+    # choosing another value with the keyboard shows that one's start too
+    before = editor.currentIndex()
+    editor.setFocus()
+    qtbot.keyClick(editor, Qt.Key.Key_Up if before else Qt.Key.Key_Down)
+    assert editor.currentIndex() != before and line.cursorPosition() == 0

@@ -235,6 +235,16 @@ class ChoiceEditor(QComboBox):
         line = self.lineEdit() if editable else None
         if line is not None:
             line.editingFinished.connect(self.commit)
+            # a choice reads "name  type": show its start (the name), not its end
+            # ("t_output_0  bool[]"), and the whole of it in the tooltip
+            self.currentIndexChanged.connect(lambda _i: self._show_start())
+            self._show_start()
+
+    def _show_start(self) -> None:
+        line = self.lineEdit()
+        if line is not None:
+            line.setCursorPosition(0)
+            self.setToolTip(self.currentText())
 
     def value(self) -> str:
         if self.isEditable():
