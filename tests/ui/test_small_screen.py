@@ -86,24 +86,6 @@ def test_the_values_table_shows_numbers_next_to_long_names(window, qtbot, tmp_pa
     assert float(table.item(row2, 2).text()) == float((-np.maximum(-pixels, 0)).min())
 
 
-def test_the_run_dock_next_to_diagnostics_gets_its_share_of_the_width(
-    window, qtbot, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
-    window.resize(1280, 720)
-    _open(window, tmp_path)
-    diagnostics, run = window.diagnostics_dock, window.run_dock
-    diagnostics.show()
-    qtbot.waitUntil(lambda: diagnostics.isVisible())
-    qtbot.wait(50)
-    assert diagnostics.width() > 0.9 * window.width()  # alone, it had the whole width
-    window.actions_.run_panel.trigger()
-    qtbot.waitUntil(lambda: run.isVisible())
-    qtbot.wait(50)
-    total = diagnostics.width() + run.width()
-    assert run.width() >= 0.4 * total
-    assert diagnostics.width() >= 0.4 * total
-
-
 def test_inspecting_a_value_after_a_run_keeps_the_window_on_a_720_screen(
     window, qtbot, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -1,6 +1,6 @@
 """Diagnostics and Run side by side in the bottom dock area: the Run dock's size hint
 would take nearly all the width (Diagnostics then shows "Valu..."), so when both are
-shown Diagnostics gets `SHARE` of the width back whenever either dock has under `LEAST`.
+shown Diagnostics gets `SHARE` of the width back whenever it has under `LEAST`.
 
 Its size hint would also take most of the height of a small window (443 of 720 px,
 leaving the canvas 190 px), so a bottom dock that appears taller than `MOST_HEIGHT`
@@ -31,9 +31,7 @@ def keep_bottom_share(window: QMainWindow, diagnostics: QDockWidget, run: QDockW
         if not side_by_side:
             return
         total = diagnostics.width() + run.width()
-        # either one squeezed: Diagnostics' messages read "Valu...", or the Run dock's
-        # Values table shows names and no numbers
-        if not LEAST * total <= diagnostics.width() <= (1 - LEAST) * total:
+        if diagnostics.width() < LEAST * total:
             part = int(total * SHARE)
             window.resizeDocks([diagnostics, run], [part, total - part], Qt.Orientation.Horizontal)
 
