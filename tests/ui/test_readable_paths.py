@@ -159,3 +159,24 @@ def test_a_refused_rename_in_a_branch_names_the_graphs_as_the_breadcrumbs_do(
     assert "body:" not in message and "_branch:" not in message
     refusal = next(d for d in window.diagnostics_dock.diagnostics if d.code == "EDIT")
     assert refusal.location.graph_path == "main/body:#0/else_branch:#1"  # still locatable
+
+
+def test_stepping_into_unnamed_bodies_names_their_owners(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    _open(window, nested_control_flow(), tmp_path)
+    panel = window.run_panel
+    feeds = {"n": np.array(2, np.int64), "c": np.array(True), "x0": np.ones(2, np.float32)}
+    assert panel.run(feeds, mode="step")  # Run > Step: pauses before the first node
+    assert panel.controller.wait(30)
+    for _ in range(10):  # F11 until the run is inside the If's branch
+        if "then_branch" in panel.widget.stack_label.text():
+            break
+        assert panel.step()
+        assert panel.controller.wait(30)
+    window.wait_idle()
+    stack = panel.widget.stack_label.text()
+    assert "Loop#0 iteration 1/2" in stack and "If#1 then_branch" in stack, stack
+    frames = [panel.widget.frames.item(i).text() for i in range(panel.widget.frames.count())]
+    assert frames == ["main", "Loop#0 iteration 1/2", "If#1 then_branch"]
+    assert panel.status_text() == "paused at main > Loop#0 > If#1 (then)::#0 (Add)"

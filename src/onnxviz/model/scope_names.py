@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # document.py imports the edit commands, which name graphs wi
 _BRANCHES = {"then_branch": "then", "else_branch": "else", "body": ""}
 
 
+def owner_label(label: str, op_type: str) -> str:
+    """A node as a trail names it: its label when that is its name, else its op type
+    and index (``Loop#2`` for the label ``#2``)."""
+    return f"{op_type}{label}" if label.startswith("#") else label
+
+
 def step_label(scope: GraphScope) -> str:
     """How one subgraph is named in a trail (its owner node and the attribute)."""
     parent, index, attr = scope.parent, scope.owner_node_index, scope.owner_attribute
@@ -30,11 +36,7 @@ def step_label(scope: GraphScope) -> str:
             label = f"function {domain}.{name}" if domain else f"function {name}"
             return f"{label} ({overload[0]})" if overload else label
         return scope.path
-    node = parent.nodes[index]
-    name = as_text(node.name)
-    owner = (
-        name if name and parent.node_label(index) == name else f"{as_text(node.op_type)}#{index}"
-    )
+    owner = owner_label(as_text(parent.node_label(index)), as_text(parent.nodes[index].op_type))
     branch = _BRANCHES.get(attr or "", attr or "")
     return f"{owner} ({branch})" if branch else owner
 

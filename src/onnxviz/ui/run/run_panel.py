@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QMenu, QToolBar, QWidget
 
 from onnxviz.errors import OnnxvizError
 from onnxviz.model.node_id import NodeId, resolve_address
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.runtime.compare import Comparison, compare_with_onnxruntime
 from onnxviz.runtime.events import FrameLeft, NodeFailed, Pause, RunFinished
 from onnxviz.runtime.inputs import FeedRecipe, input_specs
@@ -448,7 +449,13 @@ class RunPanel(QObject):
         ev = p.event
         where = ""
         if ev is not None and getattr(ev, "node", None) is not None:
-            where = f" at {ev.node.address} ({ev.node.op_type})"  # type: ignore[attr-defined]
+            node = ev.node  # type: ignore[attr-defined]
+            # the graph as the breadcrumbs name it: main > Scan#0 > Loop#2::#3 (Greater),
+            # not main/body:#0/body:#2::#3
+            graph = node.graph_path
+            if self.session.doc is not None:
+                graph = readable_graph_path(self.session.doc, graph)
+            where = f" at {graph}::{node.label} ({node.op_type})"
         reason = {
             "step": "paused",
             "paused": "paused",
