@@ -180,3 +180,33 @@ def test_stepping_into_unnamed_bodies_names_their_owners(window, tmp_path) -> No
     frames = [panel.widget.frames.item(i).text() for i in range(panel.widget.frames.count())]
     assert frames == ["main", "Loop#0 iteration 1/2", "If#1 then_branch"]
     assert panel.status_text() == "paused at main > Loop#0 > If#1 (then)::#0 (Add)"
+
+
+def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    _open(window, nested_control_flow(), tmp_path)
+    panel = window.run_panel
+    raw = "main/body:#0/then_branch:#1::#0"
+    panel.toggle_breakpoint(raw)  # F9 on the then-branch's Add
+    listed = panel.widget.breakpoints.item(0)
+    assert listed.text().startswith("main > Loop#0 > If#1 (then)::#0")
+    feeds = {"n": np.array(2, np.int64), "c": np.array(True), "x0": np.ones(2, np.float32)}
+    assert panel.run(feeds)
+    assert panel.controller.wait(30)
+    assert panel.status_text() == "breakpoint hit at main > Loop#0 > If#1 (then)::#0 (Add)"
+    panel.toggle_breakpoint(raw)
+    assert panel.continue_()
+    assert panel.controller.wait(30)
+    window.wait_idle()
+    table = panel.widget.profile
+    rows = {table.item(r, 0).text(): r for r in range(table.rowCount())}
+    assert "main > Loop#0 > If#1 (then)::#0" in rows, sorted(rows)
+    assert not any("body:" in text for text in rows)
+    # a double-click on the row still shows that node on the canvas
+    window.graph_scene.clearSelection()
+    table.cellDoubleClicked.emit(rows["main > Loop#0 > If#1 (then)::#0"], 0)
+    selected = window.graph_scene.selectedItems()
+    assert [(n.data_item.title, n.data_item.graph_path) for n in selected] == [
+        ("Add", "main/body:#0/then_branch:#1")
+    ]

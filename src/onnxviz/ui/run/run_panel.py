@@ -96,6 +96,7 @@ class RunPanel(QObject):
                 self.act_inputs,
             ]
         )
+        self.widget.address_text = self.readable_address
         # onnxruntime as the second engine (engine_choice.py): its last run, when newer
         # than ours, is what the values, profile and heat colouring show.
         self.engine = EngineChoice()
@@ -438,6 +439,14 @@ class RunPanel(QObject):
         self.widget.stack_label.setText(snap.stack)
         self._refresh_canvas()
 
+    def readable_address(self, address: str) -> str:
+        """A node address (``graph::label``) or a graph path with the graph named as the
+        breadcrumbs name it: ``main > Scan#0 > Loop#2::#3``, not ``main/body:#0/body:#2::#3``."""
+        graph, sep, label = address.rpartition("::") if "::" in address else (address, "", "")
+        doc = self.session.doc
+        named = readable_graph_path(doc, graph) if doc is not None else graph
+        return f"{named}{sep}{label}"
+
     def status_text(self) -> str:
         c = self.controller
         if c.busy:
@@ -450,12 +459,7 @@ class RunPanel(QObject):
         where = ""
         if ev is not None and getattr(ev, "node", None) is not None:
             node = ev.node  # type: ignore[attr-defined]
-            # the graph as the breadcrumbs name it: main > Scan#0 > Loop#2::#3 (Greater),
-            # not main/body:#0/body:#2::#3
-            graph = node.graph_path
-            if self.session.doc is not None:
-                graph = readable_graph_path(self.session.doc, graph)
-            where = f" at {graph}::{node.label} ({node.op_type})"
+            where = f" at {self.readable_address(node.address)} ({node.op_type})"
         reason = {
             "step": "paused",
             "paused": "paused",

@@ -7,7 +7,7 @@ and emits what the user asks for; `RunPanel` (run_panel.py) does the work.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -141,6 +141,15 @@ def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
     return item.text() if item is not None else ""
 
 
+def _address(table: QTableWidget, row: int) -> str:
+    """The node address of a row (kept under the readable text of its first cell)."""
+    item = table.item(row, 0)
+    if item is None:
+        return ""
+    address = item.data(Qt.ItemDataRole.UserRole)
+    return str(address) if address else item.text()
+
+
 @contextmanager
 def filling(table: QTableWidget, sort: bool = True) -> Iterator[None]:
     """Fill a table in one go: no sorting, no repaint and no column fitting per cell
@@ -179,6 +188,9 @@ class RunPanelWidget(QWidget):
 
     def __init__(self, actions: list[QAction], parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        # node addresses and graph paths as the reader names them (set by RunPanel,
+        # which knows the document): "main > Loop#0::#3", not "main/body:#0::#3"
+        self.address_text: Callable[[str], str] = str
         # The buttons wrap onto a second line in a narrow dock rather than making the
         # dock wide: at 1024 px the Run dock shares the bottom with Diagnostics.
         top = FlowLayout()
@@ -250,7 +262,7 @@ class RunPanelWidget(QWidget):
         self.profile = _table(["node", "op", "calls", "total ms", "mean ms", "output", "type"])
         self.profile.setSortingEnabled(True)
         self.profile.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_cell(self.profile, r))
+            lambda r, _c: self.nodeActivated.emit(_address(self.profile, r))
         )
         lay.addWidget(self.profile, 1)
         return w
@@ -303,7 +315,7 @@ class RunPanelWidget(QWidget):
         self.compare = _table(["node", "op", "max abs", "max rel", "values"])
         self.compare.setSortingEnabled(True)
         self.compare.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_cell(self.compare, r))
+            lambda r, _c: self.nodeActivated.emit(_address(self.compare, r))
         )
         lay.addWidget(self.compare, 1)
         return w
@@ -352,12 +364,21 @@ class RunPanelWidget(QWidget):
                         item.setForeground(Qt.GlobalColor.red)
                     t.setItem(r, c, item)
 
+    def _address_item(self, address: str) -> QTableWidgetItem:
+        """A node address as the reader names it, the address itself kept (activation)
+        and in the tooltip."""
+        item = QTableWidgetItem(self.address_text(address))
+        item.setData(Qt.ItemDataRole.UserRole, address)
+        item.setToolTip(address)
+        return item
+
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()
         for a in addresses:
             n = hits.get(a, 0)
-            item = QListWidgetItem(a + (f"   (hit {n}×)" if n else ""))
+            item = QListWidgetItem(self.address_text(a) + (f"   (hit {n}×)" if n else ""))
             item.setData(Qt.ItemDataRole.UserRole, a)
+            item.setToolTip(a)
             self.breakpoints.addItem(item)
 
     def set_profile(self, rows: list[NodeProfile]) -> None:
@@ -366,7 +387,7 @@ class RunPanelWidget(QWidget):
             t.setRowCount(0)
             t.setRowCount(len(rows))
             for r, p in enumerate(rows):
-                t.setItem(r, 0, QTableWidgetItem(p.address))
+                t.setItem(r, 0, self._address_item(p.address))
                 t.setItem(r, 1, QTableWidgetItem(p.op_type))
                 t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
                 t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
@@ -387,7 +408,7 @@ class RunPanelWidget(QWidget):
                 for r, n in enumerate(cmp.nodes):
                     a, rel = n.max_abs, n.max_rel
                     cells = [
-                        QTableWidgetItem(n.address),
+                        self._address_item(n.address),
                         QTableWidgetItem(n.op_type),
                         NumberItem("–" if a is None else f"{a:.3g}", a or 0.0),
                         NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0),
@@ -413,7 +434,7 @@ class RunPanelWidget(QWidget):
             t.setRowCount(0)
             t.setRowCount(len(dropped))
             for r, d in enumerate(dropped):
-                t.setItem(r, 0, QTableWidgetItem(d.graph_path))
+                t.setItem(r, 0, QTableWidgetItem(self.address_text(d.graph_path)))
                 t.setItem(r, 1, QTableWidgetItem(d.name))
                 t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
                 t.setItem(r, 3, QTableWidgetItem(d.reason))
