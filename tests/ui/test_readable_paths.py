@@ -4,6 +4,8 @@ and the Outline lists the local functions of any model, not only of big ones."""
 
 from __future__ import annotations
 
+import re
+
 import onnx
 import pytest
 from onnx import helper
@@ -210,3 +212,24 @@ def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(window,
     assert [(n.data_item.title, n.data_item.graph_path) for n in selected] == [
         ("Add", "main/body:#0/then_branch:#1")
     ]
+
+
+def test_the_compare_window_says_which_body_a_changed_node_is_in(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.model.document import Document
+    from onnxviz.ui.diff.compare_window import CompareWindow
+
+    before = Document.from_model(nested_control_flow())
+    after = Document.from_model(_nested_with_a_problem_in_the_else_branch())
+    window = CompareWindow(before, after, title_a="before", title_b="after")
+    qtbot.addWidget(window)
+    changes = window.change_list
+    rows = [
+        (changes.topLevelItem(i).text(0), changes.topLevelItem(i).text(1))
+        for i in range(changes.topLevelItemCount())
+    ]
+    texts = [text for text, _ in rows]
+    assert f"changed: #0 (Mul) in {ELSE}" in texts, rows
+    # the nodes holding it say how much changed inside, without their graphs' paths
+    loop = next(details for text, details in rows if text == "changed: #0 (Loop)")
+    assert re.fullmatch(r"body: \d+ changes inside", loop), loop
+    assert not any("body:#" in text or "_branch:#" in text for row in rows for text in row)
