@@ -38,16 +38,36 @@ def _ensemble_like() -> onnx.ModelProto:
     )
 
 
-def _shown_name(tree, item) -> str:  # type: ignore[no-untyped-def]
-    """The name as the tree paints it: elided by the column's delegate to its width."""
-    index = tree.indexFromItem(item, 0)
-    option = QStyleOptionViewItem()
-    tree.initViewItemOption(option)
-    option.rect = tree.visualRect(index)
-    delegate = tree.itemDelegateForColumn(0) or tree.itemDelegate()
-    delegate.initStyleOption(option, index)
-    width = tree.style().subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, tree).width()
-    return option.fontMetrics.elidedText(option.text, option.textElideMode, width)
+def _painted_names(tree) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Each name as the tree paints it: the Properties delegate's elision, recorded
+    while the viewport is drawn."""
+    from onnxviz.ui.docks.distinct_elision import DistinctElisionDelegate
+
+    painted: dict[str, str] = {}
+    production = tree.itemDelegateForColumn(0)
+    assert isinstance(production, DistinctElisionDelegate)
+
+    class Recorder(DistinctElisionDelegate):
+        def paint(self, painter, option, index) -> None:  # type: ignore[no-untyped-def]
+            shown = QStyleOptionViewItem(option)
+            self.initStyleOption(shown, index)
+            # one line (a wrapped name showed its first words and an ellipsis)
+            assert not shown.features & QStyleOptionViewItem.ViewItemFeature.WrapText
+            style = tree.style()
+            width = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, shown, tree)
+            painted[shown.text] = shown.fontMetrics.elidedText(
+                shown.text, shown.textElideMode, width.width()
+            )
+            super().paint(painter, option, index)
+
+    recorder = Recorder(tree)
+    tree.setItemDelegateForColumn(0, recorder)
+    try:
+        tree.viewport().repaint()
+        tree.viewport().grab()
+    finally:
+        tree.setItemDelegateForColumn(0, production)
+    return painted
 
 
 @pytest.mark.parametrize("width", [1280, 1024])
@@ -63,11 +83,27 @@ def test_elided_attribute_names_stay_distinct(window, qtbot, tmp_path, width: in
     node.setSelected(True)  # a click on the box
     tree = window.properties_dock.tree
     qtbot.waitUntil(lambda: tree.viewport().width() > 0)
-    items = {
-        tree.topLevelItem(i).child(j).text(0): tree.topLevelItem(i).child(j)
-        for i in range(tree.topLevelItemCount())
-        for j in range(tree.topLevelItem(i).childCount())
-    }
-    shown = {name: _shown_name(tree, items[name]) for name in ATTRIBUTES}
+    painted = _painted_names(tree)
+    shown = {name: painted[name] for name in ATTRIBUTES}
     assert any("…" in text for text in shown.values())  # the column is too narrow for them
     assert len(set(shown.values())) == len(ATTRIBUTES), shown
+
+
+def test_a_function_overload_reads_whole_in_the_model_properties(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.present.models import overloads_and_nested_calls
+
+    path = str(tmp_path / "overloads.onnx")
+    onnx.save(overloads_and_nested_calls(), path)
+    window.files.open_path(path, background=False)
+    tree = window.properties_dock.tree
+    functions = next(
+        tree.topLevelItem(i)
+        for i in range(tree.topLevelItemCount())
+        if tree.topLevelItem(i).text(0) == "Functions"
+    )
+    painted = _painted_names(tree)
+    names = [functions.child(j).text(0) for j in range(functions.childCount())]
+    shown = [painted[name] for name in names]
+    # the two overloads read apart (each whole, or elided where they differ)
+    assert len(set(shown)) == len(names), shown
+    assert all("…" not in text or text.startswith("Scale") for text in shown), shown

@@ -22,6 +22,8 @@ class DistinctElisionDelegate(QStyledItemDelegate):
         super().initStyleOption(option, index)
         if index.column() != 0 or not option.text:
             return
+        # a name is one line: wrapped at its spaces, "Scale (double)" showed "Scale …"
+        option.features &= ~QStyleOptionViewItem.ViewItemFeature.WrapText
         style = option.widget.style() if option.widget is not None else None
         if style is None:
             return
