@@ -107,3 +107,42 @@ def test_a_function_overload_reads_whole_in_the_model_properties(window, tmp_pat
     # the two overloads read apart (each whole, or elided where they differ)
     assert len(set(shown)) == len(names), shown
     assert all("…" not in text or text.startswith("Scale") for text in shown), shown
+
+
+def test_a_long_graph_value_wraps_instead_of_being_cut(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QRect, Qt
+
+    from tests.present.models import overloads_and_nested_calls
+
+    path = str(tmp_path / "overloads.onnx")
+    onnx.save(overloads_and_nested_calls(), path)
+    window.resize(1280, 720)
+    window.files.open_path(path, background=False)
+    window.actions_.expand_bodies.trigger()  # View > Expand All Bodies
+    inside = next(
+        n
+        for n in window.graph_scene.nodes.values()
+        if n.data_item.graph_path.startswith("function:") and not n.is_frame
+    )
+    window.graph_scene.clearSelection()
+    inside.setSelected(True)  # a node inside a function body
+    tree = window.properties_dock.tree
+    node = tree.topLevelItem(0)
+    graph = next(
+        node.child(j) for j in range(node.childCount()) if node.child(j).text(0) == "graph"
+    )
+    text = graph.text(1)
+    assert text.startswith("function local.")
+    width = tree.header().sectionSize(1) - 8
+    metrics = tree.fontMetrics()
+    assert metrics.horizontalAdvance(text) > width  # one line cannot hold it
+    needed = metrics.boundingRect(
+        QRect(0, 0, width, 1000), int(Qt.TextFlag.TextWordWrap), text
+    ).height()
+    assert tree.visualItemRect(graph).height() >= needed  # the row has its lines
+    # rows with an editor keep the editor's height
+    name = next(node.child(j) for j in range(node.childCount()) if node.child(j).text(0) == "name")
+    editor = tree.itemWidget(name, 1)
+    assert (
+        editor is not None and tree.visualItemRect(name).height() <= editor.sizeHint().height() + 6
+    )

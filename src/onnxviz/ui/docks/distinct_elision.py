@@ -1,4 +1,4 @@
-"""Names elided so that siblings stay apart.
+"""Properties' cells: names elided so that siblings stay apart, values wrapped.
 
 Eliding every name in the middle turns a TreeEnsembleClassifier's ``nodes_falsenodeids``,
 ``nodes_featureids``, ``nodes_nodeids`` and ``nodes_treeids`` into four identical
@@ -9,8 +9,8 @@ of middle, end or start that tells it apart from the other names under the same 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
+from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget
 
 MODES = (Qt.TextElideMode.ElideMiddle, Qt.TextElideMode.ElideRight, Qt.TextElideMode.ElideLeft)
 
@@ -46,3 +46,36 @@ class DistinctElisionDelegate(QStyledItemDelegate):
                 option.textElideMode = mode
                 return
         option.textElideMode = MODES[0]
+
+
+class WrappedValueDelegate(QStyledItemDelegate):
+    """Plain values (no editor) take the lines they need at the column's width, up to
+    `MAX_LINES`: a graph named ``function local.fn.Scale (half)`` read ``function
+    l…fn.Scale …`` on one line.  Rows with an editor keep the editor's height."""
+
+    MAX_LINES = 4
+
+    def __init__(self, tree: QTreeWidget) -> None:
+        super().__init__(tree)
+        self.tree = tree
+
+    def sizeHint(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> QSize:
+        size = super().sizeHint(option, index)
+        plain = index if isinstance(index, QModelIndex) else QModelIndex()
+        item = self.tree.itemFromIndex(plain) if plain.isValid() else None
+        text = str(index.data() or "")
+        if item is None or not text or self.tree.itemWidget(item, index.column()) is not None:
+            return size
+        width = self.tree.header().sectionSize(index.column()) - 8
+        if width <= 0:
+            return size
+        metrics = option.fontMetrics
+        bounds = metrics.boundingRect(
+            QRect(0, 0, width, metrics.lineSpacing() * self.MAX_LINES),
+            int(Qt.TextFlag.TextWordWrap | Qt.AlignmentFlag.AlignLeft),
+            text,
+        )
+        lines = min(self.MAX_LINES, max(1, round(bounds.height() / metrics.lineSpacing())))
+        return QSize(size.width(), max(size.height(), lines * metrics.lineSpacing() + 2))

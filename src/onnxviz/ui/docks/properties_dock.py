@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.present.properties import Row, Section
-from onnxviz.ui.docks.distinct_elision import DistinctElisionDelegate
+from onnxviz.ui.docks.distinct_elision import DistinctElisionDelegate, WrappedValueDelegate
 
 SectionSource = Callable[[], list[Section]]
 
@@ -59,6 +59,7 @@ class PropertiesDock(QDockWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         # ... or at the end or start, whichever keeps sibling names apart
         self.tree.setItemDelegateForColumn(0, DistinctElisionDelegate(self.tree))
+        self.tree.setItemDelegateForColumn(1, WrappedValueDelegate(self.tree))
         self.tree.setIndentation(12)  # two levels of a 20 px indent cost a name 40 px
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.tree.viewport().installEventFilter(self)
@@ -158,7 +159,13 @@ class PropertiesDock(QDockWidget):
             return
         wanted = self.tree.sizeHintForColumn(0) + 8
         most = max(NAME_MIN, int(width * NAME_SHARE))
-        self.tree.header().resizeSection(0, max(min(wanted, most), min(NAME_MIN, width // 2)))
+        header = self.tree.header()
+        size = max(min(wanted, most), min(NAME_MIN, width // 2))
+        if header.sectionSize(0) != size:
+            header.resizeSection(0, size)
+            # rows were measured with the old widths: a value that now needs two lines
+            # ("function local.fn.Scale (half)") would show one, cut at a space
+            self.tree.doItemsLayout()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
