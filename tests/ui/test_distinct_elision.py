@@ -52,7 +52,8 @@ def _painted_names(tree) -> dict[str, str]:  # type: ignore[no-untyped-def]
             shown = QStyleOptionViewItem(option)
             self.initStyleOption(shown, index)
             # one line (a wrapped name showed its first words and an ellipsis)
-            assert not shown.features & QStyleOptionViewItem.ViewItemFeature.WrapText
+            wraps = shown.features & QStyleOptionViewItem.ViewItemFeature.WrapText
+            assert not (shown.text and wraps), shown.text
             style = tree.style()
             width = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, shown, tree)
             painted[shown.text] = shown.fontMetrics.elidedText(
@@ -146,3 +147,28 @@ def test_a_long_graph_value_wraps_instead_of_being_cut(window, tmp_path) -> None
     assert (
         editor is not None and tree.visualItemRect(name).height() <= editor.sizeHint().height() + 6
     )
+
+
+def test_a_default_attribute_keeps_its_name_when_elided(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    from onnx import numpy_helper
+
+    t = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "g",
+        [t("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [t("y", TensorProto.FLOAT, [1, 1, 2, 2])],
+        initializer=[numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")],
+    )
+    path = str(tmp_path / "conv.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    window.resize(1024, 640)
+    window.files.open_path(path, background=False)
+    conv = next(n for n in window.graph_scene.nodes.values() if n.data_item.title == "Conv")
+    window.graph_scene.clearSelection()
+    conv.setSelected(True)
+    painted = _painted_names(window.properties_dock.tree)
+    shown = painted["auto_pad (default)"]
+    assert "…" in shown  # the column is too narrow for it here
+    assert shown.startswith("auto_pad"), shown

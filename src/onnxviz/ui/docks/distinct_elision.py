@@ -5,7 +5,8 @@ Eliding every name in the middle turns a TreeEnsembleClassifier's ``nodes_falsen
 ``node…eids``; eliding at the end would do the same to torch's ``pkg.torch.onnx.*``
 metadata keys.  `DistinctElisionDelegate` elides a name that does not fit in the first
 of middle, end or start that tells it apart from the other names under the same parent
-(the tooltip still has the whole name)."""
+(the end first for a name with a note in brackets: "auto_pad (default)"; the tooltip
+still has the whole name)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget
 
 MODES = (Qt.TextElideMode.ElideMiddle, Qt.TextElideMode.ElideRight, Qt.TextElideMode.ElideLeft)
+SUFFIXED = (Qt.TextElideMode.ElideRight, Qt.TextElideMode.ElideMiddle, Qt.TextElideMode.ElideLeft)
 
 
 class DistinctElisionDelegate(QStyledItemDelegate):
@@ -40,7 +42,9 @@ class DistinctElisionDelegate(QStyledItemDelegate):
             for row in range(model.rowCount(parent))
             if row != index.row()
         ]
-        for mode in MODES:
+        # "auto_pad (default)", "Scale (double)": the name before the note comes first
+        modes = SUFFIXED if text.endswith(")") else MODES
+        for mode in modes:
             mine = metrics.elidedText(text, mode, width)
             if all(metrics.elidedText(o, mode, width) != mine for o in others if o != text):
                 option.textElideMode = mode
