@@ -182,6 +182,10 @@ def test_stepping_into_unnamed_bodies_names_their_owners(window, tmp_path) -> No
     frames = [panel.widget.frames.item(i).text() for i in range(panel.widget.frames.count())]
     assert frames == ["main", "Loop#0 iteration 1/2", "If#1 then_branch"]
     assert panel.status_text() == "paused at main > Loop#0 > If#1 (then)::#0 (Add)"
+    # a value of the body, inspected, is titled with its graph named the same way
+    assert panel.inspect_value("main/body:#0", "x_in")
+    header = window.inspector_dock.inspector.header.text()
+    assert "x_in  (main > Loop#0)" in header, header
 
 
 def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(window, tmp_path) -> None:  # type: ignore[no-untyped-def]

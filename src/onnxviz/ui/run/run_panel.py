@@ -575,7 +575,7 @@ class RunPanel(QObject):
         if not found:
             self._message(f"'{name}' was not computed or is no longer kept")
             return False
-        self.inspector_dock.show_value(f"{name}  ({graph_path})", value)
+        self.inspector_dock.show_value(f"{name}  ({self.readable_address(graph_path)})", value)
         return True
 
     def _selection_changed(self) -> None:
