@@ -237,3 +237,24 @@ def test_the_compare_window_says_which_body_a_changed_node_is_in(qtbot) -> None:
     loop = next(details for text, details in rows if text == "changed: #0 (Loop)")
     assert re.fullmatch(r"body: \d+ changes inside", loop), loop
     assert not any("body:#" in text or "_branch:#" in text for row in rows for text in row)
+
+
+def test_rewiring_a_branch_input_to_an_unknown_value_names_the_branch(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    _open(window, nested_control_flow(), tmp_path)
+    window.actions_.expand_bodies.trigger()
+    mul = next(
+        n
+        for n in window.graph_scene.nodes.values()
+        if n.data_item.title == "Mul" and not n.is_frame
+    )
+    window.graph_scene.clearSelection()
+    mul.setSelected(True)
+    editor = window.properties_dock.editor("Inputs", "A")
+    line = editor.lineEdit()
+    line.selectAll()
+    qtbot.keyClicks(line, "nowhere")
+    qtbot.keyClick(line, Qt.Key.Key_Return)
+    message = window.statusBar().currentMessage()
+    assert f"no value named 'nowhere' is visible in graph '{ELSE}'" in message, message

@@ -30,6 +30,7 @@ from onnxviz.model.attribute_values import (
     parse_untyped,
     schema_for,
 )
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.model.types import text_to_type, type_to_text
 from onnxviz.present.properties import Row
 from onnxviz.present.row_edits import (
@@ -132,7 +133,10 @@ def parser_for(doc: Document, edit: RowEdit) -> Parser:
         def rewire(t: str) -> commands.Command:
             name = t.strip()
             if name and doc.scope(path).lookup(name) is None:
-                raise ValueError(f"no value named '{name}' is visible in graph '{path}'")
+                raise ValueError(
+                    f"no value named '{name}' is visible in graph "
+                    f"'{readable_graph_path(doc, path)}'"
+                )
             return commands.RewireInput(path, index, k, name)
 
         return rewire
