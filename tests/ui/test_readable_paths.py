@@ -239,7 +239,9 @@ def test_the_compare_window_says_which_body_a_changed_node_is_in(qtbot) -> None:
     assert not any("body:#" in text or "_branch:#" in text for row in rows for text in row)
 
 
-def test_rewiring_a_branch_input_to_an_unknown_value_names_the_branch(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_rewiring_a_branch_input_to_an_unknown_value_names_the_branch(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtCore import Qt
 
     _open(window, nested_control_flow(), tmp_path)
