@@ -25,6 +25,12 @@ class LooseDoc:
         self.source_format = "protobuf"
         self._scopes: list[GraphScope] | None = None
 
+    def unedited_bytes(self) -> bytes | None:
+        return None  # no file: the validator serializes the model
+
+    def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
+        return None
+
     def scopes(self) -> list[GraphScope]:
         if self._scopes is None:
             self._scopes = build_scopes(self.model)

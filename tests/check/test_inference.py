@@ -166,3 +166,20 @@ def test_the_canvas_gets_type_texts_from_the_worker_from_a_file_or_the_model(
     assert here["main"]["t"] == "float32[2,5]"  # inferred, not the declared int64
     assert infer_type_texts(doc.model) == here
     assert infer_type_texts(doc.model, path=path) == here
+
+
+def test_type_texts_travel_in_chunks_and_come_back_whole(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A big model's texts are unpickled a chunk at a time (each a short GIL hold)."""
+    from onnxviz.check import inference
+
+    monkeypatch.setattr(inference, "TEXT_CHUNK", 3)
+    texts = {
+        "main": {f"v{i}": f"float32[{i}]" for i in range(10)},
+        "main/If#1:then_branch": {"t": "int64[]", "\u00e9\n": "bool"},
+        "fn:local.f": {},
+    }
+    chunks = inference.texts_in_chunks(texts)
+    assert len([c for c in chunks if c[0] == "main"]) == 4  # 3 + 3 + 3 + 1
+    back = inference.texts_from_chunks(chunks)
+    assert back == texts
+    assert list(back["main"]) == list(texts["main"])  # in the order inference gave

@@ -270,3 +270,30 @@ def test_a_refused_rename_is_refused_by_check_before_anything_changes() -> None:
     with pytest.raises(EditError, match="cannot be empty"):
         c.RenameValue("main", name, "").check(doc)
     assert doc.main_scope.defines(name) and not doc.can_undo
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_closed_document_is_freed_without_the_cycle_collector(name):
+    """The app keeps loaded models out of the cycle collector's reach (it freezes them),
+    so a closed document must go by reference counting alone, whatever its history."""
+    import gc
+    import weakref
+
+    doc = Document.from_model(loop_model() if name != "rename" else simple_model())
+    if name in ("rewire",):
+        doc = Document.from_model(simple_model())
+    doc.scopes()
+    doc.execute(COMMANDS[name]())
+    doc.undo()
+    doc.redo()
+    doc.subscribe(lambda _changes: None)
+    gone = weakref.ref(doc)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc.close()
+        del doc
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()

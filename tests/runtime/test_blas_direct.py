@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -230,6 +231,33 @@ def test_run_json_reports_the_blas_engine(tmp_path) -> None:
     assert on["engine"]["direct_blas"] == blas.status()["direct_blas"]
     if on["engine"]["direct_blas"]:
         assert on["engine"]["blas_core"] and on["engine"]["blas_fallback_reason"] is None
+
+
+def test_run_json_says_what_chose_the_blas_core(tmp_path) -> None:
+    # OpenBLAS's own detection, or an OPENBLAS_CORETYPE in the environment (which an
+    # environment can set for every process, hiding a faster kernel set).
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    cmd = [sys.executable, "-m", "onnxviz", "run", str(path), "--random-inputs", "--json"]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    own = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    assert own["engine"]["blas_core_chosen_by"] == "OpenBLAS's CPU detection"
+    env["OPENBLAS_CORETYPE"] = "Sandybridge"
+    forced = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    assert forced["engine"]["blas_core_chosen_by"] == "OPENBLAS_CORETYPE=Sandybridge"
+    if forced["engine"]["direct_blas"] and platform.machine() in ("x86_64", "AMD64"):
+        assert forced["engine"]["blas_core"] == "Sandybridge"
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 576, 1024), (144, 576, 1), (1, 7, 1)])

@@ -270,17 +270,20 @@ def softmax_definition(x: np.ndarray, axis: int) -> np.ndarray:
     st.sampled_from([np.float32, np.float64]),
 )
 def test_softmax_with_one_shift_matches_the_definition(shape, spread, seed, dtype) -> None:
-    # Spreads below 60 take the one-shift path, wider ones the per-row maxima: both must
-    # give the definition's numbers (rows far below the array's maximum included).
+    # Narrow spreads and rows near the array's maximum take the one-shift path, rows far
+    # below it the per-row maxima: both must give the definition's numbers (rows far
+    # below the array's maximum included).  The one shift rounds x - shift in the input's
+    # precision, so a row d below the shift has exponents off by up to d * 2**-24: up to
+    # 4e-6 relative for the rows it accepts (d < 64), hence the tolerance.
     rng = np.random.default_rng(seed)
     x = (rng.uniform(-0.5, 0.5, shape) * spread).astype(dtype)
     got = math_softmax.softmax(x)
     assert got.dtype == dtype and got.shape == x.shape
-    np.testing.assert_allclose(got, softmax_definition(x, -1), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(got, softmax_definition(x, -1), rtol=5e-6, atol=1e-7)
     np.testing.assert_allclose(
         math_softmax.softmax_2d(x, axis=x.ndim - 1),
         softmax_definition(x, -1),
-        rtol=2e-6,
+        rtol=5e-6,
         atol=1e-7,
     )
 
@@ -289,19 +292,54 @@ def test_softmax_one_shift_path_is_taken_only_when_safe() -> None:
     x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
     assert math_softmax.softmax_rows(x) is not None
     assert math_softmax.softmax_rows(np.asfortranarray(x)) is None
-    wide = x.copy()
-    wide[0, 0] = -1e9  # an additive attention mask
-    assert math_softmax.softmax_rows(wide) is None
-    masked = x.copy()
-    masked[1, :3] = -np.inf
-    assert math_softmax.softmax_rows(masked) is None
-    got = math_softmax.softmax(masked)
-    assert (got[1, :3] == 0).all()
-    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-6)
+    # Additive attention masks keep the one shift: every row still has unmasked keys.
+    for mask_value in (-1e9, -10000.0, np.finfo(np.float32).min, -np.inf):
+        masked = x.copy()
+        masked[:, :3] = mask_value
+        masked[1, 10:] = mask_value
+        got = math_softmax.softmax_rows(masked)
+        assert got is not None, mask_value
+        assert (got[:, :3] == 0).all() and (got[1, 10:] == 0).all()
+        want = softmax_definition(masked, -1)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, err_msg=str(mask_value))
+    # A row far below the array's maximum needs its own shift: the fast path declines.
+    far = x.copy()
+    far[3] -= 200.0
+    assert math_softmax.softmax_rows(far) is None
+    np.testing.assert_allclose(
+        math_softmax.softmax(far), softmax_definition(far, -1), rtol=2e-6, atol=1e-7
+    )
+    all_masked = x.copy()
+    all_masked[2] = -np.inf
+    assert math_softmax.softmax_rows(all_masked) is None
     nan = x.copy()
     nan[2, 5] = np.nan
     assert math_softmax.softmax_rows(nan) is None
     assert np.isnan(math_softmax.softmax(nan)[2]).all()
+    inf = x.copy()
+    inf[0, 1] = np.inf
+    assert math_softmax.softmax_rows(inf) is None
+
+
+@SETTINGS
+@given(
+    st.sampled_from([(1, 2, 7, 9), (2, 16, 40), (3, 128)]),
+    st.sampled_from([-10000.0, -1e9, -np.inf]),
+    st.floats(1.0, 30.0),
+    st.integers(0, 2**16),
+)
+def test_softmax_of_masked_scores_matches_the_definition(shape, mask_value, spread, seed) -> None:
+    """Attention scores with an additive key mask (random keys masked, never all of a
+    row's) take the one-shift path and give the definition's numbers."""
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-0.5, 0.5, shape) * spread).astype(np.float32)
+    keys = rng.random(shape[-1]) < 0.4
+    keys[rng.integers(shape[-1])] = False
+    x[..., keys] += np.float32(mask_value)
+    assert math_softmax.softmax_rows(x) is not None
+    got = math_softmax.softmax(x)
+    np.testing.assert_allclose(got, softmax_definition(x, -1), rtol=5e-6, atol=1e-7)
+    assert (got[..., keys] == 0).all()
 
 
 def gqa_definition(q, k, v, past_k, past_v, num_heads, kv_heads) -> np.ndarray:
@@ -347,6 +385,208 @@ def test_group_query_attention_reads_shared_kv_heads_in_place(s, past, group) ->
         out, gqa_definition(q, k, v, pk, pv, heads, kv), rtol=1e-5, atol=1e-5
     )
     np.testing.assert_array_equal(present_k[:, :, :past], pk)
+
+
+def pairwise_rotary(xs, c, s, rot, interleaved) -> np.ndarray:
+    """Rotary embedding of xs [B, S, N, H] written pair by pair (the spec's formula) with
+    cos/sin rows c, s [B or 1, S, >= rot/2], in xs's precision."""
+    half = rot // 2
+    c, s = c[:, :, None, :half], s[:, :, None, :half]
+    if interleaved:
+        x1, x2 = xs[..., 0:rot:2], xs[..., 1:rot:2]
+    else:
+        x1, x2 = xs[..., :half], xs[..., half:rot]
+    out = xs.copy()
+    if interleaved:
+        out[..., 0:rot:2], out[..., 1:rot:2] = x1 * c - x2 * s, x2 * c + x1 * s
+    else:
+        out[..., :half], out[..., half:rot] = x1 * c - x2 * s, x2 * c + x1 * s
+    return out
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.sampled_from([4, 8, 16]),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_rotary_kernels_give_the_pairwise_formula_bit_for_bit(
+    b, seq, n, head, partial, interleaved, four_d, offset, seed
+) -> None:
+    """Both RotaryEmbedding kernels rotate in four full-width passes (_rotary.py); the
+    numbers are the pairwise formula's exactly, in every layout and position form."""
+    from onnxviz.runtime.kernels.contrib_attention import ms_rotary_embedding
+    from onnxviz.runtime.kernels.nn_attention import rotary_embedding
+
+    rng = np.random.default_rng(seed)
+    rot = head // 2 if partial else head
+    xs = rng.standard_normal((b, seq, n, head)).astype(np.float32)
+    rows = seq + 6
+    cos = rng.standard_normal((rows, head // 2)).astype(np.float32)
+    sin = rng.standard_normal((rows, head // 2)).astype(np.float32)
+    if offset:
+        start = int(rng.integers(0, 6))
+        pos = np.array([start], np.int64)
+        full = np.broadcast_to(start + np.arange(seq), (b, seq))
+    else:
+        full = rng.integers(0, rows, (b, seq)).astype(np.int64)
+        pos = full
+    x = xs.transpose(0, 2, 1, 3) if four_d else xs.reshape(b, seq, n * head)
+    x = np.ascontiguousarray(x)
+    ms_cos, ms_sin = cos[:, : rot // 2], sin[:, : rot // 2]
+    want = pairwise_rotary(xs, ms_cos[full], ms_sin[full], rot, interleaved)
+    got = ms_rotary_embedding(
+        x, pos, ms_cos, ms_sin, interleaved=int(interleaved), num_heads=n,
+        rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    got_bs = got.transpose(0, 2, 1, 3) if four_d else got.reshape(b, seq, n, head)
+    np.testing.assert_array_equal(got_bs, want)
+    onnx_cos, onnx_sin = cos[:, : rot // 2], sin[:, : rot // 2]
+    got = rotary_embedding(
+        x, onnx_cos, onnx_sin, full, interleaved=int(interleaved),
+        num_heads=0 if four_d else n, rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    got_bs = got.transpose(0, 2, 1, 3) if four_d else got.reshape(b, seq, n, head)
+    np.testing.assert_array_equal(got_bs, want)
+    half16 = rotary_embedding(
+        x.astype(np.float16), onnx_cos, onnx_sin, full, interleaved=int(interleaved),
+        num_heads=0 if four_d else n, rotary_embedding_dim=rot if partial else 0,
+    )  # fmt: skip
+    assert half16.dtype == np.float16
+
+
+@st.composite
+def gqa_cases(draw):  # type: ignore[no-untyped-def]
+    """A GroupQueryAttention call: prompt or continuation, ragged lengths, a shared cache
+    buffer longer than the sequence, packed or separate QKV, and the optional features."""
+    b, s = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    kv, group, head = (
+        draw(st.integers(1, 2)),
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from([8, 16])),
+    )
+    prompt = draw(st.booleans())
+    if prompt:  # padded entries have fewer valid keys than the sequence
+        totals = [draw(st.integers(1, s)) for _ in range(b)]
+        total_max, past_rows = s, draw(st.sampled_from([None, 0, 3]))
+    else:
+        past = [draw(st.integers(0, 6)) for _ in range(b)]
+        if draw(st.booleans()):
+            past = [past[0]] * b  # one past length (the common case)
+        totals = [p + s for p in past]
+        total_max, past_rows = max(totals), max(past) + draw(st.integers(0, 3))
+    return {
+        "b": b, "s": s, "kv": kv, "heads": kv * group, "head": head, "prompt": prompt,
+        "totals": totals, "total_max": total_max, "past_rows": past_rows,
+        "packed": draw(st.booleans()), "rotary": draw(st.booleans()),
+        "constant_caches": draw(st.booleans()),
+        "interleaved": draw(st.integers(0, 1)), "rot_half": draw(st.sampled_from([head // 2, head // 4])),
+        "position_ids": draw(st.booleans()), "causal": draw(st.integers(0, 1)),
+        "window": draw(st.sampled_from([-1, 1, 2, 4])), "softcap": draw(st.sampled_from([0.0, 3.0])),
+        "extra": draw(st.sampled_from([None, "smooth", "sink", "bias", "qk_norm"])),
+        "seed": draw(st.integers(0, 2**16)),
+    }  # fmt: skip
+
+
+@SETTINGS
+@given(gqa_cases())
+def test_group_query_attention_matches_the_plain_formula(case) -> None:
+    """The kernel's in-place cache writes, shared rotary tables, cached masks and skipped
+    passes give the plain step-by-step formula's numbers (tests/runtime/gqa_reference.py)
+    on every output, for random shapes and options."""
+    from onnxviz.runtime.kernels.contrib_gqa import group_query_attention
+    from onnxviz.runtime.registry import KernelContext
+    from tests.runtime.gqa_reference import reference_gqa
+
+    rng = np.random.default_rng(case["seed"])
+    b, s, kv, heads, h = case["b"], case["s"], case["kv"], case["heads"], case["head"]
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    if case["packed"]:
+        inputs: list[np.ndarray | None] = [f(b, s, (heads + 2 * kv) * h), None, None]
+    else:
+        inputs = [f(b, s, heads * h), f(b, s, kv * h), f(b, s, kv * h)]
+    rows = case["past_rows"]
+    inputs += [None, None] if rows is None else [f(b, kv, rows, h), f(b, kv, rows, h)]
+    inputs += [
+        np.array([t - 1 for t in case["totals"]], np.int32),
+        np.array([case["total_max"]], np.int32),
+    ]
+    attrs = {
+        "num_heads": heads, "kv_num_heads": kv, "causal": case["causal"],
+        "local_window_size": case["window"], "softcap": case["softcap"],
+    }  # fmt: skip
+    cache_rows = case["total_max"] + 8
+    opt: dict[int, np.ndarray] = {}
+    if case["rotary"]:
+        attrs.update(do_rotary=1, rotary_interleaved=case["interleaved"])
+        opt[7], opt[8] = f(cache_rows, case["rot_half"]), f(cache_rows, case["rot_half"])
+        if case["constant_caches"]:  # initializers: tables of every position made once
+            opt[7], opt[8] = _frozen(opt[7]), _frozen(opt[8])
+        if case["position_ids"] and not case["prompt"]:
+            opt[9] = rng.integers(0, cache_rows, (b, s)).astype(np.int64)
+    extra = case["extra"]
+    if extra == "smooth":
+        attrs["smooth_softmax"] = 1
+    elif extra == "sink":
+        opt[11] = f(heads)
+    elif extra == "bias":
+        opt[10] = f(b, 1, s, case["total_max"])
+    elif extra == "qk_norm":
+        opt[14], opt[15] = f(h), f(h)
+    for i in sorted(opt):
+        inputs += [None] * (i - len(inputs))
+        inputs.append(opt[i])
+    ctx = KernelContext(n_outputs=3, output_names=("out", "present_k", "present_v"))
+    with np.errstate(all="ignore"):
+        want = reference_gqa(ctx, *inputs, **attrs)
+        got = group_query_attention(ctx, *inputs, **attrs)
+    assert got[3] is None
+    for name, g, w in zip(("output", "present_key", "present_value"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.sampled_from([1, 3, 64, 127, 768, 1000]),
+    st.sampled_from([np.float32, np.float64]),
+    st.sampled_from([1e-3, 1.0, 300.0]),
+    st.integers(0, 2**16),
+)
+def test_contrib_layer_norms_reduce_like_numpys_mean(b, s, n, dtype, magnitude, seed) -> None:
+    """The com.microsoft normalisations sum with np.add.reduce and divide in the input's
+    precision instead of calling np.mean: the mean and 1/std outputs are numpy's own, bit
+    for bit, and the normalised outputs follow from them."""
+    from onnxviz.runtime.kernels.contrib_ms import ms_layer_norm, skip_simplified_layer_norm
+
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((b, s, n)) * magnitude).astype(dtype)
+    skip = rng.standard_normal((b, s, n)).astype(dtype)
+    gamma, beta = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    eps = dtype(1e-6)
+    y, mean, inv_std = ms_layer_norm(x, gamma, beta, epsilon=1e-6)
+    want_mean = x.mean(axis=-1, keepdims=True)
+    centered = x - want_mean
+    want_inv = 1.0 / np.sqrt((centered * centered).mean(axis=-1, keepdims=True) + eps)
+    np.testing.assert_array_equal(mean, want_mean.astype(np.float32))
+    np.testing.assert_array_equal(inv_std, want_inv.astype(np.float32))
+    np.testing.assert_array_equal(y, centered * want_inv * gamma + beta)
+    y, _, inv_std, total = skip_simplified_layer_norm(x, skip, gamma, epsilon=1e-6)
+    np.testing.assert_array_equal(total, x + skip)
+    want_inv = 1.0 / np.sqrt((total * total).mean(axis=-1, keepdims=True) + eps)
+    np.testing.assert_array_equal(inv_std, want_inv.astype(np.float32))
+    np.testing.assert_array_equal(y, total * want_inv * gamma)
 
 
 def test_conv_geometry_lookup_follows_sizes_and_attributes() -> None:

@@ -547,6 +547,10 @@ def test_attention_family_vs_ort() -> None:
     mask = RNG.random((5, 7)) > 0.3
     compare("Attention", [q, k, v, mask], 23, is_causal=0, rtol=1e-4, atol=1e-5)
     compare("Attention", [q, k, v], 23, is_causal=1, softcap=2.0)
+    # A causal decode step after a cache (every key visible: the mask pass is skipped),
+    # with grouped KV heads; present key/value are outputs too.
+    step = [rand(2, 4, 1, 8), rand(2, 2, 1, 8), rand(2, 2, 1, 6), None]
+    compare("Attention", step + [rand(2, 2, 9, 8), rand(2, 2, 9, 6)], 23, n_out=3, is_causal=1)
     x = rand(2, 6, 3 * 8)
     cache = rand(10, 4)
     pos = np.array([[0, 1, 2, 3, 4, 5], [4, 5, 6, 7, 8, 9]], np.int64)

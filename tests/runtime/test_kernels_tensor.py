@@ -116,6 +116,18 @@ def test_split_forms(opset: int, inputs: list[np.ndarray], attrs: dict, sizes: l
     np.testing.assert_array_equal(np.concatenate(outs), x)
 
 
+def test_split_along_inner_and_negative_axes_gives_numpys_parts() -> None:
+    x = np.arange(2 * 3 * 7, dtype=np.float32).reshape(2, 3, 7)
+    for axis in (1, 2, -1, -3):
+        dim = x.shape[axis]
+        sizes = [dim - 1, 0, 1]
+        outs = run_ours("Split", [x, np.array(sizes, np.int64)], 13, n_outputs=3, axis=axis)
+        want = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+        for got, part in zip(outs, want):
+            assert got.shape == part.shape
+            np.testing.assert_array_equal(got, part)
+
+
 def test_split_equal_parts_from_output_count() -> None:
     outs = run_ours("Split", [np.arange(6)], 13, n_outputs=3)
     assert [o.tolist() for o in outs] == [[0, 1], [2, 3], [4, 5]]

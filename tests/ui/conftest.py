@@ -43,3 +43,6 @@ def window(qtbot):  # type: ignore[no-untyped-def]
     w.show()
     yield w
     w.close()
+    from onnxviz.ui import collector
+
+    collector.settle()  # an open the test did not wait out must not hold the next test's

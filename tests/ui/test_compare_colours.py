@@ -110,7 +110,8 @@ def _check_contrast(window, fill: str) -> None:  # type: ignore[no-untyped-def]
     window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
     window.view.actual_size()
     panel = window.run_panel
-    panel.overlay.update(set(), None, set(), {}, {}, {})  # marks on the new scene
+    panel.overlay.update(set(), None, set(), {}, {}, {})
+    panel.overlay.make_marks()  # (a run would: nothing to mark makes none)
     key, mark = next(
         (k, m) for k, m in panel.overlay.marks.items() if m.parentItem().data_item.title == "Conv"
     )
@@ -143,3 +144,16 @@ def test_the_compare_tab_shows_a_legend_that_follows_the_tolerance(window, qtbot
     # the four swatches sit in the dock, not past its right edge
     right = max(legend.labels[k].geometry().right() for k in BANDS)
     assert right <= legend.width()
+
+
+def test_a_scene_nobody_runs_gets_no_run_marks_until_a_run_has_something_to_show(window) -> None:  # type: ignore[no-untyped-def]
+    window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
+    overlay = window.run_panel.overlay
+    overlay.update(set(), None, set(), {}, {}, {})
+    assert overlay.marks == {}
+    boxes = window.graph_scene.nodes
+    conv = next(it for it in boxes.values() if it.data_item.title == "Conv")
+    key = (conv.data_item.graph_path, conv.data_item.node_index)
+    overlay.update({key}, None, set(), {}, {}, {})  # the Conv ran
+    assert overlay.marks and overlay.marks[key].executed
+    assert overlay.marks[key].parentItem() is conv

@@ -294,7 +294,7 @@ def test_opening_a_big_model_validates_it_after_the_first_view(window, qtbot, mo
     timer.stop()
     assert any(filling for filling, _ in seen)
     assert not any(filling and validating for filling, validating in seen)
-    window.edits.settle()
+    window.edits.wait_validated()
     assert window.edits.last_validation_s > 0  # it did run, after the fill
 
 
@@ -312,5 +312,103 @@ def test_a_big_model_opened_inline_is_shown_whole_at_once(window, tmp_path) -> N
     assert window.session.doc is not None and window.work.task is None
     assert not window.graph_scene.filling
     assert set(window.graph_scene.nodes) == set(window.session.display.items)
-    window.edits.settle()
+    window.edits.wait_validated()
     assert window.edits.last_validation_s > 0
+
+
+def _staged_open(window, path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Open ``path`` the way a big model is opened (staged, validation held until the
+    first view, then validated by the worker process), whatever its size."""
+    from onnxviz.ui.controllers import file_controller
+
+    monkeypatch.setattr(file_controller, "STAGED_ADOPT_NODES", 0)
+    window.files.open_path(path, background=True)
+    window.wait_idle()
+
+
+def test_a_big_unedited_model_is_validated_by_the_worker_process(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The app's own process keeps its GIL for the canvas: the first validation of a big
+    model comes from the validator's worker, and it is the app's own answer."""
+    from onnxviz.check.validator import Validator
+    from onnxviz.model import commands as c
+    from onnxviz.model.document import Document
+    from tests.check.test_file_validation import _broken_model
+
+    path = str(tmp_path / "broken.onnx")
+    onnx.save(_broken_model(), path)
+    expected = Validator(Document.open(path)).validate()
+    _staged_open(window, path, monkeypatch)
+    window.edits.wait_validated()
+    assert window.session.validator.state is None  # not run in this process
+    assert window.edits.diagnostics == expected
+    assert window.diagnostics_dock.tree.topLevelItemCount() == len(expected)
+    # an edit afterwards is validated here, whole: the same answer as for a fresh run
+    assert window.edits.execute(c.RemoveNode("main", 0))  # the Relu with an undefined input
+    window.edits.wait_validated()
+    assert window.session.validator.state is not None
+    assert window.edits.diagnostics == Validator(window.session.doc).validate()
+    assert not any(d.severity.name == "ERROR" for d in window.edits.diagnostics)
+
+
+def test_an_edit_does_not_wait_for_the_workers_validation(window, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker's answer would be stale after the edit: the edit goes ahead at once,
+    and its own validation follows."""
+    import threading
+
+    from onnxviz.check import file_validation
+    from onnxviz.check.validator import Validator
+    from onnxviz.model import commands as c
+    from tests.check.test_file_validation import _broken_model
+
+    path = str(tmp_path / "broken.onnx")
+    onnx.save(_broken_model(), path)
+    release = threading.Event()
+    asked = threading.Event()
+    real = file_validation.validate_file_in_worker
+
+    def slow_worker(*args):  # type: ignore[no-untyped-def]
+        asked.set()
+        release.wait(20)
+        return real(*args)
+
+    monkeypatch.setattr(file_validation, "validate_file_in_worker", slow_worker)
+    _staged_open(window, path, monkeypatch)
+    assert asked.wait(10), "the first validation went to the worker"
+    t0 = time.perf_counter()
+    assert window.edits.execute(c.RemoveNode("main", 0))
+    assert time.perf_counter() - t0 < 2.0
+    release.set()
+    window.edits.wait_validated()
+    assert window.edits.diagnostics == Validator(window.session.doc).validate()
+    assert not any(d.severity.name == "ERROR" for d in window.edits.diagnostics)
+
+
+def test_the_diagnostics_dock_says_validating_until_the_first_run_reports(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A big model's first validation takes seconds: until it reports, the dock must
+    not say there are no problems."""
+    import threading
+
+    from onnxviz.check import file_validation
+    from tests.check.test_file_validation import _broken_model
+
+    path = str(tmp_path / "broken.onnx")
+    onnx.save(_broken_model(), path)
+    release = threading.Event()
+    real = file_validation.validate_file_in_worker
+
+    def slow_worker(*args):  # type: ignore[no-untyped-def]
+        release.wait(20)
+        return real(*args)
+
+    monkeypatch.setattr(file_validation, "validate_file_in_worker", slow_worker)
+    _staged_open(window, path, monkeypatch)
+    summary = window.diagnostics_dock.summary
+    assert summary.text().startswith("Validating…")
+    assert "No problems" not in summary.text()
+    release.set()
+    window.edits.wait_validated()
+    assert "error" in summary.text() and "Validating" not in summary.text()

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import onnx
 import pytest
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtWidgets import QApplication
 
 from tests.runtime.engine_models import chain_model
 from tests.ui.edit_models import conv_loop_if_model, write
@@ -209,3 +210,42 @@ def test_editing_the_model_under_a_paused_run_stops_it(window, tmp_path) -> None
     assert panel.controller.wait(30)
     window.wait_idle()
     assert panel.status_text().startswith("breakpoint hit at main::relu")
+
+
+def test_a_model_replaced_by_another_leaves_memory(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every background job of the first model (its open, its validation after an edit,
+    its shape inference, a run and a compare) has reported: none may keep the model
+    alive once another one is open (a user opening model after model ran out of memory)."""
+    import gc
+    import weakref
+
+    first = str(tmp_path / "chain.onnx")
+    onnx.save(chain_model(), first)
+    window.files.open_path(first, background=True)
+    window.wait_idle()
+    window.edits.wait_validated()
+    window.navigation.start_inference()
+    assert window.navigation.inference_task is not None
+    qtbot.waitUntil(lambda: window.navigation.inference_task.done, timeout=30_000)
+    window.properties.show_value("main", "r")
+    _type(qtbot, window.properties_dock.editor("Value", "name"), "renamed")
+    window.edits.wait_validated()
+    panel = window.run_panel
+    assert panel.run(CHAIN_FEEDS)
+    assert panel.controller.wait(30)
+    panel.compare()
+    panel.wait_compare()
+    window.wait_idle()
+    old = weakref.ref(window.session.doc)
+    old_validator = weakref.ref(window.session.validator)
+    old_presenter = weakref.ref(window.session.presenter)
+    window.files.open_path(
+        write(conv_loop_if_model(), str(tmp_path / "other.onnx")), background=True
+    )
+    window.wait_idle()
+    window.edits.wait_validated()
+    assert window.session.doc is not None and window.session.doc.path.endswith("other.onnx")
+    # as the application's own event loop does between turns
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+    assert old() is None and old_validator() is None and old_presenter() is None

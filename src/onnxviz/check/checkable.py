@@ -44,3 +44,13 @@ class Checkable(Protocol):
         ...
 
     def scopes(self) -> list[GraphScope]: ...
+
+    def unedited_bytes(self) -> bytes | None:
+        """The file's protobuf bytes as read while nothing is edited, else None: sent to
+        the worker processes as they are, instead of serializing the model again."""
+        ...
+
+    def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
+        """(path, identity) of the file the document is, while unedited and unchanged on
+        disk, else None: such a document can be validated by another process."""
+        ...

@@ -197,6 +197,16 @@ UNTYPED_NODE_RULES: tuple[NodeRule, ...] = (
 TYPED_NODE_RULES: tuple[NodeRule, ...] = (model_rules.node_rules,)
 
 
+def _model_bytes(doc: Checkable, model: ModelProto) -> bytes | None:
+    """What the worker processes get: the file as read while the document is unedited
+    (serializing 100k nodes holds the GIL for about 100 ms, and ByteSize walks them all
+    again), else a fresh serialization; None when too big for protobuf."""
+    unedited = doc.unedited_bytes()
+    if unedited is not None and model is doc.model and len(unedited) <= MAX_PROTO:
+        return unedited
+    return model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
+
+
 def full_run(
     doc: Checkable, model: ModelProto, scopes: list[GraphScope], load_diags: list[Diagnostic]
 ) -> ValidationState:
@@ -210,7 +220,7 @@ def full_run(
         pending = inference_answer(early[0], scopes, t0)
         pending_checker = checker_answer(early[1], t0)
     else:
-        blob = model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
+        blob = _model_bytes(doc, model)
         pending = begin_inference(model, scopes, isolate=True, base_dir=base_dir, blob=blob)
         pending_checker = begin_checker(model, base_dir, blob=blob)
     checker: CheckerResult | None = None
@@ -493,7 +503,7 @@ def _retype_run(
     old_inf = state.inference
     base_dir = doc.base_dir
     model = doc.model
-    blob = model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
+    blob = _model_bytes(doc, model)
     pending = begin_inference(model, scopes, base_dir=base_dir, blob=blob)
     checker = begin_checker(model, base_dir, blob=blob)()
     inference = pending()

@@ -278,7 +278,8 @@ def begin_inference(
     worker infers while the caller runs its own rules.  ``blob``: the model already
     serialized (the worker then prepares its copy itself, off this process's time)."""
     start = time.perf_counter()
-    if model.ByteSize() > _MAX_PROTO:
+    # (the blob's length, when there is one: ByteSize walks every node holding the GIL)
+    if (len(blob) if blob is not None else model.ByteSize()) > _MAX_PROTO:
         res = InferenceResult(ran=False)
         return lambda: res
     if isolate:
@@ -431,7 +432,7 @@ def begin_checker(
     from onnxviz.check.worker import CHECKER
 
     start = time.perf_counter()
-    if model.ByteSize() > _MAX_PROTO:
+    if (len(blob) if blob is not None else model.ByteSize()) > _MAX_PROTO:
         res = CheckerResult(None, ran=False)
         return lambda: res
     pending = CHECKER.begin(blob or model.SerializeToString(), "check", base_dir)
@@ -542,7 +543,37 @@ def infer_type_texts(
     got = WORKER.begin(source, "type-texts", base_dir)()  # type: ignore[arg-type]
     if isinstance(got, str):  # a crash report
         return {}
-    return got[1]  # type: ignore[no-any-return]
+    return texts_from_chunks(got[1])
+
+
+# Type texts travel in pickles of this many entries: unpickling the 10^5 texts of a big
+# model at once held the GIL for 30-90 ms, a stop of the UI thread.
+TEXT_CHUNK = 10_000
+
+
+def texts_in_chunks(texts: dict[str, dict[str, str]]) -> list[tuple[str, bytes]]:
+    """(graph path, pickled list of (name, text) pairs) per chunk of `TEXT_CHUNK`."""
+    import pickle
+
+    chunks: list[tuple[str, bytes]] = []
+    for path, per_name in texts.items():
+        pairs = list(per_name.items())
+        for start in range(0, max(len(pairs), 1), TEXT_CHUNK):
+            chunk = pairs[start : start + TEXT_CHUNK]
+            chunks.append((path, pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)))
+    return chunks
+
+
+def texts_from_chunks(chunks: list[tuple[str, bytes]]) -> dict[str, dict[str, str]]:
+    """`texts_in_chunks` undone, one chunk at a time, letting other threads (the UI
+    thread) take the GIL between two."""
+    import pickle
+
+    texts: dict[str, dict[str, str]] = {}
+    for path, blob in chunks:
+        texts.setdefault(path, {}).update(pickle.loads(blob))
+        time.sleep(0)
+    return texts
 
 
 def infer_types(doc: Checkable) -> TypeMap:

@@ -119,6 +119,31 @@ class Validator:
         self._publish()
         return self.diagnostics
 
+    def validate_unedited_file(self) -> bool:
+        """A full run of the unedited document's file in a worker process, which frees
+        this process's GIL for its UI (`check.file_validation`); False when the document
+        is edited or not its file, or the worker could not answer: call `validate`.  The
+        answer is kept only if no edit came meanwhile; the next re-check after an edit is
+        then a full run here (the per-rule results stayed in the worker)."""
+        from onnxviz.check.file_validation import validate_file_in_worker
+
+        doc = self.doc
+        unedited = doc.unedited_file()
+        if unedited is None:
+            return False
+        revision = doc.revision
+        found = validate_file_in_worker(unedited[0], unedited[1], self._target)
+        if found is None:
+            return False
+        with self._lock:
+            if doc.revision != revision:
+                return False
+            self._state = None
+            self._results = found
+            self._provisional = []
+        self._publish()
+        return True
+
     def quick_check(
         self, changes: ChangeSet, before: IndexBefore | None = None
     ) -> list[Diagnostic]:

@@ -21,7 +21,9 @@ onnx.parser's complaint), "type-texts" (model bytes, or the path of an unedited 
 file the worker reads itself; the answer is the inferred types as text per graph path,
 plain data the app's canvas takes without parsing or converting anything: see
 `inference.type_texts_here`), or "onnxruntime-schemas" (no model: onnxruntime's operator
-schemas, `onnxruntime_ops`).
+schemas, `onnxruntime_ops`), or "validate" (instead of bytes: the path, identity and
+check target of an unedited model file; the answer is our own Validator's diagnostics
+for it: `check.file_validation`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,28 @@ from collections.abc import Callable
 from typing import IO, Any
 
 _HEADER = struct.Struct("<Q")
+
+# The niceness workers run at, passed to them in this variable (and by them to theirs).
+NICE_ENV = "ONNXVIZ_WORKER_NICE"
+_worker_nice = 0
+
+
+def run_workers_below(nice: int) -> None:
+    """Start workers at niceness ``nice`` from now on.  The window does: on a 2-core
+    machine a big model's inference, checker and validation are three busy processes,
+    and at the same priority they took the UI thread's core from it for 100 ms and more.
+    The CLI does not: there the workers' answers are what the user waits for."""
+    global _worker_nice
+    _worker_nice = nice
+
+
+def _lower_own_priority() -> None:
+    try:
+        wanted = int(os.environ.get(NICE_ENV, "0"))
+        if wanted > os.getpriority(os.PRIO_PROCESS, 0):
+            os.setpriority(os.PRIO_PROCESS, 0, wanted)
+    except (AttributeError, OSError, ValueError):  # no such call here, or not allowed
+        pass
 
 
 def _read(stream: IO[bytes]) -> Any:
@@ -61,6 +85,7 @@ def serve() -> None:
     from onnxviz.check import onnx_native
 
     faulthandler.disable()  # a crash here is expected and reported by the parent
+    _lower_own_priority()
     engine = _Engine(onnx_native.load() or _ThroughPackage())
     home = os.getcwd()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -79,9 +104,15 @@ def serve() -> None:
             _write(stdout, ("schemas", read_onnxruntime_schemas()))
             continue
         if kind == "type-texts":
-            from onnxviz.check.inference import type_texts_here
+            from onnxviz.check.inference import texts_in_chunks, type_texts_here
 
-            _write(stdout, ("texts", type_texts_here(data, base_dir)))
+            _write(stdout, ("texts", texts_in_chunks(type_texts_here(data, base_dir))))
+            continue
+        if kind == "validate":
+            from onnxviz.check.file_validation import validate_file_here
+
+            path, identity, target = data
+            _write(stdout, ("validated", validate_file_here(path, identity, target)))
             continue
         if kind == "check":
             # The checker opens external data files relative to the current directory:
@@ -191,8 +222,10 @@ class InferenceWorker:
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen[bytes]:
+        env = {**os.environ, NICE_ENV: str(_worker_nice)} if _worker_nice else None
         return subprocess.Popen(
             self._command,
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -203,7 +236,10 @@ class InferenceWorker:
         return self.begin(model_bytes)()  # type: ignore[no-any-return]
 
     def begin(
-        self, model_bytes: bytes, kind: str = "infer", base_dir: str | None = None
+        self,
+        model_bytes: bytes | tuple[Any, ...],
+        kind: str = "infer",
+        base_dir: str | None = None,
     ) -> Callable[[], Any]:
         """Send a model and return the function that waits for its answer, so the caller
         can work meanwhile (the worker runs on another core).  The worker is held until
@@ -274,5 +310,7 @@ class InferenceWorker:
 
 WORKER = InferenceWorker()
 CHECKER = InferenceWorker(what="onnx.checker")
+# Validates unedited big files away from the app's GIL (`check.file_validation`).
+VALIDATOR = InferenceWorker(what="the validator")
 # Started only for the onnxruntime target: onnxruntime's schema registry is native code too.
 SCHEMAS = InferenceWorker(what="onnxruntime's schema registry")

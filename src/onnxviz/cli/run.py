@@ -317,6 +317,7 @@ def _run_ours(
             "direct_blas": blas_status["direct_blas"],
             "blas_library": blas_status["library"],
             "blas_core": blas_status["core"],
+            "blas_core_chosen_by": blas_status["core_chosen_by"],
             "blas_fallback_reason": blas_status["reason"],
         },
         "seconds": seconds,

@@ -200,6 +200,37 @@ class Document:
         self._notify(changes)
         return changes
 
+    def unedited_bytes(self) -> bytes | None:
+        """The protobuf file's bytes as read, while no edit stands (else None): the
+        worker processes take these instead of a fresh serialization, which at 100k nodes
+        holds the GIL for about 100 ms and so stops the UI thread."""
+        original = self._original_bytes
+        if self._undo or self.source_format != "protobuf" or not isinstance(original, bytes):
+            return None
+        return original
+
+    def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
+        """(path, identity) of the protobuf file this document is, while no edit stands
+        and the file on disk is still the one read (another process may open it to the
+        same model); else None."""
+        if self._undo or self.source_format != "protobuf" or not self.path:
+            return None
+        identity = _identity(self.path)
+        if identity is None or identity != self._disk_identity:
+            return None
+        return self.path, identity
+
+    def close(self) -> None:
+        """The document is done with (another one replaced it, or its window closed):
+        forget its history and listeners.  Undo steps are closures over the document, a
+        reference cycle; the app keeps a loaded model's objects out of the cycle
+        collector's reach (ui/workers.py freezes them, so that a collection never scans a
+        100k-node index), and a cycle would keep a closed model in memory for good.
+        Without them, reference counting frees it the moment its last user lets go."""
+        self._undo.clear()
+        self._redo.clear()
+        self._listeners.clear()
+
     def undo(self) -> ChangeSet:
         if not self._undo:
             raise EditError("nothing to undo")

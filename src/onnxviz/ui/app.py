@@ -56,6 +56,7 @@ def run_app(model: str | None, screenshot: str | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        window.edits.wait_validated()  # its diagnostics in the picture, not "Validating…"
         app.processEvents()  # the view as it opens: readable top, or the whole if small
         image = window.grab()
         if not image.save(screenshot, "PNG"):

@@ -38,6 +38,7 @@ class DocumentSession(QObject):
       after ``edited``: the diagnostics dock shows the quick check first);
     * ``diagnostics_changed(list, badges)``: what the validator and the last refused edit
       say; ``badges``: the canvas may badge them now (False while a relayout is pending);
+      ``validation_running`` says whether a validation will still complete the list;
     * ``scene_ready(Scene)``: a (re)laid-out scene is on the canvas;
     * ``selection_changed(subject)``: the properties pane shows ``subject``
       (("node", path, index), ("value", path, name), ...);
@@ -64,6 +65,8 @@ class DocumentSession(QObject):
         self.autosaver: Autosaver | None = None
         # what the diagnostics dock shows: the refused edit, then the validator's list
         self.diagnostics: list[Diagnostic] = []
+        # and whether that list is still to be completed by a running validation
+        self.validation_running = False
         self.is_example = False
         self.runner = RunController(self)
         self.runner.started.connect(self.run_state_changed.emit)
@@ -81,6 +84,7 @@ class DocumentSession(QObject):
         from onnxviz.check.validator import Validator
         from onnxviz.model.recovery import Autosaver
 
+        previous = self.doc
         self.doc = doc
         self.presenter = presenter
         self.display = None
@@ -89,6 +93,8 @@ class DocumentSession(QObject):
         self.autosaver = None if doc is None else Autosaver(doc)
         self.document_replaced.emit(doc)
         self.run_state_changed.emit()
+        if previous is not None and previous is not doc:
+            previous.close()  # every panel has let go of it (see Document.close)
 
     def subscribe(self, listener: Callable[[ChangeSet], Any]) -> Callable[[], None]:
         """Hear every change of the open document as the Document makes it (the edit

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QVBoxLayout, QWidget
 
+from onnxviz.check.worker import run_workers_below
 from onnxviz.model.document import Document
 from onnxviz.ui import settings
 from onnxviz.ui.actions import Actions
@@ -50,6 +51,7 @@ from onnxviz.ui.theme_switch import ThemeSwitch
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
 LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 BOTTOM = Qt.DockWidgetArea.BottomDockWidgetArea
+WORKER_NICE = 10  # the window's worker processes run below it (`check.worker`)
 
 
 class MainWindow(QMainWindow):
@@ -60,6 +62,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.prompter = prompter or Prompter(self)
         self.last_error = ""  # the last failure, for --screenshot's message
+        run_workers_below(WORKER_NICE)  # their seconds must not take the UI thread's core
         self.theme = ThemeSwitch(self)
         self.session = session = DocumentSession(settings.view_options(), self)
         self.graph_scene = GraphScene(self.theme.theme(), self)

@@ -13,8 +13,9 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,11 +54,12 @@ class _Runner(QObject):
         self, fn: Callable[[threading.Event, Progress], Any], cancel: threading.Event
     ) -> None:
         super().__init__()
-        self._fn = fn
+        self._fn: Callable[[threading.Event, Progress], Any] | None = fn
         self._cancel = cancel
 
     def run(self) -> None:
         try:
+            assert self._fn is not None, "a task runs once"
             result = self._fn(self._cancel, self.progress.emit)
         except (Cancelled, LayoutCancelled, BuildCancelled):
             self.failed.emit("")
@@ -72,6 +74,9 @@ class _Runner(QObject):
             else:
                 self.finished.emit(result)
         finally:
+            # The job's closure holds its document (and its validator, presenter...): a
+            # finished task must not keep a closed model alive.
+            self._fn = None
             # end the thread's event loop from inside: waiting for the UI thread to
             # quit it would deadlock when the UI thread is the one waiting (closing)
             thread = QThread.currentThread()
@@ -116,10 +121,22 @@ class Task(QObject):
     def _on_finished(self, result: object) -> None:
         self._stop()
         self.finished.emit(result)
+        self._forget_receivers()
 
     def _on_failed(self, message: str) -> None:
         self._stop()
         self.failed.emit(message)
+        self._forget_receivers()
+
+    def _forget_receivers(self) -> None:
+        """A task reports once.  Its receivers are closures over the document, presenter
+        and validator of their day, and the task lives on as its controller's child: kept
+        connected, every model ever opened would stay in memory."""
+        with warnings.catch_warnings():  # disconnecting a signal nobody connected warns
+            warnings.simplefilter("ignore")
+            for signal in (self.finished, self.failed, self.progress):
+                with suppress(RuntimeError, TypeError, SystemError):
+                    signal.disconnect()
 
     def wait(self, ms: int = 60_000) -> bool:
         return self._thread.wait(ms)
@@ -132,16 +149,14 @@ def _collector_paused() -> Iterator[None]:
     100k-node index that is 150-250 ms in which the UI thread cannot run, and the first
     allocation after the index build re-enabled the collector paid exactly that.  The
     model's objects live as long as it is open, so they leave the collector's
-    generations (until the next open) before it runs again, and later collections
-    stay short."""
-    # The previous model's objects, frozen when it was opened, may be garbage now.
-    gc.unfreeze()
+    generations before it runs again, and later collections stay short.  When the model
+    is closed, reference counting frees them (`Document.close` breaks its cycles)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        gc.freeze()  # (and no full collection until the model settles: `ui.collector`)
         if enabled:
             gc.enable()
 

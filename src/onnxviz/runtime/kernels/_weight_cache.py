@@ -74,19 +74,29 @@ def derived(
     when every non-None source is frozen, else rebuilt on each call.  ``params`` must
     name everything besides the sources that the form depends on (attributes, dtypes).
     The stored value is shared: callers must not write into it."""
-    present = [s for s in sources if s is not None]
-    if not present or not all(frozen(s) for s in present):
+    # Plain loops, not generators: a hit is on every call of a decoder's small kernels,
+    # where this lookup's own cost was as much as the product it serves.
+    ids: list[int | None] = []
+    for src in sources:
+        if src is None:
+            ids.append(None)
+        elif frozen(src):
+            ids.append(id(src))
+        else:
+            return build()
+    if len(ids) == ids.count(None):
         return build()
-    key = (kind, *(id(s) if s is not None else None for s in sources), *params)
+    key = (kind, *ids, *params)
     global _total
     with _lock:
         hit = _entries.get(key)
-        if hit is not None and all(
-            (r is None and s is None) or (r is not None and r() is s)
-            for r, s in zip(hit[0], sources)
-        ):
-            _entries.move_to_end(key)
-            return hit[1]
+        if hit is not None:
+            for ref, src in zip(hit[0], sources):
+                if (ref() if ref is not None else None) is not src:
+                    break
+            else:
+                _entries.move_to_end(key)
+                return hit[1]
     value = build()
     size = _size(value)
     if size > CAP_BYTES // 4:

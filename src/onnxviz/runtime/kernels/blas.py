@@ -15,6 +15,9 @@ arithmetic.  When anything about it is unclear (no such library, unknown integer
 wrong answer, or ONNXVIZ_DIRECT_BLAS=0) every call falls back to numpy: same results, one
 extra pass.  The reason is logged once and `status()` reports it (``onnxviz run --json``
 prints it as its engine information).
+
+`few_rows_matmul` (and `gemm`) run products of a few rows in blocks of K on OpenBLAS's
+AVX-512 kernel sets, whose small-matrix kernel is faster there than their packed GEMM.
 """
 
 from __future__ import annotations
@@ -101,6 +104,14 @@ def _load() -> dict[np.dtype[Any], _Gemm]:
     found: dict[np.dtype[Any], _Gemm] = {}
     _STATUS.clear()
     _STATUS.update(direct_blas=False, library=None, core=None, reason=None)
+    # OpenBLAS reads OPENBLAS_CORETYPE once, when it loads, instead of detecting the CPU
+    # (a name its build lacks falls back to detection).  Said in the report because an
+    # environment that sets it for every process can hide a faster kernel set: on an
+    # AVX-512 CPU, Haswell's AVX2 kernels run products 1.4-1.9x slower than SkylakeX's.
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    _STATUS["core_chosen_by"] = (
+        f"OPENBLAS_CORETYPE={forced}" if forced else "OpenBLAS's CPU detection"
+    )
     if os.environ.get("ONNXVIZ_DIRECT_BLAS", "1") == "0":
         _STATUS["reason"] = "turned off by ONNXVIZ_DIRECT_BLAS=0"
         return found
@@ -206,7 +217,8 @@ def _self_check(g: _Gemm, dtype: np.dtype[Any]) -> str | None:
 
 def status() -> dict[str, Any]:
     """Whether products go to BLAS directly, which library and kernel set (OpenBLAS's core
-    name) they go to, and otherwise why not."""
+    name) they go to, and otherwise why not; and what chose that kernel set
+    (``core_chosen_by``: OPENBLAS_CORETYPE's value, or OpenBLAS's CPU detection)."""
     available()
     return dict(_STATUS)
 
@@ -305,6 +317,106 @@ def raw_gemm(dtype: np.dtype[Any]) -> Any:
     return call
 
 
+# OpenBLAS's AVX-512 kernel sets have a small-matrix GEMM that runs a float32 product
+# without packing its operands when M*N*K <= 1e6 (its sgemm_small_kernel_permit); above
+# that they pack B on every call, which for a few rows costs more than the arithmetic:
+# [4, 256] @ [256, 1024] (an LSTM step) takes 80-150 us there, 54 us on the AVX2 Haswell
+# kernels.  Cut along K into blocks under the limit, accumulated in C, it takes 25-30 us;
+# GPT-2's 8-row projections run 1.3-1.9x faster, with their weights in cache or not
+# (measured on an AVX-512 EPYC; from 12 rows on, blocks lose).  Blocks along K read whole
+# rows of B, contiguous: column blocks read strided strips and lose on cold weights.
+_SMALL_KERNEL_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+_SMALL_MNK = 1_000_000
+_SPLIT_MAX_ROWS = 8
+_SPLIT_MIN_K = 16  # fewer rows of B per block: the calls' overhead outweighs the gain
+_SPLIT: bool | None = None
+
+
+def _rows_contiguous(x: np.ndarray) -> bool:
+    """Rows of contiguous elements at a positive, whole-element distance (a leading
+    dimension BLAS takes) of at least a row's length."""
+    item = x.itemsize
+    s0, s1 = x.strides
+    return s1 == item and s0 % item == 0 and s0 // item >= x.shape[1]
+
+
+def splits_few_rows() -> bool:
+    """True when `few_rows_matmul` cuts products into blocks of K: OpenBLAS runs one of
+    its kernel sets with a small-matrix path (and ONNXVIZ_SPLIT_FEW_ROWS is not 0)."""
+    global _SPLIT
+    if _SPLIT is None:
+        core = (status().get("core") or "").lower()
+        off = os.environ.get("ONNXVIZ_SPLIT_FEW_ROWS", "1") == "0"
+        _SPLIT = core in _SMALL_KERNEL_CORES and not off
+    return _SPLIT
+
+
+def set_split_few_rows(on: bool | None) -> None:
+    """Turn the blocks of `few_rows_matmul` on or off whatever the kernel set
+    (differential tests, benchmarks), or back to the automatic choice with None."""
+    global _SPLIT
+    _SPLIT = on
+
+
+def few_rows_matmul(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, split: bool | None = None
+) -> np.ndarray:
+    """``a @ b`` for 2-D operands, into ``out`` when given (must not overlap them).
+
+    A float32 product of 2-8 rows and more than 1e6 multiply-adds, with the rows of
+    ``b`` and ``out`` contiguous, runs as blocks of K of at most 1e6 multiply-adds each
+    (C = A1 @ B1, then C += Ai @ Bi) when `splits_few_rows` (or ``split=True``, which the
+    tests use on any kernel set): each block goes to OpenBLAS's small-matrix kernel
+    instead of a packed GEMM.  The same sums over K, up to float32 rounding."""
+    depth = _block_depth(a, b, out, split)
+    if depth is None:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
+    _blocks(a, b, out, depth, accumulate=False)
+    return out
+
+
+def _block_depth(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, split: bool | None
+) -> int | None:
+    """Rows of B per block when ``a @ b`` runs in blocks of K (few_rows_matmul), else None."""
+    m, k = a.shape
+    n = b.shape[1]
+    depth = _SMALL_MNK // max(m * n, 1)
+    if (
+        not 2 <= m <= _SPLIT_MAX_ROWS
+        or m * k * n <= _SMALL_MNK
+        or depth < _SPLIT_MIN_K
+        or a.dtype != np.float32
+        or b.dtype != np.float32
+        or not _rows_contiguous(b)
+        or (out is not None and (out.dtype != np.float32 or not _rows_contiguous(out)))
+        or not (splits_few_rows() if split is None else split)
+        or raw_gemm(np.dtype(np.float32)) is None
+    ):
+        return None
+    return depth
+
+
+def _blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, depth: int, accumulate: bool) -> None:
+    """out (+)= a @ b as blocks of ``depth`` rows of B, each onto what the last left."""
+    gemm_at = raw_gemm(np.dtype(np.float32))
+    if not _rows_contiguous(a):
+        a = np.ascontiguousarray(a)  # at most 8 rows: a small copy
+    m, k = a.shape
+    n = b.shape[1]
+    item = a.itemsize
+    lda, ldb, ldc = a.strides[0] // item, b.strides[0] // item, out.strides[0] // item
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    for start in range(0, k, depth):
+        rows = min(depth, k - start)
+        gemm_at(
+            m, n, rows, pa + item * start, lda, pb + item * start * ldb, ldb, pc, ldc,
+            accumulate or start > 0,
+        )  # fmt: skip
+
+
 # Outputs (elements) below which C += A @ B is a product then an add (see gemm).
 _SMALL_OUTPUT = 32768
 
@@ -316,6 +428,12 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = Fa
     global _GEMM
     if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
         raise ValueError(f"gemm shapes do not fit: {a.shape} @ {b.shape} -> {out.shape}")
+    depth = _block_depth(a, b, out, None)
+    if depth is not None:
+        # A few rows on a kernel set with a small-matrix path (few_rows_matmul); the
+        # blocks accumulate onto what out holds, so C += A @ B costs no separate pass.
+        _blocks(a, b, out, depth, accumulate)
+        return
     if not accumulate:
         # C = A @ B is what numpy's matmul does: the same BLAS gemm (or gemv for a single
         # row or column, where gemm would pack its operands first: 4-5x slower on a

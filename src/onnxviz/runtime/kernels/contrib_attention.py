@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.registry import KernelContext, kernel
 
 MS = "com.microsoft"
@@ -136,8 +137,8 @@ def ms_attention(
     out = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
     present = None
     if ctx.wants_output(1):
-        present = np.stack([k, v]).astype(dtype)
-    return out.astype(dtype), present
+        present = np.stack([k, v]).astype(dtype, copy=False)  # fresh from the stack
+    return out.astype(dtype, copy=False), present
 
 
 def _mha_inputs(
@@ -218,10 +219,13 @@ def multi_head_attention(
     if mask is not None:
         scores = scores + mask
     out = (softmax_last(scores) @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
-    present_k = k.astype(dtype) if ctx.wants_output(1) else None
-    present_v = v.astype(dtype) if ctx.wants_output(2) else None
-    qk_out = qk.astype(dtype) if ctx.wants_output(3) else None
-    return out.astype(dtype), present_k, present_v, qk_out
+    # K and V are fresh after a concatenation with the past; without one they may be
+    # views of the inputs, which the outputs must not be.
+    copy_kv = past_key is None or past_value is None
+    present_k = k.astype(dtype, copy=copy_kv) if ctx.wants_output(1) else None
+    present_v = v.astype(dtype, copy=copy_kv) if ctx.wants_output(2) else None
+    qk_out = qk.astype(dtype, copy=False) if ctx.wants_output(3) else None  # not changed
+    return out.astype(dtype, copy=False), present_k, present_v, qk_out
 
 
 @kernel("RotaryEmbedding", domain=MS, since=1)
@@ -243,32 +247,36 @@ def ms_rotary_embedding(
     v = _wide(xa)
     half = cos_cache.shape[-1]
     rot = rotary_embedding_dim or 2 * half
-    if v.ndim == 4:  # [B, N, S, H]
-        heads = v
-    elif v.ndim == 3:  # [B, S, N*H]
+    # Rotated in the input's own layout (_rotary.py), no transposed copies:
+    # heads [B, N, S, H] for 4-D input, [B, S, N, H] (a view) for 3-D.
+    if v.ndim == 4:
+        heads, seq_axis = v, 2
+    elif v.ndim == 3:
         head = (v.shape[-1] // num_heads) if num_heads else rot
-        heads = v.reshape(v.shape[0], v.shape[1], -1, head).transpose(0, 2, 1, 3)
+        heads, seq_axis = v.reshape(v.shape[0], v.shape[1], -1, head), 1
     else:
         raise ExecutionError("RotaryEmbedding: input must be 3-D or 4-D")
-    bsz, _, seq, _ = heads.shape
+    bsz, seq = heads.shape[0], heads.shape[seq_axis]
     pos = np.asarray(position_ids, dtype=np.int64)
-    if pos.size == 1:  # a start offset
-        pos = int(pos.ravel()[0]) + np.arange(seq)[None, :].repeat(bsz, axis=0)
-    pos = np.broadcast_to(pos, (bsz, seq))
-    if pos.min() < 0 or pos.max() >= cos_cache.shape[0]:
-        raise ExecutionError("RotaryEmbedding: position id outside the cos/sin cache")
-    cos = _wide(cos_cache)[pos][:, None, :, : rot // 2]  # [B, 1, S, rot/2]
-    sin = _wide(sin_cache)[pos][:, None, :, : rot // 2]
-    part = heads[..., :rot]
-    if interleaved:
-        x1, x2 = part[..., 0::2], part[..., 1::2]
-        rotated = np.empty_like(part)
-        rotated[..., 0::2] = x1 * cos - x2 * sin
-        rotated[..., 1::2] = x2 * cos + x1 * sin
+    cos, sin = _wide(cos_cache), _wide(sin_cache)
+    if pos.size == 1:  # a start offset: rows of the caches
+        start = int(pos.ravel()[0])
+        if start < 0 or start + seq > cos.shape[0]:
+            raise ExecutionError("RotaryEmbedding: position id outside the cos/sin cache")
+        c, s = cos[None, start : start + seq], sin[None, start : start + seq]
     else:
-        x1, x2 = part[..., : rot // 2], part[..., rot // 2 :]
-        rotated = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    out = np.concatenate([rotated, heads[..., rot:]], axis=-1)
-    if v.ndim == 3:
-        out = out.transpose(0, 2, 1, 3).reshape(v.shape)
-    return out.astype(xa.dtype)
+        pos = np.broadcast_to(pos, (bsz, seq))
+        if pos.min() < 0 or pos.max() >= cos.shape[0]:
+            raise ExecutionError("RotaryEmbedding: position id outside the cos/sin cache")
+        c, s = cos[pos], sin[pos]
+    c, s = c[..., : rot // 2], s[..., : rot // 2]  # [B or 1, S, rot/2]
+    where = (slice(None), None) if seq_axis == 2 else (slice(None), slice(None), None)
+    big_c, big_s = pair_tables(c[where], s[where], bool(interleaved))
+    rotated = rotate(heads, big_c, big_s, bool(interleaved))
+    if rot < heads.shape[-1]:
+        out = np.empty(heads.shape, dtype=rotated.dtype)
+        out[..., :rot] = rotated
+        out[..., rot:] = heads[..., rot:]
+    else:
+        out = rotated
+    return out.reshape(xa.shape).astype(xa.dtype, copy=False)

@@ -4,13 +4,24 @@ Supported: separate or packed QKV, past/present KV cache in BNSH (a cache buffer
 than the sequence is updated in place of a copy, "past_present_share_buffer"), per-batch
 lengths from ``seqlens_k``, causal and local-window masks, rotary embedding from cos/sin
 caches, softcap, attention bias, smooth softmax / head sinks and Q/K RMS norms.  Not
-supported (clear error): quantised KV caches and window-sized caches."""
+supported (clear error): quantised KV caches and window-sized caches.
+
+A decoder runs this once per layer per generated token, on small tensors, so its cost is
+the number of numpy calls more than arithmetic (issue 21): lengths are Python ints, the
+new keys/values/queries are written once into the buffers the products read, queries and
+keys are rotated together (_rotary.py), a prompt's mask is built once, and the
+mask and zero-row guards are skipped when nothing can be masked (one-token decode).
+tests/runtime/gqa_reference.py keeps the plain formula its random test compares with."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._rotary import pair_tables, rotate
+from onnxviz.runtime.kernels._weight_cache import derived, frozen
 from onnxviz.runtime.kernels.contrib_attention import _wide
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -18,31 +29,99 @@ MS = "com.microsoft"
 
 
 def _rotate(
-    x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool
-) -> np.ndarray:
-    """Rotary embedding of x [B, N, S, H] at positions pos [B, S]."""
-    half = cos.shape[-1]
-    rot = 2 * half
-    c = cos[pos][:, None]  # [B, 1, S, half]
-    s = sin[pos][:, None]
-    part = x[..., :rot]
-    # Written into one fresh array: the two concatenations this replaces copied it twice.
-    out = np.empty(x.shape, dtype=x.dtype)
-    if interleaved:
-        x1, x2 = part[..., 0::2], part[..., 1::2]
-        np.subtract(x1 * c, x2 * s, out=out[..., 0:rot:2])
-        np.add(x2 * c, x1 * s, out=out[..., 1:rot:2])
-    else:
-        x1, x2 = part[..., :half], part[..., half:]
-        np.subtract(x1 * c, x2 * s, out=out[..., :half])
-        np.add(x2 * c, x1 * s, out=out[..., half:rot])
-    if rot < x.shape[-1]:
-        out[..., rot:] = x[..., rot:]
-    return out
+    x: np.ndarray,
+    tables: tuple[np.ndarray, np.ndarray, bool],
+    outs: list[tuple[slice, np.ndarray]],
+) -> None:
+    """Rotary embedding of x [B, S, N, H] (tables: C, S [B, S, 1, rot] and interleaved):
+    heads ``sl`` of the result go to ``out`` ([B, S, n, H], any strides: the callers pass
+    transposed views of the buffers the heads are read from next) for each (sl, out)."""
+    big_c, big_s, interleaved = tables
+    rot = big_c.shape[-1]
+    rotated = rotate(x, big_c, big_s, interleaved)
+    # Plain copies into the strided destinations: a ufunc writing there costs more.
+    for heads, out in outs:
+        out[..., :rot] = rotated[:, :, heads]
+        if rot < x.shape[-1]:
+            out[..., rot:] = x[:, :, heads, rot:]
 
 
 def _rms(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weight
+
+
+@functools.lru_cache(maxsize=64)
+def _blocked(
+    past: tuple[int, ...], totals: tuple[int, ...], s: int, t: int, causal: bool, window: int
+) -> tuple[np.ndarray, bool]:
+    """The key positions each query may not read, [B, 1, S, T] (read-only, shared): past
+    the batch entry's valid keys, after the query (causal), or outside its local window;
+    and whether some query may read none.  A prompt's or a ragged batch's mask repeats
+    from layer to layer and step to step."""
+    key_pos = np.arange(t)[None, None, :]  # [1, 1, T]
+    query_pos = (np.array(past)[:, None] + np.arange(s)[None, :])[:, :, None]  # [B, S, 1]
+    allowed = key_pos < np.array(totals)[:, None, None]
+    if causal:
+        allowed = allowed & (key_pos <= query_pos)
+    if window > 0:
+        allowed = allowed & (key_pos > query_pos - window)
+    blocked = ~allowed[:, None]
+    blocked.flags.writeable = False
+    return blocked, bool(blocked.all(axis=-1).any())
+
+
+def _position_tables(
+    cos_cache: np.ndarray,
+    sin_cache: np.ndarray,
+    interleaved: bool,
+    pos: np.ndarray | None,
+    start: int,
+    s: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rotary tables (_rotary.pair_tables) [B or 1, S, 1, rot] of positions ``pos``
+    [B, S], or of start..start+s-1 for every entry when ``pos`` is None.  For constant
+    caches (initializers) the tables of every position are made once (_weight_cache) and
+    each call takes its rows: every layer of every step rotates at the same few positions."""
+    if frozen(cos_cache) and frozen(sin_cache):
+        full_c, full_s = derived(
+            "gqa_rotary_tables",
+            (cos_cache, sin_cache),
+            (interleaved,),
+            lambda: pair_tables(_wide(cos_cache), _wide(sin_cache), interleaved),
+        )
+        if pos is None:
+            return full_c[None, start : start + s, None], full_s[None, start : start + s, None]
+        return full_c[pos][:, :, None], full_s[pos][:, :, None]
+    cos, sin = _wide(cos_cache), _wide(sin_cache)
+    if pos is None:
+        c, sn = cos[None, start : start + s], sin[None, start : start + s]
+    else:
+        c, sn = cos[pos], sin[pos]
+    return pair_tables(c[:, :, None], sn[:, :, None], interleaved)
+
+
+def _fill_cache(
+    present: np.ndarray, past: np.ndarray | None, starts: list[int], s: int, op: str
+) -> None:
+    """Copy each batch entry's past rows into ``present`` [B, KV, P, H] and zero the rows
+    after its new ones (the new rows [start, start + s) are the caller's)."""
+    past_dim = 0 if past is None else past.shape[2]
+    for start in starts:
+        if start and (past is None or start > past_dim):
+            raise ExecutionError(f"{op}: seqlens_k needs {start} past positions")
+    if len(set(starts)) == 1:  # one past length: whole-batch copies
+        start = starts[0]
+        if start:
+            assert past is not None
+            present[:, :, :start] = past[:, :, :start]
+        if start + s < present.shape[2]:  # a shared buffer longer than the sequence
+            present[:, :, start + s :] = 0
+        return
+    for i, start in enumerate(starts):
+        if start:
+            assert past is not None
+            present[i, :, :start] = past[i, :, :start]
+        present[i, :, start + s :] = 0
 
 
 @kernel("GroupQueryAttention", domain=MS, since=1, ctx=True)
@@ -95,80 +174,116 @@ def group_query_attention(
     dtype = np.asarray(query).dtype
     q_in = _wide(query)
     b, s, width = q_in.shape
-    if key is None:  # packed QKV
-        head = width // (num_heads + 2 * kv_num_heads)
-        q_flat, k_flat, v_flat = np.split(
-            q_in, [num_heads * head, (num_heads + kv_num_heads) * head], axis=-1
-        )
+    nq, nk = num_heads, kv_num_heads
+    if key is None:  # packed QKV: [B, S, N + 2 KV, H] views of the one input
+        head = width // (nq + 2 * nk)
+        if width != (nq + 2 * nk) * head:
+            raise ExecutionError(f"{op}: packed QKV width {width} does not split into heads")
+        packed = q_in.reshape(b, s, nq + 2 * nk, head)
+        q_bs, k_bs, v_bs = packed[:, :, :nq], packed[:, :, nq : nq + nk], packed[:, :, nq + nk :]
     else:
         if value is None:
             raise ExecutionError(f"{op}: key and value must be given together")
-        head = width // num_heads
-        q_flat, k_flat, v_flat = q_in, _wide(key), _wide(value)
-    q = q_flat.reshape(b, s, num_heads, head).transpose(0, 2, 1, 3)
-    k_new = k_flat.reshape(b, s, kv_num_heads, head).transpose(0, 2, 1, 3)
-    v_new = v_flat.reshape(b, s, kv_num_heads, head).transpose(0, 2, 1, 3)
+        head = width // nq
+        q_bs = q_in.reshape(b, s, nq, head)
+        k_bs = _wide(key).reshape(b, s, nk, head)
+        v_bs = _wide(value).reshape(b, s, nk, head)
+        packed = None
     if q_norm_weight is not None and k_norm_weight is not None:
-        q = _rms(q, _wide(q_norm_weight), qk_norm_epsilon)
-        k_new = _rms(k_new, _wide(k_norm_weight), qk_norm_epsilon)
+        q_bs = _rms(q_bs, _wide(q_norm_weight), qk_norm_epsilon)
+        k_bs = _rms(k_bs, _wide(k_norm_weight), qk_norm_epsilon)
+        packed = None
 
-    total_max = int(np.asarray(total_sequence_length).ravel()[0])
-    totals = np.asarray(seqlens_k, dtype=np.int64).ravel() + 1  # valid keys per batch entry
+    # The per-batch lengths as Python ints: a handful of numbers, for which numpy's
+    # per-call cost was most of the bookkeeping.
+    tsl = np.asarray(total_sequence_length)
+    total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
+    totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]  # valid keys per entry
     prompt = s == total_max
-    past_len = np.zeros(b, dtype=np.int64) if prompt else totals - s
-    if (past_len < 0).any():
+    past_len = [0] * b if prompt else [n - s for n in totals]
+    if any(n < 0 for n in past_len):
         raise ExecutionError(f"{op}: seqlens_k is shorter than the new sequence")
+
+    pk = None if past_key is None else _wide(past_key)
+    pv = None if past_value is None else _wide(past_value)
+    past_dim = 0 if pk is None else pk.shape[2]
+    present_len = max(total_max, past_dim)
+    # The new keys and values go straight to their rows of the present cache, and the
+    # queries to a [B, N, S, H] buffer (the layout the products read): each is written
+    # once, through a transposed view, with no intermediate copy.
+    present_k = np.empty((b, nk, present_len, head), dtype=q_in.dtype)
+    present_v = np.empty_like(present_k)
+    _fill_cache(present_k, pk, past_len, s, op)
+    _fill_cache(present_v, pv, past_len, s, op)
+    uniform = len(set(past_len)) <= 1
+    start = past_len[0] if b else 0
+    v_rows: np.ndarray | None = None
+    if uniform:
+        k_rows = present_k[:, :, start : start + s].transpose(0, 2, 1, 3)  # [B, S, KV, H]
+        v_rows = present_v[:, :, start : start + s].transpose(0, 2, 1, 3)
+    else:  # ragged: the rows are placed per batch entry below
+        k_rows = np.empty((b, s, nk, head), dtype=q_in.dtype)
+    q = np.empty((b, nq, s, head), dtype=q_in.dtype)
+    q_rows = q.transpose(0, 2, 1, 3)  # [B, S, N, H] view
 
     if do_rotary:
         if cos_cache is None or sin_cache is None:
             raise ExecutionError(f"{op}: do_rotary needs cos_cache and sin_cache")
+        inter = bool(rotary_interleaved)
         if position_ids is not None and not prompt:
-            pos = np.broadcast_to(np.asarray(position_ids, dtype=np.int64), (b, s))
+            pos: np.ndarray | None = np.broadcast_to(
+                np.asarray(position_ids, dtype=np.int64), (b, s)
+            )
+        elif uniform:  # the same positions for every entry: rows of the caches
+            pos = None
         else:
-            pos = past_len[:, None] + np.arange(s)[None, :]
-        if pos.max() >= cos_cache.shape[0]:
+            pos = np.array(past_len)[:, None] + np.arange(s)[None, :]
+        last = start + s - 1 if pos is None else (int(pos.max()) if pos.size else -1)
+        if last >= cos_cache.shape[0]:
             raise ExecutionError(f"{op}: position beyond the cos/sin cache")
-        cos, sin = _wide(cos_cache), _wide(sin_cache)
-        q = _rotate(q, pos, cos, sin, bool(rotary_interleaved))
-        k_new = _rotate(k_new, pos, cos, sin, bool(rotary_interleaved))
-
-    past_dim = 0 if past_key is None else np.asarray(past_key).shape[2]
-    present_len = max(total_max, past_dim)
-    present_k = np.zeros((b, kv_num_heads, present_len, head), dtype=q.dtype)
-    present_v = np.zeros_like(present_k)
-    pk = None if past_key is None else _wide(past_key)
-    pv = None if past_value is None else _wide(past_value)
-    for i in range(b):  # per batch entry (its own past length); rows past the end stay 0
-        start = int(past_len[i])
-        if start and (pk is None or pv is None or start > past_dim):
-            raise ExecutionError(f"{op}: seqlens_k needs {start} past positions")
-        if start and pk is not None and pv is not None:
-            present_k[i, :, :start] = pk[i, :, :start]
-            present_v[i, :, :start] = pv[i, :, :start]
-        present_k[i, :, start : start + s] = k_new[i]
-        present_v[i, :, start : start + s] = v_new[i]
+        big_c, big_s = _position_tables(cos_cache, sin_cache, inter, pos, start, s)
+        tables = (big_c, big_s, inter)
+        if packed is not None:  # queries and keys side by side: rotated in one go
+            qk = packed[:, :, : nq + nk]
+            _rotate(qk, tables, [(slice(0, nq), q_rows), (slice(nq, nq + nk), k_rows)])
+        else:
+            _rotate(q_bs, tables, [(slice(None), q_rows)])
+            _rotate(k_bs, tables, [(slice(None), k_rows)])
+    else:
+        q_rows[...] = q_bs
+        k_rows[...] = k_bs
+    if v_rows is not None:
+        v_rows[...] = v_bs
+    else:
+        for i, start in enumerate(past_len):
+            present_k[i, :, start : start + s] = k_rows[i].transpose(1, 0, 2)
+            present_v[i, :, start : start + s] = v_bs[i].transpose(1, 0, 2)
 
     # Query head n reads KV head n // group: the group's query rows stacked on one KV head
     # ([B, KV, group*S, H]) multiply the cache in place, no repeated copy of K and V.
-    group = num_heads // kv_num_heads
+    group = nq // nk
     keys = present_k[:, :, :total_max]  # [B, KV, T, H]
     vals = present_v[:, :, :total_max]
     factor = scale if scale else 1.0 / np.sqrt(head)
-    q_rows = q.reshape(b, kv_num_heads, group * s, head)
-    scores = (q_rows @ np.swapaxes(keys, -1, -2)).reshape(b, num_heads, s, total_max)
+    scores = (q.reshape(b, nk, group * s, head) @ np.swapaxes(keys, -1, -2)).reshape(
+        b, nq, s, total_max
+    )
     scores *= q.dtype.type(factor)
     if softcap > 0:
         scores = softcap * np.tanh(scores / softcap)
     if attention_bias is not None:
         scores = scores + _wide(attention_bias)[..., :total_max]
-    key_pos = np.arange(total_max)[None, None, :]  # [1, 1, T]
-    query_pos = (past_len[:, None] + np.arange(s)[None, :])[:, :, None]  # [B, S, 1]
-    allowed = key_pos < totals[:, None, None]
-    if causal:
-        allowed = allowed & (key_pos <= query_pos)
-    if local_window_size > 0:
-        allowed = allowed & (key_pos > query_pos - local_window_size)
-    scores = np.where(allowed[:, None], scores, -np.inf)
+    # Nothing is masked when every entry has all T keys and no query can see past them
+    # (a decode step of one token per entry): the mask pass is skipped.
+    full = uniform and all(n == total_max for n in totals)
+    empty_rows = False
+    window = local_window_size if 0 < local_window_size <= total_max - 1 else -1
+    masked = not full or (bool(causal) and s > 1) or window > 0
+    if masked:
+        blocked, empty_rows = _blocked(
+            tuple(past_len), tuple(totals), s, total_max, bool(causal), window
+        )
+        np.copyto(scores, -np.inf, where=blocked)
     peak = scores.max(axis=-1, keepdims=True)
     sink = None
     if head_sink is not None:
@@ -178,12 +293,25 @@ def group_query_attention(
     if sink is not None:
         peak = np.maximum(peak, sink)
     peak = np.where(np.isfinite(peak), peak, 0.0)
-    e = np.exp(scores - peak)
-    denom = e.sum(axis=-1, keepdims=True)
+    # exp(scores - peak) / sum, in place in the scores' buffer.
+    np.subtract(scores, peak, out=scores)
+    np.exp(scores, out=scores)
+    denom = scores.sum(axis=-1, keepdims=True)
     if sink is not None:
         denom = denom + np.exp(sink - peak)
-    probs = e / np.where(denom == 0, 1.0, denom)
-    probs = probs.reshape(b, kv_num_heads, group * s, total_max)
-    out = (probs @ vals).reshape(b, num_heads, s, head)
-    out = out.transpose(0, 2, 1, 3).reshape(b, s, num_heads * head)
-    return out.astype(dtype), present_k.astype(dtype), present_v.astype(dtype), None
+    # A row sums to 0 only when all its scores are -inf: fully masked, or a -inf bias.
+    # Otherwise its peak's own term is exp(0) = 1 (and with a sink, the sink's or the
+    # peak's is), so the guard's two passes are skipped; a NaN row stays NaN either way.
+    if (masked and empty_rows) or attention_bias is not None:
+        scores /= np.where(denom == 0, 1.0, denom)  # a row with nothing to attend to
+    else:
+        scores /= denom
+    probs = scores.reshape(b, nk, group * s, total_max)
+    heads_out = (probs @ vals).reshape(b, nq, s, head)
+    out = heads_out.transpose(0, 2, 1, 3).reshape(b, s, nq * head)
+    return (
+        out.astype(dtype, copy=False),
+        present_k.astype(dtype, copy=False),
+        present_v.astype(dtype, copy=False),
+        None,
+    )

@@ -1,6 +1,8 @@
 """Linear algebra kernels: MatMul, Gemm, Det, Einsum.
 
-Matrix products go through np.matmul (BLAS for float32/float64).  numpy has no BLAS path
+Matrix products go through np.matmul (BLAS for float32/float64); 2-D ones through
+`blas.few_rows_matmul`, which cuts products of a few rows into blocks on the kernel sets
+where that is faster.  numpy has no BLAS path
 for float16 and no arithmetic at all for bfloat16, so those multiply in float32 (which is
 also how runtimes accumulate them) and round once at the end.
 """
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_common import widen
 from onnxviz.runtime.registry import kernel
 
@@ -33,8 +36,10 @@ def matmul(a: Array, b: Array) -> Array:
     if wa.ndim > 2 and wb.ndim == 2 and wa.flags.c_contiguous:
         # [..., M, K] @ [K, N] is one [(...*M), K] @ [K, N] product: a single large BLAS
         # call instead of numpy's loop of small ones.
-        flat = np.matmul(wa.reshape(-1, wa.shape[-1]), wb)
+        flat = few_rows_matmul(wa.reshape(-1, wa.shape[-1]), wb)
         return _narrow(flat.reshape(wa.shape[:-1] + (wb.shape[1],)), a.dtype)
+    if wa.ndim == 2 and wb.ndim == 2:
+        return _narrow(few_rows_matmul(wa, wb), a.dtype)
     return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
 
 
@@ -55,7 +60,7 @@ def gemm(
     wa, wb = widen(a), widen(b)
     if wa.ndim != 2 or wb.ndim != 2:
         raise ExecutionError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
-    y = np.matmul(wa.T if transA else wa, wb.T if transB else wb)
+    y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
     if y.dtype.kind == "f":
         if alpha != 1.0:
             y *= y.dtype.type(alpha)

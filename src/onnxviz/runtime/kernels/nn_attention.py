@@ -13,6 +13,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.dtypes import np_dtype
+from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -112,8 +113,8 @@ def attention(
     if sm_dtype.kind != "f" or sm_dtype.itemsize < 4:
         sm_dtype = np.dtype(np.float32)
     root = np.sqrt(1.0 / np.sqrt(head) if scale is None else scale)
-    qs = q.astype(dt) * dt.type(root)
-    ks = k.astype(dt) * dt.type(root)
+    qs = q.astype(dt, copy=False) * dt.type(root)
+    ks = k.astype(dt, copy=False) * dt.type(root)
     scores = _group_matmul(qs, ks.transpose(0, 1, 3, 2))
     raw = scores
     if softcap > 0:
@@ -130,7 +131,7 @@ def attention(
         if mask.dtype == np.bool_:
             bias = np.where(mask, 0, -np.inf).astype(dt)
         else:
-            bias = mask.astype(dt)
+            bias = mask.astype(dt, copy=False)
         bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
     if past_key is not None:
         offset = np.array([past_key.shape[2]])
@@ -145,8 +146,10 @@ def attention(
         valid = np.arange(s_k)[None, :] < np.asarray(nonpad_kv_seqlen).reshape(-1, 1)
         valid = valid.reshape(-1, 1, 1, s_k)
         allowed = valid if allowed is None else allowed & valid
+    if allowed is not None and allowed.all():  # e.g. a causal decode step: sees every key
+        allowed = None
     if allowed is not None:
-        frontier = np.where(allowed, 0, -np.inf).astype(dt)
+        frontier = np.where(allowed, 0, -np.inf).astype(dt, copy=False)
         bias = frontier if bias is None else bias + frontier
     if bias is not None:
         scores = scores + bias
@@ -154,7 +157,7 @@ def attention(
     sm_in = scores.astype(sm_dtype, copy=False)
     inplace = not ctx.wants_output(3) or sm_in is not scores
     probs = softmax_last(sm_in, inplace=inplace).astype(dt, copy=False)
-    y = _group_matmul(probs, v.astype(dt))
+    y = _group_matmul(probs, v.astype(dt, copy=False))
     if q_in.ndim == 3:
         y = y.transpose(0, 2, 1, 3).reshape(b, s_q, -1)
     qk_out = (raw, capped, scores, probs)[qk_matmul_output_mode] if ctx.wants_output(3) else None
@@ -188,25 +191,25 @@ def rotary_embedding(
     dim = rotary_embedding_dim or head
     half = dim // 2
     dt = compute_dtype(x.dtype)
-    cos, sin = cos_cache.astype(dt), sin_cache.astype(dt)
+    # Rows first, then the compute dtype: converting the whole cache cost a pass over it
+    # on every call.
+    cos, sin = cos_cache, sin_cache
     if position_ids is not None:
         cos, sin = cos[position_ids], sin[position_ids]
     elif cos.ndim != 3 or sin.ndim != 3:
         raise ExecutionError("RotaryEmbedding: without position_ids the caches must be 3-D")
     if cos.shape[-1] != half or sin.shape[-1] != half:
         raise ExecutionError(f"RotaryEmbedding: caches must have last dimension {half}")
-    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    xr = xs[..., :dim].astype(dt)
-    x1, x2 = (xr[..., 0::2], xr[..., 1::2]) if interleaved else (xr[..., :half], xr[..., half:])
-    real = cos * x1 - sin * x2
-    imag = sin * x1 + cos * x2
-    out = xs.astype(dt)  # a fresh array: the input is never written
-    if interleaved:
-        out[..., 0:dim:2] = real
-        out[..., 1:dim:2] = imag
+    cos, sin = cos.astype(dt, copy=False), sin.astype(dt, copy=False)
+    big_c, big_s = pair_tables(cos[:, :, None, :], sin[:, :, None, :], bool(interleaved))
+    xd = xs.astype(dt, copy=False)
+    rotated = rotate(xd, big_c, big_s, bool(interleaved))  # a fresh array (_rotary.py)
+    if dim < head:
+        out = np.empty(xs.shape, dtype=rotated.dtype)
+        out[..., :dim] = rotated
+        out[..., dim:] = xd[..., dim:]
     else:
-        out[..., :half] = real
-        out[..., half:dim] = imag
+        out = rotated
     out = out.astype(x.dtype, copy=False)
     return out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
 

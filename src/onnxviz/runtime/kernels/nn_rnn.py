@@ -15,6 +15,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels._weight_cache import derived
+from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import kernel
 
@@ -265,17 +266,17 @@ def _gru_steps_plain(
     blend = np.empty_like(pre_h)
     for t in range(proj.shape[0]):
         p = proj[t]
-        np.add(p[:, : 2 * hs], np.matmul(h, r_zr, out=pre_zr), out=pre_zr)
+        np.add(p[:, : 2 * hs], few_rows_matmul(h, r_zr, pre_zr), out=pre_zr)
         pre_zr += rb_zr
         zr = f(_clip(pre_zr, clip))
         z, rg = zr[:, :hs], zr[:, hs:]
         if linear_before_reset:
-            np.matmul(h, r_h, out=pre_h)
+            few_rows_matmul(h, r_h, pre_h)
             pre_h += rb_h
             np.multiply(rg, pre_h, out=pre_h)
             np.add(p[:, 2 * hs :], pre_h, out=pre_h)
         else:
-            np.matmul(rg * h, r_h, out=pre_h)
+            few_rows_matmul(rg * h, r_h, pre_h)
             np.add(p[:, 2 * hs :], pre_h, out=pre_h)
             pre_h += rb_h
         hc = g(_clip(pre_h, clip))
@@ -365,7 +366,7 @@ def _lstm_steps_plain(
     gates = np.empty(proj.shape[1:], dtype=proj.dtype)
     c = np.array(c, dtype=proj.dtype)  # own copy: updated in place
     for t in range(proj.shape[0]):
-        np.matmul(h, rt, out=gates)
+        few_rows_matmul(h, rt, gates)
         gates += proj[t]
         iof = f(_clip(gates[:, : 3 * hs], clip))
         c_cand = g(_clip(gates[:, 3 * hs :], clip))

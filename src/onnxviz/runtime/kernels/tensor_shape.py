@@ -8,6 +8,7 @@ sharing memory is safe and saves a copy per node.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,9 @@ def size(data: np.ndarray) -> np.ndarray:
 
 
 def reshape_target(in_shape: tuple[int, ...], target: list[int], allowzero: int) -> list[int]:
-    """Resolve ONNX 0 (copy the input dim, unless allowzero) and -1 (infer) entries."""
+    """Resolve ONNX 0 (copy the input dim, unless allowzero) and -1 (infer) entries.
+    Products of Python ints (math.prod): np.prod's per-call cost was most of a
+    Reshape node, which decoders run several times per layer and token."""
     out = list(target)
     if not allowzero:
         for i, d in enumerate(out):
@@ -50,13 +53,13 @@ def reshape_target(in_shape: tuple[int, ...], target: list[int], allowzero: int)
     unknown = [i for i, d in enumerate(out) if d == -1]
     if len(unknown) > 1:
         fail("Reshape: more than one -1 in the target shape")
-    total = int(np.prod(in_shape, dtype=np.int64))
+    total = math.prod(in_shape)
     if unknown:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        known = math.prod(d for d in out if d != -1)
         if known == 0 or total % known:
             fail(f"Reshape: cannot infer -1 reshaping {list(in_shape)} to {target}")
         out[unknown[0]] = total // known
-    if any(d < 0 for d in out) or int(np.prod(out, dtype=np.int64)) != total:
+    if any(d < 0 for d in out) or math.prod(out) != total:
         fail(f"Reshape: cannot reshape {list(in_shape)} to {target}")
     return out
 
@@ -76,8 +79,7 @@ def flatten(data: np.ndarray, axis: int = 1) -> np.ndarray:
     axis = axis + data.ndim if axis < 0 else axis
     if not 0 <= axis <= data.ndim:
         fail(f"Flatten: axis {axis} is out of range for rank {data.ndim}")
-    outer = int(np.prod(data.shape[:axis], dtype=np.int64))
-    return data.reshape(outer, int(np.prod(data.shape[axis:], dtype=np.int64)))
+    return data.reshape(math.prod(data.shape[:axis]), math.prod(data.shape[axis:]))
 
 
 def _squeeze(data: np.ndarray, axes: Any) -> np.ndarray:
@@ -146,7 +148,7 @@ def _split_sizes(
     dim: int, split: list[int] | None, n_out: int, num_outputs: int | None
 ) -> list[int]:
     if split:
-        if sum(split) != dim:
+        if sum(split) != dim or min(split) < 0:
             fail(f"Split: sizes {split} do not add up to dimension {dim}")
         return split
     if num_outputs is not None:
@@ -161,8 +163,14 @@ def _split_sizes(
 
 def _split(data: np.ndarray, axis: int, sizes: list[int]) -> tuple[np.ndarray, ...]:
     axis = normalize_axis(axis, data.ndim)
-    bounds = np.cumsum(sizes)[:-1].tolist()
-    return tuple(np.split(data, bounds, axis=axis))
+    # Views by plain slicing (np.split's Python-level machinery cost several times more).
+    lead = (slice(None),) * axis
+    parts = []
+    start = 0
+    for size in sizes:
+        parts.append(data[(*lead, slice(start, start + size))])
+        start += size
+    return tuple(parts)
 
 
 @kernel("Split", since=1, ctx=True)

@@ -208,7 +208,9 @@ class GraphScene(QGraphicsScene):
         def free(r: QRectF) -> bool:
             return not any(o.intersects(r) for c in cells(r) for o in grid.get(c, ()))
 
-        for node in self.nodes.values():
+        for k, node in enumerate(list(self.nodes.values())):
+            if k % SLICE_ITEMS == SLICE_ITEMS - 1:
+                yield  # (thousands of boxes: one pass over them was a 90 ms turn)
             if not node.is_frame:
                 add(node.sceneBoundingRect().adjusted(2, 2, -2, -2))
             else:  # a frame's title and slot labels; its inside is free for labels

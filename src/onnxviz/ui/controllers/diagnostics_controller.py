@@ -38,7 +38,9 @@ class DiagnosticsController(QObject):
         if self.session.doc is not self.doc_seen:  # another model: its errors are new
             self.doc_seen = self.session.doc
             self.errors_shown = 0
-        self.dock.show_diagnostics(shown, self._graph_label())
+        self.dock.show_diagnostics(
+            shown, self._graph_label(), validating=self.session.validation_running
+        )
         errors = sum(1 for d in shown if d.severity == Severity.ERROR)
         if errors and not self.errors_shown:
             # problems appeared: bring the list forward (once; the user may close it)

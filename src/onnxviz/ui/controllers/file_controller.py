@@ -4,13 +4,14 @@ choice, the unsaved-work question, crash recovery at start, image export."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from onnxviz.errors import FileChangedError, OnnxvizError
-from onnxviz.ui import settings
+from onnxviz.ui import collector, settings
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.controllers.background_work import BackgroundWork
 from onnxviz.ui.controllers.navigation_controller import NavigationController
@@ -23,6 +24,8 @@ from onnxviz.ui.workers import Opened, open_model_job
 MODEL_FILTERS = "ONNX models (*.onnx *.onnxtxt *.txt);;All files (*)"
 # Models with more nodes are taken over in steps, one per turn of the event loop.
 STAGED_ADOPT_NODES = 5000
+SETTLE_POLL_MS = 200  # how often an opened model is looked at until it has settled
+SETTLE_LIMIT_S = 120.0  # full garbage collections are held at most this long after an open
 EXTERNAL_CHOICES = [
     ("keep", "Keep external data where it is"),
     ("embed", "Embed all tensors in the model file"),
@@ -50,6 +53,13 @@ class FileController(QObject):
         self.work = work
         self.graph_scene = scene
         self.prompter = prompter
+        # After an open, full garbage collections wait until the model has settled
+        # (`ui.collector`): this timer looks for that moment.
+        self._settle_timer = QTimer(self)
+        self._settle_timer.setInterval(SETTLE_POLL_MS)
+        self._settle_timer.timeout.connect(self._settle_if_quiet)
+        self._quiet_polls = 0
+        self._settle_deadline = 0.0
 
     # -- opening ------------------------------------------------------------------------------
     def open_dialog(self) -> None:
@@ -63,12 +73,32 @@ class FileController(QObject):
         if not self.maybe_save():
             return
         job = open_model_job(path, self.session.options, TextMetrics)
+        collector.hold_full()  # until the model has settled: `_settle_if_quiet`
         self.work.run(
             job,
             lambda opened: self.adopt_steps(opened, path, example, inline=not background),
             background,
             f"opening {os.path.basename(path)}",
         )
+        self._quiet_polls = 0
+        self._settle_deadline = time.monotonic() + SETTLE_LIMIT_S
+        self._settle_timer.start()
+
+    def _settle_if_quiet(self) -> None:
+        """Once nothing runs for the opened model any more (its open, canvas fill,
+        validation, shape inference and the relayout that follows), twice in a row, or
+        after `SETTLE_LIMIT_S` at the latest: `collector.settle`."""
+        inference = self.navigation.inference_task
+        quiet = (
+            self.work.task is None
+            and not self.graph_scene.filling
+            and not self.edits.validation_due
+            and (inference is None or inference.done)
+        )
+        self._quiet_polls = self._quiet_polls + 1 if quiet else 0
+        if self._quiet_polls >= 2 or time.monotonic() > self._settle_deadline:
+            self._settle_timer.stop()
+            collector.settle()
 
     def adopt(self, opened: Opened, path: str, example: bool) -> None:
         """Make a freshly opened model the session's document."""

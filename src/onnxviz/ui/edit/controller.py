@@ -14,6 +14,7 @@ shows the obvious breakages at once.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ class EditController(QObject):
         self._validate_timer.setSingleShot(True)
         self._validate_timer.timeout.connect(self.validate_pending)
         self._task: Any = None
+        self._task_elsewhere = False  # the running task validates the file in a process
         self._before: Any = None
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
@@ -130,11 +132,13 @@ class EditController(QObject):
         """Validate the whole document (in the worker; load-time problems show now)."""
         if self.doc is None:
             return
-        self._publish()  # the Validator has the load-time problems before its first run
         if self._held:
             self._held_run = True
-            return
-        self._start(None)
+        else:
+            self._start(None)
+        # the Validator has the load-time problems before its first run (the dock says
+        # the rest is being checked: `validating`)
+        self._publish()
 
     def hold_validation(self) -> None:
         """Keep the next full validation waiting until `release_validation` (or a
@@ -148,7 +152,9 @@ class EditController(QObject):
         if self._held_run:
             self._held_run = False
             if self.doc is not None:
-                self._start(None)
+                # a big model: validated by another process while the file is unedited
+                # (its seconds of Python would halve the UI thread's share of the GIL)
+                self._start(None, elsewhere=self.doc.unedited_file() is not None)
 
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
@@ -237,7 +243,7 @@ class EditController(QObject):
             return
         self._start(changes)
 
-    def _start(self, changes: ChangeSet | None) -> None:
+    def _start(self, changes: ChangeSet | None, elsewhere: bool = False) -> None:
         from onnxviz.ui.workers import Task
 
         validator = self.validator
@@ -246,8 +252,13 @@ class EditController(QObject):
         box: list[Any] = []
         self._task_result = box
 
-        def job(_cancel: Any, _progress: Any) -> None:
+        def job(cancel: threading.Event, _progress: Any) -> None:
             try:
+                if elsewhere and validator.validate_unedited_file():
+                    box.append(None)
+                    return
+                if cancel.is_set():  # an edit came meanwhile: its own run follows
+                    return
                 validator.validate(changes)
                 box.append(None)
             except Exception as exc:  # a validator bug must not take the window down
@@ -255,15 +266,25 @@ class EditController(QObject):
 
         task = Task(job, self)
         self._task = task
+        self._task_elsewhere = elsewhere
         self._task_started = time.perf_counter()
         task.finished.connect(lambda _r: self._take_result(task))
         task.failed.connect(lambda _m: self._take_result(task))
         task.start()
 
-    def settle(self) -> None:
-        """Wait for a running validation and take its result (before the next edit)."""
+    def settle(self, *, wait_elsewhere: bool = False) -> None:
+        """Wait for a running validation and take its result (before the next edit).  A
+        validation of the unedited file in another process is not waited for (it takes
+        seconds at 100k nodes, and the edit makes its answer stale): it is dropped, and
+        the edit's own run validates the whole document."""
         self.release_validation()  # a held one runs now
         task = self._task
+        if task is not None and self._task_elsewhere and not wait_elsewhere and not task.done:
+            task.cancel()
+            self._abandoned = [t for t in self._abandoned if not t.done] + [task]
+            self._task = None
+            self._task_result = []
+            return
         if task is not None:
             task.wait()
             self._take_result(task)
@@ -280,15 +301,21 @@ class EditController(QObject):
 
     @property
     def validating(self) -> bool:
+        """A validation runs, or follows an edit soon."""
         return self._task is not None or self._pending is not None
+
+    @property
+    def validation_due(self) -> bool:
+        """`validating`, or a full validation waits for the canvas's first view."""
+        return self.validating or self._held_run
 
     def wait_validated(self) -> None:
         """Tests: run the pending validation now and wait for it."""
-        self.settle()
+        self.settle(wait_elsewhere=True)
         if self._validate_timer.isActive():
             self._validate_timer.stop()
             self.validate_pending()
-        self.settle()
+        self.settle(wait_elsewhere=True)
         QApplication.processEvents()
 
     def shown(self) -> list[Diagnostic]:
@@ -297,6 +324,7 @@ class EditController(QObject):
     def _publish(self, badges: bool = True) -> None:
         shown = self.shown()
         self.session.diagnostics = shown
+        self.session.validation_running = self.validation_due
         self.session.diagnostics_changed.emit(shown, badges and self._view_changes is None)
 
     # -- recovery ---------------------------------------------------------------------------

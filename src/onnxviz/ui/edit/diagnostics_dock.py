@@ -119,10 +119,15 @@ class DiagnosticsDock(QDockWidget):
         self.diagnostics: list[Any] = []
 
     def show_diagnostics(
-        self, diagnostics: list[Any], graph_label: Callable[[str], str] | None = None
+        self,
+        diagnostics: list[Any],
+        graph_label: Callable[[str], str] | None = None,
+        validating: bool = False,
     ) -> None:
         """``graph_label`` names a graph path as a reader wants it (``Scan#0 > If#2
-        (else)``); without it the location shows the path."""
+        (else)``); without it the location shows the path.  ``validating``: the list is
+        not the whole answer yet (a big model's first run takes seconds); the summary
+        must not say there are no problems."""
         self.diagnostics = list(diagnostics)
         self.tree.setUpdatesEnabled(False)
         self.tree.clear()
@@ -149,15 +154,17 @@ class DiagnosticsDock(QDockWidget):
         self.tree.addTopLevelItems(rows)
         self.tree.setUpdatesEnabled(True)
         self.fit_columns()
-        if not self.diagnostics:
+        found = " · ".join(
+            _count(counts[k], word)
+            for k, word in (("error", "error"), ("warning", "warning"), ("info", "note"))
+            if counts[k] or not validating
+        )
+        if validating:
+            self.summary.setText(f"Validating… ({found} so far)" if found else "Validating…")
+        elif not self.diagnostics:
             self.summary.setText("No problems found.")
         else:
-            self.summary.setText(
-                " · ".join(
-                    _count(counts[k], word)
-                    for k, word in (("error", "error"), ("warning", "warning"), ("info", "note"))
-                )
-            )
+            self.summary.setText(found)
 
     def fit_columns(self) -> None:
         """The location column: what its texts need, at most `LOCATION_SHARE` of the

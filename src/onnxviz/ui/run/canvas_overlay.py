@@ -161,22 +161,33 @@ class CanvasOverlay:
         self.marks: dict[tuple[str, int], NodeMark] = {}
         self.badges: list[ValueBadge] = []
         self._nodes_seen: object = None
+        self._marks_made = False
         self._badge_types: dict[tuple[str, str], str] = {}
 
     def _attach(self) -> bool:
-        """Fresh marks if the scene was rebuilt; True when it was."""
+        """Follow a rebuilt scene (its marks are made when first needed); True when it
+        was rebuilt."""
         nodes = self.scene.nodes  # type: ignore[attr-defined]
         if nodes is self._nodes_seen:
             return False
         self._nodes_seen = nodes
         self.marks = {}
+        self._marks_made = False
         self.badges = []
         self._badge_types = {}
-        for item in nodes.values():
+        return True
+
+    def make_marks(self) -> None:
+        """One mark per box.  Only once there is something to show: every rebuilt scene
+        of a model nobody runs would otherwise pay a child item per box (30 ms for a
+        big model's first view, on the UI thread)."""
+        if self._marks_made:
+            return
+        self._marks_made = True
+        for item in self.scene.nodes.values():  # type: ignore[attr-defined]
             key = node_key(item)
             if key is not None:
                 self.marks[key] = NodeMark(item)
-        return True
 
     def follows(self, nodes: object) -> bool:
         """True when the marks are those of the scene's boxes ``nodes`` (a rebuilt
@@ -185,6 +196,7 @@ class CanvasOverlay:
 
     def item_for(self, graph_path: str, index: int) -> NodeItem | None:
         self._attach()
+        self.make_marks()
         mark = self.marks.get((graph_path, index))
         return mark.parentItem() if mark is not None else None  # type: ignore[return-value]
 
@@ -198,6 +210,10 @@ class CanvasOverlay:
         value_types: dict[tuple[str, str], str],
     ) -> None:
         self._attach()
+        if not self._marks_made and not (executed or current or breakpoints or fills or notes):
+            self._update_badges(value_types)
+            return
+        self.make_marks()
         for key, mark in self.marks.items():
             state = (
                 key in executed,

@@ -1,0 +1,49 @@
+"""A full validation of an unedited model file in a worker process.
+
+Validating 100k nodes is seconds of Python.  In a thread of the app's process it shares
+the GIL with the UI thread, which then gets about half of it: every turn of the event
+loop took twice its own time while a big model's first view filled in.  A model that
+nobody has edited yet is the file on disk, so another process can open and validate it
+just as well; the app gets the diagnostics back (plain data) and its own process stays
+free for the canvas.  The worker runs the very `Validator` the app would (its inference
+and checker in their own worker processes, as always), so the answer is the same list.
+
+`Validator.validate_unedited_file` is the caller; the request kind is "validate"
+(`check.worker`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from onnxviz.model.diagnostics import Diagnostic
+
+Identity = tuple[int, int, int]
+
+
+def validate_file_here(path: str, identity: Identity, target: str) -> list[Diagnostic] | str:
+    """In the worker: the diagnostics of the file at ``path`` when it is still the file
+    the app read (``identity``: modification time, size, inode), else why not."""
+    from onnxviz.check.validator import Validator
+    from onnxviz.errors import OnnxvizError
+    from onnxviz.model.document import Document
+
+    try:
+        doc = Document.open(path)
+    except OnnxvizError as exc:
+        return f"the file could not be read again: {exc}"
+    if doc.unedited_file() != (os.path.abspath(path), identity):
+        return "the file changed on disk since the app read it"
+    return Validator(doc, target=target).validate()
+
+
+def validate_file_in_worker(path: str, identity: Identity, target: str) -> list[Diagnostic] | None:
+    """The diagnostics of the unedited file, from the validator's worker process; None
+    when it could not say (the file changed, the worker failed): validate here then."""
+    from onnxviz.check.worker import VALIDATOR
+
+    answer: Any = VALIDATOR.begin((path, identity, target), "validate")()
+    if isinstance(answer, tuple) and answer[0] == "validated" and isinstance(answer[1], list):
+        return answer[1]
+    return None

@@ -1,0 +1,49 @@
+"""When the cyclic garbage collector may stop the app for a full collection.
+
+A full collection scans every tracked object while holding the GIL: with a 100k-node
+model open that is 80-250 ms in which the UI thread cannot run.  Python starts one
+whenever the objects that survived younger collections have grown by a quarter, which
+is exactly what happens, again and again, while a big model is opened and settles (its
+index, presenter, scene, canvas items, inferred types).  So:
+
+* while a model is opened and settles, full collections are held (`hold_full`); the
+  young generations are still collected as usual, cheaply;
+* once it has settled (`settle`: nothing more runs in the background for it), the
+  young generations are collected and everything alive is frozen, out of the
+  collector's reach: the model's objects live as long as it is open, and later full
+  collections only scan what was made after;
+* a closed document is freed by reference counting (`Document.close` breaks its
+  cycles), frozen or not.
+"""
+
+from __future__ import annotations
+
+import gc
+
+_NEVER = 1 << 30  # a full collection after this many young-generation ones: never
+_held: tuple[int, int, int] | None = None  # the thresholds to go back to
+
+
+def hold_full() -> None:
+    """No automatic full collection until `settle`."""
+    global _held
+    if _held is None:
+        _held = gc.get_threshold()
+        gc.set_threshold(_held[0], _held[1], _NEVER)
+
+
+def holding() -> bool:
+    return _held is not None
+
+
+def settle() -> None:
+    """The open model has settled: collect the young generations, freeze what is alive
+    and let full collections run again (they will be short)."""
+    global _held
+    if _held is None:
+        return
+    if gc.isenabled():
+        gc.collect(1)
+    gc.freeze()
+    gc.set_threshold(*_held)
+    _held = None

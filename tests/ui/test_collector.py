@@ -1,0 +1,83 @@
+"""Full garbage collections wait while a model opens and settles (`ui.collector`): a
+full collection over a 100k-node model's objects stops every thread for 80-250 ms."""
+
+from __future__ import annotations
+
+import gc
+
+import onnx
+import pytest
+
+from onnxviz.ui import collector
+from tests.runtime.engine_models import chain_model
+
+pytestmark = pytest.mark.qt
+
+
+def test_full_collections_are_held_until_settled_then_the_survivors_frozen() -> None:
+    collector.settle()  # nothing held from elsewhere
+    before = gc.get_threshold()
+    collector.hold_full()
+    collector.hold_full()  # a second open before the first settled: still one hold
+    try:
+        assert collector.holding()
+        assert gc.get_threshold()[:2] == before[:2]  # young collections go on
+        assert gc.get_threshold()[2] > 10**6
+        frozen = gc.get_freeze_count()
+        kept = [[i] for i in range(1000)]  # long-lived objects made while opening
+        garbage = [[]]  # and a cycle that died young
+        garbage[0].append(garbage)
+        del garbage
+        collector.settle()
+        assert not collector.holding()
+        assert gc.get_threshold() == before
+        assert gc.get_freeze_count() >= frozen + len(kept)
+        collector.settle()  # nothing held: nothing happens
+        assert gc.get_threshold() == before
+    finally:
+        collector.settle()
+
+
+def test_an_opened_model_settles_and_full_collections_run_again(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(chain_model(), path)
+    before = gc.get_threshold()
+    window.files.open_path(path, background=True)
+    assert collector.holding()
+    qtbot.waitUntil(lambda: not collector.holding(), timeout=20_000)
+    assert window.session.doc is not None
+    assert gc.get_threshold() == before
+
+
+def test_a_failed_open_settles_too(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"\x08\x07not a model at all")
+    window.files.open_path(str(path), background=True)
+    qtbot.waitUntil(lambda: not collector.holding(), timeout=20_000)
+
+
+def test_the_windows_worker_processes_run_below_it(window) -> None:  # type: ignore[no-untyped-def]
+    """A big model's inference, checker and validation are busy processes: on a 2-core
+    machine they must not take the UI thread's core."""
+    import os
+    import time
+
+    from onnxviz.check import worker as worker_module
+    from onnxviz.ui.main_window import WORKER_NICE
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    fresh = worker_module.InferenceWorker()  # started after the window, as the app's are
+    proc = fresh.start()
+    try:
+        end = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) < max(mine, WORKER_NICE):
+            assert time.monotonic() < end, "the worker never lowered its priority"
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the app itself is as it was
+        # and its answers are still the same: a text model parsed there
+        text = b'<ir_version: 8, opset_import: ["" : 17]>\ng (float[2] x) => (float[2] y) { y = Relu(x) }'
+        answer = fresh.begin(text, "parse")()
+        assert answer[0] == "parsed"
+    finally:
+        fresh.close()
+        worker_module.run_workers_below(0)  # (the test process's later workers as the CLI's)
