@@ -20,11 +20,13 @@ class OnnxvizError(Exception):
         file: str | None = None,
         graph_path: str | None = None,
         node: str | None = None,
+        graph_label: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.file = file
-        self.graph_path = graph_path
+        self.graph_path = graph_path  # where, for a program (a Location)
+        self.graph_label = graph_label  # where, for a reader (``main > Loop#0``)
         self.node = node
 
     def __str__(self) -> str:
@@ -33,7 +35,7 @@ class OnnxvizError(Exception):
         where = [
             place
             for place in (
-                f"graph '{self.graph_path}'" if self.graph_path else "",
+                f"graph '{self.graph_label or self.graph_path}'" if self.graph_path else "",
                 f"node '{self.node}'" if self.node else "",
             )
             if place and place not in self.message

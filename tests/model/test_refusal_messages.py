@@ -64,7 +64,9 @@ def test_a_different_place_is_still_added() -> None:
     with pytest.raises(EditError) as info:
         doc.execute(C.RenameValue(branch, "inner", "r"))
     text = str(info.value)
-    assert "graph 'main'" in text and f"graph '{branch}'" in text, text
+    # each graph as the breadcrumbs name it, the path kept for the Location
+    assert "graph 'main'" in text and "graph 'main > If#2 (then)'" in text, text
+    assert info.value.graph_path == branch
 
 
 def test_a_node_named_in_the_message_is_not_repeated() -> None:

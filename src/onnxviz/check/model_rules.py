@@ -11,6 +11,7 @@ from onnx import GraphProto, ModelProto
 from onnxviz.check.context import CheckContext
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope
 
 
@@ -58,7 +59,7 @@ def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
         out.append(
             diag(
                 "F005",
-                f"Graph '{scope.path}' has metadata_props, which need IR version 10 (the model has {ctx.ir_version}).",
+                f"Graph '{readable_path(scope)}' has metadata_props, which need IR version 10 (the model has {ctx.ir_version}).",
                 scope.path,
                 field="metadata_props",
             )

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from onnxviz.check.context import CheckContext
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.text import as_text
 
@@ -82,7 +83,7 @@ def name_rules(ctx: CheckContext, scope: GraphScope, names: Iterable[str]) -> Na
                 found.append(
                     diag(
                         "N001",
-                        f"The {kind} '{name}' shadows the value of the same name in outer graph '{outer.path}'.",
+                        f"The {kind} '{name}' shadows the value of the same name in outer graph '{readable_path(outer)}'.",
                         path,
                         node=node,
                         value=name,

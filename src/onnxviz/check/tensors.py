@@ -12,6 +12,7 @@ from onnx import AttributeProto, SparseTensorProto, TensorProto
 from onnxviz.check.context import CheckContext
 from onnxviz.check.registry import diag
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope
 
 NameDiags = dict[str, list[Diagnostic]]
@@ -274,7 +275,7 @@ def scope_rules(ctx: CheckContext, scope: GraphScope) -> list[Diagnostic]:
     return [
         diag(
             "M013",
-            f"Graph '{scope.path}' has sparse initializers, which need IR version 6 (the model has {ctx.ir_version}).",
+            f"Graph '{readable_path(scope)}' has sparse initializers, which need IR version 6 (the model has {ctx.ir_version}).",
             scope.path,
             field="sparse_initializer",
         )

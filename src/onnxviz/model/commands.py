@@ -24,6 +24,7 @@ from onnx import (
 from onnxviz.errors import EditError
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.journal import Journal, Ref, attr_ref, item_ref
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope, subgraph_attrs
 
 if TYPE_CHECKING:
@@ -65,6 +66,16 @@ class Command:
         return None
 
 
+def _named(scope: GraphScope) -> str:
+    """A graph as the user reads it in refusals (``main > Loop#0 > If#1 (else)``)."""
+    return readable_path(scope)
+
+
+def _at(scope: GraphScope) -> dict[str, str]:
+    """An EditError's place: the path to locate it, the readable name to show it."""
+    return {"graph_path": scope.path, "graph_label": readable_path(scope)}
+
+
 def _scope(doc: Document, graph_path: str) -> GraphScope:
     try:
         return doc.scope(graph_path)
@@ -74,7 +85,7 @@ def _scope(doc: Document, graph_path: str) -> GraphScope:
 
 def _node(scope: GraphScope, index: int) -> NodeProto:
     if not 0 <= index < len(scope.nodes):
-        raise EditError(f"graph '{scope.path}' has no node #{index}", graph_path=scope.path)
+        raise EditError(f"graph '{_named(scope)}' has no node #{index}", **_at(scope))
     return scope.nodes[index]
 
 
@@ -101,9 +112,9 @@ def _model_ref(doc: Document) -> Ref:
 def _graph(scope: GraphScope) -> GraphProto:
     if scope.graph is None:
         raise EditError(
-            f"'{scope.path}' is a function body; it has no graph inputs, outputs, "
+            f"'{_named(scope)}' is a function body; it has no graph inputs, outputs, "
             "initializers or value_info to edit this way",
-            graph_path=scope.path,
+            **_at(scope),
         )
     return scope.graph
 
@@ -124,7 +135,7 @@ class RenameValue(Command):
         changes); editors call it to refuse a name before executing."""
         scope = _scope(doc, self.graph_path)
         old, new = self.old, self.new
-        where = {"graph_path": scope.path}
+        where = _at(scope)
         if not new:
             raise EditError("a value name cannot be empty", **where)
         if new == old:
@@ -133,7 +144,7 @@ class RenameValue(Command):
             owner = scope.lookup(old)
             if owner is not None:
                 raise EditError(
-                    f"'{old}' is defined in the enclosing graph '{owner.path}'; rename it there",
+                    f"'{old}' is defined in the enclosing graph '{_named(owner)}'; rename it there",
                     **where,
                 )
             raise EditError(f"no value named '{old}' is defined in this graph", **where)
@@ -141,13 +152,13 @@ class RenameValue(Command):
         if owner is not None:
             raise EditError(
                 f"cannot rename '{old}' to '{new}': that name is already defined in "
-                f"graph '{owner.path}'",
+                f"graph '{_named(owner)}'",
                 **where,
             )
         for sub in scope.descendants():
             if sub.defines(new):
                 raise EditError(
-                    f"cannot rename '{old}' to '{new}': the nested graph '{sub.path}' defines "
+                    f"cannot rename '{old}' to '{new}': the nested graph '{_named(sub)}' defines "
                     f"'{new}', which would shadow it",
                     **where,
                 )
@@ -282,12 +293,12 @@ class RewireInput(Command):
         if not 0 <= self.input_index < len(node.input):
             raise EditError(
                 f"node '{scope.node_label(self.node_index)}' has no input {self.input_index}",
-                graph_path=scope.path,
+                **_at(scope),
             )
         if self.name and scope.lookup(self.name) is None:
             raise EditError(
-                f"no value named '{self.name}' is visible in graph '{scope.path}'",
-                graph_path=scope.path,
+                f"no value named '{self.name}' is visible in graph '{_named(scope)}'",
+                **_at(scope),
                 node=scope.node_label(self.node_index),
             )
         old = node.input[self.input_index]
@@ -328,7 +339,7 @@ class SetAttribute(Command):
         scope = _scope(doc, self.graph_path)
         node = _node(scope, self.node_index)
         if not self.attribute.name:
-            raise EditError("an attribute needs a name", graph_path=scope.path)
+            raise EditError("an attribute needs a name", **_at(scope))
         structural = _has_subgraph(self.attribute)
         attrs = attr_ref(_node_ref(doc, scope.path, self.node_index), "attribute")
         for i, attr in enumerate(node.attribute):
@@ -367,7 +378,7 @@ class RemoveAttribute(Command):
                 )
         raise EditError(
             f"node '{scope.node_label(self.node_index)}' has no attribute '{self.name}'",
-            graph_path=scope.path,
+            **_at(scope),
         )
 
 
@@ -436,13 +447,13 @@ class AddNode(Command):
         nodes = scope.nodes
         index = len(nodes) if self.index is None else self.index
         if not 0 <= index <= len(nodes):
-            raise EditError(f"node position {index} is out of range", graph_path=scope.path)
+            raise EditError(f"node position {index} is out of range", **_at(scope))
         for out in self.node.output:
             if out and scope.lookup(out) is not None:
                 raise EditError(
                     f"cannot add the node: its output '{out}' is already defined in graph "
-                    f"'{scope.lookup(out).path}'",  # type: ignore[union-attr]
-                    graph_path=scope.path,
+                    f"'{_named(scope.lookup(out))}'",  # type: ignore[arg-type]
+                    **_at(scope),
                 )
         journal.insert(_nodes_ref(doc, scope.path), index, self.node)
         return ChangeSet(
@@ -501,14 +512,14 @@ class AddGraphEntry(Command):
         container = getattr(graph, self.kind)
         if any(_entry_name(x) == name for x in container):
             raise EditError(
-                f"graph '{scope.path}' already has {self.kind.replace('_', ' ')} '{name}'",
-                graph_path=scope.path,
+                f"graph '{_named(scope)}' already has {self.kind.replace('_', ' ')} '{name}'",
+                **_at(scope),
             )
         if self.kind in ("initializer", "sparse_initializer"):
             owner = scope.lookup(name)
             if owner is not None and any(d.kind != "input" for d in owner.definitions_of(name)):
                 raise EditError(
-                    f"'{name}' is already defined in graph '{owner.path}'", graph_path=scope.path
+                    f"'{name}' is already defined in graph '{_named(owner)}'", **_at(scope)
                 )
         index = len(container) if self.index is None else self.index
         journal.insert(attr_ref(_graph_ref(doc, scope.path), self.kind), index, self.item)
@@ -537,8 +548,8 @@ class RemoveGraphEntry(Command):
                     reindex=frozenset({scope.path}),
                 )
         raise EditError(
-            f"graph '{scope.path}' has no {self.kind.replace('_', ' ')} '{self.name}'",
-            graph_path=scope.path,
+            f"graph '{_named(scope)}' has no {self.kind.replace('_', ' ')} '{self.name}'",
+            **_at(scope),
         )
 
 
@@ -565,7 +576,7 @@ class MoveGraphEntry(Command):
                     names=frozenset({(scope.path, self.name)}),
                     reindex=frozenset({scope.path}),
                 )
-        raise EditError(f"graph '{scope.path}' has no {self.kind} '{self.name}'")
+        raise EditError(f"graph '{_named(scope)}' has no {self.kind} '{self.name}'")
 
 
 class SetValueType(Command):
@@ -594,7 +605,7 @@ class SetValueType(Command):
                     found = True
         if not found:
             if scope.lookup(self.name) is None:
-                raise EditError(f"no value named '{self.name}' in graph '{scope.path}'")
+                raise EditError(f"no value named '{self.name}' in graph '{_named(scope)}'")
             if self.type_proto is not None:
                 vi = ValueInfoProto(name=self.name)
                 vi.type.CopyFrom(self.type_proto)
@@ -623,7 +634,7 @@ class ReplaceInitializer(Command):
                 return ChangeSet(
                     graphs=frozenset({scope.path}), names=frozenset({(scope.path, t.name)})
                 )
-        raise EditError(f"graph '{scope.path}' has no initializer '{self.tensor.name}'")
+        raise EditError(f"graph '{_named(scope)}' has no initializer '{self.tensor.name}'")
 
 
 # -- model-level fields -----------------------------------------------------------------

@@ -24,6 +24,7 @@ from onnxviz.model.commands import (
     RewireInput,
 )
 from onnxviz.model.document import Document
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.model.scopes import GraphScope
 
 
@@ -182,7 +183,9 @@ def insert_on_edge(
     node's output instead."""
     scope = doc.scope(graph_path)
     if scope.lookup(value) is None:
-        raise EditError(f"no value named '{value}' is visible in graph '{graph_path}'")
+        raise EditError(
+            f"no value named '{value}' is visible in graph '{readable_graph_path(doc, graph_path)}'"
+        )
     base = f"{value}_{op_type.lower()}"
     new_out, k = base, 1
     taken = scope.visible_names()
@@ -218,9 +221,13 @@ def make_graph_output(doc: Document, graph_path: str, value: str) -> ChangeSet:
     """Expose an intermediate value as a graph output (typed when known)."""
     scope = doc.scope(graph_path)
     if scope.lookup(value) is None:
-        raise EditError(f"no value named '{value}' in graph '{graph_path}'")
+        raise EditError(
+            f"no value named '{value}' in graph '{readable_graph_path(doc, graph_path)}'"
+        )
     if value in scope.output_uses:
-        raise EditError(f"'{value}' is already an output of graph '{graph_path}'")
+        raise EditError(
+            f"'{value}' is already an output of graph '{readable_graph_path(doc, graph_path)}'"
+        )
     vi = ValueInfoProto(name=value)
     tp = _value_type(doc, scope, value)
     if tp is not None:
@@ -241,7 +248,9 @@ def initializer_to_input(doc: Document, graph_path: str, name: str) -> ChangeSet
         raise EditError("function bodies have no initializers")
     tensor = next((t for t in graph.initializer if t.name == name), None)
     if tensor is None:
-        raise EditError(f"graph '{graph_path}' has no initializer '{name}'")
+        raise EditError(
+            f"graph '{readable_graph_path(doc, graph_path)}' has no initializer '{name}'"
+        )
     cmds: list[Command] = [RemoveGraphEntry(scope.path, "initializer", name)]
     if name not in scope.input_names():
         vi = helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
@@ -253,7 +262,9 @@ def input_to_initializer(doc: Document, graph_path: str, tensor: TensorProto) ->
     """Give a graph input constant data: it becomes an initializer."""
     scope = doc.scope(graph_path)
     if tensor.name not in scope.input_names():
-        raise EditError(f"graph '{graph_path}' has no input '{tensor.name}'")
+        raise EditError(
+            f"graph '{readable_graph_path(doc, graph_path)}' has no input '{tensor.name}'"
+        )
     cmds: list[Command] = [RemoveGraphEntry(scope.path, "input", tensor.name)]
     cmds.append(AddGraphEntry(scope.path, "initializer", tensor))
     return _run(doc, f"Make input '{tensor.name}' an initializer", cmds)

@@ -13,6 +13,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 from onnxviz.model.attribute_values import attribute_specs
 from onnxviz.model.document import Document
 from onnxviz.model.node_id import NodeId
+from onnxviz.model.scope_names import readable_path
 from onnxviz.model.scopes import GraphScope
 from onnxviz.model.types import elem_text, type_to_text
 from onnxviz.present.row_edits import (
@@ -137,7 +138,15 @@ def model_sections(doc: Document) -> list[Section]:
     if m.functions:
         sections.append(
             Section(
-                "Functions", [Row(f.name, f"{f.domain} · {len(f.node)} nodes") for f in m.functions]
+                "Functions",
+                # overloads of one function differ only by their overload (IR 10)
+                [
+                    Row(
+                        f"{f.name} ({f.overload})" if f.overload else f.name,
+                        f"{f.domain} · {len(f.node)} nodes",
+                    )
+                    for f in m.functions
+                ],
             )
         )
     return sections
@@ -146,7 +155,12 @@ def model_sections(doc: Document) -> list[Section]:
 def graph_sections(doc: Document, path: str) -> list[Section]:
     scope = doc.scope(path)
     s = Section(
-        "Graph", [Row("path", path), Row("name", scope.name), Row("nodes", str(len(scope.nodes)))]
+        "Graph",
+        [
+            Row("path", readable_path(scope)),
+            Row("name", scope.name),
+            Row("nodes", str(len(scope.nodes))),
+        ],
     )
     io = Section("Inputs and outputs")
     if scope.graph is not None:
@@ -224,7 +238,7 @@ def node_sections(doc: Document, path: str, index: int, types: Any = None) -> li
             Row("op_type", node.op_type, field="op_type"),
             Row("domain", node.domain or "ai.onnx", field="domain"),
             Row("name", node.name, field="name", edit=NodeFieldEdit("node", path, index, "name")),
-            Row("graph", path),
+            Row("graph", readable_path(scope)),
         ],
     )
     if schema is not None:
@@ -342,7 +356,7 @@ def value_sections(doc: Document, path: str, name: str, types: Any = None) -> li
         "Value",
         [
             Row("name", name, field="name", edit=RenameEdit("rename", owner.path, name)),
-            Row("graph", owner.path),
+            Row("graph", readable_path(owner)),
         ],
     )
     if types is not None:

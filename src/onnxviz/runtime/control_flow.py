@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.model.scope_names import owner_label
 from onnxviz.runtime.events import Event
 from onnxviz.runtime.frame import Events, Frame, FrameRunner
 from onnxviz.runtime.plan import GraphPlan, PlanNode
@@ -51,7 +52,12 @@ def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
     branch = "then_branch" if _scalar_bool(ins[0]) else "else_branch"
     plan = ex.subplan(frame, pn, branch)
     sub = ex.new_frame(
-        plan, parent=frame, caller=frame, title=f"{pn.label} {branch}", kind="subgraph", feeds=[]
+        plan,
+        parent=frame,
+        caller=frame,
+        title=f"{owner_label(pn.label, pn.op_type)} {branch}",
+        kind="subgraph",
+        feeds=[],
     )
     outs = yield from ex.run_frame(sub)
     return outs
@@ -80,7 +86,7 @@ def _run_loop(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Ev
             plan,
             parent=frame,
             caller=frame,
-            title=f"{pn.label} iteration {i + 1}{total}",
+            title=f"{owner_label(pn.label, pn.op_type)} iteration {i + 1}{total}",
             kind="subgraph",
             feeds=feeds,
             iteration=i,
@@ -134,7 +140,7 @@ def _run_scan(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Ev
             np.take(x, (length - 1 - t) if d else t, axis=a)
             for x, a, d in zip(scan_ins, in_axes, in_dirs)
         ]
-        title = f"{pn.label} iteration {t + 1}/{length}"
+        title = f"{owner_label(pn.label, pn.op_type)} iteration {t + 1}/{length}"
         states, step_outs = yield from _scan_step(ex, frame, plan, title, states, slices, t, length)
         for k in range(n_scan_out):
             scans[k].append(step_outs[k])
@@ -209,7 +215,7 @@ def _run_scan8(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> E
         for t in range(length):
             ex.check_cancel(pn)
             slices = [x[b, (length - 1 - t) if d else t] for x, d in zip(scan_ins, dirs)]
-            title = f"{pn.label} batch {b + 1}/{batch} iteration {t + 1}/{length}"
+            title = f"{owner_label(pn.label, pn.op_type)} batch {b + 1}/{batch} iteration {t + 1}/{length}"
             states, step_outs = yield from _scan_step(
                 ex, frame, plan, title, states, slices, t, length
             )
@@ -247,7 +253,7 @@ def _run_sequence_map(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any
             plan,
             parent=frame,
             caller=frame,
-            title=f"{pn.label} iteration {i + 1}/{len(seq)}",
+            title=f"{owner_label(pn.label, pn.op_type)} iteration {i + 1}/{len(seq)}",
             kind="subgraph",
             feeds=feeds,
             iteration=i,

@@ -34,6 +34,7 @@ import numpy as np
 from onnx import NodeProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.model.scope_names import owner_label
 from onnxviz.runtime.control_flow import run_control
 from onnxviz.runtime.events import (
     STACK_SEPARATOR,
@@ -437,7 +438,7 @@ class Executor:
             plan,
             parent=None,
             caller=frame,
-            title=f"{pn.label} ({pn.op_type} function)",
+            title=f"{owner_label(pn.label, pn.op_type)} ({pn.op_type} function)",
             kind="function",
             feeds=list(ins),
         )

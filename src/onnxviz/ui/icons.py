@@ -10,8 +10,8 @@ their text; toolbars show icons only (the text is in the tooltip)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, QSize, QTimer
-from PySide6.QtGui import QAction, QActionEvent, QIcon, QKeySequence, QPixmap
-from PySide6.QtWidgets import QMainWindow, QToolBar
+from PySide6.QtGui import QAction, QActionEvent, QIcon, QKeySequence, QPalette, QPixmap
+from PySide6.QtWidgets import QApplication, QMainWindow, QToolBar
 
 from onnxviz import bundled
 
@@ -37,16 +37,32 @@ ICONS = {
     "Toggle Breakpoint": "breakpoint",
 }
 
-_CACHE: dict[str, QIcon] = {}
+# The icons' neutral ink (outlines of folders, magnifiers, arrows); the coloured parts
+# (run green, breakpoint red) read on both themes.  On a dark palette this slate is
+# nearly the toolbar's colour, so it is swapped for `DARK_INK` there.
+INK = "#4a5566"
+DARK_INK = "#c9d0da"
+
+_CACHE: dict[tuple[str, str], QIcon] = {}
+
+
+def ink() -> str:
+    """The neutral ink for the application's palette: `INK`, or `DARK_INK` on a dark
+    window colour."""
+    app = QApplication.instance()
+    palette = app.palette() if isinstance(app, QApplication) else None
+    dark = palette is not None and palette.color(QPalette.ColorRole.Window).lightness() < 128
+    return DARK_INK if dark else INK
 
 
 def plain_text(action: QAction) -> str:
     return action.text().replace("&", "").replace("…", "").replace("...", "").strip()
 
 
-def icon(name: str) -> QIcon:
-    """The icon ``resources/icons/<name>.svg`` (an empty icon if it is missing)."""
-    found = _CACHE.get(name)
+def icon(name: str, colour: str = INK) -> QIcon:
+    """The icon ``resources/icons/<name>.svg`` drawn with ``colour`` as its neutral ink
+    (an empty icon if the file is missing)."""
+    found = _CACHE.get((name, colour))
     if found is None:
         found = QIcon()
         data = b""
@@ -55,6 +71,7 @@ def icon(name: str) -> QIcon:
         for folder in (bundled.root, lambda: bundled.CHECKOUT):
             try:
                 data = (folder() / "icons" / f"{name}.svg").read_bytes()
+                data = data.replace(INK.encode(), colour.encode())
                 break
             except OSError:  # FileNotFoundError too: no bundled files at all
                 continue
@@ -62,7 +79,7 @@ def icon(name: str) -> QIcon:
             pixmap = QPixmap(size, size)
             if data and pixmap.loadFromData(data, "SVG"):
                 found.addPixmap(pixmap.scaled(size, size))
-        _CACHE[name] = found
+        _CACHE[(name, colour)] = found
     return found
 
 
@@ -77,10 +94,12 @@ def tooltip(action: QAction) -> str:
     return text
 
 
-def decorate(action: QAction) -> None:
+def decorate(action: QAction, recolour: bool = False) -> None:
+    """Our icon on a toolbar action that has none (``recolour``: also on one that has
+    ours, in the ink of the palette now: the theme changed)."""
     name = ICONS.get(plain_text(action))
-    if name is not None and action.icon().isNull():
-        action.setIcon(icon(name))
+    if name is not None and (action.icon().isNull() or recolour):
+        action.setIcon(icon(name, ink()))
     action.setToolTip(tooltip(action))
 
 
@@ -118,6 +137,11 @@ class _Watcher(QObject):
             child = event.child()  # type: ignore[attr-defined]
             if isinstance(child, QToolBar):
                 self.adopt(child)
+        elif kind == QEvent.Type.PaletteChange and watched is self.window:
+            # light <-> dark: the outlines take the new palette's ink
+            for bar in self.window.findChildren(QToolBar):
+                for each in bar.actions():
+                    decorate(each, recolour=True)
         elif kind == QEvent.Type.ActionAdded and isinstance(watched, QToolBar):
             action = event.action() if isinstance(event, QActionEvent) else None
             if action is not None:

@@ -173,6 +173,13 @@ class NodeItem(QGraphicsItem):
         path.addRect(self._rect)
         return path
 
+    def title_band(self) -> QRectF:
+        """A frame's header and its slot labels ("body", "then_branch"), in scene
+        coordinates: the text there must not sit under an edge's label."""
+        d = self.data_item
+        height = self._header_height() + (SLOT_LABEL_H if d.kind != "group" and d.blocks else 0)
+        return self.mapRectToScene(QRectF(0, 0, self._rect.width(), height))
+
     def _header_height(self) -> float:
         d = self.data_item
         if d.kind == "group":

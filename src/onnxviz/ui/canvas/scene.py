@@ -213,6 +213,8 @@ class GraphScene(QGraphicsScene):
                 yield  # (thousands of boxes: one pass over them was a 90 ms turn)
             if not node.is_frame:
                 add(node.sceneBoundingRect().adjusted(2, 2, -2, -2))
+            else:  # a frame's title and slot labels; its inside is free for labels
+                add(node.title_band())
         for k, e in enumerate(self.edge_items):
             if k % SLICE_ITEMS == SLICE_ITEMS - 1:
                 yield

@@ -4,9 +4,12 @@ the Properties dock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QObject
 
 from onnxviz.model.diagnostics import Diagnostic, Severity
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.ui.controllers.navigation_controller import NavigationController
 from onnxviz.ui.controllers.properties_controller import PropertiesController
 from onnxviz.ui.doc_session import DocumentSession
@@ -35,13 +38,29 @@ class DiagnosticsController(QObject):
         if self.session.doc is not self.doc_seen:  # another model: its errors are new
             self.doc_seen = self.session.doc
             self.errors_shown = 0
-        self.dock.show_diagnostics(shown, validating=self.session.validation_running)
+        self.dock.show_diagnostics(
+            shown, self._graph_label(), validating=self.session.validation_running
+        )
         errors = sum(1 for d in shown if d.severity == Severity.ERROR)
         if errors and not self.errors_shown:
             # problems appeared: bring the list forward (once; the user may close it)
             self.dock.show()
             self.dock.raise_()
         self.errors_shown = errors
+
+    def _graph_label(self) -> Callable[[str], str] | None:
+        """Graph paths as the breadcrumbs name them, each worked out once per list."""
+        doc = self.session.doc
+        if doc is None:
+            return None
+        labels: dict[str, str] = {}
+
+        def label(path: str) -> str:
+            if path not in labels:
+                labels[path] = readable_graph_path(doc, path)
+            return labels[path]
+
+        return label
 
     def locate(self, d: Diagnostic) -> None:
         """Select and reveal the node of a diagnostic, and show its field."""

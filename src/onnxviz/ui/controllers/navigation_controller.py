@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
 from onnxviz.model.changes import ChangeSet
 from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.scope_names import graph_trail
 from onnxviz.present.find import FindResult
-from onnxviz.present.paths import graph_trail
 from onnxviz.present.scene import Scene
 from onnxviz.ui import settings
 from onnxviz.ui.canvas import scene as canvas_scene

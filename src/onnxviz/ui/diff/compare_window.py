@@ -5,6 +5,7 @@ the first divergence."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from onnxviz.errors import OnnxvizError
 from onnxviz.model.diff import ModelDiff, NodeRef, diff
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.ui.canvas.items import NodeItem
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
@@ -42,18 +44,34 @@ class Change:
     a: list[NodeRef]
     b: list[NodeRef]
     details: list[Any]
+    # a graph path of side A / B as the breadcrumbs name it (``main > Loop#2``)
+    where_a: Callable[[str], str] = str
+    where_b: Callable[[str], str] = str
 
     @property
     def text(self) -> str:
         def names(refs: list[NodeRef]) -> str:
-            return ", ".join(f"{r.label} ({r.op_type})" for r in refs[:3]) + (
+            text = ", ".join(f"{r.label} ({r.op_type})" for r in refs[:3]) + (
                 f" +{len(refs) - 3}" if len(refs) > 3 else ""
             )
+            # a node in a body says which body: "#1 (ReduceSum)" alone could be anywhere
+            graph = refs[0].graph if refs else "main"
+            where = self.where_a if refs is self.a else self.where_b
+            return text if graph == "main" else f"{text} in {where(graph)}"
 
         side = names(self.a) if self.a else names(self.b)
         if self.kind == "fused":
             return f"fused: {names(self.a)}  ⇄  {names(self.b)}"
         return f"{self.kind}: {side}"
+
+
+def _detail_text(d: Any) -> str:
+    if d.what == "body":
+        # "body: 2 changes inside", not "body body: main/body:#0 → main/body:#0 (2 ...)":
+        # the change's own text already says which node holds the body
+        inside = d.b.rpartition(" (")[2].rstrip(")") if d.b.endswith(")") else d.b
+        return f"{d.name}: {inside}"
+    return f"{d.what} {d.name}: {d.a} → {d.b}"
 
 
 class DiffPane(QWidget):
@@ -165,16 +183,23 @@ class CompareWindow(QMainWindow):
         self.resize(1400, 900)
 
     # -- the diff as the window uses it -----------------------------------------------
+    def _where_a(self, path: str) -> str:
+        return readable_graph_path(self.doc_a, path)
+
+    def _where_b(self, path: str) -> str:
+        return readable_graph_path(self.doc_b, path)
+
     def _collect(self) -> None:
         for g in self.result.graphs():
             for ia, ib in g.matches:
                 self._pairs_ab[(g.path_a, ia)] = (g.path_b, ib)
                 self._pairs_ba[(g.path_b, ib)] = (g.path_a, ia)
-            self.changes += [Change("changed", [c.a], [c.b], c.details) for c in g.changed]
-            self.changes += [Change("removed", [n], [], []) for n in g.removed]
-            self.changes += [Change("added", [], [n], []) for n in g.added]
+            where = {"where_a": self._where_a, "where_b": self._where_b}
+            self.changes += [Change("changed", [c.a], [c.b], c.details, **where) for c in g.changed]
+            self.changes += [Change("removed", [n], [], [], **where) for n in g.removed]
+            self.changes += [Change("added", [], [n], [], **where) for n in g.added]
             for f in g.fused:
-                self.changes.append(Change("fused", f.a, f.b, []))
+                self.changes.append(Change("fused", f.a, f.b, [], **where))
                 for x in f.a:
                     self._pairs_ab[(x.graph, x.index)] = (f.b[0].graph, f.b[0].index)
                 for y in f.b:
@@ -287,7 +312,7 @@ class CompareWindow(QMainWindow):
             item.setData(0, Qt.ItemDataRole.UserRole, None)
             self.change_list.addTopLevelItem(item)
         for k, ch in enumerate(self.changes):
-            details = "; ".join(f"{d.what} {d.name}: {d.a} → {d.b}" for d in ch.details)
+            details = "; ".join(_detail_text(d) for d in ch.details)
             item = QTreeWidgetItem([ch.text, details])
             item.setToolTip(0, ch.text)  # the Details column is often out of sight
             item.setToolTip(1, details)

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from onnxviz.model.document import Document
+from onnxviz.model.scope_names import step_label
 from onnxviz.model.scopes import GraphScope
 
 ROLE = Qt.ItemDataRole.UserRole
@@ -42,6 +43,13 @@ class OutlineDock(QDockWidget):
             return
         main = self._graph_item(doc.main_scope, "main graph")
         self.tree.addTopLevelItem(main)
+        # every model lists its local functions, small or big
+        if doc.model.functions:
+            fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
+            self.tree.addTopLevelItem(fns)
+            for scope in doc.scopes():
+                if scope.kind == "function":
+                    fns.addChild(self._graph_item(scope, _function_title(scope)))
         if len(doc.main_scope.nodes) <= DEFER_NODES:
             main.setExpanded(True)
             return
@@ -51,12 +59,6 @@ class OutlineDock(QDockWidget):
         self._shown += 1
         shown = self._shown
         QTimer.singleShot(1, lambda: main.setExpanded(True) if self._shown == shown else None)
-        if doc.model.functions:
-            fns = QTreeWidgetItem([f"functions ({len(doc.model.functions)})"])
-            self.tree.addTopLevelItem(fns)
-            for scope in doc.scopes():
-                if scope.kind == "function":
-                    fns.addChild(self._graph_item(scope, scope.path.split(":", 1)[1]))
 
     def _graph_item(self, scope: GraphScope, title: str) -> QTreeWidgetItem:
         item = QTreeWidgetItem([f"{title}  ({len(scope.nodes)} nodes)"])
@@ -95,7 +97,11 @@ class OutlineDock(QDockWidget):
             nodes.addChild(QTreeWidgetItem([_PENDING]))
             item.addChild(nodes)
             for child_scope in scope.children:
-                item.addChild(self._graph_item(child_scope, child_scope.path.rsplit("/", 1)[-1]))
+                # named as the breadcrumbs name it (``Loop#2``, ``If#4 (else)``), not by
+                # its path's last step (``body:#2``), with the path in the tooltip
+                child = self._graph_item(child_scope, step_label(child_scope))
+                child.setToolTip(0, child_scope.path)
+                item.addChild(child)
             return
         if what == "nodes":
             count = len(scope.nodes)
@@ -132,3 +138,8 @@ class OutlineDock(QDockWidget):
         kind, path, target, _ = data
         if kind in ("graph", "node", "value"):
             self.activated.emit(kind, path, target)
+
+
+def _function_title(scope: GraphScope) -> str:
+    """``local.fn.Scale (half)``: the function as its call boxes on the canvas name it."""
+    return step_label(scope).removeprefix("function ")

@@ -2,8 +2,8 @@
 editor in the value column of every editable row (rows carry an ``edit`` target).
 
 Names never push values off-screen: the name column is at most `NAME_SHARE` of the
-width (the rest is the values'), long names elide in the middle with the full name in
-a tooltip, and a node's or graph's metadata rows (torch exports carry several long
+width (the rest is the values'), long names elide (in the middle, or wherever keeps
+sibling names apart: distinct_elision.py) with the full name in a tooltip, and a node's or graph's metadata rows (torch exports carry several long
 `pkg.torch.onnx.*` keys per node) sit in a collapsed "metadata" group.
 
 The window sets `editor_factory` (row -> widget or None) and `row_menu` (row, menu ->
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from onnxviz.present.properties import Row, Section
+from onnxviz.ui.docks.distinct_elision import DistinctElisionDelegate, WrappedValueDelegate
 
 SectionSource = Callable[[], list[Section]]
 
@@ -56,6 +57,9 @@ class PropertiesDock(QDockWidget):
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         self.tree.header().setStretchLastSection(True)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # ... or at the end or start, whichever keeps sibling names apart
+        self.tree.setItemDelegateForColumn(0, DistinctElisionDelegate(self.tree))
+        self.tree.setItemDelegateForColumn(1, WrappedValueDelegate(self.tree))
         self.tree.setIndentation(12)  # two levels of a 20 px indent cost a name 40 px
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.tree.viewport().installEventFilter(self)
@@ -155,7 +159,13 @@ class PropertiesDock(QDockWidget):
             return
         wanted = self.tree.sizeHintForColumn(0) + 8
         most = max(NAME_MIN, int(width * NAME_SHARE))
-        self.tree.header().resizeSection(0, max(min(wanted, most), min(NAME_MIN, width // 2)))
+        header = self.tree.header()
+        size = max(min(wanted, most), min(NAME_MIN, width // 2))
+        if header.sectionSize(0) != size:
+            header.resizeSection(0, size)
+            # rows were measured with the old widths: a value that now needs two lines
+            # ("function local.fn.Scale (half)") would show one, cut at a space
+            self.tree.doItemsLayout()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:

@@ -9,6 +9,7 @@ columns stay; the tooltip says the rest."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
@@ -31,10 +32,11 @@ NARROW = 480  # px: below this the severity and location columns hide (icon and 
 MAX_SHOWN = 5000  # a model with more problems lists the first ones (the count says all)
 
 
-def _location_text(loc: Any) -> str:
+def _location_text(loc: Any, graph_label: Callable[[str], str] | None = None) -> str:
     if loc is None:
         return ""
-    parts = [loc.graph_path or "main"]
+    path = loc.graph_path or "main"
+    parts = [graph_label(path) if graph_label is not None else path]
     if loc.node:
         parts.append(f"node {loc.node}")
     if loc.value:
@@ -116,9 +118,16 @@ class DiagnosticsDock(QDockWidget):
         self.setWidget(body)
         self.diagnostics: list[Any] = []
 
-    def show_diagnostics(self, diagnostics: list[Any], validating: bool = False) -> None:
-        """``validating``: the list is not the whole answer yet (a big model's first run
-        takes seconds); the summary must not say there are no problems."""
+    def show_diagnostics(
+        self,
+        diagnostics: list[Any],
+        graph_label: Callable[[str], str] | None = None,
+        validating: bool = False,
+    ) -> None:
+        """``graph_label`` names a graph path as a reader wants it (``Scan#0 > If#2
+        (else)``); without it the location shows the path.  ``validating``: the list is
+        not the whole answer yet (a big model's first run takes seconds); the summary
+        must not say there are no problems."""
         self.diagnostics = list(diagnostics)
         self.tree.setUpdatesEnabled(False)
         self.tree.clear()
@@ -131,7 +140,7 @@ class DiagnosticsDock(QDockWidget):
             if len(rows) >= MAX_SHOWN:
                 continue
             item = QTreeWidgetItem(
-                [sev, d.code, d.message, _location_text(getattr(d, "location", None))]
+                [sev, d.code, d.message, _location_text(getattr(d, "location", None), graph_label)]
             )
             item.setForeground(0, QBrush(QColor(SEVERITY_COLORS.get(sev, "#777"))))
             item.setIcon(1, severity_icon(sev))

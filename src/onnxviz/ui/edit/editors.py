@@ -30,6 +30,7 @@ from onnxviz.model.attribute_values import (
     parse_untyped,
     schema_for,
 )
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.model.types import text_to_type, type_to_text
 from onnxviz.present.properties import Row
 from onnxviz.present.row_edits import (
@@ -132,7 +133,10 @@ def parser_for(doc: Document, edit: RowEdit) -> Parser:
         def rewire(t: str) -> commands.Command:
             name = t.strip()
             if name and doc.scope(path).lookup(name) is None:
-                raise ValueError(f"no value named '{name}' is visible in graph '{path}'")
+                raise ValueError(
+                    f"no value named '{name}' is visible in graph "
+                    f"'{readable_graph_path(doc, path)}'"
+                )
             return commands.RewireInput(path, index, k, name)
 
         return rewire
@@ -165,6 +169,7 @@ class FieldEditor(QLineEdit):
         self.controller, self.row, self.parser = controller, row, parser
         self.original = text
         self.error = ""
+        self.error_place: tuple[str | None, str | None] = (None, None)
         self.textEdited.connect(self.check)
         self.editingFinished.connect(self.commit)
 
@@ -173,13 +178,16 @@ class FieldEditor(QLineEdit):
         try:
             cmd = self.parser(text)
         except (AttributeTextError, ValueError, EditError) as exc:
-            self.mark(str(exc))
+            # where the problem is, for the refusal's Location (a rename in a branch
+            # is located in that branch, not in main)
+            self.mark(str(exc), getattr(exc, "graph_path", None), getattr(exc, "node", None))
             return None
         self.mark("")
         return cmd
 
-    def mark(self, reason: str) -> None:
+    def mark(self, reason: str, graph_path: str | None = None, node: str | None = None) -> None:
         self.error = reason
+        self.error_place = (graph_path, node)
         self.setStyleSheet(INVALID_STYLE if reason else "")
         self.setToolTip(reason)
         self.problem.emit(reason)
@@ -191,7 +199,7 @@ class FieldEditor(QLineEdit):
         cmd = self.check()
         if cmd is None:
             # typed and confirmed but invalid: say so in the diagnostics dock too
-            self.controller.refuse(self.error)
+            self.controller.refuse(self.error, *self.error_place)
             return False
         self.original = self.text()
         if not self.controller.execute(cmd):
@@ -231,6 +239,16 @@ class ChoiceEditor(QComboBox):
         line = self.lineEdit() if editable else None
         if line is not None:
             line.editingFinished.connect(self.commit)
+            # a choice reads "name  type": show its start (the name), not its end
+            # ("t_output_0  bool[]"), and the whole of it in the tooltip
+            self.currentIndexChanged.connect(lambda _i: self._show_start())
+            self._show_start()
+
+    def _show_start(self) -> None:
+        line = self.lineEdit()
+        if line is not None:
+            line.setCursorPosition(0)
+            self.setToolTip(self.currentText())
 
     def value(self) -> str:
         if self.isEditable():
@@ -251,7 +269,9 @@ class ChoiceEditor(QComboBox):
             self.setStyleSheet(INVALID_STYLE)
             self.setToolTip(self.error)
             self.problem.emit(self.error)
-            self.controller.refuse(self.error)
+            self.controller.refuse(
+                self.error, getattr(exc, "graph_path", None), getattr(exc, "node", None)
+            )
             return False
         self.original = text
         self.error = ""

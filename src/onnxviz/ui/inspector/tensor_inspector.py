@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QImage, QPainter, QPen, QPixmap
+from PySide6.QtCore import QRectF, Qt, QTimer
+from PySide6.QtGui import QColor, QImage, QPainter, QPen, QPixmap, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
@@ -60,13 +60,20 @@ def _fmt(v: float | None) -> str:
     return "–" if v is None else f"{v:.6g}"
 
 
+HISTOGRAM_MIN_HEIGHT = 96
+TREE_SHARE = 0.45  # the element tree's most of the inspector's width
+TREE_SHARE_STACKED = 0.35  # its share of the height when it sits above the details
+
+
 class HistogramView(QWidget):
     def __init__(self) -> None:
         super().__init__()
         self.counts = np.zeros(0, np.int64)
         self.edges = np.zeros(0)
         self.empty_text = NOTHING_SELECTED
-        self.setMinimumHeight(160)
+        # readable at this height; at 160 the inspector next to the Run dock made the
+        # window taller than a 1280x720 screen (738 px)
+        self.setMinimumHeight(HISTOGRAM_MIN_HEIGHT)
 
     def set_data(
         self, counts: np.ndarray, edges: np.ndarray, empty_text: str = "no finite values"
@@ -113,6 +120,7 @@ class TensorInspector(QWidget):
         self.value: Any = None
         self.array: np.ndarray | None = None
         self.title = ""
+        self._tree_fit_pending = False
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["element", "type"])
         self.tree.currentItemChanged.connect(self._tree_pick)
@@ -135,7 +143,8 @@ class TensorInspector(QWidget):
         top.addWidget(self.export_button)
         lay.addLayout(top)
         lay.addWidget(self.tabs, 1)
-        split = QSplitter()
+        self.details = right  # header, Export and the tabs
+        self.split = split = QSplitter()
         split.addWidget(self.tree)
         split.addWidget(right)
         split.setSizes([160, 600])
@@ -231,7 +240,36 @@ class TensorInspector(QWidget):
         root = self._tree_item(title, value)
         self.tree.addTopLevelItem(root)
         root.setExpanded(True)
+        # after the layout has made room for the tree it just showed
+        self._tree_fit_pending = True
+        QTimer.singleShot(0, self._fit_tree)
         self.tree.setCurrentItem(root)
+
+    def _fit_tree(self) -> None:
+        """The element tree of a structured value gets room for its names.  Side by
+        side, it takes the width they need, up to `TREE_SHARE`; in a dock too narrow
+        for that next to the histogram's least width (it kept 70 px: "outp..." and a
+        scroll bar), the tree goes above the details instead.  A hidden inspector (its
+        dock behind Properties) fits when it is first laid out."""
+        if not self._tree_fit_pending or not self.tree.isVisible():
+            return  # nothing to fit, or not laid out yet (a later show or resize fits)
+        self.tree.resizeColumnToContents(0)
+        frame = self.tree.frameWidth() * 2 + self.tree.indentation() + 8
+        wanted = self.tree.columnWidth(0) + frame
+        details = self.details.minimumSizeHint().width()
+        side_by_side = self.width() >= wanted + details + self.split.handleWidth()
+        self.split.setOrientation(
+            Qt.Orientation.Horizontal if side_by_side else Qt.Orientation.Vertical
+        )
+        total = sum(self.split.sizes())
+        if total <= 0:
+            return
+        self._tree_fit_pending = False
+        if side_by_side:
+            tree = min(max(wanted, self.split.sizes()[0]), int(total * TREE_SHARE))
+        else:
+            tree = int(total * TREE_SHARE_STACKED)
+        self.split.setSizes([tree, total - tree])
 
     def _tree_item(self, label: str, value: Any) -> QTreeWidgetItem:
         item = QTreeWidgetItem([label, describe(value)])
@@ -245,6 +283,16 @@ class TensorInspector(QWidget):
             item.addChild(self._tree_item(name, v))
         return item
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.tree.isVisible() and event.size().width() != event.oldSize().width():
+            self._tree_fit_pending = True  # wide enough to go side by side, or not
+        self._fit_tree()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._fit_tree()
+
     def _tree_pick(self, item: QTreeWidgetItem | None, _prev: Any = None) -> None:
         if item is None:
             return
@@ -256,7 +304,9 @@ class TensorInspector(QWidget):
         else:
             self.array = None
             what = "empty optional" if value is None else describe(value)
-            self.header.setText(f"<b>{self.title}</b> {item.text(0)}: {what}")
+            # the root is the value itself: its name once, not "name (main) name (main):"
+            where = "" if item.parent() is None else f" {item.text(0)}"
+            self.header.setText(f"<b>{self.title}</b>{where}: {what}")
             self.hist.set_data(np.zeros(0, np.int64), np.zeros(0), "pick a tensor in the tree")
 
     def _show_tensor(self, title: str, arr: np.ndarray) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QMenu, QToolBar, QWidget
 
 from onnxviz.errors import OnnxvizError
 from onnxviz.model.node_id import NodeId, resolve_address
+from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.runtime.compare import Comparison, compare_with_onnxruntime
 from onnxviz.runtime.events import FrameLeft, NodeFailed, Pause, RunFinished
 from onnxviz.runtime.inputs import FeedRecipe, input_specs
@@ -95,6 +96,7 @@ class RunPanel(QObject):
                 self.act_inputs,
             ]
         )
+        self.widget.address_text = self.readable_address
         # onnxruntime as the second engine (engine_choice.py): its last run, when newer
         # than ours, is what the values, profile and heat colouring show.
         self.engine = EngineChoice()
@@ -437,6 +439,14 @@ class RunPanel(QObject):
         self.widget.stack_label.setText(snap.stack)
         self._refresh_canvas()
 
+    def readable_address(self, address: str) -> str:
+        """A node address (``graph::label``) or a graph path with the graph named as the
+        breadcrumbs name it: ``main > Scan#0 > Loop#2::#3``, not ``main/body:#0/body:#2::#3``."""
+        graph, sep, label = address.rpartition("::") if "::" in address else (address, "", "")
+        doc = self.session.doc
+        named = readable_graph_path(doc, graph) if doc is not None else graph
+        return f"{named}{sep}{label}"
+
     def status_text(self) -> str:
         c = self.controller
         if c.busy:
@@ -448,7 +458,8 @@ class RunPanel(QObject):
         ev = p.event
         where = ""
         if ev is not None and getattr(ev, "node", None) is not None:
-            where = f" at {ev.node.address} ({ev.node.op_type})"  # type: ignore[attr-defined]
+            node = ev.node  # type: ignore[attr-defined]
+            where = f" at {self.readable_address(node.address)} ({node.op_type})"
         reason = {
             "step": "paused",
             "paused": "paused",
@@ -564,7 +575,7 @@ class RunPanel(QObject):
         if not found:
             self._message(f"'{name}' was not computed or is no longer kept")
             return False
-        self.inspector_dock.show_value(f"{name}  ({graph_path})", value)
+        self.inspector_dock.show_value(f"{name}  ({self.readable_address(graph_path)})", value)
         return True
 
     def _selection_changed(self) -> None:

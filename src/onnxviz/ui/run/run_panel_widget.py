@@ -7,12 +7,12 @@ and emits what the user asks for; `RunPanel` (run_panel.py) does the work.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -86,12 +87,67 @@ def _table(headers: list[str]) -> QTableWidget:
     t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     t.horizontalHeader().setResizeContentsPrecision(64)  # fit columns to the first rows only
     t.horizontalHeader().setStretchLastSection(True)
+    # torch's value names (/stages/stages.0/pw1/MatMul_output_0) are long at both ends
+    t.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    t.viewport().installEventFilter(_FirstColumnShare(t))
     return t
+
+
+# The first column (a value's name, a node's address) gets at most this share of the
+# width when the columns after it would not fit: they hold the numbers.
+FIRST_COLUMN_SHARE = 0.45
+
+
+def share_first_column(table: QTableWidget) -> None:
+    """Shrink the first column, fitted to its names, so that the other columns fit
+    the viewport (each at its content width), but not below `FIRST_COLUMN_SHARE`;
+    long names are elided in the middle with the whole name in their tooltip."""
+    width = table.viewport().width()
+    if width <= 0 or table.columnCount() < 2:
+        return
+    header = table.horizontalHeader()
+    others = sum(
+        max(table.sizeHintForColumn(c), header.sectionSizeHint(c))
+        for c in range(1, table.columnCount())
+    )
+    wanted = max(table.sizeHintForColumn(0), header.sectionSizeHint(0))
+    header.resizeSection(0, min(wanted, max(int(width * FIRST_COLUMN_SHARE), width - others)))
+
+
+class _FirstColumnShare(QObject):
+    """Shares the width again when the table's viewport changes size (the dock is
+    resized, or first shown after it was filled hidden)."""
+
+    def __init__(self, table: QTableWidget) -> None:
+        super().__init__(table)
+        self.table = table
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            share_first_column(self.table)
+        return False
+
+
+def _scrolling(page: QWidget) -> QScrollArea:
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    area.setWidget(page)
+    return area
 
 
 def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
     item = table.item(row, col)
     return item.text() if item is not None else ""
+
+
+def _address(table: QTableWidget, row: int) -> str:
+    """The node address of a row (kept under the readable text of its first cell)."""
+    item = table.item(row, 0)
+    if item is None:
+        return ""
+    address = item.data(Qt.ItemDataRole.UserRole)
+    return str(address) if address else item.text()
 
 
 @contextmanager
@@ -104,6 +160,11 @@ def filling(table: QTableWidget, sort: bool = True) -> Iterator[None]:
         yield
     finally:
         table.resizeColumnsToContents()
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            if item is not None and not item.toolTip():
+                item.setToolTip(item.text())  # the whole name when it is elided
+        share_first_column(table)
         table.setUpdatesEnabled(True)
         table.setSortingEnabled(sort)
 
@@ -127,6 +188,9 @@ class RunPanelWidget(QWidget):
 
     def __init__(self, actions: list[QAction], parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        # node addresses and graph paths as the reader names them (set by RunPanel,
+        # which knows the document): "main > Loop#0::#3", not "main/body:#0::#3"
+        self.address_text: Callable[[str], str] = str
         # The buttons wrap onto a second line in a narrow dock rather than making the
         # dock wide: at 1024 px the Run dock shares the bottom with Diagnostics.
         top = FlowLayout()
@@ -144,10 +208,12 @@ class RunPanelWidget(QWidget):
         self.stack_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.tabs = QTabWidget()
         self.tabs.addTab(self._build_frames(), "Frames && Values")
-        self.tabs.addTab(self._build_breakpoints(), "Breakpoints")
+        # The pages with rows of controls above their list scroll when the dock is at
+        # its smallest: their full height made the window taller than a 720 px screen.
+        self.tabs.addTab(_scrolling(self._build_breakpoints()), "Breakpoints")
         self.tabs.addTab(self._build_profile(), "Profile")
-        self.tabs.addTab(self._build_compare(), "Compare")
-        self.tabs.addTab(self._build_memory(), "Memory")
+        self.tabs.addTab(_scrolling(self._build_compare()), "Compare")
+        self.tabs.addTab(_scrolling(self._build_memory()), "Memory")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
@@ -196,7 +262,7 @@ class RunPanelWidget(QWidget):
         self.profile = _table(["node", "op", "calls", "total ms", "mean ms", "output", "type"])
         self.profile.setSortingEnabled(True)
         self.profile.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_cell(self.profile, r))
+            lambda r, _c: self.nodeActivated.emit(_address(self.profile, r))
         )
         lay.addWidget(self.profile, 1)
         return w
@@ -249,7 +315,7 @@ class RunPanelWidget(QWidget):
         self.compare = _table(["node", "op", "max abs", "max rel", "values"])
         self.compare.setSortingEnabled(True)
         self.compare.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_cell(self.compare, r))
+            lambda r, _c: self.nodeActivated.emit(_address(self.compare, r))
         )
         lay.addWidget(self.compare, 1)
         return w
@@ -298,12 +364,21 @@ class RunPanelWidget(QWidget):
                         item.setForeground(Qt.GlobalColor.red)
                     t.setItem(r, c, item)
 
+    def _address_item(self, address: str) -> QTableWidgetItem:
+        """A node address as the reader names it, the address itself kept (activation)
+        and in the tooltip."""
+        item = QTableWidgetItem(self.address_text(address))
+        item.setData(Qt.ItemDataRole.UserRole, address)
+        item.setToolTip(address)
+        return item
+
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()
         for a in addresses:
             n = hits.get(a, 0)
-            item = QListWidgetItem(a + (f"   (hit {n}×)" if n else ""))
+            item = QListWidgetItem(self.address_text(a) + (f"   (hit {n}×)" if n else ""))
             item.setData(Qt.ItemDataRole.UserRole, a)
+            item.setToolTip(a)
             self.breakpoints.addItem(item)
 
     def set_profile(self, rows: list[NodeProfile]) -> None:
@@ -312,7 +387,7 @@ class RunPanelWidget(QWidget):
             t.setRowCount(0)
             t.setRowCount(len(rows))
             for r, p in enumerate(rows):
-                t.setItem(r, 0, QTableWidgetItem(p.address))
+                t.setItem(r, 0, self._address_item(p.address))
                 t.setItem(r, 1, QTableWidgetItem(p.op_type))
                 t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
                 t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
@@ -333,7 +408,7 @@ class RunPanelWidget(QWidget):
                 for r, n in enumerate(cmp.nodes):
                     a, rel = n.max_abs, n.max_rel
                     cells = [
-                        QTableWidgetItem(n.address),
+                        self._address_item(n.address),
                         QTableWidgetItem(n.op_type),
                         NumberItem("–" if a is None else f"{a:.3g}", a or 0.0),
                         NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0),
@@ -359,7 +434,7 @@ class RunPanelWidget(QWidget):
             t.setRowCount(0)
             t.setRowCount(len(dropped))
             for r, d in enumerate(dropped):
-                t.setItem(r, 0, QTableWidgetItem(d.graph_path))
+                t.setItem(r, 0, QTableWidgetItem(self.address_text(d.graph_path)))
                 t.setItem(r, 1, QTableWidgetItem(d.name))
                 t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
                 t.setItem(r, 3, QTableWidgetItem(d.reason))

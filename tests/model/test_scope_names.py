@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxviz.model.document import Document
-from onnxviz.present.paths import graph_trail, readable_path
+from onnxviz.model.scope_names import graph_trail, readable_path
 from tests.present.models import example, nested_control_flow, overloads_and_nested_calls
 
 
