@@ -312,7 +312,9 @@ def _labelled_model():  # type: ignore[no-untyped-def]
         helper.make_node("Relu", ["a"], ["b"], name="dup"),
         helper.make_node("Relu", ["b"], ["c"], name=""),
         helper.make_node("Relu", ["c"], ["d"], name="solo"),
-        helper.make_node("If", ["flag"], ["y"], name="branchy", then_branch=branch, else_branch=branch),
+        helper.make_node(
+            "If", ["flag"], ["y"], name="branchy", then_branch=branch, else_branch=branch
+        ),
     ]
     graph = helper.make_graph(
         nodes,
