@@ -110,3 +110,48 @@ def test_strings_that_are_not_utf8_are_located_escaped_and_kept_on_save(tmp_path
     doc.save(str(out))
     saved = out.read_bytes()
     assert b"NO\xfeXXX" in saved and b"K\xc3(XX" in saved and b"renamed" in saved
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["name", "op_type", "domain", "input[1]", "output[0]", "attribute[0].name", "doc_string"],
+)
+def test_a_non_utf8_string_in_any_node_field_is_found_among_many_clean_nodes(field: str) -> None:
+    """A full run screens nodes at C speed (str.join) and walks only the suspects: every
+    field a node carries must still be caught, on the one bad node of many."""
+    from onnx import TensorProto, helper
+
+    from onnxviz.check.validator import Validator
+    from tests.check.cases import with_raw_string
+    from tests.check.conftest import LooseDoc
+
+    marker = "QQMARKQQ"
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(50)]
+    target = helper.make_node(
+        "LeakyRelu", ["v50", ""], ["v51"], name="bad", domain="", alpha=0.1, doc_string="doc"
+    )
+    if field == "name":
+        target.name = marker
+    elif field == "op_type":
+        target.op_type = marker
+    elif field == "domain":
+        target.domain = marker
+    elif field == "input[1]":
+        target.input[1] = marker
+    elif field == "output[0]":
+        target.output[0] = marker
+    elif field == "attribute[0].name":
+        target.attribute[0].name = marker
+    else:
+        target.doc_string = marker
+    graph = helper.make_graph(
+        [*nodes, target],
+        "g",
+        [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("v50", TensorProto.FLOAT, [2])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = with_raw_string(m, marker.encode(), b"QQ\xfeMARKQ")
+    found = [d for d in Validator(LooseDoc(m)).validate() if d.code == "N008"]
+    assert [d.location.field for d in found] == [field]
+    assert "QQ\\xfeMARKQ" in found[0].message
