@@ -52,6 +52,16 @@ class TypeTable:
                 self.by_graph.setdefault(graph_path, {})[name] = found
         return found
 
+    def keep_initializer_index(self, previous: TypeTable) -> None:
+        """Take over ``previous``'s initializer index for the graphs both tables read
+        from the same GraphProto.  Only after an edit that added, removed or renamed no
+        value (the caller knows from its ChangeSet): rebuilding it for 22k initializers
+        cost 90 ms of the UI thread on every edit of a big model."""
+        for path, graph in self._init_graphs.items():
+            index = previous._init_index.get(path)
+            if index is not None and previous._init_graphs.get(path) is graph:
+                self._init_index[path] = index
+
     def lookup(self, scope: GraphScope, name: str) -> ValueType | None:
         """The type of ``name`` as seen from ``scope`` (outer scopes included)."""
         s: GraphScope | None = scope

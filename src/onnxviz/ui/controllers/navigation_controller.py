@@ -358,6 +358,10 @@ class NavigationController(QObject):
             self.crumbs = []
         old_types = presenter.types
         presenter.types = type_table(doc)
+        if old_types is not None and not (
+            changes.structural or changes.names or changes.model_fields
+        ):
+            presenter.types.keep_initializer_index(old_types)
         if not presenter.types.complete:
             if old_types is not None:  # keep the last inferred texts until new ones come
                 for path, values in old_types.by_graph.items():
