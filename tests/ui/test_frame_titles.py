@@ -51,3 +51,21 @@ def test_edge_labels_keep_off_a_loops_title_and_slot_label(window, tmp_path) -> 
     window.actions_.expand_bodies.trigger()  # View > Expand All Bodies
     _shown, on = _labels_on_titles(window)
     assert on == []
+
+
+def test_every_edge_label_shown_lies_inside_the_scene(window) -> None:  # type: ignore[no-untyped-def]
+    """A label moved aside (to the left of its edge, or up and down) must stay where the
+    view can scroll: on onnx's light ResNet-50 the input's label hung past the scene's
+    left edge and the first view showed it cut ('at32[1,3,224,224]')."""
+    import os
+
+    from onnxviz.runtime.conformance import light_dir
+
+    window.files.open_path(os.path.join(light_dir(), "light_resnet50.onnx"), background=False)
+    window.wait_idle()
+    scene = window.graph_scene
+    bounds = scene.sceneRect()
+    shown = [e for e in scene.edge_items if e.show_label]
+    assert len(shown) > 100
+    outside = [e.data_edge.value for e in shown if not bounds.contains(e.label_rect)]
+    assert outside == []

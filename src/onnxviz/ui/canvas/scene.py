@@ -205,6 +205,8 @@ class GraphScene(QGraphicsScene):
             for c in cells(r):
                 grid.setdefault(c, []).append(r)
 
+        bounds = self.sceneRect()
+
         def free(r: QRectF) -> bool:
             return not any(o.intersects(r) for c in cells(r) for o in grid.get(c, ()))
 
@@ -224,6 +226,9 @@ class GraphScene(QGraphicsScene):
             for dy in (0.0, 14.0, -14.0, 28.0, -28.0):
                 for dx in (0.0, -base.width() - 8.0):
                     r = base.translated(dx, dy)
+                    # a label moved past the scene's edge could never be scrolled to
+                    if (dx or dy) and not bounds.contains(r):
+                        continue
                     if free(r):
                         add(r)
                         if dx or dy:
