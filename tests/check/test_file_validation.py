@@ -135,3 +135,25 @@ def test_the_check_target_travels_with_the_request(tmp_path: Path) -> None:
         elsewhere = Validator(doc, target=target)
         assert elsewhere.validate_unedited_file()
         assert elsewhere.diagnostics == here
+
+
+def test_the_validator_process_keeps_no_workers_of_its_own_between_requests(tmp_path: Path) -> None:
+    """Its inference and checker processes held the whole model (450 MB at 100k nodes)
+    for as long as the app ran."""
+    from onnxviz.check.worker import VALIDATOR
+
+    path = str(tmp_path / "broken.onnx")
+    onnx.save(_broken_model(), path)
+    doc = Document.open(path)
+    assert Validator(doc).validate_unedited_file()
+    proc = VALIDATOR.start()  # the running one
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    if not children.exists():  # no such file on this kernel: ask ps
+        import subprocess
+
+        out = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True
+        ).stdout
+        assert out.strip() == ""
+    else:
+        assert children.read_text().strip() == ""
