@@ -35,15 +35,17 @@ def validate_file_here(path: str, identity: Identity, target: str) -> list[Diagn
         return f"the file could not be read again: {exc}"
     if doc.unedited_file() != (os.path.abspath(path), identity):
         return "the file changed on disk since the app read it"
-    from onnxviz.check.worker import CHECKER, WORKER
+    from onnxviz.check.worker import CHECKER, SCHEMAS, WORKER
 
     try:
         return Validator(doc, target=target).validate()
     finally:
         # This process's own inference and checker workers held the model too (about
-        # 450 MB at 100k nodes): they start again with the next request.
+        # 450 MB at 100k nodes), and onnxruntime's registry its own: they start again
+        # with the next request that needs them.
         WORKER.close()
         CHECKER.close()
+        SCHEMAS.close()
 
 
 def validate_file_in_worker(path: str, identity: Identity, target: str) -> list[Diagnostic] | None:
