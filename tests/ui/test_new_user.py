@@ -8,35 +8,18 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.ui.clicks import select_box, tree_items
+
 pytestmark = pytest.mark.qt
 
 EXPORTERS = Path(__file__).resolve().parent.parent / "data" / "exporters"
-
-
-def _select(window, title: str):  # type: ignore[no-untyped-def]
-    node = next(
-        n
-        for n in window.graph_scene.nodes.values()
-        if n.data_item.title == title and not n.is_frame
-    )
-    window.graph_scene.clearSelection()
-    node.setSelected(True)
-    return node
-
-
-def _items(tree):  # type: ignore[no-untyped-def]
-    stack = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
-    while stack:
-        item = stack.pop()
-        yield item
-        stack.extend(item.child(j) for j in range(item.childCount()))
 
 
 @pytest.mark.parametrize("width", [1400, 1024])
 def test_properties_of_a_torch_conv_keep_the_values_in_view(window, qtbot, width: int) -> None:  # type: ignore[no-untyped-def]
     window.resize(width, 640 if width < 1400 else 900)
     window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
-    _select(window, "Conv")
+    select_box(window, "Conv")
     dock = window.properties_dock
     tree = dock.tree
     qtbot.waitUntil(lambda: tree.viewport().width() > 0)
@@ -47,7 +30,7 @@ def test_properties_of_a_torch_conv_keep_the_values_in_view(window, qtbot, width
     assert tree.header().sectionSize(1) >= viewport * 0.5
     assert tree.horizontalScrollBar().maximum() == 0 or not tree.horizontalScrollBar().isVisible()
     # the long metadata keys sit in one collapsed group
-    group = next(i for i in _items(tree) if i.text(0).startswith("metadata ("))
+    group = next(i for i in tree_items(tree) if i.text(0).startswith("metadata ("))
     keys = [group.child(j).toolTip(0) for j in range(group.childCount())]
     assert "metadata pkg.onnxscript.rewriter.rule_name" in keys or any(
         k.startswith("metadata pkg.torch.onnx") for k in keys
@@ -74,12 +57,12 @@ def test_properties_of_a_torch_conv_keep_the_values_in_view(window, qtbot, width
 
 def test_focusing_a_metadata_field_opens_its_group(window) -> None:  # type: ignore[no-untyped-def]
     window.files.open_path(str(EXPORTERS / "torch_dynamo_cnn.onnx"), background=False)
-    node = _select(window, "Conv")
+    node = select_box(window, "Conv")
     assert node is not None
     dock = window.properties_dock
     row = next(r for r in dock.rows() if r.key.startswith("metadata "))
     assert dock.focus_field(row.field)
-    group = next(i for i in _items(dock.tree) if i.text(0).startswith("metadata ("))
+    group = next(i for i in tree_items(dock.tree) if i.text(0).startswith("metadata ("))
     assert group.isExpanded()
     assert dock.tree.currentItem().parent() is group
     assert dock.tree.currentItem().data(0, Qt.ItemDataRole.UserRole) is row
@@ -112,7 +95,7 @@ def test_declared_shape_clash_after_an_edit_is_badged_on_the_edited_node(window,
     window.edits.wait_validated()
     assert not [d for d in window.diagnostics_dock.diagnostics if d.code == "T005"]
     # the user selects the Transpose and types a new perm
-    flip = _select(window, "Transpose")
+    flip = select_box(window, "Transpose")
     editor = window.properties_dock.editor("Attributes", "perm")
     editor.setText("1, 0")
     editor.textEdited.emit("1, 0")

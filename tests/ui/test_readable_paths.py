@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from tests.present.models import nested_control_flow, overloads_and_nested_calls
+from tests.ui.clicks import select_box, tree_items
 
 pytestmark = pytest.mark.qt
 
@@ -34,26 +35,12 @@ def _open(window, model: onnx.ModelProto, tmp_path) -> None:  # type: ignore[no-
     window.files.open_path(path, background=False)
 
 
-def _items(tree):  # type: ignore[no-untyped-def]
-    stack = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
-    while stack:
-        item = stack.pop()
-        yield item
-        stack.extend(item.child(j) for j in range(item.childCount()))
-
-
 def test_properties_find_and_diagnostics_name_a_branch_by_its_owners(
     window, qtbot, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     _open(window, _nested_with_a_problem_in_the_else_branch(), tmp_path)
     window.actions_.expand_bodies.trigger()
-    mul = next(
-        n
-        for n in window.graph_scene.nodes.values()
-        if n.data_item.title == "Mul" and not n.is_frame
-    )
-    window.graph_scene.clearSelection()
-    mul.setSelected(True)
+    select_box(window, "Mul")
     rows = {(r.key, r.value) for r in window.properties_dock.rows()}
     assert ("graph", ELSE) in rows
 
@@ -108,7 +95,7 @@ def test_the_outline_names_subgraphs_by_their_owner_node(window, tmp_path) -> No
     )
     tree.itemActivated.emit(other, 0)
     assert {r.key: r.value for r in window.properties_dock.rows()}["path"] == ELSE
-    assert not any("body:" in i.text(0) or "_branch:" in i.text(0) for i in _items(tree))
+    assert not any("body:" in i.text(0) or "_branch:" in i.text(0) for i in tree_items(tree))
 
 
 def test_the_outline_lists_the_local_functions_of_a_small_model(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -246,13 +233,7 @@ def test_rewiring_a_branch_input_to_an_unknown_value_names_the_branch(
 
     _open(window, nested_control_flow(), tmp_path)
     window.actions_.expand_bodies.trigger()
-    mul = next(
-        n
-        for n in window.graph_scene.nodes.values()
-        if n.data_item.title == "Mul" and not n.is_frame
-    )
-    window.graph_scene.clearSelection()
-    mul.setSelected(True)
+    select_box(window, "Mul")
     editor = window.properties_dock.editor("Inputs", "A")
     line = editor.lineEdit()
     line.selectAll()

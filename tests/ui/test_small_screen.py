@@ -9,6 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.ui.clicks import select_box
+
 pytestmark = pytest.mark.qt
 
 
@@ -113,13 +115,7 @@ def test_an_input_choice_shows_the_start_of_a_long_value_name(window, qtbot, tmp
 
     window.resize(1280, 720)
     _open(window, tmp_path)
-    relu = next(
-        n
-        for n in window.graph_scene.nodes.values()
-        if n.data_item.title == "Relu" and not n.is_frame
-    )
-    window.graph_scene.clearSelection()
-    relu.setSelected(True)
+    select_box(window, "Relu")
     editor = window.properties_dock.editor("Inputs", "X")
     qtbot.waitUntil(editor.isVisible)
     line = editor.lineEdit()
