@@ -59,38 +59,26 @@ def reference_gqa(
     position_ids: np.ndarray | None = None,
     attention_bias: np.ndarray | None = None,
     head_sink: np.ndarray | None = None,
-    k_scale: np.ndarray | None = None,
-    v_scale: np.ndarray | None = None,
+    _k_scale: None = None,
+    _v_scale: None = None,
     q_norm_weight: np.ndarray | None = None,
     k_norm_weight: np.ndarray | None = None,
-    *,
-    num_heads: int,
-    kv_num_heads: int,
-    scale: float | None = None,
-    softcap: float = 0.0,
-    causal: int = 1,
-    local_window_size: int = -1,
-    do_rotary: int = 0,
-    rotary_interleaved: int = 0,
-    smooth_softmax: int = -1,
-    qk_output: int = 0,
-    qk_norm_epsilon: float = 1e-6,
-    sliding_window_cache: int = 0,
-    k_quant_type: str = "NONE",
-    v_quant_type: str = "NONE",
-    kv_cache_bit_width: int = 0,
+    **attrs: Any,
 ) -> tuple[np.ndarray | None, ...]:
+    """Only for inputs the kernel accepts (its refusals are tested on their own: no
+    quantised cache, no window-sized cache, no output_qk)."""
+    num_heads: int = attrs["num_heads"]
+    kv_num_heads: int = attrs["kv_num_heads"]
+    scale: float | None = attrs.get("scale")
+    softcap: float = attrs.get("softcap", 0.0)
+    causal: int = attrs.get("causal", 1)
+    local_window_size: int = attrs.get("local_window_size", -1)
+    do_rotary: int = attrs.get("do_rotary", 0)
+    rotary_interleaved: int = attrs.get("rotary_interleaved", 0)
+    smooth_softmax: int = attrs.get("smooth_softmax", -1)
+    qk_norm_epsilon: float = attrs.get("qk_norm_epsilon", 1e-6)
+    assert seqlens_k is not None and total_sequence_length is not None
     op = "GroupQueryAttention"
-    if k_scale is not None or v_scale is not None or k_quant_type != "NONE":
-        raise ExecutionError(f"{op}: quantised KV caches are not supported")
-    if sliding_window_cache:
-        raise ExecutionError(f"{op}: window-sized KV caches are not supported")
-    if qk_output and ctx.wants_output(3):
-        raise ExecutionError(f"{op}: the output_qk output is not supported")
-    if seqlens_k is None or total_sequence_length is None:
-        raise ExecutionError(f"{op}: seqlens_k and total_sequence_length are required")
-    if num_heads % kv_num_heads:
-        raise ExecutionError(f"{op}: num_heads must be a multiple of kv_num_heads")
     dtype = np.asarray(query).dtype
     q_in = _wide(query)
     b, s, width = q_in.shape
