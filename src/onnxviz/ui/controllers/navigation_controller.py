@@ -364,10 +364,13 @@ class NavigationController(QObject):
             presenter.types.keep_initializer_index(old_types)
         if not presenter.types.complete:
             if old_types is not None:  # keep the last inferred texts until new ones come
+                by_graph = presenter.types.by_graph
                 for path, values in old_types.by_graph.items():
-                    entries = presenter.types.by_graph.setdefault(path, {})
-                    for name, vt in values.items():
-                        entries.setdefault(name, vt)
+                    # the old entries, then the new table's over them (one C-level copy:
+                    # a setdefault per value was 30 ms at 100k nodes, in the edit's turn)
+                    merged = dict(values)
+                    merged.update(by_graph.get(path, {}))
+                    by_graph[path] = merged
             self.cancel_inference()  # its model is out of date
             self.start_inference()
         if in_place(changes):
