@@ -159,3 +159,60 @@ def test_integer_division_keeps_the_kernels_truncation() -> None:
     y = Session(model).run({"a": a, "b": b})["y"]
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, np.trunc(a / b).astype(np.int64))
+
+
+def _context_model() -> onnx.ModelProto:
+    """Kernels that take a context (executor._call_kernel builds it from the plan):
+    MaxPool's optional Indices, Split's output count, Dropout's draws from the run's
+    generator, and a second Dropout that draws after the first."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p", "idx"], kernel_shape=[2, 2], name="pool"),
+        helper.make_node("Split", ["p"], ["s0", "s1", "s2"], axis=1, name="split"),
+        helper.make_node("Dropout", ["s0", "r", "t"], ["d0", "m0"], name="drop0"),
+        helper.make_node("Dropout", ["s2", "r", "t"], ["d1", "m1"], name="drop1"),
+    ]
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "ctx",
+        [helper.make_tensor_value_info("x", f, [1, 3, 6, 6])],
+        [
+            helper.make_tensor_value_info(n, t, None)
+            for n, t in [
+                ("idx", onnx.TensorProto.INT64),
+                ("s1", f),
+                ("d0", f),
+                ("m0", onnx.TensorProto.BOOL),
+                ("d1", f),
+                ("m1", onnx.TensorProto.BOOL),
+            ]
+        ],
+        initializer=[
+            numpy_helper.from_array(np.array(0.5, np.float32), "r"),
+            numpy_helper.from_array(np.array(True), "t"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_context_kernels_see_their_node_and_the_runs_generator() -> None:
+    model = _context_model()
+    x = np.random.default_rng(5).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    stepped = assert_modes_agree(model, {"x": x}, rtol=0)
+    sess = Session(model, seed=7)
+    first, again = sess.run({"x": x}), sess.run({"x": x})
+    # Every run draws from a generator made from the seed: the same masks each run, and
+    # the two Dropouts draw one after the other from it (so their masks differ).
+    for name in ("d0", "m0", "d1", "m1"):
+        np.testing.assert_array_equal(first[name], again[name])
+    rng = np.random.default_rng(7)
+    keep0 = rng.random((1, 1, 5, 5)) >= 0.5
+    keep1 = rng.random((1, 1, 5, 5)) >= 0.5
+    np.testing.assert_array_equal(first["m0"], keep0)
+    np.testing.assert_array_equal(first["m1"], keep1)
+    # MaxPool gave the indices only because the node asks for them; Split made 3 parts.
+    assert first["idx"].shape == (1, 3, 5, 5) and first["idx"].dtype == np.int64
+    pooled = np.concatenate([stepped["s0"], first["s1"], stepped["s2"]], axis=1)
+    np.testing.assert_array_equal(x.reshape(-1)[first["idx"]], pooled)
+    np.testing.assert_array_equal(first["s1"], stepped["s1"])
+    assert first["s1"].shape == (1, 1, 5, 5)

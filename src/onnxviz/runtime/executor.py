@@ -35,6 +35,7 @@ from onnx import NodeProto
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.scope_names import owner_label
+from onnxviz.runtime import inplace as inplace_ops
 from onnxviz.runtime.control_flow import run_control
 from onnxviz.runtime.events import (
     STACK_SEPARATOR,
@@ -57,11 +58,14 @@ from onnxviz.runtime.inplace import try_inplace
 from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
+from onnxviz.runtime.registry import KernelContext
 from onnxviz.runtime.values import describe
 
 # Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
 # could recurse forever.  Each frame costs a few generator levels of Python stack.
 MAX_FRAME_DEPTH = 150
+
+_ND = np.ndarray
 
 
 def drain(events: Events) -> list[Any]:
@@ -254,6 +258,7 @@ class Executor:
         perf = time.perf_counter
         fold = self.fold
         inplace = self.inplace
+        inplace_min = inplace_ops.MIN_ELEMENTS
         call_kernel = self._call_kernel
         depth = frame.depth
         stack = frame.stack_text
@@ -289,7 +294,17 @@ class Executor:
             elif call is not None:
                 # A plain kernel with one output (prepared.py), maybe in place (inplace.py).
                 result = None
-                if inplace and pn.inplace_dead is not None:
+                if (
+                    inplace
+                    and pn.inplace_dead is not None
+                    # try_inplace's own first test, without its call for the small
+                    # values most nodes of small models see (no local name may refer
+                    # to an input: try_inplace counts references).
+                    and (
+                        (type(ins[0]) is _ND and ins[0].size >= inplace_min)
+                        or (len(ins) > 1 and type(ins[1]) is _ND and ins[1].size >= inplace_min)
+                    )
+                ):
                     result = try_inplace(pn.op_type, ins, pn.inplace_dead)
                 if result is None:
                     try:
@@ -375,9 +390,17 @@ class Executor:
         # Session runs everything under np.errstate(all="ignore").
         spec = pn.spec
         try:
-            if spec is not None and not spec.needs_ctx:
-                # Fast path of call_node: plain kernel, one tensor out.
-                result = spec.fn(*ins, **pn.attrs)
+            if spec is not None:
+                # call_node without its per-call lookups: the plan resolved the kernel, its
+                # opset and attributes once.
+                if spec.needs_ctx:
+                    # Positional (KernelContext's field order): a third of keywords' cost.
+                    ctx = KernelContext(
+                        len(pn.outputs), pn.opset, pn.node.name, self._make_rng, pn.output_names
+                    )
+                    result = spec.fn(ctx, *ins, **pn.attrs)
+                else:
+                    result = spec.fn(*ins, **pn.attrs)
                 if len(pn.outputs) == 1 and type(result) is np.ndarray:
                     return [result]
                 outs = normalize_outputs(result, len(pn.outputs))

@@ -31,6 +31,15 @@ def find_kernel(node: NodeProto, opsets: dict[str, int]) -> KernelSpec:
 
 
 def normalize_outputs(result: Any, n_outputs: int) -> list[Any]:
+    """A kernel's result as one value per output: arrays (numpy scalars made 0-d
+    arrays), lists and dicts (sequences, maps) as they are, None for missing outputs."""
+    if type(result) is tuple and len(result) == n_outputs:
+        # The common multi-output case, every output an array: no per-output call.
+        for o in result:
+            if type(o) is not np.ndarray:
+                break
+        else:
+            return list(result)
     if n_outputs == 1 and not isinstance(result, tuple):
         outs = [result]
     elif isinstance(result, tuple) or (isinstance(result, list) and n_outputs != 1):
