@@ -141,6 +141,26 @@ def test_channels_last_depthwise_conv_adds_a_residual() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+def test_one_packed_depthwise_weight_serves_many_image_sizes_and_strides() -> None:
+    # The packed weight keeps its tiled forms per (phase, stride, output width): a model
+    # fed images of several sizes (and the same weight at two strides) must get each
+    # size's own tiling back, also after the kept forms were dropped for too many sizes.
+    rng = np.random.default_rng(11)
+    c = 48
+    w = rng.standard_normal((c, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    packed = nn_conv.ConvWeight(_frozen(w))
+    sizes = [7, 9, 7, 12, 5, 6, 8, 10, 11, 13, 9, 7]
+    for size, stride in zip(sizes, [1, 2] * 6):
+        x = rng.standard_normal((1, c, size, size + 1)).astype(np.float32)
+        attrs = {"group": c, "strides": [stride] * 2, "pads": [2] * 4, "dilations": [1, 1]}
+        want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+        assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], [1, 1])
+        got = nn_conv.conv(x, packed, b, **attrs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(got, nn_conv.conv(x, w, b, **attrs))
+
+
 @pytest.fixture(autouse=True)
 def _empty_cache():
     _weight_cache.clear()
