@@ -161,6 +161,75 @@ def test_one_packed_depthwise_weight_serves_many_image_sizes_and_strides() -> No
         np.testing.assert_array_equal(got, nn_conv.conv(x, w, b, **attrs))
 
 
+def conv_transpose_definition(x, w, b, group, strides, pads, output_padding) -> np.ndarray:
+    """ConvTranspose by its definition in float64: every input pixel scatters its
+    weighted kernel into the full image, which is then cropped by the pads (and
+    zero-extended by output_padding)."""
+    n, c = x.shape[:2]
+    cg, mg = c // group, w.shape[1]
+    rank = x.ndim - 2
+    kernel, ins = w.shape[2:], x.shape[2:]
+    full_shape = [s * (i - 1) + k + op for i, k, s, op in zip(ins, kernel, strides, output_padding)]
+    full = np.zeros((n, group * mg, *full_shape))
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(slice(o, o + (i - 1) * s + 1, s) for o, i, s in zip(off, ins, strides))
+        for g in range(group):
+            xs = x[:, g * cg : (g + 1) * cg].astype(np.float64)
+            ws = w[(slice(g * cg, (g + 1) * cg), slice(None), *off)].astype(np.float64)
+            full[(slice(None), slice(g * mg, (g + 1) * mg), *window)] += np.einsum(
+                "cm,nc...->nm...", ws, xs
+            )
+    crop = tuple(slice(pads[i], full_shape[i] - pads[i + rank]) for i in range(rank))
+    y = full[(slice(None), slice(None), *crop)]
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * rank)
+    return y
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.booleans(),
+    st.integers(1, 2),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_conv_transpose_matches_the_definition(
+    rank, k, tiles, group, with_bias, padded, seed
+) -> None:
+    # tiles: kernel == stride (the windows tile the image: one copy per kernel offset,
+    # the bias in the same pass unless pads or output_padding reshape the image);
+    # otherwise overlapping or gapped windows summed by col2im.
+    rng = np.random.default_rng(seed)
+    stride = k if tiles else int(rng.integers(1, 4))
+    ins = [int(v) for v in rng.integers(1, 7, rank)]
+    c, mg = group * int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    x = rng.standard_normal((int(rng.integers(1, 3)), c, *ins)).astype(np.float32)
+    w = rng.standard_normal((c, mg, *([k] * rank))).astype(np.float32)
+    b = rng.standard_normal(group * mg).astype(np.float32) if with_bias else None
+    pads = [0] * (2 * rank)
+    output_padding = [0] * rank
+    if padded:
+        pads = [int(rng.integers(0, k)) for _ in range(2 * rank)]
+        output_padding = [int(rng.integers(0, stride)) for _ in range(rank)]
+    want = conv_transpose_definition(x, w, b, group, [stride] * rank, pads, output_padding)
+    if min(want.shape[2:], default=1) < 1:
+        return
+    got = nn_conv.conv_transpose(
+        x, w, b, group=group, strides=[stride] * rank, pads=pads, output_padding=output_padding
+    )
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    # A second call reuses the GEMM's buffer: the first result must not change.
+    again = nn_conv.conv_transpose(
+        x * 2, w, b, group=group, strides=[stride] * rank, pads=pads, output_padding=output_padding
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    assert again.shape == got.shape
+
+
 @pytest.fixture(autouse=True)
 def _empty_cache():
     _weight_cache.clear()
