@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_rnn
+from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_pool, nn_rnn
 
 pytestmark = pytest.mark.numeric
 
@@ -228,6 +228,64 @@ def test_conv_transpose_matches_the_definition(
     )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
     assert again.shape == got.shape
+
+
+class _NoIndices:
+    """A kernel context in which nobody asks for MaxPool's Indices output."""
+
+    def wants_output(self, index: int) -> bool:
+        return False
+
+
+def pool_definition(x, kernel, pads, op, include_pad) -> np.ndarray:
+    """Stride-1 MaxPool/AveragePool by definition: a padded float64 copy (pads -inf for
+    max, and not counted in an average unless ``include_pad``), a loop over offsets."""
+    rank = x.ndim - 2
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[i + rank]) for i in range(rank)]
+    fill = -np.inf if op == "max" else 0.0
+    xp = np.pad(x.astype(np.float64), width, constant_values=fill)
+    inside = np.pad(np.ones(x.shape[2:]), width[2:])
+    out = [xp.shape[2 + i] - kernel[i] + 1 for i in range(rank)]
+    acc = np.full(x.shape[:2] + tuple(out), fill)
+    counts = np.zeros(out)
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(slice(o, o + n) for o, n in zip(off, out))
+        part = xp[(slice(None), slice(None), *window)]
+        acc = np.maximum(acc, part) if op == "max" else acc + part
+        counts += 1.0 if include_pad else inside[window]
+    return acc if op == "max" else acc / counts
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.sampled_from(["max", "avg"]),
+    st.booleans(),
+    st.sampled_from([np.float32, np.int8]),
+    st.integers(0, 2**16),
+)
+def test_same_size_stride1_pools_match_the_definition(rank, op, include_pad, dtype, seed) -> None:
+    # Stride 1 with pads that keep the size (Inception's 3x3/1 pad-1 branches; even
+    # kernels padded SAME_UPPER- or SAME_LOWER-style): the flat pass with edge fix-ups,
+    # on sizes down to 1 (every position an edge) and kernels larger than the input.
+    rng = np.random.default_rng(seed)
+    kernel = [int(k) for k in rng.integers(1, 5, rank)]
+    begin = [int(rng.integers(0, k)) for k in kernel]
+    pads = begin + [k - 1 - b for k, b in zip(kernel, begin)]
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *rng.integers(1, 8, rank))
+    if op == "avg":
+        dtype = np.float32
+    x = (rng.standard_normal(shape) * 40).astype(dtype)
+    attrs = {"kernel_shape": kernel, "pads": pads}
+    geo = nn_pool._Geometry(x, kernel, None, None, pads, "NOTSET", 0)
+    assert geo.same()
+    if op == "max":
+        got = nn_pool.max_pool(_NoIndices(), x, **attrs)[0]
+    else:
+        got = nn_pool.average_pool(x, count_include_pad=int(include_pad), **attrs)
+    want = pool_definition(x, kernel, pads, op, include_pad)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.fixture(autouse=True)
