@@ -548,22 +548,20 @@ def _depthwise_channels_last(
     rank = len(kernel)
     spatial = x.shape[2:]
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(spatial)]
-    xl = scratch("conv_nhwc", (n, *padded, c), x.dtype)
-    # Zeros only on the pad borders: the image overwrites the rest of the reused buffer.
-    for d, size in enumerate(spatial):
-        before = (slice(None),) * (d + 1)
-        if pads[d]:
-            xl[(*before, slice(0, pads[d]))] = 0
-        if pads[d + rank]:
-            xl[(*before, slice(pads[d] + size, None))] = 0
-    inner = tuple(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial))
-    xl[(slice(None), *inner)] = np.moveaxis(x, 1, -1)
     taps = packed.taps() if packed is not None else None
     wk = taps.reshape(taps.shape[0], c) if taps is not None else w.reshape(c, -1).T
     wk = wk.reshape(*kernel, c)
     sw = strides[-1]
-    if sw == 1 or dilations[-1] == 1:
-        return _depthwise_phase_sums(xl, wk, strides, dilations, out_shape, packed)
+    if sw > 1 and dilations[-1] == 1:
+        # Each stride phase's columns straight from x: one copy of the input in all,
+        # instead of the padded image and then a copy of each phase out of it.
+        phases = [
+            _channels_last_padded(x, pads, padded, (p, sw)) for p in range(min(sw, kernel[-1]))
+        ]
+        return _depthwise_phase_sums(phases, wk, strides, dilations, out_shape, packed)
+    xl = _channels_last_padded(x, pads, padded, None)
+    if sw == 1:
+        return _depthwise_phase_sums([xl], wk, strides, dilations, out_shape, packed)
     # Strided and dilated along the last axis: a multiply and an add per kernel offset
     # over (N, *out, C) windows.
     wk = wk.reshape(-1, c)
@@ -580,8 +578,44 @@ def _depthwise_channels_last(
     return acc
 
 
+def _channels_last_padded(
+    x: np.ndarray,
+    pads: Sequence[int],
+    padded: Sequence[int],
+    phase: tuple[int, int] | None,
+) -> np.ndarray:
+    """x (N, C, *spatial) as its zero-padded channels-last image (N, *padded, C), in a
+    reused buffer; with ``phase`` = (p, s) only the image's columns p, p+s, p+2s, ...
+    (one stride phase along the last axis).  Only the pad borders are zeroed: the input
+    overwrites the rest of the buffer."""
+    n, c = x.shape[:2]
+    rank = x.ndim - 2
+    spatial = x.shape[2:]
+    p, s = phase if phase is not None else (0, 1)
+    cols = len(range(p, padded[-1], s))
+    image = scratch(f"conv_nhwc{p}", (n, *padded[:-1], cols, c), x.dtype)
+    # Image column j is padded column p + j*s, that is input column p + j*s - pad.
+    pad_w = pads[rank - 1]
+    first = max(0, -(-(pad_w - p) // s))  # the first image column inside x
+    start = p + first * s - pad_w
+    count = min(len(range(start, spatial[-1], s)), cols - first)
+    lo = [*pads[: rank - 1], first]
+    hi = [*(pads[d] + spatial[d] for d in range(rank - 1)), first + max(count, 0)]
+    sizes = [*padded[:-1], cols]
+    for d in range(rank):
+        before = (slice(None),) * (d + 1)
+        if lo[d]:
+            image[(*before, slice(0, lo[d]))] = 0
+        if hi[d] < sizes[d]:
+            image[(*before, slice(hi[d], None))] = 0
+    if count > 0:
+        source = np.moveaxis(x, 1, -1)[..., start : start + (count - 1) * s + 1 : s, :]
+        image[(slice(None), *(slice(a, b) for a, b in zip(lo, hi)))] = source
+    return image
+
+
 def _depthwise_phase_sums(
-    xl: np.ndarray,
+    images: list[np.ndarray],
     wk: np.ndarray,
     strides: Sequence[int],
     dilations: Sequence[int],
@@ -589,8 +623,10 @@ def _depthwise_phase_sums(
     packed: ConvWeight | None = None,
 ) -> np.ndarray:
     """sum over kernel offsets of wk[offset] * window(offset) for a padded channels-last
-    image ``xl`` (N, *padded, C) and weights ``wk`` (*kernel, C), by einsum; ``packed``,
-    when given, is the same weight holding its tiled forms (ConvWeight.depthwise_tile).
+    image (N, *padded, C) given as ``images``, its stride phases along the last axis
+    (_channels_last_padded; the one whole image for stride 1), and weights ``wk``
+    (*kernel, C), by einsum; ``packed``, when given, is the same weight holding its
+    tiled forms (ConvWeight.depthwise_tile).
 
     The last spatial axis and the channels are summed as one contiguous axis of out_w*C
     (the weights tiled out_w times): the windows of one output row are then out_w
@@ -598,8 +634,9 @@ def _depthwise_phase_sums(
     its s phases (pixels p, p+s, p+2s, ...: one copy of the input in all): within a
     phase the kernel columns p, p+s, ... read consecutive pixels again, so each phase is
     one einsum over its own columns of the kernel (dilation 1 along that axis)."""
-    n, c = xl.shape[0], xl.shape[-1]
-    rank = xl.ndim - 2
+    n, c = images[0].shape[0], images[0].shape[-1]
+    rank = images[0].ndim - 2
+    dt = images[0].dtype
     kernel = wk.shape[:-1]
     sw, last = strides[-1], out_shape[-1]
     letters = "abcdefghijklmnopqrstuvw"
@@ -607,7 +644,7 @@ def _depthwise_phase_sums(
     subs = f"z{o_sub}{k_sub}y,{k_sub}y->z{o_sub}y"
     total: np.ndarray | None = None
     for phase in range(min(sw, kernel[-1])):
-        image = xl if sw == 1 else np.ascontiguousarray(xl[..., phase::sw, :])
+        image = images[phase]
         sub = wk[..., phase::sw, :]
         st = image.strides
         shape = (n, *out_shape[:-1], *sub.shape[:-1], last * c)
@@ -626,10 +663,10 @@ def _depthwise_phase_sums(
         # Reused buffers (the caller copies the sum out channels-first): no fresh array
         # per phase.
         if total is None:
-            total = scratch("conv_dw_sum", (n, *out_shape[:-1], last * c), xl.dtype)
+            total = scratch("conv_dw_sum", (n, *out_shape[:-1], last * c), dt)
             np.einsum(subs, view, tiled, out=total)
         else:
-            part = scratch("conv_dw_part", total.shape, xl.dtype)
+            part = scratch("conv_dw_part", total.shape, dt)
             np.einsum(subs, view, tiled, out=part)
             total += part
     assert total is not None  # kernel[-1] >= 1
