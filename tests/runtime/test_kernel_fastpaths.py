@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_pool, nn_rnn
+from onnxviz.runtime.kernels import (
+    _weight_cache,
+    math_erf,
+    math_softmax,
+    nn_conv,
+    nn_pool,
+    nn_resize,
+    nn_rnn,
+)
 
 pytestmark = pytest.mark.numeric
 
@@ -286,6 +294,38 @@ def test_same_size_stride1_pools_match_the_definition(rank, op, include_pad, dty
     want = pool_definition(x, kernel, pads, op, include_pad)
     assert got.shape == want.shape and got.dtype == x.dtype
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@SETTINGS
+@given(
+    st.integers(1, 4),
+    st.sampled_from(["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]),
+    st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+    st.sampled_from([np.float32, np.int8]),
+    st.integers(0, 2**16),
+)
+def test_nearest_resize_by_whole_factors_matches_the_take_per_axis(
+    rank, coordinate_mode, nearest_mode, dtype, seed
+) -> None:
+    # Whole upsampling factors where output i reads input i // r run as strided copies;
+    # every other case (and these, with the copy path off) takes one gather per axis.
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(v) for v in rng.integers(1, 6, rank))
+    factors = [int(v) for v in rng.integers(1, 4, rank)]
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    out_shape = [n * r for n, r in zip(shape, factors)]
+    scales = [float(r) for r in factors]
+    attrs = {"coordinate_transformation_mode": coordinate_mode, "nearest_mode": nearest_mode}
+    got = nn_resize.resize_nd(x, out_shape, scales, mode="nearest", **attrs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nn_resize, "_repeat_factors", lambda *args: None)
+        want = nn_resize.resize_nd(x, out_shape, scales, mode="nearest", **attrs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    if coordinate_mode == "asymmetric" and nearest_mode == "floor":  # i // r by definition
+        np.testing.assert_array_equal(
+            got, x[np.ix_(*(np.arange(n) // r for n, r in zip(out_shape, factors)))]
+        )
 
 
 @pytest.fixture(autouse=True)
