@@ -50,6 +50,7 @@ CONV_PATHS = [
         {"pads": [1] * 4, "group": 96, "strides": [2, 2]},
     ),
     ("winograd", (1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ("winograd-large", (1, 32, 45, 48), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("pointwise", (1, 16, 32, 32), (16, 16, 1, 1), {}),
     ("im2col-small", (1, 16, 12, 12), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     ("grouped", (1, 16, 32, 32), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),
@@ -349,7 +350,7 @@ def random_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         first = _first_conv(b, draw)
     else:
         # Shapes that reach each conv path: few channels (< 8), Winograd (>= 32 channels,
-        # 12-32 px), flat layouts (>= 1024 output positions).
+        # 12-64 px), flat layouts (>= 1024 output positions).
         c = draw(st.sampled_from([3, 4, 8, 16, 32]))
         size = draw(st.sampled_from([8, 14, 16, 24, 32, 34, 48, 64]))
         b.shapes["x"] = (1, c, size, size)

@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 
 from onnxviz.model.tensors import to_array
-from onnxviz.runtime.kernels import _weight_cache, math_erf, math_softmax, nn_conv, nn_rnn
+from onnxviz.runtime.kernels import (
+    _weight_cache,
+    math_erf,
+    math_softmax,
+    nn_conv,
+    nn_pool,
+    nn_resize,
+    nn_rnn,
+)
 
 pytestmark = pytest.mark.numeric
 
@@ -139,6 +147,185 @@ def test_channels_last_depthwise_conv_adds_a_residual() -> None:
     want = conv_definition(x, w, b, 64, [1, 1], [2] * 4, [1, 1]) + r
     got = nn_conv.conv(x, w, b, group=64, pads=[2] * 4, addend=r)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_one_packed_depthwise_weight_serves_many_image_sizes_and_strides() -> None:
+    # The packed weight keeps its tiled forms per (phase, stride, output width): a model
+    # fed images of several sizes (and the same weight at two strides) must get each
+    # size's own tiling back, also after the kept forms were dropped for too many sizes.
+    rng = np.random.default_rng(11)
+    c = 48
+    w = rng.standard_normal((c, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    packed = nn_conv.ConvWeight(_frozen(w))
+    sizes = [7, 9, 7, 12, 5, 6, 8, 10, 11, 13, 9, 7]
+    for size, stride in zip(sizes, [1, 2] * 6):
+        x = rng.standard_normal((1, c, size, size + 1)).astype(np.float32)
+        attrs = {"group": c, "strides": [stride] * 2, "pads": [2] * 4, "dilations": [1, 1]}
+        want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
+        assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], [1, 1])
+        got = nn_conv.conv(x, packed, b, **attrs)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(got, nn_conv.conv(x, w, b, **attrs))
+
+
+def conv_transpose_definition(x, w, b, group, strides, pads, output_padding) -> np.ndarray:
+    """ConvTranspose by its definition in float64: every input pixel scatters its
+    weighted kernel into the full image, which is then cropped by the pads (and
+    zero-extended by output_padding)."""
+    n, c = x.shape[:2]
+    cg, mg = c // group, w.shape[1]
+    rank = x.ndim - 2
+    kernel, ins = w.shape[2:], x.shape[2:]
+    full_shape = [s * (i - 1) + k + op for i, k, s, op in zip(ins, kernel, strides, output_padding)]
+    full = np.zeros((n, group * mg, *full_shape))
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(slice(o, o + (i - 1) * s + 1, s) for o, i, s in zip(off, ins, strides))
+        for g in range(group):
+            xs = x[:, g * cg : (g + 1) * cg].astype(np.float64)
+            ws = w[(slice(g * cg, (g + 1) * cg), slice(None), *off)].astype(np.float64)
+            full[(slice(None), slice(g * mg, (g + 1) * mg), *window)] += np.einsum(
+                "cm,nc...->nm...", ws, xs
+            )
+    crop = tuple(slice(pads[i], full_shape[i] - pads[i + rank]) for i in range(rank))
+    y = full[(slice(None), slice(None), *crop)]
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * rank)
+    return y
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.booleans(),
+    st.integers(1, 2),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_conv_transpose_matches_the_definition(
+    rank, k, tiles, group, with_bias, padded, seed
+) -> None:
+    # tiles: kernel == stride (the windows tile the image: one copy per kernel offset,
+    # the bias in the same pass unless pads or output_padding reshape the image);
+    # otherwise overlapping or gapped windows summed by col2im.
+    rng = np.random.default_rng(seed)
+    stride = k if tiles else int(rng.integers(1, 4))
+    ins = [int(v) for v in rng.integers(1, 7, rank)]
+    c, mg = group * int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    x = rng.standard_normal((int(rng.integers(1, 3)), c, *ins)).astype(np.float32)
+    w = rng.standard_normal((c, mg, *([k] * rank))).astype(np.float32)
+    b = rng.standard_normal(group * mg).astype(np.float32) if with_bias else None
+    pads = [0] * (2 * rank)
+    output_padding = [0] * rank
+    if padded:
+        pads = [int(rng.integers(0, k)) for _ in range(2 * rank)]
+        output_padding = [int(rng.integers(0, stride)) for _ in range(rank)]
+    want = conv_transpose_definition(x, w, b, group, [stride] * rank, pads, output_padding)
+    if min(want.shape[2:], default=1) < 1:
+        return
+    got = nn_conv.conv_transpose(
+        x, w, b, group=group, strides=[stride] * rank, pads=pads, output_padding=output_padding
+    )
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    # A second call reuses the GEMM's buffer: the first result must not change.
+    again = nn_conv.conv_transpose(
+        x * 2, w, b, group=group, strides=[stride] * rank, pads=pads, output_padding=output_padding
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
+    assert again.shape == got.shape
+
+
+class _NoIndices:
+    """A kernel context in which nobody asks for MaxPool's Indices output."""
+
+    def wants_output(self, index: int) -> bool:
+        return False
+
+
+def pool_definition(x, kernel, pads, op, include_pad) -> np.ndarray:
+    """Stride-1 MaxPool/AveragePool by definition: a padded float64 copy (pads -inf for
+    max, and not counted in an average unless ``include_pad``), a loop over offsets."""
+    rank = x.ndim - 2
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[i + rank]) for i in range(rank)]
+    fill = -np.inf if op == "max" else 0.0
+    xp = np.pad(x.astype(np.float64), width, constant_values=fill)
+    inside = np.pad(np.ones(x.shape[2:]), width[2:])
+    out = [xp.shape[2 + i] - kernel[i] + 1 for i in range(rank)]
+    acc = np.full(x.shape[:2] + tuple(out), fill)
+    counts = np.zeros(out)
+    for off in product(*(range(k) for k in kernel)):
+        window = tuple(slice(o, o + n) for o, n in zip(off, out))
+        part = xp[(slice(None), slice(None), *window)]
+        acc = np.maximum(acc, part) if op == "max" else acc + part
+        counts += 1.0 if include_pad else inside[window]
+    return acc if op == "max" else acc / counts
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.sampled_from(["max", "avg"]),
+    st.booleans(),
+    st.sampled_from([np.float32, np.int8]),
+    st.integers(0, 2**16),
+)
+def test_same_size_stride1_pools_match_the_definition(rank, op, include_pad, dtype, seed) -> None:
+    # Stride 1 with pads that keep the size (Inception's 3x3/1 pad-1 branches; even
+    # kernels padded SAME_UPPER- or SAME_LOWER-style): the flat pass with edge fix-ups,
+    # on sizes down to 1 (every position an edge) and kernels larger than the input.
+    rng = np.random.default_rng(seed)
+    kernel = [int(k) for k in rng.integers(1, 5, rank)]
+    begin = [int(rng.integers(0, k)) for k in kernel]
+    pads = begin + [k - 1 - b for k, b in zip(kernel, begin)]
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *rng.integers(1, 8, rank))
+    if op == "avg":
+        dtype = np.float32
+    x = (rng.standard_normal(shape) * 40).astype(dtype)
+    attrs = {"kernel_shape": kernel, "pads": pads}
+    geo = nn_pool._Geometry(x, kernel, None, None, pads, "NOTSET", 0)
+    assert geo.same()
+    if op == "max":
+        got = nn_pool.max_pool(_NoIndices(), x, **attrs)[0]
+    else:
+        got = nn_pool.average_pool(x, count_include_pad=int(include_pad), **attrs)
+    want = pool_definition(x, kernel, pads, op, include_pad)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@SETTINGS
+@given(
+    st.integers(1, 4),
+    st.sampled_from(["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]),
+    st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+    st.sampled_from([np.float32, np.int8]),
+    st.integers(0, 2**16),
+)
+def test_nearest_resize_by_whole_factors_matches_the_take_per_axis(
+    rank, coordinate_mode, nearest_mode, dtype, seed
+) -> None:
+    # Whole upsampling factors where output i reads input i // r run as strided copies;
+    # every other case (and these, with the copy path off) takes one gather per axis.
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(v) for v in rng.integers(1, 6, rank))
+    factors = [int(v) for v in rng.integers(1, 4, rank)]
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    out_shape = [n * r for n, r in zip(shape, factors)]
+    scales = [float(r) for r in factors]
+    attrs = {"coordinate_transformation_mode": coordinate_mode, "nearest_mode": nearest_mode}
+    got = nn_resize.resize_nd(x, out_shape, scales, mode="nearest", **attrs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nn_resize, "_repeat_factors", lambda *args: None)
+        want = nn_resize.resize_nd(x, out_shape, scales, mode="nearest", **attrs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    if coordinate_mode == "asymmetric" and nearest_mode == "floor":  # i // r by definition
+        np.testing.assert_array_equal(
+            got, x[np.ix_(*(np.arange(n) // r for n, r in zip(out_shape, factors)))]
+        )
 
 
 @pytest.fixture(autouse=True)

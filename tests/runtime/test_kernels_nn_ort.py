@@ -322,7 +322,11 @@ RESIZE_CASES = [
     RESIZE_CASES,
     ids=[f"{a['mode']}-{a['coordinate_transformation_mode']}" for a in RESIZE_CASES],
 )
-@pytest.mark.parametrize("scales", [[1.0, 1.0, 2.0, 1.5], [1.0, 1.0, 0.5, 0.7]], ids=["up", "down"])
+@pytest.mark.parametrize(
+    "scales",
+    [[1.0, 1.0, 2.0, 1.5], [1.0, 1.0, 0.5, 0.7], [1.0, 1.0, 2.0, 3.0]],
+    ids=["up", "down", "up-whole"],  # whole factors: nearest repeats elements (a copy)
+)
 def test_resize_vs_ort(attrs: dict[str, Any], scales: list[float]) -> None:
     # Sizes where n * scale is whole: with a fractional n * scale, align_corners divides by
     # the real-valued length (the spec and the ONNX test data), onnxruntime by the integer.

@@ -28,6 +28,7 @@ def _direct64(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: list[int
         ((1, 32, 16, 16), 32, [0, 0, 0, 0], False),  # "valid" conv, 14x14 out
         ((1, 32, 12, 17), 36, [2, 0, 1, 2], True),  # uneven pads
         ((1, 64, 28, 28), 64, [1, 1, 1, 1], True),
+        ((1, 32, 63, 64), 48, [1, 1, 1, 1], True),  # a UNet level: the largest images
     ],
 )
 def test_winograd_matches_the_direct_conv(
@@ -86,7 +87,7 @@ def test_wrapped_weight_takes_the_winograd_path_for_fitting_shapes(
         (64, 64, 1, (5, 5), (1, 1), (1, 1), (14, 14)),  # other kernel
         (64, 64, 1, (3, 3), (1, 1), (2, 2), (14, 14)),  # dilated
         (8, 64, 1, (3, 3), (1, 1), (1, 1), (14, 14)),  # few channels
-        (64, 64, 1, (3, 3), (1, 1), (1, 1), (56, 56)),  # big image: direct is faster
+        (64, 64, 1, (3, 3), (1, 1), (1, 1), (128, 128)),  # big image: direct is faster
         (64, 64, 1, (3, 3), (1, 1), (1, 1), (7, 7)),  # tiny image: thin GEMMs
     ],
 )
@@ -101,6 +102,7 @@ def test_winograd_is_not_chosen_where_it_does_not_apply_or_pay(
 ) -> None:
     assert not nn_winograd.fits(c, m, group, kernel, strides, dilations, [1] * 4, out)
     assert nn_winograd.fits(64, 64, 1, (3, 3), (1, 1), (1, 1), [1] * 4, (28, 28))
+    assert nn_winograd.fits(32, 32, 1, (3, 3), (1, 1), (1, 1), [1] * 4, (64, 64))
 
 
 def test_conv_module_uses_one_weight_transform_per_wrapped_weight() -> None:

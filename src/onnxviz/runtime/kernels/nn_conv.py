@@ -44,6 +44,7 @@ class ConvWeight:
         self.array = array
         self._taps: np.ndarray | None = None
         self._winograd: np.ndarray | None = None
+        self._tiles: dict[tuple[int, int, int], np.ndarray] = {}
 
     def winograd(self) -> np.ndarray:
         """The F(2x2, 3x3) transformed weight (16, M, C) (nn_winograd)."""
@@ -59,6 +60,33 @@ class ConvWeight:
                 w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1)
             )
         return self._taps
+
+    def depthwise_tile(
+        self, kernel: Sequence[int], phase: int, stride: int, width: int
+    ) -> np.ndarray:
+        """The depthwise weights (*kernel, C) at kernel columns phase, phase+stride, ...,
+        repeated ``width`` times along the channels: the weight operand of the
+        channels-last einsum (_depthwise_phase_sums).  Kept per (phase, stride, width):
+        tiling it on every call cost 3-6 us plus a fresh 0.1-0.4 MB array that the einsum
+        then read from a cold cache (einsum 10-15% slower on MobileNetV3's layers)."""
+        key = (phase, stride, width)
+        tile = self._tiles.get(key)
+        if tile is None:
+            if len(self._tiles) >= _TILES_KEPT:  # a model fed many image sizes
+                self._tiles.clear()
+            wk = self.taps().reshape(math.prod(kernel), -1).reshape(*kernel, -1)
+            tile = _tile_columns(wk, phase, stride, width)
+            self._tiles[key] = tile
+        return tile
+
+
+# Tiled depthwise weights one ConvWeight keeps (one per stride phase and output width).
+_TILES_KEPT = 8
+
+
+def _tile_columns(wk: np.ndarray, phase: int, stride: int, width: int) -> np.ndarray:
+    """wk (*kernel, C) at kernel columns phase::stride, tiled ``width`` times along C."""
+    return np.tile(wk[..., phase::stride, :], (1,) * (wk.ndim - 1) + (width,))
 
 
 def conv_geometry(
@@ -183,8 +211,7 @@ def _conv_dispatch(
         and min(pads) >= 0
         and channels_last_pays(c, out_shape, strides, dilations)
     ):
-        taps = packed.taps() if packed is not None else None
-        y = _depthwise_channels_last(x, w, taps, kernel, strides, dilations, pads, out_shape)
+        y = _depthwise_channels_last(x, w, packed, kernel, strides, dilations, pads, out_shape)
         return _plus(_nchw_with_bias(y, bias), addend), True
     if cg == 1 and group > 1 and min(pads) >= 0:
         phase_rows = [-(-p // s) for p, s in zip(padded[1:], strides[1:])]
@@ -501,7 +528,7 @@ def channels_last_pays(
 def _depthwise_channels_last(
     x: np.ndarray,
     w: np.ndarray,
-    taps: np.ndarray | None,
+    packed: ConvWeight | None,
     kernel: Sequence[int],
     strides: Sequence[int],
     dilations: Sequence[int],
@@ -515,25 +542,30 @@ def _depthwise_channels_last(
     out_w*C (the weights tiled to match), and numpy's einsum sums weight x window over
     the kernel axes in one pass over the view: 3-5x faster than the channels-first
     multiply and add per offset on MobileNetV3's 5x5 layers, and no temporary.
-    Returns the (N, *out, C) sum; the caller moves it back to channels-first."""
+    Returns the (N, *out, C) sum in a reused buffer; the caller moves it back to
+    channels-first (a fresh array) before the next conv."""
     n, c = x.shape[:2]
     rank = len(kernel)
     spatial = x.shape[2:]
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(spatial)]
-    xl = scratch("conv_nhwc", (n, *padded, c), x.dtype)
-    if any(pads):
-        xl.fill(0)
-    inner = tuple(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial))
-    xl[(slice(None), *inner)] = np.moveaxis(x, 1, -1)
+    taps = packed.taps() if packed is not None else None
     wk = taps.reshape(taps.shape[0], c) if taps is not None else w.reshape(c, -1).T
     wk = wk.reshape(*kernel, c)
     sw = strides[-1]
-    if sw == 1 or dilations[-1] == 1:
-        return _depthwise_phase_sums(xl, wk, strides, dilations, out_shape)
+    if sw > 1 and dilations[-1] == 1:
+        # Each stride phase's columns straight from x: one copy of the input in all,
+        # instead of the padded image and then a copy of each phase out of it.
+        phases = [
+            _channels_last_padded(x, pads, padded, (p, sw)) for p in range(min(sw, kernel[-1]))
+        ]
+        return _depthwise_phase_sums(phases, wk, strides, dilations, out_shape, packed)
+    xl = _channels_last_padded(x, pads, padded, None)
+    if sw == 1:
+        return _depthwise_phase_sums([xl], wk, strides, dilations, out_shape, packed)
     # Strided and dilated along the last axis: a multiply and an add per kernel offset
     # over (N, *out, C) windows.
     wk = wk.reshape(-1, c)
-    acc = np.empty((n, *out_shape, c), dtype=x.dtype)
+    acc = scratch("conv_dw_sum", (n, *out_shape, c), x.dtype)  # copied out by the caller
     tmp = scratch("conv_nhwc_tmp", acc.shape, x.dtype)
     for k_index, off in enumerate(product(*(range(k) for k in kernel))):
         window = offset_slices([o * d for o, d in zip(off, dilations)], strides, out_shape)
@@ -546,15 +578,55 @@ def _depthwise_channels_last(
     return acc
 
 
+def _channels_last_padded(
+    x: np.ndarray,
+    pads: Sequence[int],
+    padded: Sequence[int],
+    phase: tuple[int, int] | None,
+) -> np.ndarray:
+    """x (N, C, *spatial) as its zero-padded channels-last image (N, *padded, C), in a
+    reused buffer; with ``phase`` = (p, s) only the image's columns p, p+s, p+2s, ...
+    (one stride phase along the last axis).  Only the pad borders are zeroed: the input
+    overwrites the rest of the buffer."""
+    n, c = x.shape[:2]
+    rank = x.ndim - 2
+    spatial = x.shape[2:]
+    p, s = phase if phase is not None else (0, 1)
+    cols = len(range(p, padded[-1], s))
+    image = scratch(f"conv_nhwc{p}", (n, *padded[:-1], cols, c), x.dtype)
+    # Image column j is padded column p + j*s, that is input column p + j*s - pad.
+    pad_w = pads[rank - 1]
+    first = max(0, -(-(pad_w - p) // s))  # the first image column inside x
+    start = p + first * s - pad_w
+    count = min(len(range(start, spatial[-1], s)), cols - first)
+    lo = [*pads[: rank - 1], first]
+    hi = [*(pads[d] + spatial[d] for d in range(rank - 1)), first + max(count, 0)]
+    sizes = [*padded[:-1], cols]
+    for d in range(rank):
+        before = (slice(None),) * (d + 1)
+        if lo[d]:
+            image[(*before, slice(0, lo[d]))] = 0
+        if hi[d] < sizes[d]:
+            image[(*before, slice(hi[d], None))] = 0
+    if count > 0:
+        source = np.moveaxis(x, 1, -1)[..., start : start + (count - 1) * s + 1 : s, :]
+        image[(slice(None), *(slice(a, b) for a, b in zip(lo, hi)))] = source
+    return image
+
+
 def _depthwise_phase_sums(
-    xl: np.ndarray,
+    images: list[np.ndarray],
     wk: np.ndarray,
     strides: Sequence[int],
     dilations: Sequence[int],
     out_shape: Sequence[int],
+    packed: ConvWeight | None = None,
 ) -> np.ndarray:
     """sum over kernel offsets of wk[offset] * window(offset) for a padded channels-last
-    image ``xl`` (N, *padded, C) and weights ``wk`` (*kernel, C), by einsum.
+    image (N, *padded, C) given as ``images``, its stride phases along the last axis
+    (_channels_last_padded; the one whole image for stride 1), and weights ``wk``
+    (*kernel, C), by einsum; ``packed``, when given, is the same weight holding its
+    tiled forms (ConvWeight.depthwise_tile).
 
     The last spatial axis and the channels are summed as one contiguous axis of out_w*C
     (the weights tiled out_w times): the windows of one output row are then out_w
@@ -562,8 +634,9 @@ def _depthwise_phase_sums(
     its s phases (pixels p, p+s, p+2s, ...: one copy of the input in all): within a
     phase the kernel columns p, p+s, ... read consecutive pixels again, so each phase is
     one einsum over its own columns of the kernel (dilation 1 along that axis)."""
-    n, c = xl.shape[0], xl.shape[-1]
-    rank = xl.ndim - 2
+    n, c = images[0].shape[0], images[0].shape[-1]
+    rank = images[0].ndim - 2
+    dt = images[0].dtype
     kernel = wk.shape[:-1]
     sw, last = strides[-1], out_shape[-1]
     letters = "abcdefghijklmnopqrstuvw"
@@ -571,7 +644,7 @@ def _depthwise_phase_sums(
     subs = f"z{o_sub}{k_sub}y,{k_sub}y->z{o_sub}y"
     total: np.ndarray | None = None
     for phase in range(min(sw, kernel[-1])):
-        image = xl if sw == 1 else np.ascontiguousarray(xl[..., phase::sw, :])
+        image = images[phase]
         sub = wk[..., phase::sw, :]
         st = image.strides
         shape = (n, *out_shape[:-1], *sub.shape[:-1], last * c)
@@ -583,11 +656,18 @@ def _depthwise_phase_sums(
             st[-1],
         )
         view = np.lib.stride_tricks.as_strided(image, shape, steps, writeable=False)
-        tiled = np.tile(sub, (1,) * rank + (last,))
-        part = np.einsum(subs, view, tiled)
-        if total is None:
-            total = part
+        if packed is not None:
+            tiled = packed.depthwise_tile(kernel, phase, sw, last)
         else:
+            tiled = _tile_columns(wk, phase, sw, last)
+        # Reused buffers (the caller copies the sum out channels-first): no fresh array
+        # per phase.
+        if total is None:
+            total = scratch("conv_dw_sum", (n, *out_shape[:-1], last * c), dt)
+            np.einsum(subs, view, tiled, out=total)
+        else:
+            part = scratch("conv_dw_part", total.shape, dt)
+            np.einsum(subs, view, tiled, out=part)
             total += part
     assert total is not None  # kernel[-1] >= 1
     return total.reshape(n, *out_shape, c)
@@ -780,14 +860,24 @@ def conv_transpose(
     wc = as_compute(w).astype(xc.dtype, copy=False)
     wg = wc.reshape(group, cg, mg * k_size).transpose(0, 2, 1)
     xg = xc.reshape(n, group, cg, p_in)
-    cols = np.matmul(wg[0], xg[:, 0]) if group == 1 else np.matmul(wg[None], xg)
+    # The GEMM's output never escapes (col2im writes a fresh image): a reused buffer, not
+    # a fresh array page-faulted in on every call.
+    cols = scratch("conv_t_cols", (n, group, mg * k_size, p_in), xc.dtype)
+    if group == 1:
+        np.matmul(wg[0], xg[:, 0], out=cols[:, 0])
+    else:
+        np.matmul(wg[None], xg, out=cols)
     cols = cols.reshape(n, group * mg, *kernel, *in_shape)
     full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, st, dil)]
+    bias = None if b is None else as_compute(b).astype(cols.dtype, copy=False)
+    exact = not any(pd) and list(out) == full  # the full image is the output
     if all(k == s and d == 1 for k, s, d in zip(kernel, st, dil)):
         # Kernel == stride (e.g. 2x2/2 upsampling): the windows tile the image without
-        # overlap, so col2im is one interleaving copy (N, M, k.., i..) -> (N, M, i, k, ...).
-        order = [0, 1] + [a for r in range(rank) for a in (2 + rank + r, 2 + r)]
-        image = cols.transpose(order).reshape(n, group * mg, *full)
+        # overlap, so col2im is a copy; with the bias in the same pass when no crop or
+        # zero border comes after it.
+        image = _tile_windows(cols, kernel, in_shape, bias if exact else None)
+        if exact:
+            bias = None
     else:
         image = col2im_add(cols, kernel, st, dil, in_shape, full)
     # Output padding and pads: crop (or zero-extend) the full image to the output window.
@@ -795,9 +885,39 @@ def conv_transpose(
         image, [-p for p in pd[:rank]], [o + p - f for o, p, f in zip(out, pd[:rank], full)]
     )
     y = np.ascontiguousarray(y)  # built from the fresh GEMM output: safe to add in place
-    if b is not None:
-        y += as_compute(b).astype(y.dtype, copy=False).reshape((1, -1) + (1,) * rank)
+    if bias is not None:
+        y += bias.reshape((1, -1) + (1,) * rank)
     return y.astype(x.dtype, copy=False)
+
+
+def _tile_windows(
+    cols: np.ndarray,
+    kernel: Sequence[int],
+    in_shape: Sequence[int],
+    bias: np.ndarray | None,
+) -> np.ndarray:
+    """(N, M, *kernel, *in_shape) columns whose windows tile the image without overlap
+    (kernel == stride, no dilation) as the image (N, M, *(i * k)), plus the per-channel
+    ``bias`` when given: one strided copy per kernel offset into the image viewed as
+    (N, M, i0, k0, i1, k1, ...).  A single transposing copy of all of it runs numpy's
+    innermost loop over a k axis of 2 elements: 5-15x slower on a UNet's 2x2/2
+    upsampling."""
+    n, m = cols.shape[:2]
+    rank = len(kernel)
+    split = [v for i, k in zip(in_shape, kernel) for v in (i, k)]
+    image = np.empty((n, m, *split), dtype=cols.dtype)
+    per_channel = None if bias is None else bias.reshape((1, m) + (1,) * rank)
+    for offset in product(*(range(k) for k in kernel)):
+        place: tuple[Any, ...] = (slice(None), slice(None))
+        place += tuple(v for o in offset for v in (slice(None), o))
+        target = image[place]
+        at: tuple[Any, ...] = (slice(None), slice(None), *offset)
+        source = cols[at]
+        if per_channel is None:
+            target[...] = source
+        else:
+            np.add(source, per_channel, out=target)
+    return image.reshape(n, m, *(i * k for i, k in zip(in_shape, kernel)))
 
 
 def _integer_conv(
