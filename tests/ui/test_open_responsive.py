@@ -428,3 +428,24 @@ def test_the_diagnostics_dock_says_validating_until_the_first_run_reports(
     release.set()
     window.edits.wait_validated()
     assert "error" in summary.text() and "Validating" not in summary.text()
+
+
+def test_a_big_model_behind_a_small_view_is_relaid_out_in_the_background(
+    window, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Its scene is built from the whole index: inline, the relayout after the inferred
+    shapes arrived stopped the UI thread for 100 ms at 100k nodes."""
+    from onnxviz.ui.controllers import navigation_controller
+
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(scoped_model(2), path)
+    window.files.open_path(path, background=False)
+    window.wait_idle()
+    assert len(window.session.display.items) < navigation_controller.BACKGROUND_LAYOUT_ITEMS
+    window.navigation.relayout()
+    assert window.work.task is None  # a small model: at once
+    monkeypatch.setattr(navigation_controller, "BACKGROUND_EDIT_NODES", 1)
+    window.navigation.relayout()
+    assert window.work.task is not None  # a big one: in a worker thread
+    window.wait_idle()
+    assert window.graph_scene.nodes

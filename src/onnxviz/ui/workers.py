@@ -35,10 +35,12 @@ Progress = Callable[[str], None]
 
 
 # While a worker thread runs Python, the UI thread waits up to this long for the GIL at
-# each of its many small calls into Qt (Python's default is 5 ms): measured at 100k
-# nodes, the longest UI stall while the canvas fills next to a validation thread drops
-# by about a third.  The workers lose little (their work is in long calls).
-GIL_SWITCH_SECONDS = 0.001
+# each of its many small calls into Qt and at each call Qt makes back into Python (a
+# paint, an item's wrapper going away in a scene clear): Python's default is 5 ms.  At
+# 1 ms an edit of a 100k-node model still stopped the event loop for up to 390 ms while
+# the old scene was cleared next to the validation thread; at 0.1 ms, 190 ms.  The
+# workers lose little (their work is in long calls).
+GIL_SWITCH_SECONDS = 0.0001
 
 
 class Cancelled(Exception):

@@ -152,7 +152,10 @@ class NavigationController(QObject):
             display = self.session.display
             # in the background also when the canvas fills in slices: an inline layout
             # fills the whole canvas at once (inline callers want it complete)
-            background = bool(
+            # also for a big model behind a small view: building its scene walks the
+            # whole index (a 100k-node model's inline relayout after inferred shapes
+            # arrived was a 100 ms stop)
+            background = self.session.total_nodes > BACKGROUND_EDIT_NODES or bool(
                 display
                 and (
                     len(display.items) > BACKGROUND_LAYOUT_ITEMS
