@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from onnxviz.model.diff import GraphDiff, diff
@@ -88,6 +88,13 @@ NESTED = {
 @SETTINGS
 @given(
     seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS), where=st.sampled_from(sorted(NESTED))
+)
+# Found by this test (none in 4,290 other cases): rewiring a Softmax of a chain of three
+# to the first one's input leaves two identical Softmaxes of one value, and the matcher
+# pairs the wrong one: "one added, one removed" instead of "one input changed".  Both
+# describe the change; the planted one is the smaller.
+@example(seed=395, kind="input", where="if").xfail(
+    reason="the matcher's tie between identical ops is not the smallest edit", raises=AssertionError
 )
 def test_a_change_inside_a_nested_body_is_shown_on_its_owner(
     seed: int, kind: str, where: str
