@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from onnxviz.model import commands as c
 from onnxviz.model import recovery
 from onnxviz.model.document import Document
 from tests.model.builders import simple_model, with_external
@@ -62,6 +63,7 @@ def test_broken_records_are_ignored(tmp_path):
 
 _KILLED_EDITOR = r"""
 import os, signal, sys
+from onnxviz.model import commands as c
 from onnxviz.model import recovery
 from onnxviz.model.document import Document
 
@@ -98,3 +100,42 @@ def test_an_editor_killed_with_unsaved_edits_is_restored_byte_for_byte(tmp_path)
     restored = entry.restore()
     assert restored.model.SerializeToString() == edited != original
     assert restored.is_modified and src.read_bytes() == original
+
+
+def test_a_snapshot_written_in_the_background_is_the_same_and_never_outlives_a_discard(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    """The window writes snapshots from a thread; a clean save or close (discard) waits
+    for one in flight, so no stale snapshot is offered after a clean exit."""
+    import threading
+
+    from onnxviz.model import recovery as rec
+
+    doc = Document.from_model(simple_model(), str(tmp_path / "m.onnx"))
+    doc.execute(c.SetNodeField("main", 0, "name", "edited"))
+    folder = str(tmp_path / "rec")
+    saver = rec.Autosaver(doc, folder)
+    release = threading.Event()
+    real = rec._atomic_write
+
+    def slow_write(path, write):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        return real(path, write)
+
+    errors: list[Exception] = []
+    rec._atomic_write = slow_write  # type: ignore[assignment]
+    try:
+        assert saver.save_in_background(errors.append)
+        assert rec.pending(folder) == []  # still being written
+        threading.Timer(0.2, release.set).start()
+        saver.discard()  # waits for the writer, then removes what it wrote
+        assert rec.pending(folder) == []
+        release.clear()
+        release.set()
+        assert saver.save_in_background(errors.append)
+        saver.flush()
+    finally:
+        rec._atomic_write = real  # type: ignore[assignment]
+    entries = rec.pending(folder)
+    assert errors == [] and len(entries) == 1
+    assert entries[0].restore().model.SerializeToString() == doc.model.SerializeToString()

@@ -137,6 +137,7 @@ def test_recovery_snapshot_restores_unsaved_edits(opened, tmp_path) -> None:  # 
     w = opened
     assert w.surgery.make_output("main", "relu_out")
     w.edits.autosave_now()
+    w.edits.wait_autosaved()  # (written by a thread)
     entries = pending()
     assert len(entries) == 1 and entries[0].last_edit == "Make 'relu_out' an output"
     # a new session after a crash restores it as unsaved work on the same file

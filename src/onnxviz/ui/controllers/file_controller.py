@@ -218,6 +218,7 @@ class FileController(QObject):
         self.adopt(build_opened(doc, self.session.options), doc.path or "", example=False)
         entry.discard()
         self.edits.autosave_now()
+        self.edits.wait_autosaved()  # the restored state is safe again before anything else
         self.session.edited.emit()
 
     # -- export ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication
 
 from onnxviz.check.quick import index_before
@@ -47,9 +47,13 @@ class EditController(QObject):
     """Runs the edits of the session's document; the views follow `DocumentSession`'s
     ``edited``, ``changed`` and ``diagnostics_changed`` signals, which it emits."""
 
+    # a recovery snapshot's writer thread failed (queued to the UI thread)
+    autosave_failed = Signal(str)
+
     def __init__(self, session: DocumentSession) -> None:
         super().__init__(session)
         self.session = session
+        self.autosave_failed.connect(self._report_autosave_failure)
         self.doc: Document | None = None
         self.validator: Validator | None = None
         self.failure: Diagnostic | None = None  # the validator itself failed (a bug)
@@ -329,12 +333,21 @@ class EditController(QObject):
 
     # -- recovery ---------------------------------------------------------------------------
     def autosave_now(self) -> None:
+        """A recovery snapshot of the unsaved edits, its files written by a thread."""
         if self.autosaver is None:
             return
         try:
-            self.autosaver.save_now()
+            self.autosaver.save_in_background(lambda exc: self.autosave_failed.emit(str(exc)))
         except (OSError, OnnxvizError, ValueError) as exc:
-            self.session.status(f"recovery snapshot failed: {exc}", 8000)
+            self._report_autosave_failure(str(exc))
+
+    def wait_autosaved(self) -> None:
+        """Until the last recovery snapshot is on disk."""
+        if self.autosaver is not None:
+            self.autosaver.flush()
+
+    def _report_autosave_failure(self, message: str) -> None:
+        self.session.status(f"recovery snapshot failed: {message}", 8000)
 
     def saved(self) -> None:
         if self.autosaver is not None:
