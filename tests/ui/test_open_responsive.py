@@ -449,3 +449,24 @@ def test_a_big_model_behind_a_small_view_is_relaid_out_in_the_background(
     assert window.work.task is not None  # a big one: in a worker thread
     window.wait_idle()
     assert window.graph_scene.nodes
+
+
+def test_a_replaced_scenes_items_are_let_go_over_the_next_turns(window, qtbot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Freeing thousands of item wrappers in one go stopped the UI after every relayout
+    of a big model: they go a slice per turn, and all of them go."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(canvas_scene, "RELEASE_ITEMS", 5)
+    gs = window.graph_scene
+    gs.show_scene(_expanded_scene(3))
+    gs.finish_filling()
+    old = [weakref.ref(item) for item in list(gs.nodes.values()) + gs.edge_items]
+    assert len(old) > 20
+    gs.show_scene(_expanded_scene(2))
+    window.run_panel.overlay.update(set(), None, set(), {}, {}, {})  # (the overlay lets go too)
+    gc.collect()
+    assert sum(r() is not None for r in old) > len(old) // 2  # not all in this turn
+    qtbot.waitUntil(lambda: all(r() is None for r in old), timeout=10_000)
+    gs.finish_filling()
+    assert set(gs.nodes) == set(gs.display.items)

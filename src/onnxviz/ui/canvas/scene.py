@@ -24,6 +24,7 @@ MARGIN = 40.0
 SYNC_ITEMS = 500  # scenes with up to this many items are filled at once (~15 ms)
 SLICE_ITEMS = 40  # items made between two looks at the clock when filling in slices
 SLICE_SECONDS = 0.02  # time given to filling per event-loop turn
+RELEASE_ITEMS = 300  # wrappers of a replaced scene's items freed per event-loop turn
 
 
 class GraphScene(QGraphicsScene):
@@ -51,6 +52,11 @@ class GraphScene(QGraphicsScene):
         self._fill_timer = QTimer(self)
         self._fill_timer.setInterval(0)
         self._fill_timer.timeout.connect(self._fill_step)
+        # The Python wrappers of a replaced scene's items, let go of a slice per turn.
+        self._graveyard: list[object] = []
+        self._graveyard_timer = QTimer(self)
+        self._graveyard_timer.setInterval(0)
+        self._graveyard_timer.timeout.connect(self._release_some)
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -63,6 +69,13 @@ class GraphScene(QGraphicsScene):
         self.blockSignals(True)
         self.clear()
         self.blockSignals(False)
+        # Freeing thousands of item wrappers at once was a 60-200 ms stop after every
+        # relayout of a big model: they go a slice per turn (their C++ side is gone).
+        self._graveyard.extend(self.nodes.values())
+        self._graveyard.extend(self.edge_items)
+        self._graveyard.extend(self.frame_titles.values())
+        if self._graveyard:
+            self._graveyard_timer.start()
         self.display = display
         self.overview = None
         self.overview_shown = False
@@ -87,6 +100,11 @@ class GraphScene(QGraphicsScene):
         self._fill_step()  # the first slice now: the view has something to show at once
         if self.filling:
             self._fill_timer.start()
+
+    def _release_some(self) -> None:
+        del self._graveyard[-RELEASE_ITEMS:]
+        if not self._graveyard:
+            self._graveyard_timer.stop()
 
     def item_pos(self, item_id: str) -> QPointF | None:
         """Scene position of an item's box, also while a sliced fill has not made it."""
