@@ -157,3 +157,47 @@ def test_the_validator_process_keeps_no_workers_of_its_own_between_requests(tmp_
         assert out.strip() == ""
     else:
         assert children.read_text().strip() == ""
+
+
+@pytest.mark.parametrize(
+    "name", ["torch_dynamo_control_flow.onnx", "ort_genai_llama_int4.onnx", "optimum_bert.onnx"]
+)
+def test_an_edited_model_is_validated_by_the_worker_from_its_bytes(
+    name: str, tmp_path: Path
+) -> None:
+    """After an edit the file is no longer the document: the worker gets the model's
+    bytes, its path (for external data) and its load-time problems, and answers what a
+    full run here gives."""
+    path = str(tmp_path / name)
+    shutil.copy(EXPORTERS / name, path)
+    doc = Document.open(path)
+    doc.execute(c.SetNodeField("main", 0, "name", "renamed by the user"))
+    out = doc.model.graph.output[0].name
+    producer = next(i for i, n in enumerate(doc.model.graph.node) if out in n.output)
+    doc.execute(c.RemoveNode("main", producer))  # a graph output nothing makes: an error
+    validator = Validator(doc)
+    assert doc.unedited_file() is None
+    assert validator.validate_in_worker()
+    here = Validator(doc).validate()
+    assert validator.diagnostics == here
+    assert any(d.severity.name == "ERROR" for d in here)
+
+
+def test_an_edited_model_with_weights_in_place_is_validated_by_the_worker(tmp_path: Path) -> None:
+    """A big file's weights stay in the file (`model.inplace`): the worker reads them from
+    the document's folder, as this process does."""
+    from onnxviz.model import inplace
+    from tests.model.builders import matmul_model
+
+    path = str(tmp_path / "big.onnx")
+    onnx.save(matmul_model(size=64), path)
+    original = inplace.MIN_FILE_SIZE
+    inplace.MIN_FILE_SIZE = 1  # (this small file counts as big)
+    try:
+        doc = Document.open(path)
+        doc.execute(c.SetNodeField("main", 0, "name", "mm"))
+        validator = Validator(doc)
+        assert validator.validate_in_worker()
+        assert validator.diagnostics == Validator(doc).validate()
+    finally:
+        inplace.MIN_FILE_SIZE = original

@@ -25,7 +25,6 @@ Identity = tuple[int, int, int]
 def validate_file_here(path: str, identity: Identity, target: str) -> list[Diagnostic] | str:
     """In the worker: the diagnostics of the file at ``path`` when it is still the file
     the app read (``identity``: modification time, size, inode), else why not."""
-    from onnxviz.check.validator import Validator
     from onnxviz.errors import OnnxvizError
     from onnxviz.model.document import Document
 
@@ -35,6 +34,30 @@ def validate_file_here(path: str, identity: Identity, target: str) -> list[Diagn
         return f"the file could not be read again: {exc}"
     if doc.unedited_file() != (os.path.abspath(path), identity):
         return "the file changed on disk since the app read it"
+    return _validated(doc, target)
+
+
+def validate_model_here(
+    data: bytes, path: str | None, load_diagnostics: list[Diagnostic], target: str
+) -> list[Diagnostic] | str:
+    """In the worker: the diagnostics of an edited model sent as bytes, with the open
+    document's path (its folder holds the external data) and load-time problems."""
+    from onnx import ModelProto
+
+    from onnxviz.model import inplace
+    from onnxviz.model.document import Document
+
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as exc:
+        return f"the model could not be read here: {exc}"
+    inplace.adopt(model, os.path.dirname(os.path.abspath(path)) if path else None)
+    return _validated(Document(model, path, diagnostics=load_diagnostics), target)
+
+
+def _validated(doc: Any, target: str) -> list[Diagnostic]:
+    from onnxviz.check.validator import Validator
     from onnxviz.check.worker import CHECKER, SCHEMAS, WORKER
 
     try:
@@ -46,6 +69,19 @@ def validate_file_here(path: str, identity: Identity, target: str) -> list[Diagn
         WORKER.close()
         CHECKER.close()
         SCHEMAS.close()
+
+
+def validate_model_in_worker(
+    data: bytes, path: str | None, load_diagnostics: list[Diagnostic], target: str
+) -> list[Diagnostic] | None:
+    """`validate_model_here` in the validator's worker process; None when it could not
+    answer (validate here then)."""
+    from onnxviz.check.worker import VALIDATOR
+
+    answer: Any = VALIDATOR.begin((data, path, load_diagnostics, target), "validate-model")()
+    if isinstance(answer, tuple) and answer[0] == "validated" and isinstance(answer[1], list):
+        return answer[1]
+    return None
 
 
 def validate_file_in_worker(path: str, identity: Identity, target: str) -> list[Diagnostic] | None:

@@ -108,6 +108,15 @@ def serve() -> None:
 
             _write(stdout, ("texts", texts_in_chunks(type_texts_here(data, base_dir))))
             continue
+        if kind == "validate-model":
+            from onnxviz.check.file_validation import validate_model_here
+
+            model_bytes, path, load_diagnostics, target = data
+            _write(
+                stdout,
+                ("validated", validate_model_here(model_bytes, path, load_diagnostics, target)),
+            )
+            continue
         if kind == "validate":
             from onnxviz.check.file_validation import validate_file_here
 

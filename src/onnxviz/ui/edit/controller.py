@@ -43,6 +43,10 @@ SYNC_VIEW_NODES = 2000
 Edit = Command | Callable[[Document], Any]
 
 
+# Documents with more nodes than this are validated by the validator's worker process.
+WORKER_VALIDATION_NODES = 5000
+
+
 class EditController(QObject):
     """Runs the edits of the session's document; the views follow `DocumentSession`'s
     ``edited``, ``changed`` and ``diagnostics_changed`` signals, which it emits."""
@@ -139,7 +143,7 @@ class EditController(QObject):
         if self._held:
             self._held_run = True
         else:
-            self._start(None)
+            self._start(None, elsewhere=self._big())
         # the Validator has the load-time problems before its first run (the dock says
         # the rest is being checked: `validating`)
         self._publish()
@@ -158,7 +162,7 @@ class EditController(QObject):
             if self.doc is not None:
                 # a big model: validated by another process while the file is unedited
                 # (its seconds of Python would halve the UI thread's share of the GIL)
-                self._start(None, elsewhere=self.doc.unedited_file() is not None)
+                self._start(None, elsewhere=self._big())
 
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
@@ -245,7 +249,15 @@ class EditController(QObject):
         changes, self._pending = self._pending, None
         if changes is None or self.doc is None:
             return
-        self._start(changes)
+        self._start(changes, elsewhere=self._big())
+
+    def _big(self) -> bool:
+        """Whether the document's validations go to the validator's worker process: a
+        second or more of rule Python in a thread here shares the GIL with the UI thread
+        (every event-loop turn took twice its time), where a worker answers a few
+        seconds later with the UI free.  The quick check still answers at once."""
+        doc = self.doc
+        return doc is not None and sum(len(s.nodes) for s in doc.scopes()) > WORKER_VALIDATION_NODES
 
     def _start(self, changes: ChangeSet | None, elsewhere: bool = False) -> None:
         from onnxviz.ui.workers import Task
@@ -258,7 +270,7 @@ class EditController(QObject):
 
         def job(cancel: threading.Event, _progress: Any) -> None:
             try:
-                if elsewhere and validator.validate_unedited_file():
+                if elsewhere and validator.validate_in_worker():
                     box.append(None)
                     return
                 if cancel.is_set():  # an edit came meanwhile: its own run follows
