@@ -114,6 +114,11 @@ class Document:
     def main_scope(self) -> GraphScope:
         return self.scope("main")
 
+    @property
+    def node_count(self) -> int:
+        """Nodes in every graph: the main one, every subgraph body and every function."""
+        return sum(len(s.nodes) for s in self.scopes())
+
     def find_node(self, label: str, graph_path: str = "main") -> NodeId | None:
         """The node with this label (name or ``#index``) in a graph; None when the graph
         or the node does not exist."""

@@ -119,7 +119,7 @@ def type_table(doc: Document, *, infer: bool | None = None) -> TypeTable:
     and mark the table incomplete otherwise."""
     table = declared_types(doc.model, doc.scopes())
     if infer is None:
-        infer = sum(len(s.nodes) for s in doc.scopes()) <= SYNC_INFERENCE_NODES
+        infer = doc.node_count <= SYNC_INFERENCE_NODES
         table.complete = infer
     if infer:
         add_inferred(table, infer_value_types(doc.model))

@@ -111,4 +111,4 @@ class DocumentSession(QObject):
 
     @property
     def total_nodes(self) -> int:
-        return sum(len(s.nodes) for s in self.doc.scopes()) if self.doc is not None else 0
+        return self.doc.node_count if self.doc is not None else 0

@@ -55,7 +55,7 @@ class StatusLine:
             return
         m = doc.model
         opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
-        total = sum(len(s.nodes) for s in doc.scopes())
+        total = doc.node_count
         shown = len(display.items) if display else 0
         self.summary_label.setText(
             f"{doc.display_name} · IR {m.ir_version} · {opsets} · {len(m.graph.node)} nodes"

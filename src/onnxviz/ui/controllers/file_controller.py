@@ -112,7 +112,7 @@ class FileController(QObject):
         all at once, the canvas filled before the last step): at 100k
         nodes the panels, the canvas's first slice and the recent-files list each take
         tens of milliseconds, and under load their sum stopped the UI for half a second."""
-        staged = sum(len(s.nodes) for s in opened.doc.scopes()) > STAGED_ADOPT_NODES
+        staged = opened.doc.node_count > STAGED_ADOPT_NODES
         if staged:  # validated once the canvas has its first view (see hold_validation)
             self.edits.hold_validation()
         try:

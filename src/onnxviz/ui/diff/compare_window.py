@@ -86,7 +86,7 @@ class DiffPane(QWidget):
 
         self.doc = doc
         presenter = Presenter(doc, options=ViewOptions(), types=type_table(doc))
-        total = sum(len(s.nodes) for s in doc.scopes())
+        total = doc.node_count
         if total <= EXPAND_ALL_BELOW:
             presenter.expanded |= presenter.all_group_ids() | presenter.all_body_ids()
             presenter.expanded |= presenter.all_group_ids()  # groups of opened bodies

@@ -257,7 +257,7 @@ class EditController(QObject):
         (every event-loop turn took twice its time), where a worker answers a few
         seconds later with the UI free.  The quick check still answers at once."""
         doc = self.doc
-        return doc is not None and sum(len(s.nodes) for s in doc.scopes()) > WORKER_VALIDATION_NODES
+        return doc is not None and doc.node_count > WORKER_VALIDATION_NODES
 
     def _start(self, changes: ChangeSet | None, elsewhere: bool = False) -> None:
         from onnxviz.ui.workers import Task
