@@ -53,7 +53,10 @@ def validate_model_here(
     except Exception as exc:
         return f"the model could not be read here: {exc}"
     inplace.adopt(model, os.path.dirname(os.path.abspath(path)) if path else None)
-    return _validated(Document(model, path, diagnostics=load_diagnostics), target)
+    # The bytes stand for the model as it is (`Document.unedited_bytes`): this process's
+    # inference and checker workers get them without a second serialization.
+    doc = Document(model, path, diagnostics=load_diagnostics, original_bytes=data)
+    return _validated(doc, target)
 
 
 def _validated(doc: Any, target: str) -> list[Diagnostic]:
@@ -76,20 +79,26 @@ def validate_model_in_worker(
 ) -> list[Diagnostic] | None:
     """`validate_model_here` in the validator's worker process; None when it could not
     answer (validate here then)."""
-    from onnxviz.check.worker import VALIDATOR
-
-    answer: Any = VALIDATOR.begin((data, path, load_diagnostics, target), "validate-model")()
-    if isinstance(answer, tuple) and answer[0] == "validated" and isinstance(answer[1], list):
-        return answer[1]
-    return None
+    return _ask("validate-model", (data, path, load_diagnostics, target))
 
 
 def validate_file_in_worker(path: str, identity: Identity, target: str) -> list[Diagnostic] | None:
     """The diagnostics of the unedited file, from the validator's worker process; None
     when it could not say (the file changed, the worker failed): validate here then."""
+    return _ask("validate", (path, identity, target))
+
+
+def answer_here(kind: str, request: tuple[Any, ...]) -> list[Diagnostic] | str:
+    """The worker's side of both requests (`check.worker` hands them over as they came)."""
+    if kind == "validate-model":
+        return validate_model_here(*request)
+    return validate_file_here(*request)
+
+
+def _ask(kind: str, request: tuple[Any, ...]) -> list[Diagnostic] | None:
     from onnxviz.check.worker import VALIDATOR
 
-    answer: Any = VALIDATOR.begin((path, identity, target), "validate")()
+    answer: Any = VALIDATOR.begin(request, kind)()
     if isinstance(answer, tuple) and answer[0] == "validated" and isinstance(answer[1], list):
         return answer[1]
-    return None
+    return None  # a crash report, or why the worker could not validate

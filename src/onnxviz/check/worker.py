@@ -108,20 +108,10 @@ def serve() -> None:
 
             _write(stdout, ("texts", texts_in_chunks(type_texts_here(data, base_dir))))
             continue
-        if kind == "validate-model":
-            from onnxviz.check.file_validation import validate_model_here
+        if kind in ("validate", "validate-model"):
+            from onnxviz.check.file_validation import answer_here
 
-            model_bytes, path, load_diagnostics, target = data
-            _write(
-                stdout,
-                ("validated", validate_model_here(model_bytes, path, load_diagnostics, target)),
-            )
-            continue
-        if kind == "validate":
-            from onnxviz.check.file_validation import validate_file_here
-
-            path, identity, target = data
-            _write(stdout, ("validated", validate_file_here(path, identity, target)))
+            _write(stdout, ("validated", answer_here(kind, data)))
             continue
         if kind == "check":
             # The checker opens external data files relative to the current directory:
