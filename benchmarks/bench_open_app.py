@@ -79,7 +79,6 @@ def window_round(path: Path, edit: bool = False) -> dict[str, float]:
     ticking: the longest time between two ticks is the longest stop of the event loop;
     the most UI-thread CPU time between two ticks is the part of it that was the UI
     thread's own work (the rest: waiting for the GIL, or for a core on a loaded machine)."""
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from onnxviz.ui.app import application
@@ -92,15 +91,10 @@ def window_round(path: Path, edit: bool = False) -> dict[str, float]:
     window.resize(1400, 900)
     window.show()
     app.processEvents()
-    ticks: list[tuple[float, float]] = []
-    timer = QTimer()
-    timer.setInterval(5)
-    timer.timeout.connect(lambda: ticks.append((time.perf_counter(), time.thread_time())))
-    timer.start()
+    ticks = Ticks()
     t0 = time.perf_counter()
     window.files.open_path(str(path), background=True)
     first_paint = 0.0
-    nav = window.navigation
     end = t0 + 180
     while time.perf_counter() < end:
         app.processEvents()
@@ -108,24 +102,43 @@ def window_round(path: Path, edit: bool = False) -> dict[str, float]:
         if not first_paint and not busy and window.session.doc is not None:
             window.view.viewport().grab()
             first_paint = time.perf_counter() - t0
-        inference = nav.inference_task
-        validated = not window.edits.validation_due  # (in the validator's worker process)
-        if first_paint and not busy and (inference is None or inference.done) and validated:
+        if first_paint and window.files.quiet():  # (validated in the worker process too)
             break
         time.sleep(0.001)
     settled = time.perf_counter() - t0
-    timer.stop()
-    pairs = list(zip(ticks, ticks[1:]))
+    gap, cpu = ticks.stop()
     edits = edit_stops(app, window) if edit else {}
     window.close()
     QApplication.processEvents()
     return {
         "first_paint": first_paint,
         "settled": settled,
-        "longest_gap": max(b[0] - a[0] for a, b in pairs),
-        "longest_cpu": max(b[1] - a[1] for a, b in pairs),
+        "longest_gap": gap,
+        "longest_cpu": cpu,
         **edits,
     }
+
+
+class Ticks:
+    """A 5 ms timer on the UI thread: the longest time between two ticks is the longest
+    stop of the event loop, the most UI-thread CPU time between two its own part."""
+
+    def __init__(self) -> None:
+        from PySide6.QtCore import QTimer
+
+        self.ticks: list[tuple[float, float]] = []
+        self.timer = QTimer()
+        self.timer.setInterval(5)
+        self.timer.timeout.connect(
+            lambda: self.ticks.append((time.perf_counter(), time.thread_time()))
+        )
+        self.timer.start()
+
+    def stop(self) -> tuple[float, float]:
+        """(longest stop, most UI-thread CPU in one turn), in seconds."""
+        self.timer.stop()
+        pairs = list(zip(self.ticks, self.ticks[1:]))
+        return max(b[0] - a[0] for a, b in pairs), max(b[1] - a[1] for a, b in pairs)
 
 
 def edit_stops(app: Any, window: Any) -> dict[str, float]:
@@ -133,30 +146,18 @@ def edit_stops(app: Any, window: Any) -> dict[str, float]:
     followed until the window has settled again (relayout, re-inference, validation);
     the longest event-loop stop and UI-thread CPU in one turn over both."""
     from onnx import helper
-    from PySide6.QtCore import QTimer
 
     from onnxviz.model import commands as c
 
     doc = window.session.doc
     index = next(i for i, n in enumerate(doc.model.graph.node) if n.op_type == "Softmax")
-    ticks: list[tuple[float, float]] = []
-    timer = QTimer()
-    timer.setInterval(5)
-    timer.timeout.connect(lambda: ticks.append((time.perf_counter(), time.thread_time())))
-    timer.start()
-    nav = window.navigation
+    ticks = Ticks()
 
     def settle() -> None:
         end = time.perf_counter() + 120
         while time.perf_counter() < end:
             app.processEvents()
-            inference = nav.inference_task
-            if (
-                window.work.task is None
-                and not window.graph_scene.filling
-                and (inference is None or inference.done)
-                and not window.edits.validation_due
-            ):
+            if window.files.quiet():
                 break
             time.sleep(0.001)
         for _ in range(20):
@@ -167,12 +168,8 @@ def edit_stops(app: Any, window: Any) -> dict[str, float]:
     settle()
     window.edits.execute(c.SetNodeField("main", index, "name", "renamed_softmax"))
     settle()
-    timer.stop()
-    pairs = list(zip(ticks, ticks[1:]))
-    return {
-        "edit_gap": max(b[0] - a[0] for a, b in pairs),
-        "edit_cpu": max(b[1] - a[1] for a, b in pairs),
-    }
+    gap, cpu = ticks.stop()
+    return {"edit_gap": gap, "edit_cpu": cpu}
 
 
 def main() -> int:

@@ -84,18 +84,22 @@ class FileController(QObject):
         self._settle_deadline = time.monotonic() + SETTLE_LIMIT_S
         self._settle_timer.start()
 
-    def _settle_if_quiet(self) -> None:
-        """Once nothing runs for the opened model any more (its open, canvas fill,
-        validation, shape inference and the relayout that follows), twice in a row, or
-        after `SETTLE_LIMIT_S` at the latest: `collector.settle`."""
+    def quiet(self) -> bool:
+        """Nothing runs for the open model: no open or relayout job, no canvas fill,
+        no validation due, no shape inference."""
         inference = self.navigation.inference_task
-        quiet = (
+        return (
             self.work.task is None
             and not self.graph_scene.filling
             and not self.edits.validation_due
             and (inference is None or inference.done)
         )
-        self._quiet_polls = self._quiet_polls + 1 if quiet else 0
+
+    def _settle_if_quiet(self) -> None:
+        """Once the opened model is `quiet` (its open, canvas fill, validation, shape
+        inference and the relayout that follows are done), twice in a row, or after
+        `SETTLE_LIMIT_S` at the latest: `collector.settle`."""
+        self._quiet_polls = self._quiet_polls + 1 if self.quiet() else 0
         if self._quiet_polls >= 2 or time.monotonic() > self._settle_deadline:
             self._settle_timer.stop()
             collector.settle()
