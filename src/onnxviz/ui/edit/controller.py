@@ -73,7 +73,7 @@ class EditController(QObject):
         self._validate_timer.setSingleShot(True)
         self._validate_timer.timeout.connect(self.validate_pending)
         self._task: Any = None
-        self._task_elsewhere = False  # the running task validates the file in a process
+        self._task_elsewhere = False  # the running task validates in the worker process
         self._before: Any = None
         self._view_changes: ChangeSet | None = None
         self._task_result: list[Any] = []
@@ -108,10 +108,7 @@ class EditController(QObject):
         else:
             # The old document's validation is of no use any more: its result is
             # dropped (see `_take_result`) instead of waited for (closing waits).
-            if self._task is not None:
-                self._abandoned = [t for t in self._abandoned if not t.done] + [self._task]
-            self._task = None
-            self._task_result = []
+            self._abandon_task()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -160,8 +157,6 @@ class EditController(QObject):
         if self._held_run:
             self._held_run = False
             if self.doc is not None:
-                # a big model: validated by another process while the file is unedited
-                # (its seconds of Python would halve the UI thread's share of the GIL)
                 self._start(None, elsewhere=self._big())
 
     # -- editing --------------------------------------------------------------------------
@@ -290,20 +285,26 @@ class EditController(QObject):
 
     def settle(self, *, wait_elsewhere: bool = False) -> None:
         """Wait for a running validation and take its result (before the next edit).  A
-        validation of the unedited file in another process is not waited for (it takes
-        seconds at 100k nodes, and the edit makes its answer stale): it is dropped, and
-        the edit's own run validates the whole document."""
+        validation in the worker process is not waited for (it takes seconds at 100k
+        nodes, and the edit makes its answer stale): it is dropped, and the edit's own
+        run validates the whole document."""
         self.release_validation()  # a held one runs now
         task = self._task
         if task is not None and self._task_elsewhere and not wait_elsewhere and not task.done:
             task.cancel()
-            self._abandoned = [t for t in self._abandoned if not t.done] + [task]
-            self._task = None
-            self._task_result = []
+            self._abandon_task()
             return
         if task is not None:
             task.wait()
             self._take_result(task)
+
+    def _abandon_task(self) -> None:
+        """Drop the running validation's result (`_take_result` ignores it); closing
+        still waits for its thread."""
+        if self._task is not None:
+            self._abandoned = [t for t in self._abandoned if not t.done] + [self._task]
+        self._task = None
+        self._task_result = []
 
     def _take_result(self, task: Any) -> None:
         if task is not self._task:
