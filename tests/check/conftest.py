@@ -31,6 +31,9 @@ class LooseDoc:
     def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
         return None
 
+    def model_bytes(self) -> bytes | None:
+        return None  # the validator serializes the model itself
+
     def scopes(self) -> list[GraphScope]:
         if self._scopes is None:
             self._scopes = build_scopes(self.model)

@@ -50,6 +50,11 @@ class Checkable(Protocol):
         the worker processes as they are, instead of serializing the model again."""
         ...
 
+    def model_bytes(self) -> bytes | None:
+        """The model's protobuf bytes as it is now, from any thread, without one long
+        hold of the GIL; None when edits kept coming, ValueError over 2 GB."""
+        ...
+
     def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
         """(path, identity) of the file the document is, while unedited and unchanged on
         disk, else None: such a document can be validated by another process."""

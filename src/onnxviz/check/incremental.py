@@ -198,12 +198,17 @@ TYPED_NODE_RULES: tuple[NodeRule, ...] = (model_rules.node_rules,)
 
 
 def _model_bytes(doc: Checkable, model: ModelProto) -> bytes | None:
-    """What the worker processes get: the file as read while the document is unedited
-    (serializing 100k nodes holds the GIL for about 100 ms, and ByteSize walks them all
-    again), else a fresh serialization; None when too big for protobuf."""
-    unedited = doc.unedited_bytes()
-    if unedited is not None and model is doc.model and len(unedited) <= MAX_PROTO:
-        return unedited
+    """What the worker processes get: the document's bytes (`Document.model_bytes`: the
+    file as read while unedited, else a serialization in small steps shared with the
+    other readers of the same edit), else a serialization of ``model``; None when too
+    big for protobuf."""
+    if model is doc.model:
+        try:
+            data = doc.model_bytes()
+        except ValueError:
+            return None
+        if data is not None:
+            return data
     return model.SerializeToString() if model.ByteSize() <= MAX_PROTO else None
 
 

@@ -24,6 +24,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
 from onnxviz.check.checkable import Checkable
 from onnxviz.check.prepare import all_graphs, prepare_graphs
 from onnxviz.model.scopes import GraphScope
+from onnxviz.model.wire import MAX_PROTO  # protobuf's limit for one message
 
 
 class TypeMap(Mapping[tuple[str, str], TypeProto]):
@@ -133,7 +134,6 @@ class TypeMap(Mapping[tuple[str, str], TypeProto]):
 
 
 _LINE = re.compile(r"\(op_type:(?P<op>[^,)]*)(?:, node name: (?P<name>[^)]*))?\): (?P<msg>.*)")
-MAX_PROTO = 2**31 - 1  # protobuf's limit for one message
 _MAX_PROTO = MAX_PROTO
 
 
@@ -526,16 +526,18 @@ def type_texts_here(source: bytes | str, base_dir: str | None) -> dict[str, dict
 
 
 def infer_type_texts(
-    model: ModelProto, base_dir: str | None = None, path: str | None = None
+    model: ModelProto | bytes, base_dir: str | None = None, path: str | None = None
 ) -> dict[str, dict[str, str]]:
     """`type_texts_here` in the worker process: from the file at ``path`` when given (an
-    unedited model: nothing is serialized here), else from the model.  Empty when
-    inference fails or crashes."""
+    unedited model: nothing is serialized here), else from the model or its bytes.
+    Empty when inference fails or crashes."""
     from onnxviz.check.worker import WORKER
 
     source: bytes | str
     if path is not None:
         source = path
+    elif isinstance(model, bytes):
+        source = model
     elif model.ByteSize() > _MAX_PROTO:
         return {}
     else:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +27,12 @@ from onnxviz.model.commands import (
 from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.node_id import NodeId
 from onnxviz.model.scopes import GraphScope, build_scopes, reindex_scope
+from onnxviz.model.wire import MAX_PROTO, serialize_in_pieces
 
 Listener = Callable[[ChangeSet], None]
+_BYTES_ATTEMPTS = 20  # serializations of a model that edits keep overlapping
+_EDIT_WAIT = 5.0  # seconds a reader waits for a command half-way (they take milliseconds)
+_KEPT_BYTES = 1 << 28  # bytes kept for the next reader of the same edit; above, rebuilt
 _entry_ids = itertools.count(1)
 
 
@@ -70,6 +76,14 @@ class Document:
         self._listeners: list[Listener] = []
         self._saved_marker: int | None = 0  # id of the top undo entry when last saved
         self.revision = 0
+        # A sequence lock for readers in other threads (`model_bytes`): a command counts
+        # itself in `_edits_begun` and `_editing` before it touches the model, and leaves
+        # `_editing` when done; a copy taken while both stayed unchanged and `_editing`
+        # was 0 saw no edit half-way.
+        self._edits_begun = 0
+        self._editing = 0
+        self._bytes_lock = threading.Lock()
+        self._bytes: tuple[int, bytes] | None = None  # (edits begun, the model's bytes)
         # The file as we last read or wrote it, to notice another program rewriting it.
         self._disk_identity = _identity(self.path) if self.path else None
 
@@ -181,16 +195,28 @@ class Document:
         telling listeners: for a command that is part of another (a macro), which is
         recorded and reported as one."""
         self.scopes()
-        changes = command.apply(self)
+        self._begin_edit()
+        try:
+            changes = command.apply(self)
+        finally:
+            self._editing -= 1
         self._update_index(changes)
         return changes
 
     def revert_unrecorded(self, command: Command) -> ChangeSet:
         """Revert a command applied by `apply_unrecorded` (index updated, nobody told)."""
         self.scopes()
-        changes = command.revert(self)
+        self._begin_edit()
+        try:
+            changes = command.revert(self)
+        finally:
+            self._editing -= 1
         self._update_index(changes)
         return changes
+
+    def _begin_edit(self) -> None:
+        self._edits_begun += 1
+        self._editing += 1
 
     def execute(self, command: Command) -> ChangeSet:
         """Apply ``command`` and push it on the undo stack (EditError: nothing changed)."""
@@ -219,6 +245,39 @@ class Document:
         if self._undo or self.source_format != "protobuf" or not isinstance(original, bytes):
             return None
         return original
+
+    def model_bytes(self) -> bytes | None:
+        """The model's protobuf bytes as it is now, from any thread; None when edits
+        kept coming meanwhile; TooBig (a ValueError) over protobuf's 2 GB, which no
+        worker process could read.
+        The file's own bytes while no edit stands, else a serialization in small steps
+        (`model.wire`: one call held the GIL, and so stopped the UI thread, for 20-60 ms
+        at 100k nodes), kept until the next edit: validation, inference and the recovery
+        snapshot of one edit share it.  A copy that an edit overlapped is thrown away
+        and taken again."""
+        original = self.unedited_bytes()
+        if original is not None and len(original) <= MAX_PROTO:
+            return original
+        with self._bytes_lock:
+            attempts = 0
+            deadline = time.monotonic() + _EDIT_WAIT
+            while attempts < _BYTES_ATTEMPTS:
+                begun = self._edits_begun
+                kept = self._bytes
+                if self._editing:  # a command of the UI thread is half-way
+                    if time.monotonic() > deadline:
+                        return None
+                    time.sleep(0.002)
+                    continue
+                if kept is not None and kept[0] == begun:
+                    return kept[1]
+                model = self.model
+                data = serialize_in_pieces(model)
+                if self._edits_begun == begun and not self._editing and model is self.model:
+                    self._bytes = (begun, data) if len(data) <= _KEPT_BYTES else None
+                    return data
+                attempts += 1
+        return None
 
     def unedited_file(self) -> tuple[str, tuple[int, int, int]] | None:
         """(path, identity) of the protobuf file this document is, while no edit stands

@@ -77,25 +77,33 @@ class Autosaver:
     def save_now(self) -> bool:
         """Snapshot the document if it has unsaved edits; True if written."""
         self._wait_for_writer()
-        snapshot = self._snapshot()
-        if snapshot is None:
+        record = self._record()
+        if record is None:
             return False
-        self._write(*snapshot)
+        payload = self.doc.model_bytes()
+        if payload is None:  # only when another thread edits: never this caller's case
+            return False
+        self._write(payload, record)
         return True
 
     def save_in_background(self, on_error: Callable[[Exception], object]) -> bool:
-        """`save_now`, with the files written by a thread: the model is serialized here
-        (one call, so no edit can come half-way), the disk writes and their fsyncs run
-        off the caller's thread (at 100k nodes they were half of a 100 ms stop of the
-        UI).  ``on_error`` is called from that thread.  True if a snapshot is on its way."""
+        """`save_now` from a thread: the model's bytes (`Document.model_bytes`, shared
+        with the edit's validation and never torn by an edit) and the disk writes with
+        their fsyncs all run off the caller's thread; at 100k nodes they were a 100 ms
+        stop of the UI.  ``on_error`` is called from that thread.  True if a snapshot is
+        on its way.  A snapshot overlapped by edits is skipped: the next one, which those
+        edits ask for, has them."""
         self._wait_for_writer()
-        snapshot = self._snapshot()
-        if snapshot is None:
+        record = self._record()
+        if record is None:
             return False
+        doc = self.doc
 
         def write() -> None:
             try:
-                self._write(*snapshot)
+                payload = doc.model_bytes()
+                if payload is not None:
+                    self._write(payload, record)
             except (OSError, ValueError) as exc:
                 on_error(exc)
 
@@ -103,17 +111,18 @@ class Autosaver:
         self._writer.start()
         return True
 
-    def _snapshot(self) -> tuple[bytes, bytes] | None:
+    def _record(self) -> bytes | None:
+        """The snapshot's record, or None (and any old snapshot removed) when there are
+        no unsaved edits."""
         if not self.doc.is_modified:
             self.discard()
             return None
-        payload = self.doc.model.SerializeToString()
         record = {
             "source": self.doc.path,
             "saved_at": time.time(),
             "last_edit": self.doc.undo_label,
         }
-        return payload, json.dumps(record).encode("utf-8")
+        return json.dumps(record).encode("utf-8")
 
     def _write(self, payload: bytes, record: bytes) -> None:
         os.makedirs(self.directory, exist_ok=True)

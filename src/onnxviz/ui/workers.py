@@ -240,7 +240,13 @@ def inference_job(doc: Document) -> Callable[[threading.Event, Progress], Inferr
 
     def job(cancel: threading.Event, progress: Progress) -> InferredEntries:
         progress("inferring shapes")
-        texts = infer_type_texts(model, base_dir, path)
+        # The document's bytes, shared with validation and built in small steps: a
+        # serialization here in one call stopped the UI thread.
+        try:
+            data = doc.model_bytes() if path is None and model is doc.model else None
+        except ValueError:  # over 2 GB: no worker can read it
+            return inferred_entries({})
+        texts = infer_type_texts(model if data is None else data, base_dir, path)
         if cancel.is_set():
             raise Cancelled()
         return inferred_entries(texts)
