@@ -421,17 +421,23 @@ class Document:
             and not io.is_text_path(target)
         ):
             original = self._original_bytes
-        saved = io.save(
-            self.model,
-            target,
-            source_dir=self.base_dir,
-            external_data=external_data,
-            threshold=threshold,
-            original_bytes=original,
-        )
-        if saved is not self.model:
-            self._adopt_tensor_storage(saved)
-            self._original_bytes = None
+        # A save may move tensors' data (external files, in-place weights): readers of
+        # the model in other threads (`model_bytes`) wait for it as for an edit.
+        self._begin_edit()
+        try:
+            saved = io.save(
+                self.model,
+                target,
+                source_dir=self.base_dir,
+                external_data=external_data,
+                threshold=threshold,
+                original_bytes=original,
+            )
+            if saved is not self.model:
+                self._adopt_tensor_storage(saved)
+                self._original_bytes = None
+        finally:
+            self._editing -= 1
         self.path = target
         self._disk_identity = _identity(target)
         self._saved_marker = self._undo[-1].id if self._undo else 0

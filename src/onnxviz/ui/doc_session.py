@@ -67,6 +67,9 @@ class DocumentSession(QObject):
         self.diagnostics: list[Diagnostic] = []
         # and whether that list is still to be completed by a running validation
         self.validation_running = False
+        # a big model's save under way in a worker thread: edits wait for it (the save
+        # reads the model and may move its tensors' data)
+        self.saving = False
         self.is_example = False
         self.runner = RunController(self)
         self.runner.started.connect(self.run_state_changed.emit)

@@ -19,11 +19,14 @@ from onnxviz.ui.doc_session import DocumentSession
 from onnxviz.ui.edit.controller import EditController
 from onnxviz.ui.prompter import Prompter
 from onnxviz.ui.theme import TextMetrics
-from onnxviz.ui.workers import Opened, open_model_job
+from onnxviz.ui.workers import Opened, Task, open_model_job
 
 MODEL_FILTERS = "ONNX models (*.onnx *.onnxtxt *.txt);;All files (*)"
 # Models with more nodes are taken over in steps, one per turn of the event loop.
 STAGED_ADOPT_NODES = 5000
+# Models with more nodes are saved in a worker thread: at 100k nodes a save is 0.3-0.5 s
+# of walking tensors and serializing, which on the UI thread froze the window.
+BACKGROUND_SAVE_NODES = 5000
 SETTLE_POLL_MS = 200  # how often an opened model is looked at until it has settled
 SETTLE_LIMIT_S = 120.0  # full garbage collections are held at most this long after an open
 EXTERNAL_CHOICES = [
@@ -60,6 +63,7 @@ class FileController(QObject):
         self._settle_timer.timeout.connect(self._settle_if_quiet)
         self._quiet_polls = 0
         self._settle_deadline = 0.0
+        self._save_task: Task | None = None  # a big model's save under way
 
     # -- opening ------------------------------------------------------------------------------
     def open_dialog(self) -> None:
@@ -86,10 +90,11 @@ class FileController(QObject):
 
     def quiet(self) -> bool:
         """Nothing runs for the open model: no open or relayout job, no canvas fill,
-        no validation due, no shape inference."""
+        no validation due, no shape inference, no save."""
         inference = self.navigation.inference_task
         return (
-            self.work.task is None
+            self._save_task is None
+            and self.work.task is None
             and not self.graph_scene.filling
             and not self.edits.validation_due
             and (inference is None or inference.done)
@@ -145,16 +150,16 @@ class FileController(QObject):
         self.session.replace(None)
 
     # -- saving -------------------------------------------------------------------------------
-    def save(self) -> None:
+    def save(self, *, background: bool = True) -> None:
         doc = self.session.doc
         if doc is None:
             return
         if doc.path is None or self.session.is_example:
-            self.save_as()
+            self.save_as(background=background)
             return
-        self.save_to(doc.path)
+        self.save_to(doc.path, background=background)
 
-    def save_as(self) -> None:
+    def save_as(self, *, background: bool = True) -> None:
         doc = self.session.doc
         if doc is None:
             return
@@ -163,11 +168,19 @@ class FileController(QObject):
             return
         mode = self.prompter.choose("Tensor data", "Weights", EXTERNAL_CHOICES)
         if mode is not None:
-            self.save_to(chosen[0], mode)
+            self.save_to(chosen[0], mode, background=background)
 
-    def save_to(self, path: str, external_data: Any = "keep") -> bool:
+    def save_to(self, path: str, external_data: Any = "keep", *, background: bool = True) -> bool:
+        """Save the open model to ``path``; True when saved.  A big model (over
+        `BACKGROUND_SAVE_NODES`) is saved by a worker thread unless ``background`` is
+        False: then True means the save started, and edits wait until it is done
+        (`saving`, `wait_saved`)."""
         doc = self.session.doc
         assert doc is not None
+        self.wait_saved()  # one save at a time, in the order asked
+        if background and doc.node_count > BACKGROUND_SAVE_NODES:
+            self._save_in_background(path, external_data, overwrite_changed=False)
+            return True
         try:
             try:
                 doc.save(path, external_data=external_data)
@@ -179,16 +192,82 @@ class FileController(QObject):
         except OnnxvizError as exc:
             self.failed.emit(str(exc))
             return False
+        self._saved(path)
+        return True
+
+    @property
+    def saving(self) -> bool:
+        return self._save_task is not None
+
+    def wait_saved(self) -> None:
+        """Block until a save under way in the background is done and reported (closing
+        the window or the model, a second save)."""
+        task = self._save_task
+        if task is None:
+            return
+        task.wait()
+        from PySide6.QtCore import QCoreApplication
+
+        while self._save_task is task:  # its report is queued for this thread
+            QCoreApplication.processEvents()
+            time.sleep(0.001)
+
+    def _save_in_background(self, path: str, external_data: Any, overwrite_changed: bool) -> None:
+        doc = self.session.doc
+        assert doc is not None
+
+        def job(_cancel: Any, progress: Any) -> bool:
+            progress(f"saving {os.path.basename(path)}")
+            try:
+                doc.save(path, external_data=external_data, overwrite_changed=overwrite_changed)
+            except FileChangedError:
+                return False
+            return True
+
+        task = Task(job, self)
+        self._save_task = task
+        self.session.saving = True
+        self.session.status(f"saving {path}…", 0)
+
+        def over() -> bool:
+            if self._save_task is not task:
+                return False
+            self._save_task = None
+            self.session.saving = False
+            return self.session.doc is doc
+
+        def done(written: bool) -> None:
+            if not over():
+                return
+            if written:
+                self._saved(path)
+            elif self.prompter.overwrite_changed(os.path.basename(path)):
+                self._save_in_background(path, external_data, overwrite_changed=True)
+            else:
+                self.session.status("not saved: the file changed on disk", 8000)
+
+        def failed(message: str) -> None:
+            if over():
+                self.session.status("", 1)
+                self.failed.emit(message or "the save was stopped")
+
+        task.finished.connect(done)
+        task.failed.connect(failed)
+        task.start()
+
+    def _saved(self, path: str) -> None:
+        """What follows a save: the clean mark, the title, recent files, the status."""
         self.edits.saved()
         self.session.is_example = False
         self.session.edited.emit()  # the title loses its dirty mark
         settings.add_recent(path)
         self.recent_changed.emit()
         self.session.status(f"saved {path}", 5000)
-        return True
 
     def maybe_save(self) -> bool:
-        """Before closing unsaved work: save, discard or cancel.  True: go on."""
+        """Before closing unsaved work: save, discard or cancel.  True: go on.  A save
+        under way is finished first: it may be the one that leaves nothing unsaved."""
+        self.wait_saved()
         doc = self.session.doc
         if doc is None or not doc.is_modified:
             return True
@@ -196,7 +275,7 @@ class FileController(QObject):
         if answer == "cancel":
             return False
         if answer == "save":
-            self.save()
+            self.save(background=False)
             return not doc.is_modified
         return True
 

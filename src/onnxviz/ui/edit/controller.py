@@ -162,7 +162,7 @@ class EditController(QObject):
     # -- editing --------------------------------------------------------------------------
     def execute(self, edit: Edit) -> bool:
         """Run one edit; False (and the reason shown) when it was refused."""
-        if self.doc is None:
+        if self.doc is None or self._refused_while_saving():
             return False
         self.settle()
         self._before = index_before(self.doc)
@@ -193,13 +193,26 @@ class EditController(QObject):
         self.session.status(f"edit refused: {message}", 10000)
         self._publish()
 
+    def _refused_while_saving(self) -> bool:
+        """A big model's save runs in a worker thread and reads the model: an edit now
+        could reach the file half-way.  It is refused with its reason, and tried again
+        by the user a moment later."""
+        if not self.session.saving:
+            return False
+        self.refuse("the model is being saved; edit again when the save is done")
+        return True
+
     def undo(self) -> None:
+        if self._refused_while_saving():
+            return
         self.settle()
         if self.doc is not None and self.doc.can_undo:
             self._before = index_before(self.doc)
             self.doc.undo()
 
     def redo(self) -> None:
+        if self._refused_while_saving():
+            return
         self.settle()
         if self.doc is not None and self.doc.can_redo:
             self._before = index_before(self.doc)
