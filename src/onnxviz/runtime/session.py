@@ -103,6 +103,16 @@ class Breakpoint:
     hits: int = 0
 
 
+def feed_inputs(model: ModelProto) -> list[tuple[str, TypeProto]]:
+    """What `Session(model).inputs` lists, without compiling a plan: the main graph's
+    inputs that no initializer gives a default to.  A plan takes seconds at 100k nodes,
+    and the Run dock and the Compare window ask for a model's inputs on the UI thread."""
+    graph = model.graph
+    defaults = {t.name for t in graph.initializer}
+    defaults.update(s.values.name for s in graph.sparse_initializer)
+    return [(v.name, v.type) for v in graph.input if v.name not in defaults]
+
+
 def _address(spec: NodeSpec) -> str:
     if isinstance(spec, NodeRef):
         return spec.address

@@ -600,8 +600,8 @@ def _random_feeds(doc: Any) -> dict[str, Any]:
     import numpy as np
 
     from onnxviz.runtime.inputs import FeedRecipe, build_feed, input_specs
-    from onnxviz.runtime.session import Session
+    from onnxviz.runtime.session import feed_inputs
 
-    specs = input_specs(Session(doc).inputs)
+    specs = input_specs(feed_inputs(doc.model))
     rng = np.random.default_rng(0)
     return {s.name: build_feed(s, FeedRecipe(), {}, rng) for s in specs}
