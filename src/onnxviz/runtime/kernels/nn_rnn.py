@@ -302,7 +302,6 @@ def _gru_steps(
     proj: np.ndarray,
     r_zr: np.ndarray,
     r_h: np.ndarray,
-    rb_zr: np.ndarray,
     rb_h: np.ndarray,
     h: np.ndarray,
     y: np.ndarray,
@@ -310,39 +309,48 @@ def _gru_steps(
 ) -> np.ndarray:
     """The GRU time loop with the default activations, no clip and no sequence padding:
     step GEMMs into reused buffers, the new h written straight into its row of y.  The
-    z/r columns of ``proj``, ``r_zr`` and ``rb_zr`` come scaled by 0.5, so the sigmoid
-    is the tanh pass then ``* 0.5 + 0.5`` (`_sigmoid`'s own steps); every other step is
-    the general loop's, in its order: the same roundings."""
+    z/r columns of ``proj`` and ``r_zr`` come scaled by 0.5, so the sigmoid is the tanh
+    pass then ``* 0.5 + 0.5`` (`_sigmoid`'s own steps); ``proj`` holds the biases that
+    are plain sums (`_gru_biases`).  Every other step is the general loop's, in its
+    order: the same roundings.  Outputs given, operands as arrays: for a small layer
+    each call's own cost is most of the step (a Python float costs a conversion)."""
     hs = r_h.shape[0]
-    pre_zr = np.empty((proj.shape[1], 2 * hs), dtype=proj.dtype)
-    pre_h = np.empty((proj.shape[1], hs), dtype=proj.dtype)
+    dt = proj.dtype
+    half, one = np.asarray(0.5, dtype=dt), np.asarray(1, dtype=dt)
+    pre_zr = np.empty((proj.shape[1], 2 * hs), dtype=dt)
+    pre_h = np.empty((proj.shape[1], hs), dtype=dt)
     blend = np.empty_like(pre_h)
     gated = np.empty_like(pre_h)
     z, rg = pre_zr[:, :hs], pre_zr[:, hs:]
     for t in range(proj.shape[0]):
         p = proj[t]
-        np.add(p[:, : 2 * hs], few_rows_matmul(h, r_zr, pre_zr), out=pre_zr)
-        pre_zr += rb_zr
-        np.tanh(pre_zr, out=pre_zr)
-        pre_zr *= 0.5
-        pre_zr += 0.5
+        np.add(p[:, : 2 * hs], few_rows_matmul(h, r_zr, pre_zr), pre_zr)
+        np.tanh(pre_zr, pre_zr)
+        np.multiply(pre_zr, half, pre_zr)
+        np.add(pre_zr, half, pre_zr)
         if linear_before_reset:
             few_rows_matmul(h, r_h, pre_h)
-            pre_h += rb_h
-            np.multiply(rg, pre_h, out=pre_h)
-            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
+            np.add(pre_h, rb_h, pre_h)
+            np.multiply(rg, pre_h, pre_h)
         else:
-            few_rows_matmul(np.multiply(rg, h, out=gated), r_h, pre_h)
-            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
-            pre_h += rb_h
-        np.tanh(pre_h, out=pre_h)
-        np.subtract(1, z, out=blend)
-        blend *= pre_h
+            few_rows_matmul(np.multiply(rg, h, gated), r_h, pre_h)
+        np.add(p[:, 2 * hs :], pre_h, pre_h)
+        np.tanh(pre_h, pre_h)
+        np.subtract(one, z, blend)
+        np.multiply(blend, pre_h, blend)
         h_new = y[t]
-        np.multiply(z, h, out=h_new)
-        h_new += blend
+        np.multiply(z, h, h_new)
+        np.add(h_new, blend, h_new)
         h = h_new
     return h
+
+
+def _gru_biases(proj: np.ndarray, rb: np.ndarray, hs: int, linear_before_reset: int) -> None:
+    """Adds to the projection (already holding Wb) the recurrent biases that are plain
+    sums: Rb of the z and r gates, and of the candidate unless linear_before_reset puts
+    it inside the reset gate's product.  One pass per call instead of one per step."""
+    cols = 2 * hs if linear_before_reset else 3 * hs
+    proj[:, :, :cols] += rb[:cols]
 
 
 @kernel("GRU", since=(1, 3, 7, 14, 22))
@@ -380,23 +388,23 @@ def gru(
         proj += wb
         h = setup.state(initial_h, d)
         y = setup.rows(y_all, d)
+        _gru_biases(proj, rb, hs, linear_before_reset)
+        rb_h = rb[2 * hs :]
         if all_valid and not _clips(clip) and f is _sigmoid and g is np.tanh:
             r_zr, r_h = _recurrent_t(r, d, dt, 2 * hs, half=2 * hs)
             proj[:, :, : 2 * hs] *= 0.5
-            rb_zr = rb[: 2 * hs] * 0.5
-            h = _gru_steps(proj, r_zr, r_h, rb_zr, rb[2 * hs :], h, y, bool(linear_before_reset))
+            h = _gru_steps(proj, r_zr, r_h, rb_h, h, y, bool(linear_before_reset))
             finals.append(h)
             continue
         r_zr, r_h = _recurrent_t(r, d, dt, 2 * hs)
-        rb_zr, rb_h = rb[: 2 * hs], rb[2 * hs :]
         for t in range(setup.steps):
             p = proj[t]
-            zr = f(_clip(p[:, : 2 * hs] + few_rows_matmul(h, r_zr) + rb_zr, clip))
+            zr = f(_clip(p[:, : 2 * hs] + few_rows_matmul(h, r_zr), clip))
             z, rg = zr[:, :hs], zr[:, hs:]
             if linear_before_reset:
                 cand = p[:, 2 * hs :] + rg * (few_rows_matmul(h, r_h) + rb_h)
             else:
-                cand = p[:, 2 * hs :] + few_rows_matmul(rg * h, r_h) + rb_h
+                cand = p[:, 2 * hs :] + few_rows_matmul(rg * h, r_h)
             hc = g(_clip(cand, clip))
             h_new = (1 - z) * hc + z * h
             h = h_new if all_valid else np.where(setup.valid[t][:, None], h_new, h)
@@ -415,6 +423,7 @@ def _lstm_steps(
     cell state is updated in place and each h goes straight into its row of y.  Every
     step is the general loop's, in its order: the same roundings."""
     hs = rt.shape[0]
+    half = np.asarray(0.5, dtype=proj.dtype)  # an array operand: see `_gru_steps`
     gates = np.empty(proj.shape[1:], dtype=proj.dtype)
     c = np.array(c, dtype=proj.dtype)  # own copy: updated in place
     iof = gates[:, : 3 * hs]
@@ -422,16 +431,16 @@ def _lstm_steps(
     c_cand = gates[:, 3 * hs :]
     for t in range(proj.shape[0]):
         few_rows_matmul(h, rt, gates)
-        gates += proj[t]
-        np.tanh(gates, out=gates)
-        iof *= 0.5
-        iof += 0.5
-        c *= f_g
-        i_g *= c_cand  # the gates are rewritten next step: free to overwrite
-        c += i_g
+        np.add(gates, proj[t], gates)
+        np.tanh(gates, gates)
+        np.multiply(iof, half, iof)
+        np.add(iof, half, iof)
+        np.multiply(c, f_g, c)
+        np.multiply(i_g, c_cand, i_g)  # the gates are rewritten next step: free to overwrite
+        np.add(c, i_g, c)
         h = y[t]
-        np.tanh(c, out=h)
-        h *= o_g
+        np.tanh(c, h)
+        np.multiply(h, o_g, h)
     return h, c
 
 
