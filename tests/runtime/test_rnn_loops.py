@@ -138,3 +138,18 @@ def test_padded_recurrent_weight_rows_give_the_contiguous_weights_numbers(
         blas.set_split_few_rows(None)
     for p, c in zip(padded, contiguous, strict=True):
         np.testing.assert_array_equal(p, c)
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+@pytest.mark.parametrize("steps, batch", [(0, 2), (3, 0)])
+def test_empty_sequences_and_batches(op: str, steps: int, batch: int) -> None:
+    # No step (an empty sequence) or no sample: Y is empty, the final states are the
+    # initial ones.
+    rng = np.random.default_rng(2)
+    for direction in ("forward", "reverse", "bidirectional"):
+        dirs = 2 if direction == "bidirectional" else 1
+        ins = _inputs(rng, op, steps, batch, 3, 5, dirs, 0, np.float32, True, True)
+        y, *finals = _run(op, ins, None, hidden_size=5, direction=direction)
+        assert y.shape == (steps, dirs, batch, 5)
+        for final, initial in zip(finals, ins[5:], strict=True):
+            np.testing.assert_array_equal(final, initial)

@@ -186,7 +186,7 @@ def _project(x: np.ndarray, w: np.ndarray, dt: Any) -> np.ndarray:
     would run T small GEMMs instead.  W^T stays a transposed view: BLAS reads it as is,
     and measured faster than a contiguous copy (which also costs a pass over W)."""
     t, b, i = x.shape
-    return (x.reshape(t * b, i) @ w.astype(dt, copy=False).T).reshape(t, b, -1)
+    return (x.reshape(t * b, i) @ w.astype(dt, copy=False).T).reshape(t, b, w.shape[0])
 
 
 def _recurrent_t(
