@@ -153,3 +153,22 @@ def test_empty_sequences_and_batches(op: str, steps: int, batch: int) -> None:
         assert y.shape == (steps, dirs, batch, 5)
         for final, initial in zip(finals, ins[5:], strict=True):
             np.testing.assert_array_equal(final, initial)
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_one_row_batches_give_the_rows_of_a_larger_batch(op: str) -> None:
+    # A batch of one takes its own paths (a GRU with linear_before_reset: one product of
+    # all three gates per step; products of one row): each sample alone must give its
+    # row of the batched run.
+    rng = np.random.default_rng(9)
+    x, w, r, b, _, *states = _inputs(rng, op, 6, 3, 7, 33, 1, 0, np.float32, True, True)
+    batched = _run(op, [x, w, r, b, None, *states], None, hidden_size=33)
+    for row in range(3):
+        alone = _run(
+            op,
+            [x[:, row : row + 1], w, r, b, None, *[s[:, row : row + 1] for s in states]],
+            None,
+            hidden_size=33,
+        )
+        for a, full in zip(alone, batched, strict=True):
+            np.testing.assert_allclose(a[..., 0, :], full[..., row, :], rtol=1e-5, atol=1e-6)
