@@ -1,6 +1,6 @@
-"""The recurrent layers' fast time loops (default activations, no clip, no padding) give
-the general loop's numbers bit for bit, on every shape, direction, layout and dtype, with
-the step products plain or cut into blocks of K (kernels.nn_rnn)."""
+"""The recurrent layers' fast time loops (default activations, no clip) give the general
+loop's numbers bit for bit, on every shape, direction, layout, dtype and sequence padding,
+with the step products plain or cut into blocks of K (kernels.nn_rnn)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ FAST = {"LSTM": "_lstm_steps", "GRU": "_gru_steps", "GRU_lbr": "_gru_steps"}
 def _inputs(
     rng: np.random.Generator, op: str, steps: int, batch: int, n_in: int, hidden: int,
     dirs: int, layout: int, dtype: Any, bias: bool, states: bool,
+    lens: np.ndarray | None = None,
 ) -> list[Any]:  # fmt: skip
     gates = GATES[op]
 
@@ -44,8 +45,8 @@ def _inputs(
 
     h0 = state() if states else None
     if op == "LSTM":
-        return [x, w, r, b, None, h0, state() if states else None]
-    return [x, w, r, b, None, h0]
+        return [x, w, r, b, lens, h0, state() if states else None]
+    return [x, w, r, b, lens, h0]
 
 
 def _run(op: str, ins: list[Any], clip: float | None, **attrs: Any) -> list[np.ndarray]:
@@ -68,15 +69,18 @@ def _run(op: str, ins: list[Any], clip: float | None, **attrs: Any) -> list[np.n
     states=st.booleans(),
     split=st.booleans(),
     frozen=st.booleans(),
+    padded=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_fast_recurrent_loops_give_the_general_loops_numbers(
     op: str, steps: int, batch: int, n_in: int, hidden: int, direction: str, layout: int,
-    dtype: Any, bias: bool, states: bool, split: bool, frozen: bool, seed: int,
+    dtype: Any, bias: bool, states: bool, split: bool, frozen: bool, padded: bool, seed: int,
 ) -> None:  # fmt: skip
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(seed)
-    ins = _inputs(rng, op, steps, batch, n_in, hidden, dirs, layout, dtype, bias, states)
+    # Padding: each sample's length anywhere from 0 to all the steps.
+    lens = rng.integers(0, steps + 1, batch).astype(np.int32) if padded else None
+    ins = _inputs(rng, op, steps, batch, n_in, hidden, dirs, layout, dtype, bias, states, lens)
     if frozen:  # constant weights: the scaled, transposed R comes from the weight cache
         for v in ins[1:4]:
             if v is not None:

@@ -149,6 +149,14 @@ class _Setup:
             return self.x[::-1]  # a view: the projection's reshape makes the one copy
         return np.take_along_axis(self.x, self.rev_index[:, :, None], axis=0)
 
+    def padding(self) -> list[np.ndarray | None] | None:
+        """Per step, (B, 1) True where a sample's sequence goes on, or None at a step
+        where all do; None throughout without padding.  The fast time loops keep the
+        state of the other samples, as the general loops do."""
+        if self.all_valid:
+            return None
+        return [None if row.all() else row[:, None] for row in self.valid]
+
     def output(self) -> np.ndarray:
         """The Y of all directions, (T, D, B, H), that the time loops write into."""
         return np.empty((self.steps, self.n_dirs, self.batch, self.hidden), dtype=self.dtype)
@@ -305,9 +313,11 @@ def _gru_steps(
     h: np.ndarray,
     y: np.ndarray,
     linear_before_reset: bool,
+    keep: list[np.ndarray | None] | None,
 ) -> np.ndarray:
-    """The GRU time loop with the default activations, no clip and no sequence padding:
-    step GEMMs into reused buffers, the new h written straight into its row of y.  The
+    """The GRU time loop with the default activations and no clip (``keep``:
+    `_Setup.padding`): step GEMMs into reused buffers, the new h written straight into
+    its row of y.  The
     z/r columns of ``proj`` and of R^T come scaled by 0.5, so the sigmoid is the tanh
     pass then ``* 0.5 + 0.5`` (`_sigmoid`'s own steps); ``proj`` holds the biases that
     are plain sums (`_gru_biases`).  ``rts`` is `_recurrent_t`'s: the z/r block and the
@@ -348,7 +358,8 @@ def _gru_steps(
         h_new = y[t]
         np.multiply(z, h, h_new)
         np.add(h_new, blend, h_new)
-        h = h_new
+        going = None if keep is None else keep[t]
+        h = h_new if going is None else np.where(going, h_new, h)
     return h
 
 
@@ -407,10 +418,11 @@ def gru(
         _gru_biases(proj, rb, hs, linear_before_reset)
         rb_h = rb[2 * hs :]
         split = _gru_split(hs, setup.batch, linear_before_reset)
-        if all_valid and not _clips(clip) and f is _sigmoid and g is np.tanh:
+        if not _clips(clip) and f is _sigmoid and g is np.tanh:
             proj[:, :, : 2 * hs] *= 0.5
             rts = _recurrent_t(r, d, dt, split, half=2 * hs)
-            h = _gru_steps(proj, rts, rb_h, h, y, bool(linear_before_reset))
+            lbr = bool(linear_before_reset)
+            h = _gru_steps(proj, rts, rb_h, h, y, lbr, setup.padding())
             finals.append(h)
             continue
         rts = _recurrent_t(r, d, dt, split)
@@ -433,10 +445,15 @@ def gru(
 
 
 def _lstm_steps(
-    proj: np.ndarray, rt: np.ndarray, h: np.ndarray, c: np.ndarray, y: np.ndarray
+    proj: np.ndarray,
+    rt: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray,
+    y: np.ndarray,
+    keep: list[np.ndarray | None] | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The LSTM time loop with the default activations, without peepholes, clip or
-    sequence padding (the common case): the step GEMM writes into one reused gate
+    """The LSTM time loop with the default activations, without peepholes or clip (the
+    common case; ``keep``: `_Setup.padding`): the step GEMM writes into one reused gate
     buffer, one tanh pass covers all four gates (the i, o, f columns of ``proj`` and
     ``rt`` come scaled by 0.5, then ``* 0.5 + 0.5`` finishes `_sigmoid`'s steps), the
     cell state is updated in place and each h goes straight into its row of y.  Every
@@ -445,21 +462,30 @@ def _lstm_steps(
     half = np.asarray(0.5, dtype=proj.dtype)  # an array operand: see `_gru_steps`
     gates = np.empty(proj.shape[1:], dtype=proj.dtype)
     c = np.array(c, dtype=proj.dtype)  # own copy: updated in place
+    c_old = np.empty_like(c)  # at a padded step: the state the ended samples keep
     iof = gates[:, : 3 * hs]
     i_g, o_g, f_g = gates[:, :hs], gates[:, hs : 2 * hs], gates[:, 2 * hs : 3 * hs]
     c_cand = gates[:, 3 * hs :]
     for t in range(proj.shape[0]):
+        going = None if keep is None else keep[t]
         few_rows_matmul(h, rt, gates)
         np.add(gates, proj[t], gates)
         np.tanh(gates, gates)
         np.multiply(iof, half, iof)
         np.add(iof, half, iof)
+        if going is not None:
+            np.copyto(c_old, c)
         np.multiply(c, f_g, c)
         np.multiply(i_g, c_cand, i_g)  # the gates are rewritten next step: free to overwrite
         np.add(c, i_g, c)
-        h = y[t]
-        np.tanh(c, h)
-        np.multiply(h, o_g, h)
+        h_new = y[t]
+        np.tanh(c, h_new)
+        np.multiply(h_new, o_g, h_new)
+        if going is None:
+            h = h_new
+        else:
+            h = np.where(going, h_new, h)
+            np.copyto(c, c_old, where=~going)
     return h, c
 
 
@@ -503,14 +529,13 @@ def lstm(
         y = setup.rows(y_all, d)
         if (
             p is None
-            and all_valid
             and not input_forget
             and not _clips(clip)
             and (f, g, hact) == (_sigmoid, np.tanh, np.tanh)
         ):
             rt = _recurrent_t(r, d, dt, 4 * hs, half=3 * hs)[0]
             proj[:, :, : 3 * hs] *= 0.5
-            h, c = _lstm_steps(proj, rt, h, c, y)
+            h, c = _lstm_steps(proj, rt, h, c, y, setup.padding())
             finals_h.append(h)
             finals_c.append(c)
             continue
