@@ -3,7 +3,14 @@ peepholes, activation lists with alpha/beta, clip, layout, linear_before_reset).
 
 The input projection X.W^T of all time steps is one GEMM up front; the time loop (inherently
 sequential) does one H.R^T GEMM per step, vectorised over batch.  Reverse directions run
-forward over per-batch reversed sequences, so sequence_lens is a gather, not a branch.
+forward over per-batch reversed sequences, so sequence_lens is a gather, not a branch
+(without padding the reversal is a view, and each step writes its output row in place).
+
+With the default activations (Sigmoid, Tanh) and no clip, the loops of LSTM and GRU fold
+the sigmoid's x/2 into the weights (`_recurrent_t`'s ``half`` rows, and the projection once
+per call): a product or sum scaled by 0.5 is the unscaled one scaled, exactly in binary
+floating point, so the step takes one tanh over all its gates and gives the same numbers,
+bit for bit, as the general loop (tests/runtime/test_rnn_loops.py holds them to it).
 """
 
 from __future__ import annotations
@@ -138,24 +145,48 @@ class _Setup:
     def inputs(self, d: int) -> np.ndarray:
         if not self.reverse[d]:
             return self.x
+        if self.all_valid:
+            return self.x[::-1]  # a view: the projection's reshape makes the one copy
         return np.take_along_axis(self.x, self.rev_index[:, :, None], axis=0)
 
+    def padding(self) -> list[np.ndarray | None] | None:
+        """Per step, (B, 1) True where a sample's sequence goes on, or None at a step
+        where all do; None throughout without padding.  The fast time loops keep the
+        state of the other samples, as the general loops do."""
+        if self.all_valid:
+            return None
+        return [None if row.all() else row[:, None] for row in self.valid]
+
+    def output(self) -> np.ndarray:
+        """The Y of all directions, (T, D, B, H), that the time loops write into."""
+        return np.empty((self.steps, self.n_dirs, self.batch, self.hidden), dtype=self.dtype)
+
+    def rows(self, y_all: np.ndarray, d: int) -> np.ndarray:
+        """(T, B, H): where direction ``d``'s loop writes its step t.  Without padding a
+        reverse direction writes backwards, so Y needs no reordering afterwards."""
+        if self.reverse[d] and self.all_valid:
+            return y_all[::-1, d]  # type: ignore[no-any-return]
+        return y_all[:, d]  # type: ignore[no-any-return]
+
     def outputs(
-        self, ys: list[np.ndarray], finals: list[list[np.ndarray]], out_dtype: Any
+        self, y_all: np.ndarray, finals: list[list[np.ndarray]], out_dtype: Any
     ) -> tuple[Any, ...]:
-        per_dir = []
-        for d, y in enumerate(ys):
-            y = np.where(self.valid[:, :, None], y, 0)
-            if self.reverse[d]:
-                y = np.take_along_axis(y, self.rev_index[:, :, None], axis=0)
-                y = np.where(self.valid[:, :, None], y, 0)
-            per_dir.append(y)
-        y_all = np.stack(per_dir, axis=1)  # (T, D, B, H)
+        if not self.all_valid:
+            for d in range(self.n_dirs):
+                y = np.where(self.valid[:, :, None], y_all[:, d], 0)
+                if self.reverse[d]:
+                    y = np.take_along_axis(y, self.rev_index[:, :, None], axis=0)
+                    y = np.where(self.valid[:, :, None], y, 0)
+                y_all[:, d] = y
         states = [np.stack(f, axis=0) for f in finals]  # each (D, B, H)
         if self.layout == 1:
             y_all = y_all.transpose(2, 0, 1, 3)
             states = [s.transpose(1, 0, 2) for s in states]
-        return (y_all.astype(out_dtype), *[s.astype(out_dtype) for s in states])
+        # Y and the stacked states are this call's own arrays: no copy to keep them.
+        return (
+            y_all.astype(out_dtype, copy=False),
+            *[s.astype(out_dtype, copy=False) for s in states],
+        )
 
 
 def _project(x: np.ndarray, w: np.ndarray, dt: Any) -> np.ndarray:
@@ -163,26 +194,57 @@ def _project(x: np.ndarray, w: np.ndarray, dt: Any) -> np.ndarray:
     would run T small GEMMs instead.  W^T stays a transposed view: BLAS reads it as is,
     and measured faster than a contiguous copy (which also costs a pass over W)."""
     t, b, i = x.shape
-    return (x.reshape(t * b, i) @ w.astype(dt, copy=False).T).reshape(t, b, -1)
+    return (x.reshape(t * b, i) @ w.astype(dt, copy=False).T).reshape(t, b, w.shape[0])
 
 
-def _recurrent_t(r: np.ndarray, d: int, dt: Any, split: int) -> tuple[np.ndarray, ...]:
+def _recurrent_t(
+    r: np.ndarray, d: int, dt: Any, split: int, half: int = 0
+) -> tuple[np.ndarray, ...]:
     """Direction ``d`` of the recurrent weight R [D, G*H, H], transposed to contiguous
     (H, rows) blocks that the step GEMM h @ R^T reads row by row: rows [:split] and, when
     split is less than all of them, rows [split:] as a second block (GRU's z/r gates and
-    its candidate).  Made once per constant R (_weight_cache), not on every call: the
-    transpose is a pass over the whole matrix."""
+    its candidate).  Rows [:half] are scaled by 0.5 (the sigmoid gates of the default
+    loops: see the module docstring).  Made once per constant R (_weight_cache), not on
+    every call: the transpose is a pass over the whole matrix."""
 
     def build() -> tuple[np.ndarray, ...]:
         rd = r[d].astype(dt, copy=False)
+        if half:
+            rd = rd.copy()  # astype may have returned R itself
+            rd[:half] *= 0.5
         blocks = [rd[:split], rd[split:]] if split < rd.shape[0] else [rd]
-        return tuple(np.ascontiguousarray(block.T) for block in blocks)
+        return tuple(_padded_rows(block.T) for block in blocks)
 
-    return derived("rnn_recurrent_t", (r,), (d, np.dtype(dt).str, split), build)  # type: ignore[no-any-return]
+    params = (d, np.dtype(dt).str, split, half)
+    return derived("rnn_recurrent_t", (r,), params, build)  # type: ignore[no-any-return]
+
+
+# Elements after each row of a transposed recurrent weight.  A step GEMM reads the rows
+# of R^T together; at a distance of a multiple of 4 KB (a [256, 1024] float32 R^T: an
+# LSTM of hidden 256) they fall in the same L1 cache sets and evict each other.  128
+# more bytes per row: [4, 256] @ [256, 1024] took 41 us instead of 99 on Sandybridge's
+# kernels, and on the AVX2 Haswell kernels 23 instead of 28 ([8, 256] rows: 33 instead
+# of 46) on a quiet machine, the same when other processes shared its caches (AVX-512
+# EPYC, 1 thread).  Same kernel, same sums: the same numbers.
+_ROW_PAD_BYTES = 128
+
+
+def _padded_rows(m: np.ndarray) -> np.ndarray:
+    """A C-ordered copy of ``m`` whose rows lie _ROW_PAD_BYTES apart more than their
+    length (a view into a wider array: BLAS takes it with its leading dimension)."""
+    rows, cols = m.shape
+    wide = np.empty((rows, cols + _ROW_PAD_BYTES // m.itemsize), dtype=m.dtype)
+    out = wide[:, :cols]
+    out[...] = m
+    return out
 
 
 def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
     return np.clip(x, -clip, clip) if clip is not None and clip > 0 else x
+
+
+def _clips(clip: float | None) -> bool:
+    return clip is not None and clip > 0
 
 
 def _biases(
@@ -226,7 +288,8 @@ def rnn(
     acts = _activations(activations, ["Tanh"], setup.n_dirs, activation_alpha, activation_beta)
     dt = setup.dtype
     all_valid = setup.all_valid
-    ys, finals = [], []
+    y_all = setup.output()
+    finals = []
     for d in range(setup.n_dirs):
         f = acts[d][0]
         wb, rb = _biases(b, d, 1, setup.hidden, dt)
@@ -234,59 +297,87 @@ def rnn(
         proj += wb + rb
         rt = _recurrent_t(r, d, dt, setup.hidden)[0]
         h = setup.state(initial_h, d)
-        y = np.empty((setup.steps, setup.batch, setup.hidden), dtype=dt)
+        y = setup.rows(y_all, d)
         for t in range(setup.steps):
             h_new = f(_clip(proj[t] + h @ rt, clip))
             h = h_new if all_valid else np.where(setup.valid[t][:, None], h_new, h)
             y[t] = h_new
-        ys.append(y)
         finals.append(h)
-    return setup.outputs(ys, [finals], x.dtype)
+    return setup.outputs(y_all, [finals], x.dtype)
 
 
-def _gru_steps_plain(
+def _gru_steps(
     proj: np.ndarray,
-    r_zr: np.ndarray,
-    r_h: np.ndarray,
-    rb_zr: np.ndarray,
+    rts: tuple[np.ndarray, ...],
     rb_h: np.ndarray,
     h: np.ndarray,
     y: np.ndarray,
-    f: Activation,
-    g: Activation,
-    clip: float | None,
     linear_before_reset: bool,
+    keep: list[np.ndarray | None] | None,
 ) -> np.ndarray:
-    """The GRU time loop without sequence padding: step GEMMs into reused buffers, the
-    new h written straight into its row of y (same formulas and order as the general
-    loop, so the same roundings)."""
-    hs = r_h.shape[0]
-    pre_zr = np.empty((proj.shape[1], 2 * hs), dtype=proj.dtype)
-    pre_h = np.empty((proj.shape[1], hs), dtype=proj.dtype)
-    blend = np.empty_like(pre_h)
+    """The GRU time loop with the default activations and no clip (``keep``:
+    `_Setup.padding`): step GEMMs into reused buffers, the new h written straight into
+    its row of y.  The
+    z/r columns of ``proj`` and of R^T come scaled by 0.5, so the sigmoid is the tanh
+    pass then ``* 0.5 + 0.5`` (`_sigmoid`'s own steps); ``proj`` holds the biases that
+    are plain sums (`_gru_biases`).  ``rts`` is `_recurrent_t`'s: the z/r block and the
+    candidate's, or one block of all three gates (`_gru_split`).  Every other step is the general loop's, in its order: the same
+    roundings.  Outputs given, operands as arrays: for a small layer each call's own
+    cost is most of the step (a Python float costs a conversion)."""
+    hs = rb_h.shape[0]
+    dt = proj.dtype
+    half, one = np.asarray(0.5, dtype=dt), np.asarray(1, dtype=dt)
+    merged = len(rts) == 1
+    pre = np.empty((proj.shape[1], 3 * hs), dtype=dt)  # with merged products: all gates
+    pre_zr = pre[:, : 2 * hs] if merged else np.empty((proj.shape[1], 2 * hs), dtype=dt)
+    pre_h = pre[:, 2 * hs :] if merged else np.empty((proj.shape[1], hs), dtype=dt)
+    blend = np.empty((proj.shape[1], hs), dtype=dt)
+    gated = np.empty_like(blend)
+    z, rg = pre_zr[:, :hs], pre_zr[:, hs:]
     for t in range(proj.shape[0]):
         p = proj[t]
-        np.add(p[:, : 2 * hs], few_rows_matmul(h, r_zr, pre_zr), out=pre_zr)
-        pre_zr += rb_zr
-        zr = f(_clip(pre_zr, clip))
-        z, rg = zr[:, :hs], zr[:, hs:]
-        if linear_before_reset:
-            few_rows_matmul(h, r_h, pre_h)
-            pre_h += rb_h
-            np.multiply(rg, pre_h, out=pre_h)
-            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
+        if merged:
+            few_rows_matmul(h, rts[0], pre)
+            np.add(p[:, : 2 * hs], pre_zr, pre_zr)
         else:
-            few_rows_matmul(rg * h, r_h, pre_h)
-            np.add(p[:, 2 * hs :], pre_h, out=pre_h)
-            pre_h += rb_h
-        hc = g(_clip(pre_h, clip))
-        np.subtract(1, z, out=blend)
-        blend *= hc
+            np.add(p[:, : 2 * hs], few_rows_matmul(h, rts[0], pre_zr), pre_zr)
+        np.tanh(pre_zr, pre_zr)
+        np.multiply(pre_zr, half, pre_zr)
+        np.add(pre_zr, half, pre_zr)
+        if linear_before_reset:
+            if not merged:
+                few_rows_matmul(h, rts[1], pre_h)
+            np.add(pre_h, rb_h, pre_h)
+            np.multiply(rg, pre_h, pre_h)
+        else:
+            few_rows_matmul(np.multiply(rg, h, gated), rts[1], pre_h)
+        np.add(p[:, 2 * hs :], pre_h, pre_h)
+        np.tanh(pre_h, pre_h)
+        np.subtract(one, z, blend)
+        np.multiply(blend, pre_h, blend)
         h_new = y[t]
-        np.multiply(z, h, out=h_new)
-        h_new += blend
-        h = h_new
+        np.multiply(z, h, h_new)
+        np.add(h_new, blend, h_new)
+        going = None if keep is None else keep[t]
+        h = h_new if going is None else np.where(going, h_new, h)
     return h
+
+
+def _gru_split(hs: int, batch: int, linear_before_reset: int) -> int:
+    """Rows of R in the first block of `_recurrent_t` for a GRU: the z/r gates, or all
+    three gates when the candidate's product does not wait for the reset gate
+    (linear_before_reset) and the batch is one row.  One product instead of two then
+    saves a call per step (hidden 64-256: 7-16% of the step); with more rows the step's
+    element-wise passes over column slices of the shared output cost more (8% slower)."""
+    return 3 * hs if linear_before_reset and batch == 1 else 2 * hs
+
+
+def _gru_biases(proj: np.ndarray, rb: np.ndarray, hs: int, linear_before_reset: int) -> None:
+    """Adds to the projection (already holding Wb) the recurrent biases that are plain
+    sums: Rb of the z and r gates, and of the candidate unless linear_before_reset puts
+    it inside the reset gate's product.  One pass per call instead of one per step."""
+    cols = 2 * hs if linear_before_reset else 3 * hs
+    proj[:, :, :cols] += rb[:cols]
 
 
 @kernel("GRU", since=(1, 3, 7, 14, 22))
@@ -315,67 +406,86 @@ def gru(
     dt = setup.dtype
     all_valid = setup.all_valid
     hs = setup.hidden
-    ys, finals = [], []
+    y_all = setup.output()
+    finals = []
     for d in range(setup.n_dirs):
         f, g = acts[d]
         wb, rb = _biases(b, d, 3, hs, dt)
         proj = _project(setup.inputs(d), w[d], dt)  # gate order z, r, h
         proj += wb
-        r_zr, r_h = _recurrent_t(r, d, dt, 2 * hs)
-        rb_zr, rb_h = rb[: 2 * hs], rb[2 * hs :]
         h = setup.state(initial_h, d)
-        y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
-        if all_valid:
+        y = setup.rows(y_all, d)
+        _gru_biases(proj, rb, hs, linear_before_reset)
+        rb_h = rb[2 * hs :]
+        split = _gru_split(hs, setup.batch, linear_before_reset)
+        if not _clips(clip) and f is _sigmoid and g is np.tanh:
+            proj[:, :, : 2 * hs] *= 0.5
+            rts = _recurrent_t(r, d, dt, split, half=2 * hs)
             lbr = bool(linear_before_reset)
-            h = _gru_steps_plain(proj, r_zr, r_h, rb_zr, rb_h, h, y, f, g, clip, lbr)
-            ys.append(y)
+            h = _gru_steps(proj, rts, rb_h, h, y, lbr, setup.padding())
             finals.append(h)
             continue
+        rts = _recurrent_t(r, d, dt, split)
         for t in range(setup.steps):
             p = proj[t]
-            zr = f(_clip(p[:, : 2 * hs] + h @ r_zr + rb_zr, clip))
+            hr = few_rows_matmul(h, rts[0])
+            zr = f(_clip(p[:, : 2 * hs] + hr[:, : 2 * hs], clip))
             z, rg = zr[:, :hs], zr[:, hs:]
             if linear_before_reset:
-                cand = p[:, 2 * hs :] + rg * (h @ r_h + rb_h)
+                h_r = hr[:, 2 * hs :] if len(rts) == 1 else few_rows_matmul(h, rts[1])
+                cand = p[:, 2 * hs :] + rg * (h_r + rb_h)
             else:
-                cand = p[:, 2 * hs :] + (rg * h) @ r_h + rb_h
+                cand = p[:, 2 * hs :] + few_rows_matmul(rg * h, rts[1])
             hc = g(_clip(cand, clip))
             h_new = (1 - z) * hc + z * h
             h = h_new if all_valid else np.where(setup.valid[t][:, None], h_new, h)
             y[t] = h_new
-        ys.append(y)
         finals.append(h)
-    return setup.outputs(ys, [finals], x.dtype)
+    return setup.outputs(y_all, [finals], x.dtype)
 
 
-def _lstm_steps_plain(
+def _lstm_steps(
     proj: np.ndarray,
     rt: np.ndarray,
     h: np.ndarray,
     c: np.ndarray,
     y: np.ndarray,
-    f: Activation,
-    g: Activation,
-    hact: Activation,
-    clip: float | None,
+    keep: list[np.ndarray | None] | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The LSTM time loop without peepholes or sequence padding (the common case): the
-    step GEMM writes into one reused gate buffer, the cell state is updated in place and
-    each h goes straight into its row of y (fewer temporaries per step)."""
+    """The LSTM time loop with the default activations, without peepholes or clip (the
+    common case; ``keep``: `_Setup.padding`): the step GEMM writes into one reused gate
+    buffer, one tanh pass covers all four gates (the i, o, f columns of ``proj`` and
+    ``rt`` come scaled by 0.5, then ``* 0.5 + 0.5`` finishes `_sigmoid`'s steps), the
+    cell state is updated in place and each h goes straight into its row of y.  Every
+    step is the general loop's, in its order: the same roundings."""
     hs = rt.shape[0]
+    half = np.asarray(0.5, dtype=proj.dtype)  # an array operand: see `_gru_steps`
     gates = np.empty(proj.shape[1:], dtype=proj.dtype)
     c = np.array(c, dtype=proj.dtype)  # own copy: updated in place
+    c_old = np.empty_like(c)  # at a padded step: the state the ended samples keep
+    iof = gates[:, : 3 * hs]
+    i_g, o_g, f_g = gates[:, :hs], gates[:, hs : 2 * hs], gates[:, 2 * hs : 3 * hs]
+    c_cand = gates[:, 3 * hs :]
     for t in range(proj.shape[0]):
+        going = None if keep is None else keep[t]
         few_rows_matmul(h, rt, gates)
-        gates += proj[t]
-        iof = f(_clip(gates[:, : 3 * hs], clip))
-        c_cand = g(_clip(gates[:, 3 * hs :], clip))
-        i_g, o_g, f_g = iof[:, :hs], iof[:, hs : 2 * hs], iof[:, 2 * hs :]
-        c *= f_g
-        i_g *= c_cand  # iof is a fresh activation output: free to overwrite
-        c += i_g
-        h = y[t]
-        np.multiply(o_g, hact(c), out=h)
+        np.add(gates, proj[t], gates)
+        np.tanh(gates, gates)
+        np.multiply(iof, half, iof)
+        np.add(iof, half, iof)
+        if going is not None:
+            np.copyto(c_old, c)
+        np.multiply(c, f_g, c)
+        np.multiply(i_g, c_cand, i_g)  # the gates are rewritten next step: free to overwrite
+        np.add(c, i_g, c)
+        h_new = y[t]
+        np.tanh(c, h_new)
+        np.multiply(h_new, o_g, h_new)
+        if going is None:
+            h = h_new
+        else:
+            h = np.where(going, h_new, h)
+            np.copyto(c, c_old, where=~going)
     return h, c
 
 
@@ -407,29 +517,37 @@ def lstm(
     dt = setup.dtype
     all_valid = setup.all_valid
     hs = setup.hidden
-    ys, finals_h, finals_c = [], [], []
+    y_all = setup.output()
+    finals_h, finals_c = [], []
     for d in range(setup.n_dirs):
         f, g, hact = acts[d]
         wb, rb = _biases(b, d, 4, hs, dt)
         proj = _project(setup.inputs(d), w[d], dt)  # gate order i, o, f, c
         proj += wb + rb
+        h = setup.state(initial_h, d)
+        c = setup.state(initial_c, d)
+        y = setup.rows(y_all, d)
+        if (
+            p is None
+            and not input_forget
+            and not _clips(clip)
+            and (f, g, hact) == (_sigmoid, np.tanh, np.tanh)
+        ):
+            rt = _recurrent_t(r, d, dt, 4 * hs, half=3 * hs)[0]
+            proj[:, :, : 3 * hs] *= 0.5
+            h, c = _lstm_steps(proj, rt, h, c, y, setup.padding())
+            finals_h.append(h)
+            finals_c.append(c)
+            continue
         rt = _recurrent_t(r, d, dt, 4 * hs)[0]
         if p is not None:
             pd = p[d].astype(dt)
             p_i, p_o, p_f = pd[:hs], pd[hs : 2 * hs], pd[2 * hs :]
         else:
             p_i = p_o = p_f = np.zeros(hs, dtype=dt)
-        h = setup.state(initial_h, d)
-        c = setup.state(initial_c, d)
-        y = np.empty((setup.steps, setup.batch, hs), dtype=dt)
-        if p is None and all_valid and not input_forget:
-            h, c = _lstm_steps_plain(proj, rt, h, c, y, f, g, hact, clip)
-            ys.append(y)
-            finals_h.append(h)
-            finals_c.append(c)
-            continue
         for t in range(setup.steps):
-            gates = proj[t] + h @ rt
+            gates = few_rows_matmul(h, rt)
+            gates += proj[t]
             if p is None:
                 # No peepholes: the i, o, f gates are one activation call.
                 iof = f(_clip(gates[:, : 3 * hs], clip))
@@ -454,7 +572,6 @@ def lstm(
                 h = np.where(keep, h_new, h)
                 c = np.where(keep, c_new, c)
             y[t] = h_new
-        ys.append(y)
         finals_h.append(h)
         finals_c.append(c)
-    return setup.outputs(ys, [finals_h, finals_c], x.dtype)
+    return setup.outputs(y_all, [finals_h, finals_c], x.dtype)
