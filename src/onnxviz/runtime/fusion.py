@@ -51,6 +51,7 @@ import numpy as np
 
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
+from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
@@ -201,6 +202,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         else:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
+    plan_channels_last(out, keep)
     liveness(out, plan.slots, plan.output_names)
     prepare(out, fast=True)
     return out
@@ -316,6 +318,8 @@ class ConvChain:
             self.residual = operands[kinds.index("residual")][0]
         self._key: tuple[Any, ...] | None = None
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
+        # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
+        self.layout: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         # The constants the fold read (never the residual: a new array every run).
@@ -327,6 +331,12 @@ class ConvChain:
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
+        if self.layout is not None:
+            addend = None if self.residual is None else ins[self.residual]
+            w, b = prepared[0].array, prepared[1]
+            y = self.layout(x, w, b, self.conv.attrs, addend, self.relu)
+            if y is not None:
+                return [y]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
@@ -398,7 +408,12 @@ class ConvChain:
                 else:
                     offset = offset + c
         wf = (w.astype(np.float64) * k.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-        return wf, offset.astype(w.dtype)
+        bf = offset.astype(w.dtype)
+        # Constants from here on: read-only, so kernels may key their repacked forms on
+        # them (kernels._weight_cache keys only arrays that cannot change).
+        wf.flags.writeable = False
+        bf.flags.writeable = False
+        return wf, bf
 
 
 def _per_channel(c: Any, w: np.ndarray) -> np.ndarray | None:

@@ -1,0 +1,129 @@
+"""Channels-last activations through conv chains, for unwatched runs (see fusion.py).
+
+MobileNet-style models alternate depthwise and pointwise convs with elementwise
+activations and squeeze-excite blocks in between.  The depthwise conv is much cheaper
+channels-last (kernels.nn_conv_nhwc); the pointwise conv is one GEMM either way; the
+activations, the SE block's mean and its broadcasting Mul do not care.  So in such a
+chain every conv writes its output channels-last and the next conv reads it in place,
+instead of each depthwise conv transposing its input in and its output back out.
+
+A channels-last value is still an (N, C, H, W) array (the transposed view of an
+(N, H, W, C) buffer), so every reader sees the same numbers whatever it assumes about
+memory: the choice here only moves where transposing copies happen, never what is
+computed.  `plan_channels_last` decides per fused Conv node (fusion.ConvChain) whether
+its output stays channels-last: when the value is not a graph output and every reader,
+through elementwise ops and Add/Mul/Sub/Div (whose numpy results keep their operands'
+layout), is another conv or a spatial mean/pool that gives (N, C, 1, 1) (where both
+layouts are the same memory), and at least one of them is a conv.  Anything else reads
+a plain NCHW array, as before: the conv converts its result back itself (that is the
+chain's exit).  A conv whose input arrives channels-last uses the channels-last kernel
+whether or not it keeps its own output channels-last (that is the chain's entry reversed:
+reading the layout in place costs less than a transposing copy first).
+
+Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels.nn_conv_nhwc import conv_channels_last, is_channels_last
+from onnxviz.runtime.plan import PlanNode
+
+# Ops whose result has their (first, 4-D) operand's layout and shape: numpy elementwise.
+_ELEMENTWISE = frozenset(
+    {
+        "Relu",
+        "HardSwish",
+        "HardSigmoid",
+        "Clip",
+        "Sigmoid",
+        "LeakyRelu",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "Add",
+        "Mul",
+        "Sub",
+        "Div",
+    }
+)
+# Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
+_SPATIAL_REDUCTIONS = frozenset({"ReduceMean", "GlobalAveragePool", "GlobalMaxPool"})
+
+
+def is_conv_chain(pn: PlanNode) -> bool:
+    """``pn`` is a fused Conv of fusion.py (a ConvChain: it has a ``layout`` seat)."""
+    return pn.kind == "fused" and pn.op_type == "Conv" and hasattr(pn.fused, "layout")
+
+
+def plan_channels_last(nodes: list[PlanNode], keep: set[int]) -> int:
+    """Give every fused Conv of ``nodes`` (an unwatched run's list) its `ChannelsLast`
+    choice; the number of convs whose output stays channels-last."""
+    users: dict[int, list[PlanNode]] = {}
+    for pn in nodes:
+        for s in (*pn.inputs, *pn.implicit):
+            if s >= 0:
+                users.setdefault(s, []).append(pn)
+    memo: dict[int, tuple[bool, bool]] = {}
+
+    def readers(slot: int) -> tuple[bool, bool]:
+        """(every reader of ``slot`` takes channels-last well, some reader is a conv)."""
+        got = memo.get(slot)
+        if got is not None:
+            return got
+        memo[slot] = (False, False)  # a cycle cannot happen in a plan; stay safe
+        ok, conv = slot not in keep, False
+        for pn in users.get(slot, ()):
+            if not ok:
+                break
+            if is_conv_chain(pn):
+                conv = True
+            elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
+                if pn.op_type in _SPATIAL_REDUCTIONS:
+                    continue
+                if pn.op_type in _ELEMENTWISE and (len(pn.inputs) == 1 or pn.opset >= 7):
+                    sub_ok, sub_conv = readers(pn.outputs[0])
+                    ok, conv = ok and sub_ok, conv or sub_conv
+                else:
+                    ok = False
+            else:
+                ok = False
+        memo[slot] = (ok, ok and conv)
+        return memo[slot]
+
+    kept = 0
+    for pn in nodes:
+        if is_conv_chain(pn):
+            emit = readers(pn.outputs[0])[1]
+            pn.fused.layout = ChannelsLast(emit)
+            kept += emit
+    return kept
+
+
+class ChannelsLast:
+    """A fused Conv's layout choice: run the channels-last kernel when the input is
+    channels-last or the output should be (``emit``), and give back an NCHW-contiguous
+    result unless ``emit``."""
+
+    def __init__(self, emit: bool) -> None:
+        self.emit = emit
+
+    def __call__(
+        self,
+        x: Any,
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        attrs: dict[str, Any],
+        addend: np.ndarray | None,
+        relu: bool,
+    ) -> np.ndarray | None:
+        """The conv's output, or None: run the plain kernel."""
+        if not self.emit and not is_channels_last(x):
+            return None
+        y = conv_channels_last(x, w, bias, attrs, addend, relu)
+        if y is None or self.emit:
+            return y
+        return np.ascontiguousarray(y)
