@@ -29,7 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from onnxviz.runtime.kernels.nn_conv_nhwc import conv_channels_last, is_channels_last
+from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    ChannelsLastConv,
+    is_channels_last,
+    prepare_channels_last,
+)
 from onnxviz.runtime.plan import PlanNode
 
 # Ops whose result has their (first, 4-D) operand's layout and shape: numpy elementwise.
@@ -106,10 +110,13 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int]) -> int:
 class ChannelsLast:
     """A fused Conv's layout choice: run the channels-last kernel when the input is
     channels-last or the output should be (``emit``), and give back an NCHW-contiguous
-    result unless ``emit``."""
+    result unless ``emit``.  The prepared kernel is kept for the input shape, weight and
+    bias it was made for (a node sees the same ones run after run)."""
 
     def __init__(self, emit: bool) -> None:
         self.emit = emit
+        self._key: tuple[Any, ...] | None = None
+        self._runner: ChannelsLastConv | None = None
 
     def __call__(
         self,
@@ -121,9 +128,26 @@ class ChannelsLast:
         relu: bool,
     ) -> np.ndarray | None:
         """The conv's output, or None: run the plain kernel."""
-        if not self.emit and not is_channels_last(x):
+        if type(x) is not np.ndarray or (not self.emit and not is_channels_last(x)):
             return None
-        y = conv_channels_last(x, w, bias, attrs, addend, relu)
-        if y is None or self.emit:
-            return y
-        return np.ascontiguousarray(y)
+        key = self._key
+        if (
+            key is None
+            or key[0] != x.shape
+            or key[1] != x.dtype
+            or key[2] is not w
+            or key[3] is not bias
+        ):
+            self._runner = prepare_channels_last(x, w, bias, attrs)
+            self._key = (x.shape, x.dtype, w, bias)
+        runner = self._runner
+        if runner is None:
+            return None
+        if addend is not None and (
+            type(addend) is not np.ndarray
+            or addend.dtype != x.dtype
+            or addend.shape != runner.out_shape
+        ):
+            return None  # the plain kernel names the mismatch
+        y = runner(x, addend, relu)
+        return y if self.emit else np.ascontiguousarray(y)

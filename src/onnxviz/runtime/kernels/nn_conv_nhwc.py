@@ -64,7 +64,18 @@ def conv_channels_last(
     """Conv(x, w) + bias (+ addend) [then Relu] as a fresh channels-last (N, M, H', W')
     array, for the depthwise and pointwise 2-D convs of float32/float64 inputs whose
     weight (and bias) has the input's dtype; None for any other conv (run the plain
-    kernel).  ``attrs`` are the node's Conv attributes."""
+    kernel).  ``attrs`` are the node's Conv attributes.  (One call: a caller that runs
+    the same conv again keeps `prepare_channels_last`'s answer instead.)"""
+    runner = prepare_channels_last(x, w, bias, attrs)
+    return None if runner is None else runner(x, addend, relu)
+
+
+def prepare_channels_last(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
+) -> ChannelsLastConv | None:
+    """The channels-last conv for inputs of ``x``'s shape and dtype with this weight,
+    bias and attributes (geometry worked out, weight forms made), or None when this
+    module does not handle the conv."""
     if (
         type(x) is not np.ndarray
         or x.ndim != 4
@@ -75,7 +86,7 @@ def conv_channels_last(
     ):
         return None
     group = int(attrs.get("group", 1))
-    n, c = x.shape[:2]
+    c = x.shape[1]
     m = w.shape[0]
     if group < 1 or c % group or m % group or w.shape[1] * group != c:
         return None  # the plain kernel names the mismatch
@@ -90,23 +101,33 @@ def conv_channels_last(
     )
     if min(pads) < 0 or min(out_shape) < 1 or list(kernel) != list(w.shape[2:]):
         return None
-    if addend is not None and (
-        type(addend) is not np.ndarray
-        or addend.dtype != x.dtype
-        or addend.shape != (n, m, *out_shape)
-    ):
-        return None
+    b = None if bias is None else bias.reshape(-1)
     if group == 1 and kernel == [1, 1] and not any(pads):
-        y = _pointwise(x, w, bias, strides, out_shape, addend)
-    elif w.shape[1] == 1 and m == group > 1:
-        y = _depthwise(x, w, bias, kernel, strides, dilations, pads, out_shape)
-        if addend is not None:
-            y += nhwc_view(addend)
-    else:
-        return None
-    if relu:
-        np.maximum(y, 0, out=y)
-    return y.transpose(0, 3, 1, 2)
+        wt = _weight_cache.derived(
+            "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
+        )
+        return _Pointwise(x.shape, wt, b, strides, out_shape)
+    if w.shape[1] == 1 and m == group > 1:
+        return _Depthwise(x.shape, w, b, kernel, strides, dilations, pads, out_shape)
+    return None
+
+
+class ChannelsLastConv:
+    """A prepared channels-last conv: ``runner(x, addend, relu)`` for an x of the shape
+    it was prepared for (any layout), an ``addend`` of the output's shape and dtype or
+    None; returns the channels-last (N, M, H', W') result."""
+
+    out_shape: tuple[int, ...]  # (N, M, H', W')
+
+    def __call__(self, x: np.ndarray, addend: np.ndarray | None, relu: bool) -> np.ndarray:
+        y = self.run(x, addend)
+        if relu:
+            np.maximum(y, 0, out=y)
+        return y.transpose(0, 3, 1, 2)
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        """The (N, H', W', M) result, addend included."""
+        raise NotImplementedError
 
 
 def nhwc_view(x: np.ndarray) -> np.ndarray:
@@ -114,52 +135,64 @@ def nhwc_view(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 3, 1)
 
 
-def _pointwise(
-    x: np.ndarray,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    strides: Sequence[int],
-    out_shape: Sequence[int],
-    addend: np.ndarray | None,
-) -> np.ndarray:
+class _Pointwise(ChannelsLastConv):
     """1x1 conv: [N*H'*W', C] @ [C, M], written onto the bias and residual."""
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    xl = nhwc_view(x)
-    if any(s > 1 for s in strides):
-        xl = xl[:, :: strides[0], :: strides[1], :]
-    rows = n * math.prod(out_shape)
-    a = np.ascontiguousarray(xl).reshape(rows, c)
-    wt = _weight_cache.derived(
-        "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
-    )
-    out = np.empty((n, *out_shape, m), dtype=x.dtype)
-    flat = out.reshape(rows, m)
-    if addend is None and bias is None:
-        np.matmul(a, wt, out=flat)
-        return out
-    if addend is not None:
-        if bias is not None:
-            np.add(nhwc_view(addend), bias.reshape(-1), out=out)
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        wt: np.ndarray,
+        bias: np.ndarray | None,
+        strides: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c = x_shape[:2]
+        self.wt = wt
+        self.bias = bias
+        self.strided = any(s > 1 for s in strides)
+        self.strides = tuple(strides)
+        self.rows = n * math.prod(out_shape)
+        self.nhwc_shape = (n, *out_shape, wt.shape[1])
+        self.out_shape = (n, wt.shape[1], *out_shape)
+        self.c = c
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        xl = x.transpose(0, 2, 3, 1)
+        if self.strided:
+            xl = xl[:, :: self.strides[0], :: self.strides[1], :]
+        a = np.ascontiguousarray(xl).reshape(self.rows, self.c)
+        bias = self.bias
+        if self.rows <= _FEW_ROWS:
+            # A squeeze-excite block's 1x1 conv on one pixel: the product and one add,
+            # no GEMM set-up (a fresh product is cheaper than writing onto the bias).
+            y = np.matmul(a, self.wt)
+            if bias is not None:
+                y += bias
+            if addend is not None:
+                y += nhwc_view(addend).reshape(y.shape)
+            return y.reshape(self.nhwc_shape)
+        out = np.empty(self.nhwc_shape, dtype=x.dtype)
+        flat = out.reshape(self.rows, -1)
+        if addend is None and bias is None:
+            np.matmul(a, self.wt, out=flat)
+            return out
+        if addend is not None:
+            if bias is not None:
+                np.add(nhwc_view(addend), bias, out=out)
+            else:
+                out[...] = nhwc_view(addend)
         else:
-            out[...] = nhwc_view(addend)
-    else:
-        flat[...] = bias.reshape(-1)  # type: ignore[union-attr]
-    blas.gemm(a, wt, flat, accumulate=True)
-    return out
+            flat[...] = bias
+        blas.gemm(a, self.wt, flat, accumulate=True)
+        return out
 
 
-def _depthwise(
-    x: np.ndarray,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_shape: Sequence[int],
-) -> np.ndarray:
-    """Depthwise conv of any stride, dilation and padding: a fresh (N, H', W', C).
+# Output rows up to which a pointwise conv is one plain product (SE blocks' 1x1 convs).
+_FEW_ROWS = 16
+
+
+class _Depthwise(ChannelsLastConv):
+    """Depthwise conv of any stride, dilation and padding.
 
     The padded image is split along its width into the stride's phases (columns p,
     p+s, p+2s, ...; one phase for stride 1).  Kernel column j reads phase (j*d) % s
@@ -167,40 +200,69 @@ def _depthwise(
     consecutive pixels, and the kernel columns of one phase are evenly spaced: each
     phase is one einsum over (kernel rows, its kernel columns) whose innermost axis is
     out_w * C contiguous values (the weights tiled out_w times to match)."""
-    n, c, h, wd = x.shape
-    kh, kw = kernel
-    sh, sw = strides
-    dh, dw = dilations
-    oh, ow = out_shape
-    padded_w = wd + pads[1] + pads[3]
-    step = sw // math.gcd(sw, dw)  # kernel columns apart within one phase
-    xl = nhwc_view(x)
-    out = np.empty((n, oh, ow * c), dtype=x.dtype)
-    first = True
-    for phase in range(sw):
-        columns = [j for j in range(kw) if (j * dw) % sw == phase]
-        if not columns:
-            continue
-        image = _phase_image(xl, pads, phase, sw, padded_w)
-        st = image.strides
-        view = np.lib.stride_tricks.as_strided(
-            image[:, :, (columns[0] * dw) // sw :, :],
-            (n, oh, kh, len(columns), ow * c),
-            (st[0], st[1] * sh, st[1] * dh, st[2] * (step * dw // sw), st[3]),
-            writeable=False,
-        )
-        tiled = _tiled_weights(w, kernel, dw, sw, phase, ow)
-        if first:
-            np.einsum("zakby,kby->zay", view, tiled, out=out)
-            first = False
-        else:
-            part = scratch("conv_nhwc_part", out.shape, out.dtype)
-            np.einsum("zakby,kby->zay", view, tiled, out=part)
-            out += part
-    y = out.reshape(n, oh, ow, c)
-    if bias is not None:
-        y += bias.reshape(-1)
-    return y
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c, h, wd = x_shape
+        kh, kw = kernel
+        self.bias = bias
+        self.pads = tuple(pads)
+        self.strides = tuple(strides)
+        self.dilations = tuple(dilations)
+        self.kh = kh
+        self.oh, self.ow = out_shape
+        self.out_shape = (n, c, self.oh, self.ow)
+        self.padded_w = wd + pads[1] + pads[3]
+        sw, dw = strides[1], dilations[1]
+        # Per phase: (phase, its first column's shift, its kernel columns, tiled weights).
+        self.phases: list[tuple[int, int, int, np.ndarray]] = []
+        for phase in range(sw):
+            columns = [j for j in range(kw) if (j * dw) % sw == phase]
+            if columns:
+                tiled = _tiled_weights(w, kernel, dw, sw, phase, self.ow)
+                self.phases.append((phase, (columns[0] * dw) // sw, len(columns), tiled))
+        # Pixels between a phase's kernel columns (they are sw / gcd(sw, dw) apart).
+        self.column_step = dw // math.gcd(sw, dw)
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        n, c = x.shape[:2]
+        oh, ow, kh = self.oh, self.ow, self.kh
+        sh, sw = self.strides
+        dh = self.dilations[0]
+        xl = nhwc_view(x)
+        out = np.empty((n, oh, ow * c), dtype=x.dtype)
+        first = True
+        for phase, shift, count, tiled in self.phases:
+            image = _phase_image(xl, self.pads, phase, sw, self.padded_w)
+            st = image.strides
+            view = np.lib.stride_tricks.as_strided(
+                image[:, :, shift:, :],
+                (n, oh, kh, count, ow * c),
+                (st[0], st[1] * sh, st[1] * dh, st[2] * self.column_step, st[3]),
+                writeable=False,
+            )
+            if first:
+                np.einsum("zakby,kby->zay", view, tiled, out=out)
+                first = False
+            else:
+                part = scratch("conv_nhwc_part", out.shape, out.dtype)
+                np.einsum("zakby,kby->zay", view, tiled, out=part)
+                out += part
+        y = out.reshape(n, oh, ow, c)
+        if self.bias is not None:
+            y += self.bias
+        if addend is not None:
+            y += nhwc_view(addend)
+        return y
 
 
 def _phase_image(
