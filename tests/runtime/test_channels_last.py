@@ -424,3 +424,25 @@ def test_family_models_give_the_stepped_numbers(family: str) -> None:
         sys.path.pop(0)
     model, feeds = getattr(family_models, family)()
     assert_modes_agree(model, feeds)
+
+
+@pytest.mark.parametrize("activation", ["HardSwish", "HardSigmoid", "Relu"])
+@pytest.mark.parametrize("conv_kind", ["depthwise", "pointwise", "plain"])
+def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: str) -> None:
+    """Conv -> activation is one fused node (the activation in place on the conv's
+    output), channels-last or not, with the stepped run's numbers."""
+    net = _Net(np.random.default_rng(8))
+    net.shapes["x"] = (1, 16, 9, 9)
+    k, group = {"depthwise": (3, 16), "pointwise": (1, 1), "plain": (3, 1)}[conv_kind]
+    y = net.conv("x", 16, k=k, group=group)
+    attrs = {"alpha": 0.3, "beta": 0.4} if activation == "HardSigmoid" else {}
+    y = net.add(activation, [y], net.shapes[y], **attrs)
+    last = net.conv(y, 8, k=3, group=1)  # a reader, so a channels-last output may stay
+    model = net.model((1, 16, 9, 9), last)
+    feeds = {"x": 3 * RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)}
+    sess = Session(model)
+    sess.run(feeds)
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused", "fused"]
+    stepped = assert_modes_agree(model, feeds)
+    # Both sides of the activation's kinks are reached (else the test shows little).
+    assert (stepped[y] == 0).any() and (stepped[y] > 0).any()

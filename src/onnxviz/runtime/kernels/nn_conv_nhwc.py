@@ -309,3 +309,31 @@ def _tiled_weights(
     return _weight_cache.derived(  # type: ignore[no-any-return]
         "conv_nhwc_depthwise", [w], (dilation, stride, phase, width), build
     )
+
+
+# Activations a fused conv applies to its fresh output in place (runtime.fusion): the
+# same operations, in the same order, as their kernels in math_activation, so the
+# numbers are those of the stepped run, without the kernel's fresh arrays.
+FUSED_ACTIVATIONS = frozenset({"Relu", "HardSwish", "HardSigmoid"})
+
+
+def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> None:
+    """Apply ``op_type`` (one of FUSED_ACTIVATIONS, with its node's attributes) to the
+    float array ``y``, which nobody else holds, in place (NCHW or channels-last)."""
+    dense = y if y.flags.c_contiguous else y.transpose(0, 2, 3, 1)
+    if not dense.flags.c_contiguous:
+        dense = y  # some other layout: numpy still computes it right
+    if op_type == "Relu":
+        np.maximum(dense, 0, out=dense)
+    elif op_type == "HardSwish":
+        gate = scratch("conv_activation_gate", dense.shape, dense.dtype)
+        np.multiply(dense, 1.0 / 6.0, out=gate)
+        gate += 0.5
+        np.clip(gate, 0, 1, out=gate)
+        dense *= gate
+    elif op_type == "HardSigmoid":
+        dense *= float(attrs.get("alpha", 0.2))
+        dense += float(attrs.get("beta", 0.5))
+        np.clip(dense, 0, 1, out=dense)
+    else:
+        raise ValueError(f"not a fused activation: {op_type}")
