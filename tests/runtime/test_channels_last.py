@@ -119,6 +119,7 @@ class _Net:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.outputs: list[str] = []
         self.count = 0
+        self.opset = 17
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -168,12 +169,23 @@ class _Net:
     def squeeze_excite(self, x: str, pool: str = "ReduceMean") -> str:
         n, c = self.shapes[x][:2]
         if pool == "ReduceMean":
-            s = self.add("ReduceMean", [x], (n, c, 1, 1), axes=[2, 3], keepdims=1)
+            s = self.mean(x, [2, 3], keepdims=1)
         else:
             s = self.add("GlobalAveragePool", [x], (n, c, 1, 1))
         s = self.add("Relu", [self.conv(s, max(8, c // 4))], (n, max(8, c // 4), 1, 1))
         s = self.add("HardSigmoid", [self.conv(s, c)], (n, c, 1, 1), alpha=1 / 6, beta=0.5)
         return self.add("Mul", [x, s], self.shapes[x])
+
+    def mean(self, x: str, axes: list[int], keepdims: int) -> str:
+        """ReduceMean (axes an attribute before opset 18, an input from 18 on)."""
+        shape = self.shapes[x]
+        kept = [a % len(shape) for a in axes]
+        out = tuple(1 if i in kept else d for i, d in enumerate(shape) if keepdims or i not in kept)
+        if self.opset >= 18:
+            k = self.name("axes")
+            self.inits.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), k))
+            return self.add("ReduceMean", [x, k], out, keepdims=keepdims)
+        return self.add("ReduceMean", [x], out, axes=axes, keepdims=keepdims)
 
     def model(self, x_shape: tuple[int, ...], last: str) -> onnx.ModelProto:
         outputs = list(dict.fromkeys([*self.outputs, last]))
@@ -184,7 +196,7 @@ class _Net:
             [helper.make_tensor_value_info(o, F, None) for o in outputs],
             initializer=self.inits,
         )
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
 
 
 def _inverted_residual(
@@ -239,8 +251,10 @@ def _kept_channels_last(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) ->
     ]
 
 
-def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run() -> None:
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run(opset: int) -> None:
     net = _Net(np.random.default_rng(2))
+    net.opset = opset
     net.shapes["x"] = (1, 16, 14, 14)
     y = _inverted_residual(net, "x", 5, 48, 16, se=True, hs=True, stride=1)
     model = net.model((1, 16, 14, 14), y)
@@ -250,6 +264,11 @@ def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run() -> N
     # are activations, the SE's Mul and the next conv); not the projection whose output
     # is the graph's (through the residual Add).
     assert len(kept) == 4, kept
+    sess = Session(model)
+    sess.run(feeds)
+    # The SE block's mean reads the depthwise conv's channels-last output as rows.
+    means = [pn for pn in run_nodes(sess.plan) if pn.op_type == "ReduceMean"]
+    assert [type(pn.fused).__name__ for pn in means] == ["SpatialMean"]
     stepped = assert_modes_agree(model, feeds)
     got = Session(model).run(feeds)[y]
     assert got.flags.c_contiguous  # a graph output is NCHW as before
@@ -260,6 +279,28 @@ def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:
     model, feeds = _mobilenet()
     assert len(_kept_channels_last(model, feeds)) > 30
     assert_modes_agree(model, feeds)
+
+
+def test_unpadded_1x1_depthwise_convs_each_get_their_own_output() -> None:
+    """Found by the random chains below: the plain kernel's 1x1 depthwise conv without
+    padding handed out its reused scratch buffer as the output (the crop to the output
+    was the whole buffer), so a later such conv overwrote an earlier one's value; the
+    stepped run gave conv4 the numbers of conv6."""
+    net = _Net(np.random.default_rng(3))
+    net.shapes["x"] = (1, 4, 3, 3)
+    a = net.conv("x", 4, k=1, group=4, bias=False)
+    b = net.conv(a, 4, k=1, group=4, bias=False)
+    c = net.conv("x", 4, k=1, group=4, bias=False)
+    net.outputs.append(b)
+    model = net.model((1, 4, 3, 3), c)
+    x = RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    weights = {
+        t.name: numpy_helper.to_array(t).reshape(1, 4, 1, 1) for t in model.graph.initializer
+    }
+    k1, k2, k3 = (weights[n.input[1]] for n in model.graph.node)
+    stepped = assert_modes_agree(model, {"x": x})
+    close(stepped[b], x * k1 * k2, "conv of conv")
+    close(stepped[c], x * k3, "conv of x")
 
 
 # -- random conv chains ------------------------------------------------------------------
@@ -335,7 +376,18 @@ def _draw_join(net: _Net, x: str, draw) -> str:
 
 
 def _draw_se(net: _Net, x: str, draw) -> str:
-    return net.squeeze_excite(x, draw(st.sampled_from(["ReduceMean", "GlobalAveragePool"])))
+    """A depthwise conv, an SE block on it and a pointwise conv after (MobileNetV3's
+    order, so the chain stays channels-last through the SE block)."""
+    c = net.shapes[x][1]
+    y = net.conv(x, c, k=3, group=c)
+    y = net.squeeze_excite(y, draw(st.sampled_from(["ReduceMean", "GlobalAveragePool"])))
+    return net.conv(y, draw(st.sampled_from([8, c])))
+
+
+def _draw_mean(net: _Net, x: str, draw) -> str:
+    """A mean over the spatial axes (what SE blocks read) or over other axes."""
+    axes = draw(st.sampled_from([[2, 3], [-1, -2], [3, 2], [1], [2], [1, 2, 3]]))
+    return net.mean(x, axes, keepdims=draw(st.sampled_from([1, 1, 0])))
 
 
 def _draw_nchw_reader(net: _Net, x: str, draw) -> str:
@@ -364,6 +416,7 @@ _STEPS = [
     _draw_broadcast,
     _draw_join,
     _draw_se,
+    _draw_mean,
     _draw_nchw_reader,
 ]
 
@@ -371,6 +424,7 @@ _STEPS = [
 @st.composite
 def conv_chains(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     net = _Net(np.random.default_rng(draw(st.integers(0, 2**16))))
+    net.opset = draw(st.sampled_from([17, 18]))
     c = draw(st.sampled_from([4, 8, 16, 24]))
     h = draw(st.integers(3, 17))
     w = draw(st.integers(3, 17))
