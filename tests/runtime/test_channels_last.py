@@ -500,3 +500,19 @@ def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: s
     stepped = assert_modes_agree(model, feeds)
     # Both sides of the activation's kinks are reached (else the test shows little).
     assert (stepped[y] == 0).any() and (stepped[y] > 0).any()
+
+
+def test_one_session_runs_other_image_sizes_and_batches() -> None:
+    """The prepared channels-last kernels belong to an input shape: a session fed
+    another image size or batch prepares again instead of reusing the geometry."""
+    net = _Net(np.random.default_rng(9))
+    net.shapes["x"] = (1, 8, 12, 12)
+    y = _inverted_residual(net, "x", 3, 24, 8, se=True, hs=True, stride=2)
+    model = net.model((1, 8, 12, 12), y)
+    # A dynamic input: the same model takes every size below.
+    model.graph.input[0].type.tensor_type.shape.Clear()
+    sess = Session(model)
+    for shape in [(1, 8, 12, 12), (2, 8, 9, 15), (1, 8, 12, 12), (3, 8, 5, 4)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        stepped = assert_modes_agree(model, {"x": x})
+        close(sess.run({"x": x})[y], stepped[y], f"output at {shape}")
