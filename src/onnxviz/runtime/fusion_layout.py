@@ -132,8 +132,10 @@ class ChannelsLast:
 
     def __init__(self, emit: bool) -> None:
         self.emit = emit
-        self._key: tuple[Any, ...] | None = None
-        self._runner: ChannelsLastConv | None = None
+        # (input shape, dtype, weight, bias, the kernel prepared for them): one tuple,
+        # replaced whole, so threads running the same plan never pair one input's key
+        # with another's kernel.
+        self._prepared: tuple[Any, Any, Any, Any, ChannelsLastConv | None] | None = None
 
     def __call__(
         self,
@@ -147,17 +149,17 @@ class ChannelsLast:
         """The conv's output, or None: run the plain kernel."""
         if type(x) is not np.ndarray or (not self.emit and not is_channels_last(x)):
             return None
-        key = self._key
+        prepared = self._prepared
         if (
-            key is None
-            or key[0] != x.shape
-            or key[1] != x.dtype
-            or key[2] is not w
-            or key[3] is not bias
+            prepared is None
+            or prepared[0] != x.shape
+            or prepared[1] != x.dtype
+            or prepared[2] is not w
+            or prepared[3] is not bias
         ):
-            self._runner = prepare_channels_last(x, w, bias, attrs)
-            self._key = (x.shape, x.dtype, w, bias)
-        runner = self._runner
+            prepared = (x.shape, x.dtype, w, bias, prepare_channels_last(x, w, bias, attrs))
+            self._prepared = prepared
+        runner = prepared[4]
         if runner is None:
             return None
         if addend is not None and (
