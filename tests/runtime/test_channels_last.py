@@ -260,10 +260,11 @@ def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run(opset:
     model = net.model((1, 16, 14, 14), y)
     feeds = {"x": RNG.standard_normal((1, 16, 14, 14)).astype(np.float32)}
     kept = _kept_channels_last(model, feeds)
-    # The expanding pointwise conv, the depthwise conv and both SE convs (their readers
-    # are activations, the SE's Mul and the next conv); not the projection whose output
-    # is the graph's (through the residual Add).
-    assert len(kept) == 4, kept
+    # The expanding pointwise conv (its reader is the depthwise conv) and the depthwise
+    # conv (its readers: the SE block's mean and Mul, then the projecting pointwise
+    # conv); not the SE block's own 1x1 convs (one pixel: no layout to keep) nor the
+    # projection, whose output is the graph's (through the residual Add).
+    assert len(kept) == 2, kept
     sess = Session(model)
     sess.run(feeds)
     # The SE block's mean reads the depthwise conv's channels-last output as rows.
@@ -277,7 +278,18 @@ def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run(opset:
 
 def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:
     model, feeds = _mobilenet()
-    assert len(_kept_channels_last(model, feeds)) > 30
+    kept = _kept_channels_last(model, feeds)
+    # Every depthwise conv's output (through its activation) stays channels-last.
+    producer = {o: n for n in model.graph.node for o in n.output}
+    depthwise = 0
+    for name in kept:
+        node = producer[name]
+        while node.op_type != "Conv":
+            node = producer[node.input[0]]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        depthwise += attrs["group"] > 1
+    assert depthwise == 8, kept
+    assert len(kept) > 16
     assert_modes_agree(model, feeds)
 
 

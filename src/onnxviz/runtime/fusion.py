@@ -208,7 +208,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         else:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
-    plan_channels_last(out, keep)
+    plan_channels_last(out, keep, dict(plan.constants))
     liveness(out, plan.slots, plan.output_names)
     prepare(out, fast=True)
     return out

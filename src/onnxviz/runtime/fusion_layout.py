@@ -11,13 +11,13 @@ A channels-last value is still an (N, C, H, W) array (the transposed view of an
 (N, H, W, C) buffer), so every reader sees the same numbers whatever it assumes about
 memory: the choice here only moves where transposing copies happen, never what is
 computed.  `plan_channels_last` decides per fused Conv node (fusion.ConvChain) whether
-its output stays channels-last: when the value is not a graph output and every reader,
-through elementwise ops and Add/Mul/Sub/Div (whose numpy results keep their operands'
-layout), is another fused conv or a ReduceMean/global pool, and at least one is a conv.
-Otherwise the conv hands out a plain NCHW array, as before (the chain's exit).  A conv
-whose input arrives channels-last uses the channels-last kernel even when its own output
-goes back to NCHW: reading the input in place costs less than the plain kernel's
-transposing copy.  The SE block's spatial mean of a channels-last value runs as
+its output stays channels-last: when the value is not a graph output, every reader
+(through elementwise ops and Add/Mul/Sub/Div, whose numpy results keep their operands'
+layout) is a fused depthwise or pointwise conv or a ReduceMean/global pool, and the
+layout pays.  Otherwise the conv hands out a plain NCHW array, as before (the chain's
+exit).  A conv whose input arrives channels-last uses the channels-last kernel even when
+its own output goes back to NCHW: reading the input in place costs less than the plain
+kernel's transposing copy.  The SE block's spatial mean of a channels-last value runs as
 `SpatialMean` (the node is swapped in the list here).
 
 Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
@@ -71,46 +71,85 @@ def is_conv_chain(pn: PlanNode) -> bool:
     return pn.kind == "fused" and pn.op_type == "Conv" and hasattr(pn.fused, "layout")
 
 
-def plan_channels_last(nodes: list[PlanNode], keep: set[int]) -> int:
+def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
+    """ "depthwise" or "pointwise" for a fused Conv the channels-last kernels run (its
+    weight an initializer of that shape), else None."""
+    w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
+    if type(w) is not np.ndarray or w.ndim != 4:
+        return None
+    attrs = pn.attrs
+    group = attrs.get("group", 1)
+    if w.shape[1] == 1 and w.shape[0] == group > 1:
+        return "depthwise"
+    unpadded = not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
+        "NOTSET",
+        "VALID",
+    )
+    if group == 1 and w.shape[2:] == (1, 1) and unpadded:
+        return "pointwise"
+    return None
+
+
+def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[int, Any]) -> int:
     """Give every fused Conv of ``nodes`` (an unwatched run's list) its `ChannelsLast`
-    choice; the number of convs whose output stays channels-last."""
+    choice (``constants``: the plan's initializers by slot); the number of convs whose
+    output stays channels-last.
+
+    A conv's output stays channels-last when the conv is one the channels-last kernels
+    run, every reader takes the layout well (see the module docstring), and it pays:
+    the conv is depthwise (its kernel computes channels-last anyway), or some reader is
+    a depthwise conv, or a pointwise conv whose own output stays channels-last (the
+    layout passes through it to a depthwise conv further on).  A
+    pointwise-only chain (ResNet's bottlenecks) gains nothing: its GEMM costs the same
+    either way, and the 3x3 convs around it would pay a transposing copy."""
     users: dict[int, list[PlanNode]] = {}
     for pn in nodes:
         for s in (*pn.inputs, *pn.implicit):
             if s >= 0:
                 users.setdefault(s, []).append(pn)
+    kinds = {id(pn): conv_layout_kind(pn, constants) for pn in nodes if is_conv_chain(pn)}
+    emits: dict[int, bool] = {}  # decided from the last node back: readers first
     memo: dict[int, tuple[bool, bool]] = {}
 
     def readers(slot: int) -> tuple[bool, bool]:
-        """(every reader of ``slot`` takes channels-last well, some reader is a conv)."""
+        """(every reader of ``slot`` takes channels-last well, the layout pays)."""
         got = memo.get(slot)
         if got is not None:
             return got
         memo[slot] = (False, False)  # a cycle cannot happen in a plan; stay safe
-        ok, conv = slot not in keep, False
+        ok, pays = slot not in keep, False
         for pn in users.get(slot, ()):
             if not ok:
                 break
             if is_conv_chain(pn):
-                conv = True
+                kind = kinds[id(pn)]
+                ok = kind is not None
+                pays = pays or kind == "depthwise" or emits.get(id(pn), False)
             elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
                 if pn.op_type in _SPATIAL_REDUCTIONS:
                     continue
                 if pn.op_type in _ELEMENTWISE and (len(pn.inputs) == 1 or pn.opset >= 7):
-                    sub_ok, sub_conv = readers(pn.outputs[0])
-                    ok, conv = ok and sub_ok, conv or sub_conv
+                    sub_ok, sub_pays = readers(pn.outputs[0])
+                    ok, pays = ok and sub_ok, pays or sub_pays
                 else:
                     ok = False
             else:
                 ok = False
-        memo[slot] = (ok, ok and conv)
+        memo[slot] = (ok, ok and pays)
         return memo[slot]
 
+    for pn in reversed(nodes):
+        if is_conv_chain(pn):
+            kind = kinds[id(pn)]
+            ok, pays = readers(pn.outputs[0])
+            # A depthwise conv computes channels-last anyway: keeping its output so
+            # saves the transposing copy back whenever its readers take the layout.
+            emits[id(pn)] = kind is not None and ok and (pays or kind == "depthwise")
     kept = 0
     region: set[int] = set()  # slots that hold channels-last values
     for i, pn in enumerate(nodes):
         if is_conv_chain(pn):
-            emit = readers(pn.outputs[0])[1]
+            emit = emits[id(pn)]
             pn.fused.layout = ChannelsLast(emit)
             kept += emit
             if emit:
