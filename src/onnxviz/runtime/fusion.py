@@ -17,9 +17,13 @@ as one ("fused") node:
   happens, else the steps run one by one as usual.  A Conv with no such steps still
   becomes a fused node of its own: its weight is handed to the kernel wrapped
   (nn_conv.ConvWeight), so the repacked forms the fast conv paths read are made once,
-  not on every run.  Folded and
-  wrapped weights are cached by the identity of the arrays they came from, so a run
-  that feeds other values (IR < 4 overridable initializers) folds again.
+  not on every run.  Folded and wrapped weights are cached by the identity of the
+  arrays they came from, so a run that feeds other values (IR < 4 overridable
+  initializers) folds again.
+
+* **Channels-last conv chains** (fusion_layout.py): the fused Convs of a MobileNet-style
+  chain (depthwise and pointwise convs, activations, SE blocks) keep their outputs
+  channels-last, so the depthwise convs read and write their own layout in place.
 
 * **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
   only feeds an Add of a constant vector along the last axis (a linear layer's bias)
