@@ -32,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels.nn_conv import conv
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    activate_in_place,
     conv_channels_last,
     is_channels_last,
     prepare_channels_last,
@@ -528,3 +529,20 @@ def test_one_session_runs_other_image_sizes_and_batches() -> None:
         x = RNG.standard_normal(shape).astype(np.float32)
         stepped = assert_modes_agree(model, {"x": x})
         close(sess.run({"x": x})[y], stepped[y], f"output at {shape}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 8, 5, 5), (2, 16, 32, 33), (1, 1024, 1, 1)])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_fused_relu_is_bit_for_bit_the_kernels(dtype, shape, layout) -> None:
+    """The fused conv's Relu (a row of zeros instead of numpy's slower scalar loop) gives
+    exactly np.maximum(x, 0): NaN kept, -0 and -inf to +0."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[::7], flat[::11], flat[::13], flat[::17] = np.nan, -0.0, -np.inf, np.inf
+    if layout == "nhwc":
+        x = _channels_last_copy(x)
+    want = np.maximum(x, 0)
+    activate_in_place(x, "Relu", {})
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    np.testing.assert_array_equal(np.ascontiguousarray(x).view(bits), want.view(bits))

@@ -224,7 +224,9 @@ class _Depthwise(ChannelsLastConv):
     ) -> None:
         n, c, h, wd = x_shape
         kh, kw = kernel
-        self.bias = bias
+        # The bias repeated along an output row: added to (N, H', W' * C) rows, a long
+        # inner loop instead of one of C (10.8 -> 7.3 us at 96 channels of 28x28).
+        self.bias_row = None if bias is None else np.tile(bias, out_shape[1])
         self.pads = tuple(pads)
         self.strides = tuple(strides)
         self.dilations = tuple(dilations)
@@ -267,9 +269,9 @@ class _Depthwise(ChannelsLastConv):
                 part = scratch("conv_nhwc_part", out.shape, out.dtype)
                 np.einsum("zakby,kby->zay", view, tiled, out=part)
                 out += part
+        if self.bias_row is not None:
+            out += self.bias_row
         y = out.reshape(n, oh, ow, c)
-        if self.bias is not None:
-            y += self.bias
         if addend is not None:
             y += nhwc_view(addend)
         return y
@@ -334,7 +336,7 @@ def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> Non
     if not dense.flags.c_contiguous:
         dense = y  # some other layout: numpy still computes it right
     if op_type == "Relu":
-        np.maximum(dense, 0, out=dense)
+        _relu_rows(dense)
     elif op_type == "HardSwish":
         gate = scratch("conv_activation_gate", dense.shape, dense.dtype)
         np.multiply(dense, 1.0 / 6.0, out=gate)
@@ -347,3 +349,27 @@ def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> Non
         np.clip(dense, 0, 1, out=dense)
     else:
         raise ValueError(f"not a fused activation: {op_type}")
+
+
+# Row length of `_relu_rows`' zero row (4 KB of float32: stays in L1).
+_ROW = 1024
+_ZERO_ROWS = {np.dtype(t): np.zeros(_ROW, dtype=t) for t in (np.float32, np.float64)}
+
+
+def _relu_rows(x: np.ndarray) -> None:
+    """max(x, 0) in place, bit for bit np.maximum's (NaN kept, -0 -> +0), for a
+    contiguous float array: against a row of zeros instead of the scalar 0.  numpy 2.4's
+    maximum with a broadcast scalar runs a loop 3-4x slower than with two contiguous
+    operands (800k float32: 240 us against 80 us; 47k: 15 against 6 us)."""
+    zero = _ZERO_ROWS.get(x.dtype)
+    if zero is None or not x.flags.c_contiguous:
+        np.maximum(x, x.dtype.type(0), out=x)
+        return
+    flat = x.reshape(-1)
+    whole = flat.size - flat.size % _ROW
+    if whole:
+        rows = flat[:whole].reshape(-1, _ROW)
+        np.maximum(rows, zero, out=rows)
+    if whole < flat.size:
+        tail = flat[whole:]
+        np.maximum(tail, zero[: tail.size], out=tail)
