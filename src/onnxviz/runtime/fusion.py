@@ -4,20 +4,26 @@ A plan's ``nodes`` are what stepping shows, one node at a time.  When nobody loo
 intermediate values, `run_nodes` gives an equivalent list in which some node pairs run
 as one ("fused") node:
 
-* **Conv -> per-channel affine steps -> Relu**: a Conv with a constant weight, followed
-  by a chain of inference BatchNormalization, Mul and Add nodes (each the only user of
-  the previous output, the other operands constants: initializers or constant-folded
-  node outputs) and optionally a Relu, runs as one Conv whose weight and bias absorb
-  the chain: y = conv(x, W) * K + B per output channel, so W' = W * K and b' = B, folded
-  once in float64 (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that +
-  beta; Mul: K *= c, B *= c; Add: B += c), and the Relu is applied in place to the
-  Conv's fresh output while it is still in cache.  A Mul/Add constant must be
-  per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold happens, else the
-  steps run one by one as usual.  A Conv with no such steps still becomes a fused node
-  of its own: its weight is handed to the kernel wrapped (nn_conv.ConvWeight), so the
-  repacked forms the fast conv paths read are made once, not on every run.  Folded and
-  wrapped weights are cached by the identity of the arrays they came from, so a run
-  that feeds other values (IR < 4 overridable initializers) folds again.
+* **Conv -> per-channel affine steps -> activation**: a Conv with a constant weight,
+  followed by a chain of inference BatchNormalization, Mul and Add nodes (each the only
+  user of the previous output, the other operands constants: initializers or
+  constant-folded node outputs) and optionally an activation (Relu, HardSwish,
+  HardSigmoid), runs as one Conv whose weight and bias absorb the chain: y = conv(x, W)
+  * K + B per output channel, so W' = W * K and b' = B, folded once in float64
+  (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K
+  *= c, B *= c; Add: B += c), and the activation is applied in place to the Conv's
+  fresh output while it is still in cache (nn_conv_nhwc.activate_in_place).  A Mul/Add
+  constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold
+  happens, else the steps run one by one as usual.  A Conv with no such steps still
+  becomes a fused node of its own: its weight is handed to the kernel wrapped
+  (nn_conv.ConvWeight), so the repacked forms the fast conv paths read are made once,
+  not on every run.  Folded and wrapped weights are cached by the identity of the
+  arrays they came from, so a run that feeds other values (IR < 4 overridable
+  initializers) folds again.
+
+* **Channels-last conv chains** (fusion_layout.py): the fused Convs of a MobileNet-style
+  chain (depthwise and pointwise convs, activations, SE blocks) keep their outputs
+  channels-last, so the depthwise convs read and write their own layout in place.
 
 * **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
   only feeds an Add of a constant vector along the last axis (a linear layer's bias)
@@ -51,9 +57,11 @@ import numpy as np
 
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
+from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
+from onnxviz.runtime.kernels.nn_conv_nhwc import FUSED_ACTIVATIONS, activate_in_place
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
 from onnxviz.runtime.prepared import prepare
 
@@ -61,6 +69,7 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ACTIVATIONS = frozenset({"relu", "act"})  # the steps that end a conv chain
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -91,12 +100,14 @@ def _is_inference_batch_norm(pn: PlanNode) -> bool:
 
 
 def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
-    """How ``pn`` continues a Conv's chain on slot ``y`` ("bn", "mul", "add", "relu"), or
-    None."""
+    """How ``pn`` continues a Conv's chain on slot ``y`` ("bn", "mul", "add", "relu",
+    "act": another activation of FUSED_ACTIVATIONS), or None."""
     if pn.kind != "kernel" or pn.domain != "" or len(pn.outputs) != 1:
         return None
     if pn.op_type == "Relu":
         return "relu" if tuple(pn.inputs) == (y,) else None
+    if pn.op_type in FUSED_ACTIVATIONS:
+        return "act" if tuple(pn.inputs) == (y,) else None
     adds = (pn.op_type == "Add" and pn.opset >= 7) or pn.op_type == "Sum"
     if adds and len(pn.inputs) == 2 and pn.inputs.count(y) == 1:
         other = pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]
@@ -147,12 +158,12 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         steps: list[int] = []
         kinds: list[str] = []
         y = pn.outputs[0]
-        while y >= 0 and y not in keep and "relu" not in kinds:
+        while y >= 0 and y not in keep and not _ACTIVATIONS.intersection(kinds):
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in claimed:
                 break
             kind = _affine_step(nodes[consumers[0]], y, const)
-            if kind is None or ("residual" in kinds and kind != "relu"):
+            if kind is None or ("residual" in kinds and kind not in _ACTIVATIONS):
                 break
             steps.append(consumers[0])
             kinds.append(kind)
@@ -201,6 +212,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         else:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
+    plan_channels_last(out, keep, dict(plan.constants))
     liveness(out, plan.slots, plan.output_names)
     prepare(out, fast=True)
     return out
@@ -308,7 +320,8 @@ class ConvChain:
         self.steps = steps
         self.kinds = kinds
         self.operands = operands
-        self.relu = bool(kinds) and kinds[-1] == "relu"
+        # The last step when it is an activation, applied in place to the conv's output.
+        self.activation = steps[-1] if kinds and kinds[-1] in _ACTIVATIONS else None
         # Where the residual (a live value added after the affine steps) sits in the
         # fused node's inputs.
         self.residual: int | None = None
@@ -316,6 +329,8 @@ class ConvChain:
             self.residual = operands[kinds.index("residual")][0]
         self._key: tuple[Any, ...] | None = None
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
+        # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
+        self.layout: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         # The constants the fold read (never the residual: a new array every run).
@@ -327,6 +342,12 @@ class ConvChain:
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
+        if self.layout is not None:
+            addend = None if self.residual is None else ins[self.residual]
+            w, b = prepared[0].array, prepared[1]
+            y = self.layout(x, w, b, self.conv.attrs, addend, False)
+            if y is not None:
+                return [self._activate(y)]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
@@ -339,9 +360,14 @@ class ConvChain:
                 )
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
-        if self.relu:
-            np.maximum(y, 0, out=y)  # the conv's output is fresh and nobody else holds it
-        return [y]
+        return [self._activate(y)]
+
+    def _activate(self, y: np.ndarray) -> np.ndarray:
+        act = self.activation
+        if act is not None:
+            # The conv's output is fresh and nobody else holds it.
+            activate_in_place(y, act.op_type, act.attrs)
+        return y
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         """The nodes as they are (values the fold does not cover)."""
@@ -360,7 +386,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if all(kind in ("relu", "residual") for kind in self.kinds):
+        if all(kind in ("relu", "act", "residual") for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])
@@ -398,7 +424,12 @@ class ConvChain:
                 else:
                     offset = offset + c
         wf = (w.astype(np.float64) * k.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-        return wf, offset.astype(w.dtype)
+        bf = offset.astype(w.dtype)
+        # Constants from here on: read-only, so kernels may key their repacked forms on
+        # them (kernels._weight_cache keys only arrays that cannot change).
+        wf.flags.writeable = False
+        bf.flags.writeable = False
+        return wf, bf
 
 
 def _per_channel(c: Any, w: np.ndarray) -> np.ndarray | None:

@@ -387,7 +387,10 @@ class _FlatLayout:
             slice(0, o) for o in self.out_shape[1:]
         )
         if bias is None:
-            return np.ascontiguousarray(full[index])
+            # A copy even when the crop is the whole grid (a 1x1 depthwise conv without
+            # padding): the grid is a reused scratch buffer, and handing it out made
+            # every such conv's output the same array as the next one's.
+            return np.array(full[index], order="C", copy=True)
         out = np.empty((n, m, *self.out_shape), dtype=grid.dtype)
         return np.add(full[index], bias.reshape((1, m) + (1,) * len(self.out_shape)), out=out)
 

@@ -1,0 +1,264 @@
+"""Channels-last activations through conv chains, for unwatched runs (see fusion.py).
+
+MobileNet-style models alternate depthwise and pointwise convs with elementwise
+activations and squeeze-excite blocks in between.  The depthwise conv is cheaper
+channels-last (kernels.nn_conv_nhwc: 20-40% on MobileNetV3's layers, its transposing
+copies in and out gone), the pointwise conv is one GEMM either way, and the activations
+and the SE block's broadcasting Mul do not care.  So in such a chain every conv writes
+its output channels-last and the next conv reads it in place.
+
+A channels-last value is still an (N, C, H, W) array (the transposed view of an
+(N, H, W, C) buffer), so every reader sees the same numbers whatever it assumes about
+memory: the choice here only moves where transposing copies happen, never what is
+computed.  `plan_channels_last` decides per fused Conv node (fusion.ConvChain) whether
+its output stays channels-last: when the value is not a graph output, every reader
+(through elementwise ops and Add/Mul/Sub/Div, whose numpy results keep their operands'
+layout) is a fused depthwise or pointwise conv or a ReduceMean/global pool, and the
+layout pays.  Otherwise the conv hands out a plain NCHW array, as before (the chain's
+exit).  A conv whose input arrives channels-last uses the channels-last kernel even when
+its own output goes back to NCHW: reading the input in place costs less than the plain
+kernel's transposing copy.  The SE block's spatial mean of a channels-last value runs as
+`SpatialMean` (the node is swapped in the list here).
+
+Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels._weight_cache import frozen
+from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    ChannelsLastConv,
+    is_channels_last,
+    prepare_channels_last,
+)
+from onnxviz.runtime.plan import PlanNode, fused_node
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.executor import Executor
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Ops whose result has their (first, 4-D) operand's layout and shape: numpy elementwise.
+_ELEMENTWISE = frozenset(
+    {
+        "Relu",
+        "HardSwish",
+        "HardSigmoid",
+        "Clip",
+        "Sigmoid",
+        "LeakyRelu",
+        "Tanh",
+        "Neg",
+        "Abs",
+        "Add",
+        "Mul",
+        "Sub",
+        "Div",
+    }
+)
+# Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
+_SPATIAL_REDUCTIONS = frozenset({"ReduceMean", "GlobalAveragePool", "GlobalMaxPool"})
+# The ones `SpatialMean` runs when their input is channels-last.
+_SPATIAL_MEANS = frozenset({"ReduceMean", "GlobalAveragePool"})
+
+
+def is_conv_chain(pn: PlanNode) -> bool:
+    """``pn`` is a fused Conv of fusion.py (a ConvChain: it has a ``layout`` seat)."""
+    return pn.kind == "fused" and pn.op_type == "Conv" and hasattr(pn.fused, "layout")
+
+
+def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
+    """ "depthwise" or "pointwise" for a fused Conv the channels-last kernels run (its
+    weight an initializer of that shape), else None."""
+    w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
+    if type(w) is not np.ndarray or w.ndim != 4:
+        return None
+    attrs = pn.attrs
+    group = attrs.get("group", 1)
+    if w.shape[1] == 1 and w.shape[0] == group > 1:
+        return "depthwise"
+    unpadded = not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
+        "NOTSET",
+        "VALID",
+    )
+    if group == 1 and w.shape[2:] == (1, 1) and unpadded:
+        return "pointwise"
+    return None
+
+
+def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[int, Any]) -> int:
+    """Give every fused Conv of ``nodes`` (an unwatched run's list) its `ChannelsLast`
+    choice (``constants``: the plan's initializers by slot); the number of convs whose
+    output stays channels-last.
+
+    A conv's output stays channels-last when the conv is one the channels-last kernels
+    run, every reader takes the layout well (see the module docstring), and it pays:
+    the conv is depthwise (its kernel computes channels-last anyway), or some reader is
+    a depthwise conv, or a pointwise conv whose own output stays channels-last (the
+    layout passes through it to a depthwise conv further on).  A
+    pointwise-only chain (ResNet's bottlenecks) gains nothing: its GEMM costs the same
+    either way, and the 3x3 convs around it would pay a transposing copy."""
+    users: dict[int, list[PlanNode]] = {}
+    for pn in nodes:
+        for s in (*pn.inputs, *pn.implicit):
+            if s >= 0:
+                users.setdefault(s, []).append(pn)
+    kinds = {id(pn): conv_layout_kind(pn, constants) for pn in nodes if is_conv_chain(pn)}
+    emits: dict[int, bool] = {}  # decided from the last node back: readers first
+    memo: dict[int, tuple[bool, bool]] = {}
+
+    def readers(slot: int) -> tuple[bool, bool]:
+        """(every reader of ``slot`` takes channels-last well, the layout pays)."""
+        got = memo.get(slot)
+        if got is not None:
+            return got
+        memo[slot] = (False, False)  # a cycle cannot happen in a plan; stay safe
+        ok, pays = slot not in keep, False
+        for pn in users.get(slot, ()):
+            if not ok:
+                break
+            if is_conv_chain(pn):
+                kind = kinds[id(pn)]
+                ok = kind is not None
+                pays = pays or kind == "depthwise" or emits.get(id(pn), False)
+            elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
+                if pn.op_type in _SPATIAL_REDUCTIONS:
+                    continue
+                if pn.op_type in _ELEMENTWISE and (len(pn.inputs) == 1 or pn.opset >= 7):
+                    sub_ok, sub_pays = readers(pn.outputs[0])
+                    ok, pays = ok and sub_ok, pays or sub_pays
+                else:
+                    ok = False
+            else:
+                ok = False
+        memo[slot] = (ok, ok and pays)
+        return memo[slot]
+
+    for pn in reversed(nodes):
+        if is_conv_chain(pn):
+            kind = kinds[id(pn)]
+            ok, pays = readers(pn.outputs[0])
+            # A depthwise conv computes channels-last anyway: keeping its output so
+            # saves the transposing copy back whenever its readers take the layout.
+            emits[id(pn)] = kind is not None and ok and (pays or kind == "depthwise")
+    kept = 0
+    region: set[int] = set()  # slots that hold channels-last values
+    for i, pn in enumerate(nodes):
+        if is_conv_chain(pn):
+            emit = emits[id(pn)]
+            pn.fused.layout = ChannelsLast(emit)
+            kept += emit
+            if emit:
+                region.add(pn.outputs[0])
+        elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
+            continue
+        elif pn.op_type in _ELEMENTWISE and len(pn.outputs) == 1:
+            region.add(pn.outputs[0])
+        elif pn.op_type in _SPATIAL_MEANS and pn.inputs[0] in region:
+            nodes[i] = fused_node(pn, pn, pn.inputs, pn.input_names, SpatialMean(pn))
+    return kept
+
+
+class ChannelsLast:
+    """A fused Conv's layout choice: run the channels-last kernel when the input is
+    channels-last or the output should be (``emit``), and give back an NCHW-contiguous
+    result unless ``emit``.  The prepared kernel is kept for the input shape, weight and
+    bias it was made for (a node sees the same ones run after run)."""
+
+    def __init__(self, emit: bool) -> None:
+        self.emit = emit
+        # (input shape, dtype, weight, bias, the kernel prepared for them): one tuple,
+        # replaced whole, so threads running the same plan never pair one input's key
+        # with another's kernel.
+        self._prepared: tuple[Any, Any, Any, Any, ChannelsLastConv | None] | None = None
+
+    def __call__(
+        self,
+        x: Any,
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        attrs: dict[str, Any],
+        addend: np.ndarray | None,
+        relu: bool,
+    ) -> np.ndarray | None:
+        """The conv's output, or None: run the plain kernel."""
+        if type(x) is not np.ndarray or (not self.emit and not is_channels_last(x)):
+            return None
+        prepared = self._prepared
+        if (
+            prepared is None
+            or prepared[0] != x.shape
+            or prepared[1] != x.dtype
+            or prepared[2] is not w
+            or prepared[3] is not bias
+        ):
+            prepared = (x.shape, x.dtype, w, bias, prepare_channels_last(x, w, bias, attrs))
+            self._prepared = prepared
+        runner = prepared[4]
+        if runner is None:
+            return None
+        if addend is not None and (
+            type(addend) is not np.ndarray
+            or addend.dtype != x.dtype
+            or addend.shape != runner.out_shape
+        ):
+            return None  # the plain kernel names the mismatch
+        y = runner(x, addend, relu)
+        return y if self.emit else np.ascontiguousarray(y)
+
+
+class SpatialMean:
+    """A squeeze-excite block's ReduceMean over (H, W) with keepdims, or a
+    GlobalAveragePool, of a channels-last value: the (H*W, C) rows summed by one BLAS
+    product with a row of ones, then divided by H*W.  numpy's reduction over the rows
+    of a channels-last array runs its inner loop over the C channels only (48 us
+    against 11 us channels-first at 16 channels of 56x56).  Any other input (layout,
+    dtype, axes) goes to the node's own kernel."""
+
+    def __init__(self, pn: PlanNode) -> None:
+        self.node = pn
+        self._axes: tuple[Any, bool] = (None, False)  # (axes input, over (H, W)?)
+        self._ones: np.ndarray | None = None
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        x = ins[0]
+        if (
+            is_channels_last(x)
+            and x.dtype in _FLOATS
+            and x.size
+            and (self.node.op_type == "GlobalAveragePool" or self._over_spatial_axes(ins))
+        ):
+            n, c, h, w = x.shape
+            rows = x.transpose(0, 2, 3, 1).reshape(n, h * w, c)
+            ones = self._ones
+            if ones is None or ones.shape[1] != h * w or ones.dtype != x.dtype:
+                ones = self._ones = np.ones((1, h * w), dtype=x.dtype)
+            total = np.matmul(ones, rows)  # (N, 1, C)
+            total /= x.dtype.type(h * w)
+            return [total.reshape(n, c, 1, 1)]
+        return ex.call_kernel(self.node, ins)
+
+    def _over_spatial_axes(self, ins: list[Any]) -> bool:
+        """A ReduceMean over exactly axes 2 and 3, keeping them."""
+        attrs = self.node.attrs
+        if not attrs.get("keepdims", 1):
+            return False
+        if self.node.opset < 18:
+            got = list(attrs.get("axes") or [])
+            return len(got) == 2 and sorted(a % 4 for a in got) == [2, 3]
+        axes = ins[1] if len(ins) > 1 else None
+        if axes is self._axes[0] and axes is not None:  # the same constant as last run
+            return self._axes[1]
+        ok = (
+            type(axes) is np.ndarray
+            and axes.dtype.kind in "iu"
+            and axes.size == 2
+            and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
+        )
+        if frozen(axes):  # an array that cannot change: its answer holds
+            self._axes = (axes, ok)
+        return ok

@@ -1,0 +1,375 @@
+"""Channels-last (NHWC) convolutions for unwatched runs (runtime.fusion_layout).
+
+A channels-last value is still an (N, C, H, W) array as far as every other kernel and
+the caller are concerned: it is the (N, C, H, W) *view* of a contiguous (N, H, W, C)
+buffer (``y.transpose(0, 3, 1, 2)``), so any reader gets the right numbers whatever its
+layout preference (numpy's elementwise ops even keep the layout: their results follow
+the operands' memory order).  What the layout changes is the cost of these kernels:
+
+* depthwise conv (one input channel per group): the padded channels-last image is
+  summed over the kernel offsets by one einsum per stride phase, whose innermost axis
+  is a whole output row times the channels (out_w * C consecutive floats) and whose
+  weights are the per-channel rows tiled to match; no transposing copy in or out when
+  the neighbours are channels-last too;
+* pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
+  the residual), reading the channels-last input in place and writing a channels-last
+  output.
+
+`conv_channels_last` takes any layout (an (N, C, H, W) contiguous input costs the one
+transposing copy the padding or the GEMM's operand needs anyway) and returns None for a
+conv it does not handle, so the caller runs the plain kernel.  The weight forms it reads
+(tiled depthwise rows, the transposed pointwise matrix) are made once per constant
+weight through kernels._weight_cache.  `activate_in_place` is the activation a fused
+conv applies to its fresh output, in either layout.
+
+Measured and left out: plain convs (one group, k > 1) by a channels-last im2col and one
+GEMM were slower than nn_conv's Winograd and shifted-slice paths at stride 1 (32
+channels at 56 px: 658 against 511 us; 128 at 14 px: 492 against 385 us) and only about
+15% faster strided, so they keep the plain kernel (which reads a channels-last input
+correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
+on one AVX2 core: three loads per multiply-add, no register blocking, which numpy cannot
+do better; that, not the layout, is what keeps MobileNetV3's depthwise layers 4-7x
+slower than onnxruntime's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels import _weight_cache, blas
+from onnxviz.runtime.kernels.nn_conv import conv_geometry
+from onnxviz.runtime.kernels.nn_geometry import scratch
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_channels_last(x: Any) -> bool:
+    """``x`` is a 4-D array laid out channels-last ((N, H, W, C) contiguous)."""
+    return (
+        type(x) is np.ndarray
+        and x.ndim == 4
+        and x.transpose(0, 2, 3, 1).flags.c_contiguous
+        and not (x.flags.c_contiguous and x.shape[1] > 1 and x.shape[2] * x.shape[3] > 1)
+    )
+
+
+def nhwc(x: np.ndarray) -> np.ndarray:
+    """The (N, H, W, C) view of an (N, C, H, W) array (a copy only when ``x`` is not
+    channels-last already)."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def conv_channels_last(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+    addend: np.ndarray | None = None,
+    relu: bool = False,
+) -> np.ndarray | None:
+    """Conv(x, w) + bias (+ addend) [then Relu] as a fresh channels-last (N, M, H', W')
+    array, for the depthwise and pointwise 2-D convs of float32/float64 inputs whose
+    weight (and bias) has the input's dtype; None for any other conv (run the plain
+    kernel).  ``attrs`` are the node's Conv attributes.  (One call: a caller that runs
+    the same conv again keeps `prepare_channels_last`'s answer instead.)"""
+    runner = prepare_channels_last(x, w, bias, attrs)
+    return None if runner is None else runner(x, addend, relu)
+
+
+def prepare_channels_last(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
+) -> ChannelsLastConv | None:
+    """The channels-last conv for inputs of ``x``'s shape and dtype with this weight,
+    bias and attributes (geometry worked out, weight forms made), or None when this
+    module does not handle the conv."""
+    if (
+        type(x) is not np.ndarray
+        or x.ndim != 4
+        or x.dtype not in _FLOATS
+        or w.dtype != x.dtype
+        or w.ndim != 4
+        or (bias is not None and (bias.dtype != x.dtype or bias.size != w.shape[0]))
+    ):
+        return None
+    group = int(attrs.get("group", 1))
+    c = x.shape[1]
+    m = w.shape[0]
+    if group < 1 or c % group or m % group or w.shape[1] * group != c:
+        return None  # the plain kernel names the mismatch
+    kernel, strides, dilations, pads, out_shape = conv_geometry(
+        x,
+        w,
+        attrs.get("auto_pad", "NOTSET"),
+        attrs.get("dilations"),
+        attrs.get("kernel_shape"),
+        attrs.get("pads"),
+        attrs.get("strides"),
+    )
+    if min(pads) < 0 or min(out_shape) < 1 or list(kernel) != list(w.shape[2:]):
+        return None
+    b = None if bias is None else bias.reshape(-1)
+    if group == 1 and kernel == [1, 1] and not any(pads):
+        wt = _weight_cache.derived(
+            "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
+        )
+        return _Pointwise(x.shape, wt, b, strides, out_shape)
+    if w.shape[1] == 1 and m == group > 1:
+        return _Depthwise(x.shape, w, b, kernel, strides, dilations, pads, out_shape)
+    return None
+
+
+class ChannelsLastConv:
+    """A prepared channels-last conv: ``runner(x, addend, relu)`` for an x of the shape
+    it was prepared for (any layout), an ``addend`` of the output's shape and dtype or
+    None; returns the channels-last (N, M, H', W') result."""
+
+    out_shape: tuple[int, ...]  # (N, M, H', W')
+
+    def __call__(self, x: np.ndarray, addend: np.ndarray | None, relu: bool) -> np.ndarray:
+        y = self.run(x, addend)
+        if relu:
+            np.maximum(y, 0, out=y)
+        return y.transpose(0, 3, 1, 2)
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        """The (N, H', W', M) result, addend included."""
+        raise NotImplementedError
+
+
+def nhwc_view(x: np.ndarray) -> np.ndarray:
+    """(N, C, H, W) -> its (N, H, W, C) view (no copy; any layout)."""
+    return x.transpose(0, 2, 3, 1)
+
+
+class _Pointwise(ChannelsLastConv):
+    """1x1 conv: [N*H'*W', C] @ [C, M], written onto the bias and residual."""
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        wt: np.ndarray,
+        bias: np.ndarray | None,
+        strides: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c = x_shape[:2]
+        self.wt = wt
+        self.bias = bias
+        self.strided = any(s > 1 for s in strides)
+        self.strides = tuple(strides)
+        self.rows = n * math.prod(out_shape)
+        self.nhwc_shape = (n, *out_shape, wt.shape[1])
+        self.out_shape = (n, wt.shape[1], *out_shape)
+        self.c = c
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        xl = x.transpose(0, 2, 3, 1)
+        if self.strided:
+            xl = xl[:, :: self.strides[0], :: self.strides[1], :]
+        a = np.ascontiguousarray(xl).reshape(self.rows, self.c)
+        bias = self.bias
+        if self.rows <= _FEW_ROWS:
+            # A squeeze-excite block's 1x1 conv on one pixel: the product and one add,
+            # no GEMM set-up (a fresh product is cheaper than writing onto the bias).
+            y = np.matmul(a, self.wt)
+            if bias is not None:
+                y += bias
+            if addend is not None:
+                y += nhwc_view(addend).reshape(y.shape)
+            return y.reshape(self.nhwc_shape)
+        out = np.empty(self.nhwc_shape, dtype=x.dtype)
+        flat = out.reshape(self.rows, -1)
+        if addend is None and bias is None:
+            np.matmul(a, self.wt, out=flat)
+            return out
+        if addend is not None:
+            if bias is not None:
+                np.add(nhwc_view(addend), bias, out=out)
+            else:
+                out[...] = nhwc_view(addend)
+        else:
+            flat[...] = bias
+        blas.gemm(a, self.wt, flat, accumulate=True)
+        return out
+
+
+# Output rows up to which a pointwise conv is one plain product (SE blocks' 1x1 convs).
+_FEW_ROWS = 16
+
+
+class _Depthwise(ChannelsLastConv):
+    """Depthwise conv of any stride, dilation and padding.
+
+    The padded image is split along its width into the stride's phases (columns p,
+    p+s, p+2s, ...; one phase for stride 1).  Kernel column j reads phase (j*d) % s
+    at phase column (j*d) // s + ow, so within one phase consecutive outputs read
+    consecutive pixels, and the kernel columns of one phase are evenly spaced: each
+    phase is one einsum over (kernel rows, its kernel columns) whose innermost axis is
+    out_w * C contiguous values (the weights tiled out_w times to match)."""
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c, h, wd = x_shape
+        kh, kw = kernel
+        # The bias repeated along an output row: added to (N, H', W' * C) rows, a long
+        # inner loop instead of one of C (10.8 -> 7.3 us at 96 channels of 28x28).
+        self.bias_row = None if bias is None else np.tile(bias, out_shape[1])
+        self.pads = tuple(pads)
+        self.strides = tuple(strides)
+        self.dilations = tuple(dilations)
+        self.kh = kh
+        self.oh, self.ow = out_shape
+        self.out_shape = (n, c, self.oh, self.ow)
+        self.padded_w = wd + pads[1] + pads[3]
+        sw, dw = strides[1], dilations[1]
+        # Per phase: (phase, its first column's shift, its kernel columns, tiled weights).
+        self.phases: list[tuple[int, int, int, np.ndarray]] = []
+        for phase in range(sw):
+            columns = [j for j in range(kw) if (j * dw) % sw == phase]
+            if columns:
+                tiled = _tiled_weights(w, kernel, dw, sw, phase, self.ow)
+                self.phases.append((phase, (columns[0] * dw) // sw, len(columns), tiled))
+        # Pixels between a phase's kernel columns (they are sw / gcd(sw, dw) apart).
+        self.column_step = dw // math.gcd(sw, dw)
+
+    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+        n, c = x.shape[:2]
+        oh, ow, kh = self.oh, self.ow, self.kh
+        sh, sw = self.strides
+        dh = self.dilations[0]
+        xl = nhwc_view(x)
+        out = np.empty((n, oh, ow * c), dtype=x.dtype)
+        first = True
+        for phase, shift, count, tiled in self.phases:
+            image = _phase_image(xl, self.pads, phase, sw, self.padded_w)
+            st = image.strides
+            view = np.lib.stride_tricks.as_strided(
+                image[:, :, shift:, :],
+                (n, oh, kh, count, ow * c),
+                (st[0], st[1] * sh, st[1] * dh, st[2] * self.column_step, st[3]),
+                writeable=False,
+            )
+            if first:
+                np.einsum("zakby,kby->zay", view, tiled, out=out)
+                first = False
+            else:
+                part = scratch("conv_nhwc_part", out.shape, out.dtype)
+                np.einsum("zakby,kby->zay", view, tiled, out=part)
+                out += part
+        if self.bias_row is not None:
+            out += self.bias_row
+        y = out.reshape(n, oh, ow, c)
+        if addend is not None:
+            y += nhwc_view(addend)
+        return y
+
+
+def _phase_image(
+    xl: np.ndarray, pads: Sequence[int], phase: int, stride: int, padded_w: int
+) -> np.ndarray:
+    """The zero-padded (N, H+pads, cols, C) image of padded columns phase, phase+stride,
+    ... of the channels-last view ``xl``, in a reused buffer (only the borders zeroed)."""
+    n, h, wd, c = xl.shape
+    top, left, bottom = pads[0], pads[1], pads[2]
+    rows = h + top + bottom
+    cols = len(range(phase, padded_w, stride))
+    image = scratch(f"conv_nhwc_phase{phase}", (n, rows, cols, c), xl.dtype)
+    # Image column j is padded column phase + j*stride, input column that minus left.
+    lo = max(0, -(-(left - phase) // stride))
+    start = phase + lo * stride - left
+    count = min(len(range(start, wd, stride)), cols - lo) if start < wd else 0
+    hi = lo + max(count, 0)
+    if top:
+        image[:, :top] = 0
+    if bottom:
+        image[:, top + h :] = 0
+    if lo:
+        image[:, top : top + h, :lo] = 0
+    if hi < cols:
+        image[:, top : top + h, hi:] = 0
+    if count > 0:
+        image[:, top : top + h, lo:hi] = xl[:, :, start : start + (count - 1) * stride + 1 : stride]
+    return image
+
+
+def _tiled_weights(
+    w: np.ndarray, kernel: Sequence[int], dilation: int, stride: int, phase: int, width: int
+) -> np.ndarray:
+    """The depthwise weights (kernel rows, phase's kernel columns, width * C): each
+    kernel position's per-channel row repeated ``width`` times (made once per weight)."""
+    kh, kw = kernel
+
+    def build() -> np.ndarray:
+        c = w.shape[0]
+        rows = w.reshape(c, kh, kw).transpose(1, 2, 0)  # (kh, kw, C)
+        columns = [j for j in range(kw) if (j * dilation) % stride == phase]
+        return np.ascontiguousarray(np.tile(rows[:, columns, :], (1, 1, width)))
+
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "conv_nhwc_depthwise", [w], (dilation, stride, phase, width), build
+    )
+
+
+# Activations a fused conv applies to its fresh output in place (runtime.fusion): the
+# same operations, in the same order, as their kernels in math_activation, so the
+# numbers are those of the stepped run, without the kernel's fresh arrays.
+FUSED_ACTIVATIONS = frozenset({"Relu", "HardSwish", "HardSigmoid"})
+
+
+def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> None:
+    """Apply ``op_type`` (one of FUSED_ACTIVATIONS, with its node's attributes) to the
+    float array ``y``, which nobody else holds, in place (NCHW or channels-last)."""
+    dense = y if y.flags.c_contiguous else y.transpose(0, 2, 3, 1)
+    if not dense.flags.c_contiguous:
+        dense = y  # some other layout: numpy still computes it right
+    if op_type == "Relu":
+        _relu_rows(dense)
+    elif op_type == "HardSwish":
+        gate = scratch("conv_activation_gate", dense.shape, dense.dtype)
+        np.multiply(dense, 1.0 / 6.0, out=gate)
+        gate += 0.5
+        np.clip(gate, 0, 1, out=gate)
+        dense *= gate
+    elif op_type == "HardSigmoid":
+        dense *= float(attrs.get("alpha", 0.2))
+        dense += float(attrs.get("beta", 0.5))
+        np.clip(dense, 0, 1, out=dense)
+    else:
+        raise ValueError(f"not a fused activation: {op_type}")
+
+
+# Row length of `_relu_rows`' zero row (4 KB of float32: stays in L1).
+_ROW = 1024
+_ZERO_ROWS = {np.dtype(t): np.zeros(_ROW, dtype=t) for t in (np.float32, np.float64)}
+
+
+def _relu_rows(x: np.ndarray) -> None:
+    """max(x, 0) in place, bit for bit np.maximum's (NaN kept, -0 -> +0), for a
+    contiguous float array: against a row of zeros instead of the scalar 0.  numpy 2.4's
+    maximum with a broadcast scalar runs a loop 3-4x slower than with two contiguous
+    operands (800k float32: 240 us against 80 us; 47k: 15 against 6 us)."""
+    zero = _ZERO_ROWS.get(x.dtype)
+    if zero is None or not x.flags.c_contiguous:
+        np.maximum(x, x.dtype.type(0), out=x)
+        return
+    flat = x.reshape(-1)
+    whole = flat.size - flat.size % _ROW
+    if whole:
+        rows = flat[:whole].reshape(-1, _ROW)
+        np.maximum(rows, zero, out=rows)
+    if whole < flat.size:
+        tail = flat[whole:]
+        np.maximum(tail, zero[: tail.size], out=tail)

@@ -1,0 +1,548 @@
+"""Channels-last conv chains (runtime.fusion_layout, kernels.nn_conv_nhwc) give the
+stepped run's numbers.
+
+* The kernels against the plain Conv kernel on every geometry they take: depthwise with
+  strides, dilations, asymmetric pads; pointwise with strides; residual and Relu; both
+  input layouts; float32 and float64.
+* A MobileNetV3 block (pointwise -> HardSwish -> depthwise -> squeeze-excite ->
+  pointwise -> residual Add) really runs channels-last and matches the stepped run,
+  and a whole MobileNetV3-small-shaped network built by hand does too.
+* Random conv chains (hypothesis): depthwise/grouped/strided/padded/dilated/pointwise
+  and plain convs, BatchNormalization, HardSwish/HardSigmoid/Relu/Clip, Add/Mul with
+  broadcasting constants and live values, SE blocks, values read by two consumers,
+  graph outputs in the middle of a chain and readers that want NCHW (Transpose, Flatten,
+  MaxPool, Concat), against the stepped run.
+* The family models of benchmarks/family_models.py (torch exports; slow).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels.nn_conv import conv
+from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    activate_in_place,
+    conv_channels_last,
+    is_channels_last,
+    prepare_channels_last,
+)
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree, close
+
+pytestmark = pytest.mark.numeric
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(21)
+
+# (input shape, weight shape, attributes) the channels-last kernels take.
+KERNEL_CASES = [
+    ((2, 8, 9, 11), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),
+    ((1, 16, 12, 12), (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]}),
+    ((1, 16, 13, 14), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 24, 15, 15), (24, 1, 5, 5), {"group": 24, "pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 8, 11, 13), (8, 1, 3, 3), {"group": 8, "pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    (
+        (1, 8, 17, 19),
+        (8, 1, 3, 3),
+        {"group": 8, "pads": [0, 2, 1, 0], "dilations": [2, 3], "strides": [3, 2]},
+    ),
+    ((2, 8, 10, 10), (8, 1, 3, 2), {"group": 8, "pads": [1, 0, 0, 1], "strides": [1, 3]}),
+    ((1, 8, 9, 9), (8, 1, 3, 3), {"group": 8, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((2, 16, 7, 9), (24, 16, 1, 1), {}),
+    ((1, 16, 9, 9), (8, 16, 1, 1), {"strides": [2, 2]}),
+    ((3, 32, 1, 1), (8, 32, 1, 1), {}),
+]
+
+
+def _channels_last_copy(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), KERNEL_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("extra", ["bias", "bias+residual+relu", "none"])
+def test_kernels_match_the_plain_conv(x_shape, w_shape, attrs, dtype, layout, extra) -> None:
+    x = RNG.standard_normal(x_shape).astype(dtype)
+    w = RNG.standard_normal(w_shape).astype(dtype)
+    w.flags.writeable = False  # a constant: its tiled/transposed forms are cached
+    b = RNG.standard_normal(w_shape[0]).astype(dtype) if extra != "none" else None
+    want = conv(x, w, b, **attrs)
+    addend = None
+    if "residual" in extra:
+        addend = RNG.standard_normal(want.shape).astype(dtype)
+        want = np.maximum(want + addend, 0)
+    src = _channels_last_copy(x) if layout == "nhwc" else x
+    got = conv_channels_last(src, w, b, attrs, addend, relu="relu" in extra)
+    assert got is not None
+    assert is_channels_last(got) or got.shape[2] * got.shape[3] == 1
+    close(got, want, "channels-last conv", rtol=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_array_equal(src, x)  # the input is left alone
+
+
+@pytest.mark.parametrize(
+    ("w_shape", "attrs"),
+    [
+        ((8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # a plain conv
+        ((8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped, not depthwise
+        ((16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),  # depthwise multiplier 2
+        ((8, 8, 1, 1), {"pads": [1, 1, 1, 1]}),  # a padded 1x1
+    ],
+)
+def test_convs_the_kernels_do_not_take_go_to_the_plain_kernel(w_shape, attrs) -> None:
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    assert prepare_channels_last(x, w, None, attrs) is None
+
+
+# -- models ----------------------------------------------------------------------------
+
+
+class _Net:
+    """A graph under construction, with each value's (N, C, H, W) shape."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.outputs: list[str] = []
+        self.count = 0
+        self.opset = 17
+
+    def name(self, base: str) -> str:
+        self.count += 1
+        return f"{base}{self.count}"
+
+    def const(self, value: np.ndarray) -> str:
+        n = self.name("k")
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), n))
+        return n
+
+    def add(self, op: str, ins: list[str], shape: tuple[int, ...], **attrs: Any) -> str:
+        out = self.name(op.lower())
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        self.shapes[out] = shape
+        return out
+
+    def conv(
+        self,
+        x: str,
+        m: int,
+        k: int = 1,
+        stride: int = 1,
+        group: int = 1,
+        dilation: int = 1,
+        pads: list[int] | None = None,
+        bias: bool = True,
+    ) -> str:
+        n, c, h, w = self.shapes[x]
+        pads = [dilation * (k - 1) // 2] * 4 if pads is None else pads
+        oh = (h + pads[0] + pads[2] - dilation * (k - 1) - 1) // stride + 1
+        ow = (w + pads[1] + pads[3] - dilation * (k - 1) - 1) // stride + 1
+        wt = self.rng.standard_normal((m, c // group, k, k)) / math.sqrt(c // group * k * k)
+        ins = [x, self.const(wt)]
+        if bias:
+            ins.append(self.const(self.rng.standard_normal(m) * 0.1))
+        return self.add(
+            "Conv",
+            ins,
+            (n, m, oh, ow),
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=pads,
+            group=group,
+            dilations=[dilation, dilation],
+        )
+
+    def squeeze_excite(self, x: str, pool: str = "ReduceMean") -> str:
+        n, c = self.shapes[x][:2]
+        if pool == "ReduceMean":
+            s = self.mean(x, [2, 3], keepdims=1)
+        else:
+            s = self.add("GlobalAveragePool", [x], (n, c, 1, 1))
+        s = self.add("Relu", [self.conv(s, max(8, c // 4))], (n, max(8, c // 4), 1, 1))
+        s = self.add("HardSigmoid", [self.conv(s, c)], (n, c, 1, 1), alpha=1 / 6, beta=0.5)
+        return self.add("Mul", [x, s], self.shapes[x])
+
+    def mean(self, x: str, axes: list[int], keepdims: int) -> str:
+        """ReduceMean (axes an attribute before opset 18, an input from 18 on)."""
+        shape = self.shapes[x]
+        kept = [a % len(shape) for a in axes]
+        out = tuple(1 if i in kept else d for i, d in enumerate(shape) if keepdims or i not in kept)
+        if self.opset >= 18:
+            k = self.name("axes")
+            self.inits.append(numpy_helper.from_array(np.array(axes, dtype=np.int64), k))
+            return self.add("ReduceMean", [x, k], out, keepdims=keepdims)
+        return self.add("ReduceMean", [x], out, axes=axes, keepdims=keepdims)
+
+    def model(self, x_shape: tuple[int, ...], last: str) -> onnx.ModelProto:
+        outputs = list(dict.fromkeys([*self.outputs, last]))
+        graph = helper.make_graph(
+            self.nodes,
+            "net",
+            [helper.make_tensor_value_info("x", F, list(x_shape))],
+            [helper.make_tensor_value_info(o, F, None) for o in outputs],
+            initializer=self.inits,
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+
+
+def _inverted_residual(
+    net: _Net, x: str, k: int, exp: int, out: int, se: bool, hs: bool, stride: int
+) -> str:
+    act = "HardSwish" if hs else "Relu"
+    y = net.add(act, [net.conv(x, exp)], net.shapes[x][:1] + (exp,) + net.shapes[x][2:])
+    y = net.conv(y, exp, k=k, stride=stride, group=exp)
+    y = net.add(act, [y], net.shapes[y])
+    if se:
+        y = net.squeeze_excite(y)
+    y = net.conv(y, out)
+    if stride == 1 and net.shapes[x] == net.shapes[y]:
+        y = net.add("Add", [x, y], net.shapes[y])
+    return y
+
+
+def _mobilenet(size: int = 64) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """MobileNetV3-small's layout (its block table), by hand at ``size`` pixels."""
+    net = _Net(np.random.default_rng(5))
+    net.shapes["x"] = (1, 3, size, size)
+    y = net.add("HardSwish", [net.conv("x", 16, k=3, stride=2)], (1, 16, size // 2, size // 2))
+    for k, exp, out, se, hs, s in [
+        (3, 16, 16, True, False, 2),
+        (3, 72, 24, False, False, 2),
+        (3, 88, 24, False, False, 1),
+        (5, 96, 40, True, True, 2),
+        (5, 240, 40, True, True, 1),
+        (5, 120, 48, True, True, 1),
+        (5, 288, 96, True, True, 2),
+        (5, 576, 96, True, True, 1),
+    ]:
+        y = _inverted_residual(net, y, k, exp, out, se, hs, s)
+    y = net.add("HardSwish", [net.conv(y, 576)], net.shapes[y][:1] + (576,) + net.shapes[y][2:])
+    y = net.add("GlobalAveragePool", [y], (1, 576, 1, 1))
+    y = net.add("Flatten", [y], (1, 576))
+    head = net.const(net.rng.standard_normal((576, 10)) / 24)
+    y = net.add("Gemm", [y, head], (1, 10))
+    x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)
+    return net.model((1, 3, size, size), y), {"x": x}
+
+
+def _kept_channels_last(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[str]:
+    """Names of the values an unwatched run leaves channels-last (the fused convs'
+    outputs whose layout choice keeps them so)."""
+    sess = Session(model)
+    sess.run(feeds)
+    return [
+        pn.output_names[0]
+        for pn in run_nodes(sess.plan)
+        if getattr(pn.fused, "layout", None) is not None and pn.fused.layout.emit
+    ]
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run(opset: int) -> None:
+    net = _Net(np.random.default_rng(2))
+    net.opset = opset
+    net.shapes["x"] = (1, 16, 14, 14)
+    y = _inverted_residual(net, "x", 5, 48, 16, se=True, hs=True, stride=1)
+    model = net.model((1, 16, 14, 14), y)
+    feeds = {"x": RNG.standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    kept = _kept_channels_last(model, feeds)
+    # The expanding pointwise conv (its reader is the depthwise conv) and the depthwise
+    # conv (its readers: the SE block's mean and Mul, then the projecting pointwise
+    # conv); not the SE block's own 1x1 convs (one pixel: no layout to keep) nor the
+    # projection, whose output is the graph's (through the residual Add).
+    assert len(kept) == 2, kept
+    sess = Session(model)
+    sess.run(feeds)
+    # The SE block's mean reads the depthwise conv's channels-last output as rows.
+    means = [pn for pn in run_nodes(sess.plan) if pn.op_type == "ReduceMean"]
+    assert [type(pn.fused).__name__ for pn in means] == ["SpatialMean"]
+    stepped = assert_modes_agree(model, feeds)
+    got = Session(model).run(feeds)[y]
+    assert got.flags.c_contiguous  # a graph output is NCHW as before
+    close(got, stepped[y], "block output")
+
+
+def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:
+    model, feeds = _mobilenet()
+    kept = _kept_channels_last(model, feeds)
+    # Every depthwise conv's output (through its activation) stays channels-last.
+    producer = {o: n for n in model.graph.node for o in n.output}
+    depthwise = 0
+    for name in kept:
+        node = producer[name]
+        while node.op_type != "Conv":
+            node = producer[node.input[0]]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        depthwise += attrs["group"] > 1
+    assert depthwise == 8, kept
+    assert len(kept) > 16
+    assert_modes_agree(model, feeds)
+
+
+def test_unpadded_1x1_depthwise_convs_each_get_their_own_output() -> None:
+    """Found by the random chains below: the plain kernel's 1x1 depthwise conv without
+    padding handed out its reused scratch buffer as the output (the crop to the output
+    was the whole buffer), so a later such conv overwrote an earlier one's value; the
+    stepped run gave conv4 the numbers of conv6."""
+    net = _Net(np.random.default_rng(3))
+    net.shapes["x"] = (1, 4, 3, 3)
+    a = net.conv("x", 4, k=1, group=4, bias=False)
+    b = net.conv(a, 4, k=1, group=4, bias=False)
+    c = net.conv("x", 4, k=1, group=4, bias=False)
+    net.outputs.append(b)
+    model = net.model((1, 4, 3, 3), c)
+    x = RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    weights = {
+        t.name: numpy_helper.to_array(t).reshape(1, 4, 1, 1) for t in model.graph.initializer
+    }
+    k1, k2, k3 = (weights[n.input[1]] for n in model.graph.node)
+    stepped = assert_modes_agree(model, {"x": x})
+    close(stepped[b], x * k1 * k2, "conv of conv")
+    close(stepped[c], x * k3, "conv of x")
+
+
+# -- random conv chains ------------------------------------------------------------------
+
+
+def _draw_conv(net: _Net, x: str, draw) -> str:
+    c = net.shapes[x][1]
+    kinds = ["depthwise"] * 3 + ["pointwise"] * 2 + ["grouped", "plain"]
+    kind = draw(st.sampled_from(kinds))
+    k = draw(st.sampled_from([1, 3, 5])) if kind != "pointwise" else 1
+    stride = draw(st.sampled_from([1, 1, 2, 3]))
+    dilation = draw(st.sampled_from([1, 1, 2])) if k > 1 else 1
+    pads = None
+    if draw(st.integers(0, 3)) == 0 and kind != "pointwise":
+        pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    h, w = net.shapes[x][2:]
+    if (h + 4 - dilation * (k - 1) - 1) // stride + 1 < 1:
+        return x
+    if (
+        pads is not None
+        and min(
+            h + pads[0] + pads[2] - dilation * (k - 1), w + pads[1] + pads[3] - dilation * (k - 1)
+        )
+        < 1
+    ):
+        return x
+    if pads is None and min(h, w) + 2 * (dilation * (k - 1) // 2) - dilation * (k - 1) < 1:
+        return x
+    bias = draw(st.booleans())
+    if kind == "depthwise":
+        return net.conv(x, c, k, stride, c, dilation, pads, bias)
+    if kind == "grouped" and c % 2 == 0:
+        return net.conv(x, c, k, stride, 2, dilation, pads, bias)
+    m = draw(st.sampled_from([8, 16, 24, c]))
+    return net.conv(x, m, k, stride, 1, dilation, pads, bias)
+
+
+def _draw_activation(net: _Net, x: str, draw) -> str:
+    op = draw(st.sampled_from(["HardSwish", "HardSigmoid", "Relu", "Clip"]))
+    if op == "Clip":
+        return net.add(op, [x, net.const(np.array(0.0)), net.const(np.array(6.0))], net.shapes[x])
+    return net.add(op, [x], net.shapes[x])
+
+
+def _draw_batch_norm(net: _Net, x: str, draw) -> str:
+    c = net.shapes[x][1]
+    ks = [
+        net.const(net.rng.uniform(0.5, 1.5, c)),
+        net.const(net.rng.uniform(-0.5, 0.5, c)),
+        net.const(net.rng.uniform(-0.5, 0.5, c)),
+        net.const(net.rng.uniform(0.5, 1.5, c)),
+    ]
+    return net.add("BatchNormalization", [x, *ks], net.shapes[x], epsilon=1e-5)
+
+
+def _draw_broadcast(net: _Net, x: str, draw) -> str:
+    """Add/Mul with a constant that broadcasts (per channel, scalar, along W, whole)."""
+    n, c, h, w = net.shapes[x]
+    shape = draw(st.sampled_from([(c, 1, 1), (1, c, 1, 1), (), (w,), (1, 1, h, 1), (c, h, w)]))
+    op = draw(st.sampled_from(["Add", "Mul"]))
+    k = net.const(net.rng.uniform(0.5, 1.5, shape))
+    ins = [x, k] if draw(st.booleans()) else [k, x]
+    return net.add(op, ins, net.shapes[x])
+
+
+def _draw_join(net: _Net, x: str, draw) -> str:
+    """Add/Mul/Sub of two live values of one shape (a residual; maybe x with itself)."""
+    same = [v for v, s in net.shapes.items() if s == net.shapes[x]]
+    other = draw(st.sampled_from(same))
+    op = draw(st.sampled_from(["Add", "Add", "Mul", "Sub"]))
+    ins = [x, other] if draw(st.booleans()) else [other, x]
+    return net.add(op, ins, net.shapes[x])
+
+
+def _draw_se(net: _Net, x: str, draw) -> str:
+    """A depthwise conv, an SE block on it and a pointwise conv after (MobileNetV3's
+    order, so the chain stays channels-last through the SE block)."""
+    c = net.shapes[x][1]
+    y = net.conv(x, c, k=3, group=c)
+    y = net.squeeze_excite(y, draw(st.sampled_from(["ReduceMean", "GlobalAveragePool"])))
+    return net.conv(y, draw(st.sampled_from([8, c])))
+
+
+def _draw_mean(net: _Net, x: str, draw) -> str:
+    """A mean over the spatial axes (what SE blocks read) or over other axes."""
+    axes = draw(st.sampled_from([[2, 3], [-1, -2], [3, 2], [1], [2], [1, 2, 3]]))
+    return net.mean(x, axes, keepdims=draw(st.sampled_from([1, 1, 0])))
+
+
+def _draw_nchw_reader(net: _Net, x: str, draw) -> str:
+    """A reader that wants the values as NCHW (not a chain member)."""
+    n, c, h, w = net.shapes[x]
+    op = draw(st.sampled_from(["Transpose", "MaxPool", "Concat", "Flatten"]))
+    if op == "Transpose":
+        return net.add(op, [x], (n, c, w, h), perm=[0, 1, 3, 2])
+    if op == "MaxPool":
+        return net.add(op, [x], (n, c, h, w), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    if op == "Concat":
+        return net.add(op, [x, x], (n, 2 * c, h, w), axis=1)
+    flat = net.add("Flatten", [x], (n, c * h * w))
+    net.outputs.append(flat)
+    return x
+
+
+_STEPS = [
+    _draw_conv,
+    _draw_conv,
+    _draw_conv,
+    _draw_conv,
+    _draw_activation,
+    _draw_activation,
+    _draw_batch_norm,
+    _draw_broadcast,
+    _draw_join,
+    _draw_se,
+    _draw_mean,
+    _draw_nchw_reader,
+]
+
+
+@st.composite
+def conv_chains(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    net = _Net(np.random.default_rng(draw(st.integers(0, 2**16))))
+    net.opset = draw(st.sampled_from([17, 18]))
+    c = draw(st.sampled_from([4, 8, 16, 24]))
+    h = draw(st.integers(3, 17))
+    w = draw(st.integers(3, 17))
+    x_shape = (draw(st.sampled_from([1, 1, 2])), c, h, w)
+    net.shapes["x"] = x_shape
+    first = _draw_conv(net, "x", draw)
+    frontier = list(dict.fromkeys(["x", first]))
+    for _ in range(draw(st.integers(2, 10))):
+        x = draw(st.sampled_from(frontier))  # fan-out: a value read by two consumers
+        if len(net.shapes[x]) != 4:
+            continue
+        y = draw(st.sampled_from(_STEPS))(net, x, draw)
+        if y != x:
+            frontier.append(y)
+            if draw(st.integers(0, 4)) == 0:
+                net.outputs.append(y)  # a graph output in the middle of a chain
+    model = net.model(x_shape, frontier[-1])
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
+    return model, {"x": x}
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(conv_chains())
+def test_random_conv_chains_give_the_stepped_numbers(case) -> None:
+    model, feeds = case
+    assert_modes_agree(model, feeds)
+    # Graph outputs keep the memory layout they had before (a Transpose gives a view).
+    plain = Session(model, fuse_ops=False).run(feeds)
+    for name, value in Session(model).run(feeds).items():
+        assert value.flags.c_contiguous == plain[name].flags.c_contiguous, name
+
+
+# -- the real family models ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["mobilenetv3_small", "resnet18_w32", "unet_torch"])
+def test_family_models_give_the_stepped_numbers(family: str) -> None:
+    pytest.importorskip("torch", reason="the family models are torch exports")
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+    sys.path.insert(0, os.path.abspath(bench))
+    try:
+        import family_models
+    finally:
+        sys.path.pop(0)
+    model, feeds = getattr(family_models, family)()
+    assert_modes_agree(model, feeds)
+
+
+@pytest.mark.parametrize("activation", ["HardSwish", "HardSigmoid", "Relu"])
+@pytest.mark.parametrize("conv_kind", ["depthwise", "pointwise", "plain"])
+def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: str) -> None:
+    """Conv -> activation is one fused node (the activation in place on the conv's
+    output), channels-last or not, with the stepped run's numbers."""
+    net = _Net(np.random.default_rng(8))
+    net.shapes["x"] = (1, 16, 9, 9)
+    k, group = {"depthwise": (3, 16), "pointwise": (1, 1), "plain": (3, 1)}[conv_kind]
+    y = net.conv("x", 16, k=k, group=group)
+    attrs = {"alpha": 0.3, "beta": 0.4} if activation == "HardSigmoid" else {}
+    y = net.add(activation, [y], net.shapes[y], **attrs)
+    last = net.conv(y, 8, k=3, group=1)  # a reader, so a channels-last output may stay
+    model = net.model((1, 16, 9, 9), last)
+    feeds = {"x": 3 * RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)}
+    sess = Session(model)
+    sess.run(feeds)
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused", "fused"]
+    stepped = assert_modes_agree(model, feeds)
+    # Both sides of the activation's kinks are reached (else the test shows little).
+    assert (stepped[y] == 0).any() and (stepped[y] > 0).any()
+
+
+def test_one_session_runs_other_image_sizes_and_batches() -> None:
+    """The prepared channels-last kernels belong to an input shape: a session fed
+    another image size or batch prepares again instead of reusing the geometry."""
+    net = _Net(np.random.default_rng(9))
+    net.shapes["x"] = (1, 8, 12, 12)
+    y = _inverted_residual(net, "x", 3, 24, 8, se=True, hs=True, stride=2)
+    model = net.model((1, 8, 12, 12), y)
+    # A dynamic input: the same model takes every size below.
+    model.graph.input[0].type.tensor_type.shape.Clear()
+    sess = Session(model)
+    for shape in [(1, 8, 12, 12), (2, 8, 9, 15), (1, 8, 12, 12), (3, 8, 5, 4)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        stepped = assert_modes_agree(model, {"x": x})
+        close(sess.run({"x": x})[y], stepped[y], f"output at {shape}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 8, 5, 5), (2, 16, 32, 33), (1, 1024, 1, 1)])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_fused_relu_is_bit_for_bit_the_kernels(dtype, shape, layout) -> None:
+    """The fused conv's Relu (a row of zeros instead of numpy's slower scalar loop) gives
+    exactly np.maximum(x, 0): NaN kept, -0 and -inf to +0."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[::7], flat[::11], flat[::13], flat[::17] = np.nan, -0.0, -np.inf, np.inf
+    if layout == "nhwc":
+        x = _channels_last_copy(x)
+    want = np.maximum(x, 0)
+    activate_in_place(x, "Relu", {})
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    np.testing.assert_array_equal(np.ascontiguousarray(x).view(bits), want.view(bits))
