@@ -14,7 +14,15 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``qdq_cnn``: that ResNet-18 quantized by onnxruntime.quantization (static, QDQ,
   per-channel weights, uint8 activations);
 * ``genai_llama_int4``: the committed onnxruntime-genai int4 Llama (MatMulNBits,
-  GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters.
+  GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters;
+* ``llama1k_int4_prompt`` / ``llama1k_int4_decode``: a Llama of a size users bring
+  (hidden 1024, 4 layers, 16 query heads over 4 KV heads, MLP 2816, vocabulary 32000),
+  exported by onnxruntime-genai's builder at int4 for the CPU (block 32, accuracy level 4):
+  a 64-token prompt with an empty cache, and one decode step after 64 cached tokens.  The
+  export (a minute) is kept in the temporary folder; the builder needs
+  onnxruntime-genai and transformers (benchmark-time tools);
+* ``gpt2_kv_decode``: a 4-layer GPT-2 (hidden 768) of the same TorchScript export as
+  ``gpt2_kv``, one new token after 128 cached ones (a generation step).
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.
 """
@@ -371,6 +379,76 @@ def genai_llama_int4() -> Built:
     return onnx.load(base + ".onnx"), dict(np.load(base + ".npz"))
 
 
+def _genai_export(name: str, config: dict[str, int]) -> str:
+    """The path of onnxruntime-genai's int4 CPU export of a random Llama of ``config``,
+    built once into the temporary folder (the builder's own command line)."""
+    import subprocess
+    import sys
+
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", name)
+    path = os.path.join(folder, "model.onnx")
+    if os.path.exists(path):
+        return path
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "hf")
+        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+        llama.save_pretrained(src)
+        _write_tokenizer(src)
+        subprocess.run(
+            [
+                sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src,
+                "-o", folder, "-p", "int4", "-e", "cpu", "-c", os.path.join(tmp, "cache"),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+    return path
+
+
+def _write_tokenizer(folder: str) -> None:
+    """A word-level tokenizer (the builder insists on finding one; a Llama's own would
+    need sentencepiece)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(folder)
+
+
+LLAMA_1K = {
+    "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816,
+    "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+}  # fmt: skip
+
+
+def _decoder_feeds(model: onnx.ModelProto, new: int, past: int) -> dict[str, np.ndarray]:
+    """Feeds of a genai decoder: ``new`` token ids after a cache of ``past`` (random)."""
+    rng = np.random.default_rng(0)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name == "input_ids":
+            feeds[vi.name] = rng.integers(0, 32000, (1, new)).astype(np.int64)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones((1, past + new), np.int64)
+        elif vi.name.startswith("past_key_values"):
+            shape = (1, dims[1].dim_value, past, dims[3].dim_value or 64)
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            raise ValueError(f"unexpected decoder input {vi.name}")
+    return feeds
+
+
+def llama1k_int4(new: int, past: int) -> Built:
+    model = onnx.load(_genai_export("llama1k_int4", LLAMA_1K))
+    return model, _decoder_feeds(model, new, past)
+
+
 FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "mobilenetv3_small": ("MobileNetV3-small, torch dynamo", mobilenetv3_small),
     "gpt2_kv": ("GPT-2 (2 layers) with KV cache, TorchScript", gpt2_kv),
@@ -381,4 +459,16 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "unet_torch": ("small UNet, TorchScript", unet_torch),
     "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
     "genai_llama_int4": ("onnxruntime-genai Llama int4 (tiny)", genai_llama_int4),
+    "llama1k_int4_prompt": (
+        "genai Llama int4 h1024x4, 64-token prompt",
+        lambda: llama1k_int4(64, 0),
+    ),
+    "llama1k_int4_decode": (
+        "genai Llama int4 h1024x4, decode after 64",
+        lambda: llama1k_int4(1, 64),
+    ),
+    "gpt2_kv_decode": (
+        "GPT-2 (4 layers) decode step after 128, TorchScript",
+        lambda: gpt2_kv(layers=4, past=128, new=1),
+    ),
 }
