@@ -15,27 +15,43 @@ hold their sources by weak reference: a hit needs the very same live arrays (an 
 by a later array never matches a dead reference), and an entry goes away with its
 sources, so a closed model's forms do not outlive it.
 
-Memory is bounded: entries are evicted least recently used first once their total size
-passes `CAP_BYTES`, and a form bigger than a quarter of the cap is never stored.
+Memory is bounded by `CAP_BYTES`, a quarter of the machine's memory (at least 512 MB): a
+float32 form of int4 weights is 8 times their size, so a 1B-parameter int4 decoder needs
+about 4 GB of forms.  A form bigger than a quarter of the cap is never stored.  When a
+new form does not fit, it is not stored (it is rebuilt on each call) and the stored ones
+stay: a decoder step asks for every weight once, in the same order each step, so evicting
+the least recently used entry to make room would evict the very form asked for next, and
+no call would ever hit; keeping what is stored, the part of the model that fits hits on
+every step.  Entries go when their sources die (a closed model) or on `clear`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-CAP_BYTES = 512 << 20
+
+def default_cap() -> int:
+    """A quarter of the machine's physical memory, and at least 512 MB."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the floor
+        physical = 0
+    return max(512 << 20, physical // 4)
+
+
+CAP_BYTES = default_cap()
 
 # Re-entrant: a weak reference's callback (which drops an entry) may run inside a locked
 # region when the garbage collector happens to run there.
 _lock = threading.RLock()
 _Key = tuple[Hashable, ...]
-_entries: OrderedDict[_Key, tuple[tuple[Any, ...], Any, int]] = OrderedDict()
+_entries: dict[_Key, tuple[tuple[Any, ...], Any, int]] = {}
 _total = 0
 
 
@@ -95,7 +111,6 @@ def derived(
                 if (ref() if ref is not None else None) is not src:
                     break
             else:
-                _entries.move_to_end(key)
                 return hit[1]
     value = build()
     size = _size(value)
@@ -108,13 +123,12 @@ def derived(
         old = _entries.pop(key, None)
         if old is not None:
             _total -= old[2]
+        if _total + size > CAP_BYTES:
+            return value  # full: the stored forms stay (see the module doc)
         on_death = _dropper(key)
         refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
         _entries[key] = (refs, value, size)
         _total += size
-        while _total > CAP_BYTES and _entries:
-            _, evicted = _entries.popitem(last=False)
-            _total -= evicted[2]
     return value
 
 

@@ -64,6 +64,28 @@ def matmul_nbits(
     return y.astype(dtype, copy=False)
 
 
+# Elements of the weight dequantized per pass: the unpacking, the zero-point subtraction
+# and the scaling of one chunk run while it is in the cache (three passes over a weight
+# of hundreds of MB, one after the other, each went to memory).
+_CHUNK_ELEMENTS = 1 << 16
+
+
+def _unpack_into(out: np.ndarray, packed: np.ndarray, bits: int) -> None:
+    """The codes of ``packed`` [..., blob] written as floats into ``out`` [..., blob,
+    8 // bits]: one shift-and-mask per code position, cast on the way out (no uint8
+    intermediate of the whole weight, no separate cast pass)."""
+    per_byte = 8 // bits
+    mask = (1 << bits) - 1
+    for j in range(per_byte):
+        dst = out[..., j]
+        if j == 0:
+            np.bitwise_and(packed, mask, out=dst, casting="unsafe")
+        elif j == per_byte - 1:
+            np.right_shift(packed, j * bits, out=dst, casting="unsafe")
+        else:
+            np.copyto(dst, (packed >> j * bits) & mask, casting="unsafe")
+
+
 def dequantize_nbits(
     b: np.ndarray,
     scales: np.ndarray,
@@ -74,11 +96,13 @@ def dequantize_nbits(
     block_size: int,
     bits: int,
 ) -> np.ndarray:
-    """The float32 weight [N, K] that MatMulNBits' packed blocks stand for."""
+    """The float32 weight [N, K] that MatMulNBits' packed blocks stand for:
+    ``(code - zero_point) * scale`` of each element's block, in float32 (the code and the
+    zero point are small integers, so the difference is exact and the product rounds
+    once, as the definition's float arithmetic does)."""
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
     packed = np.asarray(b, dtype=np.uint8).reshape(N, k_blocks, blob)
-    q = unpack_bits(packed, bits, block_size).reshape(N, k_blocks * block_size)[:, :K]
     sc = np.asarray(scales).astype(np.float32).reshape(N, k_blocks)
     if zero_points is None:
         zp = np.full((N, k_blocks), 2 ** (bits - 1), dtype=np.float32)
@@ -87,8 +111,22 @@ def dequantize_nbits(
         zp = unpack_bits(zp_bytes, bits, k_blocks).astype(np.float32)
     else:
         zp = np.asarray(zero_points).astype(np.float32).reshape(N, k_blocks)
+    block_of_k = None
     if g_idx is not None:
         block_of_k = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
-    else:
-        block_of_k = np.arange(K) // block_size
-    return (q.astype(np.float32) - zp[:, block_of_k]) * sc[:, block_of_k]
+        if np.array_equal(block_of_k, np.arange(K) // block_size):
+            block_of_k = None  # the default order, written out (what GPTQ exports)
+    codes = np.empty((N, k_blocks, block_size), dtype=np.float32)
+    rows = max(1, _CHUNK_ELEMENTS // (k_blocks * block_size))
+    for r0 in range(0, N, rows):
+        r1 = min(N, r0 + rows)
+        out = codes[r0:r1]
+        _unpack_into(out.reshape(r1 - r0, k_blocks, blob, 8 // bits), packed[r0:r1], bits)
+        if block_of_k is None:
+            out -= zp[r0:r1, :, None]
+            out *= sc[r0:r1, :, None]
+    w = codes.reshape(N, k_blocks * block_size)[:, :K]
+    if block_of_k is not None:  # act-order: each feature names its block
+        w -= zp[:, block_of_k]
+        w *= sc[:, block_of_k]
+    return w

@@ -1,0 +1,149 @@
+"""MatMulNBits' dequantization (kernels/contrib_quant.dequantize_nbits) is the op's
+definition, element by element and bit for bit, for every layout the schema allows: 2, 4
+and 8 bits; block sizes 16 to 128; K a multiple of the block or not (a padded last
+block); no zero point (the middle code), packed uint8 zero points, zero points in the
+scales' type; no g_idx, g_idx in the default order, and act-order g_idx; float32 and
+float16 scales.  And the product through it, with or without the weight cache, is the
+float64 product of those weights."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxviz.runtime.kernels import _weight_cache as wc
+from onnxviz.runtime.kernels import contrib_quant
+from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits, matmul_nbits
+
+pytestmark = pytest.mark.numeric
+
+
+def _definition(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zp: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    K: int,
+    N: int,
+    block: int,
+    bits: int,
+) -> np.ndarray:
+    """One element at a time, as the schema words it: the code of feature k of column n
+    is bits-wide, packed low bits first in the bytes of its block; its block is
+    k // block (or g_idx[k]); w = (code - zero_point) * scale in float32."""
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    kb = (K + block - 1) // block
+    blob = block * bits // 8
+    flat_b = b.reshape(N, kb, blob)
+    sc = scales.reshape(N, kb)
+    w = np.empty((N, K), np.float32)
+    for n in range(N):
+        for k in range(K):
+            byte = int(flat_b[n, k // block, (k % block) // per])
+            code = (byte >> (bits * (k % per))) & mask
+            blk = k // block if g_idx is None else int(g_idx[k])
+            if zp is None:
+                z = np.float32(1 << (bits - 1))
+            elif zp.dtype == np.uint8:
+                zrow = zp.reshape(N, -1)
+                z = np.float32((int(zrow[n, blk // per]) >> (bits * (blk % per))) & mask)
+            else:
+                z = np.float32(zp.reshape(N, kb)[n, blk])
+            w[n, k] = (np.float32(code) - z) * np.float32(sc[n, blk])
+    return w
+
+
+def _case(
+    rng: np.random.Generator,
+    bits: int,
+    block: int,
+    K: int,
+    N: int,
+    zp_kind: str,
+    g_kind: str,
+    scale_type: Any = np.float32,
+) -> tuple[np.ndarray, ...]:
+    kb = (K + block - 1) // block
+    b = rng.integers(0, 256, (N, kb, block * bits // 8)).astype(np.uint8)
+    scales = (rng.random(N * kb) * 0.2 - 0.1).astype(scale_type)
+    zp: np.ndarray | None = None
+    if zp_kind == "uint8":
+        per = 8 // bits
+        zp = rng.integers(0, 256, N * ((kb + per - 1) // per)).astype(np.uint8)
+    elif zp_kind == "float":
+        zp = rng.integers(0, 1 << bits, N * kb).astype(scale_type)
+    g_idx: np.ndarray | None = None
+    if g_kind == "default":
+        g_idx = (np.arange(K) // block).astype(np.int32)
+    elif g_kind == "act_order":
+        g_idx = rng.permutation(np.arange(K) // block).astype(np.int32)
+    return b, scales, zp, g_idx
+
+
+LAYOUTS = list(
+    itertools.product(
+        (2, 4, 8),
+        (16, 32, 128),
+        (64, 100),
+        ("none", "uint8", "float"),
+        ("none", "default", "act_order"),
+    )
+)
+
+
+@pytest.mark.parametrize(("bits", "block", "K", "zp_kind", "g_kind"), LAYOUTS)
+def test_dequantization_is_the_definition_bit_for_bit(
+    bits: int, block: int, K: int, zp_kind: str, g_kind: str
+) -> None:
+    rng = np.random.default_rng([bits, block, K, len(zp_kind), len(g_kind)])
+    N = 5
+    b, scales, zp, g_idx = _case(rng, bits, block, K, N, zp_kind, g_kind)
+    got = dequantize_nbits(b, scales, zp, g_idx, K, N, block, bits)
+    assert got.shape == (N, K) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, _definition(b, scales, zp, g_idx, K, N, block, bits))
+
+
+@pytest.mark.parametrize("zp_kind", ["none", "uint8", "float"])
+def test_float16_scales_and_zero_points(zp_kind: str) -> None:
+    rng = np.random.default_rng(3)
+    b, scales, zp, _ = _case(rng, 4, 32, 96, 4, zp_kind, "none", np.float16)
+    got = dequantize_nbits(b, scales, zp, None, 96, 4, 32, 4)
+    np.testing.assert_array_equal(got, _definition(b, scales, zp, None, 96, 4, 32, 4))
+
+
+def test_a_weight_longer_than_a_chunk_is_dequantized_in_pieces(monkeypatch) -> None:
+    # Chunks of a few rows (and one of a single partial row count at the end).
+    monkeypatch.setattr(contrib_quant, "_CHUNK_ELEMENTS", 3 * 64)
+    rng = np.random.default_rng(4)
+    for bits, zp_kind in [(4, "uint8"), (2, "none"), (8, "float")]:
+        b, scales, zp, _ = _case(rng, bits, 32, 64, 11, zp_kind, "none")
+        got = dequantize_nbits(b, scales, zp, None, 64, 11, 32, bits)
+        np.testing.assert_array_equal(got, _definition(b, scales, zp, None, 64, 11, 32, bits))
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_product_is_the_float64_product_of_the_definitions_weights(
+    bits: int, cached: bool
+) -> None:
+    rng = np.random.default_rng(bits)
+    K, N, block = 100, 24, 32
+    b, scales, zp, _ = _case(rng, bits, block, K, N, "uint8", "none")
+    w = _definition(b, scales, zp, None, K, N, block, bits).astype(np.float64)
+    bias = rng.standard_normal(N).astype(np.float32)
+    a = rng.standard_normal((2, 3, K)).astype(np.float32)
+    wc.clear()
+    if cached:  # read-only views over bytes, as a model's initializers are held
+        b, scales, zp = (
+            np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape) for x in (b, scales, zp)
+        )
+    attrs = {"K": K, "N": N, "block_size": block, "bits": bits}
+    for _ in range(2):  # the second call reads the stored weight when cached
+        y = matmul_nbits(a, b, scales, zp, None, bias, **attrs)
+        np.testing.assert_allclose(y, a.astype(np.float64) @ w.T + bias, rtol=1e-5, atol=1e-5)
+    assert (wc.stored_bytes() > 0) == cached
+    wc.clear()
