@@ -21,6 +21,9 @@ them: small real models, where what each node costs us beyond its arithmetic sho
   a 64-token prompt with an empty cache, and one decode step after 64 cached tokens.  The
   export (a minute) is kept in the temporary folder; the builder needs
   onnxruntime-genai and transformers (benchmark-time tools);
+* ``llama2k_int4_prompt`` / ``llama2k_int4_decode``: the same at hidden 2048, 8 layers,
+  32 query heads over 8 KV heads, MLP 5632 (1.7 GB of float32 weights once dequantized):
+  a 32-token prompt, and a decode step after 128 cached tokens;
 * ``gpt2_kv_decode``: a 4-layer GPT-2 (hidden 768) of the same TorchScript export as
   ``gpt2_kv``, one new token after 128 cached ones (a generation step).
 
@@ -444,8 +447,19 @@ def _decoder_feeds(model: onnx.ModelProto, new: int, past: int) -> dict[str, np.
     return feeds
 
 
+LLAMA_2K = {
+    **LLAMA_1K, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8,
+    "num_attention_heads": 32, "num_key_value_heads": 8,
+}  # fmt: skip
+
+
 def llama1k_int4(new: int, past: int) -> Built:
     model = onnx.load(_genai_export("llama1k_int4", LLAMA_1K))
+    return model, _decoder_feeds(model, new, past)
+
+
+def llama2k_int4(new: int, past: int) -> Built:
+    model = onnx.load(_genai_export("llama2k_int4", LLAMA_2K))
     return model, _decoder_feeds(model, new, past)
 
 
@@ -466,6 +480,14 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "llama1k_int4_decode": (
         "genai Llama int4 h1024x4, decode after 64",
         lambda: llama1k_int4(1, 64),
+    ),
+    "llama2k_int4_prompt": (
+        "genai Llama int4 h2048x8, 32-token prompt",
+        lambda: llama2k_int4(32, 0),
+    ),
+    "llama2k_int4_decode": (
+        "genai Llama int4 h2048x8, decode after 128",
+        lambda: llama2k_int4(1, 128),
     ),
     "gpt2_kv_decode": (
         "GPT-2 (4 layers) decode step after 128, TorchScript",
