@@ -102,9 +102,14 @@ def test_dequantization_is_the_definition_bit_for_bit(
     rng = np.random.default_rng([bits, block, K, len(zp_kind), len(g_kind)])
     N = 5
     b, scales, zp, g_idx = _case(rng, bits, block, K, N, zp_kind, g_kind)
+    want = _definition(b, scales, zp, g_idx, K, N, block, bits)
     got = dequantize_nbits(b, scales, zp, g_idx, K, N, block, bits)
     assert got.shape == (N, K) and got.dtype == np.float32
-    np.testing.assert_array_equal(got, _definition(b, scales, zp, g_idx, K, N, block, bits))
+    np.testing.assert_array_equal(got, want)
+    # The [K, N] rows the product reads
+    got_t = dequantize_nbits(b, scales, zp, g_idx, K, N, block, bits, transposed=True)
+    assert got_t.flags.c_contiguous
+    np.testing.assert_array_equal(got_t, want.T)
 
 
 @pytest.mark.parametrize("zp_kind", ["none", "uint8", "float"])
@@ -116,13 +121,19 @@ def test_float16_scales_and_zero_points(zp_kind: str) -> None:
 
 
 def test_a_weight_longer_than_a_chunk_is_dequantized_in_pieces(monkeypatch) -> None:
-    # Chunks of a few rows (and one of a single partial row count at the end).
+    # Chunks of 16 rows (the least), the last one partial.
     monkeypatch.setattr(contrib_quant, "_CHUNK_ELEMENTS", 3 * 64)
     rng = np.random.default_rng(4)
-    for bits, zp_kind in [(4, "uint8"), (2, "none"), (8, "float")]:
-        b, scales, zp, _ = _case(rng, bits, 32, 64, 11, zp_kind, "none")
-        got = dequantize_nbits(b, scales, zp, None, 64, 11, 32, bits)
-        np.testing.assert_array_equal(got, _definition(b, scales, zp, None, 64, 11, 32, bits))
+    for bits, zp_kind, g_kind in [
+        (4, "uint8", "none"),
+        (2, "none", "act_order"),
+        (8, "float", "none"),
+    ]:
+        b, scales, zp, g = _case(rng, bits, 32, 64, 37, zp_kind, g_kind)
+        want = _definition(b, scales, zp, g, 64, 37, 32, bits)
+        for transposed in (False, True):
+            got = dequantize_nbits(b, scales, zp, g, 64, 37, 32, bits, transposed=transposed)
+            np.testing.assert_array_equal(got, want.T if transposed else want)
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])

@@ -59,8 +59,8 @@ def matmul_nbits(
         "MatMulNBits_kn",
         (b, scales, zero_points, g_idx),
         (K, N, block_size, bits),
-        lambda: np.ascontiguousarray(
-            dequantize_nbits(b, scales, zero_points, g_idx, K, N, block_size, bits).T
+        lambda: dequantize_nbits(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
         ),
     )
     rows = av.reshape(-1, K)
@@ -101,13 +101,20 @@ def dequantize_nbits(
     N: int,
     block_size: int,
     bits: int,
+    *,
+    transposed: bool = False,
 ) -> np.ndarray:
-    """The float32 weight [N, K] that MatMulNBits' packed blocks stand for:
-    ``(code - zero_point) * scale`` of each element's block, in float32 (the code and the
-    zero point are small integers, so the difference is exact and the product rounds
-    once, as the definition's float arithmetic does)."""
+    """The float32 weight [N, K] that MatMulNBits' packed blocks stand for (C-contiguous
+    [K, N] when ``transposed``): ``(code - zero_point) * scale`` of each element's block,
+    in float32 (the code and the zero point are small integers, so the difference is exact
+    and the product rounds once, as the definition's float arithmetic does).
+
+    The weight is made in chunks of rows of N that stay in the cache, each written to its
+    place; the [K, N] form is written chunk by chunk too (a transposing copy of the whole
+    [N, K] weight, element by element across memory, cost 4 times the dequantization)."""
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
+    padded = k_blocks * block_size
     packed = np.asarray(b, dtype=np.uint8).reshape(N, k_blocks, blob)
     sc = np.asarray(scales).astype(np.float32).reshape(N, k_blocks)
     if zero_points is None:
@@ -122,17 +129,24 @@ def dequantize_nbits(
         block_of_k = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
         if np.array_equal(block_of_k, np.arange(K) // block_size):
             block_of_k = None  # the default order, written out (what GPTQ exports)
-    codes = np.empty((N, k_blocks, block_size), dtype=np.float32)
-    rows = max(1, _CHUNK_ELEMENTS // (k_blocks * block_size))
+    # At least 16 rows a chunk: the [K, N] form takes each chunk as K runs of that many
+    # floats, a whole 64-byte line or more each.
+    rows = max(16, _CHUNK_ELEMENTS // padded)
+    weight = np.empty((K, N) if transposed else (N, K), dtype=np.float32)
+    scratch = np.empty((min(rows, N), k_blocks, block_size), dtype=np.float32)
     for r0 in range(0, N, rows):
         r1 = min(N, r0 + rows)
-        out = codes[r0:r1]
-        _unpack_into(out.reshape(r1 - r0, k_blocks, blob, 8 // bits), packed[r0:r1], bits)
+        codes = scratch[: r1 - r0]
+        _unpack_into(codes.reshape(r1 - r0, k_blocks, blob, 8 // bits), packed[r0:r1], bits)
+        chunk = codes.reshape(r1 - r0, padded)[:, :K]
         if block_of_k is None:
-            out -= zp[r0:r1, :, None]
-            out *= sc[r0:r1, :, None]
-    w = codes.reshape(N, k_blocks * block_size)[:, :K]
-    if block_of_k is not None:  # act-order: each feature names its block
-        w -= zp[:, block_of_k]
-        w *= sc[:, block_of_k]
-    return w
+            codes -= zp[r0:r1, :, None]
+            codes *= sc[r0:r1, :, None]
+        else:  # act-order: each feature names its block
+            chunk -= zp[r0:r1, block_of_k]
+            chunk *= sc[r0:r1, block_of_k]
+        if transposed:
+            weight[:, r0:r1] = chunk.T
+        else:
+            weight[r0:r1] = chunk
+    return weight
