@@ -392,9 +392,13 @@ def _genai_export(name: str, config: dict[str, int]) -> str:
     path = os.path.join(folder, "model.onnx")
     if os.path.exists(path):
         return path
+    import importlib.util
+
     import torch
     import transformers
 
+    if importlib.util.find_spec("onnxruntime_genai") is None:  # the table says so, goes on
+        raise ImportError("onnxruntime-genai's builder", name="onnxruntime_genai")
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "hf")
