@@ -160,3 +160,33 @@ def test_the_product_is_the_float64_product_of_the_definitions_weights(
         assert np.all(np.abs(y - (a.astype(np.float64) @ w.T + bias)) <= 1e-5 * bound)
     assert (wc.stored_bytes() > 0) == cached
     wc.clear()
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_a_weight_the_cache_will_not_keep_multiplies_chunk_by_chunk(monkeypatch, m: int) -> None:
+    # Frozen (an initializer) but past the memory bound, and big: no form is stored, and
+    # the product, made a few rows of the weight at a time, is the definition's.
+    monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
+    monkeypatch.setattr(contrib_quant, "_STREAM_ELEMENTS", 7 * 64)
+    monkeypatch.setattr(contrib_quant, "_STREAM_MIN_BYTES", 1024)
+    rng = np.random.default_rng(m)
+    K, N, block = 64, 37, 16
+    b, scales, zp, g = _case(rng, 4, block, K, N, "uint8", "act_order")
+    b, scales, zp, g = (
+        np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape) for x in (b, scales, zp, g)
+    )
+    w = _definition(b, scales, zp, g, K, N, block, 4).astype(np.float64)
+    a = rng.standard_normal((m, K)).astype(np.float32)
+    wc.clear()
+    attrs = {"K": K, "N": N, "block_size": block, "bits": 4}
+    y = matmul_nbits(a, b, scales, zp, g, None, **attrs)
+    bound = np.abs(a.astype(np.float64)) @ np.abs(w.T)
+    assert np.all(np.abs(y - a.astype(np.float64) @ w.T) <= 1e-5 * bound)
+    assert wc.stored_bytes() == 0
+    # With room, the same call stores the [K, N] form and gives the same numbers.
+    monkeypatch.setattr(wc, "CAP_BYTES", 1 << 20)
+    np.testing.assert_allclose(
+        matmul_nbits(a, b, scales, zp, g, None, **attrs), y, rtol=1e-6, atol=1e-6
+    )
+    assert wc.stored_bytes() == K * N * 4
+    wc.clear()

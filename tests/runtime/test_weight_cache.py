@@ -193,3 +193,30 @@ def test_an_entry_goes_away_with_its_source() -> None:
     # A new array that happens to get the dead one's id is never served the old form.
     y = _frozen_copy(np.ones(1000, dtype=np.float32))
     np.testing.assert_array_equal(wc.derived("test", (y,), (), lambda: y * 2), 2)
+
+
+def test_kept_builds_only_what_it_keeps(monkeypatch) -> None:
+    monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
+    built: list[str] = []
+    x = _frozen_copy(np.arange(100, dtype=np.float32))
+
+    def make(tag: str) -> np.ndarray:
+        built.append(tag)
+        return x * 2
+
+    # A caller's array (writeable) is never a key: nothing is built, the caller does without.
+    assert wc.kept("t", (np.ones(3, np.float32),), (), 400, lambda: make("writeable")) is None
+    # Too big for the cap (more than a quarter): nothing built.
+    assert wc.kept("t", (x,), ("big",), 2000, lambda: make("big")) is None
+    # Room: built once, then the stored form.
+    first = wc.kept("t", (x,), (), 400, lambda: make("fits"))
+    again = wc.kept("t", (x,), (), 400, lambda: make("again"))
+    assert first is again and built == ["fits"]
+    np.testing.assert_array_equal(first, x * 2)
+    # Full: nothing built for the next form, the stored one stays.
+    fillers = [_frozen_copy(np.full(100, i, np.float32)) for i in range(9)]
+    for f in fillers:
+        wc.derived("t", (f,), (), lambda f=f: f * 2)
+    assert wc.kept("t", (x,), ("other",), 400, lambda: make("full")) is None
+    assert wc.kept("t", (x,), (), 400, lambda: make("again")) is first
+    assert built == ["fits"]

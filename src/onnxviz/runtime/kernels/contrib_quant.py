@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels._weight_cache import derived
+from onnxviz.runtime.kernels._weight_cache import kept
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.registry import kernel
 
@@ -55,16 +57,35 @@ def matmul_nbits(
     # on every call cost more than the product itself in a decoder step.  It is kept as
     # [K, N] rows: OpenBLAS multiplies a few rows by that layout up to twice as fast as
     # by the transposed view of [N, K] (its AVX-512 kernels; on par on AVX2).
-    w_kn = derived(
+    # A big weight the cache will not keep (a caller's array, or past its memory bound)
+    # is not made whole on each call: each chunk of it, made in the cache, multiplies the
+    # activations at once (3 to 10 times faster than writing, then reading, the whole
+    # weight; the sums may differ from the whole product's in the last bits).
+    w_kn = kept(
         "MatMulNBits_kn",
         (b, scales, zero_points, g_idx),
         (K, N, block_size, bits),
+        K * N * 4,
         lambda: dequantize_nbits(
             b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
         ),
     )
     rows = av.reshape(-1, K)
-    y = few_rows_matmul(rows, w_kn).reshape(*av.shape[:-1], N)
+    if w_kn is None and K * N * 4 < _STREAM_MIN_BYTES:
+        # A small weight is made whole, as the cache makes it: the same product, to the
+        # last bit, as when it is kept.
+        w_kn = dequantize_nbits(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
+        )
+    if w_kn is not None:
+        flat = few_rows_matmul(rows, w_kn)
+    else:
+        flat = np.empty((rows.shape[0], N), dtype=np.float32)
+        for r0, r1, chunk in dequantized_rows(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, _STREAM_ELEMENTS
+        ):
+            flat[:, r0:r1] = rows @ chunk.T
+    y = flat.reshape(*av.shape[:-1], N)
     if bias is not None:
         y += np.asarray(bias).astype(np.float32, copy=False)
     return y.astype(dtype, copy=False)
@@ -74,6 +95,10 @@ def matmul_nbits(
 # and the scaling of one chunk run while it is in the cache (three passes over a weight
 # of hundreds of MB, one after the other, each went to memory).
 _CHUNK_ELEMENTS = 1 << 16
+# Elements per chunk of a weight multiplied as it is made (not kept): larger products.
+_STREAM_ELEMENTS = 1 << 18
+# Weights below this size are made whole when the cache does not keep them.
+_STREAM_MIN_BYTES = 8 << 20
 
 
 def _unpack_into(out: np.ndarray, packed: np.ndarray, bits: int) -> None:
@@ -109,9 +134,36 @@ def dequantize_nbits(
     in float32 (the code and the zero point are small integers, so the difference is exact
     and the product rounds once, as the definition's float arithmetic does).
 
-    The weight is made in chunks of rows of N that stay in the cache, each written to its
-    place; the [K, N] form is written chunk by chunk too (a transposing copy of the whole
-    [N, K] weight, element by element across memory, cost 4 times the dequantization)."""
+    The [K, N] form is written chunk by chunk too (a transposing copy of the whole [N, K]
+    weight, element by element across memory, cost 4 times the dequantization)."""
+    weight = np.empty((K, N) if transposed else (N, K), dtype=np.float32)
+    # At least 16 rows a chunk: the [K, N] form takes each chunk as K runs of that many
+    # floats, a whole 64-byte line or more each.
+    for r0, r1, chunk in dequantized_rows(
+        b, scales, zero_points, g_idx, K, N, block_size, bits, _CHUNK_ELEMENTS, 16
+    ):
+        if transposed:
+            weight[:, r0:r1] = chunk.T
+        else:
+            weight[r0:r1] = chunk
+    return weight
+
+
+def dequantized_rows(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+    elements: int,
+    least_rows: int = 1,
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(r0, r1, rows r0..r1 of the float32 weight [N, K]) in chunks of about ``elements``
+    (at least ``least_rows`` rows), each made while it is in the cache.  The chunk is a
+    buffer reused for the next one: use it before asking for the next."""
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
     padded = k_blocks * block_size
@@ -129,10 +181,7 @@ def dequantize_nbits(
         block_of_k = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
         if np.array_equal(block_of_k, np.arange(K) // block_size):
             block_of_k = None  # the default order, written out (what GPTQ exports)
-    # At least 16 rows a chunk: the [K, N] form takes each chunk as K runs of that many
-    # floats, a whole 64-byte line or more each.
-    rows = max(16, _CHUNK_ELEMENTS // padded)
-    weight = np.empty((K, N) if transposed else (N, K), dtype=np.float32)
+    rows = max(least_rows, elements // padded, 1)
     scratch = np.empty((min(rows, N), k_blocks, block_size), dtype=np.float32)
     for r0 in range(0, N, rows):
         r1 = min(N, r0 + rows)
@@ -145,8 +194,4 @@ def dequantize_nbits(
         else:  # act-order: each feature names its block
             chunk -= zp[r0:r1, block_of_k]
             chunk *= sc[r0:r1, block_of_k]
-        if transposed:
-            weight[:, r0:r1] = chunk.T
-        else:
-            weight[r0:r1] = chunk
-    return weight
+        yield r0, r1, chunk
