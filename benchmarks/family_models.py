@@ -25,7 +25,9 @@ them: small real models, where what each node costs us beyond its arithmetic sho
   32 query heads over 8 KV heads, MLP 5632 (1.7 GB of float32 weights once dequantized):
   a 32-token prompt, and a decode step after 128 cached tokens;
 * ``gpt2_kv_decode``: a 4-layer GPT-2 (hidden 768) of the same TorchScript export as
-  ``gpt2_kv``, one new token after 128 cached ones (a generation step).
+  ``gpt2_kv``, one new token after 128 cached ones (a generation step);
+* ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
+  128 cached ones.
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.
 """
@@ -135,7 +137,12 @@ def mobilenetv3_small() -> Built:
 
 
 def gpt2_kv(
-    layers: int = 2, hidden: int = 768, heads: int = 12, past: int = 32, new: int = 8
+    layers: int = 2,
+    hidden: int = 768,
+    heads: int = 12,
+    past: int = 32,
+    new: int = 8,
+    dynamo: bool = False,
 ) -> Built:
     import torch
     from torch import nn
@@ -189,7 +196,7 @@ def gpt2_kv(
     cache = tuple(torch.randn(1, heads, past, head) for _ in range(2 * layers))
     names = ["input_ids"] + [f"past_{i // 2}_{'kv'[i % 2]}" for i in range(2 * layers)]
     args = (ids, *cache)
-    return _export(Decoder(), args, names, dynamo=False, opset=14), _feeds(names, args)
+    return _export(Decoder(), args, names, dynamo=dynamo, opset=14), _feeds(names, args)
 
 
 def lstm_gru(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) -> Built:
@@ -496,5 +503,9 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "gpt2_kv_decode": (
         "GPT-2 (4 layers) decode step after 128, TorchScript",
         lambda: gpt2_kv(layers=4, past=128, new=1),
+    ),
+    "gpt2_kv_dynamo": (
+        "GPT-2 (4 layers) 16 new after 128, torch dynamo",
+        lambda: gpt2_kv(layers=4, past=128, new=16, dynamo=True),
     ),
 }
