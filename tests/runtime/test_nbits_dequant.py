@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from onnxviz.runtime.kernels import _weight_cache as wc
 from onnxviz.runtime.kernels import contrib_quant
@@ -190,3 +192,45 @@ def test_a_weight_the_cache_will_not_keep_multiplies_chunk_by_chunk(monkeypatch,
     )
     assert wc.stored_bytes() == K * N * 4
     wc.clear()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from([16, 32, 64]),
+    st.integers(1, 150),
+    st.integers(1, 40),
+    st.integers(1, 10),
+    st.sampled_from(["none", "uint8", "float"]),
+    st.sampled_from(["none", "default", "act_order"]),
+    st.sampled_from(["kept", "whole", "streamed"]),
+    st.integers(0, 2**16),
+)
+def test_every_path_of_the_product_is_the_definitions(
+    bits, block, K, N, m, zp_kind, g_kind, path, seed
+) -> None:
+    """Random layouts and row counts through each way the product is made: the kept
+    [K, N] form (few-row BLAS blocks included), the whole weight made on the call, and
+    chunk by chunk; each within float32 rounding of the definition's weights in float64."""
+    rng = np.random.default_rng(seed)
+    b, scales, zp, g = _case(rng, bits, block, K, N, zp_kind, g_kind)
+    w = _definition(b, scales, zp, g, K, N, block, bits).astype(np.float64)
+    if path == "kept":  # read-only views over bytes, as a model's initializers are held
+        b, scales = (np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape) for x in (b, scales))
+        zp, g = (
+            None if x is None else np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape)
+            for x in (zp, g)
+        )
+    a = rng.standard_normal((m, K)).astype(np.float32)
+    wc.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        if path == "streamed":
+            mp.setattr(contrib_quant, "_STREAM_MIN_BYTES", 0)
+            mp.setattr(contrib_quant, "_STREAM_ELEMENTS", int(rng.integers(1, 4)) * K)
+        try:
+            y = matmul_nbits(a, b, scales, zp, g, None, K=K, N=N, block_size=block, bits=bits)
+            assert (wc.stored_bytes() > 0) == (path == "kept")
+        finally:
+            wc.clear()
+    bound = np.abs(a.astype(np.float64)) @ np.abs(w.T)
+    assert np.all(np.abs(y - a.astype(np.float64) @ w.T) <= 1e-5 * bound + 1e-30)
