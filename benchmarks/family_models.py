@@ -440,18 +440,20 @@ LLAMA_1K = {
 }  # fmt: skip
 
 
-def _decoder_feeds(model: onnx.ModelProto, new: int, past: int) -> dict[str, np.ndarray]:
+def _decoder_feeds(
+    model: onnx.ModelProto, config: dict[str, int], new: int, past: int
+) -> dict[str, np.ndarray]:
     """Feeds of a genai decoder: ``new`` token ids after a cache of ``past`` (random)."""
+    head = config["hidden_size"] // config["num_attention_heads"]  # the builder leaves it symbolic
     rng = np.random.default_rng(0)
     feeds: dict[str, np.ndarray] = {}
     for vi in model.graph.input:
-        dims = vi.type.tensor_type.shape.dim
         if vi.name == "input_ids":
-            feeds[vi.name] = rng.integers(0, 32000, (1, new)).astype(np.int64)
+            feeds[vi.name] = rng.integers(0, config["vocab_size"], (1, new)).astype(np.int64)
         elif vi.name == "attention_mask":
             feeds[vi.name] = np.ones((1, past + new), np.int64)
         elif vi.name.startswith("past_key_values"):
-            shape = (1, dims[1].dim_value, past, dims[3].dim_value or 64)
+            shape = (1, config["num_key_value_heads"], past, head)
             feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
         else:
             raise ValueError(f"unexpected decoder input {vi.name}")
@@ -466,12 +468,12 @@ LLAMA_2K = {
 
 def llama1k_int4(new: int, past: int) -> Built:
     model = onnx.load(_genai_export("llama1k_int4", LLAMA_1K))
-    return model, _decoder_feeds(model, new, past)
+    return model, _decoder_feeds(model, LLAMA_1K, new, past)
 
 
 def llama2k_int4(new: int, past: int) -> Built:
     model = onnx.load(_genai_export("llama2k_int4", LLAMA_2K))
-    return model, _decoder_feeds(model, new, past)
+    return model, _decoder_feeds(model, LLAMA_2K, new, past)
 
 
 FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
