@@ -14,7 +14,20 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``qdq_cnn``: that ResNet-18 quantized by onnxruntime.quantization (static, QDQ,
   per-channel weights, uint8 activations);
 * ``genai_llama_int4``: the committed onnxruntime-genai int4 Llama (MatMulNBits,
-  GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters.
+  GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters;
+* ``llama1k_int4_prompt`` / ``llama1k_int4_decode``: a Llama of a size users bring
+  (hidden 1024, 4 layers, 16 query heads over 4 KV heads, MLP 2816, vocabulary 32000),
+  exported by onnxruntime-genai's builder at int4 for the CPU (block 32, accuracy level 4):
+  a 64-token prompt with an empty cache, and one decode step after 64 cached tokens.  The
+  export (a minute) is kept in the temporary folder; the builder needs
+  onnxruntime-genai and transformers (benchmark-time tools);
+* ``llama2k_int4_prompt`` / ``llama2k_int4_decode``: the same at hidden 2048, 8 layers,
+  32 query heads over 8 KV heads, MLP 5632 (1.7 GB of float32 weights once dequantized):
+  a 32-token prompt, and a decode step after 128 cached tokens;
+* ``gpt2_kv_decode``: a 4-layer GPT-2 (hidden 768) of the same TorchScript export as
+  ``gpt2_kv``, one new token after 128 cached ones (a generation step);
+* ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
+  128 cached ones.
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.
 """
@@ -124,7 +137,12 @@ def mobilenetv3_small() -> Built:
 
 
 def gpt2_kv(
-    layers: int = 2, hidden: int = 768, heads: int = 12, past: int = 32, new: int = 8
+    layers: int = 2,
+    hidden: int = 768,
+    heads: int = 12,
+    past: int = 32,
+    new: int = 8,
+    dynamo: bool = False,
 ) -> Built:
     import torch
     from torch import nn
@@ -178,7 +196,7 @@ def gpt2_kv(
     cache = tuple(torch.randn(1, heads, past, head) for _ in range(2 * layers))
     names = ["input_ids"] + [f"past_{i // 2}_{'kv'[i % 2]}" for i in range(2 * layers)]
     args = (ids, *cache)
-    return _export(Decoder(), args, names, dynamo=False, opset=14), _feeds(names, args)
+    return _export(Decoder(), args, names, dynamo=dynamo, opset=14), _feeds(names, args)
 
 
 def lstm_gru(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) -> Built:
@@ -371,6 +389,93 @@ def genai_llama_int4() -> Built:
     return onnx.load(base + ".onnx"), dict(np.load(base + ".npz"))
 
 
+def _genai_export(name: str, config: dict[str, int]) -> str:
+    """The path of onnxruntime-genai's int4 CPU export of a random Llama of ``config``,
+    built once into the temporary folder (the builder's own command line)."""
+    import subprocess
+    import sys
+
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", name)
+    path = os.path.join(folder, "model.onnx")
+    if os.path.exists(path):
+        return path
+    import importlib.util
+
+    import torch
+    import transformers
+
+    if importlib.util.find_spec("onnxruntime_genai") is None:  # the table says so, goes on
+        raise ImportError("onnxruntime-genai's builder", name="onnxruntime_genai")
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "hf")
+        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+        llama.save_pretrained(src)
+        _write_tokenizer(src)
+        subprocess.run(
+            [
+                sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src,
+                "-o", folder, "-p", "int4", "-e", "cpu", "-c", os.path.join(tmp, "cache"),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+    return path
+
+
+def _write_tokenizer(folder: str) -> None:
+    """A word-level tokenizer (the builder insists on finding one; a Llama's own would
+    need sentencepiece)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(folder)
+
+
+LLAMA_1K = {
+    "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816,
+    "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+}  # fmt: skip
+
+
+def _decoder_feeds(
+    model: onnx.ModelProto, config: dict[str, int], new: int, past: int
+) -> dict[str, np.ndarray]:
+    """Feeds of a genai decoder: ``new`` token ids after a cache of ``past`` (random)."""
+    head = config["hidden_size"] // config["num_attention_heads"]  # the builder leaves it symbolic
+    rng = np.random.default_rng(0)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name == "input_ids":
+            feeds[vi.name] = rng.integers(0, config["vocab_size"], (1, new)).astype(np.int64)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones((1, past + new), np.int64)
+        elif vi.name.startswith("past_key_values"):
+            shape = (1, config["num_key_value_heads"], past, head)
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            raise ValueError(f"unexpected decoder input {vi.name}")
+    return feeds
+
+
+LLAMA_2K = {
+    **LLAMA_1K, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 8,
+    "num_attention_heads": 32, "num_key_value_heads": 8,
+}  # fmt: skip
+
+
+def llama1k_int4(new: int, past: int) -> Built:
+    model = onnx.load(_genai_export("llama1k_int4", LLAMA_1K))
+    return model, _decoder_feeds(model, LLAMA_1K, new, past)
+
+
+def llama2k_int4(new: int, past: int) -> Built:
+    model = onnx.load(_genai_export("llama2k_int4", LLAMA_2K))
+    return model, _decoder_feeds(model, LLAMA_2K, new, past)
+
+
 FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "mobilenetv3_small": ("MobileNetV3-small, torch dynamo", mobilenetv3_small),
     "gpt2_kv": ("GPT-2 (2 layers) with KV cache, TorchScript", gpt2_kv),
@@ -381,4 +486,28 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "unet_torch": ("small UNet, TorchScript", unet_torch),
     "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
     "genai_llama_int4": ("onnxruntime-genai Llama int4 (tiny)", genai_llama_int4),
+    "llama1k_int4_prompt": (
+        "genai Llama int4 h1024x4, 64-token prompt",
+        lambda: llama1k_int4(64, 0),
+    ),
+    "llama1k_int4_decode": (
+        "genai Llama int4 h1024x4, decode after 64",
+        lambda: llama1k_int4(1, 64),
+    ),
+    "llama2k_int4_prompt": (
+        "genai Llama int4 h2048x8, 32-token prompt",
+        lambda: llama2k_int4(32, 0),
+    ),
+    "llama2k_int4_decode": (
+        "genai Llama int4 h2048x8, decode after 128",
+        lambda: llama2k_int4(1, 128),
+    ),
+    "gpt2_kv_decode": (
+        "GPT-2 (4 layers) decode step after 128, TorchScript",
+        lambda: gpt2_kv(layers=4, past=128, new=1),
+    ),
+    "gpt2_kv_dynamo": (
+        "GPT-2 (4 layers) 16 new after 128, torch dynamo",
+        lambda: gpt2_kv(layers=4, past=128, new=16, dynamo=True),
+    ),
 }

@@ -109,20 +109,45 @@ def test_same_arrays_other_attributes_are_other_entries() -> None:
     )
 
 
-def test_memory_is_bounded_least_recently_used_first(monkeypatch) -> None:
+def test_memory_is_bounded_and_a_full_cache_keeps_what_it_holds(monkeypatch) -> None:
     monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
     arrays = [_frozen_copy(np.full(100, i, np.float32)) for i in range(20)]
     for x in arrays:
         wc.derived("test", (x,), (), lambda x=x: x * 2)
         assert wc.stored_bytes() <= 4 * 1024
-    calls = []
-    # The newest entry is still stored, the oldest was evicted.
-    wc.derived("test", (arrays[-1],), (), lambda: calls.append("new") or arrays[-1] * 2)
-    wc.derived("test", (arrays[0],), (), lambda: calls.append("old") or arrays[0] * 2)
-    assert calls == ["old"]
+    # A decoder's steps ask for the same forms in the same order: the first ones stay
+    # stored and hit on every later pass; those past the cap are rebuilt each time.
+    for _ in range(2):
+        calls: list[int] = []
+        for i, x in enumerate(arrays):
+            y = wc.derived("test", (x,), (), lambda i=i, x=x, calls=calls: calls.append(i) or x * 2)
+            np.testing.assert_array_equal(y, np.full(100, 2 * i, np.float32))
+        fitting = (4 * 1024) // 400
+        assert calls == list(range(fitting, 20))
     big = _frozen_copy(np.zeros(2000, np.float32))  # more than a quarter of the cap
     wc.derived("test", (big,), (), lambda: big + 1)
     assert wc.stored_bytes() <= 4 * 1024
+    # When a model goes, its forms go, and the room is there for the next one's.
+    del arrays[:3]
+    late = _frozen_copy(np.ones(100, np.float32))
+    calls = []
+    for _ in range(2):
+        wc.derived("test", (late,), (), lambda: calls.append(1) or late * 2)
+    assert calls == [1]
+
+
+def test_thedefault_cap_is_a_quarter_of_the_machines_memory(monkeypatch) -> None:
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (24 << 30) // 4096}
+    monkeypatch.setattr(wc.os, "sysconf", lambda name: pages[name])
+    assert wc.default_cap() == 6 << 30  # a 1B-parameter int4 decoder's forms fit
+    pages["SC_PHYS_PAGES"] = (1 << 30) // 4096
+    assert wc.default_cap() == 512 << 20  # the floor
+
+    def no_sysconf(name: str) -> int:
+        raise ValueError(name)
+
+    monkeypatch.setattr(wc.os, "sysconf", no_sysconf)
+    assert wc.default_cap() == 512 << 20
 
 
 def test_session_runs_an_int4_decoder_layer_the_same_twice() -> None:
@@ -168,3 +193,30 @@ def test_an_entry_goes_away_with_its_source() -> None:
     # A new array that happens to get the dead one's id is never served the old form.
     y = _frozen_copy(np.ones(1000, dtype=np.float32))
     np.testing.assert_array_equal(wc.derived("test", (y,), (), lambda: y * 2), 2)
+
+
+def test_kept_builds_only_what_it_keeps(monkeypatch) -> None:
+    monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
+    built: list[str] = []
+    x = _frozen_copy(np.arange(100, dtype=np.float32))
+
+    def make(tag: str) -> np.ndarray:
+        built.append(tag)
+        return x * 2
+
+    # A caller's array (writeable) is never a key: nothing is built, the caller does without.
+    assert wc.kept("t", (np.ones(3, np.float32),), (), 400, lambda: make("writeable")) is None
+    # Too big for the cap (more than a quarter): nothing built.
+    assert wc.kept("t", (x,), ("big",), 2000, lambda: make("big")) is None
+    # Room: built once, then the stored form.
+    first = wc.kept("t", (x,), (), 400, lambda: make("fits"))
+    again = wc.kept("t", (x,), (), 400, lambda: make("again"))
+    assert first is again and built == ["fits"]
+    np.testing.assert_array_equal(first, x * 2)
+    # Full: nothing built for the next form, the stored one stays.
+    fillers = [_frozen_copy(np.full(100, i, np.float32)) for i in range(9)]
+    for f in fillers:
+        wc.derived("t", (f,), (), lambda f=f: f * 2)
+    assert wc.kept("t", (x,), ("other",), 400, lambda: make("full")) is None
+    assert wc.kept("t", (x,), (), 400, lambda: make("again")) is first
+    assert built == ["fits"]

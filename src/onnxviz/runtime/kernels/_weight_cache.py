@@ -15,27 +15,43 @@ hold their sources by weak reference: a hit needs the very same live arrays (an 
 by a later array never matches a dead reference), and an entry goes away with its
 sources, so a closed model's forms do not outlive it.
 
-Memory is bounded: entries are evicted least recently used first once their total size
-passes `CAP_BYTES`, and a form bigger than a quarter of the cap is never stored.
+Memory is bounded by `CAP_BYTES`, a quarter of the machine's memory (at least 512 MB): a
+float32 form of int4 weights is 8 times their size, so a 1B-parameter int4 decoder needs
+about 4 GB of forms.  A form bigger than a quarter of the cap is never stored.  When a
+new form does not fit, it is not stored (it is rebuilt on each call) and the stored ones
+stay: a decoder step asks for every weight once, in the same order each step, so evicting
+the least recently used entry to make room would evict the very form asked for next, and
+no call would ever hit; keeping what is stored, the part of the model that fits hits on
+every step.  Entries go when their sources die (a closed model) or on `clear`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
-CAP_BYTES = 512 << 20
+
+def default_cap() -> int:
+    """A quarter of the machine's physical memory, and at least 512 MB."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the floor
+        physical = 0
+    return max(512 << 20, physical // 4)
+
+
+CAP_BYTES = default_cap()
 
 # Re-entrant: a weak reference's callback (which drops an entry) may run inside a locked
 # region when the garbage collector happens to run there.
 _lock = threading.RLock()
 _Key = tuple[Hashable, ...]
-_entries: OrderedDict[_Key, tuple[tuple[Any, ...], Any, int]] = OrderedDict()
+_entries: dict[_Key, tuple[tuple[Any, ...], Any, int]] = {}
 _total = 0
 
 
@@ -64,6 +80,56 @@ def _size(value: Any) -> int:
     return 0
 
 
+_MISS = object()
+
+
+def _lookup(kind: str, sources: Sequence[np.ndarray | None], params: tuple[Hashable, ...]) -> Any:
+    """(key, the stored form or _MISS), or None when the form cannot be keyed (a source
+    that may change, or no source at all)."""
+    # Plain loops, not generators: a hit is on every call of a decoder's small kernels,
+    # where this lookup's own cost was as much as the product it serves.
+    ids: list[int | None] = []
+    for src in sources:
+        if src is None:
+            ids.append(None)
+        elif frozen(src):
+            ids.append(id(src))
+        else:
+            return None
+    if len(ids) == ids.count(None):
+        return None
+    key = (kind, *ids, *params)
+    with _lock:
+        hit = _entries.get(key)
+        if hit is not None:
+            for ref, src in zip(hit[0], sources):
+                if (ref() if ref is not None else None) is not src:
+                    break
+            else:
+                return key, hit[1]
+    return key, _MISS
+
+
+def _store(key: _Key, sources: Sequence[np.ndarray | None], value: Any) -> None:
+    global _total
+    size = _size(value)
+    if size > CAP_BYTES // 4:
+        return
+    for array in value if isinstance(value, tuple) else (value,):
+        if isinstance(array, np.ndarray):
+            array.flags.writeable = False  # shared by every later call
+    with _lock:
+        old = _entries.pop(key, None)
+        if old is not None:
+            _total -= old[2]
+        if _total + size > CAP_BYTES:
+            return  # full: the stored forms stay (see the module doc)
+        on_death = _dropper(key)
+        refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
+        _entries[key] = (refs, value, size)
+        _total += size
+
+
 def derived(
     kind: str,
     sources: Sequence[np.ndarray | None],
@@ -74,47 +140,39 @@ def derived(
     when every non-None source is frozen, else rebuilt on each call.  ``params`` must
     name everything besides the sources that the form depends on (attributes, dtypes).
     The stored value is shared: callers must not write into it."""
-    # Plain loops, not generators: a hit is on every call of a decoder's small kernels,
-    # where this lookup's own cost was as much as the product it serves.
-    ids: list[int | None] = []
-    for src in sources:
-        if src is None:
-            ids.append(None)
-        elif frozen(src):
-            ids.append(id(src))
-        else:
-            return build()
-    if len(ids) == ids.count(None):
+    found = _lookup(kind, sources, params)
+    if found is None:
         return build()
-    key = (kind, *ids, *params)
-    global _total
-    with _lock:
-        hit = _entries.get(key)
-        if hit is not None:
-            for ref, src in zip(hit[0], sources):
-                if (ref() if ref is not None else None) is not src:
-                    break
-            else:
-                _entries.move_to_end(key)
-                return hit[1]
-    value = build()
-    size = _size(value)
-    if size > CAP_BYTES // 4:
+    key, value = found
+    if value is _MISS:
+        value = build()
+        _store(key, sources, value)
+    return value
+
+
+def kept(
+    kind: str,
+    sources: Sequence[np.ndarray | None],
+    params: tuple[Hashable, ...],
+    nbytes: int,
+    build: Callable[[], Any],
+) -> Any | None:
+    """`derived` for a form of ``nbytes`` known beforehand, that its caller can do
+    without: the stored form (built and stored first if there is room), or None, with
+    nothing built, when it would not be kept (a source that may change, a form too big,
+    a full cache)."""
+    found = _lookup(kind, sources, params)
+    if found is None:
+        return None
+    key, value = found
+    if value is not _MISS:
         return value
-    for array in value if isinstance(value, tuple) else (value,):
-        if isinstance(array, np.ndarray):
-            array.flags.writeable = False  # shared by every later call
     with _lock:
-        old = _entries.pop(key, None)
-        if old is not None:
-            _total -= old[2]
-        on_death = _dropper(key)
-        refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
-        _entries[key] = (refs, value, size)
-        _total += size
-        while _total > CAP_BYTES and _entries:
-            _, evicted = _entries.popitem(last=False)
-            _total -= evicted[2]
+        room = nbytes <= CAP_BYTES // 4 and _total + nbytes <= CAP_BYTES
+    if not room:
+        return None
+    value = build()
+    _store(key, sources, value)
     return value
 
 
