@@ -55,3 +55,58 @@ def test_shapes_inferred_after_first_paint_fill_in_labels(window, qtbot) -> None
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner[0].data_edge.label.startswith("float32[") and inner[0].data_edge.inferred
     assert os.getpid()  # inference ran in a child process, the window process is intact
+
+
+@pytest.mark.slow
+def test_a_big_scene_sits_under_a_few_layers_and_stacks_and_clicks_as_before(
+    window, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A sliced fill puts its items under `_Layer` parents (Qt walked every top-level
+    item once per event-loop turn: 5-20 ms at 250k items): few top-level items, each
+    layer of one stacking level, boxes over edges over frames, and a click on a box
+    still finds the box."""
+    from benchmarks.models import transformer_like
+    from PySide6.QtCore import Qt
+
+    from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+    from onnxviz.ui.canvas.scene import LAYER_ITEMS, SYNC_ITEMS
+    from onnxviz.ui.controllers.properties_controller import node_at
+
+    path = str(tmp_path / "t.onnx")
+    onnx.save(transformer_like(1500), path)
+    window.files.open_path(path, background=False)
+    window.navigation.expand_all()
+    window.wait_idle()
+    scene = window.graph_scene
+    made = [*scene.nodes.values(), *scene.edge_items, *scene.frame_titles.values()]
+    assert len(made) > max(SYNC_ITEMS, 2 * LAYER_ITEMS)
+    top = [i for i in scene.items() if i.parentItem() is None]
+    assert len(top) < len(made) / 100
+    for item in made:
+        layer = item.parentItem()
+        assert layer is not None and layer.zValue() == item.zValue()
+    # boxes are stacked over the edges that reach them, and those over their frames
+    box = next(
+        n
+        for n in scene.nodes.values()
+        if not n.is_frame and n.data_item.parent and scene.edges_at(n.data_item.id)
+    )
+    stacked = [
+        i
+        for i in scene.items(
+            box.sceneBoundingRect(), Qt.ItemSelectionMode.IntersectsItemBoundingRect
+        )
+        if isinstance(i, (NodeItem, EdgeItem))
+    ]
+    kinds = [
+        "frame" if isinstance(i, NodeItem) and i.is_frame else type(i).__name__ for i in stacked
+    ]
+    assert stacked[0] is box and "EdgeItem" in kinds and "frame" in kinds
+    assert kinds.index("EdgeItem") < kinds.index("frame")
+    assert max(k for k, kind in enumerate(kinds) if kind == "EdgeItem") < min(
+        k for k, kind in enumerate(kinds) if kind == "frame"
+    )
+    # and a click on a box finds the box
+    window.view.centerOn(box)
+    clicked = node_at(window.view, window.view.mapFromScene(box.sceneBoundingRect().center()))
+    assert clicked is box
