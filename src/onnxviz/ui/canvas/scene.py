@@ -9,12 +9,11 @@ thousands of items are made; ``filling`` is True meanwhile and ``filled`` fires 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from PySide6.QtCore import QObject, QPointF, QRectF, QTimer, Signal
-from PySide6.QtGui import QBrush, QPainter
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QStyleOptionGraphicsItem, QWidget
+from PySide6.QtGui import QBrush
+from PySide6.QtWidgets import QGraphicsScene
 
 from onnxviz.present.scene import Scene
 from onnxviz.ui.canvas.items import EdgeItem, FrameTitle, NodeItem
@@ -26,30 +25,6 @@ SYNC_ITEMS = 500  # scenes with up to this many items are filled at once (~15 ms
 SLICE_ITEMS = 40  # items made between two looks at the clock when filling in slices
 SLICE_SECONDS = 0.02  # time given to filling per event-loop turn
 RELEASE_ITEMS = 300  # wrappers of a replaced scene's items freed per event-loop turn
-LAYER_ITEMS = 1000  # items per `_Layer` of a sliced fill
-
-
-class _Layer(QGraphicsItem):
-    """An empty parent for up to `LAYER_ITEMS` items of one stacking level.
-
-    After any change, Qt walks the scene's top-level items once per turn of the event
-    loop to find the dirty ones: with an expand-all at 100k nodes (250k items, all top
-    level) that walk was 5-20 ms per turn, and up to 0.8 s when many were dirty.  Under
-    layers it visits a few hundred parents and enters only those with dirty children.
-    A layer has the stacking level (z) of its items, so the stacking is unchanged."""
-
-    def __init__(self, z: float) -> None:
-        super().__init__()
-        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents, True)
-        self.setZValue(z)
-
-    def boundingRect(self) -> QRectF:
-        return QRectF()
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        pass
 
 
 class GraphScene(QGraphicsScene):
@@ -79,7 +54,6 @@ class GraphScene(QGraphicsScene):
         self._fill_timer.timeout.connect(self._fill_step)
         # The Python wrappers of a replaced scene's items, let go of a slice per turn.
         self._graveyard: list[object] = []
-        self._layers: list[_Layer] = []  # the parents of a sliced fill's items
         self._graveyard_timer = QTimer(self)
         self._graveyard_timer.setInterval(0)
         self._graveyard_timer.timeout.connect(self._release_some)
@@ -100,8 +74,6 @@ class GraphScene(QGraphicsScene):
         self._graveyard.extend(self.nodes.values())
         self._graveyard.extend(self.edge_items)
         self._graveyard.extend(self.frame_titles.values())
-        self._graveyard.extend(self._layers)
-        self._layers = []
         if self._graveyard:
             self._graveyard_timer.start()
         self.display = display
@@ -182,18 +154,17 @@ class GraphScene(QGraphicsScene):
         from the top down, where the first view looks), then the edges."""
         made = 0
         items = list(display.items.values())
-        add = self._layered_adder() if sliced else self.addItem
         if sliced:
             items.sort(key=self._nearness(display))
         for item in items:
             node = NodeItem(item)
             if self.overview_shown:
                 node.setVisible(False)
-            add(node)
+            self.addItem(node)
             self.nodes[item.id] = node
             if node.is_frame:  # its name, readable when zoomed far out
                 title = self.frame_titles[item.id] = FrameTitle(node)
-                add(title)
+                self.addItem(title)
             made += 1
             if made % SLICE_ITEMS == 0:
                 yield
@@ -211,7 +182,7 @@ class GraphScene(QGraphicsScene):
             labelled.add(key)
             if self.overview_shown:
                 e.setVisible(False)
-            add(e)
+            self.addItem(e)
             self.edge_items.append(e)
             self._edges_by_item.setdefault(edge.source, []).append(e)
             self._edges_by_item.setdefault(edge.target, []).append(e)
@@ -219,24 +190,6 @@ class GraphScene(QGraphicsScene):
             if made % SLICE_ITEMS == 0:
                 yield
         yield from self._spread_labels()
-
-    def _layered_adder(self) -> Callable[[QGraphicsItem], None]:
-        """The function that puts an item in the scene under a `_Layer` of its stacking
-        level, a new layer every `LAYER_ITEMS` items."""
-        current: dict[float, list[Any]] = {}  # z -> [layer, items in it]
-
-        def add(item: QGraphicsItem) -> None:
-            z = item.zValue()
-            slot = current.get(z)
-            if slot is None or slot[1] >= LAYER_ITEMS:
-                layer = _Layer(z)
-                self.addItem(layer)
-                self._layers.append(layer)
-                slot = current[z] = [layer, 0]
-            item.setParentItem(slot[0])
-            slot[1] += 1
-
-        return add
 
     def _view_focus(self) -> QPointF | None:
         """Where the view looks in the scene shown now (None: no scene shown)."""
