@@ -55,3 +55,48 @@ def test_shapes_inferred_after_first_paint_fill_in_labels(window, qtbot) -> None
     inner = [e for e in window.graph_scene.edge_items if e.data_edge.source == "main#0"]
     assert inner[0].data_edge.label.startswith("float32[") and inner[0].data_edge.inferred
     assert os.getpid()  # inference ran in a child process, the window process is intact
+
+
+@pytest.mark.slow
+def test_frame_titles_are_one_item_whose_search_finds_what_each_title_would_draw(
+    window, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Qt asked every item that ignores the view's scale for its bounding rect on every
+    paint: 15,708 frame titles made each paint of an expanded 100k-node model 50 ms.
+    One layer paints them now; its search by width and corner must find exactly the
+    titles that draw themselves in the area, at every far-out zoom."""
+    from benchmarks.models import transformer_like
+    from PySide6.QtCore import QRectF
+    from PySide6.QtWidgets import QGraphicsItem
+
+    from onnxviz.ui.canvas import lod
+
+    path = str(tmp_path / "t.onnx")
+    onnx.save(transformer_like(1500), path)
+    window.files.open_path(path, background=False)
+    window.navigation.expand_all()
+    window.wait_idle()
+    scene = window.graph_scene
+    titles = list(scene.frame_titles.values())
+    assert len(titles) > 50
+    ignoring = QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations
+    assert not [i for i in scene.items() if i.flags() & ignoring]
+    layer = scene.title_layer
+    assert layer is not None and layer.scene() is scene
+    whole = scene.sceneRect()
+    w, h = whole.width(), whole.height()
+    areas = [whole, QRectF(whole.x(), whole.y(), w / 3, h / 5), QRectF(w / 2, h / 2, w / 4, h / 4)]
+    for zoom in (0.01, 0.05, 0.1, 0.2, lod.TEXT_MIN * 0.99, lod.TEXT_MIN):
+        for area in areas:
+            found = {t.frame.data_item.id for t, _ in layer.plates(zoom, area)}
+            expected = set()
+            for t in titles:
+                plate = t.plate(zoom)
+                if plate is None:
+                    continue
+                corner = t.pos()
+                drawn = QRectF(corner.x(), corner.y(), plate.right() / zoom, plate.bottom() / zoom)
+                if drawn.intersects(area):
+                    expected.add(t.frame.data_item.id)
+            assert expected <= found, (zoom, area)  # every title that shows is drawn
+    assert not list(layer.plates(lod.TEXT_MIN, whole))  # readable zoom: the frames say it

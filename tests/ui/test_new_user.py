@@ -344,13 +344,12 @@ def test_fitted_transformer_still_names_its_groups(window) -> None:  # type: ign
     from PySide6.QtCore import QRect
 
     from onnxviz.ui.canvas import lod
-    from onnxviz.ui.canvas.items import FrameTitle
 
     window.files.open_path(str(EXPORTERS / "optimum_bert.onnx"), background=False)
     window.view.fit()
     zoom = window.view.zoom()
     assert zoom < lod.TEXT_MIN  # the frames' own header text is not drawn
-    titles = [t for t in window.graph_scene.items() if isinstance(t, FrameTitle)]
+    titles = list(window.graph_scene.frame_titles.values())
     frames = [n for n in window.graph_scene.nodes.values() if n.is_frame]
     assert frames and len(titles) == len(frames)
     wide = [t for t in titles if t.shows_at(zoom)]

@@ -5,7 +5,6 @@ cached per item beyond the path of an edge, so 100k items stay cheap."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -60,7 +59,7 @@ def _label_metrics(italic: bool) -> QFontMetricsF:
 _SMALL_TITLES: dict[int, tuple[QFont, QFontMetricsF]] = {}
 
 
-def _title_font_px(px: int) -> tuple[QFont, QFontMetricsF]:
+def title_font_px(px: int) -> tuple[QFont, QFontMetricsF]:
     found = _SMALL_TITLES.get(px)
     if found is None:
         font = QFont(_fonts()[0])
@@ -75,11 +74,11 @@ def _small_title(painter: QPainter, rect: QRectF, text: str, level: float) -> No
     fit the box, else elided."""
     room = rect.width() - 2
     px = max(1, round(lod.SMALL_TITLE_PX / level))
-    font, metrics = _title_font_px(px)
+    font, metrics = title_font_px(px)
     wide = metrics.horizontalAdvance(text)
     if wide > room:
         floor = max(1, round(lod.SMALL_TITLE_MIN_PX / level))
-        font, metrics = _title_font_px(max(floor, int(px * room / wide)))
+        font, metrics = title_font_px(max(floor, int(px * room / wide)))
     shown = metrics.elidedText(text, Qt.TextElideMode.ElideRight, room)
     if len(shown) < 2:  # not even one letter and the ellipsis
         return
@@ -469,94 +468,6 @@ def _tooltip(d: DisplayItem) -> str:
             what = "value defined nowhere"
         return f"{d.value}: {what}"
     return d.title + (f"\n{d.subtitle}" if d.subtitle else "")
-
-
-class FrameTitle(QGraphicsItem):
-    """The title of an expanded group or body (layers.0, attention, Loop body) at a
-    fixed screen size, drawn above the boxes, while the zoom is too small for the
-    frame's own header text: a fitted BERT still says which layer is where.
-
-    A scene item of its own (not a child of the frame, whose boxes would cover it),
-    ignoring the view's scale; it paints nothing at readable zooms or when the frame
-    is narrower than `lod.FRAME_TITLE_MIN_W` on screen.  Nested frames that start at
-    nearly the same height (encoder > layer.0 > attention) stack their titles below
-    their parent's, up to `MAX_STACK` deep, instead of covering it."""
-
-    MAX_W = 220.0  # screen px
-    MAX_STACK = 4
-
-    def __init__(self, frame: NodeItem) -> None:
-        super().__init__()
-        self.frame = frame
-        self.text = frame.data_item.title
-        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations, True)
-        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
-        self.setZValue(Z_NODE + 50)
-        self.setPos(frame.pos())
-        font, metrics = _title_font_px(int(lod.SMALL_TITLE_PX))
-        self._font, self._metrics = font, metrics
-        self.plate_h = metrics.height() + 2
-        self._width = min(math.ceil(metrics.horizontalAdvance(self.text)) + 8, self.MAX_W)
-        self._shown: tuple[int, str, float] = (-1, "", 0.0)  # room -> elided text, width
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(0, 0, self._width, self.plate_h * (self.MAX_STACK + 1))
-
-    def shows_at(self, zoom: float) -> bool:
-        return zoom < lod.TEXT_MIN and self.frame.data_item.width * zoom >= lod.FRAME_TITLE_MIN_W
-
-    def drop(self, zoom: float, depth: int = 0) -> float | None:
-        """Screen px below the frame's top where the title goes (under the titles of
-        enclosing frames that start at nearly the same height); None: too deep."""
-        titles = getattr(self.scene(), "frame_titles", {})
-        parent = titles.get(self.frame.data_item.parent)
-        if parent is None or not parent.shows_at(zoom):
-            return 0.0
-        if depth >= self.MAX_STACK:
-            return None
-        above = parent.drop(zoom, depth + 1)
-        if above is None:
-            return None
-        gap = (self.frame.y() - parent.frame.y()) * zoom
-        return max(0.0, above + parent.plate_h - gap)
-
-    def plate(self, zoom: float) -> QRectF | None:
-        """Where the title is drawn, in screen px from the frame's top-left corner (at
-        most this wide: the text is elided to it); None when it is not drawn."""
-        if not self.shows_at(zoom):
-            return None
-        drop = self.drop(zoom)
-        if drop is None or drop > self.plate_h * self.MAX_STACK:
-            return None
-        return QRectF(0, drop, min(self._width, self.frame.data_item.width * zoom), self.plate_h)
-
-    def paint(
-        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
-    ) -> None:
-        view = widget.parent() if widget is not None else None
-        transform = getattr(view, "transform", None)
-        zoom = transform().m11() if transform is not None else 1.0
-        where = self.plate(zoom)
-        if where is None:
-            return
-        drop = where.y()
-        room = int(where.width())
-        if self._shown[0] != room:  # elide once per width, not on every frame
-            text = self._metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room - 5)
-            self._shown = (room, text, self._metrics.horizontalAdvance(text) + 6)
-        _, shown, plate_w = self._shown
-        if len(shown) < 2:
-            return
-        theme = self.frame.graph_scene.theme
-        plate = QColor(theme.background)
-        plate.setAlpha(215)
-        box = QRectF(0, drop, plate_w, self.plate_h)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(plate)
-        painter.drawRoundedRect(box, 2, 2)
-        painter.setPen(theme.text)
-        painter.setFont(self._font)
-        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, shown)
 
 
 class ProblemBadge(QGraphicsItem):

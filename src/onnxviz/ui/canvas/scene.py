@@ -16,7 +16,8 @@ from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QGraphicsScene
 
 from onnxviz.present.scene import Scene
-from onnxviz.ui.canvas.items import EdgeItem, FrameTitle, NodeItem
+from onnxviz.ui.canvas.frame_titles import FrameTitle, FrameTitleLayer
+from onnxviz.ui.canvas.items import EdgeItem, NodeItem
 from onnxviz.ui.canvas.overview import OVERVIEW_MIN_ITEMS, OVERVIEW_ZOOM, OverviewItem
 from onnxviz.ui.theme import LIGHT, Theme
 
@@ -39,6 +40,7 @@ class GraphScene(QGraphicsScene):
         self.display: Scene | None = None
         self.nodes: dict[str, NodeItem] = {}
         self.frame_titles: dict[str, FrameTitle] = {}  # frame item id -> its far-out title
+        self.title_layer: FrameTitleLayer | None = None  # paints them all
         self.edge_items: list[EdgeItem] = []
         self._edges_by_item: dict[str, list[EdgeItem]] = {}
         self._highlighted: list[NodeItem | EdgeItem] = []
@@ -73,7 +75,8 @@ class GraphScene(QGraphicsScene):
         # relayout of a big model: they go a slice per turn (their C++ side is gone).
         self._graveyard.extend(self.nodes.values())
         self._graveyard.extend(self.edge_items)
-        self._graveyard.extend(self.frame_titles.values())
+        if self.title_layer is not None:
+            self._graveyard.append(self.title_layer)
         if self._graveyard:
             self._graveyard_timer.start()
         self.display = display
@@ -81,6 +84,7 @@ class GraphScene(QGraphicsScene):
         self.overview_shown = False
         self.nodes = {}
         self.frame_titles = {}
+        self.title_layer = None
         self.edge_items = []
         self._edges_by_item = {}
         self._highlighted = []
@@ -163,8 +167,11 @@ class GraphScene(QGraphicsScene):
             self.addItem(node)
             self.nodes[item.id] = node
             if node.is_frame:  # its name, readable when zoomed far out
+                if self.title_layer is None:
+                    self.title_layer = FrameTitleLayer(self.sceneRect())
+                    self.addItem(self.title_layer)
                 title = self.frame_titles[item.id] = FrameTitle(node)
-                self.addItem(title)
+                self.title_layer.add(title)
             made += 1
             if made % SLICE_ITEMS == 0:
                 yield

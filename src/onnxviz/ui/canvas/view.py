@@ -125,11 +125,10 @@ class GraphView(QGraphicsView):
                 break
         zoom = self.zoom()
         titles = []  # the frames' own titles stay readable: labels keep off them
-        for title in scene.frame_titles.values():
-            plate = title.plate(zoom)
-            if plate is not None:
-                corner = QPointF(self.mapFromScene(title.pos()))
-                titles.append(plate.translated(corner))
+        layer = scene.title_layer
+        for title, plate in layer.plates(zoom, visible) if layer is not None else ():
+            corner = QPointF(self.mapFromScene(title.pos()))
+            titles.append(plate.translated(corner))
         self._labels = place_labels(
             candidates, self._label_metrics.horizontalAdvance, viewport, titles
         )
