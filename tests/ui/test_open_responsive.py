@@ -8,6 +8,8 @@ from pathlib import Path
 
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PySide6.QtCore import QTimer
 
 from onnxviz.present.presenter import Presenter, display_graph
@@ -466,3 +468,28 @@ def test_a_replaced_scenes_items_are_let_go_over_the_next_turns(window, qtbot, m
     qtbot.waitUntil(lambda: all(r() is None for r in old), timeout=10_000)
     gs.finish_filling()
     assert set(gs.nodes) == set(gs.display.items)
+
+
+@given(
+    keys=st.lists(st.integers(-5, 5), max_size=60),  # many ties: the order must be stable
+    slice_size=st.integers(1, 8),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_fill_sorts_as_sorted_does_with_its_keys_over_turns(keys, slice_size) -> None:  # type: ignore[no-untyped-def]
+    """A sliced fill orders boxes and edges by nearness to the view, its keys worked out
+    a slice per turn: the same order as `sorted`, ties in their first order, and a turn
+    between two slices (none before the first: a fill's first items come at once)."""
+    values = list(enumerate(keys))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(canvas_scene, "KEY_SLICE", slice_size)
+        steps = canvas_scene.sorted_over_turns(values, lambda v: float(v[1]))
+        turns = 0
+        while True:
+            try:
+                next(steps)
+                turns += 1
+            except StopIteration as done:
+                ordered = done.value
+                break
+    assert ordered == sorted(values, key=lambda v: v[1])
+    assert turns == max(0, -(-len(values) // slice_size) - 1)

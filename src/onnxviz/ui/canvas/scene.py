@@ -167,7 +167,7 @@ class GraphScene(QGraphicsScene):
         items = list(display.items.values())
         if sliced:
             near = self._nearness(display)
-            items = yield from _in_order(items, near)
+            items = yield from sorted_over_turns(items, near)
         for item in items:
             node = NodeItem(item)
             if self.overview_shown:
@@ -186,7 +186,7 @@ class GraphScene(QGraphicsScene):
         labelled: set[tuple[str, str]] = set()
         edges = display.edges
         if sliced:
-            edges = yield from _in_order(edges, lambda e: near(display.items[e.source]))
+            edges = yield from sorted_over_turns(edges, lambda e: near(display.items[e.source]))
         for edge in edges:
             if not edge.points:
                 continue
@@ -331,13 +331,17 @@ class GraphScene(QGraphicsScene):
         return {it.data_item.id for it in self._highlighted if isinstance(it, NodeItem)}
 
 
-def _in_order(values: list[Any], key: Callable[[Any], float]) -> Generator[None, None, list[Any]]:
+def sorted_over_turns(
+    values: list[Any], key: Callable[[Any], float]
+) -> Generator[None, None, list[Any]]:
     """``values`` sorted by ``key`` (stable, as `sorted`), the keys worked out
-    `KEY_SLICE` at a time with a yield after each: one sort of 100k boxes or edges by a
-    Python key was a 100-160 ms turn."""
+    `KEY_SLICE` at a time with a yield between two: one sort of 100k boxes or edges by a
+    Python key was a 100-160 ms turn.  (No yield after the last: the first slice of a
+    fill makes its first items at once.)"""
     keys: list[float] = []
     for start in range(0, len(values), KEY_SLICE):
+        if start:
+            yield
         keys.extend(map(key, values[start : start + KEY_SLICE]))
-        yield
     order = np.argsort(np.asarray(keys, dtype=np.float64), kind="stable")
     return [values[i] for i in order.tolist()]
