@@ -217,12 +217,19 @@ class RowTable(QAbstractTableModel):
                 keys.extend(key(i, column) for i in range(len(keys), stop))
                 if time.perf_counter() > deadline:
                     break
-            if len(keys) < n or (n > SYNC_SORT_ROWS and time.perf_counter() > deadline):
-                QTimer.singleShot(0, gather)  # the rest (or the sort itself) next turn
+            if len(keys) < n:
+                QTimer.singleShot(0, gather)  # the rest next turn
+            elif n > SYNC_SORT_ROWS and time.perf_counter() > deadline:
+                QTimer.singleShot(0, place)  # the sort itself next turn
+            else:
+                place()
+
+        def place() -> None:
+            if generation != self._generation:
                 return
             self.sorting = False
             descending = self.sort_order == Qt.SortOrder.DescendingOrder
-            self._reorder(_ordered(keys, descending, column in self.numeric_columns))
+            self._reorder(ordered_rows(keys, descending, column in self.numeric_columns))
 
         self.sorting = True
         if n <= SYNC_SORT_ROWS:
@@ -249,7 +256,7 @@ class RowTable(QAbstractTableModel):
         self.resorted.emit()
 
 
-def _ordered(keys: list[Any], descending: bool, numeric: bool = False) -> list[int]:
+def ordered_rows(keys: list[Any], descending: bool, numeric: bool = False) -> list[int]:
     """Row numbers by key (stable: equal keys keep their order), blanks (None; NaN for
     numbers) last in either order."""
     if numeric:
