@@ -173,4 +173,8 @@ class RunController(QObject):
     def _delivered(self, result: Any) -> None:
         self._timer.stop()
         self._pending = False
+        # The worker has handed its result over and is only returning: not busy any more
+        # (its thread may still be alive when this runs; the panel's slots that follow
+        # must see the run stopped, or they skip the values of the run that just ended).
+        self._thread = None
         self.last_pause = result if isinstance(result, Pause) else None
