@@ -174,3 +174,21 @@ def test_compare_keeps_graph_order_until_sorted_and_marks_what_is_beyond(qtbot) 
     widget.set_comparison(cmp, "again")  # a new comparison: graph order again
     assert column(table) == ["main::n0", "main::n1", "main::n2", "main::n3"]
     assert table.horizontalHeader().sortIndicatorSection() == -1
+
+
+def test_values_open_sorted_by_name_as_before_and_a_double_click_inspects(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from onnxviz.ui.run.run_panel_widget import RunPanelWidget
+    from tests.ui.tables import double_click
+
+    widget = RunPanelWidget([])
+    qtbot.addWidget(widget)
+    widget.resize(900, 400)
+    widget.show()
+    widget.set_stack(["main"], 0)
+    names = ["/model/b", "a", "hidden_states", "/model/a", "z"]
+    widget.set_values({n: np.zeros(2, np.float32) for n in names})
+    assert column(widget.values) == sorted(names, reverse=True)  # Qt's first indicator
+    asked: list[tuple[int, str]] = []
+    widget.valueActivated.connect(lambda frame, name: asked.append((frame, name)))
+    double_click(qtbot, widget.values, 1, 2)
+    assert asked == [(0, sorted(names, reverse=True)[1])]

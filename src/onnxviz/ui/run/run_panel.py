@@ -529,7 +529,7 @@ class RunPanel(QObject):
                 elif s.store is not None and (path, name) in s.store:
                     values[name] = s.store.get(path, name)
         else:
-            values = dict(s.store.names("main")) if s.store is not None else {}
+            values = s.store.names("main") if s.store is not None else {}  # a new dict
             values.update(s.outputs)
         self.widget.set_values(values)
 

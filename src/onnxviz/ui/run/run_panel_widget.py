@@ -103,7 +103,8 @@ class RunPanelWidget(QWidget):
         self.frames = QListWidget()
         self.frames.currentRowChanged.connect(self.frameChosen.emit)
         self.values_model = ValuesTable()
-        self.values = table_view(self.values_model)
+        # by name, as the table has always opened (Qt's first sort indicator: descending)
+        self.values = table_view(self.values_model, column=0, order=Qt.SortOrder.DescendingOrder)
         self.values.activated.connect(self._value_clicked)  # double-click or Enter
         split.addWidget(self.frames)
         split.addWidget(self.values)
@@ -226,7 +227,7 @@ class RunPanelWidget(QWidget):
         self.stack_label.setText(" › ".join(crumbs))
 
     def set_values(self, values: dict[str, Any]) -> None:
-        """The values of the frame shown, in the order given until the user sorts."""
+        """The values of the frame shown, sorted by the column the user chose."""
         self.values_model.set_items(list(values.items()))
         fit_columns(self.values)
 

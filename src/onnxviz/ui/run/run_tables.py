@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -303,6 +303,9 @@ class ValuesTable(RowTable):
             s = self._stats[i] = (stats_text(stats), stats)
         return s
 
+    def item_key(self, col: int) -> Callable[[Any], Any] | None:
+        return itemgetter(0) if col == 0 else None
+
     def text(self, i: int, col: int) -> str:
         if col == 0:
             return str(self.items[i][0])
@@ -443,7 +446,11 @@ class DroppedTable(RowTable):
 
 
 # -- the views ---------------------------------------------------------------------------
-def table_view(model: RowTable, sortable: bool = True) -> QTableView:
+def table_view(
+    model: RowTable, sortable: bool = True, column: int = -1, order: Qt.SortOrder | None = None
+) -> QTableView:
+    """A view of ``model``: whole rows selected, long first cells elided in the middle;
+    sorted by ``column`` (-1: the order given) until the user sorts."""
     t = QTableView()
     t.setModel(model)
     model.setParent(t)
@@ -457,16 +464,22 @@ def table_view(model: RowTable, sortable: bool = True) -> QTableView:
     t.setTextElideMode(Qt.TextElideMode.ElideMiddle)
     t.viewport().installEventFilter(_FirstColumnShare(t))
     if sortable:
-        # the order given until the user sorts (setSortingEnabled sorts by the indicator)
-        t.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+        # (setSortingEnabled sorts by the indicator)
+        t.horizontalHeader().setSortIndicator(column, order or Qt.SortOrder.AscendingOrder)
         t.setSortingEnabled(True)
     return t
 
 
 def fit_columns(table: QTableView) -> None:
-    """Columns fitted to the first rows' contents, the first one shared (new rows)."""
+    """Columns fitted to the first rows' contents, the first one shared (new rows).
+    The header's sort arrow is hidden meanwhile: shown, it widens every column's hint
+    by its room, and the numbers pushed the last columns out of a narrow dock."""
+    header = table.horizontalHeader()
+    shown = header.isSortIndicatorShown()
+    header.setSortIndicatorShown(False)
     table.resizeColumnsToContents()
     share_first_column(table)
+    header.setSortIndicatorShown(shown)
 
 
 # The first column (a value's name, a node's address) gets at most this share of the
