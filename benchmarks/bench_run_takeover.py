@@ -15,7 +15,9 @@ reports, per round:
   around the panel's own methods;
 * the longest cyclic garbage collection meanwhile (any thread: it holds the GIL).
 
-With ``--screenshot PATH`` the window is saved after the last round (the Run dock's look).
+With ``--screenshot PATH`` the window is saved after the last round (the Run dock's look);
+with ``--profile`` the UI thread's calls in the last round are profiled (cProfile, the
+slowest 25 by cumulative time).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--screenshot", default="")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
     from PySide6.QtWidgets import QApplication
@@ -135,7 +138,13 @@ def main() -> None:
     for name in ("set_values", "set_profile", "set_memory", "set_comparison"):
         timed(panel.widget, name, spent)
     rounds = []
-    for _ in range(args.rounds):
+    profiler = None
+    for k in range(args.rounds):
+        if args.profile and k == args.rounds - 1:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         spent.clear()
         app.processEvents()
         ticks = Ticks()
@@ -150,6 +159,8 @@ def main() -> None:
             app.processEvents()
             time.sleep(0.002)
         gap, cpu = ticks.stop()
+        if profiler is not None:
+            profiler.disable()
         longest_gc = collections.stop()
         assert panel.controller.session.state == "finished", panel.status_text()
         rounds.append((wall, gap, cpu, dict(spent)))
@@ -159,6 +170,10 @@ def main() -> None:
             + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(spent.items())),
             flush=True,
         )
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     w = panel.widget
     print(
         f"{args.nodes} nodes: values {w.values.model().rowCount()} rows,"
