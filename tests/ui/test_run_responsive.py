@@ -119,3 +119,36 @@ def test_a_runs_values_show_even_while_its_thread_is_still_ending(
     assert taken_over == [4]  # x and what the three nodes computed, at once
     assert sorted(column(panel.widget.values)) == ["r", "s", "x", "y"]
     assert panel.status_text().startswith("finished")
+
+
+def test_a_finished_run_is_freed_when_the_next_one_replaces_it(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without the garbage collector: a run's session and everything it kept go as
+    soon as the next run takes over (a cycle with its debugger held them until a full
+    collection, seconds of stopped UI with 100k kept values)."""
+    import gc
+    import weakref
+
+    from tests.runtime.engine_models import chain_model
+
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(chain_model(), path)
+    window.files.open_path(path, background=False)
+    window.wait_idle()
+    panel = window.run_panel
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32)}
+    assert panel.run(feeds)
+    assert panel.controller.wait(30)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        old = weakref.ref(panel.controller.session)
+        old_debugger = weakref.ref(panel.controller.debugger)
+        assert panel.run(feeds)
+        assert panel.controller.wait(30)
+        window.wait_idle()
+        assert panel.controller.session is not old()
+        assert old() is None and old_debugger() is None
+    finally:
+        if was_enabled:
+            gc.enable()
