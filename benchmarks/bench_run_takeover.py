@@ -92,16 +92,20 @@ class Collections:
         return self.longest
 
 
-def timed(owner: Any, name: str, spent: dict[str, float]) -> None:
-    """Wrap ``owner.name`` (an instance's method) to add its time to ``spent[name]``."""
+def timed(owner: Any, name: str, spent: dict[str, float], label: str = "") -> None:
+    """Wrap ``owner.name`` (a method or function) to add its time to ``spent[label]``
+    (default: the name), the longest single call to ``spent[label + " max"]``."""
     inner: Callable[..., Any] = getattr(owner, name)
+    label = label or name
 
     def wrapper(*args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
         try:
             return inner(*args, **kw)
         finally:
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            spent[label] = spent.get(label, 0.0) + took
+            spent[label + " max"] = max(spent.get(label + " max", 0.0), took)
 
     setattr(owner, name, wrapper)
 
@@ -116,10 +120,17 @@ def main() -> None:
 
     from PySide6.QtWidgets import QApplication
 
+    from onnxviz.ui import collector
     from onnxviz.ui.app import application
     from onnxviz.ui.main_window import MainWindow
     from onnxviz.ui.prompter import UnattendedPrompter
+    from onnxviz.ui.run.run_panel import RunPanel
 
+    spent: dict[str, float] = {}
+    # the whole take-over (the slot the stopped signal is connected to: patched on the
+    # class before the window connects it) and the collector's settle after it
+    timed(RunPanel, "_on_stopped", spent, "take-over")
+    timed(collector, "settle", spent)
     app = application()
     window = MainWindow(UnattendedPrompter())
     window.resize(1400, 900)
@@ -132,7 +143,6 @@ def main() -> None:
         time.sleep(0.002)
     panel = window.run_panel
     feeds = panel.feeds()
-    spent: dict[str, float] = {}
     for name in ("_refresh_stack", "_refresh_canvas", "_refresh_profile", "_refresh_memory"):
         timed(panel, name, spent)
     for name in ("set_values", "set_profile", "set_memory", "set_comparison"):
