@@ -48,7 +48,8 @@ def test_a_big_runs_result_fills_the_tables_without_stopping_the_ui(
         lambda: (
             not panel.controller.busy
             and panel.controller.last_pause is not None
-            and not panel.widget.profile_model.sorting
+            and panel.widget.profile_model.settled
+            and panel.widget.values_model.settled
         ),
         timeout=120_000,
     )

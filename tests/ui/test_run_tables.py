@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PySide6.QtCore import QItemSelectionModel, Qt
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 
 from onnxviz.runtime.compare import Comparison, NodeComparison, ValueDiff
 from onnxviz.runtime.profile import NodeProfile
@@ -192,3 +192,48 @@ def test_values_open_sorted_by_name_as_before_and_a_double_click_inspects(qtbot)
     widget.valueActivated.connect(lambda frame, name: asked.append((frame, name)))
     double_click(qtbot, widget.values, 1, 2)
     assert asked == [(0, sorted(names, reverse=True)[1])]
+
+
+class _Row:
+    """A profiled node that can be watched (weak references) while the table lets go."""
+
+    def __init__(self, i: int) -> None:
+        self.address, self.op_type, self.calls = f"main::n{i}", "Relu", 1
+        self.seconds = self.mean_seconds = float(i % 17)
+        self.output_bytes, self.output_text = i, "float32[1]"
+
+
+def test_big_rows_come_next_turn_the_latest_wins_and_old_ones_go_in_slices(
+    qtbot, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    import weakref
+
+    monkeypatch.setattr(run_tables, "SYNC_SORT_ROWS", 5)
+    monkeypatch.setattr(run_tables, "RELEASE_ROWS", 10)
+    model = ProfileTable(str)
+    view = table_view(model, column=3, order=Qt.SortOrder.DescendingOrder)
+    qtbot.addWidget(view)
+    first = [_Row(i) for i in range(100)]
+    model.set_items(first, later=True)
+    assert model.filling and not model.settled and row_count(view) == 0  # next turn
+    qtbot.waitUntil(lambda: model.settled, timeout=5_000)
+    assert row_count(view) == 100
+    assert [model.item_at(r).seconds for r in range(100)] == sorted(
+        (r.seconds for r in first), reverse=True
+    )
+    watched = [weakref.ref(r) for r in first]
+    del first
+    second = [_Row(i) for i in range(200, 260)]
+    counts: list[int] = []  # the old rows alive, at every turn
+    ticks = QTimer()
+    ticks.setInterval(0)
+    ticks.timeout.connect(lambda: counts.append(sum(r() is not None for r in watched)))
+    model.set_items([_Row(i) for i in range(900, 1000)], later=True)
+    with qtbot.waitSignal(model.filled, timeout=5_000):
+        model.set_items(second, later=True)  # asked again before the first came in: this
+    assert sum(r() is not None for r in watched) == 100  # none freed in the filling turn
+    ticks.start()
+    qtbot.waitUntil(lambda: model.settled and not any(r() for r in watched), timeout=5_000)
+    ticks.stop()
+    assert sorted(column(view)) == sorted(r.address for r in second)
+    assert any(0 < c < 100 for c in counts)  # a slice at a time

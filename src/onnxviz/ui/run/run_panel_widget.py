@@ -106,6 +106,7 @@ class RunPanelWidget(QWidget):
         # by name, as the table has always opened (Qt's first sort indicator: descending)
         self.values = table_view(self.values_model, column=0, order=Qt.SortOrder.DescendingOrder)
         self.values.activated.connect(self._value_clicked)  # double-click or Enter
+        self.values_model.filled.connect(lambda: fit_columns(self.values))
         split.addWidget(self.frames)
         split.addWidget(self.values)
         split.setSizes([220, 600])
@@ -140,6 +141,7 @@ class RunPanelWidget(QWidget):
         self.profile_model = ProfileTable(lambda a: self.address_text(a))
         self.profile = table_view(self.profile_model)
         self.profile.activated.connect(self._node_clicked)
+        self.profile_model.filled.connect(lambda: fit_columns(self.profile))
         lay.addWidget(self.profile, 1)
         return w
 
@@ -191,6 +193,7 @@ class RunPanelWidget(QWidget):
         self.compare_model = CompareTable(lambda a: self.address_text(a))
         self.compare = table_view(self.compare_model)
         self.compare.activated.connect(self._node_clicked)
+        self.compare_model.filled.connect(lambda: fit_columns(self.compare))
         lay.addWidget(self.compare, 1)
         return w
 
@@ -211,6 +214,7 @@ class RunPanelWidget(QWidget):
         lay.addWidget(self.memory_label)
         self.dropped_model = DroppedTable(lambda a: self.address_text(a))
         self.dropped = table_view(self.dropped_model, sortable=False)
+        self.dropped_model.filled.connect(lambda: fit_columns(self.dropped))
         lay.addWidget(self.dropped, 1)
         return w
 
@@ -227,9 +231,9 @@ class RunPanelWidget(QWidget):
         self.stack_label.setText(" › ".join(crumbs))
 
     def set_values(self, values: dict[str, Any]) -> None:
-        """The values of the frame shown, sorted by the column the user chose."""
-        self.values_model.set_items(list(values.items()))
-        fit_columns(self.values)
+        """The values of the frame shown, sorted by the column the user chose (a big
+        frame's in the next turn of the event loop)."""
+        self.values_model.set_items(values.items(), later=True)
 
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()
@@ -241,16 +245,15 @@ class RunPanelWidget(QWidget):
             self.breakpoints.addItem(item)
 
     def set_profile(self, rows: list[NodeProfile]) -> None:
-        """The profiled nodes, slowest first until the user sorts otherwise."""
+        """The profiled nodes, slowest first until the user sorts otherwise (a big
+        profile's in the next turn of the event loop)."""
         self.profile.horizontalHeader().setSortIndicator(3, Qt.SortOrder.DescendingOrder)
-        self.profile_model.set_items(rows)  # sorted by the indicator's column
-        fit_columns(self.profile)
+        self.profile_model.set_items(rows, later=True)  # sorted by the indicator's column
 
     def set_comparison(self, cmp: Comparison | None, message: str = "") -> None:
         # graph order until the user sorts: the first divergence reads top-down
         self.compare.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
         self.compare_model.set_comparison(cmp, self.atol.value(), self.rtol.value())
-        fit_columns(self.compare)
         if message:
             self.compare_status.setText(message)
 
@@ -260,7 +263,6 @@ class RunPanelWidget(QWidget):
             + (f" {len(dropped)} values were dropped, listed below." if dropped else "")
         )
         self.dropped_model.set_items(dropped)
-        fit_columns(self.dropped)
         if dropped:
             self.tabs.setTabText(4, f"Memory ({len(dropped)} dropped)")
         else:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -45,6 +46,9 @@ SORT_SLICE_SECONDS = 0.03
 # Up to this many rows a table is sorted at once, in the turn that fills it; a bigger
 # one is sorted from the next turn on (the turn that fills it has enough to do).
 SYNC_SORT_ROWS = 5_000
+# Rows let go per turn when a big table's old rows are replaced: the last references to
+# a finished run's 100k values go with them, and freeing them all took 30-60 ms at once.
+RELEASE_ROWS = 20_000
 
 _DISPLAY = int(Qt.ItemDataRole.DisplayRole)
 _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
@@ -100,6 +104,7 @@ class RowTable(QAbstractTableModel):
     column sorts (`key`).  Sorting reorders a list of row numbers, never the objects."""
 
     resorted = Signal()  # a sort (the user's, or the kept one after new rows) is in place
+    filled = Signal()  # new rows are in (the view fits its columns to them)
 
     headers: Sequence[str] = ()
     numeric_columns: frozenset[int] = frozenset()  # keys are numbers (or None): numpy sorts
@@ -111,7 +116,9 @@ class RowTable(QAbstractTableModel):
         self.sort_column = -1  # -1: the order given
         self.sort_order = Qt.SortOrder.AscendingOrder
         self.sorting = False  # keys still being gathered over the next turns
+        self.filling = False  # new rows wait for the next turn (`set_items` ``later``)
         self._generation = 0  # a newer sort or newer rows abandon an older sort
+        self._fills = 0  # newer rows abandon older rows still waiting
 
     # -- what subclasses say -------------------------------------------------------------
     def text(self, i: int, col: int) -> str:
@@ -136,14 +143,35 @@ class RowTable(QAbstractTableModel):
         return None
 
     # -- the rows --------------------------------------------------------------------------
-    def set_items(self, items: Sequence[Any]) -> None:
+    @property
+    def settled(self) -> bool:
+        """The rows last given are in, in their final order."""
+        return not self.filling and not self.sorting
+
+    def set_items(self, items: Iterable[Any], later: bool = False) -> None:
+        """Show ``items`` (sorted by the current sort column).  ``later``: a big table
+        is filled in the next turn of the event loop (a run's take-over fills several,
+        and the canvas too: one turn for all of them stopped the UI)."""
+        self._fills += 1
+        rows = list(items)
+        if later and len(rows) > SYNC_SORT_ROWS:
+            fill = self._fills
+            self.filling = True
+            run_later(lambda: self._fill(rows) if fill == self._fills else None)
+            return
+        self._fill(rows)
+
+    def _fill(self, rows: list[Any]) -> None:
+        self.filling = False
         self.beginResetModel()
-        self.items = list(items)
+        old, self.items = self.items, rows
         self.order = None
         self.forget()
         self._generation += 1
         self.sorting = False
         self.endResetModel()
+        let_go(old)
+        self.filled.emit()
         if self.sort_column >= 0 and self.items:
             self._start_sort()
 
@@ -218,9 +246,9 @@ class RowTable(QAbstractTableModel):
                 if time.perf_counter() > deadline:
                     break
             if len(keys) < n:
-                QTimer.singleShot(0, gather)  # the rest next turn
+                run_later(gather)  # the rest next turn
             elif n > SYNC_SORT_ROWS and time.perf_counter() > deadline:
-                QTimer.singleShot(0, place)  # the sort itself next turn
+                run_later(place)  # the sort itself next turn
             else:
                 place()
 
@@ -235,7 +263,7 @@ class RowTable(QAbstractTableModel):
         if n <= SYNC_SORT_ROWS:
             gather()
         else:
-            QTimer.singleShot(0, gather)
+            run_later(gather)
 
     def _reorder(self, order: list[int] | None) -> None:
         """Show the rows in ``order``; selected and current rows stay on their items."""
@@ -254,6 +282,52 @@ class RowTable(QAbstractTableModel):
             )
         self.layoutChanged.emit()
         self.resorted.emit()
+
+
+_jobs: deque[Callable[[], None]] = deque()
+_runner: list[QTimer] = []  # made with the first job (a QApplication exists by then)
+
+
+def run_later(job: Callable[[], None]) -> None:
+    """Run ``job`` in a later turn of the event loop, one job per turn: a run's take-over
+    leaves several (two tables filled, their sorts, old rows let go), and posted all at
+    once they ran in one turn, as long a stop as the take-over itself."""
+    _jobs.append(job)
+    if not _runner:
+        timer = QTimer()
+        timer.setInterval(0)
+        timer.timeout.connect(_run_one)
+        _runner.append(timer)
+    if not _runner[0].isActive():
+        _runner[0].start()
+
+
+def _run_one() -> None:
+    if _jobs:
+        _jobs.popleft()()
+    if not _jobs:
+        _runner[0].stop()
+
+
+_graveyard: list[list[Any]] = []  # old rows let go of a slice per turn
+
+
+def let_go(rows: list[Any]) -> None:
+    """Drop a list of rows (the caller's last use of it) `RELEASE_ROWS` per turn."""
+    if len(rows) <= RELEASE_ROWS:
+        return  # freed with the caller's reference, at once
+    _graveyard.append(rows)
+    if len(_graveyard) == 1:
+        run_later(_release_some)
+
+
+def _release_some() -> None:
+    rows = _graveyard[0]
+    del rows[-RELEASE_ROWS:]
+    if not rows:
+        _graveyard.pop(0)
+    if _graveyard:
+        run_later(_release_some)
 
 
 def ordered_rows(keys: list[Any], descending: bool, numeric: bool = False) -> list[int]:
