@@ -96,7 +96,7 @@ def test_profile_sorts_by_number_and_keeps_the_selected_row(qtbot) -> None:  # t
 
 def test_a_big_sort_goes_on_over_turns_and_a_newer_one_wins(qtbot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(run_tables, "SORT_SLICE_SECONDS", 0.0)  # one slice per turn
-    monkeypatch.setattr(run_tables, "SYNC_SORT_ROWS", 10)
+    monkeypatch.setattr(run_tables, "BIG_TABLE_ROWS", 10)
     model = ValuesTable()
     view = table_view(model)
     qtbot.addWidget(view)
@@ -208,7 +208,7 @@ def test_big_rows_come_next_turn_the_latest_wins_and_old_ones_go_in_slices(
 ) -> None:  # type: ignore[no-untyped-def]
     import weakref
 
-    monkeypatch.setattr(run_tables, "SYNC_SORT_ROWS", 5)
+    monkeypatch.setattr(run_tables, "BIG_TABLE_ROWS", 5)
     monkeypatch.setattr(run_tables, "RELEASE_ROWS", 10)
     model = ProfileTable(str)
     view = table_view(model, column=3, order=Qt.SortOrder.DescendingOrder)
@@ -237,3 +237,27 @@ def test_big_rows_come_next_turn_the_latest_wins_and_old_ones_go_in_slices(
     ticks.stop()
     assert sorted(column(view)) == sorted(r.address for r in second)
     assert any(0 < c < 100 for c in counts)  # a slice at a time
+
+
+def test_rows_made_by_a_function_are_made_in_a_later_turn_unless_replaced(qtbot) -> None:  # type: ignore[no-untyped-def]
+    model = ValuesTable()
+    view = table_view(model)
+    qtbot.addWidget(view)
+    made: list[str] = []
+
+    def rows(tag: str):  # type: ignore[no-untyped-def]
+        def make():  # type: ignore[no-untyped-def]
+            made.append(tag)
+            return [(f"{tag}{i}", np.zeros(1)) for i in range(3)]
+
+        return make
+
+    model.set_items(rows("old"), later=True)
+    model.set_items(rows("new"), later=True)
+    assert not made and model.filling  # nothing gathered in the asking turn
+    qtbot.waitUntil(lambda: model.settled, timeout=5_000)
+    assert made == ["new"] and sorted(column(view)) == ["new0", "new1", "new2"]
+    model.set_items(rows("late"), later=True)
+    model.set_items({"x": np.zeros(1)}.items())  # small rows given at once win
+    qtbot.wait(50)
+    assert made == ["new"] and column(view) == ["x"]

@@ -36,6 +36,7 @@ from onnxviz.ui.run.compare_colours import compare_colour
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
 from onnxviz.ui.run.run_panel_widget import RunPanelWidget
+from onnxviz.ui.run.run_tables import BIG_TABLE_ROWS
 from onnxviz.ui.run.worker_thread import start_worker_thread
 
 if TYPE_CHECKING:  # the session imports ui.run's controller: no import cycle at run time
@@ -529,8 +530,19 @@ class RunPanel(QObject):
                 elif s.store is not None and (path, name) in s.store:
                     values[name] = s.store.get(path, name)
         else:
-            values = s.store.names("main") if s.store is not None else {}  # a new dict
-            values.update(s.outputs)
+            store, outputs = s.store, s.outputs
+
+            def main_values() -> dict[str, Any]:
+                found = store.names("main") if store is not None else {}  # a new dict
+                found.update(outputs)
+                return found
+
+            if store is not None and len(store) > BIG_TABLE_ROWS:
+                # gathered when the table is filled, a later turn than the take-over's
+                # (60 ms for the names of 100k kept values)
+                self.widget.set_values(main_values)
+                return
+            values = main_values()
         self.widget.set_values(values)
 
     def _value_activated(self, row: int, name: str) -> None:

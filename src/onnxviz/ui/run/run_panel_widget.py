@@ -8,7 +8,7 @@ are views over the item models of run_tables.py (100k rows must fill at once).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
@@ -230,10 +230,15 @@ class RunPanelWidget(QWidget):
         crumbs = [f"<b>{t}</b>" if i == len(titles) - 1 else t for i, t in enumerate(titles)]
         self.stack_label.setText(" › ".join(crumbs))
 
-    def set_values(self, values: dict[str, Any]) -> None:
-        """The values of the frame shown, sorted by the column the user chose (a big
-        frame's in the next turn of the event loop)."""
-        self.values_model.set_items(values.items(), later=True)
+    def set_values(self, values: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> None:
+        """The values of the frame shown, sorted by the column the user chose; a big
+        frame's in a later turn of the event loop.  ``values`` may be a function that
+        gathers them (a big run's: then called in that later turn)."""
+        if callable(values):
+            gather = values
+            self.values_model.set_items(lambda: gather().items(), later=True)
+        else:
+            self.values_model.set_items(values.items(), later=True)
 
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()

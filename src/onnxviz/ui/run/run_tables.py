@@ -43,9 +43,9 @@ STATS_MAX_SIZE = 65_536
 # Time given to gathering sort keys per turn of the event loop: a sort whose keys take
 # longer (the min of every one of 100k values) goes on over the next turns.
 SORT_SLICE_SECONDS = 0.03
-# Up to this many rows a table is sorted at once, in the turn that fills it; a bigger
-# one is sorted from the next turn on (the turn that fills it has enough to do).
-SYNC_SORT_ROWS = 5_000
+# Up to this many rows a table is filled and sorted at once; a bigger one is filled in
+# a later turn (``later``) and sorted from the turn after (filling it is enough for one).
+BIG_TABLE_ROWS = 5_000
 # Rows let go per turn when a big table's old rows are replaced: the last references to
 # a finished run's 100k values go with them, and freeing them all took 30-60 ms at once.
 RELEASE_ROWS = 20_000
@@ -148,18 +148,32 @@ class RowTable(QAbstractTableModel):
         """The rows last given are in, in their final order."""
         return not self.filling and not self.sorting
 
-    def set_items(self, items: Iterable[Any], later: bool = False) -> None:
-        """Show ``items`` (sorted by the current sort column).  ``later``: a big table
-        is filled in the next turn of the event loop (a run's take-over fills several,
-        and the canvas too: one turn for all of them stopped the UI)."""
+    def set_items(
+        self, items: Iterable[Any] | Callable[[], Iterable[Any]], later: bool = False
+    ) -> None:
+        """Show ``items`` (sorted by the current sort column).  ``later``: more than
+        `BIG_TABLE_ROWS` are filled in a later turn of the event loop (a run's take-over
+        fills several tables, and the canvas too: one turn for all of them stopped the
+        UI).  ``items`` may be a function that makes them: called then, and always later."""
         self._fills += 1
-        rows = list(items)
-        if later and len(rows) > SYNC_SORT_ROWS:
-            fill = self._fills
+        fill = self._fills
+        if not callable(items):
+            rows = list(items)
+            if not later or len(rows) <= BIG_TABLE_ROWS:
+                self._fill(rows)
+                return
             self.filling = True
             run_later(lambda: self._fill(rows) if fill == self._fills else None)
             return
-        self._fill(rows)
+        make = items
+        self.filling = True
+
+        def gather() -> None:  # one turn, and filling the next
+            if fill == self._fills:
+                rows = list(make())
+                run_later(lambda: self._fill(rows) if fill == self._fills else None)
+
+        run_later(gather)
 
     def _fill(self, rows: list[Any]) -> None:
         self.filling = False
@@ -247,7 +261,7 @@ class RowTable(QAbstractTableModel):
                     break
             if len(keys) < n:
                 run_later(gather)  # the rest next turn
-            elif n > SYNC_SORT_ROWS and time.perf_counter() > deadline:
+            elif n > BIG_TABLE_ROWS and time.perf_counter() > deadline:
                 run_later(place)  # the sort itself next turn
             else:
                 place()
@@ -260,7 +274,7 @@ class RowTable(QAbstractTableModel):
             self._reorder(ordered_rows(keys, descending, column in self.numeric_columns))
 
         self.sorting = True
-        if n <= SYNC_SORT_ROWS:
+        if n <= BIG_TABLE_ROWS:
             gather()
         else:
             run_later(gather)
