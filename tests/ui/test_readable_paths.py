@@ -12,6 +12,7 @@ from onnx import helper
 
 from tests.present.models import nested_control_flow, overloads_and_nested_calls
 from tests.ui.clicks import select_box, tree_items
+from tests.ui.tables import column, double_click
 
 pytestmark = pytest.mark.qt
 
@@ -175,7 +176,9 @@ def test_stepping_into_unnamed_bodies_names_their_owners(window, tmp_path) -> No
     assert "x_in  (main > Loop#0)" in header, header
 
 
-def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
 
     _open(window, nested_control_flow(), tmp_path)
@@ -193,12 +196,14 @@ def test_breakpoints_and_profile_name_body_nodes_readably_and_still_jump(window,
     assert panel.controller.wait(30)
     window.wait_idle()
     table = panel.widget.profile
-    rows = {table.item(r, 0).text(): r for r in range(table.rowCount())}
+    rows = {text: r for r, text in enumerate(column(table))}
     assert "main > Loop#0 > If#1 (then)::#0" in rows, sorted(rows)
     assert not any("body:" in text for text in rows)
     # a double-click on the row still shows that node on the canvas
+    window.run_dock.show()
+    panel.widget.tabs.setCurrentIndex(2)  # Profile
     window.graph_scene.clearSelection()
-    table.cellDoubleClicked.emit(rows["main > Loop#0 > If#1 (then)::#0"], 0)
+    double_click(qtbot, table, rows["main > Loop#0 > If#1 (then)::#0"])
     selected = window.graph_scene.selectedItems()
     assert [(n.data_item.title, n.data_item.graph_path) for n in selected] == [
         ("Add", "main/body:#0/then_branch:#1")

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 
 from onnxviz.ui.canvas.items import EdgeItem
 from tests.runtime.engine_models import chain_model, make, vi
+from tests.ui.tables import column, row_count
 
 pytestmark = pytest.mark.qt
 
@@ -73,10 +74,12 @@ def test_profile_table_and_heat(window, tmp_path) -> None:  # type: ignore[no-un
     panel = _open(window, tmp_path, chain_model())
     _run(window, panel, {"x": np.array([1.0, 2.0, 3.0], np.float32)})
     table = panel.widget.profile
-    assert table.rowCount() == 3
-    assert {table.item(r, 0).text() for r in range(3)} == {"main::add", "main::relu", "main::mul"}
-    totals = [table.item(r, 3).number for r in range(3)]
+    assert row_count(table) == 3
+    assert set(column(table)) == {"main::add", "main::relu", "main::mul"}
+    # slowest first, by the number (the text has 3 decimals: ties there are not ties here)
+    totals = [table.model().item_at(r).seconds for r in range(3)]
     assert totals == sorted(totals, reverse=True)
+    assert [float(t) for t in column(table, 3)] == [round(t * 1000, 3) for t in totals]
     panel.widget.heat.setChecked(True)
     marks = panel.overlay.marks
     fills = {k: m.fill for k, m in marks.items()}
@@ -104,7 +107,7 @@ def test_memory_cap_drops_and_says_so(window, tmp_path) -> None:  # type: ignore
     s = panel.controller.session
     assert s.memory_cap_bytes == 1024 * 1024
     assert s.dropped
-    assert panel.widget.dropped.rowCount() == len(s.dropped)
+    assert column(panel.widget.dropped, 1) == [d.name for d in s.dropped]
     assert "dropped" in panel.widget.tabs.tabText(4)
     assert "dropped" in panel.widget.memory_label.text()
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz import bundled
 from tests.runtime.engine_models import chain_model, make, vi
+from tests.ui.tables import cell_tooltip, column
 
 pytestmark = pytest.mark.qt
 
@@ -97,10 +98,7 @@ def test_step_into_loop_body_sees_each_iteration(window) -> None:  # type: ignor
         assert f"accumulate iteration {iteration + 1}/3" in panel.widget.stack_label.text()
         seen.append(float(s.value("iter_f")))
         # the values table shows the body frame's values
-        names = {
-            panel.widget.values.item(r, 0).text() for r in range(panel.widget.values.rowCount())
-        }
-        assert "iter_f" in names
+        assert "iter_f" in column(panel.widget.values)
         # the current node was revealed on the canvas, inside the loop body
         assert panel.overlay.marks[("main/body:accumulate", 5)].current
         panel.continue_()
@@ -340,5 +338,4 @@ def test_compare_names_a_saturating_onnxruntime_as_the_inexact_side(
     panel.wait_compare()
     status = panel.widget.compare_status.text()
     assert "main::mmi" in status and "onnxruntime is inexact here" in status
-    row = panel.widget.compare.item(0, 0)
-    assert "ours equals exact integer arithmetic" in row.toolTip()
+    assert "ours equals exact integer arithmetic" in cell_tooltip(panel.widget.compare, 0, 0)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from tests.runtime.engine_models import chain_model
 from tests.ui.edit_models import conv_loop_if_model, write
+from tests.ui.tables import row_count
 
 pytestmark = pytest.mark.qt
 
@@ -101,7 +102,7 @@ def test_opening_another_model_clears_every_trace_of_the_old_one(window, qtbot, 
     assert panel.inspect_value("main", "r")
     inspector = window.inspector_dock.inspector
     assert inspector.array is not None and inspector.header.text()
-    assert panel.widget.frames.count() > 0 and panel.widget.values.rowCount() > 0
+    assert panel.widget.frames.count() > 0 and row_count(panel.widget.values) > 0
     panel.compare()
     panel.wait_compare()
     assert panel.widget.compare_status.text()
@@ -109,7 +110,7 @@ def test_opening_another_model_clears_every_trace_of_the_old_one(window, qtbot, 
     assert "edit refused" in window.statusBar().currentMessage()
     _open(window, write(conv_loop_if_model(), str(tmp_path / "other.onnx")))
     assert inspector.array is None and "nothing selected" in inspector.header.text()
-    assert panel.widget.frames.count() == 0 and panel.widget.values.rowCount() == 0
+    assert panel.widget.frames.count() == 0 and row_count(panel.widget.values) == 0
     assert panel.widget.compare_status.text() == ""
     assert panel.status_text() == "not started"
     assert window.statusBar().currentMessage() == ""
@@ -198,11 +199,11 @@ def test_editing_the_model_under_a_paused_run_stops_it(window, tmp_path) -> None
     assert panel.controller.wait(30)
     window.wait_idle()
     assert panel.status_text().startswith("paused")
-    assert panel.widget.values.rowCount() > 0
+    assert row_count(panel.widget.values) > 0
     assert window.edits.execute(commands.SetDocString("main", "edited while paused"))
     window.wait_idle()
     assert panel.controller.session is None and panel.status_text() == "not started"
-    assert panel.widget.frames.count() == 0 and panel.widget.values.rowCount() == 0
+    assert panel.widget.frames.count() == 0 and row_count(panel.widget.values) == 0
     assert "the run was stopped" in window.statusBar().currentMessage()
     assert panel.controller.breakpoints == {"main::relu"}  # the user's breakpoints stay
     # a new run of the edited model stops at the kept breakpoint

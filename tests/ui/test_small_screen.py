@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.ui.clicks import select_box
+from tests.ui.tables import cell_text, cell_tooltip, row_count
 
 pytestmark = pytest.mark.qt
 
@@ -63,7 +64,7 @@ def test_the_values_table_shows_numbers_next_to_long_names(window, qtbot, tmp_pa
     assert panel.controller.wait(30)
     window.wait_idle()
     table = panel.widget.values
-    qtbot.waitUntil(lambda: table.rowCount() > 0)
+    qtbot.waitUntil(lambda: row_count(table) > 0)
     qtbot.wait(50)
     viewport = table.viewport().width()
     header = table.horizontalHeader()
@@ -73,19 +74,19 @@ def test_the_values_table_shows_numbers_next_to_long_names(window, qtbot, tmp_pa
     assert header.sectionPosition(2) + 20 <= viewport
     row = next(
         r
-        for r in range(table.rowCount())
-        if table.item(r, 0).text().startswith("/model/encoder/stages/stages.3")
+        for r in range(row_count(table))
+        if cell_text(table, r).startswith("/model/encoder/stages/stages.3")
     )
-    name = table.item(row, 0).text()
+    name = cell_text(table, row)
     assert table.fontMetrics().horizontalAdvance(name) > names  # elided on screen ...
-    assert table.item(row, 0).toolTip() == name  # ... and whole in its tooltip
+    assert cell_tooltip(table, row) == name  # ... and whole in its tooltip
     # its min, as numpy works it out along the chain
     expected = pixels
     for k in range(4):
         expected = np.maximum(expected, 0) if k % 2 else -expected
-    assert float(table.item(row, 2).text()) == float(expected.min())
-    row2 = next(r for r in range(table.rowCount()) if "stages.2" in table.item(r, 0).text())
-    assert float(table.item(row2, 2).text()) == float((-np.maximum(-pixels, 0)).min())
+    assert float(cell_text(table, row, 2)) == float(expected.min())
+    row2 = next(r for r in range(row_count(table)) if "stages.2" in cell_text(table, r))
+    assert float(cell_text(table, row2, 2)) == float((-np.maximum(-pixels, 0)).min())
 
 
 def test_inspecting_a_value_after_a_run_keeps_the_window_on_a_720_screen(

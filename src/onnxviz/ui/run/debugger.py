@@ -13,6 +13,7 @@ lock) while a run goes on and the full state once the worker has stopped.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,18 @@ class Snapshot:
 class Debugger:
     def __init__(self, session: Session) -> None:
         self.session = session
-        session.on_event = self._record
+        # The session calls back through a weak reference: a bound method made a cycle
+        # of the two, and a finished run (with every value it kept) then waited for a
+        # full garbage collection, which at 100k values stops the app for a second or
+        # more.  Without the cycle it is freed as soon as the next run replaces it.
+        me = weakref.ref(self)
+
+        def record(ev: Event) -> None:
+            debugger = me()
+            if debugger is not None:
+                debugger._record(ev)
+
+        session.on_event = record
         self.profiler = Profiler()
         self._node_breakpoints: set[str] = set()  # addresses
         self._break_on_nonfinite = False

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QApplication
 
 from onnxviz.runtime.events import Pause
 from onnxviz.runtime.session import Session
+from onnxviz.ui import collector
 from onnxviz.ui.run.debugger import Debugger
 from onnxviz.ui.run.worker_thread import start_worker_thread
 
@@ -160,7 +161,15 @@ class RunController(QObject):
         dbg.node_breakpoints = set(self.breakpoints)
         dbg.break_on_nonfinite = self.break_on_nonfinite
 
+    _holds_collections = False
+
     def _launch(self, work: Callable[[], Pause]) -> None:
+        # No full garbage collection while the run goes and its result is taken over:
+        # one scans every value and profile row the run made (a second at 100k nodes,
+        # with the GIL held, whichever thread starts it); they are frozen afterwards.
+        if not collector.holding():
+            collector.hold_full()
+            self._holds_collections = True
         self._pending = True
         self.pause_event.clear()
         self.stop_event.clear()
@@ -173,4 +182,11 @@ class RunController(QObject):
     def _delivered(self, result: Any) -> None:
         self._timer.stop()
         self._pending = False
+        # The worker has handed its result over and is only returning: not busy any more
+        # (its thread may still be alive when this runs; the panel's slots that follow
+        # must see the run stopped, or they skip the values of the run that just ended).
+        self._thread = None
+        if self._holds_collections:
+            self._holds_collections = False
+            QTimer.singleShot(0, collector.settle)  # after the take-over (this signal's slots)
         self.last_pause = result if isinstance(result, Pause) else None

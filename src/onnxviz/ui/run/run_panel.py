@@ -35,7 +35,8 @@ from onnxviz.ui.run.canvas_overlay import CanvasOverlay
 from onnxviz.ui.run.compare_colours import compare_colour
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
-from onnxviz.ui.run.run_panel_widget import RunPanelWidget, value_bytes
+from onnxviz.ui.run.run_panel_widget import RunPanelWidget
+from onnxviz.ui.run.run_tables import BIG_TABLE_ROWS
 from onnxviz.ui.run.worker_thread import start_worker_thread
 
 if TYPE_CHECKING:  # the session imports ui.run's controller: no import cycle at run time
@@ -308,7 +309,7 @@ class RunPanel(QObject):
         self.ort_outcome = result
         self.widget.set_stack(["main (onnxruntime)"], 0)
         self.widget.set_values(result.values)
-        self.widget.set_profile(result.profiler.rows())
+        self.widget.set_profile(list(result.profiler.nodes.values()))  # the table sorts
         self.widget.status.setText(result.status())
         self._refresh_canvas()
 
@@ -530,8 +531,19 @@ class RunPanel(QObject):
                 elif s.store is not None and (path, name) in s.store:
                     values[name] = s.store.get(path, name)
         else:
-            values = dict(s.store.names("main")) if s.store is not None else {}
-            values.update(s.outputs)
+            store, outputs = s.store, s.outputs
+
+            def main_values() -> dict[str, Any]:
+                found = store.names("main") if store is not None else {}  # a new dict
+                found.update(outputs)
+                return found
+
+            if store is not None and len(store) > BIG_TABLE_ROWS:
+                # gathered when the table is filled, a later turn than the take-over's
+                # (60 ms for the names of 100k kept values)
+                self.widget.set_values(main_values)
+                return
+            values = main_values()
         self.widget.set_values(values)
 
     def _value_activated(self, row: int, name: str) -> None:
@@ -606,19 +618,15 @@ class RunPanel(QObject):
 
     def _refresh_profile(self) -> None:
         dbg = self.controller.debugger
-        self.widget.set_profile(dbg.profiler.rows() if dbg is not None else [])
+        # unsorted: the table sorts them by one key per row (rows() sorted through a lambda)
+        self.widget.set_profile(list(dbg.profiler.nodes.values()) if dbg is not None else [])
 
     def _refresh_memory(self) -> None:
         s = self.controller.session
         if s is None or s.store is None:
             return
-        kept = dict(s.store.items())
-        self.widget.set_memory(
-            value_bytes({str(k): v for k, v in kept.items()}),
-            len(kept),
-            s.memory_cap_bytes,
-            s.dropped,
-        )
+        # the store's own count and total: no walk over 100k kept values
+        self.widget.set_memory(s.store.used_bytes, len(s.store), s.memory_cap_bytes, s.dropped)
 
     # -- canvas -----------------------------------------------------------------------------
     def current_key(self) -> tuple[str, int] | None:

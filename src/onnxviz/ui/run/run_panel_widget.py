@@ -2,23 +2,21 @@
 
 A row of run buttons and the frame stack breadcrumb on top; tabs below: frames and
 their values, breakpoints, profile, compare and memory.  The widget only shows things
-and emits what the user asks for; `RunPanel` (run_panel.py) does the work.
+and emits what the user asks for; `RunPanel` (run_panel.py) does the work.  Its tables
+are views over the item models of run_tables.py (100k rows must fill at once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -26,8 +24,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QToolButton,
     QVBoxLayout,
@@ -37,95 +33,17 @@ from PySide6.QtWidgets import (
 from onnxviz.runtime.compare import Comparison
 from onnxviz.runtime.memory import DroppedValue
 from onnxviz.runtime.profile import NodeProfile
-from onnxviz.runtime.values import describe, nbytes
 from onnxviz.ui.flow_layout import FlowLayout
 from onnxviz.ui.run.compare_colours import CompareLegend
-
-STATS_MAX_SIZE = 65_536
-
-
-def quick_stats(value: Any) -> tuple[str, str, str]:
-    """min, max and NaN/Inf counts as table text; blank for big or non-numeric values
-    (statistics of big tensors are left to the inspector: the table must fill at once
-    even when a finished run keeps hundreds of feature maps)."""
-    if not isinstance(value, np.ndarray) or not 0 < value.size <= STATS_MAX_SIZE:
-        return "", "", ""
-    if value.dtype.kind not in "biuf":
-        return "", "", ""
-    f = value.astype(np.float64, copy=False)
-    finite = np.isfinite(f)
-    n_finite = int(finite.sum())
-    bad = ""
-    if n_finite < f.size:
-        nan = int(np.isnan(f).sum())
-        bad = f"{nan}/{f.size - n_finite - nan}"
-    if not n_finite:
-        return "", "", bad
-    vals = f[finite] if n_finite < f.size else f
-    return f"{vals.min():.4g}", f"{vals.max():.4g}", bad
-
-
-class NumberItem(QTableWidgetItem):
-    """A table cell that sorts by its number, not its text."""
-
-    def __init__(self, text: str, number: float) -> None:
-        super().__init__(text)
-        self.number = number
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        if isinstance(other, NumberItem):
-            return self.number < other.number
-        return super().__lt__(other)
-
-
-def _table(headers: list[str]) -> QTableWidget:
-    t = QTableWidget(0, len(headers))
-    t.setHorizontalHeaderLabels(headers)
-    t.verticalHeader().hide()
-    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-    t.horizontalHeader().setResizeContentsPrecision(64)  # fit columns to the first rows only
-    t.horizontalHeader().setStretchLastSection(True)
-    # torch's value names (/stages/stages.0/pw1/MatMul_output_0) are long at both ends
-    t.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-    t.viewport().installEventFilter(_FirstColumnShare(t))
-    return t
-
-
-# The first column (a value's name, a node's address) gets at most this share of the
-# width when the columns after it would not fit: they hold the numbers.
-FIRST_COLUMN_SHARE = 0.45
-
-
-def share_first_column(table: QTableWidget) -> None:
-    """Shrink the first column, fitted to its names, so that the other columns fit
-    the viewport (each at its content width), but not below `FIRST_COLUMN_SHARE`;
-    long names are elided in the middle with the whole name in their tooltip."""
-    width = table.viewport().width()
-    if width <= 0 or table.columnCount() < 2:
-        return
-    header = table.horizontalHeader()
-    others = sum(
-        max(table.sizeHintForColumn(c), header.sectionSizeHint(c))
-        for c in range(1, table.columnCount())
-    )
-    wanted = max(table.sizeHintForColumn(0), header.sectionSizeHint(0))
-    header.resizeSection(0, min(wanted, max(int(width * FIRST_COLUMN_SHARE), width - others)))
-
-
-class _FirstColumnShare(QObject):
-    """Shares the width again when the table's viewport changes size (the dock is
-    resized, or first shown after it was filled hidden)."""
-
-    def __init__(self, table: QTableWidget) -> None:
-        super().__init__(table)
-        self.table = table
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.Resize:
-            share_first_column(self.table)
-        return False
+from onnxviz.ui.run.run_tables import (
+    CompareTable,
+    DroppedTable,
+    ProfileTable,
+    ValuesTable,
+    fit_columns,
+    fmt_bytes,
+    table_view,
+)
 
 
 def _scrolling(page: QWidget) -> QScrollArea:
@@ -134,47 +52,6 @@ def _scrolling(page: QWidget) -> QScrollArea:
     area.setFrameShape(QScrollArea.Shape.NoFrame)
     area.setWidget(page)
     return area
-
-
-def _cell(table: QTableWidget, row: int, col: int = 0) -> str:
-    item = table.item(row, col)
-    return item.text() if item is not None else ""
-
-
-def _address(table: QTableWidget, row: int) -> str:
-    """The node address of a row (kept under the readable text of its first cell)."""
-    item = table.item(row, 0)
-    if item is None:
-        return ""
-    address = item.data(Qt.ItemDataRole.UserRole)
-    return str(address) if address else item.text()
-
-
-@contextmanager
-def filling(table: QTableWidget, sort: bool = True) -> Iterator[None]:
-    """Fill a table in one go: no sorting, no repaint and no column fitting per cell
-    (fitting columns to contents per cell made refills quadratic: 80 s for 700 rows)."""
-    table.setSortingEnabled(False)
-    table.setUpdatesEnabled(False)
-    try:
-        yield
-    finally:
-        table.resizeColumnsToContents()
-        for row in range(table.rowCount()):
-            item = table.item(row, 0)
-            if item is not None and not item.toolTip():
-                item.setToolTip(item.text())  # the whole name when it is elided
-        share_first_column(table)
-        table.setUpdatesEnabled(True)
-        table.setSortingEnabled(sort)
-
-
-def fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 class RunPanelWidget(QWidget):
@@ -225,9 +102,11 @@ class RunPanelWidget(QWidget):
         split = QSplitter()
         self.frames = QListWidget()
         self.frames.currentRowChanged.connect(self.frameChosen.emit)
-        self.values = _table(["value", "type", "min", "max", "NaN/Inf"])
-        self.values.setSortingEnabled(True)
-        self.values.cellDoubleClicked.connect(self._value_clicked)
+        self.values_model = ValuesTable()
+        # by name, as the table has always opened (Qt's first sort indicator: descending)
+        self.values = table_view(self.values_model, column=0, order=Qt.SortOrder.DescendingOrder)
+        self.values.activated.connect(self._value_clicked)  # double-click or Enter
+        self.values_model.filled.connect(lambda: fit_columns(self.values))
         split.addWidget(self.frames)
         split.addWidget(self.values)
         split.setSizes([220, 600])
@@ -259,11 +138,10 @@ class RunPanelWidget(QWidget):
         self.heat = QCheckBox("Colour nodes by time on the canvas")
         self.heat.toggled.connect(lambda on: self._colouring("heat", on))
         lay.addWidget(self.heat)
-        self.profile = _table(["node", "op", "calls", "total ms", "mean ms", "output", "type"])
-        self.profile.setSortingEnabled(True)
-        self.profile.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_address(self.profile, r))
-        )
+        self.profile_model = ProfileTable(lambda a: self.address_text(a))
+        self.profile = table_view(self.profile_model)
+        self.profile.activated.connect(self._node_clicked)
+        self.profile_model.filled.connect(lambda: fit_columns(self.profile))
         lay.addWidget(self.profile, 1)
         return w
 
@@ -312,11 +190,10 @@ class RunPanelWidget(QWidget):
         )
         self.compare_status.setWordWrap(True)
         lay.addWidget(self.compare_status)
-        self.compare = _table(["node", "op", "max abs", "max rel", "values"])
-        self.compare.setSortingEnabled(True)
-        self.compare.cellDoubleClicked.connect(
-            lambda r, _c: self.nodeActivated.emit(_address(self.compare, r))
-        )
+        self.compare_model = CompareTable(lambda a: self.address_text(a))
+        self.compare = table_view(self.compare_model)
+        self.compare.activated.connect(self._node_clicked)
+        self.compare_model.filled.connect(lambda: fit_columns(self.compare))
         lay.addWidget(self.compare, 1)
         return w
 
@@ -335,7 +212,9 @@ class RunPanelWidget(QWidget):
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)
         lay.addWidget(self.memory_label)
-        self.dropped = _table(["graph", "value", "size", "why"])
+        self.dropped_model = DroppedTable(lambda a: self.address_text(a))
+        self.dropped = table_view(self.dropped_model, sortable=False)
+        self.dropped_model.filled.connect(lambda: fit_columns(self.dropped))
         lay.addWidget(self.dropped, 1)
         return w
 
@@ -351,26 +230,15 @@ class RunPanelWidget(QWidget):
         crumbs = [f"<b>{t}</b>" if i == len(titles) - 1 else t for i, t in enumerate(titles)]
         self.stack_label.setText(" › ".join(crumbs))
 
-    def set_values(self, values: dict[str, Any]) -> None:
-        t = self.values
-        with filling(t):
-            t.setRowCount(0)
-            t.setRowCount(len(values))
-            for r, (name, value) in enumerate(values.items()):
-                lo, hi, bad = quick_stats(value)
-                for c, text in enumerate((name, describe(value), lo, hi, bad)):
-                    item = QTableWidgetItem(text)
-                    if c == 4 and text:
-                        item.setForeground(Qt.GlobalColor.red)
-                    t.setItem(r, c, item)
-
-    def _address_item(self, address: str) -> QTableWidgetItem:
-        """A node address as the reader names it, the address itself kept (activation)
-        and in the tooltip."""
-        item = QTableWidgetItem(self.address_text(address))
-        item.setData(Qt.ItemDataRole.UserRole, address)
-        item.setToolTip(address)
-        return item
+    def set_values(self, values: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> None:
+        """The values of the frame shown, sorted by the column the user chose; a big
+        frame's in a later turn of the event loop.  ``values`` may be a function that
+        gathers them (a big run's: then called in that later turn)."""
+        if callable(values):
+            gather = values
+            self.values_model.set_items(lambda: gather().items(), later=True)
+        else:
+            self.values_model.set_items(values.items(), later=True)
 
     def set_breakpoints(self, addresses: list[str], hits: dict[str, int]) -> None:
         self.breakpoints.clear()
@@ -382,45 +250,15 @@ class RunPanelWidget(QWidget):
             self.breakpoints.addItem(item)
 
     def set_profile(self, rows: list[NodeProfile]) -> None:
-        t = self.profile
-        with filling(t):
-            t.setRowCount(0)
-            t.setRowCount(len(rows))
-            for r, p in enumerate(rows):
-                t.setItem(r, 0, self._address_item(p.address))
-                t.setItem(r, 1, QTableWidgetItem(p.op_type))
-                t.setItem(r, 2, NumberItem(str(p.calls), p.calls))
-                t.setItem(r, 3, NumberItem(f"{p.seconds * 1000:.3f}", p.seconds))
-                t.setItem(r, 4, NumberItem(f"{p.mean_seconds * 1000:.3f}", p.mean_seconds))
-                t.setItem(r, 5, NumberItem(fmt_bytes(p.output_bytes), p.output_bytes))
-                t.setItem(r, 6, QTableWidgetItem(p.output_text))
-        t.sortItems(3, Qt.SortOrder.DescendingOrder)
+        """The profiled nodes, slowest first until the user sorts otherwise (a big
+        profile's in the next turn of the event loop)."""
+        self.profile.horizontalHeader().setSortIndicator(3, Qt.SortOrder.DescendingOrder)
+        self.profile_model.set_items(rows, later=True)  # sorted by the indicator's column
 
     def set_comparison(self, cmp: Comparison | None, message: str = "") -> None:
-        t = self.compare
         # graph order until the user sorts: the first divergence reads top-down
-        t.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
-        with filling(t):
-            t.setRowCount(0)
-            if cmp is not None:
-                atol, rtol = self.atol.value(), self.rtol.value()
-                t.setRowCount(len(cmp.nodes))
-                for r, n in enumerate(cmp.nodes):
-                    a, rel = n.max_abs, n.max_rel
-                    cells = [
-                        self._address_item(n.address),
-                        QTableWidgetItem(n.op_type),
-                        NumberItem("–" if a is None else f"{a:.3g}", a or 0.0),
-                        NumberItem("–" if rel is None else f"{rel:.3g}", rel or 0.0),
-                        QTableWidgetItem(", ".join(v.name for v in n.values)),
-                    ]
-                    beyond = n.beyond(atol, rtol)
-                    for c, cell in enumerate(cells):
-                        if beyond:
-                            cell.setForeground(Qt.GlobalColor.red)
-                        if n.peer_note:  # the peer's number is the wrong one: say so
-                            cell.setToolTip(n.peer_note)
-                        t.setItem(r, c, cell)
+        self.compare.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+        self.compare_model.set_comparison(cmp, self.atol.value(), self.rtol.value())
         if message:
             self.compare_status.setText(message)
 
@@ -429,25 +267,24 @@ class RunPanelWidget(QWidget):
             f"{count} intermediate values kept, {fmt_bytes(kept)} of a {fmt_bytes(cap)} cap."
             + (f" {len(dropped)} values were dropped, listed below." if dropped else "")
         )
-        t = self.dropped
-        with filling(t, sort=False):
-            t.setRowCount(0)
-            t.setRowCount(len(dropped))
-            for r, d in enumerate(dropped):
-                t.setItem(r, 0, QTableWidgetItem(self.address_text(d.graph_path)))
-                t.setItem(r, 1, QTableWidgetItem(d.name))
-                t.setItem(r, 2, QTableWidgetItem(fmt_bytes(d.nbytes)))
-                t.setItem(r, 3, QTableWidgetItem(d.reason))
+        self.dropped_model.set_items(dropped)
         if dropped:
             self.tabs.setTabText(4, f"Memory ({len(dropped)} dropped)")
         else:
             self.tabs.setTabText(4, "Memory")
 
     # -- internals -------------------------------------------------------------------------
-    def _value_clicked(self, row: int, _col: int) -> None:
-        item = self.values.item(row, 0)
-        if item is not None:
-            self.valueActivated.emit(self.frames.currentRow(), item.text())
+    def _value_clicked(self, index: QModelIndex) -> None:
+        if index.isValid():
+            self.valueActivated.emit(
+                self.frames.currentRow(), self.values_model.name_at(index.row())
+            )
+
+    def _node_clicked(self, index: QModelIndex) -> None:
+        """A row of the profile or the compare table: its node on the canvas."""
+        address = index.data(Qt.ItemDataRole.UserRole) if index.isValid() else None
+        if address:
+            self.nodeActivated.emit(str(address))
 
     def _remove_breakpoint(self) -> None:
         item = self.breakpoints.currentItem()
@@ -461,7 +298,3 @@ class RunPanelWidget(QWidget):
             other.setChecked(False)
             other.blockSignals(False)
         self.colouringChanged.emit(mode if on else "none")
-
-
-def value_bytes(values: dict[str, Any]) -> int:
-    return sum(nbytes(v) for v in values.values())
