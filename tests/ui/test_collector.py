@@ -38,6 +38,28 @@ def test_full_collections_are_held_until_settled_then_the_survivors_frozen() -> 
         collector.settle()
 
 
+def test_an_open_and_a_run_hold_full_collections_each_on_their_own() -> None:
+    """A run started while an opened model settles: the open settling must not end the
+    run's hold (a full collection over the run's values stopped the UI for 232 ms), nor
+    the run's end the open's."""
+    collector.settle()
+    before = gc.get_threshold()
+    try:
+        collector.hold_full("open")
+        collector.hold_full("run")
+        frozen = gc.get_freeze_count()
+        collector.settle("open")
+        assert collector.holding() and collector.holding("run") and not collector.holding("open")
+        assert gc.get_threshold()[2] > 10**6 and gc.get_freeze_count() == frozen
+        collector.hold_full("open")  # the next open
+        collector.settle("run")
+        assert collector.holding("open") and gc.get_threshold()[2] > 10**6
+        collector.settle("open")
+        assert not collector.holding() and gc.get_threshold() == before
+    finally:
+        collector.settle()
+
+
 def test_an_opened_model_settles_and_full_collections_run_again(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(tmp_path / "chain.onnx")
     onnx.save(chain_model(), path)

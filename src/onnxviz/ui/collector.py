@@ -7,7 +7,9 @@ is exactly what happens, again and again, while a big model is opened and settle
 index, presenter, scene, canvas items, inferred types).  So:
 
 * while a model is opened and settles, full collections are held (`hold_full`); the
-  young generations are still collected as usual, cheaply;
+  young generations are still collected as usual, cheaply.  A run and the take-over of
+  its result hold them too: each holder names itself and lets go on its own
+  (`settle(owner)`), so that the end of one never ends the other's hold;
 * once it has settled (`settle`: nothing more runs in the background for it), the
   young generations are collected and everything alive is frozen, out of the
   collector's reach: the model's objects live as long as it is open, and later full
@@ -22,25 +24,34 @@ import gc
 
 _NEVER = 1 << 30  # a full collection after this many young-generation ones: never
 _held: tuple[int, int, int] | None = None  # the thresholds to go back to
+_holders: set[str] = set()  # who holds them: "open", "run"
 
 
-def hold_full() -> None:
-    """No automatic full collection until `settle`."""
+def hold_full(owner: str = "open") -> None:
+    """No automatic full collection until every holder has settled; a holder holding
+    again still holds once."""
     global _held
+    _holders.add(owner)
     if _held is None:
         _held = gc.get_threshold()
         gc.set_threshold(_held[0], _held[1], _NEVER)
 
 
-def holding() -> bool:
-    return _held is not None
+def holding(owner: str | None = None) -> bool:
+    """Full collections are held (by ``owner``, when given)."""
+    return _held is not None if owner is None else owner in _holders
 
 
-def settle() -> None:
-    """The open model has settled: collect the young generations, freeze what is alive
-    and let full collections run again (they will be short)."""
+def settle(owner: str | None = None) -> None:
+    """``owner`` is done (None: every holder, as when a window closes).  When nobody
+    holds any more: collect the young generations, freeze what is alive and let full
+    collections run again (they will be short)."""
     global _held
-    if _held is None:
+    if owner is None:
+        _holders.clear()
+    else:
+        _holders.discard(owner)
+    if _held is None or _holders:
         return
     if gc.isenabled():
         gc.collect(1)

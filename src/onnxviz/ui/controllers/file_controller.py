@@ -28,6 +28,7 @@ STAGED_ADOPT_NODES = 5000
 # of walking tensors and serializing, which on the UI thread froze the window.
 BACKGROUND_SAVE_NODES = 5000
 SETTLE_POLL_MS = 200  # how often an opened model is looked at until it has settled
+OPEN_HOLDER = "open"  # this controller's name when it holds full collections
 SETTLE_LIMIT_S = 120.0  # full garbage collections are held at most this long after an open
 EXTERNAL_CHOICES = [
     ("keep", "Keep external data where it is"),
@@ -77,7 +78,7 @@ class FileController(QObject):
         if not self.maybe_save():
             return
         job = open_model_job(path, self.session.options, TextMetrics)
-        collector.hold_full()  # until the model has settled: `_settle_if_quiet`
+        collector.hold_full(OPEN_HOLDER)  # until the model has settled: `_settle_if_quiet`
         self.work.run(
             job,
             lambda opened: self.adopt_steps(opened, path, example, inline=not background),
@@ -107,7 +108,7 @@ class FileController(QObject):
         self._quiet_polls = self._quiet_polls + 1 if self.quiet() else 0
         if self._quiet_polls >= 2 or time.monotonic() > self._settle_deadline:
             self._settle_timer.stop()
-            collector.settle()
+            collector.settle(OPEN_HOLDER)
 
     def adopt(self, opened: Opened, path: str, example: bool) -> None:
         """Make a freshly opened model the session's document."""

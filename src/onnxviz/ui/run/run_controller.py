@@ -26,6 +26,9 @@ from onnxviz.ui.run.worker_thread import start_worker_thread
 PROGRESS_MS = 100
 
 
+RUN_HOLDER = "run"  # this controller's name when it holds full garbage collections
+
+
 class RunController(QObject):
     stopped = Signal(object)  # Pause (or an OnnxvizError when the run could not start)
     started = Signal()
@@ -167,8 +170,8 @@ class RunController(QObject):
         # No full garbage collection while the run goes and its result is taken over:
         # one scans every value and profile row the run made (a second at 100k nodes,
         # with the GIL held, whichever thread starts it); they are frozen afterwards.
-        if not collector.holding():
-            collector.hold_full()
+        if not collector.holding(RUN_HOLDER):
+            collector.hold_full(RUN_HOLDER)
             self._holds_collections = True
         self._pending = True
         self.pause_event.clear()
@@ -188,5 +191,6 @@ class RunController(QObject):
         self._thread = None
         if self._holds_collections:
             self._holds_collections = False
-            QTimer.singleShot(0, collector.settle)  # after the take-over (this signal's slots)
+            # after the take-over (this signal's slots); an open's hold goes on meanwhile
+            QTimer.singleShot(0, lambda: collector.settle(RUN_HOLDER))
         self.last_pause = result if isinstance(result, Pause) else None
