@@ -339,3 +339,43 @@ def test_compare_names_a_saturating_onnxruntime_as_the_inexact_side(
     status = panel.widget.compare_status.text()
     assert "main::mmi" in status and "onnxruntime is inexact here" in status
     assert "ours equals exact integer arithmetic" in cell_tooltip(panel.widget.compare, 0, 0)
+
+
+def test_a_big_scenes_marks_come_in_slices_and_show_the_runs_state(
+    window, qtbot, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Over `SYNC_MARKS` boxes the marks come a slice per turn, the boxes in view first;
+    a mark made later shows the state the panel last gave (executed, breakpoint), a box
+    still without its mark is found, and each update changes only what changed."""
+    from onnxviz.ui.run import canvas_overlay
+
+    monkeypatch.setattr(canvas_overlay, "SYNC_MARKS", 1)
+    monkeypatch.setattr(canvas_overlay, "MARK_SLICE_SECONDS", 0.0)  # one batch per turn
+    n = 120
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"r{i}") for i in range(n)]
+    model = make(nodes, [vi("v0", shape=[3])], [vi(f"v{n}", shape=[3])])
+    panel = _open(window, tmp_path, model)
+    overlay = panel.overlay
+    panel.set_breakpoint(panel.address_of("main", n - 1), True)
+    assert panel.run({"v0": CHAIN_FEEDS["x"]})
+    _settle(window, panel)
+    qtbot.waitUntil(lambda: not overlay.marking, timeout=20_000)
+    marks = overlay.marks
+    assert len(marks) == n
+    assert marks[("main", n - 1)].breakpoint and marks[("main", n - 1)].current
+    assert all(m.executed for k, m in marks.items() if k != ("main", n - 1))
+    panel.set_breakpoint(panel.address_of("main", n - 1), False)
+    assert not marks[("main", n - 1)].breakpoint
+    # a rebuilt scene: the boxes in view are marked at once, the rest over the turns,
+    # each new mark with the state last shown
+    window.navigation.relayout(background=False)
+    assert overlay.item_for("main", 0) is not None
+    assert overlay.marking and 0 < len(overlay.marks) < n
+    far = next(i for i in range(n) if ("main", i) not in overlay.marks)
+    box = overlay.item_for("main", far)  # found before its mark is made
+    assert box is not None and box.data_item.node_index == far
+    qtbot.waitUntil(lambda: not overlay.marking, timeout=20_000)
+    assert len(overlay.marks) == n
+    assert all(m.executed for k, m in overlay.marks.items() if k != ("main", n - 1))
+    assert overlay.marks[("main", n - 1)].current
+    assert not any(m.breakpoint for m in overlay.marks.values())
