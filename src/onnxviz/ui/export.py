@@ -108,6 +108,14 @@ def export_any(
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".svg", ".png", ".pdf"):
         raise ExportError(f"cannot export to '{ext or path}': use .svg, .png or .pdf")
+    # an export draws every item: a fill or run marks still coming a slice per turn
+    # are completed first
+    finish = getattr(scene, "finish_filling", None)
+    if finish is not None:
+        finish()
+    exporting = getattr(scene, "exporting", None)
+    if exporting is not None:
+        exporting.emit()
     overview = bool(getattr(scene, "overview_shown", False))
     if overview:
         scene.set_overview(False)  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ class GraphScene(QGraphicsScene):
     rowClicked = Signal(str, str)  # item id, initializer name
     toggleRequested = Signal(str)  # item id of a group / body-holding node
     jumpRequested = Signal(str)  # item id to go to (a proxy's source)
+    exporting = Signal()  # an export draws every item next: make what is still to come
     filled = Signal()  # every item of the shown scene exists
 
     def __init__(self, theme: Theme = LIGHT, parent: QObject | None = None) -> None:

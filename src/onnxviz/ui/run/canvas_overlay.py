@@ -243,8 +243,7 @@ class CanvasOverlay:
         return self._unmarked is not None
 
     def finish_marks(self) -> None:
-        """Make the remaining marks now (an export draws every box)."""
-        self.make_marks()
+        """Make the marks still to come now (an export draws every box)."""
         while self._unmarked is not None:
             self._mark_some()
 

@@ -185,6 +185,7 @@ class RunPanel(QObject):
         self.compareDone.connect(self._compare_done)
         self.graph_scene.changed.connect(lambda _r: self._scene_changed())
         self.graph_scene.selectionChanged.connect(self._selection_changed)
+        self.graph_scene.exporting.connect(self.overlay.finish_marks)
         self.session.document_replaced.connect(self._document_replaced)
         self.session.edited.connect(self._model_edited)
 
