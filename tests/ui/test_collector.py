@@ -70,6 +70,24 @@ def test_an_opened_model_settles_and_full_collections_run_again(window, qtbot, t
     assert gc.get_threshold() == before
 
 
+def test_a_big_relayout_holds_full_collections_until_its_canvas_is_filled(
+    window, qtbot, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """After a model has settled, an expand-all at 100k nodes made Python run full
+    collections over the new canvas items again and again (0.6-1.0 s each on the UI
+    thread): a relayout in the background holds them until layout and fill are done."""
+    from onnxviz.ui.controllers.navigation_controller import CANVAS_HOLDER
+
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(chain_model(), path)
+    window.files.open_path(path, background=False)
+    qtbot.waitUntil(lambda: not collector.holding(), timeout=20_000)
+    window.navigation.relayout(background=True)
+    assert collector.holding(CANVAS_HOLDER)
+    qtbot.waitUntil(lambda: not collector.holding(), timeout=20_000)
+    assert window.work.task is None and not window.graph_scene.filling
+
+
 def test_a_failed_open_settles_too(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"\x08\x07not a model at all")

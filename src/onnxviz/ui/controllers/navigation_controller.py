@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, QPointF, Signal
+from PySide6.QtCore import QObject, QPointF, QTimer, Signal
 from PySide6.QtGui import QTransform
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
@@ -18,7 +18,7 @@ from onnxviz.model.diagnostics import Diagnostic
 from onnxviz.model.scope_names import graph_trail
 from onnxviz.present.find import FindResult
 from onnxviz.present.scene import Scene
-from onnxviz.ui import settings
+from onnxviz.ui import collector, settings
 from onnxviz.ui.canvas import scene as canvas_scene
 from onnxviz.ui.canvas.items import NodeItem
 from onnxviz.ui.canvas.scene import GraphScene
@@ -45,6 +45,14 @@ class Crumb:
     expanded: set[str]
 
 
+# While a big scene is laid out and filled, full garbage collections wait (`collector`):
+# after a model had settled, an expand-all at 100k nodes made Python run them over the
+# new items again and again, 0.6-1.0 s each on the UI thread and up to 0.3 s in the
+# layout thread.  The hold ends once neither runs, two looks in a row.
+CANVAS_HOLDER = "canvas"
+CANVAS_POLL_MS = 200
+
+
 class NavigationController(QObject):
     crumbs_changed = Signal()  # the breadcrumb (and Back) changed
 
@@ -67,6 +75,10 @@ class NavigationController(QObject):
         self.crumbs: list[Crumb] = []
         self.badges: dict[str, list[str]] = {}
         self.inference_task: Task | None = None
+        self._canvas_quiet_looks = 0
+        self._canvas_settle = QTimer(self)
+        self._canvas_settle.setInterval(CANVAS_POLL_MS)
+        self._canvas_settle.timeout.connect(self._settle_canvas_if_quiet)
         scene.filled.connect(self._apply_badges)  # big scenes fill in slices
         scene.toggleRequested.connect(self.toggle)
         scene.jumpRequested.connect(self.select_item)
@@ -177,7 +189,21 @@ class NavigationController(QObject):
             if after is not None:
                 after()
 
+        if background:
+            collector.hold_full(CANVAS_HOLDER)
+            self._canvas_quiet_looks = 0
+            self._canvas_settle.start()
         self.work.run(layout_job(presenter, TextMetrics), done, background, "laying out")
+
+    def _settle_canvas_if_quiet(self) -> None:
+        """No layout or fill left, twice in a row: full collections may run again."""
+        if self.work.task is not None or self.graph_scene.filling:
+            self._canvas_quiet_looks = 0
+            return
+        self._canvas_quiet_looks += 1
+        if self._canvas_quiet_looks >= 2:
+            self._canvas_settle.stop()
+            collector.settle(CANVAS_HOLDER)
 
     def toggle(self, item_id: str) -> None:
         if self.session.presenter is None:
