@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels.math_activation import relu_into
+
 _BINARY: dict[str, Callable[..., Any]] = {
     "Add": np.add,
     "Sub": np.subtract,
@@ -122,7 +124,7 @@ def try_inplace(op_type: str, ins: Sequence[Any], dead: tuple[bool, ...]) -> np.
         if not _reusable(x):
             return None
         if op_type == "Relu":
-            return np.maximum(x, x.dtype.type(0), out=x)
+            return relu_into(x, x)  # the Relu kernel's own max, bit for bit
         out: np.ndarray = _UNARY[op_type](x, out=x)
         return out
     return None

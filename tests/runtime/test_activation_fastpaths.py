@@ -1,0 +1,283 @@
+"""Activation fast paths: max/min against a row of the constant (math_activation
+.bounded_into) in the Relu and Clip kernels, the in-place Relu, the conv chains' Relu and
+Clip (ReLU6), and Sigmoid -> Mul (SiLU) as one elementwise chain.  Each must give the
+plain path's bits: the operations and their order are unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime.events import NodeFinished
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels.math_activation import bounded_into, clip, relu
+from onnxviz.runtime.session import Session
+from tests.runtime.differential import assert_modes_agree
+
+pytestmark = pytest.mark.numeric
+
+_SPECIAL = [np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, 6.0, -6.0, 1e-40, -1e-40]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The array's raw bytes as unsigned integers (NaN payloads and signed zeros count)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind == "f" else a
+
+
+def _sample(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.asarray(rng.standard_normal(shape) * 10).astype(dtype)
+    if np.dtype(dtype).kind == "f" and x.size:
+        flat = x.reshape(-1)
+        k = min(flat.size, len(_SPECIAL))
+        flat[:k] = np.asarray(_SPECIAL[:k]).astype(dtype)
+        rng.shuffle(flat)
+    return x
+
+
+# Sizes around the row length (16384) and its multiples, 0-d and empty arrays.
+_SHAPES = [(), (0,), (7,), (3, 5), (16384,), (16385,), (2, 16384), (3, 20000), (1, 8, 57, 61)]
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.int8])
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum])
+def test_bounded_into_gives_the_scalar_ufuncs_bits(shape, dtype, ufunc) -> None:
+    x = _sample(shape, dtype, seed=len(shape))
+    for value in (0, 3, -2.5, np.nan) if np.dtype(dtype).kind == "f" else (0, 3, -2):
+        want = ufunc(x, np.asarray(value).astype(x.dtype))
+        got = bounded_into(ufunc, x, value, np.empty_like(x))
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+        inplace = x.copy()
+        assert bounded_into(ufunc, inplace, value, inplace) is inplace
+        np.testing.assert_array_equal(_bits(inplace), _bits(want))
+
+
+def test_bounded_into_on_strided_views_and_channels_last() -> None:
+    x = _sample((2, 6, 30, 40), np.float32, seed=3)
+    for view in (x[:, ::2], x.transpose(0, 2, 3, 1), x[..., ::-1]):
+        got = bounded_into(np.maximum, view, 0, np.empty(view.shape, np.float32))
+        np.testing.assert_array_equal(_bits(got), _bits(np.maximum(view, np.float32(0))))
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int8])
+def test_relu_kernel_is_numpys_maximum_with_zero(shape, dtype) -> None:
+    x = _sample(shape, dtype, seed=11)
+    got = relu(x)
+    want = np.maximum(x, 0)
+    assert type(got) is np.ndarray and got.shape == x.shape and got.dtype == x.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    if x.dtype.kind == "f" and x.size:
+        assert not np.signbit(got[got == 0]).any()  # -0 -> +0, as max(-0, 0) gives
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize(
+    "lo, hi", [(0.0, 6.0), (None, 1.5), (-1.0, None), (2.0, -2.0), (np.nan, 1.0), (0.0, np.inf)]
+)
+def test_clip_kernel_is_max_then_min(shape, lo, hi) -> None:
+    x = _sample(shape, np.float32, seed=5)
+    f32 = np.float32
+    want = x
+    if lo is not None:
+        want = np.maximum(want, f32(lo))
+    if hi is not None:
+        want = np.minimum(want, f32(hi))
+    got = clip(
+        x, None if lo is None else np.array(lo, f32), None if hi is None else np.array(hi, f32)
+    )
+    assert got.shape == x.shape and got.dtype == x.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(np.asarray(want)))
+
+
+def test_clip_bound_of_shape_one_keeps_numpys_broadcast() -> None:
+    x = np.float32(-3.0).reshape(())
+    got = clip(x, np.array([0.0], np.float32), None)
+    assert got.shape == (1,) and got[0] == 0.0  # a (1,) bound broadcasts a 0-d input
+    x8 = np.arange(-5, 5, dtype=np.int8)
+    np.testing.assert_array_equal(clip(x8, np.int8(-2), np.int8(3)), np.clip(x8, -2, 3))
+
+
+# --- in-place Relu and the conv chains ------------------------------------------------
+
+
+def _model(nodes, inputs, inits, opset: int = 17, outputs=("y",)) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _stepped(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for e in Session(model).steps(feeds):
+        if isinstance(e, NodeFinished):
+            out.update(e.outputs)
+    return out
+
+
+def test_in_place_relu_of_a_dead_value_gives_the_kernels_bits() -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("Sub", ["sq", "x"], ["d"]),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    x = _sample((3, 40000), np.float32, seed=8)
+    model = _model(nodes, [("x", [3, 40000])], {})
+    got = Session(model, fuse_ops=False).run({"x": x})["y"]
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def _conv_clip_model(bounds: str, opset: int = 13, bias: bool = True) -> onnx.ModelProto:
+    rng = np.random.default_rng(4)
+    inits = {"w": (rng.standard_normal((16, 8, 3, 3)) * 0.5).astype(np.float32)}
+    conv_ins = ["x", "w"]
+    if bias:
+        inits["b"] = rng.standard_normal(16).astype(np.float32)
+        conv_ins.append("b")
+    inputs = [("x", [1, 8, 20, 20])]
+    attrs: dict[str, Any] = {}
+    clip_ins = ["c"]
+    if opset < 11:
+        attrs = {"min": 0.0, "max": 6.0} if bounds == "both" else {"max": 1.0}
+    elif bounds == "both":
+        inits["lo"], inits["hi"] = np.array(0.0, np.float32), np.array(6.0, np.float32)
+        clip_ins += ["lo", "hi"]
+    elif bounds == "max_only":
+        inits["hi"] = np.array(1.0, np.float32)
+        clip_ins += ["", "hi"]
+    elif bounds == "fed_min":
+        inits["hi"] = np.array(6.0, np.float32)
+        inputs.append(("lo", []))
+        clip_ins += ["lo", "hi"]
+    nodes = [
+        helper.make_node("Conv", conv_ins, ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", clip_ins, ["y"], **attrs),
+    ]
+    return _model(nodes, inputs, inits, opset)
+
+
+@pytest.mark.parametrize(
+    "bounds, opset, bias",
+    [("both", 13, True), ("max_only", 13, False), ("both", 6, True), ("max_only", 6, True)],
+)
+def test_conv_then_clip_runs_as_one_node(bounds: str, opset: int, bias: bool) -> None:
+    model = _conv_clip_model(bounds, opset, bias)
+    x = _sample((1, 8, 20, 20), np.float32, seed=2)
+    x[np.isnan(x) | np.isinf(x)] = 1.0  # finite conv inputs: NaN bounds are tested above
+    sess = Session(model)
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
+    stepped = assert_modes_agree(model, {"x": x})
+    got = sess.run({"x": x})["y"]
+    lo = 0.0 if bounds == "both" else -np.inf
+    hi = 6.0 if bounds == "both" else 1.0
+    assert got.min() >= lo and got.max() <= hi and (got == hi).any()
+    # The clip itself is the kernel's: applying it to the stepped conv output again
+    # changes nothing, and values strictly inside the bounds are the conv's.
+    inside = (stepped["c"] > lo) & (stepped["c"] < hi)
+    np.testing.assert_allclose(got[inside], stepped["c"][inside], rtol=2e-5, atol=1e-4)
+
+
+def test_clip_with_a_fed_bound_is_not_folded_into_the_conv() -> None:
+    model = _conv_clip_model("fed_min")
+    x = _sample((1, 8, 20, 20), np.float32, seed=3)
+    x[~np.isfinite(x)] = 0.0
+    sess = Session(model)
+    kinds = [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)]
+    assert kinds == [("Conv", "fused"), ("Clip", "kernel")]
+    got = sess.run({"x": x, "lo": np.array(-0.5, np.float32)})["y"]
+    assert got.min() >= -0.5 and (got == -0.5).any()
+
+
+def test_conv_clip_with_a_bound_of_another_type_runs_the_nodes() -> None:
+    """A float64 bound on a float32 conv: the chain runs the nodes, so the Clip kernel
+    reports the type mismatch as the stepped run does (or clips the same)."""
+    model = _conv_clip_model("both")
+    for init in model.graph.initializer:
+        if init.name == "hi":
+            init.CopyFrom(numpy_helper.from_array(np.array(6.0), "hi"))
+    x = np.ones((1, 8, 20, 20), np.float32)
+    got = Session(model).run({"x": x})["y"]
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+# --- SiLU -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mul_order", [("x", "s"), ("s", "x")])
+def test_silu_runs_as_one_chain_with_the_stepped_bits(dtype, mul_order) -> None:
+    tp = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", list(mul_order), ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", tp, [3, 30000])],
+        [helper.make_tensor_value_info("y", tp, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = _sample((3, 30000), dtype, seed=9) * 20  # past exp's overflow both ways
+    sess = Session(model)
+    with np.errstate(all="raise"):  # no warning leaks out of the fused exp
+        got = sess.run({"x": x})["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Sigmoid", "fused")]
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_silu_between_a_depthwise_and_a_pointwise_conv() -> None:
+    """A depthwise conv's output through SiLU into a pointwise conv (MBConv-style):
+    the numbers of the stepped run."""
+    rng = np.random.default_rng(6)
+    inits = {
+        "wd": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
+        "wp": (rng.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["d"], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["d"], ["s"]),
+        helper.make_node("Mul", ["d", "s"], ["m"]),
+        helper.make_node("Conv", ["m", "wp"], ["y"]),
+    ]
+    model = _model(nodes, [("x", [2, 16, 24, 24])], inits)
+    x = rng.standard_normal((2, 16, 24, 24)).astype(np.float32)
+    assert_modes_agree(model, {"x": x})
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 4),
+    cols=st.integers(1, 40000),
+    scale=st.sampled_from([0.1, 1.0, 50.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_silu_and_relu_chains_match_the_stepped_bits(rows, cols, scale, seed) -> None:
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["s", "x"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Sub", ["r", "x"], ["y"]),
+    ]
+    model = _model(nodes, [("x", [rows, cols])], {})
+    x = (_sample((rows, cols), np.float32, seed) * scale).astype(np.float32)
+    got = Session(model).run({"x": x})["y"]
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
