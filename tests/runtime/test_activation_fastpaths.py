@@ -5,6 +5,7 @@ plain path's bits: the operations and their order are unchanged."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import run_nodes
-from onnxviz.runtime.kernels.math_activation import bounded_into, clip, relu
+from onnxviz.runtime.kernels.math_activation import bounded_into, clip, relu, sigmoid
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree
 
@@ -216,17 +217,26 @@ def test_conv_clip_with_a_bound_of_another_type_runs_the_nodes() -> None:
     np.testing.assert_array_equal(got, want)
 
 
-# --- SiLU -----------------------------------------------------------------------------
+# --- Sigmoid / SiLU and Relu in elementwise chains --------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mul_order", [("x", "s"), ("s", "x")])
-def test_silu_runs_as_one_chain_with_the_stepped_bits(dtype, mul_order) -> None:
+def test_sigmoid_kernel_gives_the_reciprocal_formulas_bits(dtype) -> None:
+    """1 / (1 + exp(-x)) with the division by the scalar 1: the bits of np.reciprocal."""
+    x = _sample((3, 30000), dtype, seed=9) * 20  # past exp's overflow both ways
+    with np.errstate(over="ignore"):
+        want = np.reciprocal(np.exp(-x) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning leaks out of the kernel
+        got = sigmoid(x)
+    np.testing.assert_array_equal(_bits(got), _bits(want.astype(dtype)))
+    assert got[x == -np.inf].tolist() == [0.0] and got[x == np.inf].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_silu_unwatched_gives_the_stepped_bits(dtype) -> None:
     tp = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    nodes = [
-        helper.make_node("Sigmoid", ["x"], ["s"]),
-        helper.make_node("Mul", list(mul_order), ["y"]),
-    ]
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
     graph = helper.make_graph(
         nodes,
         "g",
@@ -234,32 +244,10 @@ def test_silu_runs_as_one_chain_with_the_stepped_bits(dtype, mul_order) -> None:
         [helper.make_tensor_value_info("y", tp, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = _sample((3, 30000), dtype, seed=9) * 20  # past exp's overflow both ways
-    sess = Session(model)
-    with np.errstate(all="raise"):  # no warning leaks out of the fused exp
-        got = sess.run({"x": x})["y"]
-    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Sigmoid", "fused")]
+    x = _sample((3, 30000), dtype, seed=9) * 20
+    got = Session(model).run({"x": x})["y"]
     want = _stepped(model, {"x": x})["y"]
     np.testing.assert_array_equal(_bits(got), _bits(want))
-
-
-def test_silu_between_a_depthwise_and_a_pointwise_conv() -> None:
-    """A depthwise conv's output through SiLU into a pointwise conv (MBConv-style):
-    the numbers of the stepped run."""
-    rng = np.random.default_rng(6)
-    inits = {
-        "wd": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
-        "wp": (rng.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "wd"], ["d"], group=16, pads=[1, 1, 1, 1]),
-        helper.make_node("Sigmoid", ["d"], ["s"]),
-        helper.make_node("Mul", ["d", "s"], ["m"]),
-        helper.make_node("Conv", ["m", "wp"], ["y"]),
-    ]
-    model = _model(nodes, [("x", [2, 16, 24, 24])], inits)
-    x = rng.standard_normal((2, 16, 24, 24)).astype(np.float32)
-    assert_modes_agree(model, {"x": x})
 
 
 @settings(max_examples=40, deadline=None)
@@ -269,15 +257,30 @@ def test_silu_between_a_depthwise_and_a_pointwise_conv() -> None:
     scale=st.sampled_from([0.1, 1.0, 50.0]),
     seed=st.integers(0, 2**16),
 )
-def test_random_silu_and_relu_chains_match_the_stepped_bits(rows, cols, scale, seed) -> None:
+def test_random_relu_chains_match_the_stepped_bits(rows, cols, scale, seed) -> None:
+    """Mul by -1 (makes -0 of +0) -> Relu -> Sub x -> Relu as one chain, then a
+    Sigmoid kernel: the stepped bits (NaN payloads, signed zeros) in the fused run."""
     nodes = [
-        helper.make_node("Sigmoid", ["x"], ["s"]),
-        helper.make_node("Mul", ["s", "x"], ["m"]),
+        helper.make_node("Mul", ["x", "k"], ["m"]),
         helper.make_node("Relu", ["m"], ["r"]),
-        helper.make_node("Sub", ["r", "x"], ["y"]),
+        helper.make_node("Sub", ["r", "x"], ["d"]),
+        helper.make_node("Relu", ["d"], ["e"]),
+        helper.make_node("Sigmoid", ["e"], ["y"]),
     ]
-    model = _model(nodes, [("x", [rows, cols])], {})
+    model = _model(nodes, [("x", [rows, cols])], {"k": np.array(-1.0, np.float32)})
     x = (_sample((rows, cols), np.float32, seed) * scale).astype(np.float32)
-    got = Session(model).run({"x": x})["y"]
-    want = _stepped(model, {"x": x})["y"]
-    np.testing.assert_array_equal(_bits(got), _bits(want))
+    sess = Session(model)
+    got = sess.run({"x": x})["y"]
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused", "kernel"]
+    want = _stepped(model, {"x": x})
+    np.testing.assert_array_equal(_bits(got), _bits(want["y"]))
+    e = Session(model.__class__.FromString(_with_output(model, "e"))).run({"x": x})["e"]
+    np.testing.assert_array_equal(_bits(e), _bits(want["e"]))
+
+
+def _with_output(model: onnx.ModelProto, name: str) -> bytes:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return m.SerializeToString()

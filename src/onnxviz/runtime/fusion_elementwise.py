@@ -42,15 +42,6 @@ def _relu_into(x: np.ndarray, out: np.ndarray) -> None:
     relu_into(x, out)  # the Relu kernel's own max, bit for bit
 
 
-def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
-    """math_activation.sigmoid_f's steps, in its order (the same bits), into ``out``."""
-    np.negative(x, out=out)
-    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: 1/inf = 0
-        np.exp(out, out=out)
-    out += 1
-    np.reciprocal(out, out=out)
-
-
 _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
     "Erf": erf_into,
     "Tanh": lambda x, out: np.tanh(x, out=out),
@@ -59,9 +50,6 @@ _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
     "Neg": lambda x, out: np.negative(x, out=out),
     "Abs": lambda x, out: np.absolute(x, out=out),
     "Relu": _relu_into,
-    # Sigmoid then Mul by the chain's input is SiLU/Swish (Llama MLPs, EfficientNet,
-    # YOLO): one pass instead of the sigmoid's four and the Mul's.
-    "Sigmoid": _sigmoid_into,
 }
 
 # Elements per block: a few blocks of this size stay in a core's L2 cache.
@@ -168,20 +156,13 @@ class ElementwiseChain:
         x = ins[0]
         if type(x) is not np.ndarray or x.dtype not in _FLOATS or not self._scalars_fit(x, ins):
             return self._one_by_one(ex, ins)
-        # A channels-last input (a fused conv's, fusion_layout) is walked in its own
-        # memory order and the result given the same layout: no transposing copy.
-        last = not x.flags.c_contiguous and x.ndim == 4
-        dense = x.transpose(0, 2, 3, 1) if last else x
-        if not dense.flags.c_contiguous:
-            last, dense = False, np.ascontiguousarray(x)
-        flat = dense.reshape(-1)
+        flat = np.ascontiguousarray(x).reshape(-1)
         out = np.empty_like(flat)
         scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
         for start in range(0, flat.size, _BLOCK):
             stop = min(start + _BLOCK, flat.size)
             self._run_block(flat[start:stop], out[start:stop], scalars)
-        result = out.reshape(dense.shape)
-        return [result.transpose(0, 3, 1, 2) if last else result]
+        return [out.reshape(x.shape)]
 
     def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
         """Every other operand is one element of x's dtype that does not add axes."""

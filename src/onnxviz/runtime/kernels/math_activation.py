@@ -93,7 +93,10 @@ def sigmoid_f(x: Array) -> Array:
     with np.errstate(over="ignore"):
         np.exp(t, out=t)
     t += 1
-    np.reciprocal(t, out=t)
+    # 1 / t as a division by the scalar: the same correctly rounded quotient as
+    # np.reciprocal, whose loop numpy 2.4 does not vectorise (400k float32: 36 us
+    # against 63 us).
+    np.divide(1.0, t, out=t)
     return t
 
 
