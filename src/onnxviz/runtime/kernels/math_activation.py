@@ -44,17 +44,19 @@ def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
 # the rows of x stream past it, and the per-row cost of the ufunc's outer loop is small
 # (1024-element rows measured 25% slower on 800k floats).
 _ROW = 16384
-_ROWS: dict[tuple[np.dtype, bytes], np.ndarray] = {}
+_ROWS: dict[tuple[Any, ...], np.ndarray] = {}
 _MAX_ROWS = 32  # distinct (dtype, constant) rows kept; Clip bounds are per model
+# Below this many elements the scalar loop's cost is less than this function's own.
+_MIN_SIZE = 4096
 
 
 def _row(dtype: np.dtype, value: Any) -> np.ndarray:
     """A read-only row of ``value`` cast to ``dtype`` (cached)."""
-    v = np.asarray(value).astype(dtype)
-    key = (dtype, v.tobytes())
+    plain = type(value) is int or type(value) is float
+    key = (dtype, value) if plain else (dtype, np.asarray(value).astype(dtype).tobytes())
     row = _ROWS.get(key)
     if row is None:
-        row = np.full(_ROW, v, dtype=dtype)
+        row = np.full(_ROW, np.asarray(value).astype(dtype), dtype=dtype)
         row.flags.writeable = False
         if len(_ROWS) >= _MAX_ROWS:
             _ROWS.clear()
@@ -67,11 +69,13 @@ def bounded_into(ufunc: np.ufunc, x: Array, value: Any, out: Array) -> Array:
     (cast to x's dtype first, as numpy casts a Python scalar), bit for bit, computed
     against a row of ``value`` when x and out are contiguous arrays of one shape.
     ``out`` may be x itself."""
-    if not (x.flags.c_contiguous and out.flags.c_contiguous) or x.shape != out.shape:
+    n = x.size
+    if n < _MIN_SIZE or not (x.flags.c_contiguous and out.flags.c_contiguous):
         return ufunc(x, np.asarray(value).astype(x.dtype), out=out)  # type: ignore[no-any-return]
+    if x.shape != out.shape:
+        raise ValueError(f"bounded_into: shapes {x.shape} and {out.shape} differ")
     row = _row(x.dtype, value)
     flat, dest = x.reshape(-1), out.reshape(-1)
-    n = flat.size
     whole = n - n % _ROW
     if whole:
         ufunc(flat[:whole].reshape(-1, _ROW), row, out=dest[:whole].reshape(-1, _ROW))
@@ -104,7 +108,7 @@ def sigmoid_f(x: Array) -> Array:
 def relu(x: Array, **_legacy: Any) -> Array:
     if x.dtype in ML_FLOATS:
         return _relu_wide(x)
-    if x.dtype.kind == "b" or x.dtype == np.float16:
+    if x.size < _MIN_SIZE or x.dtype.kind == "b" or x.dtype == np.float16:
         return np.maximum(x, 0)  # float16: the row does not pay (the loop is the cost)
     return relu_into(x, np.empty(x.shape, dtype=x.dtype))
 
