@@ -109,7 +109,8 @@ def relu(x: Array, **_legacy: Any) -> Array:
     if x.dtype in ML_FLOATS:
         return _relu_wide(x)
     if x.size < _MIN_SIZE or x.dtype.kind == "b" or x.dtype == np.float16:
-        return np.maximum(x, 0)  # float16: the row does not pay (the loop is the cost)
+        # float16: the row does not pay (the loop is the cost); asarray: 0-d stays an array
+        return np.asarray(np.maximum(x, 0))
     return relu_into(x, np.empty(x.shape, dtype=x.dtype))
 
 
