@@ -217,6 +217,27 @@ def test_conv_clip_with_a_bound_of_another_type_runs_the_nodes() -> None:
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("alpha", [0.1, 1.0, 1.5, -0.5])
+def test_conv_then_leaky_relu_runs_as_one_node(alpha: float) -> None:
+    rng = np.random.default_rng(12)
+    inits = {"w": (rng.standard_normal((16, 8, 3, 3)) * 0.5).astype(np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c"], ["y"], alpha=alpha),
+    ]
+    model = _model(nodes, [("x", [2, 8, 20, 20])], inits)
+    x = rng.standard_normal((2, 8, 20, 20)).astype(np.float32)
+    sess = Session(model)
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
+    stepped = assert_modes_agree(model, {"x": x})
+    c, got = stepped["c"], sess.run({"x": x})["y"]
+    # The activation applied to the conv's values: where the conv's sign is clear, the
+    # fused result is c or alpha * c exactly as the kernel picks.
+    want = np.where(c < 0, c * np.float32(alpha), c) if alpha <= 1 else np.minimum(c * alpha, c)
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=2e-5, atol=1e-4)
+    assert (np.signbit(got) == np.signbit(stepped["y"]))[np.abs(c) > 1e-3].all()
+
+
 # --- Sigmoid / SiLU and Relu in elementwise chains --------------------------------------
 
 

@@ -5,7 +5,8 @@
   paths once dropped the residual of a fused Conv -> Add (a torch dynamo ResNet-18 at
   224 px was off by 0.09 in its logits).
 * Random graphs (hypothesis) of Conv (1x1, 3x3, strided, grouped, depthwise, with and
-  without bias), BatchNormalization, Add/Sum residuals, Mul, Relu, Clip, MatMul + bias Add and
+  without bias), BatchNormalization, Add/Sum residuals, Mul, Relu, Clip, LeakyRelu,
+  MatMul + bias Add and
   elementwise chains with scalar constants, with fan-out, graph outputs in the middle of
   chains and a value used twice by one node.  Shapes are drawn so that every conv path
   is chosen.  Counter-examples hypothesis found are kept as explicit tests below.
@@ -260,6 +261,12 @@ def _clip(b: _Builder, x: str, draw) -> str:
     return b.add("Clip", ins, b.shapes[x])
 
 
+def _leaky_relu(b: _Builder, x: str, draw) -> str:
+    """LeakyRelu (YOLO-style), slope below 1, above 1 (a min then) or negative."""
+    alpha = draw(st.sampled_from([0.01, 0.1, 1.5, -0.5]))
+    return b.add("LeakyRelu", [x], b.shapes[x], alpha=alpha)
+
+
 def _gelu(b: _Builder, x: str, draw) -> str:
     """Div -> Erf -> Add -> Mul -> Mul with scalar constants (how exporters write GELU)."""
     shape = b.shapes[x]
@@ -336,6 +343,7 @@ _STEPS = [
     _residual,
     _relu,
     _clip,
+    _leaky_relu,
     _gelu,
     _matmul_bias,
     _layer_norm,

@@ -8,12 +8,12 @@ as one ("fused") node:
   followed by a chain of inference BatchNormalization, Mul and Add nodes (each the only
   user of the previous output, the other operands constants: initializers or
   constant-folded node outputs) and optionally an activation (Relu, HardSwish,
-  HardSigmoid, Clip with constant bounds: ReLU6), runs as one Conv whose weight and bias absorb the chain: y = conv(x, W)
+  HardSigmoid, LeakyRelu, Clip with constant bounds: ReLU6), runs as one Conv whose weight and bias absorb the chain: y = conv(x, W)
   * K + B per output channel, so W' = W * K and b' = B, folded once in float64
   (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K
   *= c, B *= c; Add: B += c), and the activation is applied in place to the Conv's
-  fresh output while it is still in cache (nn_conv_nhwc.activate_in_place; Relu and
-  Clip through math_activation's row-wise max/min, the kernels' own).  A Mul/Add
+  fresh output while it is still in cache (nn_conv_nhwc.activate_in_place; Relu, Clip
+  and LeakyRelu through math_activation, the kernels' own steps).  A Mul/Add
   constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold
   happens, else the steps run one by one as usual.  A Conv with no such steps still
   becomes a fused node of its own: its weight is handed to the kernel wrapped
@@ -61,7 +61,7 @@ from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
-from onnxviz.runtime.kernels.math_activation import clip_into, relu_into
+from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.kernels.nn_conv_nhwc import FUSED_ACTIVATIONS, activate_in_place
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_ACTIVATIONS = frozenset({"relu", "act", "clip"})  # the steps that end a conv chain
+_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky"})  # the steps that end a conv chain
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -103,13 +103,15 @@ def _is_inference_batch_norm(pn: PlanNode) -> bool:
 
 def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
     """How ``pn`` continues a Conv's chain on slot ``y`` ("bn", "mul", "add", "relu",
-    "act": another activation of FUSED_ACTIVATIONS, "clip"), or None."""
+    "act": another activation of FUSED_ACTIVATIONS, "clip", "leaky"), or None."""
     if pn.kind != "kernel" or pn.domain != "" or len(pn.outputs) != 1:
         return None
     if pn.op_type == "Relu":
         return "relu" if tuple(pn.inputs) == (y,) else None
     if pn.op_type in FUSED_ACTIVATIONS:
         return "act" if tuple(pn.inputs) == (y,) else None
+    if pn.op_type == "LeakyRelu":
+        return "leaky" if tuple(pn.inputs) == (y,) else None
     if pn.op_type == "Clip":
         # Bounds: attributes before opset 11, constant (or absent) inputs after.
         bounds = pn.inputs[1:]
@@ -395,6 +397,8 @@ class ConvChain:
             assert bounds is not None  # checked before the conv ran
             dense = _dense(y)
             clip_into(dense, bounds[0], bounds[1], dense)
+        elif act.op_type == "LeakyRelu":
+            leaky_relu_in_place(_dense(y), float(act.attrs.get("alpha", 0.01)))
         else:
             activate_in_place(y, act.op_type, act.attrs)
         return y
@@ -435,7 +439,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if all(kind in ("relu", "act", "clip", "residual") for kind in self.kinds):
+        if all(kind in _ACTIVATIONS or kind == "residual" for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])

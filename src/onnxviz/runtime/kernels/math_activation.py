@@ -23,6 +23,7 @@ import numpy as np
 
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, widen
 from onnxviz.runtime.kernels.math_erf import erf
+from onnxviz.runtime.kernels.nn_geometry import scratch
 from onnxviz.runtime.registry import kernel
 
 Array = np.ndarray
@@ -127,6 +128,15 @@ def leaky_relu(x: Array, alpha: float = 0.01, **_legacy: Any) -> Array:
     out = x * float(alpha)
     (np.maximum if alpha <= 1.0 else np.minimum)(out, x, out=out)
     return out
+
+
+def leaky_relu_in_place(x: Array, alpha: float) -> Array:
+    """The LeakyRelu kernel's steps, in its operand order (the same bits), in place on a
+    float32/float64 array nobody else holds (a fused conv's fresh output)."""
+    tmp = scratch("leaky_relu", x.shape, x.dtype)  # no page faults for a fresh temporary
+    np.multiply(x, float(alpha), out=tmp)
+    (np.maximum if alpha <= 1.0 else np.minimum)(tmp, x, out=x)
+    return x
 
 
 @kernel("Elu", since=(1, 6, 22))
