@@ -217,6 +217,26 @@ def test_conv_clip_with_a_bound_of_another_type_runs_the_nodes() -> None:
     np.testing.assert_array_equal(got, want)
 
 
+def test_clip_bound_with_more_axes_than_a_1d_conv_broadcasts_as_stepped() -> None:
+    """A (1, 1, 1, 1) bound after a 1-D conv: numpy broadcasting makes the Clip's result
+    4-D; the fused chain must not clip in place and keep 3 axes."""
+    rng = np.random.default_rng(13)
+    inits = {
+        "w": rng.standard_normal((4, 3, 3)).astype(np.float32),
+        "hi": np.full((1, 1, 1, 1), 0.5, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        helper.make_node("Clip", ["c", "", "hi"], ["y"]),
+    ]
+    model = _model(nodes, [("x", [1, 3, 30])], inits)
+    x = rng.standard_normal((1, 3, 30)).astype(np.float32)
+    got = Session(model).run({"x": x})["y"]
+    want = _stepped(model, {"x": x})["y"]
+    assert got.shape == want.shape == (1, 1, 4, 30)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("alpha", [0.1, 1.0, 1.5, -0.5])
 def test_conv_then_leaky_relu_runs_as_one_node(alpha: float) -> None:
     rng = np.random.default_rng(12)

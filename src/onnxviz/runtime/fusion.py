@@ -8,12 +8,13 @@ as one ("fused") node:
   followed by a chain of inference BatchNormalization, Mul and Add nodes (each the only
   user of the previous output, the other operands constants: initializers or
   constant-folded node outputs) and optionally an activation (Relu, HardSwish,
-  HardSigmoid, LeakyRelu, Clip with constant bounds: ReLU6), runs as one Conv whose weight and bias absorb the chain: y = conv(x, W)
-  * K + B per output channel, so W' = W * K and b' = B, folded once in float64
-  (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K
-  *= c, B *= c; Add: B += c), and the activation is applied in place to the Conv's
-  fresh output while it is still in cache (nn_conv_nhwc.activate_in_place; Relu, Clip
-  and LeakyRelu through math_activation, the kernels' own steps).  A Mul/Add
+  HardSigmoid, LeakyRelu, Clip with constant bounds: ReLU6), runs as one Conv whose
+  weight and bias absorb the chain: y = conv(x, W) * K + B per output channel, so W' =
+  W * K and b' = B, folded once in float64 (BatchNormalization: K *= s / sqrt(var +
+  eps), B = (B - mean) * that + beta; Mul: K *= c, B *= c; Add: B += c), and the
+  activation is applied in place to the Conv's fresh output while it is still in cache
+  (nn_conv_nhwc.activate_in_place; Relu, Clip and LeakyRelu through math_activation,
+  the kernels' own steps in their order, so the stepped run's bits).  A Mul/Add
   constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold
   happens, else the steps run one by one as usual.  A Conv with no such steps still
   becomes a fused node of its own: its weight is handed to the kernel wrapped
@@ -360,7 +361,7 @@ class ConvChain:
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
-        if self.clip_places is not None and self._clip_bounds(ins, x.dtype) is None:
+        if self.clip_places is not None and self._clip_bounds(ins, x) is None:
             return self._one_by_one(ex, ins)  # bounds the kernel must check or broadcast
         if self.layout is not None:
             addend = None if self.residual is None else ins[self.residual]
@@ -393,7 +394,7 @@ class ConvChain:
             dense = _dense(y)
             relu_into(dense, dense)
         elif act.op_type == "Clip":
-            bounds = self._clip_bounds(ins, y.dtype)
+            bounds = self._clip_bounds(ins, y)
             assert bounds is not None  # checked before the conv ran
             dense = _dense(y)
             clip_into(dense, bounds[0], bounds[1], dense)
@@ -403,9 +404,10 @@ class ConvChain:
             activate_in_place(y, act.op_type, act.attrs)
         return y
 
-    def _clip_bounds(self, ins: list[Any], dtype: np.dtype) -> tuple[Any, Any] | None:
+    def _clip_bounds(self, ins: list[Any], x: np.ndarray) -> tuple[Any, Any] | None:
         """The chain's Clip bounds (None: no bound), or None when a bound is not a
-        one-element array of the conv's dtype (then the Clip kernel runs as a node)."""
+        one-element array of x's dtype and at most its rank (then the Clip kernel runs
+        as a node: it checks the type, and a bound of more axes broadcasts)."""
         if self.clip_places is None:
             return None
         act = self.steps[-1]
@@ -417,7 +419,7 @@ class ConvChain:
             v = ins[place] if place is not None else None
             if v is None:
                 continue
-            if type(v) is not np.ndarray or v.dtype != dtype or v.size != 1 or v.ndim > 4:
+            if type(v) is not np.ndarray or v.dtype != x.dtype or v.size != 1 or v.ndim > x.ndim:
                 return None
             got[k] = v.reshape(())
         return got[0], got[1]
