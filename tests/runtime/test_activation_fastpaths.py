@@ -143,6 +143,60 @@ def test_in_place_relu_of_a_dead_value_gives_the_kernels_bits() -> None:
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+@pytest.mark.parametrize(
+    "op, bounds",
+    [
+        ("Sigmoid", None),
+        ("Clip", (0.0, 6.0)),
+        ("Clip", (None, 0.5)),
+        ("Clip", (1.0, -1.0)),
+        ("Clip", (np.nan, 2.0)),
+    ],
+)
+def test_in_place_sigmoid_and_clip_give_the_kernels_bits(monkeypatch, op, bounds) -> None:
+    import onnxviz.runtime.inplace as inplace_module
+
+    calls: list[str] = []
+    for name in ("clip_into", "sigmoid_into"):
+        real = getattr(inplace_module, name)
+        monkeypatch.setattr(
+            inplace_module, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a)
+        )
+    inits: dict[str, np.ndarray] = {}
+    ins = ["d"]
+    if bounds is not None:
+        for name, v in zip(("lo", "hi"), bounds):
+            if v is None:
+                ins.append("")
+            else:
+                inits[name] = np.array(v, np.float32)
+                ins.append(name)
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("Sub", ["sq", "x"], ["d"]),
+        helper.make_node(op, ins, ["y"]),
+    ]
+    x = _sample((3, 40000), np.float32, seed=8) * 20
+    model = _model(nodes, [("x", [3, 40000])], inits)
+    got = Session(model, fuse_ops=False).run({"x": x})["y"]
+    assert calls == [op.lower() + "_into"]  # the dead input was reused
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_in_place_clip_leaves_bounds_of_another_type_to_the_kernel() -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("Clip", ["sq", "lo"], ["y"]),
+    ]
+    model = _model(nodes, [("x", [3, 40000]), ("lo", [1, 1, 1])], {})
+    x = _sample((3, 40000), np.float32, seed=8)
+    lo = np.full((1, 1, 1), 2.0, np.float32)  # more axes than x: the result grows one
+    got = Session(model, fuse_ops=False).run({"x": x, "lo": lo})["y"]
+    assert got.shape == (1, 3, 40000)
+    np.testing.assert_array_equal(_bits(got), _bits(_stepped(model, {"x": x, "lo": lo})["y"]))
+
+
 def _conv_clip_model(bounds: str, opset: int = 13, bias: bool = True) -> onnx.ModelProto:
     rng = np.random.default_rng(4)
     inits = {"w": (rng.standard_normal((16, 8, 3, 3)) * 0.5).astype(np.float32)}

@@ -94,7 +94,12 @@ def relu_into(x: Array, out: Array) -> Array:
 def sigmoid_f(x: Array) -> Array:
     """1 / (1 + exp(-x)) in a fresh array; exp overflow for very negative x gives the
     correct limit 0, so no branch is needed."""
-    t = np.negative(x)
+    return sigmoid_into(x, np.empty(x.shape, dtype=x.dtype))
+
+
+def sigmoid_into(x: Array, out: Array) -> Array:
+    """sigmoid_f into ``out`` (may be x: the in-place Sigmoid), the same steps."""
+    t = np.negative(x, out=out)
     with np.errstate(over="ignore"):
         np.exp(t, out=t)
     t += 1
