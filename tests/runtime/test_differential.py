@@ -6,9 +6,8 @@
   224 px was off by 0.09 in its logits).
 * Random graphs (hypothesis) of Conv (1x1, 3x3, strided, grouped, depthwise, with and
   without bias), BatchNormalization, Add/Sum residuals, Mul, Relu, Clip, LeakyRelu,
-  MatMul + bias Add and
-  elementwise chains with scalar constants, with fan-out, graph outputs in the middle of
-  chains and a value used twice by one node.  Shapes are drawn so that every conv path
+  Sigmoid/SiLU, MatMul + bias Add and elementwise chains with scalar constants, with
+  fan-out, graph outputs in the middle of chains and a value used twice by one node.  Shapes are drawn so that every conv path
   is chosen.  Counter-examples hypothesis found are kept as explicit tests below.
 """
 
@@ -267,6 +266,14 @@ def _leaky_relu(b: _Builder, x: str, draw) -> str:
     return b.add("LeakyRelu", [x], b.shapes[x], alpha=alpha)
 
 
+def _silu(b: _Builder, x: str, draw) -> str:
+    """Sigmoid, or x * Sigmoid(x) (SiLU as exporters write it): in place when x dies."""
+    s = b.add("Sigmoid", [x], b.shapes[x])
+    if draw(st.booleans()):
+        return s
+    return b.add("Mul", [x, s] if draw(st.booleans()) else [s, x], b.shapes[x])
+
+
 def _gelu(b: _Builder, x: str, draw) -> str:
     """Div -> Erf -> Add -> Mul -> Mul with scalar constants (how exporters write GELU)."""
     shape = b.shapes[x]
@@ -344,6 +351,7 @@ _STEPS = [
     _relu,
     _clip,
     _leaky_relu,
+    _silu,
     _gelu,
     _matmul_bias,
     _layer_norm,
