@@ -17,7 +17,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import run_nodes
-from onnxviz.runtime.kernels.math_activation import bounded_into, clip, relu, sigmoid
+from onnxviz.runtime.kernels.math_activation import (
+    bounded_into,
+    clip,
+    mish,
+    relu,
+    sigmoid,
+    softplus,
+)
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree
 
@@ -106,6 +113,50 @@ def test_clip_bound_of_shape_one_keeps_numpys_broadcast() -> None:
     assert got.shape == (1,) and got[0] == 0.0  # a (1,) bound broadcasts a 0-d input
     x8 = np.arange(-5, 5, dtype=np.int8)
     np.testing.assert_array_equal(clip(x8, np.int8(-2), np.int8(3)), np.clip(x8, -2, 3))
+
+
+def _softplus_exact(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)) in extended precision where it matters (float64 logaddexp of
+    float64 values: within an ulp of float64, far below float32's)."""
+    with np.errstate(invalid="ignore"):
+        return np.logaddexp(0.0, x.astype(np.longdouble)).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softplus_is_within_a_few_ulp_of_log1p_exp(dtype) -> None:
+    rng = np.random.default_rng(21)
+    x = np.concatenate(
+        [
+            rng.standard_normal(50000) * 3,
+            rng.uniform(-120, 120, 50000),
+            np.linspace(-1e-3, 1e-3, 1001),
+            [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.7, -745.0, 1e-30, -1e-30],
+        ]
+    ).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = softplus(x)
+    want = _softplus_exact(x)
+    assert got.dtype == x.dtype
+    assert np.isnan(got[np.isnan(x)]).all()
+    assert got[x == np.inf].tolist() == [np.inf] and got[x == -np.inf].tolist() == [0.0]
+    fin = np.isfinite(x)
+    ulp = np.spacing(np.abs(want[fin]).astype(dtype)).astype(np.float64)
+    # Subnormal results (x below about -87 in float32): absolute error in the last bit.
+    err = np.abs(got[fin].astype(np.float64) - want[fin]) / ulp
+    assert err.max() <= 4, err.max()
+    assert (got[fin] >= 0).all()
+
+
+def test_mish_is_x_tanh_softplus() -> None:
+    x = (np.random.default_rng(22).standard_normal(30000) * 10).astype(np.float32)
+    want = x.astype(np.float64) * np.tanh(_softplus_exact(x))
+    np.testing.assert_allclose(mish(x), want, rtol=4e-7, atol=1e-37)
+    x16 = x.astype(np.float16)  # evaluated in float32, rounded once to float16
+    half = mish(x16)
+    assert half.dtype == np.float16
+    want16 = x16.astype(np.float64) * np.tanh(_softplus_exact(x16))
+    np.testing.assert_allclose(half, want16, rtol=1e-3, atol=1e-7)
 
 
 # --- in-place Relu and the conv chains ------------------------------------------------

@@ -202,10 +202,26 @@ def sigmoid(x: Array, **_legacy: Any) -> Array:
     return sigmoid_f(x)
 
 
+def softplus_f(x: Array) -> Array:
+    """log(1 + exp(x)) without overflow, as max(x, 0) + log1p(exp(-|x|)) in a fresh
+    array.  np.logaddexp(0, x) gives the same to an ulp but runs an unvectorised loop
+    (200k float32: 2.3-3.4 ms against about 0.25 ms here); log1p's argument is in
+    (0, 1], where numpy's float32 log1p is its fast vectorised loop.  NaN stays NaN,
+    +inf gives +inf, -inf gives 0."""
+    t = np.abs(x)
+    np.negative(t, out=t)
+    np.exp(t, out=t)
+    np.log1p(t, out=t)
+    out = np.empty(x.shape, dtype=x.dtype)
+    relu_into(x, out)
+    out += t
+    return out
+
+
 @kernel("Softplus", since=(1, 22))
 @_in_float32
 def softplus(x: Array) -> Array:
-    return np.logaddexp(0.0, x)  # log(1 + exp(x)) without overflow
+    return softplus_f(np.asarray(x))
 
 
 @kernel("Softsign", since=(1, 22))
@@ -219,7 +235,7 @@ def softsign(x: Array) -> Array:
 @kernel("Mish", since=(18, 22))
 @_in_float32
 def mish(x: Array) -> Array:
-    out = np.logaddexp(0.0, x)
+    out = softplus_f(np.asarray(x))
     np.tanh(out, out=out)
     out *= x
     return out
