@@ -20,10 +20,16 @@ from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels.math_activation import (
     bounded_into,
     clip,
+    elu,
     mish,
+    prelu,
     relu,
+    select,
+    selu,
+    shrink,
     sigmoid,
     softplus,
+    thresholded_relu,
 )
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree
@@ -113,6 +119,64 @@ def test_clip_bound_of_shape_one_keeps_numpys_broadcast() -> None:
     assert got.shape == (1,) and got[0] == 0.0  # a (1,) bound broadcasts a 0-d input
     x8 = np.arange(-5, 5, dtype=np.int8)
     np.testing.assert_array_equal(clip(x8, np.int8(-2), np.int8(3)), np.clip(x8, -2, 3))
+
+
+@pytest.mark.parametrize("shape", [(7,), (5000,), (3, 40000), (2, 3, 50, 70)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_select_is_numpys_where_bit_for_bit(shape, dtype) -> None:
+    a = _sample(shape, dtype, seed=30)
+    b = _sample(shape, dtype, seed=31)
+    cond = _sample(shape, np.float32, seed=32) < 0.5
+    np.testing.assert_array_equal(_bits(select(cond, a, b)), _bits(np.where(cond, a, b)))
+    np.testing.assert_array_equal(_bits(select(cond, a, None)), _bits(np.where(cond, a, 0.0)))
+    # Views that are not contiguous (a transposed operand, a strided mask).
+    at = a.T.copy().T
+    np.testing.assert_array_equal(_bits(select(cond, at, b)), _bits(np.where(cond, at, b)))
+
+
+# The kernels as they were written with np.where: the select-based ones give their bits.
+_WHERE_FORMS = {
+    "elu": (
+        lambda x: elu(x, alpha=0.7),
+        lambda x: np.where(x >= 0, x, np.expm1(np.minimum(x, 0)) * 0.7),
+    ),
+    "selu": (
+        lambda x: selu(x),
+        lambda x: (
+            np.where(x > 0, x, np.expm1(np.minimum(x, 0)) * 1.67326319217681884765625)
+            * 1.05070102214813232421875
+        ),
+    ),
+    "thresholded": (
+        lambda x: thresholded_relu(x, alpha=0.5),
+        lambda x: np.where(x > 0.5, x, 0.0),
+    ),
+    "shrink": (
+        lambda x: shrink(x, bias=0.25, lambd=0.75),
+        lambda x: np.where(x < -0.75, x + 0.25, np.where(x > 0.75, x - 0.25, 0.0)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WHERE_FORMS))
+@pytest.mark.parametrize("shape", [(), (9,), (3, 40000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_select_based_activations_keep_the_where_forms_bits(name, shape, dtype) -> None:
+    kernel_fn, where_form = _WHERE_FORMS[name]
+    x = _sample(shape, dtype, seed=33) * 0.3
+    with np.errstate(all="ignore"):
+        want = np.asarray(where_form(x)).astype(dtype)
+        got = kernel_fn(x)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("slope_shape", [(1,), (8, 1, 1), (8, 30, 40), (1, 8, 1, 40)])
+def test_prelu_keeps_the_where_forms_bits(slope_shape) -> None:
+    x = _sample((2, 8, 30, 40), np.float32, seed=34)
+    slope = np.random.default_rng(35).uniform(-1, 2, slope_shape).astype(np.float32)
+    want = np.where(x < 0, x * slope, x)
+    np.testing.assert_array_equal(_bits(prelu(x, slope)), _bits(want))
 
 
 def _softplus_exact(x: np.ndarray) -> np.ndarray:

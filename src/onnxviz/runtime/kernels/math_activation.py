@@ -91,6 +91,32 @@ def relu_into(x: Array, out: Array) -> Array:
     return bounded_into(np.maximum, x, 0, out)
 
 
+def select(cond: Array, a: Array, b: Array | None) -> Array:
+    """np.where(cond, a, b) (b None: zeros) bit for bit, for float32 ``a``/``b`` of
+    cond's shape: the bits picked with integer masks.  numpy's where and masked copyto
+    branch per element and run 8-9x slower on the random masks activations give (200k
+    float32: 745 us against 82 us).  Anything else goes to np.where."""
+    if (
+        a.dtype == np.float32
+        and (b is None or (b.dtype == a.dtype and b.shape == a.shape))
+        and a.shape == cond.shape
+        and cond.dtype == np.bool_
+        and a.size >= _MIN_SIZE
+    ):
+        m = np.ascontiguousarray(cond).astype(np.int32)
+        np.negative(m, out=m)  # 0 or all ones
+        ab = np.ascontiguousarray(a).view(np.int32)
+        if b is None:
+            m &= ab
+            return m.view(np.float32)
+        bb = np.ascontiguousarray(b).view(np.int32)
+        out = np.bitwise_xor(ab, bb)
+        out &= m
+        out ^= bb  # a where m is all ones, b where it is 0
+        return out.view(np.float32)
+    return np.where(cond, a, 0.0 if b is None else b)  # type: ignore[no-any-return]
+
+
 def sigmoid_f(x: Array) -> Array:
     """1 / (1 + exp(-x)) in a fresh array; exp overflow for very negative x gives the
     correct limit 0, so no branch is needed."""
@@ -147,11 +173,11 @@ def leaky_relu_in_place(x: Array, alpha: float) -> Array:
 @kernel("Elu", since=(1, 6, 22))
 @_in_float32
 def elu(x: Array, alpha: float = 1.0, **_legacy: Any) -> Array:
-    out = np.minimum(x, 0)
+    x = np.asarray(x)
+    out = bounded_into(np.minimum, x, 0, np.empty(x.shape, dtype=x.dtype))
     np.expm1(out, out=out)
     out *= float(alpha)
-    np.copyto(out, x, where=x >= 0)
-    return out
+    return select(x >= 0, x, out)
 
 
 @kernel("Selu", since=(1, 6, 22))
@@ -162,8 +188,13 @@ def selu(
     gamma: float = 1.05070102214813232421875,
     **_legacy: Any,
 ) -> Array:
-    neg = np.expm1(np.minimum(x, 0)) * float(alpha)
-    return np.where(x > 0, x, neg) * float(gamma)
+    x = np.asarray(x)
+    neg = bounded_into(np.minimum, x, 0, np.empty(x.shape, dtype=x.dtype))
+    np.expm1(neg, out=neg)
+    neg *= float(alpha)
+    out = select(x > 0, x, neg)
+    out *= float(gamma)
+    return out
 
 
 @kernel("Celu", since=(12, 28))
@@ -175,7 +206,7 @@ def celu(x: Array, alpha: float = 1.0) -> Array:
 @kernel("ThresholdedRelu", since=(10, 22))
 @_in_float32
 def thresholded_relu(x: Array, alpha: float = 1.0) -> Array:
-    return np.where(x > float(alpha), x, 0.0)
+    return select(x > float(alpha), x, None)
 
 
 @kernel("HardSigmoid", since=(1, 6, 22))
@@ -280,9 +311,8 @@ def shrink(x: Array, bias: float = 0.0, lambd: float = 0.5) -> Array:
     dt = x.dtype
     w = widen(x)
     if w.dtype.kind == "f":
-        out = np.where(
-            w < -float(lambd), w + float(bias), np.where(w > float(lambd), w - float(bias), 0.0)
-        )
+        inner = select(w > float(lambd), w - float(bias), None)
+        out = select(w < -float(lambd), w + float(bias), inner)
     else:  # integer inputs: compare and shift in float64, results are whole numbers
         f = w.astype(np.float64)
         out = np.where(f < -lambd, f + bias, np.where(f > lambd, f - bias, 0.0))
@@ -301,7 +331,8 @@ def prelu_legacy(x: Array, slope: Array, **_legacy: Any) -> Array:
 def prelu(x: Array, slope: Array) -> Array:
     dt = x.dtype
     w, s = widen(x), widen(slope)
-    out = np.where(w < 0, w * s, w)
+    scaled = w * s
+    out = select(w < 0, scaled, w) if scaled.shape == w.shape else np.where(w < 0, scaled, w)
     return out if out.dtype == dt else out.astype(dt)
 
 
