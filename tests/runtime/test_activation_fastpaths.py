@@ -19,6 +19,7 @@ from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels.math_activation import (
     bounded_into,
+    celu,
     clip,
     elu,
     mish,
@@ -146,6 +147,10 @@ _WHERE_FORMS = {
             np.where(x > 0, x, np.expm1(np.minimum(x, 0)) * 1.67326319217681884765625)
             * 1.05070102214813232421875
         ),
+    ),
+    "celu": (
+        lambda x: celu(x, alpha=0.6),
+        lambda x: np.maximum(x, 0) + np.minimum(np.expm1(x / 0.6) * 0.6, 0),
     ),
     "thresholded": (
         lambda x: thresholded_relu(x, alpha=0.5),

@@ -200,7 +200,13 @@ def selu(
 @kernel("Celu", since=(12, 28))
 @_in_float32
 def celu(x: Array, alpha: float = 1.0) -> Array:
-    return np.maximum(x, 0) + np.minimum(np.expm1(x / float(alpha)) * float(alpha), 0)
+    x = np.asarray(x)
+    neg = np.asarray(np.expm1(x / float(alpha)))  # asarray: 0-d results are scalars
+    neg *= float(alpha)
+    bounded_into(np.minimum, neg, 0, neg)
+    pos = relu_into(x, np.empty(x.shape, dtype=x.dtype))
+    pos += neg  # max(x, 0) + min(...): the sum's operands in the spec's order
+    return pos
 
 
 @kernel("ThresholdedRelu", since=(10, 22))
