@@ -499,3 +499,32 @@ def _with_output(model: onnx.ModelProto, name: str) -> bytes:
     del m.graph.output[:]
     m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     return m.SerializeToString()
+
+
+# --- the benchmark stacks against onnxruntime -------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["mnv2_clip", "yolo_leaky", "yolo_mish"])
+def test_activation_benchmark_stacks_give_onnxruntimes_numbers(key: str) -> None:
+    """benchmarks/bench_activations.py's stacks (Clip, LeakyRelu, Mish after convs): the
+    fused unwatched run equals the stepped one and onnxruntime's."""
+    import os
+    import sys
+
+    import onnxruntime as ort
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "benchmarks"))
+    import bench_activations
+
+    model, feeds = bench_activations.MODELS[key][1]()
+    stepped = assert_modes_agree(model, feeds)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    name = model.graph.output[0].name
+    (theirs,) = sess.run([name], feeds)
+    ours = Session(model).run(feeds)[name]
+    scale = float(np.abs(theirs).max())
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(stepped[name], theirs, rtol=1e-4, atol=1e-5 * scale)
