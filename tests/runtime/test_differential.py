@@ -5,9 +5,9 @@
   paths once dropped the residual of a fused Conv -> Add (a torch dynamo ResNet-18 at
   224 px was off by 0.09 in its logits).
 * Random graphs (hypothesis) of Conv (1x1, 3x3, strided, grouped, depthwise, with and
-  without bias), BatchNormalization, Add/Sum residuals, Mul, Relu, MatMul + bias Add and
-  elementwise chains with scalar constants, with fan-out, graph outputs in the middle of
-  chains and a value used twice by one node.  Shapes are drawn so that every conv path
+  without bias), BatchNormalization, Add/Sum residuals, Mul, Relu, Clip, LeakyRelu,
+  Sigmoid/SiLU, MatMul + bias Add and elementwise chains with scalar constants, with
+  fan-out, graph outputs in the middle of chains and a value used twice by one node.  Shapes are drawn so that every conv path
   is chosen.  Counter-examples hypothesis found are kept as explicit tests below.
 """
 
@@ -250,6 +250,30 @@ def _relu(b: _Builder, x: str, draw) -> str:
     return b.add("Relu", [x], b.shapes[x])
 
 
+def _clip(b: _Builder, x: str, draw) -> str:
+    """Clip with constant scalar bounds (ReLU6 as torch exports it, or one bound only):
+    fused into a conv chain's in-place activation when it follows a conv."""
+    lo, hi = draw(st.sampled_from([(0.0, 6.0), (None, 0.5), (-0.25, None), (0.5, -0.5)]))
+    ins = [x, "" if lo is None else b.const(np.array(lo))]
+    if hi is not None:
+        ins.append(b.const(np.array(hi)))
+    return b.add("Clip", ins, b.shapes[x])
+
+
+def _leaky_relu(b: _Builder, x: str, draw) -> str:
+    """LeakyRelu (YOLO-style), slope below 1, above 1 (a min then) or negative."""
+    alpha = draw(st.sampled_from([0.01, 0.1, 1.5, -0.5]))
+    return b.add("LeakyRelu", [x], b.shapes[x], alpha=alpha)
+
+
+def _silu(b: _Builder, x: str, draw) -> str:
+    """Sigmoid, or x * Sigmoid(x) (SiLU as exporters write it): in place when x dies."""
+    s = b.add("Sigmoid", [x], b.shapes[x])
+    if draw(st.booleans()):
+        return s
+    return b.add("Mul", [x, s] if draw(st.booleans()) else [s, x], b.shapes[x])
+
+
 def _gelu(b: _Builder, x: str, draw) -> str:
     """Div -> Erf -> Add -> Mul -> Mul with scalar constants (how exporters write GELU)."""
     shape = b.shapes[x]
@@ -325,6 +349,9 @@ _STEPS = [
     _affine,
     _residual,
     _relu,
+    _clip,
+    _leaky_relu,
+    _silu,
     _gelu,
     _matmul_bias,
     _layer_norm,

@@ -8,11 +8,13 @@ as one ("fused") node:
   followed by a chain of inference BatchNormalization, Mul and Add nodes (each the only
   user of the previous output, the other operands constants: initializers or
   constant-folded node outputs) and optionally an activation (Relu, HardSwish,
-  HardSigmoid), runs as one Conv whose weight and bias absorb the chain: y = conv(x, W)
-  * K + B per output channel, so W' = W * K and b' = B, folded once in float64
-  (BatchNormalization: K *= s / sqrt(var + eps), B = (B - mean) * that + beta; Mul: K
-  *= c, B *= c; Add: B += c), and the activation is applied in place to the Conv's
-  fresh output while it is still in cache (nn_conv_nhwc.activate_in_place).  A Mul/Add
+  HardSigmoid, LeakyRelu, Clip with constant bounds: ReLU6), runs as one Conv whose
+  weight and bias absorb the chain: y = conv(x, W) * K + B per output channel, so W' =
+  W * K and b' = B, folded once in float64 (BatchNormalization: K *= s / sqrt(var +
+  eps), B = (B - mean) * that + beta; Mul: K *= c, B *= c; Add: B += c), and the
+  activation is applied in place to the Conv's fresh output while it is still in cache
+  (nn_conv_nhwc.activate_in_place; Relu, Clip and LeakyRelu through math_activation,
+  the kernels' own steps in their order, so the stepped run's bits).  A Mul/Add
   constant must be per-channel ((M, 1, 1), (1, M, 1, 1), a scalar, ...) when the fold
   happens, else the steps run one by one as usual.  A Conv with no such steps still
   becomes a fused node of its own: its weight is handed to the kernel wrapped
@@ -60,6 +62,7 @@ from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
+from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ConvWeight
 from onnxviz.runtime.kernels.nn_conv_nhwc import FUSED_ACTIVATIONS, activate_in_place
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_ACTIVATIONS = frozenset({"relu", "act"})  # the steps that end a conv chain
+_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky"})  # the steps that end a conv chain
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -101,13 +104,20 @@ def _is_inference_batch_norm(pn: PlanNode) -> bool:
 
 def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
     """How ``pn`` continues a Conv's chain on slot ``y`` ("bn", "mul", "add", "relu",
-    "act": another activation of FUSED_ACTIVATIONS), or None."""
+    "act": another activation of FUSED_ACTIVATIONS, "clip", "leaky"), or None."""
     if pn.kind != "kernel" or pn.domain != "" or len(pn.outputs) != 1:
         return None
     if pn.op_type == "Relu":
         return "relu" if tuple(pn.inputs) == (y,) else None
     if pn.op_type in FUSED_ACTIVATIONS:
         return "act" if tuple(pn.inputs) == (y,) else None
+    if pn.op_type == "LeakyRelu":
+        return "leaky" if tuple(pn.inputs) == (y,) else None
+    if pn.op_type == "Clip":
+        # Bounds: attributes before opset 11, constant (or absent) inputs after.
+        bounds = pn.inputs[1:]
+        ok = pn.inputs[:1] == (y,) and all(s < 0 or (s in const and s != y) for s in bounds)
+        return "clip" if ok else None
     adds = (pn.op_type == "Add" and pn.opset >= 7) or pn.op_type == "Sum"
     if adds and len(pn.inputs) == 2 and pn.inputs.count(y) == 1:
         other = pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]
@@ -322,6 +332,15 @@ class ConvChain:
         self.operands = operands
         # The last step when it is an activation, applied in place to the conv's output.
         self.activation = steps[-1] if kinds and kinds[-1] in _ACTIVATIONS else None
+        # A final Clip's (min, max) input places in the fused node (None: not given).
+        self.clip_places: tuple[int | None, int | None] | None = None
+        if kinds and kinds[-1] == "clip":
+            clip, places = steps[-1], iter(operands[-1])
+            given = [next(places) for _ in clip.inputs[1:]]
+            self.clip_places = (
+                given[0] if len(given) > 0 and clip.inputs[1] >= 0 else None,
+                given[1] if len(given) > 1 and clip.inputs[2] >= 0 else None,
+            )
         # Where the residual (a live value added after the affine steps) sits in the
         # fused node's inputs.
         self.residual: int | None = None
@@ -342,12 +361,14 @@ class ConvChain:
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
             return self._one_by_one(ex, ins)
+        if self.clip_places is not None and self._clip_bounds(ins, x) is None:
+            return self._one_by_one(ex, ins)  # bounds the kernel must check or broadcast
         if self.layout is not None:
             addend = None if self.residual is None else ins[self.residual]
             w, b = prepared[0].array, prepared[1]
             y = self.layout(x, w, b, self.conv.attrs, addend, False)
             if y is not None:
-                return [self._activate(y)]
+                return [self._activate(y, ins)]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
@@ -360,14 +381,48 @@ class ConvChain:
                 )
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
-        return [self._activate(y)]
+        return [self._activate(y, ins)]
 
-    def _activate(self, y: np.ndarray) -> np.ndarray:
+    def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation
-        if act is not None:
-            # The conv's output is fresh and nobody else holds it.
+        if act is None:
+            return y
+        # The conv's output is fresh and nobody else holds it.  Relu and Clip are the
+        # kernels' own row-wise max/min (math_activation), on the contiguous buffer
+        # whatever its layout (NCHW or channels-last).
+        if act.op_type == "Relu":
+            dense = _dense(y)
+            relu_into(dense, dense)
+        elif act.op_type == "Clip":
+            bounds = self._clip_bounds(ins, y)
+            assert bounds is not None  # checked before the conv ran
+            dense = _dense(y)
+            clip_into(dense, bounds[0], bounds[1], dense)
+        elif act.op_type == "LeakyRelu":
+            leaky_relu_in_place(_dense(y), float(act.attrs.get("alpha", 0.01)))
+        else:
             activate_in_place(y, act.op_type, act.attrs)
         return y
+
+    def _clip_bounds(self, ins: list[Any], x: np.ndarray) -> tuple[Any, Any] | None:
+        """The chain's Clip bounds (None: no bound), or None when a bound is not a
+        one-element array of x's dtype and at most its rank (then the Clip kernel runs
+        as a node: it checks the type, and a bound of more axes broadcasts)."""
+        if self.clip_places is None:
+            return None
+        act = self.steps[-1]
+        if act.opset < 11:
+            lo, hi = act.attrs.get("min"), act.attrs.get("max")
+            return (None if lo is None else float(lo), None if hi is None else float(hi))
+        got: list[Any] = [None, None]
+        for k, place in enumerate(self.clip_places):
+            v = ins[place] if place is not None else None
+            if v is None:
+                continue
+            if type(v) is not np.ndarray or v.dtype != x.dtype or v.size != 1 or v.ndim > x.ndim:
+                return None
+            got[k] = v.reshape(())
+        return got[0], got[1]
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         """The nodes as they are (values the fold does not cover)."""
@@ -386,7 +441,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if all(kind in ("relu", "act", "residual") for kind in self.kinds):
+        if all(kind in _ACTIVATIONS or kind == "residual" for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])
@@ -430,6 +485,15 @@ class ConvChain:
         wf.flags.writeable = False
         bf.flags.writeable = False
         return wf, bf
+
+
+def _dense(y: np.ndarray) -> np.ndarray:
+    """``y``'s buffer as a C-contiguous view when it is one (NCHW, or channels-last seen
+    through its transpose), else ``y`` (numpy handles any layout, only slower)."""
+    if y.flags.c_contiguous or y.ndim != 4:
+        return y
+    t = y.transpose(0, 2, 3, 1)
+    return t if t.flags.c_contiguous else y
 
 
 def _per_channel(c: Any, w: np.ndarray) -> np.ndarray | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels.math_activation import relu_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.plan import PlanNode, fused_node
 
@@ -38,7 +39,7 @@ _BINARY: dict[str, Callable[..., Any]] = {
 
 
 def _relu_into(x: np.ndarray, out: np.ndarray) -> None:
-    np.maximum(x, 0, out=out)
+    relu_into(x, out)  # the Relu kernel's own max, bit for bit
 
 
 _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {

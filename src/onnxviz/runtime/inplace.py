@@ -1,7 +1,7 @@
 """In-place elementwise arithmetic when an input dies at the node (run() only).
 
 For a few elementwise ops (Add, Sub, Mul, Div, two-input Sum of equal shapes, Neg,
-Abs, Exp, Sqrt, Tanh, Relu) the
+Abs, Exp, Sqrt, Tanh, Relu, Sigmoid, Clip with one-element bounds) the
 executor may write the result into an input's buffer instead of allocating a new one,
 when all of these hold:
 
@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels.math_activation import clip_into, relu_into, sigmoid_into
+
 _BINARY: dict[str, Callable[..., Any]] = {
     "Add": np.add,
     "Sub": np.subtract,
@@ -41,7 +43,7 @@ _UNARY: dict[str, Callable[..., Any]] = {
     "Sqrt": np.sqrt,
     "Tanh": np.tanh,
 }
-INPLACE_OPS = frozenset(_BINARY) | frozenset(_UNARY) | {"Relu", "Sum"}
+INPLACE_OPS = frozenset(_BINARY) | frozenset(_UNARY) | {"Relu", "Sigmoid", "Clip", "Sum"}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ND = np.ndarray
 
@@ -115,14 +117,40 @@ def try_inplace(op_type: str, ins: Sequence[Any], dead: tuple[bool, ...]) -> np.
                 result: np.ndarray = _BINARY[op_type](a, b, out=x)
                 return result
         return None
-    if op_type in _UNARY or op_type == "Relu":
+    if op_type == "Clip":
+        return _clip_inplace(ins, dead)
+    if op_type in _UNARY or op_type == "Relu" or op_type == "Sigmoid":
         if len(ins) != 1 or not dead[0] or sys.getrefcount(ins[0]) > _OWN_REFS:
             return None
         x = ins[0]
         if not _reusable(x):
             return None
         if op_type == "Relu":
-            return np.maximum(x, x.dtype.type(0), out=x)
+            return relu_into(x, x)  # the Relu kernel's own max, bit for bit
+        if op_type == "Sigmoid":
+            return sigmoid_into(x, x)  # the kernel's steps, bit for bit
         out: np.ndarray = _UNARY[op_type](x, out=x)
         return out
     return None
+
+
+def _clip_inplace(ins: Sequence[Any], dead: tuple[bool, ...]) -> np.ndarray | None:
+    """Clip (opset 11 on: bounds are inputs) into its dead input, when each given bound
+    is one element of x's dtype and no more axes (else numpy would broadcast or the
+    kernel must report the type).  Before opset 11 the bounds are attributes, which
+    this function does not see: a one-input Clip runs its kernel."""
+    if len(ins) < 2 or not dead[0] or sys.getrefcount(ins[0]) > _OWN_REFS:
+        return None
+    x = ins[0]
+    if not _reusable(x):
+        return None
+    bounds: list[Any] = [None, None]
+    for k, v in enumerate(ins[1:3]):
+        if v is None:
+            continue
+        if type(v) is not np.ndarray or v.dtype != x.dtype or v.size != 1 or v.ndim > x.ndim:
+            return None
+        bounds[k] = v.reshape(())
+    if bounds[0] is None and bounds[1] is None:
+        return None  # the kernel returns x itself
+    return clip_into(x, bounds[0], bounds[1], x)
