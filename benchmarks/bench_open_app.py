@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onnx
 
+from benchmarks.event_loop_ticks import Ticks
 from benchmarks.models import transformer_like
 from onnxviz.model.document import Document
 from onnxviz.present.presenter import Presenter, display_graph
@@ -117,28 +118,6 @@ def window_round(path: Path, edit: bool = False) -> dict[str, float]:
         "longest_cpu": cpu,
         **edits,
     }
-
-
-class Ticks:
-    """A 5 ms timer on the UI thread: the longest time between two ticks is the longest
-    stop of the event loop, the most UI-thread CPU time between two its own part."""
-
-    def __init__(self) -> None:
-        from PySide6.QtCore import QTimer
-
-        self.ticks: list[tuple[float, float]] = []
-        self.timer = QTimer()
-        self.timer.setInterval(5)
-        self.timer.timeout.connect(
-            lambda: self.ticks.append((time.perf_counter(), time.thread_time()))
-        )
-        self.timer.start()
-
-    def stop(self) -> tuple[float, float]:
-        """(longest stop, most UI-thread CPU in one turn), in seconds."""
-        self.timer.stop()
-        pairs = list(zip(self.ticks, self.ticks[1:]))
-        return max(b[0] - a[0] for a, b in pairs), max(b[1] - a[1] for a, b in pairs)
 
 
 def edit_stops(app: Any, window: Any) -> dict[str, float]:

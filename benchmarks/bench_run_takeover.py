@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onnx
 
+from benchmarks.event_loop_ticks import Ticks
 from benchmarks.models import transformer_like
 
 
@@ -47,28 +48,6 @@ def model_path(nodes: int) -> Path:
         cached.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(transformer_like(nodes), str(cached))
     return cached
-
-
-class Ticks:
-    """A 5 ms timer on the UI thread: (wall, thread CPU) at every tick."""
-
-    def __init__(self) -> None:
-        from PySide6.QtCore import QTimer
-
-        self.ticks: list[tuple[float, float]] = []
-        self.timer = QTimer()
-        self.timer.setInterval(5)
-        self.timer.timeout.connect(
-            lambda: self.ticks.append((time.perf_counter(), time.thread_time()))
-        )
-        self.timer.start()
-
-    def stop(self) -> tuple[float, float]:
-        self.timer.stop()
-        pairs = list(zip(self.ticks, self.ticks[1:]))
-        if not pairs:
-            return float("nan"), float("nan")
-        return max(b[0] - a[0] for a, b in pairs), max(b[1] - a[1] for a, b in pairs)
 
 
 class Collections:

@@ -12,19 +12,26 @@ from tests.present.models import example
 pytestmark = pytest.mark.qt
 
 
-@pytest.mark.slow
-def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _expanded_transformer(window, tmp_path):  # type: ignore[no-untyped-def]
+    """A 1,500-node transformer-like model opened with every group expanded: a scene
+    of over 600 boxes and edges (filled in slices, overview when zoomed out)."""
     from benchmarks.models import transformer_like
-
-    from onnxviz.ui.canvas.overview import OVERVIEW_ZOOM
-    from onnxviz.ui.export import export_any
 
     path = str(tmp_path / "t.onnx")
     onnx.save(transformer_like(1500), path)
     window.files.open_path(path, background=False)
     window.navigation.expand_all()
     window.wait_idle()
-    scene = window.graph_scene
+    return window.graph_scene
+
+
+@pytest.mark.slow
+def test_overview_replaces_items_when_zoomed_out(window, tmp_path) -> None:  # type: ignore[no-untyped-def]
+
+    from onnxviz.ui.canvas.overview import OVERVIEW_ZOOM
+    from onnxviz.ui.export import export_any
+
+    scene = _expanded_transformer(window, tmp_path)
     assert len(scene.nodes) + len(scene.edge_items) > 600
     window.view.set_zoom(OVERVIEW_ZOOM / 2)
     assert scene.overview_shown and scene.overview is not None and scene.overview.isVisible()
@@ -65,18 +72,12 @@ def test_frame_titles_are_one_item_whose_search_finds_what_each_title_would_draw
     paint: 15,708 frame titles made each paint of an expanded 100k-node model 50 ms.
     One layer paints them now; its search by width and corner must find exactly the
     titles that draw themselves in the area, at every far-out zoom."""
-    from benchmarks.models import transformer_like
     from PySide6.QtCore import QRectF
     from PySide6.QtWidgets import QGraphicsItem
 
     from onnxviz.ui.canvas import lod
 
-    path = str(tmp_path / "t.onnx")
-    onnx.save(transformer_like(1500), path)
-    window.files.open_path(path, background=False)
-    window.navigation.expand_all()
-    window.wait_idle()
-    scene = window.graph_scene
+    scene = _expanded_transformer(window, tmp_path)
     titles = list(scene.frame_titles.values())
     assert len(titles) > 50
     ignoring = QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations
