@@ -28,10 +28,9 @@ from typing import Any
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import onnx
 
 from benchmarks.event_loop_ticks import Ticks
-from benchmarks.models import transformer_like
+from benchmarks.models import transformer_file
 
 
 def _idle(window: Any) -> bool:
@@ -127,11 +126,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "onnxviz_bench"))
     args = parser.parse_args()
-    folder = Path(args.folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"transformer_{args.nodes}.onnx"
-    if not path.exists():
-        onnx.save(transformer_like(args.nodes), str(path))
+    path = transformer_file(args.nodes, args.folder)
     rounds = [one_round(path) for _ in range(args.rounds)]
     load = os.getloadavg()[0]
     print(f"{args.nodes} nodes, {args.rounds} round(s), load average {load:.1f} on 2 cores")

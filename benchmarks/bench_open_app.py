@@ -31,10 +31,9 @@ from typing import Any
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import onnx
 
 from benchmarks.event_loop_ticks import Ticks
-from benchmarks.models import transformer_like
+from benchmarks.models import transformer_file
 from onnxviz.model.document import Document
 from onnxviz.present.presenter import Presenter, display_graph
 from onnxviz.present.typeinfo import type_table
@@ -163,11 +162,7 @@ def main() -> int:
     )
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "onnxviz_bench"))
     args = parser.parse_args()
-    folder = Path(args.folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"transformer_{args.nodes}.onnx"
-    if not path.exists():
-        onnx.save(transformer_like(args.nodes), str(path))
+    path = transformer_file(args.nodes, args.folder)
     t0 = time.perf_counter()
     doc = Document.open(str(path))
     doc.scopes()

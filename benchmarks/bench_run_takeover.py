@@ -27,7 +27,6 @@ import gc
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,18 +35,9 @@ from typing import Any
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import onnx
 
 from benchmarks.event_loop_ticks import Ticks
-from benchmarks.models import transformer_like
-
-
-def model_path(nodes: int) -> Path:
-    cached = Path(tempfile.gettempdir()) / "onnxviz_bench" / f"transformer_{nodes}.onnx"
-    if not cached.exists():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save(transformer_like(nodes), str(cached))
-    return cached
+from benchmarks.models import transformer_file
 
 
 class Collections:
@@ -114,7 +104,7 @@ def main() -> None:
     window = MainWindow(UnattendedPrompter())
     window.resize(1400, 900)
     window.show()
-    path = model_path(args.nodes)
+    path = transformer_file(args.nodes)
     window.files.open_path(str(path), background=True)
     end = time.perf_counter() + 300
     while time.perf_counter() < end and not (window.session.doc and window.files.quiet()):

@@ -28,14 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onnx
 
-from benchmarks.models import transformer_like
-
-
-def model_file(n: int, folder: Path) -> Path:
-    path = folder / f"transformer_{n}.onnx"
-    if not path.exists():
-        onnx.save(transformer_like(n), str(path))
-    return path
+from benchmarks.models import transformer_file
 
 
 def dot_time(path: Path, timeout: float) -> float | None:
@@ -153,7 +146,7 @@ def main() -> int:
         f"{'close-up max':>13} {'items':>7} {'dot -Tsvg':>10} {'ratio':>7}"
     )
     for n in args.sizes:
-        path = model_file(n, folder)
+        path = transformer_file(n, folder)
         actual = len(onnx.load(str(path), load_external_data=False).graph.node)
         ours = measure(path)
         peer = dot_time(path, args.dot_timeout)

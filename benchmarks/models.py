@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -155,6 +157,17 @@ def transformer_like(n_nodes: int = 100_000, *, name: str = "transformer_like") 
     )
     model.ir_version = 8
     return model
+
+
+def transformer_file(n_nodes: int, folder: str | Path | None = None) -> Path:
+    """`transformer_like(n_nodes)` saved once in ``folder`` (default: the temp folder's
+    onnxviz_bench) and reused by every benchmark that opens it from disk."""
+    where = Path(folder) if folder is not None else Path(tempfile.gettempdir()) / "onnxviz_bench"
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"transformer_{n_nodes}.onnx"
+    if not path.exists():
+        onnx.save(transformer_like(n_nodes), str(path))
+    return path
 
 
 def write_big_external(folder: str, total_bytes: int = 1 << 30, *, n_tensors: int = 64) -> str:
