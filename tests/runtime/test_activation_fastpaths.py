@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels.math_activation import (
     bounded_into,
@@ -33,7 +32,7 @@ from onnxviz.runtime.kernels.math_activation import (
     thresholded_relu,
 )
 from onnxviz.runtime.session import Session
-from tests.runtime.differential import assert_modes_agree
+from tests.runtime.differential import assert_modes_agree, stepped_values
 
 pytestmark = pytest.mark.numeric
 
@@ -242,14 +241,6 @@ def _model(nodes, inputs, inits, opset: int = 17, outputs=("y",)) -> onnx.ModelP
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _stepped(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for e in Session(model).steps(feeds):
-        if isinstance(e, NodeFinished):
-            out.update(e.outputs)
-    return out
-
-
 def test_in_place_relu_of_a_dead_value_gives_the_kernels_bits() -> None:
     nodes = [
         helper.make_node("Mul", ["x", "x"], ["sq"]),
@@ -259,7 +250,7 @@ def test_in_place_relu_of_a_dead_value_gives_the_kernels_bits() -> None:
     x = _sample((3, 40000), np.float32, seed=8)
     model = _model(nodes, [("x", [3, 40000])], {})
     got = Session(model, fuse_ops=False).run({"x": x})["y"]
-    want = _stepped(model, {"x": x})["y"]
+    want = stepped_values(model, {"x": x})["y"]
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
@@ -300,7 +291,7 @@ def test_in_place_sigmoid_and_clip_give_the_kernels_bits(monkeypatch, op, bounds
     model = _model(nodes, [("x", [3, 40000])], inits)
     got = Session(model, fuse_ops=False).run({"x": x})["y"]
     assert calls == [op.lower() + "_into"]  # the dead input was reused
-    want = _stepped(model, {"x": x})["y"]
+    want = stepped_values(model, {"x": x})["y"]
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
@@ -314,7 +305,7 @@ def test_in_place_clip_leaves_bounds_of_another_type_to_the_kernel() -> None:
     lo = np.full((1, 1, 1), 2.0, np.float32)  # more axes than x: the result grows one
     got = Session(model, fuse_ops=False).run({"x": x, "lo": lo})["y"]
     assert got.shape == (1, 3, 40000)
-    np.testing.assert_array_equal(_bits(got), _bits(_stepped(model, {"x": x, "lo": lo})["y"]))
+    np.testing.assert_array_equal(_bits(got), _bits(stepped_values(model, {"x": x, "lo": lo})["y"]))
 
 
 def _conv_clip_model(bounds: str, opset: int = 13, bias: bool = True) -> onnx.ModelProto:
@@ -387,11 +378,11 @@ def test_conv_clip_with_a_bound_of_another_type_runs_the_nodes() -> None:
             init.CopyFrom(numpy_helper.from_array(np.array(6.0), "hi"))
     x = np.ones((1, 8, 20, 20), np.float32)
     got = Session(model).run({"x": x})["y"]
-    want = _stepped(model, {"x": x})["y"]
+    want = stepped_values(model, {"x": x})["y"]
     np.testing.assert_array_equal(got, want)
 
 
-def test_clip_bound_with_more_axes_than_a_1d_conv_broadcasts_as_stepped() -> None:
+def test_clip_bound_with_more_axes_than_a_1d_conv_broadcasts_asstepped_values() -> None:
     """A (1, 1, 1, 1) bound after a 1-D conv: numpy broadcasting makes the Clip's result
     4-D; the fused chain must not clip in place and keep 3 axes."""
     rng = np.random.default_rng(13)
@@ -406,7 +397,7 @@ def test_clip_bound_with_more_axes_than_a_1d_conv_broadcasts_as_stepped() -> Non
     model = _model(nodes, [("x", [1, 3, 30])], inits)
     x = rng.standard_normal((1, 3, 30)).astype(np.float32)
     got = Session(model).run({"x": x})["y"]
-    want = _stepped(model, {"x": x})["y"]
+    want = stepped_values(model, {"x": x})["y"]
     assert got.shape == want.shape == (1, 1, 4, 30)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
 
@@ -461,7 +452,7 @@ def test_silu_unwatched_gives_the_stepped_bits(dtype) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = _sample((3, 30000), dtype, seed=9) * 20
     got = Session(model).run({"x": x})["y"]
-    want = _stepped(model, {"x": x})["y"]
+    want = stepped_values(model, {"x": x})["y"]
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
@@ -487,7 +478,7 @@ def test_random_relu_chains_match_the_stepped_bits(rows, cols, scale, seed) -> N
     sess = Session(model)
     got = sess.run({"x": x})["y"]
     assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused", "kernel"]
-    want = _stepped(model, {"x": x})
+    want = stepped_values(model, {"x": x})
     np.testing.assert_array_equal(_bits(got), _bits(want["y"]))
     e = Session(model.__class__.FromString(_with_output(model, "e"))).run({"x": x})["e"]
     np.testing.assert_array_equal(_bits(e), _bits(want["e"]))
