@@ -21,6 +21,10 @@ index, presenter, scene, canvas items, inferred types).  So:
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QTimer
 
 _NEVER = 1 << 30  # a full collection after this many young-generation ones: never
 _held: tuple[int, int, int] | None = None  # the thresholds to go back to
@@ -58,3 +62,42 @@ def settle(owner: str | None = None) -> None:
     gc.freeze()
     gc.set_threshold(*_held)
     _held = None
+
+
+class HoldUntilQuiet(QObject):
+    """Holds full collections under ``owner`` from each `start` until ``quiet()`` has
+    said so at two looks in a row, every `POLL_MS`, or after ``limit`` seconds at the
+    latest: the one watch of the open (everything it set going has settled) and of a
+    big relayout (its layout and canvas fill are done)."""
+
+    POLL_MS = 200
+
+    def __init__(
+        self,
+        owner: str,
+        quiet: Callable[[], bool],
+        parent: QObject,
+        limit: float | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.owner = owner
+        self._quiet = quiet
+        self._limit = limit
+        self._looks = 0
+        self._deadline = 0.0
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.POLL_MS)
+        self._timer.timeout.connect(self._look)
+
+    def start(self) -> None:
+        hold_full(self.owner)
+        self._looks = 0
+        self._deadline = time.monotonic() + self._limit if self._limit is not None else 0.0
+        self._timer.start()
+
+    def _look(self) -> None:
+        self._looks = self._looks + 1 if self._quiet() else 0
+        late = self._limit is not None and time.monotonic() > self._deadline
+        if self._looks >= 2 or late:
+            self._timer.stop()
+            settle(self.owner)

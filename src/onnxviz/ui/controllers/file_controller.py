@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from onnxviz.errors import FileChangedError, OnnxvizError
 from onnxviz.ui import collector, settings
@@ -27,7 +27,6 @@ STAGED_ADOPT_NODES = 5000
 # Models with more nodes are saved in a worker thread: at 100k nodes a save is 0.3-0.5 s
 # of walking tensors and serializing, which on the UI thread froze the window.
 BACKGROUND_SAVE_NODES = 5000
-SETTLE_POLL_MS = 200  # how often an opened model is looked at until it has settled
 OPEN_HOLDER = "open"  # this controller's name when it holds full collections
 SETTLE_LIMIT_S = 120.0  # full garbage collections are held at most this long after an open
 EXTERNAL_CHOICES = [
@@ -59,11 +58,7 @@ class FileController(QObject):
         self.prompter = prompter
         # After an open, full garbage collections wait until the model has settled
         # (`ui.collector`): this timer looks for that moment.
-        self._settle_timer = QTimer(self)
-        self._settle_timer.setInterval(SETTLE_POLL_MS)
-        self._settle_timer.timeout.connect(self._settle_if_quiet)
-        self._quiet_polls = 0
-        self._settle_deadline = 0.0
+        self._settled = collector.HoldUntilQuiet(OPEN_HOLDER, self.quiet, self, SETTLE_LIMIT_S)
         self._save_task: Task | None = None  # a big model's save under way
 
     # -- opening ------------------------------------------------------------------------------
@@ -78,16 +73,13 @@ class FileController(QObject):
         if not self.maybe_save():
             return
         job = open_model_job(path, self.session.options, TextMetrics)
-        collector.hold_full(OPEN_HOLDER)  # until the model has settled: `_settle_if_quiet`
+        self._settled.start()  # full collections wait until the model has settled
         self.work.run(
             job,
             lambda opened: self.adopt_steps(opened, path, example, inline=not background),
             background,
             f"opening {os.path.basename(path)}",
         )
-        self._quiet_polls = 0
-        self._settle_deadline = time.monotonic() + SETTLE_LIMIT_S
-        self._settle_timer.start()
 
     def quiet(self) -> bool:
         """Nothing runs for the open model: no open or relayout job, no canvas fill,
@@ -100,15 +92,6 @@ class FileController(QObject):
             and not self.edits.validation_due
             and (inference is None or inference.done)
         )
-
-    def _settle_if_quiet(self) -> None:
-        """Once the opened model is `quiet` (its open, canvas fill, validation, shape
-        inference and the relayout that follows are done), twice in a row, or after
-        `SETTLE_LIMIT_S` at the latest: `collector.settle`."""
-        self._quiet_polls = self._quiet_polls + 1 if self.quiet() else 0
-        if self._quiet_polls >= 2 or time.monotonic() > self._settle_deadline:
-            self._settle_timer.stop()
-            collector.settle(OPEN_HOLDER)
 
     def adopt(self, opened: Opened, path: str, example: bool) -> None:
         """Make a freshly opened model the session's document."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, QPointF, QTimer, Signal
+from PySide6.QtCore import QObject, QPointF, Signal
 from PySide6.QtGui import QTransform
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
@@ -50,7 +50,6 @@ class Crumb:
 # new items again and again, 0.6-1.0 s each on the UI thread and up to 0.3 s in the
 # layout thread.  The hold ends once neither runs, two looks in a row.
 CANVAS_HOLDER = "canvas"
-CANVAS_POLL_MS = 200
 
 
 class NavigationController(QObject):
@@ -75,10 +74,9 @@ class NavigationController(QObject):
         self.crumbs: list[Crumb] = []
         self.badges: dict[str, list[str]] = {}
         self.inference_task: Task | None = None
-        self._canvas_quiet_looks = 0
-        self._canvas_settle = QTimer(self)
-        self._canvas_settle.setInterval(CANVAS_POLL_MS)
-        self._canvas_settle.timeout.connect(self._settle_canvas_if_quiet)
+        self._canvas_settled = collector.HoldUntilQuiet(
+            CANVAS_HOLDER, lambda: self.work.task is None and not scene.filling, self
+        )
         scene.filled.connect(self._apply_badges)  # big scenes fill in slices
         scene.toggleRequested.connect(self.toggle)
         scene.jumpRequested.connect(self.select_item)
@@ -193,20 +191,8 @@ class NavigationController(QObject):
                 after()
 
         if background:
-            collector.hold_full(CANVAS_HOLDER)
-            self._canvas_quiet_looks = 0
-            self._canvas_settle.start()
+            self._canvas_settled.start()
         self.work.run(layout_job(presenter, TextMetrics), done, background, "laying out")
-
-    def _settle_canvas_if_quiet(self) -> None:
-        """No layout or fill left, twice in a row: full collections may run again."""
-        if self.work.task is not None or self.graph_scene.filling:
-            self._canvas_quiet_looks = 0
-            return
-        self._canvas_quiet_looks += 1
-        if self._canvas_quiet_looks >= 2:
-            self._canvas_settle.stop()
-            collector.settle(CANVAS_HOLDER)
 
     def toggle(self, item_id: str) -> None:
         if self.session.presenter is None:
