@@ -11,7 +11,8 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from onnx import AttributeProto, ModelProto, TensorProto, helper
@@ -195,28 +196,28 @@ class Document:
         telling listeners: for a command that is part of another (a macro), which is
         recorded and reported as one."""
         self.scopes()
-        self._begin_edit()
-        try:
+        with self._changing():
             changes = command.apply(self)
-        finally:
-            self._editing -= 1
         self._update_index(changes)
         return changes
 
     def revert_unrecorded(self, command: Command) -> ChangeSet:
         """Revert a command applied by `apply_unrecorded` (index updated, nobody told)."""
         self.scopes()
-        self._begin_edit()
-        try:
+        with self._changing():
             changes = command.revert(self)
-        finally:
-            self._editing -= 1
         self._update_index(changes)
         return changes
 
-    def _begin_edit(self) -> None:
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Around every change of the model: the sequence lock `model_bytes` reads."""
         self._edits_begun += 1
         self._editing += 1
+        try:
+            yield
+        finally:
+            self._editing -= 1
 
     def execute(self, command: Command) -> ChangeSet:
         """Apply ``command`` and push it on the undo stack (EditError: nothing changed)."""
@@ -423,8 +424,7 @@ class Document:
             original = self._original_bytes
         # A save may move tensors' data (external files, in-place weights): readers of
         # the model in other threads (`model_bytes`) wait for it as for an edit.
-        self._begin_edit()
-        try:
+        with self._changing():
             saved = io.save(
                 self.model,
                 target,
@@ -436,8 +436,6 @@ class Document:
             if saved is not self.model:
                 self._adopt_tensor_storage(saved)
                 self._original_bytes = None
-        finally:
-            self._editing -= 1
         self.path = target
         self._disk_identity = _identity(target)
         self._saved_marker = self._undo[-1].id if self._undo else 0
