@@ -20,7 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QTransform
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QTransform
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 from onnxviz.ui.canvas import lod
@@ -28,6 +28,9 @@ from onnxviz.ui.canvas.items import Z_NODE, NodeItem, title_font_px
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+_NOWHERE = QPainterPath()
 
 
 class FrameTitle:
@@ -127,10 +130,8 @@ class FrameTitleLayer(QGraphicsItem):
     def boundingRect(self) -> QRectF:
         return self._rect
 
-    def shape(self):  # type: ignore[no-untyped-def]
-        from PySide6.QtGui import QPainterPath
-
-        return QPainterPath()  # never under the mouse
+    def shape(self) -> QPainterPath:
+        return _NOWHERE  # never under the mouse (asked at every hover and click)
 
     def plates(self, zoom: float, seen: QRectF) -> Iterator[tuple[FrameTitle, QRectF]]:
         """(title, `FrameTitle.plate`) of every title drawn at ``zoom`` that reaches into
