@@ -1,9 +1,39 @@
 """Package list for setuptools: the packages under src/, plus onnxviz.resources (and its
 data folders), which pyproject.toml maps to resources/ at the top of the repository:
-setuptools' find cannot reach a folder outside src/."""
+setuptools' find cannot reach a folder outside src/.
 
-from setuptools import find_packages, setup
+The compiled kernels: every ``src/onnxviz/runtime/native/_<name>.c`` is the extension
+module ``onnxviz.runtime.native._<name>`` (it may #include its own helper files).  They
+are optional: a machine without a C compiler installs onnxviz all the same and runs the
+numpy paths (onnxviz.runtime.native's docstring)."""
+
+import glob
+import os
+import sys
+
+from setuptools import Extension, find_packages, setup
 
 RESOURCES = ["onnxviz.resources", "onnxviz.resources.examples", "onnxviz.resources.icons"]
+NATIVE_DIR = os.path.join("src", "onnxviz", "runtime", "native")
 
-setup(packages=[*find_packages("src"), *RESOURCES])
+# No -march: the modules pick their instruction sets at run time (target attributes per
+# function), so one build runs on every x86-64 CPU.
+if sys.platform == "win32":
+    COMPILE_ARGS: list[str] = ["/O2"]
+else:
+    COMPILE_ARGS = ["-O3", "-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+
+
+def native_modules() -> list[Extension]:
+    return [
+        Extension(
+            "onnxviz.runtime.native." + os.path.basename(path)[:-2],
+            [path],
+            extra_compile_args=COMPILE_ARGS,
+            optional=True,
+        )
+        for path in sorted(glob.glob(os.path.join(NATIVE_DIR, "_*.c")))
+    ]
+
+
+setup(packages=[*find_packages("src"), *RESOURCES], ext_modules=native_modules())

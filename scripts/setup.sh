@@ -19,6 +19,10 @@ window_pkgs="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-r
 pkgs="$offscreen_pkgs"
 # Debian's python3 needs python3-venv for `-m venv`; another Python (pyenv, ...) has it.
 "${PYTHON:-python3}" -c "import ensurepip, venv" 2>/dev/null || pkgs="python3-venv $pkgs"
+# The compiled kernels (optional; without them the numpy paths run) need a C compiler
+# and the Python headers.
+command -v cc >/dev/null 2>&1 || pkgs="$pkgs gcc libc6-dev"
+"${PYTHON:-python3}" -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" 2>/dev/null || pkgs="$pkgs python3-dev"
 if [ "$mode" = app ]; then
     pkgs="$pkgs $window_pkgs"
     # No screen (a headless box): run the window on a virtual one.

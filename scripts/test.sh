@@ -27,4 +27,10 @@ if [ "$#" -eq 0 ]; then
         OPENBLAS_CORETYPE=$core .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
             -m numeric tests/runtime
     done
+    # The compiled kernels (onnxviz.runtime.native) are proven against their numpy twins
+    # at every level in the run above; this run keeps the numpy paths proven end to end,
+    # as on a machine where the kernels were not built.
+    echo "== pytest -m numeric (ONNXVIZ_NATIVE=off)"
+    ONNXVIZ_NATIVE=off .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
+        -m numeric tests/runtime
 fi

@@ -1,0 +1,81 @@
+"""The compiled-kernel layer (onnxviz.runtime.native): built where it can be, the level
+the CPU really has, and ONNXVIZ_NATIVE obeyed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+
+import pytest
+
+from onnxviz.runtime import native
+
+
+def _can_compile() -> bool:
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    return shutil.which("cc") is not None and os.path.exists(headers)
+
+
+def test_the_modules_are_built_where_a_compiler_is():
+    # setup.py builds them optionally: a silent build failure would leave every user on
+    # the numpy paths.  Where this machine can compile, the install must have built them.
+    if not _can_compile():
+        pytest.skip("no C compiler or Python headers here: the numpy paths run")
+    assert native.built("cpu")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def test_the_cpu_level_is_what_the_cpu_offers():
+    flags = _cpu_flags()
+    if not flags or not native.built("cpu"):
+        pytest.skip("no /proc/cpuinfo flags (not Linux x86) or _cpu not built")
+    # Linux lists a flag only when the OS saves its registers too (as XGETBV says).
+    expected = native.GENERIC
+    if {"avx2", "fma"} <= flags:
+        expected = native.AVX2
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+            expected = native.AVX512
+            if "avx512_vnni" in flags:
+                expected = native.AVX512_VNNI
+    assert native.cpu_level() == expected
+    assert native.levels() == list(range(expected + 1))
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [("off", None), ("OFF", None), ("generic", 0), ("0", 0), ("avx2", 1), ("1", 1)],
+)
+def test_the_environment_caps_the_level(monkeypatch, raw, want):
+    monkeypatch.setenv("ONNXVIZ_NATIVE", raw)
+    expected = want if want is None else min(want, native.cpu_level())
+    assert native.requested_level() == expected
+
+
+def test_auto_is_the_cpu_level(monkeypatch):
+    monkeypatch.delenv("ONNXVIZ_NATIVE", raising=False)
+    assert native.requested_level() == native.cpu_level()
+    monkeypatch.setenv("ONNXVIZ_NATIVE", "auto")
+    assert native.requested_level() == native.cpu_level()
+
+
+def test_a_wrong_value_says_what_is_accepted(monkeypatch):
+    monkeypatch.setenv("ONNXVIZ_NATIVE", "fast")
+    with pytest.raises(ValueError, match="ONNXVIZ_NATIVE='fast': expected off, auto"):
+        native.requested_level()
+
+
+def test_off_loads_nothing(monkeypatch):
+    monkeypatch.setattr(native, "_LEVEL", None)
+    assert native.load("cpu") is None
+    assert native.level() is None
