@@ -91,7 +91,7 @@ def actions(window: Any) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def one_round(path: Path) -> dict[str, tuple[float, float]]:
+def one_round(path: Path, only: set[str] | None = None) -> dict[str, tuple[float, float]]:
     from PySide6.QtWidgets import QApplication
 
     from onnxviz.ui.app import application
@@ -108,6 +108,8 @@ def one_round(path: Path) -> dict[str, tuple[float, float]]:
     _settle(app, window)
     found: dict[str, tuple[float, float]] = {}
     for label, act in actions(window):
+        if only is not None and label not in only:
+            continue
         ticks = Ticks()
         for _ in range(5):
             app.processEvents()
@@ -125,9 +127,14 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "onnxviz_bench"))
+    parser.add_argument(
+        "--only",
+        help="comma-separated actions to time, in their order (e.g. 'expand all groups,collapse all')",
+    )
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     path = transformer_file(args.nodes, args.folder)
-    rounds = [one_round(path) for _ in range(args.rounds)]
+    rounds = [one_round(path, only) for _ in range(args.rounds)]
     load = os.getloadavg()[0]
     print(f"{args.nodes} nodes, {args.rounds} round(s), load average {load:.1f} on 2 cores")
     print(f"{'action':<22}{'longest stop':>14}{'UI CPU in a turn':>18}")

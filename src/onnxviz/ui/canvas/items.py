@@ -116,7 +116,6 @@ class NodeItem(QGraphicsItem):
         self.data_item = data
         self.highlighted = False
         self.is_frame = data.expanded and bool(data.blocks)
-        self._rect = QRectF(0, 0, data.width, data.height)
         self.setPos(data.x, data.y)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
         self.setZValue(Z_FRAME + data.depth if self.is_frame else Z_NODE)
@@ -160,7 +159,15 @@ class NodeItem(QGraphicsItem):
 
     # -- geometry ---------------------------------------------------------------------
     def boundingRect(self) -> QRectF:
-        return self._rect.adjusted(-2, -2, 2, 2)
+        d = self.data_item
+        return QRectF(-2.0, -2.0, d.width + 4.0, d.height + 4.0)
+
+    @property
+    def _rect(self) -> QRectF:
+        # Made when asked, not kept: a kept QRectF is one more entry in Shiboken's table
+        # of wrappers per box (EdgeItem's docstring says what that table's growth costs).
+        d = self.data_item
+        return QRectF(0.0, 0.0, d.width, d.height)
 
     def shape(self) -> QPainterPath:
         path = QPainterPath()
@@ -506,30 +513,31 @@ class ProblemBadge(QGraphicsItem):
 
 
 class EdgeItem(QGraphicsItem):
+    """An edge: its curve, arrow head and label.  The curve and the arrow are Qt objects
+    made at the first paint (or hit test), not with the item: a big model's edges are
+    mostly never painted, and every Qt object a Python object holds is one more entry in
+    Shiboken's table of wrappers, whose growth past a size doubling was a 80-160 ms stop
+    while an expanded 100k-node model filled."""
+
     def __init__(self, data: DisplayEdge, show_label: bool) -> None:
         super().__init__()
         self.data_edge = data
         self.highlighted = False
         self.show_label = show_label and bool(data.label)
         pts = data.points
-        path = QPainterPath(QPointF(*pts[0]))
-        for k in range(1, len(pts) - 2, 3):
-            path.cubicTo(QPointF(*pts[k]), QPointF(*pts[k + 1]), QPointF(*pts[k + 2]))
-        if len(pts) == 2:
-            path.lineTo(QPointF(*pts[1]))
-        self._path = path
-        self._end = QPointF(*pts[-1])
-        prev = QPointF(*pts[-2]) if len(pts) > 1 else QPointF(pts[0][0], pts[0][1] - 1)
-        self._arrow = _arrow(prev, self._end)
-        rect = path.boundingRect().adjusted(-6, -6, 6, 6)
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        # The hull of the control points holds the curve (and, with the margin, the
+        # arrow head): (left, top, right, bottom).
+        self._hull = (min(xs) - 6.0, min(ys) - 6.0, max(xs) + 6.0, max(ys) + 6.0)
+        self._path: QPainterPath | None = None
+        self._arrow: QPolygonF | None = None
+        self._label: tuple[float, float, float, float] | None = None
         if self.show_label:
             fm_w = _label_metrics(data.inferred).horizontalAdvance(data.label) + 6
             lx, ly = data.label_pos
-            self._label_rect = QRectF(lx + 4, ly - 7, fm_w, 14)
-            rect = rect.united(self._label_rect)
-        else:
-            self._label_rect = QRectF()
-        self._bounds = rect
+            self._label = (lx + 4, ly - 7, lx + 4 + fm_w, ly + 7)
+        self._bounds = self._outline()  # (left, top, right, bottom): a QRectF when asked
         self.setZValue(Z_EDGE)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIsSelectable, True)
         self.setToolTip(
@@ -537,28 +545,70 @@ class EdgeItem(QGraphicsItem):
             + (f": {data.label}" + (" (inferred)" if data.inferred else "") if data.label else "")
         )
 
+    def _outline(self) -> tuple[float, float, float, float]:
+        left, top, right, bottom = self._hull
+        if self._label is not None:
+            left, top = min(left, self._label[0]), min(top, self._label[1])
+            right, bottom = max(right, self._label[2]), max(bottom, self._label[3])
+        return left, top, right, bottom
+
+    def _curve(self) -> QPainterPath:
+        path = self._path
+        if path is None:
+            pts = self.data_edge.points
+            path = QPainterPath(QPointF(*pts[0]))
+            for k in range(1, len(pts) - 2, 3):
+                path.cubicTo(QPointF(*pts[k]), QPointF(*pts[k + 1]), QPointF(*pts[k + 2]))
+            if len(pts) == 2:
+                path.lineTo(QPointF(*pts[1]))
+            self._path = path
+        return path
+
+    def _head(self) -> QPolygonF:
+        arrow = self._arrow
+        if arrow is None:
+            pts = self.data_edge.points
+            end = QPointF(*pts[-1])
+            prev = QPointF(*pts[-2]) if len(pts) > 1 else QPointF(pts[0][0], pts[0][1] - 1)
+            arrow = self._arrow = _arrow(prev, end)
+        return arrow
+
     @property
     def label_rect(self) -> QRectF:
-        return self._label_rect
+        """Where the label is drawn (an empty rect when there is none)."""
+        if self._label is None:
+            return QRectF()
+        left, top, right, bottom = self._label
+        return QRectF(left, top, right - left, bottom - top)
+
+    @property
+    def label_coords(self) -> tuple[float, float, float, float] | None:
+        """The label's (left, top, right, bottom), None when there is none."""
+        return self._label
 
     def place_label(self, rect: QRectF | None) -> None:
         """Move the label (the scene avoids overlaps) or drop it (None)."""
         self.prepareGeometryChange()
         if rect is None:
             self.show_label = False
-            self._label_rect = QRectF()
-            self._bounds = self._path.boundingRect().adjusted(-6, -6, 6, 6)
-            return
-        self._label_rect = rect
-        self._bounds = self._path.boundingRect().adjusted(-6, -6, 6, 6).united(rect)
+            self._label = None
+        else:
+            self._label = (rect.left(), rect.top(), rect.right(), rect.bottom())
+        self._bounds = self._outline()
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """The item's (left, top, right, bottom): curve, arrow head and label."""
+        return self._bounds
 
     def boundingRect(self) -> QRectF:
-        return self._bounds
+        left, top, right, bottom = self._bounds
+        return QRectF(left, top, right - left, bottom - top)
 
     def shape(self) -> QPainterPath:
         stroker = QPainterPathStroker()
         stroker.setWidth(6)
-        return stroker.createStroke(self._path)
+        return stroker.createStroke(self._curve())
 
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
@@ -579,17 +629,17 @@ class EdgeItem(QGraphicsItem):
             pen.setStyle(Qt.PenStyle.DashLine)
         painter.setPen(pen)
         painter.setBrush(Qt.BrushStyle.NoBrush)
-        painter.drawPath(self._path)
+        painter.drawPath(self._curve())
         if level >= lod.ARROW_MIN:
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(color)
-            painter.drawPolygon(self._arrow)
+            painter.drawPolygon(self._head())
         if self.show_label and level >= lod.LABEL_MIN:
             _, text, italic = _fonts()
             painter.setFont(italic if d.inferred else text)
             painter.setPen(theme.edge_label)
             painter.drawText(
-                self._label_rect,
+                self.label_rect,
                 Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
                 d.label,
             )

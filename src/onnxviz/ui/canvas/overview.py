@@ -14,29 +14,36 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 
 if TYPE_CHECKING:
-    from onnxviz.ui.canvas.scene import GraphScene
+    from onnxviz.present.scene import Scene
+    from onnxviz.ui.theme import Theme
 
 OVERVIEW_ZOOM = 0.3
 OVERVIEW_MIN_ITEMS = 600
 
 
 class OverviewItem(QGraphicsItem):
-    def __init__(self, scene: GraphScene) -> None:
+    """Made from the placed scene's data, not from canvas items: it is whole while a big
+    scene is still being filled, and it stands in for a scene not made yet."""
+
+    def __init__(self, display: Scene, margin: float = 0.0) -> None:
         super().__init__()
-        self._bounds = scene.itemsBoundingRect()
+        self._bounds = QRectF(
+            -margin, -margin, display.width + 2 * margin, display.height + 2 * margin
+        )
         self._boxes: dict[str, list[QRectF]] = {}
         self._frames: list[QRectF] = []
-        for node in scene.nodes.values():
-            d = node.data_item
+        for d in display.items.values():
             rect = QRectF(d.x, d.y, d.width, d.height)
-            if node.is_frame:
+            if d.expanded and d.blocks:  # a frame (as `NodeItem.is_frame`)
                 self._frames.append(rect)
                 continue
             key = d.category if d.kind in ("op", "container") else d.kind
             self._boxes.setdefault(key, []).append(rect)
         path = QPainterPath()
-        for edge in scene.edge_items:
-            pts = edge.data_edge.points
+        for edge in display.edges:
+            pts = edge.points
+            if not pts:
+                continue
             path.moveTo(QPointF(*pts[0]))
             for k in range(3, len(pts), 3):
                 path.lineTo(QPointF(*pts[k]))
@@ -49,7 +56,11 @@ class OverviewItem(QGraphicsItem):
     def paint(
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
     ) -> None:
-        theme = self.scene().theme  # type: ignore[attr-defined]
+        self.draw(painter, self.scene().theme)  # type: ignore[attr-defined]
+
+    def draw(self, painter: QPainter, theme: Theme) -> None:
+        """Paint the overview in scene coordinates (also when it is in no scene)."""
+        painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         pen = QPen(theme.group_border, 1)
         pen.setCosmetic(True)
@@ -75,3 +86,4 @@ class OverviewItem(QGraphicsItem):
         for key, rects in self._boxes.items():
             painter.setBrush(fills.get(key) or theme.category(key))
             painter.drawRects(rects)
+        painter.restore()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from PySide6.QtCore import QEvent, QPointF, QRect, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, QRectF, Qt, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -16,14 +16,16 @@ from PySide6.QtGui import (
     QMouseEvent,
     QNativeGestureEvent,
     QPainter,
+    QPaintEvent,
     QPen,
+    QResizeEvent,
     QWheelEvent,
 )
-from PySide6.QtWidgets import QGraphicsView, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsView, QWidget
 
 from onnxviz.ui.canvas import lod
 from onnxviz.ui.canvas.items import NodeItem, ink_on
-from onnxviz.ui.canvas.scene import GraphScene
+from onnxviz.ui.canvas.scene import GraphScene, Tile
 from onnxviz.ui.canvas.zoomed_out_labels import (
     LABEL_PX,
     MAX_CANDIDATES,
@@ -63,6 +65,8 @@ class GraphView(QGraphicsView):
         self._label_font = font
         self._label_metrics = QFontMetricsF(font)
         scene.changed.connect(self._forget_labels)
+        scene.emptyingChanged.connect(self._emptying)
+        self._cover: _Cover | None = None
 
     def _update_overview(self, zoom: float) -> None:
         self.graph_scene.set_overview(self.graph_scene.wants_overview(zoom))
@@ -70,6 +74,15 @@ class GraphView(QGraphicsView):
     def refresh_detail(self) -> None:
         """After the scene changed: pick overview or items for the current zoom."""
         self._update_overview(self.zoom())
+
+    def itemAt(self, pos: QPoint) -> QGraphicsItem | None:  # type: ignore[override]
+        """The topmost item at a viewport position, tiles aside: a tile is hit by its
+        whole rect (so that Qt looks into its children) and a later tile's rect may lie
+        over an earlier tile's box; what a caller wants there is the box, or nothing."""
+        for item in self.items(pos):
+            if not isinstance(item, Tile):
+                return item
+        return None
 
     @property
     def graph_scene(self) -> GraphScene:
@@ -135,8 +148,32 @@ class GraphView(QGraphicsView):
         self._labels_for = key
         return self._labels
 
+    # -- while a replaced big scene is emptied --------------------------------------
+    def _emptying(self, on: bool) -> None:
+        """Its items are still in the scene for a second or so: the viewport stops
+        painting (it would paint them all at every turn, seconds when zoomed out) and
+        a cover paints the next scene's overview; clicks reach nothing meanwhile."""
+        if on and self._cover is None:
+            self.viewport().setUpdatesEnabled(False)
+            self._cover = _Cover(self)
+            self._cover.setGeometry(self.viewport().geometry())
+            self._cover.show()
+        elif not on and self._cover is not None:
+            self._cover.hide()
+            self._cover.deleteLater()
+            self._cover = None
+            self.viewport().setUpdatesEnabled(True)
+            self.viewport().update()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._cover is not None:
+            self._cover.setGeometry(self.viewport().geometry())
+
     def scrollContentsBy(self, dx: int, dy: int) -> None:
         super().scrollContentsBy(dx, dy)
+        if self._cover is not None:
+            self._cover.update()
         if self.zoom() < lod.SMALL_TITLE_MIN:
             # the labels are placed for the whole view: a scrolled copy of the old
             # ones would not match the strip painted for the new view
@@ -190,7 +227,7 @@ class GraphView(QGraphicsView):
         self.set_zoom(1.0)
 
     def fit(self) -> None:
-        rect = self.sceneRect()
+        rect = self.graph_scene.display_rect()
         if rect.isEmpty():
             return
         self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
@@ -201,7 +238,7 @@ class GraphView(QGraphicsView):
     def fit_width_top(self) -> None:
         """Readable start: fit when the graph is small, else the top of it at a zoom
         where text shows."""
-        rect = self.sceneRect()
+        rect = self.graph_scene.display_rect()
         view = self.viewport().rect()
         if rect.isEmpty() or view.isEmpty():
             return
@@ -340,3 +377,27 @@ class GraphView(QGraphicsView):
             if self.zoom() < 0.6:
                 self.set_zoom(0.9)
             self.centerOn(node)
+
+
+class _Cover(QWidget):
+    """Over the viewport while a replaced big scene is emptied: the next scene's
+    overview, drawn with the view's transform; the pointer goes through to the view
+    (scrolling and zooming work, clicks reach nothing)."""
+
+    def __init__(self, view: GraphView) -> None:
+        super().__init__(view)
+        self.view = view
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        scene = self.view.graph_scene
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), scene.theme.background)
+        stand_in = scene.stand_in
+        if stand_in is not None:
+            painter.setTransform(self.view.viewportTransform())
+            stand_in.draw(painter, scene.theme)
+        else:
+            painter.setPen(scene.theme.edge)
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Replacing the canvas…")
+        painter.end()

@@ -339,9 +339,9 @@ class CanvasOverlay:
                 text = value_types.get((path, d.value))
                 if text is not None:
                     seen.add(key)
-                    self.badges.append(
-                        ValueBadge(edge, shape_text(text), self._opener(path, d.value))
-                    )
+                    badge = ValueBadge(edge, shape_text(text), self._opener(path, d.value))
+                    self.scene.contain(badge)  # type: ignore[attr-defined]
+                    self.badges.append(badge)
                     break
             if len(self.badges) >= MAX_BADGES:
                 break

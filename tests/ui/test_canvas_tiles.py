@@ -1,0 +1,248 @@
+"""The canvas keeps its boxes and edges under tiles, and a replaced big scene is emptied
+over turns under a cover (ui/canvas/scene.py's docstring says why): what a user relies on
+is that nothing of that shows.  Every box and edge is drawn, found under the pointer,
+clickable and stacked as before; a tile never hides what it holds; and while a big scene
+goes, the old boxes can be neither seen nor clicked."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtWidgets import QApplication
+
+from onnxviz.model.document import Document
+from onnxviz.present.presenter import Presenter, display_graph
+from onnxviz.present.typeinfo import type_table
+from onnxviz.ui.canvas import scene as canvas_scene
+from onnxviz.ui.canvas.items import EdgeItem, NodeItem
+from onnxviz.ui.canvas.scene import Tile
+from onnxviz.ui.run.canvas_overlay import ValueBadge
+from tests.present.models import scoped_model
+
+pytestmark = pytest.mark.qt
+
+
+def _display(model, expand: bool = True):  # type: ignore[no-untyped-def]
+    doc = Document.from_model(model)
+    presenter = Presenter(doc, types=type_table(doc))
+    if expand:
+        presenter.expanded |= presenter.all_group_ids()
+    return display_graph(presenter)
+
+
+@pytest.fixture(scope="module")
+def expanded():  # type: ignore[no-untyped-def]
+    return _display(scoped_model(8))
+
+
+@pytest.fixture(scope="module")
+def medium():  # type: ignore[no-untyped-def]
+    from benchmarks.models import transformer_like
+
+    return _display(transformer_like(1500))
+
+
+def _shown(window, display):  # type: ignore[no-untyped-def]
+    gs = window.graph_scene
+    gs.show_scene(display)
+    gs.finish_filling()
+    return gs
+
+
+def _inside(outer: QRectF, inner: QRectF) -> bool:
+    # (a hair of float slack: the rects are unions and translations of the same numbers)
+    return outer.adjusted(-1e-6, -1e-6, 1e-6, 1e-6).contains(inner)
+
+
+def test_every_box_and_edge_lives_in_a_tile_that_covers_it(window, expanded) -> None:  # type: ignore[no-untyped-def]
+    gs = _shown(window, expanded)
+    assert set(gs.nodes) == set(expanded.items)
+    children = [*gs.nodes.values(), *gs.edge_items]
+    tiles = set()
+    for item in children:
+        tile = item.parentItem()
+        assert isinstance(tile, Tile)
+        tiles.add(tile)
+        # the tile promises Qt that its children draw inside it: a broken promise is a
+        # box or an edge (or its label) that is not painted when only that part shows
+        assert _inside(tile.sceneBoundingRect(), item.sceneBoundingRect()), item
+        assert tile.zValue() == item.zValue()  # stacking goes by the tile's z
+    assert tiles == set(gs.tiles)
+    # at the top: the tiles, the frame-title layer, nothing else of the graph
+    tops = [it for it in gs.items() if it.parentItem() is None]
+    assert all(isinstance(t, Tile) or t is gs.title_layer for t in tops)
+    assert len(tops) < len(children) / 3
+
+
+def test_moved_labels_and_later_badges_stay_inside_their_tile(window, medium) -> None:  # type: ignore[no-untyped-def]
+    gs = _shown(window, medium)
+    labelled = [e for e in gs.edge_items if e.show_label]
+    assert labelled
+    for e in labelled:
+        assert _inside(e.parentItem().sceneBoundingRect(), e.mapRectToScene(e.label_rect))
+    # a value badge given to an edge after the fill (a run's shapes) grows the tile
+    edge = labelled[0]
+    badge = ValueBadge(edge, "float32 " + "×".join(["1024"] * 12), lambda: None)
+    gs.contain(badge)
+    assert _inside(edge.parentItem().sceneBoundingRect(), badge.sceneBoundingRect())
+
+
+def test_boxes_are_found_and_clicked_through_their_tiles(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import onnx
+
+    path = tmp_path / "scoped.onnx"
+    onnx.save(scoped_model(8), str(path))
+    window.files.open_path(str(path))
+    qtbot.waitUntil(window.files.quiet, timeout=20_000)
+    window.navigation.expand_all()
+    gs = window.graph_scene
+    qtbot.waitUntil(lambda: window.work.task is None and not gs.filling, timeout=20_000)
+    view = window.view
+    boxes = [n for n in gs.nodes.values() if not n.is_frame][:12]
+    assert boxes
+    covered = 0  # boxes under another tile's rect: the tile comes first in Qt's list
+    for node in boxes:
+        center = node.sceneBoundingRect().center()
+        assert node in gs.items(center)
+        view.centerOn(node)
+        QApplication.processEvents()
+        pos = view.mapFromScene(center)
+        covered += isinstance(view.items(pos)[0], Tile)
+        hit = view.itemAt(pos)
+        while hit is not None and not isinstance(hit, NodeItem):
+            hit = hit.parentItem()
+        assert hit is node
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+        assert gs.selectedItems() == [node]
+    assert covered, "no box under another tile was tried"
+    # a click beside the boxes (inside a tile's rect, on no box) selects nothing
+    node = boxes[0]
+    view.centerOn(node)
+    QApplication.processEvents()
+    beside = node.sceneBoundingRect().topRight() + QPointF(25, 0)
+    assert not [it for it in gs.items(beside) if isinstance(it, NodeItem)]
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.mapFromScene(beside))
+    assert gs.selectedItems() == []
+
+
+def test_boxes_stack_over_edges_and_frames_under_boxes(window, expanded) -> None:  # type: ignore[no-untyped-def]
+    gs = _shown(window, expanded)
+    frames = [n for n in gs.nodes.values() if n.is_frame]
+    assert frames
+    checked = 0
+    for node in gs.nodes.values():
+        if node.is_frame:
+            continue
+        center = node.sceneBoundingRect().center()
+        # (by bounding rect: a frame is hit by its header only, its body lets clicks by)
+        under = gs.items(
+            center, Qt.ItemSelectionMode.IntersectsItemBoundingRect, Qt.SortOrder.DescendingOrder
+        )
+        found = [it for it in under if isinstance(it, NodeItem | EdgeItem)]
+        # topmost first: the box itself before any frame around it or edge under it
+        assert found[0] is node
+        zs = [it.zValue() for it in found]
+        assert zs == sorted(zs, reverse=True)
+        checked += any(it.is_frame for it in found if isinstance(it, NodeItem))
+    assert checked  # boxes inside frames were among them
+
+
+def test_a_rendered_canvas_shows_every_box(window, expanded) -> None:  # type: ignore[no-untyped-def]
+    """Tiles paint nothing of their own, and hide none of their children: an export of
+    the whole scene has ink where each box is."""
+    from PySide6.QtGui import QImage, QPainter
+
+    gs = _shown(window, expanded)
+    rect = gs.sceneRect()
+    image = QImage(int(rect.width()), int(rect.height()), QImage.Format.Format_ARGB32)
+    image.fill(gs.theme.background)
+    painter = QPainter(image)
+    gs.render(painter, QRectF(image.rect()), rect)
+    painter.end()
+    background = gs.theme.background.rgb()
+    for node in gs.nodes.values():
+        r = node.sceneBoundingRect().translated(-rect.left(), -rect.top())
+        cx, cy = int(r.center().x()), int(r.top() + 6)  # the title band, frames included
+        assert image.pixel(cx, cy) != background, node.data_item.title
+
+
+def test_a_replaced_big_scene_is_emptied_over_turns_under_a_cover(  # type: ignore[no-untyped-def]
+    window, qtbot, monkeypatch, expanded
+) -> None:
+    monkeypatch.setattr(canvas_scene, "TEARDOWN_ITEMS", 10)
+    monkeypatch.setattr(canvas_scene, "TEARDOWN_SECONDS", 0.0)  # one tile per turn
+    gs = _shown(window, expanded)
+    view = window.view
+    old_box = next(n for n in gs.nodes.values() if not n.is_frame)
+    view.centerOn(old_box)
+    QApplication.processEvents()
+    pos = view.mapFromScene(old_box.sceneBoundingRect().center())
+    small = _display(scoped_model(2), expand=False)
+
+    gs.show_scene(small)
+    assert gs.emptying and gs.filling
+    assert gs.stand_in is not None  # the next scene's overview is painted meanwhile
+    assert not view.viewport().updatesEnabled()  # the old items are not painted
+    QApplication.processEvents()
+    assert gs.emptying, "one turn does not empty it all"
+    # a click lands on the old boxes' place: it selects nothing and opens nothing
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    assert gs.selectedItems() == []
+
+    qtbot.waitUntil(lambda: not gs.emptying and not gs.filling, timeout=10_000)
+    assert view.viewport().updatesEnabled()
+    assert gs.stand_in is None
+    assert set(gs.nodes) == set(small.items)
+    graph_items = [it for it in gs.items() if isinstance(it, NodeItem | EdgeItem)]
+    assert len(graph_items) == len(gs.nodes) + len(gs.edge_items)  # nothing old is left
+
+
+def test_finishing_the_fill_of_a_scene_behind_a_teardown_completes_both(  # type: ignore[no-untyped-def]
+    window, monkeypatch, expanded
+) -> None:
+    monkeypatch.setattr(canvas_scene, "TEARDOWN_ITEMS", 10)
+    monkeypatch.setattr(canvas_scene, "TEARDOWN_SECONDS", 0.0)
+    gs = _shown(window, expanded)
+    small = _display(scoped_model(2), expand=False)
+    gs.show_scene(small)
+    assert gs.emptying
+    gs.finish_filling()  # (what a caller reading `nodes` at once does)
+    assert not gs.emptying and not gs.filling
+    assert set(gs.nodes) == set(small.items)
+    assert window.view.viewport().updatesEnabled()
+
+
+def test_a_scene_shown_far_zoomed_out_is_an_overview_from_its_first_turn(  # type: ignore[no-untyped-def]
+    window, monkeypatch, medium
+) -> None:
+    """A fill at a zoom where the overview is drawn (Collapse All's fit) does not paint
+    the detailed boxes made so far at every turn: the overview is there at once."""
+    monkeypatch.setattr(canvas_scene, "SLICE_SECONDS", 0.0)
+    gs = window.graph_scene
+    view = window.view
+    assert len(medium.items) + len(medium.edges) > canvas_scene.OVERVIEW_MIN_ITEMS
+    view.set_zoom(0.05)
+    gs.show_scene(medium)
+    view.refresh_detail()
+    assert gs.filling
+    assert gs.overview_shown
+    assert gs.tiles and not any(t.isVisible() for t in gs.tiles)
+    gs.finish_filling()
+    assert not any(t.isVisible() for t in gs.tiles)
+    view.set_zoom(1.0)
+    assert not gs.overview_shown and all(t.isVisible() for t in gs.tiles)
+
+
+def test_the_overview_follows_the_items_made_for_a_scene_too_big_to_sum_up_at_once(  # type: ignore[no-untyped-def]
+    window, monkeypatch, medium
+) -> None:
+    monkeypatch.setattr(canvas_scene, "SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(canvas_scene, "STAND_IN_ITEMS", 100)  # the medium scene is "huge"
+    gs = window.graph_scene
+    window.view.set_zoom(0.05)
+    gs.show_scene(medium)
+    window.view.refresh_detail()
+    assert gs.filling and not gs.overview_shown  # made-so-far: too few for an overview
+    gs.finish_filling()
+    window.view.refresh_detail()
+    assert gs.overview_shown
