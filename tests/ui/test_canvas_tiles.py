@@ -246,3 +246,27 @@ def test_the_overview_follows_the_items_made_for_a_scene_too_big_to_sum_up_at_on
     gs.finish_filling()
     window.view.refresh_detail()
     assert gs.overview_shown
+
+
+def test_expand_all_keeps_the_box_in_the_middle_of_the_view_where_it_was(  # type: ignore[no-untyped-def]
+    window, qtbot, tmp_path
+) -> None:
+    """Expand All used to keep the view's point, which was empty canvas once every
+    group around it had opened: the user saw a blank canvas."""
+    import onnx
+
+    path = tmp_path / "scoped.onnx"
+    onnx.save(scoped_model(8), str(path))
+    window.files.open_path(str(path))
+    qtbot.waitUntil(window.files.quiet, timeout=20_000)
+    gs, view, nav = window.graph_scene, window.view, window.navigation
+    anchor = nav.item_in_view()
+    assert anchor is not None
+    before = view.mapFromScene(gs.nodes[anchor].pos())
+    nav.expand_all()
+    qtbot.waitUntil(lambda: window.work.task is None and not gs.filling, timeout=20_000)
+    assert len(gs.nodes) > 20  # the groups opened
+    after = view.mapFromScene(gs.nodes[anchor].pos())
+    assert abs(after.x() - before.x()) <= 1 and abs(after.y() - before.y()) <= 1
+    in_view = [it for it in view.items(view.viewport().rect()) if isinstance(it, NodeItem)]
+    assert len(in_view) > 3

@@ -236,9 +236,10 @@ def test_expand_all_and_collapse_all_at_50k_nodes_keep_the_event_loop_turning(  
     window, qtbot, model_50k
 ) -> None:
     """Expand All fills 120k boxes and edges, Collapse All empties them: each over many
-    turns.  Measured here: 52 and 55 ms of UI-thread CPU in the longest turn; before the
-    canvas's tiles, 218 ms (Qt re-sorting and re-walking every top-level item after each
-    turn) and 754 ms (clearing the scene in one call)."""
+    turns.  Measured here: 52 and 55 ms of UI-thread CPU in the longest turn alone, up to
+    140 ms with the machine loaded by other tests and benchmarks; before the canvas's
+    tiles, 214-218 ms (Qt re-sorting and re-walking every top-level item after each turn)
+    and 754 ms (clearing the scene in one call).  The bound sits between the two."""
     window.files.open_path(str(model_50k))
     qtbot.waitUntil(window.files.quiet, timeout=120_000)
     gs, nav = window.graph_scene, window.navigation
@@ -248,10 +249,10 @@ def test_expand_all_and_collapse_all_at_50k_nodes_keep_the_event_loop_turning(  
 
     _, cpu = _longest_stops_while(qtbot, nav.expand_all, canvas_done)
     assert len(gs.nodes) > 50_000
-    assert cpu < 0.13, f"Expand All: one turn took {cpu * 1000:.0f} ms of UI-thread CPU"
+    assert cpu < 0.2, f"Expand All: one turn took {cpu * 1000:.0f} ms of UI-thread CPU"
     _, cpu = _longest_stops_while(qtbot, nav.collapse_all, canvas_done)
     assert len(gs.nodes) < 10_000
-    assert cpu < 0.13, f"Collapse All: one turn took {cpu * 1000:.0f} ms of UI-thread CPU"
+    assert cpu < 0.2, f"Collapse All: one turn took {cpu * 1000:.0f} ms of UI-thread CPU"
 
 
 def test_cancelling_an_open_keeps_the_document_before(

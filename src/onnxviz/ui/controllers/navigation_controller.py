@@ -223,7 +223,22 @@ class NavigationController(QObject):
     def expand_all(self) -> None:
         if self.session.presenter is not None:
             self.session.presenter.expanded |= self.session.presenter.all_group_ids()
-            self.relayout(grows_by=self.session.total_nodes)
+            # The box in the middle of the view stays where it is: the view's point
+            # itself was empty canvas once everything around it had opened.
+            self.relayout(anchor=self.item_in_view(), grows_by=self.session.total_nodes)
+
+    def item_in_view(self) -> str | None:
+        """The id of the box nearest the middle of the view (None: none in view)."""
+        view = self.view
+        middle = view.mapToScene(view.viewport().rect().center())
+        best: tuple[float, str] | None = None
+        for item in view.items(view.viewport().rect()):
+            if isinstance(item, NodeItem):
+                d = item.data_item
+                gap = abs(d.x + d.width / 2 - middle.x()) + abs(d.y + d.height / 2 - middle.y())
+                if best is None or gap < best[0]:
+                    best = (gap, d.id)
+        return best[1] if best is not None else None
 
     def expand_all_bodies(self) -> None:
         """Open every Loop/If/Scan body and function body under the shown graph."""
