@@ -10,9 +10,9 @@
 * Every size and type it is given is checked: a wrong buffer raises ValueError.
 * Wired in: the Conv kernel (stepped runs) and the channels-last conv chains (fused runs,
   the activation in the kernel's pass) give the numpy path's numbers, and whole models
-  (the hand-built MobileNetV3-small, a MobileNetV2-style ReLU6 stack, the committed torch
-  UNet export) give the same outputs with the kernel on (each level) and off, and the
-  stepped numbers; the random conv chains of test_channels_last pass at every level.
+  (the committed torch MobileNet-style and UNet exports, the hand-built MobileNetV3-small,
+  a MobileNetV2-style ReLU6 stack) give the same outputs with the kernel on (each level)
+  and off, and the stepped numbers; the random conv chains of test_channels_last pass at every level.
 """
 
 from __future__ import annotations
@@ -464,16 +464,24 @@ def _models() -> dict[str, Any]:
 
     from .test_channels_last import _mobilenet
 
-    unet, unet_feeds, _ = load("torchscript_unet")
-    return {
+    models: dict[str, Any] = {
         "mobilenetv3_small_by_hand": _mobilenet(),
         "mobilenetv2_relu6_stack": _mnv2_stack(),
-        "torchscript_unet": (unet, unet_feeds),
     }
+    for name in ("torchscript_mobilenet_small", "torchscript_unet"):
+        model, feeds, _ = load(name)
+        models[name] = (model, feeds)
+    return models
 
 
 @pytest.mark.parametrize(
-    "name", ["mobilenetv3_small_by_hand", "mobilenetv2_relu6_stack", "torchscript_unet"]
+    "name",
+    [
+        "torchscript_mobilenet_small",
+        "mobilenetv3_small_by_hand",
+        "mobilenetv2_relu6_stack",
+        "torchscript_unet",
+    ],
 )
 def test_models_give_the_same_outputs_with_the_kernel_on_and_off(name: str) -> None:
     _module()
