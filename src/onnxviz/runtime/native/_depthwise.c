@@ -23,8 +23,10 @@
  *   0 none; 1 Relu max(y, 0); 2 Clip min(max(y, lo), hi) (lo/hi NaN: no bound);
  *   3 HardSwish y * min(max(y * (1/6) + 0.5, 0), 1).  A NaN sum stays NaN.
  *
- * Levels (native/__init__.py): 0 generic C; 1 AVX2 (8 lanes); 2 and 3 AVX-512F
- * (16 lanes, masked tails).  Functions carry their instruction set as a target
+ * Levels (native/__init__.py): 0 generic C (16 channels at a time as four 4-lane
+ * vectors of GCC/Clang's vector extension: the platform's baseline SIMD, SSE2 or NEON;
+ * a plain-C per-channel loop kept 16 scalar sums and ran 2-3x slower); 1 AVX2 (8
+ * lanes); 2 and 3 AVX-512F (16 lanes, masked tails).  Functions carry their instruction set as a target
  * attribute: the module is built without -march and runs on every x86-64 CPU. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -97,23 +99,69 @@ static float act_scalar(float y, int act, float lo, float hi) {
     }
 }
 
-static void block_generic(const Block *p) {
-    const int width = p->width;
-    float acc[BLOCK];
-    for (int i = 0; i < width; i++) acc[i] = 0.0f;
+/* Channels [at, at + n) of the block, n <= 16, one at a time. */
+static void lanes_scalar(const Block *p, int at, int n) {
+    float acc[16];
+    for (int i = 0; i < n; i++) acc[i] = 0.0f;
     FOR_TAPS(p) {
-        const float *restrict x = p->xbase + (p->corner + p->xoff[t]);
-        const float *restrict w = p->wbase + t * p->c;
-        for (int i = 0; i < width; i++) {
+        const float *restrict x = p->xbase + (p->corner + p->xoff[t]) + at;
+        const float *restrict w = p->wbase + t * p->c + at;
+        for (int i = 0; i < n; i++) {
             float prod = x[i] * w[i];
             acc[i] = acc[i] + prod;
         }
     }
-    if (p->bias)
-        for (int i = 0; i < width; i++) acc[i] = acc[i] + p->bias[i];
-    if (p->add)
-        for (int i = 0; i < width; i++) acc[i] = acc[i] + p->add[i];
-    for (int i = 0; i < width; i++) p->out[i] = act_scalar(acc[i], p->act, p->lo, p->hi);
+    for (int i = 0; i < n; i++) {
+        float y = acc[i];
+        if (p->bias) y = y + p->bias[at + i];
+        if (p->add) y = y + p->add[at + i];
+        p->out[at + i] = act_scalar(y, p->act, p->lo, p->hi);
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+/* 16 channels as four 4-lane vectors of the compiler's vector extension: the baseline
+ * instruction set (SSE2 on x86-64, NEON on ARM), a mul and an add per lane as above. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *a) {
+    v4f v;
+    memcpy(&v, a, sizeof v);
+    return v;
+}
+
+static void lanes16(const Block *p, int at) {
+    v4f a0 = {0.0f, 0.0f, 0.0f, 0.0f}, a1 = a0, a2 = a0, a3 = a0;
+    FOR_TAPS(p) {
+        const float *x = p->xbase + (p->corner + p->xoff[t]) + at;
+        const float *w = p->wbase + t * p->c + at;
+        v4f m0 = load4(x) * load4(w), m1 = load4(x + 4) * load4(w + 4);
+        v4f m2 = load4(x + 8) * load4(w + 8), m3 = load4(x + 12) * load4(w + 12);
+        a0 = a0 + m0;
+        a1 = a1 + m1;
+        a2 = a2 + m2;
+        a3 = a3 + m3;
+    }
+    float acc[16];
+    memcpy(acc, &a0, 16);
+    memcpy(acc + 4, &a1, 16);
+    memcpy(acc + 8, &a2, 16);
+    memcpy(acc + 12, &a3, 16);
+    for (int i = 0; i < 16; i++) {
+        float y = acc[i];
+        if (p->bias) y = y + p->bias[at + i];
+        if (p->add) y = y + p->add[at + i];
+        p->out[at + i] = act_scalar(y, p->act, p->lo, p->hi);
+    }
+}
+#else
+static void lanes16(const Block *p, int at) { lanes_scalar(p, at, 16); }
+#endif
+
+static void block_generic(const Block *p) {
+    int at = 0;
+    for (; at + 16 <= p->width; at += 16) lanes16(p, at);
+    if (at < p->width) lanes_scalar(p, at, p->width - at);
 }
 
 #if DW_X86
