@@ -45,7 +45,12 @@ import numpy as np
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, blas
-from onnxviz.runtime.kernels.nn_conv import ACT_NONE, conv_geometry, native_depthwise
+from onnxviz.runtime.kernels.nn_conv import (
+    ACT_HARDSWISH,
+    ACT_NONE,
+    conv_geometry,
+    native_depthwise,
+)
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -416,13 +421,20 @@ FUSED_ACTIVATIONS = frozenset({"Relu", "HardSwish", "HardSigmoid"})
 
 def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> None:
     """Apply ``op_type`` (one of FUSED_ACTIVATIONS, with its node's attributes) to the
-    float array ``y``, which nobody else holds, in place (NCHW or channels-last)."""
+    float array ``y``, which nobody else holds, in place (NCHW or channels-last).  A
+    float32 HardSwish runs the compiled one-pass kernel (native/_activation.c, the same
+    operations) when it is on."""
     dense = y if y.flags.c_contiguous else y.transpose(0, 2, 3, 1)
     if not dense.flags.c_contiguous:
         dense = y  # some other layout: numpy still computes it right
     if op_type == "Relu":
         _relu_rows(dense)
     elif op_type == "HardSwish":
+        if dense.dtype == np.float32 and dense.flags.c_contiguous:
+            module = native.load("activation")
+            if module is not None:  # the same steps in one pass (native/_activation.c)
+                module.activate(dense, ACT_HARDSWISH, math.nan, math.nan)
+                return
         gate = scratch("conv_activation_gate", dense.shape, dense.dtype)
         np.multiply(dense, 1.0 / 6.0, out=gate)
         gate += 0.5
