@@ -90,6 +90,69 @@ def torch_builders() -> dict[str, Callable[[], Built]]:
             r = self.resize(self.pool(d))
             return torch.sigmoid(self.head(torch.cat([u, r], 1)))
 
+    class SmallMobileNet(nn.Module):
+        """MobileNetV3-small's block kinds, narrow and at 40 px: depthwise 3x3 and 5x5
+        convs (strided and not, channels no multiple of a vector), BatchNorm, ReLU and
+        HardSwish, squeeze-excite blocks and residual adds; then a ReLU6 (Clip) block."""
+
+        def __init__(self) -> None:
+            super().__init__()
+
+            def conv_bn(cin: int, cout: int, k: int, s: int, groups: int = 1) -> list[Any]:
+                return [
+                    nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False),
+                    nn.BatchNorm2d(cout),
+                ]
+
+            self.stem = nn.Sequential(*conv_bn(3, 16, 3, 2), nn.Hardswish())
+            blocks = []
+            cin = 16
+            # (kernel, expansion, out, SE, activation, stride)
+            table = [
+                (3, 16, 16, True, nn.ReLU, 2),
+                (3, 40, 24, False, nn.ReLU, 2),
+                (3, 52, 24, False, nn.ReLU, 1),
+                (5, 72, 40, True, nn.Hardswish, 2),
+                (5, 120, 40, True, nn.Hardswish, 1),
+                (3, 96, 40, False, nn.ReLU6, 1),
+            ]
+            for k, exp, cout, se, act, s in table:
+                layers: list[Any] = []
+                if exp != cin:
+                    layers += [*conv_bn(cin, exp, 1, 1), act()]
+                layers += [*conv_bn(exp, exp, k, s, groups=exp), act()]
+                if se:
+                    layers.append(SqueezeExcite(exp))
+                layers += conv_bn(exp, cout, 1, 1)
+                blocks.append((nn.Sequential(*layers), s == 1 and cin == cout))
+                cin = cout
+            self.blocks = nn.ModuleList([b for b, _ in blocks])
+            self.residual = [r for _, r in blocks]
+            for m in self.modules():  # running statistics that are not the identity
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.uniform_(-0.2, 0.2)
+                    m.running_var.uniform_(0.5, 1.5)
+                    m.weight.data.uniform_(0.5, 1.5)
+                    m.bias.data.uniform_(-0.2, 0.2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.stem(x)
+            for block, residual in zip(self.blocks, self.residual):
+                y = block(x)
+                x = x + y if residual else y
+            return x.mean((2, 3))
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            squeeze = max(8, (c // 4 + 4) // 8 * 8)
+            self.fc1 = nn.Conv2d(c, squeeze, 1)
+            self.fc2 = nn.Conv2d(squeeze, c, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            s = nn.functional.adaptive_avg_pool2d(x, 1)
+            return x * nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(s))))
+
     class Encoder(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -142,6 +205,11 @@ def torch_builders() -> dict[str, Callable[[], Built]]:
         x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
         return model, {"x": x}, {}
 
+    def mobilenet() -> Built:
+        model = _torch_export(SmallMobileNet(), (torch.randn(2, 3, 40, 40),), input_names=["x"])
+        x = np.random.default_rng(2).standard_normal((2, 3, 40, 40)).astype(np.float32)
+        return model, {"x": x}, {}
+
     def encoder() -> Built:
         ids = torch.randint(0, 50, (2, 7))
         mask = torch.zeros(2, 7, dtype=torch.bool)
@@ -182,6 +250,7 @@ def torch_builders() -> dict[str, Callable[[], Built]]:
         "torchscript_mixed": mixed,
         "torchscript_double_or_decrement": double_or_decrement,
         "torchscript_unet": unet,
+        "torchscript_mobilenet_small": mobilenet,
         "torchscript_encoder": encoder,
         "torchscript_lstm": lambda: recurrent("LSTM"),
         "torchscript_gru": lambda: recurrent("GRU"),

@@ -479,11 +479,18 @@ def test_random_conv_chains_give_the_stepped_numbers(case) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["torchscript_resnet_basic_112", "torchscript_resnet_bottlenecks", "torchscript_unet"]
+    "name",
+    [
+        "torchscript_resnet_basic_112",
+        "torchscript_resnet_bottlenecks",
+        "torchscript_unet",
+        "torchscript_mobilenet_small",
+    ],
 )
 def test_committed_torch_exports_give_the_stepped_numbers(name: str) -> None:
     """Real torch exports (committed: CI has no torch) run fused, with the layout pass,
-    as they run stepped.  Depthwise chains are covered by the hand-built MobileNetV3."""
+    as they run stepped: ResNet and UNet blocks, and MobileNetV3-style depthwise chains
+    (torchscript_mobilenet_small; also the hand-built MobileNetV3 above)."""
     from tests.data.exports import load
 
     model, feeds, _ = load(name)

@@ -52,6 +52,7 @@ plan's node (liveness differs, the rest is shared).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,12 @@ from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
-from onnxviz.runtime.kernels.nn_conv import ConvWeight
-from onnxviz.runtime.kernels.nn_conv_nhwc import FUSED_ACTIVATIONS, activate_in_place
+from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
+from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    FUSED_ACTIVATIONS,
+    Activation,
+    activate_in_place,
+)
 from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
 from onnxviz.runtime.prepared import prepare
 
@@ -366,9 +371,10 @@ class ConvChain:
         if self.layout is not None:
             addend = None if self.residual is None else ins[self.residual]
             w, b = prepared[0].array, prepared[1]
-            y = self.layout(x, w, b, self.conv.attrs, addend, False)
-            if y is not None:
-                return [self._activate(y, ins)]
+            got = self.layout(x, w, b, self.conv.attrs, addend, False, self._kernel_act(ins, x))
+            if got is not None:
+                y, done = got
+                return [y if done else self._activate(y, ins)]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
@@ -403,6 +409,28 @@ class ConvChain:
         else:
             activate_in_place(y, act.op_type, act.attrs)
         return y
+
+    def _kernel_act(self, ins: list[Any], x: np.ndarray) -> Activation | None:
+        """The chain's activation as the compiled depthwise kernel applies it (the same
+        operations as `_activate`, so the same numbers), or None when it has none or one
+        the kernel does not do (Clip with a NaN bound among them)."""
+        act = self.activation
+        if act is None or x.dtype != np.float32:
+            return None
+        if act.op_type == "Relu":
+            return (ACT_RELU, math.nan, math.nan)
+        if act.op_type == "HardSwish":
+            return (ACT_HARDSWISH, math.nan, math.nan)
+        if act.op_type == "Clip":
+            bounds = self._clip_bounds(ins, x)
+            if bounds is None:
+                return None
+            # A bound as float32 (numpy's max/min of a float32 array take it so too).
+            lo, hi = (math.nan if v is None else float(np.float32(v)) for v in bounds)
+            if any(v is not None and math.isnan(float(v)) for v in bounds):
+                return None  # a NaN bound: numpy's NaN result, not "no bound"
+            return (ACT_CLIP, lo, hi)
+        return None
 
     def _clip_bounds(self, ins: list[Any], x: np.ndarray) -> tuple[Any, Any] | None:
         """The chain's Clip bounds (None: no bound), or None when a bound is not a

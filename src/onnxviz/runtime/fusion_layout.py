@@ -31,6 +31,7 @@ import numpy as np
 
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
+    Activation,
     ChannelsLastConv,
     is_channels_last,
     prepare_channels_last,
@@ -184,8 +185,10 @@ class ChannelsLast:
         attrs: dict[str, Any],
         addend: np.ndarray | None,
         relu: bool,
-    ) -> np.ndarray | None:
-        """The conv's output, or None: run the plain kernel."""
+        act: Activation | None = None,
+    ) -> tuple[np.ndarray, bool] | None:
+        """The conv's output and whether the activation ``act`` (when given) is in it
+        already, or None: run the plain kernel."""
         if type(x) is not np.ndarray or (not self.emit and not is_channels_last(x)):
             return None
         prepared = self._prepared
@@ -207,8 +210,8 @@ class ChannelsLast:
             or addend.shape != runner.out_shape
         ):
             return None  # the plain kernel names the mismatch
-        y = runner(x, addend, relu)
-        return y if self.emit else np.ascontiguousarray(y)
+        y, done = runner(x, addend, relu, act)
+        return (y if self.emit else np.ascontiguousarray(y)), done
 
 
 class SpatialMean:

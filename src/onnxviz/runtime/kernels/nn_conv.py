@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import blas, nn_winograd
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
@@ -203,6 +204,12 @@ def _conv_dispatch(
         # Constant weights only: their transform is made once (ConvWeight.winograd).
         y = nn_winograd.winograd_conv(x, packed.winograd(), bias, pads, out_shape)
         return _plus(y, addend), True
+    if cg == 1 and m == group > 1 and rank <= 2 and min(pads) >= 0:
+        got = _native_depthwise_nchw(
+            x, w, bias, packed, kernel, strides, dilations, pads, out_shape
+        )
+        if got is not None:
+            return _plus(got, addend), True
     stride1 = all(s == 1 for s in strides) and min(pads) >= 0
     padded = [s + pads[i] + pads[i + rank] for i, s in enumerate(x.shape[2:])]
     if (
@@ -249,6 +256,99 @@ def _conv_dispatch(
         return y.reshape(n, m, *out_shape), added
     y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape), False
+
+
+# Activation codes of the compiled depthwise kernel (native/_depthwise.c).
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH = 0, 1, 2, 3
+
+
+def native_depthwise(
+    xl: np.ndarray,
+    wk: np.ndarray,
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    out: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    act: tuple[int, float, float] = (ACT_NONE, math.nan, math.nan),
+) -> bool:
+    """The compiled float32 depthwise conv (native/_depthwise.c) of the channels-last
+    (N, H, W, C) ``xl`` with the (kh, kw, C) weights ``wk``, plus ``bias`` (C,) and
+    ``addend`` (N, H', W', C) (each or None), then the activation ``act`` (code, Clip's
+    low, high bound; NaN: none), into ``out`` (N, H', W', C); every array C-contiguous
+    float32.  False (nothing written) when the kernel is off or not built.
+
+    Its numbers are those of `depthwise` (a multiply, then an add, per kernel offset in
+    row-major order) plus the bias, bit for bit, at every instruction-set level: a tap
+    in the zero padding is skipped, which adds an exact zero there."""
+    module = native.load("depthwise")
+    if module is None:
+        return False
+    n, h, wd, c = xl.shape
+    kh, kw = wk.shape[:2]
+    module.conv_nhwc(
+        xl,
+        wk,
+        bias,
+        addend,
+        out,
+        (n, h, wd, c),
+        (kh, kw),
+        tuple(out.shape[1:3]),
+        tuple(strides),
+        tuple(dilations),
+        (pads[0], pads[1]),
+        *act,
+    )
+    return True
+
+
+def _native_depthwise_nchw(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    packed: ConvWeight | None,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray | None:
+    """A 1-D or 2-D float32 depthwise conv (one channel per group, no multiplier) of
+    the channels-first ``x`` plus ``bias``, by the compiled kernel on channels-last
+    copies (a fresh (N, C, *out_shape)); None when the kernel is off or the dtypes are
+    not float32 (the numpy paths run)."""
+    f32 = np.dtype(np.float32)
+    if (
+        x.dtype != f32
+        or w.dtype != f32
+        or (bias is not None and bias.dtype != f32)
+        or native.level() is None
+        or min(out_shape) < 1
+        or x.size == 0
+    ):
+        return None
+    n, c = x.shape[:2]
+    shape = (n, c, *out_shape)
+    if len(kernel) == 1:  # a 1-D conv is a 2-D one of height 1
+        x = x.reshape(n, c, 1, -1)
+        kernel, strides, dilations = (1, *kernel), (1, *strides), (1, *dilations)
+        pads, out_shape = (0, pads[0], 0, pads[1]), (1, *out_shape)
+    kh, kw = kernel
+    taps = packed.taps() if packed is not None else None
+    if taps is not None:
+        wk = taps.reshape(kh, kw, c)
+    else:
+        wk = np.ascontiguousarray(w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+    xl = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    out = scratch("conv_dw_sum", (n, *out_shape, c), f32)
+    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+    if not native_depthwise(xl, wk, b, None, out, strides, dilations, pads):
+        return None
+    y = np.empty((n, c, *out_shape), dtype=f32)
+    y[...] = np.moveaxis(out, -1, 1)
+    return y.reshape(shape)
 
 
 def _plus(y: np.ndarray, addend: np.ndarray | None) -> np.ndarray:

@@ -6,11 +6,11 @@ buffer (``y.transpose(0, 3, 1, 2)``), so any reader gets the right numbers whate
 layout preference (numpy's elementwise ops even keep the layout: their results follow
 the operands' memory order).  What the layout changes is the cost of these kernels:
 
-* depthwise conv (one input channel per group): the padded channels-last image is
-  summed over the kernel offsets by one einsum per stride phase, whose innermost axis
-  is a whole output row times the channels (out_w * C consecutive floats) and whose
-  weights are the per-channel rows tiled to match; no transposing copy in or out when
-  the neighbours are channels-last too;
+* depthwise conv (one input channel per group): the compiled kernel (float32), else the
+  padded channels-last image summed over the kernel offsets by one einsum per stride
+  phase, whose innermost axis is a whole output row times the channels (out_w * C
+  consecutive floats) and whose weights are the per-channel rows tiled to match; no
+  transposing copy in or out when the neighbours are channels-last too;
 * pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
   the residual), reading the channels-last input in place and writing a channels-last
   output.
@@ -28,8 +28,11 @@ channels at 56 px: 658 against 511 us; 128 at 14 px: 492 against 385 us) and onl
 15% faster strided, so they keep the plain kernel (which reads a channels-last input
 correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
 on one AVX2 core: three loads per multiply-add, no register blocking, which numpy cannot
-do better; that, not the layout, is what keeps MobileNetV3's depthwise layers 4-7x
-slower than onnxruntime's.
+do better; it kept MobileNetV3's depthwise layers 4-7x slower than onnxruntime's.  So a
+float32 depthwise conv runs the compiled kernel (native/_depthwise.c through
+nn_conv.native_depthwise) when it is built and on: the input read in place, no padded
+image, bias, a channels-last addend and the chain's activation in its one pass; the
+einsum stays for float64 and for runs with the kernels off.
 """
 
 from __future__ import annotations
@@ -40,8 +43,14 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, blas
-from onnxviz.runtime.kernels.nn_conv import conv_geometry
+from onnxviz.runtime.kernels.nn_conv import (
+    ACT_HARDSWISH,
+    ACT_NONE,
+    conv_geometry,
+    native_depthwise,
+)
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -77,7 +86,7 @@ def conv_channels_last(
     kernel).  ``attrs`` are the node's Conv attributes.  (One call: a caller that runs
     the same conv again keeps `prepare_channels_last`'s answer instead.)"""
     runner = prepare_channels_last(x, w, bias, attrs)
-    return None if runner is None else runner(x, addend, relu)
+    return None if runner is None else runner(x, addend, relu)[0]
 
 
 def prepare_channels_last(
@@ -122,21 +131,35 @@ def prepare_channels_last(
     return None
 
 
+# An activation the compiled depthwise kernel applies as it writes its output: (code,
+# Clip's low bound, high bound), codes nn_conv.ACT_*, a NaN bound meaning none.
+Activation = tuple[int, float, float]
+
+
 class ChannelsLastConv:
-    """A prepared channels-last conv: ``runner(x, addend, relu)`` for an x of the shape
-    it was prepared for (any layout), an ``addend`` of the output's shape and dtype or
-    None; returns the channels-last (N, M, H', W') result."""
+    """A prepared channels-last conv: ``runner(x, addend, relu, act)`` for an x of the
+    shape it was prepared for (any layout), an ``addend`` of the output's shape and
+    dtype or None; returns the channels-last (N, M, H', W') result and whether the
+    activation ``act`` (when given) is in it already (else the caller applies it)."""
 
     out_shape: tuple[int, ...]  # (N, M, H', W')
 
-    def __call__(self, x: np.ndarray, addend: np.ndarray | None, relu: bool) -> np.ndarray:
-        y = self.run(x, addend)
+    def __call__(
+        self,
+        x: np.ndarray,
+        addend: np.ndarray | None,
+        relu: bool,
+        act: Activation | None = None,
+    ) -> tuple[np.ndarray, bool]:
+        y, done = self.run(x, addend, None if relu else act)
         if relu:
             np.maximum(y, 0, out=y)
-        return y.transpose(0, 3, 1, 2)
+        return y.transpose(0, 3, 1, 2), done
 
-    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
-        """The (N, H', W', M) result, addend included."""
+    def run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool]:
+        """The (N, H', W', M) result, addend included, and whether ``act`` is too."""
         raise NotImplementedError
 
 
@@ -166,7 +189,12 @@ class _Pointwise(ChannelsLastConv):
         self.out_shape = (n, wt.shape[1], *out_shape)
         self.c = c
 
-    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+    def run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool]:
+        return self._product(x, addend), False
+
+    def _product(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
         xl = x.transpose(0, 2, 3, 1)
         if self.strided:
             xl = xl[:, :: self.strides[0], :: self.strides[1], :]
@@ -234,18 +262,38 @@ class _Depthwise(ChannelsLastConv):
         self.oh, self.ow = out_shape
         self.out_shape = (n, c, self.oh, self.ow)
         self.padded_w = wd + pads[1] + pads[3]
-        sw, dw = strides[1], dilations[1]
-        # Per phase: (phase, its first column's shift, its kernel columns, tiled weights).
-        self.phases: list[tuple[int, int, int, np.ndarray]] = []
-        for phase in range(sw):
-            columns = [j for j in range(kw) if (j * dw) % sw == phase]
-            if columns:
-                tiled = _tiled_weights(w, kernel, dw, sw, phase, self.ow)
-                self.phases.append((phase, (columns[0] * dw) // sw, len(columns), tiled))
+        self.w = w
+        self.bias = None if bias is None else np.ascontiguousarray(bias)
+        self.kernel = (kh, kw)
+        self._taps: np.ndarray | None = None
+        self._phases: list[tuple[int, int, int, np.ndarray]] | None = None
         # Pixels between a phase's kernel columns (they are sw / gcd(sw, dw) apart).
-        self.column_step = dw // math.gcd(sw, dw)
+        self.column_step = dilations[1] // math.gcd(strides[1], dilations[1])
 
-    def run(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
+    def phases(self) -> list[tuple[int, int, int, np.ndarray]]:
+        """Per stride phase of the einsum path: (phase, its first column's shift, its
+        kernel columns, tiled weights); made on the first numpy run."""
+        if self._phases is None:
+            sw, dw = self.strides[1], self.dilations[1]
+            phases = []
+            for phase in range(sw):
+                columns = [j for j in range(self.kernel[1]) if (j * dw) % sw == phase]
+                if columns:
+                    tiled = _tiled_weights(self.w, self.kernel, dw, sw, phase, self.ow)
+                    phases.append((phase, (columns[0] * dw) // sw, len(columns), tiled))
+            self._phases = phases
+        return self._phases
+
+    def run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool]:
+        if x.dtype == np.float32:
+            y = self._run_native(x, addend, act)
+            if y is not None:
+                return y
+        return self._einsum(x, addend), False
+
+    def _einsum(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
         n, c = x.shape[:2]
         oh, ow, kh = self.oh, self.ow, self.kh
         sh, sw = self.strides
@@ -253,7 +301,7 @@ class _Depthwise(ChannelsLastConv):
         xl = nhwc_view(x)
         out = np.empty((n, oh, ow * c), dtype=x.dtype)
         first = True
-        for phase, shift, count, tiled in self.phases:
+        for phase, shift, count, tiled in self.phases():
             image = _phase_image(xl, self.pads, phase, sw, self.padded_w)
             st = image.strides
             view = np.lib.stride_tricks.as_strided(
@@ -275,6 +323,48 @@ class _Depthwise(ChannelsLastConv):
         if addend is not None:
             y += nhwc_view(addend)
         return y
+
+    def _run_native(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        """The compiled kernel's (N, H', W', C) result (sum, bias, addend, in that order,
+        then ``act`` when the addend is in the kernel's pass too) and whether ``act`` is
+        in it, or None when the kernel is off.  It reads the channels-last input in
+        place (an NCHW one through one transposing copy) and skips the padding: no
+        padded image."""
+        if native.level() is None:
+            return None
+        n, c = x.shape[:2]
+        xl = nhwc_view(x)
+        if not xl.flags.c_contiguous:
+            xl = np.ascontiguousarray(xl)
+        wk = self._taps
+        if wk is None:  # (kh, kw, C): the per-offset channel rows the kernel reads
+            kh, kw = self.kernel
+            wk = self._taps = np.ascontiguousarray(self.w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+        add = None
+        if addend is not None:
+            add = nhwc_view(addend)
+            if not add.flags.c_contiguous:
+                add = None  # added below, after the bias, as on the numpy path
+        out = np.empty((n, self.oh, self.ow, c), dtype=x.dtype)
+        # The activation comes after the addend: in the kernel only when the addend is.
+        fused = act is not None and (addend is None or add is not None)
+        if not native_depthwise(
+            xl,
+            wk,
+            self.bias,
+            add,
+            out,
+            self.strides,
+            self.dilations,
+            self.pads,
+            act if fused and act is not None else (ACT_NONE, math.nan, math.nan),
+        ):
+            return None
+        if addend is not None and add is None:
+            out += nhwc_view(addend)
+        return out, fused
 
 
 def _phase_image(
@@ -331,13 +421,20 @@ FUSED_ACTIVATIONS = frozenset({"Relu", "HardSwish", "HardSigmoid"})
 
 def activate_in_place(y: np.ndarray, op_type: str, attrs: dict[str, Any]) -> None:
     """Apply ``op_type`` (one of FUSED_ACTIVATIONS, with its node's attributes) to the
-    float array ``y``, which nobody else holds, in place (NCHW or channels-last)."""
+    float array ``y``, which nobody else holds, in place (NCHW or channels-last).  A
+    float32 HardSwish runs the compiled one-pass kernel (native/_activation.c, the same
+    operations) when it is on."""
     dense = y if y.flags.c_contiguous else y.transpose(0, 2, 3, 1)
     if not dense.flags.c_contiguous:
         dense = y  # some other layout: numpy still computes it right
     if op_type == "Relu":
         _relu_rows(dense)
     elif op_type == "HardSwish":
+        if dense.dtype == np.float32 and dense.flags.c_contiguous:
+            module = native.load("activation")
+            if module is not None:  # the same steps in one pass (native/_activation.c)
+                module.activate(dense, ACT_HARDSWISH, math.nan, math.nan)
+                return
         gate = scratch("conv_activation_gate", dense.shape, dense.dtype)
         np.multiply(dense, 1.0 / 6.0, out=gate)
         gate += 0.5

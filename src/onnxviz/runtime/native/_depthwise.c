@@ -1,0 +1,529 @@
+/* onnxviz.runtime.native._depthwise: float32 depthwise 2-D convolution, channels-last.
+ *
+ *   out[n, oy, ox, c] = act(sum_{ky, kx} x[n, iy, ix, c] * w[ky, kx, c] + bias[c]
+ *                           + addend[n, oy, ox, c])
+ *   with iy = oy * sh - pt + ky * dh, ix = ox * sw - pl + kx * dw
+ *
+ * x (N, H, W, C), w (KH, KW, C), bias (C,) or None, addend (N, OH, OW, C) or None and out
+ * (N, OH, OW, C) are contiguous float32 buffers.  A tap whose (iy, ix) falls outside the
+ * image (zero padding) is skipped: no padded copy of the input.
+ *
+ * The numbers.  Every level computes, per output value, in this order:
+ *   acc = 0; for ky, for kx (taps inside the image): acc = fl(acc + fl(x * w));
+ *   acc = fl(acc + bias); acc = fl(acc + addend); activation.
+ * A multiply and a separate add (never a fused multiply-add: `FP_CONTRACT OFF` and
+ * -std=c11 keep the compiler from contracting the generic loop, and the SIMD paths
+ * use mul and add intrinsics), so the generic, AVX2 and AVX-512 paths give the same
+ * bits, and these are the bits of numpy's multiply-then-add per kernel offset
+ * (nn_conv.depthwise) plus the bias: a skipped padding tap adds an exact zero there.
+ * The SIMD paths lose nothing by it as written: they load an input and a weight vector
+ * per multiply-add and keep four sums, so the loads and the add latency bound them,
+ * not the arithmetic.  Error bound of the K = kh * kw term sum plus the bias:
+ * |y - exact| <= gamma(K + 1) * (sum |x * w| + |bias|), gamma(m) = m u / (1 - m u),
+ * u = 2^-24 (tests/runtime/test_native_depthwise.py checks it in float64).
+ *
+ * Activations (applied to the sum in the kernels' own operations, the same values):
+ *   0 none; 1 Relu max(y, 0); 2 Clip min(max(y, lo), hi) (lo/hi NaN: no bound);
+ *   3 HardSwish y * min(max(y * (1/6) + 0.5, 0), 1).  A NaN sum stays NaN.
+ *
+ * Levels (native/__init__.py): 0 generic C (16 channels at a time as four 4-lane
+ * vectors of GCC/Clang's vector extension: the platform's baseline SIMD, SSE2 or NEON;
+ * a plain-C per-channel loop kept 16 scalar sums and ran 2-3x slower); 1 AVX2 (8
+ * lanes); 2 and 3 AVX-512F (16 lanes, masked tails).  Functions carry their instruction set as a target
+ * attribute: the module is built without -march and runs on every x86-64 CPU. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define DW_X86 1
+#include <immintrin.h>
+#else
+#define DW_X86 0
+#endif
+
+static int level = 0;
+
+/* One output pixel for one block of at most BLOCK channels.  Its taps inside the image
+ * are kernel rows ky0..ky1-1 times columns kx0..kx1-1 (the image's bounds cut a range
+ * from each); tap t = ky * kw + kx reads x at xbase + corner + xoff[t] and w at
+ * wbase + t * c (xbase and wbase at the block's first channel; corner, the offset of
+ * the window's top-left tap, is negative at a top or left border, but only the taps
+ * inside the image are read). */
+typedef struct {
+    const float *xbase, *wbase;
+    const Py_ssize_t *xoff;
+    Py_ssize_t corner, c;
+    int ky0, ky1, kx0, kx1, kw;
+    int width;         /* channels in this block: 1..BLOCK */
+    const float *bias; /* at the block's first channel, or NULL */
+    const float *add;  /* addend at (n, oy, ox, first channel), or NULL */
+    float *out;        /* out at (n, oy, ox, first channel) */
+    int act;
+    float lo, hi;      /* Clip bounds (NaN: none) */
+} Block;
+
+/* Channels per block: 4 AVX-512 vectors.  The block loop is the outer one, so one
+ * block's weights (taps x 256 bytes) and the input rows its output row reads stay in
+ * the L1 cache across the pixels (channels inner, every channel per pixel, read 48 KB
+ * per pixel of a 5x5 layer of 240 channels from L2 and ran 3-4x slower). */
+#define BLOCK 64
+
+/* The taps of pixel p inside the image, row-major (t: the tap's index in the kernel). */
+#define FOR_TAPS(p)                                                                        \
+    for (int ky = (p)->ky0; ky < (p)->ky1; ky++)                                           \
+        for (int kx = (p)->kx0, t = ky * (p)->kw + kx; kx < (p)->kx1; kx++, t++)
+
+/* ---- generic C ------------------------------------------------------------------- */
+
+static float act_scalar(float y, int act, float lo, float hi) {
+    switch (act) {
+    case 1:
+        return (y < 0.0f) ? 0.0f : y; /* NaN kept */
+    case 2:
+        if (lo == lo && y < lo) y = lo;
+        if (hi == hi && y > hi) y = hi;
+        return y;
+    case 3: {
+        float g = y * (float)(1.0 / 6.0);
+        g = g + 0.5f;
+        if (g < 0.0f) g = 0.0f;
+        if (g > 1.0f) g = 1.0f;
+        return y * g;
+    }
+    default:
+        return y;
+    }
+}
+
+/* Channels [at, at + n) of the block, n <= 16, one at a time. */
+static void lanes_scalar(const Block *p, int at, int n) {
+    float acc[16];
+    for (int i = 0; i < n; i++) acc[i] = 0.0f;
+    FOR_TAPS(p) {
+        const float *restrict x = p->xbase + (p->corner + p->xoff[t]) + at;
+        const float *restrict w = p->wbase + t * p->c + at;
+        for (int i = 0; i < n; i++) {
+            float prod = x[i] * w[i];
+            acc[i] = acc[i] + prod;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        float y = acc[i];
+        if (p->bias) y = y + p->bias[at + i];
+        if (p->add) y = y + p->add[at + i];
+        p->out[at + i] = act_scalar(y, p->act, p->lo, p->hi);
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+/* 16 channels as four 4-lane vectors of the compiler's vector extension: the baseline
+ * instruction set (SSE2 on x86-64, NEON on ARM), a mul and an add per lane as above. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *a) {
+    v4f v;
+    memcpy(&v, a, sizeof v);
+    return v;
+}
+
+static void lanes16(const Block *p, int at) {
+    v4f a0 = {0.0f, 0.0f, 0.0f, 0.0f}, a1 = a0, a2 = a0, a3 = a0;
+    FOR_TAPS(p) {
+        const float *x = p->xbase + (p->corner + p->xoff[t]) + at;
+        const float *w = p->wbase + t * p->c + at;
+        v4f m0 = load4(x) * load4(w), m1 = load4(x + 4) * load4(w + 4);
+        v4f m2 = load4(x + 8) * load4(w + 8), m3 = load4(x + 12) * load4(w + 12);
+        a0 = a0 + m0;
+        a1 = a1 + m1;
+        a2 = a2 + m2;
+        a3 = a3 + m3;
+    }
+    float acc[16];
+    memcpy(acc, &a0, 16);
+    memcpy(acc + 4, &a1, 16);
+    memcpy(acc + 8, &a2, 16);
+    memcpy(acc + 12, &a3, 16);
+    for (int i = 0; i < 16; i++) {
+        float y = acc[i];
+        if (p->bias) y = y + p->bias[at + i];
+        if (p->add) y = y + p->add[at + i];
+        p->out[at + i] = act_scalar(y, p->act, p->lo, p->hi);
+    }
+}
+#else
+static void lanes16(const Block *p, int at) { lanes_scalar(p, at, 16); }
+#endif
+
+static void block_generic(const Block *p) {
+    int at = 0;
+    for (; at + 16 <= p->width; at += 16) lanes16(p, at);
+    if (at < p->width) lanes_scalar(p, at, p->width - at);
+}
+
+#if DW_X86
+/* ---- AVX2 (8 lanes; up to 8 vectors per block, 4 accumulated at a time) ------------ */
+
+__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act, float lo,
+                                                              float hi) {
+    /* max_ps/min_ps(a, b) return b when either is NaN: the sum goes second. */
+    if (act == 1) return _mm256_max_ps(_mm256_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm256_max_ps(_mm256_set1_ps(lo), y);
+        if (hi == hi) y = _mm256_min_ps(_mm256_set1_ps(hi), y);
+        return y;
+    }
+    if (act == 3) {
+        __m256 g = _mm256_mul_ps(y, _mm256_set1_ps((float)(1.0 / 6.0)));
+        g = _mm256_add_ps(g, _mm256_set1_ps(0.5f));
+        g = _mm256_max_ps(_mm256_setzero_ps(), g);
+        g = _mm256_min_ps(_mm256_set1_ps(1.0f), g);
+        return _mm256_mul_ps(y, g);
+    }
+    return y;
+}
+
+/* Lanes 0..n-1 of a mask (n may exceed 8: all lanes). */
+__attribute__((target("avx2,fma"))) static inline __m256i mask8(int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+}
+
+/* NV vectors of channels from channel `at` of the block; the last one masked by `last`
+ * (every lane of the others is inside the block).  NV is a constant at each call. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+vectors_avx2(const Block *p, int at, const int NV, __m256i last) {
+    __m256 acc[4];
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+    FOR_TAPS(p) {
+        const float *x = p->xbase + (p->corner + p->xoff[t]) + at;
+        const float *w = p->wbase + t * p->c + at;
+        for (int v = 0; v < NV - 1; v++)
+            acc[v] = _mm256_add_ps(
+                acc[v], _mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), _mm256_loadu_ps(w + 8 * v)));
+        acc[NV - 1] = _mm256_add_ps(
+            acc[NV - 1], _mm256_mul_ps(_mm256_maskload_ps(x + 8 * (NV - 1), last),
+                                       _mm256_maskload_ps(w + 8 * (NV - 1), last)));
+    }
+    for (int v = 0; v < NV; v++) {
+        const __m256i m = v == NV - 1 ? last : _mm256_set1_epi32(-1);
+        __m256 y = acc[v];
+        if (p->bias) y = _mm256_add_ps(y, _mm256_maskload_ps(p->bias + at + 8 * v, m));
+        if (p->add) y = _mm256_add_ps(y, _mm256_maskload_ps(p->add + at + 8 * v, m));
+        _mm256_maskstore_ps(p->out + at + 8 * v, m, act8(y, p->act, p->lo, p->hi));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
+    int at = 0;
+    while (at < p->width) {
+        const int rest = p->width - at;
+        const int nv = rest >= 32 ? 4 : (rest + 7) / 8;
+        const __m256i last = mask8(rest - 8 * (nv - 1));
+        switch (nv) {
+        case 4:
+            vectors_avx2(p, at, 4, last);
+            break;
+        case 3:
+            vectors_avx2(p, at, 3, last);
+            break;
+        case 2:
+            vectors_avx2(p, at, 2, last);
+            break;
+        default:
+            vectors_avx2(p, at, 1, last);
+        }
+        at += 8 * nv;
+    }
+}
+
+/* ---- AVX-512F (16 lanes; 4 vectors per block, masked) -------------------------------- */
+
+__attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act, float lo,
+                                                              float hi) {
+    if (act == 1) return _mm512_max_ps(_mm512_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm512_max_ps(_mm512_set1_ps(lo), y);
+        if (hi == hi) y = _mm512_min_ps(_mm512_set1_ps(hi), y);
+        return y;
+    }
+    if (act == 3) {
+        __m512 g = _mm512_mul_ps(y, _mm512_set1_ps((float)(1.0 / 6.0)));
+        g = _mm512_add_ps(g, _mm512_set1_ps(0.5f));
+        g = _mm512_max_ps(_mm512_setzero_ps(), g);
+        g = _mm512_min_ps(_mm512_set1_ps(1.0f), g);
+        return _mm512_mul_ps(y, g);
+    }
+    return y;
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+vectors_avx512(const Block *p, const int NV, __mmask16 last) {
+    __m512 acc[4];
+    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
+    FOR_TAPS(p) {
+        const float *x = p->xbase + (p->corner + p->xoff[t]), *w = p->wbase + t * p->c;
+        for (int v = 0; v < NV; v++) {
+            const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
+            acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + 16 * v),
+                                                         _mm512_maskz_loadu_ps(m, w + 16 * v)));
+        }
+    }
+    for (int v = 0; v < NV; v++) {
+        const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
+        __m512 y = acc[v];
+        if (p->bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p->bias + 16 * v));
+        if (p->add) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p->add + 16 * v));
+        _mm512_mask_storeu_ps(p->out + 16 * v, m, act16(y, p->act, p->lo, p->hi));
+    }
+}
+
+__attribute__((target("avx512f"))) static void block_avx512(const Block *p) {
+    const int nv = (p->width + 15) / 16;
+    const int rest = p->width - 16 * (nv - 1);
+    const __mmask16 last = (__mmask16)(rest >= 16 ? 0xFFFFu : (1u << rest) - 1u);
+    switch (nv) {
+    case 4:
+        vectors_avx512(p, 4, last);
+        break;
+    case 3:
+        vectors_avx512(p, 3, last);
+        break;
+    case 2:
+        vectors_avx512(p, 2, last);
+        break;
+    default:
+        vectors_avx512(p, 1, last);
+    }
+}
+#endif /* DW_X86 */
+
+/* ---- the loops over channel blocks and output pixels ---------------------------------- */
+
+typedef struct {
+    Py_ssize_t n, h, w, c, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl;
+} Geometry;
+
+/* The range [*lo, *hi) of kernel taps k (0 <= k < taps) with 0 <= first + k * step < size. */
+static void inside(Py_ssize_t first, Py_ssize_t step, Py_ssize_t taps, Py_ssize_t size, int *lo,
+                   int *hi) {
+    Py_ssize_t a = 0, b = taps;
+    while (a < b && first + a * step < 0) a++;
+    while (b > a && first + (b - 1) * step >= size) b--;
+    *lo = (int)a;
+    *hi = (int)b;
+}
+
+/* `offs` holds kh * kw tap offsets, then 2 * ow ints: each output column's kernel
+ * columns inside the image. */
+static void run(const Geometry *g, const float *x, const float *wt, const float *bias,
+                const float *add, float *out, int act, float lo, float hi, Py_ssize_t *offs) {
+    void (*block)(const Block *) = block_generic;
+#if DW_X86
+    if (level >= 2)
+        block = block_avx512;
+    else if (level == 1)
+        block = block_avx2;
+#endif
+    const Py_ssize_t c = g->c, k = g->kh * g->kw;
+    Py_ssize_t *in_x = offs;
+    int *cols = (int *)(offs + k);
+    /* Tap (ky, kx) reads the input at a fixed offset from the window's top-left tap. */
+    for (Py_ssize_t ky = 0; ky < g->kh; ky++)
+        for (Py_ssize_t kx = 0; kx < g->kw; kx++)
+            in_x[ky * g->kw + kx] = (ky * g->dh * g->w + kx * g->dw) * c;
+    for (Py_ssize_t ox = 0; ox < g->ow; ox++)
+        inside(ox * g->sw - g->pl, g->dw, g->kw, g->w, &cols[2 * ox], &cols[2 * ox + 1]);
+    Block p;
+    p.xoff = in_x;
+    p.c = c;
+    p.kw = (int)g->kw;
+    p.act = act;
+    p.lo = lo;
+    p.hi = hi;
+    for (Py_ssize_t b = 0; b < g->n; b++) {
+        const float *image = x + b * g->h * g->w * c;
+        for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {
+            p.width = (int)(c - c0 < BLOCK ? c - c0 : BLOCK);
+            p.xbase = image + c0;
+            p.wbase = wt + c0;
+            p.bias = bias ? bias + c0 : NULL;
+            for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+                const Py_ssize_t y0 = oy * g->sh - g->pt;
+                inside(y0, g->dh, g->kh, g->h, &p.ky0, &p.ky1);
+                for (Py_ssize_t ox = 0; ox < g->ow; ox++) {
+                    p.corner = (y0 * g->w + ox * g->sw - g->pl) * c;
+                    p.kx0 = cols[2 * ox];
+                    p.kx1 = cols[2 * ox + 1];
+                    const Py_ssize_t at = ((b * g->oh + oy) * g->ow + ox) * c + c0;
+                    p.out = out + at;
+                    p.add = add ? add + at : NULL;
+                    block(&p);
+                }
+            }
+        }
+    }
+}
+
+/* ---- Python interface ----------------------------------------------------------------- */
+
+/* A C-contiguous float32 buffer of exactly `count` floats (writable when asked). */
+static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
+                      const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->len != count * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd floats, got %zd", name, count,
+                     view->len / 4);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* a * b into *out, or -1 when it overflows (never for real shapes). */
+static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / 4 / b)) return -1;
+    *out = a * b;
+    return 0;
+}
+
+static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *wo, *bo, *ao, *oo;
+    Geometry g;
+    int act;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nhwc", &xo, &wo, &bo,
+                          &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh,
+                          &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
+        return NULL;
+    /* Every size bounded (so no index product below overflows) and positive. */
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    Py_ssize_t dims[] = {g.n, g.h, g.w, g.c, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.dh, g.dw};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        if (dims[k] < 1 || dims[k] > limit) {
+            PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes must be in 1..2**30");
+            return NULL;
+        }
+    }
+    if (g.pt < 0 || g.pl < 0 || g.pt > limit || g.pl > limit) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: pads must be in 0..2**30");
+        return NULL;
+    }
+    if (act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: activation must be 0..3");
+        return NULL;
+    }
+    Py_ssize_t x_count, w_count, o_count, taps, t;
+    if (mul_size(g.n, g.h, &t) || mul_size(t, g.w, &t) || mul_size(t, g.c, &x_count) ||
+        mul_size(g.kh, g.kw, &taps) || mul_size(taps, g.c, &w_count) ||
+        mul_size(g.n, g.oh, &t) || mul_size(t, g.ow, &t) || mul_size(t, g.c, &o_count) ||
+        taps > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
+        return NULL;
+    }
+    Py_buffer xb, wb, bb, ab, ob;
+    int have_b = bo != Py_None, have_a = ao != Py_None;
+    if (get_floats(xo, &xb, x_count, 0, "x") < 0) return NULL;
+    if (get_floats(wo, &wb, w_count, 0, "w") < 0) goto fail_x;
+    if (have_b && get_floats(bo, &bb, g.c, 0, "bias") < 0) goto fail_w;
+    if (have_a && get_floats(ao, &ab, o_count, 0, "addend") < 0) goto fail_b;
+    if (get_floats(oo, &ob, o_count, 1, "out") < 0) goto fail_a;
+    Py_ssize_t *offs =
+        PyMem_RawMalloc((size_t)taps * sizeof(Py_ssize_t) + 2 * (size_t)g.ow * sizeof(int));
+    if (!offs) {
+        PyErr_NoMemory();
+        goto fail_o;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run(&g, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act, lo, hi,
+        offs);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(offs);
+    PyBuffer_Release(&ob);
+    if (have_a) PyBuffer_Release(&ab);
+    if (have_b) PyBuffer_Release(&bb);
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+fail_o:
+    PyBuffer_Release(&ob);
+fail_a:
+    if (have_a) PyBuffer_Release(&ab);
+fail_b:
+    if (have_b) PyBuffer_Release(&bb);
+fail_w:
+    PyBuffer_Release(&wb);
+fail_x:
+    PyBuffer_Release(&xb);
+    return NULL;
+}
+
+/* Whether this CPU runs level n's instructions (the same test as _cpu.best_level). */
+static int cpu_has(long n) {
+    if (n <= 0) return 1;
+#if DW_X86
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+    if (n == 1) return 1;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           (n == 2 || __builtin_cpu_supports("avx512vnni"));
+#else
+    return 0;
+#endif
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0 || n > 3) {
+        PyErr_SetString(PyExc_ValueError, "set_level: level must be 0..3");
+        return NULL;
+    }
+    if (!cpu_has(n)) {
+        PyErr_Format(PyExc_ValueError, "set_level: this CPU cannot run level %ld", n);
+        return NULL;
+    }
+    level = (int)n;
+    return PyLong_FromLong(level);
+}
+
+static PyObject *py_get_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(level);
+}
+
+static PyMethodDef methods[] = {
+    {"conv_nhwc", py_conv_nhwc, METH_VARARGS,
+     "conv_nhwc(x, w, bias, addend, out, (n, h, w, c), (kh, kw), (oh, ow), (sh, sw), "
+     "(dh, dw), (pad_top, pad_left), act, lo, hi): float32 depthwise conv of the "
+     "channels-last x (N, H, W, C) with w (KH, KW, C), plus bias (C,) and addend "
+     "(N, OH, OW, C) (each or None), then activation act (0 none, 1 Relu, 2 Clip(lo, hi), "
+     "NaN bound: none, 3 HardSwish), into out (N, OH, OW, C)."},
+    {"set_level", py_set_level, METH_O,
+     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
+     "ValueError when this CPU lacks its instructions."},
+    {"level", py_get_level, METH_NOARGS, "The level set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_depthwise", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__depthwise(void) { return PyModule_Create(&module); }
