@@ -47,7 +47,7 @@ import numpy as np
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache
-from onnxviz.runtime.kernels.nn_conv import _FlatLayout, conv_geometry
+from onnxviz.runtime.kernels.nn_conv import _flat_geometry, conv_geometry
 from onnxviz.runtime.kernels.nn_geometry import scratch
 from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
@@ -258,6 +258,7 @@ class QdqConv:
         self.w_axis = int(wdq.attrs.get("axis", 1))
         self._key: tuple[Any, ...] | None = None
         self._weights: tuple[bytes, np.ndarray, np.ndarray | None, int] | None = None
+        self._layouts: dict[tuple[int, ...], Any] = {}  # input shape -> _layout_plan
 
     def _get(self, ins: list[Any], name: str) -> Any:
         k = self.places[name]
@@ -374,26 +375,41 @@ class QdqConv:
         m = w.shape[0]
         if c != w.shape[1] or min(pd) < 0 or min(out) <= 0 or c * math.prod(kernel) != k:
             return None
+        if st[0] * st[1] > 64:
+            return None  # (the used phases travel as a 64-bit mask)
         x_signed = xtype == np.int8
         zx = 0 if xz is None else int(xz.reshape(()))
-        xq = scratch("int8_x", x.shape, np.uint8)
-        if (
-            module.quantize(np.ascontiguousarray(x), np.float32(xs.reshape(())), zx, x_signed, xq)
-            < 0
-        ):
-            return None  # a NaN: the platform's cast decides; run the nodes
         zd = 0 if dz is None else int(dz.reshape(()))
+        plan = self._layouts.get(x.shape)
+        if plan is None:
+            plan = self._layouts[x.shape] = _layout_plan(x.shape, kernel, st, dil, pd, out)
+        phase_hw, phases, length, used, wide, per_channel = plan
+        flat = scratch("conv_flat", (n, c, phases, length), np.uint8)
         # The image with its pads at the zero point: a padded value is real 0 in the float
         # definition, that is the integer zd of the dequantizer.
-        fill = (zd + 256) % 256 if x_signed else zd
-        layout = _FlatLayout(xq, pd, kernel, dil, out, st, fill=fill)
-        flat = layout.flat
-        wide = layout.wide
-        rows, width = out[0], wide // out[0]
-        taps = np.array(
-            [phase * flat.strides[2] + shift for phase, shift in layout.taps], dtype=np.int64
+        status = module.quantize_layout(
+            np.ascontiguousarray(x),
+            n,
+            c,
+            x.shape[2],
+            x.shape[3],
+            np.float32(xs.reshape(())),
+            zx,
+            x_signed,
+            pd[0],
+            pd[1],
+            st[0],
+            st[1],
+            phase_hw[0],
+            phase_hw[1],
+            length,
+            zd % 256,
+            used,
+            flat,
         )
-        per_channel = (np.arange(c, dtype=np.int64) * flat.strides[1])[:, None] + taps[None, :]
+        if status < 0:
+            return None  # a NaN: the platform's cast decides; run the nodes
+        rows, width = out[0], wide // out[0]
         acc = scratch("int8_acc", (m, wide), np.int32)
         y = np.empty((n, m, *out), dtype=_F32)
         o_signed = otype == np.int8
@@ -401,7 +417,7 @@ class QdqConv:
         dqz = 0 if odz is None else int(odz.reshape(()))
         empty = b""
         for b in range(n):
-            offsets = (per_channel + b * flat.strides[0]).reshape(-1)
+            offsets = per_channel + b * (c * phases * length) if b else per_channel
             module.gemm(packed, flat, offsets, 1, wide, x_signed, zd, acc)
             status = module.rescale_qdq(
                 acc,
@@ -436,6 +452,30 @@ class QdqConv:
                 if s >= 0:
                     values[s] = v
         return result
+
+
+def _layout_plan(
+    shape: tuple[int, ...],
+    kernel: list[int],
+    strides: list[int],
+    dilations: list[int],
+    pads: list[int],
+    out: list[int],
+) -> tuple[tuple[int, ...], int, int, int, int, np.ndarray]:
+    """The flat layout of a conv input (nn_conv._FlatLayout's geometry): (phase image
+    size, phases, bytes per phase, bitmask of the phases a kernel offset reads, output
+    grid width, byte offset of each (channel, kernel offset) row in one image)."""
+    n, c = shape[:2]
+    padded, wide, taps, phases, _flat_len, length = _flat_geometry(
+        tuple(shape[2:]), tuple(pads), tuple(kernel), tuple(dilations), out[0], tuple(strides)
+    )
+    used = 0
+    for phase, _shift in taps:
+        used |= 1 << phase
+    tap_offsets = np.array([phase * length + shift for phase, shift in taps], dtype=np.int64)
+    channel = np.arange(c, dtype=np.int64) * (len(phases) * length)
+    per_channel = (channel[:, None] + tap_offsets[None, :]).reshape(-1)
+    return padded, len(phases), length, used, wide, per_channel
 
 
 def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:

@@ -332,9 +332,7 @@ class _FlatLayout:
         dilations: Sequence[int],
         out_shape: Sequence[int],
         strides: Sequence[int] | None = None,
-        fill: int = 0,
     ) -> None:
-        # ``fill``: the padding value (0; a quantized image pads with its zero point).
         n, c = x.shape[:2]
         rank = len(kernel)
         st = tuple(strides) if strides is not None else (1,) * rank
@@ -353,15 +351,15 @@ class _FlatLayout:
             lead = (slice(None), slice(None))
             for d, size in enumerate(x.shape[2:]):
                 before = (slice(None),) * d
-                image[(*lead, *before, slice(0, pads[d]))] = fill
-                image[(*lead, *before, slice(pads[d] + size, None))] = fill
-            self.flat[:, :, 0, flat_len:] = fill
+                image[(*lead, *before, slice(0, pads[d]))] = 0
+                image[(*lead, *before, slice(pads[d] + size, None))] = 0
+            self.flat[:, :, 0, flat_len:] = 0
             inner: tuple[Any, ...] = lead + tuple(
                 slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])
             )
             image[inner] = x
             return
-        self.flat.fill(fill)
+        self.flat.fill(0)
         # Each phase straight from x (no padded copy first): phase row i is padded row
         # p + i*s, that is x row p + i*s - pad; rows outside x stay zero.
         for i, ph in enumerate(phases):

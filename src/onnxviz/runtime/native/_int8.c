@@ -34,6 +34,11 @@
  *   rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y)
  *       rescale's float32 value (then Relu's max(v, 0) when relu), quantized and
  *       dequantized again by QuantizeLinear's and DequantizeLinear's float32 steps
+ *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
+ *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
+ *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
+ *                   length, fill, used, out) -> 0, or -1 when x holds a NaN
+ *       quantize, written into a conv's flat layout (stride phases, padded with fill)
  *   quantize(x, scale, zp, signed, out) -> 0, or -1 when x holds a NaN
  *       out = clip(rint(x / scale) + zp) in float32 steps (QuantizeLinear's), as bytes
  */
@@ -762,6 +767,72 @@ __attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, 
 }
 #endif
 
+/* QuantizeLinear -> DequantizeLinear of n floats (fusion_qdq's QdqPair steps). */
+static int qdq_generic(const float *src, float *dst, Py_ssize_t n, float qs, float z, float lo,
+                       float hi, float z2, float dqs) {
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = round_even(src[i] / qs) + z;
+        nan |= t != t;
+        t = t < lo ? lo : t;
+        t = t > hi ? hi : t;
+        dst[i] = (t - z2) * dqs;
+    }
+    return nan;
+}
+
+#if HAVE_X86
+__attribute__((target("avx2"))) static int qdq_avx2(const float *src, float *dst, Py_ssize_t n,
+                                                    float qs, float z, float lo, float hi,
+                                                    float z2, float dqs) {
+    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs);
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = round_clip8(_mm256_div_ps(_mm256_loadu_ps(src + i), qv), zv, lov, hiv, &nan);
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+    }
+    int bad = _mm256_movemask_ps(nan) != 0;
+    return qdq_generic(src + i, dst + i, n - i, qs, z, lo, hi, z2, dqs) | bad;
+}
+#endif
+
+static PyObject *py_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    float qs, dqs;
+    int qz, dqz, is_signed;
+    if (!PyArg_ParseTuple(args, "y*fifipw*", &x, &qs, &qz, &dqs, &dqz, &is_signed, &out))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = x.len / 4;
+    if (x.len % 4 || out.len != x.len ||
+        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        PyErr_SetString(PyExc_ValueError, "qdq: a buffer or zero point does not fit");
+        goto done;
+    }
+    {
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        int (*fn)(const float *, float *, Py_ssize_t, float, float, float, float, float, float) =
+            qdq_generic;
+#if HAVE_X86
+        if (current_level >= 1) fn = qdq_avx2;
+#endif
+        int nan;
+        Py_BEGIN_ALLOW_THREADS;
+        nan = fn((const float *)x.buf, (float *)out.buf, n, qs, (float)qz, lo, hi, (float)dqz,
+                 dqs);
+        Py_END_ALLOW_THREADS;
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* rescale, then QuantizeLinear -> DequantizeLinear of the float32 result (fusion_qdq's
  * QdqPair steps, in float32, in its order); returns -1 when a NaN met the quantizer. */
 static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
@@ -853,6 +924,99 @@ done:
     return result;
 }
 
+/* quantize_layout: x (N, C, H, W) float32 quantized (QuantizeLinear's steps) straight into
+ * a conv's flat layout (nn_conv._FlatLayout): per image and channel, one phase image of
+ * ph_h x ph_w bytes per stride phase (p0, p1) (padded row p0 + i*s0, column p1 + j*s1;
+ * outside x: `fill`, the zero point), then `fill` up to `length`.  Phases whose bit is
+ * not set in `used` (no kernel offset reads them) are left as they are. */
+static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    Py_ssize_t n, c, h, w, pad_t, pad_l, s0, s1, ph_h, ph_w, length;
+    float scale;
+    int zp, is_signed, fill;
+    unsigned long long used;
+    if (!PyArg_ParseTuple(args, "y*nnnnfipnnnnnnniKw*", &x, &n, &c, &h, &w, &scale, &zp,
+                          &is_signed, &pad_t, &pad_l, &s0, &s1, &ph_h, &ph_w, &length, &fill,
+                          &used, &out))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t big = (Py_ssize_t)1 << 40;
+    if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
+        s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
+        ph_h > big || ph_w > big || length > big || ph_h * ph_w > length ||
+        (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
+        PyErr_SetString(PyExc_ValueError, "quantize_layout: bad sizes or zero point");
+        goto done;
+    }
+    const Py_ssize_t nph = s0 * s1;
+    if (x.len != n * c * h * w * 4 || out.len != n * c * nph * length) {
+        PyErr_SetString(PyExc_ValueError, "quantize_layout: a buffer does not fit its sizes");
+        goto done;
+    }
+    {
+        float *tmp = malloc((size_t)w * sizeof(float));
+        if (tmp == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const float z = (float)zp;
+        int (*fn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float) =
+            quantize_generic;
+#if HAVE_X86
+        if (current_level >= 1) fn = quantize_avx2;
+#endif
+        int nan = 0;
+        const float *src = (const float *)x.buf;
+        uint8_t *dst = (uint8_t *)out.buf;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t img = 0; img < n * c; img++) {
+            const float *plane = src + img * h * w;
+            for (Py_ssize_t p0 = 0; p0 < s0; p0++)
+                for (Py_ssize_t p1 = 0; p1 < s1; p1++) {
+                    const Py_ssize_t phase = p0 * s1 + p1;
+                    if (!((used >> phase) & 1)) continue;
+                    uint8_t *base = dst + (img * nph + phase) * length;
+                    /* Columns j whose x column p1 + j*s1 - pad_l lies in [0, w). */
+                    const Py_ssize_t a = pad_l - p1;
+                    Py_ssize_t j_lo = a > 0 ? (a + s1 - 1) / s1 : 0;
+                    Py_ssize_t j_hi = w - 1 + a >= 0 ? (w - 1 + a) / s1 + 1 : 0;
+                    j_lo = j_lo < ph_w ? j_lo : ph_w;
+                    j_hi = j_hi < ph_w ? j_hi : ph_w;
+                    j_hi = j_hi > j_lo ? j_hi : j_lo;
+                    for (Py_ssize_t i = 0; i < ph_h; i++) {
+                        uint8_t *row = base + i * ph_w;
+                        const Py_ssize_t xr = p0 + i * s0 - pad_t;
+                        if (xr < 0 || xr >= h) {
+                            memset(row, fill, (size_t)ph_w);
+                            continue;
+                        }
+                        memset(row, fill, (size_t)j_lo);
+                        memset(row + j_hi, fill, (size_t)(ph_w - j_hi));
+                        const Py_ssize_t count = j_hi - j_lo;
+                        if (count <= 0) continue;
+                        const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
+                        if (s1 == 1) {
+                            nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
+                        } else {
+                            for (Py_ssize_t j = 0; j < count; j++) tmp[j] = xrow[j * s1];
+                            nan |= fn(tmp, row + j_lo, count, scale, z, lo, hi);
+                        }
+                    }
+                    memset(base + ph_h * ph_w, fill, (size_t)(length - ph_h * ph_w));
+                }
+        }
+        Py_END_ALLOW_THREADS;
+        free(tmp);
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyObject *py_set_level(PyObject *self, PyObject *args) {
     (void)self;
     int level;
@@ -894,6 +1058,13 @@ static PyMethodDef methods[] = {
      "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
      "-> 0 or -1 (NaN met): rescale's value [Relu], then QuantizeLinear -> DequantizeLinear "
      "in float32 steps."},
+    {"qdq", py_qdq, METH_VARARGS,
+     "qdq(x, qs, qz, dqs, dqz, signed, out) -> 0 or -1 (NaN met): QuantizeLinear -> "
+     "DequantizeLinear of float32 values in their float32 steps."},
+    {"quantize_layout", py_quantize_layout, METH_VARARGS,
+     "quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w, "
+     "length, fill, used, out) -> 0 or -1 (NaN met): x quantized into a conv's flat "
+     "layout of stride phases, padded with fill."},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, scale, zp, signed, out) -> 0 or -1 (NaN met): QuantizeLinear's float32 "
      "steps into bytes."},
