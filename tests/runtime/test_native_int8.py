@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.session import Session
 from tests.data.exporters import feeds_of, path_of
 from tests.runtime.differential import stepped_values
@@ -585,3 +586,128 @@ def test_committed_qdq_model_native_on_and_off() -> None:
         assert diff.max() <= step * (1 + 1e-4), out.name
         assert np.mean(diff == 0) >= 0.5
     assert math.isfinite(float(np.sum(got[model.graph.output[0].name])))
+
+
+# ---- MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv on the kernel -------------
+
+
+def _both_ways(call: Any) -> tuple[list[Any], Any]:
+    """``call()`` at every level the int8 products run at (AVX2 up), and with the
+    compiled kernels off (the numpy definition)."""
+    with _process_level(None):
+        off = call()
+    return [_at(level, call) for level in native.levels() if level >= native.AVX2], off
+
+
+def _at(level: int, call: Any) -> Any:
+    with _process_level(level):
+        return call()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.sampled_from([(), (2,), (2, 3)]),
+    m=st.integers(1, 30),
+    k=st.integers(1, 300),
+    n=st.integers(1, 45),
+    a_signed=st.booleans(),
+    b_signed=st.booleans(),
+    per_column=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_integer_matmul_kernels_on_the_product(
+    batch: tuple[int, ...],
+    m: int,
+    k: int,
+    n: int,
+    a_signed: bool,
+    b_signed: bool,
+    per_column: bool,
+    seed: int,
+) -> None:
+    from onnxviz.runtime.kernels.quantize import matmul_integer, qlinear_matmul
+
+    rng = np.random.default_rng(seed)
+    a = _bytes(rng, a_signed, (*batch, m, k), bool(seed % 3 == 0))
+    b = _bytes(rng, b_signed, (k, n), bool(seed % 5 == 0))
+    za = _bytes(rng, a_signed, (), False)
+    zb = _bytes(rng, b_signed, (n,) if per_column else (), False)
+    want = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - zb.astype(np.int64))
+    if max(native.levels()) >= native.AVX2:  # the product really runs (no quiet fallback)
+        assert _at(max(native.levels()), lambda: int8_products.matmul(a, b, za, zb)) is not None
+    got, off = _both_ways(lambda: matmul_integer(a, b, za, zb))
+    np.testing.assert_array_equal(off, want)
+    for g in got:
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, want)
+    scales = [np.array(0.02, np.float32), np.array(0.003, np.float32), np.array(0.5, np.float32)]
+    yz = np.array(7, np.uint8)
+
+    def q() -> np.ndarray:
+        return qlinear_matmul(a, scales[0], za, b, scales[1], zb, scales[2], yz)
+
+    got_q, off_q = _both_ways(q)
+    for g in got_q:
+        np.testing.assert_array_equal(g, off_q)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.sampled_from(
+        [  # (c, m, kernel, stride, pads, dilation, image)
+            (3, 8, 3, 1, (1, 1, 1, 1), 1, 9),
+            (5, 6, 3, 2, (0, 1, 2, 0), 1, 11),
+            (4, 7, 2, 1, (0, 0, 0, 0), 2, 8),
+            (16, 9, 1, 1, (0, 0, 0, 0), 1, 6),
+            (6, 10, 5, 3, (2, 2, 2, 2), 1, 13),
+        ]
+    ),
+    x_signed=st.booleans(),
+    w_signed=st.booleans(),
+    per_channel=st.booleans(),
+    batch=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_integer_conv_kernels_on_the_product(
+    shape: tuple[Any, ...],
+    x_signed: bool,
+    w_signed: bool,
+    per_channel: bool,
+    batch: int,
+    seed: int,
+) -> None:
+    """ConvInteger and QLinearConv give the numpy path's values exactly (the padding is
+    the zero point's integer, value 0)."""
+    from onnxviz.runtime.kernels.nn_conv import conv_integer, qlinear_conv
+
+    c, m, kernel, stride, pads, dilation, image = shape
+    rng = np.random.default_rng(seed)
+    x = _bytes(rng, x_signed, (batch, c, image, image), bool(seed % 3 == 0))
+    w = _bytes(rng, w_signed, (m, c, kernel, kernel), bool(seed % 4 == 0))
+    xz = _bytes(rng, x_signed, (), False)
+    wz = _bytes(rng, w_signed, (m,) if per_channel else (), False)
+    attrs = {
+        "kernel_shape": [kernel, kernel],
+        "strides": [stride, stride],
+        "pads": list(pads),
+        "dilations": [dilation, dilation],
+    }
+    if max(native.levels()) >= native.AVX2:  # the product really runs (no quiet fallback)
+        out = (image + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+        geometry = ([kernel] * 2, [stride] * 2, [dilation] * 2, list(pads), [out, out])
+        exact = _at(max(native.levels()), lambda: int8_products.conv(x, w, xz, wz, 1, *geometry))
+        assert exact is not None
+    got, off = _both_ways(lambda: conv_integer(x, w, xz, wz, **attrs))
+    assert off.dtype == np.int32
+    for g in got:
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, off)
+    ws = rng.uniform(0.001, 0.01, m if per_channel else 1).astype(np.float32)
+    args = (np.array(0.03, np.float32), xz, w, ws, wz, np.array(0.2, np.float32))
+
+    def q() -> np.ndarray:
+        return qlinear_conv(x, *args, np.array(3, np.uint8), **attrs)
+
+    got_q, off_q = _both_ways(q)
+    for g in got_q:
+        np.testing.assert_array_equal(g, off_q)

@@ -7,7 +7,7 @@ integers::
                            W (int8) -> DequantizeLinear -^   ^- B (int32) -> DequantizeLinear
 
 Stepped, the Conv multiplies the dequantized float32 values in float32.  When the
-compiled int8 kernel is there (`native.load("int8")`, AVX2 or better: its plain-C level
+compiled int8 kernel is there (`int8_products.module()`, AVX2 or better: its plain-C level
 is slower than float BLAS), `find_qdq_convs` runs that whole chain as one node
 (`QdqConv`): the input quantized to bytes (QuantizeLinear's float32 steps, in C), one
 exact integer product per image::
@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache
-from onnxviz.runtime.kernels.nn_conv import _flat_geometry, conv_geometry
+from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.kernels.int8_products import layout_plan, packed_weight
+from onnxviz.runtime.kernels.nn_conv import conv_geometry
 from onnxviz.runtime.kernels.nn_geometry import scratch
 from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
@@ -64,10 +64,7 @@ _HUGE = float(np.finfo(np.float32).max) / 256
 
 def int8_module() -> ModuleType | None:
     """The compiled int8 kernel when it runs at AVX2 or better, else None."""
-    module = native.load("int8")
-    if module is None or module.level() < native.AVX2:
-        return None
-    return module
+    return int8_products.module()
 
 
 def _plain_q(pn: PlanNode) -> bool:
@@ -308,14 +305,8 @@ class QdqConv:
         if b is not None and (type(b) is not np.ndarray or b.dtype != _F32 or b.shape != (m,)):
             return None
         zw = np.zeros(m, np.int32) if wz is None else np.broadcast_to(wz.astype(np.int32), (m,))
-        signed = w.dtype == np.int8
-
-        def build() -> bytes:
-            raw = np.ascontiguousarray(w).reshape(m, k).view(np.uint8)
-            return bytes(module.pack_weights(raw, m, k, signed, np.ascontiguousarray(zw)))
-
-        packed = _weight_cache.derived(
-            "int8_conv", [w, wz], (module.level(), str(w.dtype), w.shape), build
+        packed = packed_weight(
+            module, "int8_conv", w, w.reshape(m, k), wz, np.ascontiguousarray(zw)
         )
         scale = np.float64(ds.reshape(())) * np.broadcast_to(ws.astype(np.float64), (m,))
         bias = None if b is None else b.astype(np.float64)
@@ -382,7 +373,7 @@ class QdqConv:
         zd = 0 if dz is None else int(dz.reshape(()))
         plan = self._layouts.get(x.shape)
         if plan is None:
-            plan = self._layouts[x.shape] = _layout_plan(x.shape, kernel, st, dil, pd, out)
+            plan = self._layouts[x.shape] = layout_plan(x.shape, kernel, st, dil, pd, out)
         phase_hw, phases, length, used, wide, per_channel = plan
         flat = scratch("conv_flat", (n, c, phases, length), np.uint8)
         # The image with its pads at the zero point: a padded value is real 0 in the float
@@ -452,30 +443,6 @@ class QdqConv:
                 if s >= 0:
                     values[s] = v
         return result
-
-
-def _layout_plan(
-    shape: tuple[int, ...],
-    kernel: list[int],
-    strides: list[int],
-    dilations: list[int],
-    pads: list[int],
-    out: list[int],
-) -> tuple[tuple[int, ...], int, int, int, int, np.ndarray]:
-    """The flat layout of a conv input (nn_conv._FlatLayout's geometry): (phase image
-    size, phases, bytes per phase, bitmask of the phases a kernel offset reads, output
-    grid width, byte offset of each (channel, kernel offset) row in one image)."""
-    n, c = shape[:2]
-    padded, wide, taps, phases, _flat_len, length = _flat_geometry(
-        tuple(shape[2:]), tuple(pads), tuple(kernel), tuple(dilations), out[0], tuple(strides)
-    )
-    used = 0
-    for phase, _shift in taps:
-        used |= 1 << phase
-    tap_offsets = np.array([phase * length + shift for phase, shift in taps], dtype=np.int64)
-    channel = np.arange(c, dtype=np.int64) * (len(phases) * length)
-    per_channel = (channel[:, None] + tap_offsets[None, :]).reshape(-1)
-    return padded, len(phases), length, used, wide, per_channel
 
 
 def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
