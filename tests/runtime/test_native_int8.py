@@ -185,6 +185,10 @@ def test_wrong_sizes_raise() -> None:
             mod.pack_weights(np.zeros(mod.max_k() + 1, np.uint8), 1, mod.max_k() + 1, True, zw)
         with pytest.raises(ValueError):
             mod.pack_weights(w, 0, 10, True, zw)
+        with pytest.raises(ValueError):  # a zero point outside int8 (the bound needs it)
+            mod.pack_weights(w, 4, 10, True, np.array([0, 0, 0, 200], np.int32))
+        with pytest.raises(ValueError):  # ... outside uint8
+            mod.pack_weights(w, 4, 10, False, np.array([0, -1, 0, 0], np.int32))
         packed = mod.pack_weights(w, 4, 10, True, zw)
         x = np.zeros(10 * 6, np.uint8)
         off = np.arange(10, dtype=np.int64) * 6
@@ -232,6 +236,17 @@ def test_wrong_sizes_raise() -> None:
         )
     with pytest.raises(ValueError):
         mod.quantize(np.zeros(8, np.float32), 1.0, 0, False, np.zeros(7, np.uint8))
+    big = 2**39  # sizes whose products overflow 64 bits must not wrap to the buffers' sizes
+    with pytest.raises(ValueError):
+        mod.quantize_layout(
+            np.zeros(16, np.float32), big, big, 2, 2, 1.0, 0, False, 0, 0, 1, 1, 2, 2, 4, 0, 1,
+            np.zeros(64, np.uint8),
+        )  # fmt: skip
+    with pytest.raises(ValueError):
+        mod.quantize_layout(
+            np.zeros(16, np.float32), 1, 4, 2, 2, 1.0, 0, False, 0, 0, 1, 1, big, big, 4, 0, 1,
+            np.zeros(16, np.uint8),
+        )  # fmt: skip
     with pytest.raises(ValueError):
         mod.qdq(np.zeros(8, np.float32), 1.0, 0, 1.0, 0, False, np.zeros(7, np.float32))
     with pytest.raises(ValueError):

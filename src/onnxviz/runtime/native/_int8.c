@@ -298,6 +298,13 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "pack_weights: a buffer is shorter than its size");
         goto done;
     }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int32_t z = ((const int32_t *)zw.buf)[i];
+        if (w_signed ? (z < -128 || z > 127) : (z < 0 || z > 255)) {
+            PyErr_SetString(PyExc_ValueError, "pack_weights: zero point outside the type's range");
+            goto done;
+        }
+    }
     {
         const int level = current_level;
         const Shape s = level_shape(level);
@@ -524,7 +531,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         goto done;
     }
     const Py_ssize_t m = h.m, k = h.k;
-    if (n <= 0 || colstride <= 0 || n > PY_SSIZE_T_MAX / 8 / (colstride + m + k)) {
+    if (n <= 0 || colstride <= 0 || colstride > x.len ||
+        n > PY_SSIZE_T_MAX / 8 / (colstride + m + k)) {
         PyErr_SetString(PyExc_ValueError, "gemm: bad N or column stride");
         goto done;
     }
@@ -924,6 +932,18 @@ done:
     return result;
 }
 
+/* a * b * c * d into *out when it fits in Py_ssize_t (all positive). */
+static int product4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, Py_ssize_t *out) {
+    Py_ssize_t p = a;
+    const Py_ssize_t f[3] = {b, c, d};
+    for (int i = 0; i < 3; i++) {
+        if (f[i] != 0 && p > PY_SSIZE_T_MAX / f[i]) return 0;
+        p *= f[i];
+    }
+    *out = p;
+    return 1;
+}
+
 /* quantize_layout: x (N, C, H, W) float32 quantized (QuantizeLinear's steps) straight into
  * a conv's flat layout (nn_conv._FlatLayout): per image and channel, one phase image of
  * ph_h x ph_w bytes per stride phase (p0, p1) (padded row p0 + i*s0, column p1 + j*s1;
@@ -944,13 +964,15 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
     const Py_ssize_t big = (Py_ssize_t)1 << 40;
     if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
         s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
-        ph_h > big || ph_w > big || length > big || ph_h * ph_w > length ||
+        ph_h > big || ph_w > big || length > big || ph_h > length / ph_w ||
         (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
         PyErr_SetString(PyExc_ValueError, "quantize_layout: bad sizes or zero point");
         goto done;
     }
     const Py_ssize_t nph = s0 * s1;
-    if (x.len != n * c * h * w * 4 || out.len != n * c * nph * length) {
+    Py_ssize_t x_need, out_need;
+    if (!product4(n, c, h, w, &x_need) || !product4(n, c, nph, length, &out_need) ||
+        x_need > PY_SSIZE_T_MAX / 4 || x.len != x_need * 4 || out.len != out_need) {
         PyErr_SetString(PyExc_ValueError, "quantize_layout: a buffer does not fit its sizes");
         goto done;
     }
