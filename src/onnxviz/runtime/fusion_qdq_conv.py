@@ -273,11 +273,11 @@ class QdqConv:
     ) -> tuple[bytes, np.ndarray, np.ndarray | None, int] | None:
         """(packed W, scale sx*sw per output channel in float64, bias in float64 or None,
         K), made once per weight arrays and level; None when they do not fit."""
-        key = (
-            module.level(),
-            *(id(self._get(ins, n)) for n in ("w", "ws", "wz", "ds", "b")),
-        )
-        if self._key == key:
+        # The arrays themselves (held, compared by identity: an id alone could be reused
+        # by a new array once the old one is gone, as with initializers fed per run).
+        key = (module.level(), *(self._get(ins, n) for n in ("w", "ws", "wz", "ds", "b")))
+        old = self._key
+        if old is not None and old[0] == key[0] and all(a is b for a, b in zip(old[1:], key[1:])):
             return self._weights
         self._key = key
         self._weights = None
