@@ -25,7 +25,9 @@ float32 conv rounds every dequantized input, weight and partial sum, an error of
 K * 2^-24 of the sum of |terms|.  So the two runs can differ where the exact value lies
 within that error of a rounding boundary of the output quantizer: there the output
 differs by one quantization step, and the integer path is the one on the exact value's
-side (tests/runtime/test_native_int8.py checks both against float64 and counts).
+side.  tests/runtime/test_native_int8.py checks the node bit for bit against a numpy
+model of this definition, and the stepped run within one step, only where the float64
+value lies that close to a boundary.
 
 Scope: 2-D Conv, group 1, non-negative pads, float32 activations with one scale and an
 8-bit zero point (both quantizers), int8/uint8 weights per tensor or per output channel
