@@ -430,21 +430,21 @@ static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t 
 }
 #endif
 
-/* X[k, n] = x[rowoff[k] + n * colstride] -> panels of nr columns: for each k group,
- * nr int32 groups (written in order; the group's rows are read side by side).
+/* X[k, n] = x[rowoff[k] + n * colstride] -> panels p_begin..p_end-1 of nr columns (from
+ * dst on): for each k group, nr int32 groups (written in order; the group's rows are read
+ * side by side).
  * colsum[n] (byte form, when not NULL): sum over k of the unsigned byte. */
 static void pack_x(const uint8_t *x, const int64_t *rowoff, Py_ssize_t colstride, Py_ssize_t k,
                    Py_ssize_t n, int x_signed, int32_t zx, Shape s, Py_ssize_t kq,
-                   uint32_t *dst, int32_t *colsum) {
+                   uint32_t *dst, int32_t *colsum, Py_ssize_t p_begin, Py_ssize_t p_end) {
     const Py_ssize_t nr = s.nr;
-    const Py_ssize_t panels = (n + nr - 1) / nr;
     const uint8_t flip = x_signed ? 0x80 : 0; /* int8 -> uint8 by +128 (byte form) */
     /* A row of zero points (int16 form) or zeros (byte form) for the k past K. */
     static const uint8_t zero_row[64] = {0};
-    for (Py_ssize_t p = 0; p < panels; p++) {
+    for (Py_ssize_t p = p_begin; p < p_end; p++) {
         const Py_ssize_t j0 = p * nr;
         const Py_ssize_t nv = n - j0 < nr ? n - j0 : nr;
-        uint32_t *o = dst + p * kq * nr;
+        uint32_t *o = dst + (p - p_begin) * kq * nr;
         int32_t *cs = colsum + j0;
         for (Py_ssize_t q = 0; q < kq; q++, o += nr) {
 #if defined(__SSE2__)
@@ -547,7 +547,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     }
     {
         const Py_ssize_t kq = h.kq, panels_n = (n + s.nr - 1) / s.nr;
-        uint32_t *xp = malloc((size_t)(panels_n * kq * s.nr) * sizeof(uint32_t) + 64);
+        /* One panel of X at a time, packed just before its products (in cache). */
+        uint32_t *xp = malloc((size_t)(kq * s.nr) * sizeof(uint32_t) + 64);
         const char *base0 = (const char *)packed.buf;
         const Py_ssize_t mp0 = (Py_ssize_t)h.panels * h.mr;
         const int32_t *zeros0 = (const int32_t *)(base0 + sizeof(Header)) + mp0;
@@ -568,14 +569,14 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         int32_t *c = (int32_t *)out.buf;
         const Kernel kern = level_kernel(current_level);
         Py_BEGIN_ALLOW_THREADS;
-        pack_x((const uint8_t *)x.buf, (const int64_t *)rowoff.buf, colstride, k, n, x_signed,
-               zx, s, kq, xp, colsum);
         const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
-        for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
-            const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
-            for (Py_ssize_t pn = 0; pn < panels_n; pn++) {
-                const uint32_t *xpanel = xp + pn * kq * s.nr + q0 * s.nr;
-                const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+        for (Py_ssize_t pn = 0; pn < panels_n; pn++) {
+            pack_x((const uint8_t *)x.buf, (const int64_t *)rowoff.buf, colstride, k, n,
+                   x_signed, zx, s, kq, xp, colsum, pn, pn + 1);
+            const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+            for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
+                const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
+                const uint32_t *xpanel = xp + q0 * s.nr;
                 for (Py_ssize_t pm = 0; pm < h.panels; pm++) {
                     const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
                     const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
