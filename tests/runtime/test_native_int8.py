@@ -353,9 +353,16 @@ def test_quantize_layout_is_quantize_then_the_padded_phases(
 
 
 @pytest.mark.parametrize("relu", [False, True])
-def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(relu: bool) -> None:
+@pytest.mark.parametrize(
+    "grid",
+    [(3, 37, 35), (7, 9, 7), (1, 12, 5)],  # rows of 4 vectors and a tail; short rows
+)
+def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
+    relu: bool, grid: tuple[int, int, int]
+) -> None:
     rng = np.random.default_rng(5)
-    m, rows, width, keep = 5, 3, 37, 35  # 4 vectors of 8 and a tail of 3
+    m = 5
+    rows, width, keep = grid
     acc = rng.integers(-(2**31), 2**31, size=(m, rows, width)).astype(np.int32)
     acc[:, 0] = rng.integers(-3000, 3000, size=(m, width))
     scale = rng.uniform(1e-6, 1e-3, m) * rng.choice([1e-4, 1.0], m)

@@ -879,14 +879,26 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
 #if HAVE_X86
         if (current_level >= 1) row_fn = rescale_row_avx2;
 #endif
+        /* Short rows (small images): each plane's whole grid in one vector run into a
+         * buffer, then the kept columns copied (the rows alone would run scalar tails). */
+        float *grid = keep < 32 && rows > 1 ? malloc((size_t)(rows * width) * sizeof(float)) : NULL;
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < m; i++) {
             const double s = sc[i], b = bi ? bi[i] : 0.0;
+            if (grid != NULL) {
+                nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo, hi,
+                              z2, dqs);
+                for (Py_ssize_t r = 0; r < rows; r++)
+                    memcpy(out + (i * rows + r) * keep, grid + r * width,
+                           (size_t)keep * sizeof(float));
+                continue;
+            }
             for (Py_ssize_t r = 0; r < rows; r++)
                 nan |= row_fn(a + (i * rows + r) * width, out + (i * rows + r) * keep, keep, s, b,
                               relu, qs, z, lo, hi, z2, dqs);
         }
         Py_END_ALLOW_THREADS;
+        free(grid);
         result = PyLong_FromLong(nan ? -1 : 0);
     }
 done:
@@ -979,7 +991,11 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
     }
     {
         float *tmp = malloc((size_t)w * sizeof(float));
+        /* Stride 1 with short rows (small images): each plane quantized in one vector run
+         * first, then its rows copied into place (the rows alone would run scalar tails). */
+        uint8_t *plane_bytes = s1 == 1 && w < 32 ? malloc((size_t)(h * w)) : NULL;
         if (tmp == NULL) {
+            free(plane_bytes);
             PyErr_NoMemory();
             goto done;
         }
@@ -996,6 +1012,7 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t img = 0; img < n * c; img++) {
             const float *plane = src + img * h * w;
+            if (plane_bytes != NULL) nan |= fn(plane, plane_bytes, h * w, scale, z, lo, hi);
             for (Py_ssize_t p0 = 0; p0 < s0; p0++)
                 for (Py_ssize_t p1 = 0; p1 < s1; p1++) {
                     const Py_ssize_t phase = p0 * s1 + p1;
@@ -1020,7 +1037,10 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
                         const Py_ssize_t count = j_hi - j_lo;
                         if (count <= 0) continue;
                         const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
-                        if (s1 == 1) {
+                        if (plane_bytes != NULL) {
+                            memcpy(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
+                                   (size_t)count);
+                        } else if (s1 == 1) {
                             nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
                         } else {
                             for (Py_ssize_t j = 0; j < count; j++) tmp[j] = xrow[j * s1];
@@ -1032,6 +1052,7 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS;
         free(tmp);
+        free(plane_bytes);
         result = PyLong_FromLong(nan ? -1 : 0);
     }
 done:
