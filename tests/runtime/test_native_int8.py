@@ -129,6 +129,24 @@ def test_product_is_exact_at_every_level(
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+@pytest.mark.parametrize("zero_points", [(0, 0), (-100, 37)])
+@pytest.mark.parametrize("x_signed", [False, True])
+def test_many_column_blocks_and_k_blocks(zero_points: tuple[int, int], x_signed: bool) -> None:
+    """K and N large enough that X is packed in several column blocks (about 256 KB
+    each) and K runs in several cache blocks, at every level; the zero points of W
+    nonzero or zero (the byte form's column sums, or none)."""
+    rng = np.random.default_rng(11)
+    m, k, n = 21, 2001, 709
+    w = _bytes(rng, True, (m, k), False)
+    x = _bytes(rng, x_signed, (k, n), False)
+    zw = np.full(m, zero_points[0])
+    zw[::3] = 0
+    zx = zero_points[1] if x_signed else abs(zero_points[1])
+    want = _exact(w, zw, x, zx)
+    for level in native.levels():
+        np.testing.assert_array_equal(_product(level, w, zw, x, zx), want, err_msg=str(level))
+
+
 @pytest.mark.parametrize("signs", [(True, False), (True, True), (False, False), (False, True)])
 def test_largest_k_with_the_largest_products(signs: tuple[bool, bool]) -> None:
     """K = max_k with every |w - zw| and |x - zx| at 255 (or 128 and 255): the largest

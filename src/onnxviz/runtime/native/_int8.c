@@ -368,11 +368,14 @@ done:
 }
 
 #if defined(__SSE2__)
-/* One k group of a full panel (nr columns, a multiple of 16) from rows read with column
- * stride 1, by byte and word interleaves (SSE2: every x86-64 CPU has it). */
+/* One k group of `panels` consecutive full panels (nr columns each, a multiple of 16; the
+ * first at column j0, each panel_stride groups after the one before in o) from rows read
+ * with column stride 1, by byte and word interleaves (SSE2: every x86-64 CPU has it). The
+ * group's rows are read once along the whole span. */
 static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t k, Py_ssize_t q,
-                            Py_ssize_t j0, Py_ssize_t nr, int group, int x_signed, int32_t zx,
-                            uint32_t *o) {
+                            Py_ssize_t j0, Py_ssize_t panels, Py_ssize_t panel_stride,
+                            Py_ssize_t nr, int group, int x_signed, int32_t zx, uint32_t *o) {
+    const Py_ssize_t span = panels * nr;
     const __m128i zero = _mm_setzero_si128();
     if (group == 4) {
         const uint8_t *r[4];
@@ -383,14 +386,18 @@ static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t 
             r[g] = kk < k ? x + rowoff[kk] + j0 : NULL;
             flip[g] = kk < k && x_signed ? _mm_set1_epi8((char)0x80) : zero;
         }
-        for (Py_ssize_t j = 0; j < nr; j += 16) {
+        for (Py_ssize_t j = 0, pp = 0, jj = 0; j < span; j += 16, jj += 16) {
+            if (jj == nr) {
+                jj = 0;
+                pp++;
+            }
             __m128i v[4];
             for (int g = 0; g < 4; g++)
                 v[g] = r[g] ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[g] + j)), flip[g])
                             : zero;
             const __m128i ab_lo = _mm_unpacklo_epi8(v[0], v[1]), ab_hi = _mm_unpackhi_epi8(v[0], v[1]);
             const __m128i cd_lo = _mm_unpacklo_epi8(v[2], v[3]), cd_hi = _mm_unpackhi_epi8(v[2], v[3]);
-            __m128i *out = (__m128i *)(o + j);
+            __m128i *out = (__m128i *)(o + pp * panel_stride + jj);
             _mm_storeu_si128(out, _mm_unpacklo_epi16(ab_lo, cd_lo));
             _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
             _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
@@ -402,7 +409,11 @@ static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t 
     const uint8_t *r0 = x + rowoff[k0] + j0;
     const uint8_t *r1 = k0 + 1 < k ? x + rowoff[k0 + 1] + j0 : NULL;
     const __m128i z = _mm_set1_epi16((short)zx);
-    for (Py_ssize_t j = 0; j < nr; j += 16) {
+    for (Py_ssize_t j = 0, pp = 0, jj = 0; j < span; j += 16, jj += 16) {
+        if (jj == nr) {
+            jj = 0;
+            pp++;
+        }
         __m128i lo[2], hi[2];
         for (int g = 0; g < 2; g++) {
             const uint8_t *row = g ? r1 : r0;
@@ -421,7 +432,7 @@ static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t 
             lo[g] = _mm_sub_epi16(lo[g], z);
             hi[g] = _mm_sub_epi16(hi[g], z);
         }
-        __m128i *out = (__m128i *)(o + j);
+        __m128i *out = (__m128i *)(o + pp * panel_stride + jj);
         _mm_storeu_si128(out, _mm_unpacklo_epi16(lo[0], lo[1]));
         _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo[0], lo[1]));
         _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi[0], hi[1]));
@@ -441,18 +452,25 @@ static void pack_x(const uint8_t *x, const int64_t *rowoff, Py_ssize_t colstride
     const uint8_t flip = x_signed ? 0x80 : 0; /* int8 -> uint8 by +128 (byte form) */
     /* A row of zero points (int16 form) or zeros (byte form) for the k past K. */
     static const uint8_t zero_row[64] = {0};
-    for (Py_ssize_t p = p_begin; p < p_end; p++) {
+    Py_ssize_t first = p_begin; /* the first panel the scalar loop below packs */
+#if defined(__SSE2__)
+    if (colstride == 1 && colsum == NULL) {
+        /* The full panels, k group by k group, each group's rows read along the span. */
+        const Py_ssize_t full_end = n / nr < p_end ? n / nr : p_end;
+        if (full_end > p_begin) {
+            for (Py_ssize_t q = 0; q < kq; q++)
+                pack_group_sse2(x, rowoff, k, q, p_begin * nr, full_end - p_begin, kq * nr, nr,
+                                s.group, x_signed, zx, dst + q * nr);
+            first = full_end;
+        }
+    }
+#endif
+    for (Py_ssize_t p = first; p < p_end; p++) {
         const Py_ssize_t j0 = p * nr;
         const Py_ssize_t nv = n - j0 < nr ? n - j0 : nr;
         uint32_t *o = dst + (p - p_begin) * kq * nr;
-        int32_t *cs = colsum + j0;
+        int32_t *cs = colsum != NULL ? colsum + j0 : NULL;
         for (Py_ssize_t q = 0; q < kq; q++, o += nr) {
-#if defined(__SSE2__)
-            if (colstride == 1 && nv == nr && colsum == NULL) {
-                pack_group_sse2(x, rowoff, k, q, j0, nr, s.group, x_signed, zx, o);
-                continue;
-            }
-#endif
             if (s.group == 2) {
                 const Py_ssize_t k0 = 2 * q;
                 const uint8_t *r0 = x + rowoff[k0] + j0 * colstride;
@@ -547,8 +565,13 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     }
     {
         const Py_ssize_t kq = h.kq, panels_n = (n + s.nr - 1) / s.nr;
-        /* One panel of X at a time, packed just before its products (in cache). */
-        uint32_t *xp = malloc((size_t)(kq * s.nr) * sizeof(uint32_t) + 64);
+        /* X is packed a block of column panels at a time, just before its products: as
+         * many panels as fit in about 256 KB (L2), each block then multiplied by every row
+         * panel of W in turn, so C is written row panel by row panel (8 rows streaming
+         * along N, not all M rows at once) while the packed block stays in cache. */
+        Py_ssize_t block = (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
+        block = block < 1 ? 1 : (block > panels_n ? panels_n : block);
+        uint32_t *xp = malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
         const char *base0 = (const char *)packed.buf;
         const Py_ssize_t mp0 = (Py_ssize_t)h.panels * h.mr;
         const int32_t *zeros0 = (const int32_t *)(base0 + sizeof(Header)) + mp0;
@@ -570,18 +593,21 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         const Kernel kern = level_kernel(current_level);
         Py_BEGIN_ALLOW_THREADS;
         const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
-        for (Py_ssize_t pn = 0; pn < panels_n; pn++) {
+        for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
+            const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
             pack_x((const uint8_t *)x.buf, (const int64_t *)rowoff.buf, colstride, k, n,
-                   x_signed, zx, s, kq, xp, colsum, pn, pn + 1);
-            const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+                   x_signed, zx, s, kq, xp, colsum, b0, b1);
             for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
                 const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
-                const uint32_t *xpanel = xp + q0 * s.nr;
                 for (Py_ssize_t pm = 0; pm < h.panels; pm++) {
                     const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
                     const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
-                    kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr, n,
-                         mr_valid, nr_valid, q0 > 0);
+                    for (Py_ssize_t pn = b0; pn < b1; pn++) {
+                        const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
+                        const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+                        kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr,
+                             n, mr_valid, nr_valid, q0 > 0);
+                    }
                 }
             }
         }
