@@ -64,10 +64,16 @@ def close(got: Any, want: Any, what: str, rtol: float = RTOL) -> None:
 
 
 def assert_modes_agree(
-    model: onnx.ModelProto, feeds: dict[str, Any], rtol: float = RTOL
+    model: onnx.ModelProto,
+    feeds: dict[str, Any],
+    rtol: float = RTOL,
+    steps: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The fused/unwatched run and the plain unwatched run equal the stepped run on every
-    graph output; returns the stepped run's values (every node output)."""
+    graph output; returns the stepped run's values (every node output).  ``steps``: the
+    quantization step of outputs a DequantizeLinear makes, by which the fused run may
+    differ (its QDQ convs are exact integer products, fusion_qdq_conv.py: a value on a
+    rounding boundary can land on the other side); most values must still agree."""
     stepped = stepped_values(model, feeds)
     names = [o.name for o in model.graph.output]
     kept = {k: np.array(v, copy=True) for k, v in feeds.items() if isinstance(v, np.ndarray)}
@@ -75,7 +81,13 @@ def assert_modes_agree(
         fused = Session(model).run(feeds)
         plain = Session(model, fuse_ops=False, inplace_ops=False).run(feeds)
     for name in names:
-        close(fused[name], stepped[name], f"fused run, output {name!r}", rtol)
+        step = (steps or {}).get(name, 0.0)
+        if step:
+            diff = np.abs(np.asarray(fused[name]) - np.asarray(stepped[name]))
+            assert diff.max() <= step * (1 + 1e-4), f"fused run, output {name!r}"
+            assert np.mean(diff == 0) >= 0.5, f"fused run, output {name!r}"
+        else:
+            close(fused[name], stepped[name], f"fused run, output {name!r}", rtol)
         close(plain[name], stepped[name], f"plain run, output {name!r}", rtol)
     for k, v in kept.items():  # nobody writes into the caller's arrays
         np.testing.assert_array_equal(feeds[k], v, err_msg=f"feed {k!r} was overwritten")

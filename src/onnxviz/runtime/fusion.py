@@ -39,6 +39,10 @@ as one ("fused") node:
 * **QuantizeLinear -> DequantizeLinear** (fusion_qdq.py): a QDQ model's rounding of an
   activation to its integer grid and back, as one float32 pass with no integer array.
 
+* **Quantized convs** (fusion_qdq_conv.py): QuantizeLinear -> DequantizeLinear -> Conv
+  (weight a DequantizeLinear of int8) [-> Relu] -> QuantizeLinear -> DequantizeLinear as
+  one exact integer product by the compiled int8 kernel, when it is built and on.
+
 * **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
   Mul (a GELU), each the only user of the one before, with scalar constants or the
   chain's input as other operands, run block by block in one pass through memory.
@@ -62,6 +66,7 @@ from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
+from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
@@ -156,7 +161,17 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
     chains: dict[int, tuple[int, list[int], Callable[..., PlanNode]]] = {}
     absorbed: set[int] = set()
     claimed: set[int] = set()  # steps of a chain already made (two Convs can meet at an Add)
+    for positions in find_qdq_convs(nodes, users, const, keep):
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, ps=positions: qdq_conv_node(nodes, ps),
+        )
+        absorbed.update(positions[:-1])
+        claimed.update(positions)
     for i, pn in enumerate(nodes):
+        if i in claimed:
+            continue
         bias_add = _matmul_bias_add(pn, nodes, users, const, keep)
         if bias_add is not None and bias_add not in claimed:
             chains[bias_add] = (i, [bias_add], _matmul_bias_node)

@@ -1030,7 +1030,25 @@ def _integer_conv(
     w_zp: np.ndarray | None,
     attrs: dict[str, Any],
 ) -> np.ndarray:
-    """Exact integer conv (float64 GEMM: integer products and sums stay below 2**53)."""
+    """Exact integer conv: by the compiled int8 product (kernels.int8_products) when it
+    takes the case, else a float64 GEMM (integer products and sums stay below 2**53)."""
+    from onnxviz.runtime.kernels import int8_products  # (it reads this module's layout)
+
+    if int8_products.module() is not None and x.ndim == 4:
+        kernel, st, dil, pd, out = conv_geometry(
+            x,
+            w,
+            attrs.get("auto_pad", "NOTSET"),
+            attrs.get("dilations"),
+            attrs.get("kernel_shape"),
+            attrs.get("pads"),
+            attrs.get("strides"),
+        )
+        exact = int8_products.conv(
+            x, w, x_zp, w_zp, attrs.get("group", 1), kernel, st, dil, pd, out
+        )
+        if exact is not None:
+            return exact.astype(np.float64)
     xf = x.astype(np.float64)
     wf = w.astype(np.float64)
     if x_zp is not None:

@@ -14,6 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels._tensor_common import fail, normalize_axis, np_dtype
 from onnxviz.runtime.registry import kernel
 
@@ -274,6 +275,9 @@ def matmul_integer(
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
+    exact = int8_products.matmul(a, b, a_zero_point, b_zero_point)
+    if exact is not None:
+        return exact
     a_val = a.astype(np.int32)
     b_val = b.astype(np.int32)
     if a_zero_point is not None:
@@ -294,12 +298,16 @@ def qlinear_matmul(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
-    a_val = to_f32(a) - to_f32(_row_param(a_zero_point, a))
-    b_val = to_f32(b) - to_f32(b_zero_point)
-    if _is_integer(a.dtype) and _is_integer(b.dtype):
-        acc = _exact_int_matmul(a_val, b_val).astype(_F32)
+    exact = int8_products.matmul(a, b, a_zero_point, b_zero_point)
+    if exact is not None:
+        acc = exact.astype(_F32)  # the same exact integers as the float64 product below
     else:
-        acc = np.matmul(a_val, b_val)
+        a_val = to_f32(a) - to_f32(_row_param(a_zero_point, a))
+        b_val = to_f32(b) - to_f32(b_zero_point)
+        if _is_integer(a.dtype) and _is_integer(b.dtype):
+            acc = _exact_int_matmul(a_val, b_val).astype(_F32)
+        else:
+            acc = np.matmul(a_val, b_val)
     # One float32 multiplier per output element: a_scale[row] * b_scale[col] / y_scale.
     multiplier = to_f32(_row_param(a_scale, a)) * to_f32(b_scale) / to_f32(y_scale)
     y = acc * multiplier

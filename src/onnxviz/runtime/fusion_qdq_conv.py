@@ -1,0 +1,451 @@
+"""A QDQ model's quantized Conv run as an exact integer product (unwatched runs).
+
+onnxruntime.quantization's QDQ format writes a quantized conv as float nodes around
+integers::
+
+    x -> QuantizeLinear -> DequantizeLinear -> Conv -> [Relu] -> QuantizeLinear -> DequantizeLinear
+                           W (int8) -> DequantizeLinear -^   ^- B (int32) -> DequantizeLinear
+
+Stepped, the Conv multiplies the dequantized float32 values in float32.  When the
+compiled int8 kernel is there (`int8_products.module()`, AVX2 or better: its plain-C level
+is slower than float BLAS), `find_qdq_convs` runs that whole chain as one node
+(`QdqConv`): the input quantized to bytes (QuantizeLinear's float32 steps, in C), one
+exact integer product per image::
+
+    acc[m, p] = sum_k (W[m, k] - zw[m]) * (X[k, p] - zx)          (int32, no rounding)
+
+read straight from the zero-padded image (the conv's flat layout padded with the zero
+point, no im2col), then ``v = float32(acc * (sx * sw[m]) + b[m])`` computed in float64
+(the product of two float32 scales is exact in float64), Relu when the chain has one,
+and the output QuantizeLinear -> DequantizeLinear in float32 steps, the QdqPair's.
+
+What it gives.  ``v`` is the conv of the *real* dequantized values, rounded once or twice
+(float64, then float32): within about 1 float32 ulp of the exact value.  The stepped
+float32 conv rounds every dequantized input, weight and partial sum, an error of order
+K * 2^-24 of the sum of |terms|.  So the two runs can differ where the exact value lies
+within that error of a rounding boundary of the output quantizer: there the output
+differs by one quantization step, and the integer path is the one on the exact value's
+side.  tests/runtime/test_native_int8.py checks the node bit for bit against a numpy
+model of this definition, and the stepped run within one step, only where the float64
+value lies that close to a boundary.
+
+Scope: 2-D Conv, group 1, non-negative pads, float32 activations with one scale and an
+8-bit zero point (both quantizers), int8/uint8 weights per tensor or per output channel
+(axis 0), K = C*kh*kw <= the kernel's max_k.  Anything else at run time (a NaN met by a
+quantizer, other types or shapes) runs the original nodes one by one, so values and
+errors are the stepped ones.  The input pair is absorbed when the Conv is the only user
+of its float value (and it is not the previous fused conv's output pair); else the
+dequantized value is made anyway (by the QdqPair or the previous fused conv), and this
+node gets the integers back from it exactly: v = float32((t - z) * s) with |t - z| <=
+255, so v / s is within 255 * 2^-23 of t - z and rounds back to it (s a normal float32).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.kernels.int8_products import layout_plan, packed_weight
+from onnxviz.runtime.kernels.nn_conv import conv_geometry
+from onnxviz.runtime.kernels.nn_geometry import scratch
+from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from onnxviz.runtime.executor import Executor
+
+_F32 = np.dtype(np.float32)
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+_HUGE = float(np.finfo(np.float32).max) / 256
+
+
+def int8_module() -> ModuleType | None:
+    """The compiled int8 kernel when it runs at AVX2 or better, else None."""
+    return int8_products.module()
+
+
+def _plain_q(pn: PlanNode) -> bool:
+    return (
+        plain_kernel(pn, "QuantizeLinear")
+        and 2 <= len(pn.inputs) <= 3
+        and min(pn.inputs[:2]) >= 0
+        and not pn.attrs.get("block_size", 0)
+        and not pn.attrs.get("precision", 0)
+        and not pn.attrs.get("output_dtype", 0)
+        and pn.attrs.get("saturate", 1) == 1
+    )
+
+
+def _plain_dq(pn: PlanNode) -> bool:
+    return (
+        plain_kernel(pn, "DequantizeLinear")
+        and 2 <= len(pn.inputs) <= 3
+        and min(pn.inputs[:2]) >= 0
+        and not pn.attrs.get("block_size", 0)
+        and pn.attrs.get("output_dtype", 0) in (0, 1)
+    )
+
+
+def _only_user(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | None:
+    readers = users.get(slot, [])
+    if slot < 0 or slot in keep or len(readers) != 1:
+        return None
+    return readers[0]
+
+
+def find_qdq_convs(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+) -> list[list[int]]:
+    """Positions [q, dq (both or neither), conv, relu (or not), out-q, out-dq] of every
+    QDQ conv chain (module docstring) the int8 kernel can run; empty when it is off."""
+    if int8_module() is None:
+        return []
+    producer: dict[int, int] = {}
+    for i, pn in enumerate(nodes):
+        for s in pn.outputs:
+            if s >= 0:
+                producer[s] = i
+    found: list[list[int]] = []
+    used: set[int] = set()
+    for i, conv in enumerate(nodes):
+        if (
+            not plain_kernel(conv, "Conv")
+            or not 2 <= len(conv.inputs) <= 3
+            or min(conv.inputs[:2]) < 0
+            or conv.attrs.get("group", 1) != 1
+            or conv.inputs[1] not in const
+            or (len(conv.inputs) == 3 and conv.inputs[2] >= 0 and conv.inputs[2] not in const)
+        ):
+            continue
+        # The input: DequantizeLinear(QuantizeLinear(x)), the integer read by nothing else.
+        dq_at = producer.get(conv.inputs[0])
+        if dq_at is None or not _plain_dq(nodes[dq_at]):
+            continue
+        q_at = producer.get(nodes[dq_at].inputs[0])
+        if (
+            q_at is None
+            or not _plain_q(nodes[q_at])
+            or _only_user(users, nodes[q_at].outputs[0], keep) != dq_at
+            or nodes[dq_at].inputs[0] in nodes[dq_at].inputs[1:]
+        ):
+            continue
+        # The weight: a constant DequantizeLinear of constants.
+        w_at = producer.get(conv.inputs[1])
+        if w_at is None:
+            continue
+        wdq = nodes[w_at]
+        if (
+            wdq.kind != "kernel"
+            or wdq.domain != ""
+            or wdq.op_type != "DequantizeLinear"
+            or not 2 <= len(wdq.inputs) <= 3
+            or not all(s in const for s in wdq.inputs if s >= 0)
+            or wdq.attrs.get("block_size", 0)
+            or wdq.attrs.get("output_dtype", 0) not in (0, 1)
+        ):
+            continue
+        # The output: [Relu ->] QuantizeLinear -> DequantizeLinear, each the only user.
+        chain = [i]
+        nxt = _only_user(users, conv.outputs[0], keep)
+        if nxt is not None and plain_kernel(nodes[nxt], "Relu"):
+            if tuple(nodes[nxt].inputs) != (conv.outputs[0],):
+                continue
+            chain.append(nxt)
+            nxt = _only_user(users, nodes[nxt].outputs[0], keep)
+        if (
+            nxt is None
+            or not _plain_q(nodes[nxt])
+            or nodes[nxt].inputs[0] != nodes[chain[-1]].outputs[0]
+        ):
+            continue
+        out_dq = _only_user(users, nodes[nxt].outputs[0], keep)
+        if out_dq is None or not _plain_dq(nodes[out_dq]):
+            continue
+        if (
+            nodes[out_dq].inputs[0] != nodes[nxt].outputs[0]
+            or nodes[nxt].outputs[0] in nodes[out_dq].inputs[1:]
+        ):
+            continue
+        chain += [nxt, out_dq]
+        head = [q_at, dq_at] if _only_user(users, conv.inputs[0], keep) == i else []
+        if used.intersection(head):
+            head = []  # the previous conv's output pair: it stays there (see QdqConv)
+        positions = head + chain
+        if used.intersection(positions):
+            continue
+        used.update(positions)
+        found.append(positions)
+    return found
+
+
+def qdq_conv_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
+    """The fused node running the chain at ``positions`` (from find_qdq_convs)."""
+    absorbed = [nodes[p] for p in positions]
+    conv = next(pn for pn in absorbed if pn.op_type == "Conv")
+    made = {s for pn in absorbed for s in pn.outputs if s >= 0}
+    slots: list[int] = []
+    names: list[str] = []
+
+    def place(slot: int, name: str) -> None:
+        if slot >= 0 and slot not in made and slot not in slots:
+            slots.append(slot)
+            names.append(name)
+
+    for pn in absorbed:
+        for s, name in zip(pn.inputs, pn.input_names):
+            place(s, name)
+    # The values the integer path reads besides: the input dequantizer's parameters
+    # (when the pair is not absorbed) and the integer weight's operands.
+    producer = {s: pn for pn in nodes for s in pn.outputs if s >= 0}
+    dq = producer[conv.inputs[0]]
+    for s, name in zip(dq.inputs[1:], dq.input_names[1:]):
+        place(s, name)
+    wdq = producer[conv.inputs[1]]
+    for s, name in zip(wdq.inputs, wdq.input_names):
+        place(s, name)
+    return fused_node(conv, absorbed[-1], slots, names, QdqConv(nodes, positions, slots))
+
+
+class QdqConv:
+    """A QDQ conv chain as one exact integer product (see the module docstring)."""
+
+    def __init__(self, nodes: list[PlanNode], positions: list[int], slots: list[int]) -> None:
+        self.steps = [nodes[p] for p in positions]
+        absorbed_input = self.steps[0].op_type == "QuantizeLinear"
+        i = 2 if absorbed_input else 0
+        self.conv = self.steps[i]
+        self.relu = self.steps[i + 1].op_type == "Relu"
+        self.out_q, self.out_dq = self.steps[-2], self.steps[-1]
+        producer = {s: pn for pn in nodes for s in pn.outputs if s >= 0}
+        dq = producer[self.conv.inputs[0]]
+        q = producer[dq.inputs[0]]
+        wdq = producer[self.conv.inputs[1]]
+        where = {s: k for k, s in enumerate(slots)}
+        self.slots = slots
+
+        def at(slot_list: tuple[int, ...], k: int) -> int | None:
+            return where.get(slot_list[k]) if k < len(slot_list) and slot_list[k] >= 0 else None
+
+        # The integers come from the input quantizer when the pair is absorbed ("x",
+        # "xs", "xz"), else from the float value the dequantizer made ("xd"), quantized
+        # again by its own parameters (exact: see _integer).
+        self.absorbed_input = absorbed_input
+        self.places: dict[str, int | None] = {
+            "x": at(q.inputs, 0) if absorbed_input else None,
+            "xs": at(q.inputs, 1) if absorbed_input else None,
+            "xz": at(q.inputs, 2) if absorbed_input else None,
+            "xd": None if absorbed_input else at(self.conv.inputs, 0),
+            "ds": at(dq.inputs, 1),
+            "dz": at(dq.inputs, 2),
+            "w": at(wdq.inputs, 0),
+            "ws": at(wdq.inputs, 1),
+            "wz": at(wdq.inputs, 2),
+            "b": at(self.conv.inputs, 2),
+            "os": at(self.out_q.inputs, 1),
+            "oz": at(self.out_q.inputs, 2),
+            "ods": at(self.out_dq.inputs, 1),
+            "odz": at(self.out_dq.inputs, 2),
+        }
+        self.w_axis = int(wdq.attrs.get("axis", 1))
+        self._key: tuple[Any, ...] | None = None
+        self._weights: tuple[bytes, np.ndarray, np.ndarray | None, int] | None = None
+        self._layouts: dict[tuple[int, ...], Any] = {}  # input shape -> _layout_plan
+
+    def _get(self, ins: list[Any], name: str) -> Any:
+        k = self.places[name]
+        return None if k is None else ins[k]
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        module = int8_module()
+        y = None if module is None else self._integer(module, ins)
+        if y is None:
+            return self._one_by_one(ex, ins)
+        return [y]
+
+    def _weights_for(
+        self, module: ModuleType, ins: list[Any]
+    ) -> tuple[bytes, np.ndarray, np.ndarray | None, int] | None:
+        """(packed W, scale sx*sw per output channel in float64, bias in float64 or None,
+        K), made once per weight arrays and level; None when they do not fit."""
+        # The arrays themselves (held, compared by identity: an id alone could be reused
+        # by a new array once the old one is gone, as with initializers fed per run).
+        key = (module.level(), *(self._get(ins, n) for n in ("w", "ws", "wz", "ds", "b")))
+        old = self._key
+        if old is not None and old[0] == key[0] and all(a is b for a, b in zip(old[1:], key[1:])):
+            return self._weights
+        self._key = key
+        self._weights = None
+        w, ws, wz = self._get(ins, "w"), self._get(ins, "ws"), self._get(ins, "wz")
+        ds, b = self._get(ins, "ds"), self._get(ins, "b")
+        if (
+            type(w) is not np.ndarray
+            or w.dtype not in _BYTES
+            or w.ndim != 4
+            or type(ws) is not np.ndarray
+            or ws.dtype != _F32
+            or not _scalar(ds, _F32)
+        ):
+            return None
+        m = w.shape[0]
+        k = math.prod(w.shape[1:])
+        if k > module.max_k() or m == 0 or k == 0:
+            return None
+        if ws.size != 1 and not (ws.ndim == 1 and ws.size == m and self.w_axis in (0, -4)):
+            return None
+        if wz is not None and (
+            type(wz) is not np.ndarray or wz.dtype != w.dtype or wz.shape != ws.shape
+        ):
+            return None
+        if b is not None and (type(b) is not np.ndarray or b.dtype != _F32 or b.shape != (m,)):
+            return None
+        zw = np.zeros(m, np.int32) if wz is None else np.broadcast_to(wz.astype(np.int32), (m,))
+        packed = packed_weight(
+            module, "int8_conv", w, w.reshape(m, k), wz, np.ascontiguousarray(zw)
+        )
+        scale = np.float64(ds.reshape(())) * np.broadcast_to(ws.astype(np.float64), (m,))
+        bias = None if b is None else b.astype(np.float64)
+        self._weights = (packed, np.ascontiguousarray(scale), bias, k)
+        return self._weights
+
+    def _integer(self, module: ModuleType, ins: list[Any]) -> np.ndarray | None:
+        """The chain's output by the integer product, or None to run it node by node."""
+        ds, dz = self._get(ins, "ds"), self._get(ins, "dz")
+        if self.absorbed_input:
+            x, xs, xz = self._get(ins, "x"), self._get(ins, "xs"), self._get(ins, "xz")
+        else:
+            # The dequantized value v = float32((t - z) * s), |t - z| <= 255: v / s in
+            # float32 is within 255 * 2^-23 of t - z, so rounding it and adding z gives
+            # back t exactly, when s is a normal float32 (no underflow) and (t - z) * s
+            # cannot overflow.
+            x, xs, xz = self._get(ins, "xd"), ds, dz
+            if dz is None or not _scalar(ds, _F32) or not _TINY <= float(ds.reshape(())) <= _HUGE:
+                return None  # (without a zero point the integer type is not known here)
+        os_, oz = self._get(ins, "os"), self._get(ins, "oz")
+        ods, odz = self._get(ins, "ods"), self._get(ins, "odz")
+        if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim != 4 or not x.size:
+            return None
+        xtype = xz.dtype if xz is not None else np.dtype(np.uint8)
+        otype = oz.dtype if oz is not None else np.dtype(np.uint8)
+        if (
+            not _scalar(xs, _F32)
+            or (xz is not None and not _scalar(xz))
+            or xtype not in _BYTES
+            or (dz is not None and not _scalar(dz, xtype))
+            or not _scalar(os_, _F32)
+            or (oz is not None and not _scalar(oz))
+            or otype not in _BYTES
+            or not _scalar(ods, _F32)
+            or (odz is not None and not _scalar(odz, otype))
+        ):
+            return None
+        weights = self._weights_for(module, ins)
+        if weights is None:
+            return None
+        packed, scale, bias, k = weights
+        w = self._get(ins, "w")
+        attrs = self.conv.attrs
+        try:
+            kernel, st, dil, pd, out = conv_geometry(
+                x,
+                w,
+                attrs.get("auto_pad", "NOTSET"),
+                attrs.get("dilations"),
+                attrs.get("kernel_shape"),
+                attrs.get("pads"),
+                attrs.get("strides"),
+            )
+        except Exception:
+            return None  # the Conv kernel raises it with the right node named
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        if c != w.shape[1] or min(pd) < 0 or min(out) <= 0 or c * math.prod(kernel) != k:
+            return None
+        if st[0] * st[1] > 64:
+            return None  # (the used phases travel as a 64-bit mask)
+        x_signed = xtype == np.int8
+        zx = 0 if xz is None else int(xz.reshape(()))
+        zd = 0 if dz is None else int(dz.reshape(()))
+        plan = self._layouts.get(x.shape)
+        if plan is None:
+            plan = self._layouts[x.shape] = layout_plan(x.shape, kernel, st, dil, pd, out)
+        phase_hw, phases, length, used, wide, per_channel = plan
+        flat = scratch("conv_flat", (n, c, phases, length), np.uint8)
+        # The image with its pads at the zero point: a padded value is real 0 in the float
+        # definition, that is the integer zd of the dequantizer.
+        status = module.quantize_layout(
+            np.ascontiguousarray(x),
+            n,
+            c,
+            x.shape[2],
+            x.shape[3],
+            np.float32(xs.reshape(())),
+            zx,
+            x_signed,
+            pd[0],
+            pd[1],
+            st[0],
+            st[1],
+            phase_hw[0],
+            phase_hw[1],
+            length,
+            zd % 256,
+            used,
+            flat,
+        )
+        if status < 0:
+            return None  # a NaN: the platform's cast decides; run the nodes
+        rows, width = out[0], wide // out[0]
+        acc = scratch("int8_acc", (m, wide), np.int32)
+        y = np.empty((n, m, *out), dtype=_F32)
+        o_signed = otype == np.int8
+        qz = 0 if oz is None else int(oz.reshape(()))
+        dqz = 0 if odz is None else int(odz.reshape(()))
+        empty = b""
+        for b in range(n):
+            offsets = per_channel + b * (c * phases * length) if b else per_channel
+            module.gemm(packed, flat, offsets, 1, wide, x_signed, zd, acc)
+            status = module.rescale_qdq(
+                acc,
+                m,
+                rows,
+                width,
+                out[1],
+                scale,
+                empty if bias is None else bias,
+                self.relu,
+                o_signed,
+                np.float32(os_.reshape(())),
+                qz,
+                np.float32(ods.reshape(())),
+                dqz,
+                y[b],
+            )
+            if status < 0:
+                return None
+        return y
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        values = dict(zip(self.slots, ins))
+        result: list[Any] = []
+        for pn in self.steps:
+            present = list(pn.inputs)
+            while present and present[-1] < 0:
+                present.pop()
+            args = [values[s] if s >= 0 else None for s in present]
+            result = ex.call_kernel(pn, args)
+            for s, v in zip(pn.outputs, result):
+                if s >= 0:
+                    values[s] = v
+        return result
+
+
+def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
+    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)

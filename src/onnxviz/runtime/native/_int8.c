@@ -1,0 +1,1146 @@
+/* onnxviz.runtime.native._int8: exact 8-bit integer matrix products.
+ *
+ *   C[m, n] = sum_k (W[m, k] - zw[m]) * (X[k, n] - zx)          (int32, exact)
+ *
+ * W is a constant (a conv or MatMul weight, int8 or uint8, one zero point per row),
+ * packed once by pack_weights in the layout the inner loop reads; X is the quantized
+ * activation (uint8 or int8, one zero point), read through row offsets so that a conv
+ * can hand its zero-padded flat image (one shifted row per kernel offset and channel)
+ * without an im2col copy; it is packed per call.
+ *
+ * Exactness.  |W - zw| <= 255 and |X - zx| <= 255, so |C| <= K * 65025 < 2^31 for
+ * K <= MAX_K (33025 would still do; we take 32768).  Larger K raises ValueError and the
+ * caller runs its numpy path.
+ *   levels 0-2 (generic, AVX2, AVX-512): both operands are widened to int16 with their
+ *     zero points already subtracted (values in [-255, 255]); vpmaddwd multiplies
+ *     pairs into int32 and adds two products (<= 130050, no saturation: vpmaddubsw,
+ *     which saturates at int16, is never used); sums of these stay below 2^31.
+ *   level 3 (AVX-512 VNNI): vpdpbusd multiplies unsigned bytes (X, made unsigned by
+ *     adding 128 to an int8 X and to zx) by signed bytes (W, made signed by subtracting
+ *     128 from a uint8 W and from zw) and adds four products into int32 without
+ *     saturation (it wraps).  The zero points then come in exactly through
+ *       sum (x - zx)(w - zw) = sum x w - zw sum_k x - zx sum_k w + K zx zw,
+ *     computed modulo 2^32 (unsigned arithmetic): the true result fits in int32, so
+ *     the wrapped partial sums give it exactly.
+ *
+ * Functions (every size is checked against its buffer before a byte is read):
+ *   set_level(n), level()
+ *   max_k() -> MAX_K
+ *   pack_weights(w, M, K, w_signed, zw) -> bytes      (w: M*K bytes, zw: M int32)
+ *   gemm(packed, x, rowoff, colstride, N, x_signed, zx, out)
+ *       X[k, n] = x[rowoff[k] + n * colstride]; out: M*N int32, row-major
+ *   rescale(acc, M, rows, width, keep, scale, bias, y)
+ *       y[m, r, j] = (float)((double)acc[m, r*width + j] * scale[m] + bias[m]), j < keep
+ *   rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y)
+ *       rescale's float32 value (then Relu's max(v, 0) when relu), quantized and
+ *       dequantized again by QuantizeLinear's and DequantizeLinear's float32 steps
+ *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
+ *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
+ *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
+ *                   length, fill, used, out) -> 0, or -1 when x holds a NaN
+ *       quantize, written into a conv's flat layout (stride phases, padded with fill)
+ *   quantize(x, scale, zp, signed, out) -> 0, or -1 when x holds a NaN
+ *       out = clip(rint(x / scale) + zp) in float32 steps (QuantizeLinear's), as bytes
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_X86 1
+#include <immintrin.h>
+#else
+#define HAVE_X86 0
+#endif
+
+#define MAX_K 32768
+#define KC_GROUPS_BYTES 512 /* k per cache block (a multiple of 4) */
+#define MAGIC 0x38544e49    /* "INT8" */
+
+static int current_level = 0;
+
+typedef struct {
+    int mr, nr, group; /* rows of W per tile, columns of X per tile, k per int32 group */
+} Shape;
+
+static Shape level_shape(int level) {
+    Shape s;
+    switch (level) {
+    case 1: s.mr = 6; s.nr = 16; s.group = 2; break;
+    case 2: s.mr = 8; s.nr = 32; s.group = 2; break;
+    case 3: s.mr = 8; s.nr = 32; s.group = 4; break;
+    default: s.mr = 4; s.nr = 16; s.group = 2; break;
+    }
+    return s;
+}
+
+/* The packed weights: this header, then rowsum[Mp] and zw[Mp] (int32), then the panels:
+ * for each panel of mr rows, for each k group, mr int32 groups. */
+typedef struct {
+    int32_t magic, level, m, k, mr, group, kq, panels;
+} Header;
+
+static size_t packed_bytes(const Header *h) {
+    size_t mp = (size_t)h->panels * h->mr;
+    return sizeof(Header) + 2 * mp * sizeof(int32_t) + mp * (size_t)h->kq * sizeof(int32_t);
+}
+
+/* ---- the micro-kernels: acc[mr][nr] (+)= sum over kq groups of wp x xp ---------------- */
+
+/* c: tile origin, ldc: row stride; store only rows < mr_valid and columns < nr_valid. */
+static void store_tile(int32_t *c, Py_ssize_t ldc, const int32_t *tile, int mr, int nr,
+                       int mr_valid, int nr_valid, int accumulate) {
+    for (int i = 0; i < mr_valid; i++) {
+        int32_t *row = c + i * ldc;
+        const int32_t *t = tile + i * nr;
+        if (accumulate)
+            for (int j = 0; j < nr_valid; j++) row[j] = (int32_t)((uint32_t)row[j] + (uint32_t)t[j]);
+        else
+            memcpy(row, t, (size_t)nr_valid * sizeof(int32_t));
+    }
+    (void)mr;
+}
+
+static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c,
+                           Py_ssize_t ldc, int mr_valid, int nr_valid, int accumulate) {
+    enum { MR = 4, NR = 16 };
+    int32_t acc[MR * NR];
+    memset(acc, 0, sizeof(acc));
+    for (Py_ssize_t q = 0; q < kq; q++) {
+        const int32_t *w = wp + q * MR, *x = xp + q * NR;
+        for (int i = 0; i < MR; i++) {
+            int32_t w0 = (int16_t)(uint16_t)((uint32_t)w[i] & 0xffff);
+            int32_t w1 = (int16_t)(uint16_t)((uint32_t)w[i] >> 16);
+            for (int j = 0; j < NR; j++) {
+                int32_t x0 = (int16_t)(uint16_t)((uint32_t)x[j] & 0xffff);
+                int32_t x1 = (int16_t)(uint16_t)((uint32_t)x[j] >> 16);
+                acc[i * NR + j] += w0 * x0 + w1 * x1;
+            }
+        }
+    }
+    store_tile(c, ldc, acc, MR, NR, mr_valid, nr_valid, accumulate);
+}
+
+#if HAVE_X86
+__attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, const int32_t *xp,
+                                                            Py_ssize_t kq, int32_t *c,
+                                                            Py_ssize_t ldc, int mr_valid,
+                                                            int nr_valid, int accumulate) {
+    enum { MR = 6, NR = 16 };
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
+            a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+    for (Py_ssize_t q = 0; q < kq; q++) {
+        const int32_t *w = wp + q * MR;
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(xp + q * NR));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + q * NR + 8));
+        __m256i b;
+        b = _mm256_set1_epi32(w[0]);
+        a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(x0, b));
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(x1, b));
+        b = _mm256_set1_epi32(w[1]);
+        a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(x0, b));
+        a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(x1, b));
+        b = _mm256_set1_epi32(w[2]);
+        a20 = _mm256_add_epi32(a20, _mm256_madd_epi16(x0, b));
+        a21 = _mm256_add_epi32(a21, _mm256_madd_epi16(x1, b));
+        b = _mm256_set1_epi32(w[3]);
+        a30 = _mm256_add_epi32(a30, _mm256_madd_epi16(x0, b));
+        a31 = _mm256_add_epi32(a31, _mm256_madd_epi16(x1, b));
+        b = _mm256_set1_epi32(w[4]);
+        a40 = _mm256_add_epi32(a40, _mm256_madd_epi16(x0, b));
+        a41 = _mm256_add_epi32(a41, _mm256_madd_epi16(x1, b));
+        b = _mm256_set1_epi32(w[5]);
+        a50 = _mm256_add_epi32(a50, _mm256_madd_epi16(x0, b));
+        a51 = _mm256_add_epi32(a51, _mm256_madd_epi16(x1, b));
+    }
+    int32_t tile[MR * NR];
+    _mm256_storeu_si256((__m256i *)(tile + 0 * NR), a00);
+    _mm256_storeu_si256((__m256i *)(tile + 0 * NR + 8), a01);
+    _mm256_storeu_si256((__m256i *)(tile + 1 * NR), a10);
+    _mm256_storeu_si256((__m256i *)(tile + 1 * NR + 8), a11);
+    _mm256_storeu_si256((__m256i *)(tile + 2 * NR), a20);
+    _mm256_storeu_si256((__m256i *)(tile + 2 * NR + 8), a21);
+    _mm256_storeu_si256((__m256i *)(tile + 3 * NR), a30);
+    _mm256_storeu_si256((__m256i *)(tile + 3 * NR + 8), a31);
+    _mm256_storeu_si256((__m256i *)(tile + 4 * NR), a40);
+    _mm256_storeu_si256((__m256i *)(tile + 4 * NR + 8), a41);
+    _mm256_storeu_si256((__m256i *)(tile + 5 * NR), a50);
+    _mm256_storeu_si256((__m256i *)(tile + 5 * NR + 8), a51);
+    store_tile(c, ldc, tile, MR, NR, mr_valid, nr_valid, accumulate);
+}
+
+#define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
+
+/* 8 rows x 32 columns: 16 zmm accumulators.  STEP(acc, x, broadcast) is one product. */
+#define KERNEL_512(NAME, TARGET, STEP)                                                         \
+    __attribute__((target(TARGET))) static void NAME(                                         \
+        const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,      \
+        int mr_valid, int nr_valid, int accumulate) {                                         \
+        enum { MR = 8, NR = 32 };                                                             \
+        __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,     \
+                a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00,  \
+                a60 = a00, a61 = a00, a70 = a00, a71 = a00;                                   \
+        for (Py_ssize_t q = 0; q < kq; q++) {                                                 \
+            const int32_t *w = wp + q * MR;                                                   \
+            __m512i x0 = _mm512_loadu_si512((const void *)(xp + q * NR));                     \
+            __m512i x1 = _mm512_loadu_si512((const void *)(xp + q * NR + 16));                \
+            __m512i b;                                                                        \
+            b = _mm512_set1_epi32(w[0]);                                                      \
+            a00 = STEP(a00, x0, b);                                                           \
+            a01 = STEP(a01, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[1]);                                                      \
+            a10 = STEP(a10, x0, b);                                                           \
+            a11 = STEP(a11, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[2]);                                                      \
+            a20 = STEP(a20, x0, b);                                                           \
+            a21 = STEP(a21, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[3]);                                                      \
+            a30 = STEP(a30, x0, b);                                                           \
+            a31 = STEP(a31, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[4]);                                                      \
+            a40 = STEP(a40, x0, b);                                                           \
+            a41 = STEP(a41, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[5]);                                                      \
+            a50 = STEP(a50, x0, b);                                                           \
+            a51 = STEP(a51, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[6]);                                                      \
+            a60 = STEP(a60, x0, b);                                                           \
+            a61 = STEP(a61, x1, b);                                                           \
+            b = _mm512_set1_epi32(w[7]);                                                      \
+            a70 = STEP(a70, x0, b);                                                           \
+            a71 = STEP(a71, x1, b);                                                           \
+        }                                                                                     \
+        if (mr_valid == MR && nr_valid == NR && !accumulate) {                                \
+            _mm512_storeu_si512((void *)(c + 0 * ldc), a00);                                  \
+            _mm512_storeu_si512((void *)(c + 0 * ldc + 16), a01);                             \
+            _mm512_storeu_si512((void *)(c + 1 * ldc), a10);                                  \
+            _mm512_storeu_si512((void *)(c + 1 * ldc + 16), a11);                             \
+            _mm512_storeu_si512((void *)(c + 2 * ldc), a20);                                  \
+            _mm512_storeu_si512((void *)(c + 2 * ldc + 16), a21);                             \
+            _mm512_storeu_si512((void *)(c + 3 * ldc), a30);                                  \
+            _mm512_storeu_si512((void *)(c + 3 * ldc + 16), a31);                             \
+            _mm512_storeu_si512((void *)(c + 4 * ldc), a40);                                  \
+            _mm512_storeu_si512((void *)(c + 4 * ldc + 16), a41);                             \
+            _mm512_storeu_si512((void *)(c + 5 * ldc), a50);                                  \
+            _mm512_storeu_si512((void *)(c + 5 * ldc + 16), a51);                             \
+            _mm512_storeu_si512((void *)(c + 6 * ldc), a60);                                  \
+            _mm512_storeu_si512((void *)(c + 6 * ldc + 16), a61);                             \
+            _mm512_storeu_si512((void *)(c + 7 * ldc), a70);                                  \
+            _mm512_storeu_si512((void *)(c + 7 * ldc + 16), a71);                             \
+            return;                                                                           \
+        }                                                                                     \
+        int32_t tile[MR * NR];                                                                \
+        _mm512_storeu_si512((void *)(tile + 0 * NR), a00);                                    \
+        _mm512_storeu_si512((void *)(tile + 0 * NR + 16), a01);                               \
+        _mm512_storeu_si512((void *)(tile + 1 * NR), a10);                                    \
+        _mm512_storeu_si512((void *)(tile + 1 * NR + 16), a11);                               \
+        _mm512_storeu_si512((void *)(tile + 2 * NR), a20);                                    \
+        _mm512_storeu_si512((void *)(tile + 2 * NR + 16), a21);                               \
+        _mm512_storeu_si512((void *)(tile + 3 * NR), a30);                                    \
+        _mm512_storeu_si512((void *)(tile + 3 * NR + 16), a31);                               \
+        _mm512_storeu_si512((void *)(tile + 4 * NR), a40);                                    \
+        _mm512_storeu_si512((void *)(tile + 4 * NR + 16), a41);                               \
+        _mm512_storeu_si512((void *)(tile + 5 * NR), a50);                                    \
+        _mm512_storeu_si512((void *)(tile + 5 * NR + 16), a51);                               \
+        _mm512_storeu_si512((void *)(tile + 6 * NR), a60);                                    \
+        _mm512_storeu_si512((void *)(tile + 6 * NR + 16), a61);                               \
+        _mm512_storeu_si512((void *)(tile + 7 * NR), a70);                                    \
+        _mm512_storeu_si512((void *)(tile + 7 * NR + 16), a71);                               \
+        store_tile(c, ldc, tile, MR, NR, mr_valid, nr_valid, accumulate);                     \
+    }
+
+#define STEP_MADD(acc, x, b) _mm512_add_epi32((acc), _mm512_madd_epi16((x), (b)))
+#define STEP_VNNI(acc, x, b) _mm512_dpbusd_epi32((acc), (x), (b))
+
+KERNEL_512(kernel_avx512, AVX512_TARGET, STEP_MADD)
+KERNEL_512(kernel_vnni, AVX512_TARGET ",avx512vnni", STEP_VNNI)
+#endif
+
+typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
+                       int, int);
+
+static Kernel level_kernel(int level) {
+#if HAVE_X86
+    switch (level) {
+    case 1: return kernel_avx2;
+    case 2: return kernel_avx512;
+    case 3: return kernel_vnni;
+    default: break;
+    }
+#endif
+    return kernel_generic;
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* One int32 group of `group` k values for the int16 form (group 2: two int16, the value
+ * minus its zero point) or the byte form (group 4: four bytes). */
+static inline uint32_t pair16(int32_t v0, int32_t v1) {
+    return (uint32_t)(uint16_t)(int16_t)v0 | ((uint32_t)(uint16_t)(int16_t)v1 << 16);
+}
+
+static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer w, zw;
+    Py_ssize_t m, k;
+    int w_signed;
+    if (!PyArg_ParseTuple(args, "y*nnpy*", &w, &m, &k, &w_signed, &zw)) return NULL;
+    PyObject *result = NULL;
+    if (m <= 0 || k <= 0 || k > MAX_K || m > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "pack_weights: M=%zd, K=%zd (K must be 1..%d)", m, k,
+                     MAX_K);
+        goto done;
+    }
+    if (w.len < m * k || zw.len < m * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "pack_weights: a buffer is shorter than its size");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int32_t z = ((const int32_t *)zw.buf)[i];
+        if (w_signed ? (z < -128 || z > 127) : (z < 0 || z > 255)) {
+            PyErr_SetString(PyExc_ValueError, "pack_weights: zero point outside the type's range");
+            goto done;
+        }
+    }
+    {
+        const int level = current_level;
+        const Shape s = level_shape(level);
+        Header h;
+        h.magic = MAGIC;
+        h.level = level;
+        h.m = (int32_t)m;
+        h.k = (int32_t)k;
+        h.mr = s.mr;
+        h.group = s.group;
+        h.kq = (int32_t)((k + s.group - 1) / s.group);
+        h.panels = (int32_t)((m + s.mr - 1) / s.mr);
+        const Py_ssize_t mp = (Py_ssize_t)h.panels * s.mr;
+        result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)packed_bytes(&h));
+        if (result == NULL) goto done;
+        char *base = PyBytes_AS_STRING(result);
+        memcpy(base, &h, sizeof(h));
+        int32_t *rowsum = (int32_t *)(base + sizeof(Header));
+        int32_t *zeros = rowsum + mp;
+        uint32_t *panel = (uint32_t *)(zeros + mp);
+        const uint8_t *src = (const uint8_t *)w.buf;
+        const int32_t *zsrc = (const int32_t *)zw.buf;
+        memset(rowsum, 0, 2 * (size_t)mp * sizeof(int32_t));
+        memset(panel, 0, (size_t)mp * (size_t)h.kq * sizeof(uint32_t));
+        for (Py_ssize_t i = 0; i < m; i++) {
+            const uint8_t *row = src + i * k;
+            uint32_t *dst = panel + (i / s.mr) * (Py_ssize_t)h.kq * s.mr + i % s.mr;
+            int32_t z = zsrc[i];
+            int32_t sum = 0;
+            if (s.group == 2) {
+                for (Py_ssize_t q = 0; q < h.kq; q++) {
+                    int32_t v[2] = {0, 0};
+                    for (int g = 0; g < 2 && q * 2 + g < k; g++) {
+                        int32_t raw = w_signed ? (int32_t)(int8_t)row[q * 2 + g] : row[q * 2 + g];
+                        v[g] = raw - z;
+                    }
+                    dst[q * s.mr] = pair16(v[0], v[1]);
+                }
+            } else {
+                /* Byte form: signed bytes (uint8 weights shift by -128, zero point too). */
+                for (Py_ssize_t q = 0; q < h.kq; q++) {
+                    uint32_t packed = 0;
+                    for (int g = 0; g < 4 && q * 4 + g < k; g++) {
+                        int32_t raw = w_signed ? (int32_t)(int8_t)row[q * 4 + g]
+                                               : (int32_t)row[q * 4 + g] - 128;
+                        sum += raw;
+                        packed |= (uint32_t)(uint8_t)(int8_t)raw << (8 * g);
+                    }
+                    dst[q * s.mr] = packed;
+                }
+                z = w_signed ? z : z - 128;
+            }
+            rowsum[i] = sum;
+            zeros[i] = z;
+        }
+    }
+done:
+    PyBuffer_Release(&w);
+    PyBuffer_Release(&zw);
+    return result;
+}
+
+#if defined(__SSE2__)
+/* One k group of `panels` consecutive full panels (nr columns each, a multiple of 16; the
+ * first at column j0, each panel_stride groups after the one before in o) from rows read
+ * with column stride 1, by byte and word interleaves (SSE2: every x86-64 CPU has it). The
+ * group's rows are read once along the whole span. */
+static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t k, Py_ssize_t q,
+                            Py_ssize_t j0, Py_ssize_t panels, Py_ssize_t panel_stride,
+                            Py_ssize_t nr, int group, int x_signed, int32_t zx, uint32_t *o) {
+    const Py_ssize_t span = panels * nr;
+    const __m128i zero = _mm_setzero_si128();
+    if (group == 4) {
+        const uint8_t *r[4];
+        __m128i flip[4];
+        for (int g = 0; g < 4; g++) {
+            const Py_ssize_t kk = 4 * q + g;
+            /* Past K: zero bytes, never flipped (the weight there is 0 too). */
+            r[g] = kk < k ? x + rowoff[kk] + j0 : NULL;
+            flip[g] = kk < k && x_signed ? _mm_set1_epi8((char)0x80) : zero;
+        }
+        for (Py_ssize_t j = 0, pp = 0, jj = 0; j < span; j += 16, jj += 16) {
+            if (jj == nr) {
+                jj = 0;
+                pp++;
+            }
+            __m128i v[4];
+            for (int g = 0; g < 4; g++)
+                v[g] = r[g] ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[g] + j)), flip[g])
+                            : zero;
+            const __m128i ab_lo = _mm_unpacklo_epi8(v[0], v[1]), ab_hi = _mm_unpackhi_epi8(v[0], v[1]);
+            const __m128i cd_lo = _mm_unpacklo_epi8(v[2], v[3]), cd_hi = _mm_unpackhi_epi8(v[2], v[3]);
+            __m128i *out = (__m128i *)(o + pp * panel_stride + jj);
+            _mm_storeu_si128(out, _mm_unpacklo_epi16(ab_lo, cd_lo));
+            _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
+            _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
+            _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
+        }
+        return;
+    }
+    const Py_ssize_t k0 = 2 * q;
+    const uint8_t *r0 = x + rowoff[k0] + j0;
+    const uint8_t *r1 = k0 + 1 < k ? x + rowoff[k0 + 1] + j0 : NULL;
+    const __m128i z = _mm_set1_epi16((short)zx);
+    for (Py_ssize_t j = 0, pp = 0, jj = 0; j < span; j += 16, jj += 16) {
+        if (jj == nr) {
+            jj = 0;
+            pp++;
+        }
+        __m128i lo[2], hi[2];
+        for (int g = 0; g < 2; g++) {
+            const uint8_t *row = g ? r1 : r0;
+            if (row == NULL) { /* past K: 0 after the zero point (the weight is 0 too) */
+                lo[g] = hi[g] = zero;
+                continue;
+            }
+            const __m128i a = _mm_loadu_si128((const __m128i *)(row + j));
+            if (x_signed) { /* sign-extend: the byte in the high half, shifted down */
+                lo[g] = _mm_srai_epi16(_mm_unpacklo_epi8(a, a), 8);
+                hi[g] = _mm_srai_epi16(_mm_unpackhi_epi8(a, a), 8);
+            } else {
+                lo[g] = _mm_unpacklo_epi8(a, zero);
+                hi[g] = _mm_unpackhi_epi8(a, zero);
+            }
+            lo[g] = _mm_sub_epi16(lo[g], z);
+            hi[g] = _mm_sub_epi16(hi[g], z);
+        }
+        __m128i *out = (__m128i *)(o + pp * panel_stride + jj);
+        _mm_storeu_si128(out, _mm_unpacklo_epi16(lo[0], lo[1]));
+        _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(lo[0], lo[1]));
+        _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(hi[0], hi[1]));
+        _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(hi[0], hi[1]));
+    }
+}
+#endif
+
+/* X[k, n] = x[rowoff[k] + n * colstride] -> panels p_begin..p_end-1 of nr columns (from
+ * dst on): for each k group, nr int32 groups (written in order; the group's rows are read
+ * side by side).
+ * colsum[n] (byte form, when not NULL): sum over k of the unsigned byte. */
+static void pack_x(const uint8_t *x, const int64_t *rowoff, Py_ssize_t colstride, Py_ssize_t k,
+                   Py_ssize_t n, int x_signed, int32_t zx, Shape s, Py_ssize_t kq,
+                   uint32_t *dst, int32_t *colsum, Py_ssize_t p_begin, Py_ssize_t p_end) {
+    const Py_ssize_t nr = s.nr;
+    const uint8_t flip = x_signed ? 0x80 : 0; /* int8 -> uint8 by +128 (byte form) */
+    /* A row of zero points (int16 form) or zeros (byte form) for the k past K. */
+    static const uint8_t zero_row[64] = {0};
+    Py_ssize_t first = p_begin; /* the first panel the scalar loop below packs */
+#if defined(__SSE2__)
+    if (colstride == 1 && colsum == NULL) {
+        /* The full panels, k group by k group, each group's rows read along the span. */
+        const Py_ssize_t full_end = n / nr < p_end ? n / nr : p_end;
+        if (full_end > p_begin) {
+            for (Py_ssize_t q = 0; q < kq; q++)
+                pack_group_sse2(x, rowoff, k, q, p_begin * nr, full_end - p_begin, kq * nr, nr,
+                                s.group, x_signed, zx, dst + q * nr);
+            first = full_end;
+        }
+    }
+#endif
+    for (Py_ssize_t p = first; p < p_end; p++) {
+        const Py_ssize_t j0 = p * nr;
+        const Py_ssize_t nv = n - j0 < nr ? n - j0 : nr;
+        uint32_t *o = dst + (p - p_begin) * kq * nr;
+        int32_t *cs = colsum != NULL ? colsum + j0 : NULL;
+        for (Py_ssize_t q = 0; q < kq; q++, o += nr) {
+            if (s.group == 2) {
+                const Py_ssize_t k0 = 2 * q;
+                const uint8_t *r0 = x + rowoff[k0] + j0 * colstride;
+                const int has1 = k0 + 1 < k;
+                const uint8_t *r1 = has1 ? x + rowoff[k0 + 1] + j0 * colstride : r0;
+                if (x_signed) {
+                    for (Py_ssize_t j = 0; j < nv; j++) {
+                        int32_t v0 = (int32_t)(int8_t)r0[j * colstride] - zx;
+                        int32_t v1 = has1 ? (int32_t)(int8_t)r1[j * colstride] - zx : 0;
+                        o[j] = pair16(v0, v1);
+                    }
+                } else {
+                    for (Py_ssize_t j = 0; j < nv; j++) {
+                        int32_t v0 = (int32_t)r0[j * colstride] - zx;
+                        int32_t v1 = has1 ? (int32_t)r1[j * colstride] - zx : 0;
+                        o[j] = pair16(v0, v1);
+                    }
+                }
+            } else {
+                const uint8_t *r[4];
+                Py_ssize_t step[4];
+                uint8_t fl[4];
+                for (int g = 0; g < 4; g++) {
+                    const Py_ssize_t kk = 4 * q + g;
+                    r[g] = kk < k ? x + rowoff[kk] + j0 * colstride : zero_row;
+                    step[g] = kk < k ? colstride : 0;
+                    fl[g] = kk < k ? flip : 0;
+                }
+                for (Py_ssize_t j = 0; j < nv; j++) {
+                    uint32_t b0 = (uint8_t)(r[0][j * step[0]] ^ fl[0]);
+                    uint32_t b1 = (uint8_t)(r[1][j * step[1]] ^ fl[1]);
+                    uint32_t b2 = (uint8_t)(r[2][j * step[2]] ^ fl[2]);
+                    uint32_t b3 = (uint8_t)(r[3][j * step[3]] ^ fl[3]);
+                    o[j] = b0 | b1 << 8 | b2 << 16 | b3 << 24;
+                    if (colsum != NULL) cs[j] += (int32_t)(b0 + b1 + b2 + b3);
+                }
+            }
+            for (Py_ssize_t j = nv; j < nr; j++) o[j] = 0;
+        }
+    }
+}
+
+static int check_offsets(const int64_t *rowoff, Py_ssize_t k, Py_ssize_t n, Py_ssize_t colstride,
+                         Py_ssize_t len) {
+    const int64_t span = (int64_t)(n - 1) * colstride;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (rowoff[i] < 0 || rowoff[i] > (int64_t)len - 1 - span) return 0;
+    return 1;
+}
+
+static PyObject *py_gemm(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer packed, x, rowoff, out;
+    Py_ssize_t colstride, n;
+    int x_signed, zx;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnpiw*", &packed, &x, &rowoff, &colstride, &n, &x_signed,
+                          &zx, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Header h;
+    if (packed.len < (Py_ssize_t)sizeof(Header)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: not packed weights");
+        goto done;
+    }
+    memcpy(&h, packed.buf, sizeof(h));
+    if (h.magic != MAGIC || h.m <= 0 || h.k <= 0 || h.k > MAX_K || h.panels <= 0 ||
+        h.kq <= 0 || h.level < 0 || h.level > 3 ||
+        packed.len != (Py_ssize_t)packed_bytes(&h)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: not packed weights");
+        goto done;
+    }
+    const Shape s = level_shape(current_level);
+    if (h.level != current_level || h.mr != s.mr || h.group != s.group ||
+        h.kq != (h.k + s.group - 1) / s.group || h.panels != (h.m + s.mr - 1) / s.mr) {
+        PyErr_SetString(PyExc_ValueError, "gemm: the weights were packed at another level");
+        goto done;
+    }
+    const Py_ssize_t m = h.m, k = h.k;
+    if (n <= 0 || colstride <= 0 || colstride > x.len ||
+        n > PY_SSIZE_T_MAX / 8 / (colstride + m + k)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: bad N or column stride");
+        goto done;
+    }
+    if (x_signed ? (zx < -128 || zx > 127) : (zx < 0 || zx > 255)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: zero point outside the type's range");
+        goto done;
+    }
+    if (rowoff.len != k * (Py_ssize_t)sizeof(int64_t) || out.len < m * n * (Py_ssize_t)4 ||
+        x.len <= 0 || !check_offsets((const int64_t *)rowoff.buf, k, n, colstride, x.len)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: a buffer does not fit its sizes");
+        goto done;
+    }
+    {
+        const Py_ssize_t kq = h.kq, panels_n = (n + s.nr - 1) / s.nr;
+        /* X is packed a block of column panels at a time, just before its products: as
+         * many panels as fit in about 256 KB (L2), each block then multiplied by every row
+         * panel of W in turn, so C is written row panel by row panel (8 rows streaming
+         * along N, not all M rows at once) while the packed block stays in cache. */
+        Py_ssize_t block = (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
+        block = block < 1 ? 1 : (block > panels_n ? panels_n : block);
+        uint32_t *xp = malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
+        const char *base0 = (const char *)packed.buf;
+        const Py_ssize_t mp0 = (Py_ssize_t)h.panels * h.mr;
+        const int32_t *zeros0 = (const int32_t *)(base0 + sizeof(Header)) + mp0;
+        int need_colsum = 0;
+        for (Py_ssize_t i = 0; i < m && s.group == 4; i++) need_colsum |= zeros0[i] != 0;
+        int32_t *colsum = need_colsum ? calloc((size_t)n, sizeof(int32_t)) : NULL;
+        if (xp == NULL || (need_colsum && colsum == NULL)) {
+            free(xp);
+            free(colsum);
+            PyErr_NoMemory();
+            goto done;
+        }
+        const char *base = (const char *)packed.buf;
+        const int32_t *rowsum = (const int32_t *)(base + sizeof(Header));
+        const Py_ssize_t mp = (Py_ssize_t)h.panels * h.mr;
+        const int32_t *zeros = rowsum + mp;
+        const int32_t *wpanels = zeros + mp;
+        int32_t *c = (int32_t *)out.buf;
+        const Kernel kern = level_kernel(current_level);
+        Py_BEGIN_ALLOW_THREADS;
+        const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
+        for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
+            const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
+            pack_x((const uint8_t *)x.buf, (const int64_t *)rowoff.buf, colstride, k, n,
+                   x_signed, zx, s, kq, xp, colsum, b0, b1);
+            for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
+                const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
+                for (Py_ssize_t pm = 0; pm < h.panels; pm++) {
+                    const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
+                    const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
+                    for (Py_ssize_t pn = b0; pn < b1; pn++) {
+                        const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
+                        const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+                        kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr,
+                             n, mr_valid, nr_valid, q0 > 0);
+                    }
+                }
+            }
+        }
+        if (s.group == 4) {
+            /* Byte form: the zero points' exact correction, modulo 2^32. */
+            const uint32_t zxu = (uint32_t)(x_signed ? zx + 128 : zx);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const uint32_t zw = (uint32_t)zeros[i];
+                const uint32_t row_term = zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i];
+                uint32_t *ci = (uint32_t *)(c + i * n);
+                if (zw == 0) {
+                    if (row_term != 0)
+                        for (Py_ssize_t j = 0; j < n; j++) ci[j] += row_term;
+                } else {
+                    for (Py_ssize_t j = 0; j < n; j++)
+                        ci[j] += row_term - zw * (uint32_t)colsum[j];
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS;
+        free(xp);
+        free(colsum);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&packed);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&rowoff);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* ---- the float side ----------------------------------------------------------------------- */
+
+static PyObject *py_rescale(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer acc, scale, bias, y;
+    Py_ssize_t m, rows, width, keep;
+    if (!PyArg_ParseTuple(args, "y*nnnny*y*w*", &acc, &m, &rows, &width, &keep, &scale, &bias,
+                          &y))
+        return NULL;
+    PyObject *result = NULL;
+    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
+        m > PY_SSIZE_T_MAX / 8 / rows / width) {
+        PyErr_SetString(PyExc_ValueError, "rescale: bad sizes");
+        goto done;
+    }
+    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 8 ||
+        (bias.len != 0 && bias.len < m * 8)) {
+        PyErr_SetString(PyExc_ValueError, "rescale: a buffer does not fit its sizes");
+        goto done;
+    }
+    {
+        const int32_t *a = (const int32_t *)acc.buf;
+        const double *sc = (const double *)scale.buf;
+        const double *bi = bias.len ? (const double *)bias.buf : NULL;
+        float *out = (float *)y.buf;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            const double s = sc[i], b = bi ? bi[i] : 0.0;
+            for (Py_ssize_t r = 0; r < rows; r++) {
+                const int32_t *src = a + (i * rows + r) * width;
+                float *dst = out + (i * rows + r) * keep;
+                for (Py_ssize_t j = 0; j < keep; j++) dst[j] = (float)((double)src[j] * s + b);
+            }
+        }
+        Py_END_ALLOW_THREADS;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&y);
+    return result;
+}
+
+/* Round half to even of a float32, as rintf in the default rounding mode, without the
+ * library call (x86-64's baseline has no rounding instruction): below 2^22 in magnitude,
+ * adding and taking away 1.5 * 2^23 leaves the nearest integer (ties to even: the
+ * constant is even, and the sum's ulp is 1); from 2^22 up, every caller clips the value
+ * to an 8-bit range anyway, so it is left as it is (the clip gives the same bound). */
+static inline float round_even(float t) {
+    const float magic = 12582912.0f;
+    const float r = (t + magic) - magic;
+    return fabsf(t) < 4194304.0f ? r : t;
+}
+
+/* QuantizeLinear's steps on n floats: divide, round, add the zero point, clip; the
+ * result as bytes; returns whether a NaN was met. */
+#define QUANTIZE_BODY                                                                         \
+    int nan = 0;                                                                              \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                      \
+        float t = round_even(src[i] / scale) + z;                                             \
+        nan |= t != t;                                                                        \
+        t = t < lo ? lo : t;                                                                  \
+        t = t > hi ? hi : t;                                                                  \
+        t = t == t ? t : 0.0f;                                                                \
+        dst[i] = (uint8_t)(int32_t)t;                                                         \
+    }                                                                                         \
+    return nan;
+
+static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float scale, float z,
+                            float lo, float hi) {
+    QUANTIZE_BODY
+}
+
+/* One row of rescale_qdq: float32(acc * s + b) [Relu], quantized and dequantized. */
+#define RESCALE_QDQ_BODY                                                                      \
+    int nan = 0;                                                                              \
+    for (Py_ssize_t j = 0; j < keep; j++) {                                                   \
+        float v = (float)((double)src[j] * s + b);                                            \
+        if (relu) v = v < 0.0f ? 0.0f : v;                                                    \
+        float t = round_even(v / qs) + z;                                                     \
+        nan |= t != t;                                                                        \
+        t = t < lo ? lo : t;                                                                  \
+        t = t > hi ? hi : t;                                                                  \
+        dst[j] = (t - z2) * dqs;                                                              \
+    }                                                                                         \
+    return nan;
+
+static int rescale_row_generic(const int32_t *src, float *dst, Py_ssize_t keep, double s,
+                               double b, int relu, float qs, float z, float lo, float hi,
+                               float z2, float dqs) {
+    RESCALE_QDQ_BODY
+}
+
+#if HAVE_X86
+/* The same steps with AVX2 intrinsics, 8 values at a time: each one the same IEEE
+ * operation as the scalar code (no FMA: the definition rounds the product and the sum
+ * apart), so the same bits; the tails run the scalar code. */
+__attribute__((target("avx2"))) static inline __m256 round_clip8(__m256 t, __m256 z, __m256 lo,
+                                                                 __m256 hi, __m256 *nan) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 big = _mm256_set1_ps(4194304.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 r = _mm256_sub_ps(_mm256_add_ps(t, magic), magic);
+    const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, t), big, _CMP_LT_OQ);
+    t = _mm256_add_ps(_mm256_blendv_ps(t, r, small), z);
+    *nan = _mm256_or_ps(*nan, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
+    t = _mm256_blendv_ps(t, lo, _mm256_cmp_ps(t, lo, _CMP_LT_OQ));
+    return _mm256_blendv_ps(t, hi, _mm256_cmp_ps(t, hi, _CMP_GT_OQ));
+}
+
+__attribute__((target("avx2"))) static int quantize_avx2(const float *src, uint8_t *dst,
+                                                         Py_ssize_t n, float scale, float z,
+                                                         float lo, float hi) {
+    const __m256 sv = _mm256_set1_ps(scale), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi);
+    __m256 nan = _mm256_setzero_ps();
+    const int is_signed = lo < 0.0f;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_div_ps(_mm256_loadu_ps(src + i), sv);
+        t = round_clip8(t, zv, lov, hiv, &nan);
+        t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
+        const __m256i v = _mm256_cvttps_epi32(t);
+        const __m128i w16 =
+            _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        const __m128i b8 = is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+        _mm_storel_epi64((__m128i *)(dst + i), b8);
+    }
+    int bad = _mm256_movemask_ps(nan) != 0;
+    return quantize_generic(src + i, dst + i, n - i, scale, z, lo, hi) | bad;
+}
+
+__attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, float *dst,
+                                                            Py_ssize_t keep, double s, double b,
+                                                            int relu, float qs, float z,
+                                                            float lo, float hi, float z2,
+                                                            float dqs) {
+    const __m256d sd = _mm256_set1_pd(s), bd = _mm256_set1_pd(b);
+    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs),
+                 zero = _mm256_setzero_ps();
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t j = 0;
+    for (; j + 8 <= keep; j += 8) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
+        const __m256d d0 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(a)), sd), bd);
+        const __m256d d1 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(a, 1)), sd), bd);
+        __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(d1), _mm256_cvtpd_ps(d0));
+        if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+        __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
+        _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+    }
+    int bad = _mm256_movemask_ps(nan) != 0;
+    return rescale_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi, z2, dqs) |
+           bad;
+}
+#endif
+
+/* QuantizeLinear -> DequantizeLinear of n floats (fusion_qdq's QdqPair steps). */
+static int qdq_generic(const float *src, float *dst, Py_ssize_t n, float qs, float z, float lo,
+                       float hi, float z2, float dqs) {
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = round_even(src[i] / qs) + z;
+        nan |= t != t;
+        t = t < lo ? lo : t;
+        t = t > hi ? hi : t;
+        dst[i] = (t - z2) * dqs;
+    }
+    return nan;
+}
+
+#if HAVE_X86
+__attribute__((target("avx2"))) static int qdq_avx2(const float *src, float *dst, Py_ssize_t n,
+                                                    float qs, float z, float lo, float hi,
+                                                    float z2, float dqs) {
+    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs);
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 t = round_clip8(_mm256_div_ps(_mm256_loadu_ps(src + i), qv), zv, lov, hiv, &nan);
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+    }
+    int bad = _mm256_movemask_ps(nan) != 0;
+    return qdq_generic(src + i, dst + i, n - i, qs, z, lo, hi, z2, dqs) | bad;
+}
+#endif
+
+static PyObject *py_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    float qs, dqs;
+    int qz, dqz, is_signed;
+    if (!PyArg_ParseTuple(args, "y*fifipw*", &x, &qs, &qz, &dqs, &dqz, &is_signed, &out))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = x.len / 4;
+    if (x.len % 4 || out.len != x.len ||
+        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        PyErr_SetString(PyExc_ValueError, "qdq: a buffer or zero point does not fit");
+        goto done;
+    }
+    {
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        int (*fn)(const float *, float *, Py_ssize_t, float, float, float, float, float, float) =
+            qdq_generic;
+#if HAVE_X86
+        if (current_level >= 1) fn = qdq_avx2;
+#endif
+        int nan;
+        Py_BEGIN_ALLOW_THREADS;
+        nan = fn((const float *)x.buf, (float *)out.buf, n, qs, (float)qz, lo, hi, (float)dqz,
+                 dqs);
+        Py_END_ALLOW_THREADS;
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* rescale, then QuantizeLinear -> DequantizeLinear of the float32 result (fusion_qdq's
+ * QdqPair steps, in float32, in its order); returns -1 when a NaN met the quantizer. */
+static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer acc, scale, bias, y;
+    Py_ssize_t m, rows, width, keep;
+    float qs, dqs;
+    int qz, dqz, is_signed, relu;
+    if (!PyArg_ParseTuple(args, "y*nnnny*y*ppfifiw*", &acc, &m, &rows, &width, &keep, &scale,
+                          &bias, &relu, &is_signed, &qs, &qz, &dqs, &dqz, &y))
+        return NULL;
+    PyObject *result = NULL;
+    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
+        m > PY_SSIZE_T_MAX / 8 / rows / width) {
+        PyErr_SetString(PyExc_ValueError, "rescale_qdq: bad sizes");
+        goto done;
+    }
+    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 8 ||
+        (bias.len != 0 && bias.len < m * 8) ||
+        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        PyErr_SetString(PyExc_ValueError, "rescale_qdq: a buffer or zero point does not fit");
+        goto done;
+    }
+    {
+        const int32_t *a = (const int32_t *)acc.buf;
+        const double *sc = (const double *)scale.buf;
+        const double *bi = bias.len ? (const double *)bias.buf : NULL;
+        float *out = (float *)y.buf;
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const float z = (float)qz, z2 = (float)dqz;
+        int nan = 0;
+        int (*row_fn)(const int32_t *, float *, Py_ssize_t, double, double, int, float, float,
+                      float, float, float, float) = rescale_row_generic;
+#if HAVE_X86
+        if (current_level >= 1) row_fn = rescale_row_avx2;
+#endif
+        /* Short rows (small images): each plane's whole grid in one vector run into a
+         * buffer, then the kept columns copied (the rows alone would run scalar tails). */
+        float *grid = keep < 32 && rows > 1 ? malloc((size_t)(rows * width) * sizeof(float)) : NULL;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            const double s = sc[i], b = bi ? bi[i] : 0.0;
+            if (grid != NULL) {
+                nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo, hi,
+                              z2, dqs);
+                for (Py_ssize_t r = 0; r < rows; r++)
+                    memcpy(out + (i * rows + r) * keep, grid + r * width,
+                           (size_t)keep * sizeof(float));
+                continue;
+            }
+            for (Py_ssize_t r = 0; r < rows; r++)
+                nan |= row_fn(a + (i * rows + r) * width, out + (i * rows + r) * keep, keep, s, b,
+                              relu, qs, z, lo, hi, z2, dqs);
+        }
+        Py_END_ALLOW_THREADS;
+        free(grid);
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&y);
+    return result;
+}
+
+static PyObject *py_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    float scale;
+    int zp, is_signed;
+    if (!PyArg_ParseTuple(args, "y*fipw*", &x, &scale, &zp, &is_signed, &out)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = x.len / 4;
+    if (x.len % 4 || out.len < n || (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255))) {
+        PyErr_SetString(PyExc_ValueError, "quantize: a buffer or zero point does not fit");
+        goto done;
+    }
+    {
+        const float *src = (const float *)x.buf;
+        uint8_t *dst = (uint8_t *)out.buf;
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const float z = (float)zp;
+        int nan = 0;
+        int (*fn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float) =
+            quantize_generic;
+#if HAVE_X86
+        if (current_level >= 1) fn = quantize_avx2;
+#endif
+        Py_BEGIN_ALLOW_THREADS;
+        /* QuantizeLinear's float32 steps in its order: divide, round half to even, add
+         * the zero point, clip (an int8 value's byte is its two's complement). */
+        nan = fn(src, dst, n, scale, z, lo, hi);
+        Py_END_ALLOW_THREADS;
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* a * b * c * d into *out when it fits in Py_ssize_t (all positive). */
+static int product4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, Py_ssize_t *out) {
+    Py_ssize_t p = a;
+    const Py_ssize_t f[3] = {b, c, d};
+    for (int i = 0; i < 3; i++) {
+        if (f[i] != 0 && p > PY_SSIZE_T_MAX / f[i]) return 0;
+        p *= f[i];
+    }
+    *out = p;
+    return 1;
+}
+
+/* quantize_layout: x (N, C, H, W) float32 quantized (QuantizeLinear's steps) straight into
+ * a conv's flat layout (nn_conv._FlatLayout): per image and channel, one phase image of
+ * ph_h x ph_w bytes per stride phase (p0, p1) (padded row p0 + i*s0, column p1 + j*s1;
+ * outside x: `fill`, the zero point), then `fill` up to `length`.  Phases whose bit is
+ * not set in `used` (no kernel offset reads them) are left as they are. */
+static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    Py_ssize_t n, c, h, w, pad_t, pad_l, s0, s1, ph_h, ph_w, length;
+    float scale;
+    int zp, is_signed, fill;
+    unsigned long long used;
+    if (!PyArg_ParseTuple(args, "y*nnnnfipnnnnnnniKw*", &x, &n, &c, &h, &w, &scale, &zp,
+                          &is_signed, &pad_t, &pad_l, &s0, &s1, &ph_h, &ph_w, &length, &fill,
+                          &used, &out))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t big = (Py_ssize_t)1 << 40;
+    if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
+        s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
+        ph_h > big || ph_w > big || length > big || ph_h > length / ph_w ||
+        (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
+        PyErr_SetString(PyExc_ValueError, "quantize_layout: bad sizes or zero point");
+        goto done;
+    }
+    const Py_ssize_t nph = s0 * s1;
+    Py_ssize_t x_need, out_need;
+    if (!product4(n, c, h, w, &x_need) || !product4(n, c, nph, length, &out_need) ||
+        x_need > PY_SSIZE_T_MAX / 4 || x.len != x_need * 4 || out.len != out_need) {
+        PyErr_SetString(PyExc_ValueError, "quantize_layout: a buffer does not fit its sizes");
+        goto done;
+    }
+    {
+        float *tmp = malloc((size_t)w * sizeof(float));
+        /* Stride 1 with short rows (small images): each plane quantized in one vector run
+         * first, then its rows copied into place (the rows alone would run scalar tails). */
+        uint8_t *plane_bytes = s1 == 1 && w < 32 ? malloc((size_t)(h * w)) : NULL;
+        if (tmp == NULL) {
+            free(plane_bytes);
+            PyErr_NoMemory();
+            goto done;
+        }
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const float z = (float)zp;
+        int (*fn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float) =
+            quantize_generic;
+#if HAVE_X86
+        if (current_level >= 1) fn = quantize_avx2;
+#endif
+        int nan = 0;
+        const float *src = (const float *)x.buf;
+        uint8_t *dst = (uint8_t *)out.buf;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t img = 0; img < n * c; img++) {
+            const float *plane = src + img * h * w;
+            if (plane_bytes != NULL) nan |= fn(plane, plane_bytes, h * w, scale, z, lo, hi);
+            for (Py_ssize_t p0 = 0; p0 < s0; p0++)
+                for (Py_ssize_t p1 = 0; p1 < s1; p1++) {
+                    const Py_ssize_t phase = p0 * s1 + p1;
+                    if (!((used >> phase) & 1)) continue;
+                    uint8_t *base = dst + (img * nph + phase) * length;
+                    /* Columns j whose x column p1 + j*s1 - pad_l lies in [0, w). */
+                    const Py_ssize_t a = pad_l - p1;
+                    Py_ssize_t j_lo = a > 0 ? (a + s1 - 1) / s1 : 0;
+                    Py_ssize_t j_hi = w - 1 + a >= 0 ? (w - 1 + a) / s1 + 1 : 0;
+                    j_lo = j_lo < ph_w ? j_lo : ph_w;
+                    j_hi = j_hi < ph_w ? j_hi : ph_w;
+                    j_hi = j_hi > j_lo ? j_hi : j_lo;
+                    for (Py_ssize_t i = 0; i < ph_h; i++) {
+                        uint8_t *row = base + i * ph_w;
+                        const Py_ssize_t xr = p0 + i * s0 - pad_t;
+                        if (xr < 0 || xr >= h) {
+                            memset(row, fill, (size_t)ph_w);
+                            continue;
+                        }
+                        memset(row, fill, (size_t)j_lo);
+                        memset(row + j_hi, fill, (size_t)(ph_w - j_hi));
+                        const Py_ssize_t count = j_hi - j_lo;
+                        if (count <= 0) continue;
+                        const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
+                        if (plane_bytes != NULL) {
+                            memcpy(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
+                                   (size_t)count);
+                        } else if (s1 == 1) {
+                            nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
+                        } else {
+                            for (Py_ssize_t j = 0; j < count; j++) tmp[j] = xrow[j * s1];
+                            nan |= fn(tmp, row + j_lo, count, scale, z, lo, hi);
+                        }
+                    }
+                    memset(base + ph_h * ph_w, fill, (size_t)(length - ph_h * ph_w));
+                }
+        }
+        Py_END_ALLOW_THREADS;
+        free(tmp);
+        free(plane_bytes);
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *args) {
+    (void)self;
+    int level;
+    if (!PyArg_ParseTuple(args, "i", &level)) return NULL;
+    if (level < 0 || level > 3) {
+        PyErr_SetString(PyExc_ValueError, "set_level: 0..3");
+        return NULL;
+    }
+    current_level = level;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(current_level);
+}
+
+static PyObject *py_max_k(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(MAX_K);
+}
+
+static PyMethodDef methods[] = {
+    {"set_level", py_set_level, METH_VARARGS, "Pick the code path (0 generic .. 3 VNNI)."},
+    {"level", py_level, METH_NOARGS, "The code path in use."},
+    {"max_k", py_max_k, METH_NOARGS, "The largest K the products accept (exact below it)."},
+    {"pack_weights", py_pack_weights, METH_VARARGS,
+     "pack_weights(w, M, K, w_signed, zw) -> bytes: W[M, K] (int8 or uint8) with one int32 "
+     "zero point per row, in this level's layout."},
+    {"gemm", py_gemm, METH_VARARGS,
+     "gemm(packed, x, rowoff, colstride, N, x_signed, zx, out): out[m, n] int32 = "
+     "sum_k (W[m,k] - zw[m]) * (x[rowoff[k] + n*colstride] - zx), exactly."},
+    {"rescale", py_rescale, METH_VARARGS,
+     "rescale(acc, M, rows, width, keep, scale, bias, y): y[m,r,j] = float32(acc[m,r,j] * "
+     "scale[m] + bias[m]) in float64, for j < keep (bias b'' : none)."},
+    {"rescale_qdq", py_rescale_qdq, METH_VARARGS,
+     "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
+     "-> 0 or -1 (NaN met): rescale's value [Relu], then QuantizeLinear -> DequantizeLinear "
+     "in float32 steps."},
+    {"qdq", py_qdq, METH_VARARGS,
+     "qdq(x, qs, qz, dqs, dqz, signed, out) -> 0 or -1 (NaN met): QuantizeLinear -> "
+     "DequantizeLinear of float32 values in their float32 steps."},
+    {"quantize_layout", py_quantize_layout, METH_VARARGS,
+     "quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w, "
+     "length, fill, used, out) -> 0 or -1 (NaN met): x quantized into a conv's flat "
+     "layout of stride phases, padded with fill."},
+    {"quantize", py_quantize, METH_VARARGS,
+     "quantize(x, scale, zp, signed, out) -> 0 or -1 (NaN met): QuantizeLinear's float32 "
+     "steps into bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_int8", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__int8(void) { return PyModule_Create(&module); }

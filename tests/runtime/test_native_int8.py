@@ -1,0 +1,753 @@
+"""The compiled exact int8 product (runtime/native/_int8.c) and the QDQ conv fusion that
+runs on it (runtime/fusion_qdq_conv.py).
+
+The kernel is checked at every level this machine can run (``native.levels()``: the
+plain-C and AVX2 paths too on an AVX-512 machine) against exact int64 numpy arithmetic,
+never against onnxruntime (whose AVX2 u8s8 kernels saturate).  The fusion is checked bit
+for bit against a numpy reference of what it computes (the exact integer product,
+rescaled in float64, then the output quantizer's float32 steps), and against the stepped
+float32 run within its stated bound: one quantization step, only where the exact value
+is within float32 rounding of a rounding boundary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import product
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.session import Session
+from tests.data.exporters import feeds_of, path_of
+from tests.runtime.differential import stepped_values
+
+pytestmark = [
+    pytest.mark.numeric,
+    pytest.mark.skipif(not native.built("int8"), reason="the int8 kernel was not compiled"),
+]
+
+
+def _module() -> Any:
+    from onnxviz.runtime.native import _int8  # type: ignore[attr-defined]
+
+    return _int8
+
+
+@pytest.fixture(autouse=True)
+def _restore_level() -> Any:
+    yield
+    if native.built("int8"):
+        _module().set_level(native.level() if native.level() is not None else 0)
+
+
+def _bytes(rng: np.random.Generator, signed: bool, shape: Any, extreme: bool) -> np.ndarray:
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    if extreme:
+        return rng.choice(np.array([info.min, info.max], dtype=dtype), size=shape)
+    return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
+
+
+def _product(
+    level: int,
+    w: np.ndarray,
+    zw: np.ndarray,
+    x: np.ndarray,
+    zx: int,
+    rowoff: np.ndarray | None = None,
+    colstride: int = 1,
+    n: int | None = None,
+) -> np.ndarray:
+    mod = _module()
+    mod.set_level(level)
+    m, k = w.shape
+    packed = mod.pack_weights(w.view(np.uint8), m, k, w.dtype == np.int8, zw.astype(np.int32))
+    if rowoff is None:
+        rowoff = np.arange(k, dtype=np.int64) * x.shape[1]
+        n = x.shape[1]
+    assert n is not None
+    out = np.full((m, n), -7, np.int32)
+    mod.gemm(
+        packed, x.view(np.uint8).reshape(-1), rowoff, colstride, n, x.dtype == np.int8, zx, out
+    )
+    return out
+
+
+def _exact(w: np.ndarray, zw: np.ndarray, x: np.ndarray, zx: int) -> np.ndarray:
+    want = (w.astype(np.int64) - zw.astype(np.int64)[:, None]) @ (x.astype(np.int64) - zx)
+    assert np.abs(want).max(initial=0) < 2**31
+    return want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(1, 40),
+    k=st.one_of(st.integers(1, 70), st.integers(500, 1100)),
+    n=st.integers(1, 80),
+    w_signed=st.booleans(),
+    x_signed=st.booleans(),
+    extreme=st.booleans(),
+    zero_points=st.sampled_from(["extreme", "random", "zero"]),
+    seed=st.integers(0, 2**16),
+)
+def test_product_is_exact_at_every_level(
+    m: int,
+    k: int,
+    n: int,
+    w_signed: bool,
+    x_signed: bool,
+    extreme: bool,
+    zero_points: str,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    w = _bytes(rng, w_signed, (m, k), extreme)
+    x = _bytes(rng, x_signed, (k, n), extreme)
+    lo_w, hi_w = (-128, 127) if w_signed else (0, 255)
+    lo_x, hi_x = (-128, 127) if x_signed else (0, 255)
+    if zero_points == "extreme":
+        zw = rng.choice(np.array([lo_w, hi_w]), size=m)
+        zx = int(rng.choice([lo_x, hi_x]))
+    elif zero_points == "random":
+        zw = rng.integers(lo_w, hi_w + 1, size=m)
+        zx = int(rng.integers(lo_x, hi_x + 1))
+    else:
+        zw, zx = np.zeros(m, np.int64), 0
+    want = _exact(w, zw, x, zx)
+    for level in native.levels():
+        got = _product(level, w, zw, x, zx)
+        np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
+@pytest.mark.parametrize("zero_points", [(0, 0), (-100, 37)])
+@pytest.mark.parametrize("x_signed", [False, True])
+def test_many_column_blocks_and_k_blocks(zero_points: tuple[int, int], x_signed: bool) -> None:
+    """K and N large enough that X is packed in several column blocks (about 256 KB
+    each) and K runs in several cache blocks, at every level; the zero points of W
+    nonzero or zero (the byte form's column sums, or none)."""
+    rng = np.random.default_rng(11)
+    m, k, n = 21, 2001, 709
+    w = _bytes(rng, True, (m, k), False)
+    x = _bytes(rng, x_signed, (k, n), False)
+    zw = np.full(m, zero_points[0])
+    zw[::3] = 0
+    zx = zero_points[1] if x_signed else abs(zero_points[1])
+    want = _exact(w, zw, x, zx)
+    for level in native.levels():
+        np.testing.assert_array_equal(_product(level, w, zw, x, zx), want, err_msg=str(level))
+
+
+@pytest.mark.parametrize("signs", [(True, False), (True, True), (False, False), (False, True)])
+def test_largest_k_with_the_largest_products(signs: tuple[bool, bool]) -> None:
+    """K = max_k with every |w - zw| and |x - zx| at 255 (or 128 and 255): the largest
+    sums the kernel accepts, exact at every level (no int16 or int32 saturation)."""
+    w_signed, x_signed = signs
+    k = _module().max_k()
+    m, n = 9, 35
+    w = np.full((m, k), -128 if w_signed else 255, np.int8 if w_signed else np.uint8)
+    w[1::2] = 127 if w_signed else 0
+    zw = np.array([127 if w_signed else 0, -128 if w_signed else 255] * 5)[:m]
+    x = np.full((k, n), 127 if x_signed else 255, np.int8 if x_signed else np.uint8)
+    x[:, ::3] = -128 if x_signed else 0
+    zx = -128 if x_signed else 0
+    want = _exact(w, zw, x, zx)
+    assert np.abs(want).max() > 2**30  # the edge of the int32 range really is reached
+    for level in native.levels():
+        np.testing.assert_array_equal(_product(level, w, zw, x, zx), want, err_msg=str(level))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    k=st.integers(1, 40), n=st.integers(1, 50), stride=st.integers(1, 4), seed=st.integers(0, 999)
+)
+def test_rows_read_through_offsets_and_column_stride(
+    k: int, n: int, stride: int, seed: int
+) -> None:
+    """X[k, p] = x[rowoff[k] + p * colstride]: rows anywhere (shifted, repeated, out of
+    order), as a conv's flat layout or a transposed operand hands them."""
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 20))
+    span = (n - 1) * stride + 1
+    buf = _bytes(rng, False, (span + 300,), False)
+    rowoff = rng.integers(0, 300, size=k).astype(np.int64)
+    x = np.stack([buf[o : o + span : stride] for o in rowoff])
+    w = _bytes(rng, True, (m, k), False)
+    zw = rng.integers(-5, 5, size=m)
+    want = _exact(w, zw, x, 17)
+    for level in native.levels():
+        got = _product(level, w, zw, buf, 17, rowoff, stride, n)
+        np.testing.assert_array_equal(got, want, err_msg=str(level))
+
+
+def test_wrong_sizes_raise() -> None:
+    mod = _module()
+    w = np.zeros((4, 10), np.uint8)
+    zw = np.zeros(4, np.int32)
+    for level in native.levels():
+        mod.set_level(level)
+        with pytest.raises(ValueError):
+            mod.pack_weights(w, 4, 11, True, zw)  # w shorter than M*K
+        with pytest.raises(ValueError):
+            mod.pack_weights(w, 4, 10, True, zw[:3])  # a zero point missing
+        with pytest.raises(ValueError):
+            mod.pack_weights(np.zeros(mod.max_k() + 1, np.uint8), 1, mod.max_k() + 1, True, zw)
+        with pytest.raises(ValueError):
+            mod.pack_weights(w, 0, 10, True, zw)
+        with pytest.raises(ValueError):  # a zero point outside int8 (the bound needs it)
+            mod.pack_weights(w, 4, 10, True, np.array([0, 0, 0, 200], np.int32))
+        with pytest.raises(ValueError):  # ... outside uint8
+            mod.pack_weights(w, 4, 10, False, np.array([0, -1, 0, 0], np.int32))
+        packed = mod.pack_weights(w, 4, 10, True, zw)
+        x = np.zeros(10 * 6, np.uint8)
+        off = np.arange(10, dtype=np.int64) * 6
+        out = np.zeros((4, 6), np.int32)
+        mod.gemm(packed, x, off, 1, 6, False, 0, out)
+        bad_calls: list[tuple[Any, ...]] = [
+            (packed, x, off, 1, 7, False, 0, out),  # the last row reads past x
+            (packed, x[:-1], off, 1, 6, False, 0, out),
+            (packed, x, off - 1, 1, 6, False, 0, out),  # a negative offset
+            (packed, x, off[:-1], 1, 6, False, 0, out),  # K offsets expected
+            (packed, x, off, 2, 6, False, 0, out),  # the stride reads past x
+            (packed, x, off, 0, 6, False, 0, out),
+            (packed, x, off, 1, 6, False, 0, np.zeros((4, 5), np.int32)),
+            (packed, x, off, 1, 6, False, 256, out),  # zero point outside uint8
+            (packed, x, off, 1, 6, True, 128, out),  # ... outside int8
+            (packed[:-1], x, off, 1, 6, False, 0, out),
+            (b"\0" * len(packed), x, off, 1, 6, False, 0, out),
+        ]
+        for args in bad_calls:
+            with pytest.raises(ValueError):
+                mod.gemm(*args)
+        other = [lv for lv in native.levels() if lv != level]
+        if other:
+            mod.set_level(other[0])
+            with pytest.raises(ValueError):  # packed for another level's layout
+                mod.gemm(packed, x, off, 1, 6, False, 0, out)
+            mod.set_level(level)
+    acc = np.zeros((2, 12), np.int32)
+    scale = np.ones(2)
+    with pytest.raises(ValueError):
+        mod.rescale_qdq(
+            acc, 2, 3, 4, 5, scale, b"", False, False, 1.0, 0, 1.0, 0, np.zeros(24, np.float32)
+        )
+    with pytest.raises(ValueError):
+        mod.rescale_qdq(
+            acc, 2, 3, 4, 3, scale[:1], b"", False, False, 1.0, 0, 1.0, 0, np.zeros(24, np.float32)
+        )
+    with pytest.raises(ValueError):
+        mod.rescale_qdq(
+            acc, 2, 3, 4, 3, scale, b"", False, False, 1.0, 0, 1.0, 0, np.zeros(17, np.float32)
+        )
+    with pytest.raises(ValueError):
+        mod.rescale_qdq(
+            acc, 2, 3, 4, 3, scale, b"", False, True, 1.0, 200, 1.0, 0, np.zeros(18, np.float32)
+        )
+    with pytest.raises(ValueError):
+        mod.quantize(np.zeros(8, np.float32), 1.0, 0, False, np.zeros(7, np.uint8))
+    big = 2**39  # sizes whose products overflow 64 bits must not wrap to the buffers' sizes
+    with pytest.raises(ValueError):
+        mod.quantize_layout(
+            np.zeros(16, np.float32), big, big, 2, 2, 1.0, 0, False, 0, 0, 1, 1, 2, 2, 4, 0, 1,
+            np.zeros(64, np.uint8),
+        )  # fmt: skip
+    with pytest.raises(ValueError):
+        mod.quantize_layout(
+            np.zeros(16, np.float32), 1, 4, 2, 2, 1.0, 0, False, 0, 0, 1, 1, big, big, 4, 0, 1,
+            np.zeros(16, np.uint8),
+        )  # fmt: skip
+    with pytest.raises(ValueError):
+        mod.qdq(np.zeros(8, np.float32), 1.0, 0, 1.0, 0, False, np.zeros(7, np.float32))
+    with pytest.raises(ValueError):
+        mod.qdq(np.zeros(8, np.float32), 1.0, 0, 1.0, -1, False, np.zeros(8, np.float32))
+
+
+def _quantize_steps(x: np.ndarray, scale: np.float32, zp: int, dtype: Any) -> np.ndarray:
+    """QuantizeLinear's float32 steps as the numpy kernel takes them (kernels/quantize)."""
+    info = np.iinfo(dtype)
+    t = np.divide(x, scale, dtype=np.float32)
+    np.rint(t, out=t)
+    t += np.float32(zp)
+    np.clip(t, info.min, info.max, out=t)
+    return t
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_quantize_is_the_kernels_float32_steps(signed: bool) -> None:
+    rng = np.random.default_rng(3)
+    scale = np.float32(0.037)
+    ties = (np.arange(-300, 300) + 0.5).astype(np.float32) * scale
+    x = np.concatenate(
+        [
+            rng.normal(0, 5, 5000).astype(np.float32),
+            ties,
+            np.array([np.inf, -np.inf, 0.0, -0.0, 1e5, -1e5, 2e5, 3.1e5, -3.1e5, 1e30], np.float32),
+        ]
+    )
+    dtype = np.int8 if signed else np.uint8
+    zp = -7 if signed else 131
+    want = _quantize_steps(x, scale, zp, dtype).astype(dtype)
+    t = _quantize_steps(x, scale, zp, dtype)
+    t -= np.float32(zp)
+    t *= np.float32(0.04)
+    for level in native.levels():
+        _module().set_level(level)
+        out = np.empty(x.size, np.uint8)
+        assert _module().quantize(x, scale, zp, signed, out) == 0
+        np.testing.assert_array_equal(out.view(dtype), want, err_msg=str(level))
+        y = np.empty(x.size, np.float32)
+        assert _module().qdq(x, scale, zp, np.float32(0.04), zp, signed, y) == 0
+        np.testing.assert_array_equal(y, t, err_msg=str(level))
+        assert not np.signbit(y[y == 0]).any()  # integers have no -0 (stepping's values)
+        bad = x.copy()
+        bad[10] = np.nan
+        assert _module().quantize(bad, scale, zp, signed, out) == -1
+        assert _module().qdq(bad, scale, zp, np.float32(0.04), zp, signed, y) == -1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(1, 19),
+    w=st.integers(1, 41),
+    pad=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    signed=st.booleans(),
+    seed=st.integers(0, 999),
+)
+def test_quantize_layout_is_quantize_then_the_padded_phases(
+    h: int, w: int, pad: tuple[int, int], stride: tuple[int, int], signed: bool, seed: int
+) -> None:
+    """quantize_layout = quantize, pad with the fill byte, split into stride phases
+    (nn_conv._FlatLayout's layout), for the phases it is asked for."""
+    rng = np.random.default_rng(seed)
+    n, c = 2, 3
+    x = rng.normal(0, 3, (n, c, h, w)).astype(np.float32)
+    dtype = np.int8 if signed else np.uint8
+    zp, fill = (-3, 253) if signed else (140, 140)
+    q = _quantize_steps(x, np.float32(0.05), zp, dtype).astype(dtype).view(np.uint8)
+    s0, s1 = stride
+    ph_h = -(-(h + 2 * pad[0]) // s0)
+    ph_w = -(-(w + 2 * pad[1]) // s1)
+    big = np.full((n, c, ph_h * s0 + s0, ph_w * s1 + s1), fill, np.uint8)
+    big[:, :, pad[0] : pad[0] + h, pad[1] : pad[1] + w] = q
+    length = ph_h * ph_w + 5
+    used = int(rng.integers(1, 2 ** (s0 * s1)))
+    for level in native.levels():
+        _module().set_level(level)
+        out = np.full((n, c, s0 * s1, length), 77, np.uint8)
+        status = _module().quantize_layout(
+            x, n, c, h, w, np.float32(0.05), zp, signed, pad[0], pad[1], s0, s1, ph_h, ph_w,
+            length, fill, used, out,
+        )  # fmt: skip
+        assert status == 0
+        for p0, p1 in product(range(s0), range(s1)):
+            phase = p0 * s1 + p1
+            got = out[:, :, phase]
+            if not (used >> phase) & 1:
+                assert (got == 77).all()  # left alone
+                continue
+            want = big[:, :, p0 : p0 + ph_h * s0 : s0, p1 : p1 + ph_w * s1 : s1]
+            np.testing.assert_array_equal(got[..., : ph_h * ph_w].reshape(want.shape), want)
+            assert (got[..., ph_h * ph_w :] == fill).all()
+    with pytest.raises(ValueError):  # out one byte short
+        _module().quantize_layout(
+            x, n, c, h, w, np.float32(0.05), zp, signed, pad[0], pad[1], s0, s1, ph_h, ph_w,
+            length, fill, used, np.zeros(n * c * s0 * s1 * length - 1, np.uint8),
+        )  # fmt: skip
+    with pytest.raises(ValueError):  # x is not N*C*H*W floats
+        _module().quantize_layout(
+            x[:1], n, c, h, w, np.float32(0.05), zp, signed, pad[0], pad[1], s0, s1, ph_h,
+            ph_w, length, fill, used, out,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    "grid",
+    [(3, 37, 35), (7, 9, 7), (1, 12, 5)],  # rows of 4 vectors and a tail; short rows
+)
+def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
+    relu: bool, grid: tuple[int, int, int]
+) -> None:
+    rng = np.random.default_rng(5)
+    m = 5
+    rows, width, keep = grid
+    acc = rng.integers(-(2**31), 2**31, size=(m, rows, width)).astype(np.int32)
+    acc[:, 0] = rng.integers(-3000, 3000, size=(m, width))
+    scale = rng.uniform(1e-6, 1e-3, m) * rng.choice([1e-4, 1.0], m)
+    bias = rng.normal(0, 0.1, m)
+    qs, dqs = np.float32(0.02), np.float32(0.021)
+    v = (acc[:, :, :keep].astype(np.float64) * scale[:, None, None] + bias[:, None, None]).astype(
+        np.float32
+    )
+    if relu:
+        v = np.maximum(v, np.float32(0))
+    t = _quantize_steps(v, qs, 9, np.uint8)
+    t -= np.float32(11)
+    t *= dqs
+    for level in native.levels():
+        _module().set_level(level)
+        y = np.empty((m, rows, keep), np.float32)
+        status = _module().rescale_qdq(
+            acc, m, rows, width, keep, scale, bias, relu, False, qs, 9, dqs, 11, y
+        )
+        assert status == 0
+        np.testing.assert_array_equal(y, t, err_msg=str(level))
+
+
+# ---- the QDQ conv fusion --------------------------------------------------------------
+
+
+def _qdq_conv_model(
+    rng: np.random.Generator,
+    c: int,
+    m: int,
+    kernel: int,
+    stride: int,
+    pad: int,
+    x_signed: bool,
+    w_signed: bool,
+    relu: bool,
+    per_channel: bool,
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """x -> Q -> DQ -> Conv(DQ(W), DQ(B)) [-> Relu] -> Q -> DQ, as onnxruntime.quantization
+    writes it; returns the model and its parameters."""
+    xt = np.int8 if x_signed else np.uint8
+    wt = np.int8 if w_signed else np.uint8
+    xs = np.float32(rng.uniform(0.01, 0.05))
+    xz = np.array(rng.integers(-20, 20) if x_signed else rng.integers(0, 255), xt)
+    w = _bytes(rng, w_signed, (m, c, kernel, kernel), False)
+    ws = rng.uniform(0.002, 0.02, m if per_channel else 1).astype(np.float32)
+    wz = np.zeros(ws.shape, wt) if w_signed else rng.integers(100, 150, ws.shape).astype(wt)
+    if not per_channel:
+        ws, wz = ws.reshape(()), wz.reshape(())
+    bs = (xs * np.broadcast_to(ws, (m,))).astype(np.float32)
+    bq = rng.integers(-3000, 3000, m).astype(np.int32)
+    os_ = np.float32(rng.uniform(0.02, 0.08))
+    oz = np.array(rng.integers(0, 60), np.uint8)
+    inits = {
+        "xs": np.array(xs),
+        "xz": xz,
+        "w": w,
+        "ws": ws,
+        "wz": wz,
+        "b": bq,
+        "bs": bs,
+        "bz": np.zeros(m, np.int32),
+        "os": np.array(os_),
+        "oz": oz,
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="xq"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="xd"),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], name="wd", axis=0),
+        helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bd"], name="bd", axis=0),
+        helper.make_node(
+            "Conv",
+            ["xd", "wd", "bd"],
+            ["y0"],
+            name="conv",
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+        ),
+    ]
+    last = "y0"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["y0"], ["y1"], name="relu"))
+        last = "y1"
+    nodes += [
+        helper.make_node("QuantizeLinear", [last, "os", "oz"], ["yq"], name="yq"),
+        helper.make_node("DequantizeLinear", ["yq", "os", "oz"], ["y"], name="y"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, inits
+
+
+def _integer_reference(
+    x: np.ndarray, p: dict[str, Any], kernel: int, stride: int, pad: int, relu: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the fusion's output by its definition in numpy, the exact value before the output
+    quantizer in float64)."""
+    xdtype = p["xz"].dtype
+    t = _quantize_steps(x, p["xs"].astype(np.float32), int(p["xz"]), xdtype).astype(np.int64)
+    t -= int(p["xz"])
+    n, c, h, wd = x.shape
+    tp = np.pad(t, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (wd + 2 * pad - kernel) // stride + 1
+    cols = np.stack(
+        [
+            tp[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+            for i, j in product(range(kernel), range(kernel))
+        ],
+        axis=2,
+    ).reshape(n, c * kernel * kernel, oh * ow)
+    w = p["w"]
+    m = w.shape[0]
+    wz = np.broadcast_to(p["wz"].astype(np.int64).reshape(-1), (m,))
+    wi = w.reshape(m, -1).astype(np.int64) - wz[:, None]
+    acc = np.einsum("mk,nkp->nmp", wi, cols)
+    assert np.abs(acc).max() < 2**31
+    ws = np.broadcast_to(p["ws"].astype(np.float64).reshape(-1), (m,))
+    scale = np.float64(p["xs"]) * ws
+    bias = (p["b"].astype(np.float32) * p["bs"]).astype(np.float64)  # DQ's float32 bias
+    v = (acc * scale[None, :, None] + bias[None, :, None]).astype(np.float32)
+    exact = acc * scale[None, :, None] + bias[None, :, None]
+    if relu:
+        v = np.maximum(v, np.float32(0))
+        exact = np.maximum(exact, 0)
+    q = _quantize_steps(v, p["os"].astype(np.float32), int(p["oz"]), np.uint8)
+    y = (q - np.float32(p["oz"])) * p["os"].astype(np.float32)
+    return y.reshape(n, m, oh, ow), exact.reshape(n, m, oh, ow)
+
+
+@contextmanager
+def _process_level(level: int | None) -> Iterator[None]:
+    """The compiled kernels at ``level`` (None: off) for the block, as ONNXVIZ_NATIVE
+    would set them for a whole process."""
+    before = native._LEVEL
+    native._LEVEL = level
+    try:
+        yield
+    finally:
+        native._LEVEL = before
+
+
+def _uses_integer_conv(model: onnx.ModelProto) -> int:
+    return sum(type(pn.fused).__name__ == "QdqConv" for pn in run_nodes(Session(model).plan))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.sampled_from(
+        [  # (c, m, kernel, stride, pad, image)
+            (3, 8, 7, 2, 3, 30),
+            (16, 24, 3, 1, 1, 12),
+            (13, 40, 3, 2, 1, 17),
+            (32, 17, 1, 1, 0, 9),
+            (24, 33, 1, 2, 0, 14),
+            (5, 9, 5, 1, 2, 11),
+            (40, 70, 3, 1, 0, 6),
+        ]
+    ),
+    x_signed=st.booleans(),
+    w_signed=st.booleans(),
+    relu=st.booleans(),
+    per_channel=st.booleans(),
+    batch=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_qdq_conv_fusion_is_the_integer_definition(
+    shape: tuple[int, ...],
+    x_signed: bool,
+    w_signed: bool,
+    relu: bool,
+    per_channel: bool,
+    batch: int,
+    seed: int,
+) -> None:
+    """The fused chain's output is, bit for bit, the exact integer conv rescaled in
+    float64 and quantized by the output quantizer's float32 steps; the stepped float32
+    run differs from it by at most one quantization step, and only where the exact value
+    sits within float32 rounding of a rounding boundary."""
+    c, m, kernel, stride, pad, image = shape
+    rng = np.random.default_rng(seed)
+    model, p = _qdq_conv_model(
+        rng, c, m, kernel, stride, pad, x_signed, w_signed, relu, per_channel
+    )
+    x = rng.normal(0, 1.5, (batch, c, image, image)).astype(np.float32)
+    want, exact = _integer_reference(x, p, kernel, stride, pad, relu)
+    stepped = stepped_values(model, {"x": x})["y"]
+    levels = [lv for lv in native.levels() if lv >= native.AVX2]
+    for level in levels:  # below AVX2 the fusion is not made (fusion_qdq_conv.int8_module)
+        with _process_level(level):
+            assert _uses_integer_conv(model) == 1
+            got = Session(model).run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+    with _process_level(None):  # off: the nodes as they are, the stepped values
+        assert _uses_integer_conv(model) == 0
+        np.testing.assert_array_equal(Session(model).run({"x": x})["y"], stepped)
+    step = np.float32(p["os"])
+    differ = want != stepped
+    # In quantization steps (the float difference of two grid values is itself rounded).
+    moved = np.rint(want.astype(np.float64) / step) - np.rint(stepped.astype(np.float64) / step)
+    assert np.abs(moved).max() <= 1
+    if differ.any():
+        # Only on a boundary: the exact value (in output steps) within float32 rounding
+        # of a half step (K products of about 2^-24 relative error each, bound generously).
+        k = c * kernel * kernel
+        pos = exact[differ] / np.float64(step) + float(p["oz"])
+        distance = np.abs(pos - np.floor(pos) - 0.5)
+        assert distance.max() < 1e-5 * k, distance.max()
+
+
+def test_committed_qdq_model_native_on_and_off() -> None:
+    """onnxruntime.quantization's per-channel QDQ CNN (tests/data/exporters): every conv
+    runs as an integer product when the kernel is on, and its outputs are the numpy
+    path's within one quantization step of the final DequantizeLinear (a value on a
+    rounding boundary inside the net may land on the other side, see the module
+    docstring of fusion_qdq_conv)."""
+    name = "ort_quantization_qdq_per_channel_cnn"
+    model = onnx.load(str(path_of(name)))
+    feeds = feeds_of(name)
+    convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    stepped = stepped_values(model, feeds)
+    with _process_level(None):
+        assert _uses_integer_conv(model) == 0
+        off = Session(model).run(feeds)
+    for out in model.graph.output:
+        np.testing.assert_array_equal(off[out.name], stepped[out.name])
+    if max(native.levels()) < native.AVX2:
+        return  # no level the fusion runs at on this CPU: the numpy path only
+    with _process_level(max(native.levels())):
+        assert _uses_integer_conv(model) == convs
+        got = Session(model).run(feeds)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for out in model.graph.output:
+        maker = next(n for n in model.graph.node if out.name in n.output)
+        step = float(np.max(inits[maker.input[1]]))
+        diff = np.abs(got[out.name] - stepped[out.name])
+        assert diff.max() <= step * (1 + 1e-4), out.name
+        assert np.mean(diff == 0) >= 0.5
+    assert math.isfinite(float(np.sum(got[model.graph.output[0].name])))
+
+
+# ---- MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv on the kernel -------------
+
+
+def _both_ways(call: Any) -> tuple[list[Any], Any]:
+    """``call()`` at every level the int8 products run at (AVX2 up), and with the
+    compiled kernels off (the numpy definition)."""
+    with _process_level(None):
+        off = call()
+    return [_at(level, call) for level in native.levels() if level >= native.AVX2], off
+
+
+def _at(level: int, call: Any) -> Any:
+    with _process_level(level):
+        return call()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batch=st.sampled_from([(), (2,), (2, 3)]),
+    m=st.integers(1, 30),
+    k=st.integers(1, 300),
+    n=st.integers(1, 45),
+    a_signed=st.booleans(),
+    b_signed=st.booleans(),
+    per_column=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_integer_matmul_kernels_on_the_product(
+    batch: tuple[int, ...],
+    m: int,
+    k: int,
+    n: int,
+    a_signed: bool,
+    b_signed: bool,
+    per_column: bool,
+    seed: int,
+) -> None:
+    from onnxviz.runtime.kernels.quantize import matmul_integer, qlinear_matmul
+
+    rng = np.random.default_rng(seed)
+    a = _bytes(rng, a_signed, (*batch, m, k), bool(seed % 3 == 0))
+    b = _bytes(rng, b_signed, (k, n), bool(seed % 5 == 0))
+    za = _bytes(rng, a_signed, (), False)
+    zb = _bytes(rng, b_signed, (n,) if per_column else (), False)
+    want = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - zb.astype(np.int64))
+    if max(native.levels()) >= native.AVX2:  # the product really runs (no quiet fallback)
+        assert _at(max(native.levels()), lambda: int8_products.matmul(a, b, za, zb)) is not None
+    got, off = _both_ways(lambda: matmul_integer(a, b, za, zb))
+    np.testing.assert_array_equal(off, want)
+    for g in got:
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, want)
+    scales = [np.array(0.02, np.float32), np.array(0.003, np.float32), np.array(0.5, np.float32)]
+    yz = np.array(7, np.uint8)
+
+    def q() -> np.ndarray:
+        return qlinear_matmul(a, scales[0], za, b, scales[1], zb, scales[2], yz)
+
+    got_q, off_q = _both_ways(q)
+    for g in got_q:
+        np.testing.assert_array_equal(g, off_q)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.sampled_from(
+        [  # (c, m, kernel, stride, pads, dilation, image)
+            (3, 8, 3, 1, (1, 1, 1, 1), 1, 9),
+            (5, 6, 3, 2, (0, 1, 2, 0), 1, 11),
+            (4, 7, 2, 1, (0, 0, 0, 0), 2, 8),
+            (16, 9, 1, 1, (0, 0, 0, 0), 1, 6),
+            (6, 10, 5, 3, (2, 2, 2, 2), 1, 13),
+        ]
+    ),
+    x_signed=st.booleans(),
+    w_signed=st.booleans(),
+    per_channel=st.booleans(),
+    batch=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_integer_conv_kernels_on_the_product(
+    shape: tuple[Any, ...],
+    x_signed: bool,
+    w_signed: bool,
+    per_channel: bool,
+    batch: int,
+    seed: int,
+) -> None:
+    """ConvInteger and QLinearConv give the numpy path's values exactly (the padding is
+    the zero point's integer, value 0)."""
+    from onnxviz.runtime.kernels.nn_conv import conv_integer, qlinear_conv
+
+    c, m, kernel, stride, pads, dilation, image = shape
+    rng = np.random.default_rng(seed)
+    x = _bytes(rng, x_signed, (batch, c, image, image), bool(seed % 3 == 0))
+    w = _bytes(rng, w_signed, (m, c, kernel, kernel), bool(seed % 4 == 0))
+    xz = _bytes(rng, x_signed, (), False)
+    wz = _bytes(rng, w_signed, (m,) if per_channel else (), False)
+    attrs = {
+        "kernel_shape": [kernel, kernel],
+        "strides": [stride, stride],
+        "pads": list(pads),
+        "dilations": [dilation, dilation],
+    }
+    if max(native.levels()) >= native.AVX2:  # the product really runs (no quiet fallback)
+        out = (image + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+        geometry = ([kernel] * 2, [stride] * 2, [dilation] * 2, list(pads), [out, out])
+        exact = _at(max(native.levels()), lambda: int8_products.conv(x, w, xz, wz, 1, *geometry))
+        assert exact is not None
+    got, off = _both_ways(lambda: conv_integer(x, w, xz, wz, **attrs))
+    assert off.dtype == np.int32
+    for g in got:
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, off)
+    ws = rng.uniform(0.001, 0.01, m if per_channel else 1).astype(np.float32)
+    args = (np.array(0.03, np.float32), xz, w, ws, wz, np.array(0.2, np.float32))
+
+    def q() -> np.ndarray:
+        return qlinear_conv(x, *args, np.array(3, np.uint8), **attrs)
+
+    got_q, off_q = _both_ways(q)
+    for g in got_q:
+        np.testing.assert_array_equal(g, off_q)
