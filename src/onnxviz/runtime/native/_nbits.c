@@ -38,6 +38,10 @@
 #define NB_X86 0
 #endif
 
+#ifndef NB_PREFETCH
+#define NB_PREFETCH 2
+#endif
+
 typedef struct {
     const float *a;      /* [M, K] */
     float *ap;           /* [M, kf]: A's rows in the SIMD code order (levels 1-2) */
@@ -185,6 +189,7 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
         sc[t] = j->scales + (n0 + t) * j->kb;
     }
     const float *ap = j->ap + m0 * j->kf;
+    const int64_t ahead = NB_PREFETCH * NT * row;
     for (int64_t blk = 0; blk < j->kfb; blk++) {
         __m256 zv[4], sv[4];
         for (int t = 0; t < NT; t++) {
@@ -194,6 +199,7 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
         for (int64_t c = 0; c < chunks; c++) {
             __m256i raw[4];
             for (int t = 0; t < NT; t++) {
+                _mm_prefetch((const char *)bp[t] + ahead, _MM_HINT_T0); /* as in tile_512 */
                 raw[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)bp[t]));
                 bp[t] += 8;
             }
@@ -273,6 +279,7 @@ INL_512 void tile_512(const job_t *j, int64_t n0, int64_t m0, const int NT, cons
         sc[t] = j->scales + (n0 + t) * j->kb;
     }
     const float *ap = j->ap + m0 * j->kf;
+    const int64_t ahead = NB_PREFETCH * NT * row;
     for (int64_t blk = 0; blk < j->kfb; blk++) {
         __m512 zv[4], sv[4], tab[4];
         for (int t = 0; t < NT; t++) {
@@ -289,6 +296,11 @@ INL_512 void tile_512(const job_t *j, int64_t n0, int64_t m0, const int NT, cons
         for (int64_t c = 0; c < chunks; c++) {
             __m512i raw[4];
             for (int t = 0; t < NT; t++) {
+                /* each row of a tile is a short stream (K/2 bytes): the hardware
+                 * prefetcher would start over on each, so ask for the same bytes of the
+                 * tile NB_PREFETCH tiles ahead (a prefetch never faults, past the end
+                 * too) */
+                _mm_prefetch((const char *)bp[t] + ahead, _MM_HINT_T0);
                 raw[t] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)bp[t]));
                 bp[t] += 16;
             }
