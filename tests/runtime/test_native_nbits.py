@@ -62,8 +62,11 @@ def nbits() -> Iterator[Any]:
 
     module = importlib.import_module("onnxviz.runtime.native._nbits")
     before = module.level()
+    gemm_rows = module.set_gemm_rows(5)  # the build's own threshold, put back afterwards
+    module.set_gemm_rows(gemm_rows)
     yield module
     module.set_level(before)
+    module.set_gemm_rows(gemm_rows)
 
 
 def _case(
@@ -173,10 +176,15 @@ def test_random_shapes_are_the_definitions_product(
 
 @pytest.mark.parametrize("level", native.levels())
 @pytest.mark.parametrize(("bits", "block"), [(4, 32), (4, 16), (2, 64), (8, 16), (4, 128)])
-def test_every_tile_shape_at_every_level(nbits: Any, level: int, bits: int, block: int) -> None:
+@pytest.mark.parametrize("gemm_rows", [1, 1000])
+def test_every_tile_shape_at_every_level(
+    nbits: Any, level: int, bits: int, block: int, gemm_rows: int
+) -> None:
     # Each level tiles rows of W by 4, 2, 1 and rows of A by 4, 3, 2, 1: every M and N
-    # remainder, with a partial last block (K not a multiple of the block).
+    # remainder, with a partial last block (K not a multiple of the block); AVX-512 from
+    # gemm_rows rows of A on through 4 dequantized rows of W (here: always, or never).
     nbits.set_level(level)
+    nbits.set_gemm_rows(gemm_rows)
     rng = np.random.default_rng([level, bits, block])
     K = 3 * block + 5
     for M in range(1, 10):
@@ -188,14 +196,26 @@ def test_every_tile_shape_at_every_level(nbits: Any, level: int, bits: int, bloc
 
 
 @pytest.mark.parametrize("level", native.levels())
-def test_a_decoder_sized_product(nbits: Any, level: int) -> None:
-    # Long rows (many blocks in each accumulator): K and N of a 1B Llama's MLP.
+@pytest.mark.parametrize(
+    ("M", "K", "block", "zp_kind"),
+    [
+        (3, 2816, 32, "none"),
+        (7, 2816, 32, "none"),
+        (6, 4100, 2048, "uint8"),
+        (1, 4100, 2048, "float"),
+    ],
+)
+def test_a_decoder_sized_product(
+    nbits: Any, level: int, M: int, K: int, block: int, zp_kind: str
+) -> None:
+    # Long rows (many blocks in each accumulator, several passes of the buffered rows):
+    # K of a 1B Llama's MLP; blocks longer than a pass.
     nbits.set_level(level)
-    rng = np.random.default_rng(level)
-    K, N, block = 2816, 67, 32
-    a, b, scales, _ = _case(rng, 3, K, N, block, 4, "none")
-    w = dequantize_nbits(b, scales, None, None, K, N, block, 4)
-    _assert_within_bound(_run(nbits, a, b, scales, None, None, K, N, block, 4), a, w, None)
+    rng = np.random.default_rng([level, M, K])
+    N = 67
+    a, b, scales, zp = _case(rng, M, K, N, block, 4, zp_kind)
+    w = dequantize_nbits(b, scales, zp, None, K, N, block, 4)
+    _assert_within_bound(_run(nbits, a, b, scales, zp, None, K, N, block, 4), a, w, None)
 
 
 @pytest.mark.parametrize("level", native.levels())
@@ -320,6 +340,7 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
     rng = np.random.default_rng([len(zp_kind), len(g_kind)])
     K, N, block, bits = 100, 9, 32, 4
     _, b, scales, zp = _case(rng, 1, K, N, block, bits, zp_kind)
@@ -355,6 +376,7 @@ def test_decode_keeps_no_dequantized_weight(monkeypatch, nbits: Any) -> None:
     # scales of float16 ones), never the [K, N] float32 weight.
     nbits.set_level(native.cpu_level())
     monkeypatch.setattr(contrib_quant, "_NBITS", nbits)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)
     rng = np.random.default_rng(1)
     K, N, block = 256, 64, 32
     _, b, scales, zp = _case(rng, 1, K, N, block, 4, "uint8")
@@ -411,6 +433,7 @@ def test_a_session_runs_the_kernel_stepped_and_unwatched(monkeypatch, nbits: Any
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
     rng = np.random.default_rng(3)
     K, N, block = 160, 37, 32
     model, w = _nbits_model(K, N, block, rng)
@@ -445,6 +468,7 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
     checked = 0
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":

@@ -3,9 +3,11 @@
 The product is the op's definition: the exactly dequantized float32 weight times the
 float32 activations.  Two ways to make it:
 
-* a few rows of activations (a decode step, up to NATIVE_MAX_ROWS): the compiled kernel
-  (native/_nbits.c) reads the packed bytes as they are stored, each once per call for
-  all rows, and turns them into the definition's float32 weights in registers; only the
+* up to NATIVE_MAX_ROWS rows of activations (a decode step, a short prompt; 32 with
+  AVX-512, 6 with AVX2, none without: measured against the next way): the compiled
+  kernel (native/_nbits.c) reads the packed bytes as they are stored and turns them into
+  the definition's float32 weights in registers (from 5 rows on, 4 rows of the weight
+  at a time into a buffer that stays in L1, reused for every row); only the
   order of the float32 sums differs from the definition's product, within
   (K + 2) * 2^-24 * sum |a||w| (tests/runtime/test_native_nbits.py).  It keeps no
   dequantized weight: at most float32 copies of float16 scales and zero points.  A decode
@@ -121,9 +123,14 @@ def matmul_nbits(
 
 # The compiled kernel (native/_nbits.c), None when compiled kernels are off or not built.
 _NBITS = native.load("nbits")
-# Rows of activations up to which the compiled kernel runs (more: the dequantized weight
-# in BLAS).
-NATIVE_MAX_ROWS = 8
+# Rows of activations up to which the compiled kernel runs, by its level (more: the
+# dequantized weight in BLAS).  Measured on a Llama h2048's MatMulNBits shapes, 1 thread,
+# against BLAS on the kept [K, N] weight: AVX-512 0.51 of its time at 8 rows, 0.59 at 16,
+# 0.76 at 32, then 1.08 at 48 and 1.01 at 64 (BLAS' blocking wins back the 4 bytes a
+# weight); AVX2 0.28 at 2 rows, 0.51 at 4, 0.90 at 6, 1.18 at 8.  The plain C level is
+# the portable reference, 16-35 times slower than BLAS: never used for speed.
+MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 32, native.AVX512_VNNI: 32}
+NATIVE_MAX_ROWS = MAX_ROWS_AT_LEVEL.get(native.level() or native.GENERIC, 0)
 
 
 def native_form(

@@ -47,6 +47,7 @@ typedef struct {
     float *ap;           /* [M, kf]: A's rows in the SIMD code order (levels 1-2) */
     float *zs;           /* [4, kb]: the zero points of a tile's rows, as floats */
     float *mid;          /* [kb]: the midpoint, for weights without zero points */
+    float *wt;           /* [4, NB_KC or a block]: dequantized rows (level 2, many rows of A) */
     const uint8_t *b;    /* [N, kb, blob] */
     const float *scales; /* [N, kb] */
     const uint8_t *zp8;  /* [N, zp_row] packed, or NULL */
@@ -59,6 +60,9 @@ typedef struct {
 } job_t;
 
 static int g_level = 0;
+/* Rows of A from which level 2 dequantizes 4 rows of W at a time into a buffer (gemm)
+ * instead of decoding in registers for every 4 rows of A (set_gemm_rows; measured). */
+static int64_t g_gemm_rows = 5;
 
 static int cpu_best_level(void) {
 #if NB_X86
@@ -352,8 +356,129 @@ INL_512 void run_512_bits(const job_t *j, const int BITS, const int CH) {
     }
 }
 
+/* More rows of A: 4 rows of W dequantized once per pass over NB_KC of K into a buffer that
+ * stays in L1 (16 KB), then every 4 rows of A multiply it, 16 accumulators in registers (a
+ * small GEMM; decoding in registers again for each 4 rows of A cost more than the
+ * products).  The pass's sums add into Y, the last block's tail and the bias at the end. */
+#ifndef NB_MR
+#define NB_MR 4 /* rows of A a micro-kernel holds: 4 x NB_MR accumulators (6: slower) */
+#endif
+#ifndef NB_KC
+#define NB_KC 1024
+#endif
+
+INL_512 void dequant_rows_512(const job_t *j, int64_t n0, int64_t blk0, int64_t blk1,
+                              float *restrict wt, int64_t stride, const int BITS,
+                              const int CH) {
+    const int64_t per = 8 / BITS, chunks = CH ? CH : j->blob / 16, row = j->kb * j->blob;
+    const int table = BITS < 8, mid = !j->zp8 && !j->zpf;
+    const __m512 iota =
+        BITS == 2 ? _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3)
+                  : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 centred = _mm512_sub_ps(iota, _mm512_set1_ps((float)(1 << (BITS - 1))));
+    for (int t = 0; t < 4; t++) {
+        const uint8_t *bp = j->b + (n0 + t) * row + blk0 * j->blob;
+        const float *zs = zero_point_row(j, n0 + t, j->zs + t * j->kb);
+        const float *sc = j->scales + (n0 + t) * j->kb;
+        float *o = wt + t * stride;
+        for (int64_t blk = blk0; blk < blk1; blk++) {
+            const __m512 zv = _mm512_set1_ps(zs[blk]), sv = _mm512_set1_ps(sc[blk]);
+            __m512 tab = zv;
+            if (table) tab = mid ? _mm512_mul_ps(centred, sv) : _mm512_mul_ps(_mm512_sub_ps(iota, zv), sv);
+            for (int64_t c = 0; c < chunks; c++) {
+                const __m512i raw = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)bp));
+                bp += 16;
+                for (int64_t jv = 0; jv < per; jv++) {
+                    __m512 w;
+                    if (table)
+                        w = _mm512_permutexvar_ps(
+                            jv ? _mm512_srli_epi32(raw, (unsigned)(jv * BITS)) : raw, tab);
+                    else
+                        w = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(raw), zv), sv);
+                    _mm512_storeu_ps(o, w);
+                    o += 16;
+                }
+            }
+        }
+    }
+}
+
+/* Y[m0..m0+MT, n0..n0+4] += A's pass (len elements from k0) times the 4 buffered rows. */
+INL_512 void gemm_micro_512(const job_t *j, const float *wt, int64_t stride, int64_t len,
+                            int64_t n0, int64_t m0, int64_t k0, int first, const int MT) {
+    __m512 acc[4][NB_MR];
+    for (int t = 0; t < 4; t++)
+        for (int m = 0; m < MT; m++) acc[t][m] = _mm512_setzero_ps();
+    const float *ap = j->ap + m0 * j->kf + k0;
+    for (int64_t k = 0; k < len; k += 16) {
+        __m512 w[4];
+        for (int t = 0; t < 4; t++) w[t] = _mm512_loadu_ps(wt + t * stride + k);
+        for (int m = 0; m < MT; m++) {
+            const __m512 av = _mm512_loadu_ps(ap + m * j->kf + k);
+            for (int t = 0; t < 4; t++) acc[t][m] = _mm512_fmadd_ps(av, w[t], acc[t][m]);
+        }
+    }
+    for (int t = 0; t < 4; t++)
+        for (int m = 0; m < MT; m++) {
+            float *y = j->y + (m0 + m) * j->N + n0 + t;
+            const float v = _mm512_reduce_add_ps(acc[t][m]);
+            *y = first ? v : *y + v;
+        }
+}
+
+INL_512 int64_t gemm_512_bits(const job_t *j, const int BITS, const int CH) {
+    const int64_t per_pass = j->bs >= NB_KC ? 1 : NB_KC / j->bs; /* blocks */
+    const int64_t stride = per_pass * j->bs;
+    int64_t n0 = 0;
+    for (; n0 + 4 <= j->N; n0 += 4) {
+        for (int64_t blk0 = 0; blk0 < j->kfb; blk0 += per_pass) {
+            const int64_t blk1 = blk0 + per_pass < j->kfb ? blk0 + per_pass : j->kfb;
+            dequant_rows_512(j, n0, blk0, blk1, j->wt, stride, BITS, CH);
+            const int64_t len = (blk1 - blk0) * j->bs, k0 = blk0 * j->bs;
+            const int first = blk0 == 0;
+            int64_t m0 = 0;
+            for (; m0 + NB_MR <= j->M; m0 += NB_MR)
+                gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, NB_MR);
+            switch (j->M - m0) {
+#if NB_MR > 5
+            case 5: gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, 5); break;
+#endif
+#if NB_MR > 4
+            case 4: gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, 4); break;
+#endif
+            case 3: gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, 3); break;
+            case 2: gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, 2); break;
+            case 1: gemm_micro_512(j, j->wt, stride, len, n0, m0, k0, first, 1); break;
+            default: break;
+            }
+        }
+        for (int64_t m = 0; m < j->M; m++)
+            for (int t = 0; t < 4; t++)
+                store(j, m, n0 + t, j->y[m * j->N + n0 + t] + tail_dot(j, m, n0 + t));
+    }
+    return n0; /* rows of W done; the rest (fewer than 4) go through the tiles */
+}
+
+INL_512 void run_512_gemm(const job_t *j, const int BITS, const int CH) {
+    const int64_t done = gemm_512_bits(j, BITS, CH);
+    for (int64_t n0 = done; n0 < j->N; n0++) {
+        int64_t m0 = 0;
+        for (; m0 + 4 <= j->M; m0 += 4) tile_512(j, n0, m0, 1, 4, BITS, CH);
+        for (; m0 < j->M; m0++) tile_512(j, n0, m0, 1, 1, BITS, CH);
+    }
+}
+
 static T_512 void run_512(const job_t *j) {
     const int one = j->blob == 16; /* one chunk a block: block 32 at 4 bits, 64 at 2, 16 at 8 */
+    if (j->M >= g_gemm_rows && j->wt) {
+        if (j->bits == 4)
+            one ? run_512_gemm(j, 4, 1) : run_512_gemm(j, 4, 0);
+        else if (j->bits == 2)
+            one ? run_512_gemm(j, 2, 1) : run_512_gemm(j, 2, 0);
+        else
+            one ? run_512_gemm(j, 8, 1) : run_512_gemm(j, 8, 0);
+        return;
+    }
     if (j->bits == 4)
         one ? run_512_bits(j, 4, 1) : run_512_bits(j, 4, 0);
     else if (j->bits == 2)
@@ -460,6 +585,10 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
         j.ap = (float *)malloc((size_t)(M * j.kf) * sizeof(float));
         j.zs = (float *)malloc((size_t)(4 * j.kb) * sizeof(float));
         j.mid = (float *)malloc((size_t)j.kb * sizeof(float));
+        if (level == 2 && M >= g_gemm_rows) {
+            const int64_t kc = bs >= NB_KC ? bs : NB_KC; /* NB_KC rounded up to a block */
+            j.wt = (float *)malloc((size_t)(4 * kc) * sizeof(float)); /* NULL: the tiles run */
+        }
         if (j.ap && j.zs && j.mid) {
             for (int64_t blk = 0; blk < j.kb; blk++) j.mid[blk] = (float)(1 << (bits - 1));
             permute_a(&j, level == 2 ? 16 : 8);
@@ -473,6 +602,7 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
         free(j.ap);
         free(j.zs);
         free(j.mid);
+        free(j.wt);
     }
 #endif
     Py_END_ALLOW_THREADS;
@@ -502,6 +632,15 @@ static PyObject *py_set_level(PyObject *self, PyObject *arg) {
     return PyLong_FromLong(g_level);
 }
 
+static PyObject *py_set_gemm_rows(PyObject *self, PyObject *arg) {
+    (void)self;
+    long rows = PyLong_AsLong(arg);
+    if (rows == -1 && PyErr_Occurred()) return NULL;
+    long before = (long)g_gemm_rows;
+    g_gemm_rows = rows < 1 ? 1 : rows;
+    return PyLong_FromLong(before);
+}
+
 static PyObject *py_get_level(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
@@ -519,6 +658,9 @@ static PyMethodDef methods[] = {
      "set_level(n): run at level n (0 generic, 1 AVX2+FMA, 2 AVX-512, 3 VNNI = 2), capped at "
      "the CPU's; returns the level set."},
     {"level", py_get_level, METH_NOARGS, "The level set."},
+    {"set_gemm_rows", py_set_gemm_rows, METH_O,
+     "set_gemm_rows(n): from n rows of A on, level 2 dequantizes 4 rows of W at a time into "
+     "a buffer and multiplies it (else: decoding in registers); returns the previous n."},
     {NULL, NULL, 0, NULL},
 };
 
