@@ -326,6 +326,9 @@ class _Counting:
     def __init__(self, module: Any) -> None:
         self.module, self.calls = module, 0
 
+    def level(self) -> int:
+        return int(self.module.level())
+
     def matmul(self, *args: Any) -> None:
         self.calls += 1
         self.module.matmul(*args)
@@ -340,7 +343,6 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
-    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
     rng = np.random.default_rng([len(zp_kind), len(g_kind)])
     K, N, block, bits = 100, 9, 32, 4
     _, b, scales, zp = _case(rng, 1, K, N, block, bits, zp_kind)
@@ -356,7 +358,8 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
     bias = rng.standard_normal(N).astype(np.float32)
     wc.clear()
     attrs = {"K": K, "N": N, "block_size": block, "bits": bits}
-    for rows in (1, 3, contrib_quant.NATIVE_MAX_ROWS, contrib_quant.NATIVE_MAX_ROWS + 1):
+    most = contrib_quant.native_max_rows(counting, K, block, bits)  # 0 at plain C
+    for rows in sorted({1, 3, max(most, 1), most + 1}):
         a = rng.standard_normal((1, rows, K)).astype(np.float32)
         before = counting.calls
         fb, fs = _frozen(b), _frozen(scales)
@@ -367,7 +370,7 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
             assert y.shape == (1, rows, N) and y.dtype == np.float32
             _assert_within_bound(y[0], a[0], w, bias, f"rows {rows}")
         native_ran = counting.calls > before
-        assert native_ran == (rows <= contrib_quant.NATIVE_MAX_ROWS and g_kind != "act_order")
+        assert native_ran == (rows <= most and g_kind != "act_order")
     wc.clear()
 
 
@@ -376,7 +379,6 @@ def test_decode_keeps_no_dequantized_weight(monkeypatch, nbits: Any) -> None:
     # scales of float16 ones), never the [K, N] float32 weight.
     nbits.set_level(native.cpu_level())
     monkeypatch.setattr(contrib_quant, "_NBITS", nbits)
-    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)
     rng = np.random.default_rng(1)
     K, N, block = 256, 64, 32
     _, b, scales, zp = _case(rng, 1, K, N, block, 4, "uint8")
@@ -386,11 +388,16 @@ def test_decode_keeps_no_dequantized_weight(monkeypatch, nbits: Any) -> None:
     fb, fs, fz = _frozen(b), _frozen(scales), _frozen(zp)  # type: ignore[arg-type]
     fs16 = _frozen(scales.astype(np.float16))  # entries live as long as their sources
     y = matmul_nbits(a, fb, fs, fz, **attrs)
-    assert wc.stored_bytes() == 0
     w = dequantize_nbits(b, scales, zp, None, K, N, block, 4)
     _assert_within_bound(y, a, w, None)
-    matmul_nbits(a, fb, fs16, fz, **attrs)
-    assert wc.stored_bytes() == scales.size * 4
+    if contrib_quant.native_max_rows(nbits, K, block, 4) == 0:
+        # A CPU without AVX2: the plain C level is slower than BLAS, the op keeps its
+        # numpy path and the float32 weight.
+        assert wc.stored_bytes() == K * N * 4
+    else:
+        assert wc.stored_bytes() == 0
+        matmul_nbits(a, fb, fs16, fz, **attrs)
+        assert wc.stored_bytes() == scales.size * 4
     wc.clear()
 
 
@@ -433,7 +440,6 @@ def test_a_session_runs_the_kernel_stepped_and_unwatched(monkeypatch, nbits: Any
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
-    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
     rng = np.random.default_rng(3)
     K, N, block = 160, 37, 32
     model, w = _nbits_model(K, N, block, rng)
@@ -441,7 +447,7 @@ def test_a_session_runs_the_kernel_stepped_and_unwatched(monkeypatch, nbits: Any
     a = rng.standard_normal((1, 2, K)).astype(np.float32)
     run = Session(model).run({"a": a})["r"]
     stepped = stepped_values(model, {"a": a})
-    assert counting.calls == 2
+    assert counting.calls == (2 if contrib_quant.native_max_rows(counting, K, block, 4) else 0)
     for y in (stepped["y"],):
         _assert_within_bound(y[0], a[0], w, bias, "stepped")
     a64 = a[0].astype(np.float64)
@@ -468,8 +474,7 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
-    monkeypatch.setattr(contrib_quant, "NATIVE_MAX_ROWS", 8)  # the wiring, not the tuning
-    checked = 0
+    checked, eligible = 0, False
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":
             continue
@@ -478,17 +483,63 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
         ins += [None] * (6 - len(ins))
         a, b, scales, zp, g, bias = ins
         a2 = np.asarray(a, np.float32).reshape(-1, attrs["K"])
-        if a2.shape[0] > contrib_quant.NATIVE_MAX_ROWS:
-            a2 = a2[: contrib_quant.NATIVE_MAX_ROWS]
-        before = counting.calls
-        y = matmul_nbits(a2, b, scales, zp, g, bias, **attrs)
-        assert counting.calls == before + 1, node.name
         bits = attrs.get("bits", 4)
+        # the kernel at the CPU's level, whether or not the op would pick it there
+        form = contrib_quant.native_form(
+            b, scales, zp, g, attrs["K"], attrs["N"], attrs["block_size"], bits
+        )
+        assert form is not None, node.name
+        y = contrib_quant.native_product(
+            counting,
+            a2,
+            b,
+            scales,
+            zp,
+            form,
+            bias,
+            attrs["K"],
+            attrs["N"],
+            attrs["block_size"],
+            bits,
+        )
         w = dequantize_nbits(b, scales, zp, g, attrs["K"], attrs["N"], attrs["block_size"], bits)
         _assert_within_bound(y, a2, w, bias, node.name)
         checked += 1
-    assert checked > 0
+        most = contrib_quant.native_max_rows(counting, attrs["K"], attrs["block_size"], bits)
+        eligible = eligible or a2.shape[0] <= most
+    assert checked > 0 and counting.calls == checked
     on = Session(model).run(feeds)
+    assert (counting.calls > checked) == eligible  # the whole run used the kernel
     for out in model.graph.output:
         close(on[out.name], off[out.name], f"{name}: output {out.name!r}")
     wc.clear()
+
+
+class _AtLevel:
+    def __init__(self, level: int) -> None:
+        self._level = level
+
+    def level(self) -> int:
+        return self._level
+
+
+@pytest.mark.parametrize(
+    ("level", "K", "block", "bits", "want_level"),
+    [
+        (native.AVX512_VNNI, 2048, 32, 4, native.AVX512),  # VNNI runs the AVX-512 code
+        (native.AVX512, 2048, 16, 4, native.AVX2),  # 8-byte blocks: AVX2's chunk
+        (native.AVX512, 2048, 16, 2, native.GENERIC),  # 4-byte blocks: plain C
+        (native.AVX512, 2048, 16, 8, native.AVX512),
+        (native.AVX2, 2048, 64, 2, native.AVX2),
+        (native.AVX2, 100, 128, 4, native.GENERIC),  # no whole block
+        (native.GENERIC, 2048, 32, 4, native.GENERIC),
+    ],
+)
+def test_the_row_limit_follows_the_level_a_layout_runs_at(
+    level: int, K: int, block: int, bits: int, want_level: int
+) -> None:
+    # As _nbits.c's call_level lowers the level: the op never sends rows to a level where
+    # the kernel is slower than BLAS (the plain C level: none).
+    got = contrib_quant.native_max_rows(_AtLevel(level), K, block, bits)
+    assert got == contrib_quant.MAX_ROWS_AT_LEVEL[want_level]
+    assert contrib_quant.MAX_ROWS_AT_LEVEL[native.GENERIC] == 0

@@ -3,8 +3,8 @@
 The product is the op's definition: the exactly dequantized float32 weight times the
 float32 activations.  Two ways to make it:
 
-* up to NATIVE_MAX_ROWS rows of activations (a decode step, a short prompt; 32 with
-  AVX-512, 6 with AVX2, none without: measured against the next way): the compiled
+* up to native_max_rows rows of activations (a decode step, a short prompt; 32 with
+  AVX-512, 6 with AVX2, none at plain C: measured against the next way): the compiled
   kernel (native/_nbits.c) reads the packed bytes as they are stored and turns them into
   the definition's float32 weights in registers (from 5 rows on, 4 rows of the weight
   at a time into a buffer that stays in L1, reused for every row); only the
@@ -77,7 +77,7 @@ def matmul_nbits(
     if av.shape[-1] != K:
         raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
     rows = av.reshape(-1, K)
-    if _NBITS is not None and rows.shape[0] <= NATIVE_MAX_ROWS:
+    if _NBITS is not None and rows.shape[0] <= native_max_rows(_NBITS, K, block_size, bits):
         form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
         if form is not None:
             y = native_product(
@@ -130,7 +130,22 @@ _NBITS = native.load("nbits")
 # weight); AVX2 0.28 at 2 rows, 0.51 at 4, 0.90 at 6, 1.18 at 8.  The plain C level is
 # the portable reference, 16-35 times slower than BLAS: never used for speed.
 MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 32, native.AVX512_VNNI: 32}
-NATIVE_MAX_ROWS = MAX_ROWS_AT_LEVEL.get(native.level() or native.GENERIC, 0)
+
+
+def native_max_rows(module: Any, K: int, block_size: int, bits: int) -> int:
+    """Rows of activations up to which ``module`` (_nbits at its level) runs this weight
+    layout: the level the kernel really runs, lowered while a block is shorter than the
+    level's chunk of bytes (16 AVX-512, 8 AVX2) or K than a block, as _nbits.c's
+    call_level lowers it."""
+    level = min(int(module.level()), native.AVX512)
+    blob = block_size * bits // 8
+    if level == native.AVX512 and blob % 16:
+        level = native.AVX2
+    if level == native.AVX2 and blob % 8:
+        level = native.GENERIC
+    if block_size > K:  # no whole block: the plain C loop
+        level = native.GENERIC
+    return MAX_ROWS_AT_LEVEL[level]
 
 
 def native_form(
