@@ -343,6 +343,7 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", 0)  # the wiring, not the tuning
     rng = np.random.default_rng([len(zp_kind), len(g_kind)])
     K, N, block, bits = 100, 9, 32, 4
     _, b, scales, zp = _case(rng, 1, K, N, block, bits, zp_kind)
@@ -358,7 +359,7 @@ def test_the_op_runs_the_kernel_for_a_few_rows(
     bias = rng.standard_normal(N).astype(np.float32)
     wc.clear()
     attrs = {"K": K, "N": N, "block_size": block, "bits": bits}
-    most = contrib_quant.native_max_rows(counting, K, block, bits)  # 0 at plain C
+    most = contrib_quant.native_max_rows(counting, K, N, block, bits)  # 0 at plain C
     for rows in sorted({1, 3, max(most, 1), most + 1}):
         a = rng.standard_normal((1, rows, K)).astype(np.float32)
         before = counting.calls
@@ -379,6 +380,7 @@ def test_decode_keeps_no_dequantized_weight(monkeypatch, nbits: Any) -> None:
     # scales of float16 ones), never the [K, N] float32 weight.
     nbits.set_level(native.cpu_level())
     monkeypatch.setattr(contrib_quant, "_NBITS", nbits)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", 0)  # the wiring, not the tuning
     rng = np.random.default_rng(1)
     K, N, block = 256, 64, 32
     _, b, scales, zp = _case(rng, 1, K, N, block, 4, "uint8")
@@ -390,7 +392,7 @@ def test_decode_keeps_no_dequantized_weight(monkeypatch, nbits: Any) -> None:
     y = matmul_nbits(a, fb, fs, fz, **attrs)
     w = dequantize_nbits(b, scales, zp, None, K, N, block, 4)
     _assert_within_bound(y, a, w, None)
-    if contrib_quant.native_max_rows(nbits, K, block, 4) == 0:
+    if contrib_quant.native_max_rows(nbits, K, N, block, 4) == 0:
         # A CPU without AVX2: the plain C level is slower than BLAS, the op keeps its
         # numpy path and the float32 weight.
         assert wc.stored_bytes() == K * N * 4
@@ -440,6 +442,7 @@ def test_a_session_runs_the_kernel_stepped_and_unwatched(monkeypatch, nbits: Any
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", 0)  # the wiring, not the tuning
     rng = np.random.default_rng(3)
     K, N, block = 160, 37, 32
     model, w = _nbits_model(K, N, block, rng)
@@ -447,7 +450,7 @@ def test_a_session_runs_the_kernel_stepped_and_unwatched(monkeypatch, nbits: Any
     a = rng.standard_normal((1, 2, K)).astype(np.float32)
     run = Session(model).run({"a": a})["r"]
     stepped = stepped_values(model, {"a": a})
-    assert counting.calls == (2 if contrib_quant.native_max_rows(counting, K, block, 4) else 0)
+    assert counting.calls == (2 if contrib_quant.native_max_rows(counting, K, N, block, 4) else 0)
     for y in (stepped["y"],):
         _assert_within_bound(y[0], a[0], w, bias, "stepped")
     a64 = a[0].astype(np.float64)
@@ -474,6 +477,7 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
+    monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", 0)  # the wiring, not the tuning
     checked, eligible = 0, False
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":
@@ -505,7 +509,9 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
         w = dequantize_nbits(b, scales, zp, g, attrs["K"], attrs["N"], attrs["block_size"], bits)
         _assert_within_bound(y, a2, w, bias, node.name)
         checked += 1
-        most = contrib_quant.native_max_rows(counting, attrs["K"], attrs["block_size"], bits)
+        most = contrib_quant.native_max_rows(
+            counting, attrs["K"], attrs["N"], attrs["block_size"], bits
+        )
         eligible = eligible or a2.shape[0] <= most
     assert checked > 0 and counting.calls == checked
     on = Session(model).run(feeds)
@@ -540,6 +546,13 @@ def test_the_row_limit_follows_the_level_a_layout_runs_at(
 ) -> None:
     # As _nbits.c's call_level lowers the level: the op never sends rows to a level where
     # the kernel is slower than BLAS (the plain C level: none).
-    got = contrib_quant.native_max_rows(_AtLevel(level), K, block, bits)
+    got = contrib_quant.native_max_rows(_AtLevel(level), K, 1 << 20, block, bits)
     assert got == contrib_quant.MAX_ROWS_AT_LEVEL[want_level]
     assert contrib_quant.MAX_ROWS_AT_LEVEL[native.GENERIC] == 0
+
+
+def test_small_weights_stay_on_the_numpy_path() -> None:
+    level = _AtLevel(native.AVX512)
+    small = contrib_quant.NATIVE_MIN_WEIGHTS // 128 - 1
+    assert contrib_quant.native_max_rows(level, 128, small, 32, 4) == 0
+    assert contrib_quant.native_max_rows(level, 128, small + 1, 32, 4) == 32

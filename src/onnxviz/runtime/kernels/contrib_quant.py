@@ -3,8 +3,9 @@
 The product is the op's definition: the exactly dequantized float32 weight times the
 float32 activations.  Two ways to make it:
 
-* up to native_max_rows rows of activations (a decode step, a short prompt; 32 with
-  AVX-512, 6 with AVX2, none at plain C: measured against the next way): the compiled
+* a weight of 256K codes or more, up to native_max_rows rows of activations (a decode
+  step, a short prompt; 32 with AVX-512, 6 with AVX2, none at plain C: each measured
+  against the next way): the compiled
   kernel (native/_nbits.c) reads the packed bytes as they are stored and turns them into
   the definition's float32 weights in registers (from 5 rows on, 4 rows of the weight
   at a time into a buffer that stays in L1, reused for every row); only the
@@ -77,7 +78,7 @@ def matmul_nbits(
     if av.shape[-1] != K:
         raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
     rows = av.reshape(-1, K)
-    if _NBITS is not None and rows.shape[0] <= native_max_rows(_NBITS, K, block_size, bits):
+    if _NBITS is not None and rows.shape[0] <= native_max_rows(_NBITS, K, N, block_size, bits):
         form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
         if form is not None:
             y = native_product(
@@ -132,11 +133,19 @@ _NBITS = native.load("nbits")
 MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 32, native.AVX512_VNNI: 32}
 
 
-def native_max_rows(module: Any, K: int, block_size: int, bits: int) -> int:
+# Weights smaller than this stay on the numpy path: their float32 form sits in the CPU's
+# caches, where BLAS beats the kernel's fixed costs (measured, 1 thread, AVX-512, M 1 and
+# 4: 8K-128K weights 1.1-1.9x slower through the kernel, 256K 0.70-0.78, 1M 0.67-0.84).
+NATIVE_MIN_WEIGHTS = 1 << 18
+
+
+def native_max_rows(module: Any, K: int, N: int, block_size: int, bits: int) -> int:
     """Rows of activations up to which ``module`` (_nbits at its level) runs this weight
     layout: the level the kernel really runs, lowered while a block is shorter than the
     level's chunk of bytes (16 AVX-512, 8 AVX2) or K than a block, as _nbits.c's
-    call_level lowers it."""
+    call_level lowers it; none for a weight under NATIVE_MIN_WEIGHTS."""
+    if K * N < NATIVE_MIN_WEIGHTS:
+        return 0
     level = min(int(module.level()), native.AVX512)
     blob = block_size * bits // 8
     if level == native.AVX512 and blob % 16:

@@ -24,7 +24,11 @@
  * into weights by one permute from a 16-entry table of the block's values, AVX2 by
  * convert, subtract, multiply.  Level 3 (VNNI) runs level 2: the definition is a float
  * product, int8 dot products would change its numbers.  A chunk never straddles blocks:
- * when a block is smaller than a chunk, the next lower level runs. */
+ * when a block is smaller than a chunk, the next lower level runs (contrib_quant's
+ * native_max_rows follows the same rule).  From set_gemm_rows rows of A on, level 2
+ * dequantizes 4 rows of W per pass into an L1 buffer and multiplies every 4 rows of A by
+ * it (gemm_512_bits); below, it decodes in registers for each tile of A's rows.  Each
+ * packed byte comes from memory once per call either way. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
