@@ -141,8 +141,10 @@ def test_a_weight_longer_than_a_chunk_is_dequantized_in_pieces(monkeypatch) -> N
 @pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize("cached", [False, True])
 def test_the_product_is_the_float64_product_of_the_definitions_weights(
-    bits: int, cached: bool
+    monkeypatch, bits: int, cached: bool
 ) -> None:
+    # The numpy path and its float32 form (the compiled kernel: test_native_nbits).
+    monkeypatch.setattr(contrib_quant, "_NBITS", None)
     rng = np.random.default_rng(bits)
     K, N, block = 100, 24, 32
     b, scales, zp, _ = _case(rng, bits, block, K, N, "uint8", "none")
@@ -224,6 +226,7 @@ def test_every_path_of_the_product_is_the_definitions(
     a = rng.standard_normal((m, K)).astype(np.float32)
     wc.clear()
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contrib_quant, "_NBITS", None)  # the numpy paths (native: test_native_nbits)
         if path == "streamed":
             mp.setattr(contrib_quant, "_STREAM_MIN_BYTES", 0)
             mp.setattr(contrib_quant, "_STREAM_ELEMENTS", int(rng.integers(1, 4)) * K)

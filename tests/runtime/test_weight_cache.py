@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model.tensors import to_array
 from onnxviz.runtime.kernels import _weight_cache as wc
+from onnxviz.runtime.kernels import contrib_quant
 from onnxviz.runtime.kernels.contrib_quant import matmul_nbits
 from onnxviz.runtime.session import Session
 
@@ -69,7 +70,9 @@ def _nbits_case(k: int = 72, n: int = 24, block: int = 32):
     return packed, scales.reshape(-1), zp_packed, w, attrs
 
 
-def test_matmul_nbits_cached_weight_gives_the_definitions_numbers() -> None:
+def test_matmul_nbits_cached_weight_gives_the_definitions_numbers(monkeypatch) -> None:
+    # The numpy path's float32 form (the compiled kernel keeps none: test_native_nbits).
+    monkeypatch.setattr(contrib_quant, "_NBITS", None)
     packed, scales, zp, w, attrs = _nbits_case()
     a = RNG.standard_normal((3, attrs["K"])).astype(np.float32)
     fb, fs, fz = _frozen_copy(packed), _frozen_copy(scales), _frozen_copy(zp)
@@ -150,7 +153,8 @@ def test_thedefault_cap_is_a_quarter_of_the_machines_memory(monkeypatch) -> None
     assert wc.default_cap() == 512 << 20
 
 
-def test_session_runs_an_int4_decoder_layer_the_same_twice() -> None:
+def test_session_runs_an_int4_decoder_layer_the_same_twice(monkeypatch) -> None:
+    monkeypatch.setattr(contrib_quant, "_NBITS", None)  # the numpy path's float32 form
     packed, scales, zp, w, attrs = _nbits_case(k=64, n=48, block=32)
     node = helper.make_node(
         "MatMulNBits", ["a", "b", "s", "z"], ["y"], domain="com.microsoft", **attrs

@@ -1,22 +1,37 @@
 """com.microsoft MatMulNBits: matmul with block-wise 2, 4 or 8-bit quantised weights.
 
 The product is the op's definition: the exactly dequantized float32 weight times the
-float32 activations, in BLAS.  An initializer's weight is dequantized once and kept as
-[K, N] float32 rows (kernels/_weight_cache, bounded by a quarter of the machine's
-memory); a weight past that bound is dequantized chunk by chunk on each call, each chunk
-multiplied as it is made.  What this costs against onnxruntime's int4 kernels: a decode
-step reads 4 bytes per weight where onnxruntime reads about half a byte (the step is
-bound by memory bandwidth, 4-5x), and a prompt runs float32 FMA where onnxruntime at
-accuracy level 4 runs int8 dot products (VNNI, about twice the throughput per cycle)."""
+float32 activations.  Two ways to make it:
+
+* a weight of 256K codes or more, up to native_max_rows rows of activations (a decode
+  step, a short prompt; 32 with AVX-512, 6 with AVX2, none at plain C: each measured
+  against the next way): the compiled
+  kernel (native/_nbits.c) reads the packed bytes as they are stored and turns them into
+  the definition's float32 weights in registers (from 5 rows on, 4 rows of the weight
+  at a time into a buffer that stays in L1, reused for every row); only the
+  order of the float32 sums differs from the definition's product, within
+  (K + 2) * 2^-24 * sum |a||w| (tests/runtime/test_native_nbits.py).  It keeps no
+  dequantized weight: at most float32 copies of float16 scales and zero points.  A decode
+  step is bound by memory, and this reads half a byte per int4 weight where the float32
+  form reads four.  Act-order g_idx and compiled kernels off (ONNXVIZ_NATIVE=off, no C
+  compiler) take the next way;
+* otherwise BLAS on the dequantized weight: an initializer's weight is dequantized once
+  and kept as [K, N] float32 rows (kernels/_weight_cache, bounded by a quarter of the
+  machine's memory); a weight past that bound is dequantized chunk by chunk on each call,
+  each chunk multiplied as it is made.  A prompt runs float32 FMA where onnxruntime at
+  accuracy level 4 runs int8 dot products (VNNI, about twice the throughput per cycle).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels._weight_cache import kept
+from onnxviz.runtime import native
+from onnxviz.runtime.kernels._weight_cache import derived, kept
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.registry import kernel
 
@@ -62,6 +77,14 @@ def matmul_nbits(
     av = np.asarray(a).astype(np.float32, copy=False)
     if av.shape[-1] != K:
         raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
+    rows = av.reshape(-1, K)
+    if _NBITS is not None and rows.shape[0] <= native_max_rows(_NBITS, K, N, block_size, bits):
+        form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
+        if form is not None:
+            y = native_product(
+                _NBITS, rows, b, scales, zero_points, form, bias, K, N, block_size, bits
+            )
+            return y.reshape(*av.shape[:-1], N).astype(dtype, copy=False)
     # The dequantized weight of an initializer is made once (_weight_cache): dequantizing
     # on every call cost more than the product itself in a decoder step.  It is kept as
     # [K, N] rows: OpenBLAS multiplies a few rows by that layout up to twice as fast as
@@ -79,7 +102,6 @@ def matmul_nbits(
             b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
         ),
     )
-    rows = av.reshape(-1, K)
     if w_kn is None and K * N * 4 < _STREAM_MIN_BYTES:
         # A small weight is made whole, as the cache makes it: the same product, to the
         # last bit, as when it is kept.
@@ -98,6 +120,144 @@ def matmul_nbits(
     if bias is not None:
         y += np.asarray(bias).astype(np.float32, copy=False)
     return y.astype(dtype, copy=False)
+
+
+# The compiled kernel (native/_nbits.c), None when compiled kernels are off or not built.
+_NBITS = native.load("nbits")
+# Rows of activations up to which the compiled kernel runs, by its level (more: the
+# dequantized weight in BLAS).  Measured on a Llama h2048's MatMulNBits shapes, 1 thread,
+# against BLAS on the kept [K, N] weight: AVX-512 0.51 of its time at 8 rows, 0.59 at 16,
+# 0.76 at 32, then 1.08 at 48 and 1.01 at 64 (BLAS' blocking wins back the 4 bytes a
+# weight); AVX2 0.28 at 2 rows, 0.51 at 4, 0.90 at 6, 1.18 at 8.  The plain C level is
+# the portable reference, 16-35 times slower than BLAS: never used for speed.
+MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 32, native.AVX512_VNNI: 32}
+
+
+# Weights smaller than this stay on the numpy path: their float32 form sits in the CPU's
+# caches, where BLAS beats the kernel's fixed costs (measured, 1 thread, AVX-512, M 1 and
+# 4: 8K-128K weights 1.1-1.9x slower through the kernel, 256K 0.70-0.78, 1M 0.67-0.84).
+NATIVE_MIN_WEIGHTS = 1 << 18
+
+
+def native_max_rows(module: Any, K: int, N: int, block_size: int, bits: int) -> int:
+    """Rows of activations up to which ``module`` (_nbits at its level) runs this weight
+    layout: the level the kernel really runs, lowered while a block is shorter than the
+    level's chunk of bytes (16 AVX-512, 8 AVX2) or K than a block, as _nbits.c's
+    call_level lowers it; none for a weight under NATIVE_MIN_WEIGHTS."""
+    if K * N < NATIVE_MIN_WEIGHTS:
+        return 0
+    level = min(int(module.level()), native.AVX512)
+    blob = block_size * bits // 8
+    if level == native.AVX512 and blob % 16:
+        level = native.AVX2
+    if level == native.AVX2 and blob % 8:
+        level = native.GENERIC
+    if block_size > K:  # no whole block: the plain C loop
+        level = native.GENERIC
+    return MAX_ROWS_AT_LEVEL[level]
+
+
+def native_form(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+) -> tuple[np.ndarray | None, np.ndarray | None, int, int] | None:
+    """What the compiled kernel needs besides the packed weight, made once per initializer
+    (_weight_cache; a small form: scales and zero points, never the dequantized weight):
+    (float32 scales or None when ``scales`` already are, float32 zero points or None when
+    they are packed or absent, their kind (0 none, 1 packed uint8, 2 float32), bytes per
+    row of packed zero points), or None when the kernel does not take this weight
+    (act-order ``g_idx``, a tensor whose size is not the op's: the numpy path says why)."""
+    return derived(  # type: ignore[no-any-return]
+        "MatMulNBits_native",
+        (b, scales, zero_points, g_idx),
+        (K, N, block_size, bits),
+        lambda: _make_native_form(b, scales, zero_points, g_idx, K, N, block_size, bits),
+    )
+
+
+def _make_native_form(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+) -> tuple[np.ndarray | None, np.ndarray | None, int, int] | None:
+    k_blocks = (K + block_size - 1) // block_size
+    if np.asarray(b).dtype != np.uint8 or np.size(b) != N * k_blocks * block_size * bits // 8:
+        return None
+    if np.size(scales) != N * k_blocks:
+        return None
+    if g_idx is not None:
+        order = np.asarray(g_idx, dtype=np.int64).reshape(-1)[:K]
+        if not np.array_equal(order, np.arange(K) // block_size):
+            return None  # act-order: the numpy path
+    sc = None if np.asarray(scales).dtype == np.float32 else _f32(scales)
+    if zero_points is None:
+        return sc, None, 0, 0
+    zp = np.asarray(zero_points)
+    if zp.dtype == np.uint8:
+        row = zp.size // N
+        if zp.size != N * row or row * 8 < k_blocks * bits:
+            return None
+        return sc, None, 1, row  # the packed bytes as they are
+    if zp.size != N * k_blocks:
+        return None
+    return sc, _f32(zp), 2, 0
+
+
+def _packed(zero_points: np.ndarray | None) -> np.ndarray:
+    return np.ascontiguousarray(zero_points, dtype=np.uint8).reshape(-1)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x).astype(np.float32).reshape(-1))
+
+
+def native_product(
+    module: Any,
+    rows: np.ndarray,
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    form: tuple[np.ndarray | None, np.ndarray | None, int, int],
+    bias: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+) -> np.ndarray:
+    """rows [M, K] float32 times the dequantized weight (+ bias), [M, N] float32, by the
+    compiled kernel straight from the packed bytes."""
+    sc, zp, zp_kind, zp_row = form
+    sc_buf = sc if sc is not None else np.ascontiguousarray(scales).reshape(-1)
+    out = np.empty((rows.shape[0], N), dtype=np.float32)
+    bias_buf = b"" if bias is None else _f32(bias)
+    module.matmul(
+        np.ascontiguousarray(rows),
+        np.ascontiguousarray(b).reshape(-1),
+        sc_buf,
+        zp if zp is not None else _packed(zero_points) if zp_kind == 1 else b"",
+        bias_buf,
+        out,
+        rows.shape[0],
+        K,
+        N,
+        block_size,
+        bits,
+        zp_kind,
+        zp_row,
+        bias is not None,
+    )
+    return out
 
 
 # Elements of the weight dequantized per pass: the unpacking, the zero-point subtraction
