@@ -3,7 +3,8 @@ data folders), which pyproject.toml maps to resources/ at the top of the reposit
 setuptools' find cannot reach a folder outside src/.
 
 The compiled kernels: every ``src/onnxviz/runtime/native/_<name>.c`` is the extension
-module ``onnxviz.runtime.native._<name>`` (it may #include its own helper files).  They
+module ``onnxviz.runtime.native._<name>`` (it may #include helper files, such as
+``levels.h``, the instruction-set levels all share).  They
 are optional: a machine without a C compiler installs onnxviz all the same and runs the
 numpy paths (onnxviz.runtime.native's docstring)."""
 
@@ -29,6 +30,7 @@ def native_modules() -> list[Extension]:
         Extension(
             "onnxviz.runtime.native." + os.path.basename(path)[:-2],
             [path],
+            depends=glob.glob(os.path.join(NATIVE_DIR, "*.h")),  # levels.h: rebuild all
             extra_compile_args=COMPILE_ARGS,
             optional=True,
         )

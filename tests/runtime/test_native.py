@@ -3,6 +3,7 @@ the CPU really has, and ONNXVIZ_NATIVE obeyed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sysconfig
@@ -79,3 +80,28 @@ def test_off_loads_nothing(monkeypatch):
     monkeypatch.setattr(native, "_LEVEL", None)
     assert native.load("cpu") is None
     assert native.level() is None
+
+
+KERNEL_MODULES = ("nbits", "int8", "depthwise", "activation")
+
+
+@pytest.mark.parametrize("name", KERNEL_MODULES)
+def test_no_kernel_module_runs_above_the_cpu_level(name):
+    """A level above the CPU's would execute instructions it lacks (the process dies):
+    every module refuses it or keeps to the CPU's level, whatever its caller asks."""
+    if not native.built(name):
+        pytest.skip(f"_{name} was not built here")
+    import importlib
+
+    module = importlib.import_module(f"onnxviz.runtime.native._{name}")
+    before = module.level()
+    best = native.cpu_level()
+    try:
+        for asked in range(best + 1, 6):
+            with contextlib.suppress(ValueError):  # (refused, or kept to the CPU's)
+                module.set_level(asked)
+            assert module.level() <= best
+        module.set_level(best)
+        assert module.level() == best
+    finally:
+        module.set_level(before)

@@ -10,24 +10,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static int best_level(void) {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")))
-        return 1;
-    if (!__builtin_cpu_supports("avx512vnni")) return 2;
-    return 3;
-#else
-    return 0;
-#endif
-}
+#include "levels.h"
+
 
 static PyObject *py_best_level(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return PyLong_FromLong(best_level());
+    return PyLong_FromLong(onnxviz_cpu_level());
 }
 
 static PyMethodDef methods[] = {

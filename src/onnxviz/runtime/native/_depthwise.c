@@ -33,6 +33,8 @@
  * attribute: the module is built without -march and runs on every x86-64 CPU. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "levels.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -473,20 +475,8 @@ fail_x:
     return NULL;
 }
 
-/* Whether this CPU runs level n's instructions (the same test as _cpu.best_level). */
-static int cpu_has(long n) {
-    if (n <= 0) return 1;
-#if DW_X86
-    __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (n == 1) return 1;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-           (n == 2 || __builtin_cpu_supports("avx512vnni"));
-#else
-    return 0;
-#endif
-}
+/* Whether this CPU runs level n's instructions. */
+static int cpu_has(long n) { return n <= onnxviz_cpu_level(); }
 
 static PyObject *py_set_level(PyObject *self, PyObject *arg) {
     (void)self;

@@ -44,6 +44,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "levels.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1093,6 +1095,10 @@ static PyObject *py_set_level(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "i", &level)) return NULL;
     if (level < 0 || level > 3) {
         PyErr_SetString(PyExc_ValueError, "set_level: 0..3");
+        return NULL;
+    }
+    if (level > onnxviz_cpu_level()) { /* its instructions would stop the process */
+        PyErr_Format(PyExc_ValueError, "set_level: this CPU cannot run level %d", level);
         return NULL;
     }
     current_level = level;

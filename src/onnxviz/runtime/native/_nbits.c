@@ -31,6 +31,8 @@
  * packed byte comes from memory once per call either way. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "levels.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,19 +70,6 @@ static int g_level = 0;
  * instead of decoding in registers for every 4 rows of A (set_gemm_rows; measured). */
 static int64_t g_gemm_rows = 5;
 
-static int cpu_best_level(void) {
-#if NB_X86
-    __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")))
-        return 1;
-    if (!__builtin_cpu_supports("avx512vnni")) return 2;
-    return 3;
-#else
-    return 0;
-#endif
-}
 
 static inline float zero_point(const job_t *j, int64_t n, int64_t blk) {
     if (j->zpf) return j->zpf[n * j->kb + blk];
@@ -631,7 +620,7 @@ static PyObject *py_set_level(PyObject *self, PyObject *arg) {
     long level = PyLong_AsLong(arg);
     if (level == -1 && PyErr_Occurred()) return NULL;
     if (level < 0) level = 0;
-    int best = cpu_best_level();
+    int best = onnxviz_cpu_level();
     g_level = (int)(level < best ? level : best); /* never a level the CPU cannot run */
     return PyLong_FromLong(g_level);
 }
