@@ -270,3 +270,43 @@ def test_expand_all_keeps_the_box_in_the_middle_of_the_view_where_it_was(  # typ
     assert abs(after.x() - before.x()) <= 1 and abs(after.y() - before.y()) <= 1
     in_view = [it for it in view.items(view.viewport().rect()) if isinstance(it, NodeItem)]
     assert len(in_view) > 3
+
+
+def test_a_big_scenes_value_badges_come_over_turns_and_a_newer_update_leaves_none_behind(  # type: ignore[no-untyped-def]
+    window, qtbot, monkeypatch, medium
+) -> None:
+    """A 100k-node run's end made its 1,400 shape badges in one turn: a big scene gets
+    them a slice per turn, the same badges as at once, and an update that comes while
+    they are made takes away every badge of the one before."""
+    from onnxviz.ui.run import canvas_overlay
+    from onnxviz.ui.run.canvas_overlay import CanvasOverlay
+
+    gs = _shown(window, medium)
+    values = {(e.data_edge.graph_path, e.data_edge.value) for e in gs.edge_items}
+    first = {key: "float32[1,8]" for key in values}
+    second = {key: "float32[2,8]" for key in list(values)[: len(values) // 2]}
+
+    def badges_on_canvas() -> list:  # type: ignore[type-arg]
+        return [it for it in gs.items() if isinstance(it, ValueBadge)]
+
+    at_once = CanvasOverlay(gs, lambda path, name: None)
+    at_once.update(set(), None, set(), {}, {}, first)
+    expected = sorted((b.parentItem().data_edge.value, b.text) for b in at_once.badges)
+    at_once.update(set(), None, set(), {}, {}, {})
+    assert expected and not badges_on_canvas()
+
+    monkeypatch.setattr(canvas_overlay, "SYNC_BADGE_EDGES", 10)
+    monkeypatch.setattr(canvas_overlay, "MARK_SLICE_SECONDS", 0.0)
+    sliced = CanvasOverlay(gs, lambda path, name: None)
+    sliced.update(set(), None, set(), {}, {}, first)
+    assert sliced.marking  # more to come
+    qtbot.waitUntil(lambda: not sliced.marking, timeout=10_000)
+    assert sorted((b.parentItem().data_edge.value, b.text) for b in sliced.badges) == expected
+
+    sliced.update(set(), None, set(), {}, {}, first | {next(iter(values)): "int64[3]"})
+    QApplication.processEvents()
+    assert sliced.marking
+    sliced.update(set(), None, set(), {}, {}, second)  # while the one before is made
+    qtbot.waitUntil(lambda: not sliced.marking, timeout=10_000)
+    assert {b.text for b in sliced.badges} == {"2×8"}
+    assert sorted(map(id, badges_on_canvas())) == sorted(map(id, sliced.badges))

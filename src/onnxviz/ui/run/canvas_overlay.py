@@ -35,6 +35,7 @@ BREAKPOINT = QColor(220, 40, 40)
 CURRENT = QColor(255, 140, 0)
 EXECUTED = QColor(40, 160, 80)
 MAX_BADGES = 3000
+SYNC_BADGE_EDGES = 3000  # scenes with more edges get their value badges in slices
 SYNC_MARKS = 3000  # scenes with more boxes get their marks in slices, the visible first
 MARK_SLICE_SECONDS = 0.02  # time given to making marks per event-loop turn
 NOTE_SPILL = 50.0  # the note under a box may be wider than the box
@@ -104,16 +105,28 @@ class NodeMark(QGraphicsItem):
             )
 
 
+_BADGE_FONT: tuple[QFont, QFontMetricsF] | None = None
+
+
+def _badge_font() -> tuple[QFont, QFontMetricsF]:
+    """The badges' font and its metrics, made once (a font and metrics per badge were
+    most of the 100-250 ms in which a 100k-node run's 1,400 badges were made)."""
+    global _BADGE_FONT
+    if _BADGE_FONT is None:
+        font = QFont()
+        font.setPointSizeF(7.5)
+        font.setBold(True)
+        _BADGE_FONT = (font, QFontMetricsF(font))
+    return _BADGE_FONT
+
+
 class ValueBadge(QGraphicsItem):
     def __init__(self, edge: EdgeItem, text: str, on_click: Callable[[], object]) -> None:
         super().__init__(edge)
         self.text = text
         self._on_click = on_click
-        font = QFont()
-        font.setPointSizeF(7.5)
-        font.setBold(True)
-        self._font = font
-        width = QFontMetricsF(font).horizontalAdvance(text) + 8
+        self._font, metrics = _badge_font()
+        width = metrics.horizontalAdvance(text) + 8
         x, y = edge.data_edge.label_pos
         if edge.show_label:
             lr = edge.label_rect
@@ -177,6 +190,13 @@ class CanvasOverlay:
         self._timer.setInterval(0)
         self._timer.timeout.connect(self._mark_some)
         self._by_key: dict[tuple[str, int], NodeItem] | None = None  # boxes by node, lazily
+        # A big scene's value badges, made a slice per turn; the old ones still to take
+        # away (one list: a newer update takes over what an older one had left).
+        self._badging: Iterator[None] | None = None
+        self._stale_badges: list[ValueBadge] = []
+        self._badge_timer = QTimer()
+        self._badge_timer.setInterval(0)
+        self._badge_timer.timeout.connect(self._badge_some)
 
     def _attach(self) -> bool:
         """Follow a rebuilt scene (its marks are made when first needed); True when it
@@ -192,6 +212,9 @@ class CanvasOverlay:
         self._by_key = None
         self.badges = []
         self._badge_types = {}
+        self._badging = None
+        self._stale_badges = []
+        self._badge_timer.stop()
         return True
 
     def make_marks(self) -> None:
@@ -239,13 +262,15 @@ class CanvasOverlay:
 
     @property
     def marking(self) -> bool:
-        """A big scene's marks are still being made, a slice per turn."""
-        return self._unmarked is not None
+        """A big scene's marks or value badges are still being made, a slice per turn."""
+        return self._unmarked is not None or self._badging is not None
 
     def finish_marks(self) -> None:
-        """Make the marks still to come now (an export draws every box)."""
+        """Make the marks and badges still to come now (an export draws every box)."""
         while self._unmarked is not None:
             self._mark_some()
+        while self._badging is not None:
+            self._badge_some()
 
     def follows(self, nodes: object) -> bool:
         """True when the marks are those of the scene's boxes ``nodes`` (a rebuilt
@@ -322,15 +347,49 @@ class CanvasOverlay:
     def _update_badges(self, value_types: dict[tuple[str, str], str]) -> None:
         if value_types == self._badge_types:
             return
-        for badge in self.badges:
-            if badge.scene() is not None:
-                badge.scene().removeItem(badge)
-        self.badges = []
         self._badge_types = dict(value_types)
+        self._stale_badges.extend(self.badges)
+        self.badges = []
+        steps = self._badge_steps(self._badge_types)
+        edges = self.scene.edge_items  # type: ignore[attr-defined]
+        if len(edges) <= SYNC_BADGE_EDGES:
+            for _ in steps:
+                pass
+            return
+        # A 100k-node run's end made 1,400 badges over 124k edges in one turn.
+        self._badging = steps
+        self._badge_some()
+        if self._badging is not None:
+            self._badge_timer.start()
+
+    def _badge_some(self) -> None:
+        """A slice of the badges still to make (the timer's turn)."""
+        steps = self._badging
+        end = time.perf_counter() + MARK_SLICE_SECONDS
+        while steps is not None:  # (at least one step a turn)
+            if next(steps, StopIteration) is StopIteration:
+                self._badging = None
+                self._badge_timer.stop()
+                return
+            if time.perf_counter() >= end:
+                return
+
+    def _badge_steps(self, value_types: dict[tuple[str, str], str]) -> Iterator[None]:
+        """Take the old badges away, then badge each value of ``value_types`` once, on
+        the first of its edges; yields every 50 edges or badges."""
+        stale = self._stale_badges
+        while stale:
+            for badge in stale[-50:]:
+                if badge.scene() is not None:
+                    badge.scene().removeItem(badge)
+            del stale[-50:]
+            yield
         if not value_types:
             return
         seen: set[tuple[str, str]] = set()
-        for edge in self.scene.edge_items:  # type: ignore[attr-defined]
+        for k, edge in enumerate(self.scene.edge_items):  # type: ignore[attr-defined]
+            if k % 50 == 49:
+                yield
             d = edge.data_edge
             key = (d.source, d.value)
             if key in seen or not d.value:
@@ -344,4 +403,4 @@ class CanvasOverlay:
                     self.badges.append(badge)
                     break
             if len(self.badges) >= MAX_BADGES:
-                break
+                return
