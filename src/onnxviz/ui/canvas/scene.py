@@ -6,7 +6,7 @@ one slice per turn of the event loop, so the window keeps answering while tens o
 thousands of items are made; ``filling`` is True meanwhile and ``filled`` fires at the end.
 
 Boxes and edges are not top-level items: each is the child of a *tile*, an invisible
-item that stands for one stacking level (z value) and one `TILE` x `TILE` square of the
+item that stands for one stacking level (z value) and one square (`tile_side`) of the
 scene where its children start.  At 240k top-level items Qt's own bookkeeping was most of
 an expand-all's time: it walks every top-level item whenever one item changes (its
 processing of dirty items, after every turn that adds, removes, hovers, selects or marks
@@ -53,7 +53,13 @@ SLICE_SECONDS = 0.02  # time given to filling per event-loop turn
 RELEASE_ITEMS = 300  # wrappers of a replaced scene's items freed per event-loop turn
 RELEASE_CELLS = 5_000  # cells of the label grid freed per turn at the end of a fill
 KEY_SLICE = 5_000  # sort keys of a sliced fill worked out (then values reordered) per turn
-TILE = 1024.0  # side of the square where a tile's children start: ~100 boxes and edges
+# Side of the square where a tile's children start: a power of two for each scene, about
+# `TILE_SQUARES` squares over it, within these bounds.  Every paint and hit test asks each
+# tile for its rect (a Python call), and looks into the children of the tiles it touches:
+# an expanded 100k-node model (453k x 7.3M px) with 1024-px squares had 32k tiles and
+# 108 ms paints; with 16-32k px, 2,400-1,200 tiles and 13-24 ms (its BSP index: 27-31 ms).
+TILE_MIN, TILE_MAX = 2048.0, 32768.0
+TILE_SQUARES = 400
 TILE_PAD = 64.0  # around each child in its tile's rect: a run mark's note, a problem badge
 # a scene with more boxes and edges is emptied in slices (clear: ~2 us an item)
 TEARDOWN_ITEMS = 20_000
@@ -133,6 +139,7 @@ class GraphScene(QGraphicsScene):
         # is O(1)).
         self._top: dict[int, QGraphicsItem] = {}
         self._tiles: dict[tuple[float, int, int], Tile] = {}
+        self._tile_side = TILE_MIN
         self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
         # Emptying a big scene: its top-level items still to remove (the last added at
         # the end), the scene to fill after, and what is painted over them meanwhile.
@@ -220,6 +227,7 @@ class GraphScene(QGraphicsScene):
         return QRectF(-MARGIN, -MARGIN, d.width + 2 * MARGIN, d.height + 2 * MARGIN)
 
     def _start_fill(self, display: Scene, show_labels: bool) -> None:
+        self._tile_side = tile_side(display.width, display.height)
         sliced = len(display.items) + len(display.edges) > SYNC_ITEMS
         fill = self._fill_items(display, show_labels, sliced)
         if not sliced:
@@ -240,7 +248,8 @@ class GraphScene(QGraphicsScene):
         """Make ``item`` (its scene box: left, top, right, bottom) a child of the tile of
         its stacking level and of the square of (x, y)."""
         z = item.zValue()
-        key = (z, int(x // TILE), int(y // TILE))
+        side = self._tile_side
+        key = (z, int(x // side), int(y // side))
         tile = self._tiles.get(key)
         if tile is None:
             tile = self._tiles[key] = Tile()
@@ -627,6 +636,15 @@ class GraphScene(QGraphicsScene):
 
     def highlighted_ids(self) -> set[str]:
         return {it.data_item.id for it in self._highlighted if isinstance(it, NodeItem)}
+
+
+def tile_side(width: float, height: float) -> float:
+    """The side of a scene's tile squares: about `TILE_SQUARES` of them over the scene,
+    a power of two between `TILE_MIN` and `TILE_MAX`."""
+    side = TILE_MIN
+    while side < TILE_MAX and (width / side) * (height / side) > TILE_SQUARES:
+        side *= 2
+    return side
 
 
 def _coords(r: QRectF) -> tuple[float, float, float, float]:
