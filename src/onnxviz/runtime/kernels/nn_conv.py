@@ -1034,16 +1034,16 @@ def _integer_conv(
     takes the case, else a float64 GEMM (integer products and sums stay below 2**53)."""
     from onnxviz.runtime.kernels import int8_products  # (it reads this module's layout)
 
+    kernel, st, dil, pd, out = conv_geometry(
+        x,
+        w,
+        attrs.get("auto_pad", "NOTSET"),
+        attrs.get("dilations"),
+        attrs.get("kernel_shape"),
+        attrs.get("pads"),
+        attrs.get("strides"),
+    )
     if int8_products.module() is not None and x.ndim == 4:
-        kernel, st, dil, pd, out = conv_geometry(
-            x,
-            w,
-            attrs.get("auto_pad", "NOTSET"),
-            attrs.get("dilations"),
-            attrs.get("kernel_shape"),
-            attrs.get("pads"),
-            attrs.get("strides"),
-        )
         exact = int8_products.conv(
             x, w, x_zp, w_zp, attrs.get("group", 1), kernel, st, dil, pd, out
         )
@@ -1056,15 +1056,6 @@ def _integer_conv(
     if w_zp is not None:
         zp = np.asarray(w_zp, dtype=np.float64).reshape(-1)
         wf -= zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp[0]
-    kernel, st, dil, pd, out = conv_geometry(
-        x,
-        w,
-        attrs.get("auto_pad", "NOTSET"),
-        attrs.get("dilations"),
-        attrs.get("kernel_shape"),
-        attrs.get("pads"),
-        attrs.get("strides"),
-    )
     return conv_core(xf, wf, attrs.get("group", 1), kernel, st, dil, pd, out)
 
 

@@ -146,23 +146,9 @@ static PyObject *py_activate(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Whether this CPU runs level n's instructions. */
-static int cpu_has(long n) { return n <= onnxviz_cpu_level(); }
-
 static PyObject *py_set_level(PyObject *self, PyObject *arg) {
     (void)self;
-    long n = PyLong_AsLong(arg);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if (n < 0 || n > 3) {
-        PyErr_SetString(PyExc_ValueError, "set_level: level must be 0..3");
-        return NULL;
-    }
-    if (!cpu_has(n)) {
-        PyErr_Format(PyExc_ValueError, "set_level: this CPU cannot run level %ld", n);
-        return NULL;
-    }
-    level = (int)n;
-    return PyLong_FromLong(level);
+    return onnxviz_set_level(&level, arg);
 }
 
 static PyObject *py_get_level(PyObject *self, PyObject *args) {

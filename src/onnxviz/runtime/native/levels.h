@@ -1,7 +1,8 @@
 /* levels.h: the instruction-set levels every compiled module of onnxviz.runtime.native
- * shares (their numbers are in _cpu.c's header), and the one test of which this CPU and
- * its OS can run.  GCC's and Clang's __builtin_cpu_supports read CPUID and check, with
- * XGETBV, that the OS saves the wider registers. */
+ * shares (their numbers are in _cpu.c's header), the one test of which this CPU and its
+ * OS can run, and the set_level every module answers with.  GCC's and Clang's
+ * __builtin_cpu_supports read CPUID and check, with XGETBV, that the OS saves the wider
+ * registers.  Include it after Python.h. */
 #ifndef ONNXVIZ_NATIVE_LEVELS_H
 #define ONNXVIZ_NATIVE_LEVELS_H
 
@@ -25,6 +26,23 @@ static int onnxviz_cpu_level(void) {
 #else
     return 0;
 #endif
+}
+
+/* set_level(n) for a module whose level is *level: n must be 0..3 and a level this CPU
+ * runs (ValueError otherwise: its instructions would stop the process); returns it. */
+static PyObject *onnxviz_set_level(int *level, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0 || n > 3) {
+        PyErr_SetString(PyExc_ValueError, "set_level: level must be 0..3");
+        return NULL;
+    }
+    if (n > onnxviz_cpu_level()) {
+        PyErr_Format(PyExc_ValueError, "set_level: this CPU cannot run level %ld", n);
+        return NULL;
+    }
+    *level = (int)n;
+    return PyLong_FromLong(n);
 }
 
 #endif
