@@ -47,3 +47,26 @@ def test_breakpoint_set_from_another_thread_mid_run_is_honoured() -> None:
     assert dbg.snapshot().nodes_done == N_CHAIN + 1
     want = Session(chain_model()).run({"x": X})["y"]
     np.testing.assert_array_equal(sess.outputs["y"], want)
+
+
+def test_a_later_look_at_a_run_takes_only_the_nodes_run_since() -> None:
+    """The canvas follows a run from snapshots that share the worker's list of executed
+    nodes: a later look gets just what ran since; a new run starts the reader over."""
+    sess = Session(chain_model())
+    dbg = Debugger(sess)
+    dbg.start({"x": X})
+    dbg.node_breakpoints = {"main::n10"}
+    assert dbg.advance("continue").reason == "breakpoint"
+    first = dbg.snapshot(values=False)
+    assert first.value_types == {}  # (left out when asked)
+    assert list(first.executed) == [("main", i) for i in range(10)]
+    dbg.node_breakpoints = {"main::n25"}
+    assert dbg.advance("continue").reason == "breakpoint"
+    second = dbg.snapshot()
+    assert ("main", "x") in second.value_types
+    assert second.executed.added_since(first.executed) == [("main", i) for i in range(10, 25)]
+    assert len(first.executed) == 10  # an earlier look stays what it was
+    assert second.executed.added_since(None) is None
+    dbg.start({"x": X})  # a new run: the old looks are of another run
+    assert dbg.snapshot().executed.added_since(second.executed) is None
+    assert len(dbg.snapshot().executed) == 0

@@ -55,6 +55,40 @@ def test_numpy_order_equals_the_plain_sort(keys: list[float | None], descending:
     assert ordered_rows(plain, descending) == _reference(keys, descending)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "B", "ab", ""])), max_size=40),
+    st.booleans(),
+    st.integers(1, 7),
+)
+def test_names_sorted_in_runs_keep_the_order_of_a_plain_sort(
+    keys: list[str | None], descending: bool, run_rows: int
+) -> None:
+    """A big table's names are sorted in runs merged pairwise, a step per turn: the
+    same order as one stable sort (ties in their given order, blanks last), whatever
+    the run length and the number of runs (odd ones carried to the next level)."""
+    present = [i for i, k in enumerate(keys) if k is not None]
+    expected = sorted(present, key=keys.__getitem__, reverse=descending)
+    expected += [i for i, k in enumerate(keys) if k is None]
+    real = run_tables.SORT_RUN_ROWS
+    run_tables.SORT_RUN_ROWS = run_rows
+    try:
+        steps = run_tables.ordered_rows_steps(keys, descending)
+        runs = -(-len(present) // run_rows)
+        taken = 0
+        while True:
+            try:
+                next(steps)
+                taken += 1
+            except StopIteration as done:
+                assert done.value == expected
+                break
+    finally:
+        run_tables.SORT_RUN_ROWS = real
+    # a step per run and per merge (n - 1 merges of n runs), none for a single run
+    assert taken == (0 if runs <= 1 else runs + runs - 1)
+
+
 def _profile_rows(n: int, seed: int = 0) -> list[NodeProfile]:
     rng = np.random.default_rng(seed)
     secs = rng.random(n) * 1e-3

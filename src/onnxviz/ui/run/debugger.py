@@ -12,9 +12,10 @@ lock) while a run goes on and the full state once the worker has stopped.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +32,44 @@ from onnxviz.runtime.profile import Profiler
 from onnxviz.runtime.session import MODES, Breakpoint, Session
 from onnxviz.runtime.values import describe
 
+_runs = itertools.count(1)
+
+
+class Executed(Set[tuple[str, int]]):
+    """The nodes run so far ((graph path, node index), each once, in the order they
+    first ran): the first `count` keys of the worker's append-only list of run number
+    `run`.  A snapshot shares that list instead of copying it: a copy of 100k keys on
+    every progress report of a big run was 10-20 ms of the UI thread, and the overlay's
+    diff against the last one as much again.  A reader that looked before takes only
+    what was added since (`added_since`).  Membership is a scan: for tests, not loops."""
+
+    def __init__(self, keys: list[tuple[str, int]] | None = None, count: int = -1, run: int = 0):
+        self.keys = keys if keys is not None else []
+        self.count = len(self.keys) if count < 0 else count
+        self.run = run or next(_runs)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self.keys[: self.count])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys[: self.count]
+
+    def added_since(self, before: Executed | None) -> list[tuple[str, int]] | None:
+        """The keys added since ``before`` (an earlier look at the same run), or None
+        when ``before`` is of another run (or none): then the reader starts over."""
+        if before is None or before.run != self.run or before.count > self.count:
+            return None
+        return self.keys[before.count : self.count]
+
 
 @dataclass
 class Snapshot:
-    """What the canvas needs, copied out of the worker's state."""
+    """What the canvas needs, copied out of the worker's state (`Executed` shared)."""
 
-    executed: set[tuple[str, int]] = field(default_factory=set)  # (graph path, node index)
+    executed: Executed = field(default_factory=Executed)
     current: str | None = None  # address of the node paused at / running
     current_ref: Any = None  # its NodeRef
     stack: str = ""
@@ -64,6 +97,7 @@ class Debugger:
         self._break_on_nonfinite = False
         self._lock = threading.Lock()
         self._snap = Snapshot()
+        self._executed: set[tuple[str, int]] = set()  # the keys of `_snap.executed`
         self.hits: dict[str, int] = {}
         # names computed in each frame of the stack (by depth) since it was entered: the
         # values table shows these, even the ones already freed (from the kept store)
@@ -106,15 +140,18 @@ class Debugger:
         self.session.breakpoints = bps
 
     # -- state -----------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, values: bool = True) -> Snapshot:
+        """The state now; ``values``: with a copy of the value types (100k of them at
+        the end of a big run: leave them out where they are not shown)."""
         with self._lock:
             s = self._snap
+            done = s.executed
             return Snapshot(
-                set(s.executed),
+                Executed(done.keys, done.count, done.run),
                 s.current,
                 s.current_ref,
                 s.stack,
-                dict(s.value_types),
+                dict(s.value_types) if values else {},
                 s.nodes_done,
             )
 
@@ -126,6 +163,7 @@ class Debugger:
         self.frame_names = [set()]
         with self._lock:
             self._snap = Snapshot()
+            self._executed = set()
             for name, value in feeds.items():
                 self._snap.value_types[("main", name)] = describe(value)
 
@@ -165,7 +203,11 @@ class Debugger:
             with self._lock:
                 snap = self._snap
                 ref = ev.node  # type: ignore[attr-defined]
-                snap.executed.add((ref.graph_path, ref.index))
+                key = (ref.graph_path, ref.index)
+                if key not in self._executed:  # (a Loop body's nodes run many times)
+                    self._executed.add(key)
+                    snap.executed.keys.append(key)
+                    snap.executed.count += 1
                 snap.nodes_done += 1
                 for name, value in ev.outputs.items():  # type: ignore[attr-defined]
                     snap.value_types[(path, name)] = describe(value)

@@ -33,6 +33,7 @@ from onnxviz.ui.inspector import InspectorDock
 from onnxviz.ui.prompter import Prompter
 from onnxviz.ui.run.canvas_overlay import CanvasOverlay
 from onnxviz.ui.run.compare_colours import compare_colour
+from onnxviz.ui.run.debugger import Executed
 from onnxviz.ui.run.engine_choice import EngineChoice, OrtOutcome, OrtRunner
 from onnxviz.ui.run.inputs_dialog import InputsDialog, build_feeds, load_remembered, remember
 from onnxviz.ui.run.run_panel_widget import RunPanelWidget
@@ -437,7 +438,7 @@ class RunPanel(QObject):
         dbg = self.controller.debugger
         if dbg is None:
             return
-        snap = dbg.snapshot()
+        snap = dbg.snapshot(values=False)
         self.widget.status.setText(f"running… {snap.nodes_done} nodes done")
         self.widget.stack_label.setText(snap.stack)
         self._refresh_canvas()
@@ -634,7 +635,7 @@ class RunPanel(QObject):
         dbg = self.controller.debugger
         if dbg is None:
             return None
-        ref = dbg.snapshot().current_ref
+        ref = dbg.snapshot(values=False).current_ref
         return (ref.graph_path, ref.index) if ref is not None else None
 
     def _scene_changed(self) -> None:
@@ -645,7 +646,8 @@ class RunPanel(QObject):
         if self.doc is None:
             return
         dbg = self.controller.debugger
-        snap = dbg.snapshot() if dbg is not None else None
+        busy = self.controller.busy  # (value badges only once it has stopped)
+        snap = dbg.snapshot(values=not busy) if dbg is not None else None
         bps = {k for a in self.controller.breakpoints if (k := self.key_of(a)) is not None}
         current = None
         if snap is not None and snap.current_ref is not None:
@@ -672,7 +674,7 @@ class RunPanel(QObject):
                     notes[key] = f"abs {n.max_abs:.2g} rel {n.max_rel:.2g}"
                     if n.peer_note:  # the peer's number is the wrong one here
                         notes[key] += " · onnxruntime inexact"
-        executed = snap.executed if snap is not None else set()
+        executed: Executed | set[tuple[str, int]] = snap.executed if snap is not None else set()
         if self.ort_outcome is not None:  # onnxruntime ran every node it profiled
             executed = {(r.graph_path, r.index) for r in self.ort_outcome.profiler.nodes.values()}
         self.overlay.update(
@@ -681,7 +683,7 @@ class RunPanel(QObject):
             bps,
             fills,
             notes,
-            snap.value_types if snap is not None and not self.controller.busy else {},
+            snap.value_types if snap is not None and not busy else {},
         )
         if scroll and current is not None:
             self.show_node(*current)

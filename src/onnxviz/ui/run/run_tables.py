@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -28,7 +27,6 @@ from PySide6.QtCore import (
     QObject,
     QPersistentModelIndex,
     Qt,
-    QTimer,
     Signal,
 )
 from PySide6.QtGui import QBrush, QColor
@@ -38,6 +36,7 @@ from onnxviz.runtime.compare import Comparison, NodeComparison
 from onnxviz.runtime.memory import DroppedValue
 from onnxviz.runtime.profile import NodeProfile
 from onnxviz.runtime.values import describe
+from onnxviz.ui.turn_queue import run_later
 
 STATS_MAX_SIZE = 65_536
 # Time given to gathering sort keys per turn of the event loop: a sort whose keys take
@@ -168,9 +167,14 @@ class RowTable(QAbstractTableModel):
         make = items
         self.filling = True
 
-        def gather() -> None:  # one turn, and filling the next
+        def gather() -> None:  # a turn each: make them, list them, fill
             if fill == self._fills:
-                rows = list(make())
+                made = make()
+                run_later(lambda: listed(made))
+
+        def listed(made: Iterable[Any]) -> None:
+            if fill == self._fills:
+                rows = list(made)
                 run_later(lambda: self._fill(rows) if fill == self._fills else None)
 
         run_later(gather)
@@ -247,12 +251,14 @@ class RowTable(QAbstractTableModel):
         column, generation = self.sort_column, self._generation
         n = len(self.items)
         plain = self.item_key(column)
-        keys: list[Any] = list(map(plain, self.items)) if plain is not None else []
+        keys: list[Any] = []
 
         def gather() -> None:
             if generation != self._generation:
                 return  # newer rows or a newer sort
             deadline = time.perf_counter() + SORT_SLICE_SECONDS
+            if plain is not None and not keys:  # (a turn of its own for a big table)
+                keys.extend(map(plain, self.items))
             key = self.key
             while len(keys) < n:
                 stop = min(n, len(keys) + 256)
@@ -267,11 +273,34 @@ class RowTable(QAbstractTableModel):
                 place()
 
         def place() -> None:
+            # A big table's sort goes on over turns too (`ordered_rows_steps`): 100k
+            # names sorted in one go were 40-55 ms, and the two tables of a run's end
+            # sorted back to back a 110 ms stop.
+            if generation != self._generation:
+                return
+            descending = self.sort_order == Qt.SortOrder.DescendingOrder
+            steps = ordered_rows_steps(keys, descending, column in self.numeric_columns)
+            if n <= BIG_TABLE_ROWS:
+                finish(ordered_rows_from(steps))
+            else:
+                step(steps)
+
+        def step(steps: Iterator[None]) -> None:
+            if generation != self._generation:
+                return
+            try:
+                next(steps)
+            except StopIteration as done:
+                order = done.value
+                run_later(lambda: finish(order))  # the reorder in a turn of its own
+            else:
+                run_later(lambda: step(steps))
+
+        def finish(order: list[int]) -> None:
             if generation != self._generation:
                 return
             self.sorting = False
-            descending = self.sort_order == Qt.SortOrder.DescendingOrder
-            self._reorder(ordered_rows(keys, descending, column in self.numeric_columns))
+            self._reorder(order)
 
         self.sorting = True
         if n <= BIG_TABLE_ROWS:
@@ -286,41 +315,17 @@ class RowTable(QAbstractTableModel):
         sources = [self.source(ix.row()) for ix in old]
         self.order = order
         if old:
-            row_of = {i: r for r, i in enumerate(order)} if order is not None else None
+            rows = sources
+            if order is not None:  # row of each source: the inverse of `order`
+                # (numpy: a dict of 100k rows was 20-25 ms of a big table's reorder)
+                row_of = np.empty(len(order), dtype=np.int64)
+                row_of[np.fromiter(order, dtype=np.int64, count=len(order))] = np.arange(len(order))
+                rows = row_of[sources].tolist()
             self.changePersistentIndexList(
-                old,
-                [
-                    self.index(s if row_of is None else row_of[s], ix.column())
-                    for s, ix in zip(sources, old, strict=True)
-                ],
+                old, [self.index(r, ix.column()) for r, ix in zip(rows, old, strict=True)]
             )
         self.layoutChanged.emit()
         self.resorted.emit()
-
-
-_jobs: deque[Callable[[], None]] = deque()
-_runner: list[QTimer] = []  # made with the first job (a QApplication exists by then)
-
-
-def run_later(job: Callable[[], None]) -> None:
-    """Run ``job`` in a later turn of the event loop, one job per turn: a run's take-over
-    leaves several (two tables filled, their sorts, old rows let go), and posted all at
-    once they ran in one turn, as long a stop as the take-over itself."""
-    _jobs.append(job)
-    if not _runner:
-        timer = QTimer()
-        timer.setInterval(0)
-        timer.timeout.connect(_run_one)
-        _runner.append(timer)
-    if not _runner[0].isActive():
-        _runner[0].start()
-
-
-def _run_one() -> None:
-    if _jobs:
-        _jobs.popleft()()
-    if not _jobs:
-        _runner[0].stop()
 
 
 _graveyard: list[list[Any]] = []  # old rows let go of a slice per turn
@@ -344,9 +349,33 @@ def _release_some() -> None:
         run_later(_release_some)
 
 
+SORT_RUN_ROWS = 16_384  # a big table's names are sorted in runs of this many a turn
+
+
 def ordered_rows(keys: list[Any], descending: bool, numeric: bool = False) -> list[int]:
     """Row numbers by key (stable: equal keys keep their order), blanks (None; NaN for
     numbers) last in either order."""
+    return ordered_rows_from(ordered_rows_steps(keys, descending, numeric))
+
+
+def ordered_rows_from(steps: Iterator[None]) -> list[int]:
+    """All the steps of `ordered_rows_steps` at once: its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def ordered_rows_steps(
+    keys: list[Any], descending: bool, numeric: bool = False
+) -> Generator[None, None, list[int]]:
+    """`ordered_rows` in steps of a few ms each (a generator that returns the rows).
+
+    Numbers are one numpy step.  Other keys are sorted in runs of `SORT_RUN_ROWS`, a
+    step each, then the runs merged pairwise, a merge a step.  Python's sort is
+    stable, also with ``reverse``, and finds the two sorted runs of a merge in linear
+    time, so each merge of neighbours keeps the order of equal keys."""
     if numeric:
         arr = np.array(keys, dtype=np.float64)  # None -> NaN
         blank = np.isnan(arr)
@@ -354,9 +383,27 @@ def ordered_rows(keys: list[Any], descending: bool, numeric: bool = False) -> li
         values = arr[present]
         by = np.argsort(-values if descending else values, kind="stable")
         return [*present[by].tolist(), *np.flatnonzero(blank).tolist()]
-    rows = [i for i, k in enumerate(keys) if k is not None]
-    rows.sort(key=keys.__getitem__, reverse=descending)
-    return rows + [i for i, k in enumerate(keys) if k is None]
+    blanks = [i for i, k in enumerate(keys) if k is None] if None in keys else []
+    rows = [i for i, k in enumerate(keys) if k is not None] if blanks else list(range(len(keys)))
+    key = keys.__getitem__
+    runs = []
+    for start in range(0, len(rows), SORT_RUN_ROWS):
+        run = rows[start : start + SORT_RUN_ROWS]
+        run.sort(key=key, reverse=descending)
+        runs.append(run)
+        if len(rows) > SORT_RUN_ROWS:
+            yield
+    while len(runs) > 1:
+        merged = []
+        for a in range(0, len(runs) - 1, 2):
+            pair = runs[a] + runs[a + 1]
+            pair.sort(key=key, reverse=descending)
+            merged.append(pair)
+            yield
+        if len(runs) % 2:
+            merged.append(runs[-1])
+        runs = merged
+    return (runs[0] if runs else []) + blanks
 
 
 def _number(x: float | None) -> float | None:
@@ -565,9 +612,22 @@ def fit_columns(table: QTableView) -> None:
     header = table.horizontalHeader()
     shown = header.isSortIndicatorShown()
     header.setSortIndicatorShown(False)
-    table.resizeColumnsToContents()
-    share_first_column(table)
+    # resizeColumnsToContents, with its hints kept for the share (asked twice, they
+    # were 40 ms of a 100k-row table's fill: each asks 64 rows' data in every role)
+    hints = _column_hints(table)
+    for c, hint in enumerate(hints):
+        header.resizeSection(c, hint)
+    share_first_column(table, hints)
     header.setSortIndicatorShown(shown)
+
+
+def _column_hints(table: QTableView) -> list[int]:
+    """Each column's width for its contents and its header (as resizeColumnToContents)."""
+    header = table.horizontalHeader()
+    return [
+        max(table.sizeHintForColumn(c), header.sectionSizeHint(c))
+        for c in range(table.model().columnCount())
+    ]
 
 
 # The first column (a value's name, a node's address) gets at most this share of the
@@ -575,20 +635,20 @@ def fit_columns(table: QTableView) -> None:
 FIRST_COLUMN_SHARE = 0.45
 
 
-def share_first_column(table: QTableView) -> None:
+def share_first_column(table: QTableView, hints: list[int] | None = None) -> None:
     """Shrink the first column, fitted to its names, so that the other columns fit
-    the viewport (each at its content width), but not below `FIRST_COLUMN_SHARE`;
-    long names are elided in the middle with the whole name in their tooltip."""
+    the viewport (each at its content width, ``hints`` when already asked), but not
+    below `FIRST_COLUMN_SHARE`; long names are elided in the middle with the whole name
+    in their tooltip."""
     width = table.viewport().width()
     columns = table.model().columnCount()
     if width <= 0 or columns < 2:
         return
-    header = table.horizontalHeader()
-    others = sum(
-        max(table.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in range(1, columns)
+    hints = hints if hints is not None else _column_hints(table)
+    others = sum(hints[1:])
+    table.horizontalHeader().resizeSection(
+        0, min(hints[0], max(int(width * FIRST_COLUMN_SHARE), width - others))
     )
-    wanted = max(table.sizeHintForColumn(0), header.sectionSizeHint(0))
-    header.resizeSection(0, min(wanted, max(int(width * FIRST_COLUMN_SHARE), width - others)))
 
 
 class _FirstColumnShare(QObject):

@@ -1,0 +1,62 @@
+"""The UI thread's shared queue of sliced work (ui/turn_queue.py): one slice per pass
+of the event loop, whoever asked, so that slicers do not stack up in one pass."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QTimer
+
+from onnxviz.ui import turn_queue
+from onnxviz.ui.turn_queue import Slices, run_later
+
+pytestmark = pytest.mark.qt
+
+
+def test_slicers_take_turns_one_slice_per_pass(qtbot) -> None:  # type: ignore[no-untyped-def]
+    seen: list[str] = []
+    left = {"a": 3, "b": 3}
+
+    def step(name: str, slicer: list[Slices]) -> None:
+        seen.append(name)
+        left[name] -= 1
+        if not left[name]:
+            slicer[0].stop()
+
+    a: list[Slices] = []
+    b: list[Slices] = []
+    a.append(Slices(lambda: step("a", a)))
+    b.append(Slices(lambda: step("b", b)))
+    # another zero-interval timer fires once in every pass: the passes' boundaries
+    tick = QTimer()
+    tick.setInterval(0)
+    tick.timeout.connect(lambda: seen.append("|"))
+    tick.start()
+    a[0].start()
+    b[0].start()
+    run_later(lambda: seen.append("job"))
+    qtbot.waitUntil(lambda: not left["a"] and not left["b"] and "job" in seen, timeout=5000)
+    tick.stop()
+    work = [s for s in seen if s != "|"]
+    assert work == ["a", "b", "job", "a", "b", "a", "b"]  # in the order asked, round robin
+    passes = "".join("." if s != "|" else "|" for s in seen).split("|")
+    assert max(len(p) for p in passes) == 1  # never two slices in one pass
+    assert not a[0].isActive() and turn_queue.pending() == 0
+
+
+def test_a_stopped_slicer_started_again_is_queued_once(qtbot) -> None:  # type: ignore[no-untyped-def]
+    count = [0]
+    slicer: list[Slices] = []
+
+    def step() -> None:
+        count[0] += 1
+        if count[0] == 2:
+            slicer[0].stop()
+
+    slicer.append(Slices(step))
+    slicer[0].start()
+    slicer[0].stop()
+    slicer[0].start()  # before its queued turn ran: still one turn a pass
+    qtbot.waitUntil(lambda: count[0] == 2, timeout=5000)
+    qtbot.wait(30)
+    assert count[0] == 2 and not slicer[0].isActive()
+
