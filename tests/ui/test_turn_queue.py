@@ -60,3 +60,22 @@ def test_a_stopped_slicer_started_again_is_queued_once(qtbot) -> None:  # type: 
     qtbot.wait(30)
     assert count[0] == 2 and not slicer[0].isActive()
 
+
+def test_a_background_job_starts_after_the_turn_that_asked_for_it(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A Task's thread starts at the end of the pass that started it (the rest of that
+    turn runs without a second thread taking the GIL), or at once when waited for."""
+    import threading
+
+    from onnxviz.ui.workers import Task
+
+    began = threading.Event()
+    task = Task(lambda _cancel, _progress: began.set() or 7)
+    results: list[object] = []
+    task.finished.connect(results.append)
+    task.start()
+    assert not began.wait(0.05)  # not during the turn that started it
+    qtbot.waitUntil(lambda: results == [7], timeout=5000)
+    other = Task(lambda _cancel, _progress: began.clear() or 8)
+    other.start()
+    assert other.wait(5000) and not began.is_set()  # waited for: it ran at once
+    qtbot.waitUntil(lambda: other.done, timeout=5000)

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer
 
+from onnxviz.ui.turn_queue import run_later
+
 _NEVER = 1 << 30  # a full collection after this many young-generation ones: never
 _held: tuple[int, int, int] | None = None  # the thresholds to go back to
 _holders: set[str] = set()  # who holds them: "open", "run"
@@ -100,4 +102,7 @@ class HoldUntilQuiet(QObject):
         late = self._limit is not None and time.monotonic() > self._deadline
         if self._looks >= 2 or late:
             self._timer.stop()
-            settle(self.owner)
+            # its young collection and freeze (10-25 ms with a big model) in a pass of
+            # its own, after the slices queued before, not on top of them
+            owner = self.owner
+            run_later(lambda: settle(owner))
