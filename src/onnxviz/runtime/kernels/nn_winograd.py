@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import blas
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
@@ -112,6 +113,12 @@ def _one_image(
     width = tw + 1  # a phase image row: the tiles' columns plus the spare one
     plane = (th + 1) * width  # a phase image of one channel (plus the spare row)
     q = c * plane
+    module = native.load("winograd") if dt == np.float32 else None
+    # (a channels-last image, the (C, H, W) view of an (H, W, C) buffer, is read as is)
+    readable = x.flags.c_contiguous or x.transpose(1, 2, 0).flags.c_contiguous
+    if module is not None and out.flags.c_contiguous and readable:
+        _one_image_native(module, x, u, bias, pad_top, pad_left, th, tw, out)
+        return
     # The padded input at row 2i + rp, column 2j + cp is phase[rp, cp][i, j].
     phase = scratch("wino_phase", (2, 2, q + width + 2), dt)
     phase.fill(0)
@@ -175,3 +182,39 @@ def _one_image(
         np.subtract(half[a, 1], half[a, 2], out=y)
         y -= half[a, 3]
         blocks[:, :, a, :, 1] = grid
+
+
+def _one_image_native(
+    module: Any,
+    x: np.ndarray,
+    u: np.ndarray,
+    bias: np.ndarray | None,
+    pad_top: int,
+    pad_left: int,
+    th: int,
+    tw: int,
+    out: np.ndarray,
+) -> None:
+    """`_one_image` with both transforms compiled (native/_winograd.c): each one pass
+    through memory where numpy made 36 array operations and the phase and output
+    copies; the same adds and subtracts in the same order, so the same numbers."""
+    c, h, w = x.shape
+    m = u.shape[1]
+    width = tw + 1
+    plane = (th + 1) * width
+    v = scratch("wino_v", (16, c * plane), x.dtype)
+    last = not x.flags.c_contiguous  # then (H, W, C) in memory (the caller checked)
+    module.input(x.transpose(1, 2, 0) if last else x, c, h, w, pad_top, pad_left, th, tw, v, last)
+    cols = th * width
+    prods = scratch("wino_m", (16, m, cols), x.dtype)
+    raw = blas.raw_gemm(x.dtype)
+    if raw is not None and u.dtype == x.dtype:
+        u0, v0, p0 = u.ctypes.data, v.ctypes.data, prods.ctypes.data
+        for k in range(16):
+            raw(m, cols, c, u0 + k * u.strides[0], c, v0 + k * v.strides[0], plane,
+                p0 + k * prods.strides[0], cols, False)  # fmt: skip
+    else:
+        vk = v.reshape(16, c, th + 1, width)[:, :, :th].reshape(16, c, cols)
+        np.matmul(u.astype(x.dtype, copy=False), vk, out=prods)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    module.output(prods, m, th, tw, b, out)
