@@ -196,7 +196,14 @@ ATTR static void RS(gru_h_epilogue)(const Job *jb, const float *tile, int mr, Py
 /* The time loop of one direction.  Step t reads h_prev (h0, or the row of y the step
  * before wrote) and writes its h into its row of y; per block of UNITS hidden units, the
  * tile product of every group of at most MR(G) rows, then that block's epilogue, which
- * needs only that block's gates (the packed weight interleaves them per block). */
+ * needs only that block's gates (the packed weight interleaves them per block).
+ *
+ * ZIGZAG: odd steps take the blocks last to first.  The blocks are independent (the same
+ * numbers in any order), and a weight about the size of the L2 cache (hidden 256: 1 MB)
+ * swept the same way every step misses on every block, each evicted just before it is
+ * read again; swept back and forth, a step starts on the blocks the step before read
+ * last.  Hidden 256, batch 4, 64 steps: 2.62 -> 2.36 ms (AVX-512, 1 MB L2; medians of
+ * 10 alternating rounds). */
 ATTR static void RS(run)(const Job *jb) {
     const Py_ssize_t T = jb->T, B = jb->B, H = jb->H, nb = (H + UNITS - 1) / UNITS;
     const int G = jb->kind == KIND_LSTM ? 4 : jb->kind == KIND_GRU_LBR ? 3 : 2;
@@ -209,7 +216,8 @@ ATTR static void RS(run)(const Job *jb) {
         h = jb->y + (ts * jb->D + jb->d) * B * H;
         const Py_ssize_t pstride = (jb->kind == KIND_LSTM ? 4 : 3) * H;
         const float *pt = jb->proj + t * B * pstride;
-        for (Py_ssize_t j = 0; j < nb; j++) {
+        for (Py_ssize_t jj = 0; jj < nb; jj++) {
+            const Py_ssize_t j = (t & 1) ? nb - 1 - jj : jj; /* see ZIGZAG */
             const float *wj = jb->w1 + j * H * G * UNITS;
             for (Py_ssize_t m0 = 0; m0 < B; m0 += rows) {
                 const int mr = B - m0 < rows ? (int)(B - m0) : rows;
@@ -225,7 +233,8 @@ ATTR static void RS(run)(const Job *jb) {
             }
         }
         if (jb->kind == KIND_GRU) {
-            for (Py_ssize_t j = 0; j < nb; j++) {
+            for (Py_ssize_t jj = 0; jj < nb; jj++) {
+                const Py_ssize_t j = (t & 1) ? nb - 1 - jj : jj;
                 const float *wj = jb->w2 + j * H * UNITS;
                 for (Py_ssize_t m0 = 0; m0 < B; m0 += rows_h) {
                     const int mr = B - m0 < rows_h ? (int)(B - m0) : rows_h;
