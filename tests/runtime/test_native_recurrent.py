@@ -6,8 +6,9 @@ CPU has.
   (sigmoid), saturating to exactly 0 and +-1, NaN in NaN out, tanh(-0) = -0.
 * The layers (nn_rnn.lstm and nn_rnn.gru, both linear_before_reset values) on random
   shapes, directions, layouts, with and without biases and initial states: the C loop
-  runs, and its Y and final states are the float64 ONNX equations' within a few float32
-  roundings per step, as close as the numpy loops get, and close to the numpy loops.
+  runs, padded batches too, and its Y and final states are the float64 ONNX equations'
+  within a few float32 roundings per step, as close as the numpy loops get, and close to
+  the numpy loops.
 * A NaN in one sample's input makes exactly the values the float64 equations make NaN.
 * Wrong sizes, dtypes, non-contiguous or read-only outputs and overlapping buffers raise
   ValueError.
@@ -141,12 +142,13 @@ def _sig(v: np.ndarray) -> np.ndarray:
 def _reference(op: str, ins: list[Any], direction: str, layout: int) -> list[np.ndarray]:
     """The ONNX equations in float64, one direction at a time, step by step."""
     vals: list[Any] = [None if v is None else np.asarray(v, np.float64) for v in ins]
-    x, w, r, b, _lens, h0, *rest = vals
+    x, w, r, b, lens, h0, *rest = vals
     if layout:
         x = x.transpose(1, 0, 2)
         h0 = None if h0 is None else h0.transpose(1, 0, 2)
         rest = [None if v is None else v.transpose(1, 0, 2) for v in rest]
     steps, batch = x.shape[:2]
+    lens = np.full(batch, steps) if lens is None else lens
     dirs, gh = w.shape[:2]
     hs = gh // GATES[op]
     y = np.zeros((steps, dirs, batch, hs))
@@ -157,6 +159,9 @@ def _reference(op: str, ins: list[Any], direction: str, layout: int) -> list[np.
         c = np.zeros((batch, hs)) if not rest or rest[0] is None else rest[0][d]
         order = range(steps - 1, -1, -1) if direction == "reverse" or d == 1 else range(steps)
         for t in order:
+            # A sample's steps from its length on are not taken: its state stays, its Y is 0.
+            going = (t < lens)[:, None]
+            h_was, c_was = h, c
             xw = x[t] @ w[d].T + wb
             if op == "LSTM":
                 g = xw + h @ r[d].T + rb
@@ -172,7 +177,8 @@ def _reference(op: str, ins: list[Any], direction: str, layout: int) -> list[np.
                 else:
                     cand = xw[:, 2 * hs :] + (rg * h) @ r[d, 2 * hs :].T + rb[2 * hs :]
                 h = (1 - z) * np.tanh(cand) + z * h
-            y[t, d] = h
+            h, c = np.where(going, h, h_was), np.where(going, c, c_was)
+            y[t, d] = np.where(going, h, 0)
         finals[0].append(h)
         finals[1].append(c)
     outs = [y, np.stack(finals[0])] + ([np.stack(finals[1])] if op == "LSTM" else [])
@@ -183,9 +189,11 @@ def _reference(op: str, ins: list[Any], direction: str, layout: int) -> list[np.
 
 def _inputs(
     rng: np.random.Generator, op: str, steps: int, batch: int, n_in: int, hidden: int,
-    dirs: int, layout: int, bias: bool, states: bool,
+    dirs: int, layout: int, bias: bool, states: bool, padded: bool = False,
 ) -> list[Any]:  # fmt: skip
     gates = GATES[op]
+    # Padding: each sample's length anywhere from 0 to all the steps.
+    lens = rng.integers(0, steps + 1, batch).astype(np.int32) if padded else None
     scale = 1 / np.sqrt(hidden)  # a trained layer's weights: PyTorch's initial range
 
     def rand(*shape: int, s: float = 1.0) -> np.ndarray:
@@ -201,7 +209,7 @@ def _inputs(
             return None
         return rand(batch, dirs, hidden) if layout else rand(dirs, batch, hidden)
 
-    return [x, w, r, b, None, state()] + ([state()] if op == "LSTM" else [])
+    return [x, w, r, b, lens, state()] + ([state()] if op == "LSTM" else [])
 
 
 def _run(op: str, ins: list[Any], **attrs: Any) -> list[np.ndarray]:
@@ -237,16 +245,17 @@ SETTINGS = settings(
     layout=st.integers(0, 1),
     bias=st.booleans(),
     states=st.booleans(),
+    padded=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_loops_give_the_float64_equations_at_every_level(
     op: str, steps: int, batch: int, n_in: int, hidden: int, direction: str, layout: int,
-    bias: bool, states: bool, seed: int,
+    bias: bool, states: bool, padded: bool, seed: int,
 ) -> None:  # fmt: skip
     _module()
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(seed)
-    ins = _inputs(rng, op, steps, batch, n_in, hidden, dirs, layout, bias, states)
+    ins = _inputs(rng, op, steps, batch, n_in, hidden, dirs, layout, bias, states, padded)
     attrs = {"hidden_size": hidden, "direction": direction, "layout": layout}
     want = _reference(op, ins, direction, layout)
     with mock.patch.object(nn_rnn, "_RECURRENT", None):
@@ -303,14 +312,16 @@ def test_a_nan_goes_where_the_equations_send_it(op: str) -> None:
 
 
 @pytest.mark.parametrize("op", sorted(GATES))
-def test_padded_sequences_and_other_dtypes_stay_on_the_numpy_loops(op: str) -> None:
+def test_other_dtypes_and_activations_stay_on_the_numpy_loops(op: str) -> None:
     _module()
     rng = np.random.default_rng(6)
     ins = _inputs(rng, op, 5, 3, 4, 9, 1, 0, True, True)
     spy = "_native_lstm" if op == "LSTM" else "_native_gru"
+    acts = ["Sigmoid", "Tanh", "Relu"] if op == "LSTM" else ["Sigmoid", "Relu"]
     with _native_at(LEVELS[-1]), mock.patch.object(nn_rnn, spy) as called:
-        _run(op, [*ins[:4], np.array([5, 2, 5], np.int32), *ins[5:]], hidden_size=9)
         _run(op, [v if v is None else v.astype(np.float64) for v in ins], hidden_size=9)
+        _run(op, ins, hidden_size=9, clip=3.0)
+        _run(op, ins, hidden_size=9, activations=acts)
     assert called.call_count == 0
 
 
@@ -359,6 +370,8 @@ def test_wrong_calls_raise_value_error(op: str) -> None:
     bad.append([*good[: outputs[1]], good[h0], *good[outputs[1] + 1 :]])
     if op == "LSTM":  # h_out and c_out one array
         bad.append([*good[:6], good[5], *good[7:]])
+    for lens in (np.zeros(3, np.int64), np.zeros(2, np.int32), np.zeros(2, np.float64)):
+        bad.append([*good, lens])  # batch 2: two int64 lengths
     if op != "LSTM":
         bad.append([*good[:2], good[1], good[3] if good[3] is not None else None, *good[4:]])
         swapped = list(good)

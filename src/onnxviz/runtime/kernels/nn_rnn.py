@@ -13,7 +13,7 @@ floating point, so the step takes one tanh over all its gates and gives the same
 bit for bit, as the general loop (tests/runtime/test_rnn_loops.py holds them to it).
 
 When the compiled module runtime/native/_recurrent.c is there (onnxviz.runtime.native),
-those same cases in float32 with every sequence of full length run their time loop in C
+those same cases in float32 (padded batches too) run their time loop in C
 instead: the step product and the gates' element-wise part fused per block of hidden
 units, with its own float32 sigmoid and tanh (within 2-3 ulp: not numpy's bits, so the
 numpy loops above are the reference only with ONNXVIZ_NATIVE=off; the C loop is held to
@@ -256,14 +256,23 @@ _UNITS = 16
 
 
 def _native_fits(setup: _Setup) -> bool:
-    """Whether a default-activation layer's loops can run in C: float32, every sequence
-    of full length (padding stays on the numpy loops), no empty dimension."""
+    """Whether a default-activation layer's loops can run in C: float32, no empty
+    dimension."""
     return (
         _RECURRENT is not None
         and setup.dtype == np.float32
-        and setup.all_valid
         and min(setup.steps, setup.batch, setup.hidden) > 0
     )
+
+
+def _native_order(setup: _Setup, d: int) -> tuple[bool, np.ndarray | None]:
+    """The C loop's ``reverse`` and ``lens`` for direction ``d``.  Without padding a
+    reverse direction writes Y backwards (`_Setup.rows`); with it, its inputs come per
+    sample reversed (`_Setup.inputs`), it writes forwards, and an ended sample keeps its
+    state (its rows of Y are zeroed by `_Setup.outputs`, as for the numpy loops)."""
+    if setup.all_valid:
+        return setup.reverse[d], None
+    return False, setup.lens
 
 
 def _native_packed(r: np.ndarray, d: int, first: int, gates: int, hs: int) -> np.ndarray:
@@ -297,9 +306,10 @@ def _native_lstm(
     b, hs = setup.batch, setup.hidden
     h_out = np.empty((b, hs), dtype=np.float32)
     c_out = np.empty_like(h_out)
+    reverse, lens = _native_order(setup, d)
     _RECURRENT.lstm(
         _f32(proj), _native_packed(r, d, 0, 4, hs), _f32(h), _f32(c), y_all, h_out, c_out,
-        setup.steps, b, hs, setup.n_dirs, d, setup.reverse[d],
+        setup.steps, b, hs, setup.n_dirs, d, reverse, lens,
     )  # fmt: skip
     return h_out, c_out
 
@@ -317,9 +327,10 @@ def _native_gru(
         w1, w2, rbh = _native_packed(r, d, 0, 3, hs), None, _f32(rb_h)
     else:
         w1, w2, rbh = _native_packed(r, d, 0, 2, hs), _native_packed(r, d, 2, 1, hs), None
+    reverse, lens = _native_order(setup, d)
     _RECURRENT.gru(
         _f32(proj), w1, w2, rbh, _f32(h), y_all, h_out,
-        setup.steps, b, hs, setup.n_dirs, d, setup.reverse[d], linear_before_reset,
+        setup.steps, b, hs, setup.n_dirs, d, reverse, linear_before_reset, lens,
     )  # fmt: skip
     return h_out
 

@@ -1,6 +1,6 @@
 /* onnxviz.runtime.native._recurrent: the time loop of one direction of an LSTM or a GRU
- * with the default activations (sigmoid and tanh), no peepholes, no clip, every sample's
- * sequence of full length (kernels.nn_rnn keeps the other cases on numpy).
+ * with the default activations (sigmoid and tanh), no peepholes, no clip (kernels.nn_rnn
+ * keeps the other cases on numpy).
  *
  *   lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse)
  *   gru(proj, w1, w2, rbh, h0, y, h_out, steps, batch, hidden, dirs, d, reverse, lbr)
@@ -11,7 +11,10 @@
  * bias).  Step t is proj[t]: a reverse direction's projections come in the order it reads
  * them.  y (T, D, B, H): step t writes its h into y[t, d] (y[T-1-t, d] when reverse), so
  * a bidirectional layer's two calls fill one Y.  h0, c0 (B, H) the initial states; h_out,
- * c_out (B, H) the final ones.
+ * c_out (B, H) the final ones.  lens (B,) int64, optional: sample m's sequence ends
+ * before step lens[m]; from there on its h and c stay as they were (its rows of y get
+ * that h too: the caller zeroes them, as kernels.nn_rnn does for its numpy loops, and it
+ * gives a padded reverse direction its inputs per sample reversed, with reverse false).
  *
  * The recurrent weights come packed (kernels.nn_rnn._native_packed, once per constant R):
  * per block of UNITS = 16 hidden units, a (H, G, 16) array whose row k holds R[g*H + u, k]
@@ -70,6 +73,8 @@ typedef struct {
     float *y, *h_out;
     float *c;      /* LSTM: the cell state, updated in place (c_out, holding c0 first) */
     float *z, *rh; /* GRU without linear_before_reset: (B, H) each, per step */
+    const int64_t *lens; /* sequence lengths (B,), or NULL: all T */
+    float *c_kept;       /* LSTM with lens: (B, H), the cell states ended samples keep */
 } Job;
 
 /* ---- generic C ------------------------------------------------------------------------ */
@@ -292,7 +297,7 @@ static int overlap(const Py_buffer *a, const Py_buffer *b) {
     return a->len && b->len && a0 < b0 + b->len && b0 < a0 + a->len;
 }
 
-#define MAX_BUFS 8
+#define MAX_BUFS 9
 
 typedef struct {
     Py_buffer v[MAX_BUFS];
@@ -314,6 +319,28 @@ static float *add_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, int writable,
     }
     bs->writable[bs->n] = writable;
     return bs->v[bs->n++].buf;
+}
+
+/* The (B,) int64 sequence lengths into jb->lens, or None; kept in bs (released with it). */
+static int get_lens(Bufs *bs, PyObject *obj, Py_ssize_t batch, Job *jb) {
+    if (obj == Py_None) return 0;
+    Py_buffer *view = &bs->v[bs->n];
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        release(bs);
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if ((strcmp(f, "q") != 0 && strcmp(f, "l") != 0) || view->itemsize != 8 ||
+        view->len != batch * 8) {
+        PyBuffer_Release(view);
+        release(bs);
+        PyErr_SetString(PyExc_ValueError, "lens: expected batch int64 values");
+        return -1;
+    }
+    bs->writable[bs->n++] = 0;
+    jb->lens = view->buf;
+    return 0;
 }
 
 /* No output may share memory with another buffer: the loop reads its inputs after it has
@@ -363,10 +390,10 @@ static Py_ssize_t packed_count(Py_ssize_t H, int G) {
 
 static PyObject *py_lstm(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *po, *wo, *h0o, *c0o, *yo, *ho, *co;
+    PyObject *po, *wo, *h0o, *c0o, *yo, *ho, *co, *lo = Py_None;
     Job jb = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnp:lstm", &po, &wo, &h0o, &c0o, &yo, &ho, &co,
-                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse))
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnp|O:lstm", &po, &wo, &h0o, &c0o, &yo, &ho, &co,
+                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse, &lo))
         return NULL;
     jb.kind = KIND_LSTM;
     Py_ssize_t proj_n, y_n, state_n;
@@ -379,24 +406,29 @@ static PyObject *py_lstm(PyObject *self, PyObject *args) {
         !(c0 = add_buf(&bs, c0o, state_n, 0, "c0")) ||
         !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
         !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) ||
-        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")))
+        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
         return NULL;
     if (check_overlaps(&bs) < 0) return NULL;
+    if (jb.lens && !(jb.c_kept = PyMem_RawMalloc((size_t)state_n * sizeof(float)))) {
+        release(&bs);
+        return PyErr_NoMemory();
+    }
     Py_BEGIN_ALLOW_THREADS;
     memcpy(jb.c, c0, (size_t)state_n * 4);
     run(&jb);
     Py_END_ALLOW_THREADS;
+    PyMem_RawFree(jb.c_kept);
     release(&bs);
     Py_RETURN_NONE;
 }
 
 static PyObject *py_gru(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *po, *w1o, *w2o, *rbo, *h0o, *yo, *ho;
+    PyObject *po, *w1o, *w2o, *rbo, *h0o, *yo, *ho, *lo = Py_None;
     Job jb = {0};
     int lbr;
-    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnpp:gru", &po, &w1o, &w2o, &rbo, &h0o, &yo, &ho,
-                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse, &lbr))
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnpp|O:gru", &po, &w1o, &w2o, &rbo, &h0o, &yo, &ho,
+                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse, &lbr, &lo))
         return NULL;
     jb.kind = lbr ? KIND_GRU_LBR : KIND_GRU;
     Py_ssize_t proj_n, y_n, state_n;
@@ -413,7 +445,7 @@ static PyObject *py_gru(PyObject *self, PyObject *args) {
         (lbr && !(jb.rbh = add_buf(&bs, rbo, jb.H, 0, "rbh"))) ||
         !(jb.h0 = add_buf(&bs, h0o, state_n, 0, "h0")) ||
         !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
-        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")))
+        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
         return NULL;
     if (check_overlaps(&bs) < 0) return NULL;
     float *scratch = NULL;
@@ -483,11 +515,11 @@ static PyObject *py_get_level(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"lstm", py_lstm, METH_VARARGS,
-     "lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse): one "
-     "LSTM direction's time loop (float32; see the module's header)."},
+     "lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse, "
+     "lens=None): one LSTM direction's time loop (float32; see the module's header)."},
     {"gru", py_gru, METH_VARARGS,
      "gru(proj, w1, w2, rbh, h0, y, h_out, steps, batch, hidden, dirs, d, reverse, "
-     "linear_before_reset): one GRU direction's time loop (float32)."},
+     "linear_before_reset, lens=None): one GRU direction's time loop (float32)."},
     {"tanh", py_tanh, METH_VARARGS, "tanh(x, out): the loops' float32 tanh."},
     {"sigmoid", py_sigmoid, METH_VARARGS, "sigmoid(x, out): the loops' float32 sigmoid."},
     {"set_level", py_set_level, METH_O,

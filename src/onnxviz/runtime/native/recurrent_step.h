@@ -214,6 +214,9 @@ ATTR static void RS(run)(const Job *jb) {
     for (Py_ssize_t t = 0; t < T; t++) {
         const Py_ssize_t ts = jb->reverse ? T - 1 - t : t;
         h = jb->y + (ts * jb->D + jb->d) * B * H;
+        if (jb->lens && jb->c) /* an ended sample keeps its cell state: saved, restored */
+            for (Py_ssize_t m = 0; m < B; m++)
+                if (t >= jb->lens[m]) memcpy(jb->c_kept + m * H, jb->c + m * H, (size_t)H * 4);
         const Py_ssize_t pstride = (jb->kind == KIND_LSTM ? 4 : 3) * H;
         const float *pt = jb->proj + t * B * pstride;
         for (Py_ssize_t jj = 0; jj < nb; jj++) {
@@ -244,6 +247,12 @@ ATTR static void RS(run)(const Job *jb) {
                 }
             }
         }
+        if (jb->lens) /* ... and its h: the step computed its rows all the same */
+            for (Py_ssize_t m = 0; m < B; m++)
+                if (t >= jb->lens[m]) {
+                    memcpy(h + m * H, hprev + m * H, (size_t)H * 4);
+                    if (jb->c) memcpy(jb->c + m * H, jb->c_kept + m * H, (size_t)H * 4);
+                }
         hprev = h;
     }
     memcpy(jb->h_out, hprev, (size_t)(B * H) * 4);
