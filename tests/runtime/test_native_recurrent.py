@@ -435,3 +435,24 @@ def test_models_give_onnxruntimes_numbers(op: str, direction: str) -> None:
             np.testing.assert_allclose(first[name], ref, rtol=1e-5, atol=2e-6, err_msg=name)
             np.testing.assert_array_equal(again[name], first[name])
             np.testing.assert_array_equal(stepped[name], first[name])
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_float16_layers_run_the_loop_in_float32(op: str) -> None:
+    # float16 (and the ml_dtypes floats) compute in float32 (nn_geometry.compute_dtype):
+    # the C loop runs, and the outputs are the float32 layer's rounded to float16.
+    _module()
+    rng = np.random.default_rng(13)
+    ins16 = [None if v is None else v.astype(np.float16) for v in _inputs(rng, op, 7, 3, 5, 21, 2, 0, True, True)]  # fmt: skip
+    ins32 = [None if v is None else v.astype(np.float32) for v in ins16]
+    spy = "_native_lstm" if op == "LSTM" else "_native_gru"
+    for level in LEVELS:
+        with _native_at(level), mock.patch.object(
+            nn_rnn, spy, wraps=getattr(nn_rnn, spy)
+        ) as called:  # fmt: skip
+            half = _run(op, ins16, hidden_size=21, direction="bidirectional")
+            single = _run(op, ins32, hidden_size=21, direction="bidirectional")
+        assert called.call_count == 4
+        for a, b in zip(half, single, strict=True):
+            assert a.dtype == np.float16
+            np.testing.assert_array_equal(a, b.astype(np.float16))
