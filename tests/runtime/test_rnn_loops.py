@@ -1,9 +1,13 @@
 """The recurrent layers' fast time loops (default activations, no clip) give the general
 loop's numbers bit for bit, on every shape, direction, layout, dtype and sequence padding,
-with the step products plain or cut into blocks of K (kernels.nn_rnn)."""
+with the step products plain or cut into blocks of K (kernels.nn_rnn).
+
+These are the numpy loops: the compiled one (native/_recurrent.c, its own tanh, so not
+numpy's bits) is off here and proven in test_native_recurrent.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -15,6 +19,13 @@ from hypothesis import strategies as st
 from onnxviz.runtime.kernels import _weight_cache, blas, nn_rnn
 
 pytestmark = pytest.mark.numeric
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _numpy_loops() -> Iterator[None]:
+    with mock.patch.object(nn_rnn, "_RECURRENT", None):
+        yield
+
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,6 +11,14 @@ the sigmoid's x/2 into the weights (`_recurrent_t`'s ``half`` rows, and the proj
 per call): a product or sum scaled by 0.5 is the unscaled one scaled, exactly in binary
 floating point, so the step takes one tanh over all its gates and gives the same numbers,
 bit for bit, as the general loop (tests/runtime/test_rnn_loops.py holds them to it).
+
+When the compiled module runtime/native/_recurrent.c is there (onnxviz.runtime.native),
+those same cases in float32 (padded batches too) run their time loop in C
+instead: the step product and the gates' element-wise part fused per block of hidden
+units, with its own float32 sigmoid and tanh (within 2-3 ulp: not numpy's bits, so the
+numpy loops above are the reference only with ONNXVIZ_NATIVE=off; the C loop is held to
+the float64 equations and to onnxruntime by tests/runtime/test_native_recurrent.py).
+Every run mode calls the same kernel, so stepping shows the numbers a plain run gives.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
@@ -239,6 +248,93 @@ def _padded_rows(m: np.ndarray) -> np.ndarray:
     return out
 
 
+# The compiled time loops (None: compiled kernels off or not built; the numpy loops run).
+_RECURRENT = native.load("recurrent")
+
+# Hidden units per block of `_native_packed` (_recurrent.c's UNITS).
+_UNITS = 16
+
+
+def _native_fits(setup: _Setup) -> bool:
+    """Whether a default-activation layer's loops can run in C: float32, no empty
+    dimension."""
+    return (
+        _RECURRENT is not None
+        and setup.dtype == np.float32
+        and min(setup.steps, setup.batch, setup.hidden) > 0
+    )
+
+
+def _native_order(setup: _Setup, d: int) -> tuple[bool, np.ndarray | None]:
+    """The C loop's ``reverse`` and ``lens`` for direction ``d``.  Without padding a
+    reverse direction writes Y backwards (`_Setup.rows`); with it, its inputs come per
+    sample reversed (`_Setup.inputs`), it writes forwards, and an ended sample keeps its
+    state (its rows of Y are zeroed by `_Setup.outputs`, as for the numpy loops)."""
+    if setup.all_valid:
+        return setup.reverse[d], None
+    return False, setup.lens
+
+
+def _native_packed(r: np.ndarray, d: int, first: int, gates: int, hs: int) -> np.ndarray:
+    """Gates [first, first + gates) of direction ``d`` of R [D, G*H, H] in the layout the
+    C loop reads (_recurrent.c's header): per block of _UNITS hidden units, (H, gates,
+    _UNITS) with element [k, g, u] = R[(first + g) * H + u, k], zero past H.  Made once
+    per constant R (_weight_cache)."""
+
+    def build() -> np.ndarray:
+        rd = r[d, first * hs : (first + gates) * hs].astype(np.float32)
+        blocks = -(-hs // _UNITS)
+        wide = np.zeros((gates, blocks * _UNITS, hs), dtype=np.float32)
+        wide[:, :hs] = rd.reshape(gates, hs, hs)
+        packed = wide.reshape(gates, blocks, _UNITS, hs).transpose(1, 3, 0, 2)
+        return np.ascontiguousarray(packed)
+
+    return derived("rnn_native_packed", (r,), (d, first, gates), build)  # type: ignore[no-any-return]
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _native_lstm(
+    setup: _Setup, d: int, proj: np.ndarray, r: np.ndarray, h: np.ndarray, c: np.ndarray,
+    y_all: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Direction ``d``'s LSTM loop in C (``proj`` with Wb + Rb, unscaled); writes its
+    rows of ``y_all`` and returns the final h and c."""
+    assert _RECURRENT is not None
+    b, hs = setup.batch, setup.hidden
+    h_out = np.empty((b, hs), dtype=np.float32)
+    c_out = np.empty_like(h_out)
+    reverse, lens = _native_order(setup, d)
+    _RECURRENT.lstm(
+        _f32(proj), _native_packed(r, d, 0, 4, hs), _f32(h), _f32(c), y_all, h_out, c_out,
+        setup.steps, b, hs, setup.n_dirs, d, reverse, lens,
+    )  # fmt: skip
+    return h_out, c_out
+
+
+def _native_gru(
+    setup: _Setup, d: int, proj: np.ndarray, r: np.ndarray, rb_h: np.ndarray, h: np.ndarray,
+    y_all: np.ndarray, linear_before_reset: bool,
+) -> np.ndarray:  # fmt: skip
+    """Direction ``d``'s GRU loop in C (``proj`` with the biases of `_gru_biases`,
+    unscaled); writes its rows of ``y_all`` and returns the final h."""
+    assert _RECURRENT is not None
+    b, hs = setup.batch, setup.hidden
+    h_out = np.empty((b, hs), dtype=np.float32)
+    if linear_before_reset:
+        w1, w2, rbh = _native_packed(r, d, 0, 3, hs), None, _f32(rb_h)
+    else:
+        w1, w2, rbh = _native_packed(r, d, 0, 2, hs), _native_packed(r, d, 2, 1, hs), None
+    reverse, lens = _native_order(setup, d)
+    _RECURRENT.gru(
+        _f32(proj), w1, w2, rbh, _f32(h), y_all, h_out,
+        setup.steps, b, hs, setup.n_dirs, d, reverse, linear_before_reset, lens,
+    )  # fmt: skip
+    return h_out
+
+
 def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
     return np.clip(x, -clip, clip) if clip is not None and clip > 0 else x
 
@@ -418,6 +514,10 @@ def gru(
         _gru_biases(proj, rb, hs, linear_before_reset)
         rb_h = rb[2 * hs :]
         split = _gru_split(hs, setup.batch, linear_before_reset)
+        if not _clips(clip) and f is _sigmoid and g is np.tanh and _native_fits(setup):
+            lbr = bool(linear_before_reset)
+            finals.append(_native_gru(setup, d, proj, r, rb_h, h, y_all, lbr))
+            continue
         if not _clips(clip) and f is _sigmoid and g is np.tanh:
             proj[:, :, : 2 * hs] *= 0.5
             rts = _recurrent_t(r, d, dt, split, half=2 * hs)
@@ -533,6 +633,11 @@ def lstm(
             and not _clips(clip)
             and (f, g, hact) == (_sigmoid, np.tanh, np.tanh)
         ):
+            if _native_fits(setup):
+                h, c = _native_lstm(setup, d, proj, r, h, c, y_all)
+                finals_h.append(h)
+                finals_c.append(c)
+                continue
             rt = _recurrent_t(r, d, dt, 4 * hs, half=3 * hs)[0]
             proj[:, :, : 3 * hs] *= 0.5
             h, c = _lstm_steps(proj, rt, h, c, y, setup.padding())

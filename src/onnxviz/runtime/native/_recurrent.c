@@ -1,0 +1,534 @@
+/* onnxviz.runtime.native._recurrent: the time loop of one direction of an LSTM or a GRU
+ * with the default activations (sigmoid and tanh), no peepholes, no clip (kernels.nn_rnn
+ * keeps the other cases on numpy).
+ *
+ *   lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse)
+ *   gru(proj, w1, w2, rbh, h0, y, h_out, steps, batch, hidden, dirs, d, reverse, lbr)
+ *
+ * proj (T, B, G*H): the input projections X W^T of every step with the biases that are
+ * plain sums (LSTM: Wb + Rb; GRU: Wb, plus Rb of z and r, and of the candidate unless
+ * linear_before_reset puts it inside the reset gate's product: then rbh (H,) is that
+ * bias).  Step t is proj[t]: a reverse direction's projections come in the order it reads
+ * them.  y (T, D, B, H): step t writes its h into y[t, d] (y[T-1-t, d] when reverse), so
+ * a bidirectional layer's two calls fill one Y.  h0, c0 (B, H) the initial states; h_out,
+ * c_out (B, H) the final ones.  lens (B,) int64, optional: sample m's sequence ends
+ * before step lens[m]; from there on its h and c stay as they were (its rows of y get
+ * that h too: the caller zeroes them, as kernels.nn_rnn does for its numpy loops, and it
+ * gives a padded reverse direction its inputs per sample reversed, with reverse false).
+ *
+ * The recurrent weights come packed (kernels.nn_rnn._native_packed, once per constant R):
+ * per block of UNITS = 16 hidden units, a (H, G, 16) array whose row k holds R[g*H + u, k]
+ * for the block's units u of every gate g (zero past H).  One step's product h R^T is then
+ * a run of tile products, each a few rows of h times one block: G * 16 columns read row by
+ * row, contiguously, and the block's tile holds all G gates of its units, so the step's
+ * element-wise part (the epilogue) follows the tile while it is in the L1 cache and no
+ * gate buffer goes through memory.  LSTM: G = 4 (i, o, f, c); GRU with
+ * linear_before_reset: G = 3 (z, r and R_h h, the candidate's product that does not wait
+ * for r); without: w1 with G = 2 (z, r), then w2 (G = 1, R_h) times r * h_prev.
+ *
+ * The numbers.  The products sum over k in order, one fused multiply-add per term at
+ * levels 1-3 (separate multiply and add at level 0); sigmoid and tanh are our own float32
+ * functions (recurrent_step.h), within 2-3 ulp of the exact values over the whole float
+ * range, saturating to exactly 0 and +-1, NaN in NaN out.  So the values are not numpy's
+ * bits (its tanh is its own SIMD one) but the float64 reference's to a few float32 ulps
+ * per step (tests/runtime/test_native_recurrent.py); every run mode (stepped or not) runs
+ * this same loop, so stepping shows the numbers a plain run gives.
+ *
+ * Levels (native/__init__.py): 0 generic C (the compiler's 4-lane vectors: SSE2 or NEON);
+ * 1 AVX2+FMA (8 lanes; a block as two halves, up to 3-4 rows per tile); 2 and 3 AVX-512F
+ * (16 lanes, up to 4 rows of a block's 4 gates: 16 accumulators; VNNI adds nothing to
+ * float32).  Functions carry their instruction set as a target attribute: the module is
+ * built without -march and runs on every x86-64 CPU. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+/* Vector types wider than the baseline's are passed only between functions of their own
+ * level (all static, same target attribute): the ABI note does not concern them. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+
+static int level = 0;
+
+#define UNITS 16
+#define MR_MAX 4
+
+enum { KIND_LSTM = 0, KIND_GRU_LBR = 1, KIND_GRU = 2 };
+
+typedef struct {
+    int kind, reverse;
+    Py_ssize_t T, B, H, D, d;
+    const float *proj, *w1, *w2, *rbh, *h0;
+    float *y, *h_out;
+    float *c;      /* LSTM: the cell state, updated in place (c_out, holding c0 first) */
+    float *z, *rh; /* GRU without linear_before_reset: (B, H) each, per step */
+    const int64_t *lens; /* sequence lengths (B,), or NULL: all T */
+    float *c_kept;       /* LSTM with lens: (B, H), the cell states ended samples keep */
+} Job;
+
+/* ---- generic C ------------------------------------------------------------------------ */
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+/* tile[m][g][u] = sum_k h[m * K + k] * w[k][g][u], one row at a time (4 gates of 16 units:
+ * 16 four-lane sums, the baseline's register file). */
+static void gemm_generic(const float *h, const float *w, Py_ssize_t K, int G, int mr,
+                         float *tile) {
+    for (int m = 0; m < mr; m++) {
+        v4f acc[4 * UNITS / 4];
+        const int nv = G * UNITS / 4;
+        for (int q = 0; q < nv; q++) acc[q] = (v4f){0.0f, 0.0f, 0.0f, 0.0f};
+        for (Py_ssize_t k = 0; k < K; k++) {
+            const v4f hb = (v4f){0.0f, 0.0f, 0.0f, 0.0f} + h[m * K + k];
+            const float *wk = w + k * G * UNITS;
+            for (int q = 0; q < nv; q++) {
+                v4f wv;
+                memcpy(&wv, wk + 4 * q, sizeof wv);
+                acc[q] = acc[q] + hb * wv;
+            }
+        }
+        memcpy(tile + m * G * UNITS, acc, (size_t)nv * sizeof(v4f));
+    }
+}
+
+#define SFX generic
+#define VF v4f
+#define VI v4i
+#define VU v4u
+#define VW 4
+#define ATTR
+#define GEMM(h, w, k, G, mr, tile) gemm_generic(h, w, k, G, mr, tile)
+#define MR(G) 1
+#include "recurrent_step.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#undef GEMM
+#undef MR
+
+#if ONNXVIZ_X86
+/* ---- AVX2 + FMA ------------------------------------------------------------------------ */
+
+#define T256 "avx2,fma"
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+/* One half (8 units) of a block's G gates for MRc rows: MRc * G <= 12 accumulators. */
+__attribute__((target(T256), always_inline)) static inline void
+tile256(const float *h, const float *w, Py_ssize_t K, const int G, const int MRc, int half,
+        float *tile) {
+    __m256 acc[MR_MAX][4];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < G; g++) acc[m][g] = _mm256_setzero_ps();
+    const float *wh = w + half * 8;
+    for (Py_ssize_t k = 0; k < K; k++) {
+        const float *wk = wh + k * G * UNITS;
+        __m256 wv[4];
+        for (int g = 0; g < G; g++) wv[g] = _mm256_loadu_ps(wk + g * UNITS);
+        for (int m = 0; m < MRc; m++) {
+            const __m256 hb = _mm256_broadcast_ss(h + m * K + k);
+            for (int g = 0; g < G; g++) acc[m][g] = _mm256_fmadd_ps(hb, wv[g], acc[m][g]);
+        }
+    }
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < G; g++)
+            _mm256_storeu_ps(tile + (m * G + g) * UNITS + half * 8, acc[m][g]);
+}
+
+#define MR256(G) ((G) == 4 ? 3 : 4)
+
+__attribute__((target(T256))) static void gemm_avx2(const float *h, const float *w,
+                                                    Py_ssize_t K, int G, int mr, float *tile) {
+    for (int half = 0; half < 2; half++) {
+        switch (G * 8 + mr) {
+#define C256(g, m)                                                                             \
+    case g * 8 + m:                                                                            \
+        tile256(h, w, K, g, m, half, tile);                                                    \
+        break;
+            C256(1, 1) C256(1, 2) C256(1, 3) C256(1, 4) C256(2, 1) C256(2, 2) C256(2, 3)
+            C256(2, 4) C256(3, 1) C256(3, 2) C256(3, 3) C256(3, 4) C256(4, 1) C256(4, 2)
+            C256(4, 3)
+#undef C256
+        }
+    }
+}
+
+#define SFX avx2
+#define VF v8f
+#define VI v8i
+#define VU v8u
+#define VW 8
+#define ATTR __attribute__((target(T256)))
+#define GEMM(h, w, k, G, mr, tile) gemm_avx2(h, w, k, G, mr, tile)
+#define MR(G) MR256(G)
+#include "recurrent_step.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#undef GEMM
+#undef MR
+
+/* ---- AVX-512F ---------------------------------------------------------------------------- */
+
+#define T512 "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+/* A block's G gates (16 units each) for MRc rows: up to 16 accumulators of 32 registers. */
+__attribute__((target(T512), always_inline)) static inline void
+tile512(const float *h, const float *w, Py_ssize_t K, const int G, const int MRc, float *tile) {
+    __m512 acc[MR_MAX][4];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < G; g++) acc[m][g] = _mm512_setzero_ps();
+    for (Py_ssize_t k = 0; k < K; k++) {
+        const float *wk = w + k * G * UNITS;
+        __m512 wv[4];
+        for (int g = 0; g < G; g++) wv[g] = _mm512_loadu_ps(wk + g * UNITS);
+        for (int m = 0; m < MRc; m++) {
+            const __m512 hb = _mm512_set1_ps(h[m * K + k]);
+            for (int g = 0; g < G; g++) acc[m][g] = _mm512_fmadd_ps(hb, wv[g], acc[m][g]);
+        }
+    }
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < G; g++) _mm512_storeu_ps(tile + (m * G + g) * UNITS, acc[m][g]);
+}
+
+__attribute__((target(T512))) static void gemm_avx512(const float *h, const float *w,
+                                                      Py_ssize_t K, int G, int mr,
+                                                      float *tile) {
+    switch (G * 8 + mr) {
+#define C512(g, m)                                                                             \
+    case g * 8 + m:                                                                            \
+        tile512(h, w, K, g, m, tile);                                                          \
+        break;
+        C512(1, 1) C512(1, 2) C512(1, 3) C512(1, 4) C512(2, 1) C512(2, 2) C512(2, 3)
+        C512(2, 4) C512(3, 1) C512(3, 2) C512(3, 3) C512(3, 4) C512(4, 1) C512(4, 2)
+        C512(4, 3) C512(4, 4)
+#undef C512
+    }
+}
+
+#define SFX avx512
+#define VF v16f
+#define VI v16i
+#define VU v16u
+#define VW 16
+#define ATTR __attribute__((target(T512)))
+#define GEMM(h, w, k, G, mr, tile) gemm_avx512(h, w, k, G, mr, tile)
+#define MR(G) 4
+#include "recurrent_step.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#undef GEMM
+#undef MR
+#endif
+
+static void run(const Job *jb) {
+#if ONNXVIZ_X86
+    if (level >= 2) {
+        run_avx512(jb);
+        return;
+    }
+    if (level == 1) {
+        run_avx2(jb);
+        return;
+    }
+#endif
+    run_generic(jb);
+}
+
+/* ---- Python ----------------------------------------------------------------------------- */
+
+/* A contiguous float32 buffer of exactly `count` floats (ValueError otherwise). */
+static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
+                      const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->len != count * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd floats, got %zd", name, count,
+                     view->len / 4);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* a * b into *out, or -1 when it overflows (a float count whose bytes fit Py_ssize_t). */
+static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / 4 / b)) return -1;
+    *out = a * b;
+    return 0;
+}
+
+static int overlap(const Py_buffer *a, const Py_buffer *b) {
+    const char *a0 = a->buf, *b0 = b->buf;
+    return a->len && b->len && a0 < b0 + b->len && b0 < a0 + a->len;
+}
+
+#define MAX_BUFS 9
+
+typedef struct {
+    Py_buffer v[MAX_BUFS];
+    int writable[MAX_BUFS];
+    int n;
+} Bufs;
+
+static void release(Bufs *bs) {
+    for (int i = 0; i < bs->n; i++) PyBuffer_Release(&bs->v[i]);
+    bs->n = 0;
+}
+
+/* Adds a buffer of `count` floats; on failure releases them all. */
+static float *add_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, int writable,
+                      const char *name) {
+    if (get_floats(obj, &bs->v[bs->n], count, writable, name) < 0) {
+        release(bs);
+        return NULL;
+    }
+    bs->writable[bs->n] = writable;
+    return bs->v[bs->n++].buf;
+}
+
+/* The (B,) int64 sequence lengths into jb->lens, or None; kept in bs (released with it). */
+static int get_lens(Bufs *bs, PyObject *obj, Py_ssize_t batch, Job *jb) {
+    if (obj == Py_None) return 0;
+    Py_buffer *view = &bs->v[bs->n];
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        release(bs);
+        return -1;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if ((strcmp(f, "q") != 0 && strcmp(f, "l") != 0) || view->itemsize != 8 ||
+        view->len != batch * 8) {
+        PyBuffer_Release(view);
+        release(bs);
+        PyErr_SetString(PyExc_ValueError, "lens: expected batch int64 values");
+        return -1;
+    }
+    bs->writable[bs->n++] = 0;
+    jb->lens = view->buf;
+    return 0;
+}
+
+/* No output may share memory with another buffer: the loop reads its inputs after it has
+ * begun writing its outputs. */
+static int check_overlaps(Bufs *bs) {
+    for (int i = 0; i < bs->n; i++)
+        for (int k = 0; k < bs->n; k++)
+            if (i != k && (bs->writable[i] || bs->writable[k]) &&
+                overlap(&bs->v[i], &bs->v[k])) {
+                PyErr_SetString(PyExc_ValueError, "recurrent: an output overlaps another buffer");
+                release(bs);
+                return -1;
+            }
+    return 0;
+}
+
+/* The sizes every call checks: steps, batch, hidden >= 1 and bounded, dirs 1 or 2, d a
+ * direction; the counts of proj (G = its gates), y, the states and the packed weights
+ * (w: packed gates gw). */
+static int check_sizes(Job *jb, const char *name, int G, Py_ssize_t *proj_n, Py_ssize_t *y_n,
+                       Py_ssize_t *state_n) {
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    if (jb->T < 1 || jb->B < 1 || jb->H < 1 || jb->T > limit || jb->B > limit ||
+        jb->H > limit) {
+        PyErr_Format(PyExc_ValueError, "%s: steps, batch and hidden must be in 1..2**30", name);
+        return -1;
+    }
+    if (jb->D < 1 || jb->D > 2 || jb->d < 0 || jb->d >= jb->D) {
+        PyErr_Format(PyExc_ValueError, "%s: dirs must be 1 or 2 and d one of them", name);
+        return -1;
+    }
+    Py_ssize_t t;
+    if (mul_size(jb->T, jb->B, &t) || mul_size(t, jb->H, &t) || mul_size(t, G, proj_n) ||
+        mul_size(jb->T, jb->D, &t) || mul_size(t, jb->B, &t) || mul_size(t, jb->H, y_n) ||
+        mul_size(jb->B, jb->H, state_n) || mul_size(jb->H, jb->H + UNITS, &t) ||
+        mul_size(t, 4, &t)) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Floats of a packed weight of G gates: ceil(H / 16) blocks of (H, G, 16). */
+static Py_ssize_t packed_count(Py_ssize_t H, int G) {
+    return (H + UNITS - 1) / UNITS * H * G * UNITS;
+}
+
+static PyObject *py_lstm(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *wo, *h0o, *c0o, *yo, *ho, *co, *lo = Py_None;
+    Job jb = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnp|O:lstm", &po, &wo, &h0o, &c0o, &yo, &ho, &co,
+                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse, &lo))
+        return NULL;
+    jb.kind = KIND_LSTM;
+    Py_ssize_t proj_n, y_n, state_n;
+    if (check_sizes(&jb, "lstm", 4, &proj_n, &y_n, &state_n) < 0) return NULL;
+    Bufs bs = {.n = 0};
+    const float *c0;
+    if (!(jb.proj = add_buf(&bs, po, proj_n, 0, "proj")) ||
+        !(jb.w1 = add_buf(&bs, wo, packed_count(jb.H, 4), 0, "w")) ||
+        !(jb.h0 = add_buf(&bs, h0o, state_n, 0, "h0")) ||
+        !(c0 = add_buf(&bs, c0o, state_n, 0, "c0")) ||
+        !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
+        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) ||
+        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
+        return NULL;
+    if (check_overlaps(&bs) < 0) return NULL;
+    if (jb.lens && !(jb.c_kept = PyMem_RawMalloc((size_t)state_n * sizeof(float)))) {
+        release(&bs);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    memcpy(jb.c, c0, (size_t)state_n * 4);
+    run(&jb);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(jb.c_kept);
+    release(&bs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_gru(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *w1o, *w2o, *rbo, *h0o, *yo, *ho, *lo = Py_None;
+    Job jb = {0};
+    int lbr;
+    if (!PyArg_ParseTuple(args, "OOOOOOOnnnnnpp|O:gru", &po, &w1o, &w2o, &rbo, &h0o, &yo, &ho,
+                          &jb.T, &jb.B, &jb.H, &jb.D, &jb.d, &jb.reverse, &lbr, &lo))
+        return NULL;
+    jb.kind = lbr ? KIND_GRU_LBR : KIND_GRU;
+    Py_ssize_t proj_n, y_n, state_n;
+    if (check_sizes(&jb, "gru", 3, &proj_n, &y_n, &state_n) < 0) return NULL;
+    if (lbr ? (w2o != Py_None || rbo == Py_None) : (w2o == Py_None || rbo != Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gru: linear_before_reset takes rbh and no w2; without it, w2 and no rbh");
+        return NULL;
+    }
+    Bufs bs = {.n = 0};
+    if (!(jb.proj = add_buf(&bs, po, proj_n, 0, "proj")) ||
+        !(jb.w1 = add_buf(&bs, w1o, packed_count(jb.H, lbr ? 3 : 2), 0, "w1")) ||
+        (!lbr && !(jb.w2 = add_buf(&bs, w2o, packed_count(jb.H, 1), 0, "w2"))) ||
+        (lbr && !(jb.rbh = add_buf(&bs, rbo, jb.H, 0, "rbh"))) ||
+        !(jb.h0 = add_buf(&bs, h0o, state_n, 0, "h0")) ||
+        !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
+        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
+        return NULL;
+    if (check_overlaps(&bs) < 0) return NULL;
+    float *scratch = NULL;
+    if (!lbr) {
+        scratch = PyMem_RawMalloc((size_t)state_n * 2 * sizeof(float));
+        if (!scratch) {
+            release(&bs);
+            return PyErr_NoMemory();
+        }
+        jb.z = scratch;
+        jb.rh = scratch + state_n;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run(&jb);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(scratch);
+    release(&bs);
+    Py_RETURN_NONE;
+}
+
+/* tanh(x, out) and sigmoid(x, out): the loops' activations over a buffer (tests). */
+static PyObject *activation(PyObject *args, int kind, const char *name) {
+    PyObject *xo, *oo;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &oo)) return NULL;
+    Py_buffer xv;
+    if (PyObject_GetBuffer(xo, &xv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    const Py_ssize_t n = xv.len / 4;
+    PyBuffer_Release(&xv);
+    Bufs bs = {.n = 0};
+    const float *x;
+    float *y;
+    if (!(x = add_buf(&bs, xo, n, 0, name)) || !(y = add_buf(&bs, oo, n, 1, name))) return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        activate_avx512(x, y, n, kind);
+    else if (level == 1)
+        activate_avx2(x, y, n, kind);
+    else
+#endif
+        activate_generic(x, y, n, kind);
+    Py_END_ALLOW_THREADS;
+    release(&bs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_tanh(PyObject *self, PyObject *args) {
+    (void)self;
+    return activation(args, 0, "tanh");
+}
+
+static PyObject *py_sigmoid(PyObject *self, PyObject *args) {
+    (void)self;
+    return activation(args, 1, "sigmoid");
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    return onnxviz_set_level(&level, arg);
+}
+
+static PyObject *py_get_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(level);
+}
+
+static PyMethodDef methods[] = {
+    {"lstm", py_lstm, METH_VARARGS,
+     "lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse, "
+     "lens=None): one LSTM direction's time loop (float32; see the module's header)."},
+    {"gru", py_gru, METH_VARARGS,
+     "gru(proj, w1, w2, rbh, h0, y, h_out, steps, batch, hidden, dirs, d, reverse, "
+     "linear_before_reset, lens=None): one GRU direction's time loop (float32)."},
+    {"tanh", py_tanh, METH_VARARGS, "tanh(x, out): the loops' float32 tanh."},
+    {"sigmoid", py_sigmoid, METH_VARARGS, "sigmoid(x, out): the loops' float32 sigmoid."},
+    {"set_level", py_set_level, METH_O,
+     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
+     "ValueError when this CPU lacks its instructions."},
+    {"level", py_get_level, METH_NOARGS, "The level set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_recurrent", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__recurrent(void) { return PyModule_Create(&module); }
