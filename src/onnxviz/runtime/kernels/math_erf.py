@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxviz.runtime import native
+
 _ERX = 8.45062911510467529297e-01
 _EFX = 1.28379167095512586316e-01
 _PP = (
@@ -162,8 +164,20 @@ def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
     np.tanh(out, out=out)
 
 
+# The same form compiled (native/_erf.c: one pass where the blocks here make 17), with its
+# own tanh for numpy's; None when compiled kernels are off or not built.  Every float32
+# erf goes through it when it is there, the plain Erf kernel and the fused chains alike,
+# so a stepped run and an unwatched one give the same numbers.
+_NATIVE = native.load("erf")
+
+
 def _erf_single(x: np.ndarray) -> np.ndarray:
     """erf in float32 (for float32 and narrower inputs), block by block."""
+    if _NATIVE is not None:
+        src = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.empty(x.shape, dtype=np.float32)
+        _NATIVE.erf(src, y)
+        return y
     flat = np.clip(x.astype(np.float32).reshape(-1), -_CLIP, _CLIP)  # NaN stays NaN
     out = np.empty_like(flat)
     n = flat.size
@@ -179,6 +193,12 @@ def erf_into(x: np.ndarray, out: np.ndarray) -> None:
     for callers that already work block by block."""
     if x.dtype == np.float64:
         out[...] = erf(x)
+        return
+    if _NATIVE is not None:
+        if out.flags.c_contiguous:
+            _NATIVE.erf(np.ascontiguousarray(x), out)
+        else:
+            out[...] = _erf_single(x)
         return
     for start in range(0, x.size, _BLOCK):
         stop = min(start + _BLOCK, x.size)

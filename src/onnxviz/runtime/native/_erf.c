@@ -1,0 +1,163 @@
+/* onnxviz.runtime.native._erf: the float32 error function in one pass.
+ *
+ *   erf(x, y): y = erf(x) element by element; x and y contiguous float32 buffers of one
+ *   length (y may be x).
+ *
+ * The form is kernels/math_erf.py's single-precision one, tanh(x P(x^2)) (vector_math.h),
+ * which numpy makes as 17 passes through memory per block; here it is one.  Every level
+ * gives the same bits (vector_math.h); they differ from the numpy path's only through the
+ * tanh (this module's, within 1.5 ulp, against numpy's own), so both run modes call this
+ * kernel: the plain Erf kernel, Gelu and the fused elementwise chains alike.
+ *
+ * Levels (native/__init__.py): 0 generic C (4-lane vectors); 1 AVX2; 2 and 3 AVX-512F. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
+#endif
+
+static int level = 0;
+
+#define ERF_LOOP                                                                           \
+    ATTR static void RS(erf_buffer)(const float *x, float *y, Py_ssize_t n) {             \
+        for (Py_ssize_t i = 0; i < n; i += VW) {                                           \
+            int w = n - i < VW ? (int)(n - i) : VW;                                        \
+            RS(storen)(y + i, RS(erf)(RS(loadn)(x + i, w)), w);                            \
+        }                                                                                  \
+    }
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+#define SFX generic
+#define VF v4f
+#define VI v4i
+#define VU v4u
+#define VW 4
+#define ATTR
+#include "vector_math.h"
+ERF_LOOP
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+
+#if ONNXVIZ_X86
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+#define SFX avx2
+#define VF v8f
+#define VI v8i
+#define VU v8u
+#define VW 8
+#define ATTR __attribute__((target("avx2,fma")))
+#include "vector_math.h"
+ERF_LOOP
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+#define SFX avx512
+#define VF v16f
+#define VI v16i
+#define VU v16u
+#define VW 16
+#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#include "vector_math.h"
+ERF_LOOP
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#endif
+
+static int float_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "erf: %s must be a contiguous float32 buffer", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_erf(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, "OO:erf", &xo, &yo)) return NULL;
+    Py_buffer xv, yv;
+    if (float_buffer(xo, &xv, 0, "x") < 0) return NULL;
+    if (float_buffer(yo, &yv, 1, "y") < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    if (xv.len != yv.len) {
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        PyErr_SetString(PyExc_ValueError, "erf: x and y differ in length");
+        return NULL;
+    }
+    const float *x = xv.buf;
+    float *y = yv.buf;
+    const Py_ssize_t n = xv.len / 4;
+    Py_BEGIN_ALLOW_THREADS;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        erf_buffer_avx512(x, y, n);
+    else if (level == 1)
+        erf_buffer_avx2(x, y, n);
+    else
+#endif
+        erf_buffer_generic(x, y, n);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&xv);
+    PyBuffer_Release(&yv);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    return onnxviz_set_level(&level, arg);
+}
+
+static PyObject *py_get_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(level);
+}
+
+static PyMethodDef methods[] = {
+    {"erf", py_erf, METH_VARARGS,
+     "erf(x, y): y = erf(x), float32 contiguous buffers of one length (y may be x)."},
+    {"set_level", py_set_level, METH_O,
+     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
+     "ValueError when this CPU lacks its instructions."},
+    {"level", py_get_level, METH_NOARGS, "The level set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_erf", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__erf(void) { return PyModule_Create(&module); }
