@@ -9,6 +9,11 @@
   written outside C.  NaN and Inf propagate as in the sum.
 * Every size and buffer is checked: a wrong call raises ValueError, never reads or
   writes outside its buffers.
+* Wired in: a model with a channels-last 1x1 conv chain (bias, residual, Relu), an NCHW
+  1x1 conv on a 7x7 image with a residual, a MatMul + bias and a plain MatMul by
+  constant weights runs the kernel (counted) in its unwatched run, and gives
+  onnxruntime's outputs and the kernels-off outputs within float32 rounding, at every
+  level; stepped, fused and plain runs agree (differential.assert_modes_agree).
 """
 
 from __future__ import annotations
@@ -17,15 +22,22 @@ import math
 import os
 import shutil
 import sysconfig
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, packed_gemm
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree
 
 pytestmark = pytest.mark.numeric
 
@@ -331,3 +343,119 @@ def test_a_weight_is_packed_once_and_only_when_constant():
     assert first is not None and packed_gemm.packed(w, mod) is first
     writeable = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert packed_gemm.packed(writeable, mod) is None
+
+
+# -- wired in: a model -----------------------------------------------------------------------
+
+
+def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(arr.astype(np.float32), name)
+
+
+def _model(rng: np.random.Generator) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x (1, 24, 14, 14): depthwise 3x3 -> 1x1 conv (bias) + x -> Relu -> 1x1 conv (bias)
+    -> depthwise 3x3, a channels-last chain (fusion_layout: the pointwise convs sit
+    between depthwise ones); z (1, 40, 7, 7): 1x1 conv (bias) + z -> Relu, NCHW on a 7x7 image
+    (gemm_left); v (64, 48): MatMul + bias and a plain MatMul by constant weights."""
+    c = 24
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "wd", "bd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c
+        ),  # fmt: skip
+        helper.make_node("Conv", ["d", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c1", "x"], ["s1"]),
+        helper.make_node("Relu", ["s1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["p2"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["p2", "wd2"], ["y"], kernel_shape=[3, 3], group=37),
+        helper.make_node("Conv", ["z", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "z"], ["s3"]),
+        helper.make_node("Relu", ["s3"], ["y3"]),
+        helper.make_node("MatMul", ["v", "wm"], ["mm"]),
+        helper.make_node("Add", ["mm", "bm"], ["ym"]),
+        helper.make_node("MatMul", ["v", "wm2"], ["ym2"]),
+    ]
+    inits = [
+        _init("wd", rng.standard_normal((c, 1, 3, 3)) * 0.3),
+        _init("bd", rng.standard_normal(c)),
+        _init("w1", rng.standard_normal((c, c, 1, 1)) * 0.2),
+        _init("b1", rng.standard_normal(c)),
+        _init("w2", rng.standard_normal((37, c, 1, 1)) * 0.2),
+        _init("b2", rng.standard_normal(37)),
+        _init("wd2", rng.standard_normal((37, 1, 3, 3)) * 0.3),
+        _init("w3", rng.standard_normal((40, 40, 1, 1)) * 0.2),
+        _init("b3", rng.standard_normal(40)),
+        _init("wm", rng.standard_normal((48, 50)) * 0.2),
+        _init("bm", rng.standard_normal(50)),
+        _init("wm2", rng.standard_normal((48, 33)) * 0.2),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "packed_gemm",
+        [
+            helper.make_tensor_value_info("x", f, [1, c, 14, 14]),
+            helper.make_tensor_value_info("z", f, [1, 40, 7, 7]),
+            helper.make_tensor_value_info("v", f, [64, 48]),
+        ],
+        [helper.make_tensor_value_info(o, f, None) for o in ("y", "y3", "ym", "ym2")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {
+        "x": rng.standard_normal((1, c, 14, 14)).astype(np.float32),
+        "z": rng.standard_normal((1, 40, 7, 7)).astype(np.float32),
+        "v": rng.standard_normal((64, 48)).astype(np.float32),
+    }
+    return model, feeds
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    calls: Counter[str] = Counter()
+    right, left = packed_gemm.matmul_packed, packed_gemm.left_matmul_packed
+
+    def count_right(*args: Any, **kw: Any) -> None:
+        calls["gemm"] += 1
+        right(*args, **kw)
+
+    def count_left(*args: Any, **kw: Any) -> None:
+        calls["gemm_left"] += 1
+        left(*args, **kw)
+
+    monkeypatch.setattr(packed_gemm, "matmul_packed", count_right)
+    monkeypatch.setattr(packed_gemm, "left_matmul_packed", count_left)
+    yield calls
+
+
+def test_a_model_runs_the_kernel_and_gives_the_same_outputs(monkeypatch):
+    _module()
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = _model(np.random.default_rng(11))
+    names = [o.name for o in model.graph.output]
+    theirs = dict(zip(names, ort.InferenceSession(model.SerializeToString()).run(names, feeds)))
+    with threadpool_limits(1):  # the kernel serves single-threaded BLAS (use_for)
+        with _level(None):
+            off = Session(model).run(feeds)
+        for level in LEVELS:
+            with _level(level), _counting(monkeypatch) as calls:
+                _weight_cache.clear()
+                on = Session(model).run(feeds)
+            # The channels-last pointwise convs (2), MatMul + bias and the plain MatMul
+            # run gemm; the 7x7 NCHW conv runs gemm_left.
+            assert calls["gemm"] == 4 and calls["gemm_left"] == 1, (level, calls)
+            for name in names:
+                scale = float(np.abs(theirs[name]).max()) + 1.0
+                np.testing.assert_allclose(on[name], theirs[name], rtol=0, atol=1e-5 * scale)
+                np.testing.assert_allclose(on[name], off[name], rtol=0, atol=1e-5 * scale)
+            monkeypatch.undo()
+        # Watched (stepped) runs and unwatched runs agree with the kernel on.
+        assert_modes_agree(model, feeds)
+
+
+def test_the_routing_can_be_turned_off(monkeypatch):
+    _module()
+    model, feeds = _model(np.random.default_rng(12))
+    monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", "off")
+    with threadpool_limits(1), _counting(monkeypatch) as calls:
+        Session(model).run(feeds)
+    assert not calls

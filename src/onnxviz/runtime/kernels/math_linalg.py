@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_common import widen
 from onnxviz.runtime.registry import kernel
@@ -32,6 +33,19 @@ def _narrow(out: Array, dt: np.dtype) -> Array:
 def matmul(a: Array, b: Array) -> Array:
     if a.ndim == 0 or b.ndim == 0:
         raise ExecutionError("MatMul inputs must have rank >= 1")
+    if (
+        a.dtype == np.float32
+        and b.dtype == np.float32
+        and a.ndim >= 2
+        and b.ndim == 2
+        and a.shape[-1] == b.shape[0]
+        and a.flags.c_contiguous
+        and a.size
+        and b.size
+    ):
+        y = _by_packed_weight(a, b)
+        if y is not None:
+            return y
     wa, wb = widen(a), widen(b)
     if wa.ndim > 2 and wb.ndim == 2 and wa.flags.c_contiguous:
         # [..., M, K] @ [K, N] is one [(...*M), K] @ [K, N] product: a single large BLAS
@@ -41,6 +55,21 @@ def matmul(a: Array, b: Array) -> Array:
     if wa.ndim == 2 and wb.ndim == 2:
         return _narrow(few_rows_matmul(wa, wb), a.dtype)
     return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
+
+
+def _by_packed_weight(a: Array, b: Array) -> Array | None:
+    """``a @ b`` by the compiled GEMM when ``b`` is a constant (frozen) weight packed once
+    and the shape is one it runs faster (kernels/packed_gemm.py), else None."""
+    rows = a.size // a.shape[-1]
+    mod = packed_gemm.module()
+    if mod is None or not packed_gemm.use_for(rows, b.shape[0], b.shape[1]):
+        return None
+    p = packed_gemm.packed(b, mod)
+    if p is None:
+        return None
+    out = np.empty(a.shape[:-1] + (b.shape[1],), dtype=np.float32)
+    packed_gemm.matmul_packed(mod, a.reshape(rows, -1), p, out.reshape(rows, -1))
+    return out
 
 
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))

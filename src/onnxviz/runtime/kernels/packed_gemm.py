@@ -6,7 +6,11 @@ the weight's panel form once per constant (kernels._weight_cache) and `matmul_pa
 runs ``act(a @ w + bias + addend)`` in one call that reads ``a`` where it lies and
 applies the epilogue before the accumulators are stored.
 
-The routing (which products come here) is in the next change.
+`use_for(rows, k, n)` says whether a product of that shape should go there: the kernel
+is single-threaded and OpenBLAS's is better on some shapes (benchmarks/
+bench_packed_gemm.py; the numbers are beside the thresholds).  ``ONNXVIZ_PACKED_GEMM=off``
+turns the routing off (the OpenBLAS paths run as before; benchmarks measure both in one
+session that way), as does ``ONNXVIZ_NATIVE=off`` (the module is not loaded).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache
+from onnxviz.runtime.kernels import _weight_cache, blas
 
 ACT_NONE, ACT_RELU, ACT_CLIP = 0, 1, 2
 
@@ -163,3 +167,59 @@ def matmul_packed(
         a, lda, m, k, p.data, p.offset, p.n, p.nr, out, ldc,
         bias, addend, ldd, act, lo, hi, accumulate,
     )  # fmt: skip
+
+
+# Rows below which a product stays with OpenBLAS: blas.few_rows_matmul's blocks serve
+# products of a few rows (a decoder step's, a pooled vector's) and the kernel's 12-row
+# tiles would run mostly on padding there.
+MIN_ROWS = 32
+
+
+def use_for(rows: int, k: int, n: int) -> bool:
+    """Whether a (rows x k) @ (k x n) float32 product should run `matmul_packed` rather
+    than OpenBLAS.
+
+    Measured on one core of a Cascade Lake Xeon (AVX-512; OpenBLAS's SkylakeX kernels;
+    benchmarks/bench_packed_gemm.py, medians of 11 alternating rounds on a shared 2-core
+    machine; us, OpenBLAS / ours).  The product alone: ResNet-50's 1x1 convs as channels-
+    last GEMMs 3136x256x64 1187/926, 784x512x128 950/879, 196x1024x512 1956/1962,
+    49x2048x512 1448/1289 (0.78-1.00x over the 15 shapes); BERT-base 128x768x3072
+    7289/6235, 256x768x768 2931/2823, but 256x3072x768 11699/12363 (1.06x; 1.04-1.09x
+    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they are copied,
+    and C is reloaded for each of the six K blocks).  With the epilogue of a conv
+    (bias + residual, Relu), which the kernel applies for free: 0.48-0.94x on the ResNet
+    shapes, 0.80-0.90x on BERT's but the two K = 3072 ones (1.04-1.12x).  So: every
+    product of at least MIN_ROWS rows, except K >= 3072 with 256 rows or more ...
+
+    ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
+    and OpenBLAS splits a large product across the cores it is allowed.  (A threaded
+    kernel is future work: the app leaves OpenBLAS its default of one thread per core,
+    so there the kernel serves single-core machines and runs under a limit of one
+    thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
+    if rows < MIN_ROWS or (k >= 3072 and rows >= 256):
+        return False
+    return _one_thread()
+
+
+# Pixels up to which an NCHW conv's product (weight by image) runs gemm_left.
+MAX_LEFT_PIXELS = 64
+
+
+def use_left_for(m: int, k: int, pixels: int) -> bool:
+    """Whether an NCHW conv's (m x k) weight by (k x pixels) image product should run
+    `left_matmul_packed` rather than OpenBLAS: only on small images.  Measured like
+    `use_for` (the product alone, OpenBLAS / ours, us): ResNet-50's last stage, 7 x 7
+    pixels, 2048x512x49 1385/1249, 512x2048x49 1339/1242, 2048x1024x49 3085/2917
+    (0.90-0.95x; with bias and residual 0.87-0.92x); from 14 x 14 on OpenBLAS wins
+    (1024x256x196 903/1064, 512x128x784 882/969, 256x64x3136 993/1170: 1.10-1.25x
+    alone, 0.96-1.15x with the epilogue): gemm_left copies the image's panels as
+    OpenBLAS does, and OpenBLAS's micro-kernel is the faster one there; only on small
+    images does its packing of the weight on every call cost more.  (ResNet-50 runs its
+    1x1 convs NCHW in this interpreter: no depthwise conv reads them, so fusion_layout
+    keeps NCHW.)"""
+    return pixels <= MAX_LEFT_PIXELS and m >= MIN_ROWS and _one_thread()
+
+
+def _one_thread() -> bool:
+    t = blas.threads()
+    return t is None or t <= 1

@@ -387,8 +387,8 @@ static void run(const Problem *p, float *abuf) {
  * stays in L1 across W's micro-panels and W's block (M x KCL) in L2.  The copy is
  * what OpenBLAS does on every call too; without it (the panel read where it lies, rows
  * ldb apart) the kernel ran 1.1-1.5x slower, the strided rows missing L1.  This form
- * beats OpenBLAS only on images of few pixels (7 x 7: 0.79-0.83x its time on ResNet-50's
- * last stage; 1.02-1.14x at 14 x 14 and up): packed_gemm routes only those here. */
+ * beats OpenBLAS only on images of few pixels (7 x 7: 0.90-0.95x its time on ResNet-50's
+ * last stage; 1.10-1.25x at 14 x 14 and up): packed_gemm routes only those here. */
 static void run_left(const Problem *p, float *bbuf) {
     void (*tile)(const Tile *) = tile_generic;
 #if ONNXVIZ_X86
