@@ -30,7 +30,9 @@ as one ("fused") node:
 * **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
   only feeds an Add of a constant vector along the last axis (a linear layer's bias)
   runs as one GEMM that writes the bias into its output first and adds the product
-  onto it inside BLAS (kernels.blas): no separate pass over the output.
+  onto it inside BLAS (kernels.blas): no separate pass over the output.  float32 products
+  of the shapes where it is faster run the compiled GEMM by the weight packed once,
+  the bias added in its epilogue (kernels/packed_gemm.py).
 
 * **Written-out layer norms** (fusion_layernorm.py): ReduceMean -> Sub -> Pow ->
   ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's

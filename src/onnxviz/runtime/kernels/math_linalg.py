@@ -2,7 +2,8 @@
 
 Matrix products go through np.matmul (BLAS for float32/float64); 2-D ones through
 `blas.few_rows_matmul`, which cuts products of a few rows into blocks on the kernel sets
-where that is faster.  numpy has no BLAS path
+where that is faster; float32 MatMuls by a constant 2-D weight by the compiled GEMM with
+the weight packed once (kernels/packed_gemm.py), where that is.  numpy has no BLAS path
 for float16 and no arithmetic at all for bfloat16, so those multiply in float32 (which is
 also how runtimes accumulate them) and round once at the end.
 """

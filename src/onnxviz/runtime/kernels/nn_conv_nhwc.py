@@ -13,7 +13,8 @@ the operands' memory order).  What the layout changes is the cost of these kerne
   transposing copy in or out when the neighbours are channels-last too;
 * pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
   the residual), reading the channels-last input in place and writing a channels-last
-  output.
+  output; float32 with one OpenBLAS thread by the compiled GEMM (kernels/packed_gemm.py:
+  the weight packed once, bias, residual and a Relu or Clip in its epilogue).
 
 `conv_channels_last` takes any layout (an (N, C, H, W) contiguous input costs the one
 transposing copy the padding or the GEMM's operand needs anyway) and returns None for a
