@@ -30,7 +30,9 @@ as one ("fused") node:
 * **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
   only feeds an Add of a constant vector along the last axis (a linear layer's bias)
   runs as one GEMM that writes the bias into its output first and adds the product
-  onto it inside BLAS (kernels.blas): no separate pass over the output.
+  onto it inside BLAS (kernels.blas): no separate pass over the output.  float32 products
+  of the shapes where it is faster run the compiled GEMM by the weight packed once,
+  the bias added in its epilogue (kernels/packed_gemm.py).
 
 * **Written-out layer norms** (fusion_layernorm.py): ReduceMean -> Sub -> Pow ->
   ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's
@@ -67,7 +69,7 @@ from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
-from onnxviz.runtime.kernels import blas
+from onnxviz.runtime.kernels import blas, packed_gemm
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
@@ -312,6 +314,17 @@ class MatMulBias:
         ):
             a2 = a.reshape(-1, a.shape[-1])
             out = np.empty((a2.shape[0], w.shape[1]), dtype=a.dtype)
+            if a.dtype == np.float32 and a2.flags.c_contiguous:
+                mod = packed_gemm.module()
+                p = None
+                if mod is not None and packed_gemm.use_for(a2.shape[0], w.shape[0], w.shape[1]):
+                    p = packed_gemm.packed(w, mod)
+                if p is not None:
+                    # The compiled GEMM by the weight packed once, the bias added to its
+                    # accumulators (kernels/packed_gemm.py).
+                    bias = np.ascontiguousarray(c.reshape(-1))
+                    packed_gemm.matmul_packed(mod, a2, p, out, bias=bias)
+                    return [out.reshape(a.shape[:-1] + (w.shape[1],))]
             out[...] = c.reshape(-1)
             blas.gemm(a2, w, out, accumulate=True)
             return [out.reshape(a.shape[:-1] + (w.shape[1],))]

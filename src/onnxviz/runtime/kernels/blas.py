@@ -136,6 +136,7 @@ def _load() -> dict[np.dtype[Any], _Gemm]:
             except AttributeError:
                 continue
             core = _core_name(lib, pattern)
+            _bind_threads(lib, pattern)
             failures = [f"{dt}: {why}" for dt, g in fns.items() if (why := _self_check(g, dt))]
             if not failures:
                 _STATUS.update(direct_blas=True, library=path, core=core)
@@ -213,6 +214,32 @@ def _self_check(g: _Gemm, dtype: np.dtype[Any]) -> str | None:
     except Exception as exc:  # a library that rejects a call is not used
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+# OpenBLAS's thread-count getter of the library `_load` chose (None: not found).
+_GET_THREADS: Any = None
+
+
+def _bind_threads(lib: Any, pattern: str) -> None:
+    global _GET_THREADS
+    prefix = "scipy_openblas" if pattern.startswith("scipy_") else "openblas"
+    try:
+        fn = getattr(lib, f"{prefix}_get_num_threads64_")
+    except AttributeError:
+        return
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    _GET_THREADS = fn
+
+
+def threads() -> int | None:
+    """How many threads OpenBLAS runs a large product on now (threadpoolctl's limits and
+    OPENBLAS_NUM_THREADS included: they set what this reads), or None when unknown (no
+    direct BLAS, or a library without the getter).  About a microsecond."""
+    if _GEMM is None:
+        available()
+    fn = _GET_THREADS
+    return None if fn is None else int(fn())
 
 
 def status() -> dict[str, Any]:

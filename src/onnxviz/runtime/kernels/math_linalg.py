@@ -2,7 +2,8 @@
 
 Matrix products go through np.matmul (BLAS for float32/float64); 2-D ones through
 `blas.few_rows_matmul`, which cuts products of a few rows into blocks on the kernel sets
-where that is faster.  numpy has no BLAS path
+where that is faster; float32 MatMuls by a constant 2-D weight by the compiled GEMM with
+the weight packed once (kernels/packed_gemm.py), where that is.  numpy has no BLAS path
 for float16 and no arithmetic at all for bfloat16, so those multiply in float32 (which is
 also how runtimes accumulate them) and round once at the end.
 """
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_common import widen
 from onnxviz.runtime.registry import kernel
@@ -32,6 +34,19 @@ def _narrow(out: Array, dt: np.dtype) -> Array:
 def matmul(a: Array, b: Array) -> Array:
     if a.ndim == 0 or b.ndim == 0:
         raise ExecutionError("MatMul inputs must have rank >= 1")
+    if (
+        a.dtype == np.float32
+        and b.dtype == np.float32
+        and a.ndim >= 2
+        and b.ndim == 2
+        and a.shape[-1] == b.shape[0]
+        and a.flags.c_contiguous
+        and a.size
+        and b.size
+    ):
+        y = _by_packed_weight(a, b)
+        if y is not None:
+            return y
     wa, wb = widen(a), widen(b)
     if wa.ndim > 2 and wb.ndim == 2 and wa.flags.c_contiguous:
         # [..., M, K] @ [K, N] is one [(...*M), K] @ [K, N] product: a single large BLAS
@@ -41,6 +56,21 @@ def matmul(a: Array, b: Array) -> Array:
     if wa.ndim == 2 and wb.ndim == 2:
         return _narrow(few_rows_matmul(wa, wb), a.dtype)
     return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
+
+
+def _by_packed_weight(a: Array, b: Array) -> Array | None:
+    """``a @ b`` by the compiled GEMM when ``b`` is a constant (frozen) weight packed once
+    and the shape is one it runs faster (kernels/packed_gemm.py), else None."""
+    rows = a.size // a.shape[-1]
+    mod = packed_gemm.module()
+    if mod is None or not packed_gemm.use_for(rows, b.shape[0], b.shape[1]):
+        return None
+    p = packed_gemm.packed(b, mod)
+    if p is None:
+        return None
+    out = np.empty(a.shape[:-1] + (b.shape[1],), dtype=np.float32)
+    packed_gemm.matmul_packed(mod, a.reshape(rows, -1), p, out.reshape(rows, -1))
+    return out
 
 
 @kernel("Gemm", since=(1, 6, 7, 9, 11, 13))

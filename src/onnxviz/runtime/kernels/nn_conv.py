@@ -20,7 +20,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import blas, nn_winograd
+from onnxviz.runtime.kernels import blas, nn_winograd, packed_gemm
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
     conv_pads,
@@ -196,7 +196,9 @@ def _conv_dispatch(
     if pointwise:
         # 1x1, stride 1, no padding: a plain product on a view.
         y = np.empty((n, m, p_size), dtype=x.dtype)
-        added = _products_with_bias(w.reshape(m, c), x.reshape(n, c, p_size), y, bias, addend)
+        added = _products_with_bias(
+            w.reshape(m, c), x.reshape(n, c, p_size), y, bias, addend, source=w
+        )
         return y.reshape(n, m, *out_shape), added
     if packed is not None and nn_winograd.fits(
         c, m, group, kernel, strides, dilations, pads, out_shape
@@ -252,7 +254,7 @@ def _conv_dispatch(
     wg = w.reshape(group, mg, cg * k_size)
     if group == 1:
         y = np.empty((n, m, p_size), dtype=x.dtype)
-        added = _products_with_bias(wg[0], col[:, 0], y, bias, addend)
+        added = _products_with_bias(wg[0], col[:, 0], y, bias, addend, source=w)
         return y.reshape(n, m, *out_shape), added
     y = np.matmul(wg[None], col)
     return y.reshape(n, m, *out_shape), False
@@ -364,13 +366,18 @@ def _products_with_bias(
     out: np.ndarray,
     bias: np.ndarray | None,
     addend: np.ndarray | None = None,
+    source: np.ndarray | None = None,
 ) -> bool:
     """out[b] = w @ cols[b] for each batch item; True when ``bias`` (M,) and ``addend``
     (any shape reshaping to out's) are in too.
 
     With direct BLAS the bias (and addend) are written first and the product added onto
     them inside the GEMM: one pass that writes the output instead of a second pass that
-    reads and writes it after the product."""
+    reads and writes it after the product.  ``source``: the conv's weight array that
+    ``w`` views; when it is a constant, the float32 products of the shapes where that
+    is faster run the compiled GEMM by ``w`` packed once (`_packed_products`)."""
+    if source is not None and _packed_products(w, cols, out, bias, addend, source):
+        return True
     if (bias is not None or addend is not None) and blas.available():
         if addend is not None and bias is not None:
             np.add(addend.reshape(out.shape), bias[:, None], out=out)
@@ -384,6 +391,43 @@ def _products_with_bias(
     for b in range(out.shape[0]):  # 2-D products: numpy's stacked matmul was slower
         blas.gemm(w, cols[b], out[b])
     return False
+
+
+def _packed_products(
+    w: np.ndarray,
+    cols: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    source: np.ndarray,
+) -> bool:
+    """`_products_with_bias` by the compiled GEMM (kernels/packed_gemm.py, native/
+    _sgemm.c's gemm_left): the constant ``w`` packed once, bias and addend added to the
+    accumulators; False (nothing written) when it does not apply or does not pay."""
+    f32 = np.float32
+    if w.dtype != f32 or cols.dtype != f32 or out.dtype != f32 or not out.flags.c_contiguous:
+        return False
+    if not packed_gemm.use_left_for(w.shape[0], w.shape[1], cols.shape[2]):
+        return False
+    if not all(cols[b].flags.c_contiguous for b in range(cols.shape[0])):
+        return False
+    mod = packed_gemm.module()
+    if mod is None:
+        return False
+    p = packed_gemm.packed_rows(w, mod, source)
+    if p is None:
+        return False
+    rows = None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=f32)
+    add = None
+    if addend is not None:
+        if addend.dtype != f32:
+            return False
+        add = np.ascontiguousarray(addend.reshape(out.shape))
+    for b in range(out.shape[0]):
+        packed_gemm.left_matmul_packed(
+            mod, p, cols[b], out[b], bias=rows, addend=None if add is None else add[b]
+        )
+    return True
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,8 @@ the operands' memory order).  What the layout changes is the cost of these kerne
   transposing copy in or out when the neighbours are channels-last too;
 * pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
   the residual), reading the channels-last input in place and writing a channels-last
-  output.
+  output; float32 with one OpenBLAS thread by the compiled GEMM (kernels/packed_gemm.py:
+  the weight packed once, bias, residual and a Relu or Clip in its epilogue).
 
 `conv_channels_last` takes any layout (an (N, C, H, W) contiguous input costs the one
 transposing copy the padding or the GEMM's operand needs anyway) and returns None for a
@@ -44,10 +45,12 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache, blas
+from onnxviz.runtime.kernels import _weight_cache, blas, packed_gemm
 from onnxviz.runtime.kernels.nn_conv import (
+    ACT_CLIP,
     ACT_HARDSWISH,
     ACT_NONE,
+    ACT_RELU,
     conv_geometry,
     native_depthwise,
 )
@@ -192,7 +195,38 @@ class _Pointwise(ChannelsLastConv):
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool]:
+        if x.dtype == np.float32 and self.rows > _FEW_ROWS:
+            mod = packed_gemm.module()
+            if mod is not None and packed_gemm.use_for(self.rows, self.c, self.wt.shape[1]):
+                p = packed_gemm.packed(self.wt, mod)
+                if p is not None:
+                    return self._packed_product(mod, p, x, addend, act)
         return self._product(x, addend), False
+
+    def _packed_product(
+        self,
+        mod: Any,
+        p: packed_gemm.Packed,
+        x: np.ndarray,
+        addend: np.ndarray | None,
+        act: Activation | None,
+    ) -> tuple[np.ndarray, bool]:
+        """The compiled GEMM by the packed weight: bias, residual and a Relu or Clip
+        applied before its accumulators are stored (no pass of their own)."""
+        xl = x.transpose(0, 2, 3, 1)
+        if self.strided:
+            xl = xl[:, :: self.strides[0], :: self.strides[1], :]
+        a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
+        out = np.empty(self.nhwc_shape, dtype=np.float32)
+        flat = out.reshape(self.rows, -1)
+        d = None
+        if addend is not None:
+            d = np.ascontiguousarray(nhwc_view(addend)).reshape(flat.shape)
+        code, lo, hi = ACT_NONE, math.nan, math.nan
+        if act is not None and act[0] in (ACT_RELU, ACT_CLIP):
+            code, lo, hi = act
+        packed_gemm.matmul_packed(mod, a, p, flat, bias=self.bias, addend=d, act=code, lo=lo, hi=hi)
+        return out, code != ACT_NONE
 
     def _product(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
         xl = x.transpose(0, 2, 3, 1)

@@ -1,0 +1,157 @@
+"""Which products should run the compiled GEMM by a prepacked weight (runtime/native/
+_sgemm.c through kernels/packed_gemm.py) rather than OpenBLAS?  The measurement behind
+packed_gemm.use_for, to run again when the kernel, the CPU or OpenBLAS change.
+
+    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw]
+    ONNXVIZ_NATIVE=avx2 python benchmarks/bench_packed_gemm.py     # a lower level's paths
+
+Shapes: ResNet-50's 1x1 convs at batch 1 (rows = H*W: 3136, 784, 196, 49; the (C, M)
+pairs of its bottlenecks) and BERT-base's products by constant weights (128 and 256
+tokens; 768x768, 768x3072, 3072x768).  For each, 1 thread, medians of alternating
+rounds (the machine is shared: alternating keeps a slow moment from landing on one side):
+
+* ``plain``: ``a @ w`` by OpenBLAS (blas.gemm) against the kernel;
+* ``fused``: what the pointwise conv of a bottleneck's last 1x1 does now (residual +
+  bias written into the output, OpenBLAS accumulating onto it, then Relu) against the
+  kernel with bias, residual and Relu in its epilogue;
+* ``nchw``: the ResNet shapes as an NCHW conv computes them (weight by image,
+  nn_conv._products_with_bias against gemm_left; its fused column without the Relu,
+  which the conv chain applies in a pass of its own there).
+
+The ratio is ours / OpenBLAS's (below 1: the kernel is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+RESNET = [
+    (3136, 64, 64), (3136, 64, 256), (3136, 256, 64), (3136, 256, 128),
+    (784, 128, 512), (784, 512, 128), (784, 256, 512), (784, 512, 256),
+    (196, 256, 1024), (196, 1024, 256), (196, 512, 1024), (196, 1024, 512),
+    (49, 512, 2048), (49, 2048, 512), (49, 1024, 2048),
+]  # fmt: skip
+BERT = [
+    (128, 768, 768), (128, 768, 3072), (128, 3072, 768),
+    (256, 768, 768), (256, 768, 3072), (256, 3072, 768),
+]  # fmt: skip
+
+
+def _time(fns: list[Callable[[], None]], rounds: int) -> list[float]:
+    """Median CPU-clock microseconds of each of ``fns``, called in turn each round."""
+    for f in fns:
+        f()
+    got: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            f()
+            got[i].append(time.perf_counter() - t0)
+    return [statistics.median(g) * 1e6 for g in got]
+
+
+def _right(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
+    """(OpenBLAS, ours) for the product alone, then (OpenBLAS, ours) with the epilogue of
+    a bottleneck's last 1x1 conv (bias, residual, Relu): A (m x k) by the weight (k x n)."""
+    from onnxviz.runtime.kernels import blas, packed_gemm
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    out = np.empty((m, n), np.float32)
+    p = packed_gemm.pack(w, mod)
+
+    def blas_fused() -> None:
+        np.add(res, bias, out=out)
+        blas.gemm(a, w, out, accumulate=True)
+        np.maximum(out, 0, out=out)
+
+    def ours_fused() -> None:
+        packed_gemm.matmul_packed(mod, a, p, out, bias=bias, addend=res, act=packed_gemm.ACT_RELU)
+
+    return _time(
+        [
+            lambda: blas.gemm(a, w, out),
+            lambda: packed_gemm.matmul_packed(mod, a, p, out),
+            blas_fused,
+            ours_fused,
+        ],
+        rounds,
+    )
+
+
+def _left(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
+    """The same for an NCHW 1x1 conv: the weight (m x k) by the image (k x n pixels),
+    the bias per row (nn_conv._products_with_bias against gemm_left)."""
+    from onnxviz.runtime.kernels import blas, packed_gemm
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    out = np.empty((m, n), np.float32)
+    p = packed_gemm.pack_rows(w, mod)
+
+    def blas_fused() -> None:
+        np.add(res, bias[:, None], out=out)
+        blas.gemm(w, x, out, accumulate=True)
+
+    def ours_fused() -> None:
+        packed_gemm.left_matmul_packed(mod, p, x, out, bias=bias, addend=res)
+
+    return _time(
+        [
+            lambda: blas.gemm(w, x, out),
+            lambda: packed_gemm.left_matmul_packed(mod, p, x, out),
+            blas_fused,
+            ours_fused,
+        ],
+        rounds,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--shapes", default="resnet,bert,nchw")
+    args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    from onnxviz.runtime import native
+    from onnxviz.runtime.kernels import blas
+
+    mod = native.load("sgemm")
+    if mod is None:
+        print("the compiled GEMM is off or not built (ONNXVIZ_NATIVE, a C compiler)")
+        return 1
+    print(f"level {native.LEVEL_NAMES[mod.level()]}, OpenBLAS {blas.status().get('core')}")
+    runs: list[tuple[str, Any, list[tuple[int, int, int]]]] = []
+    if "resnet" in args.shapes:
+        runs.append(("gemm", _right, RESNET))
+    if "bert" in args.shapes:
+        runs.append(("gemm", _right, BERT))
+    if "nchw" in args.shapes:  # the same convs NCHW: (M out, C in, pixels)
+        runs.append(("gemm_left", _left, [(n, k, m) for m, k, n in RESNET]))
+    with threadpool_limits(1):
+        for name, fn, shapes in runs:
+            print(f"{name:>9} {'M':>5} {'K':>5} {'N':>5} | {'plain: blas':>11} {'ours':>7}"
+                  f" {'ratio':>5} | {'fused: blas':>11} {'ours':>7} {'ratio':>5}")  # fmt: skip
+            for m, k, n in shapes:
+                b1, o1, b2, o2 = fn(mod, m, k, n, args.rounds)
+                print(f"{'':>9} {m:>5} {k:>5} {n:>5} | {b1:>11.0f} {o1:>7.0f} {o1 / b1:>5.2f} |"
+                      f" {b2:>11.0f} {o2:>7.0f} {o2 / b2:>5.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""float32 products by a constant weight through the compiled GEMM (native/_sgemm.c).
+
+OpenBLAS packs both operands of every product, the constant weight included, and a
+bias, residual or Relu after it is one more pass over the output each.  `packed` makes
+the weight's panel form once per constant (kernels._weight_cache) and `matmul_packed`
+runs ``act(a @ w + bias + addend)`` in one call that reads ``a`` where it lies and
+applies the epilogue before the accumulators are stored.
+
+`use_for(rows, k, n)` says whether a product of that shape should go there: the kernel
+is single-threaded and OpenBLAS's is better on some shapes (benchmarks/
+bench_packed_gemm.py; the numbers are beside the thresholds).  ``ONNXVIZ_PACKED_GEMM=off``
+turns the routing off (the OpenBLAS paths run as before; benchmarks measure both in one
+session that way), as does ``ONNXVIZ_NATIVE=off`` (the module is not loaded).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from onnxviz.runtime import native
+from onnxviz.runtime.kernels import _weight_cache, blas
+
+ACT_NONE, ACT_RELU, ACT_CLIP = 0, 1, 2
+
+_F32 = np.dtype(np.float32)
+
+
+class Packed(NamedTuple):
+    """A weight in one of the kernel's packed forms (``data`` from byte ``offset``): a
+    right operand (K x N) in panels of ``nr`` columns (`pack`), or a left operand
+    (``k`` = M rows x ``n`` = K columns) in micro-panels of ``nr`` rows (`pack_rows`)."""
+
+    data: Any
+    offset: int
+    k: int
+    n: int
+    nr: int
+
+
+def module() -> Any | None:
+    """The compiled module at this process's level, or None (off, not built, or
+    ONNXVIZ_PACKED_GEMM=off)."""
+    if os.environ.get("ONNXVIZ_PACKED_GEMM", "on").strip().lower() in ("off", "0"):
+        return None
+    return native.load("sgemm")
+
+
+def pack(w: np.ndarray, mod: Any) -> Packed:
+    """``w`` (K x N float32) packed for ``mod``'s level (no cache: `packed` keeps it)."""
+    k, n = w.shape
+    nr = int(mod.panel_width())
+    data, offset = mod.pack(np.ascontiguousarray(w, dtype=np.float32), k, n, nr)
+    return Packed(data, int(offset), k, n, nr)
+
+
+def packed(w: np.ndarray, mod: Any, source: np.ndarray | None = None) -> Packed | None:
+    """The packed form of the constant weight ``w`` (K x N float32), made once per
+    constant: keyed on ``source`` (the initializer ``w`` was derived from, e.g. a conv's
+    4-D weight) or ``w`` itself, which must be frozen (_weight_cache), else None (a
+    weight that may change between calls is not worth packing each time)."""
+    key = w if source is None else source
+    if not _weight_cache.frozen(key) or w.dtype != _F32 or w.ndim != 2:
+        return None
+    nr = int(mod.panel_width())
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "sgemm_packed", [key], (nr, w.shape, source is None), lambda: pack(w, mod)
+    )
+
+
+def pack_rows(w: np.ndarray, mod: Any) -> Packed:
+    """``w`` (M x K float32), the left operand, as the level's micro-panels of rows (no
+    cache: `packed_rows` keeps it).  ``nr`` holds the rows per micro-panel."""
+    m, k = w.shape
+    mr = int(mod.rows_per_tile())
+    data, offset = mod.pack_rows(np.ascontiguousarray(w, dtype=np.float32), m, k, mr)
+    return Packed(data, int(offset), m, k, mr)
+
+
+def packed_rows(w: np.ndarray, mod: Any, source: np.ndarray) -> Packed | None:
+    """`pack_rows` of the constant left operand ``w`` (M x K float32, e.g. an NCHW 1x1
+    conv's weight (M, C)), made once per frozen ``source`` (the initializer it views),
+    else None."""
+    if not _weight_cache.frozen(source) or w.dtype != _F32 or w.ndim != 2:
+        return None
+    mr = int(mod.rows_per_tile())
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "sgemm_packed_rows", [source], (mr, w.shape), lambda: pack_rows(w, mod)
+    )
+
+
+def left_matmul_packed(
+    mod: Any,
+    p: Packed,
+    x: np.ndarray,
+    out: np.ndarray,
+    *,
+    bias: np.ndarray | None = None,
+    addend: np.ndarray | None = None,
+    act: int = ACT_NONE,
+    lo: float = float("nan"),
+    hi: float = float("nan"),
+    accumulate: bool = False,
+) -> None:
+    """``out = act([out +] w @ x + bias[:, None] + addend)`` for the left operand ``w``
+    packed by `pack_rows` (M x K), C-contiguous float32 ``x`` (K x N), ``out`` and
+    ``addend`` (M x N) and ``bias`` (M,): an NCHW 1x1 conv, weight by image."""
+    k, n = x.shape
+    if p.n != k:
+        raise ValueError(f"left_matmul_packed: x has {k} rows, the weight {p.n} columns")
+    ldx, ldc = _ld(x), _ld(out)
+    if ldx is None or ldc is None:
+        raise ValueError("left_matmul_packed: x and out must be C-contiguous float32 arrays")
+    ldd = 0
+    if addend is not None:
+        got = _ld(addend)
+        if got is None:
+            raise ValueError("left_matmul_packed: addend must be a C-contiguous float32 array")
+        ldd = got
+    mod.gemm_left(
+        p.data, p.offset, p.k, k, p.nr, x, ldx, n, out, ldc,
+        bias, addend, ldd, act, lo, hi, accumulate,
+    )  # fmt: skip
+
+
+def _ld(x: np.ndarray) -> int | None:
+    """Leading dimension of a 2-D float32 array whose rows are contiguous and which is
+    one C-contiguous buffer when viewed from its first element (else None)."""
+    if x.dtype != _F32 or x.ndim != 2 or (x.strides[1] != 4 and x.shape[1] > 1):
+        return None
+    if x.flags.c_contiguous:
+        return x.shape[1]
+    return None
+
+
+def matmul_packed(
+    mod: Any,
+    a: np.ndarray,
+    p: Packed,
+    out: np.ndarray,
+    *,
+    bias: np.ndarray | None = None,
+    addend: np.ndarray | None = None,
+    act: int = ACT_NONE,
+    lo: float = float("nan"),
+    hi: float = float("nan"),
+    accumulate: bool = False,
+) -> None:
+    """``out = act([out +] a @ w + bias + addend)`` for C-contiguous float32 ``a`` (M x
+    K), ``out`` and ``addend`` (M x N), ``bias`` (N,).  ``out`` must not overlap the
+    operands.  ValueError (from the module) on any size that does not match."""
+    m, k = a.shape
+    if p.k != k:
+        raise ValueError(f"matmul_packed: a has {k} columns, the weight {p.k} rows")
+    lda, ldc = _ld(a), _ld(out)
+    if lda is None or ldc is None:
+        raise ValueError("matmul_packed: a and out must be C-contiguous float32 2-D arrays")
+    ldd = 0
+    if addend is not None:
+        got = _ld(addend)
+        if got is None:
+            raise ValueError("matmul_packed: addend must be a C-contiguous float32 2-D array")
+        ldd = got
+    mod.gemm(
+        a, lda, m, k, p.data, p.offset, p.n, p.nr, out, ldc,
+        bias, addend, ldd, act, lo, hi, accumulate,
+    )  # fmt: skip
+
+
+# Rows below which a product stays with OpenBLAS: blas.few_rows_matmul's blocks serve
+# products of a few rows (a decoder step's, a pooled vector's) and the kernel's 12-row
+# tiles would run mostly on padding there.
+MIN_ROWS = 32
+
+
+def use_for(rows: int, k: int, n: int) -> bool:
+    """Whether a (rows x k) @ (k x n) float32 product should run `matmul_packed` rather
+    than OpenBLAS.
+
+    Measured on one core of a Cascade Lake Xeon (AVX-512; OpenBLAS's SkylakeX kernels;
+    benchmarks/bench_packed_gemm.py, medians of 11 alternating rounds on a shared 2-core
+    machine; us, OpenBLAS / ours).  The product alone: ResNet-50's 1x1 convs as channels-
+    last GEMMs 3136x256x64 1187/926, 784x512x128 950/879, 196x1024x512 1956/1962,
+    49x2048x512 1448/1289 (0.78-1.00x over the 15 shapes); BERT-base 128x768x3072
+    7289/6235, 256x768x768 2931/2823, but 256x3072x768 11699/12363 (1.06x; 1.04-1.09x
+    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they are copied,
+    and C is reloaded for each of the six K blocks).  With the epilogue of a conv
+    (bias + residual, Relu), which the kernel applies for free: 0.48-0.94x on the ResNet
+    shapes, 0.80-0.90x on BERT's but the two K = 3072 ones (1.04-1.12x).  So: every
+    product of at least MIN_ROWS rows, except K >= 3072 with 256 rows or more ...
+
+    ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
+    and OpenBLAS splits a large product across the cores it is allowed.  (A threaded
+    kernel is future work: the app leaves OpenBLAS its default of one thread per core,
+    so there the kernel serves single-core machines and runs under a limit of one
+    thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
+    if rows < MIN_ROWS or (k >= 3072 and rows >= 256):
+        return False
+    return _one_thread()
+
+
+# Pixels up to which an NCHW conv's product (weight by image) runs gemm_left.
+MAX_LEFT_PIXELS = 64
+
+
+def use_left_for(m: int, k: int, pixels: int) -> bool:
+    """Whether an NCHW conv's (m x k) weight by (k x pixels) image product should run
+    `left_matmul_packed` rather than OpenBLAS: only on small images.  Measured like
+    `use_for` (the product alone, OpenBLAS / ours, us): ResNet-50's last stage, 7 x 7
+    pixels, 2048x512x49 1385/1249, 512x2048x49 1339/1242, 2048x1024x49 3085/2917
+    (0.90-0.95x; with bias and residual 0.87-0.92x); from 14 x 14 on OpenBLAS wins
+    (1024x256x196 903/1064, 512x128x784 882/969, 256x64x3136 993/1170: 1.10-1.25x
+    alone, 0.96-1.15x with the epilogue): gemm_left copies the image's panels as
+    OpenBLAS does, and OpenBLAS's micro-kernel is the faster one there; only on small
+    images does its packing of the weight on every call cost more.  (ResNet-50 runs its
+    1x1 convs NCHW in this interpreter: no depthwise conv reads them, so fusion_layout
+    keeps NCHW.)"""
+    return pixels <= MAX_LEFT_PIXELS and m >= MIN_ROWS and _one_thread()
+
+
+def _one_thread() -> bool:
+    t = blas.threads()
+    return t is None or t <= 1

@@ -1,0 +1,811 @@
+/* onnxviz.runtime.native._sgemm: float32 GEMM by a constant matrix packed once, with
+ * the epilogue of a conv or a linear layer applied before the accumulators are stored.
+ *
+ * gemm:      C[i, j] = act((accumulate ? C[i, j] : 0) + sum_k A[i, k] B[k, j] + bias[j]
+ *                          + addend[i, j])
+ * gemm_left: C[i, j] = act((accumulate ? C[i, j] : 0) + sum_k W[i, k] X[k, j] + bias[i]
+ *                          + addend[i, j])
+ *
+ * gemm: A (M x K, rows `lda` floats apart) is the activation, read where it lies (a
+ * channels-last image is the row-major [N*H*W, C] operand of a 1x1 conv, a BERT
+ * activation the [tokens, hidden] one); B (K x N), the weight, is packed once (`pack`)
+ * into column panels of NR floats (the micro-kernel's width: 32 at AVX-512, 16
+ * otherwise; the last panel zero-padded), each K rows of NR consecutive floats from a
+ * 64-byte boundary.  gemm_left: the weight W (M x K) on the left, packed once
+ * (`pack_rows`) into micro-panels of MR rows, by an image X (K x N, rows `ldb` apart):
+ * an NCHW 1x1 conv, bias per output channel.  addend (M x N, rows `ldadd` apart) and
+ * bias may be None; activations: 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none).
+ *
+ * Why not OpenBLAS: it packs both operands on every call (13% of ResNet-50's time in a
+ * profile, the constant weight's copy included), and the bias, residual and Relu are
+ * separate passes over C (~8%).  Here the weight is packed once, and gemm reads A in
+ * place where OpenBLAS copies it.
+ *
+ * gemm's loops (BLIS's order, with the operands' roles swapped because our vectors run
+ * along N): for each block of NC columns of B, for each block of KC rows of it (the
+ * weight block, KC x NC floats, 512 KB, stays in L2), for each MR rows of A, for each
+ * panel of the block: the micro-kernel, MR x NR accumulators in registers over the KC
+ * rows, broadcasting A's values.  At AVX-512 the MR rows of A are read where they lie
+ * (their MR x KC floats stay in L1 across the panels); at the lower levels, for edge
+ * rows, and when A's rows are a multiple of 4 KB apart (run's comment), they are first
+ * copied, zero-padded to MR rows, into a k-interleaved buffer.  Only the last K block
+ * applies bias, addend and activation; earlier ones store partial sums that the next
+ * block reloads.  Edge rows are computed on zero rows and not stored; edge columns on
+ * the panel's zero padding and stored with a mask.  gemm_left: run_left's comment.
+ *
+ * The numbers: every level sums the K products in order within a K block, in float32
+ * (the SIMD levels with fused multiply-adds, the generic one with a multiply and an
+ * add), adds the blocks' sums in order, then the bias, then the addend.  Levels differ
+ * from one another and from OpenBLAS by rounding only: |C - exact| <= gamma(K + 3) (sum_k
+ * |A B| + |C| + |bias| + |addend|), gamma(m) = m u / (1 - m u), u = 2^-24 (tests check it
+ * against a float64 reference).  NaN and Inf propagate as in any sum (a padding zero
+ * times a NaN lands only in a row or column that is never stored).
+ *
+ * Levels: 0 generic C (MR 4 x NR 16, the compiler's baseline vectorization), 1 AVX2+FMA
+ * (6 x 16: 12 ymm accumulators), 2 and 3 AVX-512F (12 x 32: 24 zmm accumulators).  Each
+ * function carries its instruction set as a target attribute (no -march).  One thread:
+ * kernels/packed_gemm.py routes products here only when OpenBLAS runs on one too. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* the generic level: a multiply and an add, as documented */
+#endif
+
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+
+static int level = 0;
+
+/* gemm's rows of B per block (A's MR x KC floats, 24 KB, stay in L1) and columns of B
+ * per block (KC x NC floats of the weight, 512 KB, stay in the 1 MB L2 of the Cascade
+ * Lake these were tuned on; 256 x 512, 384 x 384 and 768 x 128 were within 5% of it).
+ * set_blocking changes them (benchmarks). */
+static Py_ssize_t KC = 512, NC = 256;
+/* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased. */
+static int INPLACE = 2;
+/* gemm_left's rows of B per block (run_left). */
+static Py_ssize_t KCL = 128;
+
+static int panel_width_of(int lvl) { return lvl >= 2 ? 32 : 16; }
+static int rows_of(int lvl) { return lvl >= 2 ? 12 : lvl == 1 ? 6 : 4; }
+
+/* What one micro-kernel call needs.  a: the A micro-panel, packed (kc groups of MR
+ * floats) or, for the in-place tiles, A itself (rows lda apart); b: the packed B panel
+ * (kc rows of NR floats) at the block's first row; c, add: at the tile's top-left. */
+typedef struct {
+    const float *a, *b;
+    Py_ssize_t kc, lda;
+    float *c;
+    Py_ssize_t ldc;
+    int rows, cols; /* valid rows (<= MR) and columns (<= NR) of this tile */
+    int load_c;     /* start from C (an earlier K block, or accumulate) */
+    int last;       /* the last K block: apply the epilogue */
+    const float *bias;     /* at the tile's first column, or NULL */
+    const float *row_bias; /* at the tile's first row, or NULL (gemm_left: per channel) */
+    const float *add;
+    Py_ssize_t ldadd;
+    int act;
+    float lo, hi;
+} Tile;
+
+static float act_scalar(float y, int act, float lo, float hi) {
+    if (act == 1) return (y < 0.0f) ? 0.0f : y; /* NaN kept */
+    if (act == 2) {
+        if (lo == lo && y < lo) y = lo;
+        if (hi == hi && y > hi) y = hi;
+    }
+    return y;
+}
+
+/* ---- generic C: MR 4 x NR 16 ----------------------------------------------------------- */
+
+static void tile_generic(const Tile *t) {
+    enum { MR = 4, NR = 16 };
+    float acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;
+    for (Py_ssize_t k = 0; k < t->kc; k++) {
+        const float *b = t->b + k * NR, *a = t->a + k * MR;
+        for (int i = 0; i < MR; i++) {
+            const float ai = a[i];
+            for (int j = 0; j < NR; j++) {
+                float p = ai * b[j];
+                acc[i][j] = acc[i][j] + p;
+            }
+        }
+    }
+    for (int i = 0; i < t->rows; i++) {
+        float *c = t->c + i * t->ldc;
+        const float *add = t->add ? t->add + i * t->ldadd : NULL;
+        for (int j = 0; j < t->cols; j++) {
+            float y = acc[i][j];
+            if (t->load_c) y = c[j] + y;
+            if (t->last) {
+                if (t->bias) y = y + t->bias[j];
+                if (t->row_bias) y = y + t->row_bias[i];
+                if (add) y = y + add[j];
+                y = act_scalar(y, t->act, t->lo, t->hi);
+            }
+            c[j] = y;
+        }
+    }
+}
+
+#if ONNXVIZ_X86
+/* ---- AVX2 + FMA: MR 6 x NR 16 (two ymm per row) ------------------------------------------ */
+
+__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act, float lo,
+                                                              float hi) {
+    /* max/min(a, b) return b when either is NaN: the sum goes second, so NaN stays. */
+    if (act == 1) return _mm256_max_ps(_mm256_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm256_max_ps(_mm256_set1_ps(lo), y);
+        if (hi == hi) y = _mm256_min_ps(_mm256_set1_ps(hi), y);
+    }
+    return y;
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256i mask8(int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+}
+
+__attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
+    enum { MR = 6 };
+    __m256 c0[MR], c1[MR];
+    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    const float *a = t->a, *b = t->b;
+    const Py_ssize_t kc = t->kc;
+    for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        for (int i = 0; i < MR; i++) {
+            const __m256 ai = _mm256_broadcast_ss(a + i);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    const __m256i m0 = mask8(t->cols), m1 = mask8(t->cols - 8);
+    for (int i = 0; i < MR; i++) {
+        if (i >= t->rows) break;
+        float *c = t->c + i * t->ldc;
+        __m256 y0 = c0[i], y1 = c1[i];
+        if (t->load_c) {
+            y0 = _mm256_add_ps(_mm256_maskload_ps(c, m0), y0);
+            y1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), y1);
+        }
+        if (t->last) {
+            if (t->bias) {
+                y0 = _mm256_add_ps(y0, _mm256_maskload_ps(t->bias, m0));
+                y1 = _mm256_add_ps(y1, _mm256_maskload_ps(t->bias + 8, m1));
+            }
+            if (t->row_bias) {
+                const __m256 r = _mm256_broadcast_ss(t->row_bias + i);
+                y0 = _mm256_add_ps(y0, r);
+                y1 = _mm256_add_ps(y1, r);
+            }
+            if (t->add) {
+                const float *d = t->add + i * t->ldadd;
+                y0 = _mm256_add_ps(y0, _mm256_maskload_ps(d, m0));
+                y1 = _mm256_add_ps(y1, _mm256_maskload_ps(d + 8, m1));
+            }
+            y0 = act8(y0, t->act, t->lo, t->hi);
+            y1 = act8(y1, t->act, t->lo, t->hi);
+        }
+        _mm256_maskstore_ps(c, m0, y0);
+        _mm256_maskstore_ps(c + 8, m1, y1);
+    }
+}
+
+/* ---- AVX-512F: MR 12 x NR 32 (two zmm per row) ------------------------------------------- */
+
+__attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act, float lo,
+                                                              float hi) {
+    if (act == 1) return _mm512_max_ps(_mm512_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm512_max_ps(_mm512_set1_ps(lo), y);
+        if (hi == hi) y = _mm512_min_ps(_mm512_set1_ps(hi), y);
+    }
+    return y;
+}
+
+static inline __mmask16 mask16(int n) {
+    return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+/* IN_PLACE: A read where it lies (rows t->lda apart) instead of from the packed buffer. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_avx512_body(const Tile *t, const int IN_PLACE) {
+    enum { MR = 12 };
+    __m512 c0[MR], c1[MR];
+    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    const float *a = t->a, *b = t->b;
+    const Py_ssize_t lda = t->lda, kc = t->kc;
+    for (Py_ssize_t k = 0; k < kc; k++, b += 32) {
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        for (int i = 0; i < MR; i++) {
+            const __m512 ai = _mm512_set1_ps(IN_PLACE ? a[i * lda + k] : a[k * MR + i]);
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    const __mmask16 m0 = mask16(t->cols), m1 = mask16(t->cols - 16);
+    for (int i = 0; i < MR; i++) {
+        if (i >= t->rows) break;
+        float *c = t->c + i * t->ldc;
+        __m512 y0 = c0[i], y1 = c1[i];
+        if (t->load_c) {
+            y0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), y0);
+            y1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), y1);
+        }
+        if (t->last) {
+            if (t->bias) {
+                y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, t->bias));
+                y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, t->bias + 16));
+            }
+            if (t->row_bias) {
+                const __m512 r = _mm512_set1_ps(t->row_bias[i]);
+                y0 = _mm512_add_ps(y0, r);
+                y1 = _mm512_add_ps(y1, r);
+            }
+            if (t->add) {
+                const float *d = t->add + i * t->ldadd;
+                y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, d));
+                y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, d + 16));
+            }
+            y0 = act16(y0, t->act, t->lo, t->hi);
+            y1 = act16(y1, t->act, t->lo, t->hi);
+        }
+        _mm512_mask_storeu_ps(c, m0, y0);
+        _mm512_mask_storeu_ps(c + 16, m1, y1);
+    }
+}
+
+__attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
+    tile_avx512_body(t, 0);
+}
+
+__attribute__((target("avx512f"))) static void tile_avx512_inplace(const Tile *t) {
+    tile_avx512_body(t, 1);
+}
+
+
+#endif /* ONNXVIZ_X86 */
+
+/* ---- the blocked loops ------------------------------------------------------------------ */
+
+typedef struct {
+    const float *a;
+    Py_ssize_t lda, m, k, n;
+    const float *b;
+    /* gemm: A read in place (rows lda apart), B the packed weight.  gemm_left (run_left):
+     * A the packed weight (pack_rows: MR-row micro-panels over the whole K), B the image
+     * (rows ldb apart); row_bias per row of C. */
+    Py_ssize_t ldb;
+    float *c;
+    Py_ssize_t ldc;
+    const float *bias, *row_bias, *add;
+    Py_ssize_t ldadd;
+    int act, accumulate;
+    float lo, hi;
+    Py_ssize_t kcmax, nc; /* KC and NC read once, under the GIL (set_blocking) */
+} Problem;
+
+/* Rows i0..i0+rows-1, columns k0..k0+kc-1 of A into `dst` as kc groups of MR floats,
+ * zeros for the rows past the tile's. */
+static void pack_a(const Problem *p, Py_ssize_t i0, int rows, Py_ssize_t k0, Py_ssize_t kc,
+                   int mr, float *dst) {
+    for (int i = 0; i < rows; i++) {
+        const float *src = p->a + (i0 + i) * p->lda + k0;
+        for (Py_ssize_t k = 0; k < kc; k++) dst[k * mr + i] = src[k];
+    }
+    for (int i = rows; i < mr; i++)
+        for (Py_ssize_t k = 0; k < kc; k++) dst[k * mr + i] = 0.0f;
+}
+
+/* Rows k0..k0+kc-1, columns j0..j1-1 of B (gemm_left's image, rows ldb apart) into
+ * `dst` as panels of nr columns, each kc rows of nr floats, zero-padded at the edge. */
+static void pack_b(const Problem *p, Py_ssize_t k0, Py_ssize_t kc, Py_ssize_t j0, Py_ssize_t j1,
+                   int nr, float *dst) {
+    for (Py_ssize_t j = j0; j < j1; j += nr) {
+        const Py_ssize_t w = j1 - j < nr ? j1 - j : nr;
+        float *panel = dst + ((j - j0) / nr) * kc * nr;
+        for (Py_ssize_t k = 0; k < kc; k++) {
+            const float *src = p->b + (k0 + k) * p->ldb + j;
+            memcpy(panel + k * nr, src, (size_t)w * 4);
+            for (Py_ssize_t q = w; q < nr; q++) panel[k * nr + q] = 0.0f;
+        }
+    }
+}
+
+static void run(const Problem *p, float *abuf) {
+    void (*tile)(const Tile *) = tile_generic;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        tile = tile_avx512;
+    else if (level == 1)
+        tile = tile_avx2;
+#endif
+    const int nr = panel_width_of(level), mr = rows_of(level);
+    /* K in equal blocks of at most KC rows (no short last block to waste a pass on). */
+    const Py_ssize_t kblocks = (p->k + p->kcmax - 1) / p->kcmax;
+    const Py_ssize_t kstep = (p->k + kblocks - 1) / kblocks;
+    const Py_ssize_t nc = p->nc < nr ? nr : p->nc / nr * nr;
+    /* A read in place saves copying each MR x KC micro-panel (a copy that is a large
+     * share of the work when N is small: 3136 x 256 by 256 x 64 ran in 0.78x OpenBLAS's
+     * time in place, 1.31x copied), unless its rows are a multiple of 4 KB apart: then
+     * the MR rows fall on the same L1 sets and evict one another (K = 3072: 1.15x in
+     * place, 1.06x copied). */
+    const int inplace = (INPLACE == 1 || (INPLACE == 2 && (p->lda * 4) % 4096 != 0));
+    Tile t;
+    t.ldc = p->ldc;
+    t.ldadd = p->ldadd;
+    t.act = p->act;
+    t.lo = p->lo;
+    t.hi = p->hi;
+    for (Py_ssize_t j0 = 0; j0 < p->n; j0 += nc) {
+        const Py_ssize_t j1 = j0 + nc < p->n ? j0 + nc : p->n;
+        for (Py_ssize_t k0 = 0; k0 < p->k; k0 += kstep) {
+            const Py_ssize_t kc = p->k - k0 < kstep ? p->k - k0 : kstep;
+            t.kc = kc;
+            t.load_c = p->accumulate || k0 > 0;
+            t.last = k0 + kc == p->k;
+            for (Py_ssize_t i0 = 0; i0 < p->m; i0 += mr) {
+                const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
+                void (*this_tile)(const Tile *) = tile;
+                t.lda = p->lda;
+                if (inplace && level >= 2 && rows == mr) {
+                    t.a = p->a + i0 * p->lda + k0;
+                    this_tile = tile_avx512_inplace;
+                } else {
+                    pack_a(p, i0, rows, k0, kc, mr, abuf);
+                    t.a = abuf;
+                }
+                t.rows = rows;
+                t.row_bias = NULL;
+                for (Py_ssize_t j = j0; j < j1; j += nr) {
+                    t.cols = (int)(p->n - j < nr ? p->n - j : nr);
+                    t.b = p->b + (j / nr) * p->k * nr + k0 * nr;
+                    t.c = p->c + i0 * p->ldc + j;
+                    t.bias = p->bias ? p->bias + j : NULL;
+                    t.add = p->add ? p->add + i0 * p->ldadd + j : NULL;
+                    this_tile(&t);
+                }
+            }
+        }
+    }
+}
+
+/* gemm_left: W (packed micro-panels of MR rows) by the image B.  Loops: for each block
+ * of KCL rows of B, for each panel of NR columns of it, copied (zero-padded) into
+ * `bbuf`, for each micro-panel of W: the panel (KCL x NR floats, 16 KB at 128 x 32)
+ * stays in L1 across W's micro-panels and W's block (M x KCL) in L2.  The copy is
+ * what OpenBLAS does on every call too; without it (the panel read where it lies, rows
+ * ldb apart) the kernel ran 1.1-1.5x slower, the strided rows missing L1.  This form
+ * beats OpenBLAS only on images of few pixels (7 x 7: 0.90-0.95x its time on ResNet-50's
+ * last stage; 1.10-1.25x at 14 x 14 and up): packed_gemm routes only those here. */
+static void run_left(const Problem *p, float *bbuf) {
+    void (*tile)(const Tile *) = tile_generic;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        tile = tile_avx512;
+    else if (level == 1)
+        tile = tile_avx2;
+#endif
+    const int nr = panel_width_of(level), mr = rows_of(level);
+    const Py_ssize_t kblocks = (p->k + p->kcmax - 1) / p->kcmax;
+    const Py_ssize_t kstep = (p->k + kblocks - 1) / kblocks;
+    Tile t;
+    t.ldc = p->ldc;
+    t.ldadd = p->ldadd;
+    t.act = p->act;
+    t.lo = p->lo;
+    t.hi = p->hi;
+    t.bias = NULL;
+    t.lda = 0;
+    for (Py_ssize_t k0 = 0; k0 < p->k; k0 += kstep) {
+        const Py_ssize_t kc = p->k - k0 < kstep ? p->k - k0 : kstep;
+        t.kc = kc;
+        t.load_c = p->accumulate || k0 > 0;
+        t.last = k0 + kc == p->k;
+        for (Py_ssize_t j = 0; j < p->n; j += nr) {
+            t.cols = (int)(p->n - j < nr ? p->n - j : nr);
+            pack_b(p, k0, kc, j, j + t.cols, nr, bbuf);
+            t.b = bbuf;
+            for (Py_ssize_t i0 = 0; i0 < p->m; i0 += mr) {
+                t.rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
+                t.a = p->a + (i0 / mr) * p->k * mr + k0 * mr;
+                t.row_bias = p->row_bias ? p->row_bias + i0 : NULL;
+                t.c = p->c + i0 * p->ldc + j;
+                t.add = p->add ? p->add + i0 * p->ldadd + j : NULL;
+                tile(&t);
+            }
+        }
+    }
+}
+
+/* ---- Python interface ------------------------------------------------------------------- */
+
+/* A C-contiguous float32 buffer of at least `count` floats (exactly, when `exact`). */
+static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int exact, int writable,
+                      const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (exact ? view->len != count * 4 : view->len < count * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s%zd floats, got %zd", name,
+                     exact ? "" : "at least ", count, view->len / 4);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static const Py_ssize_t LIMIT = (Py_ssize_t)1 << 31;
+
+/* Floats a packed K x N weight takes at panel width nr. */
+static Py_ssize_t packed_count(Py_ssize_t k, Py_ssize_t n, int nr) {
+    return k * ((n + nr - 1) / nr * nr);
+}
+
+/* Floats a matrix of `rows` rows `ld` apart, `cols` wide, spans; -1 when it overflows. */
+static Py_ssize_t span(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld) {
+    if (rows < 1 || cols < 1 || ld < cols || ld > LIMIT || rows > LIMIT) return -1;
+    if ((rows - 1) > (PY_SSIZE_T_MAX / 8 - cols) / ld) return -1;
+    return (rows - 1) * ld + cols;
+}
+
+static int overlap(const Py_buffer *x, const Py_buffer *y) {
+    const char *a = x->buf, *b = y->buf;
+    return a < b + y->len && b < a + x->len;
+}
+
+static PyObject *py_pack(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bo;
+    Py_ssize_t k, n;
+    int nr;
+    if (!PyArg_ParseTuple(args, "Onni:pack", &bo, &k, &n, &nr)) return NULL;
+    if (k < 1 || n < 1 || k > LIMIT || n > LIMIT || k * n > LIMIT * 8) {
+        PyErr_SetString(PyExc_ValueError, "pack: K and N must be in 1..2**31 (K*N <= 2**34)");
+        return NULL;
+    }
+    if (nr != 16 && nr != 32) {
+        PyErr_SetString(PyExc_ValueError, "pack: the panel width must be 16 or 32");
+        return NULL;
+    }
+    Py_buffer bb;
+    if (get_floats(bo, &bb, k * n, 1, 0, "B") < 0) return NULL;
+    const Py_ssize_t count = packed_count(k, n, nr);
+    /* A bytearray's storage is only 16-byte aligned: the panels start at the first
+     * 64-byte boundary in it (a panel row of 32 floats is then one cache line) and that
+     * offset is returned with the buffer for gemm.  gemm uses unaligned loads all the
+     * same, so a copy of the bytes at another alignment is slower, never wrong. */
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, count * 4 + 64);
+    if (!out) {
+        PyBuffer_Release(&bb);
+        return NULL;
+    }
+    char *raw = PyByteArray_AS_STRING(out);
+    const Py_ssize_t offset = (Py_ssize_t)((64 - ((uintptr_t)raw & 63)) & 63);
+    float *dst = (float *)(raw + offset);
+    const float *src = bb.buf;
+    Py_BEGIN_ALLOW_THREADS;
+    memset(raw, 0, (size_t)(count * 4 + 64));
+    for (Py_ssize_t j0 = 0; j0 < n; j0 += nr) {
+        const Py_ssize_t w = n - j0 < nr ? n - j0 : nr;
+        float *panel = dst + (j0 / nr) * k * nr;
+        for (Py_ssize_t kk = 0; kk < k; kk++)
+            memcpy(panel + kk * nr, src + kk * n + j0, (size_t)w * 4);
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&bb);
+    return Py_BuildValue("(Nn)", out, offset);
+}
+
+static PyObject *py_gemm(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ao, *po, *co, *bo, *do_;
+    Problem p;
+    Py_ssize_t offset, ldadd;
+    int nr;
+    if (!PyArg_ParseTuple(args, "OnnnOnniOnOOniffp:gemm", &ao, &p.lda, &p.m, &p.k, &po, &offset,
+                          &p.n, &nr, &co, &p.ldc, &bo, &do_, &ldadd, &p.act, &p.lo, &p.hi,
+                          &p.accumulate))
+        return NULL;
+    if (nr != panel_width_of(level)) {
+        PyErr_Format(PyExc_ValueError, "gemm: packed for panels of %d, this level uses %d", nr,
+                     panel_width_of(level));
+        return NULL;
+    }
+    if (p.act < 0 || p.act > 2) {
+        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..2");
+        return NULL;
+    }
+    if (offset < 0 || offset > 63) {
+        PyErr_SetString(PyExc_ValueError, "gemm: offset must be 0..63");
+        return NULL;
+    }
+    const int have_bias = bo != Py_None, have_add = do_ != Py_None;
+    const Py_ssize_t a_span = span(p.m, p.k, p.lda), c_span = span(p.m, p.n, p.ldc);
+    const Py_ssize_t d_span = have_add ? span(p.m, p.n, ldadd) : 0;
+    if (a_span < 0 || c_span < 0 || d_span < 0 || p.n > LIMIT || p.k * p.n > LIMIT * 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm: M, K, N must be >= 1 and each leading dimension at least its "
+                        "rows' width (sizes up to 2**31)");
+        return NULL;
+    }
+    Py_buffer ab, pb, cb, bb, db;
+    if (get_floats(ao, &ab, a_span, 0, 0, "A") < 0) return NULL;
+    if (PyObject_GetBuffer(po, &pb, PyBUF_C_CONTIGUOUS) < 0) goto fail_a;
+    if (pb.len < offset + packed_count(p.k, p.n, nr) * 4) {
+        PyErr_Format(PyExc_ValueError, "packed: expected %zd bytes after offset %zd, got %zd",
+                     packed_count(p.k, p.n, nr) * 4, offset, pb.len);
+        goto fail_p;
+    }
+    if (get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_p;
+    if (have_bias && get_floats(bo, &bb, p.n, 1, 0, "bias") < 0) goto fail_c;
+    if (have_add && get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
+    /* C is written while A, B and the addend are still read (in K blocks): no overlap. */
+    if (overlap(&cb, &ab) || overlap(&cb, &pb) || (have_add && overlap(&cb, &db)) ||
+        (have_bias && overlap(&cb, &bb))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm: C overlaps an operand (for C += A B use accumulate)");
+        goto fail_d;
+    }
+    p.ldb = 0;
+    p.row_bias = NULL;
+    p.a = ab.buf;
+    p.b = (const float *)((const char *)pb.buf + offset);
+    p.c = cb.buf;
+    p.bias = have_bias ? bb.buf : NULL;
+    p.add = have_add ? db.buf : NULL;
+    p.ldadd = ldadd;
+    p.kcmax = KC;
+    p.nc = NC;
+    /* MR (at most 12) x the longest K block. */
+    float *abuf = PyMem_RawMalloc((size_t)((KC < p.k ? KC : p.k) * 12) * sizeof(float));
+    if (!abuf) {
+        PyErr_NoMemory();
+        goto fail_d;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run(&p, abuf);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(abuf);
+    if (have_add) PyBuffer_Release(&db);
+    if (have_bias) PyBuffer_Release(&bb);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&ab);
+    Py_RETURN_NONE;
+fail_d:
+    if (have_add) PyBuffer_Release(&db);
+fail_b:
+    if (have_bias) PyBuffer_Release(&bb);
+fail_c:
+    PyBuffer_Release(&cb);
+fail_p:
+    PyBuffer_Release(&pb);
+fail_a:
+    PyBuffer_Release(&ab);
+    return NULL;
+}
+
+static PyObject *py_pack_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *wo;
+    Py_ssize_t m, k;
+    int mr;
+    if (!PyArg_ParseTuple(args, "Onni:pack_rows", &wo, &m, &k, &mr)) return NULL;
+    if (m < 1 || k < 1 || m > LIMIT || k > LIMIT || m * k > LIMIT * 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pack_rows: M and K must be in 1..2**31 (M*K <= 2**34)");
+        return NULL;
+    }
+    if (mr != 4 && mr != 6 && mr != 12) {
+        PyErr_SetString(PyExc_ValueError, "pack_rows: the row count must be 4, 6 or 12");
+        return NULL;
+    }
+    Py_buffer wb;
+    if (get_floats(wo, &wb, m * k, 1, 0, "W") < 0) return NULL;
+    const Py_ssize_t count = (m + mr - 1) / mr * mr * k;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, count * 4 + 64);
+    if (!out) {
+        PyBuffer_Release(&wb);
+        return NULL;
+    }
+    char *raw = PyByteArray_AS_STRING(out);
+    const Py_ssize_t offset = (Py_ssize_t)((64 - ((uintptr_t)raw & 63)) & 63);
+    float *dst = (float *)(raw + offset);
+    const float *src = wb.buf;
+    Py_BEGIN_ALLOW_THREADS;
+    memset(raw, 0, (size_t)(count * 4 + 64));
+    /* Micro-panel r holds rows r*mr.. as K groups of mr floats (zeros past row M). */
+    for (Py_ssize_t i = 0; i < m; i++) {
+        float *panel = dst + (i / mr) * k * mr + i % mr;
+        for (Py_ssize_t kk = 0; kk < k; kk++) panel[kk * mr] = src[i * k + kk];
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&wb);
+    return Py_BuildValue("(Nn)", out, offset);
+}
+
+static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *xo, *co, *bo, *do_;
+    Problem p;
+    Py_ssize_t offset, ldadd;
+    int mr;
+    if (!PyArg_ParseTuple(args, "OnnniOnnOnOOniffp:gemm_left", &po, &offset, &p.m, &p.k, &mr,
+                          &xo, &p.ldb, &p.n, &co, &p.ldc, &bo, &do_, &ldadd, &p.act, &p.lo,
+                          &p.hi, &p.accumulate))
+        return NULL;
+    if (mr != rows_of(level)) {
+        PyErr_Format(PyExc_ValueError, "gemm_left: packed for %d rows, this level uses %d", mr,
+                     rows_of(level));
+        return NULL;
+    }
+    if (p.act < 0 || p.act > 2) {
+        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..2");
+        return NULL;
+    }
+    if (offset < 0 || offset > 63) {
+        PyErr_SetString(PyExc_ValueError, "gemm_left: offset must be 0..63");
+        return NULL;
+    }
+    const int have_bias = bo != Py_None, have_add = do_ != Py_None;
+    const Py_ssize_t x_span = span(p.k, p.n, p.ldb), c_span = span(p.m, p.n, p.ldc);
+    const Py_ssize_t d_span = have_add ? span(p.m, p.n, ldadd) : 0;
+    if (x_span < 0 || c_span < 0 || d_span < 0 || p.m > LIMIT || p.m * p.k > LIMIT * 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm_left: M, K, N must be >= 1 and each leading dimension at least "
+                        "its rows' width (sizes up to 2**31)");
+        return NULL;
+    }
+    const Py_ssize_t packed_bytes = (p.m + mr - 1) / mr * mr * p.k * 4;
+    Py_buffer pb, xb, cb, bb, db;
+    if (PyObject_GetBuffer(po, &pb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (pb.len < offset + packed_bytes) {
+        PyErr_Format(PyExc_ValueError, "packed: expected %zd bytes after offset %zd, got %zd",
+                     packed_bytes, offset, pb.len);
+        goto fail_p;
+    }
+    if (get_floats(xo, &xb, x_span, 0, 0, "X") < 0) goto fail_p;
+    if (get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_x;
+    if (have_bias && get_floats(bo, &bb, p.m, 1, 0, "bias") < 0) goto fail_c;
+    if (have_add && get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
+    if (overlap(&cb, &xb) || overlap(&cb, &pb) || (have_add && overlap(&cb, &db)) ||
+        (have_bias && overlap(&cb, &bb))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm_left: C overlaps an operand (for C += W X use accumulate)");
+        goto fail_d;
+    }
+    p.a = (const float *)((const char *)pb.buf + offset);
+    p.lda = p.k;
+    p.b = xb.buf;
+    p.c = cb.buf;
+    p.bias = NULL;
+    p.row_bias = have_bias ? bb.buf : NULL;
+    p.add = have_add ? db.buf : NULL;
+    p.ldadd = ldadd;
+    p.kcmax = KCL;
+    p.nc = 0;
+    /* One panel: the longest K block x NR floats. */
+    float *bbuf = PyMem_RawMalloc((size_t)((KCL < p.k ? KCL : p.k) * 32) * sizeof(float));
+    if (!bbuf) {
+        PyErr_NoMemory();
+        goto fail_d;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run_left(&p, bbuf);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(bbuf);
+    if (have_add) PyBuffer_Release(&db);
+    if (have_bias) PyBuffer_Release(&bb);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&xb);
+    PyBuffer_Release(&pb);
+    Py_RETURN_NONE;
+fail_d:
+    if (have_add) PyBuffer_Release(&db);
+fail_b:
+    if (have_bias) PyBuffer_Release(&bb);
+fail_c:
+    PyBuffer_Release(&cb);
+fail_x:
+    PyBuffer_Release(&xb);
+fail_p:
+    PyBuffer_Release(&pb);
+    return NULL;
+}
+
+static PyObject *py_set_blocking(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t kc, nc;
+    int inplace = 2;
+    Py_ssize_t kcl = 128;
+    if (!PyArg_ParseTuple(args, "nn|in:set_blocking", &kc, &nc, &inplace, &kcl))
+        return NULL;
+    if (kc < 1 || kc > 4096 || kcl < 1 || kcl > 4096 || nc < 1 || nc > (1 << 20) || inplace < 0 || inplace > 2) {
+        PyErr_SetString(PyExc_ValueError,
+                        "set_blocking: KC in 1..4096, NC in 1..2**20, inplace 0..2");
+        return NULL;
+    }
+    KC = kc;
+    NC = nc;
+    INPLACE = inplace;
+    KCL = kcl;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_rows_per_tile(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(rows_of(level));
+}
+
+static PyObject *py_panel_width(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(panel_width_of(level));
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    return onnxviz_set_level(&level, arg);
+}
+
+static PyObject *py_get_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(level);
+}
+
+static PyMethodDef methods[] = {
+    {"pack", py_pack, METH_VARARGS,
+     "pack(B, K, N, nr) -> (bytearray, offset): the row-major float32 K x N matrix B as "
+     "column panels of nr (16 or 32, panel_width()) floats, starting at byte `offset` of "
+     "the bytearray (a 64-byte boundary), the last panel zero-padded."},
+    {"gemm", py_gemm, METH_VARARGS,
+     "gemm(A, lda, M, K, packed, offset, N, nr, C, ldc, bias, addend, ldadd, act, lo, hi, "
+     "accumulate): C = act([C +] A B + bias + addend) for A (M x K, rows lda apart), B "
+     "packed by pack(), C and addend (M x N, rows ldc / ldadd apart), bias (N,); bias "
+     "and addend may be None; act 0 none, 1 Relu, 2 Clip(lo, hi) (NaN bound: none)."},
+    {"pack_rows", py_pack_rows, METH_VARARGS,
+     "pack_rows(W, M, K, mr) -> (bytearray, offset): the row-major float32 M x K matrix W "
+     "as micro-panels of mr rows (rows_per_tile()), each K groups of mr floats, from byte "
+     "`offset` (a 64-byte boundary), zero rows past M."},
+    {"gemm_left", py_gemm_left, METH_VARARGS,
+     "gemm_left(packed, offset, M, K, mr, X, ldx, N, C, ldc, bias, addend, ldadd, act, lo, "
+     "hi, accumulate): C = act([C +] W X + bias[:, None] + addend) for W packed by "
+     "pack_rows, X (K x N, rows ldx apart, read in place), C and addend (M x N), bias "
+     "(M,) per row: an NCHW 1x1 conv, W (M, C) by the image (C, H*W)."},
+    {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
+     "The row count pack_rows must use at this level."},
+    {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
+    {"set_blocking", py_set_blocking, METH_VARARGS,
+     "set_blocking(KC, NC, inplace=2, KCL=128): gemm's rows and columns of B per cache "
+     "block, how its AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its "
+     "rows are a multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
+    {"set_level", py_set_level, METH_O,
+     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
+     "ValueError when this CPU lacks its instructions."},
+    {"level", py_get_level, METH_NOARGS, "The level set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__sgemm(void) { return PyModule_Create(&module); }

@@ -1,0 +1,461 @@
+"""The compiled GEMM by a prepacked weight (runtime/native/_sgemm.c, kernels/packed_gemm.py).
+
+* Both products at every level this CPU has (``native.levels()``, each set directly):
+  ``gemm`` (A read in place by the packed right operand) and ``gemm_left`` (the packed
+  left operand by an image), on shapes with 1, primes, sizes that are no multiple of a
+  panel or a tile, K longer than one cache block and N wider than one, leading
+  dimensions wider than the rows, with and without bias, addend, each activation and
+  accumulate: within the float32 error bound of the exact (float64) result, and nothing
+  written outside C.  NaN and Inf propagate as in the sum.
+* Every size and buffer is checked: a wrong call raises ValueError, never reads or
+  writes outside its buffers.
+* Wired in: a model with a channels-last 1x1 conv chain (bias, residual, Relu), an NCHW
+  1x1 conv on a 7x7 image with a residual, a MatMul + bias and a plain MatMul by
+  constant weights runs the kernel (counted) in its unwatched run, and gives
+  onnxruntime's outputs and the kernels-off outputs within float32 rounding, at every
+  level; stepped, fused and plain runs agree (differential.assert_modes_agree).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sysconfig
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
+
+from onnxviz.runtime import native
+from onnxviz.runtime.kernels import _weight_cache, packed_gemm
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree
+
+pytestmark = pytest.mark.numeric
+
+NAN = math.nan
+LEVELS = native.levels()
+U = 2.0**-24
+
+
+def _can_compile() -> bool:
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    return shutil.which("cc") is not None and os.path.exists(headers)
+
+
+def _module() -> Any:
+    if not native.built("sgemm"):
+        if _can_compile():
+            pytest.fail("a C compiler is here but _sgemm was not built")
+        pytest.skip("no C compiler here: the OpenBLAS paths run")
+    from onnxviz.runtime.native import _sgemm  # type: ignore[attr-defined]
+
+    return _sgemm
+
+
+@contextmanager
+def _level(level: int | None) -> Iterator[None]:
+    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
+    saved = native._LEVEL
+    native._LEVEL = level
+    try:
+        yield
+    finally:
+        native._LEVEL = saved
+        if saved is not None and native.built("sgemm"):
+            _module().set_level(saved)
+
+
+def _gamma(n: int) -> float:
+    return n * U / (1 - n * U)
+
+
+def _act64(y: np.ndarray, act: int, lo: float, hi: float) -> np.ndarray:
+    if act == packed_gemm.ACT_RELU:
+        return np.where(y < 0, 0.0, y)  # NaN kept
+    if act == packed_gemm.ACT_CLIP:
+        if not math.isnan(lo):
+            y = np.where(y < lo, lo, y)
+        if not math.isnan(hi):
+            y = np.where(y > hi, hi, y)
+    return y
+
+
+def _check_close(got: np.ndarray, exact: np.ndarray, scale: np.ndarray, k: int) -> None:
+    """|got - exact| <= gamma(K + 3) * scale: K products summed (in any blocking), then
+    C, bias and addend added; the activations are 1-Lipschitz.  (Plus a tiny absolute
+    slack for sums that cancel to subnormals.)"""
+    err = np.abs(got.astype(np.float64) - exact)
+    bound = _gamma(k + 3) * scale + 1e-30
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert (err <= bound).all(), f"error {err[worst]} > bound {bound[worst]} at {worst}"
+
+
+# (M, K, N): 1, primes, tile and panel edges (12 rows, 32/16 columns), K over the cache
+# block (gemm: 512, gemm_left: 128), N over gemm's column block (256).
+SHAPES = [
+    (1, 1, 1),
+    (1, 7, 33),
+    (13, 1, 5),
+    (12, 32, 32),
+    (25, 97, 47),
+    (37, 600, 17),
+    (50, 130, 300),
+    (6, 1031, 16),
+    (97, 64, 64),
+    (7, 5, 290),
+]
+
+
+def _operands(rng: np.random.Generator, m: int, k: int, n: int) -> dict[str, np.ndarray]:
+    return {
+        "a": rng.standard_normal((m, k)).astype(np.float32),
+        "w": rng.standard_normal((k, n)).astype(np.float32),
+        "bias": rng.standard_normal(n).astype(np.float32),
+        "row_bias": rng.standard_normal(m).astype(np.float32),
+        "addend": rng.standard_normal((m, n)).astype(np.float32),
+        "c0": rng.standard_normal((m, n)).astype(np.float32),
+    }
+
+
+def _cases() -> list[tuple[int, bool, bool, int, bool]]:
+    """(act, bias, addend, pad, accumulate) combinations, every option at least twice."""
+    acts = [packed_gemm.ACT_NONE, packed_gemm.ACT_RELU, packed_gemm.ACT_CLIP]
+    out = []
+    for i in range(8):
+        out.append((acts[i % 3], bool(i & 1), bool(i & 2), (i * 3) % 5, bool(i & 4)))
+    return out
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gemm_within_the_float32_bound_at_every_level(level):
+    mod = _module()
+    mod.set_level(level)
+    try:
+        rng = np.random.default_rng(level)
+        for m, k, n in SHAPES:
+            ops = _operands(rng, m, k, n)
+            p = packed_gemm.pack(ops["w"], mod)
+            for act, with_bias, with_add, pad, acc in _cases():
+                lo, hi = (-0.5, 0.75) if pad % 2 else (NAN, 0.5)
+                # A, C and the addend inside wider buffers (leading dimensions > rows).
+                abuf = rng.standard_normal((m, k + pad)).astype(np.float32)
+                abuf[:, :k] = ops["a"]
+                cbuf = np.full((m, n + pad + 1), 7.0, np.float32)
+                cbuf[:, :n] = ops["c0"]
+                dbuf = np.zeros((m, n + pad), np.float32)
+                dbuf[:, :n] = ops["addend"]
+                mod.gemm(
+                    abuf, k + pad, m, k, p.data, p.offset, n, p.nr, cbuf, n + pad + 1,
+                    ops["bias"] if with_bias else None, dbuf if with_add else None, n + pad,
+                    act, lo, hi, acc,
+                )  # fmt: skip
+                a64, w64 = ops["a"].astype(np.float64), ops["w"].astype(np.float64)
+                exact = a64 @ w64
+                scale = np.abs(a64) @ np.abs(w64)
+                if acc:
+                    exact = exact + ops["c0"]
+                    scale = scale + np.abs(ops["c0"])
+                if with_bias:
+                    exact = exact + ops["bias"]
+                    scale = scale + np.abs(ops["bias"])
+                if with_add:
+                    exact = exact + ops["addend"]
+                    scale = scale + np.abs(ops["addend"])
+                if act == packed_gemm.ACT_CLIP:
+                    lo32, hi32 = (float(np.float32(v)) for v in (lo, hi))
+                    exact = _act64(exact, act, lo32, hi32)
+                else:
+                    exact = _act64(exact, act, lo, hi)
+                _check_close(cbuf[:, :n], exact, scale, k)
+                assert (cbuf[:, n:] == 7.0).all(), "wrote outside C"
+    finally:
+        mod.set_level(native.cpu_level())
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gemm_left_within_the_float32_bound_at_every_level(level):
+    mod = _module()
+    mod.set_level(level)
+    try:
+        rng = np.random.default_rng(100 + level)
+        for m, k, n in SHAPES:
+            ops = _operands(rng, m, k, n)
+            wl = rng.standard_normal((m, k)).astype(np.float32)
+            x = rng.standard_normal((k, n)).astype(np.float32)
+            p = packed_gemm.pack_rows(wl, mod)
+            for act, with_bias, with_add, pad, acc in _cases():
+                lo, hi = (-0.5, 0.75) if pad % 2 else (0.0, NAN)
+                xbuf = rng.standard_normal((k, n + pad)).astype(np.float32)
+                xbuf[:, :n] = x
+                cbuf = np.full((m, n + pad + 2), -3.0, np.float32)
+                cbuf[:, :n] = ops["c0"]
+                dbuf = np.zeros((m, n + pad), np.float32)
+                dbuf[:, :n] = ops["addend"]
+                mod.gemm_left(
+                    p.data, p.offset, m, k, p.nr, xbuf, n + pad, n, cbuf, n + pad + 2,
+                    ops["row_bias"] if with_bias else None, dbuf if with_add else None,
+                    n + pad, act, lo, hi, acc,
+                )  # fmt: skip
+                w64, x64 = wl.astype(np.float64), x.astype(np.float64)
+                exact = w64 @ x64
+                scale = np.abs(w64) @ np.abs(x64)
+                if acc:
+                    exact, scale = exact + ops["c0"], scale + np.abs(ops["c0"])
+                if with_bias:
+                    rb = ops["row_bias"][:, None].astype(np.float64)
+                    exact, scale = exact + rb, scale + np.abs(rb)
+                if with_add:
+                    exact, scale = exact + ops["addend"], scale + np.abs(ops["addend"])
+                exact = _act64(exact, act, lo, hi)
+                _check_close(cbuf[:, :n], exact, scale, k)
+                assert (cbuf[:, n:] == -3.0).all(), "wrote outside C"
+    finally:
+        mod.set_level(native.cpu_level())
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_nan_and_inf_propagate(level):
+    mod = _module()
+    mod.set_level(level)
+    try:
+        rng = np.random.default_rng(3)
+        m, k, n = 30, 40, 70
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = np.abs(rng.standard_normal((k, n))).astype(np.float32) + 0.5
+        a[3, 5] = np.nan  # row 3: NaN everywhere, whatever the activation
+        a[17, :] = np.abs(a[17, :])
+        a[17, 9] = np.inf  # row 17: +Inf (every product positive)
+        a[20, 2] = -np.inf  # row 20: -Inf, Relu makes it 0
+        for act in (packed_gemm.ACT_NONE, packed_gemm.ACT_RELU, packed_gemm.ACT_CLIP):
+            out = np.zeros((m, n), np.float32)
+            packed_gemm.matmul_packed(
+                mod, a, packed_gemm.pack(w, mod), out, act=act, lo=-1.0, hi=NAN
+            )
+            assert np.isnan(out[3]).all()
+            assert (out[17] == np.inf).all()
+            want = {packed_gemm.ACT_NONE: -np.inf, packed_gemm.ACT_RELU: 0.0}.get(act, -1.0)
+            assert (out[20] == want).all()
+            others = np.delete(out, [3, 17, 20], axis=0)
+            assert np.isfinite(others).all()
+            # The same through gemm_left: W's row 3 by the image.
+            out_l = np.zeros((m, n), np.float32)
+            packed_gemm.left_matmul_packed(
+                mod, packed_gemm.pack_rows(a, mod), w, out_l, act=act, lo=-1.0, hi=NAN
+            )
+            np.testing.assert_array_equal(np.isnan(out_l), np.isnan(out))
+            assert (out_l[17] == np.inf).all() and (out_l[20] == want).all()
+    finally:
+        mod.set_level(native.cpu_level())
+
+
+def test_every_wrong_call_is_a_value_error():
+    mod = _module()
+    mod.set_level(native.cpu_level())
+    rng = np.random.default_rng(5)
+    m, k, n = 20, 30, 40
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    p = packed_gemm.pack(w, mod)
+    c = np.zeros((m, n), np.float32)
+    bias = np.zeros(n, np.float32)
+
+    def call(**kw: Any) -> None:
+        args = dict(
+            a=a, lda=k, m=m, k=k, data=p.data, offset=p.offset, n=n, nr=p.nr, c=c, ldc=n,
+            bias=None, addend=None, ldadd=0, act=0, lo=NAN, hi=NAN, acc=False,
+        )  # fmt: skip
+        args.update(kw)
+        mod.gemm(*args.values())
+
+    call()  # the well-formed call works
+    bad: list[dict[str, Any]] = [
+        {"a": a[:-1]},  # A shorter than M rows
+        {"lda": k - 1},  # rows overlapping
+        {"m": 0},
+        {"k": 0},
+        {"n": n + 1},  # more columns than packed
+        {"k": k + 1},  # packed for fewer rows
+        {"c": c[:-1]},
+        {"ldc": n - 1},
+        {"bias": bias[:-1]},
+        {"bias": bias.astype(np.float64)},
+        {"addend": np.zeros((m - 1, n), np.float32), "ldadd": n},
+        {"addend": np.zeros((m, n), np.float32), "ldadd": n - 1},
+        {"act": 3},
+        {"offset": 64},
+        {"data": bytes(p.data)[: p.offset + 4 * k * 64 - 4]},  # one float short
+        {"nr": 48 - p.nr},  # packed for another level's panels
+        {"a": a.astype(np.float64)},
+        {"c": c.astype(np.float64)},
+        {"data": bytes(8)},
+        {"c": a, "ldc": n, "n": k, "data": packed_gemm.pack(w[:, :k], mod).data},  # C is A
+    ]
+    for kw in bad:
+        with pytest.raises(ValueError):
+            call(**kw)
+            pytest.fail(f"accepted {list(kw)}")
+    ro = np.zeros((m, n), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises((ValueError, BufferError, TypeError)):
+        call(c=ro)
+    # gemm_left: the same kinds of mistakes.
+    pl = packed_gemm.pack_rows(a, mod)  # (m, k) weight
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    mod.gemm_left(pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, None, None, 0, 0, NAN, NAN, 0)
+    left_calls: list[tuple[Any, ...]] = [
+        (pl.data, pl.offset, m, k, pl.nr, x[:-1], n, n, c, n, None, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m + 1, k, pl.nr, x, n, n, c, n, None, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr + 1, x, n, n, c, n, None, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, bias, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr, x, n - 1, n, c, n, None, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr, x, n, n, x, n, None, None, 0, 0, NAN, NAN, 0),
+    ]
+    for args in left_calls:
+        with pytest.raises(ValueError):
+            mod.gemm_left(*args)
+    pack_calls: list[tuple[Any, ...]] = [(w, k, n + 1, 32), (w, k, n, 8), (w, 0, n, 16)]
+    for args in pack_calls:
+        with pytest.raises(ValueError):
+            mod.pack(*args)
+    with pytest.raises(ValueError):
+        mod.pack_rows(a, m, k, 5)
+    with pytest.raises(ValueError):
+        packed_gemm.matmul_packed(mod, a[:, :-1].copy(), p, c)  # K does not match
+    with pytest.raises(ValueError):
+        mod.set_level(4)
+
+
+def test_a_weight_is_packed_once_and_only_when_constant():
+    mod = _module()
+    _weight_cache.clear()
+    w = np.frombuffer(np.arange(12, dtype=np.float32).tobytes(), np.float32).reshape(3, 4)
+    assert _weight_cache.frozen(w)
+    first = packed_gemm.packed(w, mod)
+    assert first is not None and packed_gemm.packed(w, mod) is first
+    writeable = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert packed_gemm.packed(writeable, mod) is None
+
+
+# -- wired in: a model -----------------------------------------------------------------------
+
+
+def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(arr.astype(np.float32), name)
+
+
+def _model(rng: np.random.Generator) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x (1, 24, 14, 14): depthwise 3x3 -> 1x1 conv (bias) + x -> Relu -> 1x1 conv (bias)
+    -> depthwise 3x3, a channels-last chain (fusion_layout: the pointwise convs sit
+    between depthwise ones); z (1, 40, 7, 7): 1x1 conv (bias) + z -> Relu, NCHW on a 7x7 image
+    (gemm_left); v (64, 48): MatMul + bias and a plain MatMul by constant weights."""
+    c = 24
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "wd", "bd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c
+        ),  # fmt: skip
+        helper.make_node("Conv", ["d", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c1", "x"], ["s1"]),
+        helper.make_node("Relu", ["s1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["p2"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["p2", "wd2"], ["y"], kernel_shape=[3, 3], group=37),
+        helper.make_node("Conv", ["z", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "z"], ["s3"]),
+        helper.make_node("Relu", ["s3"], ["y3"]),
+        helper.make_node("MatMul", ["v", "wm"], ["mm"]),
+        helper.make_node("Add", ["mm", "bm"], ["ym"]),
+        helper.make_node("MatMul", ["v", "wm2"], ["ym2"]),
+    ]
+    inits = [
+        _init("wd", rng.standard_normal((c, 1, 3, 3)) * 0.3),
+        _init("bd", rng.standard_normal(c)),
+        _init("w1", rng.standard_normal((c, c, 1, 1)) * 0.2),
+        _init("b1", rng.standard_normal(c)),
+        _init("w2", rng.standard_normal((37, c, 1, 1)) * 0.2),
+        _init("b2", rng.standard_normal(37)),
+        _init("wd2", rng.standard_normal((37, 1, 3, 3)) * 0.3),
+        _init("w3", rng.standard_normal((40, 40, 1, 1)) * 0.2),
+        _init("b3", rng.standard_normal(40)),
+        _init("wm", rng.standard_normal((48, 50)) * 0.2),
+        _init("bm", rng.standard_normal(50)),
+        _init("wm2", rng.standard_normal((48, 33)) * 0.2),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "packed_gemm",
+        [
+            helper.make_tensor_value_info("x", f, [1, c, 14, 14]),
+            helper.make_tensor_value_info("z", f, [1, 40, 7, 7]),
+            helper.make_tensor_value_info("v", f, [64, 48]),
+        ],
+        [helper.make_tensor_value_info(o, f, None) for o in ("y", "y3", "ym", "ym2")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {
+        "x": rng.standard_normal((1, c, 14, 14)).astype(np.float32),
+        "z": rng.standard_normal((1, 40, 7, 7)).astype(np.float32),
+        "v": rng.standard_normal((64, 48)).astype(np.float32),
+    }
+    return model, feeds
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    calls: Counter[str] = Counter()
+    right, left = packed_gemm.matmul_packed, packed_gemm.left_matmul_packed
+
+    def count_right(*args: Any, **kw: Any) -> None:
+        calls["gemm"] += 1
+        right(*args, **kw)
+
+    def count_left(*args: Any, **kw: Any) -> None:
+        calls["gemm_left"] += 1
+        left(*args, **kw)
+
+    monkeypatch.setattr(packed_gemm, "matmul_packed", count_right)
+    monkeypatch.setattr(packed_gemm, "left_matmul_packed", count_left)
+    yield calls
+
+
+def test_a_model_runs_the_kernel_and_gives_the_same_outputs(monkeypatch):
+    _module()
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = _model(np.random.default_rng(11))
+    names = [o.name for o in model.graph.output]
+    theirs = dict(zip(names, ort.InferenceSession(model.SerializeToString()).run(names, feeds)))
+    with threadpool_limits(1):  # the kernel serves single-threaded BLAS (use_for)
+        with _level(None):
+            off = Session(model).run(feeds)
+        for level in LEVELS:
+            with _level(level), _counting(monkeypatch) as calls:
+                _weight_cache.clear()
+                on = Session(model).run(feeds)
+            # The channels-last pointwise convs (2), MatMul + bias and the plain MatMul
+            # run gemm; the 7x7 NCHW conv runs gemm_left.
+            assert calls["gemm"] == 4 and calls["gemm_left"] == 1, (level, calls)
+            for name in names:
+                scale = float(np.abs(theirs[name]).max()) + 1.0
+                np.testing.assert_allclose(on[name], theirs[name], rtol=0, atol=1e-5 * scale)
+                np.testing.assert_allclose(on[name], off[name], rtol=0, atol=1e-5 * scale)
+            monkeypatch.undo()
+        # Watched (stepped) runs and unwatched runs agree with the kernel on.
+        assert_modes_agree(model, feeds)
+
+
+def test_the_routing_can_be_turned_off(monkeypatch):
+    _module()
+    model, feeds = _model(np.random.default_rng(12))
+    monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", "off")
+    with threadpool_limits(1), _counting(monkeypatch) as calls:
+        Session(model).run(feeds)
+    assert not calls
