@@ -169,10 +169,15 @@ def matmul_packed(
     )  # fmt: skip
 
 
-# Rows below which a product stays with OpenBLAS: blas.few_rows_matmul's blocks serve
-# products of a few rows (a decoder step's, a pooled vector's) and the kernel's 12-row
-# tiles would run mostly on padding there.
-MIN_ROWS = 32
+# Rows below which a product stays with OpenBLAS (blas.few_rows_matmul's blocks): its
+# small-matrix kernel reads the weight once without packing it, where the kernel's tiles
+# run on padding.  Measured (benchmarks/bench_packed_gemm.py's way, 1 thread, us, OpenBLAS
+# / ours) on GPT-2 and LSTM shapes (K x N 768x2304, 768x3072, 3072x768, 768x768,
+# 256x1024): 1 row 1.5-2.1x slower, 2 rows 1.1-1.6x, 4 rows 0.94-1.16x; from 8 rows on
+# OpenBLAS packs the whole weight on every call and the kernel is faster: 8 rows
+# 0.60-0.72x, 12 rows 0.37-0.46x, 16 rows 0.58-0.68x (a torch dynamo GPT-2's 16 new
+# tokens: the weight's packing was half of its run), 32 rows 0.61-0.71x.
+MIN_ROWS = 8
 
 
 def use_for(rows: int, k: int, n: int) -> bool:
