@@ -87,6 +87,34 @@ def test_moved_labels_and_later_badges_stay_inside_their_tile(window, medium) ->
     assert _inside(edge.parentItem().sceneBoundingRect(), badge.sceneBoundingRect())
 
 
+def test_a_value_badge_sits_on_its_edge_even_when_the_label_was_moved(window, medium) -> None:  # type: ignore[no-untyped-def]
+    """The scene moves labels that would overlap, sometimes a few hundred px along the
+    row: a run's shape badge went with the label and floated in empty space, far from
+    its edge (at zoom levels that hide labels, with nothing beside it).  It stays at the
+    middle of its edge then; under the label where the label stayed beside the edge."""
+    gs = _shown(window, medium)
+
+    def beside(edge, rect) -> bool:  # type: ignore[no-untyped-def]
+        x, y = edge.data_edge.label_pos  # the middle of the edge's curve
+        return abs(rect.left() - x) <= 8 and abs(rect.top() - y) <= 24
+
+    moved = kept = 0
+    for edge in gs.edge_items:
+        if not edge.show_label:
+            continue
+        badge = ValueBadge(edge, "1×32", lambda: None)
+        rect = badge.mapRectToScene(badge.boundingRect())
+        assert beside(edge, rect), edge.data_edge.value
+        x, y = edge.data_edge.label_pos
+        label = edge.label_rect
+        if abs(label.left() - x - 4) <= 1 and abs(label.top() - y + 7) <= 1:  # where placed
+            kept += 1
+            assert rect.center().y() > edge.label_rect.bottom()  # under its label
+        else:
+            moved += 1
+    assert moved and kept  # (the fixture's scene has both)
+
+
 def test_boxes_are_found_and_clicked_through_their_tiles(window, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import onnx
 

@@ -131,11 +131,13 @@ class ValueBadge(QGraphicsItem):
         self._on_click = on_click
         self._font, metrics = _badge_font()
         width = metrics.horizontalAdvance(text) + 8
-        x, y = edge.data_edge.label_pos
-        if edge.show_label:
-            lr = edge.label_rect
-            x, y = lr.left(), lr.bottom() + 1
+        x, y = edge.data_edge.label_pos  # the middle of the edge's curve
+        lr = edge.label_rect if edge.show_label else None
+        if lr is not None and abs(lr.left() - x - 4) <= 1 and abs(lr.top() - y + 7) <= 1:
+            x, y = lr.left(), lr.bottom() + 1  # under its label, beside the edge
         else:
+            # No label, or one the scene moved away to keep labels apart (up to a few
+            # hundred px): the badge stays on its edge, or it floats in empty space.
             x, y = x + 4, y - 7
         self._rect = QRectF(x, y, width, 13)
         self.setZValue(2)
