@@ -366,3 +366,22 @@ def test_fitted_transformer_still_names_its_groups(window) -> None:  # type: ign
     # titles, each below its parent's instead of over it
     stacked = sorted(d for d in drops.values() if d is not None)
     assert len(set(round(d) for d in stacked)) >= 3, drops
+
+
+def test_canvas_badges_say_how_bad_and_notes_stay_in_the_dock(window) -> None:  # type: ignore[no-untyped-def]
+    """A genai export: every contrib op has a note (O021, runs in onnxruntime only) and
+    one value a warning (T009): the notes get no badge on the canvas (a red dot on each
+    MatMulNBits read as a broken model), the warning an amber one; an error stays red."""
+    window.files.open_path(str(EXPORTERS / "ort_genai_phi3_int4_past.onnx"), background=False)
+    window.edits.wait_validated()
+    window.wait_idle()
+    found = window.diagnostics_dock.diagnostics
+    assert any(d.code == "O021" for d in found) and any(d.code == "T009" for d in found)
+    nodes = window.session.doc.main_scope.nodes
+    contrib = [f"main#{i}" for i, n in enumerate(nodes) if n.op_type == "MatMulNBits"]
+    assert contrib and not any(window.navigation.badges.get(i) for i in contrib)
+    badged = [b for b in window.graph_scene.nodes.values() if b.problems]
+    assert badged and all(not b._badge.error for b in badged)  # warnings only: amber
+    # an error at a node: red
+    badged[0].set_problems(["error G004: broken", "warning T009: loose"])
+    assert badged[0]._badge.error

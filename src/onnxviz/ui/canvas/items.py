@@ -137,7 +137,8 @@ class NodeItem(QGraphicsItem):
             self.update()
 
     def set_problems(self, problems: list[str]) -> None:
-        """Diagnostics located at this node: a badge at the top right corner."""
+        """Diagnostics located at this node ("<severity> <code>: <message>"): a badge at
+        the top right corner."""
         if problems == self.problems:
             return
         self.problems = problems
@@ -478,17 +479,22 @@ def _tooltip(d: DisplayItem) -> str:
 
 
 class ProblemBadge(QGraphicsItem):
-    """A red dot with the number of problems at a node (tooltip: the messages)."""
+    """A dot with the number of problems at a node (tooltip: the messages): red when one
+    is an error, amber for warnings only."""
 
     SIZE = 14.0
+    ERROR = QColor("#d32f2f")
+    WARNING = QColor("#e08600")
 
     def __init__(self, parent: QGraphicsItem) -> None:
         super().__init__(parent)
         self.count = 0
+        self.error = True
         self.setZValue(10)
 
     def set_text(self, problems: list[str]) -> None:
         self.count = len(problems)
+        self.error = any(p.startswith("error") for p in problems)
         shown = problems[:12] + ([f"… {len(problems) - 12} more"] if len(problems) > 12 else [])
         self.setToolTip("\n".join(shown))
         self.update()
@@ -500,7 +506,7 @@ class ProblemBadge(QGraphicsItem):
         self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None
     ) -> None:
         painter.setPen(QPen(QColor("#ffffff"), 1.0))
-        painter.setBrush(QColor("#d32f2f"))
+        painter.setBrush(self.ERROR if self.error else self.WARNING)
         painter.drawEllipse(self.boundingRect())
         if lod.level(painter) >= lod.TEXT_MIN:
             _, text, _ = _fonts()

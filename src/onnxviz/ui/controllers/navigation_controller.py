@@ -14,7 +14,7 @@ from PySide6.QtGui import QTransform
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
 from onnxviz.model.changes import ChangeSet
-from onnxviz.model.diagnostics import Diagnostic
+from onnxviz.model.diagnostics import Diagnostic, Severity
 from onnxviz.model.scope_names import graph_trail
 from onnxviz.present.find import FindResult
 from onnxviz.present.scene import Scene
@@ -454,9 +454,14 @@ class NavigationController(QObject):
             from onnxviz.check.validator import diagnostics_by_node
 
             for node_id, found in diagnostics_by_node(doc, diagnostics).items():
-                counts[node_id.item_id] = [
-                    f"{d.severity.value} {d.code}: {d.message}" for d in found
-                ]
+                # Notes stay in the Diagnostics dock: a red dot on every contrib op of a
+                # genai export (O021, "runs in onnxruntime only") read as a broken model.
+                shown = [d for d in found if d.severity is not Severity.INFO]
+                if shown:
+                    shown.sort(key=lambda d: d.severity is not Severity.ERROR)  # errors first
+                    counts[node_id.item_id] = [
+                        f"{d.severity.value} {d.code}: {d.message}" for d in shown
+                    ]
         self.badges = counts
         for item_id, node in self.graph_scene.nodes.items():
             node.set_problems(counts.get(item_id, []))
