@@ -146,25 +146,13 @@ static PyObject *py_activate(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"activate", py_activate, METH_VARARGS,
      "activate(buf, act, lo, hi): the float32 buffer in place through act (1 Relu, "
      "2 Clip(lo, hi), NaN bound: none, 3 HardSwish)."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -475,16 +475,7 @@ fail_x:
     return NULL;
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"conv_nhwc", py_conv_nhwc, METH_VARARGS,
@@ -493,10 +484,7 @@ static PyMethodDef methods[] = {
      "channels-last x (N, H, W, C) with w (KH, KW, C), plus bias (C,) and addend "
      "(N, OH, OW, C) (each or None), then activation act (0 none, 1 Relu, 2 Clip(lo, hi), "
      "NaN bound: none, 3 HardSwish), into out (N, OH, OW, C)."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -90,26 +90,13 @@ ERF_LOOP
 #undef ATTR
 #endif
 
-static int float_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "erf: %s must be a contiguous float32 buffer", what);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *py_erf(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *yo;
     if (!PyArg_ParseTuple(args, "OO:erf", &xo, &yo)) return NULL;
     Py_buffer xv, yv;
-    if (float_buffer(xo, &xv, 0, "x") < 0) return NULL;
-    if (float_buffer(yo, &yv, 1, "y") < 0) {
+    if (onnxviz_float32_buffer(xo, &xv, 0, 0, "erf x") < 0) return NULL;
+    if (onnxviz_float32_buffer(yo, &yv, 1, 0, "erf y") < 0) {
         PyBuffer_Release(&xv);
         return NULL;
     }
@@ -137,24 +124,12 @@ static PyObject *py_erf(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"erf", py_erf, METH_VARARGS,
      "erf(x, y): y = erf(x), float32 contiguous buffers of one length (y may be x)."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

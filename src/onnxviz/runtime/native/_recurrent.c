@@ -502,16 +502,7 @@ static PyObject *py_sigmoid(PyObject *self, PyObject *args) {
     return activation(args, 1, "sigmoid");
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"lstm", py_lstm, METH_VARARGS,
@@ -522,10 +513,7 @@ static PyMethodDef methods[] = {
      "linear_before_reset, lens=None): one GRU direction's time loop (float32)."},
     {"tanh", py_tanh, METH_VARARGS, "tanh(x, out): the loops' float32 tanh."},
     {"sigmoid", py_sigmoid, METH_VARARGS, "sigmoid(x, out): the loops' float32 sigmoid."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

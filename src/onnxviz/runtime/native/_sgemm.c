@@ -762,16 +762,7 @@ static PyObject *py_panel_width(PyObject *self, PyObject *args) {
     return PyLong_FromLong(panel_width_of(level));
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"pack", py_pack, METH_VARARGS,
@@ -799,10 +790,7 @@ static PyMethodDef methods[] = {
      "set_blocking(KC, NC, inplace=2, KCL=128): gemm's rows and columns of B per cache "
      "block, how its AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its "
      "rows are a multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

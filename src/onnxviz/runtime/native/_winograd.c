@@ -148,27 +148,6 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static void output
 }
 #endif
 
-/* A float32 buffer of at least `need` elements (writable when asked), or an error. */
-static int float_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need,
-                        const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous float32 buffer", what);
-        return -1;
-    }
-    if (view->len / 4 < need) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: buffer has %zd floats, needs %zd", what,
-                     view->len / 4, need);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *py_input(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *vo;
@@ -184,8 +163,9 @@ static PyObject *py_input(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer xv, vv;
-    if (float_buffer(xo, &xv, 0, g.c * g.h * g.w, "input x") < 0) return NULL;
-    if (float_buffer(vo, &vv, 1, 16 * g.c * (g.th + 1) * (g.tw + 1), "input v") < 0) {
+    if (onnxviz_float32_buffer(xo, &xv, 0, g.c * g.h * g.w, "input x") < 0) return NULL;
+    const Py_ssize_t v_need = 16 * g.c * (g.th + 1) * (g.tw + 1);
+    if (onnxviz_float32_buffer(vo, &vv, 1, v_need, "input v") < 0) {
         PyBuffer_Release(&xv);
         return NULL;
     }
@@ -227,12 +207,13 @@ static PyObject *py_output(PyObject *self, PyObject *args) {
     }
     Py_buffer mv, yv, bv;
     int has_bias = bo != Py_None;
-    if (float_buffer(mo, &mv, 0, 16 * channels * th * (tw + 1), "output m") < 0) return NULL;
-    if (float_buffer(yo, &yv, 1, channels * 4 * th * tw, "output y") < 0) {
+    if (onnxviz_float32_buffer(mo, &mv, 0, 16 * channels * th * (tw + 1), "output m") < 0)
+        return NULL;
+    if (onnxviz_float32_buffer(yo, &yv, 1, channels * 4 * th * tw, "output y") < 0) {
         PyBuffer_Release(&mv);
         return NULL;
     }
-    if (has_bias && float_buffer(bo, &bv, 0, channels, "output bias") < 0) {
+    if (has_bias && onnxviz_float32_buffer(bo, &bv, 0, channels, "output bias") < 0) {
         PyBuffer_Release(&mv);
         PyBuffer_Release(&yv);
         return NULL;
@@ -255,16 +236,7 @@ static PyObject *py_output(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    return onnxviz_set_level(&level, arg);
-}
-
-static PyObject *py_get_level(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"input", py_input, METH_VARARGS,
@@ -274,10 +246,7 @@ static PyMethodDef methods[] = {
     {"output", py_output, METH_VARARGS,
      "output(m, M, th, tw, bias, y): A^T m A of the products m (16, M, th * (tw + 1)), "
      "bias (M floats or None) added to m_5 first, into y (M, 2 th, 2 tw)."},
-    {"set_level", py_set_level, METH_O,
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
-     "ValueError when this CPU lacks its instructions."},
-    {"level", py_get_level, METH_NOARGS, "The level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
