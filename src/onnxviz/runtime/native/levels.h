@@ -10,47 +10,6 @@
 #define ONNXVIZ_X86 1
 #else
 #define ONNXVIZ_X86 0
-/* A module's set_level(n) and level(), for its static int `level` (every module but _cpu
- * and _int8: ONNXVIZ_LEVEL_FUNCTIONS after `level`, ONNXVIZ_LEVEL_METHODS in its table). */
-#define ONNXVIZ_LEVEL_FUNCTIONS                                                            \
-    static PyObject *py_set_level(PyObject *self, PyObject *arg) {                         \
-        (void)self;                                                                        \
-        return onnxviz_set_level(&level, arg);                                             \
-    }                                                                                      \
-    static PyObject *py_get_level(PyObject *self, PyObject *args) {                        \
-        (void)self;                                                                        \
-        (void)args;                                                                        \
-        return PyLong_FromLong(level);                                                     \
-    }
-
-#define ONNXVIZ_LEVEL_METHODS                                                              \
-    {"set_level", py_set_level, METH_O,                                                    \
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "          \
-     "ValueError when this CPU lacks its instructions."},                                  \
-        {"level", py_get_level, METH_NOARGS, "The level set."},
-
-/* A C-contiguous float32 buffer of at least `need` floats (writable when asked) in *view,
- * 0; or -1 with ValueError naming `what` (or the buffer protocol's own error). */
-static int onnxviz_float32_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need,
-                                  const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (f[0] != 'f' || f[1] != '\0' || view->itemsize != 4) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous float32 buffer", what);
-        return -1;
-    }
-    if (view->len / 4 < need) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: buffer has %zd floats, needs %zd", what,
-                     view->len / 4, need);
-        return -1;
-    }
-    return 0;
-}
-
 #endif
 
 /* The highest level this CPU runs: 0 generic, 1 AVX2+FMA, 2 AVX-512 F/BW/DQ/VL,
@@ -66,47 +25,6 @@ static int onnxviz_cpu_level(void) {
     return 3;
 #else
     return 0;
-/* A module's set_level(n) and level(), for its static int `level` (every module but _cpu
- * and _int8: ONNXVIZ_LEVEL_FUNCTIONS after `level`, ONNXVIZ_LEVEL_METHODS in its table). */
-#define ONNXVIZ_LEVEL_FUNCTIONS                                                            \
-    static PyObject *py_set_level(PyObject *self, PyObject *arg) {                         \
-        (void)self;                                                                        \
-        return onnxviz_set_level(&level, arg);                                             \
-    }                                                                                      \
-    static PyObject *py_get_level(PyObject *self, PyObject *args) {                        \
-        (void)self;                                                                        \
-        (void)args;                                                                        \
-        return PyLong_FromLong(level);                                                     \
-    }
-
-#define ONNXVIZ_LEVEL_METHODS                                                              \
-    {"set_level", py_set_level, METH_O,                                                    \
-     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "          \
-     "ValueError when this CPU lacks its instructions."},                                  \
-        {"level", py_get_level, METH_NOARGS, "The level set."},
-
-/* A C-contiguous float32 buffer of at least `need` floats (writable when asked) in *view,
- * 0; or -1 with ValueError naming `what` (or the buffer protocol's own error). */
-static int onnxviz_float32_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need,
-                                  const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (f[0] != 'f' || f[1] != '\0' || view->itemsize != 4) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous float32 buffer", what);
-        return -1;
-    }
-    if (view->len / 4 < need) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: buffer has %zd floats, needs %zd", what,
-                     view->len / 4, need);
-        return -1;
-    }
-    return 0;
-}
-
 #endif
 }
 
@@ -167,5 +85,6 @@ static int onnxviz_float32_buffer(PyObject *obj, Py_buffer *view, int writable, 
     }
     return 0;
 }
+
 
 #endif
