@@ -527,3 +527,71 @@ def test_the_routing_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> Non
         on = Session(model).run(_feeds())["y"]
     assert calls
     close(np.asarray(on), np.asarray(off), "routed on against off", rtol=1e-4)
+
+
+def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers() -> None:
+    """From 256 x 256 channels a Winograd-fitting conv in a channels-last chain runs
+    Winograd (nn_conv_nhwc._Direct), with bias and residual, in NCHW."""
+    from onnxviz.runtime.kernels.nn_conv import conv_core
+    from onnxviz.runtime.kernels.nn_conv_nhwc import nhwc, prepare_channels_last
+
+    _module()
+    rng = np.random.default_rng(2)
+    x = nhwc(rng.standard_normal((1, 256, 14, 14)).astype(np.float32)).transpose(0, 3, 1, 2)
+    w = (rng.standard_normal((256, 256, 3, 3)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    r = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    with _level(LEVELS[-1]):
+        runner = prepare_channels_last(x, w, b, {"pads": [1, 1, 1, 1]})
+        assert runner is not None and getattr(runner, "winograd", None) is not None
+        got, done = runner(x, r, False, (ACT_RELU, NAN, NAN))
+        narrow = prepare_channels_last(x[:, :128], w[:128, :128], b[:128], {"pads": [1] * 4})
+        assert narrow is not None and getattr(narrow, "winograd", "absent") is None
+    assert not done  # the caller applies the activation
+    want = conv_core(x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [14, 14], b, addend=r)
+    close(np.asarray(got), want, "Winograd in a channels-last chain", rtol=1e-4)
+
+
+def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A conv weight that a foldable node makes (the light models' ConstantOfShape) is
+    planned from the node's kernel_shape: the block runs the direct conv channels-last
+    and agrees with the stepped run."""
+    _module()
+    model = _block_model()
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            folded = node.input[1] + "_folded"
+            model.graph.node.append(helper.make_node("Identity", [node.input[1]], [folded]))
+            node.input[1] = folded
+            w = next(i for i in model.graph.initializer if i.name + "_folded" == folded)
+            node.attribute.append(helper.make_attribute("kernel_shape", list(w.dims[2:])))
+    # Identity nodes first: a topological order again
+    convs = [n for n in model.graph.node if n.op_type != "Identity"]
+    ids = [n for n in model.graph.node if n.op_type == "Identity"]
+    del model.graph.node[:]
+    model.graph.node.extend(ids + convs)
+    from onnxviz.runtime.fusion_layout import ChannelsLast
+    from onnxviz.runtime.kernels import nn_conv_nhwc
+
+    emitted: list[bool] = []
+    real_init = ChannelsLast.__init__
+
+    def spy(self: ChannelsLast, emit: bool) -> None:
+        emitted.append(emit)
+        real_init(self, emit)
+
+    monkeypatch.setattr(ChannelsLast, "__init__", spy)
+    calls: list[int] = []
+    real = nn_conv_nhwc.native_direct
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nn_conv_nhwc, "native_direct", counted)
+    with _level(LEVELS[-1]):
+        assert_modes_agree(model, _feeds(), rtol=1e-4)
+    assert any(emitted)  # some conv's output stays channels-last
+    assert calls  # and the chain ran the direct conv

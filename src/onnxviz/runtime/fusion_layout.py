@@ -85,21 +85,36 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
     runs) for a fused Conv the channels-last kernels run (its weight an initializer of
     that shape), else None."""
     w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
-    if type(w) is not np.ndarray or w.ndim != 4:
-        return None
     attrs = pn.attrs
     group = attrs.get("group", 1)
+    if w is None and len(pn.inputs) > 1:
+        # A weight folded at run time (the onnx wheel's light models make theirs with
+        # ConstantOfShape): its kernel_shape says it is a plain 2-D conv or a pointwise
+        # one.  Its dtype is not known yet: a float64 one gets None from
+        # prepare_channels_last and runs the plain kernel, NCHW, which every reader
+        # takes all the same.
+        kernel = list(attrs.get("kernel_shape") or ())
+        if group != 1 or len(kernel) != 2:
+            return None
+        if kernel == [1, 1] and _unpadded(attrs):
+            return "pointwise"
+        return "direct" if direct_available(np.dtype(np.float32)) else None
+    if type(w) is not np.ndarray or w.ndim != 4:
+        return None
     if w.shape[1] == 1 and w.shape[0] == group > 1:
         return "depthwise"
-    unpadded = not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
-        "NOTSET",
-        "VALID",
-    )
-    if group == 1 and w.shape[2:] == (1, 1) and unpadded:
+    if group == 1 and w.shape[2:] == (1, 1) and _unpadded(attrs):
         return "pointwise"
     if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
         return "direct"
     return None
+
+
+def _unpadded(attrs: dict[str, Any]) -> bool:
+    return not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
+        "NOTSET",
+        "VALID",
+    )
 
 
 def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[int, Any]) -> int:

@@ -44,10 +44,11 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache, blas
+from onnxviz.runtime.kernels import _weight_cache, blas, nn_winograd
 from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
+    ConvWeight,
     conv_core,
     conv_geometry,
     direct_lanes,
@@ -391,6 +392,11 @@ class _Depthwise(ChannelsLastConv):
         return out, fused
 
 
+# Input x output channels from which a Winograd-fitting conv runs Winograd, not the
+# direct kernel, in a channels-last chain (see _Direct).
+_WINOGRAD_CM = 256 * 256
+
+
 class _Direct(ChannelsLastConv):
     """Plain conv (one group, any kernel, stride, dilation and padding) by the compiled
     direct kernel (native/_conv.c): the channels-last input read in place (an NCHW one
@@ -401,10 +407,10 @@ class _Direct(ChannelsLastConv):
     this on NHWC): ResNet-18 w32 stem 7x7/2 3686 -> 1641, 3x3 56 px 32 ch 1014 -> 551,
     28 px 64 ch 761 -> 506, 14 px 128 ch 818 -> 465, 7 px 256 ch 1585 -> 748, the 3x3/2
     ones 684 -> 349, 562 -> 347, 594 -> 318; UNet 16 ch 128 px 1885 -> 974, 32 ch 64 px
-    1494 -> 890.  It loses only where Winograd's 2.25x fewer products pay at 128+
-    channels (ResNet-50 28 px 128 ch 2115 -> 2473, 14 px 256 ch 2039 -> 2662); those
-    run it all the same, so a chain stays channels-last (a plain kernel there would
-    hand back NCHW and cost two transposing copies)."""
+    1494 -> 890.  It loses where Winograd's 2.25x fewer products pay at 128+ channels
+    (ResNet-50 28 px 128 ch 2115 -> 2473, 14 px 256 ch 2039 -> 2662); up to 256 x 256
+    channels it runs all the same, so the chain keeps its layout (Winograd there hands
+    back NCHW and its readers pay transposing copies), from there on Winograd runs."""
 
     def __init__(
         self,
@@ -432,6 +438,19 @@ class _Direct(ChannelsLastConv):
         self.pads = tuple(pads)
         self.nhwc_shape = (n, *out_shape, m)
         self.out_shape = (n, m, *out_shape)
+        # Where Winograd's 2.25x fewer products beat the direct kernel by more than the
+        # layout costs, the conv runs Winograd on the channels-last input and hands out
+        # its NCHW result: from 256 x 256 channels (ResNet-50's 14 px layers, 2122 us
+        # against 2841 direct).  Below it the direct kernel stays: the chain keeps its
+        # layout (a threshold of 128 x 128 put UNet's and ResNet-18's 128-channel layers
+        # on Winograd and cost those models 3-7% in bench_families; ResNet-50 did not
+        # move either way, its time is in its 1x1 GEMMs).
+        c = x_shape[1]
+        self.winograd: ConvWeight | None = None
+        if c * m >= _WINOGRAD_CM and nn_winograd.fits(
+            c, m, 1, kernel, strides, dilations, pads, out_shape
+        ):
+            self.winograd = ConvWeight(w)
 
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
@@ -449,6 +468,21 @@ class _Direct(ChannelsLastConv):
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None, planes: bool
     ) -> tuple[np.ndarray, bool]:
         """(N, H', W', M) result (a view of (N, M, H', W') planes when ``planes``)."""
+        if self.winograd is not None:
+            y = conv_core(
+                x,
+                self.w,
+                1,
+                self.kernel,
+                self.strides,
+                self.dilations,
+                self.pads,
+                self.out_shape[2:],
+                self.bias,
+                packed=self.winograd,
+                addend=addend,
+            )
+            return nhwc_view(y), False
         xl = nhwc_view(x)
         first = False
         if not xl.flags.c_contiguous:
