@@ -1,8 +1,9 @@
 """Convolutions: Conv, ConvTranspose, ConvInteger, QLinearConv (DeformConv, Col2Im and
 CausalConvWithState, built on these helpers, are in nn_conv_variants.py).
 
-Speed: a general conv is one im2col copy of a strided window view plus one (grouped)
-GEMM through np.matmul; a 1x1 stride-1 conv is a plain matmul on a reshaped view;
+Speed: a float32 plain conv runs the compiled direct conv (native/_conv.c) where
+`direct_nchw_pays` measured it ahead; otherwise a general conv is one im2col copy of a
+strided window view plus one (grouped) GEMM through np.matmul; a 1x1 stride-1 conv is a plain matmul on a reshaped view;
 depthwise conv (one input channel per group) accumulates one vectorised multiply-add per
 kernel offset instead of many tiny GEMMs.  ConvTranspose is the GEMM W^T.X followed by
 a col2im that adds one strided slice per kernel offset.

@@ -13,7 +13,10 @@ the operands' memory order).  What the layout changes is the cost of these kerne
   transposing copy in or out when the neighbours are channels-last too;
 * pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
   the residual), reading the channels-last input in place and writing a channels-last
-  output.
+  output;
+* plain conv (one group, a kernel larger than 1x1, or a strided 1x1 of few channels):
+  the compiled direct conv (native/_conv.c, `_Direct`), float32, when it is built and
+  on, with bias, residual and activation in its pass.
 
 `conv_channels_last` takes any layout (an (N, C, H, W) contiguous input costs the one
 transposing copy the padding or the GEMM's operand needs anyway) and returns None for a
@@ -25,8 +28,10 @@ conv applies to its fresh output, in either layout.
 Measured and left out: plain convs (one group, k > 1) by a channels-last im2col and one
 GEMM were slower than nn_conv's Winograd and shifted-slice paths at stride 1 (32
 channels at 56 px: 658 against 511 us; 128 at 14 px: 492 against 385 us) and only about
-15% faster strided, so they keep the plain kernel (which reads a channels-last input
-correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
+15% faster strided.  The compiled direct conv, which keeps its sums in registers and
+writes each output once, beats both (`_Direct`'s numbers), so float32 plain convs run
+it; float64 ones and runs with the kernels off keep the plain kernel (which reads a
+channels-last input correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
 on one AVX2 core: three loads per multiply-add, no register blocking, which numpy cannot
 do better; it kept MobileNetV3's depthwise layers 4-7x slower than onnxruntime's.  So a
 float32 depthwise conv runs the compiled kernel (native/_depthwise.c through
