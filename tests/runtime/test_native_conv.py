@@ -595,3 +595,36 @@ def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
         assert_modes_agree(model, _feeds(), rtol=1e-4)
     assert any(emitted)  # some conv's output stays channels-last
     assert calls  # and the chain ran the direct conv
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("layouts", [0, 3])
+def test_wide_convs_pass_over_the_image_once_per_group_of_channel_blocks(
+    level: int, layouts: int
+) -> None:
+    """300 -> 70 channels 3x3 (and 2 -> 70 5x5 for contrast): the weights of all
+    output blocks exceed the kernel's 512 KB per pass, so it runs the image once per
+    group of blocks (each pass re-reads the row buffer's rows); within the bound."""
+    module = _module()
+    for c, k, seed in [(300, 3, 1), (2, 5, 2)]:
+        g = {
+            "n": 2,
+            "c": c,
+            "m": 70,
+            "hw": (7, 9),
+            "kernel": (k, k),
+            "strides": (1, 1),
+            "dilations": (1, 1),
+            "pads": (1, 2, 1, 0),
+            "act": (ACT_RELU, NAN, NAN),
+            "seed": seed,
+        }
+        x, w, b = _arrays(g)
+        exact, _ = _exact(x, w, (1, 1), (1, 1), g["pads"])
+        addend = np.random.default_rng(seed).standard_normal(exact.shape).astype(np.float32)
+        module.set_level(level)
+        try:
+            got = _run(module, x, w, b, addend, (1, 1), (1, 1), g["pads"], g["act"], layouts)
+        finally:
+            module.set_level(LEVELS[-1])
+        _check_bound(got, x, w, b, addend, g)
