@@ -607,7 +607,7 @@ def test_wide_convs_pass_over_the_image_once_per_group_of_channel_blocks(
     group of blocks (each pass re-reads the row buffer's rows); within the bound."""
     module = _module()
     for c, k, seed in [(300, 3, 1), (2, 5, 2)]:
-        g = {
+        g: dict[str, Any] = {
             "n": 2,
             "c": c,
             "m": 70,
