@@ -99,10 +99,14 @@ def test_kernels_match_the_plain_conv(x_shape, w_shape, attrs, dtype, layout, ex
         ((8, 8, 1, 1), {"pads": [1, 1, 1, 1]}),  # a padded 1x1
     ],
 )
-def test_convs_the_kernels_do_not_take_go_to_the_plain_kernel(w_shape, attrs) -> None:
+def test_convs_the_kernels_do_not_take_go_to_the_plain_kernel(w_shape, attrs, monkeypatch) -> None:
+    # Plain convs (a padded 1x1 among them) are the compiled direct conv's
+    # (test_native_conv.py); with it routed off they go to the plain kernel too.
+    monkeypatch.setenv("ONNXVIZ_DIRECT_CONV", "off")
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
     w = RNG.standard_normal(w_shape).astype(np.float32)
     assert prepare_channels_last(x, w, None, attrs) is None
+    assert prepare_channels_last(x.astype(np.float64), w.astype(np.float64), None, attrs) is None
 
 
 # -- models ----------------------------------------------------------------------------

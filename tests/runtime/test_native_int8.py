@@ -611,8 +611,11 @@ def test_committed_qdq_model_native_on_and_off() -> None:
     with _process_level(None):
         assert _uses_integer_conv(model) == 0
         off = Session(model).run(feeds)
+        # (stepped with the kernels off too: its float convs then take the numpy path,
+        # where the compiled direct conv's sums round differently)
+        stepped_off = stepped_values(model, feeds)
     for out in model.graph.output:
-        np.testing.assert_array_equal(off[out.name], stepped[out.name])
+        np.testing.assert_array_equal(off[out.name], stepped_off[out.name])
     if max(native.levels()) < native.AVX2:
         return  # no level the fusion runs at on this CPU: the numpy path only
     with _process_level(max(native.levels())):

@@ -66,6 +66,8 @@ def test_wrapped_weight_takes_the_winograd_path_for_fitting_shapes(
         return original(x, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(nn_winograd, "winograd_conv", counting)
+    # This shape runs the compiled direct conv when it is on (nn_conv.direct_nchw_pays).
+    monkeypatch.setenv("ONNXVIZ_DIRECT_CONV", "off")
     x = RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)
     w = (RNG.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
     b = RNG.standard_normal(64).astype(np.float32)

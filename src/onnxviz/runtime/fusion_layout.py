@@ -20,6 +20,11 @@ its own output goes back to NCHW: reading the input in place costs less than the
 kernel's transposing copy.  The SE block's spatial mean of a channels-last value runs as
 `SpatialMean` (the node is swapped in the list here).
 
+Plain convs (one group, a kernel larger than 1x1) join in when the compiled direct conv
+runs them (float32, native/_conv.c through nn_conv_nhwc): it computes channels-last, so
+a ResNet or UNet chain of them stays channels-last from the first conv after the stem's
+pool to the global pool, with no transposing copy between its convs.
+
 Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
 """
 
@@ -33,6 +38,7 @@ from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     ChannelsLastConv,
+    direct_available,
     is_channels_last,
     prepare_channels_last,
 )
@@ -61,6 +67,8 @@ _ELEMENTWISE = frozenset(
         "Div",
     }
 )
+# Conv kinds whose kernel computes channels-last (an NCHW output costs it a transpose).
+_NATIVE_LAST = frozenset({"depthwise", "direct"})
 # Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
 _SPATIAL_REDUCTIONS = frozenset({"ReduceMean", "GlobalAveragePool", "GlobalMaxPool"})
 # The ones `SpatialMean` runs when their input is channels-last.
@@ -73,22 +81,40 @@ def is_conv_chain(pn: PlanNode) -> bool:
 
 
 def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
-    """ "depthwise" or "pointwise" for a fused Conv the channels-last kernels run (its
-    weight an initializer of that shape), else None."""
+    """ "depthwise", "pointwise" or "direct" (a plain conv the compiled direct kernel
+    runs) for a fused Conv the channels-last kernels run (its weight an initializer of
+    that shape), else None."""
     w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
-    if type(w) is not np.ndarray or w.ndim != 4:
-        return None
     attrs = pn.attrs
     group = attrs.get("group", 1)
+    if w is None and len(pn.inputs) > 1:
+        # A weight folded at run time (the onnx wheel's light models make theirs with
+        # ConstantOfShape): its kernel_shape says it is a plain 2-D conv or a pointwise
+        # one.  Its dtype is not known yet: a float64 one gets None from
+        # prepare_channels_last and runs the plain kernel, NCHW, which every reader
+        # takes all the same.
+        kernel = list(attrs.get("kernel_shape") or ())
+        if group != 1 or len(kernel) != 2:
+            return None
+        if kernel == [1, 1] and _unpadded(attrs):
+            return "pointwise"
+        return "direct" if direct_available(np.dtype(np.float32)) else None
+    if type(w) is not np.ndarray or w.ndim != 4:
+        return None
     if w.shape[1] == 1 and w.shape[0] == group > 1:
         return "depthwise"
-    unpadded = not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
+    if group == 1 and w.shape[2:] == (1, 1) and _unpadded(attrs):
+        return "pointwise"
+    if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
+        return "direct"
+    return None
+
+
+def _unpadded(attrs: dict[str, Any]) -> bool:
+    return not any(attrs.get("pads") or ()) and attrs.get("auto_pad", "NOTSET") in (
         "NOTSET",
         "VALID",
     )
-    if group == 1 and w.shape[2:] == (1, 1) and unpadded:
-        return "pointwise"
-    return None
 
 
 def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[int, Any]) -> int:
@@ -125,7 +151,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
             if is_conv_chain(pn):
                 kind = kinds[id(pn)]
                 ok = kind is not None
-                pays = pays or kind == "depthwise" or emits.get(id(pn), False)
+                pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
             elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
                 if pn.op_type in _SPATIAL_REDUCTIONS:
                     continue
@@ -143,9 +169,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         if is_conv_chain(pn):
             kind = kinds[id(pn)]
             ok, pays = readers(pn.outputs[0])
-            # A depthwise conv computes channels-last anyway: keeping its output so
-            # saves the transposing copy back whenever its readers take the layout.
-            emits[id(pn)] = kind is not None and ok and (pays or kind == "depthwise")
+            # A depthwise or direct conv computes channels-last anyway: keeping its
+            # output so saves the transposing copy back whenever its readers take it.
+            emits[id(pn)] = kind is not None and ok and (pays or kind in _NATIVE_LAST)
     kept = 0
     region: set[int] = set()  # slots that hold channels-last values
     for i, pn in enumerate(nodes):
@@ -210,6 +236,10 @@ class ChannelsLast:
             or addend.shape != runner.out_shape
         ):
             return None  # the plain kernel names the mismatch
+        if not self.emit and not relu:
+            planes = runner.run_nchw(x, addend, act)
+            if planes is not None:
+                return planes
         y, done = runner(x, addend, relu, act)
         return (y if self.emit else np.ascontiguousarray(y)), done
 

@@ -1,8 +1,9 @@
 """Convolutions: Conv, ConvTranspose, ConvInteger, QLinearConv (DeformConv, Col2Im and
 CausalConvWithState, built on these helpers, are in nn_conv_variants.py).
 
-Speed: a general conv is one im2col copy of a strided window view plus one (grouped)
-GEMM through np.matmul; a 1x1 stride-1 conv is a plain matmul on a reshaped view;
+Speed: a float32 plain conv runs the compiled direct conv (native/_conv.c) where
+`direct_nchw_pays` measured it ahead; otherwise a general conv is one im2col copy of a
+strided window view plus one (grouped) GEMM through np.matmul; a 1x1 stride-1 conv is a plain matmul on a reshaped view;
 depthwise conv (one input channel per group) accumulates one vectorised multiply-add per
 kernel offset instead of many tiny GEMMs.  ConvTranspose is the GEMM W^T.X followed by
 a col2im that adds one strided slice per kernel offset.
@@ -11,6 +12,7 @@ a col2im that adds one strided slice per kernel offset.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from functools import lru_cache
 from itertools import product
@@ -20,7 +22,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import blas, nn_winograd, packed_gemm
+from onnxviz.runtime.kernels import _weight_cache, blas, nn_winograd, packed_gemm
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
     conv_pads,
@@ -46,6 +48,7 @@ class ConvWeight:
         self._taps: np.ndarray | None = None
         self._winograd: np.ndarray | None = None
         self._tiles: dict[tuple[int, int, int], np.ndarray] = {}
+        self._direct: tuple[int, np.ndarray] | None = None
 
     def winograd(self) -> np.ndarray:
         """The F(2x2, 3x3) transformed weight (16, M, C) (nn_winograd)."""
@@ -61,6 +64,13 @@ class ConvWeight:
                 w.reshape(w.shape[0], w.shape[1], -1).transpose(2, 0, 1)
             )
         return self._taps
+
+    def direct(self, lanes: int) -> np.ndarray:
+        """The weight packed for the compiled direct conv at ``lanes`` (`pack_direct`)."""
+        got = self._direct
+        if got is None or got[0] != lanes:
+            got = self._direct = (lanes, pack_direct(self.array, lanes))
+        return got[1]
 
     def depthwise_tile(
         self, kernel: Sequence[int], phase: int, stride: int, width: int
@@ -200,6 +210,16 @@ def _conv_dispatch(
             w.reshape(m, c), x.reshape(n, c, p_size), y, bias, addend, source=w
         )
         return y.reshape(n, m, *out_shape), added
+    if (
+        group == 1
+        and x.dtype == np.float32
+        and direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape)
+    ):
+        direct = _native_direct_nchw(
+            x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape
+        )
+        if direct is not None:
+            return direct
     if packed is not None and nn_winograd.fits(
         c, m, group, kernel, strides, dilations, pads, out_shape
     ):
@@ -304,6 +324,191 @@ def native_depthwise(
         *act,
     )
     return True
+
+
+def pack_direct(w: np.ndarray, lanes: int) -> np.ndarray:
+    """The (M, C, KH, KW) float32 weight as the compiled direct conv reads it
+    (native/_conv.c): [ceil(M / lanes)][KH][KW][C][lanes], the last block's missing
+    output channels zero, so one tap's ``lanes`` output channels are one vector load."""
+    m, c, kh, kw = w.shape
+    blocks = -(-m // lanes)
+    wp = np.zeros((blocks * lanes, c, kh, kw), dtype=np.float32)
+    wp[:m] = w
+    return np.ascontiguousarray(wp.reshape(blocks, lanes, c, kh, kw).transpose(0, 3, 4, 2, 1))
+
+
+def direct_lanes() -> int | None:
+    """The vector width the compiled direct conv's weight is packed for at this
+    process's level, or None when the kernel is off or not built."""
+    module = native.load("conv")
+    return None if module is None else int(module.lanes())
+
+
+def native_direct(
+    xl: np.ndarray,
+    wp: np.ndarray,
+    lanes: int,
+    m: int,
+    kernel: Sequence[int],
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    out: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    act: tuple[int, float, float] = (ACT_NONE, math.nan, math.nan),
+    x_first: bool = False,
+    out_first: bool = False,
+) -> bool:
+    """The compiled float32 direct conv (native/_conv.c) of the channels-last
+    (N, H, W, C) ``xl`` with the weight ``wp`` packed by `pack_direct` for ``lanes``,
+    plus ``bias`` (M,) and ``addend`` (N, H', W', M) (each or None), then ``act``, into
+    ``out`` (N, H', W', M); every array C-contiguous float32.  ``x_first``: the input is
+    (N, C, H, W) instead (the kernel transposes the rows it reads); ``out_first``: the
+    addend and the output are (N, M, H', W') (written plane by plane): no whole-array
+    transposing copy either way.
+    False (nothing written) when the kernel is off or not built.  Sums in float32 in
+    (ky, kx, c) order with fused multiply-adds: within float32 rounding of numpy's
+    paths, not their bits."""
+    module = native.load("conv")
+    if module is None:
+        return False
+    n, c, h, wd = xl.shape if x_first else (xl.shape[0], xl.shape[3], *xl.shape[1:3])
+    oh, ow = out.shape[2:4] if out_first else out.shape[1:3]
+    module.conv_nhwc(
+        xl,
+        wp,
+        bias,
+        addend,
+        out,
+        (n, h, wd, c),
+        (m, kernel[0], kernel[1]),
+        (oh, ow),
+        tuple(strides),
+        tuple(dilations),
+        (pads[0], pads[1]),
+        *act,
+        lanes,
+        int(x_first) | 2 * int(out_first),
+    )
+    return True
+
+
+def direct_routing() -> bool:
+    """Whether plain convs may run the compiled direct conv (ONNXVIZ_DIRECT_CONV=off:
+    never, for measuring against the paths it replaces; the kernel also needs
+    ONNXVIZ_NATIVE on)."""
+    return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower() != "off"
+
+
+def direct_nchw_pays(
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool:
+    """Whether a plain (one group) 2-D float32 conv of channels-first input and output
+    runs faster by the direct kernel than by the numpy paths below: a kernel larger than
+    1x1, or a strided 1x1, and then where benchmarks/bench_direct_conv.py measured it
+    ahead (one thread, AVX-512, us, current path -> direct reading and writing NCHW):
+
+    * not a Winograd conv (strided, 7x7 stems, images over 64 px, few channels), at most
+      128 input channels: ResNet-18 w32 stem 3576 -> 1911, 3x3/2 56 px 32->64 679 ->
+      363, 1x1/2 32->64 137 -> 128, 64->128 109 -> 89, 128->256 108 -> 69; ResNet-50
+      3x3/2 56 px 128 ch 3688 -> 3044; UNet 16 ch 128 px 1951 -> 1344.  Wider ones
+      lose or tie (ResNet-50 3x3/2 28 px 256 ch 3118 -> 3273, 1x1/2 56 px 256->512
+      2173 -> 4164: a GEMM's blocking wins there);
+    * a Winograd conv only with few channels on a small image (c * m <= 32 * 32, or
+      <= 64 * 64 at up to 28x28 outputs): 56 px 32 ch 989 -> 744, 28 px 64 ch 734 ->
+      661; Winograd's 2.25x fewer products win wider (ResNet-50 56 px 64 ch 2568 ->
+      2913, 14 px 256 ch 2122 -> 2791).
+
+    Inside a channels-last chain (nn_conv_nhwc) the direct kernel runs every plain conv:
+    no row transposes or plane writes there, and the chain keeps its layout."""
+    if len(out_shape) != 2:
+        return False
+    if math.prod(kernel) == 1 and all(s == 1 for s in strides):
+        return False  # the plain product on a view
+    if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
+        return c * m <= 32 * 32 or (c * m <= 64 * 64 and math.prod(out_shape) <= 28 * 28)
+    return c <= 128
+
+
+def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:
+    """``w`` packed for the direct conv at ``lanes``: kept by ``packed`` (fused runs) or
+    by the weight cache (a constant initializer), else packed for this call."""
+    if packed is not None:
+        return packed.direct(lanes)
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes)
+    )
+
+
+def _native_direct_nchw(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    packed: ConvWeight | None,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> tuple[np.ndarray, bool] | None:
+    """A 2-D float32 plain conv of the channels-first ``x`` by the compiled direct conv,
+    reading x and writing the (N, M, H', W') output in their own layout, the bias and
+    an (N, M, H', W') float32 addend in its pass: (output, True); None when the kernel
+    is off or routed off, or the arrays do not fit it (the numpy paths run)."""
+    f32 = np.dtype(np.float32)
+    if (
+        x.dtype != f32
+        or w.dtype != f32
+        or (bias is not None and bias.dtype != f32)
+        or min(pads) < 0
+        or min(out_shape) < 1
+        or x.size == 0
+        or not direct_routing()
+    ):
+        return None
+    lanes = direct_lanes()
+    if lanes is None:
+        return None
+    n, m = x.shape[0], w.shape[0]
+    add = addend
+    if add is not None and (
+        type(add) is not np.ndarray
+        or add.dtype != f32
+        or add.shape != (n, m, *out_shape)
+        or not add.flags.c_contiguous
+    ):
+        add = None  # added after, by numpy (its broadcasting, its errors)
+    xc = np.ascontiguousarray(x)
+    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+    out = np.empty((n, m, *out_shape), dtype=f32)
+    wp = direct_weight(w, packed, lanes)
+    if not native_direct(
+        xc,
+        wp,
+        lanes,
+        m,
+        kernel,
+        b,
+        add,
+        out,
+        strides,
+        dilations,
+        pads,
+        x_first=True,
+        out_first=True,
+    ):
+        return None
+    if addend is not None and add is None:
+        out += addend
+    return out, True
 
 
 def _native_depthwise_nchw(

@@ -14,7 +14,10 @@ the operands' memory order).  What the layout changes is the cost of these kerne
 * pointwise conv (1x1, one group): a single GEMM [N*H*W, C] @ [C, M] onto the bias (and
   the residual), reading the channels-last input in place and writing a channels-last
   output; float32 with one OpenBLAS thread by the compiled GEMM (kernels/packed_gemm.py:
-  the weight packed once, bias, residual and a Relu or Clip in its epilogue).
+  the weight packed once, bias, residual and a Relu or Clip in its epilogue);
+* plain conv (one group, a kernel larger than 1x1, or a strided 1x1 of few channels):
+  the compiled direct conv (native/_conv.c, `_Direct`), float32, when it is built and
+  on, with bias, residual and activation in its pass.
 
 `conv_channels_last` takes any layout (an (N, C, H, W) contiguous input costs the one
 transposing copy the padding or the GEMM's operand needs anyway) and returns None for a
@@ -26,8 +29,10 @@ conv applies to its fresh output, in either layout.
 Measured and left out: plain convs (one group, k > 1) by a channels-last im2col and one
 GEMM were slower than nn_conv's Winograd and shifted-slice paths at stride 1 (32
 channels at 56 px: 658 against 511 us; 128 at 14 px: 492 against 385 us) and only about
-15% faster strided, so they keep the plain kernel (which reads a channels-last input
-correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
+15% faster strided.  The compiled direct conv, which keeps its sums in registers and
+writes each output once, beats both (`_Direct`'s numbers), so float32 plain convs run
+it; float64 ones and runs with the kernels off keep the plain kernel (which reads a
+channels-last input correctly, through its own padding copy).  The depthwise einsum runs at about 8.5 GMAC/s
 on one AVX2 core: three loads per multiply-add, no register blocking, which numpy cannot
 do better; it kept MobileNetV3's depthwise layers 4-7x slower than onnxruntime's.  So a
 float32 depthwise conv runs the compiled kernel (native/_depthwise.c through
@@ -45,14 +50,20 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache, blas, packed_gemm
+from onnxviz.runtime.kernels import _weight_cache, blas, nn_winograd, packed_gemm
 from onnxviz.runtime.kernels.nn_conv import (
     ACT_CLIP,
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ConvWeight,
+    conv_core,
     conv_geometry,
+    direct_lanes,
+    direct_routing,
     native_depthwise,
+    native_direct,
+    pack_direct,
 )
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
@@ -124,14 +135,35 @@ def prepare_channels_last(
     if min(pads) < 0 or min(out_shape) < 1 or list(kernel) != list(w.shape[2:]):
         return None
     b = None if bias is None else bias.reshape(-1)
-    if group == 1 and kernel == [1, 1] and not any(pads):
+    strided_few = any(s > 1 for s in strides) and c <= 128
+    if (
+        group == 1
+        and kernel == [1, 1]
+        and not any(pads)
+        and not (strided_few and direct_available(x.dtype))
+    ):
+        # A strided 1x1 of at most 128 channels runs the direct kernel below: it reads
+        # every second pixel in place, where this GEMM first copies them out
+        # (bench, us: 32->64 ch at 56 px 86 -> 48, 64->128 at 28 px 58 -> 46, 128->256
+        # at 14 px 57 -> 47; from 256 channels the GEMM's blocking wins or ties).
         wt = _weight_cache.derived(
             "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
         )
         return _Pointwise(x.shape, wt, b, strides, out_shape)
     if w.shape[1] == 1 and m == group > 1:
         return _Depthwise(x.shape, w, b, kernel, strides, dilations, pads, out_shape)
+    if group == 1 and len(kernel) == 2 and direct_available(x.dtype):
+        lanes = direct_lanes()
+        if lanes is not None:
+            wp = _weight_cache.derived("conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes))
+            return _Direct(x.shape, w, wp, lanes, m, b, kernel, strides, dilations, pads, out_shape)
     return None
+
+
+def direct_available(dtype: Any) -> bool:
+    """Whether a plain conv of this dtype runs the compiled direct conv channels-last:
+    float32, the kernel built and on, and the routing not switched off."""
+    return dtype == np.float32 and direct_routing() and direct_lanes() is not None
 
 
 # An activation the compiled depthwise kernel applies as it writes its output: (code,
@@ -164,6 +196,14 @@ class ChannelsLastConv:
     ) -> tuple[np.ndarray, bool]:
         """The (N, H', W', M) result, addend included, and whether ``act`` is too."""
         raise NotImplementedError
+
+    def run_nchw(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        """The result as a C-contiguous (N, M, H', W') array, addend included, and
+        whether ``act`` is too, when this conv writes that layout itself; else None
+        (the caller transposes `run`'s)."""
+        return None
 
 
 def nhwc_view(x: np.ndarray) -> np.ndarray:
@@ -396,6 +436,151 @@ class _Depthwise(ChannelsLastConv):
             act if fused and act is not None else (ACT_NONE, math.nan, math.nan),
         ):
             return None
+        if addend is not None and add is None:
+            out += nhwc_view(addend)
+        return out, fused
+
+
+# Input x output channels from which a Winograd-fitting conv runs Winograd, not the
+# direct kernel, in a channels-last chain (see _Direct).
+_WINOGRAD_CM = 256 * 256
+
+
+class _Direct(ChannelsLastConv):
+    """Plain conv (one group, any kernel, stride, dilation and padding) by the compiled
+    direct kernel (native/_conv.c): the channels-last input read in place (an NCHW one
+    through the kernel's own row transposes), weight packed once, bias, a channels-last
+    addend and the chain's activation in its one pass.
+
+    benchmarks/bench_direct_conv.py, one thread, AVX-512, us (nn_conv's path on NCHW ->
+    this on NHWC): ResNet-18 w32 stem 7x7/2 3686 -> 1641, 3x3 56 px 32 ch 1014 -> 551,
+    28 px 64 ch 761 -> 506, 14 px 128 ch 818 -> 465, 7 px 256 ch 1585 -> 748, the 3x3/2
+    ones 684 -> 349, 562 -> 347, 594 -> 318; UNet 16 ch 128 px 1885 -> 974, 32 ch 64 px
+    1494 -> 890.  It loses where Winograd's 2.25x fewer products pay at 128+ channels
+    (ResNet-50 28 px 128 ch 2115 -> 2473, 14 px 256 ch 2039 -> 2662); up to 256 x 256
+    channels it runs all the same, so the chain keeps its layout (Winograd there hands
+    back NCHW and its readers pay transposing copies), from there on Winograd runs."""
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        w: np.ndarray,
+        wp: np.ndarray,
+        lanes: int,
+        m: int,
+        bias: np.ndarray | None,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n = x_shape[0]
+        self.w = w
+        self.wp = wp
+        self.lanes = lanes
+        self.m = m
+        self.bias = None if bias is None else np.ascontiguousarray(bias)
+        self.kernel = tuple(kernel)
+        self.strides = tuple(strides)
+        self.dilations = tuple(dilations)
+        self.pads = tuple(pads)
+        self.nhwc_shape = (n, *out_shape, m)
+        self.out_shape = (n, m, *out_shape)
+        # Where Winograd's 2.25x fewer products beat the direct kernel by more than the
+        # layout costs, the conv runs Winograd on the channels-last input and hands out
+        # its NCHW result: from 256 x 256 channels (ResNet-50's 14 px layers, 2122 us
+        # against 2841 direct).  Below it the direct kernel stays: the chain keeps its
+        # layout (a threshold of 128 x 128 put UNet's and ResNet-18's 128-channel layers
+        # on Winograd and cost those models 3-7% in bench_families; ResNet-50 did not
+        # move either way, its time is in its 1x1 GEMMs).
+        c = x_shape[1]
+        self.winograd: ConvWeight | None = None
+        if c * m >= _WINOGRAD_CM and nn_winograd.fits(
+            c, m, 1, kernel, strides, dilations, pads, out_shape
+        ):
+            self.winograd = ConvWeight(w)
+
+    def run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool]:
+        return self._run(x, addend, act, False)
+
+    def run_nchw(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        # A chain's exit: the kernel writes the planes, no transposing copy after.
+        y, done = self._run(x, addend, act, True)
+        return np.ascontiguousarray(y.transpose(0, 3, 1, 2)), done
+
+    def _run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None, planes: bool
+    ) -> tuple[np.ndarray, bool]:
+        """(N, H', W', M) result (a view of (N, M, H', W') planes when ``planes``)."""
+        if self.winograd is not None:
+            y = conv_core(
+                x,
+                self.w,
+                1,
+                self.kernel,
+                self.strides,
+                self.dilations,
+                self.pads,
+                self.out_shape[2:],
+                self.bias,
+                packed=self.winograd,
+                addend=addend,
+            )
+            return nhwc_view(y), False
+        xl = nhwc_view(x)
+        first = False
+        if not xl.flags.c_contiguous:
+            if x.flags.c_contiguous:
+                xl, first = x, True  # the kernel transposes the rows it reads
+            else:
+                xl = np.ascontiguousarray(xl)
+        add = None
+        if addend is not None:
+            add = addend if planes else nhwc_view(addend)
+            if not add.flags.c_contiguous:
+                add = None  # added below, after the bias
+        if planes:
+            out = np.empty(self.out_shape, dtype=np.float32)
+        else:
+            out = np.empty(self.nhwc_shape, dtype=np.float32)
+        fused = act is not None and (addend is None or add is not None)
+        done = native_direct(
+            xl,
+            self.wp,
+            self.lanes,
+            self.m,
+            self.kernel,
+            self.bias,
+            add,
+            out,
+            self.strides,
+            self.dilations,
+            self.pads,
+            act if fused and act is not None else (ACT_NONE, math.nan, math.nan),
+            x_first=first,
+            out_first=planes,
+        )
+        if planes:
+            out = nhwc_view(out)
+        if not done:  # the kernels were switched off since prepare (tests do)
+            y = conv_core(
+                x,
+                self.w,
+                1,
+                self.kernel,
+                self.strides,
+                self.dilations,
+                self.pads,
+                self.out_shape[2:],
+                self.bias,
+                addend=addend,
+            )
+            return nhwc(y), False
         if addend is not None and add is None:
             out += nhwc_view(addend)
         return out, fused

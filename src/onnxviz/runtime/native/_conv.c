@@ -1,0 +1,703 @@
+/* onnxviz.runtime.native._conv: float32 direct 2-D convolution (one group), channels-last.
+ *
+ *   out[n, oy, ox, m] = act(sum_{ky, kx, c} x[n, iy, ix, c] * w[m, c, ky, kx] + bias[m]
+ *                           + addend[n, oy, ox, m])
+ *   with iy = oy * sh - pt + ky * dh, ix = ox * sw - pl + kx * dw
+ *
+ * x (N, H, W, C), bias (M,) or None, addend (N, OH, OW, M) or None and out (N, OH, OW, M)
+ * are contiguous float32 buffers.  The weight comes packed (made once per constant
+ * weight, kernels.nn_conv.pack_direct): [ceil(M / VL)][KH][KW][C][VL], VL the level's
+ * vector width (`lanes()`), the last block's missing channels zero.  One block's VL
+ * output channels for one (tap, input channel) are then one aligned-size vector load.
+ *
+ * Why: numpy has no conv, so nn_conv builds one from copies and GEMMs (im2col, shifted
+ * slices, Winograd): each pass writes and rereads an intermediate as large as the
+ * output or larger, and at ResNet widths (32-256 channels) those passes cost as much as
+ * the arithmetic.  Here the accumulators of a tile of output pixels x output channels
+ * stay in registers over the whole reduction (kh, kw, c), so the input is read in
+ * place, the output written once, with the bias, the residual and the activation.
+ *
+ * The micro-kernel: P output pixels of one row x NV vectors of output channels
+ * (AVX-512: up to 12 x 2 x 16, 24 accumulators of the 32 registers; AVX2: 6 x 2 x 8, 12
+ * of 16).  Per input channel it loads NV weight vectors and broadcasts P input values,
+ * then P * NV FMAs: the FMA ports, not the loads, bound it.  A row's pixels are split
+ * into near-equal tiles (14 pixels: 7 + 7, not 12 + 2, whose 2-pixel tile would be load
+ * bound).  Padding: taps above or below the image are skipped (the range of kernel rows
+ * inside it); left and right, each input row the tiles read is copied into a
+ * zero-bordered row buffer of kh slots, kept while later output rows read it (at stride
+ * 1 each row is copied once per image), so the inner loop has no bounds test; a conv
+ * without left or right padding reads x in place.
+ *
+ * Layouts (`layouts` bits): x may be channels-first (N, C, H, W) instead: the row copy
+ * then transposes each row it takes; out and the addend may be channels-first (N, M, OH,
+ * OW): a tile's sums then go out channel by channel, P consecutive pixels of a plane.
+ * So an NCHW caller pays no whole-array transposing copy (numpy's transposing copy of a
+ * 32-channel 112x112 output alone took 1.2 ms, as long as the stem conv).
+ *
+ * The numbers: sums in float32 in the order ky, kx, c, with fused multiply-adds at
+ * levels 1-3 and a multiply and an add at level 0; then + bias, + addend, activation.
+ * Error bound of the K = kh * kw * C term sum plus bias and addend (each step one
+ * rounding): |y - exact| <= gamma(K + 2) * (sum |x * w| + |bias| + |addend|),
+ * gamma(m) = m u / (1 - m u), u = 2^-24 (tests/runtime/test_native_conv.py checks it
+ * against a float64 reference).  Not bit-identical to numpy's paths (they sum in GEMM
+ * order), so it runs only where the caller chose it.
+ *
+ * Activations (same codes as _depthwise): 0 none; 1 Relu max(y, 0); 2 Clip
+ * min(max(y, lo), hi) (lo/hi NaN: no bound); 3 HardSwish y * min(max(y / 6 + 0.5, 0), 1).
+ * A NaN sum stays NaN.
+ *
+ * Levels (native/__init__.py): 0 generic C (VL 8, 4 pixels: a plain loop the compiler
+ * may vectorize for the baseline SIMD); 1 AVX2+FMA (VL 8); 2 and 3 AVX-512F (VL 16).
+ * Functions carry their instruction set as a target attribute: built without -march. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* level 0 multiplies then adds; GCC: off under -std=c11 */
+#endif
+
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+
+static int level = 0;
+
+/* Vector width (floats) of the packed weight at a level. */
+static int lanes_at(int lv) { return lv >= 2 ? 16 : 8; }
+
+/* What one output row's tiles share. */
+typedef struct {
+    const float *const *rows; /* per kernel row: its input row at padded column 0 */
+    Py_ssize_t c, kw;
+    Py_ssize_t kstep;  /* floats between kernel columns: dw * C */
+    Py_ssize_t pstep;  /* floats between output pixels' inputs: sw * C */
+    Py_ssize_t wblock; /* floats per packed output-channel block: KH * KW * C * VL */
+    Py_ssize_t ps, cs; /* out's and addend's strides (floats): pixel, channel */
+    int ky0, ky1;      /* kernel rows inside the image */
+    int act;
+    float lo, hi;
+} Row;
+
+/* ---- generic C --------------------------------------------------------------------- */
+
+static float act_scalar(float y, int act, float lo, float hi) {
+    switch (act) {
+    case 1:
+        return (y < 0.0f) ? 0.0f : y; /* NaN kept */
+    case 2:
+        if (lo == lo && y < lo) y = lo;
+        if (hi == hi && y > hi) y = hi;
+        return y;
+    case 3: {
+        float g = y * (float)(1.0 / 6.0);
+        g = g + 0.5f;
+        if (g < 0.0f) g = 0.0f;
+        if (g > 1.0f) g = 1.0f;
+        return y * g;
+    }
+    default:
+        return y;
+    }
+}
+
+/* Pixel i's `width` sums (channels from the tile's first): + bias, + addend,
+ * activation, stored at out's strides (any layout). */
+static void epilogue(const Row *r, const float *sums, int width, const float *bias,
+                     const float *add, float *out, int i) {
+    for (int v = 0; v < width; v++) {
+        const Py_ssize_t at = i * r->ps + v * r->cs;
+        float y = sums[v];
+        if (bias) y = y + bias[v];
+        if (add) y = y + add[at];
+        out[at] = act_scalar(y, r->act, r->lo, r->hi);
+    }
+}
+
+/* The same for p pixels of channels-first planes: sums[i * ld + v] is pixel i's
+ * channel v; each channel's p outputs are consecutive, so channel by channel, with the
+ * activation's switch outside the loop over pixels. */
+static void epilogue_planes(const Row *r, const float *sums, int ld, int p, int width,
+                            const float *bias, const float *add, float *out) {
+    for (int v = 0; v < width; v++) {
+        float *o = out + v * r->cs;
+        const float *a = add ? add + v * r->cs : NULL;
+        for (int i = 0; i < p; i++) o[i] = sums[i * ld + v];
+        if (bias) {
+            const float bv = bias[v];
+            for (int i = 0; i < p; i++) o[i] = o[i] + bv;
+        }
+        if (a)
+            for (int i = 0; i < p; i++) o[i] = o[i] + a[i];
+        switch (r->act) {
+        case 0:
+            break;
+        case 1:
+            for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 1, 0.0f, 0.0f);
+            break;
+        case 2:
+            for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 2, r->lo, r->hi);
+            break;
+        default:
+            for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 3, 0.0f, 0.0f);
+        }
+    }
+}
+
+#define G_VL 8
+#define G_P 4
+
+/* p pixels (<= G_P) x one block of `width` (<= 8) output channels. */
+static void tile_generic(const Row *r, const float *w, Py_ssize_t xoff, const float *bias,
+                         const float *add, float *out, int p, int width) {
+    float acc[G_P][G_VL];
+    for (int i = 0; i < G_P; i++)
+        for (int v = 0; v < G_VL; v++) acc[i][v] = 0.0f;
+    for (int ky = r->ky0; ky < r->ky1; ky++) {
+        const float *row = r->rows[ky] + xoff;
+        const float *wk = w + (Py_ssize_t)ky * r->kw * r->c * G_VL;
+        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
+            const float *xp = row + kx * r->kstep;
+            const float *wc = wk + kx * r->c * G_VL;
+            for (Py_ssize_t c = 0; c < r->c; c++, wc += G_VL) {
+                for (int i = 0; i < p; i++) {
+                    const float b = xp[i * r->pstep + c];
+                    for (int v = 0; v < G_VL; v++) {
+                        float prod = b * wc[v];
+                        acc[i][v] = acc[i][v] + prod;
+                    }
+                }
+            }
+        }
+    }
+    if (r->cs != 1)
+        epilogue_planes(r, &acc[0][0], G_VL, p, width, bias, add, out);
+    else
+        for (int i = 0; i < p; i++) epilogue(r, acc[i], width, bias, add, out, i);
+}
+
+/* ---- AVX2 + FMA (VL 8) --------------------------------------------------------------- */
+#if ONNXVIZ_X86
+
+__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act, float lo,
+                                                              float hi) {
+    /* max_ps/min_ps(a, b) return b when either is NaN: the sum goes second. */
+    if (act == 1) return _mm256_max_ps(_mm256_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm256_max_ps(_mm256_set1_ps(lo), y);
+        if (hi == hi) y = _mm256_min_ps(_mm256_set1_ps(hi), y);
+        return y;
+    }
+    if (act == 3) {
+        __m256 g = _mm256_mul_ps(y, _mm256_set1_ps((float)(1.0 / 6.0)));
+        g = _mm256_add_ps(g, _mm256_set1_ps(0.5f));
+        g = _mm256_max_ps(_mm256_setzero_ps(), g);
+        g = _mm256_min_ps(_mm256_set1_ps(1.0f), g);
+        return _mm256_mul_ps(y, g);
+    }
+    return y;
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256i mask8(int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+}
+
+/* P pixels x NV (1 or 2) blocks; `width` channels are stored of the last block.  P and
+ * NV are constants at each call, so the accumulators are registers. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
+      float *out, const int P, const int NV, int width) {
+    __m256 acc[6][2];
+    for (int i = 0; i < P; i++)
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm256_setzero_ps();
+    const Py_ssize_t pstep = r->pstep, c_count = r->c;
+    for (int ky = r->ky0; ky < r->ky1; ky++) {
+        const float *row = r->rows[ky] + xoff;
+        const float *wk = w + (Py_ssize_t)ky * r->kw * c_count * 8;
+        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
+            const float *xp = row + kx * r->kstep;
+            const float *wc = wk + kx * c_count * 8;
+            for (Py_ssize_t c = 0; c < c_count; c++, wc += 8) {
+                const __m256 w0 = _mm256_loadu_ps(wc);
+                const __m256 w1 = NV > 1 ? _mm256_loadu_ps(wc + r->wblock) : w0;
+                for (int i = 0; i < P; i++) {
+                    const __m256 b = _mm256_broadcast_ss(xp + i * pstep + c);
+                    acc[i][0] = _mm256_fmadd_ps(b, w0, acc[i][0]);
+                    if (NV > 1) acc[i][1] = _mm256_fmadd_ps(b, w1, acc[i][1]);
+                }
+            }
+        }
+    }
+    if (r->cs != 1) { /* channels-first output: through the scalar epilogue */
+        float sums[6 * 16];
+        for (int i = 0; i < P; i++)
+            for (int v = 0; v < NV; v++) _mm256_storeu_ps(sums + 16 * i + 8 * v, acc[i][v]);
+        epilogue_planes(r, sums, 16, P, 8 * (NV - 1) + width, bias, add, out);
+        return;
+    }
+    for (int v = 0; v < NV; v++) {
+        const __m256i m = v == NV - 1 ? mask8(width) : _mm256_set1_epi32(-1);
+        const __m256 bv = bias ? _mm256_maskload_ps(bias + 8 * v, m) : _mm256_setzero_ps();
+        for (int i = 0; i < P; i++) {
+            __m256 y = acc[i][v];
+            if (bias) y = _mm256_add_ps(y, bv);
+            if (add) y = _mm256_add_ps(y, _mm256_maskload_ps(add + i * r->ps + 8 * v, m));
+            _mm256_maskstore_ps(out + i * r->ps + 8 * v, m, act8(y, r->act, r->lo, r->hi));
+        }
+    }
+}
+
+#define TILE8_CASE(P)                                                                      \
+    case P:                                                                                \
+        if (nv == 2)                                                                       \
+            tile8(r, w, xoff, bias, add, out, P, 2, width);                                \
+        else                                                                               \
+            tile8(r, w, xoff, bias, add, out, P, 1, width);                                \
+        break;
+
+__attribute__((target("avx2,fma"))) static void
+tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
+          float *out, int p, int nv, int width) {
+    switch (p) {
+        TILE8_CASE(1)
+        TILE8_CASE(2)
+        TILE8_CASE(3)
+        TILE8_CASE(4)
+        TILE8_CASE(5)
+    default:
+        TILE8_CASE(6)
+    }
+}
+
+/* ---- AVX-512F (VL 16) ---------------------------------------------------------------- */
+
+__attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act, float lo,
+                                                              float hi) {
+    if (act == 1) return _mm512_max_ps(_mm512_setzero_ps(), y);
+    if (act == 2) {
+        if (lo == lo) y = _mm512_max_ps(_mm512_set1_ps(lo), y);
+        if (hi == hi) y = _mm512_min_ps(_mm512_set1_ps(hi), y);
+        return y;
+    }
+    if (act == 3) {
+        __m512 g = _mm512_mul_ps(y, _mm512_set1_ps((float)(1.0 / 6.0)));
+        g = _mm512_add_ps(g, _mm512_set1_ps(0.5f));
+        g = _mm512_max_ps(_mm512_setzero_ps(), g);
+        g = _mm512_min_ps(_mm512_set1_ps(1.0f), g);
+        return _mm512_mul_ps(y, g);
+    }
+    return y;
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
+       float *out, const int P, const int NV, int width) {
+    __m512 acc[12][2];
+    for (int i = 0; i < P; i++)
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    const Py_ssize_t pstep = r->pstep, c_count = r->c;
+    for (int ky = r->ky0; ky < r->ky1; ky++) {
+        const float *row = r->rows[ky] + xoff;
+        const float *wk = w + (Py_ssize_t)ky * r->kw * c_count * 16;
+        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
+            const float *xp = row + kx * r->kstep;
+            const float *wc = wk + kx * c_count * 16;
+            for (Py_ssize_t c = 0; c < c_count; c++, wc += 16) {
+                const __m512 w0 = _mm512_loadu_ps(wc);
+                const __m512 w1 = NV > 1 ? _mm512_loadu_ps(wc + r->wblock) : w0;
+                for (int i = 0; i < P; i++) {
+                    const __m512 b = _mm512_set1_ps(xp[i * pstep + c]);
+                    acc[i][0] = _mm512_fmadd_ps(b, w0, acc[i][0]);
+                    if (NV > 1) acc[i][1] = _mm512_fmadd_ps(b, w1, acc[i][1]);
+                }
+            }
+        }
+    }
+    if (r->cs != 1) { /* channels-first output: through the scalar epilogue */
+        float sums[12 * 32];
+        for (int i = 0; i < P; i++)
+            for (int v = 0; v < NV; v++) _mm512_storeu_ps(sums + 32 * i + 16 * v, acc[i][v]);
+        epilogue_planes(r, sums, 32, P, 16 * (NV - 1) + width, bias, add, out);
+        return;
+    }
+    for (int v = 0; v < NV; v++) {
+        const __mmask16 m =
+            v == NV - 1 ? (__mmask16)(width >= 16 ? 0xFFFFu : (1u << width) - 1u) : 0xFFFF;
+        const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + 16 * v) : _mm512_setzero_ps();
+        for (int i = 0; i < P; i++) {
+            __m512 y = acc[i][v];
+            if (bias) y = _mm512_add_ps(y, bv);
+            if (add) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, add + i * r->ps + 16 * v));
+            _mm512_mask_storeu_ps(out + i * r->ps + 16 * v, m, act16(y, r->act, r->lo, r->hi));
+        }
+    }
+}
+
+#define TILE16_CASE(P)                                                                     \
+    case P:                                                                                \
+        if (nv == 2)                                                                       \
+            tile16(r, w, xoff, bias, add, out, P, 2, width);                               \
+        else                                                                               \
+            tile16(r, w, xoff, bias, add, out, P, 1, width);                               \
+        break;
+
+__attribute__((target("avx512f"))) static void
+tile_avx512(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
+            float *out, int p, int nv, int width) {
+    switch (p) {
+        TILE16_CASE(1)
+        TILE16_CASE(2)
+        TILE16_CASE(3)
+        TILE16_CASE(4)
+        TILE16_CASE(5)
+        TILE16_CASE(6)
+        TILE16_CASE(7)
+        TILE16_CASE(8)
+        TILE16_CASE(9)
+        TILE16_CASE(10)
+        TILE16_CASE(11)
+    default:
+        TILE16_CASE(12)
+    }
+}
+#endif /* ONNXVIZ_X86 */
+
+/* ---- the loops over images, output rows, channel blocks and pixel tiles --------------- */
+
+typedef struct {
+    Py_ssize_t n, h, w, c, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl;
+    int x_first, out_first; /* x, and out with the addend, channels-first (N, C, H, W) */
+} Geometry;
+
+/* Padded columns an output row's tiles read: the last pixel's last tap, plus one. */
+static Py_ssize_t padded_width(const Geometry *g) {
+    return (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+}
+
+/* Whether the rows are read in place: no column of the padded row is outside x's row. */
+static int in_place(const Geometry *g) {
+    return !g->x_first && g->pl == 0 && padded_width(g) <= g->w;
+}
+
+/* `rowbuf` holds KH padded rows of padded_width * C floats (unused when in place);
+ * `rows` KH pointers. */
+static void run(const Geometry *g, const float *x, const float *wp, const float *bias,
+                const float *add, float *out, int act, float lo, float hi, float *rowbuf,
+                const float **rows, Py_ssize_t *tags) {
+    const int vl = lanes_at(level);
+    int pmax = G_P, nvmax = 1;
+#if ONNXVIZ_X86
+    if (level >= 2) {
+        pmax = 12;
+        nvmax = 2;
+    } else if (level == 1) {
+        pmax = 6;
+        nvmax = 2;
+    }
+#endif
+    const Py_ssize_t c = g->c, m = g->m, blocks = (m + vl - 1) / vl;
+    const Py_ssize_t pw = padded_width(g);
+    const int direct = in_place(g);
+    /* input columns [first, first + count) land at padded columns [first + pl, ...) */
+    Py_ssize_t count = g->w;
+    if (count > pw - g->pl) count = pw - g->pl;
+    Row r;
+    r.rows = rows;
+    r.c = c;
+    r.kw = g->kw;
+    r.kstep = g->dw * c;
+    r.pstep = g->sw * c;
+    r.wblock = g->kh * g->kw * c * vl;
+    /* out's strides within one image: channels-last, or one plane per channel */
+    r.ps = g->out_first ? 1 : m;
+    r.cs = g->out_first ? g->oh * g->ow : 1;
+    r.act = act;
+    r.lo = lo;
+    r.hi = hi;
+    /* Output-channel blocks per pass over the image: as many as keep their weights
+     * within about 512 KB (a multiple of nvmax), so they stay in L2 while every output
+     * row reads them.  With all blocks per output row, a 3x3 conv of 256 x 256 channels
+     * (2.4 MB of weights) streamed them from L3 once per row: A/B in one process, 1
+     * thread, AVX-512, GMAC/s before -> after: 512 ch at 7 px 34.3 -> 43.0, 256 at 14 px
+     * 40.3 -> 44.3, 192 at 14 px 42.3 -> 44.8; narrow convs (one pass) unchanged. */
+    Py_ssize_t chunk = ((Py_ssize_t)(512 * 1024 / 4) / (r.wblock > 0 ? r.wblock : 1));
+    chunk /= nvmax;
+    chunk = (chunk < 1 ? 1 : chunk) * nvmax;
+    /* Pixel tiles of near-equal size: ceil(ow / pmax) of them. */
+    const Py_ssize_t tiles = (g->ow + pmax - 1) / pmax;
+    for (Py_ssize_t b = 0; b < g->n; b++) {
+        const float *image = x + b * g->h * g->w * c;
+        for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
+        for (Py_ssize_t first = 0; first < blocks; first += chunk) {
+            const Py_ssize_t last = first + chunk < blocks ? first + chunk : blocks;
+            for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+                const Py_ssize_t y0 = oy * g->sh - g->pt;
+                int ky0 = 0, ky1 = (int)g->kh;
+                while (ky0 < ky1 && y0 + ky0 * g->dh < 0) ky0++;
+                while (ky1 > ky0 && y0 + (ky1 - 1) * g->dh >= g->h) ky1--;
+                r.ky0 = ky0;
+                r.ky1 = ky1;
+                /* A row buffer slot keeps its input row (tags[slot]) until a row of this
+                 * output row needs it: at stride 1 each input row is copied (transposed) once
+                 * per image, not kh times. */
+                unsigned used = 0; /* slots holding a row this output row reads (kh <= 32) */
+                for (int ky = ky0; ky < ky1; ky++) {
+                    const Py_ssize_t iy = y0 + ky * g->dh;
+                    for (Py_ssize_t slot = 0; slot < g->kh && !direct; slot++)
+                        if (tags[slot] == iy) used |= 1u << slot;
+                }
+                for (int ky = ky0; ky < ky1; ky++) {
+                    const Py_ssize_t iy = y0 + ky * g->dh;
+                    const float *src = image + iy * g->w * c;
+                    if (direct) {
+                        rows[ky] = src;
+                        continue;
+                    }
+                    Py_ssize_t slot = 0;
+                    while (slot < g->kh && tags[slot] != iy) slot++;
+                    if (slot < g->kh) {
+                        rows[ky] = rowbuf + slot * pw * c;
+                        continue;
+                    }
+                    slot = 0;
+                    while (used & (1u << slot)) slot++;
+                    used |= 1u << slot;
+                    tags[slot] = iy;
+                    float *dst = rowbuf + slot * pw * c;
+                    /* zero border left, the row, zero border right (pl may exceed pw) */
+                    Py_ssize_t left = g->pl < pw ? g->pl : pw;
+                    memset(dst, 0, (size_t)(left * c) * sizeof(float));
+                    if (count > 0 && !g->x_first) {
+                        memcpy(dst + left * c, src, (size_t)(count * c) * sizeof(float));
+                    } else if (count > 0) { /* one row of each channel plane, transposed */
+                        const float *plane = image + (y0 + ky * g->dh) * g->w;
+                        float *d = dst + left * c;
+                        for (Py_ssize_t ch = 0; ch < c; ch++) {
+                            const float *s = plane + ch * g->h * g->w;
+                            for (Py_ssize_t j = 0; j < count; j++) d[j * c + ch] = s[j];
+                        }
+                    }
+                    Py_ssize_t done = left + (count > 0 ? count : 0);
+                    if (done < pw)
+                        memset(dst + done * c, 0, (size_t)((pw - done) * c) * sizeof(float));
+                    rows[ky] = dst;
+                }
+                /* out (and addend) at image b, row oy, channel 0 */
+                const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
+                                                   : (b * g->oh + oy) * g->ow * m;
+                for (Py_ssize_t mb = first; mb < last; mb += nvmax) {
+                    const int nv = (int)(last - mb < nvmax ? last - mb : nvmax);
+                    const Py_ssize_t m0 = mb * vl;
+                    const int width = (int)(m - (m0 + (nv - 1) * vl) < vl ? m - (m0 + (nv - 1) * vl)
+                                                                          : vl);
+                    const float *w = wp + mb * r.wblock;
+                    const float *bb = bias ? bias + m0 : NULL;
+                    Py_ssize_t ox = 0;
+                    for (Py_ssize_t t = 0; t < tiles; t++) {
+                        /* tile t ends at pixel ow * (t + 1) / tiles */
+                        const Py_ssize_t end = g->ow * (t + 1) / tiles;
+                        const int p = (int)(end - ox);
+                        const Py_ssize_t xoff = ox * g->sw * c;
+                        const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
+                        float *o = out + here;
+                        const float *a = add ? add + here : NULL;
+    #if ONNXVIZ_X86
+                        if (level >= 2) {
+                            tile_avx512(&r, w, xoff, bb, a, o, p, nv, width);
+                            ox = end;
+                            continue;
+                        }
+                        if (level == 1) {
+                            tile_avx2(&r, w, xoff, bb, a, o, p, nv, width);
+                            ox = end;
+                            continue;
+                        }
+    #endif
+                        tile_generic(&r, w, xoff, bb, a, o, p, width);
+                        ox = end;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- Python interface ----------------------------------------------------------------- */
+
+/* A C-contiguous float32 buffer of exactly `count` floats (writable when asked). */
+static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
+                      const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->len != count * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd floats, got %zd", name, count,
+                     view->len / 4);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* a * b into *out, or -1 when it overflows (never for real shapes). */
+static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
+    if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / 64 / b)) return -1;
+    *out = a * b;
+    return 0;
+}
+
+static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *wo, *bo, *ao, *oo;
+    Geometry g;
+    int act, vl, layouts = 0;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffi|i:conv_nhwc", &xo, &wo,
+                          &bo, &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.m, &g.kh, &g.kw, &g.oh,
+                          &g.ow, &g.sh, &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi, &vl,
+                          &layouts))
+        return NULL;
+    if (layouts < 0 || layouts > 3) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: layouts must be 0..3");
+        return NULL;
+    }
+    g.x_first = layouts & 1;
+    g.out_first = (layouts >> 1) & 1;
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    Py_ssize_t dims[] = {g.n,  g.h,  g.w,  g.c,  g.m,  g.kh, g.kw,
+                         g.oh, g.ow, g.sh, g.sw, g.dh, g.dw};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        if (dims[k] < 1 || dims[k] > limit) {
+            PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes must be in 1..2**30");
+            return NULL;
+        }
+    }
+    if (g.pt < 0 || g.pl < 0 || g.pt > limit || g.pl > limit) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: pads must be in 0..2**30");
+        return NULL;
+    }
+    if (act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: activation must be 0..3");
+        return NULL;
+    }
+    if (g.kh > 32) { /* the row buffer's slots are tracked in a 32-bit mask */
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: kernel height must be at most 32");
+        return NULL;
+    }
+    if (vl != lanes_at(level)) {
+        PyErr_Format(PyExc_ValueError,
+                     "conv_nhwc: weight packed for %d lanes, this level runs %d", vl,
+                     lanes_at(level));
+        return NULL;
+    }
+    Py_ssize_t x_count, w_count, o_count, t, pw, buf_count;
+    const Py_ssize_t blocks = (g.m + vl - 1) / vl;
+    if (mul_size(g.n, g.h, &t) || mul_size(t, g.w, &t) || mul_size(t, g.c, &x_count) ||
+        mul_size(blocks, g.kh, &t) || mul_size(t, g.kw, &t) || mul_size(t, g.c, &t) ||
+        mul_size(t, vl, &w_count) || mul_size(g.n, g.oh, &t) || mul_size(t, g.ow, &t) ||
+        mul_size(t, g.m, &o_count) || mul_size(g.ow - 1, g.sw, &t) ||
+        mul_size(g.kw - 1, g.dw, &pw) || t > limit || pw > limit ||
+        mul_size(t + pw + 1, g.c, &t) || mul_size(t, g.kh, &buf_count) ||
+        mul_size(g.oh, g.sh, &t) || mul_size(g.kh, g.dh, &t)) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
+        return NULL;
+    }
+    Py_buffer xb, wb, bb, ab, ob;
+    int have_b = bo != Py_None, have_a = ao != Py_None;
+    if (get_floats(xo, &xb, x_count, 0, "x") < 0) return NULL;
+    if (get_floats(wo, &wb, w_count, 0, "w") < 0) goto fail_x;
+    if (have_b && get_floats(bo, &bb, g.m, 0, "bias") < 0) goto fail_w;
+    if (have_a && get_floats(ao, &ab, o_count, 0, "addend") < 0) goto fail_b;
+    if (get_floats(oo, &ob, o_count, 1, "out") < 0) goto fail_a;
+    float *rowbuf = NULL;
+    if (!in_place(&g)) {
+        rowbuf = PyMem_RawMalloc((size_t)buf_count * sizeof(float));
+        if (!rowbuf) {
+            PyErr_NoMemory();
+            goto fail_o;
+        }
+    }
+    const float **rows = PyMem_RawMalloc((size_t)g.kh * sizeof(float *));
+    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g.kh * sizeof(Py_ssize_t));
+    if (!rows || !tags) {
+        PyMem_RawFree(rows);
+        PyMem_RawFree(tags);
+        PyMem_RawFree(rowbuf);
+        PyErr_NoMemory();
+        goto fail_o;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run(&g, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act, lo, hi,
+        rowbuf, rows, tags);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(rows);
+    PyMem_RawFree(tags);
+    PyMem_RawFree(rowbuf);
+    PyBuffer_Release(&ob);
+    if (have_a) PyBuffer_Release(&ab);
+    if (have_b) PyBuffer_Release(&bb);
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+fail_o:
+    PyBuffer_Release(&ob);
+fail_a:
+    if (have_a) PyBuffer_Release(&ab);
+fail_b:
+    if (have_b) PyBuffer_Release(&bb);
+fail_w:
+    PyBuffer_Release(&wb);
+fail_x:
+    PyBuffer_Release(&xb);
+    return NULL;
+}
+
+static PyObject *py_lanes(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(lanes_at(level));
+}
+
+static PyObject *py_set_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    return onnxviz_set_level(&level, arg);
+}
+
+static PyObject *py_get_level(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(level);
+}
+
+static PyMethodDef methods[] = {
+    {"conv_nhwc", py_conv_nhwc, METH_VARARGS,
+     "conv_nhwc(x, w, bias, addend, out, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), "
+     "(dh, dw), (pad_top, pad_left), act, lo, hi, vl, layouts=0): float32 direct conv of "
+     "the channels-last x (N, H, W, C) with the packed weight w "
+     "[ceil(M/vl)][KH][KW][C][vl], plus bias (M,) and addend (N, OH, OW, M) (each or None), "
+     "then activation act (0 none, 1 Relu, 2 Clip(lo, hi), NaN bound: none, 3 HardSwish), "
+     "into out (N, OH, OW, M).  vl must be lanes().  layouts: bit 0, x is (N, C, H, W); "
+     "bit 1, out and addend are (N, M, OH, OW)."},
+    {"lanes", py_lanes, METH_NOARGS,
+     "lanes(): the vector width (floats) the weight must be packed for at this level."},
+    {"set_level", py_set_level, METH_O,
+     "set_level(n): run the level-n code path (0 generic, 1 AVX2, 2-3 AVX-512); "
+     "ValueError when this CPU lacks its instructions."},
+    {"level", py_get_level, METH_NOARGS, "The level set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_conv", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__conv(void) { return PyModule_Create(&module); }
