@@ -123,3 +123,22 @@ def test_find_in_a_big_model_runs_in_the_background_and_enter_jumps_when_found(
     qtbot.waitUntil(lambda: bool(window.graph_scene.selectedItems()), timeout=30_000)
     selected = window.graph_scene.selectedItems()[0]
     assert isinstance(selected, NodeItem) and selected.data_item.title == "Softmax"
+
+
+def test_a_find_jump_survives_a_relayout_asked_meanwhile(
+    window, qtbot, big_path, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A jump to a found node lays the canvas out in the background, then selects the
+    node.  A relayout asked meanwhile (the inferred shapes of the model just opened)
+    cancels that job: the selection is made after the newer one, not lost (a fresh-clone
+    CI run of the find test above timed out waiting for it)."""
+    doc = _open(window, big_path, tmp_path, monkeypatch)
+    softmax = next(i for i, n in enumerate(doc.main_scope.nodes) if n.op_type == "Softmax")
+    nav = window.navigation
+    window.graph_scene.clearSelection()
+    nav.reveal("main", softmax)
+    assert window.work.task is not None  # laid out in the background
+    nav.relayout()  # the next job cancels the jump's
+    qtbot.waitUntil(lambda: bool(window.graph_scene.selectedItems()), timeout=30_000)
+    (picked,) = window.graph_scene.selectedItems()
+    assert picked.data_item.node_index == softmax

@@ -74,6 +74,8 @@ class NavigationController(QObject):
         self.crumbs: list[Crumb] = []
         self.badges: dict[str, list[str]] = {}
         self.inference_task: Task | None = None
+        # what relayouts asked to do once laid out, until one is (see `relayout`)
+        self._after_relayout: list[Callable[[], Any]] = []
         self._canvas_settled = collector.HoldUntilQuiet(
             CANVAS_HOLDER, lambda: self.work.task is None and not scene.filling, self
         )
@@ -87,6 +89,7 @@ class NavigationController(QObject):
     # -- documents ------------------------------------------------------------------------
     def _document_replaced(self, doc: Any) -> None:
         self.cancel_inference()  # shapes of the model being replaced are not needed
+        self._after_relayout = []  # (what a cancelled relayout of the old one was to do)
         self.crumbs = []
         self.badges = {}
         if doc is None:
@@ -176,6 +179,13 @@ class NavigationController(QObject):
                 or shown[0] + shown[1] + 2 * grows_by > canvas_scene.SYNC_ITEMS
             )
 
+        # A relayout asked while another runs cancels it (the window's one background
+        # job): what the cancelled one was to do after (select a found node, fit) is
+        # done after this one.  A find's jump was lost when the inferred shapes of a
+        # model just opened asked for their relayout meanwhile.
+        if after is not None:
+            self._after_relayout.append(after)
+
         def done(scene: Scene) -> None:
             self.show(scene)
             pos = self.graph_scene.item_pos(anchor) if anchor else None
@@ -187,8 +197,9 @@ class NavigationController(QObject):
                 bar.setValue(bar.value() + delta.y())
             else:
                 self.view.centerOn(center)
-            if after is not None:
-                after()
+            pending, self._after_relayout = self._after_relayout, []
+            for then in pending:
+                then()
 
         if background:
             self._canvas_settled.start()
