@@ -375,27 +375,6 @@ static void run(const Geometry *g, const float *x, const float *wt, const float 
 
 /* ---- Python interface ----------------------------------------------------------------- */
 
-/* A C-contiguous float32 buffer of exactly `count` floats (writable when asked). */
-static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
-                      const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    if (view->len != count * 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd floats, got %zd", name, count,
-                     view->len / 4);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* a * b into *out, or -1 when it overflows (never for real shapes). */
 static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
     if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / 4 / b)) return -1;
@@ -440,11 +419,11 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     }
     Py_buffer xb, wb, bb, ab, ob;
     int have_b = bo != Py_None, have_a = ao != Py_None;
-    if (get_floats(xo, &xb, x_count, 0, "x") < 0) return NULL;
-    if (get_floats(wo, &wb, w_count, 0, "w") < 0) goto fail_x;
-    if (have_b && get_floats(bo, &bb, g.c, 0, "bias") < 0) goto fail_w;
-    if (have_a && get_floats(ao, &ab, o_count, 0, "addend") < 0) goto fail_b;
-    if (get_floats(oo, &ob, o_count, 1, "out") < 0) goto fail_a;
+    if (onnxviz_get_floats(xo, &xb, x_count, 1, 0, "x") < 0) return NULL;
+    if (onnxviz_get_floats(wo, &wb, w_count, 1, 0, "w") < 0) goto fail_x;
+    if (have_b && onnxviz_get_floats(bo, &bb, g.c, 1, 0, "bias") < 0) goto fail_w;
+    if (have_a && onnxviz_get_floats(ao, &ab, o_count, 1, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(oo, &ob, o_count, 1, 1, "out") < 0) goto fail_a;
     Py_ssize_t *offs =
         PyMem_RawMalloc((size_t)taps * sizeof(Py_ssize_t) + 2 * (size_t)g.ow * sizeof(int));
     if (!offs) {

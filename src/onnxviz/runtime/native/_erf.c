@@ -95,8 +95,8 @@ static PyObject *py_erf(PyObject *self, PyObject *args) {
     PyObject *xo, *yo;
     if (!PyArg_ParseTuple(args, "OO:erf", &xo, &yo)) return NULL;
     Py_buffer xv, yv;
-    if (onnxviz_float32_buffer(xo, &xv, 0, 0, "erf x") < 0) return NULL;
-    if (onnxviz_float32_buffer(yo, &yv, 1, 0, "erf y") < 0) {
+    if (onnxviz_get_floats(xo, &xv, 0, 0, 0, "erf x") < 0) return NULL;
+    if (onnxviz_get_floats(yo, &yv, 0, 0, 1, "erf y") < 0) {
         PyBuffer_Release(&xv);
         return NULL;
     }

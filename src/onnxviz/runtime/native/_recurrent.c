@@ -264,27 +264,6 @@ static void run(const Job *jb) {
 
 /* ---- Python ----------------------------------------------------------------------------- */
 
-/* A contiguous float32 buffer of exactly `count` floats (ValueError otherwise). */
-static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
-                      const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    if (view->len != count * 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd floats, got %zd", name, count,
-                     view->len / 4);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* a * b into *out, or -1 when it overflows (a float count whose bytes fit Py_ssize_t). */
 static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
     if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / 4 / b)) return -1;
@@ -313,7 +292,7 @@ static void release(Bufs *bs) {
 /* Adds a buffer of `count` floats; on failure releases them all. */
 static float *add_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, int writable,
                       const char *name) {
-    if (get_floats(obj, &bs->v[bs->n], count, writable, name) < 0) {
+    if (onnxviz_get_floats(obj, &bs->v[bs->n], count, 1, writable, name) < 0) {
         release(bs);
         return NULL;
     }

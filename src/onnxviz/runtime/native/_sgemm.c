@@ -431,27 +431,6 @@ static void run_left(const Problem *p, float *bbuf) {
 
 /* ---- Python interface ------------------------------------------------------------------- */
 
-/* A C-contiguous float32 buffer of at least `count` floats (exactly, when `exact`). */
-static int get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int exact, int writable,
-                      const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if (strcmp(f, "f") != 0 || view->itemsize != 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    if (exact ? view->len != count * 4 : view->len < count * 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %s%zd floats, got %zd", name,
-                     exact ? "" : "at least ", count, view->len / 4);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static const Py_ssize_t LIMIT = (Py_ssize_t)1 << 31;
 
 /* Floats a packed K x N weight takes at panel width nr. */
@@ -486,7 +465,7 @@ static PyObject *py_pack(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer bb;
-    if (get_floats(bo, &bb, k * n, 1, 0, "B") < 0) return NULL;
+    if (onnxviz_get_floats(bo, &bb, k * n, 1, 0, "B") < 0) return NULL;
     const Py_ssize_t count = packed_count(k, n, nr);
     /* A bytearray's storage is only 16-byte aligned: the panels start at the first
      * 64-byte boundary in it (a panel row of 32 floats is then one cache line) and that
@@ -547,16 +526,16 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer ab, pb, cb, bb, db;
-    if (get_floats(ao, &ab, a_span, 0, 0, "A") < 0) return NULL;
+    if (onnxviz_get_floats(ao, &ab, a_span, 0, 0, "A") < 0) return NULL;
     if (PyObject_GetBuffer(po, &pb, PyBUF_C_CONTIGUOUS) < 0) goto fail_a;
     if (pb.len < offset + packed_count(p.k, p.n, nr) * 4) {
         PyErr_Format(PyExc_ValueError, "packed: expected %zd bytes after offset %zd, got %zd",
                      packed_count(p.k, p.n, nr) * 4, offset, pb.len);
         goto fail_p;
     }
-    if (get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_p;
-    if (have_bias && get_floats(bo, &bb, p.n, 1, 0, "bias") < 0) goto fail_c;
-    if (have_add && get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_p;
+    if (have_bias && onnxviz_get_floats(bo, &bb, p.n, 1, 0, "bias") < 0) goto fail_c;
+    if (have_add && onnxviz_get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
     /* C is written while A, B and the addend are still read (in K blocks): no overlap. */
     if (overlap(&cb, &ab) || overlap(&cb, &pb) || (have_add && overlap(&cb, &db)) ||
         (have_bias && overlap(&cb, &bb))) {
@@ -619,7 +598,7 @@ static PyObject *py_pack_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer wb;
-    if (get_floats(wo, &wb, m * k, 1, 0, "W") < 0) return NULL;
+    if (onnxviz_get_floats(wo, &wb, m * k, 1, 0, "W") < 0) return NULL;
     const Py_ssize_t count = (m + mr - 1) / mr * mr * k;
     PyObject *out = PyByteArray_FromStringAndSize(NULL, count * 4 + 64);
     if (!out) {
@@ -682,10 +661,10 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
                      packed_bytes, offset, pb.len);
         goto fail_p;
     }
-    if (get_floats(xo, &xb, x_span, 0, 0, "X") < 0) goto fail_p;
-    if (get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_x;
-    if (have_bias && get_floats(bo, &bb, p.m, 1, 0, "bias") < 0) goto fail_c;
-    if (have_add && get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(xo, &xb, x_span, 0, 0, "X") < 0) goto fail_p;
+    if (onnxviz_get_floats(co, &cb, c_span, 0, 1, "C") < 0) goto fail_x;
+    if (have_bias && onnxviz_get_floats(bo, &bb, p.m, 1, 0, "bias") < 0) goto fail_c;
+    if (have_add && onnxviz_get_floats(do_, &db, d_span, 0, 0, "addend") < 0) goto fail_b;
     if (overlap(&cb, &xb) || overlap(&cb, &pb) || (have_add && overlap(&cb, &db)) ||
         (have_bias && overlap(&cb, &bb))) {
         PyErr_SetString(PyExc_ValueError,

@@ -163,9 +163,9 @@ static PyObject *py_input(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer xv, vv;
-    if (onnxviz_float32_buffer(xo, &xv, 0, g.c * g.h * g.w, "input x") < 0) return NULL;
+    if (onnxviz_get_floats(xo, &xv, g.c * g.h * g.w, 0, 0, "input x") < 0) return NULL;
     const Py_ssize_t v_need = 16 * g.c * (g.th + 1) * (g.tw + 1);
-    if (onnxviz_float32_buffer(vo, &vv, 1, v_need, "input v") < 0) {
+    if (onnxviz_get_floats(vo, &vv, v_need, 0, 1, "input v") < 0) {
         PyBuffer_Release(&xv);
         return NULL;
     }
@@ -207,13 +207,13 @@ static PyObject *py_output(PyObject *self, PyObject *args) {
     }
     Py_buffer mv, yv, bv;
     int has_bias = bo != Py_None;
-    if (onnxviz_float32_buffer(mo, &mv, 0, 16 * channels * th * (tw + 1), "output m") < 0)
+    if (onnxviz_get_floats(mo, &mv, 16 * channels * th * (tw + 1), 0, 0, "output m") < 0)
         return NULL;
-    if (onnxviz_float32_buffer(yo, &yv, 1, channels * 4 * th * tw, "output y") < 0) {
+    if (onnxviz_get_floats(yo, &yv, channels * 4 * th * tw, 0, 1, "output y") < 0) {
         PyBuffer_Release(&mv);
         return NULL;
     }
-    if (has_bias && onnxviz_float32_buffer(bo, &bv, 0, channels, "output bias") < 0) {
+    if (has_bias && onnxviz_get_floats(bo, &bv, channels, 0, 0, "output bias") < 0) {
         PyBuffer_Release(&mv);
         PyBuffer_Release(&yv);
         return NULL;

@@ -64,27 +64,27 @@ static PyObject *onnxviz_set_level(int *level, PyObject *arg) {
      "ValueError when this CPU lacks its instructions."},                                  \
         {"level", py_get_level, METH_NOARGS, "The level set."},
 
-/* A C-contiguous float32 buffer of at least `need` floats (writable when asked) in *view,
- * 0; or -1 with ValueError naming `what` (or the buffer protocol's own error). */
-static int onnxviz_float32_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need,
-                                  const char *what) {
+/* A C-contiguous float32 buffer of at least `count` floats (exactly, when `exact`;
+ * writable when asked) in *view, 0; or -1 with ValueError naming `name` (or the buffer
+ * protocol's own error).  Every module's one check of the buffers it is given. */
+static int onnxviz_get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int exact,
+                              int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
     const char *f = view->format ? view->format : "B";
     if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
     if (f[0] != 'f' || f[1] != '\0' || view->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a float32 buffer", name);
         PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous float32 buffer", what);
         return -1;
     }
-    if (view->len / 4 < need) {
+    if (exact ? view->len != count * 4 : view->len < count * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %s%zd floats, got %zd", name,
+                     exact ? "" : "at least ", count, view->len / 4);
         PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: buffer has %zd floats, needs %zd", what,
-                     view->len / 4, need);
         return -1;
     }
     return 0;
 }
-
 
 #endif
