@@ -151,19 +151,9 @@ def _one_image(
         np.add(o1, e2, out=v[4 * i + 1])
         np.subtract(e2, o1, out=v[4 * i + 2])
         np.subtract(o1, o3, out=v[4 * i + 3])
-    # 16 products over the first th tile rows of every channel (the spare row is only
-    # read by the shifted slices above).
+    # (the spare row is only read by the shifted slices above)
+    prods = _products(u, v, c, th, width)
     cols = th * width
-    prods = scratch("wino_m", (16, m, cols), dt)
-    raw = blas.raw_gemm(dt)
-    if raw is not None and u.dtype == dt:
-        u0, v0, p0 = u.ctypes.data, v.ctypes.data, prods.ctypes.data
-        for k in range(16):
-            raw(m, cols, c, u0 + k * u.strides[0], c, v0 + k * v.strides[0], plane,
-                p0 + k * prods.strides[0], cols, False)  # fmt: skip
-    else:
-        vk = v.reshape(16, c, th + 1, width)[:, :, :th].reshape(16, c, cols)
-        np.matmul(u.astype(dt, copy=False), vk, out=prods)
     if bias is not None:
         prods[5] += bias[:, None]  # m11 reaches all four outputs with sign +1
     # Output transform A^T m A, rows then columns, into the 2x2 blocks of out.
@@ -182,6 +172,25 @@ def _one_image(
         np.subtract(half[a, 1], half[a, 2], out=y)
         y -= half[a, 3]
         blocks[:, :, a, :, 1] = grid
+
+
+def _products(u: np.ndarray, v: np.ndarray, c: int, th: int, width: int) -> np.ndarray:
+    """The 16 GEMMs U_k (M, C) @ V_k (C, tiles) of transformed weights ``u`` (16, M, C)
+    and tiles ``v`` (16, C * (th + 1) * width, a channel's tile rows ``width`` apart),
+    over the first ``th`` tile rows: (16, M, th * width) in a scratch buffer."""
+    m, dt = u.shape[1], v.dtype
+    plane, cols = (th + 1) * width, th * width
+    prods = scratch("wino_m", (16, m, cols), dt)
+    raw = blas.raw_gemm(dt)
+    if raw is not None and u.dtype == dt:
+        u0, v0, p0 = u.ctypes.data, v.ctypes.data, prods.ctypes.data
+        for k in range(16):
+            raw(m, cols, c, u0 + k * u.strides[0], c, v0 + k * v.strides[0], plane,
+                p0 + k * prods.strides[0], cols, False)  # fmt: skip
+    else:
+        vk = v.reshape(16, c, th + 1, width)[:, :, :th].reshape(16, c, cols)
+        np.matmul(u.astype(dt, copy=False), vk, out=prods)
+    return prods
 
 
 def _one_image_native(
@@ -205,16 +214,6 @@ def _one_image_native(
     v = scratch("wino_v", (16, c * plane), x.dtype)
     last = not x.flags.c_contiguous  # then (H, W, C) in memory (the caller checked)
     module.input(x.transpose(1, 2, 0) if last else x, c, h, w, pad_top, pad_left, th, tw, v, last)
-    cols = th * width
-    prods = scratch("wino_m", (16, m, cols), x.dtype)
-    raw = blas.raw_gemm(x.dtype)
-    if raw is not None and u.dtype == x.dtype:
-        u0, v0, p0 = u.ctypes.data, v.ctypes.data, prods.ctypes.data
-        for k in range(16):
-            raw(m, cols, c, u0 + k * u.strides[0], c, v0 + k * v.strides[0], plane,
-                p0 + k * prods.strides[0], cols, False)  # fmt: skip
-    else:
-        vk = v.reshape(16, c, th + 1, width)[:, :, :th].reshape(16, c, cols)
-        np.matmul(u.astype(x.dtype, copy=False), vk, out=prods)
+    prods = _products(u, v, c, th, width)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     module.output(prods, m, th, tw, b, out)
