@@ -8,9 +8,6 @@ activate_in_place gives the same numbers with the module on and off."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from typing import Any
 
 import numpy as np
@@ -22,6 +19,7 @@ from onnxviz.runtime import native
 from onnxviz.runtime.kernels.math_activation import clip_into, hard_swish, relu_into
 from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU
 from onnxviz.runtime.kernels.nn_conv_nhwc import activate_in_place
+from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -30,14 +28,7 @@ LEVELS = native.levels()
 
 
 def _module() -> Any:
-    if not native.built("activation"):
-        headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-        if shutil.which("cc") is not None and os.path.exists(headers):
-            pytest.fail("a C compiler is here but _activation was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _activation  # type: ignore[attr-defined]
-
-    return _activation
+    return compiled("activation")
 
 
 def _values(size: int, seed: int) -> np.ndarray:

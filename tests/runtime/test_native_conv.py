@@ -17,9 +17,6 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -41,6 +38,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     pack_direct,
 )
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import compiled
 
 from .differential import assert_modes_agree, close
 
@@ -51,20 +49,9 @@ LEVELS = native.levels()
 U = 2.0**-24
 
 
-def _can_compile() -> bool:
-    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-    return shutil.which("cc") is not None and os.path.exists(headers)
-
-
 def _module() -> Any:
     """The compiled module (built wherever this machine can compile: test_native)."""
-    if not native.built("conv"):
-        if _can_compile():
-            pytest.fail("a C compiler is here but _conv was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _conv  # type: ignore[attr-defined]
-
-    return _conv
+    return compiled("conv")
 
 
 @contextmanager

@@ -18,9 +18,6 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +40,7 @@ from onnxviz.runtime.kernels.nn_conv import (
 from onnxviz.runtime.kernels.nn_conv_nhwc import activate_in_place, prepare_channels_last
 from onnxviz.runtime.kernels.nn_geometry import pad_spatial
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import compiled
 
 from .differential import assert_modes_agree, close
 
@@ -52,20 +50,9 @@ NAN = math.nan
 LEVELS = native.levels()
 
 
-def _can_compile() -> bool:
-    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-    return shutil.which("cc") is not None and os.path.exists(headers)
-
-
 def _module() -> Any:
     """The compiled module (built wherever this machine can compile: test_native)."""
-    if not native.built("depthwise"):
-        if _can_compile():
-            pytest.fail("a C compiler is here but _depthwise was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _depthwise  # type: ignore[attr-defined]
-
-    return _depthwise
+    return compiled("depthwise")
 
 
 @contextmanager

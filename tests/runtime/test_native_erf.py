@@ -7,9 +7,6 @@ raise ValueError."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from typing import Any
 
 import numpy as np
@@ -19,6 +16,7 @@ from onnx import TensorProto, helper
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import math_erf
 from tests.runtime.differential import assert_modes_agree
+from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -26,14 +24,7 @@ LEVELS = native.levels()
 
 
 def _module() -> Any:
-    if not native.built("erf"):
-        headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-        if shutil.which("cc") is not None and os.path.exists(headers):
-            pytest.fail("a C compiler is here but _erf was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _erf  # type: ignore[attr-defined]
-
-    return _erf
+    return compiled("erf")
 
 
 def _inputs() -> np.ndarray:

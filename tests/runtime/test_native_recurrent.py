@@ -20,9 +20,6 @@ CPU has.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import sysconfig
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -37,6 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, nn_rnn
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import compiled
 
 from .differential import stepped_values
 
@@ -47,14 +45,7 @@ GATES = {"LSTM": 4, "GRU": 3, "GRU_lbr": 3}
 
 
 def _module() -> Any:
-    if not native.built("recurrent"):
-        headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-        if shutil.which("cc") is not None and os.path.exists(headers):
-            pytest.fail("a C compiler is here but _recurrent was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _recurrent  # type: ignore[attr-defined]
-
-    return _recurrent
+    return compiled("recurrent")
 
 
 @contextlib.contextmanager

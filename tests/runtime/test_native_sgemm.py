@@ -19,9 +19,6 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +33,7 @@ from threadpoolctl import threadpool_limits
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, packed_gemm
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import compiled
 
 from .differential import assert_modes_agree
 
@@ -46,19 +44,8 @@ LEVELS = native.levels()
 U = 2.0**-24
 
 
-def _can_compile() -> bool:
-    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-    return shutil.which("cc") is not None and os.path.exists(headers)
-
-
 def _module() -> Any:
-    if not native.built("sgemm"):
-        if _can_compile():
-            pytest.fail("a C compiler is here but _sgemm was not built")
-        pytest.skip("no C compiler here: the OpenBLAS paths run")
-    from onnxviz.runtime.native import _sgemm  # type: ignore[attr-defined]
-
-    return _sgemm
+    return compiled("sgemm", "the OpenBLAS paths run")
 
 
 @contextmanager

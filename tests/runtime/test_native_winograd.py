@@ -7,9 +7,6 @@ against a float64 direct conv.  Wrong sizes or buffers raise ValueError, never c
 
 from __future__ import annotations
 
-import os
-import shutil
-import sysconfig
 from typing import Any
 
 import numpy as np
@@ -19,6 +16,7 @@ from hypothesis import strategies as st
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import nn_winograd
+from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -26,14 +24,7 @@ LEVELS = native.levels()
 
 
 def _module() -> Any:
-    if not native.built("winograd"):
-        headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-        if shutil.which("cc") is not None and os.path.exists(headers):
-            pytest.fail("a C compiler is here but _winograd was not built")
-        pytest.skip("no C compiler here: the numpy paths run")
-    from onnxviz.runtime.native import _winograd  # type: ignore[attr-defined]
-
-    return _winograd
+    return compiled("winograd")
 
 
 def _direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: tuple[int, ...]) -> Any:

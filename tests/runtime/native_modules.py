@@ -1,0 +1,30 @@
+"""The compiled module a native kernel's tests prove: built wherever this machine can
+compile (test_native checks the build), so a missing one fails there and is skipped
+only where no C compiler or Python headers are (the numpy paths then run)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sysconfig
+from types import ModuleType
+
+import pytest
+
+from onnxviz.runtime import native
+
+
+def can_compile() -> bool:
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    return shutil.which("cc") is not None and os.path.exists(headers)
+
+
+def compiled(name: str, without: str = "the numpy paths run") -> ModuleType:
+    """``onnxviz.runtime.native._<name>`` (whatever ONNXVIZ_NATIVE says), or the test
+    fails (a compiler is here) or is skipped (none: ``without`` says what runs)."""
+    if not native.built(name):
+        if can_compile():
+            pytest.fail(f"a C compiler is here but _{name} was not built")
+        pytest.skip(f"no C compiler here: {without}")
+    return importlib.import_module(f"onnxviz.runtime.native._{name}")
