@@ -64,6 +64,7 @@
 #if ONNXVIZ_X86
 #include <immintrin.h>
 #endif
+#include "activations.h"
 
 static int level = 0;
 
@@ -84,26 +85,6 @@ typedef struct {
 } Row;
 
 /* ---- generic C --------------------------------------------------------------------- */
-
-static float act_scalar(float y, int act, float lo, float hi) {
-    switch (act) {
-    case 1:
-        return (y < 0.0f) ? 0.0f : y; /* NaN kept */
-    case 2:
-        if (lo == lo && y < lo) y = lo;
-        if (hi == hi && y > hi) y = hi;
-        return y;
-    case 3: {
-        float g = y * (float)(1.0 / 6.0);
-        g = g + 0.5f;
-        if (g < 0.0f) g = 0.0f;
-        if (g > 1.0f) g = 1.0f;
-        return y * g;
-    }
-    default:
-        return y;
-    }
-}
 
 /* Pixel i's `width` sums (channels from the tile's first): + bias, + addend,
  * activation, stored at out's strides (any layout). */
@@ -183,30 +164,6 @@ static void tile_generic(const Row *r, const float *w, Py_ssize_t xoff, const fl
 /* ---- AVX2 + FMA (VL 8) --------------------------------------------------------------- */
 #if ONNXVIZ_X86
 
-__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act, float lo,
-                                                              float hi) {
-    /* max_ps/min_ps(a, b) return b when either is NaN: the sum goes second. */
-    if (act == 1) return _mm256_max_ps(_mm256_setzero_ps(), y);
-    if (act == 2) {
-        if (lo == lo) y = _mm256_max_ps(_mm256_set1_ps(lo), y);
-        if (hi == hi) y = _mm256_min_ps(_mm256_set1_ps(hi), y);
-        return y;
-    }
-    if (act == 3) {
-        __m256 g = _mm256_mul_ps(y, _mm256_set1_ps((float)(1.0 / 6.0)));
-        g = _mm256_add_ps(g, _mm256_set1_ps(0.5f));
-        g = _mm256_max_ps(_mm256_setzero_ps(), g);
-        g = _mm256_min_ps(_mm256_set1_ps(1.0f), g);
-        return _mm256_mul_ps(y, g);
-    }
-    return y;
-}
-
-__attribute__((target("avx2,fma"))) static inline __m256i mask8(int n) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
-}
-
 /* P pixels x NV (1 or 2) blocks; `width` channels are stored of the last block.  P and
  * NV are constants at each call, so the accumulators are registers. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
@@ -275,24 +232,6 @@ tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, cons
 }
 
 /* ---- AVX-512F (VL 16) ---------------------------------------------------------------- */
-
-__attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act, float lo,
-                                                              float hi) {
-    if (act == 1) return _mm512_max_ps(_mm512_setzero_ps(), y);
-    if (act == 2) {
-        if (lo == lo) y = _mm512_max_ps(_mm512_set1_ps(lo), y);
-        if (hi == hi) y = _mm512_min_ps(_mm512_set1_ps(hi), y);
-        return y;
-    }
-    if (act == 3) {
-        __m512 g = _mm512_mul_ps(y, _mm512_set1_ps((float)(1.0 / 6.0)));
-        g = _mm512_add_ps(g, _mm512_set1_ps(0.5f));
-        g = _mm512_max_ps(_mm512_setzero_ps(), g);
-        g = _mm512_min_ps(_mm512_set1_ps(1.0f), g);
-        return _mm512_mul_ps(y, g);
-    }
-    return y;
-}
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,

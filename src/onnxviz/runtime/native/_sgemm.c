@@ -59,6 +59,7 @@
 #if ONNXVIZ_X86
 #include <immintrin.h>
 #endif
+#include "activations.h"
 
 static int level = 0;
 
@@ -93,15 +94,6 @@ typedef struct {
     int act;
     float lo, hi;
 } Tile;
-
-static float act_scalar(float y, int act, float lo, float hi) {
-    if (act == 1) return (y < 0.0f) ? 0.0f : y; /* NaN kept */
-    if (act == 2) {
-        if (lo == lo && y < lo) y = lo;
-        if (hi == hi && y > hi) y = hi;
-    }
-    return y;
-}
 
 /* ---- generic C: MR 4 x NR 16 ----------------------------------------------------------- */
 
@@ -139,22 +131,6 @@ static void tile_generic(const Tile *t) {
 
 #if ONNXVIZ_X86
 /* ---- AVX2 + FMA: MR 6 x NR 16 (two ymm per row) ------------------------------------------ */
-
-__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act, float lo,
-                                                              float hi) {
-    /* max/min(a, b) return b when either is NaN: the sum goes second, so NaN stays. */
-    if (act == 1) return _mm256_max_ps(_mm256_setzero_ps(), y);
-    if (act == 2) {
-        if (lo == lo) y = _mm256_max_ps(_mm256_set1_ps(lo), y);
-        if (hi == hi) y = _mm256_min_ps(_mm256_set1_ps(hi), y);
-    }
-    return y;
-}
-
-__attribute__((target("avx2,fma"))) static inline __m256i mask8(int n) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
-}
 
 __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
     enum { MR = 6 };
@@ -203,16 +179,6 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
 }
 
 /* ---- AVX-512F: MR 12 x NR 32 (two zmm per row) ------------------------------------------- */
-
-__attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act, float lo,
-                                                              float hi) {
-    if (act == 1) return _mm512_max_ps(_mm512_setzero_ps(), y);
-    if (act == 2) {
-        if (lo == lo) y = _mm512_max_ps(_mm512_set1_ps(lo), y);
-        if (hi == hi) y = _mm512_min_ps(_mm512_set1_ps(hi), y);
-    }
-    return y;
-}
 
 static inline __mmask16 mask16(int n) {
     return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
