@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include "levels.h"
+#include "vector_types.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -34,9 +35,6 @@ static int level = 0;
         }                                                                                  \
     }
 
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef uint32_t v4u __attribute__((vector_size(16)));
 #define SFX generic
 #define VF v4f
 #define VI v4i
@@ -53,9 +51,6 @@ ERF_LOOP
 #undef ATTR
 
 #if ONNXVIZ_X86
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
 #define SFX avx2
 #define VF v8f
 #define VI v8i
@@ -71,9 +66,6 @@ ERF_LOOP
 #undef VW
 #undef ATTR
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
 #define SFX avx512
 #define VF v16f
 #define VI v16i

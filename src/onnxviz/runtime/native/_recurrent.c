@@ -43,6 +43,7 @@
 #include <Python.h>
 
 #include "levels.h"
+#include "vector_types.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -79,9 +80,6 @@ typedef struct {
 
 /* ---- generic C ------------------------------------------------------------------------ */
 
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-typedef uint32_t v4u __attribute__((vector_size(16)));
 
 /* tile[m][g][u] = sum_k h[m * K + k] * w[k][g][u], one row at a time (4 gates of 16 units:
  * 16 four-lane sums, the baseline's register file). */
@@ -126,9 +124,6 @@ static void gemm_generic(const float *h, const float *w, Py_ssize_t K, int G, in
 /* ---- AVX2 + FMA ------------------------------------------------------------------------ */
 
 #define T256 "avx2,fma"
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
 
 /* One half (8 units) of a block's G gates for MRc rows: MRc * G <= 12 accumulators. */
 __attribute__((target(T256), always_inline)) static inline void
@@ -191,9 +186,6 @@ __attribute__((target(T256))) static void gemm_avx2(const float *h, const float 
 /* ---- AVX-512F ---------------------------------------------------------------------------- */
 
 #define T512 "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
 
 /* A block's G gates (16 units each) for MRc rows: up to 16 accumulators of 32 registers. */
 __attribute__((target(T512), always_inline)) static inline void
