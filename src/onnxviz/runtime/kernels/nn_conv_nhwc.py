@@ -513,25 +513,31 @@ class _Direct(ChannelsLastConv):
         y, done = self._run(x, addend, act, True)
         return np.ascontiguousarray(y.transpose(0, 3, 1, 2)), done
 
+    def _core(
+        self, x: np.ndarray, addend: np.ndarray | None, packed: ConvWeight | None = None
+    ) -> np.ndarray:
+        """The (N, M, H', W') conv by nn_conv's own paths (Winograd with ``packed``), bias
+        and ``addend`` in."""
+        return conv_core(
+            x,
+            self.w,
+            1,
+            self.kernel,
+            self.strides,
+            self.dilations,
+            self.pads,
+            self.out_shape[2:],
+            self.bias,
+            packed=packed,
+            addend=addend,
+        )
+
     def _run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None, planes: bool
     ) -> tuple[np.ndarray, bool]:
         """(N, H', W', M) result (a view of (N, M, H', W') planes when ``planes``)."""
         if self.winograd is not None:
-            y = conv_core(
-                x,
-                self.w,
-                1,
-                self.kernel,
-                self.strides,
-                self.dilations,
-                self.pads,
-                self.out_shape[2:],
-                self.bias,
-                packed=self.winograd,
-                addend=addend,
-            )
-            return nhwc_view(y), False
+            return nhwc_view(self._core(x, addend, self.winograd)), False
         xl = nhwc_view(x)
         first = False
         if not xl.flags.c_contiguous:
@@ -568,19 +574,7 @@ class _Direct(ChannelsLastConv):
         if planes:
             out = nhwc_view(out)
         if not done:  # the kernels were switched off since prepare (tests do)
-            y = conv_core(
-                x,
-                self.w,
-                1,
-                self.kernel,
-                self.strides,
-                self.dilations,
-                self.pads,
-                self.out_shape[2:],
-                self.bias,
-                addend=addend,
-            )
-            return nhwc(y), False
+            return nhwc(self._core(x, addend)), False
         if addend is not None and add is None:
             out += nhwc_view(addend)
         return out, fused
