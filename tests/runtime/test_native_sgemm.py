@@ -446,3 +446,50 @@ def test_the_routing_can_be_turned_off(monkeypatch):
     with threadpool_limits(1), _counting(monkeypatch) as calls:
         Session(model).run(feeds)
     assert not calls
+
+
+def test_a_weight_reshaped_at_run_time_is_packed_once_over_runs(monkeypatch):
+    """A Reshape of an initializer to a shape computed from the input (as torch exports
+    write it) cannot be folded: the kernel gets a new view of the constant on every run,
+    and must not pack it again each time."""
+    _module()
+    rng = np.random.default_rng(13)
+    i64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Shape", ["v"], ["vs"], start=1),  # [48]
+        helper.make_node("Concat", ["vs", "minus1"], ["ws"], axis=0),  # [48, -1]
+        helper.make_node("Reshape", ["wflat", "ws"], ["w"]),
+        helper.make_node("MatMul", ["v", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "reshaped_weight",
+        [helper.make_tensor_value_info("v", f, [16, 48])],
+        [helper.make_tensor_value_info("y", f, None)],
+        [
+            _init("wflat", rng.standard_normal(48 * 40)),
+            _init("b", rng.standard_normal(40)),
+            helper.make_tensor("minus1", i64, [1], [-1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    v = rng.standard_normal((16, 48)).astype(np.float32)
+    w = numpy_helper.to_array(graph.initializer[0]).reshape(48, 40).astype(np.float64)
+    expected = v.astype(np.float64) @ w + numpy_helper.to_array(graph.initializer[1])
+    packs: list[tuple[int, ...]] = []
+    pack = packed_gemm.pack
+
+    def counting_pack(weight: np.ndarray, m: Any) -> Any:
+        packs.append(weight.shape)
+        return pack(weight, m)
+
+    monkeypatch.setattr(packed_gemm, "pack", counting_pack)
+    _weight_cache.clear()
+    with threadpool_limits(1):  # the kernel serves single-threaded BLAS (use_for)
+        session = Session(model)
+        for _ in range(3):
+            y = session.run({"v": v})["y"]
+            np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4)
+    assert packs == [(48, 40)]

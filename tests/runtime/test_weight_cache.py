@@ -224,3 +224,43 @@ def test_kept_builds_only_what_it_keeps(monkeypatch) -> None:
     assert wc.kept("t", (x,), ("other",), 400, lambda: make("full")) is None
     assert wc.kept("t", (x,), (), 400, lambda: make("again")) is first
     assert built == ["fits"]
+
+
+def test_a_new_view_of_a_constant_on_each_call_finds_the_stored_form() -> None:
+    """A Reshape of an initializer that the plan cannot fold hands the kernel a new view
+    object on every run: the form is keyed by the array viewed and the view's place in
+    it, so it is built once, and a different view of the same array is a different
+    form."""
+    import gc
+
+    root = _frozen_copy(RNG.standard_normal((6, 8)).astype(np.float32))
+    built: list[tuple[int, ...]] = []
+
+    def form(view: np.ndarray) -> np.ndarray:
+        return wc.derived("t", (view,), (), lambda: built.append(view.shape) or view * 2)
+
+    first = form(root.T)
+    again = form(root.T)  # a new view object, the same place in the same array
+    assert again is first and built == [(8, 6)]
+    np.testing.assert_array_equal(first, root.T * 2)
+    # Other views of that array: other offsets, shapes or strides are other forms.
+    np.testing.assert_array_equal(form(root[1:].T), root[1:].T * 2)
+    np.testing.assert_array_equal(form(root), root * 2)
+    np.testing.assert_array_equal(form(root.reshape(8, 6)), root.reshape(8, 6) * 2)
+    np.testing.assert_array_equal(form(root.T[::2]), root.T[::2] * 2)
+    assert len(built) == 5
+    # The entries live as long as the array viewed, not the short-lived view.
+    held = wc.stored_bytes()
+    assert held == sum(int(np.prod(s)) * 4 for s in built)
+    gc.collect()
+    assert wc.stored_bytes() == held
+    del root, first, again
+    gc.collect()
+    assert wc.stored_bytes() == 0
+
+
+def test_a_packed_weight_counts_against_the_cap() -> None:
+    """The compiled kernels keep packed weights in bytearrays: they are memory too."""
+    x = _frozen_copy(np.arange(16, dtype=np.float32))
+    wc.derived("t", (x,), (), lambda: (bytearray(1000), 7))
+    assert wc.stored_bytes() == 1000

@@ -10,7 +10,9 @@ used as a key only when it is *frozen*: read-only, and every array it views is r
 too, down to an immutable buffer (``bytes``, a read-only memoryview) or an array that
 owns its memory.  Initializers decoded from raw data (model.tensors.to_array) are such
 views over the proto's bytes; intermediate values and caller feeds are normally
-writeable, and for them the form is simply rebuilt on each call, as before.  Entries
+writeable, and for them the form is simply rebuilt on each call, as before.  A view is
+keyed by the array it views and its place in it, so a new view of the same constant made
+on each run finds the stored form (`_anchor`).  Entries
 hold their sources by weak reference: a hit needs the very same live arrays (an id reused
 by a later array never matches a dead reference), and an entry goes away with its
 sources, so a closed model's forms do not outlive it.
@@ -77,23 +79,47 @@ def _size(value: Any) -> int:
         return int(value.nbytes)
     if isinstance(value, tuple):
         return sum(_size(v) for v in value)
+    if isinstance(value, (bytes, bytearray)):  # the compiled kernels' packed weights
+        return len(value)
     return 0
 
 
 _MISS = object()
 
 
-def _lookup(kind: str, sources: Sequence[np.ndarray | None], params: tuple[Hashable, ...]) -> Any:
-    """(key, the stored form or _MISS), or None when the form cannot be keyed (a source
-    that may change, or no source at all)."""
+def _anchor(src: np.ndarray) -> tuple[np.ndarray, tuple[Hashable, ...]]:
+    """The array whose identity keys the frozen ``src``, and where ``src`` lies in it: a
+    view is keyed by the outermost array it views (plus its offset, shape, strides and
+    dtype), so that a fresh view of a constant on every run (a Reshape of an initializer
+    to a shape computed from the input, which the plan cannot fold) finds the form
+    stored by the first run, where its own identity would miss every time and the form
+    (a packed GEMM weight, a dequantized int4 matrix) would be rebuilt on every call."""
+    root = src
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is src:
+        return src, ()
+    offset = src.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return root, (offset, src.shape, src.strides, src.dtype.str)
+
+
+def _lookup(
+    kind: str, sources: Sequence[np.ndarray | None], params: tuple[Hashable, ...]
+) -> tuple[_Key, Any, list[np.ndarray | None]] | None:
+    """(key, the stored form or _MISS, the arrays the key names), or None when the form
+    cannot be keyed (a source that may change, or no source at all)."""
     # Plain loops, not generators: a hit is on every call of a decoder's small kernels,
     # where this lookup's own cost was as much as the product it serves.
-    ids: list[int | None] = []
+    ids: list[Hashable] = []
+    anchors: list[np.ndarray | None] = []
     for src in sources:
         if src is None:
             ids.append(None)
+            anchors.append(None)
         elif frozen(src):
-            ids.append(id(src))
+            anchor, where = _anchor(src)
+            ids.append((id(anchor), *where) if where else id(anchor))
+            anchors.append(anchor)
         else:
             return None
     if len(ids) == ids.count(None):
@@ -102,15 +128,15 @@ def _lookup(kind: str, sources: Sequence[np.ndarray | None], params: tuple[Hasha
     with _lock:
         hit = _entries.get(key)
         if hit is not None:
-            for ref, src in zip(hit[0], sources):
-                if (ref() if ref is not None else None) is not src:
+            for ref, anchor in zip(hit[0], anchors):
+                if (ref() if ref is not None else None) is not anchor:
                     break
             else:
-                return key, hit[1]
-    return key, _MISS
+                return key, hit[1], anchors
+    return key, _MISS, anchors
 
 
-def _store(key: _Key, sources: Sequence[np.ndarray | None], value: Any) -> None:
+def _store(key: _Key, anchors: Sequence[np.ndarray | None], value: Any) -> None:
     global _total
     size = _size(value)
     if size > CAP_BYTES // 4:
@@ -125,7 +151,7 @@ def _store(key: _Key, sources: Sequence[np.ndarray | None], value: Any) -> None:
         if _total + size > CAP_BYTES:
             return  # full: the stored forms stay (see the module doc)
         on_death = _dropper(key)
-        refs = tuple(None if src is None else weakref.ref(src, on_death) for src in sources)
+        refs = tuple(None if a is None else weakref.ref(a, on_death) for a in anchors)
         _entries[key] = (refs, value, size)
         _total += size
 
@@ -143,10 +169,10 @@ def derived(
     found = _lookup(kind, sources, params)
     if found is None:
         return build()
-    key, value = found
+    key, value, anchors = found
     if value is _MISS:
         value = build()
-        _store(key, sources, value)
+        _store(key, anchors, value)
     return value
 
 
@@ -164,7 +190,7 @@ def kept(
     found = _lookup(kind, sources, params)
     if found is None:
         return None
-    key, value = found
+    key, value, anchors = found
     if value is not _MISS:
         return value
     with _lock:
@@ -172,7 +198,7 @@ def kept(
     if not room:
         return None
     value = build()
-    _store(key, sources, value)
+    _store(key, anchors, value)
     return value
 
 
