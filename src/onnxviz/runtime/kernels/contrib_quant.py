@@ -125,12 +125,13 @@ def matmul_nbits(
 # The compiled kernel (native/_nbits.c), None when compiled kernels are off or not built.
 _NBITS = native.load("nbits")
 # Rows of activations up to which the compiled kernel runs, by its level (more: the
-# dequantized weight in BLAS).  Measured on a Llama h2048's MatMulNBits shapes, 1 thread,
-# against BLAS on the kept [K, N] weight: AVX-512 0.51 of its time at 8 rows, 0.59 at 16,
-# 0.76 at 32, then 1.08 at 48 and 1.01 at 64 (BLAS' blocking wins back the 4 bytes a
-# weight); AVX2 0.28 at 2 rows, 0.51 at 4, 0.90 at 6, 1.18 at 8.  The plain C level is
-# the portable reference, 16-35 times slower than BLAS: never used for speed.
-MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 32, native.AVX512_VNNI: 32}
+# dequantized weight in BLAS).  Measured (1 thread, against BLAS on the kept [K, N]
+# weight, Llama shapes 2048x5632, 5632x2048, 1024x2816) on a Sapphire Rapids core: AVX-512
+# 0.32-0.35 of BLAS's time at 1 row, 0.40-0.61 at 8, 0.64-0.83 at 16, then 0.98-1.20 at
+# 32 and 1.08-1.66 at 48 (BLAS' blocking wins back the 4 bytes a weight); AVX2 0.68-0.75
+# at 1 row, 0.70 at 4, 0.93 at 6, 1.28 at 8.  The plain C level is the portable
+# reference, 16-35 times slower than BLAS: never used for speed.
+MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 24, native.AVX512_VNNI: 24}
 
 
 # Weights smaller than this stay on the numpy path: their float32 form sits in the CPU's
