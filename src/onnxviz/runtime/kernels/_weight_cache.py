@@ -87,6 +87,12 @@ def _size(value: Any) -> int:
 _MISS = object()
 
 
+# `_anchor`'s answers for the views seen, by id, each with a weak reference to its view:
+# the same view object comes back on every call of a kernel whose initializer is a view
+# over the proto's bytes, and __array_interface__ (twice) cost several microseconds.
+_anchors: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, tuple[Hashable, ...]]] = {}
+
+
 def _anchor(src: np.ndarray) -> tuple[np.ndarray, tuple[Hashable, ...]]:
     """The array whose identity keys the frozen ``src``, and where ``src`` lies in it: a
     view is keyed by the outermost array it views (plus its offset, shape, strides and
@@ -94,13 +100,26 @@ def _anchor(src: np.ndarray) -> tuple[np.ndarray, tuple[Hashable, ...]]:
     to a shape computed from the input, which the plan cannot fold) finds the form
     stored by the first run, where its own identity would miss every time and the form
     (a packed GEMM weight, a dequantized int4 matrix) would be rebuilt on every call."""
-    root = src
+    root = src.base
+    if not isinstance(root, np.ndarray):
+        return src, ()
+    seen = _anchors.get(id(src))
+    if seen is not None and seen[0]() is src:
+        return seen[1], seen[2]
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if root is src:
-        return src, ()
     offset = src.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    return root, (offset, src.shape, src.strides, src.dtype.str)
+    where = (offset, src.shape, src.strides, src.dtype.str)
+    key = id(src)
+
+    def forget(_ref: object) -> None:
+        with _lock:
+            if _anchors.get(key, (None,))[0] is _ref:
+                del _anchors[key]
+
+    with _lock:
+        _anchors[key] = (weakref.ref(src, forget), root, where)
+    return root, where
 
 
 def _lookup(
@@ -128,8 +147,8 @@ def _lookup(
     with _lock:
         hit = _entries.get(key)
         if hit is not None:
-            for ref, anchor in zip(hit[0], anchors):
-                if (ref() if ref is not None else None) is not anchor:
+            for ref, held in zip(hit[0], anchors):
+                if (ref() if ref is not None else None) is not held:
                     break
             else:
                 return key, hit[1], anchors
