@@ -2,7 +2,7 @@
 _sgemm.c through kernels/packed_gemm.py) rather than OpenBLAS?  The measurement behind
 packed_gemm.use_for, to run again when the kernel, the CPU or OpenBLAS change.
 
-    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw]
+    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw,cold]
     ONNXVIZ_NATIVE=avx2 python benchmarks/bench_packed_gemm.py     # a lower level's paths
 
 Shapes: ResNet-50's 1x1 convs at batch 1 (rows = H*W: 3136, 784, 196, 49; the (C, M)
@@ -16,7 +16,10 @@ rounds (the machine is shared: alternating keeps a slow moment from landing on o
   kernel with bias, residual and Relu in its epilogue;
 * ``nchw``: the ResNet shapes as an NCHW conv computes them (weight by image,
   nn_conv._products_with_bias against gemm_left; its fused column without the Relu,
-  which the conv chain applies in a pass of its own there).
+  which the conv chain applies in a pass of its own there);
+* ``cold``: a decoder's products of few rows (GPT-2's and a Llama's weights), each call
+  by another copy of the weight from a set larger than the caches, as a decoder's step
+  reads each of its weights from memory once (the plain product only).
 
 The ratio is ours / OpenBLAS's (below 1: the kernel is faster).
 """
@@ -42,6 +45,12 @@ BERT = [
     (128, 768, 768), (128, 768, 3072), (128, 3072, 768),
     (256, 768, 768), (256, 768, 3072), (256, 3072, 768),
 ]  # fmt: skip
+COLD = [
+    (1, 768, 3072), (8, 768, 3072), (16, 768, 3072), (16, 3072, 768), (32, 768, 3072),
+    (16, 2048, 5632), (32, 2048, 5632),
+]  # fmt: skip
+# Bytes of weight copies a cold product cycles through: beyond a server's L3.
+COLD_BYTES = 768 << 20
 
 
 def _time(fns: list[Callable[[], None]], rounds: int) -> list[float]:
@@ -87,6 +96,31 @@ def _right(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
         ],
         rounds,
     )
+
+
+def _cold(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
+    """(OpenBLAS, ours) for the product alone, each call by the next of enough copies of
+    the weight that none is in a cache when its turn comes; no fused columns (nan)."""
+    from onnxviz.runtime.kernels import blas, packed_gemm
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    copies = max(2, COLD_BYTES // w.nbytes)
+    ws = [w.copy() for _ in range(copies)]
+    ps = [packed_gemm.pack(x, mod) for x in ws]
+    out = np.empty((m, n), np.float32)
+    turn = [0, 0]
+
+    def blas_next() -> None:
+        turn[0] = (turn[0] + 1) % copies
+        blas.gemm(a, ws[turn[0]], out)
+
+    def ours_next() -> None:
+        turn[1] = (turn[1] + 1) % copies
+        packed_gemm.matmul_packed(mod, a, ps[turn[1]], out)
+
+    return [*_time([blas_next, ours_next], rounds * 8), float("nan"), float("nan")]
 
 
 def _left(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
@@ -142,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(("gemm", _right, BERT))
     if "nchw" in args.shapes:  # the same convs NCHW: (M out, C in, pixels)
         runs.append(("gemm_left", _left, [(n, k, m) for m, k, n in RESNET]))
+    if "cold" in args.shapes:
+        runs.append(("cold", _cold, COLD))
     with threadpool_limits(1):
         for name, fn, shapes in runs:
             print(f"{name:>9} {'M':>5} {'K':>5} {'N':>5} | {'plain: blas':>11} {'ours':>7}"
