@@ -34,6 +34,7 @@ from onnxviz.runtime.kernels import contrib_quant
 from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits, matmul_nbits
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import close, stepped_values
+from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -559,3 +560,48 @@ def test_small_weights_stay_on_the_numpy_path() -> None:
         contrib_quant.native_max_rows(level, 128, small + 1, 32, 4)
         == (contrib_quant.MAX_ROWS_AT_LEVEL[native.AVX512])
     )
+
+
+@pytest.mark.parametrize("packed", ["on", "off"])
+def test_a_prompt_multiplies_a_kept_packed_weight(monkeypatch, packed: str) -> None:
+    """More rows than the nbits kernel takes (a prompt): with one BLAS thread the
+    dequantized weight is kept in the packed GEMM's form instead of as [K, N] (never
+    both) and multiplied there, bias in the epilogue; the definition's numbers either
+    way, the weight dequantized once."""
+    from threadpoolctl import threadpool_limits
+
+    from onnxviz.runtime.kernels import packed_gemm
+
+    monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", packed)
+    mod = packed_gemm.module()
+    if packed == "on" and native._LEVEL is not None:  # kernels on: the GEMM must be built
+        compiled("sgemm")
+    rng = np.random.default_rng(5)
+    K, N, block, rows = 256, 100, 32, 40
+    _, b, scales, zp = _case(rng, 1, K, N, block, 4, "uint8")
+    bias = rng.standard_normal(N).astype(np.float32)
+    w = dequantize_nbits(b, scales, zp, None, K, N, block, 4)
+    fb, fs, fz = _frozen(b), _frozen(scales), _frozen(zp)  # type: ignore[arg-type]
+    made: list[int] = []
+    dequantize = contrib_quant.dequantize_nbits
+
+    def counting(*args: Any, **kw: Any) -> np.ndarray:
+        made.append(1)
+        return dequantize(*args, **kw)
+
+    monkeypatch.setattr(contrib_quant, "dequantize_nbits", counting)
+    wc.clear()
+    attrs = {"K": K, "N": N, "block_size": block, "bits": 4}
+    with threadpool_limits(1):
+        for _ in range(3):
+            a = rng.standard_normal((2, rows // 2, K)).astype(np.float32)
+            y = matmul_nbits(a, fb, fs, fz, None, bias, **attrs)
+            assert y.shape == (2, rows // 2, N)
+            _assert_within_bound(y.reshape(rows, N), a.reshape(rows, K), w, bias, packed)
+    assert made == [1]
+    if mod is not None:
+        nr = int(mod.panel_width())
+        assert wc.stored_bytes() == K * -(-N // nr) * nr * 4 + 64  # the packed form only
+    else:
+        assert wc.stored_bytes() == K * N * 4  # the [K, N] weight only
+    wc.clear()

@@ -31,6 +31,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._weight_cache import derived, kept
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.registry import kernel
@@ -85,6 +86,9 @@ def matmul_nbits(
                 _NBITS, rows, b, scales, zero_points, form, bias, K, N, block_size, bits
             )
             return y.reshape(*av.shape[:-1], N).astype(dtype, copy=False)
+    flat = _by_packed_weight(rows, b, scales, zero_points, g_idx, bias, K, N, block_size, bits)
+    if flat is not None:
+        return flat.reshape(*av.shape[:-1], N).astype(dtype, copy=False)
     # The dequantized weight of an initializer is made once (_weight_cache): dequantizing
     # on every call cost more than the product itself in a decoder step.  It is kept as
     # [K, N] rows: OpenBLAS multiplies a few rows by that layout up to twice as fast as
@@ -120,6 +124,50 @@ def matmul_nbits(
     if bias is not None:
         y += np.asarray(bias).astype(np.float32, copy=False)
     return y.astype(dtype, copy=False)
+
+
+def _by_packed_weight(
+    rows: np.ndarray,
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None,
+    bias: np.ndarray | None,
+    K: int,
+    N: int,
+    block_size: int,
+    bits: int,
+) -> np.ndarray | None:
+    """A prompt's rows times the dequantized weight (+ bias) by the compiled GEMM
+    (kernels/packed_gemm.py), the weight kept in its packed form instead of as [K, N]
+    (the same bytes: never both, but for a model run both with and without one BLAS
+    thread), or None where that GEMM does not route or the cache will not keep the form.
+    On a Llama h2048's weights read from memory, 32 rows took 0.62x OpenBLAS's time on
+    the [K, N] weight (benchmarks/bench_packed_gemm.py --shapes cold)."""
+    mod = packed_gemm.module()
+    if mod is None or not packed_gemm.use_for(rows.shape[0], K, N):
+        return None
+    nr = int(mod.panel_width())
+
+    def build() -> packed_gemm.Packed:
+        w_kn = dequantize_nbits(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
+        )
+        return packed_gemm.pack(w_kn, mod)
+
+    p = kept(
+        "MatMulNBits_packed",
+        (b, scales, zero_points, g_idx),
+        (K, N, block_size, bits, nr),
+        K * -(-N // nr) * nr * 4,
+        build,
+    )
+    if p is None:
+        return None
+    out = np.empty((rows.shape[0], N), dtype=np.float32)
+    bias_row = None if bias is None else _f32(bias)
+    packed_gemm.matmul_packed(mod, np.ascontiguousarray(rows), p, out, bias=bias_row)
+    return out
 
 
 # The compiled kernel (native/_nbits.c), None when compiled kernels are off or not built.
