@@ -144,6 +144,8 @@ def _by_packed_weight(
     thread), or None where that GEMM does not route or the cache will not keep the form.
     On a Llama h2048's weights read from memory, 32 rows took 0.62x OpenBLAS's time on
     the [K, N] weight (benchmarks/bench_packed_gemm.py --shapes cold)."""
+    if rows.shape[0] < packed_gemm.MIN_ROWS:  # a decode step: no lookups on its path
+        return None
     mod = packed_gemm.module()
     if mod is None or not packed_gemm.use_for(rows.shape[0], K, N):
         return None
