@@ -10,16 +10,23 @@ pass through memory, one output array.
 Only float32/float64 values with scalar (single-element) constants of the same dtype are
 fused at run time; anything else (a broadcasting operand, another dtype) runs the nodes
 one by one, so results and errors are those of the plain kernels.
+
+A float32 chain of the steps whose bits C reproduces (Add, Sub, Mul, Div, Erf, Neg, Abs,
+Relu) runs in the compiled kernel native/_chain.c when it is built: one call for the whole
+tensor instead of a ufunc call per step and block, the same bits (BERT-tiny's GELU: 0.3x
+the block path's time).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels.math_activation import relu_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.plan import PlanNode, fused_node
@@ -54,6 +61,15 @@ _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
 
 # Elements per block: a few blocks of this size stay in a core's L2 cache.
 _BLOCK = 32768
+
+# The compiled chain (native/_chain.c), None when compiled kernels are off or not built,
+# and its op codes: the steps whose float32 bits it gives as numpy's path does.
+_NATIVE = native.load("chain")
+_NATIVE_OPS = {
+    "Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Erf": 4, "Neg": 5, "Abs": 6, "Relu": 7,
+}  # fmt: skip
+_STEP = struct.Struct("=BBBxf")
+_NATIVE_MAX_STEPS = 64  # _chain.c's MAX_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +167,11 @@ class ElementwiseChain:
         self.nodes = nodes
         self.steps = steps
         self.place_of = place_of  # outside slot -> input place
+        self.native = (
+            _NATIVE is not None
+            and len(steps) <= _NATIVE_MAX_STEPS
+            and all(s.op_type in _NATIVE_OPS for s in steps)
+        )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         x = ins[0]
@@ -159,10 +180,26 @@ class ElementwiseChain:
         flat = np.ascontiguousarray(x).reshape(-1)
         out = np.empty_like(flat)
         scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
+        if self.native and x.dtype == np.float32:
+            _NATIVE.run(flat, out, self._program(scalars))  # type: ignore[union-attr]
+            return [out.reshape(x.shape)]
         for start in range(0, flat.size, _BLOCK):
             stop = min(start + _BLOCK, flat.size)
             self._run_block(flat[start:stop], out[start:stop], scalars)
         return [out.reshape(x.shape)]
+
+    def _program(self, scalars: dict[int, Any]) -> bytes:
+        """The steps as _chain.c's program, this call's scalar constants in it."""
+        parts = []
+        for step in self.steps:
+            if step.other is None:
+                kind, value = 0, 0.0
+            elif step.other == -1:
+                kind, value = 2, 0.0
+            else:
+                kind, value = 1, float(scalars[step.other])
+            parts.append(_STEP.pack(_NATIVE_OPS[step.op_type], kind, step.value_first, value))
+        return b"".join(parts)
 
     def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
         """Every other operand is one element of x's dtype that does not add axes."""

@@ -112,9 +112,9 @@ def _anchor(src: np.ndarray) -> tuple[np.ndarray, tuple[Hashable, ...]]:
     where = (offset, src.shape, src.strides, src.dtype.str)
     key = id(src)
 
-    def forget(_ref: object) -> None:
-        with _lock:
-            if _anchors.get(key, (None,))[0] is _ref:
+    def forget(_ref: object, lock: threading.RLock = _lock) -> None:
+        with lock:  # (as in _dropper: the globals may be gone at interpreter exit)
+            if _anchors is not None and _anchors.get(key, (None,))[0] is _ref:
                 del _anchors[key]
 
     with _lock:
@@ -225,10 +225,12 @@ def _dropper(key: _Key) -> Callable[[Any], None]:
     """The weak-reference callback that forgets ``key``'s entry when a source dies.  (A
     late callback of an older entry under a reused key only costs a rebuild.)"""
 
-    def drop(_ref: Any) -> None:
+    def drop(_ref: Any, lock: threading.RLock = _lock) -> None:
+        # The lock as it was made: at interpreter exit the module's globals may already
+        # be None when the last arrays die and call this.
         global _total
-        with _lock:
-            old = _entries.pop(key, None)
+        with lock:
+            old = _entries.pop(key, None) if _entries is not None else None
             if old is not None:
                 _total -= old[2]
 

@@ -1,0 +1,247 @@
+/* onnxviz.runtime.native._chain: a chain of elementwise float32 steps in one pass, for
+ * fusion_elementwise's ElementwiseChain (a GELU exported as Div -> Erf -> Add -> Mul ->
+ * Mul, a scale and shift, ...).
+ *
+ *   run(x, y, program): y = the program's steps applied in turn to x (y may be x)
+ *
+ * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU below),
+ * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x), value_first
+ * (uint8: 1 when the running value is the op's first operand), a byte of padding, and
+ * the scalar (float32, native byte order).
+ *
+ * The numbers are the numpy block path's, bit for bit, at every level: each step rounds
+ * once as numpy's ufunc does (add, subtract, multiply and divide are IEEE operations;
+ * -std=c11 never contracts a product and a sum into an FMA), ERF is vector_math.h's erf,
+ * which numpy's path calls too (kernels/math_erf.py), NEG and ABS flip or clear the sign
+ * bit as numpy does (NaN included), and RELU is np.maximum(v, 0) (NaN kept, -0 -> +0).
+ *
+ * Why: the numpy path walks 32K-element blocks with one ufunc call per step and block;
+ * here every step runs over a 1K-element block that stays in L1, without a Python call
+ * per step. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include "vector_types.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
+#endif
+
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_COUNT };
+enum { KIND_NONE, KIND_SCALAR, KIND_INPUT };
+enum { BLOCK = 1024, MAX_STEPS = 64 };
+
+typedef struct {
+    int op, kind, value_first;
+    float scalar;
+} step_t;
+
+static int level = 0;
+
+/* One step over n floats of v (n a multiple of VW; o: the chain's input there). */
+#define CHAIN_LEVEL                                                                        \
+    ATTR static inline __attribute__((always_inline)) VF RS(binary)(int op, VF a, VF b) {  \
+        switch (op) {                                                                      \
+        case OP_ADD: return a + b;                                                         \
+        case OP_SUB: return a - b;                                                         \
+        case OP_MUL: return a * b;                                                         \
+        default: return a / b;                                                             \
+        }                                                                                  \
+    }                                                                                      \
+    ATTR static void RS(step)(const step_t *s, float *v, const float *o, Py_ssize_t n) {    \
+        /* the scalar in every lane, -0 included (splat's 0 + c would make it +0) */       \
+        float lanes[VW];                                                                   \
+        for (int l = 0; l < VW; l++) lanes[l] = s->scalar;                                 \
+        VF scalar, a, b;                                                                   \
+        memcpy(&scalar, lanes, sizeof scalar);                                             \
+        Py_ssize_t i = 0;                                                                  \
+        switch (s->op) {                                                                   \
+        case OP_ERF: /* four chains a turn, as _erf.c (n is a multiple of VW) */           \
+            for (; i + 4 * VW <= n; i += 4 * VW) {                                         \
+                VF a0, a1, a2, a3;                                                         \
+                memcpy(&a0, v + i, sizeof a0);                                             \
+                memcpy(&a1, v + i + VW, sizeof a1);                                        \
+                memcpy(&a2, v + i + 2 * VW, sizeof a2);                                    \
+                memcpy(&a3, v + i + 3 * VW, sizeof a3);                                    \
+                a0 = RS(erf)(a0);                                                          \
+                a1 = RS(erf)(a1);                                                          \
+                a2 = RS(erf)(a2);                                                          \
+                a3 = RS(erf)(a3);                                                          \
+                memcpy(v + i, &a0, sizeof a0);                                             \
+                memcpy(v + i + VW, &a1, sizeof a1);                                        \
+                memcpy(v + i + 2 * VW, &a2, sizeof a2);                                    \
+                memcpy(v + i + 3 * VW, &a3, sizeof a3);                                    \
+            }                                                                              \
+            for (; i < n; i += VW) {                                                       \
+                memcpy(&a, v + i, sizeof a);                                               \
+                a = RS(erf)(a);                                                            \
+                memcpy(v + i, &a, sizeof a);                                               \
+            }                                                                              \
+            return;                                                                        \
+        case OP_NEG:                                                                       \
+        case OP_ABS:                                                                       \
+        case OP_RELU:                                                                      \
+            for (; i < n; i += VW) {                                                       \
+                memcpy(&a, v + i, sizeof a);                                               \
+                if (s->op == OP_NEG)                                                       \
+                    a = (VF)((VI)a ^ (-0x7fffffff - 1));                                   \
+                else if (s->op == OP_ABS)                                                  \
+                    a = (VF)((VI)a & 0x7fffffff);                                          \
+                else                                                                       \
+                    a = RS(select)(a <= 0.0f, RS(splat)(0.0f), a);                         \
+                memcpy(v + i, &a, sizeof a);                                               \
+            }                                                                              \
+            return;                                                                        \
+        default:                                                                           \
+            for (; i < n; i += VW) {                                                       \
+                memcpy(&a, v + i, sizeof a);                                               \
+                if (s->kind == KIND_INPUT)                                                 \
+                    memcpy(&b, o + i, sizeof b);                                           \
+                else                                                                       \
+                    b = scalar;                                                            \
+                a = s->value_first ? RS(binary)(s->op, a, b) : RS(binary)(s->op, b, a);    \
+                memcpy(v + i, &a, sizeof a);                                               \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    ATTR static void RS(run)(const step_t *steps, int count, const float *x, float *y,      \
+                             Py_ssize_t n) {                                               \
+        float v[BLOCK] __attribute__((aligned(64))), o[BLOCK] __attribute__((aligned(64))); \
+        for (Py_ssize_t start = 0; start < n; start += BLOCK) {                            \
+            const Py_ssize_t len = n - start < BLOCK ? n - start : BLOCK;                  \
+            const Py_ssize_t padded = (len + VW - 1) / VW * VW;                            \
+            memcpy(o, x + start, (size_t)len * 4);                                         \
+            memset(o + len, 0, (size_t)(padded - len) * 4);                                \
+            memcpy(v, o, (size_t)padded * 4);                                              \
+            for (int k = 0; k < count; k++) RS(step)(&steps[k], v, o, padded);             \
+            memcpy(y + start, v, (size_t)len * 4);                                         \
+        }                                                                                  \
+    }
+
+#define SFX generic
+#define VF v4f
+#define VI v4i
+#define VU v4u
+#define VW 4
+#define ATTR
+#include "vector_math.h"
+CHAIN_LEVEL
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+
+#if ONNXVIZ_X86
+#define SFX avx2
+#define VF v8f
+#define VI v8i
+#define VU v8u
+#define VW 8
+#define ATTR __attribute__((target("avx2,fma")))
+#include "vector_math.h"
+CHAIN_LEVEL
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+
+#define SFX avx512
+#define VF v16f
+#define VI v16i
+#define VU v16u
+#define VW 16
+#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#include "vector_math.h"
+CHAIN_LEVEL
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#endif
+
+/* The program's steps, checked; -1 with a ValueError set when it is not one. */
+static int parse(const Py_buffer *prog, step_t *steps) {
+    if (prog->len % 8 || prog->len / 8 > MAX_STEPS) {
+        PyErr_SetString(PyExc_ValueError, "run: the program is 8 bytes a step, at most 64 steps");
+        return -1;
+    }
+    const uint8_t *p = prog->buf;
+    const int count = (int)(prog->len / 8);
+    for (int k = 0; k < count; k++, p += 8) {
+        step_t *s = &steps[k];
+        s->op = p[0], s->kind = p[1], s->value_first = p[2] != 0;
+        memcpy(&s->scalar, p + 4, 4);
+        const int unary = s->op == OP_ERF || s->op == OP_NEG || s->op == OP_ABS ||
+                          s->op == OP_RELU;
+        if (s->op >= OP_COUNT || s->kind > KIND_INPUT || unary != (s->kind == KIND_NONE)) {
+            PyErr_Format(PyExc_ValueError, "run: step %d is not a step", k);
+            return -1;
+        }
+    }
+    return count;
+}
+
+static PyObject *py_run(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *yo;
+    Py_buffer prog;
+    if (!PyArg_ParseTuple(args, "OOy*:run", &xo, &yo, &prog)) return NULL;
+    step_t steps[MAX_STEPS];
+    const int count = parse(&prog, steps);
+    PyBuffer_Release(&prog);
+    if (count < 0) return NULL;
+    Py_buffer xv, yv;
+    if (onnxviz_get_floats(xo, &xv, 0, 0, 0, "run x") < 0) return NULL;
+    if (onnxviz_get_floats(yo, &yv, 0, 0, 1, "run y") < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    if (xv.len != yv.len) {
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+        PyErr_SetString(PyExc_ValueError, "run: x and y differ in length");
+        return NULL;
+    }
+    const float *x = xv.buf;
+    float *y = yv.buf;
+    const Py_ssize_t n = xv.len / 4;
+    Py_BEGIN_ALLOW_THREADS;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        run_avx512(steps, count, x, y, n);
+    else if (level == 1)
+        run_avx2(steps, count, x, y, n);
+    else
+#endif
+        run_generic(steps, count, x, y, n);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&xv);
+    PyBuffer_Release(&yv);
+    Py_RETURN_NONE;
+}
+
+ONNXVIZ_LEVEL_FUNCTIONS
+
+static PyMethodDef methods[] = {
+    {"run", py_run, METH_VARARGS,
+     "run(x, y, program): y = program's elementwise steps applied to x, float32 contiguous "
+     "buffers of one length (y may be x)."},
+    ONNXVIZ_LEVEL_METHODS
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chain", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__chain(void) { return PyModule_Create(&module); }

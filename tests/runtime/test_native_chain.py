@@ -1,0 +1,212 @@
+"""The compiled elementwise chain (runtime/native/_chain.c) that fusion_elementwise runs
+float32 chains through: the numpy block path's bits at every level this CPU has, for
+random chains of every step it takes, on values with NaN, infinities, signed zeros and
+subnormals; a model's GELU chain runs it and the stepped run agrees; a wrong program or
+buffer is a ValueError."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import fusion_elementwise, native
+from onnxviz.runtime.fusion_elementwise import ElementwiseChain, _Step
+from onnxviz.runtime.session import Session
+from tests.runtime.differential import assert_modes_agree
+from tests.runtime.native_modules import compiled
+
+pytestmark = pytest.mark.numeric
+
+LEVELS = native.levels()
+BINARY = ["Add", "Sub", "Mul", "Div"]
+UNARY = ["Erf", "Neg", "Abs", "Relu"]
+SPECIAL = np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-38, 3e38, -3e38, 1.0, -1.0],
+    np.float32,
+)
+
+
+def _module() -> Any:
+    return compiled("chain", "chains run their numpy block path")
+
+
+def _values(rng: np.random.Generator, n: int) -> np.ndarray:
+    x = (rng.standard_normal(n) * rng.choice([0.01, 1.0, 100.0])).astype(np.float32)
+    picks = rng.integers(0, n, size=min(n, 24))
+    x[picks] = rng.choice(SPECIAL, size=picks.size)
+    return x
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    """x's bits with every NaN the same: which NaN a sum of two NaNs keeps depends on
+    the order the compiler gives the operands of a commutative op, in numpy too."""
+    return np.where(np.isnan(x), np.float32(np.nan), x).view(np.int32)
+
+
+def _block_path(chain: ElementwiseChain, x: np.ndarray, scalars: dict[int, Any]) -> np.ndarray:
+    """The numpy block path, its Erf the compiled one even with the kernels off
+    (ONNXVIZ_NATIVE=off: numpy's own tanh then makes other bits, and the chain kernel
+    does not run)."""
+    out = np.empty_like(x)
+    erf = compiled("erf")
+    erf.set_level(native.cpu_level())
+    saved = fusion_elementwise._UNARY["Erf"]
+    fusion_elementwise._UNARY["Erf"] = lambda v, o: erf.erf(np.ascontiguousarray(v), o)
+    try:
+        with np.errstate(all="ignore"):
+            for start in range(0, x.size, 32768):
+                stop = min(start + 32768, x.size)
+                chain._run_block(x[start:stop], out[start:stop], scalars)
+    finally:
+        fusion_elementwise._UNARY["Erf"] = saved
+    return out
+
+
+step_strategy = st.one_of(
+    st.tuples(st.sampled_from(UNARY), st.just(None), st.just(True)),
+    st.tuples(st.sampled_from(BINARY), st.sampled_from(["scalar", "input"]), st.booleans()),
+)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    steps=st.lists(step_strategy, min_size=1, max_size=7),
+    scalars=st.lists(
+        st.one_of(
+            st.floats(-1e4, 1e4, width=32),
+            st.sampled_from([0.0, -0.0, 0.5, 1.4142135, float("inf"), float("nan")]),
+        ),
+        min_size=7,
+        max_size=7,
+    ),
+    n=st.sampled_from([1, 3, 15, 16, 17, 1023, 1024, 1025, 5000, 40000]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_random_chain_gives_the_block_paths_bits_at_every_level(
+    steps: list[tuple[str, str | None, bool]], scalars: list[float], n: int, seed: int
+) -> None:
+    module = _module()
+    chain_steps: list[_Step] = []
+    operands: dict[int, Any] = {}
+    for i, (op, other, value_first) in enumerate(steps):
+        if other is None:
+            chain_steps.append(_Step(op))
+        elif other == "input":
+            chain_steps.append(_Step(op, -1, value_first))
+        else:
+            operands[i + 1] = np.array(scalars[i], np.float32)
+            chain_steps.append(_Step(op, i + 1, value_first))
+    x = _values(np.random.default_rng(seed), n)
+    chain = ElementwiseChain([], chain_steps, {})
+    assert chain.native == (fusion_elementwise._NATIVE is not None)
+    want = _block_path(chain, x, operands)
+    program = chain._program(operands)
+    for level in LEVELS:
+        module.set_level(level)
+        got = np.full_like(x, 7.0)
+        module.run(x, got, program)
+        np.testing.assert_array_equal(_bits(got), _bits(want), f"level {level}")
+    module.set_level(native.cpu_level())
+    in_place = x.copy()
+    module.run(in_place, in_place, program)  # y may be x
+    np.testing.assert_array_equal(_bits(in_place), _bits(want))
+
+
+def _gelu_model() -> Any:
+    """BERT's GELU as TorchScript writes it: Div by sqrt 2, Erf, Add 1, Mul by x, Mul 0.5,
+    then a Relu and an Abs (steps only the compiled chain and the block path share)."""
+    f = TensorProto.FLOAT
+    consts = {"sqrt2": 1.4142135, "one": 1.0, "half": 0.5}
+    nodes = [
+        helper.make_node("Div", ["x", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+        helper.make_node("Mul", ["x", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["g"]),
+        helper.make_node("Sub", ["half", "g"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("Abs", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu",
+        [helper.make_tensor_value_info("x", f, [2, 8, 3072])],
+        [helper.make_tensor_value_info("y", f, None)],
+        [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_models_gelu_chain_runs_the_kernel_and_agrees_with_the_stepped_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = _module()
+    if fusion_elementwise._NATIVE is None:
+        pytest.skip("compiled kernels are off (ONNXVIZ_NATIVE=off): the block path runs")
+    calls: list[int] = []
+
+    class Counting:
+        def run(self, *args: Any) -> None:
+            calls.append(1)
+            module.run(*args)
+
+    monkeypatch.setattr(fusion_elementwise, "_NATIVE", Counting())
+    model = _gelu_model()
+    x = _values(np.random.default_rng(3), 2 * 8 * 3072).reshape(2, 8, 3072)
+    stepped = assert_modes_agree(model, {"x": x}, rtol=0.0)  # the same bits
+    assert calls, "the chain did not run the compiled kernel"
+    fused = Session(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(_bits(fused), _bits(stepped["y"]))
+
+
+def test_a_float64_chain_keeps_the_block_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    _module()
+    calls: list[int] = []
+
+    class Counting:
+        def run(self, *args: Any) -> None:
+            calls.append(1)
+
+    monkeypatch.setattr(fusion_elementwise, "_NATIVE", Counting())
+    model = _gelu_model()
+    for value in model.graph.input:
+        value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for init in model.graph.initializer:
+        init.CopyFrom(
+            numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float64), init.name)
+        )
+    x = np.random.default_rng(4).standard_normal((2, 8, 3072))
+    assert_modes_agree(model, {"x": x})
+    assert not calls
+
+
+def test_wrong_programs_and_buffers_raise_value_error() -> None:
+    module = _module()
+    x = np.ones(10, np.float32)
+    y = np.empty(10, np.float32)
+    step = struct.Struct("=BBBxf")
+    bad = [
+        b"\x00" * 7,  # not 8 bytes a step
+        step.pack(9, 0, 1, 0.0),  # no such op
+        step.pack(0, 0, 1, 0.0),  # Add without its operand
+        step.pack(4, 1, 1, 0.0),  # Erf with one
+        step.pack(0, 3, 1, 0.0),  # no such operand kind
+        step.pack(4, 0, 1, 0.0) * 65,  # too many steps
+    ]
+    for program in bad:
+        with pytest.raises(ValueError):
+            module.run(x, y, program)
+    with pytest.raises(ValueError):
+        module.run(x, np.empty(9, np.float32), step.pack(4, 0, 1, 0.0))
+    with pytest.raises(ValueError):
+        module.run(x.astype(np.float64), y, step.pack(4, 0, 1, 0.0))
