@@ -210,3 +210,38 @@ def test_wrong_programs_and_buffers_raise_value_error() -> None:
         module.run(x, np.empty(9, np.float32), step.pack(4, 0, 1, 0.0))
     with pytest.raises(ValueError):
         module.run(x.astype(np.float64), y, step.pack(4, 0, 1, 0.0))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the infinities and NaNs in x
+def test_gelu_through_the_chain_gives_the_numpy_steps_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Gelu kernel (approximate "none") runs its five steps as one chain program: the
+    same bits as its numpy steps, which call the same compiled erf."""
+    from onnxviz.runtime.kernels import chain_program, math_activation, math_erf
+
+    chain, erf = _module(), compiled("erf")
+    for module in (chain, erf):
+        module.set_level(native.cpu_level())
+    monkeypatch.setattr(math_erf, "_NATIVE", erf)
+    x = _values(np.random.default_rng(6), 50_000).reshape(50, 1000)
+    monkeypatch.setattr(chain_program, "CHAIN", None)
+    want = math_activation.gelu(x)
+    want16 = math_activation.gelu(x.astype(np.float16))
+    calls: list[int] = []
+
+    class Counting:
+        def run(self, *args: Any) -> None:
+            calls.append(1)
+            chain.run(*args)
+
+    monkeypatch.setattr(chain_program, "CHAIN", Counting())
+    got = math_activation.gelu(x)
+    assert calls and got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    # float16 goes through float32 and back, float64 keeps its numpy steps
+    got16 = math_activation.gelu(x.astype(np.float16))
+    assert got16.dtype == np.float16
+    np.testing.assert_array_equal(_bits(got16.astype(np.float32)), _bits(want16.astype(np.float32)))
+    calls.clear()
+    assert math_activation.gelu(x.astype(np.float64)).dtype == np.float64 and not calls

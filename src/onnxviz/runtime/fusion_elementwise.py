@@ -20,13 +20,12 @@ the block path's time).
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime import native
+from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.plan import PlanNode, fused_node
@@ -62,14 +61,8 @@ _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
 # Elements per block: a few blocks of this size stay in a core's L2 cache.
 _BLOCK = 32768
 
-# The compiled chain (native/_chain.c), None when compiled kernels are off or not built,
-# and its op codes: the steps whose float32 bits it gives as numpy's path does.
-_NATIVE = native.load("chain")
-_NATIVE_OPS = {
-    "Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Erf": 4, "Neg": 5, "Abs": 6, "Relu": 7,
-}  # fmt: skip
-_STEP = struct.Struct("=BBBxf")
-_NATIVE_MAX_STEPS = 64  # _chain.c's MAX_STEPS
+# The compiled chain (native/_chain.c), None when compiled kernels are off or not built.
+_NATIVE = chain_program.CHAIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +162,8 @@ class ElementwiseChain:
         self.place_of = place_of  # outside slot -> input place
         self.native = (
             _NATIVE is not None
-            and len(steps) <= _NATIVE_MAX_STEPS
-            and all(s.op_type in _NATIVE_OPS for s in steps)
+            and len(steps) <= chain_program.MAX_STEPS
+            and all(s.op_type in chain_program.OPS for s in steps)
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -193,13 +186,13 @@ class ElementwiseChain:
         parts = []
         for step in self.steps:
             if step.other is None:
-                kind, value = 0, 0.0
+                kind, value = chain_program.NONE, 0.0
             elif step.other == -1:
-                kind, value = 2, 0.0
+                kind, value = chain_program.INPUT, 0.0
             else:
-                kind, value = 1, float(scalars[step.other])
-            parts.append(_STEP.pack(_NATIVE_OPS[step.op_type], kind, step.value_first, value))
-        return b"".join(parts)
+                kind, value = chain_program.SCALAR, float(scalars[step.other])
+            parts.append((step.op_type, kind, step.value_first, value))
+        return chain_program.program(parts)
 
     def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
         """Every other operand is one element of x's dtype that does not add axes."""
