@@ -3,11 +3,11 @@
  *   erf(x, y): y = erf(x) element by element; x and y contiguous float32 buffers of one
  *   length (y may be x).
  *
- * The form is kernels/math_erf.py's single-precision one, tanh(x P(x^2)) (vector_math.h),
- * which numpy makes as 17 passes through memory per block; here it is one.  Every level
- * gives the same bits (vector_math.h); they differ from the numpy path's only through the
- * tanh (this module's, within 1.5 ulp, against numpy's own), so both run modes call this
- * kernel: the plain Erf kernel, Gelu and the fused elementwise chains alike.
+ * The function is vector_math.h's erf (a polynomial below 1, one of three by unit
+ * interval from 1 to 4, within 1.4 ulp), one pass where kernels/math_erf.py's numpy form
+ * tanh(x P(x^2)) makes 17 per block.  Every level gives the same bits (vector_math.h);
+ * they are not the numpy path's, so both run modes call this kernel: the plain Erf
+ * kernel, Gelu and the fused elementwise chains (native/_chain.c) alike.
  *
  * Levels (native/__init__.py): 0 generic C (4-lane vectors); 1 AVX2; 2 and 3 AVX-512F. */
 #define PY_SSIZE_T_CLEAN
@@ -27,9 +27,9 @@
 
 static int level = 0;
 
-/* Four vectors a turn: each erf is one long chain of dependent operations (two
- * polynomials, an exp, a division), and one chain a turn left the core waiting on it;
- * four independent ones took 0.83x the time (AVX-512 and AVX2), the same bits. */
+/* Four vectors a turn: each erf is one long chain of dependent operations, and one
+ * chain a turn left the core waiting on it (with the former tanh form, four independent
+ * ones took 0.83x the time, the same bits). */
 #define ERF_LOOP                                                                           \
     ATTR static void RS(erf_buffer)(const float *x, float *y, Py_ssize_t n) {             \
         Py_ssize_t i = 0;                                                                  \

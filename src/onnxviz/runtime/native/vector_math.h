@@ -105,22 +105,43 @@ ATTR static inline void RS(storen)(float *p, VF v, int n) {
 }
 
 
-/* erf(x) in float32 as kernels/math_erf.py's single-precision form: tanh(x P(x^2)) with
- * x clipped to [-4.2, 4.2] (beyond it float32 erf is +-1 and so is the tanh) and P of
- * degree 7 by Horner, in numpy's order with the coefficients rounded to float32 (the
- * product and sum of each step round apart, as numpy's passes do): only the tanh is this
- * module's instead of numpy's. */
+/* erf(x) in float32, within 1.4 ulp of the correctly rounded value (tests: 3), by |x|:
+ *   below 1: |x| + (|x| (c0 - 1) + |x| t Q(t)), t = x^2, erf(x)/x = c0 + t Q(t) fitted
+ *     for relative error (Q of degree 5); the leading |x| added last keeps the result
+ *     within an ulp and a half where a plain |x| P(t) lost 2.3;
+ *   1 to 4: a degree-8 polynomial in |x| minus the middle of its unit interval (1.5,
+ *     2.5 or 3.5, exact by Sterbenz), its coefficients picked by two selects;
+ *   from 4: 1 (erf(4) is 1 - 1.5e-8, which rounds to 1; the infinities too);
+ * then x's sign (erf(-0) = -0; a NaN stays a NaN).  The coefficients are least-squares
+ * fits on Chebyshev nodes in float64 (mpmath's erf), checked in float32 arithmetic.
+ * About 60 operations and no division, where tanh(x P(x^2)) with an exp and a division
+ * took twice the time. */
 ATTR static inline VF RS(erf)(VF x) {
-    VF xs = RS(select)(x > 4.2f, RS(splat)(4.2f), x); /* a NaN stays */
-    xs = RS(select)(xs < -4.2f, RS(splat)(-4.2f), xs);
-    VF t = xs * xs;
-    VF p = t * 4.653078797267618e-09f;
-    p = p + 4.392321955801193e-08f;
-    p = p * t + -4.911259989623384e-06f;
-    p = p * t + 8.491305527522867e-05f;
-    p = p * t + -0.0006150139006908897f;
-    p = p * t + -0.00019571050846250992f;
-    p = p * t + 0.10277030973287303f;
-    p = p * t + 1.1283791688623899f;
-    return RS(tanh)(p * xs);
+    VF a = (VF)((VI)x & 0x7fffffff);
+    VF t = a * a;
+    VF q = RS(splat)(7.897971e-05f);
+    q = q * t + -0.0008024285f;
+    q = q * t + 0.005190046f;
+    q = q * t + -0.026854804f;
+    q = q * t + 0.11283612f;
+    q = q * t + -0.3761263f;
+    VF small = a + (a * 0.12837917f + a * (t * q));
+    VI two = a >= 2.0f, three = a >= 3.0f;
+#define ERF_C(c1, c2, c3) \
+    RS(select)(three, RS(splat)(c3), RS(select)(two, RS(splat)(c2), RS(splat)(c1)))
+    VF u = a - ERF_C(1.5f, 2.5f, 3.5f);
+    VF p = ERF_C(-0.0024318998f, 0.00030644276f, -3.703773e-05f);
+    p = p * u + ERF_C(-0.0038323037f, 0.000403012f, 6.689166e-05f);
+    p = p * u + ERF_C(0.019348333f, -0.0028082759f, -7.714558e-05f);
+    p = p * u + ERF_C(-0.015034342f, 0.006143394f, 8.048107e-05f);
+    p = p * u + ERF_C(-0.044601757f, -0.008621509f, -6.777085e-05f);
+    p = p * u + ERF_C(0.13876362f, 0.008348284f, 4.2409203e-05f);
+    p = p * u + ERF_C(-0.1783953f, -0.0054457374f, -1.8896344e-05f);
+    p = p * u + ERF_C(0.11893007f, 0.002178318f, 5.3972935e-06f);
+    p = p * u + ERF_C(0.96610516f, 0.999593f, 0.9999993f);
+#undef ERF_C
+    VF y = RS(select)(a < 1.0f, small, p);
+    y = RS(select)(y > 1.0f, RS(splat)(1.0f), y);
+    y = RS(select)(a >= 4.0f, RS(splat)(1.0f), y);
+    return (VF)((VI)y | ((VI)x & (-0x7fffffff - 1)));
 }
