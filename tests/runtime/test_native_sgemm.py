@@ -487,7 +487,9 @@ def test_a_weight_reshaped_at_run_time_is_packed_once_over_runs(monkeypatch):
 
     monkeypatch.setattr(packed_gemm, "pack", counting_pack)
     _weight_cache.clear()
-    with threadpool_limits(1):  # the kernel serves single-threaded BLAS (use_for)
+    # the kernels on at this CPU's level even under ONNXVIZ_NATIVE=off; one BLAS thread,
+    # which the kernel serves (use_for)
+    with threadpool_limits(1), _level(native.cpu_level()):
         session = Session(model)
         for _ in range(3):
             y = session.run({"v": v})["y"]
