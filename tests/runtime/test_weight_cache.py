@@ -264,3 +264,17 @@ def test_a_packed_weight_counts_against_the_cap() -> None:
     x = _frozen_copy(np.arange(16, dtype=np.float32))
     wc.derived("t", (x,), (), lambda: (bytearray(1000), 7))
     assert wc.stored_bytes() == 1000
+
+
+def test_a_source_made_writeable_again_is_not_served_its_old_form() -> None:
+    """An array that owns its memory may be made writeable again and changed: the form
+    remembered for that very object (the fast path of a repeated call) is not served."""
+    x = np.arange(100, dtype=np.float32)
+    x.flags.writeable = False
+    assert wc.frozen(x)
+    first = wc.derived("t", (x,), (), lambda: x * 2)
+    assert wc.derived("t", (x,), (), lambda: x * 3) is first  # stored, then remembered
+    x.flags.writeable = True
+    x[0] = 100.0
+    again = wc.derived("t", (x,), (), lambda: x * 2)
+    assert again[0] == 200.0
