@@ -10,6 +10,11 @@ kernels/row_norm.py).
   (x + skip) + bias bit for bit numpy's.  Property-based too (hypothesis).
 * NaN and inf go through a row as on the numpy path; epsilon is added as a float32.
 * Every size and buffer is checked: a wrong call raises ValueError.
+* Wired in: LayerNormalization, RMSNormalization, the com.microsoft LayerNormalization,
+  SimplifiedLayerNormalization, SkipLayerNormalization and SkipSimplifiedLayerNormalization
+  and the written-out (TorchScript) layer norm give the kernel's numbers, within the
+  bound of their numpy paths' (kernel off); stepped, fused and plain runs of models with
+  them agree (differential.assert_modes_agree) at every level.
 """
 
 from __future__ import annotations
@@ -20,12 +25,17 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import contrib_ms, row_norm
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import contrib_ms, nn_norm, row_norm
+from onnxviz.runtime.session import Session
+from tests.runtime.differential import assert_modes_agree
 from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
@@ -307,3 +317,173 @@ def test_wrong_buffers_are_refused() -> None:
             call(**bad)
     with pytest.raises((ValueError, BufferError)):
         call(y=np.frombuffer(bytes(48), np.float32))  # read-only
+
+
+# --- wired into the kernels ---------------------------------------------------------
+
+
+def test_the_kernels_route_float32_through_it() -> None:
+    """Each op kernel gives the compiled kernel's numbers when it is on, and within the
+    bound of them on its numpy path (kernel off); float64 keeps the numpy path."""
+    _module()
+    if native.requested_level() is None:  # ONNXVIZ_NATIVE=off: the numpy paths run
+        assert row_norm._NORM is None and not row_norm.enabled()
+        return
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 5, 64)) * 2 + 1).astype(np.float32)
+    skip = rng.standard_normal((2, 5, 64)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    calls: list[Any] = [
+        lambda: nn_norm.layer_norm(x, g, b),
+        lambda: nn_norm.layer_norm(x, g.reshape(1, 64), None, axis=-1),
+        lambda: nn_norm.layer_norm(x, np.tile(g, 5).reshape(5, 64), np.tile(b, (5, 1)), axis=1),
+        lambda: (nn_norm.rms_norm(x, g, epsilon=1e-6),),
+        lambda: contrib_ms.ms_layer_norm(x, g, b),
+        lambda: contrib_ms._simplified_layer_norm(x, g),
+        lambda: contrib_ms.skip_layer_norm(x, skip, g, b, bias),
+        lambda: contrib_ms.skip_layer_norm(x, skip[0], g, None, None),  # skip broadcast
+        lambda: contrib_ms.skip_simplified_layer_norm(x, skip, g, bias),
+    ]
+    real = row_norm.normalize
+    results: list[Any] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    for i, call in enumerate(calls):
+        results.clear()
+        with mock.patch.object(row_norm, "normalize", spy):
+            got = call()
+        assert len(results) == 1 and results[0] is not None, i
+        with mock.patch.object(row_norm, "_NORM", None):
+            want = call()
+        assert len(got) == len(want)
+        for k, (a, w) in enumerate(zip(got, want)):
+            assert a.shape == w.shape and a.dtype == w.dtype, (i, k)
+            scale = max(float(np.max(np.abs(w))), 1.0)
+            np.testing.assert_allclose(a, w, rtol=3e-6, atol=3e-6 * scale, err_msg=f"{i} {k}")
+    x64 = x.astype(np.float64)
+    with mock.patch.object(row_norm, "_NORM", None):
+        want64 = nn_norm.layer_norm(x64, g, b, stash_type=11)
+    np.testing.assert_array_equal(nn_norm.layer_norm(x64, g, b, stash_type=11)[0], want64[0])
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, np.ndarray],
+    consts: dict[str, Any],
+    outputs: list[str],
+    domain_ms: bool = False,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "norm",
+        [
+            helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 17)]
+    if domain_ms:
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def _agree_at_every_level(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    for level in LEVELS:
+        with _at(level):
+            assert_modes_agree(model, feeds)
+
+
+def test_layer_normalization_models_agree() -> None:
+    """A ViT-sized LayerNormalization with its mean and inv_std outputs, over the last
+    axis and over the last two."""
+    _module()
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((1, 197, 192)) * 4 + 2).astype(np.float32)
+    consts = {
+        "g": rng.uniform(0.5, 1.5, 192).astype(np.float32),
+        "b": rng.standard_normal(192).astype(np.float32),
+        "g2": rng.uniform(0.5, 1.5, (197, 192)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "m", "i"], epsilon=1e-6),
+        helper.make_node("LayerNormalization", ["y", "g2"], ["z"], axis=1),
+    ]
+    _agree_at_every_level(_model(nodes, {"x": x}, consts, ["y", "m", "i", "z"]), {"x": x})
+
+
+def test_written_out_layer_norm_models_agree() -> None:
+    """TorchScript's nine-node nn.LayerNorm, BERT-tiny's width: fused into one node that
+    runs the kernel, within float32 rounding of the stepped nodes."""
+    _module()
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((1, 128, 128)) * 3 + 0.5).astype(np.float32)
+    consts = {
+        "axes": np.array([-1], np.int64),
+        "two": np.array(2.0, np.float32),
+        "eps": np.array(1e-12, np.float32),
+        "g": rng.uniform(0.5, 1.5, 128).astype(np.float32),
+        "b": rng.standard_normal(128).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+        helper.make_node("Sub", ["x", "m"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+        helper.make_node("Add", ["v", "eps"], ["e"]),
+        helper.make_node("Sqrt", ["e"], ["s"]),
+        helper.make_node("Div", ["d", "s"], ["n"]),
+        helper.make_node("Mul", ["n", "g"], ["yg"]),
+        helper.make_node("Add", ["yg", "b"], ["y"]),
+    ]
+    model = _model(nodes, {"x": x}, consts, ["y"])
+    fused = run_nodes(Session(model).plan)
+    assert [type(pn.fused).__name__ for pn in fused] == ["LayerNormChain"]
+    _agree_at_every_level(model, {"x": x})
+
+
+@pytest.mark.parametrize("simplified", [False, True])
+def test_skip_layer_normalization_models_agree(simplified: bool) -> None:
+    """The com.microsoft Skip(Simplified)LayerNormalization with every output (the sum
+    too) feeding a second norm, Llama's and BERT's widths."""
+    _module()
+    rng = np.random.default_rng(8)
+    width = 2048 if simplified else 768
+    x = rng.standard_normal((1, 6, width)).astype(np.float32)
+    skip = (rng.standard_normal((1, 6, width)) * 4).astype(np.float32)
+    consts = {
+        "g": rng.uniform(0.5, 1.5, width).astype(np.float32),
+        "b": rng.standard_normal(width).astype(np.float32),
+        "bias": rng.standard_normal(width).astype(np.float32),
+    }
+    if simplified:
+        first = helper.make_node(
+            "SkipSimplifiedLayerNormalization",
+            ["x", "skip", "g", "bias"],
+            ["y", "", "i", "t"],
+            domain="com.microsoft",
+            epsilon=1e-6,
+        )
+        second = helper.make_node(
+            "SimplifiedLayerNormalization", ["t", "g"], ["z", "i2"], epsilon=1e-6
+        )
+        outputs = ["y", "i", "t", "z", "i2"]
+    else:
+        first = helper.make_node(
+            "SkipLayerNormalization",
+            ["x", "skip", "g", "b", "bias"],
+            ["y", "m", "i", "t"],
+            domain="com.microsoft",
+        )
+        second = helper.make_node(
+            "LayerNormalization", ["t", "g", "b"], ["z"], domain="com.microsoft"
+        )
+        outputs = ["y", "m", "i", "t", "z"]
+    model = _model([first, second], {"x": x, "skip": skip}, consts, outputs, domain_ms=True)
+    _agree_at_every_level(model, {"x": x, "skip": skip})
