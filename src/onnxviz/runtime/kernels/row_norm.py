@@ -100,6 +100,8 @@ def normalize(
     total = np.empty(x.shape, _F32) if s is not None or bi is not None else None
     eps = _EPS.get(epsilon)
     if eps is None:
-        eps = _EPS[epsilon] = float(np.float32(epsilon))
+        eps = float(np.float32(epsilon))
+        if len(_EPS) < 64:  # (a NaN epsilon never matches itself: keep the cache small)
+            _EPS[epsilon] = eps
     module.norm(src, y, cols, eps, rms, g, b, s, bi, total, mean, inv_std)
     return y, mean, inv_std, total
