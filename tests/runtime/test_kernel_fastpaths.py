@@ -752,9 +752,19 @@ def test_group_query_attention_matches_the_plain_formula(case) -> None:
     st.integers(0, 2**16),
 )
 def test_contrib_layer_norms_reduce_like_numpys_mean(b, s, n, dtype, magnitude, seed) -> None:
-    """The com.microsoft normalisations sum with np.add.reduce and divide in the input's
+    """The com.microsoft normalisations' numpy path (the compiled row kernel off; it has
+    its own tests, test_native_norm.py) sums with np.add.reduce and divides in the input's
     precision instead of calling np.mean: the mean and 1/std outputs are numpy's own, bit
     for bit, and the normalised outputs follow from them."""
+    from unittest import mock
+
+    from onnxviz.runtime.kernels import row_norm
+
+    with mock.patch.object(row_norm, "_NORM", None):
+        _contrib_layer_norms_like_numpy(b, s, n, dtype, magnitude, seed)
+
+
+def _contrib_layer_norms_like_numpy(b, s, n, dtype, magnitude, seed) -> None:
     from onnxviz.runtime.kernels.contrib_ms import ms_layer_norm, skip_simplified_layer_norm
 
     rng = np.random.default_rng(seed)

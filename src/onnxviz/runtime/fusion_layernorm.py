@@ -10,8 +10,11 @@ TorchScript exports (and older opsets, which have no LayerNormalization) write
 Each node is a dispatch, an allocation and a pass through memory; on a small transformer
 (BERT-tiny, a GPT-2 decoder step over a few tokens) the nine nodes cost more than the
 arithmetic.  `find_layer_norms` finds the pattern (every intermediate used only inside
-it, none a graph output) and `LayerNormChain` runs it as one node that computes the
-same steps in the same order and dtype into one output array.
+it, none a graph output) and `LayerNormChain` runs it as one node.  In float32, with
+gamma and beta one value per column (or absent), that node is the compiled row kernel
+(kernels/row_norm.py: one pass through memory), within float32 rounding of the nodes;
+otherwise (float64, compiled kernels off) it computes the nodes' own steps in their
+order and dtype into one output array, bit for bit the nodes' result.
 
 What the plan cannot see is checked at run time: both means over exactly the last axis
 with kept dimensions, an exponent of 2, a one-element epsilon, and gamma/beta of the
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
 if TYPE_CHECKING:
@@ -194,6 +198,13 @@ class LayerNormChain:
         n = x.shape[-1]
         if n >= 1 << 24:  # the count is no longer exact in float32: numpy's own mean
             return self._one_by_one(ex, ins)
+        if x.dtype == np.float32 and row_norm.enabled():
+            # The affine steps are a Mul by gamma, then possibly an Add of beta.
+            gamma = consts[0] if consts else None
+            beta = consts[1] if len(consts) > 1 else None
+            done = row_norm.normalize(x, x.ndim - 1, float(eps.reshape(())), gamma=gamma, beta=beta)
+            if done is not None:
+                return [done[0]]
         # The nodes' own steps, in their order and dtype, into one array.  The means are
         # numpy's (ReduceMean's kernel): the same pairwise sum in x's dtype, then a
         # division by the count, which numpy does in float64 and rounds once to x's

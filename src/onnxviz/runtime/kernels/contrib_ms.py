@@ -4,7 +4,8 @@ Gelu, FastGelu, BiasGelu, QuickGelu, BiasAdd, FusedMatMul and the fused normalis
 LayerNormalization).
 
 These ops have no ONNX schema, so the attribute defaults are written here (as onnxruntime
-documents them).  Half-precision inputs are computed in float32 and rounded once."""
+documents them).  Half-precision inputs are computed in float32 and rounded once.  The
+float32 normalisations run the compiled row kernel (row_norm.py) when it is there."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import math
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.kernels.contrib_common import standard_kernel
 from onnxviz.runtime.registry import kernel
 
@@ -162,6 +164,9 @@ def ms_layer_norm(
     xa = np.asarray(x)
     v = _wide(xa)
     ax = _norm_axis(axis, v.ndim, "LayerNormalization")
+    done = row_norm.normalize(v, ax, epsilon, gamma=_wide(scale), beta=b)
+    if done is not None:
+        return done[0].astype(xa.dtype, copy=False), done[1], done[2]
     y, mean, inv_std = _normalize(v, ax, epsilon, simplified=False)
     y *= _wide(scale)
     if b is not None:
@@ -179,6 +184,9 @@ def _simplified_layer_norm(
     xa = np.asarray(x)
     v = _wide(xa)
     ax = _norm_axis(axis, v.ndim, "SimplifiedLayerNormalization")
+    done = row_norm.normalize(v, ax, epsilon, rms=True, gamma=_wide(scale))
+    if done is not None:
+        return done[0].astype(np.asarray(scale).dtype, copy=False), done[2]
     y, _, inv_std = _normalize(v, ax, epsilon, simplified=True)
     y *= _wide(scale)
     return y.astype(np.asarray(scale).dtype, copy=False), inv_std.astype(np.float32, copy=False)
@@ -200,6 +208,19 @@ def _skip_norm(
     simplified: bool,
 ) -> tuple[np.ndarray, ...]:
     xa = np.asarray(x)
+    if xa.dtype == np.float32 and xa.ndim:
+        done = row_norm.normalize(
+            xa,
+            xa.ndim - 1,
+            epsilon,
+            rms=simplified,
+            gamma=_wide(gamma),
+            beta=beta,
+            skip=_wide(skip),
+            bias=bias,
+        )
+        if done is not None and done[3] is not None:  # (mean: 0 for the simplified op)
+            return done[0], done[1], done[2], done[3]
     total = _wide(xa) + _wide(skip)
     if bias is not None:
         total += _wide(bias)

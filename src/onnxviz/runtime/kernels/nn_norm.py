@@ -3,6 +3,8 @@ LpNormalization, MeanVarianceNormalization, LRN, and Dropout.
 
 Statistics are computed in the stash precision (float32 unless the input is float64)
 with whole-tensor reductions; the affine part is folded into one multiply-add.
+Layer and RMS normalisation in float32 run the compiled row kernel (row_norm.py) when it
+is there, and these numpy paths otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.dtypes import np_dtype
+from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -231,6 +234,9 @@ def layer_norm(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     axes = _trailing_axes(x, axis)
     xs = _stash(x, stash_type)
+    done = row_norm.normalize(xs, axes[0], epsilon, gamma=scale, beta=b)
+    if done is not None:
+        return done[0].astype(x.dtype, copy=False), done[1], done[2]
     normed, mean, inv_std = _normalize(xs, axes, epsilon)
     normed *= scale.astype(xs.dtype, copy=False)
     if b is not None:
@@ -249,6 +255,10 @@ def rms_norm(
 ) -> np.ndarray:
     axes = _trailing_axes(x, axis)
     xs = _stash(x, stash_type)
+    if x.dtype == np.float32:  # (narrower x: the numpy path rounds before the scale)
+        done = row_norm.normalize(xs, axes[0], epsilon, rms=True, gamma=scale)
+        if done is not None:
+            return done[0].astype(x.dtype, copy=False)
     ms = np.mean(np.square(xs), axis=axes, keepdims=True)
     y = xs / np.sqrt(ms + xs.dtype.type(epsilon))
     y = y.astype(x.dtype, copy=False)

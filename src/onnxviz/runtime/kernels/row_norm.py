@@ -1,0 +1,107 @@
+"""float32 layer and RMS normalisation over trailing axes through the compiled kernel
+(native/_norm.c): one read and one write of each row where the numpy paths make 5-8
+passes.  LayerNormalization, RMSNormalization, the com.microsoft (Skip)(Simplified)
+LayerNormalization ops and the written-out layer norm (fusion_layernorm.py) call
+`normalize` first and run their numpy path when it returns None: compiled kernels off
+(ONNXVIZ_NATIVE=off) or not built, not float32, or a gamma/beta/bias that is not one
+value per normalised element.
+
+The kernel is within float32 rounding of the exact result, relative to the output's own
+size whatever the row's offset (_norm.c's header has the bound); the numpy paths round
+differently, so a stepped run and an unwatched one agree bit for bit where both call the
+same op kernel, and within rounding where the stepped run is a written-out chain.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from onnxviz.runtime import native
+
+# The compiled module, None when compiled kernels are off or not built.
+_NORM = native.load("norm")
+
+_F32 = np.dtype(np.float32)
+# epsilon -> epsilon rounded to float32 (a model has a few; np.float32 costs ~0.3 us).
+_EPS: dict[float, float] = {}
+
+
+def enabled() -> bool:
+    return _NORM is not None
+
+
+def _per_element(p: Any, x: np.ndarray, axis: int, cols: int) -> np.ndarray | None:
+    """``p`` as ``cols`` contiguous float32 values, one per normalised element, or None
+    when it is not that (it would broadcast along a normalised axis or over the rows, or
+    grow the result's rank)."""
+    if type(p) is not np.ndarray or p.size != cols or p.dtype.kind != "f" or p.ndim > x.ndim:
+        return None
+    trailing = x.shape[axis:]
+    if p.dtype == _F32 and p.flags.c_contiguous and p.shape[-1:] == trailing[-1:] == (cols,):
+        return p  # the common case as it is: the kernel reads any contiguous shape
+    if p.shape != trailing:
+        lead = max(p.ndim - len(trailing), 0)
+        if any(d != 1 for d in p.shape[:lead]):
+            return None
+        try:  # of equal size, a shape that broadcasts to trailing is trailing up to 1s
+            if np.broadcast_shapes(p.shape[lead:], trailing) != trailing:
+                return None
+        except ValueError:
+            return None
+    return np.ascontiguousarray(p.reshape(-1), dtype=_F32)
+
+
+def normalize(
+    x: np.ndarray,
+    axis: int,
+    epsilon: float,
+    *,
+    rms: bool = False,
+    gamma: Any = None,
+    beta: Any = None,
+    skip: Any = None,
+    bias: Any = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(y, mean, inv_std, total) for float32 ``x`` normalised over its axes from
+    ``axis`` (non-negative) on; mean and inv_std keep those axes as size 1 (mean is 0
+    for rms), total is (x + skip) + bias when a skip or bias is given (else None).
+    epsilon is rounded to float32 first, as the numpy paths do.  None when the kernel
+    cannot take the call (the caller runs its numpy path)."""
+    module = _NORM
+    if module is None or type(x) is not np.ndarray or x.dtype != _F32 or not x.size:
+        return None
+    cols = math.prod(x.shape[axis:])
+    if cols < 1:
+        return None
+    g = b = bi = s = None
+    if gamma is not None and (g := _per_element(gamma, x, axis, cols)) is None:
+        return None
+    if beta is not None and (b := _per_element(beta, x, axis, cols)) is None:
+        return None
+    if bias is not None and (bi := _per_element(bias, x, axis, cols)) is None:
+        return None
+    if skip is not None:
+        if type(skip) is not np.ndarray or skip.dtype != _F32:
+            return None
+        if skip.shape != x.shape:
+            try:
+                skip = np.broadcast_to(skip, x.shape)
+            except ValueError:
+                return None  # the numpy path says what does not broadcast
+        s = skip if skip.flags.c_contiguous else np.ascontiguousarray(skip)
+    src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    kept = x.shape[:axis] + (1,) * (x.ndim - axis)
+    y = np.empty(x.shape, _F32)
+    mean = np.empty(kept, _F32)
+    inv_std = np.empty(kept, _F32)
+    total = np.empty(x.shape, _F32) if s is not None or bi is not None else None
+    eps = _EPS.get(epsilon)
+    if eps is None:
+        eps = float(np.float32(epsilon))
+        if len(_EPS) < 64:  # (a NaN epsilon never matches itself: keep the cache small)
+            _EPS[epsilon] = eps
+    module.norm(src, y, cols, eps, rms, g, b, s, bi, total, mean, inv_std)
+    return y, mean, inv_std, total
