@@ -26,12 +26,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
-#endif
 
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_COUNT };
 enum { KIND_NONE, KIND_SCALAR, KIND_INPUT };
@@ -124,52 +118,8 @@ static int level = 0;
         }                                                                                  \
     }
 
-#define SFX generic
-#define VF v4f
-#define VI v4i
-#define VU v4u
-#define VW 4
-#define ATTR
-#include "vector_math.h"
-CHAIN_LEVEL
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#if ONNXVIZ_X86
-#define SFX avx2
-#define VF v8f
-#define VI v8i
-#define VU v8u
-#define VW 8
-#define ATTR __attribute__((target("avx2,fma")))
-#include "vector_math.h"
-CHAIN_LEVEL
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#define SFX avx512
-#define VF v16f
-#define VI v16i
-#define VU v16u
-#define VW 16
-#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
-#include "vector_math.h"
-CHAIN_LEVEL
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#endif
+#define VECTOR_LEVEL_BODY CHAIN_LEVEL
+#include "vector_levels.h"
 
 /* The program's steps, checked; -1 with a ValueError set when it is not one. */
 static int parse(const Py_buffer *prog, step_t *steps) {
@@ -203,17 +153,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     PyBuffer_Release(&prog);
     if (count < 0) return NULL;
     Py_buffer xv, yv;
-    if (onnxviz_get_floats(xo, &xv, 0, 0, 0, "run x") < 0) return NULL;
-    if (onnxviz_get_floats(yo, &yv, 0, 0, 1, "run y") < 0) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    if (xv.len != yv.len) {
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&yv);
-        PyErr_SetString(PyExc_ValueError, "run: x and y differ in length");
-        return NULL;
-    }
+    if (onnxviz_get_float_pair(xo, yo, &xv, &yv, "run") < 0) return NULL;
     const float *x = xv.buf;
     float *y = yv.buf;
     const Py_ssize_t n = xv.len / 4;

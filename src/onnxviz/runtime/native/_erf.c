@@ -18,12 +18,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
-#endif
 
 static int level = 0;
 
@@ -51,69 +45,15 @@ static int level = 0;
         }                                                                                  \
     }
 
-#define SFX generic
-#define VF v4f
-#define VI v4i
-#define VU v4u
-#define VW 4
-#define ATTR
-#include "vector_math.h"
-ERF_LOOP
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#if ONNXVIZ_X86
-#define SFX avx2
-#define VF v8f
-#define VI v8i
-#define VU v8u
-#define VW 8
-#define ATTR __attribute__((target("avx2,fma")))
-#include "vector_math.h"
-ERF_LOOP
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#define SFX avx512
-#define VF v16f
-#define VI v16i
-#define VU v16u
-#define VW 16
-#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
-#include "vector_math.h"
-ERF_LOOP
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#endif
+#define VECTOR_LEVEL_BODY ERF_LOOP
+#include "vector_levels.h"
 
 static PyObject *py_erf(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *yo;
     if (!PyArg_ParseTuple(args, "OO:erf", &xo, &yo)) return NULL;
     Py_buffer xv, yv;
-    if (onnxviz_get_floats(xo, &xv, 0, 0, 0, "erf x") < 0) return NULL;
-    if (onnxviz_get_floats(yo, &yv, 0, 0, 1, "erf y") < 0) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    if (xv.len != yv.len) {
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&yv);
-        PyErr_SetString(PyExc_ValueError, "erf: x and y differ in length");
-        return NULL;
-    }
+    if (onnxviz_get_float_pair(xo, yo, &xv, &yv, "erf") < 0) return NULL;
     const float *x = xv.buf;
     float *y = yv.buf;
     const Py_ssize_t n = xv.len / 4;

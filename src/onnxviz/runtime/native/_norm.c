@@ -30,12 +30,6 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
-#endif
 
 /* Half-width float and double vectors (the statistics run in double). */
 typedef float v2f __attribute__((vector_size(8)));

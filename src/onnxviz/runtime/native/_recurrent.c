@@ -47,14 +47,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-/* Vector types wider than the baseline's are passed only between functions of their own
- * level (all static, same target attribute): the ABI note does not concern them. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 #if ONNXVIZ_X86
 #include <immintrin.h>

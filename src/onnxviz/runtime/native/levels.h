@@ -87,4 +87,22 @@ static int onnxviz_get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, 
     return 0;
 }
 
+/* x (read) and y (written), float32 buffers of one length, for an elementwise function
+ * `name` (y may be x); 0, or -1 with the error set and neither held. */
+static int onnxviz_get_float_pair(PyObject *xo, PyObject *yo, Py_buffer *x, Py_buffer *y,
+                                  const char *name) {
+    if (onnxviz_get_floats(xo, x, 0, 0, 0, name) < 0) return -1;
+    if (onnxviz_get_floats(yo, y, 0, 0, 1, name) < 0) {
+        PyBuffer_Release(x);
+        return -1;
+    }
+    if (x->len != y->len) {
+        PyBuffer_Release(x);
+        PyBuffer_Release(y);
+        PyErr_Format(PyExc_ValueError, "%s: x and y differ in length", name);
+        return -1;
+    }
+    return 0;
+}
+
 #endif

@@ -6,6 +6,16 @@
 
 #include <stdint.h>
 
+/* Every includer computes with these types at each level and means its products and
+ * sums as written (no contraction into fused multiply-adds, so every level gives the
+ * same bits); the wide types never cross a call between levels. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* wide vectors stay within their level */
+#endif
+
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
