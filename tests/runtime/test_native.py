@@ -82,6 +82,31 @@ def test_off_loads_nothing(monkeypatch):
     assert native.level() is None
 
 
+def test_a_kept_module_is_still_set_to_the_current_level(monkeypatch):
+    """`load` keeps the modules it imported; each call still sets the process's level
+    (tests force levels by setting native._LEVEL) and answers None when the kernels are
+    off, and a module that is not there is never kept as missing."""
+    if not native.built("conv"):
+        pytest.skip("_conv was not built here")
+    best = native.cpu_level()
+    saved = native._LEVEL
+    monkeypatch.setattr(native, "_LEVEL", best)  # (ONNXVIZ_NATIVE=off too)
+    first = native.load("conv")
+    assert first is not None and native.load("conv") is first
+    try:
+        for level in native.levels():
+            monkeypatch.setattr(native, "_LEVEL", level)
+            module = native.load("conv")
+            assert module is first and module.level() == level
+        monkeypatch.setattr(native, "_LEVEL", None)
+        assert native.load("conv") is None
+    finally:
+        first.set_level(best if saved is None else saved)
+    monkeypatch.setattr(native, "_LEVEL", best)
+    assert native.load("no_such_kernel") is None
+    assert "no_such_kernel" not in native._IMPORTED
+
+
 KERNEL_MODULES = ("nbits", "int8", "depthwise", "activation")
 
 

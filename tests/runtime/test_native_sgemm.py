@@ -4,9 +4,9 @@
   ``gemm`` (A read in place by the packed right operand) and ``gemm_left`` (the packed
   left operand by an image), on shapes with 1, primes, sizes that are no multiple of a
   panel or a tile, K longer than one cache block and N wider than one, leading
-  dimensions wider than the rows, with and without bias, addend, each activation and
-  accumulate: within the float32 error bound of the exact (float64) result, and nothing
-  written outside C.  NaN and Inf propagate as in the sum.
+  dimensions wider than the rows, with and without bias, addend, each activation (Relu,
+  Clip, HardSwish) and accumulate: within the float32 error bound of the exact (float64)
+  result, and nothing written outside C.  NaN and Inf propagate as in the sum.
 * Every size and buffer is checked: a wrong call raises ValueError, never reads or
   writes outside its buffers.
 * Wired in: a model with a channels-last 1x1 conv chain (bias, residual, Relu), an NCHW
@@ -14,6 +14,9 @@
   constant weights runs the kernel (counted) in its unwatched run, and gives
   onnxruntime's outputs and the kernels-off outputs within float32 rounding, at every
   level; stepped, fused and plain runs agree (differential.assert_modes_agree).
+* A channels-last 1x1 conv followed by HardSwish applies it in the GEMM's epilogue (act
+  3, counted) and gives the kernels-off and onnxruntime outputs, at every level; the
+  stepped run agrees; with the routing off the same numbers come from numpy.
 """
 
 from __future__ import annotations
@@ -73,15 +76,31 @@ def _act64(y: np.ndarray, act: int, lo: float, hi: float) -> np.ndarray:
             y = np.where(y < lo, lo, y)
         if not math.isnan(hi):
             y = np.where(y > hi, hi, y)
+    if act == packed_gemm.ACT_HARDSWISH:
+        y = y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
     return y
 
 
-def _check_close(got: np.ndarray, exact: np.ndarray, scale: np.ndarray, k: int) -> None:
+def _check_close(
+    got: np.ndarray,
+    exact: np.ndarray,
+    scale: np.ndarray,
+    k: int,
+    act: int = packed_gemm.ACT_NONE,
+    pre: np.ndarray | None = None,
+) -> None:
     """|got - exact| <= gamma(K + 3) * scale: K products summed (in any blocking), then
-    C, bias and addend added; the activations are 1-Lipschitz.  (Plus a tiny absolute
-    slack for sums that cancel to subnormals.)"""
+    C, bias and addend added; Relu and Clip are 1-Lipschitz.  HardSwish (x * clip(x / 6
+    + 0.5, 0, 1), slope within [-0.5, 1.5]) scales that by 1.5 and adds its own three
+    roundings in float32, at most 4u of the (pre-activation) sum ``pre``: 8u taken.
+    (Plus a tiny absolute slack for sums that cancel to subnormals.)"""
     err = np.abs(got.astype(np.float64) - exact)
-    bound = _gamma(k + 3) * scale + 1e-30
+    e = _gamma(k + 3) * scale
+    if act == packed_gemm.ACT_HARDSWISH:
+        assert pre is not None
+        bound = 1.5 * e + 8 * U * (np.abs(pre) + e) + 1e-30
+    else:
+        bound = e + 1e-30
     worst = np.unravel_index(np.argmax(err - bound), err.shape)
     assert (err <= bound).all(), f"error {err[worst]} > bound {bound[worst]} at {worst}"
 
@@ -115,10 +134,15 @@ def _operands(rng: np.random.Generator, m: int, k: int, n: int) -> dict[str, np.
 
 def _cases() -> list[tuple[int, bool, bool, int, bool]]:
     """(act, bias, addend, pad, accumulate) combinations, every option at least twice."""
-    acts = [packed_gemm.ACT_NONE, packed_gemm.ACT_RELU, packed_gemm.ACT_CLIP]
+    acts = [
+        packed_gemm.ACT_NONE,
+        packed_gemm.ACT_RELU,
+        packed_gemm.ACT_CLIP,
+        packed_gemm.ACT_HARDSWISH,
+    ]
     out = []
     for i in range(8):
-        out.append((acts[i % 3], bool(i & 1), bool(i & 2), (i * 3) % 5, bool(i & 4)))
+        out.append((acts[i % 4], bool(i & 1), bool(i & 2), (i * 3) % 5, bool(i & 4)))
     return out
 
 
@@ -157,12 +181,13 @@ def test_gemm_within_the_float32_bound_at_every_level(level):
                 if with_add:
                     exact = exact + ops["addend"]
                     scale = scale + np.abs(ops["addend"])
+                pre = exact
                 if act == packed_gemm.ACT_CLIP:
                     lo32, hi32 = (float(np.float32(v)) for v in (lo, hi))
                     exact = _act64(exact, act, lo32, hi32)
                 else:
                     exact = _act64(exact, act, lo, hi)
-                _check_close(cbuf[:, :n], exact, scale, k)
+                _check_close(cbuf[:, :n], exact, scale, k, act, pre)
                 assert (cbuf[:, n:] == 7.0).all(), "wrote outside C"
     finally:
         mod.set_level(native.cpu_level())
@@ -202,8 +227,9 @@ def test_gemm_left_within_the_float32_bound_at_every_level(level):
                     exact, scale = exact + rb, scale + np.abs(rb)
                 if with_add:
                     exact, scale = exact + ops["addend"], scale + np.abs(ops["addend"])
+                pre = exact
                 exact = _act64(exact, act, lo, hi)
-                _check_close(cbuf[:, :n], exact, scale, k)
+                _check_close(cbuf[:, :n], exact, scale, k, act, pre)
                 assert (cbuf[:, n:] == -3.0).all(), "wrote outside C"
     finally:
         mod.set_level(native.cpu_level())
@@ -222,15 +248,26 @@ def test_nan_and_inf_propagate(level):
         a[17, :] = np.abs(a[17, :])
         a[17, 9] = np.inf  # row 17: +Inf (every product positive)
         a[20, 2] = -np.inf  # row 20: -Inf, Relu makes it 0
-        for act in (packed_gemm.ACT_NONE, packed_gemm.ACT_RELU, packed_gemm.ACT_CLIP):
+        acts = (
+            packed_gemm.ACT_NONE,
+            packed_gemm.ACT_RELU,
+            packed_gemm.ACT_CLIP,
+            packed_gemm.ACT_HARDSWISH,
+        )
+        for act in acts:
             out = np.zeros((m, n), np.float32)
             packed_gemm.matmul_packed(
                 mod, a, packed_gemm.pack(w, mod), out, act=act, lo=-1.0, hi=NAN
             )
             assert np.isnan(out[3]).all()
             assert (out[17] == np.inf).all()
-            want = {packed_gemm.ACT_NONE: -np.inf, packed_gemm.ACT_RELU: 0.0}.get(act, -1.0)
-            assert (out[20] == want).all()
+            # HardSwish of -Inf: -Inf times a gate of 0, NaN (as numpy's kernel has it).
+            want = {
+                packed_gemm.ACT_NONE: -np.inf,
+                packed_gemm.ACT_RELU: 0.0,
+                packed_gemm.ACT_HARDSWISH: np.nan,
+            }.get(act, -1.0)
+            np.testing.assert_array_equal(out[20], np.full(n, want, np.float32))
             others = np.delete(out, [3, 17, 20], axis=0)
             assert np.isfinite(others).all()
             # The same through gemm_left: W's row 3 by the image.
@@ -239,7 +276,8 @@ def test_nan_and_inf_propagate(level):
                 mod, packed_gemm.pack_rows(a, mod), w, out_l, act=act, lo=-1.0, hi=NAN
             )
             np.testing.assert_array_equal(np.isnan(out_l), np.isnan(out))
-            assert (out_l[17] == np.inf).all() and (out_l[20] == want).all()
+            assert (out_l[17] == np.inf).all()
+            np.testing.assert_array_equal(out_l[20], np.full(n, want, np.float32))
     finally:
         mod.set_level(native.cpu_level())
 
@@ -277,7 +315,8 @@ def test_every_wrong_call_is_a_value_error():
         {"bias": bias.astype(np.float64)},
         {"addend": np.zeros((m - 1, n), np.float32), "ldadd": n},
         {"addend": np.zeros((m, n), np.float32), "ldadd": n - 1},
-        {"act": 3},
+        {"act": 4},
+        {"act": -1},
         {"offset": 64},
         {"data": bytes(p.data)[: p.offset + 4 * k * 64 - 4]},  # one float short
         {"nr": 48 - p.nr},  # packed for another level's panels
@@ -305,6 +344,7 @@ def test_every_wrong_call_is_a_value_error():
         (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, bias, None, 0, 0, NAN, NAN, 0),
         (pl.data, pl.offset, m, k, pl.nr, x, n - 1, n, c, n, None, None, 0, 0, NAN, NAN, 0),
         (pl.data, pl.offset, m, k, pl.nr, x, n, n, x, n, None, None, 0, 0, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, None, None, 0, 4, NAN, NAN, 0),
     ]
     for args in left_calls:
         with pytest.raises(ValueError):
@@ -495,3 +535,74 @@ def test_a_weight_reshaped_at_run_time_is_packed_once_over_runs(monkeypatch):
             y = session.run({"v": v})["y"]
             np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4)
     assert packs == [(48, 40)]
+
+
+def _hardswish_model(rng: np.random.Generator) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x (1, 24, 14, 14): depthwise 3x3 -> 1x1 conv (bias) -> HardSwish -> depthwise 3x3,
+    MobileNetV3's pattern: a channels-last chain whose 1x1 conv's HardSwish the GEMM
+    applies as it stores."""
+    c, m = 24, 40
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "wd", "bd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c
+        ),  # fmt: skip
+        helper.make_node("Conv", ["d", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("HardSwish", ["c1"], ["h1"]),
+        helper.make_node("Conv", ["h1", "wd2"], ["y"], kernel_shape=[3, 3], group=m),
+    ]
+    inits = [
+        _init("wd", rng.standard_normal((c, 1, 3, 3)) * 0.3),
+        _init("bd", rng.standard_normal(c)),
+        _init("w1", rng.standard_normal((m, c, 1, 1)) * 0.5),
+        _init("b1", rng.standard_normal(m)),
+        _init("wd2", rng.standard_normal((m, 1, 3, 3)) * 0.3),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "packed_gemm_hardswish",
+        [helper.make_tensor_value_info("x", f, [1, c, 14, 14])],
+        [helper.make_tensor_value_info("y", f, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((1, c, 14, 14)).astype(np.float32)}
+
+
+def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch):
+    _module()
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = _hardswish_model(np.random.default_rng(21))
+    theirs = ort.InferenceSession(model.SerializeToString()).run(["y"], feeds)[0]
+    acts: list[int] = []
+    right = packed_gemm.matmul_packed
+
+    def watch(*args: Any, **kw: Any) -> None:
+        acts.append(kw.get("act", packed_gemm.ACT_NONE))
+        right(*args, **kw)
+
+    with threadpool_limits(1):
+        with _level(None):
+            off = Session(model).run(feeds)["y"]
+        scale = float(np.abs(theirs).max()) + 1.0
+        for level in LEVELS:
+            acts.clear()
+            with _level(level):
+                monkeypatch.setattr(packed_gemm, "matmul_packed", watch)
+                _weight_cache.clear()
+                session = Session(model)
+                on = session.run(feeds)["y"]
+                again = session.run(feeds)["y"]  # the runner's kept packed weight
+                monkeypatch.undo()
+            assert acts == [packed_gemm.ACT_HARDSWISH] * 2, (level, acts)
+            np.testing.assert_array_equal(again, on)
+            np.testing.assert_allclose(on, theirs, rtol=0, atol=1e-5 * scale)
+            np.testing.assert_allclose(on, off, rtol=0, atol=1e-5 * scale)
+        assert_modes_agree(model, feeds)
+        # The routing off: numpy's product and HardSwish, the same numbers.
+        monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", "off")
+        acts.clear()
+        monkeypatch.setattr(packed_gemm, "matmul_packed", watch)
+        routed_off = Session(model).run(feeds)["y"]
+        assert not acts
+        np.testing.assert_allclose(routed_off, off, rtol=0, atol=1e-5 * scale)

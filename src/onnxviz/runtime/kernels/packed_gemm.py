@@ -23,7 +23,7 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, blas
 
-ACT_NONE, ACT_RELU, ACT_CLIP = 0, 1, 2
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH = 0, 1, 2, 3
 
 _F32 = np.dtype(np.float32)
 

@@ -14,7 +14,8 @@
  * 64-byte boundary.  gemm_left: the weight W (M x K) on the left, packed once
  * (`pack_rows`) into micro-panels of MR rows, by an image X (K x N, rows `ldb` apart):
  * an NCHW 1x1 conv, bias per output channel.  addend (M x N, rows `ldadd` apart) and
- * bias may be None; activations: 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none).
+ * bias may be None; activations: 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none),
+ * 3 HardSwish (activations.h: the numpy kernel's operations in its order).
  *
  * Why not OpenBLAS: it packs both operands on every call (13% of ResNet-50's time in a
  * profile, the constant weight's copy included), and the bias, residual and Relu are
@@ -506,8 +507,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
                      panel_width_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 2) {
-        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..2");
+    if (p.act < 0 || p.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..3");
         return NULL;
     }
     if (offset < 0 || offset > 63) {
@@ -634,8 +635,8 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
                      rows_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 2) {
-        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..2");
+    if (p.act < 0 || p.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..3");
         return NULL;
     }
     if (offset < 0 || offset > 63) {
@@ -750,7 +751,8 @@ static PyMethodDef methods[] = {
      "gemm(A, lda, M, K, packed, offset, N, nr, C, ldc, bias, addend, ldadd, act, lo, hi, "
      "accumulate): C = act([C +] A B + bias + addend) for A (M x K, rows lda apart), B "
      "packed by pack(), C and addend (M x N, rows ldc / ldadd apart), bias (N,); bias "
-     "and addend may be None; act 0 none, 1 Relu, 2 Clip(lo, hi) (NaN bound: none)."},
+     "and addend may be None; act 0 none, 1 Relu, 2 Clip(lo, hi) (NaN bound: none), "
+     "3 HardSwish."},
     {"pack_rows", py_pack_rows, METH_VARARGS,
      "pack_rows(W, M, K, mr) -> (bytearray, offset): the row-major float32 M x K matrix W "
      "as micro-panels of mr rows (rows_per_tile()), each K groups of mr floats, from byte "

@@ -1,7 +1,7 @@
 /* activations.h: a conv's or a GEMM's activation in its epilogue, on one value (plain C),
  * 8 lanes (AVX2) or 16 (AVX-512): 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none),
  * 3 HardSwish, with the numpy kernels' operations in their order; a NaN stays NaN.
- * Shared by _conv, _depthwise and _sgemm (which takes 0..2).  Include after levels.h and,
+ * Shared by _conv, _depthwise and _sgemm.  Include after levels.h and,
  * on x86, after <immintrin.h>. */
 #ifndef ONNXVIZ_NATIVE_ACTIVATIONS_H
 #define ONNXVIZ_NATIVE_ACTIVATIONS_H
