@@ -2,7 +2,9 @@
 
 Each windowed pool walks the kernel offsets (a handful of iterations), combining one
 strided slice of the padded input per offset with a vectorised max/add over the whole
-tensor; no per-window or per-element Python loop.
+tensor; no per-window or per-element Python loop.  Float32 2-D MaxPool (without Indices)
+and AveragePool run the compiled kernel native/_pool.c instead (one pass, no scratch),
+in both run modes; every other case, and ONNXVIZ_NATIVE=off, runs the numpy path.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels.nn_geometry import (
     compute_dtype,
     conv_pads,
@@ -262,6 +265,32 @@ class _Geometry:
         return xp[index]
 
 
+def native_pool2d(
+    x: np.ndarray, geo: _Geometry, average: bool, include_pad: bool
+) -> np.ndarray | None:
+    """The pool of float32 NCHW ``x`` by the compiled kernel (native/_pool.c), or None
+    when it does not apply (another dtype or rank, dilation, negative pads, an empty
+    tensor) or is off/not built: the caller then runs the numpy path."""
+    if x.dtype != np.float32 or x.ndim != 4 or geo.rank != 2 or x.size == 0:
+        return None
+    if any(d != 1 for d in geo.dilations) or any(p < 0 for p in geo.pads):
+        return None
+    if min(geo.out) < 1:
+        return None
+    module = native.load("pool")
+    if module is None:
+        return None
+    n, c, h, w = x.shape
+    oh, ow = geo.out
+    y = np.empty((n, c, oh, ow), dtype=np.float32)
+    kh, kw = geo.kernel
+    sh, sw = geo.strides
+    pt, pl, pb, pr = geo.pads
+    module.pool2d(np.ascontiguousarray(x), y, n * c, h, w, oh, ow, kh, kw, sh, sw,
+                  pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
+    return y
+
+
 def _lowest(dtype: np.dtype[Any]) -> float:
     if dtype.kind in "iu":
         return float(np.iinfo(dtype).min)
@@ -273,6 +302,9 @@ def _max_pool(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     xc = x if x.dtype.kind in "iu" else x.astype(compute_dtype(x.dtype), copy=False)
     if not want_indices:
+        got = native_pool2d(x, geo, average=False, include_pad=False)
+        if got is not None:
+            return got, None
         best = geo.reduce(xc, np.maximum, _lowest(xc.dtype))
         return np.ascontiguousarray(best).astype(x.dtype, copy=False), None
     xp = geo.padded(xc, _lowest(xc.dtype))
@@ -380,6 +412,9 @@ def average_pool(
     strides: list[int] | None = None,
 ) -> np.ndarray:
     geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    got = native_pool2d(x, geo, average=True, include_pad=bool(count_include_pad))
+    if got is not None:
+        return got
     xc = x.astype(compute_dtype(x.dtype), copy=False)
     total = geo.reduce(xc, np.add, 0.0)
     counts = _cached_counts(geo, bool(count_include_pad), total.dtype)

@@ -1,0 +1,284 @@
+"""The compiled 2-D pooling kernel (runtime/native/_pool.c) against the numpy path.
+
+* At every level this CPU has, on random geometries (hypothesis: N, C, H, W 1..40,
+  kernels 1..5, strides 1..3, asymmetric pads below the kernel, ceil_mode,
+  count_include_pad) with NaN, +-inf and subnormals sprinkled in: MaxPool equals the
+  numpy path exactly (NaN where it has NaN); AveragePool is within the bound
+  |y - exact| <= (k + 1) u sum|x| / count (+ one subnormal step) of the float64 average,
+  k = kh*kw, u = 2^-24 (k - 1 roundings of the sum, one of the division, one of the
+  float64 reference's own rounding to float32 slack), and non-finite where the numpy
+  path is, with the same value.
+* Wired in: the float32 2-D MaxPool/AveragePool call it (counted), ONNXVIZ_NATIVE=off
+  (native level None) does not; an Inception-like graph gives the same outputs in every
+  run mode, with the kernel on and off, and onnxruntime's within tolerance.
+* Bad buffers and arguments raise ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onnxviz.runtime import native
+from onnxviz.runtime.kernels import nn_pool
+from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import compiled
+
+from .differential import assert_modes_agree, close
+
+pytestmark = pytest.mark.numeric
+
+LEVELS = native.levels()
+U = 2.0**-24
+TINY = float(np.finfo(np.float32).smallest_subnormal)
+
+
+def _module() -> Any:
+    return compiled("pool")
+
+
+@contextmanager
+def _level(level: int | None) -> Iterator[None]:
+    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
+    saved = native._LEVEL
+    native._LEVEL = level
+    try:
+        yield
+    finally:
+        native._LEVEL = saved
+        if saved is not None and native.built("pool"):
+            _module().set_level(saved)
+
+
+def _max(x: np.ndarray, **attrs: Any) -> np.ndarray:
+    geo = nn_pool._Geometry(
+        x, attrs["kernel_shape"], attrs["strides"], None, attrs["pads"], "NOTSET",
+        attrs["ceil_mode"],
+    )  # fmt: skip
+    y, _ = nn_pool._max_pool(x, geo, False, 0)
+    return y
+
+
+def _avg(x: np.ndarray, **attrs: Any) -> np.ndarray:
+    return nn_pool.average_pool(x, **attrs)
+
+
+@st.composite
+def _cases(draw: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    n, c = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    kernel = [draw(st.integers(1, 5)), draw(st.integers(1, 5))]
+    strides = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    pads = [draw(st.integers(0, min(2, kernel[i % 2] - 1))) for i in range(4)]
+    # The windows must fit the padded input (else the op has no output).
+    for a, size in enumerate((h, w)):
+        if size + pads[a] + pads[a + 2] < kernel[a]:
+            kernel[a] = size + pads[a] + pads[a + 2]
+            pads[a] = min(pads[a], kernel[a] - 1)
+            pads[a + 2] = min(pads[a + 2], kernel[a] - 1)
+    ceil_mode = draw(st.integers(0, 1))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, c, h, w)) * 10).astype(np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, 1e-40, -3e-42, 0.0, -0.0], np.float32)
+    count = draw(st.integers(0, 6))
+    flat = x.reshape(-1)
+    flat[rng.integers(0, flat.size, count)] = rng.choice(specials, count)
+    if draw(st.booleans()):  # a run of subnormals (sums of them must not flush)
+        flat[: min(flat.size, 50)] = np.float32(1e-41) * rng.integers(-5, 6, min(flat.size, 50))
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil_mode}
+    return x, attrs
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(_cases(), st.integers(0, 1))
+def test_the_kernel_matches_the_numpy_path_at_every_level(
+    case: tuple[np.ndarray, dict[str, Any]], include_pad: int
+) -> None:
+    _module()
+    x, attrs = case
+    with _level(None):
+        want_max = _max(x, **attrs)
+        want_avg = _avg(x, count_include_pad=include_pad, **attrs)
+        exact = _avg(x.astype(np.float64), count_include_pad=include_pad, **attrs)
+        mean_abs = _avg(np.abs(x.astype(np.float64)), count_include_pad=include_pad, **attrs)
+    k = attrs["kernel_shape"][0] * attrs["kernel_shape"][1]
+    bound = (k + 1) * U * mean_abs + 2 * TINY
+    finite = np.isfinite(exact)
+    for level in LEVELS:
+        with _level(level):
+            got_max = _max(x, **attrs)
+            got_avg = _avg(x, count_include_pad=include_pad, **attrs)
+        what = f"level {level}, {attrs}, include_pad {include_pad}"
+        assert got_max.dtype == np.float32 and got_max.shape == want_max.shape, what
+        np.testing.assert_array_equal(got_max, want_max, err_msg=what)
+        assert got_avg.dtype == np.float32 and got_avg.shape == want_avg.shape, what
+        with np.errstate(invalid="ignore"):  # inf - inf where the exact value is not finite
+            err = np.abs(got_avg.astype(np.float64) - exact)
+            ref_err = np.abs(want_avg.astype(np.float64) - exact)
+        assert np.all(err[finite] <= bound[finite]), what
+        # Non-finite windows (NaN, an infinity, or +inf with -inf) as the numpy path.
+        np.testing.assert_array_equal(got_avg[~finite], want_avg[~finite], err_msg=what)
+        assert np.all(ref_err[finite] <= bound[finite]), "the bound holds for numpy too"
+
+
+def test_every_level_gives_the_same_bits() -> None:
+    module = _module()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 33, 37)).astype(np.float32)
+    results = []
+    for level in LEVELS:
+        module.set_level(level)
+        for mode in (0, 1):
+            y = np.empty((2, 5, 17, 18), np.float32)
+            # 3x3 stride 2, pads 1/1/1/0 (ceil_mode shape: the last column window overhangs).
+            module.pool2d(x, y, 10, 33, 37, 17, 18, 3, 3, 2, 2, 1, 1, 1, 0, mode, 1)
+            results.append((level, mode, y))
+    for level, mode, y in results:
+        first = next(r for lv, m, r in results if m == mode)
+        assert first.tobytes() == y.tobytes(), (level, mode)
+
+
+def test_bad_buffers_and_arguments_raise() -> None:
+    module = _module()
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    y = np.zeros((1, 2, 3, 3), np.float32)
+    good = (2, 6, 6, 3, 3, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0)
+    module.pool2d(x, y, *good)
+    bad = [
+        (x, np.zeros((1, 2, 3, 4), np.float32), good),  # y the wrong size
+        (x[:, :, :5], y, good),  # x the wrong size (also not contiguous)
+        (x.astype(np.float64), y, good),
+        (x, y.astype(np.float64), good),
+        (x, np.zeros((1, 2, 3, 3), np.float32)[:, ::-1], good),  # y not contiguous
+        (x, y, (0, *good[1:])),  # no planes
+        (x, y, (*good[:5], 0, *good[6:])),  # a zero kernel
+        (x, y, (*good[:9], -1, *good[10:])),  # a negative pad
+        (x, y, (*good[:13], 2, 0)),  # mode 2
+    ]
+    for bx, by, args in bad:
+        with pytest.raises(ValueError):
+            module.pool2d(bx, by, *args)
+    readonly = np.zeros((1, 2, 3, 3), np.float32)
+    readonly.setflags(write=False)
+    with pytest.raises((ValueError, BufferError)):
+        module.pool2d(x, readonly, *good)
+
+
+def _inception_like(ceil_mode: int) -> Any:
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node(
+            "MaxPool", ["r"], ["m"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=ceil_mode
+        ),
+        helper.make_node(
+            "AveragePool",
+            ["m"],
+            ["a"],
+            kernel_shape=[3, 3],
+            strides=[1, 1],
+            pads=[1, 1, 1, 1],
+            count_include_pad=0,
+        ),
+        helper.make_node(
+            "MaxPool", ["m"], ["b"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]
+        ),
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+        helper.make_node(
+            "AveragePool",
+            ["c"],
+            ["y"],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            count_include_pad=1,
+            ceil_mode=ceil_mode,
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "inception_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 30, 30])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+def test_an_inception_like_graph_agrees_everywhere(ceil_mode: int) -> None:
+    _module()
+    model = _inception_like(ceil_mode)
+    x = np.random.default_rng(3).standard_normal((1, 6, 30, 30)).astype(np.float32)
+    feeds = {"x": x}
+    calls: list[str] = []
+    load = native.load
+
+    def counting(name: str) -> Any:
+        got = load(name)
+        if name == "pool" and got is not None:
+            calls.append(name)
+        return got
+
+    with _level(LEVELS[-1]), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "load", counting)
+        Session(model).run(feeds)
+    assert len(calls) == 4, calls
+    calls.clear()
+    with _level(None), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "load", counting)
+        off = Session(model).run(feeds)
+        assert_modes_agree(model, feeds)
+    assert calls == []
+    for level in LEVELS:
+        with _level(level):
+            on = Session(model).run(feeds)
+            stepped = assert_modes_agree(model, feeds)
+        for name, value in off.items():
+            close(on[name], value, f"level {level}, {name}")
+            close(stepped[name], value, f"level {level} stepped, {name}")
+    ort = pytest.importorskip("onnxruntime")
+    theirs = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(["y", "c"], feeds)
+    with _level(LEVELS[-1]):
+        ours = Session(model).run(feeds)
+    np.testing.assert_allclose(ours["y"], theirs[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours["c"], theirs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_other_cases_keep_the_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float64, 1-D and 3-D pools, dilation and MaxPool with Indices never ask for it."""
+    _module()
+    asked: list[str] = []
+    load = native.load
+    monkeypatch.setattr(native, "load", lambda name: asked.append(name) or load(name))
+    x64 = np.ones((1, 2, 7, 7))
+    nn_pool.average_pool(x64, kernel_shape=[3, 3])
+    nn_pool.average_pool(np.ones((1, 2, 7), np.float32), kernel_shape=[3])
+    nn_pool.average_pool(np.ones((1, 2, 5, 5, 5), np.float32), kernel_shape=[2, 2, 2])
+    x = np.ones((1, 2, 7, 7), np.float32)
+    geo = nn_pool._Geometry(x, [3, 3], None, [2, 2], None, "NOTSET", 0)
+    nn_pool._max_pool(x, geo, False, 0)
+    geo = nn_pool._Geometry(x, [3, 3], None, None, None, "NOTSET", 0)
+    _, indices = nn_pool._max_pool(x, geo, True, 0)
+    assert indices is not None
+    assert "pool" not in asked
+    assert math.isfinite(float(x.sum()))
