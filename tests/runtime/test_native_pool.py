@@ -71,12 +71,19 @@ def _avg(x: np.ndarray, **attrs: Any) -> np.ndarray:
 
 
 @st.composite
-def _cases(draw: Any) -> tuple[np.ndarray, dict[str, Any]]:
+def _cases(draw: Any, same: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """Random geometries; ``same``: stride 1 with pads summing to kernel - 1 per axis (the
+    output the input's size: the kernel's flat whole-plane path)."""
     n, c = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
     kernel = [draw(st.integers(1, 5)), draw(st.integers(1, 5))]
-    strides = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    strides = [1, 1] if same else [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
     pads = [draw(st.integers(0, min(2, kernel[i % 2] - 1))) for i in range(4)]
+    if same:
+        for a in range(2):
+            kernel[a] = min(kernel[a], 5)
+            pads[a] = draw(st.integers(max(0, kernel[a] - 3), min(2, kernel[a] - 1)))
+            pads[a + 2] = kernel[a] - 1 - pads[a]
     # The windows must fit the padded input (else the op has no output).
     for a, size in enumerate((h, w)):
         if size + pads[a] + pads[a + 2] < kernel[a]:
@@ -98,13 +105,13 @@ def _cases(draw: Any) -> tuple[np.ndarray, dict[str, Any]]:
 
 
 @settings(
-    max_examples=150,
+    max_examples=300,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(_cases(), st.integers(0, 1))
+@given(st.booleans().flatmap(_cases), st.integers(0, 1))
 def test_the_kernel_matches_the_numpy_path_at_every_level(
     case: tuple[np.ndarray, dict[str, Any]], include_pad: int
 ) -> None:

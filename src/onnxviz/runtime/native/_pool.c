@@ -43,9 +43,19 @@ typedef struct {
     int mode, include_pad;
 } PoolGeometry;
 
-/* NaN-propagating max: v replaces m when larger or NaN; a NaN m stays (no v is > NaN). */
+/* NaN-propagating max: v replaces m when larger or NaN; a NaN m stays (no v is > NaN).
+ * A select on the bits, not `?:`: GCC made the scalar form (the vector loops' remainders,
+ * the edge windows) a branch on the data, mispredicted on random values (MaxPool 3x3/1 on
+ * 14x14 planes: 1.9 ns an output against 1.2 on sorted data). */
 static inline __attribute__((always_inline)) float pool_max(float m, float v) {
-    return ((v > m) | (v != v)) ? v : m; /* `|`, not `||`: no branch to if-convert */
+    uint32_t mb, vb;
+    memcpy(&mb, &m, 4);
+    memcpy(&vb, &v, 4);
+    uint32_t take = 0u - (uint32_t)((v > m) | (v != v));
+    uint32_t rb = (vb & take) | (mb & ~take);
+    float r;
+    memcpy(&r, &rb, 4);
+    return r;
 }
 
 /* Cells of a window starting at `start` (length k) that count along one axis of size n
@@ -60,6 +70,89 @@ static inline __attribute__((always_inline)) Py_ssize_t pool_count(Py_ssize_t st
     return b > a ? b - a : 0;
 }
 
+/* A "same" pool (stride 1, output the input's size: Inception's 3x3/1 pad-1 branches) on
+ * whole planes: the rows and columns whose window lies inside the input are one long
+ * flat loop per kernel offset (a row of 14 or 28 floats left the vector loops mostly in
+ * their remainders), then the few edge rows and columns are redone with their clipped
+ * windows.  The same per-output order as pool_body (top to bottom, then left to right).
+ * `v` and `cnt` hold h*w floats each. */
+static inline __attribute__((always_inline)) void pool_same(const float *x, float *y,
+                                                            const PoolGeometry *g, float *v,
+                                                            float *cnt) {
+    const Py_ssize_t h = g->h, w = g->w, kh = g->kh, kw = g->kw, pt = g->pt, pl = g->pl;
+    const Py_ssize_t n = h * w;
+    const int avg = g->mode == 1;
+    if (avg)
+        for (Py_ssize_t i = 0; i < h; i++) {
+            float rows = (float)pool_count(i - pt, kh, h, pt, g->pb, g->include_pad);
+            for (Py_ssize_t j = 0; j < w; j++)
+                cnt[i * w + j] =
+                    rows * (float)pool_count(j - pl, kw, w, pl, g->pr, g->include_pad);
+        }
+    /* Interior rows [ia, ib): window rows i - pt .. i - pt + kh - 1 all inside. */
+    Py_ssize_t ia = pt < h ? pt : h, ib = h - g->pb > ia ? h - g->pb : ia;
+    for (Py_ssize_t p = 0; p < g->planes; p++) {
+        const float *plane = x + p * n;
+        float *out = y + p * n;
+        if (ib > ia) {
+            const Py_ssize_t len = (ib - ia) * w;
+            float *dst = v + ia * w;
+            const float *src = plane + (ia - pt) * w;
+            for (Py_ssize_t t = 0; t < len; t++) dst[t] = src[t];
+            for (Py_ssize_t k = 1; k < kh; k++) {
+                src = plane + (ia - pt + k) * w;
+                if (avg)
+                    for (Py_ssize_t t = 0; t < len; t++) dst[t] = dst[t] + src[t];
+                else
+                    for (Py_ssize_t t = 0; t < len; t++) dst[t] = pool_max(dst[t], src[t]);
+            }
+        }
+        for (Py_ssize_t i = 0; i < h; i++) {
+            if (i >= ia && i < ib) continue;
+            Py_ssize_t r0 = i - pt > 0 ? i - pt : 0, r1 = i - pt + kh < h ? i - pt + kh : h;
+            float *dst = v + i * w;
+            for (Py_ssize_t j = 0; j < w; j++) dst[j] = plane[r0 * w + j];
+            for (Py_ssize_t r = r0 + 1; r < r1; r++) {
+                const float *src = plane + r * w;
+                if (avg)
+                    for (Py_ssize_t j = 0; j < w; j++) dst[j] = dst[j] + src[j];
+                else
+                    for (Py_ssize_t j = 0; j < w; j++) dst[j] = pool_max(dst[j], src[j]);
+            }
+        }
+        /* Flat positions [pl, n - pr): output t combines v[t - pl .. t - pl + kw - 1];
+         * the ones whose window wraps into a neighbouring row are edge columns, redone. */
+        const Py_ssize_t lo = pl, hi = n - g->pr;
+        if (hi > lo) {
+            const Py_ssize_t len = hi - lo;
+            float *dst = out + lo;
+            for (Py_ssize_t t = 0; t < len; t++) dst[t] = v[t];
+            for (Py_ssize_t k = 1; k < kw; k++) {
+                const float *col = v + k;
+                if (avg)
+                    for (Py_ssize_t t = 0; t < len; t++) dst[t] = dst[t] + col[t];
+                else
+                    for (Py_ssize_t t = 0; t < len; t++) dst[t] = pool_max(dst[t], col[t]);
+            }
+        }
+        for (Py_ssize_t i = 0; i < h; i++) {
+            const float *vr = v + i * w;
+            for (Py_ssize_t j = 0; j < w; j++) {
+                if (j == pl && w - g->pr > pl) {
+                    j = w - g->pr; /* skip the interior columns (done above) */
+                    if (j >= w) break;
+                }
+                Py_ssize_t c0 = j - pl > 0 ? j - pl : 0, c1 = j - pl + kw < w ? j - pl + kw : w;
+                float acc = vr[c0];
+                for (Py_ssize_t c = c0 + 1; c < c1; c++) acc = avg ? acc + vr[c] : pool_max(acc, vr[c]);
+                out[i * w + j] = acc;
+            }
+        }
+        if (avg)
+            for (Py_ssize_t t = 0; t < n; t++) out[t] = out[t] / cnt[t];
+    }
+}
+
 /* The whole call: `row` holds `span` floats (the padded row), `colcount` ow floats. */
 static inline __attribute__((always_inline)) void pool_body(const float *x, float *y,
                                                             const PoolGeometry *g, float *row,
@@ -67,6 +160,11 @@ static inline __attribute__((always_inline)) void pool_body(const float *x, floa
                                                             float *colcount) {
     const Py_ssize_t h = g->h, w = g->w, ow = g->ow, kw = g->kw, sw = g->sw, pl = g->pl;
     const int avg = g->mode == 1;
+    if (g->sh == 1 && g->sw == 1 && g->oh == h && g->ow == w && g->pt + g->pb == g->kh - 1 &&
+        g->pl + g->pr == kw - 1) {
+        pool_same(x, y, g, colcount + ow, colcount + ow + h * w);
+        return;
+    }
     const float identity = avg ? 0.0f : -INFINITY;
     /* Pad columns never change: fill them once (the data columns are rewritten per row). */
     for (Py_ssize_t j = 0; j < span; j++) row[j] = identity;
@@ -182,7 +280,8 @@ static PyObject *py_pool2d(PyObject *self, PyObject *args) {
     /* The padded row: every column a window reads ((ow-1)*sw + kw) and the data columns. */
     Py_ssize_t span = (g.ow - 1) * g.sw + g.kw;
     if (span < g.pl + g.w) span = g.pl + g.w;
-    float *row = malloc((size_t)(span + g.ow) * sizeof(float));
+    /* The padded row and the column counts, then pool_same's two planes. */
+    float *row = malloc((size_t)(span + g.ow + 2 * g.h * g.w) * sizeof(float));
     if (row == NULL) {
         PyBuffer_Release(&xv);
         PyBuffer_Release(&yv);
