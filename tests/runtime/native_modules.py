@@ -8,6 +8,8 @@ import importlib
 import os
 import shutil
 import sysconfig
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 import pytest
@@ -28,3 +30,17 @@ def compiled(name: str, without: str = "the numpy paths run") -> ModuleType:
             pytest.fail(f"a C compiler is here but _{name} was not built")
         pytest.skip(f"no C compiler here: {without}")
     return importlib.import_module(f"onnxviz.runtime.native._{name}")
+
+
+@contextmanager
+def at_level(name: str, level: int | None) -> Iterator[None]:
+    """native.load answers at ``level`` (None: the kernels are off) inside the block; then
+    the process's level again, ``_<name>`` set back to it."""
+    saved = native._LEVEL
+    native._LEVEL = level
+    try:
+        yield
+    finally:
+        native._LEVEL = saved
+        if saved is not None and native.built(name):
+            importlib.import_module(f"onnxviz.runtime.native._{name}").set_level(saved)

@@ -17,8 +17,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     pack_direct,
 )
 from onnxviz.runtime.session import Session
-from tests.runtime.native_modules import compiled
+from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree, close
 
@@ -54,17 +53,8 @@ def _module() -> Any:
     return compiled("conv")
 
 
-@contextmanager
-def _level(level: int | None) -> Iterator[None]:
-    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
-    saved = native._LEVEL
-    native._LEVEL = level
-    try:
-        yield
-    finally:
-        native._LEVEL = saved
-        if saved is not None and native.built("conv"):
-            _module().set_level(saved)
+def _level(level: int | None) -> AbstractContextManager[None]:
+    return at_level("conv", level)
 
 
 # -- the module against a float64 conv ------------------------------------------------------

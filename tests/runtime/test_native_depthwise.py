@@ -18,8 +18,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from onnxviz.runtime.kernels.nn_conv import (
 from onnxviz.runtime.kernels.nn_conv_nhwc import activate_in_place, prepare_channels_last
 from onnxviz.runtime.kernels.nn_geometry import pad_spatial
 from onnxviz.runtime.session import Session
-from tests.runtime.native_modules import compiled
+from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree, close
 
@@ -55,17 +54,8 @@ def _module() -> Any:
     return compiled("depthwise")
 
 
-@contextmanager
-def _level(level: int | None) -> Iterator[None]:
-    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
-    saved = native._LEVEL
-    native._LEVEL = level
-    try:
-        yield
-    finally:
-        native._LEVEL = saved
-        if saved is not None and native.built("depthwise"):
-            _module().set_level(saved)  # back to the process's level
+def _level(level: int | None) -> AbstractContextManager[None]:
+    return at_level("depthwise", level)
 
 
 # -- the module against numpy's multiply-then-add -------------------------------------------

@@ -17,8 +17,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.session import Session
-from tests.runtime.native_modules import compiled
+from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree, close
 
@@ -44,17 +43,8 @@ def _module() -> Any:
     return compiled("pool")
 
 
-@contextmanager
-def _level(level: int | None) -> Iterator[None]:
-    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
-    saved = native._LEVEL
-    native._LEVEL = level
-    try:
-        yield
-    finally:
-        native._LEVEL = saved
-        if saved is not None and native.built("pool"):
-            _module().set_level(saved)
+def _level(level: int | None) -> AbstractContextManager[None]:
+    return at_level("pool", level)
 
 
 def _max(x: np.ndarray, **attrs: Any) -> np.ndarray:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, packed_gemm
 from onnxviz.runtime.session import Session
-from tests.runtime.native_modules import compiled
+from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree
 
@@ -51,17 +51,8 @@ def _module() -> Any:
     return compiled("sgemm", "the OpenBLAS paths run")
 
 
-@contextmanager
-def _level(level: int | None) -> Iterator[None]:
-    """native.load answers at ``level`` (None: the kernels are off) inside the block."""
-    saved = native._LEVEL
-    native._LEVEL = level
-    try:
-        yield
-    finally:
-        native._LEVEL = saved
-        if saved is not None and native.built("sgemm"):
-            _module().set_level(saved)
+def _level(level: int | None) -> AbstractContextManager[None]:
+    return at_level("sgemm", level)
 
 
 def _gamma(n: int) -> float:
