@@ -548,4 +548,7 @@ def test_a_run_of_50k_nodes_keeps_the_event_loop_turning_to_its_end(  # type: ig
 
     _, cpu = _longest_stops_while(qtbot, panel.run, finished)
     assert panel.controller.last_pause.reason == "finished"
-    assert cpu < 0.06, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
+    # The requirement is a stop under 100 ms; UI-thread CPU in the longest turn measured
+    # 37-47 ms alone on a Sapphire Rapids CI machine (31 on the Cascade Lake this was
+    # written on) and 61 once beside the other test worker; the old code's 80 must fail.
+    assert cpu < 0.07, f"one turn of the event loop took {cpu * 1000:.0f} ms of UI-thread CPU"
