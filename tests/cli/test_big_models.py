@@ -41,9 +41,14 @@ def test_twenty_gb_llama_with_external_data_opens_and_checks(tmp_path: Path) -> 
     assert with_workers["errors"] == 0 and with_workers["peak_rss_mb"] < 300, with_workers
 
 
-def test_twenty_gb_llama_is_drawn_in_bounded_memory(tmp_path: Path) -> None:
+def test_twenty_gb_llama_is_drawn_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`onnxviz MODEL --screenshot` opens, lays out and draws the 5,000-node model (Qt
     included) under the 300 MB goal: no weight is read to draw it."""
+    # The app in the child process keeps its settings (recent files) in the test's
+    # folder, not in the user's: each suite run left the model in their recent files.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     path = write_llama_external(str(tmp_path), 20.0, 5000)
     shot = measure("onnxviz --screenshot", path)
     assert shot["exit"] == 0 and shot["peak_rss_mb"] < 300, shot
