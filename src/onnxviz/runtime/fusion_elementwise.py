@@ -13,8 +13,8 @@ one by one, so results and errors are those of the plain kernels.
 
 A float32 chain of the steps whose bits C reproduces (Add, Sub, Mul, Div, Erf, Neg, Abs,
 Relu) runs in the compiled kernel native/_chain.c when it is built: one call for the whole
-tensor instead of a ufunc call per step and block, the same bits (BERT-tiny's GELU: 0.3x
-the block path's time).
+tensor instead of a ufunc call per step and block, the same bits (a BERT GELU chain:
+0.90-0.97x the block path's time, both with the compiled erf, which is most of it).
 """
 
 from __future__ import annotations

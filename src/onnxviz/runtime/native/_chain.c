@@ -56,27 +56,8 @@ static int level = 0;
         memcpy(&scalar, lanes, sizeof scalar);                                             \
         Py_ssize_t i = 0;                                                                  \
         switch (s->op) {                                                                   \
-        case OP_ERF: /* four chains a turn, as _erf.c (n is a multiple of VW) */           \
-            for (; i + 4 * VW <= n; i += 4 * VW) {                                         \
-                VF a0, a1, a2, a3;                                                         \
-                memcpy(&a0, v + i, sizeof a0);                                             \
-                memcpy(&a1, v + i + VW, sizeof a1);                                        \
-                memcpy(&a2, v + i + 2 * VW, sizeof a2);                                    \
-                memcpy(&a3, v + i + 3 * VW, sizeof a3);                                    \
-                a0 = RS(erf)(a0);                                                          \
-                a1 = RS(erf)(a1);                                                          \
-                a2 = RS(erf)(a2);                                                          \
-                a3 = RS(erf)(a3);                                                          \
-                memcpy(v + i, &a0, sizeof a0);                                             \
-                memcpy(v + i + VW, &a1, sizeof a1);                                        \
-                memcpy(v + i + 2 * VW, &a2, sizeof a2);                                    \
-                memcpy(v + i + 3 * VW, &a3, sizeof a3);                                    \
-            }                                                                              \
-            for (; i < n; i += VW) {                                                       \
-                memcpy(&a, v + i, sizeof a);                                               \
-                a = RS(erf)(a);                                                            \
-                memcpy(v + i, &a, sizeof a);                                               \
-            }                                                                              \
+        case OP_ERF:                                                                       \
+            RS(erf_buffer)(v, v, n);                                                       \
             return;                                                                        \
         case OP_NEG:                                                                       \
         case OP_ABS:                                                                       \
@@ -110,10 +91,16 @@ static int level = 0;
         for (Py_ssize_t start = 0; start < n; start += BLOCK) {                            \
             const Py_ssize_t len = n - start < BLOCK ? n - start : BLOCK;                  \
             const Py_ssize_t padded = (len + VW - 1) / VW * VW;                            \
-            memcpy(o, x + start, (size_t)len * 4);                                         \
-            memset(o + len, 0, (size_t)(padded - len) * 4);                                \
-            memcpy(v, o, (size_t)padded * 4);                                              \
-            for (int k = 0; k < count; k++) RS(step)(&steps[k], v, o, padded);             \
+            /* the input read where it lies; only a last block short of a whole vector     \
+             * is copied, zero-padded (its padding lanes are never stored) */              \
+            const float *in = x + start;                                                   \
+            if (padded != len) {                                                           \
+                memcpy(o, in, (size_t)len * 4);                                            \
+                memset(o + len, 0, (size_t)(padded - len) * 4);                            \
+                in = o;                                                                    \
+            }                                                                              \
+            memcpy(v, in, (size_t)padded * 4);                                             \
+            for (int k = 0; k < count; k++) RS(step)(&steps[k], v, in, padded);            \
             memcpy(y + start, v, (size_t)len * 4);                                         \
         }                                                                                  \
     }

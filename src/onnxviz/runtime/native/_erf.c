@@ -21,31 +21,7 @@
 
 static int level = 0;
 
-/* Four vectors a turn: each erf is one long chain of dependent operations, and one
- * chain a turn left the core waiting on it (with the former tanh form, four independent
- * ones took 0.83x the time, the same bits). */
-#define ERF_LOOP                                                                           \
-    ATTR static void RS(erf_buffer)(const float *x, float *y, Py_ssize_t n) {             \
-        Py_ssize_t i = 0;                                                                  \
-        for (; i + 4 * VW <= n; i += 4 * VW) {                                             \
-            VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);                  \
-            VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);     \
-            a0 = RS(erf)(a0);                                                              \
-            a1 = RS(erf)(a1);                                                              \
-            a2 = RS(erf)(a2);                                                              \
-            a3 = RS(erf)(a3);                                                              \
-            RS(storen)(y + i, a0, VW);                                                     \
-            RS(storen)(y + i + VW, a1, VW);                                                \
-            RS(storen)(y + i + 2 * VW, a2, VW);                                            \
-            RS(storen)(y + i + 3 * VW, a3, VW);                                            \
-        }                                                                                  \
-        for (; i < n; i += VW) {                                                           \
-            int w = n - i < VW ? (int)(n - i) : VW;                                        \
-            RS(storen)(y + i, RS(erf)(RS(loadn)(x + i, w)), w);                            \
-        }                                                                                  \
-    }
-
-#define VECTOR_LEVEL_BODY ERF_LOOP
+#define VECTOR_LEVEL_BODY /* vector_math.h's erf_buffer is the whole kernel */
 #include "vector_levels.h"
 
 static PyObject *py_erf(PyObject *self, PyObject *args) {
