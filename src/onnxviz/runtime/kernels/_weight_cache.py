@@ -87,39 +87,21 @@ def _size(value: Any) -> int:
 _MISS = object()
 
 
-# `_anchor`'s answers for the views seen, by id, each with a weak reference to its view:
-# the same view object comes back on every call of a kernel whose initializer is a view
-# over the proto's bytes, and __array_interface__ (twice) cost several microseconds.
-_anchors: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, tuple[Hashable, ...]]] = {}
-
-
 def _anchor(src: np.ndarray) -> tuple[np.ndarray, tuple[Hashable, ...]]:
     """The array whose identity keys the frozen ``src``, and where ``src`` lies in it: a
     view is keyed by the outermost array it views (plus its offset, shape, strides and
     dtype), so that a fresh view of a constant on every run (a Reshape of an initializer
     to a shape computed from the input, which the plan cannot fold) finds the form
     stored by the first run, where its own identity would miss every time and the form
-    (a packed GEMM weight, a dequantized int4 matrix) would be rebuilt on every call."""
+    (a packed GEMM weight, a dequantized int4 matrix) would be rebuilt on every call.
+    (A repeated call with the same view object finds its form in `_seen` first.)"""
     root = src.base
     if not isinstance(root, np.ndarray):
         return src, ()
-    seen = _anchors.get(id(src))
-    if seen is not None and seen[0]() is src:
-        return seen[1], seen[2]
     while isinstance(root.base, np.ndarray):
         root = root.base
     offset = src.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    where = (offset, src.shape, src.strides, src.dtype.str)
-    key = id(src)
-
-    def forget(_ref: object, lock: threading.RLock = _lock) -> None:
-        with lock:  # (as in _dropper: the globals may be gone at interpreter exit)
-            if _anchors is not None and _anchors.get(key, (None,))[0] is _ref:
-                del _anchors[key]
-
-    with _lock:
-        _anchors[key] = (weakref.ref(src, forget), root, where)
-    return root, where
+    return root, (offset, src.shape, src.strides, src.dtype.str)
 
 
 # Forms found for the very source objects of an earlier call, by (kind, the objects' ids,
