@@ -74,6 +74,27 @@ def cases() -> list[Case]:
         strides=[2, 2],
     )
     conv(
+        "Conv depthwise 5x5 240 @14 (mobilenetv3)",
+        (1, 240, 14, 14),
+        (240, 1, 5, 5),
+        pads=[2] * 4,
+        group=240,
+    )
+    conv(
+        "Conv depthwise 5x5 576 @7 (mobilenetv3)",
+        (1, 576, 7, 7),
+        (576, 1, 5, 5),
+        pads=[2] * 4,
+        group=576,
+    )
+    conv(
+        "Conv depthwise 3x3 88 @28 (mobilenetv3)",
+        (1, 88, 28, 28),
+        (88, 1, 3, 3),
+        pads=[1] * 4,
+        group=88,
+    )
+    conv(
         "Conv grouped 3x3 g32 256 @28 (resnext)",
         (1, 256, 28, 28),
         (256, 8, 3, 3),

@@ -99,8 +99,11 @@ def geometries(draw: Any) -> dict[str, Any]:
     sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     dh, dw = draw(st.sampled_from([1, 1, 2, 3])), draw(st.sampled_from([1, 1, 2, 3]))
     pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
-    h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 12))
-    w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 12))
+    # At least one output row and column (a 7-tap kernel dilated 3 spans 19 pixels).
+    h_min = max(1, (kh - 1) * dh + 1 - pads[0] - pads[2])
+    w_min = max(1, (kw - 1) * dw + 1 - pads[1] - pads[3])
+    h = draw(st.integers(h_min, max(h_min, 12)))
+    w = draw(st.integers(w_min, max(w_min, 12)))
     oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1
     act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH]))
@@ -125,6 +128,37 @@ def geometries(draw: Any) -> dict[str, Any]:
     }
 
 
+@st.composite
+def row_geometries(draw: Any) -> dict[str, Any]:
+    """The SIMD levels' pixel-group kernels: rows wider than a group (12 pixels at
+    AVX-512, 8 at AVX2), split near-equally, with border pixels in the groups; kernel
+    widths 3 and 5 at strides 1 and 2 (the sliding kernels, full vectors of channels)
+    and others; channel counts with and without a partial last vector."""
+    kh, kw = draw(st.integers(1, 5)), draw(st.sampled_from([3, 3, 5, 5, 1, 2, 4, 7]))
+    sh, sw = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 1, 2, 3]))
+    dh, dw = 1, draw(st.sampled_from([1, 1, 1, 2]))
+    pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    h = draw(st.integers(max(1, kh - pads[0] - pads[2]), 6))
+    w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 41))
+    oh = (h + pads[0] + pads[2] - kh) // sh + 1
+    ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1
+    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_HARDSWISH]))
+    return {
+        "n": draw(st.integers(1, 2)),
+        "c": draw(st.sampled_from([8, 16, 20, 32, 48, 64, 72, 88, 130])),
+        "hw": (h, w),
+        "kernel": (kh, kw),
+        "strides": (sh, sw),
+        "dilations": (dh, dw),
+        "pads": pads,
+        "out": (oh, ow),
+        "bias": draw(st.booleans()),
+        "addend": draw(st.booleans()),
+        "act": (act, NAN, NAN),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
 @settings(
     max_examples=150,
     deadline=None,
@@ -134,6 +168,22 @@ def geometries(draw: Any) -> dict[str, Any]:
 )
 @given(geometries())
 def test_every_level_gives_numpys_multiply_then_add_exactly(g: dict[str, Any]) -> None:
+    _check_every_level(g)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(row_geometries())
+def test_wide_rows_run_in_pixel_groups_with_the_same_bits(g: dict[str, Any]) -> None:
+    _check_every_level(g)
+
+
+def _check_every_level(g: dict[str, Any]) -> None:
     module = _module()
     rng = np.random.default_rng(g["seed"])
     n, c = g["n"], g["c"]

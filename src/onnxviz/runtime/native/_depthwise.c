@@ -16,9 +16,7 @@
  * use mul and add intrinsics), so the generic, AVX2 and AVX-512 paths give the same
  * bits, and these are the bits of numpy's multiply-then-add per kernel offset
  * (nn_conv.depthwise) plus the bias: a skipped padding tap adds an exact zero there.
- * The SIMD paths lose nothing by it as written: they load an input and a weight vector
- * per multiply-add and keep four sums, so the loads and the add latency bound them,
- * not the arithmetic.  Error bound of the K = kh * kw term sum plus the bias:
+ * The group kernels (below) order each pixel's taps the same way: the same bits.  Error bound of the K = kh * kw term sum plus the bias:
  * |y - exact| <= gamma(K + 1) * (sum |x * w| + |bias|), gamma(m) = m u / (1 - m u),
  * u = 2^-24 (tests/runtime/test_native_depthwise.py checks it in float64).
  *
@@ -65,6 +63,11 @@ typedef struct {
     Py_ssize_t corner, c;
     int ky0, ky1, kx0, kx1, kw;
     int width;         /* channels in this block: 1..BLOCK */
+    Py_ssize_t pstep;  /* floats between neighbouring output pixels' inputs: sw * C */
+    int slide;         /* kw when 3 or 5, dilation 1, stride 1 or 2 (slide_*), else 0 */
+    int sw;            /* the column stride */
+    Py_ssize_t in_w, pl; /* the input's width, the left padding */
+    Py_ssize_t inner0, inner1; /* output columns reading every kernel column */
     const float *bias; /* at the block's first channel, or NULL */
     const float *add;  /* addend at (n, oy, ox, first channel), or NULL */
     float *out;        /* out at (n, oy, ox, first channel) */
@@ -201,6 +204,167 @@ __attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
     }
 }
 
+/* ---- several pixels of an output row at a time (the SIMD levels) ------------------------
+ *
+ * One pixel at a time (vectors_avx2/512), each tap costs two loads per multiply-add and
+ * the four sums' add latency: a third of the arithmetic rate.  Here a group of up to PIX
+ * pixels of one output row runs per vector of channels: each tap's weight vector is
+ * loaded once for the group, and the group's sums are independent.  A pixel at the
+ * image's left or right border reads fewer kernel columns: valid[kx] has bit j set when
+ * pixel j of the group reads column kx, and a pixel's sum skips the others as the
+ * one-pixel kernels do.  Each sum takes its taps in the same order as theirs: the same
+ * bits. */
+#define MAX_KW 16 /* kernel widths the group kernels take (valid's size) */
+
+/* A group of NP pixels: the kernel without column tests when every pixel reads every
+ * column (the image's inside), with them at its borders. */
+#define SLIDE(slider, NP, K, S)                                                            \
+    slider(p, j0, NP, at, K, S, lo, hi);
+#define PIXELS(kernel, slider, NP)                                                         \
+    if (p->slide && full) {                                                                \
+        const Py_ssize_t ix0 = j0 * p->sw - p->pl, cols_read = (NP - 1) * p->sw + p->slide;  \
+        const int lo = (int)(ix0 < 0 ? -ix0 : 0);                                          \
+        const int hi = (int)(p->in_w - ix0 < cols_read ? p->in_w - ix0 : cols_read);       \
+        if (p->slide == 3 && p->sw == 1) {                                                 \
+            SLIDE(slider, NP, 3, 1)                                                        \
+        } else if (p->slide == 3) {                                                        \
+            SLIDE(slider, NP, 3, 2)                                                        \
+        } else if (p->sw == 1) {                                                           \
+            SLIDE(slider, NP, 5, 1)                                                        \
+        } else {                                                                           \
+            SLIDE(slider, NP, 5, 2)                                                        \
+        }                                                                                  \
+    } else if (v)                                                                          \
+        kernel(p, j0, NP, at, m, 0, 1, v);                                                 \
+    else if (full)                                                                         \
+        kernel(p, j0, NP, at, m, 1, 0, NULL);                                              \
+    else                                                                                   \
+        kernel(p, j0, NP, at, m, 0, 0, NULL);
+#define PIXELS_CASE(kernel, slider, NP)                                                    \
+    case NP:                                                                               \
+        PIXELS(kernel, slider, NP)                                                         \
+        break;
+
+/* Fills valid[0..kw) for the np pixels from `first` (cols: each output column's range of
+ * kernel columns inside the image); returns whether every pixel reads every column. */
+static int group_columns(const int *cols, Py_ssize_t first, int np, int kw, unsigned *valid) {
+    for (int kx = 0; kx < kw; kx++) valid[kx] = 0;
+    for (int j = 0; j < np; j++)
+        for (int kx = cols[2 * (first + j)]; kx < cols[2 * (first + j) + 1]; kx++)
+            valid[kx] |= 1u << j;
+    const unsigned all = (1u << np) - 1u;
+    for (int kx = 0; kx < kw; kx++)
+        if (valid[kx] != all) return 0;
+    return 1;
+}
+
+#define PIX8 8
+/* NP pixels from pixel j0 of the row p describes (p->corner, p->out and p->add at its
+ * first pixel), channels [at, at + 8) of the block masked by m; valid NULL: every pixel
+ * reads every kernel column. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+pixels_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, __m256i m, const int FULL,
+            const int TESTED, const unsigned *valid) {
+    __m256 acc[PIX8];
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) acc[j] = _mm256_setzero_ps();
+    const Py_ssize_t pstep = p->pstep, c = p->c;
+    const Py_ssize_t *xoff = p->xoff;
+    const int kw = p->kw;
+    const float *xb = p->xbase + p->corner + j0 * pstep + at, *wb = p->wbase + at;
+    /* (The pragmas: unrolled late, GCC kept the sums in memory, a store per tap.) */
+    for (int ky = p->ky0; ky < p->ky1; ky++) {
+        for (int kx = 0; kx < kw; kx++) {
+            const int t = ky * kw + kx;
+            const unsigned reads = TESTED ? valid[kx] : 0u;
+            const __m256 w = FULL ? _mm256_loadu_ps(wb + t * c) : _mm256_maskload_ps(wb + t * c, m);
+            const float *x = xb + xoff[t];
+            const float *xj = x;
+#pragma GCC unroll 16
+            for (int j = 0; j < NP; j++, xj += pstep)
+                if (!TESTED || (reads >> j & 1u))
+                    acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(FULL ? _mm256_loadu_ps(xj) : _mm256_maskload_ps(xj, m), w));
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) {
+        const Py_ssize_t o = (j0 + j) * c + at;
+        __m256 y = acc[j];
+        if (p->bias) y = _mm256_add_ps(y, _mm256_maskload_ps(p->bias + at, m));
+        if (p->add) y = _mm256_add_ps(y, _mm256_maskload_ps(p->add + o, m));
+        _mm256_maskstore_ps(p->out + o, m, act8(y, p->act, p->lo, p->hi));
+    }
+}
+
+/* As pixels_avx2 at stride 1 and dilation 1, for a kernel KW wide: per kernel row, each
+ * input column is loaded once for the (pixel, kernel column) pairs that read it (pixel j
+ * reads column j + kx), its kernel row's KW weight vectors stay in registers.  A pixel's
+ * taps still come in the order ky, kx: the same sums.  (Loads, not arithmetic, bound
+ * pixels_avx2 when the input is not 32-byte aligned, as numpy's large arrays are not.) */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+slide_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, const int S,
+           int lo, int hi) {
+    __m256 acc[PIX8], wv[5];
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) acc[j] = _mm256_setzero_ps();
+    const Py_ssize_t c = p->c;
+    const float *xb = p->xbase + p->corner + j0 * S * c + at, *wb = p->wbase + at;
+    for (int ky = p->ky0; ky < p->ky1; ky++) {
+        const float *x = xb + p->xoff[ky * KW], *w = wb + (Py_ssize_t)ky * KW * c;
+#pragma GCC unroll 8
+        for (int kx = 0; kx < KW; kx++)
+            wv[kx] = _mm256_loadu_ps(w + kx * c);
+#pragma GCC unroll 32
+        for (int col = 0; col < (NP - 1) * S + KW; col++) {
+            if (col < lo || col >= hi) continue; /* outside the image: every tap reading it */
+            const __m256 xv = _mm256_loadu_ps(x + col * c);
+#pragma GCC unroll 8
+            for (int kx = 0; kx < KW; kx++)
+                if (col - kx >= 0 && (col - kx) % S == 0 && (col - kx) / S < NP)
+                    acc[(col - kx) / S] =
+                        _mm256_add_ps(acc[(col - kx) / S], _mm256_mul_ps(xv, wv[kx]));
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) {
+        const Py_ssize_t o = (j0 + j) * c + at;
+        __m256 y = acc[j];
+        if (p->bias) y = _mm256_add_ps(y, _mm256_loadu_ps(p->bias + at));
+        if (p->add) y = _mm256_add_ps(y, _mm256_loadu_ps(p->add + o));
+        _mm256_storeu_ps(p->out + o, act8(y, p->act, p->lo, p->hi));
+    }
+}
+
+/* The `count` pixels of the output row p describes, in groups of PIX8. */
+__attribute__((target("avx2,fma"))) static void row_avx2(const Block *p, Py_ssize_t count,
+                                                         const int *cols) {
+    unsigned valid[MAX_KW];
+    /* Near-equal groups (14 pixels: 7 + 7; a group of 2 would run at a third of the rate). */
+    const Py_ssize_t groups = (count + PIX8 - 1) / PIX8;
+    for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
+        const int np = (int)((count * (g + 1)) / groups - j0);
+        const unsigned *v = (j0 >= p->inner0 && j0 + np <= p->inner1) ||
+                                    group_columns(cols, j0, np, p->kw, valid)
+                                ? NULL
+                                : valid;
+        for (int at = 0; at < p->width; at += 8) {
+            const int full = p->width - at >= 8;
+            const __m256i m = mask8(full ? 8 : p->width - at);
+            switch (np) {
+            PIXELS_CASE(pixels_avx2, slide_avx2, 8)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 7)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 6)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 5)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 4)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 3)
+            PIXELS_CASE(pixels_avx2, slide_avx2, 2)
+            default: PIXELS(pixels_avx2, slide_avx2, 1)
+            }
+        }
+        j0 += np;
+    }
+}
+
 /* ---- AVX-512F (16 lanes; 4 vectors per block, masked) -------------------------------- */
 
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -242,6 +406,108 @@ __attribute__((target("avx512f"))) static void block_avx512(const Block *p) {
         vectors_avx512(p, 1, last);
     }
 }
+/* As pixels_avx2, 16 channels a vector, up to PIX16 pixels. */
+#define PIX16 12
+__attribute__((target("avx512f"), always_inline)) static inline void
+pixels_avx512(const Block *p, Py_ssize_t j0, const int NP, int at, __mmask16 m,
+              const int FULL, const int TESTED, const unsigned *valid) {
+    __m512 acc[PIX16];
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    const Py_ssize_t pstep = p->pstep, c = p->c;
+    const Py_ssize_t *xoff = p->xoff;
+    const int kw = p->kw;
+    const float *xb = p->xbase + p->corner + j0 * pstep + at, *wb = p->wbase + at;
+    for (int ky = p->ky0; ky < p->ky1; ky++) {
+        for (int kx = 0; kx < kw; kx++) {
+            const int t = ky * kw + kx;
+            const unsigned reads = TESTED ? valid[kx] : 0u;
+            const __m512 w = FULL ? _mm512_loadu_ps(wb + t * c) : _mm512_maskz_loadu_ps(m, wb + t * c);
+            const float *x = xb + xoff[t];
+            const float *xj = x;
+#pragma GCC unroll 16
+            for (int j = 0; j < NP; j++, xj += pstep)
+                if (!TESTED || (reads >> j & 1u))
+                    acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(FULL ? _mm512_loadu_ps(xj) : _mm512_maskz_loadu_ps(m, xj), w));
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) {
+        const Py_ssize_t o = (j0 + j) * c + at;
+        __m512 y = acc[j];
+        if (p->bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p->bias + at));
+        if (p->add) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, p->add + o));
+        _mm512_mask_storeu_ps(p->out + o, m, act16(y, p->act, p->lo, p->hi));
+    }
+}
+
+/* As slide_avx2, 16 channels a vector. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+slide_avx512(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, const int S,
+           int lo, int hi) {
+    __m512 acc[PIX16], wv[5];
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    const Py_ssize_t c = p->c;
+    const float *xb = p->xbase + p->corner + j0 * S * c + at, *wb = p->wbase + at;
+    for (int ky = p->ky0; ky < p->ky1; ky++) {
+        const float *x = xb + p->xoff[ky * KW], *w = wb + (Py_ssize_t)ky * KW * c;
+#pragma GCC unroll 8
+        for (int kx = 0; kx < KW; kx++)
+            wv[kx] = _mm512_loadu_ps(w + kx * c);
+#pragma GCC unroll 32
+        for (int col = 0; col < (NP - 1) * S + KW; col++) {
+            if (col < lo || col >= hi) continue; /* outside the image: every tap reading it */
+            const __m512 xv = _mm512_loadu_ps(x + col * c);
+#pragma GCC unroll 8
+            for (int kx = 0; kx < KW; kx++)
+                if (col - kx >= 0 && (col - kx) % S == 0 && (col - kx) / S < NP)
+                    acc[(col - kx) / S] =
+                        _mm512_add_ps(acc[(col - kx) / S], _mm512_mul_ps(xv, wv[kx]));
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NP; j++) {
+        const Py_ssize_t o = (j0 + j) * c + at;
+        __m512 y = acc[j];
+        if (p->bias) y = _mm512_add_ps(y, _mm512_loadu_ps(p->bias + at));
+        if (p->add) y = _mm512_add_ps(y, _mm512_loadu_ps(p->add + o));
+        _mm512_storeu_ps(p->out + o, act16(y, p->act, p->lo, p->hi));
+    }
+}
+
+__attribute__((target("avx512f"))) static void row_avx512(const Block *p, Py_ssize_t count,
+                                                           const int *cols) {
+    unsigned valid[MAX_KW];
+    /* Near-equal groups (14 pixels: 7 + 7; a group of 2 would run at a third of the rate). */
+    const Py_ssize_t groups = (count + PIX16 - 1) / PIX16;
+    for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
+        const int np = (int)((count * (g + 1)) / groups - j0);
+        const unsigned *v = (j0 >= p->inner0 && j0 + np <= p->inner1) ||
+                                    group_columns(cols, j0, np, p->kw, valid)
+                                ? NULL
+                                : valid;
+        for (int at = 0; at < p->width; at += 16) {
+            const int rest = p->width - at, full = rest >= 16;
+            const __mmask16 m = (__mmask16)(full ? 0xFFFFu : (1u << rest) - 1u);
+            switch (np) {
+            PIXELS_CASE(pixels_avx512, slide_avx512, 12)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 11)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 10)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 9)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 8)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 7)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 6)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 5)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 4)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 3)
+            PIXELS_CASE(pixels_avx512, slide_avx512, 2)
+            default: PIXELS(pixels_avx512, slide_avx512, 1)
+            }
+        }
+        j0 += np;
+    }
+}
 #endif /* DW_X86 */
 
 /* ---- the loops over channel blocks and output pixels ---------------------------------- */
@@ -265,11 +531,17 @@ static void inside(Py_ssize_t first, Py_ssize_t step, Py_ssize_t taps, Py_ssize_
 static void run(const Geometry *g, const float *x, const float *wt, const float *bias,
                 const float *add, float *out, int act, float lo, float hi, Py_ssize_t *offs) {
     void (*block)(const Block *) = block_generic;
+    /* The SIMD levels run groups of pixels (generic C, and kernels wider than MAX_KW:
+     * one pixel at a time). */
+    void (*row)(const Block *, Py_ssize_t, const int *) = NULL;
 #if DW_X86
-    if (level >= 2)
+    if (level >= 2) {
         block = block_avx512;
-    else if (level == 1)
+        row = row_avx512;
+    } else if (level == 1) {
         block = block_avx2;
+        row = row_avx2;
+    }
 #endif
     const Py_ssize_t c = g->c, k = g->kh * g->kw;
     Py_ssize_t *in_x = offs;
@@ -281,6 +553,17 @@ static void run(const Geometry *g, const float *x, const float *wt, const float 
     for (Py_ssize_t ox = 0; ox < g->ow; ox++)
         inside(ox * g->sw - g->pl, g->dw, g->kw, g->w, &cols[2 * ox], &cols[2 * ox + 1]);
     Block p;
+    p.pstep = g->sw * c;
+    p.slide = g->sw <= 2 && g->dw == 1 && (g->kw == 3 || g->kw == 5) ? (int)g->kw : 0;
+    p.sw = (int)g->sw;
+    p.in_w = g->w;
+    p.pl = g->pl;
+    p.inner0 = 0;
+    while (p.inner0 < g->ow && (cols[2 * p.inner0] != 0 || cols[2 * p.inner0 + 1] != g->kw))
+        p.inner0++;
+    p.inner1 = p.inner0;
+    while (p.inner1 < g->ow && cols[2 * p.inner1] == 0 && cols[2 * p.inner1 + 1] == g->kw)
+        p.inner1++;
     p.xoff = in_x;
     p.c = c;
     p.kw = (int)g->kw;
@@ -297,6 +580,14 @@ static void run(const Geometry *g, const float *x, const float *wt, const float 
             for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
                 const Py_ssize_t y0 = oy * g->sh - g->pt;
                 inside(y0, g->dh, g->kh, g->h, &p.ky0, &p.ky1);
+                if (row && g->kw <= MAX_KW) {
+                    p.corner = (y0 * g->w - g->pl) * c;
+                    const Py_ssize_t at = (b * g->oh + oy) * g->ow * c + c0;
+                    p.out = out + at;
+                    p.add = add ? add + at : NULL;
+                    row(&p, g->ow, cols);
+                    continue;
+                }
                 for (Py_ssize_t ox = 0; ox < g->ow; ox++) {
                     p.corner = (y0 * g->w + ox * g->sw - g->pl) * c;
                     p.kx0 = cols[2 * ox];
