@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.fusion_layout import ChannelScale
 from onnxviz.runtime.kernels.nn_conv import conv
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     activate_in_place,
@@ -36,6 +38,7 @@ from onnxviz.runtime.kernels.nn_conv_nhwc import (
     prepare_channels_last,
 )
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree, close
 
@@ -273,10 +276,50 @@ def test_a_mobilenet_block_runs_channels_last_and_matches_the_stepped_run(opset:
     # The SE block's mean reads the depthwise conv's channels-last output as rows.
     means = [pn for pn in run_nodes(sess.plan) if pn.op_type == "ReduceMean"]
     assert [type(pn.fused).__name__ for pn in means] == ["SpatialMean"]
+    # Its gate multiplies that output through the compiled per-channel scale.
+    muls = [pn for pn in run_nodes(sess.plan) if pn.op_type == "Mul"]
+    assert [type(pn.fused).__name__ for pn in muls] == ["ChannelScale"]
     stepped = assert_modes_agree(model, feeds)
     got = Session(model).run(feeds)[y]
     assert got.flags.c_contiguous  # a graph output is NCHW as before
     close(got, stepped[y], "block output")
+
+
+class _PlainKernel:
+    """An executor stand-in: its call_kernel says the node's own kernel was asked."""
+
+    def call_kernel(self, pn: Any, ins: list[Any]) -> list[Any]:
+        return ["plain kernel"]
+
+
+@pytest.mark.parametrize("level", [*native.levels(), None])
+def test_the_se_gate_multiply_gives_numpys_product_in_either_order(level: int | None) -> None:
+    """At each level the compiled scale (None: the kernels off, the node's own kernel)."""
+    if level is not None:
+        compiled("channels")
+    scale = ChannelScale(None)  # type: ignore[arg-type]  # the node: only for fallbacks
+    ex: Any = _PlainKernel()
+    for n, c, h, w in [(1, 96, 28, 28), (2, 13, 5, 7), (1, 1, 3, 3), (3, 40, 1, 2)]:
+        x = RNG.standard_normal((n, h, w, c)).astype(np.float32).transpose(0, 3, 1, 2)
+        gate = RNG.standard_normal((n, c, 1, 1)).astype(np.float32)
+        gate[0, 0] = np.nan
+        with at_level("channels", level):
+            for ins in ([x, gate], [gate, x]):
+                got = scale(ex, ins)[0]
+                if level is None:
+                    assert got == "plain kernel"
+                    continue
+                np.testing.assert_array_equal(got, x * gate)  # NaN where numpy's is
+                assert is_channels_last(got)
+    x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32).transpose(0, 3, 1, 2)
+    gate = np.ones((1, 4, 1, 1), dtype=np.float32)
+    # Not its case: float64, a gate per sample of another batch, an NCHW value.
+    for ins in (
+        [x.astype(np.float64), gate.astype(np.float64)],
+        [x, np.ones((2, 4, 1, 1), dtype=np.float32)],
+        [np.ascontiguousarray(x), gate],
+    ):
+        assert scale(ex, ins) == ["plain kernel"]
 
 
 def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:
