@@ -572,7 +572,7 @@ def test_a_prompt_multiplies_a_kept_packed_weight(monkeypatch, packed: str) -> N
 
     from onnxviz.runtime.kernels import packed_gemm
 
-    monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", packed)
+    monkeypatch.setattr(packed_gemm, "ROUTED", packed == "on")
     mod = packed_gemm.module()
     if packed == "on" and native._LEVEL is not None:  # kernels on: the GEMM must be built
         compiled("sgemm")

@@ -473,7 +473,7 @@ def test_a_model_runs_the_kernel_and_gives_the_same_outputs(monkeypatch):
 def test_the_routing_can_be_turned_off(monkeypatch):
     _module()
     model, feeds = _model(np.random.default_rng(12))
-    monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", "off")
+    monkeypatch.setattr(packed_gemm, "ROUTED", False)
     with threadpool_limits(1), _counting(monkeypatch) as calls:
         Session(model).run(feeds)
     assert not calls
@@ -591,7 +591,7 @@ def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch
             np.testing.assert_allclose(on, off, rtol=0, atol=1e-5 * scale)
         assert_modes_agree(model, feeds)
         # The routing off: numpy's product and HardSwish, the same numbers.
-        monkeypatch.setenv("ONNXVIZ_PACKED_GEMM", "off")
+        monkeypatch.setattr(packed_gemm, "ROUTED", False)
         acts.clear()
         monkeypatch.setattr(packed_gemm, "matmul_packed", watch)
         routed_off = Session(model).run(feeds)["y"]

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -380,16 +381,21 @@ class ConvChain:
         if "residual" in kinds:
             self.residual = operands[kinds.index("residual")][0]
         self._key: tuple[Any, ...] | None = None
+        self._places: list[int] | None = None  # where the constants of _key sit in ins
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
         # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
         self.layout: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        # The constants the fold read (never the residual: a new array every run).
-        key = tuple(v for i, v in enumerate(ins) if i and i != self.residual)
-        if self._key is None or any(k is not v for k, v in zip(self._key, key)):
+        # The constants the fold read (never the residual: a new array every run), the
+        # same objects as last run (compared in C: this runs for every conv of a run).
+        places = self._places
+        if places is None:  # a node's inputs are the same places every run
+            places = self._places = [i for i in range(len(ins)) if i and i != self.residual]
+        key = self._key
+        if key is None or not all(map(is_, key, map(ins.__getitem__, places))):
             self._prepared = self._prepare(ins)
-            self._key = key
+            self._key = tuple(ins[i] for i in places)
         x = ins[0]
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:

@@ -40,10 +40,16 @@ class Packed(NamedTuple):
     nr: int
 
 
+# Whether products may be routed here: ONNXVIZ_PACKED_GEMM=off when the process starts
+# turns it off (benchmarks measure the paths it replaces; tests set this flag).  Read
+# once: reading the environment on every product was 1% of MobileNetV3-small's run.
+ROUTED = os.environ.get("ONNXVIZ_PACKED_GEMM", "on").strip().lower() not in ("off", "0")
+
+
 def module() -> Any | None:
-    """The compiled module at this process's level, or None (off, not built, or
-    ONNXVIZ_PACKED_GEMM=off)."""
-    if os.environ.get("ONNXVIZ_PACKED_GEMM", "on").strip().lower() in ("off", "0"):
+    """The compiled module at this process's level, or None (off, not built, or the
+    routing off: `ROUTED`)."""
+    if not ROUTED:
         return None
     return native.load("sgemm")
 
