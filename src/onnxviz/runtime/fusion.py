@@ -70,6 +70,7 @@ from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
+from onnxviz.runtime.fusion_se import find_se_gates, se_gate_node
 from onnxviz.runtime.kernels import blas, packed_gemm
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
@@ -169,6 +170,15 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             positions[0],
             positions[1:],
             lambda _first, _rest, ps=positions: qdq_conv_node(nodes, ps),
+        )
+        absorbed.update(positions[:-1])
+        claimed.update(positions)
+    for positions in find_se_gates(nodes, users, const, keep, claimed):
+        # Before the conv chains: the block's two convs are its own.
+        chains[positions[-1]] = (
+            positions[0],
+            positions[1:],
+            lambda _first, _rest, ps=positions: se_gate_node(nodes, ps),
         )
         absorbed.update(positions[:-1])
         claimed.update(positions)

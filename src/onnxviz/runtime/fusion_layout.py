@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native
+from onnxviz.runtime.fusion_se import SEGate
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
@@ -153,6 +154,10 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 kind = kinds[id(pn)]
                 ok = kind is not None
                 pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
+            elif isinstance(pn.fused, SEGate) and pn.inputs[pn.fused.x_place] == slot:
+                # An SE block reads it as rows and writes its product in x's layout.
+                sub_ok, sub_pays = readers(pn.outputs[0])
+                ok, pays = ok and sub_ok, pays or sub_pays
             elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
                 if pn.op_type in _SPATIAL_REDUCTIONS:
                     continue
@@ -181,6 +186,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
             pn.fused.layout = ChannelsLast(emit)
             kept += emit
             if emit:
+                region.add(pn.outputs[0])
+        elif isinstance(pn.fused, SEGate):
+            if pn.inputs[pn.fused.x_place] in region:
                 region.add(pn.outputs[0])
         elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
             continue

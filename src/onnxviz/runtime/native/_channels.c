@@ -1,6 +1,18 @@
-/* onnxviz.runtime.native._channels: a per-channel scale of channels-last rows.
+/* onnxviz.runtime.native._channels: per-channel work on channels-last rows.
  *
  *   scale(x, s, out, (n, rows, channels)): out[b, r, c] = x[b, r, c] * s[b, c]
+ *   gate(x, w1t, b1, w2t, b2, out, (n, rows, channels, reduced), alpha, beta): a whole
+ *     squeeze-excite block, fusion_se.SEGate: per image b,
+ *       m[c] = (sum_r x[b, r, c]) / rows                        (rows in order)
+ *       h[j] = max(sum_c m[c] w1t[c, j] + b1[j], 0)             (c in order; Relu)
+ *       g[c] = clip(fl(fl(sum_j h[j] w2t[j, c] + b2[c]) * alpha) + beta, 0, 1)
+ *                                                                (j in order; HardSigmoid)
+ *       out[b, r, c] = x[b, r, c] * g[c]
+ *     w1t (C, R) and w2t (R, C) are the two 1x1 convs' weights transposed, b1 (R,) and
+ *     b2 (C,) their biases.  Every operation is one float32 multiply or add (no fused
+ *     multiply-add), so every level gives the same bits; they differ from the nodes'
+ *     own (numpy's pairwise mean, BLAS's products) by float32 rounding of the sums:
+ *     |m - exact| <= gamma(rows) mean|x|, each product's sum gamma(K) sum|terms|.
  *
  * x and out (N, rows, C) and s (N, C): contiguous float32 buffers (out may be x).  This
  * is a squeeze-excite block's Mul of a channels-last (N, C, H, W) value by its (N, C, 1,
@@ -42,6 +54,110 @@ __attribute__((target("avx512f"))) static void
 scale_avx512(const float *x, const float *s, float *out, Py_ssize_t n, Py_ssize_t rows,
              Py_ssize_t channels) SCALE_BODY
 #endif
+
+#define GATE_BODY                                                                          \
+    {                                                                                      \
+        for (Py_ssize_t b = 0; b < n; b++) {                                               \
+            const float *xb = x + b * rows * channels;                                     \
+            float *ob = out + b * rows * channels;                                         \
+            for (Py_ssize_t c = 0; c < channels; c++) m[c] = 0.0f;                         \
+            for (Py_ssize_t r = 0; r < rows; r++) {                                        \
+                const float *xr = xb + r * channels;                                       \
+                for (Py_ssize_t c = 0; c < channels; c++) m[c] = m[c] + xr[c];             \
+            }                                                                              \
+            const float count = (float)rows;                                               \
+            for (Py_ssize_t c = 0; c < channels; c++) m[c] = m[c] / count;                 \
+            for (Py_ssize_t j = 0; j < reduced; j++) h[j] = 0.0f;                          \
+            for (Py_ssize_t c = 0; c < channels; c++) {                                    \
+                const float mc = m[c];                                                     \
+                const float *wr = w1t + c * reduced;                                       \
+                for (Py_ssize_t j = 0; j < reduced; j++) h[j] = h[j] + mc * wr[j];         \
+            }                                                                              \
+            for (Py_ssize_t j = 0; j < reduced; j++) {                                     \
+                const float v = h[j] + b1[j];                                              \
+                h[j] = v < 0.0f ? 0.0f : v; /* NaN kept */                                 \
+            }                                                                              \
+            for (Py_ssize_t c = 0; c < channels; c++) g[c] = 0.0f;                         \
+            for (Py_ssize_t j = 0; j < reduced; j++) {                                     \
+                const float hj = h[j];                                                     \
+                const float *wr = w2t + j * channels;                                      \
+                for (Py_ssize_t c = 0; c < channels; c++) g[c] = g[c] + hj * wr[c];        \
+            }                                                                              \
+            for (Py_ssize_t c = 0; c < channels; c++) {                                    \
+                const float v = (g[c] + b2[c]) * alpha + beta;                             \
+                g[c] = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v; /* NaN kept */               \
+            }                                                                              \
+            for (Py_ssize_t r = 0; r < rows; r++) {                                        \
+                const float *xr = xb + r * channels;                                       \
+                float *orow = ob + r * channels;                                           \
+                for (Py_ssize_t c = 0; c < channels; c++) orow[c] = xr[c] * g[c];          \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+/* m (C), h (R) and g (C): scratch. */
+#define GATE_ARGS                                                                          \
+    const float *restrict x, const float *restrict w1t, const float *restrict b1,          \
+        const float *restrict w2t, const float *restrict b2, float *restrict out,          \
+        Py_ssize_t n, Py_ssize_t rows, Py_ssize_t channels, Py_ssize_t reduced, float alpha, \
+        float beta, float *restrict m, float *restrict h, float *restrict g
+
+static void gate_generic(GATE_ARGS) GATE_BODY
+
+#if ONNXVIZ_X86
+__attribute__((target("avx2,fma"))) static void gate_avx2(GATE_ARGS) GATE_BODY
+
+__attribute__((target("avx512f"))) static void gate_avx512(GATE_ARGS) GATE_BODY
+#endif
+
+static PyObject *py_gate(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *w1o, *b1o, *w2o, *b2o, *oo;
+    Py_ssize_t n, rows, channels, reduced;
+    float alpha, beta;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnnn)ff:gate", &xo, &w1o, &b1o, &w2o, &b2o, &oo, &n,
+                          &rows, &channels, &reduced, &alpha, &beta))
+        return NULL;
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    if (n < 1 || rows < 1 || channels < 1 || reduced < 1 || n > limit || rows > limit ||
+        channels > limit || reduced > limit || n * rows > limit / channels ||
+        channels > limit / reduced) {
+        PyErr_SetString(PyExc_ValueError, "gate: sizes must be in 1..2**30 with their products");
+        return NULL;
+    }
+    Py_buffer bufs[6];
+    PyObject *objs[6] = {xo, w1o, b1o, w2o, b2o, oo};
+    const Py_ssize_t counts[6] = {n * rows * channels, channels * reduced, reduced,
+                                  reduced * channels, channels, n * rows * channels};
+    const char *names[6] = {"x", "w1t", "b1", "w2t", "b2", "out"};
+    int got = 0;
+    for (; got < 6; got++)
+        if (onnxviz_get_floats(objs[got], &bufs[got], counts[got], 1, got == 5, names[got]) < 0)
+            break;
+    float *scratch = NULL;
+    if (got == 6) {
+        scratch = PyMem_RawMalloc((size_t)(2 * channels + reduced) * sizeof(float));
+        if (!scratch) PyErr_NoMemory();
+    }
+    if (scratch) {
+        void (*fn)(GATE_ARGS) = gate_generic;
+#if ONNXVIZ_X86
+        if (level >= 2)
+            fn = gate_avx512;
+        else if (level == 1)
+            fn = gate_avx2;
+#endif
+        Py_BEGIN_ALLOW_THREADS;
+        fn(bufs[0].buf, bufs[1].buf, bufs[2].buf, bufs[3].buf, bufs[4].buf, bufs[5].buf, n,
+           rows, channels, reduced, alpha, beta, scratch, scratch + channels,
+           scratch + channels + reduced);
+        Py_END_ALLOW_THREADS;
+        PyMem_RawFree(scratch);
+    }
+    while (got > 0) PyBuffer_Release(&bufs[--got]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
 
 static PyObject *py_scale(PyObject *self, PyObject *args) {
     (void)self;
@@ -89,6 +205,10 @@ static PyMethodDef methods[] = {
     {"scale", py_scale, METH_VARARGS,
      "scale(x, s, out, (n, rows, channels)): out[b, r, c] = x[b, r, c] * s[b, c], float32 "
      "contiguous buffers (out may be x)."},
+    {"gate", py_gate, METH_VARARGS,
+     "gate(x, w1t, b1, w2t, b2, out, (n, rows, channels, reduced), alpha, beta): a "
+     "squeeze-excite block (mean over rows, 1x1 conv + Relu, 1x1 conv + HardSigmoid, scale) "
+     "of channels-last float32 rows; out must not overlap x."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
