@@ -185,6 +185,34 @@ def test_gemm_within_the_float32_bound_at_every_level(level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+def test_a_transposed_a_gives_the_same_bits(level):
+    """A given as its K x M transpose (an NCHW image, rows lda apart) is copied tile by
+    tile into the kernel's buffer: the products of A as it is, bit for bit."""
+    mod = _module()
+    with _level(level):
+        rng = np.random.default_rng(40 + level)
+        for m, k, n in [*SHAPES, (196, 576, 128), (3136, 16, 72)]:
+            ops = _operands(rng, m, k, n)
+            p = packed_gemm.pack(ops["w"], mod)
+            want = np.empty((m, n), np.float32)
+            packed_gemm.matmul_packed(mod, ops["a"], p, want, bias=ops["bias"], act=1)
+            at = np.full((k, m + 3), np.nan, np.float32)  # rows m + 3 apart
+            at[:, :m] = ops["a"].T
+            got = np.empty((m, n), np.float32)
+            mod.gemm(
+                at, m + 3, m, k, p.data, p.offset, n, p.nr, got, n,
+                ops["bias"], None, 0, 1, NAN, NAN, False, True,
+            )  # fmt: skip
+            np.testing.assert_array_equal(got, want)
+            again = np.empty((m, n), np.float32)
+            packed_gemm.matmul_packed(
+                mod, np.ascontiguousarray(ops["a"].T), p, again, bias=ops["bias"], act=1,
+                a_transposed=True,
+            )  # fmt: skip
+            np.testing.assert_array_equal(again, want)
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_gemm_left_within_the_float32_bound_at_every_level(level):
     mod = _module()
     mod.set_level(level)

@@ -265,11 +265,17 @@ class _Pointwise(ChannelsLastConv):
         act: Activation | None,
     ) -> tuple[np.ndarray, bool]:
         """The compiled GEMM by the packed weight: bias, residual and a Relu, Clip or
-        HardSwish applied before its accumulators are stored (no pass of their own)."""
-        xl = x.transpose(0, 2, 3, 1)
-        if self.strided:
-            xl = xl[:, :: self.strides[0], :: self.strides[1], :]
-        a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
+        HardSwish applied before its accumulators are stored (no pass of their own).  A
+        single NCHW image is read as the transposed operand (the kernel copies it tile by
+        tile: Inception's 1x1 convs after a Concat paid a whole transposing copy)."""
+        transposed = x.shape[0] == 1 and not self.strided and x.flags.c_contiguous
+        if transposed:
+            a = x.reshape(self.c, self.rows)
+        else:
+            xl = x.transpose(0, 2, 3, 1)
+            if self.strided:
+                xl = xl[:, :: self.strides[0], :: self.strides[1], :]
+            a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
         out = np.empty(self.nhwc_shape, dtype=np.float32)
         flat = out.reshape(self.rows, -1)
         d = None
@@ -278,7 +284,18 @@ class _Pointwise(ChannelsLastConv):
         code, lo, hi = ACT_NONE, math.nan, math.nan
         if act is not None and act[0] in (ACT_RELU, ACT_CLIP, ACT_HARDSWISH):
             code, lo, hi = act
-        packed_gemm.matmul_packed(mod, a, p, flat, bias=self.bias, addend=d, act=code, lo=lo, hi=hi)
+        packed_gemm.matmul_packed(
+            mod,
+            a,
+            p,
+            flat,
+            bias=self.bias,
+            addend=d,
+            act=code,
+            lo=lo,
+            hi=hi,
+            a_transposed=transposed,
+        )
         return out, code != ACT_NONE
 
     def _product(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:

@@ -153,13 +153,16 @@ def matmul_packed(
     lo: float = float("nan"),
     hi: float = float("nan"),
     accumulate: bool = False,
+    a_transposed: bool = False,
 ) -> None:
     """``out = act([out +] a @ w + bias + addend)`` for C-contiguous float32 ``a`` (M x
     K), ``out`` and ``addend`` (M x N), ``bias`` (N,).  ``out`` must not overlap the
-    operands.  ValueError (from the module) on any size that does not match."""
-    m, k = a.shape
+    operands.  ValueError (from the module) on any size that does not match.
+    ``a_transposed``: ``a`` is given as its (K x M) transpose (an NCHW image's [C, H*W]:
+    the kernel copies it tile by tile, no whole transposing copy first; the same bits)."""
+    k, m = a.shape if a_transposed else a.shape[::-1]
     if p.k != k:
-        raise ValueError(f"matmul_packed: a has {k} columns, the weight {p.k} rows")
+        raise ValueError(f"matmul_packed: a has K = {k}, the weight {p.k} rows")
     lda, ldc = _ld(a), _ld(out)
     if lda is None or ldc is None:
         raise ValueError("matmul_packed: a and out must be C-contiguous float32 2-D arrays")
@@ -171,7 +174,7 @@ def matmul_packed(
         ldd = got
     mod.gemm(
         a, lda, m, k, p.data, p.offset, p.n, p.nr, out, ldc,
-        bias, addend, ldd, act, lo, hi, accumulate,
+        bias, addend, ldd, act, lo, hi, accumulate, a_transposed,
     )  # fmt: skip
 
 

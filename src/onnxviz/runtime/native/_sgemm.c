@@ -6,7 +6,10 @@
  * gemm_left: C[i, j] = act((accumulate ? C[i, j] : 0) + sum_k W[i, k] X[k, j] + bias[i]
  *                          + addend[i, j])
  *
- * gemm: A (M x K, rows `lda` floats apart) is the activation, read where it lies (a
+ * gemm: A (M x K, rows `lda` floats apart; or, with a_trans, given as its transpose, K x
+ * M, rows `lda` apart: an NCHW image's [C, H*W], copied tile by tile into the same
+ * k-interleaved buffer, so the sums and bits are those of A as it is) is the activation,
+ * read where it lies (a
  * channels-last image is the row-major [N*H*W, C] operand of a 1x1 conv, a BERT
  * activation the [tokens, hidden] one); B (K x N), the weight, is packed once (`pack`)
  * into column panels of NR floats (the micro-kernel's width: 32 at AVX-512, 16
@@ -291,12 +294,20 @@ typedef struct {
     int act, accumulate;
     float lo, hi;
     Py_ssize_t kcmax, nc; /* KC and NC read once, under the GIL (set_blocking) */
+    int a_trans; /* gemm: A given transposed, K x M with rows lda apart (an NCHW image) */
 } Problem;
 
 /* Rows i0..i0+rows-1, columns k0..k0+kc-1 of A into `dst` as kc groups of MR floats,
  * zeros for the rows past the tile's. */
 static void pack_a(const Problem *p, Py_ssize_t i0, int rows, Py_ssize_t k0, Py_ssize_t kc,
                    int mr, float *dst) {
+    if (p->a_trans) { /* each k's MR values are consecutive in the transposed A */
+        for (Py_ssize_t k = 0; k < kc; k++) {
+            memcpy(dst + k * mr, p->a + (k0 + k) * p->lda + i0, (size_t)rows * 4);
+            for (int i = rows; i < mr; i++) dst[k * mr + i] = 0.0f;
+        }
+        return;
+    }
     for (int i = 0; i < rows; i++) {
         const float *src = p->a + (i0 + i) * p->lda + k0;
         for (Py_ssize_t k = 0; k < kc; k++) dst[k * mr + i] = src[k];
@@ -338,7 +349,8 @@ static void run(const Problem *p, float *abuf) {
      * time in place, 1.31x copied), unless its rows are a multiple of 4 KB apart: then
      * the MR rows fall on the same L1 sets and evict one another (K = 3072: 1.15x in
      * place, 1.06x copied). */
-    const int inplace = (INPLACE == 1 || (INPLACE == 2 && (p->lda * 4) % 4096 != 0));
+    const int inplace =
+        !p->a_trans && (INPLACE == 1 || (INPLACE == 2 && (p->lda * 4) % 4096 != 0));
     Tile t;
     t.ldc = p->ldc;
     t.ldadd = p->ldadd;
@@ -498,9 +510,10 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     Problem p;
     Py_ssize_t offset, ldadd;
     int nr;
-    if (!PyArg_ParseTuple(args, "OnnnOnniOnOOniffp:gemm", &ao, &p.lda, &p.m, &p.k, &po, &offset,
+    p.a_trans = 0;
+    if (!PyArg_ParseTuple(args, "OnnnOnniOnOOniffp|p:gemm", &ao, &p.lda, &p.m, &p.k, &po, &offset,
                           &p.n, &nr, &co, &p.ldc, &bo, &do_, &ldadd, &p.act, &p.lo, &p.hi,
-                          &p.accumulate))
+                          &p.accumulate, &p.a_trans))
         return NULL;
     if (nr != panel_width_of(level)) {
         PyErr_Format(PyExc_ValueError, "gemm: packed for panels of %d, this level uses %d", nr,
@@ -516,7 +529,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int have_bias = bo != Py_None, have_add = do_ != Py_None;
-    const Py_ssize_t a_span = span(p.m, p.k, p.lda), c_span = span(p.m, p.n, p.ldc);
+    const Py_ssize_t a_span = p.a_trans ? span(p.k, p.m, p.lda) : span(p.m, p.k, p.lda);
+    const Py_ssize_t c_span = span(p.m, p.n, p.ldc);
     const Py_ssize_t d_span = have_add ? span(p.m, p.n, ldadd) : 0;
     if (a_span < 0 || c_span < 0 || d_span < 0 || p.n > LIMIT || p.k * p.n > LIMIT * 8) {
         PyErr_SetString(PyExc_ValueError,
@@ -624,6 +638,7 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *po, *xo, *co, *bo, *do_;
     Problem p;
+    p.a_trans = 0;
     Py_ssize_t offset, ldadd;
     int mr;
     if (!PyArg_ParseTuple(args, "OnnniOnnOnOOniffp:gemm_left", &po, &offset, &p.m, &p.k, &mr,
@@ -749,7 +764,8 @@ static PyMethodDef methods[] = {
      "the bytearray (a 64-byte boundary), the last panel zero-padded."},
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(A, lda, M, K, packed, offset, N, nr, C, ldc, bias, addend, ldadd, act, lo, hi, "
-     "accumulate): C = act([C +] A B + bias + addend) for A (M x K, rows lda apart), B "
+     "accumulate, a_trans=False): C = act([C +] A B + bias + addend) for A (M x K, rows lda "
+     "apart; a_trans: A given as its K x M transpose, rows lda apart), B "
      "packed by pack(), C and addend (M x N, rows ldc / ldadd apart), bias (N,); bias "
      "and addend may be None; act 0 none, 1 Relu, 2 Clip(lo, hi) (NaN bound: none), "
      "3 HardSwish."},
