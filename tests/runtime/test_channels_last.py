@@ -29,7 +29,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
-from onnxviz.runtime.fusion_layout import ChannelScale
+from onnxviz.runtime.fusion_layout import ChannelScale, ChannelsLastConcat
+from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.kernels.nn_conv import conv
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     activate_in_place,
@@ -319,6 +320,64 @@ def test_the_se_gate_multiply_gives_numpys_product_in_either_order(level: int | 
         [np.ascontiguousarray(x), gate],
     ):
         assert scale(ex, ins) == ["plain kernel"]
+
+
+def _last(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+    n, c, h, w = shape
+    return RNG.standard_normal((n, h, w, c)).astype(dtype).transpose(0, 3, 1, 2)
+
+
+def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values() -> None:
+    concat = ChannelsLastConcat(None)  # type: ignore[arg-type]  # the node: only for fallbacks
+    ex: Any = _PlainKernel()
+    a, b = _last((2, 5, 4, 3)), _last((2, 7, 4, 3))
+    nchw = np.ascontiguousarray(_last((2, 2, 4, 3)))
+    for ins in ([a, b], [a, nchw, b], [nchw, a], [a]):
+        got = concat(ex, ins)[0]
+        assert is_channels_last(got)
+        np.testing.assert_array_equal(got, np.concatenate(ins, axis=1))
+    for ins in (
+        [nchw, nchw],  # no channels-last input: numpy's own layout
+        [a, _last((2, 7, 4, 3), np.float64)],
+        [a, _last((2, 7, 4, 4))],
+        [a, _last((1, 7, 4, 3))],
+        [a.reshape(2, 5, 12)],
+    ):
+        assert concat(ex, ins) == ["plain kernel"]
+
+
+def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net = _Net(np.random.default_rng(11))
+    net.shapes["x"] = (1, 16, 14, 14)
+    x = net.add("Relu", [net.conv("x", 24, k=3)], (1, 24, 14, 14))
+    a = net.add("Relu", [net.conv(x, 16)], (1, 16, 14, 14))
+    b = net.add("Relu", [net.conv(net.conv(x, 8), 16, k=3)], (1, 16, 14, 14))
+    p = net.add("MaxPool", [x], (1, 24, 14, 14), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    c = net.add("Relu", [net.conv(p, 8)], (1, 8, 14, 14))
+    y = net.add("Concat", [a, b, c], (1, 40, 14, 14), axis=1)
+    y = net.add(
+        "AveragePool", [y], (1, 40, 7, 7), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+    )
+    y = net.conv(y, 32, k=3)
+    model = net.model((1, 16, 14, 14), y)
+    feeds = {"x": RNG.standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    layouts: list[bool] = []
+    channels_last = nn_pool._channels_last
+
+    def watch(v: np.ndarray) -> bool:
+        layouts.append(channels_last(v))
+        return layouts[-1]
+
+    monkeypatch.setattr(nn_pool, "_channels_last", watch)
+    sess = Session(model)
+    sess.run(feeds)
+    fused = [type(pn.fused).__name__ for pn in run_nodes(sess.plan) if pn.kind == "fused"]
+    assert "ChannelsLastConcat" in fused, fused
+    if native.level() is not None:
+        assert layouts == [True, True], layouts  # both pools read channels-last values
+    assert_modes_agree(model, feeds)
 
 
 def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:

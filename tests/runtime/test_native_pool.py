@@ -64,7 +64,9 @@ def _avg(x: np.ndarray, **attrs: Any) -> np.ndarray:
 def _cases(draw: Any, same: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """Random geometries; ``same``: stride 1 with pads summing to kernel - 1 per axis (the
     output the input's size: the kernel's flat whole-plane path)."""
-    n, c = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    # Channels: planes for pool2d; for pool2d_nhwc (channels-last inputs) below, within,
+    # and beyond a vector of 8 or 16.
+    n, c = draw(st.integers(1, 3)), draw(st.sampled_from([1, 2, 3, 4, 4, 19, 40]))
     h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
     kernel = [draw(st.integers(1, 5)), draw(st.integers(1, 5))]
     strides = [1, 1] if same else [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
@@ -115,11 +117,18 @@ def test_the_kernel_matches_the_numpy_path_at_every_level(
     k = attrs["kernel_shape"][0] * attrs["kernel_shape"][1]
     bound = (k + 1) * U * mean_abs + 2 * TINY
     finite = np.isfinite(exact)
-    for level in LEVELS:
+    # The same array channels-last too (an unwatched run's conv chain hands pools such
+    # values): pool2d_nhwc, its output channels-last as well.
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for level, xin in [(level, xin) for level in LEVELS for xin in (x, x_last)]:
         with _level(level):
-            got_max = _max(x, **attrs)
-            got_avg = _avg(x, count_include_pad=include_pad, **attrs)
-        what = f"level {level}, {attrs}, include_pad {include_pad}"
+            got_max = _max(xin, **attrs)
+            got_avg = _avg(xin, count_include_pad=include_pad, **attrs)
+        layout = "NCHW" if xin is x else "channels-last"
+        what = f"level {level}, {layout}, {attrs}, include_pad {include_pad}"
+        if xin is x_last and x.shape[1] > 1:
+            for got in (got_max, got_avg):
+                assert got.transpose(0, 2, 3, 1).flags.c_contiguous, what
         assert got_max.dtype == np.float32 and got_max.shape == want_max.shape, what
         np.testing.assert_array_equal(got_max, want_max, err_msg=what)
         assert got_avg.dtype == np.float32 and got_avg.shape == want_avg.shape, what
@@ -147,6 +156,33 @@ def test_every_level_gives_the_same_bits() -> None:
     for level, mode, y in results:
         first = next(r for lv, m, r in results if m == mode)
         assert first.tobytes() == y.tobytes(), (level, mode)
+
+
+def test_the_channels_last_pools_give_the_same_bits_at_every_level() -> None:
+    module = _module()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 33, 37, 24)).astype(np.float32)
+    results = []
+    for level in LEVELS:
+        module.set_level(level)
+        for mode in (0, 1):
+            y = np.empty((2, 17, 18, 24), np.float32)
+            module.pool2d_nhwc(x, y, 2, 33, 37, 24, 17, 18, 3, 3, 2, 2, 1, 1, 1, 0, mode, 1)
+            results.append((mode, y))
+    for mode, y in results:
+        first = next(r for m, r in results if m == mode)
+        assert first.tobytes() == y.tobytes(), mode
+    x = np.zeros((1, 4, 4, 3), np.float32)
+    y = np.zeros((1, 2, 2, 3), np.float32)
+    for bad in (
+        (x, y, 1, 4, 4, 0, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0),  # no channels
+        (x, y, 1, 4, 4, 4, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0),  # x too small for C = 4
+        (x, y[:, :1], 1, 4, 4, 3, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0),  # y too small
+        (x.astype(np.float64), y, 1, 4, 4, 3, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0),
+        (x, y, 1, 4, 4, 3, 2, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 0),  # mode
+    ):
+        with pytest.raises(ValueError):
+            module.pool2d_nhwc(*bad)
 
 
 def test_bad_buffers_and_arguments_raise() -> None:

@@ -23,7 +23,11 @@ kernel's transposing copy.  The SE block's spatial mean of a channels-last value
 Plain convs (one group, a kernel larger than 1x1) join in when the compiled direct conv
 runs them (float32, native/_conv.c through nn_conv_nhwc): it computes channels-last, so
 a ResNet or UNet chain of them stays channels-last from the first conv after the stem's
-pool to the global pool, with no transposing copy between its convs.
+pool to the global pool, with no transposing copy between its convs.  2-D MaxPool and
+AveragePool pass the layout through (their compiled kernel pools a channels-last input
+as such), and a channel Concat with a channels-last input runs as `ChannelsLastConcat`:
+an Inception block's branches and the pools and Concat between blocks stay
+channels-last too.
 
 Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
 """
@@ -69,6 +73,9 @@ _ELEMENTWISE = frozenset(
         "Div",
     }
 )
+# Pools whose compiled kernel reads a channels-last input in place and writes its output
+# channels-last (kernels.nn_pool.native_pool2d; other inputs keep NCHW).
+_POOLS = frozenset({"MaxPool", "AveragePool"})
 # Conv kinds whose kernel computes channels-last (an NCHW output costs it a transpose).
 _NATIVE_LAST = frozenset({"depthwise", "direct"})
 # Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
@@ -110,6 +117,30 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
     if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
         return "direct"
     return None
+
+
+def _pool_takes_layout(pn: PlanNode) -> bool:
+    """A 2-D MaxPool (without its Indices output) or AveragePool the compiled pool runs
+    on a channels-last input (its rank and dtype are checked when it runs)."""
+    return (
+        pn.op_type in _POOLS
+        and len(pn.inputs) == 1
+        and pn.outputs[0] >= 0
+        and all(s < 0 for s in pn.outputs[1:])
+        and len(pn.attrs.get("kernel_shape") or ()) == 2
+        and all(d == 1 for d in pn.attrs.get("dilations") or ())
+    )
+
+
+def _channel_concat(pn: PlanNode) -> bool:
+    """A Concat along the channel axis of 4-D values (the rank is checked when it runs)."""
+    return (
+        pn.op_type == "Concat"
+        and len(pn.outputs) == 1
+        and pn.attrs.get("axis", 1) in (1, -3)
+        and len(pn.inputs) >= 1
+        and min(pn.inputs) >= 0
+    )
 
 
 def _unpadded(attrs: dict[str, Any]) -> bool:
@@ -161,7 +192,11 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
             elif pn.kind == "kernel" and pn.domain == "" and len(pn.outputs) == 1:
                 if pn.op_type in _SPATIAL_REDUCTIONS:
                     continue
-                if pn.op_type in _ELEMENTWISE and (len(pn.inputs) == 1 or pn.opset >= 7):
+                if (
+                    (pn.op_type in _ELEMENTWISE and (len(pn.inputs) == 1 or pn.opset >= 7))
+                    or _pool_takes_layout(pn)
+                    or _channel_concat(pn)
+                ):
                     sub_ok, sub_pays = readers(pn.outputs[0])
                     ok, pays = ok and sub_ok, pays or sub_pays
                 else:
@@ -195,8 +230,13 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         elif pn.op_type == "Mul" and len(pn.inputs) == 2 and len(pn.outputs) == 1:
             region.add(pn.outputs[0])
             nodes[i] = fused_node(pn, pn, pn.inputs, pn.input_names, ChannelScale(pn))
-        elif pn.op_type in _ELEMENTWISE and len(pn.outputs) == 1:
+        elif (pn.op_type in _ELEMENTWISE and len(pn.outputs) == 1) or (
+            _pool_takes_layout(pn) and pn.inputs[0] in region
+        ):
             region.add(pn.outputs[0])
+        elif _channel_concat(pn):
+            region.add(pn.outputs[0])
+            nodes[i] = fused_node(pn, pn, pn.inputs, pn.input_names, ChannelsLastConcat(pn))
         elif pn.op_type in _SPATIAL_MEANS and pn.inputs[0] in region:
             nodes[i] = fused_node(pn, pn, pn.inputs, pn.input_names, SpatialMean(pn))
     return kept
@@ -343,5 +383,35 @@ class ChannelScale:
                 module.scale(
                     x.transpose(0, 2, 3, 1), np.ascontiguousarray(gate), out, (n, h * w, c)
                 )
+                return [out.transpose(0, 3, 1, 2)]
+        return ex.call_kernel(self.node, ins)
+
+
+class ChannelsLastConcat:
+    """A Concat along the channels of 4-D float arrays, some of them channels-last: the
+    result channels-last too (one (N, H, W, C) buffer the inputs are copied into, as
+    numpy's concatenate would copy them), so the convs and pools reading it need no
+    transposing copy; Inception's blocks end in one.  The same values as the plain
+    kernel's.  Anything else (other ranks, mixed dtypes, no channels-last input) goes to
+    the node's own kernel."""
+
+    def __init__(self, pn: PlanNode) -> None:
+        self.node = pn
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        first = ins[0]
+        if type(first) is np.ndarray and first.ndim == 4 and first.dtype in _FLOATS:
+            dtype = first.dtype
+            if all(
+                type(x) is np.ndarray
+                and x.ndim == 4
+                and x.dtype == dtype
+                and x.shape[0] == first.shape[0]
+                and x.shape[2:] == first.shape[2:]
+                for x in ins
+            ) and any(is_channels_last(x) for x in ins):
+                n, _, h, w = first.shape
+                out = np.empty((n, h, w, sum(x.shape[1] for x in ins)), dtype=dtype)
+                np.concatenate([x.transpose(0, 2, 3, 1) for x in ins], axis=3, out=out)
                 return [out.transpose(0, 3, 1, 2)]
         return ex.call_kernel(self.node, ins)

@@ -282,13 +282,29 @@ def native_pool2d(
         return None
     n, c, h, w = x.shape
     oh, ow = geo.out
-    y = np.empty((n, c, oh, ow), dtype=np.float32)
     kh, kw = geo.kernel
     sh, sw = geo.strides
     pt, pl, pb, pr = geo.pads
+    if _channels_last(x):
+        # A channels-last value (an unwatched run's conv chain, fusion_layout) pools
+        # channels-last and stays so: no transposing copy either way.
+        yl = np.empty((n, oh, ow, c), dtype=np.float32)
+        module.pool2d_nhwc(x.transpose(0, 2, 3, 1), yl, n, h, w, c, oh, ow, kh, kw, sh, sw,
+                           pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
+        return yl.transpose(0, 3, 1, 2)
+    y = np.empty((n, c, oh, ow), dtype=np.float32)
     module.pool2d(np.ascontiguousarray(x), y, n * c, h, w, oh, ow, kh, kw, sh, sw,
                   pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
     return y
+
+
+def _channels_last(x: np.ndarray) -> bool:
+    """The 4-D ``x`` is an (N, H, W, C) buffer seen as (N, C, H, W), and not also NCHW
+    (nn_conv_nhwc.is_channels_last's test)."""
+    return bool(
+        x.transpose(0, 2, 3, 1).flags.c_contiguous
+        and not (x.flags.c_contiguous and x.shape[1] > 1 and x.shape[2] * x.shape[3] > 1)
+    )
 
 
 def _lowest(dtype: np.dtype[Any]) -> float:
