@@ -147,8 +147,9 @@ enum { PF_ROWS = 32 };
 
 /* ---- AVX2 + FMA: MR 6 x NR 16 (two ymm per row) ------------------------------------------ */
 
+/* NV: as tile_avx512_body's (1 for an edge panel of at most 8 columns). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-tile_avx2_body(const Tile *t, const int STREAM) {
+tile_avx2_body(const Tile *t, const int STREAM, const int NV) {
     enum { MR = 6 };
     __m256 c0[MR], c1[MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
@@ -156,11 +157,11 @@ tile_avx2_body(const Tile *t, const int STREAM) {
     const Py_ssize_t kc = t->kc;
     for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
         if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
-        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = NV == 2 ? _mm256_loadu_ps(b + 8) : b0;
         for (int i = 0; i < MR; i++) {
             const __m256 ai = _mm256_broadcast_ss(a + i);
             c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+            if (NV == 2) c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
         }
     }
     const __m256i m0 = mask8(t->cols), m1 = mask8(t->cols - 8);
@@ -170,36 +171,41 @@ tile_avx2_body(const Tile *t, const int STREAM) {
         __m256 y0 = c0[i], y1 = c1[i];
         if (t->load_c) {
             y0 = _mm256_add_ps(_mm256_maskload_ps(c, m0), y0);
-            y1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), y1);
+            if (NV == 2) y1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), y1);
         }
         if (t->last) {
             if (t->bias) {
                 y0 = _mm256_add_ps(y0, _mm256_maskload_ps(t->bias, m0));
-                y1 = _mm256_add_ps(y1, _mm256_maskload_ps(t->bias + 8, m1));
+                if (NV == 2) y1 = _mm256_add_ps(y1, _mm256_maskload_ps(t->bias + 8, m1));
             }
             if (t->row_bias) {
                 const __m256 r = _mm256_broadcast_ss(t->row_bias + i);
                 y0 = _mm256_add_ps(y0, r);
-                y1 = _mm256_add_ps(y1, r);
+                if (NV == 2) y1 = _mm256_add_ps(y1, r);
             }
             if (t->add) {
                 const float *d = t->add + i * t->ldadd;
                 y0 = _mm256_add_ps(y0, _mm256_maskload_ps(d, m0));
-                y1 = _mm256_add_ps(y1, _mm256_maskload_ps(d + 8, m1));
+                if (NV == 2) y1 = _mm256_add_ps(y1, _mm256_maskload_ps(d + 8, m1));
             }
             y0 = act8(y0, t->act, t->lo, t->hi);
-            y1 = act8(y1, t->act, t->lo, t->hi);
+            if (NV == 2) y1 = act8(y1, t->act, t->lo, t->hi);
         }
         _mm256_maskstore_ps(c, m0, y0);
-        _mm256_maskstore_ps(c + 8, m1, y1);
+        if (NV == 2) _mm256_maskstore_ps(c + 8, m1, y1);
     }
 }
 
 __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
-    if (t->stream)
-        tile_avx2_body(t, 1);
+    if (t->cols <= 8) {
+        if (t->stream)
+            tile_avx2_body(t, 1, 1);
+        else
+            tile_avx2_body(t, 0, 1);
+    } else if (t->stream)
+        tile_avx2_body(t, 1, 2);
     else
-        tile_avx2_body(t, 0);
+        tile_avx2_body(t, 0, 2);
 }
 
 /* ---- AVX-512F: MR 12 x NR 32 (two zmm per row) ------------------------------------------- */
@@ -208,9 +214,12 @@ static inline __mmask16 mask16(int n) {
     return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
 }
 
-/* IN_PLACE: A read where it lies (rows t->lda apart) instead of from the packed buffer. */
+/* IN_PLACE: A read where it lies (rows t->lda apart) instead of from the packed buffer.
+ * NV: the vectors of the panel to compute, 2, or 1 for an edge panel of at most 16
+ * columns (its other half is padding: N = 40, 48 or 240 spent a quarter of a layer's
+ * multiply-adds on it).  Each column's sum is the same either way. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM) {
+tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int NV) {
     enum { MR = 12 };
     __m512 c0[MR], c1[MR];
     for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
@@ -219,13 +228,13 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM) {
     for (Py_ssize_t k = 0; k < kc; k++, b += 32) {
         if (STREAM) {
             _mm_prefetch((const char *)(b + PF_ROWS * 32), _MM_HINT_T1);
-            _mm_prefetch((const char *)(b + PF_ROWS * 32 + 16), _MM_HINT_T1);
+            if (NV == 2) _mm_prefetch((const char *)(b + PF_ROWS * 32 + 16), _MM_HINT_T1);
         }
-        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = NV == 2 ? _mm512_loadu_ps(b + 16) : b0;
         for (int i = 0; i < MR; i++) {
             const __m512 ai = _mm512_set1_ps(IN_PLACE ? a[i * lda + k] : a[k * MR + i]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
-            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+            if (NV == 2) c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
         }
     }
     const __mmask16 m0 = mask16(t->cols), m1 = mask16(t->cols - 16);
@@ -235,43 +244,53 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM) {
         __m512 y0 = c0[i], y1 = c1[i];
         if (t->load_c) {
             y0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), y0);
-            y1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), y1);
+            if (NV == 2) y1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), y1);
         }
         if (t->last) {
             if (t->bias) {
                 y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, t->bias));
-                y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, t->bias + 16));
+                if (NV == 2) y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, t->bias + 16));
             }
             if (t->row_bias) {
                 const __m512 r = _mm512_set1_ps(t->row_bias[i]);
                 y0 = _mm512_add_ps(y0, r);
-                y1 = _mm512_add_ps(y1, r);
+                if (NV == 2) y1 = _mm512_add_ps(y1, r);
             }
             if (t->add) {
                 const float *d = t->add + i * t->ldadd;
                 y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, d));
-                y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, d + 16));
+                if (NV == 2) y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, d + 16));
             }
             y0 = act16(y0, t->act, t->lo, t->hi);
-            y1 = act16(y1, t->act, t->lo, t->hi);
+            if (NV == 2) y1 = act16(y1, t->act, t->lo, t->hi);
         }
         _mm512_mask_storeu_ps(c, m0, y0);
-        _mm512_mask_storeu_ps(c + 16, m1, y1);
+        if (NV == 2) _mm512_mask_storeu_ps(c + 16, m1, y1);
     }
 }
 
 __attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
-    if (t->stream)
-        tile_avx512_body(t, 0, 1);
+    if (t->cols <= 16) {
+        if (t->stream)
+            tile_avx512_body(t, 0, 1, 1);
+        else
+            tile_avx512_body(t, 0, 0, 1);
+    } else if (t->stream)
+        tile_avx512_body(t, 0, 1, 2);
     else
-        tile_avx512_body(t, 0, 0);
+        tile_avx512_body(t, 0, 0, 2);
 }
 
 __attribute__((target("avx512f"))) static void tile_avx512_inplace(const Tile *t) {
-    if (t->stream)
-        tile_avx512_body(t, 1, 1);
+    if (t->cols <= 16) {
+        if (t->stream)
+            tile_avx512_body(t, 1, 1, 1);
+        else
+            tile_avx512_body(t, 1, 0, 1);
+    } else if (t->stream)
+        tile_avx512_body(t, 1, 1, 2);
     else
-        tile_avx512_body(t, 1, 0);
+        tile_avx512_body(t, 1, 0, 2);
 }
 
 
