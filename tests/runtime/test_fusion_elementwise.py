@@ -72,6 +72,39 @@ def test_gelu_chain_runs_as_one_node_with_the_plain_result(dtype: int) -> None:
     assert np.isnan(y[0, 0]) and y[0, 1] == np.inf and np.isnan(y[0, 2]) and y[0, 3] == 0
 
 
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+@pytest.mark.parametrize("half_first", [False, True])
+def test_a_gelu_written_with_a_side_branch_runs_as_one_node_with_the_stepped_bits(
+    dtype: int, half_first: bool
+) -> None:
+    """y = (x * 0.5) * (1 + erf(x / sqrt 2)), as the onnx wheel's BERT writes it: the
+    x * 0.5 node sits off the chain's path and only its last Mul reads it."""
+    nodes = [
+        helper.make_node("Mul", ["half", "x"] if half_first else ["x", "half"], ["h"]),
+        helper.make_node("Div", ["x", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+        helper.make_node("Mul", ["h", "a"] if half_first else ["a", "h"], ["y"]),
+    ]
+    consts = {"sqrt2": np.sqrt(2.0), "one": 1.0, "half": 0.5}
+    shape = [3, 40_000]
+    model = _model(nodes, consts, shape, dtype)
+    x = np.random.default_rng(2).standard_normal(shape) * 3
+    x = x.astype(helper.tensor_dtype_to_np_dtype(dtype))
+    x[0, :5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Div", "fused")]
+    want = _stepped(model, {"x": x})["y"]
+    np.testing.assert_array_equal(y, want)  # the same steps: the same bits (NaN too)
+    # Read by another node too, x * 0.5 is no side value: the chain stops before it.
+    model = _model(nodes, consts, shape, dtype, outputs=("y", "h"))
+    sess = Session(model)
+    got = sess.run({"x": x})
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["kernel", "fused", "kernel"]
+    np.testing.assert_array_equal(got["y"], want)
+
+
 def test_operands_on_either_side_and_repeated_constants() -> None:
     """(c - x) / (x + c2), then c2 - v, then x * v: constants used twice, the value as
     the second operand, the chain's input read again."""

@@ -71,6 +71,12 @@ def _block_path(chain: ElementwiseChain, x: np.ndarray, scalars: dict[int, Any])
 step_strategy = st.one_of(
     st.tuples(st.sampled_from(UNARY), st.just(None), st.just(True)),
     st.tuples(st.sampled_from(BINARY), st.sampled_from(["scalar", "input"]), st.booleans()),
+    # A side value: (side op of x and the step's scalar, whether the scalar comes first).
+    st.tuples(
+        st.sampled_from(BINARY),
+        st.tuples(st.sampled_from(BINARY), st.booleans()),
+        st.booleans(),
+    ),
 )
 
 
@@ -93,7 +99,7 @@ step_strategy = st.one_of(
     seed=st.integers(0, 2**16),
 )
 def test_a_random_chain_gives_the_block_paths_bits_at_every_level(
-    steps: list[tuple[str, str | None, bool]], scalars: list[float], n: int, seed: int
+    steps: list[tuple[str, Any, bool]], scalars: list[float], n: int, seed: int
 ) -> None:
     module = _module()
     chain_steps: list[_Step] = []
@@ -103,6 +109,9 @@ def test_a_random_chain_gives_the_block_paths_bits_at_every_level(
             chain_steps.append(_Step(op))
         elif other == "input":
             chain_steps.append(_Step(op, -1, value_first))
+        elif isinstance(other, tuple):
+            operands[i + 1] = np.array(scalars[i], np.float32)
+            chain_steps.append(_Step(op, -2, value_first, (other[0], i + 1, other[1])))
         else:
             operands[i + 1] = np.array(scalars[i], np.float32)
             chain_steps.append(_Step(op, i + 1, value_first))
@@ -195,14 +204,19 @@ def test_wrong_programs_and_buffers_raise_value_error() -> None:
     x = np.ones(10, np.float32)
     y = np.empty(10, np.float32)
     step = struct.Struct("=BBBxf")
+    side = struct.Struct("=BBBBf")
     bad = [
         b"\x00" * 7,  # not 8 bytes a step
         step.pack(9, 0, 1, 0.0),  # no such op
         step.pack(0, 0, 1, 0.0),  # Add without its operand
         step.pack(4, 1, 1, 0.0),  # Erf with one
-        step.pack(0, 3, 1, 0.0),  # no such operand kind
+        step.pack(0, 4, 1, 0.0),  # no such operand kind
+        side.pack(2, 3, 1, 4, 0.5),  # a side value by Erf
+        side.pack(2, 3, 1, 0x22, 0.5),  # a side byte with a stray bit
+        side.pack(2, 1, 1, 2, 0.5),  # a side op on a scalar operand
         step.pack(4, 0, 1, 0.0) * 65,  # too many steps
     ]
+    module.run(x, y, side.pack(2, 3, 1, 0x12, 0.5))  # Mul by (0.5 * x): a side value
     for program in bad:
         with pytest.raises(ValueError):
             module.run(x, y, program)

@@ -3,9 +3,11 @@
 A transformer's GELU exported by PyTorch is Div -> Erf -> Add -> Mul -> Mul over a
 [tokens, 3072] tensor: five passes through memory, each writing a fresh array.  When
 each node of such a chain is the only user of the one before, and its other operand is
-a scalar constant or the chain's own input, the chain runs as one node that walks the
-tensor in cache-sized blocks and applies every step to a block before moving on: one
-pass through memory, one output array.
+a scalar constant, the chain's own input, or a side value (a node of the input and a
+scalar constant that only this step reads: the onnx wheel's BERT writes its GELU as
+(x * 0.5) * (1 + erf(x / sqrt 2))), the chain runs as one node that walks the tensor in
+cache-sized blocks and applies every step to a block before moving on: one pass through
+memory, one output array.
 
 Only float32/float64 values with scalar (single-element) constants of the same dtype are
 fused at run time; anything else (a broadcasting operand, another dtype) runs the nodes
@@ -68,12 +70,16 @@ _NATIVE = chain_program.CHAIN
 @dataclasses.dataclass(frozen=True)
 class _Step:
     """One node of a chain: ``op`` applied to the running value ``v`` and, for a binary
-    node, ``other`` (an input place of the fused node, or -1 for the chain's input);
-    ``value_first`` says whether v is the node's first operand."""
+    node, ``other`` (an input place of the fused node, -1 for the chain's input, or -2 for
+    a side value); ``value_first`` says whether v is the node's first operand.  A side
+    value is ``side`` = (op, input place of its scalar, whether the scalar is its first
+    operand) of the chain's input: a node off the chain's path that only this step reads
+    (the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2)))."""
 
     op_type: str
     other: int | None = None
     value_first: bool = True
+    side: tuple[str, int, bool] | None = None
 
 
 def _eligible(pn: PlanNode) -> bool:
@@ -95,6 +101,21 @@ def find_chains(
     them in ``taken``."""
     chains: list[tuple[int, list[int]]] = []
     used: set[int] = set(taken)
+    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
+
+    def side_node(slot: int, head: int, reader: int) -> int | None:
+        """The position of the node making ``slot`` when it is a side value of a chain
+        on ``head`` (a binary op of head and a scalar constant) that only ``reader``
+        reads, else None."""
+        at = producer.get(slot)
+        if at is None or at in used or slot in keep or users.get(slot) != [reader]:
+            return None
+        pn = nodes[at]
+        if pn.op_type not in chain_program.SIDE_OPS or not _eligible(pn):
+            return None
+        a, b = pn.inputs
+        return at if (a == head and b in const) or (b == head and a in const) else None
+
     for i, pn in enumerate(nodes):
         if i in used or not _eligible(pn):
             continue
@@ -112,8 +133,12 @@ def find_chains(
             if not _eligible(nxt) or nxt.inputs.count(y) != 1:
                 break
             others = [s for s in nxt.inputs if s != y]
+            side = None
             if any(s not in const and s != head for s in others):
-                break
+                side = side_node(others[0], head, consumers[0]) if len(others) == 1 else None
+                if side is None or side in steps:
+                    break
+                steps.append(side)  # before the step that reads it
             steps.append(consumers[0])
             y = nxt.outputs[0]
         if len(steps) >= 2:
@@ -130,8 +155,22 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
     place_of = {head: 0}  # slot -> input place of the fused node (constants once each)
     steps: list[_Step] = []
     value = head
+    sides: dict[int, tuple[str, int, bool]] = {}  # a side value's slot -> its _Step.side
+
+    def place(slot: int, name: str) -> int:
+        if slot not in place_of:
+            place_of[slot] = len(ins)
+            ins.append(slot)
+            names.append(name)
+        return place_of[slot]
+
     for pos in positions:
         pn = nodes[pos]
+        if pos != positions[0] and value not in pn.inputs:  # a side value (find_chains)
+            a, b = pn.inputs
+            k = 1 if a == head else 0
+            sides[pn.outputs[0]] = (pn.op_type, place(pn.inputs[k], pn.input_names[k]), k == 0)
+            continue
         if pn.op_type in _UNARY:
             steps.append(_Step(pn.op_type))
         else:
@@ -140,14 +179,11 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
             k = 1 if value_first else 0
             other_slot = pn.inputs[k]
             if other_slot == head:
-                other = -1  # the chain's input, read block by block
+                steps.append(_Step(pn.op_type, -1, value_first))  # the chain's input
+            elif other_slot in sides:
+                steps.append(_Step(pn.op_type, -2, value_first, sides[other_slot]))
             else:
-                if other_slot not in place_of:
-                    place_of[other_slot] = len(ins)
-                    ins.append(other_slot)
-                    names.append(pn.input_names[k])
-                other = place_of[other_slot]
-            steps.append(_Step(pn.op_type, other, value_first))
+                steps.append(_Step(pn.op_type, place(other_slot, pn.input_names[k]), value_first))
         value = pn.outputs[0]
     chain = ElementwiseChain([nodes[p] for p in positions], steps, place_of)
     return fused_node(first, last, ins, names, chain)
@@ -164,6 +200,7 @@ class ElementwiseChain:
             _NATIVE is not None
             and len(steps) <= chain_program.MAX_STEPS
             and all(s.op_type in chain_program.OPS for s in steps)
+            and all(s.side is None or s.side[0] in chain_program.SIDE_OPS for s in steps)
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -183,12 +220,24 @@ class ElementwiseChain:
 
     def _program(self, scalars: dict[int, Any]) -> bytes:
         """The steps as _chain.c's program, this call's scalar constants in it."""
-        parts = []
+        parts: list[Any] = []
         for step in self.steps:
             if step.other is None:
                 kind, value = chain_program.NONE, 0.0
             elif step.other == -1:
                 kind, value = chain_program.INPUT, 0.0
+            elif step.side is not None:
+                op, at, scalar_first = step.side
+                parts.append(
+                    (
+                        step.op_type,
+                        chain_program.SIDE,
+                        step.value_first,
+                        float(scalars[at]),
+                        chain_program.side(op, scalar_first),
+                    )
+                )
+                continue
             else:
                 kind, value = chain_program.SCALAR, float(scalars[step.other])
             parts.append((step.op_type, kind, step.value_first, value))
@@ -207,7 +256,12 @@ class ElementwiseChain:
             if step.other is None:
                 _UNARY[step.op_type](src, vb)
             else:
-                other = xb if step.other == -1 else scalars[step.other]
+                if step.side is not None:
+                    op, at, scalar_first = step.side
+                    c = scalars[at]
+                    other = _BINARY[op](c, xb) if scalar_first else _BINARY[op](xb, c)
+                else:
+                    other = xb if step.other == -1 else scalars[step.other]
                 fn = _BINARY[step.op_type]
                 if step.value_first:
                     fn(src, other, out=vb)

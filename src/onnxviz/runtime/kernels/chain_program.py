@@ -17,13 +17,29 @@ CHAIN = native.load("chain")
 OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Erf": 4, "Neg": 5, "Abs": 6, "Relu": 7}
 MAX_STEPS = 64  # _chain.c's MAX_STEPS
 
-# A step's operand: none (a unary op), a scalar, or the chain's own input.
-NONE, SCALAR, INPUT = 0, 1, 2
+# A step's operand: none (a unary op), a scalar, the chain's own input, or a side value
+# (the chain's input combined with the scalar by a side op: h = x * 0.5 of a GELU).
+NONE, SCALAR, INPUT, SIDE = 0, 1, 2, 3
+# The side op's byte: its code, and this bit when the scalar is its first operand.
+SIDE_SCALAR_FIRST = 0x10
+SIDE_OPS = ("Add", "Sub", "Mul", "Div")
 
-_STEP = struct.Struct("=BBBxf")
+_STEP = struct.Struct("=BBBBf")
 
 
-def program(steps: Iterable[tuple[str, int, bool, float]]) -> bytes:
+def side(op: str, scalar_first: bool) -> int:
+    """The side byte of a SIDE step whose side value is ``op`` of x and the scalar."""
+    if op not in SIDE_OPS:
+        raise ValueError(f"a side value is Add, Sub, Mul or Div, not {op}")
+    return OPS[op] | (SIDE_SCALAR_FIRST if scalar_first else 0)
+
+
+def program(
+    steps: Iterable[tuple[str, int, bool, float] | tuple[str, int, bool, float, int]],
+) -> bytes:
     """``steps`` (op name, operand kind, whether the running value is the first operand,
-    the scalar) as the kernel's program."""
-    return b"".join(_STEP.pack(OPS[op], kind, first, value) for op, kind, first, value in steps)
+    the scalar[, the side byte of a SIDE step]) as the kernel's program."""
+    return b"".join(
+        _STEP.pack(OPS[step[0]], step[1], step[2], step[4] if len(step) > 4 else 0, step[3])
+        for step in steps
+    )

@@ -5,9 +5,12 @@
  *   run(x, y, program): y = the program's steps applied in turn to x (y may be x)
  *
  * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU below),
- * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x), value_first
- * (uint8: 1 when the running value is the op's first operand), a byte of padding, and
- * the scalar (float32, native byte order).
+ * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
+ * x combined with the scalar by the side op), value_first (uint8: 1 when the running
+ * value is the op's first operand), the side op (uint8: ADD, SUB, MUL or DIV in its low
+ * bits, 0x10 when the scalar is its first operand; 0 unless kind 3), and the scalar
+ * (float32, native byte order).  A side value is a node off the chain's path that only
+ * this step reads: the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2)).
  *
  * The numbers are the numpy block path's, bit for bit, at every level: each step rounds
  * once as numpy's ufunc does (add, subtract, multiply and divide are IEEE operations;
@@ -28,11 +31,12 @@
 
 
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_COUNT };
-enum { KIND_NONE, KIND_SCALAR, KIND_INPUT };
+enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE };
+enum { SIDE_SCALAR_FIRST = 0x10 };
 enum { BLOCK = 1024, MAX_STEPS = 64 };
 
 typedef struct {
-    int op, kind, value_first;
+    int op, kind, value_first, side_op, side_scalar_first;
     float scalar;
 } step_t;
 
@@ -76,10 +80,15 @@ static int level = 0;
         default:                                                                           \
             for (; i < n; i += VW) {                                                       \
                 memcpy(&a, v + i, sizeof a);                                               \
-                if (s->kind == KIND_INPUT)                                                 \
+                if (s->kind == KIND_INPUT) {                                               \
                     memcpy(&b, o + i, sizeof b);                                           \
-                else                                                                       \
+                } else if (s->kind == KIND_SIDE) {                                         \
+                    memcpy(&b, o + i, sizeof b);                                           \
+                    b = s->side_scalar_first ? RS(binary)(s->side_op, scalar, b)            \
+                                             : RS(binary)(s->side_op, b, scalar);           \
+                } else {                                                                   \
                     b = scalar;                                                            \
+                }                                                                          \
                 a = s->value_first ? RS(binary)(s->op, a, b) : RS(binary)(s->op, b, a);    \
                 memcpy(v + i, &a, sizeof a);                                               \
             }                                                                              \
@@ -119,10 +128,13 @@ static int parse(const Py_buffer *prog, step_t *steps) {
     for (int k = 0; k < count; k++, p += 8) {
         step_t *s = &steps[k];
         s->op = p[0], s->kind = p[1], s->value_first = p[2] != 0;
+        s->side_op = p[3] & 0x0f, s->side_scalar_first = (p[3] & SIDE_SCALAR_FIRST) != 0;
         memcpy(&s->scalar, p + 4, 4);
         const int unary = s->op == OP_ERF || s->op == OP_NEG || s->op == OP_ABS ||
                           s->op == OP_RELU;
-        if (s->op >= OP_COUNT || s->kind > KIND_INPUT || unary != (s->kind == KIND_NONE)) {
+        if (s->op >= OP_COUNT || s->kind > KIND_SIDE || unary != (s->kind == KIND_NONE) ||
+            (s->kind == KIND_SIDE ? s->side_op > OP_DIV || (p[3] & ~0x1f)
+                                  : p[3] != 0)) {
             PyErr_Format(PyExc_ValueError, "run: step %d is not a step", k);
             return -1;
         }
