@@ -326,8 +326,8 @@ static int in_place(const Geometry *g) {
 }
 
 #if ONNXVIZ_X86
-/* dst[k] = src[2 k] for k < n, by whole vectors while they stay inside src[0 .. 2n-2];
- * returns how many were done (the caller does the rest). */
+/* dst[k] = src[2 k] for k < n, reading only src[0 .. 2n-2] (the last vectors masked);
+ * returns n (all done). */
 __attribute__((target("avx512f"))) static Py_ssize_t deinterleave16(float *dst, const float *src,
                                                                      Py_ssize_t n) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
@@ -337,7 +337,16 @@ __attribute__((target("avx512f"))) static Py_ssize_t deinterleave16(float *dst, 
         const __m512 a = _mm512_loadu_ps(src + 2 * k), b = _mm512_loadu_ps(src + 2 * k + 16);
         _mm512_storeu_ps(dst + k, _mm512_permutex2var_ps(a, even, b));
     }
-    return k;
+    for (; k < n; k += 16) { /* 1..16 outputs from 2q - 1 floats */
+        const int q = n - k < 16 ? (int)(n - k) : 16, floats = 2 * q - 1;
+        const __mmask16 ma = floats >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << floats) - 1u);
+        const __mmask16 mb = floats > 16 ? (__mmask16)((1u << (floats - 16)) - 1u) : 0;
+        const __m512 a = _mm512_maskz_loadu_ps(ma, src + 2 * k);
+        const __m512 b = _mm512_maskz_loadu_ps(mb, src + 2 * k + 16);
+        const __mmask16 out = q == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << q) - 1u);
+        _mm512_mask_storeu_ps(dst + k, out, _mm512_permutex2var_ps(a, even, b));
+    }
+    return n;
 }
 
 __attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, const float *src,
@@ -415,24 +424,38 @@ static void copy_strided(float *dst, const float *src, Py_ssize_t step, Py_ssize
     for (; k < n; k++) dst[k] = src[k * step];
 }
 
+/* Which plane floats of each phase hold image columns: [lo, hi), the same for every row
+ * (plane index t of phase ph holds input column ph - pl + sw * t). */
+typedef struct {
+    Py_ssize_t lo[PLANES_MAX_SW], hi[PLANES_MAX_SW];
+} PhaseRange;
+
+static void phase_ranges(const Geometry *g, Py_ssize_t len, PhaseRange *pr) {
+    const Py_ssize_t sw = g->sw, wd = g->w;
+    for (Py_ssize_t ph = 0; ph < sw; ph++) {
+        const Py_ssize_t start = ph - g->pl;
+        Py_ssize_t lo = start >= 0 ? 0 : (-start + sw - 1) / sw;
+        Py_ssize_t hi = wd - 1 - start < 0 ? 0 : (wd - 1 - start) / sw + 1;
+        if (lo > len) lo = len;
+        if (hi > len) hi = len;
+        if (hi < lo) hi = lo;
+        pr->lo[ph] = lo;
+        pr->hi[ph] = hi;
+    }
+}
+
 /* Input row iy into one slot: C x sw planes of len floats, zero outside the image. */
-static void fill_planes(const Geometry *g, const float *image, Py_ssize_t iy, float *dst,
-                        Py_ssize_t len) {
+static void fill_planes(const Geometry *g, const PhaseRange *pr, const float *image,
+                        Py_ssize_t iy, float *dst, Py_ssize_t len) {
     const Py_ssize_t sw = g->sw, wd = g->w;
     for (Py_ssize_t ch = 0; ch < g->c; ch++) {
         const float *s = g->x_first ? image + (ch * g->h + iy) * wd : image + iy * wd * g->c + ch;
         const Py_ssize_t ss = g->x_first ? 1 : g->c; /* floats between columns */
         for (Py_ssize_t ph = 0; ph < sw; ph++) {
             float *d = dst + (ch * sw + ph) * len;
-            /* plane index t holds input column start + sw * t */
-            const Py_ssize_t start = ph - g->pl;
-            Py_ssize_t lo = start >= 0 ? 0 : (-start + sw - 1) / sw;
-            Py_ssize_t hi = wd - 1 - start < 0 ? 0 : (wd - 1 - start) / sw + 1;
-            if (lo > len) lo = len;
-            if (hi > len) hi = len;
-            if (hi < lo) hi = lo;
+            const Py_ssize_t lo = pr->lo[ph], hi = pr->hi[ph], first = ph - g->pl + sw * lo;
             memset(d, 0, (size_t)lo * sizeof(float));
-            if (hi > lo) copy_strided(d + lo, s + (start + sw * lo) * ss, sw * ss, hi - lo);
+            if (hi > lo) copy_strided(d + lo, s + first * ss, sw * ss, hi - lo);
             memset(d + hi, 0, (size_t)(len - hi) * sizeof(float));
         }
     }
@@ -656,8 +679,12 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
     r.act = act;
     r.lo = lo;
     r.hi = hi;
-    /* pixel tiles of near-equal whole vectors: ceil(nvec / pvmax) of them */
+    PhaseRange pr;
+    phase_ranges(g, len, &pr);
+    /* pixel tiles of near-equal whole vectors: ceil(nvec / pvmax) of them, the first
+     * `extra` one vector longer */
     const Py_ssize_t nvec = (g->ow + vw - 1) / vw, tiles = (nvec + pvmax - 1) / pvmax;
+    const Py_ssize_t base = nvec / tiles, extra = nvec % tiles;
     for (Py_ssize_t b = 0; b < g->n; b++) {
         const float *image = x + b * g->h * g->w * c;
         for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
@@ -682,20 +709,22 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                     while (used & (1u << slot)) slot++;
                     used |= 1u << slot;
                     tags[slot] = iy;
-                    fill_planes(g, image, iy, rowbuf + slot * slot_size, len);
+                    fill_planes(g, &pr, image, iy, rowbuf + slot * slot_size, len);
                 }
                 rows[ky] = rowbuf + slot * slot_size;
             }
             const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
                                                : (b * g->oh + oy) * g->ow * m;
-            for (Py_ssize_t m0 = 0; m0 < m; m0 += mb) {
-                const int width = (int)(m - m0 < mb ? m - m0 : mb);
-                const float *w = wp + (m0 / vl) * wblock + m0 % vl;
-                const float *bb = bias ? bias + m0 : NULL;
-                Py_ssize_t v0 = 0;
-                for (Py_ssize_t t = 0; t < tiles; t++) {
-                    const Py_ssize_t v1 = nvec * (t + 1) / tiles;
-                    const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
+            /* tile by tile, all channel groups of a tile: its input stays in L1 and
+             * each output pixel's channels are written together */
+            Py_ssize_t v0 = 0;
+            for (Py_ssize_t t = 0; t < tiles; t++) {
+                const Py_ssize_t v1 = v0 + base + (t < extra);
+                const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
+                for (Py_ssize_t m0 = 0; m0 < m; m0 += mb) {
+                    const int width = (int)(m - m0 < mb ? m - m0 : mb);
+                    const float *w = wp + (m0 / vl) * wblock + m0 % vl;
+                    const float *bb = bias ? bias + m0 : NULL;
                     const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
                     const float *a = add ? add + here : NULL;
                     if (level >= 2)
@@ -704,8 +733,8 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                     else
                         planes_avx2(&r, w, ox, end - ox, bb, a, out + here, (int)(v1 - v0),
                                     width);
-                    v0 = v1;
                 }
+                v0 = v1;
             }
         }
     }
