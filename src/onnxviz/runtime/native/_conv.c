@@ -27,8 +27,8 @@
  * zero-bordered row buffer of kh slots, kept while later output rows read it (at stride
  * 1 each row is copied once per image), so the inner loop has no bounds test; a conv
  * without left or right padding reads x in place.  With few input channels (C <= 4, a
- * stem) levels 1-3 run another tile instead, output pixels in the lanes over per-channel
- * phase planes of the input rows: see "few input channels" below.
+ * stem) read channels-first, levels 1-3 run another tile, output pixels in the lanes over
+ * per-channel phase planes of the input rows: see "few input channels" below.
  *
  * Layouts (`layouts` bits): x may be channels-first (N, C, H, W) instead: the row copy
  * then transposes each row it takes; out and the addend may be channels-first (N, M, OH,
@@ -379,15 +379,19 @@ __attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, 
  * FMAs.  The sums are the same FMAs in the same (ky, kx, c) order as the tiles above, so
  * the numbers are bit for bit the same.  Channels-first output is then one masked vector
  * store per channel and pixel vector; channels-last output is transposed in registers
- * (AVX-512, whole tiles) or through a small buffer. */
+ * (AVX-512; a cut tile's rows through a small buffer) or through a buffer (AVX2). */
 #define PLANES_MAX_C 4
 #define PLANES_MAX_SW 4
 #define PLANES_MAX_KW 16
 
-/* Whether a conv runs this path at this level. */
+/* Whether a conv runs this path at this level: channels-first input only.  A
+ * channels-last input's phase planes are a strided copy per channel and phase (step
+ * sw * C), which cost more than they saved: MobileNetV3's stem read channels-last went
+ * 139-148 -> 177-195 us with it, a permute-gather copy included; the tiles above read
+ * such rows in place or after one memcpy. */
 static int planes_fit(const Geometry *g, int lv) {
-    return ONNXVIZ_X86 && lv >= 1 && g->c <= PLANES_MAX_C && g->sw <= PLANES_MAX_SW &&
-           g->kw <= PLANES_MAX_KW;
+    return ONNXVIZ_X86 && lv >= 1 && g->x_first && g->c <= PLANES_MAX_C &&
+           g->sw <= PLANES_MAX_SW && g->kw <= PLANES_MAX_KW;
 }
 
 /* Pixels per vector at a level. */
@@ -444,18 +448,18 @@ static void phase_ranges(const Geometry *g, Py_ssize_t len, PhaseRange *pr) {
     }
 }
 
-/* Input row iy into one slot: C x sw planes of len floats, zero outside the image. */
+/* Input row iy of the channels-first image into one slot: C x sw planes of len floats,
+ * zero outside the image. */
 static void fill_planes(const Geometry *g, const PhaseRange *pr, const float *image,
                         Py_ssize_t iy, float *dst, Py_ssize_t len) {
     const Py_ssize_t sw = g->sw, wd = g->w;
     for (Py_ssize_t ch = 0; ch < g->c; ch++) {
-        const float *s = g->x_first ? image + (ch * g->h + iy) * wd : image + iy * wd * g->c + ch;
-        const Py_ssize_t ss = g->x_first ? 1 : g->c; /* floats between columns */
+        const float *s = image + (ch * g->h + iy) * wd;
         for (Py_ssize_t ph = 0; ph < sw; ph++) {
             float *d = dst + (ch * sw + ph) * len;
             const Py_ssize_t lo = pr->lo[ph], hi = pr->hi[ph], first = ph - g->pl + sw * lo;
             memset(d, 0, (size_t)lo * sizeof(float));
-            if (hi > lo) copy_strided(d + lo, s + first * ss, sw * ss, hi - lo);
+            if (hi > lo) copy_strided(d + lo, s + first, sw, hi - lo);
             memset(d + hi, 0, (size_t)(len - hi) * sizeof(float));
         }
     }
@@ -568,18 +572,21 @@ planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const 
         for (int p = 0; p < PV; p++)
             acc[m][p] = act16(_mm512_add_ps(acc[m][p], bv), r->act, r->lo, r->hi);
     }
-    if (width == P16_MB && npix == 16 * PV) {
-        for (int p = 0; p < PV; p++) {
-            __m512 y[P16_MB];
-            for (int m = 0; m < P16_MB; m++) y[m] = acc[m][p];
-            store_transposed16(y, out + 16 * p * r->ps, r->ps);
+    const __mmask16 wm = (__mmask16)((1u << width) - 1u);
+    for (int p = 0; p < PV; p++) {
+        __m512 y[P16_MB];
+        for (int m = 0; m < P16_MB; m++) y[m] = acc[m][p];
+        float *o = out + 16 * p * r->ps;
+        const Py_ssize_t rows = npix - 16 * p < 16 ? npix - 16 * p : 16;
+        if (width == P16_MB && rows == 16) {
+            store_transposed16(y, o, r->ps);
+            continue;
         }
-        return;
+        float rowbuf[16 * P16_MB]; /* a cut tile: pixel rows of 8 here, then their part */
+        store_transposed16(y, rowbuf, P16_MB);
+        for (Py_ssize_t i = 0; i < rows; i++)
+            _mm512_mask_storeu_ps(o + i * r->ps, wm, _mm512_maskz_loadu_ps(wm, rowbuf + 8 * i));
     }
-    float sums[P16_MB * 16 * P16_PV];
-    for (int m = 0; m < P16_MB; m++)
-        for (int p = 0; p < PV; p++) _mm512_storeu_ps(sums + m * 48 + 16 * p, acc[m][p]);
-    planes_scalar_out(r, sums, 48, npix, width, bias, add, out, 1);
 }
 
 __attribute__((target("avx2,fma"), always_inline)) static inline void
