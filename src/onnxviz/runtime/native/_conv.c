@@ -524,11 +524,11 @@ store_transposed16(const __m512 *y, float *o, Py_ssize_t ps) {
  * ox, the group's first channel. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
-         const float *add, float *out, const int PV, int width) {
+         const float *add, float *out, const int PV, int width, const int CC) {
     __m512 acc[P16_MB][P16_PV];
     for (int m = 0; m < P16_MB; m++)
         for (int p = 0; p < PV; p++) acc[m][p] = _mm512_setzero_ps();
-    const Py_ssize_t c_count = r->c, vl = r->vl, cstep = r->sw * r->len;
+    const Py_ssize_t c_count = CC ? CC : r->c, vl = r->vl, cstep = r->sw * r->len;
     for (int ky = r->ky0; ky < r->ky1; ky++) {
         const float *slot = r->rows[ky] + ox;
         const float *wc = w + (Py_ssize_t)ky * r->kw * c_count * vl;
@@ -591,11 +591,11 @@ planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const 
 
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 planes8(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
-        const float *add, float *out, const int PV, int width) {
+        const float *add, float *out, const int PV, int width, const int CC) {
     __m256 acc[P8_MB][P8_PV];
     for (int m = 0; m < P8_MB; m++)
         for (int p = 0; p < PV; p++) acc[m][p] = _mm256_setzero_ps();
-    const Py_ssize_t c_count = r->c, vl = r->vl, cstep = r->sw * r->len;
+    const Py_ssize_t c_count = CC ? CC : r->c, vl = r->vl, cstep = r->sw * r->len;
     for (int ky = r->ky0; ky < r->ky1; ky++) {
         const float *slot = r->rows[ky] + ox;
         const float *wc = w + (Py_ssize_t)ky * r->kw * c_count * vl;
@@ -639,24 +639,33 @@ planes8(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const f
     planes_scalar_out(r, sums, 16, npix, width, bias, add, out, done);
 }
 
+/* PV constant per call, and C when it is 3 (the image stems: the channel loop unrolled). */
 __attribute__((target("avx512f"))) static void
 planes_avx512(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix,
               const float *bias, const float *add, float *out, int pv, int width) {
-    if (pv >= 3)
-        planes16(r, w, ox, npix, bias, add, out, 3, width);
+    const int c3 = r->c == 3;
+    if (pv >= 3 && c3)
+        planes16(r, w, ox, npix, bias, add, out, 3, width, 3);
+    else if (pv >= 3)
+        planes16(r, w, ox, npix, bias, add, out, 3, width, 0);
+    else if (pv == 2 && c3)
+        planes16(r, w, ox, npix, bias, add, out, 2, width, 3);
     else if (pv == 2)
-        planes16(r, w, ox, npix, bias, add, out, 2, width);
+        planes16(r, w, ox, npix, bias, add, out, 2, width, 0);
     else
-        planes16(r, w, ox, npix, bias, add, out, 1, width);
+        planes16(r, w, ox, npix, bias, add, out, 1, width, 0);
 }
 
 __attribute__((target("avx2,fma"))) static void
 planes_avx2(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
             const float *add, float *out, int pv, int width) {
-    if (pv >= 2)
-        planes8(r, w, ox, npix, bias, add, out, 2, width);
+    const int c3 = r->c == 3;
+    if (pv >= 2 && c3)
+        planes8(r, w, ox, npix, bias, add, out, 2, width, 3);
+    else if (pv >= 2)
+        planes8(r, w, ox, npix, bias, add, out, 2, width, 0);
     else
-        planes8(r, w, ox, npix, bias, add, out, 1, width);
+        planes8(r, w, ox, npix, bias, add, out, 1, width, 0);
 }
 #endif /* ONNXVIZ_X86 */
 
