@@ -379,7 +379,8 @@ __attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, 
  * FMAs.  The sums are the same FMAs in the same (ky, kx, c) order as the tiles above, so
  * the numbers are bit for bit the same.  Channels-first output is then one masked vector
  * store per channel and pixel vector; channels-last output is transposed in registers
- * (AVX-512; a cut tile's rows through a small buffer) or through a buffer (AVX2). */
+ * (a cut tile's rows through a small buffer); a channels-last addend goes pixel by
+ * pixel. */
 #define PLANES_MAX_C 4
 #define PLANES_MAX_SW 4
 #define PLANES_MAX_KW 16
@@ -465,21 +466,17 @@ static void fill_planes(const Geometry *g, const PhaseRange *pr, const float *im
     }
 }
 
-/* Pixel-major scalar epilogue: sums[m * ld + i] is pixel i's channel m; `done`: the
- * bias and the activation are in already (then no addend). */
+/* Pixel-major scalar epilogue (a channels-last addend): sums[m * ld + i] is pixel i's
+ * channel m. */
 static void planes_scalar_out(const Planes *r, const float *sums, int ld, Py_ssize_t npix,
-                              int width, const float *bias, const float *add, float *out,
-                              int done) {
+                              int width, const float *bias, const float *add, float *out) {
     for (Py_ssize_t i = 0; i < npix; i++)
         for (int m = 0; m < width; m++) {
             const Py_ssize_t at = i * r->ps + m * r->cs;
             float y = sums[m * ld + i];
-            if (!done) {
-                if (bias) y = y + bias[m];
-                if (add) y = y + add[at];
-                y = act_scalar(y, r->act, r->lo, r->hi);
-            }
-            out[at] = y;
+            if (bias) y = y + bias[m];
+            if (add) y = y + add[at];
+            out[at] = act_scalar(y, r->act, r->lo, r->hi);
         }
 }
 #if ONNXVIZ_X86
@@ -564,7 +561,7 @@ planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const 
         float sums[P16_MB * 16 * P16_PV];
         for (int m = 0; m < P16_MB; m++)
             for (int p = 0; p < PV; p++) _mm512_storeu_ps(sums + m * 48 + 16 * p, acc[m][p]);
-        planes_scalar_out(r, sums, 48, npix, width, bias, add, out, 0);
+        planes_scalar_out(r, sums, 48, npix, width, bias, add, out);
         return;
     }
     for (int m = 0; m < P16_MB; m++) {
@@ -626,17 +623,43 @@ planes8(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const f
         }
         return;
     }
-    float sums[P8_MB * 8 * P8_PV];
-    const int done = add == NULL;
+    if (add) { /* channels-last addend: pixel by pixel */
+        float sums[P8_MB * 8 * P8_PV];
+        for (int m = 0; m < P8_MB; m++)
+            for (int p = 0; p < PV; p++) _mm256_storeu_ps(sums + m * 16 + 8 * p, acc[m][p]);
+        planes_scalar_out(r, sums, 16, npix, width, bias, add, out);
+        return;
+    }
     for (int m = 0; m < P8_MB; m++) {
         const __m256 bv = bias && m < width ? _mm256_set1_ps(bias[m]) : _mm256_setzero_ps();
-        for (int p = 0; p < PV; p++) {
-            __m256 y = acc[m][p];
-            if (done) y = act8(_mm256_add_ps(y, bv), r->act, r->lo, r->hi);
-            _mm256_storeu_ps(sums + m * 16 + 8 * p, y);
-        }
+        for (int p = 0; p < PV; p++)
+            acc[m][p] = act8(_mm256_add_ps(acc[m][p], bv), r->act, r->lo, r->hi);
     }
-    planes_scalar_out(r, sums, 16, npix, width, bias, add, out, done);
+    for (int p = 0; p < PV; p++) {
+        /* 4 channels x 8 pixels to 8 pixel rows of 4: u[q] holds pixels q and 4 + q */
+        const __m256 t0 = _mm256_unpacklo_ps(acc[0][p], acc[1][p]);
+        const __m256 t1 = _mm256_unpackhi_ps(acc[0][p], acc[1][p]);
+        const __m256 t2 = _mm256_unpacklo_ps(acc[2][p], acc[3][p]);
+        const __m256 t3 = _mm256_unpackhi_ps(acc[2][p], acc[3][p]);
+        const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                             _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        float *o = out + 8 * p * r->ps;
+        const Py_ssize_t rows = npix - 8 * p < 8 ? npix - 8 * p : 8;
+        if (width == P8_MB && rows == 8) {
+            for (int q = 0; q < 4; q++) {
+                _mm_storeu_ps(o + q * r->ps, _mm256_castps256_ps128(u[q]));
+                _mm_storeu_ps(o + (4 + q) * r->ps, _mm256_extractf128_ps(u[q], 1));
+            }
+            continue;
+        }
+        float rowbuf[8 * P8_MB]; /* a cut tile: pixel rows of 4 here, then their part */
+        for (int q = 0; q < 4; q++) {
+            _mm_storeu_ps(rowbuf + 4 * q, _mm256_castps256_ps128(u[q]));
+            _mm_storeu_ps(rowbuf + 4 * (4 + q), _mm256_extractf128_ps(u[q], 1));
+        }
+        for (Py_ssize_t i = 0; i < rows; i++)
+            for (int m = 0; m < width; m++) o[i * r->ps + m] = rowbuf[4 * i + m];
+    }
 }
 
 /* PV constant per call, and C when it is 3 (the image stems: the channel loop unrolled). */
