@@ -754,16 +754,17 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
             }
             const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
                                                : (b * g->oh + oy) * g->ow * m;
-            /* tile by tile, all channel groups of a tile: its input stays in L1 and
-             * each output pixel's channels are written together */
-            Py_ssize_t v0 = 0;
-            for (Py_ssize_t t = 0; t < tiles; t++) {
-                const Py_ssize_t v1 = v0 + base + (t < extra);
-                const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
-                for (Py_ssize_t m0 = 0; m0 < m; m0 += mb) {
-                    const int width = (int)(m - m0 < mb ? m - m0 : mb);
-                    const float *w = wp + (m0 / vl) * wblock + m0 % vl;
-                    const float *bb = bias ? bias + m0 : NULL;
+            /* group by group, all tiles of a group: the group's weights and the row's
+             * planes stay in L1 (a 7x7 of 64 channels holds 38 KB of weights; tiles outer
+             * read all of them per tile: 1.77-1.85 ms against 1.73-1.75 NCHW out) */
+            for (Py_ssize_t m0 = 0; m0 < m; m0 += mb) {
+                const int width = (int)(m - m0 < mb ? m - m0 : mb);
+                const float *w = wp + (m0 / vl) * wblock + m0 % vl;
+                const float *bb = bias ? bias + m0 : NULL;
+                Py_ssize_t v0 = 0;
+                for (Py_ssize_t t = 0; t < tiles; t++) {
+                    const Py_ssize_t v1 = v0 + base + (t < extra);
+                    const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
                     const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
                     const float *a = add ? add + here : NULL;
                     if (level >= 2)
@@ -772,8 +773,8 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                     else
                         planes_avx2(&r, w, ox, end - ox, bb, a, out + here, (int)(v1 - v0),
                                     width);
+                    v0 = v1;
                 }
-                v0 = v1;
             }
         }
     }
