@@ -725,6 +725,16 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
      * ResNet-50's stem NCHW 1743-1751 -> 1576-1596 us, MobileNetV3's 124-127 -> 117;
      * 5 vectors as 3 + 1 + 1 instead of 3 + 2 lost) */
     const Py_ssize_t nvec = (g->ow + vw - 1) / vw;
+    /* A channels-last output row of more than 32 channels from a kernel of at most 3x3
+     * goes through a staging row, then out by one memcpy: each group writes only 32 bytes
+     * of a pixel's channels, and with little arithmetic per output those partial lines
+     * of an output larger than L2 cost more than the copy (3 -> 64 channels, 3x3/2, 224
+     * px: 717-719 -> 567-572 us, 48 channels 477-479 -> 416-422; a 7x7 of 64 lost,
+     * 1663-1668 -> 1726-1788, and 16 or 32 channels gained nothing).  Without the
+     * memory the rows go straight out. */
+    float *stage = NULL;
+    if (!g->out_first && m > 32 && g->kh * g->kw <= 9)
+        stage = PyMem_RawMalloc((size_t)(g->ow * m) * sizeof(float));
     for (Py_ssize_t b = 0; b < g->n; b++) {
         const float *image = x + b * g->h * g->w * c;
         for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
@@ -767,16 +777,17 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                     const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
                     const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
                     const float *a = add ? add + here : NULL;
+                    float *o = stage ? stage + (here - at) : out + here;
                     if (level >= 2)
-                        planes_avx512(&r, w, ox, end - ox, bb, a, out + here, (int)(v1 - v0),
-                                      width);
+                        planes_avx512(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
                     else
-                        planes_avx2(&r, w, ox, end - ox, bb, a, out + here, (int)(v1 - v0),
-                                    width);
+                        planes_avx2(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
                 }
             }
+            if (stage) memcpy(out + at, stage, (size_t)(g->ow * m) * sizeof(float));
         }
     }
+    PyMem_RawFree(stage);
 #else
     (void)g, (void)x, (void)wp, (void)bias, (void)add, (void)out, (void)act, (void)lo,
         (void)hi, (void)rowbuf, (void)rows, (void)tags;
