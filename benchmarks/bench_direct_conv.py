@@ -6,9 +6,14 @@ wrap it (ConvWeight: Winograd, shifted slices, im2col, whatever _conv_dispatch p
 on an NCHW input, bias included; ``nhwc`` is the direct kernel on a channels-last input
 into a channels-last output (a conv inside a channels-last chain); ``nchw`` is the
 direct kernel reading and writing NCHW itself (the input rows transposed into its
-row buffer, the output written plane by plane): what the NCHW Conv path runs.
+row buffer, the output written plane by plane): what the NCHW Conv path runs;
+``first-in`` the direct kernel reading NCHW and writing channels-last (a stem conv
+entering a channels-last chain, MobileNetV3's); ``ort`` onnxruntime's Conv of the same
+NCHW input with the bias, one thread (when it is installed).
 
-    python benchmarks/bench_direct_conv.py [--repeat 30]
+    python benchmarks/bench_direct_conv.py [--repeat 30] [--shapes all|stem]
+
+``--shapes stem``: only the few-input-channel stems (C = 3; the planes path of _conv.c).
 """
 
 from __future__ import annotations
@@ -60,7 +65,9 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("unet 3x3 32 c64", 64, 64, 32, 3, 1, 1),
     ("unet 3x3 16 c128", 128, 128, 16, 3, 1, 1),
     ("unet 3x3 128 c32-16", 32, 16, 128, 3, 1, 1),
+    ("mnv3 stem 3x3/2 c3-16", 3, 16, 224, 3, 2, 1),
 ]
+STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
 
 
 def median_us(fn: Callable[[], object], repeat: int) -> float:
@@ -74,10 +81,38 @@ def median_us(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times) * 1e6
 
 
+def ort_conv(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, s: int, p: int
+) -> Callable[[], object] | None:
+    """onnxruntime's one-node Conv (one thread) of x by w plus b, or None without it."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[s, s], pads=[p] * 4)
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    return lambda: session.run(None, {"x": x})
+
+
 def measure(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int
 ) -> list[float]:
-    """Median us of (current, nhwc, nchw) for one shape (outputs checked to agree)."""
+    """Median us of (current, nhwc, nchw, first-in, ort) for one shape (outputs checked to
+    agree; ort nan without onnxruntime)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, size, size)).astype(np.float32)
     w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
@@ -104,24 +139,43 @@ def measure(
         )
         return out
 
+    def first_in() -> np.ndarray:
+        out = np.empty((1, *out_shape, m), np.float32)
+        native_direct(x, wp, lanes, m, kernel, b, None, out, strides, dil, pads, x_first=True)
+        return out
+
     ref = current()
     assert np.allclose(ref, nchw(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nhwc().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
-    return [median_us(f, repeat) for f in (current, nhwc, nchw)]
+    assert np.allclose(ref, first_in().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
+    runs: list[Callable[[], object]] = [current, nhwc, nchw, first_in]
+    theirs = ort_conv(x, w, b, s, p)
+    times = [median_us(f, repeat) for f in runs]
+    return times + [math.nan if theirs is None else median_us(theirs, repeat)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--shapes", choices=["all", "stem"], default="all")
     args = parser.parse_args()
     lanes = direct_lanes()
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
-    print(f"{'shape':26} {'current':>9} {'nhwc':>9} {'nchw':>9}  (us, lanes {lanes})")
+    names = ("current", "nhwc", "nchw", "first-in", "ort")
+    print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1):
         for label, c, m, size, k, s, p in SHAPES:
+            if args.shapes == "stem" and label not in STEM:
+                continue
             t = measure(c, m, size, k, s, p, lanes, args.repeat)
-            print(f"{label:26} {t[0]:9.0f} {t[1]:9.0f} {t[2]:9.0f}", flush=True)
+            out = size // s
+            gflop = 2 * c * m * k * k * out * out / 1e3
+            best = min(t[1:4])
+            print(
+                f"{label:26}" + "".join(f" {v:9.0f}" for v in t) + f"  {gflop / best:.0f} GFLOP/s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -255,18 +255,66 @@ def test_every_level_is_within_the_bound_of_the_exact_conv(level: int, g: dict[s
     _check_bound(got, x, w, bias, addend, g)
 
 
+# Few input channels (C <= 4 at levels 1-3: the pixels-in-lanes tiles over phase planes):
+# (c, m, (h, w), kernel, strides, dilations, pads (top, left, bottom, right)).  Output
+# rows of whole and partial 16/8-pixel vectors and 1-3 vector tiles, groups of 8 (4)
+# output channels whole and cut, strides 1-3, dilation, asymmetric pads.
+STEMS = [
+    (3, 16, (224, 224), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # MobileNetV3's stem
+    (3, 64, (20, 229), (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),  # ResNet-50's, fewer rows
+    (3, 16, (9, 67), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 8, (6, 33), (5, 5), (1, 1), (1, 1), (2, 0, 1, 2)),
+    (4, 24, (7, 50), (3, 3), (3, 3), (1, 1), (0, 1, 2, 0)),
+    (2, 3, (5, 31), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+    (3, 17, (8, 100), (4, 3), (2, 2), (2, 2), (1, 2, 1, 1)),
+    (3, 32, (6, 96), (3, 3), (1, 2), (1, 1), (1, 1, 1, 1)),  # whole 16-pixel tiles at s 1
+    (3, 48, (7, 75), (3, 3), (2, 2), (1, 1), (1, 1, 0, 2)),  # channels-last rows staged
+    (2, 40, (5, 40), (2, 2), (1, 1), (1, 1), (0, 0, 1, 1)),
+]
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("layouts", [0, 1, 2, 3])
+@pytest.mark.parametrize("stem", STEMS, ids=lambda s: f"c{s[0]}m{s[1]}w{s[2][1]}k{s[3][1]}")
+@pytest.mark.parametrize(
+    "epilogue",
+    [(True, False, ACT_HARDSWISH), (True, True, ACT_RELU), (False, False, ACT_NONE)],
+    ids=["bias-hardswish", "bias-addend-relu", "plain"],
+)
+def test_few_input_channels_are_within_the_bound_at_every_level(
+    level: int, layouts: int, stem: tuple[Any, ...], epilogue: tuple[bool, bool, int]
+) -> None:
+    module = _module()
+    c, m, hw, kernel, strides, dilations, pads = stem
+    g = {"strides": strides, "dilations": dilations, "pads": pads, "act": (epilogue[2], NAN, NAN)}
+    rng = np.random.default_rng(c * 1000 + m)
+    x = rng.standard_normal((1, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((m, c, *kernel)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32) if epilogue[0] else None
+    exact, _ = _exact(x, w, strides, dilations, pads)
+    addend = rng.standard_normal(exact.shape).astype(np.float32) if epilogue[1] else None
+    module.set_level(level)
+    try:
+        got = _run(module, x, w, bias, addend, strides, dilations, pads, g["act"], layouts)
+    finally:
+        module.set_level(LEVELS[-1])
+    assert got.shape == exact.shape
+    _check_bound(got, x, w, bias, addend, g)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("layouts", [0, 1, 2, 3])
+@pytest.mark.parametrize("c", [5, 3])
 def test_nan_and_inf_reach_exactly_the_outputs_whose_windows_hold_them(
-    level: int, layouts: int
+    level: int, layouts: int, c: int
 ) -> None:
     module = _module()
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 5, 11, 13)).astype(np.float32)
+    x = rng.standard_normal((2, c, 11, 13)).astype(np.float32)
     x[0, 1, 2, 3] = np.nan
-    x[1, 4, 9, 0] = np.inf
+    x[1, c - 1, 9, 0] = np.inf
     x[1, 0, 0, 12] = -np.inf
-    w = rng.standard_normal((19, 5, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((19, c, 3, 3)).astype(np.float32)
     pads = (1, 2, 0, 1)
     module.set_level(level)
     try:

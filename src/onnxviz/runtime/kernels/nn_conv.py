@@ -364,7 +364,8 @@ def native_direct(
     (N, H, W, C) ``xl`` with the weight ``wp`` packed by `pack_direct` for ``lanes``,
     plus ``bias`` (M,) and ``addend`` (N, H', W', M) (each or None), then ``act``, into
     ``out`` (N, H', W', M); every array C-contiguous float32.  ``x_first``: the input is
-    (N, C, H, W) instead (the kernel transposes the rows it reads); ``out_first``: the
+    (N, C, H, W) instead (the kernel transposes the rows it reads, or with C <= 4 copies
+    them channel by channel into phase planes); ``out_first``: the
     addend and the output are (N, M, H', W') (written plane by plane): no whole-array
     transposing copy either way.
     False (nothing written) when the kernel is off or not built.  Sums in float32 in

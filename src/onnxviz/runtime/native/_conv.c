@@ -26,7 +26,9 @@
  * inside it); left and right, each input row the tiles read is copied into a
  * zero-bordered row buffer of kh slots, kept while later output rows read it (at stride
  * 1 each row is copied once per image), so the inner loop has no bounds test; a conv
- * without left or right padding reads x in place.
+ * without left or right padding reads x in place.  With few input channels (C <= 4, a
+ * stem) read channels-first, levels 1-3 run another tile, output pixels in the lanes over
+ * per-channel phase planes of the input rows: see "few input channels" below.
  *
  * Layouts (`layouts` bits): x may be channels-first (N, C, H, W) instead: the row copy
  * then transposes each row it takes; out and the addend may be channels-first (N, M, OH,
@@ -323,11 +325,484 @@ static int in_place(const Geometry *g) {
     return !g->x_first && g->pl == 0 && padded_width(g) <= g->w;
 }
 
+#if ONNXVIZ_X86
+/* dst[k] = src[2 k] for k < n, reading only src[0 .. 2n-2] (the last vectors masked);
+ * returns n (all done). */
+__attribute__((target("avx512f"))) static Py_ssize_t deinterleave16(float *dst, const float *src,
+                                                                     Py_ssize_t n) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    Py_ssize_t k = 0;
+    for (; k + 17 <= n; k += 16) {
+        const __m512 a = _mm512_loadu_ps(src + 2 * k), b = _mm512_loadu_ps(src + 2 * k + 16);
+        _mm512_storeu_ps(dst + k, _mm512_permutex2var_ps(a, even, b));
+    }
+    for (; k < n; k += 16) { /* 1..16 outputs from 2q - 1 floats */
+        const int q = n - k < 16 ? (int)(n - k) : 16, floats = 2 * q - 1;
+        const __mmask16 ma = floats >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << floats) - 1u);
+        const __mmask16 mb = floats > 16 ? (__mmask16)((1u << (floats - 16)) - 1u) : 0;
+        const __m512 a = _mm512_maskz_loadu_ps(ma, src + 2 * k);
+        const __m512 b = _mm512_maskz_loadu_ps(mb, src + 2 * k + 16);
+        const __mmask16 out = q == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << q) - 1u);
+        _mm512_mask_storeu_ps(dst + k, out, _mm512_permutex2var_ps(a, even, b));
+    }
+    return n;
+}
+
+__attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, const float *src,
+                                                                    Py_ssize_t n) {
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    Py_ssize_t k = 0;
+    for (; k + 9 <= n; k += 8) {
+        const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + 2 * k), even);
+        const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + 2 * k + 8), even);
+        _mm256_storeu_ps(dst + k, _mm256_permute2f128_ps(a, b, 0x20));
+    }
+    return k;
+}
+#endif
+
+/* ---- few input channels: output pixels in the vector lanes (levels 1-3) --------------- */
+
+/* With C <= PLANES_MAX_C the reduction per output pixel is short (27 terms for a 3x3
+ * stem) and the tile above has only NV = 1 vector of output channels when M <= VL: one
+ * weight load and P broadcasts of input values per P FMAs, the loads as many as the FMAs,
+ * and the broadcasts read pixels sw * C floats apart.  Measured on the MobileNetV3 stem
+ * (3 -> 16 channels, 3x3/2, 224 px, AVX-512, 1 thread): 148 us channels-last, and the
+ * channels-first rows' transposing copy (+90 us) and the scalar plane-by-plane epilogue
+ * (+70 us) on top.  So here the lanes hold pixels instead: each input row is copied,
+ * per channel, into `sw` phase planes (plane (c, ph)[t] = padded column ph + sw * t, a
+ * plain or a deinterleaving vector copy of a channels-first row), so tap kx of VW
+ * consecutive output pixels is one unaligned load at plane ((kx dw) % sw) + (kx dw) / sw.
+ * A tile holds MB output channels x PV vectors of pixels (AVX-512 8 x 3 x 16, AVX2 4 x 2
+ * x 8); per (ky, kx, c) it loads PV input vectors and broadcasts MB weights for MB * PV
+ * FMAs.  The sums are the same FMAs in the same (ky, kx, c) order as the tiles above, so
+ * the numbers are bit for bit the same.  Channels-first output is then one masked vector
+ * store per channel and pixel vector; channels-last output is transposed in registers
+ * (a cut tile's rows through a small buffer); a channels-last addend goes pixel by
+ * pixel. */
+#define PLANES_MAX_C 4
+#define PLANES_MAX_SW 4
+#define PLANES_MAX_KW 16
+
+/* Whether a conv runs this path at this level: channels-first input only.  A
+ * channels-last input's phase planes are a strided copy per channel and phase (step
+ * sw * C), which cost more than they saved: MobileNetV3's stem read channels-last went
+ * 139-148 -> 177-195 us with it, a permute-gather copy included; the tiles above read
+ * such rows in place or after one memcpy. */
+static int planes_fit(const Geometry *g, int lv) {
+    return ONNXVIZ_X86 && lv >= 1 && g->x_first && g->c <= PLANES_MAX_C &&
+           g->sw <= PLANES_MAX_SW && g->kw <= PLANES_MAX_KW;
+}
+
+/* Pixels per vector at a level. */
+static int planes_vw(int lv) { return lv >= 2 ? 16 : 8; }
+
+/* Floats per phase plane: every vector a tile loads lies inside it. */
+static Py_ssize_t planes_len(const Geometry *g, int lv) {
+    const Py_ssize_t vw = planes_vw(lv), nvec = (g->ow + vw - 1) / vw;
+    return nvec * vw + (g->kw - 1) * g->dw / g->sw + 1;
+}
+
+typedef struct {
+    const float *const *rows; /* per kernel row: its slot's planes, [C][sw][len] */
+    Py_ssize_t c, kw, sw, len, vl;
+    Py_ssize_t koff[PLANES_MAX_KW]; /* tap kx's first float: its phase plane + its offset */
+    Py_ssize_t ps, cs; /* out's and addend's strides (floats): pixel, channel */
+    int ky0, ky1, act;
+    float lo, hi;
+} Planes;
+
+/* n floats src[0], src[step], ... into dst. */
+static void copy_strided(float *dst, const float *src, Py_ssize_t step, Py_ssize_t n) {
+    Py_ssize_t k = 0;
+    if (step == 1) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+#if ONNXVIZ_X86
+    if (step == 2 && level >= 2)
+        k = deinterleave16(dst, src, n);
+    else if (step == 2 && level == 1)
+        k = deinterleave8(dst, src, n);
+#endif
+    for (; k < n; k++) dst[k] = src[k * step];
+}
+
+/* Which plane floats of each phase hold image columns: [lo, hi), the same for every row
+ * (plane index t of phase ph holds input column ph - pl + sw * t). */
+typedef struct {
+    Py_ssize_t lo[PLANES_MAX_SW], hi[PLANES_MAX_SW];
+} PhaseRange;
+
+static void phase_ranges(const Geometry *g, Py_ssize_t len, PhaseRange *pr) {
+    const Py_ssize_t sw = g->sw, wd = g->w;
+    for (Py_ssize_t ph = 0; ph < sw; ph++) {
+        const Py_ssize_t start = ph - g->pl;
+        Py_ssize_t lo = start >= 0 ? 0 : (-start + sw - 1) / sw;
+        Py_ssize_t hi = wd - 1 - start < 0 ? 0 : (wd - 1 - start) / sw + 1;
+        if (lo > len) lo = len;
+        if (hi > len) hi = len;
+        if (hi < lo) hi = lo;
+        pr->lo[ph] = lo;
+        pr->hi[ph] = hi;
+    }
+}
+
+/* Input row iy of the channels-first image into one slot: C x sw planes of len floats,
+ * zero outside the image. */
+static void fill_planes(const Geometry *g, const PhaseRange *pr, const float *image,
+                        Py_ssize_t iy, float *dst, Py_ssize_t len) {
+    const Py_ssize_t sw = g->sw, wd = g->w;
+    for (Py_ssize_t ch = 0; ch < g->c; ch++) {
+        const float *s = image + (ch * g->h + iy) * wd;
+        for (Py_ssize_t ph = 0; ph < sw; ph++) {
+            float *d = dst + (ch * sw + ph) * len;
+            const Py_ssize_t lo = pr->lo[ph], hi = pr->hi[ph], first = ph - g->pl + sw * lo;
+            memset(d, 0, (size_t)lo * sizeof(float));
+            if (hi > lo) copy_strided(d + lo, s + first, sw, hi - lo);
+            memset(d + hi, 0, (size_t)(len - hi) * sizeof(float));
+        }
+    }
+}
+
+/* Pixel-major scalar epilogue (a channels-last addend): sums[m * ld + i] is pixel i's
+ * channel m. */
+static void planes_scalar_out(const Planes *r, const float *sums, int ld, Py_ssize_t npix,
+                              int width, const float *bias, const float *add, float *out) {
+    for (Py_ssize_t i = 0; i < npix; i++)
+        for (int m = 0; m < width; m++) {
+            const Py_ssize_t at = i * r->ps + m * r->cs;
+            float y = sums[m * ld + i];
+            if (bias) y = y + bias[m];
+            if (add) y = y + add[at];
+            out[at] = act_scalar(y, r->act, r->lo, r->hi);
+        }
+}
+#if ONNXVIZ_X86
+#define P16_MB 8
+#define P16_PV 3
+#define P8_MB 4
+#define P8_PV 2
+
+/* y[m]'s 16 pixels (m < 8) to out as 16 pixel rows of 8 channels, rows ps floats apart:
+ * unpack pairs of channels, shuffle them to 4-channel groups per pixel, store 128-bit
+ * quarters. */
+#define P16_STORE_QUARTER(L)                                                               \
+    for (int q = 0; q < 4; q++) {                                                          \
+        float *d = o + (4 * (L) + q) * ps;                                                 \
+        _mm_storeu_ps(d, _mm512_extractf32x4_ps(u[q], L));                                 \
+        _mm_storeu_ps(d + 4, _mm512_extractf32x4_ps(u[4 + q], L));                         \
+    }
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_transposed16(const __m512 *y, float *o, Py_ssize_t ps) {
+    const __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
+    const __m512 t4 = _mm512_unpacklo_ps(y[4], y[5]), t5 = _mm512_unpackhi_ps(y[4], y[5]);
+    const __m512 t6 = _mm512_unpacklo_ps(y[6], y[7]), t7 = _mm512_unpackhi_ps(y[6], y[7]);
+    __m512 u[8]; /* u[q] lane L: pixel 4L + q, channels 0-3; u[4 + q]: channels 4-7 */
+    u[0] = _mm512_shuffle_ps(t0, t2, 0x44);
+    u[1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+    u[2] = _mm512_shuffle_ps(t1, t3, 0x44);
+    u[3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+    u[4] = _mm512_shuffle_ps(t4, t6, 0x44);
+    u[5] = _mm512_shuffle_ps(t4, t6, 0xEE);
+    u[6] = _mm512_shuffle_ps(t5, t7, 0x44);
+    u[7] = _mm512_shuffle_ps(t5, t7, 0xEE);
+    P16_STORE_QUARTER(0)
+    P16_STORE_QUARTER(1)
+    P16_STORE_QUARTER(2)
+    P16_STORE_QUARTER(3)
+}
+
+/* PV vectors of 16 pixels from `ox` (npix of them real) x P16_MB output channels (width
+ * stored); w at the group's first channel in its packed block.  out (and add) at pixel
+ * ox, the group's first channel. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
+         const float *add, float *out, const int PV, int width, const int CC) {
+    __m512 acc[P16_MB][P16_PV];
+    for (int m = 0; m < P16_MB; m++)
+        for (int p = 0; p < PV; p++) acc[m][p] = _mm512_setzero_ps();
+    const Py_ssize_t c_count = CC ? CC : r->c, vl = r->vl, cstep = r->sw * r->len;
+    for (int ky = r->ky0; ky < r->ky1; ky++) {
+        const float *slot = r->rows[ky] + ox;
+        const float *wc = w + (Py_ssize_t)ky * r->kw * c_count * vl;
+        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
+            const float *xc = slot + r->koff[kx];
+            for (Py_ssize_t c = 0; c < c_count; c++, wc += vl, xc += cstep) {
+                __m512 xv[P16_PV];
+                for (int p = 0; p < PV; p++) xv[p] = _mm512_loadu_ps(xc + 16 * p);
+                for (int m = 0; m < P16_MB; m++) {
+                    const __m512 b = _mm512_set1_ps(wc[m]);
+                    for (int p = 0; p < PV; p++) acc[m][p] = _mm512_fmadd_ps(xv[p], b, acc[m][p]);
+                }
+            }
+        }
+    }
+    if (r->cs != 1) { /* channels-first: each channel's pixels are consecutive */
+        for (int m = 0; m < width; m++) {
+            float *o = out + m * r->cs;
+            const float *a = add ? add + m * r->cs : NULL;
+            const __m512 bv = bias ? _mm512_set1_ps(bias[m]) : _mm512_setzero_ps();
+            for (int p = 0; p < PV; p++) {
+                const Py_ssize_t left = npix - 16 * p;
+                const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+                __m512 y = acc[m][p];
+                if (bias) y = _mm512_add_ps(y, bv);
+                if (a) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, a + 16 * p));
+                _mm512_mask_storeu_ps(o + 16 * p, k, act16(y, r->act, r->lo, r->hi));
+            }
+        }
+        return;
+    }
+    if (add) { /* channels-last addend: pixel by pixel */
+        float sums[P16_MB * 16 * P16_PV];
+        for (int m = 0; m < P16_MB; m++)
+            for (int p = 0; p < PV; p++) _mm512_storeu_ps(sums + m * 48 + 16 * p, acc[m][p]);
+        planes_scalar_out(r, sums, 48, npix, width, bias, add, out);
+        return;
+    }
+    for (int m = 0; m < P16_MB; m++) {
+        const __m512 bv = bias && m < width ? _mm512_set1_ps(bias[m]) : _mm512_setzero_ps();
+        for (int p = 0; p < PV; p++)
+            acc[m][p] = act16(_mm512_add_ps(acc[m][p], bv), r->act, r->lo, r->hi);
+    }
+    const __mmask16 wm = (__mmask16)((1u << width) - 1u);
+    for (int p = 0; p < PV; p++) {
+        __m512 y[P16_MB];
+        for (int m = 0; m < P16_MB; m++) y[m] = acc[m][p];
+        float *o = out + 16 * p * r->ps;
+        const Py_ssize_t rows = npix - 16 * p < 16 ? npix - 16 * p : 16;
+        if (width == P16_MB && rows == 16) {
+            store_transposed16(y, o, r->ps);
+            continue;
+        }
+        float rowbuf[16 * P16_MB]; /* a cut tile: pixel rows of 8 here, then their part */
+        store_transposed16(y, rowbuf, P16_MB);
+        for (Py_ssize_t i = 0; i < rows; i++)
+            _mm512_mask_storeu_ps(o + i * r->ps, wm, _mm512_maskz_loadu_ps(wm, rowbuf + 8 * i));
+    }
+}
+
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+planes8(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
+        const float *add, float *out, const int PV, int width, const int CC) {
+    __m256 acc[P8_MB][P8_PV];
+    for (int m = 0; m < P8_MB; m++)
+        for (int p = 0; p < PV; p++) acc[m][p] = _mm256_setzero_ps();
+    const Py_ssize_t c_count = CC ? CC : r->c, vl = r->vl, cstep = r->sw * r->len;
+    for (int ky = r->ky0; ky < r->ky1; ky++) {
+        const float *slot = r->rows[ky] + ox;
+        const float *wc = w + (Py_ssize_t)ky * r->kw * c_count * vl;
+        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
+            const float *xc = slot + r->koff[kx];
+            for (Py_ssize_t c = 0; c < c_count; c++, wc += vl, xc += cstep) {
+                __m256 xv[P8_PV];
+                for (int p = 0; p < PV; p++) xv[p] = _mm256_loadu_ps(xc + 8 * p);
+                for (int m = 0; m < P8_MB; m++) {
+                    const __m256 b = _mm256_broadcast_ss(wc + m);
+                    for (int p = 0; p < PV; p++) acc[m][p] = _mm256_fmadd_ps(xv[p], b, acc[m][p]);
+                }
+            }
+        }
+    }
+    if (r->cs != 1) {
+        for (int m = 0; m < width; m++) {
+            float *o = out + m * r->cs;
+            const float *a = add ? add + m * r->cs : NULL;
+            const __m256 bv = bias ? _mm256_set1_ps(bias[m]) : _mm256_setzero_ps();
+            for (int p = 0; p < PV; p++) {
+                const __m256i k = mask8((int)(npix - 8 * p));
+                __m256 y = acc[m][p];
+                if (bias) y = _mm256_add_ps(y, bv);
+                if (a) y = _mm256_add_ps(y, _mm256_maskload_ps(a + 8 * p, k));
+                _mm256_maskstore_ps(o + 8 * p, k, act8(y, r->act, r->lo, r->hi));
+            }
+        }
+        return;
+    }
+    if (add) { /* channels-last addend: pixel by pixel */
+        float sums[P8_MB * 8 * P8_PV];
+        for (int m = 0; m < P8_MB; m++)
+            for (int p = 0; p < PV; p++) _mm256_storeu_ps(sums + m * 16 + 8 * p, acc[m][p]);
+        planes_scalar_out(r, sums, 16, npix, width, bias, add, out);
+        return;
+    }
+    for (int m = 0; m < P8_MB; m++) {
+        const __m256 bv = bias && m < width ? _mm256_set1_ps(bias[m]) : _mm256_setzero_ps();
+        for (int p = 0; p < PV; p++)
+            acc[m][p] = act8(_mm256_add_ps(acc[m][p], bv), r->act, r->lo, r->hi);
+    }
+    for (int p = 0; p < PV; p++) {
+        /* 4 channels x 8 pixels to 8 pixel rows of 4: u[q] holds pixels q and 4 + q */
+        const __m256 t0 = _mm256_unpacklo_ps(acc[0][p], acc[1][p]);
+        const __m256 t1 = _mm256_unpackhi_ps(acc[0][p], acc[1][p]);
+        const __m256 t2 = _mm256_unpacklo_ps(acc[2][p], acc[3][p]);
+        const __m256 t3 = _mm256_unpackhi_ps(acc[2][p], acc[3][p]);
+        const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                             _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        float *o = out + 8 * p * r->ps;
+        const Py_ssize_t rows = npix - 8 * p < 8 ? npix - 8 * p : 8;
+        if (width == P8_MB && rows == 8) {
+            for (int q = 0; q < 4; q++) {
+                _mm_storeu_ps(o + q * r->ps, _mm256_castps256_ps128(u[q]));
+                _mm_storeu_ps(o + (4 + q) * r->ps, _mm256_extractf128_ps(u[q], 1));
+            }
+            continue;
+        }
+        float rowbuf[8 * P8_MB]; /* a cut tile: pixel rows of 4 here, then their part */
+        for (int q = 0; q < 4; q++) {
+            _mm_storeu_ps(rowbuf + 4 * q, _mm256_castps256_ps128(u[q]));
+            _mm_storeu_ps(rowbuf + 4 * (4 + q), _mm256_extractf128_ps(u[q], 1));
+        }
+        for (Py_ssize_t i = 0; i < rows; i++)
+            for (int m = 0; m < width; m++) o[i * r->ps + m] = rowbuf[4 * i + m];
+    }
+}
+
+/* PV constant per call, and C when it is 3 (the image stems: the channel loop unrolled). */
+__attribute__((target("avx512f"))) static void
+planes_avx512(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix,
+              const float *bias, const float *add, float *out, int pv, int width) {
+    const int c3 = r->c == 3;
+    if (pv >= 3 && c3)
+        planes16(r, w, ox, npix, bias, add, out, 3, width, 3);
+    else if (pv >= 3)
+        planes16(r, w, ox, npix, bias, add, out, 3, width, 0);
+    else if (pv == 2 && c3)
+        planes16(r, w, ox, npix, bias, add, out, 2, width, 3);
+    else if (pv == 2)
+        planes16(r, w, ox, npix, bias, add, out, 2, width, 0);
+    else
+        planes16(r, w, ox, npix, bias, add, out, 1, width, 0);
+}
+
+__attribute__((target("avx2,fma"))) static void
+planes_avx2(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
+            const float *add, float *out, int pv, int width) {
+    const int c3 = r->c == 3;
+    if (pv >= 2 && c3)
+        planes8(r, w, ox, npix, bias, add, out, 2, width, 3);
+    else if (pv >= 2)
+        planes8(r, w, ox, npix, bias, add, out, 2, width, 0);
+    else
+        planes8(r, w, ox, npix, bias, add, out, 1, width, 0);
+}
+#endif /* ONNXVIZ_X86 */
+
+/* The loops of the planes path (planes_fit): images, output rows, groups of output
+ * channels, pixel tiles.  `rowbuf` holds KH slots of C x sw planes of planes_len floats. */
+static void run_planes(const Geometry *g, const float *x, const float *wp, const float *bias,
+                       const float *add, float *out, int act, float lo, float hi,
+                       float *rowbuf, const float **rows, Py_ssize_t *tags) {
+#if ONNXVIZ_X86
+    const int vl = lanes_at(level), vw = planes_vw(level);
+    const int mb = level >= 2 ? P16_MB : P8_MB, pvmax = level >= 2 ? P16_PV : P8_PV;
+    const Py_ssize_t c = g->c, m = g->m, len = planes_len(g, level);
+    const Py_ssize_t slot_size = c * g->sw * len, wblock = g->kh * g->kw * c * vl;
+    Planes r;
+    r.rows = rows;
+    r.c = c;
+    r.kw = g->kw;
+    r.sw = g->sw;
+    r.len = len;
+    for (Py_ssize_t kx = 0; kx < g->kw; kx++) {
+        const Py_ssize_t tap = kx * g->dw;
+        r.koff[kx] = (tap % g->sw) * len + tap / g->sw;
+    }
+    r.vl = vl;
+    r.ps = g->out_first ? 1 : m;
+    r.cs = g->out_first ? g->oh * g->ow : 1;
+    r.act = act;
+    r.lo = lo;
+    r.hi = hi;
+    PhaseRange pr;
+    phase_ranges(g, len, &pr);
+    /* pixel tiles of pvmax whole vectors, then the rest: 7 vectors as 3 + 3 + 1, not the
+     * near-equal 3 + 2 + 2 (a 2-vector tile ran slower per vector than the 3 + 1 pair:
+     * ResNet-50's stem NCHW 1743-1751 -> 1576-1596 us, MobileNetV3's 124-127 -> 117;
+     * 5 vectors as 3 + 1 + 1 instead of 3 + 2 lost) */
+    const Py_ssize_t nvec = (g->ow + vw - 1) / vw;
+    /* A channels-last output row of more than 32 channels from a kernel of at most 3x3
+     * goes through a staging row, then out by one memcpy: each group writes only 32 bytes
+     * of a pixel's channels, and with little arithmetic per output those partial lines
+     * of an output larger than L2 cost more than the copy (3 -> 64 channels, 3x3/2, 224
+     * px: 717-719 -> 567-572 us, 48 channels 477-479 -> 416-422; a 7x7 of 64 lost,
+     * 1663-1668 -> 1726-1788, and 16 or 32 channels gained nothing).  Without the
+     * memory the rows go straight out. */
+    float *stage = NULL;
+    if (!g->out_first && m > 32 && g->kh * g->kw <= 9)
+        stage = PyMem_RawMalloc((size_t)(g->ow * m) * sizeof(float));
+    for (Py_ssize_t b = 0; b < g->n; b++) {
+        const float *image = x + b * g->h * g->w * c;
+        for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
+        for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+            const Py_ssize_t y0 = oy * g->sh - g->pt;
+            int ky0 = 0, ky1 = (int)g->kh;
+            while (ky0 < ky1 && y0 + ky0 * g->dh < 0) ky0++;
+            while (ky1 > ky0 && y0 + (ky1 - 1) * g->dh >= g->h) ky1--;
+            r.ky0 = ky0;
+            r.ky1 = ky1;
+            /* slots keep their input row (tags) while an output row reads it, as in run */
+            unsigned used = 0;
+            for (int ky = ky0; ky < ky1; ky++)
+                for (Py_ssize_t slot = 0; slot < g->kh; slot++)
+                    if (tags[slot] == y0 + ky * g->dh) used |= 1u << slot;
+            for (int ky = ky0; ky < ky1; ky++) {
+                const Py_ssize_t iy = y0 + ky * g->dh;
+                Py_ssize_t slot = 0;
+                while (slot < g->kh && tags[slot] != iy) slot++;
+                if (slot == g->kh) {
+                    slot = 0;
+                    while (used & (1u << slot)) slot++;
+                    used |= 1u << slot;
+                    tags[slot] = iy;
+                    fill_planes(g, &pr, image, iy, rowbuf + slot * slot_size, len);
+                }
+                rows[ky] = rowbuf + slot * slot_size;
+            }
+            const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
+                                               : (b * g->oh + oy) * g->ow * m;
+            /* group by group, all tiles of a group: the group's weights and the row's
+             * planes stay in L1 (a 7x7 of 64 channels holds 38 KB of weights; tiles outer
+             * read all of them per tile: 1.77-1.85 ms against 1.73-1.75 NCHW out) */
+            for (Py_ssize_t m0 = 0; m0 < m; m0 += mb) {
+                const int width = (int)(m - m0 < mb ? m - m0 : mb);
+                const float *w = wp + (m0 / vl) * wblock + m0 % vl;
+                const float *bb = bias ? bias + m0 : NULL;
+                for (Py_ssize_t v0 = 0, v1; v0 < nvec; v0 = v1) {
+                    v1 = v0 + pvmax < nvec ? v0 + pvmax : nvec;
+                    const Py_ssize_t ox = v0 * vw, end = v1 * vw < g->ow ? v1 * vw : g->ow;
+                    const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
+                    const float *a = add ? add + here : NULL;
+                    float *o = stage ? stage + (here - at) : out + here;
+                    if (level >= 2)
+                        planes_avx512(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
+                    else
+                        planes_avx2(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
+                }
+            }
+            if (stage) memcpy(out + at, stage, (size_t)(g->ow * m) * sizeof(float));
+        }
+    }
+    PyMem_RawFree(stage);
+#else
+    (void)g, (void)x, (void)wp, (void)bias, (void)add, (void)out, (void)act, (void)lo,
+        (void)hi, (void)rowbuf, (void)rows, (void)tags;
+#endif
+}
+
 /* `rowbuf` holds KH padded rows of padded_width * C floats (unused when in place);
  * `rows` KH pointers. */
 static void run(const Geometry *g, const float *x, const float *wp, const float *bias,
                 const float *add, float *out, int act, float lo, float hi, float *rowbuf,
                 const float **rows, Py_ssize_t *tags) {
+    if (planes_fit(g, level)) {
+        run_planes(g, x, wp, bias, add, out, act, lo, hi, rowbuf, rows, tags);
+        return;
+    }
     const int vl = lanes_at(level);
     int pmax = G_P, nvmax = 1;
 #if ONNXVIZ_X86
@@ -531,6 +1006,11 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
         return NULL;
     }
+    const int planes = planes_fit(&g, level);
+    if (planes && (mul_size(g.kh * g.c * g.sw, planes_len(&g, level), &buf_count))) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
+        return NULL;
+    }
     Py_buffer xb, wb, bb, ab, ob;
     int have_b = bo != Py_None, have_a = ao != Py_None;
     if (onnxviz_get_floats(xo, &xb, x_count, 1, 0, "x") < 0) return NULL;
@@ -539,7 +1019,7 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     if (have_a && onnxviz_get_floats(ao, &ab, o_count, 1, 0, "addend") < 0) goto fail_b;
     if (onnxviz_get_floats(oo, &ob, o_count, 1, 1, "out") < 0) goto fail_a;
     float *rowbuf = NULL;
-    if (!in_place(&g)) {
+    if (planes || !in_place(&g)) {
         rowbuf = PyMem_RawMalloc((size_t)buf_count * sizeof(float));
         if (!rowbuf) {
             PyErr_NoMemory();
