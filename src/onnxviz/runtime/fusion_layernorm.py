@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.kernels import row_norm
-from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
+from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -133,16 +133,7 @@ def find_layer_norms(
 def layer_norm_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
     """The fused node running the layer norm at ``positions`` (from find_layer_norms)."""
     steps = [nodes[p] for p in positions]
-    inside = {s for pn in steps for s in pn.outputs}
-    ins: list[int] = []
-    names: list[str] = []
-    place_of: dict[int, int] = {}  # outside slot -> input place of the fused node
-    for pn in steps:
-        for s, name in zip(pn.inputs, pn.input_names):
-            if s not in inside and s not in place_of:
-                place_of[s] = len(ins)
-                ins.append(s)
-                names.append(name)
+    ins, names, place_of = outside_inputs(steps)
     return fused_node(steps[0], steps[-1], ins, names, LayerNormChain(steps, place_of))
 
 

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.fusion_se import SEGate
-from onnxviz.runtime.kernels._weight_cache import frozen
+from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     ChannelsLastConv,
@@ -310,7 +309,7 @@ class SpatialMean:
 
     def __init__(self, pn: PlanNode) -> None:
         self.node = pn
-        self._axes: tuple[Any, bool] = (None, False)  # (axes input, over (H, W)?)
+        self._spatial = SpatialAxes(pn)
         self._ones: np.ndarray | None = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -319,7 +318,7 @@ class SpatialMean:
             is_channels_last(x)
             and x.dtype in _FLOATS
             and x.size
-            and (self.node.op_type == "GlobalAveragePool" or self._over_spatial_axes(ins))
+            and self._spatial(ins[1] if len(ins) > 1 else None)
         ):
             n, c, h, w = x.shape
             rows = x.transpose(0, 2, 3, 1).reshape(n, h * w, c)
@@ -330,27 +329,6 @@ class SpatialMean:
             total /= x.dtype.type(h * w)
             return [total.reshape(n, c, 1, 1)]
         return ex.call_kernel(self.node, ins)
-
-    def _over_spatial_axes(self, ins: list[Any]) -> bool:
-        """A ReduceMean over exactly axes 2 and 3, keeping them."""
-        attrs = self.node.attrs
-        if not attrs.get("keepdims", 1):
-            return False
-        if self.node.opset < 18:
-            got = list(attrs.get("axes") or [])
-            return len(got) == 2 and sorted(a % 4 for a in got) == [2, 3]
-        axes = ins[1] if len(ins) > 1 else None
-        if axes is self._axes[0] and axes is not None:  # the same constant as last run
-            return self._axes[1]
-        ok = (
-            type(axes) is np.ndarray
-            and axes.dtype.kind in "iu"
-            and axes.size == 2
-            and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
-        )
-        if frozen(axes):  # an array that cannot change: its answer holds
-            self._axes = (axes, ok)
-        return ok
 
 
 class ChannelScale:

@@ -30,7 +30,7 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
-from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
+from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -129,19 +129,42 @@ def find_se_gates(
     return found
 
 
+class SpatialAxes:
+    """Whether a spatial-mean node, given its axes input (None when absent), means over
+    exactly the (H, W) axes of a 4-D value, keeping them: a GlobalAveragePool always, a
+    ReduceMean by its keepdims and axes.  The answer for an axes array that cannot change
+    (a frozen constant) is kept: a node sees the same one every run."""
+
+    def __init__(self, node: PlanNode) -> None:
+        self.node = node
+        self._last: tuple[Any, bool] = (None, False)  # (axes input, its answer)
+
+    def __call__(self, axes: Any) -> bool:
+        node = self.node
+        if node.op_type == "GlobalAveragePool":
+            return True
+        if not node.attrs.get("keepdims", 1):
+            return False
+        if node.opset < 18:
+            got = list(node.attrs.get("axes") or [])
+            return len(got) == 2 and sorted(a % 4 for a in got) == [2, 3]
+        if axes is self._last[0] and axes is not None:  # the same constant as last run
+            return self._last[1]
+        ok = (
+            type(axes) is np.ndarray
+            and axes.dtype.kind in "iu"
+            and axes.size == 2
+            and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
+        )
+        if frozen(axes):
+            self._last = (axes, ok)
+        return ok
+
+
 def se_gate_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
     """The fused node running the SE block at ``positions`` (from find_se_gates)."""
     steps = [nodes[p] for p in positions]
-    inside = {s for pn in steps for s in pn.outputs}
-    ins: list[int] = []
-    names: list[str] = []
-    place_of: dict[int, int] = {}  # outside slot -> input place of the fused node
-    for pn in steps:
-        for s, name in zip(pn.inputs, pn.input_names):
-            if s not in inside and s not in place_of:
-                place_of[s] = len(ins)
-                ins.append(s)
-                names.append(name)
+    ins, names, place_of = outside_inputs(steps)
     return fused_node(steps[0], steps[-1], ins, names, SEGate(steps, place_of))
 
 
@@ -161,7 +184,7 @@ class SEGate:
         self.beta = float(hs.attrs.get("beta", 0.5))
         # (the four constants, their prepared forms or None): replaced whole.
         self._prepared: tuple[tuple[Any, ...], tuple[np.ndarray, ...] | None] | None = None
-        self._axes: tuple[Any, bool] = (None, False)  # (axes input, over (H, W)?)
+        self._spatial = SpatialAxes(mean)
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         x = ins[self.x_place]
@@ -171,7 +194,7 @@ class SEGate:
             and x.ndim == 4
             and x.size
             and is_channels_last(x)
-            and self._over_spatial_axes(ins)
+            and self._spatial(None if self.axes_place is None else ins[self.axes_place])
         ):
             weights = self._weights(ins, x.shape[1])
             module = native.load("channels") if weights is not None else None
@@ -221,27 +244,6 @@ class SEGate:
                 )
         self._prepared = (key, made)
         return made
-
-    def _over_spatial_axes(self, ins: list[Any]) -> bool:
-        """The mean is over exactly axes 2 and 3 of the 4-D x, keeping them."""
-        mean = self.mean
-        if mean.op_type == "GlobalAveragePool":
-            return True
-        if self.axes_place is None:
-            got = list(mean.attrs.get("axes") or [])
-            return len(got) == 2 and sorted(a % 4 for a in got) == [2, 3]
-        axes = ins[self.axes_place]
-        if axes is self._axes[0] and axes is not None:  # the same constant as last run
-            return self._axes[1]
-        ok = (
-            type(axes) is np.ndarray
-            and axes.dtype.kind in "iu"
-            and axes.size == 2
-            and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
-        )
-        if frozen(axes):  # an array that cannot change: its answer holds
-            self._axes = (axes, ok)
-        return ok
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         values = {slot: ins[place] for slot, place in self.place_of.items()}

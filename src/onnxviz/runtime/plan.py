@@ -477,6 +477,22 @@ def fused_node(
     )
 
 
+def outside_inputs(steps: Sequence[PlanNode]) -> tuple[list[int], list[str], dict[int, int]]:
+    """The inputs a fused node of ``steps`` takes: every slot the steps read that none of
+    them writes, once each in the order first read (slots, names, slot -> place)."""
+    inside = {s for pn in steps for s in pn.outputs}
+    ins: list[int] = []
+    names: list[str] = []
+    place_of: dict[int, int] = {}
+    for pn in steps:
+        for s, name in zip(pn.inputs, pn.input_names):
+            if s not in inside and s not in place_of:
+                place_of[s] = len(ins)
+                ins.append(s)
+                names.append(name)
+    return ins, names, place_of
+
+
 def liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -> None:
     keep = {slots[n] for n in outputs if n}
     last_use: dict[int, int] = {}
