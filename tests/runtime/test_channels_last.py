@@ -374,8 +374,8 @@ def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
     sess = Session(model)
     sess.run(feeds)
     fused = [type(pn.fused).__name__ for pn in run_nodes(sess.plan) if pn.kind == "fused"]
-    assert "ChannelsLastConcat" in fused, fused
-    if native.level() is not None:
+    if native.level() is not None:  # the compiled direct conv makes the layout pay
+        assert "ChannelsLastConcat" in fused, fused
         assert layouts == [True, True], layouts  # both pools read channels-last values
     assert_modes_agree(model, feeds)
 
