@@ -625,3 +625,35 @@ def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch
         routed_off = Session(model).run(feeds)["y"]
         assert not acts
         np.testing.assert_allclose(routed_off, off, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 7, 8])
+def test_a_classifier_on_a_few_rows_streams_its_weight_packed(monkeypatch, rows):
+    """Gemm with transB (a torch Linear) on 2-7 rows: OpenBLAS would pack the transposed
+    weight on every call, so the kernel runs it with the weight packed once; one row
+    stays a matrix-vector product, eight rows and more the usual routes.  The numbers are
+    within the float32 bound of the product, in every run mode."""
+    _module()
+    rng = np.random.default_rng(rows)
+    k, n = 576, 1000
+    w = (rng.standard_normal((n, k)) / 24).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    graph = helper.make_graph(
+        [node],
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32)}
+    with threadpool_limits(1), _counting(monkeypatch) as calls:
+        got = Session(model).run(feeds)["y"]
+        assert_modes_agree(model, feeds)
+    routed = native.level() is not None and 2 <= rows < packed_gemm.MIN_ROWS
+    assert (calls["gemm"] > 0) == routed, calls
+    x64 = feeds["x"].astype(np.float64)
+    exact = x64 @ w.T.astype(np.float64) + bias
+    scale = np.abs(x64) @ np.abs(w.T.astype(np.float64)) + np.abs(bias)
+    assert np.all(np.abs(got - exact) <= _gamma(k + 3) * scale)

@@ -90,7 +90,11 @@ def gemm(
     wa, wb = widen(a), widen(b)
     if wa.ndim != 2 or wb.ndim != 2:
         raise ExecutionError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
-    y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
+    y = None
+    if transB and not transA and wa.dtype == np.float32 and wb.dtype == np.float32:
+        y = _few_rows_by_packed_weight(wa, wb)
+    if y is None:
+        y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
     if y.dtype.kind == "f":
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
@@ -104,6 +108,22 @@ def gemm(
     if c is not None and beta != 0.0:
         y = y + (c if beta == 1.0 else (c * beta).astype(y.dtype))
     return _narrow(y, dt)
+
+
+def _few_rows_by_packed_weight(a: Array, w: Array) -> Array | None:
+    """``a @ w.T`` for a few rows of ``a`` by the compiled GEMM with the constant (N, K)
+    weight ``w`` packed once (packed_gemm.use_for_few_rows), else None."""
+    if not a.flags.c_contiguous or a.shape[1] != w.shape[1] or not w.size:
+        return None
+    mod = packed_gemm.module()
+    if mod is None or not packed_gemm.use_for_few_rows(a.shape[0]):
+        return None
+    p = packed_gemm.packed(w.T, mod, source=w)
+    if p is None:
+        return None
+    out = np.empty((a.shape[0], w.shape[0]), dtype=np.float32)
+    packed_gemm.matmul_packed(mod, a, p, out)
+    return out
 
 
 @kernel("Det", since=(11, 22))

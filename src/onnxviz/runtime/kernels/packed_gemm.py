@@ -215,6 +215,15 @@ def use_for(rows: int, k: int, n: int) -> bool:
     return _one_thread()
 
 
+def use_for_few_rows(rows: int) -> bool:
+    """Whether a product of 2 to MIN_ROWS - 1 rows by a constant weight that OpenBLAS
+    would have to pack on every call (a transposed one: Gemm's transB, which its
+    small-matrix path cannot take) should run `matmul_packed` with the weight packed
+    once.  MobileNetV3's classifier at batch 2 (576 -> 1024 -> 1000, transB): 1.13 ms
+    with OpenBLAS packing the weights, 0.3 ms streaming them packed (one thread)."""
+    return 2 <= rows < MIN_ROWS and _one_thread()
+
+
 # Pixels up to which an NCHW conv's product (weight by image) runs gemm_left.
 MAX_LEFT_PIXELS = 64
 
