@@ -380,6 +380,44 @@ def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
     assert_modes_agree(model, feeds)
 
 
+@pytest.mark.parametrize(
+    ("alpha", "gate_first", "dtype"),
+    [(1 / 6, False, np.float32), (1 / 6, True, np.float32), (0.2, False, np.float32),
+     (1 / 6, False, np.float64)],
+)  # fmt: skip
+def test_a_written_out_hardswish_ends_the_conv_chain_with_the_stepped_bits(
+    alpha: float, gate_first: bool, dtype: Any
+) -> None:
+    """Opset-13 exporters write HardSwish as g = HardSigmoid(y), Mul(y, g): the conv
+    chain takes both nodes as its activation (in the depthwise kernel's epilogue when it
+    is HardSwish's gate in float32), with the nodes' numbers bit for bit."""
+    net = _Net(np.random.default_rng(12))
+    net.shapes["x"] = (2, 24, 9, 11)
+    y = net.conv("x", 24, k=3, group=24)
+    g = net.add("HardSigmoid", [y], net.shapes[y], alpha=alpha, beta=0.5)
+    z = net.add("Mul", [g, y] if gate_first else [y, g], net.shapes[y])
+    model = net.model((2, 24, 9, 11), z)
+    feeds = {"x": RNG.standard_normal((2, 24, 9, 11)).astype(np.float32)}
+    if dtype != np.float32:
+        for init in model.graph.initializer:
+            array = numpy_helper.to_array(init).astype(dtype)
+            init.CopyFrom(numpy_helper.from_array(array, init.name))
+        for v in (*model.graph.input, *model.graph.output):
+            v.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        feeds = {k: v.astype(dtype) for k, v in feeds.items()}
+    sess = Session(model)
+    got = sess.run(feeds)[z]
+    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv"]
+    stepped = assert_modes_agree(model, feeds)
+    np.testing.assert_array_equal(got, stepped[z])
+    # The gate read by another node too: the chain stops at the conv.
+    model.graph.output.append(helper.make_tensor_value_info(g, TensorProto.UNDEFINED, None))
+    sess = Session(model)
+    sess.run(feeds)
+    assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv", "HardSigmoid", "Mul"]
+    assert_modes_agree(model, feeds)
+
+
 def test_mobilenetv3_small_by_hand_matches_the_stepped_run() -> None:
     model, feeds = _mobilenet()
     kept = _kept_channels_last(model, feeds)

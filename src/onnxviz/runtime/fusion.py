@@ -86,7 +86,9 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky"})  # the steps that end a conv chain
+# The steps that end a conv chain ("hswish": the Mul of a written-out HardSwish, whose
+# HardSigmoid step, "hsig", comes just before it).
+_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky", "hswish"})
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -202,6 +204,11 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         kinds: list[str] = []
         y = pn.outputs[0]
         while y >= 0 and y not in keep and not _ACTIVATIONS.intersection(kinds):
+            pair = _hard_swish_pair(nodes, users, y, keep, claimed)
+            if pair is not None:
+                steps.extend(pair)
+                kinds.extend(["hsig", "hswish"])
+                break
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in claimed:
                 break
@@ -344,16 +351,40 @@ class MatMulBias:
         return ex.call_kernel(self.add, args)
 
 
+def _hard_swish_pair(
+    nodes: list[PlanNode], users: dict[int, list[int]], y: int, keep: set[int], claimed: set[int]
+) -> list[int] | None:
+    """The positions of a HardSwish written out on ``y`` (opset < 14 exporters): g =
+    HardSigmoid(y) and Mul(y, g) either way round, g read by that Mul only; else None."""
+    consumers = users.get(y, [])
+    if len(consumers) != 2 or any(c in claimed for c in consumers):
+        return None
+    hs_pos = next((c for c in consumers if plain_kernel(nodes[c], "HardSigmoid")), None)
+    if hs_pos is None:
+        return None
+    mul_pos = consumers[1] if consumers[0] == hs_pos else consumers[0]
+    hs, mul = nodes[hs_pos], nodes[mul_pos]
+    g = hs.outputs[0]
+    if tuple(hs.inputs) != (y,) or g < 0 or g in keep or users.get(g) != [mul_pos]:
+        return None
+    if not plain_kernel(mul, "Mul") or mul.opset < 7 or sorted(mul.inputs) != sorted((y, g)):
+        return None
+    return [hs_pos, mul_pos] if hs_pos < mul_pos else None
+
+
 def _conv_chain_node(conv: PlanNode, steps: list[PlanNode], kinds: list[str]) -> PlanNode:
     ins = list(conv.inputs) + [-1] * (3 - len(conv.inputs))
     names = list(conv.input_names) + [""] * (3 - len(conv.input_names))
-    # Per step: where its constant operands sit in the fused node's inputs.
+    # Per step: where its constant operands sit in the fused node's inputs (a value the
+    # chain makes itself, as the conv's output a written-out HardSwish reads twice, is
+    # none).
     operands: list[list[int]] = []
+    inside = {conv.outputs[0], *(pn.outputs[0] for pn in steps)}
     y = conv.outputs[0]
     for pn in steps:
         places = []
         for s, name in zip(pn.inputs, pn.input_names):
-            if s != y:
+            if s != y and s not in inside:
                 places.append(len(ins))
                 ins.append(s)
                 names.append(name)
@@ -437,6 +468,9 @@ class ConvChain:
         act = self.activation
         if act is None:
             return y
+        if self.kinds[-1] == "hswish":
+            self._hard_swish_pair(y)
+            return y
         # The conv's output is fresh and nobody else holds it.  Relu and Clip are the
         # kernels' own row-wise max/min (math_activation), on the contiguous buffer
         # whatever its layout (NCHW or channels-last).
@@ -454,6 +488,28 @@ class ConvChain:
             activate_in_place(y, act.op_type, act.attrs)
         return y
 
+    def _hard_swish_pair(self, y: np.ndarray) -> None:
+        """A written-out HardSwish in place: HardSigmoid's steps (hard_sigmoid), then the
+        product (commutative: y * g is g * y).  With alpha float32(1/6) and beta 0.5 in
+        float32 these are the HardSwish kernel's operations, so the compiled one runs."""
+        if y.dtype == np.float32 and self._hard_swish_exact():
+            activate_in_place(y, "HardSwish", {})
+            return
+        attrs = self.steps[-2].attrs
+        dense = _dense(y)
+        gate = dense * float(attrs.get("alpha", 0.2))
+        gate += float(attrs.get("beta", 0.5))
+        np.clip(gate, 0, 1, out=gate)
+        dense *= gate
+
+    def _hard_swish_exact(self) -> bool:
+        """The written-out HardSwish's HardSigmoid is HardSwish's gate in float32."""
+        attrs = self.steps[-2].attrs
+        return bool(
+            np.float32(attrs.get("alpha", 0.2)) == np.float32(1.0 / 6.0)
+            and float(attrs.get("beta", 0.5)) == 0.5
+        )
+
     def _kernel_act(self, ins: list[Any], x: np.ndarray) -> Activation | None:
         """The chain's activation as the compiled depthwise kernel applies it (the same
         operations as `_activate`, so the same numbers), or None when it has none or one
@@ -461,6 +517,8 @@ class ConvChain:
         act = self.activation
         if act is None or x.dtype != np.float32:
             return None
+        if self.kinds[-1] == "hswish":
+            return (ACT_HARDSWISH, math.nan, math.nan) if self._hard_swish_exact() else None
         if act.op_type == "Relu":
             return (ACT_RELU, math.nan, math.nan)
         if act.op_type == "HardSwish":
@@ -499,12 +557,12 @@ class ConvChain:
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         """The nodes as they are (values the fold does not cover)."""
         y = ex.call_kernel(self.conv, ins[: len(self.conv.inputs)])[0]
-        prev = self.conv.outputs[0]
+        made = {self.conv.outputs[0]: y}  # the chain's own values by slot
         for pn, places in zip(self.steps, self.operands):
             it = iter(places)
-            args = [y if s == prev else ins[next(it)] for s in pn.inputs]
+            args = [made[s] if s in made else ins[next(it)] for s in pn.inputs]
             y = ex.call_kernel(pn, args)[0]
-            prev = pn.outputs[0]
+            made[pn.outputs[0]] = y
         return [y]
 
     def _prepare(self, ins: list[Any]) -> tuple[ConvWeight, np.ndarray | None] | None:
@@ -513,7 +571,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if all(kind in _ACTIVATIONS or kind == "residual" for kind in self.kinds):
+        if all(kind in _ACTIVATIONS or kind in ("residual", "hsig") for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])
