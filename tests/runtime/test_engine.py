@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -548,3 +550,70 @@ def test_kept_subgraph_values_are_those_of_the_last_iteration() -> None:
     np.testing.assert_allclose(sess.intermediates[("main/body:loop", "acc_out")], x * 3)
     assert int(sess.intermediates[("main/body:loop", "i")]) == 2
     np.testing.assert_allclose(sess.value("scans"), np.stack([x, x * 2, x * 3]))
+
+
+def test_folded_values_are_read_only_constants_and_outputs_stay_copies() -> None:
+    """A foldable node's outputs are kept for every later run read-only (kernels may key
+    the forms they make of them on them, as on initializers); a graph output that is
+    one is still handed out as the caller's own copy."""
+    shape = numpy_helper.from_array(np.array([3], np.int64), "shape")
+    nodes = [
+        helper.make_node(
+            "ConstantOfShape", ["shape"], ["w"], value=helper.make_tensor("v", F, [1], [2.0])
+        ),
+        helper.make_node("Add", ["x", "w"], ["y"]),
+    ]
+    model = make(nodes, [vi("x", F, [3])], [vi("y", F, [3]), vi("w", F, [3])], initializers=[shape])
+    sess = Session(model)
+    x = np.ones(3, np.float32)
+    sess.run({"x": x})
+    folded = [v for v in sess.plan.folded_values if isinstance(v, np.ndarray)]
+    assert folded and not any(v.flags.writeable for v in folded)
+    out = sess.run({"x": x})
+    out["w"][0] = 99.0  # the caller's copy
+    np.testing.assert_array_equal(sess.run({"x": x})["w"], np.full(3, 2.0, np.float32))
+
+
+def test_a_recurrent_weight_made_by_folded_nodes_is_packed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dynamo export slices and concatenates an LSTM's weights in nodes of initializers:
+    folded once, read-only, so the kernel's packed forms of them are made once."""
+    from onnxviz.runtime.kernels import nn_rnn
+
+    rng = np.random.default_rng(3)
+    hidden, n_in = 8, 5
+    parts = {
+        f"{k}{i}": (rng.standard_normal((1, 2 * hidden, n)) * 0.3).astype(np.float32)
+        for k, n in (("w", n_in), ("r", hidden))
+        for i in range(2)
+    }
+    nodes = [
+        helper.make_node("Concat", ["w0", "w1"], ["W"], axis=1),
+        helper.make_node("Concat", ["r0", "r1"], ["R"], axis=1),
+        helper.make_node("LSTM", ["x", "W", "R"], ["Y"], hidden_size=hidden),
+    ]
+    model = make(
+        nodes,
+        [vi("x", F, [1, 2, n_in])],
+        [vi("Y", F, None)],
+        initializers=[numpy_helper.from_array(v, k) for k, v in parts.items()],
+    )
+    builds: list[str] = []
+    derived = nn_rnn.derived
+
+    def counting(kind: str, sources: Any, params: Any, build: Any) -> Any:
+        def counted() -> Any:
+            builds.append(kind)
+            return build()
+
+        return derived(kind, sources, params, counted)
+
+    monkeypatch.setattr(nn_rnn, "derived", counting)
+    sess = Session(model)
+    feeds = {"x": rng.standard_normal((1, 2, n_in)).astype(np.float32)}
+    first = sess.run(feeds)["Y"]
+    made = len(builds)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(feeds)["Y"], first)
+    assert made and len(builds) == made, builds  # nothing rebuilt after the first run

@@ -319,13 +319,11 @@ class Executor:
                 outs = [result]
                 result = None
                 if pn.foldable and fold:
-                    pn.folded = outs
-                    plan.folded_values.extend(outs)
+                    _keep_folded(plan, pn, outs)
             elif pn.kind == "kernel":
                 outs = call_kernel(pn, ins)
                 if pn.foldable and fold:
-                    pn.folded = outs
-                    plan.folded_values.extend(outs)
+                    _keep_folded(plan, pn, outs)
             elif pn.kind == "fused":
                 outs = pn.fused(self, list(ins))
             elif pn.kind == "control":
@@ -467,3 +465,16 @@ class Executor:
         )
         outs = yield from self.run_frame(sub)
         return outs[: len(pn.outputs)] + [None] * max(0, len(pn.outputs) - len(outs))
+
+
+def _keep_folded(plan: GraphPlan, pn: PlanNode, outs: list[Any]) -> None:
+    """Keep a foldable node's outputs for every later run, read-only: they are constants
+    from now on, so kernels may key the forms they make of them (an LSTM's packed
+    recurrent weight, a conv's packed filter) on them, as on initializers.  A dynamo
+    export slices and concatenates an LSTM's weights in such nodes: without this its
+    packed weight was rebuilt on every run (seq 1: 0.74 ms of a 2.3 ms run)."""
+    for v in outs:
+        if type(v) is np.ndarray:
+            v.flags.writeable = False
+    pn.folded = outs
+    plan.folded_values.extend(outs)
