@@ -364,13 +364,13 @@ def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
     model = net.model((1, 16, 14, 14), y)
     feeds = {"x": RNG.standard_normal((1, 16, 14, 14)).astype(np.float32)}
     layouts: list[bool] = []
-    channels_last = nn_pool._channels_last
+    channels_last = nn_pool.is_channels_last
 
     def watch(v: np.ndarray) -> bool:
         layouts.append(channels_last(v))
         return layouts[-1]
 
-    monkeypatch.setattr(nn_pool, "_channels_last", watch)
+    monkeypatch.setattr(nn_pool, "is_channels_last", watch)
     sess = Session(model)
     sess.run(feeds)
     fused = [type(pn.fused).__name__ for pn in run_nodes(sess.plan) if pn.kind == "fused"]

@@ -92,7 +92,7 @@ def gemm(
         raise ExecutionError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
     y = None
     if transB and not transA and wa.dtype == np.float32 and wb.dtype == np.float32:
-        y = _few_rows_by_packed_weight(wa, wb)
+        y = few_rows_by_packed_weight(wa, wb)
     if y is None:
         y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
     if y.dtype.kind == "f":
@@ -110,25 +110,14 @@ def gemm(
     return _narrow(y, dt)
 
 
-def _few_rows_by_packed_weight(a: Array, w: Array) -> Array | None:
-    """``a @ w.T`` for a few rows of ``a`` by the compiled GEMM with the constant (N, K)
-    weight ``w`` packed once (packed_gemm.use_for_few_rows), else None."""
-    return by_packed_transposed_weight(a, w, few_rows_only=True)
-
-
-def by_packed_transposed_weight(a: Array, w: Array, *, few_rows_only: bool = False) -> Array | None:
-    """``a @ w.T`` (a: float32 (M, K) C-contiguous, w: a frozen float32 (N, K)) by the
-    compiled GEMM with ``w`` packed once, where it beats OpenBLAS: 2-7 rows (OpenBLAS packs
-    a transposed weight on every call) or, unless ``few_rows_only``, the rows
-    packed_gemm.use_for takes; else None."""
+def few_rows_by_packed_weight(a: Array, w: Array) -> Array | None:
+    """``a @ w.T`` (a: float32 (M, K) C-contiguous, w: a constant float32 (N, K)) for 2-7
+    rows by the compiled GEMM with ``w`` packed once (packed_gemm.use_for_few_rows:
+    OpenBLAS packs a transposed weight on every call), else None."""
     if not a.flags.c_contiguous or a.ndim != 2 or a.shape[1] != w.shape[1] or not w.size:
         return None
     mod = packed_gemm.module()
-    rows = a.shape[0]
-    if mod is None or not (
-        packed_gemm.use_for_few_rows(rows)
-        or (not few_rows_only and packed_gemm.use_for(rows, w.shape[1], w.shape[0]))
-    ):
+    if mod is None or not packed_gemm.use_for_few_rows(a.shape[0]):
         return None
     p = packed_gemm.packed(w.T, mod, source=w)
     if p is None:

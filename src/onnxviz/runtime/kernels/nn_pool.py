@@ -18,6 +18,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
 from onnxviz.runtime.kernels.nn_geometry import (
     compute_dtype,
     conv_pads,
@@ -285,7 +286,7 @@ def native_pool2d(
     kh, kw = geo.kernel
     sh, sw = geo.strides
     pt, pl, pb, pr = geo.pads
-    if _channels_last(x):
+    if is_channels_last(x):
         # A channels-last value (an unwatched run's conv chain, fusion_layout) pools
         # channels-last and stays so: no transposing copy either way.
         yl = np.empty((n, oh, ow, c), dtype=np.float32)
@@ -296,15 +297,6 @@ def native_pool2d(
     module.pool2d(np.ascontiguousarray(x), y, n * c, h, w, oh, ow, kh, kw, sh, sw,
                   pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
     return y
-
-
-def _channels_last(x: np.ndarray) -> bool:
-    """The 4-D ``x`` is an (N, H, W, C) buffer seen as (N, C, H, W), and not also NCHW
-    (nn_conv_nhwc.is_channels_last's test)."""
-    return bool(
-        x.transpose(0, 2, 3, 1).flags.c_contiguous
-        and not (x.flags.c_contiguous and x.shape[1] > 1 and x.shape[2] * x.shape[3] > 1)
-    )
 
 
 def _lowest(dtype: np.dtype[Any]) -> float:

@@ -32,7 +32,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.blas import few_rows_matmul
-from onnxviz.runtime.kernels.math_linalg import by_packed_transposed_weight
+from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import kernel
 
@@ -208,7 +208,7 @@ def _project(x: np.ndarray, w: np.ndarray, dt: Any) -> np.ndarray:
     if dt == np.float32 and x2.dtype == np.float32 and w.dtype == np.float32:
         # A constant W packed once for the compiled GEMM (a dynamo export's one-step
         # LSTM spent 40% of its run in OpenBLAS packing W^T on every call).
-        y = by_packed_transposed_weight(x2, w, few_rows_only=True)
+        y = few_rows_by_packed_weight(x2, w)
         if y is not None:
             return y.reshape(t, b, w.shape[0])
     return (x2 @ w.astype(dt, copy=False).T).reshape(t, b, w.shape[0])
