@@ -421,6 +421,14 @@ class ConvChain:
         self.residual: int | None = None
         if "residual" in kinds:
             self.residual = operands[kinds.index("residual")][0]
+        # A written-out HardSwish whose HardSigmoid is HardSwish's gate in float32.
+        self.hard_swish_exact = False
+        if kinds and kinds[-1] == "hswish":
+            attrs = steps[-2].attrs
+            self.hard_swish_exact = bool(
+                np.float32(attrs.get("alpha", 0.2)) == np.float32(1.0 / 6.0)
+                and float(attrs.get("beta", 0.5)) == 0.5
+            )
         self._key: tuple[Any, ...] | None = None
         self._places: list[int] | None = None  # where the constants of _key sit in ins
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
@@ -489,26 +497,17 @@ class ConvChain:
         return y
 
     def _hard_swish_pair(self, y: np.ndarray) -> None:
-        """A written-out HardSwish in place: HardSigmoid's steps (hard_sigmoid), then the
-        product (commutative: y * g is g * y).  With alpha float32(1/6) and beta 0.5 in
-        float32 these are the HardSwish kernel's operations, so the compiled one runs."""
-        if y.dtype == np.float32 and self._hard_swish_exact():
+        """A written-out HardSwish in place: the HardSigmoid on a copy (the same steps as
+        its kernel), then the product (commutative: y * g is g * y).  With alpha
+        float32(1/6) and beta 0.5 in float32 these are the HardSwish kernel's operations,
+        so the compiled one runs."""
+        if y.dtype == np.float32 and self.hard_swish_exact:
             activate_in_place(y, "HardSwish", {})
             return
-        attrs = self.steps[-2].attrs
         dense = _dense(y)
-        gate = dense * float(attrs.get("alpha", 0.2))
-        gate += float(attrs.get("beta", 0.5))
-        np.clip(gate, 0, 1, out=gate)
+        gate = dense.copy()
+        activate_in_place(gate, "HardSigmoid", self.steps[-2].attrs)
         dense *= gate
-
-    def _hard_swish_exact(self) -> bool:
-        """The written-out HardSwish's HardSigmoid is HardSwish's gate in float32."""
-        attrs = self.steps[-2].attrs
-        return bool(
-            np.float32(attrs.get("alpha", 0.2)) == np.float32(1.0 / 6.0)
-            and float(attrs.get("beta", 0.5)) == 0.5
-        )
 
     def _kernel_act(self, ins: list[Any], x: np.ndarray) -> Activation | None:
         """The chain's activation as the compiled depthwise kernel applies it (the same
@@ -518,7 +517,7 @@ class ConvChain:
         if act is None or x.dtype != np.float32:
             return None
         if self.kinds[-1] == "hswish":
-            return (ACT_HARDSWISH, math.nan, math.nan) if self._hard_swish_exact() else None
+            return (ACT_HARDSWISH, math.nan, math.nan) if self.hard_swish_exact else None
         if act.op_type == "Relu":
             return (ACT_RELU, math.nan, math.nan)
         if act.op_type == "HardSwish":
