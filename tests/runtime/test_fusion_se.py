@@ -189,3 +189,19 @@ def test_what_the_gate_does_not_take_runs_the_nodes() -> None:
     assert "SEGate" in _fused(model, feeds)
     stepped = assert_modes_agree(model, feeds)
     np.testing.assert_array_equal(Session(model).run(feeds)[y], stepped[y])  # the nodes' bits
+
+
+def test_kept_weights_serve_only_the_channels_they_were_made_for() -> None:
+    """A later input of other channels than the kept weight forms does not get them: the
+    six nodes run and name the mismatch."""
+    from onnxviz.runtime.fusion_se import SEGate
+
+    model, feeds, _ = _se_model()
+    sess = Session(model)
+    sess.run(feeds)
+    gate = next(pn.fused for pn in run_nodes(sess.plan) if type(pn.fused) is SEGate)
+    ins = [np.ones(1, np.float32)] * (max(gate.weight_places) + 1)
+    for place, value in zip(gate.weight_places, gate._prepared[0]):  # type: ignore[index]
+        ins[place] = value
+    assert gate._weights(ins, 24) is not None
+    assert gate._weights(ins, 16) is None

@@ -30,7 +30,7 @@ import numpy as np
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into
 from onnxviz.runtime.kernels.math_erf import erf_into
-from onnxviz.runtime.plan import PlanNode, fused_node
+from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -270,7 +270,4 @@ class ElementwiseChain:
             src = vb
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        values = {slot: ins[place] for slot, place in self.place_of.items()}
-        for pn in self.nodes:
-            values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
-        return [values[self.nodes[-1].outputs[0]]]
+        return run_steps(ex, self.nodes, self.place_of, ins)

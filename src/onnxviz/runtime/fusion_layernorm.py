@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.kernels import row_norm
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel
+from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -230,10 +230,7 @@ class LayerNormChain:
         return axis in (-1, rank - 1)
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        values = {slot: ins[place] for slot, place in self.place_of.items()}
-        for pn in self.steps:
-            values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
-        return [values[self.steps[-1].outputs[0]]]
+        return run_steps(ex, self.steps, self.place_of, ins)
 
 
 def _fits(c: Any, x: np.ndarray) -> bool:

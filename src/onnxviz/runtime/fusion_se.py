@@ -30,7 +30,7 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel
+from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -223,7 +223,10 @@ class SEGate:
         if prepared is not None and all(
             map(is_, prepared[0], map(ins.__getitem__, self.weight_places))
         ):
-            return prepared[1]  # the same constants as last run (compared in C)
+            # The same constants as last run (compared in C); they fit x's channels or
+            # the nodes say what does not match.
+            kept = prepared[1]
+            return kept if kept is not None and kept[0].shape[0] == c else None
         key = tuple(ins[p] for p in self.weight_places)
         w1, b1, w2, b2 = key
         made: tuple[np.ndarray, ...] | None = None
@@ -246,7 +249,4 @@ class SEGate:
         return made
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        values = {slot: ins[place] for slot, place in self.place_of.items()}
-        for pn in self.steps:
-            values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
-        return [values[self.steps[-1].outputs[0]]]
+        return run_steps(ex, self.steps, self.place_of, ins)

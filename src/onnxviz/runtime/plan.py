@@ -493,6 +493,19 @@ def outside_inputs(steps: Sequence[PlanNode]) -> tuple[list[int], list[str], dic
     return ins, names, place_of
 
 
+def run_steps(
+    ex: Any, steps: Sequence[PlanNode], place_of: dict[int, int], ins: Sequence[Any]
+) -> list[Any]:
+    """A fused node's ``steps`` run one by one through ``ex.call_kernel`` (an Executor's:
+    errors name the step), their outside inputs taken from ``ins`` at ``place_of``
+    (`outside_inputs`); the last step's output.  What a fusion falls back to when a value
+    is not one its fast path takes."""
+    values = {slot: ins[place] for slot, place in place_of.items()}
+    for pn in steps:
+        values[pn.outputs[0]] = ex.call_kernel(pn, [values[s] for s in pn.inputs])[0]
+    return [values[steps[-1].outputs[0]]]
+
+
 def liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -> None:
     keep = {slots[n] for n in outputs if n}
     last_use: dict[int, int] = {}
