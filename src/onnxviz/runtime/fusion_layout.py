@@ -230,7 +230,13 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 region.add(pn.outputs[0])
         elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
             continue
-        elif pn.op_type == "Mul" and len(pn.inputs) == 2 and len(pn.outputs) == 1:
+        elif (
+            pn.op_type == "Mul"
+            and len(pn.inputs) == 2
+            and len(pn.outputs) == 1
+            and not any(s in constants for s in pn.inputs)
+        ):
+            # A gate is a live value (a Mul by a constant keeps its plain, in-place kernel).
             region.add(pn.outputs[0])
             nodes[i] = fused_node(pn, pn, pn.inputs, pn.input_names, ChannelScale(pn))
         elif (pn.op_type in _ELEMENTWISE and len(pn.outputs) == 1) or (
