@@ -200,7 +200,6 @@ class ElementwiseChain:
             _NATIVE is not None
             and len(steps) <= chain_program.MAX_STEPS
             and all(s.op_type in chain_program.OPS for s in steps)
-            and all(s.side is None or s.side[0] in chain_program.SIDE_OPS for s in steps)
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -222,25 +221,18 @@ class ElementwiseChain:
         """The steps as _chain.c's program, this call's scalar constants in it."""
         parts: list[Any] = []
         for step in self.steps:
+            side = 0
             if step.other is None:
                 kind, value = chain_program.NONE, 0.0
             elif step.other == -1:
                 kind, value = chain_program.INPUT, 0.0
             elif step.side is not None:
                 op, at, scalar_first = step.side
-                parts.append(
-                    (
-                        step.op_type,
-                        chain_program.SIDE,
-                        step.value_first,
-                        float(scalars[at]),
-                        chain_program.side(op, scalar_first),
-                    )
-                )
-                continue
+                kind, value = chain_program.SIDE, float(scalars[at])
+                side = chain_program.side(op, scalar_first)
             else:
                 kind, value = chain_program.SCALAR, float(scalars[step.other])
-            parts.append((step.op_type, kind, step.value_first, value))
+            parts.append((step.op_type, kind, step.value_first, value, side))
         return chain_program.program(parts)
 
     def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
