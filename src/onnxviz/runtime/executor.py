@@ -321,7 +321,17 @@ class Executor:
                 if pn.foldable and fold:
                     _keep_folded(plan, pn, outs)
             elif pn.kind == "kernel":
-                outs = call_kernel(pn, ins)
+                many = pn.call_many
+                if many is None:
+                    outs = call_kernel(pn, ins)
+                else:  # a specialized call of several outputs (prepared.py)
+                    try:
+                        outs = many(*ins)
+                    except Exception as exc:
+                        err = self._kernel_error(pn, ins, exc)
+                        if err is exc:
+                            raise
+                        raise err from exc
                 if pn.foldable and fold:
                     _keep_folded(plan, pn, outs)
             elif pn.kind == "fused":

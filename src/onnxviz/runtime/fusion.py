@@ -262,9 +262,10 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
         else:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
-    plan_channels_last(out, keep, dict(plan.constants))
+    constants = dict(plan.constants)
+    plan_channels_last(out, keep, constants)
     liveness(out, plan.slots, plan.output_names)
-    prepare(out, fast=True)
+    prepare(out, fast=True, constants=constants)
     return out
 
 

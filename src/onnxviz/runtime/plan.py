@@ -105,10 +105,12 @@ class PlanNode:
     fused: Any = None
     key: str = ""  # the address, made once (profile key)
     # Prepared by prepared.prepare for the node loop: values -> inputs, the single
-    # output's slot, the positional call of a plain one-output kernel.
+    # output's slot, the positional call of a plain one-output kernel (or the
+    # specialized call of one with several outputs).
     gather: Any = None
     out0: int = -1
     call: Any = None
+    call_many: Any = None
 
     @property
     def address(self) -> str:

@@ -10,7 +10,9 @@ node of a list:
 * ``out0``: the slot of a single-output node's output (-1 otherwise), written without
   a loop over outputs;
 * ``call``: for a plain kernel (no context) with one output, a positional callable with
-  the node's pre-decoded attributes bound, so the loop calls ``call(*ins)``.
+  the node's pre-decoded attributes bound, so the loop calls ``call(*ins)``;
+* ``call_many``: for a plain kernel of several outputs with a specialized call (below),
+  that call, which returns the list of outputs.
 
 For node lists of unwatched runs (``fast=True``, fusion.run_nodes) the binary
 arithmetic ops Add, Sub, Mul (float32/64, int32/64) and Div (float32/64) get a
@@ -18,6 +20,11 @@ shortcut that applies numpy's operator when both inputs are arrays of one of tho
 dtypes (what the kernel computes for them: the same ufunc, no casts) and calls the
 kernel otherwise.  Stepped runs always call the kernel, so the differential tests
 compare the two.
+
+Also for unwatched runs, a kernel with a registered specializer (registry.specializer)
+gets the call its maker returns for the node's attributes and constant inputs: per-call
+work on constants (a dequantized weight, a dtype resolved from an attribute) is done
+once per node list, and the call falls back to the kernel for anything else.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from onnxviz.runtime.registry import RUNTIME, specializer_of
 
 if TYPE_CHECKING:
     from onnxviz.runtime.plan import PlanNode
@@ -98,10 +107,26 @@ _FAST_BINARY: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 }
 
 
-def _call(pn: PlanNode, fast: bool) -> Callable[..., Any] | None:
+def _special(pn: PlanNode, constants: dict[int, Any]) -> Callable[..., Any] | None:
+    """The specializer's call for a plain kernel node (registry.specializer), or None."""
+    spec = pn.spec
+    if pn.kind != "kernel" or spec is None or spec.needs_ctx:
+        return None
+    specialize = specializer_of(spec.fn)
+    if specialize is None:
+        return None
+    known = tuple(None if s < 0 else constants.get(s, RUNTIME) for s in pn.inputs)
+    return specialize(pn.attrs, known, len(pn.outputs))
+
+
+def _call(
+    pn: PlanNode, fast: bool, special: Callable[..., Any] | None
+) -> Callable[..., Any] | None:
     spec = pn.spec
     if pn.kind != "kernel" or spec is None or spec.needs_ctx or len(pn.outputs) != 1:
         return None
+    if special is not None:
+        return special
     fn: Callable[..., Any] = spec.fn
     if pn.attrs:
         fn = functools.partial(fn, **pn.attrs)
@@ -118,10 +143,14 @@ def _call(pn: PlanNode, fast: bool) -> Callable[..., Any] | None:
     return fn
 
 
-def prepare(nodes: list[PlanNode], *, fast: bool) -> None:
+def prepare(nodes: list[PlanNode], *, fast: bool, constants: dict[int, Any] | None = None) -> None:
     """Fill ``gather``, ``out0`` and ``call`` of every node (see the module docstring);
-    ``fast`` for the node lists of unwatched runs."""
+    ``fast`` for the node lists of unwatched runs, ``constants`` their plan's
+    initializers by slot (for the specializers)."""
     for pn in nodes:
         pn.gather = _gather(pn.inputs)
         pn.out0 = pn.outputs[0] if len(pn.outputs) == 1 else -1
-        pn.call = _call(pn, fast)
+        special = _special(pn, constants) if fast and constants is not None else None
+        pn.call = _call(pn, fast, special)
+        # A node of several outputs: its specialized call returns them all, a list.
+        pn.call_many = special if len(pn.outputs) != 1 else None

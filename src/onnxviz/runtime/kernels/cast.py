@@ -16,6 +16,7 @@ Rules (Cast spec, opset 19-28):
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -24,7 +25,7 @@ from onnx import TensorProto
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import kernel, specializer
 
 Array = np.ndarray
 _TP = TensorProto
@@ -266,6 +267,53 @@ def cast(x: Array, to: int | None = None, saturate: int = 1, round_mode: str = "
     if to is None:
         raise ExecutionError("Cast needs the 'to' attribute")
     return cast_array(x, dtype_for(to), saturate, round_mode)
+
+
+# The numpy types whose casts among themselves are cast_array's plain astype (or != 0 to
+# bool): every conversion but strings, float8/4/6, bfloat16, sub-byte ints and e8m0.
+_PLAIN = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64,
+    )
+)  # fmt: skip
+_BOOL = np.dtype(np.bool_)
+
+
+def _prepared_cast(kernel_fn: Any) -> Any:
+    """The specializer of a Cast kernel: in unwatched runs, the target type resolved
+    once, and a plain numeric cast as the astype (or the comparison to bool) cast_array
+    ends in, without its checks and error-state switch (unwatched runs ignore
+    floating-point errors already).  A decoder's mask arithmetic casts a few scalars,
+    where those were most of a 2.6 us call.  Anything else (from bool, strings, the
+    ml_dtypes) takes the kernel."""
+
+    def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        to_code = attrs.get("to")
+        if type(to_code) is not int or _DTYPES.get(to_code) is None:
+            return None
+        to = _DTYPES[to_code]
+        if to not in _PLAIN and to != _BOOL:
+            return None
+        fallback = functools.partial(kernel_fn, **attrs)
+
+        def call(x: Any) -> Any:
+            if type(x) is not np.ndarray or x.dtype not in _PLAIN:
+                return fallback(x)
+            if x.dtype == to:
+                return x
+            if to == _BOOL:
+                return x != 0
+            return x.astype(to)
+
+        return call
+
+    return specialize
+
+
+specializer(cast)(_prepared_cast(cast))
+specializer(cast_legacy)(_prepared_cast(cast_legacy))
 
 
 @kernel("CastLike", since=(15, 19, 21, 23, 24, 25))

@@ -10,13 +10,14 @@ float32 normalisations run the compiled row kernel (row_norm.py) when it is ther
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.kernels.contrib_common import standard_kernel
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import kernel, specializer
 
 MS = "com.microsoft"
 
@@ -260,6 +261,40 @@ def skip_simplified_layer_norm(
     epsilon: float = 1e-12,
 ) -> tuple[np.ndarray, ...]:
     return _skip_norm(x, skip, gamma, None, bias, epsilon, simplified=True)
+
+
+# Unwatched runs with constant gamma/beta/bias: the compiled row kernel's call, set up
+# once (row_norm.specialize); outputs (y, mean, inv_std, total) as each op orders them.
+@specializer(ms_layer_norm)
+def _prepared_layer_norm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    return row_norm.specialize(
+        ms_layer_norm, attrs, known, n, (0, 1, 2), epsilon=attrs.get("epsilon", 1e-5),
+        rms=False, params=(1, 2, -1),
+    )  # fmt: skip
+
+
+@specializer(_simplified_layer_norm)
+def _prepared_simplified(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    return row_norm.specialize(
+        _simplified_layer_norm, attrs, known, n, (0, 2), epsilon=attrs.get("epsilon", 1e-5),
+        rms=True, params=(1, -1, -1),
+    )  # fmt: skip
+
+
+@specializer(skip_layer_norm)
+def _prepared_skip(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    return row_norm.specialize(
+        skip_layer_norm, attrs, known, n, (0, 1, 2, 3), epsilon=attrs.get("epsilon", 1e-12),
+        rms=False, skip=True, params=(2, 3, 4),
+    )  # fmt: skip
+
+
+@specializer(skip_simplified_layer_norm)
+def _prepared_skip_simplified(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    return row_norm.specialize(
+        skip_simplified_layer_norm, attrs, known, n, (0, 1, 2, 3),
+        epsilon=attrs.get("epsilon", 1e-12), rms=True, skip=True, params=(2, -1, 3),
+    )  # fmt: skip
 
 
 def embed_sum(

@@ -10,11 +10,13 @@ Accumulation runs in float32 for float16/bfloat16/float8 and in the input type f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.math_common import (
     ML_FLOATS,
     ML_INTS,
@@ -22,7 +24,7 @@ from onnxviz.runtime.kernels.math_common import (
     normalize_axis,
     scalar_of,
 )
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import kernel, specializer
 
 Array = np.ndarray
 Axes = tuple[int, ...] | None
@@ -37,8 +39,10 @@ def _acc_dtype(dt: np.dtype) -> np.dtype:
     return dt
 
 
+# The ufuncs' reduce methods, which np.sum, np.prod, np.max and np.min call after a few
+# microseconds of Python-level dispatch (most of a small reduction's cost).
 def _sum(x: Array, axes: Axes, keep: bool) -> Array:
-    return np.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.add.reduce(x, axis=axes, keepdims=keep, dtype=x.dtype)  # type: ignore[call-overload,no-any-return]
 
 
 def _sum_square(x: Array, axes: Axes, keep: bool) -> Array:
@@ -80,7 +84,7 @@ def _mean(x: Array, axes: Axes, keep: bool) -> Array:
 
 
 def _prod(x: Array, axes: Axes, keep: bool) -> Array:
-    return np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.multiply.reduce(x, axis=axes, keepdims=keep, dtype=x.dtype)  # type: ignore[call-overload,no-any-return]
 
 
 def _lowest(dt: np.dtype) -> Any:
@@ -97,11 +101,11 @@ def _highest(dt: np.dtype) -> Any:
 
 def _max(x: Array, axes: Axes, keep: bool) -> Array:
     # initial= gives the empty-set result the spec asks for (-inf or the type's minimum).
-    return np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype))
+    return np.maximum.reduce(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype))  # type: ignore[call-overload,no-any-return]
 
 
 def _min(x: Array, axes: Axes, keep: bool) -> Array:
-    return np.min(x, axis=axes, keepdims=keep, initial=_highest(x.dtype))
+    return np.minimum.reduce(x, axis=axes, keepdims=keep, initial=_highest(x.dtype))  # type: ignore[call-overload,no-any-return]
 
 
 Reducer = Callable[[Array, Axes, bool], Array]
@@ -141,6 +145,57 @@ def _register(
     with_input.__name__ = f"kernel_{op.lower()}"
     kernel(op, since=attr_versions)(with_attr)
     kernel(op, since=input_versions)(with_input)
+    specializer(with_attr)(_prepared(fn, with_attr, from_input=False))
+    specializer(with_input)(_prepared(fn, with_input, from_input=True))
+
+
+# The dtypes a reduction accumulates in as they are (_acc_dtype is the identity).
+_AS_IS = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+
+
+def _prepared(fn: Reducer, kernel_fn: Callable[..., Array], *, from_input: bool) -> Any:
+    """The specializer (registry.specializer) of a reduction: in unwatched runs, the
+    axes (an attribute, or an input that cannot change, _weight_cache.frozen, as
+    initializers and folded Constant outputs are) are normalised once per rank, and the reduction of a
+    float32/64 or int32/64 tensor is `_reduce`'s without its dtype steps (the identity
+    for those types).  A decoder's mask sums a [1, T] tensor, where the steps were half
+    of a 4 us call."""
+
+    def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        keep = bool(attrs.get("keepdims", 1))
+        noop = attrs.get("noop_with_empty_axes", 0)
+        fallback = functools.partial(kernel_fn, **attrs)
+        # (axes input, rank) -> normalised axes; the input is held, so its id stays its.
+        seen: dict[tuple[int, int], tuple[Any, Axes]] = {}
+
+        def call(data: Any, axes: Any = None) -> Any:
+            if type(data) is not np.ndarray or data.dtype not in _AS_IS or not data.ndim:
+                return fallback(data) if axes is None else fallback(data, axes)
+            rank = data.ndim
+            if not from_input:
+                hit = seen.get((0, rank))
+                if hit is None:
+                    hit = seen[(0, rank)] = (None, _axes_from_attr(attrs.get("axes"), rank))
+                ax = hit[1]
+            elif axes is None:
+                ax = None if not noop else ()
+            elif type(axes) is np.ndarray and not axes.flags.writeable:
+                hit = seen.get((id(axes), rank))
+                if hit is None or hit[0] is not axes:
+                    if not frozen(axes):  # a read-only view of memory that may change
+                        return fallback(data, axes)
+                    if len(seen) > 8:
+                        seen.clear()
+                    hit = seen[(id(axes), rank)] = (axes, _axes_from_input(axes, rank, noop))
+                ax = hit[1]
+            else:
+                ax = _axes_from_input(axes, rank, noop)
+            out = np.asarray(fn(data, ax, keep))
+            return out if out.dtype == data.dtype else out.astype(data.dtype)
+
+        return call
+
+    return specialize
 
 
 _register("ReduceSum", _sum, (1, 11), (13,))

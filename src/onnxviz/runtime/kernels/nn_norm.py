@@ -18,7 +18,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.model.dtypes import np_dtype
 from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
-from onnxviz.runtime.registry import KernelContext, kernel
+from onnxviz.runtime.registry import KernelContext, kernel, specializer
 
 
 def _stash(x: np.ndarray, stash_type: int | None = None) -> np.ndarray:
@@ -242,6 +242,18 @@ def layer_norm(
     if b is not None:
         normed += b.astype(xs.dtype, copy=False)
     return normed.astype(x.dtype, copy=False), mean, inv_std
+
+
+@specializer(layer_norm)
+def _prepared_layer_norm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs with a constant scale and bias: the compiled row kernel's call, set
+    up once (row_norm.specialize)."""
+    if attrs.get("stash_type", 1) != 1:
+        return None
+    return row_norm.specialize(
+        layer_norm, attrs, known, n, (0, 1, 2), epsilon=attrs.get("epsilon", 1e-5),
+        rms=False, params=(1, 2, -1),
+    )  # fmt: skip
 
 
 @kernel("RMSNormalization", since=23)

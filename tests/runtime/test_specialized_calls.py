@@ -1,0 +1,340 @@
+"""Specialized calls of unwatched runs (registry.specializer, prepared.py) give the stepped
+run's numbers, bit for bit, and take the kernel for anything they were not made for.
+
+A specialized call works out once, when the unwatched node list is made, what its
+kernel works out on every call: MatMulNBits' route and dequantized weight, a norm's
+parameter rows, Cast's target type, a reduction's axes.  Stepped runs always call the
+kernels, so comparing the two runs proves the specialized calls; each test also checks
+that the node really got its specialized call (a test of the kernel twice proves
+nothing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import _weight_cache as wc
+from onnxviz.runtime.kernels import contrib_quant
+from onnxviz.runtime.session import Session
+
+from .differential import stepped_values
+
+pytestmark = pytest.mark.numeric
+
+MS = "com.microsoft"
+OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[str],
+    inits: list[onnx.TensorProto],
+    opsets: list[onnx.OperatorSetIdProto] | None = None,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info(o, 0, None) for o in outputs], inits
+    )
+    return helper.make_model(graph, opset_imports=opsets or OPSETS)
+
+
+def _specialized(session: Session) -> dict[str, str]:
+    """op type -> how the unwatched node list calls its nodes: "special" where the
+    node's call comes from its kernel's specializer."""
+    how: dict[str, str] = {}
+    for pn in run_nodes(session.plan):
+        call = pn.call if pn.call_many is None else pn.call_many
+        qual = getattr(call, "__qualname__", "")
+        special = "specialize" in qual or "_prepared" in qual
+        how[pn.op_type] = "special" if special else how.get(pn.op_type, "kernel")
+    return how
+
+
+def _same_as_stepped(
+    model: onnx.ModelProto, feeds: dict[str, Any], runs: int = 2
+) -> tuple[Session, dict[str, Any]]:
+    """Runs ``model`` unwatched ``runs`` times (the first makes the specialized calls,
+    later ones take their kept state) and checks every output against the stepped
+    run's, bit for bit (NaNs where it has NaNs)."""
+    stepped = stepped_values(model, feeds)
+    session = Session(model)
+    got: dict[str, Any] = {}
+    for _ in range(runs):
+        got = session.run(feeds)
+    for out in model.graph.output:
+        want = stepped[out.name]
+        have = got[out.name]
+        assert isinstance(have, np.ndarray), out.name
+        assert have.dtype == want.dtype and have.shape == want.shape, out.name
+        np.testing.assert_array_equal(have, want, err_msg=out.name)
+    return session, got
+
+
+# -- MatMulNBits ----------------------------------------------------------------------
+def _nbits(rng: np.random.Generator, K: int, N: int, block: int) -> list[onnx.TensorProto]:
+    kb = (K + block - 1) // block
+    b = rng.integers(0, 256, (N, kb, block // 2), dtype=np.uint8)
+    scales = (rng.standard_normal((N, kb)) * 0.05).astype(np.float32)
+    zp = rng.integers(0, 256, (N, (kb * 4 + 7) // 8), dtype=np.uint8)
+    bias = rng.standard_normal(N).astype(np.float32)
+    return [
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(scales, "s"),
+        numpy_helper.from_array(zp, "z"),
+        numpy_helper.from_array(bias, "bias"),
+    ]
+
+
+def _nbits_model(K: int, N: int, block: int, *, bias: bool, rng: np.random.Generator) -> Any:
+    inits = _nbits(rng, K, N, block)
+    ins = ["a", "b", "s", "z", "", "bias"] if bias else ["a", "b", "s", "z"]
+    node = helper.make_node(
+        "MatMulNBits", ins, ["y"], domain=MS, K=K, N=N, block_size=block, bits=4
+    )
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, None, K])
+    return _model([node], [a], ["y"], inits if bias else inits[:3])
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7, 8, 30])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("native_min", [None, 0])
+def test_matmul_nbits_gives_the_stepped_bits(
+    monkeypatch, rows: int, bias: bool, native_min: int | None
+) -> None:
+    """Every route: the compiled kernel (a weight past NATIVE_MIN_WEIGHTS, up to its row
+    limit), BLAS on the kept weight (few rows), the kernel (a prompt's rows)."""
+    if native_min is not None:
+        monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", native_min)
+    rng = np.random.default_rng(rows)
+    model = _nbits_model(96, 40, 32, bias=bias, rng=rng)
+    a = rng.standard_normal((1, rows, 96)).astype(np.float32)
+    session, _ = _same_as_stepped(model, {"a": a}, runs=3)
+    assert _specialized(session)["MatMulNBits"] == "special"
+    wc.clear()
+
+
+def test_matmul_nbits_takes_a_fed_weight(monkeypatch) -> None:
+    """An initializer that is also a graph input, fed: the run multiplies by the fed
+    weight, not by the one the specialized call was made for."""
+    rng = np.random.default_rng(5)
+    model = _nbits_model(64, 24, 16, bias=False, rng=rng)
+    b = numpy_helper.to_array(model.graph.initializer[0])
+    model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.UINT8, b.shape))
+    a = rng.standard_normal((1, 2, 64)).astype(np.float32)
+    session = Session(model)
+    before = session.run({"a": a})["y"]
+    other = rng.integers(0, 256, b.shape, dtype=np.uint8)
+    after = session.run({"a": a, "b": other})["y"]
+    want = stepped_values(model, {"a": a, "b": other})["y"]
+    np.testing.assert_array_equal(after, want)
+    assert not np.array_equal(after, before)
+    assert _specialized(session)["MatMulNBits"] == "special"
+    wc.clear()
+
+
+def test_matmul_nbits_takes_other_dtypes_through_the_kernel() -> None:
+    rng = np.random.default_rng(6)
+    model = _nbits_model(32, 16, 16, bias=True, rng=rng)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    a = rng.standard_normal((3, 32))
+    _same_as_stepped(model, {"a": a})
+    wc.clear()
+
+
+# -- norms ------------------------------------------------------------------------------
+def _norm_case(op: str, rng: np.random.Generator, cols: int, outputs: list[str]) -> Any:
+    gamma = numpy_helper.from_array(rng.standard_normal(cols).astype(np.float32), "gamma")
+    beta = numpy_helper.from_array(rng.standard_normal(cols).astype(np.float32), "beta")
+    bias = numpy_helper.from_array(rng.standard_normal(cols).astype(np.float32), "bias")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    skip = helper.make_tensor_value_info("skip", TensorProto.FLOAT, None)
+    if op == "LayerNormalization":
+        node = helper.make_node(op, ["x", "gamma", "beta"], outputs, epsilon=1e-3)
+        return _model([node], [x], [o for o in outputs if o], [gamma, beta])
+    if op == "SimplifiedLayerNormalization":
+        node = helper.make_node(op, ["x", "gamma"], outputs, epsilon=1e-4)
+        return _model([node], [x], [o for o in outputs if o], [gamma])
+    if op == "SkipLayerNormalization":
+        node = helper.make_node(
+            op, ["x", "skip", "gamma", "beta", "bias"], outputs, domain=MS, epsilon=1e-5
+        )
+        return _model([node], [x, skip], [o for o in outputs if o], [gamma, beta, bias])
+    node = helper.make_node(op, ["x", "skip", "gamma", "bias"], outputs, domain=MS)
+    return _model([node], [x, skip], [o for o in outputs if o], [gamma, bias])
+
+
+@pytest.mark.parametrize(
+    ("op", "outputs"),
+    [
+        ("LayerNormalization", ["y"]),
+        ("LayerNormalization", ["y", "mean", "inv"]),
+        ("SimplifiedLayerNormalization", ["y"]),
+        ("SimplifiedLayerNormalization", ["y", "inv"]),
+        ("SkipLayerNormalization", ["y", "", "", "sum"]),
+        ("SkipLayerNormalization", ["y", "mean", "inv", "sum"]),
+        ("SkipSimplifiedLayerNormalization", ["y", "", "", "sum"]),
+        ("SkipSimplifiedLayerNormalization", ["y"]),
+    ],
+)
+@pytest.mark.parametrize("shape", [(1, 4, 64), (3, 17), (2, 3, 5, 8)])
+def test_norms_give_the_stepped_bits(op: str, outputs: list[str], shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape) * 7 + len(outputs))
+    model = _norm_case(op, rng, shape[-1], outputs)
+    feeds = {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)}
+    if "Skip" in op:
+        feeds["skip"] = rng.standard_normal(shape).astype(np.float32)
+    session, _ = _same_as_stepped(model, feeds)
+    assert _specialized(session)[op] == ("special" if native.load("norm") else "kernel")
+
+
+def test_norms_take_the_kernel_for_what_they_were_not_made_for() -> None:
+    """A skip that broadcasts, a non-contiguous x, float64 and a fed gamma: the kernel
+    (and its numbers)."""
+    rng = np.random.default_rng(8)
+    model = _norm_case("SkipSimplifiedLayerNormalization", rng, 8, ["y", "", "", "sum"])
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    _same_as_stepped(model, {"x": x, "skip": rng.standard_normal((3, 8)).astype(np.float32)})
+    wide = rng.standard_normal((2, 3, 16)).astype(np.float32)[:, :, ::2]
+    _same_as_stepped(model, {"x": wide, "skip": rng.standard_normal((2, 3, 8), np.float32)})
+    model = _norm_case("LayerNormalization", rng, 8, ["y"])
+    model.graph.input.append(helper.make_tensor_value_info("gamma", TensorProto.FLOAT, [8]))
+    fed = rng.standard_normal(8).astype(np.float32)
+    session, got = _same_as_stepped(model, {"x": x, "gamma": fed})
+    plain = Session(model).run({"x": x})["y"]
+    assert not np.array_equal(got["y"], plain)
+
+
+def test_a_norm_over_two_axes_is_not_specialized() -> None:
+    rng = np.random.default_rng(9)
+    gamma = numpy_helper.from_array(rng.standard_normal((3, 8)).astype(np.float32), "gamma")
+    node = helper.make_node("LayerNormalization", ["x", "gamma"], ["y"], axis=-2)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    model = _model([node], [x], ["y"], [gamma])
+    session, _ = _same_as_stepped(model, {"x": rng.standard_normal((2, 3, 8), np.float32)})
+    assert _specialized(session)["LayerNormalization"] == "kernel"
+
+
+# -- Sigmoid, Cast and reductions: random graphs -----------------------------------------
+_DTYPES = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+    TensorProto.INT8: np.int8,
+    TensorProto.UINT8: np.uint8,
+    TensorProto.BOOL: np.bool_,
+}
+_REDUCERS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"]
+
+
+@st.composite
+def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A chain of Sigmoid, Cast (to any plain type) and reductions (axes as an
+    initializer, a Constant node, an attribute at opset 13, or none), on a random shape
+    and dtype with NaNs, infinities and big values in it."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=3)))
+    elem = draw(st.sampled_from([TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64]))
+    values = rng.standard_normal(shape) * draw(st.sampled_from([1.0, 40.0, 1e5]))
+    if elem == TensorProto.INT64:
+        feed = np.asarray(np.round(values)).astype(np.int64)
+    else:
+        feed = np.asarray(values).astype(_DTYPES[elem])
+        if feed.size > 1 and draw(st.booleans()):
+            feed.reshape(-1)[0] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    old = draw(st.booleans())  # opset 13: reduction axes as an attribute (but ReduceSum)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    cur, rank, dtype = "x", len(shape), elem
+    for i in range(draw(st.integers(1, 5))):
+        out = f"v{i}"
+        kind = draw(st.sampled_from(["Sigmoid", "Cast", "Reduce"]))
+        if kind == "Sigmoid" and dtype in (TensorProto.FLOAT, TensorProto.DOUBLE):
+            nodes.append(helper.make_node("Sigmoid", [cur], [out]))
+        elif kind == "Cast" or kind == "Sigmoid":
+            to = draw(st.sampled_from(list(_DTYPES)))
+            nodes.append(helper.make_node("Cast", [cur], [out], to=to))
+            dtype = to
+        else:
+            if dtype not in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32,
+                             TensorProto.INT64):  # fmt: skip
+                to = draw(st.sampled_from([TensorProto.FLOAT, TensorProto.INT32]))
+                nodes.append(helper.make_node("Cast", [cur], [f"c{i}"], to=to))
+                cur, dtype = f"c{i}", to
+            op = draw(st.sampled_from(_REDUCERS))
+            keep = draw(st.integers(0, 1))
+            axes: list[int] = []
+            if rank:
+                axes = draw(
+                    st.lists(
+                        st.integers(-rank, rank - 1),
+                        max_size=rank,
+                        unique_by=lambda a, r=rank: a % r,
+                    )
+                )
+            how = draw(st.sampled_from(["init", "constant", "none"]))
+            if old and op != "ReduceSum":
+                attrs = {"axes": axes} if axes else {}
+                nodes.append(helper.make_node(op, [cur], [out], keepdims=keep, **attrs))
+            elif how == "none" or not axes:
+                nodes.append(helper.make_node(op, [cur], [out], keepdims=keep))
+            elif how == "init":
+                inits.append(numpy_helper.from_array(np.array(axes, np.int64), f"a{i}"))
+                nodes.append(helper.make_node(op, [cur, f"a{i}"], [out], keepdims=keep))
+            else:
+                value = numpy_helper.from_array(np.array(axes, np.int64))
+                nodes.append(helper.make_node("Constant", [], [f"a{i}"], value=value))
+                nodes.append(helper.make_node(op, [cur, f"a{i}"], [out], keepdims=keep))
+            if not keep:
+                rank -= len(axes) if axes else rank
+        cur = out
+    x = helper.make_tensor_value_info("x", elem, shape)
+    opsets = [helper.make_opsetid("", 13 if old else 18)]
+    return _model(nodes, [x], [cur], inits, opsets), {"x": feed}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_op_graphs())
+def test_random_small_op_graphs_give_the_stepped_bits(case: Any) -> None:
+    model, feeds = case
+    _same_as_stepped(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Cast", "ReduceSum"])
+def test_the_small_ops_get_their_specialized_calls(op: str) -> None:
+    if op == "Sigmoid":
+        node = helper.make_node("Sigmoid", ["x"], ["y"])
+    elif op == "Cast":
+        node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)
+    else:
+        node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    model = _model([node], [x], ["y"], [axes] if op == "ReduceSum" else [])
+    session, _ = _same_as_stepped(model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    assert _specialized(session)[op] == "special"
+
+
+def test_reduction_axes_computed_at_run_time_are_read_each_run() -> None:
+    """Axes from a graph input (writeable, may change between runs) are normalised on
+    every call: a second run with other axes reduces over those."""
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    model = _model([node], [x, axes], ["y"], [])
+    session = Session(model)
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ax = np.array([0], np.int64)
+    np.testing.assert_array_equal(session.run({"x": data, "axes": ax})["y"], [[3, 5, 7]])
+    ax[0] = 1  # the same array object, other contents
+    np.testing.assert_array_equal(session.run({"x": data, "axes": ax})["y"], [[3], [12]])
