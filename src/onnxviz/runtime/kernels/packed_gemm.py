@@ -62,17 +62,22 @@ def pack(w: np.ndarray, mod: Any) -> Packed:
     return Packed(data, int(offset), k, n, nr)
 
 
-def packed(w: np.ndarray, mod: Any, source: np.ndarray | None = None) -> Packed | None:
+def packed(
+    w: np.ndarray, mod: Any, source: np.ndarray | None = None, part: int = -1
+) -> Packed | None:
     """The packed form of the constant weight ``w`` (K x N float32), made once per
     constant: keyed on ``source`` (the initializer ``w`` was derived from, e.g. a conv's
-    4-D weight) or ``w`` itself, which must be frozen (_weight_cache), else None (a
-    weight that may change between calls is not worth packing each time)."""
+    4-D weight; ``part`` tells apart weights derived from one source, e.g. a recurrent
+    layer's directions) or ``w`` itself, which must be frozen (_weight_cache), else None
+    (a weight that may change between calls is not worth packing each time).  The
+    source's own object as key, not a fresh view of it made per call, finds the form
+    without the cache's full lookup."""
     key = w if source is None else source
     if not _weight_cache.frozen(key) or w.dtype != _F32 or w.ndim != 2:
         return None
     nr = int(mod.panel_width())
     return _weight_cache.derived(  # type: ignore[no-any-return]
-        "sgemm_packed", [key], (nr, w.shape, source is None), lambda: pack(w, mod)
+        "sgemm_packed", [key], (nr, w.shape, source is None, part), lambda: pack(w, mod)
     )
 
 
