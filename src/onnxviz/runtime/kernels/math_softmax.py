@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels.math_common import normalize_axis, widen
 from onnxviz.runtime.registry import kernel
 
@@ -63,7 +64,29 @@ def softmax_rows(x: Array) -> Array | None:
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+# The compiled row softmax (native/_softmax.c), None when compiled kernels are off or not
+# built, or below AVX-512.  It normalises each row by its own maximum and runs in every
+# run mode, so a stepped run shows the numbers a plain run gives.  Measured (1 thread,
+# BERT-base's 12 x 128 x 128 scores): AVX-512 156 us against 249 for softmax_rows, but
+# AVX2 349: its exp is twice the instructions there, where numpy's own exp is vectorised.
+_NATIVE = native.load("softmax")
+if _NATIVE is not None and int(_NATIVE.level()) < native.AVX512:
+    _NATIVE = None
+_F32 = np.dtype(np.float32)
+
+
 def _softmax(x: Array, axis: int) -> Array:
+    if (
+        _NATIVE is not None
+        and axis == x.ndim - 1
+        and x.dtype == _F32
+        and x.flags.c_contiguous
+        and x.size
+    ):
+        y = np.empty(x.shape, dtype=_F32)
+        if _NATIVE.softmax(x, y, x.shape[-1]):
+            return y
+        # A row with a NaN or +inf, or only -inf: the numpy path says what it gives.
     if axis == x.ndim - 1 and x.size:
         fast = softmax_rows(x)
         if fast is not None:
