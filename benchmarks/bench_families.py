@@ -3,6 +3,8 @@ onnxruntime, CPU time, one thread, alternating rounds (issue 21's measurement).
 
     python benchmarks/bench_families.py [--rounds 5] [--models a,b,...] [--reference]
 
+(``--models variants``: other sizes of the families, family_models.VARIANT_MODELS.)
+
 For each model: one warm-up run of each engine (plan compile, constant folding,
 onnxruntime's graph optimisation), then ``--rounds`` rounds that run onnxviz and
 onnxruntime back to back and take each one's process CPU time (steadier than wall time on
@@ -29,10 +31,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import MODELS as BASE_MODELS
-from family_models import FAMILY_MODELS
+from family_models import FAMILY_MODELS, VARIANT_MODELS
 from torch_models import TORCH_MODELS
 
-MODELS = {**BASE_MODELS, **TORCH_MODELS, **FAMILY_MODELS}
+MODELS = {**BASE_MODELS, **TORCH_MODELS, **FAMILY_MODELS, **VARIANT_MODELS}
 DEFAULT = (
     "resnet50,bert,resnet50_torch,bert_torch,inception_v2,unet,lstm,"
     + ",".join(FAMILY_MODELS)
@@ -120,8 +122,9 @@ def main(argv: list[str]) -> int:
     header += f" {'onnx.ref':>10s} {'max abs diff':>13s}"
     print(header)
     rows = []
+    keys = args.models.replace("variants", ",".join(VARIANT_MODELS)).split(",")
     with threadpool_limits(limits=1):
-        for key in args.models.split(","):
+        for key in keys:
             try:
                 row = bench(key, args.rounds, args.reference)
             except ImportError as exc:

@@ -511,3 +511,30 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         lambda: gpt2_kv(layers=4, past=128, new=16, dynamo=True),
     ),
 }
+
+
+# Other sizes of the same families, built by the same exporters (issue 21 is accepted on
+# models of these families it has not seen): smaller models, where the cost per node and
+# per call weighs more, and a few larger ones.  `bench_families.py --models variants`.
+VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
+    "lstm_gru_seq1": ("LSTM+GRU h128, 1 step, batch 1", lambda: lstm_gru(1, 1, 64, 128)),
+    "lstm_gru_seq8": ("LSTM+GRU h128, 8 steps, batch 1", lambda: lstm_gru(8, 1, 64, 128)),
+    "lstm_gru_h64_seq100": (
+        "LSTM+GRU h64, 100 steps, batch 1",
+        lambda: lstm_gru(100, 1, 40, 64),
+    ),
+    "lstm_gru_h512": ("LSTM+GRU h512, 32 steps, batch 8", lambda: lstm_gru(32, 8, 256, 512)),
+    "gpt2_small_decode": (
+        "GPT-2 2x256 decode after 32, TorchScript",
+        lambda: gpt2_kv(layers=2, hidden=256, heads=4, past=32, new=1),
+    ),
+    "gpt2_6x512_prompt": (
+        "GPT-2 6x512 32 new after 64, TorchScript",
+        lambda: gpt2_kv(layers=6, hidden=512, heads=8, past=64, new=32),
+    ),
+    "vit_96": ("ViT 4x128 on 96x96, torch dynamo", lambda: vit_tiny(96, 16, 128, 4, 2)),
+    "vit_small": ("ViT 6x384 on 224x224, torch dynamo", lambda: vit_tiny(224, 16, 384, 6, 6)),
+    "bert_tiny_seq32": ("BERT-tiny seq 32, TorchScript", lambda: bert_tiny(32)),
+    "unet_64": ("UNet base 8, 2 levels, 64x64", lambda: unet_torch(64, 8, 2)),
+    "unet_256": ("UNet base 32, 4 levels, 256x256", lambda: unet_torch(256, 32, 4)),
+}

@@ -175,9 +175,11 @@ class _Setup:
         self.rev_index = np.where(self.valid, self.lens[None, :] - 1 - t, t)
 
     def state(self, init: np.ndarray | None, d: int) -> np.ndarray:
+        """Direction ``d``'s initial state (zeros without one): a view of ``init`` when
+        its dtype fits, which the loops only read."""
         if init is None:
             return np.zeros((self.batch, self.hidden), dtype=self.dtype)
-        s = init.astype(self.dtype)
+        s = init.astype(self.dtype, copy=False)
         return s[:, d] if self.layout == 1 else s[d]
 
     def inputs(self, d: int) -> np.ndarray:
@@ -393,11 +395,34 @@ def _clips(clip: float | None) -> bool:
 def _biases(
     b: np.ndarray | None, d: int, gates: int, hidden: int, dt: Any
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Direction ``d``'s input and recurrent biases (Wb, Rb) in ``dt``, read-only; made
+    once per constant B (_weight_cache)."""
     if b is None:
         z = np.zeros(gates * hidden, dtype=dt)
         return z, z
-    bd = b[d].astype(dt)
-    return bd[: gates * hidden], bd[gates * hidden :]
+
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        bd = b[d].astype(dt)
+        return bd[: gates * hidden], bd[gates * hidden :]
+
+    params = (d, gates, hidden, np.dtype(dt).str)
+    return derived("rnn_biases", (b,), params, build)  # type: ignore[no-any-return]
+
+
+def _bias_sum(
+    b: np.ndarray | None, d: int, gates: int, hidden: int, dt: Any
+) -> np.ndarray | None:
+    """Wb + Rb of direction ``d`` (None without B), made once per constant B: the LSTM
+    and RNN add both to every step's projection."""
+    if b is None:
+        return None
+
+    def build() -> np.ndarray:
+        wb, rb = _biases(b, d, gates, hidden, dt)
+        return wb + rb
+
+    params = (d, gates, hidden, np.dtype(dt).str)
+    return derived("rnn_bias_sum", (b,), params, build)  # type: ignore[no-any-return]
 
 
 def _hidden_size(w: np.ndarray, r: np.ndarray, gates: int, hidden_size: int | None) -> int:
@@ -435,9 +460,10 @@ def rnn(
     finals = []
     for d in range(setup.n_dirs):
         f = acts[d][0]
-        wb, rb = _biases(b, d, 1, setup.hidden, dt)
         proj = _project(setup.inputs(d), w, d, dt)
-        proj += wb + rb
+        bias = _bias_sum(b, d, 1, setup.hidden, dt)
+        if bias is not None:
+            proj += bias
         rt = _recurrent_t(r, d, dt, setup.hidden)[0]
         h = setup.state(initial_h, d)
         y = setup.rows(y_all, d)
@@ -668,9 +694,10 @@ def lstm(
     finals_h, finals_c = [], []
     for d in range(setup.n_dirs):
         f, g, hact = acts[d]
-        wb, rb = _biases(b, d, 4, hs, dt)
         proj = _project(setup.inputs(d), w, d, dt)  # gate order i, o, f, c
-        proj += wb + rb
+        bias = _bias_sum(b, d, 4, hs, dt)
+        if bias is not None:
+            proj += bias
         h = setup.state(initial_h, d)
         c = setup.state(initial_c, d)
         y = setup.rows(y_all, d)
