@@ -338,3 +338,126 @@ def test_reduction_axes_computed_at_run_time_are_read_each_run() -> None:
     np.testing.assert_array_equal(session.run({"x": data, "axes": ax})["y"], [[3, 5, 7]])
     ax[0] = 1  # the same array object, other contents
     np.testing.assert_array_equal(session.run({"x": data, "axes": ax})["y"], [[3], [12]])
+
+
+# -- views by constants: Slice, Reshape, Squeeze, Unsqueeze, Transpose ---------------------
+@st.composite
+def view_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A chain of Slice (any steps, negative and out-of-range bounds), Reshape (0 and -1
+    entries), Squeeze, Unsqueeze and Transpose, their constants as initializers or
+    Constant nodes, ending in a Mul (so the views are read)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    shape = list(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    feed = rng.standard_normal(shape).astype(np.float32)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    cur = "x"
+
+    def const(name: str, values: list[int]) -> None:
+        value = np.array(values, np.int64)
+        if draw(st.booleans()):
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            tensor = numpy_helper.from_array(value)
+            nodes.append(helper.make_node("Constant", [], [name], value=tensor))
+
+    for i in range(draw(st.integers(1, 5))):
+        out, rank = f"v{i}", len(shape)
+        op = draw(st.sampled_from(["Slice", "Reshape", "Squeeze", "Unsqueeze", "Transpose"]))
+        if op == "Slice":
+            axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+            starts = [draw(st.integers(-7, 7)) for _ in axes]
+            ends = [draw(st.sampled_from([-9, -1, 0, 2, 5, 2**62])) for _ in axes]
+            steps = [draw(st.sampled_from([1, 2, -1, -2])) for _ in axes]
+            for name, values in (("s", starts), ("e", ends), ("a", axes), ("t", steps)):
+                const(f"{name}{i}", values)
+            nodes.append(
+                helper.make_node("Slice", [cur, f"s{i}", f"e{i}", f"a{i}", f"t{i}"], [out])
+            )
+            index: list[Any] = [slice(None)] * rank
+            for a, s0, e0, t0 in zip(axes, starts, ends, steps):
+                index[a] = slice(*_python_bounds(s0, e0, t0, shape[a]))
+            shape = list(np.empty(shape)[tuple(index)].shape)
+        elif op == "Reshape" and 0 in shape:  # (-1 cannot be inferred from 0 elements)
+            nodes.append(helper.make_node("Identity", [cur], [out]))
+        elif op == "Reshape":
+            size = int(np.prod(shape))
+            target = [size] if draw(st.booleans()) else [-1]
+            if rank > 1 and draw(st.booleans()):
+                target = [0, -1]  # keep the first dimension
+            const(f"r{i}", target)
+            nodes.append(helper.make_node("Reshape", [cur, f"r{i}"], [out]))
+            shape = [size] if target != [0, -1] else [shape[0], size // shape[0]]
+        elif op == "Squeeze":
+            ones = [a for a, d in enumerate(shape) if d == 1]
+            if not ones or rank == 1:
+                nodes.append(helper.make_node("Identity", [cur], [out]))
+            else:
+                axes = draw(st.lists(st.sampled_from(ones), min_size=1, unique=True))
+                const(f"q{i}", [a - rank if draw(st.booleans()) else a for a in axes])
+                nodes.append(helper.make_node("Squeeze", [cur, f"q{i}"], [out]))
+                shape = [d for a, d in enumerate(shape) if a not in axes]
+        elif op == "Unsqueeze":
+            axis = draw(st.integers(-rank - 1, rank))
+            const(f"u{i}", [axis])
+            nodes.append(helper.make_node("Unsqueeze", [cur, f"u{i}"], [out]))
+            shape.insert(axis % (rank + 1), 1)
+        else:
+            perm = draw(st.permutations(list(range(rank))))
+            nodes.append(helper.make_node("Transpose", [cur], [out], perm=list(perm)))
+            shape = [shape[p] for p in perm]
+        cur = out
+    nodes.append(helper.make_node("Mul", [cur, cur], ["y"]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, feed.shape)
+    model = _model(nodes, [x], ["y"], inits, [helper.make_opsetid("", 18)])
+    return model, {"x": feed}
+
+
+def _python_bounds(start: int, end: int, step: int, dim: int) -> tuple[Any, Any, int]:
+    """ONNX Slice's clamping, for the test's own shape bookkeeping."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), dim), min(max(end, 0), dim), step
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return start, None if end < 0 else end, step
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view_graphs())
+def test_random_view_chains_give_the_stepped_bits(case: Any) -> None:
+    model, feeds = case
+    _same_as_stepped(model, feeds, runs=3)
+
+
+@pytest.mark.parametrize("op", ["Slice", "Reshape", "Squeeze", "Unsqueeze"])
+def test_a_fed_constant_takes_the_kernel(op: str) -> None:
+    """The view ops' constants as initializers that are also graph inputs: a feed of
+    other values gives those values' view, each run."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 1, 12)
+    consts = {
+        "Slice": ("c", np.array([1], np.int64), np.array([3], np.int64)),
+        "Reshape": ("c", np.array([2, 12], np.int64), np.array([24], np.int64)),
+        "Squeeze": ("c", np.array([1], np.int64), np.array([-2], np.int64)),
+        "Unsqueeze": ("c", np.array([0], np.int64), np.array([3], np.int64)),
+    }
+    name, value, other = consts[op]
+    if op == "Slice":
+        ends = numpy_helper.from_array(np.array([100], np.int64), "e")
+        axes = numpy_helper.from_array(np.array([2], np.int64), "a")
+        node = helper.make_node("Slice", ["x", "c", "e", "a"], ["y"])
+        inits = [numpy_helper.from_array(value, "c"), ends, axes]
+    else:
+        node = helper.make_node(op, ["x", "c"], ["y"])
+        inits = [numpy_helper.from_array(value, "c")]
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)
+    ci = helper.make_tensor_value_info(name, TensorProto.INT64, value.shape)
+    model = _model([node], [xi, ci], ["y"], inits, [helper.make_opsetid("", 18)])
+    session = Session(model)
+    for feeds in ({"x": x}, {"x": x, "c": other}, {"x": x}):
+        got = session.run(feeds)["y"]
+        want = stepped_values(model, feeds)["y"]
+        np.testing.assert_array_equal(got, want)
+        assert got.shape == want.shape
+    assert _specialized(session)[op] == "special"

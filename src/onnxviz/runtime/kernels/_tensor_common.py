@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any, NoReturn
 
@@ -9,6 +10,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._weight_cache import frozen
 
 
 def fail(message: str) -> NoReturn:
@@ -17,14 +19,39 @@ def fail(message: str) -> NoReturn:
 
 
 def as_ints(value: Any) -> list[int]:
-    """A shape/axes/pads argument (array, list or scalar) as a list of Python ints."""
+    """A shape/axes/pads argument (array, list or scalar) as a list of Python ints (a
+    fresh list the caller may change)."""
     if value is None:
         return []
+    if type(value) is np.ndarray:
+        if not value.flags.writeable:
+            return list(_constant_ints(value))
+        return [int(v) for v in value.reshape(-1).tolist()]
     if isinstance(value, np.ndarray):
         return [int(v) for v in value.reshape(-1).tolist()]
     if isinstance(value, (list, tuple)):
         return [int(v) for v in value]
     return [int(value)]
+
+
+# The ints of arrays that cannot change (_weight_cache.frozen: initializers, the kept
+# outputs of folded Constant nodes), by the array's id with a weak reference to it: the
+# axes, starts and shapes of Slice, Squeeze, Unsqueeze, Reshape and Expand are such
+# arrays, read on every call (the conversion was most of a small Slice's 4 us).
+_INTS: dict[int, tuple[weakref.ref[np.ndarray], tuple[int, ...]]] = {}
+_INTS_MAX = 4096
+
+
+def _constant_ints(value: np.ndarray) -> tuple[int, ...]:
+    hit = _INTS.get(id(value))
+    if hit is not None and hit[0]() is value:
+        return hit[1]
+    ints = tuple(int(v) for v in value.reshape(-1).tolist())
+    if frozen(value):
+        if len(_INTS) >= _INTS_MAX:
+            _INTS.clear()
+        _INTS[id(value)] = (weakref.ref(value), ints)
+    return ints
 
 
 def as_int(value: Any) -> int:

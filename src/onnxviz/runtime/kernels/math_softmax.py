@@ -8,12 +8,13 @@ rest, default axis 1) and normalises each row; opset 13 normalises along one axi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels.math_common import normalize_axis, widen
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import kernel, specializer
 
 Array = np.ndarray
 
@@ -141,6 +142,33 @@ def softmax_2d(x: Array, axis: int = 1) -> Array:
 @kernel("Softmax", since=13)
 def softmax(x: Array, axis: int = -1) -> Array:
     return _apply(_softmax, x, axis, False)
+
+
+@specializer(softmax)
+def _prepared_softmax(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs on AVX-512: a float32 softmax over the last axis straight to the
+    compiled kernel (an attention's scores; the kernel's own path is several Python
+    calls deep, most of a small call's time); anything else takes the kernel."""
+    native_softmax = _NATIVE
+    if native_softmax is None:
+        return None
+    axis = attrs.get("axis", -1)
+
+    def call(x: Any) -> Any:
+        if (
+            type(x) is np.ndarray
+            and x.dtype == _F32
+            and x.ndim
+            and (axis == -1 or axis == x.ndim - 1)
+            and x.flags.c_contiguous
+            and x.size
+        ):
+            y = np.empty(x.shape, dtype=_F32)
+            if native_softmax.softmax(x, y, x.shape[-1]):
+                return y
+        return softmax(x, axis=axis)
+
+    return call
 
 
 @kernel("LogSoftmax", since=(1, 11))

@@ -409,9 +409,7 @@ def _biases(
     return derived("rnn_biases", (b,), params, build)  # type: ignore[no-any-return]
 
 
-def _bias_sum(
-    b: np.ndarray | None, d: int, gates: int, hidden: int, dt: Any
-) -> np.ndarray | None:
+def _bias_sum(b: np.ndarray | None, d: int, gates: int, hidden: int, dt: Any) -> np.ndarray | None:
     """Wb + Rb of direction ``d`` (None without B), made once per constant B: the LSTM
     and RNN add both to every step's projection."""
     if b is None:

@@ -8,6 +8,7 @@ sharing memory is safe and saves a copy per node.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -20,7 +21,7 @@ from onnxviz.runtime.kernels._tensor_common import (
     normalize_axes,
     normalize_axis,
 )
-from onnxviz.runtime.registry import KernelContext, kernel
+from onnxviz.runtime.registry import RUNTIME, KernelContext, kernel, specializer
 
 _ALL_SHAPE = (1, 13, 15, 19, 21, 23, 24, 25)
 
@@ -125,6 +126,52 @@ def unsqueeze(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
     return _unsqueeze(data, as_ints(axes))
 
 
+def _by_shape(kernel_fn: Any, shape_of: Any) -> Any:
+    """The specialized call of a view op whose second input is a constant (Reshape's
+    shape, Squeeze's and Unsqueeze's axes) in unwatched runs: the output shape worked
+    out by ``shape_of(input shape, that constant)`` once per input shape, then a plain
+    reshape (the same view the kernel returns).  Another constant (an initializer
+    overridden by a feed) or anything but an array takes the kernel."""
+
+    def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        if len(known) != 2 or known[1] is RUNTIME or known[1] is None:
+            return None
+        const = known[1]
+        shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        fallback = functools.partial(kernel_fn, **attrs)
+
+        def call(data: Any, given: Any) -> Any:
+            if given is not const or type(data) is not np.ndarray:
+                return fallback(data, given)
+            out = shapes.get(data.shape)
+            if out is None:
+                out = tuple(shape_of(data, const, attrs))
+                if len(shapes) < 64:
+                    shapes[data.shape] = out
+            return data.reshape(out)
+
+        return call
+
+    return specialize
+
+
+def _reshape_shape(data: np.ndarray, const: Any, attrs: dict[str, Any]) -> list[int]:
+    return reshape_target(data.shape, as_ints(const), attrs.get("allowzero", 0))
+
+
+def _squeeze_shape(data: np.ndarray, const: Any, attrs: dict[str, Any]) -> tuple[int, ...]:
+    return _squeeze(data, const).shape
+
+
+def _unsqueeze_shape(data: np.ndarray, const: Any, attrs: dict[str, Any]) -> tuple[int, ...]:
+    return _unsqueeze(data, as_ints(const)).shape
+
+
+specializer(reshape)(_by_shape(reshape, _reshape_shape))
+specializer(squeeze)(_by_shape(squeeze, _squeeze_shape))
+specializer(unsqueeze)(_by_shape(unsqueeze, _unsqueeze_shape))
+
+
 @kernel("Transpose", since=(1, 13, 21, 23, 24, 25))
 def transpose(data: np.ndarray, perm: list[int] | None = None) -> np.ndarray:
     if perm is None:
@@ -132,6 +179,23 @@ def transpose(data: np.ndarray, perm: list[int] | None = None) -> np.ndarray:
     if sorted(perm) != list(range(data.ndim)):
         fail(f"Transpose: perm {perm} is not a permutation of rank {data.ndim}")
     return np.transpose(data, perm)
+
+
+@specializer(transpose)
+def _prepared_transpose(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs: the permutation checked once per rank, then the view."""
+    perm = attrs.get("perm")
+    if perm is None:
+        return None
+    perm = tuple(perm)
+    valid = tuple(sorted(perm)) == tuple(range(len(perm)))
+
+    def call(data: Any) -> Any:
+        if valid and type(data) is np.ndarray and data.ndim == len(perm):
+            return data.transpose(perm)
+        return transpose(data, perm=list(perm))
+
+    return call
 
 
 @kernel("Concat", since=(1, 4, 11, 13))
