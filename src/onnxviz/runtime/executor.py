@@ -321,17 +321,10 @@ class Executor:
                 if pn.foldable and fold:
                     _keep_folded(plan, pn, outs)
             elif pn.kind == "kernel":
-                many = pn.call_many
-                if many is None:
+                if pn.call_many is None:
                     outs = call_kernel(pn, ins)
                 else:  # a specialized call of several outputs (prepared.py)
-                    try:
-                        outs = many(*ins)
-                    except Exception as exc:
-                        err = self._kernel_error(pn, ins, exc)
-                        if err is exc:
-                            raise
-                        raise err from exc
+                    outs = self._call_many(pn, ins)
                 if pn.foldable and fold:
                     _keep_folded(plan, pn, outs)
             elif pn.kind == "fused":
@@ -388,6 +381,17 @@ class Executor:
         if isinstance(exc, MemoryError):
             return self.error(pn, ins, "out of memory while computing the outputs")
         return self.error(pn, ins, f"{type(exc).__name__}: {exc}")
+
+    def _call_many(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
+        """The outputs of a node's specialized call of several outputs (errors name the
+        node, as the loop's own call does)."""
+        try:
+            return pn.call_many(*ins)  # type: ignore[no-any-return]
+        except Exception as exc:
+            err = self._kernel_error(pn, ins, exc)
+            if err is exc:
+                raise
+            raise err from exc
 
     def call_kernel(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         """One kernel node's outputs (errors name the node)."""

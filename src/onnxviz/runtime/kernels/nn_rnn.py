@@ -23,6 +23,7 @@ Every run mode calls the same kernel, so stepping shows the numbers a plain run 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -88,31 +89,26 @@ def _activations(
     """Per direction, the activation functions (alpha/beta consumed in order by the
     functions that take them).  Made once per distinct attribute set: a layer's call
     on a short sequence spent a sixth of its time making the same functions again."""
-    key = (
+    return _made_activations(
         None if names is None else tuple(names),
         tuple(defaults),
         n_dirs,
         None if alphas is None else tuple(alphas),
         None if betas is None else tuple(betas),
     )
-    made = _ACTIVATIONS.get(key)
-    if made is None:
-        made = _make_activations(names, defaults, n_dirs, alphas, betas)
-        if len(_ACTIVATIONS) < 256:
-            _ACTIVATIONS[key] = made
-    return made
 
 
-_ACTIVATIONS: dict[tuple[Any, ...], list[list[Activation]]] = {}
-
-
-def _make_activations(
-    names: list[str] | None,
-    defaults: list[str],
+@functools.lru_cache(maxsize=256)
+def _made_activations(
+    names_t: tuple[str, ...] | None,
+    defaults_t: tuple[str, ...],
     n_dirs: int,
-    alphas: list[float] | None,
-    betas: list[float] | None,
+    alphas_t: tuple[float, ...] | None,
+    betas_t: tuple[float, ...] | None,
 ) -> list[list[Activation]]:
+    names = None if names_t is None else list(names_t)
+    defaults = list(defaults_t)
+    alphas, betas = alphas_t, betas_t
     per_dir = len(defaults)
     if not names:
         names = defaults * n_dirs
