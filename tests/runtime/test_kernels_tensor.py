@@ -657,3 +657,40 @@ def test_gather_scatter_random_shapes_against_onnxruntime() -> None:
                 run_ours("ScatterElements", [x, el, upd], 18, axis=axis, reduction=red)[0],
                 run_ort("ScatterElements", [x, el, upd], 18, axis=axis, reduction=red)[0],
             )
+
+
+@pytest.mark.parametrize(
+    ("data_shape", "target"),
+    [
+        ((1, 1, 128), [2, 1, 128]),
+        ((3, 1), [2, 1, 6]),
+        ((2, 1, 3), [4, 2, 5, 3]),
+        ((4,), [1]),  # a 1 in the shape keeps the data's size
+        ((), [2, 3]),
+        ((1, 0), [3, 0]),
+        ((2, 3), [2, 3]),
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "object"])
+def test_expand_is_numpys_read_only_broadcast(
+    data_shape: tuple[int, ...], target: list[int], layout: str
+) -> None:
+    """Expand's view over the data's buffer equals np.broadcast_to's, read-only (an
+    in-place op must never write through its zero strides), for contiguous, strided and
+    object data; a shape that does not broadcast is an error naming both shapes."""
+    from onnxviz.runtime.kernels.tensor_shape import expand
+
+    base = np.arange(max(int(np.prod(data_shape)), 1) * 2, dtype=np.float32)
+    data = base[: int(np.prod(data_shape))].reshape(data_shape)
+    if layout == "strided":
+        data = base[::2][: int(np.prod(data_shape))].reshape(data_shape)
+    elif layout == "object":
+        data = data.astype(str).astype(object)
+    got = expand(data, np.array(target, np.int64))
+    want = np.broadcast_to(data, np.broadcast_shapes(data.shape, tuple(target)))
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert not got.flags.writeable
+    if data.ndim:  # (a scalar broadcasts to anything)
+        with pytest.raises(ExecutionError, match="cannot broadcast"):
+            expand(data, np.array([5, 7, 9], np.int64))
