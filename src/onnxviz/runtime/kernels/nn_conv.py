@@ -1243,6 +1243,11 @@ def conv_transpose(
     return y.astype(x.dtype, copy=False)
 
 
+# The compiled column-to-image copy of a kernel == stride ConvTranspose (native/_col2im.c),
+# None when compiled kernels are off or not built.
+_COL2IM = native.load("col2im")
+
+
 def _tile_windows(
     cols: np.ndarray,
     kernel: Sequence[int],
@@ -1257,6 +1262,19 @@ def _tile_windows(
     upsampling."""
     n, m = cols.shape[:2]
     rank = len(kernel)
+    if (
+        rank == 2
+        and _COL2IM is not None
+        and cols.dtype == np.float32
+        and cols.flags.c_contiguous
+        and (bias is None or bias.dtype == np.float32)
+    ):
+        # One pass in C, the image's rows in order (the same copies and adds).
+        (ih, iw), (kh, kw) = in_shape, kernel
+        image = np.empty((n, m, ih * kh, iw * kw), dtype=np.float32)
+        row = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+        _COL2IM.tile2d(cols, image, n * m, m, ih, iw, kh, kw, row)
+        return image
     split = [v for i, k in zip(in_shape, kernel) for v in (i, k)]
     image = np.empty((n, m, *split), dtype=cols.dtype)
     per_channel = None if bias is None else bias.reshape((1, m) + (1,) * rank)

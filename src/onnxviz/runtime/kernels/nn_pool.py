@@ -266,6 +266,38 @@ class _Geometry:
         return xp[index]
 
 
+def _geometry(
+    x: np.ndarray,
+    kernel_shape: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+) -> _Geometry:
+    """The `_Geometry` of a call, made once per input shape and attributes (nothing
+    changes it once made): a small pool's geometry was over half of its 35 us."""
+    key = (
+        x.shape,
+        None if kernel_shape is None else tuple(kernel_shape),
+        None if strides is None else tuple(strides),
+        None if dilations is None else tuple(dilations),
+        None if pads is None else tuple(pads),
+        auto_pad,
+        ceil_mode,
+    )
+    geo = _GEOMETRIES.get(key)
+    if geo is None:
+        geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+        if len(_GEOMETRIES) >= 512:
+            _GEOMETRIES.clear()
+        _GEOMETRIES[key] = geo
+    return geo
+
+
+_GEOMETRIES: dict[tuple[Any, ...], _Geometry] = {}
+
+
 def native_pool2d(
     x: np.ndarray, geo: _Geometry, average: bool, include_pad: bool
 ) -> np.ndarray | None:
@@ -364,7 +396,7 @@ def max_pool(
     storage_order: int = 0,
     strides: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    geo = _geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     return _max_pool(x, geo, ctx.wants_output(1), storage_order)
 
 
@@ -419,7 +451,7 @@ def average_pool(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
-    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    geo = _geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     got = native_pool2d(x, geo, average=True, include_pad=bool(count_include_pad))
     if got is not None:
         return got
@@ -447,7 +479,7 @@ def lp_pool(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
-    geo = _Geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    geo = _geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = np.abs(x.astype(compute_dtype(x.dtype)))
     powered = xc**p if p != 2 else xc * xc
     total = geo.reduce(powered, np.add, 0.0)
