@@ -188,3 +188,20 @@ def test_value_read_again_after_an_earlier_last_use_is_not_overwritten() -> None
         for slot, dead in zip(pn.inputs, pn.inplace_dead or ()):
             assert not dead or slot in pn.free_after, pn.label
     np.testing.assert_allclose(y, _stepped(model, {"x": x})["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_fed_scalar_makes_a_new_program_each_run() -> None:
+    """The chain keeps its compiled program while its scalars are the same read-only
+    constants; a scalar initializer that is also a graph input, fed another value, gives
+    that value's result, run after run (and the constant's again when not fed)."""
+    consts = {"sqrt2": np.sqrt(2.0), "one": 1.0, "half": 0.5}
+    model = _model(_gelu_nodes(), consts, [4, 300])
+    model.graph.input.append(helper.make_tensor_value_info("half", TensorProto.FLOAT, []))
+    x = np.random.default_rng(2).standard_normal((4, 300)).astype(np.float32)
+    sess = Session(model)
+    for half in (None, 0.25, 0.75, None, 0.25):
+        feeds = {"x": x} if half is None else {"x": x, "half": np.array(half, np.float32)}
+        got = sess.run(feeds)["y"]
+        want = _stepped(model, feeds)["y"]
+        np.testing.assert_array_equal(got, want)
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Div", "fused")]
