@@ -6,9 +6,11 @@ common case (native/_gqa.c) and onnxruntime's node, in the same run.
 Shapes (packed QKV, rotary from constant cos/sin caches, causal, as onnxruntime-genai
 exports a Llama): the committed tiny Llama (4 heads / 2 KV heads of 16, 4-token prompt,
 and a decode step after it), the llama1k family model (16 / 4 heads of 64: 64-token
-prompt, decode after 64), a 64-token prompt of 16 heads of 64 without grouping, and a
-long decode (32 / 8 heads of 128 after 1024).  Microseconds per call, best of
---repeat, one thread; ours is the kernel function as the interpreter calls it.
+prompt, decode after 64), a 64-token prompt of 16 heads of 64 without grouping, and
+past contrib_gqa._WORK_LIMIT (where the numpy path runs, so both columns are it) a long
+decode (32 / 8 heads of 128 after 1024), a 512-token prompt of those heads and a chunk of
+128 tokens after 256.  Microseconds per call, best of --repeat, one thread; ours is the
+kernel function as the interpreter calls it.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@
  * each then the sum; setup.py's -std=c11 does not contract them into fused multiply-adds,
  * vector_types.h says the same to clang), so present_key equals it exactly; the attention
  * sums in its own order (attention_rows.h), within float32 rounding of numpy's.
- * Scratch: the transposed keys of one KV head, a row of scores and the rotated query
- * row, calloc'd per call.
+ * Scratch: a row of scores, the rotated query row and (for many query rows) the
+ * transposed keys of one KV head, calloc'd per call.
  *
  * Levels (native/__init__.py): 0 generic C (4-lane vectors); 1 AVX2; 2 and 3 AVX-512F. */
 #define PY_SSIZE_T_CLEAN
@@ -60,6 +60,11 @@ static int level = 0;
 #ifndef GQA_TRANSPOSE_ROWS
 #define GQA_TRANSPOSE_ROWS 16
 #endif
+
+/* Whether the job's keys are transposed: enough query rows read each KV head. */
+static inline __attribute__((always_inline)) int gqa_transposes(const GqaJob *job) {
+    return job->heads / job->kv_heads * job->seq >= GQA_TRANSPOSE_ROWS;
+}
 
 /* y = x rotated at the table row of position t (the first rot dimensions; the rest
  * copied): y[j] = x[j] * C[j] + x[partner(j)] * S[j], the partner the other half of the
@@ -266,14 +271,6 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
     }
     if (product(tokens, q_width, &count) < 0) goto done;
     if (onnxviz_get_floats(oo, &v[O], count, 1, 1, "attend out") < 0) goto done;
-    const Py_ssize_t tpad = (keys_n + 15) / 16 * 16;
-    Py_ssize_t scratch_n;
-    if (product(head + 1, tpad, &scratch_n) < 0) goto done;
-    scratch = calloc((size_t)(scratch_n + head), sizeof(float));
-    if (!scratch) {
-        PyErr_NoMemory();
-        goto done;
-    }
     const float *q = v[Q].buf;
     GqaJob job = {
         .q = q,
@@ -290,6 +287,16 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
         .past = past, .rot = rot, .window = window,
         .interleaved = interleaved, .causal = causal, .scale = scale,
     };
+    /* A row of scores and the rotated query row, and the transposed keys of one KV head
+     * only when they are made (a large calloc is fresh pages, faulted in per call). */
+    const Py_ssize_t tpad = (keys_n + 15) / 16 * 16;
+    Py_ssize_t scratch_n = 0;
+    if (gqa_transposes(&job) && product(head, tpad, &scratch_n) < 0) goto done;
+    scratch = calloc((size_t)(scratch_n + tpad + head), sizeof(float));
+    if (!scratch) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS;
     fill_caches(&job);
 #if ONNXVIZ_X86

@@ -190,17 +190,18 @@ AR_INL void AR(weighted_values)(const float *p, const float *values, Py_ssize_t 
 }
 
 /* Every (batch entry, query head, query position) row of the job, the caches already
- * filled (present_k/present_v rows [0, past + seq)).  scratch: head * tpad + tpad + head
- * floats, zeroed (the transposed keys' padding lanes stay 0). */
+ * filled (present_k/present_v rows [0, past + seq)).  scratch: tpad + head floats, then
+ * head * tpad more when the keys are transposed (gqa_transposes), zeroed (the transposed
+ * keys' padding lanes stay 0). */
 ATTR static void AR(attend)(const GqaJob *job, float *scratch, Py_ssize_t tpad) {
     const Py_ssize_t H = job->head, S = job->seq, N = job->heads, KV = job->kv_heads;
     const Py_ssize_t keys_n = job->past + S, group = N / KV;
-    float *kt = scratch, *scores = scratch + H * tpad, *q = scores + tpad;
+    const int transposed = gqa_transposes(job);
+    float *scores = scratch, *q = scratch + tpad, *kt = q + H;
     for (Py_ssize_t b = 0; b < job->batch; b++) {
         for (Py_ssize_t g = 0; g < KV; g++) {
             const Py_ssize_t cache = (b * KV + g) * job->present_rows * H;
             const float *keys = job->present_k + cache, *values = job->present_v + cache;
-            const int transposed = group * S >= GQA_TRANSPOSE_ROWS;
             if (transposed)
                 for (Py_ssize_t j = 0; j < keys_n; j++)
                     for (Py_ssize_t d = 0; d < H; d++) kt[d * tpad + j] = keys[j * H + d];
