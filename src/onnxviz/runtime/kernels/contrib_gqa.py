@@ -141,10 +141,13 @@ _COMPILED = native.load("gqa")
 # heads) the compiled kernel is given, by its level (0 generic C, then AVX2, AVX-512):
 # beyond, numpy's BLAS products win.  Measured with benchmarks/bench_gqa.py, one thread,
 # 2-core AVX-512 VM, compiled / numpy time: prompts from scratch 0.45-0.7 at 4.8-8.5M
-# (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 4-32
-# after 128-1024; the keys stream from L2 once per query row) and a decode step 0.96 at
-# 4.2-8.4M; the generic level 0.73-0.98 at 2.1M, 1.25-2 from 4.2M.  Below the limits every
-# shape measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
+# (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 2-32
+# after 128-1024; the keys stream from L2 once per query row); the generic level
+# 0.73-0.98 at 2.1M, 1.15-2 from 4.2M.  A one-token step of grouped heads (2 or more
+# query heads per KV head, read four at a time) runs compiled at any size from AVX2 up:
+# 0.68-0.79 at 4-8M (32 / 8 heads of 128 after 1024 and 2048, 16 / 4 of 64 after 4096),
+# where one query head per KV head came out 0.87-1.07.  Below the limits every shape
+# measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
 # (16 / 4 heads of 64) 64-token prompt 640 -> 280 us, its decode step after 64 57 -> 28.
 _WORK_LIMIT = (1 << 20, 3 << 20, 3 << 20, 3 << 20)
 
@@ -179,7 +182,9 @@ def _attend_compiled(
         return None
     assert _COMPILED is not None
     keys_read = start + (s + 1) / 2 if causal else start + s  # per query row, on average
-    if b * nq * s * keys_read * head > _WORK_LIMIT[_COMPILED.level()]:
+    level = _COMPILED.level()
+    grouped_step = s == 1 and nq > nk and level >= native.AVX2  # any size (see above)
+    if b * nq * s * keys_read * head > _WORK_LIMIT[level] and not grouped_step:
         return None
     if key is not None and value is not None:
         shape = (b, s, nk * head)

@@ -292,7 +292,7 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
     const Py_ssize_t tpad = (keys_n + 15) / 16 * 16;
     Py_ssize_t scratch_n = 0;
     if (gqa_transposes(&job) && product(head, tpad, &scratch_n) < 0) goto done;
-    scratch = calloc((size_t)(scratch_n + tpad + head), sizeof(float));
+    scratch = calloc((size_t)(scratch_n + 4 * (tpad + head)), sizeof(float));
     if (!scratch) {
         PyErr_NoMemory();
         goto done;

@@ -8,8 +8,9 @@
  * are copied transposed ([H][Tpad]) once, so a row's scores are VW keys a vector,
  * multiplied and added along the head (four key vectors a turn: independent adds); for
  * fewer (a decode step) the copy cost more than the products that read it, and each
- * key is read as stored, a vector sum over the head then a sum across its lanes (four
- * keys a turn).  The output row is the sum of each key's probability times its value
+ * key is read as stored, a vector sum over the head then a sum across its lanes, for
+ * four query rows at a time (attend_rows4: the keys and values loaded once for the four
+ * query heads of a group) or, one row per KV head, four keys a turn.  The output row is the sum of each key's probability times its value
  * row, four vectors of the head a pass over the keys.  Sums are float32 in their own
  * order (not BLAS's): within rounding of numpy's path, not its bits.  Keys a row may not
  * read never enter its max or sums (their lanes are set to 0 after the exp); no -inf is
@@ -189,19 +190,108 @@ AR_INL void AR(weighted_values)(const float *p, const float *values, Py_ssize_t 
     }
 }
 
+/* The scores of four query rows (q: 4 rows of `head`; a missing row zero) over keys
+ * [lo, hi) as stored, into 4 rows of `tpad`: each key is loaded once for the four (a
+ * decode step's query heads of one KV head; one row at a time read the cache `group`
+ * times, from L3 for a long one). */
+AR_INL void AR(scores_rows4)(const float *q, const float *keys, Py_ssize_t head,
+                             Py_ssize_t lo, Py_ssize_t hi, float scale, float *scores,
+                             Py_ssize_t tpad) {
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        const float *k = keys + j * head;
+        VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (Py_ssize_t c = 0; c < head; c += VW) {
+            int w = head - c < VW ? (int)(head - c) : VW;
+            VF kc = RS(loadn)(k + c, w);
+            a0 = AR_FMA(RS(loadn)(q + c, w), kc, a0);
+            a1 = AR_FMA(RS(loadn)(q + head + c, w), kc, a1);
+            a2 = AR_FMA(RS(loadn)(q + 2 * head + c, w), kc, a2);
+            a3 = AR_FMA(RS(loadn)(q + 3 * head + c, w), kc, a3);
+        }
+        scores[j] = AR(hsum)(a0) * scale;
+        scores[tpad + j] = AR(hsum)(a1) * scale;
+        scores[2 * tpad + j] = AR(hsum)(a2) * scale;
+        scores[3 * tpad + j] = AR(hsum)(a3) * scale;
+    }
+}
+
+/* outs[i][0..head) = sum over keys j in [lo, hi) of p[i * tpad + j] * values row j, for
+ * four rows of probabilities (zero outside each row's keys; outs[i] NULL: not stored),
+ * each value vector loaded once for the four. */
+AR_INL void AR(weighted_values_rows4)(const float *p, Py_ssize_t tpad, const float *values,
+                                      Py_ssize_t head, Py_ssize_t lo, Py_ssize_t hi,
+                                      float *const *outs) {
+    for (Py_ssize_t c = 0; c < head; c += VW) {
+        int w = head - c < VW ? (int)(head - c) : VW;
+        VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        const float *row = values + lo * head + c;
+        for (Py_ssize_t j = lo; j < hi; j++, row += head) {
+            VF v = RS(loadn)(row, w);
+            a0 = AR_FMA(AR(bcast)(p[j]), v, a0);
+            a1 = AR_FMA(AR(bcast)(p[tpad + j]), v, a1);
+            a2 = AR_FMA(AR(bcast)(p[2 * tpad + j]), v, a2);
+            a3 = AR_FMA(AR(bcast)(p[3 * tpad + j]), v, a3);
+        }
+        VF acc[4] = {a0, a1, a2, a3};
+        for (int i = 0; i < 4; i++)
+            if (outs[i]) RS(storen)(outs[i] + c, acc[i], w);
+    }
+}
+
+/* The query rows r0..r0+nr-1 (nr <= 4; row r: head g * group + r / S, position r % S)
+ * of batch entry b and KV head g, four at a time over the keys as stored: the scores of
+ * the keys any of them reads, then each row's softmax over its own, the others zeroed. */
+AR_INL void AR(attend_rows4)(const GqaJob *job, Py_ssize_t b, Py_ssize_t g, Py_ssize_t r0,
+                             int nr, const float *keys, const float *values, float *scores,
+                             float *q, Py_ssize_t tpad) {
+    const Py_ssize_t H = job->head, S = job->seq, N = job->heads;
+    const Py_ssize_t keys_n = job->past + S, group = N / job->kv_heads;
+    Py_ssize_t lo[4], hi[4], lo_all = keys_n, hi_all = 0;
+    float *outs[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < nr; i++) {
+        const Py_ssize_t n = g * group + (r0 + i) / S, t = (r0 + i) % S, pos = job->past + t;
+        hi[i] = job->causal ? pos + 1 : keys_n;
+        lo[i] = job->window > 0 && pos - job->window + 1 > 0 ? pos - job->window + 1 : 0;
+        if (lo[i] < lo_all) lo_all = lo[i];
+        if (hi[i] > hi_all) hi_all = hi[i];
+        gqa_rotate_row(job->q + (b * S + t) * job->q_stride + n * H, job, t, q + i * H);
+        outs[i] = job->out + (b * S + t) * N * H + n * H;
+    }
+    memset(q + nr * H, 0, (size_t)((4 - nr) * H) * 4);
+    AR(scores_rows4)(q, keys, H, lo_all, hi_all, job->scale, scores, tpad);
+    for (int i = 0; i < 4; i++) {
+        float *p = scores + i * tpad;
+        if (i < nr) {
+            AR(softmax)(p, lo[i], hi[i]);
+            memset(p + lo_all, 0, (size_t)(lo[i] - lo_all) * 4);
+            memset(p + hi[i], 0, (size_t)(hi_all - hi[i]) * 4);
+        } else {
+            memset(p + lo_all, 0, (size_t)(hi_all - lo_all) * 4);
+        }
+    }
+    AR(weighted_values_rows4)(scores, tpad, values, H, lo_all, hi_all, outs);
+}
+
 /* Every (batch entry, query head, query position) row of the job, the caches already
- * filled (present_k/present_v rows [0, past + seq)).  scratch: tpad + head floats, then
- * head * tpad more when the keys are transposed (gqa_transposes), zeroed (the transposed
- * keys' padding lanes stay 0). */
+ * filled (present_k/present_v rows [0, past + seq)).  scratch: 4 * (tpad + head) floats,
+ * then head * tpad more when the keys are transposed (gqa_transposes), zeroed (the
+ * transposed keys' padding lanes stay 0). */
 ATTR static void AR(attend)(const GqaJob *job, float *scratch, Py_ssize_t tpad) {
     const Py_ssize_t H = job->head, S = job->seq, N = job->heads, KV = job->kv_heads;
     const Py_ssize_t keys_n = job->past + S, group = N / KV;
     const int transposed = gqa_transposes(job);
-    float *scores = scratch, *q = scratch + tpad, *kt = q + H;
+    float *scores = scratch, *q = scratch + 4 * tpad, *kt = q + 4 * H;
     for (Py_ssize_t b = 0; b < job->batch; b++) {
         for (Py_ssize_t g = 0; g < KV; g++) {
             const Py_ssize_t cache = (b * KV + g) * job->present_rows * H;
             const float *keys = job->present_k + cache, *values = job->present_v + cache;
+            if (!transposed && group * S > 1) { /* few rows: four at a time */
+                for (Py_ssize_t r0 = 0; r0 < group * S; r0 += 4) {
+                    const int nr = group * S - r0 < 4 ? (int)(group * S - r0) : 4;
+                    AR(attend_rows4)(job, b, g, r0, nr, keys, values, scores, q, tpad);
+                }
+                continue;
+            }
             if (transposed)
                 for (Py_ssize_t j = 0; j < keys_n; j++)
                     for (Py_ssize_t d = 0; d < H; d++) kt[d * tpad + j] = keys[j * H + d];
