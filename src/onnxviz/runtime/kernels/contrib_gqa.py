@@ -11,15 +11,25 @@ the number of numpy calls more than arithmetic (issue 21): lengths are Python in
 new keys/values/queries are written once into the buffers the products read, queries and
 keys are rotated together (_rotary.py), a prompt's mask is built once, and the
 mask and zero-row guards are skipped when nothing can be masked (one-token decode).
-tests/runtime/gqa_reference.py keeps the plain formula its random test compares with."""
+tests/runtime/gqa_reference.py keeps the plain formula its random test compares with.
+
+Even so the numpy path costs ~40 us a call on the tiny onnxruntime-genai Llama (4 heads of
+16, 4-token prompt), onnxruntime's node a few.  The common case -- float32, one past
+length for the whole batch, causal or local-window masks only, rotary positions that
+follow the past -- runs compiled instead when the kernels are on (native/_gqa.c through
+_attend_compiled: ~13 us, most of it this function's checks and bookkeeping), up to a
+measured amount of work (_WORK_LIMIT), beyond which BLAS's products win; everything else
+runs the numpy path below, unchanged."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import derived, frozen
 from onnxviz.runtime.kernels.contrib_attention import _wide
@@ -124,6 +134,101 @@ def _fill_cache(
         present[i, :, start + s :] = 0
 
 
+# The compiled common case (native/_gqa.c), or None when compiled kernels are off.
+_COMPILED = native.load("gqa")
+
+# The most multiply-adds (query rows x the keys each reads x head size, summed over query
+# heads) the compiled kernel is given, by its level (0 generic C, then AVX2, AVX-512):
+# beyond, numpy's BLAS products win.  Measured with benchmarks/bench_gqa.py, one thread,
+# 2-core AVX-512 VM, compiled / numpy time: prompts from scratch 0.45-0.7 at 4.8-8.5M
+# (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 2-32
+# after 128-1024; the keys stream from L2 once per query row); the generic level
+# 0.73-0.98 at 2.1M, 1.15-2 from 4.2M.  A one-token step of grouped heads (2 or more
+# query heads per KV head, read four at a time) runs compiled at any size from AVX2 up:
+# 0.68-0.79 at 4-8M (32 / 8 heads of 128 after 1024 and 2048, 16 / 4 of 64 after 4096),
+# where one query head per KV head came out 0.87-1.07.  Below the limits every shape
+# measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
+# (16 / 4 heads of 64) 64-token prompt 640 -> 280 us, its decode step after 64 57 -> 28.
+_WORK_LIMIT = (1 << 20, 3 << 20, 3 << 20, 3 << 20)
+
+
+def _attend_compiled(
+    query: np.ndarray,
+    key: np.ndarray | None,
+    value: np.ndarray | None,
+    past_key: np.ndarray | None,
+    past_value: np.ndarray | None,
+    heads: tuple[int, int, int],
+    past_len: list[int],
+    totals: list[int],
+    present_len: int,
+    rotary: tuple[np.ndarray | None, np.ndarray | None, bool] | None,
+    positions_follow: bool,
+    causal: bool,
+    window: int,
+    factor: float,
+) -> tuple[np.ndarray | None, ...] | None:
+    """The outputs from native/_gqa.c, or None when the call is not its case (the numpy
+    path then runs, and raises whatever error the inputs deserve): float32 throughout,
+    one past length for every batch entry with all its keys valid (no padded prompt),
+    past caches of the expected shape holding those rows, rotary positions that follow
+    the past (no position_ids in a decode step) inside float32 cos/sin caches.  The
+    caller has ruled out a query that is not float32, softcap, bias, sinks, smooth
+    softmax and Q/K norms."""
+    nq, nk, head = heads
+    b, s = query.shape[0], query.shape[1]
+    start = past_len[0]
+    if start + s > present_len or any(n != start + s for n in totals):
+        return None
+    assert _COMPILED is not None
+    keys_read = start + (s + 1) / 2 if causal else start + s  # per query row, on average
+    level = _COMPILED.level()
+    grouped_step = s == 1 and nq > nk and level >= native.AVX2  # any size (see above)
+    if b * nq * s * keys_read * head > _WORK_LIMIT[level] and not grouped_step:
+        return None
+    if key is not None and value is not None:
+        shape = (b, s, nk * head)
+        if key.shape != shape or value.shape != shape:
+            return None
+        if key.dtype != np.float32 or value.dtype != np.float32:
+            return None
+        key, value = np.ascontiguousarray(key), np.ascontiguousarray(value)
+    if past_key is not None and past_value is not None:
+        cache_shape = (b, nk, past_key.shape[2], head)
+        if past_key.shape != cache_shape or past_value.shape != cache_shape:
+            return None
+        if cache_shape[2] < start:
+            return None
+        if past_key.dtype != np.float32 or past_value.dtype != np.float32:
+            return None
+        past_key, past_value = np.ascontiguousarray(past_key), np.ascontiguousarray(past_value)
+    elif start or past_key is not None or past_value is not None:
+        return None
+    big_c = big_s = None
+    rot, interleaved = 0, False
+    if rotary is not None:
+        cos_cache, sin_cache, interleaved = rotary
+        if cos_cache is None or sin_cache is None or not positions_follow:
+            return None
+        if start + s > cos_cache.shape[0]:
+            return None
+        big_c, big_s = _position_tables(cos_cache, sin_cache, interleaved, None, start, s)
+        rot = big_c.shape[-1]
+        if big_c.dtype != np.float32 or big_s.dtype != np.float32 or rot > head:
+            return None
+        big_c, big_s = np.ascontiguousarray(big_c), np.ascontiguousarray(big_s)
+    present_k = np.empty((b, nk, present_len, head), dtype=np.float32)
+    present_v = np.empty_like(present_k)
+    out = np.empty((b, s, nq * head), dtype=np.float32)
+    # factor goes as a double: the module's "f" rounds it to float32 as np.float32 does.
+    _COMPILED.attend(
+        np.ascontiguousarray(query), key, value, past_key, past_value, big_c, big_s,
+        present_k, present_v, out, b, s, nq, nk, head, start, rot, interleaved, causal,
+        window, factor,
+    )  # fmt: skip
+    return out, present_k, present_v, None
+
+
 @kernel("GroupQueryAttention", domain=MS, since=1, ctx=True)
 def group_query_attention(
     ctx: KernelContext,
@@ -179,20 +284,10 @@ def group_query_attention(
         head = width // (nq + 2 * nk)
         if width != (nq + 2 * nk) * head:
             raise ExecutionError(f"{op}: packed QKV width {width} does not split into heads")
-        packed = q_in.reshape(b, s, nq + 2 * nk, head)
-        q_bs, k_bs, v_bs = packed[:, :, :nq], packed[:, :, nq : nq + nk], packed[:, :, nq + nk :]
     else:
         if value is None:
             raise ExecutionError(f"{op}: key and value must be given together")
         head = width // nq
-        q_bs = q_in.reshape(b, s, nq, head)
-        k_bs = _wide(key).reshape(b, s, nk, head)
-        v_bs = _wide(value).reshape(b, s, nk, head)
-        packed = None
-    if q_norm_weight is not None and k_norm_weight is not None:
-        q_bs = _rms(q_bs, _wide(q_norm_weight), qk_norm_epsilon)
-        k_bs = _rms(k_bs, _wide(k_norm_weight), qk_norm_epsilon)
-        packed = None
 
     # The per-batch lengths as Python ints: a handful of numbers, for which numpy's
     # per-call cost was most of the bookkeeping.
@@ -203,6 +298,51 @@ def group_query_attention(
     past_len = [0] * b if prompt else [n - s for n in totals]
     if any(n < 0 for n in past_len):
         raise ExecutionError(f"{op}: seqlens_k is shorter than the new sequence")
+
+    # The common case runs compiled (_attend_compiled): one call where the numpy path
+    # below makes ~40.
+    if (
+        _COMPILED is not None
+        and dtype == np.float32
+        and (q_norm_weight is None or k_norm_weight is None)
+        and not softcap > 0
+        and attention_bias is None
+        and head_sink is None
+        and smooth_softmax != 1
+        and b * s * head > 0
+    ):
+        result = _attend_compiled(
+            q_in,
+            key,
+            value,
+            past_key,
+            past_value,
+            (nq, nk, head),
+            past_len,
+            totals,
+            max(total_max, 0 if past_key is None else past_key.shape[2]),
+            (cos_cache, sin_cache, bool(rotary_interleaved)) if do_rotary else None,
+            position_ids is None or prompt,
+            bool(causal),
+            local_window_size if 0 < local_window_size <= total_max - 1 else -1,
+            scale if scale else 1.0 / math.sqrt(head),
+        )
+        if result is not None:
+            return result
+
+    if key is None:
+        packed = q_in.reshape(b, s, nq + 2 * nk, head)
+        q_bs, k_bs, v_bs = packed[:, :, :nq], packed[:, :, nq : nq + nk], packed[:, :, nq + nk :]
+    else:
+        assert value is not None  # (checked with the head size above)
+        q_bs = q_in.reshape(b, s, nq, head)
+        k_bs = _wide(key).reshape(b, s, nk, head)
+        v_bs = _wide(value).reshape(b, s, nk, head)
+        packed = None
+    if q_norm_weight is not None and k_norm_weight is not None:
+        q_bs = _rms(q_bs, _wide(q_norm_weight), qk_norm_epsilon)
+        k_bs = _rms(k_bs, _wide(k_norm_weight), qk_norm_epsilon)
+        packed = None
 
     pk = None if past_key is None else _wide(past_key)
     pv = None if past_value is None else _wide(past_value)
