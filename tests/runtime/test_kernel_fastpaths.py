@@ -739,7 +739,10 @@ def test_group_query_attention_matches_the_plain_formula(case) -> None:
     assert got[3] is None
     for name, g, w in zip(("output", "present_key", "present_value"), got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, name
-        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, err_msg=name)
+        # The output of the compiled common case (native/_gqa.c) sums in its own order
+        # with its own exp: a few float32 ulps of values up to ~4 (standard normal V).
+        tol = 1e-5 if name == "output" else 1e-6
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)
 
 
 @SETTINGS
