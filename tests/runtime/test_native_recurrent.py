@@ -253,7 +253,7 @@ def test_loops_give_the_float64_equations_at_every_level(
         numpy_loop = _run(op, ins, **attrs)
     numpy_err = _errors(numpy_loop, want)
     for level in LEVELS:
-        spy = "_native_lstm" if op == "LSTM" else "_native_gru"
+        spy = "_lstm_loop" if op == "LSTM" else "_gru_loop"
         with (
             _native_at(level),
             mock.patch.object(nn_rnn, spy, wraps=getattr(nn_rnn, spy)) as called,
@@ -307,7 +307,7 @@ def test_other_dtypes_and_activations_stay_on_the_numpy_loops(op: str) -> None:
     _module()
     rng = np.random.default_rng(6)
     ins = _inputs(rng, op, 5, 3, 4, 9, 1, 0, True, True)
-    spy = "_native_lstm" if op == "LSTM" else "_native_gru"
+    spy = "_lstm_loop" if op == "LSTM" else "_gru_loop"
     acts = ["Sigmoid", "Tanh", "Relu"] if op == "LSTM" else ["Sigmoid", "Relu"]
     with _native_at(LEVELS[-1]), mock.patch.object(nn_rnn, spy) as called:
         _run(op, [v if v is None else v.astype(np.float64) for v in ins], hidden_size=9)
@@ -412,8 +412,8 @@ def test_models_give_onnxruntimes_numbers(op: str, direction: str) -> None:
     for level in LEVELS:
         _weight_cache.clear()
         with _native_at(level), mock.patch.object(
-            nn_rnn, "_native_lstm" if op == "LSTM" else "_native_gru",
-            wraps=getattr(nn_rnn, "_native_lstm" if op == "LSTM" else "_native_gru"),
+            nn_rnn, "_lstm_loop" if op == "LSTM" else "_gru_loop",
+            wraps=getattr(nn_rnn, "_lstm_loop" if op == "LSTM" else "_gru_loop"),
         ) as called:  # fmt: skip
             session = Session(model)
             first = session.run(feeds)
@@ -436,7 +436,7 @@ def test_float16_layers_run_the_loop_in_float32(op: str) -> None:
     rng = np.random.default_rng(13)
     ins16 = [None if v is None else v.astype(np.float16) for v in _inputs(rng, op, 7, 3, 5, 21, 2, 0, True, True)]  # fmt: skip
     ins32 = [None if v is None else v.astype(np.float32) for v in ins16]
-    spy = "_native_lstm" if op == "LSTM" else "_native_gru"
+    spy = "_lstm_loop" if op == "LSTM" else "_gru_loop"
     for level in LEVELS:
         with _native_at(level), mock.patch.object(
             nn_rnn, spy, wraps=getattr(nn_rnn, spy)

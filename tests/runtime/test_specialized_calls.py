@@ -288,6 +288,7 @@ def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
                 nodes.append(helper.make_node(op, [cur], [out], keepdims=keep, **attrs))
             elif how == "none" or not axes:
                 nodes.append(helper.make_node(op, [cur], [out], keepdims=keep))
+                axes = []  # no axes: every axis
             elif how == "init":
                 inits.append(numpy_helper.from_array(np.array(axes, np.int64), f"a{i}"))
                 nodes.append(helper.make_node(op, [cur, f"a{i}"], [out], keepdims=keep))
@@ -461,3 +462,70 @@ def test_a_fed_constant_takes_the_kernel(op: str) -> None:
         np.testing.assert_array_equal(got, want)
         assert got.shape == want.shape
     assert _specialized(session)[op] == "special"
+
+
+# -- recurrent layers ---------------------------------------------------------------------
+def _recurrent_model(
+    op: str, direction: str, bias: bool, states: bool, outputs: list[str], rng: Any
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    gates = 4 if op == "LSTM" else 3
+    dirs, hidden, n_in, steps, batch = (2 if direction == "bidirectional" else 1), 9, 5, 4, 3
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((dirs, gates * hidden, n_in), np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((dirs, gates * hidden, hidden), np.float32), "R"),
+    ]  # fmt: skip
+    ins = ["x", "W", "R", "B" if bias else ""]
+    if bias:
+        b = rng.standard_normal((dirs, 2 * gates * hidden), np.float32)
+        inits.append(numpy_helper.from_array(b, "B"))
+    feeds = {"x": rng.standard_normal((steps, batch, n_in), np.float32)}
+    graph_ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, feeds["x"].shape)]
+    if states:
+        ins += ["", "h0"] + (["c0"] if op == "LSTM" else [])
+        for name in ins[5:]:
+            feeds[name] = rng.standard_normal((dirs, batch, hidden), np.float32)
+            graph_ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    attrs: dict[str, Any] = {"hidden_size": hidden, "direction": direction}
+    if op == "GRU":
+        attrs["linear_before_reset"] = int(bias)
+    node = helper.make_node(op, ins, outputs, **attrs)
+    model = _model([node], graph_ins, [o for o in outputs if o], inits)
+    return model, feeds
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize(("bias", "states"), [(False, False), (True, True), (True, False)])
+@pytest.mark.parametrize("outputs", [["y"], ["y", "yh"], ["", "yh"], ["y", "yh", "yc"]])
+def test_recurrent_layers_give_the_stepped_bits(
+    op: str, direction: str, bias: bool, states: bool, outputs: list[str]
+) -> None:
+    if op == "GRU" and len(outputs) > 2:
+        outputs = outputs[:2]
+    rng = np.random.default_rng(len(direction) + 3 * bias + 5 * states + len(outputs))
+    model, feeds = _recurrent_model(op, direction, bias, states, outputs, rng)
+    session, _ = _same_as_stepped(model, feeds)
+    compiled = native.load("recurrent") is not None
+    assert _specialized(session)[op] == ("special" if compiled else "kernel")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_recurrent_layers_take_the_kernel_for_a_fed_weight_and_padding(op: str) -> None:
+    rng = np.random.default_rng(11)
+    model, feeds = _recurrent_model(op, "forward", True, False, ["y", "yh"], rng)
+    r = numpy_helper.to_array(model.graph.initializer[1])
+    model.graph.input.append(helper.make_tensor_value_info("R", TensorProto.FLOAT, r.shape))
+    session = Session(model)
+    for extra in ({}, {"R": rng.standard_normal(r.shape, np.float32)}, {}):
+        got = session.run({**feeds, **extra})
+        want = stepped_values(model, {**feeds, **extra})
+        for name in ("y", "yh"):
+            np.testing.assert_array_equal(got[name], want[name])
+    # sequence_lens from the caller: the kernel's padded loops
+    node = model.graph.node[0]
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input[4] = "lens"
+    model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [3]))
+    lens = {"lens": np.array([4, 2, 1], np.int32)}
+    _same_as_stepped(model, {**feeds, **lens})

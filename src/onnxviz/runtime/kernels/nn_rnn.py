@@ -35,7 +35,7 @@ from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import RUNTIME, kernel, specializer
 
 Activation = Callable[[np.ndarray], np.ndarray]
 
@@ -352,11 +352,23 @@ def _native_lstm(
     h_out = np.empty((b, hs), dtype=np.float32)
     c_out = np.empty_like(h_out)
     reverse, lens = _native_order(setup, d)
-    _RECURRENT.lstm(
+    _lstm_loop(
         _f32(proj), _native_packed(r, d, 0, 4, hs), _f32(h), _f32(c), y_all, h_out, c_out,
         setup.steps, b, hs, setup.n_dirs, d, reverse, lens,
     )  # fmt: skip
     return h_out, c_out
+
+
+def _lstm_loop(*args: Any) -> None:
+    """_recurrent.c's LSTM time loop (every compiled LSTM call goes through here)."""
+    assert _RECURRENT is not None
+    _RECURRENT.lstm(*args)
+
+
+def _gru_loop(*args: Any) -> None:
+    """_recurrent.c's GRU time loop (every compiled GRU call goes through here)."""
+    assert _RECURRENT is not None
+    _RECURRENT.gru(*args)
 
 
 def _native_gru(
@@ -373,7 +385,7 @@ def _native_gru(
     else:
         w1, w2, rbh = _native_packed(r, d, 0, 2, hs), _native_packed(r, d, 2, 1, hs), None
     reverse, lens = _native_order(setup, d)
-    _RECURRENT.gru(
+    _gru_loop(
         _f32(proj), w1, w2, rbh, _f32(h), y_all, h_out,
         setup.steps, b, hs, setup.n_dirs, d, reverse, linear_before_reset, lens,
     )  # fmt: skip
@@ -543,6 +555,184 @@ def _gru_biases(proj: np.ndarray, rb: np.ndarray, hs: int, linear_before_reset: 
     proj[:, :, :cols] += rb[:cols]
 
 
+class _Compiled:
+    """What a layer's compiled time loop needs besides its inputs, for one W, R, B and
+    attribute set (float32, default activations, no clip, peepholes or sequence_lens,
+    layout 0): the directions, the hidden size, per direction R in the loop's layout and
+    the biases the projection takes.  The kernels make it on each call; their
+    specializers once per node (the lookups were a third of a short sequence's call)."""
+
+    __slots__ = ("gates", "n_dirs", "reverse", "hidden", "packs", "biases", "rb_h", "lbr")
+
+    def __init__(
+        self, gates: int, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
+        direction: str, hidden_size: int | None, linear_before_reset: int = 0,
+    ) -> None:  # fmt: skip
+        hs = _hidden_size(w, r, gates, hidden_size)
+        if direction == "foward":  # the opset-1 GRU schema's default is spelled so
+            direction = "forward"
+        self.gates = gates
+        self.n_dirs = 2 if direction == "bidirectional" else 1
+        if w.shape[0] != self.n_dirs or direction not in ("forward", "reverse", "bidirectional"):
+            raise ValueError("not the compiled loop's case")  # the kernel says why
+        self.reverse = [False, True] if self.n_dirs == 2 else [direction == "reverse"]
+        self.hidden = hs
+        self.lbr = bool(linear_before_reset)
+        f32 = np.float32
+        self.packs: list[tuple[np.ndarray, np.ndarray | None]]
+        if gates == 4:  # LSTM: R's four gates, Wb + Rb
+            self.packs = [(_native_packed(r, d, 0, 4, hs), None) for d in range(self.n_dirs)]
+            self.biases = [_bias_sum(b, d, 4, hs, f32) for d in range(self.n_dirs)]
+            self.rb_h: list[np.ndarray | None] = [None] * self.n_dirs
+        else:  # GRU: Wb then the plain sums of Rb (_gru_biases), and the candidate's Rb
+            if self.lbr:
+                self.packs = [(_native_packed(r, d, 0, 3, hs), None) for d in range(self.n_dirs)]
+            else:
+                self.packs = [
+                    (_native_packed(r, d, 0, 2, hs), _native_packed(r, d, 2, 1, hs))
+                    for d in range(self.n_dirs)
+                ]
+            self.biases = []
+            self.rb_h = []
+            for d in range(self.n_dirs):
+                wb, rb = _biases(b, d, 3, hs, f32)
+                self.biases.append(wb)
+                self.rb_h.append(_f32(rb[2 * hs :]) if self.lbr else None)
+
+    def fits(self, x: Any, w: np.ndarray) -> bool:
+        """Whether the loop takes input x: float32 (T, B, I), no empty dimension."""
+        return (
+            _RECURRENT is not None
+            and type(x) is np.ndarray
+            and x.dtype == np.float32
+            and x.ndim == 3
+            and x.shape[2] == w.shape[2]
+            and min(x.shape[0], x.shape[1], self.hidden) > 0
+        )
+
+    def run(
+        self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, initial_h: Any, initial_c: Any
+    ) -> tuple[np.ndarray, ...]:
+        """(Y, Y_h[, Y_c]) as the kernels' compiled loops give them: the same projection,
+        bias sums and loop calls, each output one fresh array."""
+        assert _RECURRENT is not None
+        steps, batch = x.shape[:2]
+        hs, n_dirs = self.hidden, self.n_dirs
+        y_all = np.empty((steps, n_dirs, batch, hs), dtype=np.float32)
+        h_out = np.empty((n_dirs, batch, hs), dtype=np.float32)
+        c_out = np.empty_like(h_out) if self.gates == 4 else None
+        for d in range(n_dirs):
+            reverse = self.reverse[d]
+            proj = _project(x[::-1] if reverse else x, w, d, np.float32)
+            bias = self.biases[d]
+            if bias is not None:
+                proj += bias
+            h = _initial(initial_h, d, batch, hs)
+            w1, w2 = self.packs[d]
+            if c_out is not None:
+                c = _initial(initial_c, d, batch, hs)
+                _lstm_loop(
+                    _f32(proj), w1, _f32(h), _f32(c), y_all, h_out[d], c_out[d],
+                    steps, batch, hs, n_dirs, d, reverse, None,
+                )  # fmt: skip
+            else:
+                if b is not None:
+                    _gru_biases(proj, _biases(b, d, 3, hs, np.float32)[1], hs, self.lbr)
+                _gru_loop(
+                    _f32(proj), w1, w2, self.rb_h[d], _f32(h), y_all, h_out[d],
+                    steps, batch, hs, n_dirs, d, reverse, self.lbr, None,
+                )  # fmt: skip
+        return (y_all, h_out) if c_out is None else (y_all, h_out, c_out)
+
+
+def _initial(init: Any, d: int, batch: int, hs: int) -> np.ndarray:
+    """Direction ``d``'s initial state, layout 0 (zeros without one)."""
+    if init is None:
+        return np.zeros((batch, hs), dtype=np.float32)
+    return init.astype(np.float32, copy=False)[d]  # type: ignore[no-any-return]
+
+
+def _compiled_case(
+    gates: int, w: Any, r: Any, b: Any, sequence_lens: Any, attrs: dict[str, Any],
+    defaults: list[str], peepholes: Any = None,
+) -> _Compiled | None:  # fmt: skip
+    """The layer's `_Compiled` when its compiled loop runs calls with these weights and
+    attributes (see there; `_Compiled.fits` then says whether it takes an input), else
+    None: the kernel's general path then runs (and raises what a call deserves)."""
+    if (
+        _RECURRENT is None
+        or sequence_lens is not None
+        or peepholes is not None
+        or attrs.get("layout", 0)
+        or attrs.get("input_forget", 0)
+        or _clips(attrs.get("clip"))
+        or any(type(a) is not np.ndarray or a.dtype != np.float32 for a in (w, r))
+        or (b is not None and (type(b) is not np.ndarray or b.dtype != np.float32))
+        or w.ndim != 3
+        or r.ndim != 3
+    ):
+        return None
+    direction = attrs.get("direction", "forward")
+    n_dirs = 2 if direction == "bidirectional" else 1
+    try:
+        acts = _activations(
+            attrs.get("activations"), defaults, n_dirs,
+            attrs.get("activation_alpha"), attrs.get("activation_beta"),
+        )  # fmt: skip
+    except ExecutionError:
+        return None
+    default = (_sigmoid, np.tanh, np.tanh)[: len(defaults)]
+    if any(tuple(a) != default for a in acts):
+        return None
+    try:
+        compiled = _Compiled(
+            gates, w, r, b, direction, attrs.get("hidden_size"),
+            attrs.get("linear_before_reset", 0),
+        )  # fmt: skip
+    except (ExecutionError, ValueError, IndexError):
+        return None
+    return compiled
+
+
+def _specialize_layer(kernel_fn: Any, gates: int, defaults: list[str]) -> Any:
+    """The specializer (registry.specializer) of LSTM (gates 4) or GRU (3): with
+    constant W, R and B, no sequence_lens and no peepholes, the `_Compiled` of the node
+    is made once and each call runs it (the kernel's own call makes it again); another
+    weight (an initializer a feed overrides) or an input it does not take runs the
+    kernel.  The same calls, so the same numbers."""
+
+    def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        padded = (*known, None, None, None, None, None, None, None, None)
+        w, r, b, seq = padded[1], padded[2], padded[3], padded[4]
+        peep = padded[7] if gates == 4 else None
+        if any(v is RUNTIME for v in (w, r, b, seq, peep)) or w is None or r is None:
+            return None
+        compiled = _compiled_case(gates, w, r, b, seq, attrs, defaults, peep)
+        if compiled is None:
+            return None
+        fallback = functools.partial(kernel_fn, **attrs)
+
+        def call(x: Any, *given: Any) -> Any:
+            ins = (*given, None, None, None, None, None, None, None)
+            if (
+                ins[0] is not w
+                or ins[1] is not r
+                or ins[2] is not b
+                or ins[3] is not None
+                or (gates == 4 and ins[6] is not None)
+                or not compiled.fits(x, w)
+            ):
+                outs = fallback(x, *given)
+            else:
+                state_c = ins[5] if gates == 4 else None
+                outs = compiled.run(x, w, b, ins[4], state_c)
+            return outs[0] if n == 1 else list(outs[:n]) + [None] * (n - len(outs))
+
+        return call
+
+    return specialize
+
+
 @kernel("GRU", since=(1, 3, 7, 14, 22))
 def gru(
     x: np.ndarray,
@@ -562,6 +752,18 @@ def gru(
     linear_before_reset: int = 0,
     output_sequence: int = 0,
 ) -> tuple[Any, ...]:
+    compiled = _compiled_case(
+        3, w, r, b, sequence_lens,
+        {
+            "activation_alpha": activation_alpha, "activation_beta": activation_beta,
+            "activations": activations, "clip": clip, "direction": direction,
+            "hidden_size": hidden_size, "layout": layout,
+            "linear_before_reset": linear_before_reset,
+        },
+        ["Sigmoid", "Tanh"],
+    )  # fmt: skip
+    if compiled is not None and compiled.fits(x, w):
+        return compiled.run(x, w, b, initial_h, None)
     setup = _Setup(x, w, direction, _hidden_size(w, r, 3, hidden_size), layout, sequence_lens)
     acts = _activations(
         activations, ["Sigmoid", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
@@ -677,6 +879,18 @@ def lstm(
     layout: int = 0,
     output_sequence: int = 0,
 ) -> tuple[Any, ...]:
+    compiled = _compiled_case(
+        4, w, r, b, sequence_lens,
+        {
+            "activation_alpha": activation_alpha, "activation_beta": activation_beta,
+            "activations": activations, "clip": clip, "direction": direction,
+            "hidden_size": hidden_size, "input_forget": input_forget, "layout": layout,
+        },
+        ["Sigmoid", "Tanh", "Tanh"],
+        p,
+    )  # fmt: skip
+    if compiled is not None and compiled.fits(x, w):
+        return compiled.run(x, w, b, initial_h, initial_c)
     setup = _Setup(x, w, direction, _hidden_size(w, r, 4, hidden_size), layout, sequence_lens)
     acts = _activations(
         activations, ["Sigmoid", "Tanh", "Tanh"], setup.n_dirs, activation_alpha, activation_beta
@@ -748,3 +962,7 @@ def lstm(
         finals_h.append(h)
         finals_c.append(c)
     return setup.outputs(y_all, [finals_h, finals_c], x.dtype)
+
+
+specializer(lstm)(_specialize_layer(lstm, 4, ["Sigmoid", "Tanh", "Tanh"]))
+specializer(gru)(_specialize_layer(gru, 3, ["Sigmoid", "Tanh"]))
