@@ -268,6 +268,10 @@ class Executor:
             nodes = plan.nodes
         else:
             nodes = run_nodes(plan) if self.fuse else plan.nodes
+        # Nobody sees this frame's nodes one by one: a plain call's node (prepared.py's
+        # `plain`) takes the short way below, the node loop's fixed cost being most of a
+        # small model's run (issue 21).
+        quiet = not watched and store is None
         for pn in nodes:
             if self.cancelled:
                 raise ExecutionCancelled(
@@ -275,6 +279,40 @@ class Executor:
                 )
             frame.node_index = pn.position
             ins = pn.gather(values)  # prepared.py: a list or tuple, None where absent
+            if (
+                quiet
+                and pn.plain
+                and not (
+                    inplace
+                    and pn.inplace_dead is not None
+                    and (
+                        (type(ins[0]) is _ND and ins[0].size >= inplace_min)
+                        or (len(ins) > 1 and type(ins[1]) is _ND and ins[1].size >= inplace_min)
+                    )
+                )
+            ):
+                t0 = perf()
+                try:
+                    result = pn.call(*ins)
+                except Exception as exc:
+                    err = self._kernel_error(pn, ins, exc)
+                    if err is exc:
+                        raise
+                    raise err from exc
+                if type(result) is not np.ndarray:
+                    result = normalize_outputs(result, 1)[0]
+                dt = perf() - t0
+                values[pn.out0] = result
+                entry = profile.get(pn.key)
+                if entry is None:
+                    profile[pn.key] = [1, dt]
+                else:
+                    entry[0] += 1
+                    entry[1] += dt
+                result = ins = None
+                for s in pn.free_after:
+                    values[s] = None
+                continue
             if watched:
                 ref = pn.ref
                 if ref is None:

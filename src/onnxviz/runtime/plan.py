@@ -111,6 +111,7 @@ class PlanNode:
     out0: int = -1
     call: Any = None
     call_many: Any = None
+    plain: bool = False
 
     @property
     def address(self) -> str:

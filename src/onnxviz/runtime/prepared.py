@@ -154,3 +154,6 @@ def prepare(nodes: list[PlanNode], *, fast: bool, constants: dict[int, Any] | No
         pn.call = _call(pn, fast, special)
         # A node of several outputs: its specialized call returns them all, a list.
         pn.call_many = special if len(pn.outputs) != 1 else None
+        # The executor's short way: a plain call whose output is kept in its slot and
+        # that no constant folding concerns.
+        pn.plain = pn.call is not None and pn.out0 >= 0 and not pn.foldable
