@@ -125,64 +125,12 @@ static void fill_caches(const GqaJob *job) {
     }
 }
 
-#define SFX generic
-#define VF v4f
-#define VI v4i
-#define VU v4u
-#define VW 4
-#define ATTR
-#define AR_FMA(a, b, c) ((a) * (b) + (c))
-#define AR_SET1(c) ((v4f){(c), (c), (c), (c)})
-#include "vector_math.h"
-#include "attention_rows.h"
-#undef AR_FMA
-#undef AR_SET1
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#if ONNXVIZ_X86
-#define SFX avx2
-#define VF v8f
-#define VI v8i
-#define VU v8u
-#define VW 8
-#define ATTR __attribute__((target("avx2,fma")))
-#define AR_FMA(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
-#define AR_SET1(c) ((v8f)_mm256_set1_ps(c))
-#include "vector_math.h"
-#include "attention_rows.h"
-#undef AR_FMA
-#undef AR_SET1
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-
-#define SFX avx512
-#define VF v16f
-#define VI v16i
-#define VU v16u
-#define VW 16
-#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
-#define AR_FMA(a, b, c) ((v16f)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
-#define AR_SET1(c) ((v16f)_mm512_set1_ps(c))
-#include "vector_math.h"
-#include "attention_rows.h"
-#undef AR_FMA
-#undef AR_SET1
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#endif
+/* The three levels over vector_levels.h, attention_rows.h after each level's vector_math.h;
+ * its fused multiply-add and broadcast by the level (attention_rows.h's AR_FMA, AR_SET1). */
+#define VECTOR_LEVEL_INCLUDE "attention_rows.h"
+#define VECTOR_LEVEL_BODY
+#include "vector_levels.h"
+#undef VECTOR_LEVEL_INCLUDE
 
 /* a * b into *out, or ValueError on overflow. */
 static int product(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {

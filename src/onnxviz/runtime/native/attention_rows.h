@@ -2,7 +2,8 @@
  * the keys the row may read), written once and included once per instruction-set level
  * (no include guard), after vector_math.h for the same level.  The includer defines SFX,
  * VF, VI, VW and ATTR as vector_math.h reads them, GqaJob, gqa_rotate_row,
- * GQA_TRANSPOSE_ROWS, AR_FMA(a, b, c) (a * b + c: fused from AVX2 up) and AR_SET1(c).
+ * GQA_TRANSPOSE_ROWS; AR_FMA(a, b, c) (a * b + c: fused from AVX2 up) and AR_SET1(c) are
+ * made here by VW.
  *
  * Scores: when GQA_TRANSPOSE_ROWS or more query rows read a KV head (a prompt), its keys
  * are copied transposed ([H][Tpad]) once, so a row's scores are VW keys a vector,
@@ -16,6 +17,20 @@
  * read never enter its max or sums (their lanes are set to 0 after the exp); no -inf is
  * relied on.  Every helper is always_inline (a call across levels costs a state
  * transition). */
+
+/* The level's fused multiply-add and broadcast (plain C: a product and a sum). */
+#undef AR_FMA
+#undef AR_SET1
+#if VW == 16
+#define AR_FMA(a, b, c) ((v16f)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define AR_SET1(c) ((v16f)_mm512_set1_ps(c))
+#elif VW == 8
+#define AR_FMA(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define AR_SET1(c) ((v8f)_mm256_set1_ps(c))
+#else
+#define AR_FMA(a, b, c) ((a) * (b) + (c))
+#define AR_SET1(c) ((v4f){(c), (c), (c), (c)})
+#endif
 
 #define AR_CAT_(a, b) a##_##b
 #define AR_CAT(a, b) AR_CAT_(a, b)
