@@ -34,8 +34,9 @@
  * rows, and when A's rows are a multiple of 4 KB apart (run's comment), they are first
  * copied, zero-padded to MR rows, into a k-interleaved buffer.  Only the last K block
  * applies bias, addend and activation; earlier ones store partial sums that the next
- * block reloads.  Edge rows are computed on zero rows and not stored; edge columns on
- * the panel's zero padding and stored with a mask.  gemm_left: run_left's comment.
+ * block reloads.  Edge rows read in place run a tile of only their rows (1..11); copied
+ * ones are computed on zero rows and not stored; edge columns on the panel's zero
+ * padding and stored with a mask.  gemm_left: run_left's comment.
  *
  * The numbers: every level sums the K products in order within a K block, in float32
  * (the SIMD levels with fused multiply-adds, the generic one with a multiply and an
@@ -219,10 +220,11 @@ static inline __mmask16 mask16(int n) {
  * columns (its other half is padding: N = 40, 48 or 240 spent a quarter of a layer's
  * multiply-adds on it).  Each column's sum is the same either way. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int NV) {
+tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int NV,
+                 const int ROWS) {
     enum { MR = 12 };
     __m512 c0[MR], c1[MR];
-    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ROWS; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     const float *a = t->a, *b = t->b;
     const Py_ssize_t lda = t->lda, kc = t->kc;
     for (Py_ssize_t k = 0; k < kc; k++, b += 32) {
@@ -231,14 +233,14 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
             if (NV == 2) _mm_prefetch((const char *)(b + PF_ROWS * 32 + 16), _MM_HINT_T1);
         }
         const __m512 b0 = _mm512_loadu_ps(b), b1 = NV == 2 ? _mm512_loadu_ps(b + 16) : b0;
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < ROWS; i++) {
             const __m512 ai = _mm512_set1_ps(IN_PLACE ? a[i * lda + k] : a[k * MR + i]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
             if (NV == 2) c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
         }
     }
     const __mmask16 m0 = mask16(t->cols), m1 = mask16(t->cols - 16);
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < ROWS; i++) {
         if (i >= t->rows) break;
         float *c = t->c + i * t->ldc;
         __m512 y0 = c0[i], y1 = c1[i];
@@ -272,26 +274,61 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
 __attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
     if (t->cols <= 16) {
         if (t->stream)
-            tile_avx512_body(t, 0, 1, 1);
+            tile_avx512_body(t, 0, 1, 1, 12);
         else
-            tile_avx512_body(t, 0, 0, 1);
+            tile_avx512_body(t, 0, 0, 1, 12);
     } else if (t->stream)
-        tile_avx512_body(t, 0, 1, 2);
+        tile_avx512_body(t, 0, 1, 2, 12);
     else
-        tile_avx512_body(t, 0, 0, 2);
+        tile_avx512_body(t, 0, 0, 2, 12);
 }
 
-__attribute__((target("avx512f"))) static void tile_avx512_inplace(const Tile *t) {
-    if (t->cols <= 16) {
-        if (t->stream)
-            tile_avx512_body(t, 1, 1, 1);
-        else
-            tile_avx512_body(t, 1, 0, 1);
-    } else if (t->stream)
-        tile_avx512_body(t, 1, 1, 2);
-    else
-        tile_avx512_body(t, 1, 0, 2);
-}
+/* A read in place, ROWS rows of it (1..12): an edge tile of fewer than 12 rows runs only
+ * those (BERT's 128 tokens end on 8 rows, ResNet-50's 3136, 784 and 196 pixels on 4, its
+ * 49 on 1: that tile had cost as much as a full one, a fifth of the 49-row products'
+ * multiply-adds spent on zero rows). */
+#define TILE_INPLACE(R)                                                                      \
+    __attribute__((target("avx512f"))) static void tile_avx512_inplace_##R(const Tile *t) { \
+        if (t->cols <= 16) {                                                                 \
+            if (t->stream)                                                                   \
+                tile_avx512_body(t, 1, 1, 1, R);                                             \
+            else                                                                             \
+                tile_avx512_body(t, 1, 0, 1, R);                                             \
+        } else if (t->stream)                                                                \
+            tile_avx512_body(t, 1, 1, 2, R);                                                 \
+        else                                                                                 \
+            tile_avx512_body(t, 1, 0, 2, R);                                                 \
+    }
+TILE_INPLACE(1)
+TILE_INPLACE(2)
+TILE_INPLACE(3)
+TILE_INPLACE(4)
+TILE_INPLACE(5)
+TILE_INPLACE(6)
+TILE_INPLACE(7)
+TILE_INPLACE(8)
+TILE_INPLACE(9)
+TILE_INPLACE(10)
+TILE_INPLACE(11)
+TILE_INPLACE(12)
+#undef TILE_INPLACE
+
+/* By row count. */
+static void (*const tile_avx512_inplace[13])(const Tile *) = {
+    NULL,
+    tile_avx512_inplace_1,
+    tile_avx512_inplace_2,
+    tile_avx512_inplace_3,
+    tile_avx512_inplace_4,
+    tile_avx512_inplace_5,
+    tile_avx512_inplace_6,
+    tile_avx512_inplace_7,
+    tile_avx512_inplace_8,
+    tile_avx512_inplace_9,
+    tile_avx512_inplace_10,
+    tile_avx512_inplace_11,
+    tile_avx512_inplace_12,
+};
 
 
 #endif /* ONNXVIZ_X86 */
@@ -387,9 +424,9 @@ static void run(const Problem *p, float *abuf) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
                 t.lda = p->lda;
-                if (inplace && level >= 2 && rows == mr) {
+                if (inplace && level >= 2) {
                     t.a = p->a + i0 * p->lda + k0;
-                    this_tile = tile_avx512_inplace;
+                    this_tile = tile_avx512_inplace[rows];
                 } else {
                     pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
