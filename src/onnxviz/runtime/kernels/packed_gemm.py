@@ -204,18 +204,19 @@ def use_for(rows: int, k: int, n: int) -> bool:
     last GEMMs 3136x256x64 1187/926, 784x512x128 950/879, 196x1024x512 1956/1962,
     49x2048x512 1448/1289 (0.78-1.00x over the 15 shapes); BERT-base 128x768x3072
     7289/6235, 256x768x768 2931/2823, but 256x3072x768 11699/12363 (1.06x; 1.04-1.09x
-    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they are copied,
-    and C is reloaded for each of the six K blocks).  With the epilogue of a conv
-    (bias + residual, Relu), which the kernel applies for free: 0.48-0.94x on the ResNet
-    shapes, 0.80-0.90x on BERT's but the two K = 3072 ones (1.04-1.12x).  So: every
-    product of at least MIN_ROWS rows, except K >= 3072 with 256 rows or more ...
+    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they were copied).
+    With the epilogue of a conv (bias + residual, Relu), which the kernel applies for
+    free: 0.48-0.94x on the ResNet shapes, 0.80-0.90x on BERT's but the two K = 3072 ones
+    (1.04-1.12x).  On a Sapphire Rapids core (48 KB 12-way L1), where A 4 KB-aliased is
+    read in place all the same, K = 3072 is a win too: 256x3072x768 9761/8284, 512x3072x768
+    36159/31261 (0.85-0.92x over runs).  So: every product of at least MIN_ROWS rows ...
 
     ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
     and OpenBLAS splits a large product across the cores it is allowed.  (A threaded
     kernel is future work: the app leaves OpenBLAS its default of one thread per core,
     so there the kernel serves single-core machines and runs under a limit of one
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
-    if rows < MIN_ROWS or (k >= 3072 and rows >= 256):
+    if rows < MIN_ROWS:
         return False
     return _one_thread()
 

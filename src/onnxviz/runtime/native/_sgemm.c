@@ -73,8 +73,8 @@ static int level = 0;
  * Lake these were tuned on; 256 x 512, 384 x 384 and 768 x 128 were within 5% of it).
  * set_blocking changes them (benchmarks). */
 static Py_ssize_t KC = 512, NC = 256;
-/* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased. */
-static int INPLACE = 2;
+/* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased (run). */
+static int INPLACE = 1;
 /* gemm_left's rows of B per block (run_left). */
 static Py_ssize_t KCL = 128;
 
@@ -402,9 +402,12 @@ static void run(const Problem *p, float *abuf) {
     const Py_ssize_t nc = p->nc < nr ? nr : p->nc / nr * nr;
     /* A read in place saves copying each MR x KC micro-panel (a copy that is a large
      * share of the work when N is small: 3136 x 256 by 256 x 64 ran in 0.78x OpenBLAS's
-     * time in place, 1.31x copied), unless its rows are a multiple of 4 KB apart: then
-     * the MR rows fall on the same L1 sets and evict one another (K = 3072: 1.15x in
-     * place, 1.06x copied). */
+     * time in place, 1.31x copied), even when its rows are a multiple of 4 KB apart and
+     * the MR rows fall on the same L1 sets: on the Sapphire Rapids this runs on (48 KB
+     * 12-way L1) in place won there too (128 x 3072 x 768 0.88x OpenBLAS's time in
+     * place, 1.00x copied; 256 x 3072 x 768 0.85x / 0.96x; 1024^3 0.97x / 1.12x), where
+     * the Cascade Lake it was first tuned on (32 KB 8-way) lost (K = 3072: 1.15x in
+     * place, 1.06x copied): INPLACE 2 keeps that choice (set_blocking). */
     const int inplace =
         !p->a_trans && (INPLACE == 1 || (INPLACE == 2 && (p->lda * 4) % 4096 != 0));
     Tile t;
@@ -783,7 +786,7 @@ fail_p:
 static PyObject *py_set_blocking(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t kc, nc;
-    int inplace = 2;
+    int inplace = 1;
     Py_ssize_t kcl = 128;
     if (!PyArg_ParseTuple(args, "nn|in:set_blocking", &kc, &nc, &inplace, &kcl))
         return NULL;
@@ -838,7 +841,7 @@ static PyMethodDef methods[] = {
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
     {"set_blocking", py_set_blocking, METH_VARARGS,
-     "set_blocking(KC, NC, inplace=2, KCL=128): gemm's rows and columns of B per cache "
+     "set_blocking(KC, NC, inplace=1, KCL=128): gemm's rows and columns of B per cache "
      "block, how its AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its "
      "rows are a multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
     ONNXVIZ_LEVEL_METHODS
