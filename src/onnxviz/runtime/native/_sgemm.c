@@ -34,9 +34,9 @@
  * rows, and when A's rows are a multiple of 4 KB apart (run's comment), they are first
  * copied, zero-padded to MR rows, into a k-interleaved buffer.  Only the last K block
  * applies bias, addend and activation; earlier ones store partial sums that the next
- * block reloads.  Edge rows read in place run a tile of only their rows (1..11); copied
- * ones are computed on zero rows and not stored; edge columns on the panel's zero
- * padding and stored with a mask.  gemm_left: run_left's comment.
+ * block reloads.  At AVX-512 an edge tile runs only its rows (1..11); at the lower
+ * levels edge rows are computed on the copy's zero rows and not stored.  Edge columns
+ * run on the panel's zero padding and are stored with a mask.  gemm_left: run_left's comment.
  *
  * The numbers: every level sums the K products in order within a K block, in float32
  * (the SIMD levels with fused multiply-adds, the generic one with a multiply and an
@@ -271,23 +271,11 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
     }
 }
 
-__attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
-    if (t->cols <= 16) {
-        if (t->stream)
-            tile_avx512_body(t, 0, 1, 1, 12);
-        else
-            tile_avx512_body(t, 0, 0, 1, 12);
-    } else if (t->stream)
-        tile_avx512_body(t, 0, 1, 2, 12);
-    else
-        tile_avx512_body(t, 0, 0, 2, 12);
-}
-
-/* A read in place, ROWS rows of it (1..12): an edge tile of fewer than 12 rows runs only
- * those (BERT's 128 tokens end on 8 rows, ResNet-50's 3136, 784 and 196 pixels on 4, its
- * 49 on 1: that tile had cost as much as a full one, a fifth of the 49-row products'
- * multiply-adds spent on zero rows). */
-#define TILE_INPLACE(R)                                                                      \
+/* ROWS rows of A (1..12), read in place or from the packed buffer (zero-padded to 12
+ * rows): an edge tile of fewer than 12 rows runs only those (BERT's 128 tokens end on 8
+ * rows, ResNet-50's 3136, 784 and 196 pixels on 4, its 49 on 1: that tile had cost as
+ * much as a full one, a fifth of the 49-row products' multiply-adds spent on zero rows). */
+#define TILE_ROWS(R)                                                                         \
     __attribute__((target("avx512f"))) static void tile_avx512_inplace_##R(const Tile *t) { \
         if (t->cols <= 16) {                                                                 \
             if (t->stream)                                                                   \
@@ -298,20 +286,31 @@ __attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
             tile_avx512_body(t, 1, 1, 2, R);                                                 \
         else                                                                                 \
             tile_avx512_body(t, 1, 0, 2, R);                                                 \
+    }                                                                                        \
+    __attribute__((target("avx512f"))) static void tile_avx512_packed_##R(const Tile *t) {  \
+        if (t->cols <= 16) {                                                                 \
+            if (t->stream)                                                                   \
+                tile_avx512_body(t, 0, 1, 1, R);                                             \
+            else                                                                             \
+                tile_avx512_body(t, 0, 0, 1, R);                                             \
+        } else if (t->stream)                                                                \
+            tile_avx512_body(t, 0, 1, 2, R);                                                 \
+        else                                                                                 \
+            tile_avx512_body(t, 0, 0, 2, R);                                                 \
     }
-TILE_INPLACE(1)
-TILE_INPLACE(2)
-TILE_INPLACE(3)
-TILE_INPLACE(4)
-TILE_INPLACE(5)
-TILE_INPLACE(6)
-TILE_INPLACE(7)
-TILE_INPLACE(8)
-TILE_INPLACE(9)
-TILE_INPLACE(10)
-TILE_INPLACE(11)
-TILE_INPLACE(12)
-#undef TILE_INPLACE
+TILE_ROWS(1)
+TILE_ROWS(2)
+TILE_ROWS(3)
+TILE_ROWS(4)
+TILE_ROWS(5)
+TILE_ROWS(6)
+TILE_ROWS(7)
+TILE_ROWS(8)
+TILE_ROWS(9)
+TILE_ROWS(10)
+TILE_ROWS(11)
+TILE_ROWS(12)
+#undef TILE_ROWS
 
 /* By row count. */
 static void (*const tile_avx512_inplace[13])(const Tile *) = {
@@ -328,6 +327,21 @@ static void (*const tile_avx512_inplace[13])(const Tile *) = {
     tile_avx512_inplace_10,
     tile_avx512_inplace_11,
     tile_avx512_inplace_12,
+};
+static void (*const tile_avx512_packed[13])(const Tile *) = {
+    NULL,
+    tile_avx512_packed_1,
+    tile_avx512_packed_2,
+    tile_avx512_packed_3,
+    tile_avx512_packed_4,
+    tile_avx512_packed_5,
+    tile_avx512_packed_6,
+    tile_avx512_packed_7,
+    tile_avx512_packed_8,
+    tile_avx512_packed_9,
+    tile_avx512_packed_10,
+    tile_avx512_packed_11,
+    tile_avx512_packed_12,
 };
 
 
@@ -391,7 +405,7 @@ static void run(const Problem *p, float *abuf) {
     void (*tile)(const Tile *) = tile_generic;
 #if ONNXVIZ_X86
     if (level >= 2)
-        tile = tile_avx512;
+        tile = tile_avx512_packed_12;
     else if (level == 1)
         tile = tile_avx2;
 #endif
@@ -427,12 +441,18 @@ static void run(const Problem *p, float *abuf) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
                 t.lda = p->lda;
+#if ONNXVIZ_X86
                 if (inplace && level >= 2) {
                     t.a = p->a + i0 * p->lda + k0;
                     this_tile = tile_avx512_inplace[rows];
-                } else {
+                } else
+#endif
+                {
                     pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
+#if ONNXVIZ_X86
+                    if (level >= 2) this_tile = tile_avx512_packed[rows];
+#endif
                 }
                 t.rows = rows;
                 t.row_bias = NULL;
@@ -462,7 +482,7 @@ static void run_left(const Problem *p, float *bbuf) {
     void (*tile)(const Tile *) = tile_generic;
 #if ONNXVIZ_X86
     if (level >= 2)
-        tile = tile_avx512;
+        tile = tile_avx512_packed_12;
     else if (level == 1)
         tile = tile_avx2;
 #endif
