@@ -97,7 +97,8 @@ def _check_close(
 
 
 # (M, K, N): 1, primes, tile and panel edges (12 rows, 32/16 columns), K over the cache
-# block (gemm: 512, gemm_left: 128), N over gemm's column block (256).
+# block (gemm: 1024, gemm_left: 128), N over gemm's column block (512 KB of the weight:
+# 224 columns at K = 1100, two K blocks of 550).
 SHAPES = [
     (1, 1, 1),
     (1, 7, 33),
@@ -109,6 +110,7 @@ SHAPES = [
     (6, 1031, 16),
     (97, 64, 64),
     (7, 5, 290),
+    (14, 1100, 300),
 ]
 
 
@@ -195,8 +197,8 @@ def test_every_edge_row_count_and_aliased_rows(level):
     with _level(level):
         rng = np.random.default_rng(70 + level)
         for m, k, n, lda in [
-            *((m, 517, 40, 517) for m in range(1, 25)),
-            (20, 1024, 48, 1024),
+            *((m, 1100, 40, 1100) for m in range(1, 25)),
+            (20, 2048, 48, 2048),
             (35, 700, 33, 1024),
             (23, 64, 72, 2048),
         ]:
