@@ -97,8 +97,9 @@ def _check_close(
 
 
 # (M, K, N): 1, primes, tile and panel edges (12 rows, 32/16 columns), K over the cache
-# block (gemm: 1024, gemm_left: 128), N over gemm's column block (512 KB of the weight:
-# 224 columns at K = 1100, two K blocks of 550).
+# block (gemm: 1024 at AVX-512, 512 below; gemm_left: 128), N over gemm's column block
+# (at AVX-512 512 KB of the weight: 224 columns at K = 1100, two K blocks of 550; 256
+# below).
 SHAPES = [
     (1, 1, 1),
     (1, 7, 33),

@@ -68,17 +68,18 @@
 
 static int level = 0;
 
-/* gemm's rows of B per block and columns of B per block: NC 0 takes as many columns as
- * make the weight block KC x NC about BLOCK_FLOATS (512 KB, in L2).  On the Cascade Lake
- * (1 MB L2) these were first tuned on, KC 512 x NC 256 (A's MR x KC floats, 24 KB, in
- * L1); on this Sapphire Rapids (2 MB L2, 48 KB L1) KC 1024 with the 512 KB block beat it
- * (1 thread, same run, us): 128x768x768 978 -> 931, 128x768x3072 4347 -> 4059,
+/* gemm's rows of B per block and columns of B per block, 0: by level.  Below AVX-512,
+ * KC 512 x NC 256 (the weight block, 512 KB, in L2; A's MR x KC floats in L1), as first
+ * tuned on a Cascade Lake (1 MB L2; on this machine the AVX2 level ran 5-6% slower at
+ * the AVX-512 values).  At AVX-512, KC 1024 and as many columns as make the block
+ * about BLOCK_FLOATS (512 KB): on this Sapphire Rapids (2 MB L2, 48 KB L1) that beat
+ * KC 512 x NC 256 (1 thread, same run, us): 128x768x768 978 -> 931, 128x768x3072 4347 -> 4059,
  * 128x768x2304 3168 -> 3020, 256x768x768 1923 -> 1842, 2048^3 114428 -> 108902 (fewer
  * K blocks: C reloaded less, B's panel streamed longer); whole BERT-base 180 -> 173 ms,
  * ResNet-50 68.5 -> 67.7.  A fixed NC of 128 at KC 1024 lost on small K (3136x64x256
  * 811 -> 885: A re-read per column block), NC 256 gained less on K = 3072; KC 256/384 x
  * NC 256-1024 and KC 128 x NC 1024 lost 2-10%.  set_blocking changes them (benchmarks). */
-static Py_ssize_t KC = 1024, NC = 0;
+static Py_ssize_t KC = 0, NC = 0;
 enum { BLOCK_FLOATS = 512 * 256 };
 /* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased (run). */
 static int INPLACE = 1;
@@ -420,7 +421,7 @@ static void run(const Problem *p, float *abuf) {
     /* K in equal blocks of at most KC rows (no short last block to waste a pass on). */
     const Py_ssize_t kblocks = (p->k + p->kcmax - 1) / p->kcmax;
     const Py_ssize_t kstep = (p->k + kblocks - 1) / kblocks;
-    const Py_ssize_t ncw = p->nc > 0 ? p->nc : BLOCK_FLOATS / kstep;
+    const Py_ssize_t ncw = p->nc > 0 ? p->nc : level >= 2 ? BLOCK_FLOATS / kstep : 256;
     const Py_ssize_t nc = ncw < nr ? nr : ncw / nr * nr;
     /* A read in place saves copying each MR x KC micro-panel (a copy that is a large
      * share of the work when N is small: 3136 x 256 by 256 x 64 ran in 0.78x OpenBLAS's
@@ -651,10 +652,11 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     p.bias = have_bias ? bb.buf : NULL;
     p.add = have_add ? db.buf : NULL;
     p.ldadd = ldadd;
-    p.kcmax = KC;
+    p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
     p.nc = NC;
     /* MR (at most 12) x the longest K block. */
-    float *abuf = PyMem_RawMalloc((size_t)((KC < p.k ? KC : p.k) * 12) * sizeof(float));
+    float *abuf =
+        PyMem_RawMalloc((size_t)((p.kcmax < p.k ? p.kcmax : p.k) * 12) * sizeof(float));
     if (!abuf) {
         PyErr_NoMemory();
         goto fail_d;
@@ -818,9 +820,10 @@ static PyObject *py_set_blocking(PyObject *self, PyObject *args) {
     Py_ssize_t kcl = 128;
     if (!PyArg_ParseTuple(args, "nn|in:set_blocking", &kc, &nc, &inplace, &kcl))
         return NULL;
-    if (kc < 1 || kc > 4096 || kcl < 1 || kcl > 4096 || nc < 0 || nc > (1 << 20) || inplace < 0 || inplace > 2) {
+    if (kc < 0 || kc > 4096 || kcl < 1 || kcl > 4096 || nc < 0 || nc > (1 << 20) ||
+        inplace < 0 || inplace > 2) {
         PyErr_SetString(PyExc_ValueError,
-                        "set_blocking: KC in 1..4096, NC in 0..2**20, inplace 0..2");
+                        "set_blocking: KC in 0..4096, NC in 0..2**20, inplace 0..2");
         return NULL;
     }
     KC = kc;
@@ -870,8 +873,9 @@ static PyMethodDef methods[] = {
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
     {"set_blocking", py_set_blocking, METH_VARARGS,
      "set_blocking(KC, NC, inplace=1, KCL=128): gemm's rows and columns of B per cache "
-     "block (NC 0: a block of about 512 KB), how its AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its "
-     "rows are a multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
+     "block (0: by level, at AVX-512 KC 1024 and a block of about 512 KB), how its "
+     "AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its rows are a "
+     "multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
