@@ -97,7 +97,9 @@ def _check_close(
 
 
 # (M, K, N): 1, primes, tile and panel edges (12 rows, 32/16 columns), K over the cache
-# block (gemm: 512, gemm_left: 128), N over gemm's column block (256).
+# block (gemm: 1024 at AVX-512, 512 below; gemm_left: 128), N over gemm's column block
+# (at AVX-512 512 KB of the weight: 224 columns at K = 1100, two K blocks of 550; 256
+# below).
 SHAPES = [
     (1, 1, 1),
     (1, 7, 33),
@@ -109,6 +111,7 @@ SHAPES = [
     (6, 1031, 16),
     (97, 64, 64),
     (7, 5, 290),
+    (14, 1100, 300),
 ]
 
 
@@ -182,6 +185,45 @@ def test_gemm_within_the_float32_bound_at_every_level(level):
                 assert (cbuf[:, n:] == 7.0).all(), "wrote outside C"
     finally:
         mod.set_level(native.cpu_level())
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_edge_row_count_and_aliased_rows(level):
+    """Every row count of a last tile (1..11 after full tiles of 12; the AVX-512 level
+    runs each in place with only its rows), K over one cache block and not a multiple of
+    it, columns ending on a half panel and a full one, A's rows 4 KB apart (read in
+    place) or not: within the float32 bound, the epilogue applied, nothing written past
+    the rows and columns of C; and the same bits as A copied (a_trans)."""
+    mod = _module()
+    with _level(level):
+        rng = np.random.default_rng(70 + level)
+        for m, k, n, lda in [
+            *((m, 1100, 40, 1100) for m in range(1, 25)),
+            (20, 2048, 48, 2048),
+            (35, 700, 33, 1024),
+            (23, 64, 72, 2048),
+        ]:
+            ops = _operands(rng, m, k, n)
+            p = packed_gemm.pack(ops["w"], mod)
+            abuf = np.full((m, lda), np.nan, np.float32)
+            abuf[:, :k] = ops["a"]
+            cbuf = np.full((m + 1, n + 3), 7.0, np.float32)
+            mod.gemm(
+                abuf, lda, m, k, p.data, p.offset, n, p.nr, cbuf, n + 3,
+                ops["bias"], ops["addend"], n, packed_gemm.ACT_RELU, NAN, NAN, False,
+            )  # fmt: skip
+            a64, w64 = ops["a"].astype(np.float64), ops["w"].astype(np.float64)
+            pre = a64 @ w64 + ops["bias"] + ops["addend"]
+            scale = np.abs(a64) @ np.abs(w64) + np.abs(ops["bias"]) + np.abs(ops["addend"])
+            _check_close(cbuf[:m, :n], np.maximum(pre, 0.0), scale, k, packed_gemm.ACT_RELU)
+            assert (cbuf[:, n:] == 7.0).all() and (cbuf[m] == 7.0).all(), "wrote outside C"
+            at = np.ascontiguousarray(ops["a"].T)
+            got = np.empty((m, n), np.float32)
+            mod.gemm(
+                at, m, m, k, p.data, p.offset, n, p.nr, got, n,
+                ops["bias"], ops["addend"], n, packed_gemm.ACT_RELU, NAN, NAN, False, True,
+            )  # fmt: skip
+            np.testing.assert_array_equal(got, cbuf[:m, :n])
 
 
 @pytest.mark.parametrize("level", LEVELS)

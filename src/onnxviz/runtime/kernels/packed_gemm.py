@@ -204,18 +204,24 @@ def use_for(rows: int, k: int, n: int) -> bool:
     last GEMMs 3136x256x64 1187/926, 784x512x128 950/879, 196x1024x512 1956/1962,
     49x2048x512 1448/1289 (0.78-1.00x over the 15 shapes); BERT-base 128x768x3072
     7289/6235, 256x768x768 2931/2823, but 256x3072x768 11699/12363 (1.06x; 1.04-1.09x
-    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they are copied,
-    and C is reloaded for each of the six K blocks).  With the epilogue of a conv
-    (bias + residual, Relu), which the kernel applies for free: 0.48-0.94x on the ResNet
-    shapes, 0.80-0.90x on BERT's but the two K = 3072 ones (1.04-1.12x).  So: every
-    product of at least MIN_ROWS rows, except K >= 3072 with 256 rows or more ...
+    over three runs: A's rows are 12 KB apart, a multiple of 4 KB, so they were copied).
+    With the epilogue of a conv (bias + residual, Relu), which the kernel applies for
+    free: 0.48-0.94x on the ResNet shapes, 0.80-0.90x on BERT's but the two K = 3072 ones
+    (1.04-1.12x).  On a Sapphire Rapids core (2 MB L2, 48 KB 12-way L1), with the kernel
+    tuned there (KC 1024 with a 512 KB weight block, A read in place even 4 KB-aliased,
+    edge tiles of only their rows): the product alone 0.67-0.98x on the ResNet shapes
+    (3136x64x256 827/812, 784x128x512 729/686, 196x1024x512 1506/1276, 49x2048x512
+    1063/719), 0.82-0.91x on BERT's (128x768x768 1155/943, 128x3072x768 4641/3902,
+    256x3072x768 8450/7670, so K = 3072 is a win too); with the epilogue 0.58-0.82x and
+    0.74-0.89x (before that tuning, same run: 0.78-1.07x alone, 0.87-1.10x on BERT).  So:
+    every product of at least MIN_ROWS rows ...
 
     ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
     and OpenBLAS splits a large product across the cores it is allowed.  (A threaded
     kernel is future work: the app leaves OpenBLAS its default of one thread per core,
     so there the kernel serves single-core machines and runs under a limit of one
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
-    if rows < MIN_ROWS or (k >= 3072 and rows >= 256):
+    if rows < MIN_ROWS:
         return False
     return _one_thread()
 

@@ -27,15 +27,16 @@
  *
  * gemm's loops (BLIS's order, with the operands' roles swapped because our vectors run
  * along N): for each block of NC columns of B, for each block of KC rows of it (the
- * weight block, KC x NC floats, 512 KB, stays in L2), for each MR rows of A, for each
- * panel of the block: the micro-kernel, MR x NR accumulators in registers over the KC
- * rows, broadcasting A's values.  At AVX-512 the MR rows of A are read where they lie
- * (their MR x KC floats stay in L1 across the panels); at the lower levels, for edge
- * rows, and when A's rows are a multiple of 4 KB apart (run's comment), they are first
- * copied, zero-padded to MR rows, into a k-interleaved buffer.  Only the last K block
+ * weight block, KC x NC floats, about 512 KB, stays in L2), for each MR rows of A, for
+ * each panel of the block: the micro-kernel, MR x NR accumulators in registers over the
+ * KC rows, broadcasting A's values.  At AVX-512 the MR rows of A are read where they lie
+ * (their MR x KC floats mostly from L1 across the panels), even 4 KB-aliased (run's
+ * comment); at the lower levels, and for a_trans, they are first copied, zero-padded to
+ * MR rows, into a k-interleaved buffer.  Only the last K block
  * applies bias, addend and activation; earlier ones store partial sums that the next
- * block reloads.  Edge rows are computed on zero rows and not stored; edge columns on
- * the panel's zero padding and stored with a mask.  gemm_left: run_left's comment.
+ * block reloads.  At AVX-512 an edge tile runs only its rows (1..11); at the lower
+ * levels edge rows are computed on the copy's zero rows and not stored.  Edge columns
+ * run on the panel's zero padding and are stored with a mask.  gemm_left: run_left's comment.
  *
  * The numbers: every level sums the K products in order within a K block, in float32
  * (the SIMD levels with fused multiply-adds, the generic one with a multiply and an
@@ -67,13 +68,21 @@
 
 static int level = 0;
 
-/* gemm's rows of B per block (A's MR x KC floats, 24 KB, stay in L1) and columns of B
- * per block (KC x NC floats of the weight, 512 KB, stay in the 1 MB L2 of the Cascade
- * Lake these were tuned on; 256 x 512, 384 x 384 and 768 x 128 were within 5% of it).
- * set_blocking changes them (benchmarks). */
-static Py_ssize_t KC = 512, NC = 256;
-/* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased. */
-static int INPLACE = 2;
+/* gemm's rows of B per block and columns of B per block, 0: by level.  Below AVX-512,
+ * KC 512 x NC 256 (the weight block, 512 KB, in L2; A's MR x KC floats in L1), as first
+ * tuned on a Cascade Lake (1 MB L2; on this machine the AVX2 level ran 5-6% slower at
+ * the AVX-512 values).  At AVX-512, KC 1024 and as many columns as make the block
+ * about BLOCK_FLOATS (512 KB): on this Sapphire Rapids (2 MB L2, 48 KB L1) that beat
+ * KC 512 x NC 256 (1 thread, same run, us): 128x768x768 978 -> 931, 128x768x3072 4347 -> 4059,
+ * 128x768x2304 3168 -> 3020, 256x768x768 1923 -> 1842, 2048^3 114428 -> 108902 (fewer
+ * K blocks: C reloaded less, B's panel streamed longer); whole BERT-base 180 -> 173 ms,
+ * ResNet-50 68.5 -> 67.7.  A fixed NC of 128 at KC 1024 lost on small K (3136x64x256
+ * 811 -> 885: A re-read per column block), NC 256 gained less on K = 3072; KC 256/384 x
+ * NC 256-1024 and KC 128 x NC 1024 lost 2-10%.  set_blocking changes them (benchmarks). */
+static Py_ssize_t KC = 0, NC = 0;
+enum { BLOCK_FLOATS = 512 * 256 };
+/* How A is read at AVX-512: 0 copied, 1 in place, 2 in place unless 4K-aliased (run). */
+static int INPLACE = 1;
 /* gemm_left's rows of B per block (run_left). */
 static Py_ssize_t KCL = 128;
 
@@ -107,10 +116,15 @@ static void tile_generic(const Tile *t) {
     float acc[MR][NR];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;
+    /* Unrolled so that GCC packs each row's 16 sums into vectors: left to itself it
+     * vectorized across rows with a transposing shuffle per step (1.4 GF/s on a Sapphire
+     * Rapids core, 128x768x768 46.3 ms; unrolled 6.5 ms). */
     for (Py_ssize_t k = 0; k < t->kc; k++) {
         const float *b = t->b + k * NR, *a = t->a + k * MR;
+#pragma GCC unroll 4
         for (int i = 0; i < MR; i++) {
             const float ai = a[i];
+#pragma GCC unroll 16
             for (int j = 0; j < NR; j++) {
                 float p = ai * b[j];
                 acc[i][j] = acc[i][j] + p;
@@ -151,19 +165,31 @@ enum { PF_ROWS = 32 };
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 tile_avx2_body(const Tile *t, const int STREAM, const int NV) {
     enum { MR = 6 };
-    __m256 c0[MR], c1[MR];
-    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    /* Twelve named accumulators, not arrays: with c0[MR], c1[MR] (which the epilogue
+     * reads by row) GCC kept the arrays in memory and stored all twelve on every k step
+     * (this level ran at 38 GF/s on a Sapphire Rapids core). */
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
+    __m256 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
     const float *a = t->a, *b = t->b;
     const Py_ssize_t kc = t->kc;
     for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
         if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
         const __m256 b0 = _mm256_loadu_ps(b), b1 = NV == 2 ? _mm256_loadu_ps(b + 8) : b0;
-        for (int i = 0; i < MR; i++) {
-            const __m256 ai = _mm256_broadcast_ss(a + i);
-            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-            if (NV == 2) c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
-        }
+#define AVX2_ROW(i)                                                                          \
+    {                                                                                        \
+        const __m256 ai = _mm256_broadcast_ss(a + i);                                        \
+        p##i = _mm256_fmadd_ps(ai, b0, p##i);                                                \
+        if (NV == 2) q##i = _mm256_fmadd_ps(ai, b1, q##i);                                   \
     }
+        AVX2_ROW(0)
+        AVX2_ROW(1)
+        AVX2_ROW(2)
+        AVX2_ROW(3)
+        AVX2_ROW(4)
+        AVX2_ROW(5)
+#undef AVX2_ROW
+    }
+    const __m256 c0[MR] = {p0, p1, p2, p3, p4, p5}, c1[MR] = {q0, q1, q2, q3, q4, q5};
     const __m256i m0 = mask8(t->cols), m1 = mask8(t->cols - 8);
     for (int i = 0; i < MR; i++) {
         if (i >= t->rows) break;
@@ -219,10 +245,11 @@ static inline __mmask16 mask16(int n) {
  * columns (its other half is padding: N = 40, 48 or 240 spent a quarter of a layer's
  * multiply-adds on it).  Each column's sum is the same either way. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int NV) {
+tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int NV,
+                 const int ROWS) {
     enum { MR = 12 };
     __m512 c0[MR], c1[MR];
-    for (int i = 0; i < MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ROWS; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     const float *a = t->a, *b = t->b;
     const Py_ssize_t lda = t->lda, kc = t->kc;
     for (Py_ssize_t k = 0; k < kc; k++, b += 32) {
@@ -231,14 +258,14 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
             if (NV == 2) _mm_prefetch((const char *)(b + PF_ROWS * 32 + 16), _MM_HINT_T1);
         }
         const __m512 b0 = _mm512_loadu_ps(b), b1 = NV == 2 ? _mm512_loadu_ps(b + 16) : b0;
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < ROWS; i++) {
             const __m512 ai = _mm512_set1_ps(IN_PLACE ? a[i * lda + k] : a[k * MR + i]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
             if (NV == 2) c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
         }
     }
     const __mmask16 m0 = mask16(t->cols), m1 = mask16(t->cols - 16);
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < ROWS; i++) {
         if (i >= t->rows) break;
         float *c = t->c + i * t->ldc;
         __m512 y0 = c0[i], y1 = c1[i];
@@ -269,29 +296,78 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
     }
 }
 
-__attribute__((target("avx512f"))) static void tile_avx512(const Tile *t) {
-    if (t->cols <= 16) {
-        if (t->stream)
-            tile_avx512_body(t, 0, 1, 1);
-        else
-            tile_avx512_body(t, 0, 0, 1);
-    } else if (t->stream)
-        tile_avx512_body(t, 0, 1, 2);
-    else
-        tile_avx512_body(t, 0, 0, 2);
-}
+/* ROWS rows of A (1..12), read in place or from the packed buffer (zero-padded to 12
+ * rows): an edge tile of fewer than 12 rows runs only those (BERT's 128 tokens end on 8
+ * rows, ResNet-50's 3136, 784 and 196 pixels on 4, its 49 on 1: that tile had cost as
+ * much as a full one, a fifth of the 49-row products' multiply-adds spent on zero rows). */
+#define TILE_ROWS(R)                                                                         \
+    __attribute__((target("avx512f"))) static void tile_avx512_inplace_##R(const Tile *t) { \
+        if (t->cols <= 16) {                                                                 \
+            if (t->stream)                                                                   \
+                tile_avx512_body(t, 1, 1, 1, R);                                             \
+            else                                                                             \
+                tile_avx512_body(t, 1, 0, 1, R);                                             \
+        } else if (t->stream)                                                                \
+            tile_avx512_body(t, 1, 1, 2, R);                                                 \
+        else                                                                                 \
+            tile_avx512_body(t, 1, 0, 2, R);                                                 \
+    }                                                                                        \
+    __attribute__((target("avx512f"))) static void tile_avx512_packed_##R(const Tile *t) {  \
+        if (t->cols <= 16) {                                                                 \
+            if (t->stream)                                                                   \
+                tile_avx512_body(t, 0, 1, 1, R);                                             \
+            else                                                                             \
+                tile_avx512_body(t, 0, 0, 1, R);                                             \
+        } else if (t->stream)                                                                \
+            tile_avx512_body(t, 0, 1, 2, R);                                                 \
+        else                                                                                 \
+            tile_avx512_body(t, 0, 0, 2, R);                                                 \
+    }
+TILE_ROWS(1)
+TILE_ROWS(2)
+TILE_ROWS(3)
+TILE_ROWS(4)
+TILE_ROWS(5)
+TILE_ROWS(6)
+TILE_ROWS(7)
+TILE_ROWS(8)
+TILE_ROWS(9)
+TILE_ROWS(10)
+TILE_ROWS(11)
+TILE_ROWS(12)
+#undef TILE_ROWS
 
-__attribute__((target("avx512f"))) static void tile_avx512_inplace(const Tile *t) {
-    if (t->cols <= 16) {
-        if (t->stream)
-            tile_avx512_body(t, 1, 1, 1);
-        else
-            tile_avx512_body(t, 1, 0, 1);
-    } else if (t->stream)
-        tile_avx512_body(t, 1, 1, 2);
-    else
-        tile_avx512_body(t, 1, 0, 2);
-}
+/* By row count. */
+static void (*const tile_avx512_inplace[13])(const Tile *) = {
+    NULL,
+    tile_avx512_inplace_1,
+    tile_avx512_inplace_2,
+    tile_avx512_inplace_3,
+    tile_avx512_inplace_4,
+    tile_avx512_inplace_5,
+    tile_avx512_inplace_6,
+    tile_avx512_inplace_7,
+    tile_avx512_inplace_8,
+    tile_avx512_inplace_9,
+    tile_avx512_inplace_10,
+    tile_avx512_inplace_11,
+    tile_avx512_inplace_12,
+};
+static void (*const tile_avx512_packed[13])(const Tile *) = {
+    NULL,
+    tile_avx512_packed_1,
+    tile_avx512_packed_2,
+    tile_avx512_packed_3,
+    tile_avx512_packed_4,
+    tile_avx512_packed_5,
+    tile_avx512_packed_6,
+    tile_avx512_packed_7,
+    tile_avx512_packed_8,
+    tile_avx512_packed_9,
+    tile_avx512_packed_10,
+    tile_avx512_packed_11,
+    tile_avx512_packed_12,
+};
 
 
 #endif /* ONNXVIZ_X86 */
@@ -354,7 +430,7 @@ static void run(const Problem *p, float *abuf) {
     void (*tile)(const Tile *) = tile_generic;
 #if ONNXVIZ_X86
     if (level >= 2)
-        tile = tile_avx512;
+        tile = tile_avx512_packed_12;
     else if (level == 1)
         tile = tile_avx2;
 #endif
@@ -362,12 +438,16 @@ static void run(const Problem *p, float *abuf) {
     /* K in equal blocks of at most KC rows (no short last block to waste a pass on). */
     const Py_ssize_t kblocks = (p->k + p->kcmax - 1) / p->kcmax;
     const Py_ssize_t kstep = (p->k + kblocks - 1) / kblocks;
-    const Py_ssize_t nc = p->nc < nr ? nr : p->nc / nr * nr;
+    const Py_ssize_t ncw = p->nc > 0 ? p->nc : level >= 2 ? BLOCK_FLOATS / kstep : 256;
+    const Py_ssize_t nc = ncw < nr ? nr : ncw / nr * nr;
     /* A read in place saves copying each MR x KC micro-panel (a copy that is a large
      * share of the work when N is small: 3136 x 256 by 256 x 64 ran in 0.78x OpenBLAS's
-     * time in place, 1.31x copied), unless its rows are a multiple of 4 KB apart: then
-     * the MR rows fall on the same L1 sets and evict one another (K = 3072: 1.15x in
-     * place, 1.06x copied). */
+     * time in place, 1.31x copied), even when its rows are a multiple of 4 KB apart and
+     * the MR rows fall on the same L1 sets: on the Sapphire Rapids this runs on (48 KB
+     * 12-way L1) in place won there too (128 x 3072 x 768 0.88x OpenBLAS's time in
+     * place, 1.00x copied; 256 x 3072 x 768 0.85x / 0.96x; 1024^3 0.97x / 1.12x), where
+     * the Cascade Lake it was first tuned on (32 KB 8-way) lost (K = 3072: 1.15x in
+     * place, 1.06x copied): INPLACE 2 keeps that choice (set_blocking). */
     const int inplace =
         !p->a_trans && (INPLACE == 1 || (INPLACE == 2 && (p->lda * 4) % 4096 != 0));
     Tile t;
@@ -387,12 +467,18 @@ static void run(const Problem *p, float *abuf) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
                 t.lda = p->lda;
-                if (inplace && level >= 2 && rows == mr) {
+#if ONNXVIZ_X86
+                if (inplace && level >= 2) {
                     t.a = p->a + i0 * p->lda + k0;
-                    this_tile = tile_avx512_inplace;
-                } else {
+                    this_tile = tile_avx512_inplace[rows];
+                } else
+#endif
+                {
                     pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
+#if ONNXVIZ_X86
+                    if (level >= 2) this_tile = tile_avx512_packed[rows];
+#endif
                 }
                 t.rows = rows;
                 t.row_bias = NULL;
@@ -422,7 +508,7 @@ static void run_left(const Problem *p, float *bbuf) {
     void (*tile)(const Tile *) = tile_generic;
 #if ONNXVIZ_X86
     if (level >= 2)
-        tile = tile_avx512;
+        tile = tile_avx512_packed_12;
     else if (level == 1)
         tile = tile_avx2;
 #endif
@@ -583,10 +669,11 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     p.bias = have_bias ? bb.buf : NULL;
     p.add = have_add ? db.buf : NULL;
     p.ldadd = ldadd;
-    p.kcmax = KC;
+    p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
     p.nc = NC;
     /* MR (at most 12) x the longest K block. */
-    float *abuf = PyMem_RawMalloc((size_t)((KC < p.k ? KC : p.k) * 12) * sizeof(float));
+    float *abuf =
+        PyMem_RawMalloc((size_t)((p.kcmax < p.k ? p.kcmax : p.k) * 12) * sizeof(float));
     if (!abuf) {
         PyErr_NoMemory();
         goto fail_d;
@@ -746,13 +833,14 @@ fail_p:
 static PyObject *py_set_blocking(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t kc, nc;
-    int inplace = 2;
+    int inplace = 1;
     Py_ssize_t kcl = 128;
     if (!PyArg_ParseTuple(args, "nn|in:set_blocking", &kc, &nc, &inplace, &kcl))
         return NULL;
-    if (kc < 1 || kc > 4096 || kcl < 1 || kcl > 4096 || nc < 1 || nc > (1 << 20) || inplace < 0 || inplace > 2) {
+    if (kc < 0 || kc > 4096 || kcl < 1 || kcl > 4096 || nc < 0 || nc > (1 << 20) ||
+        inplace < 0 || inplace > 2) {
         PyErr_SetString(PyExc_ValueError,
-                        "set_blocking: KC in 1..4096, NC in 1..2**20, inplace 0..2");
+                        "set_blocking: KC in 0..4096, NC in 0..2**20, inplace 0..2");
         return NULL;
     }
     KC = kc;
@@ -801,9 +889,10 @@ static PyMethodDef methods[] = {
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
     {"set_blocking", py_set_blocking, METH_VARARGS,
-     "set_blocking(KC, NC, inplace=2, KCL=128): gemm's rows and columns of B per cache "
-     "block, how its AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its "
-     "rows are a multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
+     "set_blocking(KC, NC, inplace=1, KCL=128): gemm's rows and columns of B per cache "
+     "block (0: by level, at AVX-512 KC 1024 and a block of about 512 KB), how its "
+     "AVX-512 path reads A (0 copied, 1 in place, 2 in place unless its rows are a "
+     "multiple of 4 KB apart), gemm_left's rows of B per block (benchmarks)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
