@@ -11,6 +11,7 @@ nothing).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
@@ -497,14 +499,18 @@ def _recurrent_model(
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize(("bias", "states"), [(False, False), (True, True), (True, False)])
 @pytest.mark.parametrize("outputs", [["y"], ["y", "yh"], ["", "yh"], ["y", "yh", "yc"]])
+@pytest.mark.parametrize("one_thread", [True, False])
 def test_recurrent_layers_give_the_stepped_bits(
-    op: str, direction: str, bias: bool, states: bool, outputs: list[str]
+    op: str, direction: str, bias: bool, states: bool, outputs: list[str], one_thread: bool
 ) -> None:
+    """(With one BLAS thread the input projections of 2 rows or more run the packed
+    GEMM, nn_rnn._project.)"""
     if op == "GRU" and len(outputs) > 2:
         outputs = outputs[:2]
     rng = np.random.default_rng(len(direction) + 3 * bias + 5 * states + len(outputs))
     model, feeds = _recurrent_model(op, direction, bias, states, outputs, rng)
-    session, _ = _same_as_stepped(model, feeds)
+    with threadpool_limits(1) if one_thread else contextlib.nullcontext():
+        session, _ = _same_as_stepped(model, feeds)
     compiled = native.load("recurrent") is not None
     assert _specialized(session)[op] == ("special" if compiled else "kernel")
 
@@ -529,3 +535,48 @@ def test_recurrent_layers_take_the_kernel_for_a_fed_weight_and_padding(op: str) 
     model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [3]))
     lens = {"lens": np.array([4, 2, 1], np.int32)}
     _same_as_stepped(model, {**feeds, **lens})
+
+
+# -- products by a constant matrix ---------------------------------------------------------
+@pytest.mark.parametrize("rows", [1, 3, 8, 37, 130])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_products_by_a_constant_give_the_stepped_bits(
+    rows: int, with_bias: bool, one_thread: bool
+) -> None:
+    """MatMul by an initializer (its specialized call) and MatMul + Add of a constant row
+    (the fused GEMM onto the bias, its packed weight kept by the node) give the stepped
+    run's bits, run after run; a fed weight or bias (an initializer that is also a graph
+    input) is the one multiplied by.  With one BLAS thread the products of 8 rows or
+    more run the packed GEMM (packed_gemm.use_for), else OpenBLAS."""
+    with threadpool_limits(1) if one_thread else contextlib.nullcontext():
+        _products(rows, with_bias)
+
+
+def _products(rows: int, with_bias: bool) -> None:
+    rng = np.random.default_rng(rows)
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if not with_bias else "p"])]
+    inits = [numpy_helper.from_array(w, "w")]
+    if with_bias:
+        nodes.append(helper.make_node("Add", ["p", "b"], ["y"]))
+        inits.append(numpy_helper.from_array(bias, "b"))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    model = _model(nodes, [x], ["y"], inits, [helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((2, rows, 64)).astype(np.float32)}
+    session, _ = _same_as_stepped(model, feeds, runs=3)
+    if not with_bias:
+        assert _specialized(session)["MatMul"] == "special"
+    # The constants as graph inputs too: fed, the run takes the fed ones.
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 48]))
+    if with_bias:
+        model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [48]))
+    session = Session(model)
+    other = {"w": rng.standard_normal((64, 48)).astype(np.float32)}
+    if with_bias:
+        other["b"] = rng.standard_normal(48).astype(np.float32)
+    for extra in ({}, other, {}, other):
+        got = session.run({**feeds, **extra})["y"]
+        want = stepped_values(model, {**feeds, **extra})["y"]
+        np.testing.assert_array_equal(got, want)

@@ -314,6 +314,13 @@ class MatMulBias:
     def __init__(self, matmul: PlanNode, add: PlanNode) -> None:
         self.matmul = matmul
         self.add = add
+        # The weight of the last compiled product and its packed form, and the bias row
+        # (made from the constant c): found again by identity, without the weight
+        # cache's lookup (most of a small product's fixed cost).
+        self._weight: Any = None
+        self._packed: Any = None
+        self._c: Any = None
+        self._bias: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         a, w, c = ins
@@ -337,11 +344,18 @@ class MatMulBias:
                 mod = packed_gemm.module()
                 p = None
                 if mod is not None and packed_gemm.use_for(a2.shape[0], w.shape[0], w.shape[1]):
-                    p = packed_gemm.packed(w, mod)
+                    if w is self._weight and not w.flags.writeable:
+                        p = self._packed
+                    else:
+                        p = packed_gemm.packed(w, mod)
+                        self._weight, self._packed = (w, p) if p is not None else (None, None)
                 if p is not None:
                     # The compiled GEMM by the weight packed once, the bias added to its
                     # accumulators (kernels/packed_gemm.py).
-                    bias = np.ascontiguousarray(c.reshape(-1))
+                    bias = self._bias
+                    if c is not self._c or c.flags.writeable:
+                        bias = np.ascontiguousarray(c.reshape(-1))
+                        self._c, self._bias = c, bias
                     packed_gemm.matmul_packed(mod, a2, p, out, bias=bias)
                     return [out.reshape(a.shape[:-1] + (w.shape[1],))]
             out[...] = c.reshape(-1)
