@@ -580,3 +580,17 @@ def _products(rows: int, with_bias: bool) -> None:
         got = session.run({**feeds, **extra})["y"]
         want = stepped_values(model, {**feeds, **extra})["y"]
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_node_its_maker_cannot_read_runs_the_kernel_and_its_error() -> None:
+    """A MatMulNBits without its K attribute: the maker cannot make a call (it reads
+    K), so the node keeps its kernel, and the run fails with the kernel's error naming
+    the node, not an internal error of the node list."""
+    rng = np.random.default_rng(12)
+    model = _nbits_model(32, 16, 16, bias=False, rng=rng)
+    del model.graph.node[0].attribute[:]
+    model.graph.node[0].attribute.extend([helper.make_attribute("N", 16)])
+    session = Session(model)
+    with pytest.raises(Exception) as failed:
+        session.run({"a": rng.standard_normal((1, 2, 32)).astype(np.float32)})
+    assert "MatMulNBits" in str(failed.value) and "interpreter failed" not in str(failed.value)

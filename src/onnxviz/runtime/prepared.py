@@ -116,7 +116,10 @@ def _special(pn: PlanNode, constants: dict[int, Any]) -> Callable[..., Any] | No
     if specialize is None:
         return None
     known = tuple(None if s < 0 else constants.get(s, RUNTIME) for s in pn.inputs)
-    return specialize(pn.attrs, known, len(pn.outputs))
+    try:
+        return specialize(pn.attrs, known, len(pn.outputs))
+    except Exception:  # a node its maker cannot read (a missing attribute): the kernel
+        return None  # runs it, and says what is wrong when it does
 
 
 def _call(

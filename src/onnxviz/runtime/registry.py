@@ -106,13 +106,13 @@ def kernel(
 # Specialised calls for unwatched runs (prepared.py): a kernel may register a maker that,
 # given a node's decoded attributes, its inputs known when the run's node list is made
 # (an initializer's array; RUNTIME for a value computed or fed at run time, None for an
-# absent optional input) and its number of outputs, returns a positional callable taking
-# the same inputs as the kernel (returning the output, or for several outputs the list
-# of them, one per output), or None to keep the kernel.  The callable works out once what the kernel would
-# work out on every call (a dequantized weight, a resolved dtype) and must give the
-# kernel's numbers: it calls the kernel for anything it was not made for (an overridden
-# initializer, another dtype).  Stepped runs always call the kernel, so the differential
-# tests compare the two.
+# absent optional input) and its number of outputs, returns a positional callable
+# taking the same inputs as the kernel (returning the output, or for several outputs
+# the list of them, one per output), or None to keep the kernel.  The callable works
+# out once what the kernel would work out on every call (a dequantized weight, a
+# resolved dtype) and must give the kernel's numbers: it calls the kernel for anything
+# it was not made for (an overridden initializer, another dtype).  Stepped runs always
+# call the kernel, so the differential tests compare the two.
 class _Runtime:
     def __repr__(self) -> str:
         return "RUNTIME"
