@@ -16,12 +16,12 @@ kernel function as the interpreter calls it.
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +32,9 @@ from onnxviz.model.tensors import to_array
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import contrib_gqa
 from onnxviz.runtime.registry import KernelContext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_norm import best_us  # the norm benchmark's best-of-n timing
 
 # name: (batch, new tokens, past, heads, kv heads, head size)
 SHAPES = {
@@ -44,16 +47,6 @@ SHAPES = {
     "long_prompt": (1, 512, 0, 32, 8, 128),
     "chunk_prompt": (1, 128, 256, 16, 4, 64),
 }
-
-
-def best_us(fn: Callable[[], Any], repeat: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e6
 
 
 def _case(shape: tuple[int, ...]) -> tuple[list[np.ndarray | None], dict[str, Any]]:
