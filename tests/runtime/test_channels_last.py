@@ -65,6 +65,10 @@ KERNEL_CASES = [
     ((2, 16, 7, 9), (24, 16, 1, 1), {}),
     ((1, 16, 9, 9), (8, 16, 1, 1), {"strides": [2, 2]}),
     ((3, 32, 1, 1), (8, 32, 1, 1), {}),
+    # kernel == stride, large (a ViT's patch embedding: _Patches), a cropped edge
+    ((2, 3, 48, 50), (16, 3, 16, 16), {"strides": [16, 16]}),
+    ((1, 4, 36, 37), (8, 4, 12, 12), {"strides": [12, 12]}),
+    ((1, 3, 16, 16), (24, 3, 16, 16), {"strides": [16, 16]}),
 ]
 
 
@@ -693,3 +697,52 @@ def test_fused_relu_is_bit_for_bit_the_kernels(dtype, shape, layout) -> None:
     activate_in_place(x, "Relu", {})
     bits = np.uint32 if dtype == np.float32 else np.uint64
     np.testing.assert_array_equal(np.ascontiguousarray(x).view(bits), want.view(bits))
+
+
+def test_a_patch_embedding_runs_as_one_gemm_over_its_patches() -> None:
+    """A conv whose large kernel equals its stride (a ViT's patchify) is cut into its
+    patches and multiplied as one GEMM (_Patches); smaller ones (a 2x2/2 downsampling)
+    keep the direct kernel, which measured faster there."""
+    from onnxviz.runtime.kernels import nn_conv_nhwc
+
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    for k, patches in ((16, True), (2, False), (4, False)):
+        w = RNG.standard_normal((8, 3, k, k)).astype(np.float32)
+        w.flags.writeable = False
+        prepared = nn_conv_nhwc.prepare_channels_last(x, w, None, {"strides": [k, k]})
+        assert isinstance(prepared, nn_conv_nhwc._Patches) == patches, k
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape"),
+    [
+        ((2, 3, 48, 50), (16, 3, 16, 16)),
+        ((1, 4, 37, 36), (8, 4, 12, 12)),
+        ((1, 3, 16, 16), (5, 3, 16, 16)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_patch_convs_are_the_float64_definition(x_shape, w_shape, dtype) -> None:
+    """The plain Conv kernel's patch path (nn_conv._patch_conv) and the channels-last one
+    (_Patches) against the conv's definition in float64, computed here patch by patch:
+    output pixel (i, j) is the weight's dot product with the (i, j)-th k x k block (the
+    edge rows and columns that fill no whole block are left out)."""
+    x = RNG.standard_normal(x_shape).astype(dtype)
+    w = RNG.standard_normal(w_shape).astype(dtype)
+    w.flags.writeable = False
+    b = RNG.standard_normal(w_shape[0]).astype(dtype)
+    k = w_shape[2]
+    n, c, h, wd = x_shape
+    oh, ow = h // k, wd // k
+    want = np.empty((n, w_shape[0], oh, ow))
+    w64 = w.astype(np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            block = x[:, :, i * k : (i + 1) * k, j * k : (j + 1) * k].astype(np.float64)
+            want[:, :, i, j] = np.einsum("nchw,mchw->nm", block, w64) + b
+    attrs = {"strides": [k, k]}
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    close(conv(x, w, b, **attrs), want.astype(dtype), "plain kernel", rtol=tol)
+    got = conv_channels_last(_channels_last_copy(x), w, b, attrs, None, relu=False)
+    assert got is not None
+    close(got, want.astype(dtype), "channels-last", rtol=tol)

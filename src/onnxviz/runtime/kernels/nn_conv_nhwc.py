@@ -56,6 +56,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    PATCH_AREA,
     ConvWeight,
     conv_core,
     conv_geometry,
@@ -135,6 +136,19 @@ def prepare_channels_last(
     if min(pads) < 0 or min(out_shape) < 1 or list(kernel) != list(w.shape[2:]):
         return None
     b = None if bias is None else bias.reshape(-1)
+    if (
+        group == 1
+        and len(kernel) == 2
+        and list(kernel) == list(strides)
+        and math.prod(kernel) >= _PATCH_AREA
+        and not any(pads)
+        and all(d == 1 for d in dilations)
+    ):
+        k = c * math.prod(kernel)
+        wt = _weight_cache.derived(
+            "conv_nhwc_patches", [w], (), lambda: np.ascontiguousarray(w.reshape(m, k).T)
+        )
+        return _Patches(x.shape, wt, b, kernel, out_shape)
     strided_few = any(s > 1 for s in strides) and c <= 128
     if (
         group == 1
@@ -331,6 +345,46 @@ class _Pointwise(ChannelsLastConv):
 
 # Output rows up to which a pointwise conv is one plain product (SE blocks' 1x1 convs).
 _FEW_ROWS = 16
+
+
+# Kernel area from which a kernel == stride conv runs `_Patches` (nn_conv.PATCH_AREA;
+# bench, one thread, us, patches / direct): 16x16 patches of 3 channels to 192 at 224
+# px 398 / 623, to 768 1475 / 2268, to 128 at 96 px 63 / 76; 8x8 ties (242 / 227), and
+# 4x4 and 2x2 lose (64 -> 128 at 56 px, 4x4: 622 / 499; 2x2: 745 / 277), the patch
+# copy's inner loop being kw floats long.
+_PATCH_AREA = PATCH_AREA
+
+
+class _Patches(_Pointwise):
+    """Conv whose kernel equals its stride, unpadded, undilated, with a large kernel (a
+    ViT's patch embedding): the image cut into its patches, one copy into channels-last
+    rows of C*kh*kw values in the weight's (C, kh, kw) order, then the pointwise conv's
+    GEMM by the weight as a (C*kh*kw, M) matrix (packed, bias, residual and activation
+    in its epilogue).  The direct kernel ran ViT-tiny's 16x16/16 patches of 3 channels
+    at 34 GMAC/s (844 us in the model)."""
+
+    def __init__(
+        self,
+        x_shape: tuple[int, ...],
+        wt: np.ndarray,
+        bias: np.ndarray | None,
+        kernel: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c = x_shape[:2]
+        self.kernel = tuple(kernel)
+        self.out_hw = tuple(out_shape)
+        super().__init__((n, c * math.prod(kernel), *out_shape), wt, bias, (1, 1), out_shape)
+
+    def run(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool]:
+        n, c = x.shape[:2]
+        (kh, kw), (oh, ow) = self.kernel, self.out_hw
+        cut = x[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
+        patches = np.ascontiguousarray(cut.transpose(0, 2, 4, 1, 3, 5))
+        rows = patches.reshape(n, oh, ow, c * kh * kw)
+        return super().run(rows.transpose(0, 3, 1, 2), addend, act)
 
 
 class _Depthwise(ChannelsLastConv):
