@@ -58,6 +58,7 @@ plan's node (liveness differs, the rest is shared).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from operator import is_
@@ -66,11 +67,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
-from onnxviz.runtime.fusion_layernorm import find_layer_norms, layer_norm_node
+from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
-from onnxviz.runtime.fusion_se import find_se_gates, se_gate_node
+from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, packed_gemm
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
 from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
@@ -79,7 +80,14 @@ from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     activate_in_place,
 )
-from onnxviz.runtime.plan import GraphPlan, PlanNode, fused_node, liveness, plain_kernel
+from onnxviz.runtime.plan import (
+    GraphPlan,
+    PlanNode,
+    fused_node,
+    liveness,
+    plain_kernel,
+    steps_node,
+)
 from onnxviz.runtime.prepared import prepare
 
 if TYPE_CHECKING:
@@ -167,23 +175,19 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
     chains: dict[int, tuple[int, list[int], Callable[..., PlanNode]]] = {}
     absorbed: set[int] = set()
     claimed: set[int] = set()  # steps of a chain already made (two Convs can meet at an Add)
-    for positions in find_qdq_convs(nodes, users, const, keep):
-        chains[positions[-1]] = (
-            positions[0],
-            positions[1:],
-            lambda _first, _rest, ps=positions: qdq_conv_node(nodes, ps),
-        )
+
+    def take(positions: list[int], make: Callable[[], PlanNode], into: set[int]) -> None:
+        """The node ``make()`` replaces the nodes at ``positions`` (placed at the last);
+        they are added to ``into``, the set later finders skip."""
+        chains[positions[-1]] = (positions[0], positions[1:], lambda _first, _rest: make())
         absorbed.update(positions[:-1])
-        claimed.update(positions)
+        into.update(positions)
+
+    for positions in find_qdq_convs(nodes, users, const, keep):
+        take(positions, functools.partial(qdq_conv_node, nodes, positions), claimed)
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
-        chains[positions[-1]] = (
-            positions[0],
-            positions[1:],
-            lambda _first, _rest, ps=positions: se_gate_node(nodes, ps),
-        )
-        absorbed.update(positions[:-1])
-        claimed.update(positions)
+        take(positions, functools.partial(steps_node, nodes, positions, SEGate), claimed)
     for i, pn in enumerate(nodes):
         if i in claimed:
             continue
@@ -230,28 +234,12 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             absorbed.update(steps[:-1])
     taken = absorbed | claimed | set(chains)
     for positions in find_layer_norms(nodes, users, const, keep, taken):
-        chains[positions[-1]] = (
-            positions[0],
-            positions[1:],
-            lambda _first, _rest, ps=positions: layer_norm_node(nodes, ps),
-        )
-        absorbed.update(positions[:-1])
-        taken.update(positions)
+        norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
+        take(positions, norm, taken)
     for positions in find_qdq_pairs(nodes, users, keep, taken):
-        chains[positions[-1]] = (
-            positions[0],
-            positions[1:],
-            lambda _first, _rest, ps=positions: qdq_node(nodes, ps),
-        )
-        absorbed.update(positions[:-1])
-        taken.update(positions)
+        take(positions, functools.partial(qdq_node, nodes, positions), taken)
     for head_slot, positions in find_chains(nodes, users, const, keep, taken):
-        chains[positions[-1]] = (
-            positions[0],
-            positions[1:],
-            lambda _first, _rest, h=head_slot, ps=positions: chain_node(nodes, h, ps),
-        )
-        absorbed.update(positions[:-1])
+        take(positions, functools.partial(chain_node, nodes, head_slot, positions), taken)
     out: list[PlanNode] = []
     for j, pn in enumerate(nodes):
         if j in absorbed:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.kernels import row_norm
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
+from onnxviz.runtime.plan import PlanNode, plain_kernel, run_steps
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -128,13 +128,6 @@ def find_layer_norms(
         found.append(positions)
         used.update(positions)
     return found
-
-
-def layer_norm_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
-    """The fused node running the layer norm at ``positions`` (from find_layer_norms)."""
-    steps = [nodes[p] for p in positions]
-    ins, names, place_of = outside_inputs(steps)
-    return fused_node(steps[0], steps[-1], ins, names, LayerNormChain(steps, place_of))
 
 
 class LayerNormChain:

@@ -30,7 +30,7 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
+from onnxviz.runtime.plan import PlanNode, plain_kernel, run_steps
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -159,13 +159,6 @@ class SpatialAxes:
         if frozen(axes):
             self._last = (axes, ok)
         return ok
-
-
-def se_gate_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
-    """The fused node running the SE block at ``positions`` (from find_se_gates)."""
-    steps = [nodes[p] for p in positions]
-    ins, names, place_of = outside_inputs(steps)
-    return fused_node(steps[0], steps[-1], ins, names, SEGate(steps, place_of))
 
 
 class SEGate:

@@ -21,7 +21,7 @@ into a `GraphPlan`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -494,6 +494,19 @@ def outside_inputs(steps: Sequence[PlanNode]) -> tuple[list[int], list[str], dic
                 ins.append(s)
                 names.append(name)
     return ins, names, place_of
+
+
+def steps_node(
+    nodes: Sequence[PlanNode],
+    positions: Sequence[int],
+    make: Callable[[list[PlanNode], dict[int, int]], Any],
+) -> PlanNode:
+    """The fused node of the nodes at ``positions``: their outside inputs
+    (`outside_inputs`), computed by ``make(steps, place_of)`` (a layer norm's or an SE
+    block's runner)."""
+    steps = [nodes[p] for p in positions]
+    ins, names, place_of = outside_inputs(steps)
+    return fused_node(steps[0], steps[-1], ins, names, make(steps, place_of))
 
 
 def run_steps(
