@@ -95,16 +95,27 @@ def normalize(
                 return None  # the numpy path says what does not broadcast
         s = skip if skip.flags.c_contiguous else np.ascontiguousarray(skip)
     src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    kept = x.shape[:axis] + (1,) * (x.ndim - axis)
-    y = np.empty(x.shape, _F32)
-    mean = np.empty(kept, _F32)
-    inv_std = np.empty(kept, _F32)
-    total = np.empty(x.shape, _F32) if s is not None or bi is not None else None
     eps = _EPS.get(epsilon)
     if eps is None:
         eps = float(np.float32(epsilon))
         if len(_EPS) < 64:  # (a NaN epsilon never matches itself: keep the cache small)
             _EPS[epsilon] = eps
+    total_too = s is not None or bi is not None
+    return _rows(module, src, axis, cols, eps, rms, g, b, s, bi, total_too)
+
+
+def _rows(
+    module: Any, src: np.ndarray, axis: int, cols: int, eps: float, rms: bool,
+    g: Any, b: Any, s: Any, bi: Any, total_too: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+    """The kernel's call on the C-contiguous float32 ``src`` with its checked rows:
+    (y, mean, inv_std, total) in fresh arrays (total only when ``total_too``)."""
+    shape = src.shape
+    kept = shape[:axis] + (1,) * (len(shape) - axis)
+    y = np.empty(shape, _F32)
+    mean = np.empty(kept, _F32)
+    inv_std = np.empty(kept, _F32)
+    total = np.empty(shape, _F32) if total_too else None
     module.norm(src, y, cols, eps, rms, g, b, s, bi, total, mean, inv_std)
     return y, mean, inv_std, total
 
@@ -119,7 +130,7 @@ def with_constants(
     skip: bool = False,
 ) -> Any:
     """For a node whose gamma, beta and bias are constants (1-D float32 rows, or None):
-    a call ``(x, skip) -> [y, mean, inv_std, total]`` (or ``x -> ...`` without a skip)
+    a call ``(x, skip) -> (y, mean, inv_std, total)`` (or ``x -> ...`` without a skip)
     normalising float32 ``x`` over its last axis with those rows, which returns None
     where `normalize` would not run or a row's length differs.  The checks and the
     conversions `normalize` makes on every call are made here once (a decoder's norms
@@ -138,11 +149,9 @@ def with_constants(
     if cols < 1 or any(p.shape[0] != cols for p in params):
         return None
     eps = float(np.float32(epsilon))
-    norm = module.norm
     total_too = skip or bias is not None
-    empty = np.empty
 
-    def run(x: Any, s: Any = None) -> list[Any] | None:
+    def run(x: Any, s: Any = None) -> tuple[Any, ...] | None:
         if (
             type(x) is not np.ndarray
             or x.dtype != _F32
@@ -159,14 +168,7 @@ def with_constants(
             or not s.flags.c_contiguous
         ):
             return None
-        shape = x.shape
-        kept = (*shape[:-1], 1)
-        y = empty(shape, _F32)
-        mean = empty(kept, _F32)
-        inv_std = empty(kept, _F32)
-        total = empty(shape, _F32) if total_too else None
-        norm(x, y, cols, eps, rms, gamma, beta, s, bias, total, mean, inv_std)
-        return [y, mean, inv_std, total]
+        return _rows(module, x, x.ndim - 1, cols, eps, rms, gamma, beta, s, bias, total_too)
 
     return run
 
