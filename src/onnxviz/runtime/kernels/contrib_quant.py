@@ -99,15 +99,7 @@ def matmul_nbits(
     # is not made whole on each call: each chunk of it, made in the cache, multiplies the
     # activations at once (3 to 10 times faster than writing, then reading, the whole
     # weight; the sums may differ from the whole product's in the last bits).
-    w_kn = kept(
-        "MatMulNBits_kn",
-        (b, scales, zero_points, g_idx),
-        (K, N, block_size, bits),
-        K * N * 4,
-        lambda: dequantize_nbits(
-            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
-        ),
-    )
+    w_kn = _kept_kn(b, scales, zero_points, g_idx, K, N, block_size, bits)
     if w_kn is None and K * N * 4 < _STREAM_MIN_BYTES:
         # A small weight is made whole, as the cache makes it: the same product, to the
         # last bit, as when it is kept.
@@ -186,13 +178,7 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
         if m >= blas_rows:
             return kernel(a, b, scales, zero_points, g_idx, bias)
         if not weight:
-            w_kn = kept(
-                "MatMulNBits_kn",
-                (b0, s0, z0, None),
-                (K, N, block, bits),
-                K * N * 4,
-                lambda: dequantize_nbits(b0, s0, z0, None, K, N, block, bits, transposed=True),
-            )
+            w_kn = _kept_kn(b0, s0, z0, None, K, N, block, bits)
             if w_kn is None:  # the cache is full: the kernel makes it on each call
                 return kernel(a, b, scales, zero_points, g_idx, bias)
             weight.append(w_kn)
@@ -202,6 +188,23 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
         return flat.reshape(*a.shape[:-1], N)
 
     return call
+
+
+def _kept_kn(
+    b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None, K: int, N: int, block_size: int, bits: int,
+) -> np.ndarray | None:  # fmt: skip
+    """The dequantized weight as [K, N] float32 rows from the weight cache (made and
+    stored on the first call), or None when the cache does not keep it."""
+    return kept(  # type: ignore[no-any-return]
+        "MatMulNBits_kn",
+        (b, scales, zero_points, g_idx),
+        (K, N, block_size, bits),
+        K * N * 4,
+        lambda: dequantize_nbits(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
+        ),
+    )
 
 
 def _by_packed_weight(
