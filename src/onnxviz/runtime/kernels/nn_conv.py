@@ -188,14 +188,23 @@ def _patch_conv(
     """A conv whose kernel equals its stride, unpadded: the image cut into its patches
     (rows of C*kh*kw values in the weight's (C, kh, kw) order, one copy), times the
     weight as a (C*kh*kw, M) matrix, as (N, M, H', W') (the bias is the caller's)."""
-    n, c = x.shape[:2]
+    n = x.shape[0]
     m = w.shape[0]
-    (kh, kw), (oh, ow) = kernel, out_shape
-    cut = x[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
-    rows = np.ascontiguousarray(cut.transpose(0, 2, 4, 1, 3, 5)).reshape(n * oh * ow, -1)
-    wt = w.reshape(m, c * kh * kw).T  # a transposed view: BLAS reads it as is
+    oh, ow = out_shape
+    rows = patch_rows(x, kernel, out_shape).reshape(n * oh * ow, -1)
+    wt = w.reshape(m, -1).T  # a transposed view: BLAS reads it as is
     y = np.matmul(rows, wt).reshape(n, oh * ow, m)
     return np.ascontiguousarray(y.transpose(0, 2, 1)).reshape(n, m, oh, ow)
+
+
+def patch_rows(x: np.ndarray, kernel: Sequence[int], out_shape: Sequence[int]) -> np.ndarray:
+    """The (N, H', W', C*kh*kw) patches of ``x`` (any layout) for a conv whose kernel
+    equals its stride, each in the weight's (C, kh, kw) order: one contiguous copy (the
+    edge rows and columns that fill no whole patch left out)."""
+    n, c = x.shape[:2]
+    (kh, kw), (oh, ow) = kernel, out_shape
+    cut = x[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
+    return np.ascontiguousarray(cut.transpose(0, 2, 4, 1, 3, 5)).reshape(n, oh, ow, -1)
 
 
 def _conv_dispatch(

@@ -65,6 +65,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     native_depthwise,
     native_direct,
     pack_direct,
+    patch_rows,
 )
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
@@ -379,11 +380,7 @@ class _Patches(_Pointwise):
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool]:
-        n, c = x.shape[:2]
-        (kh, kw), (oh, ow) = self.kernel, self.out_hw
-        cut = x[:, :, : oh * kh, : ow * kw].reshape(n, c, oh, kh, ow, kw)
-        patches = np.ascontiguousarray(cut.transpose(0, 2, 4, 1, 3, 5))
-        rows = patches.reshape(n, oh, ow, c * kh * kw)
+        rows = patch_rows(x, self.kernel, self.out_hw)
         return super().run(rows.transpose(0, 3, 1, 2), addend, act)
 
 
