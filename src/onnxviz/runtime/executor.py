@@ -36,6 +36,7 @@ from onnx import NodeProto
 from onnxviz.errors import ExecutionError
 from onnxviz.model.scope_names import owner_label
 from onnxviz.runtime import inplace as inplace_ops
+from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.control_flow import run_control
 from onnxviz.runtime.events import (
     STACK_SEPARATOR,
@@ -125,8 +126,11 @@ class Executor:
         self.watched = True
         self.fuse = False
         self.inplace = False
-        # node address -> [calls, total seconds]
-        self.profile: dict[str, list[float]] = {}
+        # node address -> [calls, total seconds] of the nodes the Python loop ran; the
+        # compiled loop's are in `_step_times` until `profile` is read.
+        self._profile: dict[str, list[float]] = {}
+        # id(program) -> (its nodes, two doubles per node: calls and seconds, program)
+        self._step_times: dict[int, tuple[list[PlanNode], bytearray, Any]] = {}
         self.failed_node: PlanNode | None = None
         self.failed_inputs: list[Any] = []
         # False when a run feeds an initializer that is also an input (IR < 4): the
@@ -143,6 +147,30 @@ class Executor:
         if self._rng is None:
             self._rng = np.random.default_rng(self.seed)
         return self._rng
+
+    @property
+    def profile(self) -> dict[str, list[float]]:
+        """Node address -> [calls, total seconds] in this executor's runs."""
+        profile = self._profile
+        for nodes, times, _ in self._step_times.values():
+            counts = np.frombuffer(times, dtype=np.float64).reshape(-1, 2)
+            for i in np.flatnonzero(counts[:, 0]).tolist():
+                calls, seconds = counts[i]
+                key = nodes[i].key
+                entry = profile.get(key)
+                if entry is None:
+                    profile[key] = [int(calls), float(seconds)]
+                else:
+                    entry[0] += int(calls)
+                    entry[1] += float(seconds)
+            counts[:] = 0.0
+        return profile
+
+    def _times_of(self, program: Any, nodes: list[PlanNode]) -> bytearray:
+        entry = self._step_times.get(id(program))
+        if entry is None:
+            entry = self._step_times[id(program)] = (nodes, bytearray(16 * len(nodes)), program)
+        return entry[1]
 
     def unwatched(self, *, fuse: bool, inplace: bool) -> None:
         """Run without events from now on (nobody looks at a node).  Kept values
@@ -254,7 +282,7 @@ class Executor:
         values = frame.values
         watched = self.watched
         store = self.store
-        profile = self.profile
+        profile = self._profile
         perf = time.perf_counter
         fold = self.fold
         inplace = self.inplace
@@ -272,7 +300,28 @@ class Executor:
         # `plain`) takes the short way below, the node loop's fixed cost being most of a
         # small model's run (issue 21).
         quiet = not watched and store is None
-        for pn in nodes:
+        # ... and most of them run in the compiled loop (quiet_loop.py), which stops at
+        # the nodes it leaves to this one.
+        program = quiet_loop.program_for(plan, nodes, Executor._call_kernel) if quiet else None
+        run_compiled = quiet_loop.loop().run if program is not None else None
+        times = self._times_of(program, nodes) if program is not None else None
+        where = [0]
+        inplace_limit = inplace_min if inplace else -1
+        n_nodes = len(nodes)
+        i = 0
+        while i < n_nodes:
+            if run_compiled is not None:
+                try:
+                    i = run_compiled(program, i, values, self, times, where, inplace_limit, fold)
+                except Exception as exc:
+                    err = self._compiled_error(frame, nodes[where[0]], exc)
+                    if err is exc:
+                        raise
+                    raise err from exc
+                if i >= n_nodes:
+                    break
+            pn = nodes[i]
+            i += 1
             if self.cancelled:
                 raise ExecutionCancelled(
                     "the run was cancelled", file=self.file, graph_path=plan.path, node=pn.label
@@ -420,6 +469,14 @@ class Executor:
             return self.error(pn, ins, "out of memory while computing the outputs")
         return self.error(pn, ins, f"{type(exc).__name__}: {exc}")
 
+    def _compiled_error(self, frame: Frame, pn: PlanNode, exc: Exception) -> Exception:
+        """What to raise for an exception of the compiled loop at ``pn``: for its own
+        calls of a kernel, the error naming the node, as this loop's calls raise."""
+        frame.node_index = pn.position
+        if not quiet_loop.calls_kernel(pn):  # _call_kernel and fused nodes name it already
+            return exc
+        return self._kernel_error(pn, pn.gather(frame.values), exc)
+
     def _call_many(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         """The outputs of a node's specialized call of several outputs (errors name the
         node, as the loop's own call does)."""
@@ -530,3 +587,4 @@ def _keep_folded(plan: GraphPlan, pn: PlanNode, outs: list[Any]) -> None:
             v.flags.writeable = False
     pn.folded = outs
     plan.folded_values.extend(outs)
+    quiet_loop.forget(plan)  # the node's step reads its outputs from now on

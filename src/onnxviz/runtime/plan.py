@@ -145,6 +145,8 @@ class GraphPlan:
     # The slots a frame starts with: the constants in place, None elsewhere (made once;
     # a frame copies it in one step instead of storing the constants one by one).
     initial_values: list[Any] | None = None
+    # Compiled programs of its node lists for quiet runs (quiet_loop.py), by list id.
+    quiet_programs: dict[int, tuple[list[PlanNode], Any]] = field(default_factory=dict)
 
     def start_values(self) -> list[Any]:
         """A new frame's value slots (constants set)."""

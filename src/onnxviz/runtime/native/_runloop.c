@@ -1,0 +1,440 @@
+/* onnxviz.runtime.native._runloop: the node loop of unwatched runs, compiled.
+ *
+ *   compile(steps, n_slots) -> program: a frame's node list, read once
+ *   run(program, start, values, executor, times, where, inplace_min, fold) -> int
+ *   setup(ndarray_type, normalize_one): the two Python objects the loop compares with
+ *
+ * A step is the tuple (mode, inplace, call, extra, ins, outs, free_after):
+ *
+ *   PLAIN  0  values[outs[0]] = call(*ins), through normalize_one unless an ndarray;
+ *   MANY   1  outs = call(*ins), a sequence of the node's outputs;
+ *   FUSED  2  outs = call(executor, [*ins]);
+ *   KERNEL 3  outs = call(executor, extra, ins): the executor's _call_kernel of node extra;
+ *   FOLDED 4  outs = extra, the node's constant-folded outputs (only when ``fold``);
+ *   PYTHON 5  the Python loop runs this node (control flow, functions, a node still to
+ *             fold, anything else).
+ *
+ * ``ins`` are slots of ``values`` (-1: an absent input, None), ``outs`` the slots its
+ * outputs go to (-1: unused), ``free_after`` the slots dead after it.  ``times`` is a
+ * writable buffer of two doubles per step, its calls and seconds so far (the executor
+ * adds them to its profile when someone reads it: a dict entry per call cost more than
+ * the rest of the loop).
+ *
+ * ``run`` runs the steps from ``start`` and returns the index of the first step it did
+ * not run: the end, a PYTHON step, a FOLDED step when not ``fold``, a step of an
+ * in-place candidate (``inplace``) with an ndarray first or second input of at least
+ * ``inplace_min`` elements (inplace.py decides; -1: in-place runs are off), or any step
+ * once ``executor.cancelled`` is true.  The caller runs that node its own way and calls
+ * again after it.  When a call raises, ``where[0]`` is set to the step's index and the
+ * exception propagates (the caller names the node).
+ *
+ * Why: the Python loop cost about 1 us a node beyond the kernel (gathering the inputs,
+ * the mode tests, two clock reads, the profile entry, freeing slots); small models of
+ * 100-300 nodes of a few microseconds each spent a fifth of their run there (issue 21).
+ *
+ * No level-specific code: set_level exists for native.load's convention only. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <time.h>
+#endif
+
+enum { M_PLAIN = 0, M_MANY, M_FUSED, M_KERNEL, M_FOLDED, M_PYTHON, M_COUNT };
+enum { MAX_INPUTS = 64 }; /* more: a PYTHON step (a Concat or Sum of many inputs) */
+
+typedef struct {
+    int mode;
+    int inplace;
+    PyObject *call;  /* owned, or NULL */
+    PyObject *extra; /* owned, or NULL */
+    Py_ssize_t n_in, n_out, n_free;
+    Py_ssize_t *in, *out, *free; /* into the program's slot pool */
+} Step;
+
+typedef struct {
+    Py_ssize_t n_steps;
+    Py_ssize_t n_slots; /* every slot is below this */
+    Step *steps;
+    Py_ssize_t *pool;
+} Program;
+
+static PyObject *ndarray_type = NULL;
+static PyObject *normalize_one = NULL;
+static PyObject *str_cancelled = NULL;
+static PyObject *str_size = NULL;
+
+static const char *CAPSULE = "onnxviz.runloop.program";
+
+static double now(void) {
+#ifdef _WIN32
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart / (double)f.QuadPart;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.perf_counter's clock */
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+}
+
+static void program_free(Program *p) {
+    if (p == NULL)
+        return;
+    if (p->steps != NULL) {
+        for (Py_ssize_t i = 0; i < p->n_steps; i++) {
+            Py_XDECREF(p->steps[i].call);
+            Py_XDECREF(p->steps[i].extra);
+        }
+    }
+    PyMem_Free(p->steps);
+    PyMem_Free(p->pool);
+    PyMem_Free(p);
+}
+
+static void capsule_free(PyObject *capsule) {
+    program_free((Program *)PyCapsule_GetPointer(capsule, CAPSULE));
+}
+
+/* The ints of a tuple of slots into pool[*used...]; -1 allowed when ``absent_ok``. */
+static int read_slots(PyObject *t, Py_ssize_t n_slots, int absent_ok, Py_ssize_t *pool,
+                      Py_ssize_t *used, Py_ssize_t **at, Py_ssize_t *count) {
+    if (!PyTuple_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "slots must be a tuple of ints");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    *at = pool + *used;
+    *count = n;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, k));
+        if (s == -1 && PyErr_Occurred())
+            return -1;
+        if (s >= n_slots || s < (absent_ok ? -1 : 0)) {
+            PyErr_Format(PyExc_ValueError, "slot %zd out of range (%zd slots)", s, n_slots);
+            return -1;
+        }
+        pool[(*used)++] = s;
+    }
+    return 0;
+}
+
+static PyObject *compile_program(PyObject *self, PyObject *args) {
+    PyObject *steps;
+    Py_ssize_t n_slots;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &steps, &n_slots))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(steps);
+    Program *p = PyMem_Calloc(1, sizeof(Program));
+    if (p == NULL)
+        return PyErr_NoMemory();
+    p->n_slots = n_slots;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(steps, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7) {
+            PyErr_SetString(PyExc_TypeError, "a step is a tuple of 7 items");
+            program_free(p);
+            return NULL;
+        }
+        for (int k = 4; k < 7; k++) {
+            PyObject *slots = PyTuple_GET_ITEM(t, k);
+            if (!PyTuple_Check(slots)) {
+                PyErr_SetString(PyExc_TypeError, "slots must be a tuple of ints");
+                program_free(p);
+                return NULL;
+            }
+            total += PyTuple_GET_SIZE(slots);
+        }
+    }
+    p->steps = PyMem_Calloc(n > 0 ? n : 1, sizeof(Step));
+    p->pool = PyMem_Calloc(total > 0 ? total : 1, sizeof(Py_ssize_t));
+    if (p->steps == NULL || p->pool == NULL) {
+        program_free(p);
+        return PyErr_NoMemory();
+    }
+    p->n_steps = n;
+    Py_ssize_t used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(steps, i);
+        Step *st = &p->steps[i];
+        long mode = PyLong_AsLong(PyTuple_GET_ITEM(t, 0));
+        if (mode == -1 && PyErr_Occurred()) {
+            program_free(p);
+            return NULL;
+        }
+        if (mode < 0 || mode >= M_COUNT) {
+            PyErr_Format(PyExc_ValueError, "unknown step mode %ld", mode);
+            program_free(p);
+            return NULL;
+        }
+        st->mode = (int)mode;
+        st->inplace = PyObject_IsTrue(PyTuple_GET_ITEM(t, 1));
+        PyObject *call = PyTuple_GET_ITEM(t, 2), *extra = PyTuple_GET_ITEM(t, 3);
+        st->call = call == Py_None ? NULL : (Py_INCREF(call), call);
+        st->extra = extra == Py_None ? NULL : (Py_INCREF(extra), extra);
+        if (st->inplace < 0 ||
+            read_slots(PyTuple_GET_ITEM(t, 4), n_slots, 1, p->pool, &used, &st->in, &st->n_in) ||
+            read_slots(PyTuple_GET_ITEM(t, 5), n_slots, 1, p->pool, &used, &st->out, &st->n_out) ||
+            read_slots(PyTuple_GET_ITEM(t, 6), n_slots, 0, p->pool, &used, &st->free,
+                       &st->n_free)) {
+            program_free(p);
+            return NULL;
+        }
+        int needs_call = st->mode <= M_KERNEL;
+        if (st->mode != M_PYTHON &&
+            ((needs_call && st->call == NULL) || (st->mode == M_KERNEL && st->extra == NULL) ||
+             (st->mode == M_FOLDED && (st->extra == NULL || !PyList_Check(st->extra))) ||
+             (st->mode == M_PLAIN && (st->n_out != 1 || st->out[0] < 0)) ||
+             st->n_in > MAX_INPUTS)) {
+            st->mode = M_PYTHON; /* the Python loop knows what to do, or what to say */
+        }
+    }
+    PyObject *capsule = PyCapsule_New(p, CAPSULE, capsule_free);
+    if (capsule == NULL)
+        program_free(p);
+    return capsule;
+}
+
+/* values[s] = v (a new reference, stolen). */
+static inline void put(PyObject *values, Py_ssize_t s, PyObject *v) {
+    PyObject *old = PyList_GET_ITEM(values, s);
+    PyList_SET_ITEM(values, s, v);
+    Py_XDECREF(old);
+}
+
+/* Store a list-like result's items in the step's output slots (zip: the shorter wins). */
+static int put_many(PyObject *values, const Step *st, PyObject *outs) {
+    PyObject *seq = PySequence_Fast(outs, "a node's outputs must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    if (m > st->n_out)
+        m = st->n_out;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Py_ssize_t s = st->out[k];
+        if (s >= 0) {
+            Py_INCREF(items[k]);
+            put(values, s, items[k]);
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* Whether an in-place candidate's first or second input is an ndarray of at least
+ * ``inplace_min`` elements (then inplace.py, in the Python loop, decides); -1 on error. */
+static int inplace_sized(PyObject *const *ins, Py_ssize_t n_in, Py_ssize_t inplace_min) {
+    for (Py_ssize_t k = 0; k < n_in && k < 2; k++) {
+        if ((PyObject *)Py_TYPE(ins[k]) != ndarray_type)
+            continue;
+        PyObject *size = PyObject_GetAttr(ins[k], str_size);
+        if (size == NULL)
+            return -1;
+        Py_ssize_t n = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (n == -1 && PyErr_Occurred())
+            return -1;
+        if (n >= inplace_min)
+            return 1;
+    }
+    return 0;
+}
+
+static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values,
+                           PyObject *executor, Py_buffer *tb, PyObject *where,
+                           Py_ssize_t inplace_min, int fold);
+
+static PyObject *run(PyObject *self, PyObject *args) {
+    PyObject *capsule, *values, *executor, *where;
+    Py_buffer tb;
+    Py_ssize_t start, inplace_min;
+    int fold;
+    if (!PyArg_ParseTuple(args, "OnO!Ow*O!np", &capsule, &start, &PyList_Type, &values, &executor,
+                          &tb, &PyList_Type, &where, &inplace_min, &fold))
+        return NULL;
+    PyObject *result_index = run_steps(capsule, start, values, executor, &tb, where, inplace_min,
+                                       fold);
+    PyBuffer_Release(&tb);
+    return result_index;
+}
+
+static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values,
+                           PyObject *executor, Py_buffer *tb, PyObject *where,
+                           Py_ssize_t inplace_min, int fold) {
+    if (ndarray_type == NULL || normalize_one == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_runloop.setup was not called");
+        return NULL;
+    }
+    Program *p = (Program *)PyCapsule_GetPointer(capsule, CAPSULE);
+    if (p == NULL)
+        return NULL;
+    if (PyList_GET_SIZE(values) < p->n_slots) {
+        PyErr_Format(PyExc_ValueError, "%zd value slots for a program of %zd",
+                     PyList_GET_SIZE(values), p->n_slots);
+        return NULL;
+    }
+    if (tb->len < (Py_ssize_t)(2 * sizeof(double)) * p->n_steps) {
+        PyErr_SetString(PyExc_ValueError, "times must hold two doubles per step");
+        return NULL;
+    }
+    double *times = (double *)tb->buf;
+    if (PyList_GET_SIZE(where) < 1) {
+        PyErr_SetString(PyExc_ValueError, "where must be a list of one item");
+        return NULL;
+    }
+    if (start < 0)
+        start = 0;
+    /* ins[0] is free for PY_VECTORCALL_ARGUMENTS_OFFSET; KERNEL and FUSED put the
+     * executor and the node there instead. */
+    PyObject *ins[MAX_INPUTS + 1];
+    Py_ssize_t i = start;
+    for (; i < p->n_steps; i++) {
+        const Step *st = &p->steps[i];
+        int mode = st->mode;
+        if (mode == M_PYTHON || (mode == M_FOLDED && !fold))
+            break;
+        PyObject *flag = PyObject_GetAttr(executor, str_cancelled);
+        if (flag == NULL)
+            goto failed;
+        int cancelled = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (cancelled < 0)
+            goto failed;
+        if (cancelled)
+            break;
+        Py_ssize_t n_in = st->n_in;
+        for (Py_ssize_t k = 0; k < n_in; k++) {
+            Py_ssize_t s = st->in[k];
+            PyObject *v = s >= 0 ? PyList_GET_ITEM(values, s) : Py_None;
+            ins[k + 1] = v != NULL ? v : Py_None;
+            Py_INCREF(ins[k + 1]);
+        }
+        PyObject *result = NULL;
+        if (st->inplace && inplace_min >= 0) {
+            int big = inplace_sized(ins + 1, n_in, inplace_min);
+            if (big != 0) {
+                for (Py_ssize_t k = 0; k < n_in; k++)
+                    Py_DECREF(ins[k + 1]);
+                if (big < 0)
+                    goto failed;
+                break;
+            }
+        }
+        double t0 = now();
+        switch (mode) {
+        case M_PLAIN:
+        case M_MANY:
+            result = PyObject_Vectorcall(st->call, ins + 1,
+                                         (size_t)n_in | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            break;
+        case M_FUSED: {
+            PyObject *list = PyList_New(n_in);
+            if (list != NULL) {
+                for (Py_ssize_t k = 0; k < n_in; k++) {
+                    Py_INCREF(ins[k + 1]);
+                    PyList_SET_ITEM(list, k, ins[k + 1]);
+                }
+                result = PyObject_CallFunctionObjArgs(st->call, executor, list, NULL);
+                Py_DECREF(list);
+            }
+            break;
+        }
+        case M_KERNEL: {
+            PyObject *tuple = PyTuple_New(n_in);
+            if (tuple != NULL) {
+                for (Py_ssize_t k = 0; k < n_in; k++) {
+                    Py_INCREF(ins[k + 1]);
+                    PyTuple_SET_ITEM(tuple, k, ins[k + 1]);
+                }
+                result = PyObject_CallFunctionObjArgs(st->call, executor, st->extra, tuple, NULL);
+                Py_DECREF(tuple);
+            }
+            break;
+        }
+        default: /* M_FOLDED */
+            result = st->extra;
+            Py_INCREF(result);
+        }
+        for (Py_ssize_t k = 0; k < n_in; k++)
+            Py_DECREF(ins[k + 1]);
+        if (result == NULL)
+            goto failed;
+        if (mode == M_PLAIN) {
+            if ((PyObject *)Py_TYPE(result) != ndarray_type) {
+                PyObject *one = PyObject_CallOneArg(normalize_one, result);
+                Py_DECREF(result);
+                if (one == NULL)
+                    goto failed;
+                result = one;
+            }
+        }
+        double dt = now() - t0;
+        if (mode == M_PLAIN) {
+            put(values, st->out[0], result);
+        } else {
+            int rc = put_many(values, st, result);
+            Py_DECREF(result);
+            if (rc < 0)
+                goto failed;
+        }
+        times[2 * i] += 1.0;
+        times[2 * i + 1] += dt;
+        for (Py_ssize_t k = 0; k < st->n_free; k++) {
+            Py_INCREF(Py_None);
+            put(values, st->free[k], Py_None);
+        }
+    }
+    return PyLong_FromSsize_t(i);
+failed : {
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *index = PyLong_FromSsize_t(i);
+    if (index != NULL)
+        PyList_SetItem(where, 0, index);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    return NULL;
+}
+}
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *type, *normalize;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &normalize))
+        return NULL;
+    if (!PyCallable_Check(normalize)) {
+        PyErr_SetString(PyExc_TypeError, "normalize_one must be callable");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(ndarray_type, type);
+    Py_INCREF(normalize);
+    Py_XSETREF(normalize_one, normalize);
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_level(PyObject *self, PyObject *arg) { Py_RETURN_NONE; }
+
+static PyMethodDef methods[] = {
+    {"compile", compile_program, METH_VARARGS, "compile(steps, n_slots) -> program"},
+    {"run", run, METH_VARARGS,
+     "run(program, start, values, executor, times, where, inplace_min, fold) -> index"},
+    {"setup", setup, METH_VARARGS, "setup(ndarray_type, normalize_one)"},
+    {"set_level", set_level, METH_O, "set_level(n): no level-specific code here"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runloop", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__runloop(void) {
+    str_cancelled = PyUnicode_InternFromString("cancelled");
+    str_size = PyUnicode_InternFromString("size");
+    if (str_cancelled == NULL || str_size == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,105 @@
+"""The compiled node loop of quiet runs (native/_runloop.c), and its programs.
+
+A *quiet* run is one nobody watches node by node and that keeps no intermediate values
+(executor.py): `Session.run`, a Loop body of one.  There the executor hands stretches of
+its node list to ``_runloop.run``, which does in C what the Python loop does per node:
+gather the inputs from their slots, call, store the outputs, count the time in the
+profile, free the dead slots.  The Python loop still runs every node the compiled one
+stops at (control flow, function calls, a node to fold on its first run, an in-place
+candidate with a big input, a cancelled run) and names the node of any error.
+
+`program_for` makes a node list's program once, from what prepared.py worked out for
+each node, and keeps it on the plan; `forget` drops them when a node's mode changes (a
+node folded on the first run runs FOLDED from then on).  With the compiled kernels off
+(``ONNXVIZ_NATIVE=off``) or not built, there is no program and the Python loop runs
+every node, so the test command's native-off pass proves that loop too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime import native
+from onnxviz.runtime.invoke import normalize_outputs
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.plan import GraphPlan, PlanNode
+
+# Step modes (native/_runloop.c).
+PLAIN, MANY, FUSED, KERNEL, FOLDED, PYTHON = range(6)
+
+_ready = False
+
+
+def _normalize_one(result: Any) -> Any:
+    return normalize_outputs(result, 1)[0]
+
+
+def loop() -> Any:
+    """The compiled loop module, or None (kernels off or not built)."""
+    global _ready
+    module = native.load("runloop")
+    if module is not None and not _ready:
+        module.setup(np.ndarray, _normalize_one)
+        _ready = True
+    return module
+
+
+def step_mode(pn: PlanNode, call_kernel: Any) -> tuple[int, Any, Any]:
+    """(mode, call, extra) of one node (the step's fields, native/_runloop.c)."""
+    if pn.plain:
+        return PLAIN, pn.call, None
+    if pn.foldable:
+        if pn.folded is not None:
+            return FOLDED, None, list(pn.folded)
+        return PYTHON, None, None  # folded by the Python loop on its first run
+    if pn.kind == "kernel":
+        if pn.call_many is not None:
+            return MANY, pn.call_many, None
+        if pn.call is None:
+            return KERNEL, call_kernel, pn
+        return PYTHON, None, None  # a single output nobody reads
+    if pn.kind == "fused":
+        return FUSED, pn.fused, None
+    return PYTHON, None, None  # control flow, functions, unsupported
+
+
+def calls_kernel(pn: PlanNode) -> bool:
+    """Whether the node's step calls its kernel itself (PLAIN, MANY), whose errors do
+    not name the node; the executor's _call_kernel and fused nodes raise errors that do."""
+    return pn.plain or (not pn.foldable and pn.kind == "kernel" and pn.call_many is not None)
+
+
+def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any:
+    """The compiled program of ``nodes`` (plan.nodes or its fused list), made once."""
+    module = loop()
+    if module is None:
+        return None
+    key = id(nodes)
+    entry = plan.quiet_programs.get(key)
+    if entry is not None and entry[0] is nodes:
+        return entry[1]
+    steps = []
+    for pn in nodes:
+        mode, call, extra = step_mode(pn, call_kernel)
+        steps.append(
+            (
+                mode,
+                pn.inplace_dead is not None,
+                call,
+                extra,
+                tuple(pn.inputs),
+                tuple(pn.outputs),
+                tuple(pn.free_after),
+            )
+        )
+    program = module.compile(steps, plan.n_slots)
+    plan.quiet_programs[key] = (nodes, program)
+    return program
+
+
+def forget(plan: GraphPlan) -> None:
+    """Drop the plan's programs: some node's mode changed."""
+    plan.quiet_programs.clear()

@@ -1,0 +1,432 @@
+"""The compiled node loop of quiet runs (quiet_loop.py, native/_runloop.c) runs what the
+Python loop runs: the same kernels on the same values in the same order, so the same
+bits, the same profile, the same errors naming the same node (issue 21).
+
+Each test runs a model twice, once with the compiled loop and once with the Python loop
+alone (``quiet_loop.loop`` answering None, as with the compiled kernels off), whatever
+ONNXVIZ_NATIVE says: the kernels are the same in both runs, only the loop differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from onnx import helper, numpy_helper
+
+from onnxviz.errors import ExecutionError
+from onnxviz.runtime import quiet_loop
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree
+from .native_modules import compiled
+from .test_differential import random_graphs
+from .test_prepared_calls import arithmetic_graphs
+
+pytestmark = pytest.mark.numeric
+
+F = onnx.TensorProto.FLOAT
+I64 = onnx.TensorProto.INT64
+
+
+def _module() -> Any:
+    module = compiled("runloop", "the Python loop runs every node")
+    module.setup(np.ndarray, quiet_loop._normalize_one)
+    return module
+
+
+@contextmanager
+def _loop(on: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    module = _module() if on else None
+    with monkeypatch.context() as m:
+        m.setattr(quiet_loop, "loop", lambda: module)
+        yield
+
+
+def _run_both(
+    model: onnx.ModelProto, feeds: dict[str, Any], monkeypatch: pytest.MonkeyPatch, runs: int = 2
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Session]:
+    """Outputs and node times of ``runs`` runs with each loop (a fresh session each, so
+    both see the first run's folding); the compiled loop's session last."""
+    results: list[tuple[list[dict[str, Any]], dict[str, Any], Session]] = []
+    for on in (False, True):
+        with _loop(on, monkeypatch):
+            sess = Session(model)
+            with np.errstate(all="ignore"):
+                outs = [sess.run(feeds) for _ in range(runs)]
+            results.append((outs, sess.node_times, sess))
+    (py_outs, py_times, _), (c_outs, c_times, sess) = results
+    assert sorted(c_times) == sorted(py_times)
+    assert {k: v[0] for k, v in c_times.items()} == {k: v[0] for k, v in py_times.items()}
+    assert all(seconds >= 0 for _, seconds in c_times.values())
+    return py_outs, c_outs, sess
+
+
+def _same_bits(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    for g, w in zip(got, want):
+        assert sorted(g) == sorted(w)
+        for name in w:
+            if isinstance(w[name], np.ndarray):
+                assert g[name].dtype == w[name].dtype and g[name].shape == w[name].shape
+                np.testing.assert_array_equal(g[name], w[name], err_msg=name)
+            else:
+                assert g[name] == w[name], name
+
+
+def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """Plain calls (Add, Relu, Reshape), a specialized call of several outputs (LSTM), a
+    context kernel (Split), a fused node (MatMul + Add), a folded one (Shape of an
+    initializer, Cast), and control flow (If) in one graph."""
+    hidden = 4
+    rng = np.random.default_rng(3)
+    then_graph = helper.make_graph(
+        [helper.make_node("Neg", ["h0"], ["t_out"], name="then_neg")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", F, None)],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Abs", ["h0"], ["e_out"], name="else_abs")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, None)],
+    )
+    nodes = [
+        helper.make_node("Shape", ["w_mm"], ["w_shape"], name="shape_of_weight"),
+        helper.make_node("Cast", ["w_shape"], ["w_shape_f"], to=F, name="cast_shape"),
+        helper.make_node("MatMul", ["x", "w_mm"], ["mm"], name="mm"),
+        helper.make_node("Add", ["mm", "b_mm"], ["mm_b"], name="mm_bias"),
+        helper.make_node("Relu", ["mm_b"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "seq_shape"], ["seq"], name="to_seq"),
+        helper.make_node(
+            "LSTM", ["seq", "W", "R", "B"], ["all_h", "h_last"], hidden_size=hidden, name="lstm"
+        ),
+        helper.make_node("Split", ["all_h"], ["h0", "h1"], axis=0, name="split"),
+        helper.make_node("ReduceSum", ["h1"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["s", "zero"], ["positive"], name="positive"),
+        helper.make_node(
+            "If", ["positive"], ["branch"], then_branch=then_graph, else_branch=else_graph
+        ),
+        helper.make_node("Mul", ["branch", "h_last"], ["y"], name="mul"),
+    ]
+    inits = {
+        "w_mm": rng.standard_normal((6, 8)).astype(np.float32),
+        "b_mm": rng.standard_normal(8).astype(np.float32),
+        "seq_shape": np.array([2, 1, 8], np.int64),
+        "W": rng.standard_normal((1, 4 * hidden, 8)).astype(np.float32) * 0.3,
+        "R": rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3,
+        "B": rng.standard_normal((1, 8 * hidden)).astype(np.float32) * 0.1,
+        "zero": np.array(0.0, np.float32),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "every_mode",
+        [helper.make_tensor_value_info("x", F, [2, 6])],
+        [
+            helper.make_tensor_value_info("y", F, None),
+            helper.make_tensor_value_info("w_shape_f", F, None),
+        ],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((2, 6)).astype(np.float32)}
+
+
+def test_every_step_mode_gives_the_python_loops_bits_and_profile(monkeypatch) -> None:
+    model, feeds = _every_mode_model()
+    assert_modes_agree(model, feeds)
+    py_outs, c_outs, sess = _run_both(model, feeds, monkeypatch, runs=3)
+    _same_bits(c_outs, py_outs)
+    # Every mode was there (else this compares the Python loop with itself).
+    nodes = run_nodes(sess.plan)
+    modes = {quiet_loop.step_mode(pn, None)[0] for pn in nodes}
+    assert {quiet_loop.PLAIN, quiet_loop.FUSED, quiet_loop.KERNEL} <= modes
+    # LSTM's specialized call (several outputs) is made where its compiled step runs.
+    lstm = next(pn for pn in nodes if pn.op_type == "LSTM")
+    assert (quiet_loop.MANY in modes) == (lstm.call_many is not None)
+    assert {quiet_loop.FOLDED, quiet_loop.PYTHON} <= modes  # Shape/Cast folded; the If
+    assert all(calls == 1 for calls, _ in sess.node_times.values())  # the last run's
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # each example opens its own context
+    ],
+)
+@given(random_graphs())
+def test_random_fused_graphs_give_the_python_loops_bits(monkeypatch, case) -> None:
+    model, feeds = case
+    py_outs, c_outs, _ = _run_both(model, feeds, monkeypatch)
+    _same_bits(c_outs, py_outs)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # each example opens its own context
+    ],
+)
+@given(arithmetic_graphs())
+def test_random_arithmetic_in_place_gives_the_python_loops_bits(monkeypatch, case) -> None:
+    """Values past inplace.MIN_ELEMENTS: the compiled loop leaves those nodes to the
+    Python loop, which may compute into a dead input."""
+    model, feeds = case
+    py_outs, c_outs, _ = _run_both(model, feeds, monkeypatch)
+    _same_bits(c_outs, py_outs)
+
+
+def _failing_models() -> list[tuple[str, onnx.ModelProto, dict[str, Any], str]]:
+    """(what, model, feeds that make one node fail, that node's label)."""
+    rng = np.random.default_rng(0)
+    bad_mm = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("MatMul", ["r", "w"], ["y"], name="product"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=[numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")],
+    )
+    hidden = 3
+    lstm = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("LSTM", ["r", "W", "R"], ["h"], hidden_size=hidden, name="lstm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("h", F, None)],
+        initializer=[
+            numpy_helper.from_array(np.ones((1, 4 * hidden, 5), np.float32), "W"),
+            numpy_helper.from_array(np.ones((1, 4 * hidden, hidden), np.float32), "R"),
+        ],
+    )
+    split = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("Split", ["r", "parts"], ["a", "b"], axis=0, name="split"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("a", F, None), helper.make_tensor_value_info("b", F, None)],
+        initializer=[numpy_helper.from_array(np.array([1, 1], np.int64), "parts")],
+    )
+    fused = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+            helper.make_node("Add", ["m", "b"], ["y"], name="bias"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=[
+            numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b"),
+        ],
+    )
+    opset = [helper.make_opsetid("", 17)]
+    return [
+        ("plain", helper.make_model(bad_mm, opset_imports=opset), {"x": np.ones((2, 5), np.float32)}, "product"),
+        ("many", helper.make_model(lstm, opset_imports=opset), {"x": np.ones((2, 1, 4), np.float32)}, "lstm"),
+        ("kernel", helper.make_model(split, opset_imports=opset), {"x": np.ones((5, 2), np.float32)}, "split"),
+        ("fused", helper.make_model(fused, opset_imports=opset), {"x": np.ones((2, 5), np.float32)}, "mm"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", _failing_models(), ids=lambda c: c[0])
+def test_a_failing_node_is_named_as_the_python_loop_names_it(monkeypatch, case) -> None:
+    _, model, feeds, label = case
+    good = {k: np.ones((2, 4) if k == "x" else v.shape, np.float32) for k, v in feeds.items()}
+    errors: list[ExecutionError] = []
+    for on in (False, True):
+        with _loop(on, monkeypatch):
+            sess = Session(model)
+            if case[0] in ("plain", "fused"):
+                sess.run(good)  # the compiled program exists and ran once
+            with pytest.raises(ExecutionError) as info:
+                sess.run(feeds)
+            errors.append(info.value)
+            assert sess.state == "failed"
+            failed = sess.frames[-1].current  # the frame stays, at the failed node
+            assert failed is not None and failed.label == label
+    py_err, c_err = errors
+    assert str(c_err) == str(py_err)
+    assert c_err.node is not None and c_err.node.startswith(label)
+
+
+def test_a_fed_initializer_is_not_read_from_the_folded_steps(monkeypatch) -> None:
+    """IR 3: an initializer that is also an input.  Runs with its default fold the
+    nodes that read it; a run that feeds it must compute them again."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Neg", ["c"], ["nc"], name="neg"),
+            helper.make_node("Add", ["x", "nc"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [3]), helper.make_tensor_value_info("c", F, [3])],
+        [helper.make_tensor_value_info("y", F, None)],
+        initializer=[numpy_helper.from_array(np.float32([1, 2, 3]), "c")],
+    )
+    model = helper.make_model(graph, ir_version=3, opset_imports=[helper.make_opsetid("", 9)])
+    x = np.float32([10, 20, 30])
+    for on in (False, True):
+        with _loop(on, monkeypatch):
+            sess = Session(model)
+            for _ in range(2):  # the second run reads the folded Neg
+                np.testing.assert_array_equal(sess.run({"x": x})["y"], [9, 18, 27])
+            fed = sess.run({"x": x, "c": np.float32([0, 0, 1])})["y"]
+            np.testing.assert_array_equal(fed, [10, 20, 29])
+            np.testing.assert_array_equal(sess.run({"x": x})["y"], [9, 18, 27])
+
+
+def test_a_loop_body_runs_compiled_and_gives_the_python_loops_bits(monkeypatch) -> None:
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["acc_in", "k"], ["scaled"], name="scale"),
+            helper.make_node("Add", ["scaled", "one"], ["acc_out"], name="shift"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="cond"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [4]),
+        ],
+        initializer=[
+            numpy_helper.from_array(np.float32(1.0009765), "k"),
+            numpy_helper.from_array(np.float32(0.25), "one"),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["acc"], body=body, name="loop")],
+        "g",
+        [helper.make_tensor_value_info("x", F, [4]), helper.make_tensor_value_info("n", I64, [])],
+        [helper.make_tensor_value_info("acc", F, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.float32([1, -2, 3.5, 1e-3]), "n": np.array(300, np.int64)}
+    py_outs, c_outs, sess = _run_both(model, feeds, monkeypatch)
+    _same_bits(c_outs, py_outs)
+    assert sess.node_times["main/body:loop::scale"][0] == 300
+
+
+# -- the compiled module itself --------------------------------------------------------
+
+
+class _Executor:
+    cancelled = False
+
+
+def _program(module: Any, steps: list[tuple[Any, ...]], n_slots: int) -> Any:
+    return module.compile(steps, n_slots)
+
+
+def test_the_loop_stops_where_the_python_loop_must_take_over() -> None:
+    module = _module()
+    calls: list[str] = []
+
+    def twice(a: Any) -> Any:
+        calls.append("twice")
+        return a * 2
+
+    big = np.ones(1000, np.float32)
+    steps = [
+        (quiet_loop.PLAIN, True, twice, None, (0,), (1,), ()),  # an in-place candidate
+        (quiet_loop.PLAIN, False, twice, None, (1,), (2,), (1,)),
+        (quiet_loop.PYTHON, False, None, None, (2,), (3,), ()),
+    ]
+    program = module.compile(steps, 4)
+    times = bytearray(16 * len(steps))
+    where = [0]
+    values: list[Any] = [big, None, None, None]
+    ex = _Executor()
+    # In place on, the first input big enough: the Python loop decides.
+    assert module.run(program, 0, values, ex, times, where, 1000, True) == 0
+    assert calls == []
+    # Off (or the input too small): both plain steps run, then the PYTHON one stops it.
+    assert module.run(program, 0, values, ex, times, where, -1, True) == 2
+    assert calls == ["twice", "twice"]
+    assert values[1] is None  # freed after its last reader
+    np.testing.assert_array_equal(values[2], big * 4)
+    counts = np.frombuffer(times, np.float64).reshape(-1, 2)
+    assert counts[:, 0].tolist() == [1.0, 1.0, 0.0] and (counts[:2, 1] >= 0).all()
+    # Cancelled: it stops before the next step.
+    ex.cancelled = True
+    assert module.run(program, 1, values, ex, times, where, -1, True) == 1
+
+
+def test_a_failing_call_says_where_and_folded_steps_wait_for_fold() -> None:
+    module = _module()
+
+    def fails(a: Any) -> Any:
+        raise ZeroDivisionError("boom")
+
+    folded = [np.float32([7.0])]
+    steps = [
+        (quiet_loop.FOLDED, False, None, folded, (), (0,), ()),
+        (quiet_loop.MANY, False, lambda a: [a, a + 1], None, (0,), (1, -1), ()),
+        (quiet_loop.PLAIN, False, fails, None, (1,), (2,), ()),
+    ]
+    program = module.compile(steps, 3)
+    times = bytearray(16 * 3)
+    values: list[Any] = [None] * 3
+    where = [-1]
+    assert module.run(program, 0, values, _Executor(), times, where, -1, False) == 0
+    with pytest.raises(ZeroDivisionError, match="boom"):
+        module.run(program, 0, values, _Executor(), times, where, -1, True)
+    assert where == [2]
+    assert values[0] is folded[0] and values[1] is folded[0]
+
+
+@pytest.mark.parametrize(
+    ("steps", "n_slots", "error"),
+    [
+        ([(0, False, abs, None, (5,), (0,), ())], 2, ValueError),  # slot past the frame
+        ([(0, False, abs, None, (0,), (1,), (-1,))], 2, ValueError),  # freeing slot -1
+        ([(9, False, abs, None, (0,), (1,), ())], 2, ValueError),  # no such mode
+        ([(0, False, abs, None, [0], (1,), ())], 2, TypeError),  # slots not a tuple
+        ([(0, False, abs, None, (0,), (1,))], 2, TypeError),  # a field missing
+    ],
+)
+def test_a_malformed_program_is_refused(steps, n_slots, error) -> None:
+    with pytest.raises(error):
+        _module().compile(steps, n_slots)
+
+
+def test_run_checks_its_buffers_before_it_reads_them() -> None:
+    module = _module()
+    program = module.compile([(0, False, abs, None, (0,), (1,), ())], 2)
+    ex = _Executor()
+    with pytest.raises(ValueError, match="slots"):
+        module.run(program, 0, [1.0], ex, bytearray(16), [0], -1, True)
+    with pytest.raises(ValueError, match="two doubles"):
+        module.run(program, 0, [1.0, None], ex, bytearray(8), [0], -1, True)
+    with pytest.raises(TypeError):
+        module.run(program, 0, [1.0, None], ex, b"\0" * 16, [0], -1, True)  # read-only
+    with pytest.raises(ValueError, match="one item"):
+        module.run(program, 0, [1.0, None], ex, bytearray(16), [], -1, True)
+    with pytest.raises(ValueError):
+        module.run("not a program", 0, [1.0, None], ex, bytearray(16), [0], -1, True)
