@@ -25,6 +25,9 @@ Also for unwatched runs, a kernel with a registered specializer (registry.specia
 gets the call its maker returns for the node's attributes and constant inputs: per-call
 work on constants (a dequantized weight, a dtype resolved from an attribute) is done
 once per node list, and the call falls back to the kernel for anything else.
+
+Also for unwatched runs, the nodes that compute shape arithmetic (Shape, and pure ops
+of constants and shapes) keep their results between runs (shape_memo.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime import shape_memo
 from onnxviz.runtime.registry import RUNTIME, specializer_of
 
 if TYPE_CHECKING:
@@ -150,11 +154,14 @@ def prepare(nodes: list[PlanNode], *, fast: bool, constants: dict[int, Any] | No
     """Fill ``gather``, ``out0`` and ``call`` of every node (see the module docstring);
     ``fast`` for the node lists of unwatched runs, ``constants`` their plan's
     initializers by slot (for the specializers)."""
-    for pn in nodes:
+    memo = shape_memo.memo_slots(nodes, constants) if fast and constants is not None else set()
+    for i, pn in enumerate(nodes):
         pn.gather = _gather(pn.inputs)
         pn.out0 = pn.outputs[0] if len(pn.outputs) == 1 else -1
         special = _special(pn, constants) if fast and constants is not None else None
         pn.call = _call(pn, fast, special)
+        if i in memo and pn.call is not None:
+            pn.call = shape_memo.wrap(pn.op_type, pn.call)
         # A node of several outputs: its specialized call returns them all, a list.
         pn.call_many = special if len(pn.outputs) != 1 else None
         # The executor's short way: a plain call whose output is kept in its slot and

@@ -623,8 +623,11 @@ class Session:
         result: dict[str, Any] = {}
         for name, value in zip(self.plan.output_names, outs):
             # Outputs that are constants (initializers, folded nodes) are shared with the
-            # plan: hand out copies so a caller cannot change the next run.
-            if isinstance(value, np.ndarray) and self._is_plan_constant(value):
+            # plan, and so may be other read-only values (shape_memo.py's kept results):
+            # hand out copies so a caller cannot change the next run.
+            if isinstance(value, np.ndarray) and (
+                not value.flags.writeable or self._is_plan_constant(value)
+            ):
                 value = value.copy()
             result[name] = value
         return result
