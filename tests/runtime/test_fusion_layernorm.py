@@ -11,10 +11,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxviz.errors import ExecutionError
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels import row_norm
 from onnxviz.runtime.session import Session
-from tests.runtime.differential import RTOL, assert_modes_agree
+from tests.runtime.differential import RTOL, assert_modes_agree, stepped_values
 
 pytestmark = pytest.mark.numeric
 
@@ -177,3 +178,53 @@ def test_the_transformer_exports_fuse_every_layer_norm() -> None:
     graph.output[0].name = "z2"
     assert _fused_count(model) == 2
     assert_modes_agree(model, _feeds(model))
+
+
+@pytest.mark.parametrize(("opset", "axis"), [(18, -1), (14, -1), (14, 2)])
+def test_the_held_kernel_call_follows_the_inputs_rank(opset: int, axis: int) -> None:
+    """The fused node holds the compiled kernel's call after a float32 run; runs of
+    another rank (a dynamic input) must give the stepped result all the same, and where
+    the written-out means no longer reduce the last axis, the nodes' own result."""
+    model = _layer_norm_model(opset=opset, axis=axis, shape=(2, 5, 48))
+    del model.graph.input[0].type.tensor_type.shape.dim[:]  # any shape
+    sess = Session(model)
+    chain = next(pn.fused for pn in run_nodes(sess.plan) if pn.kind == "fused")
+    rng = np.random.default_rng(1)
+    held_calls = 0
+    shapes = [(2, 5, 48), (3, 7, 48), (4, 48), (6, 48), (1, 2, 3, 48), (2, 5, 48), (3, 1, 48)]
+    for shape in shapes:
+        x = (rng.standard_normal(shape) * 2 + 1).astype(np.float32)
+        if axis == 2 and len(shape) == 2:  # no axis 2: the node's own error
+            with pytest.raises(ExecutionError, match="axis 2"):
+                sess.run({"x": x})
+            continue
+        want = stepped_values(model, {"x": x})["z"]
+        held = chain._held is not None and chain._held[0] == x.ndim
+        got = sess.run({"x": x})["z"]
+        assert got.shape == want.shape
+        if axis == 2 and len(shape) != 3:  # means over axis 2 of 4: the nodes one by one
+            np.testing.assert_array_equal(got, want)
+            continue
+        held_calls += held
+        np.testing.assert_allclose(got, want, rtol=RTOL * 4, atol=RTOL * 4)
+        if row_norm.enabled():
+            assert chain._held is not None and chain._held[0] == x.ndim
+    assert held_calls >= (3 if row_norm.enabled() and axis == -1 else 0)
+
+
+def test_a_fed_gamma_is_not_read_from_the_held_call() -> None:
+    """IR 3: gamma is an initializer that a feed may replace; the held call is for the
+    initializer's gamma only."""
+    model = _layer_norm_model()
+    model.ir_version = 3
+    gamma = next(t for t in model.graph.initializer if t.name == "gamma")
+    model.graph.input.append(helper.make_tensor_value_info("gamma", TensorProto.FLOAT, [48]))
+    sess = Session(model)
+    feeds = _feeds(model)
+    first = sess.run(feeds)["z"]
+    np.testing.assert_array_equal(sess.run(feeds)["z"], first)
+    doubled = {**feeds, "gamma": numpy_helper.to_array(gamma) * 2}
+    want = stepped_values(model, doubled)["z"]
+    np.testing.assert_allclose(sess.run(doubled)["z"], want, rtol=RTOL * 4, atol=RTOL * 4)
+    assert not np.allclose(want, first)
+    np.testing.assert_array_equal(sess.run(feeds)["z"], first)

@@ -156,10 +156,24 @@ class LayerNormChain:
         for pn in tail:
             self.affine.append((pn.op_type, pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]))
             y = pn.outputs[0]
+        # The compiled kernel's call for the last float32 call's constants, held while
+        # the same read-only constants come with an input of the same rank (what every
+        # check below depends on): (x's rank, [(place, constant)], call).  A decoder's
+        # norms are on a few rows, where the checks were most of an 8 us call.
+        self._held: tuple[int, list[tuple[int, Any]], Any] | None = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         place = self.place_of
         x = ins[place[self.x]]
+        held = self._held
+        if held is not None and type(x) is np.ndarray and x.ndim == held[0]:
+            for i, v in held[1]:
+                if ins[i] is not v:
+                    break
+            else:
+                done = held[2](x)  # None: not float32, another row length, not contiguous
+                if done is not None:
+                    return [done[0]]
         if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0 or not x.size:
             return self._one_by_one(ex, ins)
         if not all(self._last_axis(pn, ins, x.ndim) for pn in self.means):
@@ -186,8 +200,10 @@ class LayerNormChain:
             # The affine steps are a Mul by gamma, then possibly an Add of beta.
             gamma = consts[0] if consts else None
             beta = consts[1] if len(consts) > 1 else None
-            done = row_norm.normalize(x, x.ndim - 1, float(eps.reshape(())), gamma=gamma, beta=beta)
+            epsilon = float(eps.reshape(()))
+            done = row_norm.normalize(x, x.ndim - 1, epsilon, gamma=gamma, beta=beta)
             if done is not None:
+                self._hold(ins, x, epsilon, gamma, beta)
                 return [done[0]]
         # The nodes' own steps, in their order and dtype, into one array.  The means are
         # numpy's (ReduceMean's kernel): the same pairwise sum in x's dtype, then a
@@ -210,6 +226,17 @@ class LayerNormChain:
             else:
                 np.add(out, c, out=out)
         return [out]
+
+    def _hold(self, ins: list[Any], x: np.ndarray, epsilon: float, gamma: Any, beta: Any) -> None:
+        """Hold the kernel's call for these constants (all but x read-only arrays)."""
+        if gamma is None:  # with_constants' rows start from gamma
+            return
+        xp = self.place_of[self.x]
+        others = [(i, v) for i, v in enumerate(ins) if i != xp]
+        if any(type(v) is not np.ndarray or v.flags.writeable for _, v in others):
+            return
+        rows = row_norm.with_constants(epsilon, rms=False, gamma=gamma, beta=beta)
+        self._held = None if rows is None else (x.ndim, others, rows)
 
     def _last_axis(self, mean: PlanNode, ins: list[Any], rank: int) -> bool:
         """The mean is over exactly the last axis."""
