@@ -279,6 +279,41 @@ def test_matmul_then_bias_add_runs_as_one_gemm(
     assert "main::add" not in sess.node_times
 
 
+def test_the_held_product_follows_each_runs_input() -> None:
+    """With one BLAS thread the fused MatMul + bias holds its packed product's call
+    after the first run; runs of other row counts (a few rows: OpenBLAS), other ranks,
+    a non-contiguous input and a fed weight (IR 3) give the stepped result all the same."""
+    from threadpoolctl import threadpool_limits
+
+    from onnxviz.runtime.kernels import packed_gemm
+
+    model = _linear_model((40,))
+    del model.graph.input[0].type.tensor_type.shape.dim[:]
+    model.ir_version = 3
+    model.graph.input.append(helper.make_tensor_value_info("w", F, [24, 40]))
+    sess = Session(model)
+    fused = run_nodes(sess.plan)[0].fused
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal((64, 24)).astype(np.float32)
+    w2 = rng.standard_normal((24, 40)).astype(np.float32)
+    cases = [
+        {"x": base[:16].reshape(2, 8, 24)},
+        {"x": base[:40]},  # rank 2, 40 rows
+        {"x": base[:3]},  # 3 rows: OpenBLAS
+        {"x": base[:48].reshape(2, 24, 24)[:, :, ::-1].copy()[:, ::2]},  # strided rows
+        {"x": base[:16].reshape(2, 8, 24), "w": w2},  # a fed weight
+        {"x": base.reshape(4, 16, 24)},
+    ]
+    with threadpool_limits(1):
+        for i, feeds in enumerate(cases):
+            got = sess.run(feeds)["y"]
+            want = _reference(model, feeds)["y"]
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(i))
+            if i == 0 and packed_gemm.module() is not None:  # compiled kernels on
+                assert fused._held is not None and fused._held[0] is sess.plan.constants[0][1]
+
+
 def _residual_model(op: str, residual_shape: tuple[int, ...]) -> onnx.ModelProto:
     """x -> Conv 1x1 (16 -> 16) -> op(conv, r) -> Relu, with r a second graph input (a
     live value, like a ResNet shortcut)."""

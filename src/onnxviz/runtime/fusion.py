@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
 from onnxviz.runtime.fusion_layout import plan_channels_last
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F32 = np.dtype(np.float32)
 # The steps that end a conv chain ("hswish": the Mul of a written-out HardSwish, whose
 # HardSigmoid step, "hsig", comes just before it).
 _ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky", "hswish"})
@@ -309,9 +311,30 @@ class MatMulBias:
         self._packed: Any = None
         self._c: Any = None
         self._bias: Any = None
+        # The last packed product's call, held while the same read-only weight and bias
+        # come with a float32 input the kernel takes at the same level: (weight, c, K,
+        # N, level, call).  The checks below were half of a 32-row product's 15 us.
+        self._held: tuple[Any, Any, int, int, int | None, Any] | None = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         a, w, c = ins
+        held = self._held
+        if (
+            held is not None
+            and w is held[0]
+            and c is held[1]
+            and type(a) is np.ndarray
+            and a.dtype is _F32
+            and a.ndim >= 2
+            and a.shape[-1] == held[2]
+            and a.flags.c_contiguous
+            and native.level() == held[4]
+        ):
+            a2 = a.reshape(-1, held[2])
+            if packed_gemm.use_for(a2.shape[0], held[2], held[3]):
+                out = np.empty((a2.shape[0], held[3]), dtype=_F32)
+                held[5](a2, out)
+                return [out.reshape(a.shape[:-1] + (held[3],))]
         if (
             type(a) is np.ndarray
             and type(w) is np.ndarray
@@ -345,6 +368,9 @@ class MatMulBias:
                         bias = np.ascontiguousarray(c.reshape(-1))
                         self._c, self._bias = c, bias
                     packed_gemm.matmul_packed(mod, a2, p, out, bias=bias)
+                    if not w.flags.writeable and not c.flags.writeable:
+                        call = packed_gemm.product_call(mod, p, bias)
+                        self._held = (w, c, w.shape[0], w.shape[1], native.level(), call)
                     return [out.reshape(a.shape[:-1] + (w.shape[1],))]
             out[...] = c.reshape(-1)
             blas.gemm(a2, w, out, accumulate=True)

@@ -183,6 +183,21 @@ def matmul_packed(
     )  # fmt: skip
 
 
+def product_call(mod: Any, p: Packed, bias: np.ndarray | None) -> Any:
+    """``(a, out) -> None``: ``out = a @ w + bias`` by the packed weight ``p``, for a
+    C-contiguous float32 ``a`` (M x p.k) and ``out`` (M x p.n) the caller has checked:
+    `matmul_packed`'s call without its per-call checks and keywords (a fused MatMul +
+    bias on a few rows calls it per run; the module still checks every size against
+    its buffers)."""
+    gemm, data, offset, k, n, nr = mod.gemm, p.data, p.offset, p.k, p.n, p.nr
+    nan = float("nan")
+
+    def run(a: np.ndarray, out: np.ndarray) -> None:
+        gemm(a, k, a.shape[0], k, data, offset, n, nr, out, n, bias, None, 0, ACT_NONE, nan, nan, False, False)  # fmt: skip
+
+    return run
+
+
 # Rows below which a product stays with OpenBLAS (blas.few_rows_matmul's blocks): its
 # small-matrix kernel reads the weight once without packing it, where the kernel's tiles
 # run on padding.  Measured (benchmarks/bench_packed_gemm.py's way, 1 thread, us, OpenBLAS
