@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
@@ -743,6 +744,10 @@ def test_patch_convs_are_the_float64_definition(x_shape, w_shape, dtype) -> None
     attrs = {"strides": [k, k]}
     tol = 1e-5 if dtype == np.float32 else 1e-12
     close(conv(x, w, b, **attrs), want.astype(dtype), "plain kernel", rtol=tol)
+    # With one BLAS thread a float32 product of 8+ patches runs the compiled GEMM by the
+    # weight packed once (nn_conv._packed_patches).
+    with threadpool_limits(1):
+        close(conv(x, w, b, **attrs), want.astype(dtype), "plain kernel, packed", rtol=tol)
     got = conv_channels_last(_channels_last_copy(x), w, b, attrs, None, relu=False)
     assert got is not None
     close(got, want.astype(dtype), "channels-last", rtol=tol)
