@@ -332,15 +332,30 @@ def _last(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     return RNG.standard_normal((n, h, w, c)).astype(dtype).transpose(0, 3, 1, 2)
 
 
-def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values() -> None:
+@pytest.mark.parametrize("level", [*native.levels(), None])
+def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values(
+    level: int | None,
+) -> None:
+    """At each level the compiled copy (_channels.place; None: numpy's concatenate), of
+    channels-last, NCHW and other layouts, float32 and float64, widths around its
+    8-float and 16-row blocks."""
+    if level is not None:
+        compiled("channels")
     concat = ChannelsLastConcat(None)  # type: ignore[arg-type]  # the node: only for fallbacks
     ex: Any = _PlainKernel()
     a, b = _last((2, 5, 4, 3)), _last((2, 7, 4, 3))
     nchw = np.ascontiguousarray(_last((2, 2, 4, 3)))
-    for ins in ([a, b], [a, nchw, b], [nchw, a], [a]):
-        got = concat(ex, ins)[0]
-        assert is_channels_last(got)
-        np.testing.assert_array_equal(got, np.concatenate(ins, axis=1))
+    wide, wide_nchw = _last((1, 19, 9, 5)), np.ascontiguousarray(_last((1, 16, 9, 5)))
+    odd = RNG.standard_normal((1, 9, 18, 5)).astype(np.float32)[:, :, ::2]  # neither layout
+    doubles = _last((2, 5, 4, 3), np.float64), _last((2, 3, 4, 3), np.float64)
+    with at_level("channels", level):
+        for ins in (
+            [a, b], [a, nchw, b], [nchw, a], [a], [wide, wide_nchw, odd], [odd, wide], [*doubles],
+        ):  # fmt: skip
+            got = concat(ex, ins)[0]
+            assert is_channels_last(got)
+            assert got.dtype == ins[0].dtype
+            np.testing.assert_array_equal(got, np.concatenate(ins, axis=1))
     for ins in (
         [nchw, nchw],  # no channels-last input: numpy's own layout
         [a, _last((2, 7, 4, 3), np.float64)],
@@ -349,6 +364,17 @@ def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values() 
         [a.reshape(2, 5, 12)],
     ):
         assert concat(ex, ins) == ["plain kernel"]
+
+
+def test_the_compiled_concat_copy_checks_its_sizes() -> None:
+    module = compiled("channels")
+    x = np.zeros((1, 6, 4), np.float32)
+    out = np.zeros((1, 6, 8), np.float32)
+    for dims in [(1, 6, 4, 8, 5), (1, 6, 9, 8, 0), (1, 7, 4, 8, 0), (-1, 6, 4, 8, 0)]:
+        with pytest.raises(ValueError):
+            module.place(x, out, dims, False)
+    with pytest.raises((ValueError, TypeError)):
+        module.place(x, np.zeros((1, 6, 8)), (1, 6, 4, 8, 0), False)  # float64 out
 
 
 def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(

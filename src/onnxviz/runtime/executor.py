@@ -302,8 +302,8 @@ class Executor:
         quiet = not watched and store is None
         # ... and most of them run in the compiled loop (quiet_loop.py), which stops at
         # the nodes it leaves to this one.
-        program = quiet_loop.program_for(plan, nodes, Executor._call_kernel) if quiet else None
-        run_compiled = quiet_loop.loop().run if program is not None else None
+        compiled = quiet_loop.program_for(plan, nodes, Executor._call_kernel) if quiet else None
+        program, run_compiled = compiled if compiled is not None else (None, None)
         times = self._times_of(program, nodes) if program is not None else None
         where = [0]
         inplace_limit = inplace_min if inplace else -1

@@ -400,6 +400,30 @@ class ChannelsLastConcat:
             ) and any(is_channels_last(x) for x in ins):
                 n, _, h, w = first.shape
                 out = np.empty((n, h, w, sum(x.shape[1] for x in ins)), dtype=dtype)
-                np.concatenate([x.transpose(0, 2, 3, 1) for x in ins], axis=3, out=out)
+                module = native.load("channels") if dtype == np.float32 else None
+                if module is None or not _place(module, ins, out):
+                    np.concatenate([x.transpose(0, 2, 3, 1) for x in ins], axis=3, out=out)
                 return [out.transpose(0, 3, 1, 2)]
         return ex.call_kernel(self.node, ins)
+
+
+def _place(module: Any, ins: list[np.ndarray], out: np.ndarray) -> bool:
+    """Copy each float32 input into its channels of the channels-last ``out`` by the
+    compiled copy (_channels.place): a channels-last input row by row, an NCHW one plane
+    by plane; another layout is made channels-last first.  False when an input is not
+    float32 (the caller's numpy concatenate runs)."""
+    n, h, w, total = out.shape
+    offset = 0
+    for x in ins:
+        if x.dtype != np.float32:
+            return False
+        width = x.shape[1]
+        xl = x.transpose(0, 2, 3, 1)
+        if xl.flags.c_contiguous:
+            module.place(xl, out, (n, h * w, width, total, offset), False)
+        elif x.flags.c_contiguous:
+            module.place(x, out, (n, h * w, width, total, offset), True)
+        else:
+            module.place(np.ascontiguousarray(xl), out, (n, h * w, width, total, offset), False)
+        offset += width
+    return True

@@ -73,14 +73,14 @@ def calls_kernel(pn: PlanNode) -> bool:
 
 
 def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any:
-    """The compiled program of ``nodes`` (plan.nodes or its fused list), made once."""
+    """The compiled program of ``nodes`` (plan.nodes or its fused list), made once, and
+    the module's ``run``, or None (kernels off or not built)."""
+    entry = plan.quiet_programs.get(id(nodes))
+    if entry is not None and entry[0] is nodes and native.level() is not None:
+        return entry[1]
     module = loop()
     if module is None:
         return None
-    key = id(nodes)
-    entry = plan.quiet_programs.get(key)
-    if entry is not None and entry[0] is nodes:
-        return entry[1]
     steps = []
     for pn in nodes:
         mode, call, extra = step_mode(pn, call_kernel)
@@ -95,8 +95,8 @@ def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any
                 tuple(pn.free_after),
             )
         )
-    program = module.compile(steps, plan.n_slots)
-    plan.quiet_programs[key] = (nodes, program)
+    program = (module.compile(steps, plan.n_slots), module.run)
+    plan.quiet_programs[id(nodes)] = (nodes, program)
     return program
 
 

@@ -283,7 +283,8 @@ class Session:
             file=self.file,
         )
         self._executor = ex
-        ex.fold = not any(name in self.plan.overridable for name in values)
+        overridable = self.plan.overridable
+        ex.fold = not (overridable and any(name in overridable for name in values))
         frame = ex.new_frame(
             self.plan, parent=None, caller=None, title="main", kind="main", feeds=None
         )
