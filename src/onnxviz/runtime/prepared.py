@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import shape_memo
-from onnxviz.runtime.registry import RUNTIME, specializer_of
+from onnxviz.runtime.registry import RUNTIME, KernelContext, no_generator, specializer_of
 
 if TYPE_CHECKING:
     from onnxviz.runtime.plan import PlanNode
@@ -112,15 +112,21 @@ _FAST_BINARY: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 
 
 def _special(pn: PlanNode, constants: dict[int, Any]) -> Callable[..., Any] | None:
-    """The specializer's call for a plain kernel node (registry.specializer), or None."""
+    """The specializer's call for a kernel node (registry.specializer), or None.  A
+    context kernel's maker gets the node's context, made here once."""
     spec = pn.spec
-    if pn.kind != "kernel" or spec is None or spec.needs_ctx:
+    if pn.kind != "kernel" or spec is None:
         return None
     specialize = specializer_of(spec.fn)
     if specialize is None:
         return None
     known = tuple(None if s < 0 else constants.get(s, RUNTIME) for s in pn.inputs)
     try:
+        if spec.needs_ctx:
+            ctx = KernelContext(
+                len(pn.outputs), pn.opset, pn.node.name, no_generator, pn.output_names
+            )
+            return specialize(pn.attrs, known, len(pn.outputs), ctx)
         return specialize(pn.attrs, known, len(pn.outputs))
     except Exception:  # a node its maker cannot read (a missing attribute): the kernel
         return None  # runs it, and says what is wrong when it does
@@ -130,10 +136,12 @@ def _call(
     pn: PlanNode, fast: bool, special: Callable[..., Any] | None
 ) -> Callable[..., Any] | None:
     spec = pn.spec
-    if pn.kind != "kernel" or spec is None or spec.needs_ctx or len(pn.outputs) != 1:
+    if pn.kind != "kernel" or spec is None or len(pn.outputs) != 1:
         return None
     if special is not None:
         return special
+    if spec.needs_ctx:
+        return None
     fn: Callable[..., Any] = spec.fn
     if pn.attrs:
         fn = functools.partial(fn, **pn.attrs)

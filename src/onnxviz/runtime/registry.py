@@ -112,14 +112,16 @@ def kernel(
 # out once what the kernel would work out on every call (a dequantized weight, a
 # resolved dtype) and must give the kernel's numbers: it calls the kernel for anything
 # it was not made for (an overridden initializer, another dtype).  Stepped runs always
-# call the kernel, so the differential tests compare the two.
+# call the kernel, so the differential tests compare the two.  The maker of a kernel
+# that takes a KernelContext gets a fourth argument, the node's context, made once: its
+# generator cannot be used (`no_generator`), so kernels that draw register no maker.
 class _Runtime:
     def __repr__(self) -> str:
         return "RUNTIME"
 
 
 RUNTIME: Any = _Runtime()
-Specializer = Callable[[dict[str, Any], tuple[Any, ...], int], Callable[..., Any] | None]
+Specializer = Callable[..., Callable[..., Any] | None]
 _SPECIALIZERS: dict[KernelFn, Specializer] = {}
 
 
@@ -135,6 +137,11 @@ def specializer(fn: KernelFn) -> Callable[[Specializer], Specializer]:
 
 def specializer_of(fn: KernelFn) -> Specializer | None:
     return _SPECIALIZERS.get(fn)
+
+
+def no_generator() -> np.random.Generator:
+    """The generator source of a specialized call's context (see above)."""
+    raise RuntimeError("a specialized call has no run generator: a kernel that draws has none")
 
 
 def load_all_kernels() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from onnxviz.runtime import native
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import derived, frozen
 from onnxviz.runtime.kernels.contrib_attention import _wide
-from onnxviz.runtime.registry import KernelContext, kernel
+from onnxviz.runtime.registry import RUNTIME, KernelContext, kernel, specializer
 
 MS = "com.microsoft"
 
@@ -167,6 +168,7 @@ def _attend_compiled(
     causal: bool,
     window: int,
     factor: float,
+    tables: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray | None, ...] | None:
     """The outputs from native/_gqa.c, or None when the call is not its case (the numpy
     path then runs, and raises whatever error the inputs deserve): float32 throughout,
@@ -174,7 +176,8 @@ def _attend_compiled(
     past caches of the expected shape holding those rows, rotary positions that follow
     the past (no position_ids in a decode step) inside float32 cos/sin caches.  The
     caller has ruled out a query that is not float32, softcap, bias, sinks, smooth
-    softmax and Q/K norms."""
+    softmax and Q/K norms.  ``tables``: the rotary tables of every position of the
+    constant caches, when the caller holds them (else _position_tables finds them)."""
     nq, nk, head = heads
     b, s = query.shape[0], query.shape[1]
     start = past_len[0]
@@ -212,7 +215,10 @@ def _attend_compiled(
             return None
         if start + s > cos_cache.shape[0]:
             return None
-        big_c, big_s = _position_tables(cos_cache, sin_cache, interleaved, None, start, s)
+        if tables is not None:
+            big_c, big_s = tables[0][None, start : start + s, None], tables[1][None, start : start + s, None]  # fmt: skip
+        else:
+            big_c, big_s = _position_tables(cos_cache, sin_cache, interleaved, None, start, s)
         rot = big_c.shape[-1]
         if big_c.dtype != np.float32 or big_s.dtype != np.float32 or rot > head:
             return None
@@ -455,3 +461,107 @@ def group_query_attention(
         present_v.astype(dtype, copy=False),
         None,
     )
+
+
+_GQA_INPUTS = 16  # query ... k_norm_weight
+
+
+@specializer(group_query_attention)
+def _specialize_gqa(
+    attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int, ctx: KernelContext
+) -> Any:
+    """The specialized call (registry.specializer) of a GroupQueryAttention node the
+    compiled kernel can run: attributes read and checked once, the rotary tables of its
+    constant cos/sin caches held, and per call only what depends on the inputs (their
+    shapes, the sequence lengths) before `_attend_compiled`.  The kernel runs anything
+    else (a fed cache, position_ids, a bias, another dtype), so the same numbers and
+    errors.  A tiny Llama's attention: 18 -> 8 us a call (the context, 17 keyword
+    arguments and the checks were most of it)."""
+    if _COMPILED is None:
+        return None
+    padded = (*known, *([None] * (_GQA_INPUTS - len(known))))
+    # position_ids, bias, sinks, scales, norms: the node has none (so no call has them)
+    if any(v is not None for v in padded[9:]):
+        return None
+    num_heads, kv_num_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+    if (
+        not kv_num_heads
+        or num_heads % kv_num_heads
+        or attrs.get("softcap", 0.0) > 0
+        or attrs.get("smooth_softmax", -1) == 1
+        or attrs.get("sliding_window_cache", 0)
+        or attrs.get("k_quant_type", "NONE") != "NONE"
+        or attrs.get("v_quant_type", "NONE") != "NONE"
+        or (attrs.get("qk_output", 0) and ctx.wants_output(3))
+    ):
+        return None
+    cos_k, sin_k = padded[7], padded[8]
+    interleaved = bool(attrs.get("rotary_interleaved", 0))
+    tables = None
+    if attrs.get("do_rotary", 0):
+        if cos_k is RUNTIME or sin_k is RUNTIME or cos_k is None or sin_k is None:
+            return None
+        if not (frozen(cos_k) and frozen(sin_k)):
+            return None
+        tables = derived(
+            "gqa_rotary_tables",
+            (cos_k, sin_k),
+            (interleaved,),
+            lambda: pair_tables(_wide(cos_k), _wide(sin_k), interleaved),
+        )
+        if tables[0].dtype != np.float32 or tables[1].dtype != np.float32:
+            return None
+    nq, nk = num_heads, kv_num_heads
+    causal = bool(attrs.get("causal", 1))
+    window_size = int(attrs.get("local_window_size", -1))
+    scale = attrs.get("scale")
+    rotary = (cos_k, sin_k, interleaved) if tables is not None else None
+    fallback = functools.partial(group_query_attention, ctx, **attrs)
+    missing = [None] * max(n_outputs - 3, 0)
+
+    def call(*ins: Any) -> Any:
+        query = ins[0]
+        n_in = len(ins)
+        if (
+            n_in < 7
+            or type(query) is not np.ndarray
+            or query.dtype != np.float32
+            or query.ndim != 3
+            or (tables is not None and (n_in < 9 or ins[7] is not cos_k or ins[8] is not sin_k))
+        ):
+            return _outputs(fallback(*ins))
+        key, value, past_key, past_value, seqlens_k, tsl = ins[1:7]
+        if seqlens_k is None or tsl is None or type(tsl) is not np.ndarray:
+            return _outputs(fallback(*ins))
+        b, s, width = query.shape
+        if key is None:
+            head = width // (nq + 2 * nk)
+            if width != (nq + 2 * nk) * head:
+                return _outputs(fallback(*ins))
+        elif value is None:
+            return _outputs(fallback(*ins))
+        else:
+            head = width // nq
+        total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
+        totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]
+        prompt = s == total_max
+        past_len = [0] * b if prompt else [n - s for n in totals]
+        if b * s * head <= 0 or any(n < 0 for n in past_len):
+            return _outputs(fallback(*ins))
+        result = _attend_compiled(
+            query, key, value, past_key, past_value, (nq, nk, head), past_len, totals,
+            max(total_max, 0 if past_key is None else past_key.shape[2]), rotary, True,
+            causal, window_size if 0 < window_size <= total_max - 1 else -1,
+            scale if scale else 1.0 / math.sqrt(head), tables,
+        )  # fmt: skip
+        if result is None:
+            return _outputs(fallback(*ins))
+        return _outputs(result)
+
+    def _outputs(result: tuple[Any, ...]) -> Any:
+        if n_outputs == 1:
+            return result[0]
+        outs = list(result[:n_outputs])
+        return outs + missing[: n_outputs - len(outs)]
+
+    return call
