@@ -136,3 +136,79 @@ def test_a_context_makers_context_names_the_node_and_cannot_draw(monkeypatch) ->
     assert ctx.opset == 1 and ctx.wants_output(2) and not ctx.wants_output(3)
     with pytest.raises(RuntimeError, match="no run generator"):
         _ = ctx.rng
+
+
+def _split_model(opset: int, axis: int, n_out: int, *, sizes: list[int] | None,
+                 num_outputs: int | None = None, ir3: bool = False) -> onnx.ModelProto:  # fmt: skip
+    inputs, inits, attrs = ["x"], [], {"axis": axis}
+    graph_inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)]
+    if sizes is not None and opset >= 13:
+        inputs.append("sizes")
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+        if ir3:
+            graph_inputs.append(
+                helper.make_tensor_value_info("sizes", onnx.TensorProto.INT64, [len(sizes)])
+            )
+    elif sizes is not None:
+        attrs["split"] = sizes
+    if num_outputs is not None:
+        attrs["num_outputs"] = num_outputs
+    outs = [f"y{i}" for i in range(n_out)]
+    graph = helper.make_graph(
+        [helper.make_node("Split", inputs, outs, name="split", **attrs)],
+        "split",
+        graph_inputs,
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outs],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if ir3:
+        model.ir_version = 3
+    return model
+
+
+@pytest.mark.parametrize(
+    ("opset", "axis", "n_out", "sizes", "num_outputs"),
+    [
+        (11, 1, 3, [2, 3, 1], None),
+        (11, -1, 2, None, None),
+        (13, 0, 3, [1, 4, 1], None),
+        (13, -2, 2, None, None),
+        (18, 1, 3, None, 3),
+    ],
+)
+def test_split_gives_the_kernels_parts_for_every_input_shape(
+    opset: int, axis: int, n_out: int, sizes: list[int] | None, num_outputs: int | None
+) -> None:
+    model = _split_model(opset, axis, n_out, sizes=sizes, num_outputs=num_outputs)
+    sess = Session(model)
+    (pn,) = run_nodes(sess.plan)
+    assert pn.call_many is not None and "_specialize_split" in pn.call_many.__qualname__
+    rng = np.random.default_rng(opset)
+    width = sum(sizes) if sizes else 6
+    shapes = [(width, 6), (6, width), (width, width, 6), (2, width, width)]
+    for shape in shapes * 2:  # a shape's second run: its kept cuts
+        x = rng.standard_normal(shape).astype(np.float32)
+        try:
+            want = stepped_values(model, {"x": x})
+        except AssertionError:  # the kernel refuses this shape: so must the call
+            with pytest.raises(Exception, match="Split"):
+                sess.run({"x": x})
+            continue
+        got = sess.run({"x": x})
+        for i in range(n_out):
+            name = f"y{i}"
+            assert got[name].shape == want[name].shape, (shape, name)
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_split_sizes_a_feed_overrides_go_to_the_kernel() -> None:
+    model = _split_model(13, 0, 2, sizes=[1, 3], ir3=True)
+    sess = Session(model)
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    assert sess.run({"x": x})["y0"].shape == (1, 2)
+    assert sess.run({"x": x})["y0"].shape == (1, 2)
+    got = sess.run({"x": x, "sizes": np.array([3, 1], np.int64)})
+    np.testing.assert_array_equal(got["y0"], x[:3])
+    np.testing.assert_array_equal(got["y1"], x[3:])
+    assert sess.run({"x": x})["y0"].shape == (1, 2)

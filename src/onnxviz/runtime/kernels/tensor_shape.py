@@ -272,6 +272,56 @@ def split_v13(
     return _split(data, axis, _split_sizes(dim, sizes, ctx.n_outputs, num_outputs))
 
 
+def _specialize_split(kernel_fn: Any) -> Any:
+    """The specialized call of a Split node (its sizes an attribute, a constant input or
+    absent) in unwatched runs: the kernel's first result for an input shape gives the
+    index of each part, and later inputs of that shape are sliced by them (the same
+    views).  Another sizes input (an initializer a feed overrides) or anything but an
+    array takes the kernel, as does a shape the kernel refuses (it raises)."""
+
+    def specialize(
+        attrs: dict[str, Any], known: tuple[Any, ...], n: int, ctx: KernelContext
+    ) -> Any:
+        sizes = known[1] if len(known) > 1 else None
+        if sizes is RUNTIME:
+            return None
+        fallback = functools.partial(kernel_fn, ctx, **attrs)
+        cuts: dict[tuple[int, ...], list[tuple[slice, ...]]] = {}
+        axis_attr = int(attrs.get("axis", 0))
+
+        def call(data: Any, *rest: Any) -> Any:
+            if (rest and rest[0] is not sizes) or type(data) is not np.ndarray:
+                return _outputs(fallback(data, *rest))
+            index = cuts.get(data.shape)
+            if index is None:
+                parts = fallback(data, *rest)
+                axis = normalize_axis(axis_attr, data.ndim)
+                lead = (slice(None),) * axis
+                index, start = [], 0
+                for part in parts:
+                    index.append((*lead, slice(start, start + part.shape[axis])))
+                    start += part.shape[axis]
+                if len(cuts) < 64:
+                    cuts[data.shape] = index
+                return _outputs(parts)
+            return _outputs([data[ix] for ix in index])
+
+        def _outputs(parts: Any) -> Any:
+            if n == 1:
+                return parts[0]
+            outs = list(parts[:n])
+            return outs + [None] * (n - len(outs))
+
+        return call
+
+    return specialize
+
+
+specializer(split_v1)(_specialize_split(split_v1))
+specializer(split_v2)(_specialize_split(split_v2))
+specializer(split_v13)(_specialize_split(split_v13))
+
+
 @kernel("Expand", since=(8, 13))
 def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
     target = as_ints(shape)
