@@ -80,9 +80,10 @@ def _same_bits(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
 
 
 def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
-    """Plain calls (Add, Relu, Reshape), a specialized call of several outputs (LSTM), a
-    context kernel (Split), a fused node (MatMul + Add), a folded one (Shape of an
-    initializer, Cast), and control flow (If) in one graph."""
+    """Plain calls (Add, Relu, Reshape), specialized calls of several outputs (Split,
+    and LSTM where its compiled loop runs), a context kernel without one (Dropout), a
+    fused node (MatMul + Add), a folded one (Shape of an initializer, Cast), and control
+    flow (If) in one graph."""
     hidden = 4
     rng = np.random.default_rng(3)
     then_graph = helper.make_graph(
@@ -113,7 +114,9 @@ def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
         helper.make_node(
             "If", ["positive"], ["branch"], then_branch=then_graph, else_branch=else_graph
         ),
-        helper.make_node("Mul", ["branch", "h_last"], ["y"], name="mul"),
+        helper.make_node("Mul", ["branch", "h_last"], ["y_pre"], name="mul"),
+        # A context kernel without a specialized call (it may draw): _call_kernel.
+        helper.make_node("Dropout", ["y_pre"], ["y"], name="dropout"),
     ]
     inits = {
         "w_mm": rng.standard_normal((6, 8)).astype(np.float32),
@@ -146,10 +149,7 @@ def test_every_step_mode_gives_the_python_loops_bits_and_profile(monkeypatch) ->
     # Every mode was there (else this compares the Python loop with itself).
     nodes = run_nodes(sess.plan)
     modes = {quiet_loop.step_mode(pn, None)[0] for pn in nodes}
-    assert {quiet_loop.PLAIN, quiet_loop.FUSED, quiet_loop.KERNEL} <= modes
-    # LSTM's specialized call (several outputs) is made where its compiled step runs.
-    lstm = next(pn for pn in nodes if pn.op_type == "LSTM")
-    assert (quiet_loop.MANY in modes) == (lstm.call_many is not None)
+    assert {quiet_loop.PLAIN, quiet_loop.MANY, quiet_loop.FUSED, quiet_loop.KERNEL} <= modes
     assert {quiet_loop.FOLDED, quiet_loop.PYTHON} <= modes  # Shape/Cast folded; the If
     assert all(calls == 1 for calls, _ in sess.node_times.values())  # the last run's
 
@@ -229,6 +229,15 @@ def _failing_models() -> list[tuple[str, onnx.ModelProto, dict[str, Any], str]]:
         [helper.make_tensor_value_info("a", F, None), helper.make_tensor_value_info("b", F, None)],
         initializer=[numpy_helper.from_array(np.array([1, 1], np.int64), "parts")],
     )
+    pool = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], name="pool"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("p", F, None)],
+    )
     fused = helper.make_graph(
         [
             helper.make_node("Relu", ["x"], ["r"], name="first"),
@@ -247,7 +256,8 @@ def _failing_models() -> list[tuple[str, onnx.ModelProto, dict[str, Any], str]]:
     return [
         ("plain", helper.make_model(bad_mm, opset_imports=opset), {"x": np.ones((2, 5), np.float32)}, "product"),
         ("many", helper.make_model(lstm, opset_imports=opset), {"x": np.ones((2, 1, 4), np.float32)}, "lstm"),
-        ("kernel", helper.make_model(split, opset_imports=opset), {"x": np.ones((5, 2), np.float32)}, "split"),
+        ("many-split", helper.make_model(split, opset_imports=opset), {"x": np.ones((5, 2), np.float32)}, "split"),
+        ("kernel", helper.make_model(pool, opset_imports=opset), {"x": np.ones((5, 2), np.float32)}, "pool"),
         ("fused", helper.make_model(fused, opset_imports=opset), {"x": np.ones((2, 5), np.float32)}, "mm"),
     ]  # fmt: skip
 
