@@ -562,7 +562,17 @@ class _Compiled:
     the biases the projection takes.  The kernels make it on each call; their
     specializers once per node (the lookups were a third of a short sequence's call)."""
 
-    __slots__ = ("gates", "n_dirs", "reverse", "hidden", "packs", "biases", "rb_h", "lbr")
+    __slots__ = (
+        "gates",
+        "n_dirs",
+        "reverse",
+        "hidden",
+        "packs",
+        "biases",
+        "rb_h",
+        "lbr",
+        "rb_sums",
+    )
 
     def __init__(
         self, gates: int, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
@@ -584,6 +594,7 @@ class _Compiled:
             self.packs = [(_native_packed(r, d, 0, 4, hs), None) for d in range(self.n_dirs)]
             self.biases = [_bias_sum(b, d, 4, hs, f32) for d in range(self.n_dirs)]
             self.rb_h: list[np.ndarray | None] = [None] * self.n_dirs
+            self.rb_sums: list[np.ndarray | None] = [None] * self.n_dirs
         else:  # GRU: Wb then the plain sums of Rb (_gru_biases), and the candidate's Rb
             if self.lbr:
                 self.packs = [(_native_packed(r, d, 0, 3, hs), None) for d in range(self.n_dirs)]
@@ -594,10 +605,14 @@ class _Compiled:
                 ]
             self.biases = []
             self.rb_h = []
+            # The recurrent biases _gru_biases adds per call, found once (its lookup in
+            # the weight cache was a tenth of a one-step call).
+            self.rb_sums = []
             for d in range(self.n_dirs):
                 wb, rb = _biases(b, d, 3, hs, f32)
                 self.biases.append(wb)
                 self.rb_h.append(_f32(rb[2 * hs :]) if self.lbr else None)
+                self.rb_sums.append(None if b is None else rb)
 
     def fits(self, x: Any, w: np.ndarray) -> bool:
         """Whether the loop takes input x: float32 (T, B, I), no empty dimension."""
@@ -636,8 +651,9 @@ class _Compiled:
                     steps, batch, hs, n_dirs, d, reverse, None,
                 )  # fmt: skip
             else:
-                if b is not None:
-                    _gru_biases(proj, _biases(b, d, 3, hs, np.float32)[1], hs, self.lbr)
+                rb = self.rb_sums[d]
+                if rb is not None:
+                    _gru_biases(proj, rb, hs, self.lbr)
                 _gru_loop(
                     _f32(proj), w1, w2, self.rb_h[d], _f32(h), y_all, h_out[d],
                     steps, batch, hs, n_dirs, d, reverse, self.lbr, None,
