@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import fusion_elementwise, native
 from onnxviz.runtime.fusion_elementwise import ElementwiseChain, _Step
+from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree
 from tests.runtime.native_modules import compiled
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.numeric
 
 LEVELS = native.levels()
 BINARY = ["Add", "Sub", "Mul", "Div"]
-UNARY = ["Erf", "Neg", "Abs", "Relu"]
+UNARY = ["Erf", "Neg", "Abs", "Relu", "Tanh"]
 SPECIAL = np.array(
     [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-38, 3e38, -3e38, 1.0, -1.0],
     np.float32,
@@ -50,21 +51,27 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def _block_path(chain: ElementwiseChain, x: np.ndarray, scalars: dict[int, Any]) -> np.ndarray:
-    """The numpy block path, its Erf the compiled one even with the kernels off
-    (ONNXVIZ_NATIVE=off: numpy's own tanh then makes other bits, and the chain kernel
-    does not run)."""
+    """The numpy block path, its Erf and Tanh the compiled ones even with the kernels off
+    (ONNXVIZ_NATIVE=off: numpy's own erf and tanh then make other bits, and the chain
+    kernel does not run)."""
     out = np.empty_like(x)
     erf = compiled("erf")
     erf.set_level(native.cpu_level())
-    saved = fusion_elementwise._UNARY["Erf"]
+    module = _module()
+    module.set_level(native.cpu_level())
+    tanh_step = chain_program.program([("Tanh", chain_program.NONE, True, 0.0)])
+    saved = dict(fusion_elementwise._UNARY)
     fusion_elementwise._UNARY["Erf"] = lambda v, o: erf.erf(np.ascontiguousarray(v), o)
+    fusion_elementwise._UNARY["Tanh"] = lambda v, o: module.run(
+        np.ascontiguousarray(v), o, tanh_step
+    )
     try:
         with np.errstate(all="ignore"):
             for start in range(0, x.size, 32768):
                 stop = min(start + 32768, x.size)
                 chain._run_block(x[start:stop], out[start:stop], scalars)
     finally:
-        fusion_elementwise._UNARY["Erf"] = saved
+        fusion_elementwise._UNARY.update(saved)
     return out
 
 
@@ -259,3 +266,109 @@ def test_gelu_through_the_chain_gives_the_numpy_steps_bits(
     np.testing.assert_array_equal(_bits(got16.astype(np.float32)), _bits(want16.astype(np.float32)))
     calls.clear()
     assert math_activation.gelu(x.astype(np.float64)).dtype == np.float64 and not calls
+
+
+def test_the_compiled_tanh_is_within_two_ulp_with_the_same_bits_at_every_level() -> None:
+    """vector_math.h's tanh (the Tanh kernel's for float32 and the chain's Tanh step):
+    within 2 ulp of tanh in float64 over the whole range (both sides of its switch at
+    atanh(1/2), tiny and huge values), -0 and NaN kept, +-inf to +-1."""
+    module = _module()
+    rng = np.random.default_rng(8)
+    x = np.concatenate(
+        [
+            rng.standard_normal(200_000).astype(np.float32) * 3,
+            np.linspace(-12, 12, 100_001, dtype=np.float32),
+            np.float32(0.54930615) + np.arange(-500, 500, dtype=np.float32) * 1e-7,
+            (rng.random(5000) * 1e-6).astype(np.float32),
+            SPECIAL,
+        ]
+    )
+    step = chain_program.program([("Tanh", chain_program.NONE, True, 0.0)])
+    outs = []
+    for level in LEVELS:
+        module.set_level(level)
+        got = np.empty_like(x)
+        module.run(x, got, step)
+        outs.append(got)
+    module.set_level(native.cpu_level())
+    for level, got in zip(LEVELS, outs):
+        np.testing.assert_array_equal(_bits(got), _bits(outs[0]), f"level {level}")
+    got = outs[0]
+    exact = np.tanh(x.astype(np.float64))
+    finite = np.isfinite(x)
+    ulp = np.spacing(np.abs(exact[finite]).astype(np.float32)).astype(np.float64)
+    worst = np.max(np.abs(got[finite] - exact[finite]) / ulp)
+    assert worst <= 2.0, worst
+    assert np.isnan(got[np.isnan(x)]).all()
+    np.testing.assert_array_equal(got[np.isinf(x)], np.sign(x[np.isinf(x)]))
+    zeros = x == 0
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tanh_gelu_and_tanh_through_the_chain_give_their_steps_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gelu(approximate="tanh") as one chain program: the bits of its nine numpy steps
+    with the Tanh kernel's tanh; the Tanh kernel's own float32 result is the chain's."""
+    from onnxviz.runtime.kernels import math_activation, math_elementwise
+
+    chain = _module()
+    chain.set_level(native.cpu_level())
+    monkeypatch.setattr(chain_program, "CHAIN", chain)
+    x = _values(np.random.default_rng(9), 30_000).reshape(30, 1000)
+    got = math_activation.gelu(x, approximate="tanh")
+    with np.errstate(all="ignore"):
+        inner = x * x
+        inner *= np.float32(0.044715)
+        inner += np.float32(1)
+        inner *= x
+        inner *= np.float32(np.sqrt(2 / np.pi))
+        want = math_elementwise._tanh(inner)
+        want += np.float32(1)
+        want *= x
+        want *= np.float32(0.5)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    t = math_elementwise._tanh(x)
+    step = chain_program.program([("Tanh", chain_program.NONE, True, 0.0)])
+    direct = np.empty_like(x)
+    chain.run(x, direct, step)
+    np.testing.assert_array_equal(_bits(t), _bits(direct))
+    np.testing.assert_allclose(t, np.tanh(x.astype(np.float64)), rtol=3e-7, atol=1e-37)
+
+
+def test_a_gpt2_tanh_gelu_chain_runs_the_kernel_and_agrees_with_the_stepped_run() -> None:
+    """GPT-2's GELU as TorchScript writes it (x * x * x through Pow or Mul, * 0.044715,
+    + x, * sqrt(2 / pi), Tanh, + 1, * x, * 0.5): one fused chain, the stepped bits."""
+    f = TensorProto.FLOAT
+    consts = {"a": 0.044715, "k": float(np.sqrt(2 / np.pi)), "one": 1.0, "half": 0.5}
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["x2"]),
+        helper.make_node("Mul", ["x2", "x"], ["x3"]),
+        helper.make_node("Mul", ["x3", "a"], ["ax3"]),
+        helper.make_node("Add", ["x", "ax3"], ["s"]),
+        helper.make_node("Mul", ["s", "k"], ["u"]),
+        helper.make_node("Tanh", ["u"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["t1"]),
+        helper.make_node("Mul", ["x", "t1"], ["xt"]),
+        helper.make_node("Mul", ["xt", "half"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu",
+        [helper.make_tensor_value_info("x", f, [2, 3, 1024])],
+        [helper.make_tensor_value_info("y", f, None)],
+        initializer=[numpy_helper.from_array(np.float32(v), k) for k, v in consts.items()],
+    )
+    from onnx import helper as h
+
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    x = np.random.default_rng(10).standard_normal((2, 3, 1024)).astype(np.float32) * 3
+    assert_modes_agree(model, {"x": x}, rtol=0)
+    sess = Session(model)
+    sess.run({"x": x})
+    from onnxviz.runtime.fusion import run_nodes
+
+    chains = [pn.fused for pn in run_nodes(sess.plan) if isinstance(pn.fused, ElementwiseChain)]
+    assert len(chains) == 1
+    assert chains[0].native == (fusion_elementwise._NATIVE is not None)

@@ -333,15 +333,32 @@ _GELU_ERF = chain_program.program(
 )
 
 
+# approximate "tanh" likewise: the steps below in their order (x * x, * 0.044715, + 1,
+# * x, * sqrt(2 / pi), tanh, + 1, * x, * 0.5), the chain's Tanh being the Tanh kernel's.
+_GELU_TANH = chain_program.program(
+    [
+        ("Mul", chain_program.INPUT, True, 0.0),
+        ("Mul", chain_program.SCALAR, True, 0.044715),
+        ("Add", chain_program.SCALAR, True, 1.0),
+        ("Mul", chain_program.INPUT, True, 0.0),
+        ("Mul", chain_program.SCALAR, True, math.sqrt(2.0 / math.pi)),
+        ("Tanh", chain_program.NONE, True, 0.0),
+        ("Add", chain_program.SCALAR, True, 1.0),
+        ("Mul", chain_program.INPUT, True, 0.0),
+        ("Mul", chain_program.SCALAR, True, 0.5),
+    ]
+)
+
+
 @kernel("Gelu", since=20)
 @_in_float32
 def gelu(x: Array, approximate: str = "none") -> Array:
-    if approximate != "tanh" and x.dtype == np.float32 and chain_program.CHAIN is not None:
+    if x.dtype == np.float32 and chain_program.CHAIN is not None:
         src = np.ascontiguousarray(x)
         out = np.empty(src.shape, np.float32)
-        chain_program.CHAIN.run(src, out, _GELU_ERF)
+        chain_program.CHAIN.run(src, out, _GELU_TANH if approximate == "tanh" else _GELU_ERF)
         return out
-    if approximate == "tanh":
+    if approximate == "tanh":  # (float64, or the compiled kernels off)
         inner = x * x
         inner *= 0.044715
         inner += 1

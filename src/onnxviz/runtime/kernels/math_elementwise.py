@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_common import (
     ML_FLOATS,
     ML_INTS,
@@ -42,6 +43,32 @@ def _reciprocal(x: Array) -> Array:
     return np.reciprocal(x) if is_float(x.dtype) else np.floor_divide(1, x)
 
 
+# Tanh of float32 by the compiled chain's one Tanh step (vector_math.h's tanh, within 2
+# ulp of the exact value: tests/runtime/test_native_chain.py), so a fused chain with a
+# Tanh step (a GPT-2's written-out tanh GELU) gives the stepped run's bits.
+_TANH = chain_program.program([("Tanh", chain_program.NONE, True, 0.0)])
+
+
+def _tanh(x: Array) -> Array:
+    chain = chain_program.CHAIN
+    if chain is None or x.dtype != np.float32 or not x.size:
+        return np.tanh(x)
+    src = np.ascontiguousarray(x)
+    out = np.empty(src.shape, np.float32)
+    chain.run(src, out, _TANH)
+    return out
+
+
+def tanh_into(x: Array, out: Array) -> None:
+    """out = tanh(x) as the Tanh kernel computes it (out may be x; both contiguous
+    when float32): an elementwise chain's numpy block path takes its Tanh steps here."""
+    chain = chain_program.CHAIN
+    if chain is None or x.dtype != np.float32 or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        np.tanh(x, out=out)
+    elif x.size:
+        chain.run(x, out, _TANH)
+
+
 _UNARY: list[tuple[str, tuple[int, ...], Callable[[Array], Array]]] = [
     ("Abs", (1, 6, 13), np.abs),
     ("Neg", (1, 6, 13), np.negative),
@@ -53,7 +80,7 @@ _UNARY: list[tuple[str, tuple[int, ...], Callable[[Array], Array]]] = [
     ("Log", (1, 6, 13), np.log),
     ("Sqrt", (1, 6, 13), np.sqrt),
     ("Reciprocal", (1, 6, 13), _reciprocal),
-    ("Tanh", (1, 6, 13), np.tanh),
+    ("Tanh", (1, 6, 13), _tanh),
     ("Erf", (9, 13), erf),
     ("Sin", (7, 22), np.sin),
     ("Cos", (7, 22), np.cos),
