@@ -554,13 +554,17 @@ def test_the_routing_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> Non
     close(np.asarray(on), np.asarray(off), "routed on against off", rtol=1e-4)
 
 
-def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers() -> None:
+def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """From 256 x 256 channels a Winograd-fitting conv in a channels-last chain runs
-    Winograd (nn_conv_nhwc._Direct), with bias and residual, in NCHW."""
+    Winograd (nn_conv_nhwc._Direct), with bias and residual, in NCHW, where the blocked
+    kernel does not (switched off here: test_native_conv_blocked routes it)."""
     from onnxviz.runtime.kernels.nn_conv import conv_core
     from onnxviz.runtime.kernels.nn_conv_nhwc import nhwc, prepare_channels_last
 
     _module()
+    monkeypatch.setenv("ONNXVIZ_BLOCKED_CONV", "off")
     rng = np.random.default_rng(2)
     x = nhwc(rng.standard_normal((1, 256, 14, 14)).astype(np.float32)).transpose(0, 3, 1, 2)
     w = (rng.standard_normal((256, 256, 3, 3)) * 0.05).astype(np.float32)

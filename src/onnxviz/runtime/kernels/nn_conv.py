@@ -436,6 +436,68 @@ def native_direct(
     return True
 
 
+# The blocked direct conv's (native/_conv.c `conv_blocked`) output-channel group and
+# input-channel chunk.
+BLOCKED_GROUP, BLOCKED_CHUNK = 64, 16
+
+
+def pack_blocked(w: np.ndarray) -> np.ndarray:
+    """The (M, C, KH, KW) float32 weight as the compiled blocked conv reads it: per group
+    of 64 output channels (its last one padded with zero channels to a multiple of 16)
+    and per chunk of 16 input channels (the last one may have fewer), the block
+    [KH][KW][chunk's channels][group's channels]; groups then chunks, one flat array."""
+    m, c, kh, kw = w.shape
+    parts = []
+    for m0 in range(0, m, BLOCKED_GROUP):
+        count = min(BLOCKED_GROUP, m - m0)
+        group = np.zeros((-(-count // 16) * 16, c, kh, kw), dtype=np.float32)
+        group[:count] = w[m0 : m0 + count]
+        rows = group.transpose(1, 2, 3, 0)  # (C, KH, KW, group)
+        for c0 in range(0, c, BLOCKED_CHUNK):
+            parts.append(rows[c0 : c0 + BLOCKED_CHUNK].transpose(1, 2, 0, 3).reshape(-1))
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def native_blocked(
+    xl: np.ndarray,
+    wb: np.ndarray,
+    m: int,
+    kernel: Sequence[int],
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    out: np.ndarray,
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    act: tuple[int, float, float] = (ACT_NONE, math.nan, math.nan),
+) -> bool:
+    """`native_direct`'s conv (channels-last ``xl``, ``addend`` and ``out`` only) by the
+    compiled blocked kernel (native/_conv.c `conv_blocked`: the reduction cut into
+    chunks of 16 input channels so a weight block of 64 output channels stays in L1 while
+    every pixel reads it), the weight ``wb`` packed by `pack_blocked`.  False (nothing
+    written) when the kernel is off or not built.  Sums in float32, chunk by chunk in
+    (ky, kx, c) order: within float32 rounding of the other paths, not their bits."""
+    module = native.load("conv")
+    if module is None:
+        return False
+    n, h, wd, c = xl.shape
+    module.conv_blocked(
+        xl,
+        wb,
+        bias,
+        addend,
+        out,
+        (n, h, wd, c),
+        (m, kernel[0], kernel[1]),
+        tuple(out.shape[1:3]),
+        tuple(strides),
+        tuple(dilations),
+        (pads[0], pads[1]),
+        *act,
+    )
+    return True
+
+
 def direct_routing() -> bool:
     """Whether plain convs may run the compiled direct conv (ONNXVIZ_DIRECT_CONV=off:
     never, for measuring against the paths it replaces; the kernel also needs
