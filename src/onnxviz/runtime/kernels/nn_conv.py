@@ -441,11 +441,23 @@ def native_direct(
 BLOCKED_GROUP, BLOCKED_CHUNK = 64, 16
 
 
+def aligned_empty(shape: Sequence[int], align: int = 64) -> np.ndarray:
+    """An uninitialized C-contiguous float32 array of ``shape`` whose data starts at a
+    multiple of ``align`` bytes.  numpy's (malloc's) large blocks start 16 or 32 bytes
+    past one, so every 64-byte vector a kernel loads from them spans two cache lines."""
+    count = math.prod(shape) * 4
+    raw = np.empty(count + align, dtype=np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + count].view(np.float32).reshape(tuple(shape))
+
+
 def pack_blocked(w: np.ndarray) -> np.ndarray:
     """The (M, C, KH, KW) float32 weight as the compiled blocked conv reads it: per group
     of 64 output channels (its last one padded with zero channels to a multiple of 16)
     and per chunk of 16 input channels (the last one may have fewer), the block
-    [KH][KW][chunk's channels][group's channels]; groups then chunks, one flat array."""
+    [KH][KW][chunk's channels][group's channels]; groups then chunks, one flat array
+    starting at a multiple of 64 bytes (`aligned_empty`: its vector loads each one cache
+    line)."""
     m, c, kh, kw = w.shape
     parts = []
     for m0 in range(0, m, BLOCKED_GROUP):
@@ -455,7 +467,9 @@ def pack_blocked(w: np.ndarray) -> np.ndarray:
         rows = group.transpose(1, 2, 3, 0)  # (C, KH, KW, group)
         for c0 in range(0, c, BLOCKED_CHUNK):
             parts.append(rows[c0 : c0 + BLOCKED_CHUNK].transpose(1, 2, 0, 3).reshape(-1))
-    return np.ascontiguousarray(np.concatenate(parts))
+    packed = aligned_empty((sum(p.size for p in parts),))
+    np.concatenate(parts, out=packed)
+    return packed
 
 
 def native_blocked(

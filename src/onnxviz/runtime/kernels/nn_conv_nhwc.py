@@ -59,6 +59,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_RELU,
     PATCH_AREA,
     ConvWeight,
+    aligned_empty,
     conv_core,
     conv_geometry,
     direct_lanes,
@@ -569,14 +570,14 @@ class _Direct(ChannelsLastConv):
     most 16 pixels wide runs the blocked kernel instead (`blocked_pays`; _conv.c
     conv_blocked: 64 output channels x 16 input channels of weights kept in L1 while
     every pixel reads them, the next block prefetched), Winograd's shapes included.
-    Inside the models (`Session.run`'s node times, one thread, off/on alternated in one
-    process, ms): ResNet-50's 14 px 256-channel 3x3s 2.0-2.2 -> 1.6-1.7 (they ran
-    Winograd), its 7 px 512-channel ones 2.1-2.6 -> 1.7-1.8; torchvision's 3x3/2 of 512
-    channels 2.5 -> 1.8, of 256 channels 2.1 -> 1.7 (onnxruntime's NCHWc kernels:
-    1.5-1.6 and 1.9-2.0 for the stride-1 ones).  On 28-pixel rows it lost (ResNet-50's
-    128-channel 3x3s 1.6-1.9 -> 1.6-2.1, 56 px 64 channels 1.5-1.7 -> 1.6-1.9): the
-    partial sums of a group's whole image no longer stay near, so the tiles above keep
-    those."""
+    Its weight and output start at a multiple of 64 bytes (`aligned_empty`).  Inside the
+    models (`Session.run`'s node times, one thread, off/on alternated in one process,
+    ms): ResNet-50's 14 px 256-channel 3x3s 2.0-2.2 -> 1.5-1.7 (they ran Winograd), its
+    7 px 512-channel ones 2.3 -> 1.5-1.7; torchvision's 3x3/2 of 512 channels 2.6 ->
+    1.7-1.8, of 256 channels 1.8 -> 1.7 (onnxruntime's NCHWc kernels: 1.5-1.6 and
+    1.9-2.0 for the stride-1 ones).  On 28-pixel rows it tied inside the models
+    (ResNet-50's 128-channel 3x3s and torchvision's 3x3/2 56 -> 28 px: within noise,
+    one of them 1.7 -> 1.8), so the tiles above keep those."""
 
     def __init__(
         self,
@@ -711,7 +712,7 @@ class _Direct(ChannelsLastConv):
         add = None if addend is None else nhwc_view(addend)
         if add is not None and not add.flags.c_contiguous:
             add = None  # added below, after the bias
-        out = np.empty(self.nhwc_shape, dtype=np.float32)
+        out = aligned_empty(self.nhwc_shape)  # its partial sums go out and back per chunk
         fused = act is not None and (addend is None or add is not None)
         assert self.blocked is not None
         if not native_blocked(
