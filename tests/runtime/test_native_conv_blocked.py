@@ -431,3 +431,18 @@ def test_the_packed_weight_and_aligned_arrays_start_at_64_bytes() -> None:
         packed = pack_blocked(w)
         assert packed.ctypes.data % 64 == 0
         assert packed.size == -(-m // 16) * 16 * c * 9
+
+
+def test_the_direct_convs_weight_and_outputs_start_at_64_bytes() -> None:
+    """pack_direct's weight and out_empty's outputs (the direct conv's and the pointwise
+    GEMM's) start at a multiple of 64 bytes, the packed values unchanged."""
+    w = np.random.default_rng(3).standard_normal((20, 7, 3, 3)).astype(np.float32)
+    for lanes in (8, 16):
+        packed = nn_conv.pack_direct(w, lanes)
+        assert packed.ctypes.data % 64 == 0 and packed.flags.c_contiguous
+        want = np.zeros((-(-20 // lanes) * lanes, 7, 3, 3), np.float32)
+        want[:20] = w
+        blocks = want.reshape(-1, lanes, 7, 3, 3).transpose(0, 3, 4, 2, 1)
+        np.testing.assert_array_equal(packed, blocks)
+    out = nn_conv.out_empty((2, 5, 3, 33))
+    assert out.shape == (2, 5, 3, 33) and out.ctypes.data % 64 == 0

@@ -370,12 +370,17 @@ def native_depthwise(
 def pack_direct(w: np.ndarray, lanes: int) -> np.ndarray:
     """The (M, C, KH, KW) float32 weight as the compiled direct conv reads it
     (native/_conv.c): [ceil(M / lanes)][KH][KW][C][lanes], the last block's missing
-    output channels zero, so one tap's ``lanes`` output channels are one vector load."""
+    output channels zero, so one tap's ``lanes`` output channels are one vector load
+    (64-byte aligned, `aligned_empty`: one cache line; standalone, one thread, us:
+    ResNet-50's 28 px 128-channel 3x3 1439 -> 1342, 3x3/2 56 px 1581 -> 1434, a 7 px
+    256-channel one 408 -> 345, with the output aligned too)."""
     m, c, kh, kw = w.shape
     blocks = -(-m // lanes)
     wp = np.zeros((blocks * lanes, c, kh, kw), dtype=np.float32)
     wp[:m] = w
-    return np.ascontiguousarray(wp.reshape(blocks, lanes, c, kh, kw).transpose(0, 3, 4, 2, 1))
+    packed = aligned_empty((blocks, kh, kw, c, lanes))
+    packed[...] = wp.reshape(blocks, lanes, c, kh, kw).transpose(0, 3, 4, 2, 1)
+    return packed
 
 
 def direct_lanes() -> int | None:
@@ -449,6 +454,16 @@ def aligned_empty(shape: Sequence[int], align: int = 64) -> np.ndarray:
     raw = np.empty(count + align, dtype=np.uint8)
     start = -raw.ctypes.data % align
     return raw[start : start + count].view(np.float32).reshape(tuple(shape))
+
+
+def out_empty(shape: Sequence[int]) -> np.ndarray:
+    """A fresh float32 output for a compiled conv or GEMM: 64-byte aligned, so its
+    vector stores (and the next conv's loads of it) each touch one cache line.  In the
+    models, one thread, numpy's outputs against these, alternated in one process, ratio
+    to onnxruntime: ResNet-50 1.120 -> 1.073, its torchvision export 1.111 -> 1.095,
+    ResNet-18 w32 1.117 -> 1.085, UNet 1.096 -> 1.074, UNet (torch) 1.086 -> 1.057,
+    Inception v2 1.301 -> 1.278."""
+    return aligned_empty(shape)
 
 
 def pack_blocked(w: np.ndarray) -> np.ndarray:
@@ -606,7 +621,7 @@ def _native_direct_nchw(
         add = None  # added after, by numpy (its broadcasting, its errors)
     xc = np.ascontiguousarray(x)
     b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
-    out = np.empty((n, m, *out_shape), dtype=f32)
+    out = out_empty((n, m, *out_shape))
     wp = direct_weight(w, packed, lanes)
     if not native_direct(
         xc,

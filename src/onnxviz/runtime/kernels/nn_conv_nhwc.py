@@ -67,6 +67,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     native_blocked,
     native_depthwise,
     native_direct,
+    out_empty,
     pack_blocked,
     pack_direct,
     patch_rows,
@@ -295,7 +296,7 @@ class _Pointwise(ChannelsLastConv):
             if self.strided:
                 xl = xl[:, :: self.strides[0], :: self.strides[1], :]
             a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
-        out = np.empty(self.nhwc_shape, dtype=np.float32)
+        out = out_empty(self.nhwc_shape)
         flat = out.reshape(self.rows, -1)
         d = None
         if addend is not None:
@@ -675,10 +676,7 @@ class _Direct(ChannelsLastConv):
             add = addend if planes else nhwc_view(addend)
             if not add.flags.c_contiguous:
                 add = None  # added below, after the bias
-        if planes:
-            out = np.empty(self.out_shape, dtype=np.float32)
-        else:
-            out = np.empty(self.nhwc_shape, dtype=np.float32)
+        out = out_empty(self.out_shape if planes else self.nhwc_shape)
         fused = act is not None and (addend is None or add is not None)
         done = native_direct(
             xl,
