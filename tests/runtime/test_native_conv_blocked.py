@@ -325,6 +325,15 @@ def test_a_wide_conv_on_narrow_rows_runs_blocked_with_the_same_numbers(
     assert calls and done
     want = conv_core(x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [14, 14], b, addend=r)
     close(np.asarray(got), np.maximum(want, 0), "blocked in a channels-last chain", rtol=1e-4)
+    # The direct kernel's weight is packed only when a call needs its tiles: a chain's
+    # exit writes NCHW planes by them.
+    assert getattr(runner, "_wp", "absent") is None
+    with at_level("conv", LEVELS[-1]):
+        planes = runner.run_nchw(x, None, None)
+    assert planes is not None and planes[0].flags.c_contiguous
+    assert getattr(runner, "_wp", None) is not None
+    plain = conv_core(x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [14, 14], b)
+    close(planes[0], plain, "the direct tiles' NCHW exit", rtol=1e-4)
     with at_level("conv", 1):
         avx2 = nn_conv_nhwc.prepare_channels_last(x, w, b, attrs)
         assert avx2 is not None and getattr(avx2, "blocked", "absent") is None

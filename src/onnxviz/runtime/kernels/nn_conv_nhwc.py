@@ -175,8 +175,7 @@ def prepare_channels_last(
     if group == 1 and len(kernel) == 2 and direct_available(x.dtype):
         lanes = direct_lanes()
         if lanes is not None:
-            wp = _weight_cache.derived("conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes))
-            return _Direct(x.shape, w, wp, lanes, m, b, kernel, strides, dilations, pads, out_shape)
+            return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
     return None
 
 
@@ -584,7 +583,6 @@ class _Direct(ChannelsLastConv):
         self,
         x_shape: tuple[int, ...],
         w: np.ndarray,
-        wp: np.ndarray,
         lanes: int,
         m: int,
         bias: np.ndarray | None,
@@ -596,7 +594,7 @@ class _Direct(ChannelsLastConv):
     ) -> None:
         n = x_shape[0]
         self.w = w
-        self.wp = wp
+        self._wp: np.ndarray | None = None
         self.lanes = lanes
         self.m = m
         self.bias = None if bias is None else np.ascontiguousarray(bias)
@@ -622,6 +620,20 @@ class _Direct(ChannelsLastConv):
             c, m, 1, kernel, strides, dilations, pads, out_shape
         ):
             self.winograd = ConvWeight(w)
+        if self.blocked is None:
+            self._direct_weight()
+
+    def _direct_weight(self) -> np.ndarray:
+        """The weight packed for the direct kernel's tiles (`pack_direct`, made once per
+        weight); a conv routed to the blocked kernel makes it only when a call needs
+        those tiles (an NCHW output or a non-contiguous input): not both forms of
+        ResNet-50's 45 MB of wide 3x3 weights."""
+        wp = self._wp
+        if wp is None:
+            w, lanes = self.w, self.lanes
+            wp = _weight_cache.derived("conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes))
+            self._wp = wp
+        return wp  # type: ignore[no-any-return]
 
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
@@ -680,7 +692,7 @@ class _Direct(ChannelsLastConv):
         fused = act is not None and (addend is None or add is not None)
         done = native_direct(
             xl,
-            self.wp,
+            self._direct_weight(),
             self.lanes,
             self.m,
             self.kernel,
