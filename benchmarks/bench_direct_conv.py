@@ -8,12 +8,17 @@ into a channels-last output (a conv inside a channels-last chain); ``nchw`` is t
 direct kernel reading and writing NCHW itself (the input rows transposed into its
 row buffer, the output written plane by plane): what the NCHW Conv path runs;
 ``first-in`` the direct kernel reading NCHW and writing channels-last (a stem conv
-entering a channels-last chain, MobileNetV3's); ``ort`` onnxruntime's Conv of the same
-NCHW input with the bias, one thread (when it is installed).
+entering a channels-last chain, MobileNetV3's); ``blocked`` the blocked direct kernel
+(_conv.c conv_blocked) channels-last in and out (nan below AVX-512); ``ort``
+onnxruntime's Conv of the same NCHW input with the bias, one thread (when it is
+installed).  Each is timed by its thread's CPU time (time.thread_time: another process
+on the core does not count), the runs alternated over ``--rounds`` rounds, each round's
+best of ``--repeat`` calls, the median of the rounds printed.
 
-    python benchmarks/bench_direct_conv.py [--repeat 30] [--shapes all|stem]
+    python benchmarks/bench_direct_conv.py [--repeat 10] [--rounds 5] [--shapes all|stem|r50]
 
-``--shapes stem``: only the few-input-channel stems (C = 3; the planes path of _conv.c).
+``--shapes stem``: only the few-input-channel stems (C = 3; the planes path of _conv.c);
+``--shapes r50``: only ResNet-50's 3x3 convs of 128 to 512 channels.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from onnxviz.runtime.kernels.nn_conv import (
     conv_core,
     conv_geometry,
     direct_lanes,
+    native_blocked,
     native_direct,
+    pack_blocked,
     pack_direct,
 )
 
@@ -68,17 +75,26 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("mnv3 stem 3x3/2 c3-16", 3, 16, 224, 3, 2, 1),
 ]
 STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
+# ResNet-50's 3x3 convs of 128+ channels (the bottlenecks' middle convs).
+R50 = (
+    "r50 3x3/2 56 c128",
+    "r50 3x3 28 c128",
+    "r50 3x3/2 28 c256",
+    "r50 3x3 14 c256",
+    "r50 3x3/2 14 c512",
+    "r50 3x3 7 c512",
+)
 
 
-def median_us(fn: Callable[[], object], repeat: int) -> float:
-    fn()
+def best_us(fn: Callable[[], object], repeat: int) -> float:
+    """The fastest of ``repeat`` calls (after one warm-up), thread CPU time, us."""
     fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+        times.append(time.thread_time() - t0)
+    return min(times) * 1e6
 
 
 def ort_conv(
@@ -109,10 +125,10 @@ def ort_conv(
 
 
 def measure(
-    c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int
+    c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int, rounds: int
 ) -> list[float]:
-    """Median us of (current, nhwc, nchw, first-in, ort) for one shape (outputs checked to
-    agree; ort nan without onnxruntime)."""
+    """us of (current, nhwc, nchw, first-in, blocked, ort) for one shape (outputs checked
+    to agree; blocked nan below AVX-512, ort nan without onnxruntime)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, size, size)).astype(np.float32)
     w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
@@ -122,6 +138,7 @@ def measure(
     )
     packed = ConvWeight(w)
     wp = pack_direct(w, lanes)
+    wb = pack_blocked(w)
     xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
     def current() -> np.ndarray:
@@ -144,34 +161,47 @@ def measure(
         native_direct(x, wp, lanes, m, kernel, b, None, out, strides, dil, pads, x_first=True)
         return out
 
+    def blocked() -> np.ndarray:
+        out = np.empty((1, *out_shape, m), np.float32)
+        native_blocked(xl, wb, m, kernel, b, None, out, strides, dil, pads)
+        return out
+
     ref = current()
     assert np.allclose(ref, nchw(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nhwc().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, first_in().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
-    runs: list[Callable[[], object]] = [current, nhwc, nchw, first_in]
-    theirs = ort_conv(x, w, b, s, p)
-    times = [median_us(f, repeat) for f in runs]
-    return times + [math.nan if theirs is None else median_us(theirs, repeat)]
+    assert np.allclose(ref, blocked().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
+    runs: list[Callable[[], object] | None] = [current, nhwc, nchw, first_in]
+    runs.append(blocked if lanes == 16 else None)
+    runs.append(ort_conv(x, w, b, s, p))
+    got: list[list[float]] = [[] for _ in runs]
+    for _ in range(rounds):  # alternated: a slow spell of the machine hits all alike
+        for i, f in enumerate(runs):
+            got[i].append(math.nan if f is None else best_us(f, repeat))
+    return [statistics.median(t) for t in got]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--shapes", choices=["all", "stem"], default="all")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--shapes", choices=["all", "stem", "r50"], default="all")
     args = parser.parse_args()
     lanes = direct_lanes()
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
-    names = ("current", "nhwc", "nchw", "first-in", "ort")
+    names = ("current", "nhwc", "nchw", "first-in", "blocked", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1):
         for label, c, m, size, k, s, p in SHAPES:
             if args.shapes == "stem" and label not in STEM:
                 continue
-            t = measure(c, m, size, k, s, p, lanes, args.repeat)
+            if args.shapes == "r50" and label not in R50:
+                continue
+            t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s
             gflop = 2 * c * m * k * k * out * out / 1e3
-            best = min(t[1:4])
+            best = min(v for v in t[1:5] if not math.isnan(v))
             print(
                 f"{label:26}" + "".join(f" {v:9.0f}" for v in t) + f"  {gflop / best:.0f} GFLOP/s",
                 flush=True,

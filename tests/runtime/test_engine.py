@@ -451,6 +451,25 @@ def test_inplace_elementwise_never_touches_live_views_feeds_or_constants() -> No
     np.testing.assert_allclose(relu_in, np.exp(x_before), rtol=1e-6)  # not overwritten when watched
 
 
+def test_inplace_reuses_an_aligned_kernel_output_only_it_holds() -> None:
+    """A compiled conv's output (nn_conv.aligned_empty: a 64-byte aligned view of a
+    buffer up to 64 bytes longer) is reused like an array that owns its data, when
+    nothing else holds the buffer; a view leaving more of its buffer unused is not."""
+    from onnxviz.runtime import inplace
+    from onnxviz.runtime.kernels.nn_conv import aligned_empty
+
+    x = aligned_empty((100, 100))
+    x[...] = 1.0
+    assert inplace._reusable(x)
+    other = x.base  # a second holder of the buffer
+    assert not inplace._reusable(x)
+    del other
+    big = np.ones(100 * 100 + 100, np.float32)
+    part = big[: 100 * 100].reshape(100, 100)
+    del big
+    assert not inplace._reusable(part)  # 400 bytes of its buffer unused
+
+
 def test_undefined_value_in_main_graph_is_refused() -> None:
     node = helper.make_node("Add", ["x", "ghost"], ["y"], name="add")
     model = make([node], [vi("x", F, [1])], [vi("y", F, [1])])

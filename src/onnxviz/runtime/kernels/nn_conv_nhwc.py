@@ -44,6 +44,7 @@ einsum stays for float64 and for runs with the kernels off.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,12 +59,16 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_RELU,
     PATCH_AREA,
     ConvWeight,
+    aligned_empty,
     conv_core,
     conv_geometry,
     direct_lanes,
     direct_routing,
+    native_blocked,
     native_depthwise,
     native_direct,
+    out_empty,
+    pack_blocked,
     pack_direct,
     patch_rows,
 )
@@ -170,8 +175,7 @@ def prepare_channels_last(
     if group == 1 and len(kernel) == 2 and direct_available(x.dtype):
         lanes = direct_lanes()
         if lanes is not None:
-            wp = _weight_cache.derived("conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes))
-            return _Direct(x.shape, w, wp, lanes, m, b, kernel, strides, dilations, pads, out_shape)
+            return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
     return None
 
 
@@ -291,7 +295,7 @@ class _Pointwise(ChannelsLastConv):
             if self.strided:
                 xl = xl[:, :: self.strides[0], :: self.strides[1], :]
             a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
-        out = np.empty(self.nhwc_shape, dtype=np.float32)
+        out = out_empty(self.nhwc_shape)
         flat = out.reshape(self.rows, -1)
         d = None
         if addend is not None:
@@ -526,6 +530,26 @@ class _Depthwise(ChannelsLastConv):
 # direct kernel, in a channels-last chain (see _Direct).
 _WINOGRAD_CM = 256 * 256
 
+# The blocked direct kernel (native/_conv.c conv_blocked) runs a conv of at least this
+# many input and output channels whose output rows are at most this wide, at AVX-512
+# (see _Direct).
+_BLOCKED_MIN_CHANNELS = 128
+_BLOCKED_MAX_WIDTH = 16
+
+
+def blocked_pays(c: int, m: int, kernel: Sequence[int], out_shape: Sequence[int]) -> bool:
+    """Whether a plain 2-D conv of channels-last input and output runs the blocked direct
+    kernel rather than `_Direct`'s others: AVX-512 (16 lanes), the routing not switched
+    off (ONNXVIZ_BLOCKED_CONV=off), a kernel larger than 1x1, many channels, narrow
+    output rows (`_Direct`'s numbers)."""
+    return (
+        direct_lanes() == 16
+        and os.environ.get("ONNXVIZ_BLOCKED_CONV", "auto").strip().lower() != "off"
+        and math.prod(kernel) > 1
+        and min(c, m) >= _BLOCKED_MIN_CHANNELS
+        and out_shape[-1] <= _BLOCKED_MAX_WIDTH
+    )
+
 
 class _Direct(ChannelsLastConv):
     """Plain conv (one group, any kernel, stride, dilation and padding) by the compiled
@@ -540,13 +564,25 @@ class _Direct(ChannelsLastConv):
     1494 -> 890.  It loses where Winograd's 2.25x fewer products pay at 128+ channels
     (ResNet-50 28 px 128 ch 2115 -> 2473, 14 px 256 ch 2039 -> 2662); up to 256 x 256
     channels it runs all the same, so the chain keeps its layout (Winograd there hands
-    back NCHW and its readers pay transposing copies), from there on Winograd runs."""
+    back NCHW and its readers pay transposing copies), from there on Winograd runs.
+
+    At AVX-512 a conv of at least 128 input and output channels whose output rows are at
+    most 16 pixels wide runs the blocked kernel instead (`blocked_pays`; _conv.c
+    conv_blocked: 64 output channels x 16 input channels of weights kept in L1 while
+    every pixel reads them, the next block prefetched), Winograd's shapes included.
+    Its weight and output start at a multiple of 64 bytes (`aligned_empty`).  Inside the
+    models (`Session.run`'s node times, one thread, off/on alternated in one process,
+    ms): ResNet-50's 14 px 256-channel 3x3s 2.0-2.2 -> 1.5-1.7 (they ran Winograd), its
+    7 px 512-channel ones 2.3 -> 1.5-1.7; torchvision's 3x3/2 of 512 channels 2.6 ->
+    1.7-1.8, of 256 channels 1.8 -> 1.7 (onnxruntime's NCHWc kernels: 1.5-1.6 and
+    1.9-2.0 for the stride-1 ones).  On 28-pixel rows it tied inside the models
+    (ResNet-50's 128-channel 3x3s and torchvision's 3x3/2 56 -> 28 px: within noise,
+    one of them 1.7 -> 1.8), so the tiles above keep those."""
 
     def __init__(
         self,
         x_shape: tuple[int, ...],
         w: np.ndarray,
-        wp: np.ndarray,
         lanes: int,
         m: int,
         bias: np.ndarray | None,
@@ -558,7 +594,7 @@ class _Direct(ChannelsLastConv):
     ) -> None:
         n = x_shape[0]
         self.w = w
-        self.wp = wp
+        self._wp: np.ndarray | None = None
         self.lanes = lanes
         self.m = m
         self.bias = None if bias is None else np.ascontiguousarray(bias)
@@ -577,10 +613,27 @@ class _Direct(ChannelsLastConv):
         # move either way, its time is in its 1x1 GEMMs).
         c = x_shape[1]
         self.winograd: ConvWeight | None = None
-        if c * m >= _WINOGRAD_CM and nn_winograd.fits(
+        self.blocked: np.ndarray | None = None
+        if blocked_pays(c, m, kernel, out_shape):
+            self.blocked = _weight_cache.derived("conv_blocked", [w], (), lambda: pack_blocked(w))
+        elif c * m >= _WINOGRAD_CM and nn_winograd.fits(
             c, m, 1, kernel, strides, dilations, pads, out_shape
         ):
             self.winograd = ConvWeight(w)
+        if self.blocked is None:
+            self._direct_weight()
+
+    def _direct_weight(self) -> np.ndarray:
+        """The weight packed for the direct kernel's tiles (`pack_direct`, made once per
+        weight); a conv routed to the blocked kernel makes it only when a call needs
+        those tiles (an NCHW output or a non-contiguous input): not both forms of
+        ResNet-50's 45 MB of wide 3x3 weights."""
+        wp = self._wp
+        if wp is None:
+            w, lanes = self.w, self.lanes
+            wp = _weight_cache.derived("conv_direct", [w], (lanes,), lambda: pack_direct(w, lanes))
+            self._wp = wp
+        return wp  # type: ignore[no-any-return]
 
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
@@ -620,6 +673,10 @@ class _Direct(ChannelsLastConv):
         if self.winograd is not None:
             return nhwc_view(self._core(x, addend, self.winograd)), False
         xl = nhwc_view(x)
+        if self.blocked is not None and not planes and xl.flags.c_contiguous:
+            got = self._run_blocked(xl, addend, act)
+            if got is not None:
+                return got
         first = False
         if not xl.flags.c_contiguous:
             if x.flags.c_contiguous:
@@ -631,14 +688,11 @@ class _Direct(ChannelsLastConv):
             add = addend if planes else nhwc_view(addend)
             if not add.flags.c_contiguous:
                 add = None  # added below, after the bias
-        if planes:
-            out = np.empty(self.out_shape, dtype=np.float32)
-        else:
-            out = np.empty(self.nhwc_shape, dtype=np.float32)
+        out = out_empty(self.out_shape if planes else self.nhwc_shape)
         fused = act is not None and (addend is None or add is not None)
         done = native_direct(
             xl,
-            self.wp,
+            self._direct_weight(),
             self.lanes,
             self.m,
             self.kernel,
@@ -656,6 +710,35 @@ class _Direct(ChannelsLastConv):
             out = nhwc_view(out)
         if not done:  # the kernels were switched off since prepare (tests do)
             return nhwc(self._core(x, addend)), False
+        if addend is not None and add is None:
+            out += nhwc_view(addend)
+        return out, fused
+
+    def _run_blocked(
+        self, xl: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        """The blocked kernel's (N, H', W', M) result of the channels-last ``xl`` and
+        whether ``act`` is in it, or None when the kernels are off."""
+        add = None if addend is None else nhwc_view(addend)
+        if add is not None and not add.flags.c_contiguous:
+            add = None  # added below, after the bias
+        out = aligned_empty(self.nhwc_shape)  # its partial sums go out and back per chunk
+        fused = act is not None and (addend is None or add is not None)
+        assert self.blocked is not None
+        if not native_blocked(
+            xl,
+            self.blocked,
+            self.m,
+            self.kernel,
+            self.bias,
+            add,
+            out,
+            self.strides,
+            self.dilations,
+            self.pads,
+            act if fused and act is not None else (ACT_NONE, math.nan, math.nan),
+        ):
+            return None
         if addend is not None and add is None:
             out += nhwc_view(addend)
         return out, fused
