@@ -63,7 +63,12 @@ def tanh_into(x: Array, out: Array) -> None:
     """out = tanh(x) as the Tanh kernel computes it (out may be x; both contiguous
     when float32): an elementwise chain's numpy block path takes its Tanh steps here."""
     chain = chain_program.CHAIN
-    if chain is None or x.dtype != np.float32 or not x.flags.c_contiguous or not out.flags.c_contiguous:
+    if (
+        chain is None
+        or x.dtype != np.float32
+        or not x.flags.c_contiguous
+        or not out.flags.c_contiguous
+    ):
         np.tanh(x, out=out)
     elif x.size:
         chain.run(x, out, _TANH)
