@@ -454,5 +454,8 @@ def test_the_direct_convs_weight_and_outputs_start_at_64_bytes() -> None:
         want[:20] = w
         blocks = want.reshape(-1, lanes, 7, 3, 3).transpose(0, 3, 4, 2, 1)
         np.testing.assert_array_equal(packed, blocks)
-    out = nn_conv.out_empty((2, 5, 3, 33))
-    assert out.shape == (2, 5, 3, 33) and out.ctypes.data % 64 == 0
+    out = nn_conv.out_empty((2, 5, 64, 333))
+    assert out.nbytes >= nn_conv.ALIGNED_OUTPUT_BYTES
+    assert out.shape == (2, 5, 64, 333) and out.ctypes.data % 64 == 0
+    small = nn_conv.out_empty((2, 5, 3, 33))  # numpy's own (finding the address costs more)
+    assert small.shape == (2, 5, 3, 33) and small.dtype == np.float32 and small.flags.owndata

@@ -477,13 +477,22 @@ def aligned_empty(shape: Sequence[int], align: int = 64) -> np.ndarray:
     return raw[start : start + count].view(np.float32).reshape(tuple(shape))
 
 
+# Bytes from which a compiled conv's or GEMM's output is aligned (`out_empty`).
+ALIGNED_OUTPUT_BYTES = 1 << 18
+
+
 def out_empty(shape: Sequence[int]) -> np.ndarray:
-    """A fresh float32 output for a compiled conv or GEMM: 64-byte aligned, so its
-    vector stores (and the next conv's loads of it) each touch one cache line.  In the
-    models, one thread, numpy's outputs against these, alternated in one process, ratio
-    to onnxruntime: ResNet-50 1.120 -> 1.073, its torchvision export 1.111 -> 1.095,
-    ResNet-18 w32 1.117 -> 1.085, UNet 1.096 -> 1.074, UNet (torch) 1.086 -> 1.057,
-    Inception v2 1.301 -> 1.278."""
+    """A fresh float32 output for a compiled conv or GEMM: 64-byte aligned from
+    ALIGNED_OUTPUT_BYTES on, so its vector stores (and the next conv's loads of it) each
+    touch one cache line.  In the models, one thread, numpy's outputs against these,
+    alternated in one process, ratio to onnxruntime: ResNet-50 1.120 -> 1.073, its
+    torchvision export 1.111 -> 1.095, ResNet-18 w32 1.117 -> 1.085, UNet 1.096 ->
+    1.074, UNet (torch) 1.086 -> 1.057, Inception v2 1.301 -> 1.278.  Smaller outputs
+    stay numpy's: finding the address costs about 2 us (ndarray.ctypes), which on
+    MobileNetV3-small's 34 small convs (10-200 KB outputs, in L2 anyway) was 4% of
+    its run."""
+    if math.prod(shape) * 4 < ALIGNED_OUTPUT_BYTES:
+        return np.empty(tuple(shape), dtype=np.float32)
     return aligned_empty(shape)
 
 
