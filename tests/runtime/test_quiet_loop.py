@@ -154,17 +154,22 @@ def test_every_step_mode_gives_the_python_loops_bits_and_profile(monkeypatch) ->
     assert all(calls == 1 for calls, _ in sess.node_times.values())  # the last run's
 
 
-@settings(
-    max_examples=60,
+# Random graphs, each example run with both loops (each opens its own monkeypatch
+# context, so the function-scoped fixture is shared safely).
+_RANDOM_GRAPHS = settings(
+    max_examples=70,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[
         HealthCheck.too_slow,
         HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,  # each example opens its own context
+        HealthCheck.function_scoped_fixture,
     ],
 )
+
+
+@_RANDOM_GRAPHS
 @given(random_graphs())
 def test_random_fused_graphs_give_the_python_loops_bits(monkeypatch, case) -> None:
     model, feeds = case
@@ -172,17 +177,7 @@ def test_random_fused_graphs_give_the_python_loops_bits(monkeypatch, case) -> No
     _same_bits(c_outs, py_outs)
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,  # each example opens its own context
-    ],
-)
+@_RANDOM_GRAPHS
 @given(arithmetic_graphs())
 def test_random_arithmetic_in_place_gives_the_python_loops_bits(monkeypatch, case) -> None:
     """Values past inplace.MIN_ELEMENTS: the compiled loop leaves those nodes to the
