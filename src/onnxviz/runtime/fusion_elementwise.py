@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.kernels import chain_program
-from onnxviz.runtime.kernels.math_activation import relu_into
+from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import tanh_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
@@ -54,6 +54,7 @@ def _relu_into(x: np.ndarray, out: np.ndarray) -> None:
 _UNARY: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
     "Erf": erf_into,
     "Tanh": lambda x, out: tanh_into(x, out),
+    "Sigmoid": lambda x, out: sigmoid_into(x, out),
     "Exp": lambda x, out: np.exp(x, out=out),
     "Sqrt": lambda x, out: np.sqrt(x, out=out),
     "Neg": lambda x, out: np.negative(x, out=out),

@@ -14,7 +14,18 @@ CHAIN = native.load("chain")
 
 # The steps whose float32 bits the kernel gives as numpy's ufuncs (and kernels/math_erf's
 # erf) do, by their ONNX names.
-OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Erf": 4, "Neg": 5, "Abs": 6, "Relu": 7, "Tanh": 8}
+OPS = {
+    "Add": 0,
+    "Sub": 1,
+    "Mul": 2,
+    "Div": 3,
+    "Erf": 4,
+    "Neg": 5,
+    "Abs": 6,
+    "Relu": 7,
+    "Tanh": 8,
+    "Sigmoid": 9,
+}
 MAX_STEPS = 64  # _chain.c's MAX_STEPS
 
 # A step's operand: none (a unary op), a scalar, the chain's own input, or a side value

@@ -128,8 +128,20 @@ def sigmoid_f(x: Array) -> Array:
     return sigmoid_into(x, np.empty(x.shape, dtype=x.dtype))
 
 
+# Sigmoid of float32 by the compiled chain's one Sigmoid step (vector_math.h's sigmoid:
+# e^-|x| never overflows, within 3 ulp: tests/runtime/test_native_chain.py), so a fused
+# chain with a Sigmoid step (a SiLU: x * sigmoid(x)) gives the stepped run's bits.
+_SIGMOID = chain_program.program([("Sigmoid", chain_program.NONE, True, 0.0)])
+
+
 def sigmoid_into(x: Array, out: Array) -> Array:
-    """sigmoid_f into ``out`` (may be x: the in-place Sigmoid), the same steps."""
+    """sigmoid_f into ``out`` (may be x: the in-place Sigmoid): float32 by the compiled
+    chain (contiguous buffers), else the numpy steps."""
+    chain = chain_program.CHAIN
+    if chain is not None and x.dtype == _F32 and out.dtype == _F32 and out.flags.c_contiguous:
+        if x.size:  # (another layout read through one contiguous copy: the same values)
+            chain.run(np.ascontiguousarray(x), out, _SIGMOID)
+        return out
     t = np.negative(x, out=out)
     with np.errstate(over="ignore"):
         np.exp(t, out=t)
@@ -255,6 +267,8 @@ def _prepared_sigmoid(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> 
     def call(x: Any) -> Any:
         if type(x) is not np.ndarray or (x.dtype != _F32 and x.dtype != _F64) or not x.ndim:
             return sigmoid(x)  # (a 0-d array's negative would be a numpy scalar)
+        if x.dtype == _F32 and chain_program.CHAIN is not None:
+            return sigmoid_into(x, np.empty(x.shape, dtype=_F32))
         t = np.negative(x)
         np.exp(t, out=t)
         t += 1

@@ -60,18 +60,13 @@ def _tanh(x: Array) -> Array:
 
 
 def tanh_into(x: Array, out: Array) -> None:
-    """out = tanh(x) as the Tanh kernel computes it (out may be x; both contiguous
-    when float32): an elementwise chain's numpy block path takes its Tanh steps here."""
+    """out = tanh(x) as the Tanh kernel computes it (out may be x): an elementwise
+    chain's numpy block path takes its Tanh steps here."""
     chain = chain_program.CHAIN
-    if (
-        chain is None
-        or x.dtype != np.float32
-        or not x.flags.c_contiguous
-        or not out.flags.c_contiguous
-    ):
+    if chain is None or x.dtype != np.float32 or not out.flags.c_contiguous:
         np.tanh(x, out=out)
-    elif x.size:
-        chain.run(x, out, _TANH)
+    elif x.size:  # (another layout read through one contiguous copy: the same values)
+        chain.run(np.ascontiguousarray(x), out, _TANH)
 
 
 _UNARY: list[tuple[str, tuple[int, ...], Callable[[Array], Array]]] = [

@@ -4,7 +4,8 @@
  *
  *   run(x, y, program): y = the program's steps applied in turn to x (y may be x)
  *
- * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU, TANH below),
+ * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU, TANH,
+ * SIGMOID below),
  * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
  * x combined with the scalar by the side op), value_first (uint8: 1 when the running
  * value is the op's first operand), the side op (uint8: ADD, SUB, MUL or DIV in its low
@@ -15,8 +16,9 @@
  * The numbers are the numpy block path's, bit for bit, at every level: each step rounds
  * once as numpy's ufunc does (add, subtract, multiply and divide are IEEE operations;
  * -std=c11 never contracts a product and a sum into an FMA), ERF is vector_math.h's erf,
- * which numpy's path calls too (kernels/math_erf.py), TANH is vector_math.h's tanh, which
- * the Tanh kernel runs for float32 through this module, NEG and ABS flip or clear the sign
+ * which numpy's path calls too (kernels/math_erf.py), TANH and SIGMOID are vector_math.h's
+ * tanh and sigmoid, which the Tanh and Sigmoid kernels run for float32 through this
+ * module, NEG and ABS flip or clear the sign
  * bit as numpy does (NaN included), and RELU is np.maximum(v, 0) (NaN kept, -0 -> +0).
  *
  * Why: the numpy path walks 32K-element blocks with one ufunc call per step and block;
@@ -31,7 +33,7 @@
 #include <string.h>
 
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_COUNT };
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID, OP_COUNT };
 enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE };
 enum { SIDE_SCALAR_FIRST = 0x10 };
 enum { BLOCK = 1024, MAX_STEPS = 64 };
@@ -105,6 +107,9 @@ static int level = 0;
         case OP_TANH:                                                                      \
             RS(tanh_buffer)(src, dst, n);                                                  \
             return;                                                                        \
+        case OP_SIGMOID:                                                                   \
+            RS(sigmoid_buffer)(src, dst, n);                                               \
+            return;                                                                        \
         case OP_NEG:                                                                       \
         case OP_ABS:                                                                       \
         case OP_RELU:                                                                      \
@@ -177,7 +182,8 @@ static int parse(const Py_buffer *prog, step_t *steps) {
         s->op = p[0], s->kind = p[1], s->value_first = p[2] != 0;
         s->side_op = p[3] & 0x0f, s->side_scalar_first = (p[3] & SIDE_SCALAR_FIRST) != 0;
         memcpy(&s->scalar, p + 4, 4);
-        const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_NEG || s->op == OP_ABS ||
+        const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_SIGMOID ||
+                          s->op == OP_NEG || s->op == OP_ABS ||
                           s->op == OP_RELU;
         if (s->op >= OP_COUNT || s->kind > KIND_SIDE || unary != (s->kind == KIND_NONE) ||
             (s->kind == KIND_SIDE ? s->side_op > OP_DIV || (p[3] & ~0x1f)

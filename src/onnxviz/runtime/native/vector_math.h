@@ -188,3 +188,21 @@ ATTR static void RS(tanh_buffer)(const float *x, float *y, Py_ssize_t n) {
         RS(storen)(y + i, RS(tanh)(RS(loadn)(x + i, w)), w);
     }
 }
+
+/* y = sigmoid(x) over n floats (y may be x), four vectors a turn; for _chain's Sigmoid
+ * step. */
+ATTR static void RS(sigmoid_buffer)(const float *x, float *y, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);
+        VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);
+        RS(storen)(y + i, RS(sigmoid)(a0), VW);
+        RS(storen)(y + i + VW, RS(sigmoid)(a1), VW);
+        RS(storen)(y + i + 2 * VW, RS(sigmoid)(a2), VW);
+        RS(storen)(y + i + 3 * VW, RS(sigmoid)(a3), VW);
+    }
+    for (; i < n; i += VW) {
+        int w = n - i < VW ? (int)(n - i) : VW;
+        RS(storen)(y + i, RS(sigmoid)(RS(loadn)(x + i, w)), w);
+    }
+}
