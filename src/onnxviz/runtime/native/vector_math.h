@@ -147,62 +147,33 @@ ATTR static inline VF RS(erf)(VF x) {
     return (VF)((VI)y | ((VI)x & (-0x7fffffff - 1)));
 }
 
-/* y = erf(x) over n floats (y may be x), four vectors a turn: each erf is one long chain
- * of dependent operations, and one chain a turn left the core waiting on it (with the
- * former tanh form, four took 0.83x the time); the same bits either way.  For _erf and
- * _chain's Erf step. */
-ATTR static void RS(erf_buffer)(const float *x, float *y, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 4 * VW <= n; i += 4 * VW) {
-        VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);
-        VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);
-        a0 = RS(erf)(a0);
-        a1 = RS(erf)(a1);
-        a2 = RS(erf)(a2);
-        a3 = RS(erf)(a3);
-        RS(storen)(y + i, a0, VW);
-        RS(storen)(y + i + VW, a1, VW);
-        RS(storen)(y + i + 2 * VW, a2, VW);
-        RS(storen)(y + i + 3 * VW, a3, VW);
+/* RS(f_buffer)(x, y, n): y = f(x) over n floats (y may be x), four vectors a turn: each
+ * f is one long chain of dependent operations, and one chain a turn left the core
+ * waiting on it (erf with the former tanh form: four took 0.83x the time); the same bits
+ * either way.  erf for _erf and _chain's Erf step, tanh and sigmoid for _chain's Tanh
+ * and Sigmoid steps. */
+#define MAP_BUFFER(f)                                                                      \
+    ATTR static void RS(f##_buffer)(const float *x, float *y, Py_ssize_t n) {               \
+        Py_ssize_t i = 0;                                                                  \
+        for (; i + 4 * VW <= n; i += 4 * VW) {                                             \
+            VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);                  \
+            VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);     \
+            a0 = RS(f)(a0);                                                                \
+            a1 = RS(f)(a1);                                                                \
+            a2 = RS(f)(a2);                                                                \
+            a3 = RS(f)(a3);                                                                \
+            RS(storen)(y + i, a0, VW);                                                     \
+            RS(storen)(y + i + VW, a1, VW);                                                \
+            RS(storen)(y + i + 2 * VW, a2, VW);                                            \
+            RS(storen)(y + i + 3 * VW, a3, VW);                                            \
+        }                                                                                  \
+        for (; i < n; i += VW) {                                                           \
+            int w = n - i < VW ? (int)(n - i) : VW;                                        \
+            RS(storen)(y + i, RS(f)(RS(loadn)(x + i, w)), w);                              \
+        }                                                                                  \
     }
-    for (; i < n; i += VW) {
-        int w = n - i < VW ? (int)(n - i) : VW;
-        RS(storen)(y + i, RS(erf)(RS(loadn)(x + i, w)), w);
-    }
-}
 
-/* y = tanh(x) over n floats (y may be x), four vectors a turn as erf_buffer; for _chain's
- * Tanh step. */
-ATTR static void RS(tanh_buffer)(const float *x, float *y, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 4 * VW <= n; i += 4 * VW) {
-        VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);
-        VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);
-        RS(storen)(y + i, RS(tanh)(a0), VW);
-        RS(storen)(y + i + VW, RS(tanh)(a1), VW);
-        RS(storen)(y + i + 2 * VW, RS(tanh)(a2), VW);
-        RS(storen)(y + i + 3 * VW, RS(tanh)(a3), VW);
-    }
-    for (; i < n; i += VW) {
-        int w = n - i < VW ? (int)(n - i) : VW;
-        RS(storen)(y + i, RS(tanh)(RS(loadn)(x + i, w)), w);
-    }
-}
-
-/* y = sigmoid(x) over n floats (y may be x), four vectors a turn; for _chain's Sigmoid
- * step. */
-ATTR static void RS(sigmoid_buffer)(const float *x, float *y, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 4 * VW <= n; i += 4 * VW) {
-        VF a0 = RS(loadn)(x + i, VW), a1 = RS(loadn)(x + i + VW, VW);
-        VF a2 = RS(loadn)(x + i + 2 * VW, VW), a3 = RS(loadn)(x + i + 3 * VW, VW);
-        RS(storen)(y + i, RS(sigmoid)(a0), VW);
-        RS(storen)(y + i + VW, RS(sigmoid)(a1), VW);
-        RS(storen)(y + i + 2 * VW, RS(sigmoid)(a2), VW);
-        RS(storen)(y + i + 3 * VW, RS(sigmoid)(a3), VW);
-    }
-    for (; i < n; i += VW) {
-        int w = n - i < VW ? (int)(n - i) : VW;
-        RS(storen)(y + i, RS(sigmoid)(RS(loadn)(x + i, w)), w);
-    }
-}
+MAP_BUFFER(erf)
+MAP_BUFFER(tanh)
+MAP_BUFFER(sigmoid)
+#undef MAP_BUFFER
