@@ -135,6 +135,25 @@ def _fill_cache(
         present[i, :, start + s :] = 0
 
 
+def _lengths(
+    seqlens_k: Any, total_sequence_length: Any, b: int, s: int
+) -> tuple[int, list[int], list[int]]:
+    """(the total length, valid keys per batch entry, past length per entry) as Python
+    ints: a handful of numbers, for which numpy's per-call cost was most of the
+    bookkeeping.  A prompt (s is the total length) has no past; a negative past length
+    means seqlens_k is shorter than the new sequence (the caller says what to do)."""
+    tsl = np.asarray(total_sequence_length)
+    total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
+    totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]
+    past_len = [0] * b if s == total_max else [n - s for n in totals]
+    return total_max, totals, past_len
+
+
+def _window(local_window_size: int, total_max: int) -> int:
+    """The local window that limits some query (-1: none does)."""
+    return local_window_size if 0 < local_window_size <= total_max - 1 else -1
+
+
 # The compiled common case (native/_gqa.c), or None when compiled kernels are off.
 _COMPILED = native.load("gqa")
 
@@ -295,13 +314,8 @@ def group_query_attention(
             raise ExecutionError(f"{op}: key and value must be given together")
         head = width // nq
 
-    # The per-batch lengths as Python ints: a handful of numbers, for which numpy's
-    # per-call cost was most of the bookkeeping.
-    tsl = np.asarray(total_sequence_length)
-    total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
-    totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]  # valid keys per entry
+    total_max, totals, past_len = _lengths(seqlens_k, total_sequence_length, b, s)
     prompt = s == total_max
-    past_len = [0] * b if prompt else [n - s for n in totals]
     if any(n < 0 for n in past_len):
         raise ExecutionError(f"{op}: seqlens_k is shorter than the new sequence")
 
@@ -330,7 +344,7 @@ def group_query_attention(
             (cos_cache, sin_cache, bool(rotary_interleaved)) if do_rotary else None,
             position_ids is None or prompt,
             bool(causal),
-            local_window_size if 0 < local_window_size <= total_max - 1 else -1,
+            _window(local_window_size, total_max),
             scale if scale else 1.0 / math.sqrt(head),
         )
         if result is not None:
@@ -423,7 +437,7 @@ def group_query_attention(
     # (a decode step of one token per entry): the mask pass is skipped.
     full = uniform and all(n == total_max for n in totals)
     empty_rows = False
-    window = local_window_size if 0 < local_window_size <= total_max - 1 else -1
+    window = _window(local_window_size, total_max)
     masked = not full or (bool(causal) and s > 1) or window > 0
     if masked:
         blocked, empty_rows = _blocked(
@@ -542,16 +556,13 @@ def _specialize_gqa(
             return _outputs(fallback(*ins))
         else:
             head = width // nq
-        total_max = int(tsl.item() if tsl.size == 1 else tsl.reshape(-1)[0])
-        totals = [int(n) + 1 for n in np.ravel(seqlens_k).tolist()]
-        prompt = s == total_max
-        past_len = [0] * b if prompt else [n - s for n in totals]
+        total_max, totals, past_len = _lengths(seqlens_k, tsl, b, s)
         if b * s * head <= 0 or any(n < 0 for n in past_len):
             return _outputs(fallback(*ins))
         result = _attend_compiled(
             query, key, value, past_key, past_value, (nq, nk, head), past_len, totals,
             max(total_max, 0 if past_key is None else past_key.shape[2]), rotary, True,
-            causal, window_size if 0 < window_size <= total_max - 1 else -1,
+            causal, _window(window_size, total_max),
             scale if scale else 1.0 / math.sqrt(head), tables,
         )  # fmt: skip
         if result is None:
