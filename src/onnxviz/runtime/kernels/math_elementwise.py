@@ -50,12 +50,10 @@ _TANH = chain_program.program([("Tanh", chain_program.NONE, True, 0.0)])
 
 
 def _tanh(x: Array) -> Array:
-    chain = chain_program.CHAIN
-    if chain is None or x.dtype != np.float32 or not x.size:
+    if chain_program.CHAIN is None or x.dtype != np.float32 or not x.size:
         return np.tanh(x)
-    src = np.ascontiguousarray(x)
-    out = np.empty(src.shape, np.float32)
-    chain.run(src, out, _TANH)
+    out = np.empty(x.shape, np.float32)
+    tanh_into(x, out)
     return out
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, blas, nn_winograd, packed_gemm
+from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
     conv_pads,
@@ -193,29 +194,22 @@ def _patch_conv(
     oh, ow = out_shape
     rows = patch_rows(x, kernel, out_shape).reshape(n * oh * ow, -1)
     wt = w.reshape(m, -1).T  # a transposed view: BLAS reads it as is
-    y = _packed_patches(rows, w, wt)
+    y = _packed_patches(rows, w)
     if y is None:
         y = np.matmul(rows, wt)
     y = y.reshape(n, oh * ow, m)
     return np.ascontiguousarray(y.transpose(0, 2, 1)).reshape(n, m, oh, ow)
 
 
-def _packed_patches(rows: np.ndarray, w: np.ndarray, wt: np.ndarray) -> np.ndarray | None:
-    """rows @ wt by the compiled GEMM with the constant weight packed once (None where
-    packed_gemm would not take it): OpenBLAS packs the (C*kh*kw, M) weight on every call,
-    which for a ViT's patch embedding on a small image (36 patches of 768 values) was
-    two thirds of the conv (124 against 40 us, 96 px, 3 -> 128 channels)."""
-    if rows.dtype != np.float32 or w.dtype != np.float32:
-        return None
-    mod = packed_gemm.module()
-    if mod is None or not packed_gemm.use_for(rows.shape[0], rows.shape[1], wt.shape[1]):
-        return None
-    p = packed_gemm.packed(wt, mod, source=w)
-    if p is None:
-        return None
-    out = np.empty((rows.shape[0], wt.shape[1]), dtype=np.float32)
-    packed_gemm.matmul_packed(mod, rows, p, out)
-    return out
+def _packed_patches(rows: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """rows @ the (C*kh*kw, M) weight by the compiled GEMM with the constant weight
+    packed once (math_linalg.few_rows_by_packed_weight), for products packed_gemm.use_for
+    takes (None otherwise): OpenBLAS packs the weight on every call, which for a ViT's
+    patch embedding on a small image (36 patches of 768 values) was two thirds of the
+    conv (124 against 78 us, 96 px, 3 -> 128 channels)."""
+    if rows.dtype != np.float32 or w.dtype != np.float32 or rows.shape[0] < packed_gemm.MIN_ROWS:
+        return None  # (fewer patches keep OpenBLAS's product)
+    return few_rows_by_packed_weight(rows, w.reshape(w.shape[0], -1), more_rows=True, source=w)
 
 
 def patch_rows(x: np.ndarray, kernel: Sequence[int], out_shape: Sequence[int]) -> np.ndarray:
