@@ -9,7 +9,7 @@
  *   PLAIN  0  values[outs[0]] = call(*ins), through normalize_one unless an ndarray;
  *   MANY   1  outs = call(*ins), a sequence of the node's outputs;
  *   FUSED  2  outs = call(executor, [*ins]);
- *   KERNEL 3  outs = call(executor, extra, ins): the executor's _call_kernel of node extra;
+ *   KERNEL 3  outs = call(executor, extra, [*ins]): the executor's _call_kernel of node extra;
  *   FOLDED 4  outs = extra, the node's constant-folded outputs (only when ``fold``);
  *   PYTHON 5  the Python loop runs this node (control flow, functions, a node still to
  *             fold, anything else).
@@ -334,27 +334,19 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
             result = PyObject_Vectorcall(st->call, ins + 1,
                                          (size_t)n_in | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             break;
-        case M_FUSED: {
+        case M_FUSED:
+        case M_KERNEL: { /* the inputs as a list, as the Python loop gives them */
             PyObject *list = PyList_New(n_in);
             if (list != NULL) {
                 for (Py_ssize_t k = 0; k < n_in; k++) {
                     Py_INCREF(ins[k + 1]);
                     PyList_SET_ITEM(list, k, ins[k + 1]);
                 }
-                result = PyObject_CallFunctionObjArgs(st->call, executor, list, NULL);
+                result = mode == M_FUSED
+                             ? PyObject_CallFunctionObjArgs(st->call, executor, list, NULL)
+                             : PyObject_CallFunctionObjArgs(st->call, executor, st->extra, list,
+                                                            NULL);
                 Py_DECREF(list);
-            }
-            break;
-        }
-        case M_KERNEL: {
-            PyObject *tuple = PyTuple_New(n_in);
-            if (tuple != NULL) {
-                for (Py_ssize_t k = 0; k < n_in; k++) {
-                    Py_INCREF(ins[k + 1]);
-                    PyTuple_SET_ITEM(tuple, k, ins[k + 1]);
-                }
-                result = PyObject_CallFunctionObjArgs(st->call, executor, st->extra, tuple, NULL);
-                Py_DECREF(tuple);
             }
             break;
         }
