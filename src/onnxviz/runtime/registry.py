@@ -139,6 +139,16 @@ def specializer_of(fn: KernelFn) -> Specializer | None:
     return _SPECIALIZERS.get(fn)
 
 
+def specialized_outputs(outs: Any, n: int) -> Any:
+    """What a specialized call of a node of ``n`` outputs returns, from a kernel's
+    result ``outs`` (a sequence): the output itself for one, else the list of ``n``
+    (None for those ``outs`` lacks)."""
+    if n == 1:
+        return outs[0]
+    given = list(outs[:n])
+    return given + [None] * (n - len(given))
+
+
 def no_generator() -> np.random.Generator:
     """The generator source of a specialized call's context (see above)."""
     raise RuntimeError("a specialized call has no run generator: a kernel that draws has none")

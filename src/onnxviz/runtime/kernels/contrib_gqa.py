@@ -34,7 +34,13 @@ from onnxviz.runtime import native
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import derived, frozen
 from onnxviz.runtime.kernels.contrib_attention import _wide
-from onnxviz.runtime.registry import RUNTIME, KernelContext, kernel, specializer
+from onnxviz.runtime.registry import (
+    RUNTIME,
+    KernelContext,
+    kernel,
+    specialized_outputs,
+    specializer,
+)
 
 MS = "com.microsoft"
 
@@ -531,7 +537,6 @@ def _specialize_gqa(
     scale = attrs.get("scale")
     rotary = (cos_k, sin_k, interleaved) if tables is not None else None
     fallback = functools.partial(group_query_attention, ctx, **attrs)
-    missing = [None] * max(n_outputs - 3, 0)
 
     def call(*ins: Any) -> Any:
         query = ins[0]
@@ -543,22 +548,22 @@ def _specialize_gqa(
             or query.ndim != 3
             or (tables is not None and (n_in < 9 or ins[7] is not cos_k or ins[8] is not sin_k))
         ):
-            return _outputs(fallback(*ins))
+            return specialized_outputs(fallback(*ins), n_outputs)
         key, value, past_key, past_value, seqlens_k, tsl = ins[1:7]
         if seqlens_k is None or tsl is None or type(tsl) is not np.ndarray:
-            return _outputs(fallback(*ins))
+            return specialized_outputs(fallback(*ins), n_outputs)
         b, s, width = query.shape
         if key is None:
             head = width // (nq + 2 * nk)
             if width != (nq + 2 * nk) * head:
-                return _outputs(fallback(*ins))
+                return specialized_outputs(fallback(*ins), n_outputs)
         elif value is None:
-            return _outputs(fallback(*ins))
+            return specialized_outputs(fallback(*ins), n_outputs)
         else:
             head = width // nq
         total_max, totals, past_len = _lengths(seqlens_k, tsl, b, s)
         if b * s * head <= 0 or any(n < 0 for n in past_len):
-            return _outputs(fallback(*ins))
+            return specialized_outputs(fallback(*ins), n_outputs)
         result = _attend_compiled(
             query, key, value, past_key, past_value, (nq, nk, head), past_len, totals,
             max(total_max, 0 if past_key is None else past_key.shape[2]), rotary, True,
@@ -566,13 +571,7 @@ def _specialize_gqa(
             scale if scale else 1.0 / math.sqrt(head), tables,
         )  # fmt: skip
         if result is None:
-            return _outputs(fallback(*ins))
-        return _outputs(result)
-
-    def _outputs(result: tuple[Any, ...]) -> Any:
-        if n_outputs == 1:
-            return result[0]
-        outs = list(result[:n_outputs])
-        return outs + missing[: n_outputs - len(outs)]
+            return specialized_outputs(fallback(*ins), n_outputs)
+        return specialized_outputs(result, n_outputs)
 
     return call

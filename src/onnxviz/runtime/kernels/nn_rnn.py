@@ -35,7 +35,7 @@ from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
-from onnxviz.runtime.registry import RUNTIME, kernel, specializer
+from onnxviz.runtime.registry import RUNTIME, kernel, specialized_outputs, specializer
 
 Activation = Callable[[np.ndarray], np.ndarray]
 
@@ -742,7 +742,7 @@ def _specialize_layer(kernel_fn: Any, gates: int, defaults: list[str]) -> Any:
             else:
                 state_c = ins[5] if gates == 4 else None
                 outs = compiled.run(x, w, b, ins[4], state_c)
-            return outs[0] if n == 1 else list(outs[:n]) + [None] * (n - len(outs))
+            return specialized_outputs(outs, n)
 
         return call
 

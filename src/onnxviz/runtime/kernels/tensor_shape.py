@@ -21,7 +21,13 @@ from onnxviz.runtime.kernels._tensor_common import (
     normalize_axes,
     normalize_axis,
 )
-from onnxviz.runtime.registry import RUNTIME, KernelContext, kernel, specializer
+from onnxviz.runtime.registry import (
+    RUNTIME,
+    KernelContext,
+    kernel,
+    specialized_outputs,
+    specializer,
+)
 
 _ALL_SHAPE = (1, 13, 15, 19, 21, 23, 24, 25)
 
@@ -291,7 +297,7 @@ def _specialize_split(kernel_fn: Any) -> Any:
 
         def call(data: Any, *rest: Any) -> Any:
             if (rest and rest[0] is not sizes) or type(data) is not np.ndarray:
-                return _outputs(fallback(data, *rest))
+                return specialized_outputs(fallback(data, *rest), n)
             index = cuts.get(data.shape)
             if index is None:
                 parts = fallback(data, *rest)
@@ -303,14 +309,8 @@ def _specialize_split(kernel_fn: Any) -> Any:
                     start += part.shape[axis]
                 if len(cuts) < 64:
                     cuts[data.shape] = index
-                return _outputs(parts)
-            return _outputs([data[ix] for ix in index])
-
-        def _outputs(parts: Any) -> Any:
-            if n == 1:
-                return parts[0]
-            outs = list(parts[:n])
-            return outs + [None] * (n - len(outs))
+                return specialized_outputs(parts, n)
+            return specialized_outputs([data[ix] for ix in index], n)
 
         return call
 
