@@ -69,7 +69,7 @@ def step_mode(pn: PlanNode, call_kernel: Any) -> tuple[int, Any, Any]:
 def calls_kernel(pn: PlanNode) -> bool:
     """Whether the node's step calls its kernel itself (PLAIN, MANY), whose errors do
     not name the node; the executor's _call_kernel and fused nodes raise errors that do."""
-    return pn.plain or (not pn.foldable and pn.kind == "kernel" and pn.call_many is not None)
+    return step_mode(pn, None)[0] in (PLAIN, MANY)
 
 
 def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any:
