@@ -2,7 +2,7 @@
 _sgemm.c through kernels/packed_gemm.py) rather than OpenBLAS?  The measurement behind
 packed_gemm.use_for, to run again when the kernel, the CPU or OpenBLAS change.
 
-    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw,cold]
+    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw,cold,small]
     ONNXVIZ_NATIVE=avx2 python benchmarks/bench_packed_gemm.py     # a lower level's paths
 
 Shapes: ResNet-50's 1x1 convs at batch 1 (rows = H*W: 3136, 784, 196, 49; the (C, M)
@@ -19,7 +19,12 @@ rounds (the machine is shared: alternating keeps a slow moment from landing on o
   which the conv chain applies in a pass of its own there);
 * ``cold``: a decoder's products of few rows (GPT-2's and a Llama's weights), each call
   by another copy of the weight from a set larger than the caches, as a decoder's step
-  reads each of its weights from memory once (the plain product only).
+  reads each of its weights from memory once (the plain product only);
+* ``small``: products of a few thousand multiply-adds (a tiny decoder's, a token's by a
+  small weight) up to just past packed_gemm.SMALL_MACS, as a node calls them: numpy's
+  matmul making its result against the held product (packed_gemm.held_product, C from
+  call to result); with a bias: matmul then ``+=`` the bias against the held product
+  with the bias in its epilogue.  Fractions of a microsecond here: two decimals.
 
 The ratio is ours / OpenBLAS's (below 1: the kernel is faster).
 """
@@ -48,6 +53,11 @@ BERT = [
 COLD = [
     (1, 768, 3072), (8, 768, 3072), (16, 768, 3072), (16, 3072, 768), (32, 768, 3072),
     (16, 2048, 5632), (32, 2048, 5632),
+]  # fmt: skip
+SMALL = [
+    (1, 64, 128), (4, 64, 128), (4, 128, 64), (16, 64, 32), (1, 128, 256), (2, 128, 128),
+    (7, 64, 64), (1, 256, 128), (32, 32, 32), (2, 256, 64), (1, 256, 256), (8, 64, 128),
+    (4, 128, 128), (2, 256, 256), (16, 64, 128), (4, 256, 256), (1, 512, 512),
 ]  # fmt: skip
 # Bytes of weight copies a cold product cycles through: beyond a server's L3.
 COLD_BYTES = 768 << 20
@@ -95,6 +105,39 @@ def _right(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
             ours_fused,
         ],
         rounds,
+    )
+
+
+def _not_routed(*args: Any) -> None:
+    raise RuntimeError("the held product did not take the call")
+
+
+def _small(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
+    """(numpy, held product) plain, then with a bias (module docstring, ``small``)."""
+    from onnxviz.runtime.kernels import packed_gemm
+
+    rng = np.random.default_rng(m * k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    p = packed_gemm.pack(w, mod)
+
+    def held(bias: np.ndarray | None) -> Any:
+        # held_product's object, told to take these rows whatever SMALL_MACS says (the
+        # shapes past it are here to show where it should stand).
+        return mod.product(
+            p.data, p.offset, k, n, p.nr, bias, m, m, 0, (), _not_routed, np.ndarray, np.empty,
+            np.dtype(np.float32),
+        )  # fmt: skip
+
+    plain, biased = held(None), held(bias)
+
+    def blas_biased() -> None:
+        y = np.matmul(a, w)
+        y += bias
+
+    return _time(
+        [lambda: np.matmul(a, w), lambda: plain(a), blas_biased, lambda: biased(a)], rounds
     )
 
 
@@ -178,14 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(("gemm_left", _left, [(n, k, m) for m, k, n in RESNET]))
     if "cold" in args.shapes:
         runs.append(("cold", _cold, COLD))
+    if "small" in args.shapes:
+        runs.append(("small", _small, SMALL))
     with threadpool_limits(1):
         for name, fn, shapes in runs:
             print(f"{name:>9} {'M':>5} {'K':>5} {'N':>5} | {'plain: blas':>11} {'ours':>7}"
                   f" {'ratio':>5} | {'fused: blas':>11} {'ours':>7} {'ratio':>5}")  # fmt: skip
+            digits = 2 if name == "small" else 0
             for m, k, n in shapes:
                 b1, o1, b2, o2 = fn(mod, m, k, n, args.rounds)
-                print(f"{'':>9} {m:>5} {k:>5} {n:>5} | {b1:>11.0f} {o1:>7.0f} {o1 / b1:>5.2f} |"
-                      f" {b2:>11.0f} {o2:>7.0f} {o2 / b2:>5.2f}")  # fmt: skip
+                print(f"{'':>9} {m:>5} {k:>5} {n:>5} | {b1:>11.{digits}f} {o1:>7.{digits}f}"
+                      f" {o1 / b1:>5.2f} | {b2:>11.{digits}f} {o2:>7.{digits}f} {o2 / b2:>5.2f}")  # fmt: skip
     return 0
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onnxviz.runtime.kernels import _weight_cache as wc
-from onnxviz.runtime.kernels import contrib_quant
+from onnxviz.runtime.kernels import contrib_quant, packed_gemm
 from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits, matmul_nbits
 
 pytestmark = pytest.mark.numeric
@@ -173,6 +173,9 @@ def test_a_weight_the_cache_will_not_keep_multiplies_chunk_by_chunk(monkeypatch,
     monkeypatch.setattr(wc, "CAP_BYTES", 4 * 1024)
     monkeypatch.setattr(contrib_quant, "_STREAM_ELEMENTS", 7 * 64)
     monkeypatch.setattr(contrib_quant, "_STREAM_MIN_BYTES", 1024)
+    # Not the small products' route (the packed form, test_small_weights_*): the [K, N]
+    # form of a weight this size is what this test is about.
+    monkeypatch.setattr(packed_gemm, "SMALL_MACS", 0)
     rng = np.random.default_rng(m)
     K, N, block = 64, 37, 16
     b, scales, zp, g = _case(rng, 4, block, K, N, "uint8", "act_order")

@@ -55,6 +55,8 @@ def _specialized(session: Session) -> dict[str, str]:
     how: dict[str, str] = {}
     for pn in run_nodes(session.plan):
         call = pn.call if pn.call_many is None else pn.call_many
+        # A held product (native/_sgemm.c) made by a specializer, in front of its call.
+        call = getattr(call, "fallback", call)
         qual = getattr(call, "__qualname__", "")
         special = "specialize" in qual or "_prepared" in qual
         how[pn.op_type] = "special" if special else how.get(pn.op_type, "kernel")

@@ -242,6 +242,15 @@ def threads() -> int | None:
     return None if fn is None else int(fn())
 
 
+def threads_getter_address() -> int:
+    """The address of the C function `threads` calls (``int f(void)``), for compiled code
+    that asks it per call (native/_sgemm.c's held product), or 0 when there is none."""
+    if _GEMM is None:
+        available()
+    fn = _GET_THREADS
+    return 0 if fn is None else int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
 def status() -> dict[str, Any]:
     """Whether products go to BLAS directly, which library and kernel set (OpenBLAS's core
     name) they go to, and otherwise why not; and what chose that kernel set

@@ -175,7 +175,7 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
         m = rows.shape[0]
         if m <= native_rows:
             return native_call(_NBITS, rows, buffers, (*a.shape[:-1], N))  # type: ignore[arg-type]
-        if m >= blas_rows:
+        if m >= blas_rows or m * K * N <= packed_gemm.SMALL_MACS:
             return kernel(a, b, scales, zero_points, g_idx, bias)
         if not weight:
             w_kn = _kept_kn(b0, s0, z0, None, K, N, block, bits)
@@ -187,6 +187,15 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
             flat += bias32
         return flat.reshape(*a.shape[:-1], N)
 
+    mod = packed_gemm.module()
+    if mod is not None and packed_gemm.small_rows(K, N) and not native_rows:
+        # A small weight: the rows of a token or a short prompt make a product of fixed
+        # costs, run in C from the node loop (packed_gemm.held_product) by the packed
+        # form the kernel's `_by_packed_weight` reads too: the same numbers.
+        p = _packed_form(mod, b0, s0, z0, None, K, N, block, bits)
+        if p is not None:
+            expect = tuple(known[1:])
+            return packed_gemm.held_product(mod, p, bias32, expect, call)
     return call
 
 
@@ -225,11 +234,34 @@ def _by_packed_weight(
     thread), or None where that GEMM does not route or the cache will not keep the form.
     On a Llama h2048's weights read from memory, 32 rows took 0.62x OpenBLAS's time on
     the [K, N] weight (benchmarks/bench_packed_gemm.py --shapes cold)."""
-    if rows.shape[0] < packed_gemm.MIN_ROWS:  # a decode step: no lookups on its path
-        return None
+    m = rows.shape[0]
+    if m < packed_gemm.MIN_ROWS and m * K * N > packed_gemm.SMALL_MACS:
+        return None  # a decode step: no lookups on its path
     mod = packed_gemm.module()
-    if mod is None or not packed_gemm.use_for(rows.shape[0], K, N):
+    if mod is None or not packed_gemm.use_for(m, K, N):
         return None
+    p = _packed_form(mod, b, scales, zero_points, g_idx, K, N, block_size, bits)
+    if p is None:
+        if m * K * N > packed_gemm.SMALL_MACS:
+            return None
+        # A small weight the cache does not keep (a fed one) is packed for this call:
+        # the same product, to the last bit, as by the kept form.
+        w_kn = dequantize_nbits(
+            b, scales, zero_points, g_idx, K, N, block_size, bits, transposed=True
+        )
+        p = packed_gemm.pack(w_kn, mod)
+    out = np.empty((rows.shape[0], N), dtype=np.float32)
+    bias_row = None if bias is None else _f32(bias)
+    packed_gemm.matmul_packed(mod, np.ascontiguousarray(rows), p, out, bias=bias_row)
+    return out
+
+
+def _packed_form(
+    mod: Any, b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None,
+    g_idx: np.ndarray | None, K: int, N: int, block_size: int, bits: int,
+) -> packed_gemm.Packed | None:  # fmt: skip
+    """The dequantized weight in the compiled GEMM's packed form, kept in the weight
+    cache (made on the first call), or None when the cache does not keep it."""
     nr = int(mod.panel_width())
 
     def build() -> packed_gemm.Packed:
@@ -238,19 +270,13 @@ def _by_packed_weight(
         )
         return packed_gemm.pack(w_kn, mod)
 
-    p = kept(
+    return kept(  # type: ignore[no-any-return]
         "MatMulNBits_packed",
         (b, scales, zero_points, g_idx),
         (K, N, block_size, bits, nr),
         K * -(-N // nr) * nr * 4,
         build,
     )
-    if p is None:
-        return None
-    out = np.empty((rows.shape[0], N), dtype=np.float32)
-    bias_row = None if bias is None else _f32(bias)
-    packed_gemm.matmul_packed(mod, np.ascontiguousarray(rows), p, out, bias=bias_row)
-    return out
 
 
 # The compiled kernel (native/_nbits.c), None when compiled kernels are off or not built.

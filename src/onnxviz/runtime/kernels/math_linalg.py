@@ -79,7 +79,9 @@ def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
     """Unwatched runs, a float32 matrix initializer as B: `_by_packed_weight`'s product
     with the packed weight found once (its cache lookup was most of a small product's
     fixed cost); another B, dtype, layout or a shape the packed GEMM does not take runs
-    the kernel.  The same route, so the same numbers."""
+    the kernel.  The same route, so the same numbers.  A small weight (one a few rows
+    make a product of packed_gemm.SMALL_MACS) is packed now and its call is a held
+    product (packed_gemm.held_product): C from the node loop to the result."""
     b0 = known[1] if len(known) == 2 else None
     if (
         type(b0) is not np.ndarray
@@ -94,6 +96,12 @@ def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
         return None
     k, n_cols = b0.shape
     held: list[Any] = []  # the packed weight, made on the first call that routes here
+    if packed_gemm.small_rows(k, n_cols):
+        # A small weight (a few rows make a product of fixed costs) is packed now, and
+        # the calls that route to it run in C from the node loop (held_product).
+        p = packed_gemm.packed(b0, mod)
+        if p is not None:
+            held.append(p)
 
     def call(a: Any, b: Any) -> Any:
         if (
@@ -118,6 +126,8 @@ def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
         packed_gemm.matmul_packed(mod, a.reshape(rows, k), held[0], out.reshape(rows, n_cols))
         return out
 
+    if held:
+        return packed_gemm.held_product(mod, held[0], None, (b0,), call)
     return call
 
 

@@ -229,16 +229,53 @@ def use_for(rows: int, k: int, n: int) -> bool:
     1063/719), 0.82-0.91x on BERT's (128x768x768 1155/943, 128x3072x768 4641/3902,
     256x3072x768 8450/7670, so K = 3072 is a win too); with the epilogue 0.58-0.82x and
     0.74-0.89x (before that tuning, same run: 0.78-1.07x alone, 0.87-1.10x on BERT).  So:
-    every product of at least MIN_ROWS rows ...
+    every product of at most SMALL_MACS multiply-adds, and every product of at least
+    MIN_ROWS rows ...
 
     ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
     and OpenBLAS splits a large product across the cores it is allowed.  (A threaded
     kernel is future work: the app leaves OpenBLAS its default of one thread per core,
     so there the kernel serves single-core machines and runs under a limit of one
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
+    if rows * k * n <= SMALL_MACS:
+        return True
     if rows < MIN_ROWS:
         return False
     return _one_thread()
+
+
+# Products of at most this many multiply-adds run the kernel at any row count and any
+# thread count (OpenBLAS runs products under 2**18 on one thread anyway): their time is
+# mostly the call's fixed cost, which the held product (`held_product`) cuts to a C
+# call.  Measured (benchmarks/bench_packed_gemm.py --shapes small, us, numpy's matmul
+# making C / the held product; with a bias: matmul then += / the epilogue's): AVX-512
+# (Sapphire Rapids, SkylakeX kernels) 4x64x128 2.89/1.98, 1x128x256 3.90/2.84, 16x64x128
+# 3.09/2.68 (0.63-0.87x; with a bias 0.39-0.66x), past 2**17 4x256x256 1.10x; AVX2 (the
+# level forced, Haswell kernels) 4x64x128 3.18/2.25 and 0.57-0.93x at 2 rows and more,
+# but one row 0.90x at 1x64x128 and 1.20-1.31x at 32K (0.89-0.99x with a bias: OpenBLAS's
+# GEMV is the faster kernel there).  So 2**15 for every level.
+SMALL_MACS = 1 << 15
+
+
+def small_rows(k: int, n: int) -> int:
+    """The most rows of a (rows x k) @ (k x n) product that `use_for` takes as small."""
+    return SMALL_MACS // max(k * n, 1)
+
+
+def held_product(
+    mod: Any, p: Packed, bias: np.ndarray | None, expect: tuple[Any, ...], fallback: Any
+) -> Any:
+    """A callable ``f(a, *expect)`` = ``a @ w + bias`` (a new float32 array of
+    ``a.shape[:-1] + (N,)``) for the constant weight packed as ``p``, in C from call to
+    result (native/_sgemm.c's `product`): for a C-contiguous float32 ndarray ``a`` of
+    ``p.k`` columns, on the rows `use_for` routes here, called with exactly the objects
+    of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
+    own path, which must give the same numbers on the calls this takes."""
+    getter = blas.threads_getter_address()
+    return mod.product(
+        p.data, p.offset, p.k, p.n, p.nr, bias, small_rows(p.k, p.n), MIN_ROWS, getter,
+        tuple(expect), fallback, np.ndarray, np.empty, _F32,
+    )  # fmt: skip
 
 
 def use_for_few_rows(rows: int) -> bool:

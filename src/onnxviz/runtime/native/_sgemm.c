@@ -52,8 +52,11 @@
  * kernels/packed_gemm.py routes products here only when OpenBLAS runs on one too. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -234,6 +237,61 @@ __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
         tile_avx2_body(t, 0, 2);
 }
 
+/* One or two rows of A read in place against P whole panels of 16 columns: the 6-row
+ * tile ran one row as six (A packed with zero rows) on two accumulator chains.  As
+ * tile_avx512_wide_body (which see): each column's sum in the same order as the 6-row
+ * tile's, so the same bits. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile_avx2_wide_body(const Tile *t, Py_ssize_t panel_stride, const int R, const int P) {
+    __m256 acc[2][4][2];
+    for (int i = 0; i < R; i++)
+        for (int q = 0; q < P; q++) acc[i][q][0] = acc[i][q][1] = _mm256_setzero_ps();
+    const float *a = t->a, *b = t->b;
+    const Py_ssize_t lda = t->lda, kc = t->kc;
+    for (Py_ssize_t k = 0; k < kc; k++, b += 16) {
+        __m256 bv[4][2];
+        for (int q = 0; q < P; q++) {
+            const float *bq = b + q * panel_stride;
+            if (t->stream) _mm_prefetch((const char *)(bq + 2 * PF_ROWS * 16), _MM_HINT_T1);
+            bv[q][0] = _mm256_loadu_ps(bq);
+            bv[q][1] = _mm256_loadu_ps(bq + 8);
+        }
+        for (int i = 0; i < R; i++) {
+            const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
+            for (int q = 0; q < P; q++) {
+                acc[i][q][0] = _mm256_fmadd_ps(ai, bv[q][0], acc[i][q][0]);
+                acc[i][q][1] = _mm256_fmadd_ps(ai, bv[q][1], acc[i][q][1]);
+            }
+        }
+    }
+    const float *const add = t->last ? t->add : NULL;
+    const float *const bias = t->last ? t->bias : NULL;
+    for (int i = 0; i < R; i++) {
+        float *const ci = t->c + i * t->ldc;
+        for (int q = 0; q < P; q++) {
+            for (int v = 0; v < 2; v++) {
+                const Py_ssize_t col = q * 16 + v * 8;
+                __m256 y = acc[i][q][v];
+                if (t->load_c) y = _mm256_add_ps(_mm256_loadu_ps(ci + col), y);
+                if (t->last) {
+                    if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + col));
+                    if (add) y = _mm256_add_ps(y, _mm256_loadu_ps(add + i * t->ldadd + col));
+                    y = act8(y, t->act, t->lo, t->hi);
+                }
+                _mm256_storeu_ps(ci + col, y);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void tile_avx2_wide(const Tile *t,
+                                                               Py_ssize_t panel_stride) {
+    if (t->rows == 1)
+        tile_avx2_wide_body(t, panel_stride, 1, 4);
+    else
+        tile_avx2_wide_body(t, panel_stride, 2, 2);
+}
+
 /* ---- AVX-512F: MR 12 x NR 32 (two zmm per row) ------------------------------------------- */
 
 static inline __mmask16 mask16(int n) {
@@ -392,6 +450,73 @@ static void (*const tile_avx512_packed[13])(const Tile *) = {
 };
 
 
+/* A few rows (1-3) of A read in place against P whole panels at once (P * 32 columns).
+ * One row on one panel kept two accumulator chains, each a fused multiply-add that waits
+ * for the last one (4 cycles): the core ran a quarter of its multiply-adds.  R rows by
+ * P panels keep 2 R P chains (8-12) in flight.  Each column's sum is the same as the
+ * one-panel tile's (in order over K, then the epilogue), so a product's numbers do not
+ * depend on which tile ran it.  Only whole panels: the edge panel takes tile_avx512_*. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_avx512_wide_body(const Tile *t, Py_ssize_t panel_stride, const int R, const int P) {
+    __m512 acc[3][4][2];
+    for (int i = 0; i < R; i++)
+        for (int q = 0; q < P; q++) acc[i][q][0] = acc[i][q][1] = _mm512_setzero_ps();
+    const float *a = t->a, *b = t->b;
+    const Py_ssize_t lda = t->lda, kc = t->kc;
+    for (Py_ssize_t k = 0; k < kc; k++, b += 32) {
+        __m512 bv[4][2];
+        for (int q = 0; q < P; q++) {
+            const float *bq = b + q * panel_stride;
+            if (t->stream) _mm_prefetch((const char *)(bq + PF_ROWS * 32), _MM_HINT_T1);
+            bv[q][0] = _mm512_loadu_ps(bq);
+            bv[q][1] = _mm512_loadu_ps(bq + 16);
+        }
+        for (int i = 0; i < R; i++) {
+            const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
+            for (int q = 0; q < P; q++) {
+                acc[i][q][0] = _mm512_fmadd_ps(ai, bv[q][0], acc[i][q][0]);
+                acc[i][q][1] = _mm512_fmadd_ps(ai, bv[q][1], acc[i][q][1]);
+            }
+        }
+    }
+    const int load_c = t->load_c, last = t->last, act = t->act;
+    const float lo = t->lo, hi = t->hi;
+    const float *const add = last ? t->add : NULL;
+    const float *const bias = last ? t->bias : NULL;
+    for (int i = 0; i < R; i++) {
+        float *const ci = t->c + i * t->ldc;
+        for (int q = 0; q < P; q++) {
+            for (int v = 0; v < 2; v++) {
+                const Py_ssize_t col = q * 32 + v * 16;
+                __m512 y = acc[i][q][v];
+                if (load_c) y = _mm512_add_ps(_mm512_loadu_ps(ci + col), y);
+                if (last) {
+                    if (bias) y = _mm512_add_ps(y, _mm512_loadu_ps(bias + col));
+                    if (add) y = _mm512_add_ps(y, _mm512_loadu_ps(add + i * t->ldadd + col));
+                    y = act16(y, act, lo, hi);
+                }
+                _mm512_storeu_ps(ci + col, y);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void tile_avx512_wide(const Tile *t,
+                                                                 Py_ssize_t panel_stride) {
+    switch (t->rows) {
+    case 1: tile_avx512_wide_body(t, panel_stride, 1, 4); break;
+    case 2: tile_avx512_wide_body(t, panel_stride, 2, 2); break;
+    default: tile_avx512_wide_body(t, panel_stride, 3, 2); break;
+    }
+}
+
+/* Panels per wide tile at `lvl` (tile_avx512_wide, tile_avx2_wide) by rows, 0: none. */
+static int wide_panels(int lvl, int rows) {
+    if (lvl >= 2) return rows == 1 ? 4 : rows <= 3 ? 2 : 0;
+    if (lvl == 1) return rows == 1 ? 4 : rows == 2 ? 2 : 0;
+    return 0;
+}
+
 #endif /* ONNXVIZ_X86 */
 
 /* ---- the blocked loops ------------------------------------------------------------------ */
@@ -505,7 +630,31 @@ static void run(const Problem *p, float *abuf) {
                 t.rows = rows;
                 t.row_bias = NULL;
                 t.stream = i0 == 0;
-                for (Py_ssize_t j = j0; j < j1; j += nr) {
+                Py_ssize_t j = j0;
+#if ONNXVIZ_X86
+                /* A read in place by the wide tiles (at AVX2 too, where the others
+                 * read it packed). */
+                const int wide = level >= 2 ? (inplace ? wide_panels(level, rows) : 0)
+                                            : (!p->a_trans ? wide_panels(level, rows) : 0);
+                const Py_ssize_t lda_packed = t.lda;
+                t.lda = p->lda;
+                const float *a_packed = t.a;
+                t.a = p->a + i0 * p->lda + k0;
+                for (; wide && j + wide * nr <= j1; j += wide * nr) {
+                    t.cols = wide * nr;
+                    t.b = p->b + (j / nr) * p->k * nr + k0 * nr;
+                    t.c = p->c + i0 * p->ldc + j;
+                    t.bias = p->bias ? p->bias + j : NULL;
+                    t.add = p->add ? p->add + i0 * p->ldadd + j : NULL;
+                    if (level >= 2)
+                        tile_avx512_wide(&t, p->k * nr);
+                    else
+                        tile_avx2_wide(&t, p->k * nr);
+                }
+                t.lda = lda_packed;
+                t.a = a_packed;
+#endif
+                for (; j < j1; j += nr) {
                     t.cols = (int)(p->n - j < nr ? p->n - j : nr);
                     t.b = p->b + (j / nr) * p->k * nr + k0 * nr;
                     t.c = p->c + i0 * p->ldc + j;
@@ -723,6 +872,207 @@ fail_a:
     return NULL;
 }
 
+/* ---- a held product: one constant weight, called per run ------------------------------
+ *
+ * `product(...)` makes a callable object for a MatMul-like node whose weight is a
+ * constant packed once: called with the node's inputs (a, then the operands it was made
+ * for, compared by identity), it checks A, makes C by numpy.empty and runs gemm, in C
+ * from the run loop's call to the result: the Python function it replaces (checks,
+ * reshapes, the call's 18 arguments parsed) was most of a small product's time.  A call
+ * it does not take (other operands, another dtype or layout, A of one dimension, a row
+ * count the routing sends elsewhere, another level) goes to `fallback` with the same arguments, the
+ * kernel's own path.  Which row counts it takes is kernels/packed_gemm.py's `use_for`,
+ * restated: at most `small_rows`, or at least `min_rows` while OpenBLAS runs on one
+ * thread (`threads`: the address of openblas_get_num_threads, or 0 when unknown). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *packed, *bias_obj, *expect, *fallback, *ndarray, *empty, *dtype;
+    Py_buffer pb, bb;
+    const float *b, *bias;
+    Py_ssize_t k, n, small_rows, min_rows;
+    int nr;
+    int (*threads)(void);
+} Product;
+
+static PyObject *product_other(Product *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames) {
+    Product *self = (Product *)obj;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
+    if (kwnames || nargs != 1 + n_expect || self->nr != panel_width_of(level) ||
+        (PyObject *)Py_TYPE(args[0]) != self->ndarray)
+        return product_other(self, args, nargsf, kwnames);
+    for (Py_ssize_t i = 0; i < n_expect; i++)
+        if (args[1 + i] != PyTuple_GET_ITEM(self->expect, i))
+            return product_other(self, args, nargsf, kwnames);
+    Py_buffer ab;
+    if (PyObject_GetBuffer(args[0], &ab, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear(); /* not C-contiguous: the kernel's path copies or strides */
+        return product_other(self, args, nargsf, kwnames);
+    }
+    const int ndim = ab.ndim;
+    const int f32 = ab.itemsize == 4 && ab.format && ab.format[0] == 'f' && !ab.format[1];
+    const Py_ssize_t rows = ndim >= 2 && ab.shape[ndim - 1] == self->k && ab.len > 0
+                                ? ab.len / 4 / self->k
+                                : 0;
+    int routed = f32 && rows >= 1 && (rows <= self->small_rows || rows >= self->min_rows);
+    if (routed && rows > self->small_rows && self->threads) routed = self->threads() <= 1;
+    if (!routed) {
+        PyBuffer_Release(&ab);
+        return product_other(self, args, nargsf, kwnames);
+    }
+    PyObject *out = NULL, *shape = PyTuple_New(ndim);
+    if (!shape) goto done;
+    for (int d = 0; d < ndim; d++) {
+        PyObject *dim = PyLong_FromSsize_t(d == ndim - 1 ? self->n : ab.shape[d]);
+        if (!dim) goto done;
+        PyTuple_SET_ITEM(shape, d, dim);
+    }
+    PyObject *empty_args[2] = {shape, self->dtype};
+    out = PyObject_Vectorcall(self->empty, empty_args, 2, NULL);
+    if (!out) goto done;
+    Py_buffer cb;
+    if (PyObject_GetBuffer(out, &cb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        Py_CLEAR(out);
+        goto done;
+    }
+    Problem p;
+    memset(&p, 0, sizeof p);
+    p.a = ab.buf;
+    p.lda = self->k;
+    p.m = rows;
+    p.k = self->k;
+    p.n = self->n;
+    p.b = self->b;
+    p.c = cb.buf;
+    p.ldc = self->n;
+    p.bias = self->bias;
+    p.lo = p.hi = NAN;
+    p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
+    p.nc = NC;
+    float *abuf =
+        PyMem_RawMalloc((size_t)((p.kcmax < p.k ? p.kcmax : p.k) * 12) * sizeof(float));
+    if (!abuf) {
+        PyErr_NoMemory();
+        Py_CLEAR(out);
+    } else if (rows * self->k * self->n >= (1 << 20)) {
+        Py_BEGIN_ALLOW_THREADS;
+        run(&p, abuf);
+        Py_END_ALLOW_THREADS;
+    } else {
+        run(&p, abuf); /* a few microseconds: releasing the lock would cost more */
+    }
+    PyMem_RawFree(abuf);
+    PyBuffer_Release(&cb);
+done:
+    Py_XDECREF(shape);
+    PyBuffer_Release(&ab);
+    return out;
+}
+
+static int product_traverse(PyObject *obj, visitproc visit, void *arg) {
+    Product *self = (Product *)obj;
+    Py_VISIT(self->expect);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int product_clear(PyObject *obj) {
+    Product *self = (Product *)obj;
+    Py_CLEAR(self->expect);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void product_dealloc(PyObject *obj) {
+    Product *self = (Product *)obj;
+    PyObject_GC_UnTrack(obj);
+    if (self->packed) PyBuffer_Release(&self->pb);
+    if (self->bias_obj) PyBuffer_Release(&self->bb);
+    Py_CLEAR(self->packed);
+    Py_CLEAR(self->bias_obj);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->empty);
+    Py_CLEAR(self->dtype);
+    product_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef product_members[] = {
+    {"fallback", T_OBJECT, offsetof(Product, fallback), READONLY,
+     "What the calls this product does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ProductType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._sgemm.Product",
+    .tp_basicsize = sizeof(Product),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Product, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = product_traverse,
+    .tp_clear = product_clear,
+    .tp_dealloc = product_dealloc,
+    .tp_members = product_members,
+    .tp_doc = "A product by one packed constant weight (product()).",
+};
+
+static PyObject *py_product(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *bo, *expect, *fallback, *ndarray, *empty, *dtype;
+    Py_ssize_t offset, k, n, small_rows, min_rows;
+    unsigned long long threads;
+    int nr;
+    if (!PyArg_ParseTuple(args, "OnnniOnnKO!OOOO:product", &po, &offset, &k, &n, &nr, &bo,
+                          &small_rows, &min_rows, &threads, &PyTuple_Type, &expect, &fallback,
+                          &ndarray, &empty, &dtype))
+        return NULL;
+    if (k < 1 || n < 1 || k > LIMIT || n > LIMIT || (nr != 16 && nr != 32) || offset < 0 ||
+        offset > 63 || !PyCallable_Check(fallback) || !PyCallable_Check(empty)) {
+        PyErr_SetString(PyExc_ValueError, "product: bad sizes, panel width or callables");
+        return NULL;
+    }
+    Product *obj = PyObject_GC_New(Product, &ProductType);
+    if (!obj) return NULL;
+    obj->vectorcall = product_vectorcall;
+    obj->packed = obj->bias_obj = NULL;
+    obj->expect = Py_NewRef(expect);
+    obj->fallback = Py_NewRef(fallback);
+    obj->ndarray = Py_NewRef(ndarray);
+    obj->empty = Py_NewRef(empty);
+    obj->dtype = Py_NewRef(dtype);
+    obj->k = k;
+    obj->n = n;
+    obj->nr = nr;
+    obj->small_rows = small_rows;
+    obj->min_rows = min_rows;
+    obj->threads = (int (*)(void))(uintptr_t)threads;
+    obj->bias = NULL;
+    PyObject_GC_Track((PyObject *)obj);
+    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    obj->packed = Py_NewRef(po);
+    if (obj->pb.len < offset + packed_count(k, n, nr) * 4) {
+        PyErr_SetString(PyExc_ValueError, "product: the packed weight is too short");
+        goto fail;
+    }
+    obj->b = (const float *)((const char *)obj->pb.buf + offset);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &obj->bb, n, 1, 0, "bias") < 0) goto fail;
+        obj->bias_obj = Py_NewRef(bo);
+        obj->bias = obj->bb.buf;
+    }
+    return (PyObject *)obj;
+fail:
+    Py_DECREF(obj);
+    return NULL;
+}
+
 static PyObject *py_pack_rows(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *wo;
@@ -907,6 +1257,13 @@ static PyMethodDef methods[] = {
      "hi, accumulate): C = act([C +] W X + bias[:, None] + addend) for W packed by "
      "pack_rows, X (K x N, rows ldx apart, read in place), C and addend (M x N), bias "
      "(M,) per row: an NCHW 1x1 conv, W (M, C) by the image (C, H*W)."},
+    {"product", py_product, METH_VARARGS,
+     "product(packed, offset, K, N, nr, bias, small_rows, min_rows, threads, expect, "
+     "fallback, ndarray, empty, dtype) -> a callable: f(a, *expect) = a @ W + bias as a "
+     "new float32 array of a.shape[:-1] + (N,), for a C-contiguous float32 ndarray a "
+     "of at least 2 dimensions, the last K, and whose rows are at most small_rows, or at least "
+     "min_rows while the int function at address `threads` (0: none) returns at most 1; "
+     "any other call is fallback(*args)."},
     {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
@@ -921,4 +1278,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__sgemm(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sgemm(void) {
+    if (PyType_Ready(&ProductType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

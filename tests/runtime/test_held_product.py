@@ -1,0 +1,267 @@
+"""The held product (native/_sgemm.c's `product`, kernels/packed_gemm.held_product): a
+MatMul-like node's call by a constant weight packed once, run in C from the node loop.
+
+* The calls it takes give the bits of the kernel's own route (`matmul_packed` by the same
+  packed weight, bias in the epilogue), for 2-D and 3-D inputs, small products at any row
+  count and larger ones from packed_gemm.MIN_ROWS rows, at every level.
+* Every call it does not take goes to the fallback with the same arguments, and returns
+  what the fallback returns: other operands (by identity), another dtype, a strided or
+  1-D input, another K, rows the routing sends elsewhere (between the small products and
+  MIN_ROWS; from MIN_ROWS on while OpenBLAS runs several threads), keywords, another
+  level's panel width.
+* Its results are fresh arrays nobody else holds; a wrong construction is a ValueError.
+* In a model: small MatMul and MatMulNBits weights run it (counted) in unwatched runs,
+  and the stepped run gives the same bits (differential.assert_modes_agree).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
+
+from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import _weight_cache, packed_gemm
+from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level, compiled
+
+from .differential import stepped_values
+
+pytestmark = pytest.mark.numeric
+
+LEVELS = native.levels()
+
+
+def _module() -> Any:
+    return compiled("sgemm", "the OpenBLAS paths run")
+
+
+@contextmanager
+def _level(mod: Any, level: int) -> Iterator[None]:
+    with at_level("sgemm", level):
+        mod.set_level(level)
+        yield
+
+
+class _Fallback:
+    """A fallback that records its calls and returns a marker."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> str:
+        self.calls.append(args + tuple(kw.items()))
+        return "fallback"
+
+
+def _held(mod: Any, k: int, n: int, *, bias: bool, seed: int) -> tuple[Any, Any, Any, Any]:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    p = packed_gemm.pack(w, mod)
+    fallback = _Fallback()
+    return packed_gemm.held_product(mod, p, b, (w,), fallback), w, p, (b, fallback)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_calls_it_takes_give_the_kernels_bits(level):
+    mod = _module()
+    rng = np.random.default_rng(level)
+    with _level(mod, level), threadpool_limits(1):
+        # (k, n, shapes of A): small products at any row count, a larger weight from
+        # MIN_ROWS rows on.
+        for k, n, shapes in [
+            (64, 128, [(1, 64), (4, 64), (1, 3, 64)]),
+            (33, 70, [(2, 33), (14, 33), (2, 7, 33)]),
+            (300, 200, [(8, 300), (2, 13, 300), (40, 300)]),
+        ]:
+            for bias in (False, True):
+                held, w, p, (b, fallback) = _held(mod, k, n, bias=bias, seed=k + n)
+                for shape in shapes:
+                    a = rng.standard_normal(shape).astype(np.float32)
+                    got = held(a, w)
+                    assert not fallback.calls, (k, n, shape)
+                    rows = a.reshape(-1, k)
+                    want = np.empty((rows.shape[0], n), np.float32)
+                    packed_gemm.matmul_packed(mod, rows, p, want, bias=b)
+                    assert got.shape == shape[:-1] + (n,) and got.dtype == np.float32
+                    np.testing.assert_array_equal(got.reshape(-1, n), want)
+                    exact = a.astype(np.float64) @ w + (0 if b is None else b)
+                    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4)
+
+
+def test_every_call_it_does_not_take_goes_to_the_fallback():
+    mod = _module()
+    rng = np.random.default_rng(3)
+    k, n = 96, 96  # small_rows: 3 (SMALL_MACS 2**15 over 9216)
+    assert packed_gemm.small_rows(k, n) == 3 < packed_gemm.MIN_ROWS
+    held, w, _p, (_b, fallback) = _held(mod, k, n, bias=False, seed=4)
+    a = rng.standard_normal((2, k)).astype(np.float32)
+    wide = rng.standard_normal((2, 2 * k)).astype(np.float32)
+
+    class Sub(np.ndarray):
+        pass
+
+    others: list[tuple[Any, ...]] = [
+        (a, w.copy()),  # another weight, equal but not the same object
+        (a.astype(np.float64), w),
+        (wide[:, ::2], w),  # strided
+        (a[0], w),  # 1-D
+        (rng.standard_normal((2, k + 1)).astype(np.float32), w),
+        (rng.standard_normal((5, k)).astype(np.float32), w),  # between small and MIN_ROWS
+        (a.tolist(), w),
+        (a.view(Sub), w),
+        (a,),
+        (a, w, None),
+        (np.empty((0, k), np.float32), w),
+        (a.astype(np.float16), w),
+        (a.astype(">f4"), w),
+    ]
+    for args in others:
+        assert held(*args) == "fallback"
+        got = fallback.calls.pop()
+        assert len(got) == len(args) and all(x is y for x, y in zip(got, args))
+    assert held(a, w=w) == "fallback"
+    got = fallback.calls.pop()
+    assert got[0] is a and got[1][0] == "w" and got[1][1] is w
+    # Many rows while OpenBLAS runs several threads: its product, not the kernel's.
+    many = rng.standard_normal((16, k)).astype(np.float32)
+    with threadpool_limits(2):
+        assert held(many, w) == "fallback"
+        assert fallback.calls.pop()[0] is many
+        assert held(a, w).shape == (2, n) and not fallback.calls  # small: any thread count
+    with threadpool_limits(1):
+        assert held(many, w).shape == (16, n)
+    assert not fallback.calls
+
+
+def test_another_levels_panel_width_goes_to_the_fallback():
+    mod = _module()
+    widths = {lvl: _width(mod, lvl) for lvl in LEVELS}
+    if len(set(widths.values())) < 2:
+        pytest.skip("this CPU has one panel width")  # an AVX-512-less CPU: all 16
+    top = max(LEVELS)
+    with _level(mod, top):
+        held, w, _p, (_b, fallback) = _held(mod, 64, 64, bias=False, seed=5)
+    a = np.ones((2, 64), np.float32)
+    low = min(lvl for lvl in LEVELS if widths[lvl] != widths[top])
+    with _level(mod, low):
+        assert held(a, w) == "fallback"
+    with _level(mod, top):
+        np.testing.assert_allclose(held(a, w), a @ w, rtol=1e-5, atol=1e-5)
+
+
+def _width(mod: Any, level: int) -> int:
+    with _level(mod, level):
+        return int(mod.panel_width())
+
+
+def test_results_are_fresh_arrays_and_nothing_leaks():
+    mod = _module()
+    held, w, _p, _ = _held(mod, 32, 48, bias=True, seed=6)
+    a = np.ones((3, 32), np.float32)
+    first = held(a, w)
+    second = held(a, w)
+    assert first is not second and not np.shares_memory(first, second)
+    assert first.flags.writeable and first.flags.owndata
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None
+    before = (sys.getrefcount(a), sys.getrefcount(w))
+    for _ in range(100):
+        held(a, w)
+    assert (sys.getrefcount(a), sys.getrefcount(w)) == before
+
+
+def test_a_wrong_construction_is_a_value_error():
+    mod = _module()
+    w = np.ones((8, 8), np.float32)
+    p = packed_gemm.pack(w, mod)
+    base = [p.data, p.offset, 8, 8, p.nr, None, 1, 8, 0, (), print, np.ndarray, np.empty]
+    dt = np.dtype(np.float32)
+    for i, bad in [(2, 0), (3, -1), (4, 24), (1, 64), (5, np.ones(7, np.float32)), (10, 3)]:
+        args = list(base)
+        args[i] = bad
+        with pytest.raises((ValueError, TypeError)):
+            mod.product(*args, dt)
+    short = bytearray(16)
+    with pytest.raises(ValueError):
+        mod.product(short, 0, *base[2:], dt)
+
+
+def _small_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarray]]:
+    K, N, block = 64, 48, 32
+    kb = K // block
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((K, 40)).astype(np.float32), "wm"),
+        numpy_helper.from_array(rng.integers(0, 256, (N, kb, block // 2), dtype=np.uint8), "qb"),
+        numpy_helper.from_array((rng.standard_normal((N, kb)) * 0.05).astype(np.float32), "qs"),
+        numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "qbias"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wm"], ["y1"]),
+        helper.make_node(
+            "MatMulNBits",
+            ["x", "qb", "qs", "", "", "qbias"],
+            ["y2"],
+            domain="com.microsoft",
+            K=K,
+            N=N,
+            block_size=block,
+            bits=4,
+        ),  # fmt: skip
+        helper.make_node("Relu", ["y2"], ["y3"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", f, [1, None, K])],
+        [helper.make_tensor_value_info(o, f, None) for o in ("y1", "y3")],
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+    )
+    return model, {"x": rng.standard_normal((1, 3, K)).astype(np.float32)}
+
+
+def test_small_weights_run_it_in_a_model_with_the_stepped_bits(monkeypatch):
+    mod = _module()
+    model, feeds = _small_model(np.random.default_rng(7))
+    made: list[Any] = []
+    real = packed_gemm.held_product
+
+    def counting(*args: Any) -> Any:
+        product = real(*args)
+        made.append(product)
+        return product
+
+    for level in LEVELS:  # (whatever ONNXVIZ_NATIVE says: each level set directly)
+        with _level(mod, level):
+            monkeypatch.setattr(packed_gemm, "held_product", counting)
+            made.clear()
+            _weight_cache.clear()
+            session = Session(model)
+            session.run(feeds)
+            assert len(made) == 2  # the MatMul's and the MatMulNBits' calls
+            calls = {pn.op_type: pn.call for pn in run_nodes(session.plan)}
+            assert calls["MatMul"] in made and calls["MatMulNBits"] in made
+            monkeypatch.undo()
+            stepped = stepped_values(model, feeds)
+            for _ in range(2):
+                got = session.run(feeds)
+                for name in ("y1", "y3"):
+                    np.testing.assert_array_equal(got[name], stepped[name])
+    _weight_cache.clear()
