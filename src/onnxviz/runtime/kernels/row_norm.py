@@ -217,4 +217,12 @@ def specialize(
             return done[0]
         return [done[k] for k in picks]
 
-    return call
+    # The same call in C from the node loop (native/_norm.c's `held`): the checks above,
+    # the outputs the node has (not the statistics nobody asked for) and the rows, the
+    # same kernel, so the same numbers; what it does not take goes to `call`.
+    gamma, beta, bias = by_role
+    assert gamma is not None  # checked above
+    return _NORM.held(  # type: ignore[union-attr]  # not None: `rows` is a call
+        gamma.shape[0], float(np.float32(epsilon)), rms, gamma, beta, bias, skip,
+        tuple(held), tuple(picks), single, call, np.ndarray, np.empty, _F32,
+    )  # fmt: skip

@@ -21,9 +21,11 @@
  * Levels (native/__init__.py): 0 generic C (4-lane vectors); 1 AVX2; 2 and 3 AVX-512F. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
 #include "vector_types.h"
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #if ONNXVIZ_X86
@@ -95,6 +97,17 @@ static int level = 0;
 #undef ATTR
 #endif
 
+static void norm_job(NormJob *job) {
+#if ONNXVIZ_X86
+    if (level >= 2)
+        norm_rows_avx512(job);
+    else if (level == 1)
+        norm_rows_avx2(job);
+    else
+#endif
+        norm_rows_generic(job);
+}
+
 /* An optional float32 buffer (None: view->buf stays NULL); 0 or -1 with the error set. */
 static int optional_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable,
                            const char *name) {
@@ -142,14 +155,7 @@ static PyObject *py_norm(PyObject *self, PyObject *args) {
         .inv_std = v[I].buf, .rows = rows, .cols = cols, .epsilon = epsilon, .rms = rms,
     };
     Py_BEGIN_ALLOW_THREADS;
-#if ONNXVIZ_X86
-    if (level >= 2)
-        norm_rows_avx512(&job);
-    else if (level == 1)
-        norm_rows_avx2(&job);
-    else
-#endif
-        norm_rows_generic(&job);
+    norm_job(&job);
     Py_END_ALLOW_THREADS;
     Py_INCREF(Py_None);
     result = Py_None;
@@ -159,16 +165,259 @@ done:
     return result;
 }
 
+/* ---- a held norm: a node's call with its constant rows ------------------------------
+ *
+ * `held(...)` makes the callable a norm node's specialized call (kernels/row_norm.py's
+ * `specialize`) fronts: called with the node's inputs, it checks the constants by
+ * identity, x (and the skip) as float32 C-contiguous ndarrays of `cols` columns (the
+ * skip of x's shape), makes the outputs the node has by numpy.empty and runs the rows,
+ * from the node loop's call to the result: the Python call's checks, four numpy.empty
+ * and list were most of a decoder norm's 4 us.  Anything else goes to `fallback`. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *rows_obj[3]; /* gamma, beta, bias or NULL */
+    Py_buffer rows_view[3];
+    PyObject *expect; /* ((index, object), ...) */
+    PyObject *picks;  /* per output, 0 y, 1 mean, 2 inv_std, 3 total */
+    PyObject *fallback, *ndarray, *empty, *dtype;
+    Py_ssize_t cols;
+    double epsilon;
+    int rms, skip, single;
+} HeldNorm;
+
+static PyObject *held_other(HeldNorm *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames) {
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* A new float32 array of `shape` (an ndim-tuple to build), or NULL. */
+static PyObject *held_empty(HeldNorm *self, const Py_ssize_t *shape, int ndim, int keep_last) {
+    PyObject *t = PyTuple_New(ndim);
+    if (!t) return NULL;
+    for (int d = 0; d < ndim; d++) {
+        PyObject *dim = PyLong_FromSsize_t(d == ndim - 1 && keep_last ? 1 : shape[d]);
+        if (!dim) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, d, dim);
+    }
+    PyObject *args[2] = {t, self->dtype};
+    PyObject *out = PyObject_Vectorcall(self->empty, args, 2, NULL);
+    Py_DECREF(t);
+    return out;
+}
+
+static int f32_rows(PyObject *obj, PyObject *ndarray, Py_buffer *view, Py_ssize_t cols) {
+    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (view->itemsize == 4 && view->format && view->format[0] == 'f' && !view->format[1] &&
+        view->ndim >= 1 && view->shape[view->ndim - 1] == cols && view->len > 0)
+        return 1;
+    PyBuffer_Release(view);
+    return 0;
+}
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    HeldNorm *self = (HeldNorm *)obj;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames || nargs < 1 + self->skip) return held_other(self, args, nargsf, kwnames);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->expect); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(self->expect, i);
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (at >= nargs || args[at] != PyTuple_GET_ITEM(pair, 1))
+            return held_other(self, args, nargsf, kwnames);
+    }
+    Py_buffer xv, sv;
+    if (!f32_rows(args[0], self->ndarray, &xv, self->cols))
+        return held_other(self, args, nargsf, kwnames);
+    if (self->skip) {
+        int same = f32_rows(args[1], self->ndarray, &sv, self->cols);
+        if (same && (sv.ndim != xv.ndim || memcmp(sv.shape, xv.shape, xv.ndim * sizeof(Py_ssize_t)))) {
+            PyBuffer_Release(&sv);
+            same = 0;
+        }
+        if (!same) {
+            PyBuffer_Release(&xv);
+            return held_other(self, args, nargsf, kwnames);
+        }
+    }
+    const Py_ssize_t n_out = PyTuple_GET_SIZE(self->picks);
+    PyObject *outs[4] = {NULL, NULL, NULL, NULL};
+    int want[4] = {1, 0, 0, 0};
+    for (Py_ssize_t k = 0; k < n_out; k++)
+        want[PyLong_AsLong(PyTuple_GET_ITEM(self->picks, k)) & 3] = 1;
+    PyObject *result = NULL;
+    Py_buffer ov[4];
+    int got[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; k++) {
+        if (!want[k]) continue;
+        outs[k] = held_empty(self, xv.shape, xv.ndim, k == 1 || k == 2);
+        if (!outs[k] || PyObject_GetBuffer(outs[k], &ov[k], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+        got[k] = 1;
+    }
+    NormJob job = {
+        .x = xv.buf, .skip = self->skip ? sv.buf : NULL,
+        .bias = self->rows_obj[2] ? self->rows_view[2].buf : NULL,
+        .gamma = self->rows_obj[0] ? self->rows_view[0].buf : NULL,
+        .beta = self->rows_obj[1] ? self->rows_view[1].buf : NULL,
+        .y = ov[0].buf, .total = got[3] ? ov[3].buf : NULL, .mean = got[1] ? ov[1].buf : NULL,
+        .inv_std = got[2] ? ov[2].buf : NULL, .rows = xv.len / 4 / self->cols,
+        .cols = self->cols, .epsilon = self->epsilon, .rms = self->rms,
+    };  /* clang-format: keep */
+    norm_job(&job);
+    if (self->single) {
+        result = outs[0];
+        outs[0] = NULL;
+    } else {
+        result = PyList_New(n_out);
+        if (result)
+            for (Py_ssize_t k = 0; k < n_out; k++) {
+                PyObject *o = outs[PyLong_AsLong(PyTuple_GET_ITEM(self->picks, k)) & 3];
+                Py_INCREF(o);
+                PyList_SET_ITEM(result, k, o);
+            }
+    }
+done:
+    for (int k = 0; k < 4; k++) {
+        if (got[k]) PyBuffer_Release(&ov[k]);
+        Py_XDECREF(outs[k]);
+    }
+    if (self->skip) PyBuffer_Release(&sv);
+    PyBuffer_Release(&xv);
+    return result;
+}
+
+static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
+    HeldNorm *self = (HeldNorm *)obj;
+    Py_VISIT(self->expect);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int held_clear(PyObject *obj) {
+    HeldNorm *self = (HeldNorm *)obj;
+    Py_CLEAR(self->expect);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void held_dealloc(PyObject *obj) {
+    HeldNorm *self = (HeldNorm *)obj;
+    PyObject_GC_UnTrack(obj);
+    for (int k = 0; k < 3; k++)
+        if (self->rows_obj[k]) {
+            PyBuffer_Release(&self->rows_view[k]);
+            Py_CLEAR(self->rows_obj[k]);
+        }
+    Py_CLEAR(self->picks);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->empty);
+    Py_CLEAR(self->dtype);
+    held_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(HeldNorm, fallback), READONLY,
+     "What the calls this norm does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldNormType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._norm.HeldNorm",
+    .tp_basicsize = sizeof(HeldNorm),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(HeldNorm, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_traverse,
+    .tp_clear = held_clear,
+    .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
+    .tp_doc = "A norm node's call with its constant rows (held()).",
+};
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *rows[3], *expect, *picks, *fallback, *ndarray, *empty, *dtype;
+    Py_ssize_t cols;
+    double epsilon;
+    int rms, skip, single;
+    if (!PyArg_ParseTuple(args, "ndpOOOpO!O!pOOOO:held", &cols, &epsilon, &rms, &rows[0],
+                          &rows[1], &rows[2], &skip, &PyTuple_Type, &expect, &PyTuple_Type,
+                          &picks, &single, &fallback, &ndarray, &empty, &dtype))
+        return NULL;
+    const Py_ssize_t n_out = PyTuple_GET_SIZE(picks);
+    int bad = cols < 1 || n_out < 1 || n_out > 4 || !PyCallable_Check(fallback) ||
+              !PyCallable_Check(empty) || (single && n_out != 1);
+    for (Py_ssize_t k = 0; k < n_out && !bad; k++) {
+        const long v = PyLong_AsLong(PyTuple_GET_ITEM(picks, k));
+        bad = v < 0 || v > 3 || (v == 3 && !skip && rows[2] == Py_None);
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expect) && !bad; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(expect, i);
+        bad = !PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+              PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0)) < 0;
+    }
+    if (bad || PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "held: bad cols, picks, expect or callables");
+        return NULL;
+    }
+    HeldNorm *obj = PyObject_GC_New(HeldNorm, &HeldNormType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    for (int k = 0; k < 3; k++) obj->rows_obj[k] = NULL;
+    obj->expect = Py_NewRef(expect);
+    obj->picks = Py_NewRef(picks);
+    obj->fallback = Py_NewRef(fallback);
+    obj->ndarray = Py_NewRef(ndarray);
+    obj->empty = Py_NewRef(empty);
+    obj->dtype = Py_NewRef(dtype);
+    obj->cols = cols;
+    obj->epsilon = epsilon;
+    obj->rms = rms;
+    obj->skip = skip;
+    obj->single = single;
+    PyObject_GC_Track((PyObject *)obj);
+    static const char *names[3] = {"held gamma", "held beta", "held bias"};
+    for (int k = 0; k < 3; k++) {
+        if (rows[k] == Py_None) continue;
+        if (onnxviz_get_floats(rows[k], &obj->rows_view[k], cols, 1, 0, names[k]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->rows_obj[k] = Py_NewRef(rows[k]);
+    }
+    return (PyObject *)obj;
+}
+
 ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"norm", py_norm, METH_VARARGS,
      "norm(x, y, cols, epsilon, rms, gamma, beta, skip, bias, total, mean, inv_std): "
      "layer (or RMS) normalisation of float32 rows of cols; see the module source."},
+    {"held", py_held, METH_VARARGS,
+     "held(cols, epsilon, rms, gamma, beta, bias, skip, expect, picks, single, fallback, "
+     "ndarray, empty, dtype) -> a callable f(x[, skip], ...): the norm of float32 "
+     "C-contiguous x over its last axis (cols) with those constant rows (None: none), the "
+     "node's inputs at the positions of expect's (index, object) pairs being those "
+     "objects; its outputs, picks of (y, mean, inv_std, total), a list, or y alone when "
+     "single; any other call is fallback(*args)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_norm", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__norm(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__norm(void) {
+    if (PyType_Ready(&HeldNormType) < 0) return NULL;
+    return PyModule_Create(&module);
+}
