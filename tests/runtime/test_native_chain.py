@@ -177,6 +177,16 @@ def test_a_models_gelu_chain_runs_the_kernel_and_agrees_with_the_stepped_run(
             calls.append(1)
             module.run(*args)
 
+        def held(self, *args: Any) -> Any:
+            # The node loop's call of the chain once its scalars are held: counted too.
+            made = module.held(*args)
+
+            def call(*ins: Any) -> Any:
+                calls.append(1)
+                return made(*ins)
+
+            return call
+
     monkeypatch.setattr(fusion_elementwise, "_NATIVE", Counting())
     model = _gelu_model()
     x = _values(np.random.default_rng(3), 2 * 8 * 3072).reshape(2, 8, 3072)
@@ -420,3 +430,51 @@ def test_a_silu_chain_runs_the_kernel_and_agrees_with_the_stepped_run() -> None:
     chains = [pn.fused for pn in run_nodes(sess.plan) if isinstance(pn.fused, ElementwiseChain)]
     assert len(chains) == 1 and [st.op_type for st in chains[0].steps][:2] == ["Sigmoid", "Mul"]
     assert chains[0].native == (fusion_elementwise._NATIVE is not None)
+
+
+def test_a_held_chain_runs_its_program_and_hands_on_what_it_does_not_take() -> None:
+    """`held` (a chain node's call from the node loop): the program's bits on a float32
+    C-contiguous x with exactly its scalars, in a fresh array of x's shape; any other call
+    goes to the fallback with the same arguments."""
+    module = _module()
+    scale = np.array(0.75, np.float32).reshape(1, 1)  # 2-D: x needs at least 2 dims
+    scale.flags.writeable = False
+    program = chain_program.program(
+        [
+            ("Sigmoid", chain_program.NONE, True, 0.0, 0),
+            ("Mul", chain_program.INPUT, True, 0.0, 0),
+            ("Mul", chain_program.SCALAR, True, float(scale[0, 0]), 0),
+        ]
+    )
+    seen: list[tuple[Any, ...]] = []
+
+    def fallback(*args: Any, **kw: Any) -> str:
+        seen.append(args)
+        return "fallback"
+
+    held = module.held(program, (scale,), 2, fallback, np.ndarray, np.empty_like)
+    rng = np.random.default_rng(9)
+    x = _values(rng, 6 * 50).reshape(6, 50)
+    want = np.empty_like(x)
+    module.run(x, want, program)
+    got = held(x, scale)
+    assert got.shape == x.shape and got.dtype == np.float32 and got is not held(x, scale)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    wide = _values(rng, 6 * 100).reshape(6, 100)
+    for args in [
+        (x, scale.copy()),  # another scalar object, equal
+        (x.astype(np.float64), scale),
+        (wide[:, ::2], scale),  # strided
+        (x[0], scale),  # fewer dimensions than the scalar: a broadcast adds one
+        (np.empty((0, 3), np.float32), scale),
+        (x,),
+        (x, scale, scale),
+    ]:
+        assert held(*args) == "fallback"
+        assert len(seen) == 1 and all(a is b for a, b in zip(seen.pop(), args))
+    assert held(x, scale=scale) == "fallback"
+    seen.clear()
+    with pytest.raises(ValueError):
+        module.held(b"\x00" * 7, (), 0, fallback, np.ndarray, np.empty_like)
+    with pytest.raises(ValueError):
+        module.held(program, (scale,), 2, None, np.ndarray, np.empty_like)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from onnx import helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime import quiet_loop
+from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 
@@ -104,7 +104,11 @@ def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
         helper.make_node("MatMul", ["x", "w_mm"], ["mm"], name="mm"),
         helper.make_node("Add", ["mm", "b_mm"], ["mm_b"], name="mm_bias"),
         helper.make_node("Relu", ["mm_b"], ["r"], name="relu"),
-        helper.make_node("Reshape", ["r", "seq_shape"], ["seq"], name="to_seq"),
+        # A chain (SiLU, then a scale): its compiled call is held after the first run.
+        helper.make_node("Sigmoid", ["r"], ["sg"], name="sigmoid"),
+        helper.make_node("Mul", ["r", "sg"], ["silu"], name="silu"),
+        helper.make_node("Mul", ["silu", "scale"], ["scaled"], name="scale"),
+        helper.make_node("Reshape", ["scaled", "seq_shape"], ["seq"], name="to_seq"),
         helper.make_node(
             "LSTM", ["seq", "W", "R", "B"], ["all_h", "h_last"], hidden_size=hidden, name="lstm"
         ),
@@ -126,6 +130,7 @@ def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
         "R": rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3,
         "B": rng.standard_normal((1, 8 * hidden)).astype(np.float32) * 0.1,
         "zero": np.array(0.0, np.float32),
+        "scale": np.array(0.75, np.float32),
     }
     graph = helper.make_graph(
         nodes,
@@ -152,6 +157,12 @@ def test_every_step_mode_gives_the_python_loops_bits_and_profile(monkeypatch) ->
     assert {quiet_loop.PLAIN, quiet_loop.MANY, quiet_loop.FUSED, quiet_loop.KERNEL} <= modes
     assert {quiet_loop.FOLDED, quiet_loop.PYTHON} <= modes  # Shape/Cast folded; the If
     assert all(calls == 1 for calls, _ in sess.node_times.values())  # the last run's
+    # The MatMul + Add and the chain made their quick calls on the first run, and the
+    # later runs took them (held products and chains, compiled).
+    # (With the compiled kernels off there are none: the fused calls run.)
+    quick = [getattr(pn.fused, "quick", None) for pn in nodes if pn.kind == "fused"]
+    if native.level() is not None:
+        assert {type(q).__name__ for q in quick} >= {"Product", "HeldChain"}
 
 
 # Random graphs, each example run with both loops (each opens its own monkeypatch
@@ -381,6 +392,51 @@ def test_the_loop_stops_where_the_python_loop_must_take_over() -> None:
     # Cancelled: it stops before the next step.
     ex.cancelled = True
     assert module.run(program, 1, values, ex, times, where, -1, True) == 1
+
+
+def test_a_fused_steps_quick_call_comes_first_and_none_hands_over() -> None:
+    """A FUSED step whose extra has a ``quick`` callable: its result is the node's one
+    output; None from it (or no quick yet) makes the fused call; an error in it says
+    where, as any call's."""
+    module = _module()
+    calls: list[str] = []
+
+    class Fused:
+        quick: Any = None
+
+        def __call__(self, ex: Any, ins: list[Any]) -> list[Any]:
+            calls.append("fused")
+            return [ins[0] + 1]
+
+    fused = Fused()
+    steps = [(quiet_loop.FUSED, False, fused, fused, (0,), (1,), ())]
+    program = module.compile(steps, 2)
+    times = bytearray(16)
+    where = [-1]
+    x = np.zeros(3, np.float32)
+
+    def run() -> Any:
+        values: list[Any] = [x, None]
+        assert module.run(program, 0, values, _Executor(), times, where, -1, True) == 1
+        return values[1]
+
+    np.testing.assert_array_equal(run(), x + 1)  # no quick: the fused call
+    assert calls == ["fused"]
+    fused.quick = lambda a: calls.append("quick") or a + 5
+    np.testing.assert_array_equal(run(), x + 5)
+    assert calls == ["fused", "quick"]
+    fused.quick = lambda a: calls.append("declined")
+    np.testing.assert_array_equal(run(), x + 1)
+    assert calls == ["fused", "quick", "declined", "fused"]
+
+    def fails(a: Any) -> Any:
+        raise ZeroDivisionError("quick boom")
+
+    fused.quick = fails
+    with pytest.raises(ZeroDivisionError, match="quick boom"):
+        run()
+    assert where == [0]
+    assert np.frombuffer(times, np.float64)[0] == 3.0  # three runs counted, not the failed
 
 
 def test_a_failing_call_says_where_and_folded_steps_wait_for_fold() -> None:

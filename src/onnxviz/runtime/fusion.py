@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime import native
+from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
 from onnxviz.runtime.fusion_layout import plan_channels_last
@@ -315,6 +315,9 @@ class MatMulBias:
         # come with a float32 input the kernel takes at the same level: (weight, c, K,
         # N, level, call).  The checks below were half of a 32-row product's 15 us.
         self._held: tuple[Any, Any, int, int, int | None, Any] | None = None
+        # The compiled loop's first try (quiet_loop.step_mode): the same product as a
+        # held product (packed_gemm.held_product) once it is held, else None.
+        self.quick: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         a, w, c = ins
@@ -371,6 +374,10 @@ class MatMulBias:
                     if not w.flags.writeable and not c.flags.writeable:
                         call = packed_gemm.product_call(mod, p, bias)
                         self._held = (w, c, w.shape[0], w.shape[1], native.level(), call)
+                        if c.ndim <= 2:  # (the held product's outputs add no axes)
+                            self.quick = packed_gemm.held_product(
+                                mod, p, bias, (w, c), quiet_loop.decline
+                            )
                     return [out.reshape(a.shape[:-1] + (w.shape[1],))]
             out[...] = c.reshape(-1)
             blas.gemm(a2, w, out, accumulate=True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import tanh_into
@@ -200,6 +201,9 @@ class ElementwiseChain:
         self.place_of = place_of  # outside slot -> input place
         # The scalars of the last native call and their program (`_program_of`).
         self._held: tuple[tuple[Any, ...], bytes] | None = None
+        # The compiled loop's first try (quiet_loop.step_mode): a held chain of that
+        # program once its scalars are read-only constants, else None.
+        self.quick: Any = None
         self.native = (
             _NATIVE is not None
             and len(steps) <= chain_program.MAX_STEPS
@@ -234,6 +238,15 @@ class ElementwiseChain:
                 return held[1]
         program = self._program({i: ins[i].reshape(()) for i in range(1, len(ins))})
         self._held = (tuple(ins[1:]), program)
+        consts = ins[1:]
+        if not any(c.flags.writeable for c in consts):
+            # The compiled loop's call of this chain from now on (native/_chain.c's
+            # `held`): these scalars, a float32 C-contiguous x; the same program, so
+            # the same bits as this call's; anything else comes here.
+            self.quick = _NATIVE.held(  # type: ignore[union-attr]  # native: checked
+                program, tuple(consts), max((c.ndim for c in consts), default=0),
+                quiet_loop.decline, np.ndarray, np.empty_like,
+            )  # fmt: skip
         return program
 
     def _program(self, scalars: dict[int, Any]) -> bytes:

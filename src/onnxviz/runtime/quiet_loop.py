@@ -47,6 +47,12 @@ def loop() -> Any:
     return module
 
 
+def decline(*ins: Any) -> None:
+    """The fallback of a fused node's quick call (a held product or chain): None, so the
+    compiled loop makes the node's own call instead."""
+    return None
+
+
 def step_mode(pn: PlanNode, call_kernel: Any) -> tuple[int, Any, Any]:
     """(mode, call, extra) of one node (the step's fields, native/_runloop.c)."""
     if pn.plain:
@@ -62,7 +68,9 @@ def step_mode(pn: PlanNode, call_kernel: Any) -> tuple[int, Any, Any]:
             return KERNEL, call_kernel, pn
         return PYTHON, None, None  # a single output nobody reads
     if pn.kind == "fused":
-        return FUSED, pn.fused, None
+        # A fused object with a `quick` attribute may make a compiled call of itself on
+        # its first run; the loop reads and tries it first (native/_runloop.c, FUSED).
+        return FUSED, pn.fused, pn.fused if hasattr(pn.fused, "quick") else None
     return PYTHON, None, None  # control flow, functions, unsupported
 
 

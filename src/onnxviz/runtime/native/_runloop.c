@@ -8,7 +8,11 @@
  *
  *   PLAIN  0  values[outs[0]] = call(*ins), through normalize_one unless an ndarray;
  *   MANY   1  outs = call(*ins), a sequence of the node's outputs;
- *   FUSED  2  outs = call(executor, [*ins]);
+ *   FUSED  2  outs = call(executor, [*ins]); when ``extra`` is set (the fused object,
+ *             whose ``quick`` attribute is a callable or None), values[outs[0]] =
+ *             extra.quick(*ins) first, and the call only when that returns None (a
+ *             compiled call made on the node's first run: fusion.py's MatMulBias,
+ *             fusion_elementwise's chains);
  *   KERNEL 3  outs = call(executor, extra, [*ins]): the executor's _call_kernel of node extra;
  *   FOLDED 4  outs = extra, the node's constant-folded outputs (only when ``fold``);
  *   PYTHON 5  the Python loop runs this node (control flow, functions, a node still to
@@ -67,6 +71,7 @@ static PyObject *ndarray_type = NULL;
 static PyObject *normalize_one = NULL;
 static PyObject *str_cancelled = NULL;
 static PyObject *str_size = NULL;
+static PyObject *str_quick = NULL;
 
 static const char *CAPSULE = "onnxviz.runloop.program";
 
@@ -328,6 +333,7 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
             }
         }
         double t0 = now();
+        int quick_one = 0; /* a FUSED step's quick call made its one output */
         switch (mode) {
         case M_PLAIN:
         case M_MANY:
@@ -335,6 +341,27 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
                                          (size_t)n_in | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             break;
         case M_FUSED:
+            if (st->extra != NULL) {
+                PyObject *quick = PyObject_GetAttr(st->extra, str_quick);
+                if (quick == NULL)
+                    break;
+                if (quick != Py_None) {
+                    result = PyObject_Vectorcall(
+                        quick, ins + 1, (size_t)n_in | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                    Py_DECREF(quick);
+                    if (result == NULL)
+                        break;
+                    if (result != Py_None) {
+                        quick_one = 1;
+                        break;
+                    }
+                    Py_DECREF(result);
+                    result = NULL;
+                } else {
+                    Py_DECREF(quick);
+                }
+            }
+            /* fall through: the fused call */
         case M_KERNEL: { /* the inputs as a list, as the Python loop gives them */
             PyObject *list = PyList_New(n_in);
             if (list != NULL) {
@@ -358,7 +385,7 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
             Py_DECREF(ins[k + 1]);
         if (result == NULL)
             goto failed;
-        if (mode == M_PLAIN) {
+        if (mode == M_PLAIN || quick_one) {
             if ((PyObject *)Py_TYPE(result) != ndarray_type) {
                 PyObject *one = PyObject_CallOneArg(normalize_one, result);
                 Py_DECREF(result);
@@ -370,6 +397,11 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
         double dt = now() - t0;
         if (mode == M_PLAIN) {
             put(values, st->out[0], result);
+        } else if (quick_one) {
+            if (st->n_out >= 1 && st->out[0] >= 0)
+                put(values, st->out[0], result);
+            else
+                Py_DECREF(result);
         } else {
             int rc = put_many(values, st, result);
             Py_DECREF(result);
@@ -426,7 +458,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runloop", NULL, -1,
 PyMODINIT_FUNC PyInit__runloop(void) {
     str_cancelled = PyUnicode_InternFromString("cancelled");
     str_size = PyUnicode_InternFromString("size");
-    if (str_cancelled == NULL || str_size == NULL)
+    str_quick = PyUnicode_InternFromString("quick");
+    if (str_cancelled == NULL || str_size == NULL || str_quick == NULL)
         return NULL;
     return PyModule_Create(&module);
 }
