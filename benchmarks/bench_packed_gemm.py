@@ -21,7 +21,7 @@ rounds (the machine is shared: alternating keeps a slow moment from landing on o
   by another copy of the weight from a set larger than the caches, as a decoder's step
   reads each of its weights from memory once (the plain product only);
 * ``small``: products of a few thousand multiply-adds (a tiny decoder's, a token's by a
-  small weight) up to just past packed_gemm.SMALL_MACS, as a node calls them: numpy's
+  small weight) up to just past packed_gemm.small_macs(), as a node calls them: numpy's
   matmul making its result against the held product (packed_gemm.held_product, C from
   call to result); with a bias: matmul then ``+=`` the bias against the held product
   with the bias in its epilogue.  Fractions of a microsecond here: two decimals.
@@ -57,7 +57,9 @@ COLD = [
 SMALL = [
     (1, 64, 128), (4, 64, 128), (4, 128, 64), (16, 64, 32), (1, 128, 256), (2, 128, 128),
     (7, 64, 64), (1, 256, 128), (32, 32, 32), (2, 256, 64), (1, 256, 256), (8, 64, 128),
-    (4, 128, 128), (2, 256, 256), (16, 64, 128), (4, 256, 256), (1, 512, 512),
+    (4, 128, 128), (2, 256, 256), (16, 64, 128), (1, 128, 512), (1, 128, 384),
+    (1, 256, 512), (2, 128, 512), (4, 128, 256), (8, 128, 128), (1, 128, 1024),
+    (4, 256, 256), (1, 512, 512),
 ]  # fmt: skip
 # Bytes of weight copies a cold product cycles through: beyond a server's L3.
 COLD_BYTES = 768 << 20

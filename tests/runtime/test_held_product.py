@@ -102,8 +102,10 @@ def test_the_calls_it_takes_give_the_kernels_bits(level):
 def test_every_call_it_does_not_take_goes_to_the_fallback():
     mod = _module()
     rng = np.random.default_rng(3)
-    k, n = 96, 96  # small_rows: 3 (SMALL_MACS 2**15 over 9216)
-    assert packed_gemm.small_rows(k, n) == 3 < packed_gemm.MIN_ROWS
+    # A weight whose small products end at 2 or 3 rows at this level (small_macs), so
+    # that 5 rows fall between them and MIN_ROWS.
+    k, n = next((s, s) for s in (96, 192, 200) if 2 <= packed_gemm.small_rows(s, s) <= 3)
+    assert packed_gemm.small_rows(k, n) < 5 < packed_gemm.MIN_ROWS
     held, w, _p, (_b, fallback) = _held(mod, k, n, bias=False, seed=4)
     a = rng.standard_normal((2, k)).astype(np.float32)
     wide = rng.standard_normal((2, 2 * k)).astype(np.float32)

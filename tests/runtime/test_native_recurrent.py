@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels import _weight_cache, nn_rnn
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import compiled
@@ -421,7 +422,11 @@ def test_models_give_onnxruntimes_numbers(op: str, direction: str) -> None:
             again = session.run(feeds)  # the packed weights from the cache, unchanged
             assert stored > 0 and _weight_cache.stored_bytes() == stored
             stepped = stepped_values(model, feeds)
-        assert called.call_count == 3 * (2 if direction == "bidirectional" else 1)
+        # The unwatched runs' loops run in the node's held layer (native/_recurrent.c's
+        # `held`, no Python wrapper to count), the stepped run's through `_*_loop`.
+        layer = next(pn for pn in run_nodes(session.plan) if pn.op_type in ("LSTM", "GRU"))
+        assert type(layer.call_many or layer.call).__name__ == "HeldLayer"
+        assert called.call_count == (2 if direction == "bidirectional" else 1)
         for name, ref in zip(names, want, strict=True):
             np.testing.assert_allclose(first[name], ref, rtol=1e-5, atol=2e-6, err_msg=name)
             np.testing.assert_array_equal(again[name], first[name])
@@ -447,3 +452,124 @@ def test_float16_layers_run_the_loop_in_float32(op: str) -> None:
         for a, b in zip(half, single, strict=True):
             assert a.dtype == np.float16
             np.testing.assert_array_equal(a, b.astype(np.float16))
+
+
+# ---- the held layer (native/_recurrent.c's `held`) ----------------------------------------
+
+
+def _held_layer(op: str, ins: list[Any], n: int, **attrs: Any) -> Any:
+    """The node's specialized call for constant W, R, B (the held layer)."""
+    from onnxviz.runtime.registry import RUNTIME, specializer_of
+
+    kernel = nn_rnn.lstm if op == "LSTM" else nn_rnn.gru
+    if op != "LSTM":
+        attrs["linear_before_reset"] = int(op == "GRU_lbr")
+    known = (RUNTIME, ins[1], ins[2], ins[3], None, RUNTIME, RUNTIME)[: len(ins)]
+    maker = specializer_of(kernel)
+    assert maker is not None
+    return maker(attrs, known, n)
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_the_held_layer_gives_its_calls_outputs_bit_for_bit(op: str) -> None:
+    """Every direction, with and without B and initial states, one to three outputs, one
+    step and several, a batch of one and more, 1 to 24 input features (a projection the
+    held product takes and one it hands to Python): the outputs of the Python call it
+    fronts, to the bit, in fresh arrays, at every level."""
+    _module()
+    rng = np.random.default_rng(21)
+    for level in LEVELS:
+        with _native_at(level):
+            for direction, dirs in [("forward", 1), ("reverse", 1), ("bidirectional", 2)]:
+                for steps, batch, n_in, bias, states in [
+                    (1, 1, 8, True, False), (5, 3, 24, False, True), (3, 2, 1, True, True),
+                ]:  # fmt: skip
+                    ins = _inputs(rng, op, steps, batch, n_in, 16, dirs, 0, bias, states)
+                    n_out = 3 if op == "LSTM" else 2
+                    for n in range(1, n_out + 1):
+                        held = _held_layer(op, ins, n, hidden_size=16, direction=direction)
+                        assert type(held).__name__ == "HeldLayer"
+                        got, again = held(*ins), held(*ins)
+                        want = held.fallback(*ins)
+                        got_l = [got] if n == 1 else got
+                        want_l = [want] if n == 1 else want
+                        assert len(got_l) == n
+                        for g, w, a in zip(got_l, want_l, [again] if n == 1 else again):
+                            assert g.dtype == np.float32 and g.shape == w.shape
+                            np.testing.assert_array_equal(g, w)
+                            assert not np.shares_memory(g, a)
+
+
+def test_the_held_layer_hands_on_every_call_it_does_not_take() -> None:
+    with _native_at(max(LEVELS)):  # (whatever ONNXVIZ_NATIVE says)
+        _hands_on()
+
+
+def _hands_on() -> None:
+    rng = np.random.default_rng(22)
+    ins = _inputs(rng, "LSTM", 3, 2, 8, 16, 1, 0, True, True)
+    held = _held_layer("LSTM", ins, 3, hidden_size=16)
+    seen: list[tuple[Any, ...]] = []
+    inner = held.fallback
+
+    def recorder(*args: Any, **kw: Any) -> Any:
+        seen.append(args)
+        return inner(*args, **kw)
+
+    module = nn_rnn._RECURRENT
+    assert module is not None
+    x, w, r, b, lens, h0, c0 = ins
+    compiled_ = nn_rnn._compiled_case(
+        4, w, r, b, None, {"hidden_size": 16}, ["Sigmoid", "Tanh", "Tanh"]
+    )
+    assert compiled_ is not None
+    compiled_.hold_projections(w)
+    expect = ((1, w), (2, r), (3, b), (4, None), (7, None))
+    fronted = compiled_.held_layer(w, expect, 3, recorder)
+    lens3 = np.full(2, 3, np.int32)
+    others: list[tuple[Any, ...]] = [
+        (x, w.copy(), r, b, None, h0, c0),  # another W, equal
+        (x, w, r, b, lens3, h0, c0),  # sequence_lens
+        (x, w, r, b, None, h0, c0, np.zeros((1, 48), np.float32)),  # peepholes
+        (x.astype(np.float64), w, r, b, None, h0, c0),
+        (np.asfortranarray(x), w, r, b, None, h0, c0),
+        (x[:, :, :4], w, r, b, None, h0, c0),  # other features: the kernel's error
+        (x, w, r, b, None, h0.astype(np.float64), c0),
+        (x, w, r, b, None, h0[:, :1], c0),  # a state of another batch
+        (x[:, :0], w, r, b, None, None, None),  # an empty batch
+        (x, w),
+    ]
+    for args in others:
+        try:
+            want = inner(*args)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                fronted(*args)
+        else:
+            got = fronted(*args)
+            for g, v in zip(got, want):
+                np.testing.assert_array_equal(g, v)
+        assert len(seen) == 1 and all(a is c for a, c in zip(seen.pop(), args))
+    got = fronted(x, w, r, b, None, h0, c0)
+    assert not seen
+    for g, v in zip(got, held(x, w, r, b, None, h0, c0)):
+        np.testing.assert_array_equal(g, v)
+    with pytest.raises(ValueError):
+        module.held(
+            5,
+            False,
+            16,
+            8,
+            (False,),
+            (print,),
+            (None,),
+            (None,),
+            (None,),
+            (None,),
+            (),
+            1,
+            print,
+            np.ndarray,
+            np.empty,
+            np.dtype(np.float32),
+        )

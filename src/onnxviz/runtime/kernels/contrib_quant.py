@@ -175,7 +175,7 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
         m = rows.shape[0]
         if m <= native_rows:
             return native_call(_NBITS, rows, buffers, (*a.shape[:-1], N))  # type: ignore[arg-type]
-        if m >= blas_rows or m * K * N <= packed_gemm.SMALL_MACS:
+        if m >= blas_rows or m * K * N <= packed_gemm.small_macs():
             return kernel(a, b, scales, zero_points, g_idx, bias)
         if not weight:
             w_kn = _kept_kn(b0, s0, z0, None, K, N, block, bits)
@@ -235,14 +235,14 @@ def _by_packed_weight(
     On a Llama h2048's weights read from memory, 32 rows took 0.62x OpenBLAS's time on
     the [K, N] weight (benchmarks/bench_packed_gemm.py --shapes cold)."""
     m = rows.shape[0]
-    if m < packed_gemm.MIN_ROWS and m * K * N > packed_gemm.SMALL_MACS:
+    if m < packed_gemm.MIN_ROWS and m * K * N > packed_gemm.small_macs():
         return None  # a decode step: no lookups on its path
     mod = packed_gemm.module()
     if mod is None or not packed_gemm.use_for(m, K, N):
         return None
     p = _packed_form(mod, b, scales, zero_points, g_idx, K, N, block_size, bits)
     if p is None:
-        if m * K * N > packed_gemm.SMALL_MACS:
+        if m * K * N > packed_gemm.small_macs():
             return None
         # A small weight the cache does not keep (a fed one) is packed for this call:
         # the same product, to the last bit, as by the kept form.

@@ -80,7 +80,7 @@ def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
     with the packed weight found once (its cache lookup was most of a small product's
     fixed cost); another B, dtype, layout or a shape the packed GEMM does not take runs
     the kernel.  The same route, so the same numbers.  A small weight (one a few rows
-    make a product of packed_gemm.SMALL_MACS) is packed now and its call is a held
+    make a product of packed_gemm.small_macs()) is packed now and its call is a held
     product (packed_gemm.held_product): C from the node loop to the result."""
     b0 = known[1] if len(known) == 2 else None
     if (

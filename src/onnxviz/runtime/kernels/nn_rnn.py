@@ -31,6 +31,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
@@ -572,6 +573,7 @@ class _Compiled:
         "rb_h",
         "lbr",
         "rb_sums",
+        "projs",
     )
 
     def __init__(
@@ -587,6 +589,8 @@ class _Compiled:
             raise ValueError("not the compiled loop's case")  # the kernel says why
         self.reverse = [False, True] if self.n_dirs == 2 else [direction == "reverse"]
         self.hidden = hs
+        # Per direction, X.W^T + Wb as one held product (`hold_projections`), or None.
+        self.projs: list[Any] = [None] * self.n_dirs
         self.lbr = bool(linear_before_reset)
         f32 = np.float32
         self.packs: list[tuple[np.ndarray, np.ndarray | None]]
@@ -614,6 +618,44 @@ class _Compiled:
                 self.rb_h.append(_f32(rb[2 * hs :]) if self.lbr else None)
                 self.rb_sums.append(None if b is None else rb)
 
+    def hold_projections(self, w: np.ndarray) -> None:
+        """For a node's specialized call: each direction's projection of the input and
+        its bias, X.W^T + Wb, as a held product (packed_gemm.held_product: in C, the
+        bias in the epilogue, rounded as the kernel's sum-then-add is) by the W^T that
+        `_project` packs too, for the rows the packed GEMM takes; other rows go to
+        `_project` and the add, as the kernel runs them."""
+        mod = packed_gemm.module()
+        if mod is None:
+            return
+        for d in range(self.n_dirs):
+            p = packed_gemm.packed(w[d].T, mod, source=w, part=d)
+            if p is not None:
+                bias = self.biases[d]
+                fallback = functools.partial(_projected, w=w, d=d, bias=bias)
+                row = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+                self.projs[d] = packed_gemm.held_product(mod, p, row, (), fallback)
+
+    def held_layer(self, w: np.ndarray, expect: tuple[tuple[int, Any], ...], n: int, call: Any) -> Any:
+        """The node's call in C (native/_recurrent.c's `held`): the same projections
+        (the held products of `hold_projections`, else `_projected`), bias sums and
+        loops as `run`, fronting ``call`` (which takes every call it does not); None
+        when the compiled module is off."""
+        if _RECURRENT is None:
+            return None
+        projs = tuple(
+            held
+            if held is not None
+            else functools.partial(_projected, w=w, d=d, bias=self.biases[d])
+            for d, held in enumerate(self.projs)
+        )
+        lstm = self.gates == 4
+        return _RECURRENT.held(
+            self.gates, self.lbr, self.hidden, w.shape[2], tuple(self.reverse), projs,
+            tuple(p[0] for p in self.packs), tuple(p[1] for p in self.packs),
+            tuple(self.rb_h), tuple(None if lstm else rb for rb in self.rb_sums),
+            expect, n, call, np.ndarray, np.empty, np.dtype(np.float32),
+        )  # fmt: skip
+
     def fits(self, x: Any, w: np.ndarray) -> bool:
         """Whether the loop takes input x: float32 (T, B, I), no empty dimension."""
         return (
@@ -638,10 +680,13 @@ class _Compiled:
         c_out = np.empty_like(h_out) if self.gates == 4 else None
         for d in range(n_dirs):
             reverse = self.reverse[d]
-            proj = _project(x[::-1] if reverse else x, w, d, np.float32)
-            bias = self.biases[d]
-            if bias is not None:
-                proj += bias
+            xs = x[::-1] if reverse else x
+            held = self.projs[d]
+            if held is not None:
+                proj = held(xs.reshape(steps * batch, x.shape[2])).reshape(steps, batch, -1)
+            else:
+                proj = _projected(xs.reshape(steps * batch, x.shape[2]), w, d, self.biases[d])
+                proj = proj.reshape(steps, batch, -1)
             h = _initial(initial_h, d, batch, hs)
             w1, w2 = self.packs[d]
             if c_out is not None:
@@ -659,6 +704,17 @@ class _Compiled:
                     steps, batch, hs, n_dirs, d, reverse, self.lbr, None,
                 )  # fmt: skip
         return (y_all, h_out) if c_out is None else (y_all, h_out, c_out)
+
+
+def _projected(x: np.ndarray, w: np.ndarray, d: int, bias: np.ndarray | None) -> np.ndarray:
+    """X.W^T + Wb of direction ``d`` for the rows of ``x`` (its last axis the input
+    features; (T, B, I) or (T*B, I)), as the compiled loops take it: `_project`, then the
+    bias added; x's leading shape with G*H columns."""
+    rows = x.reshape(1, -1, x.shape[-1])
+    proj = _project(rows, w, d, np.float32)
+    if bias is not None:
+        proj += bias
+    return proj.reshape(*x.shape[:-1], proj.shape[-1])
 
 
 def _initial(init: Any, d: int, batch: int, hs: int) -> np.ndarray:
@@ -726,6 +782,7 @@ def _specialize_layer(kernel_fn: Any, gates: int, defaults: list[str]) -> Any:
         compiled = _compiled_case(gates, w, r, b, seq, attrs, defaults, peep)
         if compiled is None:
             return None
+        compiled.hold_projections(w)
         fallback = functools.partial(kernel_fn, **attrs)
 
         def call(x: Any, *given: Any) -> Any:
@@ -744,7 +801,11 @@ def _specialize_layer(kernel_fn: Any, gates: int, defaults: list[str]) -> Any:
                 outs = compiled.run(x, w, b, ins[4], state_c)
             return specialized_outputs(outs, n)
 
-        return call
+        # The same call in C from the node loop (what it does not take comes to `call`):
+        # the weights by identity, no sequence_lens, no peepholes.
+        expect = ((1, w), (2, r), (3, b), (4, None)) + (((7, None),) if gates == 4 else ())
+        held = compiled.held_layer(w, expect, n, call)
+        return call if held is None else held
 
     return specialize
 

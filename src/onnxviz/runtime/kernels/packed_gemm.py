@@ -229,7 +229,7 @@ def use_for(rows: int, k: int, n: int) -> bool:
     1063/719), 0.82-0.91x on BERT's (128x768x768 1155/943, 128x3072x768 4641/3902,
     256x3072x768 8450/7670, so K = 3072 is a win too); with the epilogue 0.58-0.82x and
     0.74-0.89x (before that tuning, same run: 0.78-1.07x alone, 0.87-1.10x on BERT).  So:
-    every product of at most SMALL_MACS multiply-adds, and every product of at least
+    every product of at most `small_macs()` multiply-adds, and every product of at least
     MIN_ROWS rows ...
 
     ... and only when OpenBLAS would run it on one thread: the kernel is single-threaded,
@@ -237,7 +237,7 @@ def use_for(rows: int, k: int, n: int) -> bool:
     kernel is future work: the app leaves OpenBLAS its default of one thread per core,
     so there the kernel serves single-core machines and runs under a limit of one
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
-    if rows * k * n <= SMALL_MACS:
+    if rows * k * n <= small_macs():
         return True
     if rows < MIN_ROWS:
         return False
@@ -253,13 +253,23 @@ def use_for(rows: int, k: int, n: int) -> bool:
 # 3.09/2.68 (0.63-0.87x; with a bias 0.39-0.66x), past 2**17 4x256x256 1.10x; AVX2 (the
 # level forced, Haswell kernels) 4x64x128 3.18/2.25 and 0.57-0.93x at 2 rows and more,
 # but one row 0.90x at 1x64x128 and 1.20-1.31x at 32K (0.89-0.99x with a bias: OpenBLAS's
-# GEMV is the faster kernel there).  So 2**15 for every level.
+# GEMV is the faster kernel there).  So 2**15 below AVX-512.  At AVX-512, up to 2**17:
+# 1x128x512 3.98/3.85, 1x256x512 8.72/7.12, 2x128x512 6.39/4.44, 8x128x128 3.77/2.49
+# (0.66-1.02x; with a bias, as an RNN's projection, 0.51-0.89x), then 4x256x256 and
+# 1x512x512 at 2**18 0.78-1.10x over runs.
 SMALL_MACS = 1 << 15
+
+
+def small_macs() -> int:
+    """`SMALL_MACS` at this process's level: four times it at AVX-512 (its wide tiles
+    keep one row's product within OpenBLAS's GEMV there)."""
+    level = native.level()
+    return SMALL_MACS << 2 if level is not None and level >= native.AVX512 else SMALL_MACS
 
 
 def small_rows(k: int, n: int) -> int:
     """The most rows of a (rows x k) @ (k x n) product that `use_for` takes as small."""
-    return SMALL_MACS // max(k * n, 1)
+    return small_macs() // max(k * n, 1)
 
 
 def held_product(
