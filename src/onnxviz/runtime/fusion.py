@@ -89,6 +89,7 @@ from onnxviz.runtime.plan import (
     plain_kernel,
     steps_node,
 )
+from onnxviz.runtime.prefold import prefold
 from onnxviz.runtime.prepared import prepare
 
 if TYPE_CHECKING:
@@ -105,7 +106,10 @@ def run_nodes(plan: GraphPlan) -> list[PlanNode]:
     """The node list of ``plan`` for unwatched runs (made once per plan)."""
     nodes = plan.run_nodes
     if nodes is None:
-        nodes = plan.run_nodes = _fuse(plan)
+        # The foldable nodes folded first, so the specializers see their values as
+        # constants (prefold.py).
+        folded = prefold(plan)
+        nodes = plan.run_nodes = _fuse(plan, folded)
     return nodes
 
 
@@ -164,7 +168,7 @@ def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
     return None
 
 
-def _fuse(plan: GraphPlan) -> list[PlanNode]:
+def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     nodes = plan.nodes
     const = _constant_slots(plan)
     keep = {s for s in plan.output_slots if s >= 0}
@@ -253,6 +257,7 @@ def _fuse(plan: GraphPlan) -> list[PlanNode]:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
     constants = dict(plan.constants)
+    constants.update(folded)
     plan_channels_last(out, keep, constants)
     liveness(out, plan.slots, plan.output_names)
     prepare(out, fast=True, constants=constants)

@@ -635,7 +635,9 @@ class _Compiled:
                 row = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
                 self.projs[d] = packed_gemm.held_product(mod, p, row, (), fallback)
 
-    def held_layer(self, w: np.ndarray, expect: tuple[tuple[int, Any], ...], n: int, call: Any) -> Any:
+    def held_layer(
+        self, w: np.ndarray, expect: tuple[tuple[int, Any], ...], n: int, call: Any
+    ) -> Any:
         """The node's call in C (native/_recurrent.c's `held`): the same projections
         (the held products of `hold_projections`, else `_projected`), bias sums and
         loops as `run`, fronting ``call`` (which takes every call it does not); None
