@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from onnxviz.runtime import shape_memo
+from onnxviz.runtime import quiet_loop, shape_memo
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 
 from .differential import stepped_values
+from .native_modules import compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -152,8 +153,20 @@ def test_random_shape_arithmetic_gives_the_stepped_values_on_every_run(case) -> 
             assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
             np.testing.assert_array_equal(got[name], value, err_msg=name)
             assert got[name].flags.writeable, name  # a copy, never the kept result
-    kept = [pn for pn in run_nodes(sess.plan) if getattr(pn.call, "__name__", "").startswith("by_")]
+    kept = [pn for pn in run_nodes(sess.plan) if _keeps(pn.call)]
     assert any(pn.op_type == "Shape" for pn in kept) and len(kept) >= 3
+
+
+def _kind(call: Any) -> str:
+    """How a node's call keeps its results: "by_shape" or "by_inputs" (shape_memo's
+    wrappers; the compiled loop module's Memo is the latter), else its name."""
+    if type(call).__name__ == "Memo":
+        return "by_inputs"
+    return str(getattr(call, "__name__", ""))
+
+
+def _keeps(call: Any) -> bool:
+    return _kind(call).startswith("by_")
 
 
 def _lstm_export(hidden: int = 4) -> onnx.ModelProto:
@@ -193,7 +206,7 @@ def test_an_lstm_exports_initial_state_is_kept_per_batch_size() -> None:
     kept_calls = {
         pn.op_type: pn.call for pn in run_nodes(sess.plan) if pn.op_type in ("Shape", "Expand")
     }
-    assert {name: fn.__name__ for name, fn in kept_calls.items()} == {
+    assert {name: _kind(fn) for name, fn in kept_calls.items()} == {
         "Shape": "by_shape",
         "Expand": "by_inputs",
     }
@@ -254,7 +267,7 @@ def test_only_shape_arithmetic_is_kept() -> None:
     sess = Session(model)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(sess.run({"x": x})[flat], np.arange(6) * 2.0)
-    names = {pn.op_type: getattr(pn.call, "__name__", "") for pn in run_nodes(sess.plan)}
+    names = {pn.op_type: _kind(pn.call) for pn in run_nodes(sess.plan)}
     assert names["Shape"] == "by_shape" and names["ReduceProd"] == "by_inputs"
     assert not names["Mul"].startswith("by_") and not names["Reshape"].startswith("by_")
 
@@ -269,3 +282,53 @@ def test_frozen_means_nobody_can_change_the_data() -> None:
     view.flags.writeable = False  # read-only, but its base is not
     assert not shape_memo._frozen(view)
     assert not shape_memo._frozen([1, 2])
+
+
+def test_the_compiled_memo_keeps_what_the_python_wrapper_keeps() -> None:
+    """native/_runloop.c's `memo` (the wrapper shape_memo uses when the compiled loop is
+    built): the same rule as `_by_inputs_python`, call for call."""
+    module = compiled("runloop", "shape_memo's Python wrapper runs")
+    module.setup(np.ndarray, quiet_loop._normalize_one)
+    calls: list[tuple[Any, ...]] = []
+
+    def fn(*ins: Any, **kw: Any) -> Any:
+        calls.append(ins)
+        return np.concatenate([np.atleast_1d(x) for x in (*ins, *kw.values()) if x is not None])
+
+    def frozen(values: list[int]) -> np.ndarray:
+        a = np.array(values, np.int64)
+        a.flags.writeable = False
+        return a
+
+    memo = module.memo(fn, shape_memo._settle, shape_memo.ENTRIES)
+    a, b = frozen([1, 2]), frozen([3])
+    first = memo(a, None, b)
+    assert memo(a, None, b) is first and len(calls) == 1  # kept
+    assert not first.flags.writeable and memo.kept() == 1
+    np.testing.assert_array_equal(first, [1, 2, 3])
+    assert memo(frozen([1, 2]), None, b) is not first and len(calls) == 2  # other objects
+    live = np.array([1, 2], np.int64)
+    memo(live, b)
+    memo(live, b)
+    assert len(calls) == 4  # a writable input: computed every time
+    base = np.arange(4)
+    view = base[:2]
+    view.flags.writeable = False  # read-only, but its owner can change it
+    memo(view)
+    memo(view)
+    assert len(calls) == 6
+    memo(a, b=b)  # keywords: the call itself
+    assert len(calls) == 7
+    big = frozen([0] * (shape_memo.MAX_ELEMENTS + 1))
+    memo(big)
+    memo(big)
+    assert len(calls) == 9  # too big to keep
+    assert memo.fallback is fn
+    kept = [frozen([k]) for k in range(shape_memo.ENTRIES)]
+    for x in kept:  # past its entries: it forgets them all, then keeps the newest
+        memo(x)
+    assert 1 <= memo.kept() < shape_memo.ENTRIES
+    before = len(calls)
+    assert memo(a, None, b) is not first and len(calls) == before + 1
+    with pytest.raises(ValueError):
+        module.memo(fn, shape_memo._settle, 0)

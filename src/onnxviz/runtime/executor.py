@@ -97,6 +97,10 @@ def _resolved_node(pn: PlanNode) -> NodeProto:
     return node
 
 
+# The FrameInfo of each (graph path, title, depth, kind) a frame was opened with.
+_FRAME_INFOS: dict[tuple[Any, ...], FrameInfo] = {}
+
+
 class Executor:
     """Runs plans (implements frame.FrameRunner).  One per Session run; holds the frame
     stack, the random generator, the intermediate store, per-node timing and the
@@ -199,7 +203,16 @@ class Executor:
                 file=self.file,
                 graph_path=plan.path,
             )
-        info = FrameInfo(plan.path, title, depth, kind, iteration, iterations)
+        key = (plan.path, title, depth, kind, iteration, iterations)
+        info = _FRAME_INFOS.get(key)
+        if info is None:
+            # Made once per frame kind: a frozen dataclass's __init__ was a tenth of a
+            # small model's fixed cost per run.  Iterations are many: not kept.
+            info = FrameInfo(*key)
+            if iteration is None:
+                if len(_FRAME_INFOS) >= 1024:
+                    _FRAME_INFOS.clear()
+                _FRAME_INFOS[key] = info
         stack_text = title if caller is None else caller.stack_text + STACK_SEPARATOR + title
         frame = Frame(plan, parent, info, stack_text)
         values = frame.values  # the constants are in place (GraphPlan.start_values)

@@ -224,14 +224,15 @@ class Session:
     ) -> dict[str, Any]:
         """Run to the end, ignoring breakpoints; the outputs by name, plus the main-graph
         values named in ``fetch`` (intermediates, like extra outputs)."""
-        wanted = set(fetch)
-        unknown = {name for name in wanted if name not in self.plan.slots}
-        if unknown:
-            raise ExecutionError(
-                f"cannot fetch {', '.join(sorted(unknown))}: no such value in the main graph",
-                file=self.file,
-                graph_path="main",
-            )
+        wanted = set(fetch) if fetch else None  # (a plain run skips the fetch work)
+        if wanted:
+            unknown = {name for name in wanted if name not in self.plan.slots}
+            if unknown:
+                raise ExecutionError(
+                    f"cannot fetch {', '.join(sorted(unknown))}: no such value in the main graph",
+                    file=self.file,
+                    graph_path="main",
+                )
         self.start(feeds or {})
         gen = self._gen
         ex = self._executor
@@ -239,13 +240,15 @@ class Session:
         ex.input_values_in_events = False  # nobody sees these events
         self.state = "running"
         fetched: dict[str, Any] = {}
-        assert self._main_frame is not None
-        main_values = self._main_frame.values
-        for name in wanted:
-            value = main_values[self.plan.slots[name]]
-            if value is not None:  # a feed or an initializer
-                fetched[name] = value
-        watch = wanted - set(fetched)
+        watch: set[str] = set()
+        if wanted:
+            assert self._main_frame is not None
+            main_values = self._main_frame.values
+            for name in wanted:
+                value = main_values[self.plan.slots[name]]
+                if value is not None:  # a feed or an initializer
+                    fetched[name] = value
+            watch = wanted - set(fetched)
         if not watch:
             # Nobody looks at a node: no events (the generator runs to its end in one
             # step), fused node lists, in-place ops unless values are kept.

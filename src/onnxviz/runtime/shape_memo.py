@@ -17,6 +17,9 @@ are wrapped:
   of its inputs (which the cache keeps alive, so an identity is never reused), read-only;
   anything else (a fed initializer of an IR 3 model, a view of a live value) computes.
 
+With the compiled loop built, the second wrapper is its module's `memo` (native/
+_runloop.c: the same rule in C, `_settle` deciding what is kept).
+
 Results are small (at most `MAX_ELEMENTS`), a node keeps at most `ENTRIES` of them, and
 the Session hands out copies of read-only graph outputs, so nobody can change a kept
 result.  Stepped runs never take these calls: the differential tests compare the two.
@@ -28,6 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from onnxviz.runtime import quiet_loop
 
 if TYPE_CHECKING:
     from onnxviz.runtime.plan import PlanNode
@@ -105,7 +110,27 @@ def _frozen(x: Any) -> bool:
     return base is None or (type(base) is _ND and not base.flags.writeable)
 
 
+def _settle(out: Any) -> tuple[Any, bool]:
+    """A computed result as kept: (the result, read-only when small, whether it may be
+    kept: a small read-only array nobody can change)."""
+    if isinstance(out, np.generic):  # a kernel's numpy scalar: the array it stands for
+        out = np.asarray(out)
+    if type(out) is _ND and out.size <= MAX_ELEMENTS:
+        out.flags.writeable = False
+        return out, _frozen(out)
+    return out, False
+
+
 def _by_inputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    # The compiled loop's module keeps results in C (native/_runloop.c's `memo`), the
+    # same rule: the Python wrapper's checks were most of such a node's cost.
+    module = quiet_loop.loop()
+    if module is not None:
+        return module.memo(fn, _settle, ENTRIES)  # type: ignore[no-any-return]
+    return _by_inputs_python(fn)
+
+
+def _by_inputs_python(fn: Callable[..., Any]) -> Callable[..., Any]:
     kept: dict[tuple[int, ...], tuple[Any, tuple[Any, ...]]] = {}
 
     def by_inputs(*ins: Any) -> Any:
@@ -116,15 +141,11 @@ def _by_inputs(fn: Callable[..., Any]) -> Callable[..., Any]:
         hit = kept.get(key)
         if hit is not None:
             return hit[0]
-        out = fn(*ins)
-        if isinstance(out, np.generic):  # a kernel's numpy scalar: the array it stands for
-            out = np.asarray(out)
-        if type(out) is _ND and out.size <= MAX_ELEMENTS:
-            out.flags.writeable = False
-            if _frozen(out):
-                if len(kept) >= ENTRIES:
-                    kept.clear()
-                kept[key] = (out, ins)  # the inputs kept alive: their ids stay theirs
+        out, keep = _settle(fn(*ins))
+        if keep:
+            if len(kept) >= ENTRIES:
+                kept.clear()
+            kept[key] = (out, ins)  # the inputs kept alive: their ids stay theirs
         return out
 
     return by_inputs

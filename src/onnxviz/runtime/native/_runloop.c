@@ -3,6 +3,7 @@
  *   compile(steps, n_slots) -> program: a frame's node list, read once
  *   run(program, start, values, executor, times, where, inplace_min, fold) -> int
  *   setup(ndarray_type, normalize_one): the two Python objects the loop compares with
+ *   memo(fn, settle, entries): a node's call keeping its results (shape_memo.py; below)
  *
  * A step is the tuple (mode, inplace, call, extra, ins, outs, free_after):
  *
@@ -39,7 +40,9 @@
  * No level-specific code: set_level exists for native.load's convention only. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #ifdef _WIN32
@@ -427,6 +430,193 @@ failed : {
 }
 }
 
+/* ---- a kept result: shape_memo.py's `_by_inputs` in C -----------------------------------
+ *
+ * `memo(fn, settle, entries)` makes a callable that returns what `fn` returned for the
+ * same input objects when every input is None or a read-only ndarray whose data nobody
+ * can change (it owns it, or views a read-only ndarray): shape arithmetic on constants
+ * and on kept results, whose values depend on nothing else.  A miss calls fn, then
+ * settle(out) -> (out, keep) (the result made read-only, and whether it may be kept);
+ * up to `entries` results are kept with their inputs (alive, so their identities stay
+ * theirs), then forgotten all at once.  Any other call is fn(*args).  The Python
+ * wrapper's checks were 1-1.5 us of each such node, twenty a run in a one-step LSTM. */
+enum { MEMO_INPUTS = 8, MEMO_ENTRIES = 16 };
+
+typedef struct {
+    Py_ssize_t n;
+    PyObject *ins[MEMO_INPUTS];
+    PyObject *out;
+} MemoEntry;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn, *settle;
+    int limit, used;
+    MemoEntry entries[MEMO_ENTRIES];
+} Memo;
+
+static PyObject *str_base = NULL;
+
+/* Whether x is read-only with no writable owner: 1, 0, or -1 on error. */
+static int memo_frozen(PyObject *x) {
+    if ((PyObject *)Py_TYPE(x) != ndarray_type) return 0;
+    Py_buffer v;
+    if (PyObject_GetBuffer(x, &v, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const int readonly = v.readonly;
+    PyBuffer_Release(&v);
+    if (!readonly) return 0;
+    PyObject *base = PyObject_GetAttr(x, str_base);
+    if (base == NULL) return -1;
+    int frozen = 1;
+    if (base != Py_None) {
+        frozen = 0;
+        if ((PyObject *)Py_TYPE(base) == ndarray_type &&
+            PyObject_GetBuffer(base, &v, PyBUF_RECORDS_RO) == 0) {
+            frozen = v.readonly;
+            PyBuffer_Release(&v);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    Py_DECREF(base);
+    return frozen;
+}
+
+static void memo_forget(Memo *m) {
+    for (int e = 0; e < m->used; e++) {
+        MemoEntry *en = &m->entries[e];
+        for (Py_ssize_t k = 0; k < en->n; k++) Py_CLEAR(en->ins[k]);
+        Py_CLEAR(en->out);
+        en->n = 0;
+    }
+    m->used = 0;
+}
+
+static PyObject *memo_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    Memo *m = (Memo *)obj;
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames || n > MEMO_INPUTS || ndarray_type == NULL)
+        return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (args[k] == Py_None) continue;
+        const int frozen = memo_frozen(args[k]);
+        if (frozen < 0) return NULL;
+        if (!frozen) return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
+    }
+    for (int e = 0; e < m->used; e++) {
+        MemoEntry *en = &m->entries[e];
+        if (en->n != n) continue;
+        Py_ssize_t k = 0;
+        while (k < n && en->ins[k] == args[k]) k++;
+        if (k == n) return Py_NewRef(en->out);
+    }
+    PyObject *out = PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
+    if (out == NULL) return NULL;
+    PyObject *settled = PyObject_CallOneArg(m->settle, out);
+    Py_DECREF(out);
+    if (settled == NULL) return NULL;
+    if (!PyTuple_Check(settled) || PyTuple_GET_SIZE(settled) != 2) {
+        Py_DECREF(settled);
+        PyErr_SetString(PyExc_TypeError, "memo: settle must return (out, keep)");
+        return NULL;
+    }
+    out = Py_NewRef(PyTuple_GET_ITEM(settled, 0));
+    const int keep = PyObject_IsTrue(PyTuple_GET_ITEM(settled, 1));
+    Py_DECREF(settled);
+    if (keep < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (keep) {
+        if (m->used >= m->limit) memo_forget(m);
+        MemoEntry *en = &m->entries[m->used++];
+        en->n = n;
+        for (Py_ssize_t k = 0; k < n; k++) en->ins[k] = Py_NewRef(args[k]);
+        en->out = Py_NewRef(out);
+    }
+    return out;
+}
+
+static int memo_traverse(PyObject *obj, visitproc visit, void *arg) {
+    Memo *m = (Memo *)obj;
+    Py_VISIT(m->fn);
+    Py_VISIT(m->settle);
+    for (int e = 0; e < m->used; e++) {
+        for (Py_ssize_t k = 0; k < m->entries[e].n; k++) Py_VISIT(m->entries[e].ins[k]);
+        Py_VISIT(m->entries[e].out);
+    }
+    return 0;
+}
+
+static int memo_clear(PyObject *obj) {
+    Memo *m = (Memo *)obj;
+    memo_forget(m);
+    Py_CLEAR(m->fn);
+    Py_CLEAR(m->settle);
+    return 0;
+}
+
+static void memo_dealloc(PyObject *obj) {
+    PyObject_GC_UnTrack(obj);
+    memo_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyObject *memo_kept(PyObject *obj, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromLong(((Memo *)obj)->used);
+}
+
+static PyMethodDef memo_methods[] = {
+    {"kept", memo_kept, METH_NOARGS, "How many results it keeps now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef memo_members[] = {
+    {"fallback", T_OBJECT, offsetof(Memo, fn), READONLY, "The call whose results it keeps."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject MemoType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._runloop.Memo",
+    .tp_basicsize = sizeof(Memo),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Memo, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = memo_traverse,
+    .tp_clear = memo_clear,
+    .tp_dealloc = memo_dealloc,
+    .tp_methods = memo_methods,
+    .tp_members = memo_members,
+    .tp_doc = "A node's call keeping its results for the same read-only inputs (memo()).",
+};
+
+static PyObject *py_memo(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *fn, *settle;
+    int limit;
+    if (!PyArg_ParseTuple(args, "OOi:memo", &fn, &settle, &limit)) return NULL;
+    if (!PyCallable_Check(fn) || !PyCallable_Check(settle) || limit < 1 ||
+        limit > MEMO_ENTRIES) {
+        PyErr_Format(PyExc_ValueError, "memo: callables and 1..%d entries", MEMO_ENTRIES);
+        return NULL;
+    }
+    Memo *m = PyObject_GC_New(Memo, &MemoType);
+    if (!m) return NULL;
+    m->vectorcall = memo_vectorcall;
+    m->fn = Py_NewRef(fn);
+    m->settle = Py_NewRef(settle);
+    m->limit = limit;
+    m->used = 0;
+    PyObject_GC_Track((PyObject *)m);
+    return (PyObject *)m;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *type, *normalize;
     if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &normalize))
@@ -449,6 +639,9 @@ static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(program, start, values, executor, times, where, inplace_min, fold) -> index"},
     {"setup", setup, METH_VARARGS, "setup(ndarray_type, normalize_one)"},
+    {"memo", py_memo, METH_VARARGS,
+     "memo(fn, settle, entries) -> fn keeping its results for the same read-only inputs "
+     "(see the source; shape_memo.py)."},
     {"set_level", set_level, METH_O, "set_level(n): no level-specific code here"},
     {NULL, NULL, 0, NULL},
 };
@@ -459,7 +652,10 @@ PyMODINIT_FUNC PyInit__runloop(void) {
     str_cancelled = PyUnicode_InternFromString("cancelled");
     str_size = PyUnicode_InternFromString("size");
     str_quick = PyUnicode_InternFromString("quick");
-    if (str_cancelled == NULL || str_size == NULL || str_quick == NULL)
+    str_base = PyUnicode_InternFromString("base");
+    if (str_cancelled == NULL || str_size == NULL || str_quick == NULL || str_base == NULL)
+        return NULL;
+    if (PyType_Ready(&MemoType) < 0)
         return NULL;
     return PyModule_Create(&module);
 }
