@@ -125,10 +125,10 @@ def _small(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
     p = packed_gemm.pack(w, mod)
 
     def held(bias: np.ndarray | None) -> Any:
-        # held_product's object, told to take these rows whatever SMALL_MACS says (the
+        # held_product's object, told to take these rows whatever small_macs() says (the
         # shapes past it are here to show where it should stand).
         return mod.product(
-            p.data, p.offset, k, n, p.nr, bias, m, m, 0, (), _not_routed, np.ndarray, np.empty,
+            p.data, p.offset, k, n, p.nr, bias, m, m, False, 0, (), _not_routed, np.ndarray, np.empty,
             np.dtype(np.float32),
         )  # fmt: skip
 

@@ -189,9 +189,9 @@ def test_a_wrong_construction_is_a_value_error():
     mod = _module()
     w = np.ones((8, 8), np.float32)
     p = packed_gemm.pack(w, mod)
-    base = [p.data, p.offset, 8, 8, p.nr, None, 1, 8, 0, (), print, np.ndarray, np.empty]
+    base = [p.data, p.offset, 8, 8, p.nr, None, 1, 8, False, 0, (), print, np.ndarray, np.empty]
     dt = np.dtype(np.float32)
-    for i, bad in [(2, 0), (3, -1), (4, 24), (1, 64), (5, np.ones(7, np.float32)), (10, 3)]:
+    for i, bad in [(2, 0), (3, -1), (4, 24), (1, 64), (5, np.ones(7, np.float32)), (11, 3)]:
         args = list(base)
         args[i] = bad
         with pytest.raises((ValueError, TypeError)):
@@ -267,3 +267,51 @@ def test_small_weights_run_it_in_a_model_with_the_stepped_bits(monkeypatch):
                 for name in ("y1", "y3"):
                     np.testing.assert_array_equal(got[name], stepped[name])
     _weight_cache.clear()
+
+
+def test_one_row_by_any_weight_runs_the_kernel_at_avx512_on_one_thread():
+    """A decode step's product (one row, a weight past the small products): the kernel's
+    wide tile at AVX-512 while OpenBLAS runs on one thread (packed_gemm.one_row), else
+    the fallback (OpenBLAS's GEMV)."""
+    mod = _module()
+    rng = np.random.default_rng(12)
+    k, n = 300, 500  # 150,000 multiply-adds: past small_macs() at every level
+    for level in LEVELS:
+        with _level(mod, level):
+            assert packed_gemm.small_rows(k, n) == 0
+            held, w, p, (b, fallback) = _held(mod, k, n, bias=True, seed=level)
+            a = rng.standard_normal((1, 1, k)).astype(np.float32)
+            with threadpool_limits(1):
+                got = held(a, w)
+                assert packed_gemm.use_for(1, k, n) == (level >= native.AVX512)
+            if level >= native.AVX512:
+                assert not fallback.calls
+                want = np.empty((1, n), np.float32)
+                packed_gemm.matmul_packed(mod, a.reshape(1, k), p, want, bias=b)
+                np.testing.assert_array_equal(got.reshape(1, n), want)
+                with threadpool_limits(2):
+                    assert held(a, w) == "fallback" and not packed_gemm.use_for(1, k, n)
+            else:
+                assert got == "fallback"
+
+
+def test_a_weight_the_cache_will_not_keep_is_never_packed_per_call(monkeypatch):
+    """packed_gemm.packed gives only forms the weight cache keeps: past its bound the
+    products run OpenBLAS (packing a decode step's weight on every call would cost more
+    than the product)."""
+    from onnxviz.runtime.kernels import _weight_cache as wc
+    from onnxviz.runtime.kernels.math_linalg import matmul
+
+    mod = _module()
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    w.flags.writeable = False
+    wc.clear()
+    monkeypatch.setattr(wc, "CAP_BYTES", 1024)
+    assert packed_gemm.packed(w, mod) is None
+    a = rng.standard_normal((20, 64)).astype(np.float32)
+    np.testing.assert_allclose(matmul(a, w), a @ w, rtol=1e-5, atol=1e-5)
+    assert wc.stored_bytes() == 0
+    monkeypatch.undo()
+    assert packed_gemm.packed(w, mod) is not None and wc.stored_bytes() > 0
+    wc.clear()

@@ -76,8 +76,12 @@ def packed(
     if not _weight_cache.frozen(key) or w.dtype != _F32 or w.ndim != 2:
         return None
     nr = int(mod.panel_width())
-    return _weight_cache.derived(  # type: ignore[no-any-return]
-        "sgemm_packed", [key], (nr, w.shape, source is None, part), lambda: pack(w, mod)
+    # Only a form the cache keeps (None when it is full): packing on every call would
+    # cost a decode step's product twice over (OpenBLAS then multiplies as before).
+    k, n = w.shape
+    nbytes = k * -(-n // nr) * nr * 4 + 64
+    return _weight_cache.kept(  # type: ignore[no-any-return]
+        "sgemm_packed", [key], (nr, w.shape, source is None, part), nbytes, lambda: pack(w, mod)
     )
 
 
@@ -239,9 +243,21 @@ def use_for(rows: int, k: int, n: int) -> bool:
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
     if rows * k * n <= small_macs():
         return True
-    if rows < MIN_ROWS:
+    if rows < MIN_ROWS and not (rows == 1 and one_row()):
         return False
     return _one_thread()
+
+
+def one_row() -> bool:
+    """Whether a product of one row by a constant weight runs the kernel whatever its
+    size (its wide tile, at AVX-512): a decode step's GEMV, weights from L3 or memory,
+    us, OpenBLAS's GEMV with the bias / the kernel's (benchmarks/bench_packed_gemm.py
+    --shapes cold, and GPT-2 decode shapes cycled through 6-27 MB): 1x256x768 32.4/29.2,
+    1x256x1024 42.4/39.2, 1x1024x256 41.6/37.9, 1x768x768 89.4/83.8, 1x768x2304
+    256.7/254.3, 1x768x3072 623/589 (0.83-0.99x).  At AVX2 OpenBLAS's GEMV is faster
+    (the small products' table: 1.2-1.4x at one row)."""
+    level = native.level()
+    return level is not None and level >= native.AVX512
 
 
 # Products of at most this many multiply-adds run the kernel at any row count and any
@@ -283,8 +299,8 @@ def held_product(
     own path, which must give the same numbers on the calls this takes."""
     getter = blas.threads_getter_address()
     return mod.product(
-        p.data, p.offset, p.k, p.n, p.nr, bias, small_rows(p.k, p.n), MIN_ROWS, getter,
-        tuple(expect), fallback, np.ndarray, np.empty, _F32,
+        p.data, p.offset, p.k, p.n, p.nr, bias, small_rows(p.k, p.n), MIN_ROWS, one_row(),
+        getter, tuple(expect), fallback, np.ndarray, np.empty, _F32,
     )  # fmt: skip
 
 

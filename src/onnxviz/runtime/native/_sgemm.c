@@ -882,8 +882,9 @@ fail_a:
  * it does not take (other operands, another dtype or layout, A of one dimension, a row
  * count the routing sends elsewhere, another level) goes to `fallback` with the same arguments, the
  * kernel's own path.  Which row counts it takes is kernels/packed_gemm.py's `use_for`,
- * restated: at most `small_rows`, or at least `min_rows` while OpenBLAS runs on one
- * thread (`threads`: the address of openblas_get_num_threads, or 0 when unknown). */
+ * restated: at most `small_rows`, or at least `min_rows` (or one row, with `one_row`)
+ * while OpenBLAS runs on one thread (`threads`: the address of openblas_get_num_threads,
+ * or 0 when unknown). */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -891,7 +892,7 @@ typedef struct {
     Py_buffer pb, bb;
     const float *b, *bias;
     Py_ssize_t k, n, small_rows, min_rows;
-    int nr;
+    int nr, one_row;
     int (*threads)(void);
 } Product;
 
@@ -921,7 +922,8 @@ static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t
     const Py_ssize_t rows = ndim >= 2 && ab.shape[ndim - 1] == self->k && ab.len > 0
                                 ? ab.len / 4 / self->k
                                 : 0;
-    int routed = f32 && rows >= 1 && (rows <= self->small_rows || rows >= self->min_rows);
+    int routed = f32 && rows >= 1 &&
+                 (rows <= self->small_rows || rows >= self->min_rows || (rows == 1 && self->one_row));
     if (routed && rows > self->small_rows && self->threads) routed = self->threads() <= 1;
     if (!routed) {
         PyBuffer_Release(&ab);
@@ -1028,10 +1030,10 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     PyObject *po, *bo, *expect, *fallback, *ndarray, *empty, *dtype;
     Py_ssize_t offset, k, n, small_rows, min_rows;
     unsigned long long threads;
-    int nr;
-    if (!PyArg_ParseTuple(args, "OnnniOnnKO!OOOO:product", &po, &offset, &k, &n, &nr, &bo,
-                          &small_rows, &min_rows, &threads, &PyTuple_Type, &expect, &fallback,
-                          &ndarray, &empty, &dtype))
+    int nr, one_row;
+    if (!PyArg_ParseTuple(args, "OnnniOnnpKO!OOOO:product", &po, &offset, &k, &n, &nr, &bo,
+                          &small_rows, &min_rows, &one_row, &threads, &PyTuple_Type, &expect,
+                          &fallback, &ndarray, &empty, &dtype))
         return NULL;
     if (k < 1 || n < 1 || k > LIMIT || n > LIMIT || (nr != 16 && nr != 32) || offset < 0 ||
         offset > 63 || !PyCallable_Check(fallback) || !PyCallable_Check(empty)) {
@@ -1052,6 +1054,7 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     obj->nr = nr;
     obj->small_rows = small_rows;
     obj->min_rows = min_rows;
+    obj->one_row = one_row;
     obj->threads = (int (*)(void))(uintptr_t)threads;
     obj->bias = NULL;
     PyObject_GC_Track((PyObject *)obj);
@@ -1258,11 +1261,12 @@ static PyMethodDef methods[] = {
      "pack_rows, X (K x N, rows ldx apart, read in place), C and addend (M x N), bias "
      "(M,) per row: an NCHW 1x1 conv, W (M, C) by the image (C, H*W)."},
     {"product", py_product, METH_VARARGS,
-     "product(packed, offset, K, N, nr, bias, small_rows, min_rows, threads, expect, "
-     "fallback, ndarray, empty, dtype) -> a callable: f(a, *expect) = a @ W + bias as a "
+     "product(packed, offset, K, N, nr, bias, small_rows, min_rows, one_row, threads, "
+     "expect, fallback, ndarray, empty, dtype) -> a callable: f(a, *expect) = a @ W + bias as a "
      "new float32 array of a.shape[:-1] + (N,), for a C-contiguous float32 ndarray a "
      "of at least 2 dimensions, the last K, and whose rows are at most small_rows, or at least "
-     "min_rows while the int function at address `threads` (0: none) returns at most 1; "
+     "min_rows (or one when one_row) while the int function at address `threads` (0: none) "
+     "returns at most 1; "
      "any other call is fallback(*args)."},
     {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
      "The row count pack_rows must use at this level."},
