@@ -489,6 +489,27 @@ class Session:
         expected = self._expected_inputs
         if expected is None:
             expected = self._expected_inputs = self._input_expectations()
+        # The common case in one pass: arrays of the inputs' dtypes, every input fed.
+        out: dict[str, Any] = {}
+        for name, value in feeds.items():
+            want = expected.get(name)
+            if want is None or type(value) is not np.ndarray:
+                break
+            if want[0] is not None and value.dtype is not want[0]:
+                break
+            out[name] = value
+        else:
+            if len(out) == len(expected) or all(
+                ov or name in out for name, (_, ov) in expected.items()
+            ):
+                return out
+        return self._checked_feeds(feeds, expected)
+
+    def _checked_feeds(
+        self, feeds: Mapping[str, Any], expected: dict[str, tuple[np.dtype[Any] | None, bool]]
+    ) -> dict[str, Any]:
+        """`_check_feeds` for any feeds: converted, each input's dtype checked, and the
+        errors of an unknown, missing or mistyped input."""
         out: dict[str, Any] = {}
         for name, value in feeds.items():
             if name not in expected:
@@ -509,7 +530,8 @@ class Session:
             if want is None:
                 continue
             value = out[name]
-            if type(value) is np.ndarray and value.dtype == want:
+            # (`is` first: a native dtype is one object, and == costs a rich compare)
+            if type(value) is np.ndarray and (value.dtype is want or value.dtype == want):
                 continue
             if not isinstance(value, np.ndarray):
                 value = out[name] = np.asarray(value)
@@ -625,25 +647,27 @@ class Session:
 
     def _finish_outputs(self, outs: list[Any]) -> dict[str, Any]:
         result: dict[str, Any] = {}
+        constant_ids = self._plan_constant_ids()
         for name, value in zip(self.plan.output_names, outs):
             # Outputs that are constants (initializers, folded nodes) are shared with the
             # plan, and so may be other read-only values (shape_memo.py's kept results):
             # hand out copies so a caller cannot change the next run.
             if isinstance(value, np.ndarray) and (
-                not value.flags.writeable or self._is_plan_constant(value)
+                id(value) in constant_ids or not value.flags.writeable
             ):
                 value = value.copy()
             result[name] = value
         return result
 
-    def _is_plan_constant(self, value: np.ndarray) -> bool:
+    def _plan_constant_ids(self) -> set[int]:
+        """The ids of the plan's constants and folded values."""
         folded = self.plan.folded_values
         if self._constant_ids is None or self._constant_ids[0] != len(folded):
             # Made again only when a run folded more nodes (the first run, mostly).
             ids = {id(v) for _, v in self.plan.constants}
             ids.update(id(v) for v in folded)
             self._constant_ids = (len(folded), ids)
-        return id(value) in self._constant_ids[1]
+        return self._constant_ids[1]
 
     def _until(self, stop: Callable[[Event], bool], reason: str) -> Pause:
         if self._gen is None:
