@@ -22,6 +22,7 @@ from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels import contrib_gqa
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import stepped_values
+from tests.runtime.native_modules import compiled
 from tests.runtime.test_native_gqa import _case, _other_cases
 
 pytestmark = pytest.mark.numeric
@@ -86,7 +87,9 @@ def _assert_same_bits(model: onnx.ModelProto, feeds: dict[str, Any], what: str) 
 
 def _specialized(sess: Session) -> bool:
     (pn,) = run_nodes(sess.plan)
-    return pn.call_many is not None and "_specialize_gqa" in pn.call_many.__qualname__
+    # The held attention (native/_gqa.c) fronts the specialized call.
+    call = getattr(pn.call_many, "fallback", pn.call_many)
+    return call is not None and "_specialize_gqa" in call.__qualname__
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -212,3 +215,53 @@ def test_split_sizes_a_feed_overrides_go_to_the_kernel() -> None:
     np.testing.assert_array_equal(got["y0"], x[:3])
     np.testing.assert_array_equal(got["y1"], x[3:])
     assert sess.run({"x": x})["y0"].shape == (1, 2)
+
+
+def _same_or_same_error(held: Any, args: list[Any]) -> None:
+    """held(*args) gives its Python call's outputs to the bit, or raises its error."""
+    with np.errstate(all="ignore"):
+        try:
+            want = held.fallback(*args)
+        except Exception as exc:
+            with pytest.raises(type(exc)):
+                held(*args)
+            return
+        got = held(*args)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+        else:
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def test_the_held_attention_gives_its_python_calls_bits(monkeypatch) -> None:
+    """The node's call is native/_gqa.c's held attention when the module is built: on the
+    random compiled cases and on calls it hands on (another dtype, a strided query,
+    seqlens of another batch, a past of other lengths per entry) the outputs of the
+    Python call it fronts, bit for bit, or its error."""
+    # The compiled module whatever ONNXVIZ_NATIVE says (off: the Python call runs alone).
+    monkeypatch.setattr(contrib_gqa, "_COMPILED", compiled("gqa", "the numpy attention runs"))
+    for seed in range(16):
+        inputs, attrs = _case(seed)
+        model, feeds = _model(inputs, attrs)
+        sess = Session(model)
+        sess.run(feeds)
+        (pn,) = run_nodes(sess.plan)
+        held = pn.call_many
+        assert type(held).__name__ == "HeldGqa"
+        values = dict(feeds)
+        for name, slot in sess.plan.slots.items():
+            for s_, v in sess.plan.constants:
+                if s_ == slot:
+                    values[name] = v
+        args = [values.get(n) for n in _NAMES[: len(pn.inputs)]]
+        _same_or_same_error(held, args)
+        q, seqlens = args[0], args[5]
+        _same_or_same_error(held, [q.astype(np.float64), *args[1:]])
+        _same_or_same_error(held, [np.asfortranarray(q), *args[1:]])
+        _same_or_same_error(held, [*args[:5], np.concatenate([seqlens, seqlens]), *args[6:]])
+        if seqlens.size > 1:
+            ragged = seqlens.copy()
+            ragged[0] -= 1
+            _same_or_same_error(held, [*args[:5], ragged, *args[6:]])

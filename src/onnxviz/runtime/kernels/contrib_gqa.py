@@ -574,4 +574,15 @@ def _specialize_gqa(
             return specialized_outputs(fallback(*ins), n_outputs)
         return specialized_outputs(result, n_outputs)
 
-    return call
+    # The same call in C from the node loop (native/_gqa.c's `held`): the calls `call`
+    # hands to `_attend_compiled` and that it runs, the same job, so the same numbers;
+    # every other call goes to `call`.
+    table_c = table_s = None
+    if tables is not None:
+        table_c, table_s = (np.ascontiguousarray(t, dtype=np.float32) for t in tables)
+    return _COMPILED.held(
+        nq, nk, causal, interleaved, window_size, float(scale) if scale else 0.0,
+        _WORK_LIMIT, cos_k, sin_k, table_c, table_s,
+        0 if cos_k is None or cos_k is RUNTIME else int(cos_k.shape[0]), n_outputs, call,
+        np.ndarray, np.empty, np.dtype(np.float32),
+    )  # fmt: skip

@@ -27,9 +27,12 @@
  * Levels (native/__init__.py): 0 generic C (4-lane vectors); 1 AVX2; 2 and 3 AVX-512F. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
 #include "vector_types.h"
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +162,34 @@ static int get_pair(PyObject *ao, PyObject *bo, Py_buffer *a, Py_buffer *b, Py_s
     return 0;
 }
 
+/* The job's caches and attention (its sizes checked), the GIL released when `release`;
+ * 0, or -1 with MemoryError set.  The scratch: a row of scores and the rotated query row,
+ * and the transposed keys of one KV head only when they are made (a large calloc is
+ * fresh pages, faulted in per call). */
+static int run_job(const GqaJob *job, int release) {
+    const Py_ssize_t tpad = (job->past + job->seq + 15) / 16 * 16;
+    Py_ssize_t scratch_n = 0;
+    if (gqa_transposes(job) && product(job->head, tpad, &scratch_n) < 0) return -1;
+    float *scratch = calloc((size_t)(scratch_n + 4 * (tpad + job->head)), sizeof(float));
+    if (!scratch) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyThreadState *state = release ? PyEval_SaveThread() : NULL;
+    fill_caches(job);
+#if ONNXVIZ_X86
+    if (level >= 2)
+        attend_avx512(job, scratch, tpad);
+    else if (level == 1)
+        attend_avx2(job, scratch, tpad);
+    else
+#endif
+        attend_generic(job, scratch, tpad);
+    if (state) PyEval_RestoreThread(state);
+    free(scratch);
+    return 0;
+}
+
 static PyObject *py_attend(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *qo, *ko, *vo, *pko, *pvo, *co, *so, *nko, *nvo, *oo;
@@ -178,7 +209,6 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
     Py_buffer v[NVIEWS];
     for (int i = 0; i < NVIEWS; i++) v[i].buf = NULL, v[i].obj = NULL;
     PyObject *result = NULL;
-    float *scratch = NULL;
     Py_ssize_t tokens, q_width, kv_width, q_stride, count, unit, keys_n;
     const int packed = ko == Py_None;
     if (product(batch, seq, &tokens) < 0 || product(heads, head, &q_width) < 0 ||
@@ -235,34 +265,351 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
         .past = past, .rot = rot, .window = window,
         .interleaved = interleaved, .causal = causal, .scale = scale,
     };
-    /* A row of scores and the rotated query row, and the transposed keys of one KV head
-     * only when they are made (a large calloc is fresh pages, faulted in per call). */
-    const Py_ssize_t tpad = (keys_n + 15) / 16 * 16;
-    Py_ssize_t scratch_n = 0;
-    if (gqa_transposes(&job) && product(head, tpad, &scratch_n) < 0) goto done;
-    scratch = calloc((size_t)(scratch_n + 4 * (tpad + head)), sizeof(float));
-    if (!scratch) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    fill_caches(&job);
-#if ONNXVIZ_X86
-    if (level >= 2)
-        attend_avx512(&job, scratch, tpad);
-    else if (level == 1)
-        attend_avx2(&job, scratch, tpad);
-    else
-#endif
-        attend_generic(&job, scratch, tpad);
-    Py_END_ALLOW_THREADS;
+    if (run_job(&job, 1) < 0) goto done;
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    free(scratch);
     for (int i = 0; i < NVIEWS; i++)
         if (v[i].obj != NULL) PyBuffer_Release(&v[i]);
     return result;
+}
+
+/* ---- a held attention: a GroupQueryAttention node's specialized call in C ----------
+ *
+ * `held(...)` makes the callable kernels/contrib_gqa.py's specialized call fronts: it
+ * takes the calls that call would hand to `_attend_compiled` and that runs (float32
+ * C-contiguous query, key and value of the node's heads, past caches [B, KV, P, H] or
+ * none, int32/int64 seqlens_k of one per batch entry all giving the same past, the
+ * cos/sin caches it was made with and their rotary tables, within the work limit of the
+ * level), makes the outputs by numpy.empty and runs the same job `attend` runs: the same
+ * numbers.  Every other call goes to `fallback` (the Python call, which also raises the
+ * errors).  The Python call's lengths, checks, table slices and three numpy.empty were
+ * more than half of a tiny Llama's 11 us attention. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int nq, nk, causal, interleaved, n_outputs, has_rot;
+    Py_ssize_t local_window, cos_rows, rot;
+    double scale;
+    Py_ssize_t limits[4];
+    PyObject *cos_k, *sin_k, *table_c, *table_s;
+    Py_buffer tcv, tsv;
+    PyObject *fallback, *ndarray, *empty, *dtype;
+} HeldGqa;
+
+/* x as a C-contiguous ndarray of format f (one char) and ndim dims, sizes -1: any. */
+static int held_view(HeldGqa *self, PyObject *x, Py_buffer *v, char f, int ndim,
+                     const Py_ssize_t *sizes) {
+    if ((PyObject *)Py_TYPE(x) != self->ndarray) return 0;
+    if (PyObject_GetBuffer(x, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *fmt = v->format ? v->format : "B";
+    int ok = v->ndim == ndim && fmt[0] == f && !fmt[1];
+    for (int i = 0; ok && i < ndim; i++) ok = sizes[i] < 0 || v->shape[i] == sizes[i];
+    if (!ok) PyBuffer_Release(v);
+    return ok;
+}
+
+/* The first `n` integers of an int32 or int64 C-contiguous ndarray (at least n), or 0. */
+static int held_ints(HeldGqa *self, PyObject *x, Py_ssize_t n, long long *out) {
+    if ((PyObject *)Py_TYPE(x) != self->ndarray) return 0;
+    Py_buffer v;
+    if (PyObject_GetBuffer(x, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = v.format ? v.format : "B";
+    const int i32 = f[0] == 'i' && !f[1] && v.itemsize == 4;
+    const int i64 = (f[0] == 'l' || f[0] == 'q') && !f[1] && v.itemsize == 8;
+    const int ok = (i32 || i64) && v.len / v.itemsize == n;
+    if (ok)
+        for (Py_ssize_t i = 0; i < n; i++)
+            out[i] = i32 ? ((const int32_t *)v.buf)[i] : ((const int64_t *)v.buf)[i];
+    PyBuffer_Release(&v);
+    return ok;
+}
+
+static PyObject *held_new_array(HeldGqa *self, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
+                                Py_ssize_t d, int ndim) {
+    PyObject *shape = ndim == 4 ? Py_BuildValue("(nnnn)", a, b, c, d) : Py_BuildValue("(nnn)", a, b, c);
+    if (!shape) return NULL;
+    PyObject *args[2] = {shape, self->dtype};
+    PyObject *out = PyObject_Vectorcall(self->empty, args, 2, NULL);
+    Py_DECREF(shape);
+    return out;
+}
+
+enum { HELD_MAX_BATCH = 64 };
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    HeldGqa *self = (HeldGqa *)obj;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames || nargs < 7 ||
+        (self->has_rot && (nargs < 9 || args[7] != self->cos_k || args[8] != self->sin_k)))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *result = NULL, *pk = NULL, *pv = NULL, *out = NULL;
+    Py_buffer qv, kv, vv, pkv, pvv, nkv, nvv, ov;
+    int got_q = 0, got_kv = 0, got_past = 0, got_new = 0, got_out = 0, take = 0;
+    const Py_ssize_t any3[3] = {-1, -1, -1};
+    if (!held_view(self, args[0], &qv, 'f', 3, any3)) goto other;
+    got_q = 1;
+    const Py_ssize_t b = qv.shape[0], s = qv.shape[1], width = qv.shape[2];
+    const int nq = self->nq, nk = self->nk;
+    const int packed = args[1] == Py_None;
+    Py_ssize_t head;
+    if (packed) {
+        if (args[2] != Py_None) goto other;
+        head = width / (nq + 2 * nk);
+        if (width != (nq + 2 * nk) * head) goto other;
+    } else {
+        if (args[2] == Py_None) goto other;
+        head = width / nq;
+        const Py_ssize_t kshape[3] = {b, s, nk * head};
+        if (!held_view(self, args[1], &kv, 'f', 3, kshape)) goto other;
+        if (!held_view(self, args[2], &vv, 'f', 3, kshape)) {
+            PyBuffer_Release(&kv);
+            goto other;
+        }
+        got_kv = 1;
+    }
+    if (b < 1 || s < 1 || head < 1 || b > HELD_MAX_BATCH) goto other;
+    long long seqlens[HELD_MAX_BATCH], total_max;
+    if (args[5] == Py_None || args[6] == Py_None || !held_ints(self, args[5], b, seqlens))
+        goto other;
+    {
+        /* total_sequence_length: its first value (one, as the op has it) */
+        Py_buffer tv;
+        if ((PyObject *)Py_TYPE(args[6]) != self->ndarray ||
+            PyObject_GetBuffer(args[6], &tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            goto other;
+        }
+        const char *f = tv.format ? tv.format : "B";
+        const int ok = tv.len >= tv.itemsize && tv.len > 0 && !f[1] &&
+                       ((f[0] == 'i' && tv.itemsize == 4) ||
+                        ((f[0] == 'l' || f[0] == 'q') && tv.itemsize == 8));
+        if (ok)
+            total_max = tv.itemsize == 4 ? ((const int32_t *)tv.buf)[0] : ((const int64_t *)tv.buf)[0];
+        PyBuffer_Release(&tv);
+        if (!ok) goto other;
+    }
+    /* _lengths, then _attend_compiled's conditions */
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < b; i++) {
+        const long long total = seqlens[i] + 1;
+        const long long past = s == total_max ? 0 : total - s;
+        if (past < 0) goto other; /* the Python call raises what this deserves */
+        if (i == 0) start = (Py_ssize_t)past;
+        if (total != start + s) goto other;
+    }
+    const int have_pk = args[3] != Py_None, have_pv = args[4] != Py_None;
+    Py_ssize_t past_rows = 0;
+    if (have_pk && have_pv) {
+        const Py_ssize_t cache[4] = {b, nk, -1, head};
+        if (!held_view(self, args[3], &pkv, 'f', 4, cache)) goto other;
+        if (!held_view(self, args[4], &pvv, 'f', 4, cache)) {
+            PyBuffer_Release(&pkv);
+            goto other;
+        }
+        got_past = 1;
+        past_rows = pkv.shape[2];
+        if (pvv.shape[2] != past_rows || past_rows < start) goto other;
+    } else if (start || have_pk || have_pv) {
+        goto other;
+    }
+    const Py_ssize_t present_len = total_max > past_rows ? (Py_ssize_t)total_max : past_rows;
+    if (start + s > present_len) goto other;
+    const double keys_read = self->causal ? start + (s + 1) / 2.0 : (double)(start + s);
+    const int grouped_step = s == 1 && nq > nk && level >= 1;
+    if ((double)b * nq * s * keys_read * head > (double)self->limits[level & 3] && !grouped_step)
+        goto other;
+    const float *cos = NULL, *sin = NULL;
+    if (self->has_rot) {
+        if (start + s > self->cos_rows || self->rot > head) goto other;
+        cos = (const float *)self->tcv.buf + start * self->rot;
+        sin = (const float *)self->tsv.buf + start * self->rot;
+    }
+    take = 1;
+    if (!(pk = held_new_array(self, b, nk, present_len, head, 4)) ||
+        !(pv = held_new_array(self, b, nk, present_len, head, 4)) ||
+        !(out = held_new_array(self, b, s, nq * head, 0, 3)))
+        goto done;
+    if (PyObject_GetBuffer(pk, &nkv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    if (PyObject_GetBuffer(pv, &nvv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&nkv);
+        goto done;
+    }
+    got_new = 1;
+    if (PyObject_GetBuffer(out, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    got_out = 1;
+    {
+        const Py_ssize_t q_width = nq * head, kv_width = nk * head;
+        const Py_ssize_t q_stride = packed ? q_width + 2 * kv_width : q_width;
+        const float *q = qv.buf;
+        const Py_ssize_t window =
+            self->local_window > 0 && self->local_window <= total_max - 1 ? self->local_window : -1;
+        const double factor = self->scale != 0.0 ? self->scale : 1.0 / sqrt((double)head);
+        GqaJob job = {
+            .q = q,
+            .k = packed ? q + q_width : kv.buf,
+            .v = packed ? q + q_width + kv_width : vv.buf,
+            .q_stride = q_stride,
+            .k_stride = packed ? q_stride : kv_width,
+            .v_stride = packed ? q_stride : kv_width,
+            .past_k = got_past ? pkv.buf : NULL, .past_v = got_past ? pvv.buf : NULL,
+            .past_rows = past_rows,
+            .cos = cos, .sin = sin,
+            .present_k = nkv.buf, .present_v = nvv.buf, .present_rows = present_len,
+            .out = ov.buf,
+            .batch = b, .seq = s, .heads = nq, .kv_heads = nk, .head = head,
+            .past = start, .rot = self->has_rot ? self->rot : 0, .window = window,
+            .interleaved = self->interleaved, .causal = self->causal, .scale = (float)factor,
+        };
+        if (run_job(&job, b * nq * s * (start + s) * head >= (1 << 20)) < 0) goto done;
+    }
+    if (self->n_outputs == 1) {
+        result = Py_NewRef(out);
+    } else if ((result = PyList_New(self->n_outputs))) {
+        PyObject *outs[4] = {out, pk, pv, Py_None};
+        for (int i = 0; i < self->n_outputs; i++)
+            PyList_SET_ITEM(result, i, Py_NewRef(i < 4 ? outs[i] : Py_None));
+    }
+    goto done;
+other:
+    take = 0;
+done:
+    if (got_out) PyBuffer_Release(&ov);
+    if (got_new) {
+        PyBuffer_Release(&nkv);
+        PyBuffer_Release(&nvv);
+    }
+    if (got_past) {
+        PyBuffer_Release(&pkv);
+        PyBuffer_Release(&pvv);
+    }
+    if (got_kv) {
+        PyBuffer_Release(&kv);
+        PyBuffer_Release(&vv);
+    }
+    if (got_q) PyBuffer_Release(&qv);
+    Py_XDECREF(pk);
+    Py_XDECREF(pv);
+    Py_XDECREF(out);
+    if (!take) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return result;
+}
+
+static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
+    HeldGqa *self = (HeldGqa *)obj;
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int held_clear(PyObject *obj) {
+    Py_CLEAR(((HeldGqa *)obj)->fallback);
+    return 0;
+}
+
+static void held_dealloc(PyObject *obj) {
+    HeldGqa *self = (HeldGqa *)obj;
+    PyObject_GC_UnTrack(obj);
+    if (self->table_c) PyBuffer_Release(&self->tcv);
+    if (self->table_s) PyBuffer_Release(&self->tsv);
+    Py_CLEAR(self->table_c);
+    Py_CLEAR(self->table_s);
+    Py_CLEAR(self->cos_k);
+    Py_CLEAR(self->sin_k);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->empty);
+    Py_CLEAR(self->dtype);
+    held_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(HeldGqa, fallback), READONLY,
+     "What the calls this attention does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldGqaType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._gqa.HeldGqa",
+    .tp_basicsize = sizeof(HeldGqa),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(HeldGqa, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_traverse,
+    .tp_clear = held_clear,
+    .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
+    .tp_doc = "A GroupQueryAttention node's call in C (held()).",
+};
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    int nq, nk, causal, interleaved, n_outputs;
+    Py_ssize_t local_window, cos_rows;
+    double scale;
+    PyObject *limits, *cos_k, *sin_k, *table_c, *table_s, *fallback, *ndarray, *empty, *dtype;
+    if (!PyArg_ParseTuple(args, "iippndO!OOOOniOOOO:held", &nq, &nk, &causal, &interleaved,
+                          &local_window, &scale, &PyTuple_Type, &limits, &cos_k, &sin_k,
+                          &table_c, &table_s, &cos_rows, &n_outputs, &fallback, &ndarray,
+                          &empty, &dtype))
+        return NULL;
+    if (nq < 1 || nk < 1 || nq % nk || n_outputs < 1 || n_outputs > 4 ||
+        PyTuple_GET_SIZE(limits) != 4 || !PyCallable_Check(fallback) ||
+        !PyCallable_Check(empty) || (table_c == Py_None) != (table_s == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "held: bad heads, outputs, limits or callables");
+        return NULL;
+    }
+    HeldGqa *obj = PyObject_GC_New(HeldGqa, &HeldGqaType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    obj->nq = nq, obj->nk = nk, obj->causal = causal, obj->interleaved = interleaved;
+    obj->n_outputs = n_outputs, obj->local_window = local_window, obj->scale = scale;
+    obj->cos_rows = cos_rows;
+    obj->has_rot = table_c != Py_None;
+    obj->rot = 0;
+    obj->table_c = obj->table_s = NULL;
+    obj->cos_k = Py_NewRef(cos_k);
+    obj->sin_k = Py_NewRef(sin_k);
+    obj->fallback = Py_NewRef(fallback);
+    obj->ndarray = Py_NewRef(ndarray);
+    obj->empty = Py_NewRef(empty);
+    obj->dtype = Py_NewRef(dtype);
+    for (int i = 0; i < 4; i++) obj->limits[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(limits, i));
+    PyObject_GC_Track((PyObject *)obj);
+    if (PyErr_Occurred()) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    if (obj->has_rot) {
+        /* the rotary tables of every position: [positions, rot] float32 rows */
+        if (PyObject_GetBuffer(table_c, &obj->tcv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->table_c = Py_NewRef(table_c);
+        if (PyObject_GetBuffer(table_s, &obj->tsv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->table_s = Py_NewRef(table_s);
+        const Py_buffer *c = &obj->tcv, *s2 = &obj->tsv;
+        if (c->ndim != 2 || s2->ndim != 2 || c->shape[0] != s2->shape[0] ||
+            c->shape[1] != s2->shape[1] || !c->format || strcmp(c->format, "f") ||
+            !s2->format || strcmp(s2->format, "f") || c->shape[0] < cos_rows ||
+            c->shape[1] % 2) {
+            PyErr_SetString(PyExc_ValueError, "held: the rotary tables are not float32 [P, rot]");
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->rot = c->shape[1];
+    }
+    return (PyObject *)obj;
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
@@ -272,10 +619,17 @@ static PyMethodDef methods[] = {
      "attend(query, key, value, past_key, past_value, cos, sin, present_key, "
      "present_value, out, batch, seq, heads, kv_heads, head, past, rot, interleaved, "
      "causal, window, scale): GroupQueryAttention's common case; see the module source."},
+    {"held", py_held, METH_VARARGS,
+     "held(num_heads, kv_num_heads, causal, interleaved, local_window_size, scale, limits, "
+     "cos_cache, sin_cache, table_cos, table_sin, cos_rows, n_outputs, fallback, ndarray, "
+     "empty, dtype) -> a GroupQueryAttention node's call in C; see the module source."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gqa", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__gqa(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__gqa(void) {
+    if (PyType_Ready(&HeldGqaType) < 0) return NULL;
+    return PyModule_Create(&module);
+}
