@@ -228,3 +228,23 @@ def test_a_fed_gamma_is_not_read_from_the_held_call() -> None:
     np.testing.assert_allclose(sess.run(doubled)["z"], want, rtol=RTOL * 4, atol=RTOL * 4)
     assert not np.allclose(want, first)
     np.testing.assert_array_equal(sess.run(feeds)["z"], first)
+
+
+def test_the_compiled_loops_quick_call_gives_the_held_calls_bits(monkeypatch) -> None:
+    """Once the call is held, the fused node's quick call (native/_norm.c's held norm,
+    for that rank and those constants) runs from the compiled loop: the same bits as the
+    held Python call, which runs when there is no quick call."""
+    model = _layer_norm_model(shape=(3, 7, 48))
+    rng = np.random.default_rng(4)
+    feeds = {"x": (rng.standard_normal((3, 7, 48)) * 3 + 2).astype(np.float32)}
+    sess = Session(model)
+    runs = [sess.run(feeds)["z"] for _ in range(3)]
+    chain = next(pn.fused for pn in run_nodes(sess.plan) if pn.kind == "fused")
+    if row_norm.enabled():
+        assert type(chain.quick).__name__ == "HeldNorm"
+    monkeypatch.setattr(row_norm, "module", lambda: None)  # no quick call is made
+    plain = Session(model)
+    without = [plain.run(feeds)["z"] for _ in range(3)]
+    assert next(pn.fused for pn in run_nodes(plain.plan) if pn.kind == "fused").quick is None
+    for a, b in zip(runs, without):
+        np.testing.assert_array_equal(a, b)

@@ -31,6 +31,11 @@ _F32 = np.dtype(np.float32)
 _EPS: dict[float, float] = {}
 
 
+def module() -> Any:
+    """The compiled row norm module, or None (kernels off or not built)."""
+    return _NORM
+
+
 def enabled() -> bool:
     return _NORM is not None
 

@@ -183,7 +183,7 @@ typedef struct {
     PyObject *fallback, *ndarray, *empty, *dtype;
     Py_ssize_t cols;
     double epsilon;
-    int rms, skip, single;
+    int rms, skip, single, ndim; /* ndim: x's rank it takes (0: any) */
 } HeldNorm;
 
 static PyObject *held_other(HeldNorm *self, PyObject *const *args, size_t nargsf,
@@ -236,6 +236,10 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     Py_buffer xv, sv;
     if (!f32_rows(args[0], self->ndarray, &xv, self->cols))
         return held_other(self, args, nargsf, kwnames);
+    if (self->ndim && xv.ndim != self->ndim) {
+        PyBuffer_Release(&xv);
+        return held_other(self, args, nargsf, kwnames);
+    }
     if (self->skip) {
         int same = f32_rows(args[1], self->ndarray, &sv, self->cols);
         if (same && (sv.ndim != xv.ndim || memcmp(sv.shape, xv.shape, xv.ndim * sizeof(Py_ssize_t)))) {
@@ -348,10 +352,10 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     PyObject *rows[3], *expect, *picks, *fallback, *ndarray, *empty, *dtype;
     Py_ssize_t cols;
     double epsilon;
-    int rms, skip, single;
-    if (!PyArg_ParseTuple(args, "ndpOOOpO!O!pOOOO:held", &cols, &epsilon, &rms, &rows[0],
+    int rms, skip, single, ndim = 0;
+    if (!PyArg_ParseTuple(args, "ndpOOOpO!O!pOOOO|i:held", &cols, &epsilon, &rms, &rows[0],
                           &rows[1], &rows[2], &skip, &PyTuple_Type, &expect, &PyTuple_Type,
-                          &picks, &single, &fallback, &ndarray, &empty, &dtype))
+                          &picks, &single, &fallback, &ndarray, &empty, &dtype, &ndim))
         return NULL;
     const Py_ssize_t n_out = PyTuple_GET_SIZE(picks);
     int bad = cols < 1 || n_out < 1 || n_out > 4 || !PyCallable_Check(fallback) ||
@@ -385,6 +389,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     obj->rms = rms;
     obj->skip = skip;
     obj->single = single;
+    obj->ndim = ndim < 0 ? 0 : ndim;
     PyObject_GC_Track((PyObject *)obj);
     static const char *names[3] = {"held gamma", "held beta", "held bias"};
     for (int k = 0; k < 3; k++) {
@@ -406,11 +411,11 @@ static PyMethodDef methods[] = {
      "layer (or RMS) normalisation of float32 rows of cols; see the module source."},
     {"held", py_held, METH_VARARGS,
      "held(cols, epsilon, rms, gamma, beta, bias, skip, expect, picks, single, fallback, "
-     "ndarray, empty, dtype) -> a callable f(x[, skip], ...): the norm of float32 "
+     "ndarray, empty, dtype, ndim=0) -> a callable f(x[, skip], ...): the norm of float32 "
      "C-contiguous x over its last axis (cols) with those constant rows (None: none), the "
      "node's inputs at the positions of expect's (index, object) pairs being those "
-     "objects; its outputs, picks of (y, mean, inv_std, total), a list, or y alone when "
-     "single; any other call is fallback(*args)."},
+     "objects (and x of ndim dimensions, 0: any); its outputs, picks of (y, mean, "
+     "inv_std, total), a list, or y alone when single; any other call is fallback(*args)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
