@@ -14,7 +14,7 @@ from itertools import product
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
@@ -107,7 +107,9 @@ def test_channels_last_depthwise_conv_matches_the_definition(case) -> None:
         "dilations": [dil] * rank,
     }
     want = conv_definition(x, w, b, c, attrs["strides"], attrs["pads"], attrs["dilations"])
-    assert nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"])
+    # Cases the channels-last path takes (the generator's padding can make a 3-D output
+    # of more than 1024 pixels, which the channels-first path keeps: not this test's).
+    assume(nn_conv.channels_last_pays(c, want.shape[2:], attrs["strides"], attrs["dilations"]))
     got = nn_conv.conv(x, w, b, **attrs)
     packed = nn_conv.conv(x, nn_conv.ConvWeight(_frozen(w)), b, **attrs)
     scale = max(1.0, float(np.abs(want).max()))
