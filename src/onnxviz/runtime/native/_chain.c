@@ -235,11 +235,9 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     for (Py_ssize_t i = 0; ok && i < n_expect; i++)
         ok = args[1 + i] == PyTuple_GET_ITEM(self->expect, i);
     Py_buffer xv;
-    if (ok && PyObject_GetBuffer(args[0], &xv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
+    if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
         ok = 0;
-    } else if (ok && !(xv.itemsize == 4 && xv.format && xv.format[0] == 'f' && !xv.format[1] &&
-                       xv.len > 0 && xv.ndim >= self->min_ndim)) {
+    } else if (ok && !(xv.len > 0 && xv.ndim >= self->min_ndim)) {
         PyBuffer_Release(&xv);
         ok = 0;
     }

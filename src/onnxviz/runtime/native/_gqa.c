@@ -297,19 +297,9 @@ typedef struct {
     PyObject *fallback, *ndarray, *empty, *dtype;
 } HeldGqa;
 
-/* x as a C-contiguous ndarray of format f (one char) and ndim dims, sizes -1: any. */
 static int held_view(HeldGqa *self, PyObject *x, Py_buffer *v, char f, int ndim,
                      const Py_ssize_t *sizes) {
-    if ((PyObject *)Py_TYPE(x) != self->ndarray) return 0;
-    if (PyObject_GetBuffer(x, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *fmt = v->format ? v->format : "B";
-    int ok = v->ndim == ndim && fmt[0] == f && !fmt[1];
-    for (int i = 0; ok && i < ndim; i++) ok = sizes[i] < 0 || v->shape[i] == sizes[i];
-    if (!ok) PyBuffer_Release(v);
-    return ok;
+    return onnxviz_array_view(x, self->ndarray, v, f, ndim, sizes);
 }
 
 /* The first `n` integers of an int32 or int64 C-contiguous ndarray (at least n), or 0. */
@@ -333,12 +323,8 @@ static int held_ints(HeldGqa *self, PyObject *x, Py_ssize_t n, long long *out) {
 
 static PyObject *held_new_array(HeldGqa *self, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
                                 Py_ssize_t d, int ndim) {
-    PyObject *shape = ndim == 4 ? Py_BuildValue("(nnnn)", a, b, c, d) : Py_BuildValue("(nnn)", a, b, c);
-    if (!shape) return NULL;
-    PyObject *args[2] = {shape, self->dtype};
-    PyObject *out = PyObject_Vectorcall(self->empty, args, 2, NULL);
-    Py_DECREF(shape);
-    return out;
+    const Py_ssize_t sizes[4] = {a, b, c, d};
+    return onnxviz_new_array(self->empty, self->dtype, ndim, sizes);
 }
 
 enum { HELD_MAX_BATCH = 64 };

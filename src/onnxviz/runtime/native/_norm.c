@@ -191,33 +191,18 @@ static PyObject *held_other(HeldNorm *self, PyObject *const *args, size_t nargsf
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-/* A new float32 array of `shape` (an ndim-tuple to build), or NULL. */
-static PyObject *held_empty(HeldNorm *self, const Py_ssize_t *shape, int ndim, int keep_last) {
-    PyObject *t = PyTuple_New(ndim);
-    if (!t) return NULL;
-    for (int d = 0; d < ndim; d++) {
-        PyObject *dim = PyLong_FromSsize_t(d == ndim - 1 && keep_last ? 1 : shape[d]);
-        if (!dim) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, d, dim);
-    }
-    PyObject *args[2] = {t, self->dtype};
-    PyObject *out = PyObject_Vectorcall(self->empty, args, 2, NULL);
-    Py_DECREF(t);
-    return out;
+/* A new float32 array of x's shape (`keep_last`: its last size 1, a row statistic). */
+static PyObject *held_empty(HeldNorm *self, const Py_buffer *x, int keep_last) {
+    Py_ssize_t sizes[PyBUF_MAX_NDIM];
+    memcpy(sizes, x->shape, (size_t)x->ndim * sizeof(Py_ssize_t));
+    if (keep_last) sizes[x->ndim - 1] = 1;
+    return onnxviz_new_array(self->empty, self->dtype, x->ndim, sizes);
 }
 
+/* A float32 C-contiguous ndarray of rows of `cols` (at least one row). */
 static int f32_rows(PyObject *obj, PyObject *ndarray, Py_buffer *view, Py_ssize_t cols) {
-    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (view->itemsize == 4 && view->format && view->format[0] == 'f' && !view->format[1] &&
-        view->ndim >= 1 && view->shape[view->ndim - 1] == cols && view->len > 0)
-        return 1;
+    if (!onnxviz_array_view(obj, ndarray, view, 'f', -1, NULL)) return 0;
+    if (view->ndim >= 1 && view->shape[view->ndim - 1] == cols && view->len > 0) return 1;
     PyBuffer_Release(view);
     return 0;
 }
@@ -261,7 +246,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     int got[4] = {0, 0, 0, 0};
     for (int k = 0; k < 4; k++) {
         if (!want[k]) continue;
-        outs[k] = held_empty(self, xv.shape, xv.ndim, k == 1 || k == 2);
+        outs[k] = held_empty(self, &xv, k == 1 || k == 2);
         if (!outs[k] || PyObject_GetBuffer(outs[k], &ov[k], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
             goto done;
         got[k] = 1;

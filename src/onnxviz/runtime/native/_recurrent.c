@@ -460,38 +460,21 @@ static PyObject *layer_other(HeldLayer *self, PyObject *const *args, size_t narg
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-/* A float32 C-contiguous ndarray of exactly `ndim` dims and these sizes (-1: any), its
- * buffer in view; 0 when not. */
+/* A float32 C-contiguous ndarray of exactly `ndim` dims, none empty, of these sizes (-1:
+ * any), its buffer in view; 0 when not. */
 static int layer_array(HeldLayer *self, PyObject *obj, Py_buffer *view, int ndim,
                        const Py_ssize_t *sizes) {
-    if ((PyObject *)Py_TYPE(obj) != self->ndarray) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    int ok = view->itemsize == 4 && view->format && view->format[0] == 'f' &&
-             !view->format[1] && view->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++)
-        ok = view->shape[i] >= 1 && (sizes[i] < 0 || view->shape[i] == sizes[i]);
-    if (!ok) PyBuffer_Release(view);
-    return ok;
+    if (!onnxviz_array_view(obj, self->ndarray, view, 'f', ndim, sizes)) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (view->shape[i] < 1) {
+            PyBuffer_Release(view);
+            return 0;
+        }
+    return 1;
 }
 
 static PyObject *layer_empty(HeldLayer *self, int ndim, const Py_ssize_t *sizes) {
-    PyObject *t = PyTuple_New(ndim);
-    if (!t) return NULL;
-    for (int i = 0; i < ndim; i++) {
-        PyObject *v = PyLong_FromSsize_t(sizes[i]);
-        if (!v) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    PyObject *a[2] = {t, self->dtype};
-    PyObject *out = PyObject_Vectorcall(self->empty, a, 2, NULL);
-    Py_DECREF(t);
-    return out;
+    return onnxviz_new_array(self->empty, self->dtype, ndim, sizes);
 }
 
 static PyObject *layer_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,

@@ -912,32 +912,24 @@ static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t
     for (Py_ssize_t i = 0; i < n_expect; i++)
         if (args[1 + i] != PyTuple_GET_ITEM(self->expect, i))
             return product_other(self, args, nargsf, kwnames);
-    Py_buffer ab;
-    if (PyObject_GetBuffer(args[0], &ab, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear(); /* not C-contiguous: the kernel's path copies or strides */
+    Py_buffer ab; /* not a C-contiguous float32 array: the kernel's path copies or strides */
+    if (!onnxviz_array_view(args[0], self->ndarray, &ab, 'f', -1, NULL))
         return product_other(self, args, nargsf, kwnames);
-    }
     const int ndim = ab.ndim;
-    const int f32 = ab.itemsize == 4 && ab.format && ab.format[0] == 'f' && !ab.format[1];
     const Py_ssize_t rows = ndim >= 2 && ab.shape[ndim - 1] == self->k && ab.len > 0
                                 ? ab.len / 4 / self->k
                                 : 0;
-    int routed = f32 && rows >= 1 &&
+    int routed = rows >= 1 &&
                  (rows <= self->small_rows || rows >= self->min_rows || (rows == 1 && self->one_row));
     if (routed && rows > self->small_rows && self->threads) routed = self->threads() <= 1;
     if (!routed) {
         PyBuffer_Release(&ab);
         return product_other(self, args, nargsf, kwnames);
     }
-    PyObject *out = NULL, *shape = PyTuple_New(ndim);
-    if (!shape) goto done;
-    for (int d = 0; d < ndim; d++) {
-        PyObject *dim = PyLong_FromSsize_t(d == ndim - 1 ? self->n : ab.shape[d]);
-        if (!dim) goto done;
-        PyTuple_SET_ITEM(shape, d, dim);
-    }
-    PyObject *empty_args[2] = {shape, self->dtype};
-    out = PyObject_Vectorcall(self->empty, empty_args, 2, NULL);
+    Py_ssize_t sizes[PyBUF_MAX_NDIM]; /* a.shape[:-1] + (N,) */
+    memcpy(sizes, ab.shape, (size_t)ndim * sizeof(Py_ssize_t));
+    sizes[ndim - 1] = self->n;
+    PyObject *out = onnxviz_new_array(self->empty, self->dtype, ndim, sizes);
     if (!out) goto done;
     Py_buffer cb;
     if (PyObject_GetBuffer(out, &cb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
@@ -973,7 +965,6 @@ static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t
     PyMem_RawFree(abuf);
     PyBuffer_Release(&cb);
 done:
-    Py_XDECREF(shape);
     PyBuffer_Release(&ab);
     return out;
 }

@@ -87,6 +87,48 @@ static int onnxviz_get_floats(PyObject *obj, Py_buffer *view, Py_ssize_t count, 
     return 0;
 }
 
+/* The held calls (a C object that runs a node's common case and hands every other call
+ * to the Python call it fronts) test what they take with these two. */
+
+/* `obj` an ndarray itself (its type `ndarray`: no subclass), C-contiguous, of the
+ * one-character buffer format `fmt` (native byte order, as numpy gives it) and `ndim`
+ * dimensions (< 0: any), each of `sizes` (NULL, or -1 in it: any): its buffer in *view
+ * and 1; else 0, with no error set and nothing held. */
+static int onnxviz_array_view(PyObject *obj, PyObject *ndarray, Py_buffer *view, char fmt,
+                              int ndim, const Py_ssize_t *sizes) {
+    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear(); /* not C-contiguous, or no buffer: not taken */
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    int ok = f[0] == fmt && !f[1] && (ndim < 0 || view->ndim == ndim);
+    for (int i = 0; ok && sizes && i < view->ndim; i++)
+        ok = sizes[i] < 0 || view->shape[i] == sizes[i];
+    if (!ok) PyBuffer_Release(view);
+    return ok;
+}
+
+/* empty(shape, dtype) for the `ndim` sizes: a held call's new output by the numpy.empty
+ * and dtype objects it keeps; NULL with the error set. */
+static PyObject *onnxviz_new_array(PyObject *empty, PyObject *dtype, int ndim,
+                                   const Py_ssize_t *sizes) {
+    PyObject *shape = PyTuple_New(ndim);
+    if (!shape) return NULL;
+    for (int i = 0; i < ndim; i++) {
+        PyObject *dim = PyLong_FromSsize_t(sizes[i]);
+        if (!dim) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, i, dim);
+    }
+    PyObject *args[2] = {shape, dtype};
+    PyObject *out = PyObject_Vectorcall(empty, args, 2, NULL);
+    Py_DECREF(shape);
+    return out;
+}
+
 /* x (read) and y (written), float32 buffers of one length, for an elementwise function
  * `name` (y may be x); 0, or -1 with the error set and neither held. */
 static int onnxviz_get_float_pair(PyObject *xo, PyObject *yo, Py_buffer *x, Py_buffer *y,
