@@ -56,10 +56,9 @@ from onnxviz.runtime.functions import (
 )
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.inplace import try_inplace
-from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs
+from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs, spec_outputs
 from onnxviz.runtime.memory import IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
-from onnxviz.runtime.registry import KernelContext
 from onnxviz.runtime.values import describe
 
 # Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
@@ -511,19 +510,10 @@ class Executor:
         spec = pn.spec
         try:
             if spec is not None:
-                # call_node without its per-call lookups: the plan resolved the kernel, its
-                # opset and attributes once.
-                if spec.needs_ctx:
-                    # Positional (KernelContext's field order): a third of keywords' cost.
-                    ctx = KernelContext(
-                        len(pn.outputs), pn.opset, pn.node.name, self._make_rng, pn.output_names
-                    )
-                    result = spec.fn(ctx, *ins, **pn.attrs)
-                else:
-                    result = spec.fn(*ins, **pn.attrs)
-                if len(pn.outputs) == 1 and type(result) is np.ndarray:
-                    return [result]
-                outs = normalize_outputs(result, len(pn.outputs))
+                # The plan resolved the kernel, its opset and attributes once.
+                outs = spec_outputs(pn, ins, self._make_rng)
+                if len(outs) == len(pn.outputs):
+                    return outs
             else:
                 outs = call_node(
                     pn.node,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto
@@ -11,6 +11,9 @@ from onnx import NodeProto
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.attributes import node_attributes
 from onnxviz.runtime.registry import KernelContext, KernelSpec, normalize_domain, resolve
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.plan import PlanNode
 
 
 class UnsupportedOperator(ExecutionError):
@@ -90,3 +93,23 @@ def call_node(
     else:
         result = spec.fn(*inputs, **kwargs)
     return normalize_outputs(result, n_out)
+
+
+def spec_outputs(
+    pn: PlanNode, ins: Sequence[Any], rng: Callable[[], np.random.Generator]
+) -> list[Any]:
+    """The outputs of plan node ``pn`` by the kernel the plan resolved for it
+    (``pn.spec``, not None) and its pre-decoded attributes: `call_node` without its
+    per-call lookups (the executor's call, and constant folding's).  ``rng`` makes the
+    generator when a kernel first draws."""
+    spec = pn.spec
+    assert spec is not None
+    if spec.needs_ctx:
+        # Positional (KernelContext's field order): a third of keywords' cost.
+        ctx = KernelContext(len(pn.outputs), pn.opset, pn.node.name, rng, pn.output_names)
+        result = spec.fn(ctx, *ins, **pn.attrs)
+    else:
+        result = spec.fn(*ins, **pn.attrs)
+    if len(pn.outputs) == 1 and type(result) is np.ndarray:
+        return [result]
+    return normalize_outputs(result, len(pn.outputs))

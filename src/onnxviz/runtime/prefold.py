@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime.invoke import normalize_outputs
-from onnxviz.runtime.registry import KernelContext, no_generator
+from onnxviz.runtime.invoke import spec_outputs
+from onnxviz.runtime.registry import no_generator
 
 if TYPE_CHECKING:
     from onnxviz.runtime.plan import GraphPlan, PlanNode
@@ -65,14 +65,7 @@ def _fold(pn: PlanNode, values: dict[int, Any]) -> list[Any] | None:
         return None
     ins = [values[s] if s >= 0 else None for s in pn.inputs]
     try:
-        if spec.needs_ctx:
-            ctx = KernelContext(
-                len(pn.outputs), pn.opset, pn.node.name, no_generator, pn.output_names
-            )
-            result = spec.fn(ctx, *ins, **pn.attrs)
-        else:
-            result = spec.fn(*ins, **pn.attrs)
-        outs = list(normalize_outputs(result, len(pn.outputs)))
+        outs = list(spec_outputs(pn, ins, no_generator))
     except Exception:  # the run computes it and names the node in its error
         return None
     if len(outs) < len(pn.outputs):
