@@ -275,6 +275,32 @@ def test_a_row_gives_the_same_bits_whatever_rows_come_with_it(level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+def test_whole_tiles_give_the_general_tiles_bits(level):
+    """At AVX-512 a whole 12 x 32 tile of A read in place over one K block runs a kernel
+    of its own (tile_avx512_full: bias, addend and activation known when compiled, the
+    accumulators kept in registers); A given transposed runs the general tiles: for
+    every option, the same bits (at the lower levels both are the general tiles)."""
+    mod = _module()
+    with _level(level):
+        rng = np.random.default_rng(60 + level)
+        for m, k, n in [(24, 64, 64), (36, 200, 96), (12, 1024, 32), (48, 7, 80), (25, 33, 40)]:
+            ops = _operands(rng, m, k, n)
+            p = packed_gemm.pack(ops["w"], mod)
+            at = np.ascontiguousarray(ops["a"].T)
+            for act, with_bias, with_add, _pad, acc in _cases():
+                got = {}
+                for trans in (False, True):
+                    c = ops["c0"].copy()
+                    mod.gemm(
+                        at if trans else ops["a"], m if trans else k, m, k, p.data, p.offset,
+                        n, p.nr, c, n, ops["bias"] if with_bias else None,
+                        ops["addend"] if with_add else None, n, act, -0.5, 0.75, acc, trans,
+                    )  # fmt: skip
+                    got[trans] = c
+                np.testing.assert_array_equal(got[False], got[True])
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_a_transposed_a_gives_the_same_bits(level):
     """A given as its K x M transpose (an NCHW image, rows lda apart) is copied tile by
     tile into the kernel's buffer: the products of A as it is, bit for bit."""
