@@ -723,10 +723,15 @@ def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch
     theirs = ort.InferenceSession(model.SerializeToString()).run(["y"], feeds)[0]
     acts: list[int] = []
     right = packed_gemm.matmul_packed
+    held = packed_gemm.held_pointwise
 
     def watch(*args: Any, **kw: Any) -> None:
         acts.append(kw.get("act", packed_gemm.ACT_NONE))
         right(*args, **kw)
+
+    def watch_held(*args: Any) -> Any:
+        acts.append(args[4][0])  # the held 1x1 conv's activation code
+        return held(*args)
 
     with threadpool_limits(1):
         with _level(None):
@@ -736,11 +741,14 @@ def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch
             acts.clear()
             with _level(level):
                 monkeypatch.setattr(packed_gemm, "matmul_packed", watch)
+                monkeypatch.setattr(packed_gemm, "held_pointwise", watch_held)
                 _weight_cache.clear()
                 session = Session(model)
                 on = session.run(feeds)["y"]
-                again = session.run(feeds)["y"]  # the runner's kept packed weight
+                # The runner's kept packed weight, through the chain's held call.
+                again = session.run(feeds)["y"]
                 monkeypatch.undo()
+            # The first run's product, then the held call made for the next ones.
             assert acts == [packed_gemm.ACT_HARDSWISH] * 2, (level, acts)
             np.testing.assert_array_equal(again, on)
             np.testing.assert_allclose(on, theirs, rtol=0, atol=1e-5 * scale)

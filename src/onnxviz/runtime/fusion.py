@@ -475,6 +475,12 @@ class ConvChain:
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
         # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
         self.layout: Any = None
+        # The compiled call of this chain the run loop tries first (native/_runloop.c's
+        # FUSED steps): made on the first call that runs channels-last, when its runner
+        # has one (a 1x1 conv's, nn_conv_nhwc._Pointwise.held); None again when the
+        # constants change.  `_held_tried`: made or found none for these constants.
+        self.quick: Any = None
+        self._held_tried = False
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         # The constants the fold read (never the residual: a new array every run), the
@@ -486,6 +492,7 @@ class ConvChain:
         if key is None or not all(map(is_, key, map(ins.__getitem__, places))):
             self._prepared = self._prepare(ins)
             self._key = tuple(ins[i] for i in places)
+            self.quick, self._held_tried = None, False
         x = ins[0]
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
@@ -495,9 +502,12 @@ class ConvChain:
         if self.layout is not None:
             addend = None if self.residual is None else ins[self.residual]
             w, b = prepared[0].array, prepared[1]
-            got = self.layout(x, w, b, self.conv.attrs, addend, False, self._kernel_act(ins, x))
+            act = self._kernel_act(ins, x)
+            got = self.layout(x, w, b, self.conv.attrs, addend, False, act)
             if got is not None:
                 y, done = got
+                if not self._held_tried:
+                    self._hold(ins, x, w, b, act)
                 return [y if done else self._activate(y, ins)]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
@@ -512,6 +522,27 @@ class ConvChain:
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
         return [self._activate(y, ins)]
+
+    def _hold(
+        self, ins: list[Any], x: np.ndarray, w: np.ndarray, b: Any, act: Activation | None
+    ) -> None:
+        """Make `quick` for calls like this one: the layout's compiled call of the conv,
+        when it has one and the chain's activation is in it (an activation the kernel
+        does not apply stays with `_activate`)."""
+        self._held_tried = True
+        if self.activation is not None and act is None:
+            return
+        self.quick = self.layout.held(
+            x,
+            w,
+            b,
+            act,
+            len(ins),
+            self.residual,
+            tuple(self._places or ()),
+            tuple(self._key or ()),
+            quiet_loop.decline,
+        )
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation

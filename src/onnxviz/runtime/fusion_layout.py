@@ -304,6 +304,34 @@ class ChannelsLast:
         y, done = runner(x, addend, relu, act)
         return (y if self.emit else np.ascontiguousarray(y)), done
 
+    def held(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+    ) -> Any:
+        """The prepared kernel's compiled call (ChannelsLastConv.held) for a fused node
+        whose last call ran it on ``x`` with ``w`` and ``bias``: only when this conv
+        emits channels-last (else `__call__` makes its result NCHW), or None."""
+        prepared = self._prepared
+        if (
+            not self.emit
+            or prepared is None
+            or prepared[0] != x.shape
+            or prepared[1] != x.dtype
+            or prepared[2] is not w
+            or prepared[3] is not bias
+            or prepared[4] is None
+        ):
+            return None
+        return prepared[4].held(x, act, nargs, residual, places, expect, fallback)
+
 
 class SpatialMean:
     """A squeeze-excite block's ReduceMean over (H, W) with keepdims, or a

@@ -216,6 +216,22 @@ class ChannelsLastConv:
         """The (N, H', W', M) result, addend included, and whether ``act`` is too."""
         raise NotImplementedError
 
+    def held(
+        self,
+        x: np.ndarray,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+    ) -> Any:
+        """A compiled call that runs this conv, addend and ``act`` for a fused node's
+        inputs (``args[0]`` the image, ``args[residual]`` the addend, the constants
+        ``expect`` at ``places``) and returns the channels-last result as `__call__`
+        does, any other call going to ``fallback``; or None (this runner has none)."""
+        return None
+
     def run_nchw(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool] | None:
@@ -262,6 +278,48 @@ class _Pointwise(ChannelsLastConv):
                 if p is not None:
                     return self._packed_product(mod, p, x, addend, act)
         return self._product(x, addend), False
+
+    def held(
+        self,
+        x: np.ndarray,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+    ) -> Any:
+        """A compiled call of this conv for a fused node's inputs like these
+        (packed_gemm.held_pointwise), or None where `run` would not take the packed
+        product (a strided conv, few rows, another routing) or would leave ``act`` to the
+        caller."""
+        code = ACT_NONE if act is None else act[0]
+        if (
+            self.strided
+            or x.dtype != np.float32
+            or self.rows <= _FEW_ROWS
+            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH)
+        ):
+            return None
+        mod = packed_gemm.module()
+        if mod is None or not packed_gemm.use_for(self.rows, self.c, self.wt.shape[1]):
+            return None
+        p = self._packed_for(mod)
+        if p is None:
+            return None
+        n, _, h, w = self.out_shape
+        return packed_gemm.held_pointwise(
+            mod,
+            p,
+            self.bias,
+            (n, h, w),
+            (ACT_NONE, math.nan, math.nan) if act is None else act,
+            nargs,
+            residual,
+            places,
+            expect,
+            fallback,
+        )
 
     def _packed_for(self, mod: Any) -> packed_gemm.Packed | None:
         """The packed weight for ``mod`` (a forced level loads another module), kept on
@@ -622,6 +680,34 @@ class _Direct(ChannelsLastConv):
             self.winograd = ConvWeight(w)
         if self.blocked is None:
             self._direct_weight()
+
+    def held(
+        self,
+        x: np.ndarray,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+    ) -> Any:
+        """The compiled call of `run` on a channels-last ``x`` (native/_conv.c's `held`:
+        the blocked kernel where `run` takes it, else the direct one; the residual
+        channels-last), or None: Winograd, another dtype, the kernels off."""
+        module = native.load("conv")
+        if module is None or self.winograd is not None or x.dtype != np.float32:
+            return None
+        blocked = self.blocked is not None
+        weight = self.blocked if blocked else self._direct_weight()
+        n, c, h, w = x.shape
+        code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
+        return module.held(
+            weight, blocked, 0 if blocked else self.lanes, self.bias, (n, h, w, c),
+            (self.m, *self.kernel), tuple(self.out_shape[2:]), self.strides, self.dilations,
+            (self.pads[0], self.pads[1]), code, lo, hi, nargs,
+            -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
+            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+        )  # fmt: skip
 
     def _direct_weight(self) -> np.ndarray:
         """The weight packed for the direct kernel's tiles (`pack_direct`, made once per

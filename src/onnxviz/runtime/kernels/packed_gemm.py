@@ -304,6 +304,35 @@ def held_product(
     )  # fmt: skip
 
 
+def held_pointwise(
+    mod: Any,
+    p: Packed,
+    bias: np.ndarray | None,
+    image: tuple[int, int, int],
+    act: tuple[int, float, float],
+    nargs: int,
+    residual: int | None,
+    places: tuple[int, ...],
+    expect: tuple[Any, ...],
+    fallback: Any,
+) -> Any:
+    """A callable ``f(*args)``: the 1x1 conv (stride 1) of ``args[0]``, an (N, C, H, W)
+    float32 image (``image`` = (N, H, W), C = ``p.k``) laid out channels-last or one
+    C-contiguous image, by the weight packed as ``p`` (C x M), + ``bias`` + the
+    channels-last ``args[residual]`` (when not None), then ``act`` (code, lo, hi), as a new
+    64-byte aligned channels-last (N, M, H, W) array, in C from call to result
+    (native/_sgemm.c's `pointwise`): `matmul_packed`'s operations, so its bits.  Only for
+    calls of ``nargs`` arguments with ``args[places[i]] is expect[i]``, while OpenBLAS
+    runs on one thread (`use_for`'s condition for these row counts); any other call is
+    ``fallback(*args)``."""
+    code, lo, hi = act
+    return mod.pointwise(
+        p.data, p.offset, p.k, p.n, p.nr, bias, image, code, lo, hi, nargs,
+        -1 if residual is None else residual, tuple(places), tuple(expect),
+        blas.threads_getter_address(), fallback, np.ndarray, np.empty, np.dtype(np.uint8), _F32,
+    )  # fmt: skip
+
+
 def use_for_few_rows(rows: int) -> bool:
     """Whether a product of 2 to MIN_ROWS - 1 rows by a constant weight that OpenBLAS
     would have to pack on every call (a transposed one: Gemm's transB, which its

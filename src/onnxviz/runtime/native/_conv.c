@@ -53,6 +53,7 @@
  * Functions carry their instruction set as a target attribute: built without -march. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
 #include <math.h>
@@ -1273,105 +1274,155 @@ static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
     return 0;
 }
 
-static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *xo, *wo, *bo, *ao, *oo;
+/* What a call of the direct kernel (blocked: 0) or the blocked one (1) needs beyond its
+ * buffers: the geometry, checked, and the float counts of x, the packed weight and out
+ * (with the addend); the direct kernel's row-buffer floats and phase planes. */
+typedef struct {
     Geometry g;
-    int act, vl, layouts = 0;
-    float lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffi|i:conv_nhwc", &xo, &wo,
-                          &bo, &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.m, &g.kh, &g.kw, &g.oh,
-                          &g.ow, &g.sh, &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi, &vl,
-                          &layouts))
-        return NULL;
-    if (layouts < 0 || layouts > 3) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: layouts must be 0..3");
-        return NULL;
-    }
-    g.x_first = layouts & 1;
-    g.out_first = (layouts >> 1) & 1;
+    int blocked, planes;
+    Py_ssize_t x_count, w_count, o_count, buf_count, taps;
+} Call;
+
+/* Checks the geometry in c->g (for the direct kernel, weight packed for `vl` lanes, at
+ * this level) and fills c's counts: 0, or -1 with ValueError naming `name`. */
+static int call_check(Call *c, int vl, const char *name) {
+    Geometry *const g = &c->g;
     const Py_ssize_t limit = (Py_ssize_t)1 << 30;
-    Py_ssize_t dims[] = {g.n,  g.h,  g.w,  g.c,  g.m,  g.kh, g.kw,
-                         g.oh, g.ow, g.sh, g.sw, g.dh, g.dw};
+    Py_ssize_t dims[] = {g->n,  g->h,  g->w,  g->c,  g->m,  g->kh, g->kw,
+                         g->oh, g->ow, g->sh, g->sw, g->dh, g->dw};
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
         if (dims[k] < 1 || dims[k] > limit) {
-            PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes must be in 1..2**30");
-            return NULL;
+            PyErr_Format(PyExc_ValueError, "%s: sizes must be in 1..2**30", name);
+            return -1;
         }
     }
-    if (g.pt < 0 || g.pl < 0 || g.pt > limit || g.pl > limit) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: pads must be in 0..2**30");
-        return NULL;
+    if (g->pt < 0 || g->pl < 0 || g->pt > limit || g->pl > limit) {
+        PyErr_Format(PyExc_ValueError, "%s: pads must be in 0..2**30", name);
+        return -1;
     }
-    if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: activation must be 0..3");
-        return NULL;
+    Py_ssize_t t, pw;
+    if (c->blocked) {
+        if (mul_size(g->n, g->h, &t) || mul_size(t, g->w, &t) || mul_size(t, g->c, &c->x_count) ||
+            mul_size((g->m + 15) / 16 * 16, g->kh, &t) || mul_size(t, g->kw, &t) ||
+            mul_size(t, g->c, &c->w_count) || mul_size(g->n, g->oh, &t) ||
+            mul_size(t, g->ow, &t) || mul_size(t, g->m, &c->o_count) ||
+            mul_size(g->kh, g->kw, &c->taps) || c->taps > limit || mul_size(g->oh, g->sh, &t) ||
+            mul_size(g->kh, g->dh, &t) || mul_size(g->ow, g->sw, &t) ||
+            mul_size(g->kw, g->dw, &t)) {
+            PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
+            return -1;
+        }
+        return 0;
     }
-    if (g.kh > 32) { /* the row buffer's slots are tracked in a 32-bit mask */
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: kernel height must be at most 32");
-        return NULL;
+    if (g->kh > 32) { /* the row buffer's slots are tracked in a 32-bit mask */
+        PyErr_Format(PyExc_ValueError, "%s: kernel height must be at most 32", name);
+        return -1;
     }
     if (vl != lanes_at(level)) {
-        PyErr_Format(PyExc_ValueError,
-                     "conv_nhwc: weight packed for %d lanes, this level runs %d", vl,
-                     lanes_at(level));
-        return NULL;
+        PyErr_Format(PyExc_ValueError, "%s: weight packed for %d lanes, this level runs %d",
+                     name, vl, lanes_at(level));
+        return -1;
     }
-    Py_ssize_t x_count, w_count, o_count, t, pw, buf_count;
-    const Py_ssize_t blocks = (g.m + vl - 1) / vl;
-    if (mul_size(g.n, g.h, &t) || mul_size(t, g.w, &t) || mul_size(t, g.c, &x_count) ||
-        mul_size(blocks, g.kh, &t) || mul_size(t, g.kw, &t) || mul_size(t, g.c, &t) ||
-        mul_size(t, vl, &w_count) || mul_size(g.n, g.oh, &t) || mul_size(t, g.ow, &t) ||
-        mul_size(t, g.m, &o_count) || mul_size(g.ow - 1, g.sw, &t) ||
-        mul_size(g.kw - 1, g.dw, &pw) || t > limit || pw > limit ||
-        mul_size(t + pw + 1, g.c, &t) || mul_size(t, g.kh, &buf_count) ||
-        mul_size(g.oh, g.sh, &t) || mul_size(g.kh, g.dh, &t)) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
-        return NULL;
+    const Py_ssize_t blocks = (g->m + vl - 1) / vl;
+    if (mul_size(g->n, g->h, &t) || mul_size(t, g->w, &t) || mul_size(t, g->c, &c->x_count) ||
+        mul_size(blocks, g->kh, &t) || mul_size(t, g->kw, &t) || mul_size(t, g->c, &t) ||
+        mul_size(t, vl, &c->w_count) || mul_size(g->n, g->oh, &t) || mul_size(t, g->ow, &t) ||
+        mul_size(t, g->m, &c->o_count) || mul_size(g->ow - 1, g->sw, &t) ||
+        mul_size(g->kw - 1, g->dw, &pw) || t > limit || pw > limit ||
+        mul_size(t + pw + 1, g->c, &t) || mul_size(t, g->kh, &c->buf_count) ||
+        mul_size(g->oh, g->sh, &t) || mul_size(g->kh, g->dh, &t)) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
+        return -1;
     }
-    const int planes = planes_fit(&g, level);
-    if (planes && (mul_size(g.kh * g.c * g.sw, planes_len(&g, level), &buf_count))) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
-        return NULL;
+    c->planes = planes_fit(g, level);
+    if (c->planes && mul_size(g->kh * g->c * g->sw, planes_len(g, level), &c->buf_count)) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
+        return -1;
     }
-    Py_buffer xb, wb, bb, ab, ob;
-    int have_b = bo != Py_None, have_a = ao != Py_None;
-    if (onnxviz_get_floats(xo, &xb, x_count, 1, 0, "x") < 0) return NULL;
-    if (onnxviz_get_floats(wo, &wb, w_count, 1, 0, "w") < 0) goto fail_x;
-    if (have_b && onnxviz_get_floats(bo, &bb, g.m, 1, 0, "bias") < 0) goto fail_w;
-    if (have_a && onnxviz_get_floats(ao, &ab, o_count, 1, 0, "addend") < 0) goto fail_b;
-    if (onnxviz_get_floats(oo, &ob, o_count, 1, 1, "out") < 0) goto fail_a;
+    return 0;
+}
+
+/* Runs a checked call on its buffers with its scratch, the GIL released: 0, or -1 with
+ * MemoryError (nothing written). */
+static int call_run(const Call *c, const float *x, const float *wp, const float *bias,
+                    const float *add, float *out, int act, float lo, float hi) {
+    const Geometry *const g = &c->g;
+    if (c->blocked) {
+        const Py_ssize_t chunk_count = (g->c + BK_C - 1) / BK_C;
+        Py_ssize_t table_count, chunk_floats;
+        if (mul_size(g->oh * blocked_tiles(g), c->taps * BK_P, &table_count) ||
+            mul_size(chunk_count, (g->h * g->w + 1) * BK_C, &chunk_floats)) {
+            PyErr_SetString(PyExc_ValueError, "conv_blocked: sizes too large");
+            return -1;
+        }
+        int *tap_counts = PyMem_RawMalloc((size_t)g->oh * sizeof(int));
+        int *tap = PyMem_RawMalloc((size_t)(g->oh * c->taps) * sizeof(int));
+        Py_ssize_t *off = PyMem_RawMalloc((size_t)table_count * sizeof(Py_ssize_t));
+        void *chunk_block = PyMem_RawMalloc((size_t)chunk_floats * sizeof(float) + 64);
+        /* 64-byte aligned: a chunk's pixel is then one cache line */
+        float *chunks = (float *)(((uintptr_t)chunk_block + 63) & ~(uintptr_t)63);
+        if (!tap_counts || !tap || !off || !chunk_block) {
+            PyMem_RawFree(tap_counts);
+            PyMem_RawFree(tap);
+            PyMem_RawFree(off);
+            PyMem_RawFree(chunk_block);
+            PyErr_NoMemory();
+            return -1;
+        }
+        Py_BEGIN_ALLOW_THREADS;
+        blocked_tables(g, tap_counts, tap, off);
+        run_blocked(g, x, wp, bias, add, out, act, lo, hi, tap_counts, tap, off, chunks);
+        Py_END_ALLOW_THREADS;
+        PyMem_RawFree(tap_counts);
+        PyMem_RawFree(tap);
+        PyMem_RawFree(off);
+        PyMem_RawFree(chunk_block);
+        return 0;
+    }
     float *rowbuf = NULL;
-    if (planes || !in_place(&g)) {
-        rowbuf = PyMem_RawMalloc((size_t)buf_count * sizeof(float));
+    if (c->planes || !in_place(g)) {
+        rowbuf = PyMem_RawMalloc((size_t)c->buf_count * sizeof(float));
         if (!rowbuf) {
             PyErr_NoMemory();
-            goto fail_o;
+            return -1;
         }
     }
-    const float **rows = PyMem_RawMalloc((size_t)g.kh * sizeof(float *));
-    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g.kh * sizeof(Py_ssize_t));
+    const float **rows = PyMem_RawMalloc((size_t)g->kh * sizeof(float *));
+    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g->kh * sizeof(Py_ssize_t));
     if (!rows || !tags) {
         PyMem_RawFree(rows);
         PyMem_RawFree(tags);
         PyMem_RawFree(rowbuf);
         PyErr_NoMemory();
-        goto fail_o;
+        return -1;
     }
     Py_BEGIN_ALLOW_THREADS;
-    run(&g, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act, lo, hi,
-        rowbuf, rows, tags);
+    run(g, x, wp, bias, add, out, act, lo, hi, rowbuf, rows, tags);
     Py_END_ALLOW_THREADS;
     PyMem_RawFree(rows);
     PyMem_RawFree(tags);
     PyMem_RawFree(rowbuf);
-    PyBuffer_Release(&ob);
-    if (have_a) PyBuffer_Release(&ab);
-    if (have_b) PyBuffer_Release(&bb);
-    PyBuffer_Release(&wb);
-    PyBuffer_Release(&xb);
-    Py_RETURN_NONE;
-fail_o:
+    return 0;
+}
+
+/* conv_nhwc and conv_blocked after their arguments are parsed into `c`. */
+static PyObject *call_buffers(Call *c, PyObject *xo, PyObject *wo, PyObject *bo, PyObject *ao,
+                              PyObject *oo, int act, float lo, float hi, int vl,
+                              const char *name) {
+    if (act < 0 || act > 3) {
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..3", name);
+        return NULL;
+    }
+    if (call_check(c, vl, name) < 0) return NULL;
+    Py_buffer xb, wb, bb, ab, ob;
+    int have_b = bo != Py_None, have_a = ao != Py_None, rc = -1;
+    if (onnxviz_get_floats(xo, &xb, c->x_count, 1, 0, "x") < 0) return NULL;
+    if (onnxviz_get_floats(wo, &wb, c->w_count, 1, 0, "w") < 0) goto fail_x;
+    if (have_b && onnxviz_get_floats(bo, &bb, c->g.m, 1, 0, "bias") < 0) goto fail_w;
+    if (have_a && onnxviz_get_floats(ao, &ab, c->o_count, 1, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(oo, &ob, c->o_count, 1, 1, "out") < 0) goto fail_a;
+    rc = call_run(c, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act,
+                  lo, hi);
     PyBuffer_Release(&ob);
 fail_a:
     if (have_a) PyBuffer_Release(&ab);
@@ -1381,100 +1432,214 @@ fail_w:
     PyBuffer_Release(&wb);
 fail_x:
     PyBuffer_Release(&xb);
-    return NULL;
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *wo, *bo, *ao, *oo;
+    Call c;
+    memset(&c, 0, sizeof c);
+    Geometry *const g = &c.g;
+    int act, vl, layouts = 0;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffi|i:conv_nhwc", &xo, &wo,
+                          &bo, &ao, &oo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh, &g->kw,
+                          &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt, &g->pl, &act,
+                          &lo, &hi, &vl, &layouts))
+        return NULL;
+    if (layouts < 0 || layouts > 3) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: layouts must be 0..3");
+        return NULL;
+    }
+    g->x_first = layouts & 1;
+    g->out_first = (layouts >> 1) & 1;
+    return call_buffers(&c, xo, wo, bo, ao, oo, act, lo, hi, vl, "conv_nhwc");
 }
 
 static PyObject *py_conv_blocked(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *wo, *bo, *ao, *oo;
-    Geometry g;
+    Call c;
+    memset(&c, 0, sizeof c);
+    Geometry *const g = &c.g;
     int act;
     float lo, hi;
     if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)iff:conv_blocked", &xo, &wo,
-                          &bo, &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.m, &g.kh, &g.kw, &g.oh,
-                          &g.ow, &g.sh, &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
+                          &bo, &ao, &oo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh, &g->kw,
+                          &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt, &g->pl, &act,
+                          &lo, &hi))
         return NULL;
-    g.x_first = g.out_first = 0;
-    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
-    Py_ssize_t dims[] = {g.n,  g.h,  g.w,  g.c,  g.m,  g.kh, g.kw,
-                         g.oh, g.ow, g.sh, g.sw, g.dh, g.dw};
-    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-        if (dims[k] < 1 || dims[k] > limit) {
-            PyErr_SetString(PyExc_ValueError, "conv_blocked: sizes must be in 1..2**30");
+    c.blocked = 1;
+    return call_buffers(&c, xo, wo, bo, ao, oo, act, lo, hi, 0, "conv_blocked");
+}
+
+/* ---- a held conv: a fused conv chain's common call --------------------------------------
+ *
+ * `held(...)` makes the `quick` call of a fusion.py ConvChain whose conv runs this module's
+ * direct or blocked kernel channels-last (kernels/nn_conv_nhwc.py's _Direct): called with
+ * the fused node's inputs, it checks them (the image (N, C, H, W) channels-last, the
+ * constants it was made for, by identity, at `places`, the residual channels-last when
+ * the chain adds one, the level it was made at) and runs the kernel into a new 64-byte
+ * aligned channels-last output, with the bias, residual and activation: _Direct's own
+ * call, so its bits, from the run loop's call to the result in C (the Python layers cost
+ * 20-60 us a conv in ResNet-50's run).  A call it does not take returns
+ * `fallback(*args)` (quiet_loop.decline: the loop then makes the chain's own call). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *w_obj, *bias_obj, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Py_buffer wb, bb;
+    Call c;
+    int act, level;
+    float lo, hi;
+    Py_ssize_t nargs, residual;
+} Held;
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    Held *self = (Held *)obj;
+    const Geometry *const g = &self->c.g;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames || nargs != self->nargs || self->level != level) goto other;
+    const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
+    for (Py_ssize_t i = 0; i < n_expect; i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->places, i));
+        if (args[at] != PyTuple_GET_ITEM(self->expect, i)) goto other;
+    }
+    Py_buffer xb, db;
+    if (onnxviz_image_view(args[0], self->ndarray, &xb, g->n, g->c, g->h, g->w) !=
+        ONNXVIZ_NHWC)
+        goto other;
+    const int have_add = self->residual >= 0;
+    if (have_add && onnxviz_image_view(args[self->residual], self->ndarray, &db, g->n, g->m,
+                                       g->oh, g->ow) != ONNXVIZ_NHWC) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    float *out_data = NULL;
+    PyObject *out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
+                                              g->n, g->m, g->oh, g->ow, &out_data);
+    if (out && call_run(&self->c, xb.buf, self->wb.buf, self->bias_obj ? self->bb.buf : NULL,
+                        have_add ? db.buf : NULL, out_data, self->act, self->lo,
+                        self->hi) < 0)
+        Py_CLEAR(out);
+    if (have_add) PyBuffer_Release(&db);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
+    Held *self = (Held *)obj;
+    Py_VISIT(self->expect);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int held_clear(PyObject *obj) {
+    Held *self = (Held *)obj;
+    Py_CLEAR(self->expect);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void held_dealloc(PyObject *obj) {
+    Held *self = (Held *)obj;
+    PyObject_GC_UnTrack(obj);
+    if (self->w_obj) PyBuffer_Release(&self->wb);
+    if (self->bias_obj) PyBuffer_Release(&self->bb);
+    Py_CLEAR(self->w_obj);
+    Py_CLEAR(self->bias_obj);
+    Py_CLEAR(self->places);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->empty);
+    Py_CLEAR(self->u8);
+    Py_CLEAR(self->f32);
+    held_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(Held, fallback), READONLY,
+     "What the calls this conv does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._conv.Held",
+    .tp_basicsize = sizeof(Held),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Held, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_traverse,
+    .tp_clear = held_clear,
+    .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
+    .tp_doc = "A fused direct conv by one packed constant weight (held()).",
+};
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *wo, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Call c;
+    memset(&c, 0, sizeof c);
+    Geometry *const g = &c.g;
+    int blocked, vl, act;
+    float lo, hi;
+    Py_ssize_t nargs, residual;
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnO!O!OOOOO:held", &wo,
+                          &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
+                          &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
+                          &g->pl, &act, &lo, &hi, &nargs, &residual, &PyTuple_Type, &places,
+                          &PyTuple_Type, &expect, &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    c.blocked = blocked;
+    if (act < 0 || act > 3 || nargs < 1 || residual >= nargs || residual == 0 ||
+        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || !PyCallable_Check(fallback) ||
+        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
+        PyErr_SetString(PyExc_ValueError, "held: bad activation, places or callables");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
+        if (at < 1 || at >= nargs || at == residual) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "held: a place out of the arguments");
             return NULL;
         }
     }
-    if (g.pt < 0 || g.pl < 0 || g.pt > limit || g.pl > limit) {
-        PyErr_SetString(PyExc_ValueError, "conv_blocked: pads must be in 0..2**30");
-        return NULL;
+    if (call_check(&c, vl, "held") < 0) return NULL;
+    Held *obj = PyObject_GC_New(Held, &HeldType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    obj->w_obj = obj->bias_obj = NULL;
+    obj->places = Py_NewRef(places);
+    obj->expect = Py_NewRef(expect);
+    obj->fallback = Py_NewRef(fallback);
+    obj->ndarray = Py_NewRef(ndarray);
+    obj->empty = Py_NewRef(empty);
+    obj->u8 = Py_NewRef(u8);
+    obj->f32 = Py_NewRef(f32);
+    obj->c = c;
+    obj->act = act;
+    obj->lo = lo;
+    obj->hi = hi;
+    obj->level = level;
+    obj->nargs = nargs;
+    obj->residual = residual;
+    PyObject_GC_Track((PyObject *)obj);
+    if (onnxviz_get_floats(wo, &obj->wb, c.w_count, 1, 0, "w") < 0) goto fail;
+    obj->w_obj = Py_NewRef(wo);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &obj->bb, g->m, 1, 0, "bias") < 0) goto fail;
+        obj->bias_obj = Py_NewRef(bo);
     }
-    if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "conv_blocked: activation must be 0..3");
-        return NULL;
-    }
-    Py_ssize_t x_count, w_count, o_count, t, taps;
-    if (mul_size(g.n, g.h, &t) || mul_size(t, g.w, &t) || mul_size(t, g.c, &x_count) ||
-        mul_size((g.m + 15) / 16 * 16, g.kh, &t) || mul_size(t, g.kw, &t) ||
-        mul_size(t, g.c, &w_count) || mul_size(g.n, g.oh, &t) || mul_size(t, g.ow, &t) ||
-        mul_size(t, g.m, &o_count) || mul_size(g.kh, g.kw, &taps) || taps > limit ||
-        mul_size(g.oh, g.sh, &t) || mul_size(g.kh, g.dh, &t) || mul_size(g.ow, g.sw, &t) ||
-        mul_size(g.kw, g.dw, &t)) {
-        PyErr_SetString(PyExc_ValueError, "conv_blocked: sizes too large");
-        return NULL;
-    }
-    Py_buffer xb, wb, bb, ab, ob;
-    int have_b = bo != Py_None, have_a = ao != Py_None;
-    if (onnxviz_get_floats(xo, &xb, x_count, 1, 0, "x") < 0) return NULL;
-    if (onnxviz_get_floats(wo, &wb, w_count, 1, 0, "w") < 0) goto fail_x;
-    if (have_b && onnxviz_get_floats(bo, &bb, g.m, 1, 0, "bias") < 0) goto fail_w;
-    if (have_a && onnxviz_get_floats(ao, &ab, o_count, 1, 0, "addend") < 0) goto fail_b;
-    if (onnxviz_get_floats(oo, &ob, o_count, 1, 1, "out") < 0) goto fail_a;
-    const Py_ssize_t chunk_count = (g.c + BK_C - 1) / BK_C;
-    Py_ssize_t table_count, chunk_floats;
-    if (mul_size(g.oh * blocked_tiles(&g), taps * BK_P, &table_count) ||
-        mul_size(chunk_count, (g.h * g.w + 1) * BK_C, &chunk_floats)) {
-        PyErr_SetString(PyExc_ValueError, "conv_blocked: sizes too large");
-        goto fail_o;
-    }
-    int *tap_counts = PyMem_RawMalloc((size_t)g.oh * sizeof(int));
-    int *tap = PyMem_RawMalloc((size_t)(g.oh * taps) * sizeof(int));
-    Py_ssize_t *off = PyMem_RawMalloc((size_t)table_count * sizeof(Py_ssize_t));
-    void *chunk_block = PyMem_RawMalloc((size_t)chunk_floats * sizeof(float) + 64);
-    /* 64-byte aligned: a chunk's pixel is then one cache line */
-    float *chunks = (float *)(((uintptr_t)chunk_block + 63) & ~(uintptr_t)63);
-    if (!tap_counts || !tap || !off || !chunk_block) {
-        PyMem_RawFree(tap_counts);
-        PyMem_RawFree(tap);
-        PyMem_RawFree(off);
-        PyMem_RawFree(chunk_block);
-        PyErr_NoMemory();
-        goto fail_o;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    blocked_tables(&g, tap_counts, tap, off);
-    run_blocked(&g, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act,
-                lo, hi, tap_counts, tap, off, chunks);
-    Py_END_ALLOW_THREADS;
-    PyMem_RawFree(tap_counts);
-    PyMem_RawFree(tap);
-    PyMem_RawFree(off);
-    PyMem_RawFree(chunk_block);
-    PyBuffer_Release(&ob);
-    if (have_a) PyBuffer_Release(&ab);
-    if (have_b) PyBuffer_Release(&bb);
-    PyBuffer_Release(&wb);
-    PyBuffer_Release(&xb);
-    Py_RETURN_NONE;
-fail_o:
-    PyBuffer_Release(&ob);
-fail_a:
-    if (have_a) PyBuffer_Release(&ab);
-fail_b:
-    if (have_b) PyBuffer_Release(&bb);
-fail_w:
-    PyBuffer_Release(&wb);
-fail_x:
-    PyBuffer_Release(&xb);
+    return (PyObject *)obj;
+fail:
+    Py_DECREF(obj);
     return NULL;
 }
 
@@ -1509,6 +1674,14 @@ static PyMethodDef methods[] = {
      "(dh, dw), (pad_top, pad_left), act, lo, hi): conv_nhwc's conv (channels-last x, "
      "addend and out) with the weight packed by groups of 64 output channels and chunks of "
      "16 input channels (nn_conv.pack_blocked): [group][chunk][KH][KW][CC][NV*16]."},
+    {"held", py_held, METH_VARARGS,
+     "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
+     "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
+     "empty, uint8, float32) -> a callable: f(*args) = conv_blocked's (blocked) or "
+     "conv_nhwc's conv of the channels-last args[0] (N, C, H, W), + args[residual] "
+     "(channels-last; residual -1: none), as a new 64-byte aligned channels-last float32 "
+     "(N, M, OH, OW) array, when args[places[i]] is expect[i] and the level is the one it "
+     "was made at; any other call is fallback(*args)."},
     {"lanes", py_lanes, METH_NOARGS,
      "lanes(): the vector width (floats) the weight must be packed for at this level."},
     {"set_level", py_set_level, METH_O,
@@ -1520,4 +1693,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_conv", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__conv(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__conv(void) {
+    if (PyType_Ready(&HeldType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

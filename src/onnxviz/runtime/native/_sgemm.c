@@ -1155,6 +1155,217 @@ fail:
     return NULL;
 }
 
+/* ---- a held 1x1 conv: a fused conv chain's common call ---------------------------------
+ *
+ * `pointwise(...)` makes the `quick` call of a fusion.py ConvChain whose conv is a 1x1 of
+ * stride 1 run channels-last by this kernel (kernels/nn_conv_nhwc.py's _Pointwise, its
+ * packed product): called with the fused node's inputs, it checks them (the image (N, C,
+ * H, W) channels-last, or one channels-first image; the constants it was made for, by
+ * identity, at `places`; the residual, when the chain adds one, channels-last) and runs
+ * gemm into a new 64-byte aligned channels-last output, with the bias, residual and
+ * activation in the epilogue: the _Pointwise call's own operations, so its bits.  From
+ * the run loop's call to the result in C: the Python layers it replaces (the chain's
+ * checks, the layout's, the runner's, matmul_packed's, the output's alignment) cost
+ * 20-40 us a conv in ResNet-50's run, where the interpreter's data is out of the caches.
+ * A call it does not take returns `fallback(*args)` (quiet_loop.decline: None, so the
+ * loop makes the chain's own call). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *packed, *bias_obj, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Py_buffer pb, bb;
+    const float *b, *bias;
+    Py_ssize_t n, c, h, w, m, nargs, residual;
+    int nr, act;
+    float lo, hi;
+    int (*threads)(void);
+} Pointwise;
+
+static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames) {
+    Pointwise *self = (Pointwise *)obj;
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames || nargs != self->nargs || self->nr != panel_width_of(level) ||
+        (self->threads && self->threads() > 1))
+        goto other;
+    const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
+    for (Py_ssize_t i = 0; i < n_expect; i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->places, i));
+        if (args[at] != PyTuple_GET_ITEM(self->expect, i)) goto other;
+    }
+    Py_buffer xb, db;
+    const int layout = onnxviz_image_view(args[0], self->ndarray, &xb, self->n, self->c,
+                                          self->h, self->w);
+    if (!layout) goto other;
+    const int have_add = self->residual >= 0;
+    if (have_add && onnxviz_image_view(args[self->residual], self->ndarray, &db, self->n,
+                                       self->m, self->h, self->w) != ONNXVIZ_NHWC) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    float *c = NULL;
+    PyObject *out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
+                                              self->n, self->m, self->h, self->w, &c);
+    if (out) {
+        const Py_ssize_t rows = self->n * self->h * self->w;
+        Problem p;
+        memset(&p, 0, sizeof p);
+        p.a = xb.buf;
+        p.a_trans = layout == ONNXVIZ_NCHW;
+        p.lda = p.a_trans ? rows : self->c;
+        p.m = rows;
+        p.k = self->c;
+        p.n = self->m;
+        p.b = self->b;
+        p.c = c;
+        p.ldc = self->m;
+        p.bias = self->bias;
+        p.add = have_add ? db.buf : NULL;
+        p.ldadd = self->m;
+        p.act = self->act;
+        p.lo = self->lo;
+        p.hi = self->hi;
+        p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
+        p.nc = NC;
+        float *abuf =
+            PyMem_RawMalloc((size_t)((p.kcmax < p.k ? p.kcmax : p.k) * 12) * sizeof(float));
+        if (!abuf) {
+            PyErr_NoMemory();
+            Py_CLEAR(out);
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            run(&p, abuf);
+            Py_END_ALLOW_THREADS;
+            PyMem_RawFree(abuf);
+        }
+    }
+    if (have_add) PyBuffer_Release(&db);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int pointwise_traverse(PyObject *obj, visitproc visit, void *arg) {
+    Pointwise *self = (Pointwise *)obj;
+    Py_VISIT(self->expect);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int pointwise_clear(PyObject *obj) {
+    Pointwise *self = (Pointwise *)obj;
+    Py_CLEAR(self->expect);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void pointwise_dealloc(PyObject *obj) {
+    Pointwise *self = (Pointwise *)obj;
+    PyObject_GC_UnTrack(obj);
+    if (self->packed) PyBuffer_Release(&self->pb);
+    if (self->bias_obj) PyBuffer_Release(&self->bb);
+    Py_CLEAR(self->packed);
+    Py_CLEAR(self->bias_obj);
+    Py_CLEAR(self->places);
+    Py_CLEAR(self->ndarray);
+    Py_CLEAR(self->empty);
+    Py_CLEAR(self->u8);
+    Py_CLEAR(self->f32);
+    pointwise_clear(obj);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef pointwise_members[] = {
+    {"fallback", T_OBJECT, offsetof(Pointwise, fallback), READONLY,
+     "What the calls this conv does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PointwiseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._sgemm.Pointwise",
+    .tp_basicsize = sizeof(Pointwise),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Pointwise, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = pointwise_traverse,
+    .tp_clear = pointwise_clear,
+    .tp_dealloc = pointwise_dealloc,
+    .tp_members = pointwise_members,
+    .tp_doc = "A fused 1x1 conv by one packed constant weight (pointwise()).",
+};
+
+static PyObject *py_pointwise(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Py_ssize_t offset, c, m, n, h, w, nargs, residual;
+    int nr, act;
+    float lo, hi;
+    unsigned long long threads;
+    if (!PyArg_ParseTuple(args, "OnnniO(nnn)iffnnO!O!KOOOOO:pointwise", &po, &offset, &c, &m,
+                          &nr, &bo, &n, &h, &w, &act, &lo, &hi, &nargs, &residual,
+                          &PyTuple_Type, &places, &PyTuple_Type, &expect, &threads, &fallback,
+                          &ndarray, &empty, &u8, &f32))
+        return NULL;
+    if (c < 1 || m < 1 || c > LIMIT || m > LIMIT || n < 1 || h < 1 || w < 1 ||
+        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 3 ||
+        nargs < 1 || residual >= nargs || residual == 0 ||
+        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || !PyCallable_Check(fallback) ||
+        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
+        PyErr_SetString(PyExc_ValueError, "pointwise: bad sizes, places or callables");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
+        if (at < 1 || at >= nargs || at == residual) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "pointwise: a place out of the arguments");
+            return NULL;
+        }
+    }
+    Pointwise *obj = PyObject_GC_New(Pointwise, &PointwiseType);
+    if (!obj) return NULL;
+    obj->vectorcall = pointwise_vectorcall;
+    obj->packed = obj->bias_obj = NULL;
+    obj->places = Py_NewRef(places);
+    obj->expect = Py_NewRef(expect);
+    obj->fallback = Py_NewRef(fallback);
+    obj->ndarray = Py_NewRef(ndarray);
+    obj->empty = Py_NewRef(empty);
+    obj->u8 = Py_NewRef(u8);
+    obj->f32 = Py_NewRef(f32);
+    obj->n = n;
+    obj->c = c;
+    obj->h = h;
+    obj->w = w;
+    obj->m = m;
+    obj->nr = nr;
+    obj->act = act;
+    obj->lo = lo;
+    obj->hi = hi;
+    obj->nargs = nargs;
+    obj->residual = residual;
+    obj->threads = (int (*)(void))(uintptr_t)threads;
+    obj->bias = NULL;
+    PyObject_GC_Track((PyObject *)obj);
+    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    obj->packed = Py_NewRef(po);
+    if (obj->pb.len < offset + packed_count(c, m, nr) * 4) {
+        PyErr_SetString(PyExc_ValueError, "pointwise: the packed weight is too short");
+        goto fail;
+    }
+    obj->b = (const float *)((const char *)obj->pb.buf + offset);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &obj->bb, m, 1, 0, "bias") < 0) goto fail;
+        obj->bias_obj = Py_NewRef(bo);
+        obj->bias = obj->bb.buf;
+    }
+    return (PyObject *)obj;
+fail:
+    Py_DECREF(obj);
+    return NULL;
+}
+
 static PyObject *py_pack_rows(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *wo;
@@ -1347,6 +1558,14 @@ static PyMethodDef methods[] = {
      "min_rows (or one when one_row) while the int function at address `threads` (0: none) "
      "returns at most 1; "
      "any other call is fallback(*args)."},
+    {"pointwise", py_pointwise, METH_VARARGS,
+     "pointwise(packed, offset, C, M, nr, bias, (N, H, W), act, lo, hi, nargs, residual, "
+     "places, expect, threads, fallback, ndarray, empty, uint8, float32) -> a callable: "
+     "f(*args) = act(1x1 conv of args[0] (N, C, H, W), channels-last or one C-contiguous "
+     "image, + bias + args[residual] (channels-last; residual -1: none)) as a new 64-byte "
+     "aligned channels-last float32 (N, M, H, W) array, when args[places[i]] is expect[i] "
+     "and the int function at address `threads` (0: none) returns at most 1; any other "
+     "call is fallback(*args)."},
     {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
@@ -1363,5 +1582,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, m
 
 PyMODINIT_FUNC PyInit__sgemm(void) {
     if (PyType_Ready(&ProductType) < 0) return NULL;
+    if (PyType_Ready(&PointwiseType) < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -129,6 +129,75 @@ static PyObject *onnxviz_new_array(PyObject *empty, PyObject *dtype, int ndim,
     return out;
 }
 
+/* The held convs' images: a float32 ndarray (its type `ndarray`) of shape (n, c, h, w)
+ * laid out channels-last (the (N, H, W, C) array's transposed view, fusion_layout.py) or,
+ * for one image, channels-first and C-contiguous.  Its buffer (with strides) in *view and
+ * ONNXVIZ_NHWC or ONNXVIZ_NCHW; else 0, no error set, nothing held.  A dimension of size
+ * one may have any stride (numpy's views give it several). */
+enum { ONNXVIZ_NHWC = 1, ONNXVIZ_NCHW = 2 };
+static int onnxviz_image_view(PyObject *obj, PyObject *ndarray, Py_buffer *view, Py_ssize_t n,
+                              Py_ssize_t c, Py_ssize_t h, Py_ssize_t w) {
+    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    const Py_ssize_t *sh = view->shape, *st = view->strides;
+    if (f[0] != 'f' || f[1] || view->ndim != 4 || sh[0] != n || sh[1] != c || sh[2] != h ||
+        sh[3] != w) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    /* Strides (bytes) of each layout; a size-one dimension's is not compared. */
+    const Py_ssize_t nhwc[4] = {h * w * c * 4, 4, w * c * 4, c * 4};
+    const Py_ssize_t nchw[4] = {c * h * w * 4, h * w * 4, w * 4, 4};
+    int is_nhwc = 1, is_nchw = n == 1;
+    for (int i = 0; i < 4; i++) {
+        if (sh[i] == 1) continue;
+        is_nhwc = is_nhwc && st[i] == nhwc[i];
+        is_nchw = is_nchw && st[i] == nchw[i];
+    }
+    if (is_nhwc) return ONNXVIZ_NHWC;
+    if (is_nchw) return ONNXVIZ_NCHW;
+    PyBuffer_Release(view);
+    return 0;
+}
+
+/* A new float32 (n, m, h, w) ndarray laid out channels-last whose data starts at a
+ * multiple of 64 bytes (kernels/nn_conv.py's aligned_empty and its transposed view, in
+ * two calls: empty(bytes, uint8), then ndarray(shape, float32, that buffer, offset,
+ * strides)); its first float in *data.  NULL with the error set. */
+static PyObject *onnxviz_new_channels_last(PyObject *empty, PyObject *ndarray, PyObject *u8,
+                                           PyObject *f32, Py_ssize_t n, Py_ssize_t m,
+                                           Py_ssize_t h, Py_ssize_t w, float **data) {
+    const Py_ssize_t bytes = n * m * h * w * 4;
+    const Py_ssize_t raw_size = bytes + 64;
+    PyObject *raw = onnxviz_new_array(empty, u8, 1, &raw_size);
+    if (!raw) return NULL;
+    Py_buffer rb;
+    if (PyObject_GetBuffer(raw, &rb, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    const Py_ssize_t start = (Py_ssize_t)((64 - (uintptr_t)rb.buf % 64) % 64);
+    *data = (float *)((char *)rb.buf + start);
+    PyBuffer_Release(&rb);
+    PyObject *out = NULL;
+    PyObject *shape = Py_BuildValue("(nnnn)", n, m, h, w);
+    PyObject *strides = Py_BuildValue("(nnnn)", h * w * m * 4, (Py_ssize_t)4, w * m * 4, m * 4);
+    PyObject *offset = PyLong_FromSsize_t(start);
+    if (shape && strides && offset) {
+        PyObject *args[5] = {shape, f32, raw, offset, strides};
+        out = PyObject_Vectorcall(ndarray, args, 5, NULL);
+    }
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(offset);
+    Py_DECREF(raw);
+    return out;
+}
+
 /* x (read) and y (written), float32 buffers of one length, for an elementwise function
  * `name` (y may be x); 0, or -1 with the error set and neither held. */
 static int onnxviz_get_float_pair(PyObject *xo, PyObject *yo, Py_buffer *x, Py_buffer *y,

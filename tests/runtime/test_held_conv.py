@@ -1,0 +1,404 @@
+"""The held convs: a fused conv chain's call run in C from the node loop
+(native/_sgemm.c's `pointwise`, a 1x1 conv by the packed GEMM; native/_conv.c's `held`,
+the direct and blocked convs), made by nn_conv_nhwc's runners (`held`) on a chain's first
+channels-last call and tried first by the compiled loop (fusion.ConvChain.quick).
+
+* The calls they take give the bits of the runner's own call (`run`, the same kernel and
+  epilogue), with and without bias and residual, for each activation the kernels apply,
+  on a channels-last image (and, for the 1x1 conv, one channels-first image), at every
+  level; their outputs are new, 64-byte aligned and laid out channels-last.
+* Every call they do not take goes to the fallback with the same arguments: other
+  constants (by identity), another shape, dtype or layout (a residual not channels-last
+  included), other argument counts, keywords, several OpenBLAS threads (the 1x1 conv),
+  another level than the one they were made at.
+* In a model: after the first run the chains' quick calls are these, the next runs give
+  the first run's bits, and the stepped run agrees (differential.assert_modes_agree).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
+
+from onnxviz.runtime import fusion, native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import _weight_cache, nn_conv_nhwc
+from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU
+from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level, compiled
+
+from .differential import assert_modes_agree, stepped_values
+
+pytestmark = pytest.mark.numeric
+
+LEVELS = native.levels()
+NAN = math.nan
+ACTS = [
+    None,
+    (ACT_RELU, NAN, NAN),
+    (ACT_CLIP, -0.25, 0.5),
+    (ACT_CLIP, NAN, 0.5),
+    (ACT_HARDSWISH, NAN, NAN),
+]
+
+
+class _Fallback:
+    """A fallback that records its calls and returns a marker."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> str:
+        self.calls.append(args + tuple(kw.items()))
+        return "fallback"
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    """``a`` (N, C, H, W) as the channels-last layout's view (fusion_layout.py)."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def _runner(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, **attrs: Any) -> Any:
+    """The channels-last runner of a conv by the constant (frozen, as a chain's folded
+    weights are: only those are packed) ``w`` and ``b``."""
+    for const in (w, b):
+        if const is not None:
+            const.flags.writeable = False
+    runner = nn_conv_nhwc.prepare_channels_last(x, w, b, attrs)
+    assert runner is not None
+    return runner
+
+
+def _held(
+    runner: Any, x: np.ndarray, act: Any, residual: bool
+) -> tuple[Any, tuple[Any, Any], _Fallback]:
+    """The runner's held call for inputs (x, W, B[, residual]): W and B stand for the
+    chain's constants (compared by identity)."""
+    consts = (object(), object())
+    fallback = _Fallback()
+    nargs = 4 if residual else 3
+    held = runner.held(x, act, nargs, 3 if residual else None, (1, 2), consts, fallback)
+    return held, consts, fallback
+
+
+def _check_layout(y: np.ndarray, shape: tuple[int, ...]) -> None:
+    assert type(y) is np.ndarray and y.dtype == np.float32 and y.shape == shape
+    assert y.transpose(0, 2, 3, 1).flags.c_contiguous  # channels-last
+    assert y.ctypes.data % 64 == 0 and y.flags.writeable
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_held_1x1_conv_gives_the_runners_bits(level):
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(10 + level)
+    with at_level("sgemm", level), threadpool_limits(1):
+        native.load("sgemm").set_level(level)
+        # (N, C, H, W, M): whole 12-row tiles and edges, K of one block, N of panels
+        # and a half one, two images.
+        for n, c, h, wd, m in [(1, 64, 8, 12, 96), (1, 24, 7, 5, 40), (2, 33, 6, 6, 17)]:
+            for bias in (True, False):
+                w = (rng.standard_normal((m, c, 1, 1)) * 0.2).astype(np.float32)
+                b = rng.standard_normal(m).astype(np.float32) if bias else None
+                x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+                r = _channels_last(rng.standard_normal((n, m, h, wd)).astype(np.float32))
+                runner = _runner(x, w, b)
+                assert isinstance(runner, nn_conv_nhwc._Pointwise)
+                for act in ACTS:
+                    for residual in (None, r):
+                        held, consts, fallback = _held(runner, x, act, residual is not None)
+                        assert held is not None
+                        args = (x, *consts) + (() if residual is None else (residual,))
+                        got = held(*args)
+                        want, done = runner.run(x, residual, act)
+                        assert done == (act is not None)
+                        _check_layout(got, (n, m, h, wd))
+                        np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+                        if n == 1:  # one channels-first image: read transposed, same bits
+                            planes = np.ascontiguousarray(x)
+                            np.testing.assert_array_equal(
+                                held(planes, *args[1:]), want.transpose(0, 3, 1, 2)
+                            )
+                        assert not fallback.calls
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_held_direct_and_blocked_convs_give_the_runners_bits(level):
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(20 + level)
+    with at_level("conv", level):
+        native.load("conv").set_level(level)
+        shapes = [
+            # (N, C, H, W, M, kernel, strides, pads): 3x3 with padding, 3x3/2, 5x3
+            (1, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1, 1, 1)),
+            (2, 8, 10, 10, 20, (3, 3), (2, 2), (1, 1, 0, 0)),
+            (1, 12, 8, 8, 16, (5, 3), (1, 1), (0, 1, 0, 1)),
+            # the blocked kernel at AVX-512 (128 x 128 channels, 14-pixel rows)
+            (1, 128, 14, 14, 128, (3, 3), (1, 1), (1, 1, 1, 1)),
+        ]
+        blocked_seen = False
+        for n, c, h, wd, m, kernel, strides, pads in shapes:
+            w = (rng.standard_normal((m, c, *kernel)) * 0.1).astype(np.float32)
+            b = rng.standard_normal(m).astype(np.float32)
+            x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+            runner = _runner(
+                x, w, b, kernel_shape=list(kernel), strides=list(strides), pads=list(pads)
+            )
+            assert isinstance(runner, nn_conv_nhwc._Direct)
+            blocked_seen = blocked_seen or runner.blocked is not None
+            oshape = runner.out_shape
+            r = _channels_last(rng.standard_normal(oshape).astype(np.float32))
+            for act in ACTS:
+                for residual in (None, r):
+                    held, consts, fallback = _held(runner, x, act, residual is not None)
+                    assert held is not None
+                    args = (x, *consts) + (() if residual is None else (residual,))
+                    got = held(*args)
+                    want, done = runner.run(x, residual, act)
+                    assert done == (act is not None)
+                    _check_layout(got, oshape)
+                    np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+                    assert not fallback.calls
+        assert blocked_seen == (level >= native.AVX512 and nn_conv_nhwc.direct_lanes() == 16)
+
+
+def _declined(held: Any, fallback: _Fallback, args: tuple[Any, ...], **kw: Any) -> None:
+    assert held(*args, **kw) == "fallback"
+    got = fallback.calls.pop()
+    assert all(a is b for a, b in zip(got, args)) and len(got) == len(args) + len(kw)
+
+
+def test_every_call_the_held_1x1_conv_does_not_take_goes_to_the_fallback():
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(3)
+    n, c, h, wd, m = 2, 32, 6, 6, 48
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+    r = _channels_last(rng.standard_normal((n, m, h, wd)).astype(np.float32))
+    with threadpool_limits(1):
+        runner = _runner(x, w, None)
+        held, (cw, cb), fallback = _held(runner, x, (ACT_RELU, NAN, NAN), True)
+        assert held(x, cw, cb, r).shape == (n, m, h, wd)
+
+        class Sub(np.ndarray):
+            pass
+
+        wide = _channels_last(rng.standard_normal((n, c, h, 2 * wd)).astype(np.float32))
+        others: list[tuple[Any, ...]] = [
+            (x, object(), cb, r),  # another constant
+            (x, cw, cb),  # an argument short
+            (x, cw, cb, r, None),
+            (x.astype(np.float64), cw, cb, r),
+            (np.ascontiguousarray(x), cw, cb, r),  # two channels-first images
+            (x[:1], cw, cb, r),  # another shape
+            (wide[..., ::2], cw, cb, r),  # strided
+            (x.view(Sub), cw, cb, r),
+            (x.tolist(), cw, cb, r),
+            (x, cw, cb, np.ascontiguousarray(r)),  # a residual laid out channels-first
+            (x, cw, cb, r[:, :-1]),
+            (x, cw, cb, r.astype(np.float64)),
+            (x, cw, cb, None),
+        ]
+        for args in others:
+            _declined(held, fallback, args)
+        _declined(held, fallback, (x, cw, cb), extra=r)
+    # Several OpenBLAS threads: the routing's OpenBLAS product (packed_gemm.use_for).
+    with threadpool_limits(2):
+        _declined(held, fallback, (x, cw, cb, r))
+    # A residual that is not in the node: any call of the held conv without one.
+    plain, (pw, pb), plain_fallback = _held(runner, x, None, False)
+    with threadpool_limits(1):
+        assert plain(x, pw, pb).shape == (n, m, h, wd)
+        _declined(plain, plain_fallback, (x, pw, pb, r))
+
+
+def test_every_call_the_held_direct_conv_does_not_take_goes_to_the_fallback():
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(4)
+    n, c, h, wd, m = 1, 8, 9, 9, 16
+    w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+    r = _channels_last(rng.standard_normal((n, m, 7, 7)).astype(np.float32))
+    runner = _runner(x, w, None, kernel_shape=[3, 3])
+    held, (cw, cb), fallback = _held(runner, x, None, True)
+    assert held(x, cw, cb, r).shape == (n, m, 7, 7)
+    for args in [
+        (np.ascontiguousarray(x), cw, cb, r),  # channels-first: the runner's row copies
+        (x, cw, object(), r),
+        (x, cw, cb, np.ascontiguousarray(r)),
+        (x[:, :-1], cw, cb, r),
+        (x, cw, cb),
+    ]:
+        _declined(held, fallback, args)
+    lower = [lvl for lvl in LEVELS if lvl != native.cpu_level()]
+    for level in lower:  # another level than the one it was made at
+        with at_level("conv", level):
+            native.load("conv").set_level(level)
+            _declined(held, fallback, (x, cw, cb, r))
+    native.load("conv").set_level(native.cpu_level())
+    assert held(x, cw, cb, r).shape == (n, m, 7, 7)
+
+
+def test_results_are_fresh_and_nothing_leaks():
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    x = _channels_last(rng.standard_normal((1, 8, 5, 5)).astype(np.float32))
+    r = _channels_last(rng.standard_normal((1, 16, 5, 5)).astype(np.float32))
+    with threadpool_limits(1):
+        held, (cw, cb), _ = _held(_runner(x, w, None), x, None, True)
+        first, second = held(x, cw, cb, r), held(x, cw, cb, r)
+        assert not np.shares_memory(first, second)
+        ref = weakref.ref(first.base)
+        del first
+        gc.collect()
+        assert ref() is None
+        before = [sys.getrefcount(v) for v in (x, cw, cb, r)]
+        for _ in range(100):
+            held(x, cw, cb, r)
+        assert [sys.getrefcount(v) for v in (x, cw, cb, r)] == before
+
+
+def test_a_wrong_construction_is_a_value_error():
+    sgemm = compiled("sgemm", "the OpenBLAS paths run")
+    conv = compiled("conv", "the numpy convs run")
+    w = np.ones((8, 8), np.float32)
+    p_data = bytearray(8 * 32 * 4 + 64)
+    common = [np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32)]
+    good = [p_data, 0, 8, 8, 32, None, (1, 4, 4), 0, NAN, NAN, 3, -1, (1, 2), (w, w), 0, print]
+    sgemm.pointwise(*good, *common)  # well formed
+    for i, bad in [(2, 0), (4, 24), (1, 64), (7, 4), (11, 0), (11, 3), (12, (1, 5)), (13, (w,))]:
+        args = list(good)
+        args[i] = bad
+        with pytest.raises((ValueError, TypeError)):
+            sgemm.pointwise(*args, *common)
+    with pytest.raises(ValueError):
+        sgemm.pointwise(bytearray(16), *good[1:], *common)  # the packed weight too short
+    geometry = [(1, 5, 5, 8), (8, 3, 3), (3, 3), (1, 1), (1, 1), (0, 0)]
+    lanes = int(conv.lanes())
+    wp = np.zeros((8 + lanes - 1) // lanes * 9 * 8 * lanes, np.float32)  # [blocks][3][3][8][lanes]
+    conv_good = [wp, False, lanes, None]
+    tail = [0, NAN, NAN, 3, -1, (1, 2), (w, w), print]
+    conv.held(*conv_good, *geometry, *tail, *common)  # well formed
+    for args in [
+        [wp[:10], False, lanes, None, *geometry, *tail],  # weight too short
+        [*conv_good[:2], 3, None, *geometry, *tail],  # another level's lanes
+        [*conv_good, *geometry, 5, NAN, NAN, 3, -1, (1, 2), (w, w), print],  # activation
+        [*conv_good, (1, 5, 5, 8), (8, 3, 3), (0, 3), *geometry[3:], *tail],  # sizes
+        [*conv_good, *geometry, 0, NAN, NAN, 3, -1, (1, 7), (w, w), print],  # a place
+    ]:
+        with pytest.raises(ValueError):
+            conv.held(*args, *common)
+
+
+def _init(name: str, a: np.ndarray) -> Any:
+    return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+
+def _bottleneck_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarray]]:
+    """Two ResNet bottlenecks (1x1, 3x3, 1x1 with the block input added, Relus; the
+    second one strided with a 1x1/2 projection), BatchNorm folded into the convs."""
+    c, mid, out = 32, 16, 32
+    nodes, inits = [], []
+
+    def conv(x: str, y: str, cin: int, cout: int, k: int, stride: int = 1) -> None:
+        name = f"w_{y}"
+        inits.append(
+            _init(name, rng.standard_normal((cout, cin, k, k)) * (0.5 / math.sqrt(cin * k * k)))
+        )
+        inits.append(_init(f"b_{y}", rng.standard_normal(cout) * 0.1))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, name, f"b_{y}"],
+                [y],
+                kernel_shape=[k, k],
+                strides=[stride, stride],
+                pads=[k // 2] * 4,
+            )  # fmt: skip
+        )
+        scale, shift = rng.uniform(0.5, 1.5, cout), rng.standard_normal(cout) * 0.1
+        mean, var = rng.standard_normal(cout) * 0.1, rng.uniform(0.5, 1.5, cout)
+        for what, v in (("s", scale), ("h", shift), ("m", mean), ("v", var)):
+            inits.append(_init(f"{what}_{y}", v))
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                [y, f"s_{y}", f"h_{y}", f"m_{y}", f"v_{y}"],
+                [y + "_bn"],
+            )
+        )
+
+    x = "x"
+    for block, stride in (("a", 1), ("b", 2)):
+        conv(x, f"{block}1", c, mid, 1)
+        nodes.append(helper.make_node("Relu", [f"{block}1_bn"], [f"{block}1r"]))
+        conv(f"{block}1r", f"{block}2", mid, mid, 3, stride)
+        nodes.append(helper.make_node("Relu", [f"{block}2_bn"], [f"{block}2r"]))
+        conv(f"{block}2r", f"{block}3", mid, out, 1)
+        short = x
+        if stride > 1:
+            conv(x, f"{block}p", c, out, 1, stride)
+            short = f"{block}p_bn"
+        nodes.append(helper.make_node("Add", [f"{block}3_bn", short], [f"{block}s"]))
+        nodes.append(helper.make_node("Relu", [f"{block}s"], [f"{block}o"]))
+        x = f"{block}o"
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "bottlenecks",
+        [helper.make_tensor_value_info("x", f, [1, c, 20, 20])],
+        [helper.make_tensor_value_info(x, f, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((1, c, 20, 20)).astype(np.float32)}
+
+
+def test_a_model_runs_the_held_convs_after_its_first_run(monkeypatch):
+    compiled("sgemm", "the OpenBLAS paths run")
+    compiled("conv", "the numpy convs run")
+    model, feeds = _bottleneck_model(np.random.default_rng(7))
+    with threadpool_limits(1):
+        stepped = stepped_values(model, feeds)["bo"]
+        for level in LEVELS:
+            with at_level("sgemm", level), at_level("conv", level):
+                native.load("sgemm").set_level(level)
+                native.load("conv").set_level(level)
+                _weight_cache.clear()
+                session = Session(model)
+                first = session.run(feeds)["bo"]
+                chains = [
+                    q.fused
+                    for q in run_nodes(session.plan)
+                    if q.kind == "fused" and isinstance(q.fused, fusion.ConvChain)
+                ]
+                kinds = {type(ch.quick).__name__ for ch in chains if ch.quick is not None}
+                # The 1x1 convs (the strided projection runs its own kernel) and the 3x3s
+                # of the channels-last chain are held; the first conv reads the NCHW feed.
+                assert kinds == {"Pointwise", "Held"}, (level, kinds)
+                calls: list[Any] = []
+                for ch in chains:
+                    if ch.quick is not None:
+                        real = ch.quick
+
+                        def counted(*ins: Any, real: Any = real, calls: Any = calls) -> Any:
+                            calls.append(real)
+                            return real(*ins)
+
+                        monkeypatch.setattr(ch, "quick", counted)
+                for _ in range(2):
+                    np.testing.assert_array_equal(session.run(feeds)["bo"], first)
+                monkeypatch.undo()
+                assert len(calls) == 2 * sum(ch.quick is not None for ch in chains)
+                scale = float(np.abs(stepped).max()) + 1.0
+                np.testing.assert_allclose(first, stepped, rtol=0, atol=2e-5 * scale)
+    assert_modes_agree(model, feeds)
+    _weight_cache.clear()
