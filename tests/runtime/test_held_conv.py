@@ -266,15 +266,103 @@ def test_results_are_fresh_and_nothing_leaks():
         assert [sys.getrefcount(v) for v in (x, cw, cb, r)] == before
 
 
+def test_declined_calls_hold_nothing():
+    """A declined call (a channels-first image or residual, which the checks read before
+    declining) keeps no reference to its arguments."""
+    compiled("sgemm", "the OpenBLAS paths run")
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(8)
+    x = _channels_last(rng.standard_normal((1, 8, 6, 6)).astype(np.float32))
+    planes, r = np.ascontiguousarray(x), np.ascontiguousarray(x)
+    w1 = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    w3 = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    with threadpool_limits(1):
+        pointwise, consts, fallback = _held(_runner(x, w1, None), x, None, True)
+        runner3 = _runner(x, w3, None, kernel_shape=[3, 3])
+        direct, consts3, fallback3 = _held(runner3, x, None, True)
+        r3 = np.ascontiguousarray(np.zeros((1, 8, 4, 4), np.float32))
+        before = [sys.getrefcount(v) for v in (x, planes, r, r3)]
+        for _ in range(50):
+            assert pointwise(x, *consts, r) == "fallback"  # a channels-first residual
+            assert direct(planes, *consts3, r3) == "fallback"  # a channels-first image
+        assert len(fallback.calls) == len(fallback3.calls) == 50
+        fallback.calls.clear()  # (the test's fallbacks keep their arguments)
+        fallback3.calls.clear()
+        assert [sys.getrefcount(v) for v in (x, planes, r, r3)] == before
+
+
+def test_the_held_1x1_conv_writes_over_a_residual_only_its_caller_holds():
+    """Made with ``inplace`` (the compiled loop frees the residual's slot after the
+    call), the sums go over a residual nothing else refers to, which is the result, with
+    the bits of a fresh output; a residual someone else holds (another reference, another
+    view of its buffer, a read-only one) is never written."""
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(9)
+    n, c, h, wd, m = 1, 64, 6, 8, 64
+    w = (rng.standard_normal((m, c, 1, 1)) * 0.2).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+    value = _channels_last(rng.standard_normal((n, m, h, wd)).astype(np.float32))
+    with threadpool_limits(1):
+        runner = _runner(x, w, b)
+        act = (ACT_RELU, NAN, NAN)
+        fresh, consts, _ = _held(runner, x, act, True)
+        inplace = runner.held(x, act, 4, 3, (1, 2), consts, _Fallback(), True)
+        want = fresh(x, *consts, value)  # a fresh output
+        assert not np.shares_memory(want, value)
+
+        def residual() -> np.ndarray:
+            return _channels_last(np.array(value.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+
+        # Held only by the call (a temporary, as a dying slot's value is): written over.
+        got = inplace(x, *consts, residual())
+        np.testing.assert_array_equal(got, want)
+        # The residual as the loop holds it: one name (the slot) and the call's own.
+        r = residual()
+        got = inplace(x, *consts, r)
+        assert got is r
+        np.testing.assert_array_equal(got, want)
+        # Anyone else holding it: a fresh output, the residual untouched.
+        for make_shared in (
+            lambda r: [r],  # another reference
+            lambda r: r.base[:4],  # another view of its buffer
+        ):
+            r = residual()
+            other = make_shared(r)
+            got = inplace(x, *consts, r)
+            assert got is not r and not np.shares_memory(got, r)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(r, value)
+            del other
+        r = residual()
+        r.flags.writeable = False
+        got = inplace(x, *consts, r)
+        assert not np.shares_memory(got, r)
+        np.testing.assert_array_equal(r, value)
+        # K over one block (partial sums would be stored over the residual first).
+        big = 1100
+        wk = (rng.standard_normal((m, big, 1, 1)) * 0.05).astype(np.float32)
+        xk = _channels_last(rng.standard_normal((n, big, h, wd)).astype(np.float32))
+        runner_k = _runner(xk, wk, b)
+        inplace_k = runner_k.held(xk, act, 4, 3, (1, 2), consts, _Fallback(), True)
+        r = residual()
+        got = inplace_k(xk, *consts, r)
+        assert not np.shares_memory(got, r)
+        np.testing.assert_array_equal(r, value)
+
+
 def test_a_wrong_construction_is_a_value_error():
     sgemm = compiled("sgemm", "the OpenBLAS paths run")
     conv = compiled("conv", "the numpy convs run")
     w = np.ones((8, 8), np.float32)
     p_data = bytearray(8 * 32 * 4 + 64)
     common = [np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32)]
-    good = [p_data, 0, 8, 8, 32, None, (1, 4, 4), 0, NAN, NAN, 3, -1, (1, 2), (w, w), 0, print]
+    good = [
+        *(p_data, 0, 8, 8, 32, None, (1, 4, 4), 0, NAN, NAN),
+        *(3, -1, False, (1, 2), (w, w), 0, print),
+    ]
     sgemm.pointwise(*good, *common)  # well formed
-    for i, bad in [(2, 0), (4, 24), (1, 64), (7, 4), (11, 0), (11, 3), (12, (1, 5)), (13, (w,))]:
+    for i, bad in [(2, 0), (4, 24), (1, 64), (7, 4), (11, 0), (11, 3), (13, (1, 5)), (14, (w,))]:
         args = list(good)
         args[i] = bad
         with pytest.raises((ValueError, TypeError)):

@@ -507,7 +507,7 @@ class ConvChain:
             if got is not None:
                 y, done = got
                 if not self._held_tried:
-                    self._hold(ins, x, w, b, act)
+                    self._hold(ex, ins, x, w, b, act)
                 return [y if done else self._activate(y, ins)]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
@@ -524,11 +524,19 @@ class ConvChain:
         return [self._activate(y, ins)]
 
     def _hold(
-        self, ins: list[Any], x: np.ndarray, w: np.ndarray, b: Any, act: Activation | None
+        self,
+        ex: Executor,
+        ins: list[Any],
+        x: np.ndarray,
+        w: np.ndarray,
+        b: Any,
+        act: Activation | None,
     ) -> None:
         """Make `quick` for calls like this one: the layout's compiled call of the conv,
         when it has one and the chain's activation is in it (an activation the kernel
-        does not apply stays with `_activate`)."""
+        does not apply stays with `_activate`).  It may write over the residual when the
+        run allows in-place results (inplace.py's runs) and the residual's slot dies at
+        this node (its last read; the call still checks that nothing else holds it)."""
         self._held_tried = True
         if self.activation is not None and act is None:
             return
@@ -542,7 +550,19 @@ class ConvChain:
             tuple(self._places or ()),
             tuple(self._key or ()),
             quiet_loop.decline,
+            ex.inplace and self._residual_dies(ex),
         )
+
+    def _residual_dies(self, ex: Executor) -> bool:
+        """Whether the residual's slot is freed after this chain's node in the node list
+        the running frame follows (fusion.run_nodes), read by it once."""
+        if self.residual is None or not ex.stack:
+            return False
+        node = next((q for q in run_nodes(ex.stack[-1].plan) if q.fused is self), None)
+        if node is None:
+            return False
+        slot = node.inputs[self.residual]
+        return slot >= 0 and slot in node.free_after and node.inputs.count(slot) == 1
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation

@@ -315,6 +315,7 @@ class ChannelsLast:
         places: tuple[int, ...],
         expect: tuple[Any, ...],
         fallback: Any,
+        inplace: bool = False,
     ) -> Any:
         """The prepared kernel's compiled call (ChannelsLastConv.held) for a fused node
         whose last call ran it on ``x`` with ``w`` and ``bias``: only when this conv
@@ -330,7 +331,7 @@ class ChannelsLast:
             or prepared[4] is None
         ):
             return None
-        return prepared[4].held(x, act, nargs, residual, places, expect, fallback)
+        return prepared[4].held(x, act, nargs, residual, places, expect, fallback, inplace)
 
 
 class SpatialMean:

@@ -225,11 +225,14 @@ class ChannelsLastConv:
         places: tuple[int, ...],
         expect: tuple[Any, ...],
         fallback: Any,
+        inplace: bool = False,
     ) -> Any:
         """A compiled call that runs this conv, addend and ``act`` for a fused node's
         inputs (``args[0]`` the image, ``args[residual]`` the addend, the constants
         ``expect`` at ``places``) and returns the channels-last result as `__call__`
-        does, any other call going to ``fallback``; or None (this runner has none)."""
+        does, any other call going to ``fallback``; or None (this runner has none).
+        ``inplace``: the caller's slot of the addend dies at the call, so a runner may
+        write over an addend nothing else holds."""
         return None
 
     def run_nchw(
@@ -288,6 +291,7 @@ class _Pointwise(ChannelsLastConv):
         places: tuple[int, ...],
         expect: tuple[Any, ...],
         fallback: Any,
+        inplace: bool = False,
     ) -> Any:
         """A compiled call of this conv for a fused node's inputs like these
         (packed_gemm.held_pointwise), or None where `run` would not take the packed
@@ -319,6 +323,7 @@ class _Pointwise(ChannelsLastConv):
             places,
             expect,
             fallback,
+            inplace,
         )
 
     def _packed_for(self, mod: Any) -> packed_gemm.Packed | None:
@@ -690,6 +695,7 @@ class _Direct(ChannelsLastConv):
         places: tuple[int, ...],
         expect: tuple[Any, ...],
         fallback: Any,
+        inplace: bool = False,
     ) -> Any:
         """The compiled call of `run` on a channels-last ``x`` (native/_conv.c's `held`:
         the blocked kernel where `run` takes it, else the direct one; the residual

@@ -315,6 +315,7 @@ def held_pointwise(
     places: tuple[int, ...],
     expect: tuple[Any, ...],
     fallback: Any,
+    inplace: bool = False,
 ) -> Any:
     """A callable ``f(*args)``: the 1x1 conv (stride 1) of ``args[0]``, an (N, C, H, W)
     float32 image (``image`` = (N, H, W), C = ``p.k``) laid out channels-last or one
@@ -324,11 +325,15 @@ def held_pointwise(
     (native/_sgemm.c's `pointwise`): `matmul_packed`'s operations, so its bits.  Only for
     calls of ``nargs`` arguments with ``args[places[i]] is expect[i]``, while OpenBLAS
     runs on one thread (`use_for`'s condition for these row counts); any other call is
-    ``fallback(*args)``."""
+    ``fallback(*args)``.  ``inplace`` (the caller frees the residual's slot after the
+    call, and may have it overwritten): the sums go over a residual that only the caller
+    and that slot hold (reference counts; a writable array whose memory nothing else
+    views) and it is the result, one K block permitting (gemm then reads each addend
+    float before it stores over it)."""
     code, lo, hi = act
     return mod.pointwise(
         p.data, p.offset, p.k, p.n, p.nr, bias, image, code, lo, hi, nargs,
-        -1 if residual is None else residual, tuple(places), tuple(expect),
+        -1 if residual is None else residual, inplace, tuple(places), tuple(expect),
         blas.threads_getter_address(), fallback, np.ndarray, np.empty, np.dtype(np.uint8), _F32,
     )  # fmt: skip
 

@@ -1509,12 +1509,11 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         if (args[at] != PyTuple_GET_ITEM(self->expect, i)) goto other;
     }
     Py_buffer xb, db;
-    if (onnxviz_image_view(args[0], self->ndarray, &xb, g->n, g->c, g->h, g->w) !=
-        ONNXVIZ_NHWC)
+    if (!onnxviz_channels_last_view(args[0], self->ndarray, &xb, g->n, g->c, g->h, g->w))
         goto other;
     const int have_add = self->residual >= 0;
-    if (have_add && onnxviz_image_view(args[self->residual], self->ndarray, &db, g->n, g->m,
-                                       g->oh, g->ow) != ONNXVIZ_NHWC) {
+    if (have_add && !onnxviz_channels_last_view(args[self->residual], self->ndarray, &db, g->n,
+                                                g->m, g->oh, g->ow)) {
         PyBuffer_Release(&xb);
         goto other;
     }

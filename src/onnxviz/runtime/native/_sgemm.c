@@ -1176,10 +1176,41 @@ typedef struct {
     Py_buffer pb, bb;
     const float *b, *bias;
     Py_ssize_t n, c, h, w, m, nargs, residual;
-    int nr, act;
+    int nr, act, inplace;
     float lo, hi;
     int (*threads)(void);
 } Pointwise;
+
+static PyObject *str_base = NULL;
+
+/* Whether the residual `r` (whose buffer the caller holds: one reference) may take the
+ * conv's output in place: the run loop's reference and its slot's are the only others
+ * (the plan frees the slot after this node: `inplace`), it is writable, and its memory is
+ * its own or its base array's, which owns its data and which no other view holds (an
+ * output of a conv: a view of an aligned buffer). */
+static int residual_is_dead(PyObject *r, PyObject *ndarray) {
+    if (Py_REFCNT(r) != 3) return 0;
+    PyObject *base = PyObject_GetAttr(r, str_base);
+    if (!base) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = base == Py_None;
+    if (!ok && (PyObject *)Py_TYPE(base) == ndarray && Py_REFCNT(base) == 2) {
+        PyObject *owner = PyObject_GetAttr(base, str_base); /* None: base owns its data */
+        ok = owner == Py_None;
+        if (!owner) PyErr_Clear();
+        Py_XDECREF(owner);
+    }
+    Py_DECREF(base);
+    Py_buffer wb;
+    if (!ok || PyObject_GetBuffer(r, &wb, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyBuffer_Release(&wb);
+    return 1;
+}
 
 static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames) {
@@ -1198,14 +1229,25 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
                                           self->h, self->w);
     if (!layout) goto other;
     const int have_add = self->residual >= 0;
-    if (have_add && onnxviz_image_view(args[self->residual], self->ndarray, &db, self->n,
-                                       self->m, self->h, self->w) != ONNXVIZ_NHWC) {
+    if (have_add && !onnxviz_channels_last_view(args[self->residual], self->ndarray, &db,
+                                                self->n, self->m, self->h, self->w)) {
         PyBuffer_Release(&xb);
         goto other;
     }
     float *c = NULL;
-    PyObject *out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
-                                              self->n, self->m, self->h, self->w, &c);
+    PyObject *out = NULL;
+    const Py_ssize_t kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
+    if (have_add && self->inplace && self->c <= kcmax &&
+        residual_is_dead(args[self->residual], self->ndarray)) {
+        /* The sums go over the residual: gemm reads each addend float before it stores
+         * that float's sum (one K block: no partial sums stored first).  No fresh output
+         * to write (an RFO of lines not in cache: ResNet-50's 56 px expand convs). */
+        out = Py_NewRef(args[self->residual]);
+        c = db.buf;
+    } else {
+        out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
+                                        self->n, self->m, self->h, self->w, &c);
+    }
     if (out) {
         const Py_ssize_t rows = self->n * self->h * self->w;
         Problem p;
@@ -1225,7 +1267,7 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
         p.act = self->act;
         p.lo = self->lo;
         p.hi = self->hi;
-        p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
+        p.kcmax = kcmax;
         p.nc = NC;
         float *abuf =
             PyMem_RawMalloc((size_t)((p.kcmax < p.k ? p.kcmax : p.k) * 12) * sizeof(float));
@@ -1299,11 +1341,11 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *po, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
     Py_ssize_t offset, c, m, n, h, w, nargs, residual;
-    int nr, act;
+    int nr, act, inplace;
     float lo, hi;
     unsigned long long threads;
-    if (!PyArg_ParseTuple(args, "OnnniO(nnn)iffnnO!O!KOOOOO:pointwise", &po, &offset, &c, &m,
-                          &nr, &bo, &n, &h, &w, &act, &lo, &hi, &nargs, &residual,
+    if (!PyArg_ParseTuple(args, "OnnniO(nnn)iffnnpO!O!KOOOOO:pointwise", &po, &offset, &c, &m,
+                          &nr, &bo, &n, &h, &w, &act, &lo, &hi, &nargs, &residual, &inplace,
                           &PyTuple_Type, &places, &PyTuple_Type, &expect, &threads, &fallback,
                           &ndarray, &empty, &u8, &f32))
         return NULL;
@@ -1345,6 +1387,7 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     obj->hi = hi;
     obj->nargs = nargs;
     obj->residual = residual;
+    obj->inplace = inplace && residual > 0;
     obj->threads = (int (*)(void))(uintptr_t)threads;
     obj->bias = NULL;
     PyObject_GC_Track((PyObject *)obj);
@@ -1560,12 +1603,14 @@ static PyMethodDef methods[] = {
      "any other call is fallback(*args)."},
     {"pointwise", py_pointwise, METH_VARARGS,
      "pointwise(packed, offset, C, M, nr, bias, (N, H, W), act, lo, hi, nargs, residual, "
-     "places, expect, threads, fallback, ndarray, empty, uint8, float32) -> a callable: "
-     "f(*args) = act(1x1 conv of args[0] (N, C, H, W), channels-last or one C-contiguous "
-     "image, + bias + args[residual] (channels-last; residual -1: none)) as a new 64-byte "
-     "aligned channels-last float32 (N, M, H, W) array, when args[places[i]] is expect[i] "
-     "and the int function at address `threads` (0: none) returns at most 1; any other "
-     "call is fallback(*args)."},
+     "inplace, places, expect, threads, fallback, ndarray, empty, uint8, float32) -> a "
+     "callable: f(*args) = act(1x1 conv of args[0] (N, C, H, W), channels-last or one "
+     "C-contiguous image, + bias + args[residual] (channels-last; residual -1: none)) as a "
+     "new 64-byte aligned channels-last float32 (N, M, H, W) array, when args[places[i]] "
+     "is expect[i] and the int function at address `threads` (0: none) returns at most 1; "
+     "with `inplace` (the caller's slot of the residual dies at this call) written over a "
+     "residual that only the caller and its slot hold, and returned; any other call is "
+     "fallback(*args)."},
     {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
@@ -1583,5 +1628,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, m
 PyMODINIT_FUNC PyInit__sgemm(void) {
     if (PyType_Ready(&ProductType) < 0) return NULL;
     if (PyType_Ready(&PointwiseType) < 0) return NULL;
+    str_base = PyUnicode_InternFromString("base");
+    if (!str_base) return NULL;
     return PyModule_Create(&module);
 }

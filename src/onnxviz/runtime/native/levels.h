@@ -164,6 +164,15 @@ static int onnxviz_image_view(PyObject *obj, PyObject *ndarray, Py_buffer *view,
     return 0;
 }
 
+/* onnxviz_image_view taking only the channels-last layout: 1 with the buffer held, else
+ * 0 with nothing held. */
+static int onnxviz_channels_last_view(PyObject *obj, PyObject *ndarray, Py_buffer *view,
+                                      Py_ssize_t n, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w) {
+    const int layout = onnxviz_image_view(obj, ndarray, view, n, c, h, w);
+    if (layout == ONNXVIZ_NCHW) PyBuffer_Release(view);
+    return layout == ONNXVIZ_NHWC;
+}
+
 /* A new float32 (n, m, h, w) ndarray laid out channels-last whose data starts at a
  * multiple of 64 bytes (kernels/nn_conv.py's aligned_empty and its transposed view, in
  * two calls: empty(bytes, uint8), then ndarray(shape, float32, that buffer, offset,
