@@ -65,8 +65,10 @@ def _cases(draw: Any, same: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """Random geometries; ``same``: stride 1 with pads summing to kernel - 1 per axis (the
     output the input's size: the kernel's flat whole-plane path)."""
     # Channels: planes for pool2d; for pool2d_nhwc (channels-last inputs) below, within,
-    # and beyond a vector of 8 or 16 (8 and 40: the AVX-512 level's runs of 8).
-    n, c = draw(st.integers(1, 3)), draw(st.sampled_from([1, 2, 3, 4, 4, 8, 19, 40]))
+    # and beyond a vector of 8 or 16 (8: the AVX-512 level's one ymm run), and the AVX-512
+    # level's blocks of 64 channels (whole, and one or two with a masked last vector).
+    channels = [1, 2, 3, 4, 4, 8, 16, 19, 40, 64, 65, 130]
+    n, c = draw(st.integers(1, 3)), draw(st.sampled_from(channels))
     h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
     kernel = [draw(st.integers(1, 5)), draw(st.integers(1, 5))]
     strides = [1, 1] if same else [draw(st.integers(1, 3)), draw(st.integers(1, 3))]

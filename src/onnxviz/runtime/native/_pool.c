@@ -304,16 +304,11 @@ __attribute__((target("avx2"))) static void pool_nhwc_avx2(const float *x, float
     pool_nhwc_body(x, y, g, c);
 }
 
-__attribute__((target("avx512f"))) static void pool_nhwc_avx512(const float *x, float *y,
-                                                               const PoolGeometry *g,
-                                                               Py_ssize_t c) {
-    pool_nhwc_body(x, y, g, c);
-}
-
-/* Channels in whole runs of 8 (c = 8, 24, 40, ...) at AVX-512: the loop above, made 16
- * wide by the compiler, ran them in its scalar tail (a small UNet's 2x2 max pool of 8 x
- * 64 x 64: 16 us, onnxruntime's 12 with its call).  Here each tap is c / 8 ymm steps:
- * the same selects (pool_max's NaN rule), sums and division, so the same values. */
+/* Eight channels at AVX-512: the loop above, made 16 wide by the compiler, ran them in
+ * its scalar tail (a small UNet's 2x2 max pool of 8 x 64 x 64: 16 us, onnxruntime's 12
+ * with its call), and pool_nhwc_regs' half-masked vectors took 14.  Here each tap is one
+ * ymm step: the same selects (pool_max's NaN rule), sums and division, so the same
+ * values. */
 __attribute__((target("avx2"))) static void pool_nhwc_by8(const float *x, float *y,
                                                           const PoolGeometry *g,
                                                           Py_ssize_t c) {
@@ -353,6 +348,73 @@ __attribute__((target("avx2"))) static void pool_nhwc_by8(const float *x, float 
                         acc = _mm256_div_ps(acc, _mm256_set1_ps(count));
                     }
                     _mm256_storeu_ps(out + i, acc);
+                }
+            }
+        }
+    }
+}
+
+/* Any channel count at AVX-512: per output pixel, 64 channels at a time (the last vector
+ * masked), each kept in a register over the window's taps, then stored once (the body
+ * above reloads and stores the output's channels at every tap, and its NaN-keeping
+ * select compiled to several operations a vector: ResNet-50's 3x3/2 max pool of 64 x
+ * 112 x 112).  pool_max's rule as a max and one fix-up: (v > m ? v : m)
+ * keeps a NaN m, then a NaN v replaces it; the same sums and division: the same values.
+ * One thread, us, old (the body above; 8-channel runs by pool_nhwc_by8) / this: 3x3/2 of
+ * 64 x 112 x 112 217 / 166 max, 221 / 166 average; 3x3/1 of 256 x 56 x 56 739 / 487;
+ * 192 x 28 x 28 108 / 76; 3x3/2 of 576 x 28 x 28 76 / 58; 3x3/1 of 40 x 35 x 35 (by8)
+ * 59 / 43; 2x2/2 of 1024 x 14 x 14 26 / 19; 2x2/2 of 8 x 64 x 64 (by8) 7.8 / 14.3, which
+ * keeps by8. */
+__attribute__((target("avx512f"))) static void pool_nhwc_regs(const float *x, float *y,
+                                                             const PoolGeometry *g,
+                                                             Py_ssize_t c) {
+    enum { NV = 4 };
+    const Py_ssize_t h = g->h, w = g->w, oh = g->oh, ow = g->ow, kh = g->kh, kw = g->kw;
+    const int average = g->mode == 1;
+    for (Py_ssize_t b = 0; b < g->planes; b++) {
+        const float *image = x + b * h * w * c;
+        for (Py_ssize_t oy = 0; oy < oh; oy++) {
+            const Py_ssize_t iy = oy * g->sh - g->pt;
+            const Py_ssize_t ky0 = iy < 0 ? -iy : 0, ky1 = h - iy < kh ? h - iy : kh;
+            const float rows = (float)pool_count(iy, kh, h, g->pt, g->pb, g->include_pad);
+            for (Py_ssize_t ox = 0; ox < ow; ox++) {
+                const Py_ssize_t ix = ox * g->sw - g->pl;
+                const Py_ssize_t kx0 = ix < 0 ? -ix : 0, kx1 = w - ix < kw ? w - ix : kw;
+                float *out = y + ((b * oh + oy) * ow + ox) * c;
+                const __m512 count = _mm512_set1_ps(
+                    rows * (float)pool_count(ix, kw, w, g->pl, g->pr, g->include_pad));
+                for (Py_ssize_t i0 = 0; i0 < c; i0 += 16 * NV) {
+                    const Py_ssize_t left = c - i0;
+                    const int nv = left >= 16 * NV ? NV : (int)((left + 15) / 16);
+                    __mmask16 mask[NV];
+                    for (int v = 0; v < NV; v++) {
+                        const Py_ssize_t n = left - 16 * v;
+                        mask[v] = n >= 16 ? 0xFFFF : n > 0 ? (__mmask16)((1u << n) - 1) : 0;
+                    }
+                    __m512 acc[NV];
+                    for (int v = 0; v < NV; v++)
+                        acc[v] = _mm512_set1_ps(average ? 0.0f : -INFINITY);
+                    int first = 1;
+                    for (Py_ssize_t ky = ky0; ky < ky1; ky++)
+                        for (Py_ssize_t kx = kx0; kx < kx1; kx++) {
+                            const float *p = image + ((iy + ky) * w + ix + kx) * c + i0;
+                            for (int v = 0; v < nv; v++) {
+                                const __m512 t = _mm512_maskz_loadu_ps(mask[v], p + 16 * v);
+                                if (first)
+                                    acc[v] = t;
+                                else if (average)
+                                    acc[v] = _mm512_add_ps(acc[v], t);
+                                else
+                                    acc[v] = _mm512_mask_mov_ps(
+                                        _mm512_max_ps(t, acc[v]),
+                                        _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), t);
+                            }
+                            first = 0;
+                        }
+                    for (int v = 0; v < nv; v++) {
+                        const __m512 r = average ? _mm512_div_ps(acc[v], count) : acc[v];
+                        _mm512_mask_storeu_ps(out + i0 + 16 * v, mask[v], r);
+                    }
                 }
             }
         }
@@ -461,11 +523,10 @@ static PyObject *py_pool2d_nhwc(PyObject *self, PyObject *args) {
     float *y = yv.buf;
     Py_BEGIN_ALLOW_THREADS;
 #if ONNXVIZ_X86
-    if (level >= 2)
-        if (c % 16 == 8)
-            pool_nhwc_by8(x, y, &g, c);
-        else
-            pool_nhwc_avx512(x, y, &g, c);
+    if (level >= 2 && c == 8)
+        pool_nhwc_by8(x, y, &g, c);
+    else if (level >= 2)
+        pool_nhwc_regs(x, y, &g, c);
     else if (level == 1)
         pool_nhwc_avx2(x, y, &g, c);
     else
