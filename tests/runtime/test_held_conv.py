@@ -169,6 +169,47 @@ def test_the_held_direct_and_blocked_convs_give_the_runners_bits(level):
         assert blocked_seen == (level >= native.AVX512 and nn_conv_nhwc.direct_lanes() == 16)
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_held_depthwise_conv_gives_the_runners_bits(level):
+    compiled("depthwise", "the numpy convs run")
+    rng = np.random.default_rng(30 + level)
+    with at_level("depthwise", level):
+        native.load("depthwise").set_level(level)
+        # (N, C, H, W, kernel, strides, pads): 3x3 and 5x5, strided, channels in and past
+        # the kernel's blocks
+        for n, c, h, wd, kernel, strides, pads in [
+            (1, 16, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1)),
+            (2, 40, 10, 10, (5, 5), (2, 2), (2, 2, 1, 1)),
+            (1, 72, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1)),
+        ]:
+            w = (rng.standard_normal((c, 1, *kernel)) * 0.3).astype(np.float32)
+            b = rng.standard_normal(c).astype(np.float32)
+            x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+            runner = _runner(
+                x, w, b, kernel_shape=list(kernel), strides=list(strides), pads=list(pads),
+                group=c,
+            )  # fmt: skip
+            assert isinstance(runner, nn_conv_nhwc._Depthwise)
+            runner.run(x, None, None)  # its first call makes the taps the kernel reads
+            oshape = runner.out_shape
+            r = _channels_last(rng.standard_normal(oshape).astype(np.float32))
+            for act in ACTS:
+                for residual in (None, r):
+                    held, consts, fallback = _held(runner, x, act, residual is not None)
+                    assert held is not None
+                    args = (x, *consts) + (() if residual is None else (residual,))
+                    got = held(*args)
+                    want, done = runner.run(x, residual, act)
+                    assert done == (act is not None)
+                    _check_layout(got, oshape)
+                    np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+                    assert not fallback.calls
+            held, consts, fallback = _held(runner, x, None, True)
+            _declined(held, fallback, (np.ascontiguousarray(x), *consts, r))
+            _declined(held, fallback, (x, *consts, np.ascontiguousarray(r)))
+            _declined(held, fallback, (x, object(), consts[1], r))
+
+
 def _declined(held: Any, fallback: _Fallback, args: tuple[Any, ...], **kw: Any) -> None:
     assert held(*args, **kw) == "fallback"
     got = fallback.calls.pop()
@@ -384,6 +425,18 @@ def test_a_wrong_construction_is_a_value_error():
     ]:
         with pytest.raises(ValueError):
             conv.held(*args, *common)
+    depthwise = compiled("depthwise", "the numpy convs run")
+    taps = np.zeros((3, 3, 8), np.float32)
+    dw_geometry = [(1, 5, 5, 8), (3, 3), (3, 3), (1, 1), (1, 1), (0, 0)]
+    depthwise.held(taps, None, *dw_geometry, *tail, *common)  # well formed
+    for args in [
+        [taps[:2], None, *dw_geometry, *tail],  # weight too short
+        [taps, None, *dw_geometry, 5, NAN, NAN, 3, -1, (1, 2), (w, w), print],
+        [taps, None, (1, 5, 5, 0), *dw_geometry[1:], *tail],
+        [taps, None, *dw_geometry, 0, NAN, NAN, 3, 0, (1, 2), (w, w), print],  # residual 0
+    ]:
+        with pytest.raises(ValueError):
+            depthwise.held(*args, *common)
 
 
 def _init(name: str, a: np.ndarray) -> Any:
@@ -392,14 +445,17 @@ def _init(name: str, a: np.ndarray) -> Any:
 
 def _bottleneck_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarray]]:
     """Two ResNet bottlenecks (1x1, 3x3, 1x1 with the block input added, Relus; the
-    second one strided with a 1x1/2 projection), BatchNorm folded into the convs."""
+    second one strided with a 1x1/2 projection), then a MobileNet inverted residual (1x1
+    expansion, depthwise 3x3, 1x1 projection with the block input added), BatchNorm
+    folded into the convs."""
     c, mid, out = 32, 16, 32
     nodes, inits = [], []
 
-    def conv(x: str, y: str, cin: int, cout: int, k: int, stride: int = 1) -> None:
+    def conv(x: str, y: str, cin: int, cout: int, k: int, stride: int = 1, group: int = 1) -> None:
         name = f"w_{y}"
+        fan = cin // group * k * k
         inits.append(
-            _init(name, rng.standard_normal((cout, cin, k, k)) * (0.5 / math.sqrt(cin * k * k)))
+            _init(name, rng.standard_normal((cout, cin // group, k, k)) * (0.5 / math.sqrt(fan)))
         )
         inits.append(_init(f"b_{y}", rng.standard_normal(cout) * 0.1))
         nodes.append(
@@ -410,6 +466,7 @@ def _bottleneck_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarr
                 kernel_shape=[k, k],
                 strides=[stride, stride],
                 pads=[k // 2] * 4,
+                group=group,
             )  # fmt: skip
         )
         scale, shift = rng.uniform(0.5, 1.5, cout), rng.standard_normal(cout) * 0.1
@@ -438,6 +495,13 @@ def _bottleneck_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarr
         nodes.append(helper.make_node("Add", [f"{block}3_bn", short], [f"{block}s"]))
         nodes.append(helper.make_node("Relu", [f"{block}s"], [f"{block}o"]))
         x = f"{block}o"
+    conv(x, "c1", out, 2 * out, 1)
+    nodes.append(helper.make_node("Relu", ["c1_bn"], ["c1r"]))
+    conv("c1r", "c2", 2 * out, 2 * out, 3, 1, 2 * out)  # depthwise
+    nodes.append(helper.make_node("Relu", ["c2_bn"], ["c2r"]))
+    conv("c2r", "c3", 2 * out, out, 1)
+    nodes.append(helper.make_node("Add", ["c3_bn", x], ["co"]))
+    x = "co"
     f = TensorProto.FLOAT
     graph = helper.make_graph(
         nodes,
@@ -453,25 +517,34 @@ def _bottleneck_model(rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarr
 def test_a_model_runs_the_held_convs_after_its_first_run(monkeypatch):
     compiled("sgemm", "the OpenBLAS paths run")
     compiled("conv", "the numpy convs run")
+    compiled("depthwise", "the numpy convs run")
     model, feeds = _bottleneck_model(np.random.default_rng(7))
     with threadpool_limits(1):
-        stepped = stepped_values(model, feeds)["bo"]
+        stepped = stepped_values(model, feeds)["co"]
         for level in LEVELS:
-            with at_level("sgemm", level), at_level("conv", level):
-                native.load("sgemm").set_level(level)
-                native.load("conv").set_level(level)
+            with at_level("sgemm", level), at_level("conv", level), at_level("depthwise", level):
+                for name in ("sgemm", "conv", "depthwise"):
+                    native.load(name).set_level(level)
                 _weight_cache.clear()
                 session = Session(model)
-                first = session.run(feeds)["bo"]
+                first = session.run(feeds)["co"]
                 chains = [
                     q.fused
                     for q in run_nodes(session.plan)
                     if q.kind == "fused" and isinstance(q.fused, fusion.ConvChain)
                 ]
-                kinds = {type(ch.quick).__name__ for ch in chains if ch.quick is not None}
-                # The 1x1 convs (the strided projection runs its own kernel) and the 3x3s
-                # of the channels-last chain are held; the first conv reads the NCHW feed.
-                assert kinds == {"Pointwise", "Held"}, (level, kinds)
+                kinds = {
+                    type(ch.quick).__module__.rsplit(".", 1)[1] + "." + type(ch.quick).__name__
+                    for ch in chains
+                    if ch.quick is not None
+                }
+                # Every conv that emits channels-last is held: the 1x1s (the first one
+                # reads the NCHW feed; the strided projection runs the direct kernel), the
+                # 3x3s, the depthwise one; the last one hands the graph an NCHW output.
+                emits = [ch.layout is not None and ch.layout.emit for ch in chains]
+                assert [ch.quick is not None for ch in chains] == emits, level
+                assert sum(emits) == len(chains) - 1
+                assert kinds == {"_sgemm.Pointwise", "_conv.Held", "_depthwise.Held"}, kinds
                 calls: list[Any] = []
                 for ch in chains:
                     if ch.quick is not None:
@@ -483,7 +556,7 @@ def test_a_model_runs_the_held_convs_after_its_first_run(monkeypatch):
 
                         monkeypatch.setattr(ch, "quick", counted)
                 for _ in range(2):
-                    np.testing.assert_array_equal(session.run(feeds)["bo"], first)
+                    np.testing.assert_array_equal(session.run(feeds)["co"], first)
                 monkeypatch.undo()
                 assert len(calls) == 2 * sum(ch.quick is not None for ch in chains)
                 scale = float(np.abs(stepped).max()) + 1.0

@@ -546,6 +546,32 @@ class _Depthwise(ChannelsLastConv):
             y += nhwc_view(addend)
         return y
 
+    def held(
+        self,
+        x: np.ndarray,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+        inplace: bool = False,
+    ) -> Any:
+        """The compiled call of `run` on a channels-last ``x`` (native/_depthwise.c's
+        `held`, the residual channels-last), once `_run_native` has made the weight's
+        taps; or None: another dtype, the kernels off."""
+        module = native.load("depthwise")
+        if module is None or x.dtype != np.float32 or self._taps is None:
+            return None
+        n, c, h, w = x.shape
+        code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
+        return module.held(
+            self._taps, self.bias, (n, h, w, c), self.kernel, (self.oh, self.ow), self.strides,
+            self.dilations, (self.pads[0], self.pads[1]), code, lo, hi, nargs,
+            -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
+            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+        )  # fmt: skip
+
     def _run_native(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool] | None:

@@ -71,6 +71,7 @@
 #include <immintrin.h>
 #endif
 #include "activations.h"
+#include "held_call.h"
 
 static int level = 0;
 
@@ -1489,37 +1490,32 @@ static PyObject *py_conv_blocked(PyObject *self, PyObject *args) {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *w_obj, *bias_obj, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    HeldCall call;
+    PyObject *w_obj, *bias_obj;
     Py_buffer wb, bb;
     Call c;
     int act, level;
     float lo, hi;
-    Py_ssize_t nargs, residual;
 } Held;
 
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     Held *self = (Held *)obj;
+    const HeldCall *h = &self->call;
     const Geometry *const g = &self->c.g;
-    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames || nargs != self->nargs || self->level != level) goto other;
-    const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
-    for (Py_ssize_t i = 0; i < n_expect; i++) {
-        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->places, i));
-        if (args[at] != PyTuple_GET_ITEM(self->expect, i)) goto other;
-    }
+    if (self->level != level || !held_call_takes(h, args, nargsf, kwnames)) goto other;
     Py_buffer xb, db;
-    if (!onnxviz_channels_last_view(args[0], self->ndarray, &xb, g->n, g->c, g->h, g->w))
+    if (!onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h, g->w))
         goto other;
-    const int have_add = self->residual >= 0;
-    if (have_add && !onnxviz_channels_last_view(args[self->residual], self->ndarray, &db, g->n,
-                                                g->m, g->oh, g->ow)) {
+    const int have_add = h->residual >= 0;
+    if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n, g->m,
+                                                g->oh, g->ow)) {
         PyBuffer_Release(&xb);
         goto other;
     }
     float *out_data = NULL;
-    PyObject *out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
-                                              g->n, g->m, g->oh, g->ow, &out_data);
+    PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m,
+                                              g->oh, g->ow, &out_data);
     if (out && call_run(&self->c, xb.buf, self->wb.buf, self->bias_obj ? self->bb.buf : NULL,
                         have_add ? db.buf : NULL, out_data, self->act, self->lo,
                         self->hi) < 0)
@@ -1528,20 +1524,15 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     PyBuffer_Release(&xb);
     return out;
 other:
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return held_call_other(h, args, nargsf, kwnames);
 }
 
 static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
-    Held *self = (Held *)obj;
-    Py_VISIT(self->expect);
-    Py_VISIT(self->fallback);
-    return 0;
+    return held_call_traverse(&((Held *)obj)->call, visit, arg);
 }
 
 static int held_clear(PyObject *obj) {
-    Held *self = (Held *)obj;
-    Py_CLEAR(self->expect);
-    Py_CLEAR(self->fallback);
+    held_call_clear(&((Held *)obj)->call);
     return 0;
 }
 
@@ -1552,17 +1543,12 @@ static void held_dealloc(PyObject *obj) {
     if (self->bias_obj) PyBuffer_Release(&self->bb);
     Py_CLEAR(self->w_obj);
     Py_CLEAR(self->bias_obj);
-    Py_CLEAR(self->places);
-    Py_CLEAR(self->ndarray);
-    Py_CLEAR(self->empty);
-    Py_CLEAR(self->u8);
-    Py_CLEAR(self->f32);
-    held_clear(obj);
+    held_call_free(&self->call);
     PyObject_GC_Del(obj);
 }
 
 static PyMemberDef held_members[] = {
-    {"fallback", T_OBJECT, offsetof(Held, fallback), READONLY,
+    {"fallback", T_OBJECT, offsetof(Held, call.fallback), READONLY,
      "What the calls this conv does not take go to."},
     {NULL, 0, 0, 0, NULL},
 };
@@ -1589,46 +1575,32 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     int blocked, vl, act;
     float lo, hi;
     Py_ssize_t nargs, residual;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnO!O!OOOOO:held", &wo,
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
-                          &g->pl, &act, &lo, &hi, &nargs, &residual, &PyTuple_Type, &places,
-                          &PyTuple_Type, &expect, &fallback, &ndarray, &empty, &u8, &f32))
+                          &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
+                          &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
     c.blocked = blocked;
-    if (act < 0 || act > 3 || nargs < 1 || residual >= nargs || residual == 0 ||
-        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || !PyCallable_Check(fallback) ||
-        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
-        PyErr_SetString(PyExc_ValueError, "held: bad activation, places or callables");
+    if (act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..3");
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
-        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
-        if (at < 1 || at >= nargs || at == residual) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "held: a place out of the arguments");
-            return NULL;
-        }
     }
     if (call_check(&c, vl, "held") < 0) return NULL;
     Held *obj = PyObject_GC_New(Held, &HeldType);
     if (!obj) return NULL;
     obj->vectorcall = held_vectorcall;
     obj->w_obj = obj->bias_obj = NULL;
-    obj->places = Py_NewRef(places);
-    obj->expect = Py_NewRef(expect);
-    obj->fallback = Py_NewRef(fallback);
-    obj->ndarray = Py_NewRef(ndarray);
-    obj->empty = Py_NewRef(empty);
-    obj->u8 = Py_NewRef(u8);
-    obj->f32 = Py_NewRef(f32);
     obj->c = c;
     obj->act = act;
     obj->lo = lo;
     obj->hi = hi;
     obj->level = level;
-    obj->nargs = nargs;
-    obj->residual = residual;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                       residual, "held") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
     PyObject_GC_Track((PyObject *)obj);
     if (onnxviz_get_floats(wo, &obj->wb, c.w_count, 1, 0, "w") < 0) goto fail;
     obj->w_obj = Py_NewRef(wo);

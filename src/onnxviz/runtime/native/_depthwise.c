@@ -31,6 +31,7 @@
  * attribute: the module is built without -march and runs on every x86-64 CPU. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
 #include <math.h>
@@ -48,6 +49,7 @@
 #define DW_X86 0
 #endif
 #include "activations.h"
+#include "held_call.h"
 
 static int level = 0;
 
@@ -611,6 +613,51 @@ static int mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out) {
     return 0;
 }
 
+/* Checks a geometry as conv_nhwc takes it; the float counts of x, the weight and out in
+ * counts[0..2], the taps in counts[3]: 0, or -1 with ValueError naming `name`. */
+static int geometry_check(const Geometry *g, Py_ssize_t counts[4], const char *name) {
+    /* Every size bounded (so no index product below overflows) and positive. */
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    Py_ssize_t dims[] = {g->n,  g->h,  g->w,  g->c,  g->kh, g->kw,
+                         g->oh, g->ow, g->sh, g->sw, g->dh, g->dw};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        if (dims[k] < 1 || dims[k] > limit) {
+            PyErr_Format(PyExc_ValueError, "%s: sizes must be in 1..2**30", name);
+            return -1;
+        }
+    }
+    if (g->pt < 0 || g->pl < 0 || g->pt > limit || g->pl > limit) {
+        PyErr_Format(PyExc_ValueError, "%s: pads must be in 0..2**30", name);
+        return -1;
+    }
+    Py_ssize_t t;
+    if (mul_size(g->n, g->h, &t) || mul_size(t, g->w, &t) || mul_size(t, g->c, &counts[0]) ||
+        mul_size(g->kh, g->kw, &counts[3]) || mul_size(counts[3], g->c, &counts[1]) ||
+        mul_size(g->n, g->oh, &t) || mul_size(t, g->ow, &t) || mul_size(t, g->c, &counts[2]) ||
+        counts[3] > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs a checked geometry with its scratch, the GIL released: 0, or -1 with MemoryError. */
+static int geometry_run(const Geometry *g, Py_ssize_t taps, const float *x, const float *wt,
+                        const float *bias, const float *add, float *out, int act, float lo,
+                        float hi) {
+    Py_ssize_t *offs =
+        PyMem_RawMalloc((size_t)taps * sizeof(Py_ssize_t) + 2 * (size_t)g->ow * sizeof(int));
+    if (!offs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run(g, x, wt, bias, add, out, act, lo, hi, offs);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(offs);
+    return 0;
+}
+
 static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *wo, *bo, *ao, *oo;
@@ -621,56 +668,21 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
                           &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh,
                           &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
         return NULL;
-    /* Every size bounded (so no index product below overflows) and positive. */
-    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
-    Py_ssize_t dims[] = {g.n, g.h, g.w, g.c, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.dh, g.dw};
-    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-        if (dims[k] < 1 || dims[k] > limit) {
-            PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes must be in 1..2**30");
-            return NULL;
-        }
-    }
-    if (g.pt < 0 || g.pl < 0 || g.pt > limit || g.pl > limit) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: pads must be in 0..2**30");
-        return NULL;
-    }
+    Py_ssize_t counts[4];
+    if (geometry_check(&g, counts, "conv_nhwc") < 0) return NULL;
     if (act < 0 || act > 3) {
         PyErr_SetString(PyExc_ValueError, "conv_nhwc: activation must be 0..3");
         return NULL;
     }
-    Py_ssize_t x_count, w_count, o_count, taps, t;
-    if (mul_size(g.n, g.h, &t) || mul_size(t, g.w, &t) || mul_size(t, g.c, &x_count) ||
-        mul_size(g.kh, g.kw, &taps) || mul_size(taps, g.c, &w_count) ||
-        mul_size(g.n, g.oh, &t) || mul_size(t, g.ow, &t) || mul_size(t, g.c, &o_count) ||
-        taps > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes too large");
-        return NULL;
-    }
     Py_buffer xb, wb, bb, ab, ob;
-    int have_b = bo != Py_None, have_a = ao != Py_None;
-    if (onnxviz_get_floats(xo, &xb, x_count, 1, 0, "x") < 0) return NULL;
-    if (onnxviz_get_floats(wo, &wb, w_count, 1, 0, "w") < 0) goto fail_x;
+    int have_b = bo != Py_None, have_a = ao != Py_None, rc = -1;
+    if (onnxviz_get_floats(xo, &xb, counts[0], 1, 0, "x") < 0) return NULL;
+    if (onnxviz_get_floats(wo, &wb, counts[1], 1, 0, "w") < 0) goto fail_x;
     if (have_b && onnxviz_get_floats(bo, &bb, g.c, 1, 0, "bias") < 0) goto fail_w;
-    if (have_a && onnxviz_get_floats(ao, &ab, o_count, 1, 0, "addend") < 0) goto fail_b;
-    if (onnxviz_get_floats(oo, &ob, o_count, 1, 1, "out") < 0) goto fail_a;
-    Py_ssize_t *offs =
-        PyMem_RawMalloc((size_t)taps * sizeof(Py_ssize_t) + 2 * (size_t)g.ow * sizeof(int));
-    if (!offs) {
-        PyErr_NoMemory();
-        goto fail_o;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    run(&g, xb.buf, wb.buf, have_b ? bb.buf : NULL, have_a ? ab.buf : NULL, ob.buf, act, lo, hi,
-        offs);
-    Py_END_ALLOW_THREADS;
-    PyMem_RawFree(offs);
-    PyBuffer_Release(&ob);
-    if (have_a) PyBuffer_Release(&ab);
-    if (have_b) PyBuffer_Release(&bb);
-    PyBuffer_Release(&wb);
-    PyBuffer_Release(&xb);
-    Py_RETURN_NONE;
-fail_o:
+    if (have_a && onnxviz_get_floats(ao, &ab, counts[2], 1, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(oo, &ob, counts[2], 1, 1, "out") < 0) goto fail_a;
+    rc = geometry_run(&g, counts[3], xb.buf, wb.buf, have_b ? bb.buf : NULL,
+                      have_a ? ab.buf : NULL, ob.buf, act, lo, hi);
     PyBuffer_Release(&ob);
 fail_a:
     if (have_a) PyBuffer_Release(&ab);
@@ -680,6 +692,140 @@ fail_w:
     PyBuffer_Release(&wb);
 fail_x:
     PyBuffer_Release(&xb);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- a held depthwise conv: a fused conv chain's common call ----------------------------
+ *
+ * `held(...)` makes the `quick` call of a fusion.py ConvChain whose conv is depthwise and
+ * runs this kernel channels-last (kernels/nn_conv_nhwc.py's _Depthwise): the chain's
+ * constants by identity, the image and the residual channels-last, then this kernel into
+ * a new 64-byte aligned channels-last output: _Depthwise's call, so its bits, from the run
+ * loop's call to the result in C (native/held_call.h).  Any other call returns
+ * `fallback(*args)`. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    PyObject *w_obj, *bias_obj;
+    Py_buffer wb, bb;
+    Geometry g;
+    Py_ssize_t taps;
+    int act;
+    float lo, hi;
+} Held;
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    Held *self = (Held *)obj;
+    const HeldCall *h = &self->call;
+    const Geometry *const g = &self->g;
+    if (!held_call_takes(h, args, nargsf, kwnames)) goto other;
+    Py_buffer xb, db;
+    if (!onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h, g->w))
+        goto other;
+    const int have_add = h->residual >= 0;
+    if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n, g->c,
+                                                g->oh, g->ow)) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    float *out_data = NULL;
+    PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->c,
+                                              g->oh, g->ow, &out_data);
+    if (out && geometry_run(g, self->taps, xb.buf, self->wb.buf,
+                            self->bias_obj ? self->bb.buf : NULL, have_add ? db.buf : NULL,
+                            out_data, self->act, self->lo, self->hi) < 0)
+        Py_CLEAR(out);
+    if (have_add) PyBuffer_Release(&db);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
+    return held_call_traverse(&((Held *)obj)->call, visit, arg);
+}
+
+static int held_clear(PyObject *obj) {
+    held_call_clear(&((Held *)obj)->call);
+    return 0;
+}
+
+static void held_dealloc(PyObject *obj) {
+    Held *self = (Held *)obj;
+    PyObject_GC_UnTrack(obj);
+    if (self->w_obj) PyBuffer_Release(&self->wb);
+    if (self->bias_obj) PyBuffer_Release(&self->bb);
+    Py_CLEAR(self->w_obj);
+    Py_CLEAR(self->bias_obj);
+    held_call_free(&self->call);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(Held, call.fallback), READONLY,
+     "What the calls this conv does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._depthwise.Held",
+    .tp_basicsize = sizeof(Held),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Held, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_traverse,
+    .tp_clear = held_clear,
+    .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
+    .tp_doc = "A fused depthwise conv by one constant weight (held()).",
+};
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *wo, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Geometry g;
+    int act;
+    float lo, hi;
+    Py_ssize_t nargs, residual;
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)iffnnOOOOOOO:held", &wo, &bo, &g.n,
+                          &g.h, &g.w, &g.c, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh, &g.sw, &g.dh,
+                          &g.dw, &g.pt, &g.pl, &act, &lo, &hi, &nargs, &residual, &places,
+                          &expect, &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    Py_ssize_t counts[4];
+    if (geometry_check(&g, counts, "held") < 0) return NULL;
+    if (act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..3");
+        return NULL;
+    }
+    Held *obj = PyObject_GC_New(Held, &HeldType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    obj->w_obj = obj->bias_obj = NULL;
+    obj->g = g;
+    obj->taps = counts[3];
+    obj->act = act;
+    obj->lo = lo;
+    obj->hi = hi;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                       residual, "held") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    if (onnxviz_get_floats(wo, &obj->wb, counts[1], 1, 0, "w") < 0) goto fail;
+    obj->w_obj = Py_NewRef(wo);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &obj->bb, g.c, 1, 0, "bias") < 0) goto fail;
+        obj->bias_obj = Py_NewRef(bo);
+    }
+    return (PyObject *)obj;
+fail:
+    Py_DECREF(obj);
     return NULL;
 }
 
@@ -692,10 +838,20 @@ static PyMethodDef methods[] = {
      "channels-last x (N, H, W, C) with w (KH, KW, C), plus bias (C,) and addend "
      "(N, OH, OW, C) (each or None), then activation act (0 none, 1 Relu, 2 Clip(lo, hi), "
      "NaN bound: none, 3 HardSwish), into out (N, OH, OW, C)."},
+    {"held", py_held, METH_VARARGS,
+     "held(w, bias, (n, h, w, c), (kh, kw), (oh, ow), (sh, sw), (dh, dw), (pad_top, "
+     "pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, empty, "
+     "uint8, float32) -> a callable: f(*args) = conv_nhwc's conv of the channels-last "
+     "args[0] (N, C, H, W), + args[residual] (channels-last; residual -1: none), as a new "
+     "64-byte aligned channels-last float32 (N, C, OH, OW) array, when args[places[i]] is "
+     "expect[i]; any other call is fallback(*args)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_depthwise", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__depthwise(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__depthwise(void) {
+    if (PyType_Ready(&HeldType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -55,6 +55,7 @@
 #include <structmember.h>
 
 #include "levels.h"
+#include "held_call.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1172,10 +1173,11 @@ fail:
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *packed, *bias_obj, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    HeldCall call;
+    PyObject *packed, *bias_obj;
     Py_buffer pb, bb;
     const float *b, *bias;
-    Py_ssize_t n, c, h, w, m, nargs, residual;
+    Py_ssize_t n, c, h, w, m;
     int nr, act, inplace;
     float lo, hi;
     int (*threads)(void);
@@ -1215,22 +1217,17 @@ static int residual_is_dead(PyObject *r, PyObject *ndarray) {
 static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames) {
     Pointwise *self = (Pointwise *)obj;
-    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames || nargs != self->nargs || self->nr != panel_width_of(level) ||
-        (self->threads && self->threads() > 1))
+    const HeldCall *h = &self->call;
+    if (self->nr != panel_width_of(level) || (self->threads && self->threads() > 1) ||
+        !held_call_takes(h, args, nargsf, kwnames))
         goto other;
-    const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
-    for (Py_ssize_t i = 0; i < n_expect; i++) {
-        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(self->places, i));
-        if (args[at] != PyTuple_GET_ITEM(self->expect, i)) goto other;
-    }
     Py_buffer xb, db;
-    const int layout = onnxviz_image_view(args[0], self->ndarray, &xb, self->n, self->c,
+    const int layout = onnxviz_image_view(args[0], h->ndarray, &xb, self->n, self->c,
                                           self->h, self->w);
     if (!layout) goto other;
-    const int have_add = self->residual >= 0;
-    if (have_add && !onnxviz_channels_last_view(args[self->residual], self->ndarray, &db,
-                                                self->n, self->m, self->h, self->w)) {
+    const int have_add = h->residual >= 0;
+    if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, self->n,
+                                                self->m, self->h, self->w)) {
         PyBuffer_Release(&xb);
         goto other;
     }
@@ -1238,15 +1235,15 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
     PyObject *out = NULL;
     const Py_ssize_t kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
     if (have_add && self->inplace && self->c <= kcmax &&
-        residual_is_dead(args[self->residual], self->ndarray)) {
+        residual_is_dead(args[h->residual], h->ndarray)) {
         /* The sums go over the residual: gemm reads each addend float before it stores
          * that float's sum (one K block: no partial sums stored first).  No fresh output
          * to write (an RFO of lines not in cache: ResNet-50's 56 px expand convs). */
-        out = Py_NewRef(args[self->residual]);
+        out = Py_NewRef(args[h->residual]);
         c = db.buf;
     } else {
-        out = onnxviz_new_channels_last(self->empty, self->ndarray, self->u8, self->f32,
-                                        self->n, self->m, self->h, self->w, &c);
+        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, self->n, self->m,
+                                        self->h, self->w, &c);
     }
     if (out) {
         const Py_ssize_t rows = self->n * self->h * self->w;
@@ -1285,20 +1282,15 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
     PyBuffer_Release(&xb);
     return out;
 other:
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return held_call_other(h, args, nargsf, kwnames);
 }
 
 static int pointwise_traverse(PyObject *obj, visitproc visit, void *arg) {
-    Pointwise *self = (Pointwise *)obj;
-    Py_VISIT(self->expect);
-    Py_VISIT(self->fallback);
-    return 0;
+    return held_call_traverse(&((Pointwise *)obj)->call, visit, arg);
 }
 
 static int pointwise_clear(PyObject *obj) {
-    Pointwise *self = (Pointwise *)obj;
-    Py_CLEAR(self->expect);
-    Py_CLEAR(self->fallback);
+    held_call_clear(&((Pointwise *)obj)->call);
     return 0;
 }
 
@@ -1309,17 +1301,12 @@ static void pointwise_dealloc(PyObject *obj) {
     if (self->bias_obj) PyBuffer_Release(&self->bb);
     Py_CLEAR(self->packed);
     Py_CLEAR(self->bias_obj);
-    Py_CLEAR(self->places);
-    Py_CLEAR(self->ndarray);
-    Py_CLEAR(self->empty);
-    Py_CLEAR(self->u8);
-    Py_CLEAR(self->f32);
-    pointwise_clear(obj);
+    held_call_free(&self->call);
     PyObject_GC_Del(obj);
 }
 
 static PyMemberDef pointwise_members[] = {
-    {"fallback", T_OBJECT, offsetof(Pointwise, fallback), READONLY,
+    {"fallback", T_OBJECT, offsetof(Pointwise, call.fallback), READONLY,
      "What the calls this conv does not take go to."},
     {NULL, 0, 0, 0, NULL},
 };
@@ -1344,38 +1331,19 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     int nr, act, inplace;
     float lo, hi;
     unsigned long long threads;
-    if (!PyArg_ParseTuple(args, "OnnniO(nnn)iffnnpO!O!KOOOOO:pointwise", &po, &offset, &c, &m,
+    if (!PyArg_ParseTuple(args, "OnnniO(nnn)iffnnpOOKOOOOO:pointwise", &po, &offset, &c, &m,
                           &nr, &bo, &n, &h, &w, &act, &lo, &hi, &nargs, &residual, &inplace,
-                          &PyTuple_Type, &places, &PyTuple_Type, &expect, &threads, &fallback,
-                          &ndarray, &empty, &u8, &f32))
+                          &places, &expect, &threads, &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
     if (c < 1 || m < 1 || c > LIMIT || m > LIMIT || n < 1 || h < 1 || w < 1 ||
-        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 3 ||
-        nargs < 1 || residual >= nargs || residual == 0 ||
-        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || !PyCallable_Check(fallback) ||
-        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
-        PyErr_SetString(PyExc_ValueError, "pointwise: bad sizes, places or callables");
+        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "pointwise: bad sizes, panel width or activation");
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
-        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
-        if (at < 1 || at >= nargs || at == residual) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "pointwise: a place out of the arguments");
-            return NULL;
-        }
     }
     Pointwise *obj = PyObject_GC_New(Pointwise, &PointwiseType);
     if (!obj) return NULL;
     obj->vectorcall = pointwise_vectorcall;
     obj->packed = obj->bias_obj = NULL;
-    obj->places = Py_NewRef(places);
-    obj->expect = Py_NewRef(expect);
-    obj->fallback = Py_NewRef(fallback);
-    obj->ndarray = Py_NewRef(ndarray);
-    obj->empty = Py_NewRef(empty);
-    obj->u8 = Py_NewRef(u8);
-    obj->f32 = Py_NewRef(f32);
     obj->n = n;
     obj->c = c;
     obj->h = h;
@@ -1385,11 +1353,14 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     obj->act = act;
     obj->lo = lo;
     obj->hi = hi;
-    obj->nargs = nargs;
-    obj->residual = residual;
     obj->inplace = inplace && residual > 0;
     obj->threads = (int (*)(void))(uintptr_t)threads;
     obj->bias = NULL;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                       residual, "pointwise") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
     PyObject_GC_Track((PyObject *)obj);
     if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) goto fail;
     obj->packed = Py_NewRef(po);

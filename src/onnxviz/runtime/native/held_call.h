@@ -1,0 +1,95 @@
+/* held_call.h: what the held convs and pools share (a fused node's `quick` call or a
+ * node's specialized call made in C, which takes the common case and hands every other
+ * call to the Python call it fronts): the arguments they compare by identity, the
+ * fallback, and the numpy objects they make their outputs with.
+ *
+ * A held type puts a HeldCall in its struct, fills it with held_call_init from its
+ * constructor's arguments, starts its call with held_call_takes (else returns
+ * held_call_other), and visits, clears and frees it with the three helpers below.
+ * Include after Python.h and levels.h. */
+#ifndef ONNXVIZ_HELD_CALL_H
+#define ONNXVIZ_HELD_CALL_H
+
+typedef struct {
+    PyObject *places;   /* tuple of argument positions (ints) */
+    PyObject *expect;   /* tuple of the objects those arguments must be */
+    PyObject *fallback; /* what every call not taken goes to, with the same arguments */
+    PyObject *ndarray, *empty, *u8, *f32; /* numpy.ndarray, numpy.empty, the two dtypes */
+    Py_ssize_t nargs;    /* the positional arguments a call has */
+    Py_ssize_t residual; /* the addend's position, or -1 */
+} HeldCall;
+
+/* Checks and keeps the construction's common arguments: 0, or -1 with ValueError naming
+ * `name` (places and expect of one length, every place and the residual inside the
+ * arguments and after the first, which is the image; no place the residual's). */
+static int held_call_init(HeldCall *h, PyObject *places, PyObject *expect, PyObject *fallback,
+                          PyObject *ndarray, PyObject *empty, PyObject *u8, PyObject *f32,
+                          Py_ssize_t nargs, Py_ssize_t residual, const char *name) {
+    memset(h, 0, sizeof *h);
+    if (!PyTuple_Check(places) || !PyTuple_Check(expect) ||
+        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || nargs < 1 ||
+        residual >= nargs || residual == 0 || residual < -1 || !PyCallable_Check(fallback) ||
+        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
+        PyErr_Format(PyExc_ValueError, "%s: bad argument count, places or callables", name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
+        if (at < 1 || at >= nargs || at == residual) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s: a place out of the arguments", name);
+            return -1;
+        }
+    }
+    h->places = Py_NewRef(places);
+    h->expect = Py_NewRef(expect);
+    h->fallback = Py_NewRef(fallback);
+    h->ndarray = Py_NewRef(ndarray);
+    h->empty = Py_NewRef(empty);
+    h->u8 = Py_NewRef(u8);
+    h->f32 = Py_NewRef(f32);
+    h->nargs = nargs;
+    h->residual = residual;
+    return 0;
+}
+
+/* Whether a call has the held call's argument count, no keywords, and its constants (by
+ * identity) at their places. */
+static int held_call_takes(const HeldCall *h, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames) {
+    if (kwnames || PyVectorcall_NARGS(nargsf) != h->nargs) return 0;
+    const Py_ssize_t n = PyTuple_GET_SIZE(h->expect);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(h->places, i));
+        if (args[at] != PyTuple_GET_ITEM(h->expect, i)) return 0;
+    }
+    return 1;
+}
+
+static PyObject *held_call_other(const HeldCall *h, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    return PyObject_Vectorcall(h->fallback, args, nargsf, kwnames);
+}
+
+/* The objects a cycle can run through (the rest are numpy's own). */
+static int held_call_traverse(const HeldCall *h, visitproc visit, void *arg) {
+    Py_VISIT(h->expect);
+    Py_VISIT(h->fallback);
+    return 0;
+}
+
+static void held_call_clear(HeldCall *h) {
+    Py_CLEAR(h->expect);
+    Py_CLEAR(h->fallback);
+}
+
+static void held_call_free(HeldCall *h) {
+    held_call_clear(h);
+    Py_CLEAR(h->places);
+    Py_CLEAR(h->ndarray);
+    Py_CLEAR(h->empty);
+    Py_CLEAR(h->u8);
+    Py_CLEAR(h->f32);
+}
+
+#endif
