@@ -21,6 +21,7 @@ import gc
 import math
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,14 @@ class _Fallback:
     def __call__(self, *args: Any, **kw: Any) -> str:
         self.calls.append(args + tuple(kw.items()))
         return "fallback"
+
+
+@pytest.fixture(autouse=True)
+def _kernels_on() -> Iterator[None]:
+    """These tests prove the compiled calls: the kernels on at this CPU's level (a test
+    may set another), even in the run with ONNXVIZ_NATIVE=off."""
+    with at_level("conv", native.cpu_level()):
+        yield
 
 
 def _channels_last(a: np.ndarray) -> np.ndarray:

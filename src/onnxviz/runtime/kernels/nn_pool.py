@@ -28,7 +28,7 @@ from onnxviz.runtime.kernels.nn_geometry import (
     scratch,
     spatial_list,
 )
-from onnxviz.runtime.registry import KernelContext, kernel
+from onnxviz.runtime.registry import KernelContext, kernel, specializer
 
 
 class _Geometry:
@@ -465,6 +465,54 @@ def average_pool(
         else:
             total /= counts
     return total.astype(x.dtype, copy=False)
+
+
+def held_pool(attrs: dict[str, Any], average: bool, fallback: Any) -> Any:
+    """The specialized call (registry.specializer) of a one-output MaxPool or an
+    AveragePool over two spatial axes with explicit (or VALID) pads, floor rounding and
+    no dilation: native/_pool.c's `held`, which pools a float32 channels-last image of any
+    size in C from the node loop (the same kernel as `native_pool2d`, so its values) and
+    hands every other call to ``fallback(x)``, the op's kernel.  None where it does not
+    apply or the kernels are off."""
+    module = native.load("pool")
+    kernel_shape = attrs.get("kernel_shape")
+    if module is None or kernel_shape is None or len(kernel_shape) != 2:
+        return None
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "VALID") or attrs.get("ceil_mode", 0):
+        return None
+    if any(d != 1 for d in attrs.get("dilations") or (1, 1)):
+        return None
+    strides = list(attrs.get("strides") or (1, 1))
+    pads = [0, 0, 0, 0] if auto_pad == "VALID" else list(attrs.get("pads") or (0, 0, 0, 0))
+    if len(strides) != 2 or len(pads) != 4 or min(pads) < 0 or min(strides) < 1:
+        return None
+    include_pad = int(bool(attrs.get("count_include_pad", 0))) if average else 0
+    return module.held(
+        tuple(kernel_shape), tuple(strides), tuple(pads), int(average), include_pad, fallback,
+        np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+    )  # fmt: skip
+
+
+@specializer(max_pool)
+def _held_max_pool(
+    attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int, ctx: KernelContext
+) -> Any:
+    if n_outputs != 1:  # the Indices output: the kernel's
+        return None
+
+    def kernel_call(x: Any) -> Any:
+        return max_pool(ctx, x, **attrs)[0]
+
+    return held_pool(attrs, False, kernel_call)
+
+
+@specializer(average_pool)
+def _held_average_pool(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int) -> Any:
+    def kernel_call(x: Any) -> Any:
+        return average_pool(x, **attrs)
+
+    return held_pool(attrs, True, kernel_call)
 
 
 @kernel("LpPool", since=(1, 2, 11, 18, 22))

@@ -30,8 +30,10 @@
  * slower (3.2 ns an output against 1.1 on Inception's 192x28x28, 3x3 stride 1). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
+#include "held_call.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -497,6 +499,32 @@ static PyObject *py_pool2d(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* A checked channels-last pool at this level, the GIL released. */
+static void pool_nhwc_run(const float *x, float *y, const PoolGeometry *g, Py_ssize_t c) {
+    Py_BEGIN_ALLOW_THREADS;
+#if ONNXVIZ_X86
+    if (level >= 2 && c == 8)
+        pool_nhwc_by8(x, y, g, c);
+    else if (level >= 2)
+        pool_nhwc_regs(x, y, g, c);
+    else if (level == 1)
+        pool_nhwc_avx2(x, y, g, c);
+    else
+#endif
+        pool_nhwc_generic(x, y, g, c);
+    Py_END_ALLOW_THREADS;
+}
+
+/* 0, or -1 with a ValueError for a channel count pool2d_nhwc does not take. */
+static int check_channels(const PoolGeometry *g, Py_ssize_t c) {
+    if (c < 1 || c >= POOL_LIMIT || g->h * g->w > PY_SSIZE_T_MAX / 4 / g->planes / c ||
+        g->oh * g->ow > PY_SSIZE_T_MAX / 4 / g->planes / c) {
+        PyErr_SetString(PyExc_ValueError, "pool2d_nhwc: channels must be 1 .. 2^24 - 1");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_pool2d_nhwc(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *yo;
@@ -506,12 +534,7 @@ static PyObject *py_pool2d_nhwc(PyObject *self, PyObject *args) {
                           &g.w, &c, &g.oh, &g.ow, &g.kh, &g.kw, &g.sh, &g.sw, &g.pt, &g.pl,
                           &g.pb, &g.pr, &g.mode, &g.include_pad))
         return NULL;
-    if (check_geometry(&g) < 0) return NULL;
-    if (c < 1 || c >= POOL_LIMIT || g.h * g.w > PY_SSIZE_T_MAX / 4 / g.planes / c ||
-        g.oh * g.ow > PY_SSIZE_T_MAX / 4 / g.planes / c) {
-        PyErr_SetString(PyExc_ValueError, "pool2d_nhwc: channels must be 1 .. 2^24 - 1");
-        return NULL;
-    }
+    if (check_geometry(&g) < 0 || check_channels(&g, c) < 0) return NULL;
     Py_buffer xv, yv;
     if (onnxviz_get_floats(xo, &xv, g.planes * g.h * g.w * c, 1, 0, "pool2d_nhwc x") < 0)
         return NULL;
@@ -519,23 +542,126 @@ static PyObject *py_pool2d_nhwc(PyObject *self, PyObject *args) {
         PyBuffer_Release(&xv);
         return NULL;
     }
-    const float *x = xv.buf;
-    float *y = yv.buf;
-    Py_BEGIN_ALLOW_THREADS;
-#if ONNXVIZ_X86
-    if (level >= 2 && c == 8)
-        pool_nhwc_by8(x, y, &g, c);
-    else if (level >= 2)
-        pool_nhwc_regs(x, y, &g, c);
-    else if (level == 1)
-        pool_nhwc_avx2(x, y, &g, c);
-    else
-#endif
-        pool_nhwc_generic(x, y, &g, c);
-    Py_END_ALLOW_THREADS;
+    pool_nhwc_run(xv.buf, yv.buf, &g, c);
     PyBuffer_Release(&xv);
     PyBuffer_Release(&yv);
     Py_RETURN_NONE;
+}
+
+/* ---- a held pool: a MaxPool or AveragePool node's common call ---------------------------
+ *
+ * `held(...)` makes the specialized call of a 2-D MaxPool (no Indices) or AveragePool of
+ * explicit pads, floor rounding and no dilation (kernels/nn_pool.py's `held_pool`): for
+ * a float32 image of any size laid out channels-last (an unwatched run's conv chains hand
+ * pools such values, fusion_layout.py), the output size worked out as the op defines it,
+ * pool2d_nhwc's run into a new 64-byte aligned channels-last output: the kernel's own
+ * call, so its values, from the run loop's call to the result in C (native/held_call.h).
+ * The Python layers it replaces (the node's context call, the geometry's key, the layout
+ * tests, the output) cost 50 us a pool inside Inception v2's run.  Any other call (an
+ * NCHW image, another dtype, windows past the image) returns `fallback(*args)`, the
+ * kernel. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    PoolGeometry g; /* the window, strides, pads and mode; the sizes come per call */
+} Held;
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    Held *self = (Held *)obj;
+    const HeldCall *h = &self->call;
+    if (!held_call_takes(h, args, nargsf, kwnames)) goto other;
+    Py_buffer xb;
+    if (!onnxviz_any_channels_last_view(args[0], h->ndarray, &xb)) goto other;
+    PoolGeometry g = self->g;
+    const Py_ssize_t c = xb.shape[1];
+    g.planes = xb.shape[0];
+    g.h = xb.shape[2];
+    g.w = xb.shape[3];
+    const Py_ssize_t span_h = g.h + g.pt + g.pb, span_w = g.w + g.pl + g.pr;
+    if (xb.len == 0 || span_h < g.kh || span_w < g.kw) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    g.oh = (span_h - g.kh) / g.sh + 1;
+    g.ow = (span_w - g.kw) / g.sw + 1;
+    if (check_geometry(&g) < 0 || check_channels(&g, c) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    float *y = NULL;
+    PyObject *out =
+        onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g.planes, c, g.oh, g.ow, &y);
+    if (out) pool_nhwc_run(xb.buf, y, &g, c);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
+    return held_call_traverse(&((Held *)obj)->call, visit, arg);
+}
+
+static int held_clear(PyObject *obj) {
+    held_call_clear(&((Held *)obj)->call);
+    return 0;
+}
+
+static void held_dealloc(PyObject *obj) {
+    PyObject_GC_UnTrack(obj);
+    held_call_free(&((Held *)obj)->call);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(Held, call.fallback), READONLY,
+     "What the calls this pool does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._pool.Held",
+    .tp_basicsize = sizeof(Held),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Held, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_traverse,
+    .tp_clear = held_clear,
+    .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
+    .tp_doc = "A pool node's call on channels-last images (held()).",
+};
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *fallback, *ndarray, *empty, *u8, *f32;
+    PoolGeometry g;
+    memset(&g, 0, sizeof g);
+    if (!PyArg_ParseTuple(args, "(nn)(nn)(nnnn)iiOOOOO:held", &g.kh, &g.kw, &g.sh, &g.sw, &g.pt,
+                          &g.pl, &g.pb, &g.pr, &g.mode, &g.include_pad, &fallback, &ndarray,
+                          &empty, &u8, &f32))
+        return NULL;
+    /* Checked with unit sizes: the window, strides, pads and mode. */
+    g.planes = g.h = g.w = g.oh = g.ow = 1;
+    if (check_geometry(&g) < 0) return NULL;
+    Held *obj = PyObject_GC_New(Held, &HeldType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    obj->g = g;
+    PyObject *none = PyTuple_New(0);
+    const int rc = none ? held_call_init(&obj->call, none, none, fallback, ndarray, empty, u8,
+                                         f32, 1, -1, "held")
+                        : -1;
+    Py_XDECREF(none);
+    if (rc < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    return (PyObject *)obj;
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
@@ -544,6 +670,12 @@ static PyMethodDef methods[] = {
     {"pool2d", py_pool2d, METH_VARARGS,
      "pool2d(x, y, planes, h, w, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, mode, include_pad):"
      " 2-D max (mode 0) or average (mode 1) pooling of float32 NCHW planes into y."},
+    {"held", py_held, METH_VARARGS,
+     "held((kh, kw), (sh, sw), (pad_top, pad_left, pad_bottom, pad_right), mode, "
+     "include_pad, fallback, ndarray, empty, uint8, float32) -> a callable: f(x) = "
+     "pool2d_nhwc's pool of a float32 channels-last x (N, C, H, W) of any size, floor "
+     "rounding, as a new 64-byte aligned channels-last (N, C, OH, OW) array; any other call "
+     "is fallback(x)."},
     {"pool2d_nhwc", py_pool2d_nhwc, METH_VARARGS,
      "pool2d_nhwc(x, y, n, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, mode, "
      "include_pad): the same pools of float32 channels-last (N, H, W, C) x into (N, OH, OW, "
@@ -554,4 +686,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pool", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__pool(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__pool(void) {
+    if (PyType_Ready(&HeldType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -135,21 +135,13 @@ static PyObject *onnxviz_new_array(PyObject *empty, PyObject *dtype, int ndim,
  * ONNXVIZ_NHWC or ONNXVIZ_NCHW; else 0, no error set, nothing held.  A dimension of size
  * one may have any stride (numpy's views give it several). */
 enum { ONNXVIZ_NHWC = 1, ONNXVIZ_NCHW = 2 };
-static int onnxviz_image_view(PyObject *obj, PyObject *ndarray, Py_buffer *view, Py_ssize_t n,
-                              Py_ssize_t c, Py_ssize_t h, Py_ssize_t w) {
-    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *f = view->format ? view->format : "B";
+
+/* A 4-D float32 buffer's layout by its shape and strides: ONNXVIZ_NHWC, ONNXVIZ_NCHW
+ * (one C-contiguous image) or 0.  A dimension of size one may have any stride. */
+static int onnxviz_image_layout(const Py_buffer *view) {
     const Py_ssize_t *sh = view->shape, *st = view->strides;
-    if (f[0] != 'f' || f[1] || view->ndim != 4 || sh[0] != n || sh[1] != c || sh[2] != h ||
-        sh[3] != w) {
-        PyBuffer_Release(view);
-        return 0;
-    }
-    /* Strides (bytes) of each layout; a size-one dimension's is not compared. */
+    const Py_ssize_t n = sh[0], c = sh[1], h = sh[2], w = sh[3];
+    /* Strides (bytes) of each layout. */
     const Py_ssize_t nhwc[4] = {h * w * c * 4, 4, w * c * 4, c * 4};
     const Py_ssize_t nchw[4] = {c * h * w * 4, h * w * 4, w * 4, 4};
     int is_nhwc = 1, is_nchw = n == 1;
@@ -158,8 +150,38 @@ static int onnxviz_image_view(PyObject *obj, PyObject *ndarray, Py_buffer *view,
         is_nhwc = is_nhwc && st[i] == nhwc[i];
         is_nchw = is_nchw && st[i] == nchw[i];
     }
-    if (is_nhwc) return ONNXVIZ_NHWC;
-    if (is_nchw) return ONNXVIZ_NCHW;
+    return is_nhwc ? ONNXVIZ_NHWC : is_nchw ? ONNXVIZ_NCHW : 0;
+}
+static int onnxviz_image_view(PyObject *obj, PyObject *ndarray, Py_buffer *view, Py_ssize_t n,
+                              Py_ssize_t c, Py_ssize_t h, Py_ssize_t w) {
+    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    const Py_ssize_t *sh = view->shape;
+    if (f[0] != 'f' || f[1] || view->ndim != 4 || sh[0] != n || sh[1] != c || sh[2] != h ||
+        sh[3] != w) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    const int layout = onnxviz_image_layout(view);
+    if (!layout) PyBuffer_Release(view);
+    return layout;
+}
+
+/* onnxviz_image_view for an image of any sizes (N, C, H, W): its channels-last buffer in
+ * *view and 1, else 0 with nothing held. */
+static int onnxviz_any_channels_last_view(PyObject *obj, PyObject *ndarray, Py_buffer *view) {
+    if ((PyObject *)Py_TYPE(obj) != ndarray) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == 'f' && !f[1] && view->ndim == 4 && onnxviz_image_layout(view) == ONNXVIZ_NHWC)
+        return 1;
     PyBuffer_Release(view);
     return 0;
 }
