@@ -176,6 +176,20 @@ def test_the_held_direct_and_blocked_convs_give_the_runners_bits(level):
                     np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
                     assert not fallback.calls
         assert blocked_seen == (level >= native.AVX512 and nn_conv_nhwc.direct_lanes() == 16)
+        # A stem reading the model's NCHW input (3 channels, 7x7/2; one and two images):
+        # the direct kernel's channels-first read, as the runner's.
+        for n in (1, 2):
+            w = (rng.standard_normal((16, 3, 7, 7)) * 0.1).astype(np.float32)
+            x = rng.standard_normal((n, 3, 21, 20)).astype(np.float32)
+            runner = _runner(x, w, None, kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+            for act in (None, (ACT_RELU, NAN, NAN)):
+                held, consts, fallback = _held(runner, x, act, False)
+                got = held(x, *consts)
+                want, _ = runner.run(x, None, act)
+                _check_layout(got, runner.out_shape)
+                np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+                # made for channels-first images: a channels-last one is the runner's
+                _declined(held, fallback, (_channels_last(x), *consts))
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -723,13 +723,18 @@ class _Direct(ChannelsLastConv):
         fallback: Any,
         inplace: bool = False,
     ) -> Any:
-        """The compiled call of `run` on a channels-last ``x`` (native/_conv.c's `held`:
-        the blocked kernel where `run` takes it, else the direct one; the residual
-        channels-last), or None: Winograd, another dtype, the kernels off."""
+        """The compiled call of `run` on an ``x`` laid out as this one (native/_conv.c's
+        `held`): channels-last, the blocked kernel where `run` takes it, else the direct
+        one; C-contiguous NCHW (a stem reading the model's input), the direct kernel
+        reading it through its row transposes, as `_run` does.  The residual
+        channels-last.  None: Winograd, another dtype or layout, the kernels off."""
         module = native.load("conv")
         if module is None or self.winograd is not None or x.dtype != np.float32:
             return None
-        blocked = self.blocked is not None
+        x_first = not is_channels_last(x)
+        if x_first and not x.flags.c_contiguous:
+            return None  # `_run` copies such an x first
+        blocked = self.blocked is not None and not x_first
         weight = self.blocked if blocked else self._direct_weight()
         n, c, h, w = x.shape
         code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
@@ -738,7 +743,7 @@ class _Direct(ChannelsLastConv):
             (self.m, *self.kernel), tuple(self.out_shape[2:]), self.strides, self.dilations,
             (self.pads[0], self.pads[1]), code, lo, hi, nargs,
             -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
-            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32), x_first,
         )  # fmt: skip
 
     def _direct_weight(self) -> np.ndarray:

@@ -1480,7 +1480,9 @@ static PyObject *py_conv_blocked(PyObject *self, PyObject *args) {
  *
  * `held(...)` makes the `quick` call of a fusion.py ConvChain whose conv runs this module's
  * direct or blocked kernel channels-last (kernels/nn_conv_nhwc.py's _Direct): called with
- * the fused node's inputs, it checks them (the image (N, C, H, W) channels-last, the
+ * the fused node's inputs, it checks them (the image (N, C, H, W) channels-last, or with
+ * `x_first` C-contiguous as a model's input is for its stem (the direct kernel reads it
+ * through its row transposes or phase planes, as _Direct does), the
  * constants it was made for, by identity, at `places`, the residual channels-last when
  * the chain adds one, the level it was made at) and runs the kernel into a new 64-byte
  * aligned channels-last output, with the bias, residual and activation: _Direct's own
@@ -1505,7 +1507,10 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     const Geometry *const g = &self->c.g;
     if (self->level != level || !held_call_takes(h, args, nargsf, kwnames)) goto other;
     Py_buffer xb, db;
-    if (!onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h, g->w))
+    const Py_ssize_t planes[4] = {g->n, g->c, g->h, g->w};
+    if (g->x_first ? !onnxviz_array_view(args[0], h->ndarray, &xb, 'f', 4, planes)
+                   : !onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h,
+                                                 g->w))
         goto other;
     const int have_add = h->residual >= 0;
     if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n, g->m,
@@ -1575,13 +1580,19 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     int blocked, vl, act;
     float lo, hi;
     Py_ssize_t nargs, residual;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO:held", &wo,
+    int x_first = 0;
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|p:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
                           &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
-                          &fallback, &ndarray, &empty, &u8, &f32))
+                          &fallback, &ndarray, &empty, &u8, &f32, &x_first))
         return NULL;
+    if (x_first && blocked) {
+        PyErr_SetString(PyExc_ValueError, "held: the blocked kernel reads channels-last only");
+        return NULL;
+    }
     c.blocked = blocked;
+    g->x_first = x_first;
     if (act < 0 || act > 3) {
         PyErr_SetString(PyExc_ValueError, "held: activation must be 0..3");
         return NULL;
@@ -1648,8 +1659,9 @@ static PyMethodDef methods[] = {
     {"held", py_held, METH_VARARGS,
      "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
      "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
-     "empty, uint8, float32) -> a callable: f(*args) = conv_blocked's (blocked) or "
-     "conv_nhwc's conv of the channels-last args[0] (N, C, H, W), + args[residual] "
+     "empty, uint8, float32, x_first=False) -> a callable: f(*args) = conv_blocked's "
+     "(blocked) or conv_nhwc's conv of args[0] (N, C, H, W), channels-last (or, x_first, "
+     "C-contiguous: conv_nhwc's layout bit 0), + args[residual] "
      "(channels-last; residual -1: none), as a new 64-byte aligned channels-last float32 "
      "(N, M, OH, OW) array, when args[places[i]] is expect[i] and the level is the one it "
      "was made at; any other call is fallback(*args)."},
