@@ -184,3 +184,51 @@ def test_a_model_runs_the_held_pools():
         np.testing.assert_array_equal(session.run(feeds)["y"], first)
     assert math.isfinite(float(np.abs(first).sum()))
     assert_modes_agree(model, feeds)
+
+
+def test_a_spatial_mean_runs_the_pool_kernel_and_then_its_held_call():
+    """A GlobalAveragePool of a channels-last value (fusion_layout.SpatialMean): the
+    compiled pool with the whole image as its window on the first run, its held call
+    (a (0, 0) window) from the next, the same values; within float32 rounding of the
+    float64 mean; the stepped run agrees."""
+    compiled("pool", "the numpy pools run")
+    rng = np.random.default_rng(12)
+    c = 40
+    w1 = numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32), "w1")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        helper.make_node("GlobalAveragePool", ["ar"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "mean",
+        [helper.make_tensor_value_info("x", f, [2, 3, 13, 11])],
+        [helper.make_tensor_value_info("y", f, None)],
+        [w1],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((2, 3, 13, 11)).astype(np.float32)}
+    session = Session(model)
+    first = session.run(feeds)
+    means = [pn.fused for pn in run_nodes(session.plan) if pn.kind == "fused"]
+    mean = next(m for m in means if type(m).__name__ == "SpatialMean")
+    assert type(mean.quick).__name__ == "Held"
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(feeds)["y"], first["y"])
+    ar = np.asarray(assert_modes_agree(model, feeds)["ar"], np.float64)  # the stepped run's
+    exact = ar.mean(axis=(2, 3))
+    bound = (13 * 11 + 1) * 2.0**-24 * np.abs(ar).mean(axis=(2, 3))
+    assert (np.abs(first["y"] - exact) <= bound + 1e-6 * np.abs(exact).max()).all()
+    # The held mean: any size of channels-last image; other layouts and dtypes decline.
+    declined: list[Any] = []
+    held = nn_pool.held_spatial_mean(lambda *a: declined.append(a) or "fallback")
+    x = _channels_last(rng.standard_normal((1, 70, 5, 9)).astype(np.float32))
+    got = held(x)
+    assert got.shape == (1, 70, 1, 1)
+    np.testing.assert_array_equal(got, nn_pool.spatial_mean(x))
+    for bad in (np.ascontiguousarray(x), x.astype(np.float64)):
+        assert held(bad) == "fallback"
+    assert len(declined) == 2

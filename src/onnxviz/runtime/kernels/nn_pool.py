@@ -494,6 +494,34 @@ def held_pool(attrs: dict[str, Any], average: bool, fallback: Any) -> Any:
     )  # fmt: skip
 
 
+def spatial_mean(x: np.ndarray) -> np.ndarray | None:
+    """The mean over (H, W) of a float32 channels-last (N, C, H, W) ``x``, as an (N, C, 1,
+    1) array, by the compiled pool with the whole image as its window (`pool2d_nhwc`: the
+    taps summed in row-major order, then one division); None when the kernels are off.
+    The held call `held_spatial_mean` makes is this kernel too, so the same values."""
+    module = native.load("pool")
+    if module is None:
+        return None
+    n, c, h, w = x.shape
+    y = np.empty((n, 1, 1, c), dtype=np.float32)
+    module.pool2d_nhwc(x.transpose(0, 2, 3, 1), y, n, h, w, c, 1, 1, h, w, 1, 1,
+                       0, 0, 0, 0, 1, 0)  # fmt: skip
+    return y.transpose(0, 3, 1, 2)
+
+
+def held_spatial_mean(fallback: Any) -> Any:
+    """`spatial_mean` in C from the node loop (native/_pool.c's `held` with a whole-image
+    window) for a float32 channels-last image of any size; any other call goes to
+    ``fallback``.  None when the kernels are off."""
+    module = native.load("pool")
+    if module is None:
+        return None
+    return module.held(
+        (0, 0), (1, 1), (0, 0, 0, 0), 1, 0, fallback,
+        np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+    )  # fmt: skip
+
+
 @specializer(max_pool)
 def _held_max_pool(
     attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int, ctx: KernelContext

@@ -28,8 +28,10 @@
  * which the compiler vectorizes for each target attribute (no -march). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
+#include "held_call.h"
 #include <string.h>
 
 static int level = 0;
@@ -255,6 +257,22 @@ place_avx512(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize
              Py_ssize_t total, Py_ssize_t offset, int planes) PLACE_BODY
 #endif
 
+/* place at this level, the GIL released. */
+static void place_run(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows,
+                      Py_ssize_t width, Py_ssize_t total, Py_ssize_t offset, int planes) {
+    void (*fn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+               Py_ssize_t, int) = place_generic;
+#if ONNXVIZ_X86
+    if (level >= 2)
+        fn = place_avx512;
+    else if (level == 1)
+        fn = place_avx2;
+#endif
+    Py_BEGIN_ALLOW_THREADS;
+    fn(x, out, n, rows, width, total, offset, planes);
+    Py_END_ALLOW_THREADS;
+}
+
 static PyObject *py_place(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *oo;
@@ -278,20 +296,139 @@ static PyObject *py_place(PyObject *self, PyObject *args) {
         PyBuffer_Release(&xb);
         return NULL;
     }
-    void (*fn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-               Py_ssize_t, int) = place_generic;
-#if ONNXVIZ_X86
-    if (level >= 2)
-        fn = place_avx512;
-    else if (level == 1)
-        fn = place_avx2;
-#endif
-    Py_BEGIN_ALLOW_THREADS;
-    fn(xb.buf, ob.buf, n, rows, width, total, offset, planes);
-    Py_END_ALLOW_THREADS;
+    place_run(xb.buf, ob.buf, n, rows, width, total, offset, planes);
     PyBuffer_Release(&ob);
     PyBuffer_Release(&xb);
     Py_RETURN_NONE;
+}
+
+/* ---- a held concat: a channels-last Concat's common call --------------------------------
+ *
+ * `held_concat(...)` makes the `quick` call of a fusion_layout.ChannelsLastConcat: called
+ * with the node's inputs (float32 4-D arrays of one image count and size, each
+ * channels-last or C-contiguous NCHW, at least one channels-last, as the node decided on
+ * its first call), it places each into a new 64-byte aligned channels-last output: the
+ * node's own copies (place), so its values, from the run loop's call in C
+ * (native/held_call.h).  Any other call returns `fallback(*args)`. */
+enum { CONCAT_MAX = 64 };
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+} HeldConcat;
+
+static PyObject *held_concat_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                        PyObject *kwnames) {
+    const HeldCall *h = &((HeldConcat *)obj)->call;
+    if (!held_call_takes(h, args, nargsf, kwnames)) goto other;
+    const Py_ssize_t count = h->nargs;
+    Py_buffer views[CONCAT_MAX];
+    int planes[CONCAT_MAX], held = 0, any_last = 0;
+    Py_ssize_t total = 0;
+    PyObject *out = NULL;
+    for (; held < count; held++) {
+        Py_buffer *v = &views[held];
+        if ((PyObject *)Py_TYPE(args[held]) != h->ndarray ||
+            PyObject_GetBuffer(args[held], v, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            goto declined;
+        }
+        const char *f = v->format ? v->format : "B";
+        int layout = 0;
+        if (f[0] == 'f' && !f[1] && v->ndim == 4 && v->len > 0 &&
+            (held == 0 || (v->shape[0] == views[0].shape[0] &&
+                           v->shape[2] == views[0].shape[2] &&
+                           v->shape[3] == views[0].shape[3]))) {
+            layout = onnxviz_image_layout(v);
+            if (layout != ONNXVIZ_NHWC && PyBuffer_IsContiguous(v, 'C')) layout = ONNXVIZ_NCHW;
+        }
+        if (!layout) {
+            PyBuffer_Release(v);
+            goto declined;
+        }
+        planes[held] = layout == ONNXVIZ_NCHW;
+        any_last = any_last || !planes[held];
+        total += v->shape[1];
+    }
+    if (!any_last) goto declined; /* the node's own kernel: an NCHW result */
+    const Py_ssize_t n = views[0].shape[0], rows = views[0].shape[2] * views[0].shape[3];
+    float *y = NULL;
+    out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, n, total,
+                                    views[0].shape[2], views[0].shape[3], &y);
+    if (out) {
+        Py_ssize_t offset = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            place_run(views[i].buf, y, n, rows, views[i].shape[1], total, offset, planes[i]);
+            offset += views[i].shape[1];
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&views[i]);
+    return out;
+declined:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static int held_concat_traverse(PyObject *obj, visitproc visit, void *arg) {
+    return held_call_traverse(&((HeldConcat *)obj)->call, visit, arg);
+}
+
+static int held_concat_clear(PyObject *obj) {
+    held_call_clear(&((HeldConcat *)obj)->call);
+    return 0;
+}
+
+static void held_concat_dealloc(PyObject *obj) {
+    PyObject_GC_UnTrack(obj);
+    held_call_free(&((HeldConcat *)obj)->call);
+    PyObject_GC_Del(obj);
+}
+
+static PyMemberDef held_concat_members[] = {
+    {"fallback", T_OBJECT, offsetof(HeldConcat, call.fallback), READONLY,
+     "What the calls this concat does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HeldConcatType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._channels.HeldConcat",
+    .tp_basicsize = sizeof(HeldConcat),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(HeldConcat, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = held_concat_traverse,
+    .tp_clear = held_concat_clear,
+    .tp_dealloc = held_concat_dealloc,
+    .tp_members = held_concat_members,
+    .tp_doc = "A channels-last Concat's call (held_concat()).",
+};
+
+static PyObject *py_held_concat(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *fallback, *ndarray, *empty, *u8, *f32;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "nOOOOO:held_concat", &count, &fallback, &ndarray, &empty, &u8,
+                          &f32))
+        return NULL;
+    if (count < 1 || count > CONCAT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "held_concat: 1 to 64 inputs");
+        return NULL;
+    }
+    HeldConcat *obj = PyObject_GC_New(HeldConcat, &HeldConcatType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_concat_vectorcall;
+    PyObject *none = PyTuple_New(0);
+    const int rc = none ? held_call_init(&obj->call, none, none, fallback, ndarray, empty, u8,
+                                         f32, count, -1, "held_concat")
+                        : -1;
+    Py_XDECREF(none);
+    if (rc < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    return (PyObject *)obj;
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
@@ -308,10 +445,19 @@ static PyMethodDef methods[] = {
      "place(x, out, (n, rows, width, total, offset), planes): out[b, r, offset + c] = x's "
      "value of image b, channel c, row r; x channels-last (n, rows, width) or, with planes, "
      "NCHW (n, width, rows); out (n, rows, total); float32 contiguous, not overlapping."},
+    {"held_concat", py_held_concat, METH_VARARGS,
+     "held_concat(count, fallback, ndarray, empty, uint8, float32) -> a callable: f(*xs) = "
+     "the Concat along the channels of `count` float32 4-D arrays of one image count and "
+     "size, each channels-last or C-contiguous NCHW and one at least channels-last, as a "
+     "new 64-byte aligned channels-last array (place's copies); any other call is "
+     "fallback(*xs)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_channels", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__channels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__channels(void) {
+    if (PyType_Ready(&HeldConcatType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

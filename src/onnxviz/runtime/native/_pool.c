@@ -565,6 +565,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     HeldCall call;
     PoolGeometry g; /* the window, strides, pads and mode; the sizes come per call */
+    int global;     /* a (0, 0) window: the whole image, a spatial mean (fusion_layout.py) */
 } Held;
 
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
@@ -579,6 +580,10 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     g.planes = xb.shape[0];
     g.h = xb.shape[2];
     g.w = xb.shape[3];
+    if (self->global) { /* the window is the whole image */
+        g.kh = g.h;
+        g.kw = g.w;
+    }
     const Py_ssize_t span_h = g.h + g.pt + g.pb, span_w = g.w + g.pl + g.pr;
     if (xb.len == 0 || span_h < g.kh || span_w < g.kw) {
         PyBuffer_Release(&xb);
@@ -645,12 +650,21 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
                           &empty, &u8, &f32))
         return NULL;
     /* Checked with unit sizes: the window, strides, pads and mode. */
+    const int global = g.kh == 0 && g.kw == 0;
+    if (global) {
+        if (g.sh != 1 || g.sw != 1 || g.pt || g.pl || g.pb || g.pr) {
+            PyErr_SetString(PyExc_ValueError, "held: a whole-image window has no pads or strides");
+            return NULL;
+        }
+        g.kh = g.kw = 1;
+    }
     g.planes = g.h = g.w = g.oh = g.ow = 1;
     if (check_geometry(&g) < 0) return NULL;
     Held *obj = PyObject_GC_New(Held, &HeldType);
     if (!obj) return NULL;
     obj->vectorcall = held_vectorcall;
     obj->g = g;
+    obj->global = global;
     PyObject *none = PyTuple_New(0);
     const int rc = none ? held_call_init(&obj->call, none, none, fallback, ndarray, empty, u8,
                                          f32, 1, -1, "held")
@@ -674,8 +688,8 @@ static PyMethodDef methods[] = {
      "held((kh, kw), (sh, sw), (pad_top, pad_left, pad_bottom, pad_right), mode, "
      "include_pad, fallback, ndarray, empty, uint8, float32) -> a callable: f(x) = "
      "pool2d_nhwc's pool of a float32 channels-last x (N, C, H, W) of any size, floor "
-     "rounding, as a new 64-byte aligned channels-last (N, C, OH, OW) array; any other call "
-     "is fallback(x)."},
+     "rounding, as a new 64-byte aligned channels-last (N, C, OH, OW) array (a (0, 0) "
+     "window: the whole image, OH = OW = 1); any other call is fallback(x)."},
     {"pool2d_nhwc", py_pool2d_nhwc, METH_VARARGS,
      "pool2d_nhwc(x, y, n, h, w, c, oh, ow, kh, kw, sh, sw, pt, pl, pb, pr, mode, "
      "include_pad): the same pools of float32 channels-last (N, H, W, C) x into (N, OH, OW, "
