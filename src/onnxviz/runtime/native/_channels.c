@@ -370,39 +370,11 @@ other:
     return held_call_other(h, args, nargsf, kwnames);
 }
 
-static int held_concat_traverse(PyObject *obj, visitproc visit, void *arg) {
-    return held_call_traverse(&((HeldConcat *)obj)->call, visit, arg);
-}
+static void held_concat_release(HeldConcat *self) { (void)self; }
 
-static int held_concat_clear(PyObject *obj) {
-    held_call_clear(&((HeldConcat *)obj)->call);
-    return 0;
-}
-
-static void held_concat_dealloc(PyObject *obj) {
-    PyObject_GC_UnTrack(obj);
-    held_call_free(&((HeldConcat *)obj)->call);
-    PyObject_GC_Del(obj);
-}
-
-static PyMemberDef held_concat_members[] = {
-    {"fallback", T_OBJECT, offsetof(HeldConcat, call.fallback), READONLY,
-     "What the calls this concat does not take go to."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject HeldConcatType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._channels.HeldConcat",
-    .tp_basicsize = sizeof(HeldConcat),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(HeldConcat, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = held_concat_traverse,
-    .tp_clear = held_concat_clear,
-    .tp_dealloc = held_concat_dealloc,
-    .tp_members = held_concat_members,
-    .tp_doc = "A channels-last Concat's call (held_concat()).",
-};
+HELD_CALL_TYPE(HeldConcat, HeldConcatType, held_concat,
+               "onnxviz.runtime.native._channels.HeldConcat",
+               "A channels-last Concat's call (held_concat()).", held_concat_release)
 
 static PyObject *py_held_concat(PyObject *self, PyObject *args) {
     (void)self;
@@ -415,20 +387,9 @@ static PyObject *py_held_concat(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "held_concat: 1 to 64 inputs");
         return NULL;
     }
-    HeldConcat *obj = PyObject_GC_New(HeldConcat, &HeldConcatType);
-    if (!obj) return NULL;
-    obj->vectorcall = held_concat_vectorcall;
-    PyObject *none = PyTuple_New(0);
-    const int rc = none ? held_call_init(&obj->call, none, none, fallback, ndarray, empty, u8,
-                                         f32, count, -1, "held_concat")
-                        : -1;
-    Py_XDECREF(none);
-    if (rc < 0) {
-        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
-        return NULL;
-    }
-    PyObject_GC_Track((PyObject *)obj);
-    return (PyObject *)obj;
+    return held_call_new_plain(&HeldConcatType, held_concat_vectorcall,
+                               offsetof(HeldConcat, call), count, fallback, ndarray, empty, u8,
+                               f32, "held_concat");
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS

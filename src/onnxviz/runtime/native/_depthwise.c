@@ -708,8 +708,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     HeldCall call;
-    PyObject *w_obj, *bias_obj;
-    Py_buffer wb, bb;
+    HeldWeights weights;
     Geometry g;
     Py_ssize_t taps;
     int act;
@@ -734,8 +733,8 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     float *out_data = NULL;
     PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->c,
                                               g->oh, g->ow, &out_data);
-    if (out && geometry_run(g, self->taps, xb.buf, self->wb.buf,
-                            self->bias_obj ? self->bb.buf : NULL, have_add ? db.buf : NULL,
+    if (out && geometry_run(g, self->taps, xb.buf, self->weights.wb.buf,
+                            held_weights_bias(&self->weights), have_add ? db.buf : NULL,
                             out_data, self->act, self->lo, self->hi) < 0)
         Py_CLEAR(out);
     if (have_add) PyBuffer_Release(&db);
@@ -745,44 +744,10 @@ other:
     return held_call_other(h, args, nargsf, kwnames);
 }
 
-static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
-    return held_call_traverse(&((Held *)obj)->call, visit, arg);
-}
+static void held_release(Held *self) { held_weights_release(&self->weights); }
 
-static int held_clear(PyObject *obj) {
-    held_call_clear(&((Held *)obj)->call);
-    return 0;
-}
-
-static void held_dealloc(PyObject *obj) {
-    Held *self = (Held *)obj;
-    PyObject_GC_UnTrack(obj);
-    if (self->w_obj) PyBuffer_Release(&self->wb);
-    if (self->bias_obj) PyBuffer_Release(&self->bb);
-    Py_CLEAR(self->w_obj);
-    Py_CLEAR(self->bias_obj);
-    held_call_free(&self->call);
-    PyObject_GC_Del(obj);
-}
-
-static PyMemberDef held_members[] = {
-    {"fallback", T_OBJECT, offsetof(Held, call.fallback), READONLY,
-     "What the calls this conv does not take go to."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject HeldType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._depthwise.Held",
-    .tp_basicsize = sizeof(Held),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Held, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = held_traverse,
-    .tp_clear = held_clear,
-    .tp_dealloc = held_dealloc,
-    .tp_members = held_members,
-    .tp_doc = "A fused depthwise conv by one constant weight (held()).",
-};
+HELD_CALL_TYPE(Held, HeldType, held, "onnxviz.runtime.native._depthwise.Held",
+               "A fused depthwise conv by one constant weight (held()).", held_release)
 
 static PyObject *py_held(PyObject *self, PyObject *args) {
     (void)self;
@@ -805,7 +770,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     Held *obj = PyObject_GC_New(Held, &HeldType);
     if (!obj) return NULL;
     obj->vectorcall = held_vectorcall;
-    obj->w_obj = obj->bias_obj = NULL;
+    memset(&obj->weights, 0, sizeof obj->weights);
     obj->g = g;
     obj->taps = counts[3];
     obj->act = act;
@@ -817,16 +782,11 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject_GC_Track((PyObject *)obj);
-    if (onnxviz_get_floats(wo, &obj->wb, counts[1], 1, 0, "w") < 0) goto fail;
-    obj->w_obj = Py_NewRef(wo);
-    if (bo != Py_None) {
-        if (onnxviz_get_floats(bo, &obj->bb, g.c, 1, 0, "bias") < 0) goto fail;
-        obj->bias_obj = Py_NewRef(bo);
+    if (held_weights_take(&obj->weights, wo, counts[1], bo, g.c) < 0) {
+        Py_DECREF(obj);
+        return NULL;
     }
     return (PyObject *)obj;
-fail:
-    Py_DECREF(obj);
-    return NULL;
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS

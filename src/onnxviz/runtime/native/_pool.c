@@ -606,39 +606,10 @@ other:
     return held_call_other(h, args, nargsf, kwnames);
 }
 
-static int held_traverse(PyObject *obj, visitproc visit, void *arg) {
-    return held_call_traverse(&((Held *)obj)->call, visit, arg);
-}
+static void held_release(Held *self) { (void)self; }
 
-static int held_clear(PyObject *obj) {
-    held_call_clear(&((Held *)obj)->call);
-    return 0;
-}
-
-static void held_dealloc(PyObject *obj) {
-    PyObject_GC_UnTrack(obj);
-    held_call_free(&((Held *)obj)->call);
-    PyObject_GC_Del(obj);
-}
-
-static PyMemberDef held_members[] = {
-    {"fallback", T_OBJECT, offsetof(Held, call.fallback), READONLY,
-     "What the calls this pool does not take go to."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject HeldType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._pool.Held",
-    .tp_basicsize = sizeof(Held),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Held, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = held_traverse,
-    .tp_clear = held_clear,
-    .tp_dealloc = held_dealloc,
-    .tp_members = held_members,
-    .tp_doc = "A pool node's call on channels-last images (held()).",
-};
+HELD_CALL_TYPE(Held, HeldType, held, "onnxviz.runtime.native._pool.Held",
+               "A pool node's call on channels-last images (held()).", held_release)
 
 static PyObject *py_held(PyObject *self, PyObject *args) {
     (void)self;
@@ -660,21 +631,12 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     }
     g.planes = g.h = g.w = g.oh = g.ow = 1;
     if (check_geometry(&g) < 0) return NULL;
-    Held *obj = PyObject_GC_New(Held, &HeldType);
-    if (!obj) return NULL;
-    obj->vectorcall = held_vectorcall;
-    obj->g = g;
-    obj->global = global;
-    PyObject *none = PyTuple_New(0);
-    const int rc = none ? held_call_init(&obj->call, none, none, fallback, ndarray, empty, u8,
-                                         f32, 1, -1, "held")
-                        : -1;
-    Py_XDECREF(none);
-    if (rc < 0) {
-        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
-        return NULL;
+    Held *obj = (Held *)held_call_new_plain(&HeldType, held_vectorcall, offsetof(Held, call), 1,
+                                            fallback, ndarray, empty, u8, f32, "held");
+    if (obj) {
+        obj->g = g;
+        obj->global = global;
     }
-    PyObject_GC_Track((PyObject *)obj);
     return (PyObject *)obj;
 }
 

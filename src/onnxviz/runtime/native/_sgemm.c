@@ -974,12 +974,45 @@ fail_a:
  * restated: at most `small_rows`, or at least `min_rows` (or one row, with `one_row`)
  * while OpenBLAS runs on one thread (`threads`: the address of openblas_get_num_threads,
  * or 0 when unknown). */
+/* A held product's packed weight (from byte `offset` of its buffer) and bias, kept for
+ * its life. */
+typedef struct {
+    PyObject *packed, *bias_obj; /* NULL until taken */
+    Py_buffer pb, bb;
+    const float *b, *bias;
+} HeldPacked;
+
+/* Takes the weight packed for K x N in panels of nr and the bias (N floats, or None): 0,
+ * or -1 with the error set (what was taken is let go by held_packed_release). */
+static int held_packed_take(HeldPacked *hp, PyObject *po, Py_ssize_t offset, Py_ssize_t k,
+                            Py_ssize_t n, int nr, PyObject *bo, const char *name) {
+    if (PyObject_GetBuffer(po, &hp->pb, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    hp->packed = Py_NewRef(po);
+    if (hp->pb.len < offset + packed_count(k, n, nr) * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: the packed weight is too short", name);
+        return -1;
+    }
+    hp->b = (const float *)((const char *)hp->pb.buf + offset);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &hp->bb, n, 1, 0, "bias") < 0) return -1;
+        hp->bias_obj = Py_NewRef(bo);
+        hp->bias = hp->bb.buf;
+    }
+    return 0;
+}
+
+static void held_packed_release(HeldPacked *hp) {
+    if (hp->packed) PyBuffer_Release(&hp->pb);
+    if (hp->bias_obj) PyBuffer_Release(&hp->bb);
+    Py_CLEAR(hp->packed);
+    Py_CLEAR(hp->bias_obj);
+}
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *packed, *bias_obj, *expect, *fallback, *ndarray, *empty, *dtype;
-    Py_buffer pb, bb;
-    const float *b, *bias;
+    PyObject *expect, *fallback, *ndarray, *empty, *dtype;
+    HeldPacked weight;
     Py_ssize_t k, n, small_rows, min_rows;
     int nr, one_row;
     int (*threads)(void);
@@ -1032,10 +1065,10 @@ static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t
     p.m = rows;
     p.k = self->k;
     p.n = self->n;
-    p.b = self->b;
+    p.b = self->weight.b;
     p.c = cb.buf;
     p.ldc = self->n;
-    p.bias = self->bias;
+    p.bias = self->weight.bias;
     p.lo = p.hi = NAN;
     p.kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
     p.nc = NC;
@@ -1075,10 +1108,7 @@ static int product_clear(PyObject *obj) {
 static void product_dealloc(PyObject *obj) {
     Product *self = (Product *)obj;
     PyObject_GC_UnTrack(obj);
-    if (self->packed) PyBuffer_Release(&self->pb);
-    if (self->bias_obj) PyBuffer_Release(&self->bb);
-    Py_CLEAR(self->packed);
-    Py_CLEAR(self->bias_obj);
+    held_packed_release(&self->weight);
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->empty);
     Py_CLEAR(self->dtype);
@@ -1123,7 +1153,7 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     Product *obj = PyObject_GC_New(Product, &ProductType);
     if (!obj) return NULL;
     obj->vectorcall = product_vectorcall;
-    obj->packed = obj->bias_obj = NULL;
+    memset(&obj->weight, 0, sizeof obj->weight);
     obj->expect = Py_NewRef(expect);
     obj->fallback = Py_NewRef(fallback);
     obj->ndarray = Py_NewRef(ndarray);
@@ -1136,24 +1166,12 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     obj->min_rows = min_rows;
     obj->one_row = one_row;
     obj->threads = (int (*)(void))(uintptr_t)threads;
-    obj->bias = NULL;
     PyObject_GC_Track((PyObject *)obj);
-    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) goto fail;
-    obj->packed = Py_NewRef(po);
-    if (obj->pb.len < offset + packed_count(k, n, nr) * 4) {
-        PyErr_SetString(PyExc_ValueError, "product: the packed weight is too short");
-        goto fail;
-    }
-    obj->b = (const float *)((const char *)obj->pb.buf + offset);
-    if (bo != Py_None) {
-        if (onnxviz_get_floats(bo, &obj->bb, n, 1, 0, "bias") < 0) goto fail;
-        obj->bias_obj = Py_NewRef(bo);
-        obj->bias = obj->bb.buf;
+    if (held_packed_take(&obj->weight, po, offset, k, n, nr, bo, "product") < 0) {
+        Py_DECREF(obj);
+        return NULL;
     }
     return (PyObject *)obj;
-fail:
-    Py_DECREF(obj);
-    return NULL;
 }
 
 /* ---- a held 1x1 conv: a fused conv chain's common call ---------------------------------
@@ -1174,9 +1192,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     HeldCall call;
-    PyObject *packed, *bias_obj;
-    Py_buffer pb, bb;
-    const float *b, *bias;
+    HeldPacked weight;
     Py_ssize_t n, c, h, w, m;
     int nr, act, inplace;
     float lo, hi;
@@ -1255,10 +1271,10 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
         p.m = rows;
         p.k = self->c;
         p.n = self->m;
-        p.b = self->b;
+        p.b = self->weight.b;
         p.c = c;
         p.ldc = self->m;
-        p.bias = self->bias;
+        p.bias = self->weight.bias;
         p.add = have_add ? db.buf : NULL;
         p.ldadd = self->m;
         p.act = self->act;
@@ -1285,44 +1301,11 @@ other:
     return held_call_other(h, args, nargsf, kwnames);
 }
 
-static int pointwise_traverse(PyObject *obj, visitproc visit, void *arg) {
-    return held_call_traverse(&((Pointwise *)obj)->call, visit, arg);
-}
+static void pointwise_release(Pointwise *self) { held_packed_release(&self->weight); }
 
-static int pointwise_clear(PyObject *obj) {
-    held_call_clear(&((Pointwise *)obj)->call);
-    return 0;
-}
-
-static void pointwise_dealloc(PyObject *obj) {
-    Pointwise *self = (Pointwise *)obj;
-    PyObject_GC_UnTrack(obj);
-    if (self->packed) PyBuffer_Release(&self->pb);
-    if (self->bias_obj) PyBuffer_Release(&self->bb);
-    Py_CLEAR(self->packed);
-    Py_CLEAR(self->bias_obj);
-    held_call_free(&self->call);
-    PyObject_GC_Del(obj);
-}
-
-static PyMemberDef pointwise_members[] = {
-    {"fallback", T_OBJECT, offsetof(Pointwise, call.fallback), READONLY,
-     "What the calls this conv does not take go to."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject PointwiseType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._sgemm.Pointwise",
-    .tp_basicsize = sizeof(Pointwise),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Pointwise, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = pointwise_traverse,
-    .tp_clear = pointwise_clear,
-    .tp_dealloc = pointwise_dealloc,
-    .tp_members = pointwise_members,
-    .tp_doc = "A fused 1x1 conv by one packed constant weight (pointwise()).",
-};
+HELD_CALL_TYPE(Pointwise, PointwiseType, pointwise, "onnxviz.runtime.native._sgemm.Pointwise",
+               "A fused 1x1 conv by one packed constant weight (pointwise()).",
+               pointwise_release)
 
 static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     (void)self;
@@ -1343,7 +1326,7 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     Pointwise *obj = PyObject_GC_New(Pointwise, &PointwiseType);
     if (!obj) return NULL;
     obj->vectorcall = pointwise_vectorcall;
-    obj->packed = obj->bias_obj = NULL;
+    memset(&obj->weight, 0, sizeof obj->weight);
     obj->n = n;
     obj->c = c;
     obj->h = h;
@@ -1355,29 +1338,17 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     obj->hi = hi;
     obj->inplace = inplace && residual > 0;
     obj->threads = (int (*)(void))(uintptr_t)threads;
-    obj->bias = NULL;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
                        residual, "pointwise") < 0) {
         PyObject_GC_Del(obj); /* nothing held yet, not tracked */
         return NULL;
     }
     PyObject_GC_Track((PyObject *)obj);
-    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) goto fail;
-    obj->packed = Py_NewRef(po);
-    if (obj->pb.len < offset + packed_count(c, m, nr) * 4) {
-        PyErr_SetString(PyExc_ValueError, "pointwise: the packed weight is too short");
-        goto fail;
-    }
-    obj->b = (const float *)((const char *)obj->pb.buf + offset);
-    if (bo != Py_None) {
-        if (onnxviz_get_floats(bo, &obj->bb, m, 1, 0, "bias") < 0) goto fail;
-        obj->bias_obj = Py_NewRef(bo);
-        obj->bias = obj->bb.buf;
+    if (held_packed_take(&obj->weight, po, offset, c, m, nr, bo, "pointwise") < 0) {
+        Py_DECREF(obj);
+        return NULL;
     }
     return (PyObject *)obj;
-fail:
-    Py_DECREF(obj);
-    return NULL;
 }
 
 static PyObject *py_pack_rows(PyObject *self, PyObject *args) {

@@ -92,4 +92,95 @@ static void held_call_free(HeldCall *h) {
     Py_CLEAR(h->f32);
 }
 
+/* A held conv's constant weight (`count` floats exactly) and bias (or None), their
+ * buffers kept for its life. */
+typedef struct {
+    PyObject *w_obj, *bias_obj; /* NULL until taken */
+    Py_buffer wb, bb;
+} HeldWeights;
+
+/* 0, or -1 with the error set (what was taken is let go by held_weights_release). */
+static int held_weights_take(HeldWeights *hw, PyObject *wo, Py_ssize_t w_count, PyObject *bo,
+                             Py_ssize_t bias_count) {
+    if (onnxviz_get_floats(wo, &hw->wb, w_count, 1, 0, "w") < 0) return -1;
+    hw->w_obj = Py_NewRef(wo);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &hw->bb, bias_count, 1, 0, "bias") < 0) return -1;
+        hw->bias_obj = Py_NewRef(bo);
+    }
+    return 0;
+}
+
+static const float *held_weights_bias(const HeldWeights *hw) {
+    return hw->bias_obj ? hw->bb.buf : NULL;
+}
+
+static void held_weights_release(HeldWeights *hw) {
+    if (hw->w_obj) PyBuffer_Release(&hw->wb);
+    if (hw->bias_obj) PyBuffer_Release(&hw->bb);
+    Py_CLEAR(hw->w_obj);
+    Py_CLEAR(hw->bias_obj);
+}
+
+/* The type of a held call: `Struct` starts with PyObject_HEAD, a vectorcallfunc
+ * `vectorcall` and a HeldCall `call`; `release(Struct *)` lets go of its own fields (its
+ * buffers and their objects) when it is freed.  Defines PREFIX_traverse, PREFIX_clear,
+ * PREFIX_dealloc, PREFIX_members (the read-only `fallback`) and the type object TYPE,
+ * named NAME (tp_name) with DOC. */
+#define HELD_CALL_TYPE(Struct, TYPE, PREFIX, NAME, DOC, release)                            \
+    static int PREFIX##_traverse(PyObject *obj, visitproc visit, void *arg) {              \
+        return held_call_traverse(&((Struct *)obj)->call, visit, arg);                     \
+    }                                                                                      \
+    static int PREFIX##_clear(PyObject *obj) {                                             \
+        held_call_clear(&((Struct *)obj)->call);                                           \
+        return 0;                                                                          \
+    }                                                                                      \
+    static void PREFIX##_dealloc(PyObject *obj) {                                          \
+        PyObject_GC_UnTrack(obj);                                                          \
+        release((Struct *)obj);                                                            \
+        held_call_free(&((Struct *)obj)->call);                                            \
+        PyObject_GC_Del(obj);                                                              \
+    }                                                                                      \
+    static PyMemberDef PREFIX##_members[] = {                                              \
+        {"fallback", T_OBJECT, offsetof(Struct, call.fallback), READONLY,                  \
+         "What the calls it does not take go to."},                                        \
+        {NULL, 0, 0, 0, NULL},                                                             \
+    };                                                                                     \
+    static PyTypeObject TYPE = {                                                           \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = NAME,                                     \
+        .tp_basicsize = sizeof(Struct),                                                    \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,  \
+        .tp_vectorcall_offset = offsetof(Struct, vectorcall),                              \
+        .tp_call = PyVectorcall_Call,                                                      \
+        .tp_traverse = PREFIX##_traverse,                                                  \
+        .tp_clear = PREFIX##_clear,                                                        \
+        .tp_dealloc = PREFIX##_dealloc,                                                    \
+        .tp_members = PREFIX##_members,                                                    \
+        .tp_doc = DOC,                                                                     \
+    };
+
+/* A new held call of `type` (its struct `size` bytes, zeroed past the head) with no
+ * constants to compare (a pool's, a concat's: `nargs` arguments, no residual), tracked;
+ * NULL with the error set. */
+static PyObject *held_call_new_plain(PyTypeObject *type, vectorcallfunc call, size_t offset,
+                                     Py_ssize_t nargs, PyObject *fallback, PyObject *ndarray,
+                                     PyObject *empty, PyObject *u8, PyObject *f32,
+                                     const char *name) {
+    PyObject *obj = PyObject_GC_New(PyObject, type);
+    if (!obj) return NULL;
+    memset((char *)obj + sizeof(PyObject), 0, (size_t)type->tp_basicsize - sizeof(PyObject));
+    *(vectorcallfunc *)((char *)obj + type->tp_vectorcall_offset) = call;
+    PyObject *none = PyTuple_New(0);
+    const int rc = none ? held_call_init((HeldCall *)((char *)obj + offset), none, none,
+                                         fallback, ndarray, empty, u8, f32, nargs, -1, name)
+                        : -1;
+    Py_XDECREF(none);
+    if (rc < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track(obj);
+    return obj;
+}
+
 #endif
