@@ -233,6 +233,21 @@ def test_the_held_depthwise_conv_gives_the_runners_bits(level):
             _declined(held, fallback, (x, object(), consts[1], r))
 
 
+def test_a_patch_embedding_makes_no_held_call():
+    """A ViT's patch conv (kernel = stride) copies its patches into the GEMM's rows first:
+    the 1x1 conv's held call, which reads its image in place, is not made for it."""
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(11)
+    x = _channels_last(rng.standard_normal((1, 3, 128, 128)).astype(np.float32))
+    w = (rng.standard_normal((64, 3, 16, 16)) * 0.1).astype(np.float32)
+    with threadpool_limits(1):
+        runner = _runner(x, w, None, kernel_shape=[16, 16], strides=[16, 16])
+        assert isinstance(runner, nn_conv_nhwc._Patches)
+        held, _consts, _fallback = _held(runner, x, None, False)
+        assert held is None
+        runner.run(x, None, None)  # its own call runs
+
+
 def _declined(held: Any, fallback: _Fallback, args: tuple[Any, ...], **kw: Any) -> None:
     assert held(*args, **kw) == "fallback"
     got = fallback.calls.pop()

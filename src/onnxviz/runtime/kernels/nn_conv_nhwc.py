@@ -450,6 +450,21 @@ class _Patches(_Pointwise):
         rows = patch_rows(x, self.kernel, self.out_hw)
         return super().run(rows.transpose(0, 3, 1, 2), addend, act)
 
+    def held(
+        self,
+        x: np.ndarray,
+        act: Activation | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+        inplace: bool = False,
+    ) -> Any:
+        """None: the pointwise conv's held call reads its rows from the image in place,
+        where these rows are the patches, copied first (the call would take no image)."""
+        return None
+
 
 class _Depthwise(ChannelsLastConv):
     """Depthwise conv of any stride, dilation and padding.
