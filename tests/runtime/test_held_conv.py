@@ -430,6 +430,43 @@ def test_the_held_1x1_conv_writes_over_a_residual_only_its_caller_holds():
         np.testing.assert_array_equal(r, value)
 
 
+def test_the_held_direct_conv_writes_over_a_residual_only_its_caller_holds():
+    """The direct kernel made with ``inplace``: over a residual nothing else holds, the
+    result with a fresh output's bits; a held residual never written; the blocked kernel
+    (partial sums stored first) never in place."""
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(13)
+    cases = [((1, 16, 9, 9, 24), (3, 3), False)]
+    if nn_conv_nhwc.direct_lanes() == 16:  # the blocked kernel's shapes, at AVX-512
+        cases.append(((1, 128, 14, 14, 128), (3, 3), True))
+    for (n, c, h, wd, m), kernel, blocked in cases:
+        w = (rng.standard_normal((m, c, *kernel)) * 0.1).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
+        runner = _runner(x, w, b, kernel_shape=list(kernel), pads=[1, 1, 1, 1])
+        assert (runner.blocked is not None) == blocked
+        act = (ACT_RELU, NAN, NAN)
+        fresh, consts, _ = _held(runner, x, act, True)
+        inplace = runner.held(x, act, 4, 3, (1, 2), consts, _Fallback(), True)
+        value = _channels_last(rng.standard_normal(runner.out_shape).astype(np.float32))
+        want = fresh(x, *consts, value)
+
+        def residual(value: np.ndarray = value) -> np.ndarray:
+            return _channels_last(np.array(value.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+
+        r = residual()
+        got = inplace(x, *consts, r)
+        assert (got is r) == (not blocked)
+        np.testing.assert_array_equal(got, want)
+        r = residual()
+        keep = [r]
+        got = inplace(x, *consts, r)
+        assert not np.shares_memory(got, r)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(r, value)
+        del keep
+
+
 def test_a_wrong_construction_is_a_value_error():
     sgemm = compiled("sgemm", "the OpenBLAS paths run")
     conv = compiled("conv", "the numpy convs run")

@@ -742,7 +742,9 @@ class _Direct(ChannelsLastConv):
         `held`): channels-last, the blocked kernel where `run` takes it, else the direct
         one; C-contiguous NCHW (a stem reading the model's input), the direct kernel
         reading it through its row transposes, as `_run` does.  The residual
-        channels-last.  None: Winograd, another dtype or layout, the kernels off."""
+        channels-last; with ``inplace`` the direct kernel's results go over a residual
+        nothing else holds (the blocked kernel stores partial sums first: never).  None:
+        Winograd, another dtype or layout, the kernels off."""
         module = native.load("conv")
         if module is None or self.winograd is not None or x.dtype != np.float32:
             return None
@@ -759,6 +761,7 @@ class _Direct(ChannelsLastConv):
             (self.pads[0], self.pads[1]), code, lo, hi, nargs,
             -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
             np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32), x_first,
+            inplace and not blocked,
         )  # fmt: skip
 
     def _direct_weight(self) -> np.ndarray:

@@ -1495,7 +1495,7 @@ typedef struct {
     HeldCall call;
     HeldWeights weights;
     Call c;
-    int act, level;
+    int act, level, inplace;
     float lo, hi;
 } Held;
 
@@ -1518,8 +1518,18 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         goto other;
     }
     float *out_data = NULL;
-    PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m,
-                                              g->oh, g->ow, &out_data);
+    PyObject *out;
+    if (have_add && self->inplace && held_residual_is_dead(args[h->residual], h->ndarray)) {
+        /* The direct kernel reads each addend float in the epilogue that stores that
+         * float's result (or its staged row, copied out after the row's tiles): over
+         * the residual, no fresh output to read into cache.  (Not the blocked kernel: it
+         * stores partial sums first.) */
+        out = Py_NewRef(args[h->residual]);
+        out_data = db.buf;
+    } else {
+        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->oh,
+                                        g->ow, &out_data);
+    }
     const HeldWeights *hw = &self->weights;
     if (out && call_run(&self->c, xb.buf, hw->wb.buf, held_weights_bias(hw),
                         have_add ? db.buf : NULL, out_data, self->act, self->lo, self->hi) < 0)
@@ -1545,12 +1555,12 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     int blocked, vl, act;
     float lo, hi;
     Py_ssize_t nargs, residual;
-    int x_first = 0;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|p:held", &wo,
+    int x_first = 0, inplace = 0;
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|pp:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
                           &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
-                          &fallback, &ndarray, &empty, &u8, &f32, &x_first))
+                          &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace))
         return NULL;
     if (x_first && blocked) {
         PyErr_SetString(PyExc_ValueError, "held: the blocked kernel reads channels-last only");
@@ -1572,6 +1582,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     obj->lo = lo;
     obj->hi = hi;
     obj->level = level;
+    obj->inplace = inplace && !blocked && residual > 0;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
                        residual, "held") < 0) {
         PyObject_GC_Del(obj); /* nothing held yet, not tracked */
@@ -1619,12 +1630,15 @@ static PyMethodDef methods[] = {
     {"held", py_held, METH_VARARGS,
      "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
      "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
-     "empty, uint8, float32, x_first=False) -> a callable: f(*args) = conv_blocked's "
+     "empty, uint8, float32, x_first=False, inplace=False) -> a callable: f(*args) = "
+     "conv_blocked's "
      "(blocked) or conv_nhwc's conv of args[0] (N, C, H, W), channels-last (or, x_first, "
      "C-contiguous: conv_nhwc's layout bit 0), + args[residual] "
      "(channels-last; residual -1: none), as a new 64-byte aligned channels-last float32 "
      "(N, M, OH, OW) array, when args[places[i]] is expect[i] and the level is the one it "
-     "was made at; any other call is fallback(*args)."},
+     "was made at; with `inplace` (the direct kernel; the caller's slot of the residual "
+     "dies at the call) written over a residual only the caller and its slot hold, and "
+     "returned; any other call is fallback(*args)."},
     {"lanes", py_lanes, METH_NOARGS,
      "lanes(): the vector width (floats) the weight must be packed for at this level."},
     {"set_level", py_set_level, METH_O,

@@ -1199,37 +1199,6 @@ typedef struct {
     int (*threads)(void);
 } Pointwise;
 
-static PyObject *str_base = NULL;
-
-/* Whether the residual `r` (whose buffer the caller holds: one reference) may take the
- * conv's output in place: the run loop's reference and its slot's are the only others
- * (the plan frees the slot after this node: `inplace`), it is writable, and its memory is
- * its own or its base array's, which owns its data and which no other view holds (an
- * output of a conv: a view of an aligned buffer). */
-static int residual_is_dead(PyObject *r, PyObject *ndarray) {
-    if (Py_REFCNT(r) != 3) return 0;
-    PyObject *base = PyObject_GetAttr(r, str_base);
-    if (!base) {
-        PyErr_Clear();
-        return 0;
-    }
-    int ok = base == Py_None;
-    if (!ok && (PyObject *)Py_TYPE(base) == ndarray && Py_REFCNT(base) == 2) {
-        PyObject *owner = PyObject_GetAttr(base, str_base); /* None: base owns its data */
-        ok = owner == Py_None;
-        if (!owner) PyErr_Clear();
-        Py_XDECREF(owner);
-    }
-    Py_DECREF(base);
-    Py_buffer wb;
-    if (!ok || PyObject_GetBuffer(r, &wb, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    PyBuffer_Release(&wb);
-    return 1;
-}
-
 static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames) {
     Pointwise *self = (Pointwise *)obj;
@@ -1251,7 +1220,7 @@ static PyObject *pointwise_vectorcall(PyObject *obj, PyObject *const *args, size
     PyObject *out = NULL;
     const Py_ssize_t kcmax = KC > 0 ? KC : level >= 2 ? 1024 : 512;
     if (have_add && self->inplace && self->c <= kcmax &&
-        residual_is_dead(args[h->residual], h->ndarray)) {
+        held_residual_is_dead(args[h->residual], h->ndarray)) {
         /* The sums go over the residual: gemm reads each addend float before it stores
          * that float's sum (one K block: no partial sums stored first).  No fresh output
          * to write (an RFO of lines not in cache: ResNet-50's 56 px expand convs). */
@@ -1570,7 +1539,5 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, m
 PyMODINIT_FUNC PyInit__sgemm(void) {
     if (PyType_Ready(&ProductType) < 0) return NULL;
     if (PyType_Ready(&PointwiseType) < 0) return NULL;
-    str_base = PyUnicode_InternFromString("base");
-    if (!str_base) return NULL;
     return PyModule_Create(&module);
 }

@@ -92,6 +92,41 @@ static void held_call_free(HeldCall *h) {
     Py_CLEAR(h->f32);
 }
 
+/* Whether the residual `r` (whose buffer the caller holds: one reference) may take a held
+ * conv's output in place, when the call was made with the promise that the caller's slot
+ * of it dies at the call (fusion.ConvChain._residual_dies): the run loop's reference and
+ * that slot's are the only others, it is writable, and its memory is its own or its base
+ * array's, which owns its data and which no other view holds (an output of a conv: a view
+ * of an aligned buffer). */
+static int held_residual_is_dead(PyObject *r, PyObject *ndarray) {
+    static PyObject *base_name = NULL; /* interned once per module */
+    if (Py_REFCNT(r) != 3) return 0;
+    if (!base_name && !(base_name = PyUnicode_InternFromString("base"))) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *base = PyObject_GetAttr(r, base_name);
+    if (!base) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = base == Py_None;
+    if (!ok && (PyObject *)Py_TYPE(base) == ndarray && Py_REFCNT(base) == 2) {
+        PyObject *owner = PyObject_GetAttr(base, base_name); /* None: base owns its data */
+        ok = owner == Py_None;
+        if (!owner) PyErr_Clear();
+        Py_XDECREF(owner);
+    }
+    Py_DECREF(base);
+    Py_buffer wb;
+    if (!ok || PyObject_GetBuffer(r, &wb, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyBuffer_Release(&wb);
+    return 1;
+}
+
 /* A held conv's constant weight (`count` floats exactly) and bias (or None), their
  * buffers kept for its life. */
 typedef struct {
