@@ -279,7 +279,9 @@ def test_whole_tiles_give_the_general_tiles_bits(level):
     """At AVX-512 a whole 12 x 32 tile of A read in place over one K block runs a kernel
     of its own (tile_avx512_full: bias, addend and activation known when compiled, the
     accumulators kept in registers); A given transposed runs the general tiles: for
-    every option, the same bits (at the lower levels both are the general tiles)."""
+    every option, the same bits.  (At AVX2 whole 6-row tiles of the packed copy run
+    tile_avx2_full either way: test_a_row_gives_the_same_bits_whatever_rows_come_with_it
+    compares them with the general edge tiles, row by row.)"""
     mod = _module()
     with _level(level):
         rng = np.random.default_rng(60 + level)

@@ -226,6 +226,85 @@ tile_avx2_body(const Tile *t, const int STREAM, const int NV) {
     }
 }
 
+/* A whole 6 x 16 tile of the last K block starting from zero (tile_avx512_full's case at
+ * AVX2): bias, addend and activation known at compile time, no masks.  The same
+ * operations as the epilogue above, so the same bits. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, const int ACT) {
+    enum { MR = 6 };
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
+    __m256 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+    const float *a = t->a, *b = t->b;
+    const Py_ssize_t kc = t->kc;
+    for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
+        if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#define AVX2_ROW(i)                                                                          \
+    {                                                                                        \
+        const __m256 ai = _mm256_broadcast_ss(a + i);                                        \
+        p##i = _mm256_fmadd_ps(ai, b0, p##i);                                                \
+        q##i = _mm256_fmadd_ps(ai, b1, q##i);                                                \
+    }
+        AVX2_ROW(0)
+        AVX2_ROW(1)
+        AVX2_ROW(2)
+        AVX2_ROW(3)
+        AVX2_ROW(4)
+        AVX2_ROW(5)
+#undef AVX2_ROW
+    }
+    const __m256 bias0 = BIAS ? _mm256_loadu_ps(t->bias) : _mm256_setzero_ps();
+    const __m256 bias1 = BIAS ? _mm256_loadu_ps(t->bias + 8) : _mm256_setzero_ps();
+    const float lo = t->lo, hi = t->hi;
+#define AVX2_STORE(i)                                                                        \
+    {                                                                                        \
+        __m256 y0 = p##i, y1 = q##i;                                                         \
+        if (BIAS) {                                                                          \
+            y0 = _mm256_add_ps(y0, bias0);                                                   \
+            y1 = _mm256_add_ps(y1, bias1);                                                   \
+        }                                                                                    \
+        if (ADD) {                                                                           \
+            const float *d = t->add + (i) * t->ldadd;                                        \
+            y0 = _mm256_add_ps(y0, _mm256_loadu_ps(d));                                      \
+            y1 = _mm256_add_ps(y1, _mm256_loadu_ps(d + 8));                                  \
+        }                                                                                    \
+        float *c = t->c + (i) * t->ldc;                                                      \
+        _mm256_storeu_ps(c, act8(y0, ACT, lo, hi));                                          \
+        _mm256_storeu_ps(c + 8, act8(y1, ACT, lo, hi));                                      \
+    }
+    AVX2_STORE(0)
+    AVX2_STORE(1)
+    AVX2_STORE(2)
+    AVX2_STORE(3)
+    AVX2_STORE(4)
+    AVX2_STORE(5)
+#undef AVX2_STORE
+}
+
+#define AVX2_FULL(S, B, A)                                                                   \
+    __attribute__((target("avx2,fma"))) static void tile_avx2_full_##S##B##A(const Tile *t) { \
+        switch (t->act) {                                                                    \
+        case 1: tile_avx2_full(t, S, B, A, 1); break;                                        \
+        case 2: tile_avx2_full(t, S, B, A, 2); break;                                        \
+        case 3: tile_avx2_full(t, S, B, A, 3); break;                                        \
+        default: tile_avx2_full(t, S, B, A, 0); break;                                       \
+        }                                                                                    \
+    }
+AVX2_FULL(0, 0, 0)
+AVX2_FULL(0, 0, 1)
+AVX2_FULL(0, 1, 0)
+AVX2_FULL(0, 1, 1)
+AVX2_FULL(1, 0, 0)
+AVX2_FULL(1, 0, 1)
+AVX2_FULL(1, 1, 0)
+AVX2_FULL(1, 1, 1)
+#undef AVX2_FULL
+/* By stream, bias, addend. */
+static void (*const tile_avx2_fulls[8])(const Tile *) = {
+    tile_avx2_full_000, tile_avx2_full_001, tile_avx2_full_010, tile_avx2_full_011,
+    tile_avx2_full_100, tile_avx2_full_101, tile_avx2_full_110, tile_avx2_full_111,
+};
+
 __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
     if (t->cols <= 8) {
         if (t->stream)
@@ -729,10 +808,14 @@ static void run(const Problem *p, float *abuf) {
                 }
                 t.lda = lda_packed;
                 t.a = a_packed;
-                /* Whole 12-row tiles of one K block: tile_avx512_full. */
-                if (level >= 2 && inplace && rows == 12 && t.last && !t.load_c) {
+                /* Whole tiles of one K block: tile_avx512_full (12 rows read in place),
+                 * tile_avx2_full (6 rows of the packed copy). */
+                const int full_rows = level >= 2 ? (inplace ? 12 : 0) : level == 1 ? 6 : 0;
+                if (full_rows && rows == full_rows && t.last && !t.load_c) {
+                    const int which =
+                        (t.stream ? 4 : 0) | (p->bias ? 2 : 0) | (p->add ? 1 : 0);
                     void (*full)(const Tile *) =
-                        tile_avx512_fulls[(t.stream ? 4 : 0) | (p->bias ? 2 : 0) | (p->add ? 1 : 0)];
+                        level >= 2 ? tile_avx512_fulls[which] : tile_avx2_fulls[which];
                     for (; j + nr <= j1; j += nr) {
                         t.cols = nr;
                         t.b = p->b + (j / nr) * p->k * nr + k0 * nr;
