@@ -616,6 +616,9 @@ def test_a_model_runs_the_held_convs_after_its_first_run(monkeypatch):
                 # Every conv that emits channels-last is held: the 1x1s (the first one
                 # reads the NCHW feed; the strided projection runs the direct kernel), the
                 # 3x3s, the depthwise one; the last one hands the graph an NCHW output.
+                # Each block's residual is read last by its chain: the held 1x1 conv may
+                # take it in place (the feed's is still never written: its caller holds it).
+                assert [ch.residual_dies for ch in chains if ch.residual is not None] == [True] * 3
                 emits = [ch.layout is not None and ch.layout.emit for ch in chains]
                 assert [ch.quick is not None for ch in chains] == emits, level
                 assert sum(emits) == len(chains) - 1

@@ -260,8 +260,20 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     constants.update(folded)
     plan_channels_last(out, keep, constants)
     liveness(out, plan.slots, plan.output_names)
+    for pn in out:
+        if isinstance(pn.fused, ConvChain):
+            pn.fused.residual_dies = _dies_here(pn, pn.fused.residual)
     prepare(out, fast=True, constants=constants)
     return out
+
+
+def _dies_here(pn: PlanNode, place: int | None) -> bool:
+    """Whether the input at ``place`` of the (live-marked) node ``pn`` is freed after it,
+    read by it once."""
+    if place is None:
+        return False
+    slot = pn.inputs[place]
+    return slot >= 0 and slot in pn.free_after and pn.inputs.count(slot) == 1
 
 
 def _matmul_bias_add(
@@ -481,6 +493,9 @@ class ConvChain:
         # constants change.  `_held_tried`: made or found none for these constants.
         self.quick: Any = None
         self._held_tried = False
+        # Whether the residual's slot is freed after this chain's node (set with the
+        # unwatched node list's liveness, fusion._fuse): the held call may write over it.
+        self.residual_dies = False
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         # The constants the fold read (never the residual: a new array every run), the
@@ -550,19 +565,8 @@ class ConvChain:
             tuple(self._places or ()),
             tuple(self._key or ()),
             quiet_loop.decline,
-            ex.inplace and self._residual_dies(ex),
+            ex.inplace and self.residual_dies,
         )
-
-    def _residual_dies(self, ex: Executor) -> bool:
-        """Whether the residual's slot is freed after this chain's node in the node list
-        the running frame follows (fusion.run_nodes), read by it once."""
-        if self.residual is None or not ex.stack:
-            return False
-        node = next((q for q in run_nodes(ex.stack[-1].plan) if q.fused is self), None)
-        if node is None:
-            return False
-        slot = node.inputs[self.residual]
-        return slot >= 0 and slot in node.free_after and node.inputs.count(slot) == 1
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation

@@ -280,13 +280,7 @@ class ChannelsLast:
         if type(x) is not np.ndarray or (not self.emit and not is_channels_last(x)):
             return None
         prepared = self._prepared
-        if (
-            prepared is None
-            or prepared[0] != x.shape
-            or prepared[1] != x.dtype
-            or prepared[2] is not w
-            or prepared[3] is not bias
-        ):
+        if prepared is None or not _made_for(prepared, x, w, bias):
             prepared = (x.shape, x.dtype, w, bias, prepare_channels_last(x, w, bias, attrs))
             self._prepared = prepared
         runner = prepared[4]
@@ -323,16 +317,26 @@ class ChannelsLast:
         emits channels-last (else `__call__` makes its result NCHW), or None."""
         prepared = self._prepared
         if (
-            not self.emit
-            or prepared is None
-            or prepared[0] != x.shape
-            or prepared[1] != x.dtype
-            or prepared[2] is not w
-            or prepared[3] is not bias
+            prepared is None
+            or not self.emit
+            or not _made_for(prepared, x, w, bias)
             or prepared[4] is None
         ):
             return None
         return prepared[4].held(x, act, nargs, residual, places, expect, fallback, inplace)
+
+
+def _made_for(
+    prepared: tuple[Any, ...], x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
+) -> bool:
+    """Whether ChannelsLast's prepared tuple was made for this input shape and dtype,
+    weight and bias."""
+    return (
+        prepared[0] == x.shape
+        and prepared[1] == x.dtype
+        and prepared[2] is w
+        and prepared[3] is bias
+    )
 
 
 class SpatialMean:
@@ -340,7 +344,7 @@ class SpatialMean:
     GlobalAveragePool, of a channels-last value: float32 by the compiled pool with the
     whole image as its window (nn_pool.spatial_mean), and from the second run by its
     held call (`quick`, native/_pool.c's `held`: the same kernel in C from the node loop;
-    ResNet-50's last mean 84 -> 20 us in its run); float64 (or the kernels off) by one
+    ResNet-50's last mean 84 -> 26 us in its run); float64 (or the kernels off) by one
     BLAS product of the (H*W, C) rows with a row of ones, then divided by H*W.  numpy's
     reduction over the rows of a channels-last array runs its inner loop over the C
     channels only (48 us against 11 us channels-first at 16 channels of 56x56).  Any
@@ -457,9 +461,8 @@ class ChannelsLastConcat:
                 elif not self._held_tried:
                     self._held_tried = True
                     self.quick = module.held_concat(
-                        len(ins), quiet_loop.decline, np.ndarray, np.empty, np.dtype(np.uint8),
-                        np.dtype(np.float32),
-                    )  # fmt: skip
+                        len(ins), quiet_loop.decline, *native.held_arrays()
+                    )
                 return [out.transpose(0, 3, 1, 2)]
         return ex.call_kernel(self.node, ins)
 

@@ -274,13 +274,21 @@ class _Pointwise(ChannelsLastConv):
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool]:
-        if x.dtype == np.float32 and self.rows > _FEW_ROWS:
-            mod = packed_gemm.module()
-            if mod is not None and packed_gemm.use_for(self.rows, self.c, self.wt.shape[1]):
-                p = self._packed_for(mod)
-                if p is not None:
-                    return self._packed_product(mod, p, x, addend, act)
+        route = self._packed_route(x)
+        if route is not None:
+            return self._packed_product(*route, x, addend, act)
         return self._product(x, addend), False
+
+    def _packed_route(self, x: np.ndarray) -> tuple[Any, packed_gemm.Packed] | None:
+        """(module, packed weight) when this conv of ``x`` runs the compiled GEMM: float32,
+        more than a few rows, the routing's choice (packed_gemm.use_for); else None."""
+        if x.dtype != np.float32 or self.rows <= _FEW_ROWS:
+            return None
+        mod = packed_gemm.module()
+        if mod is None or not packed_gemm.use_for(self.rows, self.c, self.wt.shape[1]):
+            return None
+        p = self._packed_for(mod)
+        return None if p is None else (mod, p)
 
     def held(
         self,
@@ -298,23 +306,14 @@ class _Pointwise(ChannelsLastConv):
         product (a strided conv, few rows, another routing) or would leave ``act`` to the
         caller."""
         code = ACT_NONE if act is None else act[0]
-        if (
-            self.strided
-            or x.dtype != np.float32
-            or self.rows <= _FEW_ROWS
-            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH)
-        ):
+        if self.strided or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH):
             return None
-        mod = packed_gemm.module()
-        if mod is None or not packed_gemm.use_for(self.rows, self.c, self.wt.shape[1]):
-            return None
-        p = self._packed_for(mod)
-        if p is None:
+        route = self._packed_route(x)
+        if route is None:
             return None
         n, _, h, w = self.out_shape
         return packed_gemm.held_pointwise(
-            mod,
-            p,
+            *route,
             self.bias,
             (n, h, w),
             (ACT_NONE, math.nan, math.nan) if act is None else act,
@@ -584,7 +583,7 @@ class _Depthwise(ChannelsLastConv):
             self._taps, self.bias, (n, h, w, c), self.kernel, (self.oh, self.ow), self.strides,
             self.dilations, (self.pads[0], self.pads[1]), code, lo, hi, nargs,
             -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
-            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+            *native.held_arrays(),
         )  # fmt: skip
 
     def _run_native(
@@ -760,8 +759,7 @@ class _Direct(ChannelsLastConv):
             (self.m, *self.kernel), tuple(self.out_shape[2:]), self.strides, self.dilations,
             (self.pads[0], self.pads[1]), code, lo, hi, nargs,
             -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
-            np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32), x_first,
-            inplace and not blocked,
+            *native.held_arrays(), x_first, inplace and not blocked,
         )  # fmt: skip
 
     def _direct_weight(self) -> np.ndarray:

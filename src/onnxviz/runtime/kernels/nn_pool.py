@@ -490,7 +490,7 @@ def held_pool(attrs: dict[str, Any], average: bool, fallback: Any) -> Any:
     include_pad = int(bool(attrs.get("count_include_pad", 0))) if average else 0
     return module.held(
         tuple(kernel_shape), tuple(strides), tuple(pads), int(average), include_pad, fallback,
-        np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
+        *native.held_arrays(),
     )  # fmt: skip
 
 
@@ -516,10 +516,7 @@ def held_spatial_mean(fallback: Any) -> Any:
     module = native.load("pool")
     if module is None:
         return None
-    return module.held(
-        (0, 0), (1, 1), (0, 0, 0, 0), 1, 0, fallback,
-        np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32),
-    )  # fmt: skip
+    return module.held((0, 0), (1, 1), (0, 0, 0, 0), 1, 0, fallback, *native.held_arrays())
 
 
 @specializer(max_pool)

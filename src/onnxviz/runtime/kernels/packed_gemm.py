@@ -334,7 +334,7 @@ def held_pointwise(
     return mod.pointwise(
         p.data, p.offset, p.k, p.n, p.nr, bias, image, code, lo, hi, nargs,
         -1 if residual is None else residual, inplace, tuple(places), tuple(expect),
-        blas.threads_getter_address(), fallback, np.ndarray, np.empty, np.dtype(np.uint8), _F32,
+        blas.threads_getter_address(), fallback, *native.held_arrays(),
     )  # fmt: skip
 
 

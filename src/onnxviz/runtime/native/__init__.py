@@ -31,6 +31,7 @@ import importlib
 import os
 import warnings
 from types import ModuleType
+from typing import Any
 
 GENERIC, AVX2, AVX512, AVX512_VNNI = 0, 1, 2, 3
 LEVEL_NAMES = {GENERIC: "generic", AVX2: "avx2", AVX512: "avx512", AVX512_VNNI: "avx512-vnni"}
@@ -91,6 +92,15 @@ def load(name: str) -> ModuleType | None:
 # Modules `load` imported, by name: import_module on every call (the kernels ask per
 # node run) was ~2% of MobileNetV3-small's run time.
 _IMPORTED: dict[str, ModuleType] = {}
+
+
+def held_arrays() -> tuple[Any, Any, Any, Any]:
+    """What a held conv, pool or concat makes its channels-last outputs with (levels.h's
+    onnxviz_new_channels_last), in the order their makers take them: numpy.ndarray,
+    numpy.empty, and the uint8 and float32 dtypes."""
+    import numpy as np  # (this package's loader needs no numpy)
+
+    return np.ndarray, np.empty, np.dtype(np.uint8), np.dtype(np.float32)
 
 
 def built(name: str) -> bool:

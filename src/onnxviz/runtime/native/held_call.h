@@ -94,7 +94,7 @@ static void held_call_free(HeldCall *h) {
 
 /* Whether the residual `r` (whose buffer the caller holds: one reference) may take a held
  * conv's output in place, when the call was made with the promise that the caller's slot
- * of it dies at the call (fusion.ConvChain._residual_dies): the run loop's reference and
+ * of it dies at the call (fusion.ConvChain.residual_dies): the run loop's reference and
  * that slot's are the only others, it is writable, and its memory is its own or its base
  * array's, which owns its data and which no other view holds (an output of a conv: a view
  * of an aligned buffer). */
