@@ -658,3 +658,45 @@ def test_wide_convs_pass_over_the_image_once_per_group_of_channel_blocks(
         finally:
             module.set_level(LEVELS[-1])
         _check_bound(got, x, w, b, addend, g)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("m", [32, 33, 64])
+def test_a_pixels_bits_do_not_depend_on_how_its_row_is_cut_into_tiles(level: int, m: int) -> None:
+    """Output rows of a multiple of 14 pixels run 14-pixel tiles at AVX-512, other widths
+    near-equal tiles of at most 12: the same conv on a 28-, 27-, 26- and 14-column image
+    (with bias, addend and Relu; left padding only, so no column reads past the cut) gives
+    every column they share the same bits, within the bound of the exact conv."""
+    module = _module()
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((1, 24, 6, 28)).astype(np.float32)
+    w = rng.standard_normal((m, 24, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    pads = (1, 2, 1, 0)
+    act = (ACT_RELU, NAN, NAN)
+    full, _ = _exact(x, w, (1, 1), (1, 1), pads)
+    addend = rng.standard_normal(full.shape).astype(np.float32)
+    module.set_level(level)
+    try:
+        outs = {
+            width: _run(
+                module,
+                np.ascontiguousarray(x[..., :width]),
+                w,
+                b,
+                np.ascontiguousarray(addend[..., :width]),
+                (1, 1),
+                (1, 1),
+                pads,
+                act,
+                0,
+            )
+            for width in (28, 27, 26, 14)
+        }
+    finally:
+        module.set_level(LEVELS[-1])
+    g = {"strides": (1, 1), "dilations": (1, 1), "pads": pads, "act": act}
+    _check_bound(outs[28], x, w, b, addend, g)
+    for width in (27, 26, 14):
+        assert outs[width].shape[-1] == width
+        np.testing.assert_array_equal(outs[width], outs[28][..., :width])

@@ -18,8 +18,8 @@
  * place, the output written once, with the bias, the residual and the activation.
  *
  * The micro-kernel: P output pixels of one row x NV vectors of output channels
- * (AVX-512: up to 12 x 2 x 16, 24 accumulators of the 32 registers; AVX2: 6 x 2 x 8, 12
- * of 16).  Per input channel it loads NV weight vectors and broadcasts P input values,
+ * (AVX-512: up to 12 x 2 x 16, 24 accumulators of the 32 registers, or 14 x 2 x 16 on
+ * rows of a multiple of 14 pixels; AVX2: 6 x 2 x 8, 12 of 16).  Per input channel it loads NV weight vectors and broadcasts P input values,
  * then P * NV FMAs: the FMA ports, not the loads, bound it.  A row's pixels are split
  * into near-equal tiles (14 pixels: 7 + 7, not 12 + 2, whose 2-pixel tile would be load
  * bound).  Padding: taps above or below the image are skipped (the range of kernel rows
@@ -243,7 +243,7 @@ tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, cons
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
        float *out, const int P, const int NV, int width) {
-    __m512 acc[12][2];
+    __m512 acc[14][2];
     for (int i = 0; i < P; i++)
         for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
     const Py_ssize_t pstep = r->pstep, c_count = r->c;
@@ -265,7 +265,7 @@ tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const f
         }
     }
     if (r->cs != 1) { /* channels-first output: through the scalar epilogue */
-        float sums[12 * 32];
+        float sums[14 * 32];
         for (int i = 0; i < P; i++)
             for (int v = 0; v < NV; v++) _mm512_storeu_ps(sums + 32 * i + 16 * v, acc[i][v]);
         epilogue_planes(r, sums, 32, P, 16 * (NV - 1) + width, bias, add, out);
@@ -307,8 +307,10 @@ tile_avx512(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, co
         TILE16_CASE(9)
         TILE16_CASE(10)
         TILE16_CASE(11)
-    default:
         TILE16_CASE(12)
+        TILE16_CASE(13)
+    default:
+        TILE16_CASE(14)
     }
 }
 #endif /* ONNXVIZ_X86 */
@@ -832,7 +834,14 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
     int pmax = G_P, nvmax = 1;
 #if ONNXVIZ_X86
     if (level >= 2) {
-        pmax = 12;
+        /* Rows of a multiple of 14 pixels (ResNet's 56, 28, 14) run whole 14-pixel tiles:
+         * 28 accumulators, 2 weight loads per 28 FMAs, not per 24.  Inside ResNet-50 (one
+         * thread, A/B alternated in one process, us) its 56 px 64-channel 3x3s went
+         * 1490-1520 -> 1421-1462, 28 px 1417-1431 -> 1386-1388, the whole model 1.035 ->
+         * 1.031x onnxruntime, ResNet-18 w32 1.004 -> 0.993x.  Elsewhere at most 12: the
+         * 13- and 14-pixel loops keep three or four pointers on the stack, and UNet's 64
+         * px rows (13 + 13 + 13 + 13 + 12) lost, 1.085 -> 1.116x. */
+        pmax = g->ow % 14 == 0 ? 14 : 12;
         nvmax = 2;
     } else if (level == 1) {
         pmax = 6;
