@@ -414,6 +414,56 @@ def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
 
 
 @pytest.mark.parametrize(
+    ("pool", "attrs", "out_hw"),
+    [
+        ("AveragePool", {"kernel_shape": [7, 7]}, (1, 1)),  # ResNet-50's head
+        ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2]}, (3, 3)),
+    ],
+)
+@pytest.mark.parametrize("pool_is_output", [False, True])
+def test_a_conv_before_a_pool_whose_readers_want_nchw_stays_channels_last(
+    monkeypatch: pytest.MonkeyPatch,
+    pool: str,
+    attrs: dict[str, Any],
+    out_hw: tuple[int, int],
+    pool_is_output: bool,
+) -> None:
+    """A conv chain's last 1x1 conv before a pool and a Flatten (or a graph output):
+    the pool reads the conv's channels-last output in place and the Flatten its result
+    (a 1x1 one is NCHW as it is, a larger one pays a copy), not the conv writing NCHW
+    planes for an NCHW pool; a pool output that is a graph output keeps the conv's
+    output NCHW.  The stepped run's numbers (within the differential harness's bound)
+    either way."""
+    net = _Net(np.random.default_rng(13))
+    net.shapes["x"] = (1, 16, 7, 7)
+    y = net.add("Relu", [net.conv("x", 32, k=3)], (1, 32, 7, 7))
+    y = net.add("Relu", [net.conv(y, 48)], (1, 48, 7, 7))
+    p = net.add(pool, [y], (1, 48, *out_hw), **attrs)
+    z = net.add("Flatten", [p], (1, 48 * out_hw[0] * out_hw[1]))
+    model = net.model((1, 16, 7, 7), z)
+    if pool_is_output:
+        model.graph.output.append(helper.make_tensor_value_info(p, F, (1, 48, *out_hw)))
+    feeds = {"x": RNG.standard_normal((1, 16, 7, 7)).astype(np.float32)}
+    layouts: list[bool] = []
+    sess = Session(model)
+    for pn in run_nodes(sess.plan):
+        if pn.op_type == pool and pn.call is not None:
+            held = pn.call
+
+            def watch(v: np.ndarray, held: Any = held) -> Any:
+                layouts.append(nn_pool.is_channels_last(v))
+                return held(v)
+
+            monkeypatch.setattr(pn, "call", watch)
+    got = sess.run(feeds)
+    if native.level() is not None:  # the compiled direct conv makes the layout pay
+        assert layouts == [not pool_is_output], layouts
+    if pool_is_output:
+        assert got[p].flags.c_contiguous
+    assert_modes_agree(model, feeds)
+
+
+@pytest.mark.parametrize(
     ("alpha", "gate_first", "dtype"),
     [(1 / 6, False, np.float32), (1 / 6, True, np.float32), (0.2, False, np.float32),
      (1 / 6, False, np.float64)],
