@@ -45,6 +45,7 @@ from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     ChannelsLastConv,
+    PoolWindow,
     direct_available,
     is_channels_last,
     prepare_channels_last,
@@ -226,6 +227,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         if is_conv_chain(pn):
             kind = kinds[id(pn)]
             ok, pays = readers(pn.outputs[0])
+            if getattr(pn.fused, "pool", None) is not None and pn.outputs[0] not in keep:
+                ok = ok or kind is not None  # its pool's readers copy, as a pool's above
+                pays = True
             # A depthwise or direct conv computes channels-last anyway: keeping its
             # output so saves the transposing copy back whenever its readers take it.
             emits[id(pn)] = kind is not None and ok and (pays or kind in _NATIVE_LAST)
@@ -323,10 +327,12 @@ class ChannelsLast:
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """The prepared kernel's compiled call (ChannelsLastConv.held) for a fused node
-        whose last call ran it on ``x`` with ``w`` and ``bias``: only when this conv
-        emits channels-last (else `__call__` makes its result NCHW), or None."""
+        whose last call ran it on ``x`` with ``w`` and ``bias`` (and pools its result with
+        ``pool``): only when this conv emits channels-last (else `__call__` makes its
+        result NCHW), or None."""
         prepared = self._prepared
         if (
             prepared is None
@@ -335,7 +341,9 @@ class ChannelsLast:
             or prepared[4] is None
         ):
             return None
-        return prepared[4].held(x, act, nargs, residual, places, expect, fallback, inplace)
+        return prepared[4].held(
+            x, act, nargs, residual, places, expect, fallback, inplace, pool
+        )  # fmt: skip
 
 
 def _made_for(

@@ -188,6 +188,9 @@ def direct_available(dtype: Any) -> bool:
 # An activation the compiled depthwise kernel applies as it writes its output: (code,
 # Clip's low bound, high bound), codes nn_conv.ACT_*, a NaN bound meaning none.
 Activation = tuple[int, float, float]
+# A max pool a held conv applies to its output (ChannelsLastConv.held): ((kh, kw), (sh,
+# sw), (top, left, bottom, right) pads), floor rounding, no dilation.
+PoolWindow = tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int]]
 
 
 class ChannelsLastConv:
@@ -226,13 +229,16 @@ class ChannelsLastConv:
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """A compiled call that runs this conv, addend and ``act`` for a fused node's
         inputs (``args[0]`` the image, ``args[residual]`` the addend, the constants
         ``expect`` at ``places``) and returns the channels-last result as `__call__`
         does, any other call going to ``fallback``; or None (this runner has none).
         ``inplace``: the caller's slot of the addend dies at the call, so a runner may
-        write over an addend nothing else holds."""
+        write over an addend nothing else holds.  ``pool``: the call returns the max
+        pool with this window of the result instead (a chain ending in a MaxPool; only
+        `_Direct` has such a call)."""
         return None
 
     def run_nchw(
@@ -300,13 +306,18 @@ class _Pointwise(ChannelsLastConv):
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """A compiled call of this conv for a fused node's inputs like these
         (packed_gemm.held_pointwise), or None where `run` would not take the packed
         product (a strided conv, few rows, another routing) or would leave ``act`` to the
         caller."""
         code = ACT_NONE if act is None else act[0]
-        if self.strided or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH):
+        if (
+            pool is not None
+            or self.strided
+            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH)
+        ):
             return None
         route = self._packed_route(x)
         if route is None:
@@ -459,6 +470,7 @@ class _Patches(_Pointwise):
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """None: the pointwise conv's held call reads its rows from the image in place,
         where these rows are the patches, copied first (the call would take no image)."""
@@ -570,12 +582,13 @@ class _Depthwise(ChannelsLastConv):
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """The compiled call of `run` on a channels-last ``x`` (native/_depthwise.c's
         `held`, the residual channels-last), once `_run_native` has made the weight's
-        taps; or None: another dtype, the kernels off."""
+        taps; or None: another dtype, the kernels off, a pool."""
         module = native.load("depthwise")
-        if module is None or x.dtype != np.float32 or self._taps is None:
+        if pool is not None or module is None or x.dtype != np.float32 or self._taps is None:
             return None
         n, c, h, w = x.shape
         code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
@@ -736,14 +749,17 @@ class _Direct(ChannelsLastConv):
         expect: tuple[Any, ...],
         fallback: Any,
         inplace: bool = False,
+        pool: PoolWindow | None = None,
     ) -> Any:
         """The compiled call of `run` on an ``x`` laid out as this one (native/_conv.c's
         `held`): channels-last, the blocked kernel where `run` takes it, else the direct
         one; C-contiguous NCHW (a stem reading the model's input), the direct kernel
         reading it through its row transposes, as `_run` does.  The residual
         channels-last; with ``inplace`` the direct kernel's results go over a residual
-        nothing else holds (the blocked kernel stores partial sums first: never).  None:
-        Winograd, another dtype or layout, the kernels off."""
+        nothing else holds (the blocked kernel stores partial sums first: never).  With
+        ``pool`` (no residual) it returns the max pool of that result, computed band by
+        band of output rows while they are in cache.  None: Winograd, another dtype or
+        layout, the kernels off."""
         module = native.load("conv")
         if module is None or self.winograd is not None or x.dtype != np.float32:
             return None
@@ -759,7 +775,7 @@ class _Direct(ChannelsLastConv):
             (self.m, *self.kernel), tuple(self.out_shape[2:]), self.strides, self.dilations,
             (self.pads[0], self.pads[1]), code, lo, hi, nargs,
             -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
-            *native.held_arrays(), x_first, inplace and not blocked,
+            *native.held_arrays(), x_first, inplace and not blocked, pool,
         )  # fmt: skip
 
     def _direct_weight(self) -> np.ndarray:

@@ -467,31 +467,42 @@ def average_pool(
     return total.astype(x.dtype, copy=False)
 
 
-def held_pool(attrs: dict[str, Any], average: bool, fallback: Any) -> Any:
-    """The specialized call (registry.specializer) of a one-output MaxPool or an
-    AveragePool over two spatial axes with explicit (or VALID) pads, floor rounding and
-    no dilation: native/_pool.c's `held`, which pools a float32 channels-last image of any
-    size in C from the node loop (the same kernel as `native_pool2d`, so its values) and
-    hands every other call to ``fallback(x)``, the op's kernel.  None where it does not
-    apply or the kernels are off."""
-    module = native.load("pool")
+def fixed_window(
+    attrs: dict[str, Any],
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int]] | None:
+    """A 2-D pool's ((kh, kw), (sh, sw), (top, left, bottom, right) pads) when the
+    compiled channels-last pool runs it as it is: explicit (or VALID) pads, floor
+    rounding, no dilation; else None."""
     kernel_shape = attrs.get("kernel_shape")
-    if module is None or kernel_shape is None or len(kernel_shape) != 2:
+    if kernel_shape is None or len(kernel_shape) != 2:
         return None
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", "VALID") or attrs.get("ceil_mode", 0):
         return None
     if any(d != 1 for d in attrs.get("dilations") or (1, 1)):
         return None
-    strides = list(attrs.get("strides") or (1, 1))
-    pads = [0, 0, 0, 0] if auto_pad == "VALID" else list(attrs.get("pads") or (0, 0, 0, 0))
+    strides = tuple(int(v) for v in attrs.get("strides") or (1, 1))
+    pads = (0, 0, 0, 0) if auto_pad == "VALID" else tuple(attrs.get("pads") or (0, 0, 0, 0))
     if len(strides) != 2 or len(pads) != 4 or min(pads) < 0 or min(strides) < 1:
         return None
+    kh, kw = (int(v) for v in kernel_shape)
+    top, left, bottom, right = (int(v) for v in pads)
+    return (kh, kw), (strides[0], strides[1]), (top, left, bottom, right)
+
+
+def held_pool(attrs: dict[str, Any], average: bool, fallback: Any) -> Any:
+    """The specialized call (registry.specializer) of a one-output MaxPool or an
+    AveragePool over two spatial axes with a `fixed_window`: native/_pool.c's `held`,
+    which pools a float32 channels-last image of any size in C from the node loop (the
+    same kernel as `native_pool2d`, so its values) and hands every other call to
+    ``fallback(x)``, the op's kernel.  None where it does not apply or the kernels are
+    off."""
+    module = native.load("pool")
+    window = fixed_window(attrs)
+    if module is None or window is None:
+        return None
     include_pad = int(bool(attrs.get("count_include_pad", 0))) if average else 0
-    return module.held(
-        tuple(kernel_shape), tuple(strides), tuple(pads), int(average), include_pad, fallback,
-        *native.held_arrays(),
-    )  # fmt: skip
+    return module.held(*window, int(average), include_pad, fallback, *native.held_arrays())
 
 
 def spatial_mean(x: np.ndarray) -> np.ndarray | None:

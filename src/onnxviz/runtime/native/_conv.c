@@ -72,6 +72,7 @@
 #endif
 #include "activations.h"
 #include "held_call.h"
+#include "pool_nhwc.h"
 
 static int level = 0;
 
@@ -320,6 +321,11 @@ tile_avx512(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, co
 typedef struct {
     Py_ssize_t n, h, w, c, m, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl;
     int x_first, out_first; /* x, and out with the addend, channels-first (N, C, H, W) */
+    /* The direct kernel's output rows [row0, row1) of each image (call_check: all), into
+     * `out` from its row out_row (channels-last): a held conv with a pool (below) runs
+     * one image a band of rows at a time into a small buffer.  Row buffer slots are
+     * forgotten only at row0 == 0, so the next band of an image reuses its rows. */
+    Py_ssize_t row0, row1, out_row;
 } Geometry;
 
 /* Padded columns an output row's tiles read: the last pixel's last tap, plus one. */
@@ -744,8 +750,9 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
         stage = PyMem_RawMalloc((size_t)(g->ow * m) * sizeof(float));
     for (Py_ssize_t b = 0; b < g->n; b++) {
         const float *image = x + b * g->h * g->w * c;
-        for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
-        for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+        if (g->row0 == 0)
+            for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
+        for (Py_ssize_t oy = g->row0; oy < g->row1; oy++) {
             const Py_ssize_t y0 = oy * g->sh - g->pt;
             int ky0 = 0, ky1 = (int)g->kh;
             while (ky0 < ky1 && y0 + ky0 * g->dh < 0) ky0++;
@@ -771,7 +778,7 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                 rows[ky] = rowbuf + slot * slot_size;
             }
             const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
-                                               : (b * g->oh + oy) * g->ow * m;
+                                               : (b * g->oh + oy - g->out_row) * g->ow * m;
             /* group by group, all tiles of a group: the group's weights and the row's
              * planes stay in L1 (a 7x7 of 64 channels holds 38 KB of weights; tiles outer
              * read all of them per tile: 1.77-1.85 ms against 1.73-1.75 NCHW out) */
@@ -880,10 +887,11 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
     const Py_ssize_t tiles = (g->ow + pmax - 1) / pmax;
     for (Py_ssize_t b = 0; b < g->n; b++) {
         const float *image = x + b * g->h * g->w * c;
-        for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
+        if (g->row0 == 0)
+            for (Py_ssize_t slot = 0; slot < g->kh; slot++) tags[slot] = -1;
         for (Py_ssize_t first = 0; first < blocks; first += chunk) {
             const Py_ssize_t last = first + chunk < blocks ? first + chunk : blocks;
-            for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+            for (Py_ssize_t oy = g->row0; oy < g->row1; oy++) {
                 const Py_ssize_t y0 = oy * g->sh - g->pt;
                 int ky0 = 0, ky1 = (int)g->kh;
                 while (ky0 < ky1 && y0 + ky0 * g->dh < 0) ky0++;
@@ -937,7 +945,7 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
                 }
                 /* out (and addend) at image b, row oy, channel 0 */
                 const Py_ssize_t at = g->out_first ? b * m * g->oh * g->ow + oy * g->ow
-                                                   : (b * g->oh + oy) * g->ow * m;
+                                                   : (b * g->oh + oy - g->out_row) * g->ow * m;
                 for (Py_ssize_t mb = first; mb < last; mb += nvmax) {
                     const int nv = (int)(last - mb < nvmax ? last - mb : nvmax);
                     const Py_ssize_t m0 = mb * vl;
@@ -1297,6 +1305,9 @@ typedef struct {
  * this level) and fills c's counts: 0, or -1 with ValueError naming `name`. */
 static int call_check(Call *c, int vl, const char *name) {
     Geometry *const g = &c->g;
+    g->row0 = 0;
+    g->row1 = g->oh;
+    g->out_row = 0;
     const Py_ssize_t limit = (Py_ssize_t)1 << 30;
     Py_ssize_t dims[] = {g->n,  g->h,  g->w,  g->c,  g->m,  g->kh, g->kw,
                          g->oh, g->ow, g->sh, g->sw, g->dh, g->dw};
@@ -1506,7 +1517,106 @@ typedef struct {
     Call c;
     int act, level, inplace;
     float lo, hi;
+    int pool;       /* a max pool of the conv's output follows (call_run_pooled) */
+    PoolGeometry pg; /* its window, strides and pads; oh, ow: its output's size */
 } Held;
+
+/* Bytes of conv output rows a pooled call computes before pooling them: the band is still
+ * in L2 when the pool reads it (the stem's 112 x 64 rows: 28 KB each). */
+#define POOL_BAND_BYTES ((Py_ssize_t)512 * 1024)
+
+/* A checked direct or blocked call (no addend) followed by the max pool `pg` (pg->oh and
+ * pg->ow its output's size) into `out` (N, pg->oh, pg->ow, M): the conv's output never
+ * exists whole.  Per image, bands of pool output rows: the conv rows they read (clipped
+ * to the image) are computed into a buffer of POOL_BAND_BYTES, the rows two bands share
+ * moved to its top instead of computed twice, then pooled with the band as the pool's
+ * image (its top pad what is left of pg->pt above the band: rows above it are either
+ * padding or not in any window of the band).  The same conv and pool kernels as the
+ * separate nodes, so the same bits.  The blocked kernel (it runs whole images) writes
+ * the whole output into a buffer first.  0, or -1 with MemoryError. */
+static int call_run_pooled(const Call *c, const PoolGeometry *pg, const float *x,
+                           const float *wp, const float *bias, float *out, int act, float lo,
+                           float hi) {
+    const Geometry *const g = &c->g;
+    const Py_ssize_t row_floats = g->ow * g->m;
+    if (c->blocked) {
+        float *whole = PyMem_RawMalloc((size_t)c->o_count * sizeof(float));
+        if (!whole) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (call_run(c, x, wp, bias, NULL, whole, act, lo, hi) < 0) {
+            PyMem_RawFree(whole);
+            return -1;
+        }
+        PoolGeometry p = *pg;
+        p.planes = g->n;
+        p.h = g->oh;
+        p.w = g->ow;
+        Py_BEGIN_ALLOW_THREADS;
+        pool_nhwc_at(level, whole, out, &p, g->m);
+        Py_END_ALLOW_THREADS;
+        PyMem_RawFree(whole);
+        return 0;
+    }
+    const Py_ssize_t fit = POOL_BAND_BYTES / (row_floats * (Py_ssize_t)sizeof(float));
+    const Py_ssize_t per_band = fit > pg->kh ? (fit - pg->kh) / pg->sh + 1 : 1;
+    Py_ssize_t band_rows = (per_band - 1) * pg->sh + pg->kh;
+    if (band_rows > g->oh) band_rows = g->oh;
+    float *rowbuf = NULL;
+    if (c->planes || !in_place(g)) rowbuf = PyMem_RawMalloc((size_t)c->buf_count * sizeof(float));
+    const float **rows = PyMem_RawMalloc((size_t)g->kh * sizeof(float *));
+    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g->kh * sizeof(Py_ssize_t));
+    float *band = PyMem_RawMalloc((size_t)(band_rows * row_floats) * sizeof(float));
+    if (((c->planes || !in_place(g)) && !rowbuf) || !rows || !tags || !band) {
+        PyMem_RawFree(rowbuf);
+        PyMem_RawFree(rows);
+        PyMem_RawFree(tags);
+        PyMem_RawFree(band);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t b = 0; b < g->n; b++) {
+        Geometry one = *g;
+        one.n = 1;
+        const float *image = x + b * g->h * g->w * g->c;
+        Py_ssize_t have0 = 0, have1 = 0; /* conv rows in the band, from its row 0 */
+        for (Py_ssize_t p0 = 0, p1; p0 < pg->oh; p0 = p1) {
+            p1 = p0 + per_band < pg->oh ? p0 + per_band : pg->oh;
+            Py_ssize_t r0 = p0 * pg->sh - pg->pt, r1 = (p1 - 1) * pg->sh - pg->pt + pg->kh;
+            r0 = r0 < 0 ? 0 : r0 > g->oh ? g->oh : r0;
+            r1 = r1 > g->oh ? g->oh : r1 < r0 ? r0 : r1;
+            Py_ssize_t from = r0;
+            if (have1 > r0 && have0 <= r0) { /* rows [r0, have1) are in the band already */
+                from = have1 < r1 ? have1 : r1;
+                memmove(band, band + (r0 - have0) * row_floats,
+                        (size_t)((from - r0) * row_floats) * sizeof(float));
+            }
+            if (from < r1) {
+                one.row0 = from;
+                one.row1 = r1;
+                one.out_row = r0;
+                run(&one, image, wp, bias, NULL, band, act, lo, hi, rowbuf, rows, tags);
+            }
+            have0 = r0;
+            have1 = r1;
+            PoolGeometry p = *pg;
+            p.planes = 1;
+            p.h = r1 - r0;
+            p.w = g->ow;
+            p.oh = p1 - p0;
+            p.pt = pg->pt - (p0 * pg->sh - r0);
+            pool_nhwc_at(level, band, out + (b * pg->oh + p0) * pg->ow * g->m, &p, g->m);
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(rowbuf);
+    PyMem_RawFree(rows);
+    PyMem_RawFree(tags);
+    PyMem_RawFree(band);
+    return 0;
+}
 
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
@@ -1528,6 +1638,17 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     }
     float *out_data = NULL;
     PyObject *out;
+    const HeldWeights *hw = &self->weights;
+    if (self->pool) { /* made without a residual */
+        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m,
+                                        self->pg.oh, self->pg.ow, &out_data);
+        if (out && call_run_pooled(&self->c, &self->pg, xb.buf, hw->wb.buf,
+                                   held_weights_bias(hw), out_data, self->act, self->lo,
+                                   self->hi) < 0)
+            Py_CLEAR(out);
+        PyBuffer_Release(&xb);
+        return out;
+    }
     if (have_add && self->inplace && held_residual_is_dead(args[h->residual], h->ndarray)) {
         /* The direct kernel reads each addend float in the epilogue that stores that
          * float's result (or its staged row, copied out after the row's tiles): over
@@ -1539,7 +1660,6 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->oh,
                                         g->ow, &out_data);
     }
-    const HeldWeights *hw = &self->weights;
     if (out && call_run(&self->c, xb.buf, hw->wb.buf, held_weights_bias(hw),
                         have_add ? db.buf : NULL, out_data, self->act, self->lo, self->hi) < 0)
         Py_CLEAR(out);
@@ -1565,12 +1685,32 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     float lo, hi;
     Py_ssize_t nargs, residual;
     int x_first = 0, inplace = 0;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|pp:held", &wo,
+    PyObject *pool = Py_None;
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|ppO:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
                           &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
-                          &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace))
+                          &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace, &pool))
         return NULL;
+    PoolGeometry pg;
+    memset(&pg, 0, sizeof pg);
+    if (pool != Py_None) {
+        if (!PyArg_ParseTuple(pool, "(nn)(nn)(nnnn):held pool", &pg.kh, &pg.kw, &pg.sh, &pg.sw,
+                              &pg.pt, &pg.pl, &pg.pb, &pg.pr))
+            return NULL;
+        const Py_ssize_t span_h = g->oh + pg.pt + pg.pb, span_w = g->ow + pg.pl + pg.pr;
+        if (residual >= 0 || span_h < pg.kh || span_w < pg.kw || pg.sh < 1 || pg.sw < 1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "held: a pool needs no residual and a window inside its padded input");
+            return NULL;
+        }
+        pg.planes = g->n;
+        pg.h = g->oh;
+        pg.w = g->ow;
+        pg.oh = (span_h - pg.kh) / pg.sh + 1;
+        pg.ow = (span_w - pg.kw) / pg.sw + 1;
+        if (check_geometry(&pg) < 0 || check_channels(&pg, g->m) < 0) return NULL;
+    }
     if (x_first && blocked) {
         PyErr_SetString(PyExc_ValueError, "held: the blocked kernel reads channels-last only");
         return NULL;
@@ -1592,6 +1732,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     obj->hi = hi;
     obj->level = level;
     obj->inplace = inplace && !blocked && residual > 0;
+    obj->pool = pool != Py_None;
+    obj->pg = pg;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
                        residual, "held") < 0) {
         PyObject_GC_Del(obj); /* nothing held yet, not tracked */
@@ -1639,7 +1781,7 @@ static PyMethodDef methods[] = {
     {"held", py_held, METH_VARARGS,
      "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
      "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
-     "empty, uint8, float32, x_first=False, inplace=False) -> a callable: f(*args) = "
+     "empty, uint8, float32, x_first=False, inplace=False, pool=None) -> a callable: f(*args) = "
      "conv_blocked's "
      "(blocked) or conv_nhwc's conv of args[0] (N, C, H, W), channels-last (or, x_first, "
      "C-contiguous: conv_nhwc's layout bit 0), + args[residual] "
@@ -1647,7 +1789,9 @@ static PyMethodDef methods[] = {
      "(N, M, OH, OW) array, when args[places[i]] is expect[i] and the level is the one it "
      "was made at; with `inplace` (the direct kernel; the caller's slot of the residual "
      "dies at the call) written over a residual only the caller and its slot hold, and "
-     "returned; any other call is fallback(*args)."},
+     "returned; with `pool` ((kh, kw), (sh, sw), (top, left, bottom, right) pads; no "
+     "residual) the max pool of that output instead, (N, M, OH', OW') channels-last, "
+     "computed band by band; any other call is fallback(*args)."},
     {"lanes", py_lanes, METH_NOARGS,
      "lanes(): the vector width (floats) the weight must be packed for at this level."},
     {"set_level", py_set_level, METH_O,
