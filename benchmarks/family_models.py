@@ -363,10 +363,18 @@ def resnet18_w32() -> Built:
     return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
 
 
-def qdq_cnn() -> Built:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+def qdq_cnn(base: Callable[[], Built] | None = None, unsigned: bool = False) -> Built:
+    """onnxruntime.quantization's static per-channel QDQ form of ``base`` (ResNet-18 w32):
+    its default int8 activations and weights, or with ``unsigned`` uint8 activations
+    (U8S8, onnxruntime's fast integer kernels on x86)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
-    model, feeds = resnet18_w32()
+    model, feeds = (base or resnet18_w32)()
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -380,7 +388,14 @@ def qdq_cnn() -> Built:
         onnx.save(model, src)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+            quantize_static(
+                src,
+                dst,
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
+            )
         return onnx.load(dst), feeds
 
 
@@ -537,4 +552,10 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "bert_tiny_seq32": ("BERT-tiny seq 32, TorchScript", lambda: bert_tiny(32)),
     "unet_64": ("UNet base 8, 2 levels, 64x64", lambda: unet_torch(64, 8, 2)),
     "unet_256": ("UNet base 32, 4 levels, 256x256", lambda: unet_torch(256, 32, 4)),
+    "qdq_mobilenetv3": ("QDQ MobileNetV3-small (S8S8)", lambda: qdq_cnn(mobilenetv3_small)),
+    "qdq_mobilenetv3_u8": (
+        "QDQ MobileNetV3-small, uint8 activations",
+        lambda: qdq_cnn(mobilenetv3_small, unsigned=True),
+    ),
+    "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_cnn(unsigned=True)),
 }

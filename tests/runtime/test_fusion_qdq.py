@@ -152,3 +152,96 @@ def test_what_the_float_pass_does_not_cover_runs_the_nodes(variant: dict[str, An
         return
     _assert_bitwise(model, _x())
     assert_modes_agree(model, {"x": _x()})
+
+
+# -- QDQ convs: which run float and channels-last ---------------------------------------------
+
+
+def _qdq_conv_net(depthwise: bool, seed: int = 8) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """onnxruntime.quantization's S8S8 QDQ form of a small MobileNet-style net: x -> Q/DQ
+    -> 3x3/2 stem of 3 channels -> Relu -> Q/DQ -> 3x3 conv (depthwise, or a plain one of
+    16 channels) -> Q/DQ -> 1x1 conv -> Q/DQ -> y; int8 weights per output channel."""
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def qdq(v: str, scale: float) -> str:
+        inits.append(numpy_helper.from_array(np.array(scale, np.float32), f"{v}_s"))
+        inits.append(numpy_helper.from_array(np.array(0, np.int8), f"{v}_z"))
+        nodes.append(helper.make_node("QuantizeLinear", [v, f"{v}_s", f"{v}_z"], [f"{v}_q"]))
+        nodes.append(
+            helper.make_node("DequantizeLinear", [f"{v}_q", f"{v}_s", f"{v}_z"], [f"{v}_d"])
+        )
+        return f"{v}_d"
+
+    def conv(v: str, name: str, m: int, c: int, k: int, group: int = 1, **attrs: Any) -> str:
+        w = rng.integers(-127, 128, (m, c // group, k, k)).astype(np.int8)
+        ws = rng.uniform(0.002, 0.01, m).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"{name}_w"))
+        inits.append(numpy_helper.from_array(ws, f"{name}_ws"))
+        inits.append(numpy_helper.from_array(np.zeros(m, np.int8), f"{name}_wz"))
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, m).astype(np.float32), f"{name}_b"))
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [f"{name}_w", f"{name}_ws", f"{name}_wz"],
+                [f"{name}_wd"],
+                axis=0,
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [v, f"{name}_wd", f"{name}_b"],
+                [name],
+                name=name,
+                kernel_shape=[k, k],
+                group=group,
+                **attrs,
+            )
+        )
+        return name
+
+    v = qdq("x", 0.03)
+    v = conv(v, "stem", 16, 3, 3, strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes.append(helper.make_node("Relu", [v], ["stem_r"]))
+    v = qdq("stem_r", 0.02)
+    v = conv(v, "mid", 16, 16, 3, group=16 if depthwise else 1, pads=[1, 1, 1, 1])
+    v = qdq(v, 0.05)
+    v = conv(v, "point", 24, 16, 1)
+    v = qdq(v, 0.1)
+    graph = helper.make_graph(
+        nodes, "qdq_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 33, 30])],
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, {"x": rng.normal(0, 1.0, (2, 3, 33, 30)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("depthwise", [True, False])
+def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
+    """In a model of depthwise convs (which the int8 kernel does not run) the 1x1 convs run
+    float too, channels-last with the depthwise ones, the quantize-dequantize pair between
+    them over the same layout; a short 3x3 stem of 3 channels is float in any model.
+    Without depthwise convs the 1x1 conv and the plain 3x3 are integer products (when the
+    int8 kernel is there).  The stepped run's values within one quantization step."""
+    from onnxviz.runtime import native
+    from onnxviz.runtime.fusion_qdq_conv import int8_module
+
+    model, feeds = _qdq_conv_net(depthwise)
+    session = Session(model)
+    session.run(feeds)
+    kinds = {
+        pn.label: type(pn.fused).__name__ for pn in run_nodes(session.plan) if pn.op_type == "Conv"
+    }
+    integer = int8_module() is not None
+    assert kinds["stem"] == "ConvChain"
+    if depthwise:
+        assert kinds == {"stem": "ConvChain", "mid": "ConvChain", "point": "ConvChain"}
+        if native.level() is not None:  # the compiled kernels make the layout pay
+            chains = {pn.label: pn.fused for pn in run_nodes(session.plan) if pn.op_type == "Conv"}
+            assert chains["mid"].layout.emit  # through the pair to the 1x1 conv
+    else:
+        want = "QdqConv" if integer else "ConvChain"
+        assert kinds == {"stem": "ConvChain", "mid": want, "point": want}
+    assert_modes_agree(model, feeds, steps={model.graph.output[0].name: 0.1})

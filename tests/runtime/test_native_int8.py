@@ -308,6 +308,10 @@ def test_quantize_is_the_kernels_float32_steps(signed: bool) -> None:
         assert _module().qdq(x, scale, zp, np.float32(0.04), zp, signed, y) == 0
         np.testing.assert_array_equal(y, t, err_msg=str(level))
         assert not np.signbit(y[y == 0]).any()  # integers have no -0 (stepping's values)
+        for n in (1, 7, 15, 16, 17, 33):  # the vector loops' tails
+            part = np.empty(n, np.float32)
+            assert _module().qdq(x[:n].copy(), scale, zp, np.float32(0.04), zp, signed, part) == 0
+            np.testing.assert_array_equal(part, t[:n], err_msg=f"{level}: {n}")
         bad = x.copy()
         bad[10] = np.nan
         assert _module().quantize(bad, scale, zp, signed, out) == -1

@@ -194,7 +194,9 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         absorbed.update(positions[:-1])
         into.update(positions)
 
-    for positions in find_qdq_convs(nodes, users, const, keep):
+    constants = dict(plan.constants)
+    constants.update(folded)
+    for positions in find_qdq_convs(nodes, users, const, keep, constants):
         take(positions, functools.partial(qdq_conv_node, nodes, positions), claimed)
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
@@ -265,8 +267,6 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         else:
             head, steps, make = chain
             out.append(make(nodes[head], [nodes[k] for k in steps]))
-    constants = dict(plan.constants)
-    constants.update(folded)
     plan_channels_last(out, keep, constants)
     liveness(out, plan.slots, plan.output_names)
     for pn in out:

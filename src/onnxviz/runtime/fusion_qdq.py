@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
 from onnxviz.runtime.plan import PlanNode, fused_node, plain_kernel
 
 if TYPE_CHECKING:
@@ -119,11 +120,15 @@ class QdqPair:
         if info.bits == 8 and zp is not None and zp2 is not None:
             module = native.load("int8")
             if module is not None:
-                # The same float32 steps in one pass in C (round half to even, no FMA).
-                y = np.empty(x.shape, dtype=_F32)
+                # The same float32 steps in one pass in C (round half to even, no FMA),
+                # elementwise, so over a channels-last value's own buffer (a conv chain's
+                # layout passes through: fusion_layout.py), its result laid out the same.
+                last = is_channels_last(x)
+                src = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
+                y = np.empty(src.shape, dtype=_F32)
                 signed = info.min < 0
                 status = module.qdq(
-                    np.ascontiguousarray(x),
+                    src,
                     np.float32(s.reshape(())),
                     int(zp.reshape(())),
                     np.float32(s2.reshape(())),
@@ -131,7 +136,9 @@ class QdqPair:
                     signed,
                     y,
                 )
-                return [y] if status == 0 else self._one_by_one(ex, ins)
+                if status != 0:
+                    return self._one_by_one(ex, ins)
+                return [y.transpose(0, 3, 1, 2) if last else y]
         # The kernels' float32 steps (kernels.quantize), in their order.
         t = np.divide(x, s.reshape(()), dtype=_F32)
         np.rint(t, out=t)

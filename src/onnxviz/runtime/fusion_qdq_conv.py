@@ -69,6 +69,17 @@ def int8_module() -> ModuleType | None:
     return int8_products.module()
 
 
+def _short_stem(w: Any) -> bool:
+    """Whether the weight ``w`` (when known) is a short image stem's (see _STEM_TERMS)."""
+    return (
+        type(w) is np.ndarray
+        and w.ndim == 4
+        and w.shape[1] <= _STEM_CHANNELS
+        and w.shape[2] * w.shape[3] > 1
+        and math.prod(w.shape[1:]) < _STEM_TERMS
+    )
+
+
 def _plain_q(pn: PlanNode) -> bool:
     return (
         plain_kernel(pn, "QuantizeLinear")
@@ -98,14 +109,27 @@ def _only_user(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | 
     return readers[0]
 
 
+# An image stem of few terms per output (at most 4 input channels, C * kh * kw below 64:
+# a 3x3 one) stays float: the float direct conv runs it over phase planes of the NCHW
+# image (native/_conv.c's few-input-channels tiles), where the integer product is short
+# and its passes around it are not (MobileNetV3's 3x3/2 stem of 3 channels, S8S8, one
+# thread, the model 5.49 -> 4.80 ms).  A 7x7 stem's 147 terms stay integer (ResNet-18
+# w32's: 7.02 ms as integer, 7.13 float).
+_STEM_CHANNELS = 4
+_STEM_TERMS = 64
+
+
 def find_qdq_convs(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
     const: set[int],
     keep: set[int],
+    values: dict[int, Any] | None = None,
 ) -> list[list[int]]:
     """Positions [q, dq (both or neither), conv, relu (or not), out-q, out-dq] of every
-    QDQ conv chain (module docstring) the int8 kernel can run; empty when it is off."""
+    QDQ conv chain (module docstring) the int8 kernel can run and that pays; empty when it
+    is off.  ``values``: the constants known (initializers, folded values) by slot, for
+    the weights' shapes."""
     if int8_module() is None:
         return []
     producer: dict[int, int] = {}
@@ -115,12 +139,23 @@ def find_qdq_convs(
                 producer[s] = i
     found: list[list[int]] = []
     used: set[int] = set()
+    # A model of depthwise convs (MobileNet, EfficientNet: the int8 kernel runs group 1
+    # only) keeps its 1x1 convs float: they then run channels-last with the depthwise
+    # convs between them, the quantize-dequantize pairs elementwise over the same layout
+    # (fusion_layout.py), where this node's NCHW passes (the input quantized into the
+    # flat layout, the output rescaled) and layout changes around every depthwise conv
+    # cost more than the integer product saves (MobileNetV3-small, default S8S8
+    # quantization, one thread: 8.4 -> 5.5 ms; ResNet-50 S8S8, no depthwise convs,
+    # would lose 49.6 -> 62.2 ms with them float: it keeps them here).
+    separable = any(plain_kernel(pn, "Conv") and pn.attrs.get("group", 1) > 1 for pn in nodes)
     for i, conv in enumerate(nodes):
         if (
             not plain_kernel(conv, "Conv")
             or not 2 <= len(conv.inputs) <= 3
             or min(conv.inputs[:2]) < 0
             or conv.attrs.get("group", 1) != 1
+            or (separable and list(conv.attrs.get("kernel_shape") or ()) == [1, 1])
+            or _short_stem((values or {}).get(conv.inputs[1]))
             or conv.inputs[1] not in const
             or (len(conv.inputs) == 3 and conv.inputs[2] >= 0 and conv.inputs[2] not in const)
         ):

@@ -833,6 +833,32 @@ __attribute__((target("avx2"))) static int qdq_avx2(const float *src, float *dst
     int bad = _mm256_movemask_ps(nan) != 0;
     return qdq_generic(src + i, dst + i, n - i, qs, z, lo, hi, z2, dqs) | bad;
 }
+
+/* qdq_avx2's steps 16 at a time (each the same IEEE operation, so the same bits), the
+ * tail masked: the pairs between a QDQ model's convs are a pass over every activation
+ * (MobileNetV3-small's 107: 1.87 -> 1.1 ms with these, one thread). */
+__attribute__((target("avx512f"))) static int qdq_avx512(const float *src, float *dst,
+                                                        Py_ssize_t n, float qs, float z,
+                                                        float lo, float hi, float z2,
+                                                        float dqs) {
+    const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
+                 hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
+                 magic = _mm512_set1_ps(12582912.0f), big = _mm512_set1_ps(4194304.0f);
+    __mmask16 nan = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), qv);
+        /* round half to even below 2^22 (round_even), then + z */
+        const __m512 r = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(_mm512_abs_ps(t), big, _CMP_LT_OQ), r);
+        t = _mm512_add_ps(t, zv);
+        nan |= _mm512_mask_cmp_ps_mask(k, t, t, _CMP_UNORD_Q);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, lov, _CMP_LT_OQ), lov);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, hiv, _CMP_GT_OQ), hiv);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+    }
+    return nan != 0;
+}
 #endif
 
 static PyObject *py_qdq(PyObject *self, PyObject *args) {
@@ -855,7 +881,10 @@ static PyObject *py_qdq(PyObject *self, PyObject *args) {
         int (*fn)(const float *, float *, Py_ssize_t, float, float, float, float, float, float) =
             qdq_generic;
 #if HAVE_X86
-        if (current_level >= 1) fn = qdq_avx2;
+        if (current_level >= 2)
+            fn = qdq_avx512;
+        else if (current_level >= 1)
+            fn = qdq_avx2;
 #endif
         int nan;
         Py_BEGIN_ALLOW_THREADS;
