@@ -857,15 +857,25 @@ __attribute__((target("avx512f"))) static int quantize_avx512(const float *src, 
                  hiv = _mm512_set1_ps(hi);
     __mmask16 nan = 0;
     const int is_signed = lo < 0.0f;
-    Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 t = round_clip16(_mm512_div_ps(_mm512_loadu_ps(src + i), sv), zv, lov, hiv, &nan);
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        /* the tail masked (a scalar tail cost as much as the vectors on 56-float rows) */
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 bad = 0;
+        __m512 t = round_clip16(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), sv), zv, lov,
+                                hiv, &bad);
+        nan |= bad & k;
         t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
         const __m512i v = _mm512_cvttps_epi32(t); /* in [lo, hi]: no saturation happens */
         const __m128i b = is_signed ? _mm512_cvtsepi32_epi8(v) : _mm512_cvtusepi32_epi8(v);
-        _mm_storeu_si128((__m128i *)(dst + i), b);
+        if (k == 0xFFFF) {
+            _mm_storeu_si128((__m128i *)(dst + i), b);
+        } else {
+            uint8_t part[16];
+            _mm_storeu_si128((__m128i *)part, b);
+            memcpy(dst + i, part, (size_t)(n - i));
+        }
     }
-    return quantize_generic(src + i, dst + i, n - i, scale, z, lo, hi) | (nan != 0);
+    return nan != 0;
 }
 
 __attribute__((target("avx512f"))) static int rescale_row_avx512(const int32_t *src, float *dst,
@@ -878,9 +888,11 @@ __attribute__((target("avx512f"))) static int rescale_row_avx512(const int32_t *
                  hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
                  zero = _mm512_setzero_ps();
     __mmask16 nan = 0;
-    Py_ssize_t j = 0;
-    for (; j + 16 <= keep; j += 16) {
-        const __m512i a = _mm512_loadu_si512((const void *)(src + j));
+    for (Py_ssize_t j = 0; j < keep; j += 16) {
+        /* the tail masked, as quantize_avx512's */
+        const __mmask16 k =
+            keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
+        const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
         /* float32(acc * s + b) in float64, a multiply and an add (no FMA), per half */
         const __m512d d0 = _mm512_add_pd(
             _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(a)), sd), bd);
@@ -890,11 +902,12 @@ __attribute__((target("avx512f"))) static int rescale_row_avx512(const int32_t *
         __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castps_pd(_mm512_castps256_ps512(f0)), _mm256_castps_pd(f1), 1));
         if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &nan);
-        _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+        __mmask16 bad = 0;
+        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
+        nan |= bad & k;
+        _mm512_mask_storeu_ps(dst + j, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
     }
-    return rescale_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi, z2, dqs) |
-           (nan != 0);
+    return nan != 0;
 }
 
 /* qdq_avx2's steps 16 at a time (each the same IEEE operation, so the same bits), the
@@ -1117,9 +1130,16 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
     }
     {
         float *tmp = malloc((size_t)w * sizeof(float));
-        /* Stride 1 with short rows (small images): each plane quantized in one vector run
-         * first, then its rows copied into place (the rows alone would run scalar tails). */
-        uint8_t *plane_bytes = s1 == 1 && w < 32 ? malloc((size_t)(h * w)) : NULL;
+        /* Each plane quantized in one vector run first, then its rows copied (or, across a
+         * stride, picked byte by byte) into place: with stride 1 and short rows (small
+         * images: the rows alone would run scalar tails), and with two or more column
+         * phases used (a strided 3x3 conv: each float was picked out, then quantized,
+         * per phase; QDQ ResNet-18 w32's stride-2 layouts, us: its stem's 127 -> 109, 32
+         * channels of 56 px 176 -> 102, 64 of 28 px 152 -> 67, 128 of 14 px 125 -> 49). */
+        int phases_used = 0;
+        for (int ph = 0; ph < 64; ph++) phases_used += (int)((used >> ph) & 1);
+        uint8_t *plane_bytes =
+            (s1 == 1 && w < 32) || (s1 > 1 && phases_used >= 2) ? malloc((size_t)(h * w)) : NULL;
         if (tmp == NULL) {
             free(plane_bytes);
             PyErr_NoMemory();
@@ -1166,9 +1186,12 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
                         const Py_ssize_t count = j_hi - j_lo;
                         if (count <= 0) continue;
                         const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
-                        if (plane_bytes != NULL) {
+                        if (plane_bytes != NULL && s1 == 1) {
                             memcpy(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
                                    (size_t)count);
+                        } else if (plane_bytes != NULL) {
+                            const uint8_t *brow = plane_bytes + xr * w + (p1 + j_lo * s1 - pad_l);
+                            for (Py_ssize_t j = 0; j < count; j++) row[j_lo + j] = brow[j * s1];
                         } else if (s1 == 1) {
                             nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
                         } else {
