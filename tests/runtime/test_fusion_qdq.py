@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree, stepped_values
+from tests.runtime.native_modules import at_level, compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -225,7 +228,6 @@ def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
     them over the same layout; a short 3x3 stem of 3 channels is float in any model.
     Without depthwise convs the 1x1 conv and the plain 3x3 are integer products (when the
     int8 kernel is there).  The stepped run's values within one quantization step."""
-    from onnxviz.runtime import native
     from onnxviz.runtime.fusion_qdq_conv import int8_module
 
     model, feeds = _qdq_conv_net(depthwise)
@@ -245,3 +247,110 @@ def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
         want = "QdqConv" if integer else "ConvChain"
         assert kinds == {"stem": "ConvChain", "mid": want, "point": want}
     assert_modes_agree(model, feeds, steps={model.graph.output[0].name: 0.1})
+
+
+# -- the held pair -----------------------------------------------------------------------------
+
+
+class _Fallback:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> str:
+        self.calls.append(args)
+        return "fallback"
+
+
+@pytest.fixture
+def _int8_on() -> Iterator[None]:
+    """The held pair is the compiled module's: on at this CPU's level, even in the run with
+    ONNXVIZ_NATIVE=off."""
+    compiled("int8")
+    with at_level("int8", native.cpu_level()):
+        yield
+
+
+def _held_qdq(signed: bool) -> tuple[Any, tuple[Any, ...], _Fallback]:
+    module = native.load("int8")
+    dtype = np.int8 if signed else np.uint8
+    params = (_SCALE, np.array(3 if signed else 130, dtype), np.array(0.04, np.float32))
+    params = (*params, np.array(-2 if signed else 128, dtype))
+    fallback = _Fallback()
+    held = module.held_qdq(
+        0.05, int(params[1]), 0.04, int(params[3]), signed, 5, (1, 2, 3, 4), params, fallback,
+        *native.held_arrays(),
+    )  # fmt: skip
+    return held, params, fallback
+
+
+def _qdq_steps(x: np.ndarray, params: tuple[Any, ...]) -> np.ndarray:
+    s, zp, s2, zp2 = params
+    info = np.iinfo(zp.dtype)
+    t = np.array(np.divide(x, s, dtype=np.float32))  # (a 0-d x's quotient is a scalar)
+    np.rint(t, out=t)
+    t += np.float32(zp)
+    np.clip(t, info.min, info.max, out=t)
+    t -= np.float32(zp2)
+    t *= s2
+    return t
+
+
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.usefixtures("_int8_on")
+def test_the_held_pair_gives_the_kernels_bits_in_the_inputs_layout(signed: bool) -> None:
+    """The compiled call the node loop makes of a pair: QuantizeLinear -> DequantizeLinear's
+    float32 steps, bit for bit, on C-contiguous inputs of any rank (0-d included) and on
+    channels-last images, its result laid out as its input and new."""
+    held, params, fallback = _held_qdq(signed)
+    x4 = _x().reshape(2, 3, 5, 8)
+    last = np.ascontiguousarray(x4.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for x in (_x(), x4, last, _x()[0, 0, :5].copy(), np.array(0.125, np.float32)):
+        got = held(x, *params)
+        assert type(got) is np.ndarray and got.shape == x.shape and got is not x
+        np.testing.assert_array_equal(got.view(np.uint32), _qdq_steps(x, params).view(np.uint32))
+        if x is last:
+            assert got.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert not fallback.calls
+
+
+@pytest.mark.usefixtures("_int8_on")
+def test_every_call_the_held_pair_does_not_take_goes_to_the_fallback() -> None:
+    held, params, fallback = _held_qdq(True)
+    x = _x()
+    with_nan = x.copy()
+    with_nan[1, 2, 3] = np.nan
+    other = (params[0].copy(), *params[1:])  # an equal scale, another object
+    for args in [
+        (with_nan, *params),  # a NaN: the nodes one by one
+        (x.astype(np.float64), *params),
+        (x[:, :, ::2], *params),  # strided
+        (np.zeros((2, 0, 4), np.float32), *params),  # empty
+        (x, *other),
+        (x, *params[:3]),  # another argument count
+        (x.tolist(), *params),
+    ]:
+        fallback.calls.clear()
+        assert held(*args) == "fallback"
+        assert len(fallback.calls) == 1 and fallback.calls[0][0] is args[0]
+    with pytest.raises(ValueError):  # a zero point out of its type
+        native.load("int8").held_qdq(
+            0.05, 300, 0.04, 0, False, 5, (1, 2, 3, 4), params, print, *native.held_arrays()
+        )
+
+
+@pytest.mark.usefixtures("_int8_on")
+def test_a_model_runs_the_held_pairs_from_its_second_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, feeds = _qdq_conv_net(True)
+    session = Session(model)
+    first = session.run(feeds)
+    pairs = [pn.fused for pn in run_nodes(session.plan) if type(pn.fused).__name__ == "QdqPair"]
+    assert pairs
+    assert all(type(p.quick).__name__ == "HeldQdq" for p in pairs)
+    calls: list[int] = []
+    for p in pairs:
+        real = p.quick
+        monkeypatch.setattr(p, "quick", lambda *ins, real=real: calls.append(1) or real(*ins))
+    second = session.run(feeds)
+    assert len(calls) == len(pairs)
+    for name, value in first.items():
+        np.testing.assert_array_equal(second[name], value)

@@ -44,8 +44,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
+#include "held_call.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -937,6 +939,18 @@ __attribute__((target("avx512f"))) static int qdq_avx512(const float *src, float
 }
 #endif
 
+typedef int (*QdqFn)(const float *, float *, Py_ssize_t, float, float, float, float, float,
+                     float);
+
+/* The QuantizeLinear -> DequantizeLinear pass of this level. */
+static QdqFn qdq_at_level(void) {
+#if HAVE_X86
+    if (current_level >= 2) return qdq_avx512;
+    if (current_level >= 1) return qdq_avx2;
+#endif
+    return qdq_generic;
+}
+
 static PyObject *py_qdq(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer x, out;
@@ -954,14 +968,7 @@ static PyObject *py_qdq(PyObject *self, PyObject *args) {
     }
     {
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-        int (*fn)(const float *, float *, Py_ssize_t, float, float, float, float, float, float) =
-            qdq_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            fn = qdq_avx512;
-        else if (current_level >= 1)
-            fn = qdq_avx2;
-#endif
+        const QdqFn fn = qdq_at_level();
         int nan;
         Py_BEGIN_ALLOW_THREADS;
         nan = fn((const float *)x.buf, (float *)out.buf, n, qs, (float)qz, lo, hi, (float)dqz,
@@ -1241,6 +1248,110 @@ static PyObject *py_max_k(PyObject *self, PyObject *args) {
     return PyLong_FromLong(MAX_K);
 }
 
+/* ---- a held quantize-dequantize pair ------------------------------------------------------
+ *
+ * `held_qdq(...)` makes the `quick` call of a fusion_qdq.QdqPair whose parameters are 8-bit
+ * (the node loop's compiled call, native/_runloop.c): called with the pair's inputs (x,
+ * scale, zero point, the dequantizer's scale and zero point), it checks the four
+ * parameters are the objects it was made for, and x a float32 array C-contiguous or laid
+ * out channels-last, then runs `qdq`'s pass into a new array of x's shape and layout: the
+ * same steps, so the same bits, without the Python call (a QDQ MobileNetV3-small has 107
+ * pairs a run, most of them small).  A NaN (the nodes then run one by one, as the
+ * QdqPair does), or any other call, goes to the fallback. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    float qs, dqs, z, z2, lo, hi;
+} HeldQdq;
+
+static PyObject *held_qdq_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) {
+    HeldQdq *self = (HeldQdq *)obj;
+    const HeldCall *h = &self->call;
+    if (!held_call_takes(h, args, nargsf, kwnames)) goto other;
+    Py_buffer xb;
+    PyObject *out = NULL;
+    float *y = NULL;
+    if (onnxviz_array_view(args[0], h->ndarray, &xb, 'f', -1, NULL)) {
+        if (xb.len == 0) {
+            PyBuffer_Release(&xb);
+            goto other;
+        }
+        out = onnxviz_new_array(h->empty, h->f32, xb.ndim, xb.shape);
+        Py_buffer ob;
+        if (out && PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
+            y = ob.buf;
+            PyBuffer_Release(&ob); /* out keeps the memory */
+        }
+    } else if (onnxviz_any_channels_last_view(args[0], h->ndarray, &xb)) {
+        if (xb.len == 0) {
+            PyBuffer_Release(&xb);
+            goto other;
+        }
+        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, xb.shape[0],
+                                        xb.shape[1], xb.shape[2], xb.shape[3], &y);
+    } else {
+        goto other;
+    }
+    if (!out || !y) {
+        Py_XDECREF(out);
+        PyBuffer_Release(&xb);
+        return NULL;
+    }
+    const QdqFn fn = qdq_at_level();
+    int nan;
+    Py_BEGIN_ALLOW_THREADS;
+    nan = fn((const float *)xb.buf, y, xb.len / 4, self->qs, self->z, self->lo, self->hi,
+             self->z2, self->dqs);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&xb);
+    if (nan) {
+        Py_DECREF(out);
+        goto other;
+    }
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static void held_qdq_release(HeldQdq *self) { (void)self; }
+
+HELD_CALL_TYPE(HeldQdq, HeldQdqType, held_qdq, "onnxviz.runtime.native._int8.HeldQdq",
+               "A quantize-dequantize pair's call (held_qdq()).", held_qdq_release)
+
+static PyObject *py_held_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    float qs, dqs;
+    int qz, dqz, is_signed;
+    Py_ssize_t nargs;
+    PyObject *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    if (!PyArg_ParseTuple(args, "fifipnOOOOOOO:held_qdq", &qs, &qz, &dqs, &dqz, &is_signed,
+                          &nargs, &places, &expect, &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    if (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255)) {
+        PyErr_SetString(PyExc_ValueError, "held_qdq: a zero point does not fit");
+        return NULL;
+    }
+    HeldQdq *obj = PyObject_GC_New(HeldQdq, &HeldQdqType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_qdq_vectorcall;
+    obj->qs = qs;
+    obj->dqs = dqs;
+    obj->z = (float)qz;
+    obj->z2 = (float)dqz;
+    obj->lo = is_signed ? -128.0f : 0.0f;
+    obj->hi = is_signed ? 127.0f : 255.0f;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs, -1,
+                       "held_qdq") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    return (PyObject *)obj;
+}
+
 static PyMethodDef methods[] = {
     {"set_level", py_set_level, METH_VARARGS, "Pick the code path (0 generic .. 3 VNNI)."},
     {"level", py_level, METH_NOARGS, "The code path in use."},
@@ -1265,6 +1376,11 @@ static PyMethodDef methods[] = {
      "quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w, "
      "length, fill, used, out) -> 0 or -1 (NaN met): x quantized into a conv's flat "
      "layout of stride phases, padded with fill."},
+    {"held_qdq", py_held_qdq, METH_VARARGS,
+     "held_qdq(qs, qz, dqs, dqz, signed, nargs, places, expect, fallback, ndarray, empty, "
+     "uint8, float32) -> a callable: f(*args) = qdq's pass of args[0] (float32, "
+     "C-contiguous or channels-last) into a new array of its shape and layout, when "
+     "args[places[i]] is expect[i] and no NaN is met; any other call is fallback(*args)."},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, scale, zp, signed, out) -> 0 or -1 (NaN met): QuantizeLinear's float32 "
      "steps into bytes."},
@@ -1273,4 +1389,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_int8", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__int8(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__int8(void) {
+    if (PyType_Ready(&HeldQdqType) < 0) return NULL;
+    return PyModule_Create(&module);
+}
