@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TypeProto
 
 from onnxviz.errors import ExecutionError
@@ -351,10 +352,10 @@ def compile_graph(
             # An unnamed initializer can be read by no node (the validator says so).
             for t in graph.initializer:
                 if t.name:
-                    constants.append((slot(t.name), to_array(t, ctx.base_dir)))
+                    constants.append((slot(t.name), _read_only(to_array(t, ctx.base_dir))))
             for s in graph.sparse_initializer:
                 if s.values.name:
-                    constants.append((slot(s.values.name), _sparse_to_dense(s)))
+                    constants.append((slot(s.values.name), _read_only(_sparse_to_dense(s))))
         except ExecutionError:
             raise
         except Exception as exc:
@@ -551,6 +552,21 @@ def liveness(nodes: list[PlanNode], slots: dict[str, int], outputs: list[str]) -
             # Always set: a node list made again (fusion.py) moves last uses, and a copy
             # must not keep a "dead" mark its new position no longer earns.
             pn.inplace_dead = dead if ok else None
+
+
+def _read_only(value: Any) -> Any:
+    """An initializer's array made read-only (a copy when it views a writeable array):
+    raw data decodes to a read-only view already, but values from the typed fields
+    (float_data, int32_data: the usual form of scales and zero points) and sparse ones
+    came out writeable, and the kernels' stores of derived weight forms key only on
+    frozen arrays (kernels/_weight_cache.py): a dynamic-quantized GPT-2's int8 weights
+    were packed again on every MatMulInteger call (3.6 ms each) because their zero
+    points could have changed.  Nothing writes into a constant."""
+    if type(value) is np.ndarray and value.flags.writeable:
+        if value.base is not None:
+            value = value.copy()
+        value.flags.writeable = False
+    return value
 
 
 def _mark_foldable(nodes: list[PlanNode], const_slots: set[int]) -> None:
