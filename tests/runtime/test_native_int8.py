@@ -761,3 +761,34 @@ def test_integer_conv_kernels_on_the_product(
     got_q, off_q = _both_ways(q)
     for g in got_q:
         np.testing.assert_array_equal(g, off_q)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 768), (3, 5), (1,), (2, 0, 3), (4, 33)])
+def test_dynamic_quantize_linear_is_its_numpy_steps_at_every_level(shape: tuple[int, ...]) -> None:
+    """DynamicQuantizeLinear's bytes come from the compiled quantize pass when the module is
+    on: the kernel's numpy steps' bytes, scale and zero point at every level, ties (values
+    exactly half a step) included; a NaN and the infinities (no finite scale) keep the
+    numpy steps."""
+    from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
+
+    _module()
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    if x.size > 4:
+        scale = np.float32((max(x.max(), 0) - min(x.min(), 0)) / 255.0)
+        x.flat[:4] = np.array([0.5, 1.5, -2.5, -0.0], np.float32) * scale  # ties
+    cases = [x]
+    if x.size > 4:
+        for special in (np.nan, np.inf):
+            y = x.copy()
+            y.flat[1] = special
+            cases.append(y)
+    for case in cases:
+        with _process_level(None), np.errstate(all="ignore"):
+            want = dynamic_quantize_linear(case)
+        for level in native.levels():
+            with _process_level(level), np.errstate(all="ignore"):
+                got = dynamic_quantize_linear(case)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w, err_msg=f"level {level}")
