@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import onnx
 import pytest
@@ -68,6 +69,23 @@ def test_recent_files_and_failure_sentence(window, qtbot, tmp_path) -> None:  # 
     qtbot.waitUntil(lambda: window.session.doc is not None, timeout=20000)
     assert settings.recent_files()[0] == os.path.abspath(good)
     assert [a.toolTip() for a in window.actions_.recent_menu.actions()][0] == os.path.abspath(good)
+    # Two recent files of one name are told apart by their folders, in the menu and on
+    # the start page; a file that is gone says so.
+    twin = tmp_path / "other" / "small_cnn.onnx"
+    twin.parent.mkdir()
+    twin.write_bytes(Path(good).read_bytes())
+    window.files.open_path(str(twin))
+    qtbot.waitUntil(lambda: settings.recent_files()[0] == str(twin), timeout=20000)
+    twin.unlink()
+    window.refresh_recent()
+    window.start_page.set_recent(settings.recent_files())
+    menu = [a.text() for a in window.actions_.recent_menu.actions() if a.toolTip()]
+    page = [
+        window.start_page.recent.item(i).text() for i in range(window.start_page.recent.count())
+    ]
+    assert menu[:2] == page[:2]
+    assert menu[0] == "small_cnn.onnx (missing) — other", menu
+    assert menu[1].startswith("small_cnn.onnx — ") and "missing" not in menu[1], menu
 
 
 def test_expand_and_collapse_subgraph(window) -> None:  # type: ignore[no-untyped-def]

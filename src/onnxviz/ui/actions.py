@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu
+
+from onnxviz.present.recent import recent_labels
 
 if TYPE_CHECKING:
     from onnxviz.ui.main_window import MainWindow
@@ -195,8 +196,8 @@ class Actions:
     ) -> None:
         menu = self.recent_menu
         menu.clear()
-        for path in files:
-            action = menu.addAction(os.path.basename(path))
+        for path, label in zip(files, recent_labels(files)):
+            action = menu.addAction(label)
             action.setToolTip(path)
             action.triggered.connect(lambda _c=False, p=path: open_path(p))
         if files:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -15,6 +13,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from onnxviz.present.recent import recent_labels
 
 
 class StartPage(QFrame):
@@ -45,6 +45,10 @@ class StartPage(QFrame):
         layout.addWidget(QLabel("Recent files:"))
         self.recent = QListWidget()
         self.recent.setMaximumHeight(90)
+        # long labels (folders that tell same-named files apart) elided in the middle,
+        # the name and "(missing)" kept in view, not behind a horizontal scroll bar
+        self.recent.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.recent.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.recent.itemActivated.connect(
             lambda it: self.openRequested.emit(it.data(Qt.ItemDataRole.UserRole))
         )
@@ -53,8 +57,8 @@ class StartPage(QFrame):
 
     def set_recent(self, files: list[str]) -> None:
         self.recent.clear()
-        for path in files:
-            item = QListWidgetItem(os.path.basename(path))
+        for path, label in zip(files, recent_labels(files)):
+            item = QListWidgetItem(label)
             item.setToolTip(path)
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.recent.addItem(item)
