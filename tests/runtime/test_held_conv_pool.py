@@ -341,3 +341,19 @@ def test_random_conv_pool_graphs_give_the_bits_of_the_pool_as_its_own_node(
     for got, want in zip(runs, alone):
         np.testing.assert_array_equal(got["y"], want["y"])
     assert_modes_agree(model, feeds)
+
+
+def test_a_window_past_the_convs_output_runs_as_the_stepped_run_does() -> None:
+    """A 5x5 window over a 2x2 conv output (unpadded): no held call is made for it (the
+    held conv refuses such a window) and the chain's pool kernel gives what stepping
+    gives, an empty output, on the first run and the next."""
+    rng = np.random.default_rng(9)
+    stem = {"m": 16, "kernel": (7, 7), "strides": (2, 2), "pads": (0, 0, 0, 0)}
+    model = _model(rng, (1, 3, 9, 9), [stem], {"kernel_shape": [5, 5]})
+    feeds = {"x": rng.standard_normal((1, 3, 9, 9)).astype(np.float32)}
+    session = Session(model)
+    for _ in range(2):
+        assert session.run(feeds)["y"].shape == (1, 8, 0, 0)
+    (chain,) = _pools_joined(session)
+    assert chain.quick is None
+    assert_modes_agree(model, feeds)

@@ -609,19 +609,26 @@ class ConvChain:
             self.pool is not None and self.pool_window is None
         ):
             return
-        self.quick = self.layout.held(
-            x,
-            w,
-            b,
-            act,
-            len(ins),
-            self.residual,
-            tuple(self._places or ()),
-            tuple(self._key or ()),
-            quiet_loop.decline,
-            ex.inplace and self.residual_dies,
-            self.pool_window,
-        )
+        try:
+            self.quick = self.layout.held(
+                x,
+                w,
+                b,
+                act,
+                len(ins),
+                self.residual,
+                tuple(self._places or ()),
+                tuple(self._key or ()),
+                quiet_loop.decline,
+                ex.inplace and self.residual_dies,
+                self.pool_window,
+            )
+        except ValueError:
+            if self.pool is None:
+                raise
+            # A window past the conv's padded output (the held conv refuses it): the
+            # chain's own call runs the pool kernel, which answers as stepping does.
+            self.quick = None
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation
