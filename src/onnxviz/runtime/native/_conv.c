@@ -19,8 +19,8 @@
  *
  * The micro-kernel: P output pixels of one row x NV vectors of output channels
  * (AVX-512: up to 12 x 2 x 16, 24 accumulators of the 32 registers, or 14 x 2 x 16 on
- * rows of a multiple of 14 pixels; AVX2: 6 x 2 x 8, 12 of 16).  Per input channel it loads NV weight vectors and broadcasts P input values,
- * then P * NV FMAs: the FMA ports, not the loads, bound it.  A row's pixels are split
+ * rows of a multiple of 14 pixels; AVX2: 6 x 2 x 8, 12 of 16).  Per input channel it
+ * loads NV weight vectors and broadcasts P input values, then P * NV FMAs: the FMA ports, not the loads, bound it.  A row's pixels are split
  * into near-equal tiles (14 pixels: 7 + 7, not 12 + 2, whose 2-pixel tile would be load
  * bound).  Padding: taps above or below the image are skipped (the range of kernel rows
  * inside it); left and right, each input row the tiles read is copied into a
@@ -1363,6 +1363,35 @@ static int call_check(Call *c, int vl, const char *name) {
     return 0;
 }
 
+/* The direct kernel's scratch for a checked call: its row buffer (NULL when the rows are
+ * read in place), one row pointer and one slot tag per kernel row. */
+typedef struct {
+    float *rowbuf;
+    const float **rows;
+    Py_ssize_t *tags;
+} Scratch;
+
+static void scratch_free(Scratch *s) {
+    PyMem_RawFree(s->rowbuf);
+    PyMem_RawFree(s->rows);
+    PyMem_RawFree(s->tags);
+}
+
+/* 0, or -1 with MemoryError (nothing held). */
+static int scratch_take(const Call *c, Scratch *s) {
+    const Geometry *const g = &c->g;
+    const int buffered = c->planes || !in_place(g);
+    s->rowbuf = buffered ? PyMem_RawMalloc((size_t)c->buf_count * sizeof(float)) : NULL;
+    s->rows = PyMem_RawMalloc((size_t)g->kh * sizeof(float *));
+    s->tags = PyMem_RawMalloc((size_t)g->kh * sizeof(Py_ssize_t));
+    if ((buffered && !s->rowbuf) || !s->rows || !s->tags) {
+        scratch_free(s);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs a checked call on its buffers with its scratch, the GIL released: 0, or -1 with
  * MemoryError (nothing written). */
 static int call_run(const Call *c, const float *x, const float *wp, const float *bias,
@@ -1400,29 +1429,12 @@ static int call_run(const Call *c, const float *x, const float *wp, const float 
         PyMem_RawFree(chunk_block);
         return 0;
     }
-    float *rowbuf = NULL;
-    if (c->planes || !in_place(g)) {
-        rowbuf = PyMem_RawMalloc((size_t)c->buf_count * sizeof(float));
-        if (!rowbuf) {
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
-    const float **rows = PyMem_RawMalloc((size_t)g->kh * sizeof(float *));
-    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g->kh * sizeof(Py_ssize_t));
-    if (!rows || !tags) {
-        PyMem_RawFree(rows);
-        PyMem_RawFree(tags);
-        PyMem_RawFree(rowbuf);
-        PyErr_NoMemory();
-        return -1;
-    }
+    Scratch sc;
+    if (scratch_take(c, &sc) < 0) return -1;
     Py_BEGIN_ALLOW_THREADS;
-    run(g, x, wp, bias, add, out, act, lo, hi, rowbuf, rows, tags);
+    run(g, x, wp, bias, add, out, act, lo, hi, sc.rowbuf, sc.rows, sc.tags);
     Py_END_ALLOW_THREADS;
-    PyMem_RawFree(rows);
-    PyMem_RawFree(tags);
-    PyMem_RawFree(rowbuf);
+    scratch_free(&sc);
     return 0;
 }
 
@@ -1563,16 +1575,11 @@ static int call_run_pooled(const Call *c, const PoolGeometry *pg, const float *x
     const Py_ssize_t per_band = fit > pg->kh ? (fit - pg->kh) / pg->sh + 1 : 1;
     Py_ssize_t band_rows = (per_band - 1) * pg->sh + pg->kh;
     if (band_rows > g->oh) band_rows = g->oh;
-    float *rowbuf = NULL;
-    if (c->planes || !in_place(g)) rowbuf = PyMem_RawMalloc((size_t)c->buf_count * sizeof(float));
-    const float **rows = PyMem_RawMalloc((size_t)g->kh * sizeof(float *));
-    Py_ssize_t *tags = PyMem_RawMalloc((size_t)g->kh * sizeof(Py_ssize_t));
+    Scratch sc;
+    if (scratch_take(c, &sc) < 0) return -1;
     float *band = PyMem_RawMalloc((size_t)(band_rows * row_floats) * sizeof(float));
-    if (((c->planes || !in_place(g)) && !rowbuf) || !rows || !tags || !band) {
-        PyMem_RawFree(rowbuf);
-        PyMem_RawFree(rows);
-        PyMem_RawFree(tags);
-        PyMem_RawFree(band);
+    if (!band) {
+        scratch_free(&sc);
         PyErr_NoMemory();
         return -1;
     }
@@ -1597,7 +1604,7 @@ static int call_run_pooled(const Call *c, const PoolGeometry *pg, const float *x
                 one.row0 = from;
                 one.row1 = r1;
                 one.out_row = r0;
-                run(&one, image, wp, bias, NULL, band, act, lo, hi, rowbuf, rows, tags);
+                run(&one, image, wp, bias, NULL, band, act, lo, hi, sc.rowbuf, sc.rows, sc.tags);
             }
             have0 = r0;
             have1 = r1;
@@ -1611,9 +1618,7 @@ static int call_run_pooled(const Call *c, const PoolGeometry *pg, const float *x
         }
     }
     Py_END_ALLOW_THREADS;
-    PyMem_RawFree(rowbuf);
-    PyMem_RawFree(rows);
-    PyMem_RawFree(tags);
+    scratch_free(&sc);
     PyMem_RawFree(band);
     return 0;
 }
