@@ -26,9 +26,9 @@ a ResNet or UNet chain of them stays channels-last from the first conv after the
 pool to the global pool, with no transposing copy between its convs.  2-D MaxPool and
 AveragePool pass the layout through (their compiled kernel pools a channels-last input
 as such; when the pool's own readers want NCHW, as ResNet's head's Flatten after its 7x7
-AveragePool, they pay a copy of the pool's smaller output, not the conv NCHW planes), and a channel Concat with a channels-last input runs as `ChannelsLastConcat`:
-an Inception block's branches and the pools and Concat between blocks stay
-channels-last too.
+AveragePool, they pay a copy of the pool's smaller output, not the conv NCHW planes), and
+a channel Concat with a channels-last input runs as `ChannelsLastConcat`: an Inception
+block's branches and the pools and Concat between blocks stay channels-last too.
 
 Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
 """

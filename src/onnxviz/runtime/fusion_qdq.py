@@ -132,24 +132,16 @@ class QdqPair:
                 last = is_channels_last(x)
                 src = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
                 y = np.empty(src.shape, dtype=_F32)
-                signed = info.min < 0
-                status = module.qdq(
-                    src,
-                    np.float32(s.reshape(())),
-                    int(zp.reshape(())),
-                    np.float32(s2.reshape(())),
-                    int(zp2.reshape(())),
-                    signed,
-                    y,
-                )
-                if status != 0:
+                params = (
+                    float(np.float32(s.reshape(()))), int(zp.reshape(())),
+                    float(np.float32(s2.reshape(()))), int(zp2.reshape(())), info.min < 0,
+                )  # fmt: skip
+                if module.qdq(src, *params, y) != 0:
                     return self._one_by_one(ex, ins)
                 if not self._held_tried:
                     self._held_tried = True
                     self.quick = module.held_qdq(
-                        float(np.float32(s.reshape(()))), int(zp.reshape(())),
-                        float(np.float32(s2.reshape(()))), int(zp2.reshape(())), signed,
-                        len(ins), (1, 2, 3, 4), (s, zp, s2, zp2), quiet_loop.decline,
+                        *params, len(ins), (1, 2, 3, 4), (s, zp, s2, zp2), quiet_loop.decline,
                         *native.held_arrays(),
                     )  # fmt: skip
                 return [y.transpose(0, 3, 1, 2) if last else y]
