@@ -920,24 +920,30 @@ __attribute__((target("avx512f"))) static int qdq_avx512(const float *src, float
                                                         float lo, float hi, float z2,
                                                         float dqs) {
     const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
-                 hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
-                 magic = _mm512_set1_ps(12582912.0f), big = _mm512_set1_ps(4194304.0f);
+                 hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs);
     __mmask16 nan = 0;
     for (Py_ssize_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), qv);
-        /* round half to even below 2^22 (round_even), then + z */
-        const __m512 r = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
-        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(_mm512_abs_ps(t), big, _CMP_LT_OQ), r);
-        t = _mm512_add_ps(t, zv);
-        nan |= _mm512_mask_cmp_ps_mask(k, t, t, _CMP_UNORD_Q);
-        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, lov, _CMP_LT_OQ), lov);
-        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, hiv, _CMP_GT_OQ), hiv);
+        __mmask16 bad = 0;
+        const __m512 t = round_clip16(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), qv), zv,
+                                      lov, hiv, &bad);
+        nan |= bad & k;
         _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
     }
     return nan != 0;
 }
 #endif
+
+typedef int (*QuantizeFn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float);
+
+/* QuantizeLinear's pass of this level (quantize and quantize_layout). */
+static QuantizeFn quantize_at_level(void) {
+#if HAVE_X86
+    if (current_level >= 2) return quantize_avx512;
+    if (current_level >= 1) return quantize_avx2;
+#endif
+    return quantize_generic;
+}
 
 typedef int (*QdqFn)(const float *, float *, Py_ssize_t, float, float, float, float, float,
                      float);
@@ -1070,14 +1076,7 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const float z = (float)zp;
         int nan = 0;
-        int (*fn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float) =
-            quantize_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            fn = quantize_avx512;
-        else if (current_level >= 1)
-            fn = quantize_avx2;
-#endif
+        const QuantizeFn fn = quantize_at_level();
         Py_BEGIN_ALLOW_THREADS;
         /* QuantizeLinear's float32 steps in its order: divide, round half to even, add
          * the zero point, clip (an int8 value's byte is its two's complement). */
@@ -1154,14 +1153,7 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
         }
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const float z = (float)zp;
-        int (*fn)(const float *, uint8_t *, Py_ssize_t, float, float, float, float) =
-            quantize_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            fn = quantize_avx512;
-        else if (current_level >= 1)
-            fn = quantize_avx2;
-#endif
+        const QuantizeFn fn = quantize_at_level();
         int nan = 0;
         const float *src = (const float *)x.buf;
         uint8_t *dst = (uint8_t *)out.buf;
