@@ -604,6 +604,41 @@ def test_qdq_conv_fusion_is_the_integer_definition(
         assert distance.max() < 1e-5 * k, distance.max()
 
 
+def test_qdq_conv_later_calls_follow_their_parameters_and_shapes() -> None:
+    """From its second call the node reuses its converted arguments (QdqConv._again) only
+    for the same parameter objects and an input of the same shape: a scale fed per run,
+    an image of another size, a NaN and a level change all give their own integer
+    definition (or the stepped values), never the previous call's."""
+    rng = np.random.default_rng(7)
+    model, p = _qdq_conv_model(rng, 8, 12, 3, 1, 1, False, True, True, True)
+    # The output quantizer's scale as a graph input: a new object each run.
+    graph = model.graph
+    kept = [t for t in graph.initializer if t.name != "os"]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.input.append(helper.make_tensor_value_info("os", TensorProto.FLOAT, []))
+    levels = [lv for lv in native.levels() if lv >= native.AVX2]
+    if not levels:
+        pytest.skip("the int8 kernel needs AVX2")
+    with _process_level(levels[-1]):
+        session = Session(model)
+        assert _uses_integer_conv(model) == 1
+        for image, scale in ((10, 0.05), (10, 0.05), (10, 0.03), (13, 0.03), (10, 0.07)):
+            x = rng.normal(0, 1.5, (1, 8, image, image)).astype(np.float32)
+            os_ = np.array(scale, np.float32)
+            want, _ = _integer_reference(x, {**p, "os": os_}, 3, 1, 1, True)
+            got = session.run({"x": x, "os": os_})["y"]
+            np.testing.assert_array_equal(got, want, err_msg=f"{image} px, scale {scale}")
+        x[0, 0, 0, 0] = np.nan
+        got = session.run({"x": x, "os": os_})["y"]
+        np.testing.assert_array_equal(got, stepped_values(model, {"x": x, "os": os_})["y"])
+    if len(levels) > 1:  # the same session at another level: its own packed weights
+        x = rng.normal(0, 1.5, (1, 8, 10, 10)).astype(np.float32)
+        want, _ = _integer_reference(x, {**p, "os": os_}, 3, 1, 1, True)
+        with _process_level(levels[0]):
+            np.testing.assert_array_equal(session.run({"x": x, "os": os_})["y"], want)
+
+
 def test_committed_qdq_model_native_on_and_off() -> None:
     """onnxruntime.quantization's per-channel QDQ CNN (tests/data/exporters): every conv
     runs as an integer product when the kernel is on, and its outputs are the numpy

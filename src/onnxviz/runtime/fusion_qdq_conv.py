@@ -43,7 +43,7 @@ node gets the integers back from it exactly: v = float32((t - z) * s) with |t - 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -293,6 +293,9 @@ class QdqConv:
         self._key: tuple[Any, ...] | None = None
         self._weights: tuple[bytes, np.ndarray, np.ndarray | None, int] | None = None
         self._layouts: dict[tuple[int, ...], Any] = {}  # input shape -> _layout_plan
+        # The last integer call's converted arguments, for calls with the same parameter
+        # objects and an input of the same shape (see _again).
+        self._ready: _Ready | None = None
 
     def _get(self, ins: list[Any], name: str) -> Any:
         k = self.places[name]
@@ -300,6 +303,11 @@ class QdqConv:
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         module = int8_module()
+        ready = self._ready
+        if ready is not None and module is not None:
+            y = self._again(module, ready, ins)
+            if y is not None:
+                return [y]
         y = None if module is None else self._integer(module, ins)
         if y is None:
             return self._one_by_one(ex, ins)
@@ -412,60 +420,82 @@ class QdqConv:
         if plan is None:
             plan = self._layouts[x.shape] = layout_plan(x.shape, kernel, st, dil, pd, out)
         phase_hw, phases, length, used, wide, per_channel = plan
-        flat = scratch("conv_flat", (n, c, phases, length), np.uint8)
-        # The image with its pads at the zero point: a padded value is real 0 in the float
-        # definition, that is the integer zd of the dequantizer.
-        status = module.quantize_layout(
-            np.ascontiguousarray(x),
-            n,
-            c,
-            x.shape[2],
-            x.shape[3],
-            np.float32(xs.reshape(())),
-            zx,
-            x_signed,
-            pd[0],
-            pd[1],
-            st[0],
-            st[1],
-            phase_hw[0],
-            phase_hw[1],
-            length,
-            zd % 256,
-            used,
-            flat,
-        )
-        if status < 0:
-            return None  # a NaN: the platform's cast decides; run the nodes
-        rows, width = out[0], wide // out[0]
-        acc = scratch("int8_acc", (m, wide), np.int32)
-        y = np.empty((n, m, *out), dtype=_F32)
+        x = np.ascontiguousarray(x)
         o_signed = otype == np.int8
         qz = 0 if oz is None else int(oz.reshape(()))
         dqz = 0 if odz is None else int(odz.reshape(()))
-        empty = b""
-        for b in range(n):
-            offsets = per_channel + b * (c * phases * length) if b else per_channel
-            module.gemm(packed, flat, offsets, 1, wide, x_signed, zd, acc)
-            status = module.rescale_qdq(
-                acc,
+        ready = _Ready(
+            level=module.level(),
+            params=tuple((k, v) for k, v in enumerate(ins) if k != self._x_place()),
+            x_place=self._x_place(),
+            shape=x.shape,
+            layout=(
+                n,
+                c,
+                x.shape[2],
+                x.shape[3],
+                np.float32(xs.reshape(())),
+                zx,
+                x_signed,
+                pd[0],
+                pd[1],
+                st[0],
+                st[1],
+                phase_hw[0],
+                phase_hw[1],
+                length,
+                zd % 256,
+                used,
+            ),  # fmt: skip
+            flat=(n, c, phases, length),
+            image=c * phases * length,
+            per_channel=per_channel,
+            gemm=(packed, wide, x_signed, zd),
+            acc=(m, wide),
+            out=(n, m, *out),
+            rescale=(
                 m,
-                rows,
-                width,
+                out[0],
+                wide // out[0],
                 out[1],
                 scale,
-                empty if bias is None else bias,
+                b"" if bias is None else bias,
                 self.relu,
                 o_signed,
                 np.float32(os_.reshape(())),
                 qz,
                 np.float32(ods.reshape(())),
                 dqz,
-                y[b],
-            )
-            if status < 0:
-                return None
+            ),  # fmt: skip
+        )
+        self._ready = None
+        y = _run(module, ready, x)
+        if y is not None:
+            self._ready = ready
         return y
+
+    def _x_place(self) -> int:
+        k = self.places["x"] if self.absorbed_input else self.places["xd"]
+        assert k is not None
+        return k
+
+    def _again(self, module: ModuleType, ready: _Ready, ins: list[Any]) -> np.ndarray | None:
+        """The integer path by the last call's converted arguments, when this call has the
+        same parameter objects (compared by identity) and a C-contiguous float32 input of
+        the same shape at the same level; else None (the full path then checks it all)."""
+        x = ins[ready.x_place]
+        if (
+            type(x) is not np.ndarray
+            or x.shape != ready.shape
+            or x.dtype != _F32
+            or not x.flags.c_contiguous
+            or module.level() != ready.level
+        ):
+            return None
+        for k, v in ready.params:
+            if ins[k] is not v:
+                return None
+        return _run(module, ready, x)
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         values = dict(zip(self.slots, ins))
@@ -484,3 +514,39 @@ class QdqConv:
 
 def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
     return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
+
+
+class _Ready(NamedTuple):
+    """A QdqConv call's arguments to the three C passes, converted once (see _run)."""
+
+    level: int
+    params: tuple[tuple[int, Any], ...]  # (input position, object) of every non-x input
+    x_place: int
+    shape: tuple[int, ...]
+    layout: tuple[Any, ...]  # quantize_layout's arguments between x and the buffer
+    flat: tuple[int, int, int, int]
+    image: int  # bytes of one image's flat layout
+    per_channel: np.ndarray
+    gemm: tuple[Any, int, bool, int]  # packed, N, x_signed, zx
+    acc: tuple[int, int]
+    out: tuple[int, ...]
+    rescale: tuple[Any, ...]  # rescale_qdq's arguments between acc and y
+
+
+def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
+    """x quantized into the flat layout (its pads at the dequantizer's zero point: a
+    padded value is real 0 in the float definition, that is the integer zd), one
+    integer product per image, then rescaled into the chain's output; None when a
+    quantizer met a NaN (the platform's cast decides: run the nodes)."""
+    flat = scratch("conv_flat", ready.flat, np.uint8)
+    if module.quantize_layout(x, *ready.layout, flat) < 0:
+        return None
+    acc = scratch("int8_acc", ready.acc, np.int32)
+    y = np.empty(ready.out, dtype=_F32)
+    packed, wide, x_signed, zx = ready.gemm
+    for b in range(ready.out[0]):
+        offsets = ready.per_channel + b * ready.image if b else ready.per_channel
+        module.gemm(packed, flat, offsets, 1, wide, x_signed, zx, acc)
+        if module.rescale_qdq(acc, *ready.rescale, y[b]) < 0:
+            return None
+    return y
