@@ -129,6 +129,40 @@ def test_product_is_exact_at_every_level(
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 20),
+    k=st.integers(1, 300),
+    n=st.integers(1, 150),
+    slack=st.integers(0, 70),
+    x_signed=st.booleans(),
+    zx=st.integers(-128, 127),
+    seed=st.integers(0, 2**16),
+)
+def test_last_partial_panel_read_whole_when_the_buffer_holds_it(
+    m: int, k: int, n: int, slack: int, x_signed: bool, zx: int, seed: int
+) -> None:
+    """A last panel of fewer than 32 columns is packed by the vector code, reading past
+    N, when every row's read stays inside x (a conv's flat layout has such slack): the
+    bytes past N (random here) never reach the product, and the zero point's row term
+    the accumulators start from is the same exact correction."""
+    rng = np.random.default_rng(seed)
+    w = _bytes(rng, True, (m, k), False)
+    zw = np.zeros(m, np.int64)  # (a weight zero point makes the column sums: scalar code)
+    zx = zx if x_signed else zx + 128
+    buf = _bytes(rng, x_signed, (k * n + slack,), False)
+    x = buf[: k * n].reshape(k, n)
+    want = _exact(w, zw, x, zx)
+    rowoff = np.arange(k, dtype=np.int64) * n
+    for level in native.levels():
+        mod = _module()
+        mod.set_level(level)
+        packed = mod.pack_weights(w.view(np.uint8), m, k, True, zw.astype(np.int32))
+        out = np.full((m, n), -7, np.int32)
+        mod.gemm(packed, buf.view(np.uint8), rowoff, 1, n, x_signed, zx, out)
+        np.testing.assert_array_equal(out, want, err_msg=f"level {level}")
+
+
 @pytest.mark.parametrize("zero_points", [(0, 0), (-100, 37)])
 @pytest.mark.parametrize("x_signed", [False, True])
 def test_many_column_blocks_and_k_blocks(zero_points: tuple[int, int], x_signed: bool) -> None:

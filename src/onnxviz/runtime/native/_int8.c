@@ -109,8 +109,10 @@ static void store_tile(int32_t *c, Py_ssize_t ldc, const int32_t *tile, int mr, 
 }
 
 static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c,
-                           Py_ssize_t ldc, int mr_valid, int nr_valid, int accumulate) {
+                           Py_ssize_t ldc, int mr_valid, int nr_valid, int accumulate,
+                           const int32_t *init) {
     enum { MR = 4, NR = 16 };
+    (void)init; /* (the int16 form has no row terms) */
     int32_t acc[MR * NR];
     memset(acc, 0, sizeof(acc));
     for (Py_ssize_t q = 0; q < kq; q++) {
@@ -132,8 +134,10 @@ static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, 
 __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, const int32_t *xp,
                                                             Py_ssize_t kq, int32_t *c,
                                                             Py_ssize_t ldc, int mr_valid,
-                                                            int nr_valid, int accumulate) {
+                                                            int nr_valid, int accumulate,
+                                                            const int32_t *init) {
     enum { MR = 6, NR = 16 };
+    (void)init; /* (the int16 form has no row terms) */
     __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
             a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (Py_ssize_t q = 0; q < kq; q++) {
@@ -178,15 +182,27 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
 
 #define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 
-/* 8 rows x 32 columns: 16 zmm accumulators.  STEP(acc, x, broadcast) is one product. */
+/* 8 rows x 32 columns: 16 zmm accumulators.  STEP(acc, x, broadcast) is one product.
+ * init (byte form, or NULL): each row's accumulators start at init[row] instead of 0 (the
+ * zero points' row term, in the tile's first k block only: accumulate is then 0). */
 #define KERNEL_512(NAME, TARGET, STEP)                                                         \
     __attribute__((target(TARGET))) static void NAME(                                         \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,      \
-        int mr_valid, int nr_valid, int accumulate) {                                         \
+        int mr_valid, int nr_valid, int accumulate, const int32_t *init) {                    \
         enum { MR = 8, NR = 32 };                                                             \
         __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,     \
                 a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00,  \
                 a60 = a00, a61 = a00, a70 = a00, a71 = a00;                                   \
+        if (init != NULL && !accumulate) {                                                    \
+            a00 = a01 = _mm512_set1_epi32(init[0]);                                           \
+            a10 = a11 = _mm512_set1_epi32(init[1]);                                           \
+            a20 = a21 = _mm512_set1_epi32(init[2]);                                           \
+            a30 = a31 = _mm512_set1_epi32(init[3]);                                           \
+            a40 = a41 = _mm512_set1_epi32(init[4]);                                           \
+            a50 = a51 = _mm512_set1_epi32(init[5]);                                           \
+            a60 = a61 = _mm512_set1_epi32(init[6]);                                           \
+            a70 = a71 = _mm512_set1_epi32(init[7]);                                           \
+        }                                                                                     \
         for (Py_ssize_t q = 0; q < kq; q++) {                                                 \
             const int32_t *w = wp + q * MR;                                                   \
             __m512i x0 = _mm512_loadu_si512((const void *)(xp + q * NR));                     \
@@ -264,7 +280,7 @@ KERNEL_512(kernel_vnni, AVX512_TARGET ",avx512vnni", STEP_VNNI)
 #endif
 
 typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
-                       int, int);
+                       int, int, const int32_t *);
 
 static Kernel level_kernel(int level) {
 #if HAVE_X86
@@ -445,13 +461,63 @@ static void pack_group_sse2(const uint8_t *x, const int64_t *rowoff, Py_ssize_t 
 }
 #endif
 
+#if HAVE_X86
+/* pack_group_sse2's byte form (group 4) 64 columns at a time: two whole panels of 32
+ * (nr == 32, the VNNI level's).  The two unpack steps interleave the four rows within
+ * each 128-bit lane, so lane L of the i-th result holds columns 16L + 4i .. 16L + 4i + 3;
+ * a 4x4 transpose of the lanes (two rounds of shuffle_i64x2) puts 16 consecutive
+ * columns in each vector, as the SSE2 code writes them.  Returns the panels it packed
+ * (an even number); the caller packs the rest. */
+__attribute__((target(AVX512_TARGET))) static Py_ssize_t pack_group4_avx512(
+    const uint8_t *x, const int64_t *rowoff, Py_ssize_t k, Py_ssize_t q, Py_ssize_t j0,
+    Py_ssize_t panels, Py_ssize_t panel_stride, int x_signed, uint32_t *o) {
+    const uint8_t *r[4];
+    __m512i flip[4];
+    for (int g = 0; g < 4; g++) {
+        const Py_ssize_t kk = 4 * q + g;
+        r[g] = kk < k ? x + rowoff[kk] + j0 : NULL; /* past K: zero bytes, never flipped */
+        flip[g] = _mm512_set1_epi8(kk < k && x_signed ? (char)0x80 : 0);
+    }
+    const Py_ssize_t pairs = panels / 2;
+    for (Py_ssize_t pp = 0; pp < pairs; pp++) {
+        __m512i v[4];
+        for (int g = 0; g < 4; g++)
+            v[g] = r[g] ? _mm512_xor_si512(_mm512_loadu_si512((const void *)(r[g] + 64 * pp)),
+                                           flip[g])
+                        : _mm512_setzero_si512();
+        const __m512i ab_lo = _mm512_unpacklo_epi8(v[0], v[1]),
+                      ab_hi = _mm512_unpackhi_epi8(v[0], v[1]);
+        const __m512i cd_lo = _mm512_unpacklo_epi8(v[2], v[3]),
+                      cd_hi = _mm512_unpackhi_epi8(v[2], v[3]);
+        const __m512i o0 = _mm512_unpacklo_epi16(ab_lo, cd_lo),
+                      o1 = _mm512_unpackhi_epi16(ab_lo, cd_lo),
+                      o2 = _mm512_unpacklo_epi16(ab_hi, cd_hi),
+                      o3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
+        const __m512i t0 = _mm512_shuffle_i64x2(o0, o1, 0x44),
+                      t1 = _mm512_shuffle_i64x2(o0, o1, 0xEE),
+                      t2 = _mm512_shuffle_i64x2(o2, o3, 0x44),
+                      t3 = _mm512_shuffle_i64x2(o2, o3, 0xEE);
+        uint32_t *out = o + 2 * pp * panel_stride;
+        _mm512_storeu_si512((void *)out, _mm512_shuffle_i64x2(t0, t2, 0x88));
+        _mm512_storeu_si512((void *)(out + 16), _mm512_shuffle_i64x2(t0, t2, 0xDD));
+        _mm512_storeu_si512((void *)(out + panel_stride), _mm512_shuffle_i64x2(t1, t3, 0x88));
+        _mm512_storeu_si512((void *)(out + panel_stride + 16),
+                            _mm512_shuffle_i64x2(t1, t3, 0xDD));
+    }
+    return 2 * pairs;
+}
+#endif
+
 /* X[k, n] = x[rowoff[k] + n * colstride] -> panels p_begin..p_end-1 of nr columns (from
  * dst on): for each k group, nr int32 groups (written in order; the group's rows are read
  * side by side).
- * colsum[n] (byte form, when not NULL): sum over k of the unsigned byte. */
-static void pack_x(const uint8_t *x, const int64_t *rowoff, Py_ssize_t colstride, Py_ssize_t k,
-                   Py_ssize_t n, int x_signed, int32_t zx, Shape s, Py_ssize_t kq,
-                   uint32_t *dst, int32_t *colsum, Py_ssize_t p_begin, Py_ssize_t p_end) {
+ * colsum[n] (byte form, when not NULL): sum over k of the unsigned byte.
+ * x_len: the bytes x holds (a last, partial panel is packed whole, by the vector code,
+ * when every row's read stays inside them: its columns past N are never stored). */
+static void pack_x(const uint8_t *x, Py_ssize_t x_len, const int64_t *rowoff,
+                   Py_ssize_t colstride, Py_ssize_t k, Py_ssize_t n, int x_signed, int32_t zx,
+                   Shape s, Py_ssize_t kq, uint32_t *dst, int32_t *colsum, Py_ssize_t p_begin,
+                   Py_ssize_t p_end) {
     const Py_ssize_t nr = s.nr;
     const uint8_t flip = x_signed ? 0x80 : 0; /* int8 -> uint8 by +128 (byte form) */
     /* A row of zero points (int16 form) or zeros (byte form) for the k past K. */
@@ -460,11 +526,25 @@ static void pack_x(const uint8_t *x, const int64_t *rowoff, Py_ssize_t colstride
 #if defined(__SSE2__)
     if (colstride == 1 && colsum == NULL) {
         /* The full panels, k group by k group, each group's rows read along the span. */
-        const Py_ssize_t full_end = n / nr < p_end ? n / nr : p_end;
+        Py_ssize_t full_end = n / nr < p_end ? n / nr : p_end;
+        if (full_end < p_end && n % nr) {
+            int64_t last = 0;
+            for (Py_ssize_t i = 0; i < k; i++) last = rowoff[i] > last ? rowoff[i] : last;
+            if (last + (int64_t)p_end * nr <= (int64_t)x_len) full_end = p_end;
+        }
         if (full_end > p_begin) {
-            for (Py_ssize_t q = 0; q < kq; q++)
-                pack_group_sse2(x, rowoff, k, q, p_begin * nr, full_end - p_begin, kq * nr, nr,
-                                s.group, x_signed, zx, dst + q * nr);
+            for (Py_ssize_t q = 0; q < kq; q++) {
+                Py_ssize_t done = 0;
+#if HAVE_X86
+                if (s.group == 4 && nr == 32 && current_level >= 3)
+                    done = pack_group4_avx512(x, rowoff, k, q, p_begin * nr, full_end - p_begin,
+                                              kq * nr, x_signed, dst + q * nr);
+#endif
+                if (full_end - p_begin > done)
+                    pack_group_sse2(x, rowoff, k, q, (p_begin + done) * nr,
+                                    full_end - p_begin - done, kq * nr, nr, s.group, x_signed,
+                                    zx, dst + done * kq * nr + q * nr);
+            }
             first = full_end;
         }
     }
@@ -582,11 +662,23 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         int need_colsum = 0;
         for (Py_ssize_t i = 0; i < m && s.group == 4; i++) need_colsum |= zeros0[i] != 0;
         int32_t *colsum = need_colsum ? calloc((size_t)n, sizeof(int32_t)) : NULL;
-        if (xp == NULL || (need_colsum && colsum == NULL)) {
+        /* Byte form: the zero points' exact correction, modulo 2^32, is
+         * zx k zw - zx rowsum[i] - zw colsum[j] (zx as the unsigned byte's); its row
+         * term starts the accumulators (the kernels' init), the column term is a pass
+         * over C after, for rows whose zw is not 0. */
+        int32_t *row_init = s.group == 4 ? calloc((size_t)mp0, sizeof(int32_t)) : NULL;
+        if (xp == NULL || (need_colsum && colsum == NULL) || (s.group == 4 && row_init == NULL)) {
             free(xp);
             free(colsum);
+            free(row_init);
             PyErr_NoMemory();
             goto done;
+        }
+        const uint32_t zxu = (uint32_t)(x_signed ? zx + 128 : zx);
+        const int32_t *rowsum0 = (const int32_t *)(base0 + sizeof(Header));
+        for (Py_ssize_t i = 0; i < m && row_init != NULL; i++) {
+            const uint32_t zw = (uint32_t)zeros0[i];
+            row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum0[i]);
         }
         const char *base = (const char *)packed.buf;
         const int32_t *rowsum = (const int32_t *)(base + sizeof(Header));
@@ -599,7 +691,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
         for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
             const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
-            pack_x((const uint8_t *)x.buf, (const int64_t *)rowoff.buf, colstride, k, n,
+            pack_x((const uint8_t *)x.buf, x.len, (const int64_t *)rowoff.buf, colstride, k, n,
                    x_signed, zx, s, kq, xp, colsum, b0, b1);
             for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
                 const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
@@ -610,30 +702,22 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
                         const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
                         const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
                         kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr,
-                             n, mr_valid, nr_valid, q0 > 0);
+                             n, mr_valid, nr_valid, q0 > 0,
+                             row_init != NULL ? row_init + pm * s.mr : NULL);
                     }
                 }
             }
         }
-        if (s.group == 4) {
-            /* Byte form: the zero points' exact correction, modulo 2^32. */
-            const uint32_t zxu = (uint32_t)(x_signed ? zx + 128 : zx);
-            for (Py_ssize_t i = 0; i < m; i++) {
-                const uint32_t zw = (uint32_t)zeros[i];
-                const uint32_t row_term = zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i];
-                uint32_t *ci = (uint32_t *)(c + i * n);
-                if (zw == 0) {
-                    if (row_term != 0)
-                        for (Py_ssize_t j = 0; j < n; j++) ci[j] += row_term;
-                } else {
-                    for (Py_ssize_t j = 0; j < n; j++)
-                        ci[j] += row_term - zw * (uint32_t)colsum[j];
-                }
-            }
+        for (Py_ssize_t i = 0; i < m && colsum != NULL; i++) {
+            const uint32_t zw = (uint32_t)zeros[i];
+            uint32_t *ci = (uint32_t *)(c + i * n);
+            if (zw != 0)
+                for (Py_ssize_t j = 0; j < n; j++) ci[j] -= zw * (uint32_t)colsum[j];
         }
         Py_END_ALLOW_THREADS;
         free(xp);
         free(colsum);
+        free(row_init);
     }
     result = Py_NewRef(Py_None);
 done:
