@@ -1186,6 +1186,20 @@ static int product4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, Py_s
     return 1;
 }
 
+/* n bytes from s to d, 8 at a time: the rows of a small image's layout are a few bytes
+ * each, where a call to memcpy costs more than the copy (the loop is kept a loop, not
+ * turned into that call). */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static inline void
+copy_bytes(uint8_t *d, const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        uint64_t v;
+        memcpy(&v, s + j, 8);
+        memcpy(d + j, &v, 8);
+    }
+    for (; j < n; j++) d[j] = s[j];
+}
+
 /* quantize_layout: x (N, C, H, W) float32 quantized (QuantizeLinear's steps) straight into
  * a conv's flat layout (nn_conv._FlatLayout): per image and channel, one phase image of
  * ph_h x ph_w bytes per stride phase (p0, p1) (padded row p0 + i*s0, column p1 + j*s1;
@@ -1257,21 +1271,19 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
                     j_lo = j_lo < ph_w ? j_lo : ph_w;
                     j_hi = j_hi < ph_w ? j_hi : ph_w;
                     j_hi = j_hi > j_lo ? j_hi : j_lo;
+                    /* The whole phase at the fill by one call (with the rows' pads a
+                     * pair of calls per row cost more than a small image's bytes), then
+                     * the rows' data over it. */
+                    memset(base, fill, (size_t)length);
                     for (Py_ssize_t i = 0; i < ph_h; i++) {
                         uint8_t *row = base + i * ph_w;
                         const Py_ssize_t xr = p0 + i * s0 - pad_t;
-                        if (xr < 0 || xr >= h) {
-                            memset(row, fill, (size_t)ph_w);
-                            continue;
-                        }
-                        memset(row, fill, (size_t)j_lo);
-                        memset(row + j_hi, fill, (size_t)(ph_w - j_hi));
                         const Py_ssize_t count = j_hi - j_lo;
-                        if (count <= 0) continue;
+                        if (xr < 0 || xr >= h || count <= 0) continue;
                         const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
                         if (plane_bytes != NULL && s1 == 1) {
-                            memcpy(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
-                                   (size_t)count);
+                            copy_bytes(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
+                                       count);
                         } else if (plane_bytes != NULL) {
                             const uint8_t *brow = plane_bytes + xr * w + (p1 + j_lo * s1 - pad_l);
                             for (Py_ssize_t j = 0; j < count; j++) row[j_lo + j] = brow[j * s1];
@@ -1282,7 +1294,6 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
                             nan |= fn(tmp, row + j_lo, count, scale, z, lo, hi);
                         }
                     }
-                    memset(base + ph_h * ph_w, fill, (size_t)(length - ph_h * ph_w));
                 }
         }
         Py_END_ALLOW_THREADS;
