@@ -128,7 +128,8 @@ static inline __attribute__((always_inline)) void pool_same(const float *x, floa
     }
 }
 
-/* The whole call: `row` holds `span` floats (the padded row), `colcount` ow floats. */
+/* The whole call: `row` holds `span` floats (the padded row), `colcount` ow floats, then
+ * pool_same's two planes of h*w floats, then span + 1 floats (stride 2's halves). */
 static inline __attribute__((always_inline)) void pool_body(const float *x, float *y,
                                                             const PoolGeometry *g, float *row,
                                                             Py_ssize_t span,
@@ -171,6 +172,26 @@ static inline __attribute__((always_inline)) void pool_body(const float *x, floa
                 for (Py_ssize_t j = 0; j < ow; j++) out[j] = row[j];
                 for (Py_ssize_t k = 1; k < kw; k++) {
                     const float *col = row + k;
+                    if (avg)
+                        for (Py_ssize_t j = 0; j < ow; j++) out[j] = out[j] + col[j];
+                    else
+                        for (Py_ssize_t j = 0; j < ow; j++) out[j] = pool_max(out[j], col[j]);
+                }
+            } else if (sw == 2) {
+                /* The row split into its even and odd columns once, so each kernel column
+                 * is a contiguous run (col k at 2j + k: the even half's j + k/2 or the odd
+                 * half's j + (k-1)/2), vectorised like the stride-1 case, where reading
+                 * every second float was not (a QDQ ResNet's 3x3/2 MaxPool on 32 x 112 x
+                 * 112: 196 us); the same operations in the same order, so the same bits. */
+                float *even = colcount + ow + 2 * h * w, *odd = even + (span + 1) / 2;
+                for (Py_ssize_t j = 0; j < span / 2; j++) {
+                    even[j] = row[2 * j];
+                    odd[j] = row[2 * j + 1];
+                }
+                if (span % 2) even[span / 2] = row[span - 1];
+                for (Py_ssize_t j = 0; j < ow; j++) out[j] = even[j];
+                for (Py_ssize_t k = 1; k < kw; k++) {
+                    const float *col = (k % 2 ? odd : even) + k / 2;
                     if (avg)
                         for (Py_ssize_t j = 0; j < ow; j++) out[j] = out[j] + col[j];
                     else
@@ -229,8 +250,9 @@ static PyObject *py_pool2d(PyObject *self, PyObject *args) {
     /* The padded row: every column a window reads ((ow-1)*sw + kw) and the data columns. */
     Py_ssize_t span = (g.ow - 1) * g.sw + g.kw;
     if (span < g.pl + g.w) span = g.pl + g.w;
-    /* The padded row and the column counts, then pool_same's two planes. */
-    float *row = malloc((size_t)(span + g.ow + 2 * g.h * g.w) * sizeof(float));
+    /* The padded row and the column counts, then pool_same's two planes, then the
+     * padded row's even and odd columns (stride 2). */
+    float *row = malloc((size_t)(span + g.ow + 2 * g.h * g.w + span + 1) * sizeof(float));
     if (row == NULL) {
         PyBuffer_Release(&xv);
         PyBuffer_Release(&yv);
