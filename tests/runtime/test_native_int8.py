@@ -365,7 +365,8 @@ def test_quantize_layout_is_quantize_then_the_padded_phases(
     h: int, w: int, pad: tuple[int, int], stride: tuple[int, int], signed: bool, seed: int
 ) -> None:
     """quantize_layout = quantize, pad with the fill byte, split into stride phases
-    (nn_conv._FlatLayout's layout), for the phases it is asked for."""
+    (nn_conv._FlatLayout's layout), for the phases it is asked for; bytes_layout of the
+    quantized bytes is the same layout."""
     rng = np.random.default_rng(seed)
     n, c = 2, 3
     x = rng.normal(0, 3, (n, c, h, w)).astype(np.float32)
@@ -387,6 +388,11 @@ def test_quantize_layout_is_quantize_then_the_padded_phases(
             length, fill, used, out,
         )  # fmt: skip
         assert status == 0
+        from_bytes = np.full((n, c, s0 * s1, length), 77, np.uint8)
+        _module().bytes_layout(
+            q, n, c, h, w, pad[0], pad[1], s0, s1, ph_h, ph_w, length, fill, used, from_bytes
+        )
+        np.testing.assert_array_equal(from_bytes, out, err_msg=f"level {level}")
         for p0, p1 in product(range(s0), range(s1)):
             phase = p0 * s1 + p1
             got = out[:, :, phase]
@@ -406,6 +412,10 @@ def test_quantize_layout_is_quantize_then_the_padded_phases(
             x[:1], n, c, h, w, np.float32(0.05), zp, signed, pad[0], pad[1], s0, s1, ph_h,
             ph_w, length, fill, used, out,
         )  # fmt: skip
+    with pytest.raises(ValueError):  # floats where bytes go
+        _module().bytes_layout(
+            x, n, c, h, w, pad[0], pad[1], s0, s1, ph_h, ph_w, length, fill, used, out
+        )
 
 
 @pytest.mark.parametrize("relu", [False, True])
@@ -432,6 +442,10 @@ def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
     t = _quantize_steps(v, qs, 9, np.uint8)
     t -= np.float32(11)
     t *= dqs
+    codes = {}
+    for signed, zp in ((False, 9), (True, -7)):
+        dtype = np.int8 if signed else np.uint8
+        codes[signed] = _quantize_steps(v, qs, zp, dtype).astype(dtype)
     for level in native.levels():
         _module().set_level(level)
         y = np.empty((m, rows, keep), np.float32)
@@ -440,6 +454,21 @@ def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
         )
         assert status == 0
         np.testing.assert_array_equal(y, t, err_msg=str(level))
+        # rescale_q: the same value quantized, its codes written as bytes.
+        for signed, zp in ((False, 9), (True, -7)):
+            b = np.full((m, rows, keep), 99, np.int8 if signed else np.uint8)
+            status = _module().rescale_q(
+                acc, m, rows, width, keep, scale, bias, relu, signed, qs, zp, b
+            )
+            assert status == 0
+            np.testing.assert_array_equal(b, codes[signed], err_msg=f"{level} {signed}")
+        nan_scale = scale.copy()
+        nan_scale[-1] = np.nan
+        b = np.empty((m, rows, keep), np.uint8)
+        assert (
+            _module().rescale_q(acc, m, rows, width, keep, nan_scale, bias, relu, False, qs, 9, b)
+            == -1
+        )
 
 
 # ---- the QDQ conv fusion --------------------------------------------------------------
@@ -636,6 +665,89 @@ def test_qdq_conv_fusion_is_the_integer_definition(
         pos = exact[differ] / np.float64(step) + float(p["oz"])
         distance = np.abs(pos - np.floor(pos) - 0.5)
         assert distance.max() < 1e-5 * k, distance.max()
+
+
+def _two_conv_model(
+    seed: int, c: int, m1: int, m2: int, kernel2: int, stride2: int, x_signed: bool, both: bool
+) -> tuple[onnx.ModelProto, dict[str, Any], dict[str, Any]]:
+    """Two QDQ convs, the second reading the first one's output pair (as
+    onnxruntime.quantization writes consecutive convs); ``both``: that float is also a
+    graph output."""
+    rng = np.random.default_rng(seed)
+    first, p1 = _qdq_conv_model(rng, c, m1, 3, 1, 1, x_signed, True, True, True)
+    second, p2 = _qdq_conv_model(
+        rng, m1, m2, kernel2, stride2, kernel2 // 2, x_signed, True, False, True
+    )
+    # The second conv's input pair is the first one's output pair.
+    p2 = {**p2, "xs": p1["os"], "xz": p1["oz"]}
+    rename = {n: n + "2" for n in p2 if n not in ("xs", "xz")}
+    nodes = list(first.graph.node)
+    for node in second.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.input[0] in ("x", "xq"):
+            continue  # its input pair: the first conv's
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = node.name + "2"
+        for k, name in enumerate(copy.input):
+            copy.input[k] = "y" if name == "xd" else rename.get(name, name + "2")
+        for k, name in enumerate(copy.output):
+            copy.output[k] = name + "2"
+        nodes.append(copy)
+    inits = list(first.graph.initializer) + [
+        numpy_helper.from_array(np.asarray(v), rename[k]) for k, v in p2.items() if k in rename
+    ]
+    outputs = [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)]
+    if both:
+        outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], outputs, inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), p1, p2
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shape=st.sampled_from(
+        [(8, 16, 12, 3, 1), (5, 24, 9, 3, 2), (16, 8, 33, 1, 1), (8, 40, 6, 1, 2)]
+    ),
+    x_signed=st.booleans(),
+    both=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_consecutive_qdq_convs_pass_the_codes(
+    shape: tuple[int, ...], x_signed: bool, both: bool, seed: int
+) -> None:
+    """When only the second conv reads the first one's output pair, the first writes its
+    quantized codes and the second reads them as they are (no float image between): the
+    same values, bit for bit, as the integer definition applied twice; a float that is
+    also a graph output keeps the pair."""
+    c, m1, m2, kernel2, stride2 = shape
+    model, p1, p2 = _two_conv_model(seed, c, m1, m2, kernel2, stride2, x_signed, both)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.normal(0, 1.5, (1, c, 11, 11)).astype(np.float32)
+    y1, _ = _integer_reference(x, p1, 3, 1, 1, True)
+    want, _ = _integer_reference(y1, p2, kernel2, stride2, kernel2 // 2, False)
+    levels = [lv for lv in native.levels() if lv >= native.AVX2]
+    if not levels:
+        pytest.skip("the int8 kernel needs AVX2")
+    for level in levels:
+        with _process_level(level):
+            fused = [pn.fused for pn in run_nodes(Session(model).plan)]
+            convs = [f for f in fused if type(f).__name__ == "QdqConv"]
+            assert [(f.codes_in, f.codes_out) for f in convs] == (
+                [(False, False), (False, False)] if both else [(False, True), (True, False)]
+            )
+            session = Session(model)
+            for _ in range(2):  # the first call, then the converted arguments (_again)
+                got = session.run({"x": x})
+                np.testing.assert_array_equal(got["y2"], want, err_msg=f"level {level}")
+                if both:
+                    np.testing.assert_array_equal(got["y"], y1)
+    # A NaN: the nodes one by one, as stepping.
+    x[0, 0, 0, 0] = np.nan
+    with _process_level(levels[-1]):
+        got = Session(model).run({"x": x})["y2"]
+    np.testing.assert_array_equal(got, stepped_values(model, {"x": x})["y2"])
 
 
 def test_qdq_conv_later_calls_follow_their_parameters_and_shapes() -> None:

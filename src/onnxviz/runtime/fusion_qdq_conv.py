@@ -139,6 +139,7 @@ def find_qdq_convs(
                 producer[s] = i
     found: list[list[int]] = []
     used: set[int] = set()
+    ending: dict[int, list[int]] = {}  # a found chain's last position (its out-dq) -> chain
     # A model of depthwise convs (MobileNet, EfficientNet: the int8 kernel runs group 1
     # only) keeps its 1x1 convs float: they then run channels-last with the depthwise
     # convs between them, the quantize-dequantize pairs elementwise over the same layout
@@ -211,13 +212,22 @@ def find_qdq_convs(
             continue
         chain += [nxt, out_dq]
         head = [q_at, dq_at] if _only_user(users, conv.inputs[0], keep) == i else []
+        before = None
         if used.intersection(head):
             head = []  # the previous conv's output pair: it stays there (see QdqConv)
+            before = ending.get(dq_at)
         positions = head + chain
         if used.intersection(positions):
             continue
+        if before is not None and before[-2:] == [q_at, dq_at]:
+            # Only this conv reads the previous one's dequantized output: that conv ends
+            # at its quantizer, its output the codes, and this one starts at the
+            # dequantizer, reading them (no float image between the two products).
+            del ending[before.pop()]
+            positions = [dq_at, *positions]
         used.update(positions)
         found.append(positions)
+        ending[positions[-1]] = positions
     return found
 
 
@@ -255,10 +265,16 @@ class QdqConv:
     def __init__(self, nodes: list[PlanNode], positions: list[int], slots: list[int]) -> None:
         self.steps = [nodes[p] for p in positions]
         absorbed_input = self.steps[0].op_type == "QuantizeLinear"
-        i = 2 if absorbed_input else 0
+        # Codes: the previous fused conv's quantized output read as it is (the chain
+        # starts at its dequantizer), and this chain's own output left quantized when
+        # the next fused conv reads it so (the chain ends at its quantizer).
+        self.codes_in = self.steps[0].op_type == "DequantizeLinear"
+        self.codes_out = self.steps[-1].op_type == "QuantizeLinear"
+        i = 2 if absorbed_input else 1 if self.codes_in else 0
         self.conv = self.steps[i]
         self.relu = self.steps[i + 1].op_type == "Relu"
-        self.out_q, self.out_dq = self.steps[-2], self.steps[-1]
+        self.out_q = self.steps[-1] if self.codes_out else self.steps[-2]
+        self.out_dq = None if self.codes_out else self.steps[-1]
         producer = {s: pn for pn in nodes for s in pn.outputs if s >= 0}
         dq = producer[self.conv.inputs[0]]
         q = producer[dq.inputs[0]]
@@ -270,14 +286,17 @@ class QdqConv:
             return where.get(slot_list[k]) if k < len(slot_list) and slot_list[k] >= 0 else None
 
         # The integers come from the input quantizer when the pair is absorbed ("x",
-        # "xs", "xz"), else from the float value the dequantizer made ("xd"), quantized
-        # again by its own parameters (exact: see _integer).
+        # "xs", "xz"), from the previous conv's codes ("xc"), else from the float value
+        # the dequantizer made ("xd"), quantized again by its own parameters (exact: see
+        # _integer).
         self.absorbed_input = absorbed_input
+        out_dq = self.out_dq
         self.places: dict[str, int | None] = {
             "x": at(q.inputs, 0) if absorbed_input else None,
             "xs": at(q.inputs, 1) if absorbed_input else None,
             "xz": at(q.inputs, 2) if absorbed_input else None,
-            "xd": None if absorbed_input else at(self.conv.inputs, 0),
+            "xc": at(dq.inputs, 0) if self.codes_in else None,
+            "xd": None if absorbed_input or self.codes_in else at(self.conv.inputs, 0),
             "ds": at(dq.inputs, 1),
             "dz": at(dq.inputs, 2),
             "w": at(wdq.inputs, 0),
@@ -286,8 +305,8 @@ class QdqConv:
             "b": at(self.conv.inputs, 2),
             "os": at(self.out_q.inputs, 1),
             "oz": at(self.out_q.inputs, 2),
-            "ods": at(self.out_dq.inputs, 1),
-            "odz": at(self.out_dq.inputs, 2),
+            "ods": None if out_dq is None else at(out_dq.inputs, 1),
+            "odz": None if out_dq is None else at(out_dq.inputs, 2),
         }
         self.w_axis = int(wdq.attrs.get("axis", 1))
         self._key: tuple[Any, ...] | None = None
@@ -363,6 +382,13 @@ class QdqConv:
         ds, dz = self._get(ins, "ds"), self._get(ins, "dz")
         if self.absorbed_input:
             x, xs, xz = self._get(ins, "x"), self._get(ins, "xs"), self._get(ins, "xz")
+        elif self.codes_in:
+            # The previous conv's codes t as they are: (t - dz) * ds is the value.
+            x, xs, xz = self._get(ins, "xc"), ds, dz
+            if type(x) is not np.ndarray or x.dtype not in _BYTES:
+                return None
+            if dz is None:
+                xz = np.zeros((), x.dtype)  # (the dequantizer's zero point: 0 of x's type)
         else:
             # The dequantized value v = float32((t - z) * s), |t - z| <= 255: v / s in
             # float32 is within 255 * 2^-23 of t - z, so rounding it and adding z gives
@@ -373,7 +399,12 @@ class QdqConv:
                 return None  # (without a zero point the integer type is not known here)
         os_, oz = self._get(ins, "os"), self._get(ins, "oz")
         ods, odz = self._get(ins, "ods"), self._get(ins, "odz")
-        if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim != 4 or not x.size:
+        if (
+            type(x) is not np.ndarray
+            or x.dtype != (xz.dtype if self.codes_in else _F32)
+            or x.ndim != 4
+            or not x.size
+        ):
             return None
         xtype = xz.dtype if xz is not None else np.dtype(np.uint8)
         otype = oz.dtype if oz is not None else np.dtype(np.uint8)
@@ -385,7 +416,7 @@ class QdqConv:
             or not _scalar(os_, _F32)
             or (oz is not None and not _scalar(oz))
             or otype not in _BYTES
-            or not _scalar(ods, _F32)
+            or (not self.codes_out and not _scalar(ods, _F32))
             or (odz is not None and not _scalar(odz, otype))
         ):
             return None
@@ -424,49 +455,27 @@ class QdqConv:
         o_signed = otype == np.int8
         qz = 0 if oz is None else int(oz.reshape(()))
         dqz = 0 if odz is None else int(odz.reshape(()))
+        geometry = (pd[0], pd[1], st[0], st[1], phase_hw[0], phase_hw[1], length, zd % 256, used)
+        quantizer = () if self.codes_in else (np.float32(xs.reshape(())), zx, x_signed)
+        dequantizer = () if self.codes_out else (np.float32(ods.reshape(())), dqz)
+        bias_arg = b"" if bias is None else bias
         ready = _Ready(
             level=module.level(),
             params=tuple((k, v) for k, v in enumerate(ins) if k != self._x_place()),
             x_place=self._x_place(),
             shape=x.shape,
-            layout=(
-                n,
-                c,
-                x.shape[2],
-                x.shape[3],
-                np.float32(xs.reshape(())),
-                zx,
-                x_signed,
-                pd[0],
-                pd[1],
-                st[0],
-                st[1],
-                phase_hw[0],
-                phase_hw[1],
-                length,
-                zd % 256,
-                used,
-            ),  # fmt: skip
+            x_dtype=x.dtype,
+            codes_in=self.codes_in,
+            layout=(n, c, x.shape[2], x.shape[3], *quantizer, *geometry),
             flat=(n, c, phases, length),
             image=c * phases * length,
             per_channel=per_channel,
             gemm=(packed, wide, x_signed, zd),
             acc=(m, wide),
             out=(n, m, *out),
-            rescale=(
-                m,
-                out[0],
-                wide // out[0],
-                out[1],
-                scale,
-                b"" if bias is None else bias,
-                self.relu,
-                o_signed,
-                np.float32(os_.reshape(())),
-                qz,
-                np.float32(ods.reshape(())),
-                dqz,
-            ),  # fmt: skip
+            out_dtype=otype if self.codes_out else _F32,
+            rescale=(m, out[0], wide // out[0], out[1], scale, bias_arg, self.relu, o_signed)
+            + (np.float32(os_.reshape(())), qz, *dequantizer),
         )
         self._ready = None
         y = _run(module, ready, x)
@@ -475,7 +484,8 @@ class QdqConv:
         return y
 
     def _x_place(self) -> int:
-        k = self.places["x"] if self.absorbed_input else self.places["xd"]
+        name = "x" if self.absorbed_input else "xc" if self.codes_in else "xd"
+        k = self.places[name]
         assert k is not None
         return k
 
@@ -487,7 +497,7 @@ class QdqConv:
         if (
             type(x) is not np.ndarray
             or x.shape != ready.shape
-            or x.dtype != _F32
+            or x.dtype != ready.x_dtype
             or not x.flags.c_contiguous
             or module.level() != ready.level
         ):
@@ -523,14 +533,17 @@ class _Ready(NamedTuple):
     params: tuple[tuple[int, Any], ...]  # (input position, object) of every non-x input
     x_place: int
     shape: tuple[int, ...]
-    layout: tuple[Any, ...]  # quantize_layout's arguments between x and the buffer
+    x_dtype: np.dtype[Any]
+    codes_in: bool  # x the codes (bytes_layout), or floats (quantize_layout)
+    layout: tuple[Any, ...]  # the layout call's arguments between x and the buffer
     flat: tuple[int, int, int, int]
     image: int  # bytes of one image's flat layout
     per_channel: np.ndarray
     gemm: tuple[Any, int, bool, int]  # packed, N, x_signed, zx
     acc: tuple[int, int]
     out: tuple[int, ...]
-    rescale: tuple[Any, ...]  # rescale_qdq's arguments between acc and y
+    out_dtype: np.dtype[Any]  # bytes (rescale_q: the codes) or float32 (rescale_qdq)
+    rescale: tuple[Any, ...]  # the rescale call's arguments between acc and y
 
 
 def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
@@ -539,14 +552,17 @@ def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
     integer product per image, then rescaled into the chain's output; None when a
     quantizer met a NaN (the platform's cast decides: run the nodes)."""
     flat = scratch("conv_flat", ready.flat, np.uint8)
-    if module.quantize_layout(x, *ready.layout, flat) < 0:
+    if ready.codes_in:
+        module.bytes_layout(x, *ready.layout, flat)
+    elif module.quantize_layout(x, *ready.layout, flat) < 0:
         return None
     acc = scratch("int8_acc", ready.acc, np.int32)
-    y = np.empty(ready.out, dtype=_F32)
+    y = np.empty(ready.out, dtype=ready.out_dtype)
+    rescale = module.rescale_qdq if ready.out_dtype == _F32 else module.rescale_q
     packed, wide, x_signed, zx = ready.gemm
     for b in range(ready.out[0]):
         offsets = ready.per_channel + b * ready.image if b else ready.per_channel
         module.gemm(packed, flat, offsets, 1, wide, x_signed, zx, acc)
-        if module.rescale_qdq(acc, *ready.rescale, y[b]) < 0:
+        if rescale(acc, *ready.rescale, y[b]) < 0:
             return None
     return y

@@ -728,6 +728,20 @@ done:
     return result;
 }
 
+/* n bytes from s to d, 8 at a time: the rows of a small image's layout are a few bytes
+ * each, where a call to memcpy costs more than the copy (the loop is kept a loop, not
+ * turned into that call). */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static inline void
+copy_bytes(uint8_t *d, const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        uint64_t v;
+        memcpy(&v, s + j, 8);
+        memcpy(d + j, &v, 8);
+    }
+    for (; j < n; j++) d[j] = s[j];
+}
+
 /* ---- the float side ----------------------------------------------------------------------- */
 
 static PyObject *py_rescale(PyObject *self, PyObject *args) {
@@ -823,6 +837,24 @@ static int rescale_row_generic(const int32_t *src, float *dst, Py_ssize_t keep, 
     RESCALE_QDQ_BODY
 }
 
+/* One row of rescale_q: rescale_qdq's steps up to the quantized value, stored as its
+ * byte (QuantizeLinear's output; a NaN reported and stored as 0, as quantize does). */
+static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t keep, double s,
+                                 double b, int relu, float qs, float z, float lo, float hi) {
+    int nan = 0;
+    for (Py_ssize_t j = 0; j < keep; j++) {
+        float v = (float)((double)src[j] * s + b);
+        if (relu) v = v < 0.0f ? 0.0f : v;
+        float t = round_even(v / qs) + z;
+        nan |= t != t;
+        t = t < lo ? lo : t;
+        t = t > hi ? hi : t;
+        t = t == t ? t : 0.0f;
+        dst[j] = (uint8_t)(int32_t)t;
+    }
+    return nan;
+}
+
 #if HAVE_X86
 /* The same steps with AVX2 intrinsics, 8 values at a time: each one the same IEEE
  * operation as the scalar code (no FMA: the definition rounds the product and the sum
@@ -887,6 +919,38 @@ __attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, 
     int bad = _mm256_movemask_ps(nan) != 0;
     return rescale_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi, z2, dqs) |
            bad;
+}
+
+/* rescale_q_row_generic 8 at a time: rescale_row_avx2's steps, stored as quantize_avx2
+ * stores its bytes; the tail by the scalar code. */
+__attribute__((target("avx2"))) static int rescale_q_row_avx2(const int32_t *src, uint8_t *dst,
+                                                              Py_ssize_t keep, double s,
+                                                              double b, int relu, float qs,
+                                                              float z, float lo, float hi) {
+    const __m256d sd = _mm256_set1_pd(s), bd = _mm256_set1_pd(b);
+    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
+    const int is_signed = lo < 0.0f;
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t j = 0;
+    for (; j + 8 <= keep; j += 8) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
+        const __m256d d0 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(a)), sd), bd);
+        const __m256d d1 = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(a, 1)), sd), bd);
+        __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(d1), _mm256_cvtpd_ps(d0));
+        if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+        __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
+        t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
+        const __m256i iv = _mm256_cvttps_epi32(t);
+        const __m128i w16 =
+            _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
+        const __m128i b8 = is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+        _mm_storel_epi64((__m128i *)(dst + j), b8);
+    }
+    int bad = _mm256_movemask_ps(nan) != 0;
+    return rescale_q_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi) | bad;
 }
 #endif
 
@@ -992,6 +1056,39 @@ __attribute__((target("avx512f"))) static int rescale_row_avx512(const int32_t *
         __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
         nan |= bad & k;
         _mm512_mask_storeu_ps(dst + j, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+    }
+    return nan != 0;
+}
+
+/* rescale_q_row_generic 16 at a time: rescale_row_avx512's steps, stored as
+ * quantize_avx512 stores its bytes, the tail masked. */
+__attribute__((target(AVX512_TARGET))) static int rescale_q_row_avx512(
+    const int32_t *src, uint8_t *dst, Py_ssize_t keep, double s, double b, int relu, float qs,
+    float z, float lo, float hi) {
+    const __m512d sd = _mm512_set1_pd(s), bd = _mm512_set1_pd(b);
+    const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
+                 hiv = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
+    const int is_signed = lo < 0.0f;
+    __mmask16 nan = 0;
+    for (Py_ssize_t j = 0; j < keep; j += 16) {
+        const __mmask16 k =
+            keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
+        const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
+        const __m512d d0 = _mm512_add_pd(
+            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(a)), sd), bd);
+        const __m512d d1 = _mm512_add_pd(
+            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(a, 1)), sd), bd);
+        const __m256 f0 = _mm512_cvtpd_ps(d0), f1 = _mm512_cvtpd_ps(d1);
+        __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castps_pd(_mm512_castps256_ps512(f0)), _mm256_castps_pd(f1), 1));
+        if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+        __mmask16 bad = 0;
+        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
+        nan |= bad & k;
+        t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
+        const __m512i iv = _mm512_cvttps_epi32(t);
+        const __m128i b8 = is_signed ? _mm512_cvtsepi32_epi8(iv) : _mm512_cvtusepi32_epi8(iv);
+        _mm_mask_storeu_epi8((void *)(dst + j), k, b8);
     }
     return nan != 0;
 }
@@ -1142,6 +1239,74 @@ done:
     return result;
 }
 
+/* rescale_q: rescale_qdq's steps up to the output quantizer, its bytes written (a QDQ
+ * conv whose output codes the next one reads, fusion_qdq_conv.py); -1 when a NaN met it. */
+static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer acc, scale, bias, y;
+    Py_ssize_t m, rows, width, keep;
+    float qs;
+    int qz, is_signed, relu;
+    if (!PyArg_ParseTuple(args, "y*nnnny*y*ppfiw*", &acc, &m, &rows, &width, &keep, &scale,
+                          &bias, &relu, &is_signed, &qs, &qz, &y))
+        return NULL;
+    PyObject *result = NULL;
+    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
+        m > PY_SSIZE_T_MAX / 8 / rows / width) {
+        PyErr_SetString(PyExc_ValueError, "rescale_q: bad sizes");
+        goto done;
+    }
+    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep || scale.len < m * 8 ||
+        (bias.len != 0 && bias.len < m * 8) ||
+        (is_signed ? (qz < -128 || qz > 127) : (qz < 0 || qz > 255))) {
+        PyErr_SetString(PyExc_ValueError, "rescale_q: a buffer or zero point does not fit");
+        goto done;
+    }
+    {
+        const int32_t *a = (const int32_t *)acc.buf;
+        const double *sc = (const double *)scale.buf;
+        const double *bi = bias.len ? (const double *)bias.buf : NULL;
+        uint8_t *out = (uint8_t *)y.buf;
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const float z = (float)qz;
+        int nan = 0;
+        int (*row_fn)(const int32_t *, uint8_t *, Py_ssize_t, double, double, int, float, float,
+                      float, float) = rescale_q_row_generic;
+#if HAVE_X86
+        if (current_level >= 2)
+            row_fn = rescale_q_row_avx512;
+        else if (current_level >= 1)
+            row_fn = rescale_q_row_avx2;
+#endif
+        /* Short rows: each plane's whole grid in one vector run, then the kept columns
+         * copied, as rescale_qdq does. */
+        uint8_t *grid = keep < 32 && rows > 1 ? malloc((size_t)(rows * width)) : NULL;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            const double s = sc[i], b = bi ? bi[i] : 0.0;
+            if (grid != NULL) {
+                nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo,
+                              hi);
+                for (Py_ssize_t r = 0; r < rows; r++)
+                    copy_bytes(out + (i * rows + r) * keep, grid + r * width, keep);
+                continue;
+            }
+            for (Py_ssize_t r = 0; r < rows; r++)
+                nan |= row_fn(a + (i * rows + r) * width, out + (i * rows + r) * keep, keep, s,
+                              b, relu, qs, z, lo, hi);
+        }
+        Py_END_ALLOW_THREADS;
+        free(grid);
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&y);
+    return result;
+}
+
 static PyObject *py_quantize(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer x, out;
@@ -1186,18 +1351,107 @@ static int product4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, Py_s
     return 1;
 }
 
-/* n bytes from s to d, 8 at a time: the rows of a small image's layout are a few bytes
- * each, where a call to memcpy costs more than the copy (the loop is kept a loop, not
- * turned into that call). */
-__attribute__((optimize("no-tree-loop-distribute-patterns"))) static inline void
-copy_bytes(uint8_t *d, const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        uint64_t v;
-        memcpy(&v, s + j, 8);
-        memcpy(d + j, &v, 8);
+
+/* The sizes and zero point of a layout call (quantize_layout, bytes_layout): 0, or -1
+ * with ValueError set.  `item`: the bytes of one x value. */
+static int layout_check(const char *name, Py_ssize_t x_len, Py_ssize_t item, Py_ssize_t n,
+                        Py_ssize_t c, Py_ssize_t h, Py_ssize_t w, int zp, int is_signed,
+                        Py_ssize_t pad_t, Py_ssize_t pad_l, Py_ssize_t s0, Py_ssize_t s1,
+                        Py_ssize_t ph_h, Py_ssize_t ph_w, Py_ssize_t length, int fill,
+                        Py_ssize_t out_len) {
+    const Py_ssize_t big = (Py_ssize_t)1 << 40;
+    if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
+        s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
+        ph_h > big || ph_w > big || length > big || ph_h > length / ph_w ||
+        (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
+        PyErr_Format(PyExc_ValueError, "%s: bad sizes or zero point", name);
+        return -1;
     }
-    for (; j < n; j++) d[j] = s[j];
+    Py_ssize_t x_need, out_need;
+    if (!product4(n, c, h, w, &x_need) || !product4(n, c, s0 * s1, length, &out_need) ||
+        x_need > PY_SSIZE_T_MAX / 4 || x_len != x_need * item || out_len != out_need) {
+        PyErr_Format(PyExc_ValueError, "%s: a buffer does not fit its sizes", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The planes of x (float32 `fx` quantized by scale and zp, or bytes `bx` as they are)
+ * into a conv's flat layout (quantize_layout's docstring); returns 1 when a quantized
+ * value was a NaN, 0, or -1 without memory.  Called without the GIL. */
+static int layout_run(const float *fx, const uint8_t *bx, Py_ssize_t n, Py_ssize_t c,
+                      Py_ssize_t h, Py_ssize_t w, float scale, int zp, int is_signed,
+                      Py_ssize_t pad_t, Py_ssize_t pad_l, Py_ssize_t s0, Py_ssize_t s1,
+                      Py_ssize_t ph_h, Py_ssize_t ph_w, Py_ssize_t length, int fill,
+                      unsigned long long used, uint8_t *dst) {
+    const Py_ssize_t nph = s0 * s1;
+    float *tmp = malloc((size_t)w * sizeof(float));
+    /* Each plane quantized in one vector run first, then its rows copied (or, across a
+     * stride, picked byte by byte) into place: with stride 1 and short rows (small
+     * images: the rows alone would run scalar tails), and with two or more column
+     * phases used (a strided 3x3 conv: each float was picked out, then quantized,
+     * per phase; QDQ ResNet-18 w32's stride-2 layouts, us: its stem's 127 -> 109, 32
+     * channels of 56 px 176 -> 102, 64 of 28 px 152 -> 67, 128 of 14 px 125 -> 49).
+     * Bytes are the planes themselves. */
+    int phases_used = 0;
+    for (int ph = 0; ph < 64; ph++) phases_used += (int)((used >> ph) & 1);
+    const int by_plane = bx == NULL && ((s1 == 1 && w < 32) || (s1 > 1 && phases_used >= 2));
+    uint8_t *quantized = by_plane ? malloc((size_t)(h * w)) : NULL;
+    if (tmp == NULL || (by_plane && quantized == NULL)) {
+        free(tmp);
+        free(quantized);
+        return -1;
+    }
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    const float z = (float)zp;
+    const QuantizeFn fn = quantize_at_level();
+    int nan = 0;
+    for (Py_ssize_t img = 0; img < n * c; img++) {
+        const float *plane = fx != NULL ? fx + img * h * w : NULL;
+        /* the plane's bytes, when the rows are placed from bytes */
+        const uint8_t *plane_bytes = bx != NULL ? bx + img * h * w : quantized;
+        if (quantized != NULL) nan |= fn(plane, quantized, h * w, scale, z, lo, hi);
+        for (Py_ssize_t p0 = 0; p0 < s0; p0++)
+            for (Py_ssize_t p1 = 0; p1 < s1; p1++) {
+                const Py_ssize_t phase = p0 * s1 + p1;
+                if (!((used >> phase) & 1)) continue;
+                uint8_t *base = dst + (img * nph + phase) * length;
+                /* Columns j whose x column p1 + j*s1 - pad_l lies in [0, w). */
+                const Py_ssize_t a = pad_l - p1;
+                Py_ssize_t j_lo = a > 0 ? (a + s1 - 1) / s1 : 0;
+                Py_ssize_t j_hi = w - 1 + a >= 0 ? (w - 1 + a) / s1 + 1 : 0;
+                j_lo = j_lo < ph_w ? j_lo : ph_w;
+                j_hi = j_hi < ph_w ? j_hi : ph_w;
+                j_hi = j_hi > j_lo ? j_hi : j_lo;
+                /* The whole phase at the fill by one call (with the rows' pads a
+                 * pair of calls per row cost more than a small image's bytes), then
+                 * the rows' data over it. */
+                memset(base, fill, (size_t)length);
+                for (Py_ssize_t i = 0; i < ph_h; i++) {
+                    uint8_t *row = base + i * ph_w;
+                    const Py_ssize_t xr = p0 + i * s0 - pad_t;
+                    const Py_ssize_t count = j_hi - j_lo;
+                    if (xr < 0 || xr >= h || count <= 0) continue;
+                    const float *xrow =
+                        plane != NULL ? plane + xr * w + (p1 + j_lo * s1 - pad_l) : NULL;
+                    if (plane_bytes != NULL && s1 == 1) {
+                        copy_bytes(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
+                                   count);
+                    } else if (plane_bytes != NULL) {
+                        const uint8_t *brow = plane_bytes + xr * w + (p1 + j_lo * s1 - pad_l);
+                        for (Py_ssize_t j = 0; j < count; j++) row[j_lo + j] = brow[j * s1];
+                    } else if (s1 == 1) {
+                        nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
+                    } else {
+                        for (Py_ssize_t j = 0; j < count; j++) tmp[j] = xrow[j * s1];
+                        nan |= fn(tmp, row + j_lo, count, scale, z, lo, hi);
+                    }
+                }
+            }
+    }
+    free(tmp);
+    free(quantized);
+    return nan;
 }
 
 /* quantize_layout: x (N, C, H, W) float32 quantized (QuantizeLinear's steps) straight into
@@ -1217,90 +1471,42 @@ static PyObject *py_quantize_layout(PyObject *self, PyObject *args) {
                           &used, &out))
         return NULL;
     PyObject *result = NULL;
-    const Py_ssize_t big = (Py_ssize_t)1 << 40;
-    if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
-        s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
-        ph_h > big || ph_w > big || length > big || ph_h > length / ph_w ||
-        (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
-        PyErr_SetString(PyExc_ValueError, "quantize_layout: bad sizes or zero point");
+    if (layout_check("quantize_layout", x.len, 4, n, c, h, w, zp, is_signed, pad_t, pad_l, s0,
+                     s1, ph_h, ph_w, length, fill, out.len) < 0)
         goto done;
-    }
-    const Py_ssize_t nph = s0 * s1;
-    Py_ssize_t x_need, out_need;
-    if (!product4(n, c, h, w, &x_need) || !product4(n, c, nph, length, &out_need) ||
-        x_need > PY_SSIZE_T_MAX / 4 || x.len != x_need * 4 || out.len != out_need) {
-        PyErr_SetString(PyExc_ValueError, "quantize_layout: a buffer does not fit its sizes");
+    int nan;
+    Py_BEGIN_ALLOW_THREADS;
+    nan = layout_run((const float *)x.buf, NULL, n, c, h, w, scale, zp, is_signed, pad_t, pad_l,
+                     s0, s1, ph_h, ph_w, length, fill, used, (uint8_t *)out.buf);
+    Py_END_ALLOW_THREADS;
+    result = nan < 0 ? PyErr_NoMemory() : PyLong_FromLong(nan ? -1 : 0);
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* bytes_layout: quantize_layout of 8-bit values as they are (a QDQ conv's input codes,
+ * or a ConvInteger's): the same flat layout, the bytes copied, no arithmetic. */
+static PyObject *py_bytes_layout(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    Py_ssize_t n, c, h, w, pad_t, pad_l, s0, s1, ph_h, ph_w, length;
+    int fill;
+    unsigned long long used;
+    if (!PyArg_ParseTuple(args, "y*nnnnnnnnnnniKw*", &x, &n, &c, &h, &w, &pad_t, &pad_l, &s0,
+                          &s1, &ph_h, &ph_w, &length, &fill, &used, &out))
+        return NULL;
+    PyObject *result = NULL;
+    if (layout_check("bytes_layout", x.len, 1, n, c, h, w, 0, 0, pad_t, pad_l, s0, s1, ph_h,
+                     ph_w, length, fill, out.len) < 0)
         goto done;
-    }
-    {
-        float *tmp = malloc((size_t)w * sizeof(float));
-        /* Each plane quantized in one vector run first, then its rows copied (or, across a
-         * stride, picked byte by byte) into place: with stride 1 and short rows (small
-         * images: the rows alone would run scalar tails), and with two or more column
-         * phases used (a strided 3x3 conv: each float was picked out, then quantized,
-         * per phase; QDQ ResNet-18 w32's stride-2 layouts, us: its stem's 127 -> 109, 32
-         * channels of 56 px 176 -> 102, 64 of 28 px 152 -> 67, 128 of 14 px 125 -> 49). */
-        int phases_used = 0;
-        for (int ph = 0; ph < 64; ph++) phases_used += (int)((used >> ph) & 1);
-        uint8_t *plane_bytes =
-            (s1 == 1 && w < 32) || (s1 > 1 && phases_used >= 2) ? malloc((size_t)(h * w)) : NULL;
-        if (tmp == NULL) {
-            free(plane_bytes);
-            PyErr_NoMemory();
-            goto done;
-        }
-        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-        const float z = (float)zp;
-        const QuantizeFn fn = quantize_at_level();
-        int nan = 0;
-        const float *src = (const float *)x.buf;
-        uint8_t *dst = (uint8_t *)out.buf;
-        Py_BEGIN_ALLOW_THREADS;
-        for (Py_ssize_t img = 0; img < n * c; img++) {
-            const float *plane = src + img * h * w;
-            if (plane_bytes != NULL) nan |= fn(plane, plane_bytes, h * w, scale, z, lo, hi);
-            for (Py_ssize_t p0 = 0; p0 < s0; p0++)
-                for (Py_ssize_t p1 = 0; p1 < s1; p1++) {
-                    const Py_ssize_t phase = p0 * s1 + p1;
-                    if (!((used >> phase) & 1)) continue;
-                    uint8_t *base = dst + (img * nph + phase) * length;
-                    /* Columns j whose x column p1 + j*s1 - pad_l lies in [0, w). */
-                    const Py_ssize_t a = pad_l - p1;
-                    Py_ssize_t j_lo = a > 0 ? (a + s1 - 1) / s1 : 0;
-                    Py_ssize_t j_hi = w - 1 + a >= 0 ? (w - 1 + a) / s1 + 1 : 0;
-                    j_lo = j_lo < ph_w ? j_lo : ph_w;
-                    j_hi = j_hi < ph_w ? j_hi : ph_w;
-                    j_hi = j_hi > j_lo ? j_hi : j_lo;
-                    /* The whole phase at the fill by one call (with the rows' pads a
-                     * pair of calls per row cost more than a small image's bytes), then
-                     * the rows' data over it. */
-                    memset(base, fill, (size_t)length);
-                    for (Py_ssize_t i = 0; i < ph_h; i++) {
-                        uint8_t *row = base + i * ph_w;
-                        const Py_ssize_t xr = p0 + i * s0 - pad_t;
-                        const Py_ssize_t count = j_hi - j_lo;
-                        if (xr < 0 || xr >= h || count <= 0) continue;
-                        const float *xrow = plane + xr * w + (p1 + j_lo * s1 - pad_l);
-                        if (plane_bytes != NULL && s1 == 1) {
-                            copy_bytes(row + j_lo, plane_bytes + xr * w + (p1 + j_lo - pad_l),
-                                       count);
-                        } else if (plane_bytes != NULL) {
-                            const uint8_t *brow = plane_bytes + xr * w + (p1 + j_lo * s1 - pad_l);
-                            for (Py_ssize_t j = 0; j < count; j++) row[j_lo + j] = brow[j * s1];
-                        } else if (s1 == 1) {
-                            nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
-                        } else {
-                            for (Py_ssize_t j = 0; j < count; j++) tmp[j] = xrow[j * s1];
-                            nan |= fn(tmp, row + j_lo, count, scale, z, lo, hi);
-                        }
-                    }
-                }
-        }
-        Py_END_ALLOW_THREADS;
-        free(tmp);
-        free(plane_bytes);
-        result = PyLong_FromLong(nan ? -1 : 0);
-    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = layout_run(NULL, (const uint8_t *)x.buf, n, c, h, w, 1.0f, 0, 0, pad_t, pad_l, s0,
+                        s1, ph_h, ph_w, length, fill, used, (uint8_t *)out.buf);
+    Py_END_ALLOW_THREADS;
+    result = status < 0 ? PyErr_NoMemory() : Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&x);
     PyBuffer_Release(&out);
@@ -1456,6 +1662,10 @@ static PyMethodDef methods[] = {
      "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
      "-> 0 or -1 (NaN met): rescale's value [Relu], then QuantizeLinear -> DequantizeLinear "
      "in float32 steps."},
+    {"rescale_q", py_rescale_q, METH_VARARGS,
+     "rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y) -> 0 or -1 "
+     "(NaN met): rescale's value [Relu], quantized by QuantizeLinear's float32 steps into "
+     "bytes."},
     {"qdq", py_qdq, METH_VARARGS,
      "qdq(x, qs, qz, dqs, dqz, signed, out) -> 0 or -1 (NaN met): QuantizeLinear -> "
      "DequantizeLinear of float32 values in their float32 steps."},
@@ -1463,6 +1673,9 @@ static PyMethodDef methods[] = {
      "quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w, "
      "length, fill, used, out) -> 0 or -1 (NaN met): x quantized into a conv's flat "
      "layout of stride phases, padded with fill."},
+    {"bytes_layout", py_bytes_layout, METH_VARARGS,
+     "bytes_layout(x, N, C, H, W, pad_t, pad_l, s0, s1, ph_h, ph_w, length, fill, used, out): "
+     "8-bit x copied into a conv's flat layout of stride phases, padded with fill."},
     {"held_qdq", py_held_qdq, METH_VARARGS,
      "held_qdq(qs, qz, dqs, dqz, signed, nargs, places, expect, fallback, ndarray, empty, "
      "uint8, float32) -> a callable: f(*args) = qdq's pass of args[0] (float32, "
