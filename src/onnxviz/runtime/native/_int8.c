@@ -861,15 +861,13 @@ static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t ke
  * apart), so the same bits; the tails run the scalar code. */
 __attribute__((target("avx2"))) static inline __m256 round_clip8(__m256 t, __m256 z, __m256 lo,
                                                                  __m256 hi, __m256 *nan) {
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    const __m256 big = _mm256_set1_ps(4194304.0f);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 r = _mm256_sub_ps(_mm256_add_ps(t, magic), magic);
-    const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, t), big, _CMP_LT_OQ);
-    t = _mm256_add_ps(_mm256_blendv_ps(t, r, small), z);
-    *nan = _mm256_or_ps(*nan, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
-    t = _mm256_blendv_ps(t, lo, _mm256_cmp_ps(t, lo, _CMP_LT_OQ));
-    return _mm256_blendv_ps(t, hi, _mm256_cmp_ps(t, hi, _CMP_GT_OQ));
+    /* vroundps to nearest even (the magic constant's integer below 2^22; above, an
+     * integer the clip makes the same), max and min, a NaN lane given back as NaN. */
+    const __m256 r =
+        _mm256_add_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+    const __m256 bad = _mm256_cmp_ps(r, r, _CMP_UNORD_Q);
+    *nan = _mm256_or_ps(*nan, bad);
+    return _mm256_blendv_ps(_mm256_min_ps(_mm256_max_ps(r, lo), hi), r, bad);
 }
 
 __attribute__((target("avx2"))) static int quantize_avx2(const float *src, uint8_t *dst,
@@ -988,13 +986,15 @@ __attribute__((target("avx2"))) static int qdq_avx2(const float *src, float *dst
 __attribute__((target("avx512f"))) static inline __m512 round_clip16(__m512 t, __m512 z,
                                                                    __m512 lo, __m512 hi,
                                                                    __mmask16 *nan) {
-    const __m512 magic = _mm512_set1_ps(12582912.0f), big = _mm512_set1_ps(4194304.0f);
-    const __m512 r = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
-    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(_mm512_abs_ps(t), big, _CMP_LT_OQ), r);
-    t = _mm512_add_ps(t, z);
-    *nan |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
-    t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, lo, _CMP_LT_OQ), lo);
-    return _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, hi, _CMP_GT_OQ), hi);
+    /* vrndscaleps to nearest even: the magic constant's integer below 2^22, and from 2^22
+     * up an integer too, where the clip makes the two the same; max and min clip (a NaN
+     * lane, noted, is given back as NaN: the callers treat it as the scalar code does).
+     * Six instructions where the compare-and-select form took eleven. */
+    const __m512 r = _mm512_add_ps(
+        _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+    const __mmask16 bad = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
+    *nan |= bad;
+    return _mm512_mask_mov_ps(_mm512_min_ps(_mm512_max_ps(r, lo), hi), bad, r);
 }
 
 /* quantize_avx2's steps 16 at a time (the same IEEE operations: the same bytes); the
@@ -1352,6 +1352,35 @@ static int product4(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c, Py_ssize_t d, Py_s
 }
 
 
+#if HAVE_X86
+/* dst[j] = src[2 j], j < count: 32 at a time, each 16-bit pair's low byte (vpmovwb), the
+ * tail masked (a stride-2 conv's column phases, picked byte by byte otherwise). */
+__attribute__((target(AVX512_TARGET))) static void pick2_avx512(uint8_t *dst,
+                                                               const uint8_t *src,
+                                                               Py_ssize_t count) {
+    for (Py_ssize_t j = 0; j < count; j += 32) {
+        const Py_ssize_t left = count - j < 32 ? count - j : 32;
+        /* the source bytes 2j .. 2j + 2 left - 2 (never the one past the last pick, which
+         * may lie past the buffer) */
+        const __mmask64 k = ((__mmask64)1 << (2 * left - 1)) - 1;
+        const __m512i v = _mm512_maskz_loadu_epi8(k, src + 2 * j);
+        _mm256_mask_storeu_epi8(dst + j, (__mmask32)(((uint64_t)1 << left) - 1),
+                                _mm512_cvtepi16_epi8(v));
+    }
+}
+#endif
+
+/* dst[j] = src[j * step], j < count. */
+static void pick_bytes(uint8_t *dst, const uint8_t *src, Py_ssize_t count, Py_ssize_t step) {
+#if HAVE_X86
+    if (step == 2 && current_level >= 2) {
+        pick2_avx512(dst, src, count);
+        return;
+    }
+#endif
+    for (Py_ssize_t j = 0; j < count; j++) dst[j] = src[j * step];
+}
+
 /* The sizes and zero point of a layout call (quantize_layout, bytes_layout): 0, or -1
  * with ValueError set.  `item`: the bytes of one x value. */
 static int layout_check(const char *name, Py_ssize_t x_len, Py_ssize_t item, Py_ssize_t n,
@@ -1439,7 +1468,7 @@ static int layout_run(const float *fx, const uint8_t *bx, Py_ssize_t n, Py_ssize
                                    count);
                     } else if (plane_bytes != NULL) {
                         const uint8_t *brow = plane_bytes + xr * w + (p1 + j_lo * s1 - pad_l);
-                        for (Py_ssize_t j = 0; j < count; j++) row[j_lo + j] = brow[j * s1];
+                        pick_bytes(row + j_lo, brow, count, s1);
                     } else if (s1 == 1) {
                         nan |= fn(xrow, row + j_lo, count, scale, z, lo, hi);
                     } else {
