@@ -75,6 +75,7 @@ from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
+from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_float_outputs
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
@@ -196,8 +197,22 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
 
     constants = dict(plan.constants)
     constants.update(folded)
-    for positions in find_qdq_convs(nodes, users, const, keep, constants):
-        take(positions, functools.partial(qdq_conv_node, nodes, positions), claimed)
+    convs = find_qdq_convs(nodes, users, const, keep, constants)
+    # Residual Adds between QDQ pairs: over the codes; the convs they read end at their
+    # quantizers, and the convs that read their output pairs read the codes.
+    adds = find_qdq_adds(nodes, users, keep, convs, claimed) if convs else []
+    exposed = {nodes[a.out_dq].outputs[0]: a.out_dq for a in adds}
+    codes_readers = {
+        chain[0]
+        for chain in convs
+        if nodes[chain[0]].op_type == "Conv" and nodes[chain[0]].inputs[0] in exposed
+    }
+    settle_float_outputs(adds, nodes, users, keep, codes_readers)
+    for positions in convs:
+        node = functools.partial(qdq_conv_node, nodes, positions, exposed)
+        take(positions, node, claimed)
+    for add in adds:
+        take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
         take(positions, functools.partial(steps_node, nodes, positions, SEGate), claimed)

@@ -231,10 +231,18 @@ def find_qdq_convs(
     return found
 
 
-def qdq_conv_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
-    """The fused node running the chain at ``positions`` (from find_qdq_convs)."""
+def qdq_conv_node(
+    nodes: list[PlanNode], positions: list[int], exposed: dict[int, int] | None = None
+) -> PlanNode:
+    """The fused node running the chain at ``positions`` (from find_qdq_convs).
+    ``exposed``: float slots whose codes another fused node makes (a QdqAdd's output
+    pair: fusion_qdq_add.py) -> the position of their dequantizer; a chain that starts
+    at its conv and reads one of them reads the codes instead."""
     absorbed = [nodes[p] for p in positions]
     conv = next(pn for pn in absorbed if pn.op_type == "Conv")
+    codes_dq = None
+    if absorbed[0] is conv and exposed and conv.inputs[0] in exposed:
+        codes_dq = nodes[exposed[conv.inputs[0]]]
     made = {s for pn in absorbed for s in pn.outputs if s >= 0}
     slots: list[int] = []
     names: list[str] = []
@@ -246,6 +254,8 @@ def qdq_conv_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
 
     for pn in absorbed:
         for s, name in zip(pn.inputs, pn.input_names):
+            if codes_dq is not None and s == conv.inputs[0]:
+                s, name = codes_dq.inputs[0], codes_dq.input_names[0]
             place(s, name)
     # The values the integer path reads besides: the input dequantizer's parameters
     # (when the pair is not absorbed) and the integer weight's operands.
@@ -256,21 +266,31 @@ def qdq_conv_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
     wdq = producer[conv.inputs[1]]
     for s, name in zip(wdq.inputs, wdq.input_names):
         place(s, name)
-    return fused_node(conv, absorbed[-1], slots, names, QdqConv(nodes, positions, slots))
+    return fused_node(conv, absorbed[-1], slots, names, QdqConv(nodes, positions, slots, codes_dq))
 
 
 class QdqConv:
     """A QDQ conv chain as one exact integer product (see the module docstring)."""
 
-    def __init__(self, nodes: list[PlanNode], positions: list[int], slots: list[int]) -> None:
+    def __init__(
+        self,
+        nodes: list[PlanNode],
+        positions: list[int],
+        slots: list[int],
+        codes_dq: PlanNode | None = None,
+    ) -> None:
         self.steps = [nodes[p] for p in positions]
+        # The dequantizer of the codes this chain reads when another fused node makes them
+        # (it is not one of the steps: the node-by-node run calls it first).
+        self.codes_dq = codes_dq
         absorbed_input = self.steps[0].op_type == "QuantizeLinear"
         # Codes: the previous fused conv's quantized output read as it is (the chain
         # starts at its dequantizer), and this chain's own output left quantized when
         # the next fused conv reads it so (the chain ends at its quantizer).
-        self.codes_in = self.steps[0].op_type == "DequantizeLinear"
+        starts_dq = self.steps[0].op_type == "DequantizeLinear"
+        self.codes_in = starts_dq or codes_dq is not None
         self.codes_out = self.steps[-1].op_type == "QuantizeLinear"
-        i = 2 if absorbed_input else 1 if self.codes_in else 0
+        i = 2 if absorbed_input else 1 if starts_dq else 0
         self.conv = self.steps[i]
         self.relu = self.steps[i + 1].op_type == "Relu"
         self.out_q = self.steps[-1] if self.codes_out else self.steps[-2]
@@ -509,6 +529,10 @@ class QdqConv:
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         values = dict(zip(self.slots, ins))
+        dq = self.codes_dq
+        if dq is not None:  # the float the conv reads, from the codes
+            present = [s for s in dq.inputs if s >= 0]
+            values[dq.outputs[0]] = ex.call_kernel(dq, [values[s] for s in present])[0]
         result: list[Any] = []
         for pn in self.steps:
             present = list(pn.inputs)

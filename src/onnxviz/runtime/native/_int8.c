@@ -1542,6 +1542,147 @@ done:
     return result;
 }
 
+/* ---- a quantized Add ---------------------------------------------------------------------
+ *
+ * qadd: DequantizeLinear of each 8-bit input (or a float32 input as it is), Add, Relu when
+ * asked, then QuantizeLinear into bytes and, when asked, DequantizeLinear of them again
+ * (fusion_qdq_add.py's QdqAdd: a residual block's Add between its output pairs), each
+ * step the nodes' float32 operation in their order: (t - z) * s, a + b, max(v, 0),
+ * round_even(v / s) + z clipped, (t - z) * s.  One pass over bytes where the nodes made
+ * five over floats. */
+typedef struct {
+    const void *p;
+    int codes, is_signed; /* bytes (int8 when is_signed) or float32 */
+    float s, z;
+} QaddInput;
+
+static inline float qadd_value(const QaddInput *in, Py_ssize_t i) {
+    if (!in->codes) return ((const float *)in->p)[i];
+    const float t = in->is_signed ? (float)((const int8_t *)in->p)[i]
+                                  : (float)((const uint8_t *)in->p)[i];
+    return (t - in->z) * in->s;
+}
+
+static int qadd_generic(const QaddInput *a, const QaddInput *b, Py_ssize_t n, int relu,
+                        float qs, float z, float lo, float hi, uint8_t *t_out, float z2,
+                        float dqs, float *f_out) {
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = qadd_value(a, i) + qadd_value(b, i);
+        if (relu) v = v < 0.0f ? 0.0f : v;
+        float t = round_even(v / qs) + z;
+        nan |= t != t;
+        t = t < lo ? lo : t;
+        t = t > hi ? hi : t;
+        t = t == t ? t : 0.0f;
+        t_out[i] = (uint8_t)(int32_t)t;
+        if (f_out != NULL) f_out[i] = (t - z2) * dqs;
+    }
+    return nan;
+}
+
+#if HAVE_X86
+__attribute__((target(AVX512_TARGET))) static inline __m512 qadd_load16(const QaddInput *in,
+                                                                        Py_ssize_t i,
+                                                                        __mmask16 k) {
+    if (!in->codes) return _mm512_maskz_loadu_ps(k, (const float *)in->p + i);
+    const __m128i bytes = _mm_maskz_loadu_epi8(k, (const uint8_t *)in->p + i);
+    const __m512i w = in->is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+    return _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(w), _mm512_set1_ps(in->z)),
+                         _mm512_set1_ps(in->s));
+}
+
+/* qadd_generic 16 at a time, the same IEEE operations (the int-to-float conversion of
+ * a byte is exact), the tail masked. */
+__attribute__((target(AVX512_TARGET))) static int qadd_avx512(const QaddInput *a,
+                                                              const QaddInput *b, Py_ssize_t n,
+                                                              int relu, float qs, float z,
+                                                              float lo, float hi, uint8_t *t_out,
+                                                              float z2, float dqs, float *f_out) {
+    const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
+                 hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
+                 zero = _mm512_setzero_ps();
+    const int is_signed = lo < 0.0f;
+    __mmask16 nan = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_add_ps(qadd_load16(a, i, k), qadd_load16(b, i, k));
+        if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+        __mmask16 bad = 0;
+        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
+        nan |= bad & k;
+        t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
+        const __m512i iv = _mm512_cvttps_epi32(t);
+        const __m128i b8 = is_signed ? _mm512_cvtsepi32_epi8(iv) : _mm512_cvtusepi32_epi8(iv);
+        _mm_mask_storeu_epi8((void *)(t_out + i), k, b8);
+        if (f_out != NULL)
+            _mm512_mask_storeu_ps(f_out + i, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+    }
+    return nan != 0;
+}
+#endif
+
+/* One qadd input from its buffer: bytes (codes) or float32, n values. */
+static int qadd_input(Py_buffer *buf, int codes, int is_signed, float s, int zp, Py_ssize_t n,
+                      QaddInput *in) {
+    if (buf->len != (codes ? n : 4 * n) ||
+        (codes && (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)))) {
+        PyErr_SetString(PyExc_ValueError, "qadd: an input does not fit");
+        return -1;
+    }
+    in->p = buf->buf;
+    in->codes = codes;
+    in->is_signed = is_signed;
+    in->s = s;
+    in->z = (float)zp;
+    return 0;
+}
+
+static PyObject *py_qadd(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer ab, bb, tb, fb;
+    int a_codes, a_signed, azp, b_codes, b_signed, bzp, relu, o_signed, qz, dqz;
+    float as, bs, qs, dqs;
+    if (!PyArg_ParseTuple(args, "y*ppfiy*ppfipp" "fifiw*w*", &ab, &a_codes, &a_signed, &as, &azp,
+                          &bb, &b_codes, &b_signed, &bs, &bzp, &relu, &o_signed, &qs, &qz, &dqs,
+                          &dqz, &tb, &fb))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = tb.len;
+    QaddInput a, b;
+    if (qadd_input(&ab, a_codes, a_signed, as, azp, n, &a) < 0 ||
+        qadd_input(&bb, b_codes, b_signed, bs, bzp, n, &b) < 0)
+        goto done;
+    if ((fb.len != 0 && fb.len != 4 * n) ||
+        (o_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        PyErr_SetString(PyExc_ValueError, "qadd: an output or zero point does not fit");
+        goto done;
+    }
+    {
+        const float lo = o_signed ? -128.0f : 0.0f, hi = o_signed ? 127.0f : 255.0f;
+        float *f_out = fb.len ? (float *)fb.buf : NULL;
+        int nan;
+        Py_BEGIN_ALLOW_THREADS;
+#if HAVE_X86
+        if (current_level >= 2)
+            nan = qadd_avx512(&a, &b, n, relu, qs, (float)qz, lo, hi, (uint8_t *)tb.buf,
+                              (float)dqz, dqs, f_out);
+        else
+#endif
+            nan = qadd_generic(&a, &b, n, relu, qs, (float)qz, lo, hi, (uint8_t *)tb.buf,
+                               (float)dqz, dqs, f_out);
+        Py_END_ALLOW_THREADS;
+        result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&fb);
+    return result;
+}
+
 static PyObject *py_set_level(PyObject *self, PyObject *args) {
     (void)self;
     int level;
@@ -1705,6 +1846,11 @@ static PyMethodDef methods[] = {
     {"bytes_layout", py_bytes_layout, METH_VARARGS,
      "bytes_layout(x, N, C, H, W, pad_t, pad_l, s0, s1, ph_h, ph_w, length, fill, used, out): "
      "8-bit x copied into a conv's flat layout of stride phases, padded with fill."},
+    {"qadd", py_qadd, METH_VARARGS,
+     "qadd(a, a_codes, a_signed, a_scale, a_zp, b, b_codes, b_signed, b_scale, b_zp, relu, "
+     "signed, qs, qz, dqs, dqz, t_out, f_out) -> 0 or -1 (NaN met): DequantizeLinear of each "
+     "8-bit input (a float32 one as it is), Add, [Relu], QuantizeLinear into t_out and, "
+     "unless f_out is empty, DequantizeLinear into f_out, in the nodes' float32 steps."},
     {"held_qdq", py_held_qdq, METH_VARARGS,
      "held_qdq(qs, qz, dqs, dqz, signed, nargs, places, expect, fallback, ndarray, empty, "
      "uint8, float32) -> a callable: f(*args) = qdq's pass of args[0] (float32, "
