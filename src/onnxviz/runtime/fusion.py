@@ -200,7 +200,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     convs = find_qdq_convs(nodes, users, const, keep, constants)
     # Residual Adds between QDQ pairs: over the codes; the convs they read end at their
     # quantizers, and the convs that read their output pairs read the codes.
-    adds = find_qdq_adds(nodes, users, keep, convs, claimed) if convs else []
+    adds = find_qdq_adds(nodes, users, keep, const, convs, claimed) if convs else []
     exposed = {nodes[a.out_dq].outputs[0]: a.out_dq for a in adds}
     codes_readers = {
         chain[0]

@@ -104,10 +104,13 @@ def find_qdq_adds(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
     keep: set[int],
+    const: set[int],
     convs: list[list[int]],
     taken: set[int],
 ) -> list[AddChain]:
-    """Every QdqAdd chain (module docstring) whose steps are not in ``taken``.  A conv
+    """Every QdqAdd chain (module docstring) whose steps are not in ``taken`` and whose
+    Add takes two computed values (not a constant bias: one that broadcasts would run
+    the nodes one by one every run).  A conv
     chain of ``convs`` (fusion_qdq_conv.find_qdq_convs' positions) whose output pair's
     dequantizer an Add absorbs loses that last position: it then ends at its quantizer."""
     producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
@@ -123,6 +126,7 @@ def find_qdq_adds(
             or len(pn.inputs) != 2
             or min(pn.inputs) < 0
             or pn.inputs[0] == pn.inputs[1]
+            or const.intersection(pn.inputs)
         ):
             continue
         steps = [i]
