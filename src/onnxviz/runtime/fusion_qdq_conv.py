@@ -486,6 +486,12 @@ class QdqConv:
             shape=x.shape,
             x_dtype=x.dtype,
             codes_in=self.codes_in,
+            # The codes as they are when the layout would be a copy of them (a 1x1 conv
+            # of stride 1, unpadded: one phase of the image's own size).
+            direct=self.codes_in
+            and phases == 1
+            and tuple(phase_hw) == x.shape[2:]
+            and length == math.prod(phase_hw),
             layout=(n, c, x.shape[2], x.shape[3], *quantizer, *geometry),
             flat=(n, c, phases, length),
             image=c * phases * length,
@@ -559,6 +565,7 @@ class _Ready(NamedTuple):
     shape: tuple[int, ...]
     x_dtype: np.dtype[Any]
     codes_in: bool  # x the codes (bytes_layout), or floats (quantize_layout)
+    direct: bool  # the codes are the layout (no copy)
     layout: tuple[Any, ...]  # the layout call's arguments between x and the buffer
     flat: tuple[int, int, int, int]
     image: int  # bytes of one image's flat layout
@@ -575,11 +582,15 @@ def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
     padded value is real 0 in the float definition, that is the integer zd), one
     integer product per image, then rescaled into the chain's output; None when a
     quantizer met a NaN (the platform's cast decides: run the nodes)."""
-    flat = scratch("conv_flat", ready.flat, np.uint8)
-    if ready.codes_in:
+    if ready.direct:
+        flat = x
+    elif ready.codes_in:
+        flat = scratch("conv_flat", ready.flat, np.uint8)
         module.bytes_layout(x, *ready.layout, flat)
-    elif module.quantize_layout(x, *ready.layout, flat) < 0:
-        return None
+    else:
+        flat = scratch("conv_flat", ready.flat, np.uint8)
+        if module.quantize_layout(x, *ready.layout, flat) < 0:
+            return None
     acc = scratch("int8_acc", ready.acc, np.int32)
     y = np.empty(ready.out, dtype=ready.out_dtype)
     rescale = module.rescale_qdq if ready.out_dtype == _F32 else module.rescale_q
