@@ -182,6 +182,17 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
 
 #define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 
+/* Row i of a whole tile added to C (wrapping, as the products' sums do). */
+#define ACC_ROW(i, lo, hi)                                                                    \
+    do {                                                                                      \
+        int32_t *row_ = c + (i) * ldc;                                                        \
+        _mm512_storeu_si512((void *)row_,                                                     \
+                            _mm512_add_epi32(_mm512_loadu_si512((const void *)row_), (lo)));  \
+        _mm512_storeu_si512((void *)(row_ + 16),                                              \
+                            _mm512_add_epi32(_mm512_loadu_si512((const void *)(row_ + 16)),   \
+                                             (hi)));                                          \
+    } while (0)
+
 /* 8 rows x 32 columns: 16 zmm accumulators.  STEP(acc, x, broadcast) is one product.
  * init (byte form, or NULL): each row's accumulators start at init[row] instead of 0 (the
  * zero points' row term, in the tile's first k block only: accumulate is then 0). */
@@ -232,6 +243,18 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
             b = _mm512_set1_epi32(w[7]);                                                      \
             a70 = STEP(a70, x0, b);                                                           \
             a71 = STEP(a71, x1, b);                                                           \
+        }                                                                                     \
+        if (mr_valid == MR && nr_valid == NR && accumulate) {                                 \
+            /* a later k block: added to C in vectors (the tile path adds one by one) */      \
+            ACC_ROW(0, a00, a01);                                                             \
+            ACC_ROW(1, a10, a11);                                                             \
+            ACC_ROW(2, a20, a21);                                                             \
+            ACC_ROW(3, a30, a31);                                                             \
+            ACC_ROW(4, a40, a41);                                                             \
+            ACC_ROW(5, a50, a51);                                                             \
+            ACC_ROW(6, a60, a61);                                                             \
+            ACC_ROW(7, a70, a71);                                                             \
+            return;                                                                           \
         }                                                                                     \
         if (mr_valid == MR && nr_valid == NR && !accumulate) {                                \
             _mm512_storeu_si512((void *)(c + 0 * ldc), a00);                                  \
