@@ -269,7 +269,7 @@ def test_wrong_sizes_raise() -> None:
                 mod.gemm(packed, x, off, 1, 6, False, 0, out)
             mod.set_level(level)
     acc = np.zeros((2, 12), np.int32)
-    scale = np.ones(2)
+    scale = np.ones(2, np.float32)
     with pytest.raises(ValueError):
         mod.rescale_qdq(
             acc, 2, 3, 4, 5, scale, b"", False, False, 1.0, 0, 1.0, 0, np.zeros(24, np.float32)
@@ -423,7 +423,7 @@ def test_quantize_layout_is_quantize_then_the_padded_phases(
     "grid",
     [(3, 37, 35), (7, 9, 7), (1, 12, 5)],  # rows of 4 vectors and a tail; short rows
 )
-def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
+def test_rescale_qdq_is_float32_steps_then_the_quantizers(
     relu: bool, grid: tuple[int, int, int]
 ) -> None:
     rng = np.random.default_rng(5)
@@ -431,12 +431,11 @@ def test_rescale_qdq_is_float64_then_the_quantizers_float32_steps(
     rows, width, keep = grid
     acc = rng.integers(-(2**31), 2**31, size=(m, rows, width)).astype(np.int32)
     acc[:, 0] = rng.integers(-3000, 3000, size=(m, width))
-    scale = rng.uniform(1e-6, 1e-3, m) * rng.choice([1e-4, 1.0], m)
-    bias = rng.normal(0, 0.1, m)
+    scale = (rng.uniform(1e-6, 1e-3, m) * rng.choice([1e-4, 1.0], m)).astype(np.float32)
+    bias = rng.normal(0, 0.1, m).astype(np.float32)
     qs, dqs = np.float32(0.02), np.float32(0.021)
-    v = (acc[:, :, :keep].astype(np.float64) * scale[:, None, None] + bias[:, None, None]).astype(
-        np.float32
-    )
+    # float32(acc) * s + b, each step rounded in float32 (numpy's separate ufuncs: no FMA)
+    v = acc[:, :, :keep].astype(np.float32) * scale[:, None, None] + bias[:, None, None]
     if relu:
         v = np.maximum(v, np.float32(0))
     t = _quantize_steps(v, qs, 9, np.uint8)
@@ -571,11 +570,13 @@ def _integer_reference(
     wi = w.reshape(m, -1).astype(np.int64) - wz[:, None]
     acc = np.einsum("mk,nkp->nmp", wi, cols)
     assert np.abs(acc).max() < 2**31
-    ws = np.broadcast_to(p["ws"].astype(np.float64).reshape(-1), (m,))
-    scale = np.float64(p["xs"]) * ws
-    bias = (p["b"].astype(np.float32) * p["bs"]).astype(np.float64)  # DQ's float32 bias
-    v = (acc * scale[None, :, None] + bias[None, :, None]).astype(np.float32)
-    exact = acc * scale[None, :, None] + bias[None, :, None]
+    ws = np.broadcast_to(p["ws"].reshape(-1), (m,))
+    # The node's float32 steps: s = float32(sx * sw), then float32(acc) * s + b.
+    scale = (np.float32(p["xs"]) * ws).astype(np.float32)
+    bias = p["b"].astype(np.float32) * p["bs"]  # the dequantizer's float32 bias
+    v = acc.astype(np.float32) * scale[None, :, None] + bias[None, :, None]
+    real = np.float64(p["xs"]) * ws.astype(np.float64)
+    exact = acc * real[None, :, None] + bias.astype(np.float64)[None, :, None]
     if relu:
         v = np.maximum(v, np.float32(0))
         exact = np.maximum(exact, 0)

@@ -15,18 +15,21 @@ exact integer product per image::
     acc[m, p] = sum_k (W[m, k] - zw[m]) * (X[k, p] - zx)          (int32, no rounding)
 
 read straight from the zero-padded image (the conv's flat layout padded with the zero
-point, no im2col), then ``v = float32(acc * (sx * sw[m]) + b[m])`` computed in float64
-(the product of two float32 scales is exact in float64), Relu when the chain has one,
-and the output QuantizeLinear -> DequantizeLinear in float32 steps, the QdqPair's.
+point, no im2col), then ``v = float32(acc) * s[m] + b[m]`` in float32 steps with
+``s[m] = float32(sx * sw[m])`` (a conversion, a multiply and an add, each rounded, no
+fused multiply-add), Relu when the chain has one, and the output QuantizeLinear ->
+DequantizeLinear in float32 steps, the QdqPair's.
 
-What it gives.  ``v`` is the conv of the *real* dequantized values, rounded once or twice
-(float64, then float32): within about 1 float32 ulp of the exact value.  The stepped
+What it gives.  ``v`` is the conv of the *real* dequantized values rounded four times
+(the scale, the conversion, the product, the sum): within about 2 float32 ulp of the
+exact value (a float64 rescale, rounded once, cost twice the instructions: the pass over
+every output is as long as a third of the product's time).  The stepped
 float32 conv rounds every dequantized input, weight and partial sum, an error of order
 K * 2^-24 of the sum of |terms|.  So the two runs can differ where the exact value lies
 within that error of a rounding boundary of the output quantizer: there the output
 differs by one quantization step, and the integer path is the one on the exact value's
 side.  tests/runtime/test_native_int8.py checks the node bit for bit against a numpy
-model of this definition, and the stepped run within one step, only where the float64
+model of this definition, and the stepped run within one step, only where the exact
 value lies that close to a boundary.
 
 Scope: 2-D Conv, group 1, non-negative pads, float32 activations with one scale and an
@@ -355,7 +358,7 @@ class QdqConv:
     def _weights_for(
         self, module: ModuleType, ins: list[Any]
     ) -> tuple[bytes, np.ndarray, np.ndarray | None, int] | None:
-        """(packed W, scale sx*sw per output channel in float64, bias in float64 or None,
+        """(packed W, scale float32(sx*sw) per output channel, bias (float32) or None,
         K), made once per weight arrays and level; None when they do not fit."""
         # The arrays themselves (held, compared by identity: an id alone could be reused
         # by a new array once the old one is gone, as with initializers fed per run).
@@ -392,8 +395,8 @@ class QdqConv:
         packed = packed_weight(
             module, "int8_conv", w, w.reshape(m, k), wz, np.ascontiguousarray(zw)
         )
-        scale = np.float64(ds.reshape(())) * np.broadcast_to(ws.astype(np.float64), (m,))
-        bias = None if b is None else b.astype(np.float64)
+        scale = (ds.reshape(()) * np.broadcast_to(ws, (m,))).astype(np.float32)
+        bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
         self._weights = (packed, np.ascontiguousarray(scale), bias, k)
         return self._weights
 

@@ -29,11 +29,12 @@
  *   pack_weights(w, M, K, w_signed, zw) -> bytes      (w: M*K bytes, zw: M int32)
  *   gemm(packed, x, rowoff, colstride, N, x_signed, zx, out)
  *       X[k, n] = x[rowoff[k] + n * colstride]; out: M*N int32, row-major
- *   rescale(acc, M, rows, width, keep, scale, bias, y)
- *       y[m, r, j] = (float)((double)acc[m, r*width + j] * scale[m] + bias[m]), j < keep
  *   rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y)
- *       rescale's float32 value (then Relu's max(v, 0) when relu), quantized and
+ *       v = (float)acc[m, r*width + j] * scale[m] + bias[m] for j < keep, in float32 steps
+ *       (float32 scale and bias), then Relu's max(v, 0) when relu, quantized and
  *       dequantized again by QuantizeLinear's and DequantizeLinear's float32 steps
+ *   rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y)
+ *       rescale_qdq's steps up to the quantized value, written as bytes
  *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
  *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
  *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
@@ -767,49 +768,6 @@ copy_bytes(uint8_t *d, const uint8_t *s, Py_ssize_t n) {
 
 /* ---- the float side ----------------------------------------------------------------------- */
 
-static PyObject *py_rescale(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer acc, scale, bias, y;
-    Py_ssize_t m, rows, width, keep;
-    if (!PyArg_ParseTuple(args, "y*nnnny*y*w*", &acc, &m, &rows, &width, &keep, &scale, &bias,
-                          &y))
-        return NULL;
-    PyObject *result = NULL;
-    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
-        m > PY_SSIZE_T_MAX / 8 / rows / width) {
-        PyErr_SetString(PyExc_ValueError, "rescale: bad sizes");
-        goto done;
-    }
-    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 8 ||
-        (bias.len != 0 && bias.len < m * 8)) {
-        PyErr_SetString(PyExc_ValueError, "rescale: a buffer does not fit its sizes");
-        goto done;
-    }
-    {
-        const int32_t *a = (const int32_t *)acc.buf;
-        const double *sc = (const double *)scale.buf;
-        const double *bi = bias.len ? (const double *)bias.buf : NULL;
-        float *out = (float *)y.buf;
-        Py_BEGIN_ALLOW_THREADS;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            const double s = sc[i], b = bi ? bi[i] : 0.0;
-            for (Py_ssize_t r = 0; r < rows; r++) {
-                const int32_t *src = a + (i * rows + r) * width;
-                float *dst = out + (i * rows + r) * keep;
-                for (Py_ssize_t j = 0; j < keep; j++) dst[j] = (float)((double)src[j] * s + b);
-            }
-        }
-        Py_END_ALLOW_THREADS;
-    }
-    result = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&acc);
-    PyBuffer_Release(&scale);
-    PyBuffer_Release(&bias);
-    PyBuffer_Release(&y);
-    return result;
-}
-
 /* Round half to even of a float32, as rintf in the default rounding mode, without the
  * library call (x86-64's baseline has no rounding instruction): below 2^22 in magnitude,
  * adding and taking away 1.5 * 2^23 leaves the nearest integer (ties to even: the
@@ -840,11 +798,12 @@ static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float 
     QUANTIZE_BODY
 }
 
-/* One row of rescale_qdq: float32(acc * s + b) [Relu], quantized and dequantized. */
+/* One row of rescale_qdq: float32(acc) * s + b in float32 steps (a conversion, a
+ * multiply and an add, each rounded: no FMA) [Relu], quantized and dequantized. */
 #define RESCALE_QDQ_BODY                                                                      \
     int nan = 0;                                                                              \
     for (Py_ssize_t j = 0; j < keep; j++) {                                                   \
-        float v = (float)((double)src[j] * s + b);                                            \
+        float v = (float)src[j] * s + b;                                                      \
         if (relu) v = v < 0.0f ? 0.0f : v;                                                    \
         float t = round_even(v / qs) + z;                                                     \
         nan |= t != t;                                                                        \
@@ -854,19 +813,19 @@ static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float 
     }                                                                                         \
     return nan;
 
-static int rescale_row_generic(const int32_t *src, float *dst, Py_ssize_t keep, double s,
-                               double b, int relu, float qs, float z, float lo, float hi,
+static int rescale_row_generic(const int32_t *src, float *dst, Py_ssize_t keep, float s,
+                               float b, int relu, float qs, float z, float lo, float hi,
                                float z2, float dqs) {
     RESCALE_QDQ_BODY
 }
 
 /* One row of rescale_q: rescale_qdq's steps up to the quantized value, stored as its
  * byte (QuantizeLinear's output; a NaN reported and stored as 0, as quantize does). */
-static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t keep, double s,
-                                 double b, int relu, float qs, float z, float lo, float hi) {
+static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t keep, float s,
+                                 float b, int relu, float qs, float z, float lo, float hi) {
     int nan = 0;
     for (Py_ssize_t j = 0; j < keep; j++) {
-        float v = (float)((double)src[j] * s + b);
+        float v = (float)src[j] * s + b;
         if (relu) v = v < 0.0f ? 0.0f : v;
         float t = round_even(v / qs) + z;
         nan |= t != t;
@@ -916,11 +875,11 @@ __attribute__((target("avx2"))) static int quantize_avx2(const float *src, uint8
 }
 
 __attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, float *dst,
-                                                            Py_ssize_t keep, double s, double b,
+                                                            Py_ssize_t keep, float s, float b,
                                                             int relu, float qs, float z,
                                                             float lo, float hi, float z2,
                                                             float dqs) {
-    const __m256d sd = _mm256_set1_pd(s), bd = _mm256_set1_pd(b);
+    const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b);
     const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
                  hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs),
                  zero = _mm256_setzero_ps();
@@ -928,11 +887,7 @@ __attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, 
     Py_ssize_t j = 0;
     for (; j + 8 <= keep; j += 8) {
         const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
-        const __m256d d0 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(a)), sd), bd);
-        const __m256d d1 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(a, 1)), sd), bd);
-        __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(d1), _mm256_cvtpd_ps(d0));
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv), bv);
         if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
         __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
         _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
@@ -945,10 +900,10 @@ __attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, 
 /* rescale_q_row_generic 8 at a time: rescale_row_avx2's steps, stored as quantize_avx2
  * stores its bytes; the tail by the scalar code. */
 __attribute__((target("avx2"))) static int rescale_q_row_avx2(const int32_t *src, uint8_t *dst,
-                                                              Py_ssize_t keep, double s,
-                                                              double b, int relu, float qs,
+                                                              Py_ssize_t keep, float s,
+                                                              float b, int relu, float qs,
                                                               float z, float lo, float hi) {
-    const __m256d sd = _mm256_set1_pd(s), bd = _mm256_set1_pd(b);
+    const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b);
     const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
                  hiv = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
     const int is_signed = lo < 0.0f;
@@ -956,11 +911,7 @@ __attribute__((target("avx2"))) static int rescale_q_row_avx2(const int32_t *src
     Py_ssize_t j = 0;
     for (; j + 8 <= keep; j += 8) {
         const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
-        const __m256d d0 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(a)), sd), bd);
-        const __m256d d1 = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(a, 1)), sd), bd);
-        __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(d1), _mm256_cvtpd_ps(d0));
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv), bv);
         if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
         __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
         t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
@@ -1052,11 +1003,11 @@ __attribute__((target("avx512f"))) static int quantize_avx512(const float *src, 
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline int rescale_row_avx512(const int32_t *src, float *dst,
-                                                                Py_ssize_t keep, double s,
-                                                                double b, int relu, float qs,
+                                                                Py_ssize_t keep, float s,
+                                                                float b, int relu, float qs,
                                                                 float z, float lo, float hi,
                                                                 float z2, float dqs) {
-    const __m512d sd = _mm512_set1_pd(s), bd = _mm512_set1_pd(b);
+    const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
     const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
                  hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
                  zero = _mm512_setzero_ps();
@@ -1066,14 +1017,8 @@ __attribute__((target("avx512f"), always_inline)) static inline int rescale_row_
         const __mmask16 k =
             keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
         const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
-        /* float32(acc * s + b) in float64, a multiply and an add (no FMA), per half */
-        const __m512d d0 = _mm512_add_pd(
-            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(a)), sd), bd);
-        const __m512d d1 = _mm512_add_pd(
-            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(a, 1)), sd), bd);
-        const __m256 f0 = _mm512_cvtpd_ps(d0), f1 = _mm512_cvtpd_ps(d1);
-        __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(
-            _mm512_castps_pd(_mm512_castps256_ps512(f0)), _mm256_castps_pd(f1), 1));
+        /* float32(acc) * s + b: a multiply and an add (no FMA) */
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), sv), bv);
         if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
         __mmask16 bad = 0;
         __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
@@ -1086,9 +1031,9 @@ __attribute__((target("avx512f"), always_inline)) static inline int rescale_row_
 /* rescale_q_row_generic 16 at a time: rescale_row_avx512's steps, stored as
  * quantize_avx512 stores its bytes, the tail masked. */
 __attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_q_row_avx512(
-    const int32_t *src, uint8_t *dst, Py_ssize_t keep, double s, double b, int relu, float qs,
+    const int32_t *src, uint8_t *dst, Py_ssize_t keep, float s, float b, int relu, float qs,
     float z, float lo, float hi) {
-    const __m512d sd = _mm512_set1_pd(s), bd = _mm512_set1_pd(b);
+    const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
     const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
                  hiv = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
     const int is_signed = lo < 0.0f;
@@ -1097,13 +1042,7 @@ __attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_
         const __mmask16 k =
             keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
         const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
-        const __m512d d0 = _mm512_add_pd(
-            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(a)), sd), bd);
-        const __m512d d1 = _mm512_add_pd(
-            _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(a, 1)), sd), bd);
-        const __m256 f0 = _mm512_cvtpd_ps(d0), f1 = _mm512_cvtpd_ps(d1);
-        __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(
-            _mm512_castps_pd(_mm512_castps256_ps512(f0)), _mm256_castps_pd(f1), 1));
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), sv), bv);
         if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
         __mmask16 bad = 0;
         __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
@@ -1121,7 +1060,7 @@ __attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_
  * conv's rows of 56 values had about a fifth of their time in that setup). */
 __attribute__((target("avx512f"))) static int rescale_plane_avx512(
     const int32_t *src, float *dst, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t keep,
-    double s, double b, int relu, float qs, float z, float lo, float hi, float z2, float dqs) {
+    float s, float b, int relu, float qs, float z, float lo, float hi, float z2, float dqs) {
     int nan = 0;
     for (Py_ssize_t r = 0; r < rows; r++)
         nan |= rescale_row_avx512(src + r * width, dst + r * keep, keep, s, b, relu, qs, z, lo,
@@ -1131,7 +1070,7 @@ __attribute__((target("avx512f"))) static int rescale_plane_avx512(
 
 __attribute__((target(AVX512_TARGET))) static int rescale_q_plane_avx512(
     const int32_t *src, uint8_t *dst, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t keep,
-    double s, double b, int relu, float qs, float z, float lo, float hi) {
+    float s, float b, int relu, float qs, float z, float lo, float hi) {
     int nan = 0;
     for (Py_ssize_t r = 0; r < rows; r++)
         nan |= rescale_q_row_avx512(src + r * width, dst + r * keep, keep, s, b, relu, qs, z, lo,
@@ -1232,8 +1171,8 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rescale_qdq: bad sizes");
         goto done;
     }
-    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 8 ||
-        (bias.len != 0 && bias.len < m * 8) ||
+    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 4 ||
+        (bias.len != 0 && bias.len < m * 4) ||
         (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
                    : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
         PyErr_SetString(PyExc_ValueError, "rescale_qdq: a buffer or zero point does not fit");
@@ -1241,13 +1180,13 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
     }
     {
         const int32_t *a = (const int32_t *)acc.buf;
-        const double *sc = (const double *)scale.buf;
-        const double *bi = bias.len ? (const double *)bias.buf : NULL;
+        const float *sc = (const float *)scale.buf;
+        const float *bi = bias.len ? (const float *)bias.buf : NULL;
         float *out = (float *)y.buf;
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const float z = (float)qz, z2 = (float)dqz;
         int nan = 0;
-        int (*row_fn)(const int32_t *, float *, Py_ssize_t, double, double, int, float, float,
+        int (*row_fn)(const int32_t *, float *, Py_ssize_t, float, float, int, float, float,
                       float, float, float, float) = rescale_row_generic;
 #if HAVE_X86
         if (current_level >= 2)
@@ -1264,7 +1203,7 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
         const Py_ssize_t runs = keep == width ? 1 : rows, run = keep == width ? rows * keep : keep;
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < m; i++) {
-            const double s = sc[i], b = bi ? bi[i] : 0.0;
+            const float s = sc[i], b = bi ? bi[i] : 0.0f;
             if (grid != NULL) {
                 nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo, hi,
                               z2, dqs);
@@ -1313,21 +1252,21 @@ static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rescale_q: bad sizes");
         goto done;
     }
-    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep || scale.len < m * 8 ||
-        (bias.len != 0 && bias.len < m * 8) ||
+    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep || scale.len < m * 4 ||
+        (bias.len != 0 && bias.len < m * 4) ||
         (is_signed ? (qz < -128 || qz > 127) : (qz < 0 || qz > 255))) {
         PyErr_SetString(PyExc_ValueError, "rescale_q: a buffer or zero point does not fit");
         goto done;
     }
     {
         const int32_t *a = (const int32_t *)acc.buf;
-        const double *sc = (const double *)scale.buf;
-        const double *bi = bias.len ? (const double *)bias.buf : NULL;
+        const float *sc = (const float *)scale.buf;
+        const float *bi = bias.len ? (const float *)bias.buf : NULL;
         uint8_t *out = (uint8_t *)y.buf;
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
         const float z = (float)qz;
         int nan = 0;
-        int (*row_fn)(const int32_t *, uint8_t *, Py_ssize_t, double, double, int, float, float,
+        int (*row_fn)(const int32_t *, uint8_t *, Py_ssize_t, float, float, int, float, float,
                       float, float) = rescale_q_row_generic;
 #if HAVE_X86
         if (current_level >= 2)
@@ -1341,7 +1280,7 @@ static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
         const Py_ssize_t runs = keep == width ? 1 : rows, run = keep == width ? rows * keep : keep;
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < m; i++) {
-            const double s = sc[i], b = bi ? bi[i] : 0.0;
+            const float s = sc[i], b = bi ? bi[i] : 0.0f;
             if (grid != NULL) {
                 nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo,
                               hi);
@@ -1890,17 +1829,15 @@ static PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(packed, x, rowoff, colstride, N, x_signed, zx, out): out[m, n] int32 = "
      "sum_k (W[m,k] - zw[m]) * (x[rowoff[k] + n*colstride] - zx), exactly."},
-    {"rescale", py_rescale, METH_VARARGS,
-     "rescale(acc, M, rows, width, keep, scale, bias, y): y[m,r,j] = float32(acc[m,r,j] * "
-     "scale[m] + bias[m]) in float64, for j < keep (bias b'' : none)."},
     {"rescale_qdq", py_rescale_qdq, METH_VARARGS,
      "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
-     "-> 0 or -1 (NaN met): rescale's value [Relu], then QuantizeLinear -> DequantizeLinear "
-     "in float32 steps."},
+     "-> 0 or -1 (NaN met): float32(acc[m,r,j]) * scale[m] + bias[m] for j < keep (float32 "
+     "scale and bias, b'': none) [Relu], then QuantizeLinear -> DequantizeLinear, all in "
+     "float32 steps."},
     {"rescale_q", py_rescale_q, METH_VARARGS,
      "rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y) -> 0 or -1 "
-     "(NaN met): rescale's value [Relu], quantized by QuantizeLinear's float32 steps into "
-     "bytes."},
+     "(NaN met): rescale_qdq's value [Relu], quantized by QuantizeLinear's float32 steps "
+     "into bytes."},
     {"qdq", py_qdq, METH_VARARGS,
      "qdq(x, qs, qz, dqs, dqz, signed, out) -> 0 or -1 (NaN met): QuantizeLinear -> "
      "DequantizeLinear of float32 values in their float32 steps."},
