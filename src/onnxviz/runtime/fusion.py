@@ -77,6 +77,7 @@ from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_float_outputs
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
+from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
@@ -200,17 +201,20 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     convs = find_qdq_convs(nodes, users, const, keep, constants)
     # Residual Adds between QDQ pairs: over the codes; the convs they read end at their
     # quantizers, and the convs that read their output pairs read the codes.
-    adds = find_qdq_adds(nodes, users, keep, const, convs, claimed) if convs else []
-    exposed = {nodes[a.out_dq].outputs[0]: a.out_dq for a in adds}
+    pools = find_qdq_max_pools(nodes, users, keep, convs, claimed) if convs else []
+    adds = find_qdq_adds(nodes, users, keep, const, convs, claimed, pools) if convs else []
+    exposed = {nodes[a.out_dq].outputs[0]: a.out_dq for a in (*pools, *adds)}
     codes_readers = {
         chain[0]
         for chain in convs
         if nodes[chain[0]].op_type == "Conv" and nodes[chain[0]].inputs[0] in exposed
     }
-    settle_float_outputs(adds, nodes, users, keep, codes_readers)
+    settle_float_outputs([*pools, *adds], nodes, users, keep, codes_readers)
     for positions in convs:
         node = functools.partial(qdq_conv_node, nodes, positions, exposed)
         take(positions, node, claimed)
+    for found in pools:
+        take(found.positions, functools.partial(qdq_max_pool_node, nodes, found), claimed)
     for add in adds:
         take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
     for positions in find_se_gates(nodes, users, const, keep, claimed):

@@ -87,7 +87,7 @@ class AddChain:
     chain is found)."""
 
     positions: list[int]
-    inputs: tuple[AddInput, AddInput]
+    inputs: tuple[AddInput, ...]  # (none for a QdqMaxPool's chain: it reads absorbed codes)
     add: int
     out_dq: int
     float_needed: bool = True
@@ -107,6 +107,7 @@ def find_qdq_adds(
     const: set[int],
     convs: list[list[int]],
     taken: set[int],
+    exposing: list[AddChain] | None = None,
 ) -> list[AddChain]:
     """Every QdqAdd chain (module docstring) whose steps are not in ``taken`` and whose
     Add takes two computed values (not a constant bias: one that broadcasts would run
@@ -116,7 +117,9 @@ def find_qdq_adds(
     producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     conv_ending = {chain[-1]: chain for chain in convs}
     found: list[AddChain] = []
-    exposed: dict[int, int] = {}  # an added chain's output dq position -> its add
+    # An output dequantizer whose codes a fused node exposes (``exposing``: other
+    # chains, a QdqMaxPool's; then each QdqAdd found) -> that node's position.
+    exposed: dict[int, int] = {c.out_dq: c.add for c in exposing or ()}
     used = set(taken)
     for i, pn in enumerate(nodes):
         if (

@@ -1687,6 +1687,114 @@ done:
     return result;
 }
 
+/* ---- a max pool over codes -------------------------------------------------------------
+ *
+ * max_pool_codes: MaxPool of 8-bit codes, NCHW planes, any window, stride and pads (the
+ * pads never count: each window holds a value of the input), the max of the codes
+ * (int8 compared as int8).  A QDQ model's MaxPool between a conv's output pair and its
+ * own pair (fusion_qdq_pool.py): the dequantizer is non-decreasing, so the max of the
+ * dequantized values is the dequantized max code, bit for bit.  Per output row, the
+ * window's input rows are combined into one padded row, then each output combines its
+ * kernel columns (at stride 2 from the row split into even and odd columns, contiguous
+ * runs), as _pool.c's float pool does; int8 codes are flipped to uint8 order (x ^ 0x80)
+ * on the way in and back on the way out. */
+static void max_pool_codes_run(const uint8_t *x, uint8_t *y, Py_ssize_t planes, Py_ssize_t h,
+                               Py_ssize_t w, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t kh,
+                               Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt,
+                               Py_ssize_t pl, int is_signed, uint8_t *row, Py_ssize_t span,
+                               uint8_t *halves) {
+    const uint8_t flip = is_signed ? 0x80 : 0;
+    memset(row, 0, (size_t)span); /* the pads: the least code, never above a value */
+    uint8_t *data = row + pl;
+    for (Py_ssize_t p = 0; p < planes; p++) {
+        const uint8_t *plane = x + p * h * w;
+        uint8_t *out = y + p * oh * ow;
+        for (Py_ssize_t i = 0; i < oh; i++, out += ow) {
+            const Py_ssize_t top = i * sh - pt;
+            const Py_ssize_t r0 = top > 0 ? top : 0, r1 = top + kh < h ? top + kh : h;
+            const uint8_t *src = plane + r0 * w;
+            for (Py_ssize_t j = 0; j < w; j++) data[j] = (uint8_t)(src[j] ^ flip);
+            for (Py_ssize_t r = r0 + 1; r < r1; r++) {
+                src = plane + r * w;
+                for (Py_ssize_t j = 0; j < w; j++) {
+                    const uint8_t v = (uint8_t)(src[j] ^ flip);
+                    data[j] = data[j] > v ? data[j] : v;
+                }
+            }
+            if (sw == 1) {
+                for (Py_ssize_t j = 0; j < ow; j++) out[j] = row[j];
+                for (Py_ssize_t k = 1; k < kw; k++)
+                    for (Py_ssize_t j = 0; j < ow; j++) out[j] = out[j] > row[j + k] ? out[j] : row[j + k];
+            } else if (sw == 2) {
+                uint8_t *even = halves, *odd = halves + (span + 1) / 2;
+                for (Py_ssize_t j = 0; j < span / 2; j++) {
+                    even[j] = row[2 * j];
+                    odd[j] = row[2 * j + 1];
+                }
+                if (span % 2) even[span / 2] = row[span - 1];
+                for (Py_ssize_t j = 0; j < ow; j++) out[j] = even[j];
+                for (Py_ssize_t k = 1; k < kw; k++) {
+                    const uint8_t *col = (k % 2 ? odd : even) + k / 2;
+                    for (Py_ssize_t j = 0; j < ow; j++) out[j] = out[j] > col[j] ? out[j] : col[j];
+                }
+            } else {
+                for (Py_ssize_t j = 0; j < ow; j++) {
+                    uint8_t m = row[j * sw];
+                    for (Py_ssize_t k = 1; k < kw; k++) m = m > row[j * sw + k] ? m : row[j * sw + k];
+                    out[j] = m;
+                }
+            }
+            if (flip)
+                for (Py_ssize_t j = 0; j < ow; j++) out[j] ^= flip;
+        }
+    }
+}
+
+static PyObject *py_max_pool_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, y;
+    Py_ssize_t planes, h, w, kh, kw, sh, sw, pt, pl, pb, pr;
+    int is_signed;
+    if (!PyArg_ParseTuple(args, "y*nnnnnnnnnnnpw*", &x, &planes, &h, &w, &kh, &kw, &sh, &sw, &pt,
+                          &pl, &pb, &pr, &is_signed, &y))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t big = (Py_ssize_t)1 << 30;
+    if (planes <= 0 || h <= 0 || w <= 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
+        pt < 0 || pl < 0 || pb < 0 || pr < 0 || pt >= kh || pl >= kw || pb >= kh || pr >= kw ||
+        h > big || w > big || kh > big || kw > big || sh > big || sw > big ||
+        h + pt + pb < kh || w + pl + pr < kw) {
+        PyErr_SetString(PyExc_ValueError, "max_pool_codes: bad sizes");
+        goto done;
+    }
+    {
+        const Py_ssize_t oh = (h + pt + pb - kh) / sh + 1, ow = (w + pl + pr - kw) / sw + 1;
+        if (planes > PY_SSIZE_T_MAX / h / w || x.len != planes * h * w ||
+            y.len != planes * oh * ow) {
+            PyErr_SetString(PyExc_ValueError, "max_pool_codes: a buffer does not fit its sizes");
+            goto done;
+        }
+        /* The padded row: every column a window reads ((ow-1)*sw + kw) and the data. */
+        Py_ssize_t span = (ow - 1) * sw + kw;
+        if (span < pl + w) span = pl + w;
+        uint8_t *row = malloc((size_t)(2 * span + 2));
+        if (row == NULL) {
+            result = PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS;
+        max_pool_codes_run((const uint8_t *)x.buf, (uint8_t *)y.buf, planes, h, w, oh, ow, kh,
+                           kw, sh, sw, pt, pl, is_signed, row, span, row + span);
+        Py_END_ALLOW_THREADS;
+        free(row);
+        result = Py_NewRef(Py_None);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&y);
+    return result;
+}
+
 static PyObject *py_set_level(PyObject *self, PyObject *args) {
     (void)self;
     int level;
@@ -1853,6 +1961,9 @@ static PyMethodDef methods[] = {
      "signed, qs, qz, dqs, dqz, t_out, f_out) -> 0 or -1 (NaN met): DequantizeLinear of each "
      "8-bit input (a float32 one as it is), Add, [Relu], QuantizeLinear into t_out and, "
      "unless f_out is empty, DequantizeLinear into f_out, in the nodes' float32 steps."},
+    {"max_pool_codes", py_max_pool_codes, METH_VARARGS,
+     "max_pool_codes(x, planes, H, W, kh, kw, sh, sw, pad_t, pad_l, pad_b, pad_r, signed, y): "
+     "MaxPool of 8-bit codes over NCHW planes (pads below the kernel, never counted)."},
     {"held_qdq", py_held_qdq, METH_VARARGS,
      "held_qdq(qs, qz, dqs, dqz, signed, nargs, places, expect, fallback, ndarray, empty, "
      "uint8, float32) -> a callable: f(*args) = qdq's pass of args[0] (float32, "

@@ -1,0 +1,188 @@
+"""The MaxPool between QDQ pairs run over the codes (fusion_qdq_pool.QdqMaxPool): the C
+pool against numpy at every level, and graphs with and without the fusion, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import fusion, native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level
+
+_LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
+pytestmark = pytest.mark.skipif(
+    native.load("int8") is None or not _LEVELS, reason="the int8 kernel needs AVX2"
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    h=st.integers(1, 20),
+    w=st.integers(1, 40),
+    kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    pads=st.tuples(*(st.integers(0, 3) for _ in range(4))),
+    signed=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_max_pool_codes_is_the_window_max(
+    h: int,
+    w: int,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    signed: bool,
+    seed: int,
+) -> None:
+    kh, kw = kernel
+    pt, pl, pb, pr = (min(p, k - 1) for p, k in zip(pads, (kh, kw, kh, kw)))
+    if h + pt + pb < kh or w + pl + pr < kw:
+        return
+    rng = np.random.default_rng(seed)
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (2, 3, h, w)).astype(dtype)
+    oh, ow = (h + pt + pb - kh) // stride[0] + 1, (w + pl + pr - kw) // stride[1] + 1
+    padded = np.pad(x.astype(np.int32), ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-999)
+    windows = [
+        padded[:, :, i : i + stride[0] * oh : stride[0], j : j + stride[1] * ow : stride[1]]
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    want = np.max(np.stack(windows), axis=0).astype(dtype)
+    module = native.load("int8")
+    for level in _LEVELS:
+        with at_level("int8", level):
+            got = np.empty((2, 3, oh, ow), dtype)
+            module.max_pool_codes(x, 6, h, w, kh, kw, *stride, pt, pl, pb, pr, signed, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
+def _pool_model(
+    seed: int, signed: bool, same_pair: bool, keep_pool: bool, stride: int
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x -> pair -> conv 7x7/2 -> pair -> MaxPool 3x3 -> pair -> (conv -> pair) + pool's
+    pair -> Add -> pair: the stem of a QDQ ResNet."""
+    rng = np.random.default_rng(seed)
+    npq = np.int8 if signed else np.uint8
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def scalar(name: str, value: Any, dtype: Any) -> str:
+        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+
+    def pair(x: str, name: str, like: str | None = None) -> str:
+        s = like + "_s" if like else scalar(name + "_s", rng.uniform(0.02, 0.06), np.float32)
+        z = (
+            like + "_z"
+            if like
+            else scalar(name + "_z", rng.integers(-10, 10) if signed else rng.integers(0, 40), npq)
+        )
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [name + "_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_q", s, z], [name]))
+        return name
+
+    def conv(x: str, name: str, c: int, m: int, k: int, st_: int) -> str:
+        w = rng.integers(-60, 60, (m, c, k, k)).astype(np.int8)
+        inits.append(numpy_helper.from_array(w, name + "_w"))
+        ws = scalar(name + "_ws", rng.uniform(0.002, 0.01), np.float32)
+        wz = scalar(name + "_wz", 0, np.int8)
+        nodes.append(helper.make_node("DequantizeLinear", [name + "_w", ws, wz], [name + "_wd"]))
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, name + "_wd"], [name + "_y"], pads=[k // 2] * 4, strides=[st_] * 2
+            )
+        )
+        nodes.append(helper.make_node("Relu", [name + "_y"], [name + "_r"]))
+        return pair(name + "_r", name + "_p")
+
+    x = pair("x", "in")
+    stem = conv(x, "stem", 3, 8, 7, 2)
+    nodes.append(
+        helper.make_node(
+            "MaxPool", [stem], ["mp"], kernel_shape=[3, 3], strides=[stride] * 2, pads=[1] * 4
+        )
+    )
+    pooled = pair("mp", "mp_p", "stem_p" if same_pair else None)
+    branch = conv(pooled, "c1", 8, 8, 3, 1)
+    nodes.append(helper.make_node("Add", [branch, pooled], ["sum"]))
+    out = pair("sum", "out")
+    outputs = [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
+    if keep_pool:
+        outputs.append(helper.make_tensor_value_info(pooled, TensorProto.FLOAT, None))
+    shape = [1, 3, 30, 30]
+    graph = helper.make_graph(
+        nodes,
+        "stem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, {"x": rng.normal(0, 1, shape).astype(np.float32)}
+
+
+def _run_without_pools(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    before = fusion.find_qdq_max_pools
+    fusion.find_qdq_max_pools = lambda *args: []  # type: ignore[assignment]
+    try:
+        session = Session(model)
+        kinds = {type(pn.fused).__name__ for pn in run_nodes(session.plan)}
+        assert "QdqMaxPool" not in kinds
+        return session.run(feeds)
+    finally:
+        fusion.find_qdq_max_pools = before
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    signed=st.booleans(),
+    same_pair=st.booleans(),
+    keep_pool=st.booleans(),
+    stride=st.sampled_from([1, 2]),
+    seed=st.integers(0, 2**16),
+)
+def test_stem_pool_over_codes_is_the_float_pool_bit_for_bit(
+    signed: bool, same_pair: bool, keep_pool: bool, stride: int, seed: int
+) -> None:
+    """The pool over the stem's codes gives, bit for bit, the run with the pool over the
+    dequantized floats: with its pair the stem's (the identity table) or its own (a table
+    of the 256 codes), its float written only when a graph output."""
+    model, feeds = _pool_model(seed, signed, same_pair, keep_pool, stride)
+    want = _run_without_pools(model, feeds)
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            pools = [
+                pn.fused
+                for pn in run_nodes(session.plan)
+                if type(pn.fused).__name__ == "QdqMaxPool"
+            ]
+            assert len(pools) == 1 and pools[0].float_needed == keep_pool
+            for _ in range(2):
+                got = session.run(feeds)
+                for name in want:
+                    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_a_negative_scale_runs_the_nodes() -> None:
+    """A dequantizer with a negative scale is decreasing (the max is the dequantized least
+    code): the node runs its nodes, and gives their values."""
+    model, feeds = _pool_model(5, False, True, True, 2)
+    for t in model.graph.initializer:
+        if t.name == "stem_p_s":
+            t.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(t), t.name))
+    want = _run_without_pools(model, feeds)
+    with at_level("int8", _LEVELS[-1]):
+        got = Session(model).run(feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
