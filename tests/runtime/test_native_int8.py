@@ -744,11 +744,16 @@ def test_consecutive_qdq_convs_pass_the_codes(
                 np.testing.assert_array_equal(got["y2"], want, err_msg=f"level {level}")
                 if both:
                     np.testing.assert_array_equal(got["y"], y1)
-    # A NaN: the nodes one by one, as stepping.
+    # A NaN: the first conv runs its nodes one by one, as stepping, and writes their
+    # codes; the second reads them (its integer product, so not necessarily the stepped
+    # float conv's values: the integer definition of the first conv's stepped output).
     x[0, 0, 0, 0] = np.nan
-    with _process_level(levels[-1]):
+    with_first, _, _ = _two_conv_model(seed, c, m1, m2, kernel2, stride2, x_signed, True)
+    with _process_level(levels[-1]):  # (the same float conv kernels both ways)
         got = Session(model).run({"x": x})["y2"]
-    np.testing.assert_array_equal(got, stepped_values(model, {"x": x})["y2"])
+        first = stepped_values(with_first, {"x": x})["y"]
+    want, _ = _integer_reference(first, p2, kernel2, stride2, kernel2 // 2, False)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_qdq_conv_later_calls_follow_their_parameters_and_shapes() -> None:
