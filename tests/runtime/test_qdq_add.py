@@ -107,7 +107,13 @@ def test_qadd_is_the_nodes_float32_steps(
 
 
 def _residual_model(
-    seed: int, c: int, size: int, signed: bool, relu_after_add: bool, keep_block: bool
+    seed: int,
+    c: int,
+    size: int,
+    signed: bool,
+    relu_after_add: bool,
+    keep_block: bool,
+    tail_conv: bool = False,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """x -> pair -> conv -> pair -> conv -> pair -> Add(skip: x's pair) -> [Relu] -> pair
     (block 1), then conv -> pair -> Add(block 1's pair) -> pair (block 2), then Add(block
@@ -151,8 +157,13 @@ def _residual_model(
 
     x = pair("x", "in")
     block1 = add(conv(conv(x, "c1", True), "c2", False), x, "a1", relu_after_add)
-    block2 = add(conv(block1, "c3", False), block1, "a2", relu_after_add)
-    out = add(block2, "x2", "a3", False)
+    if tail_conv:  # (``tail_conv``: block 1's pair read by one conv alone, then the end)
+        out = conv(block1, "c3", False)
+        nodes.append(helper.make_node("Add", [out, "x2"], ["x2_sum"]))  # keeps x2 an input
+        out = "x2_sum"
+    else:
+        block2 = add(conv(block1, "c3", False), block1, "a2", relu_after_add)
+        out = add(block2, "x2", "a3", False)
     outputs = [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
     if keep_block:
         outputs.append(helper.make_tensor_value_info(block1, TensorProto.FLOAT, None))
@@ -221,6 +232,26 @@ def test_residual_blocks_over_codes_are_the_float_adds_bit_for_bit(
                 assert got.keys() == want.keys()
                 for name in want:
                     np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_block_read_by_one_conv_alone_gives_it_the_codes(signed: bool) -> None:
+    """A block whose output pair only one conv reads: that conv's chain gives up the pair
+    (it had taken it as its input pair) and reads the Add's codes; bit for bit the run
+    with the Adds as nodes."""
+    model, feeds = _residual_model(11, 8, 7, signed, True, False, tail_conv=True)
+    want = _run_without_adds(model, feeds)
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            fused = [pn.fused for pn in run_nodes(session.plan) if pn.kind == "fused"]
+            adds = [f for f in fused if type(f).__name__ == "QdqAdd"]
+            convs = [f for f in fused if type(f).__name__ == "QdqConv"]
+            assert [a.float_needed for a in adds] == [False]
+            assert convs[-1].codes_dq is not None  # the last conv reads the Add's codes
+            got = session.run(feeds)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def test_a_nan_runs_the_nodes_with_exposed_codes_dequantized_first() -> None:

@@ -174,6 +174,30 @@ def test_stem_pool_over_codes_is_the_float_pool_bit_for_bit(
                     np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_pool_read_by_one_conv_alone_gives_it_the_codes(signed: bool) -> None:
+    """conv -> pair -> MaxPool -> pair -> conv, the pool's pair read by the second conv
+    alone (a VGG-style chain): that conv gives up the pair it had taken as its input
+    pair and reads the pool's codes; bit for bit the run with the pool over floats."""
+    model, feeds = _pool_model(13, signed, True, False, 2)
+    graph = model.graph
+    kept = [n for n in graph.node if n.op_type != "Add" and not n.output[0].startswith("out")]
+    del graph.node[:]
+    graph.node.extend(kept)
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("c1_p", TensorProto.FLOAT, None))
+    want = _run_without_pools(model, feeds)
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            fused = [pn.fused for pn in run_nodes(session.plan) if pn.kind == "fused"]
+            kinds = [type(f).__name__ for f in fused]
+            assert kinds == ["QdqConv", "QdqMaxPool", "QdqConv"]
+            assert not fused[1].float_needed and fused[2].codes_dq is not None
+            got = session.run(feeds)
+        np.testing.assert_array_equal(got["c1_p"], want["c1_p"], err_msg=f"level {level}")
+
+
 def test_a_negative_scale_runs_the_nodes() -> None:
     """A dequantizer with a negative scale is decreasing (the max is the dequantized least
     code): the node runs its nodes, and gives their values."""

@@ -100,6 +100,21 @@ def _only_user(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | 
     return readers[0]
 
 
+def take_output_pair(q: int, out_dq: int, convs: list[list[int]], in_convs: set[int]) -> bool:
+    """Whether a chain ending in the output pair ``q``, ``out_dq`` can be made beside the
+    conv chains ``convs`` (positions ``in_convs``): yes when no conv chain holds the pair,
+    or when one holds it as its absorbed input pair (the pair read by that conv alone),
+    which it then gives up: that conv reads the chain's exposed codes instead."""
+    if q not in in_convs and out_dq not in in_convs:
+        return True
+    for chain in convs:
+        if chain[:2] == [q, out_dq]:
+            del chain[:2]
+            in_convs.difference_update((q, out_dq))
+            return True
+    return False
+
+
 def find_qdq_adds(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
@@ -121,6 +136,7 @@ def find_qdq_adds(
     # chains, a QdqMaxPool's; then each QdqAdd found) -> that node's position.
     exposed: dict[int, int] = {c.out_dq: c.add for c in exposing or ()}
     used = set(taken)
+    in_convs = {p for chain in convs for p in chain}
     for i, pn in enumerate(nodes):
         if (
             i in used
@@ -147,7 +163,7 @@ def find_qdq_adds(
         if nodes[out_dq].inputs[0] != nodes[nxt].outputs[0]:
             continue
         steps += [nxt, out_dq]
-        if used.intersection(steps):
+        if used.intersection(steps) or not take_output_pair(nxt, out_dq, convs, in_convs):
             continue
         ways: list[AddInput] = []
         absorbed: list[int] = []

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime.fusion_qdq_add import AddChain, _args, _only_user, _plain_dq, _plain_q
+from onnxviz.runtime.fusion_qdq_add import (
+    AddChain,
+    _args,
+    _only_user,
+    _plain_dq,
+    _plain_q,
+    take_output_pair,
+)
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.quantize import dequantize_linear, quantize_linear
 from onnxviz.runtime.plan import PlanNode, plain_kernel
@@ -70,6 +77,7 @@ def find_qdq_max_pools(
     the pool alone; that conv chain loses its dequantizer (it ends at its quantizer)."""
     producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     conv_ending = {chain[-1]: chain for chain in convs}
+    in_convs = {p for chain in convs for p in chain}
     found: list[AddChain] = []
     for i, pn in enumerate(nodes):
         if i in taken or not _plain_pool(pn):
@@ -90,7 +98,10 @@ def find_qdq_max_pools(
             continue
         if nodes[out_dq].inputs[0] != nodes[q].outputs[0]:
             continue
+        if not take_output_pair(q, out_dq, convs, in_convs):
+            continue
         conv_ending.pop(dq).pop()  # that conv now ends at its quantizer
+        in_convs.discard(dq)
         found.append(AddChain([dq, i, q, out_dq], (), i, out_dq))
     return found
 
