@@ -37,6 +37,55 @@ _F32 = np.dtype(np.float32)
 _INTS = {np.dtype(t): np.iinfo(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 
 
+def plain_quantizer(pn: PlanNode) -> bool:
+    """A QuantizeLinear the fused QDQ nodes take: per tensor or per axis (the caller
+    checks the parameters' sizes at run time), saturating, no explicit output type."""
+    return (
+        plain_kernel(pn, "QuantizeLinear")
+        and 2 <= len(pn.inputs) <= 3
+        and min(pn.inputs[:2]) >= 0
+        and not pn.attrs.get("block_size", 0)
+        and not pn.attrs.get("precision", 0)
+        and not pn.attrs.get("output_dtype", 0)
+        and pn.attrs.get("saturate", 1) == 1
+    )
+
+
+def plain_dequantizer(pn: PlanNode) -> bool:
+    """A DequantizeLinear the fused QDQ nodes take: not blocked, float32 out, its input
+    not also one of its parameters."""
+    return (
+        plain_kernel(pn, "DequantizeLinear")
+        and 2 <= len(pn.inputs) <= 3
+        and min(pn.inputs[:2]) >= 0
+        and not pn.attrs.get("block_size", 0)
+        and pn.attrs.get("output_dtype", 0) in (0, 1)
+        and pn.inputs[0] not in pn.inputs[1:]
+    )
+
+
+def only_reader(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | None:
+    """The one node that reads ``slot``, when it is not kept (a graph output, watched)."""
+    readers = users.get(slot, [])
+    if slot < 0 or slot in keep or len(readers) != 1:
+        return None
+    return readers[0]
+
+
+def node_args(pn: PlanNode, values: dict[int, Any]) -> list[Any]:
+    """The arguments of ``pn``'s kernel from ``values`` by slot (trailing absent inputs
+    dropped, inner ones None): what a fused node's node-by-node run passes."""
+    present = list(pn.inputs)
+    while present and present[-1] < 0:
+        present.pop()
+    return [values[s] if s >= 0 else None for s in present]
+
+
+def scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
+    """``v`` is an ndarray of one value (of ``dtype`` when given)."""
+    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
+
+
 def _plain(pn: PlanNode, op_type: str) -> bool:
     return (
         plain_kernel(pn, op_type)
@@ -81,10 +130,6 @@ def qdq_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
     return fused_node(q, dq, ins, names, QdqPair(q, dq))
 
 
-def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
-    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
-
-
 class QdqPair:
     """A QuantizeLinear and the DequantizeLinear after it, as one float pass (see the
     module docstring)."""
@@ -116,11 +161,11 @@ class QdqPair:
             or info is None
             or type(x) is not np.ndarray
             or x.dtype != _F32
-            or not _scalar(s, _F32)
-            or not _scalar(s2, _F32)
-            or (zp is not None and not _scalar(zp))
+            or not scalar(s, _F32)
+            or not scalar(s2, _F32)
+            or (zp is not None and not scalar(zp))
             or out_dtype  # an explicit output type: the kernel checks it against zp
-            or (zp2 is not None and not _scalar(zp2, qtype))
+            or (zp2 is not None and not scalar(zp2, qtype))
         ):
             return self._one_by_one(ex, ins)
         if info.bits == 8 and zp is not None and zp2 is not None:

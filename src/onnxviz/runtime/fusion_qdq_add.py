@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from onnxviz.runtime.fusion_qdq import (
+    node_args,
+    only_reader,
+    plain_dequantizer,
+    plain_quantizer,
+    scalar,
+)
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.plan import PlanNode, plain_kernel
 
@@ -46,29 +53,6 @@ if TYPE_CHECKING:
 _F32 = np.dtype(np.float32)
 _BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 _NO_FLOAT = bytearray()  # qadd's "no float output" (an empty writable buffer)
-
-
-def _plain_q(pn: PlanNode) -> bool:
-    return (
-        plain_kernel(pn, "QuantizeLinear")
-        and 2 <= len(pn.inputs) <= 3
-        and min(pn.inputs[:2]) >= 0
-        and not pn.attrs.get("block_size", 0)
-        and not pn.attrs.get("precision", 0)
-        and not pn.attrs.get("output_dtype", 0)
-        and pn.attrs.get("saturate", 1) == 1
-    )
-
-
-def _plain_dq(pn: PlanNode) -> bool:
-    return (
-        plain_kernel(pn, "DequantizeLinear")
-        and 2 <= len(pn.inputs) <= 3
-        and min(pn.inputs[:2]) >= 0
-        and not pn.attrs.get("block_size", 0)
-        and pn.attrs.get("output_dtype", 0) in (0, 1)
-        and pn.inputs[0] not in pn.inputs[1:]
-    )
 
 
 class AddInput(NamedTuple):
@@ -91,13 +75,6 @@ class AddChain:
     add: int
     out_dq: int
     float_needed: bool = True
-
-
-def _only_user(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | None:
-    readers = users.get(slot, [])
-    if slot < 0 or slot in keep or len(readers) != 1:
-        return None
-    return readers[0]
 
 
 def take_output_pair(q: int, out_dq: int, convs: list[list[int]], in_convs: set[int]) -> bool:
@@ -149,16 +126,16 @@ def find_qdq_adds(
         ):
             continue
         steps = [i]
-        nxt = _only_user(users, pn.outputs[0], keep)
+        nxt = only_reader(users, pn.outputs[0], keep)
         if nxt is not None and plain_kernel(nodes[nxt], "Relu"):
             steps.append(nxt)
-            nxt = _only_user(users, nodes[nxt].outputs[0], keep)
-        if nxt is None or not _plain_q(nodes[nxt]):
+            nxt = only_reader(users, nodes[nxt].outputs[0], keep)
+        if nxt is None or not plain_quantizer(nodes[nxt]):
             continue
         if nodes[nxt].inputs[0] != nodes[steps[-1]].outputs[0]:
             continue
-        out_dq = _only_user(users, nodes[nxt].outputs[0], keep)
-        if out_dq is None or not _plain_dq(nodes[out_dq]):
+        out_dq = only_reader(users, nodes[nxt].outputs[0], keep)
+        if out_dq is None or not plain_dequantizer(nodes[out_dq]):
             continue
         if nodes[out_dq].inputs[0] != nodes[nxt].outputs[0]:
             continue
@@ -174,8 +151,8 @@ def find_qdq_adds(
             elif (
                 dq is not None
                 and dq in conv_ending
-                and _plain_dq(nodes[dq])
-                and _only_user(users, slot, keep) == i
+                and plain_dequantizer(nodes[dq])
+                and only_reader(users, slot, keep) == i
             ):
                 ways.append(AddInput("absorbed", nodes[dq].inputs[0], dq))
                 absorbed.append(dq)
@@ -234,33 +211,64 @@ def qdq_add_node(nodes: list[PlanNode], chain: AddChain) -> PlanNode:
             in_names = list(src.input_names) + [""] * (3 - len(src.input_names))
             for s, n in zip(ins, in_names):
                 put(s, n)
-    for src in (q, dq):
-        ins = list(src.inputs[1:]) + [-1] * (3 - len(src.inputs))
-        in_names = list(src.input_names[1:]) + [""] * (3 - len(src.input_names))
-        for s, n in zip(ins, in_names):
-            put(s, n)
-    outputs = (q.outputs[0], dq.outputs[0]) if chain.float_needed else (q.outputs[0],)
-    output_names = (
-        (q.output_names[0], dq.output_names[0]) if chain.float_needed else (q.output_names[0],)
-    )
     steps = [nodes[p] for p in chain.positions]
     before = [nodes[w.dq] if w.mode == "exposed" else None for w in chain.inputs]
+    fused = QdqAdd(steps, chain, before, slots + pair_slots(q, dq)[0], chain.float_needed)
+    return codes_chain_node(add, q, dq, chain.float_needed, (slots, names), fused)
+
+
+def pair_slots(q: PlanNode, dq: PlanNode) -> tuple[list[int], list[str]]:
+    """An output pair's four parameters (each pair's scale and zero point, -1 and "" for
+    an absent zero point): the last inputs of a QdqAdd or QdqMaxPool node."""
+    slots: list[int] = []
+    names: list[str] = []
+    for src in (q, dq):
+        slots += list(src.inputs[1:]) + [-1] * (3 - len(src.inputs))
+        names += list(src.input_names[1:]) + [""] * (3 - len(src.input_names))
+    return slots, names
+
+
+def codes_chain_node(
+    head: PlanNode,
+    q: PlanNode,
+    dq: PlanNode,
+    float_needed: bool,
+    inputs: tuple[list[int], list[str]],
+    fused: Any,
+) -> PlanNode:
+    """The fused node of a chain that ends in the output pair ``q``, ``dq`` (a QdqAdd's,
+    a QdqMaxPool's): ``head``'s identity, the inputs given then the pair's parameters,
+    outputs the codes and, when ``float_needed``, their float."""
+    params, param_names = pair_slots(q, dq)
+    outputs = (q.outputs[0], dq.outputs[0]) if float_needed else (q.outputs[0],)
+    names = (q.output_names[0], dq.output_names[0])[: len(outputs)]
     return dataclasses.replace(
-        add,
+        head,
         kind="fused",
-        inputs=tuple(slots),
-        input_names=tuple(names),
+        inputs=tuple(inputs[0] + params),
+        input_names=tuple(inputs[1] + param_names),
         outputs=outputs,
-        output_names=output_names,
+        output_names=names,
         foldable=False,
-        fused=QdqAdd(steps, chain, before, slots, float_needed=chain.float_needed),
+        fused=fused,
         inplace_dead=None,
         call=None,
     )
 
 
-def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
-    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
+def run_codes_steps(
+    ex: Executor, steps: list[PlanNode], values: dict[int, Any], float_needed: bool
+) -> list[Any]:
+    """The node-by-node run of a chain ending in an output pair (``steps``, inputs in
+    ``values`` by slot): its outputs, the codes then, when needed, the float."""
+    result: list[Any] = []
+    for pn in steps:
+        result = ex.call_kernel(pn, node_args(pn, values))
+        for s, v in zip(pn.outputs, result):
+            if s >= 0:
+                values[s] = v
+    codes = values[steps[-2].outputs[0]]
+    return [codes, result[0]] if float_needed else [codes]
 
 
 class QdqAdd:
@@ -345,8 +353,8 @@ class QdqAdd:
                 continue
             if (
                 x.dtype not in _BYTES
-                or not _scalar(s, _F32)
-                or (z is not None and not _scalar(z, x.dtype))
+                or not scalar(s, _F32)
+                or (z is not None and not scalar(z, x.dtype))
             ):
                 return None
             zp = 0 if z is None else int(z.reshape(()))
@@ -354,10 +362,10 @@ class QdqAdd:
         otype = qz.dtype if qz is not None else np.dtype(np.uint8)
         if (
             otype not in _BYTES
-            or not _scalar(qs, _F32)
-            or (qz is not None and not _scalar(qz))
-            or not _scalar(ds, _F32)
-            or (dz is not None and not _scalar(dz, otype))
+            or not scalar(qs, _F32)
+            or (qz is not None and not scalar(qz))
+            or not scalar(ds, _F32)
+            or (dz is not None and not scalar(dz, otype))
         ):
             return None
         out_args = (
@@ -382,19 +390,5 @@ class QdqAdd:
         values = {s: v for s, v in zip(self.slots, ins) if s >= 0}
         for dq in self.before:
             if dq is not None:
-                values[dq.outputs[0]] = ex.call_kernel(dq, _args(dq, values))[0]
-        result: list[Any] = []
-        for pn in self.steps:
-            result = ex.call_kernel(pn, _args(pn, values))
-            for s, v in zip(pn.outputs, result):
-                if s >= 0:
-                    values[s] = v
-        codes = values[self.steps[-2].outputs[0]]
-        return [codes, result[0]] if self.float_needed else [codes]
-
-
-def _args(pn: PlanNode, values: dict[int, Any]) -> list[Any]:
-    present = list(pn.inputs)
-    while present and present[-1] < 0:
-        present.pop()
-    return [values[s] if s >= 0 else None for s in present]
+                values[dq.outputs[0]] = ex.call_kernel(dq, node_args(dq, values))[0]
+        return run_codes_steps(ex, self.steps, values, self.float_needed)

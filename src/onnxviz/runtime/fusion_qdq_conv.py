@@ -50,6 +50,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from onnxviz.runtime.fusion_qdq import (
+    node_args,
+    only_reader,
+    plain_dequantizer,
+    plain_quantizer,
+    scalar,
+)
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.int8_products import layout_plan, packed_weight
 from onnxviz.runtime.kernels.nn_conv import conv_geometry
@@ -81,35 +88,6 @@ def _short_stem(w: Any) -> bool:
         and w.shape[2] * w.shape[3] > 1
         and math.prod(w.shape[1:]) < _STEM_TERMS
     )
-
-
-def _plain_q(pn: PlanNode) -> bool:
-    return (
-        plain_kernel(pn, "QuantizeLinear")
-        and 2 <= len(pn.inputs) <= 3
-        and min(pn.inputs[:2]) >= 0
-        and not pn.attrs.get("block_size", 0)
-        and not pn.attrs.get("precision", 0)
-        and not pn.attrs.get("output_dtype", 0)
-        and pn.attrs.get("saturate", 1) == 1
-    )
-
-
-def _plain_dq(pn: PlanNode) -> bool:
-    return (
-        plain_kernel(pn, "DequantizeLinear")
-        and 2 <= len(pn.inputs) <= 3
-        and min(pn.inputs[:2]) >= 0
-        and not pn.attrs.get("block_size", 0)
-        and pn.attrs.get("output_dtype", 0) in (0, 1)
-    )
-
-
-def _only_user(users: dict[int, list[int]], slot: int, keep: set[int]) -> int | None:
-    readers = users.get(slot, [])
-    if slot < 0 or slot in keep or len(readers) != 1:
-        return None
-    return readers[0]
 
 
 # An image stem of few terms per output (at most 4 input channels, C * kh * kw below 64:
@@ -166,14 +144,13 @@ def find_qdq_convs(
             continue
         # The input: DequantizeLinear(QuantizeLinear(x)), the integer read by nothing else.
         dq_at = producer.get(conv.inputs[0])
-        if dq_at is None or not _plain_dq(nodes[dq_at]):
+        if dq_at is None or not plain_dequantizer(nodes[dq_at]):
             continue
         q_at = producer.get(nodes[dq_at].inputs[0])
         if (
             q_at is None
-            or not _plain_q(nodes[q_at])
-            or _only_user(users, nodes[q_at].outputs[0], keep) != dq_at
-            or nodes[dq_at].inputs[0] in nodes[dq_at].inputs[1:]
+            or not plain_quantizer(nodes[q_at])
+            or only_reader(users, nodes[q_at].outputs[0], keep) != dq_at
         ):
             continue
         # The weight: a constant DequantizeLinear of constants.
@@ -193,28 +170,25 @@ def find_qdq_convs(
             continue
         # The output: [Relu ->] QuantizeLinear -> DequantizeLinear, each the only user.
         chain = [i]
-        nxt = _only_user(users, conv.outputs[0], keep)
+        nxt = only_reader(users, conv.outputs[0], keep)
         if nxt is not None and plain_kernel(nodes[nxt], "Relu"):
             if tuple(nodes[nxt].inputs) != (conv.outputs[0],):
                 continue
             chain.append(nxt)
-            nxt = _only_user(users, nodes[nxt].outputs[0], keep)
+            nxt = only_reader(users, nodes[nxt].outputs[0], keep)
         if (
             nxt is None
-            or not _plain_q(nodes[nxt])
+            or not plain_quantizer(nodes[nxt])
             or nodes[nxt].inputs[0] != nodes[chain[-1]].outputs[0]
         ):
             continue
-        out_dq = _only_user(users, nodes[nxt].outputs[0], keep)
-        if out_dq is None or not _plain_dq(nodes[out_dq]):
+        out_dq = only_reader(users, nodes[nxt].outputs[0], keep)
+        if out_dq is None or not plain_dequantizer(nodes[out_dq]):
             continue
-        if (
-            nodes[out_dq].inputs[0] != nodes[nxt].outputs[0]
-            or nodes[nxt].outputs[0] in nodes[out_dq].inputs[1:]
-        ):
+        if nodes[out_dq].inputs[0] != nodes[nxt].outputs[0]:
             continue
         chain += [nxt, out_dq]
-        head = [q_at, dq_at] if _only_user(users, conv.inputs[0], keep) == i else []
+        head = [q_at, dq_at] if only_reader(users, conv.inputs[0], keep) == i else []
         before = None
         if used.intersection(head):
             head = []  # the previous conv's output pair: it stays there (see QdqConv)
@@ -376,7 +350,7 @@ class QdqConv:
             or w.ndim != 4
             or type(ws) is not np.ndarray
             or ws.dtype != _F32
-            or not _scalar(ds, _F32)
+            or not scalar(ds, _F32)
         ):
             return None
         m = w.shape[0]
@@ -418,7 +392,7 @@ class QdqConv:
             # back t exactly, when s is a normal float32 (no underflow) and (t - z) * s
             # cannot overflow.
             x, xs, xz = self._get(ins, "xd"), ds, dz
-            if dz is None or not _scalar(ds, _F32) or not _TINY <= float(ds.reshape(())) <= _HUGE:
+            if dz is None or not scalar(ds, _F32) or not _TINY <= float(ds.reshape(())) <= _HUGE:
                 return None  # (without a zero point the integer type is not known here)
         os_, oz = self._get(ins, "os"), self._get(ins, "oz")
         ods, odz = self._get(ins, "ods"), self._get(ins, "odz")
@@ -432,15 +406,15 @@ class QdqConv:
         xtype = xz.dtype if xz is not None else np.dtype(np.uint8)
         otype = oz.dtype if oz is not None else np.dtype(np.uint8)
         if (
-            not _scalar(xs, _F32)
-            or (xz is not None and not _scalar(xz))
+            not scalar(xs, _F32)
+            or (xz is not None and not scalar(xz))
             or xtype not in _BYTES
-            or (dz is not None and not _scalar(dz, xtype))
-            or not _scalar(os_, _F32)
-            or (oz is not None and not _scalar(oz))
+            or (dz is not None and not scalar(dz, xtype))
+            or not scalar(os_, _F32)
+            or (oz is not None and not scalar(oz))
             or otype not in _BYTES
-            or (not self.codes_out and not _scalar(ods, _F32))
-            or (odz is not None and not _scalar(odz, otype))
+            or (not self.codes_out and not scalar(ods, _F32))
+            or (odz is not None and not scalar(odz, otype))
         ):
             return None
         weights = self._weights_for(module, ins)
@@ -540,23 +514,14 @@ class QdqConv:
         values = dict(zip(self.slots, ins))
         dq = self.codes_dq
         if dq is not None:  # the float the conv reads, from the codes
-            present = [s for s in dq.inputs if s >= 0]
-            values[dq.outputs[0]] = ex.call_kernel(dq, [values[s] for s in present])[0]
+            values[dq.outputs[0]] = ex.call_kernel(dq, node_args(dq, values))[0]
         result: list[Any] = []
         for pn in self.steps:
-            present = list(pn.inputs)
-            while present and present[-1] < 0:
-                present.pop()
-            args = [values[s] if s >= 0 else None for s in present]
-            result = ex.call_kernel(pn, args)
+            result = ex.call_kernel(pn, node_args(pn, values))
             for s, v in zip(pn.outputs, result):
                 if s >= 0:
                     values[s] = v
         return result
-
-
-def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
-    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
 
 
 class _Ready(NamedTuple):

@@ -20,17 +20,16 @@ positive normal float32, or other types run the nodes one by one.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.fusion_qdq_add import (
     AddChain,
-    _args,
-    _only_user,
-    _plain_dq,
-    _plain_q,
+    codes_chain_node,
+    pair_slots,
+    run_codes_steps,
     take_output_pair,
 )
 from onnxviz.runtime.kernels import int8_products
@@ -86,15 +85,15 @@ def find_qdq_max_pools(
         if (
             dq is None
             or dq not in conv_ending
-            or not _plain_dq(nodes[dq])
-            or _only_user(users, pn.inputs[0], keep) != i
+            or not plain_dequantizer(nodes[dq])
+            or only_reader(users, pn.inputs[0], keep) != i
         ):
             continue
-        q = _only_user(users, pn.outputs[0], keep)
-        if q is None or not _plain_q(nodes[q]) or nodes[q].inputs[0] != pn.outputs[0]:
+        q = only_reader(users, pn.outputs[0], keep)
+        if q is None or not plain_quantizer(nodes[q]) or nodes[q].inputs[0] != pn.outputs[0]:
             continue
-        out_dq = _only_user(users, nodes[q].outputs[0], keep)
-        if out_dq is None or not _plain_dq(nodes[out_dq]):
+        out_dq = only_reader(users, nodes[q].outputs[0], keep)
+        if out_dq is None or not plain_dequantizer(nodes[out_dq]):
             continue
         if nodes[out_dq].inputs[0] != nodes[q].outputs[0]:
             continue
@@ -110,34 +109,11 @@ def qdq_max_pool_node(nodes: list[PlanNode], chain: AddChain) -> PlanNode:
     """The fused node: inputs (codes, their scale and zero point, the output pair's four
     parameters), outputs the pooled codes and, when needed, their float."""
     dq, pool, q, out_dq = (nodes[p] for p in chain.positions)
-    slots: list[int] = []
-    names: list[str] = []
-    for src, first in ((dq, 0), (q, 1), (out_dq, 1)):
-        ins = list(src.inputs[first:]) + [-1] * (3 - len(src.inputs))
-        in_names = list(src.input_names[first:]) + [""] * (3 - len(src.input_names))
-        slots += ins
-        names += in_names
-    outputs = (q.outputs[0], out_dq.outputs[0]) if chain.float_needed else (q.outputs[0],)
-    output_names = (
-        (q.output_names[0], out_dq.output_names[0]) if chain.float_needed else (q.output_names[0],)
-    )
-    steps = [dq, pool, q, out_dq]
-    return dataclasses.replace(
-        pool,
-        kind="fused",
-        inputs=tuple(slots),
-        input_names=tuple(names),
-        outputs=outputs,
-        output_names=output_names,
-        foldable=False,
-        fused=QdqMaxPool(steps, slots, chain.float_needed),
-        inplace_dead=None,
-        call=None,
-    )
-
-
-def _scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
-    return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
+    # The codes' dequantizer's three inputs (its zero point -1 when absent).
+    slots = list(dq.inputs) + [-1] * (3 - len(dq.inputs))
+    names = list(dq.input_names) + [""] * (3 - len(dq.input_names))
+    fused = QdqMaxPool([dq, pool, q, out_dq], slots + pair_slots(q, out_dq)[0], chain.float_needed)
+    return codes_chain_node(pool, q, out_dq, chain.float_needed, (slots, names), fused)
 
 
 class QdqMaxPool:
@@ -166,14 +142,14 @@ class QdqMaxPool:
             or t.dtype not in _BYTES
             or t.ndim != 4
             or not t.size
-            or not _scalar(s, _F32)
+            or not scalar(s, _F32)
             or not _TINY <= float(s.reshape(())) <= _HUGE  # positive: a non-decreasing DQ
-            or (z is not None and not _scalar(z, t.dtype))
-            or not _scalar(qs, _F32)
-            or (qz is not None and not _scalar(qz))
+            or (z is not None and not scalar(z, t.dtype))
+            or not scalar(qs, _F32)
+            or (qz is not None and not scalar(qz))
             or (qz is not None and qz.dtype not in _BYTES)
-            or not _scalar(ds, _F32)
-            or (dz is not None and not _scalar(dz, qz.dtype if qz is not None else _U8))
+            or not scalar(ds, _F32)
+            or (dz is not None and not scalar(dz, qz.dtype if qz is not None else _U8))
         ):
             return None
         n, c, h, w = t.shape
@@ -220,11 +196,4 @@ class QdqMaxPool:
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         values = {s: v for s, v in zip(self.slots, ins) if s >= 0}
-        result: list[Any] = []
-        for pn in self.steps:
-            result = ex.call_kernel(pn, _args(pn, values))
-            for s, v in zip(pn.outputs, result):
-                if s >= 0:
-                    values[s] = v
-        codes = values[self.steps[2].outputs[0]]
-        return [codes, result[0]] if self.float_needed else [codes]
+        return run_codes_steps(ex, self.steps, values, self.float_needed)
