@@ -798,31 +798,13 @@ static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float 
     QUANTIZE_BODY
 }
 
-/* One row of rescale_qdq: float32(acc) * s + b in float32 steps (a conversion, a
- * multiply and an add, each rounded: no FMA) [Relu], quantized and dequantized. */
-#define RESCALE_QDQ_BODY                                                                      \
-    int nan = 0;                                                                              \
-    for (Py_ssize_t j = 0; j < keep; j++) {                                                   \
-        float v = (float)src[j] * s + b;                                                      \
-        if (relu) v = v < 0.0f ? 0.0f : v;                                                    \
-        float t = round_even(v / qs) + z;                                                     \
-        nan |= t != t;                                                                        \
-        t = t < lo ? lo : t;                                                                  \
-        t = t > hi ? hi : t;                                                                  \
-        dst[j] = (t - z2) * dqs;                                                              \
-    }                                                                                         \
-    return nan;
-
-static int rescale_row_generic(const int32_t *src, float *dst, Py_ssize_t keep, float s,
-                               float b, int relu, float qs, float z, float lo, float hi,
-                               float z2, float dqs) {
-    RESCALE_QDQ_BODY
-}
-
-/* One row of rescale_q: rescale_qdq's steps up to the quantized value, stored as its
- * byte (QuantizeLinear's output; a NaN reported and stored as 0, as quantize does). */
-static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t keep, float s,
-                                 float b, int relu, float qs, float z, float lo, float hi) {
+/* One row of rescale_qdq and rescale_q: float32(acc) * s + b in float32 steps (a
+ * conversion, a multiply and an add, each rounded: no FMA) [Relu], quantized, then either
+ * the byte stored (`codes`: QuantizeLinear's output, a NaN reported and stored as 0, as
+ * quantize does) or the value dequantized again (`dst` floats). */
+static int rescale_row_generic(const int32_t *src, void *dst, int codes, Py_ssize_t keep,
+                               float s, float b, int relu, float qs, float z, float lo,
+                               float hi, float z2, float dqs) {
     int nan = 0;
     for (Py_ssize_t j = 0; j < keep; j++) {
         float v = (float)src[j] * s + b;
@@ -831,8 +813,10 @@ static int rescale_q_row_generic(const int32_t *src, uint8_t *dst, Py_ssize_t ke
         nan |= t != t;
         t = t < lo ? lo : t;
         t = t > hi ? hi : t;
-        t = t == t ? t : 0.0f;
-        dst[j] = (uint8_t)(int32_t)t;
+        if (codes)
+            ((uint8_t *)dst)[j] = (uint8_t)(int32_t)(t == t ? t : 0.0f);
+        else
+            ((float *)dst)[j] = (t - z2) * dqs;
     }
     return nan;
 }
@@ -874,38 +858,17 @@ __attribute__((target("avx2"))) static int quantize_avx2(const float *src, uint8
     return quantize_generic(src + i, dst + i, n - i, scale, z, lo, hi) | bad;
 }
 
-__attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, float *dst,
-                                                            Py_ssize_t keep, float s, float b,
-                                                            int relu, float qs, float z,
-                                                            float lo, float hi, float z2,
-                                                            float dqs) {
+/* rescale_row_generic 8 at a time (the same IEEE operations, so the same bits), the bytes
+ * stored as quantize_avx2 stores them; the tail by the scalar code. */
+__attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, void *dst,
+                                                            int codes, Py_ssize_t keep,
+                                                            float s, float b, int relu,
+                                                            float qs, float z, float lo,
+                                                            float hi, float z2, float dqs) {
     const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b);
     const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
                  hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs),
                  zero = _mm256_setzero_ps();
-    __m256 nan = _mm256_setzero_ps();
-    Py_ssize_t j = 0;
-    for (; j + 8 <= keep; j += 8) {
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
-        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv), bv);
-        if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
-        __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
-        _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
-    }
-    int bad = _mm256_movemask_ps(nan) != 0;
-    return rescale_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi, z2, dqs) |
-           bad;
-}
-
-/* rescale_q_row_generic 8 at a time: rescale_row_avx2's steps, stored as quantize_avx2
- * stores its bytes; the tail by the scalar code. */
-__attribute__((target("avx2"))) static int rescale_q_row_avx2(const int32_t *src, uint8_t *dst,
-                                                              Py_ssize_t keep, float s,
-                                                              float b, int relu, float qs,
-                                                              float z, float lo, float hi) {
-    const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b);
-    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
-                 hiv = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
     const int is_signed = lo < 0.0f;
     __m256 nan = _mm256_setzero_ps();
     Py_ssize_t j = 0;
@@ -914,15 +877,22 @@ __attribute__((target("avx2"))) static int rescale_q_row_avx2(const int32_t *src
         __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv), bv);
         if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
         __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
+        if (!codes) {
+            _mm256_storeu_ps((float *)dst + j, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+            continue;
+        }
         t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
         const __m256i iv = _mm256_cvttps_epi32(t);
         const __m128i w16 =
             _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
         const __m128i b8 = is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
-        _mm_storel_epi64((__m128i *)(dst + j), b8);
+        _mm_storel_epi64((__m128i *)((uint8_t *)dst + j), b8);
     }
     int bad = _mm256_movemask_ps(nan) != 0;
-    return rescale_q_row_generic(src + j, dst + j, keep - j, s, b, relu, qs, z, lo, hi) | bad;
+    void *rest = codes ? (void *)((uint8_t *)dst + j) : (void *)((float *)dst + j);
+    return rescale_row_generic(src + j, rest, codes, keep - j, s, b, relu, qs, z, lo, hi, z2,
+                               dqs) |
+           bad;
 }
 #endif
 
@@ -1002,15 +972,16 @@ __attribute__((target("avx512f"))) static int quantize_avx512(const float *src, 
     return nan != 0;
 }
 
-__attribute__((target("avx512f"), always_inline)) static inline int rescale_row_avx512(const int32_t *src, float *dst,
-                                                                Py_ssize_t keep, float s,
-                                                                float b, int relu, float qs,
-                                                                float z, float lo, float hi,
-                                                                float z2, float dqs) {
+/* rescale_row_generic 16 at a time (the same IEEE operations, so the same bits), the
+ * bytes stored as quantize_avx512 stores them, the tail masked. */
+__attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_row_avx512(
+    const int32_t *src, void *dst, int codes, Py_ssize_t keep, float s, float b, int relu,
+    float qs, float z, float lo, float hi, float z2, float dqs) {
     const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
     const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
                  hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
                  zero = _mm512_setzero_ps();
+    const int is_signed = lo < 0.0f;
     __mmask16 nan = 0;
     for (Py_ssize_t j = 0; j < keep; j += 16) {
         /* the tail masked, as quantize_avx512's */
@@ -1023,58 +994,30 @@ __attribute__((target("avx512f"), always_inline)) static inline int rescale_row_
         __mmask16 bad = 0;
         __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
         nan |= bad & k;
-        _mm512_mask_storeu_ps(dst + j, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
-    }
-    return nan != 0;
-}
-
-/* rescale_q_row_generic 16 at a time: rescale_row_avx512's steps, stored as
- * quantize_avx512 stores its bytes, the tail masked. */
-__attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_q_row_avx512(
-    const int32_t *src, uint8_t *dst, Py_ssize_t keep, float s, float b, int relu, float qs,
-    float z, float lo, float hi) {
-    const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
-    const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
-                 hiv = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
-    const int is_signed = lo < 0.0f;
-    __mmask16 nan = 0;
-    for (Py_ssize_t j = 0; j < keep; j += 16) {
-        const __mmask16 k =
-            keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
-        const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
-        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), sv), bv);
-        if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-        __mmask16 bad = 0;
-        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
-        nan |= bad & k;
+        if (!codes) {
+            _mm512_mask_storeu_ps((float *)dst + j, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+            continue;
+        }
         t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
         const __m512i iv = _mm512_cvttps_epi32(t);
         const __m128i b8 = is_signed ? _mm512_cvtsepi32_epi8(iv) : _mm512_cvtusepi32_epi8(iv);
-        _mm_mask_storeu_epi8((void *)(dst + j), k, b8);
+        _mm_mask_storeu_epi8((void *)((uint8_t *)dst + j), k, b8);
     }
     return nan != 0;
 }
 
-/* One channel's rows of rescale_qdq and rescale_q (rows of `width` int32, `keep` of them
- * kept): the row pass inlined, its constants set once per plane, not per row (a 3x3
- * conv's rows of 56 values had about a fifth of their time in that setup). */
-__attribute__((target("avx512f"))) static int rescale_plane_avx512(
-    const int32_t *src, float *dst, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t keep,
-    float s, float b, int relu, float qs, float z, float lo, float hi, float z2, float dqs) {
+/* One channel's rows (rows of `width` int32, `keep` of them kept): the row pass inlined,
+ * its constants set once per plane, not per row (a 3x3 conv's rows of 56 values had about
+ * a fifth of their time in that setup). */
+__attribute__((target(AVX512_TARGET))) static int rescale_plane_avx512(
+    const int32_t *src, void *dst, int codes, Py_ssize_t rows, Py_ssize_t width,
+    Py_ssize_t keep, float s, float b, int relu, float qs, float z, float lo, float hi,
+    float z2, float dqs) {
+    const Py_ssize_t item = codes ? 1 : 4;
     int nan = 0;
     for (Py_ssize_t r = 0; r < rows; r++)
-        nan |= rescale_row_avx512(src + r * width, dst + r * keep, keep, s, b, relu, qs, z, lo,
-                                  hi, z2, dqs);
-    return nan;
-}
-
-__attribute__((target(AVX512_TARGET))) static int rescale_q_plane_avx512(
-    const int32_t *src, uint8_t *dst, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t keep,
-    float s, float b, int relu, float qs, float z, float lo, float hi) {
-    int nan = 0;
-    for (Py_ssize_t r = 0; r < rows; r++)
-        nan |= rescale_q_row_avx512(src + r * width, dst + r * keep, keep, s, b, relu, qs, z, lo,
-                                    hi);
+        nan |= rescale_row_avx512(src + r * width, (char *)dst + r * keep * item, codes, keep, s,
+                                  b, relu, qs, z, lo, hi, z2, dqs);
     return nan;
 }
 
@@ -1154,6 +1097,74 @@ done:
     return result;
 }
 
+/* rescale_qdq and rescale_q (codes): the checks of their operands, then each channel's
+ * rows through this level's row pass; returns the Python result. */
+static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py_ssize_t rows,
+                              Py_ssize_t width, Py_ssize_t keep, Py_buffer *scale,
+                              Py_buffer *bias, int relu, int is_signed, float qs, int qz,
+                              float dqs, int dqz, int codes, Py_buffer *y) {
+    const Py_ssize_t item = codes ? 1 : 4;
+    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
+        m > PY_SSIZE_T_MAX / 8 / rows / width) {
+        PyErr_Format(PyExc_ValueError, "%s: bad sizes", name);
+        return NULL;
+    }
+    if (acc->len < m * rows * width * 4 || y->len < m * rows * keep * item ||
+        scale->len < m * 4 || (bias->len != 0 && bias->len < m * 4) ||
+        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        PyErr_Format(PyExc_ValueError, "%s: a buffer or zero point does not fit", name);
+        return NULL;
+    }
+    const int32_t *a = (const int32_t *)acc->buf;
+    const float *sc = (const float *)scale->buf;
+    const float *bi = bias->len ? (const float *)bias->buf : NULL;
+    char *out = (char *)y->buf;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    const float z = (float)qz, z2 = (float)dqz;
+    int nan = 0;
+    int (*row_fn)(const int32_t *, void *, int, Py_ssize_t, float, float, int, float, float,
+                  float, float, float, float) = rescale_row_generic;
+#if HAVE_X86
+    if (current_level >= 2)
+        row_fn = rescale_row_avx512;
+    else if (current_level >= 1)
+        row_fn = rescale_row_avx2;
+#endif
+    /* Short rows (small images): each plane's whole grid in one vector run into a
+     * buffer, then the kept columns copied (the rows alone would run scalar tails).
+     * Rows with no columns to drop (a 1x1 conv's) are one run per plane. */
+    char *grid = keep < 32 && rows > 1 && keep < width ? malloc((size_t)(rows * width * item))
+                                                       : NULL;
+    const Py_ssize_t runs = keep == width ? 1 : rows, run = keep == width ? rows * keep : keep;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const float s = sc[i], b = bi ? bi[i] : 0.0f;
+        const int32_t *ai = a + i * rows * width;
+        char *oi = out + i * rows * keep * item;
+        if (grid != NULL) {
+            nan |= row_fn(ai, grid, codes, rows * width, s, b, relu, qs, z, lo, hi, z2, dqs);
+            for (Py_ssize_t r = 0; r < rows; r++)
+                copy_bytes((uint8_t *)oi + r * keep * item, (uint8_t *)grid + r * width * item,
+                           keep * item);
+            continue;
+        }
+#if HAVE_X86
+        if (current_level >= 2) {
+            nan |= rescale_plane_avx512(ai, oi, codes, runs, runs > 1 ? width : run, run, s, b,
+                                        relu, qs, z, lo, hi, z2, dqs);
+            continue;
+        }
+#endif
+        for (Py_ssize_t r = 0; r < runs; r++)
+            nan |= row_fn(ai + r * width, oi + r * keep * item, codes, run, s, b, relu, qs, z, lo,
+                          hi, z2, dqs);
+    }
+    Py_END_ALLOW_THREADS;
+    free(grid);
+    return PyLong_FromLong(nan ? -1 : 0);
+}
+
 /* rescale, then QuantizeLinear -> DequantizeLinear of the float32 result (fusion_qdq's
  * QdqPair steps, in float32, in its order); returns -1 when a NaN met the quantizer. */
 static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
@@ -1165,69 +1176,8 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnnny*y*ppfifiw*", &acc, &m, &rows, &width, &keep, &scale,
                           &bias, &relu, &is_signed, &qs, &qz, &dqs, &dqz, &y))
         return NULL;
-    PyObject *result = NULL;
-    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
-        m > PY_SSIZE_T_MAX / 8 / rows / width) {
-        PyErr_SetString(PyExc_ValueError, "rescale_qdq: bad sizes");
-        goto done;
-    }
-    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep * 4 || scale.len < m * 4 ||
-        (bias.len != 0 && bias.len < m * 4) ||
-        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
-        PyErr_SetString(PyExc_ValueError, "rescale_qdq: a buffer or zero point does not fit");
-        goto done;
-    }
-    {
-        const int32_t *a = (const int32_t *)acc.buf;
-        const float *sc = (const float *)scale.buf;
-        const float *bi = bias.len ? (const float *)bias.buf : NULL;
-        float *out = (float *)y.buf;
-        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-        const float z = (float)qz, z2 = (float)dqz;
-        int nan = 0;
-        int (*row_fn)(const int32_t *, float *, Py_ssize_t, float, float, int, float, float,
-                      float, float, float, float) = rescale_row_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            row_fn = rescale_row_avx512;
-        else if (current_level >= 1)
-            row_fn = rescale_row_avx2;
-#endif
-        /* Short rows (small images): each plane's whole grid in one vector run into a
-         * buffer, then the kept columns copied (the rows alone would run scalar tails).
-         * Rows with no columns to drop (a 1x1 conv's) are one run per plane. */
-        float *grid = keep < 32 && rows > 1 && keep < width
-                          ? malloc((size_t)(rows * width) * sizeof(float))
-                          : NULL;
-        const Py_ssize_t runs = keep == width ? 1 : rows, run = keep == width ? rows * keep : keep;
-        Py_BEGIN_ALLOW_THREADS;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            const float s = sc[i], b = bi ? bi[i] : 0.0f;
-            if (grid != NULL) {
-                nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo, hi,
-                              z2, dqs);
-                for (Py_ssize_t r = 0; r < rows; r++)
-                    memcpy(out + (i * rows + r) * keep, grid + r * width,
-                           (size_t)keep * sizeof(float));
-                continue;
-            }
-#if HAVE_X86
-            if (current_level >= 2 && runs > 1) {
-                nan |= rescale_plane_avx512(a + i * rows * width, out + i * rows * keep, rows,
-                                            width, keep, s, b, relu, qs, z, lo, hi, z2, dqs);
-                continue;
-            }
-#endif
-            for (Py_ssize_t r = 0; r < runs; r++)
-                nan |= row_fn(a + (i * rows + r) * width, out + (i * rows + r) * keep, run, s, b,
-                              relu, qs, z, lo, hi, z2, dqs);
-        }
-        Py_END_ALLOW_THREADS;
-        free(grid);
-        result = PyLong_FromLong(nan ? -1 : 0);
-    }
-done:
+    PyObject *result = rescale_call("rescale_qdq", &acc, m, rows, width, keep, &scale, &bias,
+                                    relu, is_signed, qs, qz, dqs, dqz, 0, &y);
     PyBuffer_Release(&acc);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&bias);
@@ -1246,64 +1196,8 @@ static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnnny*y*ppfiw*", &acc, &m, &rows, &width, &keep, &scale,
                           &bias, &relu, &is_signed, &qs, &qz, &y))
         return NULL;
-    PyObject *result = NULL;
-    if (m <= 0 || rows <= 0 || width <= 0 || keep <= 0 || keep > width ||
-        m > PY_SSIZE_T_MAX / 8 / rows / width) {
-        PyErr_SetString(PyExc_ValueError, "rescale_q: bad sizes");
-        goto done;
-    }
-    if (acc.len < m * rows * width * 4 || y.len < m * rows * keep || scale.len < m * 4 ||
-        (bias.len != 0 && bias.len < m * 4) ||
-        (is_signed ? (qz < -128 || qz > 127) : (qz < 0 || qz > 255))) {
-        PyErr_SetString(PyExc_ValueError, "rescale_q: a buffer or zero point does not fit");
-        goto done;
-    }
-    {
-        const int32_t *a = (const int32_t *)acc.buf;
-        const float *sc = (const float *)scale.buf;
-        const float *bi = bias.len ? (const float *)bias.buf : NULL;
-        uint8_t *out = (uint8_t *)y.buf;
-        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
-        const float z = (float)qz;
-        int nan = 0;
-        int (*row_fn)(const int32_t *, uint8_t *, Py_ssize_t, float, float, int, float, float,
-                      float, float) = rescale_q_row_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            row_fn = rescale_q_row_avx512;
-        else if (current_level >= 1)
-            row_fn = rescale_q_row_avx2;
-#endif
-        /* Short rows: each plane's whole grid in one vector run, then the kept columns
-         * copied, as rescale_qdq does. */
-        uint8_t *grid = keep < 32 && rows > 1 && keep < width ? malloc((size_t)(rows * width)) : NULL;
-        const Py_ssize_t runs = keep == width ? 1 : rows, run = keep == width ? rows * keep : keep;
-        Py_BEGIN_ALLOW_THREADS;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            const float s = sc[i], b = bi ? bi[i] : 0.0f;
-            if (grid != NULL) {
-                nan |= row_fn(a + i * rows * width, grid, rows * width, s, b, relu, qs, z, lo,
-                              hi);
-                for (Py_ssize_t r = 0; r < rows; r++)
-                    copy_bytes(out + (i * rows + r) * keep, grid + r * width, keep);
-                continue;
-            }
-#if HAVE_X86
-            if (current_level >= 2 && runs > 1) {
-                nan |= rescale_q_plane_avx512(a + i * rows * width, out + i * rows * keep, rows,
-                                              width, keep, s, b, relu, qs, z, lo, hi);
-                continue;
-            }
-#endif
-            for (Py_ssize_t r = 0; r < runs; r++)
-                nan |= row_fn(a + (i * rows + r) * width, out + (i * rows + r) * keep, run, s,
-                              b, relu, qs, z, lo, hi);
-        }
-        Py_END_ALLOW_THREADS;
-        free(grid);
-        result = PyLong_FromLong(nan ? -1 : 0);
-    }
-done:
+    PyObject *result = rescale_call("rescale_q", &acc, m, rows, width, keep, &scale, &bias, relu,
+                                    is_signed, qs, qz, 1.0f, qz, 1, &y);
     PyBuffer_Release(&acc);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&bias);
