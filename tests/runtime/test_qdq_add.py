@@ -11,12 +11,13 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from onnxviz.runtime import fusion, fusion_qdq_add, native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level
+from tests.runtime.qdq_graphs import QdqGraph
 
 _LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
 pytestmark = pytest.mark.skipif(
@@ -118,72 +119,20 @@ def _residual_model(
     """x -> pair -> conv -> pair -> conv -> pair -> Add(skip: x's pair) -> [Relu] -> pair
     (block 1), then conv -> pair -> Add(block 1's pair) -> pair (block 2), then Add(block
     2's pair, x2 float) -> pair: every way a QdqAdd reads an input."""
-    rng = np.random.default_rng(seed)
-    npq = np.int8 if signed else np.uint8
-    inits: list[onnx.TensorProto] = []
-    nodes: list[onnx.NodeProto] = []
-
-    def scalar(name: str, value: Any, dtype: Any) -> str:
-        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
-        return name
-
-    def pair(x: str, name: str) -> str:
-        s = scalar(name + "_s", rng.uniform(0.02, 0.06), np.float32)
-        z = scalar(name + "_z", rng.integers(-10, 10) if signed else rng.integers(100, 140), npq)
-        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [name + "_q"]))
-        nodes.append(helper.make_node("DequantizeLinear", [name + "_q", s, z], [name]))
-        return name
-
-    def conv(x: str, name: str, relu: bool) -> str:
-        w = rng.integers(-60, 60, (c, c, 3, 3)).astype(np.int8)
-        inits.append(numpy_helper.from_array(w, name + "_w"))
-        ws = scalar(name + "_ws", rng.uniform(0.002, 0.01), np.float32)
-        wz = scalar(name + "_wz", 0, np.int8)
-        nodes.append(helper.make_node("DequantizeLinear", [name + "_w", ws, wz], [name + "_wd"]))
-        nodes.append(helper.make_node("Conv", [x, name + "_wd"], [name + "_y"], pads=[1] * 4))
-        y = name + "_y"
-        if relu:
-            nodes.append(helper.make_node("Relu", [y], [name + "_r"]))
-            y = name + "_r"
-        return pair(y, name + "_p")
-
-    def add(a: str, b: str, name: str, relu: bool) -> str:
-        nodes.append(helper.make_node("Add", [a, b], [name + "_sum"]))
-        y = name + "_sum"
-        if relu:
-            nodes.append(helper.make_node("Relu", [y], [name + "_r"]))
-            y = name + "_r"
-        return pair(y, name + "_p")
-
-    x = pair("x", "in")
-    block1 = add(conv(conv(x, "c1", True), "c2", False), x, "a1", relu_after_add)
+    g = QdqGraph(seed, signed, (100, 140))
+    x = g.pair("x", "in")
+    block1 = g.add(
+        g.conv(g.conv(x, "c1", c, c, 3), "c2", c, c, 3, relu=False), x, "a1", relu_after_add
+    )
     if tail_conv:  # (``tail_conv``: block 1's pair read by one conv alone, then the end)
-        out = conv(block1, "c3", False)
-        nodes.append(helper.make_node("Add", [out, "x2"], ["x2_sum"]))  # keeps x2 an input
+        out = g.conv(block1, "c3", c, c, 3, relu=False)
+        g.nodes.append(helper.make_node("Add", [out, "x2"], ["x2_sum"]))  # keeps x2 an input
         out = "x2_sum"
     else:
-        block2 = add(conv(block1, "c3", False), block1, "a2", relu_after_add)
-        out = add(block2, "x2", "a3", False)
-    outputs = [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
-    if keep_block:
-        outputs.append(helper.make_tensor_value_info(block1, TensorProto.FLOAT, None))
+        block2 = g.add(g.conv(block1, "c3", c, c, 3, relu=False), block1, "a2", relu_after_add)
+        out = g.add(block2, "x2", "a3", False)
     shape = [1, c, size, size]
-    graph = helper.make_graph(
-        nodes,
-        "residual",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
-            helper.make_tensor_value_info("x2", TensorProto.FLOAT, shape),
-        ],
-        outputs,
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    feeds = {
-        "x": rng.normal(0, 1, shape).astype(np.float32),
-        "x2": rng.normal(0, 1, shape).astype(np.float32),
-    }
-    return model, feeds
+    return g.model({"x": shape, "x2": shape}, [out, block1] if keep_block else [out])
 
 
 def _run_without_adds(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from onnxviz.runtime import fusion, native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level
+from tests.runtime.qdq_graphs import QdqGraph
 
 _LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
 pytestmark = pytest.mark.skipif(
@@ -71,64 +72,19 @@ def _pool_model(
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """x -> pair -> conv 7x7/2 -> pair -> MaxPool 3x3 -> pair -> (conv -> pair) + pool's
     pair -> Add -> pair: the stem of a QDQ ResNet."""
-    rng = np.random.default_rng(seed)
-    npq = np.int8 if signed else np.uint8
-    inits: list[onnx.TensorProto] = []
-    nodes: list[onnx.NodeProto] = []
-
-    def scalar(name: str, value: Any, dtype: Any) -> str:
-        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
-        return name
-
-    def pair(x: str, name: str, like: str | None = None) -> str:
-        s = like + "_s" if like else scalar(name + "_s", rng.uniform(0.02, 0.06), np.float32)
-        z = (
-            like + "_z"
-            if like
-            else scalar(name + "_z", rng.integers(-10, 10) if signed else rng.integers(0, 40), npq)
-        )
-        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [name + "_q"]))
-        nodes.append(helper.make_node("DequantizeLinear", [name + "_q", s, z], [name]))
-        return name
-
-    def conv(x: str, name: str, c: int, m: int, k: int, st_: int) -> str:
-        w = rng.integers(-60, 60, (m, c, k, k)).astype(np.int8)
-        inits.append(numpy_helper.from_array(w, name + "_w"))
-        ws = scalar(name + "_ws", rng.uniform(0.002, 0.01), np.float32)
-        wz = scalar(name + "_wz", 0, np.int8)
-        nodes.append(helper.make_node("DequantizeLinear", [name + "_w", ws, wz], [name + "_wd"]))
-        nodes.append(
-            helper.make_node(
-                "Conv", [x, name + "_wd"], [name + "_y"], pads=[k // 2] * 4, strides=[st_] * 2
-            )
-        )
-        nodes.append(helper.make_node("Relu", [name + "_y"], [name + "_r"]))
-        return pair(name + "_r", name + "_p")
-
-    x = pair("x", "in")
-    stem = conv(x, "stem", 3, 8, 7, 2)
-    nodes.append(
+    g = QdqGraph(seed, signed, (0, 40))
+    x = g.pair("x", "in")
+    stem = g.conv(x, "stem", 3, 8, 7, 2)
+    g.nodes.append(
         helper.make_node(
             "MaxPool", [stem], ["mp"], kernel_shape=[3, 3], strides=[stride] * 2, pads=[1] * 4
         )
     )
-    pooled = pair("mp", "mp_p", "stem_p" if same_pair else None)
-    branch = conv(pooled, "c1", 8, 8, 3, 1)
-    nodes.append(helper.make_node("Add", [branch, pooled], ["sum"]))
-    out = pair("sum", "out")
-    outputs = [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
-    if keep_pool:
-        outputs.append(helper.make_tensor_value_info(pooled, TensorProto.FLOAT, None))
-    shape = [1, 3, 30, 30]
-    graph = helper.make_graph(
-        nodes,
-        "stem",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        outputs,
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    return model, {"x": rng.normal(0, 1, shape).astype(np.float32)}
+    pooled = g.pair("mp", "mp_p", "stem_p" if same_pair else None)
+    branch = g.conv(pooled, "c1", 8, 8, 3)
+    g.nodes.append(helper.make_node("Add", [branch, pooled], ["sum"]))
+    out = g.pair("sum", "out")
+    return g.model({"x": [1, 3, 30, 30]}, [out, pooled] if keep_pool else [out])
 
 
 def _run_without_pools(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -1,0 +1,87 @@
+"""Small QDQ graphs as onnxruntime.quantization writes them, for the tests of the fused
+QDQ nodes (test_qdq_add.py, test_qdq_pool.py): pairs, quantized convs, Adds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class QdqGraph:
+    """A graph being built: random parameters from ``seed``; activations int8 (zero
+    points in [-10, 10)) or uint8 (in ``unsigned_zero_points``)."""
+
+    def __init__(self, seed: int, signed: bool, unsigned_zero_points: tuple[int, int]) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.signed = signed
+        self.unsigned_zero_points = unsigned_zero_points
+        self.inits: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+
+    def scalar(self, name: str, value: Any, dtype: Any) -> str:
+        self.inits.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+
+    def pair(self, x: str, name: str, like: str | None = None) -> str:
+        """x -> QuantizeLinear -> DequantizeLinear (output ``name``), with new parameters,
+        or the pair ``like``'s."""
+        if like:
+            s, z = like + "_s", like + "_z"
+        else:
+            s = self.scalar(name + "_s", self.rng.uniform(0.02, 0.06), np.float32)
+            zp = (
+                self.rng.integers(-10, 10)
+                if self.signed
+                else self.rng.integers(*self.unsigned_zero_points)
+            )
+            z = self.scalar(name + "_z", zp, np.int8 if self.signed else np.uint8)
+        self.nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [name + "_q"]))
+        self.nodes.append(helper.make_node("DequantizeLinear", [name + "_q", s, z], [name]))
+        return name
+
+    def conv(
+        self, x: str, name: str, c: int, m: int, k: int, stride: int = 1, relu: bool = True
+    ) -> str:
+        """A quantized conv (int8 weights per tensor, pads k // 2) [-> Relu] -> its output
+        pair ``name + "_p"``."""
+        w = self.rng.integers(-60, 60, (m, c, k, k)).astype(np.int8)
+        self.inits.append(numpy_helper.from_array(w, name + "_w"))
+        ws = self.scalar(name + "_ws", self.rng.uniform(0.002, 0.01), np.float32)
+        wz = self.scalar(name + "_wz", 0, np.int8)
+        self.nodes.append(
+            helper.make_node("DequantizeLinear", [name + "_w", ws, wz], [name + "_wd"])
+        )
+        self.nodes.append(
+            helper.make_node(
+                "Conv", [x, name + "_wd"], [name + "_y"], pads=[k // 2] * 4, strides=[stride] * 2
+            )
+        )
+        return self.pair(self.relu(name + "_y", name + "_r") if relu else name + "_y", name + "_p")
+
+    def add(self, a: str, b: str, name: str, relu: bool) -> str:
+        """Add [-> Relu] -> its output pair ``name + "_p"``."""
+        self.nodes.append(helper.make_node("Add", [a, b], [name + "_sum"]))
+        y = self.relu(name + "_sum", name + "_r") if relu else name + "_sum"
+        return self.pair(y, name + "_p")
+
+    def relu(self, x: str, name: str) -> str:
+        self.nodes.append(helper.make_node("Relu", [x], [name]))
+        return name
+
+    def model(
+        self, inputs: dict[str, list[int]], outputs: list[str]
+    ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+        """The model (float inputs of those shapes, float outputs) and random feeds."""
+        graph = helper.make_graph(
+            self.nodes,
+            "qdq",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+            self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        feeds = {n: self.rng.normal(0, 1, s).astype(np.float32) for n, s in inputs.items()}
+        return model, feeds
