@@ -72,6 +72,7 @@ import numpy as np
 
 from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
+from onnxviz.runtime.fusion_int8_matmul import find_integer_matmuls, integer_matmul_node
 from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
@@ -269,6 +270,8 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
             absorbed.add(i)
             absorbed.update(steps[:-1])
     taken = absorbed | claimed | set(chains)
+    for positions in find_integer_matmuls(nodes, users, const, keep, taken):
+        take(positions, functools.partial(integer_matmul_node, nodes, positions), taken)
     for positions in find_layer_norms(nodes, users, const, keep, taken):
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
         take(positions, norm, taken)

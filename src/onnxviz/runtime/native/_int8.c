@@ -29,6 +29,10 @@
  *   pack_weights(w, M, K, w_signed, zw) -> bytes      (w: M*K bytes, zw: M int32)
  *   gemm(packed, x, rowoff, colstride, N, x_signed, zx, out)
  *       X[k, n] = x[rowoff[k] + n * colstride]; out: M*N int32, row-major
+ *   pack_columns(b, K, N, b_signed, zb) -> bytes      (b: K*N bytes, row-major)
+ *   gemm_rows(a, M, a_signed, za, columns, out)
+ *       out[m, n] = sum_k (A[m, k] - za) * (B[k, n] - zb): a MatMul's product with A
+ *       [M, K] row-major and B packed by pack_columns; out: M*N int32, row-major
  *   rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y)
  *       v = (float)acc[m, r*width + j] * scale[m] + bias[m] for j < keep, in float32 steps
  *       (float32 scale and bias), then Relu's max(v, 0) when relu, quantized and
@@ -42,6 +46,10 @@
  *       quantize, written into a conv's flat layout (stride phases, padded with fill)
  *   quantize(x, scale, zp, signed, out) -> 0, or -1 when x holds a NaN
  *       out = clip(rint(x / scale) + zp) in float32 steps (QuantizeLinear's), as bytes
+ *   scale_columns(acc, M, N, scale, bias, out)
+ *       out = float32(acc) * scale[n] (+ bias[n]): Cast -> Mul -> Add in float32 steps
+ *   dynamic_quantize(x, out) -> (status, scale, zero point)
+ *       DynamicQuantizeLinear in float32 steps: x's range, then quantize
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -111,9 +119,10 @@ static void store_tile(int32_t *c, Py_ssize_t ldc, const int32_t *tile, int mr, 
 
 static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c,
                            Py_ssize_t ldc, int mr_valid, int nr_valid, int accumulate,
-                           const int32_t *init) {
+                           const int32_t *init, const int32_t *cinit) {
     enum { MR = 4, NR = 16 };
-    (void)init; /* (the int16 form has no row terms) */
+    (void)init; /* (the int16 form has no zero point terms) */
+    (void)cinit;
     int32_t acc[MR * NR];
     memset(acc, 0, sizeof(acc));
     for (Py_ssize_t q = 0; q < kq; q++) {
@@ -136,9 +145,11 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
                                                             Py_ssize_t kq, int32_t *c,
                                                             Py_ssize_t ldc, int mr_valid,
                                                             int nr_valid, int accumulate,
-                                                            const int32_t *init) {
+                                                            const int32_t *init,
+                                                            const int32_t *cinit) {
     enum { MR = 6, NR = 16 };
-    (void)init; /* (the int16 form has no row terms) */
+    (void)init; /* (the int16 form has no zero point terms) */
+    (void)cinit;
     __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
             a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (Py_ssize_t q = 0; q < kq; q++) {
@@ -195,25 +206,39 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
     } while (0)
 
 /* 8 rows x 32 columns: 16 zmm accumulators.  STEP(acc, x, broadcast) is one product.
- * init (byte form, or NULL): each row's accumulators start at init[row] instead of 0 (the
- * zero points' row term, in the tile's first k block only: accumulate is then 0). */
+ * init and cinit (byte form, or NULL): the accumulators of row i, column j start at
+ * init[i] + cinit[j] instead of 0 (the zero points' row and column terms, in the tile's
+ * first k block only: accumulate is then 0; cinit is read for all 32 columns). */
 #define KERNEL_512(NAME, TARGET, STEP)                                                         \
     __attribute__((target(TARGET))) static void NAME(                                         \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,      \
-        int mr_valid, int nr_valid, int accumulate, const int32_t *init) {                    \
+        int mr_valid, int nr_valid, int accumulate, const int32_t *init,                      \
+        const int32_t *cinit) {                                                               \
         enum { MR = 8, NR = 32 };                                                             \
         __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,     \
                 a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00,  \
                 a60 = a00, a61 = a00, a70 = a00, a71 = a00;                                   \
-        if (init != NULL && !accumulate) {                                                    \
-            a00 = a01 = _mm512_set1_epi32(init[0]);                                           \
-            a10 = a11 = _mm512_set1_epi32(init[1]);                                           \
-            a20 = a21 = _mm512_set1_epi32(init[2]);                                           \
-            a30 = a31 = _mm512_set1_epi32(init[3]);                                           \
-            a40 = a41 = _mm512_set1_epi32(init[4]);                                           \
-            a50 = a51 = _mm512_set1_epi32(init[5]);                                           \
-            a60 = a61 = _mm512_set1_epi32(init[6]);                                           \
-            a70 = a71 = _mm512_set1_epi32(init[7]);                                           \
+        if ((init != NULL || cinit != NULL) && !accumulate) {                                 \
+            const __m512i c0_ = cinit != NULL ? _mm512_loadu_si512((const void *)cinit)       \
+                                              : _mm512_setzero_si512();                      \
+            const __m512i c1_ = cinit != NULL ? _mm512_loadu_si512((const void *)(cinit + 16))\
+                                              : _mm512_setzero_si512();                      \
+            a00 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[0] : 0), c0_); \
+            a01 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[0] : 0), c1_); \
+            a10 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[1] : 0), c0_); \
+            a11 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[1] : 0), c1_); \
+            a20 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[2] : 0), c0_); \
+            a21 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[2] : 0), c1_); \
+            a30 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[3] : 0), c0_); \
+            a31 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[3] : 0), c1_); \
+            a40 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[4] : 0), c0_); \
+            a41 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[4] : 0), c1_); \
+            a50 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[5] : 0), c0_); \
+            a51 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[5] : 0), c1_); \
+            a60 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[6] : 0), c0_); \
+            a61 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[6] : 0), c1_); \
+            a70 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[7] : 0), c0_); \
+            a71 = _mm512_add_epi32(_mm512_set1_epi32(init != NULL ? init[7] : 0), c1_); \
         }                                                                                     \
         for (Py_ssize_t q = 0; q < kq; q++) {                                                 \
             const int32_t *w = wp + q * MR;                                                   \
@@ -304,7 +329,7 @@ KERNEL_512(kernel_vnni, AVX512_TARGET ",avx512vnni", STEP_VNNI)
 #endif
 
 typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
-                       int, int, const int32_t *);
+                       int, int, const int32_t *, const int32_t *);
 
 static Kernel level_kernel(int level) {
 #if HAVE_X86
@@ -324,6 +349,54 @@ static Kernel level_kernel(int level) {
  * minus its zero point) or the byte form (group 4: four bytes). */
 static inline uint32_t pair16(int32_t v0, int32_t v1) {
     return (uint32_t)(uint16_t)(int16_t)v0 | ((uint32_t)(uint16_t)(int16_t)v1 << 16);
+}
+
+/* W [m, k] (bytes, row-major) -> panels of s.mr rows (for each k group, the panel's mr
+ * int32 groups side by side), with each row's zero point (zsrc[i * zstep]) as the packed
+ * form holds it in zeros[i] and, in the byte form, the sum of its signed bytes in
+ * rowsum[i].  panel must be zeroed (the rows and k past the ends stay 0).
+ *   int16 form (group 2): pairs of (w - zw).
+ *   byte form (group 4): signed bytes; a uint8 W moves by -128 (its zero point too),
+ *   which for a byte is flipping its top bit. */
+static void pack_w_rows(const uint8_t *src, Py_ssize_t m, Py_ssize_t k, int w_signed,
+                        const int32_t *zsrc, Py_ssize_t zstep, Shape s, Py_ssize_t kq,
+                        uint32_t *panel, int32_t *rowsum, int32_t *zeros) {
+    const uint32_t flip = w_signed ? 0 : 0x80808080u;
+    const Py_ssize_t whole = k / 4; /* byte form: k groups read as one 4-byte word */
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const uint8_t *row = src + i * k;
+        uint32_t *dst = panel + (i / s.mr) * kq * s.mr + i % s.mr;
+        int32_t z = zsrc[i * zstep];
+        int32_t sum = 0;
+        if (s.group == 2) {
+            for (Py_ssize_t q = 0; q < kq; q++) {
+                int32_t v[2] = {0, 0};
+                for (int g = 0; g < 2 && q * 2 + g < k; g++) {
+                    int32_t raw = w_signed ? (int32_t)(int8_t)row[q * 2 + g] : row[q * 2 + g];
+                    v[g] = raw - z;
+                }
+                dst[q * s.mr] = pair16(v[0], v[1]);
+            }
+        } else {
+            for (Py_ssize_t q = 0; q < whole; q++) {
+                uint32_t word;
+                memcpy(&word, row + 4 * q, 4);
+                dst[q * s.mr] = word ^ flip;
+            }
+            for (Py_ssize_t j = 0; j < 4 * whole; j++)
+                sum += (int32_t)(int8_t)(uint8_t)(row[j] ^ (uint8_t)flip);
+            uint32_t packed = 0;
+            for (Py_ssize_t j = 4 * whole; j < k; j++) {
+                int32_t raw = (int32_t)(int8_t)(uint8_t)(row[j] ^ (uint8_t)flip);
+                sum += raw;
+                packed |= (uint32_t)(uint8_t)(int8_t)raw << (8 * (j - 4 * whole));
+            }
+            if (whole < kq) dst[whole * s.mr] = packed;
+            z = w_signed ? z : z - 128;
+        }
+        rowsum[i] = sum;
+        zeros[i] = z;
+    }
 }
 
 static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
@@ -369,41 +442,10 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
         int32_t *rowsum = (int32_t *)(base + sizeof(Header));
         int32_t *zeros = rowsum + mp;
         uint32_t *panel = (uint32_t *)(zeros + mp);
-        const uint8_t *src = (const uint8_t *)w.buf;
-        const int32_t *zsrc = (const int32_t *)zw.buf;
         memset(rowsum, 0, 2 * (size_t)mp * sizeof(int32_t));
         memset(panel, 0, (size_t)mp * (size_t)h.kq * sizeof(uint32_t));
-        for (Py_ssize_t i = 0; i < m; i++) {
-            const uint8_t *row = src + i * k;
-            uint32_t *dst = panel + (i / s.mr) * (Py_ssize_t)h.kq * s.mr + i % s.mr;
-            int32_t z = zsrc[i];
-            int32_t sum = 0;
-            if (s.group == 2) {
-                for (Py_ssize_t q = 0; q < h.kq; q++) {
-                    int32_t v[2] = {0, 0};
-                    for (int g = 0; g < 2 && q * 2 + g < k; g++) {
-                        int32_t raw = w_signed ? (int32_t)(int8_t)row[q * 2 + g] : row[q * 2 + g];
-                        v[g] = raw - z;
-                    }
-                    dst[q * s.mr] = pair16(v[0], v[1]);
-                }
-            } else {
-                /* Byte form: signed bytes (uint8 weights shift by -128, zero point too). */
-                for (Py_ssize_t q = 0; q < h.kq; q++) {
-                    uint32_t packed = 0;
-                    for (int g = 0; g < 4 && q * 4 + g < k; g++) {
-                        int32_t raw = w_signed ? (int32_t)(int8_t)row[q * 4 + g]
-                                               : (int32_t)row[q * 4 + g] - 128;
-                        sum += raw;
-                        packed |= (uint32_t)(uint8_t)(int8_t)raw << (8 * g);
-                    }
-                    dst[q * s.mr] = packed;
-                }
-                z = w_signed ? z : z - 128;
-            }
-            rowsum[i] = sum;
-            zeros[i] = z;
-        }
+        pack_w_rows((const uint8_t *)w.buf, m, k, w_signed, (const int32_t *)zw.buf, 1, s,
+                    h.kq, panel, rowsum, zeros);
     }
 done:
     PyBuffer_Release(&w);
@@ -727,7 +769,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
                         const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
                         kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr,
                              n, mr_valid, nr_valid, q0 > 0,
-                             row_init != NULL ? row_init + pm * s.mr : NULL);
+                             row_init != NULL ? row_init + pm * s.mr : NULL, NULL);
                     }
                 }
             }
@@ -748,6 +790,179 @@ done:
     PyBuffer_Release(&packed);
     PyBuffer_Release(&x);
     PyBuffer_Release(&rowoff);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* ---- row-major products with a constant right operand ---------------------------------
+ * C[M, N] = (A - za) @ (B - zb) for a MatMul's activations A [M, K] and its constant
+ * B [K, N], one zero point each.  B takes the X role, all its column panels packed once
+ * (pack_columns, with each column's byte sum); A takes the W role, packed per call: it is
+ * small next to B, every X panel reads it from cache, and C comes out row-major as the
+ * MatMul wants it, with no transpose.  (onnxruntime's QGemm has the same shape: the
+ * activations broadcast, the weights in vectors.)  With one zero point for all of A, the
+ * zero points' column term is one value per column: it starts the accumulators with the
+ * row term (the kernels' init and cinit), and no pass over C follows. */
+#define COLS_MAGIC 0x4c4f4349 /* "ICOL" */
+
+typedef struct {
+    int32_t magic, level, k, n, nr, group, kq, panels, x_signed, zx;
+} ColHeader;
+
+static size_t cols_bytes(const ColHeader *h) {
+    const size_t np = (size_t)h->panels * h->nr;
+    return sizeof(ColHeader) + np * sizeof(int32_t) + np * (size_t)h->kq * sizeof(uint32_t);
+}
+
+static PyObject *py_pack_columns(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b;
+    Py_ssize_t k, n;
+    int b_signed, zb;
+    if (!PyArg_ParseTuple(args, "y*nnpi", &b, &k, &n, &b_signed, &zb)) return NULL;
+    PyObject *result = NULL;
+    if (k <= 0 || k > MAX_K || n <= 0 || n > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "pack_columns: K=%zd, N=%zd (K must be 1..%d)", k, n,
+                     MAX_K);
+        goto done;
+    }
+    if (b.len < k * n) {
+        PyErr_SetString(PyExc_ValueError, "pack_columns: the buffer is shorter than K*N");
+        goto done;
+    }
+    if (b_signed ? (zb < -128 || zb > 127) : (zb < 0 || zb > 255)) {
+        PyErr_SetString(PyExc_ValueError, "pack_columns: zero point outside the type's range");
+        goto done;
+    }
+    {
+        const Shape s = level_shape(current_level);
+        ColHeader h;
+        h.magic = COLS_MAGIC;
+        h.level = current_level;
+        h.k = (int32_t)k;
+        h.n = (int32_t)n;
+        h.nr = s.nr;
+        h.group = s.group;
+        h.kq = (int32_t)((k + s.group - 1) / s.group);
+        h.panels = (int32_t)((n + s.nr - 1) / s.nr);
+        h.x_signed = b_signed;
+        h.zx = zb;
+        int64_t *rowoff = malloc((size_t)k * sizeof(int64_t));
+        if (rowoff == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) rowoff[i] = (int64_t)i * n;
+        result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cols_bytes(&h));
+        if (result == NULL) {
+            free(rowoff);
+            goto done;
+        }
+        char *base = PyBytes_AS_STRING(result);
+        memcpy(base, &h, sizeof(h));
+        int32_t *colsum = (int32_t *)(base + sizeof(ColHeader));
+        const Py_ssize_t np = (Py_ssize_t)h.panels * h.nr;
+        memset(colsum, 0, (size_t)np * sizeof(int32_t));
+        pack_x((const uint8_t *)b.buf, b.len, rowoff, 1, k, n, b_signed, zb, s, h.kq,
+               (uint32_t *)(colsum + np), s.group == 4 ? colsum : NULL, 0, h.panels);
+        free(rowoff);
+    }
+done:
+    PyBuffer_Release(&b);
+    return result;
+}
+
+static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer a, cols, out;
+    Py_ssize_t m;
+    int a_signed, za;
+    if (!PyArg_ParseTuple(args, "y*npiy*w*", &a, &m, &a_signed, &za, &cols, &out)) return NULL;
+    PyObject *result = NULL;
+    ColHeader h;
+    const Shape s = level_shape(current_level);
+    if (cols.len < (Py_ssize_t)sizeof(ColHeader)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rows: not packed columns");
+        goto done;
+    }
+    memcpy(&h, cols.buf, sizeof(h));
+    if (h.magic != COLS_MAGIC || h.k <= 0 || h.k > MAX_K || h.n <= 0 || h.panels <= 0 ||
+        h.kq <= 0 || cols.len != (Py_ssize_t)cols_bytes(&h)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rows: not packed columns");
+        goto done;
+    }
+    if (h.level != current_level || h.nr != s.nr || h.group != s.group ||
+        h.kq != (h.k + s.group - 1) / s.group || h.panels != (h.n + s.nr - 1) / s.nr) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rows: the columns were packed at another level");
+        goto done;
+    }
+    const Py_ssize_t k = h.k, n = h.n, kq = h.kq;
+    if (m <= 0 || m > (1 << 24) || a.len < m * k || m > PY_SSIZE_T_MAX / 4 / n ||
+        out.len < m * n * (Py_ssize_t)sizeof(int32_t)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rows: a buffer does not fit its sizes");
+        goto done;
+    }
+    if (a_signed ? (za < -128 || za > 127) : (za < 0 || za > 255)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rows: zero point outside the type's range");
+        goto done;
+    }
+    {
+        const Py_ssize_t panels_m = (m + s.mr - 1) / s.mr, mp = panels_m * s.mr;
+        const Py_ssize_t np = (Py_ssize_t)h.panels * h.nr;
+        uint32_t *wp = calloc((size_t)(mp * kq), sizeof(uint32_t));
+        int32_t *rows = calloc((size_t)(3 * mp), sizeof(int32_t)); /* rowsum, zeros, init */
+        int32_t *col_init = s.group == 4 ? malloc((size_t)np * sizeof(int32_t)) : NULL;
+        if (wp == NULL || rows == NULL || (s.group == 4 && col_init == NULL)) {
+            free(wp);
+            free(rows);
+            free(col_init);
+            PyErr_NoMemory();
+            goto done;
+        }
+        int32_t *rowsum = rows, *zeros = rows + mp, *row_init = rows + 2 * mp;
+        const int32_t *colsum = (const int32_t *)((const char *)cols.buf + sizeof(ColHeader));
+        const uint32_t *xpanels = (const uint32_t *)(colsum + np);
+        const uint8_t *src = (const uint8_t *)a.buf;
+        int32_t *c = (int32_t *)out.buf;
+        const Kernel kern = level_kernel(current_level);
+        Py_BEGIN_ALLOW_THREADS;
+        pack_w_rows(src, m, k, a_signed, &za, 0, s, kq, wp, rowsum, zeros);
+        if (s.group == 4) {
+            /* sum (w - zw)(x - zx) = sum w x - zx rowsum[i] - zw colsum[j] + K zx zw,
+             * modulo 2^32, with zw one value (A's, as packed) and zx B's unsigned byte. */
+            const uint32_t zxu = (uint32_t)(h.x_signed ? h.zx + 128 : h.zx);
+            const uint32_t zw = (uint32_t)zeros[0];
+            for (Py_ssize_t i = 0; i < m; i++)
+                row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i]);
+            for (Py_ssize_t j = 0; j < np; j++)
+                col_init[j] = (int32_t)(0u - zw * (uint32_t)colsum[j]);
+        }
+        const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
+        for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
+            const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
+            for (Py_ssize_t pn = 0; pn < h.panels; pn++) {
+                /* this k block of one column panel stays in L1 while every row panel of
+                 * A passes by it */
+                const uint32_t *xpanel = xpanels + pn * kq * s.nr + q0 * s.nr;
+                const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+                for (Py_ssize_t pm = 0; pm < panels_m; pm++) {
+                    const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
+                    kern((const int32_t *)(wp + pm * kq * s.mr + q0 * s.mr),
+                         (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr, n,
+                         mr_valid, nr_valid, q0 > 0, col_init != NULL ? row_init + pm * s.mr : NULL,
+                         col_init != NULL ? col_init + pn * s.nr : NULL);
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS;
+        free(wp);
+        free(rows);
+        free(col_init);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&cols);
     PyBuffer_Release(&out);
     return result;
 }
@@ -1230,6 +1445,155 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
         nan = fn(src, dst, n, scale, z, lo, hi);
         Py_END_ALLOW_THREADS;
         result = PyLong_FromLong(nan ? -1 : 0);
+    }
+done:
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* Rows of an int32 product turned float32 and scaled per column, with a bias per column
+ * or none: y = float32(acc) * s[j] (+ b[j]), each step rounded to float32 (no FMA), which
+ * is Cast -> Mul -> Add's result element for element. */
+#define SCALE_COLUMNS_BODY                                                                   \
+    for (Py_ssize_t i = 0; i < m; i++) {                                                     \
+        const int32_t *a = acc + i * n;                                                      \
+        float *y = out + i * n;                                                              \
+        if (bias != NULL)                                                                    \
+            for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j] + bias[j];      \
+        else                                                                                 \
+            for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j];                \
+    }
+
+static void scale_columns_generic(const int32_t *acc, Py_ssize_t m, Py_ssize_t n,
+                                  const float *scale, const float *bias, float *out) {
+    SCALE_COLUMNS_BODY
+}
+
+#if HAVE_X86
+__attribute__((target(AVX512_TARGET))) static void scale_columns_avx512(
+    const int32_t *acc, Py_ssize_t m, Py_ssize_t n, const float *scale, const float *bias,
+    float *out) {
+    SCALE_COLUMNS_BODY
+}
+#endif
+
+static PyObject *py_scale_columns(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer acc, scale, bias, out;
+    Py_ssize_t m, n;
+    if (!PyArg_ParseTuple(args, "y*nny*y*w*", &acc, &m, &n, &scale, &bias, &out)) return NULL;
+    PyObject *result = NULL;
+    if (m <= 0 || n <= 0 || m > PY_SSIZE_T_MAX / 4 / n || acc.len < m * n * 4 ||
+        out.len < m * n * 4 || scale.len != n * 4 || (bias.len != 0 && bias.len != n * 4)) {
+        PyErr_SetString(PyExc_ValueError, "scale_columns: a buffer does not fit its sizes");
+        goto done;
+    }
+    {
+        const float *b = bias.len ? (const float *)bias.buf : NULL;
+        Py_BEGIN_ALLOW_THREADS;
+#if HAVE_X86
+        if (current_level >= 2)
+            scale_columns_avx512((const int32_t *)acc.buf, m, n, (const float *)scale.buf, b,
+                                 (float *)out.buf);
+        else
+#endif
+            scale_columns_generic((const int32_t *)acc.buf, m, n, (const float *)scale.buf, b,
+                                  (float *)out.buf);
+        Py_END_ALLOW_THREADS;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* The least and greatest of n floats (n >= 1) into lo and hi; 1 when one is a NaN. */
+static int min_max_generic(const float *x, Py_ssize_t n, float *lo, float *hi) {
+    float a = x[0], b = x[0];
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float v = x[i];
+        nan |= v != v;
+        a = v < a ? v : a;
+        b = v > b ? v : b;
+    }
+    *lo = a;
+    *hi = b;
+    return nan;
+}
+
+#if HAVE_X86
+__attribute__((target(AVX512_TARGET))) static int min_max_avx512(const float *x, Py_ssize_t n,
+                                                                  float *lo, float *hi) {
+    __m512 a = _mm512_set1_ps(x[0]), b = a;
+    __mmask16 nan = 0;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, v);
+        b = _mm512_max_ps(b, v);
+    }
+    if (i < n) {
+        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mask_loadu_ps(a, tail, x + i); /* lanes past n: a's */
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, v);
+        b = _mm512_max_ps(b, _mm512_mask_loadu_ps(b, tail, x + i));
+    }
+    *lo = _mm512_reduce_min_ps(a);
+    *hi = _mm512_reduce_max_ps(b);
+    return nan != 0;
+}
+#endif
+
+/* DynamicQuantizeLinear: uint8 codes of x with the scale and zero point its own range
+ * gives, in the float32 steps of the operator's definition (onnxruntime computes them so
+ * too): lo = min(min x, 0), hi = max(max x, 0), scale = (hi - lo) / 255,
+ * zero point = clip(rint(0 - lo / scale), 0, 255), then QuantizeLinear's steps.
+ * Returns (0, scale, zero point), or (-1, 0, 0) with nothing written when x holds a NaN,
+ * is all zeros (scale 0) or its range overflows: the caller's numpy steps decide those. */
+static PyObject *py_dynamic_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer x, out;
+    if (!PyArg_ParseTuple(args, "y*w*", &x, &out)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = x.len / 4;
+    if (x.len % 4 || n <= 0 || out.len < n) {
+        PyErr_SetString(PyExc_ValueError, "dynamic_quantize: a buffer does not fit");
+        goto done;
+    }
+    {
+        const float *src = (const float *)x.buf;
+        float lo = 0.0f, hi = 0.0f, scale = 0.0f, zf = 0.0f;
+        int status = 0;
+        const QuantizeFn fn = quantize_at_level();
+        Py_BEGIN_ALLOW_THREADS;
+#if HAVE_X86
+        status = current_level >= 2 ? min_max_avx512(src, n, &lo, &hi)
+                                    : min_max_generic(src, n, &lo, &hi);
+#else
+        status = min_max_generic(src, n, &lo, &hi);
+#endif
+        lo = lo < 0.0f ? lo : 0.0f;
+        hi = hi > 0.0f ? hi : 0.0f;
+        scale = (hi - lo) / 255.0f;
+        if (status || !(scale > 0.0f) || !isfinite(scale)) {
+            status = -1;
+        } else {
+            zf = rintf(0.0f - lo / scale);
+            zf = zf < 0.0f ? 0.0f : (zf > 255.0f ? 255.0f : zf);
+            status = fn(src, (uint8_t *)out.buf, n, scale, zf, 0.0f, 255.0f) ? -1 : 0;
+        }
+        Py_END_ALLOW_THREADS;
+        if (status)
+            result = Py_BuildValue("(iff)", -1, 0.0f, 0.0f);
+        else
+            result = Py_BuildValue("(ifi)", 0, scale, (int)zf);
     }
 done:
     PyBuffer_Release(&x);
@@ -1831,6 +2195,12 @@ static PyMethodDef methods[] = {
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(packed, x, rowoff, colstride, N, x_signed, zx, out): out[m, n] int32 = "
      "sum_k (W[m,k] - zw[m]) * (x[rowoff[k] + n*colstride] - zx), exactly."},
+    {"pack_columns", py_pack_columns, METH_VARARGS,
+     "pack_columns(b, K, N, b_signed, zb) -> bytes: the constant right operand B[K, N] "
+     "(int8 or uint8, one zero point) of gemm_rows, in this level's layout."},
+    {"gemm_rows", py_gemm_rows, METH_VARARGS,
+     "gemm_rows(a, M, a_signed, za, columns, out): out[m, n] int32 = "
+     "sum_k (A[m,k] - za) * (B[k,n] - zb), exactly, for A[M, K] row-major bytes."},
     {"rescale_qdq", py_rescale_qdq, METH_VARARGS,
      "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
      "-> 0 or -1 (NaN met): float32(acc[m,r,j]) * scale[m] + bias[m] for j < keep (float32 "
@@ -1863,6 +2233,13 @@ static PyMethodDef methods[] = {
      "uint8, float32) -> a callable: f(*args) = qdq's pass of args[0] (float32, "
      "C-contiguous or channels-last) into a new array of its shape and layout, when "
      "args[places[i]] is expect[i] and no NaN is met; any other call is fallback(*args)."},
+    {"scale_columns", py_scale_columns, METH_VARARGS,
+     "scale_columns(acc, M, N, scale, bias, out): out[m, n] = float32(acc[m, n]) * "
+     "scale[n] (+ bias[n]; bias b'': none) in float32 steps, no FMA."},
+    {"dynamic_quantize", py_dynamic_quantize, METH_VARARGS,
+     "dynamic_quantize(x, out) -> (status, scale, zero_point): DynamicQuantizeLinear of "
+     "float32 x into uint8 out in the operator's float32 steps; status -1 (nothing "
+     "written) when x holds a NaN, is all zeros or its range overflows."},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x, scale, zp, signed, out) -> 0 or -1 (NaN met): QuantizeLinear's float32 "
      "steps into bytes."},

@@ -1,0 +1,162 @@
+"""A dynamic-quantized MatMul's float tail run with its integer product, in unwatched runs.
+
+onnxruntime.quantization's ``quantize_dynamic`` writes each MatMul by a constant as::
+
+    q, s, z = DynamicQuantizeLinear(x)        (shared by every MatMul reading x)
+    acc = MatMulInteger(q, Wq, z, zw)         int32
+    f = Cast(acc, to=FLOAT)
+    y = Mul(f, s * sw)                        either order; one scale, or one per column
+    y = Add(y, bias)                          either order; not always there
+
+The three nodes after the product each pass over its M x N values (about 5 us each on a
+BERT-tiny layer's 128 x 128, most of it the nodes' fixed cost).  `find_integer_matmuls`
+finds the chain (each intermediate read only by the next node, none a graph output) and
+`IntegerMatMulScaled` runs it as the exact int32 product (kernels/int8_products.py) and
+one compiled pass (native/_int8.c's ``scale_columns``: float32(acc) * s[n] + b[n], each
+step rounded to float32 as the nodes round it).  So the result is the nodes' bit for bit.
+Anything else (a scale or bias of another shape or dtype, a product the kernel does not
+take, the kernels off) runs the nodes one by one: their results and errors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.plan import PlanNode, plain_kernel, run_steps, steps_node
+
+if TYPE_CHECKING:
+    from onnxviz.runtime.executor import Executor
+
+_F32 = np.dtype(np.float32)
+_FLOAT = 1  # TensorProto.FLOAT
+
+
+def _binary(pn: PlanNode, op_type: str, operand: int) -> bool:
+    """A broadcasting ``op_type`` of ``operand`` and another value."""
+    return (
+        plain_kernel(pn, op_type)
+        and pn.opset >= 7
+        and len(pn.inputs) == 2
+        and min(pn.inputs) >= 0
+        and pn.outputs[0] >= 0
+        and pn.inputs.count(operand) == 1
+    )
+
+
+def find_integer_matmuls(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+    taken: set[int],
+) -> list[list[int]]:
+    """Node positions (MatMulInteger, Cast, Mul[, Add]) of every chain above, none of
+    them in ``taken``."""
+    found: list[list[int]] = []
+
+    def only(slot: int) -> tuple[int, PlanNode] | None:
+        """The one node reading ``slot``, if nothing else sees the value."""
+        readers = users.get(slot, [])
+        if slot in keep or len(readers) != 1 or readers[0] in taken:
+            return None
+        return readers[0], nodes[readers[0]]
+
+    for i, mm in enumerate(nodes):
+        if (
+            i in taken
+            or not plain_kernel(mm, "MatMulInteger")
+            or not 2 <= len(mm.inputs) <= 4
+            or min(mm.inputs) < 0
+            or mm.inputs[1] not in const
+            or mm.outputs[0] < 0
+        ):
+            continue
+        cast = only(mm.outputs[0])
+        if (
+            cast is None
+            or not plain_kernel(cast[1], "Cast")
+            or cast[1].attrs.get("to") != _FLOAT
+            or cast[1].outputs[0] < 0
+        ):
+            continue
+        mul = only(cast[1].outputs[0])
+        if mul is None or not _binary(mul[1], "Mul", cast[1].outputs[0]):
+            continue
+        positions = [i, cast[0], mul[0]]
+        add = only(mul[1].outputs[0])
+        if add is not None and _binary(add[1], "Add", mul[1].outputs[0]):
+            positions.append(add[0])
+        if positions != sorted(positions):
+            continue
+        found.append(positions)
+        taken.update(positions)
+    return found
+
+
+def _columns(v: Any, n: int, rank: int) -> np.ndarray | None:
+    """A Mul's or Add's other operand as n float32 values, one per column of the product,
+    when it is float32 and broadcasts along the columns only: one value, or n values
+    along its last axis; never more axes than the product's ``rank`` (which would change
+    the result's shape)."""
+    if type(v) is not np.ndarray or v.dtype != _F32 or v.ndim > rank:
+        return None
+    if v.size == 1:
+        return np.full(n, v.reshape(()), dtype=_F32)
+    if v.size != n or v.shape[-1] != n:
+        return None
+    return np.ascontiguousarray(v.reshape(n))
+
+
+class IntegerMatMulScaled:
+    """A MatMulInteger -> Cast -> Mul [-> Add] chain as one node (see the module doc)."""
+
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
+        self.steps = steps
+        self.place_of = place_of
+        mm, _cast, mul = steps[:3]
+        self.product_places = [place_of[s] for s in mm.inputs]
+        self.scale_place = place_of[next(s for s in mul.inputs if s != _cast.outputs[0])]
+        self.bias_place: int | None = None
+        if len(steps) == 4:
+            add = steps[3]
+            self.bias_place = place_of[next(s for s in add.inputs if s != mul.outputs[0])]
+        # The last bias operand and its columns: a constant bias is read once.
+        self._bias: tuple[Any, np.ndarray | None] = (None, None)
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        a, b, *zero_points = [ins[p] for p in self.product_places]
+        za = zero_points[0] if zero_points else None
+        zb = zero_points[1] if len(zero_points) > 1 else None
+        mod = int8_products.module()
+        if mod is not None and type(b) is np.ndarray and b.ndim == 2 and type(a) is np.ndarray:
+            n = b.shape[1]
+            rank = max(a.ndim, 2)
+            scale = _columns(ins[self.scale_place], n, rank)
+            bias = self._bias_columns(ins, n, rank)
+            if scale is not None and bias is not None:
+                acc = int8_products.matmul(a, b, za, zb)
+                if acc is not None and acc.size:
+                    out = np.empty(acc.shape, dtype=_F32)
+                    m = acc.size // n
+                    mod.scale_columns(acc.reshape(-1), m, n, scale, bias, out.reshape(-1))
+                    return [out]
+        return run_steps(ex, self.steps, self.place_of, ins)
+
+    def _bias_columns(self, ins: list[Any], n: int, rank: int) -> np.ndarray | bytes | None:
+        """The bias as n float32 columns, b'' without an Add, or None (not its shape)."""
+        if self.bias_place is None:
+            return b""
+        v = ins[self.bias_place]
+        kept_v, kept = self._bias
+        if v is kept_v and not v.flags.writeable and kept is not None and kept.size == n:
+            return kept
+        made = _columns(v, n, rank)
+        self._bias = (v, made)
+        return made
+
+
+def integer_matmul_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
+    return steps_node(nodes, positions, IntegerMatMulScaled)
