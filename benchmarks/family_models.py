@@ -13,6 +13,8 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``resnet18_w32``: ResNet-18 at base width 32, dynamo (BatchNorm folded into the convs);
 * ``qdq_cnn``: that ResNet-18 quantized by onnxruntime.quantization (static, QDQ,
   per-channel weights, uint8 activations);
+* ``dynamic_bert_tiny``: BERT-tiny quantized by onnxruntime.quantization's
+  ``quantize_dynamic`` (int8 weights, activations quantized at run time);
 * ``genai_llama_int4``: the committed onnxruntime-genai int4 Llama (MatMulNBits,
   GroupQueryAttention, SkipSimplifiedLayerNormalization) from tests/data/exporters;
 * ``llama1k_int4_prompt`` / ``llama1k_int4_decode``: a Llama of a size users bring
@@ -399,6 +401,29 @@ def qdq_cnn(base: Callable[[], Built] | None = None, unsigned: bool = False) -> 
         return onnx.load(dst), feeds
 
 
+def dynamic(base: Callable[[], Built]) -> Built:
+    """onnxruntime.quantization's ``quantize_dynamic`` form of ``base`` with its defaults
+    (int8 weights per tensor; each MatMul becomes DynamicQuantizeLinear -> MatMulInteger
+    -> Cast -> Mul -> Add, an LSTM DynamicQuantizeLSTM): the int8 recipe users apply to
+    transformers and recurrent models."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    model, feeds = base()
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
+        onnx.save(model, src)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(src, dst)
+        return onnx.load(dst), feeds
+
+
+def _torch_bert_base() -> Built:
+    from torch_models import TORCH_MODELS
+
+    return TORCH_MODELS["bert_torch"][1]()
+
+
 def genai_llama_int4() -> Built:
     base = os.path.join(ROOT, "tests", "data", "exporters", "ort_genai_llama_int4")
     return onnx.load(base + ".onnx"), dict(np.load(base + ".npz"))
@@ -497,6 +522,10 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "lstm_gru": ("LSTM + GRU, TorchScript", lstm_gru),
     "qdq_cnn": ("QDQ ResNet-18 w32 (onnxruntime.quantization)", qdq_cnn),
     "bert_tiny": ("BERT-tiny, TorchScript", bert_tiny),
+    "dynamic_bert_tiny": (
+        "BERT-tiny, TorchScript, quantize_dynamic",
+        lambda: dynamic(bert_tiny),
+    ),
     "vit_tiny": ("ViT-tiny, torch dynamo", vit_tiny),
     "unet_torch": ("small UNet, TorchScript", unet_torch),
     "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
@@ -558,4 +587,12 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         lambda: qdq_cnn(mobilenetv3_small, unsigned=True),
     ),
     "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_cnn(unsigned=True)),
+    "dynamic_gpt2_kv": (
+        "GPT-2 (2 layers) with KV cache, quantize_dynamic",
+        lambda: dynamic(gpt2_kv),
+    ),
+    "dynamic_bert_base": (
+        "BERT-base (PyTorch export), quantize_dynamic",
+        lambda: dynamic(_torch_bert_base),
+    ),
 }
