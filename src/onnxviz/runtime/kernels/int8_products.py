@@ -107,10 +107,12 @@ def matmul(a: Any, b: Any, a_zero: Any, b_zero: Any) -> np.ndarray | None:
         # A in the kernel's broadcast role, B (constant, packed once) in its vector role:
         # C comes out row-major, with no transpose of A or C (the first way below
         # measured 5x slower on a BERT layer's 128 x 768 x 768).
+        # Keyed by B alone with the zero point's value: a caller's fresh zero-point
+        # array each call (DynamicQuantizeLSTM's per step) must not repack B.
         columns = _weight_cache.derived(
             "int8_columns",
-            [b] if b_zero is None else [b, b_zero],
-            (mod.level(), b.dtype.char, b.shape),
+            [b],
+            (mod.level(), b.dtype.char, b.shape, zb_one),
             lambda: bytes(mod.pack_columns(np.ascontiguousarray(b).view(np.uint8), k, n,
                                            b.dtype == np.int8, zb_one)),
         )  # fmt: skip
