@@ -591,6 +591,7 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         "GPT-2 (2 layers) with KV cache, quantize_dynamic",
         lambda: dynamic(gpt2_kv),
     ),
+    "dynamic_lstm_gru": ("LSTM + GRU, TorchScript, quantize_dynamic", lambda: dynamic(lstm_gru)),
     "dynamic_bert_base": (
         "BERT-base (PyTorch export), quantize_dynamic",
         lambda: dynamic(_torch_bert_base),
