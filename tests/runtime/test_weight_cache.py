@@ -313,7 +313,7 @@ def test_initializers_from_typed_fields_are_frozen_so_their_forms_are_made_once(
     with at_level("int8", level):  # on even in the run with ONNXVIZ_NATIVE=off
         module = int8_products.module()
         assert module is not None
-        real = module.pack_weights
+        real, real_columns = module.pack_weights, module.pack_columns
 
         class Counting:
             def __getattr__(self, name: str):
@@ -322,6 +322,10 @@ def test_initializers_from_typed_fields_are_frozen_so_their_forms_are_made_once(
             def pack_weights(self, *args):
                 packs.append(1)
                 return real(*args)
+
+            def pack_columns(self, *args):  # (the row-major product's form of B)
+                packs.append(1)
+                return real_columns(*args)
 
         monkeypatch.setattr(int8_products, "module", lambda: Counting())
         session = Session(model)

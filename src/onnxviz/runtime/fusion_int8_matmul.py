@@ -151,7 +151,13 @@ class IntegerMatMulScaled:
             return b""
         v = ins[self.bias_place]
         kept_v, kept = self._bias
-        if v is kept_v and not v.flags.writeable and kept is not None and kept.size == n:
+        if (
+            v is kept_v
+            and type(v) is np.ndarray
+            and not v.flags.writeable
+            and kept is not None
+            and kept.size == n
+        ):
             return kept
         made = _columns(v, n, rank)
         self._bias = (v, made)
