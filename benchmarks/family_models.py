@@ -365,7 +365,7 @@ def resnet18_w32() -> Built:
     return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
 
 
-def qdq_cnn(base: Callable[[], Built] | None = None, unsigned: bool = False) -> Built:
+def qdq_static(base: Callable[[], Built] | None = None, unsigned: bool = False) -> Built:
     """onnxruntime.quantization's static per-channel QDQ form of ``base`` (ResNet-18 w32):
     its default int8 activations and weights, or with ``unsigned`` uint8 activations
     (U8S8, onnxruntime's fast integer kernels on x86)."""
@@ -520,7 +520,7 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "mobilenetv3_small": ("MobileNetV3-small, torch dynamo", mobilenetv3_small),
     "gpt2_kv": ("GPT-2 (2 layers) with KV cache, TorchScript", gpt2_kv),
     "lstm_gru": ("LSTM + GRU, TorchScript", lstm_gru),
-    "qdq_cnn": ("QDQ ResNet-18 w32 (onnxruntime.quantization)", qdq_cnn),
+    "qdq_cnn": ("QDQ ResNet-18 w32 (onnxruntime.quantization)", qdq_static),
     "bert_tiny": ("BERT-tiny, TorchScript", bert_tiny),
     "dynamic_bert_tiny": (
         "BERT-tiny, TorchScript, quantize_dynamic",
@@ -581,12 +581,20 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "bert_tiny_seq32": ("BERT-tiny seq 32, TorchScript", lambda: bert_tiny(32)),
     "unet_64": ("UNet base 8, 2 levels, 64x64", lambda: unet_torch(64, 8, 2)),
     "unet_256": ("UNet base 32, 4 levels, 256x256", lambda: unet_torch(256, 32, 4)),
-    "qdq_mobilenetv3": ("QDQ MobileNetV3-small (S8S8)", lambda: qdq_cnn(mobilenetv3_small)),
+    "qdq_mobilenetv3": ("QDQ MobileNetV3-small (S8S8)", lambda: qdq_static(mobilenetv3_small)),
     "qdq_mobilenetv3_u8": (
         "QDQ MobileNetV3-small, uint8 activations",
-        lambda: qdq_cnn(mobilenetv3_small, unsigned=True),
+        lambda: qdq_static(mobilenetv3_small, unsigned=True),
     ),
-    "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_cnn(unsigned=True)),
+    "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_static(unsigned=True)),
+    "qdq_bert_tiny_u8": (
+        "QDQ BERT-tiny, uint8 activations",
+        lambda: qdq_static(bert_tiny, unsigned=True),
+    ),
+    "qdq_bert_base_u8": (
+        "QDQ BERT-base (PyTorch export), uint8 activations",
+        lambda: qdq_static(_torch_bert_base, unsigned=True),
+    ),
     "dynamic_gpt2_kv": (
         "GPT-2 (2 layers) with KV cache, quantize_dynamic",
         lambda: dynamic(gpt2_kv),

@@ -1,5 +1,6 @@
 """Small QDQ graphs as onnxruntime.quantization writes them, for the tests of the fused
-QDQ nodes (test_qdq_add.py, test_qdq_pool.py): pairs, quantized convs, Adds."""
+QDQ nodes (test_qdq_add.py, test_qdq_pool.py, test_qdq_matmul.py): pairs, quantized
+convs and MatMuls, Adds."""
 
 from __future__ import annotations
 
@@ -60,6 +61,35 @@ class QdqGraph:
             )
         )
         return self.pair(self.relu(name + "_y", name + "_r") if relu else name + "_y", name + "_p")
+
+    def matmul(
+        self, x: str, name: str, k: int, n: int, per_column: bool, weight_signed: bool = True
+    ) -> str:
+        """A quantized MatMul by a constant [k, n] weight (int8 symmetric, or uint8 with a
+        zero point; one scale, or one per column on axis 1) -> its output pair
+        ``name + "_p"``."""
+        if weight_signed:
+            w = self.rng.integers(-100, 100, (k, n)).astype(np.int8)
+            zw = np.zeros(n if per_column else (), np.int8)
+        else:
+            w = self.rng.integers(0, 256, (k, n)).astype(np.uint8)
+            zw = np.full(n if per_column else (), 128, np.uint8)
+        ws = self.rng.uniform(0.002, 0.01, n if per_column else ()).astype(np.float32)
+        self.inits += [
+            numpy_helper.from_array(w, name + "_w"),
+            numpy_helper.from_array(ws, name + "_ws"),
+            numpy_helper.from_array(zw, name + "_wz"),
+        ]
+        self.nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [name + "_w", name + "_ws", name + "_wz"],
+                [name + "_wd"],
+                axis=1,
+            )
+        )
+        self.nodes.append(helper.make_node("MatMul", [x, name + "_wd"], [name + "_y"]))
+        return self.pair(name + "_y", name + "_p")
 
     def add(self, a: str, b: str, name: str, relu: bool) -> str:
         """Add [-> Relu] -> its output pair ``name + "_p"``."""

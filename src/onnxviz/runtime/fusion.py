@@ -78,6 +78,7 @@ from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_float_outputs
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
+from onnxviz.runtime.fusion_qdq_matmul import find_qdq_matmuls, qdq_matmul_node
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
@@ -218,6 +219,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         take(found.positions, functools.partial(qdq_max_pool_node, nodes, found), claimed)
     for add in adds:
         take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
+    qdq_matmuls, dropped = find_qdq_matmuls(nodes, users, const, keep, claimed)
+    for positions in qdq_matmuls:
+        take(positions[2:], functools.partial(qdq_matmul_node, nodes, positions), claimed)
+    absorbed.update(dropped)  # activation dequantizers read only by fused MatMuls
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
         take(positions, functools.partial(steps_node, nodes, positions, SEGate), claimed)

@@ -45,7 +45,7 @@ def _zero_points(zp: Any, dtype: np.dtype[Any], rows: int) -> np.ndarray | None:
     return np.ascontiguousarray(np.broadcast_to(zp.astype(np.int32).reshape(-1), (rows,)))
 
 
-def _one_zero_point(zp: Any, dtype: np.dtype[Any]) -> int | None:
+def one_zero_point(zp: Any, dtype: np.dtype[Any]) -> int | None:
     """The zero point when every column has the same one (absent, one value, or a per-column
     vector of equal values, as a symmetric quantizer writes), else None."""
     if zp is None:
@@ -54,6 +54,21 @@ def _one_zero_point(zp: Any, dtype: np.dtype[Any]) -> int | None:
         return None
     first = int(zp.reshape(-1)[0])
     return first if zp.size == 1 or bool(np.all(zp == zp.reshape(-1)[0])) else None
+
+
+def packed_columns(mod: ModuleType, b: np.ndarray, zb: int) -> bytes:
+    """B [K, N] packed for gemm_rows (its vector operand), kept per weight array, level and
+    zero point.  Keyed by B alone with the zero point's value: a caller's fresh
+    zero-point array each call (DynamicQuantizeLSTM's per step) must not repack B."""
+    k, n = b.shape
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "int8_columns",
+        [b],
+        (mod.level(), b.dtype.char, b.shape, zb),
+        lambda: bytes(
+            mod.pack_columns(np.ascontiguousarray(b).view(np.uint8), k, n, b.dtype == np.int8, zb)
+        ),
+    )
 
 
 def _scalar_zero_point(zp: Any, dtype: np.dtype[Any]) -> int | None:
@@ -102,20 +117,12 @@ def matmul(a: Any, b: Any, a_zero: Any, b_zero: Any) -> np.ndarray | None:
         return None
     a2 = np.ascontiguousarray(a).reshape(-1, k)
     m = a2.shape[0]
-    zb_one = _one_zero_point(b_zero, b.dtype)
+    zb_one = one_zero_point(b_zero, b.dtype)
     if zb_one is not None:
         # A in the kernel's broadcast role, B (constant, packed once) in its vector role:
         # C comes out row-major, with no transpose of A or C (the first way below
         # measured 5x slower on a BERT layer's 128 x 768 x 768).
-        # Keyed by B alone with the zero point's value: a caller's fresh zero-point
-        # array each call (DynamicQuantizeLSTM's per step) must not repack B.
-        columns = _weight_cache.derived(
-            "int8_columns",
-            [b],
-            (mod.level(), b.dtype.char, b.shape, zb_one),
-            lambda: bytes(mod.pack_columns(np.ascontiguousarray(b).view(np.uint8), k, n,
-                                           b.dtype == np.int8, zb_one)),
-        )  # fmt: skip
+        columns = packed_columns(mod, b, zb_one)
         out = np.empty((m, n), np.int32)
         mod.gemm_rows(a2.view(np.uint8).reshape(-1), m, a.dtype == np.int8, za, columns, out)
         return out.reshape(*a.shape[:-1], n)

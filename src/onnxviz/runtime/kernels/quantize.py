@@ -110,6 +110,26 @@ def _broadcast_param(
     return param.reshape(shape)
 
 
+_BYTE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _quantize_compiled(
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype[Any]
+) -> np.ndarray | None:
+    """Per-tensor float32 -> 8-bit QuantizeLinear in one compiled pass (native/_int8.c's
+    `quantize`: divide, round half to even, add the zero point, clip, the float32 steps
+    below, so the same bytes): a QDQ model's quantizers that no pair fusion takes, 128 x
+    128 values 13 -> 4 us.  None (kernels off, a NaN met) runs the steps below."""
+    module = native.load("int8")
+    if module is None:
+        return None
+    y = np.empty(x.shape, dtype=out_dtype)
+    zp = 0 if zero_point is None else int(zero_point.reshape(()))
+    src = np.ascontiguousarray(x).reshape(-1)
+    status = module.quantize(src, scale.reshape(()), zp, out_dtype == np.int8, y.reshape(-1))
+    return y if status == 0 else None
+
+
 def _quantize(
     x: np.ndarray,
     scale: np.ndarray,
@@ -127,6 +147,18 @@ def _quantize(
             fail("QuantizeLinear: output_dtype differs from the zero point type")
     else:
         out_dtype = np_dtype(output_dtype) if output_dtype else np.dtype(np.uint8)
+    if (
+        x.dtype == _F32
+        and scale.dtype == _F32
+        and scale.size == 1
+        and (zero_point is None or zero_point.size == 1)
+        and out_dtype in _BYTE_TYPES
+        and (not precision or np_dtype(precision) == _F32)
+        and x.size
+    ):
+        y = _quantize_compiled(x, scale, zero_point, out_dtype)
+        if y is not None:
+            return y
     prec = np_dtype(precision) if precision else scale.dtype
     if prec.kind not in "f" and prec.name != "bfloat16":
         prec = np.dtype(_F32)  # int32 or float8e8m0 scales divide in float32

@@ -48,6 +48,8 @@
  *       out = clip(rint(x / scale) + zp) in float32 steps (QuantizeLinear's), as bytes
  *   scale_columns(acc, M, N, scale, bias, out)
  *       out = float32(acc) * scale[n] (+ bias[n]): Cast -> Mul -> Add in float32 steps
+ *   scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out) -> 0 or -1
+ *       scale_columns, then QuantizeLinear -> DequantizeLinear: a QDQ MatMul's output
  *   dynamic_quantize(x, out) -> (status, scale, zero point)
  *       DynamicQuantizeLinear in float32 steps: x's range, then quantize
  */
@@ -1482,29 +1484,48 @@ done:
 
 /* Rows of an int32 product turned float32 and scaled per column, with a bias per column
  * or none: y = float32(acc) * s[j] (+ b[j]), each step rounded to float32 (no FMA), which
- * is Cast -> Mul -> Add's result element for element. */
-#define SCALE_COLUMNS_BODY                                                                   \
-    for (Py_ssize_t i = 0; i < m; i++) {                                                     \
-        const int32_t *a = acc + i * n;                                                      \
-        float *y = out + i * n;                                                              \
-        if (bias != NULL)                                                                    \
-            for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j] + bias[j];      \
-        else                                                                                 \
-            for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j];                \
-    }
+ * is Cast -> Mul -> Add's result element for element.  scale_columns_qdq then takes each
+ * row through the output pair's QuantizeLinear -> DequantizeLinear (qdq's pass) while it
+ * is in L1: a QDQ MatMul's rescale. */
+#define SCALE_ROW_BODY                                                                       \
+    if (bias != NULL)                                                                        \
+        for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j] + bias[j];          \
+    else                                                                                     \
+        for (Py_ssize_t j = 0; j < n; j++) y[j] = (float)a[j] * scale[j];
 
-static void scale_columns_generic(const int32_t *acc, Py_ssize_t m, Py_ssize_t n,
-                                  const float *scale, const float *bias, float *out) {
-    SCALE_COLUMNS_BODY
+typedef void (*ScaleRowFn)(const int32_t *, Py_ssize_t, const float *, const float *, float *);
+
+static void scale_row_generic(const int32_t *a, Py_ssize_t n, const float *scale,
+                              const float *bias, float *y) {
+    SCALE_ROW_BODY
 }
 
 #if HAVE_X86
-__attribute__((target(AVX512_TARGET))) static void scale_columns_avx512(
-    const int32_t *acc, Py_ssize_t m, Py_ssize_t n, const float *scale, const float *bias,
-    float *out) {
-    SCALE_COLUMNS_BODY
+__attribute__((target(AVX512_TARGET))) static void scale_row_avx512(const int32_t *a,
+                                                                   Py_ssize_t n,
+                                                                   const float *scale,
+                                                                   const float *bias, float *y) {
+    SCALE_ROW_BODY
 }
 #endif
+
+static ScaleRowFn scale_row_at_level(void) {
+#if HAVE_X86
+    if (current_level >= 2) return scale_row_avx512;
+#endif
+    return scale_row_generic;
+}
+
+/* The operands shared by scale_columns and scale_columns_qdq, checked. */
+static int scale_columns_check(const char *name, Py_buffer *acc, Py_ssize_t m, Py_ssize_t n,
+                               Py_buffer *scale, Py_buffer *bias, Py_buffer *out) {
+    if (m <= 0 || n <= 0 || m > PY_SSIZE_T_MAX / 4 / n || acc->len < m * n * 4 ||
+        out->len < m * n * 4 || scale->len != n * 4 || (bias->len != 0 && bias->len != n * 4)) {
+        PyErr_Format(PyExc_ValueError, "%s: a buffer does not fit its sizes", name);
+        return 0;
+    }
+    return 1;
+}
 
 static PyObject *py_scale_columns(PyObject *self, PyObject *args) {
     (void)self;
@@ -1512,25 +1533,54 @@ static PyObject *py_scale_columns(PyObject *self, PyObject *args) {
     Py_ssize_t m, n;
     if (!PyArg_ParseTuple(args, "y*nny*y*w*", &acc, &m, &n, &scale, &bias, &out)) return NULL;
     PyObject *result = NULL;
-    if (m <= 0 || n <= 0 || m > PY_SSIZE_T_MAX / 4 / n || acc.len < m * n * 4 ||
-        out.len < m * n * 4 || scale.len != n * 4 || (bias.len != 0 && bias.len != n * 4)) {
-        PyErr_SetString(PyExc_ValueError, "scale_columns: a buffer does not fit its sizes");
+    if (scale_columns_check("scale_columns", &acc, m, n, &scale, &bias, &out)) {
+        const float *b = bias.len ? (const float *)bias.buf : NULL;
+        const ScaleRowFn row = scale_row_at_level();
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t i = 0; i < m; i++)
+            row((const int32_t *)acc.buf + i * n, n, (const float *)scale.buf, b,
+                (float *)out.buf + i * n);
+        Py_END_ALLOW_THREADS;
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *py_scale_columns_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer acc, scale, bias, out;
+    Py_ssize_t m, n;
+    float qs, dqs;
+    int qz, dqz, is_signed;
+    if (!PyArg_ParseTuple(args, "y*nny*y*pfifiw*", &acc, &m, &n, &scale, &bias, &is_signed,
+                          &qs, &qz, &dqs, &dqz, &out))
+        return NULL;
+    PyObject *result = NULL;
+    if (!scale_columns_check("scale_columns_qdq", &acc, m, n, &scale, &bias, &out)) goto done;
+    if (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
+                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255)) {
+        PyErr_SetString(PyExc_ValueError, "scale_columns_qdq: zero point outside the type's range");
         goto done;
     }
     {
         const float *b = bias.len ? (const float *)bias.buf : NULL;
+        const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        const ScaleRowFn row = scale_row_at_level();
+        const QdqFn qdq = qdq_at_level();
+        int nan = 0;
         Py_BEGIN_ALLOW_THREADS;
-#if HAVE_X86
-        if (current_level >= 2)
-            scale_columns_avx512((const int32_t *)acc.buf, m, n, (const float *)scale.buf, b,
-                                 (float *)out.buf);
-        else
-#endif
-            scale_columns_generic((const int32_t *)acc.buf, m, n, (const float *)scale.buf, b,
-                                  (float *)out.buf);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            float *y = (float *)out.buf + i * n;
+            row((const int32_t *)acc.buf + i * n, n, (const float *)scale.buf, b, y);
+            nan |= qdq(y, y, n, qs, (float)qz, lo, hi, (float)dqz, dqs);
+        }
         Py_END_ALLOW_THREADS;
+        result = PyLong_FromLong(nan ? -1 : 0);
     }
-    result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&acc);
     PyBuffer_Release(&scale);
@@ -2264,6 +2314,10 @@ static PyMethodDef methods[] = {
     {"scale_columns", py_scale_columns, METH_VARARGS,
      "scale_columns(acc, M, N, scale, bias, out): out[m, n] = float32(acc[m, n]) * "
      "scale[n] (+ bias[n]; bias b'': none) in float32 steps, no FMA."},
+    {"scale_columns_qdq", py_scale_columns_qdq, METH_VARARGS,
+     "scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out) -> 0 or -1 "
+     "(NaN met): scale_columns' values, then QuantizeLinear -> DequantizeLinear in float32 "
+     "steps (qdq's)."},
     {"dynamic_quantize", py_dynamic_quantize, METH_VARARGS,
      "dynamic_quantize(x, out) -> (status, scale, zero_point): DynamicQuantizeLinear of "
      "float32 x into uint8 out in the operator's float32 steps; status -1 (nothing "

@@ -1,0 +1,286 @@
+"""A QDQ model's MatMul by a constant weight run as an exact integer product
+(fusion_qdq_matmul.QdqMatMul): its rescale pass against numpy's float32 steps at every
+level, the fused node against a numpy model of its definition bit for bit, graphs
+against stepping within one quantization step, and the compiled QuantizeLinear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.fusion_qdq_matmul import QdqMatMul
+from onnxviz.runtime.kernels.quantize import _dequantize, _quantize
+from onnxviz.runtime.session import Session
+from tests.runtime.differential import assert_modes_agree, stepped_values
+from tests.runtime.native_modules import at_level, compiled
+from tests.runtime.qdq_graphs import QdqGraph
+
+_LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
+needs_int8 = pytest.mark.skipif(
+    native.load("int8") is None or not _LEVELS, reason="the int8 kernel needs AVX2"
+)
+
+
+def _numpy_quantize(x: np.ndarray, s: float, z: int, dtype: Any) -> np.ndarray:
+    """QuantizeLinear's float32 steps: divide, round half to even, add, clip."""
+    info = np.iinfo(dtype)
+    q = np.rint(np.divide(x, np.float32(s), dtype=np.float32)) + np.float32(z)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 9),
+    n=st.integers(1, 70),
+    signed=st.booleans(),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_scale_columns_qdq_is_the_nodes_float32_steps(
+    m: int, n: int, signed: bool, bias: bool, seed: int
+) -> None:
+    mod = compiled("int8")
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-(2**20), 2**20, (m, n)).astype(np.int32)
+    scale = rng.uniform(1e-5, 1e-3, n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    dtype = np.int8 if signed else np.uint8
+    qs, qz = np.float32(rng.uniform(0.01, 0.2)), int(rng.integers(-5, 5) + (0 if signed else 128))
+    dqs, dqz = np.float32(rng.uniform(0.01, 0.2)), int(rng.integers(-5, 5) + (0 if signed else 128))
+    v = acc.astype(np.float32) * scale
+    if bias:
+        v = v + b
+    want = (_numpy_quantize(v, qs, qz, dtype).astype(np.float32) - np.float32(dqz)) * dqs
+    for level in native.levels():
+        with at_level("int8", level):
+            native.load("int8")
+            out = np.empty((m, n), np.float32)
+            status = mod.scale_columns_qdq(
+                acc.reshape(-1), m, n, scale, b if bias else b"", signed, qs, qz, dqs, dqz,
+                out.reshape(-1),
+            )  # fmt: skip
+            assert status == 0
+            np.testing.assert_array_equal(out, want, err_msg=f"level {level}")
+
+
+def _chain_graph(
+    seed: int,
+    signed: bool,
+    per_column: bool,
+    weight_signed: bool,
+    shape: list[int],
+    n: int,
+    shared: str,
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[str]]:
+    """x -> pair -> MatMul(s) by constant weights -> output pairs.  ``shared``: "one"
+    MatMul, "two" reading the same dequantized value, or "two+relu" where a Relu reads
+    it too (the dequantizer then stays a node)."""
+    g = QdqGraph(seed, signed, (100, 156))
+    xp = g.pair("x", "xp")
+    outs = [g.matmul(xp, "mm0", shape[-1], n, per_column, weight_signed)]
+    if shared != "one":
+        outs.append(g.matmul(xp, "mm1", shape[-1], n + 3, per_column, weight_signed))
+    if shared == "two+relu":
+        outs.append(g.relu(xp, "xr"))
+    model, feeds = g.model({"x": shape}, outs)
+    return model, feeds, outs
+
+
+def _fused(model: onnx.ModelProto) -> int:
+    return sum(isinstance(pn.fused, QdqMatMul) for pn in run_nodes(Session(model).plan))
+
+
+def _steps(model: onnx.ModelProto, outs: list[str]) -> dict[str, float]:
+    """Each MatMul output pair's quantization step (the output dequantizer's scale)."""
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    return {o: float(inits[o + "_s"]) for o in outs if o.startswith("mm")}
+
+
+@needs_int8
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    signed=st.booleans(),
+    per_column=st.booleans(),
+    weight_signed=st.booleans(),
+    shape=st.sampled_from([[1, 16], [5, 33], [2, 7, 64], [1, 3, 4, 20]]),
+    n=st.integers(1, 40),
+    shared=st.sampled_from(["one", "two", "two+relu"]),
+)
+def test_qdq_matmul_graphs_agree_with_stepping(
+    seed: int,
+    signed: bool,
+    per_column: bool,
+    weight_signed: bool,
+    shape: list[int],
+    n: int,
+    shared: str,
+) -> None:
+    """Within one output step of the stepped float32 MatMul (only at a rounding
+    boundary), on the first run and on the held call's later runs with new values."""
+    model, feeds, outs = _chain_graph(seed, signed, per_column, weight_signed, shape, n, shared)
+    assert _fused(model) == (1 if shared == "one" else 2)
+    steps = _steps(model, outs)
+    for level in _LEVELS:
+        with at_level("int8", level):
+            assert_modes_agree(model, feeds, steps=steps)
+            session = Session(model)
+            session.run(feeds)
+            other = {"x": np.random.default_rng(seed + 1).normal(0, 2, shape).astype(np.float32)}
+            got = session.run(other)  # the held call, new codes
+            want = stepped_values(model, other)
+            for name, step in steps.items():
+                diff = np.abs(got[name] - want[name])
+                assert diff.max() <= step * (1 + 1e-4), name
+            if "xr" in outs:
+                np.testing.assert_array_equal(got["xr"], want["xr"])
+
+
+@needs_int8
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_fused_node_is_its_definition_bit_for_bit(signed: bool) -> None:
+    """(A - za) @ (W - zw) exactly, float32(acc) * float32(sa * sw[n]), then the output
+    pair's float32 steps: a numpy model of the definition gives the same bits."""
+    model, feeds, outs = _chain_graph(3, signed, True, True, [6, 48], 20, "one")
+    values = stepped_values(model, feeds)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    codes, za = values["xp_q"], inits["xp_z"]
+    acc = (codes.astype(np.int64) - za.astype(np.int64)) @ (
+        inits["mm0_w"].astype(np.int64) - inits["mm0_wz"].astype(np.int64)
+    )
+    scale = (inits["xp_s"] * inits["mm0_ws"]).astype(np.float32)
+    v = acc.astype(np.float32) * scale
+    dtype = np.int8 if signed else np.uint8
+    qs, qz = inits["mm0_p_s"], inits["mm0_p_z"]
+    want = (_numpy_quantize(v, qs, int(qz), dtype).astype(np.float32) - np.float32(qz)) * qs
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            for _ in range(2):  # the first call, then the held one
+                np.testing.assert_array_equal(session.run(feeds)["mm0_p"], want)
+
+
+@needs_int8
+def test_what_the_node_does_not_take_runs_the_nodes() -> None:
+    """A zero weight scale (no normal column scale) and a scale fed at run time (not
+    held) give the stepped values exactly: the nodes run, or the call is not kept."""
+    model, feeds, outs = _chain_graph(5, False, False, True, [4, 24], 10, "one")
+    for init in model.graph.initializer:
+        if init.name == "mm0_ws":
+            init.CopyFrom(onnx.numpy_helper.from_array(np.array(0.0, np.float32), "mm0_ws"))
+    assert_modes_agree(model, feeds, rtol=0.0)
+    # The output scale fed as an input: the call is checked every run.
+    model2, feeds2, outs2 = _chain_graph(6, True, True, True, [4, 24], 10, "one")
+    graph = model2.graph
+    kept = [t for t in graph.initializer if t.name != "mm0_p_s"]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.input.append(helper.make_tensor_value_info("mm0_p_s", TensorProto.FLOAT, []))
+    steps = {"mm0_p": 0.05}
+    for value in (0.05, 0.03):
+        feeds2["mm0_p_s"] = np.array(value, np.float32)
+        session = Session(model2)
+        got = session.run(feeds2)["mm0_p"]
+        want = stepped_values(model2, feeds2)["mm0_p"]
+        assert np.abs(got - want).max() <= max(steps["mm0_p"], value) * (1 + 1e-4)
+        assert np.mean(got == want) > 0.5
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_compiled_quantize_linear_is_the_numpy_steps(signed: bool) -> None:
+    rng = np.random.default_rng(11)
+    dtype = np.int8 if signed else np.uint8
+    x = (rng.standard_normal((7, 131)) * 40).astype(np.float32)
+    x[0, :4] = [0.5, 1.5, -0.5, -2.5]  # ties round to even
+    for scale, zero in ((0.37, 3), (1.0, 0), (1e-3, -7 if signed else 250)):
+        s = np.array(scale, np.float32)
+        z = np.array(zero, dtype)
+        want = _numpy_quantize(x, float(s), zero, dtype)
+        for level in [*native.levels(), None]:
+            with at_level("int8", level):
+                got = _quantize(x, s, z)
+                assert got.dtype == dtype
+                np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+    with np.errstate(invalid="ignore"):
+        nan = _quantize(np.array([np.nan, 1.0], np.float32), np.array(0.5, np.float32), None)
+    assert nan.dtype == np.uint8 and nan[1] == 2  # the numpy steps ran
+    assert _dequantize(nan, np.array(0.5, np.float32), None)[1] == 1.0
+
+
+@needs_int8
+@pytest.mark.parametrize("activation_type", ["QUInt8", "QInt8"])
+def test_quantize_static_transformer_block_runs_fused_as_stepped(
+    tmp_path: Path, activation_type: str
+) -> None:
+    """What onnxruntime.quantization writes for a transformer's projections (QDQ, per
+    channel), fused and within one output step of stepping."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(2)
+    hidden = 32
+    nodes, inits = [], []
+    x = "x"
+    for i, (k, n) in enumerate([(hidden, 3 * hidden), (3 * hidden, hidden)]):
+        inits += [
+            onnx.numpy_helper.from_array(
+                (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), f"w{i}"
+            ),
+            onnx.numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        x = f"r{i}"
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, hidden])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2, 8, hidden])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"x": rng.standard_normal((2, 8, hidden)).astype(np.float32)}
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([feeds])
+
+        def get_next(self) -> Any:
+            return next(self.items, None)
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=getattr(QuantType, activation_type),
+    )
+    quantized = onnx.load(dst)
+    assert _fused(quantized) == 2
+    out = quantized.graph.output[0].name
+    inits_q = {t.name: onnx.numpy_helper.to_array(t) for t in quantized.graph.initializer}
+    # The output's dequantizer scale: the step by which the runs may differ.
+    dq = next(n for n in quantized.graph.node if n.output[0] == out)
+    steps = {out: float(inits_q[dq.input[1]])} if dq.op_type == "DequantizeLinear" else {}
+    for level in _LEVELS:
+        with at_level("int8", level):
+            assert_modes_agree(quantized, feeds, steps=steps or None)
