@@ -145,28 +145,43 @@ def test_qdq_matmul_graphs_agree_with_stepping(
                 np.testing.assert_array_equal(got["xr"], want["xr"])
 
 
+def _definition(inits: dict[str, np.ndarray], codes: np.ndarray, pair: str, mm: str) -> np.ndarray:
+    """(A - za) @ (W - zw) exactly, float32(acc) * float32(sa * sw[n]), then the output
+    pair's float32 steps, in numpy: the fused node's definition."""
+    za, sa = inits[pair + "_z"], inits[pair + "_s"]
+    acc = (codes.astype(np.int64) - za.astype(np.int64)) @ (
+        inits[mm + "_w"].astype(np.int64) - inits[mm + "_wz"].astype(np.int64)
+    )
+    v = acc.astype(np.float32) * (sa * inits[mm + "_ws"]).astype(np.float32)
+    qs, qz = inits[mm + "_p_s"], inits[mm + "_p_z"]
+    q = _numpy_quantize(v, qs, int(qz), qz.dtype)
+    return (q.astype(np.float32) - np.float32(qz)) * qs
+
+
 @needs_int8
 @pytest.mark.parametrize("signed", [True, False])
 def test_the_fused_node_is_its_definition_bit_for_bit(signed: bool) -> None:
-    """(A - za) @ (W - zw) exactly, float32(acc) * float32(sa * sw[n]), then the output
-    pair's float32 steps: a numpy model of the definition gives the same bits."""
-    model, feeds, outs = _chain_graph(3, signed, True, True, [6, 48], 20, "one")
-    values = stepped_values(model, feeds)
+    """A numpy model of the definition gives the same bits, on the first call and the
+    held one; so does a second MatMul reading the first one's dequantized output (its
+    codes read back from the float value, exactly)."""
+    g = QdqGraph(3, signed, (100, 156))
+    xp = g.pair("x", "xp")
+    first = g.matmul(xp, "mm0", 48, 20, True)
+    second = g.matmul(first, "mm1", 20, 9, False)
+    model, feeds = g.model({"x": [6, 48]}, [first, second])
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    codes, za = values["xp_q"], inits["xp_z"]
-    acc = (codes.astype(np.int64) - za.astype(np.int64)) @ (
-        inits["mm0_w"].astype(np.int64) - inits["mm0_wz"].astype(np.int64)
-    )
-    scale = (inits["xp_s"] * inits["mm0_ws"]).astype(np.float32)
-    v = acc.astype(np.float32) * scale
-    dtype = np.int8 if signed else np.uint8
-    qs, qz = inits["mm0_p_s"], inits["mm0_p_z"]
-    want = (_numpy_quantize(v, qs, int(qz), dtype).astype(np.float32) - np.float32(qz)) * qs
+    codes = stepped_values(model, feeds)["xp_q"]
+    assert _fused(model) == 2
     for level in _LEVELS:
         with at_level("int8", level):
             session = Session(model)
             for _ in range(2):  # the first call, then the held one
-                np.testing.assert_array_equal(session.run(feeds)["mm0_p"], want)
+                got = session.run(feeds)
+                np.testing.assert_array_equal(got[first], _definition(inits, codes, "xp", "mm0"))
+                qs, qz = inits["mm0_p_s"], inits["mm0_p_z"]
+                back = _numpy_quantize(got[first], qs, int(qz), qz.dtype)
+                want = _definition(inits, back, "mm0_p", "mm1")
+                np.testing.assert_array_equal(got[second], want)
 
 
 @needs_int8
@@ -218,11 +233,13 @@ def test_compiled_quantize_linear_is_the_numpy_steps(signed: bool) -> None:
 
 @needs_int8
 @pytest.mark.parametrize("activation_type", ["QUInt8", "QInt8"])
-def test_quantize_static_transformer_block_runs_fused_as_stepped(
-    tmp_path: Path, activation_type: str
+@pytest.mark.parametrize("layer", ["MatMul", "Gemm"])
+def test_quantize_static_layers_run_fused_as_stepped(
+    tmp_path: Path, activation_type: str, layer: str
 ) -> None:
-    """What onnxruntime.quantization writes for a transformer's projections (QDQ, per
-    channel), fused and within one output step of stepping."""
+    """What onnxruntime.quantization writes for a transformer's projections and a
+    classifier's Gemm layers (QDQ, per channel), fused and within one output step of
+    stepping."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -241,21 +258,28 @@ def test_quantize_static_transformer_block_runs_fused_as_stepped(
             ),
             onnx.numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"b{i}"),
         ]
-        nodes += [
-            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
-            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
-        ]
+        if layer == "Gemm":  # a classifier's Linear as torch writes it: B transposed
+            inits[-2] = onnx.numpy_helper.from_array(
+                onnx.numpy_helper.to_array(inits[-2]).T.copy(), f"w{i}"
+            )
+            nodes += [helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"a{i}"], transB=1)]
+        else:
+            nodes += [
+                helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            ]
+        nodes.append(helper.make_node("Relu", [f"a{i}"], [f"r{i}"]))
         x = f"r{i}"
+    shape = [16, hidden] if layer == "Gemm" else [2, 8, hidden]
     graph = helper.make_graph(
         nodes,
         "block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, hidden])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2, 8, hidden])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    feeds = {"x": rng.standard_normal((2, 8, hidden)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:

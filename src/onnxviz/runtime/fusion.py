@@ -220,8 +220,9 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     for add in adds:
         take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
     qdq_matmuls, dropped = find_qdq_matmuls(nodes, users, const, keep, claimed)
-    for positions in qdq_matmuls:
-        take(positions[2:], functools.partial(qdq_matmul_node, nodes, positions), claimed)
+    for qdq_matmul in qdq_matmuls:
+        maker = functools.partial(qdq_matmul_node, nodes, qdq_matmul)
+        take(qdq_matmul.positions[2:], maker, claimed)
     absorbed.update(dropped)  # activation dequantizers read only by fused MatMuls
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.

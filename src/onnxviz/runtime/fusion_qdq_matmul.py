@@ -23,12 +23,18 @@ where the stepped float32 MatMul carries K * 2^-24 of the sum of |terms|: the tw
 can differ by one quantization step, only where the exact value lies that close to a
 rounding boundary of the output quantizer.
 
+A Gemm by a constant (A as it is, alpha 1, B transposed or not, C a constant bias added
+after the scale in float32: a classifier's last layer) runs the same way.
+
 The activation's dequantizer stays a node when something else reads its float value;
 when only fused MatMuls do, it is dropped (they read its codes).  Either way no
 QuantizeLinear -> DequantizeLinear pair fusion (fusion_qdq.QdqPair, which makes no
-codes) takes it.  Scope at run time: 8-bit codes with one scale and zero point, a 2-D
-8-bit weight with one scale and zero point or one per column (axis 1), 8-bit output
-pair with one scale and zero point each.  Anything else (a NaN, other types or shapes,
+codes) takes it.  When another fused node ends at that dequantizer (the previous QDQ
+MatMul of an MLP, a QDQ conv), it writes the float value and this node reads the codes
+back from it by QuantizeLinear's steps, exactly (see `_integer`).  Scope at run time:
+8-bit codes with one scale and zero point, a 2-D 8-bit weight with one scale and zero
+point or one per column (axis 1; 0 for a transposed Gemm B), 8-bit output pair with one
+scale and zero point each.  Anything else (a NaN, other types or shapes,
 the kernels off) runs the original nodes one by one: the stepped values and errors.
 """
 
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 _F32 = np.dtype(np.float32)
 _BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 _TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+_HUGE = float(np.finfo(np.float32).max) / 256
 
 
 def _constant_dequantizer(pn: PlanNode, const: set[int]) -> bool:
@@ -64,32 +71,44 @@ def _constant_dequantizer(pn: PlanNode, const: set[int]) -> bool:
     )
 
 
+def _product(pn: PlanNode, const: set[int]) -> bool:
+    """A MatMul by a constant, or a Gemm by one computing A B (+ C) with A as it is (a
+    classifier's last layer: B often transposed, C a constant bias)."""
+    if plain_kernel(pn, "MatMul"):
+        return len(pn.inputs) == 2 and min(pn.inputs) >= 0 and pn.inputs[1] in const
+    if not plain_kernel(pn, "Gemm") or not 2 <= len(pn.inputs) <= 3:
+        return False
+    attrs = pn.attrs
+    bias = pn.inputs[2] if len(pn.inputs) == 3 else -1
+    return (
+        min(pn.inputs[:2]) >= 0
+        and pn.inputs[1] in const
+        and (bias < 0 or bias in const)
+        and not attrs.get("transA", 0)
+        and float(attrs.get("alpha", 1.0)) == 1.0
+        and (bias < 0 or float(attrs.get("beta", 1.0)) == 1.0)
+    )
+
+
 def find_qdq_matmuls(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
     const: set[int],
     keep: set[int],
     taken: set[int],
-) -> tuple[list[list[int]], set[int]]:
-    """([activation dq, weight dq, MatMul, q, dq] positions of every chain above, none of
-    the last three in ``taken``; the activation dequantizers only fused MatMuls read).
-    Empty when the int8 kernel is off."""
+) -> tuple[list[QdqMatMulChain], set[int]]:
+    """(every chain above, none of its MatMul, q and dq in ``taken``; the activation
+    dequantizers only fused MatMuls read).  Empty when the int8 kernel is off."""
     if int8_products.module() is None:
         return [], set()
     producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
-    found: list[list[int]] = []
+    found: list[QdqMatMulChain] = []
+    own: set[int] = set()  # activation dequantizers whose codes the chains read
     for i, mm in enumerate(nodes):
-        if (
-            i in taken
-            or not plain_kernel(mm, "MatMul")
-            or len(mm.inputs) != 2
-            or min(mm.inputs) < 0
-            or mm.inputs[1] not in const
-            or mm.outputs[0] < 0
-        ):
+        if i in taken or not _product(mm, const) or mm.outputs[0] < 0:
             continue
         a_at, w_at = producer.get(mm.inputs[0]), producer.get(mm.inputs[1])
-        if a_at is None or w_at is None or a_at in taken and a_at not in _dequantizers(found):
+        if a_at is None or w_at is None:
             continue
         if not plain_dequantizer(nodes[a_at]) or not _constant_dequantizer(nodes[w_at], const):
             continue
@@ -103,11 +122,17 @@ def find_qdq_matmuls(
             continue
         if nodes[dq_at].inputs[0] != nodes[q_at].outputs[0]:
             continue
-        found.append([a_at, w_at, i, q_at, dq_at])
+        # The activation dequantizer another fused node ends at (a previous QDQ MatMul's
+        # or conv's output pair): that node writes its float value, and this one reads
+        # the codes back from it.
+        from_float = a_at in taken and a_at not in own
+        found.append(QdqMatMulChain([a_at, w_at, i, q_at, dq_at], from_float))
         taken.update((i, q_at, dq_at))
-    fused = {chain[2] for chain in found}
+        if not from_float:
+            own.add(a_at)
+    fused = {chain.positions[2] for chain in found}
     dropped = set()
-    for a_at in _dequantizers(found):
+    for a_at in own:
         out = nodes[a_at].outputs[0]
         taken.add(a_at)  # (no QdqPair: it would make no codes)
         if out not in keep and all(r in fused for r in users.get(out, [])):
@@ -115,15 +140,34 @@ def find_qdq_matmuls(
     return found, dropped
 
 
-def _dequantizers(found: list[list[int]]) -> set[int]:
-    return {chain[0] for chain in found}
+class QdqMatMulChain(NamedTuple):
+    positions: list[int]  # activation dq, weight dq, MatMul or Gemm, q, dq
+    from_float: bool  # the codes read back from the activation dequantizer's output
 
 
-def qdq_matmul_node(nodes: list[PlanNode], positions: list[int]) -> PlanNode:
+def qdq_matmul_node(nodes: list[PlanNode], chain: QdqMatMulChain) -> PlanNode:
     """The fused node of a chain from find_qdq_matmuls, at the MatMul's identity."""
-    steps = [nodes[p] for p in positions]
+    a_dq, *steps = [nodes[p] for p in chain.positions]
+    if not chain.from_float:
+        steps.insert(0, a_dq)  # its codes are the input; the node-by-node run makes it
     ins, names, place_of = outside_inputs(steps)
-    return fused_node(steps[2], steps[-1], ins, names, QdqMatMul(steps, place_of))
+    for slot, name in zip(a_dq.inputs[1:], a_dq.input_names[1:]):
+        if slot >= 0 and slot not in place_of:  # the float input's scale and zero point
+            place_of[slot] = len(ins)
+            ins.append(slot)
+            names.append(name)
+    fused = QdqMatMul(steps, place_of, a_dq, chain.from_float)
+    return fused_node(steps[-3], steps[-1], ins, names, fused)
+
+
+def _codes_back(mod: Any, v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | None:
+    """The codes a DequantizeLinear of scale s and zero point z made v from (see
+    QdqMatMul._integer), or None (not a float32 array, a NaN)."""
+    if type(v) is not np.ndarray or v.dtype != _F32 or not v.size:
+        return None
+    codes = np.empty(v.shape, dtype=dtype)
+    src = np.ascontiguousarray(v).reshape(-1)
+    return codes if mod.quantize(src, s, z, dtype == np.int8, codes.reshape(-1)) == 0 else None
 
 
 class _Ready(NamedTuple):
@@ -133,31 +177,48 @@ class _Ready(NamedTuple):
     level: int
     a_dtype: np.dtype[Any]
     a_signed: bool
+    sa: float  # (from_float: the codes' scale)
     za: int
     k: int
     n: int
     columns: bytes  # B packed for gemm_rows
     scale: np.ndarray
+    bias: np.ndarray | bytes  # one float32 per column, or b"": none
     output: tuple[Any, ...]  # scale_columns_qdq's signed, qs, qz, dqs, dqz
 
 
 class QdqMatMul:
     """A QDQ MatMul chain as one exact integer product (see the module docstring)."""
 
-    def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
-        self.steps = steps
+    def __init__(
+        self, steps: list[PlanNode], place_of: dict[int, int], a_dq: PlanNode, from_float: bool
+    ) -> None:
+        self.steps = steps  # what the node-by-node run runs
         self.place_of = place_of
-        a_dq, w_dq, _mm, q, dq = steps
+        w_dq, _mm, q, dq = steps[-4:]
+        self.from_float = from_float
 
         def places(pn: PlanNode) -> list[int | None]:
             got = [place_of.get(s) if s >= 0 else None for s in pn.inputs]
             return got + [None] * (3 - len(got))
 
+        # codes (or, from_float, the dequantized value), scale, zero point
         self.a_places = places(a_dq)
+        if from_float:
+            self.a_places[0] = place_of[a_dq.outputs[0]]
         self.w_places = places(w_dq)
         self.q_places = places(q)[1:]
         self.dq_places = places(dq)[1:]
         self.w_axis = int(w_dq.attrs.get("axis", 1))
+        # Gemm: B may come transposed ([N, K]: its columns are W's rows, axis 0), and C is
+        # a bias, added after the scale in float32 (the conv's v = acc * s + b).
+        mm = steps[-3]
+        self.trans_b = mm.op_type == "Gemm" and bool(mm.attrs.get("transB", 0))
+        self.column_axis = (0, -2) if self.trans_b else (1, -1)
+        self.bias_place = (
+            place_of.get(mm.inputs[2]) if len(mm.inputs) == 3 and mm.inputs[2] >= 0 else None
+        )
+        self.gemm = mm.op_type == "Gemm"
         # (sa, sw, the column scales made from them), replaced when either changes.
         self._scales: tuple[Any, Any, np.ndarray] | None = None
         self._ready: _Ready | None = None
@@ -178,6 +239,8 @@ class QdqMatMul:
         parameter the same read-only object (checked by the caller): no checks but
         these and no lookups (most of a BERT-tiny MatMul's fixed cost)."""
         mod = int8_products.module()
+        if self.from_float and mod is not None:
+            a = _codes_back(mod, a, ready.sa, ready.za, ready.a_dtype)
         if (
             type(a) is not np.ndarray
             or a.dtype != ready.a_dtype
@@ -195,7 +258,7 @@ class QdqMatMul:
         mod.gemm_rows(a2, m, ready.a_signed, ready.za, ready.columns, acc)
         out = np.empty((*a.shape[:-1], n), dtype=_F32)
         status = mod.scale_columns_qdq(
-            acc.reshape(-1), m, n, ready.scale, b"", *ready.output, out.reshape(-1)
+            acc.reshape(-1), m, n, ready.scale, ready.bias, *ready.output, out.reshape(-1)
         )
         return out if status == 0 else None
 
@@ -205,17 +268,34 @@ class QdqMatMul:
         if mod is None:
             return None
         a, sa, za = (None if p is None else ins[p] for p in self.a_places)
+        if self.from_float:
+            # The dequantized value v = float32((t - z) * s), |t - z| <= 255: v / s in
+            # float32 is within 255 * 2^-23 of t - z, so QuantizeLinear's steps give back
+            # t exactly when s is a normal float32 and (t - z) * s cannot overflow.
+            if (
+                sa is None
+                or za is None
+                or not scalar(sa, _F32)
+                or not _TINY <= float(sa.reshape(())) <= _HUGE
+                or not scalar(za)
+                or za.dtype not in _BYTES
+            ):
+                return None
+            a = _codes_back(mod, a, float(sa.reshape(())), int(za.reshape(())), za.dtype)
         w, sw, zw = (None if p is None else ins[p] for p in self.w_places)
         qs, qz = (None if p is None else ins[p] for p in self.q_places)
         ds, dz = (None if p is None else ins[p] for p in self.dq_places)
+        if type(w) is not np.ndarray or w.ndim != 2:
+            return None
+        if self.trans_b:
+            w = w.T  # B [K, N] (a view: packed once, keyed by the view)
         if (
             type(a) is not np.ndarray
             or a.dtype not in _BYTES
             or a.ndim < 2
+            or (self.gemm and a.ndim != 2)
             or not a.size
-            or type(w) is not np.ndarray
             or w.dtype not in _BYTES
-            or w.ndim != 2
             or a.shape[-1] != w.shape[0]
             or not scalar(sa, _F32)
             or (za is not None and not scalar(za, a.dtype))
@@ -229,7 +309,8 @@ class QdqMatMul:
         ):
             return None
         scale = self._column_scales(sa, sw, w.shape[1])
-        if scale is None:
+        bias = self._bias(ins, w.shape[1])
+        if scale is None or bias is None:
             return None
         if zw is not None and zw.size not in (1, w.shape[1]):
             return None
@@ -249,9 +330,9 @@ class QdqMatMul:
             0 if dz is None else int(dz.reshape(())),
         )
         status = mod.scale_columns_qdq(
-            acc.reshape(-1), acc.size // n, n, scale, b"", *output, out.reshape(-1)
+            acc.reshape(-1), acc.size // n, n, scale, bias, *output, out.reshape(-1)
         )
-        self._hold(mod, ins, a, w, za, zw, scale, output)
+        self._hold(mod, ins, a, w, za, zw, scale, bias, output)
         return out if status == 0 else None
 
     def _hold(
@@ -263,13 +344,20 @@ class QdqMatMul:
         za: np.ndarray,
         zw: Any,
         scale: np.ndarray,
+        bias: np.ndarray | bytes,
         output: tuple[Any, ...],
     ) -> None:
         """Keep this call for `_again` when every parameter is a read-only array (a
         constant: the same object next run holds the same values) and B has one zero
         point (the row-major product's packed form)."""
         self._ready = None
-        places = [p for p in (*self.a_places[1:], *self.w_places, *self.q_places, *self.dq_places)]
+        places = [
+            *self.a_places[1:],
+            *self.w_places,
+            *self.q_places,
+            *self.dq_places,
+            self.bias_place,
+        ]
         params = tuple((p, ins[p]) for p in places if p is not None)
         if not all(type(v) is np.ndarray and not v.flags.writeable for _, v in params):
             return
@@ -282,13 +370,29 @@ class QdqMatMul:
             level=mod.level(),
             a_dtype=a.dtype,
             a_signed=a.dtype == np.int8,
+            sa=float(ins[self.a_places[1]].reshape(())) if self.a_places[1] is not None else 1.0,
             za=int(za.reshape(())),
             k=w.shape[0],
             n=w.shape[1],
             columns=columns,
             scale=scale,
+            bias=bias,
             output=output,
         )
+
+    def _bias(self, ins: list[Any], n: int) -> np.ndarray | bytes | None:
+        """A Gemm's C as one float32 per column (one value, or n along its last axis, no
+        more than 2 axes), b"" without one; None for anything else."""
+        if self.bias_place is None:
+            return b""
+        c = ins[self.bias_place]
+        if type(c) is not np.ndarray or c.dtype != _F32 or c.ndim > 2:
+            return None
+        if c.size == 1:
+            return np.full(n, c.reshape(()), dtype=_F32)
+        if c.size != n or c.shape[-1] != n:
+            return None
+        return np.ascontiguousarray(c.reshape(n))
 
     def _column_scales(self, sa: Any, sw: Any, n: int) -> np.ndarray | None:
         """float32(sa * sw[n]) for each column, or None (not finite positive normals, or a
@@ -305,7 +409,7 @@ class QdqMatMul:
             return kept[2]  # the same constants as last run
         if type(sw) is not np.ndarray or sw.dtype != _F32:
             return None
-        if sw.size != 1 and not (sw.ndim == 1 and sw.size == n and self.w_axis in (1, -1)):
+        if sw.size != 1 and not (sw.ndim == 1 and sw.size == n and self.w_axis in self.column_axis):
             return None
         scale = np.ascontiguousarray(
             np.broadcast_to(sa.reshape(()) * sw.reshape(-1), (n,)), dtype=_F32
