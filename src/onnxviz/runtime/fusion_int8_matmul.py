@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime.fusion_qdq import only_reader
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.plan import PlanNode, plain_kernel, run_steps, steps_node
 
@@ -59,10 +60,8 @@ def find_integer_matmuls(
 
     def only(slot: int) -> tuple[int, PlanNode] | None:
         """The one node reading ``slot``, if nothing else sees the value."""
-        readers = users.get(slot, [])
-        if slot in keep or len(readers) != 1 or readers[0] in taken:
-            return None
-        return readers[0], nodes[readers[0]]
+        reader = only_reader(users, slot, keep)
+        return None if reader is None or reader in taken else (reader, nodes[reader])
 
     for i, mm in enumerate(nodes):
         if (
