@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import onnx
@@ -30,9 +31,12 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.invoke import call_node
+from onnxviz.runtime.kernels import contrib_quant_dynamic
 from onnxviz.runtime.kernels.contrib_quant_dynamic import dynamic_uint8
 from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -199,6 +203,44 @@ def test_quantize_dynamic_lstm_matches_onnxruntime(
     )  # fmt: skip
     assert [n.op_type for n in quantized.graph.node] == ["DynamicQuantizeLSTM"]
     _compare_model(quantized, model, _lstm_feeds(model, lens))
+
+
+@pytest.mark.parametrize("level", [None, *native.levels()], ids=lambda v: f"level{v}")
+def test_quantize_dynamic_lstm_matches_onnxruntime_at_every_level(
+    tmp_path: Path, level: int | None
+) -> None:
+    """The file's LSTM models without peepholes, whose steps run compiled
+    (native/_recurrent.c's qlstm) at each level this CPU has (None: the numpy loop), and
+    a longer one with 40 hidden units: onnxruntime's numbers within the same tolerance."""
+    cases = [(5, 8, case, "QInt8", False) for case in LSTM_CASES]
+    cases += [(5, 8, LSTM_CASES[3], "QUInt8", True), (12, 40, LSTM_CASES[5], "QInt8", True)]
+    ran: list[bool] = []
+    real = contrib_quant_dynamic._compiled_steps
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        ran.append(out is not None)
+        return out
+
+    for steps, hidden, (direction, batch, lens, states), weight_type, per_channel in cases:
+        model = _float_lstm(
+            steps, batch, 4, hidden, direction,
+            sequence_lens=lens is not None, initial_states=states,
+        )  # fmt: skip
+        quantized = _quantized(
+            model, tmp_path, per_channel=per_channel,
+            weight_type=getattr(quantization.QuantType, weight_type),
+        )  # fmt: skip
+        feeds = _lstm_feeds(model, None if lens is None else [min(n, steps) for n in lens])
+        with (
+            at_level("recurrent", level),
+            mock.patch.object(contrib_quant_dynamic, "_compiled_steps", spy),
+        ):
+            _compare_model(quantized, model, feeds)
+    if level is not None and native.built("recurrent"):
+        assert ran and all(ran)
+    else:
+        assert not any(ran)
 
 
 def test_lstm_without_y_output_quantizes_the_held_state(tmp_path: Path) -> None:

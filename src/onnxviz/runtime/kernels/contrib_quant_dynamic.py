@@ -21,6 +21,15 @@ onnxruntime quantizes them, because a different uint8 scale is a different resul
 * Dynamic quantization (`dynamic_uint8`) is onnxruntime's GetQuantizationParameter:
   the range includes 0, scale = (max - min) / 255 in float32, zero point rounded half to
   even, values x / scale rounded half to even plus the zero point, clipped.
+
+DynamicQuantizeLSTM's step loop runs compiled when it can (`_compiled_steps`:
+native/_recurrent.c's qlstm, with the default activations, no peepholes, no clip): the
+same h codes, integer products and float32 gate steps as `_numpy_steps`, but the module's
+own sigmoid and tanh (a few ulp from numpy's: now and then an h lands on the other side of
+a code's rounding boundary), as the float LSTM's compiled loop does.  R is packed once per
+constant in the layout of the module's level (`_packed_recurrent`).  A NaN or an infinite
+range in a state to quantize sends the direction back to the numpy loop, which defines
+those cases (tests/runtime/test_native_qlstm.py).
 """
 
 from __future__ import annotations
@@ -29,11 +38,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels._tensor_common import fail
+from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.contrib_attention import attention_mask_bias, softmax_last
 from onnxviz.runtime.kernels.contrib_common import standard_kernel
-from onnxviz.runtime.kernels.nn_rnn import Activation, _activations, _bias_sum, _clip
+from onnxviz.runtime.kernels.nn_rnn import (
+    Activation,
+    _activations,
+    _bias_sum,
+    _clip,
+    _clips,
+    _sigmoid,
+)
 from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
 from onnxviz.runtime.registry import KernelContext, kernel
 
@@ -251,6 +269,37 @@ def _direction_loop(
     hidden = r.values.shape[0]
     acc = _integer_product(x_q.reshape(steps * batch, -1), x_zero, w.values, w.zero_point)
     x_part = _scaled(acc, x_scale * w.scale).reshape(steps, batch, 4 * hidden)
+    return _steps(x_part, r, lens, state, cell, zero_ended)
+
+
+def _steps(
+    x_part: np.ndarray,
+    r: _QuantWeight,
+    lens: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray],
+    cell: _Cell,
+    zero_ended: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The step loop from the input product on: compiled when it can (`_compiled_steps`),
+    else numpy's."""
+    compiled = _compiled_steps(x_part, r, lens, state, cell, zero_ended)
+    if compiled is not None:
+        return compiled
+    return _numpy_steps(x_part, r, lens, state, cell, zero_ended)
+
+
+def _numpy_steps(
+    x_part: np.ndarray,
+    r: _QuantWeight,
+    lens: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray],
+    cell: _Cell,
+    zero_ended: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_direction_loop`'s steps from the input product ``x_part`` [T, B, 4H] (scaled, no
+    bias) on: the definition, which `_compiled_steps` follows."""
+    steps, batch, _ = x_part.shape
+    hidden = r.values.shape[0]
     h, c = state
     y = np.zeros((steps, batch, hidden), _F32)
     last_h = np.zeros((batch, hidden), _F32)
@@ -276,6 +325,91 @@ def _direction_loop(
         last_h = np.where(going, h_new, last_h)
         h = y[t] if zero_ended else last_h
     return y, last_h, c
+
+
+# Hidden sizes the compiled loop takes: the int32 sums of H products of two values within
+# [-255, 255] are exact up to H = 33025 (native/_recurrent.c's QMAX_K).
+_COMPILED_MAX_HIDDEN = 32768
+
+
+_Packed = tuple[np.ndarray, np.ndarray | None, int]
+
+
+def _packed_recurrent(r: _QuantWeight, layout: int) -> _Packed:
+    """R [H, 4H] in the layout the compiled loop streams at its level (native/_recurrent.c's
+    qlstm and qlstm_layout), per block of 16 hidden units, zero past H rows and columns:
+    0, pairs: R minus its zero point as int16 (|values| <= 255), per pair of rows
+    k = 2p, 2p + 1, per gate, per unit, the pair's two values; 1, quads (AVX-512 VNNI):
+    R - o as int8 (o = 128 for uint8 R, else 0) per quad of rows, with the column sums of
+    R minus its zero point and the offset o - zero point.  Made once per constant R, zero
+    point and layout (_weight_cache; a direction's R is a view of the initializer)."""
+    k, columns = r.values.shape
+    hidden = columns // 4
+    blocks, rows = -(-hidden // 16), -(-k // 4) * 4
+    group = 4 if layout else 2  # rows of k per vector lane
+
+    def build() -> _Packed:
+        values = r.values.astype(np.int16)
+        shift = (128 if r.values.dtype == np.uint8 else 0) if layout else r.zero_point
+        wide = np.zeros((rows, 4, blocks * 16), np.int8 if layout else np.int16)
+        wide[:k, :, :hidden] = (values - np.int16(shift)).reshape(k, 4, hidden)
+        packed = wide.reshape(rows // group, group, 4, blocks, 16).transpose(3, 0, 2, 4, 1)
+        if not layout:
+            return np.ascontiguousarray(packed), None, 0
+        sums = np.zeros((4, blocks * 16), np.int32)
+        sums[:, :hidden] = (values - r.zero_point).sum(axis=0, dtype=np.int32).reshape(4, -1)
+        sums = np.ascontiguousarray(sums.reshape(4, blocks, 16).transpose(1, 0, 2))
+        return np.ascontiguousarray(packed), sums, shift - r.zero_point
+
+    params = (layout, r.zero_point, r.values.shape, r.values.dtype.str)
+    return derived("qlstm_recurrent", (r.values,), params, build)  # type: ignore[no-any-return]
+
+
+def _compiles(cell: _Cell, hidden: int) -> bool:
+    """Whether the compiled loop takes this direction: the default activations, no
+    peepholes, no clip (input_forget either way), a hidden size its int32 sums hold."""
+    f_act, g_act, h_act = cell.acts
+    return (
+        cell.peepholes is None
+        and not _clips(cell.clip)
+        and f_act is _sigmoid
+        and g_act is np.tanh
+        and h_act is np.tanh
+        and hidden <= _COMPILED_MAX_HIDDEN
+    )
+
+
+def _compiled_steps(
+    x_part: np.ndarray,
+    r: _QuantWeight,
+    lens: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray],
+    cell: _Cell,
+    zero_ended: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_numpy_steps` in C (native/_recurrent.c's qlstm: h quantized, the exact product,
+    the gates in the same float32 steps; its own sigmoid and tanh, a few ulp from numpy's),
+    or None when the module is off or not built, the case is not its own (`_compiles`),
+    or a state to quantize holds a NaN or an infinite range (the numpy steps decide)."""
+    module = native.load("recurrent")
+    steps, batch, _ = x_part.shape
+    hidden = r.values.shape[0]
+    if module is None or not x_part.size or not _compiles(cell, hidden):
+        return None
+    h0, c0 = (np.ascontiguousarray(s, dtype=_F32) for s in state)
+    r_scale = np.ascontiguousarray(np.broadcast_to(r.scale, (4 * hidden,)), dtype=_F32)
+    bias = None if cell.bias is None else np.ascontiguousarray(cell.bias, dtype=_F32)
+    ended = None if int(lens.min()) >= steps else np.ascontiguousarray(lens, dtype=np.int64)
+    y = np.empty((steps, batch, hidden), _F32)
+    h_out = np.empty((batch, hidden), _F32)
+    c_out = np.empty((batch, hidden), _F32)
+    w, sums, offset = _packed_recurrent(r, module.qlstm_layout())
+    status = module.qlstm(
+        np.ascontiguousarray(x_part, dtype=_F32), w, sums, offset, r_scale, bias,
+        h0, c0, y, h_out, c_out, steps, batch, hidden, zero_ended, bool(cell.input_forget),
+        ended,
+    )  # fmt: skip
+    return None if status else (y, h_out, c_out)
 
 
 @kernel("DynamicQuantizeLSTM", domain=MS, since=1, ctx=True)

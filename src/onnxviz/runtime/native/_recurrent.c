@@ -4,6 +4,13 @@
  *
  *   lstm(proj, w, h0, c0, y, h_out, c_out, steps, batch, hidden, dirs, d, reverse)
  *   gru(proj, w1, w2, rbh, h0, y, h_out, steps, batch, hidden, dirs, d, reverse, lbr)
+ *   qlstm(x_part, w, sums, offset, r_scale, bias, h0, c0, y, h_out, c_out, steps, batch,
+ *         hidden, zero_ended, input_forget, lens=None) -> status, qlstm_layout()
+ *
+ * qlstm is com.microsoft DynamicQuantizeLSTM's loop (kernels/contrib_quant_dynamic.py):
+ * per step the hidden state quantized to uint8 over the batch, an exact int32 product
+ * with the int8/uint8 R, then the gates in numpy's float32 steps; its contract is at
+ * py_qlstm.  The rest of this header is about lstm and gru.
  *
  * proj (T, B, G*H): the input projections X W^T of every step with the biases that are
  * plain sums (LSTM: Wb + Rb; GRU: Wb, plus Rb of z and r, and of the candidate unless
@@ -45,6 +52,7 @@
 
 #include "levels.h"
 #include "vector_types.h"
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -72,6 +80,37 @@ typedef struct {
     float *c_kept;       /* LSTM with lens: (B, H), the cell states ended samples keep */
 } Job;
 
+/* Largest hidden size of qlstm: |code - zero point| <= 255 on both sides, so a sum of
+ * H products stays below 2^31 (exact int32) for H up to 33025. */
+#define QMAX_K 32768
+
+/* One DynamicQuantizeLSTM direction (qlstm). */
+typedef struct {
+    Py_ssize_t T, B, H, kp;  /* kp: H rounded up to a multiple of 4 (k's pairs, quads) */
+    const float *xp;         /* (T, B, 4H) x_part: the input product, scaled */
+    const void *w;           /* R packed: int16 pairs, or int8 quads (bytes) */
+    const int32_t *sums;     /* quads: (blocks, 4, 16) sum_k (R - zero point) */
+    int32_t offset;          /* quads: what R's packed bytes lack of R - zero point */
+    int bytes;               /* 1: the quads layout (level 3), 0: the pairs */
+    const float *rs;         /* (4H,) R's scale per column */
+    const float *bias;       /* (4H,) Wb + Rb, or NULL */
+    const float *h0;         /* (B, H) */
+    const int64_t *lens;     /* (B,), or NULL: every sequence T steps */
+    float *y, *h_out, *c;    /* (T, B, H); (B, H) the last h of each sequence; the cell */
+    void *codes;             /* (B, kp) scratch: the step's codes, int16 or uint8 */
+    int32_t *rowsum;         /* (B) scratch: quads, the sum of each row's codes */
+    int32_t hzp;             /* the step's zero point */
+    unsigned char *going;    /* (B) scratch: whose sequence runs this step */
+    int zero_ended, input_forget;
+} QJob;
+
+typedef int16_t v4s __attribute__((vector_size(8)));
+typedef int16_t v8s __attribute__((vector_size(16)));
+typedef int16_t v16s __attribute__((vector_size(32)));
+typedef uint8_t v4b __attribute__((vector_size(4)));
+typedef uint8_t v8b __attribute__((vector_size(8)));
+typedef uint8_t v16b __attribute__((vector_size(16)));
+
 /* ---- generic C ------------------------------------------------------------------------ */
 
 
@@ -96,23 +135,65 @@ static void gemm_generic(const float *h, const float *w, Py_ssize_t K, int G, in
     }
 }
 
+/* qlstm's exact product, pairs layout: tile[m][g][u] = sum_k hc[m][k] * w(k, g, u) in
+ * int32, hc the centered codes (int16), w per pair p of k, per gate g, per unit u the two
+ * values of k = 2p and 2p + 1 (each product within 255^2: exact). */
+static void qgemm_generic(const QJob *jb, Py_ssize_t m0, int mr, Py_ssize_t j,
+                          int32_t *tile) {
+    const Py_ssize_t kp = jb->kp, P = kp / 2;
+    const int16_t *w = (const int16_t *)jb->w + j * P * 4 * 2 * UNITS;
+    for (int m = 0; m < mr; m++) {
+        const int16_t *hm = (const int16_t *)jb->codes + (m0 + m) * kp;
+#if ONNXVIZ_X86 /* SSE2, x86-64's baseline: pmaddwd, four pairs at a time */
+        __m128i acc[4 * UNITS / 4];
+        for (int l = 0; l < 4 * UNITS / 4; l++) acc[l] = _mm_setzero_si128();
+        for (Py_ssize_t p = 0; p < P; p++) {
+            int32_t pair;
+            memcpy(&pair, hm + 2 * p, sizeof pair);
+            const __m128i hb = _mm_set1_epi32(pair);
+            const int16_t *wp = w + p * 4 * 2 * UNITS;
+            for (int l = 0; l < 4 * UNITS / 4; l++)
+                acc[l] = _mm_add_epi32(
+                    acc[l], _mm_madd_epi16(hb, _mm_loadu_si128((const __m128i *)(wp + 8 * l))));
+        }
+        memcpy(tile + m * 4 * UNITS, acc, sizeof acc);
+#else
+        int32_t acc[4 * UNITS] = {0};
+        for (Py_ssize_t p = 0; p < P; p++) {
+            const int32_t a0 = hm[2 * p], a1 = hm[2 * p + 1];
+            const int16_t *wp = w + p * 4 * 2 * UNITS;
+            for (int l = 0; l < 4 * UNITS; l++) acc[l] += a0 * wp[2 * l] + a1 * wp[2 * l + 1];
+        }
+        memcpy(tile + m * 4 * UNITS, acc, sizeof acc);
+#endif
+    }
+}
+
 #define SFX generic
 #define VF v4f
 #define VI v4i
 #define VU v4u
+#define VS v4s
+#define VB v4b
 #define VW 4
 #define ATTR
 #define GEMM(h, w, k, G, mr, tile) gemm_generic(h, w, k, G, mr, tile)
 #define MR(G) 1
+#define QGEMM(jb, m0, mr, j, tile) qgemm_generic(jb, m0, mr, j, tile)
+#define QMR 1
 #include "recurrent_step.h"
 #undef SFX
 #undef VF
 #undef VI
 #undef VU
+#undef VS
+#undef VB
 #undef VW
 #undef ATTR
 #undef GEMM
 #undef MR
+#undef QGEMM
+#undef QMR
 
 #if ONNXVIZ_X86
 /* ---- AVX2 + FMA ------------------------------------------------------------------------ */
@@ -159,23 +240,74 @@ __attribute__((target(T256))) static void gemm_avx2(const float *h, const float 
     }
 }
 
+/* One half (8 units) of a block's 4 gates for MRc rows of qlstm's product: vpmaddwd
+ * multiplies the 16-bit pairs (both within [-255, 255]: no saturation, it is never
+ * vpmaddubsw) and adds the two products into int32, exactly. */
+__attribute__((target(T256), always_inline)) static inline void
+qtile256(const int16_t *hc, Py_ssize_t kp, const int16_t *w, Py_ssize_t P, const int MRc,
+         int half, int32_t *tile) {
+    __m256i acc[MR_MAX][4];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < 4; g++) acc[m][g] = _mm256_setzero_si256();
+    for (Py_ssize_t p = 0; p < P; p++) {
+        const int16_t *wp = w + p * 4 * 2 * UNITS + half * UNITS;
+        __m256i wv[4];
+        for (int g = 0; g < 4; g++)
+            wv[g] = _mm256_loadu_si256((const __m256i *)(wp + g * 2 * UNITS));
+        for (int m = 0; m < MRc; m++) {
+            int32_t pair;
+            memcpy(&pair, hc + m * kp + 2 * p, sizeof pair);
+            const __m256i hb = _mm256_set1_epi32(pair);
+            for (int g = 0; g < 4; g++)
+                acc[m][g] = _mm256_add_epi32(acc[m][g], _mm256_madd_epi16(hb, wv[g]));
+        }
+    }
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < 4; g++)
+            _mm256_storeu_si256((__m256i *)(tile + (m * 4 + g) * UNITS + half * 8), acc[m][g]);
+}
+
+#define QMR256 3
+
+__attribute__((target(T256))) static void qgemm_avx2(const QJob *jb, Py_ssize_t m0, int mr,
+                                                     Py_ssize_t j, int32_t *tile) {
+    const Py_ssize_t kp = jb->kp, P = kp / 2;
+    const int16_t *hc = (const int16_t *)jb->codes + m0 * kp;
+    const int16_t *w = (const int16_t *)jb->w + j * P * 4 * 2 * UNITS;
+    for (int half = 0; half < 2; half++) {
+        switch (mr) {
+        case 1: qtile256(hc, kp, w, P, 1, half, tile); break;
+        case 2: qtile256(hc, kp, w, P, 2, half, tile); break;
+        default: qtile256(hc, kp, w, P, 3, half, tile); break;
+        }
+    }
+}
+
 #define SFX avx2
 #define VF v8f
 #define VI v8i
 #define VU v8u
+#define VS v8s
+#define VB v8b
 #define VW 8
 #define ATTR __attribute__((target(T256)))
 #define GEMM(h, w, k, G, mr, tile) gemm_avx2(h, w, k, G, mr, tile)
 #define MR(G) MR256(G)
+#define QGEMM(jb, m0, mr, j, tile) qgemm_avx2(jb, m0, mr, j, tile)
+#define QMR QMR256
 #include "recurrent_step.h"
 #undef SFX
 #undef VF
 #undef VI
 #undef VU
+#undef VS
+#undef VB
 #undef VW
 #undef ATTR
 #undef GEMM
 #undef MR
+#undef QGEMM
+#undef QMR
 
 /* ---- AVX-512F ---------------------------------------------------------------------------- */
 
@@ -215,24 +347,130 @@ __attribute__((target(T512))) static void gemm_avx512(const float *h, const floa
     }
 }
 
+/* A block's 4 gates (16 units each) for MRc rows of qlstm's product, pairs layout: 16
+ * int32 accumulators, vpmaddwd and an add per 32 products (as qtile256). */
+__attribute__((target(T512), always_inline)) static inline void
+qtile512(const int16_t *hc, Py_ssize_t kp, const int16_t *w, Py_ssize_t P, const int MRc,
+         int32_t *tile) {
+    __m512i acc[MR_MAX][4];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < 4; g++) acc[m][g] = _mm512_setzero_si512();
+    for (Py_ssize_t p = 0; p < P; p++) {
+        const int16_t *wp = w + p * 4 * 2 * UNITS;
+        __m512i wv[4];
+        for (int g = 0; g < 4; g++) wv[g] = _mm512_loadu_si512(wp + g * 2 * UNITS);
+        for (int m = 0; m < MRc; m++) {
+            int32_t pair;
+            memcpy(&pair, hc + m * kp + 2 * p, sizeof pair);
+            const __m512i hb = _mm512_set1_epi32(pair);
+            for (int g = 0; g < 4; g++)
+                acc[m][g] = _mm512_add_epi32(acc[m][g], _mm512_madd_epi16(hb, wv[g]));
+        }
+    }
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < 4; g++) _mm512_storeu_si512(tile + (m * 4 + g) * UNITS, acc[m][g]);
+}
+
+/* The quads layout (level 3, AVX-512 VNNI): w holds per quad q of k, per gate, per unit,
+ * the four bytes R[4q + e] - o (int8: o = 0 for int8 R, 128 for uint8), and vpdpbusd
+ * multiplies them by the uint8 codes and adds four products into int32 without
+ * saturation (it wraps; the sum of K products within 255 * 128 stays below 2^31 anyway).
+ * Then sum_k (code - z)(R - zr) = sum_k code (R - o) + (o - zr) sum_k code
+ *                                 - z sum_k (R - zr),
+ * the last two from the row's code sum and the packed column sums, in int32 arithmetic
+ * modulo 2^32: the result fits in int32 (|.| <= K 255^2 < 2^31), so it is exact. */
+#define TVNNI T512 ",avx512vnni"
+__attribute__((target(TVNNI), always_inline)) static inline void
+qtile_vnni(const uint8_t *hq, Py_ssize_t kp, const int8_t *w, const int32_t *sums,
+           const int32_t *rowsum, int32_t offset, int32_t hzp, const int MRc, int32_t *tile) {
+    __m512i acc[MR_MAX][4];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < 4; g++) acc[m][g] = _mm512_setzero_si512();
+    const Py_ssize_t Q = kp / 4;
+    for (Py_ssize_t q = 0; q < Q; q++) {
+        const int8_t *wq = w + q * 4 * 4 * UNITS;
+        __m512i wv[4];
+        for (int g = 0; g < 4; g++) wv[g] = _mm512_loadu_si512(wq + g * 4 * UNITS);
+        for (int m = 0; m < MRc; m++) {
+            int32_t quad;
+            memcpy(&quad, hq + m * kp + 4 * q, sizeof quad);
+            const __m512i hb = _mm512_set1_epi32(quad);
+            for (int g = 0; g < 4; g++) acc[m][g] = _mm512_dpbusd_epi32(acc[m][g], hb, wv[g]);
+        }
+    }
+    const __m512i z = _mm512_set1_epi32(hzp);
+    for (int m = 0; m < MRc; m++) {
+        const __m512i row = _mm512_set1_epi32((int32_t)((uint32_t)offset * (uint32_t)rowsum[m]));
+        for (int g = 0; g < 4; g++) {
+            const __m512i col = _mm512_mullo_epi32(z, _mm512_loadu_si512(sums + g * UNITS));
+            const __m512i v = _mm512_sub_epi32(_mm512_add_epi32(acc[m][g], row), col);
+            _mm512_storeu_si512(tile + (m * 4 + g) * UNITS, v);
+        }
+    }
+}
+
+__attribute__((target(T512))) static void qgemm_avx512(const QJob *jb, Py_ssize_t m0, int mr,
+                                                       Py_ssize_t j, int32_t *tile) {
+    const Py_ssize_t kp = jb->kp, P = kp / 2;
+    const int16_t *hc = (const int16_t *)jb->codes + m0 * kp;
+    const int16_t *w = (const int16_t *)jb->w + j * P * 4 * 2 * UNITS;
+    switch (mr) {
+    case 1: qtile512(hc, kp, w, P, 1, tile); break;
+    case 2: qtile512(hc, kp, w, P, 2, tile); break;
+    case 3: qtile512(hc, kp, w, P, 3, tile); break;
+    default: qtile512(hc, kp, w, P, 4, tile); break;
+    }
+}
+
+__attribute__((target(TVNNI))) static void qgemm_vnni(const QJob *jb, Py_ssize_t m0, int mr,
+                                                     Py_ssize_t j, int32_t *tile) {
+    const Py_ssize_t kp = jb->kp;
+    const uint8_t *hq = (const uint8_t *)jb->codes + m0 * kp;
+    const int8_t *w = (const int8_t *)jb->w + j * kp * 4 * UNITS;
+    const int32_t *sums = jb->sums + j * 4 * UNITS, *rs = jb->rowsum + m0;
+    const int32_t o = jb->offset, z = jb->hzp;
+    switch (mr) {
+    case 1: qtile_vnni(hq, kp, w, sums, rs, o, z, 1, tile); break;
+    case 2: qtile_vnni(hq, kp, w, sums, rs, o, z, 2, tile); break;
+    case 3: qtile_vnni(hq, kp, w, sums, rs, o, z, 3, tile); break;
+    default: qtile_vnni(hq, kp, w, sums, rs, o, z, 4, tile); break;
+    }
+}
+
 #define SFX avx512
 #define VF v16f
 #define VI v16i
 #define VU v16u
+#define VS v16s
+#define VB v16b
 #define VW 16
 #define ATTR __attribute__((target(T512)))
 #define GEMM(h, w, k, G, mr, tile) gemm_avx512(h, w, k, G, mr, tile)
 #define MR(G) 4
+#define QGEMM(jb, m0, mr, j, tile) (jb->bytes ? qgemm_vnni : qgemm_avx512)(jb, m0, mr, j, tile)
+#define QMR 4
 #include "recurrent_step.h"
 #undef SFX
 #undef VF
 #undef VI
 #undef VU
+#undef VS
+#undef VB
 #undef VW
 #undef ATTR
 #undef GEMM
 #undef MR
+#undef QGEMM
+#undef QMR
 #endif
+
+static int qrun(QJob *jb) {
+#if ONNXVIZ_X86
+    if (level >= 2) return qrun_avx512(jb);
+    if (level == 1) return qrun_avx2(jb);
+#endif
+    return qrun_generic(jb);
+}
 
 static void run(const Job *jb) {
 #if ONNXVIZ_X86
@@ -262,7 +500,7 @@ static int overlap(const Py_buffer *a, const Py_buffer *b) {
     return a->len && b->len && a0 < b0 + b->len && b0 < a0 + a->len;
 }
 
-#define MAX_BUFS 9
+#define MAX_BUFS 12
 
 typedef struct {
     Py_buffer v[MAX_BUFS];
@@ -286,8 +524,8 @@ static float *add_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, int writable,
     return bs->v[bs->n++].buf;
 }
 
-/* The (B,) int64 sequence lengths into jb->lens, or None; kept in bs (released with it). */
-static int get_lens(Bufs *bs, PyObject *obj, Py_ssize_t batch, Job *jb) {
+/* The (B,) int64 sequence lengths into *lens, or None; kept in bs (released with it). */
+static int get_lens(Bufs *bs, PyObject *obj, Py_ssize_t batch, const int64_t **lens) {
     if (obj == Py_None) return 0;
     Py_buffer *view = &bs->v[bs->n];
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -304,7 +542,7 @@ static int get_lens(Bufs *bs, PyObject *obj, Py_ssize_t batch, Job *jb) {
         return -1;
     }
     bs->writable[bs->n++] = 0;
-    jb->lens = view->buf;
+    *lens = view->buf;
     return 0;
 }
 
@@ -371,7 +609,7 @@ static PyObject *py_lstm(PyObject *self, PyObject *args) {
         !(c0 = add_buf(&bs, c0o, state_n, 0, "c0")) ||
         !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
         !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) ||
-        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
+        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")) || get_lens(&bs, lo, jb.B, &jb.lens) < 0)
         return NULL;
     if (check_overlaps(&bs) < 0) return NULL;
     if (jb.lens && !(jb.c_kept = PyMem_RawMalloc((size_t)state_n * sizeof(float)))) {
@@ -385,6 +623,140 @@ static PyObject *py_lstm(PyObject *self, PyObject *args) {
     PyMem_RawFree(jb.c_kept);
     release(&bs);
     Py_RETURN_NONE;
+}
+
+/* Adds a C-contiguous buffer of exactly `count` values of the one-character buffer format
+ * `fmt` and `size` bytes each (read only); on failure releases them all. */
+static const void *add_typed_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, char fmt,
+                                 Py_ssize_t size, const char *name) {
+    Py_buffer *view = &bs->v[bs->n];
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        release(bs);
+        return NULL;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (f[0] != fmt || f[1] || view->itemsize != size || view->len != count * size) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd values of format '%c'", name, count,
+                     fmt);
+        PyBuffer_Release(view);
+        release(bs);
+        return NULL;
+    }
+    bs->writable[bs->n] = 0;
+    return bs->v[bs->n++].buf;
+}
+
+/* The layout qlstm takes R in at the level set: 1 (quads of bytes, AVX-512 VNNI) at level
+ * 3, else 0 (pairs of int16). */
+static int qlstm_layout(void) { return level >= 3; }
+
+/* qlstm(x_part, w, sums, offset, r_scale, bias, h0, c0, y, h_out, c_out, steps, batch,
+ *       hidden, zero_ended, input_forget, lens=None) -> status
+ *
+ * One direction of com.microsoft DynamicQuantizeLSTM with the default activations, no
+ * peepholes, no clip: kernels/contrib_quant_dynamic.py's numpy step loop (its
+ * `_numpy_steps`) in C, the same numbers but for the sigmoid and tanh (this module's).
+ * Per step t the state offered (h0 at first) is quantized to uint8 by
+ * DynamicQuantizeLinear's float32 steps, over the whole batch; the exact int32 product
+ * acc = (codes - zero point) (R - R's zero point); the gates
+ * x_part[t] + float32(acc) * float32(h_scale * r_scale) (+ bias), each step rounded as
+ * numpy rounds it; then the cell.  A sequence m ends before step lens[m]: from there on
+ * its row of y is 0, its h (h_out) and c stay, and the state it offers the next step's
+ * quantization is 0 (zero_ended) or its last h (0 for an empty sequence).
+ *
+ *   x_part (T, B, 4H) float32: the input product, scaled, in the order the direction
+ *     reads its steps; gates i, o, f, c;
+ *   w: R [H, 4H] packed per block of 16 hidden units in the layout of qlstm_layout()
+ *     (kp: H rounded up to a multiple of 4; zero past H rows and columns; zr: R's zero
+ *     point):
+ *     0, pairs: int16 (ceil(H / 16), kp / 2, 4, 16, 2), [j, p, g, u, e] =
+ *        R[2p + e, g*H + 16j + u] - zr; sums None, offset 0;
+ *     1, quads: int8 (ceil(H / 16), kp / 4, 4, 16, 4), [j, q, g, u, e] =
+ *        R[4q + e, g*H + 16j + u] - o (o = 0 for int8 R, 128 for uint8); sums int32
+ *        (ceil(H / 16), 4, 16) the column sums of R - zr; offset = o - zr;
+ *   r_scale (4H,) float32, bias (4H,) float32 Wb + Rb or None, h0 and c0 (B, H);
+ *   y (T, B, H), h_out and c_out (B, H): written (h_out: the last h of each sequence);
+ *   lens (B,) int64 or None (every sequence T steps).
+ * H is at most 32768 (exact int32 sums).  Returns 0, or -1 when a state to quantize held
+ * a NaN or its range overflowed: the outputs are then incomplete, and the caller runs
+ * its numpy steps (which decide those cases). */
+static PyObject *py_qlstm(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *wo, *so, *rso, *bo, *h0o, *c0o, *yo, *ho, *co, *lo = Py_None;
+    QJob jb = {0};
+    int offset;
+    if (!PyArg_ParseTuple(args, "OOOiOOOOOOOnnnpp|O:qlstm", &xo, &wo, &so, &offset, &rso, &bo,
+                          &h0o, &c0o, &yo, &ho, &co, &jb.T, &jb.B, &jb.H, &jb.zero_ended,
+                          &jb.input_forget, &lo))
+        return NULL;
+    const Py_ssize_t limit = (Py_ssize_t)1 << 30;
+    if (jb.T < 1 || jb.B < 1 || jb.H < 1 || jb.T > limit || jb.B > limit || jb.H > QMAX_K) {
+        PyErr_Format(PyExc_ValueError,
+                     "qlstm: steps and batch must be in 1..2**30, hidden in 1..%d", QMAX_K);
+        return NULL;
+    }
+    jb.bytes = qlstm_layout();
+    if (jb.bytes ? (so == Py_None || offset < -255 || offset > 255)
+                 : (so != Py_None || offset != 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "qlstm: the quads layout takes sums and an offset within 255, the "
+                        "pairs none (see qlstm_layout)");
+        return NULL;
+    }
+    jb.offset = offset;
+    jb.kp = (jb.H + 3) / 4 * 4;
+    const Py_ssize_t nb = (jb.H + UNITS - 1) / UNITS;
+    Py_ssize_t x_n, y_n, state_n, t;
+    if (mul_size(jb.T, jb.B, &t) || mul_size(t, 4 * jb.H, &x_n) || mul_size(t, jb.H, &y_n) ||
+        mul_size(jb.B, jb.H, &state_n) || mul_size(jb.B, jb.kp + 8, &t)) {
+        PyErr_SetString(PyExc_ValueError, "qlstm: sizes too large");
+        return NULL;
+    }
+    Py_ssize_t w_n; /* R's packed values */
+    if (mul_size(nb, jb.kp, &t) || mul_size(t, 4 * UNITS, &w_n)) {
+        PyErr_SetString(PyExc_ValueError, "qlstm: sizes too large");
+        return NULL;
+    }
+    Bufs bs = {.n = 0};
+    const float *c0;
+    if (!(jb.xp = add_buf(&bs, xo, x_n, 0, "x_part")) ||
+        !(jb.w = jb.bytes ? add_typed_buf(&bs, wo, w_n, 'b', 1, "w")
+                          : add_typed_buf(&bs, wo, w_n, 'h', 2, "w")) ||
+        (jb.bytes && !(jb.sums = add_typed_buf(&bs, so, nb * 4 * UNITS, 'i', 4, "sums"))) ||
+        !(jb.rs = add_buf(&bs, rso, 4 * jb.H, 0, "r_scale")) ||
+        (bo != Py_None && !(jb.bias = add_buf(&bs, bo, 4 * jb.H, 0, "bias"))) ||
+        !(jb.h0 = add_buf(&bs, h0o, state_n, 0, "h0")) ||
+        !(c0 = add_buf(&bs, c0o, state_n, 0, "c0")) ||
+        !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
+        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) ||
+        !(jb.c = add_buf(&bs, co, state_n, 1, "c_out")) || get_lens(&bs, lo, jb.B, &jb.lens) < 0)
+        return NULL;
+    if (check_overlaps(&bs) < 0) return NULL;
+    /* codes (B, kp) int16 (or bytes), then the row sums (B) int32, then `going` (B) */
+    const size_t codes_bytes = (size_t)(jb.B * jb.kp) * sizeof(int16_t);
+    char *scratch = PyMem_RawMalloc(codes_bytes + (size_t)jb.B * (sizeof(int32_t) + 1));
+    if (!scratch) {
+        release(&bs);
+        return PyErr_NoMemory();
+    }
+    jb.codes = scratch;
+    jb.rowsum = (int32_t *)(scratch + codes_bytes); /* codes_bytes: a multiple of 8 */
+    jb.going = (unsigned char *)(jb.rowsum + jb.B);
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    memcpy(jb.c, c0, (size_t)state_n * sizeof(float));
+    status = qrun(&jb);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(scratch);
+    release(&bs);
+    return PyLong_FromLong(status);
+}
+
+static PyObject *py_qlstm_layout(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(qlstm_layout());
 }
 
 static PyObject *py_gru(PyObject *self, PyObject *args) {
@@ -410,7 +782,8 @@ static PyObject *py_gru(PyObject *self, PyObject *args) {
         (lbr && !(jb.rbh = add_buf(&bs, rbo, jb.H, 0, "rbh"))) ||
         !(jb.h0 = add_buf(&bs, h0o, state_n, 0, "h0")) ||
         !(jb.y = add_buf(&bs, yo, y_n, 1, "y")) ||
-        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) || get_lens(&bs, lo, jb.B, &jb) < 0)
+        !(jb.h_out = add_buf(&bs, ho, state_n, 1, "h_out")) ||
+        get_lens(&bs, lo, jb.B, &jb.lens) < 0)
         return NULL;
     if (check_overlaps(&bs) < 0) return NULL;
     float *scratch = NULL;
@@ -800,6 +1173,12 @@ static PyMethodDef methods[] = {
      "fallback, ndarray, empty, dtype) -> an LSTM (gates 4) or GRU (3) node's call with "
      "its constant weights, per direction: a projection callable, the packed recurrent "
      "weights, the candidate's Rb (GRU lbr) and the plain Rb sums (GRU); see the source."},
+    {"qlstm", py_qlstm, METH_VARARGS,
+     "qlstm(x_part, w, sums, offset, r_scale, bias, h0, c0, y, h_out, c_out, steps, batch, "
+     "hidden, zero_ended, input_forget, lens=None) -> status: one com.microsoft "
+     "DynamicQuantizeLSTM direction's step loop (see the source)."},
+    {"qlstm_layout", py_qlstm_layout, METH_NOARGS,
+     "The layout qlstm takes R in at the level set: 0 int16 pairs, 1 int8 quads."},
     {"tanh", py_tanh, METH_VARARGS, "tanh(x, out): the loops' float32 tanh."},
     {"sigmoid", py_sigmoid, METH_VARARGS, "sigmoid(x, out): the loops' float32 sigmoid."},
     ONNXVIZ_LEVEL_METHODS
