@@ -95,9 +95,10 @@ def find_integer_matmuls(
     return found
 
 
-def _columns(v: Any, n: int, rank: int) -> np.ndarray | None:
-    """A Mul's or Add's other operand as n float32 values, one per column of the product,
-    when it is float32 and broadcasts along the columns only: one value, or n values
+def column_values(v: Any, n: int, rank: int) -> np.ndarray | None:
+    """An operand broadcast over a product's columns (a Mul's scale, an Add's or a Gemm's
+    bias) as n float32 values, one per column, when it is float32 and broadcasts along
+    the columns only: one value, or n values
     along its last axis; never more axes than the product's ``rank`` (which would change
     the result's shape)."""
     if type(v) is not np.ndarray or v.dtype != _F32 or v.ndim > rank:
@@ -133,7 +134,7 @@ class IntegerMatMulScaled:
         if mod is not None and type(b) is np.ndarray and b.ndim == 2 and type(a) is np.ndarray:
             n = b.shape[1]
             rank = max(a.ndim, 2)
-            scale = _columns(ins[self.scale_place], n, rank)
+            scale = column_values(ins[self.scale_place], n, rank)
             bias = self._bias_columns(ins, n, rank)
             if scale is not None and bias is not None:
                 acc = int8_products.matmul(a, b, za, zb)
@@ -158,7 +159,7 @@ class IntegerMatMulScaled:
             and kept.size == n
         ):
             return kept
-        made = _columns(v, n, rank)
+        made = column_values(v, n, rank)
         self._bias = (v, made)
         return made
 

@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from onnxviz.runtime.fusion_int8_matmul import column_values
 from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.kernels.quantize import quantize_compiled
 from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
 
 if TYPE_CHECKING:
@@ -160,14 +162,13 @@ def qdq_matmul_node(nodes: list[PlanNode], chain: QdqMatMulChain) -> PlanNode:
     return fused_node(steps[-3], steps[-1], ins, names, fused)
 
 
-def _codes_back(mod: Any, v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | None:
+def _codes_back(v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | None:
     """The codes a DequantizeLinear of scale s and zero point z made v from (see
-    QdqMatMul._integer), or None (not a float32 array, a NaN)."""
+    QdqMatMul._integer): QuantizeLinear's compiled pass; None (not a float32 array, a
+    NaN) otherwise."""
     if type(v) is not np.ndarray or v.dtype != _F32 or not v.size:
         return None
-    codes = np.empty(v.shape, dtype=dtype)
-    src = np.ascontiguousarray(v).reshape(-1)
-    return codes if mod.quantize(src, s, z, dtype == np.int8, codes.reshape(-1)) == 0 else None
+    return quantize_compiled(v, np.array(s, dtype=_F32), np.array(z, dtype=dtype), dtype)
 
 
 class _Ready(NamedTuple):
@@ -240,7 +241,7 @@ class QdqMatMul:
         these and no lookups (most of a BERT-tiny MatMul's fixed cost)."""
         mod = int8_products.module()
         if self.from_float and mod is not None:
-            a = _codes_back(mod, a, ready.sa, ready.za, ready.a_dtype)
+            a = _codes_back(a, ready.sa, ready.za, ready.a_dtype)
         if (
             type(a) is not np.ndarray
             or a.dtype != ready.a_dtype
@@ -281,7 +282,7 @@ class QdqMatMul:
                 or za.dtype not in _BYTES
             ):
                 return None
-            a = _codes_back(mod, a, float(sa.reshape(())), int(za.reshape(())), za.dtype)
+            a = _codes_back(a, float(sa.reshape(())), int(za.reshape(())), za.dtype)
         w, sw, zw = (None if p is None else ins[p] for p in self.w_places)
         qs, qz = (None if p is None else ins[p] for p in self.q_places)
         ds, dz = (None if p is None else ins[p] for p in self.dq_places)
@@ -381,18 +382,11 @@ class QdqMatMul:
         )
 
     def _bias(self, ins: list[Any], n: int) -> np.ndarray | bytes | None:
-        """A Gemm's C as one float32 per column (one value, or n along its last axis, no
-        more than 2 axes), b"" without one; None for anything else."""
+        """A Gemm's C as one float32 per column (`column_values` of a 2-D product), b""
+        without one; None for anything else."""
         if self.bias_place is None:
             return b""
-        c = ins[self.bias_place]
-        if type(c) is not np.ndarray or c.dtype != _F32 or c.ndim > 2:
-            return None
-        if c.size == 1:
-            return np.full(n, c.reshape(()), dtype=_F32)
-        if c.size != n or c.shape[-1] != n:
-            return None
-        return np.ascontiguousarray(c.reshape(n))
+        return column_values(ins[self.bias_place], n, 2)
 
     def _column_scales(self, sa: Any, sw: Any, n: int) -> np.ndarray | None:
         """float32(sa * sw[n]) for each column, or None (not finite positive normals, or a

@@ -113,13 +113,13 @@ def _broadcast_param(
 _BYTE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
-def _quantize_compiled(
+def quantize_compiled(
     x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, out_dtype: np.dtype[Any]
 ) -> np.ndarray | None:
     """Per-tensor float32 -> 8-bit QuantizeLinear in one compiled pass (native/_int8.c's
     `quantize`: divide, round half to even, add the zero point, clip, the float32 steps
     below, so the same bytes): a QDQ model's quantizers that no pair fusion takes, 128 x
-    128 values 13 -> 4 us.  None (kernels off, a NaN met) runs the steps below."""
+    128 values 20 -> 7 us.  None (kernels off, a NaN met): the caller runs the steps."""
     module = native.load("int8")
     if module is None:
         return None
@@ -156,7 +156,7 @@ def _quantize(
         and (not precision or np_dtype(precision) == _F32)
         and x.size
     ):
-        y = _quantize_compiled(x, scale, zero_point, out_dtype)
+        y = quantize_compiled(x, scale, zero_point, out_dtype)
         if y is not None:
             return y
     prec = np_dtype(precision) if precision else scale.dtype
@@ -266,7 +266,7 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     if module is not None and values.dtype == _F32 and values.size:
         # The same steps in two compiled passes (native/_int8.c's `dynamic_quantize`: the
         # range, then QuantizeLinear's divide, round half to even, add, clip), where
-        # numpy took four (a decoder layer's 128 x 768 activations: 52 -> 15 us).  A
+        # numpy took four (a decoder layer's 128 x 768 activations: 52 -> 33 us).  A
         # NaN, an all-zero x or an infinite range (status -1) takes the steps below.
         y = np.empty(values.shape, dtype=np.uint8)
         status, scale_c, zero_c = module.dynamic_quantize(
@@ -281,12 +281,9 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
         # All zeros: the spec's formula divides by zero; like onnxruntime, use scale 1.
         zero = np.array(0, dtype=np.uint8)
         return np.zeros(x.shape, dtype=np.uint8), np.array(1.0, dtype=_F32), zero
-    zero_f = np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255)
-    q = np.asarray(np.divide(values, scale, dtype=_F32))
-    np.rint(q, out=q)
-    q += zero_f
-    y = saturate_cast(q, np.dtype(np.uint8), owned=True, rounded=True)
-    return y, np.array(scale, dtype=_F32), np.array(zero_f, dtype=np.uint8)
+    zero = np.array(np.clip(np.rint(_F32(0.0) - _F32(lo) / scale), 0, 255), dtype=np.uint8)
+    scale_a = np.array(scale, dtype=_F32)
+    return _quantize(values, scale_a, zero), scale_a, zero  # QuantizeLinear's steps
 
 
 _F32_EXACT = 2**24  # float32 holds every integer of smaller magnitude exactly
