@@ -77,6 +77,11 @@
 
 static int current_level = 0;
 
+/* z is a code of the 8-bit type: int8 (signed) or uint8. */
+static inline int byte_code(int is_signed, int z) {
+    return is_signed ? z >= -128 && z <= 127 : z >= 0 && z <= 255;
+}
+
 typedef struct {
     int mr, nr, group; /* rows of W per tile, columns of X per tile, k per int32 group */
 } Shape;
@@ -440,7 +445,7 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < m; i++) {
         const int32_t z = ((const int32_t *)zw.buf)[i];
-        if (w_signed ? (z < -128 || z > 127) : (z < 0 || z > 255)) {
+        if (!byte_code(w_signed, z)) {
             PyErr_SetString(PyExc_ValueError, "pack_weights: zero point outside the type's range");
             goto done;
         }
@@ -727,7 +732,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "gemm: bad N or column stride");
         goto done;
     }
-    if (x_signed ? (zx < -128 || zx > 127) : (zx < 0 || zx > 255)) {
+    if (!byte_code(x_signed, zx)) {
         PyErr_SetString(PyExc_ValueError, "gemm: zero point outside the type's range");
         goto done;
     }
@@ -853,7 +858,7 @@ static PyObject *py_pack_columns(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "pack_columns: the buffer is shorter than K*N");
         goto done;
     }
-    if (b_signed ? (zb < -128 || zb > 127) : (zb < 0 || zb > 255)) {
+    if (!byte_code(b_signed, zb)) {
         PyErr_SetString(PyExc_ValueError, "pack_columns: zero point outside the type's range");
         goto done;
     }
@@ -925,7 +930,7 @@ static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "gemm_rows: a buffer does not fit its sizes");
         goto done;
     }
-    if (a_signed ? (za < -128 || za > 127) : (za < 0 || za > 255)) {
+    if (!byte_code(a_signed, za)) {
         PyErr_SetString(PyExc_ValueError, "gemm_rows: zero point outside the type's range");
         goto done;
     }
@@ -1321,8 +1326,7 @@ static PyObject *py_qdq(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     const Py_ssize_t n = x.len / 4;
     if (x.len % 4 || out.len != x.len ||
-        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz))) {
         PyErr_SetString(PyExc_ValueError, "qdq: a buffer or zero point does not fit");
         goto done;
     }
@@ -1356,8 +1360,7 @@ static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py
     }
     if (acc->len < m * rows * width * 4 || y->len < m * rows * keep * item ||
         scale->len < m * 4 || (bias->len != 0 && bias->len < m * 4) ||
-        (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                   : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz))) {
         PyErr_Format(PyExc_ValueError, "%s: a buffer or zero point does not fit", name);
         return NULL;
     }
@@ -1458,7 +1461,7 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*fipw*", &x, &scale, &zp, &is_signed, &out)) return NULL;
     PyObject *result = NULL;
     const Py_ssize_t n = x.len / 4;
-    if (x.len % 4 || out.len < n || (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255))) {
+    if (x.len % 4 || out.len < n || !byte_code(is_signed, zp)) {
         PyErr_SetString(PyExc_ValueError, "quantize: a buffer or zero point does not fit");
         goto done;
     }
@@ -1561,8 +1564,7 @@ static PyObject *py_scale_columns_qdq(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     if (!scale_columns_check("scale_columns_qdq", &acc, m, n, &scale, &bias, &out)) goto done;
-    if (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255)) {
+    if (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz)) {
         PyErr_SetString(PyExc_ValueError, "scale_columns_qdq: zero point outside the type's range");
         goto done;
     }
@@ -1732,7 +1734,7 @@ static int layout_check(const char *name, Py_ssize_t x_len, Py_ssize_t item, Py_
     if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || pad_t < 0 || pad_l < 0 || s0 <= 0 || s1 <= 0 ||
         s0 * s1 > 64 || ph_h <= 0 || ph_w <= 0 || n > big || c > big || h > big || w > big ||
         ph_h > big || ph_w > big || length > big || ph_h > length / ph_w ||
-        (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)) || fill < 0 || fill > 255) {
+        !byte_code(is_signed, zp) || fill < 0 || fill > 255) {
         PyErr_Format(PyExc_ValueError, "%s: bad sizes or zero point", name);
         return -1;
     }
@@ -1966,7 +1968,7 @@ __attribute__((target(AVX512_TARGET))) static int qadd_avx512(const QaddInput *a
 static int qadd_input(Py_buffer *buf, int codes, int is_signed, float s, int zp, Py_ssize_t n,
                       QaddInput *in) {
     if (buf->len != (codes ? n : 4 * n) ||
-        (codes && (is_signed ? (zp < -128 || zp > 127) : (zp < 0 || zp > 255)))) {
+        (codes && !byte_code(is_signed, zp))) {
         PyErr_SetString(PyExc_ValueError, "qadd: an input does not fit");
         return -1;
     }
@@ -1994,8 +1996,7 @@ static PyObject *py_qadd(PyObject *self, PyObject *args) {
         qadd_input(&bb, b_codes, b_signed, bs, bzp, n, &b) < 0)
         goto done;
     if ((fb.len != 0 && fb.len != 4 * n) ||
-        (o_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255))) {
+        (!byte_code(o_signed, qz) || !byte_code(o_signed, dqz))) {
         PyErr_SetString(PyExc_ValueError, "qadd: an output or zero point does not fit");
         goto done;
     }
@@ -2240,8 +2241,7 @@ static PyObject *py_held_qdq(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "fifipnOOOOOOO:held_qdq", &qs, &qz, &dqs, &dqz, &is_signed,
                           &nargs, &places, &expect, &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
-    if (is_signed ? (qz < -128 || qz > 127 || dqz < -128 || dqz > 127)
-                  : (qz < 0 || qz > 255 || dqz < 0 || dqz > 255)) {
+    if (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz)) {
         PyErr_SetString(PyExc_ValueError, "held_qdq: a zero point does not fit");
         return NULL;
     }
