@@ -39,7 +39,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels._tensor_common import fail
 from onnxviz.runtime.kernels._weight_cache import derived
 from onnxviz.runtime.kernels.contrib_attention import attention_mask_bias, softmax_last
@@ -303,22 +302,11 @@ def _numpy_steps(
     h, c = state
     y = np.zeros((steps, batch, hidden), _F32)
     last_h = np.zeros((batch, hidden), _F32)
-    r_zero = np.array(r.zero_point, dtype=r.values.dtype)
-    r_zero.flags.writeable = False
-    running = int(lens.min()) if batch else 0  # steps before any sequence ends
     for t in range(steps):
         h_q, h_scale, h_zero = dynamic_uint8(h)  # per step, over the whole batch
-        h_acc = int8_products.matmul(h_q, r.values, np.array(h_zero, np.uint8), r_zero)
-        if h_acc is None:
-            h_acc = _integer_product(h_q, h_zero, r.values, r.zero_point)
+        h_acc = _integer_product(h_q, h_zero, r.values, r.zero_point)
         gates = x_part[t] + _scaled(h_acc, h_scale * r.scale)  # two roundings, as the GEMM
         h_new, c_new = _lstm_cell(gates, c, cell)
-        if t < running:  # every sequence still going
-            c = c_new
-            y[t] = h_new
-            last_h = h_new
-            h = h_new
-            continue
         going = (t < lens)[:, None]
         c = np.where(going, c_new, c)
         y[t] = np.where(going, h_new, 0)
