@@ -51,7 +51,7 @@ from onnxviz.runtime.kernels.nn_rnn import (
     _clips,
     _sigmoid,
 )
-from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
+from onnxviz.runtime.kernels.quantize import dequantize_linear, dynamic_quantize_linear
 from onnxviz.runtime.registry import KernelContext, kernel
 
 MS = "com.microsoft"
@@ -598,14 +598,14 @@ def q_attention(
 def _dequantized(
     values: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, name: str
 ) -> np.ndarray:
-    """(q - zp) in integers, then times the scale in float32 (onnxruntime's Dequantize)."""
+    """(q - zp) times the scale in float32 (onnxruntime's Dequantize; DequantizeLinear's
+    steps, exact for 8-bit q)."""
     if not (_is_one_value(scale) and _is_one_value(zero_point)):
         fail(f"QEmbedLayerNormalization: {name} scale and zero point must be one value each")
     if zero_point.dtype != values.dtype:
         types = f"{zero_point.dtype}, {name} is {values.dtype}"
         fail(f"QEmbedLayerNormalization: {name} zero point is {types}")
-    centered = values.astype(np.int32) - np.int32(zero_point.reshape(()))
-    return centered.astype(_F32) * scale.reshape(()).astype(_F32)
+    return dequantize_linear(values, scale.reshape(()).astype(_F32), zero_point.reshape(()))
 
 
 def _embedded(
