@@ -43,7 +43,9 @@ as one ("fused") node:
   nn.LayerNorm) as one node.
 
 * **QuantizeLinear -> DequantizeLinear** (fusion_qdq.py): a QDQ model's rounding of an
-  activation to its integer grid and back, as one float32 pass with no integer array.
+  activation to its integer grid and back, as one float32 pass with no integer array;
+  a pair over a value already on its grid (a Reshape or Transpose of a dequantized
+  value, the same parameters: fusion_qdq_idle.py) gives the value back.
 
 * **Quantized convs** (fusion_qdq_conv.py): QuantizeLinear -> DequantizeLinear -> Conv
   (weight a DequantizeLinear of int8) [-> Relu] -> QuantizeLinear -> DequantizeLinear as
@@ -78,6 +80,7 @@ from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_float_outputs
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
+from onnxviz.runtime.fusion_qdq_idle import find_idle_pairs, idle_pair_node
 from onnxviz.runtime.fusion_qdq_matmul import find_qdq_matmuls, qdq_matmul_node
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
@@ -219,6 +222,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         take(found.positions, functools.partial(qdq_max_pool_node, nodes, found), claimed)
     for add in adds:
         take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
+    # Pairs over values already on their grid (after a Reshape, a Transpose) give them
+    # back; a QDQ MatMul reading one reads its codes back from the float value.
+    for positions in find_idle_pairs(nodes, users, keep, claimed, constants):
+        take(positions, functools.partial(idle_pair_node, nodes, positions, constants), claimed)
     qdq_matmuls, dropped = find_qdq_matmuls(nodes, users, const, keep, claimed)
     for qdq_matmul in qdq_matmuls:
         maker = functools.partial(qdq_matmul_node, nodes, qdq_matmul)
