@@ -43,11 +43,14 @@ def _numpy_quantize(x: np.ndarray, s: float, z: int, dtype: Any) -> np.ndarray:
     n=st.integers(1, 70),
     signed=st.booleans(),
     bias=st.booleans(),
+    then=st.sampled_from([None, "int8", "uint8"]),
     seed=st.integers(0, 2**16),
 )
 def test_scale_columns_qdq_is_the_nodes_float32_steps(
-    m: int, n: int, signed: bool, bias: bool, seed: int
+    m: int, n: int, signed: bool, bias: bool, then: str | None, seed: int
 ) -> None:
+    """The pass, and with ``then`` its second stage (+ a bias per column, a second pair:
+    the Add after a QDQ MatMul's pair), against numpy's float32 steps at every level."""
     mod = compiled("int8")
     rng = np.random.default_rng(seed)
     acc = rng.integers(-(2**20), 2**20, (m, n)).astype(np.int32)
@@ -60,16 +63,38 @@ def test_scale_columns_qdq_is_the_nodes_float32_steps(
     if bias:
         v = v + b
     want = (_numpy_quantize(v, qs, qz, dtype).astype(np.float32) - np.float32(dqz)) * dqs
+    stage: tuple[Any, ...] = ()
+    if then is not None:
+        dtype2 = np.dtype(then)
+        b2 = (rng.standard_normal(n) * 3).astype(np.float32)
+        qs2, dqs2 = np.float32(rng.uniform(0.01, 0.2)), np.float32(rng.uniform(0.01, 0.2))
+        qz2 = int(rng.integers(-5, 5) + (0 if then == "int8" else 128))
+        dqz2 = int(rng.integers(-5, 5) + (0 if then == "int8" else 128))
+        stage = (b2, then == "int8", qs2, qz2, dqs2, dqz2)
+        t = _numpy_quantize(want + b2, qs2, qz2, dtype2)
+        want = (t.astype(np.float32) - np.float32(dqz2)) * dqs2
     for level in native.levels():
         with at_level("int8", level):
             native.load("int8")
             out = np.empty((m, n), np.float32)
             status = mod.scale_columns_qdq(
                 acc.reshape(-1), m, n, scale, b if bias else b"", signed, qs, qz, dqs, dqz,
-                out.reshape(-1),
+                out.reshape(-1), *stage,
             )  # fmt: skip
             assert status == 0
             np.testing.assert_array_equal(out, want, err_msg=f"level {level}")
+
+
+def test_scale_columns_qdq_refuses_a_second_stage_that_does_not_fit() -> None:
+    mod = compiled("int8")
+    acc = np.zeros(6, np.int32)
+    scale = np.ones(3, np.float32)
+    out = np.empty(6, np.float32)
+    args = (acc, 2, 3, scale, b"", False, np.float32(0.1), 128, np.float32(0.1), 128, out)
+    with pytest.raises(ValueError, match="one per column"):
+        mod.scale_columns_qdq(*args, np.ones(2, np.float32), False, 0.1, 128, 0.1, 128)
+    with pytest.raises(ValueError, match="zero point"):
+        mod.scale_columns_qdq(*args, np.ones(3, np.float32), True, 0.1, 128, 0.1, 0)
 
 
 def _chain_graph(
@@ -182,6 +207,104 @@ def test_the_fused_node_is_its_definition_bit_for_bit(signed: bool) -> None:
                 back = _numpy_quantize(got[first], qs, int(qz), qz.dtype)
                 want = _definition(inits, back, "mm0_p", "mm1")
                 np.testing.assert_array_equal(got[second], want)
+
+
+def _bias_graph(
+    seed: int,
+    signed: bool,
+    per_column: bool,
+    shape: list[int],
+    n: int,
+    bias_shape: tuple[int, ...],
+    bias_first: bool,
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x -> pair -> MatMul -> pair -> Add of a constant bias -> pair "ad_p": what
+    onnxruntime.quantization writes for a Linear with a bias."""
+    g = QdqGraph(seed, signed, (100, 156))
+    y = g.matmul(g.pair("x", "xp"), "mm0", shape[-1], n, per_column)
+    bias = (g.rng.standard_normal(bias_shape) * 2).astype(np.float32)
+    g.inits.append(onnx.numpy_helper.from_array(bias, "bias"))
+    g.add("bias", y, "ad", relu=False) if bias_first else g.add(y, "bias", "ad", relu=False)
+    return g.model({"x": shape}, ["ad_p"])
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [pn.op_type for pn in run_nodes(Session(model).plan)]
+
+
+@needs_int8
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    signed=st.booleans(),
+    per_column=st.booleans(),
+    shape=st.sampled_from([[1, 16], [5, 33], [2, 7, 64], [1, 3, 4, 20]]),
+    n=st.integers(1, 40),
+    bias_shape=st.sampled_from(["n", "1n", "1"]),
+    bias_first=st.booleans(),
+)
+def test_a_bias_add_after_the_pair_runs_in_the_node(
+    seed: int,
+    signed: bool,
+    per_column: bool,
+    shape: list[int],
+    n: int,
+    bias_shape: str,
+    bias_first: bool,
+) -> None:
+    """The Add and its pair join the MatMul's node; the result is within one step of
+    each pair of stepping (the MatMul's pair may land on the other side of a boundary,
+    and the Add's pair then too), on the first run and the held call's later ones."""
+    dims = {"n": (n,), "1n": (1, n), "1": (1,)}[bias_shape]
+    model, feeds = _bias_graph(seed, signed, per_column, shape, n, dims, bias_first)
+    assert _fused(model) == 1 and "Add" not in _ops(model)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    step = float(inits["mm0_p_s"]) + float(inits["ad_p_s"])
+    for level in _LEVELS:
+        with at_level("int8", level):
+            assert_modes_agree(model, feeds, steps={"ad_p": step})
+            session = Session(model)
+            session.run(feeds)
+            other = {"x": np.random.default_rng(seed + 1).normal(0, 2, shape).astype(np.float32)}
+            got = session.run(other)["ad_p"]  # the held call, new codes
+            assert np.abs(got - stepped_values(model, other)["ad_p"]).max() <= step * (1 + 1e-4)
+
+
+@needs_int8
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_bias_add_stage_is_its_definition_bit_for_bit(signed: bool) -> None:
+    model, feeds = _bias_graph(4, signed, True, [6, 48], 20, (20,), False)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    codes = stepped_values(model, feeds)["xp_q"]
+    first = _definition(inits, codes, "xp", "mm0") + inits["bias"]
+    qs, qz = inits["ad_p_s"], inits["ad_p_z"]
+    want = (_numpy_quantize(first, qs, int(qz), qz.dtype).astype(np.float32) - np.float32(qz)) * qs
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            for _ in range(2):  # the first call, then the held one
+                np.testing.assert_array_equal(session.run(feeds)["ad_p"], want)
+
+
+@needs_int8
+def test_a_bias_add_the_pass_cannot_take_runs_the_nodes() -> None:
+    """A bias with more axes than the product (the Add's result grows one) runs the
+    chain's nodes, so the stepped values; a sum someone else reads keeps its Add."""
+    model, feeds = _bias_graph(7, False, False, [4, 24], 10, (1, 1, 10), False)
+    assert "Add" not in _ops(model)
+    assert_modes_agree(model, feeds, rtol=0.0)
+    model, feeds = _bias_graph(8, True, False, [4, 24], 10, (10,), False)
+    model.graph.output.append(helper.make_tensor_value_info("ad_sum", TensorProto.FLOAT, None))
+    assert _fused(model) == 1 and "Add" in _ops(model)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert_modes_agree(
+        model,
+        feeds,
+        steps={
+            "ad_p": float(inits["mm0_p_s"]) + float(inits["ad_p_s"]),
+            "ad_sum": float(inits["mm0_p_s"]),
+        },
+    )
 
 
 @needs_int8

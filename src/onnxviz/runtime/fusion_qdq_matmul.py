@@ -26,6 +26,13 @@ rounding boundary of the output quantizer.
 A Gemm by a constant (A as it is, alpha 1, B transposed or not, C a constant bias added
 after the scale in float32: a classifier's last layer) runs the same way.
 
+onnxruntime.quantization adds a MatMul's bias after the MatMul's own pair, as a float
+Add of a dequantized constant followed by a pair of its own (each a pass over the
+output: 10-20 us and 5-19 us for BERT-tiny's projections).  When only that Add reads the
+pair and only its pair reads the sum, the three join the node: the same row pass goes on
+with + b[n] in float32 and the second pair's steps (`scale_columns_qdq`'s second stage),
+the nodes' own float32 steps after the first pair.
+
 The activation's dequantizer stays a node when something else reads its float value;
 when only fused MatMuls do, it is dropped (they read its codes).  Either way no
 QuantizeLinear -> DequantizeLinear pair fusion (fusion_qdq.QdqPair, which makes no
@@ -124,12 +131,14 @@ def find_qdq_matmuls(
             continue
         if nodes[dq_at].inputs[0] != nodes[q_at].outputs[0]:
             continue
+        positions = [a_at, w_at, i, q_at, dq_at]
+        positions += _bias_add(nodes, users, const, keep, taken, nodes[dq_at].outputs[0])
         # The activation dequantizer another fused node ends at (a previous QDQ MatMul's
         # or conv's output pair): that node writes its float value, and this one reads
         # the codes back from it.
         from_float = a_at in taken and a_at not in own
-        found.append(QdqMatMulChain([a_at, w_at, i, q_at, dq_at], from_float))
-        taken.update((i, q_at, dq_at))
+        found.append(QdqMatMulChain(positions, from_float))
+        taken.update(positions[2:])
         if not from_float:
             own.add(a_at)
     fused = {chain.positions[2] for chain in found}
@@ -142,8 +151,41 @@ def find_qdq_matmuls(
     return found, dropped
 
 
+def _bias_add(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+    taken: set[int],
+    y: int,
+) -> list[int]:
+    """[Add, q, dq] positions when the output pair's value ``y`` goes only to an Add of a
+    constant (the bias, which onnxruntime.quantization adds after the MatMul's pair) whose
+    sum goes only to a pair of its own; [] otherwise."""
+    add_at = only_reader(users, y, keep)
+    if add_at is None or add_at in taken or not plain_kernel(nodes[add_at], "Add"):
+        return []
+    add = nodes[add_at]
+    if add.opset < 7 or len(add.inputs) != 2 or add.inputs.count(y) != 1 or add.outputs[0] < 0:
+        return []
+    if next(s for s in add.inputs if s != y) not in const:
+        return []
+    q_at = only_reader(users, add.outputs[0], keep)
+    if q_at is None or q_at in taken or not plain_quantizer(nodes[q_at]):
+        return []
+    if nodes[q_at].inputs[0] != add.outputs[0]:
+        return []
+    dq_at = only_reader(users, nodes[q_at].outputs[0], keep)
+    if dq_at is None or dq_at in taken or not plain_dequantizer(nodes[dq_at]):
+        return []
+    if nodes[dq_at].inputs[0] != nodes[q_at].outputs[0]:
+        return []
+    return [add_at, q_at, dq_at]
+
+
 class QdqMatMulChain(NamedTuple):
-    positions: list[int]  # activation dq, weight dq, MatMul or Gemm, q, dq
+    # activation dq, weight dq, MatMul or Gemm, q, dq[, bias Add, its q, its dq]
+    positions: list[int]
     from_float: bool  # the codes read back from the activation dequantizer's output
 
 
@@ -159,7 +201,7 @@ def qdq_matmul_node(nodes: list[PlanNode], chain: QdqMatMulChain) -> PlanNode:
             ins.append(slot)
             names.append(name)
     fused = QdqMatMul(steps, place_of, a_dq, chain.from_float)
-    return fused_node(steps[-3], steps[-1], ins, names, fused)
+    return fused_node(fused.product, steps[-1], ins, names, fused)
 
 
 def _codes_back(v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -186,6 +228,8 @@ class _Ready(NamedTuple):
     scale: np.ndarray
     bias: np.ndarray | bytes  # one float32 per column, or b"": none
     output: tuple[Any, ...]  # scale_columns_qdq's signed, qs, qz, dqs, dqz
+    then: tuple[Any, ...]  # its bias2, signed2, qs2, qz2, dqs2, dqz2 (a bias Add), or ()
+    then_rank: int  # the bias2 operand's rank: the codes may have no fewer axes
 
 
 class QdqMatMul:
@@ -196,7 +240,9 @@ class QdqMatMul:
     ) -> None:
         self.steps = steps  # what the node-by-node run runs
         self.place_of = place_of
-        w_dq, _mm, q, dq = steps[-4:]
+        bias_add = steps[-3].op_type == "Add"  # (a Gemm is never one)
+        w_dq, mm, q, dq = steps[-7:-3] if bias_add else steps[-4:]
+        self.product = mm
         self.from_float = from_float
 
         def places(pn: PlanNode) -> list[int | None]:
@@ -211,9 +257,14 @@ class QdqMatMul:
         self.q_places = places(q)[1:]
         self.dq_places = places(dq)[1:]
         self.w_axis = int(w_dq.attrs.get("axis", 1))
+        # The bias Add after the output pair: its constant's place, its pair's parameters.
+        self.add_places: list[int | None] = []
+        if bias_add:
+            add, add_q, add_dq = steps[-3:]
+            bias = next(s for s in add.inputs if s != dq.outputs[0])
+            self.add_places = [place_of[bias], *places(add_q)[1:], *places(add_dq)[1:]]
         # Gemm: B may come transposed ([N, K]: its columns are W's rows, axis 0), and C is
         # a bias, added after the scale in float32 (the conv's v = acc * s + b).
-        mm = steps[-3]
         self.trans_b = mm.op_type == "Gemm" and bool(mm.attrs.get("transB", 0))
         self.column_axis = (0, -2) if self.trans_b else (1, -1)
         self.bias_place = (
@@ -247,6 +298,7 @@ class QdqMatMul:
             or a.dtype != ready.a_dtype
             or a.ndim < 2
             or a.shape[-1] != ready.k
+            or a.ndim < ready.then_rank
             or not a.size
             or mod is None
             or mod.level() != ready.level
@@ -259,8 +311,9 @@ class QdqMatMul:
         mod.gemm_rows(a2, m, ready.a_signed, ready.za, ready.columns, acc)
         out = np.empty((*a.shape[:-1], n), dtype=_F32)
         status = mod.scale_columns_qdq(
-            acc.reshape(-1), m, n, ready.scale, ready.bias, *ready.output, out.reshape(-1)
-        )
+            acc.reshape(-1), m, n, ready.scale, ready.bias, *ready.output, out.reshape(-1),
+            *ready.then,
+        )  # fmt: skip
         return out if status == 0 else None
 
     def _integer(self, ins: list[Any]) -> np.ndarray | None:
@@ -330,11 +383,42 @@ class QdqMatMul:
             np.float32(ds.reshape(())),
             0 if dz is None else int(dz.reshape(())),
         )
+        then = self._then(ins, n, a.ndim)
+        if then is None:
+            return None
         status = mod.scale_columns_qdq(
-            acc.reshape(-1), acc.size // n, n, scale, bias, *output, out.reshape(-1)
+            acc.reshape(-1), acc.size // n, n, scale, bias, *output, out.reshape(-1), *then
         )
-        self._hold(mod, ins, a, w, za, zw, scale, bias, output)
+        self._hold(mod, ins, a, w, za, zw, scale, bias, output, then)
         return out if status == 0 else None
+
+    def _then(self, ins: list[Any], n: int, rank: int) -> tuple[Any, ...] | None:
+        """scale_columns_qdq's arguments for the bias Add and its pair: () without one;
+        None when they are not what the pass takes (a bias that is not one value or one
+        per column, or adds axes; a pair that is not 8-bit per tensor)."""
+        if not self.add_places:
+            return ()
+        b, qs, qz, ds, dz = (None if p is None else ins[p] for p in self.add_places)
+        bias = column_values(b, n, rank)
+        if (
+            bias is None
+            or not scalar(qs, _F32)
+            or not scalar(ds, _F32)
+            or qz is None
+            or not scalar(qz)
+            or qz.dtype not in _BYTES
+            or (dz is not None and not scalar(dz, qz.dtype))
+        ):
+            return None
+        assert b is not None and qs is not None and ds is not None  # (checked above)
+        return (
+            bias,
+            qz.dtype == np.int8,
+            np.float32(qs.reshape(())),
+            int(qz.reshape(())),
+            np.float32(ds.reshape(())),
+            0 if dz is None else int(dz.reshape(())),
+        )
 
     def _hold(
         self,
@@ -347,6 +431,7 @@ class QdqMatMul:
         scale: np.ndarray,
         bias: np.ndarray | bytes,
         output: tuple[Any, ...],
+        then: tuple[Any, ...],
     ) -> None:
         """Keep this call for `_again` when every parameter is a read-only array (a
         constant: the same object next run holds the same values) and B has one zero
@@ -358,6 +443,7 @@ class QdqMatMul:
             *self.q_places,
             *self.dq_places,
             self.bias_place,
+            *self.add_places,
         ]
         params = tuple((p, ins[p]) for p in places if p is not None)
         if not all(type(v) is np.ndarray and not v.flags.writeable for _, v in params):
@@ -379,6 +465,8 @@ class QdqMatMul:
             scale=scale,
             bias=bias,
             output=output,
+            then=then,
+            then_rank=ins[self.add_places[0]].ndim if then else 0,  # type: ignore[index]
         )
 
     def _bias(self, ins: list[Any], n: int) -> np.ndarray | bytes | None:

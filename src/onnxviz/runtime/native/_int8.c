@@ -48,8 +48,10 @@
  *       out = clip(rint(x / scale) + zp) in float32 steps (QuantizeLinear's), as bytes
  *   scale_columns(acc, M, N, scale, bias, out)
  *       out = float32(acc) * scale[n] (+ bias[n]): Cast -> Mul -> Add in float32 steps
- *   scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out) -> 0 or -1
- *       scale_columns, then QuantizeLinear -> DequantizeLinear: a QDQ MatMul's output
+ *   scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out
+ *                     [, bias2, signed2, qs2, qz2, dqs2, dqz2]) -> 0 or -1
+ *       scale_columns, then QuantizeLinear -> DequantizeLinear: a QDQ MatMul's output;
+ *       with the rest, then + bias2[n] and a second pair (the MatMul's bias Add)
  *   dynamic_quantize(x, out) -> (status, scale, zero point)
  *       DynamicQuantizeLinear in float32 steps: x's range, then quantize
  */
@@ -1553,32 +1555,62 @@ static PyObject *py_scale_columns(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* y[j] + b[j] for a row, each sum rounded to float32 (an Add node's), in place. */
+static void add_columns(float *y, const float *b, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++) y[j] = y[j] + b[j];
+}
+
+#if HAVE_X86
+__attribute__((target(AVX512_TARGET))) static void add_columns_avx512(float *y, const float *b,
+                                                                     Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++) y[j] = y[j] + b[j];
+}
+#endif
+
 static PyObject *py_scale_columns_qdq(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer acc, scale, bias, out;
+    Py_buffer acc, scale, bias, out, bias2 = {0};
     Py_ssize_t m, n;
-    float qs, dqs;
-    int qz, dqz, is_signed;
-    if (!PyArg_ParseTuple(args, "y*nny*y*pfifiw*", &acc, &m, &n, &scale, &bias, &is_signed,
-                          &qs, &qz, &dqs, &dqz, &out))
+    float qs, dqs, qs2 = 1.0f, dqs2 = 1.0f;
+    int qz, dqz, is_signed, signed2 = 0, qz2 = 0, dqz2 = 0;
+    if (!PyArg_ParseTuple(args, "y*nny*y*pfifiw*|y*pfifi", &acc, &m, &n, &scale, &bias,
+                          &is_signed, &qs, &qz, &dqs, &dqz, &out, &bias2, &signed2, &qs2,
+                          &qz2, &dqs2, &dqz2))
         return NULL;
     PyObject *result = NULL;
     if (!scale_columns_check("scale_columns_qdq", &acc, m, n, &scale, &bias, &out)) goto done;
-    if (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz)) {
+    if (!byte_code(is_signed, qz) || !byte_code(is_signed, dqz) ||
+        (bias2.buf && (!byte_code(signed2, qz2) || !byte_code(signed2, dqz2)))) {
         PyErr_SetString(PyExc_ValueError, "scale_columns_qdq: zero point outside the type's range");
+        goto done;
+    }
+    if (bias2.buf && bias2.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "scale_columns_qdq: the second bias is not one per column");
         goto done;
     }
     {
         const float *b = bias.len ? (const float *)bias.buf : NULL;
         const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+        /* The optional second stage: the row plus a bias per column (the Add that
+         * onnxruntime.quantization puts after a MatMul's own pair), then the Add's pair. */
+        const float *b2 = bias2.buf;
+        const float lo2 = signed2 ? -128.0f : 0.0f, hi2 = signed2 ? 127.0f : 255.0f;
         const ScaleRowFn row = scale_row_at_level();
         const QdqFn qdq = qdq_at_level();
+        void (*add)(float *, const float *, Py_ssize_t) = add_columns;
+#if HAVE_X86
+        if (current_level >= 2) add = add_columns_avx512;
+#endif
         int nan = 0;
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < m; i++) {
             float *y = (float *)out.buf + i * n;
             row((const int32_t *)acc.buf + i * n, n, (const float *)scale.buf, b, y);
             nan |= qdq(y, y, n, qs, (float)qz, lo, hi, (float)dqz, dqs);
+            if (b2) {
+                add(y, b2, n);
+                nan |= qdq(y, y, n, qs2, (float)qz2, lo2, hi2, (float)dqz2, dqs2);
+            }
         }
         Py_END_ALLOW_THREADS;
         result = PyLong_FromLong(nan ? -1 : 0);
@@ -1588,6 +1620,7 @@ done:
     PyBuffer_Release(&scale);
     PyBuffer_Release(&bias);
     PyBuffer_Release(&out);
+    if (bias2.buf) PyBuffer_Release(&bias2);
     return result;
 }
 
@@ -2315,9 +2348,10 @@ static PyMethodDef methods[] = {
      "scale_columns(acc, M, N, scale, bias, out): out[m, n] = float32(acc[m, n]) * "
      "scale[n] (+ bias[n]; bias b'': none) in float32 steps, no FMA."},
     {"scale_columns_qdq", py_scale_columns_qdq, METH_VARARGS,
-     "scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out) -> 0 or -1 "
+     "scale_columns_qdq(acc, M, N, scale, bias, signed, qs, qz, dqs, dqz, out[, bias2, signed2, "
+     "qs2, qz2, dqs2, dqz2]) -> 0 or -1 "
      "(NaN met): scale_columns' values, then QuantizeLinear -> DequantizeLinear in float32 "
-     "steps (qdq's)."},
+     "steps (qdq's); with bias2 and the rest, then + bias2[n] and a second such pair."},
     {"dynamic_quantize", py_dynamic_quantize, METH_VARARGS,
      "dynamic_quantize(x, out) -> (status, scale, zero_point): DynamicQuantizeLinear of "
      "float32 x into uint8 out in the operator's float32 steps; status -1 (nothing "
