@@ -315,6 +315,17 @@ def _quantize_steps(x: np.ndarray, scale: np.float32, zp: int, dtype: Any) -> np
     return t
 
 
+def _rescale_quantize(v: np.ndarray, scale: np.float32, zp: int, dtype: Any) -> np.ndarray:
+    """The fused conv's output quantizer (rescale_qdq, rescale_q): QuantizeLinear's float32
+    steps with the division taken as a product by float32(1 / scale)."""
+    info = np.iinfo(dtype)
+    t = np.multiply(v, np.float32(1) / np.float32(scale), dtype=np.float32)
+    np.rint(t, out=t)
+    t += np.float32(zp)
+    np.clip(t, info.min, info.max, out=t)
+    return t
+
+
 @pytest.mark.parametrize("signed", [False, True])
 def test_quantize_is_the_kernels_float32_steps(signed: bool) -> None:
     rng = np.random.default_rng(3)
@@ -438,13 +449,13 @@ def test_rescale_qdq_is_float32_steps_then_the_quantizers(
     v = acc[:, :, :keep].astype(np.float32) * scale[:, None, None] + bias[:, None, None]
     if relu:
         v = np.maximum(v, np.float32(0))
-    t = _quantize_steps(v, qs, 9, np.uint8)
+    t = _rescale_quantize(v, qs, 9, np.uint8)
     t -= np.float32(11)
     t *= dqs
     codes = {}
     for signed, zp in ((False, 9), (True, -7)):
         dtype = np.int8 if signed else np.uint8
-        codes[signed] = _quantize_steps(v, qs, zp, dtype).astype(dtype)
+        codes[signed] = _rescale_quantize(v, qs, zp, dtype).astype(dtype)
     for level in native.levels():
         _module().set_level(level)
         y = np.empty((m, rows, keep), np.float32)
@@ -461,13 +472,39 @@ def test_rescale_qdq_is_float32_steps_then_the_quantizers(
             )
             assert status == 0
             np.testing.assert_array_equal(b, codes[signed], err_msg=f"{level} {signed}")
-        nan_scale = scale.copy()
-        nan_scale[-1] = np.nan
-        b = np.empty((m, rows, keep), np.uint8)
-        assert (
-            _module().rescale_q(acc, m, rows, width, keep, nan_scale, bias, relu, False, qs, 9, b)
-            == -1
-        )
+        # Not finite: a scale, a bias, 1 / qs (a subnormal qs) -> -1, the nodes run.
+        for bad_scale, bad_bias, bad_qs in (
+            (np.nan, 0.0, qs),
+            (np.inf, 0.0, qs),
+            (1.0, np.nan, qs),
+            (1.0, 0.0, np.float32(1e-40)),
+        ):
+            s2, b2 = scale.copy(), bias.copy()
+            s2[-1] *= np.float32(bad_scale)
+            b2[0] += np.float32(bad_bias)
+            b = np.empty((m, rows, keep), np.uint8)
+            got = _module().rescale_q(acc, m, rows, width, keep, s2, b2, relu, False, bad_qs, 9, b)
+            assert got == -1
+
+
+def test_the_rescale_quantizer_multiplies_by_the_reciprocal() -> None:
+    """v * float32(1 / qs) where it differs from v / qs: qs = float32(2 / 13) puts the
+    quotient of odd integers on a tie that the product misses by an ulp."""
+    acc = np.arange(-70, 70, dtype=np.int32).reshape(1, 1, 140)
+    one, none = np.ones(1, np.float32), np.zeros(1, np.float32)
+    qs = np.float32(2 / 13)
+    v = acc.astype(np.float32)
+    want = _rescale_quantize(v, qs, 128, np.uint8).astype(np.uint8)
+    assert (want != _quantize_steps(v, qs, 128, np.uint8)).sum() >= 4
+    for level in native.levels():
+        _module().set_level(level)
+        for relu in (False, True):
+            got = np.empty((1, 1, 140), np.uint8)
+            assert (
+                _module().rescale_q(acc, 1, 1, 140, 140, one, none, relu, False, qs, 128, got) == 0
+            )
+            expected = np.where(v < 0, 128, want) if relu else want
+            np.testing.assert_array_equal(got, expected, err_msg=f"level {level} relu {relu}")
 
 
 # ---- the QDQ conv fusion --------------------------------------------------------------
@@ -580,7 +617,7 @@ def _integer_reference(
     if relu:
         v = np.maximum(v, np.float32(0))
         exact = np.maximum(exact, 0)
-    q = _quantize_steps(v, p["os"].astype(np.float32), int(p["oz"]), np.uint8)
+    q = _rescale_quantize(v, p["os"].astype(np.float32), int(p["oz"]), np.uint8)
     y = (q - np.float32(p["oz"])) * p["os"].astype(np.float32)
     return y.reshape(n, m, oh, ow), exact.reshape(n, m, oh, ow)
 

@@ -35,8 +35,10 @@
  *       [M, K] row-major and B packed by pack_columns; out: M*N int32, row-major
  *   rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y)
  *       v = (float)acc[m, r*width + j] * scale[m] + bias[m] for j < keep, in float32 steps
- *       (float32 scale and bias), then Relu's max(v, 0) when relu, quantized and
- *       dequantized again by QuantizeLinear's and DequantizeLinear's float32 steps
+ *       (float32 scale and bias), then Relu's max(v, 0) when relu, quantized by
+ *       QuantizeLinear's float32 steps with v / qs taken as v * float32(1 / qs), and
+ *       dequantized again by DequantizeLinear's; -1 (nothing written) when a scale, a
+ *       bias or 1 / qs is not finite
  *   rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y)
  *       rescale_qdq's steps up to the quantized value, written as bytes
  *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
@@ -1050,27 +1052,29 @@ static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float 
     QUANTIZE_BODY
 }
 
-/* One row of rescale_qdq and rescale_q: float32(acc) * s + b in float32 steps (a
- * conversion, a multiply and an add, each rounded: no FMA) [Relu], quantized, then either
- * the byte stored (`codes`: QuantizeLinear's output, a NaN reported and stored as 0, as
- * quantize does) or the value dequantized again (`dst` floats). */
-static int rescale_row_generic(const int32_t *src, void *dst, int codes, Py_ssize_t keep,
-                               float s, float b, int relu, float qs, float z, float lo,
-                               float hi, float z2, float dqs) {
-    int nan = 0;
+/* One row of rescale_qdq and rescale_q: v = float32(acc) * s + b in float32 steps (a
+ * conversion, a multiply and an add, each rounded: no FMA) [Relu], then the output
+ * quantizer with its division taken as a product by r = float32(1 / qs): t = v * r,
+ * rounded half to even, + z, clipped; then either the byte stored (`codes`: QuantizeLinear's
+ * output) or the value dequantized again (`dst` floats).  The product r is within an ulp
+ * of the quotient, inside the conv's own rounding of v (about 2 ulp from the exact
+ * value): like that rounding it can move a value lying that close to a rounding boundary
+ * by one step, and it is four times cheaper than the division (rescale_call checks that
+ * s, b and r are finite, so no NaN can arise; an infinite v*r clips like the quotient). */
+static void rescale_row_generic(const int32_t *src, void *dst, int codes, Py_ssize_t keep,
+                                float s, float b, int relu, float r, float z, float lo,
+                                float hi, float z2, float dqs) {
     for (Py_ssize_t j = 0; j < keep; j++) {
         float v = (float)src[j] * s + b;
         if (relu) v = v < 0.0f ? 0.0f : v;
-        float t = round_even(v / qs) + z;
-        nan |= t != t;
+        float t = round_even(v * r) + z;
         t = t < lo ? lo : t;
         t = t > hi ? hi : t;
         if (codes)
-            ((uint8_t *)dst)[j] = (uint8_t)(int32_t)(t == t ? t : 0.0f);
+            ((uint8_t *)dst)[j] = (uint8_t)(int32_t)t;
         else
             ((float *)dst)[j] = (t - z2) * dqs;
     }
-    return nan;
 }
 
 #if HAVE_X86
@@ -1110,41 +1114,42 @@ __attribute__((target("avx2"))) static int quantize_avx2(const float *src, uint8
     return quantize_generic(src + i, dst + i, n - i, scale, z, lo, hi) | bad;
 }
 
-/* rescale_row_generic 8 at a time (the same IEEE operations, so the same bits), the bytes
- * stored as quantize_avx2 stores them; the tail by the scalar code. */
-__attribute__((target("avx2"))) static int rescale_row_avx2(const int32_t *src, void *dst,
-                                                            int codes, Py_ssize_t keep,
-                                                            float s, float b, int relu,
-                                                            float qs, float z, float lo,
-                                                            float hi, float z2, float dqs) {
-    const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b);
-    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
-                 hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs),
-                 zero = _mm256_setzero_ps();
+/* rescale_row_generic 8 at a time, the same bits: the rounding and the zero point in
+ * int32 (v * r clamped to +-2^30 first, where the float steps clip anyway; below that
+ * rint(t) + z is exact either way), the clip as integer max and min, the bytes packed
+ * with saturation (never met: the values are in range); the tail by the scalar code. */
+__attribute__((target("avx2"))) static void rescale_row_avx2(const int32_t *src, void *dst,
+                                                             int codes, Py_ssize_t keep,
+                                                             float s, float b, int relu,
+                                                             float r, float z, float lo,
+                                                             float hi, float z2, float dqs) {
+    const __m256 sv = _mm256_set1_ps(s), bv = _mm256_set1_ps(b), rv = _mm256_set1_ps(r),
+                 big = _mm256_set1_ps(1073741824.0f), nbig = _mm256_set1_ps(-1073741824.0f),
+                 z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs), zero = _mm256_setzero_ps();
+    const __m256i zi = _mm256_set1_epi32((int)z), loi = _mm256_set1_epi32((int)lo),
+                  hii = _mm256_set1_epi32((int)hi);
     const int is_signed = lo < 0.0f;
-    __m256 nan = _mm256_setzero_ps();
     Py_ssize_t j = 0;
     for (; j + 8 <= keep; j += 8) {
         const __m256i a = _mm256_loadu_si256((const __m256i *)(src + j));
         __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a), sv), bv);
-        if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
-        __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
+        if (relu) v = _mm256_max_ps(v, zero);
+        const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, rv), nbig), big);
+        __m256i iv = _mm256_cvttps_epi32(
+            _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        iv = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(iv, zi), loi), hii);
         if (!codes) {
-            _mm256_storeu_ps((float *)dst + j, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+            const __m256 f = _mm256_cvtepi32_ps(iv);
+            _mm256_storeu_ps((float *)dst + j, _mm256_mul_ps(_mm256_sub_ps(f, z2v), dv));
             continue;
         }
-        t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
-        const __m256i iv = _mm256_cvttps_epi32(t);
         const __m128i w16 =
             _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
         const __m128i b8 = is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
         _mm_storel_epi64((__m128i *)((uint8_t *)dst + j), b8);
     }
-    int bad = _mm256_movemask_ps(nan) != 0;
     void *rest = codes ? (void *)((uint8_t *)dst + j) : (void *)((float *)dst + j);
-    return rescale_row_generic(src + j, rest, codes, keep - j, s, b, relu, qs, z, lo, hi, z2,
-                               dqs) |
-           bad;
+    rescale_row_generic(src + j, rest, codes, keep - j, s, b, relu, r, z, lo, hi, z2, dqs);
 }
 #endif
 
@@ -1224,53 +1229,47 @@ __attribute__((target("avx512f"))) static int quantize_avx512(const float *src, 
     return nan != 0;
 }
 
-/* rescale_row_generic 16 at a time (the same IEEE operations, so the same bits), the
- * bytes stored as quantize_avx512 stores them, the tail masked. */
-__attribute__((target(AVX512_TARGET), always_inline)) static inline int rescale_row_avx512(
+/* rescale_row_avx2's steps 16 at a time (the same bits), the rounding by the conversion's
+ * own round-to-nearest-even, the tail masked: about half the instructions of the float
+ * rounding, clip and NaN checks it replaced (QDQ ResNet-18's rescales ...). */
+__attribute__((target(AVX512_TARGET), always_inline)) static inline void rescale_row_avx512(
     const int32_t *src, void *dst, int codes, Py_ssize_t keep, float s, float b, int relu,
-    float qs, float z, float lo, float hi, float z2, float dqs) {
-    const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b);
-    const __m512 qv = _mm512_set1_ps(qs), zv = _mm512_set1_ps(z), lov = _mm512_set1_ps(lo),
-                 hiv = _mm512_set1_ps(hi), z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs),
-                 zero = _mm512_setzero_ps();
-    const int is_signed = lo < 0.0f;
-    __mmask16 nan = 0;
+    float r, float z, float lo, float hi, float z2, float dqs) {
+    const __m512 sv = _mm512_set1_ps(s), bv = _mm512_set1_ps(b), rv = _mm512_set1_ps(r),
+                 big = _mm512_set1_ps(1073741824.0f), nbig = _mm512_set1_ps(-1073741824.0f),
+                 z2v = _mm512_set1_ps(z2), dv = _mm512_set1_ps(dqs), zero = _mm512_setzero_ps();
+    const __m512i zi = _mm512_set1_epi32((int)z), loi = _mm512_set1_epi32((int)lo),
+                  hii = _mm512_set1_epi32((int)hi);
     for (Py_ssize_t j = 0; j < keep; j += 16) {
-        /* the tail masked, as quantize_avx512's */
         const __mmask16 k =
             keep - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (keep - j)) - 1u);
         const __m512i a = _mm512_maskz_loadu_epi32(k, (const void *)(src + j));
         /* float32(acc) * s + b: a multiply and an add (no FMA) */
         __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), sv), bv);
-        if (relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-        __mmask16 bad = 0;
-        __m512 t = round_clip16(_mm512_div_ps(v, qv), zv, lov, hiv, &bad);
-        nan |= bad & k;
+        if (relu) v = _mm512_max_ps(v, zero);
+        const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, rv), nbig), big);
+        __m512i iv = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        iv = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(iv, zi), loi), hii);
         if (!codes) {
-            _mm512_mask_storeu_ps((float *)dst + j, k, _mm512_mul_ps(_mm512_sub_ps(t, z2v), dv));
+            const __m512 f = _mm512_cvtepi32_ps(iv);
+            _mm512_mask_storeu_ps((float *)dst + j, k, _mm512_mul_ps(_mm512_sub_ps(f, z2v), dv));
             continue;
         }
-        t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
-        const __m512i iv = _mm512_cvttps_epi32(t);
-        const __m128i b8 = is_signed ? _mm512_cvtsepi32_epi8(iv) : _mm512_cvtusepi32_epi8(iv);
-        _mm_mask_storeu_epi8((void *)((uint8_t *)dst + j), k, b8);
+        _mm_mask_storeu_epi8((void *)((uint8_t *)dst + j), k, _mm512_cvtepi32_epi8(iv));
     }
-    return nan != 0;
 }
 
 /* One channel's rows (rows of `width` int32, `keep` of them kept): the row pass inlined,
  * its constants set once per plane, not per row (a 3x3 conv's rows of 56 values had about
  * a fifth of their time in that setup). */
-__attribute__((target(AVX512_TARGET))) static int rescale_plane_avx512(
+__attribute__((target(AVX512_TARGET))) static void rescale_plane_avx512(
     const int32_t *src, void *dst, int codes, Py_ssize_t rows, Py_ssize_t width,
-    Py_ssize_t keep, float s, float b, int relu, float qs, float z, float lo, float hi,
+    Py_ssize_t keep, float s, float b, int relu, float r, float z, float lo, float hi,
     float z2, float dqs) {
     const Py_ssize_t item = codes ? 1 : 4;
-    int nan = 0;
-    for (Py_ssize_t r = 0; r < rows; r++)
-        nan |= rescale_row_avx512(src + r * width, (char *)dst + r * keep * item, codes, keep, s,
-                                  b, relu, qs, z, lo, hi, z2, dqs);
-    return nan;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        rescale_row_avx512(src + i * width, (char *)dst + i * keep * item, codes, keep, s, b,
+                           relu, r, z, lo, hi, z2, dqs);
 }
 
 /* qdq_avx2's steps 16 at a time (each the same IEEE operation, so the same bits), the
@@ -1372,9 +1371,16 @@ static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py
     char *out = (char *)y->buf;
     const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
     const float z = (float)qz, z2 = (float)dqz;
-    int nan = 0;
-    int (*row_fn)(const int32_t *, void *, int, Py_ssize_t, float, float, int, float, float,
-                  float, float, float, float) = rescale_row_generic;
+    /* The quantizer's division as a product (rescale_row_generic): r and every scale and
+     * bias finite, so no NaN can arise; anything else is reported as a NaN would be (the
+     * caller runs the nodes). */
+    const float r = 1.0f / qs;
+    int finite = isfinite(qs) && isfinite(r) && r != 0.0f;
+    for (Py_ssize_t i = 0; finite && i < m; i++)
+        finite = isfinite(sc[i]) && (bi == NULL || isfinite(bi[i]));
+    if (!finite) return PyLong_FromLong(-1);
+    void (*row_fn)(const int32_t *, void *, int, Py_ssize_t, float, float, int, float, float,
+                   float, float, float, float) = rescale_row_generic;
 #if HAVE_X86
     if (current_level >= 2)
         row_fn = rescale_row_avx512;
@@ -1393,30 +1399,31 @@ static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py
         const int32_t *ai = a + i * rows * width;
         char *oi = out + i * rows * keep * item;
         if (grid != NULL) {
-            nan |= row_fn(ai, grid, codes, rows * width, s, b, relu, qs, z, lo, hi, z2, dqs);
-            for (Py_ssize_t r = 0; r < rows; r++)
-                copy_bytes((uint8_t *)oi + r * keep * item, (uint8_t *)grid + r * width * item,
+            row_fn(ai, grid, codes, rows * width, s, b, relu, r, z, lo, hi, z2, dqs);
+            for (Py_ssize_t k = 0; k < rows; k++)
+                copy_bytes((uint8_t *)oi + k * keep * item, (uint8_t *)grid + k * width * item,
                            keep * item);
             continue;
         }
 #if HAVE_X86
         if (current_level >= 2) {
-            nan |= rescale_plane_avx512(ai, oi, codes, runs, runs > 1 ? width : run, run, s, b,
-                                        relu, qs, z, lo, hi, z2, dqs);
+            rescale_plane_avx512(ai, oi, codes, runs, runs > 1 ? width : run, run, s, b, relu, r,
+                                 z, lo, hi, z2, dqs);
             continue;
         }
 #endif
-        for (Py_ssize_t r = 0; r < runs; r++)
-            nan |= row_fn(ai + r * width, oi + r * keep * item, codes, run, s, b, relu, qs, z, lo,
-                          hi, z2, dqs);
+        for (Py_ssize_t k = 0; k < runs; k++)
+            row_fn(ai + k * width, oi + k * keep * item, codes, run, s, b, relu, r, z, lo, hi, z2,
+                   dqs);
     }
     Py_END_ALLOW_THREADS;
     free(grid);
-    return PyLong_FromLong(nan ? -1 : 0);
+    return PyLong_FromLong(0);
 }
 
-/* rescale, then QuantizeLinear -> DequantizeLinear of the float32 result (fusion_qdq's
- * QdqPair steps, in float32, in its order); returns -1 when a NaN met the quantizer. */
+/* rescale, then QuantizeLinear (its division as a product, rescale_row_generic) ->
+ * DequantizeLinear of the float32 result; -1 when a scale, a bias or 1 / qs is not
+ * finite. */
 static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer acc, scale, bias, y;
@@ -1436,7 +1443,7 @@ static PyObject *py_rescale_qdq(PyObject *self, PyObject *args) {
 }
 
 /* rescale_q: rescale_qdq's steps up to the output quantizer, its bytes written (a QDQ
- * conv whose output codes the next one reads, fusion_qdq_conv.py); -1 when a NaN met it. */
+ * conv whose output codes the next one reads, fusion_qdq_conv.py); -1 as rescale_qdq. */
 static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer acc, scale, bias, y;
@@ -2314,13 +2321,12 @@ static PyMethodDef methods[] = {
      "sum_k (A[m,k] - za) * (B[k,n] - zb), exactly, for A[M, K] row-major bytes."},
     {"rescale_qdq", py_rescale_qdq, METH_VARARGS,
      "rescale_qdq(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, dqs, dqz, y) "
-     "-> 0 or -1 (NaN met): float32(acc[m,r,j]) * scale[m] + bias[m] for j < keep (float32 "
-     "scale and bias, b'': none) [Relu], then QuantizeLinear -> DequantizeLinear, all in "
-     "float32 steps."},
+     "-> 0 or -1 (a scale, bias or 1/qs not finite): float32(acc[m,r,j]) * scale[m] + "
+     "bias[m] for j < keep (float32 scale and bias, b'': none) [Relu], then QuantizeLinear "
+     "(its division as a product by float32(1/qs)) -> DequantizeLinear, in float32 steps."},
     {"rescale_q", py_rescale_q, METH_VARARGS,
      "rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y) -> 0 or -1 "
-     "(NaN met): rescale_qdq's value [Relu], quantized by QuantizeLinear's float32 steps "
-     "into bytes."},
+     "(as rescale_qdq): rescale_qdq's value [Relu], quantized as there into bytes."},
     {"qdq", py_qdq, METH_VARARGS,
      "qdq(x, qs, qz, dqs, dqz, signed, out) -> 0 or -1 (NaN met): QuantizeLinear -> "
      "DequantizeLinear of float32 values in their float32 steps."},
