@@ -487,6 +487,95 @@ def test_rescale_qdq_is_float32_steps_then_the_quantizers(
             assert got == -1
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 70),
+    k=st.sampled_from([3, 27, 288, 1100]),
+    grid=st.sampled_from([(1, 5, 5), (7, 9, 7), (3, 40, 37), (56, 58, 56), (40, 40, 40)]),
+    w_signed=st.booleans(),
+    x_signed=st.booleans(),
+    codes=st.booleans(),
+    relu=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_gemm_rescale_is_gemm_then_the_rescale(
+    m: int,
+    k: int,
+    grid: tuple[int, int, int],
+    w_signed: bool,
+    x_signed: bool,
+    codes: bool,
+    relu: bool,
+    seed: int,
+) -> None:
+    """The product rescaled block by block in cache gives gemm's C through rescale_q or
+    rescale_qdq, bit for bit, at every level: short rows (the grid buffer), rows with
+    columns to drop, rows without, blocks that end inside a row, weights with zero points
+    (the column term), more than one block of C."""
+    rows, width, keep = grid
+    n = rows * width
+    rng = np.random.default_rng(seed)
+    w = _bytes(rng, w_signed, (m, k), False)
+    zw = rng.integers(0, 256, m) if not w_signed else np.zeros(m, np.int64)
+    x = _bytes(rng, x_signed, (k, n), False)
+    zx = int(rng.integers(-20, 20)) + (0 if x_signed else 128)
+    scale = rng.uniform(1e-5, 3e-4, m).astype(np.float32)
+    bias = rng.normal(0, 0.5, m).astype(np.float32)
+    qs, qz = np.float32(rng.uniform(0.02, 0.1)), int(rng.integers(0, 256))
+    dqs, dqz = np.float32(rng.uniform(0.02, 0.1)), int(rng.integers(0, 256))
+    rowoff = np.arange(k, dtype=np.int64) * n
+    mod = _module()
+    for level in native.levels():
+        acc = _product(level, w, zw, x, zx)
+        packed = mod.pack_weights(w.view(np.uint8), m, k, w_signed, zw.astype(np.int32))
+        if codes:
+            want = np.empty((m, rows, keep), np.uint8)
+            assert (
+                mod.rescale_q(acc, m, rows, width, keep, scale, bias, relu, False, qs, qz, want)
+                == 0
+            )
+        else:
+            want = np.empty((m, rows, keep), np.float32)
+            status = mod.rescale_qdq(
+                acc, m, rows, width, keep, scale, bias, relu, False, qs, qz, dqs, dqz, want
+            )
+            assert status == 0
+        got = np.full_like(want, 77)
+        status = mod.gemm_rescale(
+            packed, x.view(np.uint8).reshape(-1), rowoff, 1, n, x_signed, zx, rows, width, keep,
+            scale, bias, relu, False, qs, qz, dqs, dqz, codes, got,
+        )  # fmt: skip
+        assert status == 0
+        np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
+def test_gemm_rescale_checks_its_operands() -> None:
+    mod = _module()
+    w = np.ones((4, 6), np.int8)
+    packed = mod.pack_weights(w.view(np.uint8), 4, 6, True, np.zeros(4, np.int32))
+    x = np.ones(6 * 12, np.uint8)
+    rowoff = np.arange(6, dtype=np.int64) * 12
+    scale, bias = np.ones(4, np.float32), np.zeros(4, np.float32)
+    y = np.empty((4, 3, 4), np.uint8)
+    args = (packed, x, rowoff, 1, 12, False, 0)
+    tail = (scale, bias, False, False, np.float32(0.1), 0, np.float32(0.1), 0, True, y)
+    assert mod.gemm_rescale(*args, 3, 4, 4, *tail) == 0
+    np.testing.assert_array_equal(y, np.full((4, 3, 4), 60, np.uint8))  # 6 * 1 / 0.1
+    with pytest.raises(ValueError):  # rows * width is not N
+        mod.gemm_rescale(*args, 3, 5, 4, *tail)
+    with pytest.raises(ValueError):  # keep > width
+        mod.gemm_rescale(*args, 3, 4, 5, *tail)
+    with pytest.raises(ValueError):  # y too short
+        mod.gemm_rescale(*args, 3, 4, 4, *tail[:-1], np.empty(47, np.uint8))
+    with pytest.raises(ValueError):  # one scale missing
+        mod.gemm_rescale(*args, 3, 4, 4, scale[:3], *tail[1:])
+    with pytest.raises(ValueError):  # not packed weights
+        mod.gemm_rescale(b"nope", *args[1:], 3, 4, 4, *tail)
+    nan_bias = bias.copy()
+    nan_bias[2] = np.nan
+    assert mod.gemm_rescale(*args, 3, 4, 4, scale, nan_bias, *tail[2:]) == -1
+
+
 def test_the_rescale_quantizer_multiplies_by_the_reciprocal() -> None:
     """v * float32(1 / qs) where it differs from v / qs: qs = float32(2 / 13) puts the
     quotient of odd integers on a tie that the product misses by an ulp."""

@@ -477,11 +477,12 @@ class QdqConv:
             image=c * phases * length,
             per_channel=per_channel,
             gemm=(packed, wide, x_signed, zd),
-            acc=(m, wide),
             out=(n, m, *out),
             out_dtype=otype if self.codes_out else _F32,
-            rescale=(m, out[0], wide // out[0], out[1], scale, bias_arg, self.relu, o_signed)
-            + (np.float32(os_.reshape(())), qz, *dequantizer),
+            rescale=(out[0], wide // out[0], out[1], scale, bias_arg, self.relu, o_signed)
+            + (np.float32(os_.reshape(())), qz)
+            + (dequantizer or (np.float32(1), qz))
+            + (self.codes_out,),
         )
         self._ready = None
         y = _run(module, ready, x)
@@ -542,17 +543,18 @@ class _Ready(NamedTuple):
     image: int  # bytes of one image's flat layout
     per_channel: np.ndarray
     gemm: tuple[Any, int, bool, int]  # packed, N, x_signed, zx
-    acc: tuple[int, int]
     out: tuple[int, ...]
-    out_dtype: np.dtype[Any]  # bytes (rescale_q: the codes) or float32 (rescale_qdq)
-    rescale: tuple[Any, ...]  # the rescale call's arguments between acc and y
+    out_dtype: np.dtype[Any]  # bytes (rescale_q's: the codes) or float32 (rescale_qdq's)
+    # gemm_rescale's arguments between the product's and y (rows ... dqz, codes)
+    rescale: tuple[Any, ...]
 
 
 def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
     """x quantized into the flat layout (its pads at the dequantizer's zero point: a
     padded value is real 0 in the float definition, that is the integer zd), one
-    integer product per image, then rescaled into the chain's output; None when a
-    quantizer met a NaN (the platform's cast decides: run the nodes)."""
+    integer product per image rescaled into the chain's output block by block of its
+    columns while they are in cache (`_int8.gemm_rescale`); None when a quantizer met a
+    NaN (the platform's cast decides: run the nodes)."""
     if ready.direct:
         flat = x
     elif ready.codes_in:
@@ -562,13 +564,12 @@ def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
         flat = scratch("conv_flat", ready.flat, np.uint8)
         if module.quantize_layout(x, *ready.layout, flat) < 0:
             return None
-    acc = scratch("int8_acc", ready.acc, np.int32)
     y = np.empty(ready.out, dtype=ready.out_dtype)
-    rescale = module.rescale_qdq if ready.out_dtype == _F32 else module.rescale_q
     packed, wide, x_signed, zx = ready.gemm
     for b in range(ready.out[0]):
+        # The product and the rescale block by block, C never leaving the cache.
         offsets = ready.per_channel + b * ready.image if b else ready.per_channel
-        module.gemm(packed, flat, offsets, 1, wide, x_signed, zx, acc)
-        if rescale(acc, *ready.rescale, y[b]) < 0:
+        args = (packed, flat, offsets, 1, wide, x_signed, zx, *ready.rescale, y[b])
+        if module.gemm_rescale(*args) < 0:
             return None
     return y

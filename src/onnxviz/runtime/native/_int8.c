@@ -41,6 +41,9 @@
  *       bias or 1 / qs is not finite
  *   rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y)
  *       rescale_qdq's steps up to the quantized value, written as bytes
+ *   gemm_rescale(packed, x, rowoff, colstride, N, x_signed, zx, rows, width, keep, scale,
+ *                bias, relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1
+ *       gemm, then rescale_q (codes) or rescale_qdq over C, block by block in cache
  *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
  *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
  *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
@@ -703,6 +706,145 @@ static int check_offsets(const int64_t *rowoff, Py_ssize_t k, Py_ssize_t n, Py_s
     return 1;
 }
 
+/* What gemm_blocks hands each block of C's columns to once it is final: C's rows for
+ * columns col0..col1-1 of the product, at c (row stride ldc, column col0 first). */
+typedef struct {
+    void (*done)(void *ctx, const int32_t *c, Py_ssize_t ldc, Py_ssize_t col0,
+                 Py_ssize_t col1);
+    void *ctx;
+} BlockSink;
+
+/* C = (W - zw) (X - zx), X[k, n] = x[rowoff[k] + n * colstride], W packed (h, s: its
+ * level's shape).  X is packed a block of column panels at a time, just before its
+ * products: as many panels as fit in about 256 KB (L2), each block then multiplied by
+ * every row panel of W in turn, so C is written row panel by row panel (8 rows streaming
+ * along N, not all M rows at once) while the packed block stays in cache.  With `out`
+ * (M x n int32, row-major) C goes there.  With a sink, the blocks are also capped at
+ * 512 KB of C, each computed into a C of its own that stays in cache, and handed to the
+ * sink when final: the caller's pass over C (a conv's rescale) reads it from L2 instead
+ * of a whole C written to memory and read back.  Operands checked by the caller; runs
+ * without the GIL; -1 when memory runs out. */
+static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t *x,
+                       Py_ssize_t x_len, const int64_t *rowoff, Py_ssize_t colstride,
+                       Py_ssize_t n, int x_signed, int zx, int32_t *out,
+                       const BlockSink *sink) {
+    const Py_ssize_t m = h->m, k = h->k, kq = h->kq, panels_n = (n + s.nr - 1) / s.nr;
+    const Py_ssize_t mp = (Py_ssize_t)h->panels * h->mr;
+    Py_ssize_t block = (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
+    if (sink != NULL) {
+        const Py_ssize_t c_panels = (512 * 1024) / (mp * s.nr * (Py_ssize_t)sizeof(int32_t));
+        block = c_panels < block ? c_panels : block;
+    }
+    block = block < 1 ? 1 : (block > panels_n ? panels_n : block);
+    const Py_ssize_t ldc = sink != NULL ? block * s.nr : n;
+    uint32_t *xp = malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
+    int32_t *cblock = sink != NULL ? malloc((size_t)(mp * ldc) * sizeof(int32_t)) : NULL;
+    const int32_t *rowsum = (const int32_t *)(base + sizeof(Header));
+    const int32_t *zeros = rowsum + mp;
+    const int32_t *wpanels = zeros + mp;
+    int need_colsum = 0;
+    for (Py_ssize_t i = 0; i < m && s.group == 4; i++) need_colsum |= zeros[i] != 0;
+    int32_t *colsum = need_colsum ? calloc((size_t)n, sizeof(int32_t)) : NULL;
+    /* Byte form: the zero points' exact correction, modulo 2^32, is
+     * zx k zw - zx rowsum[i] - zw colsum[j] (zx as the unsigned byte's); its row
+     * term starts the accumulators (the kernels' init), the column term is a pass
+     * over C after, for rows whose zw is not 0. */
+    int32_t *row_init = s.group == 4 ? calloc((size_t)mp, sizeof(int32_t)) : NULL;
+    if (xp == NULL || (sink != NULL && cblock == NULL) || (need_colsum && colsum == NULL) ||
+        (s.group == 4 && row_init == NULL)) {
+        free(xp);
+        free(cblock);
+        free(colsum);
+        free(row_init);
+        return -1;
+    }
+    const uint32_t zxu = (uint32_t)(x_signed ? zx + 128 : zx);
+    for (Py_ssize_t i = 0; i < m && row_init != NULL; i++) {
+        const uint32_t zw = (uint32_t)zeros[i];
+        row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i]);
+    }
+    const Kernel kern = level_kernel(current_level);
+    const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
+    for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
+        const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
+        /* C's columns of this block: in out, or from the start of cblock */
+        int32_t *c = sink != NULL ? cblock - b0 * s.nr : out;
+        pack_x(x, x_len, rowoff, colstride, k, n, x_signed, zx, s, kq, xp, colsum, b0, b1);
+        for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
+            const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
+            for (Py_ssize_t pm = 0; pm < h->panels; pm++) {
+                const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
+                const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
+                for (Py_ssize_t pn = b0; pn < b1; pn++) {
+                    const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
+                    const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
+                    kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * ldc + pn * s.nr,
+                         ldc, mr_valid, nr_valid, q0 > 0,
+                         row_init != NULL ? row_init + pm * s.mr : NULL, NULL);
+                }
+            }
+        }
+        const Py_ssize_t col0 = b0 * s.nr, col1 = b1 * s.nr < n ? b1 * s.nr : n;
+        for (Py_ssize_t i = 0; i < m && colsum != NULL; i++) {
+            const uint32_t zw = (uint32_t)zeros[i];
+            uint32_t *ci = (uint32_t *)(c + i * ldc);
+            if (zw != 0)
+                for (Py_ssize_t j = col0; j < col1; j++) ci[j] -= zw * (uint32_t)colsum[j];
+        }
+        if (sink != NULL) sink->done(sink->ctx, cblock, ldc, col0, col1);
+    }
+    free(xp);
+    free(cblock);
+    free(colsum);
+    free(row_init);
+    return 0;
+}
+
+/* The packed weights' header of `packed`, checked against this level; 0 with a
+ * ValueError (naming `name`) when they are not packed weights of it. */
+static int packed_header(const Py_buffer *packed, const char *name, Header *h, Shape *s) {
+    if (packed->len < (Py_ssize_t)sizeof(Header)) {
+        PyErr_Format(PyExc_ValueError, "%s: not packed weights", name);
+        return 0;
+    }
+    memcpy(h, packed->buf, sizeof(*h));
+    if (h->magic != MAGIC || h->m <= 0 || h->k <= 0 || h->k > MAX_K || h->panels <= 0 ||
+        h->kq <= 0 || h->level < 0 || h->level > 3 ||
+        packed->len != (Py_ssize_t)packed_bytes(h)) {
+        PyErr_Format(PyExc_ValueError, "%s: not packed weights", name);
+        return 0;
+    }
+    *s = level_shape(current_level);
+    if (h->level != current_level || h->mr != s->mr || h->group != s->group ||
+        h->kq != (h->k + s->group - 1) / s->group || h->panels != (h->m + s->mr - 1) / s->mr) {
+        PyErr_Format(PyExc_ValueError, "%s: the weights were packed at another level", name);
+        return 0;
+    }
+    return 1;
+}
+
+/* gemm's operands besides the weights (x, rowoff, colstride, N, zx), checked. */
+static int gemm_operands(const char *name, const Header *h, const Py_buffer *x,
+                         const Py_buffer *rowoff, Py_ssize_t colstride, Py_ssize_t n,
+                         int x_signed, int zx) {
+    const Py_ssize_t m = h->m, k = h->k;
+    if (n <= 0 || colstride <= 0 || colstride > x->len ||
+        n > PY_SSIZE_T_MAX / 8 / (colstride + m + k)) {
+        PyErr_Format(PyExc_ValueError, "%s: bad N or column stride", name);
+        return 0;
+    }
+    if (!byte_code(x_signed, zx)) {
+        PyErr_Format(PyExc_ValueError, "%s: zero point outside the type's range", name);
+        return 0;
+    }
+    if (rowoff->len != k * (Py_ssize_t)sizeof(int64_t) || x->len <= 0 ||
+        !check_offsets((const int64_t *)rowoff->buf, k, n, colstride, x->len)) {
+        PyErr_Format(PyExc_ValueError, "%s: a buffer does not fit its sizes", name);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *py_gemm(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer packed, x, rowoff, out;
@@ -713,111 +855,21 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Header h;
-    if (packed.len < (Py_ssize_t)sizeof(Header)) {
-        PyErr_SetString(PyExc_ValueError, "gemm: not packed weights");
+    Shape s;
+    if (!packed_header(&packed, "gemm", &h, &s) ||
+        !gemm_operands("gemm", &h, &x, &rowoff, colstride, n, x_signed, zx))
         goto done;
-    }
-    memcpy(&h, packed.buf, sizeof(h));
-    if (h.magic != MAGIC || h.m <= 0 || h.k <= 0 || h.k > MAX_K || h.panels <= 0 ||
-        h.kq <= 0 || h.level < 0 || h.level > 3 ||
-        packed.len != (Py_ssize_t)packed_bytes(&h)) {
-        PyErr_SetString(PyExc_ValueError, "gemm: not packed weights");
-        goto done;
-    }
-    const Shape s = level_shape(current_level);
-    if (h.level != current_level || h.mr != s.mr || h.group != s.group ||
-        h.kq != (h.k + s.group - 1) / s.group || h.panels != (h.m + s.mr - 1) / s.mr) {
-        PyErr_SetString(PyExc_ValueError, "gemm: the weights were packed at another level");
-        goto done;
-    }
-    const Py_ssize_t m = h.m, k = h.k;
-    if (n <= 0 || colstride <= 0 || colstride > x.len ||
-        n > PY_SSIZE_T_MAX / 8 / (colstride + m + k)) {
-        PyErr_SetString(PyExc_ValueError, "gemm: bad N or column stride");
-        goto done;
-    }
-    if (!byte_code(x_signed, zx)) {
-        PyErr_SetString(PyExc_ValueError, "gemm: zero point outside the type's range");
-        goto done;
-    }
-    if (rowoff.len != k * (Py_ssize_t)sizeof(int64_t) || out.len < m * n * (Py_ssize_t)4 ||
-        x.len <= 0 || !check_offsets((const int64_t *)rowoff.buf, k, n, colstride, x.len)) {
+    if (out.len < h.m * n * (Py_ssize_t)4) {
         PyErr_SetString(PyExc_ValueError, "gemm: a buffer does not fit its sizes");
         goto done;
     }
-    {
-        const Py_ssize_t kq = h.kq, panels_n = (n + s.nr - 1) / s.nr;
-        /* X is packed a block of column panels at a time, just before its products: as
-         * many panels as fit in about 256 KB (L2), each block then multiplied by every row
-         * panel of W in turn, so C is written row panel by row panel (8 rows streaming
-         * along N, not all M rows at once) while the packed block stays in cache. */
-        Py_ssize_t block = (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
-        block = block < 1 ? 1 : (block > panels_n ? panels_n : block);
-        uint32_t *xp = malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
-        const char *base0 = (const char *)packed.buf;
-        const Py_ssize_t mp0 = (Py_ssize_t)h.panels * h.mr;
-        const int32_t *zeros0 = (const int32_t *)(base0 + sizeof(Header)) + mp0;
-        int need_colsum = 0;
-        for (Py_ssize_t i = 0; i < m && s.group == 4; i++) need_colsum |= zeros0[i] != 0;
-        int32_t *colsum = need_colsum ? calloc((size_t)n, sizeof(int32_t)) : NULL;
-        /* Byte form: the zero points' exact correction, modulo 2^32, is
-         * zx k zw - zx rowsum[i] - zw colsum[j] (zx as the unsigned byte's); its row
-         * term starts the accumulators (the kernels' init), the column term is a pass
-         * over C after, for rows whose zw is not 0. */
-        int32_t *row_init = s.group == 4 ? calloc((size_t)mp0, sizeof(int32_t)) : NULL;
-        if (xp == NULL || (need_colsum && colsum == NULL) || (s.group == 4 && row_init == NULL)) {
-            free(xp);
-            free(colsum);
-            free(row_init);
-            PyErr_NoMemory();
-            goto done;
-        }
-        const uint32_t zxu = (uint32_t)(x_signed ? zx + 128 : zx);
-        const int32_t *rowsum0 = (const int32_t *)(base0 + sizeof(Header));
-        for (Py_ssize_t i = 0; i < m && row_init != NULL; i++) {
-            const uint32_t zw = (uint32_t)zeros0[i];
-            row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum0[i]);
-        }
-        const char *base = (const char *)packed.buf;
-        const int32_t *rowsum = (const int32_t *)(base + sizeof(Header));
-        const Py_ssize_t mp = (Py_ssize_t)h.panels * h.mr;
-        const int32_t *zeros = rowsum + mp;
-        const int32_t *wpanels = zeros + mp;
-        int32_t *c = (int32_t *)out.buf;
-        const Kernel kern = level_kernel(current_level);
-        Py_BEGIN_ALLOW_THREADS;
-        const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
-        for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
-            const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
-            pack_x((const uint8_t *)x.buf, x.len, (const int64_t *)rowoff.buf, colstride, k, n,
-                   x_signed, zx, s, kq, xp, colsum, b0, b1);
-            for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
-                const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
-                for (Py_ssize_t pm = 0; pm < h.panels; pm++) {
-                    const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
-                    const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
-                    for (Py_ssize_t pn = b0; pn < b1; pn++) {
-                        const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
-                        const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
-                        kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr,
-                             n, mr_valid, nr_valid, q0 > 0,
-                             row_init != NULL ? row_init + pm * s.mr : NULL, NULL);
-                    }
-                }
-            }
-        }
-        for (Py_ssize_t i = 0; i < m && colsum != NULL; i++) {
-            const uint32_t zw = (uint32_t)zeros[i];
-            uint32_t *ci = (uint32_t *)(c + i * n);
-            if (zw != 0)
-                for (Py_ssize_t j = 0; j < n; j++) ci[j] -= zw * (uint32_t)colsum[j];
-        }
-        Py_END_ALLOW_THREADS;
-        free(xp);
-        free(colsum);
-        free(row_init);
-    }
-    result = Py_NewRef(Py_None);
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = gemm_blocks(&h, (const char *)packed.buf, s, (const uint8_t *)x.buf, x.len,
+                         (const int64_t *)rowoff.buf, colstride, n, x_signed, zx,
+                         (int32_t *)out.buf, NULL);
+    Py_END_ALLOW_THREADS;
+    result = status == 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
 done:
     PyBuffer_Release(&packed);
     PyBuffer_Release(&x);
@@ -1347,6 +1399,28 @@ done:
     return result;
 }
 
+typedef void (*RescaleRowFn)(const int32_t *, void *, int, Py_ssize_t, float, float, int,
+                             float, float, float, float, float, float);
+
+static RescaleRowFn rescale_row_at_level(void) {
+#if HAVE_X86
+    if (current_level >= 2) return rescale_row_avx512;
+    if (current_level >= 1) return rescale_row_avx2;
+#endif
+    return rescale_row_generic;
+}
+
+/* The quantizer's division as a product (rescale_row_generic): r = 1 / qs and every
+ * scale and bias finite, so no NaN can arise in the rows; the callers report anything
+ * else as a NaN would be (and their caller runs the nodes). */
+static int rescale_finite(const float *scale, const float *bias, Py_ssize_t m, float qs) {
+    const float r = 1.0f / qs;
+    int finite = isfinite(qs) && isfinite(r) && r != 0.0f;
+    for (Py_ssize_t i = 0; finite && i < m; i++)
+        finite = isfinite(scale[i]) && (bias == NULL || isfinite(bias[i]));
+    return finite;
+}
+
 /* rescale_qdq and rescale_q (codes): the checks of their operands, then each channel's
  * rows through this level's row pass; returns the Python result. */
 static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py_ssize_t rows,
@@ -1371,22 +1445,9 @@ static PyObject *rescale_call(const char *name, Py_buffer *acc, Py_ssize_t m, Py
     char *out = (char *)y->buf;
     const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
     const float z = (float)qz, z2 = (float)dqz;
-    /* The quantizer's division as a product (rescale_row_generic): r and every scale and
-     * bias finite, so no NaN can arise; anything else is reported as a NaN would be (the
-     * caller runs the nodes). */
+    if (!rescale_finite(sc, bi, m, qs)) return PyLong_FromLong(-1);
     const float r = 1.0f / qs;
-    int finite = isfinite(qs) && isfinite(r) && r != 0.0f;
-    for (Py_ssize_t i = 0; finite && i < m; i++)
-        finite = isfinite(sc[i]) && (bi == NULL || isfinite(bi[i]));
-    if (!finite) return PyLong_FromLong(-1);
-    void (*row_fn)(const int32_t *, void *, int, Py_ssize_t, float, float, int, float, float,
-                   float, float, float, float) = rescale_row_generic;
-#if HAVE_X86
-    if (current_level >= 2)
-        row_fn = rescale_row_avx512;
-    else if (current_level >= 1)
-        row_fn = rescale_row_avx2;
-#endif
+    const RescaleRowFn row_fn = rescale_row_at_level();
     /* Short rows (small images): each plane's whole grid in one vector run into a
      * buffer, then the kept columns copied (the rows alone would run scalar tails).
      * Rows with no columns to drop (a 1x1 conv's) are one run per plane. */
@@ -1456,6 +1517,121 @@ static PyObject *py_rescale_q(PyObject *self, PyObject *args) {
     PyObject *result = rescale_call("rescale_q", &acc, m, rows, width, keep, &scale, &bias, relu,
                                     is_signed, qs, qz, 1.0f, qz, 1, &y);
     PyBuffer_Release(&acc);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&y);
+    return result;
+}
+
+/* ---- a conv's product and rescale in one pass over its blocks -----------------------
+ * gemm_rescale(packed, x, rowoff, colstride, N, x_signed, zx, rows, width, keep, scale,
+ * bias, relu, signed, qs, qz, dqs, dqz, codes, y): gemm's product of one image, each
+ * block of C's columns rescaled (rescale_q's bytes when codes, else rescale_qdq's floats)
+ * while it is in cache (gemm_blocks' sink): the same values as gemm, then rescale_q or
+ * rescale_qdq over the whole C, without C going to memory and back (ResNet-50's 56x56
+ * layers: 3 MB of int32 a conv). */
+typedef struct {
+    Py_ssize_t m, rows, width, keep, item;
+    const float *scale, *bias;
+    int relu, codes;
+    float r, z, lo, hi, z2, dqs;
+    char *out;
+    RescaleRowFn row_fn;
+    char *grid; /* short rows: one channel's block of columns, then its kept ones copied */
+} RescaleSink;
+
+static void rescale_block(void *ctx, const int32_t *c, Py_ssize_t ldc, Py_ssize_t col0,
+                          Py_ssize_t col1) {
+    const RescaleSink *k = ctx;
+    const Py_ssize_t width = k->width, keep = k->keep, item = k->item;
+    for (Py_ssize_t i = 0; i < k->m; i++) {
+        const int32_t *ci = c + i * ldc; /* column col0 */
+        char *oi = k->out + i * k->rows * keep * item;
+        const float s = k->scale[i], b = k->bias != NULL ? k->bias[i] : 0.0f;
+        if (keep == width) { /* no columns to drop: one run */
+            k->row_fn(ci, oi + col0 * item, k->codes, col1 - col0, s, b, k->relu, k->r, k->z,
+                      k->lo, k->hi, k->z2, k->dqs);
+            continue;
+        }
+        if (k->grid != NULL)
+            k->row_fn(ci, k->grid, k->codes, col1 - col0, s, b, k->relu, k->r, k->z, k->lo,
+                      k->hi, k->z2, k->dqs);
+        for (Py_ssize_t row = col0 / width; row * width < col1; row++) {
+            const Py_ssize_t start = row * width;
+            const Py_ssize_t j0 = start < col0 ? col0 - start : 0;
+            const Py_ssize_t j1 = start + keep > col1 ? col1 - start : keep;
+            if (j1 <= j0) continue;
+            char *o = oi + (row * keep + j0) * item;
+            if (k->grid != NULL)
+                copy_bytes((uint8_t *)o, (uint8_t *)k->grid + (start + j0 - col0) * item,
+                           (j1 - j0) * item);
+            else
+                k->row_fn(ci + start + j0 - col0, o, k->codes, j1 - j0, s, b, k->relu, k->r,
+                          k->z, k->lo, k->hi, k->z2, k->dqs);
+        }
+    }
+}
+
+static PyObject *py_gemm_rescale(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer packed, x, rowoff, scale, bias, y;
+    Py_ssize_t colstride, n, rows, width, keep;
+    int x_signed, zx, relu, is_signed, qz, dqz, codes;
+    float qs, dqs;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnpinnny*y*ppfifipw*", &packed, &x, &rowoff, &colstride,
+                          &n, &x_signed, &zx, &rows, &width, &keep, &scale, &bias, &relu,
+                          &is_signed, &qs, &qz, &dqs, &dqz, &codes, &y))
+        return NULL;
+    PyObject *result = NULL;
+    Header h;
+    Shape s;
+    if (!packed_header(&packed, "gemm_rescale", &h, &s) ||
+        !gemm_operands("gemm_rescale", &h, &x, &rowoff, colstride, n, x_signed, zx))
+        goto done;
+    const Py_ssize_t m = h.m, item = codes ? 1 : 4;
+    if (rows <= 0 || width <= 0 || keep <= 0 || keep > width || rows > n / width ||
+        rows * width != n || scale.len != m * 4 || (bias.len != 0 && bias.len != m * 4) ||
+        y.len < m * rows * keep * item || !byte_code(is_signed, qz) ||
+        !byte_code(is_signed, dqz)) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rescale: a buffer or zero point does not fit");
+        goto done;
+    }
+    const float *sc = (const float *)scale.buf, *bi = bias.len ? (const float *)bias.buf : NULL;
+    if (!rescale_finite(sc, bi, m, qs)) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    {
+        RescaleSink k = {
+            .m = m, .rows = rows, .width = width, .keep = keep, .item = item, .scale = sc,
+            .bias = bi, .relu = relu, .codes = codes, .r = 1.0f / qs, .z = (float)qz,
+            .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
+            .z2 = (float)dqz, .dqs = dqs, .out = (char *)y.buf,
+            .row_fn = rescale_row_at_level(), .grid = NULL,
+        };
+        /* Short rows (small images): the block's columns in one vector run into a buffer,
+         * then the kept ones copied (the rows alone would run scalar tails). */
+        if (keep < 32 && keep < width && rows > 1) {
+            k.grid = malloc((size_t)(n * item) + 64);
+            if (k.grid == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        const BlockSink sink = {rescale_block, &k};
+        int status;
+        Py_BEGIN_ALLOW_THREADS;
+        status = gemm_blocks(&h, (const char *)packed.buf, s, (const uint8_t *)x.buf, x.len,
+                             (const int64_t *)rowoff.buf, colstride, n, x_signed, zx, NULL,
+                             &sink);
+        Py_END_ALLOW_THREADS;
+        free(k.grid);
+        result = status == 0 ? PyLong_FromLong(0) : PyErr_NoMemory();
+    }
+done:
+    PyBuffer_Release(&packed);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&rowoff);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&bias);
     PyBuffer_Release(&y);
@@ -2324,6 +2500,11 @@ static PyMethodDef methods[] = {
      "-> 0 or -1 (a scale, bias or 1/qs not finite): float32(acc[m,r,j]) * scale[m] + "
      "bias[m] for j < keep (float32 scale and bias, b'': none) [Relu], then QuantizeLinear "
      "(its division as a product by float32(1/qs)) -> DequantizeLinear, in float32 steps."},
+    {"gemm_rescale", py_gemm_rescale, METH_VARARGS,
+     "gemm_rescale(packed, x, rowoff, colstride, N, x_signed, zx, rows, width, keep, scale, "
+     "bias, relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1 (as rescale_qdq): gemm's "
+     "product of N = rows * width columns, rescaled block by block while in cache into y: "
+     "rescale_q's bytes when codes, else rescale_qdq's floats."},
     {"rescale_q", py_rescale_q, METH_VARARGS,
      "rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y) -> 0 or -1 "
      "(as rescale_qdq): rescale_qdq's value [Relu], quantized as there into bytes."},
