@@ -37,6 +37,15 @@ def _numpy_quantize(x: np.ndarray, s: float, z: int, dtype: Any) -> np.ndarray:
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
+def _product_quantize(x: np.ndarray, s: float, z: int, dtype: Any) -> np.ndarray:
+    """The fused MatMul's output quantizer: QuantizeLinear's steps with the division
+    taken as a product by float32(1 / s)."""
+    info = np.iinfo(dtype)
+    r = np.float32(1) / np.float32(s)
+    q = np.rint(np.multiply(x, r, dtype=np.float32)) + np.float32(z)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     m=st.integers(1, 9),
@@ -62,7 +71,7 @@ def test_scale_columns_qdq_is_the_nodes_float32_steps(
     v = acc.astype(np.float32) * scale
     if bias:
         v = v + b
-    want = (_numpy_quantize(v, qs, qz, dtype).astype(np.float32) - np.float32(dqz)) * dqs
+    want = (_product_quantize(v, qs, qz, dtype).astype(np.float32) - np.float32(dqz)) * dqs
     stage: tuple[Any, ...] = ()
     if then is not None:
         dtype2 = np.dtype(then)
@@ -80,6 +89,36 @@ def test_scale_columns_qdq_is_the_nodes_float32_steps(
             status = mod.scale_columns_qdq(
                 acc.reshape(-1), m, n, scale, b if bias else b"", signed, qs, qz, dqs, dqz,
                 out.reshape(-1), *stage,
+            )  # fmt: skip
+            assert status == 0
+            np.testing.assert_array_equal(out, want, err_msg=f"level {level}")
+
+
+def test_scale_columns_qdq_multiplies_by_the_reciprocal_then_divides() -> None:
+    """The output pair's quantizer takes v * float32(1 / qs), the bias Add's pair divides:
+    qs = float32(2 / 13) puts odd integers' quotients on ties the product misses (row 0
+    meets them in the first stage, row 1, all zeros, in the second through the bias)."""
+    mod = compiled("int8")
+    odd = np.arange(-35, 36, 2, dtype=np.int32)
+    acc = np.stack([odd, np.zeros_like(odd)])
+    n = odd.size
+    ones = np.ones(n, np.float32)
+    qs = np.float32(2 / 13)
+    v = acc.astype(np.float32)
+    first = _product_quantize(v, qs, 128, np.uint8)
+    assert (first[0] != _numpy_quantize(v[0], qs, 128, np.uint8)).sum() >= 4
+    b2 = odd.astype(np.float32)
+    f = (first.astype(np.float32) - np.float32(128)) * qs + b2
+    second = _numpy_quantize(f, qs, 128, np.uint8)
+    assert (second[1] != _product_quantize(f[1], qs, 128, np.uint8)).sum() >= 4
+    want = (second.astype(np.float32) - np.float32(128)) * qs
+    for level in native.levels():
+        with at_level("int8", level):
+            native.load("int8")
+            out = np.empty((2, n), np.float32)
+            status = mod.scale_columns_qdq(
+                acc.reshape(-1), 2, n, ones, b"", False, qs, 128, qs, 128, out.reshape(-1),
+                b2, False, qs, 128, qs, 128,
             )  # fmt: skip
             assert status == 0
             np.testing.assert_array_equal(out, want, err_msg=f"level {level}")
@@ -172,14 +211,15 @@ def test_qdq_matmul_graphs_agree_with_stepping(
 
 def _definition(inits: dict[str, np.ndarray], codes: np.ndarray, pair: str, mm: str) -> np.ndarray:
     """(A - za) @ (W - zw) exactly, float32(acc) * float32(sa * sw[n]), then the output
-    pair's float32 steps, in numpy: the fused node's definition."""
+    pair's float32 steps (its division a product by the reciprocal), in numpy: the fused
+    node's definition."""
     za, sa = inits[pair + "_z"], inits[pair + "_s"]
     acc = (codes.astype(np.int64) - za.astype(np.int64)) @ (
         inits[mm + "_w"].astype(np.int64) - inits[mm + "_wz"].astype(np.int64)
     )
     v = acc.astype(np.float32) * (sa * inits[mm + "_ws"]).astype(np.float32)
     qs, qz = inits[mm + "_p_s"], inits[mm + "_p_z"]
-    q = _numpy_quantize(v, qs, int(qz), qz.dtype)
+    q = _product_quantize(v, qs, int(qz), qz.dtype)
     return (q.astype(np.float32) - np.float32(qz)) * qs
 
 

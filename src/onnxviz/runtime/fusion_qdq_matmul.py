@@ -16,9 +16,11 @@ it as::
     acc = (A - za) @ (W - zw)                   exact int32 (int8_products.matmul)
     v = float32(acc) * s[n],  s[n] = float32(sa * sw[n])
 
-then the output pair's QuantizeLinear -> DequantizeLinear in float32 steps, in one
-compiled pass over each row (`_int8.scale_columns_qdq`).  As with fusion_qdq_conv's
-QdqConv, v is the product of the real dequantized values within about 2 float32 ulps,
+then the output pair's QuantizeLinear -> DequantizeLinear in float32 steps (the
+quantizer's division taken as a product by float32(1 / qs), as the conv's rescale takes
+it: within an ulp of the quotient), in one compiled pass over each row
+(`_int8.scale_columns_qdq`).  As with fusion_qdq_conv's QdqConv, v is the product of the
+real dequantized values within about 2 float32 ulps,
 where the stepped float32 MatMul carries K * 2^-24 of the sum of |terms|: the two runs
 can differ by one quantization step, only where the exact value lies that close to a
 rounding boundary of the output quantizer.
