@@ -225,7 +225,7 @@ def test_wrong_programs_and_buffers_raise_value_error() -> None:
     side = struct.Struct("=BBBBf")
     bad = [
         b"\x00" * 7,  # not 8 bytes a step
-        step.pack(len(chain_program.OPS), 0, 1, 0.0),  # no such op
+        step.pack(chain_program.QDQ_ARGS + 1, 0, 1, 0.0),  # no such op
         step.pack(0, 0, 1, 0.0),  # Add without its operand
         step.pack(4, 1, 1, 0.0),  # Erf with one
         step.pack(0, 4, 1, 0.0),  # no such operand kind

@@ -53,7 +53,9 @@ as one ("fused") node:
 
 * **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
   Mul (a GELU), each the only user of the one before, with scalar constants or the
-  chain's input as other operands, run block by block in one pass through memory.
+  chain's input as other operands, run block by block in one pass through memory.  A QDQ
+  model's QuantizeLinear -> DequantizeLinear pairs between such ops are steps of the
+  chain (found before the pairs are, which take the rest).
 
 The fused node sits at the last step's position (every input is ready there), takes
 the union of the nodes' outside inputs, and its liveness (``free_after``, in-place
@@ -288,10 +290,11 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     for positions in find_layer_norms(nodes, users, const, keep, taken):
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
         take(positions, norm, taken)
+    # Chains before pairs: a chain takes the pairs between its ops as steps.
+    for head_slot, positions in find_chains(nodes, users, const, keep, taken, constants):
+        take(positions, functools.partial(chain_node, nodes, head_slot, positions), taken)
     for positions in find_qdq_pairs(nodes, users, keep, taken):
         take(positions, functools.partial(qdq_node, nodes, positions), taken)
-    for head_slot, positions in find_chains(nodes, users, const, keep, taken):
-        take(positions, functools.partial(chain_node, nodes, head_slot, positions), taken)
     out: list[PlanNode] = []
     for j, pn in enumerate(nodes):
         if j in absorbed:

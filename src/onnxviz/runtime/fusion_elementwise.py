@@ -11,12 +11,30 @@ memory, one output array.
 
 Only float32/float64 values with scalar (single-element) constants of the same dtype are
 fused at run time; anything else (a broadcasting operand, another dtype) runs the nodes
-one by one, so results and errors are those of the plain kernels.
+one by one, so results and errors are those of the plain kernels.  A constant known to
+hold more than one value when the chain is found ends it (it would run its nodes one by
+one every time).
 
 A float32 chain of the steps whose bits C reproduces (Add, Sub, Mul, Div, Erf, Neg, Abs,
-Relu) runs in the compiled kernel native/_chain.c when it is built: one call for the whole
-tensor instead of a ufunc call per step and block, the same bits (a BERT GELU chain:
-0.90-0.97x the block path's time, both with the compiled erf, which is most of it).
+Relu, Tanh, Sigmoid) runs in the compiled kernel native/_chain.c when it is built: one call
+for the whole tensor instead of a ufunc call per step and block, the same bits (a BERT
+GELU chain: 0.90-0.97x the block path's time, both with the compiled erf, which is most
+of it).
+
+A QDQ model (onnxruntime.quantization's quantize_static) puts a QuantizeLinear ->
+DequantizeLinear pair after every float op: its GELU is Div -> Erf -> [pair] -> Add ->
+[pair] -> Mul(x) -> [pair] -> Mul, its attention scores [pair] -> Div -> [pair].  Such a
+pair (fusion_qdq's, its integer value read by the dequantizer alone, both zero points
+given) is one step of a chain of those compiled ops: the nodes' float32 steps
+
+    t = round half to even (v / s) + z, clipped to the 8-bit range;  y = (t - z2) * s2
+
+(fusion_qdq's QdqPair computes the same) in the compiled program, or in numpy on the
+block path.  Only per-tensor float32 scales and int8/uint8 zero points of one type take
+it, on a float32 chain; anything else at run time (per-axis parameters, 16-bit codes,
+another dtype) runs the nodes one by one, and so does a NaN met by a pair (its cast to an
+integer is the platform's choice).  Parameters known to be of another kind when the
+chain is found leave the pair to QdqPair, as do chains of a lone pair.
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import quiet_loop
+from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import tanh_into
@@ -37,7 +56,12 @@ from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F32 = np.dtype(np.float32)
+_FLOATS = (_F32, np.dtype(np.float64))
+# A QuantizeLinear -> DequantizeLinear pair's _Step.op_type; the code types the pair step
+# takes, with their ranges.
+QDQ = "QDQ"
+_CODES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 _BINARY: dict[str, Callable[..., Any]] = {
     "Add": np.add,
@@ -77,12 +101,15 @@ class _Step:
     a side value); ``value_first`` says whether v is the node's first operand.  A side
     value is ``side`` = (op, input place of its scalar, whether the scalar is its first
     operand) of the chain's input: a node off the chain's path that only this step reads
-    (the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2)))."""
+    (the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2))).  A
+    QuantizeLinear -> DequantizeLinear pair is op_type QDQ with ``qdq``, the input places
+    of its scale, zero point, and the dequantizer's scale and zero point."""
 
     op_type: str
     other: int | None = None
     value_first: bool = True
     side: tuple[str, int, bool] | None = None
+    qdq: tuple[int, int, int, int] | None = None
 
 
 def _eligible(pn: PlanNode) -> bool:
@@ -93,17 +120,80 @@ def _eligible(pn: PlanNode) -> bool:
     return pn.op_type in _UNARY and len(pn.inputs) == 1 and pn.inputs[0] >= 0
 
 
+def _one_value(value: Any) -> bool:
+    return type(value) is np.ndarray and value.size == 1
+
+
+def _pair_params_fit(s: Any, z: Any, s2: Any, z2: Any) -> bool:
+    """A pair's parameters are those of the compiled step: float32 scales, int8 or uint8
+    zero points of one type, one value each."""
+    return (
+        _one_value(s)
+        and s.dtype == _F32
+        and _one_value(s2)
+        and s2.dtype == _F32
+        and _one_value(z)
+        and z.dtype in _CODES
+        and _one_value(z2)
+        and z2.dtype == z.dtype
+    )
+
+
+def _pair_at(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    keep: set[int],
+    used: set[int],
+    values: dict[int, Any],
+    i: int,
+) -> int | None:
+    """The position of the DequantizeLinear making the QuantizeLinear at ``i`` a pair a
+    chain takes as one step: both plain (fusion_qdq's), the integer value read by the
+    dequantizer alone and kept by nobody, both zero points given, the parameters known
+    (``values``: the constants) to fit the compiled step or fed at run time; else None."""
+    q = nodes[i]
+    if not plain_quantizer(q) or len(q.inputs) != 3 or min(q.inputs) < 0:
+        return None
+    at = only_reader(users, q.outputs[0], keep)
+    if at is None or at in used:
+        return None
+    dq = nodes[at]
+    if (
+        not plain_dequantizer(dq)
+        or len(dq.inputs) != 3
+        or min(dq.inputs) < 0
+        or dq.inputs[0] != q.outputs[0]
+        or dq.outputs[0] < 0
+    ):
+        return None
+    params = (*q.inputs[1:], *dq.inputs[1:])
+    if all(p in values for p in params) and not _pair_params_fit(*(values[p] for p in params)):
+        return None  # another kind of pair for good: QdqPair runs it
+    return at
+
+
+def _pair_params(nodes: list[PlanNode], q: int, dq: int) -> tuple[int, ...]:
+    return (*nodes[q].inputs[1:], *nodes[dq].inputs[1:])
+
+
 def find_chains(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
     const: set[int],
     keep: set[int],
     taken: set[int],
+    values: dict[int, Any] | None = None,
 ) -> list[tuple[int, list[int]]]:
-    """(head slot, node positions) of every chain of two or more fusable nodes, none of
-    them in ``taken``."""
+    """(head slot, node positions) of every chain of two or more fusable steps (a
+    QuantizeLinear -> DequantizeLinear pair one of them, at least one not a pair), none of
+    them in ``taken``.  ``values``: the constants' values by slot, where known: a step
+    whose constant operand is not one value would make the chain run its nodes one by
+    one every time, so it ends the chain.  Pairs join only chains of the steps the
+    compiled program runs (a chain with another op runs numpy's steps, where the pairs'
+    own fused nodes are faster)."""
     chains: list[tuple[int, list[int]]] = []
     used: set[int] = set(taken)
+    known = values or {}
     producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
 
     def side_node(slot: int, head: int, reader: int) -> int | None:
@@ -114,27 +204,53 @@ def find_chains(
         if at is None or at in used or slot in keep or users.get(slot) != [reader]:
             return None
         pn = nodes[at]
-        if pn.op_type not in chain_program.SIDE_OPS or not _eligible(pn):
+        if pn.op_type not in chain_program.SIDE_OPS or not _eligible(pn) or not scalars(pn):
             return None
         a, b = pn.inputs
         return at if (a == head and b in const) or (b == head and a in const) else None
 
+    def scalars(pn: PlanNode) -> bool:
+        """No constant operand of ``pn`` is known to be more than one value."""
+        return all(_one_value(known[s]) for s in pn.inputs if s in const and s in known)
+
     for i, pn in enumerate(nodes):
-        if i in used or not _eligible(pn):
+        if i in used:
             continue
-        live = [s for s in pn.inputs if s not in const]
-        if not live or any(s != live[0] for s in live):
+        dq = _pair_at(nodes, users, keep, used, known, i)
+        if dq is not None:
+            head = pn.inputs[0]
+            if head in _pair_params(nodes, i, dq):
+                continue
+            steps, y, pairs, compiled = [i, dq], nodes[dq].outputs[0], 1, True
+        elif _eligible(pn) and scalars(pn):
+            live = [s for s in pn.inputs if s not in const]
+            if not live or any(s != live[0] for s in live):
+                continue
+            head = live[0]
+            steps, y, pairs = [i], pn.outputs[0], 0
+            compiled = pn.op_type in chain_program.OPS
+        else:
             continue
-        head = live[0]
-        steps = [i]
-        y = pn.outputs[0]
         while y not in keep:
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in used:
                 break
             nxt = nodes[consumers[0]]
-            if not _eligible(nxt) or nxt.inputs.count(y) != 1:
+            dq = _pair_at(nodes, users, keep, used, known, consumers[0])
+            if dq is not None:
+                params = _pair_params(nodes, consumers[0], dq)
+                if not compiled or nxt.inputs[0] != y or y in params or head in params:
+                    break
+                steps += [consumers[0], dq]
+                pairs += 1
+                y = nodes[dq].outputs[0]
+                continue
+            if not _eligible(nxt) or nxt.inputs.count(y) != 1 or not scalars(nxt):
                 break
+            if nxt.op_type not in chain_program.OPS:
+                if pairs:
+                    break
+                compiled = False
             others = [s for s in nxt.inputs if s != y]
             side = None
             if any(s not in const and s != head for s in others):
@@ -144,7 +260,7 @@ def find_chains(
                 steps.append(side)  # before the step that reads it
             steps.append(consumers[0])
             y = nxt.outputs[0]
-        if len(steps) >= 2:
+        if len(steps) >= 2 and len(steps) > 2 * pairs:  # some step besides the pairs
             chains.append((head, steps))
             used.update(steps)
     return chains
@@ -167,26 +283,38 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
             names.append(name)
         return place_of[slot]
 
-    for pos in positions:
+    k = 0
+    while k < len(positions):
+        pos = positions[k]
         pn = nodes[pos]
+        k += 1
+        if pn.op_type == "QuantizeLinear":  # a pair (find_chains): its dequantizer next
+            dq = nodes[positions[k]]
+            k += 1
+            slots = (*pn.inputs[1:], *dq.inputs[1:])
+            labels = (*pn.input_names[1:], *dq.input_names[1:])
+            s, z, s2, z2 = (place(slot, label) for slot, label in zip(slots, labels))
+            steps.append(_Step(QDQ, qdq=(s, z, s2, z2)))
+            value = dq.outputs[0]
+            continue
         if pos != positions[0] and value not in pn.inputs:  # a side value (find_chains)
             a, b = pn.inputs
-            k = 1 if a == head else 0
-            sides[pn.outputs[0]] = (pn.op_type, place(pn.inputs[k], pn.input_names[k]), k == 0)
+            j = 1 if a == head else 0
+            sides[pn.outputs[0]] = (pn.op_type, place(pn.inputs[j], pn.input_names[j]), j == 0)
             continue
         if pn.op_type in _UNARY:
             steps.append(_Step(pn.op_type))
         else:
             a, b = pn.inputs
             value_first = a == value
-            k = 1 if value_first else 0
-            other_slot = pn.inputs[k]
+            j = 1 if value_first else 0
+            other_slot = pn.inputs[j]
             if other_slot == head:
                 steps.append(_Step(pn.op_type, -1, value_first))  # the chain's input
             elif other_slot in sides:
                 steps.append(_Step(pn.op_type, -2, value_first, sides[other_slot]))
             else:
-                steps.append(_Step(pn.op_type, place(other_slot, pn.input_names[k]), value_first))
+                steps.append(_Step(pn.op_type, place(other_slot, pn.input_names[j]), value_first))
         value = pn.outputs[0]
     chain = ElementwiseChain([nodes[p] for p in positions], steps, place_of)
     return fused_node(first, last, ins, names, chain)
@@ -199,6 +327,12 @@ class ElementwiseChain:
         self.nodes = nodes
         self.steps = steps
         self.place_of = place_of  # outside slot -> input place
+        # The input places of the ops' scalars and of the pairs' parameters.
+        self._scalar_places = sorted(
+            {st.other for st in steps if st.other is not None and st.other > 0}
+            | {st.side[1] for st in steps if st.side is not None}
+        )
+        self._pairs = [st.qdq for st in steps if st.qdq is not None]
         # The scalars of the last native call and their program (`_program_of`).
         self._held: tuple[tuple[Any, ...], bytes] | None = None
         # The compiled loop's first try (quiet_loop.step_mode): a held chain of that
@@ -206,8 +340,8 @@ class ElementwiseChain:
         self.quick: Any = None
         self.native = (
             _NATIVE is not None
-            and len(steps) <= chain_program.MAX_STEPS
-            and all(s.op_type in chain_program.OPS for s in steps)
+            and len(steps) + len(self._pairs) <= chain_program.MAX_STEPS  # a pair: 2 steps
+            and all(s.op_type in chain_program.OPS or s.qdq is not None for s in steps)
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -217,12 +351,14 @@ class ElementwiseChain:
         flat = np.ascontiguousarray(x).reshape(-1)
         out = np.empty_like(flat)
         if self.native and x.dtype == np.float32:
-            _NATIVE.run(flat, out, self._program_of(ins))  # type: ignore[union-attr]
+            if _NATIVE.run(flat, out, self._program_of(ins)):  # type: ignore[union-attr]
+                return self._one_by_one(ex, ins)  # a pair met a NaN
             return [out.reshape(x.shape)]
         scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
         for start in range(0, flat.size, _BLOCK):
             stop = min(start + _BLOCK, flat.size)
-            self._run_block(flat[start:stop], out[start:stop], scalars)
+            if not self._run_block(flat[start:stop], out[start:stop], scalars):
+                return self._one_by_one(ex, ins)  # a pair met a NaN
         return [out.reshape(x.shape)]
 
     def _program_of(self, ins: list[Any]) -> bytes:
@@ -241,19 +377,26 @@ class ElementwiseChain:
         consts = ins[1:]
         if not any(c.flags.writeable for c in consts):
             # The compiled loop's call of this chain from now on (native/_chain.c's
-            # `held`): these scalars, a float32 C-contiguous x; the same program, so
-            # the same bits as this call's; anything else comes here.
+            # `held`): these scalars, a float32 C-contiguous x of at least the ops'
+            # scalars' dimensions; the same program, so the same bits as this call's (a
+            # pair's NaN: the node's own call); anything else comes here.
+            min_ndim = max((ins[i].ndim for i in self._scalar_places), default=0)
             self.quick = _NATIVE.held(  # type: ignore[union-attr]  # native: checked
-                program, tuple(consts), max((c.ndim for c in consts), default=0),
+                program, tuple(consts), min_ndim,
                 quiet_loop.decline, np.ndarray, np.empty_like,
             )  # fmt: skip
         return program
 
     def _program(self, scalars: dict[int, Any]) -> bytes:
         """The steps as _chain.c's program, this call's scalar constants in it."""
-        parts: list[Any] = []
+        parts: list[bytes] = []
         for step in self.steps:
             side = 0
+            if step.qdq is not None:
+                s, z, s2, z2 = (scalars[at] for at in step.qdq)
+                signed = z.dtype == np.int8
+                parts.append(chain_program.qdq(float(s), int(z), signed, float(s2), int(z2)))
+                continue
             if step.other is None:
                 kind, value = chain_program.NONE, 0.0
             elif step.other == -1:
@@ -264,20 +407,30 @@ class ElementwiseChain:
                 side = chain_program.side(op, scalar_first)
             else:
                 kind, value = chain_program.SCALAR, float(scalars[step.other])
-            parts.append((step.op_type, kind, step.value_first, value, side))
-        return chain_program.program(parts)
+            parts.append(
+                chain_program.program([(step.op_type, kind, step.value_first, value, side)])
+            )
+        return b"".join(parts)
 
     def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
-        """Every other operand is one element of x's dtype that does not add axes."""
-        return all(
-            type(c) is np.ndarray and c.dtype == x.dtype and c.size == 1 and c.ndim <= x.ndim
-            for c in ins[1:]
-        )
+        """Every op's other operand is one element of x's dtype that does not add axes;
+        every pair's parameters are those of the compiled step, on a float32 x."""
+        if self._pairs and x.dtype != _F32:
+            return False
+        for at in self._scalar_places:
+            c = ins[at]
+            if not (_one_value(c) and c.dtype == x.dtype and c.ndim <= x.ndim):
+                return False
+        return all(_pair_params_fit(*(ins[at] for at in pair)) for pair in self._pairs)
 
-    def _run_block(self, xb: np.ndarray, vb: np.ndarray, scalars: dict[int, Any]) -> None:
+    def _run_block(self, xb: np.ndarray, vb: np.ndarray, scalars: dict[int, Any]) -> bool:
+        """The steps over one block into vb; False when a pair met a NaN."""
         src = xb  # the running value lives in vb after the first step
         for step in self.steps:
-            if step.other is None:
+            if step.qdq is not None:
+                if not _qdq_block(src, vb, *(scalars[at] for at in step.qdq)):
+                    return False
+            elif step.other is None:
                 _UNARY[step.op_type](src, vb)
             else:
                 if step.side is not None:
@@ -292,6 +445,23 @@ class ElementwiseChain:
                 else:
                     fn(other, src, out=vb)
             src = vb
+        return True
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         return run_steps(ex, self.nodes, self.place_of, ins)
+
+
+def _qdq_block(src: np.ndarray, out: np.ndarray, s: Any, z: Any, s2: Any, z2: Any) -> bool:
+    """A pair's float32 steps (kernels/quantize.py's, in their order) from src into out
+    (float32, one shape; they may be one array); False, out spoilt, when a NaN met the
+    rounding (its cast to an integer is the platform's)."""
+    low, high = _CODES[z.dtype]
+    np.divide(src, s, out=out)
+    np.rint(out, out=out)
+    out += np.float32(z)
+    np.clip(out, low, high, out=out)
+    if out.size and np.isnan(out.min()):
+        return False
+    out -= np.float32(z2)
+    out *= s2
+    return True

@@ -1,6 +1,16 @@
 """Programs for the compiled elementwise chain (native/_chain.c): one place for its op
 codes and its 8-byte step format, used by fusion_elementwise's chains and by the kernels
-that run a fixed chain (Gelu)."""
+that run a fixed chain (Gelu).
+
+A step is 8 bytes: the op code, the operand kind, whether the running value is the op's
+first operand, the side byte (a SIDE step's side op), and a float32 scalar.  A per-tensor
+8-bit QuantizeLinear -> DequantizeLinear pair is two steps (`qdq`): QDQ, whose third byte
+says int8 (1) or uint8 (0) codes, fourth byte holds the quantizer's zero point (the
+code's byte) and scalar its scale, then QDQ_ARGS with the dequantizer's zero point and
+scale the same way.  The kernel runs the pair as the nodes' float32 steps (divide, round
+half to even, add the zero point, clip, take the second zero point away, multiply) and
+reports a NaN met there instead of giving a result (its cast to an integer is the
+platform's choice): `CHAIN.run` returns 1, the caller runs the nodes one by one."""
 
 from __future__ import annotations
 
@@ -26,7 +36,9 @@ OPS = {
     "Tanh": 8,
     "Sigmoid": 9,
 }
-MAX_STEPS = 64  # _chain.c's MAX_STEPS
+# The two steps of a QuantizeLinear -> DequantizeLinear pair (`qdq`).
+QDQ, QDQ_ARGS = 10, 11
+MAX_STEPS = 64  # _chain.c's MAX_STEPS: 8-byte steps, a pair's two included
 
 # A step's operand: none (a unary op), a scalar, the chain's own input, or a side value
 # (the chain's input combined with the scalar by a side op: h = x * 0.5 of a GELU).
@@ -53,4 +65,15 @@ def program(
     return b"".join(
         _STEP.pack(OPS[step[0]], step[1], step[2], step[4] if len(step) > 4 else 0, step[3])
         for step in steps
+    )
+
+
+def qdq(scale: float, zero_point: int, signed: bool, scale2: float, zero_point2: int) -> bytes:
+    """The two steps of a QuantizeLinear (``scale``, ``zero_point``) -> DequantizeLinear
+    (``scale2``, ``zero_point2``) pair over int8 (``signed``) or uint8 codes."""
+    low, high = (-128, 127) if signed else (0, 255)
+    if not (low <= zero_point <= high and low <= zero_point2 <= high):
+        raise ValueError(f"a QDQ step's zero points are in [{low}, {high}]")
+    return _STEP.pack(QDQ, NONE, int(signed), zero_point & 0xFF, scale) + _STEP.pack(
+        QDQ_ARGS, NONE, 0, zero_point2 & 0xFF, scale2
     )

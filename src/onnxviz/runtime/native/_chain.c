@@ -1,18 +1,35 @@
 /* onnxviz.runtime.native._chain: a chain of elementwise float32 steps in one pass, for
  * fusion_elementwise's ElementwiseChain (a GELU exported as Div -> Erf -> Add -> Mul ->
- * Mul, a scale and shift, ...).
+ * Mul, a scale and shift, the same with a QDQ model's QuantizeLinear -> DequantizeLinear
+ * pair after each op, ...).
  *
- *   run(x, y, program): y = the program's steps applied in turn to x (y may be x)
+ *   run(x, y, program) -> 0: y = the program's steps applied in turn to x (y may be x);
+ *       1 when a QDQ step met a NaN (y, and x when y is x, then partly written)
  *   held(program, expect, min_ndim, fallback, ndarray, empty_like): a node's call (below)
  *
  * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU, TANH,
- * SIGMOID below),
+ * SIGMOID, QDQ, QDQ_ARGS below),
  * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
  * x combined with the scalar by the side op), value_first (uint8: 1 when the running
  * value is the op's first operand), the side op (uint8: ADD, SUB, MUL or DIV in its low
  * bits, 0x10 when the scalar is its first operand; 0 unless kind 3), and the scalar
  * (float32, native byte order).  A side value is a node off the chain's path that only
  * this step reads: the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2)).
+ *
+ * A per-tensor 8-bit QuantizeLinear -> DequantizeLinear pair is two steps, QDQ then
+ * QDQ_ARGS, both of kind 0: QDQ's third byte is 1 for int8 codes, 0 for uint8, its fourth
+ * the quantizer's zero point (the code's byte: int8 as two's complement), its scalar the
+ * quantizer's scale s; QDQ_ARGS's third byte is 0, its fourth the dequantizer's zero point
+ * (a byte of the same type), its scalar the dequantizer's scale s2.  The pair's float32
+ * steps, as the QuantizeLinear and DequantizeLinear kernels take them:
+ *
+ *   t = round half to even (v / s) + z, clipped to [-128, 127] or [0, 255];
+ *   y = (t - z2) * s2
+ *
+ * (v / s an IEEE division; rounding by adding and taking away 1.5 * 2^23, exact below
+ * 2^22, and from there up the value stays beyond the 8-bit range the clip gives either
+ * way).  A NaN there would be cast to an integer, which is the platform's choice, so the
+ * run stops and returns 1: the caller runs the nodes one by one.
  *
  * The numbers are the numpy block path's, bit for bit, at every level: each step rounds
  * once as numpy's ufunc does (add, subtract, multiply and divide are IEEE operations;
@@ -24,7 +41,8 @@
  *
  * Why: the numpy path walks 32K-element blocks with one ufunc call per step and block;
  * here every step runs over a 1K-element block that stays in L1, without a Python call
- * per step. */
+ * per step (a QDQ BERT's GELU is eight steps, four of them pairs, each a node of its own
+ * otherwise). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -35,14 +53,21 @@
 #include <string.h>
 
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID, OP_COUNT };
+enum {
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID,
+    OP_QDQ, OP_QDQ_ARGS, OP_COUNT
+};
 enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE };
 enum { SIDE_SCALAR_FIRST = 0x10 };
 enum { BLOCK = 1024, MAX_STEPS = 64 };
 
+/* A parsed step; a QDQ pair is one (op OP_QDQ), its two program steps' fields in q. */
 typedef struct {
     int op, kind, value_first, side_op, side_scalar_first;
     float scalar;
+    struct {
+        float scale, zero, lo, hi, zero2, scale2;
+    } q;
 } step_t;
 
 static int level = 0;
@@ -95,23 +120,67 @@ static int level = 0;
         default: RS(binary_loop)(OP_DIV, 1, 1, dst, src, bs, scalar, n); break;            \
         }                                                                                  \
     }                                                                                      \
-    ATTR static void RS(step)(const step_t *s, float *dst, const float *src, const float *o, \
-                              float *side, Py_ssize_t n) {                                 \
-        /* the scalar in every lane, -0 included (splat's 0 + c would make it +0) */       \
+    /* c in every lane, -0 included (splat's 0 + c would make it +0) */                    \
+    ATTR static inline __attribute__((always_inline)) VF RS(lanes_of)(float c) {           \
         float lanes[VW];                                                                   \
-        for (int l = 0; l < VW; l++) lanes[l] = s->scalar;                                 \
-        VF scalar, a;                                                                      \
-        memcpy(&scalar, lanes, sizeof scalar);                                             \
+        for (int l = 0; l < VW; l++) lanes[l] = c;                                         \
+        VF v;                                                                              \
+        memcpy(&v, lanes, sizeof v);                                                       \
+        return v;                                                                          \
+    }                                                                                      \
+    /* A QuantizeLinear -> DequantizeLinear pair over n floats (the header's steps);       \
+     * whether a NaN met the rounding in the first `valid` (the rest: a short block's      \
+     * padding, never stored). */                                                          \
+    ATTR static int RS(qdq_step)(const step_t *s, float *dst, const float *src,            \
+                                 Py_ssize_t n, Py_ssize_t valid) {                         \
+        const VF scale = RS(lanes_of)(s->q.scale), scale2 = RS(lanes_of)(s->q.scale2);     \
+        const VF magic = RS(splat)(12582912.0f), zero = RS(splat)(s->q.zero);              \
+        const VF lo = RS(splat)(s->q.lo), hi = RS(splat)(s->q.hi);                         \
+        const VF zero2 = RS(splat)(s->q.zero2);                                            \
+        VI nan = {0};                                                                      \
+        for (Py_ssize_t i = 0; i < n; i += VW) {                                           \
+            VF t;                                                                          \
+            memcpy(&t, src + i, sizeof t);                                                 \
+            t = t / scale;                                                                 \
+            t = (t + magic) - magic + zero; /* rounded (see the header), + z */            \
+            VI bad = t != t;                                                               \
+            if (i + VW > valid) { /* the block's last vector: its real lanes only */       \
+                int32_t real[VW];                                                          \
+                for (int l = 0; l < VW; l++) real[l] = i + l < valid ? -1 : 0;             \
+                VI mask;                                                                   \
+                memcpy(&mask, real, sizeof mask);                                          \
+                bad &= mask;                                                               \
+            }                                                                              \
+            nan |= bad;                                                                    \
+            t = RS(select)(t < lo, lo, t);                                                 \
+            t = RS(select)(t > hi, hi, t);                                                 \
+            t = (t - zero2) * scale2;                                                      \
+            memcpy(dst + i, &t, sizeof t);                                                 \
+        }                                                                                  \
+        int32_t lanes[VW];                                                                 \
+        memcpy(lanes, &nan, sizeof lanes);                                                 \
+        int any = 0;                                                                       \
+        for (int l = 0; l < VW; l++) any |= lanes[l];                                      \
+        return any != 0;                                                                   \
+    }                                                                                      \
+    /* One step over n floats, the first `valid` of them real (the QDQ pair tests those    \
+     * for a NaN); 1 when a NaN stops the run there, else 0. */                            \
+    ATTR static int RS(step)(const step_t *s, float *dst, const float *src, const float *o, \
+                             float *side, Py_ssize_t n, Py_ssize_t valid) {                \
+        const VF scalar = RS(lanes_of)(s->scalar);                                         \
+        VF a;                                                                              \
         switch (s->op) {                                                                   \
+        case OP_QDQ:                                                                       \
+            return RS(qdq_step)(s, dst, src, n, valid);                                    \
         case OP_ERF:                                                                       \
             RS(erf_buffer)(src, dst, n);                                                   \
-            return;                                                                        \
+            return 0;                                                                      \
         case OP_TANH:                                                                      \
             RS(tanh_buffer)(src, dst, n);                                                  \
-            return;                                                                        \
+            return 0;                                                                      \
         case OP_SIGMOID:                                                                   \
             RS(sigmoid_buffer)(src, dst, n);                                               \
-            return;                                                                        \
+            return 0;                                                                      \
         case OP_NEG:                                                                       \
         case OP_ABS:                                                                       \
         case OP_RELU:                                                                      \
@@ -125,7 +194,7 @@ static int level = 0;
                     a = RS(select)(a <= 0.0f, RS(splat)(0.0f), a);                         \
                 memcpy(dst + i, &a, sizeof a);                                             \
             }                                                                              \
-            return;                                                                        \
+            return 0;                                                                      \
         default:                                                                           \
             if (s->kind == KIND_SCALAR) {                                                  \
                 RS(binary_step)(s->op, 0, s->value_first, dst, src, NULL, scalar, n);      \
@@ -136,10 +205,13 @@ static int level = 0;
                                 scalar, n);                                                \
                 RS(binary_step)(s->op, 1, s->value_first, dst, src, side, scalar, n);      \
             }                                                                              \
+            return 0;                                                                      \
         }                                                                                  \
     }                                                                                      \
-    ATTR static void RS(run)(const step_t *steps, int count, const float *x, float *y,      \
-                             Py_ssize_t n) {                                               \
+    /* The steps over x into y, a block at a time; 1 when a QDQ step met a NaN (y then     \
+     * partly written: with y being x, x too), else 0. */                                  \
+    ATTR static int RS(run)(const step_t *steps, int count, const float *x, float *y,      \
+                            Py_ssize_t n) {                                                \
         float v[BLOCK] __attribute__((aligned(64))), o[BLOCK] __attribute__((aligned(64))); \
         float side[BLOCK] __attribute__((aligned(64)));                                    \
         for (Py_ssize_t start = 0; start < n; start += BLOCK) {                            \
@@ -160,34 +232,65 @@ static int level = 0;
             const float *src = in;                                                         \
             for (int k = 0; k < count; k++) {                                              \
                 float *dst = k == count - 1 ? out : v;                                     \
-                RS(step)(&steps[k], dst, src, in, side, padded);                           \
+                if (RS(step)(&steps[k], dst, src, in, side, padded, len)) return 1;        \
                 src = dst;                                                                 \
             }                                                                              \
             if (count == 0 && out != in) memcpy(out, in, (size_t)padded * 4);              \
             if (out == v) memcpy(y + start, v, (size_t)len * 4);                           \
         }                                                                                  \
+        return 0;                                                                          \
     }
 
 #define VECTOR_LEVEL_BODY CHAIN_LEVEL
 #include "vector_levels.h"
 
-/* The program's steps, checked; -1 with a ValueError set when it is not one. */
+/* A QDQ pair's two program steps (`p`: QDQ's 16 bytes) as one step; 0, or -1 when they
+ * are not a pair's. */
+static int parse_qdq(const uint8_t *p, step_t *s) {
+    const int is_signed = p[2];
+    if (p[1] != KIND_NONE || is_signed > 1 || p[8] != OP_QDQ_ARGS || p[9] != KIND_NONE ||
+        p[10] != 0)
+        return -1;
+    s->op = OP_QDQ;
+    s->kind = KIND_NONE;
+    s->q.zero = is_signed ? (float)(int8_t)p[3] : (float)p[3];
+    s->q.zero2 = is_signed ? (float)(int8_t)p[11] : (float)p[11];
+    s->q.lo = is_signed ? -128.0f : 0.0f;
+    s->q.hi = is_signed ? 127.0f : 255.0f;
+    memcpy(&s->q.scale, p + 4, 4);
+    memcpy(&s->q.scale2, p + 12, 4);
+    return 0;
+}
+
+/* The program's steps, checked (a QDQ pair's two as one); their count, or -1 with a
+ * ValueError set when it is not a program. */
 static int parse(const Py_buffer *prog, step_t *steps) {
     if (prog->len % 8 || prog->len / 8 > MAX_STEPS) {
         PyErr_SetString(PyExc_ValueError, "run: the program is 8 bytes a step, at most 64 steps");
         return -1;
     }
     const uint8_t *p = prog->buf;
-    const int count = (int)(prog->len / 8);
-    for (int k = 0; k < count; k++, p += 8) {
-        step_t *s = &steps[k];
+    const int slots = (int)(prog->len / 8);
+    int count = 0;
+    for (int k = 0; k < slots; k++, p += 8) {
+        step_t *s = &steps[count++];
+        memset(s, 0, sizeof *s);
+        if (p[0] == OP_QDQ) {
+            if (k + 1 == slots || parse_qdq(p, s) < 0) {
+                PyErr_Format(PyExc_ValueError, "run: step %d is not a QDQ pair's first", k);
+                return -1;
+            }
+            k++, p += 8; /* its QDQ_ARGS step */
+            continue;
+        }
         s->op = p[0], s->kind = p[1], s->value_first = p[2] != 0;
         s->side_op = p[3] & 0x0f, s->side_scalar_first = (p[3] & SIDE_SCALAR_FIRST) != 0;
         memcpy(&s->scalar, p + 4, 4);
         const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_SIGMOID ||
                           s->op == OP_NEG || s->op == OP_ABS ||
                           s->op == OP_RELU;
-        if (s->op >= OP_COUNT || s->kind > KIND_SIDE || unary != (s->kind == KIND_NONE) ||
+        if (s->op >= OP_COUNT || s->op == OP_QDQ_ARGS /* only after QDQ */ ||
+            s->kind > KIND_SIDE || unary != (s->kind == KIND_NONE) ||
             (s->kind == KIND_SIDE ? s->side_op > OP_DIV || (p[3] & ~0x1f)
                                   : p[3] != 0)) {
             PyErr_Format(PyExc_ValueError, "run: step %d is not a step", k);
@@ -197,15 +300,15 @@ static int parse(const Py_buffer *prog, step_t *steps) {
     return count;
 }
 
-static void run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n) {
+/* 1 when a QDQ step met a NaN, else 0 (run's result). */
+static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n) {
 #if ONNXVIZ_X86
     if (level >= 2)
-        run_avx512(steps, count, x, y, n);
-    else if (level == 1)
-        run_avx2(steps, count, x, y, n);
-    else
+        return run_avx512(steps, count, x, y, n);
+    if (level == 1)
+        return run_avx2(steps, count, x, y, n);
 #endif
-        run_generic(steps, count, x, y, n);
+    return run_generic(steps, count, x, y, n);
 }
 
 /* ---- a held chain: a fused chain's program with its scalars -------------------------
@@ -215,9 +318,9 @@ static void run_steps(const step_t *steps, int count, const float *x, float *y, 
  * called with the node's inputs, the scalars being exactly the objects of `expect`
  * (those the program was made with), on a float32 C-contiguous ndarray x of at least
  * `min_ndim` dimensions (the scalars' most: no broadcast adds axes), it makes y by
- * numpy.empty_like and runs the program; any other call is fallback(*args).  The
- * Python call's checks, reshapes and the program's lookup were most of a SiLU's 5 us on
- * a decoder's 512 values. */
+ * numpy.empty_like and runs the program; any other call, or a run that met a NaN in a
+ * QDQ step, is fallback(*args) (its new y dropped).  The Python call's checks, reshapes
+ * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -244,6 +347,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     if (!ok) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *y = PyObject_CallOneArg(self->empty_like, args[0]);
     Py_buffer yv;
+    int nan = 0;
     if (y && PyObject_GetBuffer(y, &yv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) Py_CLEAR(y);
     if (y) {
         if (yv.len != xv.len) { /* empty_like keeps x's layout: C-contiguous here */
@@ -251,14 +355,18 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
             Py_CLEAR(y);
         } else if (xv.len >= (1 << 16)) {
             Py_BEGIN_ALLOW_THREADS;
-            run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
+            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
             Py_END_ALLOW_THREADS;
         } else {
-            run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
+            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
         }
         PyBuffer_Release(&yv);
     }
     PyBuffer_Release(&xv);
+    if (nan) { /* a QDQ step met a NaN: the nodes run one by one (the fallback's call) */
+        Py_CLEAR(y);
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
     return y;
 }
 
@@ -341,26 +449,28 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
     const float *x = xv.buf;
     float *y = yv.buf;
     const Py_ssize_t n = xv.len / 4;
+    int nan;
     Py_BEGIN_ALLOW_THREADS;
-    run_steps(steps, count, x, y, n);
+    nan = run_steps(steps, count, x, y, n);
     Py_END_ALLOW_THREADS;
     PyBuffer_Release(&xv);
     PyBuffer_Release(&yv);
-    Py_RETURN_NONE;
+    return PyLong_FromLong(nan);
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"run", py_run, METH_VARARGS,
-     "run(x, y, program): y = program's elementwise steps applied to x, float32 contiguous "
-     "buffers of one length (y may be x)."},
+     "run(x, y, program) -> 0: y = program's elementwise steps applied to x, float32 "
+     "contiguous buffers of one length (y may be x); 1 when a QDQ step met a NaN (y, and x "
+     "when y is x, then partly written)."},
     {"held", py_held, METH_VARARGS,
      "held(program, expect, min_ndim, fallback, ndarray, empty_like) -> a callable "
      "f(x, *expect): the program run on a float32 C-contiguous ndarray x of at least "
      "min_ndim dimensions into a new array "
-     "(empty_like(x)); any other call (other scalars, dtype, layout, an empty x) is "
-     "fallback(*args)."},
+     "(empty_like(x)); any other call (other scalars, dtype, layout, an empty x), or a "
+     "NaN met by a QDQ step, is fallback(*args)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
