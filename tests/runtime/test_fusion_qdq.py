@@ -160,10 +160,13 @@ def test_what_the_float_pass_does_not_cover_runs_the_nodes(variant: dict[str, An
 # -- QDQ convs: which run float and channels-last ---------------------------------------------
 
 
-def _qdq_conv_net(depthwise: bool, seed: int = 8) -> tuple[onnx.ModelProto, dict[str, Any]]:
+def _qdq_conv_net(
+    depthwise: bool, seed: int = 8, sigmoid: bool = False
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """onnxruntime.quantization's S8S8 QDQ form of a small MobileNet-style net: x -> Q/DQ
     -> 3x3/2 stem of 3 channels -> Relu -> Q/DQ -> 3x3 conv (depthwise, or a plain one of
-    16 channels) -> Q/DQ -> 1x1 conv -> Q/DQ -> y; int8 weights per output channel."""
+    16 channels) -> Q/DQ [-> Sigmoid -> Q/DQ] -> 1x1 conv -> Q/DQ -> y; int8 weights per
+    output channel."""
     rng = np.random.default_rng(seed)
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -211,6 +214,9 @@ def _qdq_conv_net(depthwise: bool, seed: int = 8) -> tuple[onnx.ModelProto, dict
     v = qdq("stem_r", 0.02)
     v = conv(v, "mid", 16, 16, 3, group=16 if depthwise else 1, pads=[1, 1, 1, 1])
     v = qdq(v, 0.05)
+    if sigmoid:
+        nodes.append(helper.make_node("Sigmoid", [v], ["gate"]))
+        v = qdq("gate", 1 / 255)
     v = conv(v, "point", 24, 16, 1)
     v = qdq(v, 0.1)
     graph = helper.make_graph(
@@ -246,6 +252,33 @@ def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
     else:
         want = "QdqConv" if integer else "ConvChain"
         assert kinds == {"stem": "ConvChain", "mid": want, "point": want}
+    assert_modes_agree(model, feeds, steps={model.graph.output[0].name: 0.1})
+
+
+def test_a_chain_of_pairs_keeps_the_convs_channels_last() -> None:
+    """Depthwise conv -> pair -> Sigmoid -> pair -> 1x1 conv: the pairs and the Sigmoid are
+    one elementwise chain, which runs over the conv's channels-last buffer and hands the
+    layout on (taking it back to NCHW made the convs around it several times slower);
+    the stepped values within one quantization step."""
+    model, feeds = _qdq_conv_net(True, sigmoid=True)
+    session = Session(model)
+    session.run(feeds)
+    nodes = run_nodes(session.plan)
+    assert sum(type(pn.fused).__name__ == "ElementwiseChain" for pn in nodes) == 1
+    if native.level() is not None and native.load("chain") is not None:
+        chains = {pn.label: pn.fused for pn in nodes if pn.op_type == "Conv"}
+        assert chains["mid"].layout.emit  # through the chain to the 1x1 conv
+    # The chain itself on a channels-last value: its result channels-last, the same bits
+    # as on the NCHW copy.
+    chain = next(pn for pn in nodes if type(pn.fused).__name__ == "ElementwiseChain")
+    constants = dict(session.plan.constants)
+    x = np.random.default_rng(3).normal(0, 0.3, (2, 16, 17, 15)).astype(np.float32)
+    last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    ins = [constants.get(s) for s in chain.inputs]
+    got = chain.fused(None, [last, *ins[1:]])[0]
+    want = chain.fused(None, [x, *ins[1:]])[0]
+    assert got.transpose(0, 2, 3, 1).flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
     assert_modes_agree(model, feeds, steps={model.graph.output[0].name: 0.1})
 
 

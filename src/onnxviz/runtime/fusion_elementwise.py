@@ -51,6 +51,7 @@ from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import tanh_into
 from onnxviz.runtime.kernels.math_erf import erf_into
+from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
 from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
 
 if TYPE_CHECKING:
@@ -348,18 +349,24 @@ class ElementwiseChain:
         x = ins[0]
         if type(x) is not np.ndarray or x.dtype not in _FLOATS or not self._scalars_fit(x, ins):
             return self._one_by_one(ex, ins)
-        flat = np.ascontiguousarray(x).reshape(-1)
+        # Every step is elementwise and every other operand one value (or x itself), so
+        # the steps run over x's own buffer in its order: a channels-last value (a conv
+        # chain's, fusion_layout.py) stays so, and its result too.
+        last = is_channels_last(x)
+        dense = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
+        flat = dense.reshape(-1)
         out = np.empty_like(flat)
         if self.native and x.dtype == np.float32:
             if _NATIVE.run(flat, out, self._program_of(ins)):  # type: ignore[union-attr]
                 return self._one_by_one(ex, ins)  # a pair met a NaN
-            return [out.reshape(x.shape)]
-        scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
-        for start in range(0, flat.size, _BLOCK):
-            stop = min(start + _BLOCK, flat.size)
-            if not self._run_block(flat[start:stop], out[start:stop], scalars):
-                return self._one_by_one(ex, ins)  # a pair met a NaN
-        return [out.reshape(x.shape)]
+        else:
+            scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
+            for start in range(0, flat.size, _BLOCK):
+                stop = min(start + _BLOCK, flat.size)
+                if not self._run_block(flat[start:stop], out[start:stop], scalars):
+                    return self._one_by_one(ex, ins)  # a pair met a NaN
+        result = out.reshape(dense.shape)
+        return [result.transpose(0, 3, 1, 2) if last else result]
 
     def _program_of(self, ins: list[Any]) -> bytes:
         """`_program` for these inputs, made again only when a scalar is not the

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native, quiet_loop
+from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.fusion_qdq import QdqPair
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels import nn_pool
@@ -188,9 +189,11 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 kind = kinds[id(pn)]
                 ok = kind is not None
                 pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
-            elif isinstance(pn.fused, QdqPair) and pn.inputs[0] == slot:
-                # A quantize-dequantize pair runs elementwise over the value's own
-                # buffer and hands on its layout (a QDQ model's convs stay channels-last).
+            elif isinstance(pn.fused, (QdqPair, ElementwiseChain)) and pn.inputs[0] == slot:
+                # A quantize-dequantize pair, or a chain of elementwise steps whose other
+                # operands are single values (a QDQ model's pair -> HardSwish -> pair),
+                # runs over the value's own buffer and hands on its layout (a QDQ model's
+                # convs stay channels-last).
                 sub_ok, sub_pays = readers(pn.outputs[0])
                 ok, pays = ok and sub_ok, pays or sub_pays
             elif isinstance(pn.fused, SEGate) and pn.inputs[pn.fused.x_place] == slot:
@@ -251,7 +254,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         elif isinstance(pn.fused, SEGate):
             if pn.inputs[pn.fused.x_place] in region:
                 region.add(pn.outputs[0])
-        elif isinstance(pn.fused, QdqPair):
+        elif isinstance(pn.fused, (QdqPair, ElementwiseChain)):
             if pn.inputs[0] in region:
                 region.add(pn.outputs[0])
         elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
