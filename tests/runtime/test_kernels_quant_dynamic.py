@@ -686,3 +686,26 @@ def test_session_reports_the_bad_node(tmp_path: Path) -> None:
     quantized = _quantized(model, tmp_path)
     with pytest.raises(ExecutionError, match="X must be"):
         Session(quantized).run({"X": _normal(4, 2)})
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    m=st.integers(1, 40),
+    n=st.integers(1, 70),
+    per_column=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_accumulators_scaled_back_are_numpys_two_roundings(
+    m: int, n: int, per_column: bool, seed: int
+) -> None:
+    """float32(acc) * multiplier, the compiled pass at every level and numpy's cast and
+    product without it, bit for bit (an LSTM's input projection, QAttention's)."""
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-(2**31), 2**31, (m, n), dtype=np.int64).astype(np.int32)
+    multiplier = rng.uniform(1e-7, 1e-2, n if per_column else ()).astype(np.float32)
+    want = acc.astype(np.float32) * multiplier
+    for level in [*native.levels(), None]:
+        with at_level("int8", level):
+            got = contrib_quant_dynamic._scaled(acc, multiplier)
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got, want, err_msg=f"level {level}")

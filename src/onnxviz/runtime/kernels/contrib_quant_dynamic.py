@@ -80,8 +80,28 @@ def _integer_product(a: np.ndarray, a_zero: int, b: np.ndarray, b_zero: Any) -> 
 
 def _scaled(acc: np.ndarray, multiplier: Any) -> np.ndarray:
     """The int32 accumulator back in float32: float(acc) * (a_scale * b_scale), one
-    rounding each, as onnxruntime's GEMM output processor does."""
-    return acc.astype(_F32) * np.asarray(multiplier, dtype=_F32)
+    rounding each, as onnxruntime's GEMM output processor does.  A 2-D product with one
+    multiplier or one per column takes the compiled pass (`_int8.scale_columns`: the same
+    two roundings in one pass, where numpy's cast and product are two: 256 x 1024, a
+    quantized LSTM's input projection, 96 -> 56-70 us)."""
+    scale = np.asarray(multiplier, dtype=_F32)
+    module = native.load("int8")
+    if (
+        module is not None
+        and acc.ndim == 2
+        and acc.dtype == np.int32
+        and acc.size
+        and scale.ndim <= 1
+        and scale.size in (1, acc.shape[1])
+    ):
+        m, n = acc.shape
+        columns = np.ascontiguousarray(np.broadcast_to(scale, (n,)))
+        out = np.empty((m, n), _F32)
+        module.scale_columns(
+            np.ascontiguousarray(acc).reshape(-1), m, n, columns, b"", out.reshape(-1)
+        )
+        return out
+    return acc.astype(_F32) * scale
 
 
 def _is_one_value(t: np.ndarray | None) -> bool:
