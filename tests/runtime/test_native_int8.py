@@ -549,6 +549,106 @@ def test_gemm_rescale_is_gemm_then_the_rescale(
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    c=st.sampled_from([1, 3, 4, 13, 64]),
+    m=st.integers(1, 40),
+    kernel=st.sampled_from([1, 3, 5]),
+    stride=st.sampled_from([1, 2]),
+    hw=st.sampled_from([(5, 7), (12, 12), (19, 9)]),
+    x_signed=st.booleans(),
+    codes=st.booleans(),
+    batch=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_the_four_channel_input_gives_the_packed_products_rescale(
+    c: int,
+    m: int,
+    kernel: int,
+    stride: int,
+    hw: tuple[int, int],
+    x_signed: bool,
+    codes: bool,
+    batch: int,
+    seed: int,
+) -> None:
+    """A conv's flat layout interleaved by four channels and read where it lies
+    (interleave4, gemm_rescale4) gives gemm_rescale's bits on the planar layout: any
+    channel count (the last group padded), kernel offsets across stride phases, both
+    code types, codes or floats out, every image of a batch."""
+    from onnxviz.runtime.fusion_qdq_conv import _FourChannels, four_channel_rows
+    from onnxviz.runtime.kernels.int8_products import layout_plan
+
+    mod = _module()
+    if native.AVX512_VNNI not in native.levels():
+        pytest.skip("the four-channel product runs at the VNNI level")
+    mod.set_level(native.AVX512_VNNI)
+    rng = np.random.default_rng(seed)
+    h, w_ = hw
+    pad = kernel // 2
+    out = [(h + 2 * pad - kernel) // stride + 1, (w_ + 2 * pad - kernel) // stride + 1]
+    phase_hw, phases, length, used, wide, per_channel = layout_plan(
+        (batch, c, h, w_), [kernel, kernel], [stride, stride], [1, 1], [pad] * 4, out
+    )
+    x = _bytes(rng, x_signed, (batch, c, h, w_), False)
+    zd = int(rng.integers(-20, 20)) + (0 if x_signed else 128)
+    flat = np.zeros((batch, c, phases, length), np.uint8)
+    geometry = (pad, pad, stride, stride, *phase_hw, length, zd % 256, used)
+    mod.bytes_layout(x.view(np.uint8), batch, c, h, w_, *geometry, flat)
+    w = rng.integers(-127, 128, (m, c, kernel, kernel)).astype(np.int8)
+    zw = np.zeros(m, np.int32)
+    packed = mod.pack_weights(w.view(np.uint8).reshape(-1), m, c * kernel * kernel, True, zw)
+    rows4 = four_channel_rows(w)
+    packed4 = mod.pack_weights(rows4.view(np.uint8).reshape(-1), m, rows4.shape[1], True, zw)
+    four = _FourChannels.of(packed4, c, phases, length, per_channel)
+    scale = rng.uniform(1e-5, 3e-4, m).astype(np.float32)
+    bias = rng.normal(0, 0.5, m).astype(np.float32)
+    rescale = (out[0], wide // out[0], out[1], scale, bias, True, False, np.float32(0.05))
+    rescale += (int(rng.integers(0, 256)), np.float32(0.04), int(rng.integers(0, 256)), codes)
+    x4 = np.full(batch * four.words + 64, 0xDEADBEEF, np.uint32)  # (the slack: any bytes)
+    mod.interleave4(flat, batch, c, phases * length, x_signed, x4)
+    for b in range(batch):
+        dtype = np.uint8 if codes else np.float32
+        want = np.empty((m, out[0], out[1]), dtype)
+        offsets = per_channel + b * c * phases * length
+        args = (packed, flat.reshape(-1), offsets, 1, wide, x_signed, zd)
+        assert mod.gemm_rescale(*args, *rescale, want) == 0
+        got = np.empty_like(want)
+        args4 = (four.packed, x4[b * four.words :], four.rows, wide, x_signed, zd)
+        assert mod.gemm_rescale4(*args4, *rescale, got) == 0
+        np.testing.assert_array_equal(got, want, err_msg=f"image {b}")
+
+
+def test_the_four_channel_product_checks_its_operands() -> None:
+    mod = _module()
+    if native.AVX512_VNNI not in native.levels():
+        pytest.skip("the four-channel product runs at the VNNI level")
+    mod.set_level(native.AVX512_VNNI)
+    w = np.ones((4, 8), np.int8)
+    packed = mod.pack_weights(w.view(np.uint8).reshape(-1), 4, 8, True, np.zeros(4, np.int32))
+    rows = np.array([0, 12], np.int64)
+    x4 = np.full(24 + 32, 0x01010101, np.uint32)  # every byte 1
+    y = np.empty((4, 3, 4), np.uint8)
+    tail = (np.ones(4, np.float32), b"", False, False, np.float32(0.1), 0, np.float32(0.1), 0)
+    assert mod.gemm_rescale4(packed, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y) == 0
+    np.testing.assert_array_equal(y, np.full((4, 3, 4), 80, np.uint8))  # 8 * 1 / 0.1
+    with pytest.raises(ValueError):  # a row whose last panel reads past x4
+        mod.gemm_rescale4(
+            packed, x4, np.array([0, 25], np.int64), 12, False, 0, 3, 4, 4, *tail, True, y
+        )
+    with pytest.raises(ValueError):  # one row per k group
+        mod.gemm_rescale4(packed, x4, rows[:1], 12, False, 0, 3, 4, 4, *tail, True, y)
+    zp = mod.pack_weights(w.view(np.uint8).reshape(-1), 4, 8, True, np.ones(4, np.int32))
+    with pytest.raises(ValueError):  # weight zero points: their column term needs packing
+        mod.gemm_rescale4(zp, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y)
+    mod.set_level(native.AVX2)
+    packed2 = mod.pack_weights(w.view(np.uint8).reshape(-1), 4, 8, True, np.zeros(4, np.int32))
+    with pytest.raises(ValueError):  # another level
+        mod.gemm_rescale4(packed2, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y)
+    with pytest.raises(ValueError):  # src shorter than its planes
+        mod.interleave4(np.zeros(10, np.uint8), 1, 3, 4, False, np.zeros(16, np.uint8))
+
+
 def test_gemm_rescale_checks_its_operands() -> None:
     mod = _module()
     w = np.ones((4, 6), np.int8)
@@ -769,10 +869,15 @@ def test_qdq_conv_fusion_is_the_integer_definition(
     want, exact = _integer_reference(x, p, kernel, stride, pad, relu)
     stepped = stepped_values(model, {"x": x})["y"]
     levels = [lv for lv in native.levels() if lv >= native.AVX2]
+    # The input read in four-channel groups where it pays (fusion_qdq_conv._FourChannels).
+    four = kernel > 1 and -(-c // 4) * 32 <= c * 9 and not np.any(p["wz"])
     for level in levels:  # below AVX2 the fusion is not made (fusion_qdq_conv.int8_module)
         with _process_level(level):
             assert _uses_integer_conv(model) == 1
-            got = Session(model).run({"x": x})["y"]
+            session = Session(model)
+            got = session.run({"x": x})["y"]
+            conv = next(pn.fused for pn in run_nodes(session.plan) if pn.op_type == "Conv")
+            assert (conv._ready.four is not None) == (four and level == native.AVX512_VNNI)
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
     with _process_level(None):  # off: the nodes as they are, the stepped values
         assert _uses_integer_conv(model) == 0

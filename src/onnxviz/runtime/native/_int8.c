@@ -44,6 +44,11 @@
  *   gemm_rescale(packed, x, rowoff, colstride, N, x_signed, zx, rows, width, keep, scale,
  *                bias, relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1
  *       gemm, then rescale_q (codes) or rescale_qdq over C, block by block in cache
+ *   interleave4(src, images, channels, plane, flip, dst)
+ *       a conv's flat layout as groups of four channels, bytes interleaved
+ *   gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias,
+ *                 relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1
+ *       gemm_rescale reading X in interleave4's layout where it lies (VNNI level)
  *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
  *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
  *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
@@ -225,10 +230,18 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
  * init[i] + cinit[j] instead of 0 (the zero points' row and column terms, in the tile's
  * first k block only: accumulate is then 0; cinit is read for all 32 columns). */
 #define KERNEL_512(NAME, TARGET, STEP, PREFETCH, WPREFETCH)                                    \
+    KERNEL_512_AT(NAME, TARGET, STEP, PREFETCH, WPREFETCH, NO_ROWS, X_PACKED)
+/* X's k group q: at xp + q * NR (packed panels), or at xp + rows[q] (X_ROWS: a conv's
+ * input in its four-channel layout, read where it lies; the kernel takes rows then). */
+#define NO_ROWS
+#define ROWS_PARAM , const int64_t *rows
+#define X_PACKED(q) ((q) * NR)
+#define X_ROWS(q) (rows[q])
+#define KERNEL_512_AT(NAME, TARGET, STEP, PREFETCH, WPREFETCH, ROWS, XAT)                      \
     __attribute__((target(TARGET))) static void NAME(                                         \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,      \
         int mr_valid, int nr_valid, int accumulate, const int32_t *init,                      \
-        const int32_t *cinit) {                                                               \
+        const int32_t *cinit ROWS) {                                                          \
         enum { MR = 8, NR = 32 };                                                             \
         __m512i a00 = _mm512_setzero_si512(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,     \
                 a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00,  \
@@ -259,8 +272,8 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
             const int32_t *w = wp + q * MR;                                                   \
             WPREFETCH(w);                                                                     \
             PREFETCH(xp + q * NR);                                                            \
-            __m512i x0 = _mm512_loadu_si512((const void *)(xp + q * NR));                     \
-            __m512i x1 = _mm512_loadu_si512((const void *)(xp + q * NR + 16));                \
+            __m512i x0 = _mm512_loadu_si512((const void *)(xp + XAT(q)));                     \
+            __m512i x1 = _mm512_loadu_si512((const void *)(xp + XAT(q) + 16));                \
             __m512i b;                                                                        \
             b = _mm512_set1_epi32(w[0]);                                                      \
             a00 = STEP(a00, x0, b);                                                           \
@@ -362,6 +375,8 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
 KERNEL_512(kernel_avx512, AVX512_TARGET, STEP_MADD, NO_PREFETCH, NO_PREFETCH)
 KERNEL_512(kernel_vnni, AVX512_TARGET ",avx512vnni", STEP_VNNI, NO_PREFETCH, PREFETCH_W)
 KERNEL_512(kernel_vnni_stream, AVX512_TARGET ",avx512vnni", STEP_VNNI, PREFETCH_X, NO_PREFETCH)
+KERNEL_512_AT(kernel_vnni_rows, AVX512_TARGET ",avx512vnni", STEP_VNNI, NO_PREFETCH, PREFETCH_W,
+              ROWS_PARAM, X_ROWS)
 #endif
 
 typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
@@ -728,17 +743,20 @@ typedef struct {
 static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t *x,
                        Py_ssize_t x_len, const int64_t *rowoff, Py_ssize_t colstride,
                        Py_ssize_t n, int x_signed, int zx, int32_t *out,
-                       const BlockSink *sink) {
+                       const BlockSink *sink, const uint32_t *x4, const int64_t *rows4) {
     const Py_ssize_t m = h->m, k = h->k, kq = h->kq, panels_n = (n + s.nr - 1) / s.nr;
     const Py_ssize_t mp = (Py_ssize_t)h->panels * h->mr;
-    Py_ssize_t block = (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
+    /* x4 (VNNI only, no weight zero points: the caller checks): X's k groups read where
+     * they lie, no packing; the blocks then only keep C in cache. */
+    Py_ssize_t block = x4 != NULL ? panels_n
+                                  : (256 * 1024) / (kq * s.nr * (Py_ssize_t)sizeof(uint32_t));
     if (sink != NULL) {
         const Py_ssize_t c_panels = (512 * 1024) / (mp * s.nr * (Py_ssize_t)sizeof(int32_t));
         block = c_panels < block ? c_panels : block;
     }
     block = block < 1 ? 1 : (block > panels_n ? panels_n : block);
     const Py_ssize_t ldc = sink != NULL ? block * s.nr : n;
-    uint32_t *xp = malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
+    uint32_t *xp = x4 != NULL ? NULL : malloc((size_t)(block * kq * s.nr) * sizeof(uint32_t) + 64);
     int32_t *cblock = sink != NULL ? malloc((size_t)(mp * ldc) * sizeof(int32_t)) : NULL;
     const int32_t *rowsum = (const int32_t *)(base + sizeof(Header));
     const int32_t *zeros = rowsum + mp;
@@ -751,8 +769,8 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
      * term starts the accumulators (the kernels' init), the column term is a pass
      * over C after, for rows whose zw is not 0. */
     int32_t *row_init = s.group == 4 ? calloc((size_t)mp, sizeof(int32_t)) : NULL;
-    if (xp == NULL || (sink != NULL && cblock == NULL) || (need_colsum && colsum == NULL) ||
-        (s.group == 4 && row_init == NULL)) {
+    if ((xp == NULL && x4 == NULL) || (sink != NULL && cblock == NULL) ||
+        (need_colsum && colsum == NULL) || (s.group == 4 && row_init == NULL)) {
         free(xp);
         free(cblock);
         free(colsum);
@@ -770,18 +788,27 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
         const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
         /* C's columns of this block: in out, or from the start of cblock */
         int32_t *c = sink != NULL ? cblock - b0 * s.nr : out;
-        pack_x(x, x_len, rowoff, colstride, k, n, x_signed, zx, s, kq, xp, colsum, b0, b1);
+        if (x4 == NULL)
+            pack_x(x, x_len, rowoff, colstride, k, n, x_signed, zx, s, kq, xp, colsum, b0, b1);
         for (Py_ssize_t q0 = 0; q0 < kq; q0 += kcq) {
             const Py_ssize_t qn = kq - q0 < kcq ? kq - q0 : kcq;
             for (Py_ssize_t pm = 0; pm < h->panels; pm++) {
                 const int32_t *wpanel = wpanels + pm * kq * s.mr + q0 * s.mr;
                 const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
+                const int32_t *init = row_init != NULL ? row_init + pm * s.mr : NULL;
                 for (Py_ssize_t pn = b0; pn < b1; pn++) {
-                    const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
                     const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
-                    kern(wpanel, (const int32_t *)xpanel, qn, c + pm * s.mr * ldc + pn * s.nr,
-                         ldc, mr_valid, nr_valid, q0 > 0,
-                         row_init != NULL ? row_init + pm * s.mr : NULL, NULL);
+                    int32_t *cp = c + pm * s.mr * ldc + pn * s.nr;
+#if HAVE_X86
+                    if (x4 != NULL) {
+                        kernel_vnni_rows(wpanel, (const int32_t *)(x4 + pn * s.nr), qn, cp, ldc,
+                                         mr_valid, nr_valid, q0 > 0, init, NULL, rows4 + q0);
+                        continue;
+                    }
+#endif
+                    const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
+                    kern(wpanel, (const int32_t *)xpanel, qn, cp, ldc, mr_valid, nr_valid,
+                         q0 > 0, init, NULL);
                 }
             }
         }
@@ -868,7 +895,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS;
     status = gemm_blocks(&h, (const char *)packed.buf, s, (const uint8_t *)x.buf, x.len,
                          (const int64_t *)rowoff.buf, colstride, n, x_signed, zx,
-                         (int32_t *)out.buf, NULL);
+                         (int32_t *)out.buf, NULL, NULL, NULL);
     Py_END_ALLOW_THREADS;
     result = status == 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
 done:
@@ -1573,6 +1600,59 @@ static void rescale_block(void *ctx, const int32_t *c, Py_ssize_t ldc, Py_ssize_
     }
 }
 
+/* The product's operands: X as gemm reads it (x, rowoff, colstride), or, with x4, in
+ * the four-channel layout (interleave4) at word offsets rows4 per k group. */
+typedef struct {
+    const uint8_t *x;
+    Py_ssize_t x_len, colstride;
+    const int64_t *rowoff;
+    const uint32_t *x4;
+    const int64_t *rows4;
+    Py_ssize_t n;
+    int x_signed, zx;
+} ProductX;
+
+/* gemm_rescale and gemm_rescale4 after their operands' own checks: the rescale's
+ * operands checked, then the product rescaled block by block into y; 0, -1 (a scale,
+ * bias or 1 / qs not finite: nothing written), or NULL with an error set. */
+static PyObject *product_rescaled(const char *name, const Header *h, Shape s, const char *base,
+                                  const ProductX *px, Py_ssize_t rows, Py_ssize_t width,
+                                  Py_ssize_t keep, const Py_buffer *scale, const Py_buffer *bias,
+                                  int relu, int is_signed, float qs, int qz, float dqs, int dqz,
+                                  int codes, const Py_buffer *y) {
+    const Py_ssize_t m = h->m, n = px->n, item = codes ? 1 : 4;
+    if (rows <= 0 || width <= 0 || keep <= 0 || keep > width || rows > n / width ||
+        rows * width != n || scale->len != m * 4 || (bias->len != 0 && bias->len != m * 4) ||
+        y->len < m * rows * keep * item || !byte_code(is_signed, qz) ||
+        !byte_code(is_signed, dqz)) {
+        PyErr_Format(PyExc_ValueError, "%s: a buffer or zero point does not fit", name);
+        return NULL;
+    }
+    const float *sc = (const float *)scale->buf, *bi = bias->len ? (const float *)bias->buf : NULL;
+    if (!rescale_finite(sc, bi, m, qs)) return PyLong_FromLong(-1);
+    RescaleSink k = {
+        .m = m, .rows = rows, .width = width, .keep = keep, .item = item, .scale = sc,
+        .bias = bi, .relu = relu, .codes = codes, .r = 1.0f / qs, .z = (float)qz,
+        .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
+        .z2 = (float)dqz, .dqs = dqs, .out = (char *)y->buf,
+        .row_fn = rescale_row_at_level(), .grid = NULL,
+    };
+    /* Short rows (small images): the block's columns in one vector run into a buffer,
+     * then the kept ones copied (the rows alone would run scalar tails). */
+    if (keep < 32 && keep < width && rows > 1) {
+        k.grid = malloc((size_t)(n * item) + 64);
+        if (k.grid == NULL) return PyErr_NoMemory();
+    }
+    const BlockSink sink = {rescale_block, &k};
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = gemm_blocks(h, base, s, px->x, px->x_len, px->rowoff, px->colstride, n,
+                         px->x_signed, px->zx, NULL, &sink, px->x4, px->rows4);
+    Py_END_ALLOW_THREADS;
+    free(k.grid);
+    return status == 0 ? PyLong_FromLong(0) : PyErr_NoMemory();
+}
+
 static PyObject *py_gemm_rescale(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer packed, x, rowoff, scale, bias, y;
@@ -1586,53 +1666,142 @@ static PyObject *py_gemm_rescale(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Header h;
     Shape s;
-    if (!packed_header(&packed, "gemm_rescale", &h, &s) ||
-        !gemm_operands("gemm_rescale", &h, &x, &rowoff, colstride, n, x_signed, zx))
-        goto done;
-    const Py_ssize_t m = h.m, item = codes ? 1 : 4;
-    if (rows <= 0 || width <= 0 || keep <= 0 || keep > width || rows > n / width ||
-        rows * width != n || scale.len != m * 4 || (bias.len != 0 && bias.len != m * 4) ||
-        y.len < m * rows * keep * item || !byte_code(is_signed, qz) ||
-        !byte_code(is_signed, dqz)) {
-        PyErr_SetString(PyExc_ValueError, "gemm_rescale: a buffer or zero point does not fit");
-        goto done;
+    if (packed_header(&packed, "gemm_rescale", &h, &s) &&
+        gemm_operands("gemm_rescale", &h, &x, &rowoff, colstride, n, x_signed, zx)) {
+        const ProductX px = {x.buf, x.len, colstride, rowoff.buf, NULL, NULL, n, x_signed, zx};
+        result = product_rescaled("gemm_rescale", &h, s, packed.buf, &px, rows, width, keep,
+                                  &scale, &bias, relu, is_signed, qs, qz, dqs, dqz, codes, &y);
     }
-    const float *sc = (const float *)scale.buf, *bi = bias.len ? (const float *)bias.buf : NULL;
-    if (!rescale_finite(sc, bi, m, qs)) {
-        result = PyLong_FromLong(-1);
-        goto done;
-    }
-    {
-        RescaleSink k = {
-            .m = m, .rows = rows, .width = width, .keep = keep, .item = item, .scale = sc,
-            .bias = bi, .relu = relu, .codes = codes, .r = 1.0f / qs, .z = (float)qz,
-            .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
-            .z2 = (float)dqz, .dqs = dqs, .out = (char *)y.buf,
-            .row_fn = rescale_row_at_level(), .grid = NULL,
-        };
-        /* Short rows (small images): the block's columns in one vector run into a buffer,
-         * then the kept ones copied (the rows alone would run scalar tails). */
-        if (keep < 32 && keep < width && rows > 1) {
-            k.grid = malloc((size_t)(n * item) + 64);
-            if (k.grid == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-        }
-        const BlockSink sink = {rescale_block, &k};
-        int status;
-        Py_BEGIN_ALLOW_THREADS;
-        status = gemm_blocks(&h, (const char *)packed.buf, s, (const uint8_t *)x.buf, x.len,
-                             (const int64_t *)rowoff.buf, colstride, n, x_signed, zx, NULL,
-                             &sink);
-        Py_END_ALLOW_THREADS;
-        free(k.grid);
-        result = status == 0 ? PyLong_FromLong(0) : PyErr_NoMemory();
-    }
-done:
     PyBuffer_Release(&packed);
     PyBuffer_Release(&x);
     PyBuffer_Release(&rowoff);
+    PyBuffer_Release(&scale);
+    PyBuffer_Release(&bias);
+    PyBuffer_Release(&y);
+    return result;
+}
+
+/* ---- a conv's input in four-channel groups ------------------------------------------
+ * interleave4(src, images, channels, plane, flip, dst): the planes of a conv's flat
+ * layout (images x channels x plane bytes, the layout functions' output) as groups of
+ * four channels, each group's bytes interleaved: dst[image, g, j, i] = src[image, 4g + i,
+ * j] (^ 0x80 with flip: int8 codes in the VNNI product's unsigned form), 0 for the
+ * channels past the last.  A k group of VNNI's product is then four channels at one
+ * kernel offset, 32 columns of it 128 contiguous bytes: the product reads it where it
+ * lies (gemm_rescale4), where gemm packs every k row of every column block again (a 3x3
+ * conv reads each channel's plane nine times: 13% of ResNet-50's 64 x 576 x 3136). */
+static void interleave4_plane(const uint8_t *s0, const uint8_t *s1, const uint8_t *s2,
+                              const uint8_t *s3, Py_ssize_t plane, uint8_t flip, uint8_t *d) {
+    Py_ssize_t j = 0;
+#if defined(__SSE2__)
+    const __m128i f = _mm_set1_epi8((char)flip);
+    for (; j + 16 <= plane; j += 16) {
+        const __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s0 + j)), f);
+        const __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s1 + j)), f);
+        const __m128i c = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s2 + j)), f);
+        const __m128i e = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s3 + j)), f);
+        const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+        const __m128i ce_lo = _mm_unpacklo_epi8(c, e), ce_hi = _mm_unpackhi_epi8(c, e);
+        _mm_storeu_si128((__m128i *)(d + 4 * j), _mm_unpacklo_epi16(ab_lo, ce_lo));
+        _mm_storeu_si128((__m128i *)(d + 4 * j + 16), _mm_unpackhi_epi16(ab_lo, ce_lo));
+        _mm_storeu_si128((__m128i *)(d + 4 * j + 32), _mm_unpacklo_epi16(ab_hi, ce_hi));
+        _mm_storeu_si128((__m128i *)(d + 4 * j + 48), _mm_unpackhi_epi16(ab_hi, ce_hi));
+    }
+#endif
+    for (; j < plane; j++) {
+        d[4 * j] = s0[j] ^ flip;
+        d[4 * j + 1] = s1[j] ^ flip;
+        d[4 * j + 2] = s2[j] ^ flip;
+        d[4 * j + 3] = s3[j] ^ flip;
+    }
+}
+
+static PyObject *py_interleave4(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer src, dst;
+    Py_ssize_t images, channels, plane;
+    int flip;
+    if (!PyArg_ParseTuple(args, "y*nnnpw*", &src, &images, &channels, &plane, &flip, &dst))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t groups = (channels + 3) / 4;
+    if (images <= 0 || channels <= 0 || plane <= 0 || images > src.len / channels / plane ||
+        src.len < images * channels * plane || dst.len < images * groups * plane * 4) {
+        PyErr_SetString(PyExc_ValueError, "interleave4: a buffer does not fit its sizes");
+        goto done;
+    }
+    uint8_t *zeros = calloc((size_t)plane, 1);
+    if (zeros == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t img = 0; img < images; img++)
+        for (Py_ssize_t g = 0; g < groups; g++) {
+            const uint8_t *s[4];
+            for (int i = 0; i < 4; i++) {
+                const Py_ssize_t ch = 4 * g + i;
+                s[i] = ch < channels ? (const uint8_t *)src.buf + (img * channels + ch) * plane
+                                     : zeros; /* (its weights are 0: any byte does) */
+            }
+            interleave4_plane(s[0], s[1], s[2], s[3], plane, flip ? 0x80 : 0,
+                              (uint8_t *)dst.buf + (img * groups + g) * plane * 4);
+        }
+    Py_END_ALLOW_THREADS;
+    free(zeros);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
+/* gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias, relu,
+ * signed, qs, qz, dqs, dqz, codes, y): gemm_rescale with X in the four-channel layout
+ * (interleave4's words), k group q at word offset rows4[q] (+ the column): weights packed
+ * at the VNNI level with no zero points (their column term needs X's sums), a k order
+ * of four channels per group to match. */
+static PyObject *py_gemm_rescale4(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer packed, x4, rows4, scale, bias, y;
+    Py_ssize_t n, rows, width, keep;
+    int x_signed, zx, relu, is_signed, qz, dqz, codes;
+    float qs, dqs;
+    if (!PyArg_ParseTuple(args, "y*y*y*npinnny*y*ppfifipw*", &packed, &x4, &rows4, &n,
+                          &x_signed, &zx, &rows, &width, &keep, &scale, &bias, &relu,
+                          &is_signed, &qs, &qz, &dqs, &dqz, &codes, &y))
+        return NULL;
+    PyObject *result = NULL;
+    Header h;
+    Shape s;
+    if (!packed_header(&packed, "gemm_rescale4", &h, &s)) goto done;
+    if (current_level < 3) {
+        PyErr_SetString(PyExc_ValueError, "gemm_rescale4: the VNNI level only");
+        goto done;
+    }
+    const int32_t *zeros = (const int32_t *)((const char *)packed.buf + sizeof(Header)) +
+                           (Py_ssize_t)h.panels * h.mr;
+    int zero_free = 1;
+    for (Py_ssize_t i = 0; i < h.m; i++) zero_free &= zeros[i] == 0;
+    const Py_ssize_t words = x4.len / 4, span = (n + s.nr - 1) / s.nr * s.nr;
+    int fits = zero_free && byte_code(x_signed, zx) && n > 0 && x4.len % 4 == 0 &&
+               rows4.len == h.kq * (Py_ssize_t)sizeof(int64_t) && span <= words;
+    for (Py_ssize_t q = 0; fits && q < h.kq; q++) {
+        const int64_t r = ((const int64_t *)rows4.buf)[q];
+        fits = r >= 0 && r <= (int64_t)(words - span); /* the last panel's reads inside */
+    }
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm_rescale4: weight zero points, a row or a buffer do not fit");
+        goto done;
+    }
+    const ProductX px = {NULL, 0, 0, NULL, x4.buf, rows4.buf, n, x_signed, zx};
+    result = product_rescaled("gemm_rescale4", &h, s, packed.buf, &px, rows, width, keep,
+                              &scale, &bias, relu, is_signed, qs, qz, dqs, dqz, codes, &y);
+done:
+    PyBuffer_Release(&packed);
+    PyBuffer_Release(&x4);
+    PyBuffer_Release(&rows4);
     PyBuffer_Release(&scale);
     PyBuffer_Release(&bias);
     PyBuffer_Release(&y);
@@ -2604,6 +2773,13 @@ static PyMethodDef methods[] = {
      "bias, relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1 (as rescale_qdq): gemm's "
      "product of N = rows * width columns, rescaled block by block while in cache into y: "
      "rescale_q's bytes when codes, else rescale_qdq's floats."},
+    {"interleave4", py_interleave4, METH_VARARGS,
+     "interleave4(src, images, channels, plane, flip, dst): planes as groups of four "
+     "channels, their bytes interleaved (^0x80 with flip), 0 for channels past the last."},
+    {"gemm_rescale4", py_gemm_rescale4, METH_VARARGS,
+     "gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias, relu, "
+     "signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1: gemm_rescale with X in interleave4's "
+     "layout, k group q at word offset rows4[q]; VNNI level, no weight zero points."},
     {"rescale_q", py_rescale_q, METH_VARARGS,
      "rescale_q(acc, M, rows, width, keep, scale, bias, relu, signed, qs, qz, y) -> 0 or -1 "
      "(as rescale_qdq): rescale_qdq's value [Relu], quantized as there into bytes."},
