@@ -1,14 +1,48 @@
 """Small QDQ graphs as onnxruntime.quantization writes them, for the tests of the fused
 QDQ nodes (test_qdq_add.py, test_qdq_pool.py, test_qdq_matmul.py): pairs, quantized
-convs and MatMuls, Adds."""
+convs and MatMuls, Adds; and quantize_static's own output of a float model."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+
+def quantize_static_qdq(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path, activation_type: str
+) -> onnx.ModelProto:
+    """``model`` as onnxruntime.quantization.quantize_static writes it: QDQ format, weights
+    per channel, activations of ``activation_type`` ("QUInt8" or "QInt8"), calibrated on
+    ``feeds``."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([feeds])
+
+        def get_next(self) -> Any:
+            return next(self.items, None)
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=getattr(QuantType, activation_type),
+    )
+    return onnx.load(dst)
 
 
 class QdqGraph:

@@ -32,6 +32,7 @@ from onnxviz.runtime.kernels.quantize import dequantize_linear, quantize_linear
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree
 from tests.runtime.native_modules import at_level, compiled
+from tests.runtime.qdq_graphs import quantize_static_qdq
 
 pytestmark = pytest.mark.numeric
 
@@ -598,13 +599,6 @@ def _quantized_gelu(tmp_path: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarr
     by onnxruntime.quantization.quantize_static: QDQ, uint8 activations, weights per
     channel."""
     pytest.importorskip("onnxruntime.quantization")
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
     rng = np.random.default_rng(7)
     k, n = 32, 96
     inits = [
@@ -634,24 +628,7 @@ def _quantized_gelu(tmp_path: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarr
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([feeds])
-
-        def get_next(self) -> Any:
-            return next(self.items, None)
-
-    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(model, src)
-    quantize_static(
-        str(src),
-        str(dst),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-    )
-    return onnx.load(dst), feeds
+    return quantize_static_qdq(model, feeds, tmp_path, "QUInt8"), feeds
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -22,7 +22,7 @@ from onnxviz.runtime.kernels.quantize import _dequantize, _quantize
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree, stepped_values
 from tests.runtime.native_modules import at_level, compiled
-from tests.runtime.qdq_graphs import QdqGraph
+from tests.runtime.qdq_graphs import QdqGraph, quantize_static_qdq
 
 _LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
 needs_int8 = pytest.mark.skipif(
@@ -403,13 +403,6 @@ def test_quantize_static_layers_run_fused_as_stepped(
     """What onnxruntime.quantization writes for a transformer's projections and a
     classifier's Gemm layers (QDQ, per channel), fused and within one output step of
     stepping."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
     rng = np.random.default_rng(2)
     hidden = 32
     nodes, inits = [], []
@@ -444,24 +437,7 @@ def test_quantize_static_layers_run_fused_as_stepped(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([feeds])
-
-        def get_next(self) -> Any:
-            return next(self.items, None)
-
-    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(model, src)
-    quantize_static(
-        str(src),
-        str(dst),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=getattr(QuantType, activation_type),
-    )
-    quantized = onnx.load(dst)
+    quantized = quantize_static_qdq(model, feeds, tmp_path, activation_type)
     assert _fused(quantized) == 2
     out = quantized.graph.output[0].name
     inits_q = {t.name: onnx.numpy_helper.to_array(t) for t in quantized.graph.initializer}

@@ -215,6 +215,28 @@ def _codes_back(v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | 
     return quantize_compiled(v, np.array(s, dtype=_F32), np.array(z, dtype=dtype), dtype)
 
 
+def _pair_args(qs: Any, qz: Any, ds: Any, dz: Any) -> tuple[Any, ...] | None:
+    """scale_columns_qdq's (signed, qs, qz, dqs, dqz) for a QuantizeLinear ->
+    DequantizeLinear pair of these parameters: one float32 scale each, an 8-bit zero
+    point for the quantizer and none or one of its type for the dequantizer; else None."""
+    if (
+        not scalar(qs, _F32)
+        or not scalar(ds, _F32)
+        or qz is None
+        or not scalar(qz)
+        or qz.dtype not in _BYTES
+        or (dz is not None and not scalar(dz, qz.dtype))
+    ):
+        return None
+    return (
+        qz.dtype == np.int8,
+        np.float32(qs.reshape(())),
+        int(qz.reshape(())),
+        np.float32(ds.reshape(())),
+        0 if dz is None else int(dz.reshape(())),
+    )
+
+
 class _Ready(NamedTuple):
     """Last run's call, held while its parameters stay the same objects."""
 
@@ -356,17 +378,12 @@ class QdqMatMul:
             or not scalar(sa, _F32)
             or (za is not None and not scalar(za, a.dtype))
             or (zw is not None and (type(zw) is not np.ndarray or zw.dtype != w.dtype))
-            or not scalar(qs, _F32)
-            or not scalar(ds, _F32)
-            or qz is None
-            or not scalar(qz)
-            or qz.dtype not in _BYTES
-            or (dz is not None and not scalar(dz, qz.dtype))
         ):
             return None
+        output = _pair_args(qs, qz, ds, dz)
         scale = self._column_scales(sa, sw, w.shape[1])
         bias = self._bias(ins, w.shape[1])
-        if scale is None or bias is None:
+        if output is None or scale is None or bias is None:
             return None
         if zw is not None and zw.size not in (1, w.shape[1]):
             return None
@@ -377,14 +394,6 @@ class QdqMatMul:
             return None
         n = w.shape[1]
         out = np.empty(acc.shape, dtype=_F32)
-        assert qs is not None and ds is not None  # (scalar() said so)
-        output = (
-            qz.dtype == np.int8,
-            np.float32(qs.reshape(())),
-            int(qz.reshape(())),
-            np.float32(ds.reshape(())),
-            0 if dz is None else int(dz.reshape(())),
-        )
         then = self._then(ins, n, a.ndim)
         if then is None:
             return None
@@ -402,25 +411,10 @@ class QdqMatMul:
             return ()
         b, qs, qz, ds, dz = (None if p is None else ins[p] for p in self.add_places)
         bias = column_values(b, n, rank)
-        if (
-            bias is None
-            or not scalar(qs, _F32)
-            or not scalar(ds, _F32)
-            or qz is None
-            or not scalar(qz)
-            or qz.dtype not in _BYTES
-            or (dz is not None and not scalar(dz, qz.dtype))
-        ):
+        pair = _pair_args(qs, qz, ds, dz)
+        if bias is None or pair is None:
             return None
-        assert b is not None and qs is not None and ds is not None  # (checked above)
-        return (
-            bias,
-            qz.dtype == np.int8,
-            np.float32(qs.reshape(())),
-            int(qz.reshape(())),
-            np.float32(ds.reshape(())),
-            0 if dz is None else int(dz.reshape(())),
-        )
+        return (bias, *pair)
 
     def _hold(
         self,
