@@ -40,8 +40,10 @@ from onnxviz.ui.turn_queue import run_later
 
 STATS_MAX_SIZE = 65_536
 # Time given to gathering sort keys per turn of the event loop: a sort whose keys take
-# longer (the min of every one of 100k values) goes on over the next turns.
-SORT_SLICE_SECONDS = 0.03
+# longer (the min of every one of 100k values) goes on over the next turns.  (Kept to
+# half of the 100 ms budget together with a neighbouring slice: canvas_overlay's
+# MARK_SLICE_SECONDS.)
+SORT_SLICE_SECONDS = 0.02
 # Up to this many rows a table is filled and sorted at once; a bigger one is filled in
 # a later turn (``later``) and sorted from the turn after (filling it is enough for one).
 BIG_TABLE_ROWS = 5_000
