@@ -187,10 +187,14 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     const = _constant_slots(plan)
     keep = {s for s in plan.output_slots if s >= 0}
     users: dict[int, list[int]] = {}
+    producer: dict[int, int] = {}  # slot -> position of the node making it
     for i, pn in enumerate(nodes):
         for s in (*pn.inputs, *pn.implicit):
             if s >= 0:
                 users.setdefault(s, []).append(i)
+        for s in pn.outputs:
+            if s >= 0:
+                producer[s] = i
     # Position of a chain's last step -> (head position, step positions, fused node maker).
     chains: dict[int, tuple[int, list[int], Callable[..., PlanNode]]] = {}
     absorbed: set[int] = set()
@@ -208,8 +212,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     convs = find_qdq_convs(nodes, users, const, keep, constants)
     # Residual Adds between QDQ pairs: over the codes; the convs they read end at their
     # quantizers, and the convs that read their output pairs read the codes.
-    pools = find_qdq_max_pools(nodes, users, keep, convs, claimed) if convs else []
-    adds = find_qdq_adds(nodes, users, keep, const, convs, claimed, pools) if convs else []
+    pools = find_qdq_max_pools(nodes, users, producer, keep, convs, claimed) if convs else []
+    adds = (
+        find_qdq_adds(nodes, users, producer, keep, const, convs, claimed, pools) if convs else []
+    )
     exposed = {nodes[a.out_dq].outputs[0]: a.out_dq for a in (*pools, *adds)}
     codes_readers = {
         chain[0]
@@ -226,9 +232,9 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         take(add.positions, functools.partial(qdq_add_node, nodes, add), claimed)
     # Pairs over values already on their grid (after a Reshape, a Transpose) give them
     # back; a QDQ MatMul reading one reads its codes back from the float value.
-    for positions in find_idle_pairs(nodes, users, keep, claimed, constants):
+    for positions in find_idle_pairs(nodes, users, producer, keep, claimed, constants):
         take(positions, functools.partial(idle_pair_node, nodes, positions, constants), claimed)
-    qdq_matmuls, dropped = find_qdq_matmuls(nodes, users, const, keep, claimed)
+    qdq_matmuls, dropped = find_qdq_matmuls(nodes, users, producer, const, keep, claimed)
     for qdq_matmul in qdq_matmuls:
         maker = functools.partial(qdq_matmul_node, nodes, qdq_matmul)
         take(qdq_matmul.positions[2:], maker, claimed)
@@ -291,7 +297,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
-    for head_slot, positions in find_chains(nodes, users, const, keep, taken, constants):
+    for head_slot, positions in find_chains(nodes, users, producer, const, keep, taken, constants):
         take(positions, functools.partial(chain_node, nodes, head_slot, positions), taken)
     for positions in find_qdq_pairs(nodes, users, keep, taken):
         take(positions, functools.partial(qdq_node, nodes, positions), taken)

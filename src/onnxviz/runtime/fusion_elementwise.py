@@ -180,6 +180,7 @@ def _pair_params(nodes: list[PlanNode], q: int, dq: int) -> tuple[int, ...]:
 def find_chains(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
+    producer: dict[int, int],
     const: set[int],
     keep: set[int],
     taken: set[int],
@@ -195,7 +196,6 @@ def find_chains(
     chains: list[tuple[int, list[int]]] = []
     used: set[int] = set(taken)
     known = values or {}
-    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
 
     def side_node(slot: int, head: int, reader: int) -> int | None:
         """The position of the node making ``slot`` when it is a side value of a chain

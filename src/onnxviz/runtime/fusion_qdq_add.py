@@ -95,6 +95,7 @@ def take_output_pair(q: int, out_dq: int, convs: list[list[int]], in_convs: set[
 def find_qdq_adds(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
+    producer: dict[int, int],
     keep: set[int],
     const: set[int],
     convs: list[list[int]],
@@ -106,7 +107,6 @@ def find_qdq_adds(
     the nodes one by one every run).  A conv
     chain of ``convs`` (fusion_qdq_conv.find_qdq_convs' positions) whose output pair's
     dequantizer an Add absorbs loses that last position: it then ends at its quantizer."""
-    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     conv_ending = {chain[-1]: chain for chain in convs}
     found: list[AddChain] = []
     # An output dequantizer whose codes a fused node exposes (``exposing``: other

@@ -67,13 +67,13 @@ def _grid(pn: PlanNode, constants: dict[int, Any]) -> tuple[bytes, np.dtype[Any]
 def find_idle_pairs(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
+    producer: dict[int, int],
     keep: set[int],
     taken: set[int],
     constants: dict[int, Any],
 ) -> list[list[int]]:
     """[Quantize position, Dequantize position] of every pair above, neither in
     ``taken``."""
-    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     found: list[list[int]] = []
     for i, q in enumerate(nodes):
         if i in taken or not plain_quantizer(q) or q.outputs[0] < 0:

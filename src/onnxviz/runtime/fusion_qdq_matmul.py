@@ -104,6 +104,7 @@ def _product(pn: PlanNode, const: set[int]) -> bool:
 def find_qdq_matmuls(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
+    producer: dict[int, int],
     const: set[int],
     keep: set[int],
     taken: set[int],
@@ -112,7 +113,6 @@ def find_qdq_matmuls(
     dequantizers only fused MatMuls read).  Empty when the int8 kernel is off."""
     if int8_products.module() is None:
         return [], set()
-    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     found: list[QdqMatMulChain] = []
     own: set[int] = set()  # activation dequantizers whose codes the chains read
     for i, mm in enumerate(nodes):

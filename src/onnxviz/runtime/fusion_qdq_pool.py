@@ -67,6 +67,7 @@ def _plain_pool(pn: PlanNode) -> bool:
 def find_qdq_max_pools(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
+    producer: dict[int, int],
     keep: set[int],
     convs: list[list[int]],
     taken: set[int],
@@ -74,7 +75,6 @@ def find_qdq_max_pools(
     """Every QdqMaxPool chain [conv's output dequantizer, MaxPool, QuantizeLinear,
     DequantizeLinear] whose input is a conv chain's (of ``convs``) output pair read by
     the pool alone; that conv chain loses its dequantizer (it ends at its quantizer)."""
-    producer = {s: i for i, pn in enumerate(nodes) for s in pn.outputs if s >= 0}
     conv_ending = {chain[-1]: chain for chain in convs}
     in_convs = {p for chain in convs for p in chain}
     found: list[AddChain] = []
