@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import quiet_loop
-from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer
+from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import tanh_into
@@ -121,22 +121,15 @@ def _eligible(pn: PlanNode) -> bool:
     return pn.op_type in _UNARY and len(pn.inputs) == 1 and pn.inputs[0] >= 0
 
 
-def _one_value(value: Any) -> bool:
-    return type(value) is np.ndarray and value.size == 1
-
-
 def _pair_params_fit(s: Any, z: Any, s2: Any, z2: Any) -> bool:
     """A pair's parameters are those of the compiled step: float32 scales, int8 or uint8
     zero points of one type, one value each."""
     return (
-        _one_value(s)
-        and s.dtype == _F32
-        and _one_value(s2)
-        and s2.dtype == _F32
-        and _one_value(z)
+        scalar(s, _F32)
+        and scalar(s2, _F32)
+        and scalar(z)
         and z.dtype in _CODES
-        and _one_value(z2)
-        and z2.dtype == z.dtype
+        and scalar(z2, z.dtype)
     )
 
 
@@ -212,7 +205,7 @@ def find_chains(
 
     def scalars(pn: PlanNode) -> bool:
         """No constant operand of ``pn`` is known to be more than one value."""
-        return all(_one_value(known[s]) for s in pn.inputs if s in const and s in known)
+        return all(scalar(known[s]) for s in pn.inputs if s in const and s in known)
 
     for i, pn in enumerate(nodes):
         if i in used:
@@ -426,7 +419,7 @@ class ElementwiseChain:
             return False
         for at in self._scalar_places:
             c = ins[at]
-            if not (_one_value(c) and c.dtype == x.dtype and c.ndim <= x.ndim):
+            if not (scalar(c, x.dtype) and c.ndim <= x.ndim):
                 return False
         return all(_pair_params_fit(*(ins[at] for at in pair)) for pair in self._pairs)
 

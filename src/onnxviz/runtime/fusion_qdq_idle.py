@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime.fusion_qdq import plain_dequantizer, plain_quantizer
+from onnxviz.runtime.fusion_qdq import plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
 
 if TYPE_CHECKING:
@@ -54,9 +54,10 @@ def _grid(pn: PlanNode, constants: dict[int, Any]) -> tuple[bytes, np.dtype[Any]
     if len(pn.inputs) != 3:
         return None
     s, z = constants.get(pn.inputs[1]), constants.get(pn.inputs[2])
-    if type(s) is not np.ndarray or type(z) is not np.ndarray or s.size != 1 or z.size != 1:
+    if not scalar(s, _F32) or not scalar(z):
         return None
-    if s.dtype != _F32 or z.dtype not in _CODE_TYPES:
+    assert s is not None and z is not None  # (scalar() said so)
+    if z.dtype not in _CODE_TYPES:
         return None
     scale = float(s.reshape(()))
     if not _TINY <= scale <= _HUGE:
