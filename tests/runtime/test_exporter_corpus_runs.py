@@ -27,10 +27,13 @@ from onnx import numpy_helper
 from onnxviz.model.document import Document
 from onnxviz.runtime.session import Session
 from tests.data.exporters import NAMES, feeds_of, path_of
+from tests.ort_reference import exact_options
 
 from .differential import assert_modes_agree, close
 
 pytestmark = pytest.mark.numeric
+
+INTEGER_GEMMS = {"MatMulInteger", "ConvInteger"}
 
 
 def _as_meant(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -59,8 +62,16 @@ def test_exporter_model_matches_onnxruntime_in_every_mode(name: str) -> None:
     feeds = feeds_of(name)
     steps = {o.name: _quantization_step(doc.model, o.name) for o in doc.model.graph.output}
     assert_modes_agree(doc.model, feeds, steps=steps)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options = exact_options(ort, None)
+    # Unoptimized, so onnxruntime computes what the nodes say; except that its exact
+    # integer GEMM for constant weights (tests/ort_reference.py) comes with its extended
+    # level's rewrite of MatMulInteger, so a model with one gets that level.
+    integer = any(n.op_type in INTEGER_GEMMS for n in doc.model.graph.node)
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        if integer
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     reference = ort.InferenceSession(
         _as_meant(doc.model).SerializeToString(), options, providers=["CPUExecutionProvider"]
     )

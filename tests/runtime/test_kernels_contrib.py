@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
+from tests.ort_reference import exact_options
 from tests.runtime.nodecases import run_graph_simply
 
 ort = pytest.importorskip("onnxruntime")
@@ -22,27 +23,36 @@ def _f(*shape: int) -> np.ndarray:
 
 
 def single_node_model(
-    op: str, inputs: list[np.ndarray | None], n_out: int, domain: str, attrs: dict[str, Any]
+    op: str,
+    inputs: list[np.ndarray | None],
+    n_out: int,
+    domain: str,
+    attrs: dict[str, Any],
+    constants: tuple[int, ...] = (),
 ) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    """One node whose given inputs are graph inputs, except those at ``constants``:
+    initializers, as a quantized model's weights are (tests/ort_reference.py)."""
     names = [f"in{k}" if v is not None else "" for k, v in enumerate(inputs)]
     outs = [f"out{k}" for k in range(n_out)]
     node = helper.make_node(op, names, outs, domain=domain, **attrs)
-    real = [(n, v) for n, v in zip(names, inputs) if v is not None]
+    real = [(k, n, v) for k, (n, v) in enumerate(zip(names, inputs)) if v is not None]
     graph = helper.make_graph(
         [node],
         "g",
         [
             helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for n, v in real
+            for k, n, v in real
+            if k not in constants
         ],
         [onnx.ValueInfoProto(name=o) for o in outs],
+        [numpy_helper.from_array(v, n) for k, n, v in real if k in constants],
     )
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
         ir_version=8,
     )
-    return model, [v for _, v in real]
+    return model, [v for k, _, v in real if k not in constants]
 
 
 def compare_with_ort(
@@ -52,11 +62,15 @@ def compare_with_ort(
     domain: str = MS,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    constants: tuple[int, ...] = (),
     **attrs: Any,
 ) -> None:
-    model, feeds = single_node_model(op, inputs, n_out, domain, attrs)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = session.run(None, {f"in{k}": v for k, v in enumerate(inputs) if v is not None})
+    model, feeds = single_node_model(op, inputs, n_out, domain, attrs, constants)
+    session = ort.InferenceSession(
+        model.SerializeToString(), exact_options(ort, None), providers=["CPUExecutionProvider"]
+    )
+    names = [i.name for i in model.graph.input]
+    expected = session.run(None, dict(zip(names, feeds, strict=True)))
     actual = run_graph_simply(model, feeds)
     assert len(actual) == len(expected)
     for e, a in zip(expected, actual):
@@ -362,10 +376,12 @@ def test_qgemm_quantized_and_float_outputs() -> None:
     compare_with_ort(
         "QGemm",
         [_u8(3, 4), _s(0.02), zp, _i8(4, 5), _s(0.03), np.array(0, np.int8), bias, _s(0.05), zp],
+        constants=(3, 4, 5),  # B and its parameters: a weight
     )
     compare_with_ort(
         "QGemm",
         [_u8(3, 4), _s(0.02), zp, _i8(5, 4), np.full(5, 0.03, np.float32), np.zeros(5, np.int8)],
+        constants=(3, 4, 5),
         transB=1,
     )
 

@@ -455,7 +455,8 @@ def test_every_wrong_call_is_a_value_error():
         {"act": 4},
         {"act": -1},
         {"offset": 64},
-        {"data": bytes(p.data)[: p.offset + 4 * k * 64 - 4]},  # one float short
+        # One float short of the panels (N rounded up to this level's panel width).
+        {"data": bytes(p.data)[: p.offset + 4 * k * (-(-n // p.nr) * p.nr) - 4]},
         {"nr": 48 - p.nr},  # packed for another level's panels
         {"a": a.astype(np.float64)},
         {"c": c.astype(np.float64)},
