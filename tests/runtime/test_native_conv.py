@@ -554,6 +554,41 @@ def test_the_routing_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> Non
     close(np.asarray(on), np.asarray(off), "routed on against off", rtol=1e-4)
 
 
+@pytest.mark.parametrize("routing", ["narrow", "all"])
+def test_below_avx512_only_stems_and_strided_1x1s_run_the_direct_conv(
+    monkeypatch: pytest.MonkeyPatch, routing: str
+) -> None:
+    """Below AVX-512 (routing "narrow", the default there) the 8-lane direct kernel runs
+    the 3-channel stem and the strided 1x1 only; the block's two 3x3 convs of 20
+    channels run the GEMM paths (NCHW), and every run mode still agrees.  At AVX-512
+    ("all") it runs all four convs channels-last."""
+    _module()
+    from onnxviz.runtime.kernels import nn_conv_nhwc
+
+    routed: set[tuple[int, int]] = set()  # (input channels, kernel size) of direct convs
+    direct_init = nn_conv_nhwc._Direct.__init__
+    direct_nchw = nn_conv._native_direct_nchw
+
+    def channels_last(self: Any, x_shape: Any, w: np.ndarray, *args: Any) -> None:
+        routed.add((w.shape[1], w.shape[2]))
+        direct_init(self, x_shape, w, *args)
+
+    def planes(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
+        routed.add((w.shape[1], w.shape[2]))
+        return direct_nchw(x, w, *args)
+
+    monkeypatch.setattr(nn_conv_nhwc._Direct, "__init__", channels_last)
+    monkeypatch.setattr(nn_conv, "_native_direct_nchw", planes)
+    monkeypatch.setenv("ONNXVIZ_DIRECT_CONV", routing)
+    model = _block_model()
+    with _level(LEVELS[-1]):
+        Session(model).run(_feeds())
+        want = {(3, 7), (20, 1)} | ({(20, 3)} if routing == "all" else set())
+        assert routed == want
+        assert_modes_agree(model, _feeds())
+
+
+@pytest.mark.usefixtures("direct_everywhere")
 def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -581,6 +616,7 @@ def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     close(np.asarray(got), want, "Winograd in a channels-last chain", rtol=1e-4)
 
 
+@pytest.mark.usefixtures("direct_everywhere")
 def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -44,6 +44,7 @@ from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.fusion_qdq import QdqPair
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels import nn_pool
+from onnxviz.runtime.kernels.nn_conv import direct_pays_narrow, direct_wide
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     ChannelsLastConv,
@@ -111,14 +112,21 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
             return None
         if kernel == [1, 1] and _unpadded(attrs):
             return "pointwise"
-        return "direct" if direct_available(np.dtype(np.float32)) else None
+        # Below AVX-512 the direct kernel pays on a stem only, and the channels are
+        # not known here.
+        return "direct" if direct_available(np.dtype(np.float32)) and direct_wide() else None
     if type(w) is not np.ndarray or w.ndim != 4:
         return None
     if w.shape[1] == 1 and w.shape[0] == group > 1:
         return "depthwise"
     if group == 1 and w.shape[2:] == (1, 1) and _unpadded(attrs):
         return "pointwise"
-    if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
+    if (
+        group == 1
+        and w.shape[1] >= 1
+        and direct_available(w.dtype)
+        and (direct_wide() or direct_pays_narrow(w.shape[1], w.shape[2:]))
+    ):
         return "direct"
     return None
 

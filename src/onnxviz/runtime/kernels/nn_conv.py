@@ -555,7 +555,14 @@ def direct_routing() -> bool:
     """Whether plain convs may run the compiled direct conv (ONNXVIZ_DIRECT_CONV=off:
     never, for measuring against the paths it replaces; the kernel also needs
     ONNXVIZ_NATIVE on)."""
-    return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower() != "off"
+    return _direct_setting() != "off"
+
+
+def _direct_setting() -> str:
+    """ONNXVIZ_DIRECT_CONV: "auto" (the default: routed by level and shape), "off",
+    "all" or "narrow" (routed as at AVX-512, or as below it, on any level: the tests run
+    both routings on every CPU)."""
+    return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower()
 
 
 def direct_nchw_pays(
@@ -589,9 +596,40 @@ def direct_nchw_pays(
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
         return False  # the plain product on a view
+    if not direct_wide():
+        return direct_pays_narrow(c, kernel)
     if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
         return c * m <= 32 * 32 or (c * m <= 64 * 64 and math.prod(out_shape) <= 28 * 28)
     return c <= 128
+
+
+# Input channels up to which a plain conv is an image stem (RGB, RGBA, gray).
+STEM_CHANNELS = 4
+
+
+def direct_wide() -> bool:
+    """Whether the compiled direct conv runs 16 lanes (AVX-512) here.  Below that its
+    8-lane kernel loses to the GEMM paths on every conv but a stem's and a strided 1x1's
+    (`direct_pays_narrow`)."""
+    setting = _direct_setting()
+    if setting in ("all", "narrow"):
+        return setting == "all"
+    lanes = direct_lanes()
+    return lanes is not None and lanes >= 16
+
+
+def direct_pays_narrow(c: int, kernel: Sequence[int]) -> bool:
+    """Whether a plain conv of ``c`` input channels pays the direct kernel below AVX-512:
+    only an image stem or a strided 1x1.  Measured on an AMD Zen 3 core (AVX2 + FMA,
+    benchmarks/bench_direct_conv.py, one thread, us, direct kernel / Winograd or im2col
+    + OpenBLAS / onnxruntime): ResNet-18 w32 3x3 56 px 32 ch 1926 / 1106 / 679, 3x3/2 56
+    px 32->64 1133 / 790 / 428, 3x3 28 px 64 ch 2014 / 619 / 771; ResNet-50 3x3/2 56 px
+    128 ch 8502 / 4517 / 3051; UNet 3x3 128 px 16 ch 3114 / 1581 / 1181: its 8 lanes
+    reach about 30 GFLOP/s where a GEMM's blocking reaches 60.  The stems (7x7/2 from 3
+    channels 1956 / 4230 / 1591, written channels-last) and strided 1x1s (32->64 at 56 px
+    147 / 207 / 103) still win: a stem's im2col is 49 copies of a thin image, and a
+    strided 1x1's GEMM first copies every second pixel out."""
+    return c <= STEM_CHANNELS or math.prod(kernel) == 1
 
 
 def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:

@@ -63,7 +63,9 @@ from onnxviz.runtime.kernels.nn_conv import (
     conv_core,
     conv_geometry,
     direct_lanes,
+    direct_pays_narrow,
     direct_routing,
+    direct_wide,
     native_blocked,
     native_depthwise,
     native_direct,
@@ -172,7 +174,12 @@ def prepare_channels_last(
         return _Pointwise(x.shape, wt, b, strides, out_shape)
     if w.shape[1] == 1 and m == group > 1:
         return _Depthwise(x.shape, w, b, kernel, strides, dilations, pads, out_shape)
-    if group == 1 and len(kernel) == 2 and direct_available(x.dtype):
+    if (
+        group == 1
+        and len(kernel) == 2
+        and direct_available(x.dtype)
+        and (direct_wide() or direct_pays_narrow(c, kernel))
+    ):
         lanes = direct_lanes()
         if lanes is not None:
             return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
