@@ -315,3 +315,18 @@ def test_a_weight_the_cache_will_not_keep_is_never_packed_per_call(monkeypatch):
     monkeypatch.undo()
     assert packed_gemm.packed(w, mod) is not None and wc.stored_bytes() > 0
     wc.clear()
+
+
+@pytest.mark.parametrize("level", [1, 2, 3], ids=["avx2", "avx512", "vnni"])
+def test_below_avx512_many_rows_by_a_deep_weight_go_to_openblas(level: int) -> None:
+    """The routing only (no product runs, so any level can be asked on any CPU): below
+    AVX-512 a product of 48 or more rows by a weight of K >= 576 runs OpenBLAS (its
+    tiles beat the kernel's AVX2 ones there), fewer rows or a shallower weight the
+    kernel (OpenBLAS would pack the weight on every call, or the conv's epilogue pays);
+    at AVX-512 the kernel takes them all."""
+    with at_level("sgemm", level), threadpool_limits(1):
+        wide = level >= native.AVX512
+        assert packed_gemm.use_for(128, 768, 768) == wide  # BERT-base's projections
+        assert packed_gemm.use_for(196, 1024, 256) == wide  # a ResNet-50 1x1
+        assert packed_gemm.use_for(47, 768, 768)  # a few tokens
+        assert packed_gemm.use_for(3136, 512, 64)  # a shallow 1x1 conv

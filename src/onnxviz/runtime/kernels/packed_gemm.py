@@ -245,7 +245,25 @@ def use_for(rows: int, k: int, n: int) -> bool:
         return True
     if rows < MIN_ROWS and not (rows == 1 and one_row()):
         return False
+    if rows >= NARROW_BLAS_ROWS and k >= NARROW_BLAS_K and not _wide():
+        return False
     return _one_thread()
+
+
+# Below AVX-512 the kernel's 6x16 AVX2 tile loses to OpenBLAS's on a product of many
+# rows by a deep weight.  Measured on an AMD Zen 3 core (OpenBLAS's Haswell kernels, 1
+# thread, us, OpenBLAS / ours): 16x768x768 373/304 and 32x768x768 677/653 (OpenBLAS packs
+# the weight on every call), but 64x768x768 1215/1280, 128x768x768 1942/2195, 128x3072x768
+# 8937/9191, 196x1024x256 1348/1438, and with a conv's epilogue (bias, residual, Relu)
+# ResNet-50's 196x1024x256 1630/1914, 128x768x3072 9625/12694; up to K = 512 the epilogue
+# keeps it ahead or even (3136x64x256 2828/2100, 784x512x256 3490/3244).
+NARROW_BLAS_ROWS = 48
+NARROW_BLAS_K = 576
+
+
+def _wide() -> bool:
+    level = native.level()
+    return level is not None and level >= native.AVX512
 
 
 def one_row() -> bool:
