@@ -323,19 +323,23 @@ def _native_order(setup: _Setup, d: int) -> tuple[bool, np.ndarray | None]:
 
 def _native_packed(r: np.ndarray, d: int, first: int, gates: int, hs: int) -> np.ndarray:
     """Gates [first, first + gates) of direction ``d`` of R [D, G*H, H] in the layout the
-    C loop reads (_recurrent.c's header): per block of _UNITS hidden units, (H, gates,
-    _UNITS) with element [k, g, u] = R[(first + g) * H + u, k], zero past H.  Made once
-    per constant R (_weight_cache)."""
+    C loop reads at its level (_recurrent.c's header, float_layout): per block of _UNITS
+    hidden units, (H, gates, _UNITS) with element [k, g, u] = R[(first + g) * H + u, k],
+    zero past H; at AVX2 the block as two halves of _UNITS / 2 units, each (H, gates,
+    _UNITS / 2).  Made once per constant R and layout (_weight_cache)."""
+    assert _RECURRENT is not None
+    halves = 2 if _RECURRENT.float_layout() == 1 else 1
 
     def build() -> np.ndarray:
         rd = r[d, first * hs : (first + gates) * hs].astype(np.float32)
         blocks = -(-hs // _UNITS)
         wide = np.zeros((gates, blocks * _UNITS, hs), dtype=np.float32)
         wide[:, :hs] = rd.reshape(gates, hs, hs)
-        packed = wide.reshape(gates, blocks, _UNITS, hs).transpose(1, 3, 0, 2)
+        part = _UNITS // halves
+        packed = wide.reshape(gates, blocks, halves, part, hs).transpose(1, 2, 4, 0, 3)
         return np.ascontiguousarray(packed)
 
-    return derived("rnn_native_packed", (r,), (d, first, gates), build)  # type: ignore[no-any-return]
+    return derived("rnn_native_packed", (r,), (d, first, gates, halves), build)  # type: ignore[no-any-return]
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
