@@ -66,12 +66,19 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # The compiled row softmax (native/_softmax.c), None when compiled kernels are off or not
-# built, or below AVX-512.  It normalises each row by its own maximum and runs in every
-# run mode, so a stepped run shows the numbers a plain run gives.  Measured (1 thread,
-# BERT-base's 12 x 128 x 128 scores): AVX-512 156 us against 249 for softmax_rows, but
-# AVX2 349: its exp is twice the instructions there, where numpy's own exp is vectorised.
+# built, or run below AVX-512 on a CPU that has it.  It normalises each row by its own
+# maximum and runs in every run mode, so a stepped run shows the numbers a plain run
+# gives.  Measured (1 thread, BERT-base's 12 x 128 x 128 scores): on a Sapphire Rapids
+# core at AVX-512 156 us against 249 for softmax_rows, but at AVX2 349, since numpy's own
+# exp runs AVX-512 there.  On an AVX2 CPU (a Zen 3 core, numpy's exp at AVX2 too) the
+# AVX2 kernel wins: 254-313 us against 724-771 on those scores, 205-263 against 307-406
+# on a ViT's 3 x 197 x 197, 41-45 against 77-82 on BERT-tiny's 2 x 128 x 128.
 _NATIVE = native.load("softmax")
-if _NATIVE is not None and int(_NATIVE.level()) < native.AVX512:
+if (
+    _NATIVE is not None
+    and int(_NATIVE.level()) < native.AVX512
+    and native.cpu_level() >= native.AVX512
+):
     _NATIVE = None
 _F32 = np.dtype(np.float32)
 
