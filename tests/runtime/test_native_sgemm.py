@@ -618,8 +618,9 @@ def test_a_model_runs_the_kernel_and_gives_the_same_outputs(monkeypatch):
                 _weight_cache.clear()
                 on = Session(model).run(feeds)
             # The channels-last pointwise convs (2), MatMul + bias and the plain MatMul
-            # run gemm; the 7x7 NCHW conv runs gemm_left.
-            assert calls["gemm"] == 4 and calls["gemm_left"] == 1, (level, calls)
+            # run gemm; the 7x7 NCHW conv runs gemm_left at AVX-512 (below, OpenBLAS).
+            left = 1 if level >= native.AVX512 else 0
+            assert calls["gemm"] == 4 and calls["gemm_left"] == left, (level, calls)
             for name in names:
                 scale = float(np.abs(theirs[name]).max()) + 1.0
                 np.testing.assert_allclose(on[name], theirs[name], rtol=0, atol=1e-5 * scale)

@@ -380,8 +380,10 @@ def use_left_for(m: int, k: int, pixels: int) -> bool:
     OpenBLAS does, and OpenBLAS's micro-kernel is the faster one there; only on small
     images does its packing of the weight on every call cost more.  (ResNet-50 runs its
     1x1 convs NCHW in this interpreter: no depthwise conv reads them, so fusion_layout
-    keeps NCHW.)"""
-    return pixels <= MAX_LEFT_PIXELS and m >= MIN_ROWS and _one_thread()
+    keeps NCHW.)  Below AVX-512 OpenBLAS wins there too (a Zen 3 core, the whole conv, us,
+    gemm_left / OpenBLAS: 3x3 256 -> 256 at 7 x 7 1730-1790 / 1383-1411, 512 -> 512
+    6213-6456 / 4154-5100)."""
+    return pixels <= MAX_LEFT_PIXELS and m >= MIN_ROWS and _wide() and _one_thread()
 
 
 def _one_thread() -> bool:
