@@ -125,7 +125,7 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
         group == 1
         and w.shape[1] >= 1
         and direct_available(w.dtype)
-        and (direct_wide() or direct_pays_narrow(w.shape[1], w.shape[2:]))
+        and (direct_wide() or direct_pays_narrow(w.shape[1], w.shape[2:], w.shape[0]))
     ):
         return "direct"
     return None

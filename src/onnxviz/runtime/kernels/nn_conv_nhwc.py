@@ -178,7 +178,7 @@ def prepare_channels_last(
         group == 1
         and len(kernel) == 2
         and direct_available(x.dtype)
-        and (direct_wide() or direct_pays_narrow(c, kernel))
+        and (direct_wide() or direct_pays_narrow(c, kernel, m, out_shape))
     ):
         lanes = direct_lanes()
         if lanes is not None:
