@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.model.tensors import to_array
 from onnxviz.runtime.invoke import call_node
@@ -50,6 +51,42 @@ def to_value(x: Any) -> Any:
     if isinstance(x, dict):
         return {k: to_value(v) for k, v in x.items()}
     return x
+
+
+def single_node_model(
+    op: str,
+    inputs: list[np.ndarray | None],
+    n_out: int,
+    domain: str,
+    attrs: dict[str, Any],
+    constants: tuple[int, ...] = (),
+) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    """A model of one ``op`` node (ai.onnx 17, com.microsoft 1) whose given inputs are
+    graph inputs in order (so nothing is folded), except those at ``constants``:
+    initializers, as a quantized model's weights are (onnxruntime packs those, and only
+    those, with its exact int8 kernels: tests/ort_reference.py); and the graph inputs'
+    values, in order."""
+    names = [f"in{k}" if v is not None else "" for k, v in enumerate(inputs)]
+    outs = [f"out{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, domain=domain, **attrs)
+    real = [(k, n, v) for k, (n, v) in enumerate(zip(names, inputs)) if v is not None]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, n, v in real
+            if k not in constants
+        ],
+        [onnx.ValueInfoProto(name=o) for o in outs],
+        [numpy_helper.from_array(v, n) for k, n, v in real if k in constants],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=8,
+    )
+    return model, [v for k, _, v in real if k not in constants]
 
 
 def run_graph_simply(model: Any, feeds: list[Any]) -> list[Any]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from tests.ort_reference import exact_options
-from tests.runtime.nodecases import run_graph_simply
+from tests.runtime.nodecases import run_graph_simply, single_node_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -20,39 +18,6 @@ RNG = np.random.default_rng(1234)
 
 def _f(*shape: int) -> np.ndarray:
     return RNG.normal(size=shape).astype(np.float32)
-
-
-def single_node_model(
-    op: str,
-    inputs: list[np.ndarray | None],
-    n_out: int,
-    domain: str,
-    attrs: dict[str, Any],
-    constants: tuple[int, ...] = (),
-) -> tuple[onnx.ModelProto, list[np.ndarray]]:
-    """One node whose given inputs are graph inputs, except those at ``constants``:
-    initializers, as a quantized model's weights are (tests/ort_reference.py)."""
-    names = [f"in{k}" if v is not None else "" for k, v in enumerate(inputs)]
-    outs = [f"out{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, domain=domain, **attrs)
-    real = [(k, n, v) for k, (n, v) in enumerate(zip(names, inputs)) if v is not None]
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, n, v in real
-            if k not in constants
-        ],
-        [onnx.ValueInfoProto(name=o) for o in outs],
-        [numpy_helper.from_array(v, n) for k, n, v in real if k in constants],
-    )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
-        ir_version=8,
-    )
-    return model, [v for k, _, v in real if k not in constants]
 
 
 def compare_with_ort(

@@ -38,6 +38,7 @@ from onnxviz.runtime.kernels.contrib_quant_dynamic import dynamic_uint8
 from onnxviz.runtime.session import Session
 from tests.ort_reference import exact_options
 from tests.runtime.native_modules import at_level
+from tests.runtime.nodecases import single_node_model
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -364,35 +365,6 @@ def test_quantize_dynamic_bert_layer_matches_onnxruntime(
 # ------------------------------------------------------------------ single nodes
 
 
-def _node_model(
-    op: str,
-    inputs: list[np.ndarray | None],
-    n_out: int,
-    attrs: dict[str, Any],
-    constants: tuple[int, ...] = (),
-) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """One com.microsoft node; every given input a graph input (so nothing is folded)
-    except those at ``constants``: initializers, as a quantized model's weights are
-    (onnxruntime packs those, and only those, with its exact kernels: tests/ort_reference.py)."""
-    names = [f"in{k}" if v is not None else "" for k, v in enumerate(inputs)]
-    outs = [f"out{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, domain=MS, **attrs)
-    given = [(k, n, v) for k, (n, v) in enumerate(zip(names, inputs)) if v is not None]
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, n, v in given
-            if k not in constants
-        ],
-        [onnx.ValueInfoProto(name=o) for o in outs],
-        [numpy_helper.from_array(v, n) for k, n, v in given if k in constants],
-    )
-    model = helper.make_model(graph, opset_imports=OPSETS, ir_version=8)
-    return model, {n: v for k, n, v in given if k not in constants}
-
-
 def _compare_node(
     op: str,
     inputs: list[np.ndarray | None],
@@ -401,8 +373,8 @@ def _compare_node(
     constants: tuple[int, ...] = (),
     **attrs: Any,
 ) -> None:
-    model, feeds = _node_model(op, inputs, n_out, attrs, constants)
-    want = _ort_run(model, feeds)
+    model, given = single_node_model(op, inputs, n_out, MS, attrs, constants)
+    want = _ort_run(model, {i.name: v for i, v in zip(model.graph.input, given, strict=True)})
     got = call_node(model.graph.node[0], list(inputs), {"": 17, MS: 1})
     for k, (ours, ref) in enumerate(zip(got, want, strict=True)):
         assert ours.dtype == ref.dtype, k
