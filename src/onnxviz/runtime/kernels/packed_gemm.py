@@ -262,6 +262,7 @@ NARROW_BLAS_K = 576
 
 
 def _wide() -> bool:
+    """Whether the kernel runs at AVX-512 or better here (its wide tiles)."""
     level = native.level()
     return level is not None and level >= native.AVX512
 
@@ -274,8 +275,7 @@ def one_row() -> bool:
     1x256x1024 42.4/39.2, 1x1024x256 41.6/37.9, 1x768x768 89.4/83.8, 1x768x2304
     256.7/254.3, 1x768x3072 623/589 (0.83-0.99x).  At AVX2 OpenBLAS's GEMV is faster
     (the small products' table: 1.2-1.4x at one row)."""
-    level = native.level()
-    return level is not None and level >= native.AVX512
+    return _wide()
 
 
 # Products of at most this many multiply-adds run the kernel at any row count and any
@@ -297,8 +297,7 @@ SMALL_MACS = 1 << 15
 def small_macs() -> int:
     """`SMALL_MACS` at this process's level: four times it at AVX-512 (its wide tiles
     keep one row's product within OpenBLAS's GEMV there)."""
-    level = native.level()
-    return SMALL_MACS << 2 if level is not None and level >= native.AVX512 else SMALL_MACS
+    return SMALL_MACS << 2 if _wide() else SMALL_MACS
 
 
 def small_rows(k: int, n: int) -> int:
