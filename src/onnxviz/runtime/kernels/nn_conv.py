@@ -609,8 +609,8 @@ STEM_CHANNELS = 4
 
 def direct_wide() -> bool:
     """Whether the compiled direct conv runs 16 lanes (AVX-512) here.  Below that its
-    8-lane kernel loses to the GEMM paths on every conv but a stem's and a strided 1x1's
-    (`direct_pays_narrow`)."""
+    8-lane kernel loses to the GEMM paths on every conv but a stem, a strided 1x1 and a
+    small conv (`direct_pays_narrow`)."""
     setting = _direct_setting()
     if setting in ("all", "narrow"):
         return setting == "all"
@@ -646,6 +646,14 @@ def direct_pays_narrow(
 
 # Multiply-adds up to which a plain conv runs the direct kernel below AVX-512.
 NARROW_DIRECT_MACS = 8 << 20
+
+
+def direct_pays_channels_last(
+    c: int, kernel: Sequence[int], m: int, out_shape: Sequence[int] | None = None
+) -> bool:
+    """Whether a plain conv runs the direct kernel in a channels-last chain: every one at
+    AVX-512, below it those of `direct_pays_narrow`."""
+    return direct_wide() or direct_pays_narrow(c, kernel, m, out_shape)
 
 
 def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:

@@ -63,9 +63,8 @@ from onnxviz.runtime.kernels.nn_conv import (
     conv_core,
     conv_geometry,
     direct_lanes,
-    direct_pays_narrow,
+    direct_pays_channels_last,
     direct_routing,
-    direct_wide,
     native_blocked,
     native_depthwise,
     native_direct,
@@ -178,7 +177,7 @@ def prepare_channels_last(
         group == 1
         and len(kernel) == 2
         and direct_available(x.dtype)
-        and (direct_wide() or direct_pays_narrow(c, kernel, m, out_shape))
+        and direct_pays_channels_last(c, kernel, m, out_shape)
     ):
         lanes = direct_lanes()
         if lanes is not None:
