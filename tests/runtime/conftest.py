@@ -27,15 +27,3 @@ def _module_generators_start_alike(request: pytest.FixtureRequest) -> Iterator[N
             _FIRST_STATE[key] = gen.bit_generator.state
         gen.bit_generator.state = _FIRST_STATE[key]
     yield
-
-
-@pytest.fixture(scope="module")
-def direct_everywhere() -> Iterator[None]:
-    """Plain convs routed to the compiled direct conv as at AVX-512, on any CPU
-    (ONNXVIZ_DIRECT_CONV=all): below AVX-512 the default routing gives it only stems and
-    strided 1x1s (nn_conv.direct_pays_narrow), and the tests of the channels-last
-    chain's direct convs, their held calls and pools must run it on every CPU.
-    Module-scoped: hypothesis refuses function-scoped fixtures."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ONNXVIZ_DIRECT_CONV", "all")
-        yield

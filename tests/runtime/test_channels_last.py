@@ -377,7 +377,6 @@ def test_the_compiled_concat_copy_checks_its_sizes() -> None:
         module.place(x, np.zeros((1, 6, 8)), (1, 6, 4, 8, 0), False)  # float64 out
 
 
-@pytest.mark.usefixtures("direct_everywhere")
 def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -27,7 +27,7 @@ from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree
 
-pytestmark = [pytest.mark.numeric, pytest.mark.usefixtures("direct_everywhere")]
+pytestmark = pytest.mark.numeric
 
 
 @pytest.fixture(autouse=True)

@@ -39,7 +39,7 @@ from tests.runtime.native_modules import at_level, compiled
 
 from .differential import assert_modes_agree, stepped_values
 
-pytestmark = [pytest.mark.numeric, pytest.mark.usefixtures("direct_everywhere")]
+pytestmark = pytest.mark.numeric
 
 LEVELS = native.levels()
 NAN = math.nan

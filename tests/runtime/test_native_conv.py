@@ -554,45 +554,6 @@ def test_the_routing_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> Non
     close(np.asarray(on), np.asarray(off), "routed on against off", rtol=1e-4)
 
 
-@pytest.mark.parametrize("routing", ["narrow", "all"])
-def test_below_avx512_only_stems_strided_1x1s_and_small_convs_run_the_direct_conv(
-    monkeypatch: pytest.MonkeyPatch, routing: str
-) -> None:
-    """Below AVX-512 (routing "narrow", the default there) the 8-lane direct kernel runs
-    the 3-channel stem, the strided 1x1 and the small strided 3x3 (20 -> 36 at 32 x 32,
-    6.6M multiply-adds); the 3x3 of 20 channels at 64 x 64 (14.7M) runs the GEMM paths
-    (NCHW), and every run mode still agrees.  At AVX-512 ("all") it runs all four."""
-    _module()
-    from onnxviz.runtime.kernels import nn_conv_nhwc
-
-    routed: set[tuple[int, int, int]] = set()  # (in channels, kernel, out channels)
-    direct_init = nn_conv_nhwc._Direct.__init__
-    direct_nchw = nn_conv._native_direct_nchw
-
-    def channels_last(self: Any, x_shape: Any, w: np.ndarray, *args: Any) -> None:
-        routed.add((w.shape[1], w.shape[2], w.shape[0]))
-        direct_init(self, x_shape, w, *args)
-
-    def planes(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
-        routed.add((w.shape[1], w.shape[2], w.shape[0]))
-        return direct_nchw(x, w, *args)
-
-    monkeypatch.setattr(nn_conv_nhwc._Direct, "__init__", channels_last)
-    monkeypatch.setattr(nn_conv, "_native_direct_nchw", planes)
-    monkeypatch.setenv("ONNXVIZ_DIRECT_CONV", "narrow" if routing == "narrow" else "all")
-    model = _block_model()
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
-    for dim in model.graph.input[0].type.tensor_type.shape.dim[2:]:
-        dim.dim_value = 128
-    feeds = {"x": np.random.default_rng(3).standard_normal((1, 3, 128, 128)).astype(np.float32)}
-    with _level(LEVELS[-1]):
-        Session(model).run(feeds)
-        want = {(3, 7, 20), (20, 1, 36), (20, 3, 36)}
-        assert routed == (want if routing == "narrow" else want | {(20, 3, 20)})
-        assert_modes_agree(model, feeds)
-
-
-@pytest.mark.usefixtures("direct_everywhere")
 def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -620,7 +581,6 @@ def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     close(np.asarray(got), want, "Winograd in a channels-last chain", rtol=1e-4)
 
 
-@pytest.mark.usefixtures("direct_everywhere")
 def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -44,7 +44,6 @@ from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.fusion_qdq import QdqPair
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels import nn_pool
-from onnxviz.runtime.kernels.nn_conv import direct_pays_channels_last, direct_wide
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
     ChannelsLastConv,
@@ -112,21 +111,14 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
             return None
         if kernel == [1, 1] and _unpadded(attrs):
             return "pointwise"
-        # Below AVX-512 the direct kernel pays only on stems, strided 1x1s and small
-        # convs, which the channels (not known here) would tell.
-        return "direct" if direct_available(np.dtype(np.float32)) and direct_wide() else None
+        return "direct" if direct_available(np.dtype(np.float32)) else None
     if type(w) is not np.ndarray or w.ndim != 4:
         return None
     if w.shape[1] == 1 and w.shape[0] == group > 1:
         return "depthwise"
     if group == 1 and w.shape[2:] == (1, 1) and _unpadded(attrs):
         return "pointwise"
-    if (
-        group == 1
-        and w.shape[1] >= 1
-        and direct_available(w.dtype)
-        and direct_pays_channels_last(w.shape[1], w.shape[2:], w.shape[0])
-    ):
+    if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
         return "direct"
     return None
 

@@ -559,9 +559,7 @@ def direct_routing() -> bool:
 
 
 def _direct_setting() -> str:
-    """ONNXVIZ_DIRECT_CONV: "auto" (the default: routed by level and shape), "off",
-    "all" or "narrow" (routed as at AVX-512, or as below it, on any level: the tests run
-    both routings on every CPU)."""
+    """ONNXVIZ_DIRECT_CONV: "auto" (the default: routed by shape) or "off"."""
     return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower()
 
 
@@ -596,64 +594,9 @@ def direct_nchw_pays(
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
         return False  # the plain product on a view
-    if not direct_wide():
-        return direct_pays_narrow(c, kernel, m, out_shape)
     if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
         return c * m <= 32 * 32 or (c * m <= 64 * 64 and math.prod(out_shape) <= 28 * 28)
     return c <= 128
-
-
-# Input channels up to which a plain conv is an image stem (RGB, RGBA, gray).
-STEM_CHANNELS = 4
-
-
-def direct_wide() -> bool:
-    """Whether the compiled direct conv runs 16 lanes (AVX-512) here.  Below that its
-    8-lane kernel loses to the GEMM paths on every conv but a stem, a strided 1x1 and a
-    small conv (`direct_pays_narrow`)."""
-    setting = _direct_setting()
-    if setting in ("all", "narrow"):
-        return setting == "all"
-    lanes = direct_lanes()
-    return lanes is not None and lanes >= 16
-
-
-def direct_pays_narrow(
-    c: int, kernel: Sequence[int], m: int | None = None, out_shape: Sequence[int] | None = None
-) -> bool:
-    """Whether a plain conv of ``c`` input and ``m`` output channels pays the direct
-    kernel below AVX-512: an image stem, a strided 1x1, or a small conv.  Measured on an
-    AMD Zen 3 core (AVX2 + FMA, benchmarks/bench_direct_conv.py, one thread, us, direct
-    kernel / Winograd or im2col + OpenBLAS / onnxruntime): ResNet-18 w32 3x3 56 px 32 ch
-    1926 / 1106 / 679, 3x3/2 56 px 32->64 1133 / 790 / 428, 3x3 28 px 64 ch 2014 / 619 /
-    771; ResNet-50 3x3/2 56 px 128 ch 8502 / 4517 / 3051; UNet 3x3 128 px 16 ch 3114 /
-    1581 / 1181: its 8 lanes reach about 30 GFLOP/s where a GEMM's blocking reaches 60.
-    The stems (7x7/2 from 3 channels 1956 / 4230 / 1591, written channels-last) and
-    strided 1x1s (32->64 at 56 px 147 / 207 / 103) still win: a stem's im2col is 49
-    copies of a thin image, and a strided 1x1's GEMM first copies every second pixel
-    out.  So do small convs, whose GEMMs are thin (a whole 3x3 conv node, us, direct /
-    the GEMM paths): 8->16 at 32 px 142 / 273, 16->16 at 32 px 213 / 292, 24->8 at 64 px
-    521 / 598, but 16->16 at 64 px 730 / 591 and 16->32 at 64 px 1376 / 925: up to
-    `NARROW_DIRECT_MACS` multiply-adds.  Without the output's size (planning), a conv
-    small enough to pay at 32 x 32 counts as small."""
-    if c <= STEM_CHANNELS or math.prod(kernel) == 1:
-        return True
-    if m is None:
-        return False
-    pixels = math.prod(out_shape) if out_shape is not None else 32 * 32
-    return c * m * math.prod(kernel) * pixels <= NARROW_DIRECT_MACS
-
-
-# Multiply-adds up to which a plain conv runs the direct kernel below AVX-512.
-NARROW_DIRECT_MACS = 8 << 20
-
-
-def direct_pays_channels_last(
-    c: int, kernel: Sequence[int], m: int, out_shape: Sequence[int] | None = None
-) -> bool:
-    """Whether a plain conv runs the direct kernel in a channels-last chain: every one at
-    AVX-512, below it those of `direct_pays_narrow`."""
-    return direct_wide() or direct_pays_narrow(c, kernel, m, out_shape)
 
 
 def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:

@@ -63,7 +63,6 @@ from onnxviz.runtime.kernels.nn_conv import (
     conv_core,
     conv_geometry,
     direct_lanes,
-    direct_pays_channels_last,
     direct_routing,
     native_blocked,
     native_depthwise,
@@ -173,12 +172,7 @@ def prepare_channels_last(
         return _Pointwise(x.shape, wt, b, strides, out_shape)
     if w.shape[1] == 1 and m == group > 1:
         return _Depthwise(x.shape, w, b, kernel, strides, dilations, pads, out_shape)
-    if (
-        group == 1
-        and len(kernel) == 2
-        and direct_available(x.dtype)
-        and direct_pays_channels_last(c, kernel, m, out_shape)
-    ):
+    if group == 1 and len(kernel) == 2 and direct_available(x.dtype):
         lanes = direct_lanes()
         if lanes is not None:
             return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
