@@ -34,6 +34,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    direct_lanes,
     pack_direct,
 )
 from onnxviz.runtime.session import Session
@@ -579,6 +580,46 @@ def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     assert not done  # the caller applies the activation
     want = conv_core(x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [14, 14], b, addend=r)
     close(np.asarray(got), want, "Winograd in a channels-last chain", rtol=1e-4)
+
+
+@pytest.mark.parametrize("lanes", [8, 16], ids=["avx2", "avx512"])
+def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_numbers(
+    lanes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the AVX2 kernel (8 lanes) a 1x1 conv of 512+ input channels that does not
+    widen them, or is strided, runs the direct kernel (nn_conv_nhwc.
+    deep_pointwise_runs_direct), with the bias, the residual and the Relu, within
+    float32 rounding of the GEMM path (the product by the plain kernel); a widening or
+    shallower 1x1 stays on the GEMM.  With AVX-512's 16 lanes the GEMM takes them all.
+    The routing is asked at both widths on any CPU; the numbers where the CPU runs it."""
+    from onnxviz.runtime.kernels import nn_conv_nhwc
+    from onnxviz.runtime.kernels.nn_conv import conv_core
+    from onnxviz.runtime.kernels.nn_conv_nhwc import _Direct, _Pointwise, prepare_channels_last
+
+    _module()
+    runs_here = direct_lanes() == lanes
+    monkeypatch.setattr(nn_conv_nhwc, "direct_lanes", lambda: lanes)
+    rng = np.random.default_rng(5)
+
+    def runner(c: int, m: int, strides: list[int]) -> Any:
+        x = rng.standard_normal((1, c, 7, 7)).astype(np.float32)
+        w = (rng.standard_normal((m, c, 1, 1)) / math.sqrt(c)).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        return prepare_channels_last(x, w, b, {"strides": strides}), x, w, b
+
+    deep_kind = _Direct if lanes == 8 else _Pointwise
+    deep, x, w, b = runner(1024, 256, [1, 1])
+    assert isinstance(deep, deep_kind)
+    assert isinstance(runner(512, 512, [1, 1])[0], deep_kind)
+    assert isinstance(runner(512, 1024, [2, 2])[0], deep_kind)  # strided
+    assert isinstance(runner(512, 1024, [1, 1])[0], _Pointwise)  # widens
+    assert isinstance(runner(256, 64, [1, 1])[0], _Pointwise)  # shallower
+    if not runs_here:
+        return
+    r = rng.standard_normal((1, 256, 7, 7)).astype(np.float32)
+    got, done = deep(x, r, False, (ACT_RELU, NAN, NAN))
+    want = conv_core(x, w, 1, [1, 1], [1, 1], [1, 1], [0] * 4, [7, 7], b, addend=r)
+    close(np.asarray(got), np.maximum(want, 0) if done else want, "a deep 1x1", rtol=1e-4)
 
 
 def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(

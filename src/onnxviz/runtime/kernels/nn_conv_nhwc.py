@@ -160,7 +160,9 @@ def prepare_channels_last(
         group == 1
         and kernel == [1, 1]
         and not any(pads)
-        and not (strided_few and direct_available(x.dtype))
+        and not (
+            (strided_few or deep_pointwise_runs_direct(c, m, strides)) and direct_available(x.dtype)
+        )
     ):
         # A strided 1x1 of at most 128 channels runs the direct kernel below: it reads
         # every second pixel in place, where this GEMM first copies them out
@@ -177,6 +179,30 @@ def prepare_channels_last(
         if lanes is not None:
             return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
     return None
+
+
+def deep_pointwise_runs_direct(c: int, m: int, strides: Sequence[int]) -> bool:
+    """Whether a 1x1 conv of ``c`` input and ``m`` output channels runs the direct kernel
+    rather than `_Pointwise`'s GEMM below AVX-512 (8 lanes): a deep reduction (at least
+    512 input channels, at most as many outputs, or strided): there the direct kernel's
+    6 x 16 AVX2 tile, reading the pixels in place, beats the GEMM's (ours or
+    OpenBLAS's), which reach 55-75 GFLOP/s on these shapes where onnxruntime's reach
+    85-95; a 1x1 that widens the channels, or a shallower one, loses (256 -> 1024 at
+    14 px 1.22 -> 1.42 ms, 256 -> 64 at 56 px 1.34 -> 1.50).  Measured on an AMD Zen 3 core inside the models (`Session.run`'s node
+    times, one thread, GEMM / direct alternated in one process, minima of 8 runs, ms):
+    ResNet-50's 2048 -> 512 at 7 px 1.83 -> 1.39, 1024 -> 256 at 14 px 1.45 -> 1.16,
+    its strided 1024 -> 2048 3.54 -> 2.96; the whole run (sum of node minima) ResNet-50
+    98.4 -> 96.4, its torchvision export 99.0 -> 96.7, Inception v2 50.5 -> 48.6.  At
+    AVX-512 the GEMM's 12 x 32 tile keeps them all."""
+    return (
+        direct_lanes() == 8
+        and c >= _DEEP_POINTWISE_CHANNELS
+        and (m <= c or any(s > 1 for s in strides))
+    )
+
+
+# Input channels from which a 1x1 conv is a deep reduction (deep_pointwise_runs_direct).
+_DEEP_POINTWISE_CHANNELS = 512
 
 
 def direct_available(dtype: Any) -> bool:
