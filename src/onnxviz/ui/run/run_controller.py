@@ -33,6 +33,13 @@ class RunController(QObject):
     stopped = Signal(object)  # Pause (or an OnnxvizError when the run could not start)
     started = Signal()
     progress = Signal()  # while running, every PROGRESS_MS
+    # The worker's result, queued to the UI thread, where `_delivered` marks the run
+    # stopped and only then emits `stopped`, so its slots run inside that one delivery.
+    # (The worker emitted `stopped` itself before: one queued event per slot, posted one
+    # after the other, so under load `wait` could see the run stopped, by the first, and
+    # return before the panel's slot had run: a stepping test then found the last node
+    # not yet marked executed.)
+    _result = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -43,7 +50,7 @@ class RunController(QObject):
         self._timer = QTimer(self)
         self._timer.setInterval(PROGRESS_MS)
         self._timer.timeout.connect(self.progress.emit)
-        self.stopped.connect(self._delivered)
+        self._result.connect(self._delivered)
         # Breakpoints live here so they survive a new session (a new run).
         self.breakpoints: set[str] = set()
         # shared with every Debugger: a Pause pressed while the session is still being
@@ -179,7 +186,7 @@ class RunController(QObject):
         self.started.emit()
         self._timer.start()
         self._thread = start_worker_thread(
-            work, self.stopped.emit, name="onnxviz-run", failure="internal error"
+            work, self._result.emit, name="onnxviz-run", failure="internal error"
         )
 
     def _delivered(self, result: Any) -> None:
@@ -194,3 +201,4 @@ class RunController(QObject):
             # after the take-over (this signal's slots); an open's hold goes on meanwhile
             QTimer.singleShot(0, lambda: collector.settle(RUN_HOLDER))
         self.last_pause = result if isinstance(result, Pause) else None
+        self.stopped.emit(result)
