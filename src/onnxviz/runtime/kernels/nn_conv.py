@@ -555,12 +555,7 @@ def direct_routing() -> bool:
     """Whether plain convs may run the compiled direct conv (ONNXVIZ_DIRECT_CONV=off:
     never, for measuring against the paths it replaces; the kernel also needs
     ONNXVIZ_NATIVE on)."""
-    return _direct_setting() != "off"
-
-
-def _direct_setting() -> str:
-    """ONNXVIZ_DIRECT_CONV: "auto" (the default: routed by shape) or "off"."""
-    return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower()
+    return os.environ.get("ONNXVIZ_DIRECT_CONV", "auto").strip().lower() != "off"
 
 
 def direct_nchw_pays(

@@ -167,7 +167,8 @@ def prepare_channels_last(
         # A strided 1x1 of at most 128 channels runs the direct kernel below: it reads
         # every second pixel in place, where this GEMM first copies them out
         # (bench, us: 32->64 ch at 56 px 86 -> 48, 64->128 at 28 px 58 -> 46, 128->256
-        # at 14 px 57 -> 47; from 256 channels the GEMM's blocking wins or ties).
+        # at 14 px 57 -> 47; from 256 channels the GEMM's blocking wins or ties).  Below
+        # AVX-512 the deep 1x1s run it too (deep_pointwise_runs_direct).
         wt = _weight_cache.derived(
             "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
         )
@@ -188,12 +189,13 @@ def deep_pointwise_runs_direct(c: int, m: int, strides: Sequence[int]) -> bool:
     6 x 16 AVX2 tile, reading the pixels in place, beats the GEMM's (ours or
     OpenBLAS's), which reach 55-75 GFLOP/s on these shapes where onnxruntime's reach
     85-95; a 1x1 that widens the channels, or a shallower one, loses (256 -> 1024 at
-    14 px 1.22 -> 1.42 ms, 256 -> 64 at 56 px 1.34 -> 1.50).  Measured on an AMD Zen 3 core inside the models (`Session.run`'s node
-    times, one thread, GEMM / direct alternated in one process, minima of 8 runs, ms):
-    ResNet-50's 2048 -> 512 at 7 px 1.83 -> 1.39, 1024 -> 256 at 14 px 1.45 -> 1.16,
-    its strided 1024 -> 2048 3.54 -> 2.96; the whole run (sum of node minima) ResNet-50
-    98.4 -> 96.4, its torchvision export 99.0 -> 96.7, Inception v2 50.5 -> 48.6.  At
-    AVX-512 the GEMM's 12 x 32 tile keeps them all."""
+    14 px 1.22 -> 1.42 ms, 256 -> 64 at 56 px 1.34 -> 1.50).  Measured on an AMD Zen 3
+    core inside the models (`Session.run`'s node times, one thread, GEMM / direct
+    alternated in one process, minima of 8 runs, ms): ResNet-50's 2048 -> 512 at 7 px
+    1.83 -> 1.39, 1024 -> 256 at 14 px 1.45 -> 1.16, its strided 1024 -> 2048 3.54 ->
+    2.96; the whole run (sum of node minima) ResNet-50 98.4 -> 96.4, its torchvision
+    export 99.0 -> 96.7, Inception v2 50.5 -> 48.6.  At AVX-512 the GEMM's 12 x 32 tile
+    keeps them all."""
     return (
         direct_lanes() == 8
         and c >= _DEEP_POINTWISE_CHANNELS
