@@ -620,6 +620,45 @@ def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_number
     got, done = deep(x, r, False, (ACT_RELU, NAN, NAN))
     want = conv_core(x, w, 1, [1, 1], [1, 1], [1, 1], [0] * 4, [7, 7], b, addend=r)
     close(np.asarray(got), np.maximum(want, 0) if done else want, "a deep 1x1", rtol=1e-4)
+    # In a model: a 3x3 makes the chain channels-last, the deep 1x1 after it (with its
+    # bias, a residual and a Relu) runs the direct kernel, and every run mode gives the
+    # stepped run's numbers.
+    routed: list[tuple[int, ...]] = []
+    direct_init = _Direct.__init__
+
+    def seen(self: Any, x_shape: Any, w: np.ndarray, *args: Any) -> None:
+        routed.append(w.shape)
+        direct_init(self, x_shape, w, *args)
+
+    monkeypatch.setattr(_Direct, "__init__", seen)
+    inits = [
+        numpy_helper.from_array(
+            (rng.standard_normal((512, 32, 3, 3)) * 0.1).astype(np.float32), "w3"
+        ),
+        numpy_helper.from_array(w[:, :512].copy(), "w1"),
+        numpy_helper.from_array(b, "b1"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["h"]),
+        helper.make_node("Conv", ["h", "w1", "b1"], ["c1"]),
+        helper.make_node("Add", ["c1", "r"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "deep_1x1",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 7, 7]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 256, 7, 7]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 7, 7])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 32, 7, 7)).astype(np.float32), "r": r}
+    assert_modes_agree(model, feeds)
+    assert (256, 512, 1, 1) in routed
 
 
 def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
