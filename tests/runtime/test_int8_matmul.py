@@ -84,6 +84,26 @@ def test_matmul_integer_product_is_exact_at_every_level(
                 np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+@pytest.mark.skipif(not _LEVELS, reason="the int8 products need AVX2")
+@pytest.mark.parametrize("a_signed", [False, True])
+def test_whole_tiles_of_later_k_blocks_add_onto_the_product(a_signed: bool) -> None:
+    # Enough rows of A that K is cut into blocks (more than 4 row panels), whole tiles in
+    # every block (rows and columns multiples of every level's tile) and partial ones at
+    # the edge: each later block's tile is added onto C, not stored over it.
+    rng = np.random.default_rng(11)
+    a_type = np.int8 if a_signed else np.uint8
+    for m, k, n in [(48, 1100, 64), (53, 1030, 70)]:
+        a = _codes(rng, a_type, (m, k))
+        b = _codes(rng, np.int8, (k, n))
+        za = _codes(rng, a_type, ())
+        want = (a.astype(np.int64) - za.astype(np.int64)) @ b.astype(np.int64)
+        for level in _LEVELS:
+            with at_level("int8", level):
+                got = int8_products.matmul(a, b, za, None)
+                assert got is not None
+                np.testing.assert_array_equal(got, want, err_msg=f"level {level} {m}x{k}x{n}")
+
+
 def test_gemm_rows_checks_its_buffers() -> None:
     mod = compiled("int8")
     b = np.arange(12, dtype=np.uint8).reshape(3, 4)
