@@ -200,42 +200,53 @@ static void qgemm_generic(const QJob *jb, Py_ssize_t m0, int mr, Py_ssize_t j,
 
 #define T256 "avx2,fma"
 
-/* One half (8 units) of a block's G gates for MRc rows: MRc * G <= 12 accumulators.  At
- * this level a block's weights come as two halves, each (H, G, 8) (float_layout 1): a
- * half's k rows are G * 32 contiguous bytes.  In the (H, G, 16) layout each half read
- * every cache line of the block for 32 of its 64 bytes, so a step pulled each block
- * through L2 once per half and per row tile: an LSTM of 256 units at batch 4 ran 78 us a
- * step on a Zen 3 core against onnxruntime's 43. */
+/* One half (8 units) of gates g0 .. g0+GS-1 of a block's G for MRc rows: MRc * GS <= 12
+ * accumulators.  At this level a block's weights come as two halves, each (H, G, 8)
+ * (float_layout 1): a half's k rows are G * 32 contiguous bytes.  In the (H, G, 16) layout
+ * each half read every cache line of the block for 32 of its 64 bytes, so a step pulled
+ * each block through L2 once per half and per row tile: an LSTM of 256 units at batch 4
+ * ran 78 us a step on a Zen 3 core against onnxruntime's 43. */
 __attribute__((target(T256), always_inline)) static inline void
-tile256(const float *h, const float *w, Py_ssize_t K, const int G, const int MRc, int half,
-        float *tile) {
+tile256(const float *h, const float *w, Py_ssize_t K, const int G, const int g0, const int GS,
+        const int MRc, int half, float *tile) {
     __m256 acc[MR_MAX][4];
     for (int m = 0; m < MRc; m++)
-        for (int g = 0; g < G; g++) acc[m][g] = _mm256_setzero_ps();
-    const float *wh = w + half * K * G * 8;
-    for (Py_ssize_t k = 0; k < K; k++) {
-        const float *wk = wh + k * G * 8;
+        for (int g = 0; g < GS; g++) acc[m][g] = _mm256_setzero_ps();
+    /* pointers stepped, no k counter: with one more live register GCC kept the weight
+     * pointer on the stack, an add through memory every step (a chain of ~6 cycles) */
+    const float *wk = w + half * K * G * 8 + g0 * 8;
+    for (const float *hk = h, *end = h + K; hk < end; hk++, wk += G * 8) {
         __m256 wv[4];
-        for (int g = 0; g < G; g++) wv[g] = _mm256_loadu_ps(wk + g * 8);
+        for (int g = 0; g < GS; g++) wv[g] = _mm256_loadu_ps(wk + g * 8);
         for (int m = 0; m < MRc; m++) {
-            const __m256 hb = _mm256_broadcast_ss(h + m * K + k);
-            for (int g = 0; g < G; g++) acc[m][g] = _mm256_fmadd_ps(hb, wv[g], acc[m][g]);
+            const __m256 hb = _mm256_broadcast_ss(hk + m * K);
+            for (int g = 0; g < GS; g++) acc[m][g] = _mm256_fmadd_ps(hb, wv[g], acc[m][g]);
         }
     }
     for (int m = 0; m < MRc; m++)
-        for (int g = 0; g < G; g++)
-            _mm256_storeu_ps(tile + (m * G + g) * UNITS + half * 8, acc[m][g]);
+        for (int g = 0; g < GS; g++)
+            _mm256_storeu_ps(tile + (m * G + g0 + g) * UNITS + half * 8, acc[m][g]);
 }
 
-#define MR256(G) ((G) == 4 ? 3 : 4)
+/* Rows a tile takes: 4 for every G.  An LSTM's 4 rows run its gates in two passes of two
+ * (8 accumulators each; the passes read different cache lines of each k row, so a step
+ * still reads its weights once): at 3 rows by 4 gates, batch 4 ran as a 3-row tile and a
+ * 1-row one, reading the weights twice a step, the 1-row tile on 4 FMA chains bound by
+ * their latency (an LSTM of 256 units at batch 4, Zen 3: 62 us a step, onnxruntime 44). */
+#define MR256(G) 4
 
 __attribute__((target(T256))) static void gemm_avx2(const float *h, const float *w,
                                                     Py_ssize_t K, int G, int mr, float *tile) {
     for (int half = 0; half < 2; half++) {
+        if (G == 4 && mr == 4) {
+            tile256(h, w, K, 4, 0, 2, 4, half, tile);
+            tile256(h, w, K, 4, 2, 2, 4, half, tile);
+            continue;
+        }
         switch (G * 8 + mr) {
 #define C256(g, m)                                                                             \
     case g * 8 + m:                                                                            \
-        tile256(h, w, K, g, m, half, tile);                                                    \
+        tile256(h, w, K, g, 0, g, m, half, tile);                                              \
         break;
             C256(1, 1) C256(1, 2) C256(1, 3) C256(1, 4) C256(2, 1) C256(2, 2) C256(2, 3)
             C256(2, 4) C256(3, 1) C256(3, 2) C256(3, 3) C256(3, 4) C256(4, 1) C256(4, 2)
