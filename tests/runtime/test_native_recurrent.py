@@ -33,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
-from onnxviz.runtime.kernels import _weight_cache, nn_rnn
+from onnxviz.runtime.kernels import _weight_cache, nn_rnn, packed_gemm
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import compiled
 
@@ -431,6 +431,33 @@ def test_models_give_onnxruntimes_numbers(op: str, direction: str) -> None:
             np.testing.assert_allclose(first[name], ref, rtol=1e-5, atol=2e-6, err_msg=name)
             np.testing.assert_array_equal(again[name], first[name])
             np.testing.assert_array_equal(stepped[name], first[name])
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+def test_a_one_step_projection_past_the_small_products_runs_in_c(op: str) -> None:
+    # One step of batch 1 from 128 inputs: X.W^T is 1 x 128 x (G*128), more multiply-adds
+    # than packed_gemm.small_macs() at AVX2, fewer than projection_macs(): the held layer
+    # makes it in C (its Python projection, OpenBLAS and the bias add, cost 10 us more a
+    # call), and the stepped run's Python projection routes it to the same kernel.
+    _module()
+    model, feeds = _model(op, 1, 1, 128, 128, "forward")
+    names = [o.name for o in model.graph.output]
+    gates = GATES[op]
+    assert packed_gemm.SMALL_MACS < 128 * gates * 128 <= packed_gemm.projection_macs()
+    for level in LEVELS:
+        _weight_cache.clear()
+        with _native_at(level), mock.patch.object(
+            nn_rnn, "_projected", wraps=nn_rnn._projected
+        ) as projected:  # fmt: skip
+            session = Session(model)
+            first = session.run(feeds)
+            again = session.run(feeds)
+            unwatched_calls = projected.call_count
+            stepped = stepped_values(model, feeds)
+        assert unwatched_calls == 0, f"level {level}: the projection left C"
+        for name in names:
+            np.testing.assert_array_equal(again[name], first[name])
+            np.testing.assert_array_equal(stepped[name], first[name], err_msg=f"level {level}")
 
 
 @pytest.mark.parametrize("op", sorted(GATES))

@@ -169,13 +169,20 @@ def gemm(
 
 
 def few_rows_by_packed_weight(
-    a: Array, w: Array, *, more_rows: bool = False, source: Array | None = None, part: int = -1
+    a: Array,
+    w: Array,
+    *,
+    more_rows: bool = False,
+    source: Array | None = None,
+    part: int = -1,
+    small: int = 0,
 ) -> Array | None:
     """``a @ w.T`` (a: float32 (M, K) C-contiguous, w: a constant float32 (N, K)) for 2-7
     rows by the compiled GEMM with ``w`` packed once (packed_gemm.use_for_few_rows:
     OpenBLAS packs a transposed weight on every call), and with ``more_rows`` for the
-    larger products packed_gemm.use_for takes too; else None.  ``source`` and ``part``:
-    the constant ``w`` is part ``part`` of (packed_gemm.packed)."""
+    larger products packed_gemm.use_for takes too, and for any product of at most
+    ``small`` multiply-adds; else None.  ``source`` and ``part``: the constant ``w`` is
+    part ``part`` of (packed_gemm.packed)."""
     if not a.flags.c_contiguous or a.ndim != 2 or a.shape[1] != w.shape[1] or not w.size:
         return None
     mod = packed_gemm.module()
@@ -183,6 +190,7 @@ def few_rows_by_packed_weight(
     if mod is None or not (
         packed_gemm.use_for_few_rows(rows)
         or (more_rows and packed_gemm.use_for(rows, a.shape[1], w.shape[0]))
+        or rows * a.shape[1] * w.shape[0] <= small
     ):
         return None
     p = packed_gemm.packed(w.T, mod, source=w if source is None else source, part=part)

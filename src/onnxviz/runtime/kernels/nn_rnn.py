@@ -246,7 +246,9 @@ def _project(x: np.ndarray, w_all: np.ndarray, d: int, dt: Any) -> np.ndarray:
         # A constant W packed once for the compiled GEMM (a dynamo export's one-step
         # LSTM spent 40% of its run in OpenBLAS packing W^T on every call; 32 steps
         # of 40 features to 256 gates: 7.4 us against OpenBLAS's 11.9).
-        y = few_rows_by_packed_weight(x2, w, more_rows=True, source=w_all, part=d)
+        y = few_rows_by_packed_weight(
+            x2, w, more_rows=True, source=w_all, part=d, small=packed_gemm.projection_macs()
+        )
         if y is not None:
             return y.reshape(t, b, w.shape[0])
     return (x2 @ w.astype(dt, copy=False).T).reshape(t, b, w.shape[0])
@@ -637,7 +639,9 @@ class _Compiled:
                 bias = self.biases[d]
                 fallback = functools.partial(_projected, w=w, d=d, bias=bias)
                 row = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-                self.projs[d] = packed_gemm.held_product(mod, p, row, (), fallback)
+                # the rows `_project` sends to the kernel too (the same bits either way)
+                small = packed_gemm.projection_macs() // max(p.k * p.n, 1)
+                self.projs[d] = packed_gemm.held_product(mod, p, row, (), fallback, small)
 
     def held_layer(
         self, w: np.ndarray, expect: tuple[tuple[int, Any], ...], n: int, call: Any

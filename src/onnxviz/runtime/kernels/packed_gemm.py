@@ -300,23 +300,44 @@ def small_macs() -> int:
     return SMALL_MACS << 2 if _wide() else SMALL_MACS
 
 
+# Multiply-adds up to which a recurrent layer's input projection (X.W^T + Wb, a few rows a
+# call: one step, a small batch) runs the kernel at any level, where `small_macs` sends a
+# larger one to OpenBLAS.  Its other path is the layer's Python call of OpenBLAS and the
+# bias add, about 10 us (AVX2 level, Zen 3 core) on top of a GEMV that is 1.2-1.3x faster
+# than the kernel's one-row tile: a one-step LSTM of 128 units from 128 inputs took 30 us
+# a call that way and takes 14 in C (`nn_rnn._Compiled.hold_projections`, `_project`).
+PROJECTION_MACS = 1 << 18
+
+
+def projection_macs() -> int:
+    """The products a recurrent layer's input projection runs in the kernel whatever
+    their rows: up to the larger of `PROJECTION_MACS` and `small_macs`."""
+    return max(PROJECTION_MACS, small_macs())
+
+
 def small_rows(k: int, n: int) -> int:
     """The most rows of a (rows x k) @ (k x n) product that `use_for` takes as small."""
     return small_macs() // max(k * n, 1)
 
 
 def held_product(
-    mod: Any, p: Packed, bias: np.ndarray | None, expect: tuple[Any, ...], fallback: Any
+    mod: Any,
+    p: Packed,
+    bias: np.ndarray | None,
+    expect: tuple[Any, ...],
+    fallback: Any,
+    small: int | None = None,
 ) -> Any:
     """A callable ``f(a, *expect)`` = ``a @ w + bias`` (a new float32 array of
     ``a.shape[:-1] + (N,)``) for the constant weight packed as ``p``, in C from call to
     result (native/_sgemm.c's `product`): for a C-contiguous float32 ndarray ``a`` of
-    ``p.k`` columns, on the rows `use_for` routes here, called with exactly the objects
-    of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
+    ``p.k`` columns, on the rows `use_for` routes here (and on up to ``small`` rows,
+    `small_rows` by default), called with exactly the objects of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
     own path, which must give the same numbers on the calls this takes."""
     getter = blas.threads_getter_address()
     return mod.product(
-        p.data, p.offset, p.k, p.n, p.nr, bias, small_rows(p.k, p.n), MIN_ROWS, one_row(),
+        p.data, p.offset, p.k, p.n, p.nr, bias,
+        small_rows(p.k, p.n) if small is None else small, MIN_ROWS, one_row(),
         getter, tuple(expect), fallback, np.ndarray, np.empty, _F32,
     )  # fmt: skip
 
