@@ -269,13 +269,19 @@ def _wide() -> bool:
 
 def one_row() -> bool:
     """Whether a product of one row by a constant weight runs the kernel whatever its
-    size (its wide tile, at AVX-512): a decode step's GEMV, weights from L3 or memory,
+    size (from AVX2 up): a decode step's GEMV, weights from L3 or memory.  At AVX-512,
     us, OpenBLAS's GEMV with the bias / the kernel's (benchmarks/bench_packed_gemm.py
     --shapes cold, and GPT-2 decode shapes cycled through 6-27 MB): 1x256x768 32.4/29.2,
     1x256x1024 42.4/39.2, 1x1024x256 41.6/37.9, 1x768x768 89.4/83.8, 1x768x2304
-    256.7/254.3, 1x768x3072 623/589 (0.83-0.99x).  At AVX2 OpenBLAS's GEMV is faster
-    (the small products' table: 1.2-1.4x at one row)."""
-    return _wide()
+    256.7/254.3, 1x768x3072 623/589 (0.83-0.99x).  At AVX2 OpenBLAS's GEMV alone is the
+    faster kernel (1.1-1.3x on weights from L3 on a Zen 3 core), but a held product runs
+    from the node loop to its result in C where the other way is the fused node's Python
+    call, numpy's GEMV and the bias add: whole decode steps on that core, same run, us,
+    GEMV way / kernel (onnxruntime): GPT-2 2x256 673/487 (494), GPT-2 4x768 7358/7238
+    (7117), the tiny genai Llama 109/88 (105), a one-step LSTM+GRU 92/79 (76).  The plain
+    C level stays with OpenBLAS."""
+    level = native.level()
+    return level is not None and level >= native.AVX2
 
 
 # Products of at most this many multiply-adds run the kernel at any row count and any
