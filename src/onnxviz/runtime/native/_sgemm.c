@@ -237,18 +237,23 @@ tile_avx2_body(const Tile *t, const int STREAM, const int NV) {
  * AVX2): bias, addend and activation known at compile time, no masks.  The same
  * operations as the epilogue above, so the same bits. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, const int ACT) {
+tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, const int ACT,
+               const int INPLACE) {
     enum { MR = 6 };
     __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
     __m256 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+    /* INPLACE: A's 6 rows where they lie, lda apart (no copy of the micro-panel: for a
+     * narrow weight, as a MobileNet's 1x1 convs to 16-96 channels, the copy cost about
+     * what the products did); else the packed copy, k groups of MR floats.  The same
+     * products in the same order either way. */
     const float *a = t->a, *b = t->b;
-    const Py_ssize_t kc = t->kc;
-    for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
+    const Py_ssize_t kc = t->kc, step = INPLACE ? 1 : MR, ld = INPLACE ? t->lda : 1;
+    for (Py_ssize_t k = 0; k < kc; k++, a += step, b += 16) {
         if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
         const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #define AVX2_ROW(i)                                                                          \
     {                                                                                        \
-        const __m256 ai = _mm256_broadcast_ss(a + i);                                        \
+        const __m256 ai = _mm256_broadcast_ss(a + (i) * ld);                                 \
         p##i = _mm256_fmadd_ps(ai, b0, p##i);                                                \
         q##i = _mm256_fmadd_ps(ai, b1, q##i);                                                \
     }
@@ -291,10 +296,19 @@ tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, c
 #define AVX2_FULL(S, B, A)                                                                   \
     __attribute__((target("avx2,fma"))) static void tile_avx2_full_##S##B##A(const Tile *t) { \
         switch (t->act) {                                                                    \
-        case 1: tile_avx2_full(t, S, B, A, 1); break;                                        \
-        case 2: tile_avx2_full(t, S, B, A, 2); break;                                        \
-        case 3: tile_avx2_full(t, S, B, A, 3); break;                                        \
-        default: tile_avx2_full(t, S, B, A, 0); break;                                       \
+        case 1: tile_avx2_full(t, S, B, A, 1, 0); break;                                     \
+        case 2: tile_avx2_full(t, S, B, A, 2, 0); break;                                     \
+        case 3: tile_avx2_full(t, S, B, A, 3, 0); break;                                     \
+        default: tile_avx2_full(t, S, B, A, 0, 0); break;                                    \
+        }                                                                                    \
+    }                                                                                        \
+    __attribute__((target("avx2,fma"))) static void tile_avx2_full_in_##S##B##A(             \
+        const Tile *t) {                                                                     \
+        switch (t->act) {                                                                    \
+        case 1: tile_avx2_full(t, S, B, A, 1, 1); break;                                     \
+        case 2: tile_avx2_full(t, S, B, A, 2, 1); break;                                     \
+        case 3: tile_avx2_full(t, S, B, A, 3, 1); break;                                     \
+        default: tile_avx2_full(t, S, B, A, 0, 1); break;                                    \
         }                                                                                    \
     }
 AVX2_FULL(0, 0, 0)
@@ -310,6 +324,11 @@ AVX2_FULL(1, 1, 1)
 static void (*const tile_avx2_fulls[8])(const Tile *) = {
     tile_avx2_full_000, tile_avx2_full_001, tile_avx2_full_010, tile_avx2_full_011,
     tile_avx2_full_100, tile_avx2_full_101, tile_avx2_full_110, tile_avx2_full_111,
+};
+/* The same, A read in place (rows lda apart). */
+static void (*const tile_avx2_fulls_in[8])(const Tile *) = {
+    tile_avx2_full_in_000, tile_avx2_full_in_001, tile_avx2_full_in_010, tile_avx2_full_in_011,
+    tile_avx2_full_in_100, tile_avx2_full_in_101, tile_avx2_full_in_110, tile_avx2_full_in_111,
 };
 
 __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
@@ -775,6 +794,8 @@ static void run(const Problem *p, float *abuf) {
             for (Py_ssize_t i0 = 0; i0 < p->m; i0 += mr) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
+                /* AVX2, 6 rows, the last K block from zero: tile_avx2_full with A in place */
+                const int avx2_in = level == 1 && inplace && rows == mr && t.last && !t.load_c;
                 t.lda = p->lda;
 #if ONNXVIZ_X86
                 if (inplace && level >= 2) {
@@ -783,7 +804,9 @@ static void run(const Problem *p, float *abuf) {
                 } else
 #endif
                 {
-                    pack_a(p, i0, rows, k0, kc, mr, abuf);
+                    /* (a row block of whole AVX2 tiles reads A in place below: copied
+                     * only for an edge panel) */
+                    if (!(avx2_in && (j1 - j0) % nr == 0)) pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
 #if ONNXVIZ_X86
                     if (level >= 2) this_tile = tile_avx512_packed[rows];
@@ -822,7 +845,13 @@ static void run(const Problem *p, float *abuf) {
                     const int which =
                         (t.stream ? 4 : 0) | (p->bias ? 2 : 0) | (p->add ? 1 : 0);
                     void (*full)(const Tile *) =
-                        level >= 2 ? tile_avx512_fulls[which] : tile_avx2_fulls[which];
+                        level >= 2 ? tile_avx512_fulls[which]
+                        : avx2_in  ? tile_avx2_fulls_in[which]
+                                   : tile_avx2_fulls[which];
+                    if (avx2_in) {
+                        t.a = p->a + i0 * p->lda + k0;
+                        t.lda = p->lda;
+                    }
                     /* The next row block's lines of this panel fetched while this one
                      * computes: its 12 rows of C lie ldc floats apart (a 56 px image's
                      * 256 channels: 1 KB), a stride the L2 streamer does not follow,
@@ -848,6 +877,8 @@ static void run(const Problem *p, float *abuf) {
                         }
                         full(&t);
                     }
+                    t.a = a_packed; /* an edge panel's tile reads the copy */
+                    t.lda = lda_packed;
                 }
 #endif
                 for (; j < j1; j += nr) {
