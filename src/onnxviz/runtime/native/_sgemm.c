@@ -174,21 +174,22 @@ enum { PF_ROWS = 32 };
 
 /* NV: as tile_avx512_body's (1 for an edge panel of at most 8 columns). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-tile_avx2_body(const Tile *t, const int STREAM, const int NV) {
+tile_avx2_body(const Tile *t, const int STREAM, const int NV, const int INPLACE) {
     enum { MR = 6 };
     /* Twelve named accumulators, not arrays: with c0[MR], c1[MR] (which the epilogue
      * reads by row) GCC kept the arrays in memory and stored all twelve on every k step
      * (this level ran at 38 GF/s on a Sapphire Rapids core). */
     __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
     __m256 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+    /* INPLACE: A's 6 rows lda apart, as tile_avx2_full's */
     const float *a = t->a, *b = t->b;
-    const Py_ssize_t kc = t->kc;
-    for (Py_ssize_t k = 0; k < kc; k++, a += MR, b += 16) {
+    const Py_ssize_t kc = t->kc, step = INPLACE ? 1 : MR, ld = INPLACE ? t->lda : 1;
+    for (Py_ssize_t k = 0; k < kc; k++, a += step, b += 16) {
         if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
         const __m256 b0 = _mm256_loadu_ps(b), b1 = NV == 2 ? _mm256_loadu_ps(b + 8) : b0;
 #define AVX2_ROW(i)                                                                          \
     {                                                                                        \
-        const __m256 ai = _mm256_broadcast_ss(a + i);                                        \
+        const __m256 ai = _mm256_broadcast_ss(a + (i) * ld);                                 \
         p##i = _mm256_fmadd_ps(ai, b0, p##i);                                                \
         if (NV == 2) q##i = _mm256_fmadd_ps(ai, b1, q##i);                                   \
     }
@@ -334,13 +335,26 @@ static void (*const tile_avx2_fulls_in[8])(const Tile *) = {
 __attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
     if (t->cols <= 8) {
         if (t->stream)
-            tile_avx2_body(t, 1, 1);
+            tile_avx2_body(t, 1, 1, 0);
         else
-            tile_avx2_body(t, 0, 1);
+            tile_avx2_body(t, 0, 1, 0);
     } else if (t->stream)
-        tile_avx2_body(t, 1, 2);
+        tile_avx2_body(t, 1, 2, 0);
     else
-        tile_avx2_body(t, 0, 2);
+        tile_avx2_body(t, 0, 2, 0);
+}
+
+/* tile_avx2 with A's 6 rows read in place (rows lda apart; whole row blocks only). */
+__attribute__((target("avx2,fma"))) static void tile_avx2_in(const Tile *t) {
+    if (t->cols <= 8) {
+        if (t->stream)
+            tile_avx2_body(t, 1, 1, 1);
+        else
+            tile_avx2_body(t, 0, 1, 1);
+    } else if (t->stream)
+        tile_avx2_body(t, 1, 2, 1);
+    else
+        tile_avx2_body(t, 0, 2, 1);
 }
 
 /* One or two rows of A read in place against P whole panels of 16 columns: the 6-row
@@ -794,8 +808,9 @@ static void run(const Problem *p, float *abuf) {
             for (Py_ssize_t i0 = 0; i0 < p->m; i0 += mr) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
-                /* AVX2, 6 rows, the last K block from zero: tile_avx2_full with A in place */
-                const int avx2_in = level == 1 && inplace && rows == mr && t.last && !t.load_c;
+                /* AVX2, a whole row block: every tile reads A in place (tile_avx2_in,
+                 * tile_avx2_full's INPLACE), nothing copied */
+                const int avx2_in = level == 1 && inplace && rows == mr;
                 t.lda = p->lda;
 #if ONNXVIZ_X86
                 if (inplace && level >= 2) {
@@ -804,9 +819,7 @@ static void run(const Problem *p, float *abuf) {
                 } else
 #endif
                 {
-                    /* (a row block of whole AVX2 tiles reads A in place below: copied
-                     * only for an edge panel) */
-                    if (!(avx2_in && (j1 - j0) % nr == 0)) pack_a(p, i0, rows, k0, kc, mr, abuf);
+                    if (!avx2_in) pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
 #if ONNXVIZ_X86
                     if (level >= 2) this_tile = tile_avx512_packed[rows];
@@ -877,8 +890,13 @@ static void run(const Problem *p, float *abuf) {
                         }
                         full(&t);
                     }
-                    t.a = a_packed; /* an edge panel's tile reads the copy */
+                    t.a = a_packed;
                     t.lda = lda_packed;
+                }
+                if (avx2_in) {
+                    this_tile = tile_avx2_in;
+                    t.a = p->a + i0 * p->lda + k0;
+                    t.lda = p->lda;
                 }
 #endif
                 for (; j < j1; j += nr) {
