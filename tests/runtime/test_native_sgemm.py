@@ -767,12 +767,66 @@ def test_a_hardswish_runs_in_the_epilogue_and_gives_the_same_outputs(monkeypatch
         np.testing.assert_allclose(routed_off, off, rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 9])
+@pytest.mark.parametrize(
+    "form",
+    ["transB, C (N,)", "B, C (1, N)", "transB, no C", "alpha 0.5", "beta 2", "C (M, N)"],
+)
+def test_every_gemm_form_gives_its_definition_in_every_mode(rows: int, form: str) -> None:
+    """A Gemm by a constant weight in the forms exporters write and the ones the held
+    product leaves to the kernel (another alpha or beta, a C per row): the definition
+    alpha A B' + beta C within the float32 bound, and the same in every run mode."""
+    _module()
+    rng = np.random.default_rng(rows + len(form))
+    k, n = 96, 200
+    trans = form.startswith("transB") or form in ("alpha 0.5", "beta 2", "C (M, N)")
+    w = (rng.standard_normal((n, k) if trans else (k, n)) / 10).astype(np.float32)
+    c_shape = {"B, C (1, N)": (1, n), "C (M, N)": (rows, n), "transB, no C": None}.get(form, (n,))
+    attrs: dict[str, Any] = {"transB": int(trans)}
+    if form == "alpha 0.5":
+        attrs["alpha"] = 0.5
+    if form == "beta 2":
+        attrs["beta"] = 2.0
+    inits = [numpy_helper.from_array(w, "w")]
+    inputs = ["x", "w"]
+    c = None
+    if c_shape is not None:
+        c = rng.standard_normal(c_shape).astype(np.float32)
+        inits.append(numpy_helper.from_array(c, "c"))
+        inputs.append("c")
+    node = helper.make_node("Gemm", inputs, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32)}
+    with threadpool_limits(1):
+        session = Session(model)
+        got = [session.run(feeds)["y"] for _ in range(3)]  # the held call from the 2nd
+        assert_modes_agree(model, feeds)
+    x64, w64 = feeds["x"].astype(np.float64), w.astype(np.float64)
+    b64 = w64.T if trans else w64
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    exact = alpha * (x64 @ b64) + (0.0 if c is None else beta * c.astype(np.float64))
+    scale = np.abs(alpha) * (np.abs(x64) @ np.abs(b64)) + (
+        0.0 if c is None else np.abs(beta * c.astype(np.float64))
+    )
+    for y in got:
+        assert y.shape == (rows, n)
+        assert np.all(np.abs(y - exact) <= _gamma(k + 4) * scale), form
+
+
 @pytest.mark.parametrize("rows", [1, 2, 5, 7, 8])
 def test_a_classifier_on_a_few_rows_streams_its_weight_packed(monkeypatch, rows):
-    """Gemm with transB (a torch Linear) on 2-7 rows: OpenBLAS would pack the transposed
-    weight on every call, so the kernel runs it with the weight packed once; one row
-    stays a matrix-vector product, eight rows and more the usual routes.  The numbers are
-    within the float32 bound of the product, in every run mode."""
+    """Gemm with transB (a torch Linear): on 2-7 rows OpenBLAS would pack the transposed
+    weight on every call, so the kernel runs it with the weight packed once; one row and
+    eight or more take MatMul's routes (packed_gemm.use_for: one row from AVX2 up, a
+    classifier's head, in C through the node's held product).  The numbers are within
+    the float32 bound of the product, in every run mode."""
     _module()
     rng = np.random.default_rng(rows)
     k, n = 576, 1000
@@ -791,7 +845,10 @@ def test_a_classifier_on_a_few_rows_streams_its_weight_packed(monkeypatch, rows)
     with threadpool_limits(1), _counting(monkeypatch) as calls:
         got = Session(model).run(feeds)["y"]
         assert_modes_agree(model, feeds)
-    routed = native.level() is not None and 2 <= rows < packed_gemm.MIN_ROWS
+    with threadpool_limits(1):
+        routed = native.level() is not None and (
+            2 <= rows < packed_gemm.MIN_ROWS or packed_gemm.use_for(rows, k, n)
+        )
     assert (calls["gemm"] > 0) == routed, calls
     x64 = feeds["x"].astype(np.float64)
     exact = x64 @ w.T.astype(np.float64) + bias
