@@ -256,10 +256,11 @@ def test_every_level_is_within_the_bound_of_the_exact_conv(level: int, g: dict[s
     _check_bound(got, x, w, bias, addend, g)
 
 
-# Few input channels (C <= 4 at levels 1-3: the pixels-in-lanes tiles over phase planes):
-# (c, m, (h, w), kernel, strides, dilations, pads (top, left, bottom, right)).  Output
-# rows of whole and partial 16/8-pixel vectors and 1-3 vector tiles, groups of 8 (4)
-# output channels whole and cut, strides 1-3, dilation, asymmetric pads.
+# Few input channels (C <= 4 read channels-first: at AVX-512 the pixels-in-lanes tiles
+# over phase planes, below it the tiles over transposed rows, an image's 3 channels by
+# their own loop): (c, m, (h, w), kernel, strides, dilations, pads (top, left, bottom,
+# right)).  Output rows of whole and partial 16-pixel vectors and 1-3 vector tiles,
+# groups of 8 output channels whole and cut, strides 1-3, dilation, asymmetric pads.
 STEMS = [
     (3, 16, (224, 224), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # MobileNetV3's stem
     (3, 64, (20, 229), (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),  # ResNet-50's, fewer rows

@@ -27,7 +27,7 @@
  * zero-bordered row buffer of kh slots, kept while later output rows read it (at stride
  * 1 each row is copied once per image), so the inner loop has no bounds test; a conv
  * without left or right padding reads x in place.  With few input channels (C <= 4, a
- * stem) read channels-first, levels 1-3 run another tile, output pixels in the lanes over
+ * stem) read channels-first, AVX-512 runs another tile, output pixels in the lanes over
  * per-channel phase planes of the input rows: see "few input channels" below.
  *
  * Layouts (`layouts` bits): x may be channels-first (N, C, H, W) instead: the row copy
@@ -394,20 +394,9 @@ __attribute__((target("avx512f"))) static Py_ssize_t deinterleave16(float *dst, 
     return n;
 }
 
-__attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, const float *src,
-                                                                    Py_ssize_t n) {
-    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    Py_ssize_t k = 0;
-    for (; k + 9 <= n; k += 8) {
-        const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + 2 * k), even);
-        const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + 2 * k + 8), even);
-        _mm256_storeu_ps(dst + k, _mm256_permute2f128_ps(a, b, 0x20));
-    }
-    return k;
-}
 #endif
 
-/* ---- few input channels: output pixels in the vector lanes (levels 1-3) --------------- */
+/* ---- few input channels: output pixels in the vector lanes (AVX-512) ------------------ */
 
 /* With C <= PLANES_MAX_C the reduction per output pixel is short (27 terms for a 3x3
  * stem) and the tile above has only NV = 1 vector of output channels when M <= VL: one
@@ -419,24 +408,26 @@ __attribute__((target("avx2,fma"))) static Py_ssize_t deinterleave8(float *dst, 
  * per channel, into `sw` phase planes (plane (c, ph)[t] = padded column ph + sw * t, a
  * plain or a deinterleaving vector copy of a channels-first row), so tap kx of VW
  * consecutive output pixels is one unaligned load at plane ((kx dw) % sw) + (kx dw) / sw.
- * A tile holds MB output channels x PV vectors of pixels (AVX-512 8 x 3 x 16, AVX2 4 x 2
- * x 8); per (ky, kx, c) it loads PV input vectors and broadcasts MB weights for MB * PV
- * FMAs.  The sums are the same FMAs in the same (ky, kx, c) order as the tiles above, so
+ * A tile holds MB output channels x PV vectors of pixels (8 x 3 x 16); per (ky, kx, c)
+ * it loads PV input vectors and broadcasts MB weights for MB * PV FMAs.  The sums are the same FMAs in the same (ky, kx, c) order as the tiles above, so
  * the numbers are bit for bit the same.  Channels-first output is then one masked vector
  * store per channel and pixel vector; channels-last output is transposed in registers
  * (a cut tile's rows through a small buffer); a channels-last addend goes pixel by
- * pixel. */
+ * pixel.  AVX2 had its own tile (4 channels x 2 x 8 pixels): on a Zen 3 core the tiles
+ * above, each input row transposed once into the row buffer, ran the same bits faster
+ * (ResNet-18 w32's 7x7/2 stem 2059 -> 1744 us, ResNet-50's 4158 -> 3305, MobileNetV3's
+ * 3x3/2 331 -> 338; onnxruntime 1680, 3042, 224), so the path is AVX-512's only. */
 #define PLANES_MAX_C 4
 #define PLANES_MAX_SW 4
 #define PLANES_MAX_KW 16
 
-/* Whether a conv runs this path at this level: channels-first input only.  A
+/* Whether a conv runs this path at this level: AVX-512, channels-first input only.  A
  * channels-last input's phase planes are a strided copy per channel and phase (step
  * sw * C), which cost more than they saved: MobileNetV3's stem read channels-last went
  * 139-148 -> 177-195 us with it, a permute-gather copy included; the tiles above read
  * such rows in place or after one memcpy. */
 static int planes_fit(const Geometry *g, int lv) {
-    return ONNXVIZ_X86 && lv >= 1 && g->x_first && g->c <= PLANES_MAX_C &&
+    return ONNXVIZ_X86 && lv >= 2 && g->x_first && g->c <= PLANES_MAX_C &&
            g->sw <= PLANES_MAX_SW && g->kw <= PLANES_MAX_KW;
 }
 
@@ -466,10 +457,7 @@ static void copy_strided(float *dst, const float *src, Py_ssize_t step, Py_ssize
         return;
     }
 #if ONNXVIZ_X86
-    if (step == 2 && level >= 2)
-        k = deinterleave16(dst, src, n);
-    else if (step == 2 && level == 1)
-        k = deinterleave8(dst, src, n);
+    if (step == 2 && level >= 2) k = deinterleave16(dst, src, n);
 #endif
     for (; k < n; k++) dst[k] = src[k * step];
 }
@@ -527,8 +515,6 @@ static void planes_scalar_out(const Planes *r, const float *sums, int ld, Py_ssi
 #if ONNXVIZ_X86
 #define P16_MB 8
 #define P16_PV 3
-#define P8_MB 4
-#define P8_PV 2
 
 /* y[m]'s 16 pixels (m < 8) to out as 16 pixel rows of 8 channels, rows ps floats apart:
  * unpack pairs of channels, shuffle them to 4-channel groups per pixel, store 128-bit
@@ -631,82 +617,6 @@ planes16(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const 
     }
 }
 
-__attribute__((target("avx2,fma"), always_inline)) static inline void
-planes8(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
-        const float *add, float *out, const int PV, int width, const int CC) {
-    __m256 acc[P8_MB][P8_PV];
-    for (int m = 0; m < P8_MB; m++)
-        for (int p = 0; p < PV; p++) acc[m][p] = _mm256_setzero_ps();
-    const Py_ssize_t c_count = CC ? CC : r->c, vl = r->vl, cstep = r->sw * r->len;
-    for (int ky = r->ky0; ky < r->ky1; ky++) {
-        const float *slot = r->rows[ky] + ox;
-        const float *wc = w + (Py_ssize_t)ky * r->kw * c_count * vl;
-        for (Py_ssize_t kx = 0; kx < r->kw; kx++) {
-            const float *xc = slot + r->koff[kx];
-            for (Py_ssize_t c = 0; c < c_count; c++, wc += vl, xc += cstep) {
-                __m256 xv[P8_PV];
-                for (int p = 0; p < PV; p++) xv[p] = _mm256_loadu_ps(xc + 8 * p);
-                for (int m = 0; m < P8_MB; m++) {
-                    const __m256 b = _mm256_broadcast_ss(wc + m);
-                    for (int p = 0; p < PV; p++) acc[m][p] = _mm256_fmadd_ps(xv[p], b, acc[m][p]);
-                }
-            }
-        }
-    }
-    if (r->cs != 1) {
-        for (int m = 0; m < width; m++) {
-            float *o = out + m * r->cs;
-            const float *a = add ? add + m * r->cs : NULL;
-            const __m256 bv = bias ? _mm256_set1_ps(bias[m]) : _mm256_setzero_ps();
-            for (int p = 0; p < PV; p++) {
-                const __m256i k = mask8((int)(npix - 8 * p));
-                __m256 y = acc[m][p];
-                if (bias) y = _mm256_add_ps(y, bv);
-                if (a) y = _mm256_add_ps(y, _mm256_maskload_ps(a + 8 * p, k));
-                _mm256_maskstore_ps(o + 8 * p, k, act8(y, r->act, r->lo, r->hi));
-            }
-        }
-        return;
-    }
-    if (add) { /* channels-last addend: pixel by pixel */
-        float sums[P8_MB * 8 * P8_PV];
-        for (int m = 0; m < P8_MB; m++)
-            for (int p = 0; p < PV; p++) _mm256_storeu_ps(sums + m * 16 + 8 * p, acc[m][p]);
-        planes_scalar_out(r, sums, 16, npix, width, bias, add, out);
-        return;
-    }
-    for (int m = 0; m < P8_MB; m++) {
-        const __m256 bv = bias && m < width ? _mm256_set1_ps(bias[m]) : _mm256_setzero_ps();
-        for (int p = 0; p < PV; p++)
-            acc[m][p] = act8(_mm256_add_ps(acc[m][p], bv), r->act, r->lo, r->hi);
-    }
-    for (int p = 0; p < PV; p++) {
-        /* 4 channels x 8 pixels to 8 pixel rows of 4: u[q] holds pixels q and 4 + q */
-        const __m256 t0 = _mm256_unpacklo_ps(acc[0][p], acc[1][p]);
-        const __m256 t1 = _mm256_unpackhi_ps(acc[0][p], acc[1][p]);
-        const __m256 t2 = _mm256_unpacklo_ps(acc[2][p], acc[3][p]);
-        const __m256 t3 = _mm256_unpackhi_ps(acc[2][p], acc[3][p]);
-        const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                             _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
-        float *o = out + 8 * p * r->ps;
-        const Py_ssize_t rows = npix - 8 * p < 8 ? npix - 8 * p : 8;
-        if (width == P8_MB && rows == 8) {
-            for (int q = 0; q < 4; q++) {
-                _mm_storeu_ps(o + q * r->ps, _mm256_castps256_ps128(u[q]));
-                _mm_storeu_ps(o + (4 + q) * r->ps, _mm256_extractf128_ps(u[q], 1));
-            }
-            continue;
-        }
-        float rowbuf[8 * P8_MB]; /* a cut tile: pixel rows of 4 here, then their part */
-        for (int q = 0; q < 4; q++) {
-            _mm_storeu_ps(rowbuf + 4 * q, _mm256_castps256_ps128(u[q]));
-            _mm_storeu_ps(rowbuf + 4 * (4 + q), _mm256_extractf128_ps(u[q], 1));
-        }
-        for (Py_ssize_t i = 0; i < rows; i++)
-            for (int m = 0; m < width; m++) o[i * r->ps + m] = rowbuf[4 * i + m];
-    }
-}
-
 /* PV constant per call, and C when it is 3 (the image stems: the channel loop unrolled). */
 __attribute__((target("avx512f"))) static void
 planes_avx512(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix,
@@ -724,17 +634,6 @@ planes_avx512(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix,
         planes16(r, w, ox, npix, bias, add, out, 1, width, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void
-planes_avx2(const Planes *r, const float *w, Py_ssize_t ox, Py_ssize_t npix, const float *bias,
-            const float *add, float *out, int pv, int width) {
-    const int c3 = r->c == 3;
-    if (pv >= 2 && c3)
-        planes8(r, w, ox, npix, bias, add, out, 2, width, 3);
-    else if (pv >= 2)
-        planes8(r, w, ox, npix, bias, add, out, 2, width, 0);
-    else
-        planes8(r, w, ox, npix, bias, add, out, 1, width, 0);
-}
 #endif /* ONNXVIZ_X86 */
 
 /* The loops of the planes path (planes_fit): images, output rows, groups of output
@@ -744,7 +643,7 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                        float *rowbuf, const float **rows, Py_ssize_t *tags) {
 #if ONNXVIZ_X86
     const int vl = lanes_at(level), vw = planes_vw(level);
-    const int mb = level >= 2 ? P16_MB : P8_MB, pvmax = level >= 2 ? P16_PV : P8_PV;
+    const int mb = P16_MB, pvmax = P16_PV;
     const Py_ssize_t c = g->c, m = g->m, len = planes_len(g, level);
     const Py_ssize_t slot_size = c * g->sw * len, wblock = g->kh * g->kw * c * vl;
     Planes r;
@@ -824,10 +723,7 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                     const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
                     const float *a = add ? add + here : NULL;
                     float *o = stage ? stage + (here - at) : out + here;
-                    if (level >= 2)
-                        planes_avx512(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
-                    else
-                        planes_avx2(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
+                    planes_avx512(&r, w, ox, end - ox, bb, a, o, (int)(v1 - v0), width);
                 }
             }
             if (stage) memcpy(out + at, stage, (size_t)(g->ow * m) * sizeof(float));
@@ -965,9 +861,19 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
                     } else if (count > 0) { /* one row of each channel plane, transposed */
                         const float *plane = image + (y0 + ky * g->dh) * g->w;
                         float *d = dst + left * c;
-                        for (Py_ssize_t ch = 0; ch < c; ch++) {
-                            const float *s = plane + ch * g->h * g->w;
-                            for (Py_ssize_t j = 0; j < count; j++) d[j * c + ch] = s[j];
+                        const Py_ssize_t hw = g->h * g->w;
+                        if (c == 3) { /* an image stem's: the stores in order */
+                            const float *s0 = plane, *s1 = plane + hw, *s2 = plane + 2 * hw;
+                            for (Py_ssize_t j = 0; j < count; j++, d += 3) {
+                                d[0] = s0[j];
+                                d[1] = s1[j];
+                                d[2] = s2[j];
+                            }
+                        } else {
+                            for (Py_ssize_t ch = 0; ch < c; ch++) {
+                                const float *s = plane + ch * hw;
+                                for (Py_ssize_t j = 0; j < count; j++) d[j * c + ch] = s[j];
+                            }
                         }
                     }
                     Py_ssize_t done = left + (count > 0 ? count : 0);
