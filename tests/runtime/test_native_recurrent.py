@@ -454,7 +454,8 @@ def test_a_one_step_projection_past_the_small_products_runs_in_c(op: str) -> Non
             again = session.run(feeds)
             unwatched_calls = projected.call_count
             stepped = stepped_values(model, feeds)
-        assert unwatched_calls == 0, f"level {level}: the projection left C"
+        if packed_gemm.module() is not None:  # (off: the packed GEMM too, numpy's product)
+            assert unwatched_calls == 0, f"level {level}: the projection left C"
         for name in names:
             np.testing.assert_array_equal(again[name], first[name])
             np.testing.assert_array_equal(stepped[name], first[name], err_msg=f"level {level}")
