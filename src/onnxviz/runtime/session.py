@@ -80,6 +80,7 @@ from onnxviz.runtime.events import (
 from onnxviz.runtime.executor import Executor
 from onnxviz.runtime.frame import ExecutionCancelled, Frame, node_ref
 from onnxviz.runtime.functions import local_function_index
+from onnxviz.runtime.heap import keep_freed_memory
 from onnxviz.runtime.memory import DEFAULT_MEMORY_CAP, DroppedValue, IntermediateStore
 from onnxviz.runtime.plan import GraphPlan, PlanContext, compile_graph
 from onnxviz.runtime.registry import normalize_domain
@@ -153,6 +154,7 @@ class Session:
                 f"Session needs a ModelProto or a Document, got {type(model_or_document).__name__}"
             )
         self.model = model
+        keep_freed_memory()  # runs reuse their freed arrays' pages (runtime/heap.py)
         self.base_dir: str | None = getattr(model_or_document, "base_dir", None)
         self.file: str | None = getattr(model_or_document, "path", None)
         self.seed = seed
