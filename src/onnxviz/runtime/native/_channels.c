@@ -34,6 +34,10 @@
 #include "held_call.h"
 #include <string.h>
 
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+
 static int level = 0;
 
 #define SCALE_BODY                                                                         \
@@ -249,8 +253,53 @@ static void place_generic(const float *x, float *out, Py_ssize_t n, Py_ssize_t r
 
 #if ONNXVIZ_X86
 __attribute__((target("avx2,fma"))) static void
+place_avx2_body(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t width,
+                Py_ssize_t total, Py_ssize_t offset, int planes) PLACE_BODY
+
+/* Planes of a multiple of 8 channels at AVX2: blocks of 8 pixels x 8 channels transposed
+ * in registers (8 loads, 24 shuffles, 8 stores of a pixel's 8 channels), where the loop
+ * above stores one float at a time 16 pixels apart (a UNet's 16-channel 128 x 128
+ * ConvTranspose output into its Concat: 326 us against onnxruntime's 132).  The same
+ * floats copied. */
+__attribute__((target("avx2,fma"))) static void
 place_avx2(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t width,
-           Py_ssize_t total, Py_ssize_t offset, int planes) PLACE_BODY
+           Py_ssize_t total, Py_ssize_t offset, int planes) {
+    if (!planes || width % 8 || rows < 8) {
+        place_avx2_body(x, out, n, rows, width, total, offset, planes);
+        return;
+    }
+    const Py_ssize_t whole = rows / 8 * 8;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        const float *xb = x + b * rows * width;
+        float *ob = out + b * rows * total + offset;
+        for (Py_ssize_t r = 0; r < whole; r += 8)
+            for (Py_ssize_t c = 0; c < width; c += 8) {
+                const float *src = xb + c * rows + r;
+                __m256 a[8];
+                for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(src + i * rows);
+                const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+                const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+                const __m256 t4 = _mm256_unpacklo_ps(a[4], a[5]), t5 = _mm256_unpackhi_ps(a[4], a[5]);
+                const __m256 t6 = _mm256_unpacklo_ps(a[6], a[7]), t7 = _mm256_unpackhi_ps(a[6], a[7]);
+                const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+                const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+                const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+                const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+                /* pixel k's 8 channels: the low halves (pixels 0-3), then the high (4-7) */
+                float *dst = ob + r * total + c;
+                _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_storeu_ps(dst + total, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_storeu_ps(dst + 2 * total, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_storeu_ps(dst + 3 * total, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_storeu_ps(dst + 4 * total, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_storeu_ps(dst + 5 * total, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_storeu_ps(dst + 6 * total, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_storeu_ps(dst + 7 * total, _mm256_permute2f128_ps(u3, u7, 0x31));
+            }
+        for (Py_ssize_t r = whole; r < rows; r++)
+            for (Py_ssize_t c = 0; c < width; c++) ob[r * total + c] = xb[c * rows + r];
+    }
+}
 
 __attribute__((target("avx512f"))) static void
 place_avx512(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t width,
