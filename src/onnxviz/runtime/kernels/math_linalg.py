@@ -10,7 +10,7 @@ also how runtimes accumulate them) and round once at the end.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -74,6 +74,17 @@ def _by_packed_weight(a: Array, b: Array) -> Array | None:
     return out
 
 
+def _constant_matrix(b: Any) -> TypeGuard[np.ndarray]:
+    """Whether ``b`` is a float32 matrix initializer (frozen): a weight worth packing once."""
+    return (
+        type(b) is np.ndarray
+        and b.dtype == np.float32
+        and b.ndim == 2
+        and bool(b.size)
+        and frozen(b)
+    )
+
+
 @specializer(matmul)
 def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
     """Unwatched runs, a float32 matrix initializer as B: `_by_packed_weight`'s product
@@ -83,13 +94,7 @@ def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
     make a product of packed_gemm.small_macs()) is packed now and its call is a held
     product (packed_gemm.held_product): C from the node loop to the result."""
     b0 = known[1] if len(known) == 2 else None
-    if (
-        type(b0) is not np.ndarray
-        or b0.dtype != np.float32
-        or b0.ndim != 2
-        or not b0.size
-        or not frozen(b0)
-    ):
+    if not _constant_matrix(b0):
         return None
     mod = packed_gemm.module()
     if mod is None:
@@ -191,13 +196,7 @@ def _prepared_gemm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any
         return None
     b0 = known[1] if len(known) > 1 else None
     c0 = known[2] if len(known) > 2 else None
-    if (
-        type(b0) is not np.ndarray
-        or b0.dtype != np.float32
-        or b0.ndim != 2
-        or not b0.size
-        or not frozen(b0)
-    ):
+    if not _constant_matrix(b0):
         return None
     trans = bool(attrs.get("transB", 0))
     k, n_cols = (b0.shape[1], b0.shape[0]) if trans else b0.shape
