@@ -332,29 +332,24 @@ static void (*const tile_avx2_fulls_in[8])(const Tile *) = {
     tile_avx2_full_in_100, tile_avx2_full_in_101, tile_avx2_full_in_110, tile_avx2_full_in_111,
 };
 
-__attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile_avx2_at(const Tile *t, const int INPLACE) {
     if (t->cols <= 8) {
         if (t->stream)
-            tile_avx2_body(t, 1, 1, 0);
+            tile_avx2_body(t, 1, 1, INPLACE);
         else
-            tile_avx2_body(t, 0, 1, 0);
+            tile_avx2_body(t, 0, 1, INPLACE);
     } else if (t->stream)
-        tile_avx2_body(t, 1, 2, 0);
+        tile_avx2_body(t, 1, 2, INPLACE);
     else
-        tile_avx2_body(t, 0, 2, 0);
+        tile_avx2_body(t, 0, 2, INPLACE);
 }
+
+__attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) { tile_avx2_at(t, 0); }
 
 /* tile_avx2 with A's 6 rows read in place (rows lda apart; whole row blocks only). */
 __attribute__((target("avx2,fma"))) static void tile_avx2_in(const Tile *t) {
-    if (t->cols <= 8) {
-        if (t->stream)
-            tile_avx2_body(t, 1, 1, 1);
-        else
-            tile_avx2_body(t, 0, 1, 1);
-    } else if (t->stream)
-        tile_avx2_body(t, 1, 2, 1);
-    else
-        tile_avx2_body(t, 0, 2, 1);
+    tile_avx2_at(t, 1);
 }
 
 /* One or two rows of A read in place against P whole panels of 16 columns: the 6-row
