@@ -431,12 +431,12 @@ static int planes_fit(const Geometry *g, int lv) {
            g->sw <= PLANES_MAX_SW && g->kw <= PLANES_MAX_KW;
 }
 
-/* Pixels per vector at a level. */
-static int planes_vw(int lv) { return lv >= 2 ? 16 : 8; }
+/* Pixels per vector (the path is AVX-512's). */
+enum { PLANES_VW = 16 };
 
 /* Floats per phase plane: every vector a tile loads lies inside it. */
-static Py_ssize_t planes_len(const Geometry *g, int lv) {
-    const Py_ssize_t vw = planes_vw(lv), nvec = (g->ow + vw - 1) / vw;
+static Py_ssize_t planes_len(const Geometry *g) {
+    const Py_ssize_t vw = PLANES_VW, nvec = (g->ow + vw - 1) / vw;
     return nvec * vw + (g->kw - 1) * g->dw / g->sw + 1;
 }
 
@@ -642,9 +642,9 @@ static void run_planes(const Geometry *g, const float *x, const float *wp, const
                        const float *add, float *out, int act, float lo, float hi,
                        float *rowbuf, const float **rows, Py_ssize_t *tags) {
 #if ONNXVIZ_X86
-    const int vl = lanes_at(level), vw = planes_vw(level);
+    const int vl = lanes_at(level), vw = PLANES_VW;
     const int mb = P16_MB, pvmax = P16_PV;
-    const Py_ssize_t c = g->c, m = g->m, len = planes_len(g, level);
+    const Py_ssize_t c = g->c, m = g->m, len = planes_len(g);
     const Py_ssize_t slot_size = c * g->sw * len, wblock = g->kh * g->kw * c * vl;
     Planes r;
     r.rows = rows;
@@ -1294,7 +1294,7 @@ static int call_check(Call *c, int vl, const char *name) {
         return -1;
     }
     c->planes = planes_fit(g, level);
-    if (c->planes && mul_size(g->kh * g->c * g->sw, planes_len(g, level), &c->buf_count)) {
+    if (c->planes && mul_size(g->kh * g->c * g->sw, planes_len(g), &c->buf_count)) {
         PyErr_Format(PyExc_ValueError, "%s: sizes too large", name);
         return -1;
     }

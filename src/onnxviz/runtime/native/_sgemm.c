@@ -803,18 +803,21 @@ static void run(const Problem *p, float *abuf) {
             for (Py_ssize_t i0 = 0; i0 < p->m; i0 += mr) {
                 const int rows = (int)(p->m - i0 < mr ? p->m - i0 : mr);
                 void (*this_tile)(const Tile *) = tile;
+                t.lda = p->lda;
+#if ONNXVIZ_X86
                 /* AVX2, a whole row block: every tile reads A in place (tile_avx2_in,
                  * tile_avx2_full's INPLACE), nothing copied */
                 const int avx2_in = level == 1 && inplace && rows == mr;
-                t.lda = p->lda;
-#if ONNXVIZ_X86
                 if (inplace && level >= 2) {
                     t.a = p->a + i0 * p->lda + k0;
                     this_tile = tile_avx512_inplace[rows];
+                } else if (avx2_in) {
+                    t.a = p->a + i0 * p->lda + k0;
+                    this_tile = tile_avx2_in;
                 } else
 #endif
                 {
-                    if (!avx2_in) pack_a(p, i0, rows, k0, kc, mr, abuf);
+                    pack_a(p, i0, rows, k0, kc, mr, abuf);
                     t.a = abuf;
 #if ONNXVIZ_X86
                     if (level >= 2) this_tile = tile_avx512_packed[rows];
@@ -847,7 +850,7 @@ static void run(const Problem *p, float *abuf) {
                 t.lda = lda_packed;
                 t.a = a_packed;
                 /* Whole tiles of one K block: tile_avx512_full (12 rows read in place),
-                 * tile_avx2_full (6 rows of the packed copy). */
+                 * tile_avx2_full (6 rows, in place or of the packed copy). */
                 const int full_rows = level >= 2 ? (inplace ? 12 : 0) : level == 1 ? 6 : 0;
                 if (full_rows && rows == full_rows && t.last && !t.load_c) {
                     const int which =
@@ -856,10 +859,6 @@ static void run(const Problem *p, float *abuf) {
                         level >= 2 ? tile_avx512_fulls[which]
                         : avx2_in  ? tile_avx2_fulls_in[which]
                                    : tile_avx2_fulls[which];
-                    if (avx2_in) {
-                        t.a = p->a + i0 * p->lda + k0;
-                        t.lda = p->lda;
-                    }
                     /* The next row block's lines of this panel fetched while this one
                      * computes: its 12 rows of C lie ldc floats apart (a 56 px image's
                      * 256 channels: 1 KB), a stride the L2 streamer does not follow,
@@ -885,13 +884,6 @@ static void run(const Problem *p, float *abuf) {
                         }
                         full(&t);
                     }
-                    t.a = a_packed;
-                    t.lda = lda_packed;
-                }
-                if (avx2_in) {
-                    this_tile = tile_avx2_in;
-                    t.a = p->a + i0 * p->lda + k0;
-                    t.lda = p->lda;
                 }
 #endif
                 for (; j < j1; j += nr) {
