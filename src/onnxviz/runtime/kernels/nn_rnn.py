@@ -639,8 +639,8 @@ class _Compiled:
                 bias = self.biases[d]
                 fallback = functools.partial(_projected, w=w, d=d, bias=bias)
                 row = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-                # the rows `_project` sends to the kernel too (the same bits either way)
-                small = packed_gemm.projection_macs() // max(p.k * p.n, 1)
+                # the products `_project` sends to the kernel too (the same bits)
+                small = packed_gemm.projection_macs()
                 self.projs[d] = packed_gemm.held_product(mod, p, row, (), fallback, small)
 
     def held_layer(

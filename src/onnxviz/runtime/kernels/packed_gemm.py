@@ -337,13 +337,14 @@ def held_product(
     """A callable ``f(a, *expect)`` = ``a @ w + bias`` (a new float32 array of
     ``a.shape[:-1] + (N,)``) for the constant weight packed as ``p``, in C from call to
     result (native/_sgemm.c's `product`): for a C-contiguous float32 ndarray ``a`` of
-    ``p.k`` columns, on the rows `use_for` routes here (and on up to ``small`` rows,
-    `small_rows` by default), called with exactly the objects of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
+    ``p.k`` columns, on the rows `use_for` routes here and on any product of at most
+    ``small`` multiply-adds (`small_macs()` by default), called with exactly the objects
+    of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
     own path, which must give the same numbers on the calls this takes."""
     getter = blas.threads_getter_address()
+    rows = small_rows(p.k, p.n) if small is None else small // max(p.k * p.n, 1)
     return mod.product(
-        p.data, p.offset, p.k, p.n, p.nr, bias,
-        small_rows(p.k, p.n) if small is None else small, MIN_ROWS, one_row(),
+        p.data, p.offset, p.k, p.n, p.nr, bias, rows, MIN_ROWS, one_row(),
         getter, tuple(expect), fallback, np.ndarray, np.empty, _F32,
     )  # fmt: skip
 
