@@ -1,15 +1,28 @@
 """com.microsoft MatMulNBits: matmul with block-wise 2, 4 or 8-bit quantised weights.
 
-The product is the op's definition: the exactly dequantized float32 weight times the
-float32 activations.  Two ways to make it:
+What is multiplied.  The weights are the definition's: (code - zero point) * scale of
+each block, in float32.  The activations are the input as it is, except where the model
+allows int8 activations (accuracy_level 4) and onnxruntime's CPU kernel takes that
+licence: packed uint8 zero points or none, no g_idx, any bits, any rows, float32 or
+float16 inputs (measured with onnxruntime 1.32 on an AVX2 CPU; float zero points
+or a g_idx keep it in float at level 4).  There each row of A is cut into blocks of
+block_size along K and each block is rounded to int8 steps of max|a| / 127
+(`int8_activations`; runtime/nbits_accuracy.py's emulate_level4 is the float64
+reference), so the numbers are onnxruntime's to float rounding, on every CPU, in stepped
+and unwatched runs alike.  Set accuracy_level to 0 for the float product.
 
-* a weight of 256K codes or more, up to native_max_rows rows of activations (a decode
-  step, a short prompt; 32 with AVX-512, 6 with AVX2, none at plain C: each measured
-  against the next way): the compiled
-  kernel (native/_nbits.c) reads the packed bytes as they are stored and turns them into
-  the definition's float32 weights in registers (from 5 rows on, 4 rows of the weight
-  at a time into a buffer that stays in L1, reused for every row); only the
-  order of the float32 sums differs from the definition's product, within
+How it is multiplied:
+
+* level 4 with 4-bit weights, up to INT8_MAX_ROWS rows (a decode step, a short prompt):
+  the compiled kernel native/_nbits8.c quantizes the rows and sums each block's int8 by
+  4-bit products exactly in integers (vpmaddubsw), the blocks in float32; about 12
+  instructions per 64 weights, so a decode step is bound by memory;
+* a weight of 256K codes or more, up to native_max_rows rows of activations (32 with
+  AVX-512, 6 with AVX2, none at plain C: each measured against the next way): the
+  compiled kernel native/_nbits.c reads the packed bytes as they are stored and turns
+  them into the definition's float32 weights in registers (from 5 rows on, 4 rows of the
+  weight at a time into a buffer that stays in L1, reused for every row); only the order
+  of the float32 sums differs from the definition's product, within
   (K + 2) * 2^-24 * sum |a||w| (tests/runtime/test_native_nbits.py).  It keeps no
   dequantized weight: at most float32 copies of float16 scales and zero points.  A decode
   step is bound by memory, and this reads half a byte per int4 weight where the float32
@@ -18,8 +31,11 @@ float32 activations.  Two ways to make it:
 * otherwise BLAS on the dequantized weight: an initializer's weight is dequantized once
   and kept as [K, N] float32 rows (kernels/_weight_cache, bounded by a quarter of the
   machine's memory); a weight past that bound is dequantized chunk by chunk on each call,
-  each chunk multiplied as it is made.  A prompt runs float32 FMA where onnxruntime at
-  accuracy level 4 runs int8 dot products (VNNI, about twice the throughput per cycle).
+  each chunk multiplied as it is made.
+
+At level 4 the last two multiply the int8 steps as float32 values (`int8_steps`: each
+int8 times its block's float32 step, rounded once), so every route gives the same
+product up to float32 rounding.
 """
 
 from __future__ import annotations
@@ -67,9 +83,9 @@ def matmul_nbits(
     accuracy_level: int = 0,
     weight_prepacked: int = 0,
 ) -> np.ndarray:
-    """The op's definition at every ``accuracy_level``: dequantized weights times float
-    activations.  onnxruntime's CPU kernel at level 4 quantizes the activations to int8
-    instead (runtime/nbits_accuracy.py emulates that to explain the difference)."""
+    """The dequantized weights times the activations, those rounded to int8 steps per
+    block where ``accuracy_level`` 4 allows it as onnxruntime reads it (the module's
+    docstring)."""
     if bits not in (2, 4, 8):
         raise ExecutionError(f"MatMulNBits: bits={bits} is not supported (2, 4 or 8)")
     if weight_prepacked:
@@ -81,6 +97,14 @@ def matmul_nbits(
     if av.shape[-1] != K:
         raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
     rows = av.reshape(-1, K)
+    if int8_activations(accuracy_level, zero_points, g_idx):
+        if bits == 4 and _NBITS8 is not None and rows.shape[0] <= INT8_MAX_ROWS:
+            form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
+            if form is not None:
+                buffers = native_buffers(b, scales, zero_points, form, bias, K, N, block_size, bits)
+                y = int8_call(_NBITS8, rows, buffers, (rows.shape[0], N))
+                return y.reshape(*av.shape[:-1], N).astype(dtype, copy=False)
+        rows = int8_steps(rows, K, block_size)
     if _NBITS is not None and rows.shape[0] <= native_max_rows(_NBITS, K, N, block_size, bits):
         form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
         if form is not None:
@@ -144,6 +168,8 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
     ):
         return None
     kernel = functools.partial(matmul_nbits, **attrs)
+    if int8_activations(attrs.get("accuracy_level", 0), z0, g0):
+        return _prepared_int8(kernel, b0, s0, z0, bias0, K, N, block, bits)
     native_rows = 0 if _NBITS is None else native_max_rows(_NBITS, K, N, block, bits)
     form = native_form(b0, s0, z0, None, K, N, block, bits) if native_rows else None
     buffers = None
@@ -197,6 +223,94 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
             expect = tuple(known[1:])
             return packed_gemm.held_product(mod, p, bias32, expect, call)
     return call
+
+
+def _prepared_int8(
+    kernel: Any, b0: np.ndarray, s0: np.ndarray, z0: np.ndarray | None,
+    bias0: np.ndarray | None, K: int, N: int, block: int, bits: int,
+) -> Any:  # fmt: skip
+    """The prepared call at accuracy_level 4: up to INT8_MAX_ROWS float32 rows go straight
+    to the compiled int8 kernel with the buffers found once; anything else takes the
+    kernel, which rounds the rows to int8 steps first.  None (the kernel on every call)
+    without that kernel or for 2- and 8-bit weights."""
+    if bits != 4 or _NBITS8 is None:
+        return None
+    form = native_form(b0, s0, z0, None, K, N, block, bits)
+    if form is None:
+        return None
+    buffers = native_buffers(b0, s0, z0, form, bias0, K, N, block, bits)
+    module = _NBITS8
+
+    def call(
+        a: Any, b: Any, scales: Any, zero_points: Any = None, g_idx: Any = None, bias: Any = None
+    ) -> Any:
+        if (
+            b is not b0
+            or scales is not s0
+            or zero_points is not z0
+            or g_idx is not None
+            or bias is not bias0
+            or type(a) is not np.ndarray
+            or a.dtype != _F32
+            or a.shape[-1:] != (K,)
+        ):
+            return kernel(a, b, scales, zero_points, g_idx, bias)
+        rows = a.reshape(-1, K)
+        if rows.shape[0] > INT8_MAX_ROWS:
+            return kernel(a, b, scales, zero_points, g_idx, bias)
+        return int8_call(module, rows, buffers, (*a.shape[:-1], N))
+
+    return call
+
+
+def int8_activations(
+    accuracy_level: int, zero_points: np.ndarray | None, g_idx: np.ndarray | None
+) -> bool:
+    """Whether the activations are rounded to int8 steps per block: the model allows it
+    (accuracy_level 4) and onnxruntime's CPU kernel does it for these inputs (packed
+    uint8 zero points or none, no g_idx; float zero points or a g_idx stay float)."""
+    if accuracy_level != 4 or g_idx is not None:
+        return False
+    return zero_points is None or np.asarray(zero_points).dtype == np.uint8
+
+
+def int8_steps(rows: np.ndarray, K: int, block_size: int) -> np.ndarray:
+    """rows [M, K] float32 rounded to int8 steps per block of ``block_size`` along K, as
+    float32 values: rint(x * (127 / max|block|)) * (max|block| / 127), each a float32
+    operation (127 / max, not 1 / step: onnxruntime's, and they differ in the last bit).
+    A row holding a NaN or an infinity has no int8 form: NaN throughout."""
+    m = rows.shape[0]
+    k_blocks = (K + block_size - 1) // block_size
+    padded = np.zeros((m, k_blocks * block_size), dtype=np.float32)
+    padded[:, :K] = rows
+    blocks = padded.reshape(m, k_blocks, block_size)
+    amax = np.abs(blocks).max(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        inverse = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+        steps = np.rint(blocks * inverse[..., None])
+        steps *= (amax / np.float32(127))[..., None]
+    out = np.ascontiguousarray(steps.reshape(m, -1)[:, :K])
+    bad = ~np.isfinite(rows).all(axis=1)
+    out[bad] = np.nan
+    return out
+
+
+def int8_call(
+    module: Any,
+    rows: np.ndarray,
+    buffers: tuple[tuple[Any, ...], tuple[int, ...]],
+    shape: tuple[int, ...],
+) -> np.ndarray:
+    """The compiled level-4 product (native/_nbits8.c) of ``rows`` [M, K] by the 4-bit
+    weight of ``buffers`` (native_buffers), in a fresh float32 array of ``shape``."""
+    weight, sc, zp, bias = buffers[0]
+    K, N, block, _bits, zp_kind, zp_row, has_bias = buffers[1]
+    out = np.empty(shape, dtype=np.float32)
+    src = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
+    module.matmul(
+        src, weight, sc, zp, bias, out, rows.shape[0], K, N, block, zp_kind, zp_row, has_bias
+    )
+    return out
 
 
 def _kept_kn(
@@ -289,6 +403,14 @@ _NBITS = native.load("nbits")
 # at 1 row, 0.70 at 4, 0.93 at 6, 1.28 at 8.  The plain C level is the portable
 # reference, 16-35 times slower than BLAS: never used for speed.
 MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 24, native.AVX512_VNNI: 24}
+
+
+# The level-4 int8 kernel (native/_nbits8.c), None when compiled kernels are off or not
+# built.  Up to INT8_MAX_ROWS rows it runs; more go to the float routes on the int8 steps
+# (measured, 1 thread, AVX2 Zen 3, Llama shapes 1024x2816, 2816x1024, 2048x5632: 0.3-0.4
+# of the float routes' time at 4 rows, 0.6-0.8 at 8, 0.8-0.9 at 16, even at 24).
+_NBITS8 = native.load("nbits8")
+INT8_MAX_ROWS = 16
 
 
 # Weights smaller than this stay on the numpy path: their float32 form sits in the CPU's
