@@ -492,3 +492,37 @@ def test_genai_exports_run_the_int8_kernel_within_the_bound(
         checked += 1
     assert checked > 0 and len(calls) == checked
     assert_modes_agree(model, feeds)
+
+
+def test_the_held_call_takes_the_common_call_and_hands_on_the_rest(nbits8: Any) -> None:
+    """The prepared call made in C (_nbits8's held, from the node loop): the kernel's own
+    numbers on a float32 C-contiguous input of up to INT8_MAX_ROWS rows with the node's
+    constants; every other call goes to the Python call, which gives the kernel's."""
+    from onnxviz.runtime.registry import RUNTIME
+
+    rng = np.random.default_rng(12)
+    K, N, block = 96, 20, 32
+    _, b, scales, zp = _case(rng, 1, K, N, block, True)
+    bias = rng.standard_normal(N).astype(np.float32)
+    fb, fs, fz, fbias = (_frozen(x) for x in (b, scales, zp, bias))  # type: ignore[arg-type]
+    attrs = {"K": K, "N": N, "block_size": block, "bits": 4, "accuracy_level": 4}
+    held = contrib_quant._prepared_nbits(attrs, (RUNTIME, fb, fs, fz, None, fbias), 1)
+    assert type(held).__name__ == "HeldInt8"
+    a = rng.standard_normal((2, 3, K)).astype(np.float32)
+    y = held(a, fb, fs, fz, None, fbias)
+    assert y.shape == (2, 3, N) and y.dtype == np.float32
+    np.testing.assert_array_equal(y, matmul_nbits(a, b, scales, zp, None, bias, **attrs))
+    _assert_within_bound(y.reshape(6, N), a.reshape(6, K), b, scales, zp, bias, block)
+    many = rng.standard_normal((contrib_quant.INT8_MAX_ROWS + 1, K)).astype(np.float32)
+    strided = np.asfortranarray(a[0])
+    for other in (a.astype(np.float64), strided, many, a[0, 0]):
+        got = held(other, fb, fs, fz, None, fbias)
+        want = matmul_nbits(other, b, scales, zp, None, bias, **attrs)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    # another weight object (a feed over the initializer): the Python call, its numbers
+    other_b = b.copy()
+    np.testing.assert_array_equal(
+        held(a, other_b, fs, fz, None, fbias),
+        matmul_nbits(a, other_b, scales, zp, None, bias, **attrs),
+    )

@@ -169,7 +169,7 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
         return None
     kernel = functools.partial(matmul_nbits, **attrs)
     if int8_activations(attrs.get("accuracy_level", 0), z0, g0):
-        return _prepared_int8(kernel, b0, s0, z0, bias0, K, N, block, bits)
+        return _prepared_int8(kernel, known, K, N, block, bits)
     native_rows = 0 if _NBITS is None else native_max_rows(_NBITS, K, N, block, bits)
     form = native_form(b0, s0, z0, None, K, N, block, bits) if native_rows else None
     buffers = None
@@ -226,15 +226,15 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
 
 
 def _prepared_int8(
-    kernel: Any, b0: np.ndarray, s0: np.ndarray, z0: np.ndarray | None,
-    bias0: np.ndarray | None, K: int, N: int, block: int, bits: int,
-) -> Any:  # fmt: skip
+    kernel: Any, known: tuple[Any, ...], K: int, N: int, block: int, bits: int
+) -> Any:
     """The prepared call at accuracy_level 4: up to INT8_MAX_ROWS float32 rows go straight
-    to the compiled int8 kernel with the buffers found once; anything else takes the
-    kernel, which rounds the rows to int8 steps first.  None (the kernel on every call)
-    without that kernel or for 2- and 8-bit weights."""
+    to the compiled int8 kernel with the buffers found once, held in C; anything else
+    takes the kernel, which rounds the rows to int8 steps first.  None (the kernel on
+    every call) without that kernel or for 2- and 8-bit weights."""
     if bits != 4 or _NBITS8 is None:
         return None
+    b0, s0, z0, _g0, bias0 = (*known[1:], None, None, None, None, None)[:5]
     form = native_form(b0, s0, z0, None, K, N, block, bits)
     if form is None:
         return None
@@ -260,7 +260,14 @@ def _prepared_int8(
             return kernel(a, b, scales, zero_points, g_idx, bias)
         return int8_call(module, rows, buffers, (*a.shape[:-1], N))
 
-    return call
+    # The common call made in C from the node loop (_nbits8's held): the node's own
+    # inputs, a C-contiguous float32 ``a``; every other call is `call`'s.
+    weight, sc, zp, bias32 = buffers[0]
+    _K, _N, _block, _bits, _kind, zp_row, _has_bias = buffers[1]
+    return module.held(
+        weight, sc, zp if len(zp) else None, bias32 if len(bias32) else None,
+        K, N, block, zp_row, INT8_MAX_ROWS, tuple(known[1:]), call, *native.held_arrays(),
+    )  # fmt: skip
 
 
 def int8_activations(

@@ -29,8 +29,10 @@
  * step reads half a byte per weight and is bound by memory again. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
+#include "held_call.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -62,13 +64,21 @@ typedef struct {
     int8_t *qa;           /* [M, chunks, 64]: even elements, then odd ones */
     float *lane_sa;       /* [M, chunks, 8]: sa of each lane's block (0 past kb) */
     float *row_terms;     /* [M, kb]: sa * sum of the block's qa */
+    int32_t *lane_mid;    /* [M, chunks, 8]: 8 * the sum of each lane's qa (no zero points:
+                           * the midpoint 8 comes off each lane's integer dot) */
+    float *pad;           /* [chunks * 64]: a row padded with zeros (AVX2 quantizer) */
+    int32_t *qi;          /* [chunks * 64]: its int32 steps */
     float *sa;            /* [M, kb] */
     unsigned char *bad;   /* [M]: the row holds a NaN or an infinity */
 } job_t;
 
 /* ---- the int8 rows (every level) ----------------------------------------------------- */
 
-static void quantize_rows(const job_t *j) {
+#define NB8_INLINE static inline __attribute__((always_inline))
+
+/* The body of every level's quantize_rows: compiled for AVX2 too, where nearbyintf is
+ * one vroundss (SSE4.1) instead of a call into libm per element. */
+NB8_INLINE void quantize_body(const job_t *j) {
     const int64_t K = j->K, bs = j->bs, kb = j->kb;
     for (int64_t m = 0; m < j->M; m++) {
         const float *a = j->a + m * K;
@@ -99,14 +109,88 @@ static void quantize_rows(const job_t *j) {
             sa[blk] = amax / 127.0f;
             terms[blk] = sa[blk] * (float)sum;
         }
+        int32_t *mid = j->lane_mid + m * j->chunks * LANES;
         for (int64_t c = 0; c < j->chunks; c++)
             for (int t = 0; t < LANES; t++) {
                 const int64_t blk = (c * CHUNK + t * (CHUNK / LANES)) / bs;
                 lanes[c * LANES + t] = blk < kb ? sa[blk] : 0.0f;
+                /* lane t: elements 8t..8t+7 of the chunk, at 4t..4t+3 of each half */
+                const int8_t *h = q + c * CHUNK + 4 * t;
+                int32_t sum = 0;
+                for (int e = 0; e < 4; e++) sum += h[e] + h[CHUNK / 2 + e];
+                mid[c * LANES + t] = 8 * sum;
             }
         j->bad[m] = bad;
     }
 }
+
+static void quantize_rows(const job_t *j) { quantize_body(j); }
+
+#if ONNXVIZ_X86
+/* quantize_body's numbers in 8-float vectors: the same IEEE operations (127 / amax, the
+ * product, vcvtps2dq's round half to even in the default rounding mode), so every level
+ * makes the same int8 rows.  `pad` is a chunk-padded float row, `qi` its int32 steps. */
+static __attribute__((target("avx2,fma"))) void quantize_rows_avx2(const job_t *j) {
+    const int64_t K = j->K, bs = j->bs, kb = j->kb, width = j->chunks * CHUNK;
+    const int shift = __builtin_ctzll((unsigned long long)bs);
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
+    float *pad = j->pad;
+    int32_t *qi = j->qi;
+    for (int64_t m = 0; m < j->M; m++) {
+        memcpy(pad, j->a + m * K, (size_t)K * sizeof(float));
+        memset(pad + K, 0, (size_t)(width - K) * sizeof(float));
+        float *sa = j->sa + m * kb, *terms = j->row_terms + m * kb;
+        __m256 odd = _mm256_setzero_ps(); /* NaN or infinity seen: all ones */
+        for (int64_t blk = 0; blk < kb; blk++) {
+            const float *x = pad + blk * bs;
+            __m256 vmax = _mm256_setzero_ps();
+            for (int64_t k = 0; k < bs; k += 8) {
+                const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude);
+                odd = _mm256_or_ps(odd, _mm256_cmp_ps(v, inf, _CMP_NLT_UQ));
+                vmax = _mm256_max_ps(vmax, v);
+            }
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            const float amax = _mm_cvtss_f32(h);
+            const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+            __m256i sum = _mm256_setzero_si256();
+            for (int64_t k = 0; k < bs; k += 8) {
+                __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inverse));
+                q = _mm256_max_epi32(_mm256_min_epi32(q, top), bottom);
+                sum = _mm256_add_epi32(sum, q);
+                _mm256_storeu_si256((__m256i *)(qi + blk * bs + k), q);
+            }
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            sa[blk] = amax / 127.0f;
+            terms[blk] = sa[blk] * (float)_mm_cvtsi128_si32(s4);
+        }
+        for (int64_t k = kb * bs; k < width; k++) qi[k] = 0;
+        int8_t *q = j->qa + m * width;
+        float *lanes = j->lane_sa + m * j->chunks * LANES;
+        int32_t *mid = j->lane_mid + m * j->chunks * LANES;
+        for (int64_t c = 0; c < j->chunks; c++) {
+            const int32_t *src = qi + c * CHUNK;
+            for (int e = 0; e < CHUNK / 2; e++) {
+                q[c * CHUNK + e] = (int8_t)src[2 * e];
+                q[c * CHUNK + CHUNK / 2 + e] = (int8_t)src[2 * e + 1];
+            }
+            for (int t = 0; t < LANES; t++) {
+                const int64_t blk = (c * CHUNK + t * (CHUNK / LANES)) >> shift;
+                lanes[c * LANES + t] = blk < kb ? sa[blk] : 0.0f;
+                int32_t lane = 0;
+                for (int e = 0; e < 8; e++) lane += src[8 * t + e];
+                mid[c * LANES + t] = 8 * lane;
+            }
+        }
+        j->bad[m] = (unsigned char)(_mm256_movemask_ps(odd) != 0);
+    }
+}
+#endif
 
 static inline unsigned zero_point(const job_t *j, int64_t n, int64_t blk) {
     if (!j->zp8) return 8u;
@@ -204,7 +288,8 @@ INL_AVX2 void zero_point_terms(const job_t *j, int64_t n, int64_t m0, const int 
 
 /* One chunk of one column (its 32 bytes w, its lanes' scales s) into MT rows' sums. */
 INL_AVX2 void chunk_step(__m256 *acc, __m256i w, __m256 s, const int8_t *q, int64_t qstride,
-                         const float *lanes, int64_t lstride, const int MT) {
+                         const float *lanes, const int32_t *mid, int64_t lstride, const int MT,
+                         const int MID) {
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const __m256i lo = _mm256_and_si256(w, low);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
@@ -213,20 +298,30 @@ INL_AVX2 void chunk_step(__m256 *acc, __m256i w, __m256 s, const int8_t *q, int6
         const __m256i odd = _mm256_loadu_si256((const __m256i *)(q + m * qstride + CHUNK / 2));
         const __m256i pairs =
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd));
-        const __m256 dots = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        __m256i sums = _mm256_madd_epi16(pairs, ones);
+        if (MID) /* no zero points: each lane's codes less 8, exactly */
+            sums = _mm256_sub_epi32(
+                sums, _mm256_loadu_si256((const __m256i *)(mid + m * lstride)));
+        const __m256 dots = _mm256_cvtepi32_ps(sums);
         const __m256 scale = _mm256_mul_ps(s, _mm256_loadu_ps(lanes + m * lstride));
         acc[m] = _mm256_fmadd_ps(dots, scale, acc[m]);
     }
 }
 
 /* Columns n0..n0+NT times rows m0..m0+MT. */
+INL_AVX2 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, const int MT,
-                        const int BS) {
+                        const int BS, const int MID) {
     const int64_t bs = BS >= CHUNK ? j->bs : BS; /* BS 64 stands for every block of 64 up */
     const int64_t kb = j->kb, row = kb * (bs / 2), per_chunk = CHUNK / BS;
     const int shift = __builtin_ctzll((unsigned long long)bs) - 6; /* chunk -> block, BS 64 */
     const int8_t *qa = j->qa + m0 * j->chunks * CHUNK;
     const float *lanes = j->lane_sa + m0 * j->chunks * LANES;
+    const int32_t *mid = j->lane_mid + m0 * j->chunks * LANES;
     const int64_t qstride = j->chunks * CHUNK, lstride = j->chunks * LANES;
     const uint8_t *col[4];
     const float *sc[4];
@@ -248,7 +343,8 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
 #endif
             const __m256i w = _mm256_loadu_si256((const __m256i *)src);
             const __m256 s = lane_scales(sc[t] + (BS >= CHUNK ? c >> shift : c * per_chunk), BS);
-            chunk_step(acc[t], w, s, qa + c * CHUNK, qstride, lanes + c * LANES, lstride, MT);
+            chunk_step(acc[t], w, s, qa + c * CHUNK, qstride, lanes + c * LANES,
+                       mid + c * LANES, lstride, MT, MID);
         }
     }
     if (full < j->chunks) { /* the partial last chunk (blocks of 16 or 32): then zeros */
@@ -260,38 +356,52 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
             memcpy(blocks, sc[t] + c * per_chunk, (size_t)(kb - c * per_chunk) * sizeof(float));
             const __m256i w = _mm256_loadu_si256((const __m256i *)bytes);
             chunk_step(acc[t], w, lane_scales(blocks, BS), qa + c * CHUNK, qstride,
-                       lanes + c * LANES, lstride, MT);
+                       lanes + c * LANES, mid + c * LANES, lstride, MT, MID);
         }
     }
-    for (int t = 0; t < NT; t++) {
-        float tail[4];
-        zero_point_terms(j, n0 + t, m0, MT, acc[t], tail);
-        for (int m = 0; m < MT; m++) store(j, m0 + m, n0 + t, hsum256(acc[t][m]) - tail[m]);
+    float tail[4][4] = {{0.0f}}; /* [column][row]: zero-point terms past 8-block vectors */
+    if (!MID)
+        for (int t = 0; t < NT; t++) zero_point_terms(j, n0 + t, m0, MT, acc[t], tail[t]);
+    if (NT == 4) { /* four columns' sums at once, stored together */
+        const __m128 bias = j->bias ? _mm_loadu_ps(j->bias + n0) : _mm_setzero_ps();
+        for (int m = 0; m < MT; m++) {
+            __m128 v = hsum4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]);
+            v = _mm_add_ps(_mm_sub_ps(v, _mm_setr_ps(tail[0][m], tail[1][m], tail[2][m],
+                                                      tail[3][m])),
+                           bias);
+            if (j->bad[m0 + m]) v = _mm_set1_ps(NAN);
+            _mm_storeu_ps(j->y + (m0 + m) * j->N + n0, v);
+        }
+        return;
     }
+    for (int t = 0; t < NT; t++)
+        for (int m = 0; m < MT; m++)
+            store(j, m0 + m, n0 + t, hsum256(acc[t][m]) - tail[t][m]);
 }
 
-INL_AVX2 void run_avx2_bs(const job_t *j, const int BS) {
+INL_AVX2 void run_avx2_bs(const job_t *j, const int BS, const int MID) {
     int64_t n0 = 0;
     /* a tile's columns stay in L1 while every group of rows reads them */
     for (; n0 + 4 <= j->N; n0 += 4) {
         int64_t m0 = 0;
-        for (; m0 + 2 <= j->M; m0 += 2) tile_avx2(j, n0, m0, 4, 2, BS);
-        if (m0 < j->M) tile_avx2(j, n0, m0, 4, 1, BS);
+        for (; m0 + 2 <= j->M; m0 += 2) tile_avx2(j, n0, m0, 4, 2, BS, MID);
+        if (m0 < j->M) tile_avx2(j, n0, m0, 4, 1, BS, MID);
     }
     for (; n0 < j->N; n0++) {
         int64_t m0 = 0;
-        for (; m0 + 4 <= j->M; m0 += 4) tile_avx2(j, n0, m0, 1, 4, BS);
-        for (; m0 < j->M; m0++) tile_avx2(j, n0, m0, 1, 1, BS);
+        for (; m0 + 4 <= j->M; m0 += 4) tile_avx2(j, n0, m0, 1, 4, BS, MID);
+        for (; m0 < j->M; m0++) tile_avx2(j, n0, m0, 1, 1, BS, MID);
     }
 }
 
 static T_AVX2 void run_avx2(const job_t *j) {
+    const int mid = j->zp8 == NULL;
     if (j->bs == 16)
-        run_avx2_bs(j, 16);
+        mid ? run_avx2_bs(j, 16, 1) : run_avx2_bs(j, 16, 0);
     else if (j->bs == 32)
-        run_avx2_bs(j, 32);
-    else
-        run_avx2_bs(j, 64); /* any block of 64 or more: one block per chunk */
+        mid ? run_avx2_bs(j, 32, 1) : run_avx2_bs(j, 32, 0);
+    else /* any block of 64 or more: one block per chunk */
+        mid ? run_avx2_bs(j, 64, 1) : run_avx2_bs(j, 64, 0);
 }
 
 #endif /* ONNXVIZ_X86 */
@@ -307,6 +417,90 @@ static int check(Py_buffer *buf, int64_t items, int64_t itemsize, const char *wh
     return 0;
 }
 
+/* The job's shape from (M, K, N, block size) and its constant buffers' sizes checked:
+ * 0, or -1 with ValueError. */
+static int job_shape(job_t *j, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t bs) {
+    const int64_t limit = (int64_t)1 << 28; /* every product below fits in int64 */
+    if (M < 0 || K < 1 || N < 1 || M >= limit || K >= limit || N >= limit) {
+        PyErr_SetString(PyExc_ValueError, "M, K, N out of range");
+        return -1;
+    }
+    /* int32 block sums: 127 * 15 * bs stays far below 2^31 up to this size */
+    if (bs < 16 || bs > (1 << 16) || (bs & (bs - 1))) {
+        PyErr_SetString(PyExc_ValueError, "block_size must be a power of two, 16 to 65536");
+        return -1;
+    }
+    j->M = M, j->K = K, j->N = N, j->bs = bs;
+    j->kb = (K + bs - 1) / bs;
+    j->chunks = (j->kb * bs + CHUNK - 1) / CHUNK;
+    j->full = j->kb * bs / CHUNK;
+    return 0;
+}
+
+/* The weight's buffers into the job: 0, or -1 with ValueError. */
+static int job_weights(job_t *j, Py_buffer *b, Py_buffer *sc, Py_buffer *zp, Py_ssize_t has_zp,
+                       Py_ssize_t zp_row, Py_buffer *bias, Py_ssize_t has_bias) {
+    if (check(b, j->N * j->kb * (j->bs / 2), 1, "B") || check(sc, j->N * j->kb, 4, "scales"))
+        return -1;
+    if (has_zp) {
+        if (zp_row < 1 || zp_row >= ((int64_t)1 << 28) || zp_row * 2 < j->kb) {
+            PyErr_SetString(PyExc_ValueError, "zero point rows are too short for K's blocks");
+            return -1;
+        }
+        if (check(zp, j->N * zp_row, 1, "zero_points")) return -1;
+        j->zp8 = (const uint8_t *)zp->buf;
+        j->zp_row = zp_row;
+    }
+    if (has_bias) {
+        if (check(bias, j->N, 4, "bias")) return -1;
+        j->bias = (const float *)bias->buf;
+    }
+    j->b = (const uint8_t *)b->buf;
+    j->scales = (const float *)sc->buf;
+    return 0;
+}
+
+/* Quantizes the rows and multiplies (the GIL let go around it for a product of
+ * `release` multiply-adds or more): 0, or -1 with MemoryError. */
+static int job_run(job_t *j, int64_t release) {
+    if (j->M == 0) return 0;
+    const int64_t M = j->M;
+    const int let_go = M * j->K * j->N >= release;
+    PyThreadState *state = let_go ? PyEval_SaveThread() : NULL;
+    /* one allocation for the rows' int8 form and its scales */
+    const size_t q_bytes = (size_t)(M * j->chunks * CHUNK);
+    const size_t floats = (size_t)(2 * M * j->chunks * LANES + 2 * M * j->kb +
+                                   2 * j->chunks * CHUNK);
+    char *work = (char *)malloc(q_bytes + floats * sizeof(float) + (size_t)M);
+    if (work) {
+        j->qa = (int8_t *)work; /* 64 elements a chunk: the floats after stay aligned */
+        j->lane_sa = (float *)(work + q_bytes);
+        j->lane_mid = (int32_t *)(j->lane_sa + M * j->chunks * LANES);
+        j->row_terms = (float *)(j->lane_mid + M * j->chunks * LANES);
+        j->sa = j->row_terms + M * j->kb;
+        j->pad = j->sa + M * j->kb;
+        j->qi = (int32_t *)(j->pad + j->chunks * CHUNK);
+        j->bad = (unsigned char *)(j->qi + j->chunks * CHUNK);
+#if ONNXVIZ_X86
+        if (level >= 1) {
+            quantize_rows_avx2(j);
+            run_avx2(j);
+        } else
+#endif
+        {
+            quantize_rows(j);
+            run_generic(j);
+        }
+        free(work);
+    }
+    if (state) PyEval_RestoreThread(state);
+    if (!work) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_matmul(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer a, b, sc, zp, bias, out;
@@ -317,72 +511,14 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     job_t j;
     memset(&j, 0, sizeof j);
-    const int64_t limit = (int64_t)1 << 28; /* every product below fits in int64 */
-    if (M < 0 || K < 1 || N < 1 || M >= limit || K >= limit || N >= limit) {
-        PyErr_SetString(PyExc_ValueError, "M, K, N out of range");
+    if (job_shape(&j, M, K, N, bs) < 0 || check(&a, M * K, 4, "A") ||
+        check(&out, M * N, 4, "Y") ||
+        job_weights(&j, &b, &sc, &zp, has_zp, zp_row, &bias, has_bias) < 0)
         goto done;
-    }
-    /* int32 block sums: 127 * 15 * bs stays far below 2^31 up to this size */
-    if (bs < 16 || bs > (1 << 16) || (bs & (bs - 1))) {
-        PyErr_SetString(PyExc_ValueError, "block_size must be a power of two, 16 to 65536");
-        goto done;
-    }
-    j.M = M, j.K = K, j.N = N, j.bs = bs;
-    j.kb = (K + bs - 1) / bs;
-    j.chunks = (j.kb * bs + CHUNK - 1) / CHUNK;
-    j.full = j.kb * bs / CHUNK;
-    if (check(&a, M * K, 4, "A") || check(&b, N * j.kb * (bs / 2), 1, "B") ||
-        check(&sc, N * j.kb, 4, "scales") || check(&out, M * N, 4, "Y"))
-        goto done;
-    if (has_zp) {
-        if (zp_row < 1 || zp_row >= limit || zp_row * 2 < j.kb) {
-            PyErr_SetString(PyExc_ValueError, "zero point rows are too short for K's blocks");
-            goto done;
-        }
-        if (check(&zp, N * zp_row, 1, "zero_points")) goto done;
-        j.zp8 = (const uint8_t *)zp.buf;
-        j.zp_row = zp_row;
-    }
-    if (has_bias) {
-        if (check(&bias, N, 4, "bias")) goto done;
-        j.bias = (const float *)bias.buf;
-    }
     j.a = (const float *)a.buf;
-    j.b = (const uint8_t *)b.buf;
-    j.scales = (const float *)sc.buf;
     j.y = (float *)out.buf;
-    int failed = 0;
-    if (M > 0) {
-        Py_BEGIN_ALLOW_THREADS;
-        j.qa = (int8_t *)aligned_alloc(64, (size_t)(M * j.chunks * CHUNK));
-        j.lane_sa = (float *)malloc((size_t)(M * j.chunks * LANES) * sizeof(float));
-        j.row_terms = (float *)malloc((size_t)(M * j.kb) * sizeof(float));
-        j.sa = (float *)malloc((size_t)(M * j.kb) * sizeof(float));
-        j.bad = (unsigned char *)malloc((size_t)M);
-        if (j.qa && j.lane_sa && j.row_terms && j.sa && j.bad) {
-            quantize_rows(&j);
-#if ONNXVIZ_X86
-            if (level >= 1)
-                run_avx2(&j);
-            else
-#endif
-                run_generic(&j);
-        } else {
-            failed = 1;
-        }
-        free(j.qa);
-        free(j.lane_sa);
-        free(j.row_terms);
-        free(j.sa);
-        free(j.bad);
-        Py_END_ALLOW_THREADS;
-    }
-    if (failed) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_INCREF(Py_None);
-    result = Py_None;
+    if (job_run(&j, 0) < 0) goto done;
+    result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
@@ -393,7 +529,142 @@ done:
     return result;
 }
 
+/* ---- the held call: the product from the node loop ----------------------------------- */
+
+/* A node's MatMulNBits by one constant weight, called as f(a, *expect) with the node's
+ * inputs: a C-contiguous float32 ndarray a of K columns and up to max_rows rows, its
+ * other inputs exactly the objects it was made with, is multiplied here into a new
+ * array of a.shape[:-1] + (N,); any other call goes to the fallback (the Python call,
+ * which gives the same numbers).  The tiny genai Llama's eleven products each spent
+ * about as long in the Python call as in the product. */
+typedef struct {
+    PyObject_HEAD vectorcallfunc vectorcall;
+    HeldCall call;
+    job_t shape;           /* K, N, block size and the weight's buffers; no rows */
+    Py_ssize_t max_rows;
+    PyObject *objs[4];     /* b, scales, zero points, bias (the last two may be NULL) */
+    Py_buffer views[4];
+} HeldInt8;
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    HeldInt8 *self = (HeldInt8 *)obj;
+    const HeldCall *h = &self->call;
+    if (!held_call_takes(h, args, nargsf, kwnames)) goto other;
+    Py_buffer ab;
+    if (!onnxviz_array_view(args[0], h->ndarray, &ab, 'f', -1, NULL)) goto other;
+    if (ab.ndim < 1 || ab.ndim > 8 || ab.shape[ab.ndim - 1] != self->shape.K ||
+        ab.len / 4 / self->shape.K > self->max_rows) {
+        PyBuffer_Release(&ab);
+        goto other;
+    }
+    Py_ssize_t sizes[8];
+    for (int i = 0; i < ab.ndim - 1; i++) sizes[i] = ab.shape[i];
+    sizes[ab.ndim - 1] = self->shape.N;
+    PyObject *out = onnxviz_new_array(h->empty, h->f32, ab.ndim, sizes);
+    if (out) {
+        Py_buffer ob;
+        if (PyObject_GetBuffer(out, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            Py_CLEAR(out);
+        } else {
+            job_t j = self->shape;
+            j.M = ab.len / 4 / self->shape.K;
+            j.a = (const float *)ab.buf;
+            j.y = (float *)ob.buf;
+            if (job_run(&j, (int64_t)1 << 16) < 0) Py_CLEAR(out);
+            PyBuffer_Release(&ob);
+        }
+    }
+    PyBuffer_Release(&ab);
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static void held_release(HeldInt8 *self) {
+    for (int i = 0; i < 4; i++) {
+        if (self->objs[i]) PyBuffer_Release(&self->views[i]);
+        Py_CLEAR(self->objs[i]);
+    }
+}
+
+HELD_CALL_TYPE(HeldInt8, HeldInt8Type, held, "onnxviz.runtime.native._nbits8.HeldInt8",
+               "A MatMulNBits at accuracy_level 4 by one constant weight (held()).",
+               held_release)
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *bo, *so, *zo, *biaso, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Py_ssize_t K, N, bs, zp_row, max_rows;
+    if (!PyArg_ParseTuple(args, "OOOOnnnnnOOOOOO:held", &bo, &so, &zo, &biaso, &K, &N, &bs,
+                          &zp_row, &max_rows, &expect, &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    job_t shape;
+    memset(&shape, 0, sizeof shape);
+    if (job_shape(&shape, 0, K, N, bs) < 0) return NULL;
+    if (!PyTuple_Check(expect) || max_rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "held: expect must be a tuple, max_rows >= 0");
+        return NULL;
+    }
+    const Py_ssize_t n_expect = PyTuple_GET_SIZE(expect);
+    PyObject *places = PyTuple_New(n_expect);
+    if (!places) return NULL;
+    for (Py_ssize_t i = 0; i < n_expect; i++) {
+        PyObject *at = PyLong_FromSsize_t(i + 1);
+        if (!at) {
+            Py_DECREF(places);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(places, i, at);
+    }
+    HeldInt8 *obj = PyObject_GC_New(HeldInt8, &HeldInt8Type);
+    if (!obj) {
+        Py_DECREF(places);
+        return NULL;
+    }
+    memset((char *)obj + sizeof(PyObject), 0, sizeof(HeldInt8) - sizeof(PyObject));
+    obj->vectorcall = held_vectorcall;
+    const int rc = held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32,
+                                  n_expect + 1, -1, "held");
+    Py_DECREF(places);
+    if (rc < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    PyObject *given[4] = {bo, so, zo, biaso};
+    for (int i = 0; i < 4; i++) {
+        if (given[i] == Py_None) continue;
+        if (PyObject_GetBuffer(given[i], &obj->views[i], PyBUF_C_CONTIGUOUS) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->objs[i] = Py_NewRef(given[i]);
+    }
+    if (!obj->objs[0] || !obj->objs[1]) {
+        PyErr_SetString(PyExc_ValueError, "held: the weight and its scales are needed");
+        Py_DECREF(obj);
+        return NULL;
+    }
+    Py_buffer none;
+    memset(&none, 0, sizeof none);
+    if (job_weights(&shape, &obj->views[0], &obj->views[1], obj->objs[2] ? &obj->views[2] : &none,
+                    obj->objs[2] != NULL, zp_row, obj->objs[3] ? &obj->views[3] : &none,
+                    obj->objs[3] != NULL) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    obj->shape = shape;
+    obj->max_rows = max_rows;
+    return (PyObject *)obj;
+}
+
 static PyMethodDef methods[] = {
+    {"held", py_held, METH_VARARGS,
+     "held(b, scales, zero_points, bias, K, N, block_size, zero_point_row, max_rows, expect, "
+     "fallback, ndarray, empty, uint8, float32): a callable f(a, *expect), the product of "
+     "a (float32, up to max_rows rows of K) by this weight in C; other calls go to "
+     "fallback.  zero_points and bias may be None."},
     {"matmul", py_matmul, METH_VARARGS,
      "matmul(a, b, scales, zero_points, bias, out, M, K, N, block_size, has_zero_points, "
      "zero_point_row, has_bias): out = MatMulNBits of 4-bit weights with A quantized to int8 "
@@ -402,4 +673,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nbits8", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__nbits8(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__nbits8(void) {
+    if (PyType_Ready(&HeldInt8Type) < 0) return NULL;
+    return PyModule_Create(&module);
+}
