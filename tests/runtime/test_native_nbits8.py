@@ -494,11 +494,16 @@ def test_genai_exports_run_the_int8_kernel_within_the_bound(
     assert_modes_agree(model, feeds)
 
 
-def test_the_held_call_takes_the_common_call_and_hands_on_the_rest(nbits8: Any) -> None:
+def test_the_held_call_takes_the_common_call_and_hands_on_the_rest(
+    monkeypatch: Any, nbits8: Any
+) -> None:
     """The prepared call made in C (_nbits8's held, from the node loop): the kernel's own
     numbers on a float32 C-contiguous input of up to INT8_MAX_ROWS rows with the node's
     constants; every other call goes to the Python call, which gives the kernel's."""
     from onnxviz.runtime.registry import RUNTIME
+
+    nbits8.set_level(native.cpu_level())
+    monkeypatch.setattr(contrib_quant, "_NBITS8", nbits8)  # whatever ONNXVIZ_NATIVE says
 
     rng = np.random.default_rng(12)
     K, N, block = 96, 20, 32

@@ -13,7 +13,7 @@
  *
  * Rounding is the definition's: 127 / amax and A * that, each one IEEE float32 operation
  * (-std=c11 does not contract them), then round-half-to-even (nearbyintf in the default
- * rounding mode).  The rows are quantized once per call; each lies afterwards in chunks of
+ * rounding mode; vcvtps2dq at AVX2).  The rows are quantized once per call; each lies afterwards in chunks of
  * 64 elements: the 32 even-indexed ones, then the 32 odd-indexed ones, the order in which
  * one 32-byte load of B splits into low and high nibbles (byte i holds elements 2i and
  * 2i+1 of its chunk).  So the weights are never reordered.
@@ -22,9 +22,10 @@
  * 64 weights per column is: load, two masks and a shift; per row two vpmaddubsw (code
  * 0..15 times int8: pairs at most 3810, no int16 saturation), an int16 add (at most 7620),
  * a vpmaddwd by ones (int32 lanes of 8 elements each), a convert and one FMA with the
- * lanes' scales (sa * scale of each lane's block).  The zero points come in once per
+ * lanes' scales (sa * scale of each lane's block).  Packed zero points come in once per
  * column as sum_b zp * scale * sa * sum_{k in b} qa (the row sums are made with the int8
- * form), never per weight.  Compared with the float kernel (_nbits.c: convert, subtract,
+ * form), never per weight; without them the midpoint 8 comes off each lane's integer
+ * dot (8 * the lane's sum of qa, also made with the int8 form).  Compared with the float kernel (_nbits.c: convert, subtract,
  * multiply and FMA per 8 weights) this is about 12 instructions per 64 weights: a decode
  * step reads half a byte per weight and is bound by memory again. */
 #define PY_SSIZE_T_CLEAN
@@ -74,19 +75,15 @@ typedef struct {
 
 /* ---- the int8 rows (every level) ----------------------------------------------------- */
 
-#define NB8_INLINE static inline __attribute__((always_inline))
-
-/* The body of every level's quantize_rows: compiled for AVX2 too, where nearbyintf is
- * one vroundss (SSE4.1) instead of a call into libm per element. */
-NB8_INLINE void quantize_body(const job_t *j) {
+/* Level 0's int8 rows: qa in the chunk layout, sa and the bad rows (run_generic sums each
+ * block itself). */
+static void quantize_rows(const job_t *j) {
     const int64_t K = j->K, bs = j->bs, kb = j->kb;
     for (int64_t m = 0; m < j->M; m++) {
         const float *a = j->a + m * K;
         int8_t *q = j->qa + m * j->chunks * CHUNK;
-        float *sa = j->sa + m * kb, *terms = j->row_terms + m * kb;
-        float *lanes = j->lane_sa + m * j->chunks * LANES;
+        float *sa = j->sa + m * kb;
         memset(q, 0, (size_t)(j->chunks * CHUNK));
-        memset(lanes, 0, (size_t)(j->chunks * LANES) * sizeof(float));
         unsigned char bad = 0;
         for (int64_t blk = 0; blk < kb; blk++) {
             const int64_t k0 = blk * bs, k1 = k0 + bs < K ? k0 + bs : K;
@@ -97,37 +94,20 @@ NB8_INLINE void quantize_body(const job_t *j) {
                 amax = v > amax ? v : amax;
             }
             const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-            int32_t sum = 0;
             for (int64_t k = k0; k < k1; k++) {
                 float r = nearbyintf(a[k] * inverse);
                 r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r; /* NaN rows end NaN */
-                const int8_t v = (int8_t)(int32_t)(r == r ? r : 0.0f);
-                sum += v;
                 const int64_t c = k / CHUNK, e = k % CHUNK;
-                q[c * CHUNK + (e & 1) * (CHUNK / 2) + e / 2] = v;
+                q[c * CHUNK + (e & 1) * (CHUNK / 2) + e / 2] = (int8_t)(int32_t)(r == r ? r : 0.0f);
             }
             sa[blk] = amax / 127.0f;
-            terms[blk] = sa[blk] * (float)sum;
         }
-        int32_t *mid = j->lane_mid + m * j->chunks * LANES;
-        for (int64_t c = 0; c < j->chunks; c++)
-            for (int t = 0; t < LANES; t++) {
-                const int64_t blk = (c * CHUNK + t * (CHUNK / LANES)) / bs;
-                lanes[c * LANES + t] = blk < kb ? sa[blk] : 0.0f;
-                /* lane t: elements 8t..8t+7 of the chunk, at 4t..4t+3 of each half */
-                const int8_t *h = q + c * CHUNK + 4 * t;
-                int32_t sum = 0;
-                for (int e = 0; e < 4; e++) sum += h[e] + h[CHUNK / 2 + e];
-                mid[c * LANES + t] = 8 * sum;
-            }
         j->bad[m] = bad;
     }
 }
 
-static void quantize_rows(const job_t *j) { quantize_body(j); }
-
 #if ONNXVIZ_X86
-/* quantize_body's numbers in 8-float vectors: the same IEEE operations (127 / amax, the
+/* quantize_rows' numbers in 8-float vectors: the same IEEE operations (127 / amax, the
  * product, vcvtps2dq's round half to even in the default rounding mode), so every level
  * makes the same int8 rows.  `pad` is a chunk-padded float row, `qi` its int32 steps. */
 static __attribute__((target("avx2,fma"))) void quantize_rows_avx2(const job_t *j) {
