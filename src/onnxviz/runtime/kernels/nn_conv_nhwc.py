@@ -304,6 +304,7 @@ class _Pointwise(ChannelsLastConv):
         self.out_shape = (n, wt.shape[1], *out_shape)
         self.c = c
         self._packed: tuple[Any, packed_gemm.Packed] | None = None
+        self._w_mc: np.ndarray | None = None  # the weight as [M, C], for run_nchw
 
     def run(
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
@@ -312,6 +313,32 @@ class _Pointwise(ChannelsLastConv):
         if route is not None:
             return self._packed_product(*route, x, addend, act)
         return self._product(x, addend), False
+
+    def run_nchw(
+        self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        """A chain's NCHW exit with at most PLANES_MAX_OUT output channels (a UNet's or a
+        segmentation head's mask): the planes written straight from the channels-last rows
+        (native/_pointwise.c), or None.  The packed GEMM filled a panel of 16 channels
+        for 2 and the result then went through a transposing copy: a UNet's 16 -> 2 head
+        at 128x128, 334-500 us in its run, onnxruntime's 90."""
+        m = self.wt.shape[1]
+        if (
+            _POINTWISE is None
+            or m > PLANES_MAX_OUT
+            or addend is not None
+            or self.strided
+            or x.dtype != np.float32
+            or not is_channels_last(x)
+            or (self.bias is not None and self.bias.dtype != np.float32)
+        ):
+            return None
+        if self._w_mc is None:
+            self._w_mc = np.ascontiguousarray(self.wt.T, dtype=np.float32)
+        n, c = x.shape[:2]
+        out = np.empty(self.out_shape, dtype=np.float32)
+        _POINTWISE.planes(nhwc_view(x), self._w_mc, self.bias, out, n, self.rows // n, c, m)
+        return out, False
 
     def _packed_route(self, x: np.ndarray) -> tuple[Any, packed_gemm.Packed] | None:
         """(module, packed weight) when this conv of ``x`` runs the compiled GEMM: float32,
@@ -451,6 +478,10 @@ class _Pointwise(ChannelsLastConv):
 
 # Output rows up to which a pointwise conv is one plain product (SE blocks' 1x1 convs).
 _FEW_ROWS = 16
+# The compiled few-channel 1x1 conv into NCHW planes (native/_pointwise.c), None when the
+# kernels are off or not built; it takes convs of up to PLANES_MAX_OUT output channels.
+_POINTWISE = native.load("pointwise")
+PLANES_MAX_OUT = 8
 
 
 # Kernel area from which a kernel == stride conv runs `_Patches` (nn_conv.PATCH_AREA;
