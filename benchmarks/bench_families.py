@@ -29,6 +29,11 @@ from typing import Any
 
 import numpy as np
 
+# One thread for the OpenMP runtimes the model builders load (torch's libgomp): loaded
+# after main's threadpool_limits, they kept 2 threads that spun after each export and
+# counted in both engines' CPU time (BERT-tiny's dynamic-quantized row: 4.6 ms against
+# 2.4 with them quiet).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import MODELS as BASE_MODELS
 from family_models import FAMILY_MODELS, VARIANT_MODELS
@@ -62,8 +67,12 @@ def bench(key: str, rounds: int, reference: bool) -> dict[str, Any]:
 
     from onnxviz.runtime.session import Session
 
+    from threadpoolctl import threadpool_limits
+
     title, build = MODELS[key]
     model, feeds = build()
+    # again after the build: a library it loaded (torch's OpenMP) starts with its own count
+    threadpool_limits(limits=1)
     outputs = [o.name for o in model.graph.output]
     ours = Session(model)
     opts = ort.SessionOptions()
