@@ -26,7 +26,7 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache as wc
@@ -35,6 +35,7 @@ from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits, matmul_nbits
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import close, stepped_values
 from tests.runtime.native_modules import compiled
+from tests.runtime.nbits_nodes import genai_export, nbits_nodes, nbits_relu_model
 
 pytestmark = pytest.mark.numeric
 
@@ -409,32 +410,7 @@ def _nbits_model(
 ) -> tuple[onnx.ModelProto, np.ndarray]:
     _, b, scales, zp = _case(rng, 1, K, N, block, 4, "uint8")
     bias = rng.standard_normal(N).astype(np.float32)
-    node = helper.make_node(
-        "MatMulNBits",
-        ["a", "b", "s", "z", "", "bias"],
-        ["y"],
-        domain="com.microsoft",
-        K=K,
-        N=N,
-        block_size=block,
-        bits=4,
-    )
-    relu = helper.make_node("Relu", ["y"], ["r"])
-    graph = helper.make_graph(
-        [node, relu],
-        "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, None, K])],
-        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
-        [
-            numpy_helper.from_array(b, "b"),
-            numpy_helper.from_array(scales, "s"),
-            numpy_helper.from_array(zp, "z"),  # type: ignore[arg-type]
-            numpy_helper.from_array(bias, "bias"),
-        ],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    )
+    model = nbits_relu_model(b, scales, zp, bias, K, N, block)  # type: ignore[arg-type]
     w = dequantize_nbits(b, scales, zp, None, K, N, block, 4)
     return model, w
 
@@ -470,29 +446,15 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, nbits: Any, name
     the whole run with the kernel equals the run without it (the differential harness'
     float32 tolerance, relative to each output's scale).  At accuracy_level 0: the builder
     writes 4, where the int8 kernel runs instead (test_native_nbits8)."""
-    path = os.path.join(EXPORTERS, name + ".onnx")
-    model = onnx.load(path)
-    for node in model.graph.node:
-        for attr in node.attribute:
-            if node.op_type == "MatMulNBits" and attr.name == "accuracy_level":
-                attr.i = 0
-    feeds = dict(np.load(path[:-5] + ".npz"))
+    model, feeds = genai_export(name, level=0)
     monkeypatch.setattr(contrib_quant, "_NBITS", None)
-    off = stepped_values(model, feeds)
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    off = stepped_values(model, feeds)  # a run without the kernel
     nbits.set_level(native.cpu_level())
     counting = _Counting(nbits)
     monkeypatch.setattr(contrib_quant, "_NBITS", counting)
     monkeypatch.setattr(contrib_quant, "NATIVE_MIN_WEIGHTS", 0)  # the wiring, not the tuning
     checked, eligible = 0, False
-    for node in model.graph.node:
-        if node.op_type != "MatMulNBits":
-            continue
-        attrs = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-        ins = [off[i] if i in off else inits.get(i) if i else None for i in node.input]
-        ins += [None] * (6 - len(ins))
-        a, b, scales, zp, g, bias = ins
-        a2 = np.asarray(a, np.float32).reshape(-1, attrs["K"])
+    for node, attrs, (a2, b, scales, zp, g, bias) in nbits_nodes(model, off):
         bits = attrs.get("bits", 4)
         # the kernel at the CPU's level, whether or not the op would pick it there
         form = contrib_quant.native_form(

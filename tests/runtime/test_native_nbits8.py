@@ -15,7 +15,6 @@ the wrong step is far outside it (test_the_bound_catches_one_wrong_step)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,6 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache as wc
@@ -33,6 +31,7 @@ from onnxviz.runtime.nbits_accuracy import emulate_level4
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree, stepped_values
 from tests.runtime.native_modules import compiled
+from tests.runtime.nbits_nodes import genai_export, nbits_nodes, nbits_relu_model
 
 pytestmark = pytest.mark.numeric
 
@@ -388,33 +387,7 @@ def _level4_model(
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     a, b, scales, zp = _case(rng, 1, K, N, block, True)
     bias = rng.standard_normal(N).astype(np.float32)
-    node = helper.make_node(
-        "MatMulNBits",
-        ["a", "b", "s", "z", "", "bias"],
-        ["y"],
-        domain="com.microsoft",
-        K=K,
-        N=N,
-        block_size=block,
-        bits=4,
-        accuracy_level=4,
-    )
-    relu = helper.make_node("Relu", ["y"], ["r"])
-    graph = helper.make_graph(
-        [node, relu],
-        "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, None, K])],
-        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
-        [
-            numpy_helper.from_array(b, "b"),
-            numpy_helper.from_array(scales, "s"),
-            numpy_helper.from_array(zp, "z"),  # type: ignore[arg-type]
-            numpy_helper.from_array(bias, "bias"),
-        ],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    )
+    model = nbits_relu_model(b, scales, zp, bias, K, N, block, level=4)  # type: ignore[arg-type]
     return model, {"b": b, "s": scales, "z": zp, "bias": bias}  # type: ignore[dict-item]
 
 
@@ -437,9 +410,6 @@ def test_a_session_unwatched_and_stepped_give_the_same_numbers(rows: int) -> Non
     wc.clear()
 
 
-EXPORTERS = os.path.join(os.path.dirname(__file__), "..", "data", "exporters")
-
-
 @pytest.mark.parametrize(
     "name", ["ort_genai_llama_int4", "ort_genai_phi3_int4_past", "ort_genai_qwen2_int4_past"]
 )
@@ -450,13 +420,10 @@ def test_genai_exports_run_the_int8_kernel_within_the_bound(
     fed the inputs of a run with the compiled kernels off, is within the bound of the
     emulation with the int8 kernel; the run uses that kernel for every one; and our
     modes (unwatched, plain, stepped) agree on the whole model."""
-    path = os.path.join(EXPORTERS, name + ".onnx")
-    model = onnx.load(path)
-    feeds = dict(np.load(path[:-5] + ".npz"))
+    model, feeds = genai_export(name)
     monkeypatch.setattr(contrib_quant, "_NBITS8", None)
     monkeypatch.setattr(contrib_quant, "_NBITS", None)
-    off = stepped_values(model, feeds)
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    off = stepped_values(model, feeds)  # a run with the kernels off
     nbits8.set_level(native.cpu_level())
     calls = []
 
@@ -467,15 +434,8 @@ def test_genai_exports_run_the_int8_kernel_within_the_bound(
 
     monkeypatch.setattr(contrib_quant, "_NBITS8", Counting())
     checked = 0
-    for node in model.graph.node:
-        if node.op_type != "MatMulNBits":
-            continue
-        attrs = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    for node, attrs, (a2, b, scales, zp, _g, bias) in nbits_nodes(model, off):
         assert attrs.get("accuracy_level") == 4 and attrs.get("bits", 4) == 4, node.name
-        ins = [off[i] if i in off else inits.get(i) if i else None for i in node.input]
-        ins += [None] * (6 - len(ins))
-        a, b, scales, zp, _g, bias = ins
-        a2 = np.asarray(a, np.float32).reshape(-1, attrs["K"])
         y = matmul_nbits(a2, b, scales, zp, None, bias, **attrs)
         kb = -(-attrs["K"] // attrs["block_size"])
         zp2 = None if zp is None else np.asarray(zp).reshape(attrs["N"], -1)

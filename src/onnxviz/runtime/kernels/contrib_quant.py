@@ -186,16 +186,7 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
     def call(
         a: Any, b: Any, scales: Any, zero_points: Any = None, g_idx: Any = None, bias: Any = None
     ) -> Any:
-        if (
-            b is not b0
-            or scales is not s0
-            or zero_points is not z0
-            or g_idx is not None
-            or bias is not bias0
-            or type(a) is not np.ndarray
-            or a.dtype != _F32
-            or a.shape[-1:] != (K,)
-        ):
+        if not _the_prepared_case(consts, K, a, b, scales, zero_points, g_idx, bias):
             return kernel(a, b, scales, zero_points, g_idx, bias)
         rows = a.reshape(-1, K)
         m = rows.shape[0]
@@ -225,6 +216,25 @@ def _prepared_nbits(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: in
     return call
 
 
+def _the_prepared_case(consts: tuple[Any, ...], K: int, a: Any, *inputs: Any) -> bool:
+    """Whether a prepared call's inputs are the node's own constants ``consts`` (weight,
+    scales, zero points, g_idx, bias: by identity) and float32 activations of K features:
+    the case its found-once buffers are for (anything else takes the kernel)."""
+    b0, s0, z0, g0, bias0 = consts
+    b, scales, zero_points, g_idx, bias = inputs
+    return (
+        b is b0
+        and scales is s0
+        and zero_points is z0
+        and g_idx is None
+        and g0 is None
+        and bias is bias0
+        and type(a) is np.ndarray
+        and a.dtype == _F32
+        and a.shape[-1:] == (K,)
+    )
+
+
 def _prepared_int8(
     kernel: Any, known: tuple[Any, ...], K: int, N: int, block: int, bits: int
 ) -> Any:
@@ -234,7 +244,8 @@ def _prepared_int8(
     every call) without that kernel or for 2- and 8-bit weights."""
     if bits != 4 or _NBITS8 is None:
         return None
-    b0, s0, z0, _g0, bias0 = (*known[1:], None, None, None, None, None)[:5]
+    consts = (*known[1:], None, None, None, None, None)[:5]
+    b0, s0, z0, _g0, bias0 = consts
     form = native_form(b0, s0, z0, None, K, N, block, bits)
     if form is None:
         return None
@@ -244,16 +255,7 @@ def _prepared_int8(
     def call(
         a: Any, b: Any, scales: Any, zero_points: Any = None, g_idx: Any = None, bias: Any = None
     ) -> Any:
-        if (
-            b is not b0
-            or scales is not s0
-            or zero_points is not z0
-            or g_idx is not None
-            or bias is not bias0
-            or type(a) is not np.ndarray
-            or a.dtype != _F32
-            or a.shape[-1:] != (K,)
-        ):
+        if not _the_prepared_case(consts, K, a, b, scales, zero_points, g_idx, bias):
             return kernel(a, b, scales, zero_points, g_idx, bias)
         rows = a.reshape(-1, K)
         if rows.shape[0] > INT8_MAX_ROWS:

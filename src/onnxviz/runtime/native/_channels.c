@@ -36,6 +36,8 @@
 
 #if ONNXVIZ_X86
 #include <immintrin.h>
+
+#include "avx2_lanes.h"
 #endif
 
 static int level = 0;
@@ -277,24 +279,9 @@ place_avx2(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t
                 const float *src = xb + c * rows + r;
                 __m256 a[8];
                 for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(src + i * rows);
-                const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
-                const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
-                const __m256 t4 = _mm256_unpacklo_ps(a[4], a[5]), t5 = _mm256_unpackhi_ps(a[4], a[5]);
-                const __m256 t6 = _mm256_unpacklo_ps(a[6], a[7]), t7 = _mm256_unpackhi_ps(a[6], a[7]);
-                const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-                const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-                const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-                const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-                /* pixel k's 8 channels: the low halves (pixels 0-3), then the high (4-7) */
+                onnxviz_transpose8(a); /* a[k]: pixel k's 8 channels */
                 float *dst = ob + r * total + c;
-                _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
-                _mm256_storeu_ps(dst + total, _mm256_permute2f128_ps(u1, u5, 0x20));
-                _mm256_storeu_ps(dst + 2 * total, _mm256_permute2f128_ps(u2, u6, 0x20));
-                _mm256_storeu_ps(dst + 3 * total, _mm256_permute2f128_ps(u3, u7, 0x20));
-                _mm256_storeu_ps(dst + 4 * total, _mm256_permute2f128_ps(u0, u4, 0x31));
-                _mm256_storeu_ps(dst + 5 * total, _mm256_permute2f128_ps(u1, u5, 0x31));
-                _mm256_storeu_ps(dst + 6 * total, _mm256_permute2f128_ps(u2, u6, 0x31));
-                _mm256_storeu_ps(dst + 7 * total, _mm256_permute2f128_ps(u3, u7, 0x31));
+                for (int k = 0; k < 8; k++) _mm256_storeu_ps(dst + k * total, a[k]);
             }
         for (Py_ssize_t r = whole; r < rows; r++)
             for (Py_ssize_t c = 0; c < width; c++) ob[r * total + c] = xb[c * rows + r];

@@ -40,6 +40,8 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define NB_X86 1
 #include <immintrin.h>
+
+#include "avx2_lanes.h"
 #else
 #define NB_X86 0
 #endif
@@ -171,12 +173,6 @@ static void permute_a(const job_t *j, int64_t lanes) {
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define INL_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
 
-INL_AVX2 float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Rows n0..n0+NT of W times rows m0..m0+MT of A. */
 INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, const int MT,
@@ -225,7 +221,7 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
     }
     for (int t = 0; t < NT; t++)
         for (int m = 0; m < MT; m++) {
-            float v = hsum256(_mm256_add_ps(acc[t][m][0], acc[t][m][1]));
+            float v = onnxviz_hsum256(_mm256_add_ps(acc[t][m][0], acc[t][m][1]));
             store(j, m0 + m, n0 + t, v + tail_dot(j, m0 + m, n0 + t));
         }
 }

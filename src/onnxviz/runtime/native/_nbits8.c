@@ -41,6 +41,8 @@
 
 #if ONNXVIZ_X86
 #include <immintrin.h>
+
+#include "avx2_lanes.h"
 #endif
 
 static int level = 0;
@@ -217,12 +219,6 @@ static void run_generic(const job_t *j) {
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define INL_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
 
-INL_AVX2 float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* The scales of a chunk's 8 lanes for one column: s points at the block of its first
  * lane; a block spans 2 lanes (BS 16), 4 (BS 32) or all of them. */
@@ -356,7 +352,7 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
     }
     for (int t = 0; t < NT; t++)
         for (int m = 0; m < MT; m++)
-            store(j, m0 + m, n0 + t, hsum256(acc[t][m]) - tail[t][m]);
+            store(j, m0 + m, n0 + t, onnxviz_hsum256(acc[t][m]) - tail[t][m]);
 }
 
 INL_AVX2 void run_avx2_bs(const job_t *j, const int BS, const int MID) {

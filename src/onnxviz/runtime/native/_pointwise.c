@@ -23,6 +23,8 @@
 
 #if ONNXVIZ_X86
 #include <immintrin.h>
+
+#include "avx2_lanes.h"
 #endif
 
 static int level = 0;
@@ -55,26 +57,6 @@ static void run_generic(const job_t *j) {
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define INL_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
 
-/* r[0..7]: 8 rows of 8 floats -> 8 columns (r[k] holds element k of every row). */
-INL_AVX2 void transpose8(__m256 *r) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 /* 8 pixels from p0, M outputs; `wv` holds each weight broadcast to a vector ([c][m]). */
 INL_AVX2 void block8(const job_t *j, int64_t p0, const __m256 *wv, const int M) {
     const int64_t C = j->C;
@@ -85,7 +67,7 @@ INL_AVX2 void block8(const job_t *j, int64_t p0, const __m256 *wv, const int M) 
     for (; c0 + 8 <= C; c0 += 8) {
         __m256 r[8];
         for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(x + i * C + c0);
-        transpose8(r);
+        onnxviz_transpose8(r);
         for (int k = 0; k < 8; k++)
             for (int m = 0; m < M; m++)
                 acc[m] = _mm256_fmadd_ps(r[k], wv[(c0 + k) * MAX_OUT + m], acc[m]);
@@ -96,7 +78,7 @@ INL_AVX2 void block8(const job_t *j, int64_t p0, const __m256 *wv, const int M) 
             _mm256_cmpgt_epi32(_mm256_set1_epi32(rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         __m256 r[8];
         for (int i = 0; i < 8; i++) r[i] = _mm256_maskload_ps(x + i * C + c0, mask);
-        transpose8(r);
+        onnxviz_transpose8(r);
         for (int k = 0; k < rest; k++)
             for (int m = 0; m < M; m++)
                 acc[m] = _mm256_fmadd_ps(r[k], wv[(c0 + k) * MAX_OUT + m], acc[m]);
