@@ -64,10 +64,9 @@ def _max_error(ours: dict[str, Any], theirs: dict[str, Any]) -> float:
 
 def bench(key: str, rounds: int, reference: bool) -> dict[str, Any]:
     import onnxruntime as ort
+    from threadpoolctl import threadpool_limits
 
     from onnxviz.runtime.session import Session
-
-    from threadpoolctl import threadpool_limits
 
     title, build = MODELS[key]
     model, feeds = build()
