@@ -28,11 +28,21 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxviz.runtime.kernels.contrib_quant import matmul_nbits, unpack_bits
+from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits, unpack_bits
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _blocks(a: np.ndarray, K: int, block_size: int) -> np.ndarray:
+    """The rows of ``a`` (float32, K features) as [M, k_blocks, block_size], the last block
+    padded with zeros."""
+    k_blocks = (K + block_size - 1) // block_size
+    rows = np.asarray(a, np.float32).reshape(-1, K)
+    padded = np.zeros((rows.shape[0], k_blocks * block_size), np.float32)
+    padded[:, :K] = rows
+    return padded.reshape(rows.shape[0], k_blocks, block_size)
 
 
 def emulate_level4(
@@ -50,11 +60,7 @@ def emulate_level4(
     """MatMulNBits with A quantized to int8 per block (onnxruntime at accuracy_level 4)."""
     av = np.asarray(a).astype(np.float32)
     k_blocks = (K + block_size - 1) // block_size
-    pad = k_blocks * block_size - K
-    rows = av.reshape(-1, K)
-    if pad:
-        rows = np.concatenate([rows, np.zeros((rows.shape[0], pad), np.float32)], axis=1)
-    blocks = rows.reshape(rows.shape[0], k_blocks, block_size)
+    blocks = _blocks(av, K, block_size)
     amax = np.abs(blocks).max(axis=-1).astype(np.float32)
     scale_a = (amax / np.float32(127)).astype(np.float32)
     # 127 / max, not 1 / scale: the two differ in the last bit, and values that sit on a
@@ -88,11 +94,7 @@ def emulate_level4(
 def _one_step(a: np.ndarray, w_abs: np.ndarray, K: int, block_size: int) -> np.ndarray:
     """[M, N]: what moving one activation by one int8 step can change each output by
     (the largest step of a row's blocks times the largest |weight| of a column)."""
-    k_blocks = (K + block_size - 1) // block_size
-    rows = np.asarray(a, np.float64).reshape(-1, K)
-    padded = np.zeros((rows.shape[0], k_blocks * block_size))
-    padded[:, :K] = np.abs(rows)
-    step = padded.reshape(rows.shape[0], k_blocks, block_size).max(axis=-1).max(axis=-1) / 127
+    step = np.abs(_blocks(a, K, block_size)).max(axis=(1, 2)).astype(np.float64) / 127
     return step[:, None] * w_abs.max(axis=1)[None, :]
 
 
@@ -113,14 +115,17 @@ def peer_note(node: onnx.NodeProto, value_of: Callable[[str], Any], ours: Any, t
         kw: dict[str, int] = {k: int(attrs[k]) for k in ("K", "N", "block_size") if k in attrs}
         kw["bits"] = int(attrs.get("bits", 4))
         emulated = emulate_level4(a, b, scales, zp, bias, **kw).astype(np.float64)
-        exact = matmul_nbits(a, b, scales, zp, None, bias, accuracy_level=0, **kw)
-        exact = np.asarray(exact, np.float64)
+        # the float product (accuracy_level 0's), in float64 from the dequantized weight
+        # the one-step bound reads too
+        w = dequantize_nbits(b, scales, zp, None, kw["K"], kw["N"], kw["block_size"], kw["bits"])
+        w64 = w.astype(np.float64)
+        exact = np.asarray(a, np.float64).reshape(-1, kw["K"]) @ w64.T
+        if bias is not None:
+            exact = exact + np.asarray(bias, np.float64)
+        exact = exact.reshape(emulated.shape)
         ours_f = np.asarray(ours, np.float64)
         theirs_f = np.asarray(theirs, np.float64)
-        from onnxviz.runtime.kernels.contrib_quant import dequantize_nbits
-
-        w = dequantize_nbits(b, scales, zp, None, kw["K"], kw["N"], kw["block_size"], kw["bits"])
-        step = _one_step(a, np.abs(w.astype(np.float64)), kw["K"], kw["block_size"])
+        step = _one_step(a, np.abs(w64), kw["K"], kw["block_size"])
     except Exception:  # an input we cannot read: no verdict, the numbers speak
         return ""
     rounding = 1e-4 * max(float(np.max(np.abs(exact))) if exact.size else 0.0, 1e-6)

@@ -217,8 +217,7 @@ static void run_generic(const job_t *j) {
 /* ---- level 1: AVX2 ------------------------------------------------------------------- */
 
 #define T_AVX2 __attribute__((target("avx2,fma")))
-#define INL_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
-
+#define INL_AVX2 ONNXVIZ_INL_AVX2
 
 /* The scales of a chunk's 8 lanes for one column: s points at the block of its first
  * lane; a block spans 2 lanes (BS 16), 4 (BS 32) or all of them. */
@@ -233,22 +232,20 @@ INL_AVX2 __m256 lane_scales(const float *s, const int BS) {
 
 /* acc[m] -= zp[n, b] * scale[n, b] * row_terms[m, b] over the blocks b, for MT rows (the
  * lanes are summed afterwards, so any lane takes any block); *tail gets the blocks past
- * the last 8 as floats. */
+ * the last 8 as floats.  Packed zero points only: without them the midpoint comes off
+ * each lane's dot (chunk_step's MID). */
 INL_AVX2 void zero_point_terms(const job_t *j, int64_t n, int64_t m0, const int MT,
                                __m256 *acc, float *tail) {
     const int64_t kb = j->kb;
     const float *sc = j->scales + n * kb;
-    const uint8_t *zrow = j->zp8 ? j->zp8 + n * j->zp_row : NULL;
+    const uint8_t *zrow = j->zp8 + n * j->zp_row;
     const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     int64_t blk = 0;
     for (; blk + 8 <= kb; blk += 8) {
-        __m256 z = _mm256_set1_ps(8.0f);
-        if (zrow) {
-            int32_t x;
-            memcpy(&x, zrow + blk / 2, 4);
-            z = _mm256_cvtepi32_ps(_mm256_and_si256(
-                _mm256_srlv_epi32(_mm256_set1_epi32(x), shifts), _mm256_set1_epi32(15)));
-        }
+        int32_t x;
+        memcpy(&x, zrow + blk / 2, 4);
+        const __m256 z = _mm256_cvtepi32_ps(_mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(x), shifts), _mm256_set1_epi32(15)));
         const __m256 zs = _mm256_mul_ps(z, _mm256_loadu_ps(sc + blk));
         for (int m = 0; m < MT; m++)
             acc[m] = _mm256_fnmadd_ps(zs, _mm256_loadu_ps(j->row_terms + (m0 + m) * kb + blk),
@@ -284,12 +281,13 @@ INL_AVX2 void chunk_step(__m256 *acc, __m256i w, __m256 s, const int8_t *q, int6
     }
 }
 
-/* Columns n0..n0+NT times rows m0..m0+MT. */
+/* The lane sums of a, b, c and d: four columns' sums in one vector. */
 INL_AVX2 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* Columns n0..n0+NT times rows m0..m0+MT. */
 INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, const int MT,
                         const int BS, const int MID) {
     const int64_t bs = BS >= CHUNK ? j->bs : BS; /* BS 64 stands for every block of 64 up */
@@ -393,8 +391,7 @@ static int check(Py_buffer *buf, int64_t items, int64_t itemsize, const char *wh
     return 0;
 }
 
-/* The job's shape from (M, K, N, block size) and its constant buffers' sizes checked:
- * 0, or -1 with ValueError. */
+/* The job's shape from (M, K, N, block size), checked: 0, or -1 with ValueError. */
 static int job_shape(job_t *j, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t bs) {
     const int64_t limit = (int64_t)1 << 28; /* every product below fits in int64 */
     if (M < 0 || K < 1 || N < 1 || M >= limit || K >= limit || N >= limit) {

@@ -40,22 +40,29 @@ typedef struct {
     int64_t P, C, M;
 } job_t;
 
-static void run_generic(const job_t *j) {
-    for (int64_t p = 0; p < j->P; p++) {
-        const float *row = j->x + p * j->C;
-        for (int64_t m = 0; m < j->M; m++) {
-            const float *wm = j->w + m * j->C;
-            float s = j->bias ? j->bias[m] : 0.0f;
-            for (int64_t c = 0; c < j->C; c++) s += row[c] * wm[c];
-            j->out[m * j->P + p] = s;
+/* The job's image and the next `images - 1`, each P x C floats in and M x P out. */
+static void next_image(job_t *j) {
+    j->x += j->P * j->C;
+    j->out += j->M * j->P;
+}
+
+static void run_generic(job_t *j, int64_t images) {
+    for (int64_t n = 0; n < images; n++, next_image(j))
+        for (int64_t p = 0; p < j->P; p++) {
+            const float *row = j->x + p * j->C;
+            for (int64_t m = 0; m < j->M; m++) {
+                const float *wm = j->w + m * j->C;
+                float s = j->bias ? j->bias[m] : 0.0f;
+                for (int64_t c = 0; c < j->C; c++) s += row[c] * wm[c];
+                j->out[m * j->P + p] = s;
+            }
         }
-    }
 }
 
 #if ONNXVIZ_X86
 
 #define T_AVX2 __attribute__((target("avx2,fma")))
-#define INL_AVX2 static inline __attribute__((always_inline, target("avx2,fma")))
+#define INL_AVX2 ONNXVIZ_INL_AVX2
 
 /* 8 pixels from p0, M outputs; `wv` holds each weight broadcast to a vector ([c][m]). */
 INL_AVX2 void block8(const job_t *j, int64_t p0, const __m256 *wv, const int M) {
@@ -100,21 +107,24 @@ INL_AVX2 void run_avx2_m(const job_t *j, const __m256 *wv, const int M) {
     }
 }
 
-static T_AVX2 int run_avx2(const job_t *j) {
+/* Every image of the job: the weights broadcast once for all of them. */
+static T_AVX2 int run_avx2(job_t *j, int64_t images) {
     __m256 *wv = (__m256 *)aligned_alloc(32, (size_t)(j->C * MAX_OUT) * sizeof(__m256));
     if (!wv) return -1;
     for (int64_t c = 0; c < j->C; c++)
         for (int64_t m = 0; m < MAX_OUT; m++)
             wv[c * MAX_OUT + m] = _mm256_set1_ps(m < j->M ? j->w[m * j->C + c] : 0.0f);
-    switch (j->M) {
-    case 1: run_avx2_m(j, wv, 1); break;
-    case 2: run_avx2_m(j, wv, 2); break;
-    case 3: run_avx2_m(j, wv, 3); break;
-    case 4: run_avx2_m(j, wv, 4); break;
-    case 5: run_avx2_m(j, wv, 5); break;
-    case 6: run_avx2_m(j, wv, 6); break;
-    case 7: run_avx2_m(j, wv, 7); break;
-    default: run_avx2_m(j, wv, 8); break;
+    for (int64_t n = 0; n < images; n++, next_image(j)) {
+        switch (j->M) {
+        case 1: run_avx2_m(j, wv, 1); break;
+        case 2: run_avx2_m(j, wv, 2); break;
+        case 3: run_avx2_m(j, wv, 3); break;
+        case 4: run_avx2_m(j, wv, 4); break;
+        case 5: run_avx2_m(j, wv, 5); break;
+        case 6: run_avx2_m(j, wv, 6); break;
+        case 7: run_avx2_m(j, wv, 7); break;
+        default: run_avx2_m(j, wv, 8); break;
+        }
     }
     free(wv);
     return 0;
@@ -140,17 +150,14 @@ static PyObject *py_planes(PyObject *self, PyObject *args) {
     if (have_bias && onnxviz_get_floats(bo, &bb, M, 1, 0, "bias") < 0) goto release_w;
     if (onnxviz_get_floats(oo, &ob, images * M * P, 1, 1, "out") < 0) goto release_b;
     Py_BEGIN_ALLOW_THREADS;
-    for (Py_ssize_t n = 0; n < images && !failed; n++) {
-        job_t j = {(const float *)xb.buf + n * P * C, (const float *)wb.buf,
-                   have_bias ? (const float *)bb.buf : NULL, (float *)ob.buf + n * M * P,
-                   P, C, M};
+    job_t j = {(const float *)xb.buf, (const float *)wb.buf,
+               have_bias ? (const float *)bb.buf : NULL, (float *)ob.buf, P, C, M};
 #if ONNXVIZ_X86
-        if (level >= 1)
-            failed = run_avx2(&j) < 0;
-        else
+    if (level >= 1)
+        failed = run_avx2(&j, images) < 0;
+    else
 #endif
-            run_generic(&j);
-    }
+        run_generic(&j, images);
     Py_END_ALLOW_THREADS;
     PyBuffer_Release(&ob);
 release_b:
