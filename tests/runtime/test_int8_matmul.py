@@ -104,6 +104,33 @@ def test_whole_tiles_of_later_k_blocks_add_onto_the_product(a_signed: bool) -> N
                 np.testing.assert_array_equal(got, want, err_msg=f"level {level} {m}x{k}x{n}")
 
 
+@pytest.mark.skipif(not _LEVELS, reason="the int8 products need AVX2")
+@pytest.mark.parametrize("a_signed", [False, True])
+@pytest.mark.parametrize("b_signed", [False, True])
+@pytest.mark.parametrize("m", [1, 5, 7])
+def test_row_products_at_the_largest_k_and_magnitudes(m: int, a_signed: bool, b_signed: bool) -> None:
+    # Every |a - za| and |b - zb| 255 at the largest K: the product's sums and the zero
+    # point's row term (AVX2's bytes form keeps B's zero point out of the pairs) come to
+    # about 2^31 and must still be exact; a panel's last rows run their own kernel.
+    mod = compiled("int8")
+    k = mod.max_k()
+    a_type, b_type = (np.int8 if a_signed else np.uint8), (np.int8 if b_signed else np.uint8)
+    a_lo, a_hi = np.iinfo(a_type).min, np.iinfo(a_type).max
+    b_lo, b_hi = np.iinfo(b_type).min, np.iinfo(b_type).max
+    a = np.full((m, k), a_lo, a_type)
+    a[1::2] = a_hi  # odd rows the other extreme
+    b = np.full((k, 19), b_hi, b_type)
+    b[:, ::3] = b_lo
+    for za, zb in [(a_hi, b_lo), (a_hi, b_hi)]:  # row 0 at 255 from za, both column kinds
+        want = (a.astype(np.int64) - int(za)) @ (b.astype(np.int64) - int(zb))
+        assert np.abs(want).max() == 255 * 255 * k
+        for level in _LEVELS:
+            with at_level("int8", level):
+                got = int8_products.matmul(a, b, np.array(za, a_type), np.array(zb, b_type))
+                assert got is not None
+                np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
 def test_gemm_rows_checks_its_buffers() -> None:
     mod = compiled("int8")
     b = np.arange(12, dtype=np.uint8).reshape(3, 4)

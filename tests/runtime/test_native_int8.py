@@ -1198,8 +1198,14 @@ def test_dynamic_quantize_linear_is_its_numpy_steps_at_every_level(shape: tuple[
     cases = [x]
     if x.size > 4:
         for special in (np.nan, np.inf):
+            for at in (1, 9, -1):  # either vector of the first 16, or the scalar tail's last
+                y = x.copy()
+                y.flat[at] = special
+                cases.append(y)
+        # the range's ends last of all (the tail past the vectors), and at a second vector
+        for lo_at, hi_at in [(-1, -2), (9, 10)]:
             y = x.copy()
-            y.flat[1] = special
+            y.flat[lo_at], y.flat[hi_at] = -100.0, 100.0
             cases.append(y)
     for case in cases:
         with _process_level(None), np.errstate(all="ignore"):

@@ -231,6 +231,64 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
     store_tile(c, ldc, tile, MR, NR, mr_valid, nr_valid, accumulate);
 }
 
+/* kernel_avx2 over B in BYTE_PAIRS (xp: 32 bytes per k pair), each pair of 16 bytes
+ * widened to int16 as it is loaded, for the first ROWS rows of A's panel (its k groups
+ * still 6 apart): a panel's last rows run only their own products (a one-row decode step
+ * had done six rows' multiply-adds, five of them on padding).  init (the zero point's row
+ * terms) starts row i's accumulators in a tile's first k block.  (A prefetch of B ahead
+ * cost 1.3-1.4x the time: the hardware's streams keep up with one panel's line order.) */
+#define KERNEL_AVX2_BYTES(ROWS)                                                              \
+    __attribute__((target("avx2,fma"))) static void kernel_avx2_bytes_##ROWS(                \
+        const int32_t *wp, const int32_t *xp32, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,   \
+        int mr_valid, int nr_valid, int accumulate, const int32_t *init,                     \
+        const int32_t *cinit) {                                                              \
+        enum { MR = 6, NR = 16 };                                                            \
+        (void)cinit;                                                                         \
+        const uint8_t *xp = (const uint8_t *)xp32;                                           \
+        __m256i lo[ROWS], hi[ROWS];                                                          \
+        _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) lo[i] = hi[i] =               \
+            init != NULL && !accumulate ? _mm256_set1_epi32(init[i]) : _mm256_setzero_si256(); \
+        for (Py_ssize_t q = 0; q < kq; q++) {                                                \
+            const int32_t *w = wp + q * MR;                                                  \
+            const uint8_t *xb = xp + q * 32;                                                 \
+            const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb));  \
+            const __m256i x1 =                                                               \
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 16)));           \
+            _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                         \
+                const __m256i b = _mm256_set1_epi32(w[i]);                                   \
+                lo[i] = _mm256_add_epi32(lo[i], _mm256_madd_epi16(x0, b));                   \
+                hi[i] = _mm256_add_epi32(hi[i], _mm256_madd_epi16(x1, b));                   \
+            }                                                                                \
+        }                                                                                    \
+        int32_t tile[MR * NR];                                                               \
+        _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                             \
+            _mm256_storeu_si256((__m256i *)(tile + i * NR), lo[i]);                          \
+            _mm256_storeu_si256((__m256i *)(tile + i * NR + 8), hi[i]);                      \
+        }                                                                                    \
+        if (mr_valid == ROWS && nr_valid == NR) {                                            \
+            for (int i = 0; i < ROWS; i++) {                                                 \
+                __m256i *row = (__m256i *)(c + i * ldc);                                     \
+                __m256i l = _mm256_loadu_si256((const __m256i *)(tile + i * NR));            \
+                __m256i h = _mm256_loadu_si256((const __m256i *)(tile + i * NR + 8));        \
+                if (accumulate) {                                                            \
+                    l = _mm256_add_epi32(_mm256_loadu_si256(row), l);                        \
+                    h = _mm256_add_epi32(_mm256_loadu_si256(row + 1), h);                    \
+                }                                                                            \
+                _mm256_storeu_si256(row, l);                                                 \
+                _mm256_storeu_si256(row + 1, h);                                             \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        store_tile(c, ldc, tile, MR, NR, mr_valid < ROWS ? mr_valid : ROWS, nr_valid,        \
+                   accumulate);                                                              \
+    }
+KERNEL_AVX2_BYTES(1)
+KERNEL_AVX2_BYTES(2)
+KERNEL_AVX2_BYTES(3)
+KERNEL_AVX2_BYTES(4)
+KERNEL_AVX2_BYTES(5)
+KERNEL_AVX2_BYTES(6)
+
 #define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 
 /* Row i of a whole tile added to C (wrapping, as the products' sums do). */
@@ -937,12 +995,34 @@ done:
 #define COLS_MAGIC 0x4c4f4349 /* "ICOL" */
 
 typedef struct {
-    int32_t magic, level, k, n, nr, group, kq, panels, x_signed, zx;
+    int32_t magic, level, k, n, nr, group, kq, panels, x_signed, zx, bytes;
 } ColHeader;
 
+/* The AVX2 level keeps B as bytes (`bytes`: BYTE_PAIRS below): the int16 pairs doubled
+ * what a few-row product reads from memory, and such a product is bound by that read
+ * (GPT-2's 8-token step: 768 x 3072 int8 weights, 2.4 MB, read as 4.7). */
 static size_t cols_bytes(const ColHeader *h) {
     const size_t np = (size_t)h->panels * h->nr;
-    return sizeof(ColHeader) + np * sizeof(int32_t) + np * (size_t)h->kq * sizeof(uint32_t);
+    const size_t unit = h->bytes ? 2 * sizeof(uint8_t) : sizeof(uint32_t);
+    return sizeof(ColHeader) + np * sizeof(int32_t) + np * (size_t)h->kq * unit;
+}
+
+/* BYTE_PAIRS: B's column panels of 16 at the AVX2 level as byte pairs, for each k pair q
+ * the 16 columns' (B[2q, j], B[2q + 1, j]) side by side (32 bytes; 0 past K and N), as
+ * signed bytes: a uint8 B moves by -128 (its zero point too), flipping the top bit.  The
+ * kernel widens them to the int16 pairs vpmaddwd takes (vpmovsxbw), so the zero point is
+ * not in them: sum_k (a - za)(b - zb) = sum_k (a - za) b - zb sum_k (a - za), the second
+ * term a row's (the kernel's init).  Both fit in int32 as the int16 form's sum does. */
+static void pack_byte_pairs(const uint8_t *b, Py_ssize_t k, Py_ssize_t n, int b_signed,
+                            Py_ssize_t kq, Py_ssize_t panels, uint8_t *dst) {
+    const uint8_t flip = b_signed ? 0 : 0x80;
+    memset(dst, 0, (size_t)(panels * kq * 32));
+    for (Py_ssize_t kk = 0; kk < k; kk++) {
+        const uint8_t *row = b + kk * n;
+        uint8_t *o = dst + (kk / 2) * 32 + (kk % 2);
+        for (Py_ssize_t j = 0; j < n; j++)
+            o[(j / 16) * kq * 32 + (j % 16) * 2] = (uint8_t)(row[j] ^ flip);
+    }
 }
 
 static PyObject *py_pack_columns(PyObject *self, PyObject *args) {
@@ -978,6 +1058,18 @@ static PyObject *py_pack_columns(PyObject *self, PyObject *args) {
         h.panels = (int32_t)((n + s.nr - 1) / s.nr);
         h.x_signed = b_signed;
         h.zx = zb;
+        h.bytes = current_level == 1;
+        if (h.bytes) {
+            result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cols_bytes(&h));
+            if (result == NULL) goto done;
+            char *base = PyBytes_AS_STRING(result);
+            memcpy(base, &h, sizeof(h));
+            const Py_ssize_t np = (Py_ssize_t)h.panels * h.nr;
+            memset(base + sizeof(ColHeader), 0, (size_t)np * sizeof(int32_t));
+            pack_byte_pairs((const uint8_t *)b.buf, k, n, b_signed, h.kq, h.panels,
+                            (uint8_t *)(base + sizeof(ColHeader) + np * sizeof(int32_t)));
+            goto done;
+        }
         int64_t *rowoff = malloc((size_t)k * sizeof(int64_t));
         if (rowoff == NULL) {
             PyErr_NoMemory();
@@ -1052,12 +1144,18 @@ static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
         }
         int32_t *rowsum = rows, *zeros = rows + mp, *row_init = rows + 2 * mp;
         const int32_t *colsum = (const int32_t *)((const char *)cols.buf + sizeof(ColHeader));
-        const uint32_t *xpanels = (const uint32_t *)(colsum + np);
+        const char *xpanels = (const char *)(colsum + np);
+        /* a k group of one column panel: nr int32 groups, or nr byte pairs */
+        const Py_ssize_t group_bytes = h.bytes ? 2 * (Py_ssize_t)s.nr : 4 * (Py_ssize_t)s.nr;
         const uint8_t *src = (const uint8_t *)a.buf;
         int32_t *c = (int32_t *)out.buf;
         Kernel kern = level_kernel(current_level);
 #if HAVE_X86
         if (current_level == 3) kern = kernel_vnni_stream;
+        static const Kernel bytes_kernels[7] = {NULL, kernel_avx2_bytes_1, kernel_avx2_bytes_2,
+                                                kernel_avx2_bytes_3, kernel_avx2_bytes_4,
+                                                kernel_avx2_bytes_5, kernel_avx2_bytes_6};
+        if (h.bytes) kern = bytes_kernels[6];
 #endif
         Py_BEGIN_ALLOW_THREADS;
         pack_w_rows(src, m, k, a_signed, &za, 0, s, kq, wp, rowsum, zeros);
@@ -1071,6 +1169,21 @@ static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
             for (Py_ssize_t j = 0; j < np; j++)
                 col_init[j] = (int32_t)(0u - zw * (uint32_t)colsum[j]);
         }
+        if (h.bytes && (h.x_signed ? h.zx : h.zx - 128) != 0) {
+            /* BYTE_PAIRS' row term (none for a symmetric int8 B: row_init stays 0): -zb' sum_k (a - za), zb' B's zero point as its signed
+             * bytes hold it (modulo 2^32; the whole sum fits in int32) */
+            const int32_t zb = h.x_signed ? h.zx : h.zx - 128;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const uint8_t *row = src + i * k;
+                int64_t sum = 0;
+                if (a_signed)
+                    for (Py_ssize_t j = 0; j < k; j++) sum += (int8_t)row[j];
+                else
+                    for (Py_ssize_t j = 0; j < k; j++) sum += row[j];
+                sum -= (int64_t)za * k;
+                row_init[i] = (int32_t)(uint32_t)(0u - (uint32_t)zb * (uint32_t)(int64_t)sum);
+            }
+        }
         /* k blocks keep one column panel's block in L1 while every row panel passes by
          * it.  With few row panels (a decode step, a short prompt) each column panel is
          * read once or a few times: it is then streamed whole, in memory order, which
@@ -1081,13 +1194,17 @@ static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
             for (Py_ssize_t pn = 0; pn < h.panels; pn++) {
                 /* this k block of one column panel stays in L1 while every row panel of
                  * A passes by it */
-                const uint32_t *xpanel = xpanels + pn * kq * s.nr + q0 * s.nr;
+                const char *xpanel = xpanels + (pn * kq + q0) * group_bytes;
                 const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
                 for (Py_ssize_t pm = 0; pm < panels_m; pm++) {
                     const int mr_valid = (int)(m - pm * s.mr < s.mr ? m - pm * s.mr : s.mr);
+#if HAVE_X86
+                    if (h.bytes) kern = bytes_kernels[mr_valid];
+#endif
                     kern((const int32_t *)(wp + pm * kq * s.mr + q0 * s.mr),
                          (const int32_t *)xpanel, qn, c + pm * s.mr * n + pn * s.nr, n,
-                         mr_valid, nr_valid, q0 > 0, col_init != NULL ? row_init + pm * s.mr : NULL,
+                         mr_valid, nr_valid, q0 > 0,
+                         col_init != NULL || h.bytes ? row_init + pm * s.mr : NULL,
                          col_init != NULL ? col_init + pn * s.nr : NULL);
                 }
             }
@@ -2110,6 +2227,43 @@ static int min_max_generic(const float *x, Py_ssize_t n, float *lo, float *hi) {
 }
 
 #if HAVE_X86
+/* min_max_generic 16 at a time in two pairs of vectors (the scalar loop waited on its
+ * compare's latency every value: a BERT-tiny FFN's 128 x 512 activations took 60 us).
+ * The order of the comparisons only decides which zero of -0 and +0 comes out, and
+ * DynamicQuantizeLinear takes min(lo, 0) and max(hi, 0) of them, where both give 0. */
+__attribute__((target("avx2,fma"))) static int min_max_avx2(const float *x, Py_ssize_t n,
+                                                             float *lo, float *hi) {
+    __m256 a0 = _mm256_set1_ps(x[0]), a1 = a0, b0 = a0, b1 = a0;
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+        a0 = _mm256_min_ps(a0, v0);
+        a1 = _mm256_min_ps(a1, v1);
+        b0 = _mm256_max_ps(b0, v0);
+        b1 = _mm256_max_ps(b1, v1);
+    }
+    float a[8], b[8];
+    _mm256_storeu_ps(a, _mm256_min_ps(a0, a1));
+    _mm256_storeu_ps(b, _mm256_max_ps(b0, b1));
+    int found = _mm256_movemask_ps(nan) != 0;
+    float l = a[0], h = b[0];
+    for (int j = 1; j < 8; j++) {
+        l = a[j] < l ? a[j] : l;
+        h = b[j] > h ? b[j] : h;
+    }
+    for (; i < n; i++) {
+        const float v = x[i];
+        found |= v != v;
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    *lo = l;
+    *hi = h;
+    return found;
+}
+
 __attribute__((target(AVX512_TARGET))) static int min_max_avx512(const float *x, Py_ssize_t n,
                                                                   float *lo, float *hi) {
     __m512 a = _mm512_set1_ps(x[0]), b = a;
@@ -2157,8 +2311,9 @@ static PyObject *py_dynamic_quantize(PyObject *self, PyObject *args) {
         const QuantizeFn fn = quantize_at_level();
         Py_BEGIN_ALLOW_THREADS;
 #if HAVE_X86
-        status = current_level >= 2 ? min_max_avx512(src, n, &lo, &hi)
-                                    : min_max_generic(src, n, &lo, &hi);
+        status = current_level >= 2   ? min_max_avx512(src, n, &lo, &hi)
+                 : current_level == 1 ? min_max_avx2(src, n, &lo, &hi)
+                                      : min_max_generic(src, n, &lo, &hi);
 #else
         status = min_max_generic(src, n, &lo, &hi);
 #endif
