@@ -73,6 +73,19 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("unet 3x3 16 c128", 128, 128, 16, 3, 1, 1),
     ("unet 3x3 128 c32-16", 32, 16, 128, 3, 1, 1),
     ("mnv3 stem 3x3/2 c3-16", 3, 16, 224, 3, 2, 1),
+    # a diffusion UNet's (GroupNorm between its convs: NCHW in and out, no chain)
+    ("diff 3x3 32 c3-32", 3, 32, 32, 3, 1, 1),
+    ("diff 3x3 32 c32", 32, 32, 32, 3, 1, 1),
+    ("diff 3x3 32 c64", 64, 64, 32, 3, 1, 1),
+    ("diff 3x3 32 c96-32", 96, 32, 32, 3, 1, 1),
+    ("diff 3x3 32 c128-64", 128, 64, 32, 3, 1, 1),
+    ("diff 3x3/2 32 c32", 32, 32, 32, 3, 2, 1),
+    ("diff 3x3 16 c64", 64, 64, 16, 3, 1, 1),
+    ("diff 3x3 16 c128-64", 128, 64, 16, 3, 1, 1),
+    ("diff 3x3 64 c32", 32, 32, 64, 3, 1, 1),
+    ("diff 3x3 64 c64", 64, 64, 64, 3, 1, 1),
+    ("diff 3x3 64 c128", 128, 128, 64, 3, 1, 1),
+    ("diff 3x3 32 c256", 256, 256, 32, 3, 1, 1),
 ]
 STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
 # ResNet-50's 3x3 convs of 128+ channels (the bottlenecks' middle convs).
@@ -185,7 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--shapes", choices=["all", "stem", "r50"], default="all")
+    parser.add_argument("--shapes", choices=["all", "stem", "r50", "diff"], default="all")
     args = parser.parse_args()
     lanes = direct_lanes()
     if lanes is None:
@@ -197,6 +210,8 @@ def main() -> None:
             if args.shapes == "stem" and label not in STEM:
                 continue
             if args.shapes == "r50" and label not in R50:
+                continue
+            if args.shapes == "diff" and not label.startswith("diff"):
                 continue
             t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s

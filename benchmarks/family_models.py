@@ -8,6 +8,10 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``lstm_gru``: a 2-layer LSTM then a GRU (seq 64, batch 4, hidden 256), TorchScript;
 * ``unet_torch``: a small UNet (3 levels from 16 channels, 128 px, transposed convs and
   concat skips), TorchScript;
+* ``diffusion_unet``: a diffusion model's UNet (residual blocks of GroupNorm(8), SiLU and
+  3x3 convs with a sinusoidal time embedding added, channels 32-64 over 3 levels, a
+  self-attention block in the middle, stride-2 convs down and 2x nearest upsampling up),
+  32 px, TorchScript (GroupNorm as Reshape -> InstanceNormalization -> Reshape);
 * ``vit_tiny``: ViT-tiny (patch 16 on 224 px, dim 192, 12 layers, 3 heads), dynamo;
 * ``bert_tiny``: BERT-tiny (2 layers, hidden 128, 2 heads, seq 128), TorchScript opset 14;
 * ``resnet18_w32``: ResNet-18 at base width 32, dynamo (BatchNorm folded into the convs);
@@ -264,6 +268,89 @@ def unet_torch(size: int = 128, base: int = 16, levels: int = 3) -> Built:
     return _export(UNet(), args, ["image"], dynamo=False), _feeds(["image"], args)
 
 
+def diffusion_unet(
+    size: int = 32, base: int = 32, mults: tuple[int, ...] = (1, 2, 2), dynamo: bool = False
+) -> Built:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    tdim = base * 4
+
+    class Res(nn.Module):
+        def __init__(self, cin: int, cout: int) -> None:
+            super().__init__()
+            self.n1, self.c1 = nn.GroupNorm(8, cin), nn.Conv2d(cin, cout, 3, padding=1)
+            self.t = nn.Linear(tdim, cout)
+            self.n2, self.c2 = nn.GroupNorm(8, cout), nn.Conv2d(cout, cout, 3, padding=1)
+            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x: Any, temb: Any) -> Any:
+            h = self.c1(nn.functional.silu(self.n1(x)))
+            h = h + self.t(nn.functional.silu(temb))[:, :, None, None]
+            h = self.c2(nn.functional.silu(self.n2(h)))
+            return self.skip(x) + h
+
+    class Attn(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.n, self.qkv, self.o = (
+                nn.GroupNorm(8, c),
+                nn.Conv2d(c, 3 * c, 1),
+                nn.Conv2d(c, c, 1),
+            )
+
+        def forward(self, x: Any) -> Any:
+            b, c, h, w = x.shape
+            q, k, v = self.qkv(self.n(x)).reshape(b, 3, c, h * w).unbind(1)
+            a = torch.softmax(q.transpose(1, 2) @ k / c**0.5, -1)
+            return x + self.o((v @ a.transpose(1, 2)).reshape(b, c, h, w))
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.temb = nn.Sequential(nn.Linear(base, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+            self.inc = nn.Conv2d(3, base, 3, padding=1)
+            chans = [base * m for m in mults]
+            self.down, self.ds = nn.ModuleList(), nn.ModuleList()
+            c, skips = base, [base]
+            for i, ch in enumerate(chans):
+                self.down.append(Res(c, ch))
+                c = ch
+                skips.append(c)
+                last = i == len(chans) - 1
+                self.ds.append(nn.Identity() if last else nn.Conv2d(c, c, 3, stride=2, padding=1))
+            self.mid1, self.attn, self.mid2 = Res(c, c), Attn(c), Res(c, c)
+            self.up, self.us = nn.ModuleList(), nn.ModuleList()
+            for i, ch in reversed(list(enumerate(chans))):
+                self.up.append(Res(c + skips.pop(), ch))
+                c = ch
+                self.us.append(nn.Conv2d(c, c, 3, padding=1) if i > 0 else nn.Identity())
+            self.out = nn.Sequential(nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, 3, 3, padding=1))
+
+        def forward(self, x: Any, t: Any) -> Any:
+            half = base // 2
+            freqs = torch.exp(-torch.arange(half, dtype=torch.float32) * (9.2103 / half))
+            e = t[:, None] * freqs[None]
+            temb = self.temb(torch.cat([torch.sin(e), torch.cos(e)], 1))
+            h = self.inc(x)
+            hs = [h]
+            for i, (res, down) in enumerate(zip(self.down, self.ds)):
+                h = res(h, temb)
+                hs.append(h)
+                if i < len(self.down) - 1:
+                    h = down(h)
+            h = self.mid2(self.attn(self.mid1(h, temb)), temb)
+            for i, (res, up) in enumerate(zip(self.up, self.us)):
+                h = res(torch.cat([h, hs.pop()], 1), temb)
+                if i < len(self.up) - 1:
+                    h = up(nn.functional.interpolate(h, scale_factor=2.0, mode="nearest"))
+            return self.out(h)
+
+    args = (torch.randn(1, 3, size, size), torch.tensor([10.0]))
+    return _export(UNet(), args, ["x", "t"], dynamo=dynamo), _feeds(["x", "t"], args)
+
+
 def vit_tiny(
     image: int = 224, patch: int = 16, dim: int = 192, depth: int = 12, heads: int = 3
 ) -> Built:
@@ -365,10 +452,13 @@ def resnet18_w32() -> Built:
     return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
 
 
-def qdq_static(base: Callable[[], Built] | None = None, unsigned: bool = False) -> Built:
+def qdq_static(
+    base: Callable[[], Built] | None = None, unsigned: bool = False, per_channel: bool = True
+) -> Built:
     """onnxruntime.quantization's static per-channel QDQ form of ``base`` (ResNet-18 w32):
     its default int8 activations and weights, or with ``unsigned`` uint8 activations
-    (U8S8, onnxruntime's fast integer kernels on x86)."""
+    (U8S8, onnxruntime's fast integer kernels on x86); ``per_channel=False``: one weight
+    scale per tensor, quantize_static's own default."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -395,7 +485,7 @@ def qdq_static(base: Callable[[], Built] | None = None, unsigned: bool = False) 
                 dst,
                 Reader(),
                 quant_format=QuantFormat.QDQ,
-                per_channel=True,
+                per_channel=per_channel,
                 activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
             )
         return onnx.load(dst), feeds
@@ -528,6 +618,7 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     ),
     "vit_tiny": ("ViT-tiny, torch dynamo", vit_tiny),
     "unet_torch": ("small UNet, TorchScript", unet_torch),
+    "diffusion_unet": ("diffusion UNet (GroupNorm, SiLU), 32 px, TorchScript", diffusion_unet),
     "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
     "genai_llama_int4": ("onnxruntime-genai Llama int4 (tiny)", genai_llama_int4),
     "llama1k_int4_prompt": (
@@ -587,6 +678,22 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         lambda: qdq_static(mobilenetv3_small, unsigned=True),
     ),
     "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_static(unsigned=True)),
+    "diffusion_unet_64": (
+        "diffusion UNet, 64 px, TorchScript",
+        lambda: diffusion_unet(64),
+    ),
+    "diffusion_unet_dynamo": (
+        "diffusion UNet, 32 px, torch dynamo",
+        lambda: diffusion_unet(dynamo=True),
+    ),
+    "qdq_resnet18_tensor": (
+        "QDQ ResNet-18 w32, per-tensor weights (defaults)",
+        lambda: qdq_static(per_channel=False),
+    ),
+    "qdq_mobilenetv3_tensor": (
+        "QDQ MobileNetV3-small, per-tensor weights (defaults)",
+        lambda: qdq_static(mobilenetv3_small, per_channel=False),
+    ),
     "qdq_bert_tiny_u8": (
         "QDQ BERT-tiny, uint8 activations",
         lambda: qdq_static(bert_tiny, unsigned=True),

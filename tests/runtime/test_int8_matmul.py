@@ -108,7 +108,9 @@ def test_whole_tiles_of_later_k_blocks_add_onto_the_product(a_signed: bool) -> N
 @pytest.mark.parametrize("a_signed", [False, True])
 @pytest.mark.parametrize("b_signed", [False, True])
 @pytest.mark.parametrize("m", [1, 5, 7])
-def test_row_products_at_the_largest_k_and_magnitudes(m: int, a_signed: bool, b_signed: bool) -> None:
+def test_row_products_at_the_largest_k_and_magnitudes(
+    m: int, a_signed: bool, b_signed: bool
+) -> None:
     # Every |a - za| and |b - zb| 255 at the largest K: the product's sums and the zero
     # point's row term (AVX2's bytes form keeps B's zero point out of the pairs) come to
     # about 2^31 and must still be exact; a panel's last rows run their own kernel.

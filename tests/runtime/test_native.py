@@ -107,7 +107,16 @@ def test_a_kept_module_is_still_set_to_the_current_level(monkeypatch):
     assert "no_such_kernel" not in native._IMPORTED
 
 
-KERNEL_MODULES = ("nbits", "nbits8", "pointwise", "int8", "depthwise", "activation")
+KERNEL_MODULES = (
+    "nbits",
+    "nbits8",
+    "pointwise",
+    "int8",
+    "depthwise",
+    "activation",
+    "resize",
+    "channels",
+)
 
 
 @pytest.mark.parametrize("name", KERNEL_MODULES)

@@ -179,11 +179,29 @@ def instance_norm(
     consumed_inputs: list[int] | None = None,
 ) -> np.ndarray:
     xs = _stash(x)
-    normed, _, _ = _normalize(xs, tuple(range(2, x.ndim)), epsilon)
     shape = _channel_shape(x)
+    done = row_norm.normalize(xs, 2, epsilon) if x.ndim > 2 else None
+    if done is not None:
+        # Each channel's plane is one row of the compiled kernel (a torch GroupNorm's
+        # export runs here on (N, groups, C/groups * H * W): 96 channels at 32 x 32 took
+        # 178 us through numpy's passes, onnxruntime 63); the affine part after it, left
+        # out where it is the identity, as that export's is.
+        normed = done[0]
+        if not _identity_affine(scale, b):
+            normed *= scale.astype(xs.dtype).reshape(shape)
+            normed += b.astype(xs.dtype).reshape(shape)
+        return normed.astype(x.dtype, copy=False)
+    normed, _, _ = _normalize(xs, tuple(range(2, x.ndim)), epsilon)
     normed *= scale.astype(xs.dtype).reshape(shape)
     normed += b.astype(xs.dtype).reshape(shape)
     return normed.astype(x.dtype, copy=False)
+
+
+def _identity_affine(scale: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a per-channel scale and bias are all ones and all zeros: then x * 1 + 0
+    is x but for the sign of a zero (-0 + 0 is +0), which the pass would only spend
+    two numpy passes on."""
+    return scale.size <= 4096 and bool(np.all(scale == 1)) and bool(np.all(b == 0))
 
 
 @kernel("GroupNormalization", since=(18, 21), ctx=True)
@@ -201,7 +219,8 @@ def group_norm(
     if num_groups <= 0 or c % num_groups:
         raise ExecutionError(f"GroupNormalization: {c} channels not divisible by {num_groups}")
     xs = _stash(x, stash_type).reshape(n, num_groups, -1)
-    normed, _, _ = _normalize(xs, (2,), epsilon)
+    done = row_norm.normalize(xs, 2, epsilon)  # each group one row (as InstanceNorm's)
+    normed = done[0] if done is not None else _normalize(xs, (2,), epsilon)[0]
     normed = normed.astype(x.dtype, copy=False).reshape(x.shape)
     dt = compute_dtype(x.dtype)
     normed = normed.astype(dt, copy=False)

@@ -1,0 +1,317 @@
+"""A diffusion UNet's pieces outside a channels-last chain: the plain conv run through
+channels-last rows (nn_conv._native_direct_rows: native/_channels.c's place and unplace
+around the compiled direct conv), InstanceNormalization and GroupNormalization on the
+compiled row norm, and nearest upsampling by whole factors as a compiled copy
+(native/_resize.c).
+
+* unplace and repeat are copies: equal to numpy's transpose and repeat at every level,
+  edges (channels and pixels short of a vector, one row) included; wrong sizes raise.
+* The rows conv is within the float32 bound of the float64 conv, bias and addend in, on
+  random geometries, and the routing takes it exactly where it says (AVX2 level only).
+* The norms are within float32 rounding of their float64 definition.
+* A GroupNorm -> SiLU -> conv -> 2x nearest -> conv block, as torch exports it, gives the
+  same outputs in stepped, fused and plain runs, with the kernels on and off, and
+  onnxruntime's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import native
+from onnxviz.runtime.kernels import nn_conv, nn_norm, nn_resize, row_norm
+from onnxviz.runtime.session import Session
+from tests.runtime.native_modules import at_level, compiled
+
+from .differential import assert_modes_agree, close
+
+pytestmark = pytest.mark.numeric
+
+LEVELS = native.levels()
+U = 2.0**-24
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("n", "rows", "width"), [(1, 64, 96), (2, 9, 13), (1, 1, 8), (3, 7, 5)])
+def test_unplace_is_the_transpose_of_channels_last_rows(
+    level: int, n: int, rows: int, width: int
+) -> None:
+    chan = compiled("channels")
+    x = np.random.default_rng(rows * width).standard_normal((n, rows, width)).astype(np.float32)
+    out = np.full((n, width, rows), np.nan, np.float32)
+    with at_level("channels", level):
+        chan.unplace(x, out, (n, rows, width))
+    np.testing.assert_array_equal(out, x.transpose(0, 2, 1))
+
+
+def test_unplace_checks_its_buffers() -> None:
+    chan = compiled("channels")
+    x = np.zeros((1, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="out"):
+        chan.unplace(x, np.zeros((1, 8, 3), np.float32), (1, 4, 8))
+    with pytest.raises(ValueError, match="float32"):
+        chan.unplace(x.astype(np.float64), np.zeros((1, 8, 4), np.float32), (1, 4, 8))
+    with pytest.raises(ValueError, match="sizes"):
+        chan.unplace(x, np.zeros((1, 8, 4), np.float32), (-1, 4, 8))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(
+    ("shape", "factors"),
+    [
+        ((1, 64, 16, 16), (1, 1, 2, 2)),
+        ((2, 3, 7, 5), (1, 1, 3, 2)),
+        ((1, 1, 1, 17), (1, 1, 1, 2)),
+        ((4, 9), (2, 3)),
+        ((1, 2, 3, 8), (1, 1, 1, 4)),
+    ],
+)
+def test_nearest_repeat_copies_every_element(
+    level: int, shape: tuple[int, ...], factors: tuple[int, ...]
+) -> None:
+    module = compiled("resize")
+    assert nn_resize._RESIZE is module  # what the Resize kernel calls
+    rng = np.random.default_rng(len(shape))
+    for x in (
+        rng.standard_normal(shape).astype(np.float32),
+        rng.integers(-9, 9, shape).astype(np.int32),
+    ):
+        want = x
+        for axis, r in enumerate(factors):
+            want = np.repeat(want, r, axis=axis)
+        with at_level("resize", level):
+            module.set_level(level)  # (the kernel holds the module it loaded at import)
+            got = nn_resize._repeat(x, factors)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_nearest_repeat_of_other_items_and_layouts_takes_numpy() -> None:
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
+    for arr, factors in ((x, (1, 1, 2, 2)), (x.astype(np.float32)[:, :, ::2], (1, 1, 2, 2))):
+        want = np.repeat(np.repeat(arr, 2, axis=2), 2, axis=3)
+        np.testing.assert_array_equal(nn_resize._repeat(arr, factors), want)
+    mod = compiled("resize")
+    with pytest.raises(ValueError, match="4-byte"):
+        mod.repeat(
+            np.zeros((1, 2, 2), np.float32), np.zeros((1, 4, 3), np.float32), (1, 2, 2), (2, 2)
+        )
+
+
+def _conv64(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray,
+    stride: int,
+    pad: int,
+    dilation: int,
+    out_shape: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 conv and the sum of |x * w| per output (for the error bound)."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = out_shape
+    y = np.zeros((n, m, oh, ow))
+    mag = np.zeros((n, m, oh, ow))
+    for ky in range(kh):
+        for kx in range(kw):
+            ys, xs = ky * dilation, kx * dilation
+            win = xp[:, :, ys : ys + stride * oh : stride, xs : xs + stride * ow : stride]
+            wk = w[:, :, ky, kx].astype(np.float64)
+            y += np.einsum("nchw,mc->nmhw", win, wk)
+            mag += np.einsum("nchw,mc->nmhw", np.abs(win), np.abs(wk))
+    return y + b.reshape(1, m, 1, 1), mag
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(16, 40),
+    m=st.integers(1, 20),
+    size=st.integers(3, 19),
+    k=st.sampled_from([1, 3, 5]),
+    stride=st.integers(1, 2),
+    dilation=st.integers(1, 2),
+    pad=st.integers(0, 2),
+    batch=st.integers(1, 2),
+    with_addend=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_rows_conv_is_within_the_bound_of_the_exact_conv(
+    c: int,
+    m: int,
+    size: int,
+    k: int,
+    stride: int,
+    dilation: int,
+    pad: int,
+    batch: int,
+    with_addend: bool,
+    seed: int,
+) -> None:
+    compiled("conv")
+    compiled("channels")
+    span = dilation * (k - 1) + 1
+    if size + 2 * pad < span:
+        return
+    out_hw = (size + 2 * pad - span) // stride + 1
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, c, size, size)).astype(np.float32)
+    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    addend = rng.standard_normal((batch, m, out_hw, out_hw)).astype(np.float32)
+    want, mag = _conv64(x, w, b, stride, pad, dilation, (out_hw, out_hw))
+    if with_addend:
+        want = want + addend
+    for level in LEVELS:
+        with at_level("conv", level), at_level("channels", level):
+            got = nn_conv._native_direct_rows(
+                x, w, b, addend if with_addend else None, None, (k, k), (stride, stride),
+                (dilation, dilation), (pad, pad, pad, pad), (out_hw, out_hw),
+            )  # fmt: skip
+        assert got is not None and got[1]
+        y = got[0]
+        assert y.shape == want.shape and y.dtype == np.float32 and y.flags.c_contiguous
+        bound = (c * k * k + 3) * U * (mag + np.abs(b).reshape(1, m, 1, 1) + np.abs(want))
+        assert np.all(np.abs(y - want) <= bound + 1e-30), f"level {level}"
+
+
+def test_the_routing_takes_the_rows_conv_only_at_avx2_and_where_it_pays() -> None:
+    lanes = nn_conv.direct_lanes()
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+    pays = nn_conv.direct_rows_pays
+    # the shapes it was measured to win on (a diffusion UNet's), and where it lost
+    assert pays(96, 32, *geometry, (32, 32)) == (lanes == 8)
+    assert pays(256, 256, *geometry, (8, 8)) == (lanes == 8)
+    assert pays(32, 32, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (16, 16)) == (lanes == 8)
+    assert not pays(64, 64, *geometry, (64, 64))  # Winograd's on a large image
+    assert not pays(128, 128, *geometry, (32, 32))
+    assert not pays(3, 32, *geometry, (32, 32))  # a stem's few channels
+    assert not pays(64, 64, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (32, 32))  # a plain product
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 12288), (2, 3, 5, 7), (1, 4, 1)])
+def test_instance_norm_on_the_row_kernel_is_its_definition(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)
+    c = shape[1]
+    axes = tuple(range(2, len(shape)))
+    x64 = x.astype(np.float64)
+    normed = (x64 - x64.mean(axis=axes, keepdims=True)) / np.sqrt(
+        x64.var(axis=axes, keepdims=True) + np.float64(np.float32(1e-5))
+    )
+    cshape = (1, c) + (1,) * (len(shape) - 2)
+    for scale, bias in (
+        (np.ones(c, np.float32), np.zeros(c, np.float32)),  # the GroupNorm export's identity
+        (rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)),
+    ):
+        want = normed * scale.reshape(cshape) + bias.reshape(cshape)
+        got = nn_norm.instance_norm(x, scale, bias, epsilon=1e-5)
+        assert got.dtype == np.float32 and got.shape == x.shape
+        np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * (1 + np.abs(want).max()))
+    if row_norm.enabled():  # the numpy steps agree with the kernel within rounding
+        kernel = nn_norm.instance_norm(x, scale, bias, epsilon=1e-5)
+        module = row_norm._NORM
+        row_norm._NORM = None
+        try:
+            steps = nn_norm.instance_norm(x, scale, bias, epsilon=1e-5)
+        finally:
+            row_norm._NORM = module
+        np.testing.assert_allclose(kernel, steps, rtol=0, atol=3e-5 * (1 + np.abs(steps).max()))
+
+
+def _block_model(size: int, opset: int) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """A diffusion UNet's block as torch's exporter writes it: GroupNorm (Reshape ->
+    InstanceNormalization with ones and zeros -> Reshape -> Mul -> Add), SiLU (Sigmoid,
+    Mul), a 3x3 conv of 96 -> 32 channels with a residual Add, a 2x nearest Resize, then
+    a 3x3 conv and, from opset 21, a GroupNormalization (scale and bias per channel)."""
+    rng = np.random.default_rng(7)
+    c, g, m = 96, 8, 32
+    init = [
+        numpy_helper.from_array(np.array([1, g, -1], np.int64), "gshape"),
+        numpy_helper.from_array(np.array([1, c, size, size], np.int64), "back"),
+        numpy_helper.from_array(np.ones(g, np.float32), "ones"),
+        numpy_helper.from_array(np.zeros(g, np.float32), "zeros"),
+        numpy_helper.from_array(rng.standard_normal((c, 1, 1)).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.standard_normal((c, 1, 1)).astype(np.float32), "beta"),
+        numpy_helper.from_array((rng.standard_normal((m, c, 3, 3)) / 30).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((m, m, 3, 3)) / 17).astype(np.float32), "w2"),
+        numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b2"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+        numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "gn_scale"),
+        numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "gn_bias"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "gshape"], ["g1"]),
+        helper.make_node("InstanceNormalization", ["g1", "ones", "zeros"], ["g2"], epsilon=1e-5),
+        helper.make_node("Reshape", ["g2", "back"], ["g3"]),
+        helper.make_node("Mul", ["g3", "gamma"], ["g4"]),
+        helper.make_node("Add", ["g4", "beta"], ["g5"]),
+        helper.make_node("Sigmoid", ["g5"], ["s1"]),
+        helper.make_node("Mul", ["g5", "s1"], ["s2"]),
+        helper.make_node("Conv", ["s2", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c1", "skip"], ["r1"]),
+        helper.make_node("Resize", ["r1", "", "scales"], ["u1"], mode="nearest"),
+        helper.make_node("Conv", ["u1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+    ]
+    if opset >= 21:
+        nodes.append(
+            helper.make_node(
+                "GroupNormalization", ["c2", "gn_scale", "gn_bias"], ["y"], num_groups=4
+            )
+        )
+    else:
+        nodes.append(helper.make_node("Identity", ["c2"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "diffusion_block",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size]),
+            helper.make_tensor_value_info("skip", TensorProto.FLOAT, [1, m, size, size]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        init,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {
+        "x": rng.standard_normal((1, c, size, size)).astype(np.float32),
+        "skip": rng.standard_normal((1, m, size, size)).astype(np.float32),
+    }
+    return model, feeds
+
+
+@pytest.mark.parametrize(("size", "opset"), [(32, 17), (32, 21)])
+def test_a_diffusion_block_agrees_in_every_mode_and_with_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, size: int, opset: int
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = _block_model(size, opset)
+    taken: list[int] = []
+    rows = nn_conv._native_direct_rows
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        got = rows(*args, **kwargs)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(nn_conv, "_native_direct_rows", counted)
+    stepped = assert_modes_agree(model, feeds, rtol=2e-4)
+    # the 96 -> 32 conv runs through channels-last rows at the AVX2 level
+    assert any(taken) == (nn_conv.direct_lanes() == 8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (theirs,) = session.run(["y"], feeds)
+    close(stepped["y"], theirs, "against onnxruntime", rtol=2e-4)
+    monkeypatch.setattr(nn_resize, "_RESIZE", None)
+    monkeypatch.setattr(row_norm, "_NORM", None)
+    with at_level("conv", None), at_level("channels", None):
+        off = Session(model).run(feeds)
+    close(off["y"], stepped["y"], "kernels off", rtol=2e-4)
