@@ -351,6 +351,55 @@ def diffusion_unet(
     return _export(UNet(), args, ["x", "t"], dynamo=dynamo), _feeds(["x", "t"], args)
 
 
+def unet_bilinear(size: int = 128, base: int = 16, align_corners: bool = True) -> Built:
+    """The segmentation UNet most code bases copy (double 3x3 conv + BatchNorm + ReLU
+    blocks, max-pool down, ``nn.Upsample(mode="bilinear")`` up, concat skips, a 1x1
+    head), 4 levels from ``base`` channels, TorchScript."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def double(cin: int, cout: int) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+        )
+
+    class Up(nn.Module):
+        def __init__(self, cin: int, cout: int) -> None:
+            super().__init__()
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=align_corners)
+            self.conv = double(cin, cout)
+
+        def forward(self, x: Any, skip: Any) -> Any:
+            return self.conv(torch.cat([skip, self.up(x)], 1))
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            b = base
+            self.inc, self.d1 = double(3, b), double(b, 2 * b)
+            self.d2, self.d3 = double(2 * b, 4 * b), double(4 * b, 4 * b)
+            self.u1, self.u2, self.u3 = Up(8 * b, 2 * b), Up(4 * b, b), Up(2 * b, b)
+            self.head = nn.Conv2d(b, 2, 1)
+
+        def forward(self, x: Any) -> Any:
+            pool = nn.functional.max_pool2d
+            x1 = self.inc(x)
+            x2 = self.d1(pool(x1, 2))
+            x3 = self.d2(pool(x2, 2))
+            x4 = self.d3(pool(x3, 2))
+            return self.head(self.u3(self.u2(self.u1(x4, x3), x2), x1))
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(UNet(), args, ["image"], dynamo=False), _feeds(["image"], args)
+
+
 def vit_tiny(
     image: int = 224, patch: int = 16, dim: int = 192, depth: int = 12, heads: int = 3
 ) -> Built:
@@ -678,6 +727,14 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         lambda: qdq_static(mobilenetv3_small, unsigned=True),
     ),
     "qdq_resnet18_u8": ("QDQ ResNet-18 w32, uint8 activations", lambda: qdq_static(unsigned=True)),
+    "unet_bilinear": (
+        "UNet, bilinear upsampling (align_corners), 128 px",
+        unet_bilinear,
+    ),
+    "unet_bilinear_half_pixel": (
+        "UNet, bilinear upsampling (half pixel), 128 px",
+        lambda: unet_bilinear(align_corners=False),
+    ),
     "diffusion_unet_64": (
         "diffusion UNet, 64 px, TorchScript",
         lambda: diffusion_unet(64),

@@ -1,11 +1,10 @@
 """A diffusion UNet's pieces outside a channels-last chain: the plain conv run through
 channels-last rows (nn_conv._native_direct_rows: native/_channels.c's place and unplace
 around the compiled direct conv), InstanceNormalization and GroupNormalization on the
-compiled row norm, and nearest upsampling by whole factors as a compiled copy
-(native/_resize.c).
+compiled row norm (its 2x nearest Resize: test_native_resize.py).
 
-* unplace and repeat are copies: equal to numpy's transpose and repeat at every level,
-  edges (channels and pixels short of a vector, one row) included; wrong sizes raise.
+* unplace is a copy: equal to numpy's transpose at every level, edges (channels and
+  pixels short of a vector, one row) included; wrong sizes raise.
 * The rows conv is within the float32 bound of the float64 conv, bias and addend in, on
   random geometries, and the routing takes it exactly where it says (AVX2 level only).
 * The norms are within float32 rounding of their float64 definition.
@@ -61,49 +60,6 @@ def test_unplace_checks_its_buffers() -> None:
         chan.unplace(x.astype(np.float64), np.zeros((1, 8, 4), np.float32), (1, 4, 8))
     with pytest.raises(ValueError, match="sizes"):
         chan.unplace(x, np.zeros((1, 8, 4), np.float32), (-1, 4, 8))
-
-
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize(
-    ("shape", "factors"),
-    [
-        ((1, 64, 16, 16), (1, 1, 2, 2)),
-        ((2, 3, 7, 5), (1, 1, 3, 2)),
-        ((1, 1, 1, 17), (1, 1, 1, 2)),
-        ((4, 9), (2, 3)),
-        ((1, 2, 3, 8), (1, 1, 1, 4)),
-    ],
-)
-def test_nearest_repeat_copies_every_element(
-    level: int, shape: tuple[int, ...], factors: tuple[int, ...]
-) -> None:
-    module = compiled("resize")
-    assert nn_resize._RESIZE is module  # what the Resize kernel calls
-    rng = np.random.default_rng(len(shape))
-    for x in (
-        rng.standard_normal(shape).astype(np.float32),
-        rng.integers(-9, 9, shape).astype(np.int32),
-    ):
-        want = x
-        for axis, r in enumerate(factors):
-            want = np.repeat(want, r, axis=axis)
-        with at_level("resize", level):
-            module.set_level(level)  # (the kernel holds the module it loaded at import)
-            got = nn_resize._repeat(x, factors)
-        assert got.dtype == x.dtype
-        np.testing.assert_array_equal(got, want)
-
-
-def test_nearest_repeat_of_other_items_and_layouts_takes_numpy() -> None:
-    x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
-    for arr, factors in ((x, (1, 1, 2, 2)), (x.astype(np.float32)[:, :, ::2], (1, 1, 2, 2))):
-        want = np.repeat(np.repeat(arr, 2, axis=2), 2, axis=3)
-        np.testing.assert_array_equal(nn_resize._repeat(arr, factors), want)
-    mod = compiled("resize")
-    with pytest.raises(ValueError, match="4-byte"):
-        mod.repeat(
-            np.zeros((1, 2, 2), np.float32), np.zeros((1, 4, 3), np.float32), (1, 2, 2), (2, 2)
-        )
 
 
 def _conv64(
