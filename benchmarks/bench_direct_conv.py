@@ -86,6 +86,9 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("diff 3x3 64 c64", 64, 64, 64, 3, 1, 1),
     ("diff 3x3 64 c128", 128, 128, 64, 3, 1, 1),
     ("diff 3x3 32 c256", 256, 256, 32, 3, 1, 1),
+    ("diff 3x3 8 c64", 64, 64, 8, 3, 1, 1),
+    ("diff 3x3 8 c128", 128, 128, 8, 3, 1, 1),
+    ("diff 3x3 16 c32", 32, 32, 16, 3, 1, 1),
 ]
 STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
 # ResNet-50's 3x3 convs of 128+ channels (the bottlenecks' middle convs).

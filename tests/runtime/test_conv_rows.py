@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import nn_conv, nn_norm, nn_resize, row_norm
 from onnxviz.runtime.session import Session
@@ -251,15 +252,15 @@ def test_a_diffusion_block_agrees_in_every_mode_and_with_onnxruntime(
 ) -> None:
     ort = pytest.importorskip("onnxruntime")
     model, feeds = _block_model(size, opset)
-    taken: list[int] = []
-    rows = nn_conv._native_direct_rows
+    taken: list[bool] = []
+    pays = nn_conv.direct_rows_pays
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        got = rows(*args, **kwargs)
-        taken.append(got is not None)
+    def counted(*args: Any) -> bool:
+        got = pays(*args)
+        taken.append(got)
         return got
 
-    monkeypatch.setattr(nn_conv, "_native_direct_rows", counted)
+    monkeypatch.setattr(nn_conv, "direct_rows_pays", counted)
     stepped = assert_modes_agree(model, feeds, rtol=2e-4)
     # the 96 -> 32 conv runs through channels-last rows at the AVX2 level
     assert any(taken) == (nn_conv.direct_lanes() == 8)
@@ -271,3 +272,52 @@ def test_a_diffusion_block_agrees_in_every_mode_and_with_onnxruntime(
     with at_level("conv", None), at_level("channels", None):
         off = Session(model).run(feeds)
     close(off["y"], stepped["y"], "kernels off", rtol=2e-4)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "size", "k", "stride", "pad"),
+    [(64, 64, 8, 3, 1, 1), (96, 32, 32, 3, 1, 1), (32, 16, 17, 3, 2, 1), (3, 8, 20, 5, 1, 2)],
+)
+def test_a_nodes_prepared_conv_call_gives_the_layers_bits(
+    monkeypatch: pytest.MonkeyPatch, c: int, m: int, size: int, k: int, stride: int, pad: int
+) -> None:
+    # conv() keeps each node's direct call (nn_conv.prepared_nchw) for frozen weights:
+    # the same kernel and arguments as the routing layers', so the same bits, the
+    # residual in or added after; inputs it was not made for take the layers.
+    compiled("conv")
+    rng = np.random.default_rng(c + size)
+    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
+    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    w.flags.writeable = False  # an initializer's (frozen: _weight_cache)
+    b.flags.writeable = False
+    attrs = {"pads": [pad] * 4, "strides": [stride] * 2}
+    out_hw = (size + 2 * pad - k) // stride + 1
+    addend = rng.standard_normal((1, m, out_hw, out_hw)).astype(np.float32)
+    made: list[bool] = []
+    real = nn_conv.prepared_nchw
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        made.append(got is not None)
+        return got
+
+    monkeypatch.setattr(nn_conv, "prepared_nchw", counted)
+    for residual in (None, addend, np.asfortranarray(addend)):
+        monkeypatch.setattr(nn_conv, "PREPARED_CALLS", False)
+        want = nn_conv.conv(x, w, b, addend=residual, **attrs)
+        monkeypatch.setattr(nn_conv, "PREPARED_CALLS", True)
+        for _ in range(2):  # made on the first call, kept for the second
+            got = nn_conv.conv(x, w, b, addend=residual, **attrs)
+            np.testing.assert_array_equal(got, want)
+    assert len(made) == 1  # one call made per node, whatever the residual
+    # a residual of another shape: the layers' error, not the call's
+    with pytest.raises(ExecutionError, match="residual"):
+        nn_conv.conv(x, w, b, addend=addend[:, :1], **attrs)
+    # another input shape makes its own call; a writeable weight never keeps one
+    nn_conv.conv(x[:, :, :-1], w, b, **attrs)
+    assert len(made) == 2
+    w2 = w.copy()
+    nn_conv.conv(x, w2, b, **attrs)
+    nn_conv.conv(x, w2, b, **attrs)
+    assert len(made) == 2
