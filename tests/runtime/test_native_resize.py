@@ -45,10 +45,11 @@ LEVELS = native.levels()
     ],
 )
 def test_nearest_repeat_copies_every_element(
-    level: int, shape: tuple[int, ...], factors: tuple[int, ...]
+    monkeypatch: pytest.MonkeyPatch, level: int, shape: tuple[int, ...], factors: tuple[int, ...]
 ) -> None:
     module = compiled("resize")
-    assert nn_resize._RESIZE is module  # what the Resize kernel calls
+    assert nn_resize._RESIZE in (module, None)  # what the Resize kernel calls (None: off)
+    monkeypatch.setattr(nn_resize, "_RESIZE", module)
     rng = np.random.default_rng(len(shape))
     for x in (
         rng.standard_normal(shape).astype(np.float32),
@@ -113,6 +114,7 @@ def test_linear_is_the_numpy_steps_bit_for_bit(
     seed: int,
 ) -> None:
     module = compiled("resize")
+    saved = nn_resize._RESIZE
     if keep == "rows":
         oh = h
     elif keep == "cols":
@@ -123,18 +125,22 @@ def test_linear_is_the_numpy_steps_bit_for_bit(
     want = _steps(x, shape, scales, coordinate_transformation_mode=mode)
     for level in LEVELS:
         module.set_level(level)
+        nn_resize._RESIZE = module  # (also where ONNXVIZ_NATIVE=off left it None)
         try:
             got = nn_resize.resize_nd(
                 x, shape, scales, mode="linear", coordinate_transformation_mode=mode
             )
         finally:
             module.set_level(max(LEVELS))
+            nn_resize._RESIZE = saved
         assert got.dtype == np.float32 and got.shape == want.shape
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
-def test_linear_keeps_nan_and_inf_where_the_steps_put_them() -> None:
-    compiled("resize")
+def test_linear_keeps_nan_and_inf_where_the_steps_put_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nn_resize, "_RESIZE", compiled("resize"))
     x = np.random.default_rng(3).standard_normal((1, 2, 9, 17)).astype(np.float32)
     x[0, 0, 4, 8] = np.nan
     x[0, 1, 2, 3] = np.inf
