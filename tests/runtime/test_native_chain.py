@@ -1,8 +1,9 @@
 """The compiled elementwise chain (runtime/native/_chain.c) that fusion_elementwise runs
 float32 chains through: the numpy block path's bits at every level this CPU has, for
 random chains of every step it takes, on values with NaN, infinities, signed zeros and
-subnormals; a model's GELU chain runs it and the stepped run agrees; a wrong program or
-buffer is a ValueError."""
+subnormals; a model's GELU chain runs it and the stepped run agrees; a GroupNorm's tail
+(per-channel gamma and beta, then SiLU inside the chain) is one chain with the nodes'
+bits, NCHW and channels-last; a wrong program or buffer is a ValueError."""
 
 from __future__ import annotations
 
@@ -225,7 +226,8 @@ def test_wrong_programs_and_buffers_raise_value_error() -> None:
     side = struct.Struct("=BBBBf")
     bad = [
         b"\x00" * 7,  # not 8 bytes a step
-        step.pack(chain_program.QDQ_ARGS + 1, 0, 1, 0.0),  # no such op
+        step.pack(chain_program.SILU + 1, 0, 1, 0.0),  # no such op
+        side.pack(2, chain_program.CHANNEL, 1, 0, 0.0),  # a per-channel step without tables
         step.pack(0, 0, 1, 0.0),  # Add without its operand
         step.pack(4, 1, 1, 0.0),  # Erf with one
         step.pack(0, 4, 1, 0.0),  # no such operand kind
@@ -478,3 +480,123 @@ def test_a_held_chain_runs_its_program_and_hands_on_what_it_does_not_take() -> N
         module.held(b"\x00" * 7, (), 0, fallback, np.ndarray, np.empty_like)
     with pytest.raises(ValueError):
         module.held(program, (scale,), 2, None, np.ndarray, np.empty_like)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("shape", [(1, 96, 32, 32), (2, 5, 3, 7), (1, 3, 1, 1)])
+def test_per_channel_steps_and_silu_give_numpys_bits(
+    level: int, last: bool, shape: tuple[int, ...]
+) -> None:
+    module = _module()
+    rng = np.random.default_rng(sum(shape))
+    x = _values(rng, int(np.prod(shape))).reshape(shape)
+    c = shape[1]
+    gamma = rng.standard_normal((c, 1, 1)).astype(np.float32)
+    beta = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        v = x * gamma + beta
+        sigmoid = np.empty_like(v)
+        from onnxviz.runtime.kernels.math_activation import sigmoid_into
+
+        sigmoid_into(v, sigmoid)  # the Sigmoid kernel's (compiled) values
+        want = v * sigmoid
+    dense = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if last else x)
+    program = (
+        chain_program.channel_step("Mul", True, 0)
+        + chain_program.channel_step("Add", False, 1)
+        + chain_program.silu()
+    )
+    out = np.empty_like(dense)
+    plane = 1 if last else shape[2] * shape[3]
+    tables = (gamma.reshape(-1), beta.reshape(-1))
+    module.set_level(level)
+    try:
+        with np.errstate(all="ignore"):
+            assert (
+                module.run(dense.reshape(-1), out.reshape(-1), program, (tables, c, plane, last))
+                == 0
+            )
+    finally:
+        module.set_level(native.cpu_level())
+    got = out.transpose(0, 3, 1, 2) if last else out
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    with pytest.raises(ValueError, match="whole images"):
+        module.run(dense.reshape(-1)[:-1], out.reshape(-1)[:-1], program, (tables, c, plane, last))
+    with pytest.raises(ValueError):
+        module.run(
+            dense.reshape(-1), out.reshape(-1), program, ((gamma.reshape(-1),), c, plane, last)
+        )
+
+
+def _group_norm_model(groups: int, c: int, size: int) -> Any:
+    """torch's GroupNorm + SiLU export: Reshape -> InstanceNormalization (ones, zeros) ->
+    Reshape -> Mul(gamma (C, 1, 1)) -> Add(beta (C, 1, 1)) -> Sigmoid, Mul, then a Relu
+    after (a reader of the SiLU that is not part of it)."""
+    rng = np.random.default_rng(c)
+    init = [
+        numpy_helper.from_array(np.array([1, groups, -1], np.int64), "gshape"),
+        numpy_helper.from_array(np.array([1, c, size, size], np.int64), "back"),
+        numpy_helper.from_array(np.ones(groups, np.float32), "ones"),
+        numpy_helper.from_array(np.zeros(groups, np.float32), "zeros"),
+        numpy_helper.from_array(rng.standard_normal((c, 1, 1)).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.standard_normal((c, 1, 1)).astype(np.float32), "beta"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "gshape"], ["g1"]),
+        helper.make_node("InstanceNormalization", ["g1", "ones", "zeros"], ["g2"]),
+        helper.make_node("Reshape", ["g2", "back"], ["g3"]),
+        helper.make_node("Mul", ["g3", "gamma"], ["g4"]),
+        helper.make_node("Add", ["g4", "beta"], ["g5"]),
+        helper.make_node("Sigmoid", ["g5"], ["s"]),
+        helper.make_node("Mul", ["g5", "s"], ["silu"]),
+        helper.make_node("Relu", ["silu"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "group_norm_silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        init,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((1, c, size, size)).astype(np.float32)}
+
+
+def test_a_group_norms_tail_is_one_chain_with_the_stepped_runs_bits() -> None:
+    model, feeds = _group_norm_model(8, 64, 16)
+    with np.errstate(all="ignore"):
+        assert_modes_agree(model, feeds, rtol=0)
+    sess = Session(model)
+    sess.run(feeds)
+    from onnxviz.runtime.fusion import run_nodes
+
+    chains = [pn.fused for pn in run_nodes(sess.plan) if isinstance(pn.fused, ElementwiseChain)]
+    assert len(chains) == 1
+    assert [st.op_type for st in chains[0].steps] == ["Mul", "Add", fusion_elementwise.SILU, "Relu"]
+    assert chains[0].native == (fusion_elementwise._NATIVE is not None)
+
+
+def test_a_per_channel_operand_that_does_not_line_up_runs_the_nodes() -> None:
+    # gamma of 8 values against x's 4 channels (it broadcasts along another axis):
+    # the nodes one by one, their numbers and their broadcasting.
+    rng = np.random.default_rng(2)
+    gamma = rng.standard_normal((8, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("Mul", ["x", "gamma"], ["a"]),
+        helper.make_node("Add", ["a", "beta"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "misaligned",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(gamma, "gamma"),
+            numpy_helper.from_array(np.float32(0.5), "beta"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 4, 8, 1)).astype(np.float32)
+    stepped = assert_modes_agree(model, {"x": x}, rtol=0)
+    np.testing.assert_array_equal(stepped["y"], x * gamma + np.float32(0.5))

@@ -62,6 +62,7 @@ _FLOATS = (_F32, np.dtype(np.float64))
 # A QuantizeLinear -> DequantizeLinear pair's _Step.op_type; the code types the pair step
 # takes, with their ranges.
 QDQ = "QDQ"
+SILU = "SiLU"  # v * sigmoid(v) of the running value: a Sigmoid node and its Mul
 _CODES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 _BINARY: dict[str, Callable[..., Any]] = {
@@ -204,8 +205,40 @@ def find_chains(
         return at if (a == head and b in const) or (b == head and a in const) else None
 
     def scalars(pn: PlanNode) -> bool:
-        """No constant operand of ``pn`` is known to be more than one value."""
-        return all(scalar(known[s]) for s in pn.inputs if s in const and s in known)
+        """No constant operand of ``pn`` is known to be more than one value (or one per
+        channel, for the compiled program's binary ops)."""
+        return all(
+            scalar(known[s]) or (per_channel(known[s]) and pn.op_type in chain_program.SIDE_OPS)
+            for s in pn.inputs
+            if s in const and s in known
+        )
+
+    def channel_operand(pn: PlanNode) -> bool:
+        return any(s in const and s in known and per_channel(known[s]) for s in pn.inputs)
+
+    def silu_at(slot: int) -> tuple[int, int] | None:
+        """(Sigmoid, Mul) positions when ``slot``'s two readers are a Sigmoid of it and the
+        Mul of it by that Sigmoid, which nothing else reads."""
+        consumers = users.get(slot, [])
+        if len(consumers) != 2 or any(c in used for c in consumers):
+            return None
+        a, b = (nodes[c] for c in consumers)
+        if a.op_type != "Sigmoid":
+            consumers = consumers[::-1]
+            a, b = b, a
+        if (
+            a.op_type != "Sigmoid"
+            or b.op_type != "Mul"
+            or not _eligible(a)
+            or not _eligible(b)
+            or a.inputs[0] != slot
+            or a.outputs[0] in keep
+            or users.get(a.outputs[0]) != [consumers[1]]
+            or sorted(b.inputs) != sorted([slot, a.outputs[0]])
+            or consumers[1] < consumers[0]
+        ):
+            return None
+        return consumers[0], consumers[1]
 
     for i, pn in enumerate(nodes):
         if i in used:
@@ -223,9 +256,17 @@ def find_chains(
             head = live[0]
             steps, y, pairs = [i], pn.outputs[0], 0
             compiled = pn.op_type in chain_program.OPS
+            if channel_operand(pn) and not compiled:
+                continue
         else:
             continue
+        channels = any(channel_operand(nodes[p]) for p in steps)
         while y not in keep:
+            silu = silu_at(y) if compiled else None
+            if silu is not None:
+                steps += list(silu)
+                y = nodes[silu[1]].outputs[0]
+                continue
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in used:
                 break
@@ -242,9 +283,13 @@ def find_chains(
             if not _eligible(nxt) or nxt.inputs.count(y) != 1 or not scalars(nxt):
                 break
             if nxt.op_type not in chain_program.OPS:
-                if pairs:
+                if pairs or channels:
                     break
                 compiled = False
+            if channel_operand(nxt):
+                if not compiled:
+                    break
+                channels = True
             others = [s for s in nxt.inputs if s != y]
             side = None
             if any(s not in const and s != head for s in others):
@@ -258,6 +303,29 @@ def find_chains(
             chains.append((head, steps))
             used.update(steps)
     return chains
+
+
+def per_channel(v: Any) -> bool:
+    """``v`` is an ndarray shaped like one value per channel of a tensor whose channels are
+    its axis 1: one axis of more than one value, not the last ((C, 1, 1), (1, C, 1, 1): a
+    GroupNorm's gamma and beta as torch exports them).  Whether it lines up with x's
+    channels is checked when the chain runs (`_channel_fits`)."""
+    return (
+        type(v) is np.ndarray
+        and v.size > 1
+        and v.ndim >= 2
+        and v.shape[-1] == 1
+        and sum(d != 1 for d in v.shape) == 1
+    )
+
+
+def _channel_fits(v: Any, x: np.ndarray) -> bool:
+    """``v`` (per_channel) broadcasts as one value per channel of ``x`` along its axis 1,
+    without adding axes or images: (1, C, 1, ..., 1) once padded to x's rank."""
+    if not per_channel(v) or v.dtype != x.dtype or v.ndim > x.ndim or x.ndim < 3:
+        return False
+    shape = (1,) * (x.ndim - v.ndim) + v.shape
+    return shape[1] == x.shape[1] and all(d == 1 for i, d in enumerate(shape) if i != 1)
 
 
 def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNode:
@@ -295,6 +363,17 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
             a, b = pn.inputs
             j = 1 if a == head else 0
             sides[pn.outputs[0]] = (pn.op_type, place(pn.inputs[j], pn.input_names[j]), j == 0)
+            continue
+        if (
+            pn.op_type == "Sigmoid"
+            and value != head
+            and k < len(positions)
+            and nodes[positions[k]].op_type == "Mul"
+            and sorted(nodes[positions[k]].inputs) == sorted([value, pn.outputs[0]])
+        ):  # v * sigmoid(v) inside the chain (find_chains' silu_at): one step
+            steps.append(_Step(SILU))
+            value = nodes[positions[k]].outputs[0]
+            k += 1
             continue
         if pn.op_type in _UNARY:
             steps.append(_Step(pn.op_type))
@@ -335,12 +414,25 @@ class ElementwiseChain:
         self.native = (
             _NATIVE is not None
             and len(steps) + len(self._pairs) <= chain_program.MAX_STEPS  # a pair: 2 steps
-            and all(s.op_type in chain_program.OPS or s.qdq is not None for s in steps)
+            and all(
+                s.op_type in chain_program.OPS or s.qdq is not None or s.op_type == SILU
+                for s in steps
+            )
+        )
+        # `_tables`' last answer: (x's shape, dtype, the operands, the tables).
+        self._kept_tables: tuple[Any, Any, tuple[Any, ...], Any] | None = None
+        # The places of the ops' operands that may hold a value per channel (never a side
+        # value's scalar): `_channel_fits` decides per call.
+        self._binary_places = sorted(
+            {st.other for st in steps if st.other is not None and st.other > 0 and st.side is None}
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         x = ins[0]
-        if type(x) is not np.ndarray or x.dtype not in _FLOATS or not self._scalars_fit(x, ins):
+        if type(x) is not np.ndarray or x.dtype not in _FLOATS:
+            return self._one_by_one(ex, ins)
+        tables = self._tables(x, ins)
+        if tables is None or not self._scalars_fit(x, ins, tables):
             return self._one_by_one(ex, ins)
         # Every step is elementwise and every other operand one value (or x itself), so
         # the steps run over x's own buffer in its order: a channels-last value (a conv
@@ -350,8 +442,15 @@ class ElementwiseChain:
         flat = dense.reshape(-1)
         out = np.empty_like(flat)
         if self.native and x.dtype == np.float32:
-            if _NATIVE.run(flat, out, self._program_of(ins)):  # type: ignore[union-attr]
+            channels = None
+            if tables:
+                # per-channel operands: element i's channel, x's own buffer order
+                plane = int(np.prod(x.shape[2:])) if not last else 1
+                channels = (tuple(tables.values()), x.shape[1], plane, last)
+            if _NATIVE.run(flat, out, self._program_of(ins, tables), channels):  # type: ignore[union-attr]
                 return self._one_by_one(ex, ins)  # a pair met a NaN
+        elif tables:
+            return self._one_by_one(ex, ins)  # (per-channel operands: the compiled run's)
         else:
             scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
             for start in range(0, flat.size, _BLOCK):
@@ -361,7 +460,33 @@ class ElementwiseChain:
         result = out.reshape(dense.shape)
         return [result.transpose(0, 3, 1, 2) if last else result]
 
-    def _program_of(self, ins: list[Any]) -> bytes:
+    def _tables(self, x: np.ndarray, ins: list[Any]) -> dict[int, np.ndarray] | None:
+        """The ops' per-channel operands by input place (float32 C values each), {} when
+        none; None when one holds more than one value but not one per channel of x.
+        Kept for the same read-only operands and x's shape (the chain's constants)."""
+        kept = self._kept_tables
+        if kept is not None and kept[0] == x.shape and kept[1] == x.dtype:
+            for at, c in zip(self._binary_places, kept[2]):
+                if ins[at] is not c or c.flags.writeable:
+                    break
+            else:
+                return kept[3]
+        tables = self._find_tables(x, ins)
+        operands = tuple(ins[at] for at in self._binary_places)
+        self._kept_tables = (x.shape, x.dtype, operands, tables)
+        return tables
+
+    def _find_tables(self, x: np.ndarray, ins: list[Any]) -> dict[int, np.ndarray] | None:
+        tables: dict[int, np.ndarray] = {}
+        for at in self._binary_places:
+            c = ins[at]
+            if type(c) is np.ndarray and c.size > 1:
+                if not _channel_fits(c, x) or len(tables) == 16:
+                    return None
+                tables[at] = np.ascontiguousarray(c.reshape(-1))
+        return tables
+
+    def _program_of(self, ins: list[Any], tables: dict[int, np.ndarray] | None = None) -> bytes:
         """`_program` for these inputs, made again only when a scalar is not the
         read-only array of the last call (they are the chain's constants: making the
         program each call was a third of a small GELU's time)."""
@@ -372,7 +497,10 @@ class ElementwiseChain:
                     break
             else:
                 return held[1]
-        program = self._program({i: ins[i].reshape(()) for i in range(1, len(ins))})
+        order = list(tables or {})
+        program = self._program(
+            {i: ins[i].reshape(()) for i in range(1, len(ins)) if i not in order}, order
+        )
         self._held = (tuple(ins[1:]), program)
         consts = ins[1:]
         if not any(c.flags.writeable for c in consts):
@@ -380,18 +508,31 @@ class ElementwiseChain:
             # `held`): these scalars, a float32 C-contiguous x of at least the ops'
             # scalars' dimensions; the same program, so the same bits as this call's (a
             # pair's NaN: the node's own call); anything else comes here.
+            # With per-channel tables: an (N, C, ...) x channels first (held's check).
             min_ndim = max((ins[i].ndim for i in self._scalar_places), default=0)
             self.quick = _NATIVE.held(  # type: ignore[union-attr]  # native: checked
                 program, tuple(consts), min_ndim,
                 quiet_loop.decline, np.ndarray, np.empty_like,
+                tuple(tables[at] for at in order) if tables else (),
             )  # fmt: skip
         return program
 
-    def _program(self, scalars: dict[int, Any]) -> bytes:
-        """The steps as _chain.c's program, this call's scalar constants in it."""
+    def _program(self, scalars: dict[int, Any], tables: list[int] | None = None) -> bytes:
+        """The steps as _chain.c's program, this call's scalar constants in it; an op
+        whose operand's place is in ``tables`` reads that table (its index there)."""
         parts: list[bytes] = []
         for step in self.steps:
             side = 0
+            if step.op_type == SILU:
+                parts.append(chain_program.silu())
+                continue
+            if tables and step.other in tables and step.side is None:
+                parts.append(
+                    chain_program.channel_step(
+                        step.op_type, step.value_first, tables.index(step.other)
+                    )
+                )
+                continue
             if step.qdq is not None:
                 s, z, s2, z2 = (scalars[at] for at in step.qdq)
                 signed = z.dtype == np.int8
@@ -412,12 +553,15 @@ class ElementwiseChain:
             )
         return b"".join(parts)
 
-    def _scalars_fit(self, x: np.ndarray, ins: list[Any]) -> bool:
-        """Every op's other operand is one element of x's dtype that does not add axes;
-        every pair's parameters are those of the compiled step, on a float32 x."""
+    def _scalars_fit(self, x: np.ndarray, ins: list[Any], tables: dict[int, np.ndarray]) -> bool:
+        """Every op's other operand is one element of x's dtype that does not add axes (or
+        a per-channel table, `_tables`); every pair's parameters are those of the compiled
+        step, on a float32 x."""
         if self._pairs and x.dtype != _F32:
             return False
         for at in self._scalar_places:
+            if at in tables:
+                continue
             c = ins[at]
             if not (scalar(c, x.dtype) and c.ndim <= x.ndim):
                 return False
@@ -427,7 +571,11 @@ class ElementwiseChain:
         """The steps over one block into vb; False when a pair met a NaN."""
         src = xb  # the running value lives in vb after the first step
         for step in self.steps:
-            if step.qdq is not None:
+            if step.op_type == SILU:  # the Sigmoid node's kernel, then the Mul's product
+                gate = np.empty_like(src)
+                sigmoid_into(src, gate)
+                np.multiply(src, gate, out=vb)
+            elif step.qdq is not None:
                 if not _qdq_block(src, vb, *(scalars[at] for at in step.qdq)):
                     return False
             elif step.other is None:

@@ -38,11 +38,17 @@ OPS = {
 }
 # The two steps of a QuantizeLinear -> DequantizeLinear pair (`qdq`).
 QDQ, QDQ_ARGS = 10, 11
+# v * sigmoid(v) of the running value v: a Sigmoid node and the Mul of v by it (SiLU
+# inside a chain, where v has those two readers); a unary step.
+SILU = 12
 MAX_STEPS = 64  # _chain.c's MAX_STEPS: 8-byte steps, a pair's two included
 
 # A step's operand: none (a unary op), a scalar, the chain's own input, or a side value
 # (the chain's input combined with the scalar by a side op: h = x * 0.5 of a GELU).
 NONE, SCALAR, INPUT, SIDE = 0, 1, 2, 3
+# A value per channel of x: the side byte is the table's index in run's `channels`
+# (a GroupNorm's gamma or beta, shape (C, 1, 1)).
+CHANNEL = 4
 # The side op's byte: its code, and this bit when the scalar is its first operand.
 SIDE_SCALAR_FIRST = 0x10
 SIDE_OPS = ("Add", "Sub", "Mul", "Div")
@@ -66,6 +72,18 @@ def program(
         _STEP.pack(OPS[step[0]], step[1], step[2], step[4] if len(step) > 4 else 0, step[3])
         for step in steps
     )
+
+
+def silu() -> bytes:
+    """The SILU step."""
+    return _STEP.pack(SILU, NONE, 1, 0, 0.0)
+
+
+def channel_step(op: str, value_first: bool, table: int) -> bytes:
+    """A binary ``op`` of the running value and per-channel table ``table``."""
+    if op not in SIDE_OPS or not 0 <= table < 16:
+        raise ValueError(f"a per-channel step is Add, Sub, Mul or Div of table 0-15, not {op}")
+    return _STEP.pack(OPS[op], CHANNEL, value_first, table, 0.0)
 
 
 def qdq(scale: float, zero_point: int, signed: bool, scale2: float, zero_point2: int) -> bytes:

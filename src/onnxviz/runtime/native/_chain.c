@@ -3,14 +3,19 @@
  * Mul, a scale and shift, the same with a QDQ model's QuantizeLinear -> DequantizeLinear
  * pair after each op, ...).
  *
- *   run(x, y, program) -> 0: y = the program's steps applied in turn to x (y may be x);
- *       1 when a QDQ step met a NaN (y, and x when y is x, then partly written)
+ *   run(x, y, program[, channels]) -> 0: y = the program's steps applied in turn to x (y
+ *       may be x); 1 when a QDQ step met a NaN (y, and x when y is x, then partly written).
+ *       channels = (tables, C, plane, last): the per-channel steps' tables (float32, C
+ *       values each), x's channels and the values per channel plane; element i of x is
+ *       in channel (i / plane) % C, or i % C when `last` (a channels-last buffer)
  *   held(program, expect, min_ndim, fallback, ndarray, empty_like): a node's call (below)
  *
  * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU, TANH,
- * SIGMOID, QDQ, QDQ_ARGS below),
+ * SIGMOID, QDQ, QDQ_ARGS below, SILU: v * sigmoid(v), a Sigmoid node and the Mul of its
+ * input by it, the running value's two readers),
  * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
- * x combined with the scalar by the side op), value_first (uint8: 1 when the running
+ * x combined with the scalar by the side op, 4 a value per channel: table `side byte` of
+ * run's `channels`, a GroupNorm's gamma or beta of shape (C, 1, 1)), value_first (uint8: 1 when the running
  * value is the op's first operand), the side op (uint8: ADD, SUB, MUL or DIV in its low
  * bits, 0x10 when the scalar is its first operand; 0 unless kind 3), and the scalar
  * (float32, native byte order).  A side value is a node off the chain's path that only
@@ -55,9 +60,38 @@
 
 enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID,
-    OP_QDQ, OP_QDQ_ARGS, OP_COUNT
+    OP_QDQ, OP_QDQ_ARGS, OP_SILU, OP_COUNT
 };
-enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE };
+enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE, KIND_CHANNEL };
+enum { MAX_TABLES = 16 };
+
+/* run's per-channel tables and x's geometry (channel of element i: see the header). */
+typedef struct {
+    const float *tables[MAX_TABLES];
+    Py_ssize_t c, plane;
+    int last;
+} channels_t;
+
+/* buf[i] = table[channel of element start + i], i < n. */
+static void fill_channels(const channels_t *ch, int table, float *buf, Py_ssize_t start,
+                          Py_ssize_t n) {
+    const float *vals = ch->tables[table];
+    if (ch->last) {
+        Py_ssize_t c = start % ch->c;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            buf[i] = vals[c];
+            if (++c == ch->c) c = 0;
+        }
+        return;
+    }
+    for (Py_ssize_t i = 0; i < n;) {
+        const Py_ssize_t pos = start + i, plane = pos / ch->plane;
+        Py_ssize_t end = (plane + 1) * ch->plane - start;
+        if (end > n) end = n;
+        const float v = vals[plane % ch->c];
+        for (; i < end; i++) buf[i] = v;
+    }
+}
 enum { SIDE_SCALAR_FIRST = 0x10 };
 enum { BLOCK = 1024, MAX_STEPS = 64 };
 
@@ -166,12 +200,23 @@ static int level = 0;
     /* One step over n floats, the first `valid` of them real (the QDQ pair tests those    \
      * for a NaN); 1 when a NaN stops the run there, else 0. */                            \
     ATTR static int RS(step)(const step_t *s, float *dst, const float *src, const float *o, \
-                             float *side, Py_ssize_t n, Py_ssize_t valid) {                \
+                             float *side, Py_ssize_t n, Py_ssize_t valid,                  \
+                             const channels_t *ch, Py_ssize_t start) {                     \
         const VF scalar = RS(lanes_of)(s->scalar);                                         \
         VF a;                                                                              \
         switch (s->op) {                                                                   \
         case OP_QDQ:                                                                       \
             return RS(qdq_step)(s, dst, src, n, valid);                                    \
+        case OP_SILU: /* the Sigmoid node's values, then the Mul's product */              \
+            RS(sigmoid_buffer)(src, side, n);                                              \
+            for (Py_ssize_t i = 0; i < n; i += VW) {                                       \
+                VF g;                                                                      \
+                memcpy(&a, src + i, sizeof a);                                             \
+                memcpy(&g, side + i, sizeof g);                                            \
+                a = a * g;                                                                 \
+                memcpy(dst + i, &a, sizeof a);                                             \
+            }                                                                              \
+            return 0;                                                                      \
         case OP_ERF:                                                                       \
             RS(erf_buffer)(src, dst, n);                                                   \
             return 0;                                                                      \
@@ -200,6 +245,21 @@ static int level = 0;
                 RS(binary_step)(s->op, 0, s->value_first, dst, src, NULL, scalar, n);      \
             } else if (s->kind == KIND_INPUT) {                                            \
                 RS(binary_step)(s->op, 1, s->value_first, dst, src, o, scalar, n);         \
+            } else if (s->kind == KIND_CHANNEL && !ch->last && ch->plane % VW == 0) {      \
+                /* planes of whole vectors: each channel's run of the block by its value \
+                 * as a scalar step (filling a buffer had cost twice the op) */           \
+                for (Py_ssize_t i = 0; i < n;) {                                           \
+                    const Py_ssize_t plane = (start + i) / ch->plane;                      \
+                    Py_ssize_t end = (plane + 1) * ch->plane - start;                      \
+                    if (end > n) end = n;                                                  \
+                    RS(binary_step)(s->op, 0, s->value_first, dst + i, src + i, NULL,      \
+                                    RS(lanes_of)(ch->tables[s->side_op][plane % ch->c]),   \
+                                    end - i);                                              \
+                    i = end;                                                               \
+                }                                                                          \
+            } else if (s->kind == KIND_CHANNEL) {                                          \
+                fill_channels(ch, s->side_op, side, start, n);                             \
+                RS(binary_step)(s->op, 1, s->value_first, dst, src, side, scalar, n);      \
             } else { /* the side value x (op) scalar, then the step on it */               \
                 RS(binary_step)(s->side_op, 0, !s->side_scalar_first, side, o, NULL,       \
                                 scalar, n);                                                \
@@ -211,7 +271,7 @@ static int level = 0;
     /* The steps over x into y, a block at a time; 1 when a QDQ step met a NaN (y then     \
      * partly written: with y being x, x too), else 0. */                                  \
     ATTR static int RS(run)(const step_t *steps, int count, const float *x, float *y,      \
-                            Py_ssize_t n) {                                                \
+                            Py_ssize_t n, const channels_t *ch) {                          \
         float v[BLOCK] __attribute__((aligned(64))), o[BLOCK] __attribute__((aligned(64))); \
         float side[BLOCK] __attribute__((aligned(64)));                                    \
         for (Py_ssize_t start = 0; start < n; start += BLOCK) {                            \
@@ -232,7 +292,8 @@ static int level = 0;
             const float *src = in;                                                         \
             for (int k = 0; k < count; k++) {                                              \
                 float *dst = k == count - 1 ? out : v;                                     \
-                if (RS(step)(&steps[k], dst, src, in, side, padded, len)) return 1;        \
+                if (RS(step)(&steps[k], dst, src, in, side, padded, len, ch, start))       \
+                    return 1;                                                              \
                 src = dst;                                                                 \
             }                                                                              \
             if (count == 0 && out != in) memcpy(out, in, (size_t)padded * 4);              \
@@ -264,7 +325,7 @@ static int parse_qdq(const uint8_t *p, step_t *s) {
 
 /* The program's steps, checked (a QDQ pair's two as one); their count, or -1 with a
  * ValueError set when it is not a program. */
-static int parse(const Py_buffer *prog, step_t *steps) {
+static int parse(const Py_buffer *prog, step_t *steps, int tables) {
     if (prog->len % 8 || prog->len / 8 > MAX_STEPS) {
         PyErr_SetString(PyExc_ValueError, "run: the program is 8 bytes a step, at most 64 steps");
         return -1;
@@ -288,7 +349,16 @@ static int parse(const Py_buffer *prog, step_t *steps) {
         memcpy(&s->scalar, p + 4, 4);
         const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_SIGMOID ||
                           s->op == OP_NEG || s->op == OP_ABS ||
-                          s->op == OP_RELU;
+                          s->op == OP_RELU || s->op == OP_SILU;
+        if (s->kind == KIND_CHANNEL) { /* p[3]: the table */
+            s->side_op = p[3];
+            s->side_scalar_first = 0;
+            if (p[3] >= tables || s->op > OP_DIV) {
+                PyErr_Format(PyExc_ValueError, "run: step %d is not a step (its table)", k);
+                return -1;
+            }
+            continue;
+        }
         if (s->op >= OP_COUNT || s->op == OP_QDQ_ARGS /* only after QDQ */ ||
             s->kind > KIND_SIDE || unary != (s->kind == KIND_NONE) ||
             (s->kind == KIND_SIDE ? s->side_op > OP_DIV || (p[3] & ~0x1f)
@@ -301,31 +371,37 @@ static int parse(const Py_buffer *prog, step_t *steps) {
 }
 
 /* 1 when a QDQ step met a NaN, else 0 (run's result). */
-static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n) {
+static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n,
+                     const channels_t *ch) {
 #if ONNXVIZ_X86
     if (level >= 2)
-        return run_avx512(steps, count, x, y, n);
+        return run_avx512(steps, count, x, y, n, ch);
     if (level == 1)
-        return run_avx2(steps, count, x, y, n);
+        return run_avx2(steps, count, x, y, n, ch);
 #endif
-    return run_generic(steps, count, x, y, n);
+    return run_generic(steps, count, x, y, n, ch);
 }
 
 /* ---- a held chain: a fused chain's program with its scalars -------------------------
  *
- * `held(program, expect, min_ndim, fallback, ndarray, empty_like)` makes the callable a
- * chain node runs first from the node loop (fusion_elementwise.ElementwiseChain.quick):
+ * `held(program, expect, min_ndim, fallback, ndarray, empty_like[, tables])` makes the
+ * callable a chain node runs first from the node loop (ElementwiseChain.quick):
  * called with the node's inputs, the scalars being exactly the objects of `expect`
  * (those the program was made with), on a float32 C-contiguous ndarray x of at least
  * `min_ndim` dimensions (the scalars' most: no broadcast adds axes), it makes y by
  * numpy.empty_like and runs the program; any other call, or a run that met a NaN in a
  * QDQ step, is fallback(*args) (its new y dropped).  The Python call's checks, reshapes
- * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values. */
+ * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values.  With
+ * `tables` (the per-channel steps' values, copied: read-only constants of `expect`) x must
+ * also be (N, C, ...) of the tables' C, channels first (a channels-last x: the fallback);
+ * a GroupNorm tail's 20 us of Python on 64 channels at 8 x 8 went. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     step_t steps[MAX_STEPS];
-    int count, min_ndim;
+    int count, min_ndim, ntables;
+    Py_ssize_t channels; /* the per-channel steps' C (their tables' values: `values`) */
+    float *values;       /* ntables x channels floats, copied when held was made */
     PyObject *expect, *fallback, *ndarray, *empty_like;
 } HeldChain;
 
@@ -338,11 +414,23 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     for (Py_ssize_t i = 0; ok && i < n_expect; i++)
         ok = args[1 + i] == PyTuple_GET_ITEM(self->expect, i);
     Py_buffer xv;
+    channels_t ch;
+    memset(&ch, 0, sizeof ch);
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
         ok = 0;
     } else if (ok && !(xv.len > 0 && xv.ndim >= self->min_ndim)) {
         PyBuffer_Release(&xv);
         ok = 0;
+    } else if (ok && self->ntables) {
+        /* per-channel steps: an (N, C, ...) x of the tables' C, channels first */
+        ok = xv.ndim >= 3 && xv.shape[1] == self->channels;
+        ch.c = self->channels;
+        ch.plane = 1;
+        for (int d = 2; ok && d < xv.ndim; d++) ch.plane *= xv.shape[d];
+        ok = ok && ch.plane > 0;
+        for (int t = 0; ok && t < self->ntables; t++)
+            ch.tables[t] = self->values + (Py_ssize_t)t * self->channels;
+        if (!ok) PyBuffer_Release(&xv);
     }
     if (!ok) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *y = PyObject_CallOneArg(self->empty_like, args[0]);
@@ -355,10 +443,10 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
             Py_CLEAR(y);
         } else if (xv.len >= (1 << 16)) {
             Py_BEGIN_ALLOW_THREADS;
-            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
+            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
             Py_END_ALLOW_THREADS;
         } else {
-            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4);
+            nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
         }
         PyBuffer_Release(&yv);
     }
@@ -390,6 +478,7 @@ static void held_dealloc(PyObject *obj) {
     Py_CLEAR(self->ndarray);
     Py_CLEAR(self->empty_like);
     held_clear(obj);
+    PyMem_Free(self->values);
     PyObject_GC_Del(obj);
 }
 
@@ -408,22 +497,57 @@ static PyTypeObject HeldChainType = {
 static PyObject *py_held(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer prog;
-    PyObject *expect, *fallback, *ndarray, *empty_like;
+    PyObject *expect, *fallback, *ndarray, *empty_like, *tables = NULL;
     int min_ndim;
-    if (!PyArg_ParseTuple(args, "y*O!iOOO:held", &prog, &PyTuple_Type, &expect, &min_ndim,
-                          &fallback, &ndarray, &empty_like))
+    if (!PyArg_ParseTuple(args, "y*O!iOOO|O!:held", &prog, &PyTuple_Type, &expect, &min_ndim,
+                          &fallback, &ndarray, &empty_like, &PyTuple_Type, &tables))
         return NULL;
+    const Py_ssize_t ntables = tables ? PyTuple_GET_SIZE(tables) : 0;
     step_t steps[MAX_STEPS];
-    const int count = parse(&prog, steps);
+    const int count = ntables <= MAX_TABLES ? parse(&prog, steps, (int)ntables) : -2;
     PyBuffer_Release(&prog);
+    if (count == -2) PyErr_SetString(PyExc_ValueError, "held: at most 16 tables");
     if (count < 0) return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(empty_like)) {
         PyErr_SetString(PyExc_ValueError, "held: fallback and empty_like must be callables");
         return NULL;
     }
+    /* the tables' values, copied: each C float32 values, one C */
+    float *values = NULL;
+    Py_ssize_t channels = 0;
+    for (Py_ssize_t t = 0; t < ntables; t++) {
+        Py_buffer tv;
+        if (onnxviz_get_floats(PyTuple_GET_ITEM(tables, t), &tv, 0, 0, 0, "table") < 0) {
+            PyMem_Free(values);
+            return NULL;
+        }
+        const Py_ssize_t c = tv.len / 4;
+        if (t == 0) {
+            channels = c;
+            values = c > 0 ? PyMem_Malloc((size_t)(ntables * c) * sizeof(float)) : NULL;
+            if (c > 0 && values == NULL) {
+                PyBuffer_Release(&tv);
+                return PyErr_NoMemory();
+            }
+        }
+        if (c != channels || c < 1) {
+            PyBuffer_Release(&tv);
+            PyMem_Free(values);
+            PyErr_SetString(PyExc_ValueError, "held: tables of one length, at least 1");
+            return NULL;
+        }
+        memcpy(values + t * c, tv.buf, (size_t)c * sizeof(float));
+        PyBuffer_Release(&tv);
+    }
     HeldChain *obj = PyObject_GC_New(HeldChain, &HeldChainType);
-    if (!obj) return NULL;
+    if (!obj) {
+        PyMem_Free(values);
+        return NULL;
+    }
     obj->vectorcall = held_vectorcall;
+    obj->ntables = (int)ntables;
+    obj->channels = channels;
+    obj->values = values;
     memcpy(obj->steps, steps, sizeof(step_t) * (size_t)count);
     obj->count = count;
     obj->min_ndim = min_ndim;
@@ -437,36 +561,70 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xo, *yo;
+    PyObject *xo, *yo, *chan = Py_None;
     Py_buffer prog;
-    if (!PyArg_ParseTuple(args, "OOy*:run", &xo, &yo, &prog)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOy*|O:run", &xo, &yo, &prog, &chan)) return NULL;
+    channels_t ch;
+    memset(&ch, 0, sizeof ch);
+    Py_buffer tv[MAX_TABLES];
+    Py_ssize_t ntables = 0;
+    PyObject *tables = NULL;
+    if (chan != Py_None) {
+        if (!PyArg_ParseTuple(chan, "O!nnp:channels", &PyTuple_Type, &tables, &ch.c, &ch.plane,
+                              &ch.last)) {
+            PyBuffer_Release(&prog);
+            return NULL;
+        }
+        ntables = PyTuple_GET_SIZE(tables);
+        if (ntables > MAX_TABLES || ch.c < 1 || ch.plane < 1) {
+            PyBuffer_Release(&prog);
+            PyErr_SetString(PyExc_ValueError,
+                            "run: channels: at most 16 tables, C and plane at least 1");
+            return NULL;
+        }
+        for (Py_ssize_t t = 0; t < ntables; t++) {
+            if (onnxviz_get_floats(PyTuple_GET_ITEM(tables, t), &tv[t], ch.c, 1, 0, "table") <
+                0) {
+                for (Py_ssize_t q = 0; q < t; q++) PyBuffer_Release(&tv[q]);
+                PyBuffer_Release(&prog);
+                return NULL;
+            }
+            ch.tables[t] = tv[t].buf;
+        }
+    }
     step_t steps[MAX_STEPS];
-    const int count = parse(&prog, steps);
+    const int count = parse(&prog, steps, (int)ntables);
     PyBuffer_Release(&prog);
-    if (count < 0) return NULL;
+    PyObject *result = NULL;
     Py_buffer xv, yv;
-    if (onnxviz_get_float_pair(xo, yo, &xv, &yv, "run") < 0) return NULL;
-    const float *x = xv.buf;
-    float *y = yv.buf;
-    const Py_ssize_t n = xv.len / 4;
-    int nan;
-    Py_BEGIN_ALLOW_THREADS;
-    nan = run_steps(steps, count, x, y, n);
-    Py_END_ALLOW_THREADS;
-    PyBuffer_Release(&xv);
-    PyBuffer_Release(&yv);
-    return PyLong_FromLong(nan);
+    if (count >= 0 && onnxviz_get_float_pair(xo, yo, &xv, &yv, "run") == 0) {
+        const Py_ssize_t n = xv.len / 4;
+        if (chan != Py_None && n % (ch.c * (ch.last ? 1 : ch.plane))) {
+            PyErr_SetString(PyExc_ValueError, "run: x is not whole images of C x plane values");
+        } else {
+            int nan;
+            Py_BEGIN_ALLOW_THREADS;
+            nan = run_steps(steps, count, xv.buf, yv.buf, n, &ch);
+            Py_END_ALLOW_THREADS;
+            result = PyLong_FromLong(nan);
+        }
+        PyBuffer_Release(&xv);
+        PyBuffer_Release(&yv);
+    }
+    for (Py_ssize_t t = 0; t < ntables; t++) PyBuffer_Release(&tv[t]);
+    return result;
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"run", py_run, METH_VARARGS,
-     "run(x, y, program) -> 0: y = program's elementwise steps applied to x, float32 "
-     "contiguous buffers of one length (y may be x); 1 when a QDQ step met a NaN (y, and x "
-     "when y is x, then partly written)."},
+     "run(x, y, program, channels=None) -> 0: y = program's elementwise steps applied to x, "
+     "float32 contiguous buffers of one length (y may be x); 1 when a QDQ step met a NaN (y, "
+     "and x when y is x, then partly written).  channels = (tables, C, plane, last): the "
+     "per-channel steps' tables and x's geometry."},
     {"held", py_held, METH_VARARGS,
-     "held(program, expect, min_ndim, fallback, ndarray, empty_like) -> a callable "
+     "held(program, expect, min_ndim, fallback, ndarray, empty_like, tables=()) -> a callable "
      "f(x, *expect): the program run on a float32 C-contiguous ndarray x of at least "
      "min_ndim dimensions into a new array "
      "(empty_like(x)); any other call (other scalars, dtype, layout, an empty x), or a "
