@@ -392,8 +392,10 @@ def test_wrong_calls_raise_value_error(level: int) -> None:
                 bad.append([*good[:k], v.astype(other), *good[k + 1 :]])
         layout = module.qlstm_layout()
         r = _Direction(np.random.default_rng(8), (3, 2, 5), dtype=np.uint8).r
-        bad.append([good[0], *cqd._packed_recurrent(r, 1 - layout), *good[4:]])  # other level's
-        bad.append([*good[:2], None if layout else good[7][0], *good[3:]])
+        other = 0 if layout else 1
+        bad.append([good[0], *cqd._packed_recurrent(r, other), *good[4:]])  # other level's
+        sums = np.zeros(good[1].size // 32, np.int32)  # (blocks, 4, 16) of the quads
+        bad.append([*good[:2], None if layout == 1 else sums, *good[3:]])
         bad.append([*good[:3], 300, *good[4:]])  # an offset no zero point gives
         for k in (8, 9, 10):  # the outputs: read-only, an input, each other
             ro = good[k].copy()

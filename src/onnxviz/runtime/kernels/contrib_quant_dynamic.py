@@ -347,14 +347,16 @@ def _packed_recurrent(r: _QuantWeight, layout: int) -> _Packed:
     """R [H, 4H] in the layout the compiled loop streams at its level (native/_recurrent.c's
     qlstm and qlstm_layout), per block of 16 hidden units, zero past H rows and columns:
     0, pairs: R minus its zero point as int16 (|values| <= 255), per pair of rows
-    k = 2p, 2p + 1, per gate, per unit, the pair's two values; 1, quads (AVX-512 VNNI):
+    k = 2p, 2p + 1, per gate, per unit, the pair's two values; 2, byte pairs (AVX2): the
+    same order, R - o as int8 (o = 128 for uint8 R, else 0) and the offset o - zero point
+    (the kernel widens the bytes and adds the offset's row term); 1, quads (AVX-512 VNNI):
     R - o as int8 (o = 128 for uint8 R, else 0) per quad of rows, with the column sums of
     R minus its zero point and the offset o - zero point.  Made once per constant R, zero
     point and layout (_weight_cache; a direction's R is a view of the initializer)."""
     k, columns = r.values.shape
     hidden = columns // 4
     blocks, rows = -(-hidden // 16), -(-k // 4) * 4
-    group = 4 if layout else 2  # rows of k per vector lane
+    group = 4 if layout == 1 else 2  # rows of k per vector lane
 
     def build() -> _Packed:
         values = r.values.astype(np.int16)
@@ -364,6 +366,8 @@ def _packed_recurrent(r: _QuantWeight, layout: int) -> _Packed:
         packed = wide.reshape(rows // group, group, 4, blocks, 16).transpose(3, 0, 2, 4, 1)
         if not layout:
             return np.ascontiguousarray(packed), None, 0
+        if layout == 2:  # byte pairs (AVX2): the zero point's row term in the kernel
+            return np.ascontiguousarray(packed), None, shift - r.zero_point
         sums = np.zeros((4, blocks * 16), np.int32)
         sums[:, :hidden] = (values - r.zero_point).sum(axis=0, dtype=np.int32).reshape(4, -1)
         sums = np.ascontiguousarray(sums.reshape(4, blocks, 16).transpose(1, 0, 2))

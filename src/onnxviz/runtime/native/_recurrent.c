@@ -90,8 +90,9 @@ typedef struct {
     const float *xp;         /* (T, B, 4H) x_part: the input product, scaled */
     const void *w;           /* R packed: int16 pairs, or int8 quads (bytes) */
     const int32_t *sums;     /* quads: (blocks, 4, 16) sum_k (R - zero point) */
-    int32_t offset;          /* quads: what R's packed bytes lack of R - zero point */
+    int32_t offset;          /* quads, byte pairs: what R's packed bytes lack of R - zr */
     int bytes;               /* 1: the quads layout (level 3), 0: the pairs */
+    int pairs8;              /* 1: the pairs as bytes (AVX2: layout 2), widened in the tile */
     const float *rs;         /* (4H,) R's scale per column */
     const float *bias;       /* (4H,) Wb + Rb, or NULL */
     const float *h0;         /* (B, H) */
@@ -294,6 +295,42 @@ qtile256(const int16_t *hc, Py_ssize_t kp, const int16_t *w, Py_ssize_t P, const
                                     acc[m][g][v]);
 }
 
+/* qtile256 over R kept as bytes (layout 2, byte pairs: R - o, o 128 for a uint8 R), each
+ * gate's 32 bytes of a k pair widened to the int16 pairs vpmaddwd takes as they are
+ * loaded (vpmovsxbw): half the bytes a step streams, so a 256-unit layer's R (256 KB a
+ * direction, not 512) stays in a 512 KB L2 between steps; the zero point comes in as
+ * a row term after (qgemm_avx2).  The same exact products. */
+__attribute__((target(T256), always_inline)) static inline void
+qtile256_bytes(const int16_t *hc, Py_ssize_t kp, const int8_t *w, Py_ssize_t P, const int MRc,
+               const int g0, const int GS, int32_t *tile) {
+    __m256i acc[MR_MAX][4][2];
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < GS; g++) acc[m][g][0] = acc[m][g][1] = _mm256_setzero_si256();
+    const int8_t *wp = w + g0 * 2 * UNITS;
+    for (const int16_t *hp = hc, *end = hc + 2 * P; hp < end; hp += 2, wp += 4 * 2 * UNITS) {
+        __m256i wv[4][2];
+        for (int g = 0; g < GS; g++) {
+            wv[g][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wp + g * 2 * UNITS)));
+            wv[g][1] = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(wp + g * 2 * UNITS + UNITS)));
+        }
+        for (int m = 0; m < MRc; m++) {
+            int32_t pair;
+            memcpy(&pair, hp + m * kp, sizeof pair);
+            const __m256i hb = _mm256_set1_epi32(pair);
+            for (int g = 0; g < GS; g++)
+                for (int v = 0; v < 2; v++)
+                    acc[m][g][v] =
+                        _mm256_add_epi32(acc[m][g][v], _mm256_madd_epi16(hb, wv[g][v]));
+        }
+    }
+    for (int m = 0; m < MRc; m++)
+        for (int g = 0; g < GS; g++)
+            for (int v = 0; v < 2; v++)
+                _mm256_storeu_si256((__m256i *)(tile + (m * 4 + g0 + g) * UNITS + v * 8),
+                                    acc[m][g][v]);
+}
+
 #define QMR256 4
 
 /* Passes over the gates so that a tile holds at most 8 accumulators: 1 row all 4 gates,
@@ -303,6 +340,32 @@ __attribute__((target(T256))) static void qgemm_avx2(const QJob *jb, Py_ssize_t 
                                                      Py_ssize_t j, int32_t *tile) {
     const Py_ssize_t kp = jb->kp, P = kp / 2;
     const int16_t *hc = (const int16_t *)jb->codes + m0 * kp;
+    if (jb->pairs8) {
+        const int8_t *w8 = (const int8_t *)jb->w + j * P * 4 * 2 * UNITS;
+        switch (mr) {
+        case 1: qtile256_bytes(hc, kp, w8, P, 1, 0, 4, tile); break;
+        case 2:
+            qtile256_bytes(hc, kp, w8, P, 2, 0, 2, tile);
+            qtile256_bytes(hc, kp, w8, P, 2, 2, 2, tile);
+            break;
+        case 3:
+            for (int g = 0; g < 4; g++) qtile256_bytes(hc, kp, w8, P, 3, g, 1, tile);
+            break;
+        default:
+            for (int g = 0; g < 4; g++) qtile256_bytes(hc, kp, w8, P, 4, g, 1, tile);
+            break;
+        }
+        if (jb->offset) { /* + offset * sum_k hc[m][k]: R - zr = (R - o) + (o - zr) */
+            for (int m = 0; m < mr; m++) {
+                int32_t sum = 0; /* |sum| <= 255 kp: no overflow */
+                for (Py_ssize_t k = 0; k < kp; k++) sum += hc[m * kp + k];
+                const uint32_t add = (uint32_t)jb->offset * (uint32_t)sum;
+                int32_t *row = tile + m * 4 * UNITS;
+                for (int l = 0; l < 4 * UNITS; l++) row[l] = (int32_t)((uint32_t)row[l] + add);
+            }
+        }
+        return;
+    }
     const int16_t *w = (const int16_t *)jb->w + j * P * 4 * 2 * UNITS;
     switch (mr) {
     case 1: qtile256(hc, kp, w, P, 1, 0, 4, tile); break;
@@ -684,8 +747,8 @@ static const void *add_typed_buf(Bufs *bs, PyObject *obj, Py_ssize_t count, char
 }
 
 /* The layout qlstm takes R in at the level set: 1 (quads of bytes, AVX-512 VNNI) at level
- * 3, else 0 (pairs of int16). */
-static int qlstm_layout(void) { return level >= 3; }
+ * 3, 2 (pairs of bytes, widened in the tile) at AVX2, else 0 (pairs of int16). */
+static int qlstm_layout(void) { return level >= 3 ? 1 : level == 1 ? 2 : 0; }
 
 /* The layout lstm, gru and held take the float recurrent weights in at the level set
  * (kernels/nn_rnn._native_packed): 0 per block of UNITS units (H, G, UNITS); 1 (AVX2)
@@ -713,6 +776,8 @@ static int float_layout(void) { return level == 1; }
  *     point):
  *     0, pairs: int16 (ceil(H / 16), kp / 2, 4, 16, 2), [j, p, g, u, e] =
  *        R[2p + e, g*H + 16j + u] - zr; sums None, offset 0;
+ *     2, byte pairs (AVX2): int8 of the same shape, R[2p + e, g*H + 16j + u] - o (o = 0
+ *        for int8 R, 128 for uint8); sums None; offset = o - zr;
  *     1, quads: int8 (ceil(H / 16), kp / 4, 4, 16, 4), [j, q, g, u, e] =
  *        R[4q + e, g*H + 16j + u] - o (o = 0 for int8 R, 128 for uint8); sums int32
  *        (ceil(H / 16), 4, 16) the column sums of R - zr; offset = o - zr;
@@ -737,12 +802,15 @@ static PyObject *py_qlstm(PyObject *self, PyObject *args) {
                      "qlstm: steps and batch must be in 1..2**30, hidden in 1..%d", QMAX_K);
         return NULL;
     }
-    jb.bytes = qlstm_layout();
-    if (jb.bytes ? (so == Py_None || offset < -255 || offset > 255)
-                 : (so != Py_None || offset != 0)) {
+    const int layout = qlstm_layout();
+    jb.bytes = layout == 1;
+    jb.pairs8 = layout == 2;
+    if (jb.bytes    ? (so == Py_None || offset < -255 || offset > 255)
+        : jb.pairs8 ? (so != Py_None || offset < -255 || offset > 255)
+                    : (so != Py_None || offset != 0)) {
         PyErr_SetString(PyExc_ValueError,
                         "qlstm: the quads layout takes sums and an offset within 255, the "
-                        "pairs none (see qlstm_layout)");
+                        "byte pairs an offset within 255, the pairs neither (see qlstm_layout)");
         return NULL;
     }
     jb.offset = offset;
@@ -762,8 +830,8 @@ static PyObject *py_qlstm(PyObject *self, PyObject *args) {
     Bufs bs = {.n = 0};
     const float *c0;
     if (!(jb.xp = add_buf(&bs, xo, x_n, 0, "x_part")) ||
-        !(jb.w = jb.bytes ? add_typed_buf(&bs, wo, w_n, 'b', 1, "w")
-                          : add_typed_buf(&bs, wo, w_n, 'h', 2, "w")) ||
+        !(jb.w = jb.bytes || jb.pairs8 ? add_typed_buf(&bs, wo, w_n, 'b', 1, "w")
+                                       : add_typed_buf(&bs, wo, w_n, 'h', 2, "w")) ||
         (jb.bytes && !(jb.sums = add_typed_buf(&bs, so, nb * 4 * UNITS, 'i', 4, "sums"))) ||
         !(jb.rs = add_buf(&bs, rso, 4 * jb.H, 0, "r_scale")) ||
         (bo != Py_None && !(jb.bias = add_buf(&bs, bo, 4 * jb.H, 0, "bias"))) ||
