@@ -497,9 +497,10 @@ def test_per_channel_steps_and_silu_give_numpys_bits(
     with np.errstate(all="ignore"):
         v = x * gamma + beta
         sigmoid = np.empty_like(v)
-        from onnxviz.runtime.kernels.math_activation import sigmoid_into
-
-        sigmoid_into(v, sigmoid)  # the Sigmoid kernel's (compiled) values
+        # the Sigmoid kernel's compiled values (the chain's one-step program; under
+        # ONNXVIZ_NATIVE=off the kernel runs numpy's own, which the chain never does)
+        one = chain_program.program([("Sigmoid", chain_program.NONE, True, 0.0)])
+        module.run(np.ascontiguousarray(v).reshape(-1), sigmoid.reshape(-1), one)
         want = v * sigmoid
     dense = np.ascontiguousarray(x.transpose(0, 2, 3, 1) if last else x)
     program = (
