@@ -667,23 +667,78 @@ def _native_direct_rows(
         or not direct_routing()
     ):
         return None
-    n, c, h, wd = x.shape
-    m = w.shape[0]
-    oh, ow = out_shape
-    xl = aligned_empty((n, h, wd, c))
-    chan.place(np.ascontiguousarray(x), xl, (n, h * wd, c, c, 0), True)
-    yl = out_empty((n, oh, ow, m))
-    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
-    if not native_direct(
-        xl, direct_weight(w, packed, lanes), lanes, m, kernel, b, None, yl, strides,
-        dilations, pads,
-    ):  # fmt: skip
-        return None
-    out = out_empty((n, m, oh, ow))
-    chan.unplace(yl, out, (n, oh * ow, m))
-    if addend is not None:
-        out += addend
-    return out, True
+    call = _DirectCall(
+        native.load("conv"), chan, direct_weight(w, packed, lanes), bias, lanes, x.shape,
+        w.shape[0], kernel, strides, dilations, pads, out_shape, rows=True,
+    )  # fmt: skip
+    return call(x, addend), True
+
+
+class _DirectCall:
+    """The compiled direct conv (native/_conv.c) of one geometry, NCHW in and out: the
+    kernel's own NCHW form (``rows`` False: it transposes the rows it reads and writes the
+    planes), or through channels-last rows (`_native_direct_rows`).  Called with the input
+    and an addend: the output with the bias and the addend in (an addend the kernel does
+    not take, numpy adds after: its broadcasting, its errors)."""
+
+    def __init__(
+        self,
+        module: Any,
+        chan: Any,
+        wp: np.ndarray,
+        bias: np.ndarray | None,
+        lanes: int,
+        x_shape: tuple[int, ...],
+        m: int,
+        kernel: Sequence[int],
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[int],
+        out_shape: Sequence[int],
+        rows: bool,
+    ) -> None:
+        n, c, h, wd = x_shape
+        oh, ow = out_shape
+        self.module, self.chan, self.wp, self.lanes, self.rows = module, chan, wp, lanes, rows
+        self.b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+        self.geometry = ((n, h, wd, c), (m, kernel[0], kernel[1]), (oh, ow), tuple(strides),
+                         tuple(dilations), (pads[0], pads[1]))  # fmt: skip
+        self.rows_in, self.rows_out = (n, h, wd, c), (n, oh, ow, m)
+        self.out_shape = (n, m, oh, ow)
+
+    def __call__(self, x: np.ndarray, addend: Any) -> np.ndarray:
+        f32 = np.dtype(np.float32)
+        n, h, wd, c = self.rows_in
+        if self.rows:
+            xl = aligned_empty(self.rows_in)
+            self.chan.place(np.ascontiguousarray(x), xl, (n, h * wd, c, c, 0), True)
+            yl = out_empty(self.rows_out)
+            self.module.conv_nhwc(
+                xl, self.wp, self.b, None, yl, *self.geometry, ACT_NONE, math.nan, math.nan,
+                self.lanes, 0,
+            )  # fmt: skip
+            out = out_empty(self.out_shape)
+            _, oh, ow, m = self.rows_out
+            self.chan.unplace(yl, out, (n, oh * ow, m))
+            if addend is not None:
+                out += addend
+            return out
+        add = addend
+        if add is not None and (
+            type(add) is not np.ndarray
+            or add.dtype != f32
+            or add.shape != self.out_shape
+            or not add.flags.c_contiguous
+        ):
+            add = None  # added after, by numpy
+        out = out_empty(self.out_shape)
+        self.module.conv_nhwc(
+            np.ascontiguousarray(x), self.wp, self.b, add, out, *self.geometry, ACT_NONE,
+            math.nan, math.nan, self.lanes, 3,
+        )  # fmt: skip
+        if addend is not None and add is None:
+            out += addend
+        return out
 
 
 def prepared_nchw(
@@ -742,46 +797,22 @@ def prepared_nchw(
     chan = native.load("channels") if rows else None
     if lanes is None or module is None or (rows and chan is None):
         return None
-    wp = direct_weight(w, packed, lanes)
-    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
-    h, wd = x.shape[2:]
-    oh, ow = out_shape
-    out_nchw = (n, m, oh, ow)
-    dims = ((n, h, wd, c), (m, kernel[0], kernel[1]), (oh, ow), tuple(strides), tuple(dilations))
-    pad2 = (pads[0], pads[1])
-    shape = tuple(x.shape)
+    run = _DirectCall(
+        module, chan, direct_weight(w, packed, lanes), bias, lanes, x.shape, m, kernel,
+        strides, dilations, pads, out_shape, rows,
+    )  # fmt: skip
+    shape, out_nchw = tuple(x.shape), run.out_shape
 
     def call(xi: Any, addend: Any) -> np.ndarray | None:
         if type(xi) is not np.ndarray or xi.dtype != f32 or xi.shape != shape:
             return None
         if native.load("conv") is not module or module.lanes() != lanes:
             return None  # the level changed: the layers decide again
-        add = addend
-        if add is not None and (
-            type(add) is not np.ndarray or add.dtype != f32 or add.shape != out_nchw
+        if addend is not None and (
+            type(addend) is not np.ndarray or addend.dtype != f32 or addend.shape != out_nchw
         ):
             return None
-        if rows:
-            xl = aligned_empty((n, h, wd, c))
-            chan.place(np.ascontiguousarray(xi), xl, (n, h * wd, c, c, 0), True)  # type: ignore[union-attr]
-            yl = out_empty((n, oh, ow, m))
-            module.conv_nhwc(
-                xl, wp, b, None, yl, *dims, pad2, ACT_NONE, math.nan, math.nan, lanes, 0
-            )
-            out = out_empty(out_nchw)
-            chan.unplace(yl, out, (n, oh * ow, m))  # type: ignore[union-attr]
-            if add is not None:
-                out += add
-            return out
-        direct_add = add if add is None or add.flags.c_contiguous else None
-        out = out_empty(out_nchw)
-        module.conv_nhwc(
-            np.ascontiguousarray(xi), wp, b, direct_add, out, *dims, pad2,
-            ACT_NONE, math.nan, math.nan, lanes, 3,
-        )  # fmt: skip
-        if add is not None and direct_add is None:
-            out += add
-        return out
+        return run(xi, addend)
 
     return call
 
@@ -824,40 +855,14 @@ def _native_direct_nchw(
     ):
         return None
     lanes = direct_lanes()
-    if lanes is None:
+    module = native.load("conv")
+    if lanes is None or module is None:
         return None
-    n, m = x.shape[0], w.shape[0]
-    add = addend
-    if add is not None and (
-        type(add) is not np.ndarray
-        or add.dtype != f32
-        or add.shape != (n, m, *out_shape)
-        or not add.flags.c_contiguous
-    ):
-        add = None  # added after, by numpy (its broadcasting, its errors)
-    xc = np.ascontiguousarray(x)
-    b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
-    out = out_empty((n, m, *out_shape))
-    wp = direct_weight(w, packed, lanes)
-    if not native_direct(
-        xc,
-        wp,
-        lanes,
-        m,
-        kernel,
-        b,
-        add,
-        out,
-        strides,
-        dilations,
-        pads,
-        x_first=True,
-        out_first=True,
-    ):
-        return None
-    if addend is not None and add is None:
-        out += addend
-    return out, True
+    call = _DirectCall(
+        module, None, direct_weight(w, packed, lanes), bias, lanes, x.shape, w.shape[0],
+        kernel, strides, dilations, pads, out_shape, rows=False,
+    )  # fmt: skip
+    return call(x, addend), True
 
 
 def _native_depthwise_nchw(

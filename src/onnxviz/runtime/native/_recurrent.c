@@ -265,54 +265,31 @@ __attribute__((target(T256))) static void gemm_avx2(const float *h, const float 
  * and batch 4 ran as a 3-row and a 1-row tile, reading the weights twice more
  * (a dynamic-quantized LSTM of 256 units at batch 4 ran at 2.1x onnxruntime's time). */
 __attribute__((target(T256), always_inline)) static inline void
-qtile256(const int16_t *hc, Py_ssize_t kp, const int16_t *w, Py_ssize_t P, const int MRc,
-         const int g0, const int GS, int32_t *tile) {
+qtile256(const int16_t *hc, Py_ssize_t kp, const void *w, const int bytes, Py_ssize_t P,
+         const int MRc, const int g0, const int GS, int32_t *tile) {
+    /* w: int16 pairs, or with `bytes` (layout 2, byte pairs: R - o, o 128 for a uint8 R)
+     * the same pairs as bytes, widened to int16 as they are loaded (vpmovsxbw): half the
+     * bytes a step streams, so a 256-unit layer's R (256 KB a direction, not 512) stays
+     * in a 512 KB L2 between steps; the zero point comes in as a row term after
+     * (qgemm_avx2).  The same exact products. */
     __m256i acc[MR_MAX][4][2];
     for (int m = 0; m < MRc; m++)
         for (int g = 0; g < GS; g++) acc[m][g][0] = acc[m][g][1] = _mm256_setzero_si256();
-    /* pointers stepped, no p counter (as tile256) */
-    const int16_t *wp = w + g0 * 2 * UNITS;
-    for (const int16_t *hp = hc, *end = hc + 2 * P; hp < end; hp += 2, wp += 4 * 2 * UNITS) {
+    /* pointers stepped, no p counter (as tile256); a step of 4 gates' 2 x 16 values */
+    const char *wp = (const char *)w + (Py_ssize_t)g0 * 2 * UNITS * (bytes ? 1 : 2);
+    const Py_ssize_t wstep = 4 * 2 * UNITS * (bytes ? 1 : 2);
+    for (const int16_t *hp = hc, *end = hc + 2 * P; hp < end; hp += 2, wp += wstep) {
         __m256i wv[4][2];
         for (int g = 0; g < GS; g++) {
-            wv[g][0] = _mm256_loadu_si256((const __m256i *)(wp + g * 2 * UNITS));
-            wv[g][1] = _mm256_loadu_si256((const __m256i *)(wp + g * 2 * UNITS + UNITS));
-        }
-        for (int m = 0; m < MRc; m++) {
-            int32_t pair;
-            memcpy(&pair, hp + m * kp, sizeof pair);
-            const __m256i hb = _mm256_set1_epi32(pair);
-            for (int g = 0; g < GS; g++)
-                for (int v = 0; v < 2; v++)
-                    acc[m][g][v] =
-                        _mm256_add_epi32(acc[m][g][v], _mm256_madd_epi16(hb, wv[g][v]));
-        }
-    }
-    for (int m = 0; m < MRc; m++)
-        for (int g = 0; g < GS; g++)
-            for (int v = 0; v < 2; v++)
-                _mm256_storeu_si256((__m256i *)(tile + (m * 4 + g0 + g) * UNITS + v * 8),
-                                    acc[m][g][v]);
-}
-
-/* qtile256 over R kept as bytes (layout 2, byte pairs: R - o, o 128 for a uint8 R), each
- * gate's 32 bytes of a k pair widened to the int16 pairs vpmaddwd takes as they are
- * loaded (vpmovsxbw): half the bytes a step streams, so a 256-unit layer's R (256 KB a
- * direction, not 512) stays in a 512 KB L2 between steps; the zero point comes in as
- * a row term after (qgemm_avx2).  The same exact products. */
-__attribute__((target(T256), always_inline)) static inline void
-qtile256_bytes(const int16_t *hc, Py_ssize_t kp, const int8_t *w, Py_ssize_t P, const int MRc,
-               const int g0, const int GS, int32_t *tile) {
-    __m256i acc[MR_MAX][4][2];
-    for (int m = 0; m < MRc; m++)
-        for (int g = 0; g < GS; g++) acc[m][g][0] = acc[m][g][1] = _mm256_setzero_si256();
-    const int8_t *wp = w + g0 * 2 * UNITS;
-    for (const int16_t *hp = hc, *end = hc + 2 * P; hp < end; hp += 2, wp += 4 * 2 * UNITS) {
-        __m256i wv[4][2];
-        for (int g = 0; g < GS; g++) {
-            wv[g][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wp + g * 2 * UNITS)));
-            wv[g][1] = _mm256_cvtepi8_epi16(
-                _mm_loadu_si128((const __m128i *)(wp + g * 2 * UNITS + UNITS)));
+            if (bytes) {
+                const int8_t *w8 = (const int8_t *)wp + g * 2 * UNITS;
+                wv[g][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w8));
+                wv[g][1] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w8 + UNITS)));
+            } else {
+                const int16_t *w16 = (const int16_t *)wp + g * 2 * UNITS;
+                wv[g][0] = _mm256_loadu_si256((const __m256i *)w16);
+                wv[g][1] = _mm256_loadu_si256((const __m256i *)(w16 + UNITS));
+            }
         }
         for (int m = 0; m < MRc; m++) {
             int32_t pair;
@@ -335,52 +312,45 @@ qtile256_bytes(const int16_t *hc, Py_ssize_t kp, const int8_t *w, Py_ssize_t P, 
 
 /* Passes over the gates so that a tile holds at most 8 accumulators: 1 row all 4 gates,
  * 2 rows 2 gates a pass, 3-4 rows 1 gate a pass (an int32 add's latency is one cycle: few
- * chains are enough). */
+ * chains are enough).  BYTES: the byte pairs (a constant, so each form compiles apart). */
+#define QGEMM_AVX2_PASSES(BYTES)                                                           \
+    switch (mr) {                                                                          \
+    case 1: qtile256(hc, kp, w, BYTES, P, 1, 0, 4, tile); break;                           \
+    case 2:                                                                                \
+        qtile256(hc, kp, w, BYTES, P, 2, 0, 2, tile);                                      \
+        qtile256(hc, kp, w, BYTES, P, 2, 2, 2, tile);                                      \
+        break;                                                                             \
+    case 3: /* (2 gates a pass: 12 accumulators, which GCC kept on the stack) */           \
+        for (int g = 0; g < 4; g++) qtile256(hc, kp, w, BYTES, P, 3, g, 1, tile);          \
+        break;                                                                             \
+    default:                                                                               \
+        for (int g = 0; g < 4; g++) qtile256(hc, kp, w, BYTES, P, 4, g, 1, tile);          \
+        break;                                                                             \
+    }
+
 __attribute__((target(T256))) static void qgemm_avx2(const QJob *jb, Py_ssize_t m0, int mr,
                                                      Py_ssize_t j, int32_t *tile) {
     const Py_ssize_t kp = jb->kp, P = kp / 2;
     const int16_t *hc = (const int16_t *)jb->codes + m0 * kp;
-    if (jb->pairs8) {
-        const int8_t *w8 = (const int8_t *)jb->w + j * P * 4 * 2 * UNITS;
-        switch (mr) {
-        case 1: qtile256_bytes(hc, kp, w8, P, 1, 0, 4, tile); break;
-        case 2:
-            qtile256_bytes(hc, kp, w8, P, 2, 0, 2, tile);
-            qtile256_bytes(hc, kp, w8, P, 2, 2, 2, tile);
-            break;
-        case 3:
-            for (int g = 0; g < 4; g++) qtile256_bytes(hc, kp, w8, P, 3, g, 1, tile);
-            break;
-        default:
-            for (int g = 0; g < 4; g++) qtile256_bytes(hc, kp, w8, P, 4, g, 1, tile);
-            break;
-        }
-        if (jb->offset) { /* + offset * sum_k hc[m][k]: R - zr = (R - o) + (o - zr) */
-            for (int m = 0; m < mr; m++) {
-                int32_t sum = 0; /* |sum| <= 255 kp: no overflow */
-                for (Py_ssize_t k = 0; k < kp; k++) sum += hc[m * kp + k];
-                const uint32_t add = (uint32_t)jb->offset * (uint32_t)sum;
-                int32_t *row = tile + m * 4 * UNITS;
-                for (int l = 0; l < 4 * UNITS; l++) row[l] = (int32_t)((uint32_t)row[l] + add);
-            }
-        }
+    const Py_ssize_t at = j * P * 4 * 2 * UNITS; /* the block's first value */
+    if (!jb->pairs8) {
+        const int16_t *w = (const int16_t *)jb->w + at;
+        QGEMM_AVX2_PASSES(0)
         return;
     }
-    const int16_t *w = (const int16_t *)jb->w + j * P * 4 * 2 * UNITS;
-    switch (mr) {
-    case 1: qtile256(hc, kp, w, P, 1, 0, 4, tile); break;
-    case 2:
-        qtile256(hc, kp, w, P, 2, 0, 2, tile);
-        qtile256(hc, kp, w, P, 2, 2, 2, tile);
-        break;
-    case 3: /* (2 gates a pass: 12 accumulators, which GCC kept on the stack) */
-        for (int g = 0; g < 4; g++) qtile256(hc, kp, w, P, 3, g, 1, tile);
-        break;
-    default:
-        for (int g = 0; g < 4; g++) qtile256(hc, kp, w, P, 4, g, 1, tile);
-        break;
+    const int8_t *w = (const int8_t *)jb->w + at;
+    QGEMM_AVX2_PASSES(1)
+    if (jb->offset) { /* + offset * sum_k hc[m][k]: R - zr = (R - o) + (o - zr) */
+        for (int m = 0; m < mr; m++) {
+            int32_t sum = 0; /* |sum| <= 255 kp: no overflow */
+            for (Py_ssize_t k = 0; k < kp; k++) sum += hc[m * kp + k];
+            const uint32_t add = (uint32_t)jb->offset * (uint32_t)sum;
+            int32_t *row = tile + m * 4 * UNITS;
+            for (int l = 0; l < 4 * UNITS; l++) row[l] = (int32_t)((uint32_t)row[l] + add);
+        }
     }
 }
+#undef QGEMM_AVX2_PASSES
 
 #define SFX avx2
 #define VF v8f
