@@ -1,5 +1,5 @@
 """A diffusion UNet's pieces outside a channels-last chain: the plain conv run through
-channels-last rows (nn_conv._native_direct_rows: native/_channels.c's place and unplace
+channels-last rows (nn_conv._native_direct_nchw: native/_channels.c's place and unplace
 around the compiled direct conv), InstanceNormalization and GroupNormalization on the
 compiled row norm (its 2x nearest Resize: test_native_resize.py).
 
@@ -130,9 +130,9 @@ def test_the_rows_conv_is_within_the_bound_of_the_exact_conv(
         want = want + addend
     for level in LEVELS:
         with at_level("conv", level), at_level("channels", level):
-            got = nn_conv._native_direct_rows(
+            got = nn_conv._native_direct_nchw(
                 x, w, b, addend if with_addend else None, None, (k, k), (stride, stride),
-                (dilation, dilation), (pad, pad, pad, pad), (out_hw, out_hw),
+                (dilation, dilation), (pad, pad, pad, pad), (out_hw, out_hw), rows=True,
             )  # fmt: skip
         assert got is not None and got[1]
         y = got[0]

@@ -274,8 +274,8 @@ def _conv_dispatch(
             if direct is not None:
                 return direct
         elif direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape):
-            rows = _native_direct_rows(
-                x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape
+            rows = _native_direct_nchw(
+                x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape, True
             )
             if rows is not None:
                 return rows
@@ -597,7 +597,7 @@ def direct_nchw_pays(
     return c <= 128
 
 
-# Input channels from which a plain conv at the AVX2 level runs `_native_direct_rows`.
+# Input channels from which a plain conv at the AVX2 level runs `_native_direct_nchw` with ``rows``.
 ROWS_MIN_CHANNELS = 16
 
 
@@ -612,7 +612,7 @@ def direct_rows_pays(
 ) -> bool:
     """Whether a plain (one group) 2-D float32 conv of an NCHW input and output that
     `direct_nchw_pays` leaves to the numpy paths (Winograd, shifted slices, im2col) runs
-    faster as `_native_direct_rows`, outside a channels-last chain (a diffusion UNet's
+    faster as `_native_direct_nchw` with ``rows``, outside a channels-last chain (a diffusion UNet's
     convs, each between GroupNorms): at the AVX2 level only (8 lanes; AVX-512 keeps the
     routes measured there), from ROWS_MIN_CHANNELS input channels (a stem's few run the
     NCHW kernel's phase planes), and a Winograd conv only on a small image: at most
@@ -635,49 +635,10 @@ def direct_rows_pays(
     return True
 
 
-def _native_direct_rows(
-    x: np.ndarray,
-    w: np.ndarray,
-    bias: np.ndarray | None,
-    addend: np.ndarray | None,
-    packed: ConvWeight | None,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_shape: Sequence[int],
-) -> tuple[np.ndarray, bool] | None:
-    """A 2-D float32 plain conv of the NCHW ``x`` as onnxruntime runs one outside its
-    NCHWc chains: x copied into channels-last rows (native/_channels.c `place`, 8 x 8
-    blocks transposed in registers), the compiled direct conv rows to rows with the bias,
-    the result copied back into planes (`unplace`), then + ``addend``: (output, True); or
-    None (a kernel off, or a dtype it does not take: the other paths run)."""
-    f32 = np.dtype(np.float32)
-    chan = native.load("channels")
-    lanes = direct_lanes()
-    if (
-        chan is None
-        or lanes is None
-        or x.dtype != f32
-        or w.dtype != f32
-        or (bias is not None and bias.dtype != f32)
-        or min(pads) < 0
-        or min(out_shape) < 1
-        or x.size == 0
-        or not direct_routing()
-    ):
-        return None
-    call = _DirectCall(
-        native.load("conv"), chan, direct_weight(w, packed, lanes), bias, lanes, x.shape,
-        w.shape[0], kernel, strides, dilations, pads, out_shape, rows=True,
-    )  # fmt: skip
-    return call(x, addend), True
-
-
 class _DirectCall:
     """The compiled direct conv (native/_conv.c) of one geometry, NCHW in and out: the
     kernel's own NCHW form (``rows`` False: it transposes the rows it reads and writes the
-    planes), or through channels-last rows (`_native_direct_rows`).  Called with the input
+    planes), or through channels-last rows (`_native_direct_nchw` with ``rows``).  Called with the input
     and an addend: the output with the bias and the addend in (an addend the kernel does
     not take, numpy adds after: its broadcasting, its errors)."""
 
@@ -751,7 +712,7 @@ def prepared_nchw(
     """A conv node's NCHW call made once for inputs like ``x``: ``call(x, addend)`` ->
     the (N, M, H', W') float32 output with the bias and ``addend`` in (or None: not a call
     it takes), running the compiled direct conv exactly as `_conv_dispatch` would for this
-    geometry (`_native_direct_nchw` or `_native_direct_rows`, the same kernel, arguments
+    geometry (`_native_direct_nchw` or `_native_direct_nchw` with ``rows``, the same kernel, arguments
     and so bits), without the conv kernel's layers of checks and routing on every call:
     about 20-30 us of a small image's conv (a diffusion UNet's 8 x 8 64-channel 3x3:
     110 us through the layers, 84 in the kernel).  None when another path runs it."""
@@ -838,14 +799,25 @@ def _native_direct_nchw(
     dilations: Sequence[int],
     pads: Sequence[int],
     out_shape: Sequence[int],
+    rows: bool = False,
 ) -> tuple[np.ndarray, bool] | None:
     """A 2-D float32 plain conv of the channels-first ``x`` by the compiled direct conv,
     reading x and writing the (N, M, H', W') output in their own layout, the bias and
     an (N, M, H', W') float32 addend in its pass: (output, True); None when the kernel
-    is off or routed off, or the arrays do not fit it (the numpy paths run)."""
+    is off or routed off, or the arrays do not fit it (the numpy paths run).  ``rows``:
+    as onnxruntime runs a conv outside its NCHWc chains instead (`direct_rows_pays`):
+    x copied into channels-last rows (native/_channels.c `place`, 8 x 8 blocks
+    transposed in registers), the kernel rows to rows with the bias, the result copied
+    back into planes (`unplace`), then + ``addend``."""
     f32 = np.dtype(np.float32)
+    lanes = direct_lanes()
+    module = native.load("conv")
+    chan = native.load("channels") if rows else None
     if (
-        x.dtype != f32
+        lanes is None
+        or module is None
+        or (rows and chan is None)
+        or x.dtype != f32
         or w.dtype != f32
         or (bias is not None and bias.dtype != f32)
         or min(pads) < 0
@@ -854,13 +826,9 @@ def _native_direct_nchw(
         or not direct_routing()
     ):
         return None
-    lanes = direct_lanes()
-    module = native.load("conv")
-    if lanes is None or module is None:
-        return None
     call = _DirectCall(
-        module, None, direct_weight(w, packed, lanes), bias, lanes, x.shape, w.shape[0],
-        kernel, strides, dilations, pads, out_shape, rows=False,
+        module, chan, direct_weight(w, packed, lanes), bias, lanes, x.shape, w.shape[0],
+        kernel, strides, dilations, pads, out_shape, rows,
     )  # fmt: skip
     return call(x, addend), True
 
