@@ -321,3 +321,27 @@ def test_a_nodes_prepared_conv_call_gives_the_layers_bits(
     nn_conv.conv(x, w2, b, **attrs)
     nn_conv.conv(x, w2, b, **attrs)
     assert len(made) == 2
+
+
+def test_instance_norms_identity_check_is_kept_only_for_read_only_constants() -> None:
+    # A model's scale and bias (read-only) are checked once; arrays that can change are
+    # checked on every call, so an edit to them takes effect.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    scale, bias = np.ones(4, np.float32), np.zeros(4, np.float32)
+    plain = nn_norm.instance_norm(x, scale, bias)
+    scale[1] = 2.0  # writeable: the next call sees it
+    scaled = nn_norm.instance_norm(x, scale, bias)
+    np.testing.assert_allclose(scaled[:, 1], 2 * plain[:, 1], rtol=1e-6)
+    np.testing.assert_array_equal(scaled[:, [0, 2, 3]], plain[:, [0, 2, 3]])
+    frozen_scale, frozen_bias = np.ones(4, np.float32), np.full(4, 0.5, np.float32)
+    frozen_scale.flags.writeable = False
+    frozen_bias.flags.writeable = False
+    for _ in range(2):  # the second answer from the kept one
+        got = nn_norm.instance_norm(x, frozen_scale, frozen_bias)
+        np.testing.assert_allclose(got, plain + 0.5, rtol=1e-6, atol=1e-6)
+    assert not nn_norm._identity_affine(frozen_scale, frozen_bias)
+    assert nn_norm._AFFINE[(id(frozen_scale), id(frozen_bias))][2] is False
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    assert nn_norm._identity_affine(ones, zeros)
+    assert (id(ones), id(zeros)) not in nn_norm._AFFINE  # writeable: never kept
