@@ -161,99 +161,38 @@ static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, 
 }
 
 #if HAVE_X86
-__attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, const int32_t *xp,
-                                                            Py_ssize_t kq, int32_t *c,
-                                                            Py_ssize_t ldc, int mr_valid,
-                                                            int nr_valid, int accumulate,
-                                                            const int32_t *init,
-                                                            const int32_t *cinit) {
-    enum { MR = 6, NR = 16 };
-    (void)init; /* (the int16 form has no zero point terms) */
-    (void)cinit;
-    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00,
-            a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-    for (Py_ssize_t q = 0; q < kq; q++) {
-        const int32_t *w = wp + q * MR;
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(xp + q * NR));
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + q * NR + 8));
-        __m256i b;
-        b = _mm256_set1_epi32(w[0]);
-        a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(x0, b));
-        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(x1, b));
-        b = _mm256_set1_epi32(w[1]);
-        a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(x0, b));
-        a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(x1, b));
-        b = _mm256_set1_epi32(w[2]);
-        a20 = _mm256_add_epi32(a20, _mm256_madd_epi16(x0, b));
-        a21 = _mm256_add_epi32(a21, _mm256_madd_epi16(x1, b));
-        b = _mm256_set1_epi32(w[3]);
-        a30 = _mm256_add_epi32(a30, _mm256_madd_epi16(x0, b));
-        a31 = _mm256_add_epi32(a31, _mm256_madd_epi16(x1, b));
-        b = _mm256_set1_epi32(w[4]);
-        a40 = _mm256_add_epi32(a40, _mm256_madd_epi16(x0, b));
-        a41 = _mm256_add_epi32(a41, _mm256_madd_epi16(x1, b));
-        b = _mm256_set1_epi32(w[5]);
-        a50 = _mm256_add_epi32(a50, _mm256_madd_epi16(x0, b));
-        a51 = _mm256_add_epi32(a51, _mm256_madd_epi16(x1, b));
-    }
-    int32_t tile[MR * NR];
-    _mm256_storeu_si256((__m256i *)(tile + 0 * NR), a00);
-    _mm256_storeu_si256((__m256i *)(tile + 0 * NR + 8), a01);
-    _mm256_storeu_si256((__m256i *)(tile + 1 * NR), a10);
-    _mm256_storeu_si256((__m256i *)(tile + 1 * NR + 8), a11);
-    _mm256_storeu_si256((__m256i *)(tile + 2 * NR), a20);
-    _mm256_storeu_si256((__m256i *)(tile + 2 * NR + 8), a21);
-    _mm256_storeu_si256((__m256i *)(tile + 3 * NR), a30);
-    _mm256_storeu_si256((__m256i *)(tile + 3 * NR + 8), a31);
-    _mm256_storeu_si256((__m256i *)(tile + 4 * NR), a40);
-    _mm256_storeu_si256((__m256i *)(tile + 4 * NR + 8), a41);
-    _mm256_storeu_si256((__m256i *)(tile + 5 * NR), a50);
-    _mm256_storeu_si256((__m256i *)(tile + 5 * NR + 8), a51);
-    if (mr_valid == MR && nr_valid == NR) {
-        /* a whole tile to C in vectors: store_tile's memcpy call per row cost a BERT-tiny
-         * layer's 128 x 128 x 128 product about a third of its time.  (From the buffer,
-         * not the accumulators: a second use of them after the loop made GCC keep half
-         * of them on the stack inside it.)  A later k block adds, wrapping as the
-         * products' sums do. */
-        for (int i = 0; i < MR; i++) {
-            __m256i *row = (__m256i *)(c + i * ldc);
-            __m256i lo = _mm256_loadu_si256((const __m256i *)(tile + i * NR));
-            __m256i hi = _mm256_loadu_si256((const __m256i *)(tile + i * NR + 8));
-            if (accumulate) {
-                lo = _mm256_add_epi32(_mm256_loadu_si256(row), lo);
-                hi = _mm256_add_epi32(_mm256_loadu_si256(row + 1), hi);
-            }
-            _mm256_storeu_si256(row, lo);
-            _mm256_storeu_si256(row + 1, hi);
-        }
-        return;
-    }
-    store_tile(c, ldc, tile, MR, NR, mr_valid, nr_valid, accumulate);
-}
-
-/* kernel_avx2 over B in BYTE_PAIRS (xp: 32 bytes per k pair), each pair of 16 bytes
- * widened to int16 as it is loaded, for the first ROWS rows of A's panel (its k groups
- * still 6 apart): a panel's last rows run only their own products (a one-row decode step
- * had done six rows' multiply-adds, five of them on padding).  init (the zero point's row
- * terms) starts row i's accumulators in a tile's first k block.  (A prefetch of B ahead
- * cost 1.3-1.4x the time: the hardware's streams keep up with one panel's line order.) */
-#define KERNEL_AVX2_BYTES(ROWS)                                                              \
-    __attribute__((target("avx2,fma"))) static void kernel_avx2_bytes_##ROWS(                \
-        const int32_t *wp, const int32_t *xp32, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,   \
+/* The AVX2 tile: the first ROWS rows of A's panel of 6 (its k groups 6 apart) by 16
+ * columns of X, 2*ROWS accumulators.  X's k group q comes as two vectors of int16 pairs
+ * (LOAD_X): the int16 form's (`X_INT16`), or BYTE_PAIRS' 32 bytes widened as they are
+ * loaded (`X_BYTES`).  init (the zero point's row terms; NULL for the int16 form) starts
+ * row i's accumulators in a tile's first k block.  A whole tile goes to C in vectors:
+ * store_tile's memcpy call per row cost a BERT-tiny layer's 128 x 128 x 128 product about
+ * a third of its time (from the buffer, not the accumulators: a second use of them after
+ * the loop made GCC keep half of them on the stack inside it); a later k block adds,
+ * wrapping as the products' sums do.  With ROWS < 6 a panel's last rows run only their
+ * own products (a one-row decode step had done six rows' multiply-adds, five of them on
+ * padding).  (A prefetch of B ahead cost 1.3-1.4x the time: the hardware's streams keep
+ * up with one panel's line order.) */
+#define X_INT16(q)                                                                           \
+    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xp + (q) * NR));                 \
+    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + (q) * NR + 8));
+#define X_BYTES(q)                                                                           \
+    const uint8_t *xb = (const uint8_t *)xp + (q) * 32;                                      \
+    const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb));          \
+    const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 16)));
+#define KERNEL_AVX2(NAME, ROWS, LOAD_X)                                                      \
+    __attribute__((target("avx2,fma"))) static void NAME(                                    \
+        const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,     \
         int mr_valid, int nr_valid, int accumulate, const int32_t *init,                     \
         const int32_t *cinit) {                                                              \
         enum { MR = 6, NR = 16 };                                                            \
         (void)cinit;                                                                         \
-        const uint8_t *xp = (const uint8_t *)xp32;                                           \
         __m256i lo[ROWS], hi[ROWS];                                                          \
         _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) lo[i] = hi[i] =               \
             init != NULL && !accumulate ? _mm256_set1_epi32(init[i]) : _mm256_setzero_si256(); \
         for (Py_ssize_t q = 0; q < kq; q++) {                                                \
             const int32_t *w = wp + q * MR;                                                  \
-            const uint8_t *xb = xp + q * 32;                                                 \
-            const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb));  \
-            const __m256i x1 =                                                               \
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 16)));           \
+            LOAD_X(q)                                                                        \
             _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                         \
                 const __m256i b = _mm256_set1_epi32(w[i]);                                   \
                 lo[i] = _mm256_add_epi32(lo[i], _mm256_madd_epi16(x0, b));                   \
@@ -282,12 +221,16 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2(const int32_t *wp, c
         store_tile(c, ldc, tile, MR, NR, mr_valid < ROWS ? mr_valid : ROWS, nr_valid,        \
                    accumulate);                                                              \
     }
-KERNEL_AVX2_BYTES(1)
-KERNEL_AVX2_BYTES(2)
-KERNEL_AVX2_BYTES(3)
-KERNEL_AVX2_BYTES(4)
-KERNEL_AVX2_BYTES(5)
-KERNEL_AVX2_BYTES(6)
+KERNEL_AVX2(kernel_avx2, 6, X_INT16)
+KERNEL_AVX2(kernel_avx2_bytes_1, 1, X_BYTES)
+KERNEL_AVX2(kernel_avx2_bytes_2, 2, X_BYTES)
+KERNEL_AVX2(kernel_avx2_bytes_3, 3, X_BYTES)
+KERNEL_AVX2(kernel_avx2_bytes_4, 4, X_BYTES)
+KERNEL_AVX2(kernel_avx2_bytes_5, 5, X_BYTES)
+KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
+#undef KERNEL_AVX2
+#undef X_INT16
+#undef X_BYTES
 
 #define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 
