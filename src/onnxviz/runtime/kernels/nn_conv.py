@@ -249,17 +249,9 @@ def _conv_dispatch(
     cg, mg = c // group, m // group
     k_size = math.prod(kernel)
     p_size = math.prod(out_shape)
-    if (
-        group == 1
-        and rank == 2
-        and k_size >= PATCH_AREA
-        and list(kernel) == list(strides)
-        and not any(pads)
-        and all(d == 1 for d in dilations)
-    ):
+    if group == 1 and rank == 2 and _patch_product(kernel, strides, dilations, pads):
         return _patch_conv(x, w, kernel, out_shape), False
-    pointwise = k_size == 1 and not any(pads) and all(s == 1 for s in strides) and group == 1
-    if pointwise:
+    if group == 1 and _view_product(kernel, strides, pads):
         # 1x1, stride 1, no padding: a plain product on a view.
         y = np.empty((n, m, p_size), dtype=x.dtype)
         added = _products_with_bias(
@@ -267,18 +259,13 @@ def _conv_dispatch(
         )
         return y.reshape(n, m, *out_shape), added
     if group == 1 and x.dtype == np.float32:
-        if direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape):
+        rows = _direct_route(c, m, kernel, strides, dilations, pads, out_shape)
+        if rows is not None:
             direct = _native_direct_nchw(
-                x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape
+                x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape, rows
             )
             if direct is not None:
                 return direct
-        elif direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape):
-            rows = _native_direct_nchw(
-                x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape, True
-            )
-            if rows is not None:
-                return rows
     if packed is not None and nn_winograd.fits(
         c, m, group, kernel, strides, dilations, pads, out_shape
     ):
@@ -635,6 +622,42 @@ def direct_rows_pays(
     return True
 
 
+def _patch_product(
+    kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int]
+) -> bool:
+    """A conv whose kernel is its stride, of at least PATCH_AREA (`_patch_conv`)."""
+    return (
+        math.prod(kernel) >= PATCH_AREA
+        and list(kernel) == list(strides)
+        and not any(pads)
+        and all(d == 1 for d in dilations)
+    )
+
+
+def _view_product(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int]) -> bool:
+    """A 1x1, stride 1, unpadded conv: one product on a view of the input."""
+    return math.prod(kernel) == 1 and not any(pads) and all(s == 1 for s in strides)
+
+
+def _direct_route(
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool | None:
+    """How a plain NCHW conv runs the compiled direct conv: False its own NCHW form
+    (`direct_nchw_pays`), True through channels-last rows (`direct_rows_pays`), None not
+    at all."""
+    if direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape):
+        return False
+    if direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape):
+        return True
+    return None
+
+
 class _DirectCall:
     """The compiled direct conv (native/_conv.c) of one geometry, NCHW in and out: the
     kernel's own NCHW form (``rows`` False: it transposes the rows it reads and writes the
@@ -738,20 +761,10 @@ def prepared_nchw(
     m = w.shape[0]
     if w.shape[1] != c or min(pads) < 0 or min(out_shape) < 1 or x.size == 0:
         return None
-    k_size = math.prod(kernel)
-    if (
-        k_size >= PATCH_AREA
-        and list(kernel) == list(strides)
-        and not any(pads)
-        and all(d == 1 for d in dilations)
-    ) or (k_size == 1 and not any(pads) and all(s == 1 for s in strides)):
-        return None  # the patch product and the plain product on a view
-    geometry = (kernel, strides, dilations, pads, out_shape)
-    if direct_nchw_pays(c, m, *geometry):
-        rows = False
-    elif direct_rows_pays(c, m, *geometry):
-        rows = True
-    else:
+    if _patch_product(kernel, strides, dilations, pads) or _view_product(kernel, strides, pads):
+        return None  # (_conv_dispatch's first paths)
+    rows = _direct_route(c, m, kernel, strides, dilations, pads, out_shape)
+    if rows is None:
         return None
     lanes = direct_lanes()
     module = native.load("conv")
