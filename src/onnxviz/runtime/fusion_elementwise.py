@@ -40,6 +40,7 @@ chain is found leave the pair to QdqPair, as do chains of a lone pair.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -421,10 +422,11 @@ class ElementwiseChain:
         )
         # `_tables`' last answer: (x's shape, dtype, the operands, the tables).
         self._kept_tables: tuple[Any, Any, tuple[Any, ...], Any] | None = None
-        # The places of the ops' operands that may hold a value per channel (never a side
-        # value's scalar): `_channel_fits` decides per call.
+        # The places of the ops' operands that may hold a value per channel (a side
+        # value's scalar is not one: its step's `other` is -2): `_channel_fits` decides
+        # per call.
         self._binary_places = sorted(
-            {st.other for st in steps if st.other is not None and st.other > 0 and st.side is None}
+            {st.other for st in steps if st.other is not None and st.other > 0}
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -445,7 +447,7 @@ class ElementwiseChain:
             channels = None
             if tables:
                 # per-channel operands: element i's channel, x's own buffer order
-                plane = int(np.prod(x.shape[2:])) if not last else 1
+                plane = math.prod(x.shape[2:]) if not last else 1
                 channels = (tuple(tables.values()), x.shape[1], plane, last)
             if _NATIVE.run(flat, out, self._program_of(ins, tables), channels):  # type: ignore[union-attr]
                 return self._one_by_one(ex, ins)  # a pair met a NaN
@@ -481,7 +483,7 @@ class ElementwiseChain:
         for at in self._binary_places:
             c = ins[at]
             if type(c) is np.ndarray and c.size > 1:
-                if not _channel_fits(c, x) or len(tables) == 16:
+                if not _channel_fits(c, x) or len(tables) == chain_program.MAX_TABLES:
                     return None
                 tables[at] = np.ascontiguousarray(c.reshape(-1))
         return tables

@@ -47,8 +47,9 @@ MAX_STEPS = 64  # _chain.c's MAX_STEPS: 8-byte steps, a pair's two included
 # (the chain's input combined with the scalar by a side op: h = x * 0.5 of a GELU).
 NONE, SCALAR, INPUT, SIDE = 0, 1, 2, 3
 # A value per channel of x: the side byte is the table's index in run's `channels`
-# (a GroupNorm's gamma or beta, shape (C, 1, 1)).
+# (a GroupNorm's gamma or beta, shape (C, 1, 1)), of at most MAX_TABLES (_chain.c's).
 CHANNEL = 4
+MAX_TABLES = 16
 # The side op's byte: its code, and this bit when the scalar is its first operand.
 SIDE_SCALAR_FIRST = 0x10
 SIDE_OPS = ("Add", "Sub", "Mul", "Div")
@@ -81,8 +82,10 @@ def silu() -> bytes:
 
 def channel_step(op: str, value_first: bool, table: int) -> bytes:
     """A binary ``op`` of the running value and per-channel table ``table``."""
-    if op not in SIDE_OPS or not 0 <= table < 16:
-        raise ValueError(f"a per-channel step is Add, Sub, Mul or Div of table 0-15, not {op}")
+    if op not in SIDE_OPS or not 0 <= table < MAX_TABLES:
+        raise ValueError(
+            f"a per-channel step is Add, Sub, Mul or Div of a table below {MAX_TABLES}, not {op}"
+        )
     return _STEP.pack(OPS[op], CHANNEL, value_first, table, 0.0)
 
 
