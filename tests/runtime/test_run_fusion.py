@@ -314,16 +314,17 @@ def test_the_held_product_follows_each_runs_input() -> None:
                 assert fused._held is not None and fused._held[0] is sess.plan.constants[0][1]
 
 
-def _residual_model(op: str, residual_shape: tuple[int, ...]) -> onnx.ModelProto:
-    """x -> Conv 1x1 (16 -> 16) -> op(conv, r) -> Relu, with r a second graph input (a
-    live value, like a ResNet shortcut)."""
+def _residual_model(op: str, residual_shape: tuple[int, ...], kernel: int = 1) -> onnx.ModelProto:
+    """x -> Conv kernel x kernel (16 -> 16, same size) -> op(conv, r) -> Relu, with r a
+    second graph input (a live value, like a ResNet shortcut)."""
     rng = np.random.default_rng(17)
+    w = rng.standard_normal((16, 16, kernel, kernel)).astype(np.float32)
     inits = [
-        numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "w"),
+        numpy_helper.from_array(w, "w"),
         numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
     ]
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[kernel // 2] * 4),
         helper.make_node(op, ["r", "c"], ["s"], name="add"),
         helper.make_node("Relu", ["s"], ["y"], name="relu"),
     ]
@@ -368,16 +369,49 @@ def test_conv_residual_add_and_relu_run_as_one_node(
     assert prepared == []
 
 
-def test_conv_residual_that_broadcasts_runs_the_steps_one_by_one() -> None:
-    model = _residual_model("Add", (1, 16, 1, 1))
+@pytest.mark.parametrize("kernel", [1, 3])
+@pytest.mark.parametrize(
+    "shape", [(1, 16, 1, 1), (16, 1, 1), (1, 1, 1, 1), (1, 1), (1, 16, 12, 1), (16, 12, 12)]
+)
+def test_conv_residual_that_broadcasts_gives_steppings_bits(
+    shape: tuple[int, ...], kernel: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value per channel added to a conv's output (a diffusion UNet's time embedding,
+    after Unsqueezes) runs in the fused conv, then numpy's broadcast add: the stepped
+    Add's bits.  Other broadcasts run the steps one by one, with the same result."""
+    model = _residual_model("Add", shape, kernel)
     rng = np.random.default_rng(9)
     feeds = {
         "x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32),
-        "r": rng.standard_normal((1, 16, 1, 1)).astype(np.float32),
+        "r": rng.standard_normal(shape).astype(np.float32),
     }
-    y = Session(model).run(feeds)["y"]
+    one_by_one: list[int] = []
+    original = ConvChain._one_by_one
+    monkeypatch.setattr(
+        ConvChain,
+        "_one_by_one",
+        lambda self, ex, ins: one_by_one.append(1) or original(self, ex, ins),
+    )
+    sess = Session(model)
+    y = sess.run(feeds)["y"]
     assert y.shape == (1, 16, 12, 12)
-    np.testing.assert_allclose(y, _reference(model, feeds)["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(y, _reference(model, feeds)["y"])
+    assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
+    spread_over_space = len(shape) <= 2 or all(d == 1 for d in shape[-2:])
+    assert one_by_one == ([] if spread_over_space else [1])
+
+
+def test_conv_residual_that_would_widen_the_output_names_the_add() -> None:
+    model = _residual_model("Add", (2, 16, 1, 1))
+    rng = np.random.default_rng(10)
+    feeds = {
+        "x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32),
+        "r": rng.standard_normal((2, 16, 1, 1)).astype(np.float32),
+    }
+    # Broadcasting makes a batch of 2 here: the Add's result, not the conv's shape.
+    y = Session(model).run(feeds)["y"]
+    np.testing.assert_array_equal(y, _reference(model, feeds)["y"])
+    assert y.shape == (2, 16, 12, 12)
 
 
 def test_two_conv_branches_meeting_at_one_add_both_run() -> None:

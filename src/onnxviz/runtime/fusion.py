@@ -626,10 +626,16 @@ class ConvChain:
             spec = self.conv.spec
             if spec is None or spec.needs_ctx:
                 return self._one_by_one(ex, ins)
+            addend = ins[self.residual]
             try:
-                y = spec.fn(
-                    x, prepared[0], prepared[1], addend=ins[self.residual], **self.conv.attrs
-                )
+                if _spread_over_space(addend, x, prepared[0].array.shape[0]):
+                    # A per-channel (or per-item) value added to every position: a
+                    # diffusion UNet's time embedding.  The conv as it is, then numpy's
+                    # broadcast add, as the Add step gives it.
+                    y = spec.fn(x, prepared[0], prepared[1], **self.conv.attrs)
+                    np.add(y, addend, out=y)
+                else:
+                    y = spec.fn(x, prepared[0], prepared[1], addend=addend, **self.conv.attrs)
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
         return [self._activate(y, ins)]
@@ -816,6 +822,17 @@ class ConvChain:
         wf.flags.writeable = False
         bf.flags.writeable = False
         return wf, bf
+
+
+def _spread_over_space(addend: Any, x: np.ndarray, m: int) -> bool:
+    """Whether the residual ``addend`` of a conv of ``x`` into ``m`` channels is one
+    value per item and channel (or fewer), broadcast over the output's positions: the
+    conv's output keeps its shape when it is added (the fused conv takes only a residual
+    of the output's own shape)."""
+    if type(addend) is not np.ndarray or addend.dtype != x.dtype or addend.ndim > x.ndim:
+        return False
+    shape = (1,) * (x.ndim - addend.ndim) + addend.shape  # numpy aligns the last axes
+    return shape[0] in (1, x.shape[0]) and shape[1] in (1, m) and all(d == 1 for d in shape[2:])
 
 
 def _dense(y: np.ndarray) -> np.ndarray:
