@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import nn_conv, nn_norm, nn_resize, row_norm
+from onnxviz.runtime.kernels import nn_conv, nn_geometry, nn_norm, nn_resize, row_norm
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level, compiled
 
@@ -39,8 +39,33 @@ LEVELS = native.levels()
 U = 2.0**-24
 
 
+# Sizes around the AVX2 copies' blocks: 8 and 16 pixels, 8 and 16 channels, and edges.
+COPY_SIZES = [
+    (1, 64, 96), (2, 9, 13), (1, 1, 8), (3, 7, 5), (1, 40, 32), (2, 24, 16), (1, 16, 7),
+    (1, 1024, 64), (1, 23, 48), (2, 17, 24),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize(("n", "rows", "width"), [(1, 64, 96), (2, 9, 13), (1, 1, 8), (3, 7, 5)])
+@pytest.mark.parametrize(("n", "rows", "width"), COPY_SIZES)
+def test_place_of_planes_is_their_transpose_into_channels_last_rows(
+    level: int, n: int, rows: int, width: int
+) -> None:
+    """What the rows conv runs on: NCHW planes copied into channels-last rows, alone and
+    as one part of wider rows (a channel Concat's), the rest of each row untouched."""
+    chan = compiled("channels")
+    x = np.random.default_rng(rows + width).standard_normal((n, width, rows)).astype(np.float32)
+    for total, offset in ((width, 0), (width + 11, 5)):
+        out = np.full((n, rows, total), np.nan, np.float32)
+        with at_level("channels", level):
+            chan.place(x, out, (n, rows, width, total, offset), True)
+        np.testing.assert_array_equal(out[:, :, offset : offset + width], x.transpose(0, 2, 1))
+        rest = np.delete(out, np.s_[offset : offset + width], axis=2)
+        assert np.isnan(rest).all()
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("n", "rows", "width"), COPY_SIZES)
 def test_unplace_is_the_transpose_of_channels_last_rows(
     level: int, n: int, rows: int, width: int
 ) -> None:
@@ -139,6 +164,40 @@ def test_the_rows_conv_is_within_the_bound_of_the_exact_conv(
         assert y.shape == want.shape and y.dtype == np.float32 and y.flags.c_contiguous
         bound = (c * k * k + 3) * U * (mag + np.abs(b).reshape(1, m, 1, 1) + np.abs(want))
         assert np.all(np.abs(y - want) <= bound + 1e-30), f"level {level}"
+
+
+def test_the_rows_conv_reuses_its_aligned_rows_and_hands_out_fresh_outputs() -> None:
+    """The rows in and out are per-thread buffers kept between calls (64-byte aligned):
+    each call's output is its own array, an earlier one intact after later calls of the
+    same and of other shapes."""
+    compiled("conv")
+    compiled("channels")
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((24, 16, 3, 3)) / 12).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+
+    def rows_conv(x: np.ndarray) -> np.ndarray:
+        got = nn_conv._native_direct_nchw(
+            x, w, b, None, None, *geometry, tuple(x.shape[2:]), rows=True
+        )
+        assert got is not None
+        return got[0]
+
+    x1, x2 = (rng.standard_normal((1, 16, 20, 20)).astype(np.float32) for _ in range(2))
+    for level in LEVELS:
+        with at_level("conv", level), at_level("channels", level):
+            first = rows_conv(x1)
+            kept = first.copy()
+            second = rows_conv(x2)
+            rows_conv(rng.standard_normal((2, 16, 9, 7)).astype(np.float32))
+            np.testing.assert_array_equal(first, kept)
+            np.testing.assert_array_equal(rows_conv(x1), kept)
+            assert not np.shares_memory(first, second)
+    held = nn_geometry.scratch("conv_rows_in", (1, 20, 20, 16), np.float32, aligned=True)
+    assert held.ctypes.data % 64 == 0
+    again = nn_geometry.scratch("conv_rows_in", (2, 3, 5, 16), np.float32, aligned=True)
+    assert again.ctypes.data == held.ctypes.data  # the same buffer, smaller
 
 
 def test_the_routing_takes_the_rows_conv_only_at_avx2_and_where_it_pays() -> None:

@@ -21,24 +21,31 @@ _SCRATCH = threading.local()
 _SCRATCH_MAX_BYTES = 64 * 1024 * 1024
 
 
-def scratch(name: str, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """A reusable per-thread temporary of ``shape`` (contents undefined).  Big fresh numpy
-    arrays are mmapped by malloc and page-faulted in on every call, which costs as much as
-    the arithmetic for a conv; kernels use this for internal buffers that never escape
-    (never for returned arrays).  One buffer per name: a name must not be used twice in
-    one live computation."""
+def scratch(name: str, shape: Sequence[int], dtype: Any, aligned: bool = False) -> np.ndarray:
+    """A reusable per-thread temporary of ``shape`` (contents undefined), its data at a
+    multiple of 64 bytes when ``aligned`` (one cache line per vector of a compiled
+    kernel, as nn_conv.aligned_empty).  Big fresh numpy arrays are mmapped by malloc and
+    page-faulted in on every call, which costs as much as the arithmetic for a conv;
+    kernels use this for internal buffers that never escape (never for returned arrays).
+    One buffer per name: a name must not be used twice in one live computation."""
     dt = np.dtype(dtype)
     size = math.prod(shape) * dt.itemsize
     if size > _SCRATCH_MAX_BYTES:
-        return np.empty(shape, dtype=dt)
-    pool: dict[str, np.ndarray] | None = getattr(_SCRATCH, "pool", None)
+        raw = np.empty(size + 64, dtype=np.uint8)
+        start = -raw.ctypes.data % 64 if aligned else 0
+        return raw[start : start + size].view(dt).reshape(shape)
+    pool: dict[str, tuple[np.ndarray, int]] | None = getattr(_SCRATCH, "pool", None)
     if pool is None:
         pool = _SCRATCH.pool = {}
-    raw = pool.get(name)
-    if raw is None or raw.size < size:
-        raw = np.empty(size, dtype=np.uint8)
-        pool[name] = raw
-    return raw[:size].view(dt).reshape(shape)
+    entry = pool.get(name)
+    if entry is None or entry[0].size < size + 64:
+        raw = np.empty(size + 64, dtype=np.uint8)
+        # where its aligned data starts, found once (ndarray.ctypes costs about 1 us)
+        entry = pool[name] = (raw, -raw.ctypes.data % 64)
+    raw, start = entry
+    if not aligned:
+        start = 0
+    return raw[start : start + size].view(dt).reshape(shape)
 
 
 def compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:

@@ -274,6 +274,29 @@ place_avx2(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t
     for (Py_ssize_t b = 0; b < n; b++) {
         const float *xb = x + b * rows * width;
         float *ob = out + b * rows * total + offset;
+        if (width % 16 == 0) {
+            /* 16 planes at a time, 8 pixels down them: each pixel's 16 channels stored
+             * as one 64-byte run, each plane's line read by two consecutive blocks.
+             * Across all the planes at once (below), a 32 x 32 image's 64 planes 4 KB
+             * apart share one L1 set and every load missed: 49 us for its 256 KB,
+             * against 19 this way. */
+            for (Py_ssize_t c = 0; c < width; c += 16)
+                for (Py_ssize_t r = 0; r < whole; r += 8) {
+                    const float *src = xb + c * rows + r;
+                    __m256 lo[8], hi[8];
+                    for (int i = 0; i < 8; i++) {
+                        lo[i] = _mm256_loadu_ps(src + i * rows);
+                        hi[i] = _mm256_loadu_ps(src + (i + 8) * rows);
+                    }
+                    onnxviz_transpose8(lo); /* lo[k]: pixel k's channels c .. c + 7 */
+                    onnxviz_transpose8(hi);
+                    float *dst = ob + r * total + c;
+                    for (int k = 0; k < 8; k++) {
+                        _mm256_storeu_ps(dst + k * total, lo[k]);
+                        _mm256_storeu_ps(dst + k * total + 8, hi[k]);
+                    }
+                }
+        } else
         for (Py_ssize_t r = 0; r < whole; r += 8)
             for (Py_ssize_t c = 0; c < width; c += 8) {
                 const float *src = xb + c * rows + r;
@@ -363,11 +386,31 @@ static void unplace_generic(const float *x, float *out, Py_ssize_t n, Py_ssize_t
 __attribute__((target("avx2,fma"))) static void unplace_avx2(const float *x, float *out,
                                                              Py_ssize_t n, Py_ssize_t rows,
                                                              Py_ssize_t width) {
-    const Py_ssize_t rw = rows / 8 * 8, cw = width / 8 * 8;
+    const Py_ssize_t rw = rows / 8 * 8, cw = width / 8 * 8, rw16 = rows / 16 * 16;
     for (Py_ssize_t b = 0; b < n; b++) {
         const float *xb = x + b * rows * width;
         float *ob = out + b * rows * width;
-        for (Py_ssize_t r = 0; r < rw; r += 8) {
+        /* 16 pixels at a time: each plane's 64-byte line stored whole.  Eight pixels
+         * stored half lines 4 KB apart in a 32 x 32 image, whose other halves came
+         * after the L1 set had dropped them (64 channels: 39 us, against 20 this way). */
+        for (Py_ssize_t r = 0; r < rw16; r += 16) {
+            for (Py_ssize_t c = 0; c < cw; c += 8) {
+                __m256 lo[8], hi[8];
+                for (int i = 0; i < 8; i++) {
+                    lo[i] = _mm256_loadu_ps(xb + (r + i) * width + c);
+                    hi[i] = _mm256_loadu_ps(xb + (r + i + 8) * width + c);
+                }
+                onnxviz_transpose8(lo); /* lo[k]: channel c + k of pixels r .. r + 7 */
+                onnxviz_transpose8(hi);
+                for (int k = 0; k < 8; k++) {
+                    _mm256_storeu_ps(ob + (c + k) * rows + r, lo[k]);
+                    _mm256_storeu_ps(ob + (c + k) * rows + r + 8, hi[k]);
+                }
+            }
+            for (Py_ssize_t c = cw; c < width; c++)
+                for (Py_ssize_t i = 0; i < 16; i++) ob[c * rows + r + i] = xb[(r + i) * width + c];
+        }
+        for (Py_ssize_t r = rw16; r < rw; r += 8) {
             for (Py_ssize_t c = 0; c < cw; c += 8) {
                 __m256 a[8];
                 for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(xb + (r + i) * width + c);
