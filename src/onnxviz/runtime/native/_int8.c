@@ -2565,6 +2565,51 @@ __attribute__((target(AVX512_TARGET))) static int qadd_avx512(const QaddInput *a
 }
 #endif
 
+#if HAVE_X86
+__attribute__((target("avx2"))) static inline __m256 qadd_load8(const QaddInput *in,
+                                                                Py_ssize_t i) {
+    if (!in->codes) return _mm256_loadu_ps((const float *)in->p + i);
+    const __m128i bytes = _mm_loadl_epi64((const __m128i *)((const uint8_t *)in->p + i));
+    const __m256i w = in->is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+    return _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(w), _mm256_set1_ps(in->z)),
+                         _mm256_set1_ps(in->s));
+}
+
+/* qadd_generic 8 at a time, the same IEEE operations (round_clip8 is QuantizeLinear's
+ * rounding), the tail by qadd_generic.  The scalar loop took 6 ns a value (a QDQ
+ * ResNet-18's first residual Add, 100K values: 615 us, onnxruntime's QLinearAdd 31). */
+__attribute__((target("avx2"))) static int qadd_avx2(const QaddInput *a, const QaddInput *b,
+                                                     Py_ssize_t n, int relu, float qs, float z,
+                                                     float lo, float hi, uint8_t *t_out,
+                                                     float z2, float dqs, float *f_out) {
+    const __m256 qv = _mm256_set1_ps(qs), zv = _mm256_set1_ps(z), lov = _mm256_set1_ps(lo),
+                 hiv = _mm256_set1_ps(hi), z2v = _mm256_set1_ps(z2), dv = _mm256_set1_ps(dqs),
+                 zero = _mm256_setzero_ps();
+    const int is_signed = lo < 0.0f;
+    __m256 nan = _mm256_setzero_ps();
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_add_ps(qadd_load8(a, i), qadd_load8(b, i));
+        /* v < 0 ? 0 : v (a NaN stays) */
+        if (relu) v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+        __m256 t = round_clip8(_mm256_div_ps(v, qv), zv, lov, hiv, &nan);
+        t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 (reported) */
+        const __m256i iv = _mm256_cvttps_epi32(t);
+        const __m128i w16 =
+            _mm_packs_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256(iv, 1));
+        const __m128i b8 = is_signed ? _mm_packs_epi16(w16, w16) : _mm_packus_epi16(w16, w16);
+        _mm_storel_epi64((__m128i *)(t_out + i), b8);
+        if (f_out != NULL) _mm256_storeu_ps(f_out + i, _mm256_mul_ps(_mm256_sub_ps(t, z2v), dv));
+    }
+    const int bad = _mm256_movemask_ps(nan) != 0;
+    QaddInput ra = *a, rb = *b;
+    ra.p = a->codes ? (const void *)((const uint8_t *)a->p + i) : (const void *)((const float *)a->p + i);
+    rb.p = b->codes ? (const void *)((const uint8_t *)b->p + i) : (const void *)((const float *)b->p + i);
+    return qadd_generic(&ra, &rb, n - i, relu, qs, z, lo, hi, t_out + i, z2, dqs,
+                        f_out != NULL ? f_out + i : NULL) | bad;
+}
+#endif
+
 /* One qadd input from its buffer: bytes (codes) or float32, n values. */
 static int qadd_input(Py_buffer *buf, int codes, int is_signed, float s, int zp, Py_ssize_t n,
                       QaddInput *in) {
@@ -2610,6 +2655,9 @@ static PyObject *py_qadd(PyObject *self, PyObject *args) {
         if (current_level >= 2)
             nan = qadd_avx512(&a, &b, n, relu, qs, (float)qz, lo, hi, (uint8_t *)tb.buf,
                               (float)dqz, dqs, f_out);
+        else if (current_level == 1)
+            nan = qadd_avx2(&a, &b, n, relu, qs, (float)qz, lo, hi, (uint8_t *)tb.buf,
+                            (float)dqz, dqs, f_out);
         else
 #endif
             nan = qadd_generic(&a, &b, n, relu, qs, (float)qz, lo, hi, (uint8_t *)tb.buf,
