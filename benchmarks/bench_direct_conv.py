@@ -7,6 +7,8 @@ on an NCHW input, bias included; ``nhwc`` is the direct kernel on a channels-las
 into a channels-last output (a conv inside a channels-last chain); ``nchw`` is the
 direct kernel reading and writing NCHW itself (the input rows transposed into its
 row buffer, the output written plane by plane): what the NCHW Conv path runs;
+``rows`` the NCHW input copied into channels-last rows, the direct kernel rows to rows,
+the result copied back into planes (nn_conv._native_direct_nchw with ``rows``);
 ``first-in`` the direct kernel reading NCHW and writing channels-last (a stem conv
 entering a channels-last chain, MobileNetV3's); ``blocked`` the blocked direct kernel
 (_conv.c conv_blocked) channels-last in and out (nan below AVX-512); ``ort``
@@ -34,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime.kernels.nn_conv import (
     ConvWeight,
+    _native_direct_nchw,
     conv_core,
     conv_geometry,
     direct_lanes,
@@ -89,6 +92,13 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("diff 3x3 8 c64", 64, 64, 8, 3, 1, 1),
     ("diff 3x3 8 c128", 128, 128, 8, 3, 1, 1),
     ("diff 3x3 16 c32", 32, 32, 16, 3, 1, 1),
+    # its 1x1s: the attention's projections and the skip convs of the up blocks
+    ("diff 1x1 8 c64-192", 64, 192, 8, 1, 1, 0),
+    ("diff 1x1 8 c64", 64, 64, 8, 1, 1, 0),
+    ("diff 1x1 8 c128-64", 128, 64, 8, 1, 1, 0),
+    ("diff 1x1 16 c128-64", 128, 64, 16, 1, 1, 0),
+    ("diff 1x1 16 c32-64", 32, 64, 16, 1, 1, 0),
+    ("diff 1x1 32 c96-32", 96, 32, 32, 1, 1, 0),
 ]
 STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
 # ResNet-50's 3x3 convs of 128+ channels (the bottlenecks' middle convs).
@@ -143,7 +153,7 @@ def ort_conv(
 def measure(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int, rounds: int
 ) -> list[float]:
-    """us of (current, nhwc, nchw, first-in, blocked, ort) for one shape (outputs checked
+    """us of (current, nhwc, nchw, rows, first-in, blocked, ort) for one shape (outputs checked
     to agree; blocked nan below AVX-512, ort nan without onnxruntime)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, size, size)).astype(np.float32)
@@ -172,6 +182,13 @@ def measure(
         )
         return out
 
+    def rows() -> np.ndarray:
+        got = _native_direct_nchw(
+            x, w, b, None, packed, kernel, strides, dil, pads, out_shape, rows=True
+        )
+        assert got is not None
+        return got[0]
+
     def first_in() -> np.ndarray:
         out = np.empty((1, *out_shape, m), np.float32)
         native_direct(x, wp, lanes, m, kernel, b, None, out, strides, dil, pads, x_first=True)
@@ -184,10 +201,11 @@ def measure(
 
     ref = current()
     assert np.allclose(ref, nchw(), rtol=1e-3, atol=1e-3)
+    assert np.allclose(ref, rows(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nhwc().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, first_in().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, blocked().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
-    runs: list[Callable[[], object] | None] = [current, nhwc, nchw, first_in]
+    runs: list[Callable[[], object] | None] = [current, nhwc, nchw, rows, first_in]
     runs.append(blocked if lanes == 16 else None)
     runs.append(ort_conv(x, w, b, s, p))
     got: list[list[float]] = [[] for _ in runs]
@@ -206,7 +224,7 @@ def main() -> None:
     lanes = direct_lanes()
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
-    names = ("current", "nhwc", "nchw", "first-in", "blocked", "ort")
+    names = ("current", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1):
         for label, c, m, size, k, s, p in SHAPES:
@@ -219,7 +237,7 @@ def main() -> None:
             t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s
             gflop = 2 * c * m * k * k * out * out / 1e3
-            best = min(v for v in t[1:5] if not math.isnan(v))
+            best = min(v for v in t[1:6] if not math.isnan(v))
             print(
                 f"{label:26}" + "".join(f" {v:9.0f}" for v in t) + f"  {gflop / best:.0f} GFLOP/s",
                 flush=True,
