@@ -1944,11 +1944,18 @@ __attribute__((target(AVX512_TARGET))) static void scale_row_avx512(const int32_
                                                                    const float *bias, float *y) {
     SCALE_ROW_BODY
 }
+
+__attribute__((target("avx2"))) static void scale_row_avx2(const int32_t *a, Py_ssize_t n,
+                                                           const float *scale,
+                                                           const float *bias, float *y) {
+    SCALE_ROW_BODY
+}
 #endif
 
 static ScaleRowFn scale_row_at_level(void) {
 #if HAVE_X86
     if (current_level >= 2) return scale_row_avx512;
+    if (current_level == 1) return scale_row_avx2;
 #endif
     return scale_row_generic;
 }
