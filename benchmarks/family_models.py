@@ -35,7 +35,10 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
   128 cached ones.
 
-Random weights, seeded.  torch and onnxscript are benchmark-time tools only.
+Random weights, seeded.  torch and onnxscript are benchmark-time tools only.  The
+``*_bell`` variants draw the matrices from N(0, 0.02) (`bell_weights`), as Hugging Face
+models initialize theirs and as trained weights are shaped, where torch's default Linear
+draws uniformly: the int8 products' forms depend on the codes' shape.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -557,6 +561,20 @@ def dynamic(base: Callable[[], Built]) -> Built:
         return onnx.load(dst), feeds
 
 
+def bell_weights(base: Callable[[], Built], std: float = 0.02) -> Built:
+    """``base`` with its matrices (float initializers of two or more axes) drawn from
+    N(0, std), as Hugging Face models initialize theirs (``initializer_range`` 0.02) and
+    trained weights are shaped: a bell with a few large values, where torch's default
+    Linear draws uniformly.  The quantized products see the codes such weights make."""
+    model, feeds = base()
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT and len(init.dims) >= 2:
+            values = rng.normal(0.0, std, tuple(init.dims)).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(values, init.name))
+    return model, feeds
+
+
 def _torch_bert_base() -> Built:
     from torch_models import TORCH_MODELS
 
@@ -767,5 +785,17 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "dynamic_bert_base": (
         "BERT-base (PyTorch export), quantize_dynamic",
         lambda: dynamic(_torch_bert_base),
+    ),
+    "dynamic_bert_tiny_bell": (
+        "BERT-tiny, quantize_dynamic, N(0, 0.02) weights",
+        lambda: dynamic(lambda: bell_weights(bert_tiny)),
+    ),
+    "dynamic_bert_base_bell": (
+        "BERT-base, quantize_dynamic, N(0, 0.02) weights",
+        lambda: dynamic(lambda: bell_weights(_torch_bert_base)),
+    ),
+    "dynamic_gpt2_kv_bell": (
+        "GPT-2 (2 layers) KV cache, quantize_dynamic, N(0, 0.02) weights",
+        lambda: dynamic(lambda: bell_weights(gpt2_kv)),
     ),
 }

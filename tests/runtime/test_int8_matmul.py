@@ -84,6 +84,153 @@ def test_matmul_integer_product_is_exact_at_every_level(
                 np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+def _int8_at_its_level() -> Any:
+    """_int8 as native.load gives it: at the level at_level set."""
+    mod = native.load("int8")
+    assert mod is not None
+    return mod
+
+
+def _quantized_weights(
+    rng: np.random.Generator, dtype: Any, shape: tuple[int, int], spread: float, extremes: int
+) -> np.ndarray:
+    """Codes as a quantizer writes them: around the type's middle, a bell of ``spread``
+    codes, and ``extremes`` codes at the type's ends (a per-channel weight's largest)."""
+    info = np.iinfo(dtype)
+    middle = 0 if info.min < 0 else 128
+    codes = np.clip(np.round(rng.normal(middle, spread, shape)), info.min, info.max)
+    flat = codes.reshape(-1)
+    flat[rng.integers(0, flat.size, extremes)] = rng.choice([info.min, info.max], extremes)
+    return codes.astype(dtype)
+
+
+@pytest.mark.skipif(not _LEVELS, reason="the int8 products need AVX2")
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(1, 30),
+    k=st.integers(1, 600),
+    n=st.integers(1, 70),
+    a_signed=st.booleans(),
+    b_signed=st.booleans(),
+    spread=st.sampled_from([3.0, 20.0, 40.0]),
+    extremes=st.integers(0, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_quantized_weights_products_are_exact_in_every_form(
+    m: int,
+    k: int,
+    n: int,
+    a_signed: bool,
+    b_signed: bool,
+    spread: float,
+    extremes: int,
+    seed: int,
+) -> None:
+    """Weights shaped like real quantized ones take AVX2's quads (vpmaddubsw, pairs of B
+    cut below the int16 bound and corrected after); the product is exact whatever the
+    form, with any zero points and A's full range."""
+    compiled("int8")
+    rng = np.random.default_rng(seed)
+    a_type, b_type = (np.int8 if a_signed else np.uint8), (np.int8 if b_signed else np.uint8)
+    a = _codes(rng, a_type, (m, k))
+    b = _quantized_weights(rng, b_type, (k, n), spread, extremes)
+    za, zb = _codes(rng, a_type, ()), _codes(rng, b_type, ())
+    want = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - int(zb))
+    # B's pairs of k (2i, 2i + 1) per column as signed bytes, those over the int16 bound
+    signed = np.abs(b.astype(np.int64) - (0 if b_signed else 128))
+    cut = int(np.count_nonzero(signed[0 : k - 1 : 2] + signed[1:k:2] > 128))
+    for level in _LEVELS:
+        with at_level("int8", level):
+            mod = _int8_at_its_level()
+            columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, b_signed, int(zb))
+            form, fixes = mod.column_form(columns)
+            if level == native.AVX2:
+                # the quads while few of B's values are a cut pair's
+                quads = cut * mod.quads_limit() <= k * n
+                assert (form, fixes) == (("quads", cut) if quads else ("byte pairs", 0))
+            out = np.empty((m, n), np.int32)
+            mod.gemm_rows(a.view(np.uint8).reshape(-1), m, a_signed, int(za), columns, out)
+            np.testing.assert_array_equal(out, want, err_msg=f"level {level} {form} {fixes}")
+
+
+@pytest.mark.skipif(native.AVX2 not in _LEVELS, reason="the quads are the AVX2 level's")
+@pytest.mark.parametrize("a_signed", [False, True])
+@pytest.mark.parametrize("b_signed", [False, True])
+def test_quads_at_the_int16_bound_and_the_largest_k(a_signed: bool, b_signed: bool) -> None:
+    """Every pair of B at |b0| + |b1| = 128 (no cut) by A's largest unsigned byte, at
+    the largest K: vpmaddubsw's pair sums reach 255 * 128 = 32640 and must not saturate,
+    and the zero points' terms bring the int32 sums to about 2^31."""
+    k, n, m = compiled("int8").max_k(), 19, 7
+    a_type, b_type = (np.int8 if a_signed else np.uint8), (np.int8 if b_signed else np.uint8)
+    shift = 0 if b_signed else 128  # B's signed byte is the code minus 128 for uint8
+    pairs = np.array([[-128, 0], [127, 1], [-64, -64], [64, 64], [0, -128], [1, 127]])
+    signed_b = np.resize(pairs, (k // 2, n, 2)).transpose(0, 2, 1).reshape(k, n)
+    b = (signed_b + shift).astype(b_type)
+    top = np.iinfo(a_type).max  # A's unsigned byte 255: uint8 255, int8 127 (+128)
+    a = np.full((m, k), top, a_type)
+    a[1::2] = np.iinfo(a_type).min  # odd rows the unsigned byte 0
+    for za, zb in [(0, shift), (np.iinfo(a_type).min, np.iinfo(b_type).min)]:
+        want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+        with at_level("int8", native.AVX2):
+            mod = _int8_at_its_level()
+            columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, b_signed, zb)
+            assert mod.column_form(columns) == ("quads", 0)
+            out = np.empty((m, n), np.int32)
+            mod.gemm_rows(a.view(np.uint8).reshape(-1), m, a_signed, za, columns, out)
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(native.AVX2 not in _LEVELS, reason="the quads are the AVX2 level's")
+def test_quads_keep_to_their_limit_of_cut_pairs() -> None:
+    """As many cut pairs as the limit allows keeps the quads (and the corrections make
+    the product exact); one more and B stays byte pairs."""
+    rng = np.random.default_rng(5)
+    with at_level("int8", native.AVX2):
+        mod = _int8_at_its_level()
+        k, n, m = 128, 4 * mod.quads_limit() // 128, 9
+        b = np.zeros((k, n), np.int8)
+        pairs = [(2 * i, j) for i in range(k // 2) for j in range(n)]
+        cut = pairs[:: len(pairs) // (k * n // mod.quads_limit())]
+        for kk, j in cut:
+            b[kk, j] = rng.choice([-128, 127])
+            b[kk + 1, j] = rng.integers(1, 127) * rng.choice([-1, 1])
+        a = _codes(rng, np.uint8, (m, k))
+        columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, True, 0)
+        assert mod.column_form(columns) == ("quads", len(cut))
+        out = np.empty((m, n), np.int32)
+        mod.gemm_rows(a.reshape(-1), m, False, 3, columns, out)
+        np.testing.assert_array_equal(out, (a.astype(np.int64) - 3) @ b.astype(np.int64))
+        kk, j = next(p for p in pairs if p not in cut)
+        b[kk, j], b[kk + 1, j] = 100, 100
+        columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, True, 0)
+        assert mod.column_form(columns) == ("byte pairs", 0)
+        mod.gemm_rows(a.reshape(-1), m, False, 3, columns, out)
+        np.testing.assert_array_equal(out, (a.astype(np.int64) - 3) @ b.astype(np.int64))
+
+
+@pytest.mark.skipif(native.AVX2 not in _LEVELS, reason="the quads are the AVX2 level's")
+def test_quads_corrections_outside_the_product_are_refused() -> None:
+    compiled("int8")
+    k, n = 512, 5  # 2560 values: one cut pair is within the limit
+    b = np.zeros((k, n), np.int8)
+    b[0, 1], b[1, 1] = 127, 127  # one cut pair: a correction at (k 0 or 1, column 1)
+    a = np.ones((2, k), np.uint8)
+    with at_level("int8", native.AVX2):
+        mod = _int8_at_its_level()
+        columns = bytearray(mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, True, 0))
+        assert mod.column_form(bytes(columns)) == ("quads", 1)
+        out = np.empty((2, n), np.int32)
+        mod.gemm_rows(a.reshape(-1), 2, False, 0, bytes(columns), out)
+        np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+        header, column_sums = 48, 16 * 4  # 12 int32, then one panel's 16 column sums
+        for field, bad in ((0, k), (1, n), (0, -1)):
+            broken = bytearray(columns)
+            at = header + column_sums + 4 * field
+            broken[at : at + 4] = np.int32(bad).tobytes()
+            with pytest.raises(ValueError):
+                mod.gemm_rows(a.reshape(-1), 2, False, 0, bytes(broken), out)
+
+
 @pytest.mark.skipif(not _LEVELS, reason="the int8 products need AVX2")
 @pytest.mark.parametrize("a_signed", [False, True])
 def test_whole_tiles_of_later_k_blocks_add_onto_the_product(a_signed: bool) -> None:
@@ -348,12 +495,15 @@ def test_a_nan_in_the_input_runs_the_nodes() -> None:
 # ---- what quantize_dynamic writes --------------------------------------------------------
 
 
-def _float_mlp(seed: int, hidden: int, layers: int) -> onnx.ModelProto:
+def _float_mlp(seed: int, hidden: int, layers: int, tails: bool = False) -> onnx.ModelProto:
+    """An MLP of Gaussian weights, or with ``tails`` Laplace ones (a trained layer's
+    shape: most weights small, a few large)."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x = "x"
     for i in range(layers):
-        w = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+        draw = rng.laplace if tails else rng.normal
+        w = (draw(0.0, 1.0, (hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
         b = rng.standard_normal(hidden).astype(np.float32) * 0.1
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
         nodes += [
@@ -389,6 +539,60 @@ def test_quantize_dynamic_models_run_fused_as_stepped(
     for level in _ALL_LEVELS:
         with at_level("int8", level):
             values = assert_modes_agree(model, feeds, rtol=0.0)
-    assert assert_integer_matmuls_exact(model, values) == 3
+        assert assert_integer_matmuls_exact(model, values) == 3, f"level {level}"
+
     if _LEVELS:
         assert _fused(model) == 3
+
+
+def _trained_like_dynamic(tmp_path: Path) -> onnx.ModelProto:
+    """quantize_dynamic's form of a 256-wide MLP of Laplace weights (a trained layer's
+    shape: most weights small, a few large)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(_float_mlp(3, 256, 2, tails=True), src)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return onnx.load(dst)
+
+
+def _int8_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    return [
+        numpy_helper.to_array(t)
+        for t in model.graph.initializer
+        if t.data_type == TensorProto.INT8 and len(t.dims) == 2
+    ]
+
+
+def test_quantize_dynamic_model_of_trained_like_weights_runs_the_quads(tmp_path: Path) -> None:
+    """Trained-like weights quantize to codes whose pairs rarely reach the int16 bound:
+    at AVX2 the products run as quads (with a few corrections), and the fused run is
+    the stepped one, integer for integer."""
+    model = _trained_like_dynamic(tmp_path)
+    feeds = {"x": np.random.default_rng(2).standard_normal((2, 16, 256)).astype(np.float32)}
+    for level in _ALL_LEVELS:
+        with at_level("int8", level):
+            values = assert_modes_agree(model, feeds, rtol=0.0)
+        assert assert_integer_matmuls_exact(model, values) == 2, f"level {level}"
+    if native.AVX2 in _LEVELS:
+        with at_level("int8", native.AVX2):
+            mod = _int8_at_its_level()
+            forms = [
+                mod.column_form(mod.pack_columns(w.view(np.uint8).reshape(-1), *w.shape, True, 0))
+                for w in _int8_weights(model)
+            ]
+        assert len(forms) == 2 and all(form == "quads" and fixes > 0 for form, fixes in forms)
+
+
+def test_trained_like_weights_by_int8_activations_are_exact(tmp_path: Path) -> None:
+    """The same weights by int8 activations (moved by +128 for vpmaddubsw's unsigned
+    side, the zero point's terms after): exact at every level."""
+    rng = np.random.default_rng(4)
+    for w in _int8_weights(_trained_like_dynamic(tmp_path)):
+        a = _codes(rng, np.int8, (37, w.shape[0]))
+        want = (a.astype(np.int64) + 5) @ w.astype(np.int64)
+        for level in _LEVELS:
+            with at_level("int8", level):
+                got = int8_products.matmul(a, w, np.array(-5, np.int8), None)
+                assert got is not None
+                np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
