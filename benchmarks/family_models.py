@@ -794,6 +794,14 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         "BERT-base, quantize_dynamic, N(0, 0.02) weights",
         lambda: dynamic(lambda: bell_weights(_torch_bert_base)),
     ),
+    "qdq_resnet18_u8_bell": (
+        "QDQ ResNet-18 w32, uint8 activations, N(0, 0.02) weights",
+        lambda: qdq_static(lambda: bell_weights(resnet18_w32), unsigned=True),
+    ),
+    "qdq_resnet18_bell": (
+        "QDQ ResNet-18 w32, N(0, 0.02) weights",
+        lambda: qdq_static(lambda: bell_weights(resnet18_w32)),
+    ),
     "dynamic_gpt2_kv_bell": (
         "GPT-2 (2 layers) KV cache, quantize_dynamic, N(0, 0.02) weights",
         lambda: dynamic(lambda: bell_weights(gpt2_kv)),

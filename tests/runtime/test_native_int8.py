@@ -83,6 +83,25 @@ def _product(
     return out
 
 
+def _bell(rng: np.random.Generator, signed: bool, shape: Any, spread: float) -> np.ndarray:
+    """Codes as a quantizer writes a weight: a bell of ``spread`` codes around the
+    type's middle, each row's largest at the type's end (per-channel scales)."""
+    dtype = np.int8 if signed else np.uint8
+    info = np.iinfo(dtype)
+    middle = 0 if signed else 128
+    codes = np.clip(np.round(rng.normal(middle, spread, shape)), info.min, info.max)
+    codes[..., 0] = info.max
+    return codes.astype(dtype)
+
+
+def _cut_pairs(w: np.ndarray) -> int:
+    """How many of W's row pairs (k, k + 1), k even, are over the int16 bound as signed
+    bytes (the corrections the AVX2 quads need)."""
+    signed = np.abs(w.astype(np.int64) - (0 if w.dtype == np.int8 else 128))
+    k = w.shape[1]
+    return int(np.count_nonzero(signed[:, 0 : k - 1 : 2] + signed[:, 1:k:2] > 128))
+
+
 def _exact(w: np.ndarray, zw: np.ndarray, x: np.ndarray, zx: int) -> np.ndarray:
     want = (w.astype(np.int64) - zw.astype(np.int64)[:, None]) @ (x.astype(np.int64) - zx)
     assert np.abs(want).max(initial=0) < 2**31
@@ -127,6 +146,102 @@ def test_product_is_exact_at_every_level(
     for level in native.levels():
         got = _product(level, w, zw, x, zx)
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    m=st.integers(1, 40),
+    k=st.one_of(st.integers(1, 70), st.integers(500, 1100)),
+    n=st.integers(1, 80),
+    colstride=st.sampled_from([1, 2]),
+    w_signed=st.booleans(),
+    x_signed=st.booleans(),
+    spread=st.sampled_from([4.0, 25.0, 45.0]),
+    zero_points=st.sampled_from(["random", "zero"]),
+    seed=st.integers(0, 2**16),
+)
+def test_quantized_weights_products_are_exact_in_every_form(
+    m: int,
+    k: int,
+    n: int,
+    colstride: int,
+    w_signed: bool,
+    x_signed: bool,
+    spread: float,
+    zero_points: str,
+    seed: int,
+) -> None:
+    """Weights shaped like quantized ones take AVX2's quads (vpmaddubsw, W's pairs cut
+    below the int16 bound, the rest added along the pixels after): exact at every level,
+    X read through offsets and a column stride, any zero points."""
+    rng = np.random.default_rng(seed)
+    w = _bell(rng, w_signed, (m, k), spread)
+    x = _bytes(rng, x_signed, (k, n * colstride), False)
+    lo_w, hi_w = (-128, 127) if w_signed else (0, 255)
+    zw = rng.integers(lo_w, hi_w + 1, size=m) if zero_points == "random" else np.zeros(m, int)
+    zx = int(rng.integers(-128, 128)) + (0 if x_signed else 128) if zero_points == "random" else 0
+    want = _exact(w, zw, x[:, ::colstride], zx)
+    rowoff = np.arange(k, dtype=np.int64) * x.shape[1]
+    mod = _module()
+    for level in native.levels():
+        got = _product(level, w, zw, x, zx, rowoff, colstride, n)
+        np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+        if level == native.AVX2:
+            packed = mod.pack_weights(w.view(np.uint8), m, k, w_signed, zw.astype(np.int32))
+            cut = _cut_pairs(w)
+            quads = cut * mod.weight_quads_limit() <= m * k
+            assert mod.weight_form(packed) == (("quads", cut) if quads else ("int16", 0))
+
+
+@pytest.mark.skipif(native.AVX2 not in native.levels(), reason="the quads are AVX2's")
+@pytest.mark.parametrize("w_signed", [False, True])
+@pytest.mark.parametrize("x_signed", [False, True])
+def test_weight_quads_at_the_int16_bound_and_the_largest_k(w_signed: bool, x_signed: bool) -> None:
+    """Every pair of W at |w0| + |w1| = 128 (no cut) by X's largest unsigned byte at
+    the largest K: vpmaddubsw's pair sums reach 255 * 128 and must not saturate, and the
+    zero points' terms bring the sums to about 2^31."""
+    mod = _module()
+    k, m, n = mod.max_k(), 7, 21
+    shift = 0 if w_signed else 128
+    pairs = np.array([[-128, 0], [127, 1], [-64, -64], [64, 64], [0, -128], [1, 127], [3, -125]])
+    w = (np.resize(pairs, (m, k // 2, 2)).reshape(m, k) + shift).astype(
+        np.int8 if w_signed else np.uint8
+    )
+    x_type = np.int8 if x_signed else np.uint8
+    x = np.full((k, n), np.iinfo(x_type).max, x_type)  # X's unsigned byte 255
+    x[:, 1::2] = np.iinfo(x_type).min  # odd columns the unsigned byte 0
+    for zw, zx in [
+        (np.full(m, shift), 0),
+        (np.full(m, np.iinfo(w.dtype).min), -5 + 128 * (not x_signed)),
+    ]:
+        want = _exact(w, zw, x, zx)
+        mod.set_level(native.AVX2)
+        packed = mod.pack_weights(w.view(np.uint8), m, k, w_signed, zw.astype(np.int32))
+        assert mod.weight_form(packed) == ("quads", 0)
+        np.testing.assert_array_equal(_product(native.AVX2, w, zw, x, zx), want)
+
+
+@pytest.mark.skipif(native.AVX2 not in native.levels(), reason="the quads are AVX2's")
+def test_weight_quads_corrections_outside_the_weights_are_refused() -> None:
+    mod = _module()
+    mod.set_level(native.AVX2)
+    m, k, n = 3, 64, 40  # (40 pixels: the corrections' 16-wide steps and their tail)
+    w = np.zeros((m, k), np.int8)
+    w[1, 4], w[1, 5] = 127, 127  # one cut pair: a correction at (row 1, k 4 or 5)
+    packed = bytearray(mod.pack_weights(w.view(np.uint8), m, k, True, np.zeros(m, np.int32)))
+    assert mod.weight_form(bytes(packed)) == ("quads", 1)
+    x = np.random.default_rng(1).integers(0, 256, (k, n)).astype(np.uint8)
+    out = np.empty((m, n), np.int32)
+    rowoff = np.arange(k, dtype=np.int64) * n
+    mod.gemm(bytes(packed), x.reshape(-1), rowoff, 1, n, False, 0, out)
+    np.testing.assert_array_equal(out, w.astype(np.int64) @ x.astype(np.int64))
+    mp, kq = 6, k // 4  # one panel of 6 rows, 16 k quads
+    at = 36 + 4 * (2 * mp + mp * kq)  # after the header, the row sums, zero points, panel
+    for field, bad in ((0, m), (1, k), (1, -1)):
+        broken = bytearray(packed)
+        broken[at + 4 * field : at + 4 * field + 4] = np.int32(bad).tobytes()
+        with pytest.raises(ValueError):
+            mod.gemm(bytes(broken), x.reshape(-1), rowoff, 1, n, False, 0, out)
 
 
 @settings(max_examples=40, deadline=None)
@@ -515,7 +630,8 @@ def test_gemm_rescale_is_gemm_then_the_rescale(
     rows, width, keep = grid
     n = rows * width
     rng = np.random.default_rng(seed)
-    w = _bytes(rng, w_signed, (m, k), False)
+    # uniform codes (the int16 form at AVX2) or a bell (the quads, corrections per block)
+    w = _bell(rng, w_signed, (m, k), 30.0) if seed % 2 else _bytes(rng, w_signed, (m, k), False)
     zw = rng.integers(0, 256, m) if not w_signed else np.zeros(m, np.int64)
     x = _bytes(rng, x_signed, (k, n), False)
     zx = int(rng.integers(-20, 20)) + (0 if x_signed else 128)
@@ -717,7 +833,10 @@ def _qdq_conv_model(
     wt = np.int8 if w_signed else np.uint8
     xs = np.float32(rng.uniform(0.01, 0.05))
     xz = np.array(rng.integers(-20, 20) if x_signed else rng.integers(0, 255), xt)
-    w = _bytes(rng, w_signed, (m, c, kernel, kernel), False)
+    if rng.integers(2):  # a bell of codes (the AVX2 quads) or uniform ones (int16 pairs)
+        w = _bell(rng, w_signed, (m, c * kernel * kernel), 30.0).reshape(m, c, kernel, kernel)
+    else:
+        w = _bytes(rng, w_signed, (m, c, kernel, kernel), False)
     ws = rng.uniform(0.002, 0.02, m if per_channel else 1).astype(np.float32)
     wz = np.zeros(ws.shape, wt) if w_signed else rng.integers(100, 150, ws.shape).astype(wt)
     if not per_channel:

@@ -15,8 +15,9 @@
  *     zero points already subtracted (values in [-255, 255]); vpmaddwd multiplies
  *     pairs into int32 and adds two products (<= 130050, no saturation); sums of these
  *     stay below 2^31.  vpmaddubsw, which saturates at int16, runs only where no pair
- *     can reach the bound: gemm_rows' QUADS form at AVX2 (see there), whose pairs of B
- *     are cut to |b0| + |b1| <= 128 with the rest added as exact corrections.
+ *     can reach the bound: the AVX2 level's quads (gemm_rows' QUADS for B, gemm's
+ *     WEIGHT_QUADS for W), whose pairs of the constant operand are cut to
+ *     |b0| + |b1| <= 128 with the rest added as exact corrections.
  *   level 3 (AVX-512 VNNI): vpdpbusd multiplies unsigned bytes (X, made unsigned by
  *     adding 128 to an int8 X and to zx) by signed bytes (W, made signed by subtracting
  *     128 from a uint8 W and from zw) and adds four products into int32 without
@@ -32,6 +33,8 @@
  *   gemm(packed, x, rowoff, colstride, N, x_signed, zx, out)
  *       X[k, n] = x[rowoff[k] + n * colstride]; out: M*N int32, row-major
  *   pack_columns(b, K, N, b_signed, zb) -> bytes      (b: K*N bytes, row-major)
+ *   weight_form(packed) -> (form, corrections), weight_quads_limit()
+ *       pack_weights' layout ("int16", "quads" at AVX2: WEIGHT_QUADS, "bytes" at VNNI)
  *   quads_limit() -> QUADS_MAX_FIXES
  *   column_form(columns) -> (form, corrections)
  *       which layout pack_columns chose: "int16", "byte pairs" or "quads" (AVX2), and
@@ -117,14 +120,16 @@ static Shape level_shape(int level) {
 }
 
 /* The packed weights: this header, then rowsum[Mp] and zw[Mp] (int32), then the panels:
- * for each panel of mr rows, for each k group, mr int32 groups. */
+ * for each panel of mr rows, for each k group, mr int32 groups; then, for the AVX2
+ * level's quads (group 4 there: `pack_weights`), `fixes` corrections (row, k, f). */
 typedef struct {
-    int32_t magic, level, m, k, mr, group, kq, panels;
+    int32_t magic, level, m, k, mr, group, kq, panels, fixes;
 } Header;
 
 static size_t packed_bytes(const Header *h) {
     size_t mp = (size_t)h->panels * h->mr;
-    return sizeof(Header) + 2 * mp * sizeof(int32_t) + mp * (size_t)h->kq * sizeof(int32_t);
+    return sizeof(Header) + 2 * mp * sizeof(int32_t) + mp * (size_t)h->kq * sizeof(int32_t) +
+           (size_t)h->fixes * 3 * sizeof(int32_t);
 }
 
 /* ---- the micro-kernels: acc[mr][nr] (+)= sum over kq groups of wp x xp ---------------- */
@@ -240,7 +245,7 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
  * row broadcast, B's four signed bytes per column; vpmaddubsw then vpmaddwd by ones (see
  * QUADS for why no int16 saturates).  init: the row term per row plus cinit's column term
  * per column. */
-#define KERNEL_AVX2_QUADS(NAME, ROWS)                                                        \
+#define KERNEL_AVX2_QUADS(NAME, ROWS, PRODUCT)                                               \
     __attribute__((target("avx2,fma"))) static void NAME(                                    \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,     \
         int mr_valid, int nr_valid, int accumulate, const int32_t *init,                     \
@@ -248,12 +253,13 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
         enum { MR = 6, NR = 16 };                                                            \
         const __m256i ones = _mm256_set1_epi16(1);                                           \
         __m256i lo[ROWS], hi[ROWS];                                                          \
-        const __m256i c0 = accumulate ? _mm256_setzero_si256()                               \
-                                      : _mm256_loadu_si256((const __m256i *)cinit);          \
-        const __m256i c1 = accumulate ? _mm256_setzero_si256()                               \
-                                      : _mm256_loadu_si256((const __m256i *)(cinit + 8));    \
+        const int with_c = !accumulate && cinit != NULL, with_r = !accumulate && init != NULL; \
+        const __m256i c0 = with_c ? _mm256_loadu_si256((const __m256i *)cinit)              \
+                                  : _mm256_setzero_si256();                                  \
+        const __m256i c1 = with_c ? _mm256_loadu_si256((const __m256i *)(cinit + 8))        \
+                                  : _mm256_setzero_si256();                                  \
         _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                             \
-            const __m256i r = accumulate ? _mm256_setzero_si256() : _mm256_set1_epi32(init[i]); \
+            const __m256i r = with_r ? _mm256_set1_epi32(init[i]) : _mm256_setzero_si256();  \
             lo[i] = _mm256_add_epi32(r, c0);                                                 \
             hi[i] = _mm256_add_epi32(r, c1);                                                 \
         }                                                                                    \
@@ -263,10 +269,8 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + q * NR + 8));       \
             _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                         \
                 const __m256i b = _mm256_set1_epi32(w[i]);                                   \
-                lo[i] = _mm256_add_epi32(                                                    \
-                    lo[i], _mm256_madd_epi16(_mm256_maddubs_epi16(b, x0), ones));            \
-                hi[i] = _mm256_add_epi32(                                                    \
-                    hi[i], _mm256_madd_epi16(_mm256_maddubs_epi16(b, x1), ones));            \
+                lo[i] = _mm256_add_epi32(lo[i], _mm256_madd_epi16(PRODUCT(b, x0), ones));    \
+                hi[i] = _mm256_add_epi32(hi[i], _mm256_madd_epi16(PRODUCT(b, x1), ones));    \
             }                                                                                \
         }                                                                                    \
         int32_t tile[MR * NR];                                                               \
@@ -291,12 +295,19 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
         store_tile(c, ldc, tile, MR, NR, mr_valid < ROWS ? mr_valid : ROWS, nr_valid,        \
                    accumulate);                                                              \
     }
-KERNEL_AVX2_QUADS(kernel_avx2_quads_1, 1)
-KERNEL_AVX2_QUADS(kernel_avx2_quads_2, 2)
-KERNEL_AVX2_QUADS(kernel_avx2_quads_3, 3)
-KERNEL_AVX2_QUADS(kernel_avx2_quads_4, 4)
-KERNEL_AVX2_QUADS(kernel_avx2_quads_5, 5)
-KERNEL_AVX2_QUADS(kernel_avx2_quads_6, 6)
+/* gemm_rows: the broadcast rows (A) unsigned, the vector columns (B) signed; gemm (a
+ * conv's weights W broadcast, the image X the vector): W signed, X unsigned */
+#define ROWS_UNSIGNED(b, x) _mm256_maddubs_epi16((b), (x))
+#define COLUMNS_UNSIGNED(b, x) _mm256_maddubs_epi16((x), (b))
+KERNEL_AVX2_QUADS(kernel_avx2_quads_1, 1, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_quads_2, 2, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_quads_3, 3, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_quads_4, 4, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_quads_5, 5, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_quads_6, 6, ROWS_UNSIGNED)
+KERNEL_AVX2_QUADS(kernel_avx2_weight_quads, 6, COLUMNS_UNSIGNED)
+#undef ROWS_UNSIGNED
+#undef COLUMNS_UNSIGNED
 #undef KERNEL_AVX2_QUADS
 #undef X_INT16
 #undef X_BYTES
@@ -539,6 +550,17 @@ static void pack_w_rows(const uint8_t *src, Py_ssize_t m, Py_ssize_t k, int w_si
     }
 }
 
+/* WEIGHT_QUADS: gemm's (a conv's) weights at the AVX2 level as QUADS are for B (see
+ * there), with W's rows in the signed role: each row's k pairs cut to |w0| + |w1| <= 128,
+ * the rest a correction (row i, k, f) that adds f times X's row k to C's row i, a pass
+ * along the pixels (vectorized) after each column block's product.  Per-channel
+ * weights cut more pairs (each row's largest code is 127) than per-tensor ones, but a
+ * correction costs one multiply-add per pixel where the product made K: W keeps the
+ * int16 form only when more than 1 in WEIGHT_QUADS_MAX_FIXES of its values needs one. */
+#define WEIGHT_QUADS_MAX_FIXES 16
+static Py_ssize_t quads_fixes(const uint8_t *b, Py_ssize_t k, Py_ssize_t n, uint8_t flip,
+                              int32_t *fix);
+
 static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer w, zw;
@@ -564,7 +586,17 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
     }
     {
         const int level = current_level;
-        const Shape s = level_shape(level);
+        Shape s = level_shape(level);
+        const uint8_t flip = w_signed ? 0 : 0x80;
+        Py_ssize_t fixes = 0;
+        if (level == 1) {
+            /* WEIGHT_QUADS: the rows' k pairs that need a cut (quads_fixes on W^T's
+             * layout: here a pair is two neighbours of one row) */
+            for (Py_ssize_t i = 0; i < m; i++)
+                fixes += quads_fixes((const uint8_t *)w.buf + i * k, k, 1, flip, NULL);
+            if (fixes * WEIGHT_QUADS_MAX_FIXES <= m * k && fixes < (1 << 30)) s.group = 4;
+            else fixes = 0;
+        }
         Header h;
         h.magic = MAGIC;
         h.level = level;
@@ -574,6 +606,7 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
         h.group = s.group;
         h.kq = (int32_t)((k + s.group - 1) / s.group);
         h.panels = (int32_t)((m + s.mr - 1) / s.mr);
+        h.fixes = (int32_t)fixes;
         const Py_ssize_t mp = (Py_ssize_t)h.panels * s.mr;
         result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)packed_bytes(&h));
         if (result == NULL) goto done;
@@ -586,6 +619,25 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
         memset(panel, 0, (size_t)mp * (size_t)h.kq * sizeof(uint32_t));
         pack_w_rows((const uint8_t *)w.buf, m, k, w_signed, (const int32_t *)zw.buf, 1, s,
                     h.kq, panel, rowsum, zeros);
+        if (level == 1 && s.group == 4) {
+            /* the cut pairs: their kept byte in the panel, the rest a correction */
+            int32_t *fix = (int32_t *)(panel + mp * h.kq), *row_fix = fix;
+            int32_t one[3 * 64];
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const uint8_t *row = (const uint8_t *)w.buf + i * k;
+                for (Py_ssize_t k0 = 0; k0 + 1 < k; k0 += 2) {
+                    if (quads_fixes(row + k0, 2, 1, flip, one) == 0) continue;
+                    const Py_ssize_t kk = k0 + one[0]; /* quads_fixes' k: 0 or 1 here */
+                    uint8_t *at = (uint8_t *)(panel + (i / s.mr) * h.kq * s.mr + (kk / 4) * s.mr +
+                                              i % s.mr) + kk % 4;
+                    *at = (uint8_t)(int8_t)((int8_t)*at - one[2]);
+                    row_fix[0] = (int32_t)i;
+                    row_fix[1] = (int32_t)kk;
+                    row_fix[2] = one[2];
+                    row_fix += 3;
+                }
+            }
+        }
     }
 done:
     PyBuffer_Release(&w);
@@ -829,6 +881,42 @@ typedef struct {
  * sink when final: the caller's pass over C (a conv's rescale) reads it from L2 instead
  * of a whole C written to memory and read back.  Operands checked by the caller; runs
  * without the GIL; -1 when memory runs out. */
+#if HAVE_X86
+__attribute__((target("avx2"))) static void add_row_times_avx2(int32_t *c, const uint8_t *x,
+                                                               Py_ssize_t j0, Py_ssize_t j1,
+                                                               uint8_t flip, int32_t f) {
+    const __m256i fv = _mm256_set1_epi32(f);
+    const __m128i flipv = _mm_set1_epi8((char)flip);
+    Py_ssize_t j = j0;
+    for (; j + 16 <= j1; j += 16) {
+        const __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(x + j)), flipv);
+        const __m256i lo = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(b), fv);
+        const __m256i hi = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)), fv);
+        __m256i *o = (__m256i *)(c + j);
+        _mm256_storeu_si256(o, _mm256_add_epi32(_mm256_loadu_si256(o), lo));
+        _mm256_storeu_si256(o + 1, _mm256_add_epi32(_mm256_loadu_si256(o + 1), hi));
+    }
+    for (; j < j1; j++)
+        c[j] = (int32_t)((uint32_t)c[j] + (uint32_t)(uint8_t)(x[j] ^ flip) * (uint32_t)f);
+}
+#endif
+
+/* c[j] += f * (x[j * colstride] ^ flip) for j in [j0, j1) (modulo 2^32): a cut pair's
+ * correction along one row of C (WEIGHT_QUADS), 16 pixels a step when they are
+ * consecutive. */
+static void add_row_times(int32_t *c, const uint8_t *x, Py_ssize_t colstride, Py_ssize_t j0,
+                          Py_ssize_t j1, uint8_t flip, int32_t f) {
+    Py_ssize_t j = j0;
+#if HAVE_X86
+    if (colstride == 1 && current_level >= 1) {
+        add_row_times_avx2(c, x, j0, j1, flip, f);
+        return;
+    }
+#endif
+    for (; j < j1; j++)
+        c[j] = (int32_t)((uint32_t)c[j] + (uint32_t)(uint8_t)(x[j * colstride] ^ flip) * (uint32_t)f);
+}
+
 static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t *x,
                        Py_ssize_t x_len, const int64_t *rowoff, Py_ssize_t colstride,
                        Py_ssize_t n, int x_signed, int zx, int32_t *out,
@@ -871,7 +959,12 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
         const uint32_t zw = (uint32_t)zeros[i];
         row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i]);
     }
-    const Kernel kern = level_kernel(current_level);
+    Kernel kern = level_kernel(current_level);
+#if HAVE_X86
+    if (current_level == 1 && s.group == 4) kern = kernel_avx2_weight_quads;
+#endif
+    /* WEIGHT_QUADS' corrections (row, k, f), after the panels */
+    const int32_t *fix = wpanels + mp * kq;
     const Py_ssize_t kcq = KC_GROUPS_BYTES / s.group; /* k groups per cache block */
     for (Py_ssize_t b0 = 0; b0 < panels_n; b0 += block) {
         const Py_ssize_t b1 = b0 + block < panels_n ? b0 + block : panels_n;
@@ -902,6 +995,9 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
             }
         }
         const Py_ssize_t col0 = b0 * s.nr, col1 = b1 * s.nr < n ? b1 * s.nr : n;
+        for (Py_ssize_t f = 0; f < h->fixes; f++)
+            add_row_times(c + fix[3 * f] * ldc, x + rowoff[fix[3 * f + 1]], colstride, col0, col1,
+                          x_signed ? 0x80 : 0, fix[3 * f + 2]);
         for (Py_ssize_t i = 0; i < m && colsum != NULL; i++) {
             const uint32_t zw = (uint32_t)zeros[i];
             uint32_t *ci = (uint32_t *)(c + i * ldc);
@@ -926,17 +1022,28 @@ static int packed_header(const Py_buffer *packed, const char *name, Header *h, S
     }
     memcpy(h, packed->buf, sizeof(*h));
     if (h->magic != MAGIC || h->m <= 0 || h->k <= 0 || h->k > MAX_K || h->panels <= 0 ||
-        h->kq <= 0 || h->level < 0 || h->level > 3 ||
+        h->kq <= 0 || h->level < 0 || h->level > 3 || h->fixes < 0 || h->fixes > (1 << 30) ||
         packed->len != (Py_ssize_t)packed_bytes(h)) {
         PyErr_Format(PyExc_ValueError, "%s: not packed weights", name);
         return 0;
     }
     *s = level_shape(current_level);
+    const int quads = current_level == 1 && h->group == 4; /* WEIGHT_QUADS */
+    if (quads) s->group = 4;
     if (h->level != current_level || h->mr != s->mr || h->group != s->group ||
-        h->kq != (h->k + s->group - 1) / s->group || h->panels != (h->m + s->mr - 1) / s->mr) {
+        h->kq != (h->k + s->group - 1) / s->group || h->panels != (h->m + s->mr - 1) / s->mr ||
+        (!quads && h->fixes != 0)) {
         PyErr_Format(PyExc_ValueError, "%s: the weights were packed at another level", name);
         return 0;
     }
+    const Py_ssize_t mp = (Py_ssize_t)h->panels * h->mr;
+    const int32_t *fix = (const int32_t *)((const char *)packed->buf + sizeof(Header)) +
+                         2 * mp + mp * (Py_ssize_t)h->kq;
+    for (Py_ssize_t f = 0; f < h->fixes; f++)
+        if (fix[3 * f] < 0 || fix[3 * f] >= h->m || fix[3 * f + 1] < 0 || fix[3 * f + 1] >= h->k) {
+            PyErr_Format(PyExc_ValueError, "%s: not packed weights", name);
+            return 0;
+        }
     return 1;
 }
 
@@ -1106,6 +1213,34 @@ static void pack_quads(const uint8_t *b, Py_ssize_t k, Py_ssize_t n, uint8_t fli
         uint8_t *at = dst + (j / 16) * kq * 64 + (kk / 4) * 64 + (j % 16) * 4 + kk % 4;
         *at = (uint8_t)(int8_t)((int8_t)*at - fix[3 * f + 2]);
     }
+}
+
+static PyObject *py_weight_form(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer packed;
+    if (!PyArg_ParseTuple(args, "y*:weight_form", &packed)) return NULL;
+    Header h;
+    PyObject *result = NULL;
+    if (packed.len < (Py_ssize_t)sizeof(Header)) {
+        PyErr_SetString(PyExc_ValueError, "weight_form: not packed weights");
+    } else {
+        memcpy(&h, packed.buf, sizeof(h));
+        if (h.magic != MAGIC)
+            PyErr_SetString(PyExc_ValueError, "weight_form: not packed weights");
+        else
+            result = Py_BuildValue("(si)",
+                                   h.group == 2   ? "int16"
+                                   : h.level == 1 ? "quads"
+                                                  : "bytes",
+                                   (int)h.fixes);
+    }
+    PyBuffer_Release(&packed);
+    return result;
+}
+
+static PyObject *py_weight_quads_limit(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    return PyLong_FromLong(WEIGHT_QUADS_MAX_FIXES);
 }
 
 static PyObject *py_quads_limit(PyObject *self, PyObject *noargs) {
@@ -3203,6 +3338,12 @@ static PyMethodDef methods[] = {
     {"pack_columns", py_pack_columns, METH_VARARGS,
      "pack_columns(b, K, N, b_signed, zb) -> bytes: the constant right operand B[K, N] "
      "(int8 or uint8, one zero point) of gemm_rows, in this level's layout."},
+    {"weight_form", py_weight_form, METH_VARARGS,
+     "weight_form(packed) -> (form, corrections): the layout pack_weights chose (\"int16\", "
+     "\"quads\" at AVX2 or \"bytes\" at VNNI) and how many cut pairs the quads correct."},
+    {"weight_quads_limit", py_weight_quads_limit, METH_NOARGS,
+     "weight_quads_limit() -> n: pack_weights keeps W as quads (AVX2) while at most 1 in n of "
+     "its values needs a correction."},
     {"quads_limit", py_quads_limit, METH_NOARGS,
      "quads_limit() -> n: pack_columns keeps B as quads while at most 1 in n of its values "
      "needs a correction."},
