@@ -165,7 +165,7 @@ def _erf_block(xs: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
 
 
 # The compiled erf (native/_erf.c: one pass where the blocks here make 17; its own
-# piecewise polynomials, within 1.4 ulp, not this form's bits); None when compiled
+# piecewise polynomials, within 1.1 ulp, not this form's bits); None when compiled
 # kernels are off or not built.  Every float32 erf goes through it when it is there, the
 # plain Erf kernel and the fused chains alike, so a stepped run and an unwatched one give
 # the same numbers.

@@ -4,7 +4,7 @@
  *   length (y may be x).
  *
  * The function is vector_math.h's erf (a polynomial below 1, one of three by unit
- * interval from 1 to 4, within 1.4 ulp), one pass where kernels/math_erf.py's numpy form
+ * interval from 1 to 4, within 1.1 ulp), one pass where kernels/math_erf.py's numpy form
  * tanh(x P(x^2)) makes 17 per block.  Every level gives the same bits (vector_math.h);
  * they are not the numpy path's, so both run modes call this kernel: the plain Erf
  * kernel, Gelu and the fused elementwise chains (native/_chain.c) alike.

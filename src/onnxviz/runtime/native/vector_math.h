@@ -11,12 +11,18 @@
  *
  * The operations are the same at every level (the vector extension lowers them to SSE2,
  * AVX2 or AVX-512 under the target attribute; no contraction into fused multiply-adds
- * under -std=c11), so every level gives the same bits.  Selections are bit masks (compare
+ * under -std=c11; a fused multiply-add is written where it is meant, `fma`, one rounding
+ * at every level), so every level gives the same bits.  Selections are bit masks (compare
  * then and/or), never min/max, so a NaN goes through every function as NaN. */
 
 #define RS_CAT_(a, b) a##_##b
 #define RS_CAT(a, b) RS_CAT_(a, b)
 #define RS(name) RS_CAT(name, SFX)
+
+#include <math.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 ATTR static inline VF RS(splat)(float c) {
     VF v = {0};
@@ -25,6 +31,20 @@ ATTR static inline VF RS(splat)(float c) {
 
 ATTR static inline VF RS(select)(VI mask, VF a, VF b) {
     return (VF)((mask & (VI)a) | (~mask & (VI)b));
+}
+
+/* a * b + c rounded once: the FMA instruction at AVX2 and AVX-512, C's fmaf lane by lane
+ * at the generic level (the same operation, so the same bits at every level). */
+ATTR static inline VF RS(fma)(VF a, VF b, VF c) {
+#if (defined(__x86_64__) || defined(__i386__)) && VW == 8
+    return (VF)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#elif (defined(__x86_64__) || defined(__i386__)) && VW == 16
+    return (VF)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+    VF r;
+    for (int i = 0; i < VW; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+#endif
 }
 
 /* exp(x) for x in [-105, 10] (the callers clamp; NaN in, NaN out).  Cody-Waite: n the
@@ -106,7 +126,7 @@ ATTR static inline void RS(storen)(float *p, VF v, int n) {
 }
 
 
-/* erf(x) in float32, within 1.4 ulp of the correctly rounded value (tests: 3), by |x|:
+/* erf(x) in float32, within 1.1 ulp of the correctly rounded value (tests: 3), by |x|:
  *   below 1: |x| + (|x| (c0 - 1) + |x| t Q(t)), t = x^2, erf(x)/x = c0 + t Q(t) fitted
  *     for relative error (Q of degree 5); the leading |x| added last keeps the result
  *     within an ulp and a half where a plain |x| P(t) lost 2.3;
@@ -115,8 +135,9 @@ ATTR static inline void RS(storen)(float *p, VF v, int n) {
  *   from 4: 1 (erf(4) is 1 - 1.5e-8, which rounds to 1; the infinities too);
  * then x's sign (erf(-0) = -0; a NaN stays a NaN).  The coefficients are least-squares
  * fits on Chebyshev nodes in float64 (mpmath's erf), checked in float32 arithmetic.
- * About 60 operations and no division, where tanh(x P(x^2)) with an exp and a division
- * took twice the time. */
+ * About 45 operations and no division, where tanh(x P(x^2)) with an exp and a division
+ * took twice the time; the Horner steps are fused multiply-adds (64K floats at AVX2 on
+ * a Zen 3 core 101 -> 76 us against a multiply then an add, 1.28 -> 1.09 ulp). */
 /* One coefficient of erf's 1-to-4 piece by the lane's interval (c1 below 2, c2 below 3, c3
  * from 3; `idx` 0, 1, 2 and the masks `two`, `three` say which): with 8 or 16 lanes one
  * permute from a constant table (GCC's __builtin_shuffle: vpermps), where the two
@@ -139,25 +160,25 @@ ATTR static inline VF RS(erf)(VF x) {
     VF a = (VF)((VI)x & 0x7fffffff);
     VF t = a * a;
     VF q = RS(splat)(7.897971e-05f);
-    q = q * t + -0.0008024285f;
-    q = q * t + 0.005190046f;
-    q = q * t + -0.026854804f;
-    q = q * t + 0.11283612f;
-    q = q * t + -0.3761263f;
-    VF small = a + (a * 0.12837917f + a * (t * q));
+    q = RS(fma)(q, t, RS(splat)(-0.0008024285f));
+    q = RS(fma)(q, t, RS(splat)(0.005190046f));
+    q = RS(fma)(q, t, RS(splat)(-0.026854804f));
+    q = RS(fma)(q, t, RS(splat)(0.11283612f));
+    q = RS(fma)(q, t, RS(splat)(-0.3761263f));
+    VF small = a + RS(fma)(a, RS(splat)(0.12837917f), a * (t * q));
     VI two = a >= 2.0f, three = a >= 3.0f;
     VI idx = -two - three; /* the masks are -1 or 0: 0, 1 or 2 */
 #define ERF_C(c1, c2, c3) RS(erf_coef)(idx, two, three, c1, c2, c3)
     VF u = a - ERF_C(1.5f, 2.5f, 3.5f);
     VF p = ERF_C(-0.0024318998f, 0.00030644276f, -3.703773e-05f);
-    p = p * u + ERF_C(-0.0038323037f, 0.000403012f, 6.689166e-05f);
-    p = p * u + ERF_C(0.019348333f, -0.0028082759f, -7.714558e-05f);
-    p = p * u + ERF_C(-0.015034342f, 0.006143394f, 8.048107e-05f);
-    p = p * u + ERF_C(-0.044601757f, -0.008621509f, -6.777085e-05f);
-    p = p * u + ERF_C(0.13876362f, 0.008348284f, 4.2409203e-05f);
-    p = p * u + ERF_C(-0.1783953f, -0.0054457374f, -1.8896344e-05f);
-    p = p * u + ERF_C(0.11893007f, 0.002178318f, 5.3972935e-06f);
-    p = p * u + ERF_C(0.96610516f, 0.999593f, 0.9999993f);
+    p = RS(fma)(p, u, ERF_C(-0.0038323037f, 0.000403012f, 6.689166e-05f));
+    p = RS(fma)(p, u, ERF_C(0.019348333f, -0.0028082759f, -7.714558e-05f));
+    p = RS(fma)(p, u, ERF_C(-0.015034342f, 0.006143394f, 8.048107e-05f));
+    p = RS(fma)(p, u, ERF_C(-0.044601757f, -0.008621509f, -6.777085e-05f));
+    p = RS(fma)(p, u, ERF_C(0.13876362f, 0.008348284f, 4.2409203e-05f));
+    p = RS(fma)(p, u, ERF_C(-0.1783953f, -0.0054457374f, -1.8896344e-05f));
+    p = RS(fma)(p, u, ERF_C(0.11893007f, 0.002178318f, 5.3972935e-06f));
+    p = RS(fma)(p, u, ERF_C(0.96610516f, 0.999593f, 0.9999993f));
 #undef ERF_C
     VF y = RS(select)(a < 1.0f, small, p);
     y = RS(select)(y > 1.0f, RS(splat)(1.0f), y);
