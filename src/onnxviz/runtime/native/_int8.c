@@ -191,6 +191,30 @@ static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, 
     const uint8_t *xb = (const uint8_t *)xp + (q) * 32;                                      \
     const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb));          \
     const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xb + 16)));
+/* An AVX2 tile's sums (tile: 6 rows of 16, its first `rows` filled) to C, or added to it
+ * (a later k block); a whole tile by vectors, a partial one by store_tile. */
+__attribute__((target("avx2"))) static inline void tile_out_avx2(int32_t *c, Py_ssize_t ldc,
+                                                                 const int32_t *tile, int rows,
+                                                                 int mr_valid, int nr_valid,
+                                                                 int accumulate) {
+    enum { MR = 6, NR = 16 };
+    if (mr_valid == rows && nr_valid == NR) {
+        for (int i = 0; i < rows; i++) {
+            __m256i *row = (__m256i *)(c + i * ldc);
+            __m256i l = _mm256_loadu_si256((const __m256i *)(tile + i * NR));
+            __m256i h = _mm256_loadu_si256((const __m256i *)(tile + i * NR + 8));
+            if (accumulate) {
+                l = _mm256_add_epi32(_mm256_loadu_si256(row), l);
+                h = _mm256_add_epi32(_mm256_loadu_si256(row + 1), h);
+            }
+            _mm256_storeu_si256(row, l);
+            _mm256_storeu_si256(row + 1, h);
+        }
+        return;
+    }
+    store_tile(c, ldc, tile, MR, NR, mr_valid < rows ? mr_valid : rows, nr_valid, accumulate);
+}
+
 #define KERNEL_AVX2(NAME, ROWS, LOAD_X)                                                      \
     __attribute__((target("avx2,fma"))) static void NAME(                                    \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,     \
@@ -215,22 +239,7 @@ static void kernel_generic(const int32_t *wp, const int32_t *xp, Py_ssize_t kq, 
             _mm256_storeu_si256((__m256i *)(tile + i * NR), lo[i]);                          \
             _mm256_storeu_si256((__m256i *)(tile + i * NR + 8), hi[i]);                      \
         }                                                                                    \
-        if (mr_valid == ROWS && nr_valid == NR) {                                            \
-            for (int i = 0; i < ROWS; i++) {                                                 \
-                __m256i *row = (__m256i *)(c + i * ldc);                                     \
-                __m256i l = _mm256_loadu_si256((const __m256i *)(tile + i * NR));            \
-                __m256i h = _mm256_loadu_si256((const __m256i *)(tile + i * NR + 8));        \
-                if (accumulate) {                                                            \
-                    l = _mm256_add_epi32(_mm256_loadu_si256(row), l);                        \
-                    h = _mm256_add_epi32(_mm256_loadu_si256(row + 1), h);                    \
-                }                                                                            \
-                _mm256_storeu_si256(row, l);                                                 \
-                _mm256_storeu_si256(row + 1, h);                                             \
-            }                                                                                \
-            return;                                                                          \
-        }                                                                                    \
-        store_tile(c, ldc, tile, MR, NR, mr_valid < ROWS ? mr_valid : ROWS, nr_valid,        \
-                   accumulate);                                                              \
+        tile_out_avx2(c, ldc, tile, ROWS, mr_valid, nr_valid, accumulate);                \
     }
 KERNEL_AVX2(kernel_avx2, 6, X_INT16)
 KERNEL_AVX2(kernel_avx2_bytes_1, 1, X_BYTES)
@@ -278,22 +287,7 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
             _mm256_storeu_si256((__m256i *)(tile + i * NR), lo[i]);                          \
             _mm256_storeu_si256((__m256i *)(tile + i * NR + 8), hi[i]);                      \
         }                                                                                    \
-        if (mr_valid == ROWS && nr_valid == NR) {                                            \
-            for (int i = 0; i < ROWS; i++) {                                                 \
-                __m256i *row = (__m256i *)(c + i * ldc);                                     \
-                __m256i l = _mm256_loadu_si256((const __m256i *)(tile + i * NR));            \
-                __m256i h = _mm256_loadu_si256((const __m256i *)(tile + i * NR + 8));        \
-                if (accumulate) {                                                            \
-                    l = _mm256_add_epi32(_mm256_loadu_si256(row), l);                        \
-                    h = _mm256_add_epi32(_mm256_loadu_si256(row + 1), h);                    \
-                }                                                                            \
-                _mm256_storeu_si256(row, l);                                                 \
-                _mm256_storeu_si256(row + 1, h);                                             \
-            }                                                                                \
-            return;                                                                          \
-        }                                                                                    \
-        store_tile(c, ldc, tile, MR, NR, mr_valid < ROWS ? mr_valid : ROWS, nr_valid,        \
-                   accumulate);                                                              \
+        tile_out_avx2(c, ldc, tile, ROWS, mr_valid, nr_valid, accumulate);                \
     }
 /* gemm_rows: the broadcast rows (A) unsigned, the vector columns (B) signed; gemm (a
  * conv's weights W broadcast, the image X the vector): W signed, X unsigned */
