@@ -219,6 +219,9 @@ def test_quads_corrections_outside_the_product_are_refused() -> None:
         mod = _int8_at_its_level()
         columns = bytearray(mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, True, 0))
         assert mod.column_form(bytes(columns)) == ("quads", 1)
+        for not_columns in (b"ICO", bytes(64), bytes(columns[:0])):
+            with pytest.raises(ValueError):
+                mod.column_form(not_columns)
         out = np.empty((2, n), np.int32)
         mod.gemm_rows(a.reshape(-1), 2, False, 0, bytes(columns), out)
         np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))

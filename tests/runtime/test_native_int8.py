@@ -230,6 +230,9 @@ def test_weight_quads_corrections_outside_the_weights_are_refused() -> None:
     w[1, 4], w[1, 5] = 127, 127  # one cut pair: a correction at (row 1, k 4 or 5)
     packed = bytearray(mod.pack_weights(w.view(np.uint8), m, k, True, np.zeros(m, np.int32)))
     assert mod.weight_form(bytes(packed)) == ("quads", 1)
+    for not_weights in (b"INT", bytes(64), b""):
+        with pytest.raises(ValueError):
+            mod.weight_form(not_weights)
     x = np.random.default_rng(1).integers(0, 256, (k, n)).astype(np.uint8)
     out = np.empty((m, n), np.int32)
     rowoff = np.arange(k, dtype=np.int64) * n

@@ -1209,27 +1209,30 @@ static void pack_quads(const uint8_t *b, Py_ssize_t k, Py_ssize_t n, uint8_t fli
     }
 }
 
-static PyObject *py_weight_form(PyObject *self, PyObject *args) {
-    (void)self;
+/* The header (`size` bytes, its first int32 `magic`) of the packed bytes `args` holds,
+ * into `header`: 1, or 0 with a ValueError saying `error`. */
+static int read_header(PyObject *args, const char *format, const char *error, int32_t magic,
+                       void *header, size_t size) {
     Py_buffer packed;
-    if (!PyArg_ParseTuple(args, "y*:weight_form", &packed)) return NULL;
-    Header h;
-    PyObject *result = NULL;
-    if (packed.len < (Py_ssize_t)sizeof(Header)) {
-        PyErr_SetString(PyExc_ValueError, "weight_form: not packed weights");
-    } else {
-        memcpy(&h, packed.buf, sizeof(h));
-        if (h.magic != MAGIC)
-            PyErr_SetString(PyExc_ValueError, "weight_form: not packed weights");
-        else
-            result = Py_BuildValue("(si)",
-                                   h.group == 2   ? "int16"
-                                   : h.level == 1 ? "quads"
-                                                  : "bytes",
-                                   (int)h.fixes);
+    if (!PyArg_ParseTuple(args, format, &packed)) return 0;
+    int ok = packed.len >= (Py_ssize_t)size;
+    if (ok) {
+        memcpy(header, packed.buf, size);
+        ok = *(const int32_t *)header == magic;
     }
     PyBuffer_Release(&packed);
-    return result;
+    if (!ok) PyErr_SetString(PyExc_ValueError, error);
+    return ok;
+}
+
+static PyObject *py_weight_form(PyObject *self, PyObject *args) {
+    (void)self;
+    Header h;
+    if (!read_header(args, "y*:weight_form", "weight_form: not packed weights", MAGIC, &h,
+                     sizeof h))
+        return NULL;
+    return Py_BuildValue("(si)", h.group == 2 ? "int16" : h.level == 1 ? "quads" : "bytes",
+                         (int)h.fixes);
 }
 
 static PyObject *py_weight_quads_limit(PyObject *self, PyObject *noargs) {
@@ -1244,25 +1247,13 @@ static PyObject *py_quads_limit(PyObject *self, PyObject *noargs) {
 
 static PyObject *py_column_form(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer cols;
-    if (!PyArg_ParseTuple(args, "y*:column_form", &cols)) return NULL;
     ColHeader h;
-    PyObject *result = NULL;
-    if (cols.len < (Py_ssize_t)sizeof(ColHeader)) {
-        PyErr_SetString(PyExc_ValueError, "column_form: not packed columns");
-    } else {
-        memcpy(&h, cols.buf, sizeof(h));
-        if (h.magic != COLS_MAGIC)
-            PyErr_SetString(PyExc_ValueError, "column_form: not packed columns");
-        else
-            result = Py_BuildValue("(si)",
-                                   h.bytes == QUADS        ? "quads"
-                                   : h.bytes == BYTE_PAIRS ? "byte pairs"
-                                                           : "int16",
-                                   (int)h.fixes);
-    }
-    PyBuffer_Release(&cols);
-    return result;
+    if (!read_header(args, "y*:column_form", "column_form: not packed columns", COLS_MAGIC,
+                     &h, sizeof h))
+        return NULL;
+    return Py_BuildValue("(si)",
+                         h.bytes == QUADS ? "quads" : h.bytes == BYTE_PAIRS ? "byte pairs" : "int16",
+                         (int)h.fixes);
 }
 
 static PyObject *py_pack_columns(PyObject *self, PyObject *args) {
