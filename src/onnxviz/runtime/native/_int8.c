@@ -616,7 +616,7 @@ static PyObject *py_pack_weights(PyObject *self, PyObject *args) {
         if (level == 1 && s.group == 4) {
             /* the cut pairs: their kept byte in the panel, the rest a correction */
             int32_t *fix = (int32_t *)(panel + mp * h.kq), *row_fix = fix;
-            int32_t one[3 * 64];
+            int32_t one[3]; /* a pair cuts at most one of its two values */
             for (Py_ssize_t i = 0; i < m; i++) {
                 const uint8_t *row = (const uint8_t *)w.buf + i * k;
                 for (Py_ssize_t k0 = 0; k0 + 1 < k; k0 += 2) {
