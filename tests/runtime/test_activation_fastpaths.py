@@ -536,3 +536,18 @@ def test_activation_benchmark_stacks_give_onnxruntimes_numbers(key: str) -> None
     scale = float(np.abs(theirs).max())
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * scale)
     np.testing.assert_allclose(stepped[name], theirs, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_relu_of_a_view_cut_along_its_last_axis_is_numpys_bits() -> None:
+    """A causal conv's output cut by a Slice (a view whose last axis is contiguous) goes
+    row by row against the constant's row: np.maximum's bits, NaN and -0 included."""
+    buf = np.random.default_rng(5).standard_normal((4, 64, 260)).astype(np.float32)
+    buf[0, 0, :6] = [np.nan, -0.0, 0.0, -np.inf, np.inf, -1e-45]
+    for view in (buf[:, :, :256], buf[:, 3:40, 2:200], buf[:, ::2, :], buf[..., :63]):
+        got = relu(view)
+        want = np.maximum(view, np.float32(0))
+        assert got.flags.c_contiguous and got.shape == view.shape
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    out = np.empty((4, 64, 256), np.float32)  # Clip's bounds go the same way
+    bounded_into(np.minimum, buf[:, :, :256], 0.5, out)
+    np.testing.assert_array_equal(out, np.minimum(buf[:, :, :256], np.float32(0.5)))
