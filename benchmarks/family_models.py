@@ -355,6 +355,90 @@ def diffusion_unet(
     return _export(UNet(), args, ["x", "t"], dynamo=dynamo), _feeds(["x", "t"], args)
 
 
+def tcn(
+    batch: int = 4, n_in: int = 16, length: int = 256, channels: int = 64, levels: int = 4
+) -> Built:
+    """A temporal convolutional network (Bai et al. 2018): residual blocks of two causal
+    dilated Conv1d (padding both sides, the future cut off by a slice), ReLU, a 1x1
+    Conv1d on the skip where the width changes, then the last step through a Linear."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, dilation: int) -> None:
+            super().__init__()
+            self.cut = 2 * dilation
+            self.c1 = nn.Conv1d(cin, cout, 3, padding=self.cut, dilation=dilation)
+            self.c2 = nn.Conv1d(cout, cout, 3, padding=self.cut, dilation=dilation)
+            self.skip = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
+
+        def forward(self, x: Any) -> Any:
+            h = torch.relu(self.c1(x)[:, :, : -self.cut])
+            h = torch.relu(self.c2(h)[:, :, : -self.cut])
+            return torch.relu(h + self.skip(x))
+
+    class TCN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            widths = [n_in] + [channels] * levels
+            self.blocks = nn.Sequential(
+                *(Block(widths[i], widths[i + 1], 2**i) for i in range(levels))
+            )
+            self.head = nn.Linear(channels, 10)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.blocks(x)[:, :, -1])
+
+    args = (torch.randn(batch, n_in, length),)
+    return _export(TCN(), args, ["x"], dynamo=False), _feeds(["x"], args)
+
+
+def unet_convtranspose(size: int = 128, base: int = 16) -> Built:
+    """A segmentation UNet whose decoder upsamples by ConvTranspose2d (k2 s2), Conv ->
+    BatchNorm -> ReLU blocks, skips concatenated, TorchScript."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def block(cin: int, cout: int) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+            nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        )  # fmt: skip
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e1, self.e2, self.e3 = (
+                block(3, base),
+                block(base, base * 2),
+                block(base * 2, base * 4),
+            )
+            self.pool = nn.MaxPool2d(2)
+            self.u2, self.d2 = (
+                nn.ConvTranspose2d(base * 4, base * 2, 2, stride=2),
+                block(base * 4, base * 2),
+            )
+            self.u1, self.d1 = (
+                nn.ConvTranspose2d(base * 2, base, 2, stride=2),
+                block(base * 2, base),
+            )
+            self.out = nn.Conv2d(base, 2, 1)
+
+        def forward(self, x: Any) -> Any:
+            a = self.e1(x)
+            b = self.e2(self.pool(a))
+            c = self.e3(self.pool(b))
+            d = self.d2(torch.cat([self.u2(c), b], 1))
+            return self.out(self.d1(torch.cat([self.u1(d), a], 1)))
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(UNet(), args, ["x"], dynamo=False), _feeds(["x"], args)
+
+
 def unet_bilinear(size: int = 128, base: int = 16, align_corners: bool = True) -> Built:
     """The segmentation UNet most code bases copy (double 3x3 conv + BatchNorm + ReLU
     blocks, max-pool down, ``nn.Upsample(mode="bilinear")`` up, concat skips, a 1x1
@@ -753,6 +837,11 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         "UNet, bilinear upsampling (half pixel), 128 px",
         lambda: unet_bilinear(align_corners=False),
     ),
+    "unet_convtranspose": (
+        "UNet, ConvTranspose upsampling, 128 px, TorchScript",
+        unet_convtranspose,
+    ),
+    "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
     "diffusion_unet_64": (
         "diffusion UNet, 64 px, TorchScript",
         lambda: diffusion_unet(64),
