@@ -78,7 +78,9 @@ def _feeds(names: list[str], args: tuple[Any, ...]) -> dict[str, np.ndarray]:
     return {n: a.numpy() for n, a in zip(names, args)}
 
 
-def mobilenetv3_small() -> Built:
+def mobilenetv3_small(large: bool = False, dynamo: bool = True) -> Built:
+    """MobileNetV3-small (or -large: ``large``) with random weights, torch's dynamo
+    exporter (or TorchScript's)."""
     import torch
     from torch import nn
 
@@ -130,20 +132,40 @@ def mobilenetv3_small() -> Built:
         (5, 576, 96, True, True, 1),
         (5, 576, 96, True, True, 1),
     ]
+    last, head = 576, 1024
+    if large:  # MobileNetV3-large's table
+        table = [
+            (3, 16, 16, False, False, 1),
+            (3, 64, 24, False, False, 2),
+            (3, 72, 24, False, False, 1),
+            (5, 72, 40, True, False, 2),
+            (5, 120, 40, True, False, 1),
+            (5, 120, 40, True, False, 1),
+            (3, 240, 80, False, True, 2),
+            (3, 200, 80, False, True, 1),
+            (3, 184, 80, False, True, 1),
+            (3, 184, 80, False, True, 1),
+            (3, 480, 112, True, True, 1),
+            (3, 672, 112, True, True, 1),
+            (5, 672, 160, True, True, 2),
+            (5, 960, 160, True, True, 1),
+            (5, 960, 160, True, True, 1),
+        ]
+        last, head = 960, 1280
     layers: list[nn.Module] = [*conv_bn(3, 16, 3, 2), nn.Hardswish()]
     cin = 16
     for k, exp, cout, se, hs, s in table:
         layers.append(InvertedResidual(cin, k, exp, cout, se, hs, s))
         cin = cout
-    layers += [*conv_bn(cin, 576, 1, 1), nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-    layers += [nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, 1000)]
+    layers += [*conv_bn(cin, last, 1, 1), nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    layers += [nn.Linear(last, head), nn.Hardswish(), nn.Linear(head, 1000)]
     net = nn.Sequential(*layers)
     for m in net.modules():  # trained-looking normalization statistics
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     args = (torch.randn(1, 3, 224, 224),)
-    return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
+    return _export(net, args, ["image"], dynamo=dynamo), _feeds(["image"], args)
 
 
 def gpt2_kv(
@@ -836,6 +858,14 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "unet_bilinear_half_pixel": (
         "UNet, bilinear upsampling (half pixel), 128 px",
         lambda: unet_bilinear(align_corners=False),
+    ),
+    "mobilenetv3_large": (
+        "MobileNetV3-large, torch dynamo",
+        lambda: mobilenetv3_small(large=True),
+    ),
+    "mobilenetv3_large_ts": (
+        "MobileNetV3-large, TorchScript",
+        lambda: mobilenetv3_small(large=True, dynamo=False),
     ),
     "unet_convtranspose": (
         "UNet, ConvTranspose upsampling, 128 px, TorchScript",
