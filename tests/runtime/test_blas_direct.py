@@ -49,10 +49,10 @@ def test_gemm_matches_numpy_for_plain_transposed_and_strided_operands(dtype: typ
 
 @pytest.mark.parametrize(
     ("m", "k", "n"),
-    [(8, 5, 9), (200, 30, 200)],  # below and above blas._SMALL_OUTPUT: numpy, then direct
+    [(8, 5, 9), (200, 30, 200)],  # below and above blas.SMALL_OUTPUT: numpy, then direct
 )
 def test_gemm_accumulates_onto_the_output(m: int, k: int, n: int) -> None:
-    assert (m * n < blas._SMALL_OUTPUT) == (m == 8)
+    assert (m * n < blas.SMALL_OUTPUT) == (m == 8)
     a, b = _rand(m, k), _rand(k, n)
     want = a.astype(np.float64) @ b.astype(np.float64) + 2.5
     out = np.full((m, n), 2.5, np.float32)

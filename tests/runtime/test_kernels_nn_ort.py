@@ -94,6 +94,9 @@ CONV_CASES = [
     ("same_lower", (1, 4, 10, 9), (4, 4, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [3, 2]}),
     ("valid", (1, 4, 10, 9), (4, 4, 3, 3), {"auto_pad": "VALID"}),
     ("conv1d", (2, 6, 30), (4, 6, 5), {"pads": [2, 2], "strides": [2]}),
+    # Several small items of a 1x1: one batched product, then the bias.
+    ("pointwise_batch4", (4, 16, 8, 8), (32, 16, 1, 1), {}),
+    ("conv1d_pointwise_batch4", (4, 16, 256), (64, 16, 1), {}),
     ("3x3_s2_phases", (1, 16, 70, 66), (8, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     (
         "dilated_strided_phases",

@@ -454,7 +454,7 @@ def _blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, depth: int, accumulat
 
 
 # Outputs (elements) below which C += A @ B is a product then an add (see gemm).
-_SMALL_OUTPUT = 32768
+SMALL_OUTPUT = 32768
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = False) -> None:
@@ -478,7 +478,7 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, *, accumulate: bool = Fa
         # ``ndarray.ctypes`` lookups.
         np.matmul(a, b, out=out)
         return
-    if out.size < _SMALL_OUTPUT:
+    if out.size < SMALL_OUTPUT:
         # A small output stays in cache: the product and a separate add cost less than
         # the direct call's overhead (measured 1.2 us against 5.3 us at 4x16x16, 20.8
         # against 24.3 at 64x128x128, even at 128x128x512).

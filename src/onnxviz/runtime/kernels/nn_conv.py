@@ -1003,6 +1003,25 @@ def _products_with_bias(
     is faster run the compiled GEMM by ``w`` packed once (`_packed_products`)."""
     if source is not None and _packed_products(w, cols, out, bias, addend, source):
         return True
+    if (
+        (bias is not None or addend is not None)
+        and out.shape[0] > 1
+        and out[0].size < blas.SMALL_OUTPUT
+        and out.dtype == w.dtype == cols.dtype
+    ):
+        # Several small items: one batched product, then the bias (and addend) in one
+        # pass, where item by item each product was a fresh array added onto the
+        # prefilled output (blas.gemm's small-output way): a TCN's 1x1 skip conv, 16 ->
+        # 64 channels over 4 x 256 steps, 103-106 -> 66 us; 8 x 32 x 128, 32 channels,
+        # 80-116 -> 56-72.
+        np.matmul(w, cols, out=out)
+        if addend is not None and bias is not None:
+            np.add(out, np.add(addend.reshape(out.shape), bias[:, None]), out=out)
+        elif addend is not None:
+            np.add(out, addend.reshape(out.shape), out=out)
+        else:
+            np.add(out, bias[:, None], out=out)  # type: ignore[index]
+        return True
     if (bias is not None or addend is not None) and blas.available():
         if addend is not None and bias is not None:
             np.add(addend.reshape(out.shape), bias[:, None], out=out)
