@@ -275,11 +275,10 @@ def _planar_dispatch(
     n, c, length = x.shape
     m = w.shape[0]
     (out,) = out_shape
-    x4 = x.reshape(n, c, 1, length)
-    w4 = packed.planar().array if packed is not None else planar_weight(w)
+    planar = None if packed is None else packed.planar()
     y, added = _conv_dispatch(
-        x4,
-        w4,
+        x.reshape(n, c, 1, length),
+        planar_weight(w) if planar is None else planar.array,
         group,
         (1, kernel[0]),
         (1, strides[0]),
@@ -287,7 +286,7 @@ def _planar_dispatch(
         (0, pads[0], 0, pads[1]),
         (1, out),
         bias,
-        None if packed is None else packed.planar(),
+        planar,
         None if addend is None else addend.reshape(n, m, 1, out),  # the output's shape
     )
     return y.reshape(n, m, out), added
