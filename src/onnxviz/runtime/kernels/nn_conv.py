@@ -995,9 +995,11 @@ def _products_with_bias(
     """out[b] = w @ cols[b] for each batch item; True when ``bias`` (M,) and ``addend``
     (any shape reshaping to out's) are in too.
 
-    With direct BLAS the bias (and addend) are written first and the product added onto
-    them inside the GEMM: one pass that writes the output instead of a second pass that
-    reads and writes it after the product.  ``source``: the conv's weight array that
+    Small items (each output below ``blas.SMALL_OUTPUT``): one (batched) product into
+    ``out``, then the bias and addend in one pass.  Larger ones with direct BLAS: the
+    bias (and addend) written first and the product added onto them inside the GEMM, one
+    pass that writes the output instead of a second pass that reads and writes it after
+    the product.  ``source``: the conv's weight array that
     ``w`` views; when it is a constant, the float32 products of the shapes where that
     is faster run the compiled GEMM by ``w`` packed once (`_packed_products`)."""
     if source is not None and _packed_products(w, cols, out, bias, addend, source):
