@@ -136,9 +136,11 @@ def test_quantized_weights_products_are_exact_in_every_form(
     b = _quantized_weights(rng, b_type, (k, n), spread, extremes)
     za, zb = _codes(rng, a_type, ()), _codes(rng, b_type, ())
     want = (a.astype(np.int64) - za.astype(np.int64)) @ (b.astype(np.int64) - int(zb))
-    # B's pairs of k (2i, 2i + 1) per column as signed bytes, those over the int16 bound
-    signed = np.abs(b.astype(np.int64) - (0 if b_signed else 128))
-    cut = int(np.count_nonzero(signed[0 : k - 1 : 2] + signed[1:k:2] > 128))
+    # B's pairs of k (2i, 2i + 1) per column as signed bytes, those that can reach the
+    # int16 bound: both of one sign, |b0| + |b1| > 128
+    signed = b.astype(np.int64) - (0 if b_signed else 128)
+    b0, b1 = signed[0 : k - 1 : 2], signed[1:k:2]
+    cut = int(np.count_nonzero((np.abs(b0) + np.abs(b1) > 128) & ((b0 < 0) == (b1 < 0))))
     for level in _LEVELS:
         with at_level("int8", level):
             mod = _int8_at_its_level()
@@ -181,6 +183,34 @@ def test_quads_at_the_int16_bound_and_the_largest_k(a_signed: bool, b_signed: bo
 
 
 @pytest.mark.skipif(native.AVX2 not in _LEVELS, reason="the quads are the AVX2 level's")
+@pytest.mark.parametrize("a_signed", [False, True])
+@pytest.mark.parametrize("b_signed", [False, True])
+def test_quads_keep_pairs_of_opposite_signs_uncut(a_signed: bool, b_signed: bool) -> None:
+    """A pair of B of opposite signs is never cut, however large (|b0| + |b1| up to 255):
+    its sum lies between 255 * b0 and 255 * b1.  A's unsigned bytes 255 and 0 within a
+    pair, either way round, and both 255, take each such pair to both ends of that range
+    (-32640 and 32385) at the largest K."""
+    k, n = compiled("int8").max_k(), 13
+    a_type, b_type = (np.int8 if a_signed else np.uint8), (np.int8 if b_signed else np.uint8)
+    shift = 0 if b_signed else 128
+    pairs = np.array([[-128, 127], [127, -128], [-128, 1], [1, -128], [-1, 127], [100, -100]])
+    signed_b = np.resize(pairs, (k // 2, n, 2)).transpose(0, 2, 1).reshape(k, n)
+    b = (signed_b + shift).astype(b_type)
+    top, bottom = np.iinfo(a_type).max, np.iinfo(a_type).min  # unsigned bytes 255 and 0
+    a = np.full((4, k), top, a_type)
+    a[0, 1::2] = a[1, 0::2] = a[3] = bottom
+    for za, zb in [(0, shift), (bottom, np.iinfo(b_type).min), (top, np.iinfo(b_type).max)]:
+        want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+        with at_level("int8", native.AVX2):
+            mod = _int8_at_its_level()
+            columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, b_signed, zb)
+            assert mod.column_form(columns) == ("quads", 0)
+            out = np.empty((4, n), np.int32)
+            mod.gemm_rows(a.view(np.uint8).reshape(-1), 4, a_signed, za, columns, out)
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.skipif(native.AVX2 not in _LEVELS, reason="the quads are the AVX2 level's")
 def test_quads_keep_to_their_limit_of_cut_pairs() -> None:
     """As many cut pairs as the limit allows keeps the quads (and the corrections make
     the product exact); one more and B stays byte pairs."""
@@ -192,8 +222,10 @@ def test_quads_keep_to_their_limit_of_cut_pairs() -> None:
         pairs = [(2 * i, j) for i in range(k // 2) for j in range(n)]
         cut = pairs[:: len(pairs) // (k * n // mod.quads_limit())]
         for kk, j in cut:
-            b[kk, j] = rng.choice([-128, 127])
-            b[kk + 1, j] = rng.integers(1, 127) * rng.choice([-1, 1])
+            # a pair of one sign over the bound (one of opposite signs never reaches it)
+            sign = rng.choice([-1, 1])
+            b[kk, j] = -128 if sign < 0 else 127
+            b[kk + 1, j] = rng.integers(1, 127) * sign
         a = _codes(rng, np.uint8, (m, k))
         columns = mod.pack_columns(b.view(np.uint8).reshape(-1), k, n, True, 0)
         assert mod.column_form(columns) == ("quads", len(cut))

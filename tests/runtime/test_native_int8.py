@@ -95,11 +95,12 @@ def _bell(rng: np.random.Generator, signed: bool, shape: Any, spread: float) -> 
 
 
 def _cut_pairs(w: np.ndarray) -> int:
-    """How many of W's row pairs (k, k + 1), k even, are over the int16 bound as signed
-    bytes (the corrections the AVX2 quads need)."""
-    signed = np.abs(w.astype(np.int64) - (0 if w.dtype == np.int8 else 128))
+    """How many of W's row pairs (k, k + 1), k even, can reach the int16 bound as signed
+    bytes (the corrections the AVX2 quads need): both of one sign, |w0| + |w1| > 128."""
+    signed = w.astype(np.int64) - (0 if w.dtype == np.int8 else 128)
     k = w.shape[1]
-    return int(np.count_nonzero(signed[:, 0 : k - 1 : 2] + signed[:, 1:k:2] > 128))
+    w0, w1 = signed[:, 0 : k - 1 : 2], signed[:, 1:k:2]
+    return int(np.count_nonzero((np.abs(w0) + np.abs(w1) > 128) & ((w0 < 0) == (w1 < 0))))
 
 
 def _exact(w: np.ndarray, zw: np.ndarray, x: np.ndarray, zx: int) -> np.ndarray:
@@ -214,6 +215,32 @@ def test_weight_quads_at_the_int16_bound_and_the_largest_k(w_signed: bool, x_sig
         (np.full(m, shift), 0),
         (np.full(m, np.iinfo(w.dtype).min), -5 + 128 * (not x_signed)),
     ]:
+        want = _exact(w, zw, x, zx)
+        mod.set_level(native.AVX2)
+        packed = mod.pack_weights(w.view(np.uint8), m, k, w_signed, zw.astype(np.int32))
+        assert mod.weight_form(packed) == ("quads", 0)
+        np.testing.assert_array_equal(_product(native.AVX2, w, zw, x, zx), want)
+
+
+@pytest.mark.skipif(native.AVX2 not in native.levels(), reason="the quads are AVX2's")
+@pytest.mark.parametrize("w_signed", [False, True])
+@pytest.mark.parametrize("x_signed", [False, True])
+def test_weight_quads_keep_pairs_of_opposite_signs_uncut(w_signed: bool, x_signed: bool) -> None:
+    """A pair of W of opposite signs is never cut, however large: its sum lies between
+    255 * w0 and 255 * w1.  X's unsigned bytes 255 and 0 within a pair, either way round,
+    and both 255, take each such pair to both ends of that range at the largest K."""
+    mod = _module()
+    k, m = mod.max_k(), 6
+    shift = 0 if w_signed else 128
+    pairs = np.array([[-128, 127], [127, -128], [-128, 1], [1, -128], [-1, 127], [100, -100]])
+    w = (np.resize(pairs, (m, k // 2, 2)).reshape(m, k) + shift).astype(
+        np.int8 if w_signed else np.uint8
+    )
+    x_type = np.int8 if x_signed else np.uint8
+    top, bottom = np.iinfo(x_type).max, np.iinfo(x_type).min  # unsigned bytes 255 and 0
+    x = np.full((k, 20), top, x_type)  # (20 pixels: a 16-wide panel and a tail)
+    x[1::2, 0::4] = x[0::2, 1::4] = x[:, 3::4] = bottom
+    for zw, zx in [(np.full(m, shift), 0), (np.full(m, np.iinfo(w.dtype).max), int(bottom))]:
         want = _exact(w, zw, x, zx)
         mod.set_level(native.AVX2)
         packed = mod.pack_weights(w.view(np.uint8), m, k, w_signed, zw.astype(np.int32))
