@@ -1,16 +1,16 @@
 """MatMulNBits at accuracy_level 4 (int8 activations, what onnxruntime-genai's builder
 writes for int4 CPU models): ours against onnxruntime's node, the products of one step
-of a Llama, and the row count up to which our int8 kernel (runtime/native/_nbits8.c)
-beats our float routes on the rounded rows (contrib_quant.INT8_MAX_ROWS).
+of a Llama, and our int8 kernel (runtime/native/_nbits8.c, every row count) against our
+float routes on the rounded rows.
 
-    python benchmarks/bench_nbits_level4.py [--model 1k|2k] [--rows 1,2,4,8,16,24] [--rounds 5]
+    python benchmarks/bench_nbits_level4.py [--model 1k|2k] [--rows 1,4,16,32,64,128] [--rounds 5]
 
 The weights are the MatMulNBits shapes of family_models' llama1k (hidden 1024, MLP 2816,
 4 layers) or llama2k (2048, 5632, 8 layers) with the 32000-word head, random, block 32,
 no zero points (as the builder writes them), read-only like a model's initializers.  For
 each row count it prints the CPU time of the step's products three ways, 1 thread,
-median of alternating rounds: ours through matmul_nbits at level 4 (the int8 kernel up to
-INT8_MAX_ROWS rows, then the float routes), ours with the int8 kernel off (the float
+median of alternating rounds: ours through matmul_nbits at level 4 (the int8 kernel, in
+calls of contrib_quant.INT8_ROWS_PER_CALL rows), ours with the int8 kernel off (the float
 routes on the rounded rows), and onnxruntime's single-node sessions at level 4; then our
 time over onnxruntime's.  The weights of a step exceed the caches, as in a model.
 """
@@ -73,7 +73,7 @@ def _ort_session(K: int, N: int, b: np.ndarray, scales: np.ndarray) -> Any:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="1k", choices=sorted(LLAMA))
-    parser.add_argument("--rows", default="1,2,4,8,16,24")
+    parser.add_argument("--rows", default="1,4,16,32,64,128")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits

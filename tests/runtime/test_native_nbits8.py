@@ -309,9 +309,9 @@ def _frozen(x: np.ndarray) -> np.ndarray:
 def test_every_route_of_the_op_is_the_level4_product(
     monkeypatch: Any, with_zp: bool, rows: int, bits: int
 ) -> None:
-    """The int8 kernel (4-bit, up to INT8_MAX_ROWS rows), the float kernel, the packed
-    GEMM and BLAS on the int8 steps (more rows, other bits), with the compiled kernels
-    and without: each within the bound of the emulation."""
+    """The int8 kernel (4-bit, any rows), the float kernel, the packed GEMM and BLAS on
+    the int8 steps (other bits, or the compiled kernels off): each within the bound of
+    the emulation."""
     rng = np.random.default_rng([rows, bits, int(with_zp)])
     K, N, block = 300, 520, 32  # 156K weights; the float kernel's threshold lowered
     kb = (K + block - 1) // block
@@ -391,11 +391,10 @@ def _level4_model(
     return model, {"b": b, "s": scales, "z": zp, "bias": bias}  # type: ignore[dict-item]
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16, 24])
+@pytest.mark.parametrize("rows", [1, 3, 16, 24, 70])
 def test_a_session_unwatched_and_stepped_give_the_same_numbers(rows: int) -> None:
-    """The prepared call (the int8 kernel with its buffers found once, or the kernel past
-    INT8_MAX_ROWS) and the stepped run's kernel call: the same product, to the bit where
-    both take the same route."""
+    """The prepared call (the int8 kernel with its buffers found once) and the stepped
+    run's kernel call: the same product, to the bit."""
     rng = np.random.default_rng(rows)
     K, N, block = 160, 37, 32
     model, w = _level4_model(K, N, block, rng)
@@ -408,6 +407,42 @@ def test_a_session_unwatched_and_stepped_give_the_same_numbers(rows: int) -> Non
     np.testing.assert_array_equal(run, stepped["r"])
     _assert_within_bound(stepped["y"][0], a[0], w["b"], w["s"], w["z"], w["bias"], block, "stepped")
     wc.clear()
+
+
+def test_a_long_prompt_runs_the_int8_kernel_in_calls_of_rows(monkeypatch: Any, nbits8: Any) -> None:
+    """A prompt of more rows than one call of the int8 kernel takes runs in calls of
+    INT8_ROWS_PER_CALL rows (its scratch stays bounded), never the float routes (which
+    would keep a float32 copy of the weight): every row's sums are the ones a call of that
+    row alone gives, to the bit, and within the bound of the emulation."""
+    nbits8.set_level(native.cpu_level())
+    monkeypatch.setattr(contrib_quant, "INT8_ROWS_PER_CALL", 8)
+    calls: list[int] = []
+    real = nbits8.matmul
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(nbits8, name)
+
+        def matmul(self, a: Any, *rest: Any) -> Any:
+            calls.append(len(a))
+            return real(a, *rest)
+
+    monkeypatch.setattr(contrib_quant, "_NBITS8", Counting())  # whatever ONNXVIZ_NATIVE says
+    monkeypatch.setattr(contrib_quant, "_kept_kn", lambda *args: pytest.fail("a float route"))
+    rng = np.random.default_rng(21)
+    K, N, block = 160, 37, 32
+    _, b, scales, zp = _case(rng, 1, K, N, block, True)
+    bias = rng.standard_normal(N).astype(np.float32)
+    attrs = {"K": K, "N": N, "block_size": block, "bits": 4, "accuracy_level": 4}
+    a = rng.standard_normal((3, 7, K)).astype(np.float32)  # 21 rows: calls of 8, 8 and 5
+    a[1, 2] = 0.0  # a row of zeros (no int8 step) among them
+    got = matmul_nbits(a, b, scales, zp, None, bias, **attrs)
+    assert calls == [8, 8, 5] and got.shape == (3, 7, N)
+    rows = a.reshape(-1, K)
+    for r in range(len(rows)):
+        alone = matmul_nbits(rows[r : r + 1], b, scales, zp, None, bias, **attrs)
+        np.testing.assert_array_equal(got.reshape(-1, N)[r], alone[0])
+    _assert_within_bound(got.reshape(-1, N), rows, b, scales, zp, bias, block)
 
 
 @pytest.mark.parametrize(
@@ -432,7 +467,7 @@ def test_genai_exports_run_the_int8_kernel_within_the_bound(
             calls.append(args[6])
             nbits8.matmul(*args)
 
-    monkeypatch.setattr(contrib_quant, "_NBITS8", Counting())
+    monkeypatch.setattr(contrib_quant, "_NBITS8", Counting())  # whatever ONNXVIZ_NATIVE says
     checked = 0
     for node, attrs, (a2, b, scales, zp, _g, bias) in nbits_nodes(model, off):
         assert attrs.get("accuracy_level") == 4 and attrs.get("bits", 4) == 4, node.name
@@ -458,7 +493,7 @@ def test_the_held_call_takes_the_common_call_and_hands_on_the_rest(
     monkeypatch: Any, nbits8: Any
 ) -> None:
     """The prepared call made in C (_nbits8's held, from the node loop): the kernel's own
-    numbers on a float32 C-contiguous input of up to INT8_MAX_ROWS rows with the node's
+    numbers on a float32 C-contiguous input of up to INT8_ROWS_PER_CALL rows with the node's
     constants; every other call goes to the Python call, which gives the kernel's."""
     from onnxviz.runtime.registry import RUNTIME
 
@@ -478,7 +513,7 @@ def test_the_held_call_takes_the_common_call_and_hands_on_the_rest(
     assert y.shape == (2, 3, N) and y.dtype == np.float32
     np.testing.assert_array_equal(y, matmul_nbits(a, b, scales, zp, None, bias, **attrs))
     _assert_within_bound(y.reshape(6, N), a.reshape(6, K), b, scales, zp, bias, block)
-    many = rng.standard_normal((contrib_quant.INT8_MAX_ROWS + 1, K)).astype(np.float32)
+    many = rng.standard_normal((contrib_quant.INT8_ROWS_PER_CALL + 1, K)).astype(np.float32)
     strided = np.asfortranarray(a[0])
     for other in (a.astype(np.float64), strided, many, a[0, 0]):
         got = held(other, fb, fs, fz, None, fbias)

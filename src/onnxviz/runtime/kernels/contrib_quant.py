@@ -13,10 +13,11 @@ and unwatched runs alike.  Set accuracy_level to 0 for the float product.
 
 How it is multiplied:
 
-* level 4 with 4-bit weights, up to INT8_MAX_ROWS rows (a decode step, a short prompt):
-  the compiled kernel native/_nbits8.c quantizes the rows and sums each block's int8 by
-  4-bit products exactly in integers (vpmaddubsw), the blocks in float32; about 12
-  instructions per 64 weights, so a decode step is bound by memory;
+* level 4 with 4-bit weights, any number of rows (a decode step, a prompt; in calls of up
+  to INT8_ROWS_PER_CALL rows): the compiled kernel native/_nbits8.c quantizes the rows
+  and sums each block's int8 by 4-bit products exactly in integers (vpmaddubsw), the
+  blocks in float32; about 12 instructions per 64 weights, so a decode step is bound by
+  memory, and a prompt reads half a byte per weight where the float routes read four;
 * a weight of 256K codes or more, up to native_max_rows rows of activations (32 with
   AVX-512, 6 with AVX2, none at plain C: each measured against the next way): the
   compiled kernel native/_nbits.c reads the packed bytes as they are stored and turns
@@ -98,7 +99,7 @@ def matmul_nbits(
         raise ExecutionError(f"MatMulNBits: input has {av.shape[-1]} features, K is {K}")
     rows = av.reshape(-1, K)
     if int8_activations(accuracy_level, zero_points, g_idx):
-        if bits == 4 and _NBITS8 is not None and rows.shape[0] <= INT8_MAX_ROWS:
+        if bits == 4 and _NBITS8 is not None:
             form = native_form(b, scales, zero_points, g_idx, K, N, block_size, bits)
             if form is not None:
                 buffers = native_buffers(b, scales, zero_points, form, bias, K, N, block_size, bits)
@@ -238,9 +239,9 @@ def _the_prepared_case(consts: tuple[Any, ...], K: int, a: Any, *inputs: Any) ->
 def _prepared_int8(
     kernel: Any, known: tuple[Any, ...], K: int, N: int, block: int, bits: int
 ) -> Any:
-    """The prepared call at accuracy_level 4: up to INT8_MAX_ROWS float32 rows go straight
-    to the compiled int8 kernel with the buffers found once, held in C; anything else
-    takes the kernel, which rounds the rows to int8 steps first.  None (the kernel on
+    """The prepared call at accuracy_level 4: float32 rows go straight to the compiled
+    int8 kernel with the buffers found once (up to INT8_ROWS_PER_CALL of them held in C);
+    inputs other than the node's constants take the kernel.  None (the kernel on
     every call) without that kernel or for 2- and 8-bit weights."""
     if bits != 4 or _NBITS8 is None:
         return None
@@ -257,10 +258,7 @@ def _prepared_int8(
     ) -> Any:
         if not _the_prepared_case(consts, K, a, b, scales, zero_points, g_idx, bias):
             return kernel(a, b, scales, zero_points, g_idx, bias)
-        rows = a.reshape(-1, K)
-        if rows.shape[0] > INT8_MAX_ROWS:
-            return kernel(a, b, scales, zero_points, g_idx, bias)
-        return int8_call(module, rows, buffers, (*a.shape[:-1], N))
+        return int8_call(module, a.reshape(-1, K), buffers, (*a.shape[:-1], N))
 
     # The common call made in C from the node loop (_nbits8's held): the node's own
     # inputs, a C-contiguous float32 ``a``; every other call is `call`'s.
@@ -268,7 +266,7 @@ def _prepared_int8(
     _K, _N, _block, _bits, _kind, zp_row, _has_bias = buffers[1]
     return module.held(
         weight, sc, zp if len(zp) else None, bias32 if len(bias32) else None,
-        K, N, block, zp_row, INT8_MAX_ROWS, tuple(known[1:]), call, *native.held_arrays(),
+        K, N, block, zp_row, INT8_ROWS_PER_CALL, tuple(known[1:]), call, *native.held_arrays(),
     )  # fmt: skip
 
 
@@ -311,14 +309,22 @@ def int8_call(
     shape: tuple[int, ...],
 ) -> np.ndarray:
     """The compiled level-4 product (native/_nbits8.c) of ``rows`` [M, K] by the 4-bit
-    weight of ``buffers`` (native_buffers), in a fresh float32 array of ``shape``."""
+    weight of ``buffers`` (native_buffers), in a fresh float32 array of ``shape``: one
+    call per INT8_ROWS_PER_CALL rows (each row's sums are the same whichever call makes
+    them)."""
     weight, sc, zp, bias = buffers[0]
     K, N, block, _bits, zp_kind, zp_row, has_bias = buffers[1]
     out = np.empty(shape, dtype=np.float32)
+    flat = out.reshape(-1, N)
     src = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
-    module.matmul(
-        src, weight, sc, zp, bias, out, rows.shape[0], K, N, block, zp_kind, zp_row, has_bias
-    )
+    m = src.shape[0]
+    step = INT8_ROWS_PER_CALL
+    for r0 in range(0, m, step) if m > step else (0,):
+        r1 = min(m, r0 + step)
+        module.matmul(
+            src[r0:r1], weight, sc, zp, bias, flat[r0:r1], r1 - r0, K, N, block, zp_kind,
+            zp_row, has_bias,
+        )  # fmt: skip
     return out
 
 
@@ -415,11 +421,19 @@ MAX_ROWS_AT_LEVEL = {native.GENERIC: 0, native.AVX2: 6, native.AVX512: 24, nativ
 
 
 # The level-4 int8 kernel (native/_nbits8.c), None when compiled kernels are off or not
-# built.  Up to INT8_MAX_ROWS rows it runs; more go to the float routes on the int8 steps
-# (measured, 1 thread, AVX2 Zen 3, Llama shapes 1024x2816, 2816x1024, 2048x5632: 0.3-0.4
-# of the float routes' time at 4 rows, 0.6-0.8 at 8, 0.8-0.9 at 16, even at 24).
+# built.  It runs every row count: one node of a Llama's shapes (1024x2816, 2816x1024,
+# 2048x2048, 2048x5632, 5632x2048; 1 thread, AVX2 Zen 3, best of 7, ms) against the float
+# routes on the int8 steps, which read the kept float32 weight (four bytes a weight where
+# this reads half of one), and onnxruntime's level-4 node: at 16 rows on par with both; at
+# 24-64 rows 0.65-0.8 of the float routes' time, 0.9-1.07x onnxruntime's where the float
+# routes took 1.2-1.5x (2048x5632 at 32 rows 12.1 -> 8.1 ms, onnxruntime 8.2-8.6); at
+# 128-512 on par with both.  (It was held to 16 rows before: "0.8-0.9 of the float
+# routes' time at 16, even at 24" was read as a crossover.)  It keeps no float32 weight.
 _NBITS8 = native.load("nbits8")
-INT8_MAX_ROWS = 16
+# Rows per call of the int8 kernel: it quantizes its rows into scratch (about 2K bytes a
+# row), so a long prompt runs in calls of this many rows (the held C call takes up to
+# this many, the Python call the rest).
+INT8_ROWS_PER_CALL = 128  # (64, 128 or 256: the same time at 128 and 256 rows)
 
 
 # Weights smaller than this stay on the numpy path: their float32 form sits in the CPU's
