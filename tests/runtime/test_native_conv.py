@@ -781,3 +781,34 @@ def test_a_pixels_bits_do_not_depend_on_how_its_row_is_cut_into_tiles(level: int
     for width in (27, 26, 14):
         assert outs[width].shape[-1] == width
         np.testing.assert_array_equal(outs[width], outs[28][..., :width])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("c", [3, 8, 16, 19, 40])
+def test_a_channels_first_input_gives_the_channels_last_inputs_bits(level: int, c: int) -> None:
+    """An NCHW input is copied into the row buffer one transposed row at a time (AVX2: 8
+    channels by 8 pixels a step, the rest one by one); the kernel then reads the same
+    values as from the channels-last array, so every output has the same bits, whatever
+    the width's and the channels' remainders, the padding, the stride or the dilation."""
+    module = _module()
+    rng = np.random.default_rng(c)
+    module.set_level(level)
+    try:
+        for width, pads, strides, dilations in [
+            (7, (1, 1, 1, 1), (1, 1), (1, 1)),
+            (8, (0, 2, 1, 0), (1, 1), (1, 1)),
+            (13, (1, 1, 1, 1), (1, 2), (1, 1)),
+            (24, (2, 2, 2, 2), (1, 1), (2, 2)),
+            (33, (1, 0, 1, 3), (2, 1), (1, 1)),
+        ]:
+            x = rng.standard_normal((2, c, 5, width)).astype(np.float32)
+            w = rng.standard_normal((17, c, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(17).astype(np.float32)
+            act = (ACT_RELU, NAN, NAN)
+            first = _run(module, x, w, b, None, strides, dilations, pads, act, 1)
+            last = _run(module, x, w, b, None, strides, dilations, pads, act, 0)
+            np.testing.assert_array_equal(first, last, err_msg=f"width {width}")
+            g = {"strides": strides, "dilations": dilations, "pads": pads, "act": act}
+            _check_bound(first, x, w, b, None, g)
+    finally:
+        module.set_level(LEVELS[-1])
