@@ -38,6 +38,11 @@ as one ("fused") node:
   of the shapes where it is faster run the compiled GEMM by the weight packed once,
   the bias added in its epilogue (kernels/packed_gemm.py).
 
+* **Trimmed convs** (fusion_conv_trim.py): a Conv whose padded output a constant Slice
+  trims along an axis of stride 1 (a causal Conv1d's exported pad-then-cut) runs as the
+  Conv with less padding, before the conv chains are found (the chain then takes the
+  Relu after it).
+
 * **Written-out layer norms** (fusion_layernorm.py): ReduceMean -> Sub -> Pow ->
   ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's
   nn.LayerNorm) as one node.
@@ -75,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native, quiet_loop
+from onnxviz.runtime.fusion_conv_trim import trim_convs, trim_routing
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_int8_matmul import find_integer_matmuls, integer_matmul_node
 from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
@@ -183,9 +189,13 @@ def _affine_step(pn: PlanNode, y: int, const: set[int]) -> str | None:
 
 
 def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
-    nodes = plan.nodes
     const = _constant_slots(plan)
     keep = {s for s in plan.output_slots if s >= 0}
+    constants = dict(plan.constants)
+    constants.update(folded)
+    nodes = plan.nodes
+    if trim_routing():
+        nodes, _ = trim_convs(nodes, const, constants, keep)
     users: dict[int, list[int]] = {}
     producer: dict[int, int] = {}  # slot -> position of the node making it
     for i, pn in enumerate(nodes):
@@ -207,8 +217,6 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         absorbed.update(positions[:-1])
         into.update(positions)
 
-    constants = dict(plan.constants)
-    constants.update(folded)
     convs = find_qdq_convs(nodes, users, const, keep, constants)
     # Residual Adds between QDQ pairs: over the codes; the convs they read end at their
     # quantizers, and the convs that read their output pairs read the codes.
