@@ -50,21 +50,28 @@ def trim_convs(
     """``nodes`` with each Conv -> Slice pair of the module docstring's form replaced by
     one Conv of less padding (at the Slice's place, making the Slice's output), and how
     many were."""
-    users: dict[int, list[int]] = {}
-    for i, pn in enumerate(nodes):
+    # The plain convs' outputs, then who reads them (no reader table for the whole graph:
+    # a 100k-node model without a conv pays one pass of set lookups).
+    heads = {
+        pn.outputs[0]: i
+        for i, pn in enumerate(nodes)
+        if plain_kernel(pn, "Conv") and len(pn.inputs) >= 2 and pn.inputs[1] in const
+    }
+    heads = {y: i for y, i in heads.items() if y >= 0 and y not in keep}
+    if not heads:
+        return nodes, 0
+    readers: dict[int, list[int]] = {}
+    for j, pn in enumerate(nodes):
         for s in (*pn.inputs, *pn.implicit):
-            if s >= 0:
-                users.setdefault(s, []).append(i)
+            if s in heads:
+                readers.setdefault(s, []).append(j)
     replaced: dict[int, PlanNode] = {}  # slice position -> the trimmed conv
     dropped: set[int] = set()  # conv positions
-    for i, pn in enumerate(nodes):
-        if not plain_kernel(pn, "Conv") or len(pn.inputs) < 2 or pn.inputs[1] not in const:
+    for y, i in heads.items():
+        pn = nodes[i]
+        if len(readers.get(y, ())) != 1:
             continue
-        y = pn.outputs[0]
-        readers = users.get(y, [])
-        if y < 0 or y in keep or len(readers) != 1:
-            continue
-        j = readers[0]
+        j = readers[y][0]
         pads = _trimmed_pads(pn, nodes[j], y, constants)
         if pads is None:
             continue
