@@ -195,7 +195,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     constants.update(folded)
     nodes = plan.nodes
     if trim_routing():
-        nodes, _ = trim_convs(nodes, const, constants, keep)
+        nodes = trim_convs(nodes, const, constants, keep)
     users: dict[int, list[int]] = {}
     producer: dict[int, int] = {}  # slot -> position of the node making it
     for i, pn in enumerate(nodes):

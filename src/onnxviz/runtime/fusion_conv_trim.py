@@ -46,10 +46,9 @@ def trim_routing() -> bool:
 
 def trim_convs(
     nodes: list[PlanNode], const: set[int], constants: dict[int, Any], keep: set[int]
-) -> tuple[list[PlanNode], int]:
+) -> list[PlanNode]:
     """``nodes`` with each Conv -> Slice pair of the module docstring's form replaced by
-    one Conv of less padding (at the Slice's place, making the Slice's output), and how
-    many were."""
+    one Conv of less padding (at the Slice's place, making the Slice's output)."""
     # The plain convs' outputs, then who reads them (no reader table for the whole graph:
     # a 100k-node model without a conv pays one pass of set lookups).
     heads = {
@@ -59,7 +58,7 @@ def trim_convs(
     }
     heads = {y: i for y, i in heads.items() if y >= 0 and y not in keep}
     if not heads:
-        return nodes, 0
+        return nodes
     readers: dict[int, list[int]] = {}
     for j, pn in enumerate(nodes):
         for s in (*pn.inputs, *pn.implicit):
@@ -85,9 +84,8 @@ def trim_convs(
         )
         dropped.add(i)
     if not replaced:
-        return nodes, 0
-    out = [replaced.get(j, pn) for j, pn in enumerate(nodes) if j not in dropped]
-    return out, len(replaced)
+        return nodes
+    return [replaced.get(j, pn) for j, pn in enumerate(nodes) if j not in dropped]
 
 
 def _trimmed_pads(

@@ -317,9 +317,8 @@ def int8_call(
     out = np.empty(shape, dtype=np.float32)
     flat = out.reshape(-1, N)
     src = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
-    m = src.shape[0]
-    step = INT8_ROWS_PER_CALL
-    for r0 in range(0, m, step) if m > step else (0,):
+    m, step = src.shape[0], INT8_ROWS_PER_CALL
+    for r0 in range(0, max(m, 1), step):  # (no rows: one call, as before)
         r1 = min(m, r0 + step)
         module.matmul(
             src[r0:r1], weight, sc, zp, bias, flat[r0:r1], r1 - r0, K, N, block, zp_kind,

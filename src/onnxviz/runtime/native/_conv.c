@@ -759,8 +759,9 @@ static Py_ssize_t pass_bytes(void) {
 }
 
 /* One row of each of c channel planes (plane[ch * hw + j], j < count) as channels-last
- * pixels: d[j * stride + ch] (stride: the row buffer's channels, c or more).  The plain loop stores one float at a time a row of c floats
- * apart, a cache line per store once c >= 16; the AVX2 one moves 8 channels by 8 pixels
+ * pixels: d[j * stride + ch] (stride: the row buffer's channels, c or more).  The plain
+ * loop stores one float at a time a row of c floats apart, a cache line per store once
+ * c >= 16; the AVX2 one moves 8 channels by 8 pixels
  * through an in-register transpose, whole 32-byte stores (the same values: a copy).  In
  * the TCN benchmark (4 x 64 channels x 256 steps, NCHW between its convs) the plain copy
  * was 11% of the run. */

@@ -579,7 +579,8 @@ static void pack_w_rows(const uint8_t *src, Py_ssize_t m, Py_ssize_t k, int w_si
 
 /* WEIGHT_QUADS: gemm's (a conv's) weights at the AVX2 level as QUADS are for B (see
  * there), with W's rows in the signed role: each row's k pairs of one sign cut to
- * |w0| + |w1| <= 128, the rest a correction (row i, k, f) that adds f times X's row k to C's row i, a pass
+ * |w0| + |w1| <= 128, the rest a correction (row i, k, f) that adds f times X's row k
+ * to C's row i, a pass
  * along the pixels (vectorized) after each column block's product.  Per-channel
  * weights cut more pairs (each row's largest code is 127) than per-tensor ones, but a
  * correction costs one multiply-add per pixel where the product made K: W keeps the
