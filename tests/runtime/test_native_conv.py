@@ -812,3 +812,39 @@ def test_a_channels_first_input_gives_the_channels_last_inputs_bits(level: int, 
             _check_bound(first, x, w, b, None, g)
     finally:
         module.set_level(LEVELS[-1])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("m", [1, 5, 8, 12, 16, 17, 24])
+@pytest.mark.parametrize(
+    "act",
+    [(ACT_NONE, NAN, NAN), (ACT_RELU, NAN, NAN), (ACT_CLIP, -0.5, 0.75), (ACT_HARDSWISH, NAN, NAN)],
+    ids=["none", "relu", "clip", "hardswish"],
+)
+def test_a_channels_first_output_gives_the_channels_last_outputs_bits(
+    level: int, m: int, act: tuple[int, float, float]
+) -> None:
+    """A tile's sums reach channels-first planes through a transpose in registers and one
+    masked store per channel (AVX2), channels-last pixels through one store per pixel:
+    the same sums, bias, addend and activation in the same order, so the same bits, for
+    every tile width (rows of 1 to 13 pixels), every remainder of the last channel block,
+    with and without bias and addend; a store past a tile's pixels would land on a
+    neighbour already written (the next plane's first row after the last row's tile)."""
+    module = _module()
+    rng = np.random.default_rng(m * 31 + act[0])
+    module.set_level(level)
+    try:
+        for width in range(1, 14):
+            x = rng.standard_normal((1, 6, 3, width)).astype(np.float32)
+            w = rng.standard_normal((m, 6, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(m).astype(np.float32)
+            addend = rng.standard_normal((1, m, 3, width)).astype(np.float32)
+            for bias, add in [(b, addend), (None, None), (b, None)]:
+                args = (module, x, w, bias, add, (1, 1), (1, 1), (1, 1, 1, 1), act)
+                first = _run(*args, 2)
+                last = _run(*args, 0)
+                np.testing.assert_array_equal(first, last, err_msg=f"width {width}")
+                g = {"strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "act": act}
+                _check_bound(first, x, w, bias, add, g)
+    finally:
+        module.set_level(LEVELS[-1])

@@ -220,6 +220,34 @@ sums8(const Row *r, const float *w, Py_ssize_t xoff, float *sums, const int P, c
 SUMS8_FN(1, 1) SUMS8_FN(2, 1) SUMS8_FN(3, 1) SUMS8_FN(4, 1) SUMS8_FN(5, 1) SUMS8_FN(6, 1)
 SUMS8_FN(1, 2) SUMS8_FN(2, 2) SUMS8_FN(3, 2) SUMS8_FN(4, 2) SUMS8_FN(5, 2) SUMS8_FN(6, 2)
 
+/* A tile's sums (sums[16 i + 8 v]: pixel i, block v) to channels-first planes: each
+ * block's 8 x 8 (pixels x channels, rows past p zero) transposed in registers, so a
+ * channel's p outputs are one masked store, where the scalar epilogue stored them one by
+ * one: a 32 -> 32-channel 3x3 at 32 x 32 px 293 -> 261 us, 16 -> 16 at 64 px 462 -> 419;
+ * sums of node minima, A/B in one process: the TCN 3.55 -> 3.17 ms, the diffusion UNet
+ * 6.83 -> 6.57, the small UNet 15.4 -> 14.9.  The same sums, bias, addend and
+ * activation in the same order as `epilogue_planes`, so the same bits. */
+__attribute__((target("avx2,fma"))) static void
+planes8(const Row *r, const float *sums, int p, int nv, int width, const float *bias,
+        const float *add, float *out) {
+    const __m256i pm = mask8(p);
+    const Py_ssize_t cs = r->cs;
+    for (int v = 0; v < nv; v++) {
+        __m256 col[8];
+        for (int i = 0; i < 8; i++)
+            col[i] = i < p ? _mm256_loadu_ps(sums + 16 * i + 8 * v) : _mm256_setzero_ps();
+        onnxviz_transpose8(col);
+        const int channels = v == nv - 1 ? width : 8;
+        for (int j = 0; j < channels; j++) {
+            const Py_ssize_t at = (Py_ssize_t)(8 * v + j) * cs;
+            __m256 y = col[j];
+            if (bias) y = _mm256_add_ps(y, _mm256_set1_ps(bias[8 * v + j]));
+            if (add) y = _mm256_add_ps(y, _mm256_maskload_ps(add + at, pm));
+            _mm256_maskstore_ps(out + at, pm, act8(y, r->act, r->lo, r->hi));
+        }
+    }
+}
+
 /* P pixels x NV blocks; `width` channels are stored of the last block. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
@@ -235,8 +263,8 @@ tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const fl
         SUMS8_CASE(3, 2) SUMS8_CASE(4, 2) SUMS8_CASE(5, 2) SUMS8_CASE(6, 2)
 #undef SUMS8_CASE
     }
-    if (r->cs != 1) { /* channels-first output: through the scalar epilogue */
-        epilogue_planes(r, sums, 16, P, 8 * (NV - 1) + width, bias, add, out);
+    if (r->cs != 1) { /* channels-first output */
+        planes8(r, sums, P, NV, width, bias, add, out);
         return;
     }
     for (int v = 0; v < NV; v++) {
