@@ -94,7 +94,13 @@ from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_nod
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
 from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
-from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ConvWeight
+from onnxviz.runtime.kernels.nn_conv import (
+    ACT_CLIP,
+    ACT_HARDSWISH,
+    ACT_RELU,
+    ConvWeight,
+    prepared_activated,
+)
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     FUSED_ACTIVATIONS,
     Activation,
@@ -404,6 +410,10 @@ def _matmul_bias_node(matmul: PlanNode, steps: list[PlanNode]) -> PlanNode:
     )
 
 
+# A cache's missing entry (None is a cached answer).
+_UNSET: Any = object()
+
+
 class MatMulBias:
     """A MatMul by a constant matrix and the Add of a constant row vector after it, as one
     GEMM onto the bias."""
@@ -584,6 +594,10 @@ class ConvChain:
         self._key: tuple[Any, ...] | None = None
         self._places: list[int] | None = None  # where the constants of _key sit in ins
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
+        # An NCHW conv's compiled call with the activation in its epilogue, per input
+        # shape (None: the direct kernel does not run it); emptied when the constants
+        # change.
+        self._activated: dict[tuple[int, ...], Any] = {}
         # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
         self.layout: Any = None
         # The compiled call of this chain the run loop tries first (native/_runloop.c's
@@ -612,6 +626,7 @@ class ConvChain:
             self._prepared = self._prepare(ins)
             self._key = tuple(ins[i] for i in places)
             self.quick, self._held_tried = None, False
+            self._activated = {}
         x = ins[0]
         prepared = self._prepared
         if prepared is None or type(x) is not np.ndarray or x.dtype != prepared[0].array.dtype:
@@ -628,6 +643,12 @@ class ConvChain:
                 if not self._held_tried:
                     self._hold(ex, ins, x, w, b, act)
                 return [y if done else self._activate(y, ins)]
+        if self.residual is None and self.activation is not None:
+            act = self._kernel_act(ins, x)
+            if act is not None:
+                y = self._conv_activated(x, prepared, act)
+                if y is not None:
+                    return [y]
         if self.residual is None:
             y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
@@ -647,6 +668,23 @@ class ConvChain:
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
         return [self._activate(y, ins)]
+
+    def _conv_activated(
+        self,
+        x: np.ndarray,
+        prepared: tuple[ConvWeight, np.ndarray | None],
+        act: Activation,
+    ) -> np.ndarray | None:
+        """The NCHW conv with the chain's activation in the direct kernel's epilogue
+        (`nn_conv.prepared_activated`: the conv's route and kernel, the activation's
+        operations, so the steps' bits), or None when the kernel does not run it."""
+        shape = x.shape
+        call = self._activated.get(shape, _UNSET)
+        if call is _UNSET:
+            call = self._activated[shape] = prepared_activated(
+                x, prepared[0].array, prepared[0], prepared[1], self.conv.attrs
+            )
+        return None if call is None else call(x, act)  # type: ignore[no-any-return]
 
     def _hold(
         self,

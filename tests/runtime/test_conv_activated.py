@@ -1,0 +1,149 @@
+"""An NCHW conv chain that ends in an activation the direct conv's epilogue knows (Relu,
+Clip, HardSwish, a written-out HardSwish) runs, in unwatched runs, as one compiled call
+with the activation in the kernel (`fusion.ConvChain._conv_activated`,
+`nn_conv.prepared_activated`), 1-D convs as the 2-D conv of height 1 they run as.
+
+* The fused run gives the stepped run's bits for every such chain: 1-D and 2-D, strides,
+  dilations, uneven pads, every activation, output channels that leave a partial vector.
+* The compiled call is what runs (a spy on the chain counts it) and a new input shape
+  makes a new call; a 1-D strided conv of fewer than 4 input channels, which the conv
+  kernel keeps on its 1-D paths, keeps the plain route and still the same numbers.
+* Without the compiled conv (ONNXVIZ_DIRECT_CONV=off) the chain runs as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxviz.runtime import fusion
+from onnxviz.runtime.session import Session
+
+from .differential import assert_modes_agree
+
+pytestmark = pytest.mark.numeric
+
+ACTIVATIONS = ["relu", "clip", "hardswish", "written_hardswish"]
+
+
+def _model(
+    spatial: int, c: int, m: int, kernel: int, stride: int, dilation: int, pads: tuple[int, int],
+    act: str, length: int = 23,
+) -> tuple[onnx.ModelProto, dict[str, Any]]:  # fmt: skip
+    """x -> Conv -> activation -> Flatten (so the conv's output stays channels-first)."""
+    rng = np.random.default_rng([spatial, c, m, kernel, stride, dilation, *pads, len(act)])
+    kshape = [kernel] * spatial
+    w = (rng.standard_normal((m, c, *kshape)) / np.sqrt(c * kernel**spatial)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    conv_pads = [pads[0]] * spatial + [pads[1]] * spatial
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["y"],
+            pads=conv_pads,
+            strides=[stride] * spatial,
+            dilations=[dilation] * spatial,
+        )  # fmt: skip
+    ]
+    if act == "relu":
+        nodes.append(helper.make_node("Relu", ["y"], ["a"]))
+    elif act == "clip":
+        inits += [
+            numpy_helper.from_array(np.array(-0.25, np.float32), "lo"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+        ]
+        nodes.append(helper.make_node("Clip", ["y", "lo", "hi"], ["a"]))
+    elif act == "hardswish":
+        nodes.append(helper.make_node("HardSwish", ["y"], ["a"]))
+    else:  # x * HardSigmoid(x), alpha 1/6 as torch writes it
+        nodes.append(helper.make_node("HardSigmoid", ["y"], ["g"], alpha=1.0 / 6.0, beta=0.5))
+        nodes.append(helper.make_node("Mul", ["y", "g"], ["a"]))
+    nodes.append(helper.make_node("Flatten", ["a"], ["out"], axis=1))
+    shape = [2, c] + [length] * spatial
+    graph = helper.make_graph(
+        nodes,
+        "conv_act",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::97] = 0.0  # exact zeros and sums at the activations' corners
+    return model, {"x": x}
+
+
+class _Spy:
+    """Counts the chain's compiled activated calls that ran (returned an output)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ran = 0
+        real = fusion.ConvChain._conv_activated
+
+        def spy(chain: Any, x: Any, prepared: Any, act: Any) -> Any:
+            y = real(chain, x, prepared, act)
+            self.ran += y is not None
+            return y
+
+        monkeypatch.setattr(fusion.ConvChain, "_conv_activated", spy)
+
+
+GEOMETRIES = [
+    # spatial, c, m, kernel, stride, dilation, pads
+    (1, 16, 24, 3, 1, 1, (1, 1)),
+    (1, 5, 17, 5, 1, 2, (4, 0)),  # a causal conv's pads, a partial channel vector
+    (1, 8, 9, 3, 2, 1, (1, 2)),
+    (2, 8, 16, 3, 1, 1, (1, 1)),
+    (2, 3, 7, 3, 2, 1, (1, 0)),
+    (2, 12, 20, 5, 1, 2, (2, 3)),
+]
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "d{}c{}m{}k{}s{}".format(*g))
+def test_the_activated_conv_gives_the_stepped_runs_bits(
+    geometry: tuple[Any, ...], act: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    model, feeds = _model(*geometry, act)
+    assert_modes_agree(model, feeds, rtol=0.0)
+    assert spy.ran >= 2  # the fused runs took the compiled call
+
+
+def test_a_new_input_shape_makes_a_new_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = _Spy(monkeypatch)
+    model, feeds = _model(1, 16, 24, 3, 1, 1, (1, 1), "relu")
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "t"
+    session = Session(model)
+    for length in (23, 40, 23):
+        x = np.random.default_rng(length).standard_normal((2, 16, length)).astype(np.float32)
+        got = session.run({"x": x})["out"]
+        want = Session(model, fuse_ops=False, inplace_ops=False).run({"x": x})["out"]
+        assert got.shape == (2, 24 * length)
+        np.testing.assert_array_equal(got, want)
+    assert spy.ran == 3
+
+
+def test_a_strided_1d_conv_of_few_channels_keeps_the_plain_route(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = _Spy(monkeypatch)
+    model, feeds = _model(1, 2, 8, 4, 2, 1, (1, 1), "relu")
+    assert_modes_agree(model, feeds, rtol=0.0)
+    assert spy.ran == 0
+
+
+def test_without_the_direct_conv_the_chain_runs_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ONNXVIZ_DIRECT_CONV", "off")
+    spy = _Spy(monkeypatch)
+    model, feeds = _model(2, 8, 16, 3, 1, 1, (1, 1), "clip")
+    assert_modes_agree(model, feeds, rtol=0.0)
+    assert spy.ran == 0
