@@ -382,6 +382,56 @@ def test_a_nodes_prepared_conv_call_gives_the_layers_bits(
     assert len(made) == 2
 
 
+@pytest.mark.parametrize(
+    ("c", "m", "length", "k", "stride", "dilation", "pads"),
+    [(16, 64, 256, 3, 1, 1, (1, 1)), (32, 32, 100, 7, 1, 4, (24, 0)), (8, 12, 41, 5, 2, 1, (2, 1))],
+)
+def test_a_1d_nodes_prepared_conv_call_gives_the_layers_bits(
+    monkeypatch: pytest.MonkeyPatch,
+    c: int, m: int, length: int, k: int, stride: int, dilation: int, pads: tuple[int, int],
+) -> None:  # fmt: skip
+    # A 1-D conv's kept call (nn_conv.prepared_planar) runs the 2-D conv of height 1
+    # that _planar_dispatch runs: the layers' bits, with the residual; a strided conv of
+    # few input channels (the 1-D paths') makes none.
+    compiled("conv")
+    rng = np.random.default_rng(c + length)
+    x = rng.standard_normal((2, c, length)).astype(np.float32)
+    w = (rng.standard_normal((m, c, k)) / math.sqrt(c * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    w.flags.writeable = False
+    b.flags.writeable = False
+    attrs = {"pads": list(pads), "strides": [stride], "dilations": [dilation]}
+    out = (length + sum(pads) - dilation * (k - 1) - 1) // stride + 1
+    addend = rng.standard_normal((2, m, out)).astype(np.float32)
+    made: list[bool] = []
+    real = nn_conv.prepared_planar
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        made.append(got is not None)
+        return got
+
+    monkeypatch.setattr(nn_conv, "prepared_planar", counted)
+    for residual in (None, addend, np.asfortranarray(addend)):
+        monkeypatch.setattr(nn_conv, "PREPARED_CALLS", False)
+        want = nn_conv.conv(x, w, b, addend=residual, **attrs)
+        monkeypatch.setattr(nn_conv, "PREPARED_CALLS", True)
+        for _ in range(2):
+            got = nn_conv.conv(x, w, b, addend=residual, **attrs)
+            assert got.shape == (2, m, out)
+            np.testing.assert_array_equal(got, want)
+    assert made == [True]
+    few = np.ascontiguousarray(x[:, :2])
+    w_few = np.ascontiguousarray(w[:, :2])
+    w_few.flags.writeable = False
+    strided = {**attrs, "strides": [2]}
+    np.testing.assert_array_equal(
+        nn_conv.conv(few, w_few, b, **strided),
+        nn_conv.conv(few, w_few.copy(), b, **strided),  # writeable: the layers
+    )
+    assert made == [True, False]
+
+
 def test_instance_norms_identity_check_is_kept_only_for_read_only_constants() -> None:
     # A model's scale and bias (read-only) are checked once; arrays that can change are
     # checked on every call, so an edit to them takes effect.

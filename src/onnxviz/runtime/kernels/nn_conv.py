@@ -886,33 +886,28 @@ def prepared_nchw(
     return call
 
 
-def prepared_activated(
+def prepared_planar(
     x: np.ndarray,
     w: np.ndarray,
     packed: ConvWeight | None,
     bias: np.ndarray | None,
     attrs: dict[str, Any],
 ) -> Any | None:
-    """A fused conv chain's NCHW call for inputs like ``x`` (1-D or 2-D): ``call(x,
-    act)`` -> the output with the bias in and the activation (`ACT_RELU`, ... with its
-    bounds) applied in the direct conv's epilogue, where the chain applied it in a pass
-    of its own after the conv (a TCN's Conv -> Relu pairs: 0.23 of its 3.2 ms a run);
-    or None when the conv does not run the direct kernel (`prepared_nchw`'s cases).  A
-    1-D conv is the 2-D conv of height 1 `_planar_dispatch` runs: the same weight, route
-    and kernel, so the same bits as the conv and then the activation's kernel."""
-    if type(x) is not np.ndarray or x.ndim not in (3, 4) or attrs.get("group", 1) != 1:
-        return None
-    if x.ndim == 4:
-        call4 = prepared_nchw(x, w, packed, bias, attrs)
-        if call4 is None:
-            return None
-
-        def call(xi: Any, act: tuple[int, float, float]) -> np.ndarray | None:
-            return call4(xi, None, act)  # type: ignore[no-any-return]
-
-        return call
+    """`prepared_nchw` for a 1-D conv: ``call(x, addend, act=None)`` running the 2-D conv
+    of height 1 that `_planar_dispatch` runs (the same weight, route and kernel, so the
+    same bits), or None when that is not the direct kernel.  Through the layers, each of
+    a TCN's 1-D convs went conv -> conv_core -> _conv_dispatch -> _planar_dispatch ->
+    _conv_dispatch before its kernel."""
     f32 = np.dtype(np.float32)
-    if x.dtype != f32 or w.dtype != f32 or w.ndim != 3 or not planar_routing():
+    if (
+        type(x) is not np.ndarray
+        or x.ndim != 3
+        or x.dtype != f32
+        or w.dtype != f32
+        or w.ndim != 3
+        or attrs.get("group", 1) != 1
+        or not planar_routing()
+    ):
         return None
     try:
         kernel, strides, dilations, pads, out_shape = conv_geometry(
@@ -938,15 +933,46 @@ def prepared_activated(
     )
     if call2 is None:
         return None
-    m, shape = w.shape[0], tuple(x.shape)
+    m, shape, out = w.shape[0], tuple(x.shape), out_shape[0]
 
-    def call_1d(xi: Any, act: tuple[int, float, float]) -> np.ndarray | None:
+    def call(
+        xi: Any, addend: Any, act: tuple[int, float, float] | None = None
+    ) -> np.ndarray | None:
         if type(xi) is not np.ndarray or xi.shape != shape:
             return None
-        y = call2(xi.reshape(n, c, 1, length), None, act)
-        return None if y is None else y.reshape(n, m, out_shape[0])
+        if addend is not None:
+            if type(addend) is not np.ndarray or addend.shape != (n, m, out):
+                return None
+            addend = addend.reshape(n, m, 1, out)
+        y = call2(xi.reshape(n, c, 1, length), addend, act)
+        return None if y is None else y.reshape(n, m, out)
 
-    return call_1d
+    return call
+
+
+def prepared_activated(
+    x: np.ndarray,
+    w: np.ndarray,
+    packed: ConvWeight | None,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> Any | None:
+    """A fused conv chain's NCHW call for inputs like ``x`` (1-D or 2-D): ``call(x,
+    act)`` -> the output with the bias in and the activation (`ACT_RELU`, ... with its
+    bounds) applied in the direct conv's epilogue, where the chain applied it in a pass
+    of its own after the conv (a TCN's Conv -> Relu pairs: 0.23 of its 3.2 ms a run);
+    or None when the conv does not run the direct kernel (`prepared_nchw`'s and
+    `prepared_planar`'s cases): the same bits as the conv and then the activation."""
+    if type(x) is not np.ndarray or x.ndim not in (3, 4) or attrs.get("group", 1) != 1:
+        return None
+    base = (prepared_nchw if x.ndim == 4 else prepared_planar)(x, w, packed, bias, attrs)
+    if base is None:
+        return None
+
+    def call(xi: Any, act: tuple[int, float, float]) -> np.ndarray | None:
+        return base(xi, None, act)  # type: ignore[no-any-return]
+
+    return call
 
 
 def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:
@@ -1630,7 +1656,7 @@ def conv(
         and type(x) is np.ndarray
         and x.dtype == _F32
         and w.dtype == _F32
-        and x.ndim == 4
+        and x.ndim in (3, 4)
         and (b is None or b.dtype == _F32)
         and _weight_cache.frozen(w)
         and (b is None or _weight_cache.frozen(b))
@@ -1644,7 +1670,7 @@ def conv(
                 x.shape, auto_pad, _tuple(dilations), _tuple(kernel_shape), _tuple(pads),
                 _tuple(strides), packed is not None,
             ),
-            lambda: prepared_nchw(
+            lambda: (prepared_nchw if x.ndim == 4 else prepared_planar)(
                 x, w, packed, b,
                 {"auto_pad": auto_pad, "dilations": dilations, "kernel_shape": kernel_shape,
                  "pads": pads, "strides": strides},
