@@ -818,6 +818,18 @@ class _DirectCall:
         return out
 
 
+def _attrs_geometry(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> Any | None:
+    """`conv_geometry` from a node's attributes, or None where it raises (the layers
+    then run the conv and give its error)."""
+    try:
+        return conv_geometry(
+            x, w, attrs.get("auto_pad", "NOTSET"), attrs.get("dilations"),
+            attrs.get("kernel_shape"), attrs.get("pads"), attrs.get("strides"),
+        )  # fmt: skip
+    except ExecutionError:
+        return None
+
+
 def prepared_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -843,13 +855,10 @@ def prepared_nchw(
         or not direct_routing()
     ):
         return None
-    try:
-        kernel, strides, dilations, pads, out_shape = conv_geometry(
-            x, w, attrs.get("auto_pad", "NOTSET"), attrs.get("dilations"),
-            attrs.get("kernel_shape"), attrs.get("pads"), attrs.get("strides"),
-        )  # fmt: skip
-    except ExecutionError:
+    geometry = _attrs_geometry(x, w, attrs)
+    if geometry is None:
         return None
+    kernel, strides, dilations, pads, out_shape = geometry
     n, c = x.shape[:2]
     m = w.shape[0]
     if w.shape[1] != c or min(pads) < 0 or min(out_shape) < 1 or x.size == 0:
@@ -909,13 +918,10 @@ def prepared_planar(
         or not planar_routing()
     ):
         return None
-    try:
-        kernel, strides, dilations, pads, out_shape = conv_geometry(
-            x, w, attrs.get("auto_pad", "NOTSET"), attrs.get("dilations"),
-            attrs.get("kernel_shape"), attrs.get("pads"), attrs.get("strides"),
-        )  # fmt: skip
-    except ExecutionError:
+    geometry = _attrs_geometry(x, w, attrs)
+    if geometry is None:
         return None
+    kernel, strides, dilations, pads, out_shape = geometry
     n, c, length = x.shape
     if c < _PLANAR_MIN_STRIDED_CHANNELS and strides[0] != 1:
         return None  # `_conv_dispatch` keeps it on the 1-D paths
