@@ -333,6 +333,20 @@ def test_a_diffusion_block_agrees_in_every_mode_and_with_onnxruntime(
     close(off["y"], stepped["y"], "kernels off", rtol=2e-4)
 
 
+def _calls_made(monkeypatch: pytest.MonkeyPatch, name: str) -> list[bool]:
+    """Whether each call of nn_conv's preparer ``name`` made a call (appended as made)."""
+    made: list[bool] = []
+    real = getattr(nn_conv, name)
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        made.append(got is not None)
+        return got
+
+    monkeypatch.setattr(nn_conv, name, counted)
+    return made
+
+
 @pytest.mark.parametrize(
     ("c", "m", "size", "k", "stride", "pad"),
     [(64, 64, 8, 3, 1, 1), (96, 32, 32, 3, 1, 1), (32, 16, 17, 3, 2, 1), (3, 8, 20, 5, 1, 2)],
@@ -353,15 +367,7 @@ def test_a_nodes_prepared_conv_call_gives_the_layers_bits(
     attrs = {"pads": [pad] * 4, "strides": [stride] * 2}
     out_hw = (size + 2 * pad - k) // stride + 1
     addend = rng.standard_normal((1, m, out_hw, out_hw)).astype(np.float32)
-    made: list[bool] = []
-    real = nn_conv.prepared_nchw
-
-    def counted(*args: Any) -> Any:
-        got = real(*args)
-        made.append(got is not None)
-        return got
-
-    monkeypatch.setattr(nn_conv, "prepared_nchw", counted)
+    made = _calls_made(monkeypatch, "prepared_nchw")
     for residual in (None, addend, np.asfortranarray(addend)):
         monkeypatch.setattr(nn_conv, "PREPARED_CALLS", False)
         want = nn_conv.conv(x, w, b, addend=residual, **attrs)
@@ -403,15 +409,7 @@ def test_a_1d_nodes_prepared_conv_call_gives_the_layers_bits(
     attrs = {"pads": list(pads), "strides": [stride], "dilations": [dilation]}
     out = (length + sum(pads) - dilation * (k - 1) - 1) // stride + 1
     addend = rng.standard_normal((2, m, out)).astype(np.float32)
-    made: list[bool] = []
-    real = nn_conv.prepared_planar
-
-    def counted(*args: Any) -> Any:
-        got = real(*args)
-        made.append(got is not None)
-        return got
-
-    monkeypatch.setattr(nn_conv, "prepared_planar", counted)
+    made = _calls_made(monkeypatch, "prepared_planar")
     for residual in (None, addend, np.asfortranarray(addend)):
         monkeypatch.setattr(nn_conv, "PREPARED_CALLS", False)
         want = nn_conv.conv(x, w, b, addend=residual, **attrs)

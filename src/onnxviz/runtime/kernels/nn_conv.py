@@ -956,6 +956,24 @@ def prepared_planar(
     return call
 
 
+def prepared_direct(
+    x: np.ndarray,
+    w: np.ndarray,
+    packed: ConvWeight | None,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> Any | None:
+    """The node's prepared direct call for ``x``'s rank: `prepared_nchw` (2-D) or
+    `prepared_planar` (1-D), ``call(x, addend, act=None)``; None for any other input."""
+    if type(x) is not np.ndarray:
+        return None
+    if x.ndim == 4:
+        return prepared_nchw(x, w, packed, bias, attrs)
+    if x.ndim == 3:
+        return prepared_planar(x, w, packed, bias, attrs)
+    return None
+
+
 def prepared_activated(
     x: np.ndarray,
     w: np.ndarray,
@@ -969,9 +987,7 @@ def prepared_activated(
     of its own after the conv (a TCN's Conv -> Relu pairs: 0.23 of its 3.2 ms a run);
     or None when the conv does not run the direct kernel (`prepared_nchw`'s and
     `prepared_planar`'s cases): the same bits as the conv and then the activation."""
-    if type(x) is not np.ndarray or x.ndim not in (3, 4) or attrs.get("group", 1) != 1:
-        return None
-    base = (prepared_nchw if x.ndim == 4 else prepared_planar)(x, w, packed, bias, attrs)
+    base = prepared_direct(x, w, packed, bias, attrs)
     if base is None:
         return None
 
@@ -1676,7 +1692,7 @@ def conv(
                 x.shape, auto_pad, _tuple(dilations), _tuple(kernel_shape), _tuple(pads),
                 _tuple(strides), packed is not None,
             ),
-            lambda: (prepared_nchw if x.ndim == 4 else prepared_planar)(
+            lambda: prepared_direct(
                 x, w, packed, b,
                 {"auto_pad": auto_pad, "dilations": dilations, "kernel_shape": kernel_shape,
                  "pads": pads, "strides": strides},
