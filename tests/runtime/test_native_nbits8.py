@@ -445,6 +445,31 @@ def test_a_long_prompt_runs_the_int8_kernel_in_calls_of_rows(monkeypatch: Any, n
     _assert_within_bound(got.reshape(-1, N), rows, b, scales, zp, bias, block)
 
 
+@pytest.mark.parametrize("level", native.levels())
+@pytest.mark.parametrize("block", [16, 32, 64, 128])
+@pytest.mark.parametrize("with_zp", [False, True])
+def test_a_rows_outputs_do_not_depend_on_how_many_rows_came_with_it(
+    nbits8: Any, level: int, block: int, with_zp: bool
+) -> None:
+    """Up to four rows (a decode step) run one column at a time, more rows in tiles of
+    four columns: a row's outputs are the same bits whichever tile made them, alone or
+    among 2 to 9 rows, in the whole column tiles and the columns past them (N 37), and
+    within the bound of the emulation."""
+    nbits8.set_level(level)
+    rng = np.random.default_rng(block + with_zp)
+    K, N = 300, 37
+    _, b, scales, zp = _case(rng, 1, K, N, block, with_zp)
+    bias = rng.standard_normal(N).astype(np.float32)
+    rows = rng.standard_normal((9, K)).astype(np.float32)
+    alone = np.concatenate(
+        [_run(nbits8, rows[r : r + 1], b, scales, zp, bias, block) for r in range(9)]
+    )
+    _assert_within_bound(alone, rows, b, scales, zp, bias, block, "alone")
+    for m in range(2, 10):
+        together = _run(nbits8, rows[:m], b, scales, zp, bias, block)
+        np.testing.assert_array_equal(together, alone[:m], err_msg=f"{m} rows")
+
+
 @pytest.mark.parametrize(
     "name", ["ort_genai_llama_int4", "ort_genai_phi3_int4_past", "ort_genai_qwen2_int4_past"]
 )

@@ -51,6 +51,15 @@ ONNXVIZ_LEVEL_FUNCTIONS
 #ifndef NB8_PREFETCH
 #define NB8_PREFETCH 2
 #endif
+/* A column-at-a-time tile reads its weights as one sequential stream and prefetches this
+ * many bytes ahead in it.  For a few rows (a decode step, the weights streaming from
+ * memory) that one stream ran at 33-37 G weights/s against 18 for four interleaved
+ * columns (K 2048, N 32000-64000, one row; onnxruntime's node: 26). */
+#ifndef NB8_STREAM_AHEAD
+#define NB8_STREAM_AHEAD 4096
+#endif
+/* Up to this many rows, every tile is one column's (run_avx2_bs). */
+enum { FEW_ROWS = 4 };
 
 enum { CHUNK = 64, LANES = 8 }; /* elements per chunk; int32 lanes of a chunk, 8 each */
 
@@ -287,6 +296,15 @@ INL_AVX2 __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* The lane sum of a in hsum4's order, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)):
+ * a column's sum has the same bits whichever tile made it, so a row's outputs do not
+ * depend on how many rows came with it. */
+INL_AVX2 float hsum1(__m256 a) {
+    const __m256 h = _mm256_hadd_ps(a, a);
+    const __m256 hh = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(hh), _mm256_extractf128_ps(hh, 1)));
+}
+
 /* Columns n0..n0+NT times rows m0..m0+MT. */
 INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, const int MT,
                         const int BS, const int MID) {
@@ -306,7 +324,7 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
         sc[t] = j->scales + (n0 + t) * kb;
     }
 #if NB8_PREFETCH
-    const int64_t ahead = NB8_PREFETCH * NT * row;
+    const int64_t ahead = NT == 1 ? NB8_STREAM_AHEAD : NB8_PREFETCH * NT * row;
 #endif
     const int64_t full = j->full;
     for (int64_t c = 0; c < full; c++) {
@@ -350,11 +368,23 @@ INL_AVX2 void tile_avx2(const job_t *j, int64_t n0, int64_t m0, const int NT, co
     }
     for (int t = 0; t < NT; t++)
         for (int m = 0; m < MT; m++)
-            store(j, m0 + m, n0 + t, onnxviz_hsum256(acc[t][m]) - tail[t][m]);
+            store(j, m0 + m, n0 + t, hsum1(acc[t][m]) - tail[t][m]);
 }
 
 INL_AVX2 void run_avx2_bs(const job_t *j, const int BS, const int MID) {
     int64_t n0 = 0;
+    /* A few rows: one column at a time, so that the weights stream in order (the
+     * four-column tiles below read four streams a column apart, which the prefetchers
+     * served at half the rate from memory).  Compute-bound products keep those tiles. */
+    if (j->M <= FEW_ROWS) {
+        for (; n0 < j->N; n0++) {
+            int64_t m0 = 0;
+            if (j->M == 4) tile_avx2(j, n0, m0, 1, 4, BS, MID), m0 = 4;
+            for (; m0 + 2 <= j->M; m0 += 2) tile_avx2(j, n0, m0, 1, 2, BS, MID);
+            if (m0 < j->M) tile_avx2(j, n0, m0, 1, 1, BS, MID);
+        }
+        return;
+    }
     /* a tile's columns stay in L1 while every group of rows reads them */
     for (; n0 + 4 <= j->N; n0 += 4) {
         int64_t m0 = 0;
