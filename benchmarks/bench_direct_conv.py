@@ -2,8 +2,9 @@
 plain (one group) conv shapes of the benchmark families, one thread, medians.
 
 Per shape: ``current`` is nn_conv.conv_core with the weight wrapped as the fused runs
-wrap it (ConvWeight: Winograd, shifted slices, im2col, whatever _conv_dispatch picks)
-on an NCHW input, bias included; ``nhwc`` is the direct kernel on a channels-last input
+wrap it (whatever _conv_dispatch picks: the direct kernel where direct_nchw_pays or
+direct_rows_pays says so) on an NCHW input, bias included; ``numpy`` the same with the
+direct kernel off (ONNXVIZ_DIRECT_CONV=off: Winograd, shifted slices, im2col); ``nhwc`` is the direct kernel on a channels-last input
 into a channels-last output (a conv inside a channels-last chain); ``nchw`` is the
 direct kernel reading and writing NCHW itself (the input rows transposed into its
 row buffer, the output written plane by plane): what the NCHW Conv path runs;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -153,7 +155,7 @@ def ort_conv(
 def measure(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int, rounds: int
 ) -> list[float]:
-    """us of (current, nhwc, nchw, rows, first-in, blocked, ort) for one shape (outputs checked
+    """us of (current, numpy, nhwc, nchw, rows, first-in, blocked, ort) for one shape (outputs checked
     to agree; blocked nan below AVX-512, ort nan without onnxruntime)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, size, size)).astype(np.float32)
@@ -169,6 +171,13 @@ def measure(
 
     def current() -> np.ndarray:
         return conv_core(x, w, 1, kernel, strides, dil, pads, out_shape, b, packed)
+
+    def numpy_paths() -> np.ndarray:
+        os.environ["ONNXVIZ_DIRECT_CONV"] = "off"
+        try:
+            return conv_core(x, w, 1, kernel, strides, dil, pads, out_shape, b, packed)
+        finally:
+            del os.environ["ONNXVIZ_DIRECT_CONV"]
 
     def nhwc() -> np.ndarray:
         out = np.empty((1, *out_shape, m), np.float32)
@@ -200,12 +209,13 @@ def measure(
         return out
 
     ref = current()
+    assert np.allclose(ref, numpy_paths(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nchw(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, rows(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nhwc().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, first_in().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, blocked().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
-    runs: list[Callable[[], object] | None] = [current, nhwc, nchw, rows, first_in]
+    runs: list[Callable[[], object] | None] = [current, numpy_paths, nhwc, nchw, rows, first_in]
     runs.append(blocked if lanes == 16 else None)
     runs.append(ort_conv(x, w, b, s, p))
     got: list[list[float]] = [[] for _ in runs]
@@ -224,7 +234,7 @@ def main() -> None:
     lanes = direct_lanes()
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
-    names = ("current", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
+    names = ("current", "numpy", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1):
         for label, c, m, size, k, s, p in SHAPES:
@@ -237,7 +247,7 @@ def main() -> None:
             t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s
             gflop = 2 * c * m * k * k * out * out / 1e3
-            best = min(v for v in t[1:6] if not math.isnan(v))
+            best = min(v for v in t[2:7] if not math.isnan(v))
             print(
                 f"{label:26}" + "".join(f" {v:9.0f}" for v in t) + f"  {gflop / best:.0f} GFLOP/s",
                 flush=True,
