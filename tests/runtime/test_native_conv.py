@@ -622,8 +622,8 @@ def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_number
     want = conv_core(x, w, 1, [1, 1], [1, 1], [1, 1], [0] * 4, [7, 7], b, addend=r)
     close(np.asarray(got), np.maximum(want, 0) if done else want, "a deep 1x1", rtol=1e-4)
     # In a model: a 3x3 makes the chain channels-last, the deep 1x1 after it (with its
-    # bias, a residual and a Relu) runs the direct kernel, and every run mode gives the
-    # stepped run's numbers.
+    # bias, a residual and a Relu) runs the direct kernel at 8 lanes and the GEMM at 16,
+    # and every run mode gives the stepped run's numbers.
     routed: list[tuple[int, ...]] = []
     direct_init = _Direct.__init__
 
@@ -659,7 +659,7 @@ def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_number
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"x": rng.standard_normal((1, 32, 7, 7)).astype(np.float32), "r": r}
     assert_modes_agree(model, feeds)
-    assert (256, 512, 1, 1) in routed
+    assert ((256, 512, 1, 1) in routed) == (lanes == 8), routed
 
 
 def test_a_weight_folded_at_run_time_joins_the_channels_last_chain(
