@@ -431,6 +431,42 @@ def test_a_1d_nodes_prepared_conv_call_gives_the_layers_bits(
     assert made == [on, False]
 
 
+@pytest.mark.parametrize(
+    ("c", "m", "size", "batch"), [(64, 192, 8, 1), (96, 32, 32, 1), (128, 64, 16, 2), (5, 7, 3, 3)]
+)
+def test_a_1x1_nodes_prepared_call_gives_the_layers_bits(
+    monkeypatch: pytest.MonkeyPatch, c: int, m: int, size: int, batch: int
+) -> None:
+    # A 1x1, stride 1, unpadded NCHW conv keeps a call (nn_conv.prepared_pointwise) that
+    # runs the layers' product on a view with their additions after: the same bits,
+    # with and without bias and residual; a residual of another shape, an activation, a
+    # padded or strided 1x1 take the layers.
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((batch, c, size, size + 1)).astype(np.float32)
+    w = (rng.standard_normal((m, c, 1, 1)) / math.sqrt(c)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    w.flags.writeable = False
+    b.flags.writeable = False
+    addend = rng.standard_normal((batch, m, size, size + 1)).astype(np.float32)
+    made = _calls_made(monkeypatch, "prepared_pointwise")
+    for bias in (b, None):
+        for residual in (None, addend, np.asfortranarray(addend)):
+            monkeypatch.setattr(nn_conv, "PREPARED_CALLS", False)
+            want = nn_conv.conv(x, w, bias, addend=residual)
+            monkeypatch.setattr(nn_conv, "PREPARED_CALLS", True)
+            for _ in range(2):  # made on the first call, kept for the second
+                got = nn_conv.conv(x, w, bias, addend=residual)
+                assert got.shape == (batch, m, size, size + 1)
+                np.testing.assert_array_equal(got, want)
+    assert made == [True, True]  # one per node (the bias is another node)
+    with pytest.raises(ExecutionError, match="residual"):
+        nn_conv.conv(x, w, b, addend=addend[:, :1])
+    call = nn_conv.prepared_pointwise(x, w, b, {})
+    assert call is not None and call(x, None, (nn_conv.ACT_RELU, math.nan, math.nan)) is None
+    for attrs in ({"pads": [1, 1, 1, 1]}, {"strides": [2, 2]}):
+        assert nn_conv.prepared_pointwise(x, w, b, attrs) is None
+
+
 def test_instance_norms_identity_check_is_kept_only_for_read_only_constants() -> None:
     # A model's scale and bias (read-only) are checked once; arrays that can change are
     # checked on every call, so an edit to them takes effect.
