@@ -214,6 +214,52 @@ def test_the_routing_takes_the_rows_conv_only_at_avx2_and_where_it_pays() -> Non
     assert not pays(64, 64, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (32, 32))  # a plain product
 
 
+@pytest.mark.parametrize("lanes", [8, 16], ids=["avx2", "avx512"])
+def test_at_avx512_small_winograd_convs_run_the_direct_nchw_kernel(
+    lanes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Measured again at AVX-512: up to 32 x 32 outputs of up to 64 x 64 channels and up
+    # to 16 x 16 of up to 128 x 128 run the direct kernel's NCHW form, where Winograd ran;
+    # wider or larger ones keep Winograd, and the AVX2 level keeps its routes.
+    monkeypatch.setattr(nn_conv, "direct_lanes", lambda: lanes)
+    geometry = ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+    pays = nn_conv.direct_nchw_pays
+    wide = lanes == 16
+    assert pays(64, 64, *geometry, (32, 32)) == wide  # a diffusion UNet's
+    assert pays(96, 32, *geometry, (32, 32)) == wide
+    assert pays(128, 64, *geometry, (16, 16)) == wide
+    assert pays(128, 128, *geometry, (16, 16)) == wide
+    assert pays(64, 64, *geometry, (16, 16))  # (both: 64 x 64 at up to 28 x 28)
+    assert not pays(128, 64, *geometry, (32, 32))  # Winograd's, at either width
+    assert not pays(64, 64, *geometry, (56, 56))
+    assert not pays(256, 128, *geometry, (16, 16))
+    # in a model (an InstanceNorm before the conv keeps it NCHW): every run mode gives
+    # the stepped run's numbers, through the route this machine's own width takes
+    monkeypatch.undo()
+    rng = np.random.default_rng(lanes)
+    inits = [
+        numpy_helper.from_array(np.ones(64, np.float32), "s"),
+        numpy_helper.from_array(np.zeros(64, np.float32), "z"),
+        numpy_helper.from_array(
+            (rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w"
+        ),
+        numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("InstanceNormalization", ["x", "s", "z"], ["n"]),
+        helper.make_node("Conv", ["n", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "norm_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert_modes_agree(model, {"x": rng.standard_normal((1, 64, 32, 32)).astype(np.float32)})
+
+
 @pytest.mark.parametrize("shape", [(1, 8, 12288), (2, 3, 5, 7), (1, 4, 1)])
 def test_instance_norm_on_the_row_kernel_is_its_definition(shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(sum(shape))

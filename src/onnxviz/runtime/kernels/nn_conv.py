@@ -655,13 +655,28 @@ def direct_nchw_pays(
       2913, 14 px 256 ch 2122 -> 2791).
 
     Inside a channels-last chain (nn_conv_nhwc) the direct kernel runs every plain conv:
-    no row transposes or plane writes there, and the chain keeps its layout."""
+    no row transposes or plane writes there, and the chain keeps its layout.
+
+    Those were the first kernel's numbers.  Measured again at AVX-512 on a Zen 4 core
+    (bench_direct_conv.py, us, Winograd -> direct NCHW): up to 32 x 32 outputs of up to
+    64 x 64 channels and up to 16 x 16 of up to 128 x 128 the direct kernel is ahead or
+    level alone (64 ch at 32 px 734 -> 687, 96 -> 32 at 32 px 499 -> 509, 64 ch at 16 px
+    207 -> 171, 128 -> 64 at 16 px 339 -> 326) and ahead in a model, where Winograd's
+    transformed tiles leave the caches to the next node (the diffusion UNet at 32 px,
+    bench_families, 1.37-1.47x -> 1.32-1.34x of onnxruntime's time, its dynamo export
+    1.38-1.40x -> 1.26-1.30x; at 64 px level); wider or larger ones keep Winograd (128 ->
+    64 at 32 px 1223 -> 1331, ResNet-50's 64 ch at 56 px 1727 -> 2074)."""
     if len(out_shape) != 2:
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
         return False  # the plain product on a view
     if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
-        return c * m <= 32 * 32 or (c * m <= 64 * 64 and math.prod(out_shape) <= 28 * 28)
+        pixels = math.prod(out_shape)
+        if direct_lanes() == 16 and (
+            (pixels <= 32 * 32 and c * m <= 64 * 64) or (pixels <= 16 * 16 and c * m <= 128 * 128)
+        ):
+            return True  # AVX-512, measured again: see the docstring's last paragraph
+        return c * m <= 32 * 32 or (c * m <= 64 * 64 and pixels <= 28 * 28)
     return c <= 128
 
 
