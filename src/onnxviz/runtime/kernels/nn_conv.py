@@ -845,6 +845,32 @@ def _attrs_geometry(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> Any 
         return None
 
 
+def _plain_nchw_geometry(
+    x: Any, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
+) -> Any | None:
+    """The geometry of a one-group float32 2-D conv node's NCHW input ``x`` that the
+    prepared calls take (channels that fit, no negative pads, a non-empty output), or
+    None: the layers run it and give its errors."""
+    f32 = np.dtype(np.float32)
+    if (
+        type(x) is not np.ndarray
+        or x.dtype != f32
+        or x.ndim != 4
+        or w.dtype != f32
+        or w.ndim != 4
+        or (bias is not None and (bias.dtype != f32 or bias.size != w.shape[0]))
+        or attrs.get("group", 1) != 1
+    ):
+        return None
+    geometry = _attrs_geometry(x, w, attrs)
+    if geometry is None:
+        return None
+    pads, out_shape = geometry[3], geometry[4]
+    if w.shape[1] != x.shape[1] or min(pads) < 0 or min(out_shape) < 1 or x.size == 0:
+        return None
+    return geometry
+
+
 def prepared_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -860,24 +886,12 @@ def prepared_nchw(
     about 20-30 us of a small image's conv (a diffusion UNet's 8 x 8 64-channel 3x3:
     110 us through the layers, 84 in the kernel).  None when another path runs it."""
     f32 = np.dtype(np.float32)
-    if (
-        type(x) is not np.ndarray
-        or x.dtype != f32
-        or x.ndim != 4
-        or w.dtype != f32
-        or (bias is not None and (bias.dtype != f32 or bias.size != w.shape[0]))
-        or attrs.get("group", 1) != 1
-        or not direct_routing()
-    ):
-        return None
-    geometry = _attrs_geometry(x, w, attrs)
+    geometry = _plain_nchw_geometry(x, w, bias, attrs) if direct_routing() else None
     if geometry is None:
         return None
     kernel, strides, dilations, pads, out_shape = geometry
     n, c = x.shape[:2]
     m = w.shape[0]
-    if w.shape[1] != c or min(pads) < 0 or min(out_shape) < 1 or x.size == 0:
-        return None
     if _patch_product(kernel, strides, dilations, pads) or _view_product(kernel, strides, pads):
         return None  # (_conv_dispatch's first paths)
     rows = _direct_route(c, m, kernel, strides, dilations, pads, out_shape)
@@ -921,29 +935,13 @@ def prepared_pointwise(
     long there as in the product.  None (the layers run it) for an activation, an
     addend not of the output's own shape and type, or any other input."""
     f32 = np.dtype(np.float32)
-    if (
-        type(x) is not np.ndarray
-        or x.dtype != f32
-        or x.ndim != 4
-        or w.dtype != f32
-        or w.ndim != 4
-        or (bias is not None and (bias.dtype != f32 or bias.size != w.shape[0]))
-        or attrs.get("group", 1) != 1
-    ):
-        return None
-    geometry = _attrs_geometry(x, w, attrs)
+    geometry = _plain_nchw_geometry(x, w, bias, attrs)
     if geometry is None:
         return None
     kernel, strides, _, pads, out_shape = geometry
     n, c = x.shape[:2]
     m = w.shape[0]
-    if (
-        w.shape[1] != c
-        or not _view_product(kernel, strides, pads)
-        or min(out_shape) < 1
-        or x.size == 0
-        or _patch_product(kernel, strides, [1, 1], pads)
-    ):
+    if not _view_product(kernel, strides, pads) or _patch_product(kernel, strides, [1, 1], pads):
         return None
     w2 = w.reshape(m, c)
     b = None if bias is None else bias.reshape(-1)
