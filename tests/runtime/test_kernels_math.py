@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import ml_dtypes
@@ -295,6 +296,32 @@ def test_reduce_axes_attribute_and_input_forms() -> None:
     np.testing.assert_array_equal(mean17, mean18)
     # No axes at all: every axis.
     assert run_one("ReduceMax", [x], 18, keepdims=0) == 23
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_reduce_mean_is_numpys_mean_to_the_bit(dtype: Any) -> None:
+    # ReduceMean takes np.mean's own steps (the sum, then the division by the count)
+    # without its checks: the same bits over random shapes, axes and keepdims, the
+    # empty set of axes, every axis, and empty inputs (NaN, as numpy's 0 / 0).
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        shape = tuple(int(n) for n in rng.integers(0, 6, rng.integers(1, 5)))
+        x = (rng.standard_normal(shape) * 10 ** rng.uniform(-3, 3)).astype(dtype)
+        keep = int(rng.integers(0, 2))
+        picked = {int(a) for a in rng.integers(0, len(shape), rng.integers(0, len(shape) + 1))}
+        axes = [a - len(shape) * int(rng.integers(0, 2)) for a in sorted(picked)]
+        if axes:
+            got = run_one("ReduceMean", [x, np.array(axes, np.int64)], 18, keepdims=keep)
+            norm = tuple(sorted(a % len(shape) for a in axes))
+        else:
+            got = run_one("ReduceMean", [x], 18, keepdims=keep)
+            norm = None
+        acc = np.float32 if dtype == np.float16 else dtype  # float16 sums in float32
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy's "Mean of empty slice"
+            want = np.mean(x.astype(acc), axis=norm, keepdims=bool(keep), dtype=acc).astype(dtype)
+        assert got.dtype == x.dtype and got.shape == np.shape(want)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_reduce_noop_with_empty_axes_still_runs_the_elementwise_steps() -> None:
