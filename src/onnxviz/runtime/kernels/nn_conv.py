@@ -871,6 +871,20 @@ def _plain_nchw_geometry(
     return geometry
 
 
+def _call_takes(xi: Any, shape: tuple[int, ...], addend: Any, out_shape: tuple[int, ...]) -> bool:
+    """Whether a prepared NCHW call takes this input and addend: float32 arrays of the
+    input and output shapes it was made for (no addend: None)."""
+    return (
+        type(xi) is np.ndarray
+        and xi.dtype == _F32
+        and xi.shape == shape
+        and (
+            addend is None
+            or (type(addend) is np.ndarray and addend.dtype == _F32 and addend.shape == out_shape)
+        )
+    )
+
+
 def prepared_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -885,7 +899,6 @@ def prepared_nchw(
     and so bits), without the conv kernel's layers of checks and routing on every call:
     about 20-30 us of a small image's conv (a diffusion UNet's 8 x 8 64-channel 3x3:
     110 us through the layers, 84 in the kernel).  None when another path runs it."""
-    f32 = np.dtype(np.float32)
     geometry = _plain_nchw_geometry(x, w, bias, attrs) if direct_routing() else None
     if geometry is None:
         return None
@@ -911,14 +924,10 @@ def prepared_nchw(
     def call(
         xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if type(xi) is not np.ndarray or xi.dtype != f32 or xi.shape != shape:
+        if not _call_takes(xi, shape, addend, out_nchw):
             return None
         if native.load("conv") is not module or module.lanes() != lanes:
             return None  # the level changed: the layers decide again
-        if addend is not None and (
-            type(addend) is not np.ndarray or addend.dtype != f32 or addend.shape != out_nchw
-        ):
-            return None
         return run(xi, addend, act)
 
     return call
@@ -951,11 +960,7 @@ def prepared_pointwise(
     def call(
         xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if act is not None or type(xi) is not np.ndarray or xi.dtype != f32 or xi.shape != shape:
-            return None
-        if addend is not None and (
-            type(addend) is not np.ndarray or addend.dtype != f32 or addend.shape != out_nchw
-        ):
+        if act is not None or not _call_takes(xi, shape, addend, out_nchw):
             return None
         y = np.empty((n, m, p_size), dtype=f32)
         added = _products_with_bias(w2, xi.reshape(n, c, p_size), y, b, addend, source=w)

@@ -537,9 +537,8 @@ __attribute__((target("avx512f,avx512bw"))) static int32_t signed_byte_sum_512(
     }
     if (j < k) { /* the masked tail: its missing bytes zero, as unsigned views */
         const __mmask64 tail = (__mmask64)(~0ULL >> (64 - (k - j)));
-        const __m512i u = _mm512_maskz_xor_epi64(
-            0xFF, _mm512_maskz_loadu_epi8(tail, row + j),
-            _mm512_maskz_mov_epi8(tail, to_unsigned));
+        const __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tail, row + j),
+                                           _mm512_maskz_mov_epi8(tail, to_unsigned));
         total = _mm512_add_epi64(total, _mm512_sad_epu8(u, _mm512_setzero_si512()));
     }
     return (int32_t)(_mm512_reduce_add_epi64(total) - 128 * (int64_t)k);

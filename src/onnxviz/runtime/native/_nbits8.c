@@ -68,7 +68,7 @@ ONNXVIZ_LEVEL_FUNCTIONS
 #ifndef NB8_STREAM_AHEAD
 #define NB8_STREAM_AHEAD 4096
 #endif
-/* Up to this many rows, every tile is one column's (run_avx2_bs). */
+/* Up to this many rows, every tile is one column's (nbits8_tiles.h's run_bs). */
 enum { FEW_ROWS = 4 };
 
 enum { CHUNK = 64, LANES = 8 }; /* elements per chunk; int32 lanes of a chunk, 8 each */

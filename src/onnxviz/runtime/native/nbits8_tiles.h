@@ -155,28 +155,21 @@ NB8_INL void NB8_NAME(tile)(const job_t *j, int64_t n0, int64_t m0, const int NT
 
 NB8_INL void NB8_NAME(run_bs)(const job_t *j, const int BS, const int MID) {
     int64_t n0 = 0;
-    /* A few rows: one column at a time, so that the weights stream in order (the
-     * four-column tiles below read four streams a column apart, which the prefetchers
-     * served at half the rate from memory).  Compute-bound products keep those tiles. */
-    if (j->M <= FEW_ROWS) {
-        for (; n0 < j->N; n0++) {
+    /* More than a few rows: tiles of four columns, which stay in L1 while every group of
+     * rows reads them.  A few rows (a decode step) take none: one column at a time, the
+     * loop below, so that the weights stream in order (four columns read four streams a
+     * column apart, which the prefetchers served at half the rate from memory). */
+    if (j->M > FEW_ROWS)
+        for (; n0 + 4 <= j->N; n0 += 4) {
             int64_t m0 = 0;
-            if (j->M == 4) NB8_NAME(tile)(j, n0, m0, 1, 4, BS, MID), m0 = 4;
-            for (; m0 + 2 <= j->M; m0 += 2) NB8_NAME(tile)(j, n0, m0, 1, 2, BS, MID);
-            if (m0 < j->M) NB8_NAME(tile)(j, n0, m0, 1, 1, BS, MID);
+            for (; m0 + 2 <= j->M; m0 += 2) NB8_NAME(tile)(j, n0, m0, 4, 2, BS, MID);
+            if (m0 < j->M) NB8_NAME(tile)(j, n0, m0, 4, 1, BS, MID);
         }
-        return;
-    }
-    /* a tile's columns stay in L1 while every group of rows reads them */
-    for (; n0 + 4 <= j->N; n0 += 4) {
-        int64_t m0 = 0;
-        for (; m0 + 2 <= j->M; m0 += 2) NB8_NAME(tile)(j, n0, m0, 4, 2, BS, MID);
-        if (m0 < j->M) NB8_NAME(tile)(j, n0, m0, 4, 1, BS, MID);
-    }
     for (; n0 < j->N; n0++) {
         int64_t m0 = 0;
         for (; m0 + 4 <= j->M; m0 += 4) NB8_NAME(tile)(j, n0, m0, 1, 4, BS, MID);
-        for (; m0 < j->M; m0++) NB8_NAME(tile)(j, n0, m0, 1, 1, BS, MID);
+        for (; m0 + 2 <= j->M; m0 += 2) NB8_NAME(tile)(j, n0, m0, 1, 2, BS, MID);
+        if (m0 < j->M) NB8_NAME(tile)(j, n0, m0, 1, 1, BS, MID);
     }
 }
 
