@@ -160,6 +160,42 @@ def test_every_level_gives_the_same_bits() -> None:
         assert first.tobytes() == y.tobytes(), (level, mode)
 
 
+def test_stride_two_max_pools_keep_their_bits_on_ties_and_nans() -> None:
+    """The AVX2 levels' column-stride-2 MaxPool (its own shuffles and selects) against the
+    generic C one (level 0) bit for bit, on data made of ties: +0 and -0 (which one a
+    window gives depends on the order of its selects), NaNs of two payloads (which NaN)
+    and infinities; also the numpy path's values.  Widths from 1 to ResNet's 112, so every
+    tail of the 8-output vectors, and every kernel width up to 5 and stride-1 or -2 rows."""
+    module = _module()
+    rng = np.random.default_rng(11)
+    nan_a = np.array([0x7FC00001], np.uint32).view(np.float32)[0]
+    nan_b = np.array([0xFFC00002], np.uint32).view(np.float32)[0]
+    values = np.array([0.0, -0.0, 0.0, -0.0, nan_a, nan_b, -np.inf, np.inf, 1.0], np.float32)
+    for w in [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 112]:
+        for kw in range(1, 6):
+            kh, sh = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+            h = int(rng.integers(max(1, kh - 2), 12))
+            pl, pr = min(1, kw - 1), int(rng.integers(0, kw))
+            pt = pb = min(1, kh - 1)
+            if w + pl + pr < kw or h + pt + pb < kh:
+                continue
+            oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // 2 + 1
+            x = rng.choice(values, size=(3, h, w))
+            got = {}
+            for level in LEVELS:
+                module.set_level(level)
+                y = np.full((3, oh, ow), 7.0, np.float32)
+                module.pool2d(x, y, 3, h, w, oh, ow, kh, kw, sh, 2, pt, pl, pb, pr, 0, 0)
+                got[level] = y
+            what = f"w {w}, kernel {kh}x{kw}, row stride {sh}, pads {pt} {pl} {pb} {pr}"
+            for level, y in got.items():
+                assert y.tobytes() == got[LEVELS[0]].tobytes(), f"level {level}, {what}"
+            attrs = {"kernel_shape": [kh, kw], "strides": [sh, 2], "pads": [pt, pl, pb, pr]}
+            with _level(None):
+                want = _max(x[None], ceil_mode=0, **attrs)
+            np.testing.assert_array_equal(got[LEVELS[-1]], want[0], err_msg=what)
+
+
 def test_the_channels_last_pools_give_the_same_bits_at_every_level() -> None:
     module = _module()
     rng = np.random.default_rng(8)
