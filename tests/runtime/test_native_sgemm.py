@@ -197,7 +197,8 @@ def test_every_edge_row_count_and_aliased_rows(level):
     """Every row count of a last tile (1..11 after full tiles of 12; the AVX-512 level
     runs each in place with only its rows), K over one cache block and not a multiple of
     it, columns ending on a half panel and a full one, A's rows 4 KB apart (read in
-    place) or not: within the float32 bound, the epilogue applied, nothing written past
+    place, or at AVX-512 first copied to rows a padded stride apart) or not: within the
+    float32 bound, the epilogue applied, nothing written past
     the rows and columns of C; and the same bits as A copied (a_trans)."""
     mod = _module()
     with _level(level):
@@ -207,6 +208,14 @@ def test_every_edge_row_count_and_aliased_rows(level):
             (20, 2048, 48, 2048),
             (35, 700, 33, 1024),
             (23, 64, 72, 2048),
+            # 4 KB-aliased rows the AVX-512 level first copies to a padded stride (at
+            # least 9 rows and 64 columns): K of one block and of three, K shorter than
+            # the stride, 9 rows, and 8 (read in place)
+            (20, 2048, 64, 2048),
+            (13, 3072, 96, 3072),
+            (35, 700, 72, 1024),
+            (9, 1024, 64, 1024),
+            (8, 1024, 64, 1024),
         ]:
             ops = _operands(rng, m, k, n)
             p = packed_gemm.pack(ops["w"], mod)
