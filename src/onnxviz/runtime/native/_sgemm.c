@@ -30,8 +30,8 @@
  * weight block, KC x NC floats, about 512 KB, stays in L2), for each MR rows of A, for
  * each panel of the block: the micro-kernel, MR x NR accumulators in registers over the
  * KC rows, broadcasting A's values.  At AVX-512 the MR rows of A are read where they lie
- * (their MR x KC floats mostly from L1 across the panels), even 4 KB-aliased (run's
- * comment); at the lower levels, and for a_trans, they are first copied, zero-padded to
+ * (their MR x KC floats mostly from L1 across the panels; rows 4 KB apart are first
+ * copied to a padded stride, pads_a's comment); at the lower levels, and for a_trans, they are first copied, zero-padded to
  * MR rows, into a k-interleaved buffer.  Only the last K block
  * applies bias, addend and activation; earlier ones store partial sums that the next
  * block reloads.  At AVX-512 an edge tile runs only its rows (1..11); at the lower
