@@ -591,7 +591,8 @@ def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_number
     widen them, or is strided, runs the direct kernel (nn_conv_nhwc.
     deep_pointwise_runs_direct), with the bias, the residual and the Relu, within
     float32 rounding of the GEMM path (the product by the plain kernel); a widening or
-    shallower 1x1 stays on the GEMM.  With AVX-512's 16 lanes the GEMM takes them all.
+    shallower 1x1 stays on the GEMM.  With AVX-512's 16 lanes the GEMM takes them all,
+    but for a strided 1x1 of up to 256 channels (up to 128 at 8 lanes).
     The routing is asked at both widths on any CPU; the numbers where the CPU runs it."""
     from onnxviz.runtime.kernels import nn_conv_nhwc
     from onnxviz.runtime.kernels.nn_conv import conv_core
@@ -615,6 +616,10 @@ def test_below_avx512_deep_1x1_convs_run_the_direct_kernel_with_the_gemms_number
     assert isinstance(runner(512, 1024, [2, 2])[0], deep_kind)  # strided
     assert isinstance(runner(512, 1024, [1, 1])[0], _Pointwise)  # widens
     assert isinstance(runner(256, 64, [1, 1])[0], _Pointwise)  # shallower
+    # a strided 1x1 of 256 channels: the direct kernel reads every second pixel in place
+    # at 16 lanes; at 8 the GEMM's blocking wins (nn_conv_nhwc._strided_direct_channels)
+    assert isinstance(runner(256, 512, [2, 2])[0], _Pointwise if lanes == 8 else _Direct)
+    assert isinstance(runner(128, 256, [2, 2])[0], _Direct)
     if not runs_here:
         return
     r = rng.standard_normal((1, 256, 7, 7)).astype(np.float32)

@@ -155,7 +155,7 @@ def prepare_channels_last(
             "conv_nhwc_patches", [w], (), lambda: np.ascontiguousarray(w.reshape(m, k).T)
         )
         return _Patches(x.shape, wt, b, kernel, out_shape)
-    strided_few = any(s > 1 for s in strides) and c <= 128
+    strided_few = any(s > 1 for s in strides) and c <= _strided_direct_channels()
     if (
         group == 1
         and kernel == [1, 1]
@@ -164,11 +164,10 @@ def prepare_channels_last(
             (strided_few or deep_pointwise_runs_direct(c, m, strides)) and direct_available(x.dtype)
         )
     ):
-        # A strided 1x1 of at most 128 channels runs the direct kernel below: it reads
-        # every second pixel in place, where this GEMM first copies them out
-        # (bench, us: 32->64 ch at 56 px 86 -> 48, 64->128 at 28 px 58 -> 46, 128->256
-        # at 14 px 57 -> 47; from 256 channels the GEMM's blocking wins or ties).  Below
-        # AVX-512 the deep 1x1s run it too (deep_pointwise_runs_direct).
+        # A strided 1x1 of few channels runs the direct kernel below: it reads every
+        # second pixel in place, where this GEMM first copies them out
+        # (_strided_direct_channels).  Below AVX-512 the deep 1x1s run it too
+        # (deep_pointwise_runs_direct).
         wt = _weight_cache.derived(
             "conv_nhwc_pointwise", [w], (), lambda: np.ascontiguousarray(w.reshape(m, c).T)
         )
@@ -180,6 +179,18 @@ def prepare_channels_last(
         if lanes is not None:
             return _Direct(x.shape, w, lanes, m, b, kernel, strides, dilations, pads, out_shape)
     return None
+
+
+def _strided_direct_channels() -> int:
+    """Input channels up to which a strided 1x1 runs the direct kernel rather than
+    `_Pointwise`'s copy of every second pixel and GEMM.  Up to 128 at any width (bench,
+    us: 32->64 ch at 56 px 86 -> 48, 64->128 at 28 px 58 -> 46, 128->256 at 14 px 57 ->
+    47; from 256 channels the AVX2 GEMM's blocking wins or ties).  At AVX-512 (16 lanes)
+    also 256, measured on a Zen 4 core inside ResNet-50 (node minima, us): its 256 -> 512
+    at 56 px 1952 -> 1867, the torchvision export's 1938 -> 1876.  Not 512: the direct
+    tile's 14 pixels then lie 4 KB apart, on one L1 set, and its 512 -> 1024 at 28 px went
+    1921 -> 2392."""
+    return 256 if direct_lanes() == 16 else 128
 
 
 def deep_pointwise_runs_direct(c: int, m: int, strides: Sequence[int]) -> bool:
