@@ -1,6 +1,7 @@
 """Small QDQ graphs as onnxruntime.quantization writes them, for the tests of the fused
-QDQ nodes (test_qdq_add.py, test_qdq_pool.py, test_qdq_matmul.py): pairs, quantized
-convs and MatMuls, Adds; and quantize_static's own output of a float model."""
+QDQ nodes (test_qdq_add.py, test_qdq_pool.py, test_qdq_matmul.py,
+test_qdq_pointwise.py): pairs, quantized convs (depthwise and 1x1 too) and MatMuls, Adds;
+and quantize_static's own output of a float model."""
 
 from __future__ import annotations
 
@@ -95,6 +96,66 @@ class QdqGraph:
             )
         )
         return self.pair(self.relu(name + "_y", name + "_r") if relu else name + "_y", name + "_p")
+
+    def depthwise(self, x: str, name: str, c: int, k: int = 3) -> str:
+        """A quantized depthwise conv (int8 weights per tensor, pads k // 2, a float32
+        bias) -> its output pair ``name + "_p"``: what a MobileNet's 1x1 convs read."""
+        w = self.rng.integers(-60, 60, (c, 1, k, k)).astype(np.int8)
+        self.inits.append(numpy_helper.from_array(w, name + "_w"))
+        ws = self.scalar(name + "_ws", self.rng.uniform(0.01, 0.05), np.float32)
+        wz = self.scalar(name + "_wz", 0, np.int8)
+        b = self.rng.normal(0, 0.1, c).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(b, name + "_b"))
+        self.nodes.append(
+            helper.make_node("DequantizeLinear", [name + "_w", ws, wz], [name + "_wd"])
+        )
+        self.nodes.append(
+            helper.make_node(
+                "Conv", [x, name + "_wd", name + "_b"], [name + "_y"], pads=[k // 2] * 4, group=c
+            )
+        )
+        return self.pair(name + "_y", name + "_p")
+
+    def pointwise(
+        self,
+        x: str,
+        name: str,
+        c: int,
+        m: int,
+        per_channel: bool,
+        weight_signed: bool = True,
+        bias: bool = True,
+    ) -> str:
+        """A quantized 1x1 conv (int8 symmetric weights, or uint8 ones of zero point 128;
+        one scale, or one per output channel on axis 0; a float32 bias, as
+        quantize_static folds its int32 one, or none) -> its output pair ``name + "_p"``."""
+        if weight_signed:
+            w = self.rng.integers(-100, 100, (m, c, 1, 1)).astype(np.int8)
+            zw = np.zeros(m if per_channel else (), np.int8)
+        else:
+            w = self.rng.integers(0, 256, (m, c, 1, 1)).astype(np.uint8)
+            zw = np.full(m if per_channel else (), 128, np.uint8)
+        ws = self.rng.uniform(0.002, 0.01, m if per_channel else ()).astype(np.float32)
+        self.inits += [
+            numpy_helper.from_array(w, name + "_w"),
+            numpy_helper.from_array(ws, name + "_ws"),
+            numpy_helper.from_array(zw, name + "_wz"),
+        ]
+        self.nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [name + "_w", name + "_ws", name + "_wz"],
+                [name + "_wd"],
+                axis=0,
+            )  # fmt: skip
+        )
+        ins = [x, name + "_wd"]
+        if bias:
+            b = self.rng.normal(0, 0.2, m).astype(np.float32)
+            self.inits.append(numpy_helper.from_array(b, name + "_b"))
+            ins.append(name + "_b")
+        self.nodes.append(helper.make_node("Conv", ins, [name + "_y"]))
+        return self.pair(name + "_y", name + "_p")
 
     def matmul(
         self, x: str, name: str, k: int, n: int, per_column: bool, weight_signed: bool = True

@@ -90,6 +90,7 @@ from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_f
 from onnxviz.runtime.fusion_qdq_conv import find_qdq_convs, qdq_conv_node
 from onnxviz.runtime.fusion_qdq_idle import find_idle_pairs, idle_pair_node
 from onnxviz.runtime.fusion_qdq_matmul import find_qdq_matmuls, qdq_matmul_node
+from onnxviz.runtime.fusion_qdq_pointwise import find_qdq_pointwise, qdq_pointwise_node
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
@@ -256,6 +257,11 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
         take(positions, functools.partial(steps_node, nodes, positions, SEGate), claimed)
+    # A separable QDQ model's 1x1 convs (the QDQ convs above left them): integer products
+    # over channels-last rows, before the float conv chains would take them.
+    for pointwise in find_qdq_pointwise(nodes, users, producer, const, keep, claimed, constants):
+        maker = functools.partial(qdq_pointwise_node, nodes, pointwise)
+        take(pointwise.positions, maker, claimed)
     for i, pn in enumerate(nodes):
         if i in claimed:
             continue

@@ -42,6 +42,7 @@ import numpy as np
 from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.fusion_qdq import QdqPair
+from onnxviz.runtime.fusion_qdq_pointwise import QdqPointwise
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
@@ -196,6 +197,14 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 # convs stay channels-last).
                 sub_ok, sub_pays = readers(pn.outputs[0])
                 ok, pays = ok and sub_ok, pays or sub_pays
+            elif (
+                isinstance(pn.fused, QdqPointwise)
+                and pn.fused.x_place is not None
+                and pn.inputs[pn.fused.x_place] == slot
+            ):
+                # A QDQ model's 1x1 conv as an integer product reads channels-last rows
+                # in place (an NCHW value costs it a transposing copy) and writes them.
+                pays = True
             elif isinstance(pn.fused, SEGate) and pn.inputs[pn.fused.x_place] == slot:
                 # An SE block reads it as rows and writes its product in x's layout.
                 sub_ok, sub_pays = readers(pn.outputs[0])
@@ -254,6 +263,8 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         elif isinstance(pn.fused, SEGate):
             if pn.inputs[pn.fused.x_place] in region:
                 region.add(pn.outputs[0])
+        elif isinstance(pn.fused, QdqPointwise):
+            region.add(pn.outputs[0])  # its rows are channels-last whatever it read
         elif isinstance(pn.fused, (QdqPair, ElementwiseChain)):
             if pn.inputs[0] in region:
                 region.add(pn.outputs[0])

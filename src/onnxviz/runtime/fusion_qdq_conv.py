@@ -103,6 +103,17 @@ _STEM_CHANNELS = 4
 _STEM_TERMS = 64
 
 
+def _kernel(conv: PlanNode, values: dict[int, Any] | None) -> list[int]:
+    """The conv's kernel_shape, or its weight's spatial sizes when it has none (the
+    attribute is optional) and the weight is a known constant: its int8 initializer
+    behind the constant dequantizer is not, so the dequantized one folded is looked for."""
+    kernel = list(conv.attrs.get("kernel_shape") or ())
+    w = (values or {}).get(conv.inputs[1])
+    if not kernel and type(w) is np.ndarray and w.ndim >= 3:
+        kernel = list(w.shape[2:])
+    return kernel
+
+
 def find_qdq_convs(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
@@ -139,7 +150,7 @@ def find_qdq_convs(
             or not 2 <= len(conv.inputs) <= 3
             or min(conv.inputs[:2]) < 0
             or conv.attrs.get("group", 1) != 1
-            or (separable and list(conv.attrs.get("kernel_shape") or ()) == [1, 1])
+            or (separable and _kernel(conv, values) == [1, 1])
             or _short_stem((values or {}).get(conv.inputs[1]))
             or conv.inputs[1] not in const
             or (len(conv.inputs) == 3 and conv.inputs[2] >= 0 and conv.inputs[2] not in const)

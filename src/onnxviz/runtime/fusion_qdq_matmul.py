@@ -68,7 +68,7 @@ _TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
 _HUGE = float(np.finfo(np.float32).max) / 256
 
 
-def _constant_dequantizer(pn: PlanNode, const: set[int]) -> bool:
+def constant_dequantizer(pn: PlanNode, const: set[int]) -> bool:
     """A DequantizeLinear of constants (a quantized weight, so folded: not a
     plain_kernel), not blocked, float32 out."""
     return (
@@ -121,7 +121,7 @@ def find_qdq_matmuls(
         a_at, w_at = producer.get(mm.inputs[0]), producer.get(mm.inputs[1])
         if a_at is None or w_at is None:
             continue
-        if not plain_dequantizer(nodes[a_at]) or not _constant_dequantizer(nodes[w_at], const):
+        if not plain_dequantizer(nodes[a_at]) or not constant_dequantizer(nodes[w_at], const):
             continue
         q_at = only_reader(users, mm.outputs[0], keep)
         if q_at is None or q_at in taken or not plain_quantizer(nodes[q_at]):
@@ -215,7 +215,7 @@ def _codes_back(v: Any, s: float, z: int, dtype: np.dtype[Any]) -> np.ndarray | 
     return quantize_compiled(v, np.array(s, dtype=_F32), np.array(z, dtype=dtype), dtype)
 
 
-def _pair_args(qs: Any, qz: Any, ds: Any, dz: Any) -> tuple[Any, ...] | None:
+def pair_args(qs: Any, qz: Any, ds: Any, dz: Any) -> tuple[Any, ...] | None:
     """scale_columns_qdq's (signed, qs, qz, dqs, dqz) for a QuantizeLinear ->
     DequantizeLinear pair of these parameters: one float32 scale each, an 8-bit zero
     point for the quantizer and none or one of its type for the dequantizer; else None."""
@@ -380,7 +380,7 @@ class QdqMatMul:
             or (zw is not None and (type(zw) is not np.ndarray or zw.dtype != w.dtype))
         ):
             return None
-        output = _pair_args(qs, qz, ds, dz)
+        output = pair_args(qs, qz, ds, dz)
         scale = self._column_scales(sa, sw, w.shape[1])
         bias = self._bias(ins, w.shape[1])
         if output is None or scale is None or bias is None:
@@ -411,7 +411,7 @@ class QdqMatMul:
             return ()
         b, qs, qz, ds, dz = (None if p is None else ins[p] for p in self.add_places)
         bias = column_values(b, n, rank)
-        pair = _pair_args(qs, qz, ds, dz)
+        pair = pair_args(qs, qz, ds, dz)
         if bias is None or pair is None:
             return None
         return (bias, *pair)
