@@ -303,6 +303,34 @@ tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, cons
 
 /* ---- AVX-512F (VL 16) ---------------------------------------------------------------- */
 
+/* The 16 x 16 floats r[i] lane j -> r[j] lane i: pairs unpacked, then 2 x 2 blocks,
+ * then 128-bit quarters twice (64 shuffles). */
+__attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) {
+        u[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+        u[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0xEE);
+        u[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+        u[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+        t[8 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xDD);
+    }
+}
+
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
        float *out, const int P, const int NV, int width) {
@@ -327,11 +355,21 @@ tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const f
             }
         }
     }
-    if (r->cs != 1) { /* channels-first output: through the scalar epilogue */
-        float sums[14 * 32];
-        for (int i = 0; i < P; i++)
-            for (int v = 0; v < NV; v++) _mm512_storeu_ps(sums + 32 * i + 16 * v, acc[i][v]);
-        epilogue_planes(r, sums, 32, P, 16 * (NV - 1) + width, bias, add, out);
+    if (r->cs != 1) { /* channels-first output: each channel's P pixels are consecutive */
+        const __mmask16 pm = (__mmask16)((1u << P) - 1u);
+        for (int v = 0; v < NV; v++) {
+            __m512 t[16]; /* the tile's 16 channels as rows of P pixels (lanes past P: 0) */
+            for (int i = 0; i < 16; i++) t[i] = i < P ? acc[i][v] : _mm512_setzero_ps();
+            transpose16(t);
+            const int chans = v == NV - 1 ? width : 16;
+            for (int ch = 0; ch < chans; ch++) {
+                const Py_ssize_t at = (16 * v + ch) * r->cs;
+                __m512 y = t[ch];
+                if (bias) y = _mm512_add_ps(y, _mm512_set1_ps(bias[16 * v + ch]));
+                if (add) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(pm, add + at));
+                _mm512_mask_storeu_ps(out + at, pm, act16(y, r->act, r->lo, r->hi));
+            }
+        }
         return;
     }
     for (int v = 0; v < NV; v++) {
