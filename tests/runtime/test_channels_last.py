@@ -338,7 +338,8 @@ def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values(
 ) -> None:
     """At each level the compiled copy (_channels.place; None: numpy's concatenate), of
     channels-last, NCHW and other layouts, float32 and float64, widths around its
-    8-float and 16-row blocks."""
+    8-float and 16-row blocks and NCHW planes in transposed blocks of 16 and of 8
+    channels (from AVX2 up, AVX-512 included)."""
     if level is not None:
         compiled("channels")
     concat = ChannelsLastConcat(None)  # type: ignore[arg-type]  # the node: only for fallbacks
@@ -346,11 +347,14 @@ def test_a_channel_concat_of_channels_last_values_stays_so_with_numpys_values(
     a, b = _last((2, 5, 4, 3)), _last((2, 7, 4, 3))
     nchw = np.ascontiguousarray(_last((2, 2, 4, 3)))
     wide, wide_nchw = _last((1, 19, 9, 5)), np.ascontiguousarray(_last((1, 16, 9, 5)))
+    # NCHW planes of a multiple of 8 channels but not of 16 (8-channel transposed blocks)
+    eight_nchw = np.ascontiguousarray(_last((1, 24, 9, 5)))
     odd = RNG.standard_normal((1, 9, 18, 5)).astype(np.float32)[:, :, ::2]  # neither layout
     doubles = _last((2, 5, 4, 3), np.float64), _last((2, 3, 4, 3), np.float64)
     with at_level("channels", level):
         for ins in (
             [a, b], [a, nchw, b], [nchw, a], [a], [wide, wide_nchw, odd], [odd, wide], [*doubles],
+            [wide, eight_nchw, wide_nchw],
         ):  # fmt: skip
             got = concat(ex, ins)[0]
             assert is_channels_last(got)
