@@ -97,6 +97,34 @@ class QdqGraph:
         )
         return self.pair(self.relu(name + "_y", name + "_r") if relu else name + "_y", name + "_p")
 
+    def weight(
+        self, name: str, shape: tuple[int, ...], axis: int, per_axis: bool, signed: bool
+    ) -> None:
+        """A constant 8-bit weight of ``shape`` dequantized to ``name + "_wd"``: int8
+        symmetric (zero points 0) or uint8 of zero point 128, one scale or one per entry
+        of ``axis``."""
+        count = shape[axis] if per_axis else ()
+        if signed:
+            w = self.rng.integers(-100, 100, shape).astype(np.int8)
+            zw = np.zeros(count, np.int8)
+        else:
+            w = self.rng.integers(0, 256, shape).astype(np.uint8)
+            zw = np.full(count, 128, np.uint8)
+        ws = self.rng.uniform(0.002, 0.01, count).astype(np.float32)
+        self.inits += [
+            numpy_helper.from_array(w, name + "_w"),
+            numpy_helper.from_array(ws, name + "_ws"),
+            numpy_helper.from_array(zw, name + "_wz"),
+        ]
+        self.nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [name + "_w", name + "_ws", name + "_wz"],
+                [name + "_wd"],
+                axis=axis,
+            )
+        )
+
     def depthwise(self, x: str, name: str, c: int, k: int = 3) -> str:
         """A quantized depthwise conv (int8 weights per tensor, pads k // 2, a float32
         bias) -> its output pair ``name + "_p"``: what a MobileNet's 1x1 convs read."""
@@ -129,26 +157,7 @@ class QdqGraph:
         """A quantized 1x1 conv (int8 symmetric weights, or uint8 ones of zero point 128;
         one scale, or one per output channel on axis 0; a float32 bias, as
         quantize_static folds its int32 one, or none) -> its output pair ``name + "_p"``."""
-        if weight_signed:
-            w = self.rng.integers(-100, 100, (m, c, 1, 1)).astype(np.int8)
-            zw = np.zeros(m if per_channel else (), np.int8)
-        else:
-            w = self.rng.integers(0, 256, (m, c, 1, 1)).astype(np.uint8)
-            zw = np.full(m if per_channel else (), 128, np.uint8)
-        ws = self.rng.uniform(0.002, 0.01, m if per_channel else ()).astype(np.float32)
-        self.inits += [
-            numpy_helper.from_array(w, name + "_w"),
-            numpy_helper.from_array(ws, name + "_ws"),
-            numpy_helper.from_array(zw, name + "_wz"),
-        ]
-        self.nodes.append(
-            helper.make_node(
-                "DequantizeLinear",
-                [name + "_w", name + "_ws", name + "_wz"],
-                [name + "_wd"],
-                axis=0,
-            )  # fmt: skip
-        )
+        self.weight(name, (m, c, 1, 1), 0, per_channel, weight_signed)
         ins = [x, name + "_wd"]
         if bias:
             b = self.rng.normal(0, 0.2, m).astype(np.float32)
@@ -163,26 +172,7 @@ class QdqGraph:
         """A quantized MatMul by a constant [k, n] weight (int8 symmetric, or uint8 with a
         zero point; one scale, or one per column on axis 1) -> its output pair
         ``name + "_p"``."""
-        if weight_signed:
-            w = self.rng.integers(-100, 100, (k, n)).astype(np.int8)
-            zw = np.zeros(n if per_column else (), np.int8)
-        else:
-            w = self.rng.integers(0, 256, (k, n)).astype(np.uint8)
-            zw = np.full(n if per_column else (), 128, np.uint8)
-        ws = self.rng.uniform(0.002, 0.01, n if per_column else ()).astype(np.float32)
-        self.inits += [
-            numpy_helper.from_array(w, name + "_w"),
-            numpy_helper.from_array(ws, name + "_ws"),
-            numpy_helper.from_array(zw, name + "_wz"),
-        ]
-        self.nodes.append(
-            helper.make_node(
-                "DequantizeLinear",
-                [name + "_w", name + "_ws", name + "_wz"],
-                [name + "_wd"],
-                axis=1,
-            )
-        )
+        self.weight(name, (k, n), 1, per_column, weight_signed)
         self.nodes.append(helper.make_node("MatMul", [x, name + "_wd"], [name + "_y"]))
         return self.pair(name + "_y", name + "_p")
 

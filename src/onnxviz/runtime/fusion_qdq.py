@@ -72,6 +72,28 @@ def only_reader(users: dict[int, list[int]], slot: int, keep: set[int]) -> int |
     return readers[0]
 
 
+def input_pair(
+    nodes: list[PlanNode],
+    producer: dict[int, int],
+    users: dict[int, list[int]],
+    keep: set[int],
+    slot: int,
+) -> tuple[int, int] | None:
+    """(quantizer, dequantizer) positions when ``slot`` is DequantizeLinear(QuantizeLinear(x))
+    whose codes only that dequantizer reads (a fused QDQ product's input pair), else None."""
+    dq_at = producer.get(slot)
+    if dq_at is None or not plain_dequantizer(nodes[dq_at]):
+        return None
+    q_at = producer.get(nodes[dq_at].inputs[0])
+    if (
+        q_at is None
+        or not plain_quantizer(nodes[q_at])
+        or only_reader(users, nodes[q_at].outputs[0], keep) != dq_at
+    ):
+        return None
+    return q_at, dq_at
+
+
 def node_args(pn: PlanNode, values: dict[int, Any]) -> list[Any]:
     """The arguments of ``pn``'s kernel from ``values`` by slot (trailing absent inputs
     dropped, inner ones None): what a fused node's node-by-node run passes."""

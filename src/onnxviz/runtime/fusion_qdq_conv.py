@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime.fusion_qdq import (
+    input_pair,
     node_args,
     only_reader,
     plain_dequantizer,
@@ -157,16 +158,10 @@ def find_qdq_convs(
         ):
             continue
         # The input: DequantizeLinear(QuantizeLinear(x)), the integer read by nothing else.
-        dq_at = producer.get(conv.inputs[0])
-        if dq_at is None or not plain_dequantizer(nodes[dq_at]):
+        pair = input_pair(nodes, producer, users, keep, conv.inputs[0])
+        if pair is None:
             continue
-        q_at = producer.get(nodes[dq_at].inputs[0])
-        if (
-            q_at is None
-            or not plain_quantizer(nodes[q_at])
-            or only_reader(users, nodes[q_at].outputs[0], keep) != dq_at
-        ):
-            continue
+        q_at, dq_at = pair
         # The weight: a constant DequantizeLinear of constants.
         w_at = producer.get(conv.inputs[1])
         if w_at is None:

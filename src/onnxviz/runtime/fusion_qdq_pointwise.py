@@ -46,7 +46,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
+from onnxviz.runtime.fusion_qdq import (
+    input_pair,
+    only_reader,
+    plain_dequantizer,
+    plain_quantizer,
+    scalar,
+)
 from onnxviz.runtime.fusion_qdq_matmul import constant_dequantizer, pair_args
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
@@ -149,16 +155,10 @@ def find_qdq_pointwise(
         if not _weight_fits(nodes[w_at], constants, mod):
             continue
         # The input: DequantizeLinear(QuantizeLinear(x)) with zero points (the codes' type).
-        dq_at = producer.get(conv.inputs[0])
-        if dq_at is None or not plain_dequantizer(nodes[dq_at]) or len(nodes[dq_at].inputs) != 3:
+        pair = input_pair(nodes, producer, users, keep, conv.inputs[0])
+        if pair is None or len(nodes[pair[1]].inputs) != 3:
             continue
-        q_at = producer.get(nodes[dq_at].inputs[0])
-        if (
-            q_at is None
-            or not plain_quantizer(nodes[q_at])
-            or only_reader(users, nodes[q_at].outputs[0], keep) != dq_at
-        ):
-            continue
+        q_at, dq_at = pair
         # The output: QuantizeLinear -> DequantizeLinear, each the only reader.
         out_q = only_reader(users, conv.outputs[0], keep)
         if out_q is None or not plain_quantizer(nodes[out_q]):
