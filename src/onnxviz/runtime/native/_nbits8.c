@@ -337,7 +337,12 @@ static int job_run(job_t *j, int64_t release) {
 #if ONNXVIZ_X86
         if (level >= 1) {
             quantize_rows_avx2(j);
-            if (level >= 3)
+            /* One row (a decode step): level 1's tiles, the same bits.  There the
+             * weights' stream is the bound and the VNNI chunk, its two vpdpbusd in a
+             * chain, fell behind it: Llama 2k's decode step 15.0-15.2 -> 13.0-13.7 ms on
+             * a Zen 4 core (bench_nbits_level4's 1-row step 14.7 -> 13.9); from 2 rows
+             * the VNNI tiles' fewer operations win (2 rows 19.4 against 20.7). */
+            if (level >= 3 && M > 1)
                 run_vnni(j);
             else
                 run_avx2(j);
