@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.runtime.events import NodeFinished
 from onnxviz.runtime.fusion import ConvChain, run_nodes
+from onnxviz.runtime.kernels.nn_conv import direct_lanes
 from onnxviz.runtime.session import Session
 
 pytestmark = pytest.mark.numeric
@@ -377,8 +378,9 @@ def test_conv_residual_that_broadcasts_gives_steppings_bits(
     shape: tuple[int, ...], kernel: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A value per channel added to a conv's output (a diffusion UNet's time embedding,
-    after Unsqueezes) runs in the fused conv, then numpy's broadcast add: the stepped
-    Add's bits.  Other broadcasts run the steps one by one, with the same result."""
+    after Unsqueezes) runs in the fused conv (the direct kernel's prepared call where it
+    runs the conv), then numpy's broadcast add: the stepped Add's bits.  Other
+    broadcasts run the steps one by one, with the same result."""
     model = _residual_model("Add", shape, kernel)
     rng = np.random.default_rng(9)
     feeds = {
@@ -392,6 +394,13 @@ def test_conv_residual_that_broadcasts_gives_steppings_bits(
         "_one_by_one",
         lambda self, ex, ins: one_by_one.append(1) or original(self, ex, ins),
     )
+    prepared: list[bool] = []  # the direct kernel's prepared call ran the conv
+    activated = ConvChain._conv_activated
+    monkeypatch.setattr(
+        ConvChain,
+        "_conv_activated",
+        lambda self, *a: prepared.append((got := activated(self, *a)) is not None) or got,
+    )
     sess = Session(model)
     y = sess.run(feeds)["y"]
     assert y.shape == (1, 16, 12, 12)
@@ -399,6 +408,9 @@ def test_conv_residual_that_broadcasts_gives_steppings_bits(
     assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Conv", "fused")]
     spread_over_space = len(shape) <= 2 or all(d == 1 for d in shape[-2:])
     assert one_by_one == ([] if spread_over_space else [1])
+    if spread_over_space and kernel == 3 and direct_lanes() == 16:
+        # at AVX-512 a 16-channel 3x3 of 12 px runs the direct kernel NCHW
+        assert prepared == [True]
 
 
 def test_conv_residual_that_would_widen_the_output_names_the_add() -> None:
