@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _F32 = np.dtype(np.float32)
+# What the fused QDQ products share: the 8-bit code types, and the scales from which a
+# dequantized value v = float32((t - z) s), |t - z| <= 255, gives its codes back exactly
+# by QuantizeLinear's steps (s a normal float32, and the product unable to overflow).
+CODE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+NORMAL_MIN = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+CODES_BACK_MAX = float(np.finfo(np.float32).max) / 256
 _INTS = {np.dtype(t): np.iinfo(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 
 

@@ -54,6 +54,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime.fusion_qdq import (
+    CODE_TYPES,
+    CODES_BACK_MAX,
+    NORMAL_MIN,
     input_pair,
     node_args,
     only_reader,
@@ -73,9 +76,6 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _F32 = np.dtype(np.float32)
-_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
-_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
-_HUGE = float(np.finfo(np.float32).max) / 256
 
 
 def int8_module() -> ModuleType | None:
@@ -356,7 +356,7 @@ class QdqConv:
         ds, b = self._get(ins, "ds"), self._get(ins, "b")
         if (
             type(w) is not np.ndarray
-            or w.dtype not in _BYTES
+            or w.dtype not in CODE_TYPES
             or w.ndim != 4
             or type(ws) is not np.ndarray
             or ws.dtype != _F32
@@ -393,7 +393,7 @@ class QdqConv:
         elif self.codes_in:
             # The previous conv's codes t as they are: (t - dz) * ds is the value.
             x, xs, xz = self._get(ins, "xc"), ds, dz
-            if type(x) is not np.ndarray or x.dtype not in _BYTES:
+            if type(x) is not np.ndarray or x.dtype not in CODE_TYPES:
                 return None
             if dz is None:
                 xz = np.zeros((), x.dtype)  # (the dequantizer's zero point: 0 of x's type)
@@ -403,7 +403,11 @@ class QdqConv:
             # back t exactly, when s is a normal float32 (no underflow) and (t - z) * s
             # cannot overflow.
             x, xs, xz = self._get(ins, "xd"), ds, dz
-            if dz is None or not scalar(ds, _F32) or not _TINY <= float(ds.reshape(())) <= _HUGE:
+            if (
+                dz is None
+                or not scalar(ds, _F32)
+                or not NORMAL_MIN <= float(ds.reshape(())) <= CODES_BACK_MAX
+            ):
                 return None  # (without a zero point the integer type is not known here)
         os_, oz = self._get(ins, "os"), self._get(ins, "oz")
         ods, odz = self._get(ins, "ods"), self._get(ins, "odz")
@@ -419,11 +423,11 @@ class QdqConv:
         if (
             not scalar(xs, _F32)
             or (xz is not None and not scalar(xz))
-            or xtype not in _BYTES
+            or xtype not in CODE_TYPES
             or (dz is not None and not scalar(dz, xtype))
             or not scalar(os_, _F32)
             or (oz is not None and not scalar(oz))
-            or otype not in _BYTES
+            or otype not in CODE_TYPES
             or (not self.codes_out and not scalar(ods, _F32))
             or (odz is not None and not scalar(odz, otype))
         ):

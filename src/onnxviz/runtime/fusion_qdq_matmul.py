@@ -54,7 +54,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime.fusion_int8_matmul import column_values
-from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
+from onnxviz.runtime.fusion_qdq import (
+    CODE_TYPES,
+    CODES_BACK_MAX,
+    NORMAL_MIN,
+    only_reader,
+    plain_dequantizer,
+    plain_quantizer,
+    scalar,
+)
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.quantize import quantize_compiled
 from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
@@ -63,9 +71,6 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _F32 = np.dtype(np.float32)
-_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
-_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
-_HUGE = float(np.finfo(np.float32).max) / 256
 
 
 def constant_dequantizer(pn: PlanNode, const: set[int]) -> bool:
@@ -224,7 +229,7 @@ def pair_args(qs: Any, qz: Any, ds: Any, dz: Any) -> tuple[Any, ...] | None:
         or not scalar(ds, _F32)
         or qz is None
         or not scalar(qz)
-        or qz.dtype not in _BYTES
+        or qz.dtype not in CODE_TYPES
         or (dz is not None and not scalar(dz, qz.dtype))
     ):
         return None
@@ -354,9 +359,9 @@ class QdqMatMul:
                 sa is None
                 or za is None
                 or not scalar(sa, _F32)
-                or not _TINY <= float(sa.reshape(())) <= _HUGE
+                or not NORMAL_MIN <= float(sa.reshape(())) <= CODES_BACK_MAX
                 or not scalar(za)
-                or za.dtype not in _BYTES
+                or za.dtype not in CODE_TYPES
             ):
                 return None
             a = _codes_back(a, float(sa.reshape(())), int(za.reshape(())), za.dtype)
@@ -369,11 +374,11 @@ class QdqMatMul:
             w = w.T  # B [K, N] (a view: packed once, keyed by the view)
         if (
             type(a) is not np.ndarray
-            or a.dtype not in _BYTES
+            or a.dtype not in CODE_TYPES
             or a.ndim < 2
             or (self.gemm and a.ndim != 2)
             or not a.size
-            or w.dtype not in _BYTES
+            or w.dtype not in CODE_TYPES
             or a.shape[-1] != w.shape[0]
             or not scalar(sa, _F32)
             or (za is not None and not scalar(za, a.dtype))
@@ -492,7 +497,7 @@ class QdqMatMul:
         scale = np.ascontiguousarray(
             np.broadcast_to(sa.reshape(()) * sw.reshape(-1), (n,)), dtype=_F32
         )
-        ok = bool(np.all(scale >= _TINY)) and bool(np.all(np.isfinite(scale)))
+        ok = bool(np.all(scale >= NORMAL_MIN)) and bool(np.all(np.isfinite(scale)))
         made = scale if ok else None
         if made is not None:
             self._scales = (sa, sw, made)

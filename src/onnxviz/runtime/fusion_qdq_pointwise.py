@@ -47,6 +47,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime.fusion_qdq import (
+    CODE_TYPES,
+    CODES_BACK_MAX,
+    NORMAL_MIN,
     input_pair,
     only_reader,
     plain_dequantizer,
@@ -63,9 +66,6 @@ if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
 
 _F32 = np.dtype(np.float32)
-_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
-_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
-_HUGE = float(np.finfo(np.float32).max) / 256
 
 
 # Input channels from which the integer product pays.  Below, gemm_rows' cost per row
@@ -106,7 +106,7 @@ def _weight_fits(w_dq: PlanNode, constants: dict[int, Any], mod: ModuleType) -> 
     w = constants.get(w_dq.inputs[0])
     ws = constants.get(w_dq.inputs[1])
     wz = constants.get(w_dq.inputs[2]) if len(w_dq.inputs) == 3 and w_dq.inputs[2] >= 0 else None
-    if type(w) is not np.ndarray or w.dtype not in _BYTES or w.ndim != 4:
+    if type(w) is not np.ndarray or w.dtype not in CODE_TYPES or w.ndim != 4:
         return False
     m, c = w.shape[:2]
     if w.shape[2:] != (1, 1) or not MIN_CHANNELS <= c <= mod.max_k() or m == 0:
@@ -334,7 +334,7 @@ class QdqPointwise:
         ):
             return kept
         self._weights = None
-        if type(w) is not np.ndarray or w.dtype not in _BYTES or w.ndim != 4:
+        if type(w) is not np.ndarray or w.dtype not in CODE_TYPES or w.ndim != 4:
             return None
         m, c = w.shape[:2]
         if w.shape[2:] != (1, 1) or not 0 < c <= mod.max_k() or m == 0:
@@ -349,7 +349,7 @@ class QdqPointwise:
         if b is not None and (type(b) is not np.ndarray or b.dtype != _F32 or b.shape != (m,)):
             return None
         scale = np.ascontiguousarray(np.broadcast_to(sd.reshape(()) * ws.reshape(-1), (m,)), _F32)
-        if not (np.all(scale >= _TINY) and np.all(np.isfinite(scale))):
+        if not (np.all(scale >= NORMAL_MIN) and np.all(np.isfinite(scale))):
             return None
         columns = bytes(
             mod.pack_columns(
@@ -376,12 +376,12 @@ class QdqPointwise:
         if (
             not scalar(cs, _F32)
             or not scalar(cz)
-            or cz.dtype not in _BYTES
+            or cz.dtype not in CODE_TYPES
             or not scalar(sd, _F32)
             or not scalar(zd, cz.dtype)
         ):
             return None
-        if not self.absorbed and not _TINY <= float(sd.reshape(())) <= _HUGE:
+        if not self.absorbed and not NORMAL_MIN <= float(sd.reshape(())) <= CODES_BACK_MAX:
             # The codes read back from v = float32((t - z) s), |t - z| <= 255: v / s is
             # within 255 2^-23 of t - z, so QuantizeLinear's steps give t back exactly
             # when s is a normal float32 and the product cannot overflow.
