@@ -25,7 +25,8 @@
  * 27 us for MobileNetV3's 28x28x96, where one pass here takes a few.
  *
  * Levels (native/__init__.py): 0 generic C; 1 AVX2; 2 and 3 AVX-512F: the same loop,
- * which the compiler vectorizes for each target attribute (no -march). */
+ * which the compiler vectorizes for each target attribute (no -march); place runs its
+ * AVX2 code at every vector level (place_run). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -310,10 +311,6 @@ place_avx2(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t
             for (Py_ssize_t c = 0; c < width; c++) ob[r * total + c] = xb[c * rows + r];
     }
 }
-
-__attribute__((target("avx512f"))) static void
-place_avx512(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t width,
-             Py_ssize_t total, Py_ssize_t offset, int planes) PLACE_BODY
 #endif
 
 /* place at this level, the GIL released. */
@@ -322,12 +319,11 @@ static void place_run(const float *x, float *out, Py_ssize_t n, Py_ssize_t rows,
     void (*fn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
                Py_ssize_t, int) = place_generic;
 #if ONNXVIZ_X86
-    /* NCHW planes at AVX-512 too by place_avx2's transposed blocks: the loop the
-     * AVX-512 target compiles stores them one float at a time (a UNet's 16-channel 128 x
-     * 128 ConvTranspose output into its Concat: 305 -> ~100 us on a Zen 4 core). */
-    if (level >= 2 && !planes)
-        fn = place_avx512;
-    else if (level >= 1)
+    /* Every vector level runs place_avx2: its transposed blocks for NCHW planes (an
+     * AVX-512 build of the loop above stored them one float at a time: a UNet's
+     * 16-channel 128 x 128 ConvTranspose output into its Concat, 305 -> ~100 us on a Zen
+     * 4 core), and for channels-last rows the same copies as at AVX-512. */
+    if (level >= 1)
         fn = place_avx2;
 #endif
     Py_BEGIN_ALLOW_THREADS;
