@@ -25,7 +25,7 @@ place.  ``zd``, ``sd`` are the input dequantizer's zero point and scale (what th
 reads is (t - zd) sd).  The input pair is absorbed when only this conv reads its
 dequantized value; else the pair stays (its float value made by a QdqPair or another
 fused node) and the codes are read back from that value by the dequantizer's own
-parameters, exactly (fusion_qdq_matmul's `_codes_back`).
+parameters, exactly (as fusion_qdq_matmul's `_codes_back` does).
 
 As with QdqConv and QdqMatMul, v is the conv of the real dequantized values within about
 two float32 ulps, where the stepped float32 conv carries K 2^-24 of the sum of |terms|:
@@ -98,27 +98,31 @@ def _pointwise(conv: PlanNode) -> bool:
     )
 
 
-def _weight_fits(w_dq: PlanNode, constants: dict[int, Any], mod: ModuleType) -> bool:
-    """The weight's constants are ones the node takes: an 8-bit (M, C, 1, 1) array within
-    the kernel's K, one zero point for all channels, one scale or one per output channel
-    (axis 0).  Checked when the plan is made, so that a conv that can only run its nodes
-    one by one keeps the float channels-last kernel instead."""
-    w = constants.get(w_dq.inputs[0])
-    ws = constants.get(w_dq.inputs[1])
-    wz = constants.get(w_dq.inputs[2]) if len(w_dq.inputs) == 3 and w_dq.inputs[2] >= 0 else None
+def _weight_zero_point(w: Any, ws: Any, wz: Any, axis: int, mod: ModuleType) -> int | None:
+    """The weight's one zero point when its constants are ones the node takes: an 8-bit
+    (M, C, 1, 1) array of MIN_CHANNELS up to the kernel's K, one zero point for all
+    channels, one float32 scale or one per output channel (``axis`` 0); else None."""
     if type(w) is not np.ndarray or w.dtype not in CODE_TYPES or w.ndim != 4:
-        return False
+        return None
     m, c = w.shape[:2]
     if w.shape[2:] != (1, 1) or not MIN_CHANNELS <= c <= mod.max_k() or m == 0:
-        return False
+        return None
     if type(ws) is not np.ndarray or ws.dtype != _F32:
-        return False
-    if ws.size != 1 and not (
-        ws.ndim == 1 and ws.size == m and w_dq.attrs.get("axis", 1) in (0, -4)
-    ):
-        return False
-    zw = None if wz is None else wz.reshape(-1)
-    return int8_products.one_zero_point(zw, w.dtype) is not None
+        return None
+    if ws.size != 1 and not (ws.ndim == 1 and ws.size == m and axis in (0, -4)):
+        return None
+    if wz is not None and type(wz) is not np.ndarray:
+        return None
+    return int8_products.one_zero_point(None if wz is None else wz.reshape(-1), w.dtype)
+
+
+def _weight_fits(w_dq: PlanNode, constants: dict[int, Any], mod: ModuleType) -> bool:
+    """`_weight_zero_point` of the weight dequantizer's constants, checked when the plan
+    is made, so that a conv that could only run its nodes one by one keeps the float
+    channels-last kernel instead."""
+    wz = constants.get(w_dq.inputs[2]) if len(w_dq.inputs) == 3 and w_dq.inputs[2] >= 0 else None
+    w, ws = constants.get(w_dq.inputs[0]), constants.get(w_dq.inputs[1])
+    return _weight_zero_point(w, ws, wz, w_dq.attrs.get("axis", 1), mod) is not None
 
 
 def find_qdq_pointwise(
@@ -265,6 +269,7 @@ class QdqPointwise:
         )
         self.dq_places = (inputs(in_dq, 1), inputs(in_dq, 2))
         self.w_places = (inputs(w_dq, 0), inputs(w_dq, 1), inputs(w_dq, 2))
+        self.w_axis = int(w_dq.attrs.get("axis", 1))
         self.bias_place = inputs(conv, 2)
         self.out_places = (inputs(out_q, 1), inputs(out_q, 2), inputs(out_dq, 1), inputs(out_dq, 2))
         self._weights: _Weights | None = None
@@ -334,18 +339,10 @@ class QdqPointwise:
         ):
             return kept
         self._weights = None
-        if type(w) is not np.ndarray or w.dtype not in CODE_TYPES or w.ndim != 4:
-            return None
-        m, c = w.shape[:2]
-        if w.shape[2:] != (1, 1) or not 0 < c <= mod.max_k() or m == 0:
-            return None
-        if type(ws) is not np.ndarray or ws.dtype != _F32 or ws.size not in (1, m):
-            return None
-        if ws.size != 1 and ws.ndim != 1:
-            return None
-        zb = int8_products.one_zero_point(None if wz is None else wz.reshape(-1), w.dtype)
+        zb = _weight_zero_point(w, ws, wz, self.w_axis, mod)
         if zb is None:
             return None
+        m, c = w.shape[:2]
         if b is not None and (type(b) is not np.ndarray or b.dtype != _F32 or b.shape != (m,)):
             return None
         scale = np.ascontiguousarray(np.broadcast_to(sd.reshape(()) * ws.reshape(-1), (m,)), _F32)
