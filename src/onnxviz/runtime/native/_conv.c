@@ -243,7 +243,7 @@ planes8(const Row *r, const float *sums, int p, int nv, int width, const float *
             __m256 y = col[j];
             if (bias) y = _mm256_add_ps(y, _mm256_set1_ps(bias[8 * v + j]));
             if (add) y = _mm256_add_ps(y, _mm256_maskload_ps(add + at, pm));
-            _mm256_maskstore_ps(out + at, pm, act8(y, r->act, r->lo, r->hi));
+            store8n(out + at, act8(y, r->act, r->lo, r->hi), p);
         }
     }
 }
@@ -274,7 +274,7 @@ tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const fl
             __m256 y = _mm256_loadu_ps(sums + 16 * i + 8 * v);
             if (bias) y = _mm256_add_ps(y, bv);
             if (add) y = _mm256_add_ps(y, _mm256_maskload_ps(add + i * r->ps + 8 * v, m));
-            _mm256_maskstore_ps(out + i * r->ps + 8 * v, m, act8(y, r->act, r->lo, r->hi));
+            store8n(out + i * r->ps + 8 * v, act8(y, r->act, r->lo, r->hi), v == NV - 1 ? width : 8);
         }
     }
 }

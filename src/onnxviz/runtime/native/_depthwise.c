@@ -179,7 +179,7 @@ vectors_avx2(const Block *p, int at, const int NV, __m256i last) {
         __m256 y = acc[v];
         if (p->bias) y = _mm256_add_ps(y, _mm256_maskload_ps(p->bias + at + 8 * v, m));
         if (p->add) y = _mm256_add_ps(y, _mm256_maskload_ps(p->add + at + 8 * v, m));
-        _mm256_maskstore_ps(p->out + at + 8 * v, m, act8(y, p->act, p->lo, p->hi));
+        store8(p->out + at + 8 * v, m, act8(y, p->act, p->lo, p->hi));
     }
 }
 
@@ -294,7 +294,7 @@ pixels_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, __m256i m, cons
         __m256 y = acc[j];
         if (p->bias) y = _mm256_add_ps(y, _mm256_maskload_ps(p->bias + at, m));
         if (p->add) y = _mm256_add_ps(y, _mm256_maskload_ps(p->add + o, m));
-        _mm256_maskstore_ps(p->out + o, m, act8(y, p->act, p->lo, p->hi));
+        store8(p->out + o, m, act8(y, p->act, p->lo, p->hi));
     }
 }
 

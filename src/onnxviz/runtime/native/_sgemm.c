@@ -229,8 +229,8 @@ tile_avx2_body(const Tile *t, const int STREAM, const int NV, const int INPLACE)
             y0 = act8(y0, t->act, t->lo, t->hi);
             if (NV == 2) y1 = act8(y1, t->act, t->lo, t->hi);
         }
-        _mm256_maskstore_ps(c, m0, y0);
-        if (NV == 2) _mm256_maskstore_ps(c + 8, m1, y1);
+        store8n(c, y0, t->cols);
+        if (NV == 2) store8n(c + 8, y1, t->cols - 8);
     }
 }
 
