@@ -343,7 +343,7 @@ def _linear_plan(
 def _nearest_repeat(
     shape: tuple[int, ...],
     scales: bytes,
-    dtype: str,
+    dtype: str,  # numpy's one-letter type code
     axes: tuple[int, ...] | None,
     coordinate_transformation_mode: str,
     nearest_mode: str,
@@ -441,10 +441,12 @@ def resize(
     ):
         # A model's fixed 2x upsampling, every run: its repeat factors looked up by its
         # geometry (the general steps below cost 20 us a call about a copy of a few).
+        # The scales' dtype by its one-letter code: str(dtype) is numpy Python code that
+        # took 5-7 us a call, as long as the 2x copy of 64 channels at 16 x 16.
         factors = _nearest_repeat(
             x.shape,
             scales.tobytes(),
-            str(scales.dtype),
+            scales.dtype.char,
             tuple(axes) if axes else None,
             coordinate_transformation_mode,
             nearest_mode,
