@@ -86,6 +86,18 @@ def test_integer_narrowing_discards_high_bits() -> None:
     np.testing.assert_array_equal(cast(i, TP.UINT2).astype(np.int8), [0, 0, 3, 0, 3, 3])
 
 
+def test_floats_to_sub_byte_integers_truncate_in_range() -> None:
+    # Out of range the spec leaves it undefined (the conformance cases follow ml_dtypes'
+    # conversion there); in range every release truncates toward zero.
+    x = _f([-8.0, -7.9, -1.5, -0.5, 0.5, 1.99, 7.9])
+    np.testing.assert_array_equal(cast(x, TP.INT4).astype(np.int8), [-8, -7, -1, 0, 0, 1, 7])
+    u = _f([0.0, 0.9, 3.5, 15.9])
+    np.testing.assert_array_equal(cast(u, TP.UINT4).astype(np.int8), [0, 0, 3, 15])
+    np.testing.assert_array_equal(cast(_f([-2.0, -1.5, 1.9]), TP.INT2).astype(np.int8), [-2, -1, 1])
+    h = np.array([-7.5, 6.5], np.float16)
+    np.testing.assert_array_equal(cast(h, TP.INT4).astype(np.int8), [-7, 6])
+
+
 def test_bool_conversions() -> None:
     x = _f([0.0, -0.0, np.nan, 0.5, -2.0])
     np.testing.assert_array_equal(cast(x, TP.BOOL), [False, False, True, True, True])

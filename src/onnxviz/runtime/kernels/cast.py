@@ -8,8 +8,9 @@ Rules (Cast spec, opset 19-28):
   the non-saturating one, so saturation clips before converting.
 * float -> FLOAT8E8M0 (a pure power of two): ``round_mode`` up / down / nearest (ties up)
   in log space, then saturation to [2^-127, 2^127] or NaN; see `_to_e8m0`.
-* integer and float -> sub-byte integers (int4, uint4, int2, uint2): truncate, then keep
-  the low bits (two's complement), like every fixed-point narrowing.
+* integer -> sub-byte integers (int4, uint4, int2, uint2): keep the low bits (two's
+  complement), like every fixed-point narrowing; float -> them: truncate in range, out of
+  range (undefined in the spec) what ml_dtypes' conversion gives (`_to_small_int`).
 * string <-> numbers: strings parse as Python numbers, "INF", "+INF", "-INF", "NaN" in any
   case included; numbers print in their shortest round-trip form.
 """
@@ -209,10 +210,15 @@ def _to_e8m0(x: Array, saturate: int, round_mode: str) -> Array:
 
 
 def _to_small_int(x: Array, to: np.dtype) -> Array:
-    """Sub-byte integers: truncate floats, then keep the low bits (two's complement)."""
+    """Sub-byte integers.  From integers: keep the low bits (two's complement), the spec's
+    fixed-point narrowing.  From floats: truncated toward zero in range; out of range the
+    spec leaves the result undefined, and the onnx package's conformance data for it is
+    whatever ml_dtypes' conversion gives (0.6 wraps like the integers, 0.7 gives 0), so a
+    float goes through ml_dtypes' own conversion: the same numbers as that data, and as
+    onnx.reference, with either release."""
     if x.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
-            x = np.trunc(x).astype(np.int64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return x.astype(to)
     bits = _SUB_BYTE_BITS[to]
     low = (x.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
     return low.view(to)
