@@ -222,8 +222,9 @@ SUMS8_FN(1, 2) SUMS8_FN(2, 2) SUMS8_FN(3, 2) SUMS8_FN(4, 2) SUMS8_FN(5, 2) SUMS8
 
 /* A tile's sums (sums[16 i + 8 v]: pixel i, block v) to channels-first planes: each
  * block's 8 x 8 (pixels x channels, rows past p zero) transposed in registers, so a
- * channel's p outputs are one masked store, where the scalar epilogue stored them one by
- * one: a 32 -> 32-channel 3x3 at 32 x 32 px 293 -> 261 us, 16 -> 16 at 64 px 462 -> 419;
+ * channel's p outputs go out in one vector (`store8n`: plain stores of 4, 2 and 1 floats,
+ * not vmaskmovps, see activations.h), where the scalar epilogue stored them one by one:
+ * a 32 -> 32-channel 3x3 at 32 x 32 px 293 -> 261 us, 16 -> 16 at 64 px 462 -> 419;
  * sums of node minima, A/B in one process: the TCN 3.55 -> 3.17 ms, the diffusion UNet
  * 6.83 -> 6.57, the small UNet 15.4 -> 14.9.  The same sums, bias, addend and
  * activation in the same order as `epilogue_planes`, so the same bits. */
