@@ -6,8 +6,8 @@ The compiled kernels: every ``src/onnxviz/runtime/native/_<name>.c`` is the exte
 module ``onnxviz.runtime.native._<name>`` (it may #include helper files, such as
 ``levels.h``, the instruction-set levels all share).  They
 are optional: a machine without a C compiler installs onnxviz all the same and runs the
-numpy paths (onnxviz.runtime.native's docstring).  They compile in parallel, one per
-core."""
+numpy paths (onnxviz.runtime.native's docstring); ``ONNXVIZ_BUILD_NATIVE=0`` leaves them
+out on purpose.  They compile in parallel, one per core."""
 
 import glob
 import os
@@ -28,6 +28,11 @@ else:
 
 
 def native_modules() -> list[Extension]:
+    # ONNXVIZ_BUILD_NATIVE=0: a pure-Python build (the numpy paths only), for a wheel
+    # whose kernels are not wanted: the packaging test checks a wheel's files, and
+    # compiling the kernels for it took a fresh checkout's test run 160-300 s.
+    if os.environ.get("ONNXVIZ_BUILD_NATIVE", "1") == "0":
+        return []
     return [
         Extension(
             "onnxviz.runtime.native." + os.path.basename(path)[:-2],
