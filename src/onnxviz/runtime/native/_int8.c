@@ -135,6 +135,9 @@ static size_t packed_bytes(const Header *h) {
 
 /* ---- the micro-kernels: acc[mr][nr] (+)= sum over kq groups of wp x xp ---------------- */
 
+typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
+                       int, int, const int32_t *, const int32_t *);
+
 /* c: tile origin, ldc: row stride; store only rows < mr_valid and columns < nr_valid. */
 static void store_tile(int32_t *c, Py_ssize_t ldc, const int32_t *tile, int mr, int nr,
                        int mr_valid, int nr_valid, int accumulate) {
@@ -243,6 +246,15 @@ __attribute__((target("avx2"))) static inline void tile_out_avx2(int32_t *c, Py_
         tile_out_avx2(c, ldc, tile, ROWS, mr_valid, nr_valid, accumulate);                \
     }
 KERNEL_AVX2(kernel_avx2, 6, X_INT16)
+KERNEL_AVX2(kernel_avx2_1, 1, X_INT16)
+KERNEL_AVX2(kernel_avx2_2, 2, X_INT16)
+KERNEL_AVX2(kernel_avx2_3, 3, X_INT16)
+KERNEL_AVX2(kernel_avx2_4, 4, X_INT16)
+KERNEL_AVX2(kernel_avx2_5, 5, X_INT16)
+/* The int16 form's tile by the panel's valid rows: a 32-channel conv's last panel has 2
+ * of 6, and the 6-row tile spent a sixth of its multiply-adds on the 4 padding rows. */
+static const Kernel int16_kernels[7] = {NULL,          kernel_avx2_1, kernel_avx2_2, kernel_avx2_3,
+                                        kernel_avx2_4, kernel_avx2_5, kernel_avx2};
 KERNEL_AVX2(kernel_avx2_bytes_1, 1, X_BYTES)
 KERNEL_AVX2(kernel_avx2_bytes_2, 2, X_BYTES)
 KERNEL_AVX2(kernel_avx2_bytes_3, 3, X_BYTES)
@@ -474,8 +486,6 @@ KERNEL_512_AT(kernel_vnni_rows, AVX512_TARGET ",avx512vnni", STEP_VNNI, NO_PREFE
               ROWS_PARAM, X_ROWS)
 #endif
 
-typedef void (*Kernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t, int,
-                       int, int, const int32_t *, const int32_t *);
 
 static Kernel level_kernel(int level) {
 #if HAVE_X86
@@ -1098,6 +1108,9 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
                     }
 #endif
                     const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
+#if HAVE_X86
+                    if (current_level == 1 && s.group == 2) kern = int16_kernels[mr_valid];
+#endif
                     kern(wpanel, (const int32_t *)xpanel, qn, cp, ldc, mr_valid, nr_valid,
                          q0 > 0, init, NULL);
                 }
@@ -1582,7 +1595,10 @@ static PyObject *py_gemm_rows(PyObject *self, PyObject *args) {
         static const Kernel quad_kernels[7] = {NULL, kernel_avx2_quads_1, kernel_avx2_quads_2,
                                                kernel_avx2_quads_3, kernel_avx2_quads_4,
                                                kernel_avx2_quads_5, kernel_avx2_quads_6};
-        const Kernel *row_kernels = quads ? quad_kernels : h.bytes ? bytes_kernels : NULL;
+        const Kernel *row_kernels = quads     ? quad_kernels
+                                    : h.bytes ? bytes_kernels
+                                    : current_level == 1 ? int16_kernels
+                                                         : NULL;
 #else
         const Kernel *row_kernels = NULL;
 #endif
