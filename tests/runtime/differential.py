@@ -68,14 +68,19 @@ def assert_modes_agree(
     feeds: dict[str, Any],
     rtol: float = RTOL,
     steps: dict[str, float] | None = None,
+    stepped: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The fused/unwatched run (its first run and the next, which makes the compiled
     calls made on the first) and the plain unwatched run equal the stepped run on every
     graph output; returns the stepped run's values (every node output).  ``steps``: the
     quantization step of outputs a DequantizeLinear makes, by which the fused run may
     differ (its QDQ convs are exact integer products, fusion_qdq_conv.py: a value on a
-    rounding boundary can land on the other side); most values must still agree."""
-    stepped = stepped_values(model, feeds)
+    rounding boundary can land on the other side); most values must still agree.
+    ``stepped``: the stepped values when the caller has them already (`stepped_values`
+    of these feeds and this model, or of one with the same nodes and other outputs), so
+    a big model is not stepped twice."""
+    if stepped is None:
+        stepped = stepped_values(model, feeds)
     names = [o.name for o in model.graph.output]
     kept = {k: np.array(v, copy=True) for k, v in feeds.items() if isinstance(v, np.ndarray)}
     with np.errstate(all="ignore"):
