@@ -12,6 +12,15 @@ import os
 
 from hypothesis import settings
 
+# The onnx backend node cases, made once per library versions in build/ (gitignored)
+# rather than by every test process: 13 s of one core each (conformance.node_cases).
+os.environ.setdefault(
+    "ONNXVIZ_CASE_CACHE",
+    os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "case-cache"
+    ),
+)
+
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile("explore" if os.environ.get("HYPOTHESIS_EXPLORE") == "1" else "repeatable")

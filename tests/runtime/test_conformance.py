@@ -61,3 +61,31 @@ def test_node_case_passes(name: str) -> None:
         result = run_node_case(case, stepped=stepped)
         mode = "stepped" if stepped else "unwatched"
         assert result.status == "pass", f"{mode} run: {result.status}: {result.detail}"
+
+
+def test_the_node_case_cache_is_read_back_and_a_torn_file_is_remade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNXVIZ_CASE_CACHE: the cases onnx makes are pickled once and read back equal;
+    onnx is not asked again while the file is good, and is when the file is torn."""
+    import onnx.backend.test.case.node as onnx_node_cases
+
+    few = node_cases()[:3]
+    asked: list[int] = []
+
+    def collect(_: Any) -> list[Any]:
+        asked.append(1)
+        return list(few)
+
+    monkeypatch.setattr(onnx_node_cases, "collect_testcases", collect)
+    monkeypatch.setenv("ONNXVIZ_CASE_CACHE", str(tmp_path / "cache"))
+    made = node_cases.__wrapped__()
+    (path,) = (tmp_path / "cache").iterdir()
+    read = node_cases.__wrapped__()
+    assert len(asked) == 1
+    assert [c.name for c in read] == [c.name for c in few] == [c.name for c in made]
+    assert all(a.model == b.model for a, b in zip(read, few))
+    path.write_bytes(path.read_bytes()[:100])  # torn
+    again = node_cases.__wrapped__()
+    assert len(asked) == 2 and [c.name for c in again] == [c.name for c in few]
+    assert node_cases.__wrapped__() and len(asked) == 2  # rewritten whole

@@ -13,6 +13,9 @@ tools/conformance_report.py and the CLI-free checks).
 from __future__ import annotations
 
 import os
+import pickle
+import sys
+import tempfile
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,11 +53,49 @@ class CaseResult:
 
 @lru_cache(maxsize=1)
 def node_cases() -> list[Any]:
+    """The backend node cases.  onnx makes them when asked: it runs every case's own
+    numpy code, 13 s of one core, in every process that asks (each test worker of each
+    test run).  With ``ONNXVIZ_CASE_CACHE`` set to a folder they are pickled there once
+    per onnx, numpy, ml_dtypes and Python version (their expected outputs depend on
+    those, as the ml_dtypes 0.7 casts showed) and read back in 0.05 s; the folder must
+    be one only this user writes (the test suite's is build/ in the checkout)."""
+    folder = os.environ.get("ONNXVIZ_CASE_CACHE", "")
+    path = os.path.join(folder, _case_cache_name()) if folder else ""
+    if path and os.path.exists(path):
+        try:
+            with open(path, "rb") as fh:
+                cached = pickle.load(fh)
+            if isinstance(cached, list):
+                return cached
+        except Exception:  # a torn or foreign file: make the cases again
+            pass
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return list(collect_testcases(None))
+        cases = list(collect_testcases(None))
+    if path:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            # written whole, then renamed: a concurrent reader sees the old file or this
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(cases, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return cases
+
+
+def _case_cache_name() -> str:
+    try:
+        from importlib.metadata import version
+
+        ml = version("ml_dtypes")
+    except Exception:
+        ml = "none"
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return f"node-cases-onnx{onnx.__version__}-numpy{np.__version__}-ml_dtypes{ml}-py{py}.pickle"
 
 
 @lru_cache(maxsize=1)
