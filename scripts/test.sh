@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 export QT_QPA_PLATFORM=offscreen
+# Let Python keep compiled modules (an environment may forbid it): otherwise every pytest
+# process, and every CLI or worker process a test starts, compiles onnxviz and rewrites
+# the test modules' asserts from source again, 5 s and more a process.
+unset PYTHONDONTWRITEBYTECODE
 echo "== ruff (lint)";   .venv/bin/ruff check src tests benchmarks
 echo "== ruff (format)"; .venv/bin/ruff format --check src tests benchmarks
 echo "== import-linter"; .venv/bin/lint-imports
