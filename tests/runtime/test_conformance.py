@@ -89,3 +89,20 @@ def test_the_node_case_cache_is_read_back_and_a_torn_file_is_remade(
     again = node_cases.__wrapped__()
     assert len(asked) == 2 and [c.name for c in again] == [c.name for c in few]
     assert node_cases.__wrapped__() and len(asked) == 2  # rewritten whole
+
+
+def test_cases_the_cache_cannot_keep_are_still_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A case pickle cannot take (or a folder that cannot be written) only leaves the
+    cache out: the cases come back, and no partial file stays behind."""
+    import onnx.backend.test.case.node as onnx_node_cases
+
+    few = [*node_cases()[:2], lambda: None]  # a function pickles by name: not this one
+    monkeypatch.setattr(onnx_node_cases, "collect_testcases", lambda _: list(few))
+    monkeypatch.setenv("ONNXVIZ_CASE_CACHE", str(tmp_path / "cache"))
+    assert node_cases.__wrapped__() == few
+    assert list((tmp_path / "cache").iterdir()) == []
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ONNXVIZ_CASE_CACHE", str(tmp_path / "file" / "cache"))
+    assert node_cases.__wrapped__() == few

@@ -75,16 +75,23 @@ def node_cases() -> list[Any]:
         warnings.simplefilter("ignore")
         cases = list(collect_testcases(None))
     if path:
-        try:
-            os.makedirs(folder, exist_ok=True)
-            # written whole, then renamed: a concurrent reader sees the old file or this
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(cases, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        _write_case_cache(folder, path, cases)
     return cases
+
+
+def _write_case_cache(folder: str, path: str, cases: list[Any]) -> None:
+    """Pickle ``cases`` to ``path``, written whole and then renamed (a concurrent reader
+    sees the old file or this one); a cache that cannot be written is only not kept."""
+    tmp = ""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(cases, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except Exception:  # no space, no permission, a case pickle cannot take
+        if tmp and os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _case_cache_name() -> str:
