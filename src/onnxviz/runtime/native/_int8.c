@@ -486,7 +486,6 @@ KERNEL_512_AT(kernel_vnni_rows, AVX512_TARGET ",avx512vnni", STEP_VNNI, NO_PREFE
               ROWS_PARAM, X_ROWS)
 #endif
 
-
 static Kernel level_kernel(int level) {
 #if HAVE_X86
     switch (level) {
@@ -1079,8 +1078,11 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
         row_init[i] = (int32_t)(zxu * (uint32_t)k * zw - zxu * (uint32_t)rowsum[i]);
     }
     Kernel kern = level_kernel(current_level);
+    /* the int16 form's tiles by a panel's valid rows (as gemm_rows' row_kernels) */
+    const Kernel *row_kernels = NULL;
 #if HAVE_X86
     if (current_level == 1 && s.group == 4) kern = kernel_avx2_weight_quads;
+    if (current_level == 1 && s.group == 2) row_kernels = int16_kernels;
 #endif
     /* WEIGHT_QUADS' corrections (row, k, f), after the panels */
     const int32_t *fix = wpanels + mp * kq;
@@ -1108,9 +1110,7 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
                     }
 #endif
                     const uint32_t *xpanel = xp + (pn - b0) * kq * s.nr + q0 * s.nr;
-#if HAVE_X86
-                    if (current_level == 1 && s.group == 2) kern = int16_kernels[mr_valid];
-#endif
+                    if (row_kernels != NULL) kern = row_kernels[mr_valid];
                     kern(wpanel, (const int32_t *)xpanel, qn, cp, ldc, mr_valid, nr_valid,
                          q0 > 0, init, NULL);
                 }
