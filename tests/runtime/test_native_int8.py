@@ -695,6 +695,7 @@ def test_gemm_rescale_is_gemm_then_the_rescale(
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
+@pytest.mark.parametrize("level_name", ["AVX2", "AVX512_VNNI"])
 @settings(max_examples=30, deadline=None)
 @given(
     c=st.sampled_from([1, 3, 4, 13, 64]),
@@ -703,32 +704,38 @@ def test_gemm_rescale_is_gemm_then_the_rescale(
     stride=st.sampled_from([1, 2]),
     hw=st.sampled_from([(5, 7), (12, 12), (19, 9)]),
     x_signed=st.booleans(),
+    w_zero=st.booleans(),
     codes=st.booleans(),
     batch=st.integers(1, 2),
     seed=st.integers(0, 2**16),
 )
-def test_the_four_channel_input_gives_the_packed_products_rescale(
+def test_the_grouped_channel_input_gives_the_packed_products_rescale(
+    level_name: str,
     c: int,
     m: int,
     kernel: int,
     stride: int,
     hw: tuple[int, int],
     x_signed: bool,
+    w_zero: bool,
     codes: bool,
     batch: int,
     seed: int,
 ) -> None:
-    """A conv's flat layout interleaved by four channels and read where it lies
-    (interleave4, gemm_rescale4) gives gemm_rescale's bits on the planar layout: any
-    channel count (the last group padded), kernel offsets across stride phases, both
-    code types, codes or floats out, every image of a batch."""
+    """A conv's flat layout in channel groups read where it lies (VNNI: interleave4's
+    bytes; AVX2: interleave2's int16 pairs, the codes less zx; then gemm_rescale4) gives
+    gemm_rescale's bits on the planar layout: any channel count (the last group padded),
+    kernel offsets across stride phases, both code types, weight zero points (AVX2's int16
+    form subtracts them), codes or floats out, every image of a batch."""
     from onnxviz.runtime.fusion_qdq_conv import _FourChannels, four_channel_rows
     from onnxviz.runtime.kernels.int8_products import layout_plan
 
     mod = _module()
-    if native.AVX512_VNNI not in native.levels():
-        pytest.skip("the four-channel product runs at the VNNI level")
-    mod.set_level(native.AVX512_VNNI)
+    level = getattr(native, level_name)
+    if level not in native.levels():
+        pytest.skip(f"this CPU has no {level_name} level")
+    mod.set_level(level)
+    size = 4 if level == native.AVX512_VNNI else 2
     rng = np.random.default_rng(seed)
     h, w_ = hw
     pad = kernel // 2
@@ -741,18 +748,27 @@ def test_the_four_channel_input_gives_the_packed_products_rescale(
     flat = np.zeros((batch, c, phases, length), np.uint8)
     geometry = (pad, pad, stride, stride, *phase_hw, length, zd % 256, used)
     mod.bytes_layout(x.view(np.uint8), batch, c, h, w_, *geometry, flat)
-    w = rng.integers(-127, 128, (m, c, kernel, kernel)).astype(np.int8)
-    zw = np.zeros(m, np.int32)
-    packed = mod.pack_weights(w.view(np.uint8).reshape(-1), m, c * kernel * kernel, True, zw)
-    rows4 = four_channel_rows(w)
-    packed4 = mod.pack_weights(rows4.view(np.uint8).reshape(-1), m, rows4.shape[1], True, zw)
-    four = _FourChannels.of(packed4, c, phases, length, per_channel)
+    if w_zero and size == 2:  # uint8 weights, a zero point per output channel
+        w = rng.integers(0, 256, (m, c, kernel, kernel)).astype(np.uint8)
+        zw = rng.integers(0, 256, m).astype(np.int32)
+    else:
+        w = rng.integers(-127, 128, (m, c, kernel, kernel)).astype(np.int8)
+        zw = np.zeros(m, np.int32)
+    w_signed = w.dtype == np.int8
+    packed = mod.pack_weights(w.view(np.uint8).reshape(-1), m, c * kernel * kernel, w_signed, zw)
+    rows4 = four_channel_rows(w, size)
+    packed4 = mod.pack_weights(rows4.view(np.uint8).reshape(-1), m, rows4.shape[1], w_signed, zw)
+    four = _FourChannels.of(packed4, c, phases, length, per_channel, size)
     scale = rng.uniform(1e-5, 3e-4, m).astype(np.float32)
     bias = rng.normal(0, 0.5, m).astype(np.float32)
     rescale = (out[0], wide // out[0], out[1], scale, bias, True, False, np.float32(0.05))
     rescale += (int(rng.integers(0, 256)), np.float32(0.04), int(rng.integers(0, 256)), codes)
     x4 = np.full(batch * four.words + 64, 0xDEADBEEF, np.uint32)  # (the slack: any bytes)
-    mod.interleave4(flat, batch, c, phases * length, x_signed, x4)
+    if size == 4:
+        mod.interleave4(flat, batch, c, phases * length, x_signed, x4)
+    else:
+        mod.interleave2(flat, batch, c, phases * length, x_signed, zd, x4)
+    quads = size == 2 and mod.weight_form(packed4)[0] != "int16"
     for b in range(batch):
         dtype = np.uint8 if codes else np.float32
         want = np.empty((m, out[0], out[1]), dtype)
@@ -761,8 +777,41 @@ def test_the_four_channel_input_gives_the_packed_products_rescale(
         assert mod.gemm_rescale(*args, *rescale, want) == 0
         got = np.empty_like(want)
         args4 = (four.packed, x4[b * four.words :], four.rows, wide, x_signed, zd)
+        if quads:  # the AVX2 pairs hold the int16 form only
+            with pytest.raises(ValueError):
+                mod.gemm_rescale4(*args4, *rescale, got)
+            return
         assert mod.gemm_rescale4(*args4, *rescale, got) == 0
         np.testing.assert_array_equal(got, want, err_msg=f"image {b}")
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_interleave2_pairs_channels_less_the_zero_point(signed: bool) -> None:
+    """interleave2's word of position j in group g: channel 2g's code less zx in the low
+    int16, channel 2g+1's in the high one, 0 for a channel past the last; every length
+    (the vector body and its tail) of every image."""
+    mod = _module()
+    rng = np.random.default_rng(3)
+    for level in native.levels():
+        mod.set_level(level)
+        for channels, plane in [(1, 5), (2, 16), (3, 37), (5, 64), (4, 33)]:
+            images = 2
+            x = _bytes(rng, signed, (images, channels, plane), True)
+            zx = -3 if signed else 200
+            dst = np.full(images * ((channels + 1) // 2) * plane, 0xDEADBEEF, np.uint32)
+            mod.interleave2(x.view(np.uint8), images, channels, plane, signed, zx, dst)
+            v = x.astype(np.int64) - zx
+            if channels % 2:
+                v = np.concatenate([v, np.full((images, 1, plane), 0)], axis=1)
+            lo, hi = v[:, 0::2] & 0xFFFF, v[:, 1::2] & 0xFFFF
+            if channels % 2:
+                hi[:, -1] = 0
+            want = (lo | hi << 16).astype(np.uint32).reshape(-1)
+            np.testing.assert_array_equal(dst, want, err_msg=f"level {level} {channels} x {plane}")
+    with pytest.raises(ValueError):  # dst shorter than the pairs' words
+        mod.interleave2(np.zeros(12, np.uint8), 1, 3, 4, False, 0, np.zeros(7, np.uint32))
+    with pytest.raises(ValueError):  # a zero point outside the codes' type
+        mod.interleave2(np.zeros(12, np.uint8), 1, 3, 4, False, 256, np.zeros(8, np.uint32))
 
 
 def test_the_four_channel_product_checks_its_operands() -> None:
@@ -789,10 +838,42 @@ def test_the_four_channel_product_checks_its_operands() -> None:
         mod.gemm_rescale4(zp, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y)
     mod.set_level(native.AVX2)
     packed2 = mod.pack_weights(w.view(np.uint8).reshape(-1), 4, 8, True, np.zeros(4, np.int32))
-    with pytest.raises(ValueError):  # another level
+    with pytest.raises(ValueError):  # another level (weights of VNNI's packing)
+        mod.gemm_rescale4(packed, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y)
+    mod.set_level(native.AVX512_VNNI)
+    with pytest.raises(ValueError):  # another level (the AVX2 pairs' packing)
         mod.gemm_rescale4(packed2, x4, rows, 12, False, 0, 3, 4, 4, *tail, True, y)
     with pytest.raises(ValueError):  # src shorter than its planes
         mod.interleave4(np.zeros(10, np.uint8), 1, 3, 4, False, np.zeros(16, np.uint8))
+
+
+def test_the_pairs_product_checks_its_operands() -> None:
+    """At the AVX2 level gemm_rescale4 reads interleave2's pairs with the int16 form's
+    weights (zero points and all); the quads form, a row read past the pairs, or a
+    wrong row count raise."""
+    mod = _module()
+    if native.AVX2 not in native.levels():
+        pytest.skip("the pairs product runs at the AVX2 level")
+    mod.set_level(native.AVX2)
+    w = np.full((4, 8), 200, np.uint8)  # (w - zw) = 100: every same-sign pair cut, int16
+    zw = np.full(4, 100, np.int32)
+    packed = mod.pack_weights(w.reshape(-1), 4, 8, False, zw)
+    assert mod.weight_form(packed)[0] == "int16"
+    rows = np.array([0, 12, 24, 36], np.int64)  # four k pairs
+    x2 = np.full(48 + 16, 0x00010001, np.uint32)  # every int16 1
+    y = np.empty((4, 3, 4), np.uint8)
+    tail = (np.ones(4, np.float32), b"", False, False, np.float32(10.0), 0, np.float32(1), 0)
+    assert mod.gemm_rescale4(packed, x2, rows, 12, False, 0, 3, 4, 4, *tail, True, y) == 0
+    np.testing.assert_array_equal(y, np.full((4, 3, 4), 80, np.uint8))  # 8 * 100 / 10
+    with pytest.raises(ValueError):  # a row whose last panel reads past x2
+        bad = np.array([0, 12, 24, 49], np.int64)
+        mod.gemm_rescale4(packed, x2, bad, 12, False, 0, 3, 4, 4, *tail, True, y)
+    with pytest.raises(ValueError):  # one row per k pair
+        mod.gemm_rescale4(packed, x2, rows[:2], 12, False, 0, 3, 4, 4, *tail, True, y)
+    small = mod.pack_weights(np.ones(32, np.uint8), 4, 8, True, np.zeros(4, np.int32))
+    assert mod.weight_form(small)[0] == "quads"
+    with pytest.raises(ValueError):  # the quads form reads bytes, not pairs
+        mod.gemm_rescale4(small, x2, rows[:2], 12, False, 0, 3, 4, 4, *tail, True, y)
 
 
 def test_gemm_rescale_checks_its_operands() -> None:
@@ -976,6 +1057,28 @@ def _uses_integer_conv(model: onnx.ModelProto) -> int:
     return sum(type(pn.fused).__name__ == "QdqConv" for pn in run_nodes(Session(model).plan))
 
 
+def _grouped_input_pays(level: int, w: np.ndarray, wz: np.ndarray, stride: int) -> bool:
+    """Whether a conv reads its input in channel groups where it lies
+    (fusion_qdq_conv._FourChannels): kernels of more than one offset whose channels fill
+    their groups but for an eighth; at VNNI (groups of 4) with no weight zero points; at
+    AVX2 (int16 pairs) for unit strides (the phases' reads ran slower than the packing)
+    and weights that pack_weights holds in the int16 form (not the quads)."""
+    from onnxviz.runtime.fusion_qdq_conv import four_channel_rows
+
+    m, c, kh, kw = w.shape
+    size = {native.AVX512_VNNI: 4, native.AVX2: 2}.get(level)
+    if size is None or kh * kw < 2 or -(-c // size) * size * 8 > c * 9:
+        return False
+    if size == 4:
+        return not np.any(wz)
+    mod = _module()
+    rows = four_channel_rows(w, 2)
+    zw = np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32), (m,)))
+    raw = rows.view(np.uint8).reshape(-1)
+    packed = mod.pack_weights(raw, m, rows.shape[1], w.dtype == np.int8, zw)
+    return stride == 1 and bool(mod.weight_form(packed)[0] == "int16")
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     shape=st.sampled_from(
@@ -1018,15 +1121,14 @@ def test_qdq_conv_fusion_is_the_integer_definition(
     want, exact = _integer_reference(x, p, kernel, stride, pad, relu)
     stepped = stepped_values(model, {"x": x})["y"]
     levels = [lv for lv in native.levels() if lv >= native.AVX2]
-    # The input read in four-channel groups where it pays (fusion_qdq_conv._FourChannels).
-    four = kernel > 1 and -(-c // 4) * 32 <= c * 9 and not np.any(p["wz"])
     for level in levels:  # below AVX2 the fusion is not made (fusion_qdq_conv.int8_module)
         with _process_level(level):
             assert _uses_integer_conv(model) == 1
             session = Session(model)
             got = session.run({"x": x})["y"]
             conv = next(pn.fused for pn in run_nodes(session.plan) if pn.op_type == "Conv")
-            assert (conv._ready.four is not None) == (four and level == native.AVX512_VNNI)
+            grouped = _grouped_input_pays(level, p["w"], p["wz"], stride)
+            assert (conv._ready.four is not None) == grouped, f"level {level}"
         np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
     with _process_level(None):  # off: the nodes as they are, the stepped values
         assert _uses_integer_conv(model) == 0

@@ -316,7 +316,9 @@ class QdqConv:
         }
         self.w_axis = int(wdq.attrs.get("axis", 1))
         self._key: tuple[Any, ...] | None = None
-        self._weights: tuple[bytes, np.ndarray, np.ndarray | None, int, bytes | None] | None = None
+        self._weights: (
+            tuple[bytes | None, np.ndarray, np.ndarray | None, int, bytes | None] | None
+        ) = None
         self._layouts: dict[tuple[int, ...], Any] = {}  # input shape -> _layout_plan
         # The last integer call's converted arguments, for calls with the same parameter
         # objects and an input of the same shape (see _again).
@@ -340,8 +342,9 @@ class QdqConv:
 
     def _weights_for(
         self, module: ModuleType, ins: list[Any]
-    ) -> tuple[bytes, np.ndarray, np.ndarray | None, int, bytes | None] | None:
-        """(packed W, scale float32(sx*sw) per output channel, bias (float32) or None,
+    ) -> tuple[bytes | None, np.ndarray, np.ndarray | None, int, bytes | None] | None:
+        """(W packed in the planar k order, or None where the grouped input runs, scale
+        float32(sx*sw) per output channel, bias (float32) or None,
         K, W packed for the four-channel input layout or None: `_four_channel_weights`),
         made once per weight arrays and level; None when they do not fit."""
         # The arrays themselves (held, compared by identity: an id alone could be reused
@@ -376,12 +379,18 @@ class QdqConv:
         if b is not None and (type(b) is not np.ndarray or b.dtype != _F32 or b.shape != (m,)):
             return None
         zw = np.zeros(m, np.int32) if wz is None else np.broadcast_to(wz.astype(np.int32), (m,))
-        packed = packed_weight(
-            module, "int8_conv", w, w.reshape(m, k), wz, np.ascontiguousarray(zw)
+        zw = np.ascontiguousarray(zw)
+        strides = self.conv.attrs.get("strides") or [1]
+        four = _four_channel_weights(module, w, wz, zw, max(strides) == 1)
+        # The planar k order's packing only where the grouped input does not run: the
+        # two would double the weights' memory (twice a uint8 W's bytes at AVX2).
+        packed = (
+            None
+            if four is not None
+            else packed_weight(module, "int8_conv", w, w.reshape(m, k), wz, zw)
         )
         scale = (ds.reshape(()) * np.broadcast_to(ws, (m,))).astype(np.float32)
         bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
-        four = _four_channel_weights(module, w, wz, zw)
         self._weights = (packed, np.ascontiguousarray(scale), bias, k, four)
         return self._weights
 
@@ -497,7 +506,9 @@ class QdqConv:
             + (self.codes_out,),
             four=None
             if packed4 is None
-            else _FourChannels.of(packed4, c, phases, length, per_channel),
+            else _FourChannels.of(
+                packed4, c, phases, length, per_channel, _group_size(module.level())
+            ),
         )
         self._ready = None
         y = _run(module, ready, x)
@@ -566,65 +577,90 @@ class _Ready(NamedTuple):
 
 
 class _FourChannels(NamedTuple):
-    """A conv's input read in groups of four channels (`_int8.interleave4`): the planar
-    flat layout's planes interleaved by four, each k group of the product then four
-    channels at one kernel offset, read where it lies (`_int8.gemm_rescale4`) instead of
-    packed again for every block of columns (a 3x3 conv packed each plane nine times)."""
+    """A conv's input read in groups of channels: four at the VNNI level
+    (`_int8.interleave4`, bytes), two at the AVX2 level (`_int8.interleave2`, int16 less
+    the zero point): the planar flat layout's planes interleaved, each k group of the
+    product then the group's channels at one kernel offset, read where it lies
+    (`_int8.gemm_rescale4`) instead of packed again for every block of columns (a 3x3
+    conv packed each plane nine times)."""
 
     packed: bytes  # W with its k in (channel group, kernel offset, channel) order
     channels: int
     plane: int  # bytes of one channel's plane in the flat layout (phases x length)
     rows: np.ndarray  # int64 word offset of each k group in one image
-    words: int  # words of the interleaved input (all images, and one panel past the end)
+    words: int  # words of the interleaved input (one image's)
+    size: int  # channels per group: 4 (VNNI's bytes) or 2 (AVX2's int16 pairs)
 
     @staticmethod
     def of(
-        packed: bytes, channels: int, phases: int, length: int, per_channel: np.ndarray
+        packed: bytes,
+        channels: int,
+        phases: int,
+        length: int,
+        per_channel: np.ndarray,
+        size: int = 4,
     ) -> _FourChannels:
         plane = phases * length
         taps = per_channel.size // channels  # per_channel[t] is channel 0's tap t
-        groups = -(-channels // 4)
+        groups = -(-channels // size)
         rows = np.arange(groups, dtype=np.int64)[:, None] * plane + per_channel[None, :taps]
-        return _FourChannels(packed, channels, plane, rows.reshape(-1), groups * plane)
+        return _FourChannels(packed, channels, plane, rows.reshape(-1), groups * plane, size)
+
+
+def _group_size(level: int) -> int:
+    """Channels per group of the grouped input layout at a level: the VNNI level's k
+    groups of four bytes, the AVX2 level's (int16 form) pairs; 0 where there is none."""
+    return 4 if level >= 3 else 2 if level == 1 else 0
 
 
 def _four_channel_weights(
-    module: ModuleType, w: np.ndarray, wz: Any, zw: np.ndarray
+    module: ModuleType, w: np.ndarray, wz: Any, zw: np.ndarray, unit_strides: bool
 ) -> bytes | None:
-    """W [M, C, kh, kw] packed with its k as (channel group of 4, kernel offset, channel in
-    the group), the channels past C zero, for `_FourChannels`: at the VNNI level only
-    (its byte form; the other levels pair k into int16), and only with no weight zero
-    points (their column term needs the input's column sums, which only the packing
-    makes); and only for kernels of more than one offset, where the packing read every
+    """W [M, C, kh, kw] packed with its k as (channel group, kernel offset, channel in the
+    group), the channels past C zero, for `_FourChannels`, or None where the planar
+    packing runs: only for kernels of more than one offset, where the packing read every
     plane once per offset, with channels that fill their groups but for an eighth at most
     (the padding channels are products too).  QDQ ResNet-50, one run's convs in the same
     process: 23.5 -> 22.6 ms, its 3x3 convs 9.0 -> 8.2 ms; taking its 1x1 convs too (the
     packing read each plane once anyway) made it 23.9, its 7x7 stem of 3 channels 746 ->
-    841 us."""
+    841 us.
+      VNNI (groups of 4 bytes): only with no weight zero points (their column term needs
+    the input's column sums, which only the packing makes).
+      AVX2 (pairs of int16, `interleave2`): only for unit strides (ResNet-18 w32's
+    stride-2 3x3 convs ran 3-7% slower from the phases than packed; its 56 x 56 ones
+    555 -> 510 us) and W in the int16 form: the quads, which pack_weights picks for
+    weights that few pairs of need cutting, run from gemm's byte packing of X."""
     m, c = w.shape[:2]
     taps = w.shape[2] * w.shape[3]
-    groups = -(-c // 4)
+    size = _group_size(module.level())
+    groups = -(-c // size) if size else 0
     if (
-        module.level() < 3
+        not size
         or taps < 2
-        or groups * 4 * 8 > c * 9
-        or np.any(zw)
-        or groups * 4 * taps > module.max_k()
+        or groups * size * 8 > c * 9
+        or (size == 4 and np.any(zw))
+        or (size == 2 and not unit_strides)
+        or groups * size * taps > module.max_k()
     ):
         return None
-    rows = four_channel_rows(w)
-    return packed_weight(module, "int8_conv4", w, rows, wz, np.ascontiguousarray(zw))
+    rows = four_channel_rows(w, size)
+    # (the AVX2 level's pairs hold the int16 form; W's quads, when pack_weights picks
+    # them, run gemm_rescale's product, whose packing of X makes the quads' bytes)
+    packed = packed_weight(
+        module, f"int8_conv{size}", w, rows, wz, zw, "int16" if size == 2 else None
+    )
+    return packed or None
 
 
-def four_channel_rows(w: np.ndarray) -> np.ndarray:
-    """W [M, C, kh, kw] as [M, K'] rows in `_FourChannels`' k order: (channel group of 4,
-    kernel offset, channel in the group), the channels past C zero."""
+def four_channel_rows(w: np.ndarray, size: int = 4) -> np.ndarray:
+    """W [M, C, kh, kw] as [M, K'] rows in `_FourChannels`' k order: (channel group of
+    `size`, kernel offset, channel in the group), the channels past C zero."""
     m, c = w.shape[:2]
     taps = w.shape[2] * w.shape[3]
-    groups = -(-c // 4)
-    rows = np.zeros((m, groups * 4, taps), dtype=w.dtype)
+    groups = -(-c // size)
+    rows = np.zeros((m, groups * size, taps), dtype=w.dtype)
     rows[:, :c] = w.reshape(m, c, taps)
-    rows = rows.reshape(m, groups, 4, taps).transpose(0, 1, 3, 2)
+    rows = rows.reshape(m, groups, size, taps).transpose(0, 1, 3, 2)
     return np.ascontiguousarray(rows.reshape(m, -1))
 
 
@@ -650,7 +686,10 @@ def _run(module: ModuleType, ready: _Ready, x: np.ndarray) -> np.ndarray | None:
         n = ready.out[0]
         span = -(-wide // 32) * 32  # (the last panel's columns read past the grid)
         x4 = scratch("conv_flat4", (n * four.words + span,), np.uint32)
-        module.interleave4(flat, n, four.channels, four.plane, x_signed, x4)
+        if four.size == 4:
+            module.interleave4(flat, n, four.channels, four.plane, x_signed, x4)
+        else:
+            module.interleave2(flat, n, four.channels, four.plane, x_signed, zx, x4)
         for b in range(n):
             args = (four.packed, x4[b * four.words :], four.rows, wide, x_signed, zx)
             if module.gemm_rescale4(*args, *ready.rescale, y[b]) < 0:

@@ -80,14 +80,22 @@ def _scalar_zero_point(zp: Any, dtype: np.dtype[Any]) -> int | None:
 
 
 def packed_weight(
-    mod: ModuleType, kind: str, w: np.ndarray, w_rows: np.ndarray, zp: Any, zw: np.ndarray
+    mod: ModuleType,
+    kind: str,
+    w: np.ndarray,
+    w_rows: np.ndarray,
+    zp: Any,
+    zw: np.ndarray,
+    form: str | None = None,
 ) -> bytes:
-    """W [M, K] packed at the kernel's level, kept per (weight array, zero point array)."""
+    """W [M, K] packed at the kernel's level, kept per (weight array, zero point array);
+    with `form`, empty bytes (kept so) when pack_weights chose another form for W."""
     m, k = w_rows.shape
 
     def build() -> bytes:
         raw = np.ascontiguousarray(w_rows).view(np.uint8)
-        return bytes(mod.pack_weights(raw, m, k, w_rows.dtype == np.int8, zw))
+        packed = bytes(mod.pack_weights(raw, m, k, w_rows.dtype == np.int8, zw))
+        return b"" if form is not None and mod.weight_form(packed)[0] != form else packed
 
     sources = [w] if zp is None else [w, zp]
     # The dtype by its one-letter code: str(dtype) cost 5-7 us on every call.

@@ -58,7 +58,10 @@
  *       a conv's flat layout as groups of four channels, bytes interleaved
  *   gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias,
  *                 relu, signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1
- *       gemm_rescale reading X in interleave4's layout where it lies (VNNI level)
+ *       gemm_rescale reading X in interleave4's layout where it lies (VNNI level), or
+ *       in interleave2's (the AVX2 level's int16 form)
+ *   interleave2(src, images, channels, plane, x_signed, zx, dst)
+ *       a conv's flat layout as pairs of channels, one word of two int16 (less zx) each
  *   qdq(x, qs, qz, dqs, dqz, signed, out) -> 0, or -1 when x holds a NaN
  *       QuantizeLinear -> DequantizeLinear in float32 steps (fusion_qdq's QdqPair)
  *   quantize_layout(x, N, C, H, W, scale, zp, signed, pad_t, pad_l, s0, s1, ph_h, ph_w,
@@ -219,11 +222,19 @@ __attribute__((target("avx2"))) static inline void tile_out_avx2(int32_t *c, Py_
     store_tile(c, ldc, tile, MR, NR, mr_valid < rows ? mr_valid : rows, nr_valid, accumulate);
 }
 
-#define KERNEL_AVX2(NAME, ROWS, LOAD_X)                                                      \
+/* X_PAIRS: a conv's input in channel pairs (interleave2's words), k group q read where it
+ * lies, at word offset rows[q] (gemm_rescale4 at the AVX2 level) */
+#define X_PAIRS(q)                                                                           \
+    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xp + rows[q]));                  \
+    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + rows[q] + 8));
+#define NO_ROWS
+#define ROWS_PARAM , const int64_t *rows
+#define KERNEL_AVX2(NAME, ROWS, LOAD_X) KERNEL_AVX2_AT(NAME, ROWS, LOAD_X, NO_ROWS)
+#define KERNEL_AVX2_AT(NAME, ROWS, LOAD_X, ROWS_ARG)                                         \
     __attribute__((target("avx2,fma"))) static void NAME(                                    \
         const int32_t *wp, const int32_t *xp, Py_ssize_t kq, int32_t *c, Py_ssize_t ldc,     \
         int mr_valid, int nr_valid, int accumulate, const int32_t *init,                     \
-        const int32_t *cinit) {                                                              \
+        const int32_t *cinit ROWS_ARG) {                                                     \
         enum { MR = 6, NR = 16 };                                                            \
         (void)cinit;                                                                         \
         __m256i lo[ROWS], hi[ROWS];                                                          \
@@ -255,6 +266,21 @@ KERNEL_AVX2(kernel_avx2_5, 5, X_INT16)
  * of 6, and the 6-row tile spent a sixth of its multiply-adds on the 4 padding rows. */
 static const Kernel int16_kernels[7] = {NULL,          kernel_avx2_1, kernel_avx2_2, kernel_avx2_3,
                                         kernel_avx2_4, kernel_avx2_5, kernel_avx2};
+typedef void (*RowsKernel)(const int32_t *, const int32_t *, Py_ssize_t, int32_t *, Py_ssize_t,
+                           int, int, int, const int32_t *, const int32_t *, const int64_t *);
+KERNEL_AVX2_AT(kernel_avx2_pairs_1, 1, X_PAIRS, ROWS_PARAM)
+KERNEL_AVX2_AT(kernel_avx2_pairs_2, 2, X_PAIRS, ROWS_PARAM)
+KERNEL_AVX2_AT(kernel_avx2_pairs_3, 3, X_PAIRS, ROWS_PARAM)
+KERNEL_AVX2_AT(kernel_avx2_pairs_4, 4, X_PAIRS, ROWS_PARAM)
+KERNEL_AVX2_AT(kernel_avx2_pairs_5, 5, X_PAIRS, ROWS_PARAM)
+KERNEL_AVX2_AT(kernel_avx2_pairs_6, 6, X_PAIRS, ROWS_PARAM)
+static const RowsKernel pairs_kernels[7] = {NULL,
+                                            kernel_avx2_pairs_1,
+                                            kernel_avx2_pairs_2,
+                                            kernel_avx2_pairs_3,
+                                            kernel_avx2_pairs_4,
+                                            kernel_avx2_pairs_5,
+                                            kernel_avx2_pairs_6};
 KERNEL_AVX2(kernel_avx2_bytes_1, 1, X_BYTES)
 KERNEL_AVX2(kernel_avx2_bytes_2, 2, X_BYTES)
 KERNEL_AVX2(kernel_avx2_bytes_3, 3, X_BYTES)
@@ -318,6 +344,7 @@ KERNEL_AVX2_QUADS(kernel_avx2_weight_quads, 6, COLUMNS_UNSIGNED)
 #undef KERNEL_AVX2_QUADS
 #undef X_INT16
 #undef X_BYTES
+#undef X_PAIRS
 
 #define AVX512_TARGET "avx512f,avx512bw,avx512dq,avx512vl"
 
@@ -340,8 +367,6 @@ KERNEL_AVX2_QUADS(kernel_avx2_weight_quads, 6, COLUMNS_UNSIGNED)
     KERNEL_512_AT(NAME, TARGET, STEP, PREFETCH, WPREFETCH, NO_ROWS, X_PACKED)
 /* X's k group q: at xp + q * NR (packed panels), or at xp + rows[q] (X_ROWS: a conv's
  * input in its four-channel layout, read where it lies; the kernel takes rows then). */
-#define NO_ROWS
-#define ROWS_PARAM , const int64_t *rows
 #define X_PACKED(q) ((q) * NR)
 #define X_ROWS(q) (rows[q])
 #define KERNEL_512_AT(NAME, TARGET, STEP, PREFETCH, WPREFETCH, ROWS, XAT)                      \
@@ -1103,6 +1128,12 @@ static int gemm_blocks(const Header *h, const char *base, Shape s, const uint8_t
                     const int nr_valid = (int)(n - pn * s.nr < s.nr ? n - pn * s.nr : s.nr);
                     int32_t *cp = c + pm * s.mr * ldc + pn * s.nr;
 #if HAVE_X86
+                    if (x4 != NULL && current_level == 1) {
+                        pairs_kernels[mr_valid](wpanel, (const int32_t *)(x4 + pn * s.nr), qn, cp,
+                                                ldc, mr_valid, nr_valid, q0 > 0, init, NULL,
+                                                rows4 + q0);
+                        continue;
+                    }
                     if (x4 != NULL) {
                         kernel_vnni_rows(wpanel, (const int32_t *)(x4 + pn * s.nr), qn, cp, ldc,
                                          mr_valid, nr_valid, q0 > 0, init, NULL, rows4 + q0);
@@ -2362,6 +2393,86 @@ done:
     return result;
 }
 
+/* ---- a conv's input in channel pairs (the AVX2 level's int16 form) -------------------
+ * interleave2(src, images, channels, plane, x_signed, zx, dst): the planes of a conv's
+ * flat layout as pairs of channels, each position one word of two int16, the codes less
+ * zx: dst[image, g, j] = (src[image, 2g, j] - zx) | (src[image, 2g + 1, j] - zx) << 16,
+ * 0 for a channel past the last (its weights, less their zero point, need not be 0).  A
+ * k group of the int16 product is then two channels at one kernel offset, 16 columns of
+ * it 64 contiguous bytes, read where it lies (gemm_rescale4), where gemm packs each
+ * plane again for every kernel offset. */
+__attribute__((target("avx2"))) static void interleave2_plane_avx2(const uint8_t *s0,
+                                                                    const uint8_t *s1,
+                                                                    Py_ssize_t plane,
+                                                                    int x_signed, int zx,
+                                                                    uint32_t *d) {
+    const __m256i z = _mm256_set1_epi16((int16_t)zx);
+    for (Py_ssize_t j = 0; j + 16 <= plane; j += 16) {
+        const __m128i a8 = _mm_loadu_si128((const __m128i *)(s0 + j));
+        const __m256i a = _mm256_sub_epi16(x_signed ? _mm256_cvtepi8_epi16(a8)
+                                                    : _mm256_cvtepu8_epi16(a8), z);
+        __m256i b = _mm256_setzero_si256(); /* (no second channel: 0) */
+        if (s1 != NULL) {
+            const __m128i b8 = _mm_loadu_si128((const __m128i *)(s1 + j));
+            b = _mm256_sub_epi16(x_signed ? _mm256_cvtepi8_epi16(b8) : _mm256_cvtepu8_epi16(b8),
+                                 z);
+        }
+        /* per 128-bit lane: positions 0-3 | 8-11, then 4-7 | 12-15 */
+        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+        _mm256_storeu_si256((__m256i *)(d + j), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(d + j + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+static void interleave2_plane(const uint8_t *s0, const uint8_t *s1, Py_ssize_t plane,
+                              int x_signed, int zx, uint32_t *d) {
+    Py_ssize_t j = 0;
+#if HAVE_X86
+    if (current_level >= 1) {
+        interleave2_plane_avx2(s0, s1, plane, x_signed, zx, d);
+        j = plane / 16 * 16;
+    }
+#endif
+    for (; j < plane; j++) {
+        const int32_t a = (x_signed ? (int32_t)(int8_t)s0[j] : (int32_t)s0[j]) - zx;
+        const int32_t b =
+            s1 == NULL ? 0 : (x_signed ? (int32_t)(int8_t)s1[j] : (int32_t)s1[j]) - zx;
+        d[j] = pair16(a, b);
+    }
+}
+
+static PyObject *py_interleave2(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer src, dst;
+    Py_ssize_t images, channels, plane;
+    int x_signed, zx;
+    if (!PyArg_ParseTuple(args, "y*nnnpiw*", &src, &images, &channels, &plane, &x_signed, &zx,
+                          &dst))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t groups = (channels + 1) / 2;
+    if (images <= 0 || channels <= 0 || plane <= 0 || images > src.len / channels / plane ||
+        src.len < images * channels * plane || dst.len / 4 / plane / groups < images ||
+        !byte_code(x_signed, zx)) {
+        PyErr_SetString(PyExc_ValueError, "interleave2: a buffer or zero point does not fit");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t img = 0; img < images; img++)
+        for (Py_ssize_t g = 0; g < groups; g++) {
+            const uint8_t *s0 = (const uint8_t *)src.buf + (img * channels + 2 * g) * plane;
+            const uint8_t *s1 = 2 * g + 1 < channels ? s0 + plane : NULL;
+            interleave2_plane(s0, s1, plane, x_signed, zx,
+                              (uint32_t *)dst.buf + (img * groups + g) * plane);
+        }
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
 /* gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias, relu,
  * signed, qs, qz, dqs, dqz, codes, y): gemm_rescale with X in the four-channel layout
  * (interleave4's words), k group q at word offset rows4[q] (+ the column): weights packed
@@ -2381,14 +2492,17 @@ static PyObject *py_gemm_rescale4(PyObject *self, PyObject *args) {
     Header h;
     Shape s;
     if (!packed_header(&packed, "gemm_rescale4", &h, &s)) goto done;
-    if (current_level < 3) {
-        PyErr_SetString(PyExc_ValueError, "gemm_rescale4: the VNNI level only");
+    /* VNNI: interleave4's bytes; AVX2: interleave2's int16 pairs (the int16 form) */
+    const int pairs = current_level == 1 && h.group == 2;
+    if (current_level < 3 && !pairs) {
+        PyErr_SetString(PyExc_ValueError,
+                        "gemm_rescale4: the VNNI level, or the AVX2 level's int16 form, only");
         goto done;
     }
     const int32_t *zeros = (const int32_t *)((const char *)packed.buf + sizeof(Header)) +
                            (Py_ssize_t)h.panels * h.mr;
-    int zero_free = 1;
-    for (Py_ssize_t i = 0; i < h.m; i++) zero_free &= zeros[i] == 0;
+    int zero_free = 1; /* (the int16 form holds W less its zero points) */
+    for (Py_ssize_t i = 0; i < h.m && !pairs; i++) zero_free &= zeros[i] == 0;
     const Py_ssize_t words = x4.len / 4, span = (n + s.nr - 1) / s.nr * s.nr;
     int fits = zero_free && byte_code(x_signed, zx) && n > 0 && x4.len % 4 == 0 &&
                rows4.len == h.kq * (Py_ssize_t)sizeof(int64_t) && span <= words;
@@ -3487,6 +3601,9 @@ static PyMethodDef methods[] = {
     {"interleave4", py_interleave4, METH_VARARGS,
      "interleave4(src, images, channels, plane, flip, dst): planes as groups of four "
      "channels, their bytes interleaved (^0x80 with flip), 0 for channels past the last."},
+    {"interleave2", py_interleave2, METH_VARARGS,
+     "interleave2(src, images, channels, plane, x_signed, zx, dst): planes as pairs of "
+     "channels, int16 codes less zx (AVX2's gemm_rescale4)."},
     {"gemm_rescale4", py_gemm_rescale4, METH_VARARGS,
      "gemm_rescale4(packed, x4, rows4, N, x_signed, zx, rows, width, keep, scale, bias, relu, "
      "signed, qs, qz, dqs, dqz, codes, y) -> 0 or -1: gemm_rescale with X in interleave4's "
