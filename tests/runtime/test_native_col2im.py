@@ -101,3 +101,93 @@ def test_a_unet_upsampling_agrees_in_every_mode(kernel: int, pads: list[int]) ->
     top, left, bottom, right = pads
     want = full[:, :, top : full.shape[2] - bottom, left : full.shape[3] - right]
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    c=st.integers(1, 7),
+    m=st.integers(1, 5),
+    ih=st.integers(1, 9),
+    iw=st.integers(1, 9),
+    kh=st.integers(1, 3),
+    kw=st.integers(1, 3),
+    with_bias=st.booleans(),
+    spelled=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_unpadded_upsampling_is_the_general_paths_bit_for_bit(
+    n: int,
+    c: int,
+    m: int,
+    ih: int,
+    iw: int,
+    kh: int,
+    kw: int,
+    with_bias: bool,
+    spelled: bool,
+    seed: int,
+) -> None:
+    """ConvTranspose with kernel == stride, unpadded, float32 (`_tiled_upsampling`, its
+    geometry skipped) gives the general path's bits, with the defaults left out or
+    spelled out (kernel_shape, dilations 1, zero pads and output padding, VALID)."""
+    _module()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, ih, iw)).astype(np.float32)
+    x.reshape(-1)[:: max(1, x.size // 3)] = np.nan  # NaNs go through as values
+    w = rng.standard_normal((c, m, kh, kw)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32) if with_bias else None
+    attrs: dict[str, Any] = {"strides": [kh, kw]}
+    if spelled:
+        attrs |= {"kernel_shape": [kh, kw], "dilations": [1, 1], "pads": [0] * 4}
+        attrs |= {"output_padding": [0, 0], "auto_pad": "VALID"}
+    general = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "pads": None}
+    general |= {"output_padding": None, "output_shape": None, "group": 1} | attrs
+    want = nn_conv._conv_transpose_any(x, w, b, **general)
+    calls = []
+    fast = nn_conv._tiled_upsampling
+
+    def counted(*args: Any) -> np.ndarray:
+        calls.append(1)
+        return fast(*args)
+
+    nn_conv._tiled_upsampling = counted  # type: ignore[assignment]
+    try:
+        got = nn_conv.conv_transpose(x, w, b, **attrs)
+    finally:
+        nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
+    assert calls == [1]
+    assert got.shape == want.shape == (n, m, ih * kh, iw * kw) and got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2], "pads": [1, 0, 0, 1]},
+        {"strides": [2, 2], "output_padding": [1, 0]},
+        {"strides": [2, 2], "output_shape": [9, 8]},
+        {"strides": [2, 2], "dilations": [2, 1]},
+        {"strides": [2, 2], "group": 2},
+        {"strides": [1, 2]},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    ],
+)
+def test_other_upsamplings_take_the_general_path(attrs: dict[str, Any]) -> None:
+    """Pads, output padding or shape, dilation, groups, a stride other than the kernel
+    or another auto_pad leave the tiled shortcut out (the general path gives them)."""
+    _module()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    fast = nn_conv._tiled_upsampling
+
+    def refused(*args: Any) -> np.ndarray:
+        raise AssertionError("the tiled shortcut ran")
+
+    nn_conv._tiled_upsampling = refused  # type: ignore[assignment]
+    try:
+        y = nn_conv.conv_transpose(x, w, None, **attrs)
+    finally:
+        nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
+    assert y.ndim == 4 and y.dtype == np.float32
