@@ -747,10 +747,11 @@ def test_wide_convs_pass_over_the_image_once_per_group_of_channel_blocks(
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("m", [32, 33, 64])
+@pytest.mark.parametrize("m", [8, 32, 33, 40, 64])
 def test_a_pixels_bits_do_not_depend_on_how_its_row_is_cut_into_tiles(level: int, m: int) -> None:
     """Output rows of a multiple of 14 pixels run 14-pixel tiles at AVX-512, other widths
-    near-equal tiles of at most 12: the same conv on a 28-, 27-, 26- and 14-column image
+    near-equal tiles of at most 12 (AVX2: 6, and 8 for a pass's lone block of 8 channels:
+    m 8, and 40's fifth block): the same conv on a 28-, 27-, 26- and 14-column image
     (with bias, addend and Relu; left padding only, so no column reads past the cut) gives
     every column they share the same bits, within the bound of the exact conv."""
     module = _module()

@@ -182,8 +182,8 @@ static void tile_generic(const Row *r, const float *w, Py_ssize_t xoff, const fl
  * GFLOP/s on a Zen 3 core). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 sums8(const Row *r, const float *w, Py_ssize_t xoff, float *sums, const int P, const int NV) {
-    __m256 acc[6][2];
-#pragma GCC unroll 6
+    __m256 acc[8][2];
+#pragma GCC unroll 8
     for (int i = 0; i < P; i++)
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) acc[i][v] = _mm256_setzero_ps();
@@ -197,7 +197,7 @@ sums8(const Row *r, const float *w, Py_ssize_t xoff, float *sums, const int P, c
             for (Py_ssize_t c = 0; c < c_count; c++, wc += 8) {
                 const __m256 w0 = _mm256_loadu_ps(wc);
                 const __m256 w1 = NV > 1 ? _mm256_loadu_ps(wc + r->wblock) : w0;
-#pragma GCC unroll 6
+#pragma GCC unroll 8
                 for (int i = 0; i < P; i++) {
                     const __m256 b = _mm256_broadcast_ss(xp + i * pstep + c);
                     acc[i][0] = _mm256_fmadd_ps(b, w0, acc[i][0]);
@@ -206,7 +206,7 @@ sums8(const Row *r, const float *w, Py_ssize_t xoff, float *sums, const int P, c
             }
         }
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 8
     for (int i = 0; i < P; i++)
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) _mm256_storeu_ps(sums + 16 * i + 8 * v, acc[i][v]);
@@ -218,6 +218,7 @@ sums8(const Row *r, const float *w, Py_ssize_t xoff, float *sums, const int P, c
         sums8(r, w, xoff, sums, P, NV);                                                    \
     }
 SUMS8_FN(1, 1) SUMS8_FN(2, 1) SUMS8_FN(3, 1) SUMS8_FN(4, 1) SUMS8_FN(5, 1) SUMS8_FN(6, 1)
+SUMS8_FN(7, 1) SUMS8_FN(8, 1)
 SUMS8_FN(1, 2) SUMS8_FN(2, 2) SUMS8_FN(3, 2) SUMS8_FN(4, 2) SUMS8_FN(5, 2) SUMS8_FN(6, 2)
 
 /* A tile's sums (sums[16 i + 8 v]: pixel i, block v) to channels-first planes: each
@@ -253,7 +254,7 @@ planes8(const Row *r, const float *sums, int p, int nv, int width, const float *
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
       float *out, const int P, const int NV, int width) {
-    float sums[6 * 16];
+    float sums[8 * 16];
     switch (P * 2 + NV - 1) {
 #define SUMS8_CASE(PP, NN)                                                                 \
     case PP * 2 + NN - 1:                                                                  \
@@ -262,6 +263,7 @@ tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const fl
         SUMS8_CASE(1, 1) SUMS8_CASE(2, 1) SUMS8_CASE(3, 1) SUMS8_CASE(4, 1)
         SUMS8_CASE(5, 1) SUMS8_CASE(6, 1) SUMS8_CASE(1, 2) SUMS8_CASE(2, 2)
         SUMS8_CASE(3, 2) SUMS8_CASE(4, 2) SUMS8_CASE(5, 2) SUMS8_CASE(6, 2)
+        SUMS8_CASE(7, 1) SUMS8_CASE(8, 1)
 #undef SUMS8_CASE
     }
     if (r->cs != 1) { /* channels-first output */
@@ -297,6 +299,12 @@ tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, cons
         TILE8_CASE(3)
         TILE8_CASE(4)
         TILE8_CASE(5)
+    case 7: /* (one block only: 8 chains of FMAs, `run`'s single-block tiles) */
+        tile8(r, w, xoff, bias, add, out, 7, 1, width);
+        break;
+    case 8:
+        tile8(r, w, xoff, bias, add, out, 8, 1, width);
+        break;
     default:
         TILE8_CASE(6)
     }
@@ -918,6 +926,10 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
     chunk = (chunk < 1 ? 1 : chunk) * nvmax;
     /* Pixel tiles of near-equal size: ceil(ow / pmax) of them. */
     const Py_ssize_t tiles = (g->ow + pmax - 1) / pmax;
+    /* A pass's lone block of output channels at the AVX2 level (8 channels or fewer, or
+     * an odd count of blocks' last) runs tiles of up to 8 pixels: its 6-pixel tile had 6
+     * chains of FMAs, fewer than the 2 ports x 4 cycles of latency keep busy. */
+    const Py_ssize_t tiles1 = level == 1 ? (g->ow + 7) / 8 : tiles;
     for (Py_ssize_t b = 0; b < g->n; b++) {
         const float *image = x + b * g->h * g->w * c;
         if (g->row0 == 0)
@@ -999,9 +1011,10 @@ static void run(const Geometry *g, const float *x, const float *wp, const float 
                     const float *w = wp + mb * r.wblock;
                     const float *bb = bias ? bias + m0 : NULL;
                     Py_ssize_t ox = 0;
-                    for (Py_ssize_t t = 0; t < tiles; t++) {
-                        /* tile t ends at pixel ow * (t + 1) / tiles */
-                        const Py_ssize_t end = g->ow * (t + 1) / tiles;
+                    const Py_ssize_t tiles_here = nv == 1 ? tiles1 : tiles;
+                    for (Py_ssize_t t = 0; t < tiles_here; t++) {
+                        /* tile t ends at pixel ow * (t + 1) / tiles_here */
+                        const Py_ssize_t end = g->ow * (t + 1) / tiles_here;
                         const int p = (int)(end - ox);
                         const Py_ssize_t xoff = ox * g->sw * c;
                         const Py_ssize_t here = at + ox * r.ps + m0 * r.cs;
