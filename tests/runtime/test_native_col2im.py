@@ -131,7 +131,7 @@ def test_the_unpadded_upsampling_is_the_general_paths_bit_for_bit(
     """ConvTranspose with kernel == stride, unpadded, float32 (`_tiled_upsampling`, its
     geometry skipped) gives the general path's bits, with the defaults left out or
     spelled out (kernel_shape, dilations 1, zero pads and output padding, VALID)."""
-    _module()
+    module = _module()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, ih, iw)).astype(np.float32)
     x.reshape(-1)[:: max(1, x.size // 3)] = np.nan  # NaNs go through as values
@@ -151,11 +151,14 @@ def test_the_unpadded_upsampling_is_the_general_paths_bit_for_bit(
         calls.append(1)
         return fast(*args)
 
+    saved = nn_conv._COL2IM
     nn_conv._tiled_upsampling = counted  # type: ignore[assignment]
+    nn_conv._COL2IM = module  # (the shortcut's copy; the suite also runs with kernels off)
     try:
         got = nn_conv.conv_transpose(x, w, b, **attrs)
     finally:
         nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
+        nn_conv._COL2IM = saved
     assert calls == [1]
     assert got.shape == want.shape == (n, m, ih * kh, iw * kw) and got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
@@ -176,7 +179,7 @@ def test_the_unpadded_upsampling_is_the_general_paths_bit_for_bit(
 def test_other_upsamplings_take_the_general_path(attrs: dict[str, Any]) -> None:
     """Pads, output padding or shape, dilation, groups, a stride other than the kernel
     or another auto_pad leave the tiled shortcut out (the general path gives them)."""
-    _module()
+    module = _module()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
     w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
@@ -185,9 +188,12 @@ def test_other_upsamplings_take_the_general_path(attrs: dict[str, Any]) -> None:
     def refused(*args: Any) -> np.ndarray:
         raise AssertionError("the tiled shortcut ran")
 
+    saved = nn_conv._COL2IM
     nn_conv._tiled_upsampling = refused  # type: ignore[assignment]
+    nn_conv._COL2IM = module
     try:
         y = nn_conv.conv_transpose(x, w, None, **attrs)
     finally:
         nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
+        nn_conv._COL2IM = saved
     assert y.ndim == 4 and y.dtype == np.float32
