@@ -1,7 +1,8 @@
 """An NCHW conv chain that ends in an activation the direct conv's epilogue knows (Relu,
 Clip, HardSwish, a written-out HardSwish) runs, in unwatched runs, as one compiled call
 with the activation in the kernel (`fusion.ConvChain._conv_activated`,
-`nn_conv.prepared_activated`), 1-D convs as the 2-D conv of height 1 they run as.
+`nn_conv.prepared_activated`), 1-D convs as the 2-D conv of height 1 they run as; a
+plain conv (no activation, no residual) takes the same call with none.
 
 * The fused run gives the stepped run's bits for every such chain: 1-D and 2-D, strides,
   dilations, uneven pads, every activation, output channels that leave a partial vector.
@@ -27,7 +28,8 @@ from .differential import assert_modes_agree
 
 pytestmark = pytest.mark.numeric
 
-ACTIVATIONS = ["relu", "clip", "hardswish", "written_hardswish"]
+# "none": a plain conv chain, which takes the same prepared call with no activation
+ACTIVATIONS = ["relu", "clip", "hardswish", "written_hardswish", "none"]
 
 
 def _model(
@@ -51,7 +53,9 @@ def _model(
             dilations=[dilation] * spatial,
         )  # fmt: skip
     ]
-    if act == "relu":
+    if act == "none":
+        nodes.append(helper.make_node("Identity", ["y"], ["a"]))
+    elif act == "relu":
         nodes.append(helper.make_node("Relu", ["y"], ["a"]))
     elif act == "clip":
         inits += [

@@ -419,6 +419,8 @@ def _matmul_bias_node(matmul: PlanNode, steps: list[PlanNode]) -> PlanNode:
 
 # A cache's missing entry (None is a cached answer).
 _UNSET: Any = object()
+# The direct kernel's epilogue with no activation (its calls' `act`).
+_NO_ACT = (ACT_NONE, math.nan, math.nan)
 
 
 class MatMulBias:
@@ -657,7 +659,13 @@ class ConvChain:
                 if y is not None:
                     return [y]
         if self.residual is None:
-            y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
+            # A plain NCHW conv by the direct kernel: its prepared call for this shape,
+            # the one the conv's own call makes, without the layers in between (executor,
+            # kernel checks, the call cache's keys): the same route and kernel, so the
+            # same bits.  Others (and calls it declines) go through the layers.
+            y = None if self.activation is not None else self._conv_activated(x, prepared, _NO_ACT)
+            if y is None:
+                y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
         else:
             spec = self.conv.spec
             if spec is None or spec.needs_ctx:
@@ -670,7 +678,7 @@ class ConvChain:
                     # call when the direct kernel runs it: the kernel's bits without the
                     # kernel's Python, a diffusion UNet's 32 px convs 10-15 us each),
                     # then numpy's broadcast add, as the Add step gives it.
-                    y = self._conv_activated(x, prepared, (ACT_NONE, math.nan, math.nan))
+                    y = self._conv_activated(x, prepared, _NO_ACT)
                     if y is None:
                         y = spec.fn(x, prepared[0], prepared[1], **self.conv.attrs)
                     np.add(y, addend, out=y)
