@@ -508,6 +508,36 @@ def test_every_wrong_call_is_a_value_error():
         mod.set_level(4)
 
 
+@pytest.mark.parametrize("nr", [16, 32])
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (1, 40), (37, 1), (300, 33), (513, 16), (700, 95)])
+def test_a_transposed_weight_packs_from_its_rows_into_the_same_panels(
+    k: int, n: int, nr: int
+) -> None:
+    """pack(b, K, N, nr, transposed=True) of B's N x K transpose gives the bytes of pack of
+    B itself (K x N): every panel, the last one's padding zero, K across its blocks; and
+    packed_gemm.pack takes a transposed view (Gemm's transB weight) that way, not through
+    a copy of the whole weight."""
+    mod = _module()
+    rng = np.random.default_rng(k * 1000 + n)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    b.reshape(-1)[:: max(1, b.size // 7)] = NAN  # NaNs are values to copy
+    want, want_at = mod.pack(np.ascontiguousarray(b), k, n, nr)
+    t = np.ascontiguousarray(b.T)
+    got, got_at = mod.pack(t, k, n, nr, True)
+    size = k * -(-n // nr) * nr * 4
+    assert bytes(got[got_at : got_at + size]) == bytes(want[want_at : want_at + size])
+    with pytest.raises(ValueError):  # the transpose must hold N x K floats
+        mod.pack(t.reshape(-1)[:-1], k, n, nr, True)
+    view = t.T  # a K x N view of the N x K rows
+    assert not view.flags.c_contiguous or min(k, n) == 1
+    p = packed_gemm.pack(view, mod)
+    size_p = p.k * -(-p.n // p.nr) * p.nr * 4
+    ref = packed_gemm.pack(np.ascontiguousarray(view), mod)
+    assert bytes(p.data[p.offset : p.offset + size_p]) == bytes(
+        ref.data[ref.offset : ref.offset + size_p]
+    )
+
+
 def test_a_weight_is_packed_once_and_only_when_constant():
     mod = _module()
     _weight_cache.clear()
