@@ -5,6 +5,8 @@ it in every mode; wrong buffers raise ValueError."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -103,6 +105,26 @@ def test_a_unet_upsampling_agrees_in_every_mode(kernel: int, pads: list[int]) ->
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+@contextmanager
+def _shortcut_spied(module: Any) -> Iterator[list[int]]:
+    """ConvTranspose with the compiled copy in place (the suite also runs with the
+    kernels off) and `_tiled_upsampling` counted: yields the list of its calls."""
+    calls: list[int] = []
+    fast, saved = nn_conv._tiled_upsampling, nn_conv._COL2IM
+
+    def counted(*args: Any) -> np.ndarray:
+        calls.append(1)
+        return fast(*args)
+
+    nn_conv._tiled_upsampling = counted  # type: ignore[assignment]
+    nn_conv._COL2IM = module
+    try:
+        yield calls
+    finally:
+        nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
+        nn_conv._COL2IM = saved
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(1, 3),
@@ -144,21 +166,8 @@ def test_the_unpadded_upsampling_is_the_general_paths_bit_for_bit(
     general = {"auto_pad": "NOTSET", "dilations": None, "kernel_shape": None, "pads": None}
     general |= {"output_padding": None, "output_shape": None, "group": 1} | attrs
     want = nn_conv._conv_transpose_any(x, w, b, **general)
-    calls = []
-    fast = nn_conv._tiled_upsampling
-
-    def counted(*args: Any) -> np.ndarray:
-        calls.append(1)
-        return fast(*args)
-
-    saved = nn_conv._COL2IM
-    nn_conv._tiled_upsampling = counted  # type: ignore[assignment]
-    nn_conv._COL2IM = module  # (the shortcut's copy; the suite also runs with kernels off)
-    try:
+    with _shortcut_spied(module) as calls:
         got = nn_conv.conv_transpose(x, w, b, **attrs)
-    finally:
-        nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
-        nn_conv._COL2IM = saved
     assert calls == [1]
     assert got.shape == want.shape == (n, m, ih * kh, iw * kw) and got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
@@ -183,17 +192,7 @@ def test_other_upsamplings_take_the_general_path(attrs: dict[str, Any]) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 4, 4, 4)).astype(np.float32)
     w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
-    fast = nn_conv._tiled_upsampling
-
-    def refused(*args: Any) -> np.ndarray:
-        raise AssertionError("the tiled shortcut ran")
-
-    saved = nn_conv._COL2IM
-    nn_conv._tiled_upsampling = refused  # type: ignore[assignment]
-    nn_conv._COL2IM = module
-    try:
+    with _shortcut_spied(module) as calls:
         y = nn_conv.conv_transpose(x, w, None, **attrs)
-    finally:
-        nn_conv._tiled_upsampling = fast  # type: ignore[assignment]
-        nn_conv._COL2IM = saved
+    assert calls == [], "the tiled shortcut ran"
     assert y.ndim == 4 and y.dtype == np.float32
