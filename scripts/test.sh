@@ -32,18 +32,33 @@ if [ "$#" -eq 0 ]; then
     mkdir -p build
     .venv/bin/mypy >build/mypy.log 2>&1 &
     typing=$!
+    report_types() {
+        [ -n "$typing" ] || return 0
+        echo "== mypy"
+        status=0
+        wait "$typing" || status=$?
+        cat build/mypy.log
+        [ "$status" -eq 0 ] || exit "$status"
+        typing=""
+    }
+    # The kernels each OpenBLAS library (numpy's, scipy's) runs, by the names it gives
+    # them: a core that picks the ones the main run had (on Zen, Haswell's) would run the
+    # same numeric tests on the same code again, 100 s and more of a CI run.
+    blas_cores() {
+        .venv/bin/python -c "import numpy, scipy.linalg, threadpoolctl
+print(' '.join(sorted(i['filepath'].rsplit('/', 1)[-1] + '=' + str(i.get('architecture'))
+    for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas')))"
+    }
+    main_cores=$(blas_cores)
     for core in $cores; do
+        if [ "$(OPENBLAS_CORETYPE=$core blas_cores)" = "$main_cores" ]; then
+            echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core): the main run's kernels ($main_cores), tested there"
+            continue
+        fi
         echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core)"
         OPENBLAS_CORETYPE=$core .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
             -m numeric tests/runtime
-        if [ -n "$typing" ]; then
-            echo "== mypy"
-            status=0
-            wait "$typing" || status=$?
-            cat build/mypy.log
-            [ "$status" -eq 0 ] || exit "$status"
-            typing=""
-        fi
+        report_types
     done
     # The compiled kernels (onnxviz.runtime.native) are proven against their numpy twins
     # at every level in the run above; this run keeps the numpy paths proven end to end,
@@ -51,4 +66,5 @@ if [ "$#" -eq 0 ]; then
     echo "== pytest -m numeric (ONNXVIZ_NATIVE=off)"
     ONNXVIZ_NATIVE=off .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
         -m numeric tests/runtime
+    report_types
 fi
