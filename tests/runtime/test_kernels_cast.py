@@ -313,7 +313,10 @@ def _representable(value: float, to: int) -> bool:
     if to == TP.FLOAT8E8M0:
         return value > 0 and float(np.log2(value)).is_integer()
     try:
-        return float(np.array(value).astype(dt).astype(np.float64)) == value
+        # A value out of the type's range is not representable, whatever the cast makes
+        # of it (ml_dtypes 0.7 warns on -1.0 to uint4 and gives 0; 0.6 wrapped silently).
+        with np.errstate(invalid="ignore"):
+            return float(np.array(value).astype(dt).astype(np.float64)) == value
     except (ValueError, OverflowError):
         return False
 
