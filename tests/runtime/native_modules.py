@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from onnxviz.runtime import native
+from onnxviz.runtime import native, registry
 
 
 def can_compile() -> bool:
@@ -36,6 +36,11 @@ def compiled(name: str, without: str = "the numpy paths run") -> ModuleType:
 def at_level(name: str, level: int | None) -> Iterator[None]:
     """native.load answers at ``level`` (None: the kernels are off) inside the block; then
     the process's level again, ``_<name>`` set back to it."""
+    # Kernel modules take their compiled module when first imported (native.load at
+    # import: nn_rnn's _RECURRENT, row_norm's _NORM, ...): import them all at the
+    # process's level first, so a block at None never leaves one without its kernel for
+    # the rest of the process (the recurrent layers' tests then failed, by test order).
+    registry.load_all_kernels()
     saved = native._LEVEL
     native._LEVEL = level
     try:
