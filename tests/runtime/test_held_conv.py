@@ -422,8 +422,8 @@ def test_the_held_1x1_conv_writes_over_a_residual_only_its_caller_holds():
         assert not np.shares_memory(got, r)
         np.testing.assert_array_equal(r, value)
         # K over one block (partial sums would be stored over the residual first; routed
-        # to the kernel below AVX-512 too, where OpenBLAS takes so deep a product, and
-        # the direct kernel so deep a 1x1).
+        # to the kernel at the generic level too, where OpenBLAS takes so deep a product,
+        # and below AVX-512 the direct kernel so deep a 1x1).
         big = 1100
         wk = (rng.standard_normal((m, big, 1, 1)) * 0.05).astype(np.float32)
         xk = _channels_last(rng.standard_normal((n, big, h, wd)).astype(np.float32))

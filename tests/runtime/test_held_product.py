@@ -34,7 +34,7 @@ from onnxviz.runtime.kernels import _weight_cache, packed_gemm
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level, compiled
 
-from .differential import stepped_values
+from .differential import close, stepped_values
 
 pytestmark = pytest.mark.numeric
 
@@ -295,6 +295,70 @@ def test_one_row_by_any_weight_runs_the_kernel_from_avx2_on_one_thread():
                 assert got == "fallback"
 
 
+def test_a_deep_projection_runs_the_kernel_from_avx2_with_the_stepped_numbers(monkeypatch):
+    """A transformer's projection (64 tokens by a 768 x 200 weight plus its bias: 48
+    rows or more by K >= 576) runs the kernel from AVX2 up on one thread, where it beats
+    OpenBLAS's product and the bias pass; at the generic level OpenBLAS's.  Unwatched
+    runs give the stepped run's numbers either way (within float32 rounding: the stepped
+    MatMul may run another product)."""
+    mod = _module()
+    rng = np.random.default_rng(31)
+    k, n, rows = 768, 200, 64
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((k, n)) * 0.05).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "projection",
+        [helper.make_tensor_value_info("x", f, [1, rows, k])],
+        [helper.make_tensor_value_info("y", f, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, rows, k)).astype(np.float32)}
+    real_product, real_held = packed_gemm.matmul_packed, packed_gemm.held_product
+    calls: list[str] = []
+    for level in sorted({*LEVELS, native.GENERIC}):
+        calls.clear()
+
+        def product(*args: Any, **kw: Any) -> None:
+            calls.append("product")
+            real_product(*args, **kw)
+
+        def held(*args: Any) -> Any:
+            made = real_held(*args)
+
+            def call(*ins: Any) -> Any:
+                calls.append("held")
+                return made(*ins)
+
+            return call
+
+        with _level(mod, level), threadpool_limits(1):
+            assert packed_gemm.use_for(rows, k, n) == (level >= native.AVX2)
+            monkeypatch.setattr(packed_gemm, "matmul_packed", product)
+            monkeypatch.setattr(packed_gemm, "held_product", held)
+            _weight_cache.clear()
+            session = Session(model)
+            outs = [session.run(feeds)["y"] for _ in range(3)]
+            monkeypatch.undo()
+            stepped = stepped_values(model, feeds)["y"]
+            for i, got in enumerate(outs):
+                close(got, stepped, f"level {level}, unwatched run {i}")
+                np.testing.assert_array_equal(got, outs[0])
+            # A held call may still choose OpenBLAS per call (its routing in C): the
+            # runs at the generic level must not reach the kernel's gemm at all.
+            ran = [c for c in calls if c == "product"] or calls
+            assert bool(ran) == (level >= native.AVX2), (level, calls)
+    _weight_cache.clear()
+
+
 def test_a_weight_the_cache_will_not_keep_is_never_packed_per_call(monkeypatch):
     """packed_gemm.packed gives only forms the weight cache keeps: past its bound the
     products run OpenBLAS (packing a decode step's weight on every call would cost more
@@ -317,16 +381,16 @@ def test_a_weight_the_cache_will_not_keep_is_never_packed_per_call(monkeypatch):
     wc.clear()
 
 
-@pytest.mark.parametrize("level", [1, 2, 3], ids=["avx2", "avx512", "vnni"])
-def test_below_avx512_many_rows_by_a_deep_weight_go_to_openblas(level: int) -> None:
-    """The routing only (no product runs, so any level can be asked on any CPU): below
-    AVX-512 a product of 48 or more rows by a weight of K >= 576 runs OpenBLAS (its
-    tiles beat the kernel's AVX2 ones there), fewer rows or a shallower weight the
-    kernel (OpenBLAS would pack the weight on every call, or the conv's epilogue pays);
-    at AVX-512 the kernel takes them all."""
+@pytest.mark.parametrize("level", [0, 1, 2, 3], ids=["generic", "avx2", "avx512", "vnni"])
+def test_at_the_generic_level_many_rows_by_a_deep_weight_go_to_openblas(level: int) -> None:
+    """The routing only (no product runs, so any level can be asked on any CPU): at the
+    generic level a product of 48 or more rows by a weight of K >= 576 runs OpenBLAS
+    (its SIMD tiles beat plain C), fewer rows or a shallower weight the kernel
+    (OpenBLAS would pack the weight on every call, or the conv's epilogue pays); from
+    AVX2 up the kernel takes them all (it beats OpenBLAS's product and bias there)."""
     with at_level("sgemm", level), threadpool_limits(1):
-        wide = level >= native.AVX512
-        assert packed_gemm.use_for(128, 768, 768) == wide  # BERT-base's projections
-        assert packed_gemm.use_for(196, 1024, 256) == wide  # a ResNet-50 1x1
+        simd = level >= native.AVX2
+        assert packed_gemm.use_for(128, 768, 768) == simd  # BERT-base's projections
+        assert packed_gemm.use_for(196, 1024, 256) == simd  # a ResNet-50 1x1
         assert packed_gemm.use_for(47, 768, 768)  # a few tokens
         assert packed_gemm.use_for(3136, 512, 64)  # a shallow 1x1 conv

@@ -251,20 +251,30 @@ def use_for(rows: int, k: int, n: int) -> bool:
         return True
     if rows < MIN_ROWS and not (rows == 1 and one_row()):
         return False
-    if rows >= NARROW_BLAS_ROWS and k >= NARROW_BLAS_K and not _wide():
+    if rows >= NARROW_BLAS_ROWS and k >= NARROW_BLAS_K and not _vectorized():
         return False
     return _one_thread()
 
 
-# Below AVX-512 the kernel's 6x16 AVX2 tile loses to OpenBLAS's on a product of many
-# rows by a deep weight.  Measured on an AMD Zen 3 core (OpenBLAS's Haswell kernels, 1
-# thread, us, OpenBLAS / ours): 16x768x768 373/304 and 32x768x768 677/653 (OpenBLAS packs
-# the weight on every call), but 64x768x768 1215/1280, 128x768x768 1942/2195, 128x3072x768
-# 8937/9191, 196x1024x256 1348/1438, and with a conv's epilogue (bias, residual, Relu)
-# ResNet-50's 196x1024x256 1630/1914, 128x768x3072 9625/12694; up to K = 512 the epilogue
-# keeps it ahead or even (3136x64x256 2828/2100, 784x512x256 3490/3244).
+# At the generic level (no AVX2) the kernel's plain-C tile loses to OpenBLAS's on a
+# product of many rows by a deep weight, so those stay with OpenBLAS there.  From AVX2 up
+# the kernel takes them: its AVX2 tile first lost them too (Zen 3, OpenBLAS / ours, us:
+# 128x768x768 1942/2195, 128x3072x768 8937/9191), but since its K block of 1024 and A
+# read in place it wins or ties (same core, 1 thread, medians of 20-30 alternated rounds,
+# OpenBLAS's product then the bias / ours with it: 48x768x768 0.80x, 128x768x768
+# 0.91-0.94x, 128x768x3072 0.95-0.96x, 128x3072x768 1.01-1.04x, 196x1024x256 0.89-0.93x,
+# 49x2048x512 0.78-0.82x, 256x768x768 0.91x, 1024^3 1.00x, 100x4096x4096 1.06x, onnxruntime's
+# Gemm 0.90-1.08x of ours), and inside the models more (OpenBLAS's way / the kernel's,
+# whole runs alternated in one process): BERT-base 0.959, its PyTorch export 0.913,
+# ViT-tiny 0.932, BERT-tiny 0.905; the ResNets, Inception v2 and the UNets unchanged.
 NARROW_BLAS_ROWS = 48
 NARROW_BLAS_K = 576
+
+
+def _vectorized() -> bool:
+    """Whether the kernel runs at AVX2 or better here (its SIMD tiles)."""
+    level = native.level()
+    return level is not None and level >= native.AVX2
 
 
 def _wide() -> bool:
