@@ -296,8 +296,7 @@ def one_row() -> bool:
     GEMV way / kernel (onnxruntime): GPT-2 2x256 673/487 (494), GPT-2 4x768 7358/7238
     (7117), the tiny genai Llama 109/88 (105), a one-step LSTM+GRU 92/79 (76).  The plain
     C level stays with OpenBLAS."""
-    level = native.level()
-    return level is not None and level >= native.AVX2
+    return _vectorized()
 
 
 # Products of at most this many multiply-adds run the kernel at any row count and any
