@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 
@@ -179,6 +179,77 @@ def test_statistics_are_worked_out_for_the_rows_shown_only(qtbot, monkeypatch) -
     assert len(seen) == count  # kept, not worked out again
 
 
+_CELL_TEXT = st.text(
+    alphabet=st.sampled_from(list("aAiIlW1m0.9_/:- ") + ["日", "本", "ß", "é", "→"]), max_size=40
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.tuples(_CELL_TEXT, _CELL_TEXT, _CELL_TEXT), max_size=150),
+    st.integers(80, 700),
+    st.integers(0, 149),
+    st.booleans(),
+)
+# scrolled far below the first rows, to the only long name
+@example([("n", "op", "f")] * 140 + [("a much longer name " * 2, "op", "f")] * 10, 200, 145, True)
+def test_fitted_columns_are_as_wide_as_qts_own_fit(  # type: ignore[no-untyped-def]
+    qtbot, rows, height, scrolled_to, shown
+) -> None:
+    """The fast column fit (font metrics pick the widest texts; only those are laid
+    out) gives Qt's own resizeColumnToContents widths, over the same rows (the shown
+    ones, then alternately below and above, up to the header's precision), scrolled
+    or not, shown or hidden."""
+    model = ProfileTable(lambda address: address.split("::", 1)[-1])
+    model.set_items(
+        NodeProfile(f"main::{name}", op, "main", i, i % 7, i * 1.2345e-4, 10**i, shapes)
+        for i, (name, op, shapes) in enumerate(rows)
+    )
+    view = table_view(model)
+    qtbot.addWidget(view)
+    view.resize(600, height)
+    if shown:
+        view.show()
+        qtbot.wait(1)
+    if rows:
+        view.scrollTo(model.index(min(scrolled_to, len(rows) - 1), 0))
+    header = view.horizontalHeader()
+    qts = [max(view.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in range(7)]
+    assert run_tables._column_hints(view) == qts
+
+
+def test_fitting_columns_lays_out_a_few_cells_not_every_row_shown(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """At a run's end the tables are fitted to their first rows in a turn of the event
+    loop (and again on every resize): Qt laid out each of 64 rows' cells, 20-30 ms for
+    the profile table; the fit asks the data of each cell once and the delegate for a
+    few per column."""
+    asked: list[int] = []
+
+    class Counted(ProfileTable):
+        def data(self, index, role=Qt.ItemDataRole.DisplayRole):  # type: ignore[no-untyped-def]
+            asked.append(role)
+            return super().data(index, role)
+
+    model = Counted(lambda address: address)
+    model.set_items(
+        NodeProfile(f"main::/layers.{i}/MatMul", "MatMul", "main", i, 1, 1e-3, 4096, "float32[8]")
+        for i in range(5_000)
+    )
+    view = table_view(model)
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    qtbot.wait(10)
+    asked.clear()
+    hints = run_tables._column_hints(view)
+    assert hints[0] > hints[1]  # the names are the widest
+    # Qt's own fit asks 8 roles of 64 rows x 7 columns (3,584 calls); here the delegate
+    # lays out at most `HINT_CANDIDATES` cells a column
+    assert 0 < len(asked) <= 7 * run_tables.HINT_CANDIDATES * 8
+
+
 def _comparison() -> Comparison:
     def node(i: int, abs_: float | None, note: str = "") -> NodeComparison:
         values = [] if abs_ is None else [ValueDiff(f"y{i}", abs_, abs_ / 10, ref_scale=1.0)]
@@ -295,3 +366,44 @@ def test_rows_made_by_a_function_are_made_in_a_later_turn_unless_replaced(qtbot)
     model.set_items({"x": np.zeros(1)}.items())  # small rows given at once win
     qtbot.wait(50)
     assert made == ["new"] and column(view) == ["x"]
+
+
+@pytest.mark.parametrize("total", [0, 7, 30, 31])
+def test_rows_from_a_function_are_listed_a_slice_a_turn_all_of_them_in_order(  # type: ignore[no-untyped-def]
+    qtbot, monkeypatch, total
+) -> None:
+    """A finished run's 50k values listed in one turn were 10-18 ms of a 100 ms budget:
+    rows made by a function are listed `LIST_ROWS` a turn (a listing that ends on a
+    whole slice ends too), and a newer fill abandons a listing under way."""
+    monkeypatch.setattr(run_tables, "LIST_ROWS", 10)
+    monkeypatch.setattr(run_tables, "BIG_TABLE_ROWS", 5)
+    model = ValuesTable()
+    view = table_view(model, column=-1)
+    qtbot.addWidget(view)
+    made: list[int] = []  # rows made, at each turn of the queue
+
+    def rows():  # type: ignore[no-untyped-def]
+        for i in range(total):
+            made.append(i)
+            yield (f"v{i}", np.float32(i))
+
+    turns: list[int] = []  # rows made so far, at every pass of the event loop
+    ticks = QTimer()
+    ticks.setInterval(0)
+    ticks.timeout.connect(lambda: turns.append(len(made)))
+    ticks.start()
+    model.set_items(rows, later=True)
+    qtbot.waitUntil(lambda: model.settled, timeout=5_000)
+    ticks.stop()
+    assert column(view) == [f"v{i}" for i in range(total)]
+    # never more than a slice made in one pass
+    steps = [b - a for a, b in zip(turns, turns[1:], strict=False)]
+    assert max(steps, default=0) <= 10 and (total < 11 or steps.count(10) >= total // 10)
+
+    # a newer fill while a listing is under way: only the newer rows show
+    made.clear()
+    model.set_items(rows, later=True)
+    qtbot.waitUntil(lambda: len(made) >= min(total, 10), timeout=5_000)
+    model.set_items([("only", np.float32(1))])
+    qtbot.wait(50)
+    assert column(view) == ["only"] and model.settled

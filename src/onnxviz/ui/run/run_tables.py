@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from itertools import islice
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -41,15 +42,19 @@ from onnxviz.ui.turn_queue import run_later
 STATS_MAX_SIZE = 65_536
 # Time given to gathering sort keys per turn of the event loop: a sort whose keys take
 # longer (the min of every one of 100k values) goes on over the next turns.  (Kept to
-# half of the 100 ms budget together with a neighbouring slice: canvas_overlay's
+# well under half of the 100 ms budget: two queued slices can run between two ticks of
+# a 10 ms timer, with Qt's painting between them; see canvas_overlay's
 # MARK_SLICE_SECONDS.)
-SORT_SLICE_SECONDS = 0.02
+SORT_SLICE_SECONDS = 0.012
 # Up to this many rows a table is filled and sorted at once; a bigger one is filled in
 # a later turn (``later``) and sorted from the turn after (filling it is enough for one).
 BIG_TABLE_ROWS = 5_000
 # Rows let go per turn when a big table's old rows are replaced: the last references to
 # a finished run's 100k values go with them, and freeing them all took 30-60 ms at once.
-RELEASE_ROWS = 20_000
+RELEASE_ROWS = 8_000
+# Rows listed per turn when a big table's rows come from a function (`set_items`):
+# listing a finished run's 50k values at once was 10-18 ms (30 in a slow phase).
+LIST_ROWS = 10_000
 
 _DISPLAY = int(Qt.ItemDataRole.DisplayRole)
 _TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
@@ -174,9 +179,16 @@ class RowTable(QAbstractTableModel):
                 made = make()
                 run_later(lambda: listed(made))
 
-        def listed(made: Iterable[Any]) -> None:
-            if fill == self._fills:
-                rows = list(made)
+        def listed(made: Iterable[Any], rows: list[Any] | None = None) -> None:
+            if fill != self._fills:
+                return
+            if rows is None:  # the first turn of this listing
+                rows, made = [], iter(made)
+            before = len(rows)
+            rows.extend(islice(made, LIST_ROWS))
+            if len(rows) - before == LIST_ROWS:  # maybe more: the next turn
+                run_later(lambda: listed(made, rows))
+            else:
                 run_later(lambda: self._fill(rows) if fill == self._fills else None)
 
         run_later(gather)
@@ -263,14 +275,16 @@ class RowTable(QAbstractTableModel):
                 keys.extend(map(plain, self.items))
             key = self.key
             while len(keys) < n:
-                stop = min(n, len(keys) + 256)
+                # (64 between looks at the clock: a value's statistics can be 0.1 ms)
+                stop = min(n, len(keys) + 64)
                 keys.extend(key(i, column) for i in range(len(keys), stop))
                 if time.perf_counter() > deadline:
                     break
             if len(keys) < n:
                 run_later(gather)  # the rest next turn
-            elif n > BIG_TABLE_ROWS and time.perf_counter() > deadline:
-                run_later(place)  # the sort itself next turn
+            elif n > BIG_TABLE_ROWS:
+                run_later(place)  # the sort itself from the next turn (its first step
+                # beside 50k keys made in one go was a 35 ms slice)
             else:
                 place()
 
@@ -351,7 +365,8 @@ def _release_some() -> None:
         run_later(_release_some)
 
 
-SORT_RUN_ROWS = 16_384  # a big table's names are sorted in runs of this many a turn
+SORT_RUN_ROWS = 8_192  # a big table's names are sorted in runs of this many a turn
+# (16,384 names and their listing were a 16-18 ms step)
 
 
 def ordered_rows(keys: list[Any], descending: bool, numeric: bool = False) -> list[int]:
@@ -623,13 +638,64 @@ def fit_columns(table: QTableView) -> None:
     header.setSortIndicatorShown(shown)
 
 
+# Cells per column whose delegate is asked for its width: the widest texts by font
+# metrics (a few, since a laid-out text can be a pixel wider than its advance says).
+HINT_CANDIDATES = 3
+
+
 def _column_hints(table: QTableView) -> list[int]:
-    """Each column's width for its contents and its header (as resizeColumnToContents)."""
+    """Each column's width for its contents and its header: what resizeColumnToContents
+    gives, over the rows it looks at (`_hint_rows`).  Qt asks the delegate of each of
+    those rows' cells, eight data roles through Python and a text layout each: 20-30 ms
+    for a 7-column table, a whole turn's budget at a run's end, and again on every
+    resize of the viewport.  The cells' texts are measured by font metrics here and
+    only the widest few are laid out by the delegate (``tests/ui/test_run_tables``
+    checks the result against Qt's own)."""
+    model = table.model()
     header = table.horizontalHeader()
-    return [
-        max(table.sizeHintForColumn(c), header.sectionSizeHint(c))
-        for c in range(table.model().columnCount())
-    ]
+    columns = model.columnCount()
+    if not isinstance(model, RowTable):
+        return [max(table.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in range(columns)]
+    rows = _hint_rows(table)
+    width = table.fontMetrics().horizontalAdvance
+    grid = 1 if table.showGrid() else 0
+    hints = []
+    for c in range(columns):
+        hint = 0
+        if rows:
+            widest: dict[str, int] = {}
+            for r in rows:
+                widest.setdefault(model.cell_text(r, c), r)
+            ranked = sorted(widest, key=width, reverse=True)[:HINT_CANDIDATES]
+            hint = grid + max(
+                table.sizeHintForIndex(model.index(widest[text], c)).width() for text in ranked
+            )
+        hints.append(max(hint, header.sectionSizeHint(c)))
+    return hints
+
+
+def _hint_rows(table: QTableView) -> list[int]:
+    """The rows QTableView::sizeHintForColumn looks at: those shown, from the top one
+    down, then alternately one below and one above them, up to the horizontal header's
+    resize-contents precision (all rows when it is 0)."""
+    n = table.model().rowCount()
+    vertical = table.verticalHeader()
+    most = table.horizontalHeader().resizeContentsPrecision()
+    most = n if most <= 0 else min(most, n)
+    top = max(0, vertical.visualIndexAt(0))
+    bottom = vertical.visualIndexAt(table.viewport().height())
+    if not table.isVisible() or bottom == -1:
+        bottom = n - 1
+    rows = list(range(top, min(bottom + 1, top + most)))
+    above, below = top, top + len(rows)
+    while len(rows) < most and (above > 0 or below < n):
+        if (len(rows) % 2 and above > 0) or below >= n:
+            above -= 1
+            rows.append(above)
+        else:
+            rows.append(below)
+            below += 1
+    return rows
 
 
 # The first column (a value's name, a node's address) gets at most this share of the
