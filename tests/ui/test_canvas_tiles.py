@@ -339,3 +339,36 @@ def test_a_big_scenes_value_badges_come_over_turns_and_a_newer_update_leaves_non
     qtbot.waitUntil(lambda: not sliced.marking, timeout=10_000)
     assert {b.text for b in sliced.badges} == {"2×8"}
     assert sorted(map(id, badges_on_canvas())) == sorted(map(id, sliced.badges))
+
+
+def test_a_new_run_over_a_big_finished_one_unmarks_the_boxes_in_view_at_once_the_rest_over_turns(  # type: ignore[no-untyped-def]
+    window, qtbot, monkeypatch, medium
+) -> None:
+    """A new run of a 50k-node model that had run un-ticked every mark in the turn of
+    its first progress report (60-66 ms).  The boxes in view change at once, the others
+    a slice a turn, every one ends with the state last told, and a newer update while
+    they are restyled wins."""
+    from onnxviz.ui.run import canvas_overlay
+    from onnxviz.ui.run.canvas_overlay import CanvasOverlay
+    from onnxviz.ui.run.debugger import Executed
+
+    gs = _shown(window, medium)
+    window.view.centerOn(next(iter(gs.nodes.values())))  # (boxes in view)
+    overlay = CanvasOverlay(gs, lambda path, name: None)
+    everything = list(overlay_keys := {canvas_overlay.node_key(b) for b in gs.nodes.values()})
+    assert len(overlay_keys) > canvas_overlay.SYNC_MARKS
+    overlay.update(Executed(everything), None, set(), {}, {}, {})
+    overlay.finish_marks()
+    assert all(m.executed for m in overlay.marks.values())
+
+    monkeypatch.setattr(canvas_overlay, "MARK_SLICE_SECONDS", 0.0)
+    first = everything[:3]
+    overlay.update(Executed(first), None, set(), {}, {}, {})  # a new run: 3 nodes so far
+    in_view = set(overlay._keys_in_view())
+    assert in_view and len(in_view) < len(everything) // 2
+    marks = overlay.marks
+    assert all(marks[k].executed == (k in first) for k in in_view)  # at once
+    assert overlay.marking and sum(m.executed for m in marks.values()) > len(everything) // 2
+    overlay.update(Executed(everything[:5]), None, set(), {}, {}, {})  # its next report
+    qtbot.waitUntil(lambda: not overlay.marking, timeout=10_000)
+    assert {k for k, m in marks.items() if m.executed} == set(everything[:5])

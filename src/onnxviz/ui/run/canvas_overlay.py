@@ -198,6 +198,9 @@ class CanvasOverlay:
         self._executed_from: Executed | None = None  # the run state `_shown` was made from
         self._unmarked: Iterator[NodeItem] | None = None  # a big scene's boxes still to mark
         self._timer = Slices(self._mark_some)
+        # marks whose state changed, waiting for a slice (`_restyle_some`)
+        self._restyle: list[tuple[str, int]] = []
+        self._restyle_timer = Slices(self._restyle_some)
         self._by_key: dict[tuple[str, int], NodeItem] | None = None  # boxes by node, lazily
         # A big scene's value badges, made a slice per turn; the old ones still to take
         # away (one list: a newer update takes over what an older one had left).
@@ -216,6 +219,8 @@ class CanvasOverlay:
         self._marks_made = False
         self._unmarked = None
         self._timer.stop()
+        self._restyle = []  # (fresh marks are made from the state last told)
+        self._restyle_timer.stop()
         self._by_key = None
         self.badges = []
         self._badge_types = {}
@@ -269,13 +274,16 @@ class CanvasOverlay:
 
     @property
     def marking(self) -> bool:
-        """A big scene's marks or value badges are still being made, a slice per turn."""
-        return self._unmarked is not None or self._badging is not None
+        """A big scene's marks or value badges are still being made (or its marks
+        restyled), a slice per turn."""
+        return self._unmarked is not None or self._badging is not None or bool(self._restyle)
 
     def finish_marks(self) -> None:
         """Make the marks and badges still to come now (an export draws every box)."""
         while self._unmarked is not None:
             self._mark_some()
+        while self._restyle:
+            self._restyle_some()
         while self._badging is not None:
             self._badge_some()
 
@@ -339,11 +347,43 @@ class CanvasOverlay:
                     k for k in table.keys() | before.keys() if table.get(k) != before.get(k)
                 )
         marks = self.marks
+        if len(changed) > SYNC_MARKS:
+            # A new run over a finished one of a big model un-ticks every mark: 50k in
+            # one turn were 60-66 ms.  The boxes in view now, the rest a slice a turn
+            # (`_restyle_some`: a mark always takes the state last told, however late).
+            self._restyle.extend(changed)
+            changed = {k for k in self._keys_in_view() if k in changed}
+            self._restyle_timer.start()
         for key in changed:
             mark = marks.get(key)
             if mark is not None:
                 self._show(key, mark)
         self._update_badges(value_types)
+
+    def _keys_in_view(self) -> list[tuple[str, int]]:
+        """The nodes of the boxes the views show now."""
+        keys = []
+        for view in self.scene.views():  # type: ignore[attr-defined]
+            seen = view.mapToScene(view.viewport().rect()).boundingRect()
+            for item in self.scene.items(seen):  # type: ignore[attr-defined]
+                if isinstance(item, NodeItem) and (key := node_key(item)) is not None:
+                    keys.append(key)
+        return keys
+
+    def _restyle_some(self) -> None:
+        """A slice of the marks still to take the state `update` was last told (the
+        timer's turn): batches of 200 until `MARK_SLICE_SECONDS` have gone."""
+        keys, marks = self._restyle, self.marks
+        end = time.perf_counter() + MARK_SLICE_SECONDS
+        while keys:
+            for key in keys[-200:]:
+                mark = marks.get(key)
+                if mark is not None:
+                    self._show(key, mark)
+            del keys[-200:]
+            if time.perf_counter() >= end:
+                return
+        self._restyle_timer.stop()
 
     def _show(self, key: tuple[str, int], mark: NodeMark) -> None:
         """Give ``mark`` the state `update` was last told for its node."""
