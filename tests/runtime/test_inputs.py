@@ -128,7 +128,8 @@ def test_feed_inputs_are_a_sessions_inputs_without_its_plan() -> None:
     import onnx
 
     from onnxviz.errors import OnnxvizError
-    from onnxviz.runtime.session import Session, feed_inputs
+    from onnxviz.model.document import Document
+    from onnxviz.runtime.session import Session, document_feed_inputs, feed_inputs
 
     folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     models = [onnx.load(p) for p in sorted(glob.glob(os.path.join(folder, "*", "*", "model.onnx")))]
@@ -154,6 +155,18 @@ def test_feed_inputs_are_a_sessions_inputs_without_its_plan() -> None:
         except (OnnxvizError, NotImplementedError):
             continue  # a model our runtime refuses: nothing to agree with
         assert feed_inputs(model) == expected, model.graph.name
+        # the Run dock's list, from the document's index (with sparse defaults too)
+        assert document_feed_inputs(Document.from_model(model)) == expected, model.graph.name
         compared += 1
     assert compared > 100
     assert [n for n, _ in feed_inputs(defaulted)] == ["x"]
+    assert [n for n, _ in document_feed_inputs(Document.from_model(defaulted))] == ["x"]
+    sparse = helper.make_sparse_tensor(
+        helper.make_tensor("bias", TensorProto.FLOAT, [1], [1.0]),
+        helper.make_tensor("idx", TensorProto.INT64, [1], [0]),
+        [2],
+    )
+    defaulted.graph.ClearField("initializer")
+    defaulted.graph.sparse_initializer.append(sparse)
+    assert [n for n, _ in feed_inputs(defaulted)] == ["x"]
+    assert [n for n, _ in document_feed_inputs(Document.from_model(defaulted))] == ["x"]

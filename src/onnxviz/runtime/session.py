@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import ModelProto, TypeProto
@@ -85,6 +85,9 @@ from onnxviz.runtime.memory import DEFAULT_MEMORY_CAP, DroppedValue, Intermediat
 from onnxviz.runtime.plan import GraphPlan, PlanContext, compile_graph
 from onnxviz.runtime.registry import normalize_domain
 from onnxviz.runtime.values import elem_type_to_dtype, from_proto, has_nonfinite
+
+if TYPE_CHECKING:
+    from onnxviz.model.document import Document
 
 _OBJECT = np.dtype(object)
 
@@ -114,6 +117,19 @@ def feed_inputs(model: ModelProto) -> list[tuple[str, TypeProto]]:
     defaults = {t.name for t in graph.initializer}
     defaults.update(s.values.name for s in graph.sparse_initializer)
     return [(v.name, v.type) for v in graph.input if v.name not in defaults]
+
+
+def document_feed_inputs(doc: Document) -> list[tuple[str, TypeProto]]:
+    """`feed_inputs` of a document's model, from its index of the main graph's
+    definitions instead of a set of every initializer's name (10-14 ms at 50k nodes,
+    on the UI thread at the start of every run)."""
+    defined = doc.main_scope.other_definitions()
+    defaults = ("initializer", "sparse_initializer")
+    return [
+        (v.name, v.type)
+        for v in doc.model.graph.input
+        if not any(d.kind in defaults for d in defined.get(v.name, ()))
+    ]
 
 
 def _address(spec: NodeSpec) -> str:

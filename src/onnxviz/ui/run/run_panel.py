@@ -25,7 +25,7 @@ from onnxviz.model.scope_names import readable_graph_path
 from onnxviz.runtime.compare import Comparison, compare_with_onnxruntime
 from onnxviz.runtime.events import FrameLeft, NodeFailed, Pause, RunFinished
 from onnxviz.runtime.inputs import FeedRecipe, input_specs
-from onnxviz.runtime.session import Session, feed_inputs
+from onnxviz.runtime.session import Session, document_feed_inputs
 from onnxviz.ui import settings
 from onnxviz.ui.canvas.scene import GraphScene
 from onnxviz.ui.canvas.view import GraphView
@@ -244,7 +244,7 @@ class RunPanel(QObject):
     def specs(self) -> list[Any]:
         # the inputs without a plan: compiling one took seconds on this thread at 100k
         # nodes; the run compiles its own in its worker thread
-        return input_specs(feed_inputs(self.doc.model) if self.doc is not None else [])
+        return input_specs(document_feed_inputs(self.doc) if self.doc is not None else [])
 
     def feeds(self) -> dict[str, Any]:
         """The remembered inputs of this model (random ones when none were chosen)."""
