@@ -79,3 +79,41 @@ def test_a_background_job_starts_after_the_turn_that_asked_for_it(qtbot) -> None
     other.start()
     assert other.wait(5000) and not began.is_set()  # waited for: it ran at once
     qtbot.waitUntil(lambda: other.done, timeout=5000)
+
+
+def test_a_slice_never_pays_for_a_young_collection_it_comes_in_a_job_of_its_own(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """A slice that allocates past the collector's threshold (a big run's take-over: a
+    collection of 14-24 ms started inside a slice of 10-20) runs without collections;
+    the collection it held back follows as a job of its own, and the collector is on
+    again after the slice, however the slice ended."""
+    import gc
+
+    where = ["outside"]
+    collections: list[str] = []  # where each collection started
+    kept: list[object] = []
+    queued_after: list[int] = []
+
+    def noted(phase: str, info: dict) -> None:  # type: ignore[type-arg]
+        if phase == "start":
+            collections.append(where[0])
+
+    def slice_() -> None:
+        where[0] = "slice"
+        kept.extend([i] for i in range(gc.get_threshold()[0] * 3))  # tracked containers
+        where[0] = "outside"
+
+    gc.collect()
+    gc.callbacks.append(noted)
+    try:
+        run_later(slice_)
+        run_later(lambda: queued_after.append(turn_queue.pending()))
+        qtbot.waitUntil(lambda: bool(queued_after) and not turn_queue.pending(), timeout=5000)
+        assert kept and gc.isenabled()
+        assert "slice" not in collections
+        # the collection was queued behind the job asked after the slice
+        assert queued_after == [1] and collections.count("outside") >= 1
+        with pytest.raises(RuntimeError), turn_queue.young_collection_after():
+            raise RuntimeError("a slice that fails")
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(noted)
