@@ -204,10 +204,13 @@ def test_the_routing_takes_the_rows_conv_only_at_avx2_and_where_it_pays() -> Non
     lanes = nn_conv.direct_lanes()
     geometry = ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
     pays = nn_conv.direct_rows_pays
-    # the shapes it was measured to win on (a diffusion UNet's), and where it lost
-    assert pays(96, 32, *geometry, (32, 32)) == (lanes == 8)
-    assert pays(256, 256, *geometry, (8, 8)) == (lanes == 8)
+    # convs Winograd does not run (strided, or 8 x 8 outputs) keep the rows at AVX2
     assert pays(32, 32, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (16, 16)) == (lanes == 8)
+    assert pays(256, 256, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (14, 14)) == (lanes == 8)
+    assert pays(256, 256, *geometry, (8, 8)) == (lanes == 8)
+    # a diffusion UNet's small Winograd convs: the kernel's NCHW form took them over
+    assert not pays(96, 32, *geometry, (32, 32))
+    assert not pays(128, 64, *geometry, (16, 16))
     assert not pays(64, 64, *geometry, (64, 64))  # Winograd's on a large image
     assert not pays(128, 128, *geometry, (32, 32))
     assert not pays(3, 32, *geometry, (32, 32))  # a stem's few channels
@@ -215,24 +218,25 @@ def test_the_routing_takes_the_rows_conv_only_at_avx2_and_where_it_pays() -> Non
 
 
 @pytest.mark.parametrize("lanes", [8, 16], ids=["avx2", "avx512"])
-def test_at_avx512_small_winograd_convs_run_the_direct_nchw_kernel(
+def test_small_winograd_convs_run_the_direct_nchw_kernel(
     lanes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Measured again at AVX-512: up to 32 x 32 outputs of up to 64 x 64 channels and up
     # to 16 x 16 of up to 128 x 128 run the direct kernel's NCHW form, where Winograd ran;
-    # wider or larger ones keep Winograd, and the AVX2 level keeps its routes.
+    # at AVX2, where the rows route had taken them from Winograd, up to 32 x 32 of up to
+    # 64 x 64 and any up to 16 x 16; wider or larger ones keep Winograd.
     monkeypatch.setattr(nn_conv, "direct_lanes", lambda: lanes)
     geometry = ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
     pays = nn_conv.direct_nchw_pays
-    wide = lanes == 16
-    assert pays(64, 64, *geometry, (32, 32)) == wide  # a diffusion UNet's
-    assert pays(96, 32, *geometry, (32, 32)) == wide
-    assert pays(128, 64, *geometry, (16, 16)) == wide
-    assert pays(128, 128, *geometry, (16, 16)) == wide
-    assert pays(64, 64, *geometry, (16, 16))  # (both: 64 x 64 at up to 28 x 28)
+    assert pays(64, 64, *geometry, (32, 32))  # a diffusion UNet's
+    assert pays(96, 32, *geometry, (32, 32))
+    assert pays(128, 64, *geometry, (16, 16))
+    assert pays(128, 128, *geometry, (16, 16))
+    assert pays(64, 64, *geometry, (16, 16))
+    assert pays(256, 128, *geometry, (16, 16)) == (lanes == 8)
     assert not pays(128, 64, *geometry, (32, 32))  # Winograd's, at either width
     assert not pays(64, 64, *geometry, (56, 56))
-    assert not pays(256, 128, *geometry, (16, 16))
+    assert not pays(128, 128, *geometry, (28, 28))
     # in a model (an InstanceNorm before the conv keeps it NCHW): every run mode gives
     # the stepped run's numbers, through the route this machine's own width takes
     monkeypatch.undo()
@@ -357,18 +361,19 @@ def test_a_diffusion_block_agrees_in_every_mode_and_with_onnxruntime(
 ) -> None:
     ort = pytest.importorskip("onnxruntime")
     model, feeds = _block_model(size, opset)
-    taken: list[bool] = []
-    pays = nn_conv.direct_rows_pays
+    taken: list[bool | None] = []
+    route = nn_conv._direct_route
 
-    def counted(*args: Any) -> bool:
-        got = pays(*args)
+    def counted(*args: Any) -> bool | None:
+        got = route(*args)
         taken.append(got)
         return got
 
-    monkeypatch.setattr(nn_conv, "direct_rows_pays", counted)
+    monkeypatch.setattr(nn_conv, "_direct_route", counted)
     stepped = assert_modes_agree(model, feeds, rtol=2e-4)
-    # the 96 -> 32 conv runs through channels-last rows at the AVX2 level
-    assert any(taken) == (nn_conv.direct_lanes() == 8)
+    # the 96 -> 32 conv runs the direct kernel's NCHW form wherever the kernel runs
+    assert (False in taken) == (nn_conv.direct_lanes() is not None)
+    assert True not in taken
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (theirs,) = session.run(["y"], feeds)
     close(stepped["y"], theirs, "against onnxruntime", rtol=2e-4)

@@ -665,17 +665,32 @@ def direct_nchw_pays(
     transformed tiles leave the caches to the next node (the diffusion UNet at 32 px,
     bench_families, 1.37-1.47x -> 1.32-1.34x of onnxruntime's time, its dynamo export
     1.38-1.40x -> 1.26-1.30x; at 64 px level); wider or larger ones keep Winograd (128 ->
-    64 at 32 px 1223 -> 1331, ResNet-50's 64 ch at 56 px 1727 -> 2074)."""
+    64 at 32 px 1223 -> 1331, ResNet-50's 64 ch at 56 px 1727 -> 2074).
+
+    At AVX2 the Winograd convs on the images `direct_rows_pays` was measured to take
+    from Winograd (up to 16 x 16 outputs, or 32 x 32 with c * m <= 64 * 64) run this NCHW
+    form instead of those rows: on a Zen 3 core, one thread, medians of 30-40 alternated
+    calls, us, rows -> NCHW form (onnxruntime's one-node Conv): 64 ch at 32 px 1574 ->
+    1298 (1314), 96 -> 32 at 32 px 1133 -> 951 (1038), 64 ch at 16 px 346 -> 309 (335),
+    128 -> 64 at 16 px 646 -> 595 (654), 128 ch at 16 px 1358 -> 1204 (1362), 256 -> 128
+    at 16 px 2476 -> 2465 (2411): the rows' copies in and out and their output's pages
+    cost more than the NCHW form's strided reads.  Whole diffusion UNets at 32 px, alternated runs: 0.938-0.949
+    of the time before (an A/A control 0.974), their dynamo export 0.934-0.967 (A/A 0.995),
+    64 px 0.989; the same bits (the same kernel and sums).  Strided convs wider than 128
+    channels keep the rows (256 ch 3x3/2 at 28 px: rows 4824, NCHW form 5382)."""
     if len(out_shape) != 2:
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
         return False  # the plain product on a view
     if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
         pixels = math.prod(out_shape)
-        if direct_lanes() == 16 and (
+        lanes = direct_lanes()
+        if lanes == 16 and (
             (pixels <= 32 * 32 and c * m <= 64 * 64) or (pixels <= 16 * 16 and c * m <= 128 * 128)
         ):
             return True  # AVX-512, measured again: see the docstring's last paragraph
+        if lanes == 8 and (pixels <= 16 * 16 or (pixels <= 32 * 32 and c * m <= 64 * 64)):
+            return True  # AVX2, measured against the rows route: see the docstring
         return c * m <= 32 * 32 or (c * m <= 64 * 64 and pixels <= 28 * 28)
     return c <= 128
 
@@ -695,11 +710,13 @@ def direct_rows_pays(
 ) -> bool:
     """Whether a plain (one group) 2-D float32 conv of an NCHW input and output that
     `direct_nchw_pays` leaves to the numpy paths (Winograd, shifted slices, im2col) runs
-    faster as `_native_direct_nchw` with ``rows``, outside a channels-last chain (a diffusion UNet's
-    convs, each between GroupNorms): at the AVX2 level only (8 lanes; AVX-512 keeps the
-    routes measured there), from ROWS_MIN_CHANNELS input channels (a stem's few run the
-    NCHW kernel's phase planes), and a Winograd conv only on a small image: at most
-    16 x 16 outputs, or 32 x 32 with c * m <= 64 * 64.  Measured on a Zen 3 core through a
+    faster as `_native_direct_nchw` with ``rows``, outside a channels-last chain: at the
+    AVX2 level only (8 lanes; AVX-512 keeps the routes measured there), from
+    ROWS_MIN_CHANNELS input channels (a stem's few run the NCHW kernel's phase planes),
+    and no Winograd conv (strided ones wider than 128 channels, which the NCHW form
+    leaves).  The small-image Winograd convs below, a diffusion UNet's, took this route
+    until the NCHW form was measured ahead of it (`direct_nchw_pays`): at most 16 x 16
+    outputs, or 32 x 32 with c * m <= 64 * 64.  Measured on a Zen 3 core through a
     one-conv model, one thread, medians of 9 alternating rounds, us, Winograd -> rows
     (onnxruntime): 96 -> 32 channels at 32 px 1181 -> 1047 (741), 64 ch at 32 px 1201 ->
     1182 (879), 128 -> 64 at 16 px 536 -> 530 (429), 256 ch at 8 px 1517 -> 1282 (959);
@@ -712,10 +729,9 @@ def direct_rows_pays(
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
         return False  # the plain product on a view
-    if nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape):
-        pixels = math.prod(out_shape)
-        return pixels <= 16 * 16 or (pixels <= 32 * 32 and c * m <= 64 * 64)
-    return True
+    # A Winograd conv never: the small images that beat Winograd here beat it by the
+    # kernel's NCHW form (`direct_nchw_pays`, measured later); the larger keep Winograd.
+    return not nn_winograd.fits(c, m, 1, kernel, strides, dilations, pads, out_shape)
 
 
 def _patch_product(
