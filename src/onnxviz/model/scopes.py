@@ -16,14 +16,15 @@ A node label is the node's name when it is non-empty and unique in its graph, el
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto
+
+from onnxviz.model.gc_pause import collector_paused
 
 DefinitionKind = Literal["input", "initializer", "sparse_initializer", "node_output"]
 ScopeKind = Literal["main", "subgraph", "function"]
@@ -345,17 +346,10 @@ def function_path(fn: FunctionProto) -> str:
     return f"{path}:{overload}" if overload else path
 
 
-@contextmanager
-def _no_gc() -> Iterator[None]:
+def _no_gc() -> AbstractContextManager[None]:
     """Pause the cyclic garbage collector: an index build allocates ~10^6 small
     containers, and the collections they trigger cost a third of the build time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+    return collector_paused()
 
 
 def build_scopes(model: ModelProto) -> list[GraphScope]:

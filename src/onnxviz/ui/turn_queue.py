@@ -47,29 +47,36 @@ def _run_one() -> None:
 @contextmanager
 def young_collection_after() -> Iterator[None]:
     """Run a block (a slice, a run's take-over) without the cyclic collector, and
-    queue the young collection it held back as a job of its own.  A big run's take-over
+    leave the young collection it held back to a job of its own.  A big run's take-over
     makes lists and dicts of 50k entries, and a collection of the generation they sit
     in, started by whichever allocation crossed the threshold, traversed them for
-    14-24 ms in the middle of a slice of 10-20."""
+    14-24 ms in the middle of a slice of 10-20.  When the block ends past the
+    threshold the collector stays off until that job (turned on at once, the next
+    allocation, in this pass, would start the collection); a collector that was off
+    before (another block's, a worker's pause) is left to whoever turned it off."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            gc.enable()
             if gc.get_count()[0] >= gc.get_threshold()[0]:
                 run_later(_collect_young)
+            else:
+                gc.enable()
 
 
 def _collect_young() -> None:
-    """The collection a block held back: the generation Python would have collected
-    (the middle one every `gc.get_threshold()[1]` young ones; the oldest is left to
-    Python's own trigger, which `ui.collector` holds while a big model settles or
-    runs)."""
+    """The collection a block held back, then the collector on again: the generation
+    Python would have collected (the middle one every `gc.get_threshold()[1]` young
+    ones; the oldest is left to Python's own trigger, which `ui.collector` holds while
+    a big model settles or runs)."""
     count, threshold = gc.get_count(), gc.get_threshold()
-    if count[0] >= threshold[0]:
-        gc.collect(1 if count[1] + 1 >= threshold[1] else 0)
+    try:
+        if count[0] >= threshold[0]:
+            gc.collect(1 if count[1] + 1 >= threshold[1] else 0)
+    finally:
+        gc.enable()
 
 
 def pending() -> int:
