@@ -107,13 +107,19 @@ def test_a_slice_never_pays_for_a_young_collection_it_comes_in_a_job_of_its_own(
     gc.callbacks.append(noted)
     try:
         run_later(slice_)
-        run_later(lambda: queued_after.extend((turn_queue.pending(), gc.isenabled())))
+        run_later(lambda: queued_after.append(turn_queue.pending()))
         qtbot.waitUntil(lambda: bool(queued_after) and not turn_queue.pending(), timeout=5000)
         assert kept and gc.isenabled()
         assert collections and "slice" not in collections
-        # the collection was queued behind the job asked after the slice, the collector
-        # off until then
-        assert queued_after == [1, False]
+        # the collection was queued behind the job asked after the slice
+        assert queued_after == [1]
+        # a block past the threshold: the collector stays off until its collection runs
+        collections.clear()
+        with turn_queue.young_collection_after():
+            kept.extend([i] for i in range(gc.get_threshold()[0] * 3))
+        assert not gc.isenabled() and turn_queue.pending() == 1 and not collections
+        qtbot.waitUntil(lambda: not turn_queue.pending(), timeout=5000)
+        assert gc.isenabled() and collections
         with pytest.raises(RuntimeError), turn_queue.young_collection_after():
             kept.extend([i] for i in range(gc.get_threshold()[0] * 3))
             raise RuntimeError("a slice that fails")
