@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 from PySide6.QtCore import QTimer
 
+from onnxviz.model.gc_pause import collector_paused
+
 _jobs: deque[Callable[[], None]] = deque()
 _runner: list[QTimer] = []  # made with the first job (a QApplication exists by then)
 
@@ -54,16 +56,16 @@ def young_collection_after() -> Iterator[None]:
     threshold the collector stays off until that job (turned on at once, the next
     allocation, in this pass, would start the collection); a collector that was off
     before (another block's, a worker's pause) is left to whoever turned it off."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused(stay_off=_collection_queued):
         yield
-    finally:
-        if enabled:
-            if gc.get_count()[0] >= gc.get_threshold()[0]:
-                run_later(_collect_young)
-            else:
-                gc.enable()
+
+
+def _collection_queued() -> bool:
+    """Past the threshold: the collection is queued (and the collector left off)."""
+    if gc.get_count()[0] < gc.get_threshold()[0]:
+        return False
+    run_later(_collect_young)
+    return True
 
 
 def _collect_young() -> None:
