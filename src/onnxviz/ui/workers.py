@@ -24,6 +24,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal
 from onnxviz.errors import OnnxvizError
 from onnxviz.layout import LayoutCancelled
 from onnxviz.model.document import Document
+from onnxviz.model.gc_pause import collector_paused
 from onnxviz.present.build import BuildCancelled
 from onnxviz.present.options import ViewOptions
 from onnxviz.present.presenter import Presenter, display_graph
@@ -165,14 +166,11 @@ def _collector_paused() -> Iterator[None]:
     model's objects live as long as it is open, so they leave the collector's
     generations before it runs again, and later collections stay short.  When the model
     is closed, reference counting frees them (`Document.close` breaks its cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()  # (and no full collection until the model settles: `ui.collector`)
-        if enabled:
-            gc.enable()
+    with collector_paused():
+        try:
+            yield
+        finally:
+            gc.freeze()  # (and no full collection until the model settles: `ui.collector`)
 
 
 @dataclass

@@ -25,7 +25,8 @@ from onnxviz.model.diff.results import (
     NodeRef,
     TensorDiff,
 )
-from onnxviz.model.scopes import _no_gc, function_path
+from onnxviz.model.gc_pause import collector_paused
+from onnxviz.model.scopes import function_path
 
 __all__ = [
     "FORMAT",
@@ -57,7 +58,7 @@ def diff(
     the collections they trigger cost more than the diff itself.  ``anchors``: (node label in A, node label in
     B) pairs of the main graph the user pinned as matching.  ``compare_values``: compare
     initializer values (off: dtypes and shapes only... and no data is read)."""
-    with _no_gc():
+    with collector_paused():
         return _diff(doc_a, doc_b, anchors, compare_values)
 
 
