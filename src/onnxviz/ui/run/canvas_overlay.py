@@ -241,11 +241,8 @@ class CanvasOverlay:
             for item in boxes.values():
                 self._mark(item)
             return
-        for view in self.scene.views():  # type: ignore[attr-defined]
-            seen = view.mapToScene(view.viewport().rect()).boundingRect()
-            for item in self.scene.items(seen):  # type: ignore[attr-defined]
-                if isinstance(item, NodeItem):
-                    self._mark(item)
+        for item in self._boxes_in_view():
+            self._mark(item)
         self._unmarked = iter(list(boxes.values()))
         self._timer.start()
 
@@ -360,15 +357,17 @@ class CanvasOverlay:
                 self._show(key, mark)
         self._update_badges(value_types)
 
-    def _keys_in_view(self) -> list[tuple[str, int]]:
-        """The nodes of the boxes the views show now."""
-        keys = []
+    def _boxes_in_view(self) -> Iterator[NodeItem]:
+        """The boxes the views show now."""
         for view in self.scene.views():  # type: ignore[attr-defined]
             seen = view.mapToScene(view.viewport().rect()).boundingRect()
             for item in self.scene.items(seen):  # type: ignore[attr-defined]
-                if isinstance(item, NodeItem) and (key := node_key(item)) is not None:
-                    keys.append(key)
-        return keys
+                if isinstance(item, NodeItem):
+                    yield item
+
+    def _keys_in_view(self) -> list[tuple[str, int]]:
+        """The nodes of the boxes the views show now."""
+        return [k for item in self._boxes_in_view() if (k := node_key(item)) is not None]
 
     def _restyle_some(self) -> None:
         """A slice of the marks still to take the state `update` was last told (the
