@@ -674,10 +674,11 @@ def direct_nchw_pays(
     1298 (1314), 96 -> 32 at 32 px 1133 -> 951 (1038), 64 ch at 16 px 346 -> 309 (335),
     128 -> 64 at 16 px 646 -> 595 (654), 128 ch at 16 px 1358 -> 1204 (1362), 256 -> 128
     at 16 px 2476 -> 2465 (2411): the rows' copies in and out and their output's pages
-    cost more than the NCHW form's strided reads.  Whole diffusion UNets at 32 px, alternated runs: 0.938-0.949
-    of the time before (an A/A control 0.974), their dynamo export 0.934-0.967 (A/A 0.995),
-    64 px 0.989; the same bits (the same kernel and sums).  Strided convs wider than 128
-    channels keep the rows (256 ch 3x3/2 at 28 px: rows 4824, NCHW form 5382)."""
+    cost more than the NCHW form's strided reads.  Whole diffusion UNets at 32 px,
+    alternated runs: 0.938-0.949 of the time before (an A/A control 0.974), their dynamo
+    export 0.934-0.967 (A/A 0.995), 64 px 0.989; the same bits (the same kernel and
+    sums).  Strided convs wider than 128 channels keep the rows (256 ch 3x3/2 at 28 px:
+    rows 4824, NCHW form 5382)."""
     if len(out_shape) != 2:
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):

@@ -652,10 +652,9 @@ def _column_hints(table: QTableView) -> list[int]:
     only the widest few are laid out by the delegate (``tests/ui/test_run_tables``
     checks the result against Qt's own)."""
     model = table.model()
+    assert isinstance(model, RowTable)  # (a table_view's)
     header = table.horizontalHeader()
     columns = model.columnCount()
-    if not isinstance(model, RowTable):
-        return [max(table.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in range(columns)]
     rows = _hint_rows(table)
     width = table.fontMetrics().horizontalAdvance
     grid = 1 if table.showGrid() else 0
