@@ -45,11 +45,13 @@ def native_modules() -> list[Extension]:
     ]
 
 
-# The modules that take longest to compile (gcc -O3, one core: _conv 52 s, _depthwise 49,
-# _sgemm 33, _nbits 22, _nbits8 11; the other sixteen 1-6 s each) start first, so the
-# parallel build's cores end together: in name order a 2-core build ended on _sgemm alone
-# (116 s against 101).
-_SLOW_FIRST = ("_conv.c", "_depthwise.c", "_sgemm.c", "_nbits.c", "_nbits8.c")
+# The modules that take longest to compile (gcc -O3, one core: _sgemm 31 s, _conv 30,
+# _depthwise 23, _nbits 14, _nbits8 11; the other sixteen 1-7 s each) start first, so the
+# parallel build's cores end together: in name order a 2-core build ended on _sgemm alone.
+# (Each of them compiles its specialized micro-kernels as functions of their own: inlined
+# into one dispatching function, as they were, _conv took 59 s, _depthwise 53 and _sgemm
+# 50: gcc's passes grow faster than a function's size.)
+_SLOW_FIRST = ("_sgemm.c", "_conv.c", "_depthwise.c", "_nbits.c", "_nbits8.c")
 
 
 def _build_order(path: str) -> tuple[int, str]:
@@ -59,8 +61,8 @@ def _build_order(path: str) -> tuple[int, str]:
 
 class ParallelBuildExt(build_ext):
     """build_ext compiling the kernels on every core (unless --parallel says otherwise):
-    one after another they took 200 s of a 2-core CI machine's setup (_conv.c alone 52 s,
-    _depthwise.c 49 s), and pip's install runs that build on every setup."""
+    one after another they took 150 s of a 2-core CI machine's setup (_sgemm.c and _conv.c
+    about 30 s each), and pip's install runs that build on every setup."""
 
     def finalize_options(self) -> None:
         super().finalize_options()

@@ -282,32 +282,30 @@ tile8(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const fl
     }
 }
 
-#define TILE8_CASE(P)                                                                      \
-    case P:                                                                                \
-        if (nv == 2)                                                                       \
-            tile8(r, w, xoff, bias, add, out, P, 2, width);                                \
-        else                                                                               \
-            tile8(r, w, xoff, bias, add, out, P, 1, width);                                \
-        break;
+/* Every (P, NV) form its own function (see tile16's table below). */
+typedef void (*TileFn)(const Row *, const float *, Py_ssize_t, const float *, const float *,
+                       float *, int);
+#define TILE8_FN(P, NV)                                                                    \
+    __attribute__((target("avx2,fma"), noinline)) static void tile8_##P##_##NV(             \
+        const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add, \
+        float *out, int width) {                                                           \
+        tile8(r, w, xoff, bias, add, out, P, NV, width);                                   \
+    }
+TILE8_FN(1, 1) TILE8_FN(2, 1) TILE8_FN(3, 1) TILE8_FN(4, 1) TILE8_FN(5, 1) TILE8_FN(6, 1)
+TILE8_FN(7, 1) TILE8_FN(8, 1)
+TILE8_FN(1, 2) TILE8_FN(2, 2) TILE8_FN(3, 2) TILE8_FN(4, 2) TILE8_FN(5, 2) TILE8_FN(6, 2)
+/* [pixels - 1][vectors - 1]: 7 and 8 pixels have one block only (8 chains of FMAs,
+ * `run`'s single-block tiles) */
+static const TileFn TILES8[8][2] = {
+    {tile8_1_1, tile8_1_2}, {tile8_2_1, tile8_2_2}, {tile8_3_1, tile8_3_2},
+    {tile8_4_1, tile8_4_2}, {tile8_5_1, tile8_5_2}, {tile8_6_1, tile8_6_2},
+    {tile8_7_1, tile8_7_1}, {tile8_8_1, tile8_8_1}};
 
 __attribute__((target("avx2,fma"))) static void
 tile_avx2(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
           float *out, int p, int nv, int width) {
-    switch (p) {
-        TILE8_CASE(1)
-        TILE8_CASE(2)
-        TILE8_CASE(3)
-        TILE8_CASE(4)
-        TILE8_CASE(5)
-    case 7: /* (one block only: 8 chains of FMAs, `run`'s single-block tiles) */
-        tile8(r, w, xoff, bias, add, out, 7, 1, width);
-        break;
-    case 8:
-        tile8(r, w, xoff, bias, add, out, 8, 1, width);
-        break;
-    default:
-        TILE8_CASE(6)
-    }
+    const int pi = p >= 1 && p <= 8 ? p : 6; /* else 6, as the switch's default was */
+    TILES8[pi - 1][nv == 2](r, w, xoff, bias, add, out, width);
 }
 
 /* ---- AVX-512F (VL 16) ---------------------------------------------------------------- */
@@ -394,34 +392,29 @@ tile16(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const f
     }
 }
 
-#define TILE16_CASE(P)                                                                     \
-    case P:                                                                                \
-        if (nv == 2)                                                                       \
-            tile16(r, w, xoff, bias, add, out, P, 2, width);                               \
-        else                                                                               \
-            tile16(r, w, xoff, bias, add, out, P, 1, width);                               \
-        break;
-
-__attribute__((target("avx512f"))) static void
-tile_avx512(const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add,
-            float *out, int p, int nv, int width) {
-    switch (p) {
-        TILE16_CASE(1)
-        TILE16_CASE(2)
-        TILE16_CASE(3)
-        TILE16_CASE(4)
-        TILE16_CASE(5)
-        TILE16_CASE(6)
-        TILE16_CASE(7)
-        TILE16_CASE(8)
-        TILE16_CASE(9)
-        TILE16_CASE(10)
-        TILE16_CASE(11)
-        TILE16_CASE(12)
-        TILE16_CASE(13)
-    default:
-        TILE16_CASE(14)
+/* Every (P, NV) form its own function, as btile16's below: inlined into one switch they
+ * made one 150 KB function that took gcc a third of this file's compile time. */
+#define TILE16_FN(P, NV)                                                                   \
+    __attribute__((target("avx512f"), noinline)) static void tile16_##P##_##NV(             \
+        const Row *r, const float *w, Py_ssize_t xoff, const float *bias, const float *add, \
+        float *out, int width) {                                                           \
+        tile16(r, w, xoff, bias, add, out, P, NV, width);                                  \
     }
+#define TILE16_FNS(P) TILE16_FN(P, 1) TILE16_FN(P, 2)
+TILE16_FNS(1) TILE16_FNS(2) TILE16_FNS(3) TILE16_FNS(4) TILE16_FNS(5) TILE16_FNS(6)
+TILE16_FNS(7) TILE16_FNS(8) TILE16_FNS(9) TILE16_FNS(10) TILE16_FNS(11) TILE16_FNS(12)
+TILE16_FNS(13) TILE16_FNS(14)
+#define TILE16_ROW(P) {tile16_##P##_1, tile16_##P##_2}
+/* [pixels - 1][vectors - 1] */
+static const TileFn TILES16[14][2] = {
+    TILE16_ROW(1),  TILE16_ROW(2),  TILE16_ROW(3),  TILE16_ROW(4),  TILE16_ROW(5),
+    TILE16_ROW(6),  TILE16_ROW(7),  TILE16_ROW(8),  TILE16_ROW(9),  TILE16_ROW(10),
+    TILE16_ROW(11), TILE16_ROW(12), TILE16_ROW(13), TILE16_ROW(14)};
+
+static void tile_avx512(const Row *r, const float *w, Py_ssize_t xoff, const float *bias,
+                        const float *add, float *out, int p, int nv, int width) {
+    const int pi = p >= 1 && p <= 13 ? p : 14; /* past 13: 14, as the switch's default was */
+    TILES16[pi - 1][nv == 2](r, w, xoff, bias, add, out, width);
 }
 #endif /* ONNXVIZ_X86 */
 
@@ -1176,47 +1169,36 @@ btile16(const BTile *t, const float *bias, const float *add, float *out, const i
     }
 }
 
-#define BTILE_NV(P, CC)                                                                    \
-    switch (nv) {                                                                          \
-    case 1:                                                                                \
-        btile16(t, bias, add, out, P, 1, CC);                                              \
-        break;                                                                             \
-    case 2:                                                                                \
-        btile16(t, bias, add, out, P, 2, CC);                                              \
-        break;                                                                             \
-    case 3:                                                                                \
-        btile16(t, bias, add, out, P, 3, CC);                                              \
-        break;                                                                             \
-    default:                                                                               \
-        btile16(t, bias, add, out, P, 4, CC);                                              \
+/* Every (P, NV, CC) form its own function: one function holding all 56 inlined took gcc
+ * most of this file's compile time (its passes grow faster than the code). */
+typedef void (*BTileFn)(const BTile *, const float *, const float *, float *);
+#define BTILE_FN(P, NV, CC, TAG)                                                           \
+    __attribute__((target("avx512f"), noinline)) static void btile16_##P##_##NV##_##TAG(    \
+        const BTile *t, const float *bias, const float *add, float *out) {                \
+        btile16(t, bias, add, out, P, NV, CC);                                             \
     }
+#define BTILE_FNS(P, CC, TAG)                                                              \
+    BTILE_FN(P, 1, CC, TAG) BTILE_FN(P, 2, CC, TAG) BTILE_FN(P, 3, CC, TAG)                 \
+    BTILE_FN(P, 4, CC, TAG)
+#define BTILE_ALL(CC, TAG)                                                                 \
+    BTILE_FNS(1, CC, TAG) BTILE_FNS(2, CC, TAG) BTILE_FNS(3, CC, TAG) BTILE_FNS(4, CC, TAG) \
+    BTILE_FNS(5, CC, TAG) BTILE_FNS(6, CC, TAG) BTILE_FNS(7, CC, TAG)
+BTILE_ALL(BK_C, c)
+BTILE_ALL(0, any)
+#define BTILE_ROW(P, TAG)                                                                  \
+    {btile16_##P##_1_##TAG, btile16_##P##_2_##TAG, btile16_##P##_3_##TAG,                  \
+     btile16_##P##_4_##TAG}
+#define BTILE_TABLE(TAG)                                                                   \
+    {BTILE_ROW(1, TAG), BTILE_ROW(2, TAG), BTILE_ROW(3, TAG), BTILE_ROW(4, TAG),           \
+     BTILE_ROW(5, TAG), BTILE_ROW(6, TAG), BTILE_ROW(7, TAG)}
+/* [whole chunk or not][pixels - 1][vectors - 1] */
+static const BTileFn BTILES[2][BK_P][4] = {BTILE_TABLE(c), BTILE_TABLE(any)};
 
-#define BTILE_P(CC)                                                                        \
-    switch (p) {                                                                           \
-    case 1:                                                                                \
-        BTILE_NV(1, CC) break;                                                             \
-    case 2:                                                                                \
-        BTILE_NV(2, CC) break;                                                             \
-    case 3:                                                                                \
-        BTILE_NV(3, CC) break;                                                             \
-    case 4:                                                                                \
-        BTILE_NV(4, CC) break;                                                             \
-    case 5:                                                                                \
-        BTILE_NV(5, CC) break;                                                             \
-    case 6:                                                                                \
-        BTILE_NV(6, CC) break;                                                             \
-    default:                                                                               \
-        BTILE_NV(7, CC)                                                                    \
-    }
-
-__attribute__((target("avx512f"))) static void btile_avx512(const BTile *t, const float *bias,
-                                                            const float *add, float *out, int p,
-                                                            int nv) {
-    if (t->cc == BK_C) {
-        BTILE_P(BK_C)
-    } else {
-        BTILE_P(0)
-    }
+static void btile_avx512(const BTile *t, const float *bias, const float *add, float *out,
+                         int p, int nv) {
+    /* past the table (never asked): its last form, as the switches' defaults were */
+    const int pi = p >= 1 && p < BK_P ? p : BK_P, vi = nv >= 1 && nv < 4 ? nv : 4;
+    BTILES[t->cc != BK_C][pi - 1][vi - 1](t, bias, add, out);
 }
 #endif /* ONNXVIZ_X86 */
 

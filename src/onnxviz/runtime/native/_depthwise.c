@@ -242,10 +242,6 @@ __attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
         kernel(p, j0, NP, at, m, 1, 0, NULL);                                              \
     else                                                                                   \
         kernel(p, j0, NP, at, m, 0, 0, NULL);
-#define PIXELS_CASE(kernel, slider, NP)                                                    \
-    case NP:                                                                               \
-        PIXELS(kernel, slider, NP)                                                         \
-        break;
 
 /* Fills valid[0..kw) for the np pixels from `first` (cols: each output column's range of
  * kernel columns inside the image); returns whether every pixel reads every column. */
@@ -337,6 +333,24 @@ slide_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, co
     }
 }
 
+/* A group of NP pixels from j0, every channel block of the row: each NP its own function
+ * (inlined into row_avx2's switch, the 56 forms made one function that took gcc most of
+ * this file's compile time). */
+typedef void (*GroupFn)(const Block *, Py_ssize_t, const unsigned *);
+#define GROUP8_FN(NP)                                                                      \
+    __attribute__((target("avx2,fma"), noinline)) static void group8_##NP(                  \
+        const Block *p, Py_ssize_t j0, const unsigned *v) {                                \
+        for (int at = 0; at < p->width; at += 8) {                                         \
+            const int full = p->width - at >= 8;                                           \
+            const __m256i m = mask8(full ? 8 : p->width - at);                             \
+            PIXELS(pixels_avx2, slide_avx2, NP)                                            \
+        }                                                                                  \
+    }
+GROUP8_FN(1) GROUP8_FN(2) GROUP8_FN(3) GROUP8_FN(4) GROUP8_FN(5) GROUP8_FN(6) GROUP8_FN(7)
+GROUP8_FN(8)
+static const GroupFn GROUPS8[PIX8] = {group8_1, group8_2, group8_3, group8_4,
+                                      group8_5, group8_6, group8_7, group8_8};
+
 /* The `count` pixels of the output row p describes, in groups of PIX8. */
 __attribute__((target("avx2,fma"))) static void row_avx2(const Block *p, Py_ssize_t count,
                                                          const int *cols) {
@@ -349,20 +363,7 @@ __attribute__((target("avx2,fma"))) static void row_avx2(const Block *p, Py_ssiz
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
                                 : valid;
-        for (int at = 0; at < p->width; at += 8) {
-            const int full = p->width - at >= 8;
-            const __m256i m = mask8(full ? 8 : p->width - at);
-            switch (np) {
-            PIXELS_CASE(pixels_avx2, slide_avx2, 8)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 7)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 6)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 5)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 4)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 3)
-            PIXELS_CASE(pixels_avx2, slide_avx2, 2)
-            default: PIXELS(pixels_avx2, slide_avx2, 1)
-            }
-        }
+        GROUPS8[(np >= 1 && np <= PIX8 ? np : 1) - 1](p, j0, v);
         j0 += np;
     }
 }
@@ -478,6 +479,22 @@ slide_avx512(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, 
     }
 }
 
+/* As GROUP8_FN, 16 channels a vector. */
+#define GROUP16_FN(NP)                                                                     \
+    __attribute__((target("avx512f"), noinline)) static void group16_##NP(                  \
+        const Block *p, Py_ssize_t j0, const unsigned *v) {                                \
+        for (int at = 0; at < p->width; at += 16) {                                        \
+            const int rest = p->width - at, full = rest >= 16;                             \
+            const __mmask16 m = (__mmask16)(full ? 0xFFFFu : (1u << rest) - 1u);           \
+            PIXELS(pixels_avx512, slide_avx512, NP)                                        \
+        }                                                                                  \
+    }
+GROUP16_FN(1) GROUP16_FN(2) GROUP16_FN(3) GROUP16_FN(4) GROUP16_FN(5) GROUP16_FN(6)
+GROUP16_FN(7) GROUP16_FN(8) GROUP16_FN(9) GROUP16_FN(10) GROUP16_FN(11) GROUP16_FN(12)
+static const GroupFn GROUPS16[PIX16] = {group16_1, group16_2,  group16_3,  group16_4,
+                                        group16_5, group16_6,  group16_7,  group16_8,
+                                        group16_9, group16_10, group16_11, group16_12};
+
 __attribute__((target("avx512f"))) static void row_avx512(const Block *p, Py_ssize_t count,
                                                            const int *cols) {
     unsigned valid[MAX_KW];
@@ -489,24 +506,7 @@ __attribute__((target("avx512f"))) static void row_avx512(const Block *p, Py_ssi
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
                                 : valid;
-        for (int at = 0; at < p->width; at += 16) {
-            const int rest = p->width - at, full = rest >= 16;
-            const __mmask16 m = (__mmask16)(full ? 0xFFFFu : (1u << rest) - 1u);
-            switch (np) {
-            PIXELS_CASE(pixels_avx512, slide_avx512, 12)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 11)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 10)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 9)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 8)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 7)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 6)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 5)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 4)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 3)
-            PIXELS_CASE(pixels_avx512, slide_avx512, 2)
-            default: PIXELS(pixels_avx512, slide_avx512, 1)
-            }
-        }
+        GROUPS16[(np >= 1 && np <= PIX16 ? np : 1) - 1](p, j0, v);
         j0 += np;
     }
 }

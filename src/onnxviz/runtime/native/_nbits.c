@@ -464,23 +464,36 @@ INL_512 void run_512_gemm(const job_t *j, const int BITS, const int CH) {
     }
 }
 
+/* Every (path, bits, one chunk) form its own function: the twelve inlined into run_512
+ * made one 150 KB function that took gcc most of this file's compile time. */
+#define RUN_512_FN(PATH, BITS, CH)                                                         \
+    static T_512 __attribute__((noinline)) void run_512_##PATH##_##BITS##_##CH(            \
+        const job_t *j) {                                                                  \
+        run_512_##PATH(j, BITS, CH);                                                       \
+    }
+#define RUN_512_FNS(PATH)                                                                  \
+    RUN_512_FN(PATH, 4, 1) RUN_512_FN(PATH, 4, 0) RUN_512_FN(PATH, 2, 1)                   \
+    RUN_512_FN(PATH, 2, 0) RUN_512_FN(PATH, 8, 1) RUN_512_FN(PATH, 8, 0)
+RUN_512_FNS(gemm)
+RUN_512_FNS(bits)
+
 static T_512 void run_512(const job_t *j) {
     const int one = j->blob == 16; /* one chunk a block: block 32 at 4 bits, 64 at 2, 16 at 8 */
     if (j->M >= g_gemm_rows && j->wt) {
         if (j->bits == 4)
-            one ? run_512_gemm(j, 4, 1) : run_512_gemm(j, 4, 0);
+            one ? run_512_gemm_4_1(j) : run_512_gemm_4_0(j);
         else if (j->bits == 2)
-            one ? run_512_gemm(j, 2, 1) : run_512_gemm(j, 2, 0);
+            one ? run_512_gemm_2_1(j) : run_512_gemm_2_0(j);
         else
-            one ? run_512_gemm(j, 8, 1) : run_512_gemm(j, 8, 0);
+            one ? run_512_gemm_8_1(j) : run_512_gemm_8_0(j);
         return;
     }
     if (j->bits == 4)
-        one ? run_512_bits(j, 4, 1) : run_512_bits(j, 4, 0);
+        one ? run_512_bits_4_1(j) : run_512_bits_4_0(j);
     else if (j->bits == 2)
-        one ? run_512_bits(j, 2, 1) : run_512_bits(j, 2, 0);
+        one ? run_512_bits_2_1(j) : run_512_bits_2_0(j);
     else
-        one ? run_512_bits(j, 8, 1) : run_512_bits(j, 8, 0);
+        one ? run_512_bits_8_1(j) : run_512_bits_8_0(j);
 }
 
 #endif /* NB_X86 */

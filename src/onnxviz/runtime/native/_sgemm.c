@@ -570,28 +570,39 @@ tile_avx512_body(const Tile *t, const int IN_PLACE, const int STREAM, const int 
  * rows): an edge tile of fewer than 12 rows runs only those (BERT's 128 tokens end on 8
  * rows, ResNet-50's 3136, 784 and 196 pixels on 4, its 49 on 1: that tile had cost as
  * much as a full one, a fifth of the 49-row products' multiply-adds spent on zero rows). */
+#define TILE_BODY(KIND, IN_PLACE, STREAM, NV, R)                                             \
+    __attribute__((target("avx512f"), noinline)) static void                                 \
+        tile_avx512_##KIND##_##R##_##STREAM##NV(const Tile *t) {                             \
+        tile_avx512_body(t, IN_PLACE, STREAM, NV, R);                                        \
+    }
+/* Each form its own function: four inlined into one made functions of 30 KB that took
+ * gcc most of this file's compile time. */
 #define TILE_ROWS(R)                                                                         \
+    TILE_BODY(inplace, 1, 1, 1, R) TILE_BODY(inplace, 1, 0, 1, R)                           \
+    TILE_BODY(inplace, 1, 1, 2, R) TILE_BODY(inplace, 1, 0, 2, R)                           \
+    TILE_BODY(packed, 0, 1, 1, R) TILE_BODY(packed, 0, 0, 1, R)                             \
+    TILE_BODY(packed, 0, 1, 2, R) TILE_BODY(packed, 0, 0, 2, R)                             \
     __attribute__((target("avx512f"))) static void tile_avx512_inplace_##R(const Tile *t) { \
         if (t->cols <= 16) {                                                                 \
             if (t->stream)                                                                   \
-                tile_avx512_body(t, 1, 1, 1, R);                                             \
+                tile_avx512_inplace_##R##_11(t);                                             \
             else                                                                             \
-                tile_avx512_body(t, 1, 0, 1, R);                                             \
+                tile_avx512_inplace_##R##_01(t);                                             \
         } else if (t->stream)                                                                \
-            tile_avx512_body(t, 1, 1, 2, R);                                                 \
+            tile_avx512_inplace_##R##_12(t);                                                 \
         else                                                                                 \
-            tile_avx512_body(t, 1, 0, 2, R);                                                 \
+            tile_avx512_inplace_##R##_02(t);                                                 \
     }                                                                                        \
     __attribute__((target("avx512f"))) static void tile_avx512_packed_##R(const Tile *t) {  \
         if (t->cols <= 16) {                                                                 \
             if (t->stream)                                                                   \
-                tile_avx512_body(t, 0, 1, 1, R);                                             \
+                tile_avx512_packed_##R##_11(t);                                              \
             else                                                                             \
-                tile_avx512_body(t, 0, 0, 1, R);                                             \
+                tile_avx512_packed_##R##_01(t);                                              \
         } else if (t->stream)                                                                \
-            tile_avx512_body(t, 0, 1, 2, R);                                                 \
+            tile_avx512_packed_##R##_12(t);                                                  \
         else                                                                                 \
-            tile_avx512_body(t, 0, 0, 2, R);                                                 \
+            tile_avx512_packed_##R##_02(t);                                                  \
     }
 TILE_ROWS(1)
 TILE_ROWS(2)
