@@ -24,7 +24,16 @@ NATIVE_DIR = os.path.join("src", "onnxviz", "runtime", "native")
 if sys.platform == "win32":
     COMPILE_ARGS: list[str] = ["/O2"]
 else:
-    COMPILE_ARGS = ["-O3", "-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+    # -g0: Python's own flags (sysconfig's CFLAGS) ask for debug information, which
+    # changes no instruction but took gcc a third of the build (_conv.c 44 s against 28).
+    COMPILE_ARGS = [
+        "-O3",
+        "-g0",
+        "-std=c11",
+        "-fno-strict-aliasing",
+        "-Wall",
+        "-Wno-unused-function",
+    ]
 
 
 def native_modules() -> list[Extension]:
