@@ -149,6 +149,10 @@ static void lanes16(const Block *p, int at) {
 static void lanes16(const Block *p, int at) { lanes_scalar(p, at, 16); }
 #endif
 
+/* Kernel widths the SIMD levels' pixel-group kernels take (their column masks' size);
+ * outside the x86 block: the dispatch reads it on every platform. */
+#define MAX_KW 16
+
 static void block_generic(const Block *p) {
     int at = 0;
     for (; at + 16 <= p->width; at += 16) lanes16(p, at);
@@ -216,7 +220,6 @@ __attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
  * pixel j of the group reads column kx, and a pixel's sum skips the others as the
  * one-pixel kernels do.  Each sum takes its taps in the same order as theirs: the same
  * bits. */
-#define MAX_KW 16 /* kernel widths the group kernels take (valid's size) */
 
 /* A group of NP pixels: the kernel without column tests when every pixel reads every
  * column (the image's inside), with them at its borders. */
