@@ -2401,6 +2401,7 @@ done:
  * k group of the int16 product is then two channels at one kernel offset, 16 columns of
  * it 64 contiguous bytes, read where it lies (gemm_rescale4), where gemm packs each
  * plane again for every kernel offset. */
+#if HAVE_X86
 __attribute__((target("avx2"))) static void interleave2_plane_avx2(const uint8_t *s0,
                                                                     const uint8_t *s1,
                                                                     Py_ssize_t plane,
@@ -2423,6 +2424,7 @@ __attribute__((target("avx2"))) static void interleave2_plane_avx2(const uint8_t
         _mm256_storeu_si256((__m256i *)(d + j + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
     }
 }
+#endif
 
 static void interleave2_plane(const uint8_t *s0, const uint8_t *s1, Py_ssize_t plane,
                               int x_signed, int zx, uint32_t *d) {
