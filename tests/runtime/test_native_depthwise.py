@@ -368,6 +368,44 @@ def test_the_conv_kernel_runs_it_with_the_numpy_numbers(
         assert got.flags.c_contiguous
 
 
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), WIRED_CASES)
+def test_the_nchw_conv_moves_its_layout_by_the_compiled_copies_with_the_same_bits(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any], monkeypatch
+) -> None:
+    # An NCHW depthwise conv (a ConvNeXt-style block's, between NCHW nodes) runs the
+    # kernel on channels-last copies.  _channels.c's place/unplace make them (numpy's
+    # strided copies took as long as the conv); they are copies, so the output is the
+    # same bits as with numpy's moveaxis copies, and they must really run.
+    _module()
+    chan = compiled("channels")
+    rng = np.random.default_rng(11)
+    c = x_shape[1]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    calls: list[str] = []
+
+    class Counted:
+        def place(self, *args: Any) -> Any:
+            calls.append("place")
+            return chan.place(*args)
+
+        def unplace(self, *args: Any) -> Any:
+            calls.append("unplace")
+            return chan.unplace(*args)
+
+    real = native.load
+    with _level(LEVELS[-1]):  # (the kernels on, whatever ONNXVIZ_NATIVE says)
+        monkeypatch.setattr(native, "load", lambda n: Counted() if n == "channels" else real(n))
+        got = conv(x, w, b, group=c, **attrs)
+        assert calls == ["place", "unplace"]
+        monkeypatch.setattr(native, "load", lambda n: None if n == "channels" else real(n))
+        want = conv(x, w, b, group=c, **attrs)
+        monkeypatch.setattr(native, "load", real)
+    assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
+
+
 def _activated(y: np.ndarray, code: int) -> np.ndarray:
     """The activation kernels' steps on ``y`` in place (Clip: 0..6)."""
     if code == ACT_RELU:
