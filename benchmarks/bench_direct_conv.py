@@ -24,12 +24,13 @@ best of ``--repeat`` calls, the median of the rounds printed.
 ``--shapes r50``: only ResNet-50's 3x3 convs of 128 to 512 channels.
 
 ``--neighbour KB``: while measuring, another process copies a buffer of KB kilobytes back
-and forth on another CPU (a neighbour on a shared host or the core's other hardware
-thread, as on CI machines).  On a 2-vCPU Zen 3 guest in a quiet spell, a 192 KB
-neighbour slowed one-node 3x3 conv models at 32 px (64 and 32 channels, run through
-Session against onnxruntime, 200 alternated runs) by 35-50% and onnxruntime's by 13-20%:
-the ratio of minima went from 1.09 to 1.30.  In the host's slow spells the neighbour
-adds little: the host already has one.
+and forth on another CPU (a neighbour on a shared host, as on CI machines).  On a 2-vCPU
+Zen 3 guest, neighbour on and off interleaved in blocks of 20 alternated runs (one-node
+3x3 convs at 32 px through Session against onnxruntime) moved neither: 1.01-1.05x for
+both.  A first, non-interleaved try had seemed to show ours slowed 35-50% and
+onnxruntime's 13-20%: the host's own slow spells, which do inflate our conv more (in
+one, 64 channels at 32 px went 963 -> 1690 us and onnxruntime's 886 -> 1173), not the
+neighbour; compare the columns of one run, never two runs.
 """
 
 from __future__ import annotations
