@@ -95,6 +95,20 @@ def cases() -> list[Case]:
         group=88,
     )
     conv(
+        "Conv depthwise 7x7 96 @56 (convnext)",
+        (1, 96, 56, 56),
+        (96, 1, 7, 7),
+        pads=[3] * 4,
+        group=96,
+    )
+    conv(
+        "Conv depthwise 3x3 64 @32 (diffusion)",
+        (1, 64, 32, 32),
+        (64, 1, 3, 3),
+        pads=[1] * 4,
+        group=64,
+    )
+    conv(
         "Conv grouped 3x3 g32 256 @28 (resnext)",
         (1, 256, 28, 28),
         (256, 8, 3, 3),
