@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import subprocess
 import sysconfig
 
 import pytest
 
 from onnxviz.runtime import native
-
-
-def _can_compile() -> bool:
-    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
-    return shutil.which("cc") is not None and os.path.exists(headers)
+from tests.runtime.native_modules import can_compile
 
 
 def test_the_modules_are_built_where_a_compiler_is():
     # setup.py builds them optionally: a silent build failure would leave every user on
     # the numpy paths.  Where this machine can compile, the install must have built them.
-    if not _can_compile():
+    if not can_compile():
         pytest.skip("no C compiler or Python headers here: the numpy paths run")
     assert native.built("cpu")
 
@@ -152,10 +148,8 @@ def test_every_module_compiles_where_the_cpu_is_not_x86(source, tmp_path):
     # that build, silently (the modules are optional), and leaves the numpy paths there,
     # as _depthwise's MAX_KW and _int8's interleave did.  The module compiled with the
     # x86 predefines taken away after Python's headers, with warnings as errors.
-    if not _can_compile():
+    if not can_compile():
         pytest.skip("no C compiler or Python headers here")
-    import subprocess
-
     unit = tmp_path / "portable.c"
     unit.write_text(
         "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
