@@ -240,7 +240,7 @@ __attribute__((target("avx2"))) static inline void tile_out_avx2(int32_t *c, Py_
         __m256i lo[ROWS], hi[ROWS];                                                          \
         _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) lo[i] = hi[i] =               \
             init != NULL && !accumulate ? _mm256_set1_epi32(init[i]) : _mm256_setzero_si256(); \
-        for (Py_ssize_t q = 0; q < kq; q++) {                                                \
+        _Pragma("GCC unroll 4") for (Py_ssize_t q = 0; q < kq; q++) {                        \
             const int32_t *w = wp + q * MR;                                                  \
             LOAD_X(q)                                                                        \
             _Pragma("GCC unroll 6") for (int i = 0; i < ROWS; i++) {                         \
@@ -311,7 +311,7 @@ KERNEL_AVX2(kernel_avx2_bytes_6, 6, X_BYTES)
             lo[i] = _mm256_add_epi32(r, c0);                                                 \
             hi[i] = _mm256_add_epi32(r, c1);                                                 \
         }                                                                                    \
-        for (Py_ssize_t q = 0; q < kq; q++) {                                                \
+        _Pragma("GCC unroll 4") for (Py_ssize_t q = 0; q < kq; q++) {                        \
             const int32_t *w = wp + q * MR;                                                  \
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xp + q * NR));           \
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xp + q * NR + 8));       \
