@@ -18,7 +18,8 @@ installed).  Each is timed by its thread's CPU time (time.thread_time: another p
 on the core does not count), the runs alternated over ``--rounds`` rounds, each round's
 best of ``--repeat`` calls, the median of the rounds printed.
 
-    python benchmarks/bench_direct_conv.py [--repeat 10] [--rounds 5] [--shapes all|stem|r50]
+    python benchmarks/bench_direct_conv.py [--repeat 10] [--rounds 5] [--shapes all|stem|r50|diff]
+                                           [--neighbour KB] [--spells SECONDS]
 
 ``--shapes stem``: only the few-input-channel stems (C = 3; the planes path of _conv.c);
 ``--shapes r50``: only ResNet-50's 3x3 convs of 128 to 512 channels.
@@ -28,9 +29,18 @@ and forth on another CPU (a neighbour on a shared host, as on CI machines).  On 
 Zen 3 guest, neighbour on and off interleaved in blocks of 20 alternated runs (one-node
 3x3 convs at 32 px through Session against onnxruntime) moved neither: 1.01-1.05x for
 both.  A first, non-interleaved try had seemed to show ours slowed 35-50% and
-onnxruntime's 13-20%: the host's own slow spells, which do inflate our conv more (in
+onnxruntime's 13-20%: the host's own slow spells, which did inflate our conv more (in
 one, 64 channels at 32 px went 963 -> 1690 us and onnxruntime's 886 -> 1173), not the
 neighbour; compare the columns of one run, never two runs.
+
+``--spells SECONDS``: instead of the table, per shape our NCHW conv (the ``nchw``
+column's call) and onnxruntime's, alternated call by call for SECONDS, the pairs then
+split into thirds by onnxruntime's time (the host's quiet, middle and slow spells), and
+the median of ours / onnxruntime printed per third.  Those slow spells (on a cloud vCPU,
+most likely the core's other hardware thread running another guest) had slowed our conv
+more than onnxruntime's: 0.94 of its time in quiet spells, 1.11 in slow ones (64
+channels at 32 px, Zen 3), because the tile's channel loop was bound by the front end
+(_conv.c sums8); unrolled, 0.88 and 0.91.
 """
 
 from __future__ import annotations
@@ -236,6 +246,54 @@ def measure(
     return [statistics.median(t) for t in got]
 
 
+def spells(
+    c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, seconds: float
+) -> list[tuple[float, float]] | None:
+    """Per third of the host's spells (quiet, middle, slow: by onnxruntime's time), the
+    median onnxruntime us and the median of ours / onnxruntime, ours and its call
+    alternated call by call for ``seconds``; None without onnxruntime."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
+    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    kernel, strides, dil, pads, out_shape = conv_geometry(
+        x, w, "NOTSET", None, None, [p] * 4, [s, s]
+    )
+    wp = pack_direct(w, lanes)
+    out = np.empty((1, m, *out_shape), np.float32)
+    peer = ort_conv(x, w, b, s, p)
+    if peer is None:
+        return None
+
+    def ours() -> None:
+        native_direct(
+            x, wp, lanes, m, kernel, b, None, out, strides, dil, pads, x_first=True, out_first=True
+        )
+
+    ours()
+    peer()
+    pairs: list[tuple[float, float]] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end or len(pairs) < 3:
+        t0 = time.thread_time()
+        ours()
+        t1 = time.thread_time()
+        peer()
+        t2 = time.thread_time()
+        if t2 > t1 > t0:
+            pairs.append((t1 - t0, t2 - t1))
+    pairs.sort(key=lambda pair: pair[1])
+    third = len(pairs) // 3
+    parts = [pairs[:third], pairs[third : len(pairs) - third], pairs[len(pairs) - third :]]
+    return [
+        (
+            statistics.median(peer_t for _, peer_t in part) * 1e6,
+            statistics.median(ours_t / peer_t for ours_t, peer_t in part),
+        )
+        for part in parts
+    ]
+
+
 def _neighbour(kilobytes: int, cpu: int) -> None:
     """Copy a buffer of ``kilobytes`` back and forth on ``cpu`` until killed."""
     with contextlib.suppress(AttributeError, OSError):
@@ -269,26 +327,41 @@ def neighbour(kilobytes: int) -> Iterator[None]:
         os.sched_setaffinity(0, set(cpus))
 
 
+def _selected(which: str) -> list[tuple[str, int, int, int, int, int, int]]:
+    """The SHAPES that ``--shapes`` names."""
+    if which == "stem":
+        return [shape for shape in SHAPES if shape[0] in STEM]
+    if which == "r50":
+        return [shape for shape in SHAPES if shape[0] in R50]
+    if which == "diff":
+        return [shape for shape in SHAPES if shape[0].startswith("diff")]
+    return list(SHAPES)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shapes", choices=["all", "stem", "r50", "diff"], default="all")
     parser.add_argument("--neighbour", type=int, default=0, metavar="KB")
+    parser.add_argument("--spells", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
     lanes = direct_lanes()
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
+    if args.spells > 0:
+        print(f"{'shape':26}  ours / onnxruntime (its us) in its quiet, middle and slow spells")
+        with threadpool_limits(1), neighbour(args.neighbour):
+            for label, c, m, size, k, s, p in _selected(args.shapes):
+                got = spells(c, m, size, k, s, p, lanes, args.spells)
+                if got is None:
+                    raise SystemExit("--spells needs onnxruntime")
+                print(f"{label:26}" + "".join(f"  {r:5.2f} ({t:6.0f})" for t, r in got), flush=True)
+        return
     names = ("current", "numpy", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1), neighbour(args.neighbour):
-        for label, c, m, size, k, s, p in SHAPES:
-            if args.shapes == "stem" and label not in STEM:
-                continue
-            if args.shapes == "r50" and label not in R50:
-                continue
-            if args.shapes == "diff" and not label.startswith("diff"):
-                continue
+        for label, c, m, size, k, s, p in _selected(args.shapes):
             t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s
             gflop = 2 * c * m * k * k * out * out / 1e3
