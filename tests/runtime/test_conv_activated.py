@@ -1,7 +1,7 @@
 """An NCHW conv chain that ends in an activation the direct conv's epilogue knows (Relu,
 Clip, HardSwish, a written-out HardSwish) runs, in unwatched runs, as one compiled call
-with the activation in the kernel (`fusion.ConvChain._conv_activated`,
-`nn_conv.prepared_activated`), 1-D convs as the 2-D conv of height 1 they run as; a
+with the activation in the kernel (`fusion.ConvChain._conv_activated`, over
+`nn_conv.prepared_direct`), 1-D convs as the 2-D conv of height 1 they run as; a
 plain conv (no activation, no residual) takes the same call with none.
 
 * The fused run gives the stepped run's bits for every such chain: 1-D and 2-D, strides,
@@ -10,6 +10,9 @@ plain conv (no activation, no residual) takes the same call with none.
   makes a new call; a 1-D strided conv of fewer than 4 input channels, which the conv
   kernel keeps on its 1-D paths, keeps the plain route and still the same numbers.
 * Without the compiled conv (ONNXVIZ_DIRECT_CONV=off) the chain runs as before.
+* A chain with a residual of the output's shape hands it to the same call (into the
+  kernel's epilogue, or added after it when it is not a C-contiguous float32 array):
+  the stepped run's bits, either operand order, with and without an activation after.
 """
 
 from __future__ import annotations
@@ -93,11 +96,13 @@ class _Spy:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.ran = 0
+        self.with_addend = 0
         real = fusion.ConvChain._conv_activated
 
-        def spy(chain: Any, x: Any, prepared: Any, act: Any) -> Any:
-            y = real(chain, x, prepared, act)
+        def spy(chain: Any, x: Any, prepared: Any, act: Any, addend: Any = None) -> Any:
+            y = real(chain, x, prepared, act, addend)
             self.ran += y is not None
+            self.with_addend += y is not None and addend is not None
             return y
 
         monkeypatch.setattr(fusion.ConvChain, "_conv_activated", spy)
@@ -159,3 +164,71 @@ def test_without_the_direct_conv_the_chain_runs_as_before(
     model, feeds = _model(2, 8, 16, 3, 1, 1, (1, 1), "clip")
     assert_modes_agree(model, feeds, rtol=0.0)
     assert spy.ran == 0
+
+
+def _residual_model(
+    spatial: int, c: int, m: int, kernel: int, stride: int, dilation: int, pads: tuple[int, int],
+    residual_first: bool, transposed: bool, relu: bool,
+) -> tuple[onnx.ModelProto, dict[str, Any]]:  # fmt: skip
+    """x -> Conv -> Add(residual) [-> Relu] -> Flatten, the residual a graph input of the
+    conv's output shape, or with ``transposed`` that input's Transpose (a strided view:
+    numpy adds it after the kernel)."""
+    model, feeds = _model(spatial, c, m, kernel, stride, dilation, pads, "none")
+    graph = model.graph
+    y_shape = [2, m, *_out_spatial(model, feeds)]
+    rng = np.random.default_rng(len(y_shape))
+    residual = rng.standard_normal(y_shape).astype(np.float32)
+    del graph.node[1:]  # keep the Conv
+    r_name = "r"
+    if transposed:
+        perm = [0, 1, *range(spatial + 1, 1, -1)]
+        feeds["r_t"] = np.ascontiguousarray(residual.transpose(perm))
+        graph.input.append(
+            helper.make_tensor_value_info("r_t", TensorProto.FLOAT, list(feeds["r_t"].shape))
+        )
+        graph.node.append(helper.make_node("Transpose", ["r_t"], ["r"], perm=perm))
+    else:
+        feeds["r"] = residual
+        graph.input.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, y_shape))
+    operands = [r_name, "y"] if residual_first else ["y", r_name]
+    graph.node.append(helper.make_node("Add", operands, ["s"]))
+    last = "s"
+    if relu:
+        graph.node.append(helper.make_node("Relu", ["s"], ["a"]))
+        last = "a"
+    graph.node.append(helper.make_node("Flatten", [last], ["out"], axis=1))
+    return model, feeds
+
+
+def _out_spatial(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[int]:
+    """The conv's output spatial sizes (its first node's output, run stepped)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    return list(Session(probe, fuse_ops=False).run(feeds)["y"].shape[2:])
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("residual_first", [False, True])
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "d{}c{}m{}k{}s{}".format(*g))
+def test_a_residual_goes_to_the_same_call_with_the_stepped_runs_bits(
+    geometry: tuple[Any, ...], residual_first: bool, relu: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    model, feeds = _residual_model(*geometry, residual_first, False, relu)
+    assert_modes_agree(model, feeds, rtol=0.0)
+    if _compiled_conv():
+        assert spy.with_addend >= 2  # the fused runs handed the residual to the call
+    else:
+        assert spy.ran == 0
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[3:4] + GEOMETRIES[:1], ids=["2d", "1d"])
+def test_a_strided_residual_is_added_after_the_kernel_with_the_same_bits(
+    geometry: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    model, feeds = _residual_model(*geometry, False, True, True)
+    assert_modes_agree(model, feeds, rtol=0.0)
+    if _compiled_conv():
+        assert spy.with_addend >= 2

@@ -101,7 +101,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_NONE,
     ACT_RELU,
     ConvWeight,
-    prepared_activated,
+    prepared_direct,
 )
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     FUSED_ACTIVATIONS,
@@ -603,9 +603,9 @@ class ConvChain:
         self._key: tuple[Any, ...] | None = None
         self._places: list[int] | None = None  # where the constants of _key sit in ins
         self._prepared: tuple[ConvWeight, np.ndarray | None] | None = None
-        # An NCHW conv's compiled call with the activation in its epilogue, per input
-        # shape (None: the direct kernel does not run it); emptied when the constants
-        # change.
+        # An NCHW conv's prepared direct call (`nn_conv.prepared_direct`: ``call(x,
+        # addend, act)``), per input shape (None: the direct kernel does not run it);
+        # emptied when the constants change.
         self._activated: dict[tuple[int, ...], Any] = {}
         # fusion_layout.ChannelsLast: whether this conv reads and writes channels-last.
         self.layout: Any = None
@@ -683,7 +683,13 @@ class ConvChain:
                         y = spec.fn(x, prepared[0], prepared[1], **self.conv.attrs)
                     np.add(y, addend, out=y)
                 else:
-                    y = spec.fn(x, prepared[0], prepared[1], addend=addend, **self.conv.attrs)
+                    # A residual of the output's shape: the prepared call takes it (into
+                    # the kernel's epilogue when it is float32 and C-contiguous, else
+                    # numpy adds it after), the conv's own route and kernel without its
+                    # layers (a diffusion UNet's residual convs: 35-130 us each).
+                    y = self._conv_activated(x, prepared, None, addend)
+                    if y is None:
+                        y = spec.fn(x, prepared[0], prepared[1], addend=addend, **self.conv.attrs)
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
         return [self._activate(y, ins)]
@@ -692,18 +698,20 @@ class ConvChain:
         self,
         x: np.ndarray,
         prepared: tuple[ConvWeight, np.ndarray | None],
-        act: Activation,
+        act: Activation | None,
+        addend: Any = None,
     ) -> np.ndarray | None:
-        """The NCHW conv with the chain's activation in the direct kernel's epilogue
-        (`nn_conv.prepared_activated`: the conv's route and kernel, the activation's
-        operations, so the steps' bits), or None when the kernel does not run it."""
+        """The NCHW conv with the chain's activation in the direct kernel's epilogue, or
+        with ``addend`` added (`nn_conv.prepared_direct`: the conv's route and kernel, the
+        activation's and the addition's operations, so the steps' bits), or None when the
+        kernel does not run it."""
         shape = x.shape
         call = self._activated.get(shape, _UNSET)
         if call is _UNSET:
-            call = self._activated[shape] = prepared_activated(
+            call = self._activated[shape] = prepared_direct(
                 x, prepared[0].array, prepared[0], prepared[1], self.conv.attrs
             )
-        return None if call is None else call(x, act)  # type: ignore[no-any-return]
+        return None if call is None else call(x, addend, act)  # type: ignore[no-any-return]
 
     def _hold(
         self,

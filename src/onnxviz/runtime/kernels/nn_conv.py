@@ -1070,29 +1070,6 @@ def prepared_direct(
     return None
 
 
-def prepared_activated(
-    x: np.ndarray,
-    w: np.ndarray,
-    packed: ConvWeight | None,
-    bias: np.ndarray | None,
-    attrs: dict[str, Any],
-) -> Any | None:
-    """A fused conv chain's NCHW call for inputs like ``x`` (1-D or 2-D): ``call(x,
-    act)`` -> the output with the bias in and the activation (`ACT_RELU`, ... with its
-    bounds) applied in the direct conv's epilogue, where the chain applied it in a pass
-    of its own after the conv (a TCN's Conv -> Relu pairs: 0.23 of its 3.2 ms a run);
-    or None when the conv does not run the direct kernel (`prepared_nchw`'s and
-    `prepared_planar`'s cases): the same bits as the conv and then the activation."""
-    base = prepared_direct(x, w, packed, bias, attrs)
-    if base is None:
-        return None
-
-    def call(xi: Any, act: tuple[int, float, float]) -> np.ndarray | None:
-        return base(xi, None, act)  # type: ignore[no-any-return]
-
-    return call
-
-
 def direct_weight(w: np.ndarray, packed: ConvWeight | None, lanes: int) -> np.ndarray:
     """``w`` packed for the direct conv at ``lanes``: kept by ``packed`` (fused runs) or
     by the weight cache (a constant initializer), else packed for this call."""
