@@ -559,24 +559,28 @@ def test_the_routing_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """From 256 x 256 channels a Winograd-fitting conv in a channels-last chain runs
-    Winograd (nn_conv_nhwc._Direct), with bias and residual, in NCHW, where the blocked
-    kernel does not (switched off here: test_native_conv_blocked routes it)."""
-    from onnxviz.runtime.kernels.nn_conv import conv_core
+    """From 256 x 256 channels (512 x 512 with the AVX2 kernel's 8 lanes) a
+    Winograd-fitting conv in a channels-last chain runs Winograd (nn_conv_nhwc._Direct),
+    with bias and residual, in NCHW, where the blocked kernel does not (switched off
+    here: test_native_conv_blocked routes it); half as many channels run direct."""
+    from onnxviz.runtime.kernels.nn_conv import conv_core, direct_lanes
     from onnxviz.runtime.kernels.nn_conv_nhwc import nhwc, prepare_channels_last
 
     _module()
     monkeypatch.setenv("ONNXVIZ_BLOCKED_CONV", "off")
     rng = np.random.default_rng(2)
-    x = nhwc(rng.standard_normal((1, 256, 14, 14)).astype(np.float32)).transpose(0, 3, 1, 2)
-    w = (rng.standard_normal((256, 256, 3, 3)) * 0.05).astype(np.float32)
-    b = rng.standard_normal(256).astype(np.float32)
-    r = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    with _level(LEVELS[-1]):
+        wide = 512 if direct_lanes() == 8 else 256
+    x = nhwc(rng.standard_normal((1, wide, 14, 14)).astype(np.float32)).transpose(0, 3, 1, 2)
+    w = (rng.standard_normal((wide, wide, 3, 3)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(wide).astype(np.float32)
+    r = rng.standard_normal((1, wide, 14, 14)).astype(np.float32)
+    half = wide // 2
     with _level(LEVELS[-1]):
         runner = prepare_channels_last(x, w, b, {"pads": [1, 1, 1, 1]})
         assert runner is not None and getattr(runner, "winograd", None) is not None
         got, done = runner(x, r, False, (ACT_RELU, NAN, NAN))
-        narrow = prepare_channels_last(x[:, :128], w[:128, :128], b[:128], {"pads": [1] * 4})
+        narrow = prepare_channels_last(x[:, :half], w[:half, :half], b[:half], {"pads": [1] * 4})
         assert narrow is not None and getattr(narrow, "winograd", "absent") is None
     assert not done  # the caller applies the activation
     want = conv_core(x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [14, 14], b, addend=r)

@@ -713,8 +713,13 @@ class _Depthwise(ChannelsLastConv):
 
 
 # Input x output channels from which a Winograd-fitting conv runs Winograd, not the
-# direct kernel, in a channels-last chain (see _Direct).
-_WINOGRAD_CM = 256 * 256
+# direct kernel, in a channels-last chain (see _Direct), by the kernel's vector width:
+# at AVX2 (8 lanes) the direct kernel's unrolled channel loop (_conv.c sums8) beat
+# Winograd on ResNet-50's 256-channel 3x3s (Zen 3, 14 px: 3008 against 3350 us;
+# onnxruntime 3157) and tied on its 512-channel ones; whole runs alternated in one
+# process, Winograd from 512 x 512 against from 256 x 256: ResNet-50 0.958, its torch
+# export 0.954 of the time.  AVX-512 keeps the threshold it was measured at.
+_WINOGRAD_CM = {8: 512 * 512, 16: 256 * 256}
 
 # The blocked direct kernel (native/_conv.c conv_blocked) runs a conv of at least this
 # many input and output channels whose output rows are at most this wide, at AVX-512
@@ -792,17 +797,18 @@ class _Direct(ChannelsLastConv):
         self.out_shape = (n, m, *out_shape)
         # Where Winograd's 2.25x fewer products beat the direct kernel by more than the
         # layout costs, the conv runs Winograd on the channels-last input and hands out
-        # its NCHW result: from 256 x 256 channels (ResNet-50's 14 px layers, 2122 us
-        # against 2841 direct).  Below it the direct kernel stays: the chain keeps its
-        # layout (a threshold of 128 x 128 put UNet's and ResNet-18's 128-channel layers
-        # on Winograd and cost those models 3-7% in bench_families; ResNet-50 did not
-        # move either way, its time is in its 1x1 GEMMs).
+        # its NCHW result: from 256 x 256 channels at AVX-512 (ResNet-50's 14 px layers,
+        # 2122 us against 2841 direct), from 512 x 512 at AVX2 (`_WINOGRAD_CM`).  Below
+        # it the direct kernel stays: the chain keeps its layout (a threshold of 128 x 128
+        # put UNet's and ResNet-18's 128-channel layers on Winograd and cost those models
+        # 3-7% in bench_families; ResNet-50 did not move either way then, its time in its
+        # 1x1 GEMMs).
         c = x_shape[1]
         self.winograd: ConvWeight | None = None
         self.blocked: np.ndarray | None = None
         if blocked_pays(c, m, kernel, out_shape):
             self.blocked = _weight_cache.derived("conv_blocked", [w], (), lambda: pack_blocked(w))
-        elif c * m >= _WINOGRAD_CM and nn_winograd.fits(
+        elif c * m >= _WINOGRAD_CM.get(lanes, 256 * 256) and nn_winograd.fits(
             c, m, 1, kernel, strides, dilations, pads, out_shape
         ):
             self.winograd = ConvWeight(w)
