@@ -53,6 +53,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -173,18 +174,23 @@ def ort_conv(
     return lambda: session.run(None, {"x": x})
 
 
+def _operands(
+    c: int, m: int, size: int, k: int, s: int, p: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """One shape's image (1, C, size, size), weight, bias and conv_geometry, seeded."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
+    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    return x, w, b, conv_geometry(x, w, "NOTSET", None, None, [p] * 4, [s, s])
+
+
 def measure(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int, rounds: int
 ) -> list[float]:
     """us of (current, numpy, nhwc, nchw, rows, first-in, blocked, ort) for one shape (outputs checked
     to agree; blocked nan below AVX-512, ort nan without onnxruntime)."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
-    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
-    b = rng.standard_normal(m).astype(np.float32)
-    kernel, strides, dil, pads, out_shape = conv_geometry(
-        x, w, "NOTSET", None, None, [p] * 4, [s, s]
-    )
+    x, w, b, (kernel, strides, dil, pads, out_shape) = _operands(c, m, size, k, s, p)
     packed = ConvWeight(w)
     wp = pack_direct(w, lanes)
     wb = pack_blocked(w)
@@ -252,13 +258,7 @@ def spells(
     """Per third of the host's spells (quiet, middle, slow: by onnxruntime's time), the
     median onnxruntime us and the median of ours / onnxruntime, ours and its call
     alternated call by call for ``seconds``; None without onnxruntime."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
-    w = (rng.standard_normal((m, c, k, k)) / math.sqrt(c * k * k)).astype(np.float32)
-    b = rng.standard_normal(m).astype(np.float32)
-    kernel, strides, dil, pads, out_shape = conv_geometry(
-        x, w, "NOTSET", None, None, [p] * 4, [s, s]
-    )
+    x, w, b, (kernel, strides, dil, pads, out_shape) = _operands(c, m, size, k, s, p)
     wp = pack_direct(w, lanes)
     out = np.empty((1, m, *out_shape), np.float32)
     peer = ort_conv(x, w, b, s, p)
