@@ -33,14 +33,15 @@ onnxruntime's 13-20%: the host's own slow spells, which did inflate our conv mor
 one, 64 channels at 32 px went 963 -> 1690 us and onnxruntime's 886 -> 1173), not the
 neighbour; compare the columns of one run, never two runs.
 
-``--spells SECONDS``: instead of the table, per shape our NCHW conv (the ``nchw``
-column's call) and onnxruntime's, alternated call by call for SECONDS, the pairs then
-split into thirds by onnxruntime's time (the host's quiet, middle and slow spells), and
-the median of ours / onnxruntime printed per third.  Those slow spells (on a cloud vCPU,
-most likely the core's other hardware thread running another guest) had slowed our conv
-more than onnxruntime's: 0.94 of its time in quiet spells, 1.11 in slow ones (64
-channels at 32 px, Zen 3), because the tile's channel loop was bound by the front end
-(_conv.c sums8); unrolled, 0.88 and 0.91.
+``--spells SECONDS``: instead of the table, per shape our channels-last conv (the
+``nhwc`` column's call, a chain's), our NCHW one (the ``nchw`` column's) and
+onnxruntime's, alternated call by call for SECONDS, the triples then split into thirds by
+onnxruntime's time (the host's quiet, middle and slow spells), and the medians of ours /
+onnxruntime printed per third.  Those slow spells (on a cloud vCPU, most likely the
+core's other hardware thread running another guest) had slowed our conv more than
+onnxruntime's: channels-last, 64 channels at 32 px on a Zen 3 vCPU, 0.94 of its time in
+quiet spells, 1.11 in slow ones, because the tile's channel loop was bound by the front
+end (_conv.c sums8); unrolled, 0.88 and 0.91.
 """
 
 from __future__ import annotations
@@ -254,41 +255,49 @@ def measure(
 
 def spells(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, seconds: float
-) -> list[tuple[float, float]] | None:
+) -> list[tuple[float, float, float]] | None:
     """Per third of the host's spells (quiet, middle, slow: by onnxruntime's time), the
-    median onnxruntime us and the median of ours / onnxruntime, ours and its call
-    alternated call by call for ``seconds``; None without onnxruntime."""
+    median onnxruntime us and the medians of ours / onnxruntime for our channels-last
+    call (a chain's) and our NCHW one, the three alternated call by call for
+    ``seconds``; None without onnxruntime."""
     x, w, b, (kernel, strides, dil, pads, out_shape) = _operands(c, m, size, k, s, p)
     wp = pack_direct(w, lanes)
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     out = np.empty((1, m, *out_shape), np.float32)
+    out_l = np.empty((1, *out_shape, m), np.float32)
     peer = ort_conv(x, w, b, s, p)
     if peer is None:
         return None
 
-    def ours() -> None:
+    def nhwc() -> None:
+        native_direct(xl, wp, lanes, m, kernel, b, None, out_l, strides, dil, pads)
+
+    def nchw() -> None:
         native_direct(
             x, wp, lanes, m, kernel, b, None, out, strides, dil, pads, x_first=True, out_first=True
         )
 
-    ours()
-    peer()
-    pairs: list[tuple[float, float]] = []
+    runs = (nhwc, nchw, peer)
+    for f in runs:
+        f()
+    rows: list[tuple[float, float, float]] = []  # (nhwc, nchw, onnxruntime) seconds
     end = time.monotonic() + seconds
-    while time.monotonic() < end or len(pairs) < 3:
-        t0 = time.thread_time()
-        ours()
-        t1 = time.thread_time()
-        peer()
-        t2 = time.thread_time()
-        if t2 > t1 > t0:
-            pairs.append((t1 - t0, t2 - t1))
-    pairs.sort(key=lambda pair: pair[1])
-    third = len(pairs) // 3
-    parts = [pairs[:third], pairs[third : len(pairs) - third], pairs[len(pairs) - third :]]
+    while time.monotonic() < end or len(rows) < 3:
+        t = [0.0, 0.0, 0.0]
+        for i, f in enumerate(runs):
+            t0 = time.thread_time()
+            f()
+            t[i] = time.thread_time() - t0
+        if min(t) > 0:
+            rows.append((t[0], t[1], t[2]))
+    rows.sort(key=lambda row: row[2])
+    third = len(rows) // 3
+    parts = [rows[:third], rows[third : len(rows) - third], rows[len(rows) - third :]]
     return [
         (
-            statistics.median(peer_t for _, peer_t in part) * 1e6,
-            statistics.median(ours_t / peer_t for ours_t, peer_t in part),
+            statistics.median(r[2] for r in part) * 1e6,
+            statistics.median(r[0] / r[2] for r in part),
+            statistics.median(r[1] / r[2] for r in part),
         )
         for part in parts
     ]
@@ -350,13 +359,17 @@ def main() -> None:
     if lanes is None:
         raise SystemExit("the compiled _conv is off or not built")
     if args.spells > 0:
-        print(f"{'shape':26}  ours / onnxruntime (its us) in its quiet, middle and slow spells")
+        print(
+            f"{'shape':26}  ours / onnxruntime, channels-last and NCHW (its us), in its"
+            " quiet, middle and slow spells"
+        )
         with threadpool_limits(1), neighbour(args.neighbour):
             for label, c, m, size, k, s, p in _selected(args.shapes):
                 got = spells(c, m, size, k, s, p, lanes, args.spells)
                 if got is None:
                     raise SystemExit("--spells needs onnxruntime")
-                print(f"{label:26}" + "".join(f"  {r:5.2f} ({t:6.0f})" for t, r in got), flush=True)
+                cells = "".join(f"  {r1:5.2f} {r2:5.2f} ({t:6.0f})" for t, r1, r2 in got)
+                print(f"{label:26}{cells}", flush=True)
         return
     names = ("current", "numpy", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
