@@ -45,6 +45,12 @@ def cases() -> list[Case]:
     def conv(label: str, x: tuple[int, ...], w: tuple[int, ...], **attrs: Any) -> None:
         c.append((label, "Conv", 11, [rand(*x)], [rand(*w), rand(w[0])], attrs, 1))
 
+    def depthwise(label: str, channels: int, size: int, k: int, stride: int = 1) -> None:
+        """A depthwise k x k conv of one image, padded to keep its size at stride 1."""
+        strides = {"strides": [stride] * 2} if stride > 1 else {}
+        x, w = (1, channels, size, size), (channels, 1, k, k)
+        conv(label, x, w, pads=[k // 2] * 4, group=channels, **strides)
+
     conv("Conv 3x3 64->64 @56 (resnet)", (1, 64, 56, 56), (64, 64, 3, 3), pads=[1] * 4)
     conv("Conv 3x3 256->256 @14 (resnet)", (1, 256, 14, 14), (256, 256, 3, 3), pads=[1] * 4)
     conv("Conv 3x3 512->512 @7 (resnet)", (1, 512, 7, 7), (512, 512, 3, 3), pads=[1] * 4)
@@ -58,56 +64,13 @@ def cases() -> list[Case]:
     conv("Conv 1x1 256->64 @56 (resnet)", (1, 256, 56, 56), (64, 256, 1, 1))
     conv("Conv 1x1 1024->256 @14 (resnet)", (1, 1024, 14, 14), (256, 1024, 1, 1))
     conv("Conv 1x1/2 512->1024 @28 (resnet)", (1, 512, 28, 28), (1024, 512, 1, 1), strides=[2, 2])
-    conv(
-        "Conv depthwise 3x3 144 @56 (mobilenet)",
-        (1, 144, 56, 56),
-        (144, 1, 3, 3),
-        pads=[1] * 4,
-        group=144,
-    )
-    conv(
-        "Conv depthwise 3x3/2 96 @112 (mobilenet)",
-        (1, 96, 112, 112),
-        (96, 1, 3, 3),
-        pads=[1] * 4,
-        group=96,
-        strides=[2, 2],
-    )
-    conv(
-        "Conv depthwise 5x5 240 @14 (mobilenetv3)",
-        (1, 240, 14, 14),
-        (240, 1, 5, 5),
-        pads=[2] * 4,
-        group=240,
-    )
-    conv(
-        "Conv depthwise 5x5 576 @7 (mobilenetv3)",
-        (1, 576, 7, 7),
-        (576, 1, 5, 5),
-        pads=[2] * 4,
-        group=576,
-    )
-    conv(
-        "Conv depthwise 3x3 88 @28 (mobilenetv3)",
-        (1, 88, 28, 28),
-        (88, 1, 3, 3),
-        pads=[1] * 4,
-        group=88,
-    )
-    conv(
-        "Conv depthwise 7x7 96 @56 (convnext)",
-        (1, 96, 56, 56),
-        (96, 1, 7, 7),
-        pads=[3] * 4,
-        group=96,
-    )
-    conv(
-        "Conv depthwise 3x3 64 @32 (diffusion)",
-        (1, 64, 32, 32),
-        (64, 1, 3, 3),
-        pads=[1] * 4,
-        group=64,
-    )
+    depthwise("Conv depthwise 3x3 144 @56 (mobilenet)", 144, 56, 3)
+    depthwise("Conv depthwise 3x3/2 96 @112 (mobilenet)", 96, 112, 3, stride=2)
+    depthwise("Conv depthwise 5x5 240 @14 (mobilenetv3)", 240, 14, 5)
+    depthwise("Conv depthwise 5x5 576 @7 (mobilenetv3)", 576, 7, 5)
+    depthwise("Conv depthwise 3x3 88 @28 (mobilenetv3)", 88, 28, 3)
+    depthwise("Conv depthwise 7x7 96 @56 (convnext)", 96, 56, 7)
+    depthwise("Conv depthwise 3x3 64 @32 (diffusion)", 64, 32, 3)
     conv(
         "Conv grouped 3x3 g32 256 @28 (resnext)",
         (1, 256, 28, 28),
