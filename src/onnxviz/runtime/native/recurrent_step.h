@@ -104,6 +104,24 @@ ATTR static void RS(gru_h_epilogue)(const Job *jb, const float *tile, int mr, Py
     }
 }
 
+/* The input projections of block j for rows pm.. (a row's gates pstride floats long, H
+ * apart, UNITS floats of each: what the epilogue adds to the tile) asked for before the
+ * block's product runs.  They were written for every step before the loop, and the
+ * recurrent weight has streamed through the caches since, so the epilogue waited on
+ * these lines.  Zen 3, one LSTM node at batch 4 (A/B alternated, us a step): hidden 256
+ * 69.1 -> 62.7, hidden 512 200.6 -> 186.3 (onnxruntime 51.0, 137.7); hidden 128 (its
+ * weight in L2) unchanged; the LSTM + GRU model 0.92-0.93 of its time. */
+ATTR static void RS(fetch_block)(const float *pm, int mr, Py_ssize_t pstride, Py_ssize_t H,
+                                 Py_ssize_t j) {
+    const Py_ssize_t u0 = j * UNITS, last = (H - u0 < UNITS ? H - u0 : UNITS) - 1;
+    for (int m = 0; m < mr; m++)
+        for (Py_ssize_t g = 0; g < pstride; g += H) {
+            const float *p = pm + m * pstride + g + u0;
+            __builtin_prefetch(p, 0, 3);
+            __builtin_prefetch(p + last, 0, 3);
+        }
+}
+
 /* The time loop of one direction.  Step t reads h_prev (h0, or the row of y the step
  * before wrote) and writes its h into its row of y; per block of UNITS hidden units, the
  * tile product of every group of at most MR(G) rows, then that block's epilogue, which
@@ -135,8 +153,9 @@ ATTR static void RS(run)(const Job *jb) {
             const float *wj = jb->w1 + j * H * G * UNITS;
             for (Py_ssize_t m0 = 0; m0 < B; m0 += rows) {
                 const int mr = B - m0 < rows ? (int)(B - m0) : rows;
-                GEMM(hprev + m0 * H, wj, H, G, mr, tile);
                 const float *pm = pt + m0 * pstride;
+                RS(fetch_block)(pm, mr, pstride, H, j);
+                GEMM(hprev + m0 * H, wj, H, G, mr, tile);
                 if (jb->kind == KIND_LSTM)
                     RS(lstm_epilogue)(jb, tile, mr, j, pm, jb->c + m0 * H, h + m0 * H);
                 else if (jb->kind == KIND_GRU_LBR)
