@@ -313,12 +313,15 @@ def test_whole_tiles_give_the_general_tiles_bits(level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_transposed_a_gives_the_same_bits(level):
-    """A given as its K x M transpose (an NCHW image, rows lda apart) is copied tile by
-    tile into the kernel's buffer: the products of A as it is, bit for bit."""
+    """A given as its K x M transpose (an NCHW image, rows lda apart) is copied into rows
+    first (at the vector levels, up to the module's size limit: 8 x 8 blocks and the
+    edges of a shape that is no multiple of 8), or tile by tile into the kernel's buffer
+    (the generic level, and above the limit: 300 x 512): the products of A as it is, bit
+    for bit."""
     mod = _module()
     with _level(level):
         rng = np.random.default_rng(40 + level)
-        for m, k, n in [*SHAPES, (196, 576, 128), (3136, 16, 72)]:
+        for m, k, n in [*SHAPES, (196, 576, 128), (3136, 16, 72), (203, 77, 40), (300, 512, 40)]:
             ops = _operands(rng, m, k, n)
             p = packed_gemm.pack(ops["w"], mod)
             want = np.empty((m, n), np.float32)

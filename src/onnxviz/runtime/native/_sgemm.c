@@ -7,8 +7,9 @@
  *                          + addend[i, j])
  *
  * gemm: A (M x K, rows `lda` floats apart; or, with a_trans, given as its transpose, K x
- * M, rows `lda` apart: an NCHW image's [C, H*W], copied tile by tile into the same
- * k-interleaved buffer, so the sums and bits are those of A as it is) is the activation,
+ * M, rows `lda` apart: an NCHW image's [C, H*W], first copied into rows (run) or tile by
+ * tile into the same k-interleaved buffer, so the sums and bits are those of A as it
+ * is) is the activation,
  * read where it lies (a
  * channels-last image is the row-major [N*H*W, C] operand of a 1x1 conv, a BERT
  * activation the [tokens, hidden] one); B (K x N), the weight, is packed once (`pack`)
@@ -764,6 +765,18 @@ typedef struct {
 static void pack_a(const Problem *p, Py_ssize_t i0, int rows, Py_ssize_t k0, Py_ssize_t kc,
                    int mr, float *dst) {
     if (p->a_trans) { /* each k's MR values are consecutive in the transposed A */
+        const float *src = p->a + k0 * p->lda + i0;
+        /* A whole tile's rows as one copy of a size known here, which the compiler
+         * inlines: the general memcpy below is a library call per k (see run for the
+         * numbers). */
+        if (rows == 6 && mr == 6) {
+            for (Py_ssize_t k = 0; k < kc; k++) memcpy(dst + k * 6, src + k * p->lda, 24);
+            return;
+        }
+        if (rows == 12 && mr == 12) {
+            for (Py_ssize_t k = 0; k < kc; k++) memcpy(dst + k * 12, src + k * p->lda, 48);
+            return;
+        }
         for (Py_ssize_t k = 0; k < kc; k++) {
             memcpy(dst + k * mr, p->a + (k0 + k) * p->lda + i0, (size_t)rows * 4);
             for (int i = rows; i < mr; i++) dst[k * mr + i] = 0.0f;
@@ -944,10 +957,83 @@ static int pads_a(const Problem *p) {
            p->n >= 64 && p->lda % 1024 == 0;
 }
 
+#if ONNXVIZ_X86
+/* dst[i * ld + k] = src[k * lda + i] for i < m, k < kk: A given transposed (an NCHW
+ * image's K x M planes) copied into rows, 8 x 8 blocks transposed in registers. */
+__attribute__((target("avx2,fma"))) static void transpose_avx2(const float *src, Py_ssize_t lda,
+                                                              Py_ssize_t m, Py_ssize_t kk,
+                                                              float *dst, Py_ssize_t ld) {
+    Py_ssize_t i0 = 0;
+    for (; i0 + 8 <= m; i0 += 8) {
+        Py_ssize_t k0 = 0;
+        for (; k0 + 8 <= kk; k0 += 8) {
+            const float *s = src + k0 * lda + i0;
+            const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lda),
+                         r2 = _mm256_loadu_ps(s + 2 * lda), r3 = _mm256_loadu_ps(s + 3 * lda),
+                         r4 = _mm256_loadu_ps(s + 4 * lda), r5 = _mm256_loadu_ps(s + 5 * lda),
+                         r6 = _mm256_loadu_ps(s + 6 * lda), r7 = _mm256_loadu_ps(s + 7 * lda);
+            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+                         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+                         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+                         u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+                         u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+                         u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            float *d = dst + i0 * ld + k0;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (; k0 < kk; k0++)
+            for (int j = 0; j < 8; j++) dst[(i0 + j) * ld + k0] = src[k0 * lda + i0 + j];
+    }
+    for (; i0 < m; i0++)
+        for (Py_ssize_t k = 0; k < kk; k++) dst[i0 * ld + k] = src[k * lda + i0];
+}
+#endif
+
 /* gemm's loops (run_blocks), A first copied to a padded stride where `pads_a` says so: the
  * same tiles on the same values in the same order, so the same bits; only the addresses
- * differ.  Without the memory for the copy, A is read where it lies. */
+ * differ.  Without the memory for the copy, A is read where it lies.
+ *
+ * A given transposed (a_trans: an NCHW image, K planes of M pixels) is first copied into
+ * rows at the vector levels, 8 x 8 blocks at a time, and then read in place as any A: the
+ * same values in the same order, so the same bits as packing it tile by tile, which
+ * gathered each tile's 6 values of every k from K rows a plane apart (K cache lines,
+ * 4 KB apart at 32 x 32 px, so on one L1 set) and fed only the one or two panels of a
+ * 1x1 conv to few channels.  Up to TRANSPOSE_FLOATS of A (an image in L2): above it the
+ * copy's own traffic cost more than it saved (256 -> 64 channels at 56 x 56 px, 3.2 MB),
+ * and pack_a's inlined copy runs.  Zen 3, one thread (us, the old tile by tile packing
+ * -> this, alternated): a 1x1 conv of 96 -> 32 channels at 32 x 32 px 223 -> 180, 128 ->
+ * 64 at 16 x 16 103 -> 76, 32 -> 32 at 32 x 32 83 -> 60; packed tile by tile, 64 -> 256
+ * at 56 x 56 1918 -> 1689, 256 -> 64 2629 -> 1882; the diffusion UNet (its skip convs
+ * read a Concat's NCHW output) 0.97-0.98 of its time.  The same bits either way. */
+enum { TRANSPOSE_FLOATS = 128 * 1024 };
+
 static void run(const Problem *p, float *abuf) {
+#if ONNXVIZ_X86
+    if (p->a_trans && level >= 1 && p->m >= 8 && p->m * p->k <= TRANSPOSE_FLOATS) {
+        Py_ssize_t ld = p->k;
+        if (ld % 1024 == 0) ld += 16;
+        float *rows = aligned_alloc(64, ((size_t)(p->m * ld) * sizeof(float) + 63) / 64 * 64);
+        if (rows) {
+            transpose_avx2(p->a, p->lda, p->m, p->k, rows, ld);
+            Problem q = *p;
+            q.a = rows;
+            q.lda = ld;
+            q.a_trans = 0;
+            run(&q, abuf);
+            free(rows);
+            return;
+        }
+    }
+#endif
     if (!pads_a(p)) {
         run_blocks(p, abuf);
         return;
