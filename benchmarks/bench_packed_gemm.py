@@ -2,7 +2,8 @@
 _sgemm.c through kernels/packed_gemm.py) rather than OpenBLAS?  The measurement behind
 packed_gemm.use_for, to run again when the kernel, the CPU or OpenBLAS change.
 
-    python benchmarks/bench_packed_gemm.py [--rounds 15] [--shapes resnet,bert,nchw,cold,small]
+    python benchmarks/bench_packed_gemm.py [--rounds 15]
+                                           [--shapes resnet,bert,nchw,cold,small,transposed]
     ONNXVIZ_NATIVE=avx2 python benchmarks/bench_packed_gemm.py     # a lower level's paths
 
 Shapes: ResNet-50's 1x1 convs at batch 1 (rows = H*W: 3136, 784, 196, 49; the (C, M)
@@ -20,6 +21,12 @@ rounds (the machine is shared: alternating keeps a slow moment from landing on o
 * ``cold``: a decoder's products of few rows (GPT-2's and a Llama's weights), each call
   by another copy of the weight from a set larger than the caches, as a decoder's step
   reads each of its weights from memory once (the plain product only);
+* ``transposed``: a 1x1 conv reading an NCHW image into a channels-last output (a UNet's
+  skip convs after a Concat, Inception's 1x1s after one), M pixels, K input and N output
+  channels: OpenBLAS's weight by image (the NCHW conv's product, N x M) against gemm
+  given the image as A's transpose (a_trans: copied into rows first when it fits in L2,
+  else tile by tile); fused: with the bias and Relu (OpenBLAS's bias written first, its
+  Relu a pass after);
 * ``small``: products of a few thousand multiply-adds (a tiny decoder's, a token's by a
   small weight) up to just past packed_gemm.small_macs(), as a node calls them: numpy's
   matmul making its result against the held product (packed_gemm.held_product, C from
@@ -199,6 +206,47 @@ def _left(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
     )
 
 
+# (pixels, input channels, output channels): the UNets' skip convs and Inception v2's 1x1
+# convs after a Concat, then two past the size the kernel copies into rows.
+TRANSPOSED = [
+    (1024, 96, 32), (256, 128, 64), (64, 128, 64), (1024, 32, 32), (1024, 64, 64),
+    (784, 256, 64), (784, 320, 128), (196, 576, 224), (3136, 64, 256), (3136, 256, 64),
+]  # fmt: skip
+
+
+def _transposed(mod: Any, m: int, k: int, n: int, rounds: int) -> list[float]:
+    """(OpenBLAS, ours) for a 1x1 conv of an NCHW image x (k x m) by the weight (n x k):
+    OpenBLAS's w @ x (n x m, the NCHW conv's product) against gemm reading x as A's
+    transpose into a channels-last (m x n) output; then both with the bias and Relu."""
+    from onnxviz.runtime.kernels import blas, packed_gemm
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((k, m)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    planes = np.empty((n, m), np.float32)
+    rows = np.empty((m, n), np.float32)
+    p = packed_gemm.pack(np.ascontiguousarray(w.T), mod)
+
+    def blas_fused() -> None:
+        planes[...] = bias[:, None]
+        blas.gemm(w, x, planes, accumulate=True)
+        np.maximum(planes, 0, out=planes)
+
+    def ours(**kw: Any) -> None:
+        packed_gemm.matmul_packed(mod, x, p, rows, a_transposed=True, **kw)
+
+    return _time(
+        [
+            lambda: blas.gemm(w, x, planes),
+            ours,
+            blas_fused,
+            lambda: ours(bias=bias, act=packed_gemm.ACT_RELU),
+        ],
+        rounds,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -225,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(("cold", _cold, COLD))
     if "small" in args.shapes:
         runs.append(("small", _small, SMALL))
+    if "transposed" in args.shapes:
+        runs.append(("a_trans", _transposed, TRANSPOSED))
     with threadpool_limits(1):
         for name, fn, shapes in runs:
             print(f"{name:>9} {'M':>5} {'K':>5} {'N':>5} | {'plain: blas':>11} {'ours':>7}"
