@@ -18,11 +18,12 @@ installed).  Each is timed by its thread's CPU time (time.thread_time: another p
 on the core does not count), the runs alternated over ``--rounds`` rounds, each round's
 best of ``--repeat`` calls, the median of the rounds printed.
 
-    python benchmarks/bench_direct_conv.py [--repeat 10] [--rounds 5] [--shapes all|stem|r50|diff]
+    python benchmarks/bench_direct_conv.py [--repeat 10] [--rounds 5] [--shapes all|stem|r50|diff|WORDS]
                                            [--neighbour KB] [--spells SECONDS]
 
 ``--shapes stem``: only the few-input-channel stems (C = 3; the planes path of _conv.c);
-``--shapes r50``: only ResNet-50's 3x3 convs of 128 to 512 channels.
+``--shapes r50``: only ResNet-50's 3x3 convs of 128 to 512 channels.  Any other value:
+the shapes whose label contains one of its comma-separated words (``"diff 1x1,64 c"``).
 
 ``--neighbour KB``: while measuring, another process copies a buffer of KB kilobytes back
 and forth on another CPU (a neighbour on a shared host, as on CI machines).  On a 2-vCPU
@@ -113,6 +114,8 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("diff 3x3 64 c32", 32, 32, 64, 3, 1, 1),
     ("diff 3x3 64 c64", 64, 64, 64, 3, 1, 1),
     ("diff 3x3 64 c128", 128, 128, 64, 3, 1, 1),
+    ("diff 3x3 64 c96-32", 96, 32, 64, 3, 1, 1),
+    ("diff 3x3 32 c128", 128, 128, 32, 3, 1, 1),
     ("diff 3x3 32 c256", 256, 256, 32, 3, 1, 1),
     ("diff 3x3 8 c64", 64, 64, 8, 3, 1, 1),
     ("diff 3x3 8 c128", 128, 128, 8, 3, 1, 1),
@@ -123,6 +126,11 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("diff 1x1 8 c128-64", 128, 64, 8, 1, 1, 0),
     ("diff 1x1 16 c128-64", 128, 64, 16, 1, 1, 0),
     ("diff 1x1 16 c32-64", 32, 64, 16, 1, 1, 0),
+    ("diff 1x1 32 c128-64", 128, 64, 32, 1, 1, 0),
+    ("diff 1x1 32 c64", 64, 64, 32, 1, 1, 0),
+    ("diff 1x1 64 c96-32", 96, 32, 64, 1, 1, 0),
+    ("diff 1x1 64 c64-128", 64, 128, 64, 1, 1, 0),
+    ("diff 1x1 64 c256-128", 256, 128, 64, 1, 1, 0),
     ("diff 1x1 32 c96-32", 96, 32, 32, 1, 1, 0),
 ]
 STEM = ("r18 stem 7x7/2", "r50 stem 7x7/2 c64", "unet 3x3 128 c3-16", "mnv3 stem 3x3/2 c3-16")
@@ -344,6 +352,9 @@ def _selected(which: str) -> list[tuple[str, int, int, int, int, int, int]]:
         return [shape for shape in SHAPES if shape[0] in R50]
     if which == "diff":
         return [shape for shape in SHAPES if shape[0].startswith("diff")]
+    if which != "all":  # labels containing any of these comma-separated words
+        words = which.split(",")
+        return [shape for shape in SHAPES if any(word in shape[0] for word in words)]
     return list(SHAPES)
 
 
@@ -351,7 +362,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--shapes", choices=["all", "stem", "r50", "diff"], default="all")
+    parser.add_argument("--shapes", default="all")
     parser.add_argument("--neighbour", type=int, default=0, metavar="KB")
     parser.add_argument("--spells", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
