@@ -162,7 +162,8 @@ static void tile_generic(const Tile *t) {
 
 #if ONNXVIZ_X86
 /* Rows of the B panel ahead of the one multiplied that the first tile of a block asks
- * the L2 for (4 KB at AVX-512, 2 KB at AVX2).  A product of few rows of A is bound by
+ * the L2 for (4 KB ahead at AVX-512, its 32-float rows; the AVX2 tiles ask for twice as
+ * many of their 16-float rows, so 4 KB as well).  A product of few rows of A is bound by
  * reading the weight from memory, one sequential stream per tile, which the hardware
  * prefetcher alone served at 7.5 GB/s on a Sapphire Rapids core, where OpenBLAS's
  * matrix-vector product reads at 15: with the prefetch, 768 x 3072 weights from memory
