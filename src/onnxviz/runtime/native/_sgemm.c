@@ -68,6 +68,8 @@
 
 #if ONNXVIZ_X86
 #include <immintrin.h>
+
+#include "avx2_lanes.h"
 #endif
 #include "activations.h"
 
@@ -779,7 +781,7 @@ static void pack_a(const Problem *p, Py_ssize_t i0, int rows, Py_ssize_t k0, Py_
             return;
         }
         for (Py_ssize_t k = 0; k < kc; k++) {
-            memcpy(dst + k * mr, p->a + (k0 + k) * p->lda + i0, (size_t)rows * 4);
+            memcpy(dst + k * mr, src + k * p->lda, (size_t)rows * 4);
             for (int i = rows; i < mr; i++) dst[k * mr + i] = 0.0f;
         }
         return;
@@ -968,28 +970,10 @@ __attribute__((target("avx2,fma"))) static void transpose_avx2(const float *src,
     for (; i0 + 8 <= m; i0 += 8) {
         Py_ssize_t k0 = 0;
         for (; k0 + 8 <= kk; k0 += 8) {
-            const float *s = src + k0 * lda + i0;
-            const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lda),
-                         r2 = _mm256_loadu_ps(s + 2 * lda), r3 = _mm256_loadu_ps(s + 3 * lda),
-                         r4 = _mm256_loadu_ps(s + 4 * lda), r5 = _mm256_loadu_ps(s + 5 * lda),
-                         r6 = _mm256_loadu_ps(s + 6 * lda), r7 = _mm256_loadu_ps(s + 7 * lda);
-            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
-                         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
-                         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-                         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
-                         u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
-                         u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
-                         u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-            float *d = dst + i0 * ld + k0;
-            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + (k0 + j) * lda + i0);
+            onnxviz_transpose8(r); /* r[j]: pixel i0 + j's values k0 .. k0 + 7 */
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (i0 + j) * ld + k0, r[j]);
         }
         for (; k0 < kk; k0++)
             for (int j = 0; j < 8; j++) dst[(i0 + j) * ld + k0] = src[k0 * lda + i0 + j];

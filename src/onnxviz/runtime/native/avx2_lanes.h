@@ -1,7 +1,7 @@
 /* avx2_lanes.h: AVX2 helpers across the lanes of 8-float vectors, shared by the modules
- * that need them (_nbits, _nbits8, _channels, _pointwise, _conv).  Forced inline with the AVX2
- * target, so they compile into each caller's AVX2 code (the file has no -mavx).  Include
- * after immintrin.h, under the module's x86 guard. */
+ * that need them (_nbits, _nbits8, _channels, _pointwise, _conv, _sgemm).  Forced inline
+ * with the AVX2 target, so they compile into each caller's AVX2 code (the file has no
+ * -mavx).  Include after immintrin.h, under the module's x86 guard. */
 #ifndef ONNXVIZ_AVX2_LANES_H
 #define ONNXVIZ_AVX2_LANES_H
 
