@@ -350,9 +350,7 @@ def _selected(which: str) -> list[tuple[str, int, int, int, int, int, int]]:
         return [shape for shape in SHAPES if shape[0] in STEM]
     if which == "r50":
         return [shape for shape in SHAPES if shape[0] in R50]
-    if which == "diff":
-        return [shape for shape in SHAPES if shape[0].startswith("diff")]
-    if which != "all":  # labels containing any of these comma-separated words
+    if which != "all":  # labels containing any of these comma-separated words ("diff")
         words = which.split(",")
         return [shape for shape in SHAPES if any(word in shape[0] for word in words)]
     return list(SHAPES)
