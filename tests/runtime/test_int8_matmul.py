@@ -22,7 +22,11 @@ from onnxviz.runtime.fusion_int8_matmul import IntegerMatMulScaled
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.quantize import dynamic_quantize_linear
 from onnxviz.runtime.session import Session
-from tests.runtime.differential import assert_integer_matmuls_exact, assert_modes_agree
+from tests.runtime.differential import (
+    assert_integer_matmuls_exact,
+    assert_modes_agree,
+    stepped_values,
+)
 from tests.runtime.native_modules import at_level, compiled
 
 _LEVELS = [lv for lv in native.levels() if lv >= native.AVX2]
@@ -525,6 +529,101 @@ def test_a_nan_in_the_input_runs_the_nodes() -> None:
     model, feeds = _scaled_chain_model(16, 8, [4, 16], [8], False, [8], False, False, True, seed=5)
     feeds["x"][1, 3] = np.nan
     assert_modes_agree(model, feeds, rtol=0.0)
+
+
+_SCALE_SHAPES = {"scalar": [], "columns": [33], "1xcolumns": [1, 33]}
+_BIAS_SHAPES = {"none": None, "columns": [33], "one": [1]}
+
+
+@pytest.mark.skipif(not _LEVELS, reason="the held call runs the int8 products (AVX2)")
+@pytest.mark.parametrize("b_signed", [True, False])
+@pytest.mark.parametrize("scale_form", sorted(_SCALE_SHAPES))
+@pytest.mark.parametrize("bias_form", sorted(_BIAS_SHAPES))
+def test_held_call_runs_later_inputs_as_the_steps(
+    monkeypatch: pytest.MonkeyPatch, b_signed: bool, scale_form: str, bias_form: str
+) -> None:
+    """From the second run the node loop calls the chain's compiled call (`quick`,
+    native/_int8.c's held_rows_scaled): it takes every later run with the same constants,
+    inputs of other ranges and row counts among them, and gives the stepped run's
+    numbers bit for bit, without the Python call."""
+    model, feeds = _scaled_chain_model(
+        200, 33, [2, 9, 200], _SCALE_SHAPES[scale_form], False, _BIAS_SHAPES[bias_form],
+        True, False, b_signed, seed=11,
+    )  # fmt: skip
+    out = model.graph.output[0].name
+    python_calls = []
+    python_call = IntegerMatMulScaled.__call__
+
+    def counted(self: IntegerMatMulScaled, ex: Any, ins: list[Any]) -> list[Any]:
+        python_calls.append(1)
+        return python_call(self, ex, ins)
+
+    monkeypatch.setattr(IntegerMatMulScaled, "__call__", counted)
+    rng = np.random.default_rng(12)
+    for level in _LEVELS:
+        with at_level("int8", level):
+            session = Session(model)
+            session.run(feeds)
+            (chain,) = [
+                pn.fused
+                for pn in run_nodes(session.plan)
+                if isinstance(pn.fused, IntegerMatMulScaled)
+            ]
+            assert chain.quick is not None, f"level {level}"
+            python_calls.clear()
+            for shape, spread, shift in (
+                ([2, 9, 200], 1.0, 0.0), ([1, 40, 200], 30.0, 5.0), ([3, 1, 200], 1e-3, -2e-3)
+            ):  # fmt: skip
+                x = (rng.standard_normal(shape) * spread + shift).astype(np.float32)
+                got = session.run({"x": x})[out]
+                want = stepped_values(model, {"x": x})[out]
+                np.testing.assert_array_equal(got, want, err_msg=f"level {level}, {shape}")
+            assert not python_calls, f"level {level}: the held call declined a run"
+
+
+@pytest.mark.skipif(not _LEVELS, reason="the held call runs the int8 products (AVX2)")
+def test_held_call_declines_what_it_was_not_made_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called with anything but its case (A of another byte type, layout or width, a zero
+    point of another type, a scale of another length or type, another B), the held call
+    answers None (the node loop then makes the Python call) and writes nothing."""
+    model, feeds = _scaled_chain_model(64, 24, [5, 64], [24], False, [24], False, False, True, 3)
+    seen: list[list[Any]] = []
+    python_call = IntegerMatMulScaled.__call__
+
+    def recorded(self: IntegerMatMulScaled, ex: Any, ins: list[Any]) -> list[Any]:
+        seen.append(list(ins))
+        return python_call(self, ex, ins)
+
+    monkeypatch.setattr(IntegerMatMulScaled, "__call__", recorded)
+    session = Session(model)
+    session.run(feeds)
+    (chain,) = [
+        pn.fused for pn in run_nodes(session.plan) if isinstance(pn.fused, IntegerMatMulScaled)
+    ]
+    ins = seen[0]
+    a_at, b_at, za_at = chain.product_places[:3]
+    want = python_call(chain, None, ins)[0]  # type: ignore[arg-type]
+    np.testing.assert_array_equal(chain.quick(*ins), want)
+
+    def call_with(at: int, value: Any) -> Any:
+        args = list(ins)
+        args[at] = value
+        return chain.quick(*args)
+
+    a = ins[a_at]
+    wide = np.zeros((5, 65), a.dtype)
+    assert call_with(a_at, a.view(np.int8)) is None
+    assert call_with(a_at, np.asfortranarray(a)) is None
+    assert call_with(a_at, wide[:, :64]) is None  # not C-contiguous
+    assert call_with(a_at, wide) is None
+    assert call_with(a_at, a[0]) is None  # one row: a 1-D product
+    assert call_with(za_at, ins[za_at].view(np.int8)) is None
+    assert call_with(chain.scale_place, np.ones(25, np.float32)) is None
+    assert call_with(chain.scale_place, np.ones(24, np.float64)) is None
+    assert call_with(chain.scale_place, np.ones((1, 1, 24), np.float32)) is None  # a 3-D result
+    assert call_with(b_at, ins[b_at].copy()) is None
+    assert chain.quick(*ins, None) is None
+    np.testing.assert_array_equal(chain.quick(*ins), want)
 
 
 # ---- what quantize_dynamic writes --------------------------------------------------------

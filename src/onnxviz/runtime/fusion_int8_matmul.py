@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_qdq import only_reader
-from onnxviz.runtime.kernels import int8_products
+from onnxviz.runtime.kernels import _weight_cache, int8_products
 from onnxviz.runtime.plan import PlanNode, plain_kernel, run_steps, steps_node
 
 if TYPE_CHECKING:
@@ -125,6 +126,11 @@ class IntegerMatMulScaled:
             self.bias_place = place_of[next(s for s in add.inputs if s != mul.outputs[0])]
         # The last bias operand and its columns: a constant bias is read once.
         self._bias: tuple[Any, np.ndarray | None] = (None, None)
+        # The compiled call the node loop tries first (see the module doc): made on the
+        # first call the kernels take, for that call's constants.  `_held_tried`: made,
+        # or found that none can be.
+        self.quick: Any = None
+        self._held_tried = False
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         a, b, *zero_points = [ins[p] for p in self.product_places]
@@ -142,8 +148,43 @@ class IntegerMatMulScaled:
                     out = np.empty(acc.shape, dtype=_F32)
                     m = acc.size // n
                     mod.scale_columns(acc.reshape(-1), m, n, scale, bias, out.reshape(-1))
+                    if not self._held_tried:
+                        self._held_tried = True
+                        self.quick = self._held(mod, ins, bias)
                     return [out]
         return run_steps(ex, self.steps, self.place_of, ins)
+
+    def _held(self, mod: Any, ins: list[Any], bias: np.ndarray | bytes) -> Any:
+        """The compiled call for calls with this call's constants (B, its zero point, the
+        bias), or None: they are not frozen (the held call compares them by identity), or
+        B was not taken by gemm_rows (a zero point per column)."""
+        a, b, *zero_points = [ins[p] for p in self.product_places]
+        # The constants the call compares by identity, and their places among its arguments.
+        places, constants = [self.product_places[1]], [b]
+        zb = None
+        if len(zero_points) > 1:
+            zb = zero_points[1]
+            places.append(self.product_places[3])
+            constants.append(zb)
+        bias_v = None
+        if self.bias_place is not None:
+            bias_v = ins[self.bias_place]
+            places.append(self.bias_place)
+            constants.append(bias_v)
+        zb_one = int8_products.one_zero_point(zb, b.dtype)
+        if zb_one is None or not all(_weight_cache.frozen(c) for c in constants):
+            return None
+        za_at = self.product_places[2] if len(zero_points) > 0 else -1
+        try:
+            return mod.held_rows_scaled(
+                int8_products.packed_columns(mod, b, zb_one), a.dtype == np.int8,
+                None if isinstance(bias, bytes) else bias,
+                0 if bias_v is None else bias_v.ndim,
+                self.product_places[0], za_at, self.scale_place, len(ins), tuple(places),
+                tuple(constants), quiet_loop.decline, *native.held_arrays(),
+            )  # fmt: skip
+        except ValueError:  # a constant at the first place (the held calls' image)
+            return None
 
     def _bias_columns(self, ins: list[Any], n: int, rank: int) -> np.ndarray | bytes | None:
         """The bias as n float32 columns, b'' without an Add, or None (not its shape)."""
