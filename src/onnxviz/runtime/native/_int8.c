@@ -78,6 +78,9 @@
  *       a second pair in QuantizeLinear's own steps (the MatMul's bias Add)
  *   dynamic_quantize(x, out) -> (status, scale, zero point)
  *       DynamicQuantizeLinear in float32 steps: x's range, then quantize
+ *   held_qdq(...), held_rows_scaled(...) -> callables the node loop calls (held_call.h):
+ *       a QuantizeLinear -> DequantizeLinear pair's qdq, and a dynamic-quantized MatMul's
+ *       gemm_rows product and scale_columns pass, for the constants they were made for
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
