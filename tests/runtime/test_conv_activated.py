@@ -92,12 +92,16 @@ def _compiled_conv() -> bool:
 
 
 class _Spy:
-    """Counts the chain's compiled activated calls that ran (returned an output)."""
+    """Counts the chain's compiled activated calls that ran (returned an output): its
+    prepared call's, and its held form's (the `quick` the node loop calls from the
+    second run on: `held` counts those)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.ran = 0
         self.with_addend = 0
+        self.held = 0
         real = fusion.ConvChain._conv_activated
+        real_hold = fusion.ConvChain._hold_nchw
 
         def spy(chain: Any, x: Any, prepared: Any, act: Any, addend: Any = None) -> Any:
             y = real(chain, x, prepared, act, addend)
@@ -105,7 +109,24 @@ class _Spy:
             self.with_addend += y is not None and addend is not None
             return y
 
+        def hold(chain: Any, ins: Any, x: Any, act: Any) -> None:
+            real_hold(chain, ins, x, act)
+            quick = chain.quick
+            if quick is None:
+                return
+
+            def counted(*args: Any) -> Any:
+                y = quick(*args)
+                if y is not None:
+                    self.ran += 1
+                    self.held += 1
+                    self.with_addend += chain.residual is not None
+                return y
+
+            chain.quick = counted
+
         monkeypatch.setattr(fusion.ConvChain, "_conv_activated", spy)
+        monkeypatch.setattr(fusion.ConvChain, "_hold_nchw", hold)
 
 
 GEOMETRIES = [
@@ -129,6 +150,8 @@ def test_the_activated_conv_gives_the_stepped_runs_bits(
     assert_modes_agree(model, feeds, rtol=0.0)
     if _compiled_conv():
         assert spy.ran >= 2  # the fused runs took the compiled call
+        # a 2-D conv's second run: the call's held form, in C (a 1-D one's: the call)
+        assert spy.held == (1 if geometry[0] == 2 else 0)
     else:
         assert spy.ran == 0
 
@@ -226,6 +249,7 @@ def test_a_residual_goes_to_the_same_call_with_the_stepped_runs_bits(
     assert_modes_agree(model, feeds, rtol=_residual_rtol())
     if _compiled_conv():
         assert spy.with_addend >= 2  # the fused runs handed the residual to the call
+        assert spy.held == (1 if geometry[0] == 2 and not relu else 0)
     else:
         assert spy.ran == 0
 
@@ -239,3 +263,4 @@ def test_a_strided_residual_is_added_after_the_kernel_with_the_same_bits(
     assert_modes_agree(model, feeds, rtol=_residual_rtol())
     if _compiled_conv():
         assert spy.with_addend >= 2
+        assert spy.held == 0  # a strided residual: the held call hands it back

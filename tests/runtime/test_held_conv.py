@@ -650,3 +650,139 @@ def test_a_model_runs_the_held_convs_after_its_first_run(monkeypatch):
                 np.testing.assert_allclose(first, stepped, rtol=0, atol=2e-5 * scale)
     assert_modes_agree(model, feeds)
     _weight_cache.clear()
+
+
+# ---- an NCHW chain's conv (fusion.ConvChain._hold_nchw) -----------------------------------
+
+
+def _prepared_nchw(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, **attrs: Any) -> Any:
+    """The NCHW conv's prepared direct call (nn_conv.prepared_nchw), which must take the
+    kernel's own NCHW form here."""
+    from onnxviz.runtime.kernels.nn_conv import prepared_nchw
+
+    call = prepared_nchw(x, w, None, b, attrs)
+    assert call is not None and not call.run.rows
+    return call
+
+
+# (N, C, H, W, M, kernel, stride, pads): a small image's 3x3 (a diffusion UNet's), a
+# strided one, a 5x5 with partial channel vectors and two images
+_NCHW_GEOMETRIES = [
+    (1, 16, 12, 12, 24, 3, 1, 1),
+    (1, 8, 11, 9, 16, 3, 2, 1),
+    (2, 5, 7, 8, 9, 5, 1, 2),
+]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_held_nchw_conv_gives_the_prepared_calls_bits(level):
+    """The held form of an NCHW chain's conv (native/_conv.c's `held` with x_first and
+    out_first) gives its prepared call's bits, with and without bias, residual and
+    activation, into a new C-contiguous, 64-byte aligned NCHW output."""
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(40 + level)
+    with at_level("conv", level):
+        for n, c, h, wd, m, k, s, p in _NCHW_GEOMETRIES:
+            x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+            w = (rng.standard_normal((m, c, k, k)) * 0.2).astype(np.float32)
+            for bias in (True, False):
+                b = rng.standard_normal(m).astype(np.float32) if bias else None
+                call = _prepared_nchw(x, w, b, kernel_shape=[k, k], strides=[s, s], pads=[p] * 4)
+                oh, ow = call.run.out_shape[2:]
+                r = rng.standard_normal((n, m, oh, ow)).astype(np.float32)
+                for act in ACTS:
+                    for residual in (None, r):
+                        consts = (object(), object())
+                        fallback = _Fallback()
+                        nargs = 3 if residual is None else 4
+                        held = call.held(
+                            act, nargs, None if residual is None else 3, (1, 2), consts, fallback
+                        )
+                        args = (x, *consts) + (() if residual is None else (residual,))
+                        got = held(*args)
+                        want = call(x, residual, act)
+                        assert type(got) is np.ndarray and got.shape == (n, m, oh, ow)
+                        assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
+                        np.testing.assert_array_equal(got, want)
+                        assert not fallback.calls
+                        if residual is not None:  # never written over
+                            assert not np.shares_memory(got, residual)
+
+
+def test_every_call_the_held_nchw_conv_does_not_take_goes_to_the_fallback():
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    call = _prepared_nchw(x, w, None, kernel_shape=[3, 3], pads=[1] * 4)
+    r = rng.standard_normal((1, 24, 12, 12)).astype(np.float32)
+    consts = (object(), object())
+    fallback = _Fallback()
+    held = call.held(None, 4, 3, (1, 2), consts, fallback)
+    np.testing.assert_array_equal(held(x, *consts, r), call(x, r))
+    declined = [
+        (_channels_last(x), *consts, r),  # channels-last image
+        (x[:, :, :, :11], *consts, r[:, :, :, :11]),  # another shape (and a strided view)
+        (x.astype(np.float64), *consts, r),
+        (x, *consts, _channels_last(r)),  # a channels-last residual
+        (x, *consts, r[:, :, ::-1]),  # a strided residual
+        (x, *consts, r[:, :12]),  # a residual of another shape
+        (x, object(), consts[1], r),  # another constant
+        (x, *consts),  # another argument count
+    ]
+    for args in declined:
+        _declined(held, fallback, args)
+    for level in [lvl for lvl in LEVELS if lvl != native.cpu_level()]:
+        with at_level("conv", level):  # another level than the one it was made at
+            native.load("conv").set_level(level)
+            _declined(held, fallback, (x, *consts, r))
+    native.load("conv").set_level(native.cpu_level())
+    np.testing.assert_array_equal(held(x, *consts, r), call(x, r))
+
+
+def test_a_diffusion_like_chain_runs_its_nchw_convs_held(monkeypatch):
+    """GroupNorm between the convs keeps them NCHW (a diffusion UNet's block): from the
+    second run the chains' quick calls are the held NCHW convs, the runs give the first
+    run's bits and the stepped run's numbers."""
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(8)
+    c, size = 32, 16
+    nodes, inits = [], []
+    for name in ("a", "b"):
+        inits += [
+            _init(f"w{name}", rng.standard_normal((c, c, 3, 3)) * 0.1),
+            _init(f"b{name}", rng.standard_normal(c) * 0.1),
+        ]
+    inits += [
+        numpy_helper.from_array(np.array([1, 8, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.array([1, c, size, size], np.int64), "back"),
+        _init("gs", np.ones(8)),
+        _init("gb", np.zeros(8)),
+    ]
+    nodes += [
+        helper.make_node("Conv", ["x", "wa", "ba"], ["h"], pads=[1] * 4),
+        helper.make_node("Reshape", ["h", "groups"], ["g"]),
+        helper.make_node("InstanceNormalization", ["g", "gs", "gb"], ["gn"]),
+        helper.make_node("Reshape", ["gn", "back"], ["n"]),
+        helper.make_node("Sigmoid", ["n"], ["sg"]),
+        helper.make_node("Mul", ["n", "sg"], ["silu"]),
+        helper.make_node("Conv", ["silu", "wb", "bb"], ["y"], pads=[1] * 4),
+        helper.make_node("Add", ["y", "x"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, c, size, size)).astype(np.float32)}
+    assert_modes_agree(model, feeds)
+    session = Session(model)
+    first = session.run(feeds)["out"]
+    chains = [pn.fused for pn in run_nodes(session.plan) if isinstance(pn.fused, fusion.ConvChain)]
+    assert len(chains) == 2 and all(chain.quick is not None for chain in chains)
+    assert {chain.residual is not None for chain in chains} == {False, True}
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(feeds)["out"], first)

@@ -657,6 +657,8 @@ class ConvChain:
             if act is not None:
                 y = self._conv_activated(x, prepared, act)
                 if y is not None:
+                    if not self._held_tried:
+                        self._hold_nchw(ins, x, act)
                     return [y]
         if self.residual is None:
             # A plain NCHW conv by the direct kernel: its prepared call for this shape,
@@ -666,6 +668,8 @@ class ConvChain:
             y = None if self.activation is not None else self._conv_activated(x, prepared, _NO_ACT)
             if y is None:
                 y = ex.call_kernel(self.conv, [x, prepared[0], prepared[1]])[0]
+            elif not self._held_tried:
+                self._hold_nchw(ins, x, None)
         else:
             spec = self.conv.spec
             if spec is None or spec.needs_ctx:
@@ -690,6 +694,8 @@ class ConvChain:
                     y = self._conv_activated(x, prepared, None, addend)
                     if y is None:
                         y = spec.fn(x, prepared[0], prepared[1], addend=addend, **self.conv.attrs)
+                    elif not self._held_tried and self.activation is None:
+                        self._hold_nchw(ins, x, None)
             except Exception:  # the steps one by one raise it with the right node named
                 return self._one_by_one(ex, ins)
         return [self._activate(y, ins)]
@@ -752,6 +758,26 @@ class ConvChain:
             # A window past the conv's padded output (the held conv refuses it): the
             # chain's own call runs the pool kernel, which answers as stepping does.
             self.quick = None
+
+    def _hold_nchw(self, ins: list[Any], x: np.ndarray, act: Activation | None) -> None:
+        """Make `quick` for an NCHW conv its prepared direct call just ran (activation
+        ``act`` in the kernel, or none; the residual, when the chain adds one, in the
+        kernel's epilogue): that call's compiled form (`nn_conv._PreparedNchw.held`: the
+        same kernel and arguments, so the same bits, without the 10-15 us of Python each
+        of a diffusion UNet's 32 px convs spent around its kernel).  Not with a pool after
+        the conv (the node's output is the pool's).  (A chain whose layout declined this
+        call's NCHW input gets it too: the compiled call takes C-contiguous NCHW images
+        only, and hands every other to the chain's own call.)"""
+        self._held_tried = True
+        if self.pool is not None:
+            return
+        held = getattr(self._activated.get(x.shape), "held", None)
+        if held is None:
+            return
+        self.quick = held(
+            act, len(ins), self.residual, tuple(self._places or ()), tuple(self._key or ()),
+            quiet_loop.decline,
+        )  # fmt: skip
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:
         act = self.activation

@@ -936,18 +936,55 @@ def prepared_nchw(
         module, chan, direct_weight(w, packed, lanes), bias, lanes, x.shape, m, kernel,
         strides, dilations, pads, out_shape, rows,
     )  # fmt: skip
-    shape, out_nchw = tuple(x.shape), run.out_shape
+    return _PreparedNchw(run, tuple(x.shape))
 
-    def call(
-        xi: Any, addend: Any, act: tuple[int, float, float] | None = None
+
+class _PreparedNchw:
+    """`prepared_nchw`'s call: ``call(x, addend, act=None)`` -> the output, or None (not
+    a call it takes); `held` makes its compiled form."""
+
+    def __init__(self, run: _DirectCall, shape: tuple[int, ...]) -> None:
+        self.run = run
+        self.shape = shape
+        self.lanes = run.lanes
+
+    def __call__(
+        self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if not _call_takes(xi, shape, addend, out_nchw):
+        run = self.run
+        if not _call_takes(xi, self.shape, addend, run.out_shape):
             return None
-        if native.load("conv") is not module or module.lanes() != lanes:
+        module = native.load("conv")
+        if module is None or module is not run.module or module.lanes() != self.lanes:
             return None  # the level changed: the layers decide again
         return run(xi, addend, act)
 
-    return call
+    def held(
+        self,
+        act: tuple[int, float, float] | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+    ) -> Any:
+        """The compiled form of calls like ``self(x, addend, act)`` from a fused node's
+        inputs (native/_conv.c's `held` with `x_first` and `out_first`: the same kernel,
+        arguments and so bits, without the Python around it), x its first input and the
+        addend at ``residual``; None on the rows route (its copies are Python's).  Its
+        output is always new: the kernel's plane epilogue may store a sum before it reads
+        the addend there, so it never writes over the residual."""
+        run = self.run
+        module = native.load("conv")
+        if run.rows or module is None or module is not run.module:
+            return None
+        (n, h, wd, c), kernel, out_hw, strides, dilations, pads = run.geometry
+        code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
+        return module.held(
+            run.wp, False, run.lanes, run.b, (n, h, wd, c), kernel, out_hw, strides, dilations,
+            pads, code, lo, hi, nargs, -1 if residual is None else residual, places, expect,
+            fallback, *native.held_arrays(), True, False, None, True,
+        )  # fmt: skip
 
 
 def prepared_pointwise(

@@ -1579,7 +1579,9 @@ static PyObject *py_conv_blocked(PyObject *self, PyObject *args) {
  * the chain adds one, the level it was made at) and runs the kernel into a new 64-byte
  * aligned channels-last output, with the bias, residual and activation: _Direct's own
  * call, so its bits, from the run loop's call to the result in C (the Python layers cost
- * 20-60 us a conv in ResNet-50's run).  A call it does not take returns
+ * 20-60 us a conv in ResNet-50's run).  With `out_first` (an NCHW chain's conv: the
+ * kernel reading and writing NCHW, nn_conv.py's _DirectCall), the residual and the output
+ * are C-contiguous channels-first instead.  A call it does not take returns
  * `fallback(*args)` (quiet_loop.decline: the loop then makes the chain's own call). */
 typedef struct {
     PyObject_HEAD
@@ -1696,8 +1698,12 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
                                                  g->w))
         goto other;
     const int have_add = h->residual >= 0;
-    if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n, g->m,
-                                                g->oh, g->ow)) {
+    const Py_ssize_t out_planes[4] = {g->n, g->m, g->oh, g->ow};
+    if (have_add &&
+        (g->out_first
+             ? !onnxviz_array_view(args[h->residual], h->ndarray, &db, 'f', 4, out_planes)
+             : !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n, g->m,
+                                           g->oh, g->ow))) {
         PyBuffer_Release(&xb);
         goto other;
     }
@@ -1722,8 +1728,8 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         out = Py_NewRef(args[h->residual]);
         out_data = db.buf;
     } else {
-        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->oh,
-                                        g->ow, &out_data);
+        out = onnxviz_new_aligned(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->oh, g->ow,
+                                  g->out_first, &out_data);
     }
     if (out && call_run(&self->c, xb.buf, hw->wb.buf, held_weights_bias(hw),
                         have_add ? db.buf : NULL, out_data, self->act, self->lo, self->hi) < 0)
@@ -1749,14 +1755,21 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     int blocked, vl, act;
     float lo, hi;
     Py_ssize_t nargs, residual;
-    int x_first = 0, inplace = 0;
+    int x_first = 0, inplace = 0, out_first = 0;
     PyObject *pool = Py_None;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|ppO:held", &wo,
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|ppOp:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
                           &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
-                          &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace, &pool))
+                          &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace, &pool,
+                          &out_first))
         return NULL;
+    if (out_first && (blocked || pool != Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "held: a channels-first output is the direct kernel's, unpooled");
+        return NULL;
+    }
+    g->out_first = out_first;
     PoolGeometry pg;
     memset(&pg, 0, sizeof pg);
     if (pool != Py_None) {
@@ -1796,7 +1809,9 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     obj->lo = lo;
     obj->hi = hi;
     obj->level = level;
-    obj->inplace = inplace && !blocked && residual > 0;
+    /* Not over a channels-first residual: the generic level's plane epilogue stores the
+     * sums before it reads the addend at the same place (epilogue_planes). */
+    obj->inplace = inplace && !blocked && residual > 0 && !out_first;
     obj->pool = pool != Py_None;
     obj->pg = pg;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
@@ -1846,7 +1861,8 @@ static PyMethodDef methods[] = {
     {"held", py_held, METH_VARARGS,
      "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
      "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
-     "empty, uint8, float32, x_first=False, inplace=False, pool=None) -> a callable: f(*args) = "
+     "empty, uint8, float32, x_first=False, inplace=False, pool=None, out_first=False) -> a "
+     "callable: f(*args) = "
      "conv_blocked's "
      "(blocked) or conv_nhwc's conv of args[0] (N, C, H, W), channels-last (or, x_first, "
      "C-contiguous: conv_nhwc's layout bit 0), + args[residual] "
@@ -1856,7 +1872,9 @@ static PyMethodDef methods[] = {
      "dies at the call) written over a residual only the caller and its slot hold, and "
      "returned; with `pool` ((kh, kw), (sh, sw), (top, left, bottom, right) pads; no "
      "residual) the max pool of that output instead, (N, M, OH', OW') channels-last, "
-     "computed band by band; any other call is fallback(*args)."},
+     "computed band by band; with `out_first` (the direct kernel, no pool) the residual and "
+     "the output C-contiguous (N, M, OH, OW) instead (conv_nhwc's layout bit 1; never in "
+     "place); any other call is fallback(*args)."},
     {"lanes", py_lanes, METH_NOARGS,
      "lanes(): the vector width (floats) the weight must be packed for at this level."},
     {"set_level", py_set_level, METH_O,

@@ -195,13 +195,14 @@ static int onnxviz_channels_last_view(PyObject *obj, PyObject *ndarray, Py_buffe
     return layout == ONNXVIZ_NHWC;
 }
 
-/* A new float32 (n, m, h, w) ndarray laid out channels-last whose data starts at a
- * multiple of 64 bytes (kernels/nn_conv.py's aligned_empty and its transposed view, in
- * two calls: empty(bytes, uint8), then ndarray(shape, float32, that buffer, offset,
+/* A new float32 (n, m, h, w) ndarray whose data starts at a multiple of 64 bytes, laid
+ * out channels-last (the (N, H, W, C) array's transposed view) or, with `channels_first`,
+ * C-contiguous (kernels/nn_conv.py's aligned_empty, and its transposed view, in two
+ * calls: empty(bytes, uint8), then ndarray(shape, float32, that buffer, offset,
  * strides)); its first float in *data.  NULL with the error set. */
-static PyObject *onnxviz_new_channels_last(PyObject *empty, PyObject *ndarray, PyObject *u8,
-                                           PyObject *f32, Py_ssize_t n, Py_ssize_t m,
-                                           Py_ssize_t h, Py_ssize_t w, float **data) {
+static PyObject *onnxviz_new_aligned(PyObject *empty, PyObject *ndarray, PyObject *u8,
+                                     PyObject *f32, Py_ssize_t n, Py_ssize_t m, Py_ssize_t h,
+                                     Py_ssize_t w, int channels_first, float **data) {
     const Py_ssize_t bytes = n * m * h * w * 4;
     const Py_ssize_t raw_size = bytes + 64;
     PyObject *raw = onnxviz_new_array(empty, u8, 1, &raw_size);
@@ -216,7 +217,10 @@ static PyObject *onnxviz_new_channels_last(PyObject *empty, PyObject *ndarray, P
     PyBuffer_Release(&rb);
     PyObject *out = NULL;
     PyObject *shape = Py_BuildValue("(nnnn)", n, m, h, w);
-    PyObject *strides = Py_BuildValue("(nnnn)", h * w * m * 4, (Py_ssize_t)4, w * m * 4, m * 4);
+    PyObject *strides =
+        channels_first
+            ? Py_BuildValue("(nnnn)", m * h * w * 4, h * w * 4, w * 4, (Py_ssize_t)4)
+            : Py_BuildValue("(nnnn)", h * w * m * 4, (Py_ssize_t)4, w * m * 4, m * 4);
     PyObject *offset = PyLong_FromSsize_t(start);
     if (shape && strides && offset) {
         PyObject *args[5] = {shape, f32, raw, offset, strides};
@@ -227,6 +231,13 @@ static PyObject *onnxviz_new_channels_last(PyObject *empty, PyObject *ndarray, P
     Py_XDECREF(offset);
     Py_DECREF(raw);
     return out;
+}
+
+/* onnxviz_new_aligned's channels-last array. */
+static PyObject *onnxviz_new_channels_last(PyObject *empty, PyObject *ndarray, PyObject *u8,
+                                           PyObject *f32, Py_ssize_t n, Py_ssize_t m,
+                                           Py_ssize_t h, Py_ssize_t w, float **data) {
+    return onnxviz_new_aligned(empty, ndarray, u8, f32, n, m, h, w, 0, data);
 }
 
 /* x (read) and y (written), float32 buffers of one length, for an elementwise function
