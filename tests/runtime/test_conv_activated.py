@@ -109,8 +109,8 @@ class _Spy:
             self.with_addend += y is not None and addend is not None
             return y
 
-        def hold(chain: Any, ins: Any, x: Any, act: Any) -> None:
-            real_hold(chain, ins, x, act)
+        def hold(chain: Any, ins: Any, x: Any, act: Any, spread: bool = False) -> None:
+            real_hold(chain, ins, x, act, spread)
             quick = chain.quick
             if quick is None:
                 return

@@ -707,6 +707,18 @@ def test_the_held_nchw_conv_gives_the_prepared_calls_bits(level):
                         assert not fallback.calls
                         if residual is not None:  # never written over
                             assert not np.shares_memory(got, residual)
+                # a time embedding: one value per item and channel, added after the kernel
+                for e_shape in [(1, m, 1, 1), (m, 1, 1), (n, m, 1, 1), (n, 1, 1, 1), ()]:
+                    e = rng.standard_normal(e_shape).astype(np.float32)
+                    consts = (object(), object())
+                    fallback = _Fallback()
+                    held = call.held(None, 4, 3, (1, 2), consts, fallback, True)
+                    got = held(x, *consts, e)
+                    want = call(x, None)
+                    np.add(want, e, out=want)  # the chain's broadcast add
+                    assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
+                    np.testing.assert_array_equal(got, want)
+                    assert not fallback.calls
 
 
 def test_every_call_the_held_nchw_conv_does_not_take_goes_to_the_fallback():
@@ -732,6 +744,21 @@ def test_every_call_the_held_nchw_conv_does_not_take_goes_to_the_fallback():
     ]
     for args in declined:
         _declined(held, fallback, args)
+    spread = call.held(None, 4, 3, (1, 2), consts, fallback, True)
+    e = rng.standard_normal((1, 24, 1, 1)).astype(np.float32)
+    np.testing.assert_array_equal(spread(x, *consts, e), call(x, None) + e)
+    for args in [
+        (x, *consts, r),  # a residual of the output's shape
+        (x, *consts, rng.standard_normal((1, 24, 2, 1)).astype(np.float32)),
+        (x, *consts, rng.standard_normal((1, 23, 1, 1)).astype(np.float32)),
+        (x, *consts, rng.standard_normal((2, 24, 1, 1)).astype(np.float32)),  # one image
+        (x, *consts, rng.standard_normal((1, 1, 24, 1, 1)).astype(np.float32)),  # 5 axes
+        (x, *consts, e.astype(np.float64)),
+        (x, *consts, np.broadcast_to(e, (1, 24, 1, 1))[:, ::-1]),  # a strided view
+    ]:
+        _declined(spread, fallback, args)
+    with pytest.raises(ValueError):  # an activation with a spread residual
+        call.held((ACT_RELU, NAN, NAN), 4, 3, (1, 2), consts, fallback, True)
     for level in [lvl for lvl in LEVELS if lvl != native.cpu_level()]:
         with at_level("conv", level):  # another level than the one it was made at
             native.load("conv").set_level(level)
@@ -741,9 +768,10 @@ def test_every_call_the_held_nchw_conv_does_not_take_goes_to_the_fallback():
 
 
 def test_a_diffusion_like_chain_runs_its_nchw_convs_held(monkeypatch):
-    """GroupNorm between the convs keeps them NCHW (a diffusion UNet's block): from the
-    second run the chains' quick calls are the held NCHW convs, the runs give the first
-    run's bits and the stepped run's numbers."""
+    """GroupNorm between the convs keeps them NCHW (a diffusion UNet's block, its time
+    embedding added to the first conv's output, the block's input to the second's): from
+    the second run the chains' quick calls are the held NCHW convs, the runs give the
+    first run's bits and the stepped run's numbers."""
     compiled("conv", "the numpy convs run")
     rng = np.random.default_rng(8)
     c, size = 32, 16
@@ -760,7 +788,8 @@ def test_a_diffusion_like_chain_runs_its_nchw_convs_held(monkeypatch):
         _init("gb", np.zeros(8)),
     ]
     nodes += [
-        helper.make_node("Conv", ["x", "wa", "ba"], ["h"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "wa", "ba"], ["h0"], pads=[1] * 4),
+        helper.make_node("Add", ["h0", "temb"], ["h"]),  # the time embedding
         helper.make_node("Reshape", ["h", "groups"], ["g"]),
         helper.make_node("InstanceNormalization", ["g", "gs", "gb"], ["gn"]),
         helper.make_node("Reshape", ["gn", "back"], ["n"]),
@@ -772,17 +801,26 @@ def test_a_diffusion_like_chain_runs_its_nchw_convs_held(monkeypatch):
     graph = helper.make_graph(
         nodes,
         "block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size]),
+            helper.make_tensor_value_info("temb", TensorProto.FLOAT, [1, c, 1, 1]),
+        ],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"x": rng.standard_normal((1, c, size, size)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((1, c, size, size)).astype(np.float32),
+        "temb": rng.standard_normal((1, c, 1, 1)).astype(np.float32),
+    }
     assert_modes_agree(model, feeds)
     session = Session(model)
     first = session.run(feeds)["out"]
     chains = [pn.fused for pn in run_nodes(session.plan) if isinstance(pn.fused, fusion.ConvChain)]
     assert len(chains) == 2 and all(chain.quick is not None for chain in chains)
-    assert {chain.residual is not None for chain in chains} == {False, True}
+    assert all(chain.residual is not None for chain in chains)
     for _ in range(2):
         np.testing.assert_array_equal(session.run(feeds)["out"], first)
+    # another time embedding: the held call's result, the stepped run's bits
+    feeds["temb"] = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
+    np.testing.assert_array_equal(session.run(feeds)["out"], stepped_values(model, feeds)["out"])

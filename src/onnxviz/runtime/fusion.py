@@ -685,6 +685,8 @@ class ConvChain:
                     y = self._conv_activated(x, prepared, _NO_ACT)
                     if y is None:
                         y = spec.fn(x, prepared[0], prepared[1], **self.conv.attrs)
+                    elif not self._held_tried and self.activation is None:
+                        self._hold_nchw(ins, x, None, spread=True)
                     np.add(y, addend, out=y)
                 else:
                     # A residual of the output's shape: the prepared call takes it (into
@@ -759,13 +761,17 @@ class ConvChain:
             # chain's own call runs the pool kernel, which answers as stepping does.
             self.quick = None
 
-    def _hold_nchw(self, ins: list[Any], x: np.ndarray, act: Activation | None) -> None:
+    def _hold_nchw(
+        self, ins: list[Any], x: np.ndarray, act: Activation | None, spread: bool = False
+    ) -> None:
         """Make `quick` for an NCHW conv its prepared direct call just ran (activation
         ``act`` in the kernel, or none; the residual, when the chain adds one, in the
         kernel's epilogue): that call's compiled form (`nn_conv._PreparedNchw.held`: the
         same kernel and arguments, so the same bits, without the 10-15 us of Python each
         of a diffusion UNet's 32 px convs spent around its kernel).  Not with a pool after
-        the conv (the node's output is the pool's).  (A chain whose layout declined this
+        the conv (the node's output is the pool's).  ``spread``: the residual is one value
+        per item and channel (a time embedding), which the held call adds after its kernel
+        as numpy's broadcast add does here.  (A chain whose layout declined this
         call's NCHW input gets it too: the compiled call takes C-contiguous NCHW images
         only, and hands every other to the chain's own call.)"""
         self._held_tried = True
@@ -776,7 +782,7 @@ class ConvChain:
             return
         self.quick = held(
             act, len(ins), self.residual, tuple(self._places or ()), tuple(self._key or ()),
-            quiet_loop.decline,
+            quiet_loop.decline, spread,
         )  # fmt: skip
 
     def _activate(self, y: np.ndarray, ins: list[Any]) -> np.ndarray:

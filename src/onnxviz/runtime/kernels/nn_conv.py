@@ -967,13 +967,16 @@ class _PreparedNchw:
         places: tuple[int, ...],
         expect: tuple[Any, ...],
         fallback: Any,
+        spread: bool = False,
     ) -> Any:
         """The compiled form of calls like ``self(x, addend, act)`` from a fused node's
         inputs (native/_conv.c's `held` with `x_first` and `out_first`: the same kernel,
         arguments and so bits, without the Python around it), x its first input and the
         addend at ``residual``; None on the rows route (its copies are Python's).  Its
         output is always new: the kernel's plane epilogue may store a sum before it reads
-        the addend there, so it never writes over the residual."""
+        the addend there, so it never writes over the residual.  With ``spread`` (no
+        activation) the residual is one value per item and channel, added after the
+        kernel as numpy's broadcast add adds it after ``self(x, None)``."""
         run = self.run
         module = native.load("conv")
         if run.rows or module is None or module is not run.module:
@@ -983,7 +986,7 @@ class _PreparedNchw:
         return module.held(
             run.wp, False, run.lanes, run.b, (n, h, wd, c), kernel, out_hw, strides, dilations,
             pads, code, lo, hi, nargs, -1 if residual is None else residual, places, expect,
-            fallback, *native.held_arrays(), True, False, None, True,
+            fallback, *native.held_arrays(), True, False, None, True, spread,
         )  # fmt: skip
 
 

@@ -1591,6 +1591,7 @@ typedef struct {
     Call c;
     int act, level, inplace;
     float lo, hi;
+    int spread;     /* the residual is one value per item and channel (out_first only) */
     int pool;       /* a max pool of the conv's output follows (call_run_pooled) */
     PoolGeometry pg; /* its window, strides and pads; oh, ow: its output's size */
 } Held;
@@ -1685,6 +1686,55 @@ static int call_run_pooled(const Call *c, const PoolGeometry *pg, const float *x
     return 0;
 }
 
+/* A `spread` held call (its image's buffer in *xb, released here): the residual a
+ * C-contiguous float32 array of at most four axes, (N or 1, M or 1, 1, 1) once numpy's
+ * broadcasting pads its shape on the left: one value per item and channel, a diffusion
+ * UNet's time embedding.  The conv runs without it into a new NCHW output, then each
+ * plane gets its value added, one float32 rounding each: numpy's broadcast add after the
+ * conv (fusion.ConvChain's), so its bits.  Any other residual goes to the fallback. */
+static PyObject *held_spread(Held *self, PyObject *const *args, size_t nargsf,
+                             PyObject *kwnames, Py_buffer *xb) {
+    const HeldCall *h = &self->call;
+    const Geometry *const g = &self->c.g;
+    Py_buffer eb;
+    if (!onnxviz_array_view(args[h->residual], h->ndarray, &eb, 'f', -1, NULL)) {
+        PyBuffer_Release(xb);
+        return held_call_other(h, args, nargsf, kwnames);
+    }
+    Py_ssize_t shape[4] = {1, 1, 1, 1};
+    int ok = eb.ndim <= 4;
+    for (int i = 0; ok && i < eb.ndim; i++) shape[4 - eb.ndim + i] = eb.shape[i];
+    ok = ok && (shape[0] == 1 || shape[0] == g->n) && (shape[1] == 1 || shape[1] == g->m) &&
+         shape[2] == 1 && shape[3] == 1;
+    if (!ok) {
+        PyBuffer_Release(&eb);
+        PyBuffer_Release(xb);
+        return held_call_other(h, args, nargsf, kwnames);
+    }
+    float *out_data = NULL;
+    PyObject *out = onnxviz_new_aligned(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->oh,
+                                        g->ow, 1, &out_data);
+    const HeldWeights *hw = &self->weights;
+    if (out && call_run(&self->c, xb->buf, hw->wb.buf, held_weights_bias(hw), NULL, out_data,
+                        0, NAN, NAN) < 0)
+        Py_CLEAR(out);
+    if (out) {
+        const float *e = eb.buf;
+        const Py_ssize_t plane = g->oh * g->ow;
+        Py_BEGIN_ALLOW_THREADS;
+        for (Py_ssize_t b = 0; b < g->n; b++)
+            for (Py_ssize_t ch = 0; ch < g->m; ch++) {
+                const float v = e[(shape[0] == 1 ? 0 : b) * shape[1] + (shape[1] == 1 ? 0 : ch)];
+                float *o = out_data + (b * g->m + ch) * plane;
+                for (Py_ssize_t i = 0; i < plane; i++) o[i] = o[i] + v;
+            }
+        Py_END_ALLOW_THREADS;
+    }
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(xb);
+    return out;
+}
+
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     Held *self = (Held *)obj;
@@ -1699,6 +1749,8 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         goto other;
     const int have_add = h->residual >= 0;
     const Py_ssize_t out_planes[4] = {g->n, g->m, g->oh, g->ow};
+    if (self->spread) /* made with a residual, out_first, no activation, no pool */
+        return held_spread(self, args, nargsf, kwnames, &xb);
     if (have_add &&
         (g->out_first
              ? !onnxviz_array_view(args[h->residual], h->ndarray, &db, 'f', 4, out_planes)
@@ -1755,18 +1807,24 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     int blocked, vl, act;
     float lo, hi;
     Py_ssize_t nargs, residual;
-    int x_first = 0, inplace = 0, out_first = 0;
+    int x_first = 0, inplace = 0, out_first = 0, spread = 0;
     PyObject *pool = Py_None;
-    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|ppOp:held", &wo,
+    if (!PyArg_ParseTuple(args, "OpiO(nnnn)(nnn)(nn)(nn)(nn)(nn)iffnnOOOOOOO|ppOpp:held", &wo,
                           &blocked, &vl, &bo, &g->n, &g->h, &g->w, &g->c, &g->m, &g->kh,
                           &g->kw, &g->oh, &g->ow, &g->sh, &g->sw, &g->dh, &g->dw, &g->pt,
                           &g->pl, &act, &lo, &hi, &nargs, &residual, &places, &expect,
                           &fallback, &ndarray, &empty, &u8, &f32, &x_first, &inplace, &pool,
-                          &out_first))
+                          &out_first, &spread))
         return NULL;
     if (out_first && (blocked || pool != Py_None)) {
         PyErr_SetString(PyExc_ValueError,
                         "held: a channels-first output is the direct kernel's, unpooled");
+        return NULL;
+    }
+    if (spread && (!out_first || residual < 1 || act != 0 || inplace)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "held: a spread residual needs out_first, a residual, no activation "
+                        "and no in-place output");
         return NULL;
     }
     g->out_first = out_first;
@@ -1813,6 +1871,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
      * sums before it reads the addend at the same place (epilogue_planes). */
     obj->inplace = inplace && !blocked && residual > 0 && !out_first;
     obj->pool = pool != Py_None;
+    obj->spread = spread;
     obj->pg = pg;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
                        residual, "held") < 0) {
@@ -1861,7 +1920,8 @@ static PyMethodDef methods[] = {
     {"held", py_held, METH_VARARGS,
      "held(w, blocked, vl, bias, (n, h, w, c), (m, kh, kw), (oh, ow), (sh, sw), (dh, dw), "
      "(pad_top, pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, "
-     "empty, uint8, float32, x_first=False, inplace=False, pool=None, out_first=False) -> a "
+     "empty, uint8, float32, x_first=False, inplace=False, pool=None, out_first=False, "
+     "spread=False) -> a "
      "callable: f(*args) = "
      "conv_blocked's "
      "(blocked) or conv_nhwc's conv of args[0] (N, C, H, W), channels-last (or, x_first, "
@@ -1874,7 +1934,9 @@ static PyMethodDef methods[] = {
      "residual) the max pool of that output instead, (N, M, OH', OW') channels-last, "
      "computed band by band; with `out_first` (the direct kernel, no pool) the residual and "
      "the output C-contiguous (N, M, OH, OW) instead (conv_nhwc's layout bit 1; never in "
-     "place); any other call is fallback(*args)."},
+     "place); with `spread` too (no activation) the residual one value per item and "
+     "channel, (N or 1, M or 1, 1, 1) as numpy broadcasts it, added to the conv's output "
+     "after its kernel; any other call is fallback(*args)."},
     {"lanes", py_lanes, METH_NOARGS,
      "lanes(): the vector width (floats) the weight must be packed for at this level."},
     {"set_level", py_set_level, METH_O,
