@@ -600,3 +600,98 @@ def test_a_node_its_maker_cannot_read_runs_the_kernel_and_its_error() -> None:
     with pytest.raises(Exception) as failed:
         session.run({"a": rng.standard_normal((1, 2, 32)).astype(np.float32)})
     assert "MatMulNBits" in str(failed.value) and "interpreter failed" not in str(failed.value)
+
+
+# -- DynamicQuantizeLinear and a nearest Resize by constant scales ----------------------
+def _dynamic_quantize_model() -> onnx.ModelProto:
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    return _model([node], [x], ["q", "s", "z"], [])
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.random.default_rng(1).standard_normal((3, 40)).astype(np.float32),
+        np.random.default_rng(2).uniform(0.5, 3.0, (2, 3, 5)).astype(np.float32),  # all > 0
+        -np.random.default_rng(3).uniform(0.5, 3.0, (7,)).astype(np.float32),  # all < 0
+        np.zeros((4, 4), np.float32),  # the pass declines: the kernel's scale 1
+        np.array([1.0, np.nan, -2.0], np.float32),  # a NaN: the kernel's steps
+        np.random.default_rng(4).standard_normal((6, 8)).astype(np.float32)[:, ::2],  # strided
+        np.random.default_rng(5).standard_normal((2, 3)).astype(np.float64),  # the kernel's cast
+        np.array(2.5, np.float32),  # one value
+    ],
+    ids=["normal", "positive", "negative", "zeros", "nan", "strided", "float64", "scalar"],
+)
+def test_dynamic_quantize_gives_the_stepped_bits(x: np.ndarray) -> None:
+    model = _dynamic_quantize_model()
+    if x.dtype != np.float32:  # an input of another type: the model says float64
+        model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    session, got = _same_as_stepped(model, {"x": x})
+    assert _specialized(session)["DynamicQuantizeLinear"] == "special"
+    assert got["q"].dtype == np.uint8 and got["s"].shape == () and got["z"].shape == ()
+
+
+def _resize_model(roi: bool, scales: list[float], **attrs: Any) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    if roi:
+        inits.append(numpy_helper.from_array(np.zeros(0, np.float32), "roi"))
+    node = helper.make_node(
+        "Resize", ["x", "roi" if roi else "", "scales"], ["y"], mode="nearest", **attrs
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    return _model([node], [x], ["y"], inits)
+
+
+@pytest.mark.parametrize(
+    "roi, scales, attrs",
+    [
+        (False, [1.0, 1.0, 2.0, 2.0], {}),  # a UNet's 2x upsampling (the compiled copy)
+        (True, [1.0, 1.0, 3.0, 2.0], {"coordinate_transformation_mode": "asymmetric"}),
+        (False, [1.0, 2.0, 1.0, 1.0], {}),  # repeats of a leading axis (numpy's copies)
+        (False, [1.0, 1.0, 1.5, 2.0], {}),  # not whole repeats: the general steps
+        (True, [1.0, 1.0, 2.0, 2.0], {"nearest_mode": "ceil"}),
+    ],
+)
+def test_a_nearest_resize_by_constant_scales_gives_the_stepped_bits(
+    roi: bool, scales: list[float], attrs: dict[str, Any]
+) -> None:
+    model = _resize_model(roi, scales, **attrs)
+    rng = np.random.default_rng(6)
+    for shape in [(1, 3, 4, 5), (2, 2, 3, 3)]:  # the shape may change between runs
+        session, _ = _same_as_stepped(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+        assert _specialized(session)["Resize"] == "special"
+    ints = {"x": rng.integers(-5, 5, (1, 2, 3, 3)).astype(np.int32)}
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
+    _same_as_stepped(model, ints)
+
+
+def test_a_linear_resize_or_one_by_sizes_keeps_the_kernel() -> None:
+    linear = _resize_model(False, [1.0, 1.0, 2.0, 2.0])
+    linear.graph.node[0].attribute[0].s = b"linear"
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 2, 3, 3)).astype(np.float32)}
+    session, _ = _same_as_stepped(linear, feeds)
+    assert _specialized(session)["Resize"] == "kernel"
+    sized = _resize_model(True, [])
+    sized.graph.node[0].input[2] = ""
+    sized.graph.node[0].input.append("sizes")
+    sized.graph.initializer.append(
+        numpy_helper.from_array(np.array([1, 2, 6, 6], np.int64), "sizes")
+    )
+    session, _ = _same_as_stepped(sized, feeds)
+    assert _specialized(session)["Resize"] == "kernel"
+
+
+def test_a_fed_scale_takes_the_resize_kernel() -> None:
+    """The scales initializer overridden by a feed: another object than the one the call
+    was made for, so the kernel runs with the fed scales."""
+    model = _resize_model(False, [1.0, 1.0, 2.0, 2.0])
+    model.graph.input.append(helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4]))
+    x = np.random.default_rng(8).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    session = Session(model)
+    other = np.array([1.0, 1.0, 3.0, 1.0], np.float32)
+    for feeds in ({"x": x}, {"x": x, "scales": other}, {"x": x}):
+        got = session.run(feeds)["y"]
+        np.testing.assert_array_equal(got, stepped_values(model, feeds)["y"])
+    assert _specialized(session)["Resize"] == "special"
+    np.testing.assert_array_equal(session.run({"x": x, "scales": other})["y"], x.repeat(3, 2))
