@@ -120,6 +120,14 @@ SHAPES: list[tuple[str, int, int, int, int, int, int]] = [
     ("diff 3x3 8 c64", 64, 64, 8, 3, 1, 1),
     ("diff 3x3 8 c128", 128, 128, 8, 3, 1, 1),
     ("diff 3x3 16 c32", 32, 32, 16, 3, 1, 1),
+    # NCHW images between 32 and 64 px of up to 8192 channel pairs: Winograd or direct
+    ("grid 3x3 48 c64", 64, 64, 48, 3, 1, 1),
+    ("grid 3x3 56 c64", 64, 64, 56, 3, 1, 1),
+    ("grid 3x3 56 c96-32", 96, 32, 56, 3, 1, 1),
+    ("grid 3x3 40 c128-64", 128, 64, 40, 3, 1, 1),
+    ("grid 3x3 48 c128-64", 128, 64, 48, 3, 1, 1),
+    ("grid 3x3 64 c128-64", 128, 64, 64, 3, 1, 1),
+    ("grid 3x3 64 c64-128", 64, 128, 64, 3, 1, 1),
     # its 1x1s: the attention's projections and the skip convs of the up blocks
     ("diff 1x1 8 c64-192", 64, 192, 8, 1, 1, 0),
     ("diff 1x1 8 c64", 64, 64, 8, 1, 1, 0),

@@ -678,7 +678,18 @@ def direct_nchw_pays(
     alternated runs: 0.938-0.949 of the time before (an A/A control 0.974), their dynamo
     export 0.934-0.967 (A/A 0.995), 64 px 0.989; the same bits (the same kernel and
     sums).  Strided convs wider than 128 channels keep the rows (256 ch 3x3/2 at 28 px:
-    rows 4824, NCHW form 5382)."""
+    rows 4824, NCHW form 5382).
+
+    Later, with the NCHW form held (fusion.ConvChain._hold_nchw), up to 64 x 64 outputs of
+    up to 128 x 64 channels left Winograd too: one conv (bench_direct_conv.py, Zen 3, us,
+    Winograd -> NCHW form (onnxruntime)): 64 ch at 64 px 5964 -> 4565 (4376), 96 -> 32 at
+    64 px 5254 -> 3315 (3417), 128 -> 64 at 32 px 2774 -> 2162 (2080), at 64 px 10980 ->
+    9901 (9954), 64 ch at 48 px 3274 -> 2573 (2509); level or a little behind on some
+    (64 ch at 56 px 2595 -> 2768 and 3773 -> 3596 in two runs, 128 -> 64 at 40 px 3037 ->
+    3614).  In the 64 px diffusion UNet (its GroupNorms keep the convs NCHW), whole runs
+    alternated in one process: Winograd up to 64 x 64 channels -> NCHW form 0.859-0.872
+    of the time, then up to 128 x 64 0.949-0.955 more.  Wider ones keep Winograd (128 ch
+    at 64 px 17277 -> 18483, at 32 px 4435 -> 4473)."""
     if len(out_shape) != 2:
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
@@ -690,8 +701,12 @@ def direct_nchw_pays(
             (pixels <= 32 * 32 and c * m <= 64 * 64) or (pixels <= 16 * 16 and c * m <= 128 * 128)
         ):
             return True  # AVX-512, measured again: see the docstring's last paragraph
-        if lanes == 8 and (pixels <= 16 * 16 or (pixels <= 32 * 32 and c * m <= 64 * 64)):
-            return True  # AVX2, measured against the rows route: see the docstring
+        if lanes == 8 and (
+            pixels <= 16 * 16
+            or (pixels <= 32 * 32 and c * m <= 64 * 64)
+            or (pixels <= 64 * 64 and c * m <= 128 * 64)
+        ):
+            return True  # AVX2, measured against the rows route and Winograd: the docstring
         return c * m <= 32 * 32 or (c * m <= 64 * 64 and pixels <= 28 * 28)
     return c <= 128
 
