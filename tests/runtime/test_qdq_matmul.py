@@ -447,3 +447,86 @@ def test_quantize_static_layers_run_fused_as_stepped(
     for level in _LEVELS:
         with at_level("int8", level):
             assert_modes_agree(quantized, feeds, steps=steps or None)
+
+
+def _chains_with_inputs(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Session, list[tuple[QdqMatMul, list[Any]]]]:
+    """A session after its first run, and each QdqMatMul with the inputs of its call."""
+    seen: list[tuple[QdqMatMul, list[Any]]] = []
+    real = QdqMatMul.__call__
+
+    def recorded(self: QdqMatMul, ex: Any, ins: list[Any]) -> list[Any]:
+        seen.append((self, list(ins)))
+        return real(self, ex, ins)
+
+    monkeypatch.setattr(QdqMatMul, "__call__", recorded)
+    session = Session(model)
+    session.run(feeds)
+    monkeypatch.setattr(QdqMatMul, "__call__", real)
+    return session, seen
+
+
+@needs_int8
+@pytest.mark.parametrize("shared", ["one", "two+relu"])
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_held_qdq_matmul_gives_the_kept_calls_bits(
+    shared: str, signed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From its second run the node loop calls the chain's compiled call (`quick`,
+    native/_int8.c's held_rows_qdq): `_again`'s bits for new values (codes, or with a
+    Relu reading the dequantized value too, the float values turned back into codes),
+    without the Python call; anything `_again` would not take goes to the Python call."""
+    model, feeds, outs = _chain_graph(9, signed, True, True, [3, 5, 40], 24, shared)
+    session, seen = _chains_with_inputs(model, feeds, monkeypatch)
+    chains = {id(chain): (chain, ins) for chain, ins in seen}
+    assert len(chains) == (1 if shared == "one" else 2)
+    rng = np.random.default_rng(10)
+    for chain, ins in chains.values():
+        assert chain.quick is not None and chain._ready is not None
+        a_at = chain.a_places[0]
+        a = ins[a_at]
+        assert chain.from_float == (a.dtype == np.float32)
+        for value in (a, np.ascontiguousarray(a[:1]), a.reshape(-1, a.shape[-1])):
+            args = list(ins)
+            args[a_at] = value
+            want = chain._again(chain._ready, value)
+            assert want is not None
+            np.testing.assert_array_equal(chain.quick(*args), want)
+        declined = [
+            a.astype(np.float64),
+            np.asfortranarray(a.reshape(-1, a.shape[-1])),
+            a[..., :-1],  # another width
+            a.reshape(-1),  # one axis
+        ]
+        if chain.from_float:
+            nan = a.copy()
+            nan.flat[3] = np.nan
+            declined.append(nan)  # the codes' pass meets a NaN: the nodes run
+        else:
+            declined.append(a.view(np.int8 if a.dtype == np.uint8 else np.uint8))
+        for value in declined:
+            args = list(ins)
+            args[a_at] = value
+            assert chain.quick(*args) is None  # quiet_loop.decline: the Python call
+        other = next(p for p, _ in chain._ready.params)
+        args = list(ins)
+        args[other] = ins[other].copy()  # another constant object
+        assert chain.quick(*args) is None
+    # later runs: the held calls alone, the stepped run's numbers within one step
+    calls: list[int] = []
+    real = QdqMatMul.__call__
+
+    def counted(self: QdqMatMul, ex: Any, ins: list[Any]) -> list[Any]:
+        calls.append(1)
+        return real(self, ex, ins)
+
+    monkeypatch.setattr(QdqMatMul, "__call__", counted)
+    steps = _steps(model, outs)
+    for shape in ([3, 5, 40], [1, 2, 40]):
+        other_feeds = {"x": rng.normal(0, 2, shape).astype(np.float32)}
+        got = session.run(other_feeds)
+        want_runs = stepped_values(model, other_feeds)
+        for name, step in steps.items():
+            assert np.abs(got[name] - want_runs[name]).max() <= step * (1 + 1e-4), name
+    assert not calls

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_int8_matmul import column_values
 from onnxviz.runtime.fusion_qdq import (
     CODE_TYPES,
@@ -303,6 +304,9 @@ class QdqMatMul:
         # (sa, sw, the column scales made from them), replaced when either changes.
         self._scales: tuple[Any, Any, np.ndarray] | None = None
         self._ready: _Ready | None = None
+        # `_ready`'s call made in C (native/_int8.c's held_rows_qdq), which the compiled
+        # node loop tries first: made with `_ready`, gone with it.
+        self.quick: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         ready = self._ready
@@ -436,8 +440,9 @@ class QdqMatMul:
     ) -> None:
         """Keep this call for `_again` when every parameter is a read-only array (a
         constant: the same object next run holds the same values) and B has one zero
-        point (the row-major product's packed form)."""
+        point (the row-major product's packed form), and its compiled form as `quick`."""
         self._ready = None
+        self.quick = None
         places = [
             *self.a_places[1:],
             *self.w_places,
@@ -469,6 +474,28 @@ class QdqMatMul:
             then=then,
             then_rank=ins[self.add_places[0]].ndim if then else 0,  # type: ignore[index]
         )
+        self.quick = self._held(mod, self._ready, len(ins))
+
+    def _held(self, mod: Any, ready: _Ready, nargs: int) -> Any:
+        """`_again` for ``ready`` in C from the node loop (native/_int8.c's held_rows_qdq:
+        its checks, product and pass, so its bits; the Python around those two kernels
+        was about a third of a QDQ BERT-tiny's projection), or None where it cannot be
+        made (an output scale the pass refuses)."""
+        then = ready.then
+        bias2, pair2 = (then[0], then[1:]) if then else (None, (False, 1.0, 0, 1.0, 0))
+        # The constants by place; one at place 0 (B before A's value) is checked apart.
+        first = next((v for p, v in ready.params if p == 0), None)
+        params = [(p, v) for p, v in ready.params if p != 0]
+        try:
+            return mod.held_rows_qdq(
+                ready.columns, ready.a_signed, ready.za, self.from_float, ready.sa,
+                ready.scale, None if isinstance(ready.bias, bytes) else ready.bias,
+                ready.output, bias2, pair2, ready.then_rank, self.gemm, self.a_places[0],
+                nargs, first, tuple(p for p, _ in params), tuple(v for _, v in params),
+                quiet_loop.decline, *native.held_arrays(),
+            )  # fmt: skip
+        except ValueError:
+            return None
 
     def _bias(self, ins: list[Any], n: int) -> np.ndarray | bytes | None:
         """A Gemm's C as one float32 per column (`column_values` of a 2-D product), b""

@@ -78,9 +78,10 @@
  *       a second pair in QuantizeLinear's own steps (the MatMul's bias Add)
  *   dynamic_quantize(x, out) -> (status, scale, zero point)
  *       DynamicQuantizeLinear in float32 steps: x's range, then quantize
- *   held_qdq(...), held_rows_scaled(...) -> callables the node loop calls (held_call.h):
- *       a QuantizeLinear -> DequantizeLinear pair's qdq, and a dynamic-quantized MatMul's
- *       gemm_rows product and scale_columns pass, for the constants they were made for
+ *   held_qdq(...), held_rows_scaled(...), held_rows_qdq(...) -> callables the node loop
+ *       calls (held_call.h): a QuantizeLinear -> DequantizeLinear pair's qdq, a
+ *       dynamic-quantized MatMul's gemm_rows product and scale_columns pass, and a QDQ
+ *       MatMul's product and scale_columns_qdq pass, for the constants they were made for
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -3752,6 +3753,201 @@ static PyObject *py_held_rows_scaled(PyObject *self, PyObject *args) {
     return (PyObject *)obj;
 }
 
+/* ---- a held QDQ MatMul ---------------------------------------------------------------------
+ *
+ * `held_rows_qdq(...)` makes the `quick` call of a fusion_qdq_matmul.QdqMatMul kept for its
+ * constants (`_Ready`): called with the chain's inputs, it checks that every constant is
+ * the object it was made for (B and its scale and zero point, the pairs' parameters, A's
+ * scale and zero point, the biases), and that A is C-contiguous codes of the byte type it
+ * was made for with K columns (or, `from_float`, the float32 values A's DequantizeLinear
+ * made, turned back into codes by QuantizeLinear's pass with A's scale and zero point, as
+ * `_codes_back` does), with at least `then_rank` axes (exactly 2 for a Gemm).  It then
+ * runs gemm_rows' product into a new float32 output as int32 and scale_columns_qdq's row
+ * pass over it in place: `_again`'s steps, so its bits.  A NaN met (the nodes then run
+ * one by one, as `_again` declines it) or any other call goes to the fallback. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    PyObject *columns;
+    ColHeader h;
+    PyObject *held[3]; /* the column scales, the bias (or NULL), the second bias (or NULL) */
+    Py_buffer views[3];
+    ColumnsQdq p; /* its pointers into views */
+    Py_ssize_t a_at;
+    PyObject *first; /* the constant args[0] must be (held_call_init's places start at 1), or NULL */
+    int then_rank, gemm, za, from_float;
+    float sa;
+    char fmt;
+} HeldRowsQdq;
+
+static PyObject *held_rows_qdq_vectorcall(PyObject *obj, PyObject *const *args,
+                                          size_t nargsf, PyObject *kwnames) {
+    HeldRowsQdq *self = (HeldRowsQdq *)obj;
+    const HeldCall *hc = &self->call;
+    const ColHeader *h = &self->h;
+    if (!held_call_takes(hc, args, nargsf, kwnames) || h->level != current_level ||
+        (self->first && args[0] != self->first))
+        goto other;
+    Py_buffer ab;
+    if (!onnxviz_array_view(args[self->a_at], hc->ndarray, &ab, self->from_float ? 'f' : self->fmt,
+                            -1, NULL))
+        goto other;
+    if (ab.ndim < 2 || ab.ndim > 32 || ab.ndim < self->then_rank || (self->gemm && ab.ndim != 2) ||
+        ab.shape[ab.ndim - 1] != h->k || ab.len == 0) {
+        PyBuffer_Release(&ab);
+        goto other;
+    }
+    const Py_ssize_t n = h->n, count = ab.len / ab.itemsize, m = count / h->k;
+    if (m > (1 << 24) || m > PY_SSIZE_T_MAX / 4 / n) {
+        PyBuffer_Release(&ab);
+        goto other;
+    }
+    Py_ssize_t shape[32];
+    for (int i = 0; i < ab.ndim - 1; i++) shape[i] = ab.shape[i];
+    shape[ab.ndim - 1] = n;
+    PyObject *out = onnxviz_new_array(hc->empty, hc->f32, ab.ndim, shape);
+    float *y = NULL;
+    if (out) {
+        Py_buffer ob;
+        if (PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
+            y = ob.buf;
+            PyBuffer_Release(&ob); /* out keeps the memory */
+        }
+    }
+    uint8_t *codes = NULL;
+    if (out && y && self->from_float && !(codes = malloc((size_t)count))) PyErr_NoMemory();
+    if (!out || !y || (self->from_float && !codes)) {
+        Py_XDECREF(out);
+        PyBuffer_Release(&ab);
+        return NULL;
+    }
+    const int a_signed = self->fmt == 'b';
+    const char *cols = PyBytes_AS_STRING(self->columns);
+    int status = 0, nan = 0;
+    int (*row)(const int32_t *, Py_ssize_t, const ColumnsQdq *, float *) = scale_qdq_row_generic;
+#if HAVE_X86
+    if (current_level >= 2)
+        row = scale_qdq_row_avx512;
+    else if (current_level >= 1)
+        row = scale_qdq_row_avx2;
+#endif
+    const QuantizeFn quantize = quantize_at_level();
+    Py_BEGIN_ALLOW_THREADS;
+    if (self->from_float) /* QuantizeLinear's float32 steps: the codes back */
+        nan = quantize((const float *)ab.buf, codes, count, self->sa, (float)self->za,
+                       a_signed ? -128.0f : 0.0f, a_signed ? 127.0f : 255.0f);
+    if (!nan) {
+        status = rows_product(h, cols, self->from_float ? codes : (const uint8_t *)ab.buf, m,
+                              a_signed, self->za, (int32_t *)y);
+        if (status == 0) /* each row's int32 sums turned into the pairs' floats in place */
+            for (Py_ssize_t i = 0; i < m; i++)
+                nan |= row((const int32_t *)y + i * n, n, &self->p, y + i * n);
+    }
+    Py_END_ALLOW_THREADS;
+    free(codes);
+    PyBuffer_Release(&ab);
+    if (status != 0) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    if (nan) {
+        Py_DECREF(out);
+        goto other;
+    }
+    return out;
+other:
+    return held_call_other(hc, args, nargsf, kwnames);
+}
+
+static void held_rows_qdq_release(HeldRowsQdq *self) {
+    for (int i = 0; i < 3; i++) {
+        if (self->held[i]) PyBuffer_Release(&self->views[i]);
+        Py_CLEAR(self->held[i]);
+    }
+    Py_CLEAR(self->columns);
+    Py_CLEAR(self->first);
+}
+
+HELD_CALL_TYPE(HeldRowsQdq, HeldRowsQdqType, held_rows_qdq,
+               "onnxviz.runtime.native._int8.HeldRowsQdq",
+               "A QDQ MatMul's call (held_rows_qdq()).", held_rows_qdq_release)
+
+static PyObject *py_held_rows_qdq(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *columns, *scale, *bias, *bias2, *first, *places, *expect, *fallback, *ndarray,
+        *empty, *u8, *f32;
+    int a_signed, za, from_float, is_signed, qz, dqz, signed2, qz2, dqz2, then_rank, gemm;
+    float sa, qs, dqs, qs2, dqs2;
+    Py_ssize_t a_at, nargs;
+    if (!PyArg_ParseTuple(args, "SpipfOO(pfifi)O(pfifi)ipnnOOOOOOOO:held_rows_qdq", &columns,
+                          &a_signed, &za, &from_float, &sa, &scale, &bias, &is_signed, &qs, &qz,
+                          &dqs, &dqz, &bias2, &signed2, &qs2, &qz2, &dqs2, &dqz2, &then_rank,
+                          &gemm, &a_at, &nargs, &first, &places, &expect, &fallback, &ndarray,
+                          &empty, &u8, &f32))
+        return NULL;
+    ColHeader h;
+    if (!columns_header(PyBytes_AS_STRING(columns), PyBytes_GET_SIZE(columns), "held_rows_qdq",
+                        &h))
+        return NULL;
+    const float r = 1.0f / qs;
+    if (!byte_code(a_signed, za) || !byte_code(is_signed, qz) || !byte_code(is_signed, dqz) ||
+        (bias2 != Py_None && (!byte_code(signed2, qz2) || !byte_code(signed2, dqz2))) ||
+        !isnormal(qs) || !isfinite(r) || r == 0.0f || a_at < 0 || a_at >= nargs ||
+        then_rank < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "held_rows_qdq: a zero point, the output scale or a place out of range");
+        return NULL;
+    }
+    HeldRowsQdq *obj = PyObject_GC_New(HeldRowsQdq, &HeldRowsQdqType);
+    if (!obj) return NULL;
+    memset((char *)obj + sizeof(PyObject), 0, sizeof(HeldRowsQdq) - sizeof(PyObject));
+    obj->vectorcall = held_rows_qdq_vectorcall;
+    obj->columns = Py_NewRef(columns);
+    obj->h = h;
+    PyObject *arrays[3] = {scale, bias, bias2};
+    static const char *names[3] = {"scale", "bias", "bias2"};
+    for (int i = 0; i < 3; i++) {
+        if (arrays[i] == Py_None) continue;
+        if (onnxviz_get_floats(arrays[i], &obj->views[i], h.n, 1, 0, names[i]) < 0) {
+            held_rows_qdq_release(obj);
+            PyObject_GC_Del(obj); /* not tracked */
+            return NULL;
+        }
+        obj->held[i] = Py_NewRef(arrays[i]);
+    }
+    if (!obj->held[0]) {
+        held_rows_qdq_release(obj);
+        PyObject_GC_Del(obj);
+        PyErr_SetString(PyExc_ValueError, "held_rows_qdq: the column scales are needed");
+        return NULL;
+    }
+    const ColumnsQdq p = {
+        .scale = obj->views[0].buf, .bias = obj->held[1] ? obj->views[1].buf : NULL, .r = r,
+        .z = (float)qz, .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
+        .z2 = (float)dqz, .dqs = dqs, .bias2 = obj->held[2] ? obj->views[2].buf : NULL,
+        .qs2 = qs2, .zq2 = (float)qz2, .lo2 = signed2 ? -128.0f : 0.0f,
+        .hi2 = signed2 ? 127.0f : 255.0f, .zd2 = (float)dqz2, .dqs2 = dqs2,
+    };
+    obj->p = p;
+    obj->a_at = a_at;
+    obj->then_rank = then_rank;
+    obj->gemm = gemm;
+    obj->za = za;
+    obj->from_float = from_float;
+    obj->sa = sa;
+    obj->fmt = a_signed ? 'b' : 'B';
+    obj->first = first == Py_None ? NULL : Py_NewRef(first);
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs, -1,
+                       "held_rows_qdq") < 0) {
+        held_rows_qdq_release(obj);
+        PyObject_GC_Del(obj);
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    return (PyObject *)obj;
+}
+
 static PyMethodDef methods[] = {
     {"set_level", py_set_level, METH_VARARGS, "Pick the code path (0 generic .. 3 VNNI)."},
     {"level", py_level, METH_NOARGS, "The code path in use."},
@@ -3833,6 +4029,14 @@ static PyMethodDef methods[] = {
      "of A's rows and N columns, za = args[za_at] (0 when za_at is -1), scale = "
      "args[scale_at] (one value or N along its last axis), when args[places[i]] is "
      "expect[i]; any other call is fallback(*args)."},
+    {"held_rows_qdq", py_held_rows_qdq, METH_VARARGS,
+     "held_rows_qdq(columns, a_signed, za, from_float, sa, scale, bias, (signed, qs, qz, dqs, "
+     "dqz), bias2, (signed2, qs2, qz2, dqs2, dqz2), then_rank, gemm, a_at, nargs, first, "
+     "places, expect, fallback, ndarray, empty, uint8, float32) -> a callable: f(*args) = "
+     "scale_columns_qdq's pass over gemm_rows' product of args[a_at] (codes, or with "
+     "from_float float32 values quantized back by sa and za) into a new float32 array, when "
+     "args[places[i]] is expect[i] (and args[0] is first, unless None) and no NaN is met; "
+     "any other call is fallback(*args)."},
     {"scale_columns", py_scale_columns, METH_VARARGS,
      "scale_columns(acc, M, N, scale, bias, out): out[m, n] = float32(acc[m, n]) * "
      "scale[n] (+ bias[n]; bias b'': none) in float32 steps, no FMA."},
@@ -3857,5 +4061,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_int8", NULL, -1, me
 PyMODINIT_FUNC PyInit__int8(void) {
     if (PyType_Ready(&HeldQdqType) < 0) return NULL;
     if (PyType_Ready(&HeldRowsScaledType) < 0) return NULL;
+    if (PyType_Ready(&HeldRowsQdqType) < 0) return NULL;
     return PyModule_Create(&module);
 }
