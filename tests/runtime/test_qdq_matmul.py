@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
+from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.fusion_qdq_matmul import QdqMatMul
@@ -530,3 +531,33 @@ def test_the_held_qdq_matmul_gives_the_kept_calls_bits(
         for name, step in steps.items():
             assert np.abs(got[name] - want_runs[name]).max() <= step * (1 + 1e-4), name
     assert not calls
+
+
+@needs_int8
+def test_a_kept_qdq_gemm_given_a_3d_input_fails_as_stepping(tmp_path: Path) -> None:
+    """A QDQ Gemm kept for its 2-D input (`_Ready`, its held call) given a 3-D one later:
+    Gemm's own error naming the node, as the stepped run gives it, not a product of the
+    rows (the kept call had computed one)."""
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((48, 32)) / 6).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            onnx.numpy_helper.from_array(w, "w"),
+            onnx.numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"x": rng.standard_normal((16, 32)).astype(np.float32)}
+    quantized = quantize_static_qdq(model, feeds, tmp_path, "QUInt8")
+    assert _fused(quantized) == 1
+    session = Session(quantized)
+    for _ in range(2):  # the call kept, then the held one
+        session.run(feeds)
+    flat = {"x": rng.standard_normal((2, 8, 32)).astype(np.float32)}
+    for run in (session, Session(quantized, fuse_ops=False)):
+        with pytest.raises(ExecutionError, match="Gemm needs 2-D A"):
+            run.run(flat)

@@ -332,6 +332,7 @@ class QdqMatMul:
             or a.ndim < 2
             or a.shape[-1] != ready.k
             or a.ndim < ready.then_rank
+            or (self.gemm and a.ndim != 2)  # a Gemm's error, as `_integer` leaves it
             or not a.size
             or mod is None
             or mod.level() != ready.level
