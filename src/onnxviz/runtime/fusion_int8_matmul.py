@@ -183,7 +183,7 @@ class IntegerMatMulScaled:
                 self.product_places[0], za_at, self.scale_place, len(ins), tuple(places),
                 tuple(constants), quiet_loop.decline, *native.held_arrays(),
             )  # fmt: skip
-        except ValueError:  # a constant at the first place (the held calls' image)
+        except ValueError:  # A among the constants (a product of two constants)
             return None
 
     def _bias_columns(self, ins: list[Any], n: int, rank: int) -> np.ndarray | bytes | None:

@@ -484,15 +484,12 @@ class QdqMatMul:
         made (an output scale the pass refuses)."""
         then = ready.then
         bias2, pair2 = (then[0], then[1:]) if then else (None, (False, 1.0, 0, 1.0, 0))
-        # The constants by place; one at place 0 (B before A's value) is checked apart.
-        first = next((v for p, v in ready.params if p == 0), None)
-        params = [(p, v) for p, v in ready.params if p != 0]
         try:
             return mod.held_rows_qdq(
                 ready.columns, ready.a_signed, ready.za, self.from_float, ready.sa,
                 ready.scale, None if isinstance(ready.bias, bytes) else ready.bias,
                 ready.output, bias2, pair2, ready.then_rank, self.gemm, self.a_places[0],
-                nargs, first, tuple(p for p, _ in params), tuple(v for _, v in params),
+                nargs, tuple(p for p, _ in ready.params), tuple(v for _, v in ready.params),
                 quiet_loop.decline, *native.held_arrays(),
             )  # fmt: skip
         except ValueError:

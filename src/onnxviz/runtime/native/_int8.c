@@ -2766,6 +2766,32 @@ __attribute__((target(AVX512_TARGET))) static int scale_qdq_row_avx512(const int
 }
 #endif
 
+typedef int (*ScaleQdqRowFn)(const int32_t *, Py_ssize_t, const ColumnsQdq *, float *);
+
+static ScaleQdqRowFn scale_qdq_row_at_level(void) {
+#if HAVE_X86
+    if (current_level >= 2) return scale_qdq_row_avx512;
+    if (current_level == 1) return scale_qdq_row_avx2;
+#endif
+    return scale_qdq_row_generic;
+}
+
+/* The pass's parameters: the column scales and bias (NULL: none), the output pair's
+ * (r = float32(1 / qs), checked finite by the caller), and the second stage's (bias2
+ * NULL: none). */
+static ColumnsQdq columns_qdq(const float *scale, const float *bias, int is_signed, float r,
+                              int qz, float dqs, int dqz, const float *bias2, int signed2,
+                              float qs2, int qz2, float dqs2, int dqz2) {
+    const ColumnsQdq p = {
+        .scale = scale, .bias = bias, .r = r, .z = (float)qz,
+        .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
+        .z2 = (float)dqz, .dqs = dqs, .bias2 = bias2, .qs2 = qs2, .zq2 = (float)qz2,
+        .lo2 = signed2 ? -128.0f : 0.0f, .hi2 = signed2 ? 127.0f : 255.0f,
+        .zd2 = (float)dqz2, .dqs2 = dqs2,
+    };
+    return p;
+}
+
 static PyObject *py_scale_columns_qdq(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer acc, scale, bias, out, bias2 = {0};
@@ -2793,22 +2819,10 @@ static PyObject *py_scale_columns_qdq(PyObject *self, PyObject *args) {
         goto done;
     }
     {
-        const ColumnsQdq p = {
-            .scale = (const float *)scale.buf, .bias = bias.len ? (const float *)bias.buf : NULL,
-            .r = r, .z = (float)qz, .lo = is_signed ? -128.0f : 0.0f,
-            .hi = is_signed ? 127.0f : 255.0f, .z2 = (float)dqz, .dqs = dqs,
-            .bias2 = bias2.buf, .qs2 = qs2, .zq2 = (float)qz2,
-            .lo2 = signed2 ? -128.0f : 0.0f, .hi2 = signed2 ? 127.0f : 255.0f,
-            .zd2 = (float)dqz2, .dqs2 = dqs2,
-        };
-        int (*row)(const int32_t *, Py_ssize_t, const ColumnsQdq *, float *) =
-            scale_qdq_row_generic;
-#if HAVE_X86
-        if (current_level >= 2)
-            row = scale_qdq_row_avx512;
-        else if (current_level >= 1)
-            row = scale_qdq_row_avx2;
-#endif
+        const ColumnsQdq p = columns_qdq(
+            (const float *)scale.buf, bias.len ? (const float *)bias.buf : NULL, is_signed, r, qz,
+            dqs, dqz, bias2.buf, signed2, qs2, qz2, dqs2, dqz2);
+        const ScaleQdqRowFn row = scale_qdq_row_at_level();
         int nan = 0;
         Py_BEGIN_ALLOW_THREADS;
         for (Py_ssize_t i = 0; i < m; i++)
@@ -3497,6 +3511,29 @@ typedef struct {
     float qs, dqs, z, z2, lo, hi;
 } HeldQdq;
 
+/* A held call's new C-contiguous float32 output of `ndim` sizes (numpy.empty, kept by the
+ * HeldCall) and its first float in *y (NULL when there is no buffer); NULL with the error
+ * set. */
+static PyObject *held_new_floats(const HeldCall *h, int ndim, const Py_ssize_t *sizes,
+                                 float **y) {
+    *y = NULL;
+    PyObject *out = onnxviz_new_array(h->empty, h->f32, ndim, sizes);
+    Py_buffer ob;
+    if (out && PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
+        *y = ob.buf;
+        PyBuffer_Release(&ob); /* out keeps the memory */
+    }
+    return out;
+}
+
+/* held_new_floats of a product's rows: `a`'s sizes with its last one `n`. */
+static PyObject *held_new_rows(const HeldCall *h, const Py_buffer *a, Py_ssize_t n, float **y) {
+    Py_ssize_t sizes[32];
+    for (int i = 0; i < a->ndim - 1; i++) sizes[i] = a->shape[i];
+    sizes[a->ndim - 1] = n;
+    return held_new_floats(h, a->ndim, sizes, y);
+}
+
 static PyObject *held_qdq_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames) {
     HeldQdq *self = (HeldQdq *)obj;
@@ -3510,12 +3547,7 @@ static PyObject *held_qdq_vectorcall(PyObject *obj, PyObject *const *args, size_
             PyBuffer_Release(&xb);
             goto other;
         }
-        out = onnxviz_new_array(h->empty, h->f32, xb.ndim, xb.shape);
-        Py_buffer ob;
-        if (out && PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
-            y = ob.buf;
-            PyBuffer_Release(&ob); /* out keeps the memory */
-        }
+        out = held_new_floats(h, xb.ndim, xb.shape, &y);
     } else if (onnxviz_any_channels_last_view(args[0], h->ndarray, &xb)) {
         if (xb.len == 0) {
             PyBuffer_Release(&xb);
@@ -3646,18 +3678,8 @@ static PyObject *held_rows_scaled_vectorcall(PyObject *obj, PyObject *const *arg
         PyBuffer_Release(&sb);
         goto other;
     }
-    Py_ssize_t shape[32];
-    for (int i = 0; i < ab.ndim - 1; i++) shape[i] = ab.shape[i];
-    shape[ab.ndim - 1] = n;
-    PyObject *out = onnxviz_new_array(hc->empty, hc->f32, ab.ndim, shape);
-    float *y = NULL, *scale_n = NULL;
-    if (out) {
-        Py_buffer ob;
-        if (PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
-            y = ob.buf;
-            PyBuffer_Release(&ob); /* out keeps the memory */
-        }
-    }
+    float *y, *scale_n = NULL;
+    PyObject *out = held_new_rows(hc, &ab, n, &y);
     if (sb.len == 4 && n > 1 && y) {
         /* one scale for every column: scale_row reads one per column */
         scale_n = malloc((size_t)n * sizeof(float));
@@ -3743,8 +3765,8 @@ static PyObject *py_held_rows_scaled(PyObject *self, PyObject *args) {
         }
         obj->bias_obj = Py_NewRef(bias);
     }
-    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs, -1,
-                       "held_rows_scaled") < 0) {
+    if (held_call_init_at(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                          -1, a_at, "held_rows_scaled") < 0) {
         held_rows_scaled_release(obj);
         PyObject_GC_Del(obj);
         return NULL;
@@ -3775,7 +3797,6 @@ typedef struct {
     Py_buffer views[3];
     ColumnsQdq p; /* its pointers into views */
     Py_ssize_t a_at;
-    PyObject *first; /* the constant args[0] must be (held_call_init's places start at 1), or NULL */
     int then_rank, gemm, za, from_float;
     float sa;
     char fmt;
@@ -3786,9 +3807,7 @@ static PyObject *held_rows_qdq_vectorcall(PyObject *obj, PyObject *const *args,
     HeldRowsQdq *self = (HeldRowsQdq *)obj;
     const HeldCall *hc = &self->call;
     const ColHeader *h = &self->h;
-    if (!held_call_takes(hc, args, nargsf, kwnames) || h->level != current_level ||
-        (self->first && args[0] != self->first))
-        goto other;
+    if (!held_call_takes(hc, args, nargsf, kwnames) || h->level != current_level) goto other;
     Py_buffer ab;
     if (!onnxviz_array_view(args[self->a_at], hc->ndarray, &ab, self->from_float ? 'f' : self->fmt,
                             -1, NULL))
@@ -3803,18 +3822,8 @@ static PyObject *held_rows_qdq_vectorcall(PyObject *obj, PyObject *const *args,
         PyBuffer_Release(&ab);
         goto other;
     }
-    Py_ssize_t shape[32];
-    for (int i = 0; i < ab.ndim - 1; i++) shape[i] = ab.shape[i];
-    shape[ab.ndim - 1] = n;
-    PyObject *out = onnxviz_new_array(hc->empty, hc->f32, ab.ndim, shape);
-    float *y = NULL;
-    if (out) {
-        Py_buffer ob;
-        if (PyObject_GetBuffer(out, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
-            y = ob.buf;
-            PyBuffer_Release(&ob); /* out keeps the memory */
-        }
-    }
+    float *y;
+    PyObject *out = held_new_rows(hc, &ab, n, &y);
     uint8_t *codes = NULL;
     if (out && y && self->from_float && !(codes = malloc((size_t)count))) PyErr_NoMemory();
     if (!out || !y || (self->from_float && !codes)) {
@@ -3825,13 +3834,7 @@ static PyObject *held_rows_qdq_vectorcall(PyObject *obj, PyObject *const *args,
     const int a_signed = self->fmt == 'b';
     const char *cols = PyBytes_AS_STRING(self->columns);
     int status = 0, nan = 0;
-    int (*row)(const int32_t *, Py_ssize_t, const ColumnsQdq *, float *) = scale_qdq_row_generic;
-#if HAVE_X86
-    if (current_level >= 2)
-        row = scale_qdq_row_avx512;
-    else if (current_level >= 1)
-        row = scale_qdq_row_avx2;
-#endif
+    const ScaleQdqRowFn row = scale_qdq_row_at_level();
     const QuantizeFn quantize = quantize_at_level();
     Py_BEGIN_ALLOW_THREADS;
     if (self->from_float) /* QuantizeLinear's float32 steps: the codes back */
@@ -3866,7 +3869,6 @@ static void held_rows_qdq_release(HeldRowsQdq *self) {
         Py_CLEAR(self->held[i]);
     }
     Py_CLEAR(self->columns);
-    Py_CLEAR(self->first);
 }
 
 HELD_CALL_TYPE(HeldRowsQdq, HeldRowsQdqType, held_rows_qdq,
@@ -3875,16 +3877,16 @@ HELD_CALL_TYPE(HeldRowsQdq, HeldRowsQdqType, held_rows_qdq,
 
 static PyObject *py_held_rows_qdq(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *columns, *scale, *bias, *bias2, *first, *places, *expect, *fallback, *ndarray,
-        *empty, *u8, *f32;
+    PyObject *columns, *scale, *bias, *bias2, *places, *expect, *fallback, *ndarray, *empty, *u8,
+        *f32;
     int a_signed, za, from_float, is_signed, qz, dqz, signed2, qz2, dqz2, then_rank, gemm;
     float sa, qs, dqs, qs2, dqs2;
     Py_ssize_t a_at, nargs;
-    if (!PyArg_ParseTuple(args, "SpipfOO(pfifi)O(pfifi)ipnnOOOOOOOO:held_rows_qdq", &columns,
+    if (!PyArg_ParseTuple(args, "SpipfOO(pfifi)O(pfifi)ipnnOOOOOOO:held_rows_qdq", &columns,
                           &a_signed, &za, &from_float, &sa, &scale, &bias, &is_signed, &qs, &qz,
                           &dqs, &dqz, &bias2, &signed2, &qs2, &qz2, &dqs2, &dqz2, &then_rank,
-                          &gemm, &a_at, &nargs, &first, &places, &expect, &fallback, &ndarray,
-                          &empty, &u8, &f32))
+                          &gemm, &a_at, &nargs, &places, &expect, &fallback, &ndarray, &empty,
+                          &u8, &f32))
         return NULL;
     ColHeader h;
     if (!columns_header(PyBytes_AS_STRING(columns), PyBytes_GET_SIZE(columns), "held_rows_qdq",
@@ -3922,14 +3924,9 @@ static PyObject *py_held_rows_qdq(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "held_rows_qdq: the column scales are needed");
         return NULL;
     }
-    const ColumnsQdq p = {
-        .scale = obj->views[0].buf, .bias = obj->held[1] ? obj->views[1].buf : NULL, .r = r,
-        .z = (float)qz, .lo = is_signed ? -128.0f : 0.0f, .hi = is_signed ? 127.0f : 255.0f,
-        .z2 = (float)dqz, .dqs = dqs, .bias2 = obj->held[2] ? obj->views[2].buf : NULL,
-        .qs2 = qs2, .zq2 = (float)qz2, .lo2 = signed2 ? -128.0f : 0.0f,
-        .hi2 = signed2 ? 127.0f : 255.0f, .zd2 = (float)dqz2, .dqs2 = dqs2,
-    };
-    obj->p = p;
+    obj->p = columns_qdq(obj->views[0].buf, obj->held[1] ? obj->views[1].buf : NULL, is_signed,
+                         r, qz, dqs, dqz, obj->held[2] ? obj->views[2].buf : NULL, signed2, qs2,
+                         qz2, dqs2, dqz2);
     obj->a_at = a_at;
     obj->then_rank = then_rank;
     obj->gemm = gemm;
@@ -3937,9 +3934,8 @@ static PyObject *py_held_rows_qdq(PyObject *self, PyObject *args) {
     obj->from_float = from_float;
     obj->sa = sa;
     obj->fmt = a_signed ? 'b' : 'B';
-    obj->first = first == Py_None ? NULL : Py_NewRef(first);
-    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs, -1,
-                       "held_rows_qdq") < 0) {
+    if (held_call_init_at(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                          -1, a_at, "held_rows_qdq") < 0) {
         held_rows_qdq_release(obj);
         PyObject_GC_Del(obj);
         return NULL;
@@ -4031,12 +4027,11 @@ static PyMethodDef methods[] = {
      "expect[i]; any other call is fallback(*args)."},
     {"held_rows_qdq", py_held_rows_qdq, METH_VARARGS,
      "held_rows_qdq(columns, a_signed, za, from_float, sa, scale, bias, (signed, qs, qz, dqs, "
-     "dqz), bias2, (signed2, qs2, qz2, dqs2, dqz2), then_rank, gemm, a_at, nargs, first, "
-     "places, expect, fallback, ndarray, empty, uint8, float32) -> a callable: f(*args) = "
+     "dqz), bias2, (signed2, qs2, qz2, dqs2, dqz2), then_rank, gemm, a_at, nargs, places, "
+     "expect, fallback, ndarray, empty, uint8, float32) -> a callable: f(*args) = "
      "scale_columns_qdq's pass over gemm_rows' product of args[a_at] (codes, or with "
      "from_float float32 values quantized back by sa and za) into a new float32 array, when "
-     "args[places[i]] is expect[i] (and args[0] is first, unless None) and no NaN is met; "
-     "any other call is fallback(*args)."},
+     "args[places[i]] is expect[i] and no NaN is met; any other call is fallback(*args)."},
     {"scale_columns", py_scale_columns, METH_VARARGS,
      "scale_columns(acc, M, N, scale, bias, out): out[m, n] = float32(acc[m, n]) * "
      "scale[n] (+ bias[n]; bias b'': none) in float32 steps, no FMA."},

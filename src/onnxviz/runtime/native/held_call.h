@@ -21,21 +21,22 @@ typedef struct {
 
 /* Checks and keeps the construction's common arguments: 0, or -1 with ValueError naming
  * `name` (places and expect of one length, every place and the residual inside the
- * arguments and after the first, which is the image; no place the residual's). */
-static int held_call_init(HeldCall *h, PyObject *places, PyObject *expect, PyObject *fallback,
-                          PyObject *ndarray, PyObject *empty, PyObject *u8, PyObject *f32,
-                          Py_ssize_t nargs, Py_ssize_t residual, const char *name) {
+ * arguments and not the image's, argument `image`; no place the residual's). */
+static int held_call_init_at(HeldCall *h, PyObject *places, PyObject *expect,
+                             PyObject *fallback, PyObject *ndarray, PyObject *empty,
+                             PyObject *u8, PyObject *f32, Py_ssize_t nargs, Py_ssize_t residual,
+                             Py_ssize_t image, const char *name) {
     memset(h, 0, sizeof *h);
     if (!PyTuple_Check(places) || !PyTuple_Check(expect) ||
-        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || nargs < 1 ||
-        residual >= nargs || residual == 0 || residual < -1 || !PyCallable_Check(fallback) ||
-        !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
+        PyTuple_GET_SIZE(places) != PyTuple_GET_SIZE(expect) || nargs < 1 || image < 0 ||
+        image >= nargs || residual >= nargs || residual == image || residual < -1 ||
+        !PyCallable_Check(fallback) || !PyCallable_Check(empty) || !PyCallable_Check(ndarray)) {
         PyErr_Format(PyExc_ValueError, "%s: bad argument count, places or callables", name);
         return -1;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); i++) {
         const Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i));
-        if (at < 1 || at >= nargs || at == residual) {
+        if (at < 0 || at >= nargs || at == image || at == residual) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "%s: a place out of the arguments", name);
             return -1;
@@ -51,6 +52,14 @@ static int held_call_init(HeldCall *h, PyObject *places, PyObject *expect, PyObj
     h->nargs = nargs;
     h->residual = residual;
     return 0;
+}
+
+/* held_call_init_at with the image first, as the convs, pools and concat take it. */
+static int held_call_init(HeldCall *h, PyObject *places, PyObject *expect, PyObject *fallback,
+                          PyObject *ndarray, PyObject *empty, PyObject *u8, PyObject *f32,
+                          Py_ssize_t nargs, Py_ssize_t residual, const char *name) {
+    return held_call_init_at(h, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                             residual, 0, name);
 }
 
 /* Whether a call has the held call's argument count, no keywords, and its constants (by
