@@ -294,6 +294,52 @@ def unet_torch(size: int = 128, base: int = 16, levels: int = 3) -> Built:
     return _export(UNet(), args, ["image"], dynamo=False), _feeds(["image"], args)
 
 
+def fpn(size: int = 224, width: int = 32, neck: int = 128) -> Built:
+    """A detection or segmentation backbone with its feature pyramid (Lin et al. 2017), as
+    users export them for their own heads: a small ResNet-style encoder (3x3 conv +
+    BatchNorm + Relu blocks, stride 2 between stages), a 1x1 lateral conv per stage, the
+    top-down path (nearest x2 upsampling + Add) and a 3x3 output conv per level, every
+    level a graph output.  The lateral 1x1 convs read channels-last values and hand NCHW
+    ones to the Resize and Add: the chains' exits (fusion_layout.ChannelsLast)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def stage(cin: int, cout: int, stride: int) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout), nn.ReLU(),
+        )  # fmt: skip
+
+    class Fpn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            widths = [width * 2**i for i in range(4)]
+            self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 2, 1), nn.ReLU())
+            self.stages = nn.ModuleList(
+                stage(c, w, 2) for c, w in zip([width, *widths[:-1]], widths)
+            )
+            self.lateral = nn.ModuleList(nn.Conv2d(w, neck, 1) for w in widths)
+            self.smooth = nn.ModuleList(nn.Conv2d(neck, neck, 3, 1, 1) for _ in widths)
+
+        def forward(self, x: Any) -> Any:
+            feats = []
+            x = self.stem(x)
+            for s in self.stages:
+                x = s(x)
+                feats.append(x)
+            top = self.lateral[-1](feats[-1])
+            levels = [top]
+            for lat, f in zip(self.lateral[-2::-1], feats[-2::-1]):
+                top = lat(f) + nn.functional.interpolate(top, scale_factor=2.0, mode="nearest")
+                levels.append(top)
+            return tuple(sm(p) for sm, p in zip(self.smooth, reversed(levels)))
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(Fpn(), args, ["image"], dynamo=False), _feeds(["image"], args)
+
+
 def diffusion_unet(
     size: int = 32, base: int = 32, mults: tuple[int, ...] = (1, 2, 2), dynamo: bool = False
 ) -> Built:
@@ -872,6 +918,7 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         unet_convtranspose,
     ),
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
+    "fpn": ("ResNet-style encoder + feature pyramid, 224 px, TorchScript", fpn),
     "diffusion_unet_64": (
         "diffusion UNet, 64 px, TorchScript",
         lambda: diffusion_unet(64),

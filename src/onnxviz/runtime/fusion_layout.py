@@ -51,6 +51,7 @@ from onnxviz.runtime.kernels.nn_conv_nhwc import (
     PoolWindow,
     direct_available,
     is_channels_last,
+    planes_copy,
     prepare_channels_last,
 )
 from onnxviz.runtime.plan import PlanNode, fused_node
@@ -336,7 +337,7 @@ class ChannelsLast:
             if planes is not None:
                 return planes
         y, done = runner(x, addend, relu, act)
-        return (y if self.emit else np.ascontiguousarray(y)), done
+        return (y if self.emit else planes_copy(y)), done
 
     def held(
         self,

@@ -87,10 +87,50 @@ def is_channels_last(x: Any) -> bool:
     )
 
 
+# Elements from which `nhwc` and `planes_copy` run the compiled copy: below, numpy's
+# copy costs less than the call's set-up (128 channels at 7 x 7 px: 4.0 us against 5.0;
+# at 14 x 14, 30.8 against 9.1).
+_COMPILED_COPY_MIN = 8192
+
+
 def nhwc(x: np.ndarray) -> np.ndarray:
     """The (N, H, W, C) view of an (N, C, H, W) array (a copy only when ``x`` is not
-    channels-last already)."""
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    channels-last already: a float32 NCHW one by the compiled transposing copy,
+    native/_channels.c's place, as `planes_copy` the other way)."""
+    xl = x.transpose(0, 2, 3, 1)
+    if xl.flags.c_contiguous:
+        return xl
+    chan = (
+        native.load("channels")
+        if x.size >= _COMPILED_COPY_MIN and x.dtype == np.float32 and x.flags.c_contiguous
+        else None
+    )
+    if chan is None:
+        return np.ascontiguousarray(xl)
+    n, c, h, w = x.shape
+    out = out_empty((n, h, w, c))
+    chan.place(x, out, (n, h * w, c, c, 0), True)
+    return out
+
+
+def planes_copy(y: np.ndarray) -> np.ndarray:
+    """A C-contiguous (N, C, H, W) copy of ``y``, the channels-last value a chain's last
+    conv computed (fusion_layout.ChannelsLast's NCHW exit).  float32 by the compiled
+    transposing copy (native/_channels.c's unplace: blocks of pixels by channels
+    transposed in registers), else numpy's.  numpy's element-by-element transposing
+    copy took 13x a plain copy's time there: a 1x1 conv's 256 channels at 56 x 56 px
+    3.3 ms, against 0.26 ms to copy them; the same values either way."""
+    chan = (
+        native.load("channels")
+        if y.size >= _COMPILED_COPY_MIN and y.dtype == np.float32 and is_channels_last(y)
+        else None
+    )
+    if chan is None:
+        return np.ascontiguousarray(y)
+    n, c, h, w = y.shape
+    out = out_empty(y.shape)
+    chan.unplace(nhwc_view(y), out, (n, h * w, c))
+    return out
 
 
 def conv_channels_last(
@@ -433,12 +473,12 @@ class _Pointwise(ChannelsLastConv):
             xl = x.transpose(0, 2, 3, 1)
             if self.strided:
                 xl = xl[:, :: self.strides[0], :: self.strides[1], :]
-            a = np.ascontiguousarray(xl).reshape(self.rows, self.c)  # no copy when NHWC
+            a = (np.ascontiguousarray(xl) if self.strided else nhwc(x)).reshape(self.rows, self.c)
         out = out_empty(self.nhwc_shape)
         flat = out.reshape(self.rows, -1)
         d = None
         if addend is not None:
-            d = np.ascontiguousarray(nhwc_view(addend)).reshape(flat.shape)
+            d = nhwc(addend).reshape(flat.shape)
         code, lo, hi = ACT_NONE, math.nan, math.nan
         if act is not None and act[0] in (ACT_RELU, ACT_CLIP, ACT_HARDSWISH):
             code, lo, hi = act
@@ -460,7 +500,7 @@ class _Pointwise(ChannelsLastConv):
         xl = x.transpose(0, 2, 3, 1)
         if self.strided:
             xl = xl[:, :: self.strides[0], :: self.strides[1], :]
-        a = np.ascontiguousarray(xl).reshape(self.rows, self.c)
+        a = (np.ascontiguousarray(xl) if self.strided else nhwc(x)).reshape(self.rows, self.c)
         bias = self.bias
         if self.rows <= _FEW_ROWS:
             # A squeeze-excite block's 1x1 conv on one pixel: the product and one add,
@@ -680,9 +720,7 @@ class _Depthwise(ChannelsLastConv):
         if native.level() is None:
             return None
         n, c = x.shape[:2]
-        xl = nhwc_view(x)
-        if not xl.flags.c_contiguous:
-            xl = np.ascontiguousarray(xl)
+        xl = nhwc(x)
         wk = self._taps
         if wk is None:  # (kh, kw, C): the per-offset channel rows the kernel reads
             kh, kw = self.kernel
@@ -913,7 +951,7 @@ class _Direct(ChannelsLastConv):
             if x.flags.c_contiguous:
                 xl, first = x, True  # the kernel transposes the rows it reads
             else:
-                xl = np.ascontiguousarray(xl)
+                xl = nhwc(x)
         add = None
         if addend is not None:
             add = addend if planes else nhwc_view(addend)
