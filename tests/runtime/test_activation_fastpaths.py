@@ -265,17 +265,18 @@ def test_in_place_relu_of_a_dead_value_gives_the_kernels_bits() -> None:
     "op, bounds",
     [
         ("Sigmoid", None),
+        ("Tanh", None),
         ("Clip", (0.0, 6.0)),
         ("Clip", (None, 0.5)),
         ("Clip", (1.0, -1.0)),
         ("Clip", (np.nan, 2.0)),
     ],
 )
-def test_in_place_sigmoid_and_clip_give_the_kernels_bits(monkeypatch, op, bounds) -> None:
+def test_in_place_sigmoid_tanh_and_clip_give_the_kernels_bits(monkeypatch, op, bounds) -> None:
     import onnxviz.runtime.inplace as inplace_module
 
     calls: list[str] = []
-    for name in ("clip_into", "sigmoid_into"):
+    for name in ("clip_into", "sigmoid_into", "tanh_into"):
         real = getattr(inplace_module, name)
         monkeypatch.setattr(
             inplace_module, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a)
