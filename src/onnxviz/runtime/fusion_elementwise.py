@@ -459,8 +459,11 @@ class ElementwiseChain:
                 stop = min(start + _BLOCK, flat.size)
                 if not self._run_block(flat[start:stop], out[start:stop], scalars):
                     return self._one_by_one(ex, ins)  # a pair met a NaN
-        result = out.reshape(dense.shape)
-        return [result.transpose(0, 3, 1, 2) if last else result]
+        if last:
+            return [out.reshape(dense.shape).transpose(0, 3, 1, 2)]
+        # x's own shape: ascontiguousarray gives a 0-d x one axis (a chain of a scalar
+        # input returned shape (1,) where its nodes give ())
+        return [out.reshape(x.shape)]
 
     def _tables(self, x: np.ndarray, ins: list[Any]) -> dict[int, np.ndarray] | None:
         """The ops' per-channel operands by input place (float32 C values each), {} when
