@@ -253,6 +253,31 @@ def lstm_gru(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) 
     return _export(Recurrent(), args, ["x"], dynamo=False), _feeds(["x"], args)
 
 
+def elman_rnn(seq: int = 50, batch: int = 4, n_in: int = 64, hidden: int = 128) -> Built:
+    """A two-layer Elman RNN (torch.nn.RNN, tanh) and a linear head, torch's dynamo
+    export: it writes the layer out step by step (no RNN node: per step a Slice and
+    Squeeze of the input projection, the recurrent MatMul and its bias Add, the Add of
+    the two and the Tanh; 610 nodes of 4 x 128 values), so the run is the cost per small
+    node."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Elman(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.RNN(n_in, hidden, 2)
+            self.head = nn.Linear(hidden, 16)
+
+        def forward(self, x: Any) -> Any:
+            y, _ = self.rnn(x)
+            return self.head(y)
+
+    args = (torch.randn(seq, batch, n_in),)
+    return _export(Elman(), args, ["x"], dynamo=True), _feeds(["x"], args)
+
+
 def unet_torch(size: int = 128, base: int = 16, levels: int = 3) -> Built:
     import torch
     from torch import nn
@@ -918,6 +943,7 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         unet_convtranspose,
     ),
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
+    "elman_rnn_dynamo": ("Elman RNN 2x128, 50 steps, written out by torch dynamo", elman_rnn),
     "fpn": ("ResNet-style encoder + feature pyramid, 224 px, TorchScript", fpn),
     "diffusion_unet_64": (
         "diffusion UNet, 64 px, TorchScript",

@@ -243,7 +243,7 @@ _REDUCERS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"]
 
 @st.composite
 def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A chain of Sigmoid, Cast (to any plain type) and reductions (axes as an
+    """A chain of Sigmoid, Tanh, Cast (to any plain type) and reductions (axes as an
     initializer, a Constant node, an attribute at opset 13, or none), on a random shape
     and dtype with NaNs, infinities and big values in it."""
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
@@ -262,10 +262,10 @@ def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     cur, rank, dtype = "x", len(shape), elem
     for i in range(draw(st.integers(1, 5))):
         out = f"v{i}"
-        kind = draw(st.sampled_from(["Sigmoid", "Cast", "Reduce"]))
-        if kind == "Sigmoid" and dtype in (TensorProto.FLOAT, TensorProto.DOUBLE):
-            nodes.append(helper.make_node("Sigmoid", [cur], [out]))
-        elif kind == "Cast" or kind == "Sigmoid":
+        kind = draw(st.sampled_from(["Sigmoid", "Tanh", "Cast", "Reduce"]))
+        if kind in ("Sigmoid", "Tanh") and dtype in (TensorProto.FLOAT, TensorProto.DOUBLE):
+            nodes.append(helper.make_node(kind, [cur], [out]))
+        elif kind in ("Cast", "Sigmoid", "Tanh"):
             to = draw(st.sampled_from(list(_DTYPES)))
             nodes.append(helper.make_node("Cast", [cur], [out], to=to))
             dtype = to
@@ -315,10 +315,10 @@ def test_random_small_op_graphs_give_the_stepped_bits(case: Any) -> None:
     _same_as_stepped(model, feeds)
 
 
-@pytest.mark.parametrize("op", ["Sigmoid", "Cast", "ReduceSum"])
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh", "Cast", "ReduceSum"])
 def test_the_small_ops_get_their_specialized_calls(op: str) -> None:
-    if op == "Sigmoid":
-        node = helper.make_node("Sigmoid", ["x"], ["y"])
+    if op in ("Sigmoid", "Tanh"):
+        node = helper.make_node(op, ["x"], ["y"])
     elif op == "Cast":
         node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)
     else:
@@ -327,7 +327,56 @@ def test_the_small_ops_get_their_specialized_calls(op: str) -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     model = _model([node], [x], ["y"], [axes] if op == "ReduceSum" else [])
     session, _ = _same_as_stepped(model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
-    assert _specialized(session)[op] == "special"
+    from onnxviz.runtime.kernels import chain_program
+
+    # (Tanh's call is the compiled chain's step: with the kernels off, the kernel runs)
+    want = "special" if op != "Tanh" or chain_program.CHAIN is not None else "kernel"
+    assert _specialized(session)[op] == want
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_an_elementwise_chain_of_a_scalar_keeps_its_shape(dtype: int) -> None:
+    """Sigmoid -> Tanh of a 0-d input (one fused elementwise chain in unwatched runs)
+    gives a 0-d result, as its nodes do (the chain's contiguous copy had given it an
+    axis: shape (1,))."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Tanh", ["s"], ["y"])]
+    x = helper.make_tensor_value_info("x", dtype, [])
+    model = _model(nodes, [x], ["y"], [])
+    session, got = _same_as_stepped(model, {"x": np.array(0.125, dtype=_DTYPES[dtype])})
+    assert got["y"].shape == ()
+    assert [type(pn.fused).__name__ for pn in run_nodes(session.plan)] == ["ElementwiseChain"]
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "Tanh"])
+def test_a_held_activation_takes_float32_arrays_and_leaves_the_rest_to_its_kernel(
+    op: str,
+) -> None:
+    """chain_program.held_unary (a lone Tanh's or Sigmoid's call in unwatched runs): a
+    float32 C-contiguous array of at least one axis in C, with the kernel's bits (NaN
+    and infinities included); a float64, non-contiguous or 0-d array, or another call,
+    goes to the fallback it was made with."""
+    from onnxviz.runtime.kernels import chain_program
+    from onnxviz.runtime.registry import resolve
+
+    if chain_program.CHAIN is None:
+        pytest.skip("the compiled chain is off here (ONNXVIZ_NATIVE=off): the kernel runs")
+    kernel = resolve("", op, 13).fn  # type: ignore[union-attr]
+    asked: list[Any] = []
+
+    def fallback(x: Any) -> Any:
+        asked.append(x)
+        return kernel(x)
+
+    held = chain_program.held_unary(op, fallback)
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((4, 129)) * 6).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    got = held(x)
+    assert not asked and got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(got, kernel(x))
+    for other in (x.astype(np.float64), x.T, np.float32(0.5).reshape(())):
+        np.testing.assert_array_equal(held(other), kernel(other))
+    assert len(asked) == 3
 
 
 def test_reduction_axes_computed_at_run_time_are_read_each_run() -> None:

@@ -320,7 +320,9 @@ def _prepared_sigmoid(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> 
         np.divide(1.0, t, out=t)
         return t
 
-    return call
+    # A float32 C-contiguous array by the compiled Sigmoid step from the node loop
+    # (chain_program.held_unary: sigmoid_into's program, so its bits), the rest above.
+    return chain_program.held_unary("Sigmoid", call) or call
 
 
 def softplus_f(x: Array) -> Array:

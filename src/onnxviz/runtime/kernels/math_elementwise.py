@@ -23,7 +23,7 @@ from onnxviz.runtime.kernels.math_common import (
     legacy_broadcast,
 )
 from onnxviz.runtime.kernels.math_erf import erf
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import kernel, specializer
 
 Array = np.ndarray
 
@@ -37,6 +37,25 @@ def _register_unary(op: str, since: tuple[int, ...], fn: Callable[[Array], Array
 
     run.__name__ = f"kernel_{op.lower()}"
     kernel(op, since=since)(run)
+    if fn is _tanh:
+        specializer(run)(_prepared_tanh(run))
+
+
+def _prepared_tanh(run: Callable[..., Array]) -> Callable[..., Any]:
+    """Unwatched runs: a float32 Tanh by the compiled chain's Tanh step called from the
+    node loop (chain_program.held_unary: the kernel's bits without its Python layers);
+    other calls run the kernel."""
+
+    def prepare(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        if attrs:  # opset 1's consumed_inputs
+            return None
+
+        def kernel_call(x: Any) -> Any:
+            return run(x)
+
+        return chain_program.held_unary("Tanh", kernel_call)
+
+    return prepare
 
 
 def _reciprocal(x: Array) -> Array:

@@ -50,6 +50,7 @@
  * otherwise). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "levels.h"
 #include "vector_types.h"
@@ -482,6 +483,12 @@ static void held_dealloc(PyObject *obj) {
     PyObject_GC_Del(obj);
 }
 
+static PyMemberDef held_members[] = {
+    {"fallback", T_OBJECT, offsetof(HeldChain, fallback), READONLY,
+     "What the calls this chain does not take go to."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject HeldChainType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "onnxviz.runtime.native._chain.HeldChain",
     .tp_basicsize = sizeof(HeldChain),
@@ -491,6 +498,7 @@ static PyTypeObject HeldChainType = {
     .tp_traverse = held_traverse,
     .tp_clear = held_clear,
     .tp_dealloc = held_dealloc,
+    .tp_members = held_members,
     .tp_doc = "A chain's program with its scalars (held()).",
 };
 
