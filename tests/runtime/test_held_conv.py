@@ -824,3 +824,161 @@ def test_a_diffusion_like_chain_runs_its_nchw_convs_held(monkeypatch):
     # another time embedding: the held call's result, the stepped run's bits
     feeds["temb"] = rng.standard_normal((1, c, 1, 1)).astype(np.float32)
     np.testing.assert_array_equal(session.run(feeds)["out"], stepped_values(model, feeds)["out"])
+
+
+def _prepared_pointwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> Any:
+    """An NCHW 1x1 conv's prepared call (nn_conv.prepared_pointwise) by the constant
+    (frozen) ``w`` and ``b``."""
+    from onnxviz.runtime.kernels.nn_conv import prepared_pointwise
+
+    for const in (w, b):
+        if const is not None:
+            const.flags.writeable = False
+    call = prepared_pointwise(x, w, b, {})
+    assert call is not None
+    return call
+
+
+# (C, M, H, W): a diffusion UNet's attention projection at 8 x 8 and its skip convs at 8,
+# 16 and 32 px, rows and pixels off the tiles' sizes
+_PLANES_GEOMETRIES = [(64, 192, 8, 8), (32, 64, 16, 16), (128, 64, 8, 8), (96, 32, 32, 32),
+                      (20, 9, 5, 7), (7, 13, 3, 11)]  # fmt: skip
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_held_nchw_pointwise_conv_gives_the_prepared_calls_bits(level):
+    """The held form of an NCHW chain's 1x1 conv (native/_sgemm.c's `pointwise_planes`)
+    gives its prepared call's bits (gemm_left's, where the routing sends the product:
+    AVX-512), with and without bias and residual, into a new C-contiguous, 64-byte
+    aligned output that never shares the residual's memory; below AVX-512 (OpenBLAS runs
+    the product) there is none."""
+    compiled("sgemm", "the OpenBLAS paths run")
+    rng = np.random.default_rng(60 + level)
+    with at_level("sgemm", level), threadpool_limits(1):
+        for c, m, h, wd in _PLANES_GEOMETRIES:
+            x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+            w = (rng.standard_normal((m, c, 1, 1)) * 0.2).astype(np.float32)
+            for bias in (True, False):
+                b = rng.standard_normal(m).astype(np.float32) if bias else None
+                call = _prepared_pointwise(x, w, b)
+                r = rng.standard_normal((1, m, h, wd)).astype(np.float32)
+                for residual in (None, r):
+                    consts = (object(), object())
+                    fallback = _Fallback()
+                    nargs = 3 if residual is None else 4
+                    place = None if residual is None else 3
+                    held = call.held(None, nargs, place, (1, 2), consts, fallback)
+                    if level < native.AVX512:
+                        assert held is None
+                        continue
+                    got = held(x, *consts, *(() if residual is None else (residual,)))
+                    assert type(got) is np.ndarray and got.shape == (1, m, h, wd)
+                    assert got.flags.c_contiguous and got.ctypes.data % 64 == 0
+                    np.testing.assert_array_equal(got, call(x, residual))
+                    assert not fallback.calls
+                    if residual is not None:
+                        assert not np.shares_memory(got, residual)
+
+
+def test_every_call_the_held_nchw_pointwise_conv_does_not_take_goes_to_the_fallback():
+    compiled("sgemm", "the OpenBLAS paths run")
+    if native.cpu_level() < native.AVX512:
+        pytest.skip("below AVX-512 the product stays with OpenBLAS: no held call")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 32, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((48, 32, 1, 1)).astype(np.float32)
+    r = rng.standard_normal((1, 48, 8, 8)).astype(np.float32)
+    with at_level("sgemm", native.cpu_level()), threadpool_limits(1):
+        call = _prepared_pointwise(x, w, None)
+        consts = (object(), object())
+        fallback = _Fallback()
+        held = call.held(None, 4, 3, (1, 2), consts, fallback)
+        np.testing.assert_array_equal(held(x, *consts, r), call(x, r))
+        declined = [
+            (_channels_last(np.concatenate([x, x])), *consts, np.concatenate([r, r])),
+            (np.concatenate([x, x]), *consts, np.concatenate([r, r])),  # two images
+            (x[:, :, :, :7], *consts, r[:, :, :, :7]),  # another shape (a strided view)
+            (x.astype(np.float64), *consts, r),
+            (x, *consts, r.astype(np.float64)),
+            (x, *consts, r[:, :, ::-1]),  # a strided residual
+            (x, *consts, r[:, :24]),  # a residual of another shape
+            (x, object(), consts[1], r),  # another constant
+            (x, *consts),  # another argument count
+        ]
+        for args in declined:
+            _declined(held, fallback, args)
+        _declined(held, fallback, (x, *consts, r), key=1)  # a keyword
+        with threadpool_limits(2):  # OpenBLAS on two threads: its product again
+            _declined(held, fallback, (x, *consts, r))
+        # not made: an activation, a spread residual, a product gemm_left does not run
+        assert call.held((ACT_RELU, NAN, NAN), 4, 3, (1, 2), consts, fallback) is None
+        assert call.held(None, 4, 3, (1, 2), consts, fallback, True) is None
+        big = rng.standard_normal((1, 512, 32, 32)).astype(np.float32)
+        wide = _prepared_pointwise(
+            big, rng.standard_normal((512, 512, 1, 1)).astype(np.float32), None
+        )
+        assert wide.held(None, 3, None, (1, 2), consts, fallback) is None
+    for level in [lvl for lvl in LEVELS if lvl < native.AVX512]:
+        with at_level("sgemm", level):  # another tile height than the one it was made for
+            native.load("sgemm").set_level(level)
+            _declined(held, fallback, (x, *consts, r))
+    native.load("sgemm").set_level(native.cpu_level())
+    with threadpool_limits(1):
+        np.testing.assert_array_equal(held(x, *consts, r), call(x, r))
+
+
+def test_a_skip_conv_into_an_nchw_block_stays_nchw_and_both_run_held():
+    """A residual block between GroupNorms (a diffusion UNet's, channels changing: a 1x1
+    skip conv of the block's input added to the second 3x3 conv's output): the skip conv
+    hands its output NCHW to the NCHW conv that adds it (channels-last, the 3x3 conv's
+    held call declined it and numpy added it through a transposing read), and from the
+    second run both convs run held, with the first run's bits and the stepped run's
+    numbers."""
+    compiled("conv", "the numpy convs run")
+    rng = np.random.default_rng(12)
+    c, m, size = 16, 32, 16
+    inits = [
+        _init("wa", rng.standard_normal((m, c, 3, 3)) * 0.1),
+        _init("ba", rng.standard_normal(m) * 0.1),
+        _init("wb", rng.standard_normal((m, m, 3, 3)) * 0.1),
+        _init("bb", rng.standard_normal(m) * 0.1),
+        _init("ws", rng.standard_normal((m, c, 1, 1)) * 0.2),
+        _init("bs", rng.standard_normal(m) * 0.1),
+        numpy_helper.from_array(np.array([1, 8, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.array([1, m, size, size], np.int64), "back"),
+        _init("gs", np.ones(8)),
+        _init("gb", np.zeros(8)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wa", "ba"], ["h"], pads=[1] * 4),
+        helper.make_node("Reshape", ["h", "groups"], ["g"]),
+        helper.make_node("InstanceNormalization", ["g", "gs", "gb"], ["gn"]),
+        helper.make_node("Reshape", ["gn", "back"], ["n"]),
+        helper.make_node("Conv", ["n", "wb", "bb"], ["y"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "ws", "bs"], ["skip"]),
+        helper.make_node("Add", ["y", "skip"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, c, size, size)).astype(np.float32)}
+    with threadpool_limits(1):
+        assert_modes_agree(model, feeds)
+        session = Session(model)
+        first = session.run(feeds)["out"]
+        chains = {
+            pn.output_names[0]: pn.fused
+            for pn in run_nodes(session.plan)
+            if isinstance(pn.fused, fusion.ConvChain)
+        }
+        assert not chains["skip"].layout.emit
+        assert chains["out"].residual is not None and chains["out"].quick is not None
+        if native.cpu_level() >= native.AVX512:  # gemm_left runs the skip's product
+            assert type(chains["skip"].quick).__name__ == "PointwisePlanes"
+        for _ in range(2):
+            np.testing.assert_array_equal(session.run(feeds)["out"], first)

@@ -176,6 +176,31 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
     kinds = {id(pn): conv_layout_kind(pn, constants) for pn in nodes if is_conv_chain(pn)}
     emits: dict[int, bool] = {}  # decided from the last node back: readers first
     memo: dict[int, tuple[bool, bool]] = {}
+    producer = {s: pn for pn in nodes for s in pn.outputs if s >= 0}
+
+    def runs_channels_last(conv: PlanNode) -> bool | None:
+        """Whether the fused conv ``conv`` runs the channels-last kernel: it emits, or its
+        input comes channels-last from a conv (through ops that keep the layout); None
+        when that conv is not decided yet."""
+        if emits.get(id(conv)):
+            return True
+        slot = conv.inputs[0]
+        while True:
+            pn = producer.get(slot)
+            if pn is None:
+                return False
+            if is_conv_chain(pn):
+                return emits.get(id(pn))
+            if isinstance(pn.fused, (QdqPair, ElementwiseChain, SEGate)) or (
+                pn.kind == "kernel"
+                and pn.domain == ""
+                and len(pn.outputs) == 1
+                and (pn.op_type in _ELEMENTWISE or _pool_takes_layout(pn))
+            ):
+                x_place = getattr(pn.fused, "x_place", 0) if pn.kind == "fused" else 0
+                slot = pn.inputs[x_place]
+                continue
+            return False
 
     def readers(slot: int) -> tuple[bool, bool]:
         """(every reader of ``slot`` takes channels-last well, the layout pays)."""
@@ -190,6 +215,13 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
             if is_conv_chain(pn):
                 kind = kinds[id(pn)]
                 ok = kind is not None
+                residual = getattr(pn.fused, "residual", None)
+                if ok and residual is not None and pn.inputs[residual] == slot != pn.inputs[0]:
+                    # Not the residual of a conv that runs NCHW (its input comes NCHW and
+                    # its output goes so): it would add a channels-last residual after
+                    # its kernel, through a transposing read, and its held call declines
+                    # it (a diffusion UNet's skip convs, the 3x3 after a GroupNorm).
+                    ok = runs_channels_last(pn) is not False
                 pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
             elif isinstance(pn.fused, (QdqPair, ElementwiseChain)) and pn.inputs[0] == slot:
                 # A quantize-dequantize pair, or a chain of elementwise steps whose other

@@ -1015,35 +1015,84 @@ def prepared_pointwise(
     routing on every call: a diffusion UNet's attention projections at 8 x 8 spent as
     long there as in the product.  None (the layers run it) for an activation, an
     addend not of the output's own shape and type, or any other input."""
-    f32 = np.dtype(np.float32)
     geometry = _plain_nchw_geometry(x, w, bias, attrs)
     if geometry is None:
         return None
     kernel, strides, _, pads, out_shape = geometry
-    n, c = x.shape[:2]
-    m = w.shape[0]
     if not _view_product(kernel, strides, pads) or _patch_product(kernel, strides, [1, 1], pads):
         return None
-    w2 = w.reshape(m, c)
-    b = None if bias is None else bias.reshape(-1)
-    shape, p_size = tuple(x.shape), math.prod(out_shape)
-    out_nchw = (n, m, *out_shape)
+    return _PreparedPointwise(x, w, bias, out_shape)
 
-    def call(
-        xi: Any, addend: Any, act: tuple[int, float, float] | None = None
+
+class _PreparedPointwise:
+    """`prepared_pointwise`'s call: ``call(x, addend, act=None)`` -> the output, or None
+    (not a call it takes: an activation other than none, another input); `held` makes its
+    compiled form where the product runs gemm_left."""
+
+    def __init__(
+        self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, out_shape: Sequence[int]
+    ) -> None:
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        self.w, self.w2 = w, w.reshape(m, c)
+        self.b = None if bias is None else bias.reshape(-1)
+        self.shape, self.p_size = tuple(x.shape), math.prod(out_shape)
+        self.out_nchw = (n, m, *out_shape)
+
+    def __call__(
+        self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if act is not None or not _call_takes(xi, shape, addend, out_nchw):
+        if (act is not None and act[0] != ACT_NONE) or not _call_takes(
+            xi, self.shape, addend, self.out_nchw
+        ):
             return None
-        y = np.empty((n, m, p_size), dtype=f32)
-        added = _products_with_bias(w2, xi.reshape(n, c, p_size), y, b, addend, source=w)
-        y = y.reshape(out_nchw)
+        n, m, c, b = self.out_nchw[0], self.out_nchw[1], self.shape[1], self.b
+        y = np.empty((n, m, self.p_size), dtype=np.float32)
+        added = _products_with_bias(
+            self.w2, xi.reshape(n, c, self.p_size), y, b, addend, source=self.w
+        )
+        y = y.reshape(self.out_nchw)
         if b is not None and not added:
             y += b.reshape(1, -1, 1, 1)
         if addend is not None and not added:
             y += addend
         return y
 
-    return call
+    def held(
+        self,
+        act: tuple[int, float, float] | None,
+        nargs: int,
+        residual: int | None,
+        places: tuple[int, ...],
+        expect: tuple[Any, ...],
+        fallback: Any,
+        spread: bool = False,
+    ) -> Any:
+        """The compiled form of calls like ``self(x, addend)`` from a fused node's inputs
+        (native/_sgemm.c's `pointwise_planes`: gemm_left's sums by the weight
+        `_packed_products` packs, so its bits), x its first input and the addend at
+        ``residual``, for one image whose product `_packed_products` runs (float32, the
+        routing's gemm_left: packed_gemm.use_left_for); None otherwise (several images,
+        an activation, a residual of one value per channel: ``spread``)."""
+        n, m, h, wd = self.out_nchw
+        c = self.shape[1]
+        mod = packed_gemm.module()
+        if (
+            n != 1
+            or spread
+            or (act is not None and act[0] != ACT_NONE)
+            or mod is None
+            or self.w.dtype != np.float32
+            or (self.b is not None and self.b.dtype != np.float32)
+            or not packed_gemm.use_left_for(m, c, self.p_size)
+        ):
+            return None
+        p = packed_gemm.packed_rows(self.w2, mod, self.w)
+        if p is None:
+            return None
+        return packed_gemm.held_planes(
+            mod, p, self.b, (h, wd), nargs, residual, places, expect, fallback
+        )
 
 
 def prepared_planar(

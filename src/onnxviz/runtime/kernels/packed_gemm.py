@@ -398,6 +398,33 @@ def held_pointwise(
     )  # fmt: skip
 
 
+def held_planes(
+    mod: Any,
+    p: Packed,
+    bias: np.ndarray | None,
+    image: tuple[int, int],
+    nargs: int,
+    residual: int | None,
+    places: tuple[int, ...],
+    expect: tuple[Any, ...],
+    fallback: Any,
+) -> Any:
+    """A callable ``f(*args)``: the 1x1 conv (stride 1) of ``args[0]``, one C-contiguous
+    float32 (1, C, H, W) image (``image`` = (H, W), C = ``p.n``), by the weight packed by
+    `pack_rows` as ``p`` (M x C) + ``bias`` per channel + ``args[residual]`` (a (1, M, H, W)
+    C-contiguous float32 array, when not None), as a new 64-byte aligned C-contiguous
+    (1, M, H, W) array, in C from call to result (native/_sgemm.c's `pointwise_planes`):
+    `left_matmul_packed`'s operations, so its bits.  Only for calls of ``nargs`` arguments
+    with ``args[places[i]] is expect[i]``, while OpenBLAS runs on one thread (`use_left_for`'s
+    condition); any other call is ``fallback(*args)``."""
+    rows = None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=_F32)
+    return mod.pointwise_planes(
+        p.data, p.offset, p.n, p.k, p.nr, image, rows, nargs,
+        -1 if residual is None else residual, tuple(places), tuple(expect),
+        blas.threads_getter_address(), fallback, *native.held_arrays(),
+    )  # fmt: skip
+
+
 def use_for_few_rows(rows: int) -> bool:
     """Whether a product of 2 to MIN_ROWS - 1 rows by a constant weight that OpenBLAS
     would have to pack on every call (a transposed one: Gemm's transB, which its
@@ -425,7 +452,22 @@ def use_left_for(m: int, k: int, pixels: int) -> bool:
     keeps NCHW.)  Below AVX-512 OpenBLAS wins there too (a Zen 3 core, the whole conv, us,
     gemm_left / OpenBLAS: 3x3 256 -> 256 at 7 x 7 1730-1790 / 1383-1411, 512 -> 512
     6213-6456 / 4154-5100)."""
-    return pixels <= MAX_LEFT_PIXELS and m >= MIN_ROWS and _wide() and _one_thread()
+    return (
+        (pixels <= MAX_LEFT_PIXELS or m * k * pixels <= LEFT_SMALL_MACS)
+        and m >= MIN_ROWS
+        and _wide()
+        and _one_thread()
+    )
+
+
+# Multiply-adds up to which an NCHW conv's product runs gemm_left whatever its pixels (at
+# AVX-512): there its fixed cost is most of the call, and its held form (`held_planes`)
+# runs it from the node loop.  Measured on a Sapphire Rapids core (1 thread, us, the
+# product with the bias, gemm_left / OpenBLAS): 64x32x256 12.8/14.0, 64x128x256 36.3/40.7,
+# 32x96x1024 63.7/73.3, 64x64x1024 78.8/85.1, 64x256x256 69.7/71.1, and on to 12.85M
+# (256x64x784 190.8/206.0).  At AVX2 (Haswell kernels both) OpenBLAS is 8-20% ahead from
+# 2M on, so the route stays with it there.
+LEFT_SMALL_MACS = 1 << 22
 
 
 def _one_thread() -> bool:

@@ -1619,6 +1619,169 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     return (PyObject *)obj;
 }
 
+/* ---- a held NCHW 1x1 conv: the weight by the image --------------------------------------
+ *
+ * `pointwise_planes(...)` makes the `quick` call of a fusion.py ConvChain whose conv is a
+ * 1x1 of stride 1 on one channels-first image that the Conv kernel runs by gemm_left
+ * (kernels/nn_conv.py's _packed_products, where packed_gemm.use_left_for routes it: a
+ * small image or a small product, a diffusion UNet's attention and skip convs between its
+ * GroupNorms): called with the fused node's inputs, it checks them (the image (1, C, H,
+ * W) C-contiguous float32; the constants it was made for, by identity, at `places`; the
+ * residual, when the chain adds one, a (1, M, H, W) C-contiguous float32 array) and runs
+ * run_left into a new 64-byte aligned C-contiguous output: W X + the bias per row + the
+ * residual, gemm_left's call in _packed_products, so its bits.  The Python layers it
+ * replaces (the chain's, the executor's, the conv kernel's routing and checks) cost
+ * 30-60 us a conv, where the product is 5-25.  Any other call is fallback(*args). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    PyObject *packed, *bias_obj; /* NULL until taken */
+    Py_buffer pb, bb;
+    const float *w, *bias;
+    Py_ssize_t c, h, w_, m;
+    int mr;
+    int (*threads)(void);
+} PointwisePlanes;
+
+static PyObject *planes_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames) {
+    PointwisePlanes *self = (PointwisePlanes *)obj;
+    const HeldCall *h = &self->call;
+    if (self->mr != rows_of(level) || (self->threads && self->threads() > 1) ||
+        !held_call_takes(h, args, nargsf, kwnames))
+        goto other;
+    const Py_ssize_t pixels = self->h * self->w_;
+    Py_buffer xb, db;
+    if (!onnxviz_array_view(args[0], h->ndarray, &xb, 'f', 4, NULL)) goto other;
+    if (xb.shape[0] != 1 || xb.shape[1] != self->c || xb.shape[2] != self->h ||
+        xb.shape[3] != self->w_) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    const int have_add = h->residual >= 0;
+    if (have_add) {
+        if (!onnxviz_array_view(args[h->residual], h->ndarray, &db, 'f', 4, NULL)) {
+            PyBuffer_Release(&xb);
+            goto other;
+        }
+        if (db.shape[0] != 1 || db.shape[1] != self->m || db.shape[2] != self->h ||
+            db.shape[3] != self->w_) {
+            PyBuffer_Release(&db);
+            PyBuffer_Release(&xb);
+            goto other;
+        }
+    }
+    float *c = NULL;
+    PyObject *out = onnxviz_new_aligned(h->empty, h->ndarray, h->u8, h->f32, 1, self->m,
+                                        self->h, self->w_, 1, &c);
+    if (out) {
+        Problem p;
+        memset(&p, 0, sizeof p);
+        p.a = self->w;
+        p.lda = self->c;
+        p.m = self->m;
+        p.k = self->c;
+        p.b = xb.buf;
+        p.ldb = pixels;
+        p.n = pixels;
+        p.c = c;
+        p.ldc = pixels;
+        p.row_bias = self->bias;
+        p.add = have_add ? db.buf : NULL;
+        p.ldadd = pixels;
+        p.act = 0;
+        p.lo = p.hi = NAN;
+        p.kcmax = KCL;
+        p.nc = 0;
+        float *bbuf = PyMem_RawMalloc((size_t)((KCL < p.k ? KCL : p.k) * 32) * sizeof(float));
+        if (!bbuf) {
+            PyErr_NoMemory();
+            Py_CLEAR(out);
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            run_left(&p, bbuf);
+            Py_END_ALLOW_THREADS;
+            PyMem_RawFree(bbuf);
+        }
+    }
+    if (have_add) PyBuffer_Release(&db);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static void planes_release(PointwisePlanes *self) {
+    if (self->packed) PyBuffer_Release(&self->pb);
+    if (self->bias_obj) PyBuffer_Release(&self->bb);
+    Py_CLEAR(self->packed);
+    Py_CLEAR(self->bias_obj);
+}
+
+HELD_CALL_TYPE(PointwisePlanes, PointwisePlanesType, planes,
+               "onnxviz.runtime.native._sgemm.PointwisePlanes",
+               "A fused NCHW 1x1 conv by one constant weight packed in rows "
+               "(pointwise_planes()).",
+               planes_release)
+
+static PyObject *py_pointwise_planes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    Py_ssize_t offset, c, m, h, w, nargs, residual;
+    int mr;
+    unsigned long long threads;
+    if (!PyArg_ParseTuple(args, "Onnni(nn)OnnOOKOOOOO:pointwise_planes", &po, &offset, &c, &m,
+                          &mr, &h, &w, &bo, &nargs, &residual, &places, &expect, &threads,
+                          &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    if (c < 1 || m < 1 || c > LIMIT || m > LIMIT || h < 1 || w < 1 || h > LIMIT ||
+        w > LIMIT / h || m * c > LIMIT * 8 || (mr != 4 && mr != 6 && mr != 12) || offset < 0 ||
+        offset > 63) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_planes: bad sizes, rows or offset");
+        return NULL;
+    }
+    PointwisePlanes *obj = PyObject_GC_New(PointwisePlanes, &PointwisePlanesType);
+    if (!obj) return NULL;
+    obj->vectorcall = planes_vectorcall;
+    obj->packed = obj->bias_obj = NULL;
+    obj->w = obj->bias = NULL;
+    obj->c = c;
+    obj->h = h;
+    obj->w_ = w;
+    obj->m = m;
+    obj->mr = mr;
+    obj->threads = (int (*)(void))(uintptr_t)threads;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                       residual, "pointwise_planes") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    /* The rows packed by pack_rows for this level's mr (its length checked), the bias M
+     * floats or None. */
+    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    obj->packed = Py_NewRef(po);
+    if (obj->pb.len < offset + (m + mr - 1) / mr * mr * c * 4) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_planes: the packed weight is too short");
+        Py_DECREF(obj);
+        return NULL;
+    }
+    obj->w = (const float *)((const char *)obj->pb.buf + offset);
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &obj->bb, m, 1, 0, "bias") < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        obj->bias_obj = Py_NewRef(bo);
+        obj->bias = obj->bb.buf;
+    }
+    return (PyObject *)obj;
+}
+
 static PyObject *py_pack_rows(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *wo;
@@ -1822,6 +1985,15 @@ static PyMethodDef methods[] = {
      "with `inplace` (the caller's slot of the residual dies at this call) written over a "
      "residual that only the caller and its slot hold, and returned; any other call is "
      "fallback(*args)."},
+    {"pointwise_planes", py_pointwise_planes, METH_VARARGS,
+     "pointwise_planes(packed, offset, C, M, mr, (H, W), bias, nargs, residual, places, "
+     "expect, threads, fallback, ndarray, empty, uint8, float32) -> a callable: f(*args) = "
+     "the 1x1 conv of args[0], one C-contiguous (1, C, H, W) image, by the weight packed by "
+     "pack_rows (M x C, mr rows a panel) + bias per channel + args[residual] ((1, M, H, W) "
+     "C-contiguous; residual -1: none), gemm_left's sums, as a new 64-byte aligned "
+     "C-contiguous float32 (1, M, H, W) array, when args[places[i]] is expect[i] and the int "
+     "function at address `threads` (0: none) returns at most 1; any other call is "
+     "fallback(*args)."},
     {"rows_per_tile", py_rows_per_tile, METH_NOARGS,
      "The row count pack_rows must use at this level."},
     {"panel_width", py_panel_width, METH_NOARGS, "The panel width pack must use at this level."},
@@ -1839,5 +2011,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sgemm", NULL, -1, m
 PyMODINIT_FUNC PyInit__sgemm(void) {
     if (PyType_Ready(&ProductType) < 0) return NULL;
     if (PyType_Ready(&PointwiseType) < 0) return NULL;
+    if (PyType_Ready(&PointwisePlanesType) < 0) return NULL;
     return PyModule_Create(&module);
 }
