@@ -264,3 +264,44 @@ def test_a_strided_residual_is_added_after_the_kernel_with_the_same_bits(
     if _compiled_conv():
         assert spy.with_addend >= 2
         assert spy.held == 0  # a strided residual: the held call hands it back
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_patch_embedding_takes_its_prepared_call_with_the_stepped_bits(
+    bias: bool, residual: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conv whose kernel equals its stride (a ViT's patch embedding, 16 x 16 patches of
+    a 50 x 48 image: the edge that fills no patch left out) takes its prepared call
+    (`nn_conv.prepared_patches`: the patches' product, then the bias and the residual as
+    `conv_core` adds them) in both fused runs, with the stepped run's bits; it has no held
+    form."""
+    spy = _Spy(monkeypatch)
+    rng = np.random.default_rng(31)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((24, 3, 16, 16)).astype(np.float32) * 0.05, "w")
+    ]
+    conv_ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(24).astype(np.float32), "b"))
+        conv_ins.append("b")
+    nodes = [helper.make_node("Conv", conv_ins, ["y"], kernel_shape=[16, 16], strides=[16, 16])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 50, 48])]
+    feeds = {"x": rng.standard_normal((1, 3, 50, 48)).astype(np.float32)}
+    out = "y"
+    if residual:
+        nodes.append(helper.make_node("Add", ["y", "r"], ["out"]))
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 24, 3, 3]))
+        feeds["r"] = rng.standard_normal((1, 24, 3, 3)).astype(np.float32)
+        out = "out"
+    graph = helper.make_graph(
+        nodes,
+        "patches",
+        inputs,
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert_modes_agree(model, feeds, rtol=0.0)
+    assert spy.ran >= 2 and spy.held == 0
+    assert spy.with_addend == (spy.ran if residual else 0)
