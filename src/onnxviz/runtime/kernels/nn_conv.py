@@ -689,7 +689,16 @@ def direct_nchw_pays(
     3614).  In the 64 px diffusion UNet (its GroupNorms keep the convs NCHW), whole runs
     alternated in one process: Winograd up to 64 x 64 channels -> NCHW form 0.859-0.872
     of the time, then up to 128 x 64 0.949-0.955 more.  Wider ones keep Winograd (128 ch
-    at 64 px 17277 -> 18483, at 32 px 4435 -> 4473)."""
+    at 64 px 17277 -> 18483, at 32 px 4435 -> 4473).
+
+    The same bound at AVX-512, measured on an Emerald Rapids core (one conv between
+    Sigmoids, separate processes twice each, ours / onnxruntime's time in the same
+    process, Winograd -> NCHW form): 96 -> 32 at 64 px 1.62, 1.62 -> 1.07, 1.12; 64 ch at
+    64 px 1.34, 1.52 -> 1.02, 1.17; 32 -> 64 at 64 px 1.64, 1.68 -> 1.15, 1.26; 128 -> 64
+    at 64 px 1.20, 1.43 -> 1.00, 1.26; 96 -> 64 at 32 px 1.62, 1.60 -> 1.08, 1.21; level
+    at 64 -> 128 (1.06 -> 1.07) and 128 -> 64 at 32 px (1.39, 1.45 -> 1.52, 1.24).  The 64
+    px diffusion UNet 1.23-1.34x -> 1.12-1.17x onnxruntime (minimum ratios, three
+    alternated pairs of processes)."""
     if len(out_shape) != 2:
         return False
     if math.prod(kernel) == 1 and all(s == 1 for s in strides):
@@ -698,9 +707,9 @@ def direct_nchw_pays(
         pixels = math.prod(out_shape)
         lanes = direct_lanes()
         if lanes == 16 and (
-            (pixels <= 32 * 32 and c * m <= 64 * 64) or (pixels <= 16 * 16 and c * m <= 128 * 128)
+            (pixels <= 64 * 64 and c * m <= 128 * 64) or (pixels <= 16 * 16 and c * m <= 128 * 128)
         ):
-            return True  # AVX-512, measured again: see the docstring's last paragraph
+            return True  # AVX-512, measured again: see the docstring's last paragraphs
         if lanes == 8 and (
             pixels <= 16 * 16
             or (pixels <= 32 * 32 and c * m <= 64 * 64)
