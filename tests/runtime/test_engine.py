@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
@@ -400,6 +402,42 @@ def test_kernel_older_than_schema_version_yields_to_the_schema_function(
     assert new.plan.nodes[0].kind == "schema_function"
     y = new.run({"x": np.array([1.0], np.float32)})["y"]
     np.testing.assert_allclose(y, [1.0507009873554805], rtol=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 3), max_size=4),
+    st.lists(st.integers(1, 3), max_size=4),
+)
+def test_a_dead_input_takes_a_binary_result_only_of_its_own_shape(
+    a_shape: list[int], b_shape: list[int]
+) -> None:
+    """inplace.try_inplace on two dead inputs of any shapes: the result (numpy's, the
+    kernel's operation) is written into an input only when it has the broadcast result's
+    shape, and shapes that do not broadcast are left to the kernel (None)."""
+    from onnxviz.runtime.inplace import try_inplace
+
+    rng = np.random.default_rng(len(a_shape) * 7 + len(b_shape))
+    # big enough to be taken in place: a trailing axis of 8192 on both
+    a = rng.standard_normal((*a_shape, 8192)).astype(np.float32)
+    b = rng.standard_normal((*b_shape, 8192)).astype(np.float32)
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        shape = None
+    want = None if shape is None else a + b
+    ins = [a.copy(), b.copy()]
+    got = try_inplace("Add", ins, (True, True))
+    if shape is None:
+        assert got is None
+        return
+    fits = [x.shape == shape for x in ins]
+    if not any(fits):
+        assert got is None
+        return
+    assert got is not None and got.shape == shape
+    assert any(got is x for x, ok in zip(ins, fits) if ok)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_inplace_elementwise_never_touches_live_views_feeds_or_constants() -> None:
