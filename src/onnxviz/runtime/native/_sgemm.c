@@ -1281,23 +1281,31 @@ typedef struct {
     const float *b, *bias;
 } HeldPacked;
 
-/* Takes the weight packed for K x N in panels of nr and the bias (N floats, or None): 0,
- * or -1 with the error set (what was taken is let go by held_packed_release). */
-static int held_packed_take(HeldPacked *hp, PyObject *po, Py_ssize_t offset, Py_ssize_t k,
-                            Py_ssize_t n, int nr, PyObject *bo, const char *name) {
+/* Takes a packed weight of `floats` floats from byte `offset` of its buffer and the bias
+ * (`bias_count` floats, or None): 0, or -1 with the error set (what was taken is let go
+ * by held_packed_release). */
+static int held_packed_take_floats(HeldPacked *hp, PyObject *po, Py_ssize_t offset,
+                                   Py_ssize_t floats, PyObject *bo, Py_ssize_t bias_count,
+                                   const char *name) {
     if (PyObject_GetBuffer(po, &hp->pb, PyBUF_C_CONTIGUOUS) < 0) return -1;
     hp->packed = Py_NewRef(po);
-    if (hp->pb.len < offset + packed_count(k, n, nr) * 4) {
+    if (hp->pb.len < offset + floats * 4) {
         PyErr_Format(PyExc_ValueError, "%s: the packed weight is too short", name);
         return -1;
     }
     hp->b = (const float *)((const char *)hp->pb.buf + offset);
     if (bo != Py_None) {
-        if (onnxviz_get_floats(bo, &hp->bb, n, 1, 0, "bias") < 0) return -1;
+        if (onnxviz_get_floats(bo, &hp->bb, bias_count, 1, 0, "bias") < 0) return -1;
         hp->bias_obj = Py_NewRef(bo);
         hp->bias = hp->bb.buf;
     }
     return 0;
+}
+
+/* The weight packed for K x N in panels of nr (`pack`) and the bias (N floats). */
+static int held_packed_take(HeldPacked *hp, PyObject *po, Py_ssize_t offset, Py_ssize_t k,
+                            Py_ssize_t n, int nr, PyObject *bo, const char *name) {
+    return held_packed_take_floats(hp, po, offset, packed_count(k, n, nr), bo, n, name);
 }
 
 static void held_packed_release(HeldPacked *hp) {
@@ -1619,6 +1627,23 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
     return (PyObject *)obj;
 }
 
+/* run_left with gemm_left's blocking (KC of KCL rows) and its panel buffer (the longest K
+ * block x NR floats), the GIL released: 0, or -1 with MemoryError set. */
+static int run_left_buffered(Problem *p) {
+    p->kcmax = KCL;
+    p->nc = 0;
+    float *bbuf = PyMem_RawMalloc((size_t)((KCL < p->k ? KCL : p->k) * 32) * sizeof(float));
+    if (!bbuf) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    run_left(p, bbuf);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(bbuf);
+    return 0;
+}
+
 /* ---- a held NCHW 1x1 conv: the weight by the image --------------------------------------
  *
  * `pointwise_planes(...)` makes the `quick` call of a fusion.py ConvChain whose conv is a
@@ -1636,9 +1661,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     HeldCall call;
-    PyObject *packed, *bias_obj; /* NULL until taken */
-    Py_buffer pb, bb;
-    const float *w, *bias;
+    HeldPacked weight; /* the rows packed by pack_rows (`b`), the bias per row */
     Py_ssize_t c, h, w_, m;
     int mr;
     int (*threads)(void);
@@ -1678,7 +1701,7 @@ static PyObject *planes_vectorcall(PyObject *obj, PyObject *const *args, size_t 
     if (out) {
         Problem p;
         memset(&p, 0, sizeof p);
-        p.a = self->w;
+        p.a = self->weight.b;
         p.lda = self->c;
         p.m = self->m;
         p.k = self->c;
@@ -1687,23 +1710,12 @@ static PyObject *planes_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         p.n = pixels;
         p.c = c;
         p.ldc = pixels;
-        p.row_bias = self->bias;
+        p.row_bias = self->weight.bias;
         p.add = have_add ? db.buf : NULL;
         p.ldadd = pixels;
         p.act = 0;
         p.lo = p.hi = NAN;
-        p.kcmax = KCL;
-        p.nc = 0;
-        float *bbuf = PyMem_RawMalloc((size_t)((KCL < p.k ? KCL : p.k) * 32) * sizeof(float));
-        if (!bbuf) {
-            PyErr_NoMemory();
-            Py_CLEAR(out);
-        } else {
-            Py_BEGIN_ALLOW_THREADS;
-            run_left(&p, bbuf);
-            Py_END_ALLOW_THREADS;
-            PyMem_RawFree(bbuf);
-        }
+        if (run_left_buffered(&p) < 0) Py_CLEAR(out);
     }
     if (have_add) PyBuffer_Release(&db);
     PyBuffer_Release(&xb);
@@ -1712,12 +1724,7 @@ other:
     return held_call_other(h, args, nargsf, kwnames);
 }
 
-static void planes_release(PointwisePlanes *self) {
-    if (self->packed) PyBuffer_Release(&self->pb);
-    if (self->bias_obj) PyBuffer_Release(&self->bb);
-    Py_CLEAR(self->packed);
-    Py_CLEAR(self->bias_obj);
-}
+static void planes_release(PointwisePlanes *self) { held_packed_release(&self->weight); }
 
 HELD_CALL_TYPE(PointwisePlanes, PointwisePlanesType, planes,
                "onnxviz.runtime.native._sgemm.PointwisePlanes",
@@ -1744,8 +1751,7 @@ static PyObject *py_pointwise_planes(PyObject *self, PyObject *args) {
     PointwisePlanes *obj = PyObject_GC_New(PointwisePlanes, &PointwisePlanesType);
     if (!obj) return NULL;
     obj->vectorcall = planes_vectorcall;
-    obj->packed = obj->bias_obj = NULL;
-    obj->w = obj->bias = NULL;
+    memset(&obj->weight, 0, sizeof obj->weight);
     obj->c = c;
     obj->h = h;
     obj->w_ = w;
@@ -1758,26 +1764,11 @@ static PyObject *py_pointwise_planes(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject_GC_Track((PyObject *)obj);
-    /* The rows packed by pack_rows for this level's mr (its length checked), the bias M
-     * floats or None. */
-    if (PyObject_GetBuffer(po, &obj->pb, PyBUF_C_CONTIGUOUS) < 0) {
+    /* The rows packed by pack_rows for this level's mr, the bias M floats or None. */
+    if (held_packed_take_floats(&obj->weight, po, offset, (m + mr - 1) / mr * mr * c, bo, m,
+                                "pointwise_planes") < 0) {
         Py_DECREF(obj);
         return NULL;
-    }
-    obj->packed = Py_NewRef(po);
-    if (obj->pb.len < offset + (m + mr - 1) / mr * mr * c * 4) {
-        PyErr_SetString(PyExc_ValueError, "pointwise_planes: the packed weight is too short");
-        Py_DECREF(obj);
-        return NULL;
-    }
-    obj->w = (const float *)((const char *)obj->pb.buf + offset);
-    if (bo != Py_None) {
-        if (onnxviz_get_floats(bo, &obj->bb, m, 1, 0, "bias") < 0) {
-            Py_DECREF(obj);
-            return NULL;
-        }
-        obj->bias_obj = Py_NewRef(bo);
-        obj->bias = obj->bb.buf;
     }
     return (PyObject *)obj;
 }
@@ -1880,18 +1871,7 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
     p.row_bias = have_bias ? bb.buf : NULL;
     p.add = have_add ? db.buf : NULL;
     p.ldadd = ldadd;
-    p.kcmax = KCL;
-    p.nc = 0;
-    /* One panel: the longest K block x NR floats. */
-    float *bbuf = PyMem_RawMalloc((size_t)((KCL < p.k ? KCL : p.k) * 32) * sizeof(float));
-    if (!bbuf) {
-        PyErr_NoMemory();
-        goto fail_d;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    run_left(&p, bbuf);
-    Py_END_ALLOW_THREADS;
-    PyMem_RawFree(bbuf);
+    if (run_left_buffered(&p) < 0) goto fail_d;
     if (have_add) PyBuffer_Release(&db);
     if (have_bias) PyBuffer_Release(&bb);
     PyBuffer_Release(&cb);
