@@ -49,11 +49,7 @@ def _prepared_tanh(run: Callable[..., Array]) -> Callable[..., Any]:
     def prepare(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
         if attrs:  # opset 1's consumed_inputs
             return None
-
-        def kernel_call(x: Any) -> Any:
-            return run(x)
-
-        return chain_program.held_unary("Tanh", kernel_call)
+        return chain_program.held_unary("Tanh", run)
 
     return prepare
 

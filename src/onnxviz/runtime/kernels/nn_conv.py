@@ -912,6 +912,12 @@ def _plain_nchw_geometry(
     return geometry
 
 
+def _activates(act: tuple[int, float, float] | None) -> bool:
+    """Whether ``act`` (a prepared call's activation argument) asks for one: None and
+    ACT_NONE's code ask for none."""
+    return act is not None and act[0] != ACT_NONE
+
+
 def _call_takes(xi: Any, shape: tuple[int, ...], addend: Any, out_shape: tuple[int, ...]) -> bool:
     """Whether a prepared NCHW call takes this input and addend: float32 arrays of the
     input and output shapes it was made for (no addend: None)."""
@@ -1051,9 +1057,7 @@ class _PreparedPointwise:
     def __call__(
         self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if (act is not None and act[0] != ACT_NONE) or not _call_takes(
-            xi, self.shape, addend, self.out_nchw
-        ):
+        if _activates(act) or not _call_takes(xi, self.shape, addend, self.out_nchw):
             return None
         n, m, c, b = self.out_nchw[0], self.out_nchw[1], self.shape[1], self.b
         y = np.empty((n, m, self.p_size), dtype=np.float32)
@@ -1089,7 +1093,7 @@ class _PreparedPointwise:
         if (
             n != 1
             or spread
-            or (act is not None and act[0] != ACT_NONE)
+            or _activates(act)
             or mod is None
             or self.w.dtype != np.float32
             or (self.b is not None and self.b.dtype != np.float32)
@@ -1142,9 +1146,7 @@ class _PreparedPatches:
     def __call__(
         self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
     ) -> np.ndarray | None:
-        if (act is not None and act[0] != ACT_NONE) or not _call_takes(
-            xi, self.shape, addend, self.out_nchw
-        ):
+        if _activates(act) or not _call_takes(xi, self.shape, addend, self.out_nchw):
             return None
         y = _patch_conv(xi, self.w, self.kernel, self.out_hw)
         if self.b is not None:
