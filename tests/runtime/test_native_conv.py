@@ -561,13 +561,15 @@ def test_a_wide_channels_last_conv_runs_winograd_and_gives_the_same_numbers(
 ) -> None:
     """From 256 x 256 channels (512 x 512 with the AVX2 kernel's 8 lanes) a
     Winograd-fitting conv in a channels-last chain runs Winograd (nn_conv_nhwc._Direct),
-    with bias and residual, in NCHW, where the blocked kernel does not (switched off
-    here: test_native_conv_blocked routes it); half as many channels run direct."""
+    with bias and residual, in NCHW, where the blocked kernel and the fused channels-last
+    Winograd conv do not (switched off here: test_native_conv_blocked and
+    test_native_winograd_nhwc route them); half as many channels run direct."""
     from onnxviz.runtime.kernels.nn_conv import conv_core, direct_lanes
     from onnxviz.runtime.kernels.nn_conv_nhwc import nhwc, prepare_channels_last
 
     _module()
     monkeypatch.setenv("ONNXVIZ_BLOCKED_CONV", "off")
+    monkeypatch.setenv("ONNXVIZ_WINOGRAD_NHWC", "off")
     rng = np.random.default_rng(2)
     with _level(LEVELS[-1]):
         wide = 512 if direct_lanes() == 8 else 256

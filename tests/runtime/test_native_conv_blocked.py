@@ -298,11 +298,13 @@ def _wide(size: int, c: int = 256) -> tuple[np.ndarray, ...]:
 def test_a_wide_conv_on_narrow_rows_runs_blocked_with_the_same_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """256 x 256 channels at 14 px (ResNet-50's): the blocked kernel at AVX-512, with
-    bias, residual and Relu in its pass, in place of Winograd; the numbers of nn_conv's
-    paths.  Not at AVX2, not with ONNXVIZ_BLOCKED_CONV=off (Winograd then), not on
-    28-pixel rows (the other direct kernel)."""
+    """256 x 256 channels at 14 px (ResNet-50's) with the fused Winograd conv switched
+    off (ONNXVIZ_WINOGRAD_NHWC=off; it takes these at AVX-512): the blocked kernel at
+    AVX-512, with bias, residual and Relu in its pass, in place of the NCHW Winograd;
+    the numbers of nn_conv's paths.  Not at AVX2, not with ONNXVIZ_BLOCKED_CONV=off
+    (Winograd then), not on 28-pixel rows (the other direct kernel)."""
     _module()
+    monkeypatch.setenv("ONNXVIZ_WINOGRAD_NHWC", "off")
     if LEVELS[-1] < 2:
         pytest.skip("no AVX-512 here: the blocked kernel is not routed")
     x, w, b, r = _wide(14)

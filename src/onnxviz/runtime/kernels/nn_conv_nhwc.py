@@ -780,6 +780,44 @@ def blocked_pays(c: int, m: int, kernel: Sequence[int], out_shape: Sequence[int]
     )
 
 
+# The fused channels-last Winograd conv (nn_winograd.conv_nhwc) from this many input and
+# output channels and this many 2 x 2 output tiles in a call (see _Direct).
+_WINOGRAD_NHWC_MIN_CHANNELS = 32
+_WINOGRAD_NHWC_MIN_TILES = 36
+
+
+def winograd_nhwc_pays(
+    n: int,
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool:
+    """Whether a plain 2-D conv of channels-last input and output runs the fused
+    F(2x2, 3x3) Winograd conv (native/_winograd.c conv_nhwc) rather than `_Direct`'s
+    direct kernels: AVX-512 (16 lanes; the kernel has no other level), the routing not
+    switched off (ONNXVIZ_WINOGRAD_NHWC=off), 3x3, stride 1, no dilation, pads 0..2, at
+    least 32 input and output channels and 36 output tiles (12 x 12 outputs of one
+    image: fewer do not pay for the transformed weight's reads, 16/9 of the direct
+    kernel's; `_Direct`'s numbers)."""
+    return (
+        direct_lanes() == 16
+        and os.environ.get("ONNXVIZ_WINOGRAD_NHWC", "auto").strip().lower() != "off"
+        and tuple(kernel) == (3, 3)
+        and all(s == 1 for s in strides)
+        and all(d == 1 for d in dilations)
+        and min(pads) >= 0
+        and max(pads) <= 2
+        and min(c, m) >= _WINOGRAD_NHWC_MIN_CHANNELS
+        and len(out_shape) == 2
+        and n * -(-out_shape[0] // 2) * -(-out_shape[1] // 2) >= _WINOGRAD_NHWC_MIN_TILES
+        and native.load("winograd") is not None
+    )
+
+
 class _Direct(ChannelsLastConv):
     """Plain conv (one group, any kernel, stride, dilation and padding) by the compiled
     direct kernel (native/_conv.c): the channels-last input read in place (an NCHW one
@@ -844,13 +882,18 @@ class _Direct(ChannelsLastConv):
         c = x_shape[1]
         self.winograd: ConvWeight | None = None
         self.blocked: np.ndarray | None = None
-        if blocked_pays(c, m, kernel, out_shape):
+        self.fused_winograd: np.ndarray | None = None
+        if winograd_nhwc_pays(n, c, m, kernel, strides, dilations, pads, out_shape):
+            self.fused_winograd = _weight_cache.derived(
+                "winograd_nhwc", [w], (), lambda: nn_winograd.pack_nhwc(w)
+            )
+        elif blocked_pays(c, m, kernel, out_shape):
             self.blocked = _weight_cache.derived("conv_blocked", [w], (), lambda: pack_blocked(w))
         elif c * m >= _WINOGRAD_CM.get(lanes, 256 * 256) and nn_winograd.fits(
             c, m, 1, kernel, strides, dilations, pads, out_shape
         ):
             self.winograd = ConvWeight(w)
-        if self.blocked is None:
+        if self.blocked is None and self.fused_winograd is None:
             self._direct_weight()
 
     def held(
@@ -874,6 +917,13 @@ class _Direct(ChannelsLastConv):
         ``pool`` (no residual) it returns the max pool of that result, computed band by
         band of output rows while they are in cache.  None: Winograd, another dtype or
         layout, the kernels off."""
+        if self.fused_winograd is not None:
+            if pool is not None or not is_channels_last(x) or x.dtype != np.float32:
+                return None  # `_run` takes these (the pool: the chain's own call)
+            return nn_winograd.held_nhwc(
+                self.fused_winograd, self.m, self.bias, x.shape, self.out_shape[2:],
+                self.pads, act, nargs, residual, places, expect, fallback,
+            )  # fmt: skip
         module = native.load("conv")
         if module is None or self.winograd is not None or x.dtype != np.float32:
             return None
@@ -942,6 +992,10 @@ class _Direct(ChannelsLastConv):
         if self.winograd is not None:
             return nhwc_view(self._core(x, addend, self.winograd)), False
         xl = nhwc_view(x)
+        if self.fused_winograd is not None and not planes and xl.flags.c_contiguous:
+            got = self._run_winograd(xl, addend, act)
+            if got is not None:
+                return got
         if self.blocked is not None and not planes and xl.flags.c_contiguous:
             got = self._run_blocked(xl, addend, act)
             if got is not None:
@@ -979,6 +1033,34 @@ class _Direct(ChannelsLastConv):
             out = nhwc_view(out)
         if not done:  # the kernels were switched off since prepare (tests do)
             return nhwc(self._core(x, addend)), False
+        if addend is not None and add is None:
+            out += nhwc_view(addend)
+        return out, fused
+
+    def _run_winograd(
+        self, xl: np.ndarray, addend: np.ndarray | None, act: Activation | None
+    ) -> tuple[np.ndarray, bool] | None:
+        """The fused Winograd conv's (N, H', W', M) result of the channels-last ``xl`` and
+        whether ``act`` is in it, or None when the kernels are off."""
+        if xl.dtype != np.float32:
+            return None
+        add = None if addend is None else nhwc_view(addend)
+        if add is not None and not add.flags.c_contiguous:
+            add = None  # added below, after the bias
+        out = out_empty(self.nhwc_shape)
+        fused = act is not None and (addend is None or add is not None)
+        assert self.fused_winograd is not None
+        if not nn_winograd.conv_nhwc(
+            xl,
+            self.fused_winograd,
+            self.m,
+            self.bias,
+            add,
+            out,
+            self.pads,
+            act if fused and act is not None else (ACT_NONE, math.nan, math.nan),
+        ):
+            return None
         if addend is not None and add is None:
             out += nhwc_view(addend)
         return out, fused

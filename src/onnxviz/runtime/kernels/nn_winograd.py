@@ -21,6 +21,7 @@ weight (nn_conv.ConvWeight), never per call.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -217,3 +218,119 @@ def _one_image_native(
     prods = _products(u, v, c, th, width)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     module.output(prods, m, th, tw, b, out)
+
+
+# ---- The fused channels-last conv (native/_winograd.c conv_nhwc, AVX-512) -----------------
+
+
+def _l2_bytes() -> int:
+    """This core's L2 cache in bytes (Linux's sysfs), within 256 KB .. 4 MB; 1 MB where
+    it does not say."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            with open(os.path.join(base, entry, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+            got = int(text.rstrip("KM")) * scale
+            return min(max(got, 256 << 10), 4 << 20)
+    except (OSError, ValueError):
+        pass
+    return 1 << 20
+
+
+# A tile block's transform buffers (V: 16 x tiles x C floats, m: 16 x tiles x M) are kept
+# to about the L2's size: the block's 16 products then read them from L2, and the
+# transformed weight (16/9 of the direct kernel's) is read once per block, so fewer and
+# larger blocks pay once it is large.  Node times in ResNet-50 (Emerald Rapids, 2 MB
+# L2), us, by the buffers' bound 1 / 2 / 4 MB: 64 channels at 56 px 1000-1095 /
+# 1008-1090 / 1095-1379; 128 at 28 px 973-1006 / 1007-1156 / 977-1316; 256 at 14 px
+# (a 4 MB weight) 1462-1729 / 1152-1257 / 1149-1471.
+_BLOCK_BYTES = _l2_bytes()
+
+
+def pack_nhwc(w: np.ndarray) -> np.ndarray:
+    """The (M, C, 3, 3) weight's U = G g G^T (`transform_weights`) as conv_nhwc reads it:
+    per tile element k, panels of 32 output channels (the last zero-padded), each C rows
+    of 32 floats, [16][panels][C][32], from a 64-byte boundary."""
+    m, c = w.shape[:2]
+    panels = -(-m // 32)
+    u = np.zeros((16, panels * 32, c), dtype=np.float32)
+    u[:, :m] = transform_weights(np.asarray(w, dtype=np.float32))
+    packed = u.reshape(16, panels, 32, c).transpose(0, 1, 3, 2)
+    raw = np.empty(packed.size + 16, dtype=np.float32)
+    start = (-raw.ctypes.data % 64) // 4
+    out = raw[start : start + packed.size].reshape(packed.shape)
+    out[...] = packed
+    return out
+
+
+def block_tiles(c: int, m: int, tiles: int) -> int:
+    """Output tiles per block of conv_nhwc for C input and M output channels, ``tiles``
+    in all: `_BLOCK_BYTES` of transform buffers, the blocks of one size as nearly as can
+    be (a last block of a few tiles runs the products on a few rows)."""
+    cp, mp = -(-c // 16) * 16, -(-m // 32) * 32
+    most = max(12, _BLOCK_BYTES // (64 * (cp + mp)))
+    blocks = -(-tiles // most)
+    return -(-tiles // blocks)
+
+
+def conv_nhwc(
+    x: np.ndarray,
+    u: np.ndarray,
+    m: int,
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+    out: np.ndarray,
+    pads: Sequence[int],
+    act: tuple[int, float, float],
+) -> bool:
+    """``out`` (N, H', W', M) = act(conv(x) + bias + addend) for the channels-last
+    C-contiguous float32 ``x`` (N, H, W, C), ``u`` from `pack_nhwc`, ``addend`` laid out
+    as ``out`` (or None), zero padding ``pads`` (ONNX order, each 0..2), ``act`` an
+    activations.h code with its bounds; whether it ran (False below AVX-512 or with the
+    kernels off: nothing written)."""
+    module = native.load("winograd")
+    if module is None:
+        return False
+    n, h, w, c = x.shape
+    ho, wo = out.shape[1:3]
+    tiles = block_tiles(c, m, n * -(-ho // 2) * -(-wo // 2))
+    code, lo, hi = act
+    shape, size, pad = (n, h, w, c), (ho, wo), (pads[0], pads[1])
+    return bool(module.conv_nhwc(x, shape, u, m, bias, addend, out, size, pad, code, lo, hi, tiles))
+
+
+def held_nhwc(
+    u: np.ndarray,
+    m: int,
+    bias: np.ndarray | None,
+    x_shape: Sequence[int],
+    out_shape: Sequence[int],
+    pads: Sequence[int],
+    act: tuple[int, float, float] | None,
+    nargs: int,
+    residual: int | None,
+    places: tuple[int, ...],
+    expect: tuple[Any, ...],
+    fallback: Any,
+) -> Any:
+    """`conv_nhwc` as a fused chain's compiled call (native/_winograd.c's `held`): the
+    chain's arguments (x (N, C, H, W) channels-last, the constants ``expect`` at
+    ``places``, the residual at ``residual``) to a fresh channels-last result, every call
+    it does not take to ``fallback``; None below AVX-512 or with the kernels off."""
+    module = native.load("winograd")
+    if module is None or module.level() < 2:
+        return None
+    n, c, h, w = x_shape
+    ho, wo = out_shape
+    code, lo, hi = (0, float("nan"), float("nan")) if act is None else act
+    return module.held(
+        u, bias, (n, h, w, c), m, (ho, wo), (pads[0], pads[1]), code, lo, hi,
+        block_tiles(c, m, n * -(-ho // 2) * -(-wo // 2)), nargs,
+        -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
+        *native.held_arrays(),
+    )  # fmt: skip

@@ -11,6 +11,11 @@
  *   products); y, float32 (M, 2 th, 2 tw): A^T m A of every tile, after bias[M] (or
  *   None) is added to m_5, the element that reaches all four outputs with sign +1.
  *
+ *   conv_nhwc(x, (N, H, W, C), u, M, bias, addend, out, (H', W'), (pad_top, pad_left),
+ *   act, lo, hi, tiles): the whole F(2x2, 3x3) conv of a channels-last image, AVX-512
+ *   only (False at the other levels, after the same checks of its arguments: the caller
+ *   runs its other route).  Below.
+ *
  * Why: numpy makes these transforms as 24 + 12 array operations plus the copies into
  * phase images and out of the output grid, each a pass through memory: about a quarter
  * of a ResNet-18's time.  Here they are adds and subtracts only, the same ones in the
@@ -22,8 +27,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <structmember.h>
+
 #include "levels.h"
+#include "held_call.h"
+#include <stdint.h>
 #include <string.h>
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+#include "activations.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF /* GCC: off already under -std=c11 (setup.py) */
@@ -236,6 +249,378 @@ static PyObject *py_output(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- conv_nhwc: the fused channels-last F(2x2, 3x3) conv (AVX-512) ------------------------
+ *
+ * x (N, H, W, C) channels-last float32, out (N, H', W', M) the same, addend (the chain's
+ * residual, laid out as out, or NULL), bias (M) or NULL.  u: the transformed weight
+ * U_k = (G g G^T)_k (nn_winograd.pack_nhwc), packed per tile element k into panels of 32
+ * output channels, each C rows of 32 floats from a 64-byte boundary (the last panel
+ * zero-padded): [16][panels][C][32].
+ *
+ * The output's 2x2 blocks (tiles) are taken `tiles` at a time (a block; tiles run across
+ * rows and images).  For a block: the input transform V = B^T d B of each tile's 4x4
+ * window (zeros past the image), 16 channels a vector, into vbuf [16][tiles][Cp]; the 16
+ * products M_k = V_k U_k (a 12 x 32 tile of accumulators, 12 tiles' rows broadcast
+ * against a panel's two vectors, as _sgemm's micro-kernel; K = C summed in order by
+ * fused multiply-adds) into mbuf [16][tiles][Mp]; the output transform A^T m A with the
+ * bias added to m_5 first (it reaches all four outputs with sign +1, as numpy's path
+ * adds it), then the addend and the activation (activations.h), into out.  A block's
+ * buffers stay in L2 (the caller sizes `tiles`), where the unfused path (numpy or the
+ * transforms above, OpenBLAS's 16 GEMMs) made each whole transform a pass through
+ * memory: ResNet-50's 3x3 convs ran faster directly.  2.25x fewer multiply-adds than
+ * the direct conv.
+ *
+ * Numbers: each V, m and output element is the same adds and subtracts in the same
+ * order as the numpy path's; each product sums its C terms in order (numpy's OpenBLAS
+ * blocks and orders them its own way), so the conv's results differ from the NCHW
+ * Winograd's by rounding only, and from the direct conv's as any two float32 sums of
+ * the same terms do (the transforms' entries are 0, +-1 and +-1/2). */
+typedef struct {
+    const float *x, *u, *bias, *add;
+    float *out;
+    Py_ssize_t n, h, w, c, m, ho, wo, pad_top, pad_left, panels, tiles, cp, mp;
+    int act;
+    float lo, hi;
+} WinoConv;
+
+#if ONNXVIZ_X86
+__attribute__((target("avx512f"))) static inline __mmask16 wino_mask(Py_ssize_t n) {
+    return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+/* R rows of V_k (ldv floats apart) by one packed panel (K rows of 32) into R rows of
+ * m (ldm apart), 32 columns. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+wino_tile(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,
+          Py_ssize_t ldc, const int R) {
+    __m512 c0[12], c1[12];
+    for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (Py_ssize_t q = 0; q < k; q++, b += 32) {
+        const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        for (int i = 0; i < R; i++) {
+            const __m512 ai = _mm512_set1_ps(a[i * lda + q]);
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        _mm512_store_ps(c + i * ldc, c0[i]);
+        _mm512_store_ps(c + i * ldc + 16, c1[i]);
+    }
+}
+#define WINO_TILE(R)                                                                         \
+    __attribute__((target("avx512f"), noinline)) static void wino_tile_##R(                  \
+        const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
+        Py_ssize_t ldc) {                                                                    \
+        wino_tile(a, lda, b, k, c, ldc, R);                                                  \
+    }
+WINO_TILE(1)
+WINO_TILE(2)
+WINO_TILE(3)
+WINO_TILE(4)
+WINO_TILE(5)
+WINO_TILE(6)
+WINO_TILE(7)
+WINO_TILE(8)
+WINO_TILE(9)
+WINO_TILE(10)
+WINO_TILE(11)
+WINO_TILE(12)
+#undef WINO_TILE
+static void (*const wino_tiles[13])(const float *, Py_ssize_t, const float *, Py_ssize_t,
+                                    float *, Py_ssize_t) = {
+    NULL,          wino_tile_1, wino_tile_2, wino_tile_3,  wino_tile_4,  wino_tile_5, wino_tile_6,
+    wino_tile_7, wino_tile_8, wino_tile_9, wino_tile_10, wino_tile_11, wino_tile_12,
+};
+
+/* V of tiles t0 .. t0 + count - 1 into vbuf. */
+__attribute__((target("avx512f"))) static void wino_input(const WinoConv *p, Py_ssize_t t0,
+                                                         Py_ssize_t count, float *vbuf) {
+    const Py_ssize_t th = (p->ho + 1) / 2, tw = (p->wo + 1) / 2, per_image = th * tw;
+    const Py_ssize_t c = p->c, ks = p->tiles * p->cp; /* one tile element's rows */
+    const __m512 zero = _mm512_setzero_ps();
+    for (Py_ssize_t t = 0; t < count; t++) {
+        const Py_ssize_t g = t0 + t, image = g / per_image, at = g % per_image;
+        const Py_ssize_t r0 = 2 * (at / tw) - p->pad_top, s0 = 2 * (at % tw) - p->pad_left;
+        const float *x = p->x + image * p->h * p->w * c;
+        int row_in[4], col_in[4];
+        for (int r = 0; r < 4; r++) {
+            row_in[r] = r0 + r >= 0 && r0 + r < p->h;
+            col_in[r] = s0 + r >= 0 && s0 + r < p->w;
+        }
+        for (Py_ssize_t c0 = 0; c0 < c; c0 += 16) {
+            const __mmask16 mk = wino_mask(c - c0);
+            __m512 d[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int s = 0; s < 4; s++)
+                    d[r][s] = row_in[r] && col_in[s]
+                                  ? _mm512_maskz_loadu_ps(
+                                        mk, x + ((r0 + r) * p->w + (s0 + s)) * c + c0)
+                                  : zero;
+            __m512 e[4][4];
+            for (int s = 0; s < 4; s++) {
+                e[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
+                e[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
+                e[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
+                e[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
+            }
+            for (int i = 0; i < 4; i++) {
+                float *v = vbuf + (4 * i * p->tiles + t) * p->cp + c0;
+                _mm512_store_ps(v, _mm512_sub_ps(e[i][0], e[i][2]));
+                _mm512_store_ps(v + ks, _mm512_add_ps(e[i][1], e[i][2]));
+                _mm512_store_ps(v + 2 * ks, _mm512_sub_ps(e[i][2], e[i][1]));
+                _mm512_store_ps(v + 3 * ks, _mm512_sub_ps(e[i][1], e[i][3]));
+            }
+        }
+    }
+}
+
+/* out of tiles t0 .. t0 + count - 1 from mbuf. */
+__attribute__((target("avx512f"))) static void wino_output(const WinoConv *p, Py_ssize_t t0,
+                                                          Py_ssize_t count, const float *mbuf) {
+    const Py_ssize_t th = (p->ho + 1) / 2, tw = (p->wo + 1) / 2, per_image = th * tw;
+    const Py_ssize_t m = p->m, ks = p->tiles * p->mp;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        const Py_ssize_t g = t0 + t, image = g / per_image, at = g % per_image;
+        const Py_ssize_t oy = 2 * (at / tw), ox = 2 * (at % tw);
+        const int rows = oy + 1 < p->ho ? 2 : 1, cols = ox + 1 < p->wo ? 2 : 1;
+        const Py_ssize_t o0 = ((image * p->ho + oy) * p->wo + ox) * m;
+        for (Py_ssize_t c0 = 0; c0 < m; c0 += 16) {
+            const __mmask16 mk = wino_mask(m - c0);
+            const float *src = mbuf + t * p->mp + c0;
+            __m512 q[16];
+            for (int k = 0; k < 16; k++) q[k] = _mm512_load_ps(src + k * ks);
+            if (p->bias) q[5] = _mm512_add_ps(q[5], _mm512_maskz_loadu_ps(mk, p->bias + c0));
+            __m512 h[2][4];
+            for (int j = 0; j < 4; j++) {
+                h[0][j] = _mm512_add_ps(_mm512_add_ps(q[j], q[4 + j]), q[8 + j]);
+                h[1][j] = _mm512_sub_ps(_mm512_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
+            }
+            for (int a = 0; a < rows; a++) {
+                __m512 y[2];
+                y[0] = _mm512_add_ps(_mm512_add_ps(h[a][0], h[a][1]), h[a][2]);
+                y[1] = _mm512_sub_ps(_mm512_sub_ps(h[a][1], h[a][2]), h[a][3]);
+                for (int b = 0; b < cols; b++) {
+                    const Py_ssize_t at_out = o0 + (a * p->wo + b) * m + c0;
+                    __m512 v = y[b];
+                    if (p->add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, p->add + at_out));
+                    v = act16(v, p->act, p->lo, p->hi);
+                    _mm512_mask_storeu_ps(p->out + at_out, mk, v);
+                }
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void wino_conv(const WinoConv *p, float *vbuf,
+                                                        float *mbuf) {
+    const Py_ssize_t total = p->n * ((p->ho + 1) / 2) * ((p->wo + 1) / 2);
+    const Py_ssize_t vk = p->tiles * p->cp, mk = p->tiles * p->mp, panel = p->c * 32;
+    for (Py_ssize_t t0 = 0; t0 < total; t0 += p->tiles) {
+        const Py_ssize_t count = total - t0 < p->tiles ? total - t0 : p->tiles;
+        wino_input(p, t0, count, vbuf);
+        for (int k = 0; k < 16; k++) {
+            const float *a = vbuf + k * vk, *u = p->u + k * p->panels * panel;
+            float *c = mbuf + k * mk;
+            for (Py_ssize_t i0 = 0; i0 < count; i0 += 12) {
+                const int rows = count - i0 < 12 ? (int)(count - i0) : 12;
+                for (Py_ssize_t j = 0; j < p->panels; j++)
+                    wino_tiles[rows](a + i0 * p->cp, p->cp, u + j * panel, p->c,
+                                     c + i0 * p->mp + j * 32, p->mp);
+            }
+        }
+        wino_output(p, t0, count, mbuf);
+    }
+}
+#endif
+
+/* wino_conv with its block buffers, the GIL released: 0, or -1 with MemoryError set.
+ * p->panels, cp and mp are set here. */
+static int wino_run(WinoConv *p) {
+    p->panels = (p->m + 31) / 32;
+    p->cp = (p->c + 15) / 16 * 16;
+    p->mp = p->panels * 32;
+    const size_t floats = (size_t)(16 * p->tiles * (p->cp + p->mp));
+    void *raw = PyMem_RawMalloc(floats * sizeof(float) + 64);
+    if (!raw) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    float *vbuf = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    float *mbuf = vbuf + 16 * p->tiles * p->cp;
+#if ONNXVIZ_X86
+    Py_BEGIN_ALLOW_THREADS;
+    wino_conv(p, vbuf, mbuf);
+    Py_END_ALLOW_THREADS;
+#else
+    (void)vbuf;
+    (void)mbuf;
+#endif
+    PyMem_RawFree(raw);
+    return 0;
+}
+
+static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *uo, *bo, *ao, *oo;
+    WinoConv p;
+    memset(&p, 0, sizeof p);
+    if (!PyArg_ParseTuple(args, "O(nnnn)OnOOO(nn)(nn)iffn:conv_nhwc", &xo, &p.n, &p.h, &p.w,
+                          &p.c, &uo, &p.m, &bo, &ao, &oo, &p.ho, &p.wo, &p.pad_top,
+                          &p.pad_left, &p.act, &p.lo, &p.hi, &p.tiles))
+        return NULL;
+    if (p.n < 1 || p.h < 1 || p.w < 1 || p.c < 1 || p.m < 1 || p.ho < 1 || p.wo < 1 ||
+        p.tiles < 1 || p.pad_top < 0 || p.pad_left < 0 || p.pad_top > 2 || p.pad_left > 2 ||
+        p.c > (1 << 20) || p.m > (1 << 20) || p.h > (1 << 15) || p.w > (1 << 15) ||
+        p.n > (1 << 20) || p.tiles > (1 << 16) || p.act < 0 || p.act > 3 ||
+        p.ho > p.h + 2 * 2 - 2 || p.wo > p.w + 2 * 2 - 2) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes out of range");
+        return NULL;
+    }
+    p.panels = (p.m + 31) / 32;
+    const Py_ssize_t out_count = p.n * p.ho * p.wo * p.m;
+    Py_buffer xv, uv, bv, av, ov;
+    if (onnxviz_get_floats(xo, &xv, p.n * p.h * p.w * p.c, 1, 0, "conv_nhwc x") < 0) return NULL;
+    if (onnxviz_get_floats(uo, &uv, 16 * p.panels * p.c * 32, 1, 0, "conv_nhwc u") < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    int have_b = 0, have_a = 0, ok = 0, ran = 0;
+    if (((uintptr_t)uv.buf & 63) != 0) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: u must start at a multiple of 64 bytes");
+        goto done;
+    }
+    if (bo != Py_None) {
+        if (onnxviz_get_floats(bo, &bv, p.m, 1, 0, "conv_nhwc bias") < 0) goto done;
+        have_b = 1;
+    }
+    if (ao != Py_None) {
+        if (onnxviz_get_floats(ao, &av, out_count, 1, 0, "conv_nhwc addend") < 0) goto done;
+        have_a = 1;
+    }
+    if (onnxviz_get_floats(oo, &ov, out_count, 1, 1, "conv_nhwc out") < 0) goto done;
+    if (ov.buf == xv.buf) {
+        PyErr_SetString(PyExc_ValueError, "conv_nhwc: out must not be x");
+        PyBuffer_Release(&ov);
+        goto done;
+    }
+    p.x = xv.buf;
+    p.u = uv.buf;
+    p.bias = have_b ? bv.buf : NULL;
+    p.add = have_a ? av.buf : NULL;
+    p.out = ov.buf;
+    ran = level >= 2; /* the arguments are checked at every level */
+    ok = !ran || wino_run(&p) == 0;
+    PyBuffer_Release(&ov);
+done:
+    if (have_a) PyBuffer_Release(&av);
+    if (have_b) PyBuffer_Release(&bv);
+    PyBuffer_Release(&uv);
+    PyBuffer_Release(&xv);
+    if (!ok) return NULL;
+    return PyBool_FromLong(ran);
+}
+
+/* ---- held: conv_nhwc as a fused chain's compiled call from the run loop -------------------
+ *
+ * held(u, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, nargs,
+ * residual, places, expect, fallback, ndarray, empty, uint8, float32): a call that takes
+ * (x, constants..., [residual]) with x a channels-last float32 (N, C, H, W) image, the
+ * constants the objects `expect` at `places` and the residual (when the chain adds one)
+ * channels-last of the output's shape, and returns conv_nhwc's result in a new 64-byte
+ * aligned channels-last array: the runner's (`nn_conv_nhwc._Direct._run_winograd`) own
+ * call and numbers without its Python.  Every other call (another layout or shape, the
+ * kernels below AVX-512) goes to `fallback`. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    HeldCall call;
+    HeldWeights weights; /* u and bias */
+    WinoConv geometry;   /* sizes, act and tiles; no buffers */
+} WinoHeld;
+
+static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    WinoHeld *self = (WinoHeld *)obj;
+    const HeldCall *h = &self->call;
+    const WinoConv *g = &self->geometry;
+    if (level < 2 || !held_call_takes(h, args, nargsf, kwnames)) goto other;
+    Py_buffer xb, db;
+    if (!onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h, g->w))
+        goto other;
+    const int have_add = h->residual >= 0;
+    if (have_add && !onnxviz_channels_last_view(args[h->residual], h->ndarray, &db, g->n,
+                                                g->m, g->ho, g->wo)) {
+        PyBuffer_Release(&xb);
+        goto other;
+    }
+    float *out_data = NULL;
+    PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m,
+                                              g->ho, g->wo, &out_data);
+    if (out) {
+        WinoConv p = *g;
+        p.x = xb.buf;
+        p.u = self->weights.wb.buf;
+        p.bias = held_weights_bias(&self->weights);
+        p.add = have_add ? db.buf : NULL;
+        p.out = out_data;
+        if (wino_run(&p) < 0) Py_CLEAR(out);
+    }
+    if (have_add) PyBuffer_Release(&db);
+    PyBuffer_Release(&xb);
+    return out;
+other:
+    return held_call_other(h, args, nargsf, kwnames);
+}
+
+static void held_release(WinoHeld *self) { held_weights_release(&self->weights); }
+
+HELD_CALL_TYPE(WinoHeld, WinoHeldType, held, "onnxviz.runtime.native._winograd.Held",
+               "A fused channels-last F(2x2, 3x3) conv (held()).", held_release)
+
+static PyObject *py_held(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *uo, *bo, *places, *expect, *fallback, *ndarray, *empty, *u8, *f32;
+    WinoConv g;
+    memset(&g, 0, sizeof g);
+    Py_ssize_t nargs, residual;
+    if (!PyArg_ParseTuple(args, "OO(nnnn)n(nn)(nn)iffnnnOOOOOOO:held", &uo, &bo, &g.n, &g.h,
+                          &g.w, &g.c, &g.m, &g.ho, &g.wo, &g.pad_top, &g.pad_left, &g.act,
+                          &g.lo, &g.hi, &g.tiles, &nargs, &residual, &places, &expect,
+                          &fallback, &ndarray, &empty, &u8, &f32))
+        return NULL;
+    if (g.n < 1 || g.h < 1 || g.w < 1 || g.c < 1 || g.m < 1 || g.ho < 1 || g.wo < 1 ||
+        g.tiles < 1 || g.pad_top < 0 || g.pad_left < 0 || g.pad_top > 2 || g.pad_left > 2 ||
+        g.c > (1 << 20) || g.m > (1 << 20) || g.h > (1 << 15) || g.w > (1 << 15) ||
+        g.n > (1 << 20) || g.tiles > (1 << 16) || g.act < 0 || g.act > 3 ||
+        g.ho > g.h + 2 * 2 - 2 || g.wo > g.w + 2 * 2 - 2) {
+        PyErr_SetString(PyExc_ValueError, "held: sizes out of range");
+        return NULL;
+    }
+    WinoHeld *obj = PyObject_GC_New(WinoHeld, &WinoHeldType);
+    if (!obj) return NULL;
+    obj->vectorcall = held_vectorcall;
+    memset(&obj->weights, 0, sizeof obj->weights);
+    obj->geometry = g;
+    if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
+                       residual, "held") < 0) {
+        PyObject_GC_Del(obj); /* nothing held yet, not tracked */
+        return NULL;
+    }
+    PyObject_GC_Track((PyObject *)obj);
+    const Py_ssize_t panels = (g.m + 31) / 32;
+    if (held_weights_take(&obj->weights, uo, 16 * panels * g.c * 32, bo, g.m) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    if (((uintptr_t)obj->weights.wb.buf & 63) != 0) {
+        PyErr_SetString(PyExc_ValueError, "held: u must start at a multiple of 64 bytes");
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return (PyObject *)obj;
+}
+
 ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
@@ -246,10 +631,22 @@ static PyMethodDef methods[] = {
     {"output", py_output, METH_VARARGS,
      "output(m, M, th, tw, bias, y): A^T m A of the products m (16, M, th * (tw + 1)), "
      "bias (M floats or None) added to m_5 first, into y (M, 2 th, 2 tw)."},
+    {"conv_nhwc", py_conv_nhwc, METH_VARARGS,
+     "conv_nhwc(x, (N, H, W, C), u, M, bias, addend, out, (H', W'), (pad_top, pad_left), "
+     "act, lo, hi, tiles): the F(2x2, 3x3) conv of the channels-last float32 x into the "
+     "channels-last out, `tiles` output blocks at a time; False (nothing done) below "
+     "AVX-512."},
+    {"held", py_held, METH_VARARGS,
+     "held(u, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, "
+     "nargs, residual, places, expect, fallback, ndarray, empty, uint8, float32): "
+     "conv_nhwc as a compiled call of a chain's arguments (the section's comment)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_winograd", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__winograd(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__winograd(void) {
+    if (PyType_Ready(&WinoHeldType) < 0) return NULL;
+    return PyModule_Create(&module);
+}
