@@ -362,3 +362,99 @@ def test_a_bottleneck_runs_its_3x3_by_winograd_at_avx512_with_the_stepped_number
     routed = switch == "auto" and AVX512 and nn_conv_nhwc.direct_lanes() == 16
     module = type(chain.quick).__module__ if chain.quick is not None else None
     assert (module == "onnxviz.runtime.native._winograd") == routed, module
+
+
+def _two_convs(c: int, size: int) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """x (NCHW, the model's input) -> 3x3 (c) Relu -> 3x3 (c) -> y (NCHW, the output): a
+    channels-last chain entered from an NCHW value and left into NCHW planes (an FPN's
+    smoothing convs after its upsampling)."""
+    rng = np.random.default_rng(8)
+    scale = 1 / math.sqrt(9 * c)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * scale).astype(np.float32), n)
+        for n in ("w0", "w1")
+    ] + [
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), n) for n in ("b0", "b1")
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="first", pads=[1] * 4),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["y"], name="second", pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((1, c, size, size)).astype(np.float32)}
+
+
+def test_a_chain_entered_and_left_in_nchw_runs_winograd_with_the_stepped_numbers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both convs of an NCHW-in, NCHW-out chain run the fused conv at AVX-512 (the input
+    placed channels-last, the exit copied into planes), C-contiguous planes out, within
+    float32 rounding of the stepped run and of a float64 conv."""
+    from onnxviz.runtime.session import Session
+
+    calls: list[int] = []
+    real = nn_winograd.conv_nhwc
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        ran = real(*args, **kwargs)
+        calls.append(int(ran))
+        return ran
+
+    monkeypatch.setattr(nn_winograd, "conv_nhwc", counted)
+    model, feeds = _two_convs(64, 20)
+    assert_modes_agree(model, feeds)
+    calls.clear()
+    y = Session(model).run(feeds)["y"]  # the first run: every conv through Python
+    assert y.flags.c_contiguous
+    assert sum(calls) == (2 if nn_conv_nhwc.direct_lanes() == 16 else 0)
+    w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    x = feeds["x"].transpose(0, 2, 3, 1).astype(np.float64)
+    h = np.maximum(_reference(x, w["w0"], w["b0"], None, (1, 1, 1, 1)), 0)
+    want = _reference(h, w["w1"], w["b1"], None, (1, 1, 1, 1)).transpose(0, 3, 1, 2)
+    close(y, want.astype(np.float32), "two convs", rtol=1e-5)
+
+
+@pytest.mark.parametrize("switch", ["auto", "off"])
+def test_an_nchw_conv_runs_winograd_where_the_direct_form_does_not(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nn_conv's own path (a stepped run's, an NCHW chain's): 128 channels at 20 px, which
+    the direct kernel's NCHW form leaves, runs the fused conv between the compiled copies
+    at AVX-512 (the NCHW Winograd with it switched off), bias and residual in; 64
+    channels at 20 px keep the direct form (too little work for the route's Python)."""
+    from onnxviz.runtime.kernels.nn_conv import ConvWeight, conv_core
+
+    monkeypatch.setenv("ONNXVIZ_WINOGRAD_NHWC", switch)
+    calls: list[int] = []
+    real = nn_winograd.conv_nhwc
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        ran = real(*args, **kwargs)
+        calls.append(int(ran))
+        return ran
+
+    monkeypatch.setattr(nn_winograd, "conv_nhwc", counted)
+    rng = np.random.default_rng(9)
+    routed = switch == "auto" and nn_conv_nhwc.direct_lanes() == 16
+    for c, expect in ((128, routed), (64, False)):
+        x = rng.standard_normal((1, c, 20, 20)).astype(np.float32)
+        w = (rng.standard_normal((c, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
+        b = rng.standard_normal(c).astype(np.float32)
+        r = rng.standard_normal((1, c, 20, 20)).astype(np.float32)
+        for packed in (None, ConvWeight(w)):
+            calls.clear()
+            y = conv_core(
+                x, w, 1, [3, 3], [1, 1], [1, 1], [1] * 4, [20, 20], b, packed=packed, addend=r
+            )
+            assert sum(calls) == int(expect), (c, packed, calls)
+            xl = x.transpose(0, 2, 3, 1).astype(np.float64)
+            want = _reference(xl, w, b, r.transpose(0, 2, 3, 1), (1, 1, 1, 1))
+            close(np.asarray(y), want.transpose(0, 3, 1, 2).astype(np.float32), "nchw", 1e-5)

@@ -48,6 +48,7 @@ class ConvWeight:
         self.array = array
         self._taps: np.ndarray | None = None
         self._winograd: np.ndarray | None = None
+        self._winograd_nhwc: np.ndarray | None = None
         self._tiles: dict[tuple[int, int, int], np.ndarray] = {}
         self._direct: tuple[int, np.ndarray] | None = None
         self._planar: ConvWeight | None = None
@@ -64,6 +65,13 @@ class ConvWeight:
         if self._winograd is None:
             self._winograd = nn_winograd.transform_weights(self.array)
         return self._winograd
+
+    def winograd_nhwc(self) -> np.ndarray:
+        """The fused channels-last conv's packed transformed weight
+        (`nn_winograd.pack_nhwc`)."""
+        if self._winograd_nhwc is None:
+            self._winograd_nhwc = nn_winograd.pack_nhwc(self.array)
+        return self._winograd_nhwc
 
     def taps(self) -> np.ndarray:
         """(kernel offsets, M, C/group) contiguous: one (M, C) matrix per offset."""
@@ -340,13 +348,32 @@ def _conv_dispatch(
         )
         return y.reshape(n, m, *out_shape), added
     if group == 1 and x.dtype == np.float32:
-        rows = _direct_route(c, m, kernel, strides, dilations, pads, out_shape)
+        rows = _direct_route(n, c, m, kernel, strides, dilations, pads, out_shape)
         if rows is not None:
             direct = _native_direct_nchw(
                 x, w, bias, addend, packed, kernel, strides, dilations, pads, out_shape, rows
             )
             if direct is not None:
                 return direct
+    if (
+        group == 1
+        and x.dtype == np.float32
+        and w.dtype == np.float32
+        and nn_winograd.nchw_pays(
+            n,
+            c,
+            m,
+            kernel,
+            strides,
+            dilations,
+            pads,
+            out_shape,
+            direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape),
+        )  # fmt: skip
+    ):
+        fused = _fused_winograd_nchw(x, w, packed, bias, pads, out_shape)
+        if fused is not None:
+            return _plus(fused, addend), True
     if packed is not None and nn_winograd.fits(
         c, m, group, kernel, strides, dilations, pads, out_shape
     ):
@@ -776,7 +803,40 @@ def _view_product(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[
     return math.prod(kernel) == 1 and not any(pads) and all(s == 1 for s in strides)
 
 
+def _fused_winograd_nchw(
+    x: np.ndarray,
+    w: np.ndarray,
+    packed: ConvWeight | None,
+    bias: np.ndarray | None,
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray | None:
+    """The fused channels-last Winograd conv of the NCHW float32 ``x`` (bias in) as a
+    C-contiguous (N, M, H', W'): the image into channels-last and the result back by the
+    compiled transposing copies (nn_conv_nhwc's `nhwc` and `planes_copy`), or None when
+    the kernel declines (the kernels switched off since routing)."""
+    # (nn_conv_nhwc imports this module: its copies are looked up at the call)
+    from onnxviz.runtime.kernels.nn_conv_nhwc import nhwc, planes_copy
+
+    n = x.shape[0]
+    m = w.shape[0]
+    # The packed transformed weight, made once: kept by ``packed`` (a fused run's weight,
+    # which may be a folded copy the weight cache does not know) or by the weight cache
+    # (a stepped run's initializer), else made for this call.
+    if packed is not None:
+        u = packed.winograd_nhwc()
+    else:
+        u = _weight_cache.derived("winograd_nhwc", [w], (), lambda: nn_winograd.pack_nhwc(w))
+    xl = nhwc(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+    out = out_empty((n, *out_shape, m))
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    if not nn_winograd.conv_nhwc(xl, u, m, b, None, out, pads, (ACT_NONE, math.nan, math.nan)):
+        return None
+    return planes_copy(out.transpose(0, 3, 1, 2))
+
+
 def _direct_route(
+    n: int,
     c: int,
     m: int,
     kernel: Sequence[int],
@@ -785,10 +845,13 @@ def _direct_route(
     pads: Sequence[int],
     out_shape: Sequence[int],
 ) -> bool | None:
-    """How a plain NCHW conv runs the compiled direct conv: False its own NCHW form
-    (`direct_nchw_pays`), True through channels-last rows (`direct_rows_pays`), None not
-    at all."""
-    if direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape):
+    """How a plain NCHW conv of ``n`` images runs the compiled direct conv: False its own
+    NCHW form (`direct_nchw_pays`), True through channels-last rows (`direct_rows_pays`),
+    None not at all (also where the fused Winograd conv takes it: nn_winograd.nchw_pays)."""
+    direct = direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape)
+    if nn_winograd.nchw_pays(n, c, m, kernel, strides, dilations, pads, out_shape, direct):
+        return None
+    if direct:
         return False
     if direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape):
         return True
@@ -954,7 +1017,7 @@ def prepared_nchw(
     m = w.shape[0]
     if _patch_product(kernel, strides, dilations, pads) or _view_product(kernel, strides, pads):
         return None  # (_conv_dispatch's first paths)
-    rows = _direct_route(c, m, kernel, strides, dilations, pads, out_shape)
+    rows = _direct_route(n, c, m, kernel, strides, dilations, pads, out_shape)
     if rows is None:
         return None
     lanes = direct_lanes()

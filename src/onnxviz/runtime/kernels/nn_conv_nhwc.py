@@ -780,44 +780,6 @@ def blocked_pays(c: int, m: int, kernel: Sequence[int], out_shape: Sequence[int]
     )
 
 
-# The fused channels-last Winograd conv (nn_winograd.conv_nhwc) from this many input and
-# output channels and this many 2 x 2 output tiles in a call (see _Direct).
-_WINOGRAD_NHWC_MIN_CHANNELS = 32
-_WINOGRAD_NHWC_MIN_TILES = 36
-
-
-def winograd_nhwc_pays(
-    n: int,
-    c: int,
-    m: int,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_shape: Sequence[int],
-) -> bool:
-    """Whether a plain 2-D conv of channels-last input and output runs the fused
-    F(2x2, 3x3) Winograd conv (native/_winograd.c conv_nhwc) rather than `_Direct`'s
-    direct kernels: AVX-512 (16 lanes; the kernel has no other level), the routing not
-    switched off (ONNXVIZ_WINOGRAD_NHWC=off), 3x3, stride 1, no dilation, pads 0..2, at
-    least 32 input and output channels and 36 output tiles (12 x 12 outputs of one
-    image: fewer do not pay for the transformed weight's reads, 16/9 of the direct
-    kernel's; `_Direct`'s numbers)."""
-    return (
-        direct_lanes() == 16
-        and os.environ.get("ONNXVIZ_WINOGRAD_NHWC", "auto").strip().lower() != "off"
-        and tuple(kernel) == (3, 3)
-        and all(s == 1 for s in strides)
-        and all(d == 1 for d in dilations)
-        and min(pads) >= 0
-        and max(pads) <= 2
-        and min(c, m) >= _WINOGRAD_NHWC_MIN_CHANNELS
-        and len(out_shape) == 2
-        and n * -(-out_shape[0] // 2) * -(-out_shape[1] // 2) >= _WINOGRAD_NHWC_MIN_TILES
-        and native.load("winograd") is not None
-    )
-
-
 class _Direct(ChannelsLastConv):
     """Plain conv (one group, any kernel, stride, dilation and padding) by the compiled
     direct kernel (native/_conv.c): the channels-last input read in place (an NCHW one
@@ -883,7 +845,7 @@ class _Direct(ChannelsLastConv):
         self.winograd: ConvWeight | None = None
         self.blocked: np.ndarray | None = None
         self.fused_winograd: np.ndarray | None = None
-        if winograd_nhwc_pays(n, c, m, kernel, strides, dilations, pads, out_shape):
+        if nn_winograd.fused_pays(n, c, m, kernel, strides, dilations, pads, out_shape):
             self.fused_winograd = _weight_cache.derived(
                 "winograd_nhwc", [w], (), lambda: nn_winograd.pack_nhwc(w)
             )
@@ -992,9 +954,16 @@ class _Direct(ChannelsLastConv):
         if self.winograd is not None:
             return nhwc_view(self._core(x, addend, self.winograd)), False
         xl = nhwc_view(x)
-        if self.fused_winograd is not None and not planes and xl.flags.c_contiguous:
-            got = self._run_winograd(xl, addend, act)
+        if self.fused_winograd is not None and x.dtype == np.float32:
+            # An NCHW input (a chain entered from an NCHW value) by the compiled
+            # transposing copy, and at a chain's NCHW exit the result copied into planes
+            # the same way: the direct kernel's NCHW reads and writes cost more than the
+            # copies save it (an FPN's 128-channel 3x3 after its upsampling, 56 px: 8 ms
+            # direct, 4 ms so).
+            got = self._run_winograd(xl if xl.flags.c_contiguous else nhwc(x), addend, act)
             if got is not None:
+                if planes:
+                    return nhwc_view(planes_copy(got[0].transpose(0, 3, 1, 2))), got[1]
                 return got
         if self.blocked is not None and not planes and xl.flags.c_contiguous:
             got = self._run_blocked(xl, addend, act)

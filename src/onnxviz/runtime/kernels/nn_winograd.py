@@ -21,6 +21,7 @@ weight (nn_conv.ConvWeight), never per call.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -250,6 +251,81 @@ def _l2_bytes() -> int:
 # 1008-1090 / 1095-1379; 128 at 28 px 973-1006 / 1007-1156 / 977-1316; 256 at 14 px
 # (a 4 MB weight) 1462-1729 / 1152-1257 / 1149-1471.
 _BLOCK_BYTES = _l2_bytes()
+
+
+# The fused conv from this many input and output channels and this many 2 x 2 output
+# tiles in a call (`fused_pays`); an NCHW conv the direct kernel's NCHW form takes, from
+# this many multiply-adds per tap (`nchw_pays`).
+_FUSED_MIN_CHANNELS = 32
+_FUSED_MIN_TILES = 36
+_NCHW_OVER_DIRECT_WORK = 1 << 24
+
+
+def fused_pays(
+    n: int,
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool:
+    """Whether a plain 2-D float32 conv of ``n`` images runs the fused channels-last
+    F(2x2, 3x3) conv (`conv_nhwc`) inside a channels-last chain (nn_conv_nhwc._Direct)
+    rather than the direct kernels: AVX-512 (the compiled direct conv's 16 lanes; the
+    fused conv has no other level), the routing not switched off
+    (ONNXVIZ_WINOGRAD_NHWC=off), 3x3, stride 1, no dilation, pads 0..2, at least 32
+    input and output channels and 36 output tiles (12 x 12 outputs of one image: fewer
+    do not pay for the transformed weight's reads, 16/9 of the direct kernel's).
+
+    Alone, one thread, channels-last in and out, bias and Relu, us, fused / direct
+    (Emerald Rapids): 64 ch at 56 px 879 / 1373, 128 at 28 px 813 / 1329, 256 at 14 px
+    841 / 1482 (the blocked kernel), 32 at 64 px 471 / 510, 32 at 128 px 2180 / 2812,
+    64 at 128 px 6600 / 11735; 16 ch at 128 px 1306 / 1049 and 16 at 64 px 260 / 170
+    (below the bound); 512 at 7 px 1264 / 1428 alone but 2.7-2.9 / 1.5-1.7 ms inside
+    ResNet-50, its 16 MB weight read from memory each run (below the tile bound)."""
+    conv = native.load("conv")
+    return (
+        conv is not None
+        and int(conv.lanes()) == 16
+        and os.environ.get("ONNXVIZ_WINOGRAD_NHWC", "auto").strip().lower() != "off"
+        and tuple(kernel) == (3, 3)
+        and all(s == 1 for s in strides)
+        and all(d == 1 for d in dilations)
+        and min(pads) >= 0
+        and max(pads) <= 2
+        and min(c, m) >= _FUSED_MIN_CHANNELS
+        and len(out_shape) == 2
+        and n * -(-out_shape[0] // 2) * -(-out_shape[1] // 2) >= _FUSED_MIN_TILES
+        and native.load("winograd") is not None
+    )
+
+
+def nchw_pays(
+    n: int,
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+    direct: bool,
+) -> bool:
+    """Whether a plain NCHW float32 conv runs the fused conv between two compiled
+    transposing copies (nn_conv._fused_winograd_nchw): `fused_pays`, and where the direct
+    kernel's NCHW form would run it (``direct``: nn_conv.direct_nchw_pays, whose compiled
+    call saves the Python the fused conv's route still has) only from 2^24 multiply-adds
+    per tap (N x C x M x output pixels).  Alone, one thread, us, the route before / this
+    (copies included): 128 ch at 56 px 5615 / 3944 and at 28 px 1475 / 959 (the NCHW
+    Winograd); against the direct NCHW form 64 ch at 64 px 2841 / 2148, but 96 -> 32 at
+    64 px 1635 / 1452, 64 -> 32 1027 / 1012, 64 ch at 32 px 489 / 451, 128 -> 64 at 32
+    px 964 / 939, which inside a diffusion UNet (its GroupNorms keep them NCHW) ran
+    slower the fused way (96 -> 32 at 64 px 1558 -> 1771, 64 ch at 16 px 100 -> 200)."""
+    if direct and n * c * m * math.prod(out_shape) < _NCHW_OVER_DIRECT_WORK:
+        return False
+    return fused_pays(n, c, m, kernel, strides, dilations, pads, out_shape)
 
 
 def pack_nhwc(w: np.ndarray) -> np.ndarray:
