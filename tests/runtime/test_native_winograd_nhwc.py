@@ -1,13 +1,15 @@
 """The fused channels-last F(2x2, 3x3) Winograd conv (runtime/native/_winograd.c's
 `conv_nhwc` and `held`, kernels/nn_winograd.py's `conv_nhwc`, routed by
-nn_conv_nhwc.winograd_nhwc_pays inside channels-last chains at AVX-512):
+nn_winograd.fused_pays inside channels-last chains and nchw_pays for NCHW convs, at
+AVX-512 and AVX2), at every level this CPU has:
 
 * against a float64 conv on random batch sizes, channel counts (tails of the 16-float
   vectors and the 32-channel panels), image sizes (odd ones: tiles overhang the output),
   paddings 0-2 on each side, bias, residual and every epilogue activation, several
   tile blocks a call; within the bound of float32 sums of the same terms;
 * NaN and infinities reach the outputs the NCHW Winograd path gives them to;
-* below AVX-512 it declines (False, nothing written): the chain's direct kernels run;
+* at the generic level, or given a weight packed for another level's panels, it
+  declines (False, nothing written): the chain's direct kernels run;
 * the held call gives the runner's bits, hands every other call to its fallback;
 * inside a model: a bottleneck's 3x3 conv runs it, and the run equals the stepped run;
 * wrong sizes, dtypes and buffers raise ValueError, never crash."""
@@ -32,19 +34,24 @@ from tests.runtime.native_modules import at_level, compiled
 pytestmark = pytest.mark.numeric
 
 LEVELS = native.levels()
-AVX512 = max(LEVELS) >= 2
+FUSED_LEVELS = [level for level in LEVELS if level >= 1]  # AVX2 and AVX-512
 NAN = math.nan
 
 
 TOP = max(LEVELS)
 
 
-def _module() -> Any:
-    """_winograd, its level set to this CPU's highest (the tests run inside
-    ``at_level("winograd", TOP)``, so the kernels run even where ONNXVIZ_NATIVE=off)."""
+def _module(level: int = TOP) -> Any:
+    """_winograd at ``level`` (the tests run inside ``at_level("winograd", level)``, so
+    the kernels run even where ONNXVIZ_NATIVE=off)."""
     module = compiled("winograd")
-    module.set_level(TOP)
+    module.set_level(level)
     return module
+
+
+def _routed() -> bool:
+    """Whether this process's level routes convs to the fused conv (AVX2 or AVX-512)."""
+    return nn_conv_nhwc.direct_lanes() in (8, 16)
 
 
 def _reference(
@@ -85,7 +92,7 @@ def _activate(y: np.ndarray, act: tuple[int, float, float]) -> np.ndarray:
 ACTS = [(0, NAN, NAN), (1, NAN, NAN), (2, -0.5, 0.75), (3, NAN, NAN)]
 
 
-@pytest.mark.skipif(not AVX512, reason="the fused Winograd conv is AVX-512 code only")
+@pytest.mark.skipif(not FUSED_LEVELS, reason="no AVX2 here: the fused conv has no other code")
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 2),
@@ -115,8 +122,17 @@ def test_the_fused_conv_is_within_float32_rounding_of_the_exact_conv(
 ) -> None:
     if h + pads[0] + pads[2] < 3 or w + pads[1] + pads[3] < 3:
         return  # no output
-    with at_level("winograd", TOP):
-        _fused_within_rounding(_module(), n, c, m, h, w, pads, bias, residual, act, block, seed)
+    got = []
+    for level in FUSED_LEVELS:
+        with at_level("winograd", level):
+            module = _module(level)
+            got.append(
+                _fused_within_rounding(
+                    module, n, c, m, h, w, pads, bias, residual, act, block, seed
+                )
+            )
+    for other in got[1:]:  # the levels sum the same terms in the same order
+        np.testing.assert_array_equal(other, got[0])
 
 
 def _fused_within_rounding(
@@ -132,7 +148,7 @@ def _fused_within_rounding(
     act: tuple[int, float, float],
     block: int,
     seed: int,
-) -> None:
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, h, w, c)).astype(np.float32)
     wt = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
@@ -141,8 +157,9 @@ def _fused_within_rounding(
     add = rng.standard_normal((n, oh, ow, m)).astype(np.float32) if residual else None
     # Blocks of a few tiles too: a call's tiles run across rows, images and blocks.
     out = np.full((n, oh, ow, m), np.nan, np.float32)
-    u = nn_winograd.pack_nhwc(wt)
-    assert module.conv_nhwc(x, (n, h, w, c), u, m, b, add, out, (oh, ow), pads[:2], *act, block)
+    nr = module.panel_width()
+    u = nn_winograd.pack_nhwc(wt, nr)
+    assert module.conv_nhwc(x, (n, h, w, c), u, nr, m, b, add, out, (oh, ow), pads[:2], *act, block)
     again = np.full_like(out, np.nan)
     assert nn_winograd.conv_nhwc(x, u, m, b, add, again, pads, act)  # the blocks it picks
     np.testing.assert_array_equal(again, out)  # blocks do not change a tile's sums
@@ -156,26 +173,26 @@ def _fused_within_rounding(
         scale = scale + np.abs(add)
     assert np.isfinite(out).all()
     assert (np.abs(out - want) <= 2e-6 * (c + 8) * scale).all()
+    return out
 
 
-@pytest.mark.skipif(not AVX512, reason="the fused Winograd conv is AVX-512 code only")
+@pytest.mark.skipif(not FUSED_LEVELS, reason="no AVX2 here: the fused conv has no other code")
 @pytest.mark.filterwarnings("ignore:invalid value")
 def test_nan_and_infinity_reach_the_outputs_the_nchw_winograd_gives_them_to() -> None:
-    with at_level("winograd", TOP):
-        _module()
-        _nan_and_infinity()
+    for level in FUSED_LEVELS:
+        with at_level("winograd", level):
+            _nan_and_infinity(_module(level))
 
 
-def _nan_and_infinity() -> None:
+def _nan_and_infinity(module: Any) -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 9, 8, 5)).astype(np.float32)
     x[0, 4, 4, 1] = np.nan
     x[0, 0, 7, 3] = np.inf
     wt = rng.standard_normal((4, 5, 3, 3)).astype(np.float32)
     out = np.empty((1, 9, 8, 4), np.float32)
-    assert nn_winograd.conv_nhwc(
-        x, nn_winograd.pack_nhwc(wt), 4, None, None, out, (1,) * 4, ACTS[0]
-    )
+    u = nn_winograd.pack_nhwc(wt, module.panel_width())
+    assert nn_winograd.conv_nhwc(x, u, 4, None, None, out, (1,) * 4, ACTS[0])
     plain = nn_winograd.winograd_conv(
         np.ascontiguousarray(x.transpose(0, 3, 1, 2)),
         nn_winograd.transform_weights(wt),
@@ -189,40 +206,47 @@ def _nan_and_infinity() -> None:
     assert np.isnan(got).any()
 
 
-def test_below_avx512_it_declines_and_writes_nothing() -> None:
+def test_it_declines_at_the_generic_level_and_for_another_levels_panels() -> None:
+    """A weight packed for 32-wide panels (AVX-512's) runs only at AVX-512, one for
+    16-wide panels (AVX2's) only at AVX2; neither at the generic level nor with the
+    kernels off: False, nothing written."""
     module = _module()
     rng = np.random.default_rng(4)
     x = rng.standard_normal((1, 6, 6, 8)).astype(np.float32)
-    u = nn_winograd.pack_nhwc(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
-    for level in LEVELS:
-        out = np.full((1, 6, 6, 16), 7.0, np.float32)
-        with at_level("winograd", level):
-            module.set_level(level)
-            ran = nn_winograd.conv_nhwc(x, u, 16, None, None, out, (1,) * 4, ACTS[1])
-        assert ran == (level >= 2)
-        assert (out == 7.0).all() != ran
-    with at_level("winograd", None):  # the kernels off
-        assert not nn_winograd.conv_nhwc(x, u, 16, None, None, out, (1,) * 4, ACTS[1])
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    for nr in (16, 32):
+        u = nn_winograd.pack_nhwc(w, nr)
+        for level in LEVELS:
+            out = np.full((1, 6, 6, 16), 7.0, np.float32)
+            with at_level("winograd", level):
+                module.set_level(level)
+                ran = nn_winograd.conv_nhwc(x, u, 16, None, None, out, (1,) * 4, ACTS[1])
+            assert ran == (nr == (32 if level >= 2 else 16 if level == 1 else 0)), (nr, level)
+            assert (out == 7.0).all() != ran
+        with at_level("winograd", None):  # the kernels off
+            assert not nn_winograd.conv_nhwc(x, u, 16, None, None, out, (1,) * 4, ACTS[1])
+    module.set_level(TOP)
 
 
 def test_wrong_sizes_and_buffers_are_refused() -> None:
     module = _module()
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 6, 6, 8)).astype(np.float32)
-    u = nn_winograd.pack_nhwc(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+    nr = module.panel_width() or 16
+    u = nn_winograd.pack_nhwc(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), nr)
     out = np.empty((1, 6, 6, 16), np.float32)
     act = (1, NAN, NAN)
 
     def call(**kw: Any) -> Any:
         args = {"x": x, "shape": (1, 6, 6, 8), "u": u, "m": 16, "bias": None, "add": None}
-        args.update(out=out, oshape=(6, 6), pads=(1, 1), tiles=9)
+        args.update(out=out, oshape=(6, 6), pads=(1, 1), tiles=9, nr=nr)
         args.update(kw)
         return module.conv_nhwc(
-            args["x"], args["shape"], args["u"], args["m"], args["bias"], args["add"],
-            args["out"], args["oshape"], args["pads"], *act, args["tiles"],
+            args["x"], args["shape"], args["u"], args["nr"], args["m"], args["bias"],
+            args["add"], args["out"], args["oshape"], args["pads"], *act, args["tiles"],
         )  # fmt: skip
 
-    assert call() == (module.level() >= 2)
+    assert call() == (module.panel_width() == nr)
     with pytest.raises(ValueError):
         call(shape=(1, 7, 6, 8))  # x has fewer floats than that
     with pytest.raises(ValueError):
@@ -241,6 +265,8 @@ def test_wrong_sizes_and_buffers_are_refused() -> None:
         call(out=out[:, :, :, ::2])  # not contiguous
     with pytest.raises(ValueError):
         call(tiles=0)
+    with pytest.raises(ValueError):
+        call(nr=8)  # no level's panels
     unaligned = np.empty(u.size + 1, np.float32)
     start = 1 if unaligned.ctypes.data % 64 == 0 else 0
     with pytest.raises(ValueError):
@@ -261,13 +287,14 @@ class _Fallback:
         self.calls += 1
 
 
-@pytest.mark.skipif(not AVX512, reason="the fused Winograd conv is AVX-512 code only")
+@pytest.mark.skipif(not FUSED_LEVELS, reason="no AVX2 here: the fused conv has no other code")
 def test_the_held_call_gives_the_runners_bits_and_declines_the_rest() -> None:
     compiled("conv")
-    with at_level("winograd", TOP), at_level("conv", TOP):
-        _module()
-        native.load("conv").set_level(TOP)
-        _held_call()
+    for level in FUSED_LEVELS:
+        with at_level("winograd", level), at_level("conv", level):
+            _module(level)
+            native.load("conv").set_level(level)
+            _held_call()
 
 
 def _held_call() -> None:
@@ -343,7 +370,8 @@ def test_a_bottleneck_runs_its_3x3_by_winograd_at_avx512_with_the_stepped_number
     switch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ResNet-50's bottleneck at 16 px (64 tiles): its 3x3 conv's runner holds the fused
-    Winograd weight at AVX-512 (not with ONNXVIZ_WINOGRAD_NHWC=off, nor below AVX-512),
+    Winograd weight at AVX2 and AVX-512 (not with ONNXVIZ_WINOGRAD_NHWC=off, nor with the
+    kernels off),
     the run makes its held call, and every run mode equals the stepped run."""
     from onnxviz.runtime.fusion import run_nodes
     from onnxviz.runtime.session import Session
@@ -359,7 +387,7 @@ def test_a_bottleneck_runs_its_3x3_by_winograd_at_avx512_with_the_stepped_number
     assert len(spatial) == 1
     chain = spatial[0].fused
     assert chain.layout is not None  # channels-last
-    routed = switch == "auto" and AVX512 and nn_conv_nhwc.direct_lanes() == 16
+    routed = switch == "auto" and _routed()
     module = type(chain.quick).__module__ if chain.quick is not None else None
     assert (module == "onnxviz.runtime.native._winograd") == routed, module
 
@@ -395,7 +423,7 @@ def _two_convs(c: int, size: int) -> tuple[onnx.ModelProto, dict[str, Any]]:
 def test_a_chain_entered_and_left_in_nchw_runs_winograd_with_the_stepped_numbers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both convs of an NCHW-in, NCHW-out chain run the fused conv at AVX-512 (the input
+    """Both convs of an NCHW-in, NCHW-out chain run the fused conv at AVX2 and AVX-512 (the input
     placed channels-last, the exit copied into planes), C-contiguous planes out, within
     float32 rounding of the stepped run and of a float64 conv."""
     from onnxviz.runtime.session import Session
@@ -414,7 +442,7 @@ def test_a_chain_entered_and_left_in_nchw_runs_winograd_with_the_stepped_numbers
     calls.clear()
     y = Session(model).run(feeds)["y"]  # the first run: every conv through Python
     assert y.flags.c_contiguous
-    assert sum(calls) == (2 if nn_conv_nhwc.direct_lanes() == 16 else 0)
+    assert sum(calls) == (2 if _routed() else 0)
     w = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     x = feeds["x"].transpose(0, 2, 3, 1).astype(np.float64)
     h = np.maximum(_reference(x, w["w0"], w["b0"], None, (1, 1, 1, 1)), 0)
@@ -427,8 +455,8 @@ def test_an_nchw_conv_runs_winograd_where_the_direct_form_does_not(
     switch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """nn_conv's own path (a stepped run's, an NCHW chain's): 128 channels at 20 px, which
-    the direct kernel's NCHW form leaves, runs the fused conv between the compiled copies
-    at AVX-512 (the NCHW Winograd with it switched off), bias and residual in; 64
+    the direct kernel leaves, runs the fused conv between the compiled copies at AVX2 and
+    AVX-512 (the NCHW Winograd with it switched off), bias and residual in; 64
     channels at 20 px keep the direct form (too little work for the route's Python)."""
     from onnxviz.runtime.kernels.nn_conv import ConvWeight, conv_core
 
@@ -443,7 +471,7 @@ def test_an_nchw_conv_runs_winograd_where_the_direct_form_does_not(
 
     monkeypatch.setattr(nn_winograd, "conv_nhwc", counted)
     rng = np.random.default_rng(9)
-    routed = switch == "auto" and nn_conv_nhwc.direct_lanes() == 16
+    routed = switch == "auto" and _routed()
     for c, expect in ((128, routed), (64, False)):
         x = rng.standard_normal((1, c, 20, 20)).astype(np.float32)
         w = (rng.standard_normal((c, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)

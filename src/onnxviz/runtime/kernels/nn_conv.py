@@ -48,7 +48,7 @@ class ConvWeight:
         self.array = array
         self._taps: np.ndarray | None = None
         self._winograd: np.ndarray | None = None
-        self._winograd_nhwc: np.ndarray | None = None
+        self._winograd_nhwc: tuple[int, np.ndarray] | None = None
         self._tiles: dict[tuple[int, int, int], np.ndarray] = {}
         self._direct: tuple[int, np.ndarray] | None = None
         self._planar: ConvWeight | None = None
@@ -66,12 +66,12 @@ class ConvWeight:
             self._winograd = nn_winograd.transform_weights(self.array)
         return self._winograd
 
-    def winograd_nhwc(self) -> np.ndarray:
-        """The fused channels-last conv's packed transformed weight
-        (`nn_winograd.pack_nhwc`)."""
-        if self._winograd_nhwc is None:
-            self._winograd_nhwc = nn_winograd.pack_nhwc(self.array)
-        return self._winograd_nhwc
+    def winograd_nhwc(self, nr: int) -> np.ndarray:
+        """The fused channels-last conv's packed transformed weight for panels of ``nr``
+        channels (`nn_winograd.pack_nhwc`)."""
+        if self._winograd_nhwc is None or self._winograd_nhwc[0] != nr:
+            self._winograd_nhwc = (nr, nn_winograd.pack_nhwc(self.array, nr))
+        return self._winograd_nhwc[1]
 
     def taps(self) -> np.ndarray:
         """(kernel offsets, M, C/group) contiguous: one (M, C) matrix per offset."""
@@ -359,17 +359,7 @@ def _conv_dispatch(
         group == 1
         and x.dtype == np.float32
         and w.dtype == np.float32
-        and nn_winograd.nchw_pays(
-            n,
-            c,
-            m,
-            kernel,
-            strides,
-            dilations,
-            pads,
-            out_shape,
-            direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape),
-        )  # fmt: skip
+        and _fused_nchw_pays(n, c, m, kernel, strides, dilations, pads, out_shape)
     ):
         fused = _fused_winograd_nchw(x, w, packed, bias, pads, out_shape)
         if fused is not None:
@@ -803,6 +793,23 @@ def _view_product(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[
     return math.prod(kernel) == 1 and not any(pads) and all(s == 1 for s in strides)
 
 
+def _fused_nchw_pays(
+    n: int,
+    c: int,
+    m: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_shape: Sequence[int],
+) -> bool:
+    """nn_winograd.nchw_pays, told whether the direct kernel would run the conv (its NCHW
+    form or its channels-last rows: `_direct_route`'s two)."""
+    geometry = (kernel, strides, dilations, pads, out_shape)
+    direct = direct_nchw_pays(c, m, *geometry) or direct_rows_pays(c, m, *geometry)
+    return nn_winograd.nchw_pays(n, c, m, *geometry, direct)
+
+
 def _fused_winograd_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -823,10 +830,11 @@ def _fused_winograd_nchw(
     # The packed transformed weight, made once: kept by ``packed`` (a fused run's weight,
     # which may be a folded copy the weight cache does not know) or by the weight cache
     # (a stepped run's initializer), else made for this call.
-    if packed is not None:
-        u = packed.winograd_nhwc()
-    else:
-        u = _weight_cache.derived("winograd_nhwc", [w], (), lambda: nn_winograd.pack_nhwc(w))
+    nr = nn_winograd.panel_width()
+    got = packed.winograd_nhwc(nr) if packed is not None and nr else nn_winograd.packed_nhwc(w)
+    if got is None:
+        return None
+    u = got
     xl = nhwc(x if x.flags.c_contiguous else np.ascontiguousarray(x))
     out = out_empty((n, *out_shape, m))
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
@@ -849,13 +857,13 @@ def _direct_route(
     NCHW form (`direct_nchw_pays`), True through channels-last rows (`direct_rows_pays`),
     None not at all (also where the fused Winograd conv takes it: nn_winograd.nchw_pays)."""
     direct = direct_nchw_pays(c, m, kernel, strides, dilations, pads, out_shape)
-    if nn_winograd.nchw_pays(n, c, m, kernel, strides, dilations, pads, out_shape, direct):
+    rows = not direct and direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape)
+    geometry = (kernel, strides, dilations, pads, out_shape)
+    if nn_winograd.nchw_pays(n, c, m, *geometry, direct or rows):
         return None
     if direct:
         return False
-    if direct_rows_pays(c, m, kernel, strides, dilations, pads, out_shape):
-        return True
-    return None
+    return True if rows else None
 
 
 class _DirectCall:

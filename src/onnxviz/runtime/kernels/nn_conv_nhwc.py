@@ -846,9 +846,7 @@ class _Direct(ChannelsLastConv):
         self.blocked: np.ndarray | None = None
         self.fused_winograd: np.ndarray | None = None
         if nn_winograd.fused_pays(n, c, m, kernel, strides, dilations, pads, out_shape):
-            self.fused_winograd = _weight_cache.derived(
-                "winograd_nhwc", [w], (), lambda: nn_winograd.pack_nhwc(w)
-            )
+            self.fused_winograd = nn_winograd.packed_nhwc(w)
         elif blocked_pays(c, m, kernel, out_shape):
             self.blocked = _weight_cache.derived("conv_blocked", [w], (), lambda: pack_blocked(w))
         elif c * m >= _WINOGRAD_CM.get(lanes, 256 * 256) and nn_winograd.fits(

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import blas
+from onnxviz.runtime.kernels import _weight_cache, blas
 from onnxviz.runtime.kernels.nn_geometry import scratch
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -273,8 +273,8 @@ def fused_pays(
 ) -> bool:
     """Whether a plain 2-D float32 conv of ``n`` images runs the fused channels-last
     F(2x2, 3x3) conv (`conv_nhwc`) inside a channels-last chain (nn_conv_nhwc._Direct)
-    rather than the direct kernels: AVX-512 (the compiled direct conv's 16 lanes; the
-    fused conv has no other level), the routing not switched off
+    rather than the direct kernels: AVX-512 or AVX2 (the compiled direct conv's 16 or 8
+    lanes; the fused conv has no generic level), the routing not switched off
     (ONNXVIZ_WINOGRAD_NHWC=off), 3x3, stride 1, no dilation, pads 0..2, at least 32
     input and output channels and 36 output tiles (12 x 12 outputs of one image: fewer
     do not pay for the transformed weight's reads, 16/9 of the direct kernel's).
@@ -284,11 +284,14 @@ def fused_pays(
     841 / 1482 (the blocked kernel), 32 at 64 px 471 / 510, 32 at 128 px 2180 / 2812,
     64 at 128 px 6600 / 11735; 16 ch at 128 px 1306 / 1049 and 16 at 64 px 260 / 170
     (below the bound); 512 at 7 px 1264 / 1428 alone but 2.7-2.9 / 1.5-1.7 ms inside
-    ResNet-50, its 16 MB weight read from memory each run (below the tile bound)."""
+    ResNet-50, its 16 MB weight read from memory each run (below the tile bound).  The
+    AVX2 code on the same core, fused / direct (its 8-lane kernels): 64 ch at 56 px 1981
+    / 3454, 128 at 28 px 1818 / 3323, 256 at 14 px 1986 / 3364, 32 at 64 px 1000 / 1234,
+    32 at 128 px 3979 / 5025, 48 at 28 px 231 / 394; 512 at 7 px 3448 / 4028."""
     conv = native.load("conv")
     return (
         conv is not None
-        and int(conv.lanes()) == 16
+        and int(conv.lanes()) in (8, 16)
         and os.environ.get("ONNXVIZ_WINOGRAD_NHWC", "auto").strip().lower() != "off"
         and tuple(kernel) == (3, 3)
         and all(s == 1 for s in strides)
@@ -315,8 +318,8 @@ def nchw_pays(
 ) -> bool:
     """Whether a plain NCHW float32 conv runs the fused conv between two compiled
     transposing copies (nn_conv._fused_winograd_nchw): `fused_pays`, and where the direct
-    kernel's NCHW form would run it (``direct``: nn_conv.direct_nchw_pays, whose compiled
-    call saves the Python the fused conv's route still has) only from 2^24 multiply-adds
+    kernel would run it (``direct``: nn_conv.direct_nchw_pays or direct_rows_pays, whose
+    compiled call saves the Python the fused conv's route still has) only from 2^24 multiply-adds
     per tap (N x C x M x output pixels).  Alone, one thread, us, the route before / this
     (copies included): 128 ch at 56 px 5615 / 3944 and at 28 px 1475 / 959 (the NCHW
     Winograd); against the direct NCHW form 64 ch at 64 px 2841 / 2148, but 96 -> 32 at
@@ -328,15 +331,16 @@ def nchw_pays(
     return fused_pays(n, c, m, kernel, strides, dilations, pads, out_shape)
 
 
-def pack_nhwc(w: np.ndarray) -> np.ndarray:
+def pack_nhwc(w: np.ndarray, nr: int) -> np.ndarray:
     """The (M, C, 3, 3) weight's U = G g G^T (`transform_weights`) as conv_nhwc reads it:
-    per tile element k, panels of 32 output channels (the last zero-padded), each C rows
-    of 32 floats, [16][panels][C][32], from a 64-byte boundary."""
+    per tile element k, panels of ``nr`` output channels (the kernel's `panel_width` at
+    its level: 32 at AVX-512, 16 at AVX2; the last zero-padded), each C rows of ``nr``
+    floats, [16][panels][C][nr], from a 64-byte boundary."""
     m, c = w.shape[:2]
-    panels = -(-m // 32)
-    u = np.zeros((16, panels * 32, c), dtype=np.float32)
+    panels = -(-m // nr)
+    u = np.zeros((16, panels * nr, c), dtype=np.float32)
     u[:, :m] = transform_weights(np.asarray(w, dtype=np.float32))
-    packed = u.reshape(16, panels, 32, c).transpose(0, 1, 3, 2)
+    packed = u.reshape(16, panels, nr, c).transpose(0, 1, 3, 2)
     raw = np.empty(packed.size + 16, dtype=np.float32)
     start = (-raw.ctypes.data % 64) // 4
     out = raw[start : start + packed.size].reshape(packed.shape)
@@ -344,11 +348,28 @@ def pack_nhwc(w: np.ndarray) -> np.ndarray:
     return out
 
 
+def panel_width() -> int:
+    """The fused conv's panel width at this process's level (0: no fused conv here)."""
+    module = native.load("winograd")
+    return 0 if module is None else int(module.panel_width())
+
+
+def packed_nhwc(w: np.ndarray) -> np.ndarray | None:
+    """`pack_nhwc` of ``w`` for this level's panels, made once per constant weight (the
+    weight cache's), or None when the fused conv does not run here."""
+    nr = panel_width()
+    if not nr:
+        return None
+    return _weight_cache.derived(  # type: ignore[no-any-return]
+        "winograd_nhwc", [w], (nr,), lambda: pack_nhwc(w, nr)
+    )
+
+
 def block_tiles(c: int, m: int, tiles: int) -> int:
     """Output tiles per block of conv_nhwc for C input and M output channels, ``tiles``
     in all: `_BLOCK_BYTES` of transform buffers, the blocks of one size as nearly as can
     be (a last block of a few tiles runs the products on a few rows)."""
-    cp, mp = -(-c // 16) * 16, -(-m // 32) * 32
+    cp, mp = -(-c // 16) * 16, -(-m // 32) * 32  # (AVX2's 16-wide panels: at most this)
     most = max(12, _BLOCK_BYTES // (64 * (cp + mp)))
     blocks = -(-tiles // most)
     return -(-tiles // blocks)
@@ -377,7 +398,10 @@ def conv_nhwc(
     tiles = block_tiles(c, m, n * -(-ho // 2) * -(-wo // 2))
     code, lo, hi = act
     shape, size, pad = (n, h, w, c), (ho, wo), (pads[0], pads[1])
-    return bool(module.conv_nhwc(x, shape, u, m, bias, addend, out, size, pad, code, lo, hi, tiles))
+    nr = u.shape[-1]
+    return bool(
+        module.conv_nhwc(x, shape, u, nr, m, bias, addend, out, size, pad, code, lo, hi, tiles)
+    )
 
 
 def held_nhwc(
@@ -397,15 +421,16 @@ def held_nhwc(
     """`conv_nhwc` as a fused chain's compiled call (native/_winograd.c's `held`): the
     chain's arguments (x (N, C, H, W) channels-last, the constants ``expect`` at
     ``places``, the residual at ``residual``) to a fresh channels-last result, every call
-    it does not take to ``fallback``; None below AVX-512 or with the kernels off."""
+    it does not take to ``fallback``; None where ``u``'s panels are not this level's or
+    the kernels are off."""
     module = native.load("winograd")
-    if module is None or module.level() < 2:
+    if module is None or int(module.panel_width()) != u.shape[-1]:
         return None
     n, c, h, w = x_shape
     ho, wo = out_shape
     code, lo, hi = (0, float("nan"), float("nan")) if act is None else act
     return module.held(
-        u, bias, (n, h, w, c), m, (ho, wo), (pads[0], pads[1]), code, lo, hi,
+        u, u.shape[-1], bias, (n, h, w, c), m, (ho, wo), (pads[0], pads[1]), code, lo, hi,
         block_tiles(c, m, n * -(-ho // 2) * -(-wo // 2)), nargs,
         -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
         *native.held_arrays(),

@@ -11,10 +11,10 @@
  *   products); y, float32 (M, 2 th, 2 tw): A^T m A of every tile, after bias[M] (or
  *   None) is added to m_5, the element that reaches all four outputs with sign +1.
  *
- *   conv_nhwc(x, (N, H, W, C), u, M, bias, addend, out, (H', W'), (pad_top, pad_left),
- *   act, lo, hi, tiles): the whole F(2x2, 3x3) conv of a channels-last image, AVX-512
- *   only (False at the other levels, after the same checks of its arguments: the caller
- *   runs its other route).  Below.
+ *   conv_nhwc(x, (N, H, W, C), u, nr, M, bias, addend, out, (H', W'), (pad_top,
+ *   pad_left), act, lo, hi, tiles): the whole F(2x2, 3x3) conv of a channels-last image,
+ *   at AVX-512 and AVX2 (False below, or when u's panels are not this level's width,
+ *   after the same checks of its arguments: the caller runs its other route).  Below.
  *
  * Why: numpy makes these transforms as 24 + 12 array operations plus the copies into
  * phase images and out of the output grid, each a pass through memory: about a quarter
@@ -249,20 +249,21 @@ static PyObject *py_output(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ---- conv_nhwc: the fused channels-last F(2x2, 3x3) conv (AVX-512) ------------------------
+/* ---- conv_nhwc: the fused channels-last F(2x2, 3x3) conv (AVX-512, AVX2) ------------------
  *
  * x (N, H, W, C) channels-last float32, out (N, H', W', M) the same, addend (the chain's
  * residual, laid out as out, or NULL), bias (M) or NULL.  u: the transformed weight
- * U_k = (G g G^T)_k (nn_winograd.pack_nhwc), packed per tile element k into panels of 32
- * output channels, each C rows of 32 floats from a 64-byte boundary (the last panel
- * zero-padded): [16][panels][C][32].
+ * U_k = (G g G^T)_k (nn_winograd.pack_nhwc), packed per tile element k into panels of nr
+ * output channels (wino_panel: 32 at AVX-512, 16 at AVX2), each C rows of nr floats from
+ * a 64-byte boundary (the last panel zero-padded): [16][panels][C][nr].
  *
  * The output's 2x2 blocks (tiles) are taken `tiles` at a time (a block; tiles run across
  * rows and images).  For a block: the input transform V = B^T d B of each tile's 4x4
- * window (zeros past the image), 16 channels a vector, into vbuf [16][tiles][Cp]; the 16
- * products M_k = V_k U_k (a 12 x 32 tile of accumulators, 12 tiles' rows broadcast
- * against a panel's two vectors, as _sgemm's micro-kernel; K = C summed in order by
- * fused multiply-adds) into mbuf [16][tiles][Mp]; the output transform A^T m A with the
+ * window (zeros past the image), 16 channels a vector (8 at AVX2), into vbuf
+ * [16][tiles][Cp]; the 16 products M_k = V_k U_k (a 12 x 32 tile of accumulators, 12
+ * tiles' rows broadcast against a panel's two vectors, as _sgemm's micro-kernel; 6 x 16
+ * at AVX2; K = C summed in order by fused multiply-adds) into mbuf [16][tiles][Mp]; the
+ * output transform A^T m A with the
  * bias added to m_5 first (it reaches all four outputs with sign +1, as numpy's path
  * adds it), then the addend and the activation (activations.h), into out.  A block's
  * buffers stay in L2 (the caller sizes `tiles`), where the unfused path (numpy or the
@@ -279,9 +280,14 @@ typedef struct {
     const float *x, *u, *bias, *add;
     float *out;
     Py_ssize_t n, h, w, c, m, ho, wo, pad_top, pad_left, panels, tiles, cp, mp;
+    int nr; /* panel width: 32 at AVX-512, 16 at AVX2 (wino_panel) */
     int act;
     float lo, hi;
 } WinoConv;
+
+/* The packed weight's panel width the fused conv reads at `lvl`: 32 output channels at
+ * AVX-512 (two zmm), 16 at AVX2 (two ymm), 0 below (no fused conv). */
+static int wino_panel(int lvl) { return lvl >= 2 ? 32 : lvl == 1 ? 16 : 0; }
 
 #if ONNXVIZ_X86
 __attribute__((target("avx512f"))) static inline __mmask16 wino_mask(Py_ssize_t n) {
@@ -294,15 +300,18 @@ __attribute__((target("avx512f"), always_inline)) static inline void
 wino_tile(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,
           Py_ssize_t ldc, const int R) {
     __m512 c0[12], c1[12];
+#pragma GCC unroll 12
     for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     for (Py_ssize_t q = 0; q < k; q++, b += 32) {
         const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             const __m512 ai = _mm512_set1_ps(a[i * lda + q]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
             c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
         }
     }
+#pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
         _mm512_store_ps(c + i * ldc, c0[i]);
         _mm512_store_ps(c + i * ldc + 16, c1[i]);
@@ -432,14 +441,166 @@ __attribute__((target("avx512f"))) static void wino_conv(const WinoConv *p, floa
         wino_output(p, t0, count, mbuf);
     }
 }
+
+/* ---- The same at AVX2: 8-channel vectors, a 6 x 16 register tile (12 ymm) -------------
+ * The same operations in the same order per element as the AVX-512 code above, so the
+ * same numbers (a different tile shape only regroups which sums run together). */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+wino_tile8(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,
+           Py_ssize_t ldc, const int R) {
+    __m256 c0[6], c1[6];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    for (Py_ssize_t q = 0; q < k; q++, b += 16) {
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) {
+            const __m256 ai = _mm256_broadcast_ss(a + i * lda + q);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+        _mm256_store_ps(c + i * ldc, c0[i]);
+        _mm256_store_ps(c + i * ldc + 8, c1[i]);
+    }
+}
+#define WINO_TILE8(R)                                                                        \
+    __attribute__((target("avx2,fma"), noinline)) static void wino_tile8_##R(                \
+        const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
+        Py_ssize_t ldc) {                                                                    \
+        wino_tile8(a, lda, b, k, c, ldc, R);                                                 \
+    }
+WINO_TILE8(1)
+WINO_TILE8(2)
+WINO_TILE8(3)
+WINO_TILE8(4)
+WINO_TILE8(5)
+WINO_TILE8(6)
+#undef WINO_TILE8
+static void (*const wino_tiles8[7])(const float *, Py_ssize_t, const float *, Py_ssize_t,
+                                    float *, Py_ssize_t) = {
+    NULL, wino_tile8_1, wino_tile8_2, wino_tile8_3, wino_tile8_4, wino_tile8_5, wino_tile8_6,
+};
+
+__attribute__((target("avx2,fma"))) static void wino_input8(const WinoConv *p, Py_ssize_t t0,
+                                                           Py_ssize_t count, float *vbuf) {
+    const Py_ssize_t th = (p->ho + 1) / 2, tw = (p->wo + 1) / 2, per_image = th * tw;
+    const Py_ssize_t c = p->c, ks = p->tiles * p->cp;
+    const __m256 zero = _mm256_setzero_ps();
+    for (Py_ssize_t t = 0; t < count; t++) {
+        const Py_ssize_t g = t0 + t, image = g / per_image, at = g % per_image;
+        const Py_ssize_t r0 = 2 * (at / tw) - p->pad_top, s0 = 2 * (at % tw) - p->pad_left;
+        const float *x = p->x + image * p->h * p->w * c;
+        int row_in[4], col_in[4];
+        for (int r = 0; r < 4; r++) {
+            row_in[r] = r0 + r >= 0 && r0 + r < p->h;
+            col_in[r] = s0 + r >= 0 && s0 + r < p->w;
+        }
+        for (Py_ssize_t c0 = 0; c0 < c; c0 += 8) {
+            const int whole = c - c0 >= 8;
+            const __m256i mk = mask8((int)(c - c0 < 8 ? c - c0 : 8));
+            __m256 d[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int s_ = 0; s_ < 4; s_++) {
+                    const float *at_x = x + ((r0 + r) * p->w + (s0 + s_)) * c + c0;
+                    d[r][s_] = !(row_in[r] && col_in[s_]) ? zero
+                               : whole                    ? _mm256_loadu_ps(at_x)
+                                                          : _mm256_maskload_ps(at_x, mk);
+                }
+            __m256 e[4][4];
+            for (int s_ = 0; s_ < 4; s_++) {
+                e[0][s_] = _mm256_sub_ps(d[0][s_], d[2][s_]);
+                e[1][s_] = _mm256_add_ps(d[1][s_], d[2][s_]);
+                e[2][s_] = _mm256_sub_ps(d[2][s_], d[1][s_]);
+                e[3][s_] = _mm256_sub_ps(d[1][s_], d[3][s_]);
+            }
+            for (int i = 0; i < 4; i++) {
+                float *v = vbuf + (4 * i * p->tiles + t) * p->cp + c0;
+                _mm256_store_ps(v, _mm256_sub_ps(e[i][0], e[i][2]));
+                _mm256_store_ps(v + ks, _mm256_add_ps(e[i][1], e[i][2]));
+                _mm256_store_ps(v + 2 * ks, _mm256_sub_ps(e[i][2], e[i][1]));
+                _mm256_store_ps(v + 3 * ks, _mm256_sub_ps(e[i][1], e[i][3]));
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void wino_output8(const WinoConv *p, Py_ssize_t t0,
+                                                            Py_ssize_t count,
+                                                            const float *mbuf) {
+    const Py_ssize_t th = (p->ho + 1) / 2, tw = (p->wo + 1) / 2, per_image = th * tw;
+    const Py_ssize_t m = p->m, ks = p->tiles * p->mp;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        const Py_ssize_t g = t0 + t, image = g / per_image, at = g % per_image;
+        const Py_ssize_t oy = 2 * (at / tw), ox = 2 * (at % tw);
+        const int rows = oy + 1 < p->ho ? 2 : 1, cols = ox + 1 < p->wo ? 2 : 1;
+        const Py_ssize_t o0 = ((image * p->ho + oy) * p->wo + ox) * m;
+        for (Py_ssize_t c0 = 0; c0 < m; c0 += 8) {
+            const int lanes = (int)(m - c0 < 8 ? m - c0 : 8);
+            const __m256i mk = mask8(lanes);
+            const float *src = mbuf + t * p->mp + c0;
+            __m256 q[16];
+            for (int k = 0; k < 16; k++) q[k] = _mm256_load_ps(src + k * ks);
+            if (p->bias) {
+                const __m256 b = lanes == 8 ? _mm256_loadu_ps(p->bias + c0)
+                                            : _mm256_maskload_ps(p->bias + c0, mk);
+                q[5] = _mm256_add_ps(q[5], b);
+            }
+            __m256 h[2][4];
+            for (int j = 0; j < 4; j++) {
+                h[0][j] = _mm256_add_ps(_mm256_add_ps(q[j], q[4 + j]), q[8 + j]);
+                h[1][j] = _mm256_sub_ps(_mm256_sub_ps(q[4 + j], q[8 + j]), q[12 + j]);
+            }
+            for (int a = 0; a < rows; a++) {
+                __m256 y[2];
+                y[0] = _mm256_add_ps(_mm256_add_ps(h[a][0], h[a][1]), h[a][2]);
+                y[1] = _mm256_sub_ps(_mm256_sub_ps(h[a][1], h[a][2]), h[a][3]);
+                for (int b = 0; b < cols; b++) {
+                    const Py_ssize_t at_out = o0 + (a * p->wo + b) * m + c0;
+                    __m256 v = y[b];
+                    if (p->add) {
+                        const __m256 d = lanes == 8 ? _mm256_loadu_ps(p->add + at_out)
+                                                    : _mm256_maskload_ps(p->add + at_out, mk);
+                        v = _mm256_add_ps(v, d);
+                    }
+                    v = act8(v, p->act, p->lo, p->hi);
+                    store8n(p->out + at_out, v, lanes);
+                }
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void wino_conv8(const WinoConv *p, float *vbuf,
+                                                          float *mbuf) {
+    const Py_ssize_t total = p->n * ((p->ho + 1) / 2) * ((p->wo + 1) / 2);
+    const Py_ssize_t vk = p->tiles * p->cp, mk = p->tiles * p->mp, panel = p->c * 16;
+    for (Py_ssize_t t0 = 0; t0 < total; t0 += p->tiles) {
+        const Py_ssize_t count = total - t0 < p->tiles ? total - t0 : p->tiles;
+        wino_input8(p, t0, count, vbuf);
+        for (int k = 0; k < 16; k++) {
+            const float *a = vbuf + k * vk, *u = p->u + k * p->panels * panel;
+            float *c = mbuf + k * mk;
+            for (Py_ssize_t i0 = 0; i0 < count; i0 += 6) {
+                const int rows = count - i0 < 6 ? (int)(count - i0) : 6;
+                for (Py_ssize_t j = 0; j < p->panels; j++)
+                    wino_tiles8[rows](a + i0 * p->cp, p->cp, u + j * panel, p->c,
+                                      c + i0 * p->mp + j * 16, p->mp);
+            }
+        }
+        wino_output8(p, t0, count, mbuf);
+    }
+}
 #endif
 
 /* wino_conv with its block buffers, the GIL released: 0, or -1 with MemoryError set.
  * p->panels, cp and mp are set here. */
 static int wino_run(WinoConv *p) {
-    p->panels = (p->m + 31) / 32;
+    p->panels = (p->m + p->nr - 1) / p->nr;
     p->cp = (p->c + 15) / 16 * 16;
-    p->mp = p->panels * 32;
+    p->mp = p->panels * p->nr;
     const size_t floats = (size_t)(16 * p->tiles * (p->cp + p->mp));
     void *raw = PyMem_RawMalloc(floats * sizeof(float) + 64);
     if (!raw) {
@@ -450,7 +611,10 @@ static int wino_run(WinoConv *p) {
     float *mbuf = vbuf + 16 * p->tiles * p->cp;
 #if ONNXVIZ_X86
     Py_BEGIN_ALLOW_THREADS;
-    wino_conv(p, vbuf, mbuf);
+    if (p->nr == 32)
+        wino_conv(p, vbuf, mbuf);
+    else
+        wino_conv8(p, vbuf, mbuf);
     Py_END_ALLOW_THREADS;
 #else
     (void)vbuf;
@@ -460,16 +624,22 @@ static int wino_run(WinoConv *p) {
     return 0;
 }
 
+static PyObject *py_panel_width(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(wino_panel(level));
+}
+
 static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *xo, *uo, *bo, *ao, *oo;
     WinoConv p;
     memset(&p, 0, sizeof p);
-    if (!PyArg_ParseTuple(args, "O(nnnn)OnOOO(nn)(nn)iffn:conv_nhwc", &xo, &p.n, &p.h, &p.w,
-                          &p.c, &uo, &p.m, &bo, &ao, &oo, &p.ho, &p.wo, &p.pad_top,
+    if (!PyArg_ParseTuple(args, "O(nnnn)OinOOO(nn)(nn)iffn:conv_nhwc", &xo, &p.n, &p.h, &p.w,
+                          &p.c, &uo, &p.nr, &p.m, &bo, &ao, &oo, &p.ho, &p.wo, &p.pad_top,
                           &p.pad_left, &p.act, &p.lo, &p.hi, &p.tiles))
         return NULL;
-    if (p.n < 1 || p.h < 1 || p.w < 1 || p.c < 1 || p.m < 1 || p.ho < 1 || p.wo < 1 ||
+    if ((p.nr != 16 && p.nr != 32) || p.n < 1 || p.h < 1 || p.w < 1 || p.c < 1 || p.m < 1 || p.ho < 1 || p.wo < 1 ||
         p.tiles < 1 || p.pad_top < 0 || p.pad_left < 0 || p.pad_top > 2 || p.pad_left > 2 ||
         p.c > (1 << 20) || p.m > (1 << 20) || p.h > (1 << 15) || p.w > (1 << 15) ||
         p.n > (1 << 20) || p.tiles > (1 << 16) || p.act < 0 || p.act > 3 ||
@@ -477,11 +647,11 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes out of range");
         return NULL;
     }
-    p.panels = (p.m + 31) / 32;
+    p.panels = (p.m + p.nr - 1) / p.nr;
     const Py_ssize_t out_count = p.n * p.ho * p.wo * p.m;
     Py_buffer xv, uv, bv, av, ov;
     if (onnxviz_get_floats(xo, &xv, p.n * p.h * p.w * p.c, 1, 0, "conv_nhwc x") < 0) return NULL;
-    if (onnxviz_get_floats(uo, &uv, 16 * p.panels * p.c * 32, 1, 0, "conv_nhwc u") < 0) {
+    if (onnxviz_get_floats(uo, &uv, 16 * p.panels * p.c * p.nr, 1, 0, "conv_nhwc u") < 0) {
         PyBuffer_Release(&xv);
         return NULL;
     }
@@ -509,7 +679,7 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     p.bias = have_b ? bv.buf : NULL;
     p.add = have_a ? av.buf : NULL;
     p.out = ov.buf;
-    ran = level >= 2; /* the arguments are checked at every level */
+    ran = wino_panel(level) == p.nr; /* the arguments are checked at every level */
     ok = !ran || wino_run(&p) == 0;
     PyBuffer_Release(&ov);
 done:
@@ -523,14 +693,14 @@ done:
 
 /* ---- held: conv_nhwc as a fused chain's compiled call from the run loop -------------------
  *
- * held(u, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, nargs,
+ * held(u, nr, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, nargs,
  * residual, places, expect, fallback, ndarray, empty, uint8, float32): a call that takes
  * (x, constants..., [residual]) with x a channels-last float32 (N, C, H, W) image, the
  * constants the objects `expect` at `places` and the residual (when the chain adds one)
  * channels-last of the output's shape, and returns conv_nhwc's result in a new 64-byte
  * aligned channels-last array: the runner's (`nn_conv_nhwc._Direct._run_winograd`) own
- * call and numbers without its Python.  Every other call (another layout or shape, the
- * kernels below AVX-512) goes to `fallback`. */
+ * call and numbers without its Python.  Every other call (another layout or shape, a
+ * level whose panels are not nr wide) goes to `fallback`. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -544,7 +714,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     WinoHeld *self = (WinoHeld *)obj;
     const HeldCall *h = &self->call;
     const WinoConv *g = &self->geometry;
-    if (level < 2 || !held_call_takes(h, args, nargsf, kwnames)) goto other;
+    if (wino_panel(level) != g->nr || !held_call_takes(h, args, nargsf, kwnames)) goto other;
     Py_buffer xb, db;
     if (!onnxviz_channels_last_view(args[0], h->ndarray, &xb, g->n, g->c, g->h, g->w))
         goto other;
@@ -584,12 +754,12 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     WinoConv g;
     memset(&g, 0, sizeof g);
     Py_ssize_t nargs, residual;
-    if (!PyArg_ParseTuple(args, "OO(nnnn)n(nn)(nn)iffnnnOOOOOOO:held", &uo, &bo, &g.n, &g.h,
-                          &g.w, &g.c, &g.m, &g.ho, &g.wo, &g.pad_top, &g.pad_left, &g.act,
-                          &g.lo, &g.hi, &g.tiles, &nargs, &residual, &places, &expect,
+    if (!PyArg_ParseTuple(args, "OiO(nnnn)n(nn)(nn)iffnnnOOOOOOO:held", &uo, &g.nr, &bo, &g.n,
+                          &g.h, &g.w, &g.c, &g.m, &g.ho, &g.wo, &g.pad_top, &g.pad_left,
+                          &g.act, &g.lo, &g.hi, &g.tiles, &nargs, &residual, &places, &expect,
                           &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
-    if (g.n < 1 || g.h < 1 || g.w < 1 || g.c < 1 || g.m < 1 || g.ho < 1 || g.wo < 1 ||
+    if ((g.nr != 16 && g.nr != 32) || g.n < 1 || g.h < 1 || g.w < 1 || g.c < 1 || g.m < 1 || g.ho < 1 || g.wo < 1 ||
         g.tiles < 1 || g.pad_top < 0 || g.pad_left < 0 || g.pad_top > 2 || g.pad_left > 2 ||
         g.c > (1 << 20) || g.m > (1 << 20) || g.h > (1 << 15) || g.w > (1 << 15) ||
         g.n > (1 << 20) || g.tiles > (1 << 16) || g.act < 0 || g.act > 3 ||
@@ -608,8 +778,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject_GC_Track((PyObject *)obj);
-    const Py_ssize_t panels = (g.m + 31) / 32;
-    if (held_weights_take(&obj->weights, uo, 16 * panels * g.c * 32, bo, g.m) < 0) {
+    const Py_ssize_t panels = (g.m + g.nr - 1) / g.nr;
+    if (held_weights_take(&obj->weights, uo, 16 * panels * g.c * g.nr, bo, g.m) < 0) {
         Py_DECREF(obj);
         return NULL;
     }
@@ -632,12 +802,15 @@ static PyMethodDef methods[] = {
      "output(m, M, th, tw, bias, y): A^T m A of the products m (16, M, th * (tw + 1)), "
      "bias (M floats or None) added to m_5 first, into y (M, 2 th, 2 tw)."},
     {"conv_nhwc", py_conv_nhwc, METH_VARARGS,
-     "conv_nhwc(x, (N, H, W, C), u, M, bias, addend, out, (H', W'), (pad_top, pad_left), "
-     "act, lo, hi, tiles): the F(2x2, 3x3) conv of the channels-last float32 x into the "
-     "channels-last out, `tiles` output blocks at a time; False (nothing done) below "
-     "AVX-512."},
+     "conv_nhwc(x, (N, H, W, C), u, nr, M, bias, addend, out, (H', W'), (pad_top, "
+     "pad_left), act, lo, hi, tiles): the F(2x2, 3x3) conv of the channels-last float32 x "
+     "into the channels-last out, `tiles` output blocks at a time, u packed in panels of "
+     "nr channels; False (nothing done) where this level's panels are not nr wide (32 at "
+     "AVX-512, 16 at AVX2, none below)."},
+    {"panel_width", py_panel_width, METH_NOARGS,
+     "The packed weight's panel width at this level (32 AVX-512, 16 AVX2, 0 none)."},
     {"held", py_held, METH_VARARGS,
-     "held(u, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, "
+     "held(u, nr, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, "
      "nargs, residual, places, expect, fallback, ndarray, empty, uint8, float32): "
      "conv_nhwc as a compiled call of a chain's arguments (the section's comment)."},
     ONNXVIZ_LEVEL_METHODS
