@@ -12,7 +12,10 @@ row buffer, the output written plane by plane): what the NCHW Conv path runs;
 the result copied back into planes (nn_conv._native_direct_nchw with ``rows``);
 ``first-in`` the direct kernel reading NCHW and writing channels-last (a stem conv
 entering a channels-last chain, MobileNetV3's); ``blocked`` the blocked direct kernel
-(_conv.c conv_blocked) channels-last in and out (nan below AVX-512); ``ort``
+(_conv.c conv_blocked) channels-last in and out (nan below AVX-512); ``winograd`` the
+fused F(2x2, 3x3) Winograd conv (native/_winograd.c conv_nhwc) channels-last in and out,
+what a chain runs where nn_winograd.fused_pays says so (nan for other kernels, strides
+and levels); ``ort``
 onnxruntime's Conv of the same NCHW input with the bias, one thread (when it is
 installed).  Each is timed by its thread's CPU time (time.thread_time: another process
 on the core does not count), the runs alternated over ``--rounds`` rounds, each round's
@@ -60,6 +63,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from onnxviz.runtime.kernels import nn_winograd
 from onnxviz.runtime.kernels.nn_conv import (
     ConvWeight,
     _native_direct_nchw,
@@ -205,8 +209,9 @@ def _operands(
 def measure(
     c: int, m: int, size: int, k: int, s: int, p: int, lanes: int, repeat: int, rounds: int
 ) -> list[float]:
-    """us of (current, numpy, nhwc, nchw, rows, first-in, blocked, ort) for one shape (outputs checked
-    to agree; blocked nan below AVX-512, ort nan without onnxruntime)."""
+    """us of (current, numpy, nhwc, nchw, rows, first-in, blocked, winograd, ort) for one
+    shape (outputs checked to agree; blocked nan below AVX-512, winograd nan where the
+    fused conv does not apply, ort nan without onnxruntime)."""
     x, w, b, (kernel, strides, dil, pads, out_shape) = _operands(c, m, size, k, s, p)
     packed = ConvWeight(w)
     wp = pack_direct(w, lanes)
@@ -252,6 +257,16 @@ def measure(
         native_blocked(xl, wb, m, kernel, b, None, out, strides, dil, pads)
         return out
 
+    nr = nn_winograd.panel_width()
+    fused = k == 3 and s == 1 and nr > 0
+    u = nn_winograd.pack_nhwc(w, nr) if fused else None
+
+    def winograd() -> np.ndarray:
+        out = np.empty((1, *out_shape, m), np.float32)
+        assert u is not None
+        assert nn_winograd.conv_nhwc(xl, u, m, b, None, out, pads, (0, math.nan, math.nan))
+        return out
+
     ref = current()
     assert np.allclose(ref, numpy_paths(), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, nchw(), rtol=1e-3, atol=1e-3)
@@ -259,8 +274,11 @@ def measure(
     assert np.allclose(ref, nhwc().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, first_in().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     assert np.allclose(ref, blocked().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
+    if fused:
+        assert np.allclose(ref, winograd().transpose(0, 3, 1, 2), rtol=1e-3, atol=1e-3)
     runs: list[Callable[[], object] | None] = [current, numpy_paths, nhwc, nchw, rows, first_in]
     runs.append(blocked if lanes == 16 else None)
+    runs.append(winograd if fused else None)
     runs.append(ort_conv(x, w, b, s, p))
     got: list[list[float]] = [[] for _ in runs]
     for _ in range(rounds):  # alternated: a slow spell of the machine hits all alike
@@ -388,14 +406,14 @@ def main() -> None:
                 cells = "".join(f"  {r1:5.2f} {r2:5.2f} ({t:6.0f})" for t, r1, r2 in got)
                 print(f"{label:26}{cells}", flush=True)
         return
-    names = ("current", "numpy", "nhwc", "nchw", "rows", "first-in", "blocked", "ort")
+    names = ("current", "numpy", "nhwc", "nchw", "rows", "first-in", "blocked", "winograd", "ort")
     print(f"{'shape':26}" + "".join(f" {n:>9}" for n in names) + f"  (us, lanes {lanes})")
     with threadpool_limits(1), neighbour(args.neighbour):
         for label, c, m, size, k, s, p in _selected(args.shapes):
             t = measure(c, m, size, k, s, p, lanes, args.repeat, args.rounds)
             out = size // s
             gflop = 2 * c * m * k * k * out * out / 1e3
-            best = min(v for v in t[2:7] if not math.isnan(v))
+            best = min(v for v in t[2:8] if not math.isnan(v))
             print(
                 f"{label:26}" + "".join(f" {v:9.0f}" for v in t) + f"  {gflop / best:.0f} GFLOP/s",
                 flush=True,
