@@ -294,15 +294,22 @@ __attribute__((target("avx512f"))) static inline __mmask16 wino_mask(Py_ssize_t 
     return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
 }
 
+/* Rows of the weight panel the first row group's tiles prefetch ahead. */
+enum { WINO_PF_ROWS = 32 };
+
 /* R rows of V_k (ldv floats apart) by one packed panel (K rows of 32) into R rows of
  * m (ldm apart), 32 columns. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 wino_tile(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,
-          Py_ssize_t ldc, const int R) {
+          Py_ssize_t ldc, const int R, const int STREAM) {
     __m512 c0[12], c1[12];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm512_setzero_ps();
     for (Py_ssize_t q = 0; q < k; q++, b += 32) {
+        if (STREAM) {
+            _mm_prefetch((const char *)(b + WINO_PF_ROWS * 32), _MM_HINT_T1);
+            _mm_prefetch((const char *)(b + WINO_PF_ROWS * 32 + 16), _MM_HINT_T1);
+        }
         const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
@@ -321,7 +328,12 @@ wino_tile(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c
     __attribute__((target("avx512f"), noinline)) static void wino_tile_##R(                  \
         const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
         Py_ssize_t ldc) {                                                                    \
-        wino_tile(a, lda, b, k, c, ldc, R);                                                  \
+        wino_tile(a, lda, b, k, c, ldc, R, 0);                                               \
+    }                                                                                        \
+    __attribute__((target("avx512f"), noinline)) static void wino_stream_##R(                \
+        const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
+        Py_ssize_t ldc) {                                                                    \
+        wino_tile(a, lda, b, k, c, ldc, R, 1);                                               \
     }
 WINO_TILE(1)
 WINO_TILE(2)
@@ -336,10 +348,19 @@ WINO_TILE(10)
 WINO_TILE(11)
 WINO_TILE(12)
 #undef WINO_TILE
-static void (*const wino_tiles[13])(const float *, Py_ssize_t, const float *, Py_ssize_t,
-                                    float *, Py_ssize_t) = {
+typedef void (*WinoTile)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
+                         Py_ssize_t);
+static const WinoTile wino_tiles[13] = {
     NULL,          wino_tile_1, wino_tile_2, wino_tile_3,  wino_tile_4,  wino_tile_5, wino_tile_6,
     wino_tile_7, wino_tile_8, wino_tile_9, wino_tile_10, wino_tile_11, wino_tile_12,
+};
+/* The first row group's tiles, which read each weight panel first: they prefetch it
+ * WINO_PF_ROWS rows ahead (the weight comes from memory once per block in a run: 4 MB
+ * for 256 x 256 channels). */
+static const WinoTile wino_streams[13] = {
+    NULL,           wino_stream_1, wino_stream_2,  wino_stream_3,  wino_stream_4,
+    wino_stream_5,  wino_stream_6, wino_stream_7,  wino_stream_8,  wino_stream_9,
+    wino_stream_10, wino_stream_11, wino_stream_12,
 };
 
 /* V of tiles t0 .. t0 + count - 1 into vbuf. */
@@ -433,9 +454,10 @@ __attribute__((target("avx512f"))) static void wino_conv(const WinoConv *p, floa
             float *c = mbuf + k * mk;
             for (Py_ssize_t i0 = 0; i0 < count; i0 += 12) {
                 const int rows = count - i0 < 12 ? (int)(count - i0) : 12;
+                const WinoTile tile = i0 == 0 ? wino_streams[rows] : wino_tiles[rows];
                 for (Py_ssize_t j = 0; j < p->panels; j++)
-                    wino_tiles[rows](a + i0 * p->cp, p->cp, u + j * panel, p->c,
-                                     c + i0 * p->mp + j * 32, p->mp);
+                    tile(a + i0 * p->cp, p->cp, u + j * panel, p->c, c + i0 * p->mp + j * 32,
+                         p->mp);
             }
         }
         wino_output(p, t0, count, mbuf);
@@ -447,11 +469,12 @@ __attribute__((target("avx512f"))) static void wino_conv(const WinoConv *p, floa
  * same numbers (a different tile shape only regroups which sums run together). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 wino_tile8(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,
-           Py_ssize_t ldc, const int R) {
+           Py_ssize_t ldc, const int R, const int STREAM) {
     __m256 c0[6], c1[6];
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++) c0[i] = c1[i] = _mm256_setzero_ps();
     for (Py_ssize_t q = 0; q < k; q++, b += 16) {
+        if (STREAM) _mm_prefetch((const char *)(b + WINO_PF_ROWS * 16), _MM_HINT_T1);
         const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
         for (int i = 0; i < R; i++) {
@@ -470,7 +493,12 @@ wino_tile8(const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *
     __attribute__((target("avx2,fma"), noinline)) static void wino_tile8_##R(                \
         const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
         Py_ssize_t ldc) {                                                                    \
-        wino_tile8(a, lda, b, k, c, ldc, R);                                                 \
+        wino_tile8(a, lda, b, k, c, ldc, R, 0);                                              \
+    }                                                                                        \
+    __attribute__((target("avx2,fma"), noinline)) static void wino_stream8_##R(              \
+        const float *a, Py_ssize_t lda, const float *b, Py_ssize_t k, float *c,              \
+        Py_ssize_t ldc) {                                                                    \
+        wino_tile8(a, lda, b, k, c, ldc, R, 1);                                              \
     }
 WINO_TILE8(1)
 WINO_TILE8(2)
@@ -479,9 +507,12 @@ WINO_TILE8(4)
 WINO_TILE8(5)
 WINO_TILE8(6)
 #undef WINO_TILE8
-static void (*const wino_tiles8[7])(const float *, Py_ssize_t, const float *, Py_ssize_t,
-                                    float *, Py_ssize_t) = {
+static const WinoTile wino_tiles8[7] = {
     NULL, wino_tile8_1, wino_tile8_2, wino_tile8_3, wino_tile8_4, wino_tile8_5, wino_tile8_6,
+};
+static const WinoTile wino_streams8[7] = {
+    NULL,           wino_stream8_1, wino_stream8_2, wino_stream8_3,
+    wino_stream8_4, wino_stream8_5, wino_stream8_6,
 };
 
 __attribute__((target("avx2,fma"))) static void wino_input8(const WinoConv *p, Py_ssize_t t0,
@@ -585,9 +616,10 @@ __attribute__((target("avx2,fma"))) static void wino_conv8(const WinoConv *p, fl
             float *c = mbuf + k * mk;
             for (Py_ssize_t i0 = 0; i0 < count; i0 += 6) {
                 const int rows = count - i0 < 6 ? (int)(count - i0) : 6;
+                const WinoTile tile = i0 == 0 ? wino_streams8[rows] : wino_tiles8[rows];
                 for (Py_ssize_t j = 0; j < p->panels; j++)
-                    wino_tiles8[rows](a + i0 * p->cp, p->cp, u + j * panel, p->c,
-                                      c + i0 * p->mp + j * 16, p->mp);
+                    tile(a + i0 * p->cp, p->cp, u + j * panel, p->c, c + i0 * p->mp + j * 16,
+                         p->mp);
             }
         }
         wino_output8(p, t0, count, mbuf);
