@@ -443,10 +443,11 @@ def test_the_held_1x1_conv_writes_over_a_residual_only_its_caller_holds():
 def test_the_held_direct_conv_writes_over_a_residual_only_its_caller_holds():
     """The direct kernel made with ``inplace``: over a residual nothing else holds, the
     result with a fresh output's bits; a held residual never written; the blocked kernel
-    (partial sums stored first) never in place."""
+    (partial sums stored first) never in place.  The fused Winograd conv's held call
+    (40 -> 48 channels at 13 x 12 px, where AVX2 and AVX-512 route it) likewise."""
     compiled("conv", "the numpy convs run")
     rng = np.random.default_rng(13)
-    cases = [((1, 16, 9, 9, 24), (3, 3), False)]
+    cases = [((1, 16, 9, 9, 24), (3, 3), False), ((1, 40, 13, 12, 48), (3, 3), False)]
     if nn_conv_nhwc.direct_lanes() == 16:  # the blocked kernel's shapes, at AVX-512
         cases.append(((1, 128, 10, 10, 128), (3, 3), True))  # (not Winograd: 25 tiles)
     for (n, c, h, wd, m), kernel, blocked in cases:
@@ -455,6 +456,8 @@ def test_the_held_direct_conv_writes_over_a_residual_only_its_caller_holds():
         x = _channels_last(rng.standard_normal((n, c, h, wd)).astype(np.float32))
         runner = _runner(x, w, b, kernel_shape=list(kernel), pads=[1, 1, 1, 1])
         assert (runner.blocked is not None) == blocked
+        winograd = c == 40 and nn_conv_nhwc.direct_lanes() in (8, 16)
+        assert (runner.fused_winograd is not None) == winograd
         act = (ACT_RELU, NAN, NAN)
         fresh, consts, _ = _held(runner, x, act, True)
         inplace = runner.held(x, act, 4, 3, (1, 2), consts, _Fallback(), True)

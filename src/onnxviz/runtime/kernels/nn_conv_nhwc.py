@@ -882,7 +882,7 @@ class _Direct(ChannelsLastConv):
                 return None  # `_run` takes these (the pool: the chain's own call)
             return nn_winograd.held_nhwc(
                 self.fused_winograd, self.m, self.bias, x.shape, self.out_shape[2:],
-                self.pads, act, nargs, residual, places, expect, fallback,
+                self.pads, act, nargs, residual, places, expect, fallback, inplace,
             )  # fmt: skip
         module = native.load("conv")
         if module is None or self.winograd is not None or x.dtype != np.float32:

@@ -417,11 +417,13 @@ def held_nhwc(
     places: tuple[int, ...],
     expect: tuple[Any, ...],
     fallback: Any,
+    inplace: bool = False,
 ) -> Any:
     """`conv_nhwc` as a fused chain's compiled call (native/_winograd.c's `held`): the
     chain's arguments (x (N, C, H, W) channels-last, the constants ``expect`` at
-    ``places``, the residual at ``residual``) to a fresh channels-last result, every call
-    it does not take to ``fallback``; None where ``u``'s panels are not this level's or
+    ``places``, the residual at ``residual``) to a fresh channels-last result (with
+    ``inplace``, over a residual nothing else holds), every call it does not take to
+    ``fallback``; None where ``u``'s panels are not this level's or
     the kernels are off."""
     module = native.load("winograd")
     if module is None or int(module.panel_width()) != u.shape[-1]:
@@ -433,5 +435,5 @@ def held_nhwc(
         u, u.shape[-1], bias, (n, h, w, c), m, (ho, wo), (pads[0], pads[1]), code, lo, hi,
         block_tiles(c, m, n * -(-ho // 2) * -(-wo // 2)), nargs,
         -1 if residual is None else residual, tuple(places), tuple(expect), fallback,
-        *native.held_arrays(),
+        *native.held_arrays(), inplace,
     )  # fmt: skip

@@ -726,12 +726,13 @@ done:
 /* ---- held: conv_nhwc as a fused chain's compiled call from the run loop -------------------
  *
  * held(u, nr, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, nargs,
- * residual, places, expect, fallback, ndarray, empty, uint8, float32): a call that takes
+ * residual, places, expect, fallback, ndarray, empty, uint8, float32[, inplace]): a call that takes
  * (x, constants..., [residual]) with x a channels-last float32 (N, C, H, W) image, the
  * constants the objects `expect` at `places` and the residual (when the chain adds one)
  * channels-last of the output's shape, and returns conv_nhwc's result in a new 64-byte
- * aligned channels-last array: the runner's (`nn_conv_nhwc._Direct._run_winograd`) own
- * call and numbers without its Python.  Every other call (another layout or shape, a
+ * aligned channels-last array (with `inplace`, over a residual nothing else holds:
+ * held_residual_is_dead): the runner's (`nn_conv_nhwc._Direct._run_winograd`) own call
+ * and numbers without its Python.  Every other call (another layout or shape, a
  * level whose panels are not nr wide) goes to `fallback`. */
 typedef struct {
     PyObject_HEAD
@@ -739,6 +740,7 @@ typedef struct {
     HeldCall call;
     HeldWeights weights; /* u and bias */
     WinoConv geometry;   /* sizes, act and tiles; no buffers */
+    int inplace;         /* the result may go over a residual nothing else holds */
 } WinoHeld;
 
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
@@ -757,8 +759,17 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         goto other;
     }
     float *out_data = NULL;
-    PyObject *out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m,
-                                              g->ho, g->wo, &out_data);
+    PyObject *out = NULL;
+    if (have_add && self->inplace && held_residual_is_dead(args[h->residual], h->ndarray)) {
+        /* The output transform reads each addend float just before it stores that
+         * float's result, and no other tile reads it: the sums go over the residual, no
+         * fresh output to fault in (a ResNet block's second 3x3 conv). */
+        out = Py_NewRef(args[h->residual]);
+        out_data = db.buf;
+    } else {
+        out = onnxviz_new_channels_last(h->empty, h->ndarray, h->u8, h->f32, g->n, g->m, g->ho,
+                                        g->wo, &out_data);
+    }
     if (out) {
         WinoConv p = *g;
         p.x = xb.buf;
@@ -786,10 +797,11 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     WinoConv g;
     memset(&g, 0, sizeof g);
     Py_ssize_t nargs, residual;
-    if (!PyArg_ParseTuple(args, "OiO(nnnn)n(nn)(nn)iffnnnOOOOOOO:held", &uo, &g.nr, &bo, &g.n,
-                          &g.h, &g.w, &g.c, &g.m, &g.ho, &g.wo, &g.pad_top, &g.pad_left,
+    int inplace = 0;
+    if (!PyArg_ParseTuple(args, "OiO(nnnn)n(nn)(nn)iffnnnOOOOOOO|p:held", &uo, &g.nr, &bo,
+                          &g.n, &g.h, &g.w, &g.c, &g.m, &g.ho, &g.wo, &g.pad_top, &g.pad_left,
                           &g.act, &g.lo, &g.hi, &g.tiles, &nargs, &residual, &places, &expect,
-                          &fallback, &ndarray, &empty, &u8, &f32))
+                          &fallback, &ndarray, &empty, &u8, &f32, &inplace))
         return NULL;
     if ((g.nr != 16 && g.nr != 32) || g.n < 1 || g.h < 1 || g.w < 1 || g.c < 1 || g.m < 1 || g.ho < 1 || g.wo < 1 ||
         g.tiles < 1 || g.pad_top < 0 || g.pad_left < 0 || g.pad_top > 2 || g.pad_left > 2 ||
@@ -804,6 +816,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     obj->vectorcall = held_vectorcall;
     memset(&obj->weights, 0, sizeof obj->weights);
     obj->geometry = g;
+    obj->inplace = inplace && residual > 0;
     if (held_call_init(&obj->call, places, expect, fallback, ndarray, empty, u8, f32, nargs,
                        residual, "held") < 0) {
         PyObject_GC_Del(obj); /* nothing held yet, not tracked */
@@ -843,7 +856,7 @@ static PyMethodDef methods[] = {
      "The packed weight's panel width at this level (32 AVX-512, 16 AVX2, 0 none)."},
     {"held", py_held, METH_VARARGS,
      "held(u, nr, bias, (N, H, W, C), M, (H', W'), (pad_top, pad_left), act, lo, hi, tiles, "
-     "nargs, residual, places, expect, fallback, ndarray, empty, uint8, float32): "
+     "nargs, residual, places, expect, fallback, ndarray, empty, uint8, float32[, inplace]): "
      "conv_nhwc as a compiled call of a chain's arguments (the section's comment)."},
     ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
