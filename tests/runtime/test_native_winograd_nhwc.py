@@ -273,6 +273,14 @@ def test_wrong_sizes_and_buffers_are_refused() -> None:
         call(u=unaligned[start : start + u.size])
     with pytest.raises(ValueError):
         call(out=x, m=8)  # the output over the image it reads
+    # The held call's constructor checks the same sizes.
+    held_args = (u, nr, None, (1, 6, 6, 8), 16, (6, 6), (1, 1), *act, 9, 1, -1, (), (), _Fallback())
+    module.held(*held_args, *native.held_arrays())  # fits
+    for at, wrong in ((1, 8), (4, 48), (6, (3, 1)), (5, (9, 6))):
+        bad = list(held_args)
+        bad[at] = wrong
+        with pytest.raises(ValueError):
+            module.held(*bad, *native.held_arrays())
 
 
 def _channels_last(x: np.ndarray) -> np.ndarray:

@@ -627,6 +627,22 @@ __attribute__((target("avx2,fma"))) static void wino_conv8(const WinoConv *p, fl
 }
 #endif
 
+/* Whether conv_nhwc's or held's sizes, panel width, activation and block are out of
+ * range (ValueError naming `name` set): pads 0..2, an output no larger than the widest
+ * padding gives. */
+static int wino_refused(const WinoConv *g, const char *name) {
+    if ((g->nr != 16 && g->nr != 32) || g->n < 1 || g->h < 1 || g->w < 1 || g->c < 1 ||
+        g->m < 1 || g->ho < 1 || g->wo < 1 || g->tiles < 1 || g->pad_top < 0 ||
+        g->pad_left < 0 || g->pad_top > 2 || g->pad_left > 2 || g->c > (1 << 20) ||
+        g->m > (1 << 20) || g->h > (1 << 15) || g->w > (1 << 15) || g->n > (1 << 20) ||
+        g->tiles > (1 << 16) || g->act < 0 || g->act > 3 || g->ho > g->h + 2 * 2 - 2 ||
+        g->wo > g->w + 2 * 2 - 2) {
+        PyErr_Format(PyExc_ValueError, "%s: sizes out of range", name);
+        return 1;
+    }
+    return 0;
+}
+
 /* wino_conv with its block buffers, the GIL released: 0, or -1 with MemoryError set.
  * p->panels, cp and mp are set here. */
 static int wino_run(WinoConv *p) {
@@ -671,14 +687,7 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
                           &p.c, &uo, &p.nr, &p.m, &bo, &ao, &oo, &p.ho, &p.wo, &p.pad_top,
                           &p.pad_left, &p.act, &p.lo, &p.hi, &p.tiles))
         return NULL;
-    if ((p.nr != 16 && p.nr != 32) || p.n < 1 || p.h < 1 || p.w < 1 || p.c < 1 || p.m < 1 || p.ho < 1 || p.wo < 1 ||
-        p.tiles < 1 || p.pad_top < 0 || p.pad_left < 0 || p.pad_top > 2 || p.pad_left > 2 ||
-        p.c > (1 << 20) || p.m > (1 << 20) || p.h > (1 << 15) || p.w > (1 << 15) ||
-        p.n > (1 << 20) || p.tiles > (1 << 16) || p.act < 0 || p.act > 3 ||
-        p.ho > p.h + 2 * 2 - 2 || p.wo > p.w + 2 * 2 - 2) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: sizes out of range");
-        return NULL;
-    }
+    if (wino_refused(&p, "conv_nhwc")) return NULL;
     p.panels = (p.m + p.nr - 1) / p.nr;
     const Py_ssize_t out_count = p.n * p.ho * p.wo * p.m;
     Py_buffer xv, uv, bv, av, ov;
@@ -803,14 +812,7 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
                           &g.act, &g.lo, &g.hi, &g.tiles, &nargs, &residual, &places, &expect,
                           &fallback, &ndarray, &empty, &u8, &f32, &inplace))
         return NULL;
-    if ((g.nr != 16 && g.nr != 32) || g.n < 1 || g.h < 1 || g.w < 1 || g.c < 1 || g.m < 1 || g.ho < 1 || g.wo < 1 ||
-        g.tiles < 1 || g.pad_top < 0 || g.pad_left < 0 || g.pad_top > 2 || g.pad_left > 2 ||
-        g.c > (1 << 20) || g.m > (1 << 20) || g.h > (1 << 15) || g.w > (1 << 15) ||
-        g.n > (1 << 20) || g.tiles > (1 << 16) || g.act < 0 || g.act > 3 ||
-        g.ho > g.h + 2 * 2 - 2 || g.wo > g.w + 2 * 2 - 2) {
-        PyErr_SetString(PyExc_ValueError, "held: sizes out of range");
-        return NULL;
-    }
+    if (wino_refused(&g, "held")) return NULL;
     WinoHeld *obj = PyObject_GC_New(WinoHeld, &WinoHeldType);
     if (!obj) return NULL;
     obj->vectorcall = held_vectorcall;
