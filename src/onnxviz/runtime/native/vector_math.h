@@ -51,9 +51,9 @@ ATTR static inline VF RS(fma)(VF a, VF b, VF c) {
  * nearest integer to x / ln 2 (the 1.5 * 2^23 shift rounds it and leaves it in the low
  * bits), r = x - n ln 2 in two parts (n * LN2_HI is exact: 9 significant bits times at
  * most 8), |r| <= ln2/2, e^r by its Taylor series to degree 7 (truncation 7e-9, well under
- * an ulp; in Estrin's order), then times 2^n as two powers of two: 2^n alone is not a
- * normal float below n = -126, and the second product rounds once into the subnormal
- * range. */
+ * an ulp; in Estrin's order, by fused multiply-adds), then times 2^n as two powers of
+ * two: 2^n alone is not a normal float below n = -126, and the second product rounds once
+ * into the subnormal range. */
 ATTR static inline VF RS(exp)(VF x) {
     const float shift = 12582912.0f;
     VF t = x * 1.44269504088896341f + shift;
@@ -62,11 +62,15 @@ ATTR static inline VF RS(exp)(VF x) {
     r = r - n * -2.12194440e-4f;
     /* Estrin's scheme: four independent pairs, then two levels, where Horner's seven
      * dependent multiply-adds made one long chain (exp of 16K floats at AVX2 on a Zen 3
-     * core 0.76 -> 0.53 ns a float) */
+     * core 0.76 -> 0.53 ns a float); each pair and level one fused multiply-add (`fma`:
+     * one rounding, the same at every level), where a multiply and an add were two
+     * instructions: the compiled sigmoid of 64K floats at AVX-512 36.7 -> 31.6-33 us,
+     * tanh 50.6 -> 46.3 (best of alternated processes, Emerald Rapids). */
     VF r2 = r * r, r4 = r2 * r2;
-    VF p01 = 1.0f + r, p23 = 0.5f + r * (1.0f / 6.0f);
-    VF p45 = (1.0f / 24.0f) + r * (1.0f / 120.0f), p67 = (1.0f / 720.0f) + r * (1.0f / 5040.0f);
-    VF p = (p01 + r2 * p23) + r4 * (p45 + r2 * p67);
+    VF p01 = 1.0f + r, p23 = RS(fma)(r, RS(splat)(1.0f / 6.0f), RS(splat)(0.5f));
+    VF p45 = RS(fma)(r, RS(splat)(1.0f / 120.0f), RS(splat)(1.0f / 24.0f));
+    VF p67 = RS(fma)(r, RS(splat)(1.0f / 5040.0f), RS(splat)(1.0f / 720.0f));
+    VF p = RS(fma)(r4, RS(fma)(r2, p67, p45), RS(fma)(r2, p23, p01));
     VI ni = (VI)t - (VI)RS(splat)(shift);
     VI n1 = ni >> 1;
     VI n2 = ni - n1;
