@@ -355,15 +355,14 @@ def _conv_dispatch(
             )
             if direct is not None:
                 return direct
-    if (
-        group == 1
-        and x.dtype == np.float32
-        and w.dtype == np.float32
-        and _fused_nchw_pays(n, c, m, kernel, strides, dilations, pads, out_shape)
-    ):
-        fused = _fused_winograd_nchw(x, w, packed, bias, pads, out_shape)
-        if fused is not None:
-            return _plus(fused, addend), True
+        elif w.dtype == np.float32 and nn_winograd.fused_pays(
+            n, c, m, kernel, strides, dilations, pads, out_shape
+        ):
+            # Of the shapes the direct kernel does not run, the fused conv's: what
+            # `_direct_route` left to it (nn_winograd.nchw_pays) and the others it takes.
+            fused = _fused_winograd_nchw(x, w, packed, bias, pads, out_shape)
+            if fused is not None:
+                return _plus(fused, addend), True
     if packed is not None and nn_winograd.fits(
         c, m, group, kernel, strides, dilations, pads, out_shape
     ):
@@ -791,23 +790,6 @@ def _patch_product(
 def _view_product(kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int]) -> bool:
     """A 1x1, stride 1, unpadded conv: one product on a view of the input."""
     return math.prod(kernel) == 1 and not any(pads) and all(s == 1 for s in strides)
-
-
-def _fused_nchw_pays(
-    n: int,
-    c: int,
-    m: int,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_shape: Sequence[int],
-) -> bool:
-    """nn_winograd.nchw_pays, told whether the direct kernel would run the conv (its NCHW
-    form or its channels-last rows: `_direct_route`'s two)."""
-    geometry = (kernel, strides, dilations, pads, out_shape)
-    direct = direct_nchw_pays(c, m, *geometry) or direct_rows_pays(c, m, *geometry)
-    return nn_winograd.nchw_pays(n, c, m, *geometry, direct)
 
 
 def _fused_winograd_nchw(

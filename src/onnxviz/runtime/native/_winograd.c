@@ -442,28 +442,6 @@ __attribute__((target("avx512f"))) static void wino_output(const WinoConv *p, Py
     }
 }
 
-__attribute__((target("avx512f"))) static void wino_conv(const WinoConv *p, float *vbuf,
-                                                        float *mbuf) {
-    const Py_ssize_t total = p->n * ((p->ho + 1) / 2) * ((p->wo + 1) / 2);
-    const Py_ssize_t vk = p->tiles * p->cp, mk = p->tiles * p->mp, panel = p->c * 32;
-    for (Py_ssize_t t0 = 0; t0 < total; t0 += p->tiles) {
-        const Py_ssize_t count = total - t0 < p->tiles ? total - t0 : p->tiles;
-        wino_input(p, t0, count, vbuf);
-        for (int k = 0; k < 16; k++) {
-            const float *a = vbuf + k * vk, *u = p->u + k * p->panels * panel;
-            float *c = mbuf + k * mk;
-            for (Py_ssize_t i0 = 0; i0 < count; i0 += 12) {
-                const int rows = count - i0 < 12 ? (int)(count - i0) : 12;
-                const WinoTile tile = i0 == 0 ? wino_streams[rows] : wino_tiles[rows];
-                for (Py_ssize_t j = 0; j < p->panels; j++)
-                    tile(a + i0 * p->cp, p->cp, u + j * panel, p->c, c + i0 * p->mp + j * 32,
-                         p->mp);
-            }
-        }
-        wino_output(p, t0, count, mbuf);
-    }
-}
-
 /* ---- The same at AVX2: 8-channel vectors, a 6 x 16 register tile (12 ymm) -------------
  * The same operations in the same order per element as the AVX-512 code above, so the
  * same numbers (a different tile shape only regroups which sums run together). */
@@ -604,25 +582,39 @@ __attribute__((target("avx2,fma"))) static void wino_output8(const WinoConv *p, 
     }
 }
 
-__attribute__((target("avx2,fma"))) static void wino_conv8(const WinoConv *p, float *vbuf,
-                                                          float *mbuf) {
+/* A level's pieces of the conv: its transforms, its tiles by rows (the first row group's
+ * prefetching forms too), the rows a tile takes. */
+typedef struct {
+    void (*input)(const WinoConv *, Py_ssize_t, Py_ssize_t, float *);
+    void (*output)(const WinoConv *, Py_ssize_t, Py_ssize_t, const float *);
+    const WinoTile *tiles, *streams;
+    int mr;
+} WinoLevel;
+
+static const WinoLevel wino_avx512 = {wino_input, wino_output, wino_tiles, wino_streams, 12};
+static const WinoLevel wino_avx2 = {wino_input8, wino_output8, wino_tiles8, wino_streams8, 6};
+
+/* The blocks of tiles: per block the input transform into vbuf, the 16 products by the
+ * packed weight into mbuf (mr rows of V_k a tile, every panel of U_k), the output
+ * transform into out. */
+static void wino_conv(const WinoConv *p, const WinoLevel *lv, float *vbuf, float *mbuf) {
     const Py_ssize_t total = p->n * ((p->ho + 1) / 2) * ((p->wo + 1) / 2);
-    const Py_ssize_t vk = p->tiles * p->cp, mk = p->tiles * p->mp, panel = p->c * 16;
+    const Py_ssize_t vk = p->tiles * p->cp, mk = p->tiles * p->mp, panel = p->c * p->nr;
     for (Py_ssize_t t0 = 0; t0 < total; t0 += p->tiles) {
         const Py_ssize_t count = total - t0 < p->tiles ? total - t0 : p->tiles;
-        wino_input8(p, t0, count, vbuf);
+        lv->input(p, t0, count, vbuf);
         for (int k = 0; k < 16; k++) {
             const float *a = vbuf + k * vk, *u = p->u + k * p->panels * panel;
             float *c = mbuf + k * mk;
-            for (Py_ssize_t i0 = 0; i0 < count; i0 += 6) {
-                const int rows = count - i0 < 6 ? (int)(count - i0) : 6;
-                const WinoTile tile = i0 == 0 ? wino_streams8[rows] : wino_tiles8[rows];
+            for (Py_ssize_t i0 = 0; i0 < count; i0 += lv->mr) {
+                const int rows = count - i0 < lv->mr ? (int)(count - i0) : lv->mr;
+                const WinoTile tile = i0 == 0 ? lv->streams[rows] : lv->tiles[rows];
                 for (Py_ssize_t j = 0; j < p->panels; j++)
-                    tile(a + i0 * p->cp, p->cp, u + j * panel, p->c, c + i0 * p->mp + j * 16,
-                         p->mp);
+                    tile(a + i0 * p->cp, p->cp, u + j * panel, p->c,
+                         c + i0 * p->mp + j * p->nr, p->mp);
             }
         }
-        wino_output8(p, t0, count, mbuf);
+        lv->output(p, t0, count, mbuf);
     }
 }
 #endif
@@ -659,10 +651,7 @@ static int wino_run(WinoConv *p) {
     float *mbuf = vbuf + 16 * p->tiles * p->cp;
 #if ONNXVIZ_X86
     Py_BEGIN_ALLOW_THREADS;
-    if (p->nr == 32)
-        wino_conv(p, vbuf, mbuf);
-    else
-        wino_conv8(p, vbuf, mbuf);
+    wino_conv(p, p->nr == 32 ? &wino_avx512 : &wino_avx2, vbuf, mbuf);
     Py_END_ALLOW_THREADS;
 #else
     (void)vbuf;
