@@ -119,7 +119,6 @@ def test_every_call_it_does_not_take_goes_to_the_fallback():
         (wide[:, ::2], w),  # strided
         (a[0], w),  # 1-D
         (rng.standard_normal((2, k + 1)).astype(np.float32), w),
-        (rng.standard_normal((5, k)).astype(np.float32), w),  # between small and MIN_ROWS
         (a.tolist(), w),
         (a.view(Sub), w),
         (a,),
@@ -135,9 +134,18 @@ def test_every_call_it_does_not_take_goes_to_the_fallback():
     assert held(a, w=w) == "fallback"
     got = fallback.calls.pop()
     assert got[0] is a and got[1][0] == "w" and got[1][1] is w
+    # Between the small products and MIN_ROWS: the kernel from AVX2 up
+    # (test_few_rows_by_any_weight_...), the fallback below.
+    five = rng.standard_normal((5, k)).astype(np.float32)
+    with threadpool_limits(1):
+        if packed_gemm.few_rows():
+            assert held(five, w).shape == (5, n)
+        else:
+            assert held(five, w) == "fallback" and fallback.calls.pop()[0] is five
     # Many rows while OpenBLAS runs several threads: its product, not the kernel's.
     many = rng.standard_normal((16, k)).astype(np.float32)
     with threadpool_limits(2):
+        assert held(five, w) == "fallback" and fallback.calls.pop()[0] is five
         assert held(many, w) == "fallback"
         assert fallback.calls.pop()[0] is many
         assert held(a, w).shape == (2, n) and not fallback.calls  # small: any thread count
@@ -293,6 +301,97 @@ def test_one_row_by_any_weight_runs_the_kernel_from_avx2_on_one_thread():
                     assert held(a, w) == "fallback" and not packed_gemm.use_for(1, k, n)
             else:
                 assert got == "fallback"
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_few_rows_by_any_weight_run_the_kernel_from_avx2_on_one_thread(transposed):
+    """2 to MIN_ROWS - 1 rows by a weight past the small products (an unrolled LSTM
+    cell's 4 x 128 -> 512 step, a few tokens): the kernel from AVX2 up while OpenBLAS runs
+    on one thread (packed_gemm.few_rows: OpenBLAS packs the weight on every call); at the
+    plain C level only a transposed weight (a Gemm's transB, packed_gemm.use_for_few_rows),
+    else the fallback.  The bits of the kernel's own call."""
+    mod = _module()
+    rng = np.random.default_rng(13)
+    k, n = 256, 512  # 2 rows: 262,144 multiply-adds, past small_macs() at every level
+    for level in LEVELS:
+        with _level(mod, level):
+            w = rng.standard_normal((k, n)).astype(np.float32)
+            b = rng.standard_normal(n).astype(np.float32)
+            p = packed_gemm.pack(w, mod)
+            fallback = _Fallback()
+            held = packed_gemm.held_product(mod, p, b, (w,), fallback, transposed=transposed)
+            takes = level >= native.AVX2 or transposed
+            for rows in range(2, packed_gemm.MIN_ROWS):
+                assert rows > packed_gemm.small_rows(k, n)
+                a = rng.standard_normal((rows, k)).astype(np.float32)
+                with threadpool_limits(1):
+                    got = held(a, w)
+                    assert packed_gemm.use_for(rows, k, n) == (level >= native.AVX2)
+                    assert packed_gemm.use_for_few_rows(rows)
+                if not takes:
+                    assert got == "fallback" and fallback.calls.pop()[0] is a
+                    continue
+                assert not fallback.calls
+                want = np.empty((rows, n), np.float32)
+                packed_gemm.matmul_packed(mod, a, p, want, bias=b)
+                np.testing.assert_array_equal(got, want)
+                with threadpool_limits(2):
+                    assert held(a, w) == "fallback" and fallback.calls.pop()[0] is a
+
+
+def test_an_unrolled_lstm_cells_few_row_products_run_held_with_the_stepped_numbers(
+    monkeypatch,
+):
+    """A Linear layer's Gemm (transB, bias) and a MatMul on 4 rows by weights past the
+    small products, as torch writes an LSTMCell out step by step: unwatched, from AVX2
+    up, both run as held products (counted: no call reaches the kernels' Python
+    functions), and give the stepped run's numbers."""
+    _module()
+    if not packed_gemm.few_rows():
+        pytest.skip("few rows stay with OpenBLAS below AVX2")
+    rng = np.random.default_rng(14)
+    k, n = 128, 512
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.1  # [N, K]: transB
+    c = rng.standard_normal(n).astype(np.float32)
+    m = rng.standard_normal((n, k)).astype(np.float32) * 0.1
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w", "c"], ["g"], transB=1, name="gemm"),
+            helper.make_node("MatMul", ["g", "m"], ["y"], name="matmul"),
+        ],
+        "cell",
+        [helper.make_tensor_value_info("x", f, [4, k])],
+        [helper.make_tensor_value_info("y", f, None)],
+        initializer=[
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(c, "c"),
+            numpy_helper.from_array(m, "m"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    from onnxviz.runtime.kernels import math_linalg
+
+    calls: list[str] = []
+    for name in ("gemm", "matmul"):
+        original = getattr(math_linalg, name)
+
+        def counted(*args: Any, _name: str = name, _fn: Any = original, **kw: Any) -> Any:
+            calls.append(_name)
+            return _fn(*args, **kw)
+
+        monkeypatch.setattr(math_linalg, name, counted)
+    with threadpool_limits(1):
+        sess = Session(model)
+        got = sess.run({"x": x})["y"]
+        calls.clear()
+        got = sess.run({"x": x})["y"]
+        assert not calls
+        want = stepped_values(model, {"x": x})["y"]
+    close(got, want, "y")
+    exact = (x.astype(np.float64) @ w.T.astype(np.float64) + c) @ m.astype(np.float64)
+    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-3)
 
 
 def test_a_deep_projection_runs_the_kernel_from_avx2_with_the_stepped_numbers(monkeypatch):

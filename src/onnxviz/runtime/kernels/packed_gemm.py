@@ -208,14 +208,16 @@ def product_call(mod: Any, p: Packed, bias: np.ndarray | None) -> Any:
     return run
 
 
-# Rows below which a product stays with OpenBLAS (blas.few_rows_matmul's blocks): its
-# small-matrix kernel reads the weight once without packing it, where the kernel's tiles
-# run on padding.  Measured (benchmarks/bench_packed_gemm.py's way, 1 thread, us, OpenBLAS
-# / ours) on GPT-2 and LSTM shapes (K x N 768x2304, 768x3072, 3072x768, 768x768,
-# 256x1024): 1 row 1.5-2.1x slower, 2 rows 1.1-1.6x, 4 rows 0.94-1.16x; from 8 rows on
-# OpenBLAS packs the whole weight on every call and the kernel is faster: 8 rows
-# 0.60-0.72x, 12 rows 0.37-0.46x, 16 rows 0.58-0.68x (a torch dynamo GPT-2's 16 new
-# tokens: the weight's packing was half of its run), 32 rows 0.61-0.71x.
+# Rows below which a product stays with OpenBLAS at the plain C level (blas.few_rows_matmul's
+# blocks): its small-matrix kernel reads the weight once without packing it, where the
+# kernel's tiles run on padding.  Measured (benchmarks/bench_packed_gemm.py's way, 1 thread,
+# us, OpenBLAS / ours) on GPT-2 and LSTM shapes (K x N 768x2304, 768x3072, 3072x768,
+# 768x768, 256x1024) on a Cascade Lake, before the AVX-512 tiles ran only their rows: 1
+# row 1.5-2.1x slower, 2 rows 1.1-1.6x, 4 rows 0.94-1.16x; from 8 rows on OpenBLAS packs
+# the whole weight on every call and the kernel is faster: 8 rows 0.60-0.72x, 12 rows
+# 0.37-0.46x, 16 rows 0.58-0.68x (a torch dynamo GPT-2's 16 new tokens: the weight's
+# packing was half of its run), 32 rows 0.61-0.71x.  From AVX2 up the kernel takes every
+# row count (`few_rows`).
 MIN_ROWS = 8
 
 
@@ -249,7 +251,7 @@ def use_for(rows: int, k: int, n: int) -> bool:
     thread, as benchmarks/bench_families.py sets through threadpoolctl.)"""
     if rows * k * n <= small_macs():
         return True
-    if rows < MIN_ROWS and not (rows == 1 and one_row()):
+    if rows < MIN_ROWS and not few_rows():
         return False
     if rows >= NARROW_BLAS_ROWS and k >= NARROW_BLAS_K and not _vectorized():
         return False
@@ -281,6 +283,20 @@ def _wide() -> bool:
     """Whether the kernel runs at AVX-512 or better here (its wide tiles)."""
     level = native.level()
     return level is not None and level >= native.AVX512
+
+
+def few_rows() -> bool:
+    """Whether a product of 2 to MIN_ROWS - 1 rows by a constant weight runs the kernel
+    whatever its size (from AVX2 up): OpenBLAS packs the weight on every call there too,
+    and its edge tiles run only their rows at AVX-512.  On a Zen 4 core (1 thread, us, the
+    product and the bias, blas.few_rows_matmul's OpenBLAS way / the kernel): 2x128x512
+    6.1/4.2, 4x128x512 7.6/5.8, 4x256x1024 38.9/20.7, 4x768x768 67/44, 2x768x2304 158/95,
+    4x768x3072 255/173, 4x1024x4096 813/339, 7x512x2048 345/132 (SkylakeX kernels; a
+    plain ``a @ w`` 1.5-6.8x the kernel); at AVX2 with Haswell's kernels 19.4/7.3,
+    17.0/9.3, 67/39, 106/75, 398/181, 438/309, 981/589, 515/172.  An LSTMCell written out
+    step by step (4 x 128 -> 512 a step) took 14.3 us a Gemm node through the kernel's
+    Python call, onnxruntime 5.8; held in C, 7.2."""
+    return _vectorized()
 
 
 def one_row() -> bool:
@@ -348,18 +364,22 @@ def held_product(
     expect: tuple[Any, ...],
     fallback: Any,
     small: int | None = None,
+    transposed: bool = False,
 ) -> Any:
     """A callable ``f(a, *expect)`` = ``a @ w + bias`` (a new float32 array of
     ``a.shape[:-1] + (N,)``) for the constant weight packed as ``p``, in C from call to
     result (native/_sgemm.c's `product`): for a C-contiguous float32 ndarray ``a`` of
-    ``p.k`` columns, on the rows `use_for` routes here and on any product of at most
-    ``small`` multiply-adds (`small_macs()` by default), called with exactly the objects
-    of ``expect`` after it.  Any other call is ``fallback(a, *others)``: the kernel's
-    own path, which must give the same numbers on the calls this takes."""
+    ``p.k`` columns, on the rows `use_for` routes here (with ``transposed``, a weight given as its
+    transpose, also those of `use_for_few_rows`: OpenBLAS would pack it on every call) and
+    on any product of at most ``small`` multiply-adds (`small_macs()` by default), called
+    with exactly the objects of ``expect`` after it.  Any other call is ``fallback(a,
+    *others)``: the kernel's own path, which must give the same numbers on the calls
+    this takes."""
     getter = blas.threads_getter_address()
     rows = small_rows(p.k, p.n) if small is None else small // max(p.k * p.n, 1)
+    least = 2 if transposed or few_rows() else MIN_ROWS
     return mod.product(
-        p.data, p.offset, p.k, p.n, p.nr, bias, rows, MIN_ROWS, one_row(),
+        p.data, p.offset, p.k, p.n, p.nr, bias, rows, least, one_row(),
         getter, tuple(expect), fallback, np.ndarray, np.empty, _F32,
     )  # fmt: skip
 
