@@ -482,6 +482,85 @@ def test_a_held_chain_runs_its_program_and_hands_on_what_it_does_not_take() -> N
         module.held(program, (scale,), 2, None, np.ndarray, np.empty_like)
 
 
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(
+    shape=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_a_held_chain_runs_rows_of_a_part_of_a_wider_array(shape: list[int], data: Any) -> None:
+    """A float32 x whose last axis is contiguous but whose rows are not one block (a
+    Split's or Slice's part: an LSTM cell's gates): the held chain runs it row by row
+    into a fresh C-contiguous array, with the bits of the same values made contiguous;
+    a NaN met by a pair (the flat run's refusal) and a program with per-channel tables
+    go to the fallback."""
+    module = _module()
+    program = chain_program.program(
+        [
+            ("Sigmoid", chain_program.NONE, True, 0.0, 0),
+            ("Mul", chain_program.INPUT, True, 0.0, 0),
+            ("Add", chain_program.SCALAR, False, 0.25, 0),
+            ("Tanh", chain_program.NONE, True, 0.0, 0),
+        ]
+    )
+    seen: list[Any] = []
+
+    def fallback(*args: Any) -> str:
+        seen.append(args)
+        return "fallback"
+
+    held = module.held(program, (), 1, fallback, np.ndarray, np.empty_like)
+    rng = np.random.default_rng(len(shape) * 100 + sum(shape))
+    # x: a window of a bigger array along every axis but the last's stride
+    pad = [data.draw(st.integers(0, 3)) for _ in shape]
+    big = _values(rng, int(np.prod([d + p for d, p in zip(shape, pad)])))
+    big = big.reshape([d + p for d, p in zip(shape, pad)])
+    starts = [data.draw(st.integers(0, p)) for p in pad]
+    x = big[tuple(slice(s0, s0 + d) for s0, d in zip(starts, shape))]
+    got = held(x)
+    assert not seen
+    want = held(np.ascontiguousarray(x))
+    assert got.shape == x.shape and got.flags.c_contiguous and got.dtype == np.float32
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    # A pair meeting a NaN: the fallback, as for a contiguous x.
+    pair = chain_program.qdq(0.5, 0, True, 0.5, 0) + chain_program.program(
+        [("Tanh", chain_program.NONE, True, 0.0, 0)]
+    )
+    held_pair = module.held(pair, (), 1, fallback, np.ndarray, np.empty_like)
+    y = big.copy()
+    y.reshape(-1)[-1] = np.nan
+    window = y[tuple(slice(s0, s0 + d) for s0, d in zip(starts, shape))]
+    if np.isnan(window).any():
+        assert held_pair(window) == "fallback" and seen.pop()[0] is window
+    else:
+        assert held_pair(window).shape == window.shape
+    assert not seen
+
+
+def test_a_held_chain_hands_on_strided_rows_it_cannot_take() -> None:
+    """Rows with a gap between elements, columns first (Fortran order) and per-channel
+    programs stay with the fallback."""
+    module = _module()
+    program = chain_program.program([("Tanh", chain_program.NONE, True, 0.0, 0)])
+    seen: list[Any] = []
+
+    def fallback(*args: Any) -> str:
+        seen.append(args)
+        return "fallback"
+
+    held = module.held(program, (), 1, fallback, np.ndarray, np.empty_like)
+    rng = np.random.default_rng(2)
+    x = _values(rng, 8 * 12).reshape(8, 12)
+    for bad in (x[:, ::2], x.T, np.asfortranarray(x)[:, 1:5], x.astype(np.float64)[:, :3]):
+        assert held(bad) == "fallback" and seen.pop()[0] is bad
+    channel = chain_program.channel_step("Mul", True, 0)
+    table = np.arange(1, 4, dtype=np.float32)
+    held_channels = module.held(channel, (), 3, fallback, np.ndarray, np.empty_like, (table,))
+    image = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    part = image[:, :, :, 1:5]
+    assert held_channels(part) == "fallback" and seen.pop()[0] is part
+    np.testing.assert_array_equal(held_channels(image), image * table.reshape(1, 3, 1, 1))
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("last", [False, True])
 @pytest.mark.parametrize("shape", [(1, 96, 32, 32), (2, 5, 3, 7), (1, 3, 1, 1)])

@@ -406,6 +406,63 @@ typedef struct {
     PyObject *expect, *fallback, *ndarray, *empty_like;
 } HeldChain;
 
+/* The steps over a float32 x whose last axis is contiguous but which is not C-contiguous
+ * as a whole (a Split's or a Slice's part of each row: an LSTM cell's gates), row by row
+ * into a new C-contiguous array (empty_like's: it keeps the axes' order, which is x's
+ * here, else the call is declined).  Each element's steps are those of the flat run (a
+ * short row's tail goes through the padded block as the flat run's does), so its bits.
+ * NULL with no error set: not taken (the fallback's call); NULL with an error: failed.
+ * Only for programs with no per-channel step (their tables follow the flat index). */
+static PyObject *held_rows(const HeldChain *self, PyObject *x, int *nan) {
+    Py_buffer xv;
+    if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *f = xv.format ? xv.format : "B";
+    const int nd = xv.ndim;
+    int ok = f[0] == 'f' && !f[1] && nd >= 1 && nd >= self->min_ndim && xv.len > 0 &&
+             nd <= 32 && (xv.strides[nd - 1] == 4 || xv.shape[nd - 1] == 1);
+    PyObject *y = NULL;
+    Py_buffer yv;
+    if (ok) {
+        y = PyObject_CallOneArg(self->empty_like, x);
+        if (!y) {
+            PyBuffer_Release(&xv);
+            return NULL;
+        }
+        if (PyObject_GetBuffer(y, &yv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            Py_CLEAR(y);
+        } else if (yv.len != xv.len) {
+            PyBuffer_Release(&yv);
+            Py_CLEAR(y);
+        }
+    }
+    if (!y) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    const Py_ssize_t cols = xv.shape[nd - 1], rows = xv.len / 4 / cols;
+    Py_ssize_t index[32] = {0};
+    const char *base = xv.buf;
+    channels_t ch;
+    memset(&ch, 0, sizeof ch);
+    for (Py_ssize_t r = 0; r < rows && !*nan; r++) {
+        Py_ssize_t offset = 0;
+        for (int d = 0; d < nd - 1; d++) offset += index[d] * xv.strides[d];
+        *nan = run_steps(self->steps, self->count, (const float *)(base + offset),
+                         (float *)yv.buf + r * cols, cols, &ch);
+        for (int d = nd - 2; d >= 0; d--) { /* the next row's index, last axis first */
+            if (++index[d] < xv.shape[d]) break;
+            index[d] = 0;
+        }
+    }
+    PyBuffer_Release(&yv);
+    PyBuffer_Release(&xv);
+    return y;
+}
+
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     HeldChain *self = (HeldChain *)obj;
@@ -418,6 +475,13 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     channels_t ch;
     memset(&ch, 0, sizeof ch);
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
+        if (!self->ntables) { /* not C-contiguous: row by row, when its rows are */
+            int nan = 0;
+            PyObject *y = held_rows(self, args[0], &nan);
+            if (y && !nan) return y;
+            Py_XDECREF(y);
+            if (PyErr_Occurred()) return NULL;
+        }
         ok = 0;
     } else if (ok && !(xv.len > 0 && xv.ndim >= self->min_ndim)) {
         PyBuffer_Release(&xv);
