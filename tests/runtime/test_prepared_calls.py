@@ -10,6 +10,8 @@ stepped run (every node through its kernel), exactly for integers.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -17,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
+from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 
@@ -135,7 +138,11 @@ def test_the_unwatched_list_takes_the_shortcut_and_the_stepped_list_does_not() -
     out = sess.run(feeds)["y"]
     stepped = [pn.call for pn in sess.plan.nodes]
     fast = [pn.call for pn in run_nodes(sess.plan)]
-    assert [f.__name__ for f in fast] == ["add", "div"]
+    if quiet_loop.loop() is not None:  # the compiled shortcut, the kernel behind it
+        assert [type(f).__name__ for f in fast] == ["Binary", "Binary"]
+        assert [f.fallback for f in fast] == stepped
+    else:
+        assert [f.__name__ for f in fast] == ["add", "div"]
     assert all(f is not g for f, g in zip(fast, stepped))
     np.testing.assert_array_equal(out, stepped_values(model, feeds)["y"])
     np.testing.assert_array_equal(out, np.float32([2.0, 0.0, 2.0]))
@@ -216,3 +223,42 @@ def test_context_kernels_see_their_node_and_the_runs_generator() -> None:
     np.testing.assert_array_equal(x.reshape(-1)[first["idx"]], pooled)
     np.testing.assert_array_equal(first["s1"], stepped["s1"])
     assert first["s1"].shape == (1, 1, 5, 5)
+
+
+@pytest.mark.skipif(quiet_loop.loop() is None, reason="the compiled shortcut is not built")
+def test_the_compiled_shortcut_takes_what_the_python_one_takes() -> None:
+    """native/_runloop.c's binary: numpy's operator on two ndarrays of one listed dtype,
+    found by equality once (an unpickled array's dtype is an equal object of its own),
+    and the kernel (its fallback) for anything else: mixed dtypes, integer Div, a list."""
+    import pickle
+
+    fell: list[tuple[Any, Any]] = []
+
+    def kernel(a: Any, b: Any) -> str:
+        fell.append((a, b))
+        return "kernel"
+
+    module = quiet_loop.loop()
+    ints = (np.dtype(np.int32), np.dtype(np.int64))
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    add = module.binary(0, ints + floats, kernel)
+    div = module.binary(3, floats, kernel)
+    x = np.float32([1.5, -2.0, 4.0])
+    copy = pickle.loads(pickle.dumps(x))
+    assert copy.dtype is not x.dtype and copy.dtype == x.dtype  # (numpy's: a new object)
+    for _ in range(2):  # the second time from its known dtypes
+        np.testing.assert_array_equal(add(copy, copy), x + x)
+        np.testing.assert_array_equal(div(copy, copy), x / x)
+    assert not fell
+    y = add(np.array(2, np.float32), np.array(3, np.float32))  # 0-d: numpy gives a scalar
+    assert y == 5 and not fell
+    i = np.int64([7, -7])
+    assert div(i, np.int64([2, 2])) == "kernel"  # Div of integers truncates: the kernel
+    assert add(x, x.astype(np.float64)) == "kernel"
+    assert add(x, [1.0, 2.0, 3.0]) == "kernel"
+    assert add(x.astype(">f4"), x.astype(">f4")) == "kernel"  # not equal to a listed one
+    assert len(fell) == 4
+    np.testing.assert_array_equal(module.binary(1, ints, kernel)(i, i), [0, 0])
+    np.testing.assert_array_equal(module.binary(2, ints, kernel)(i, i), [49, 49])
+    with pytest.raises(ValueError):
+        module.binary(4, ints, kernel)
