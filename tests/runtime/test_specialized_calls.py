@@ -420,8 +420,47 @@ def view_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
     for i in range(draw(st.integers(1, 5))):
         out, rank = f"v{i}", len(shape)
-        op = draw(st.sampled_from(["Slice", "Reshape", "Squeeze", "Unsqueeze", "Transpose"]))
-        if op == "Slice":
+        op = draw(
+            st.sampled_from(
+                ["Slice", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Gather", "Split"]
+            )
+        )
+        if op == "Gather" and 0 not in shape:
+            # one index, constant: a scalar drops the axis (not the last one left), a
+            # one-element list keeps it; negative indices count from the end
+            axis = draw(st.integers(-rank, rank - 1))
+            dim = shape[axis]
+            at = draw(st.integers(-dim, dim - 1))
+            scalar = rank > 1 and draw(st.booleans())
+            value = np.array(at if scalar else [at], np.int64)
+            if draw(st.booleans()):
+                inits.append(numpy_helper.from_array(value, f"g{i}"))
+            else:
+                nodes.append(
+                    helper.make_node(
+                        "Constant", [], [f"g{i}"], value=numpy_helper.from_array(value)
+                    )
+                )
+            nodes.append(helper.make_node("Gather", [cur, f"g{i}"], [out], axis=axis))
+            if scalar:
+                del shape[axis]
+            else:
+                shape[axis] = 1
+        elif op == "Split" and shape[-1] >= 2:
+            # two parts of the last axis or another (small parts of a later axis are
+            # copied contiguous in unwatched runs); the chain goes on with either
+            axis = draw(st.integers(0, rank - 1)) if draw(st.booleans()) else rank - 1
+            if shape[axis] < 2:
+                axis = rank - 1
+            first = draw(st.integers(1, shape[axis] - 1))
+            const(f"p{i}", [first, shape[axis] - first])
+            keep = draw(st.integers(0, 1))
+            names = [out, f"o{i}"] if keep == 0 else [f"o{i}", out]
+            nodes.append(helper.make_node("Split", [cur, f"p{i}"], names, axis=axis))
+            shape[axis] = first if keep == 0 else shape[axis] - first
+        elif op in ("Gather", "Split"):
+            nodes.append(helper.make_node("Identity", [cur], [out]))
+        elif op == "Slice":
             axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
             starts = [draw(st.integers(-7, 7)) for _ in axes]
             ends = [draw(st.sampled_from([-9, -1, 0, 2, 5, 2**62])) for _ in axes]
@@ -521,6 +560,48 @@ def test_a_fed_constant_takes_the_kernel(op: str) -> None:
         np.testing.assert_array_equal(got, want)
         assert got.shape == want.shape
     assert _specialized(session)[op] == "special"
+
+
+def test_gather_of_one_constant_index_is_a_view_and_refuses_what_the_kernel_refuses() -> None:
+    """Gather by a constant index of one element (an unrolled loop's x[t]): its
+    specialized call gives the stepped values as a view of the data; an index out of
+    range raises the kernel's error in both runs."""
+    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    for index, axis in ((np.array(-1, np.int64), 1), (np.array([2], np.int32), 2)):
+        inits = [numpy_helper.from_array(index, "i")]
+        node = helper.make_node("Gather", ["x", "i"], ["g"], axis=axis)
+        model = _model([node, helper.make_node("Neg", ["g"], ["y"])], [xi], ["y"], inits)
+        session, got = _same_as_stepped(model, {"x": x})
+        assert _specialized(session)["Gather"] == "special"
+        want = np.take(x, index, axis=axis)
+        np.testing.assert_array_equal(got["y"], -want)
+    inits = [numpy_helper.from_array(np.array(4, np.int64), "i")]
+    model = _model([helper.make_node("Gather", ["x", "i"], ["y"], axis=2)], [xi], ["y"], inits)
+    session = Session(model)
+    assert _specialized(session)["Gather"] == "special"
+    with pytest.raises(Exception, match="Gather"):
+        session.run({"x": x})
+    with pytest.raises(Exception, match="Gather"):
+        stepped_values(model, {"x": x})
+
+
+def test_small_split_parts_of_a_later_axis_are_contiguous_copies() -> None:
+    """An LSTM cell's gates: a [4, 512] product split in four along axis 1.  Unwatched,
+    each part is a C-contiguous copy (every reader takes the compiled paths), the
+    stepped run's values; a part of a big array stays a view."""
+    for rows, copies in ((4, True), (64, False)):  # 64 x 512: past the copy bound
+        x = np.random.default_rng(rows).standard_normal((rows, 512)).astype(np.float32)
+        xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+        outs = ["a", "b", "c", "d"]
+        node = helper.make_node("Split", ["x"], outs, axis=1, num_outputs=4)
+        model = _model([node], [xi], outs, [], [helper.make_opsetid("", 18)])
+        session, got = _same_as_stepped(model, {"x": x})
+        assert _specialized(session)["Split"] == "special"
+        for k, name in enumerate(outs):
+            np.testing.assert_array_equal(got[name], x[:, 128 * k : 128 * (k + 1)])
+            assert got[name].flags.c_contiguous == copies
+            assert np.shares_memory(got[name], x) != copies
 
 
 # -- recurrent layers ---------------------------------------------------------------------

@@ -146,6 +146,42 @@ def gather(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
         fail(f"Gather: {exc}")
 
 
+@specializer(gather)
+def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs, a constant index of one element (a scalar: the axis goes, as an
+    unrolled loop's x[t]; one index in a 1-D array: the axis stays, of size 1): the
+    element picked by basic indexing, a view of ``data`` (the kernel's np.take copied it:
+    2 us a node in an LSTMCell loop written out step by step), its index made once per
+    input shape.  An index out of range, another index array (an initializer overridden
+    by a feed) or anything but an ndarray takes the kernel, which says what is wrong."""
+    idx = known[1] if len(known) == 2 else None
+    if type(idx) is not np.ndarray or idx.dtype.kind not in "iu" or idx.size != 1 or idx.ndim > 1:
+        return None
+    value, keep_axis = int(idx.reshape(-1)[0]), idx.ndim == 1
+    axis0 = int(attrs.get("axis", 0))
+    indexes: dict[tuple[int, ...], Any] = {}
+
+    def call(data: Any, given: Any) -> Any:
+        if given is not idx or type(data) is not np.ndarray:
+            return gather(data, given, **attrs)
+        index = indexes.get(data.shape)
+        if index is None:
+            if not -data.ndim <= axis0 < data.ndim:
+                return gather(data, given, **attrs)
+            axis = axis0 % data.ndim
+            dim = data.shape[axis]
+            if not -dim <= value < dim:
+                return gather(data, given, **attrs)
+            at = value % dim
+            pick: Any = slice(at, at + 1) if keep_axis else at
+            index = (slice(None),) * axis + (pick,)
+            if len(indexes) < 64:
+                indexes[data.shape] = index
+        return data[index]
+
+    return call
+
+
 @kernel("GatherElements", since=(11, 13))
 def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
     axis = normalize_axis(axis, data.ndim)
