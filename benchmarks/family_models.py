@@ -253,6 +253,41 @@ def lstm_gru(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) 
     return _export(Recurrent(), args, ["x"], dynamo=False), _feeds(["x"], args)
 
 
+def rnn_cells(
+    kind: str, seq: int = 32, batch: int = 4, n_in: int = 64, hidden: int = 128, dynamo: bool = True
+) -> Built:
+    """An nn.LSTMCell or nn.GRUCell ("lstm", "gru") stepped by a Python loop over ``seq``
+    steps and a linear head, as speech and time-series models write their recurrences:
+    both exporters write each step out (Gather of x[t], two Linear Gemms, Split, the
+    gates' Sigmoid, Tanh, Mul, Add; 480-650 nodes of ``batch`` x ``hidden`` values), so
+    the run is the cost per small node and of the few-row products."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Cells(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = (nn.LSTMCell if kind == "lstm" else nn.GRUCell)(n_in, hidden)
+            self.head = nn.Linear(hidden, 16)
+
+        def forward(self, x: Any) -> Any:
+            h = torch.zeros(x.shape[1], hidden)
+            c = torch.zeros(x.shape[1], hidden)
+            outs = []
+            for t in range(x.shape[0]):
+                if kind == "lstm":
+                    h, c = self.cell(x[t], (h, c))
+                else:
+                    h = self.cell(x[t], h)
+                outs.append(h)
+            return self.head(torch.stack(outs))
+
+    args = (torch.randn(seq, batch, n_in),)
+    return _export(Cells(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
+
+
 def elman_rnn(seq: int = 50, batch: int = 4, n_in: int = 64, hidden: int = 128) -> Built:
     """A two-layer Elman RNN (torch.nn.RNN, tanh) and a linear head, torch's dynamo
     export: it writes the layer out step by step (no RNN node: per step a Slice and
@@ -944,6 +979,18 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     ),
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
     "elman_rnn_dynamo": ("Elman RNN 2x128, 50 steps, written out by torch dynamo", elman_rnn),
+    "lstm_cell_loop": (
+        "LSTMCell 128 stepped 32 times, batch 4, torch dynamo",
+        lambda: rnn_cells("lstm"),
+    ),
+    "gru_cell_loop": (
+        "GRUCell 128 stepped 32 times, batch 4, torch dynamo",
+        lambda: rnn_cells("gru"),
+    ),
+    "gru_cell_loop_ts": (
+        "GRUCell 128 stepped 32 times, batch 1, TorchScript",
+        lambda: rnn_cells("gru", batch=1, dynamo=False),
+    ),
     "fpn": ("ResNet-style encoder + feature pyramid, 224 px, TorchScript", fpn),
     "diffusion_unet_64": (
         "diffusion UNet, 64 px, TorchScript",
