@@ -604,6 +604,30 @@ def test_small_split_parts_of_a_later_axis_are_contiguous_copies() -> None:
             assert np.shares_memory(got[name], x) != copies
 
 
+@pytest.mark.parametrize(
+    ("shape", "axis", "sizes"),
+    [((4, 512), 1, [100, 412]), ((2, 6, 3, 5), 1, [1, 0, 5]), ((3, 4, 10), 2, [5, 5]),
+     ((2, 3, 4), 0, [1, 1])],
+)  # fmt: skip
+def test_small_splits_of_any_lengths_give_the_stepped_parts(
+    shape: tuple[int, ...], axis: int, sizes: list[int]
+) -> None:
+    """Parts of unequal and zero lengths, along a middle or the first axis, of float32
+    and int64 values: the stepped run's parts, contiguous."""
+    for dtype, elem in ((np.float32, TensorProto.FLOAT), (np.int64, TensorProto.INT64)):
+        x = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+        if axis == 0:
+            x = x[: sum(sizes)]
+        outs = [f"p{k}" for k in range(len(sizes))]
+        split = numpy_helper.from_array(np.array(sizes, np.int64), "sizes")
+        node = helper.make_node("Split", ["x", "sizes"], outs, axis=axis)
+        xi = helper.make_tensor_value_info("x", elem, None)
+        model = _model([node], [xi], outs, [split], [helper.make_opsetid("", 18)])
+        session, got = _same_as_stepped(model, {"x": x})
+        assert _specialized(session)["Split"] == "special"
+        assert all(got[o].flags.c_contiguous for o in outs)
+
+
 # -- recurrent layers ---------------------------------------------------------------------
 def _recurrent_model(
     op: str, direction: str, bias: bool, states: bool, outputs: list[str], rng: Any
