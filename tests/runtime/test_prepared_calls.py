@@ -122,7 +122,7 @@ def test_random_arithmetic_gives_the_stepped_numbers_unwatched(case) -> None:
 def test_the_unwatched_list_takes_the_shortcut_and_the_stepped_list_does_not() -> None:
     """The shortcut is really used (else the test above compares a path with itself)."""
     f = onnx.TensorProto.FLOAT
-    nodes = [  # two live operands each: no fused elementwise chain
+    nodes = [  # a kept between them: no fused elementwise chain
         helper.make_node("Add", ["x", "z"], ["a"], name="add"),
         helper.make_node("Div", ["a", "z"], ["y"], name="div"),
     ]
@@ -130,7 +130,7 @@ def test_the_unwatched_list_takes_the_shortcut_and_the_stepped_list_does_not() -
         nodes,
         "g",
         [helper.make_tensor_value_info("x", f, [3]), helper.make_tensor_value_info("z", f, [3])],
-        [helper.make_tensor_value_info("y", f, None)],
+        [helper.make_tensor_value_info("y", f, None), helper.make_tensor_value_info("a", f, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     sess = Session(model)

@@ -318,8 +318,12 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
-    for head_slot, positions in find_chains(nodes, users, producer, const, keep, taken, constants):
-        take(positions, functools.partial(chain_node, nodes, head_slot, positions), taken)
+    for tensor_operands in (False, True):  # (chains of one value first: find_chains)
+        for head_slot, positions in find_chains(
+            nodes, users, producer, const, keep, taken, constants, tensor_operands
+        ):
+            maker = functools.partial(chain_node, nodes, head_slot, positions, const)
+            take(positions, maker, taken)
     for positions in find_qdq_pairs(nodes, users, keep, taken):
         take(positions, functools.partial(qdq_node, nodes, positions), taken)
     out: list[PlanNode] = []

@@ -106,13 +106,16 @@ class _Step:
     operand) of the chain's input: a node off the chain's path that only this step reads
     (the written-out GELU's h = x * 0.5 in y = h * (1 + erf(x / sqrt 2))).  A
     QuantizeLinear -> DequantizeLinear pair is op_type QDQ with ``qdq``, the input places
-    of its scale, zero point, and the dequantizer's scale and zero point."""
+    of its scale, zero point, and the dequantizer's scale and zero point.  A ``tensor``
+    step's ``other`` is the input place of another node's value, read element by element
+    (it must have x's shape, or broadcast to it, when the chain runs)."""
 
     op_type: str
     other: int | None = None
     value_first: bool = True
     side: tuple[str, int, bool] | None = None
     qdq: tuple[int, int, int, int] | None = None
+    tensor: bool = False  # ``other`` is a tensor operand's input place (not a scalar)
 
 
 def _eligible(pn: PlanNode) -> bool:
@@ -180,6 +183,7 @@ def find_chains(
     keep: set[int],
     taken: set[int],
     values: dict[int, Any] | None = None,
+    tensor_operands: bool = False,
 ) -> list[tuple[int, list[int]]]:
     """(head slot, node positions) of every chain of two or more fusable steps (a
     QuantizeLinear -> DequantizeLinear pair one of them, at least one not a pair), none of
@@ -187,7 +191,10 @@ def find_chains(
     whose constant operand is not one value would make the chain run its nodes one by
     one every time, so it ends the chain.  Pairs join only chains of the steps the
     compiled program runs (a chain with another op runs numpy's steps, where the pairs'
-    own fused nodes are faster)."""
+    own fused nodes are faster).  With ``tensor_operands`` a binary step's other operand may
+    also be another node's value (a tensor step), and a chain may start at a binary op of
+    two values: a second pass over what the first left (it would otherwise take a node a
+    side value's chain needs first)."""
     chains: list[tuple[int, list[int]]] = []
     used: set[int] = set(taken)
     known = values or {}
@@ -250,10 +257,17 @@ def find_chains(
             if head in _pair_params(nodes, i, dq):
                 continue
             steps, y, pairs, compiled = [i, dq], nodes[dq].outputs[0], 1, True
+            tensors = 0
         elif _eligible(pn) and scalars(pn):
             live = [s for s in pn.inputs if s not in const]
-            if not live or any(s != live[0] for s in live):
+            tensors = 0
+            if not live:
                 continue
+            if any(s != live[0] for s in live):
+                # two values: the first is the chain's input, the other its first tensor
+                if not tensor_operands or pn.op_type not in chain_program.SIDE_OPS:
+                    continue
+                tensors = 1
             head = live[0]
             steps, y, pairs = [i], pn.outputs[0], 0
             compiled = pn.op_type in chain_program.OPS
@@ -288,13 +302,24 @@ def find_chains(
                     break
                 compiled = False
             if channel_operand(nxt):
-                if not compiled:
+                if not compiled or tensors:
                     break
                 channels = True
             others = [s for s in nxt.inputs if s != y]
             side = None
             if any(s not in const and s != head for s in others):
                 side = side_node(others[0], head, consumers[0]) if len(others) == 1 else None
+                if side is None and (
+                    tensor_operands
+                    and len(others) == 1
+                    and nxt.op_type in chain_program.SIDE_OPS
+                    and tensors < chain_program.MAX_TENSORS
+                    and not channels
+                ):
+                    tensors += 1  # another node's value, element by element
+                    steps.append(consumers[0])
+                    y = nxt.outputs[0]
+                    continue
                 if side is None or side in steps:
                     break
                 steps.append(side)  # before the step that reads it
@@ -329,8 +354,11 @@ def _channel_fits(v: Any, x: np.ndarray) -> bool:
     return shape[1] == x.shape[1] and all(d == 1 for i, d in enumerate(shape) if i != 1)
 
 
-def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNode:
-    """The fused node running ``positions`` (a chain from find_chains) on slot ``head``."""
+def chain_node(
+    nodes: list[PlanNode], head: int, positions: list[int], constants: set[int]
+) -> PlanNode:
+    """The fused node running ``positions`` (a chain from find_chains) on slot ``head``;
+    ``constants``: the constant slots (an operand that is none is a tensor operand)."""
     first, last = nodes[positions[0]], nodes[positions[-1]]
     ins: list[int] = [head]
     names: list[str] = [first.input_names[first.inputs.index(head)]]
@@ -383,10 +411,20 @@ def chain_node(nodes: list[PlanNode], head: int, positions: list[int]) -> PlanNo
             value_first = a == value
             j = 1 if value_first else 0
             other_slot = pn.inputs[j]
-            if other_slot == head:
+            if pos == positions[0] and a != b and a not in constants and b not in constants:
+                # a head of two values (find_chains): the other is a tensor operand
+                value_first = a == head
+                j = 1 if value_first else 0
+                other_slot = pn.inputs[j]
+                at = place(other_slot, pn.input_names[j])
+                steps.append(_Step(pn.op_type, at, value_first, tensor=True))
+            elif other_slot == head:
                 steps.append(_Step(pn.op_type, -1, value_first))  # the chain's input
             elif other_slot in sides:
                 steps.append(_Step(pn.op_type, -2, value_first, sides[other_slot]))
+            elif other_slot not in constants:  # another node's value (find_chains)
+                at = place(other_slot, pn.input_names[j])
+                steps.append(_Step(pn.op_type, at, value_first, tensor=True))
             else:
                 steps.append(_Step(pn.op_type, place(other_slot, pn.input_names[j]), value_first))
         value = pn.outputs[0]
@@ -401,11 +439,16 @@ class ElementwiseChain:
         self.nodes = nodes
         self.steps = steps
         self.place_of = place_of  # outside slot -> input place
+        # The input places of the tensor operands, in their index order in the program.
+        self._tensor_places = sorted({st.other for st in steps if st.tensor and st.other})
         # The input places of the ops' scalars and of the pairs' parameters.
         self._scalar_places = sorted(
-            {st.other for st in steps if st.other is not None and st.other > 0}
+            {st.other for st in steps if st.other is not None and st.other > 0 and not st.tensor}
             | {st.side[1] for st in steps if st.side is not None}
         )
+        # The places whose objects a held program was made with (all but x and tensors).
+        tensors = set(self._tensor_places)
+        self._fixed_places = [at for at in range(1, len(place_of)) if at not in tensors]
         self._pairs = [st.qdq for st in steps if st.qdq is not None]
         # The scalars of the last native call and their program (`_program_of`).
         self._held: tuple[tuple[Any, ...], bytes] | None = None
@@ -426,7 +469,7 @@ class ElementwiseChain:
         # value's scalar is not one: its step's `other` is -2): `_channel_fits` decides
         # per call.
         self._binary_places = sorted(
-            {st.other for st in steps if st.other is not None and st.other > 0}
+            {st.other for st in steps if st.other is not None and st.other > 0 and not st.tensor}
         )
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
@@ -440,6 +483,9 @@ class ElementwiseChain:
         # the steps run over x's own buffer in its order: a channels-last value (a conv
         # chain's, fusion_layout.py) stays so, and its result too.
         last = is_channels_last(x)
+        tensors = self._tensor_operands(x, ins, last)
+        if tensors is None:
+            return self._one_by_one(ex, ins)
         dense = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
         flat = dense.reshape(-1)
         out = np.empty_like(flat)
@@ -449,14 +495,17 @@ class ElementwiseChain:
                 # per-channel operands: element i's channel, x's own buffer order
                 plane = math.prod(x.shape[2:]) if not last else 1
                 channels = (tuple(tables.values()), x.shape[1], plane, last)
-            if _NATIVE.run(flat, out, self._program_of(ins, tables), channels):  # type: ignore[union-attr]
+            program = self._program_of(ins, tables)
+            if _NATIVE.run(flat, out, program, channels, tensors):  # type: ignore[union-attr]
                 return self._one_by_one(ex, ins)  # a pair met a NaN
         elif tables:
             return self._one_by_one(ex, ins)  # (per-channel operands: the compiled run's)
         else:
-            scalars = {i: ins[i].reshape(()) for i in range(1, len(ins))}
+            scalars = {i: ins[i].reshape(()) for i in self._fixed_places}
             for start in range(0, flat.size, _BLOCK):
                 stop = min(start + _BLOCK, flat.size)
+                for at, t in zip(self._tensor_places, tensors):
+                    scalars[at] = t[start:stop]  # (a block of the tensor, in x's order)
                 if not self._run_block(flat[start:stop], out[start:stop], scalars):
                     return self._one_by_one(ex, ins)  # a pair met a NaN
         if last:
@@ -464,6 +513,30 @@ class ElementwiseChain:
         # x's own shape: ascontiguousarray gives a 0-d x one axis (a chain of a scalar
         # input returned shape (1,) where its nodes give ())
         return [out.reshape(x.shape)]
+
+    def _tensor_operands(
+        self, x: np.ndarray, ins: list[Any], last: bool
+    ) -> tuple[np.ndarray, ...] | None:
+        """The tensor operands as flat arrays in x's element order (x's buffer order: a
+        channels-last x's too), each of x's dtype and of x's shape or broadcast to it (a
+        copy then); None when one is not (the nodes run one by one: a broadcast that
+        grows the value, another dtype, not an array)."""
+        flats = []
+        for at in self._tensor_places:
+            t = ins[at]
+            if type(t) is not np.ndarray or t.dtype != x.dtype:
+                return None
+            if t.shape != x.shape:
+                try:
+                    if np.broadcast_shapes(t.shape, x.shape) != x.shape:
+                        return None
+                except ValueError:
+                    return None
+                # (x's elements in x's order when only leading ones were dropped: a view)
+                t = t.reshape(x.shape) if t.size == x.size else np.broadcast_to(t, x.shape)
+            dense = t.transpose(0, 2, 3, 1) if last else t
+            flats.append(np.ascontiguousarray(dense).reshape(-1))
+        return tuple(flats)
 
     def _tables(self, x: np.ndarray, ins: list[Any]) -> dict[int, np.ndarray] | None:
         """The ops' per-channel operands by input place (float32 C values each), {} when
@@ -496,18 +569,19 @@ class ElementwiseChain:
         read-only array of the last call (they are the chain's constants: making the
         program each call was a third of a small GELU's time)."""
         held = self._held
-        if held is not None and len(held[0]) == len(ins) - 1:
-            for kept, given in zip(held[0], ins[1:]):
+        fixed = [ins[at] for at in self._fixed_places]
+        if held is not None and len(held[0]) == len(fixed):
+            for kept, given in zip(held[0], fixed):
                 if kept is not given or given.flags.writeable:
                     break
             else:
                 return held[1]
         order = list(tables or {})
         program = self._program(
-            {i: ins[i].reshape(()) for i in range(1, len(ins)) if i not in order}, order
+            {at: ins[at].reshape(()) for at in self._fixed_places if at not in order}, order
         )
-        self._held = (tuple(ins[1:]), program)
-        consts = ins[1:]
+        self._held = (tuple(fixed), program)
+        consts = fixed
         if not any(c.flags.writeable for c in consts):
             # The compiled loop's call of this chain from now on (native/_chain.c's
             # `held`): these scalars, a float32 C-contiguous x of at least the ops'
@@ -519,6 +593,7 @@ class ElementwiseChain:
                 program, tuple(consts), min_ndim,
                 quiet_loop.decline, np.ndarray, np.empty_like,
                 tuple(tables[at] for at in order) if tables else (),
+                tuple(self._tensor_places),
             )  # fmt: skip
         return program
 
@@ -530,6 +605,10 @@ class ElementwiseChain:
             side = 0
             if step.op_type == SILU:
                 parts.append(chain_program.silu())
+                continue
+            if step.tensor:
+                index = self._tensor_places.index(step.other)  # type: ignore[arg-type]
+                parts.append(chain_program.tensor_step(step.op_type, step.value_first, index))
                 continue
             if tables and step.other in tables and step.side is None:
                 parts.append(

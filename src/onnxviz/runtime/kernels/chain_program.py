@@ -51,6 +51,10 @@ NONE, SCALAR, INPUT, SIDE = 0, 1, 2, 3
 # (a GroupNorm's gamma or beta, shape (C, 1, 1)), of at most MAX_TABLES (_chain.c's).
 CHANNEL = 4
 MAX_TABLES = 16
+# Another value of x's shape, element by element (an LSTM cell's f * c + i * g): the side
+# byte is its index in run's `tensors`, of at most MAX_TENSORS (_chain.c's).
+TENSOR = 5
+MAX_TENSORS = 4
 # The side op's byte: its code, and this bit when the scalar is its first operand.
 SIDE_SCALAR_FIRST = 0x10
 SIDE_OPS = ("Add", "Sub", "Mul", "Div")
@@ -88,6 +92,15 @@ def channel_step(op: str, value_first: bool, table: int) -> bytes:
             f"a per-channel step is Add, Sub, Mul or Div of a table below {MAX_TABLES}, not {op}"
         )
     return _STEP.pack(OPS[op], CHANNEL, value_first, table, 0.0)
+
+
+def tensor_step(op: str, value_first: bool, tensor: int) -> bytes:
+    """A binary ``op`` of the running value and tensor operand ``tensor``."""
+    if op not in SIDE_OPS or not 0 <= tensor < MAX_TENSORS:
+        raise ValueError(
+            f"a tensor step is Add, Sub, Mul or Div of a tensor below {MAX_TENSORS}, not {op}"
+        )
+    return _STEP.pack(OPS[op], TENSOR, value_first, tensor, 0.0)
 
 
 def qdq(scale: float, zero_point: int, signed: bool, scale2: float, zero_point2: int) -> bytes:

@@ -15,7 +15,9 @@
  * input by it, the running value's two readers),
  * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
  * x combined with the scalar by the side op, 4 a value per channel: table `side byte` of
- * run's `channels`, a GroupNorm's gamma or beta of shape (C, 1, 1)), value_first (uint8: 1 when the running
+ * run's `channels`, a GroupNorm's gamma or beta of shape (C, 1, 1), 5 a tensor of x's
+ * length: tensor `side byte` of run's `tensors`, another node's value the op reads element
+ * by element: an LSTM cell's f * c + i * g), value_first (uint8: 1 when the running
  * value is the op's first operand), the side op (uint8: ADD, SUB, MUL or DIV in its low
  * bits, 0x10 when the scalar is its first operand; 0 unless kind 3), and the scalar
  * (float32, native byte order).  A side value is a node off the chain's path that only
@@ -63,14 +65,17 @@ enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID,
     OP_QDQ, OP_QDQ_ARGS, OP_SILU, OP_COUNT
 };
-enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE, KIND_CHANNEL };
-enum { MAX_TABLES = 16 };
+enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE, KIND_CHANNEL, KIND_TENSOR };
+enum { MAX_TABLES = 16, MAX_TENSORS = 4 };
 
-/* run's per-channel tables and x's geometry (channel of element i: see the header). */
+/* run's per-channel tables and x's geometry (channel of element i: see the header), and
+ * its tensor operands (each of x's length, element i beside x's). */
 typedef struct {
     const float *tables[MAX_TABLES];
     Py_ssize_t c, plane;
     int last;
+    const float *tensors[MAX_TENSORS];
+    int ntensors;
 } channels_t;
 
 /* buf[i] = table[channel of element start + i], i < n. */
@@ -202,7 +207,8 @@ static int level = 0;
      * for a NaN); 1 when a NaN stops the run there, else 0. */                            \
     ATTR static int RS(step)(const step_t *s, float *dst, const float *src, const float *o, \
                              float *side, Py_ssize_t n, Py_ssize_t valid,                  \
-                             const channels_t *ch, Py_ssize_t start) {                     \
+                             const channels_t *ch, Py_ssize_t start,                       \
+                             const float *const *tin) {                                    \
         const VF scalar = RS(lanes_of)(s->scalar);                                         \
         VF a;                                                                              \
         switch (s->op) {                                                                   \
@@ -246,6 +252,9 @@ static int level = 0;
                 RS(binary_step)(s->op, 0, s->value_first, dst, src, NULL, scalar, n);      \
             } else if (s->kind == KIND_INPUT) {                                            \
                 RS(binary_step)(s->op, 1, s->value_first, dst, src, o, scalar, n);         \
+            } else if (s->kind == KIND_TENSOR) {                                           \
+                RS(binary_step)(s->op, 1, s->value_first, dst, src, tin[s->side_op],       \
+                                scalar, n);                                                \
             } else if (s->kind == KIND_CHANNEL && !ch->last && ch->plane % VW == 0) {      \
                 /* planes of whole vectors: each channel's run of the block by its value \
                  * as a scalar step (filling a buffer had cost twice the op) */           \
@@ -275,9 +284,12 @@ static int level = 0;
                             Py_ssize_t n, const channels_t *ch) {                          \
         float v[BLOCK] __attribute__((aligned(64))), o[BLOCK] __attribute__((aligned(64))); \
         float side[BLOCK] __attribute__((aligned(64)));                                    \
+        float tpad[MAX_TENSORS][BLOCK] __attribute__((aligned(64)));                       \
+        const float *tin[MAX_TENSORS];                                                     \
         for (Py_ssize_t start = 0; start < n; start += BLOCK) {                            \
             const Py_ssize_t len = n - start < BLOCK ? n - start : BLOCK;                  \
             const Py_ssize_t padded = (len + VW - 1) / VW * VW;                            \
+            for (int t = 0; t < ch->ntensors; t++) tin[t] = ch->tensors[t] + start;        \
             /* A whole block: the first step reads the input where it lies and the last   \
              * writes the output there (two copies fewer, a fifth of a GELU's time).  A    \
              * last block short of a whole vector goes through the zero-padded buffers     \
@@ -289,11 +301,16 @@ static int level = 0;
                 memset(o + len, 0, (size_t)(padded - len) * 4);                            \
                 in = o;                                                                    \
                 out = v;                                                                   \
+                for (int t = 0; t < ch->ntensors; t++) { /* the tensors padded alike */    \
+                    memcpy(tpad[t], tin[t], (size_t)len * 4);                              \
+                    memset(tpad[t] + len, 0, (size_t)(padded - len) * 4);                  \
+                    tin[t] = tpad[t];                                                      \
+                }                                                                          \
             }                                                                              \
             const float *src = in;                                                         \
             for (int k = 0; k < count; k++) {                                              \
                 float *dst = k == count - 1 ? out : v;                                     \
-                if (RS(step)(&steps[k], dst, src, in, side, padded, len, ch, start))       \
+                if (RS(step)(&steps[k], dst, src, in, side, padded, len, ch, start, tin))  \
                     return 1;                                                              \
                 src = dst;                                                                 \
             }                                                                              \
@@ -326,7 +343,7 @@ static int parse_qdq(const uint8_t *p, step_t *s) {
 
 /* The program's steps, checked (a QDQ pair's two as one); their count, or -1 with a
  * ValueError set when it is not a program. */
-static int parse(const Py_buffer *prog, step_t *steps, int tables) {
+static int parse(const Py_buffer *prog, step_t *steps, int tables, int tensors) {
     if (prog->len % 8 || prog->len / 8 > MAX_STEPS) {
         PyErr_SetString(PyExc_ValueError, "run: the program is 8 bytes a step, at most 64 steps");
         return -1;
@@ -351,6 +368,15 @@ static int parse(const Py_buffer *prog, step_t *steps, int tables) {
         const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_SIGMOID ||
                           s->op == OP_NEG || s->op == OP_ABS ||
                           s->op == OP_RELU || s->op == OP_SILU;
+        if (s->kind == KIND_TENSOR) { /* p[3]: the tensor */
+            s->side_op = p[3];
+            s->side_scalar_first = 0;
+            if (p[3] >= tensors || s->op > OP_DIV) {
+                PyErr_Format(PyExc_ValueError, "run: step %d is not a step (its tensor)", k);
+                return -1;
+            }
+            continue;
+        }
         if (s->kind == KIND_CHANNEL) { /* p[3]: the table */
             s->side_op = p[3];
             s->side_scalar_first = 0;
@@ -403,6 +429,8 @@ typedef struct {
     int count, min_ndim, ntables;
     Py_ssize_t channels; /* the per-channel steps' C (their tables' values: `values`) */
     float *values;       /* ntables x channels floats, copied when held was made */
+    int ntensors;        /* the tensor operands: args[tensor_at[t]], x's shape each */
+    Py_ssize_t tensor_at[MAX_TENSORS];
     PyObject *expect, *fallback, *ndarray, *empty_like;
 } HeldChain;
 
@@ -468,14 +496,21 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     HeldChain *self = (HeldChain *)obj;
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     const Py_ssize_t n_expect = PyTuple_GET_SIZE(self->expect);
-    int ok = !kwnames && nargs == 1 + n_expect && (PyObject *)Py_TYPE(args[0]) == self->ndarray;
-    for (Py_ssize_t i = 0; ok && i < n_expect; i++)
-        ok = args[1 + i] == PyTuple_GET_ITEM(self->expect, i);
-    Py_buffer xv;
+    int ok = !kwnames && nargs == 1 + n_expect + self->ntensors &&
+             (PyObject *)Py_TYPE(args[0]) == self->ndarray;
+    /* the scalars in order at the places that are not the tensors' */
+    for (Py_ssize_t i = 1, j = 0, t = 0; ok && i < nargs; i++) {
+        if (t < self->ntensors && self->tensor_at[t] == i)
+            t++;
+        else
+            ok = args[i] == PyTuple_GET_ITEM(self->expect, j++);
+    }
+    Py_buffer xv, nv[MAX_TENSORS];
+    int got = 0;
     channels_t ch;
     memset(&ch, 0, sizeof ch);
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
-        if (!self->ntables) { /* not C-contiguous: row by row, when its rows are */
+        if (!self->ntables && !self->ntensors) { /* not C-contiguous: row by row */
             int nan = 0;
             PyObject *y = held_rows(self, args[0], &nan);
             if (y && !nan) return y;
@@ -497,6 +532,31 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
             ch.tables[t] = self->values + (Py_ssize_t)t * self->channels;
         if (!ok) PyBuffer_Release(&xv);
     }
+    if (ok && self->ntensors) {
+        /* each a float32 C-contiguous ndarray of x's shape, or of x's shape without some of
+         * its leading ones (broadcast, it is x's elements in x's order: a recurrent step's
+         * [4, 128] input beside a [1, 4, 128] product) */
+        for (; got < self->ntensors; got++) {
+            Py_buffer *t = &nv[got];
+            if (!onnxviz_array_view(args[self->tensor_at[got]], self->ndarray, t, 'f', -1, NULL))
+                break;
+            const int lead = xv.ndim - t->ndim;
+            int fits = lead >= 0 && t->len == xv.len;
+            for (int d = 0; fits && d < xv.ndim; d++)
+                fits = d < lead ? xv.shape[d] == 1 : xv.shape[d] == t->shape[d - lead];
+            if (!fits) {
+                PyBuffer_Release(t);
+                break;
+            }
+            ch.tensors[got] = t->buf;
+        }
+        ch.ntensors = got;
+        if (got < self->ntensors) {
+            for (int t = 0; t < got; t++) PyBuffer_Release(&nv[t]);
+            PyBuffer_Release(&xv);
+            ok = 0;
+        }
+    }
     if (!ok) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *y = PyObject_CallOneArg(self->empty_like, args[0]);
     Py_buffer yv;
@@ -515,6 +575,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         }
         PyBuffer_Release(&yv);
     }
+    for (int t = 0; t < got; t++) PyBuffer_Release(&nv[t]);
     PyBuffer_Release(&xv);
     if (nan) { /* a QDQ step met a NaN: the nodes run one by one (the fallback's call) */
         Py_CLEAR(y);
@@ -569,16 +630,33 @@ static PyTypeObject HeldChainType = {
 static PyObject *py_held(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer prog;
-    PyObject *expect, *fallback, *ndarray, *empty_like, *tables = NULL;
+    PyObject *expect, *fallback, *ndarray, *empty_like, *tables = NULL, *places = NULL;
     int min_ndim;
-    if (!PyArg_ParseTuple(args, "y*O!iOOO|O!:held", &prog, &PyTuple_Type, &expect, &min_ndim,
-                          &fallback, &ndarray, &empty_like, &PyTuple_Type, &tables))
+    if (!PyArg_ParseTuple(args, "y*O!iOOO|O!O!:held", &prog, &PyTuple_Type, &expect, &min_ndim,
+                          &fallback, &ndarray, &empty_like, &PyTuple_Type, &tables,
+                          &PyTuple_Type, &places))
         return NULL;
     const Py_ssize_t ntables = tables ? PyTuple_GET_SIZE(tables) : 0;
+    const Py_ssize_t ntensors = places ? PyTuple_GET_SIZE(places) : 0;
+    Py_ssize_t tensor_at[MAX_TENSORS];
+    for (Py_ssize_t t = 0; t < ntensors && t < MAX_TENSORS; t++) {
+        tensor_at[t] = PyLong_AsSsize_t(PyTuple_GET_ITEM(places, t));
+        if (tensor_at[t] == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&prog);
+            return NULL;
+        }
+        if (tensor_at[t] < 1 || (t > 0 && tensor_at[t] <= tensor_at[t - 1])) {
+            PyBuffer_Release(&prog);
+            PyErr_SetString(PyExc_ValueError, "held: tensor places rise from 1");
+            return NULL;
+        }
+    }
     step_t steps[MAX_STEPS];
-    const int count = ntables <= MAX_TABLES ? parse(&prog, steps, (int)ntables) : -2;
+    const int count = ntables <= MAX_TABLES && ntensors <= MAX_TENSORS
+                          ? parse(&prog, steps, (int)ntables, (int)ntensors)
+                          : -2;
     PyBuffer_Release(&prog);
-    if (count == -2) PyErr_SetString(PyExc_ValueError, "held: at most 16 tables");
+    if (count == -2) PyErr_SetString(PyExc_ValueError, "held: at most 16 tables and 4 tensors");
     if (count < 0) return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(empty_like)) {
         PyErr_SetString(PyExc_ValueError, "held: fallback and empty_like must be callables");
@@ -618,6 +696,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     }
     obj->vectorcall = held_vectorcall;
     obj->ntables = (int)ntables;
+    obj->ntensors = (int)ntensors;
+    for (Py_ssize_t t = 0; t < ntensors; t++) obj->tensor_at[t] = tensor_at[t];
     obj->channels = channels;
     obj->values = values;
     memcpy(obj->steps, steps, sizeof(step_t) * (size_t)count);
@@ -633,9 +713,10 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
 
 static PyObject *py_run(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xo, *yo, *chan = Py_None;
+    PyObject *xo, *yo, *chan = Py_None, *tensors = NULL;
     Py_buffer prog;
-    if (!PyArg_ParseTuple(args, "OOy*|O:run", &xo, &yo, &prog, &chan)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOy*|OO!:run", &xo, &yo, &prog, &chan, &PyTuple_Type, &tensors))
+        return NULL;
     channels_t ch;
     memset(&ch, 0, sizeof ch);
     Py_buffer tv[MAX_TABLES];
@@ -664,14 +745,27 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
             ch.tables[t] = tv[t].buf;
         }
     }
+    const Py_ssize_t ntensors = tensors ? PyTuple_GET_SIZE(tensors) : 0;
     step_t steps[MAX_STEPS];
-    const int count = parse(&prog, steps, (int)ntables);
+    const int count = ntensors <= MAX_TENSORS ? parse(&prog, steps, (int)ntables, (int)ntensors)
+                                              : -2;
+    if (count == -2) PyErr_SetString(PyExc_ValueError, "run: at most 4 tensors");
     PyBuffer_Release(&prog);
     PyObject *result = NULL;
-    Py_buffer xv, yv;
+    Py_buffer xv, yv, nv[MAX_TENSORS];
+    Py_ssize_t got = 0;
     if (count >= 0 && onnxviz_get_float_pair(xo, yo, &xv, &yv, "run") == 0) {
         const Py_ssize_t n = xv.len / 4;
-        if (chan != Py_None && n % (ch.c * (ch.last ? 1 : ch.plane))) {
+        for (; got < ntensors; got++) {
+            if (onnxviz_get_floats(PyTuple_GET_ITEM(tensors, got), &nv[got], n, 1, 0, "tensor") <
+                0)
+                break;
+            ch.tensors[got] = nv[got].buf;
+        }
+        ch.ntensors = (int)got;
+        if (got < ntensors) {
+            /* (the error is set) */
+        } else if (chan != Py_None && n % (ch.c * (ch.last ? 1 : ch.plane))) {
             PyErr_SetString(PyExc_ValueError, "run: x is not whole images of C x plane values");
         } else {
             int nan;
@@ -683,6 +777,7 @@ static PyObject *py_run(PyObject *self, PyObject *args) {
         PyBuffer_Release(&xv);
         PyBuffer_Release(&yv);
     }
+    for (Py_ssize_t t = 0; t < got; t++) PyBuffer_Release(&nv[t]);
     for (Py_ssize_t t = 0; t < ntables; t++) PyBuffer_Release(&tv[t]);
     return result;
 }
@@ -691,13 +786,16 @@ ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"run", py_run, METH_VARARGS,
-     "run(x, y, program, channels=None) -> 0: y = program's elementwise steps applied to x, "
+     "run(x, y, program, channels=None, tensors=()) -> 0: y = program's elementwise steps "
+     "applied to x (tensors: the TENSOR steps' operands, float32 of x's length), "
      "float32 contiguous buffers of one length (y may be x); 1 when a QDQ step met a NaN (y, "
      "and x when y is x, then partly written).  channels = (tables, C, plane, last): the "
      "per-channel steps' tables and x's geometry."},
     {"held", py_held, METH_VARARGS,
-     "held(program, expect, min_ndim, fallback, ndarray, empty_like, tables=()) -> a callable "
-     "f(x, *expect): the program run on a float32 C-contiguous ndarray x of at least "
+     "held(program, expect, min_ndim, fallback, ndarray, empty_like, tables=(), "
+     "tensor_places=()) -> a callable f(x, *args): args the objects of expect, and at "
+     "tensor_places float32 C-contiguous ndarrays of x's shape (the TENSOR steps' operands); "
+     "the program run on a float32 C-contiguous ndarray x of at least "
      "min_ndim dimensions into a new array "
      "(empty_like(x)); any other call (other scalars, dtype, layout, an empty x), or a "
      "NaN met by a QDQ step, is fallback(*args)."},

@@ -1,0 +1,185 @@
+"""Elementwise chains with tensor operands (fusion_elementwise: another node's value read
+element by element, `_Step.tensor`; native/_chain.c's TENSOR steps), in unwatched runs.
+
+A written-out recurrent cell (torch's LSTMCell and GRUCell stepped by a Python loop, an
+Elman RNN) combines its gates elementwise: c' = f * c + i * g, h = o * tanh(c'),
+n = tanh(n0 + r * n1), h' = (h - n) * z + n.  Such chains run as one node whose steps
+read the other values where they lie.  The unwatched run must give the stepped run's
+bits (every step rounds as numpy's ufunc does), whatever the graph: random graphs of
+Add, Sub, Mul, Div, Tanh, Sigmoid, Relu and Neg over several values of one shape or
+broadcasting ones, float32 and float64, values read twice, kept values in the middle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.fusion_elementwise import ElementwiseChain
+from onnxviz.runtime.kernels import chain_program
+from onnxviz.runtime.session import Session
+
+from .differential import stepped_values
+
+pytestmark = pytest.mark.numeric
+
+_BINARY = ["Add", "Sub", "Mul", "Div"]
+_UNARY = ["Tanh", "Sigmoid", "Relu", "Neg"]
+
+
+def _tensor_chains(session: Session) -> list[ElementwiseChain]:
+    return [
+        pn.fused
+        for pn in run_nodes(session.plan)
+        if isinstance(pn.fused, ElementwiseChain) and any(st.tensor for st in pn.fused.steps)
+    ]
+
+
+def _same_bits(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Session:
+    """Runs ``model`` unwatched three times (the held chains are made on the first) and
+    checks every output against the stepped run's, bit for bit."""
+    want = stepped_values(model, feeds)
+    session = Session(model)
+    for _ in range(3):
+        got = session.run(feeds)
+        for out in model.graph.output:
+            have, ref = got[out.name], want[out.name]
+            assert have.shape == ref.shape and have.dtype == ref.dtype, out.name
+            np.testing.assert_array_equal(have, ref, err_msg=out.name)
+    return session
+
+
+@st.composite
+def tensor_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    shape = tuple(draw(st.lists(st.integers(1, 40), min_size=1, max_size=3)))
+    feeds: dict[str, np.ndarray] = {}
+    for k in range(draw(st.integers(2, 5))):
+        # mostly the full shape; sometimes without its leading axes or with ones
+        s = shape
+        if k and draw(st.integers(0, 3)) == 0:
+            s = shape[draw(st.integers(0, len(shape))) :]
+        elif k and draw(st.integers(0, 5)) == 0:
+            s = tuple(1 if draw(st.booleans()) else d for d in shape)
+        feeds[f"in{k}"] = (rng.standard_normal(s) * 2).astype(dtype)
+    values = list(feeds)
+    nodes: list[onnx.NodeProto] = []
+    outputs: list[str] = []
+    for i in range(draw(st.integers(2, 12))):
+        y = f"v{i}"
+        if draw(st.integers(0, 3)) == 0:
+            op = draw(st.sampled_from(_UNARY))
+            nodes.append(helper.make_node(op, [draw(st.sampled_from(values))], [y]))
+        else:
+            op = draw(st.sampled_from(_BINARY))
+            a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            if op == "Div":
+                b = draw(st.sampled_from(list(feeds)))  # inputs: never zero (normal draws)
+            nodes.append(helper.make_node(op, [a, b], [y]))
+        values.append(y)
+        if draw(st.integers(0, 5)) == 0:
+            outputs.append(y)  # kept in the middle: a chain ends there
+    outputs = list(dict.fromkeys([*outputs, values[-1]]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, elem, list(v.shape)) for n, v in feeds.items()],
+        [helper.make_tensor_value_info(o, elem, None) for o in outputs],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds
+
+
+@settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(tensor_graphs())
+def test_random_graphs_of_several_values_give_the_stepped_bits(case: Any) -> None:
+    model, feeds = case
+    with np.errstate(all="ignore"):
+        _same_bits(model, feeds)
+
+
+def _lstm_cell_model(batch: int, hidden: int) -> onnx.ModelProto:
+    """An LSTM cell's gate arithmetic as torch writes it out: the gates' activations, then
+    c' = f * c + i * g and h = o * tanh(c')."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Sigmoid", ["gi"], ["i"]),
+        helper.make_node("Sigmoid", ["gf"], ["f"]),
+        helper.make_node("Tanh", ["gg"], ["g"]),
+        helper.make_node("Sigmoid", ["go"], ["o"]),
+        helper.make_node("Mul", ["f", "c"], ["fc"]),
+        helper.make_node("Mul", ["i", "g"], ["ig"]),
+        helper.make_node("Add", ["fc", "ig"], ["c2"]),
+        helper.make_node("Tanh", ["c2"], ["tc"]),
+        helper.make_node("Mul", ["o", "tc"], ["h2"]),
+    ]
+    names = ["gi", "gf", "gg", "go", "c"]
+    graph = helper.make_graph(
+        nodes,
+        "lstm_cell",
+        [helper.make_tensor_value_info(n, f, [batch, hidden]) for n in names],
+        [
+            helper.make_tensor_value_info("h2", f, None),
+            helper.make_tensor_value_info("c2", f, None),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("batch", [1, 4, 7])
+def test_an_lstm_cells_gates_run_as_chains_with_the_stepped_bits(batch: int) -> None:
+    rng = np.random.default_rng(batch)
+    model = _lstm_cell_model(batch, 130)
+    feeds = {
+        n: rng.standard_normal((batch, 130)).astype(np.float32)
+        for n in ("gi", "gf", "gg", "go", "c")
+    }
+    session = _same_bits(model, feeds)
+    chains = _tensor_chains(session)
+    # Mul(f, c) -> Add(., i * g) (c2 is kept: its chain ends there), Tanh -> Mul(o, .)
+    assert len(chains) >= 2
+    assert len(run_nodes(session.plan)) < len(session.plan.nodes)
+    if chain_program.CHAIN is not None:
+        assert all(c.native and c.quick is not None for c in chains)
+
+
+def test_a_held_tensor_chain_hands_on_what_it_cannot_read() -> None:
+    """The held call takes float32 C-contiguous tensors of x's shape (or of it without
+    leading ones); a tensor that would grow the value, another dtype or a strided one
+    goes to the Python call, which broadcasts, copies or runs the nodes one by one: the
+    stepped run's bits every time."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Tanh", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", f, None), helper.make_tensor_value_info("b", f, None)],
+        [helper.make_tensor_value_info("y", f, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 4, 33)).astype(np.float32)
+    wide = rng.standard_normal((4, 66)).astype(np.float32)
+    for b in (
+        rng.standard_normal((4, 33)).astype(np.float32),  # a's shape without its leading 1
+        rng.standard_normal((1, 4, 33)).astype(np.float32),
+        rng.standard_normal((33,)).astype(np.float32),  # broadcast: a copy
+        wide[:, ::2],  # strided
+        rng.standard_normal((2, 4, 33)).astype(np.float32),  # grows a: node by node
+    ):
+        session = _same_bits(model, {"a": a, "b": b})
+        assert len(_tensor_chains(session)) == 1
