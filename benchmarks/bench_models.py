@@ -228,23 +228,27 @@ def lstm(seq: int = 64, batch: int = 4, n_in: int = 128, hidden: int = 256) -> B
 
 
 def add_chain(n: int = 5000) -> Built:
-    """``n`` Add nodes on [1] float tensors: nearly all time is engine overhead.  The
-    added value is a second graph input, not a constant, so that the planner does not
-    run the chain as one fused elementwise node: this measures the cost per node."""
+    """``n`` Add nodes on [1] float tensors: nearly all time is engine overhead.  Each Add
+    reads the two before it (x[i + 1] = x[i] + x[i - 1], from the graph inputs x and
+    zero), so every value has two readers and no elementwise chain can take two nodes as
+    one: this measures the cost per node.  (Until the chains took other nodes' values as
+    operands, x[i + 1] = x[i] + one did; the chains now run that as one node per few
+    Adds.)  Both inputs are zeros, so every value is (a Fibonacci sequence from 1
+    overflows to inf, whose arithmetic slowed both engines 2-2.5x)."""
     g = _Graph(3)
-    x = "x"
+    x, before = "x", "zero"
     for i in range(n):
-        x = g.node("Add", [x, "one"], f"add{i}")
+        x, before = g.node("Add", [x, before], f"add{i}"), x
     g.node("Identity", [x], "y")
     model = g.model(
         "add_chain",
         [
             helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
-            helper.make_tensor_value_info("one", TensorProto.FLOAT, [1]),
+            helper.make_tensor_value_info("zero", TensorProto.FLOAT, [1]),
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    return model, {"x": np.zeros(1, np.float32), "one": np.ones(1, np.float32)}
+    return model, {"x": np.zeros(1, np.float32), "zero": np.zeros(1, np.float32)}
 
 
 MODELS: dict[str, tuple[str, Callable[[], Built]]] = {

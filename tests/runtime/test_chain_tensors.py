@@ -183,3 +183,29 @@ def test_a_held_tensor_chain_hands_on_what_it_cannot_read() -> None:
     ):
         session = _same_bits(model, {"a": a, "b": b})
         assert len(_tensor_chains(session)) == 1
+
+
+def test_one_value_read_by_every_step_is_one_tensor_operand() -> None:
+    """x + b + b + ... (b a graph input): b is one tensor operand however many steps read
+    it, so the chain is not cut every four steps; the stepped bits."""
+    f = TensorProto.FLOAT
+    nodes, x = [], "x"
+    for i in range(20):
+        nodes.append(helper.make_node("Add" if i % 2 else "Mul", [x, "b"], [f"v{i}"]))
+        x = f"v{i}"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", f, [3, 5]),
+            helper.make_tensor_value_info("b", f, [3, 5]),
+        ],
+        [helper.make_tensor_value_info(x, f, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(8)
+    feeds = {n: (rng.standard_normal((3, 5)) * 0.5).astype(np.float32) for n in ("x", "b")}
+    session = _same_bits(model, feeds)
+    assert len(run_nodes(session.plan)) == 1
+    (chain,) = _tensor_chains(session)
+    assert chain._tensor_places == [1] and len(chain.steps) == 20

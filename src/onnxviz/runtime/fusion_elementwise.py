@@ -251,23 +251,22 @@ def find_chains(
     for i, pn in enumerate(nodes):
         if i in used:
             continue
+        tensors: set[int] = set()  # the chain's tensor operands' slots
         dq = _pair_at(nodes, users, keep, used, known, i)
         if dq is not None:
             head = pn.inputs[0]
             if head in _pair_params(nodes, i, dq):
                 continue
             steps, y, pairs, compiled = [i, dq], nodes[dq].outputs[0], 1, True
-            tensors = 0
         elif _eligible(pn) and scalars(pn):
             live = [s for s in pn.inputs if s not in const]
-            tensors = 0
             if not live:
                 continue
             if any(s != live[0] for s in live):
                 # two values: the first is the chain's input, the other its first tensor
                 if not tensor_operands or pn.op_type not in chain_program.SIDE_OPS:
                     continue
-                tensors = 1
+                tensors = {live[1]}
             head = live[0]
             steps, y, pairs = [i], pn.outputs[0], 0
             compiled = pn.op_type in chain_program.OPS
@@ -313,10 +312,10 @@ def find_chains(
                     tensor_operands
                     and len(others) == 1
                     and nxt.op_type in chain_program.SIDE_OPS
-                    and tensors < chain_program.MAX_TENSORS
+                    and len(tensors | {others[0]}) <= chain_program.MAX_TENSORS
                     and not channels
                 ):
-                    tensors += 1  # another node's value, element by element
+                    tensors.add(others[0])  # another node's value, element by element
                     steps.append(consumers[0])
                     y = nxt.outputs[0]
                     continue
