@@ -72,28 +72,39 @@ def tensor_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
             s = tuple(1 if draw(st.booleans()) else d for d in shape)
         feeds[f"in{k}"] = (rng.standard_normal(s) * 2).astype(dtype)
     values = list(feeds)
+    shapes = {n: v.shape for n, v in feeds.items()}
     nodes: list[onnx.NodeProto] = []
     outputs: list[str] = []
     for i in range(draw(st.integers(2, 12))):
         y = f"v{i}"
         if draw(st.integers(0, 3)) == 0:
             op = draw(st.sampled_from(_UNARY))
-            nodes.append(helper.make_node(op, [draw(st.sampled_from(values))], [y]))
+            a = draw(st.sampled_from(values))
+            nodes.append(helper.make_node(op, [a], [y]))
+            shapes[y] = shapes[a]
         else:
             op = draw(st.sampled_from(_BINARY))
             a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
             if op == "Div":
                 b = draw(st.sampled_from(list(feeds)))  # inputs: never zero (normal draws)
             nodes.append(helper.make_node(op, [a, b], [y]))
+            shapes[y] = np.broadcast_shapes(shapes[a], shapes[b])
         values.append(y)
         if draw(st.integers(0, 5)) == 0:
             outputs.append(y)  # kept in the middle: a chain ends there
     outputs = list(dict.fromkeys([*outputs, values[-1]]))
+    # the shapes an exporter declares (value_info), mostly: tensor steps need them
+    declared = [
+        helper.make_tensor_value_info(v, elem, list(shapes[v]))
+        for v in values[len(feeds) :]
+        if v not in outputs and draw(st.integers(0, 5))
+    ]
     graph = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info(n, elem, list(v.shape)) for n, v in feeds.items()],
         [helper.make_tensor_value_info(o, elem, None) for o in outputs],
+        value_info=declared,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds
 
@@ -136,6 +147,10 @@ def _lstm_cell_model(batch: int, hidden: int) -> onnx.ModelProto:
             helper.make_tensor_value_info("h2", f, None),
             helper.make_tensor_value_info("c2", f, None),
         ],
+        value_info=[
+            helper.make_tensor_value_info(n, f, [batch, hidden])
+            for n in ("i", "f", "g", "o", "fc", "ig", "tc")
+        ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -161,13 +176,17 @@ def test_a_held_tensor_chain_hands_on_what_it_cannot_read() -> None:
     """The held call takes float32 C-contiguous tensors of x's shape (or of it without
     leading ones); a tensor that would grow the value, another dtype or a strided one
     goes to the Python call, which broadcasts, copies or runs the nodes one by one: the
-    stepped run's bits every time."""
+    stepped run's bits every time, whatever the model declared."""
     f = TensorProto.FLOAT
     nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Tanh", ["s"], ["y"])]
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("a", f, None), helper.make_tensor_value_info("b", f, None)],
+        # declared as one shape (a lying model: b is fed otherwise below)
+        [
+            helper.make_tensor_value_info("a", f, [1, 4, 33]),
+            helper.make_tensor_value_info("b", f, [4, 33]),
+        ],
         [helper.make_tensor_value_info("y", f, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -209,3 +228,49 @@ def test_one_value_read_by_every_step_is_one_tensor_operand() -> None:
     assert len(run_nodes(session.plan)) == 1
     (chain,) = _tensor_chains(session)
     assert chain._tensor_places == [1] and len(chain.steps) == 20
+
+
+def test_a_value_declared_of_another_shape_is_no_tensor_operand() -> None:
+    """An attention mask added to the scores (declared [B, 1, 1, T] beside [B, H, T, T])
+    is no tensor operand (the chain would copy it on every run; a squeeze-excite gate's
+    Mul belongs to the channels-last fusions), nor is an undeclared value; a mask
+    declared of the scores' shape is."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Div", ["s", "d"], ["q"]),
+        helper.make_node("Add", ["q", "mask"], ["m"]),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    rng = np.random.default_rng(9)
+    for mask, mask_declared, fused in (
+        ([2, 1, 1, 5], True, False),
+        ([2, 3, 5, 5], False, False),
+        ([2, 3, 5, 5], True, True),
+    ):
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [
+                helper.make_tensor_value_info("s", f, [2, 3, "t", 5]),
+                helper.make_tensor_value_info("d", f, [2, 3, "t", 5]),
+                helper.make_tensor_value_info("mask", f, mask if mask_declared else None),
+            ],
+            [helper.make_tensor_value_info("y", f, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        feeds = {
+            "s": rng.standard_normal((2, 3, 5, 5)).astype(np.float32),
+            "d": rng.uniform(1, 2, (2, 3, 5, 5)).astype(np.float32),
+            "mask": rng.standard_normal(mask).astype(np.float32),
+        }
+        session = _same_bits(model, feeds)
+        taken = [[n.op_type for n in c.nodes] for c in _tensor_chains(session)]
+        # ("t" against 5: a symbolic axis is not a size, so a declared [2, 3, 5, 5] mask
+        # does not match; the third case declares it so too)
+        if fused:
+            model.graph.input[2].CopyFrom(helper.make_tensor_value_info("mask", f, [2, 3, "t", 5]))
+            session = _same_bits(model, feeds)
+            taken = [[n.op_type for n in c.nodes] for c in _tensor_chains(session)]
+            assert taken == [["Div", "Add", "Relu"]]
+        else:
+            assert all("Add" not in t for t in taken), taken

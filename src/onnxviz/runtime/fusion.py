@@ -320,7 +320,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     # Chains before pairs: a chain takes the pairs between its ops as steps.
     for tensor_operands in (False, True):  # (chains of one value first: find_chains)
         for head_slot, positions in find_chains(
-            nodes, users, producer, const, keep, taken, constants, tensor_operands
+            nodes, users, producer, const, keep, taken, constants, tensor_operands, plan.shapes
         ):
             maker = functools.partial(chain_node, nodes, head_slot, positions, const)
             take(positions, maker, taken)

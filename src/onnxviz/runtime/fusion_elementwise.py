@@ -184,6 +184,7 @@ def find_chains(
     taken: set[int],
     values: dict[int, Any] | None = None,
     tensor_operands: bool = False,
+    shapes: dict[int, tuple[Any, ...]] | None = None,
 ) -> list[tuple[int, list[int]]]:
     """(head slot, node positions) of every chain of two or more fusable steps (a
     QuantizeLinear -> DequantizeLinear pair one of them, at least one not a pair), none of
@@ -194,7 +195,21 @@ def find_chains(
     own fused nodes are faster).  With ``tensor_operands`` a binary step's other operand may
     also be another node's value (a tensor step), and a chain may start at a binary op of
     two values: a second pass over what the first left (it would otherwise take a node a
-    side value's chain needs first)."""
+    side value's chain needs first).  A tensor operand must be declared (``shapes``: the
+    graph's shapes by slot) of the chain's input's shape, or of it without leading ones:
+    one that broadcasts (an attention mask, a squeeze-excite gate) would make the chain
+    copy it on every run, and the nodes it would take belong to other fusions."""
+    declared = shapes or {}
+
+    def same_shape(tensor: int, value: int) -> bool:
+        """Whether ``tensor`` is declared of ``value``'s declared shape, or of it without
+        some of its leading ones (every axis a known size or one symbolic name)."""
+        t, v = declared.get(tensor), declared.get(value)
+        if t is None or v is None or len(t) > len(v) or any(d is None for d in v):
+            return False
+        lead = len(v) - len(t)
+        return all(d == 1 for d in v[:lead]) and t == v[lead:]
+
     chains: list[tuple[int, list[int]]] = []
     used: set[int] = set(taken)
     known = values or {}
@@ -262,12 +277,17 @@ def find_chains(
             live = [s for s in pn.inputs if s not in const]
             if not live:
                 continue
+            head = live[0]
             if any(s != live[0] for s in live):
-                # two values: the first is the chain's input, the other its first tensor
+                # two values: one is the chain's input, the other its first tensor
                 if not tensor_operands or pn.op_type not in chain_program.SIDE_OPS:
                     continue
-                tensors = {live[1]}
-            head = live[0]
+                if same_shape(live[1], live[0]):
+                    tensors = {live[1]}
+                elif same_shape(live[0], live[1]):
+                    head, tensors = live[1], {live[0]}
+                else:
+                    continue
             steps, y, pairs = [i], pn.outputs[0], 0
             compiled = pn.op_type in chain_program.OPS
             if channel_operand(pn) and not compiled:
@@ -311,6 +331,7 @@ def find_chains(
                 if side is None and (
                     tensor_operands
                     and len(others) == 1
+                    and same_shape(others[0], head)
                     and nxt.op_type in chain_program.SIDE_OPS
                     and len(tensors | {others[0]}) <= chain_program.MAX_TENSORS
                     and not channels

@@ -148,6 +148,10 @@ class GraphPlan:
     initial_values: list[Any] | None = None
     # Compiled programs of its node lists for quiet runs (quiet_loop.py), by list id.
     quiet_programs: dict[int, tuple[list[PlanNode], Any]] = field(default_factory=dict)
+    # The tensor shapes the graph declares (its inputs, outputs and value_info), by slot:
+    # a size, a symbolic name, or None per axis (`declared_shapes`).  Fusions that must
+    # know two values share a shape read them; no shape inference runs.
+    shapes: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
     def start_values(self) -> list[Any]:
         """A new frame's value slots (constants set)."""
@@ -303,6 +307,29 @@ def _classify(
     )
 
 
+def declared_shapes(
+    graph: GraphProto | FunctionProto, slots: dict[str, int]
+) -> dict[int, tuple[Any, ...]]:
+    """slot -> the tensor shape ``graph`` declares for it (inputs, outputs, value_info):
+    per axis its size, its symbolic name, or None (neither).  A function body declares
+    none."""
+    if isinstance(graph, FunctionProto):
+        return {}
+    shapes: dict[int, tuple[Any, ...]] = {}
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        kind = info.type.WhichOneof("value")
+        if kind != "tensor_type" or not info.type.tensor_type.HasField("shape"):
+            continue
+        slot = slots.get(info.name)
+        if slot is None:
+            continue
+        shapes[slot] = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in info.type.tensor_type.shape.dim
+        )
+    return shapes
+
+
 def compile_graph(
     graph: GraphProto | FunctionProto,
     path: str,
@@ -427,6 +454,7 @@ def compile_graph(
         _mark_foldable(plan_nodes, {s for s, _ in constants})
 
     return GraphPlan(
+        shapes=declared_shapes(graph, slots),
         path=path,
         kind=kind if not is_function else "function",
         name=graph.name,
