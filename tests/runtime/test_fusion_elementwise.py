@@ -157,9 +157,11 @@ def test_kept_intermediate_ends_the_chain() -> None:
     np.testing.assert_allclose(out["e"], want["e"], rtol=1e-6)
     np.testing.assert_allclose(out["y"], want["y"], rtol=1e-6)
     kinds = [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)]
-    # Div -> Erf stops at the kept value; the rest reads two live values (e's chain and
-    # x), which a chain does not take, so it runs node by node.
-    assert kinds == [("Div", "fused"), ("Add", "kernel"), ("Mul", "kernel"), ("Mul", "kernel")]
+    # Div -> Erf stops at the kept value; the rest starts a chain of its own on e, whose
+    # Mul reads x as a tensor operand (x is not that chain's input; x's shape is
+    # declared, e's follows from it: shape_flow)
+    assert kinds == [("Div", "fused"), ("Add", "fused")]
+    assert [st.tensor for st in run_nodes(sess.plan)[1].fused.steps] == [False, True, False]
 
 
 def test_value_read_again_after_an_earlier_last_use_is_not_overwritten() -> None:

@@ -119,6 +119,7 @@ from onnxviz.runtime.plan import (
 )
 from onnxviz.runtime.prefold import prefold
 from onnxviz.runtime.prepared import prepare
+from onnxviz.runtime.shape_flow import complete_shapes
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -318,9 +319,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
+    shapes = complete_shapes(nodes, plan.shapes, constants)  # (tensor operands: declared)
     for tensor_operands in (False, True):  # (chains of one value first: find_chains)
         for head_slot, positions in find_chains(
-            nodes, users, producer, const, keep, taken, constants, tensor_operands, plan.shapes
+            nodes, users, producer, const, keep, taken, constants, tensor_operands, shapes
         ):
             maker = functools.partial(chain_node, nodes, head_slot, positions, const)
             take(positions, maker, taken)
