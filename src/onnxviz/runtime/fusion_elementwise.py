@@ -431,18 +431,13 @@ def chain_node(
             value_first = a == value
             j = 1 if value_first else 0
             other_slot = pn.inputs[j]
-            if pos == positions[0] and a != b and a not in constants and b not in constants:
-                # a head of two values (find_chains): the other is a tensor operand
-                value_first = a == head
-                j = 1 if value_first else 0
-                other_slot = pn.inputs[j]
-                at = place(other_slot, pn.input_names[j])
-                steps.append(_Step(pn.op_type, at, value_first, tensor=True))
-            elif other_slot == head:
+            if other_slot == head:
                 steps.append(_Step(pn.op_type, -1, value_first))  # the chain's input
             elif other_slot in sides:
                 steps.append(_Step(pn.op_type, -2, value_first, sides[other_slot]))
-            elif other_slot not in constants:  # another node's value (find_chains)
+            elif other_slot not in constants:
+                # another node's value (find_chains; at a head of two values, the one
+                # that is not the chain's input)
                 at = place(other_slot, pn.input_names[j])
                 steps.append(_Step(pn.op_type, at, value_first, tensor=True))
             else:
