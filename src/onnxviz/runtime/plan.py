@@ -32,6 +32,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.model.node_id import address_of
 from onnxviz.model.tensors import to_array
 from onnxviz.model.text import as_text
+from onnxviz.model.types import shape_of
 from onnxviz.runtime.attributes import _sparse_to_dense, node_attributes
 from onnxviz.runtime.functions import (
     FunctionKey,
@@ -317,16 +318,12 @@ def declared_shapes(
         return {}
     shapes: dict[int, tuple[Any, ...]] = {}
     for info in (*graph.input, *graph.output, *graph.value_info):
-        kind = info.type.WhichOneof("value")
-        if kind != "tensor_type" or not info.type.tensor_type.HasField("shape"):
-            continue
         slot = slots.get(info.name)
-        if slot is None:
+        if slot is None or info.type.WhichOneof("value") != "tensor_type":
             continue
-        shapes[slot] = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in info.type.tensor_type.shape.dim
-        )
+        dims = shape_of(info.type)
+        if dims is not None:  # (an empty symbolic name names no axis: unknown)
+            shapes[slot] = tuple(None if d == "" else d for d in dims)
     return shapes
 
 
