@@ -37,6 +37,26 @@ def stepped_values(model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, A
     return values
 
 
+def assert_stepped_bits(
+    model: onnx.ModelProto, feeds: dict[str, Any], runs: int = 2
+) -> tuple[Session, dict[str, Any]]:
+    """Runs ``model`` unwatched ``runs`` times (the first makes the specialized and held
+    calls, later ones take their kept state) and checks every graph output of every run
+    against the stepped run's, bit for bit (NaNs where it has NaNs): for the fast paths
+    that run the kernels' own operations.  The session and the last run's outputs."""
+    want = stepped_values(model, feeds)
+    session = Session(model)
+    got: dict[str, Any] = {}
+    for _ in range(runs):
+        got = session.run(feeds)
+        for out in model.graph.output:
+            have, ref = got[out.name], want[out.name]
+            assert isinstance(have, np.ndarray), out.name
+            assert have.dtype == ref.dtype and have.shape == ref.shape, out.name
+            np.testing.assert_array_equal(have, ref, err_msg=out.name)
+    return session, got
+
+
 def close(got: Any, want: Any, what: str, rtol: float = RTOL) -> None:
     """``got`` equals ``want`` up to float rounding (exactly, for non-float values)."""
     if isinstance(want, list):

@@ -26,7 +26,7 @@ from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.session import Session
 
-from .differential import stepped_values
+from .differential import assert_stepped_bits
 
 pytestmark = pytest.mark.numeric
 
@@ -40,20 +40,6 @@ def _tensor_chains(session: Session) -> list[ElementwiseChain]:
         for pn in run_nodes(session.plan)
         if isinstance(pn.fused, ElementwiseChain) and any(st.tensor for st in pn.fused.steps)
     ]
-
-
-def _same_bits(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Session:
-    """Runs ``model`` unwatched three times (the held chains are made on the first) and
-    checks every output against the stepped run's, bit for bit."""
-    want = stepped_values(model, feeds)
-    session = Session(model)
-    for _ in range(3):
-        got = session.run(feeds)
-        for out in model.graph.output:
-            have, ref = got[out.name], want[out.name]
-            assert have.shape == ref.shape and have.dtype == ref.dtype, out.name
-            np.testing.assert_array_equal(have, ref, err_msg=out.name)
-    return session
 
 
 @st.composite
@@ -120,7 +106,7 @@ def tensor_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def test_random_graphs_of_several_values_give_the_stepped_bits(case: Any) -> None:
     model, feeds = case
     with np.errstate(all="ignore"):
-        _same_bits(model, feeds)
+        assert_stepped_bits(model, feeds, runs=3)
 
 
 def _lstm_cell_model(batch: int, hidden: int) -> onnx.ModelProto:
@@ -163,7 +149,7 @@ def test_an_lstm_cells_gates_run_as_chains_with_the_stepped_bits(batch: int) -> 
         n: rng.standard_normal((batch, 130)).astype(np.float32)
         for n in ("gi", "gf", "gg", "go", "c")
     }
-    session = _same_bits(model, feeds)
+    session = assert_stepped_bits(model, feeds, runs=3)[0]
     chains = _tensor_chains(session)
     # Mul(f, c) -> Add(., i * g) (c2 is kept: its chain ends there), Tanh -> Mul(o, .)
     assert len(chains) >= 2
@@ -200,7 +186,7 @@ def test_a_held_tensor_chain_hands_on_what_it_cannot_read() -> None:
         wide[:, ::2],  # strided
         rng.standard_normal((2, 4, 33)).astype(np.float32),  # grows a: node by node
     ):
-        session = _same_bits(model, {"a": a, "b": b})
+        session = assert_stepped_bits(model, {"a": a, "b": b}, runs=3)[0]
         assert len(_tensor_chains(session)) == 1
 
 
@@ -224,7 +210,7 @@ def test_one_value_read_by_every_step_is_one_tensor_operand() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     rng = np.random.default_rng(8)
     feeds = {n: (rng.standard_normal((3, 5)) * 0.5).astype(np.float32) for n in ("x", "b")}
-    session = _same_bits(model, feeds)
+    session = assert_stepped_bits(model, feeds, runs=3)[0]
     assert len(run_nodes(session.plan)) == 1
     (chain,) = _tensor_chains(session)
     assert chain._tensor_places == [1] and len(chain.steps) == 20
@@ -263,13 +249,13 @@ def test_a_value_declared_of_another_shape_is_no_tensor_operand() -> None:
             "d": rng.uniform(1, 2, (2, 3, 5, 5)).astype(np.float32),
             "mask": rng.standard_normal(mask).astype(np.float32),
         }
-        session = _same_bits(model, feeds)
+        session = assert_stepped_bits(model, feeds, runs=3)[0]
         taken = [[n.op_type for n in c.nodes] for c in _tensor_chains(session)]
         # ("t" against 5: a symbolic axis is not a size, so a declared [2, 3, 5, 5] mask
         # does not match; the third case declares it so too)
         if fused:
             model.graph.input[2].CopyFrom(helper.make_tensor_value_info("mask", f, [2, 3, "t", 5]))
-            session = _same_bits(model, feeds)
+            session = assert_stepped_bits(model, feeds, runs=3)[0]
             taken = [[n.op_type for n in c.nodes] for c in _tensor_chains(session)]
             assert taken == [["Div", "Add", "Relu"]]
         else:

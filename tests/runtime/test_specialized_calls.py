@@ -28,7 +28,7 @@ from onnxviz.runtime.kernels import _weight_cache as wc
 from onnxviz.runtime.kernels import contrib_quant, packed_gemm
 from onnxviz.runtime.session import Session
 
-from .differential import stepped_values
+from .differential import assert_stepped_bits, stepped_values
 
 pytestmark = pytest.mark.numeric
 
@@ -64,26 +64,6 @@ def _specialized(session: Session) -> dict[str, str]:
         special = held_chain or "specialize" in qual or "_prepared" in qual
         how[pn.op_type] = "special" if special else how.get(pn.op_type, "kernel")
     return how
-
-
-def _same_as_stepped(
-    model: onnx.ModelProto, feeds: dict[str, Any], runs: int = 2
-) -> tuple[Session, dict[str, Any]]:
-    """Runs ``model`` unwatched ``runs`` times (the first makes the specialized calls,
-    later ones take their kept state) and checks every output against the stepped
-    run's, bit for bit (NaNs where it has NaNs)."""
-    stepped = stepped_values(model, feeds)
-    session = Session(model)
-    got: dict[str, Any] = {}
-    for _ in range(runs):
-        got = session.run(feeds)
-    for out in model.graph.output:
-        want = stepped[out.name]
-        have = got[out.name]
-        assert isinstance(have, np.ndarray), out.name
-        assert have.dtype == want.dtype and have.shape == want.shape, out.name
-        np.testing.assert_array_equal(have, want, err_msg=out.name)
-    return session, got
 
 
 # -- MatMulNBits ----------------------------------------------------------------------
@@ -124,7 +104,7 @@ def test_matmul_nbits_gives_the_stepped_bits(
     rng = np.random.default_rng(rows)
     model = _nbits_model(96, 40, 32, bias=bias, rng=rng)
     a = rng.standard_normal((1, rows, 96)).astype(np.float32)
-    session, _ = _same_as_stepped(model, {"a": a}, runs=3)
+    session, _ = assert_stepped_bits(model, {"a": a}, runs=3)
     assert _specialized(session)["MatMulNBits"] == "special"
     wc.clear()
 
@@ -153,7 +133,7 @@ def test_matmul_nbits_takes_other_dtypes_through_the_kernel() -> None:
     model = _nbits_model(32, 16, 16, bias=True, rng=rng)
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
     a = rng.standard_normal((3, 32))
-    _same_as_stepped(model, {"a": a})
+    assert_stepped_bits(model, {"a": a})
     wc.clear()
 
 
@@ -199,7 +179,7 @@ def test_norms_give_the_stepped_bits(op: str, outputs: list[str], shape: tuple[i
     feeds = {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)}
     if "Skip" in op:
         feeds["skip"] = rng.standard_normal(shape).astype(np.float32)
-    session, _ = _same_as_stepped(model, feeds)
+    session, _ = assert_stepped_bits(model, feeds)
     assert _specialized(session)[op] == ("special" if native.load("norm") else "kernel")
 
 
@@ -209,13 +189,13 @@ def test_norms_take_the_kernel_for_what_they_were_not_made_for() -> None:
     rng = np.random.default_rng(8)
     model = _norm_case("SkipSimplifiedLayerNormalization", rng, 8, ["y", "", "", "sum"])
     x = rng.standard_normal((2, 3, 8)).astype(np.float32)
-    _same_as_stepped(model, {"x": x, "skip": rng.standard_normal((3, 8)).astype(np.float32)})
+    assert_stepped_bits(model, {"x": x, "skip": rng.standard_normal((3, 8)).astype(np.float32)})
     wide = rng.standard_normal((2, 3, 16)).astype(np.float32)[:, :, ::2]
-    _same_as_stepped(model, {"x": wide, "skip": rng.standard_normal((2, 3, 8), np.float32)})
+    assert_stepped_bits(model, {"x": wide, "skip": rng.standard_normal((2, 3, 8), np.float32)})
     model = _norm_case("LayerNormalization", rng, 8, ["y"])
     model.graph.input.append(helper.make_tensor_value_info("gamma", TensorProto.FLOAT, [8]))
     fed = rng.standard_normal(8).astype(np.float32)
-    session, got = _same_as_stepped(model, {"x": x, "gamma": fed})
+    session, got = assert_stepped_bits(model, {"x": x, "gamma": fed})
     plain = Session(model).run({"x": x})["y"]
     assert not np.array_equal(got["y"], plain)
 
@@ -226,7 +206,7 @@ def test_a_norm_over_two_axes_is_not_specialized() -> None:
     node = helper.make_node("LayerNormalization", ["x", "gamma"], ["y"], axis=-2)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
     model = _model([node], [x], ["y"], [gamma])
-    session, _ = _same_as_stepped(model, {"x": rng.standard_normal((2, 3, 8), np.float32)})
+    session, _ = assert_stepped_bits(model, {"x": rng.standard_normal((2, 3, 8), np.float32)})
     assert _specialized(session)["LayerNormalization"] == "kernel"
 
 
@@ -315,7 +295,7 @@ def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 @given(small_op_graphs())
 def test_random_small_op_graphs_give_the_stepped_bits(case: Any) -> None:
     model, feeds = case
-    _same_as_stepped(model, feeds)
+    assert_stepped_bits(model, feeds)
 
 
 @pytest.mark.parametrize("op", ["Sigmoid", "Tanh", "Cast", "ReduceSum"])
@@ -329,7 +309,7 @@ def test_the_small_ops_get_their_specialized_calls(op: str) -> None:
     axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     model = _model([node], [x], ["y"], [axes] if op == "ReduceSum" else [])
-    session, _ = _same_as_stepped(model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    session, _ = assert_stepped_bits(model, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
     from onnxviz.runtime.kernels import chain_program
 
     # (Tanh's call is the compiled chain's step: with the kernels off, the kernel runs)
@@ -345,7 +325,7 @@ def test_an_elementwise_chain_of_a_scalar_keeps_its_shape(dtype: int) -> None:
     nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Tanh", ["s"], ["y"])]
     x = helper.make_tensor_value_info("x", dtype, [])
     model = _model(nodes, [x], ["y"], [])
-    session, got = _same_as_stepped(model, {"x": np.array(0.125, dtype=_DTYPES[dtype])})
+    session, got = assert_stepped_bits(model, {"x": np.array(0.125, dtype=_DTYPES[dtype])})
     assert got["y"].shape == ()
     assert [type(pn.fused).__name__ for pn in run_nodes(session.plan)] == ["ElementwiseChain"]
 
@@ -527,7 +507,7 @@ def _python_bounds(start: int, end: int, step: int, dim: int) -> tuple[Any, Any,
 @given(view_graphs())
 def test_random_view_chains_give_the_stepped_bits(case: Any) -> None:
     model, feeds = case
-    _same_as_stepped(model, feeds, runs=3)
+    assert_stepped_bits(model, feeds, runs=3)
 
 
 @pytest.mark.parametrize("op", ["Slice", "Reshape", "Squeeze", "Unsqueeze"])
@@ -572,7 +552,7 @@ def test_gather_of_one_constant_index_is_a_view_and_refuses_what_the_kernel_refu
         inits = [numpy_helper.from_array(index, "i")]
         node = helper.make_node("Gather", ["x", "i"], ["g"], axis=axis)
         model = _model([node, helper.make_node("Neg", ["g"], ["y"])], [xi], ["y"], inits)
-        session, got = _same_as_stepped(model, {"x": x})
+        session, got = assert_stepped_bits(model, {"x": x})
         assert _specialized(session)["Gather"] == "special"
         want = np.take(x, index, axis=axis)
         np.testing.assert_array_equal(got["y"], -want)
@@ -596,7 +576,7 @@ def test_small_split_parts_of_a_later_axis_are_contiguous_copies() -> None:
         outs = ["a", "b", "c", "d"]
         node = helper.make_node("Split", ["x"], outs, axis=1, num_outputs=4)
         model = _model([node], [xi], outs, [], [helper.make_opsetid("", 18)])
-        session, got = _same_as_stepped(model, {"x": x})
+        session, got = assert_stepped_bits(model, {"x": x})
         assert _specialized(session)["Split"] == "special"
         for k, name in enumerate(outs):
             np.testing.assert_array_equal(got[name], x[:, 128 * k : 128 * (k + 1)])
@@ -623,7 +603,7 @@ def test_small_splits_of_any_lengths_give_the_stepped_parts(
         node = helper.make_node("Split", ["x", "sizes"], outs, axis=axis)
         xi = helper.make_tensor_value_info("x", elem, None)
         model = _model([node], [xi], outs, [split], [helper.make_opsetid("", 18)])
-        session, got = _same_as_stepped(model, {"x": x})
+        session, got = assert_stepped_bits(model, {"x": x})
         assert _specialized(session)["Split"] == "special"
         assert all(got[o].flags.c_contiguous for o in outs)
 
@@ -672,7 +652,7 @@ def test_recurrent_layers_give_the_stepped_bits(
     rng = np.random.default_rng(len(direction) + 3 * bias + 5 * states + len(outputs))
     model, feeds = _recurrent_model(op, direction, bias, states, outputs, rng)
     with threadpool_limits(1) if one_thread else contextlib.nullcontext():
-        session, _ = _same_as_stepped(model, feeds)
+        session, _ = assert_stepped_bits(model, feeds)
     compiled = native.load("recurrent") is not None
     assert _specialized(session)[op] == ("special" if compiled else "kernel")
 
@@ -696,7 +676,7 @@ def test_recurrent_layers_take_the_kernel_for_a_fed_weight_and_padding(op: str) 
     node.input[4] = "lens"
     model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [3]))
     lens = {"lens": np.array([4, 2, 1], np.int32)}
-    _same_as_stepped(model, {**feeds, **lens})
+    assert_stepped_bits(model, {**feeds, **lens})
 
 
 # -- products by a constant matrix ---------------------------------------------------------
@@ -727,7 +707,7 @@ def _products(rows: int, with_bias: bool) -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
     model = _model(nodes, [x], ["y"], inits, [helper.make_opsetid("", 17)])
     feeds = {"x": rng.standard_normal((2, rows, 64)).astype(np.float32)}
-    session, _ = _same_as_stepped(model, feeds, runs=3)
+    session, _ = assert_stepped_bits(model, feeds, runs=3)
     if not with_bias:  # (the packed GEMM is compiled: off, MatMul keeps its kernel)
         packed = packed_gemm.module() is not None
         assert _specialized(session)["MatMul"] == ("special" if packed else "kernel")
@@ -784,7 +764,7 @@ def test_dynamic_quantize_gives_the_stepped_bits(x: np.ndarray) -> None:
     model = _dynamic_quantize_model()
     if x.dtype != np.float32:  # an input of another type: the model says float64
         model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
-    session, got = _same_as_stepped(model, {"x": x})
+    session, got = assert_stepped_bits(model, {"x": x})
     assert _specialized(session)["DynamicQuantizeLinear"] == "special"
     assert got["q"].dtype == np.uint8 and got["s"].shape == () and got["z"].shape == ()
 
@@ -816,18 +796,20 @@ def test_a_nearest_resize_by_constant_scales_gives_the_stepped_bits(
     model = _resize_model(roi, scales, **attrs)
     rng = np.random.default_rng(6)
     for shape in [(1, 3, 4, 5), (2, 2, 3, 3)]:  # the shape may change between runs
-        session, _ = _same_as_stepped(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+        session, _ = assert_stepped_bits(
+            model, {"x": rng.standard_normal(shape).astype(np.float32)}
+        )
         assert _specialized(session)["Resize"] == "special"
     ints = {"x": rng.integers(-5, 5, (1, 2, 3, 3)).astype(np.int32)}
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
-    _same_as_stepped(model, ints)
+    assert_stepped_bits(model, ints)
 
 
 def test_a_linear_resize_or_one_by_sizes_keeps_the_kernel() -> None:
     linear = _resize_model(False, [1.0, 1.0, 2.0, 2.0])
     linear.graph.node[0].attribute[0].s = b"linear"
     feeds = {"x": np.random.default_rng(7).standard_normal((1, 2, 3, 3)).astype(np.float32)}
-    session, _ = _same_as_stepped(linear, feeds)
+    session, _ = assert_stepped_bits(linear, feeds)
     assert _specialized(session)["Resize"] == "kernel"
     sized = _resize_model(True, [])
     sized.graph.node[0].input[2] = ""
@@ -835,7 +817,7 @@ def test_a_linear_resize_or_one_by_sizes_keeps_the_kernel() -> None:
     sized.graph.initializer.append(
         numpy_helper.from_array(np.array([1, 2, 6, 6], np.int64), "sizes")
     )
-    session, _ = _same_as_stepped(sized, feeds)
+    session, _ = assert_stepped_bits(sized, feeds)
     assert _specialized(session)["Resize"] == "kernel"
 
 
