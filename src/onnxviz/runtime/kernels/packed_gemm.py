@@ -293,9 +293,10 @@ def few_rows() -> bool:
     6.1/4.2, 4x128x512 7.6/5.8, 4x256x1024 38.9/20.7, 4x768x768 67/44, 2x768x2304 158/95,
     4x768x3072 255/173, 4x1024x4096 813/339, 7x512x2048 345/132 (SkylakeX kernels; a
     plain ``a @ w`` 1.5-6.8x the kernel); at AVX2 with Haswell's kernels 19.4/7.3,
-    17.0/9.3, 67/39, 106/75, 398/181, 438/309, 981/589, 515/172.  An LSTMCell written out
-    step by step (4 x 128 -> 512 a step) took 14.3 us a Gemm node through the kernel's
-    Python call, onnxruntime 5.8; held in C, 7.2."""
+    17.0/9.3, 67/39, 106/75, 398/181, 438/309, 981/589, 515/172 (the kernel's 3-5 rows
+    then ran as six; with tiles of only their rows 4x256x1024 42.7 -> 29.8 us, 4x768x768
+    87 -> 60).  An LSTMCell written out step by step (4 x 128 -> 512 a step) took 14.3 us
+    a Gemm node through the kernel's Python call, onnxruntime 5.8; held in C, 7.2."""
     return _vectorized()
 
 

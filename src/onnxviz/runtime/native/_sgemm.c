@@ -176,9 +176,12 @@ enum { PF_ROWS = 32 };
 
 /* ---- AVX2 + FMA: MR 6 x NR 16 (two ymm per row) ------------------------------------------ */
 
-/* NV: as tile_avx512_body's (1 for an edge panel of at most 8 columns). */
+/* NV: as tile_avx512_body's (1 for an edge panel of at most 8 columns).  R: the rows
+ * multiplied (6, or 3-5 for a product of that many rows: A read in place, the rows past
+ * R not run as zero rows; an array of accumulators instead of the named ones below was
+ * kept in memory by GCC and took 1.4-1.7x the six-row time). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-tile_avx2_body(const Tile *t, const int STREAM, const int NV, const int INPLACE) {
+tile_avx2_body(const Tile *t, const int STREAM, const int NV, const int INPLACE, const int R) {
     enum { MR = 6 };
     /* Twelve named accumulators, not arrays: with c0[MR], c1[MR] (which the epilogue
      * reads by row) GCC kept the arrays in memory and stored all twelve on every k step
@@ -198,7 +201,7 @@ tile_avx2_body(const Tile *t, const int STREAM, const int NV, const int INPLACE)
         if (STREAM) _mm_prefetch((const char *)(b + 2 * PF_ROWS * 16), _MM_HINT_T1);
         const __m256 b0 = _mm256_loadu_ps(b), b1 = NV == 2 ? _mm256_loadu_ps(b + 8) : b0;
 #define AVX2_ROW(i)                                                                          \
-    {                                                                                        \
+    if ((i) < R) {                                                                           \
         const __m256 ai = _mm256_broadcast_ss(a + (i) * ld);                                 \
         p##i = _mm256_fmadd_ps(ai, b0, p##i);                                                \
         if (NV == 2) q##i = _mm256_fmadd_ps(ai, b1, q##i);                                   \
@@ -344,23 +347,44 @@ static void (*const tile_avx2_fulls_in[8])(const Tile *) = {
 };
 
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-tile_avx2_at(const Tile *t, const int INPLACE) {
+tile_avx2_at(const Tile *t, const int INPLACE, const int R) {
     if (t->cols <= 8) {
         if (t->stream)
-            tile_avx2_body(t, 1, 1, INPLACE);
+            tile_avx2_body(t, 1, 1, INPLACE, R);
         else
-            tile_avx2_body(t, 0, 1, INPLACE);
+            tile_avx2_body(t, 0, 1, INPLACE, R);
     } else if (t->stream)
-        tile_avx2_body(t, 1, 2, INPLACE);
+        tile_avx2_body(t, 1, 2, INPLACE, R);
     else
-        tile_avx2_body(t, 0, 2, INPLACE);
+        tile_avx2_body(t, 0, 2, INPLACE, R);
 }
 
-__attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) { tile_avx2_at(t, 0); }
+__attribute__((target("avx2,fma"))) static void tile_avx2(const Tile *t) {
+    tile_avx2_at(t, 0, 6);
+}
 
 /* tile_avx2 with A's 6 rows read in place (rows lda apart; whole row blocks only). */
 __attribute__((target("avx2,fma"))) static void tile_avx2_in(const Tile *t) {
-    tile_avx2_at(t, 1);
+    tile_avx2_at(t, 1, 6);
+}
+
+/* A product's last 3-5 rows read in place by a tile of only those rows: run as six (A
+ * packed with zero rows), 4 x 256 x 1024 took as long as 6 x 256 x 1024 and 1.1x longer
+ * than it in all (the copy).  Same sums in the same order, so the same bits. */
+__attribute__((target("avx2,fma"))) static void tile_avx2_in1(const Tile *t) {
+    tile_avx2_at(t, 1, 1);
+}
+__attribute__((target("avx2,fma"))) static void tile_avx2_in2(const Tile *t) {
+    tile_avx2_at(t, 1, 2);
+}
+__attribute__((target("avx2,fma"))) static void tile_avx2_in3(const Tile *t) {
+    tile_avx2_at(t, 1, 3);
+}
+__attribute__((target("avx2,fma"))) static void tile_avx2_in4(const Tile *t) {
+    tile_avx2_at(t, 1, 4);
+}
+__attribute__((target("avx2,fma"))) static void tile_avx2_in5(const Tile *t) {
+    tile_avx2_at(t, 1, 5);
 }
 
 /* One or two rows of A read in place against P whole panels of 16 columns: the 6-row
@@ -369,11 +393,15 @@ __attribute__((target("avx2,fma"))) static void tile_avx2_in(const Tile *t) {
  * tile's, so the same bits. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 tile_avx2_wide_body(const Tile *t, Py_ssize_t panel_stride, const int R, const int P) {
-    __m256 acc[2][4][2];
-    for (int i = 0; i < R; i++)
-        for (int q = 0; q < P; q++) acc[i][q][0] = acc[i][q][1] = _mm256_setzero_ps();
+    /* Named accumulators (x<row><panel><half>), not an array: GCC kept an acc[R][P][2]
+     * array in memory, a load and a store around every multiply-add (Zen 4 at this
+     * level, us: 1 x 256 x 1024 27.5 that way, 21.5 now; 2 rows 34.5, 22.8). */
+    const __m256 z = _mm256_setzero_ps();
+    __m256 x000 = z, x001 = z, x010 = z, x011 = z, x020 = z, x021 = z, x030 = z, x031 = z;
+    __m256 x100 = z, x101 = z, x110 = z, x111 = z;
     const float *a = t->a, *b = t->b;
     const Py_ssize_t lda = t->lda, kc = t->kc;
+    const int stream = t->stream;
     /* The prefetch runs 2 PF_ROWS rows ahead; over the block's last rows it asks for the
      * first rows of the next group of P panels (the caller's next call, the same K
      * block), which otherwise started cold from memory every group: a decode step's
@@ -381,27 +409,41 @@ tile_avx2_wide_body(const Tile *t, Py_ssize_t panel_stride, const int R, const i
      * for nothing that exists: a prefetch does not fault.) */
     const Py_ssize_t ahead = 2 * PF_ROWS, turn = kc > ahead ? kc - ahead : 0;
     const float *next = t->b + (Py_ssize_t)P * panel_stride - (kc - ahead) * 16;
+#define WIDE_FMA(i, q, A)                                                                    \
+    x##i##q##0 = _mm256_fmadd_ps(A, b##q##0, x##i##q##0);                                    \
+    x##i##q##1 = _mm256_fmadd_ps(A, b##q##1, x##i##q##1);
 #define WIDE_STEP(PF)                                                                        \
     {                                                                                        \
-        __m256 bv[4][2];                                                                     \
-        for (int q = 0; q < P; q++) {                                                        \
-            const float *bq = b + q * panel_stride;                                          \
-            if (t->stream) _mm_prefetch((const char *)((PF) + q * panel_stride), _MM_HINT_T1); \
-            bv[q][0] = _mm256_loadu_ps(bq);                                                  \
-            bv[q][1] = _mm256_loadu_ps(bq + 8);                                              \
-        }                                                                                    \
-        for (int i = 0; i < R; i++) {                                                        \
-            const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);                          \
-            for (int q = 0; q < P; q++) {                                                    \
-                acc[i][q][0] = _mm256_fmadd_ps(ai, bv[q][0], acc[i][q][0]);                 \
-                acc[i][q][1] = _mm256_fmadd_ps(ai, bv[q][1], acc[i][q][1]);                 \
-            }                                                                                \
+        if (stream)                                                                          \
+            for (int q = 0; q < P; q++)                                                      \
+                _mm_prefetch((const char *)((PF) + q * panel_stride), _MM_HINT_T1);          \
+        const __m256 b00 = _mm256_loadu_ps(b), b01 = _mm256_loadu_ps(b + 8);                 \
+        const __m256 b10 = P > 1 ? _mm256_loadu_ps(b + panel_stride) : z;                    \
+        const __m256 b11 = P > 1 ? _mm256_loadu_ps(b + panel_stride + 8) : z;                \
+        const __m256 b20 = P > 2 ? _mm256_loadu_ps(b + 2 * panel_stride) : z;                \
+        const __m256 b21 = P > 2 ? _mm256_loadu_ps(b + 2 * panel_stride + 8) : z;            \
+        const __m256 b30 = P > 3 ? _mm256_loadu_ps(b + 3 * panel_stride) : z;                \
+        const __m256 b31 = P > 3 ? _mm256_loadu_ps(b + 3 * panel_stride + 8) : z;            \
+        const __m256 a0 = _mm256_broadcast_ss(a + k);                                        \
+        WIDE_FMA(0, 0, a0)                                                                   \
+        if (P > 1) { WIDE_FMA(0, 1, a0) }                                                    \
+        if (P > 2) { WIDE_FMA(0, 2, a0) }                                                    \
+        if (P > 3) { WIDE_FMA(0, 3, a0) }                                                    \
+        if (R > 1) {                                                                         \
+            const __m256 a1 = _mm256_broadcast_ss(a + lda + k);                              \
+            WIDE_FMA(1, 0, a1)                                                               \
+            if (P > 1) { WIDE_FMA(1, 1, a1) }                                                \
         }                                                                                    \
     }
     Py_ssize_t k = 0;
     for (; k < turn; k++, b += 16) WIDE_STEP(b + ahead * 16)
     for (; k < kc; k++, b += 16) WIDE_STEP(next + k * 16)
 #undef WIDE_STEP
+#undef WIDE_FMA
+    const __m256 acc[2][4][2] = {
+        {{x000, x001}, {x010, x011}, {x020, x021}, {x030, x031}},
+        {{x100, x101}, {x110, x111}, {z, z}, {z, z}},
+    };
     const float *const add = t->last ? t->add : NULL;
     const float *const bias = t->last ? t->bias : NULL;
     for (int i = 0; i < R; i++) {
@@ -861,6 +903,9 @@ static void run_blocks(const Problem *p, float *abuf) {
                 } else if (avx2_in) {
                     t.a = p->a + i0 * p->lda + k0;
                     this_tile = tile_avx2_in;
+                } else if (level == 1 && inplace && rows >= 3 && rows < mr) {
+                    t.a = p->a + i0 * p->lda + k0;
+                    this_tile = rows == 1 ? tile_avx2_in1 : rows == 2 ? tile_avx2_in2 : rows == 3 ? tile_avx2_in3 : rows == 4 ? tile_avx2_in4 : tile_avx2_in5;
                 } else
 #endif
                 {
