@@ -234,15 +234,90 @@ tile256(const float *h, const float *w, Py_ssize_t K, const int G, const int g0,
             _mm256_storeu_ps(tile + (m * G + g0 + g) * UNITS + half * 8, acc[m][g]);
 }
 
-/* Rows a tile takes: 4 for every G.  An LSTM's 4 rows run its gates in two passes of two
- * (8 accumulators each; the passes read different cache lines of each k row, so a step
- * still reads its weights once): at 3 rows by 4 gates, batch 4 ran as a 3-row tile and a
- * 1-row one, reading the weights twice a step, the 1-row tile on 4 FMA chains bound by
- * their latency (an LSTM of 256 units at batch 4, Zen 3: 62 us a step, onnxruntime 44). */
+/* Columns c0 .. c0+NC-1 of a block's 2G (column c: half c / G, gate c % G, 8 units) for
+ * MRc rows, MRc * NC <= 8 accumulators in named variables (gemm_avx2 says where).
+ * tile256 makes a pass per half: one row on a half's G gates is G chains of fused
+ * multiply-adds, each waiting on the last (latency 4, two pipes: 8 chains keep them
+ * busy).  The same sums in the same order per column, so the same bits. */
+__attribute__((target(T256), always_inline)) static inline void
+cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int c0, const int NC,
+        const int MRc, float *tile) {
+    const __m256 z = _mm256_setzero_ps();
+#define ACC_ROW(m)                                                                             \
+    __m256 a##m##0 = z, a##m##1 = z, a##m##2 = z, a##m##3 = z, a##m##4 = z, a##m##5 = z,       \
+           a##m##6 = z, a##m##7 = z;
+    ACC_ROW(0)
+    ACC_ROW(1)
+    ACC_ROW(2)
+    ACC_ROW(3)
+#undef ACC_ROW
+    /* Column c's k row: half (c0 + c) / G's pointer plus gate (c0 + c) % G's 8 floats. */
+    const float *w0 = w, *w1 = w + K * G * 8;
+#define COL_PTR(c) ((c0 + (c)) < G ? w0 + (c0 + (c)) * 8 : w1 + (c0 + (c) - G) * 8)
+#pragma GCC unroll 4 /* as tile256's */
+    for (const float *hk = h, *end = h + K; hk < end; hk++, w0 += G * 8, w1 += G * 8) {
+        /* B's columns as memory operands of the multiply-adds (one row's 8 columns and
+         * 8 accumulators held in registers took 17 of the 16 there are). */
+#define B_COL(c) _mm256_loadu_ps(COL_PTR(c))
+#define ROW_FMAS(m)                                                                            \
+    if (m < MRc) {                                                                             \
+        const __m256 hb = _mm256_broadcast_ss(hk + m * K);                                     \
+        a##m##0 = _mm256_fmadd_ps(hb, B_COL(0), a##m##0);                                      \
+        if (NC > 1) a##m##1 = _mm256_fmadd_ps(hb, B_COL(1), a##m##1);                          \
+        if (NC > 2) a##m##2 = _mm256_fmadd_ps(hb, B_COL(2), a##m##2);                          \
+        if (NC > 3) a##m##3 = _mm256_fmadd_ps(hb, B_COL(3), a##m##3);                          \
+        if (NC > 4) a##m##4 = _mm256_fmadd_ps(hb, B_COL(4), a##m##4);                          \
+        if (NC > 5) a##m##5 = _mm256_fmadd_ps(hb, B_COL(5), a##m##5);                          \
+        if (NC > 6) a##m##6 = _mm256_fmadd_ps(hb, B_COL(6), a##m##6);                          \
+        if (NC > 7) a##m##7 = _mm256_fmadd_ps(hb, B_COL(7), a##m##7);                          \
+    }
+        ROW_FMAS(0)
+        ROW_FMAS(1)
+        ROW_FMAS(2)
+        ROW_FMAS(3)
+#undef ROW_FMAS
+#undef B_COL
+    }
+#undef COL_PTR
+    /* column c of row m to the tile at gate (c0 + c) % G, half (c0 + c) / G */
+#define OUT(m, c)                                                                              \
+    if (m < MRc && (c) < NC)                                                                   \
+        _mm256_storeu_ps(tile + (m * G + (c0 + (c)) % G) * UNITS + ((c0 + (c)) / G) * 8,         \
+                         a##m##c);
+#define OUT_ROW(m) OUT(m, 0) OUT(m, 1) OUT(m, 2) OUT(m, 3) OUT(m, 4) OUT(m, 5) OUT(m, 6) OUT(m, 7)
+    OUT_ROW(0)
+    OUT_ROW(1)
+    OUT_ROW(2)
+    OUT_ROW(3)
+#undef OUT_ROW
+#undef OUT
+}
+
+/* Rows a tile takes: 4 for every G.  At 3 rows by 4 gates, batch 4 ran as a 3-row tile
+ * and a 1-row one, reading the weights twice a step (an LSTM of 256 units at batch 4,
+ * Zen 3: 62 us a step, onnxruntime 44). */
 #define MR256(G) 4
 
+/* The tile product of mr rows by a block's G gates.  Where tile256's passes (a half of
+ * 8 units at a time) would keep fewer than 6 accumulator chains, cols256 takes both
+ * halves at once: one row (G to 2G chains), and one gate (a GRU's candidate product) on
+ * 2-4 rows; else tile256 (8-12 chains already).  cols256 with more than 8 accumulators
+ * kept some on the stack (GCC, 16 ymm registers).  Zen 4 at this level, us a step: a
+ * GRU of 256 units at batch 4 (its z/r and candidate products) 26-28 -> 20, one of 128
+ * at batch 1 4.3 -> 3.4. */
 __attribute__((target(T256))) static void gemm_avx2(const float *h, const float *w,
                                                     Py_ssize_t K, int G, int mr, float *tile) {
+    switch (mr * 8 + G) {
+    case 8 + 1: cols256(h, w, K, 1, 0, 2, 1, tile); return;
+    case 8 + 2: cols256(h, w, K, 2, 0, 4, 1, tile); return;
+    case 8 + 3: cols256(h, w, K, 3, 0, 6, 1, tile); return;
+    case 8 + 4: cols256(h, w, K, 4, 0, 8, 1, tile); return;
+    case 16 + 1: cols256(h, w, K, 1, 0, 2, 2, tile); return;
+    case 16 + 2: cols256(h, w, K, 2, 0, 4, 2, tile); return;
+    case 24 + 1: cols256(h, w, K, 1, 0, 2, 3, tile); return;
+    case 32 + 1: cols256(h, w, K, 1, 0, 2, 4, tile); return;
+    default: break;
+    }
     for (int half = 0; half < 2; half++) {
         if (G == 4 && mr == 4) {
             tile256(h, w, K, 4, 0, 2, 4, half, tile);
@@ -254,9 +329,7 @@ __attribute__((target(T256))) static void gemm_avx2(const float *h, const float 
     case g * 8 + m:                                                                            \
         tile256(h, w, K, g, 0, g, m, half, tile);                                              \
         break;
-            C256(1, 1) C256(1, 2) C256(1, 3) C256(1, 4) C256(2, 1) C256(2, 2) C256(2, 3)
-            C256(2, 4) C256(3, 1) C256(3, 2) C256(3, 3) C256(3, 4) C256(4, 1) C256(4, 2)
-            C256(4, 3)
+            C256(2, 3) C256(2, 4) C256(3, 2) C256(3, 3) C256(3, 4) C256(4, 2) C256(4, 3)
 #undef C256
         }
     }
