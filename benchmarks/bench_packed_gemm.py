@@ -3,7 +3,7 @@ _sgemm.c through kernels/packed_gemm.py) rather than OpenBLAS?  The measurement 
 packed_gemm.use_for, to run again when the kernel, the CPU or OpenBLAS change.
 
     python benchmarks/bench_packed_gemm.py [--rounds 15]
-                                           [--shapes resnet,bert,nchw,cold,small,transposed]
+                                           [--shapes resnet,bert,nchw,cold,small,transposed,few]
     ONNXVIZ_NATIVE=avx2 python benchmarks/bench_packed_gemm.py     # a lower level's paths
 
 Shapes: ResNet-50's 1x1 convs at batch 1 (rows = H*W: 3136, 784, 196, 49; the (C, M)
@@ -27,6 +27,10 @@ rounds (the machine is shared: alternating keeps a slow moment from landing on o
   given the image as A's transpose (a_trans: copied into rows first when it fits in L2,
   else tile by tile); fused: with the bias and Relu (OpenBLAS's bias written first, its
   Relu a pass after);
+* ``few``: 1 to 8 rows by a recurrent layer's or a decoder's weights (an LSTMCell's
+  4 x 128 -> 512 step, 256 x 1024, 768 x 768, 768 x 3072), as ``plain`` and ``fused``:
+  the few-row tiles (at AVX2 the wide tile for 1-2 rows, tiles of only their rows for
+  3-5, the 6-row tile and one of those past 6);
 * ``small``: products of a few thousand multiply-adds (a tiny decoder's, a token's by a
   small weight) up to just past packed_gemm.small_macs(), as a node calls them: numpy's
   matmul making its result against the held product (packed_gemm.held_product, C from
@@ -68,6 +72,9 @@ SMALL = [
     (1, 256, 512), (2, 128, 512), (4, 128, 256), (8, 128, 128), (1, 128, 1024),
     (4, 256, 256), (1, 512, 512),
 ]  # fmt: skip
+FEW = [
+    (m, k, n) for k, n in ((128, 512), (256, 1024), (768, 768), (768, 3072)) for m in range(1, 9)
+]
 # Bytes of weight copies a cold product cycles through: beyond a server's L3.
 COLD_BYTES = 768 << 20
 
@@ -271,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(("gemm_left", _left, [(n, k, m) for m, k, n in RESNET]))
     if "cold" in args.shapes:
         runs.append(("cold", _cold, COLD))
+    if "few" in args.shapes:
+        runs.append(("few", _right, FEW))
     if "small" in args.shapes:
         runs.append(("small", _small, SMALL))
     if "transposed" in args.shapes:
