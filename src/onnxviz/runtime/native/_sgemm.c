@@ -371,12 +371,6 @@ __attribute__((target("avx2,fma"))) static void tile_avx2_in(const Tile *t) {
 /* A product's last 3-5 rows read in place by a tile of only those rows: run as six (A
  * packed with zero rows), 4 x 256 x 1024 took as long as 6 x 256 x 1024 and 1.1x longer
  * than it in all (the copy).  Same sums in the same order, so the same bits. */
-__attribute__((target("avx2,fma"))) static void tile_avx2_in1(const Tile *t) {
-    tile_avx2_at(t, 1, 1);
-}
-__attribute__((target("avx2,fma"))) static void tile_avx2_in2(const Tile *t) {
-    tile_avx2_at(t, 1, 2);
-}
 __attribute__((target("avx2,fma"))) static void tile_avx2_in3(const Tile *t) {
     tile_avx2_at(t, 1, 3);
 }
@@ -905,7 +899,9 @@ static void run_blocks(const Problem *p, float *abuf) {
                     this_tile = tile_avx2_in;
                 } else if (level == 1 && inplace && rows >= 3 && rows < mr) {
                     t.a = p->a + i0 * p->lda + k0;
-                    this_tile = rows == 1 ? tile_avx2_in1 : rows == 2 ? tile_avx2_in2 : rows == 3 ? tile_avx2_in3 : rows == 4 ? tile_avx2_in4 : tile_avx2_in5;
+                    this_tile = rows == 3   ? tile_avx2_in3
+                                : rows == 4 ? tile_avx2_in4
+                                            : tile_avx2_in5;
                 } else
 #endif
                 {
