@@ -16,8 +16,8 @@
  * shift for the whole array, no row can underflow however far below the others it lies.
  *
  * The sum runs in 16 partial sums (element i into sum i mod 16, the last n mod 16 as
- * one more block padded with -inf), added in one fixed order at the end, at every level: one 16-lane vector,
- * two of 8 or four of 4.  With exp's bits the same at every level (vector_math.h), every
+ * one more block padded with -inf), added in one fixed order at the end, at every
+ * level: one 16-lane vector, two of 8 or four of 4.  With exp's bits the same at every level (vector_math.h), every
  * level gives the same bits.
  *
  * Why: numpy's path makes six passes over the scores (max, min, subtract, exp, a
@@ -76,25 +76,28 @@ enum { GROUP = 8 };
         }                                                                                  \
         return nan ? NAN : m;                                                              \
     }                                                                                      \
+    /* One block of LANES floats: dst = exp(src - m) (0 below e^-87), each added to its   \
+     * partial sum (lane l of the block into acc's lane l). */                             \
+    ATTR static inline void RS(block_exp)(const float *src, float *dst, VF mv, VF *acc) {  \
+        const VF lo = RS(splat)(-87.0f), zero = RS(splat)(0.0f);                           \
+        for (int p = 0; p < LANES / VW; p++) {                                             \
+            VF a;                                                                          \
+            memcpy(&a, src + p * VW, sizeof a);                                            \
+            a = a - mv;                                                                    \
+            const VI under = a < lo;                                                       \
+            a = RS(select)(under, zero, RS(exp)(RS(select)(under, lo, a)));                \
+            memcpy(dst + p * VW, &a, sizeof a);                                            \
+            acc[p] = acc[p] + a;                                                           \
+        }                                                                                  \
+    }                                                                                      \
     /* y = exp(x - m) (0 below e^-87), and their sum in the fixed order. */                \
     ATTR static inline float RS(row_exp)(const float *xr, float *yr, float m, Py_ssize_t n, \
                                          Py_ssize_t whole) {                               \
-        enum { PER = LANES / VW };                                                         \
-        VF acc[PER];                                                                       \
-        for (int p = 0; p < PER; p++) acc[p] = RS(splat)(0.0f);                            \
-        const VF mv = RS(splat)(m), lo = RS(splat)(-87.0f), zero = RS(splat)(0.0f);        \
+        VF acc[LANES / VW];                                                                \
+        for (int p = 0; p < LANES / VW; p++) acc[p] = RS(splat)(0.0f);                     \
+        const VF mv = RS(splat)(m);                                                        \
         Py_ssize_t i = 0;                                                                  \
-        for (; i < whole; i += LANES) {                                                    \
-            for (int p = 0; p < PER; p++) {                                                \
-                VF a;                                                                      \
-                memcpy(&a, xr + i + p * VW, sizeof a);                                     \
-                a = a - mv;                                                                \
-                const VI under = a < lo;                                                   \
-                a = RS(select)(under, zero, RS(exp)(RS(select)(under, lo, a)));            \
-                memcpy(yr + i + p * VW, &a, sizeof a);                                     \
-                acc[p] = acc[p] + a;                                                       \
-            }                                                                              \
-        }                                                                                  \
+        for (; i < whole; i += LANES) RS(block_exp)(xr + i, yr + i, mv, acc);              \
         if (i < n) {                                                                       \
             /* The tail as one more block padded with -inf (an exp of 0, added to its      \
              * partial sum as +0: no change), element i still into sum i mod LANES (i      \
@@ -103,15 +106,7 @@ enum { GROUP = 8 };
             float pad[LANES], e[LANES];                                                    \
             const Py_ssize_t tail = n - i;                                                 \
             for (int l = 0; l < LANES; l++) pad[l] = l < tail ? xr[i + l] : -INFINITY;     \
-            for (int p = 0; p < PER; p++) {                                                \
-                VF a;                                                                      \
-                memcpy(&a, pad + p * VW, sizeof a);                                        \
-                a = a - mv;                                                                \
-                const VI under = a < lo;                                                   \
-                a = RS(select)(under, zero, RS(exp)(RS(select)(under, lo, a)));            \
-                memcpy(e + p * VW, &a, sizeof a);                                          \
-                acc[p] = acc[p] + a;                                                       \
-            }                                                                              \
+            RS(block_exp)(pad, e, mv, acc);                                                \
             memcpy(yr + i, e, (size_t)tail * sizeof(float));                               \
         }                                                                                  \
         float part[LANES];                                                                 \
