@@ -234,14 +234,14 @@ tile256(const float *h, const float *w, Py_ssize_t K, const int G, const int g0,
             _mm256_storeu_ps(tile + (m * G + g0 + g) * UNITS + half * 8, acc[m][g]);
 }
 
-/* Columns c0 .. c0+NC-1 of a block's 2G (column c: half c / G, gate c % G, 8 units) for
+/* Columns 0 .. NC-1 of a block's 2G (column c: half c / G, gate c % G, 8 units) for
  * MRc rows, MRc * NC <= 8 accumulators in named variables (gemm_avx2 says where).
  * tile256 makes a pass per half: one row on a half's G gates is G chains of fused
  * multiply-adds, each waiting on the last (latency 4, two pipes: 8 chains keep them
  * busy).  The same sums in the same order per column, so the same bits. */
 __attribute__((target(T256), always_inline)) static inline void
-cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int c0, const int NC,
-        const int MRc, float *tile) {
+cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int NC, const int MRc,
+        float *tile) {
     const __m256 z = _mm256_setzero_ps();
 #define ACC_ROW(m)                                                                             \
     __m256 a##m##0 = z, a##m##1 = z, a##m##2 = z, a##m##3 = z, a##m##4 = z, a##m##5 = z,       \
@@ -251,9 +251,9 @@ cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int c0,
     ACC_ROW(2)
     ACC_ROW(3)
 #undef ACC_ROW
-    /* Column c's k row: half (c0 + c) / G's pointer plus gate (c0 + c) % G's 8 floats. */
+    /* Column c's k row: half c / G's pointer plus gate c % G's 8 floats. */
     const float *w0 = w, *w1 = w + K * G * 8;
-#define COL_PTR(c) ((c0 + (c)) < G ? w0 + (c0 + (c)) * 8 : w1 + (c0 + (c) - G) * 8)
+#define COL_PTR(c) ((c) < G ? w0 + (c) * 8 : w1 + ((c) - G) * 8)
 #pragma GCC unroll 4 /* as tile256's */
     for (const float *hk = h, *end = h + K; hk < end; hk++, w0 += G * 8, w1 += G * 8) {
         /* B's columns as memory operands of the multiply-adds (one row's 8 columns and
@@ -279,11 +279,10 @@ cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int c0,
 #undef B_COL
     }
 #undef COL_PTR
-    /* column c of row m to the tile at gate (c0 + c) % G, half (c0 + c) / G */
+    /* column c of row m to the tile at gate c % G, half c / G */
 #define OUT(m, c)                                                                              \
     if (m < MRc && (c) < NC)                                                                   \
-        _mm256_storeu_ps(tile + (m * G + (c0 + (c)) % G) * UNITS + ((c0 + (c)) / G) * 8,         \
-                         a##m##c);
+        _mm256_storeu_ps(tile + (m * G + (c) % G) * UNITS + ((c) / G) * 8, a##m##c);
 #define OUT_ROW(m) OUT(m, 0) OUT(m, 1) OUT(m, 2) OUT(m, 3) OUT(m, 4) OUT(m, 5) OUT(m, 6) OUT(m, 7)
     OUT_ROW(0)
     OUT_ROW(1)
@@ -308,14 +307,14 @@ cols256(const float *h, const float *w, Py_ssize_t K, const int G, const int c0,
 __attribute__((target(T256))) static void gemm_avx2(const float *h, const float *w,
                                                     Py_ssize_t K, int G, int mr, float *tile) {
     switch (mr * 8 + G) {
-    case 8 + 1: cols256(h, w, K, 1, 0, 2, 1, tile); return;
-    case 8 + 2: cols256(h, w, K, 2, 0, 4, 1, tile); return;
-    case 8 + 3: cols256(h, w, K, 3, 0, 6, 1, tile); return;
-    case 8 + 4: cols256(h, w, K, 4, 0, 8, 1, tile); return;
-    case 16 + 1: cols256(h, w, K, 1, 0, 2, 2, tile); return;
-    case 16 + 2: cols256(h, w, K, 2, 0, 4, 2, tile); return;
-    case 24 + 1: cols256(h, w, K, 1, 0, 2, 3, tile); return;
-    case 32 + 1: cols256(h, w, K, 1, 0, 2, 4, tile); return;
+    case 8 + 1: cols256(h, w, K, 1, 2, 1, tile); return;
+    case 8 + 2: cols256(h, w, K, 2, 4, 1, tile); return;
+    case 8 + 3: cols256(h, w, K, 3, 6, 1, tile); return;
+    case 8 + 4: cols256(h, w, K, 4, 8, 1, tile); return;
+    case 16 + 1: cols256(h, w, K, 1, 2, 2, tile); return;
+    case 16 + 2: cols256(h, w, K, 2, 4, 2, tile); return;
+    case 24 + 1: cols256(h, w, K, 1, 2, 3, tile); return;
+    case 32 + 1: cols256(h, w, K, 1, 2, 4, tile); return;
     default: break;
     }
     for (int half = 0; half < 2; half++) {
