@@ -202,7 +202,7 @@ def test_programs_that_are_not_pairs_raise_value_error() -> None:
         step.pack(qdq, 1, 0, 3, 0.5) + step.pack(args, 0, 0, 3, 0.5),  # a scalar operand
         step.pack(qdq, 0, 0, 3, 0.5) + step.pack(args, 2, 0, 3, 0.5),  # an operand
         step.pack(qdq, 0, 0, 3, 0.5) + step.pack(args, 0, 1, 3, 0.5),  # a stray byte
-        step.pack(chain_program.SILU + 1, 0, 0, 0, 0.0),  # no such op
+        step.pack(chain_program.CUBE + 1, 0, 0, 0, 0.0),  # no such op
         (step.pack(qdq, 0, 0, 3, 0.5) + step.pack(args, 0, 0, 3, 0.5)) * 32
         + step.pack(4, 0, 1, 0, 0),  # 65 steps
     ]

@@ -105,6 +105,54 @@ def test_a_gelu_written_with_a_side_branch_runs_as_one_node_with_the_stepped_bit
     np.testing.assert_array_equal(got["y"], want)
 
 
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_gpt2_tanh_gelu_with_its_cube_runs_as_one_node_with_the_stepped_bits(dtype: int) -> None:
+    """Hugging Face GPT-2's NewGELU as torch writes it: 0.5 x (1 + tanh(sqrt(2 / pi)
+    (x + 0.044715 x ** 3))), the cube a Pow by 3.0 that runs as x * x * x in both paths."""
+    nodes = [
+        helper.make_node("Pow", ["x", "three"], ["p"]),
+        helper.make_node("Mul", ["p", "k"], ["pk"]),
+        helper.make_node("Add", ["x", "pk"], ["s"]),
+        helper.make_node("Mul", ["s", "c"], ["sc"]),
+        helper.make_node("Tanh", ["sc"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["a"]),
+        helper.make_node("Mul", ["x", "half"], ["h"]),
+        helper.make_node("Mul", ["h", "a"], ["y"]),
+    ]
+    consts = {"three": 3.0, "k": 0.044715, "c": np.sqrt(2 / np.pi), "one": 1.0, "half": 0.5}
+    shape = [2, 40_000]
+    model = _model(nodes, consts, shape, dtype)
+    x = np.random.default_rng(3).standard_normal(shape) * 4
+    x = x.astype(helper.tensor_dtype_to_np_dtype(dtype))
+    x[0, :5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused"]
+    stepped = _stepped(model, {"x": x})
+    np.testing.assert_array_equal(y, stepped["y"])
+    np.testing.assert_array_equal(stepped["p"], (x * x) * x)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, 1.7])
+def test_a_pow_step_by_any_exponent_keeps_the_stepped_bits(exponent: float) -> None:
+    """|x| ** e * 0.25 + 1: 2 and 3 are the compiled program's steps, other exponents
+    numpy's pow over the blocks; a fed exponent ends the chain before the Pow."""
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Pow", ["a", "e"], ["p"]),
+        helper.make_node("Mul", ["p", "q"], ["m"]),
+        helper.make_node("Add", ["m", "one"], ["y"]),
+    ]
+    shape = [3, 20_000]
+    model = _model(nodes, {"e": exponent, "q": 0.25, "one": 1.0}, shape)
+    x = (np.random.default_rng(5).standard_normal(shape) * 6).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    sess = Session(model)
+    y = sess.run({"x": x})["y"]
+    assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused"]
+    np.testing.assert_array_equal(y, _stepped(model, {"x": x})["y"])
+
+
 def test_operands_on_either_side_and_repeated_constants() -> None:
     """(c - x) / (x + c2), then c2 - v, then x * v: constants used twice, the value as
     the second operand, the chain's input read again."""

@@ -422,6 +422,25 @@ def test_pow_integer_base_with_negative_and_float_exponents() -> None:
     assert f.dtype == np.int64 and f[0] == 2
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("exp_dtype", [np.float32, np.int64])
+def test_pow_by_two_and_three_gives_onnxruntimes_products(dtype: Any, exp_dtype: Any) -> None:
+    """onnxruntime computes x ** 2 and x ** 3 as x * x and x * x * x (float16 in float32,
+    rounded once): the same bits here, for negative bases and the special values too."""
+    x = (np.random.default_rng(4).standard_normal(3000) * 5).astype(dtype)
+    x[:5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    wide = x.astype(np.float32) if dtype == np.float16 else x
+    for e, want in ((2, wide * wide), (3, (wide * wide) * wide)):
+        for exp in (np.array(e, exp_dtype), np.array([e], exp_dtype)):
+            out = run_one("Pow", [x, exp], 15)
+            assert out.dtype == dtype and out.shape == x.shape
+            np.testing.assert_array_equal(out, want.astype(dtype))
+            assert np.signbit(out[4]) == (e == 3)  # (-0) ** 3 is -0, (-0) ** 2 is +0
+    # A one-element exponent of higher rank still broadcasts the base's shape out.
+    out = run_one("Pow", [np.array(-2.0, dtype), np.array([[3.0]], np.float32)], 15)
+    assert out.shape == (1, 1) and out[0, 0] == -8
+
+
 def test_bfloat16_arithmetic_rounds_once_to_bfloat16() -> None:
     bf = ml_dtypes.bfloat16
     a = np.array([1.0, 2.5, -3.0], dtype=bf)

@@ -80,6 +80,8 @@ def _block_path(chain: ElementwiseChain, x: np.ndarray, scalars: dict[int, Any])
 step_strategy = st.one_of(
     st.tuples(st.sampled_from(UNARY), st.just(None), st.just(True)),
     st.tuples(st.sampled_from(BINARY), st.sampled_from(["scalar", "input"]), st.booleans()),
+    # A Pow of the running value by 2 or 3 (the compiled SQUARE and CUBE steps).
+    st.tuples(st.just("Pow"), st.sampled_from([2.0, 3.0]), st.just(True)),
     # A side value: (side op of x and the step's scalar, whether the scalar comes first).
     st.tuples(
         st.sampled_from(BINARY),
@@ -118,6 +120,9 @@ def test_a_random_chain_gives_the_block_paths_bits_at_every_level(
             chain_steps.append(_Step(op))
         elif other == "input":
             chain_steps.append(_Step(op, -1, value_first))
+        elif isinstance(other, float):
+            operands[i + 1] = np.array(other, np.float32)
+            chain_steps.append(_Step(op, i + 1, value_first))
         elif isinstance(other, tuple):
             operands[i + 1] = np.array(scalars[i], np.float32)
             chain_steps.append(_Step(op, -2, value_first, (other[0], i + 1, other[1])))
@@ -226,7 +231,8 @@ def test_wrong_programs_and_buffers_raise_value_error() -> None:
     side = struct.Struct("=BBBBf")
     bad = [
         b"\x00" * 7,  # not 8 bytes a step
-        step.pack(chain_program.SILU + 1, 0, 1, 0.0),  # no such op
+        step.pack(chain_program.CUBE + 1, 0, 1, 0.0),  # no such op
+        step.pack(chain_program.CUBE, 1, 1, 3.0),  # a Pow step takes no operand
         side.pack(2, chain_program.CHANNEL, 1, 0, 0.0),  # a per-channel step without tables
         step.pack(0, 0, 1, 0.0),  # Add without its operand
         step.pack(4, 1, 1, 0.0),  # Erf with one

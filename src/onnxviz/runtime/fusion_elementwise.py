@@ -50,7 +50,7 @@ from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
-from onnxviz.runtime.kernels.math_elementwise import tanh_into
+from onnxviz.runtime.kernels.math_elementwise import float_power, tanh_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
 from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
@@ -71,7 +71,7 @@ _BINARY: dict[str, Callable[..., Any]] = {
     "Sub": np.subtract,
     "Mul": np.multiply,
     "Div": np.divide,
-    "Pow": np.power,
+    "Pow": float_power,
 }
 
 
@@ -116,6 +116,16 @@ class _Step:
     side: tuple[str, int, bool] | None = None
     qdq: tuple[int, int, int, int] | None = None
     tensor: bool = False  # ``other`` is a tensor operand's input place (not a scalar)
+
+
+def _small_exponent(v: Any) -> bool:
+    """``v`` is one value, 2 or 3: a Pow by it has a compiled step (the kernel's v * v
+    and (v * v) * v, math_elementwise.float_power)."""
+    return (
+        scalar(v)
+        and v.dtype.kind in "fiu"
+        and chain_program.power_step(float(v.reshape(-1)[0])) is not None
+    )
 
 
 def _eligible(pn: PlanNode) -> bool:
@@ -236,6 +246,14 @@ def find_chains(
             if s in const and s in known
         )
 
+    def compiles(pn: PlanNode) -> bool:
+        """The compiled program has ``pn``'s step: an op of its own, or a Pow of the
+        running value by a constant known to be 2 or 3 (`chain_program.power_step`)."""
+        if pn.op_type in chain_program.OPS:
+            return True
+        e = pn.inputs[1] if pn.op_type == "Pow" else -1
+        return e in const and e in known and _small_exponent(known[e])
+
     def channel_operand(pn: PlanNode) -> bool:
         return any(s in const and s in known and per_channel(known[s]) for s in pn.inputs)
 
@@ -289,7 +307,7 @@ def find_chains(
                 else:
                     continue
             steps, y, pairs = [i], pn.outputs[0], 0
-            compiled = pn.op_type in chain_program.OPS
+            compiled = compiles(pn)
             if channel_operand(pn) and not compiled:
                 continue
         else:
@@ -316,7 +334,7 @@ def find_chains(
                 continue
             if not _eligible(nxt) or nxt.inputs.count(y) != 1 or not scalars(nxt):
                 break
-            if nxt.op_type not in chain_program.OPS:
+            if not compiles(nxt):
                 if pairs or channels:
                     break
                 compiled = False
@@ -466,7 +484,7 @@ class ElementwiseChain:
         self._fixed_places = [at for at in range(1, len(place_of)) if at not in tensors]
         self._pairs = [st.qdq for st in steps if st.qdq is not None]
         # The scalars of the last native call and their program (`_program_of`).
-        self._held: tuple[tuple[Any, ...], bytes] | None = None
+        self._held: tuple[tuple[Any, ...], bytes | None] | None = None
         # The compiled loop's first try (quiet_loop.step_mode): a held chain of that
         # program once its scalars are read-only constants, else None.
         self.quick: Any = None
@@ -474,7 +492,10 @@ class ElementwiseChain:
             _NATIVE is not None
             and len(steps) + len(self._pairs) <= chain_program.MAX_STEPS  # a pair: 2 steps
             and all(
-                s.op_type in chain_program.OPS or s.qdq is not None or s.op_type == SILU
+                s.op_type in chain_program.OPS
+                or s.qdq is not None
+                or s.op_type == SILU
+                or (s.op_type == "Pow" and s.value_first and s.side is None and not s.tensor)
                 for s in steps
             )
         )
@@ -504,13 +525,14 @@ class ElementwiseChain:
         dense = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
         flat = dense.reshape(-1)
         out = np.empty_like(flat)
-        if self.native and x.dtype == np.float32:
+        # (None: a Pow by an exponent the program has no step for, numpy's pow below)
+        program = self._program_of(ins, tables) if self.native and x.dtype == _F32 else None
+        if program is not None:
             channels = None
             if tables:
                 # per-channel operands: element i's channel, x's own buffer order
                 plane = math.prod(x.shape[2:]) if not last else 1
                 channels = (tuple(tables.values()), x.shape[1], plane, last)
-            program = self._program_of(ins, tables)
             if _NATIVE.run(flat, out, program, channels, tensors):  # type: ignore[union-attr]
                 return self._one_by_one(ex, ins)  # a pair met a NaN
         elif tables:
@@ -579,7 +601,9 @@ class ElementwiseChain:
                 tables[at] = np.ascontiguousarray(c.reshape(-1))
         return tables
 
-    def _program_of(self, ins: list[Any], tables: dict[int, np.ndarray] | None = None) -> bytes:
+    def _program_of(
+        self, ins: list[Any], tables: dict[int, np.ndarray] | None = None
+    ) -> bytes | None:
         """`_program` for these inputs, made again only when a scalar is not the
         read-only array of the last call (they are the chain's constants: making the
         program each call was a third of a small GELU's time)."""
@@ -597,7 +621,7 @@ class ElementwiseChain:
         )
         self._held = (tuple(fixed), program)
         consts = fixed
-        if not any(c.flags.writeable for c in consts):
+        if program is not None and not any(c.flags.writeable for c in consts):
             # The compiled loop's call of this chain from now on (native/_chain.c's
             # `held`): these scalars, a float32 C-contiguous x of at least the ops'
             # scalars' dimensions; the same program, so the same bits as this call's (a
@@ -612,9 +636,10 @@ class ElementwiseChain:
             )  # fmt: skip
         return program
 
-    def _program(self, scalars: dict[int, Any], tables: list[int] | None = None) -> bytes:
+    def _program(self, scalars: dict[int, Any], tables: list[int] | None = None) -> bytes | None:
         """The steps as _chain.c's program, this call's scalar constants in it; an op
-        whose operand's place is in ``tables`` reads that table (its index there)."""
+        whose operand's place is in ``tables`` reads that table (its index there).  None
+        when a Pow's exponent is not one the program has a step for (2 or 3)."""
         parts: list[bytes] = []
         for step in self.steps:
             side = 0
@@ -647,6 +672,12 @@ class ElementwiseChain:
                 side = chain_program.side(op, scalar_first)
             else:
                 kind, value = chain_program.SCALAR, float(scalars[step.other])
+            if step.op_type == "Pow":
+                power = chain_program.power_step(value) if kind == chain_program.SCALAR else None
+                if power is None or not step.value_first:
+                    return None  # an exponent changed since the plan: numpy's pow
+                parts.append(power)
+                continue
             parts.append(
                 chain_program.program([(step.op_type, kind, step.value_first, value, side)])
             )

@@ -42,6 +42,10 @@ QDQ, QDQ_ARGS = 10, 11
 # v * sigmoid(v) of the running value v: a Sigmoid node and the Mul of v by it (SiLU
 # inside a chain, where v has those two readers); a unary step.
 SILU = 12
+# Pow by 2 and by 3 as the Pow kernel computes them (math_elementwise.float_power: v * v,
+# (v * v) * v); unary steps, the exponent in the op.  Another exponent has no step: pow's
+# bits are numpy's.
+SQUARE, CUBE = 13, 14
 MAX_STEPS = 64  # _chain.c's MAX_STEPS: 8-byte steps, a pair's two included
 
 # A step's operand: none (a unary op), a scalar, the chain's own input, or a side value
@@ -83,6 +87,13 @@ def program(
 def silu() -> bytes:
     """The SILU step."""
     return _STEP.pack(SILU, NONE, 1, 0, 0.0)
+
+
+def power_step(exponent: float) -> bytes | None:
+    """The step of a Pow of the running value by ``exponent``: SQUARE or CUBE, or None
+    for another exponent."""
+    code = {2.0: SQUARE, 3.0: CUBE}.get(exponent)
+    return None if code is None else _STEP.pack(code, NONE, 1, 0, 0.0)
 
 
 def channel_step(op: str, value_first: bool, table: int) -> bytes:

@@ -12,7 +12,8 @@
  *
  * program: bytes, 8 per step: op (uint8: ADD, SUB, MUL, DIV, ERF, NEG, ABS, RELU, TANH,
  * SIGMOID, QDQ, QDQ_ARGS below, SILU: v * sigmoid(v), a Sigmoid node and the Mul of its
- * input by it, the running value's two readers),
+ * input by it, the running value's two readers, SQUARE and CUBE: v * v and (v * v) * v, a
+ * Pow by 2 or by 3 as the Pow kernel computes it),
  * kind (uint8: 0 no second operand, 1 a scalar, 2 the chain's input x, 3 a side value:
  * x combined with the scalar by the side op, 4 a value per channel: table `side byte` of
  * run's `channels`, a GroupNorm's gamma or beta of shape (C, 1, 1), 5 a tensor of x's
@@ -63,7 +64,7 @@
 
 enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_ERF, OP_NEG, OP_ABS, OP_RELU, OP_TANH, OP_SIGMOID,
-    OP_QDQ, OP_QDQ_ARGS, OP_SILU, OP_COUNT
+    OP_QDQ, OP_QDQ_ARGS, OP_SILU, OP_SQUARE, OP_CUBE, OP_COUNT
 };
 enum { KIND_NONE, KIND_SCALAR, KIND_INPUT, KIND_SIDE, KIND_CHANNEL, KIND_TENSOR };
 enum { MAX_TABLES = 16, MAX_TENSORS = 4 };
@@ -233,6 +234,14 @@ static int level = 0;
         case OP_SIGMOID:                                                                   \
             RS(sigmoid_buffer)(src, dst, n);                                               \
             return 0;                                                                      \
+        case OP_SQUARE: /* Pow by 2 and by 3: v * v and (v * v) * v, the Pow kernel's */   \
+        case OP_CUBE:                                                                      \
+            for (Py_ssize_t i = 0; i < n; i += VW) {                                       \
+                memcpy(&a, src + i, sizeof a);                                             \
+                a = s->op == OP_SQUARE ? a * a : (a * a) * a;                              \
+                memcpy(dst + i, &a, sizeof a);                                             \
+            }                                                                              \
+            return 0;                                                                      \
         case OP_NEG:                                                                       \
         case OP_ABS:                                                                       \
         case OP_RELU:                                                                      \
@@ -367,7 +376,8 @@ static int parse(const Py_buffer *prog, step_t *steps, int tables, int tensors) 
         memcpy(&s->scalar, p + 4, 4);
         const int unary = s->op == OP_ERF || s->op == OP_TANH || s->op == OP_SIGMOID ||
                           s->op == OP_NEG || s->op == OP_ABS ||
-                          s->op == OP_RELU || s->op == OP_SILU;
+                          s->op == OP_RELU || s->op == OP_SILU || s->op == OP_SQUARE ||
+                          s->op == OP_CUBE;
         if (s->kind == KIND_TENSOR) { /* p[3]: the tensor */
             s->side_op = p[3];
             s->side_scalar_first = 0;
