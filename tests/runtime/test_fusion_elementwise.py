@@ -153,6 +153,29 @@ def test_a_pow_step_by_any_exponent_keeps_the_stepped_bits(exponent: float) -> N
     np.testing.assert_array_equal(y, _stepped(model, {"x": x})["y"])
 
 
+def test_shape_arithmetic_is_kept_between_runs_not_chained() -> None:
+    """A GPT-2's attention scale 1 / sqrt(head size), from Shape -> Slice -> Cast: the
+    Sqrt -> Div of one value is shape arithmetic, kept between runs (shape_memo.py),
+    not a chain made again each run; the scores' own chain still forms."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=-1),
+        helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["f"], ["r"], name="sqrt"),
+        helper.make_node("Div", ["one", "r"], ["scale"], name="div"),
+        helper.make_node("Mul", ["x", "scale"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["y"]),
+    ]
+    model = _model(nodes, {"one": 1.0}, [2, 16])
+    sess = Session(model)
+    for width in (16, 9, 16):
+        x = np.random.default_rng(width).standard_normal((2, width)).astype(np.float32)
+        np.testing.assert_array_equal(sess.run({"x": x})["y"], _stepped(model, {"x": x})["y"])
+    by_label = {pn.label: pn for pn in run_nodes(sess.plan)}
+    assert by_label["sqrt"].kind == by_label["div"].kind == "kernel"
+    assert [pn.kind for pn in run_nodes(sess.plan)].count("fused") == 1
+
+
 def test_operands_on_either_side_and_repeated_constants() -> None:
     """(c - x) / (x + c2), then c2 - v, then x * v: constants used twice, the value as
     the second operand, the chain's input read again."""

@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxviz.runtime import native, quiet_loop
+from onnxviz.runtime import native, quiet_loop, shape_memo
 from onnxviz.runtime.fusion_conv_trim import trim_convs, trim_routing
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_int8_matmul import find_integer_matmuls, integer_matmul_node
@@ -320,9 +320,21 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
     shapes = complete_shapes(nodes, plan.shapes, constants)  # (tensor operands: declared)
+    # Shape arithmetic keeps its results between runs (shape_memo.py), which a chain
+    # would not: a GPT-2's 1 / sqrt(head size) from Shape -> Slice -> Cast, a Sqrt -> Div
+    # chain on one value, cost 7 us a run where the kept result costs a lookup.
+    arithmetic = shape_memo.memo_slots(nodes, constants)
     for tensor_operands in (False, True):  # (chains of one value first: find_chains)
         for head_slot, positions in find_chains(
-            nodes, users, producer, const, keep, taken, constants, tensor_operands, shapes
+            nodes,
+            users,
+            producer,
+            const,
+            keep,
+            taken | arithmetic,
+            constants,
+            tensor_operands,
+            shapes,
         ):
             maker = functools.partial(chain_node, nodes, head_slot, positions, const)
             take(positions, maker, taken)
