@@ -114,6 +114,16 @@ def shape_graphs(draw) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
     if scalars:
         s = g.add("Min", [draw(st.sampled_from(scalars)), g.const(np.array(6, np.int64), as_node)])
         outputs.append(g.add("Range", [g.const(np.array(0, np.int64), as_node), s, g.const(np.array(1, np.int64), as_node)]))  # fmt: skip
+    # x reshaped to targets computed from its shape at run time (the same kept target
+    # array each run of a shape: Reshape's kept output shape, tensor_shape._by_kept_shape):
+    # its dims reversed, and its first dim with -1, and 0 with -1.
+    full = g.add("Shape", ["x"])
+    rev = g.const(np.arange(rank - 1, -1, -1, dtype=np.int64), as_node)
+    outputs.append(g.add("Reshape", ["x", g.add("Gather", [full, rev], axis=0)]))
+    first_dim = g.add("Slice", [full, g.const(np.array([0], np.int64), as_node), g.const(np.array([1], np.int64), as_node)])  # fmt: skip
+    rest_dims = [draw(st.sampled_from([-1, 0])), -1] if rank > 1 else [-1]
+    rest = g.const(np.array(rest_dims[-1:] if rest_dims[0] == -1 else rest_dims, np.int64), as_node)
+    outputs.append(g.add("Reshape", ["x", g.add("Concat", [first_dim, rest], axis=0)]))
     outputs.extend(v for v, _ in vecs[1:])
     outputs = list(dict.fromkeys(outputs))
     graph = helper.make_graph(
@@ -126,7 +136,10 @@ def shape_graphs(draw) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     dims = st.lists(st.integers(1, 5), min_size=rank, max_size=rank)
     first, second = draw(dims), draw(dims)
-    feeds = [{"x": np.ones(d, np.float32)} for d in (first, second, first, second)]
+    feeds = [
+        {"x": np.arange(np.prod(d), dtype=np.float32).reshape(d)}
+        for d in (first, second, first, second)
+    ]
     return model, feeds
 
 
@@ -155,6 +168,31 @@ def test_random_shape_arithmetic_gives_the_stepped_values_on_every_run(case) -> 
             assert got[name].flags.writeable, name  # a copy, never the kept result
     kept = [pn for pn in run_nodes(sess.plan) if _keeps(pn.call)]
     assert any(pn.op_type == "Shape" for pn in kept) and len(kept) >= 3
+
+
+def test_a_reshape_to_a_fed_target_follows_its_values_on_every_run() -> None:
+    """A target fed as an input (writeable: the caller may change it between runs, in
+    place) is read on every run; a read-only one gives its kept output shape back."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "t"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, None), helper.make_tensor_value_info("t", I64, [2])],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    sess = Session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.arange(12, dtype=np.float32)
+    target = np.array([2, 6], np.int64)
+    assert sess.run({"x": x, "t": target})["y"].shape == (2, 6)
+    target[:] = [3, -1]
+    assert sess.run({"x": x, "t": target})["y"].shape == (3, 4)
+    target.flags.writeable = False
+    for _ in range(2):
+        assert sess.run({"x": x, "t": target})["y"].shape == (3, 4)
+    other = np.array([4, 3], np.int64)
+    other.flags.writeable = False
+    assert sess.run({"x": x, "t": other})["y"].shape == (4, 3)
+    assert sess.run({"x": x.reshape(2, 6), "t": other})["y"].shape == (4, 3)
+    assert sess.run({"x": x, "t": target})["y"].shape == (3, 4)
 
 
 def _kind(call: Any) -> str:
