@@ -7,7 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.session import Session
 from tests.ort_reference import exact_options
+from tests.runtime.differential import assert_stepped_bits
 from tests.runtime.nodecases import run_graph_simply, single_node_model
 
 ort = pytest.importorskip("onnxruntime")
@@ -152,6 +155,44 @@ B48 = _f(48)
 )
 def test_attention_masks(extra: list[np.ndarray], attrs: Any) -> None:
     compare_with_ort("Attention", [X3, W48, B48, *extra], **attrs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "attrs"),
+    [
+        ([np.array([3, 4], np.int32)], {"num_heads": 4}),
+        ([np.array([[1, 1, 0, 1], [1, 1, 1, 0]], np.int32)], {"num_heads": 2, "unidirectional": 1}),
+    ],
+)
+def test_attention_with_initializer_weights_takes_its_packed_weights(
+    extra: list[np.ndarray], attrs: Any
+) -> None:
+    """Weights and bias as initializers (an exporter's Attention): the projection by the
+    weights packed once (the specialized call of unwatched runs; the kernel's own route in
+    a stepped run), onnxruntime's numbers, and the stepped run's bits on every run, the
+    kept additive mask read again."""
+    compare_with_ort("Attention", [X3, W48, B48, *extra], constants=(1, 2), **attrs)
+    model, feeds = single_node_model("Attention", [X3, W48, B48, *extra], 1, MS, attrs, (1, 2))
+    names = [i.name for i in model.graph.input]
+    session, _ = assert_stepped_bits(model, dict(zip(names, feeds, strict=True)), runs=3)
+    (pn,) = run_nodes(session.plan)
+    assert "_specialize_attention" in pn.call.__qualname__  # not the kernel
+
+
+def test_attention_mask_values_change_between_runs() -> None:
+    """The additive mask kept for one mask's values is never another's."""
+    model, feeds = single_node_model(
+        "Attention", [X3, W48, B48, np.array([3, 4], np.int32)], 1, MS, {"num_heads": 4}, (1, 2)
+    )
+    session = Session(model)
+    ort_session = ort.InferenceSession(
+        model.SerializeToString(), exact_options(ort, None), providers=["CPUExecutionProvider"]
+    )
+    for lengths in ([3, 4], [1, 2], [3, 4], [4, 4]):
+        mask = np.array(lengths, np.int32)
+        got = session.run({"in0": X3, "in3": mask})["out0"]
+        want = ort_session.run(None, {"in0": X3, "in3": mask})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_with_past_and_present() -> None:

@@ -108,6 +108,13 @@ def _softmax(x: Array, axis: int) -> Array:
     return e
 
 
+def softmax_last_axis(x: Array) -> Array:
+    """Softmax over the last axis, as the Softmax kernel computes it (a float32 array's
+    compiled rows, numpy's steps otherwise): for the attention kernels' scores."""
+    x = np.ascontiguousarray(x)
+    return _softmax(x, x.ndim - 1) if x.ndim else np.ones_like(x)
+
+
 def _log_softmax(x: Array, axis: int) -> Array:
     s = _shifted(x, axis)
     lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
