@@ -35,6 +35,10 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
   128 cached ones.
 
+Variants (``--models variants``) include Hugging Face's GPT-2 as optimum exports it
+(``hf_gpt2``: needs optimum-onnx) and BERT-tiny through onnxruntime's transformers
+optimizer (``transformers_optimized``).
+
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.  The
 ``*_bell`` variants draw the matrices from N(0, 0.02) (`bell_weights`), as Hugging Face
 models initialize theirs and as trained weights are shaped, where torch's default Linear
@@ -842,6 +846,64 @@ def _write_tokenizer(folder: str) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(folder)
 
 
+def hf_gpt2(hidden: int, new: int, past: int) -> Built:
+    """Hugging Face's GPT2LMHeadModel (2 layers, heads of 64, vocabulary 2048, random
+    weights) as optimum exports it for text generation with a cache (TorchScript
+    underneath): the 553-node graph with its shape arithmetic, HF's attention and NewGELU
+    (x ** 3 as a Pow), ``new`` tokens after a cache of ``past``.  Needs optimum-onnx and
+    transformers (benchmark-time tools); the export is kept in the temporary folder."""
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_gpt2_{hidden}")
+    path = os.path.join(folder, "model.onnx")
+    if not os.path.exists(path):
+        import torch
+        from optimum.exporters.onnx import main_export
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        config = GPT2Config(
+            vocab_size=2048, n_embd=hidden, n_layer=2, n_head=max(1, hidden // 64), n_positions=256
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "hf")
+            GPT2LMHeadModel(config).save_pretrained(src)
+            _write_tokenizer(src)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                main_export(src, folder, task="text-generation-with-past", do_validation=False)
+    model = onnx.load(path)
+    rng = np.random.default_rng(5)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.name.startswith("past"):
+            shape = (1, dims[1], past, dims[3])
+            feeds[vi.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones((1, past + new), np.int64)
+        elif vi.name == "position_ids":
+            feeds[vi.name] = np.arange(past, past + new, dtype=np.int64)[None]
+        else:
+            feeds[vi.name] = rng.integers(0, 2048, (1, new)).astype(np.int64)
+    return model, feeds
+
+
+def transformers_optimized(base: Callable[[], Built], heads: int, hidden: int) -> Built:
+    """``base`` (a BERT) through onnxruntime's transformers optimizer, as users deploy
+    BERTs: com.microsoft Attention, SkipLayerNormalization and BiasGelu."""
+    from onnxruntime.transformers import optimizer
+
+    model, feeds = base()
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "o.onnx")
+        onnx.save(model, src)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optimizer.optimize_model(
+                src, model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0
+            ).save_model_to_file(dst)
+        return onnx.load(dst), feeds
+
+
 LLAMA_1K = {
     "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816,
     "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
@@ -1040,6 +1102,22 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "qdq_resnet18_bell": (
         "QDQ ResNet-18 w32, N(0, 0.02) weights",
         lambda: qdq_static(lambda: bell_weights(resnet18_w32)),
+    ),
+    "hf_gpt2_128_decode": (
+        "HF GPT-2 2x128 (optimum), decode after 32",
+        lambda: hf_gpt2(128, 1, 32),
+    ),
+    "hf_gpt2_256_prompt": (
+        "HF GPT-2 2x256 (optimum), 16-token prompt",
+        lambda: hf_gpt2(256, 16, 0),
+    ),
+    "hf_gpt2_768_decode": (
+        "HF GPT-2 2x768 (optimum), decode after 32",
+        lambda: hf_gpt2(768, 1, 32),
+    ),
+    "bert_tiny_optimized": (
+        "BERT-tiny seq 32, onnxruntime transformers optimizer",
+        lambda: transformers_optimized(lambda: bert_tiny(32), 2, 128),
     ),
     "dynamic_gpt2_kv_bell": (
         "GPT-2 (2 layers) KV cache, quantize_dynamic, N(0, 0.02) weights",
