@@ -9,6 +9,7 @@ ONNXVIZ_NATIVE says: the kernels are the same in both runs, only the loop differ
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -392,6 +393,54 @@ def test_the_loop_stops_where_the_python_loop_must_take_over() -> None:
     # Cancelled: it stops before the next step.
     ex.cancelled = True
     assert module.run(program, 1, values, ex, times, where, -1, True) == 1
+
+
+def test_a_cancel_stops_the_loop_within_32_steps_or_after_a_slow_one() -> None:
+    """`cancelled` is read at the first step, then every 32 steps and after any 100 us of
+    steps: a cancel set by a step (another thread's, in the app) stops the run soon."""
+    module = _module()
+    ex = _Executor()
+    seen: list[int] = []
+
+    def step(k: int, slow: bool) -> Any:
+        def call(a: Any) -> Any:
+            seen.append(k)
+            if k == 10:
+                ex.cancelled = True
+            if slow:
+                time.sleep(0.002)
+            return a
+
+        return call
+
+    for slow in (False, True):
+        seen.clear()
+        ex.cancelled = False
+        steps = [(quiet_loop.PLAIN, False, step(k, slow), None, (0,), (0,), ()) for k in range(200)]
+        program = _program(module, steps, 1)
+        times = bytearray(16 * len(steps))
+        stopped = module.run(program, 0, [np.ones(2)], ex, times, [0], -1, True)
+        assert stopped == len(seen)  # it ran every step before the one it stopped at
+        assert 11 <= stopped <= (11 if slow else 11 + 32)
+
+
+def test_step_times_are_seconds_once_read() -> None:
+    """The loop keeps ticks (the time-stamp counter where it is invariant); node_times
+    gives seconds: a node that sleeps 20 ms shows about that."""
+
+    module = _module()
+    ex = _Executor()
+
+    def sleeper(a: Any) -> Any:
+        time.sleep(0.02)
+        return a
+
+    program = _program(module, [(quiet_loop.PLAIN, False, sleeper, None, (0,), (0,), ())], 1)
+    times = bytearray(16)
+    module.run(program, 0, [np.ones(2)], ex, times, [0], -1, True)
+    calls, ticks = np.frombuffer(times, np.float64)
+    seconds = ticks * quiet_loop.seconds_per_tick()
+    assert calls == 1 and 0.019 <= seconds <= 0.2, seconds
 
 
 def test_a_fused_steps_quick_call_comes_first_and_none_hands_over() -> None:

@@ -157,8 +157,12 @@ class Executor:
         profile = self._profile
         for nodes, times, _ in self._step_times.values():
             counts = np.frombuffer(times, dtype=np.float64).reshape(-1, 2)
-            for i in np.flatnonzero(counts[:, 0]).tolist():
-                calls, seconds = counts[i]
+            steps = np.flatnonzero(counts[:, 0]).tolist()
+            # the compiled loop keeps ticks (native/_runloop.c: the time-stamp counter)
+            per_tick = quiet_loop.seconds_per_tick() if steps else 1.0
+            for i in steps:
+                calls, ticks = counts[i]
+                seconds = ticks * per_tick
                 key = nodes[i].key
                 entry = profile.get(key)
                 if entry is None:

@@ -47,6 +47,12 @@ def loop() -> Any:
     return module
 
 
+def seconds_per_tick() -> float:
+    """The seconds of one unit of the compiled loop's step times (`times`)."""
+    module = loop()
+    return 1.0 if module is None else float(module.seconds_per_tick())
+
+
 def decline(*ins: Any) -> None:
     """The fallback of a fused node's quick call (a held product or chain): None, so the
     compiled loop makes the node's own call instead."""

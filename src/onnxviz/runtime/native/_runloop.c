@@ -23,15 +23,16 @@
  *
  * ``ins`` are slots of ``values`` (-1: an absent input, None), ``outs`` the slots its
  * outputs go to (-1: unused), ``free_after`` the slots dead after it.  ``times`` is a
- * writable buffer of two doubles per step, its calls and seconds so far (the executor
- * adds them to its profile when someone reads it: a dict entry per call cost more than
- * the rest of the loop).
+ * writable buffer of two doubles per step, its calls and time so far in ticks (times
+ * seconds_per_tick() is seconds; the executor adds them to its profile when someone
+ * reads it: a dict entry per call cost more than the rest of the loop).
  *
  * ``run`` runs the steps from ``start`` and returns the index of the first step it did
  * not run: the end, a PYTHON step, a FOLDED step when not ``fold``, a step of an
  * in-place candidate (``inplace``) with an ndarray first or second input of at least
- * ``inplace_min`` elements (inplace.py decides; -1: in-place runs are off), or any step
- * once ``executor.cancelled`` is true.  The caller runs that node its own way and calls
+ * ``inplace_min`` elements (inplace.py decides; -1: in-place runs are off), or a step
+ * once ``executor.cancelled`` is true (read at the first step, then every 32 steps and
+ * after any 100 us of steps).  The caller runs that node its own way and calls
  * again after it.  When a call raises, ``where[0]`` is set to the step's index and the
  * exception propagates (the caller names the node).
  *
@@ -51,6 +52,13 @@
 #include <windows.h>
 #else
 #include <time.h>
+#endif
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define RUNLOOP_TSC 1
+#include <cpuid.h>
+#include <x86intrin.h>
+#else
+#define RUNLOOP_TSC 0
 #endif
 
 enum { M_PLAIN = 0, M_MANY, M_FUSED, M_KERNEL, M_FOLDED, M_PYTHON, M_COUNT };
@@ -80,6 +88,11 @@ static PyObject *str_quick = NULL;
 
 static const char *CAPSULE = "onnxviz.runloop.program";
 
+/* How often a run reads the executor's `cancelled` (run_steps): every CANCEL_STEPS steps,
+ * and after 100 us of steps (cancel_ticks). */
+#define CANCEL_STEPS 32
+static double cancel_ticks = 1e-4;
+
 static double now(void) {
 #ifdef _WIN32
     LARGE_INTEGER f, c;
@@ -91,6 +104,45 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts); /* time.perf_counter's clock */
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 #endif
+}
+
+/* Step times are kept in ticks (`times`): the time-stamp counter where it runs at one
+ * rate whatever the core does (CPUID's invariant TSC: a read is 10 ns on a Zen 4 VM,
+ * clock_gettime 29, and a run reads once a step), else seconds.  seconds_per_tick()
+ * converts, measured against `now` since the module loaded. */
+static int use_tsc = 0;
+static double base_seconds = 0.0, base_ticks = 0.0;
+
+static inline double ticks(void) {
+#if RUNLOOP_TSC
+    if (use_tsc)
+        return (double)__rdtsc();
+#endif
+    return now();
+}
+
+static void ticks_init(void) {
+#if RUNLOOP_TSC
+    unsigned int a, b, c, d;
+    use_tsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
+#endif
+    base_seconds = now();
+    base_ticks = ticks();
+    if (use_tsc)
+        cancel_ticks = 1e-4 * 1e9; /* 100 us at 1 GHz, 25-50 us at the usual 2-4 */
+}
+
+static PyObject *py_seconds_per_tick(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    if (!use_tsc)
+        return PyFloat_FromDouble(1.0);
+    /* at least 5 ms since the module loaded: the two clocks' reads then agree to 1e-5 */
+    double s = now(), t = ticks();
+    while (s - base_seconds < 5e-3) {
+        s = now();
+        t = ticks();
+    }
+    return PyFloat_FromDouble(t > base_ticks ? (s - base_seconds) / (t - base_ticks) : 1e-9);
 }
 
 static void program_free(Program *p) {
@@ -305,20 +357,33 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
      * executor and the node there instead. */
     PyObject *ins[MAX_INPUTS + 1];
     Py_ssize_t i = start;
+    /* `cancelled` is read before the first step and then once CANCEL_STEPS steps or
+     * CANCEL_SECONDS of steps have passed since the last read (so after any step that
+     * took that long): the attribute's lookup on every step was a tenth of a small
+     * node's cost (a GPT-2 decode step of 540 nodes), and a cancel still stops the run
+     * within a fraction of a millisecond of work. */
+    Py_ssize_t unchecked = CANCEL_STEPS;
+    double unchecked_time = 0.0;
+    double t0 = ticks();
     for (; i < p->n_steps; i++) {
         const Step *st = &p->steps[i];
         int mode = st->mode;
         if (mode == M_PYTHON || (mode == M_FOLDED && !fold))
             break;
-        PyObject *flag = PyObject_GetAttr(executor, str_cancelled);
-        if (flag == NULL)
-            goto failed;
-        int cancelled = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        if (cancelled < 0)
-            goto failed;
-        if (cancelled)
-            break;
+        if (unchecked >= CANCEL_STEPS || unchecked_time >= cancel_ticks) {
+            unchecked = 0;
+            unchecked_time = 0.0;
+            PyObject *flag = PyObject_GetAttr(executor, str_cancelled);
+            if (flag == NULL)
+                goto failed;
+            int cancelled = PyObject_IsTrue(flag);
+            Py_DECREF(flag);
+            if (cancelled < 0)
+                goto failed;
+            if (cancelled)
+                break;
+        }
+        unchecked++;
         Py_ssize_t n_in = st->n_in;
         for (Py_ssize_t k = 0; k < n_in; k++) {
             Py_ssize_t s = st->in[k];
@@ -337,7 +402,6 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
                 break;
             }
         }
-        double t0 = now();
         int quick_one = 0; /* a FUSED step's quick call made its one output */
         switch (mode) {
         case M_PLAIN:
@@ -399,7 +463,13 @@ static PyObject *run_steps(PyObject *capsule, Py_ssize_t start, PyObject *values
                 result = one;
             }
         }
-        double dt = now() - t0;
+        /* A step's time runs from the end of the one before (its inputs' gathering and
+         * the loop's own work included): one clock read a step, where two were a tenth
+         * of a small node's cost. */
+        const double t1 = ticks();
+        const double dt = t1 - t0;
+        t0 = t1;
+        unchecked_time += dt;
         if (mode == M_PLAIN) {
             put(values, st->out[0], result);
         } else if (quick_one) {
@@ -899,6 +969,8 @@ static PyMethodDef methods[] = {
     {"binary", py_binary, METH_VARARGS,
      "binary(op, dtypes, fallback) -> f(a, b): numpy's + - * / (op 0-3) on two ndarrays of "
      "one dtype of `dtypes`, else fallback(a, b)."},
+    {"seconds_per_tick", py_seconds_per_tick, METH_NOARGS,
+     "seconds_per_tick() -> the seconds of one unit of run's step times"},
     {"set_level", set_level, METH_O, "set_level(n): no level-specific code here"},
     {NULL, NULL, 0, NULL},
 };
@@ -906,6 +978,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runloop", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__runloop(void) {
+    ticks_init();
     str_cancelled = PyUnicode_InternFromString("cancelled");
     str_size = PyUnicode_InternFromString("size");
     str_quick = PyUnicode_InternFromString("quick");
