@@ -197,9 +197,9 @@ def test_a_reshape_to_a_fed_target_follows_its_values_on_every_run() -> None:
 
 def _kind(call: Any) -> str:
     """How a node's call keeps its results: "by_shape" or "by_inputs" (shape_memo's
-    wrappers; the compiled loop module's Memo is the latter), else its name."""
+    wrappers, or the compiled loop module's Memo of either kind), else its name."""
     if type(call).__name__ == "Memo":
-        return "by_inputs"
+        return "by_shape" if call.by_shape else "by_inputs"
     return str(getattr(call, "__name__", ""))
 
 
@@ -370,3 +370,33 @@ def test_the_compiled_memo_keeps_what_the_python_wrapper_keeps() -> None:
     assert memo(a, None, b) is not first and len(calls) == before + 1
     with pytest.raises(ValueError):
         module.memo(fn, shape_memo._settle, 0)
+
+
+def test_the_compiled_shape_memo_keeps_what_the_python_wrapper_keeps() -> None:
+    """native/_runloop.c's `memo_shape` (Shape and Size with the compiled loop built):
+    `_by_shape_python`'s rule, one read-only result per input shape, whatever the array
+    (writable, a view, another dtype); anything but an ndarray is the call itself."""
+    module = compiled("runloop", "shape_memo's Python wrapper runs")
+    module.setup(np.ndarray, quiet_loop._normalize_one)
+    calls: list[Any] = []
+
+    def shape_of(x: Any) -> Any:
+        calls.append(x)
+        return np.array(np.shape(x), np.int64)
+
+    python = shape_memo._by_shape_python(shape_of)
+    memo = module.memo_shape(shape_of, shape_memo._settle, shape_memo.ENTRIES)
+    assert memo.by_shape == 1 and module.memo(shape_of, shape_memo._settle, 2).by_shape == 0
+    inputs = [np.zeros((2, 3)), np.ones((2, 3), np.int8), np.arange(6).reshape(3, 2)[:, :1]]
+    inputs += [np.zeros((2, 3)), np.zeros(()), [1, 2, 3]]
+    for x in inputs:
+        want = python(x)
+        got = memo(x)
+        np.testing.assert_array_equal(got, want)
+        assert got.flags.writeable == want.flags.writeable
+    # computed once per shape (each wrapper's first (2, 3), (3, 1) and (); the list twice)
+    assert len(calls) == 2 * 3 + 2
+    assert memo(np.empty((2, 3))) is memo(np.zeros((2, 3), np.float32))
+    for k in range(shape_memo.ENTRIES + 1):  # past its entries: forgets, keeps the newest
+        memo(np.zeros(k + 1))
+    assert 1 <= memo.kept() <= shape_memo.ENTRIES

@@ -511,7 +511,16 @@ failed : {
  * settle(out) -> (out, keep) (the result made read-only, and whether it may be kept);
  * up to `entries` results are kept with their inputs (alive, so their identities stay
  * theirs), then forgotten all at once.  Any other call is fn(*args).  The Python
- * wrapper's checks were 1-1.5 us of each such node, twenty a run in a one-step LSTM. */
+ * wrapper's checks were 1-1.5 us of each such node, twenty a run in a one-step LSTM.
+ *
+ * A call with the very objects of a kept entry returns its result at once: they were
+ * frozen when kept, and a frozen array stays so (its flag and its owner's are never set
+ * writable again by onnxviz; a caller who feeds an IR 3 model's initializer read-only,
+ * then flips it writable and changes it, is not covered).  The frozen test (the buffer
+ * protocol, `base`) was 80-100 ns an input, 170 such calls in a GPT-2 decode step.
+ *
+ * `memo_shape(fn, settle, entries)`: the same for a Shape or Size node, keyed by its one
+ * input's shape (shape_memo.py's `_by_shape`): any ndarray's. */
 enum { MEMO_INPUTS = 8, MEMO_ENTRIES = 16 };
 
 typedef struct {
@@ -525,8 +534,11 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fn, *settle;
     int limit, used;
+    int by_shape; /* memo_shape: entries keyed by the input's shape (ins[0], a tuple) */
     MemoEntry entries[MEMO_ENTRIES];
 } Memo;
+
+static PyObject *str_shape = NULL;
 
 static PyObject *str_base = NULL;
 
@@ -574,26 +586,56 @@ static PyObject *memo_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (kwnames || n > MEMO_INPUTS || ndarray_type == NULL)
         return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (args[k] == Py_None) continue;
-        const int frozen = memo_frozen(args[k]);
-        if (frozen < 0) return NULL;
-        if (!frozen) return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
-    }
-    for (int e = 0; e < m->used; e++) {
-        MemoEntry *en = &m->entries[e];
-        if (en->n != n) continue;
-        Py_ssize_t k = 0;
-        while (k < n && en->ins[k] == args[k]) k++;
-        if (k == n) return Py_NewRef(en->out);
+    PyObject *shape = NULL; /* memo_shape's key */
+    if (m->by_shape) {
+        if (n != 1 || (PyObject *)Py_TYPE(args[0]) != ndarray_type)
+            return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
+        shape = PyObject_GetAttr(args[0], str_shape);
+        if (shape == NULL) return NULL;
+        for (int e = 0; e < m->used; e++) {
+            const int same = PyObject_RichCompareBool(m->entries[e].ins[0], shape, Py_EQ);
+            if (same < 0) {
+                Py_DECREF(shape);
+                return NULL;
+            }
+            if (same) {
+                Py_DECREF(shape);
+                return Py_NewRef(m->entries[e].out);
+            }
+        }
+    } else {
+        for (int e = 0; e < m->used; e++) {
+            MemoEntry *en = &m->entries[e];
+            if (en->n != n) continue;
+            Py_ssize_t k = 0;
+            while (k < n && en->ins[k] == args[k]) k++;
+            if (k == n) return Py_NewRef(en->out);
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (args[k] == Py_None) continue;
+            const int frozen = memo_frozen(args[k]);
+            if (frozen < 0) return NULL;
+            if (!frozen) return PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
+        }
     }
     PyObject *out = PyObject_Vectorcall(m->fn, args, nargsf, kwnames);
-    if (out == NULL) return NULL;
+    if (out == NULL) {
+        Py_XDECREF(shape);
+        return NULL;
+    }
+    if (shape != NULL && (PyObject *)Py_TYPE(out) != ndarray_type) {
+        Py_DECREF(shape); /* (a Shape kernel's result is an ndarray; anything else: as is) */
+        return out;
+    }
     PyObject *settled = PyObject_CallOneArg(m->settle, out);
     Py_DECREF(out);
-    if (settled == NULL) return NULL;
+    if (settled == NULL) {
+        Py_XDECREF(shape);
+        return NULL;
+    }
     if (!PyTuple_Check(settled) || PyTuple_GET_SIZE(settled) != 2) {
         Py_DECREF(settled);
+        Py_XDECREF(shape);
         PyErr_SetString(PyExc_TypeError, "memo: settle must return (out, keep)");
         return NULL;
     }
@@ -602,15 +644,23 @@ static PyObject *memo_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     Py_DECREF(settled);
     if (keep < 0) {
         Py_DECREF(out);
+        Py_XDECREF(shape);
         return NULL;
     }
     if (keep) {
         if (m->used >= m->limit) memo_forget(m);
         MemoEntry *en = &m->entries[m->used++];
-        en->n = n;
-        for (Py_ssize_t k = 0; k < n; k++) en->ins[k] = Py_NewRef(args[k]);
+        if (shape != NULL) {
+            en->n = 1;
+            en->ins[0] = shape; /* (its reference) */
+            shape = NULL;
+        } else {
+            en->n = n;
+            for (Py_ssize_t k = 0; k < n; k++) en->ins[k] = Py_NewRef(args[k]);
+        }
         en->out = Py_NewRef(out);
     }
+    Py_XDECREF(shape);
     return out;
 }
 
@@ -651,6 +701,8 @@ static PyMethodDef memo_methods[] = {
 
 static PyMemberDef memo_members[] = {
     {"fallback", T_OBJECT, offsetof(Memo, fn), READONLY, "The call whose results it keeps."},
+    {"by_shape", T_INT, offsetof(Memo, by_shape), READONLY,
+     "1 when its results are kept by the input's shape (memo_shape), 0 by the inputs."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -668,11 +720,10 @@ static PyTypeObject MemoType = {
     .tp_doc = "A node's call keeping its results for the same read-only inputs (memo()).",
 };
 
-static PyObject *py_memo(PyObject *self, PyObject *args) {
-    (void)self;
+static PyObject *memo_new(PyObject *args, int by_shape) {
     PyObject *fn, *settle;
     int limit;
-    if (!PyArg_ParseTuple(args, "OOi:memo", &fn, &settle, &limit)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOi", &fn, &settle, &limit)) return NULL;
     if (!PyCallable_Check(fn) || !PyCallable_Check(settle) || limit < 1 ||
         limit > MEMO_ENTRIES) {
         PyErr_Format(PyExc_ValueError, "memo: callables and 1..%d entries", MEMO_ENTRIES);
@@ -685,8 +736,19 @@ static PyObject *py_memo(PyObject *self, PyObject *args) {
     m->settle = Py_NewRef(settle);
     m->limit = limit;
     m->used = 0;
+    m->by_shape = by_shape;
     PyObject_GC_Track((PyObject *)m);
     return (PyObject *)m;
+}
+
+static PyObject *py_memo(PyObject *self, PyObject *args) {
+    (void)self;
+    return memo_new(args, 0);
+}
+
+static PyObject *py_memo_shape(PyObject *self, PyObject *args) {
+    (void)self;
+    return memo_new(args, 1);
 }
 
 /* ---- a binary arithmetic node: prepared.py's fast Add, Sub, Mul, Div in C ----------------
@@ -963,6 +1025,9 @@ static PyMethodDef methods[] = {
     {"memo", py_memo, METH_VARARGS,
      "memo(fn, settle, entries) -> fn keeping its results for the same read-only inputs "
      "(see the source; shape_memo.py)."},
+    {"memo_shape", py_memo_shape, METH_VARARGS,
+     "memo_shape(fn, settle, entries) -> fn(x) keeping its results by x's shape (a Shape "
+     "or Size node; see the source)."},
     {"split_copy", py_split_copy, METH_VARARGS,
      "split_copy(data, axis, sizes, empty) -> the parts of a C-contiguous array along axis, "
      "each a new C-contiguous array (see the source)."},
@@ -984,8 +1049,9 @@ PyMODINIT_FUNC PyInit__runloop(void) {
     str_quick = PyUnicode_InternFromString("quick");
     str_base = PyUnicode_InternFromString("base");
     str_dtype = PyUnicode_InternFromString("dtype");
+    str_shape = PyUnicode_InternFromString("shape");
     if (str_cancelled == NULL || str_size == NULL || str_quick == NULL || str_base == NULL ||
-        str_dtype == NULL)
+        str_dtype == NULL || str_shape == NULL)
         return NULL;
     if (PyType_Ready(&MemoType) < 0 || PyType_Ready(&BinaryType) < 0)
         return NULL;
