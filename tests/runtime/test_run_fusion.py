@@ -315,6 +315,27 @@ def test_the_held_product_follows_each_runs_input() -> None:
                 assert fused._held is not None and fused._held[0] is sess.plan.constants[0][1]
 
 
+def test_a_transposed_input_keeps_the_held_product_with_the_stepped_bits() -> None:
+    """A TorchScript attention's projection reads Transpose's view: the fused MatMul +
+    bias keeps one held product (made once, not again each run: that was 20 us a call)
+    and gives the stepped run's bits, run after run."""
+    from threadpoolctl import threadpool_limits
+
+    from .differential import assert_stepped_bits
+
+    model = _linear_model((40,))
+    model.graph.node.insert(0, helper.make_node("Transpose", ["xt"], ["x"], perm=[1, 0, 2]))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("xt", F, [7, 2, 24]))
+    xt = np.random.default_rng(21).standard_normal((7, 2, 24)).astype(np.float32)
+    with threadpool_limits(1):
+        sess, _ = assert_stepped_bits(model, {"xt": xt}, runs=2)
+        fused = next(pn.fused for pn in run_nodes(sess.plan) if pn.kind == "fused")
+        held, quick = fused._held, fused.quick
+        for _ in range(3):
+            sess.run({"xt": xt})
+            assert fused._held is held and fused.quick is quick
+
+
 def _residual_model(op: str, residual_shape: tuple[int, ...], kernel: int = 1) -> onnx.ModelProto:
     """x -> Conv kernel x kernel (16 -> 16, same size) -> op(conv, r) -> Relu, with r a
     second graph input (a live value, like a ResNet shortcut)."""

@@ -474,10 +474,11 @@ class MatMulBias:
             and a.dtype is _F32
             and a.ndim >= 2
             and a.shape[-1] == held[2]
-            and a.flags.c_contiguous
             and native.level() == held[4]
         ):
-            a2 = a.reshape(-1, held[2])
+            # (a transposed input, a TorchScript attention's Q/K/V projection's, as the
+            # path below takes it: copied in C order; it remade the held calls each time)
+            a2 = np.ascontiguousarray(a).reshape(-1, held[2])
             if packed_gemm.use_for(a2.shape[0], held[2], held[3]):
                 out = np.empty((a2.shape[0], held[3]), dtype=_F32)
                 held[5](a2, out)
@@ -515,9 +516,14 @@ class MatMulBias:
                         bias = np.ascontiguousarray(c.reshape(-1))
                         self._c, self._bias = c, bias
                     packed_gemm.matmul_packed(mod, a2, p, out, bias=bias)
-                    if not w.flags.writeable and not c.flags.writeable:
+                    level = native.level()
+                    if (
+                        not w.flags.writeable
+                        and not c.flags.writeable
+                        and (held is None or held[:2] != (w, c) or held[4] != level)
+                    ):
                         call = packed_gemm.product_call(mod, p, bias)
-                        self._held = (w, c, w.shape[0], w.shape[1], native.level(), call)
+                        self._held = (w, c, w.shape[0], w.shape[1], level, call)
                         if c.ndim <= 2:  # (the held product's outputs add no axes)
                             self.quick = packed_gemm.held_product(
                                 mod, p, bias, (w, c), quiet_loop.decline
