@@ -69,8 +69,9 @@ def test_constant_fed_nodes_get_their_specialized_calls_and_the_stepped_bits() -
     assert all(not v.flags.writeable for outs in folded.values() for v in outs)
     calls = {pn.op_type: (pn.call_many or pn.call) for pn in nodes}
     for op in ("Split", "Reshape", "Squeeze", "Unsqueeze"):
-        qual = getattr(calls[op], "__qualname__", "")
-        assert "special" in qual or "_prepared" in qual or "by_" in qual, (op, qual)
+        # (a specializer's closure, or a held call in C: Reshape's with the compiled loop)
+        qual = getattr(calls[op], "__qualname__", type(calls[op]).__name__)
+        assert any(k in qual for k in ("special", "_prepared", "by_", "Reshape")), (op, qual)
     for _ in range(3):
         got = session.run({"x": x})
         for name in ("p2", "q3", "y_r"):

@@ -55,10 +55,10 @@ def _specialized(session: Session) -> dict[str, str]:
     how: dict[str, str] = {}
     for pn in run_nodes(session.plan):
         call = pn.call if pn.call_many is None else pn.call_many
-        # A held chain (native/_chain.c: a lone activation's) comes only from a
-        # specializer; a held product (native/_sgemm.c) made by one sits in front of its
-        # call.
-        held_chain = type(call).__name__ == "HeldChain"
+        # A held chain (native/_chain.c: a lone activation's) and a held Reshape
+        # (native/_runloop.c) come only from a specializer; a held product
+        # (native/_sgemm.c) made by one sits in front of its call.
+        held_chain = type(call).__name__ in ("HeldChain", "Reshape")
         call = getattr(call, "fallback", call)
         qual = getattr(call, "__qualname__", "")
         special = held_chain or "specialize" in qual or "_prepared" in qual

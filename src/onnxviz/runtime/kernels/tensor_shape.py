@@ -142,6 +142,13 @@ def _by_shape(kernel_fn: Any, shape_of: Any) -> Any:
     overridden by a feed) or anything but an array takes the kernel."""
 
     def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+        loop = native.load("runloop")
+        if kernel_fn is reshape and loop is not None and len(known) == 2:
+            # The call in C (native/_runloop.c's `reshape`): the kernel's sizes and
+            # data.reshape, the sizes kept for a frozen target (a constant, or a kept
+            # result of the shape arithmetic); anything else goes to the kernel.
+            fallback = functools.partial(kernel_fn, **attrs)
+            return loop.reshape(fallback, bool(attrs.get("allowzero", 0)))
         if len(known) == 2 and known[1] is RUNTIME:
             return _by_kept_shape(kernel_fn, shape_of, attrs)
         if len(known) != 2 or known[1] is None:
