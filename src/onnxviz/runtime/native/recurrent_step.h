@@ -343,6 +343,12 @@ ATTR static int RS(qrun)(QJob *jb) {
                 RS(qlstm_epilogue)(jb, tile, mr, j, xt + m0 * 4 * H, hscale, jb->c + m0 * H,
                                    yt + m0 * H, jb->going + m0);
             }
+            /* The next step's x_part for this block (its four gates' 16 units of each
+             * row), asked for now (fetch_block, as the float loop asks for its own
+             * step's): the input product (T x B x 4H, 1 MB for 64 steps of 4 x 1024)
+             * is out of L1 and L2 by its step, and the epilogue's reads of it waited
+             * there (a third of the step loop's time, hidden 256, batch 4). */
+            if (t + 1 < T) RS(fetch_block)(xt + B * 4 * H, (int)B, 4 * H, H, j);
         }
         if (jb->lens) {
             for (Py_ssize_t m = 0; m < B; m++) {
