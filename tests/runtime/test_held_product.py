@@ -126,6 +126,39 @@ def test_a_strided_input_gives_the_bits_of_its_contiguous_copy(level):
                 np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("op", ["MatMul", "Gemm", "GemmT"])
+def test_a_transposed_input_gives_the_stepped_bits_in_a_model(op):
+    """Transpose -> MatMul / Gemm by a constant weight: the unwatched run's held product
+    copies the view in C order, and the stepped run's kernel routes it the same way (its
+    packed GEMM on the C-order copy), so the bits agree on every OpenBLAS core type."""
+    rng = np.random.default_rng(31)
+    k, n = 24, 40
+    w = rng.standard_normal((n, k) if op == "GemmT" else (k, n)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    if op == "MatMul":
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        shape = [7, 2, k]
+    else:
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "c"))
+        node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=int(op == "GemmT"))
+        shape = [14, k]
+    nodes = [helper.make_node("Transpose", ["xt"], ["x"]), node]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("xt", TensorProto.FLOAT, shape[::-1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"xt": rng.standard_normal(shape[::-1]).astype(np.float32)}
+    with threadpool_limits(1):
+        want = stepped_values(model, feeds)["y"]
+        session = Session(model)
+        for _ in range(3):
+            np.testing.assert_array_equal(session.run(feeds)["y"], want)
+
+
 def test_every_call_it_does_not_take_goes_to_the_fallback():
     mod = _module()
     rng = np.random.default_rng(3)

@@ -497,9 +497,11 @@ class MatMulBias:
             and c.size == w.shape[1]
             and c.shape[-1] == w.shape[1]
         ):
-            a2 = a.reshape(-1, a.shape[-1])
+            # (a strided input in C order, as MatMul's route and the held products take
+            # it: the stepped MatMul's product)
+            a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
             out = np.empty((a2.shape[0], w.shape[1]), dtype=a.dtype)
-            if a.dtype == np.float32 and a2.flags.c_contiguous:
+            if a.dtype == np.float32:
                 mod = packed_gemm.module()
                 p = None
                 if mod is not None and packed_gemm.use_for(a2.shape[0], w.shape[0], w.shape[1]):

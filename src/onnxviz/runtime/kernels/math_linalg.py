@@ -41,7 +41,6 @@ def matmul(a: Array, b: Array) -> Array:
         and a.ndim >= 2
         and b.ndim == 2
         and a.shape[-1] == b.shape[0]
-        and a.flags.c_contiguous
         and a.size
         and b.size
     ):
@@ -70,7 +69,10 @@ def _by_packed_weight(a: Array, b: Array) -> Array | None:
     if p is None:
         return None
     out = np.empty(a.shape[:-1] + (b.shape[1],), dtype=np.float32)
-    packed_gemm.matmul_packed(mod, a.reshape(rows, -1), p, out.reshape(rows, -1))
+    # A strided A (Transpose's view) in C order first, as the held products copy it: the
+    # same product whichever call runs it (np.ascontiguousarray: no copy when it is).
+    a2 = np.ascontiguousarray(a).reshape(rows, -1)
+    packed_gemm.matmul_packed(mod, a2, p, out.reshape(rows, -1))
     return out
 
 
@@ -160,7 +162,7 @@ def gemm(
         # (a Linear layer's [N, K]) also for 2-7 rows (OpenBLAS packs it on every call).
         if transB:
             y = few_rows_by_packed_weight(wa, wb, more_rows=True)
-        elif wa.flags.c_contiguous and wa.size and wb.size:
+        elif wa.size and wb.size:
             y = _by_packed_weight(wa, wb)
     if y is None:
         y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
@@ -243,13 +245,14 @@ def few_rows_by_packed_weight(
     part: int = -1,
     small: int = 0,
 ) -> Array | None:
-    """``a @ w.T`` (a: float32 (M, K) C-contiguous, w: a constant float32 (N, K)) for 2-7
-    rows by the compiled GEMM with ``w`` packed once (packed_gemm.use_for_few_rows:
-    OpenBLAS packs a transposed weight on every call), and with ``more_rows`` for the
-    larger products packed_gemm.use_for takes too, and for any product of at most
-    ``small`` multiply-adds; else None.  ``source`` and ``part``: the constant ``w`` is
-    part ``part`` of (packed_gemm.packed)."""
-    if not a.flags.c_contiguous or a.ndim != 2 or a.shape[1] != w.shape[1] or not w.size:
+    """``a @ w.T`` (a: float32 (M, K), copied in C order when strided, as the held
+    products copy it; w: a constant float32 (N, K)) for 2-7 rows by the compiled GEMM
+    with ``w`` packed once (packed_gemm.use_for_few_rows: OpenBLAS packs a transposed
+    weight on every call), and with ``more_rows`` for the larger products
+    packed_gemm.use_for takes too, and for any product of at most ``small``
+    multiply-adds; else None.  ``source`` and ``part``: the constant ``w`` is part
+    ``part`` of (packed_gemm.packed)."""
+    if a.ndim != 2 or a.shape[1] != w.shape[1] or not w.size:
         return None
     mod = packed_gemm.module()
     rows = a.shape[0]
@@ -263,7 +266,7 @@ def few_rows_by_packed_weight(
     if p is None:
         return None
     out = np.empty((a.shape[0], w.shape[0]), dtype=np.float32)
-    packed_gemm.matmul_packed(mod, a, p, out)
+    packed_gemm.matmul_packed(mod, np.ascontiguousarray(a), p, out)
     return out
 
 
