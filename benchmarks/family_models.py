@@ -744,20 +744,29 @@ def qdq_static(
         def get_next(self) -> Any:
             return next(self.items, None)
 
+    return _rewritten(
+        model,
+        lambda src, dst: quantize_static(
+            src,
+            dst,
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
+        ),
+    ), feeds
+
+
+def _rewritten(model: onnx.ModelProto, tool: Callable[[str, str], Any]) -> onnx.ModelProto:
+    """``model`` after a tool that reads a model file and writes another (onnxruntime's
+    quantizers and transformers optimizer), its warnings silenced."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
+        src, dst = os.path.join(tmp, "in.onnx"), os.path.join(tmp, "out.onnx")
         onnx.save(model, src)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            quantize_static(
-                src,
-                dst,
-                Reader(),
-                quant_format=QuantFormat.QDQ,
-                per_channel=per_channel,
-                activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
-            )
-        return onnx.load(dst), feeds
+            tool(src, dst)
+        return onnx.load(dst)
 
 
 def dynamic(base: Callable[[], Built]) -> Built:
@@ -768,13 +777,7 @@ def dynamic(base: Callable[[], Built]) -> Built:
     from onnxruntime.quantization import quantize_dynamic
 
     model, feeds = base()
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
-        onnx.save(model, src)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(src, dst)
-        return onnx.load(dst), feeds
+    return _rewritten(model, quantize_dynamic), feeds
 
 
 def bell_weights(base: Callable[[], Built], std: float = 0.02) -> Built:
@@ -893,15 +896,12 @@ def transformers_optimized(base: Callable[[], Built], heads: int, hidden: int) -
     from onnxruntime.transformers import optimizer
 
     model, feeds = base()
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "o.onnx")
-        onnx.save(model, src)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            optimizer.optimize_model(
-                src, model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0
-            ).save_model_to_file(dst)
-        return onnx.load(dst), feeds
+    return _rewritten(
+        model,
+        lambda src, dst: optimizer.optimize_model(
+            src, model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0
+        ).save_model_to_file(dst),
+    ), feeds
 
 
 LLAMA_1K = {
