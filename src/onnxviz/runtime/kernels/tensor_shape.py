@@ -142,15 +142,8 @@ def _by_shape(kernel_fn: Any, shape_of: Any) -> Any:
     overridden by a feed) or anything but an array takes the kernel."""
 
     def specialize(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
-        loop = native.load("runloop")
-        if kernel_fn is reshape and loop is not None and len(known) == 2:
-            # The call in C (native/_runloop.c's `reshape`): the kernel's sizes and
-            # data.reshape, the sizes kept for a frozen target (a constant, or a kept
-            # result of the shape arithmetic); anything else goes to the kernel.
-            fallback = functools.partial(kernel_fn, **attrs)
-            return loop.reshape(fallback, bool(attrs.get("allowzero", 0)))
         if len(known) == 2 and known[1] is RUNTIME:
-            return _by_kept_shape(kernel_fn, shape_of, attrs)
+            return _by_kept_shape(kernel_fn, attrs)
         if len(known) != 2 or known[1] is None:
             return None
         const = known[1]
@@ -172,13 +165,13 @@ def _by_shape(kernel_fn: Any, shape_of: Any) -> Any:
     return specialize
 
 
-def _by_kept_shape(kernel_fn: Any, shape_of: Any, attrs: dict[str, Any]) -> Any:
+def _by_kept_shape(kernel_fn: Any, attrs: dict[str, Any]) -> Any:
     """`_by_shape`'s call for a second input computed at run time: an exporter's Reshape
     target built by Shape -> Gather -> Unsqueeze -> Concat, which shape_memo.py keeps
     between runs, so the same read-only array comes each run.  The output shape is kept
     for the last such array (held here, so its identity is never another's; `frozen`:
-    its values cannot change) and input shape; another array takes the kernel's steps (a Hugging Face
-    GPT-2's 30 Reshapes a token: 2.5 us each through the kernel)."""
+    its values cannot change) and input shape; another array takes the kernel's steps
+    (a Hugging Face GPT-2's 30 Reshapes a token: 2.5 us each through the kernel)."""
     fallback = functools.partial(kernel_fn, **attrs)
     kept: list[Any] = [None, None, None]  # the array, the input shape, the output shape
 
@@ -207,7 +200,19 @@ def _unsqueeze_shape(data: np.ndarray, const: Any, attrs: dict[str, Any]) -> tup
     return _unsqueeze(data, as_ints(const)).shape
 
 
-specializer(reshape)(_by_shape(reshape, _reshape_shape))
+@specializer(reshape)
+def _prepared_reshape(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """With the compiled loop built, the call in C (native/_runloop.c's `reshape`): the
+    kernel's sizes and data.reshape, kept for a frozen target (a constant, or a kept
+    result of the shape arithmetic); anything else goes to the kernel.  Without it,
+    `_by_shape`'s Python call."""
+    loop = native.load("runloop")
+    if loop is not None and len(known) == 2:
+        fallback = functools.partial(reshape, **attrs)
+        return loop.reshape(fallback, bool(attrs.get("allowzero", 0)))
+    return _by_shape(reshape, _reshape_shape)(attrs, known, n)
+
+
 specializer(squeeze)(_by_shape(squeeze, _squeeze_shape))
 specializer(unsqueeze)(_by_shape(unsqueeze, _unsqueeze_shape))
 
