@@ -50,7 +50,7 @@ from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.kernels import chain_program
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
-from onnxviz.runtime.kernels.math_elementwise import float_power, tanh_into
+from onnxviz.runtime.kernels.math_elementwise import float_power, small_power, tanh_into
 from onnxviz.runtime.kernels.math_erf import erf_into
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
 from onnxviz.runtime.plan import PlanNode, fused_node, run_steps
@@ -121,11 +121,7 @@ class _Step:
 def _small_exponent(v: Any) -> bool:
     """``v`` is one value, 2 or 3: a Pow by it has a compiled step (the kernel's v * v
     and (v * v) * v, math_elementwise.float_power)."""
-    return (
-        scalar(v)
-        and v.dtype.kind in "fiu"
-        and chain_program.power_step(float(v.reshape(-1)[0])) is not None
-    )
+    return scalar(v) and small_power(v, v.ndim) != 0
 
 
 def _eligible(pn: PlanNode) -> bool:

@@ -186,9 +186,10 @@ for _op, _fn2 in _BINARY.items():
     _register_binary(_op, _fn2)
 
 
-def _small_power(b: Array, base_ndim: int) -> int:
+def small_power(b: Array, base_ndim: int) -> int:
     """2 or 3 when the exponent ``b`` is that one value and adds no axis to the base's
-    shape, else 0."""
+    shape, else 0: the exponents `float_power` multiplies out (and the compiled chain's
+    SQUARE and CUBE steps, fusion_elementwise)."""
     if b.size != 1 or b.ndim > base_ndim or b.dtype.kind not in "fiu":
         return 0
     e = b.reshape(-1)[0]
@@ -202,7 +203,7 @@ def float_power(base: Array, exp: Array, out: Array | None = None) -> Array:
     float32 values), and numpy's power otherwise.  Besides onnxruntime's bits, this avoids
     numpy's pow for a negative base, which takes SVML's slow path value by value: a
     GPT-2 GELU's x ** 3 over 24,576 floats took 1.6 ms, x * x * x 0.07."""
-    small = _small_power(np.asarray(exp), base.ndim)
+    small = small_power(np.asarray(exp), base.ndim)
     if small == 2:
         return np.multiply(base, base, out=out)
     if small == 3:
