@@ -16,6 +16,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import frozen
+from onnxviz.runtime.kernels.math_linalg import by_packed_weight
 from onnxviz.runtime.kernels.math_softmax import softmax_last_axis
 from onnxviz.runtime.registry import (
     RUNTIME,
@@ -126,35 +127,24 @@ def _kept_mask(
 def _projection(
     x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, held: Any = None
 ) -> np.ndarray:
-    """x @ W (+ bias) for x [B, S, D]: the packed GEMM (bias in its epilogue, as MatMul's
-    route for a constant weight) when W is a float32 initializer and the product one it
-    takes, else numpy's product and sum.  ``held``: W's packed form, found once by the
-    specialized call (the weight cache's lookup was 2.8 us a call)."""
+    """x @ W (+ bias) for x [B, S, D]: MatMul's route for a constant weight (the packed
+    GEMM, math_linalg.by_packed_weight) when W is a float32 initializer and the product
+    one it takes, else numpy's product; then the bias.  ``held``: W's packed form, found
+    once by the specialized call (the weight cache's lookup was 2.8 us a call)."""
     w = _wide(weights)
-    b = None if bias is None else _wide(bias)
-    mod = packed_gemm.module()
-    rows = x.shape[0] * x.shape[1]
+    y = None
     if (
-        mod is not None
-        and x.dtype == np.float32
+        x.dtype == np.float32
         and w.dtype == np.float32
         and w.ndim == 2
         and w.shape[0] == x.shape[-1]
-        and rows
+        and x.size
         and w.size
-        and (b is None or (b.dtype == np.float32 and b.shape == (w.shape[1],)))
-        and (held is not None or frozen(w))
-        and packed_gemm.use_for(rows, w.shape[0], w.shape[1])
     ):
-        p = held if held is not None else packed_gemm.packed(w, mod)
-        if p is not None:
-            out = np.empty((rows, w.shape[1]), np.float32)
-            a = np.ascontiguousarray(x).reshape(rows, -1)
-            bias_c = None if b is None else np.ascontiguousarray(b)
-            packed_gemm.matmul_packed(mod, a, p, out, bias=bias_c)
-            return out.reshape(x.shape[:-1] + (w.shape[1],))
-    qkv = x @ w
-    return qkv if b is None else qkv + b
+        y = by_packed_weight(x, w, held)
+    if y is None:
+        y = x @ w
+    return y if bias is None else y + _wide(bias)
 
 
 @kernel("Attention", domain=MS, since=1, ctx=True)

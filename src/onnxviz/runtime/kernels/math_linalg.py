@@ -44,7 +44,7 @@ def matmul(a: Array, b: Array) -> Array:
         and a.size
         and b.size
     ):
-        y = _by_packed_weight(a, b)
+        y = by_packed_weight(a, b)
         if y is not None:
             return y
     wa, wb = widen(a), widen(b)
@@ -58,14 +58,17 @@ def matmul(a: Array, b: Array) -> Array:
     return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
 
 
-def _by_packed_weight(a: Array, b: Array) -> Array | None:
-    """``a @ b`` by the compiled GEMM when ``b`` is a constant (frozen) weight packed once
-    and the shape is one it runs faster (kernels/packed_gemm.py), else None."""
+def by_packed_weight(a: Array, b: Array, p: packed_gemm.Packed | None = None) -> Array | None:
+    """``a @ b`` (a: float32 [..., K], b: float32 [K, N]) by the compiled GEMM when ``b``
+    is a constant (frozen) weight packed once and the shape is one it runs faster
+    (kernels/packed_gemm.py), else None.  ``p``: b's packed form when the caller holds it
+    (found once by a specialized call: the weight cache's lookup costs 2-3 us)."""
     rows = a.size // a.shape[-1]
     mod = packed_gemm.module()
     if mod is None or not packed_gemm.use_for(rows, b.shape[0], b.shape[1]):
         return None
-    p = packed_gemm.packed(b, mod)
+    if p is None:
+        p = packed_gemm.packed(b, mod)
     if p is None:
         return None
     out = np.empty(a.shape[:-1] + (b.shape[1],), dtype=np.float32)
@@ -89,7 +92,7 @@ def _constant_matrix(b: Any) -> TypeGuard[np.ndarray]:
 
 @specializer(matmul)
 def _prepared_matmul(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
-    """Unwatched runs, a float32 matrix initializer as B: `_by_packed_weight`'s product
+    """Unwatched runs, a float32 matrix initializer as B: `by_packed_weight`'s product
     with the packed weight found once (its cache lookup was most of a small product's
     fixed cost); another B, dtype, layout or a shape the packed GEMM does not take runs
     the kernel.  The same route, so the same numbers.  A small weight (one a few rows
@@ -163,7 +166,7 @@ def gemm(
         if transB:
             y = few_rows_by_packed_weight(wa, wb, more_rows=True)
         elif wa.size and wb.size:
-            y = _by_packed_weight(wa, wb)
+            y = by_packed_weight(wa, wb)
     if y is None:
         y = few_rows_matmul(wa.T if transA else wa, wb.T if transB else wb)
     if y.dtype.kind == "f":
@@ -220,7 +223,7 @@ def _prepared_gemm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any
     if mod is None:
         return None
     # the packed form the kernel's own route makes (few_rows_by_packed_weight,
-    # _by_packed_weight): one copy in the weight cache
+    # by_packed_weight): one copy in the weight cache
     p = packed_gemm.packed(b0.T, mod, source=b0, part=-1) if trans else packed_gemm.packed(b0, mod)
     if p is None:
         return None
