@@ -17,8 +17,8 @@
  *
  * The sum runs in 16 partial sums (element i into sum i mod 16, the last n mod 16 as
  * one more block padded with -inf), added in one fixed order at the end, at every
- * level: one 16-lane vector, two of 8 or four of 4.  With exp's bits the same at every level (vector_math.h), every
- * level gives the same bits.
+ * level: one 16-lane vector, two of 8 or four of 4.  With exp's bits the same at every
+ * level (vector_math.h), every level gives the same bits.
  *
  * Why: numpy's path makes six passes over the scores (max, min, subtract, exp, a
  * matrix-vector product for the sums, the scaling) with a temporary for each; BERT-base's
