@@ -405,6 +405,44 @@ def expand(data: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return out
 
 
+@specializer(expand)
+def _prepared_expand(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs: the view's shape and strides kept for the last frozen target (a
+    constant, or a kept result of the shape arithmetic: its values cannot change) and
+    input layout, so a repeat call is the view alone.  A TorchScript attention expands
+    its key padding mask each layer, 3 us through the kernel's checks and loops."""
+    if len(known) != 2:
+        return None
+    # the target, the input's shape, strides and dtype, the view's shape and strides
+    kept: list[Any] = [None] * 6
+
+    def call(data: Any, given: Any) -> Any:
+        if (
+            given is kept[0]
+            and type(data) is np.ndarray
+            and data.shape == kept[1]
+            and data.strides == kept[2]
+            and data.dtype is kept[3]
+            and not given.flags.writeable
+        ):
+            out = np.ndarray(kept[4], kept[3], data, 0, kept[5])
+            out.flags.writeable = False
+            return out
+        out = expand(data, given)
+        if (
+            type(data) is np.ndarray
+            and type(given) is np.ndarray
+            and data.flags.c_contiguous  # the kernel's own view, not broadcast_to's
+            and data.size
+            and not data.dtype.hasobject
+            and frozen(given)
+        ):
+            kept[:] = [given, data.shape, data.strides, data.dtype, out.shape, out.strides]
+        return out
+
+    return call
+
+
 def _broadcast_shape(have: tuple[int, ...], want: list[int]) -> tuple[int, ...] | None:
     """Expand's output shape (numpy's broadcasting rule, of the two shapes), or None."""
     rank = max(len(have), len(want))
