@@ -62,6 +62,28 @@ def test_gelu_family() -> None:
 
 def test_gelu_float16_computed_in_float32() -> None:
     compare_with_ort("Gelu", [_f(4, 5).astype(np.float16)], rtol=1e-3, atol=1e-3)
+    compare_with_ort(
+        "BiasGelu", [_f(4, 5).astype(np.float16), _f(5).astype(np.float16)], rtol=1e-3, atol=1e-3
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_bias_gelu_is_the_gelu_kernel_of_the_sum(dtype) -> None:
+    """BiasGelu runs the Gelu pass over its own sum in place: the Gelu kernel's bits of
+    a + b, in the input's dtype, and never the inputs written."""
+    from onnxviz.runtime.kernels.contrib_ms import bias_gelu
+    from onnxviz.runtime.kernels.math_activation import gelu
+
+    a = (_f(3, 32, 64) * 4).astype(dtype)  # values across erf's pieces
+    b = _f(64).astype(dtype)
+    a0, b0 = a.copy(), b.copy()
+    got = bias_gelu(a, b)
+    total = a.astype(np.float32) + b.astype(np.float32) if dtype == np.float16 else a + b
+    want = gelu(total).astype(dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(a, a0)
+    np.testing.assert_array_equal(b, b0)
 
 
 def test_bias_add_formula() -> None:

@@ -411,6 +411,18 @@ _GELU_TANH = chain_program.program(
 )
 
 
+def gelu_erf_in_place(x: Array) -> bool:
+    """Gelu (approximate "none") over a C-contiguous float32 ``x`` in place by the
+    compiled pass, the Gelu kernel's numbers; False (x untouched) when it cannot run
+    (compiled kernels off, another dtype or layout).  For callers whose input is a fresh
+    array of their own (BiasGelu's sum), which then skip the kernel's output array."""
+    chain = chain_program.CHAIN
+    if chain is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return False
+    chain.run(x, x, _GELU_ERF)
+    return True
+
+
 @kernel("Gelu", since=20)
 @_in_float32
 def gelu(x: Array, approximate: str = "none") -> Array:
