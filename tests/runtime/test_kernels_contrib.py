@@ -158,6 +158,69 @@ def test_embed_layer_normalization() -> None:
     compare_with_ort(
         "EmbedLayerNormalization", [ids, None, _f(10, 8), _f(6, 8), None, _f(8), _f(8)], 2
     )
+    # a wide row; and int64 ids (onnxruntime takes int32 only) give the int32 numbers
+    tables = [_f(10, 96), _f(6, 96), _f(2, 96), _f(96), _f(96)]
+    compare_with_ort("EmbedLayerNormalization", [ids, seg, *tables, mask], 3)
+    from onnxviz.runtime.kernels.contrib_ms import embed_layer_norm
+
+    narrow = embed_layer_norm(ids, seg, *tables, mask)
+    wide = embed_layer_norm(ids.astype(np.int64), seg.astype(np.int64), *tables, mask)
+    for a, b in zip(narrow, wide, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_embed_layer_normalization_compiled_rows_match_the_numpy_steps() -> None:
+    """The compiled call (native/_norm.c's embed) gives embed_sum's sums bit for bit and
+    the layer norm of them within float32 rounding, for each table layout it takes."""
+    from onnxviz.runtime.kernels import contrib_ms, row_norm
+
+    if row_norm.module() is None:
+        pytest.skip("compiled kernels are off: the numpy steps are the only path")
+    for cols, batch, seq, with_segment in ((8, 2, 5, True), (33, 1, 7, False), (128, 3, 4, True)):
+        word, pos, segt = _f(50, cols) * 3, _f(9, cols), _f(3, cols)
+        gamma, beta = _f(cols), _f(cols)
+        ids = RNG.integers(0, 50, (batch, seq)).astype(np.int32)
+        seg = RNG.integers(0, 3, (batch, seq)).astype(np.int64)
+        seg_in, table = (seg, segt) if with_segment else (None, None)
+        y, total = contrib_ms._embed_compiled(
+            ids, seg_in, word, pos, table, gamma, beta, None, 1e-12
+        )
+        want_total = contrib_ms.embed_sum(ids, seg_in, word, pos, table, None)
+        np.testing.assert_array_equal(total, want_total)
+        t64 = want_total.astype(np.float64)
+        mean = t64.mean(-1, keepdims=True)
+        ref = (t64 - mean) / np.sqrt(t64.var(-1, keepdims=True) + np.float32(1e-12)) * gamma + beta
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("native", ["on", "off"])
+@pytest.mark.parametrize(
+    ("ids", "seg", "pos_rows", "message"),
+    [
+        ([[1, 50]], None, 9, "word id out of range"),
+        ([[1, -1]], None, 9, "word id out of range"),
+        ([[1, 2]], [[0, 3]], 9, "segment id out of range"),
+        ([[1, 2]], [[-1, 0]], 9, "segment id out of range"),
+        ([[1, 2, 3]], None, 2, "sequence longer than position table"),
+    ],
+)
+def test_embed_layer_normalization_ids_outside_their_tables(
+    native, ids, seg, pos_rows, message, monkeypatch
+) -> None:
+    """An id outside its table is the run's error, naming which (never numpy's negative
+    indexing from the end, nor a read outside the table)."""
+    from onnxviz.errors import ExecutionError
+    from onnxviz.runtime.kernels import contrib_ms, row_norm
+
+    if native == "off":
+        monkeypatch.setattr(row_norm, "_NORM", None)
+    ids_a = np.array(ids, np.int32)
+    seg_a = None if seg is None else np.array(seg, np.int32)
+    with pytest.raises(ExecutionError, match=message):
+        contrib_ms.embed_layer_norm(
+            ids_a, seg_a, _f(50, 8), _f(pos_rows, 8), None if seg is None else _f(3, 8),
+            _f(8), _f(8),
+        )  # fmt: skip
 
 
 X3 = _f(2, 4, 16)

@@ -320,9 +320,14 @@ def embed_sum(
     if ids.ndim != 2:
         raise ExecutionError("EmbedLayerNormalization: input_ids must be [batch, sequence]")
     b, s = ids.shape
-    for name, table, index in (("word", word, ids), ("position", position, position_ids)):
+    for name, table, index in (
+        ("word", word, ids),
+        ("position", position, position_ids),
+        ("segment", segment, segment_ids if segment is not None else None),
+    ):
         if (
             index is not None
+            and table is not None
             and np.asarray(index).size
             and (np.asarray(index).min() < 0 or np.asarray(index).max() >= table.shape[0])
         ):
@@ -357,15 +362,73 @@ def embed_layer_norm(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if gamma is None or beta is None:
         raise ExecutionError("EmbedLayerNormalization: gamma and beta are required")
-    total = embed_sum(
-        input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, position_ids
-    )
-    normed, _, _ = _normalize(total, total.ndim - 1, epsilon, simplified=False)
-    y = normed * _wide(gamma) + _wide(beta)
     dtype = np.asarray(word_embedding).dtype
+    done = _embed_compiled(
+        input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
+        gamma, beta, position_ids, epsilon,
+    )  # fmt: skip
+    if done is not None:
+        y, total = done
+    else:
+        total = embed_sum(
+            input_ids, segment_ids, word_embedding, position_embedding, segment_embedding,
+            position_ids,
+        )  # fmt: skip
+        normed, _, _ = _normalize(total, total.ndim - 1, epsilon, simplified=False)
+        y = normed * _wide(gamma) + _wide(beta)
     ids = np.asarray(input_ids)
     if mask is not None:
-        mask_index = (np.asarray(mask) != 0).sum(axis=1).astype(np.int32)
+        mask_index = (np.asarray(mask) != 0).sum(axis=1, dtype=np.int32)
     else:
         mask_index = np.zeros(ids.shape[0], dtype=np.int32)
-    return y.astype(dtype), mask_index, total.astype(dtype)
+    # (y and total are fresh: no copy where the dtype already fits)
+    return y.astype(dtype, copy=False), mask_index, total.astype(dtype, copy=False)
+
+
+_ID_KINDS = (np.dtype(np.int32), np.dtype(np.int64))
+_EMBED_RANGE = {
+    1: "word id out of range",
+    2: "sequence longer than position table",
+    3: "segment id out of range",
+}
+
+
+def _embed_compiled(
+    input_ids: Any, segment_ids: Any, word: Any, position: Any, segment: Any,
+    gamma: Any, beta: Any, position_ids: Any, epsilon: float,
+) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+    """(y, the embeddings' sum) by the compiled row kernel (native/_norm.c's `embed`):
+    the same sums as `embed_sum`, the layer norm the other norm ops' kernel, in one
+    call; None where it does not run (compiled kernels off, position_ids given, not
+    float32 tables of gamma's width, not int32/int64 ids)."""
+    module = row_norm.module()
+    if module is None or position_ids is not None:
+        return None
+    tables = (word, position, gamma, beta) + (() if segment is None else (segment,))
+    if any(type(t) is not np.ndarray or t.dtype != np.float32 for t in tables):
+        return None
+    cols = gamma.size
+    if gamma.ndim != 1 or beta.shape != gamma.shape or not cols:
+        return None
+    if any(t.ndim != 2 or t.shape[1] != cols for t in (word, position) + tables[4:]):
+        return None
+    ids = np.asarray(input_ids)
+    if ids.dtype not in _ID_KINDS or ids.ndim != 2:
+        return None
+    seg_ids = None
+    if segment is not None and segment_ids is not None:
+        seg_ids = np.ascontiguousarray(segment_ids)
+        if seg_ids.dtype not in _ID_KINDS or seg_ids.shape != ids.shape:
+            return None
+    table = segment if seg_ids is not None else None
+    y = np.empty(ids.shape + (cols,), np.float32)
+    total = np.empty(ids.shape + (cols,), np.float32)
+    bad = module.embed(
+        np.ascontiguousarray(ids), seg_ids, np.ascontiguousarray(word),
+        np.ascontiguousarray(position), None if table is None else np.ascontiguousarray(table),
+        np.ascontiguousarray(gamma), np.ascontiguousarray(beta),
+        row_norm.float32_epsilon(epsilon), total, y,
+    )  # fmt: skip
+    if bad:
+        raise ExecutionError(f"EmbedLayerNormalization: {_EMBED_RANGE[bad]}")
+    return y, total

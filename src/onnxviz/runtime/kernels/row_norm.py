@@ -100,13 +100,19 @@ def normalize(
                 return None  # the numpy path says what does not broadcast
         s = skip if skip.flags.c_contiguous else np.ascontiguousarray(skip)
     src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    eps = float32_epsilon(epsilon)
+    total_too = s is not None or bi is not None
+    return _rows(module, src, axis, cols, eps, rms, g, b, s, bi, total_too)
+
+
+def float32_epsilon(epsilon: float) -> float:
+    """``epsilon`` rounded to float32, as the numpy paths round it (kept per value)."""
     eps = _EPS.get(epsilon)
     if eps is None:
         eps = float(np.float32(epsilon))
         if len(_EPS) < 64:  # (a NaN epsilon never matches itself: keep the cache small)
             _EPS[epsilon] = eps
-    total_too = s is not None or bi is not None
-    return _rows(module, src, axis, cols, eps, rms, g, b, s, bi, total_too)
+    return eps
 
 
 def _rows(
