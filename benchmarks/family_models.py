@@ -527,6 +527,47 @@ def tcn(
     return _export(TCN(), args, ["x"], dynamo=False), _feeds(["x"], args)
 
 
+def convnext(size: int = 128, dynamo: bool = False) -> Built:
+    """A small ConvNeXt (Liu et al. 2022): a 4x4 patchify stem, blocks of a depthwise 7x7
+    conv, a permute to NHWC, LayerNorm over channels, Linear -> GELU -> Linear, a
+    per-channel scale, the permute back and the residual add; 2x2 downsampling convs
+    between widths 48, 96 and 192."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+            self.norm = nn.LayerNorm(c)
+            self.up = nn.Linear(c, 4 * c)
+            self.down = nn.Linear(4 * c, c)
+            self.scale = nn.Parameter(torch.full((c,), 0.1))
+
+        def forward(self, x: Any) -> Any:
+            y = self.dw(x).permute(0, 2, 3, 1)
+            y = self.down(nn.functional.gelu(self.up(self.norm(y)))) * self.scale
+            return x + y.permute(0, 3, 1, 2)
+
+    class ConvNeXt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(3, 48, 4, 4)
+            self.blocks = nn.Sequential(
+                Block(48), Block(48), nn.Conv2d(48, 96, 2, 2), Block(96), Block(96),
+                nn.Conv2d(96, 192, 2, 2), Block(192),
+            )  # fmt: skip
+            self.head = nn.Linear(192, 10)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(ConvNeXt(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
+
+
 def unet_convtranspose(size: int = 128, base: int = 16) -> Built:
     """A segmentation UNet whose decoder upsamples by ConvTranspose2d (k2 s2), Conv ->
     BatchNorm -> ReLU blocks, skips concatenated, TorchScript."""
@@ -1040,6 +1081,11 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
         unet_convtranspose,
     ),
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
+    "convnext_ts": ("ConvNeXt (widths 48-192), 128 px, TorchScript", convnext),
+    "convnext_dynamo": (
+        "ConvNeXt (widths 48-192), 128 px, torch dynamo",
+        lambda: convnext(dynamo=True),
+    ),
     "elman_rnn_dynamo": ("Elman RNN 2x128, 50 steps, written out by torch dynamo", elman_rnn),
     "lstm_cell_loop": (
         "LSTMCell 128 stepped 32 times, batch 4, torch dynamo",

@@ -261,7 +261,10 @@ def test_attention_with_initializer_weights_takes_its_packed_weights(
     names = [i.name for i in model.graph.input]
     session, _ = assert_stepped_bits(model, dict(zip(names, feeds, strict=True)), runs=3)
     (pn,) = run_nodes(session.plan)
-    assert "_specialize_attention" in pn.call.__qualname__  # not the kernel
+    from onnxviz.runtime.kernels import packed_gemm
+
+    if packed_gemm.module() is not None:  # (kernels off: no packed form, the kernel runs)
+        assert "_specialize_attention" in pn.call.__qualname__  # not the kernel
 
 
 def test_attention_mask_values_change_between_runs() -> None:

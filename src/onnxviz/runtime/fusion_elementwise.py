@@ -49,6 +49,7 @@ import numpy as np
 from onnxviz.runtime import quiet_loop
 from onnxviz.runtime.fusion_qdq import only_reader, plain_dequantizer, plain_quantizer, scalar
 from onnxviz.runtime.kernels import chain_program
+from onnxviz.runtime.kernels.dense import dense as dense_copy
 from onnxviz.runtime.kernels.math_activation import relu_into, sigmoid_into
 from onnxviz.runtime.kernels.math_elementwise import float_power, small_power, tanh_into
 from onnxviz.runtime.kernels.math_erf import erf_into
@@ -518,7 +519,7 @@ class ElementwiseChain:
         tensors = self._tensor_operands(x, ins, last)
         if tensors is None:
             return self._one_by_one(ex, ins)
-        dense = x.transpose(0, 2, 3, 1) if last else np.ascontiguousarray(x)
+        dense = x.transpose(0, 2, 3, 1) if last else dense_copy(x)
         flat = dense.reshape(-1)
         out = np.empty_like(flat)
         # (None: a Pow by an exponent the program has no step for, numpy's pow below)
@@ -543,8 +544,8 @@ class ElementwiseChain:
                     return self._one_by_one(ex, ins)  # a pair met a NaN
         if last:
             return [out.reshape(dense.shape).transpose(0, 3, 1, 2)]
-        # x's own shape: ascontiguousarray gives a 0-d x one axis (a chain of a scalar
-        # input returned shape (1,) where its nodes give ())
+        # x's own shape: the flat copy gives a 0-d x one axis (a chain of a scalar input
+        # returned shape (1,) where its nodes give ())
         return [out.reshape(x.shape)]
 
     def _tensor_operands(
@@ -568,7 +569,7 @@ class ElementwiseChain:
                 # (x's elements in x's order when only leading ones were dropped: a view)
                 t = t.reshape(x.shape) if t.size == x.size else np.broadcast_to(t, x.shape)
             dense = t.transpose(0, 2, 3, 1) if last else t
-            flats.append(np.ascontiguousarray(dense).reshape(-1))
+            flats.append(dense_copy(dense).reshape(-1))
         return tuple(flats)
 
     def _tables(self, x: np.ndarray, ins: list[Any]) -> dict[int, np.ndarray] | None:

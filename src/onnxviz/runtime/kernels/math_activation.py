@@ -25,6 +25,7 @@ import numpy as np
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import chain_program
+from onnxviz.runtime.kernels.dense import dense
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, widen
 from onnxviz.runtime.kernels.math_erf import erf
 from onnxviz.runtime.kernels.nn_geometry import scratch
@@ -427,7 +428,7 @@ def gelu_erf_in_place(x: Array) -> bool:
 @_in_float32
 def gelu(x: Array, approximate: str = "none") -> Array:
     if x.dtype == np.float32 and chain_program.CHAIN is not None:
-        src = np.ascontiguousarray(x)
+        src = dense(x) if x.ndim else np.ascontiguousarray(x)
         out = np.empty(src.shape, np.float32)
         chain_program.CHAIN.run(src, out, _GELU_TANH if approximate == "tanh" else _GELU_ERF)
         return out

@@ -18,6 +18,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.blas import few_rows_matmul
+from onnxviz.runtime.kernels.dense import dense
 from onnxviz.runtime.kernels.math_common import widen
 from onnxviz.runtime.registry import kernel, specializer
 
@@ -74,7 +75,7 @@ def by_packed_weight(a: Array, b: Array, p: packed_gemm.Packed | None = None) ->
     out = np.empty(a.shape[:-1] + (b.shape[1],), dtype=np.float32)
     # A strided A (Transpose's view) in C order first, as the held products copy it: the
     # same product whichever call runs it (np.ascontiguousarray: no copy when it is).
-    a2 = np.ascontiguousarray(a).reshape(rows, -1)
+    a2 = dense(a).reshape(rows, -1)
     packed_gemm.matmul_packed(mod, a2, p, out.reshape(rows, -1))
     return out
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels.dense import dense
 from onnxviz.runtime.kernels.math_common import normalize_axis, widen
 from onnxviz.runtime.registry import kernel, specializer
 
@@ -111,7 +112,7 @@ def _softmax(x: Array, axis: int) -> Array:
 def softmax_last_axis(x: Array) -> Array:
     """Softmax over the last axis, as the Softmax kernel computes it (a float32 array's
     compiled rows, numpy's steps otherwise): for the attention kernels' scores."""
-    x = np.ascontiguousarray(x)
+    x = dense(x)
     return _softmax(x, x.ndim - 1) if x.ndim else np.ones_like(x)
 
 

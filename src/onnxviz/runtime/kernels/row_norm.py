@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels.dense import dense
 from onnxviz.runtime.registry import RUNTIME
 
 # The compiled module, None when compiled kernels are off or not built.
@@ -98,8 +99,8 @@ def normalize(
                 skip = np.broadcast_to(skip, x.shape)
             except ValueError:
                 return None  # the numpy path says what does not broadcast
-        s = skip if skip.flags.c_contiguous else np.ascontiguousarray(skip)
-    src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        s = dense(skip)
+    src = dense(x)  # (a permuted view, NHWC before a ConvNeXt LayerNorm: by tiles)
     eps = float32_epsilon(epsilon)
     total_too = s is not None or bi is not None
     return _rows(module, src, axis, cols, eps, rms, g, b, s, bi, total_too)
