@@ -617,6 +617,34 @@ def test_unpadded_1x1_depthwise_convs_each_get_their_own_output() -> None:
     close(stepped[c], x * k3, "conv of x")
 
 
+def test_a_convnext_block_stays_channels_last_through_its_permutes() -> None:
+    """Depthwise 7x7 conv -> Transpose(0, 2, 3, 1) -> LayerNorm -> ... -> Transpose back ->
+    residual Add: the conv writes channels-last (the permute is then its NHWC buffer,
+    no copy either side), the model's numbers the stepped run's; a ReduceMean over
+    (H, W) without keepdims (the head's x.mean((2, 3))) runs as SpatialMean."""
+    net = _Net(np.random.default_rng(5))
+    c, hw = 16, 12
+    net.shapes["x"] = (1, c, hw, hw)
+    stem = net.conv("x", c, k=3)
+    dw = net.conv(stem, c, k=7, group=c, pads=[3, 3, 3, 3])
+    nhwc = net.add("Transpose", [dw], (1, hw, hw, c), perm=[0, 2, 3, 1])
+    gamma, beta = net.const(net.rng.uniform(0.5, 1.5, c)), net.const(net.rng.uniform(-1, 1, c))
+    normed = net.add("LayerNormalization", [nhwc, gamma, beta], (1, hw, hw, c), epsilon=1e-6)
+    scaled = net.add("Mul", [normed, net.const(net.rng.uniform(0.5, 1.5, c))], (1, hw, hw, c))
+    back = net.add("Transpose", [scaled], (1, c, hw, hw), perm=[0, 3, 1, 2])
+    y = net.add("Add", [stem, back], (1, c, hw, hw))
+    head = net.mean(y, [2, 3], keepdims=0)
+    model = net.model((1, c, hw, hw), head)
+    feeds = {"x": RNG.standard_normal((1, c, hw, hw)).astype(np.float32)}
+    assert dw in _kept_channels_last(model, feeds)
+    sess = Session(model)
+    sess.run(feeds)
+    fused = [type(pn.fused).__name__ for pn in run_nodes(sess.plan) if pn.kind == "fused"]
+    assert "SpatialMean" in fused, fused
+    assert sess.run(feeds)[head].shape == (1, c)
+    assert_modes_agree(model, feeds)
+
+
 # -- random conv chains ------------------------------------------------------------------
 
 
@@ -707,9 +735,14 @@ def _draw_mean(net: _Net, x: str, draw) -> str:
 def _draw_nchw_reader(net: _Net, x: str, draw) -> str:
     """A reader that wants the values as NCHW (not a chain member)."""
     n, c, h, w = net.shapes[x]
-    op = draw(st.sampled_from(["Transpose", "MaxPool", "Concat", "Flatten"]))
+    op = draw(st.sampled_from(["Transpose", "MaxPool", "Concat", "Flatten", "NHWC"]))
     if op == "Transpose":
         return net.add(op, [x], (n, c, w, h), perm=[0, 1, 3, 2])
+    if op == "NHWC":  # a ConvNeXt block's permute, then its LayerNorm over channels
+        nhwc = net.add("Transpose", [x], (n, h, w, c), perm=[0, 2, 3, 1])
+        gamma, beta = net.const(net.rng.uniform(0.5, 1.5, c)), net.const(net.rng.uniform(-1, 1, c))
+        net.outputs.append(net.add("LayerNormalization", [nhwc, gamma, beta], (n, h, w, c)))
+        return x
     if op == "MaxPool":
         return net.add(op, [x], (n, c, h, w), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     if op == "Concat":

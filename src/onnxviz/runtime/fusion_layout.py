@@ -249,6 +249,15 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                     # of 576 channels: 40 us against a few).
                     pays = pays or pn.op_type in _SPATIAL_MEANS
                     continue
+                if (
+                    pn.op_type == "Transpose"
+                    and tuple(pn.attrs.get("perm") or ()) == (0, 2, 3, 1)
+                    and pn.outputs[0] not in keep  # (a graph output: the view, as before)
+                ):
+                    # NCHW -> NHWC (a ConvNeXt block's permute before its LayerNorm): of a
+                    # channels-last value, the NHWC buffer itself, where an NCHW one cost
+                    # the conv its transposing copy and the reader a second one back.
+                    continue
                 if _pool_takes_layout(pn) and pn.outputs[0] not in keep:
                     # The pool reads the layout in place and writes it.  Readers after it
                     # that want NCHW pay a transposing copy of the pool's output (no
@@ -416,8 +425,9 @@ def _made_for(
 
 
 class SpatialMean:
-    """A squeeze-excite block's ReduceMean over (H, W) with keepdims, or a
-    GlobalAveragePool, of a channels-last value: float32 by the compiled pool with the
+    """A squeeze-excite block's ReduceMean over (H, W) (its keepdims either way: a
+    ConvNeXt head's x.mean((2, 3)) keeps none), or a GlobalAveragePool, of a
+    channels-last value: float32 by the compiled pool with the
     whole image as its window (nn_pool.spatial_mean), and from the second run by its
     held call (`quick`, native/_pool.c's `held`: the same kernel in C from the node loop;
     ResNet-50's last mean 84 -> 26 us in its run); float64 (or the kernels off) by one
@@ -443,22 +453,24 @@ class SpatialMean:
             and x.size
             and self._spatial(ins[1] if len(ins) > 1 else None)
         ):
+            keeps = self._spatial.keeps
+            n, c, h, w = x.shape
             if x.dtype == np.float32:
                 mean = nn_pool.spatial_mean(x)
                 if mean is not None:
                     if not self._held_tried:
                         self._held_tried = True
-                        if len(ins) == 1:
+                        if len(ins) == 1 and keeps:  # (the held call keeps the axes)
                             self.quick = nn_pool.held_spatial_mean(quiet_loop.decline)
-                    return [mean]
-            n, c, h, w = x.shape
+                    # (keepdims=0: a ConvNeXt's head, torch's x.mean((2, 3)))
+                    return [mean if keeps else mean.reshape(n, c)]
             rows = x.transpose(0, 2, 3, 1).reshape(n, h * w, c)
             ones = self._ones
             if ones is None or ones.shape[1] != h * w or ones.dtype != x.dtype:
                 ones = self._ones = np.ones((1, h * w), dtype=x.dtype)
             total = np.matmul(ones, rows)  # (N, 1, C)
             total /= x.dtype.type(h * w)
-            return [total.reshape(n, c, 1, 1)]
+            return [total.reshape((n, c, 1, 1) if keeps else (n, c))]
         return ex.call_kernel(self.node, ins)
 
 

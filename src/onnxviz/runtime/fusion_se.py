@@ -131,20 +131,23 @@ def find_se_gates(
 
 class SpatialAxes:
     """Whether a spatial-mean node, given its axes input (None when absent), means over
-    exactly the (H, W) axes of a 4-D value, keeping them: a GlobalAveragePool always, a
-    ReduceMean by its keepdims and axes.  The answer for an axes array that cannot change
+    exactly the (H, W) axes of a 4-D value: a GlobalAveragePool always, a ReduceMean by
+    its axes (kept or not: `keeps` says).  The answer for an axes array that cannot change
     (a frozen constant) is kept: a node sees the same one every run."""
 
     def __init__(self, node: PlanNode) -> None:
         self.node = node
         self._last: tuple[Any, bool] = (None, False)  # (axes input, its answer)
 
+    @property
+    def keeps(self) -> bool:
+        """Whether the mean keeps the (H, W) axes as ones (else (N, C))."""
+        return self.node.op_type == "GlobalAveragePool" or bool(self.node.attrs.get("keepdims", 1))
+
     def __call__(self, axes: Any) -> bool:
         node = self.node
         if node.op_type == "GlobalAveragePool":
             return True
-        if not node.attrs.get("keepdims", 1):
-            return False
         if node.opset < 18:
             got = list(node.attrs.get("axes") or [])
             return len(got) == 2 and sorted(a % 4 for a in got) == [2, 3]

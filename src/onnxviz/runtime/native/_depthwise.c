@@ -66,7 +66,7 @@ typedef struct {
     int ky0, ky1, kx0, kx1, kw;
     int width;         /* channels in this block: 1..BLOCK */
     Py_ssize_t pstep;  /* floats between neighbouring output pixels' inputs: sw * C */
-    int slide;         /* kw when 3 or 5, dilation 1, stride 1 or 2 (slide_*), else 0 */
+    int slide;         /* kw when 3, 5 or 7, dilation 1, stride 1 or 2 (slide_*), else 0 */
     int sw;            /* the column stride */
     Py_ssize_t in_w, pl; /* the input's width, the left padding */
     Py_ssize_t inner0, inner1; /* output columns reading every kernel column */
@@ -234,10 +234,14 @@ __attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
             SLIDE(slider, NP, 3, 1)                                                        \
         } else if (p->slide == 3) {                                                        \
             SLIDE(slider, NP, 3, 2)                                                        \
-        } else if (p->sw == 1) {                                                           \
+        } else if (p->slide == 5 && p->sw == 1) {                                          \
             SLIDE(slider, NP, 5, 1)                                                        \
-        } else {                                                                           \
+        } else if (p->slide == 5) {                                                        \
             SLIDE(slider, NP, 5, 2)                                                        \
+        } else if (p->sw == 1) {                                                           \
+            SLIDE(slider, NP, 7, 1)                                                        \
+        } else {                                                                           \
+            SLIDE(slider, NP, 7, 2)                                                        \
         }                                                                                  \
     } else if (v)                                                                          \
         kernel(p, j0, NP, at, m, 0, 1, v);                                                 \
@@ -305,7 +309,7 @@ pixels_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, __m256i m, cons
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 slide_avx2(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, const int S,
            int lo, int hi) {
-    __m256 acc[PIX8], wv[5];
+    __m256 acc[PIX8], wv[7];
 #pragma GCC unroll 16
     for (int j = 0; j < NP; j++) acc[j] = _mm256_setzero_ps();
     const Py_ssize_t c = p->c;
@@ -451,7 +455,7 @@ pixels_avx512(const Block *p, Py_ssize_t j0, const int NP, int at, __mmask16 m,
 __attribute__((target("avx512f"), always_inline)) static inline void
 slide_avx512(const Block *p, Py_ssize_t j0, const int NP, int at, const int KW, const int S,
            int lo, int hi) {
-    __m512 acc[PIX16], wv[5];
+    __m512 acc[PIX16], wv[7];
 #pragma GCC unroll 16
     for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
     const Py_ssize_t c = p->c;
@@ -559,7 +563,7 @@ static void run(const Geometry *g, const float *x, const float *wt, const float 
         inside(ox * g->sw - g->pl, g->dw, g->kw, g->w, &cols[2 * ox], &cols[2 * ox + 1]);
     Block p;
     p.pstep = g->sw * c;
-    p.slide = g->sw <= 2 && g->dw == 1 && (g->kw == 3 || g->kw == 5) ? (int)g->kw : 0;
+    p.slide = g->sw <= 2 && g->dw == 1 && (g->kw == 3 || g->kw == 5 || g->kw == 7) ? (int)g->kw : 0;
     p.sw = (int)g->sw;
     p.in_w = g->w;
     p.pl = g->pl;
