@@ -116,3 +116,30 @@ def test_errors() -> None:
         gather_block_quantized(packed, np.array([0]), scales, block_size=BS, gather_axis=1)
     with pytest.raises(ExecutionError, match="not supported"):
         gather_block_quantized(packed.astype(np.int32), np.array([0]), scales, block_size=BS)
+
+
+def test_a_constant_table_is_dequantized_once_with_the_kernels_values() -> None:
+    """Unwatched runs of a constant table gather rows of the table dequantized once by
+    the kernel: every run the stepped run's bits, whatever the indices (negative ones,
+    2-D); an index out of range is still the kernel's error, and the next run is fine."""
+    from onnxviz.runtime.fusion import run_nodes
+    from tests.runtime.differential import stepped_values
+
+    data = RNG.integers(0, 256, (V, D // 2)).astype(np.uint8)
+    scales = RNG.random((V, D // BS)).astype(np.float32)
+    zp = RNG.integers(0, 256, (V, D // BS // 2)).astype(np.uint8)
+    model = _model(data, (2, 3), scales, zp, block_size=BS, bits=4)
+    sess = Session(model)
+    for idx in (np.array([[1, 9, 0], [-1, -10, 4]]), np.array([[3, 3, 3], [2, 8, 7]])):
+        got = sess.run({"I": idx})["Y"]
+        want = stepped_values(model, {"I": idx})["Y"]
+        assert got.dtype == want.dtype and got.shape == want.shape == (2, 3, D)
+        np.testing.assert_array_equal(got, want)
+    (pn,) = run_nodes(sess.plan)
+    assert "_prepared_gather" in pn.call.__qualname__
+    with pytest.raises(ExecutionError, match="out of range"):
+        sess.run({"I": np.array([[0, V, 1], [0, 0, 0]])})
+    ok = sess.run({"I": np.array([[0, 1, 2], [3, 4, 5]])})["Y"]
+    np.testing.assert_array_equal(
+        ok, stepped_values(model, {"I": np.array([[0, 1, 2], [3, 4, 5]])})["Y"]
+    )

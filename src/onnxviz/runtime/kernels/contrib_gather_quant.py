@@ -10,12 +10,16 @@ values, sub-byte ones packed along the last axis, low bits first; default zero p
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.contrib_quant import unpack_bits
-from onnxviz.runtime.registry import kernel
+from onnxviz.runtime.registry import RUNTIME, kernel, specializer
 
 MS = "com.microsoft"
 _NARROW = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4))
@@ -107,10 +111,62 @@ def gather_block_quantized(
     if zero_points is None:
         zp = np.float32(default_zp)
     else:
-        zpa = np.asarray(zero_points)
+        # the gathered rows' zero points only (uint8 data gathers axis 0): unpacking the
+        # whole table was a 150k-row vocabulary's zero points on every token
+        zpa = _take(np.asarray(zero_points), idx, ga)
         if zpa.dtype == np.uint8 and per_byte > 1:
             zpa = unpack_bits(zpa, bits, sc.shape[-1])
-        zp = _take(_take(zpa.astype(np.float32), idx, ga), block_of, qa_out)
+        zp = _take(zpa.astype(np.float32), block_of, qa_out)
     if s.shape != q.shape:
         s = np.broadcast_to(s, q.shape)
     return ((q - zp) * s).astype(out_dtype)
+
+
+# A dequantized table is kept (float32: 4 bytes a value) up to this many values.
+_KEPT_VALUES = 1 << 20
+
+
+@specializer(gather_block_quantized)
+def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs of a node whose table, scales and zero points are constants
+    (frozen) and whose table is small (at most `_KEPT_VALUES` values dequantized): the
+    whole table dequantized once by the kernel, then each call a gather of its rows:
+    the kernel's own values, since each is (q - zero point) * scale on its own.  A tiny
+    genai model's embedding took 24 us a call through the kernel's unpacking steps.
+    Another table, or an index out of range (the kernel says so), goes to the kernel."""
+    if len(known) < 3:
+        return None
+    consts = [known[0], known[2], known[3] if len(known) > 3 else None]
+    if any(c is RUNTIME for c in consts) or known[0] is None or known[2] is None:
+        return None
+    if any(c is not None and (type(c) is not np.ndarray or not frozen(c)) for c in consts):
+        return None
+    data = consts[0]
+    ga = attrs.get("gather_axis", 0) % max(data.ndim, 1)
+    per_byte = 8 // attrs.get("bits", 4) if data.dtype == np.uint8 else 1
+    if not data.ndim or data.size * per_byte > _KEPT_VALUES:
+        return None
+    fallback = functools.partial(gather_block_quantized, **attrs)
+    try:
+        table = fallback(data, np.arange(data.shape[ga]), consts[1], consts[2])
+    except ExecutionError:
+        return None  # (the kernel says what is wrong on every call)
+    table.flags.writeable = False
+    held = (known[0], known[2], known[3] if len(known) > 3 else None)
+
+    def call(*ins: Any) -> Any:
+        if (
+            len(ins) < 3
+            or ins[0] is not held[0]
+            or ins[2] is not held[1]
+            or (ins[3] if len(ins) > 3 else None) is not held[2]
+            or type(ins[1]) is not np.ndarray
+            or ins[1].dtype.kind not in "iu"
+        ):
+            return fallback(*ins)
+        try:  # (np.take's range: [-rows, rows), the kernel's; outside it the kernel's error)
+            return np.take(table, ins[1], axis=ga)
+        except IndexError:
+            return fallback(*ins)
+
+    return call
