@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "levels.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -98,7 +99,7 @@ TILE_COPY(tile2, uint16_t)
 TILE_COPY(tile4, uint32_t)
 TILE_COPY(tile8, uint64_t)
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if ONNXVIZ_X86
 #include <immintrin.h>
 #define HAVE_AVX2_TILES 1
 /* dst rows i (ld floats apart) = columns of the 8 x-lines j (ls floats apart), 8 x 8:
@@ -247,26 +248,13 @@ done:
     return result;
 }
 
-static PyObject *py_set_level(PyObject *self, PyObject *arg) {
-    (void)self;
-    long v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred()) return NULL;
-    level = (int)v;
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_level(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    return PyLong_FromLong(level);
-}
+ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"copy", py_copy, METH_VARARGS,
      "copy(x, y): y (C-contiguous, x's length and item size) = x's values in C order; "
      "x any strided buffer of 1, 2, 4 or 8-byte items."},
-    {"set_level", py_set_level, METH_O, "set_level(n): the level (one code path here)."},
-    {"level", py_level, METH_NOARGS, "level() -> the level set."},
+    ONNXVIZ_LEVEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 
