@@ -97,15 +97,19 @@ def test_tiny_shares_flush_to_zero_and_big_spreads_keep_their_rows() -> None:
     assert abs(float(y[1].sum()) - 1.0) < 1e-6
 
 
+@pytest.mark.parametrize("n", [7, 20])  # (7: AVX-512's rows of at most 16 floats)
 @pytest.mark.parametrize("bad", [np.nan, np.inf, "all -inf"])
-def test_rows_it_cannot_take_go_back_to_the_numpy_path(monkeypatch, bad: Any) -> None:
+def test_rows_it_cannot_take_go_back_to_the_numpy_path(monkeypatch, bad: Any, n: int) -> None:
     module = _module()
-    x = np.random.default_rng(1).standard_normal((3, 20)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((3, n)).astype(np.float32)
     if bad == "all -inf":
         x[2] = -np.inf
     else:
         x[2, 5] = bad
-    assert not module.softmax(x, np.empty_like(x), 20)
+    for level in LEVELS:
+        module.set_level(level)
+        assert not module.softmax(x, np.empty_like(x), n), level
+    module.set_level(native.cpu_level())
     # The op gives exactly what the numpy path gives for the whole tensor.
     with np.errstate(all="ignore"):
         got = math_softmax.softmax(x, axis=-1)
