@@ -640,7 +640,8 @@ def test_a_convnext_block_stays_channels_last_through_its_permutes() -> None:
     sess = Session(model)
     sess.run(feeds)
     fused = [type(pn.fused).__name__ for pn in run_nodes(sess.plan) if pn.kind == "fused"]
-    assert "SpatialMean" in fused, fused
+    if native.level() is not None:  # (kernels off: the stem's plain conv writes NCHW)
+        assert "SpatialMean" in fused, fused
     assert sess.run(feeds)[head].shape == (1, c)
     assert_modes_agree(model, feeds)
 

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import dense as dense_module
 from onnxviz.runtime.kernels.dense import dense
-from tests.runtime.differential import assert_stepped_bits
+from tests.runtime.differential import assert_modes_agree, assert_stepped_bits
 from tests.runtime.native_modules import compiled
 
 pytestmark = pytest.mark.numeric
@@ -158,5 +158,10 @@ def _convnext_block(c: int = 48, hw: int = 32) -> tuple[Any, dict[str, np.ndarra
 
 
 def test_a_convnext_block_gives_the_stepped_bits() -> None:
+    """With the compiled kernels every fast path here gives the kernels' bits; with them
+    off, the numpy fusions round differently (within float32 rounding)."""
     model, feeds = _convnext_block()
-    assert_stepped_bits(model, feeds, runs=3)
+    if native.level() is None:
+        assert_modes_agree(model, feeds)
+    else:
+        assert_stepped_bits(model, feeds, runs=3)

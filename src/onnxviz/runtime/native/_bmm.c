@@ -1,0 +1,262 @@
+/* onnxviz.runtime.native._bmm: batched products of small float32 matrices.
+ *
+ *   bmm(a, b, out) -> None: out[p, q, i, j] = sum_k a[p, q, i, k] * b[p, q, k, j] for
+ *   a of shape (P, Q, M, K) and b (P, Q, K, N), any strides that are whole floats (a
+ *   permuted view: an attention's K^T as exported, without a copy), out C-contiguous
+ *   (P, Q, M, N).  Rank-3 arrays are (1, Q, ., .) to the caller (kernels/math_linalg.py).
+ *
+ * The numbers: each output is one chain of fused multiply-adds in the order k = 0, 1, ...
+ * from 0 (acc = fma(a_ik, b_kj, acc)), at every level (one lane per output; the generic
+ * level calls C's fmaf), so every level gives the same bits.  Within K + 1 roundings of
+ * the exact sum, as any dot product; not BLAS's bits (its blocking sums in its own order).
+ *
+ * Why: an exported attention's Q K^T and P V are batches of tiny products (a TorchScript
+ * encoder's 2 x 4 heads of 7 x 8 by 8 x 7), where numpy runs one BLAS call per matrix:
+ * 2.2-3.3 us for eight such products, here a few hundred nanoseconds.  The caller routes
+ * only small products here (BLAS's blocking wins on large ones).
+ *
+ * Layout: for each batch, b's rows are read as vectors along j when its j stride is one
+ * float; otherwise (K^T as a view: j strided) the batch's K x N block is first copied to
+ * a scratch row-major block.  Rows of out go four at a time (four independent chains per
+ * column vector: the fused multiply-add's latency hidden).
+ *
+ * Levels (native/__init__.py): 0 generic C, 1 AVX2 (8 columns a vector), 2 and 3
+ * AVX-512F (16, masked tails). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "levels.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if ONNXVIZ_X86
+#include <immintrin.h>
+#endif
+
+static int level = 0;
+
+/* Products no larger than these (columns, depth) run here; the caller checks too. */
+enum { MAX_N = 256, MAX_K = 256 };
+
+typedef struct {
+    const float *a, *b;
+    float *out;
+    Py_ssize_t P, Q, M, K, N;
+    Py_ssize_t as[4], bs[4]; /* strides in floats: batch p, batch q, row, column */
+} Job;
+
+/* One batch's b as a K x N row-major block (scratch when b's columns are strided). */
+static const float *dense_b(const Job *j, const float *b, float *scratch) {
+    if (j->bs[3] == 1) return b;
+    for (Py_ssize_t k = 0; k < j->K; k++)
+        for (Py_ssize_t c = 0; c < j->N; c++) scratch[k * j->N + c] = b[k * j->bs[2] + c * j->bs[3]];
+    return scratch;
+}
+
+static void batch_generic(const Job *j, const float *a, const float *b, Py_ssize_t ldb,
+                          float *out) {
+    for (Py_ssize_t i = 0; i < j->M; i++) {
+        const float *ai = a + i * j->as[2];
+        for (Py_ssize_t c = 0; c < j->N; c++) {
+            float acc = 0.0f;
+            for (Py_ssize_t k = 0; k < j->K; k++) acc = fmaf(ai[k * j->as[3]], b[k * ldb + c], acc);
+            out[i * j->N + c] = acc;
+        }
+    }
+}
+
+#if ONNXVIZ_X86
+__attribute__((target("avx2,fma"))) static void batch_avx2(const Job *j, const float *a,
+                                                           const float *b, Py_ssize_t ldb,
+                                                           float *out) {
+    const Py_ssize_t M = j->M, K = j->K, N = j->N, ar = j->as[2], ak = j->as[3];
+    for (Py_ssize_t c0 = 0; c0 < N; c0 += 8) {
+        const int w = N - c0 < 8 ? (int)(N - c0) : 8;
+        int32_t lanes[8];
+        for (int l = 0; l < 8; l++) lanes[l] = l < w ? -1 : 0;
+        const __m256i m = _mm256_loadu_si256((const __m256i *)lanes);
+        Py_ssize_t i = 0;
+        for (; i + 4 <= M; i += 4) {
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            const float *a0 = a + i * ar;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                const __m256 bv = _mm256_maskload_ps(b + k * ldb + c0, m);
+                const float *ak0 = a0 + k * ak;
+                s0 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[0]), bv, s0);
+                s1 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[ar]), bv, s1);
+                s2 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[2 * ar]), bv, s2);
+                s3 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[3 * ar]), bv, s3);
+            }
+            _mm256_maskstore_ps(out + i * N + c0, m, s0);
+            _mm256_maskstore_ps(out + (i + 1) * N + c0, m, s1);
+            _mm256_maskstore_ps(out + (i + 2) * N + c0, m, s2);
+            _mm256_maskstore_ps(out + (i + 3) * N + c0, m, s3);
+        }
+        for (; i < M; i++) {
+            __m256 s0 = _mm256_setzero_ps();
+            const float *a0 = a + i * ar;
+            for (Py_ssize_t k = 0; k < K; k++)
+                s0 = _mm256_fmadd_ps(_mm256_set1_ps(a0[k * ak]),
+                                     _mm256_maskload_ps(b + k * ldb + c0, m), s0);
+            _mm256_maskstore_ps(out + i * N + c0, m, s0);
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void batch_avx512(const Job *j, const float *a,
+                                                            const float *b, Py_ssize_t ldb,
+                                                            float *out) {
+    const Py_ssize_t M = j->M, K = j->K, N = j->N, ar = j->as[2], ak = j->as[3];
+    for (Py_ssize_t c0 = 0; c0 < N; c0 += 16) {
+        const int w = N - c0 < 16 ? (int)(N - c0) : 16;
+        const __mmask16 m = (__mmask16)(w == 16 ? 0xFFFFu : (1u << w) - 1u);
+        Py_ssize_t i = 0;
+        for (; i + 4 <= M; i += 4) {
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            const float *a0 = a + i * ar;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                const __m512 bv = _mm512_maskz_loadu_ps(m, b + k * ldb + c0);
+                const float *ak0 = a0 + k * ak;
+                s0 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[0]), bv, s0);
+                s1 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[ar]), bv, s1);
+                s2 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[2 * ar]), bv, s2);
+                s3 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[3 * ar]), bv, s3);
+            }
+            _mm512_mask_storeu_ps(out + i * N + c0, m, s0);
+            _mm512_mask_storeu_ps(out + (i + 1) * N + c0, m, s1);
+            _mm512_mask_storeu_ps(out + (i + 2) * N + c0, m, s2);
+            _mm512_mask_storeu_ps(out + (i + 3) * N + c0, m, s3);
+        }
+        for (; i < M; i++) {
+            __m512 s0 = _mm512_setzero_ps();
+            const float *a0 = a + i * ar;
+            for (Py_ssize_t k = 0; k < K; k++)
+                s0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k * ak]),
+                                     _mm512_maskz_loadu_ps(m, b + k * ldb + c0), s0);
+            _mm512_mask_storeu_ps(out + i * N + c0, m, s0);
+        }
+    }
+}
+#endif
+
+static void run_job(const Job *j, float *scratch) {
+    for (Py_ssize_t p = 0; p < j->P; p++)
+        for (Py_ssize_t q = 0; q < j->Q; q++) {
+            const float *a = j->a + p * j->as[0] + q * j->as[1];
+            const float *b = dense_b(j, j->b + p * j->bs[0] + q * j->bs[1], scratch);
+            const Py_ssize_t ldb = j->bs[3] == 1 ? j->bs[2] : j->N;
+            float *out = j->out + (p * j->Q + q) * j->M * j->N;
+#if ONNXVIZ_X86
+            if (level >= 2) {
+                batch_avx512(j, a, b, ldb, out);
+                continue;
+            }
+            if (level == 1) {
+                batch_avx2(j, a, b, ldb, out);
+                continue;
+            }
+#endif
+            batch_generic(j, a, b, ldb, out);
+        }
+}
+
+/* x's shape and strides (in floats) as four axes (P, Q, rows, columns): rank 3 or 4. */
+static int four_axes(const Py_buffer *v, Py_ssize_t *shape, Py_ssize_t *strides,
+                     const char *name) {
+    if (v->ndim != 3 && v->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "bmm: %s must have rank 3 or 4", name);
+        return -1;
+    }
+    const int lead = 4 - v->ndim;
+    for (int d = 0; d < 4; d++) {
+        if (d < lead) {
+            shape[d] = 1;
+            strides[d] = 0;
+            continue;
+        }
+        const Py_ssize_t s = v->strides[d - lead];
+        if (s % 4) {
+            PyErr_Format(PyExc_ValueError, "bmm: %s's strides are not whole floats", name);
+            return -1;
+        }
+        shape[d] = v->shape[d - lead];
+        strides[d] = s / 4;
+    }
+    return 0;
+}
+
+static int float_view(PyObject *obj, Py_buffer *v, int flags, const char *name) {
+    if (PyObject_GetBuffer(obj, v, flags | PyBUF_FORMAT) < 0) return -1;
+    const char *f = v->format ? v->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (f[0] != 'f' || f[1] != '\0' || v->itemsize != 4) {
+        PyErr_Format(PyExc_ValueError, "bmm: %s must be float32", name);
+        PyBuffer_Release(v);
+        v->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_bmm(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ao, *bo, *oo;
+    if (!PyArg_ParseTuple(args, "OOO:bmm", &ao, &bo, &oo)) return NULL;
+    Py_buffer av, bv, ov;
+    av.obj = bv.obj = ov.obj = NULL;
+    PyObject *result = NULL;
+    float *scratch = NULL;
+    if (float_view(ao, &av, PyBUF_STRIDES, "a") < 0) goto done;
+    if (float_view(bo, &bv, PyBUF_STRIDES, "b") < 0) goto done;
+    if (float_view(oo, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "out") < 0) goto done;
+    Py_ssize_t ash[4], bsh[4];
+    Job j;
+    if (four_axes(&av, ash, j.as, "a") < 0 || four_axes(&bv, bsh, j.bs, "b") < 0) goto done;
+    if (ash[0] != bsh[0] || ash[1] != bsh[1] || ash[3] != bsh[2]) {
+        PyErr_SetString(PyExc_ValueError, "bmm: a and b do not make a batched product");
+        goto done;
+    }
+    j.P = ash[0], j.Q = ash[1], j.M = ash[2], j.K = ash[3], j.N = bsh[3];
+    if (j.N > MAX_N || j.K > MAX_K || j.M < 1 || j.K < 1 || j.N < 1 ||
+        ov.len != j.P * j.Q * j.M * j.N * 4) {
+        PyErr_SetString(PyExc_ValueError,
+                        "bmm: out must hold the product; sizes 1 to 256 columns and depth");
+        goto done;
+    }
+    j.a = av.buf, j.b = bv.buf, j.out = ov.buf;
+    if (j.bs[3] != 1) {
+        scratch = malloc((size_t)(j.K * j.N) * sizeof(float));
+        if (!scratch) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (j.P > 0 && j.Q > 0) {
+        Py_BEGIN_ALLOW_THREADS;
+        run_job(&j, scratch);
+        Py_END_ALLOW_THREADS;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(scratch);
+    if (av.obj) PyBuffer_Release(&av);
+    if (bv.obj) PyBuffer_Release(&bv);
+    if (ov.obj) PyBuffer_Release(&ov);
+    return result;
+}
+
+ONNXVIZ_LEVEL_FUNCTIONS
+
+static PyMethodDef methods[] = {
+    {"bmm", py_bmm, METH_VARARGS,
+     "bmm(a, b, out): out = a @ b for float32 (P, Q, M, K) and (P, Q, K, N) (or rank 3), "
+     "any whole-float strides, out C-contiguous; each output one fused multiply-add chain "
+     "in k order (the same bits at every level); see the module source."},
+    ONNXVIZ_LEVEL_METHODS
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bmm", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__bmm(void) { return PyModule_Create(&module); }
