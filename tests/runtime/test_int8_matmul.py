@@ -730,3 +730,39 @@ def test_trained_like_weights_by_int8_activations_are_exact(tmp_path: Path) -> N
                 got = int8_products.matmul(a, w, np.array(-5, np.int8), None)
                 assert got is not None
                 np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
+
+
+@pytest.mark.skipif(not _LEVELS, reason="the held call runs the int8 products (AVX2)")
+def test_a_transposed_quantized_input_takes_the_held_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quantized A that reaches the product as Transpose's view (a quantized embedding
+    permuted to (tokens, batch, hidden) before a TorchScript attention's projection):
+    the held call takes it copied to C order, from the second run without the Python
+    route's product, with the stepped run's bits on every run."""
+    from onnxviz.runtime.kernels import int8_products
+
+    model, feeds = _scaled_chain_model(32, 96, [2, 7, 32], [96], False, [96], True, False, True, 7)
+    graph = model.graph
+    mm = next(n for n in graph.node if n.op_type == "MatMulInteger")
+    graph.node.insert(
+        list(graph.node).index(mm), helper.make_node("Transpose", ["xq"], ["xq_t"], perm=[1, 0, 2])
+    )
+    mm.input[0] = "xq_t"
+    out = graph.output[0].name
+    products: list[int] = []
+    python_product = int8_products.matmul
+
+    def counted(*args: Any) -> Any:
+        products.append(1)
+        return python_product(*args)
+
+    monkeypatch.setattr(int8_products, "matmul", counted)
+    session = Session(model)
+    rng = np.random.default_rng(8)
+    for run in range(3):
+        x = rng.standard_normal((2, 7, 32)).astype(np.float32)
+        products.clear()
+        got = session.run({"x": x})[out]
+        if run:  # (the first run makes the held call through the Python route)
+            assert not products, f"run {run}: the Python route ran the product"
+        np.testing.assert_array_equal(got, stepped_values(model, {"x": x})[out], err_msg=str(run))
+    assert _fused(model) == 1

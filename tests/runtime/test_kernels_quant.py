@@ -205,3 +205,46 @@ def test_every_opset_form_against_onnxruntime(opset: int) -> None:
     if not per_axis:
         with pytest.raises(ExecutionError):
             run_ours("QuantizeLinear", [x, np.ones(3, np.float32), np.zeros(3, np.int8)], opset)
+
+
+@pytest.mark.parametrize("opset", [10, 13, 21])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("with_zero", [True, False])
+def test_a_constant_per_tensor_dequantize_gives_the_kernels_bits(opset, dtype, with_zero) -> None:
+    """Unwatched runs of a DequantizeLinear with constant per-tensor scale and zero point
+    take its specialized call (quantize._dequantize_specializer): the stepped run's bits
+    on every run, whatever x holds; another dtype of x goes to the kernel's error."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from onnxviz.runtime.fusion import run_nodes
+    from onnxviz.runtime.session import Session
+    from tests.runtime.differential import stepped_values
+
+    info = np.iinfo(dtype)
+    inits = [numpy_helper.from_array(np.array(0.0371, np.float32), "s")]
+    ins = ["x", "s"]
+    if with_zero:
+        inits.append(numpy_helper.from_array(np.array(info.min + 100, dtype), "z"))
+        ins.append("z")
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ins, ["y"])],
+        "dq",
+        [helper.make_tensor_value_info("x", elem, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    sess = Session(model)
+    rng = np.random.default_rng(opset)
+    for shape in ((2, 7, 32), (5,), (3, 3)):
+        x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        got = sess.run({"x": x})["y"]
+        want = stepped_values(model, {"x": x})["y"]
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    (pn,) = run_nodes(sess.plan)
+    assert "_dequantize_specializer" in pn.call.__qualname__
+    with pytest.raises(ExecutionError):
+        sess.run({"x": np.zeros(3, np.int32)})

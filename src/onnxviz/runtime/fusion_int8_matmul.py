@@ -133,6 +133,20 @@ class IntegerMatMulScaled:
         self._held_tried = False
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        quick = self.quick
+        if quick is not None:
+            # The held call takes C-ordered rows only: a strided A (a Transpose of the
+            # quantized embedding before a TorchScript attention's projection) came here,
+            # 10 us in the Python route with its weight lookup; copied, it takes it (the
+            # same kernel, so the same numbers).
+            at = self.product_places[0]
+            a = ins[at]
+            if type(a) is np.ndarray and not a.flags.c_contiguous:
+                dense = list(ins)
+                dense[at] = np.ascontiguousarray(a)
+                out = quick(*dense)
+                if out is not None:
+                    return [out]
         a, b, *zero_points = [ins[p] for p in self.product_places]
         za = zero_points[0] if zero_points else None
         zb = zero_points[1] if len(zero_points) > 1 else None
