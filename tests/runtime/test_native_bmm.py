@@ -94,6 +94,33 @@ def test_wrong_buffers_raise_value_error() -> None:
             module.bmm(*args)
 
 
+def test_product_is_bmm_and_declines_what_it_does_not_take() -> None:
+    """`product` (the route's one call) gives `bmm`'s bits in a new C-contiguous array,
+    and None, with no error, for what it does not take."""
+    module = _module()
+    module.setup(np.empty, np.dtype(np.float32))
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 2, 5, 6)).astype(np.float32)
+    b = rng.standard_normal((3, 2, 9, 6)).astype(np.float32).swapaxes(-1, -2)
+    got = module.product(a, b)
+    want = np.empty((3, 2, 5, 9), np.float32)
+    module.bmm(a, b, want)
+    assert got.flags.c_contiguous and got.dtype == np.float32 and got.shape == (3, 2, 5, 9)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    big = np.zeros((1, 2, 64, 64), np.float32)
+    for args in (
+        (a[0, 0], b[0, 0]),  # rank 2
+        (a.astype(np.float64), b),
+        (a, b[:2]),  # batches differ
+        (a, b.swapaxes(-1, -2)),  # depths differ
+        (big, big),  # 256K multiply-adds a matrix: BLAS's
+        (np.zeros((1, 1, 2, 64), np.float32), np.zeros((1, 1, 32, 64), np.float32).swapaxes(-1, -2)),
+        ([[1.0]], [[1.0]]),  # not buffers of floats
+        (a, b[None]),  # ranks differ
+    ):  # fmt: skip
+        assert module.product(*args) is None
+
+
 def test_matmul_routes_small_batches_only() -> None:
     _module()
     rng = np.random.default_rng(3)

@@ -16,7 +16,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import frozen
-from onnxviz.runtime.kernels.math_linalg import by_packed_weight
+from onnxviz.runtime.kernels.math_linalg import by_packed_weight, small_batched
 from onnxviz.runtime.kernels.math_softmax import softmax_last_axis
 from onnxviz.runtime.registry import (
     RUNTIME,
@@ -78,6 +78,13 @@ def attention_mask_bias(
     if keep is None:
         return None
     return np.where(keep, 0.0, filter_value).astype(np.float32)
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of the heads: the MatMul kernel's batched product of small matrices where it
+    takes them (an exported attention's Q K^T and P V run the same route), else numpy's."""
+    got = small_batched(a, b) if a.dtype == np.float32 == b.dtype else None
+    return got if got is not None else a @ b
 
 
 def softmax_last(x: np.ndarray) -> np.ndarray:
@@ -238,14 +245,14 @@ def _attention(
         v = np.concatenate([p[1], v], axis=2)
     total = k.shape[2]
     factor = scale if scale else 1.0 / np.sqrt(head)
-    scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(factor)
+    scores = _product(q, np.swapaxes(k, -1, -2)) * q.dtype.type(factor)
     if attention_bias is not None:
         scores = scores + _wide(attention_bias)
     mask = _kept_mask(mask_index, b, s, past_len, total, bool(unidirectional), mask_filter_value)
     if mask is not None:
         scores += mask  # (scores: the product's fresh array, of the broadcast shape)
     probs = softmax_last(scores)
-    out = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
+    out = _product(probs, v).transpose(0, 2, 1, 3).reshape(b, s, -1)
     present = None
     if ctx.wants_output(1):
         present = np.stack([k, v]).astype(dtype, copy=False)  # fresh from the stack
@@ -320,7 +327,7 @@ def multi_head_attention(
     b, _, s, head = q.shape
     total = k.shape[2]
     factor = scale if scale else 1.0 / np.sqrt(head)
-    scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(factor)
+    scores = _product(q, np.swapaxes(k, -1, -2)) * q.dtype.type(factor)
     qk = scores
     if attention_bias is not None:
         scores = scores + _wide(attention_bias)
@@ -329,7 +336,7 @@ def multi_head_attention(
     )
     if mask is not None:
         scores = scores + mask
-    out = (softmax_last(scores) @ v).transpose(0, 2, 1, 3).reshape(b, s, -1)
+    out = _product(softmax_last(scores), v).transpose(0, 2, 1, 3).reshape(b, s, -1)
     # K and V are fresh after a concatenation with the past; without one they may be
     # views of the inputs, which the outputs must not be.
     copy_kv = past_key is None or past_value is None

@@ -66,42 +66,27 @@ def matmul(a: Array, b: Array) -> Array:
     return _narrow(np.asarray(np.matmul(wa, wb)), a.dtype)
 
 
-# The compiled batched product of small matrices (native/_bmm.c), None when off.
+# The compiled batched product of small matrices (native/_bmm.c), None when off; its
+# `product` makes its output by numpy.empty.
 _BMM = native.load("bmm")
+if _BMM is not None:
+    _BMM.setup(np.empty, np.dtype(np.float32))
 _F32 = np.dtype(np.float32)
-# Per matrix: at most this many multiply-adds (about where numpy's per-matrix BLAS call
-# stops costing more than the product: 16 x 16 x 16, 2 x 4 heads, 1.0 us against 2.0;
-# 32 x 64 x 32, 12 heads, 16.7 against 15.4), and, for a b whose rows are strided (K^T as
-# a view), whose K x N block is copied per matrix, at most this many values of it.
-_BMM_MACS = 32768
-_BMM_STRIDED = 1024
 
 
 def small_batched(a: Array, b: Array) -> Array | None:
     """``a @ b`` for float32 rank-3 or rank-4 ``a`` and ``b`` of one batch shape whose
     matrices are small, by the compiled batched product (each output one fused
     multiply-add chain in k order: the same bits at every level, not BLAS's); else None.
-    An exported attention's Q K^T and P V over a few tokens: eight 7 x 8 by 8 x 7
-    products 2.2-3.3 us in numpy (one BLAS call each), 0.6-0.8 here."""
-    if _BMM is None or b.ndim != a.ndim or a.ndim > 4 or a.shape[:-2] != b.shape[:-2]:
+    Small: at most 32K multiply-adds a matrix (about where numpy's one BLAS call per
+    matrix stops costing more than the product: 16 x 16 x 16 over 2 x 4 heads 1.0 us
+    against 2.0; 32 x 64 x 32 over 12 heads 16.7 against 15.4), depth and width at most
+    256, and a b whose rows are strided (K^T as a view, its block copied per matrix) of
+    at most 1024 values.  An exported attention's Q K^T and P V over a few tokens: eight
+    7 x 8 by 8 x 7 products 2.2-3.3 us in numpy, about 0.8 here, checks included."""
+    if _BMM is None:
         return None
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    if (
-        b.shape[-2] != k
-        or not (m and k and n and a.size)
-        or m * k * n > _BMM_MACS
-        or k > 256
-        or n > 256
-        or (b.strides[-1] != 4 and k * n > _BMM_STRIDED)
-    ):
-        return None
-    out = np.empty(a.shape[:-1] + (n,), dtype=_F32)
-    try:
-        _BMM.bmm(a, b, out)
-    except ValueError:  # (strides that are not whole floats: numpy's product)
-        return None
-    return out
+    return _BMM.product(a, b)  # type: ignore[no-any-return]
 
 
 def by_packed_weight(a: Array, b: Array, p: packed_gemm.Packed | None = None) -> Array | None:
