@@ -568,6 +568,79 @@ def convnext(size: int = 128, dynamo: bool = False) -> Built:
     return _export(ConvNeXt(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
 
 
+def yolo(size: int = 160, dynamo: bool = False) -> Built:
+    """A small YOLOv5-style detector: Conv-BatchNorm-SiLU blocks, C3 blocks (two branches,
+    bottlenecks with residual adds, a channel Concat), an SPPF (three chained 5x5 max
+    pools and a Concat), a nearest upsample joining two scales, and per-scale 1x1 heads
+    whose 3 x 85 outputs are flattened, joined and passed through a sigmoid."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class CBS(nn.Module):
+        def __init__(self, a: int, b: int, k: int = 1, s: int = 1) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(a, b, k, s, k // 2, bias=False)
+            self.bn = nn.BatchNorm2d(b)
+            self.act = nn.SiLU()
+
+        def forward(self, x: Any) -> Any:
+            return self.act(self.bn(self.conv(x)))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.a, self.b = CBS(c, c, 1), CBS(c, c, 3)
+
+        def forward(self, x: Any) -> Any:
+            return x + self.b(self.a(x))
+
+    class C3(nn.Module):
+        def __init__(self, a: int, b: int, n: int = 1) -> None:
+            super().__init__()
+            h = b // 2
+            self.c1, self.c2, self.c3 = CBS(a, h), CBS(a, h), CBS(2 * h, b)
+            self.m = nn.Sequential(*[Bottleneck(h) for _ in range(n)])
+
+        def forward(self, x: Any) -> Any:
+            return self.c3(torch.cat([self.m(self.c1(x)), self.c2(x)], 1))
+
+    class SPPF(nn.Module):
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__()
+            self.c1, self.c2 = CBS(a, a // 2), CBS(2 * a, b)
+            self.pool = nn.MaxPool2d(5, 1, 2)
+
+        def forward(self, x: Any) -> Any:
+            x = self.c1(x)
+            y1 = self.pool(x)
+            y2 = self.pool(y1)
+            return self.c2(torch.cat([x, y1, y2, self.pool(y2)], 1))
+
+    class Yolo(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p3 = nn.Sequential(
+                CBS(3, 16, 3, 2), CBS(16, 32, 3, 2), C3(32, 32), CBS(32, 64, 3, 2), C3(64, 64, 2)
+            )
+            self.p4 = nn.Sequential(CBS(64, 128, 3, 2), C3(128, 128), SPPF(128, 128))
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+            self.lat, self.join = CBS(128, 64), C3(128, 64)
+            self.h3, self.h4 = nn.Conv2d(64, 3 * 85, 1), nn.Conv2d(128, 3 * 85, 1)
+
+        def forward(self, x: Any) -> Any:
+            p3 = self.p3(x)
+            p4 = self.p4(p3)
+            u = self.join(torch.cat([self.up(self.lat(p4)), p3], 1))
+            a, b = self.h3(u), self.h4(p4)
+            n = a.shape[0]
+            return torch.cat([a.view(n, 3, 85, -1), b.view(n, 3, 85, -1)], 3).sigmoid()
+
+    args = (torch.randn(1, 3, size, size),)
+    return _export(Yolo(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
+
+
 def unet_convtranspose(size: int = 128, base: int = 16) -> Built:
     """A segmentation UNet whose decoder upsamples by ConvTranspose2d (k2 s2), Conv ->
     BatchNorm -> ReLU blocks, skips concatenated, TorchScript."""
@@ -1082,6 +1155,11 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     ),
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
     "convnext_ts": ("ConvNeXt (widths 48-192), 128 px, TorchScript", convnext),
+    "yolo_ts": ("YOLOv5-style detector (C3, SPPF, SiLU), 160 px, TorchScript", yolo),
+    "yolo_320_dynamo": (
+        "YOLOv5-style detector, 320 px, torch dynamo",
+        lambda: yolo(320, dynamo=True),
+    ),
     "convnext_dynamo": (
         "ConvNeXt (widths 48-192), 128 px, torch dynamo",
         lambda: convnext(dynamo=True),

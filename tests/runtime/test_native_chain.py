@@ -543,10 +543,14 @@ def test_a_held_chain_runs_rows_of_a_part_of_a_wider_array(shape: list[int], dat
 
 
 def test_a_held_chain_hands_on_strided_rows_it_cannot_take() -> None:
-    """Rows with a gap between elements, columns first (Fortran order) and per-channel
-    programs stay with the fallback."""
+    """Values with gaps between them and per-channel programs stay with the fallback; a
+    dense buffer in another axis order (a transpose, Fortran order, a channels-last
+    image: a conv chain's output) runs flat into empty_like's array of that order, with
+    the bits of the same values made C-contiguous."""
     module = _module()
-    program = chain_program.program([("Tanh", chain_program.NONE, True, 0.0, 0)])
+    program = chain_program.program(
+        [("Sigmoid", chain_program.NONE, True, 0.0, 0), ("Mul", chain_program.INPUT, True, 0.0, 0)]
+    )
     seen: list[Any] = []
 
     def fallback(*args: Any) -> str:
@@ -556,8 +560,18 @@ def test_a_held_chain_hands_on_strided_rows_it_cannot_take() -> None:
     held = module.held(program, (), 1, fallback, np.ndarray, np.empty_like)
     rng = np.random.default_rng(2)
     x = _values(rng, 8 * 12).reshape(8, 12)
-    for bad in (x[:, ::2], x.T, np.asfortranarray(x)[:, 1:5], x.astype(np.float64)[:, :3]):
+    for bad in (x[:, ::2], x[:, ::2].T, x.T[::2], x.astype(np.float64)[:, :3]):
         assert held(bad) == "fallback" and seen.pop()[0] is bad
+    image = _values(rng, 2 * 5 * 6 * 16).reshape(2, 5, 6, 16).transpose(0, 3, 1, 2)
+    for dense in (x.T, np.asfortranarray(x), np.asfortranarray(x)[:, 1:5], image):
+        got = held(dense)
+        assert not seen and got.shape == dense.shape and got.strides == dense.strides
+        np.testing.assert_array_equal(_bits(got), _bits(held(np.ascontiguousarray(dense))))
+    pair = chain_program.qdq(0.5, 0, True, 0.5, 0)  # a NaN met by a pair: the fallback
+    held_pair = module.held(pair, (), 1, fallback, np.ndarray, np.empty_like)
+    nan_image = image.copy(order="K")
+    nan_image[1, 3, 2, 4] = np.nan
+    assert held_pair(nan_image) == "fallback" and seen.pop()[0] is nan_image
     channel = chain_program.channel_step("Mul", True, 0)
     table = np.arange(1, 4, dtype=np.float32)
     held_channels = module.held(channel, (), 3, fallback, np.ndarray, np.empty_like, (table,))

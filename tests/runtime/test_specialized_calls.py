@@ -335,8 +335,9 @@ def test_a_held_activation_takes_float32_arrays_and_leaves_the_rest_to_its_kerne
     op: str,
 ) -> None:
     """chain_program.held_unary (a lone Tanh's or Sigmoid's call in unwatched runs): a
-    float32 C-contiguous array of at least one axis in C, with the kernel's bits (NaN
-    and infinities included); a float64, non-contiguous or 0-d array, or another call,
+    float32 array of at least one axis in C, C-contiguous or one dense buffer in another
+    axis order (a transpose, a channels-last image), with the kernel's bits (NaN and
+    infinities included); a float64 array, one with gaps, a 0-d one, or another call,
     goes to the fallback it was made with."""
     from onnxviz.runtime.kernels import chain_program
     from onnxviz.runtime.registry import resolve
@@ -357,7 +358,9 @@ def test_a_held_activation_takes_float32_arrays_and_leaves_the_rest_to_its_kerne
     got = held(x)
     assert not asked and got.dtype == np.float32 and got.shape == x.shape
     np.testing.assert_array_equal(got, kernel(x))
-    for other in (x.astype(np.float64), x.T, np.float32(0.5).reshape(())):
+    np.testing.assert_array_equal(held(x.T), kernel(x.T))  # dense, transposed: in C
+    assert not asked
+    for other in (x.astype(np.float64), x[:, ::2], np.float32(0.5).reshape(())):
         np.testing.assert_array_equal(held(other), kernel(other))
     assert len(asked) == 3
 

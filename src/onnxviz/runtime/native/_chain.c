@@ -428,7 +428,9 @@ static int run_steps(const step_t *steps, int count, const float *x, float *y, P
  * `min_ndim` dimensions (the scalars' most: no broadcast adds axes), it makes y by
  * numpy.empty_like and runs the program; any other call, or a run that met a NaN in a
  * QDQ step, is fallback(*args) (its new y dropped).  The Python call's checks, reshapes
- * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values.  With
+ * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values.  A
+ * float32 x that is not C-contiguous runs row by row when its last axis is (held_rows),
+ * or flat when it is one dense buffer in another axis order (held_permuted).  With
  * `tables` (the per-channel steps' values, copied: read-only constants of `expect`) x must
  * also be (N, C, ...) of the tables' C, channels first (a channels-last x: the fallback);
  * a GroupNorm tail's 20 us of Python on 64 channels at 8 x 8 went. */
@@ -501,6 +503,76 @@ static PyObject *held_rows(const HeldChain *self, PyObject *x, int *nan) {
     return y;
 }
 
+/* The steps over a float32 x that is one dense buffer in another axis order (a
+ * channels-last value: a conv chain's output, fusion_layout.py), into y = empty_like(x),
+ * which numpy lays out as x (its 'K' order): when y's strides are x's, the program runs
+ * over the two buffers flat, element i of y from element i of x, as the flat run over
+ * the dense NHWC buffer does, so its bits.  A YOLO's SiLU after every conv had gone
+ * through the Python call (6 us of checks and the transposing views a node).  NULL with
+ * no error set: not taken; NULL with an error: failed.  Only for programs with no
+ * per-channel step and no tensor operand (they follow the C-order index). */
+static PyObject *held_permuted(const HeldChain *self, PyObject *x, int *nan) {
+    Py_buffer xv;
+    if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *f = xv.format ? xv.format : "B";
+    const int nd = xv.ndim;
+    int ok = f[0] == 'f' && !f[1] && nd >= 2 && nd >= self->min_ndim && xv.len > 0 && nd <= 32;
+    /* dense: the strides, largest first, each the product of the smaller ones' extents */
+    if (ok) {
+        int order[32];
+        for (int d = 0; d < nd; d++) order[d] = d;
+        for (int a = 1; a < nd; a++) /* insertion sort by stride, smallest first */
+            for (int b = a; b > 0 && xv.strides[order[b]] < xv.strides[order[b - 1]]; b--) {
+                const int t = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = t;
+            }
+        Py_ssize_t step = 4;
+        for (int k = 0; ok && k < nd; k++) {
+            const int d = order[k];
+            if (xv.shape[d] == 1) continue;
+            ok = xv.strides[d] == step;
+            step *= xv.shape[d];
+        }
+        ok = ok && step == xv.len;
+    }
+    PyObject *y = NULL;
+    Py_buffer yv;
+    if (ok) {
+        y = PyObject_CallOneArg(self->empty_like, x);
+        if (!y) {
+            PyBuffer_Release(&xv);
+            return NULL;
+        }
+        if (PyObject_GetBuffer(y, &yv, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            Py_CLEAR(y);
+        } else {
+            int same = yv.len == xv.len && yv.ndim == nd;
+            for (int d = 0; same && d < nd; d++)
+                same = xv.shape[d] == 1 || yv.strides[d] == xv.strides[d];
+            if (!same) {
+                PyBuffer_Release(&yv);
+                Py_CLEAR(y);
+            }
+        }
+    }
+    if (!y) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    channels_t ch;
+    memset(&ch, 0, sizeof ch);
+    *nan = run_steps(self->steps, self->count, (const float *)xv.buf, (float *)yv.buf,
+                     xv.len / 4, &ch);
+    PyBuffer_Release(&yv);
+    PyBuffer_Release(&xv);
+    return y;
+}
+
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     HeldChain *self = (HeldChain *)obj;
@@ -523,6 +595,8 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
         if (!self->ntables && !self->ntensors) { /* not C-contiguous: row by row */
             int nan = 0;
             PyObject *y = held_rows(self, args[0], &nan);
+            if (!y && !PyErr_Occurred()) /* or a dense buffer in another axis order */
+                y = held_permuted(self, args[0], &nan);
             if (y && !nan) return y;
             Py_XDECREF(y);
             if (PyErr_Occurred()) return NULL;
