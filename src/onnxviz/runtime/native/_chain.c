@@ -429,8 +429,8 @@ static int run_steps(const step_t *steps, int count, const float *x, float *y, P
  * numpy.empty_like and runs the program; any other call, or a run that met a NaN in a
  * QDQ step, is fallback(*args) (its new y dropped).  The Python call's checks, reshapes
  * and the program's lookup were most of a SiLU's 5 us on a decoder's 512 values.  A
- * float32 x that is not C-contiguous runs row by row when its last axis is (held_rows),
- * or flat when it is one dense buffer in another axis order (held_permuted).  With
+ * float32 x that is not C-contiguous runs row by row when its last axis is, or flat when
+ * it is one dense buffer in another axis order (held_strided).  With
  * `tables` (the per-channel steps' values, copied: read-only constants of `expect`) x must
  * also be (N, C, ...) of the tables' C, channels first (a channels-last x: the fallback);
  * a GroupNorm tail's 20 us of Python on 64 channels at 8 x 8 went. */
@@ -446,72 +446,42 @@ typedef struct {
     PyObject *expect, *fallback, *ndarray, *empty_like;
 } HeldChain;
 
-/* The steps over a float32 x whose last axis is contiguous but which is not C-contiguous
- * as a whole (a Split's or a Slice's part of each row: an LSTM cell's gates), row by row
- * into a new C-contiguous array (empty_like's: it keeps the axes' order, which is x's
- * here, else the call is declined).  Each element's steps are those of the flat run (a
- * short row's tail goes through the padded block as the flat run's does), so its bits.
- * NULL with no error set: not taken (the fallback's call); NULL with an error: failed.
- * Only for programs with no per-channel step (their tables follow the flat index). */
-static PyObject *held_rows(const HeldChain *self, PyObject *x, int *nan) {
-    Py_buffer xv;
-    if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    const char *f = xv.format ? xv.format : "B";
-    const int nd = xv.ndim;
-    int ok = f[0] == 'f' && !f[1] && nd >= 1 && nd >= self->min_ndim && xv.len > 0 &&
-             nd <= 32 && (xv.strides[nd - 1] == 4 || xv.shape[nd - 1] == 1);
-    PyObject *y = NULL;
-    Py_buffer yv;
-    if (ok) {
-        y = PyObject_CallOneArg(self->empty_like, x);
-        if (!y) {
-            PyBuffer_Release(&xv);
-            return NULL;
+/* Whether the strided buffer v is one dense block in some axis order: its strides,
+ * smallest first, each the product of the smaller ones' extents (axes of size 1 aside). */
+static int dense_in_some_order(const Py_buffer *v) {
+    const int nd = v->ndim;
+    int order[32];
+    for (int d = 0; d < nd; d++) order[d] = d;
+    for (int a = 1; a < nd; a++) /* insertion sort by stride, smallest first */
+        for (int b = a; b > 0 && v->strides[order[b]] < v->strides[order[b - 1]]; b--) {
+            const int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
         }
-        if (PyObject_GetBuffer(y, &yv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-            PyErr_Clear();
-            Py_CLEAR(y);
-        } else if (yv.len != xv.len) {
-            PyBuffer_Release(&yv);
-            Py_CLEAR(y);
-        }
+    Py_ssize_t step = 4;
+    for (int k = 0; k < nd; k++) {
+        const int d = order[k];
+        if (v->shape[d] == 1) continue;
+        if (v->strides[d] != step) return 0;
+        step *= v->shape[d];
     }
-    if (!y) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    const Py_ssize_t cols = xv.shape[nd - 1], rows = xv.len / 4 / cols;
-    Py_ssize_t index[32] = {0};
-    const char *base = xv.buf;
-    channels_t ch;
-    memset(&ch, 0, sizeof ch);
-    for (Py_ssize_t r = 0; r < rows && !*nan; r++) {
-        Py_ssize_t offset = 0;
-        for (int d = 0; d < nd - 1; d++) offset += index[d] * xv.strides[d];
-        *nan = run_steps(self->steps, self->count, (const float *)(base + offset),
-                         (float *)yv.buf + r * cols, cols, &ch);
-        for (int d = nd - 2; d >= 0; d--) { /* the next row's index, last axis first */
-            if (++index[d] < xv.shape[d]) break;
-            index[d] = 0;
-        }
-    }
-    PyBuffer_Release(&yv);
-    PyBuffer_Release(&xv);
-    return y;
+    return step == v->len;
 }
 
-/* The steps over a float32 x that is one dense buffer in another axis order (a
- * channels-last value: a conv chain's output, fusion_layout.py), into y = empty_like(x),
- * which numpy lays out as x (its 'K' order): when y's strides are x's, the program runs
- * over the two buffers flat, element i of y from element i of x, as the flat run over
- * the dense NHWC buffer does, so its bits.  A YOLO's SiLU after every conv had gone
- * through the Python call (6 us of checks and the transposing views a node).  NULL with
- * no error set: not taken; NULL with an error: failed.  Only for programs with no
- * per-channel step and no tensor operand (they follow the C-order index). */
-static PyObject *held_permuted(const HeldChain *self, PyObject *x, int *nan) {
+/* The steps over a float32 x that is not C-contiguous, into y = empty_like(x), when x
+ * is one of two layouts (else NULL with no error set: not taken, the fallback's call;
+ * NULL with an error: failed).  Only for programs with no per-channel step and no tensor
+ * operand (they follow the C-order index).
+ *
+ *   rows: x's last axis contiguous (a Split's or a Slice's part of each row: an LSTM
+ *     cell's gates), y C-contiguous: row by row; each element's steps those of the flat
+ *     run (a short row's tail through the padded block as the flat run's), so its bits.
+ *   permuted: x one dense buffer in another axis order (a channels-last value: a conv
+ *     chain's output, fusion_layout.py) and y laid out as x (numpy's 'K' order gives
+ *     it): the flat run over the two buffers, element i of y from element i of x.  A
+ *     YOLO's SiLU after every conv had gone through the Python call (6 us of checks and
+ *     the transposing views a node). */
+static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
     Py_buffer xv;
     if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
@@ -519,55 +489,56 @@ static PyObject *held_permuted(const HeldChain *self, PyObject *x, int *nan) {
     }
     const char *f = xv.format ? xv.format : "B";
     const int nd = xv.ndim;
-    int ok = f[0] == 'f' && !f[1] && nd >= 2 && nd >= self->min_ndim && xv.len > 0 && nd <= 32;
-    /* dense: the strides, largest first, each the product of the smaller ones' extents */
-    if (ok) {
-        int order[32];
-        for (int d = 0; d < nd; d++) order[d] = d;
-        for (int a = 1; a < nd; a++) /* insertion sort by stride, smallest first */
-            for (int b = a; b > 0 && xv.strides[order[b]] < xv.strides[order[b - 1]]; b--) {
-                const int t = order[b];
-                order[b] = order[b - 1];
-                order[b - 1] = t;
-            }
-        Py_ssize_t step = 4;
-        for (int k = 0; ok && k < nd; k++) {
-            const int d = order[k];
-            if (xv.shape[d] == 1) continue;
-            ok = xv.strides[d] == step;
-            step *= xv.shape[d];
-        }
-        ok = ok && step == xv.len;
+    const int ok = f[0] == 'f' && !f[1] && nd >= 1 && nd >= self->min_ndim && xv.len > 0 &&
+                   nd <= 32;
+    const int rows_ok = ok && (xv.strides[nd - 1] == 4 || xv.shape[nd - 1] == 1);
+    if (!rows_ok && !(ok && dense_in_some_order(&xv))) {
+        PyBuffer_Release(&xv);
+        return NULL;
     }
-    PyObject *y = NULL;
-    Py_buffer yv;
-    if (ok) {
-        y = PyObject_CallOneArg(self->empty_like, x);
-        if (!y) {
-            PyBuffer_Release(&xv);
-            return NULL;
-        }
-        if (PyObject_GetBuffer(y, &yv, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
-            PyErr_Clear();
-            Py_CLEAR(y);
-        } else {
-            int same = yv.len == xv.len && yv.ndim == nd;
-            for (int d = 0; same && d < nd; d++)
-                same = xv.shape[d] == 1 || yv.strides[d] == xv.strides[d];
-            if (!same) {
-                PyBuffer_Release(&yv);
-                Py_CLEAR(y);
-            }
-        }
-    }
+    PyObject *y = PyObject_CallOneArg(self->empty_like, x);
     if (!y) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    Py_buffer yv;
+    int by_rows = 0, flat = 0;
+    if (PyObject_GetBuffer(y, &yv, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+    } else if (yv.len != xv.len || yv.ndim != nd) {
+        PyBuffer_Release(&yv);
+    } else {
+        by_rows = rows_ok && PyBuffer_IsContiguous(&yv, 'C');
+        flat = !by_rows;
+        for (int d = 0; flat && d < nd; d++)
+            flat = xv.shape[d] == 1 || yv.strides[d] == xv.strides[d];
+        if (!by_rows && !flat) PyBuffer_Release(&yv);
+    }
+    if (!by_rows && !flat) {
+        Py_DECREF(y);
         PyBuffer_Release(&xv);
         return NULL;
     }
     channels_t ch;
     memset(&ch, 0, sizeof ch);
-    *nan = run_steps(self->steps, self->count, (const float *)xv.buf, (float *)yv.buf,
-                     xv.len / 4, &ch);
+    if (flat) {
+        *nan = run_steps(self->steps, self->count, (const float *)xv.buf, (float *)yv.buf,
+                         xv.len / 4, &ch);
+    } else {
+        const Py_ssize_t cols = xv.shape[nd - 1], rows = xv.len / 4 / cols;
+        Py_ssize_t index[32] = {0};
+        const char *base = xv.buf;
+        for (Py_ssize_t r = 0; r < rows && !*nan; r++) {
+            Py_ssize_t offset = 0;
+            for (int d = 0; d < nd - 1; d++) offset += index[d] * xv.strides[d];
+            *nan = run_steps(self->steps, self->count, (const float *)(base + offset),
+                             (float *)yv.buf + r * cols, cols, &ch);
+            for (int d = nd - 2; d >= 0; d--) { /* the next row's index, last axis first */
+                if (++index[d] < xv.shape[d]) break;
+                index[d] = 0;
+            }
+        }
+    }
     PyBuffer_Release(&yv);
     PyBuffer_Release(&xv);
     return y;
@@ -594,9 +565,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
         if (!self->ntables && !self->ntensors) { /* not C-contiguous: row by row */
             int nan = 0;
-            PyObject *y = held_rows(self, args[0], &nan);
-            if (!y && !PyErr_Occurred()) /* or a dense buffer in another axis order */
-                y = held_permuted(self, args[0], &nan);
+            PyObject *y = held_strided(self, args[0], &nan);
             if (y && !nan) return y;
             Py_XDECREF(y);
             if (PyErr_Occurred()) return NULL;
