@@ -67,77 +67,50 @@ static void batch_generic(const Job *j, const float *a, const float *b, Py_ssize
 }
 
 #if ONNXVIZ_X86
-__attribute__((target("avx2,fma"))) static void batch_avx2(const Job *j, const float *a,
-                                                           const float *b, Py_ssize_t ldb,
-                                                           float *out) {
-    const Py_ssize_t M = j->M, K = j->K, N = j->N, ar = j->as[2], ak = j->as[3];
-    for (Py_ssize_t c0 = 0; c0 < N; c0 += 8) {
-        const int w = N - c0 < 8 ? (int)(N - c0) : 8;
-        int32_t lanes[8];
-        for (int l = 0; l < 8; l++) lanes[l] = l < w ? -1 : 0;
-        const __m256i m = _mm256_loadu_si256((const __m256i *)lanes);
-        Py_ssize_t i = 0;
-        for (; i + 4 <= M; i += 4) {
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            const float *a0 = a + i * ar;
-            for (Py_ssize_t k = 0; k < K; k++) {
-                const __m256 bv = _mm256_maskload_ps(b + k * ldb + c0, m);
-                const float *ak0 = a0 + k * ak;
-                s0 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[0]), bv, s0);
-                s1 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[ar]), bv, s1);
-                s2 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[2 * ar]), bv, s2);
-                s3 = _mm256_fmadd_ps(_mm256_set1_ps(ak0[3 * ar]), bv, s3);
-            }
-            _mm256_maskstore_ps(out + i * N + c0, m, s0);
-            _mm256_maskstore_ps(out + (i + 1) * N + c0, m, s1);
-            _mm256_maskstore_ps(out + (i + 2) * N + c0, m, s2);
-            _mm256_maskstore_ps(out + (i + 3) * N + c0, m, s3);
-        }
-        for (; i < M; i++) {
-            __m256 s0 = _mm256_setzero_ps();
-            const float *a0 = a + i * ar;
-            for (Py_ssize_t k = 0; k < K; k++)
-                s0 = _mm256_fmadd_ps(_mm256_set1_ps(a0[k * ak]),
-                                     _mm256_maskload_ps(b + k * ldb + c0, m), s0);
-            _mm256_maskstore_ps(out + i * N + c0, m, s0);
-        }
+/* The AVX2 and AVX-512 levels: one body over the level's vector of W columns (VEC), its
+ * lane mask (MASK, made by MASK_OF(w) for the first w lanes), masked load and store, fused
+ * multiply-add and broadcast.  R rows at a time (ROWS_FN: 4, then 1 for the rest), each
+ * row's columns one chain per lane in k order. */
+#define BATCH_LEVEL(NAME, TARGET, VEC, W, MASK, MASK_OF, LOAD, STORE, FMA, SET1, ZERO)       \
+    TARGET static inline __attribute__((always_inline)) void NAME##_rows(                   \
+        const float *a, Py_ssize_t ar, Py_ssize_t ak, const float *b, Py_ssize_t ldb,       \
+        Py_ssize_t K, float *out, Py_ssize_t N, MASK m, const int R) {                      \
+        VEC s[4];                                                                          \
+        for (int r = 0; r < R; r++) s[r] = ZERO();                                         \
+        for (Py_ssize_t k = 0; k < K; k++) {                                               \
+            const VEC bv = LOAD(b + k * ldb, m);                                           \
+            for (int r = 0; r < R; r++) s[r] = FMA(SET1(a[r * ar + k * ak]), bv, s[r]);    \
+        }                                                                                  \
+        for (int r = 0; r < R; r++) STORE(out + r * N, m, s[r]);                           \
+    }                                                                                      \
+    TARGET static void NAME(const Job *j, const float *a, const float *b, Py_ssize_t ldb,  \
+                            float *out) {                                                  \
+        const Py_ssize_t M = j->M, K = j->K, N = j->N, ar = j->as[2], ak = j->as[3];       \
+        for (Py_ssize_t c0 = 0; c0 < N; c0 += W) {                                         \
+            const MASK m = MASK_OF(N - c0 < W ? (int)(N - c0) : W);                        \
+            Py_ssize_t i = 0;                                                              \
+            for (; i + 4 <= M; i += 4)                                                     \
+                NAME##_rows(a + i * ar, ar, ak, b + c0, ldb, K, out + i * N + c0, N, m, 4); \
+            for (; i < M; i++)                                                             \
+                NAME##_rows(a + i * ar, ar, ak, b + c0, ldb, K, out + i * N + c0, N, m, 1); \
+        }                                                                                  \
     }
-}
 
-__attribute__((target("avx512f"))) static void batch_avx512(const Job *j, const float *a,
-                                                            const float *b, Py_ssize_t ldb,
-                                                            float *out) {
-    const Py_ssize_t M = j->M, K = j->K, N = j->N, ar = j->as[2], ak = j->as[3];
-    for (Py_ssize_t c0 = 0; c0 < N; c0 += 16) {
-        const int w = N - c0 < 16 ? (int)(N - c0) : 16;
-        const __mmask16 m = (__mmask16)(w == 16 ? 0xFFFFu : (1u << w) - 1u);
-        Py_ssize_t i = 0;
-        for (; i + 4 <= M; i += 4) {
-            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            const float *a0 = a + i * ar;
-            for (Py_ssize_t k = 0; k < K; k++) {
-                const __m512 bv = _mm512_maskz_loadu_ps(m, b + k * ldb + c0);
-                const float *ak0 = a0 + k * ak;
-                s0 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[0]), bv, s0);
-                s1 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[ar]), bv, s1);
-                s2 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[2 * ar]), bv, s2);
-                s3 = _mm512_fmadd_ps(_mm512_set1_ps(ak0[3 * ar]), bv, s3);
-            }
-            _mm512_mask_storeu_ps(out + i * N + c0, m, s0);
-            _mm512_mask_storeu_ps(out + (i + 1) * N + c0, m, s1);
-            _mm512_mask_storeu_ps(out + (i + 2) * N + c0, m, s2);
-            _mm512_mask_storeu_ps(out + (i + 3) * N + c0, m, s3);
-        }
-        for (; i < M; i++) {
-            __m512 s0 = _mm512_setzero_ps();
-            const float *a0 = a + i * ar;
-            for (Py_ssize_t k = 0; k < K; k++)
-                s0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k * ak]),
-                                     _mm512_maskz_loadu_ps(m, b + k * ldb + c0), s0);
-            _mm512_mask_storeu_ps(out + i * N + c0, m, s0);
-        }
-    }
+__attribute__((target("avx2"))) static inline __m256i mask8(int w) {
+    int32_t lanes[8];
+    for (int l = 0; l < 8; l++) lanes[l] = l < w ? -1 : 0;
+    return _mm256_loadu_si256((const __m256i *)lanes);
 }
+#define LOAD8(p, m) _mm256_maskload_ps((p), (m))
+#define STORE8(p, m, v) _mm256_maskstore_ps((p), (m), (v))
+BATCH_LEVEL(batch_avx2, __attribute__((target("avx2,fma"))), __m256, 8, __m256i, mask8, LOAD8,
+            STORE8, _mm256_fmadd_ps, _mm256_set1_ps, _mm256_setzero_ps)
+
+#define MASK16(w) ((__mmask16)((1u << (w)) - 1u))
+#define LOAD16(p, m) _mm512_maskz_loadu_ps((m), (p))
+#define STORE16(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))
+BATCH_LEVEL(batch_avx512, __attribute__((target("avx512f"))), __m512, 16, __mmask16, MASK16,
+            LOAD16, STORE16, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_setzero_ps)
 #endif
 
 static void run_job(const Job *j, float *scratch) {
@@ -199,6 +172,45 @@ static int float_view(PyObject *obj, Py_buffer *v, int flags, const char *name) 
     return 0;
 }
 
+/* The job of a @ b from a's and b's views (out not set): 0, or -1 with a ValueError
+ * (not a batched product, or sizes this module does not take). */
+static int job_of(const Py_buffer *av, const Py_buffer *bv, Job *j) {
+    Py_ssize_t ash[4], bsh[4];
+    if (four_axes(av, ash, j->as, "a") < 0 || four_axes(bv, bsh, j->bs, "b") < 0) return -1;
+    if (ash[0] != bsh[0] || ash[1] != bsh[1] || ash[3] != bsh[2]) {
+        PyErr_SetString(PyExc_ValueError, "bmm: a and b do not make a batched product");
+        return -1;
+    }
+    j->P = ash[0], j->Q = ash[1], j->M = ash[2], j->K = ash[3], j->N = bsh[3];
+    if (j->M < 1 || j->K < 1 || j->N < 1 || j->K > MAX_K || j->N > MAX_N) {
+        PyErr_SetString(PyExc_ValueError, "bmm: sizes 1 to 256 columns and depth, a row or more");
+        return -1;
+    }
+    j->a = av->buf, j->b = bv->buf;
+    return 0;
+}
+
+/* run_job with the scratch a b of strided rows needs (the GIL released when asked):
+ * 0, or -1 with MemoryError. */
+static int run_with_scratch(const Job *j, int release_gil) {
+    float *scratch = NULL;
+    if (j->bs[3] != 1 && !(scratch = malloc((size_t)(j->K * j->N) * sizeof(float)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (j->P > 0 && j->Q > 0) {
+        if (release_gil) {
+            Py_BEGIN_ALLOW_THREADS;
+            run_job(j, scratch);
+            Py_END_ALLOW_THREADS;
+        } else {
+            run_job(j, scratch);
+        }
+    }
+    free(scratch);
+    return 0;
+}
+
 static PyObject *py_bmm(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ao, *bo, *oo;
@@ -206,40 +218,18 @@ static PyObject *py_bmm(PyObject *self, PyObject *args) {
     Py_buffer av, bv, ov;
     av.obj = bv.obj = ov.obj = NULL;
     PyObject *result = NULL;
-    float *scratch = NULL;
+    Job j;
     if (float_view(ao, &av, PyBUF_STRIDES, "a") < 0) goto done;
     if (float_view(bo, &bv, PyBUF_STRIDES, "b") < 0) goto done;
     if (float_view(oo, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "out") < 0) goto done;
-    Py_ssize_t ash[4], bsh[4];
-    Job j;
-    if (four_axes(&av, ash, j.as, "a") < 0 || four_axes(&bv, bsh, j.bs, "b") < 0) goto done;
-    if (ash[0] != bsh[0] || ash[1] != bsh[1] || ash[3] != bsh[2]) {
-        PyErr_SetString(PyExc_ValueError, "bmm: a and b do not make a batched product");
+    if (job_of(&av, &bv, &j) < 0) goto done;
+    if (ov.len != j.P * j.Q * j.M * j.N * 4) {
+        PyErr_SetString(PyExc_ValueError, "bmm: out must hold the product");
         goto done;
     }
-    j.P = ash[0], j.Q = ash[1], j.M = ash[2], j.K = ash[3], j.N = bsh[3];
-    if (j.N > MAX_N || j.K > MAX_K || j.M < 1 || j.K < 1 || j.N < 1 ||
-        ov.len != j.P * j.Q * j.M * j.N * 4) {
-        PyErr_SetString(PyExc_ValueError,
-                        "bmm: out must hold the product; sizes 1 to 256 columns and depth");
-        goto done;
-    }
-    j.a = av.buf, j.b = bv.buf, j.out = ov.buf;
-    if (j.bs[3] != 1) {
-        scratch = malloc((size_t)(j.K * j.N) * sizeof(float));
-        if (!scratch) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    if (j.P > 0 && j.Q > 0) {
-        Py_BEGIN_ALLOW_THREADS;
-        run_job(&j, scratch);
-        Py_END_ALLOW_THREADS;
-    }
-    result = Py_NewRef(Py_None);
+    j.out = ov.buf;
+    if (run_with_scratch(&j, 1) == 0) result = Py_NewRef(Py_None);
 done:
-    free(scratch);
     if (av.obj) PyBuffer_Release(&av);
     if (bv.obj) PyBuffer_Release(&bv);
     if (ov.obj) PyBuffer_Release(&ov);
@@ -277,17 +267,12 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     Py_buffer av, bv, ov;
     av.obj = bv.obj = ov.obj = NULL;
     PyObject *result = NULL, *out = NULL;
-    float *scratch = NULL;
-    if (float_view(ao, &av, PyBUF_STRIDES, "a") < 0 || float_view(bo, &bv, PyBUF_STRIDES, "b") < 0)
-        goto decline;
-    if (av.ndim != bv.ndim) goto decline;
-    Py_ssize_t ash[4], bsh[4];
     Job j;
-    if (four_axes(&av, ash, j.as, "a") < 0 || four_axes(&bv, bsh, j.bs, "b") < 0) goto decline;
-    if (ash[0] != bsh[0] || ash[1] != bsh[1] || ash[3] != bsh[2]) goto done_none;
-    j.P = ash[0], j.Q = ash[1], j.M = ash[2], j.K = ash[3], j.N = bsh[3];
-    if (j.M < 1 || j.K < 1 || j.N < 1 || j.K > MAX_K || j.N > MAX_N ||
-        j.M * j.K * j.N > MAX_MACS || (j.bs[3] != 1 && j.K * j.N > MAX_STRIDED))
+    if (float_view(ao, &av, PyBUF_STRIDES, "a") < 0 || float_view(bo, &bv, PyBUF_STRIDES, "b") < 0 ||
+        job_of(&av, &bv, &j) < 0)
+        goto decline;
+    if (av.ndim != bv.ndim || j.M * j.K * j.N > MAX_MACS ||
+        (j.bs[3] != 1 && j.K * j.N > MAX_STRIDED))
         goto done_none;
     /* out: a's shape with N columns */
     PyObject *shape = PyTuple_New(av.ndim);
@@ -304,24 +289,16 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     Py_DECREF(shape);
     if (!out) goto done;
     if (float_view(out, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "out") < 0) goto done;
-    j.a = av.buf, j.b = bv.buf, j.out = ov.buf;
-    if (j.bs[3] != 1) {
-        scratch = malloc((size_t)(j.K * j.N) * sizeof(float));
-        if (!scratch) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    if (j.P > 0 && j.Q > 0) run_job(&j, scratch);
+    j.out = ov.buf;
+    if (run_with_scratch(&j, 0) < 0) goto done;
     result = out;
     out = NULL;
     goto done;
-decline: /* a buffer this module does not take: numpy's product */
+decline: /* a buffer or shape this module does not take: numpy's product */
     PyErr_Clear();
 done_none:
     result = Py_NewRef(Py_None);
 done:
-    free(scratch);
     Py_XDECREF(out);
     if (av.obj) PyBuffer_Release(&av);
     if (bv.obj) PyBuffer_Release(&bv);
