@@ -83,7 +83,7 @@ def attention_mask_bias(
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b of the heads: the MatMul kernel's batched product of small matrices where it
     takes them (an exported attention's Q K^T and P V run the same route), else numpy's."""
-    got = small_batched(a, b) if a.dtype == np.float32 == b.dtype else None
+    got = small_batched(a, b)  # (None for what it does not take: float64 heads, ...)
     return got if got is not None else a @ b
 
 

@@ -152,14 +152,13 @@ def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
     except ExecutionError:
         return None  # (the kernel says what is wrong on every call)
     table.flags.writeable = False
-    held = (known[0], known[2], known[3] if len(known) > 3 else None)
 
     def call(*ins: Any) -> Any:
         if (
             len(ins) < 3
-            or ins[0] is not held[0]
-            or ins[2] is not held[1]
-            or (ins[3] if len(ins) > 3 else None) is not held[2]
+            or ins[0] is not consts[0]
+            or ins[2] is not consts[1]
+            or (ins[3] if len(ins) > 3 else None) is not consts[2]
             or type(ins[1]) is not np.ndarray
             or ins[1].dtype.kind not in "iu"
         ):
