@@ -655,19 +655,21 @@ def test_multi_head_attention_causal_with_cache_and_bias() -> None:
 
 
 def test_multi_head_attention_packed_layouts_match_unpacked() -> None:
-    # onnxruntime's CPU kernel has no packed layouts: compare with the unpacked form.
+    # onnxruntime's CPU kernel has no packed layouts: compare with the unpacked form.  The
+    # unpacked self-attention runs the compiled attention (native/_gqa.c), the packed ones
+    # numpy's steps: the same values within float32 rounding, not the same bits.
     q, k, v = _f(B, S, N, H), _f(B, S, N, H), _f(B, S, N, H)
     flat = [t.reshape(B, S, N * H) for t in (q, k, v)]
     plain_model, feeds = single_node_model("MultiHeadAttention", flat, 1, MS, {"num_heads": N})
     (expected,) = run_graph_simply(plain_model, feeds)
     packed_qkv = np.stack([q, k, v], axis=3)  # [B, S, N, 3, H]
     model, feeds = single_node_model("MultiHeadAttention", [packed_qkv], 1, MS, {"num_heads": N})
-    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-5, atol=1e-6)
     packed_kv = np.stack([k, v], axis=3)  # [B, L, N, 2, H]
     model, feeds = single_node_model(
         "MultiHeadAttention", [flat[0], packed_kv], 1, MS, {"num_heads": N}
     )
-    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(run_graph_simply(model, feeds)[0], expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("interleaved", [0, 1])

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime import native
 from onnxviz.runtime.kernels import packed_gemm
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import frozen
@@ -154,9 +155,110 @@ def _projection(
     return y if bias is None else y + _wide(bias)
 
 
+# The compiled attention (native/_gqa.c's `attend`: GroupQueryAttention's core, which
+# takes an additive bias for the masks here), or None when compiled kernels are off.
+_COMPILED = native.load("gqa")
+
+# The most multiply-adds (query rows x the keys each reads x head size, summed over query
+# heads) the compiled attention is given, by its level (0 generic C, then AVX2, AVX-512):
+# beyond, numpy's BLAS products win.  Measured with benchmarks/bench_gqa.py, one thread,
+# 2-core AVX-512 VM, compiled / numpy time: prompts from scratch 0.45-0.7 at 4.8-8.5M
+# (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 2-32
+# after 128-1024; the keys stream from L2 once per query row); the generic level
+# 0.73-0.98 at 2.1M, 1.15-2 from 4.2M.  A one-token step of grouped heads (2 or more
+# query heads per KV head, read four at a time) runs compiled at any size from AVX2 up:
+# 0.68-0.79 at 4-8M (32 / 8 heads of 128 after 1024 and 2048, 16 / 4 of 64 after 4096),
+# where one query head per KV head came out 0.87-1.07.  Below the limits every shape
+# measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
+# (16 / 4 heads of 64) 64-token prompt 640 -> 280 us, its decode step after 64 57 -> 28.
+WORK_LIMIT = (1 << 20, 3 << 20, 3 << 20, 3 << 20)
+
+
+def _bias_rows(
+    bias: np.ndarray | None, b: int, n: int, s: int, total: int
+) -> tuple[np.ndarray | None, int, int, int] | None:
+    """The additive bias (None, or 4-D [B or 1, N or 1, S or 1, total], float32) as
+    `attend` reads it: a C-contiguous array and its strides in floats over (batch, head,
+    query row), 0 where it broadcasts; None when it is not of that form."""
+    if bias is None:
+        return None, 0, 0, 0
+    shape = bias.shape
+    if (
+        bias.dtype != np.float32
+        or len(shape) != 4
+        or shape[3] != total
+        or shape[0] not in (1, b)
+        or shape[1] not in (1, n)
+        or shape[2] not in (1, s)
+    ):
+        return None
+    rows = 0 if shape[2] == 1 else total
+    heads = 0 if shape[1] == 1 else shape[2] * total
+    batch = 0 if shape[0] == 1 else shape[1] * shape[2] * total
+    return np.ascontiguousarray(bias), batch, heads, rows
+
+
+def attend_compiled(
+    query: np.ndarray,
+    key: np.ndarray | None,
+    value: np.ndarray | None,
+    past: tuple[np.ndarray, np.ndarray] | None,
+    bias: np.ndarray | None,
+    present: tuple[np.ndarray, np.ndarray],
+    heads: int,
+    head: int,
+    factor: float,
+) -> np.ndarray | None:
+    """softmax(Q K^T * factor + bias) V by native/_gqa.c, its output [B, S, heads*head];
+    or None when the call is not its case (the numpy steps then run): float32 throughout,
+    within WORK_LIMIT.  query [B, S, heads*head] with key and value of its shape, or
+    key and value None and query the packed [B, S, 3*heads*head] (Q, K, V columns);
+    past: the caches [B, heads, P, head]; present: the caches [B, heads, P + S, head]
+    the call fills (the past rows, then the new keys and values), C-contiguous float32;
+    bias: an additive [B or 1, heads or 1, S or 1, P + S] (the masks).  The sums run in
+    the kernel's order: within float32 rounding of numpy's steps, not their bits."""
+    if _COMPILED is None or query.dtype != np.float32 or query.ndim != 3:
+        return None
+    b, s = query.shape[0], query.shape[1]
+    start = 0 if past is None else past[0].shape[2]
+    if b * heads * s * (start + s) * head > WORK_LIMIT[_COMPILED.level()]:
+        return None
+    width = heads * head
+    if key is not None and value is not None:
+        shape = (b, s, width)
+        if query.shape != shape or key.shape != shape or value.shape != shape:
+            return None
+        if key.dtype != np.float32 or value.dtype != np.float32:
+            return None
+        key, value = np.ascontiguousarray(key), np.ascontiguousarray(value)
+    elif query.shape[2] != 3 * width:
+        return None
+    past_k = past_v = None
+    if past is not None:
+        past_k, past_v = past
+        cache = (b, heads, start, head)
+        if past_k.shape != cache or past_v.shape != cache:
+            return None
+        if past_k.dtype != np.float32 or past_v.dtype != np.float32:
+            return None
+        past_k, past_v = np.ascontiguousarray(past_k), np.ascontiguousarray(past_v)
+    rows = _bias_rows(bias, b, heads, s, start + s)
+    if rows is None:
+        return None
+    out = np.empty((b, s, width), dtype=np.float32)
+    _COMPILED.attend(
+        np.ascontiguousarray(query), key, value, past_k, past_v, None, None, present[0],
+        present[1], out, b, s, heads, heads, head, start, 0, False, False, 0, factor, *rows,
+    )  # fmt: skip
+    return out
+
+
 @kernel("Attention", domain=MS, since=1, ctx=True)
-def ms_attention(ctx: KernelContext, *inputs: Any, **attrs: Any) -> tuple[Any, Any]:
-    return _attention(ctx, None, *inputs, **attrs)
+def ms_attention(
+    ctx: KernelContext, x: np.ndarray, weights: np.ndarray, *rest: Any, **attrs: Any
+) -> tuple[Any, Any]:
+    bias = rest[0] if rest else None
+    return _attention(ctx, lambda a: _projection(a, weights, bias), x, weights, *rest, **attrs)
 
 
 @specializer(ms_attention)
@@ -183,18 +285,84 @@ def _specialize_attention(
     if p is None:
         return None
     fallback = functools.partial(ms_attention, ctx, **attrs)
+    # The projection with its bias in C from call to result (a held product: the sum,
+    # then the bias, as _projection's product and add), on the products `_projection`
+    # sends to the packed GEMM; any other goes to `_projection` itself.
+    b32 = None if b0 is None else _wide(b0)
+    project = fallback_projection = functools.partial(_projection, weights=w0, bias=b0, held=p)
+    if b32 is None or (b32.ndim == 1 and b32.shape[0] == w0.shape[1]):
+        project = packed_gemm.held_product(mod, p, b32, (), fallback_projection)
+
+    quick = _quick_attention(ctx, attrs, w0, project, n_outputs)
 
     def call(*ins: Any) -> Any:
         if len(ins) < 2 or ins[1] is not w0 or (ins[2] if len(ins) > 2 else None) is not b0:
             return specialized_outputs(fallback(*ins), n_outputs)
-        return specialized_outputs(_attention(ctx, p, *ins, **attrs), n_outputs)
+        if quick is not None and len(ins) <= 4:
+            got = quick(ins[0], ins[3] if len(ins) > 3 else None)
+            if got is not None:
+                return got
+        return specialized_outputs(_attention(ctx, project, *ins, **attrs), n_outputs)
 
     return call
 
 
+def _quick_attention(
+    ctx: KernelContext, attrs: dict[str, Any], w0: np.ndarray, project: Any, n_outputs: int
+) -> Any:
+    """``f(x, mask_index)``: the node's outputs for a float32 x [B, S, D] without past or
+    attention_bias, by `_attention_compiled`'s call with what it works out per call
+    found once (heads, scale, the mask's form); None for another call (and when the
+    node's attributes are not the compiled attention's case: no quick call).  The same
+    C call as `_attention`'s, so the same numbers; a tiny BERT's Attention took 11 us a
+    call through `_attention`, most of it its steps in Python."""
+    n = int(attrs["num_heads"])
+    sizes = attrs.get("qkv_hidden_sizes")
+    width = w0.shape[1] // 3
+    if (
+        _COMPILED is None
+        or attrs.get("do_rotary")
+        or attrs.get("past_present_share_buffer")
+        or n < 1
+        or w0.shape[1] % 3
+        or width % n
+        or (sizes and [int(v) for v in sizes] != [width] * 3)
+    ):
+        return None
+    head = width // n
+    unidirectional = bool(attrs.get("unidirectional", 0))
+    filter_value = attrs.get("mask_filter_value", -10000.0)
+    scale = attrs.get("scale")
+    factor = float(scale if scale else 1.0 / np.sqrt(head))
+    limit = WORK_LIMIT[_COMPILED.level()]
+    attend, d_in = _COMPILED.attend, w0.shape[0]
+    want_present = ctx.wants_output(1)
+    f32 = np.dtype(np.float32)
+
+    def quick(x: Any, mask_index: Any) -> Any:
+        if type(x) is not np.ndarray or x.dtype != f32 or x.ndim != 3 or x.shape[2] != d_in:
+            return None
+        b, s = x.shape[0], x.shape[1]
+        if b * n * s * s * head > limit:
+            return None
+        rows = _bias_rows(_kept_mask(mask_index, b, s, 0, s, unidirectional, filter_value), b, n, s, s)  # fmt: skip
+        if rows is None:
+            return None
+        qkv = project(x)
+        present = np.empty((2, b, n, s, head), dtype=f32)
+        out = np.empty((b, s, width), dtype=f32)
+        attend(qkv, None, None, None, None, None, None, present[0], present[1], out,
+               b, s, n, n, head, 0, 0, False, False, 0, factor, *rows)  # fmt: skip
+        if n_outputs == 1:
+            return out
+        return [out, present if want_present else None] + [None] * (n_outputs - 2)
+
+    return quick
+
+
 def _attention(
     ctx: KernelContext,
-    held: Any,
+    project: Any,
     x: np.ndarray,
     weights: np.ndarray,
     bias: np.ndarray | None = None,
@@ -220,7 +388,7 @@ def _attention(
     xa = _wide(x)
     if xa.ndim != 3:
         raise ExecutionError("Attention: input must be [batch, sequence, hidden]")
-    qkv = _projection(xa, weights, bias, held)
+    qkv = project(xa)  # xa @ weights + bias (the specialized call's: held in C)
     total_hidden = qkv.shape[-1]
     if qkv_hidden_sizes:
         sizes = [int(v) for v in qkv_hidden_sizes]
@@ -230,6 +398,16 @@ def _attention(
         sizes = [total_hidden // 3] * 3
     if sum(sizes) != total_hidden:
         raise ExecutionError("Attention: qkv_hidden_sizes do not add up to the weights' width")
+    if sizes[0] == sizes[1] == sizes[2] and not sizes[0] % num_heads:
+        done = _attention_compiled(
+            ctx, qkv, past, mask_index, attention_bias, num_heads, sizes[0], scale,
+            bool(unidirectional), mask_filter_value,
+        )  # fmt: skip
+        if done is not None:
+            out, present = done
+            return out.astype(dtype, copy=False), (
+                None if present is None else present.astype(dtype, copy=False)
+            )
     q_part = qkv[..., : sizes[0]]
     k_part = qkv[..., sizes[0] : sizes[0] + sizes[1]]
     v_part = qkv[..., sizes[0] + sizes[1] :]
@@ -257,6 +435,132 @@ def _attention(
     if ctx.wants_output(1):
         present = np.stack([k, v]).astype(dtype, copy=False)  # fresh from the stack
     return out.astype(dtype, copy=False), present
+
+
+def _attention_compiled(
+    ctx: KernelContext,
+    qkv: np.ndarray,
+    past: np.ndarray | None,
+    mask_index: np.ndarray | None,
+    attention_bias: np.ndarray | None,
+    n_heads: int,
+    width: int,
+    scale: float | None,
+    unidirectional: bool,
+    filter_value: float,
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """Attention's heads from the projection's qkv [B, S, 3 * width] by `attend_compiled`
+    (output, present), or None for the numpy steps: the same mask, past and present as
+    they make.  A tiny BERT's 4 heads of 8 over 4 tokens took 20 us of numpy calls a
+    layer; this call about 3."""
+    if _COMPILED is None or qkv.dtype != np.float32:
+        return None
+    b, s = qkv.shape[0], qkv.shape[1]
+    head = width // n_heads
+    pair = None
+    start = 0
+    if past is not None:
+        p = _wide(past)
+        if p.ndim != 5 or p.shape[0] != 2:
+            return None
+        pair, start = (p[0], p[1]), p.shape[3]
+    total = start + s
+    bias = _additive_bias(
+        mask_index, attention_bias, b, s, start, total, unidirectional, filter_value
+    )
+    if bias is None:
+        return None
+    present = np.empty((2, b, n_heads, total, head), dtype=np.float32)
+    factor = scale if scale else 1.0 / np.sqrt(head)
+    out = attend_compiled(
+        qkv, None, None, pair, bias[0], (present[0], present[1]), n_heads, head, float(factor)
+    )
+    if out is None:
+        return None
+    return out, (present if ctx.wants_output(1) else None)
+
+
+def _additive_bias(
+    mask: np.ndarray | None,
+    attention_bias: np.ndarray | None,
+    b: int,
+    s: int,
+    start: int,
+    total: int,
+    unidirectional: bool,
+    filter_value: float,
+) -> tuple[np.ndarray | None] | None:
+    """(the scores' additive bias, or None for none): the kept mask of ``mask`` and
+    causality, plus attention_bias; None when the two do not broadcast together (the
+    numpy steps then raise their error)."""
+    bias = _kept_mask(mask, b, s, start, total, unidirectional, filter_value)
+    if attention_bias is None:
+        return (bias,)
+    extra = _wide(attention_bias)
+    if bias is None:
+        return (extra,)
+    try:
+        return (extra + bias,)
+    except ValueError:
+        return None
+
+
+def _mha_compiled(
+    ctx: KernelContext,
+    query: np.ndarray,
+    key: np.ndarray | None,
+    value: np.ndarray | None,
+    bias: np.ndarray | None,
+    key_padding_mask: np.ndarray | None,
+    attention_bias: np.ndarray | None,
+    past_key: np.ndarray | None,
+    past_value: np.ndarray | None,
+    n_heads: int,
+    unidirectional: bool,
+    scale: float | None,
+    filter_value: float,
+) -> tuple[np.ndarray | None, ...] | None:
+    """MultiHeadAttention's self-attention of 3-D float32 query, key and value of one
+    shape [B, S, D] (the bias added to them as `_mha_inputs` adds it), with both past
+    caches [B, N, P, H] or neither, by `attend_compiled`: (output, present_key,
+    present_value, None); None for the numpy steps (other layouts, cross attention, the
+    output_qk output wanted)."""
+    if _COMPILED is None or ctx.wants_output(3) or key is None or value is None:
+        return None
+    q, k, v = _wide(query), _wide(key), _wide(value)
+    if q.dtype != np.float32 or q.ndim != 3 or k.shape != q.shape or v.shape != q.shape:
+        return None
+    b, s, d = q.shape
+    if d % n_heads:
+        return None
+    if bias is not None:
+        bb = _wide(bias)
+        if bb.shape != (3 * d,):
+            return None
+        q, k, v = q + bb[:d], k + bb[d : 2 * d], v + bb[2 * d :]
+    head = d // n_heads
+    pair, start = None, 0
+    if past_key is not None or past_value is not None:
+        if past_key is None or past_value is None:
+            return None
+        pair = (_wide(past_key), _wide(past_value))
+        if pair[0].ndim != 4:
+            return None
+        start = pair[0].shape[2]
+    total = start + s
+    masks = _additive_bias(
+        key_padding_mask, attention_bias, b, s, start, total, unidirectional, filter_value
+    )
+    if masks is None:
+        return None
+    present_k = np.empty((b, n_heads, total, head), dtype=np.float32)
+    present_v = np.empty_like(present_k)
+    factor = float(scale if scale else 1.0 / np.sqrt(head))
+    out = attend_compiled(q, k, v, pair, masks[0], (present_k, present_v), n_heads, head, factor)
+    if out is None:
+        return None
+    wants_k, wants_v = ctx.wants_output(1), ctx.wants_output(2)
+    return out, (present_k if wants_k else None), (present_v if wants_v else None), None
 
 
 def _mha_inputs(
@@ -318,6 +622,12 @@ def multi_head_attention(
     if cache_indirection is not None:
         raise ExecutionError("MultiHeadAttention: cache_indirection (beam search) is not supported")
     dtype = np.asarray(query).dtype
+    done = _mha_compiled(
+        ctx, query, key, value, bias, key_padding_mask, attention_bias, past_key, past_value,
+        num_heads, bool(unidirectional), scale, mask_filter_value,
+    )  # fmt: skip
+    if done is not None:
+        return tuple(t if t is None else t.astype(dtype, copy=False) for t in done)
     q, k, v = _mha_inputs(query, key, value, bias, num_heads)
     past_len = 0
     if past_key is not None and past_value is not None:
@@ -344,6 +654,39 @@ def multi_head_attention(
     present_v = v.astype(dtype, copy=copy_kv) if ctx.wants_output(2) else None
     qk_out = qk.astype(dtype, copy=False) if ctx.wants_output(3) else None  # not changed
     return out.astype(dtype, copy=False), present_k, present_v, qk_out
+
+
+@specializer(multi_head_attention)
+def _specialize_mha(
+    attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int, ctx: KernelContext
+) -> Any:
+    """Unwatched runs of a MultiHeadAttention: `_mha_compiled`'s call straight from the
+    node loop for the calls it takes (the generic kernel call of a context kernel cost
+    more than the attention of a tiny BERT), else the kernel.  The same calls, so the
+    same numbers."""
+    if _COMPILED is None or attrs.get("unidirectional") not in (None, 0, 1):
+        return None
+    n = int(attrs["num_heads"])
+    unidirectional = bool(attrs.get("unidirectional", 0))
+    scale = attrs.get("scale")
+    filter_value = attrs.get("mask_filter_value", -10000.0)
+    kernel_call = functools.partial(multi_head_attention, ctx, **attrs)
+
+    def call(*ins: Any) -> Any:
+        done = None
+        if len(ins) < 10 or ins[9] is None:  # (cache_indirection: the kernel's error)
+            padded = ins[:8] + (None,) * (8 - len(ins))
+            done = _mha_compiled(
+                ctx, padded[0], padded[1], padded[2], padded[3], padded[4], padded[5],
+                padded[6], padded[7], n, unidirectional, scale, filter_value,
+            )  # fmt: skip
+        if done is None:
+            return specialized_outputs(kernel_call(*ins), n_outputs)
+        dtype = ins[0].dtype
+        outs = [t if t is None else t.astype(dtype, copy=False) for t in done]
+        return outs[0] if n_outputs == 1 else specialized_outputs(outs, n_outputs)
+
+    return call
 
 
 @kernel("RotaryEmbedding", domain=MS, since=1)

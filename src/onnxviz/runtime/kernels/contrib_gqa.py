@@ -33,6 +33,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels._rotary import pair_tables, rotate
 from onnxviz.runtime.kernels._weight_cache import derived, frozen
+from onnxviz.runtime.kernels.contrib_attention import WORK_LIMIT as _WORK_LIMIT
 from onnxviz.runtime.kernels.contrib_attention import _wide
 from onnxviz.runtime.registry import (
     RUNTIME,
@@ -162,20 +163,6 @@ def _window(local_window_size: int, total_max: int) -> int:
 
 # The compiled common case (native/_gqa.c), or None when compiled kernels are off.
 _COMPILED = native.load("gqa")
-
-# The most multiply-adds (query rows x the keys each reads x head size, summed over query
-# heads) the compiled kernel is given, by its level (0 generic C, then AVX2, AVX-512):
-# beyond, numpy's BLAS products win.  Measured with benchmarks/bench_gqa.py, one thread,
-# 2-core AVX-512 VM, compiled / numpy time: prompts from scratch 0.45-0.7 at 4.8-8.5M
-# (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 2-32
-# after 128-1024; the keys stream from L2 once per query row); the generic level
-# 0.73-0.98 at 2.1M, 1.15-2 from 4.2M.  A one-token step of grouped heads (2 or more
-# query heads per KV head, read four at a time) runs compiled at any size from AVX2 up:
-# 0.68-0.79 at 4-8M (32 / 8 heads of 128 after 1024 and 2048, 16 / 4 of 64 after 4096),
-# where one query head per KV head came out 0.87-1.07.  Below the limits every shape
-# measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
-# (16 / 4 heads of 64) 64-token prompt 640 -> 280 us, its decode step after 64 57 -> 28.
-_WORK_LIMIT = (1 << 20, 3 << 20, 3 << 20, 3 << 20)
 
 
 def _attend_compiled(

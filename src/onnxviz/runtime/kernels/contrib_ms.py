@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from onnxviz.errors import ExecutionError
-from onnxviz.runtime.kernels import row_norm
+from onnxviz.runtime.kernels import chain_program, row_norm
+from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.contrib_common import standard_kernel
-from onnxviz.runtime.kernels.math_activation import gelu_erf_in_place
-from onnxviz.runtime.registry import kernel, specializer
+from onnxviz.runtime.kernels.math_activation import GELU_ERF, gelu_erf_in_place
+from onnxviz.runtime.registry import kernel, specialized_outputs, specializer
 
 MS = "com.microsoft"
 
@@ -58,6 +59,30 @@ def bias_gelu(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not gelu_erf_in_place(total):
         total = _gelu_erf(total)
     return total.astype(np.asarray(a).dtype, copy=False)
+
+
+@specializer(bias_gelu)
+def _specialize_bias_gelu(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs of a BiasGelu whose bias is a float32 initializer, on a float32
+    input: the kernel's steps (the sum, then the compiled Gelu pass over it in place)
+    without its Python layers; any other call runs the kernel.  The same steps, so the
+    same bits; a tiny BERT's 4 x 128 values took 2.8 us through the kernel."""
+    b0 = known[1] if len(known) == 2 else None
+    chain = chain_program.CHAIN
+    if chain is None or type(b0) is not np.ndarray or b0.dtype != np.float32 or not frozen(b0):
+        return None
+    run, add, f32 = chain.run, np.add, np.dtype(np.float32)
+
+    def call(a: Any, b: Any) -> Any:
+        if b is not b0 or type(a) is not np.ndarray or a.dtype != f32:
+            return bias_gelu(a, b)
+        total = add(a, b0)
+        if not total.flags.c_contiguous:  # (numpy's sum of a strided a keeps its order)
+            return bias_gelu(a, b)
+        run(total, total, GELU_ERF)
+        return total
+
+    return call
 
 
 @kernel("FastGelu", domain=MS, since=1)
@@ -432,3 +457,82 @@ def _embed_compiled(
     if bad:
         raise ExecutionError(f"EmbedLayerNormalization: {_EMBED_RANGE[bad]}")
     return y, total
+
+
+@specializer(embed_layer_norm)
+def _specialize_embed(attrs: dict[str, Any], known: tuple[Any, ...], n_outputs: int) -> Any:
+    """Unwatched runs of an EmbedLayerNormalization whose tables, gamma and beta are
+    float32 initializers (and no position_ids input): `_embed_compiled`'s call with its
+    checks of those made once, and the mask's count of nonzero values per row in the same
+    C call; int32/int64 ids (and mask) of the kernel's shapes.  Any other call runs the
+    kernel.  The same C sums and norm as the kernel's, and exact counts, so the same
+    outputs; a tiny BERT's call took 11-14 us through the kernel, 7 of them its Python."""
+    module = row_norm.module()
+    tables = known[2:7]
+    if module is None or len(tables) != 5 or (len(known) > 8 and known[8] is not None):
+        return None
+    word, position, segment, gamma, beta = tables
+    given = [t for t in tables if t is not None]
+    if any(type(t) is not np.ndarray or t.dtype != np.float32 or not frozen(t) for t in given) or (
+        gamma is None or beta is None
+    ):
+        return None
+    cols = gamma.size
+    if gamma.ndim != 1 or beta.shape != gamma.shape or not cols:
+        return None
+    if any(
+        t.ndim != 2 or t.shape[1] != cols for t in (word, position) + tables[2:3] if t is not None
+    ):
+        return None
+    word, position, gamma, beta = (np.ascontiguousarray(t) for t in (word, position, gamma, beta))
+    segment = None if segment is None else np.ascontiguousarray(segment)
+    epsilon = row_norm.float32_epsilon(attrs.get("epsilon", 1e-12))
+    embed = module.embed
+    w0, p0, s0, g0, b0 = known[2:7]
+
+    def call(*ins: Any) -> Any:
+        ids = ins[0]
+        seg_ids = ins[1] if segment is not None else None
+        mask = ins[7] if len(ins) > 7 else None
+        if (
+            ins[2] is not w0
+            or ins[3] is not p0
+            or ins[4] is not s0
+            or ins[5] is not g0
+            or ins[6] is not b0
+            or (len(ins) > 8 and ins[8] is not None)
+            or type(ids) is not np.ndarray
+            or ids.dtype not in _ID_KINDS
+            or ids.ndim != 2
+            or (
+                seg_ids is not None
+                and (
+                    type(seg_ids) is not np.ndarray
+                    or seg_ids.dtype not in _ID_KINDS
+                    or seg_ids.shape != ids.shape
+                )
+            )
+            or (
+                mask is not None
+                and (
+                    type(mask) is not np.ndarray
+                    or mask.dtype not in _ID_KINDS
+                    or mask.ndim != 2
+                    or mask.shape[0] != ids.shape[0]
+                )
+            )
+        ):
+            return specialized_outputs(embed_layer_norm(*ins, **attrs), n_outputs)
+        y = np.empty(ids.shape + (cols,), np.float32)
+        total = np.empty(ids.shape + (cols,), np.float32)
+        mask_index = np.empty(ids.shape[0], np.int32)
+        bad = embed(
+            np.ascontiguousarray(ids), None if seg_ids is None else np.ascontiguousarray(seg_ids),
+            word, position, None if seg_ids is None else segment, gamma, beta, epsilon, total, y,
+            None if mask is None else np.ascontiguousarray(mask), mask_index,
+        )  # fmt: skip
+        if bad:
+            raise ExecutionError(f"EmbedLayerNormalization: {_EMBED_RANGE[bad]}")
+        return specialized_outputs((y, mask_index, total), n_outputs)
+
+    return call

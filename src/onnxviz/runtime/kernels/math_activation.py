@@ -384,7 +384,7 @@ def swiglu(a: Array, b: Array, alpha: float = 1.0) -> Array:
 # Gelu (approximate "none") as the compiled chain's program: the numpy steps below, in
 # their order and float32 roundings (the constant is 1/sqrt(2) rounded to float32, as
 # numpy rounds the Python float), in one pass instead of five.
-_GELU_ERF = chain_program.program(
+GELU_ERF = chain_program.program(
     [
         ("Mul", chain_program.SCALAR, True, 1.0 / math.sqrt(2.0)),
         ("Erf", chain_program.NONE, True, 0.0),
@@ -420,7 +420,7 @@ def gelu_erf_in_place(x: Array) -> bool:
     chain = chain_program.CHAIN
     if chain is None or x.dtype != np.float32 or not x.flags.c_contiguous:
         return False
-    chain.run(x, x, _GELU_ERF)
+    chain.run(x, x, GELU_ERF)
     return True
 
 
@@ -430,7 +430,7 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     if x.dtype == np.float32 and chain_program.CHAIN is not None:
         src = dense(x) if x.ndim else np.ascontiguousarray(x)
         out = np.empty(src.shape, np.float32)
-        chain_program.CHAIN.run(src, out, _GELU_TANH if approximate == "tanh" else _GELU_ERF)
+        chain_program.CHAIN.run(src, out, _GELU_TANH if approximate == "tanh" else GELU_ERF)
         return out
     if approximate == "tanh":  # (float64, or the compiled kernels off)
         inner = x * x

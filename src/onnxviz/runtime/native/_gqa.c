@@ -3,7 +3,7 @@
  *
  *   attend(query, key, value, past_key, past_value, cos, sin, present_key,
  *          present_value, out, batch, seq, heads, kv_heads, head, past, rot,
- *          interleaved, causal, window, scale)
+ *          interleaved, causal, window, scale[, bias, bias_b, bias_n, bias_t])
  *
  * query [B, S, N*H], key and value [B, S, KV*H]; or key and value None and query the
  * packed [B, S, (N + 2 KV) * H].  past_key/past_value [B, KV, P, H] (P >= past) or None
@@ -13,7 +13,11 @@
  * positions past..past+S-1, [S, rot], or None with rot 0.  out [B, S, N*H]: for each
  * query head n (reading KV head n / (N / KV)) and position t, softmax over the keys
  * j < past + S it may read (causal: j <= past + t; window w > 0: j > past + t - w) of
- * (rotated q) . k_j * scale, times V.  Every batch entry has `past` past keys.
+ * (rotated q) . k_j * scale (+ the bias row's j-th value, when a bias is given), times
+ * V.  Every batch entry has `past` past keys.  bias: float32 rows of past + S keys, row
+ * (b, n, t) at the float offset b * bias_b + n * bias_n + t * bias_t (strides >= 0; 0
+ * where the bias broadcasts): com.microsoft Attention's mask and attention_bias, which
+ * kernels/contrib_attention.py runs here with kv_heads = heads and no rotation.
  *
  * Why: a decoder runs this once per layer per token on tiny tensors (a 4-token prompt of
  * 4 heads of 16), where the numpy path's ~40 numpy calls cost ~40 us and the arithmetic
@@ -49,6 +53,10 @@ typedef struct {
     float *present_k, *present_v; /* [B, KV, present_rows, H] */
     Py_ssize_t present_rows;
     float *out; /* [B, S, N*H] */
+    /* Additive bias rows, or NULL: row (b, n, t) at b * bias_b + n * bias_n + t * bias_t
+     * (a stride 0 for an axis the bias broadcasts), past + S keys each. */
+    const float *bias;
+    Py_ssize_t bias_b, bias_n, bias_t;
     Py_ssize_t batch, seq, heads, kv_heads, head, past, rot, window;
     int interleaved, causal;
     float scale;
@@ -190,22 +198,41 @@ static int run_job(const GqaJob *job, int release) {
     return 0;
 }
 
+/* The bias's float32 buffer in `v`, its strides (>= 0) keeping every row (b, n, t) of
+ * `keys` floats inside it; 0, or -1 with ValueError set. */
+static int bias_rows_fit(PyObject *bo, Py_buffer *v, Py_ssize_t batch, Py_ssize_t heads,
+                         Py_ssize_t seq, Py_ssize_t keys, Py_ssize_t sb, Py_ssize_t sn,
+                         Py_ssize_t st) {
+    if (onnxviz_get_floats(bo, v, 0, 0, 0, "attend bias") < 0) return -1;
+    Py_ssize_t end = keys, part;
+    if (sb < 0 || sn < 0 || st < 0 || product(batch - 1, sb, &part) < 0 ||
+        __builtin_add_overflow(end, part, &end) || product(heads - 1, sn, &part) < 0 ||
+        __builtin_add_overflow(end, part, &end) || product(seq - 1, st, &part) < 0 ||
+        __builtin_add_overflow(end, part, &end) || end > v->len / 4) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "attend: bad bias strides");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_attend(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *qo, *ko, *vo, *pko, *pvo, *co, *so, *nko, *nvo, *oo;
-    Py_ssize_t batch, seq, heads, kv, head, past, rot, window;
+    PyObject *qo, *ko, *vo, *pko, *pvo, *co, *so, *nko, *nvo, *oo, *bo = Py_None;
+    Py_ssize_t batch, seq, heads, kv, head, past, rot, window, bias_b = 0, bias_n = 0,
+                                                              bias_t = 0;
     int interleaved, causal;
     float scale;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnnnnnnnppnf:attend", &qo, &ko, &vo, &pko, &pvo,
-                          &co, &so, &nko, &nvo, &oo, &batch, &seq, &heads, &kv, &head,
-                          &past, &rot, &interleaved, &causal, &window, &scale))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnnnnnnnppnf|Onnn:attend", &qo, &ko, &vo, &pko,
+                          &pvo, &co, &so, &nko, &nvo, &oo, &batch, &seq, &heads, &kv, &head,
+                          &past, &rot, &interleaved, &causal, &window, &scale, &bo, &bias_b,
+                          &bias_n, &bias_t))
         return NULL;
     if (batch < 1 || seq < 1 || heads < 1 || kv < 1 || head < 1 || heads % kv || past < 0 ||
         rot < 0 || rot > head || rot % 2) {
         PyErr_SetString(PyExc_ValueError, "attend: bad sizes");
         return NULL;
     }
-    enum { Q, K, V, PK, PV, C, S, NK, NV, O, NVIEWS };
+    enum { Q, K, V, PK, PV, C, S, NK, NV, O, B, NVIEWS };
     Py_buffer v[NVIEWS];
     for (int i = 0; i < NVIEWS; i++) v[i].buf = NULL, v[i].obj = NULL;
     PyObject *result = NULL;
@@ -249,6 +276,9 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
     }
     if (product(tokens, q_width, &count) < 0) goto done;
     if (onnxviz_get_floats(oo, &v[O], count, 1, 1, "attend out") < 0) goto done;
+    if (bo != Py_None && bias_rows_fit(bo, &v[B], batch, heads, seq, keys_n, bias_b, bias_n,
+                                       bias_t) < 0)
+        goto done;
     const float *q = v[Q].buf;
     GqaJob job = {
         .q = q,
@@ -264,8 +294,13 @@ static PyObject *py_attend(PyObject *self, PyObject *args) {
         .batch = batch, .seq = seq, .heads = heads, .kv_heads = kv, .head = head,
         .past = past, .rot = rot, .window = window,
         .interleaved = interleaved, .causal = causal, .scale = scale,
+        .bias = v[B].buf, .bias_b = bias_b, .bias_n = bias_n, .bias_t = bias_t,
     };
-    if (run_job(&job, 1) < 0) goto done;
+    /* The GIL released only around work that outlasts its release (a tiny BERT's 4
+     * heads over 4 tokens take about a microsecond). */
+    if (run_job(&job, (double)tokens * (double)heads * (double)keys_n * (double)head >
+                          65536.0) < 0)
+        goto done;
     Py_INCREF(Py_None);
     result = Py_None;
 done:

@@ -390,15 +390,18 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
 
 /* ---- embed: com.microsoft EmbedLayerNormalization's rows ----------------------------
  *
- * embed(ids, segment_ids, word, position, segment, gamma, beta, epsilon, total, y) -> int:
+ * embed(ids, segment_ids, word, position, segment, gamma, beta, epsilon, total, y[, mask,
+ *       mask_index]) -> int:
  * for each of the rows of ids (int32 or int64, C-contiguous [batch, seq]), total's row =
  * (word[id] + position[row's place in its sequence]) + segment[segment id] (segment_ids
  * of ids' shape and segment, or both None), each a float32 add (the numpy path's order
  * and roundings), then y = the layer norm of that row with gamma and beta (norm_rows, as
  * `norm` above).  The tables are float32 C-contiguous [*, cols] (cols: gamma's length).
  * 0 when done; 1, 2 or 3 (nothing normalised) when a word id, the sequence length or a
- * segment id is outside its table.  Why: the numpy steps (range checks, three gathers,
- * two adds, the norm's passes, a cast) were 25 us of a tiny BERT's 110. */
+ * segment id is outside its table.  mask_index (int32 [batch], or None): each row's count
+ * of nonzero values of mask (int32 or int64 [batch, *]; None: 0), the op's second output,
+ * which numpy's != and sum made in 3 us.  Why: the numpy steps (range checks, three
+ * gathers, two adds, the norm's passes, a cast) were 25 us of a tiny BERT's 110. */
 static int ids_view(PyObject *obj, Py_buffer *view, const char *name) {
     view->obj = NULL;
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -422,12 +425,12 @@ static inline int64_t id_at(const Py_buffer *v, Py_ssize_t i) {
 
 static PyObject *py_embed(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *io, *so, *wo, *po, *sego, *go, *bo, *to, *yo;
+    PyObject *io, *so, *wo, *po, *sego, *go, *bo, *to, *yo, *mo = Py_None, *mio = Py_None;
     double epsilon;
-    if (!PyArg_ParseTuple(args, "OOOOOOOdOO:embed", &io, &so, &wo, &po, &sego, &go, &bo,
-                          &epsilon, &to, &yo))
+    if (!PyArg_ParseTuple(args, "OOOOOOOdOO|OO:embed", &io, &so, &wo, &po, &sego, &go, &bo,
+                          &epsilon, &to, &yo, &mo, &mio))
         return NULL;
-    enum { IDS, SEG_IDS, W, P, SEG, G, B, T, Y, NVIEWS };
+    enum { IDS, SEG_IDS, W, P, SEG, G, B, T, Y, M, MI, NVIEWS };
     Py_buffer v[NVIEWS];
     for (int k = 0; k < NVIEWS; k++) v[k].buf = NULL, v[k].obj = NULL;
     PyObject *result = NULL;
@@ -461,6 +464,28 @@ static PyObject *py_embed(PyObject *self, PyObject *args) {
     }
     if (onnxviz_get_floats(to, &v[T], rows * cols, 1, 1, "embed total") < 0) goto done;
     if (onnxviz_get_floats(yo, &v[Y], rows * cols, 1, 1, "embed y") < 0) goto done;
+    if (mio != Py_None) {
+        if (PyObject_GetBuffer(mio, &v[MI], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) <
+            0)
+            goto done;
+        const char *f = v[MI].format ? v[MI].format : "B";
+        if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+        if (f[0] != 'i' || f[1] != '\0' || v[MI].itemsize != 4 ||
+            v[MI].len != v[IDS].shape[0] * 4) {
+            PyErr_SetString(PyExc_ValueError, "embed: mask_index must be int32 of one per row");
+            goto done;
+        }
+        if (mo != Py_None) {
+            if (ids_view(mo, &v[M], "embed mask") < 0) goto done;
+            if (v[M].shape[0] != v[IDS].shape[0]) {
+                PyErr_SetString(PyExc_ValueError, "embed: mask and ids differ in rows");
+                goto done;
+            }
+        }
+    } else if (mo != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "embed: a mask needs its mask_index");
+        goto done;
+    }
     const Py_ssize_t n_word = v[W].len / 4 / cols, n_pos = v[P].len / 4 / cols;
     const Py_ssize_t n_seg = v[SEG].buf ? v[SEG].len / 4 / cols : 0;
     long bad = 0;
@@ -491,6 +516,15 @@ static PyObject *py_embed(PyObject *self, PyObject *args) {
             .rows = rows, .cols = cols, .epsilon = epsilon, .rms = 0,
         };
         norm_job(&job);
+        if (v[MI].buf) { /* each row's count of nonzero mask values (0 without a mask) */
+            int32_t *counts = v[MI].buf;
+            const Py_ssize_t width = v[M].buf ? v[M].shape[1] : 0;
+            for (Py_ssize_t b = 0; b < v[IDS].shape[0]; b++) {
+                int32_t n = 0;
+                for (Py_ssize_t j = 0; j < width; j++) n += id_at(&v[M], b * width + j) != 0;
+                counts[b] = n;
+            }
+        }
     }
     result = PyLong_FromLong(bad);
 done:
@@ -503,10 +537,11 @@ ONNXVIZ_LEVEL_FUNCTIONS
 
 static PyMethodDef methods[] = {
     {"embed", py_embed, METH_VARARGS,
-     "embed(ids, segment_ids, word, position, segment, gamma, beta, epsilon, total, y) -> "
-     "0, or 1/2/3 for a word id, the sequence length or a segment id outside its table: "
-     "EmbedLayerNormalization's sums into total and their layer norm into y; see the "
-     "module source."},
+     "embed(ids, segment_ids, word, position, segment, gamma, beta, epsilon, total, y"
+     "[, mask, mask_index]) -> 0, or 1/2/3 for a word id, the sequence length or a segment "
+     "id outside its table: EmbedLayerNormalization's sums into total, their layer norm "
+     "into y and each row's count of nonzero mask values into mask_index; see the module "
+     "source."},
     {"norm", py_norm, METH_VARARGS,
      "norm(x, y, cols, epsilon, rms, gamma, beta, skip, bias, total, mean, inv_std): "
      "layer (or RMS) normalisation of float32 rows of cols; see the module source."},

@@ -1,5 +1,5 @@
-/* attention_rows.h: the attention of _gqa.c (softmax(q K^T * scale) V per query row, over
- * the keys the row may read), written once and included once per instruction-set level
+/* attention_rows.h: the attention of _gqa.c (softmax(q K^T * scale + bias) V per query
+ * row, over the keys the row may read; the bias only when the job has one), written once and included once per instruction-set level
  * (no include guard), after vector_math.h for the same level.  The includer defines SFX,
  * VF, VI, VW and ATTR as vector_math.h reads them, GqaJob, gqa_rotate_row,
  * GQA_TRANSPOSE_ROWS; AR_FMA(a, b, c) (a * b + c: fused from AVX2 up) and AR_SET1(c) are
@@ -44,6 +44,37 @@ AR_INL VF AR(ld)(const float *p) {
 }
 
 AR_INL void AR(st)(float *p, VF v) { memcpy(p, &v, sizeof v); }
+
+/* The first n floats at p (the other lanes 0), and the first n lanes of v stored at p:
+ * masked loads and stores from AVX2 up (vector_math.h's loadn and storen go through a
+ * memcpy of n floats and the stack, which a head of 8 floats at AVX-512 hit on every
+ * key: most of a tiny BERT's attention call). */
+AR_INL VF AR(ldn)(const float *p, int n) {
+#if VW == 16
+    return (VF)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+#elif VW == 8
+    if (n == VW) return AR(ld)(p);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return (VF)_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes));
+#else
+    return RS(loadn)(p, n);
+#endif
+}
+
+AR_INL void AR(stn)(float *p, VF v, int n) {
+#if VW == 16
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), (__m512)v);
+#elif VW == 8
+    if (n == VW) {
+        AR(st)(p, v);
+        return;
+    }
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes), (__m256)v);
+#else
+    RS(storen)(p, v, n);
+#endif
+}
 
 /* c in every lane: the includer's AR_SET1, one broadcast instruction (vector_math.h's
  * splat adds c to a zero vector, a scalar add more in the inner loops here). */
@@ -150,11 +181,11 @@ AR_INL void AR(scores_direct)(const float *q, const float *keys, Py_ssize_t head
         const float *k0 = keys + j * head;
         for (Py_ssize_t c = 0; c < head; c += VW) {
             int w = head - c < VW ? (int)(head - c) : VW;
-            VF qc = RS(loadn)(q + c, w);
-            a0 = AR_FMA(qc, RS(loadn)(k0 + c, w), a0);
-            a1 = AR_FMA(qc, RS(loadn)(k0 + head + c, w), a1);
-            a2 = AR_FMA(qc, RS(loadn)(k0 + 2 * head + c, w), a2);
-            a3 = AR_FMA(qc, RS(loadn)(k0 + 3 * head + c, w), a3);
+            VF qc = AR(ldn)(q + c, w);
+            a0 = AR_FMA(qc, AR(ldn)(k0 + c, w), a0);
+            a1 = AR_FMA(qc, AR(ldn)(k0 + head + c, w), a1);
+            a2 = AR_FMA(qc, AR(ldn)(k0 + 2 * head + c, w), a2);
+            a3 = AR_FMA(qc, AR(ldn)(k0 + 3 * head + c, w), a3);
         }
         scores[j] = AR(hsum)(a0) * scale;
         scores[j + 1] = AR(hsum)(a1) * scale;
@@ -165,7 +196,7 @@ AR_INL void AR(scores_direct)(const float *q, const float *keys, Py_ssize_t head
         VF a0 = {0};
         for (Py_ssize_t c = 0; c < head; c += VW) {
             int w = head - c < VW ? (int)(head - c) : VW;
-            a0 = AR_FMA(RS(loadn)(q + c, w), RS(loadn)(keys + j * head + c, w), a0);
+            a0 = AR_FMA(AR(ldn)(q + c, w), AR(ldn)(keys + j * head + c, w), a0);
         }
         scores[j] = AR(hsum)(a0) * scale;
     }
@@ -197,11 +228,11 @@ AR_INL void AR(weighted_values)(const float *p, const float *values, Py_ssize_t 
         const float *row = values + lo * head + c;
         Py_ssize_t j = lo;
         for (; j + 2 <= hi; j += 2, row += 2 * head) { /* two chains of adds */
-            a0 = AR_FMA(AR(bcast)(p[j]), RS(loadn)(row, w), a0);
-            a1 = AR_FMA(AR(bcast)(p[j + 1]), RS(loadn)(row + head, w), a1);
+            a0 = AR_FMA(AR(bcast)(p[j]), AR(ldn)(row, w), a0);
+            a1 = AR_FMA(AR(bcast)(p[j + 1]), AR(ldn)(row + head, w), a1);
         }
-        if (j < hi) a0 = AR_FMA(AR(bcast)(p[j]), RS(loadn)(row, w), a0);
-        RS(storen)(out + c, a0 + a1, w);
+        if (j < hi) a0 = AR_FMA(AR(bcast)(p[j]), AR(ldn)(row, w), a0);
+        AR(stn)(out + c, a0 + a1, w);
     }
 }
 
@@ -217,11 +248,11 @@ AR_INL void AR(scores_rows4)(const float *q, const float *keys, Py_ssize_t head,
         VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
         for (Py_ssize_t c = 0; c < head; c += VW) {
             int w = head - c < VW ? (int)(head - c) : VW;
-            VF kc = RS(loadn)(k + c, w);
-            a0 = AR_FMA(RS(loadn)(q + c, w), kc, a0);
-            a1 = AR_FMA(RS(loadn)(q + head + c, w), kc, a1);
-            a2 = AR_FMA(RS(loadn)(q + 2 * head + c, w), kc, a2);
-            a3 = AR_FMA(RS(loadn)(q + 3 * head + c, w), kc, a3);
+            VF kc = AR(ldn)(k + c, w);
+            a0 = AR_FMA(AR(ldn)(q + c, w), kc, a0);
+            a1 = AR_FMA(AR(ldn)(q + head + c, w), kc, a1);
+            a2 = AR_FMA(AR(ldn)(q + 2 * head + c, w), kc, a2);
+            a3 = AR_FMA(AR(ldn)(q + 3 * head + c, w), kc, a3);
         }
         scores[j] = AR(hsum)(a0) * scale;
         scores[tpad + j] = AR(hsum)(a1) * scale;
@@ -241,7 +272,7 @@ AR_INL void AR(weighted_values_rows4)(const float *p, Py_ssize_t tpad, const flo
         VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
         const float *row = values + lo * head + c;
         for (Py_ssize_t j = lo; j < hi; j++, row += head) {
-            VF v = RS(loadn)(row, w);
+            VF v = AR(ldn)(row, w);
             a0 = AR_FMA(AR(bcast)(p[j]), v, a0);
             a1 = AR_FMA(AR(bcast)(p[tpad + j]), v, a1);
             a2 = AR_FMA(AR(bcast)(p[2 * tpad + j]), v, a2);
@@ -249,22 +280,33 @@ AR_INL void AR(weighted_values_rows4)(const float *p, Py_ssize_t tpad, const flo
         }
         VF acc[4] = {a0, a1, a2, a3};
         for (int i = 0; i < 4; i++)
-            if (outs[i]) RS(storen)(outs[i] + c, acc[i], w);
+            if (outs[i]) AR(stn)(outs[i] + c, acc[i], w);
     }
 }
 
 /* The query rows r0..r0+nr-1 (nr <= 4; row r: head g * group + r / S, position r % S)
  * of batch entry b and KV head g, four at a time over the keys as stored: the scores of
  * the keys any of them reads, then each row's softmax over its own, the others zeroed. */
+/* The job's additive bias row of (batch entry b, query head n, position t) added to
+ * scores [lo, hi), when it has one (com.microsoft Attention's mask and attention_bias:
+ * the scores' sum with the bias, as numpy's path adds it, before the softmax). */
+AR_INL void AR(add_bias)(const GqaJob *job, Py_ssize_t b, Py_ssize_t n, Py_ssize_t t,
+                         float *scores, Py_ssize_t lo, Py_ssize_t hi) {
+    if (!job->bias) return;
+    const float *row = job->bias + b * job->bias_b + n * job->bias_n + t * job->bias_t;
+    for (Py_ssize_t j = lo; j < hi; j++) scores[j] += row[j];
+}
+
 AR_INL void AR(attend_rows4)(const GqaJob *job, Py_ssize_t b, Py_ssize_t g, Py_ssize_t r0,
                              int nr, const float *keys, const float *values, float *scores,
                              float *q, Py_ssize_t tpad) {
     const Py_ssize_t H = job->head, S = job->seq, N = job->heads;
     const Py_ssize_t keys_n = job->past + S, group = N / job->kv_heads;
-    Py_ssize_t lo[4], hi[4], lo_all = keys_n, hi_all = 0;
+    Py_ssize_t lo[4], hi[4], lo_all = keys_n, hi_all = 0, row_n[4] = {0}, row_t[4] = {0};
     float *outs[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < nr; i++) {
         const Py_ssize_t n = g * group + (r0 + i) / S, t = (r0 + i) % S, pos = job->past + t;
+        row_n[i] = n, row_t[i] = t;
         hi[i] = job->causal ? pos + 1 : keys_n;
         lo[i] = job->window > 0 && pos - job->window + 1 > 0 ? pos - job->window + 1 : 0;
         if (lo[i] < lo_all) lo_all = lo[i];
@@ -277,6 +319,7 @@ AR_INL void AR(attend_rows4)(const GqaJob *job, Py_ssize_t b, Py_ssize_t g, Py_s
     for (int i = 0; i < 4; i++) {
         float *p = scores + i * tpad;
         if (i < nr) {
+            AR(add_bias)(job, b, row_n[i], row_t[i], p, lo[i], hi[i]);
             AR(softmax)(p, lo[i], hi[i]);
             memset(p + lo_all, 0, (size_t)(lo[i] - lo_all) * 4);
             memset(p + hi[i], 0, (size_t)(hi_all - hi[i]) * 4);
@@ -322,6 +365,7 @@ ATTR static void AR(attend)(const GqaJob *job, float *scratch, Py_ssize_t tpad) 
                         AR(scores)(q, kt, tpad, H, lo - lo % VW, hi, job->scale, scores);
                     else
                         AR(scores_direct)(q, keys, H, lo, hi, job->scale, scores);
+                    AR(add_bias)(job, b, n, t, scores, lo, hi);
                     AR(softmax)(scores, lo, hi);
                     AR(weighted_values)(scores, values, H, lo, hi,
                                         job->out + (b * S + t) * N * H + n * H);
