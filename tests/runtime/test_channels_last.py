@@ -487,6 +487,39 @@ def test_an_inception_block_stays_channels_last_through_its_pools_and_concat(
     assert_modes_agree(model, feeds)
 
 
+def test_pointwise_convs_after_a_channels_last_value_keep_the_layout() -> None:
+    """A YOLO C3 block after a 3x3 conv: its 1x1 convs (one into the bottleneck, one
+    straight into the Concat, one after it) read channels-last values, and their readers
+    take the layout, so they keep it (no transposing copy, their held calls) even though
+    nothing after them is a depthwise conv; the head's 1x1 conv before a Reshape writes
+    NCHW.  The stepped run's numbers either way."""
+    net = _Net(np.random.default_rng(12))
+    net.shapes["x"] = (1, 8, 12, 12)
+
+    def silu(v: str) -> str:
+        return net.add("Mul", [v, net.add("Sigmoid", [v], net.shapes[v])], net.shapes[v])
+
+    x = silu(net.conv("x", 32, k=3, stride=2))  # a direct conv: channels-last pays there
+    c1 = silu(net.conv(x, 16))
+    m = net.add("Add", [c1, silu(net.conv(silu(net.conv(c1, 16)), 16, k=3))], (1, 16, 6, 6))
+    c2 = silu(net.conv(x, 16))
+    y = net.add("Concat", [m, c2], (1, 32, 6, 6), axis=1)
+    c3 = silu(net.conv(y, 32))
+    head = net.conv(c3, 21)
+    out = net.add("Reshape", [head, net.const(np.array([1, 21, 36], np.int64))], (1, 21, 36))
+    model = net.model((1, 8, 12, 12), out)
+    feeds = {"x": RNG.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    sess = Session(model)
+    sess.run(feeds)
+    sess.run(feeds)
+    convs = [pn.fused for pn in run_nodes(sess.plan) if type(pn.fused).__name__ == "ConvChain"]
+    emits = [chain.layout.emit for chain in convs]
+    if native.level() is not None:  # the compiled direct conv makes the layout pay
+        assert emits == [True] * 6 + [False], emits  # the head writes the Reshape's NCHW
+        assert all(chain.quick is not None for chain in convs[:-1])
+    assert_modes_agree(model, feeds)
+
+
 @pytest.mark.parametrize(
     ("pool", "attrs", "out_hw"),
     [

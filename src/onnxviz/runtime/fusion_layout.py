@@ -184,7 +184,12 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         when that conv is not decided yet."""
         if emits.get(id(conv)):
             return True
-        slot = conv.inputs[0]
+        return comes_last(conv.inputs[0])
+
+    def comes_last(slot: int) -> bool | None:
+        """Whether ``slot`` holds a channels-last value: a conv's that emits, through ops
+        that keep the layout (a channel Concat: when one of its inputs does, as
+        ChannelsLastConcat then writes); None when that conv is not decided yet."""
         while True:
             pn = producer.get(slot)
             if pn is None:
@@ -200,6 +205,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 x_place = getattr(pn.fused, "x_place", 0) if pn.kind == "fused" else 0
                 slot = pn.inputs[x_place]
                 continue
+            if pn.kind == "kernel" and pn.domain == "" and _channel_concat(pn):
+                answers = [comes_last(s) for s in pn.inputs]
+                return True if any(answers) else (None if None in answers else False)
             return False
 
     def readers(slot: int) -> tuple[bool, bool]:
@@ -283,6 +291,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
         memo[slot] = (ok, ok and pays)
         return memo[slot]
 
+    takes: dict[int, bool] = {}  # conv -> whether its kind and readers take the layout
     for pn in reversed(nodes):
         if is_conv_chain(pn):
             kind = kinds[id(pn)]
@@ -290,9 +299,19 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
             if getattr(pn.fused, "pool", None) is not None and pn.outputs[0] not in keep:
                 ok = ok or kind is not None  # its pool's readers copy, as a pool's above
                 pays = True
+            takes[id(pn)] = kind is not None and ok
             # A depthwise or direct conv computes channels-last anyway: keeping its
             # output so saves the transposing copy back whenever its readers take it.
             emits[id(pn)] = kind is not None and ok and (pays or kind in _NATIVE_LAST)
+    # Then, in run order: a conv whose input comes channels-last and whose readers take
+    # the layout keeps it too, pays or not.  Writing NCHW from channels-last rows costs
+    # a transposing copy of its output and its held call (a YOLO's C3 blocks after a
+    # direct conv: their 1x1 convs at 10x10 and 20x20 ran 34-72 us through the chain's
+    # Python call, onnxruntime's 23-38); kept, the copy is gone and readers that take
+    # the layout read it as it is.  Its readers' inputs then come channels-last in turn.
+    for pn in nodes:
+        if is_conv_chain(pn) and not emits[id(pn)] and takes[id(pn)]:
+            emits[id(pn)] = bool(runs_channels_last(pn))
     kept = 0
     region: set[int] = set()  # slots that hold channels-last values
     for i, pn in enumerate(nodes):
