@@ -161,8 +161,8 @@ def test_attention_without_a_present_output_and_in_float16(monkeypatch) -> None:
 
 
 def test_attention_the_compiled_call_declines_what_it_does_not_take(monkeypatch) -> None:
-    """Uneven Q/K/V widths, float64, bias shapes that do not broadcast: the numpy steps
-    (which give their numbers, or raise their error)."""
+    """Uneven Q/K/V widths, float64, bias shapes that do not broadcast, more work than
+    the limit: the numpy steps (which give their numbers, or raise their error)."""
     module = compiled("gqa")
     rng = np.random.default_rng(2)
     ctx = KernelContext(n_outputs=1, output_names=("out",))
@@ -177,6 +177,11 @@ def test_attention_the_compiled_call_declines_what_it_does_not_take(monkeypatch)
     with pytest.raises(ValueError):
         _run(contrib_attention.ms_attention, module, monkeypatch, ctx, x, w48, b48, None, None,
              _f(rng, 3, 1, 3, 3), num_heads=4)  # fmt: skip
+    # more work than HEADS_WORK_LIMIT (64 tokens of 4 heads of 64: 2^20 multiply-adds)
+    wide = _f(rng, 256, 768) / np.float32(16)
+    _, calls = _run(contrib_attention.ms_attention, module, monkeypatch, ctx,
+                    _f(rng, 1, 64, 256), wide, _f(rng, 768), num_heads=4)  # fmt: skip
+    assert calls == 0
 
 
 def _mha_case(seed: int) -> tuple[list[np.ndarray | None], dict[str, Any]]:

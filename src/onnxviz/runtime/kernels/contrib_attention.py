@@ -160,7 +160,7 @@ def _projection(
 _COMPILED = native.load("gqa")
 
 # The most multiply-adds (query rows x the keys each reads x head size, summed over query
-# heads) the compiled attention is given, by its level (0 generic C, then AVX2, AVX-512):
+# heads) GroupQueryAttention gives the compiled attention, by its level (0 generic C, then AVX2, AVX-512):
 # beyond, numpy's BLAS products win.  Measured with benchmarks/bench_gqa.py, one thread,
 # 2-core AVX-512 VM, compiled / numpy time: prompts from scratch 0.45-0.7 at 4.8-8.5M
 # (16 heads of 64, S 96 and 128) but chunks after a long past 1.1-1.4 from 4.2M (S 2-32
@@ -172,6 +172,16 @@ _COMPILED = native.load("gqa")
 # measured ran faster compiled: the tiny Llama's 4-token prompt 43 -> 13 us, llama1k
 # (16 / 4 heads of 64) 64-token prompt 640 -> 280 us, its decode step after 64 57 -> 28.
 WORK_LIMIT = (1 << 20, 3 << 20, 3 << 20, 3 << 20)
+
+# The most multiply-adds (as above) Attention and MultiHeadAttention give the compiled
+# attention, whose heads each have their own keys: there numpy's steps (the batched
+# products of math_linalg.small_batched and the Softmax kernel) catch up sooner.
+# Measured (attention alone after the projection, one thread, Zen 4 at AVX-512, compiled
+# / numpy time): 4 heads of 8 on 4 tokens 1.4 / 11 us (a transformers-optimizer tiny
+# BERT's), 8 tokens 12 x 64 0.80, 32 tokens 4 x 32 0.90, 16 tokens 12 x 64 0.93, 32
+# tokens 4 x 64 (2^18) 1.03; above, 0.94-1.37 at 2^19 (32 tokens of 8 x 64 1.17, two of
+# 32 x 4 x 64 1.37), 0.75-1.27 at 2^20 to 3 * 2^20.
+HEADS_WORK_LIMIT = 1 << 18
 
 
 def _bias_rows(
@@ -211,7 +221,7 @@ def attend_compiled(
 ) -> np.ndarray | None:
     """softmax(Q K^T * factor + bias) V by native/_gqa.c, its output [B, S, heads*head];
     or None when the call is not its case (the numpy steps then run): float32 throughout,
-    within WORK_LIMIT.  query [B, S, heads*head] with key and value of its shape, or
+    within HEADS_WORK_LIMIT.  query [B, S, heads*head] with key and value of its shape, or
     key and value None and query the packed [B, S, 3*heads*head] (Q, K, V columns);
     past: the caches [B, heads, P, head]; present: the caches [B, heads, P + S, head]
     the call fills (the past rows, then the new keys and values), C-contiguous float32;
@@ -221,7 +231,7 @@ def attend_compiled(
         return None
     b, s = query.shape[0], query.shape[1]
     start = 0 if past is None else past[0].shape[2]
-    if b * heads * s * (start + s) * head > WORK_LIMIT[_COMPILED.level()]:
+    if b * heads * s * (start + s) * head > HEADS_WORK_LIMIT:
         return None
     width = heads * head
     if key is not None and value is not None:
@@ -334,7 +344,7 @@ def _quick_attention(
     filter_value = attrs.get("mask_filter_value", -10000.0)
     scale = attrs.get("scale")
     factor = float(scale if scale else 1.0 / np.sqrt(head))
-    limit = WORK_LIMIT[_COMPILED.level()]
+    limit = HEADS_WORK_LIMIT
     attend, d_in = _COMPILED.attend, w0.shape[0]
     want_present = ctx.wants_output(1)
     f32 = np.dtype(np.float32)
