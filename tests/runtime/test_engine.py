@@ -674,3 +674,32 @@ def test_a_recurrent_weight_made_by_folded_nodes_is_packed_once(
     for _ in range(3):
         np.testing.assert_array_equal(sess.run(feeds)["Y"], first)
     assert made and len(builds) == made, builds  # nothing rebuilt after the first run
+
+
+def _div_model() -> onnx.ModelProto:
+    return make(
+        [helper.make_node("Div", ["x", "z"], ["y"])],
+        [vi("x", F, [2]), vi("z", F, [2])],
+        [vi("y", F, [2])],
+    )
+
+
+def test_a_run_ignores_floating_point_warnings_and_restores_the_callers_state() -> None:
+    """Overflow and 0/0 are a run's results (inf, NaN), never warnings or errors, even
+    under a caller's np.errstate(all="raise"); the caller's state is back after a run
+    that finishes and after one that fails."""
+    sess = Session(_div_model())
+    feeds = {"x": np.array([1.0, 0.0], np.float32), "z": np.zeros(2, np.float32)}
+    with np.errstate(all="raise", under="warn"):
+        before = np.geterr()
+        y = sess.run(feeds)["y"]
+        assert np.isposinf(y[0]) and np.isnan(y[1])
+        assert np.geterr() == before
+        with pytest.raises(ExecutionError):
+            sess.run({"x": feeds["x"]})  # z missing: the run fails
+        assert np.geterr() == before
+        with np.errstate(divide="ignore"):  # another enclosing state, then this one again
+            assert np.isposinf(sess.run(feeds)["y"][0])
+            assert np.geterr()["divide"] == "ignore" and np.geterr()["invalid"] == "raise"
+        assert np.isnan(sess.run(feeds)["y"][1])
+        assert np.geterr() == before

@@ -65,6 +65,7 @@ from onnx import ModelProto, TypeProto
 from onnxviz.errors import ExecutionError
 from onnxviz.model.node_id import ADDRESS_SEP, address_of, split_address
 from onnxviz.model.text import as_text
+from onnxviz.runtime import fp_quiet
 from onnxviz.runtime.events import (
     Event,
     FrameEntered,
@@ -271,19 +272,21 @@ class Session:
             # Nobody looks at a node: no events (the generator runs to its end in one
             # step), fused node lists, in-place ops unless values are kept.
             ex.unwatched(fuse=self.fuse_ops, inplace=self.inplace_ops)
-        with np.errstate(all="ignore"):
-            try:
-                while True:
-                    ev = next(gen)
-                    if watch and type(ev) is NodeFinished and ev.depth == 0:
-                        for name in watch.intersection(ev.outputs):
-                            fetched[name] = ev.outputs[name]
-            except StopIteration as stop:
-                self._finish(stop.value or [])
-            except ExecutionError as exc:
-                self._fail(exc)
-            except Exception as exc:
-                self._fail(self._internal_error(exc))
+        token = fp_quiet.quiet()  # (np.errstate(all="ignore"), kept: fp_quiet.py)
+        try:
+            while True:
+                ev = next(gen)
+                if watch and type(ev) is NodeFinished and ev.depth == 0:
+                    for name in watch.intersection(ev.outputs):
+                        fetched[name] = ev.outputs[name]
+        except StopIteration as stop:
+            self._finish(stop.value or [])
+        except ExecutionError as exc:
+            self._fail(exc)
+        except Exception as exc:
+            self._fail(self._internal_error(exc))
+        finally:
+            fp_quiet.reset(token)
         if self.error is not None:
             raise self.error
         result = dict(self.outputs)
