@@ -552,3 +552,39 @@ def test_relu_of_a_view_cut_along_its_last_axis_is_numpys_bits() -> None:
     out = np.empty((4, 64, 256), np.float32)  # Clip's bounds go the same way
     bounded_into(np.minimum, buf[:, :, :256], 0.5, out)
     np.testing.assert_array_equal(out, np.minimum(buf[:, :, :256], np.float32(0.5)))
+
+
+@pytest.mark.parametrize(
+    ("domain", "attrs", "dtype"),
+    [
+        ("", {}, np.float32),
+        ("", {"approximate": "tanh"}, np.float32),
+        ("", {}, np.float64),
+        ("com.microsoft", {}, np.float32),
+        ("com.microsoft", {}, np.float16),
+    ],
+)
+@pytest.mark.parametrize("layout", ["c", "transposed", "gapped"])
+def test_gelu_unwatched_held_call_gives_the_kernels_bits(domain, attrs, dtype, layout) -> None:
+    """A Gelu node's unwatched call is the kernel's compiled pass held in C (float32, C
+    order or one dense buffer in another axis order; the rest go to the kernel): every
+    run gives the stepped run's bits, whatever the input's layout and dtype."""
+    from onnxviz.runtime.kernels import chain_program
+    from tests.runtime.differential import assert_stepped_bits
+
+    base = _sample((6, 40), np.float32, seed=3) * 4
+    x = {"c": base, "transposed": base.T, "gapped": base[:, ::2]}[layout].astype(dtype)
+    tp = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], domain=domain, **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", tp, list(x.shape))],
+        [helper.make_tensor_value_info("y", tp, None)],
+    )
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    session, got = assert_stepped_bits(model, {"x": x}, runs=3)
+    (pn,) = run_nodes(session.plan)
+    if chain_program.CHAIN is not None:
+        assert type(pn.call).__name__ == "HeldChain"
+    assert got["y"].dtype == dtype

@@ -837,3 +837,69 @@ def test_a_fed_scale_takes_the_resize_kernel() -> None:
         np.testing.assert_array_equal(got, stepped_values(model, feeds)["y"])
     assert _specialized(session)["Resize"] == "special"
     np.testing.assert_array_equal(session.run({"x": x, "scales": other})["y"], x.repeat(3, 2))
+
+
+def test_gather_from_a_constant_table_gives_the_stepped_bits_and_the_kernels_errors() -> None:
+    """An embedding (a constant table gathered by the run's ids, int32 or int64, negative
+    ones, 2-D ids, another axis): its specialized call gives the stepped values; an id out
+    of range raises the kernel's error, and the next run is fine."""
+    table = np.arange(5 * 4, dtype=np.float32).reshape(5, 4)
+    for axis, ids in ((0, np.array([[1, -1, 4]], np.int64)), (1, np.array([3, 0], np.int32))):
+        ii = helper.make_tensor_value_info("i", helper.np_dtype_to_tensor_dtype(ids.dtype), None)
+        inits = [numpy_helper.from_array(table, "t")]
+        model = _model(
+            [helper.make_node("Gather", ["t", "i"], ["y"], axis=axis)], [ii], ["y"], inits
+        )
+        session, got = assert_stepped_bits(model, {"i": ids})
+        assert _specialized(session)["Gather"] == "special"
+        np.testing.assert_array_equal(got["y"], np.take(table, ids, axis=axis))
+        bad = np.full_like(ids, 9)
+        with pytest.raises(Exception, match="Gather"):
+            session.run({"i": bad})
+        np.testing.assert_array_equal(session.run({"i": ids})["y"], got["y"])
+    uint = helper.make_tensor_value_info("i", TensorProto.UINT8, None)  # the kernel's route
+    model = _model([helper.make_node("Gather", ["t", "i"], ["y"])], [uint], ["y"],
+                   [numpy_helper.from_array(table, "t")])  # fmt: skip
+    assert_stepped_bits(model, {"i": np.array([4, 0], np.uint8)})
+
+
+def test_concat_gives_the_stepped_values_and_the_kernels_errors() -> None:
+    """Concat's specialized call: numpy's concatenation along the axis (a KV cache's past
+    and new rows, a negative axis, three inputs); inputs of different ranks raise the
+    kernel's error."""
+    a = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    b = -np.arange(8, dtype=np.float32).reshape(1, 2, 1, 4)
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "ab"]
+    for axis in (2, -2):
+        model = _model([helper.make_node("Concat", ["a", "b", "a"], ["y"], axis=axis)], ins,
+                       ["y"], [])  # fmt: skip
+        session, got = assert_stepped_bits(model, {"a": a, "b": b})
+        assert _specialized(session)["Concat"] == "special"
+        np.testing.assert_array_equal(got["y"], np.concatenate([a, b, a], axis=2))
+        with pytest.raises(Exception, match="Concat|dimensions"):
+            session.run({"a": a, "b": b[0]})
+
+
+def test_a_matmul_of_two_computed_values_gives_the_stepped_bits() -> None:
+    """An exported attention's products (4-D by 4-D, K^T as a transposed view), and
+    operands the batched product does not take (float64, a 2-D right side): the
+    specialized call gives the stepped run's bits on each."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 4, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    for elem, dtype in ((TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64)):
+        ins = [helper.make_tensor_value_info(n, elem, None) for n in ("q", "k")]
+        nodes = [
+            helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+            helper.make_node("MatMul", ["q", "kt"], ["s"]),
+            helper.make_node("MatMul", ["s", "k"], ["y"]),
+        ]
+        model = _model(nodes, ins, ["y"], [])
+        session, _ = assert_stepped_bits(model, {"q": q.astype(dtype), "k": k.astype(dtype)})
+        from onnxviz.runtime.kernels import math_linalg
+
+        batched = math_linalg._BMM is not None  # (kernels off: the kernel runs them)
+        assert _specialized(session)["MatMul"] == ("special" if batched else "kernel")
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("q", "w")]
+    model = _model([helper.make_node("MatMul", ["q", "w"], ["y"])], ins, ["y"], [])
+    assert_stepped_bits(model, {"q": q, "w": k[0, 0]})

@@ -50,6 +50,17 @@ def ms_gelu(x: np.ndarray) -> np.ndarray:
     return _gelu_erf(_wide(x)).astype(np.asarray(x).dtype, copy=False)
 
 
+@specializer(ms_gelu)
+def _held_ms_gelu(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs: the Gelu kernel's compiled pass held in C from the node loop, as
+    opset 20's Gelu node holds it (a float32 input: the kernel's program, so its bits);
+    any other call the kernel."""
+    chain = chain_program.CHAIN
+    if chain is None:
+        return None
+    return chain.held(GELU_ERF, (), 1, ms_gelu, np.ndarray, np.empty_like)
+
+
 @kernel("BiasGelu", domain=MS, since=1)
 def bias_gelu(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # The sum is a fresh array: the Gelu pass runs over it in place, where the kernel's
