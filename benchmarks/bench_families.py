@@ -145,8 +145,8 @@ def main(argv: list[str]) -> int:
     header += f" {'onnx.ref':>10s} {'max abs diff':>13s}"
     print(header)
     rows = []
-    keys = args.models.replace("variants", ",".join(VARIANT_MODELS))
-    keys = keys.replace("corpus", ",".join(CORPUS_MODELS)).split(",")
+    groups = {"variants": list(VARIANT_MODELS), "corpus": list(CORPUS_MODELS)}
+    keys = [k for part in args.models.split(",") for k in groups.get(part, [part])]
     with threadpool_limits(limits=1):
         for key in keys:
             try:
