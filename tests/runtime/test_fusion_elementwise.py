@@ -278,3 +278,29 @@ def test_a_fed_scalar_makes_a_new_program_each_run() -> None:
         want = _stepped(model, feeds)["y"]
         np.testing.assert_array_equal(got, want)
     assert [(pn.op_type, pn.kind) for pn in run_nodes(sess.plan)] == [("Div", "fused")]
+
+
+def test_a_chain_longer_than_the_compiled_program_runs_as_several_compiled_chains() -> None:
+    """200 steps of Add, Mul and Tanh by constants: fused into chains of at most the
+    compiled program's MAX_STEPS steps (one chain of them all had run numpy's steps one
+    by one), every one compiled, with the stepped run's bits."""
+    from onnxviz.runtime.kernels import chain_program
+    from tests.runtime.differential import assert_stepped_bits
+
+    nodes, consts, cur = [], {}, "x"
+    for i in range(200):
+        op = ("Add", "Mul", "Tanh")[i % 3]
+        ins = [cur] if op == "Tanh" else [cur, f"c{i}"]
+        if op != "Tanh":
+            consts[f"c{i}"] = 0.5 + (i % 7) / 8
+        out = "y" if i == 199 else f"v{i}"
+        nodes.append(helper.make_node(op, ins, [out]))
+        cur = out
+    model = _model(nodes, consts, [3, 5])
+    x = np.linspace(-3, 3, 15, dtype=np.float32).reshape(3, 5)
+    session, _ = assert_stepped_bits(model, {"x": x})
+    chains = [pn.fused for pn in run_nodes(session.plan) if pn.kind == "fused"]
+    assert len(chains) >= 200 // chain_program.MAX_STEPS + 1
+    assert all(len(c.nodes) <= chain_program.MAX_STEPS for c in chains)
+    if chain_program.CHAIN is not None:
+        assert all(c.native for c in chains)

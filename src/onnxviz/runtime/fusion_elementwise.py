@@ -311,6 +311,11 @@ def find_chains(
             continue
         channels = any(channel_operand(nodes[p]) for p in steps)
         while y not in keep:
+            if compiled and len(steps) + pairs + 2 > chain_program.MAX_STEPS:
+                # The compiled program holds MAX_STEPS steps: a longer chain would run
+                # its numpy steps one by one (a 1000-node chain of Adds of constants took
+                # 1.46 ms a run that way); the next chain starts at its output.
+                break
             silu = silu_at(y) if compiled else None
             if silu is not None:
                 steps += list(silu)
