@@ -304,3 +304,35 @@ def test_a_chain_longer_than_the_compiled_program_runs_as_several_compiled_chain
     assert all(len(c.nodes) <= chain_program.MAX_STEPS for c in chains)
     if chain_program.CHAIN is not None:
         assert all(c.native for c in chains)
+
+
+def test_a_chain_of_more_per_channel_tables_than_the_program_reads_is_split() -> None:
+    """40 Mul/Add steps by per-channel constants ((C, 1, 1): a written-out norm's scales):
+    chains of at most MAX_TABLES tables each, all held compiled calls from the second run
+    (one chain of 40 had run numpy's steps), with the stepped run's bits."""
+    from onnxviz.runtime.kernels import chain_program
+    from tests.runtime.differential import assert_stepped_bits
+
+    rng = np.random.default_rng(4)
+    nodes, inits, cur = [], [], "x"
+    for i in range(40):
+        inits.append(
+            numpy_helper.from_array((rng.random((8, 1, 1)) + 0.5).astype(np.float32), f"c{i}")
+        )
+        out = "y" if i == 39 else f"v{i}"
+        nodes.append(helper.make_node(("Mul", "Add")[i % 2], [cur, f"c{i}"], [out]))
+        cur = out
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    session, _ = assert_stepped_bits(model, {"x": x}, runs=3)
+    chains = [pn.fused for pn in run_nodes(session.plan) if pn.kind == "fused"]
+    assert len(chains) == 3 and all(len(c.nodes) <= chain_program.MAX_TABLES for c in chains)
+    if chain_program.CHAIN is not None:
+        assert all(c.quick is not None for c in chains)  # each runs compiled
