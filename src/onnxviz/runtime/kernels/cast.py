@@ -25,6 +25,7 @@ import numpy as np
 from onnx import TensorProto
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import half
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, ML_INTS
 from onnxviz.runtime.registry import kernel, specializer
 
@@ -256,7 +257,7 @@ def cast_array(x: Array, to: np.dtype, saturate: int = 1, round_mode: str = "up"
         if to.kind in "iu" and x.dtype.kind == "f":
             # Out-of-range float -> int is undefined; truncate like C without warnings.
             return x.astype(to)
-        return x.astype(to)
+        return half.convert(x, to)  # (float32 <-> float16 by F16C where compiled)
 
 
 @kernel("Cast", since=(1, 6, 9, 13))
@@ -311,7 +312,7 @@ def _prepared_cast(kernel_fn: Any) -> Any:
                 return x
             if to == _BOOL:
                 return x != 0
-            return x.astype(to)
+            return half.convert(x, to)
 
         return call
 

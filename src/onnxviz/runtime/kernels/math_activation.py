@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import chain_program
+from onnxviz.runtime.kernels import chain_program, half
 from onnxviz.runtime.kernels.dense import dense
 from onnxviz.runtime.kernels.math_common import ML_FLOATS, widen
 from onnxviz.runtime.kernels.math_erf import erf
@@ -43,7 +43,7 @@ def _in_float32(fn: Callable[..., Array]) -> Callable[..., Array]:
     def run(x: Array, *rest: Any, **attrs: Any) -> Array:
         dt = x.dtype
         out = np.asarray(fn(widen(x), *rest, **attrs))
-        return out if out.dtype == dt else out.astype(dt)
+        return out if out.dtype == dt else half.convert(out, dt)
 
     return run
 

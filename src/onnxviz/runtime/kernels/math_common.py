@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from onnxviz.errors import ExecutionError
+from onnxviz.runtime.kernels import half
 
 # Float types numpy itself computes with (everything else "floating" comes from ml_dtypes).
 _NUMPY_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
@@ -68,7 +69,9 @@ def as_compute(x: np.ndarray) -> np.ndarray:
 def widen(x: np.ndarray) -> np.ndarray:
     """``x`` in float32 when it is float16 or an ml_dtypes float, int32 for ml_dtypes ints;
     otherwise ``x`` itself (no copy)."""
-    if x.dtype == np.float16 or x.dtype in ML_FLOATS:
+    if x.dtype == np.float16:
+        return half.to_float32(x)  # (numpy's bits, by F16C where compiled)
+    if x.dtype in ML_FLOATS:
         return x.astype(np.float32)
     if x.dtype in ML_INTS:
         return x.astype(np.int32)

@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import packed_gemm
+from onnxviz.runtime.kernels import half, packed_gemm
 from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.blas import few_rows_matmul
 from onnxviz.runtime.kernels.dense import dense
@@ -32,7 +32,7 @@ _EINSUM_OPTIMIZE_MIN = 4096
 
 
 def _narrow(out: Array, dt: np.dtype) -> Array:
-    return out if out.dtype == dt else out.astype(dt)
+    return out if out.dtype == dt else half.convert(out, dt)
 
 
 @kernel("MatMul", since=(1, 9, 13))
