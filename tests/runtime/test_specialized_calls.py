@@ -903,3 +903,32 @@ def test_a_matmul_of_two_computed_values_gives_the_stepped_bits() -> None:
     ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("q", "w")]
     model = _model([helper.make_node("MatMul", ["q", "w"], ["y"])], ins, ["y"], [])
     assert_stepped_bits(model, {"q": q, "w": k[0, 0]})
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (3, 8, 33), (4, 8)])
+def test_a_standalone_batch_norm_gives_the_stepped_bits_and_numpys_affine(shape) -> None:
+    """An inference BatchNormalization of initializer parameters (not after a conv: a
+    TCN's or an MLP's): its factor and offset made once, then x * a + b (the compiled
+    pass: numpy's two roundings) on every run, the stepped run's bits; a strided input
+    and a fed variance take the kernel with the same numbers."""
+    rng = np.random.default_rng(6)
+    c = shape[1]
+    params = {
+        "s": rng.uniform(0.5, 2, c), "b": rng.standard_normal(c),
+        "m": rng.standard_normal(c), "v": rng.uniform(0.1, 3, c),
+    }  # fmt: skip
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in params.items()]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    model = _model([node], [xi], ["y"], inits, [helper.make_opsetid("", 15)])
+    x = rng.standard_normal(shape).astype(np.float32)
+    session, got = assert_stepped_bits(model, {"x": x})
+    assert _specialized(session)["BatchNormalization"] == "special"
+    f32 = {k: v.astype(np.float32) for k, v in params.items()}
+    a = f32["s"] / np.sqrt(f32["v"] + np.float32(1e-3))
+    b = f32["b"] - f32["m"] * a
+    axes = (1, -1) + (1,) * (len(shape) - 2)
+    np.testing.assert_array_equal(got["y"], x * a.reshape(axes) + b.reshape(axes))
+    if len(shape) > 2:
+        strided = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
+        assert_stepped_bits(model, {"x": strided})

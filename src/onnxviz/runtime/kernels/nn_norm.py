@@ -9,6 +9,7 @@ is there, and these numpy paths otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.model.dtypes import np_dtype
-from onnxviz.runtime.kernels import row_norm
+from onnxviz.runtime.kernels import chain_program, row_norm
+from onnxviz.runtime.kernels._weight_cache import frozen
 from onnxviz.runtime.kernels.nn_geometry import compute_dtype
 from onnxviz.runtime.registry import KernelContext, kernel, specializer
 
@@ -64,10 +66,27 @@ def _batch_norm_apply(
     return y.astype(x.dtype, copy=False)
 
 
+# x * a[c] + b[c] as the compiled chain's program (native/_chain.c): a Mul and an Add by
+# per-channel tables 0 and 1, each step numpy's float32 operation (two roundings, no
+# fused multiply-add), so numpy's bits below.
+_AFFINE_PROGRAM = chain_program.channel_step("Mul", True, 0) + chain_program.channel_step(
+    "Add", True, 1
+)
+
+
 def _affine_per_channel(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """x * a[c] + b[c] over (N*C, spatial) rows in cache-sized row blocks, so the add
+    """x * a[c] + b[c] for a C-contiguous (N, C, ...) x: float32 in one compiled pass
+    (a standalone BatchNormalization of 64 x 56 x 56 values 105 -> 40 us a run,
+    onnxruntime 28), else over (N*C, spatial) rows in cache-sized row blocks, so the add
     reads what the multiply just wrote from cache (about one memory pass, not two)."""
     n, c = x.shape[:2]
+    chain = chain_program.CHAIN
+    if chain is not None and x.dtype == np.float32 and a.dtype == np.float32 and x.size:
+        y = np.empty_like(x)
+        tables = (np.ascontiguousarray(a), np.ascontiguousarray(b))
+        plane = x.size // (n * c)
+        chain.run(x.reshape(-1), y.reshape(-1), _AFFINE_PROGRAM, (tables, c, plane, False))
+        return y
     rows = x.reshape(n * c, -1)
     y = np.empty_like(x)
     out = y.reshape(n * c, -1)
@@ -145,6 +164,46 @@ def batch_norm(
     run_mean = input_mean * momentum + cur_mean.astype(input_mean.dtype) * (1 - momentum)
     run_var = input_var * momentum + cur_var.astype(input_var.dtype) * (1 - momentum)
     return y, run_mean.astype(input_mean.dtype), run_var.astype(input_var.dtype)
+
+
+@specializer(batch_norm)
+def _prepared_batch_norm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any:
+    """Unwatched runs of an inference BatchNormalization whose scale, bias, mean and
+    variance are float32 initializers of one value per channel: the per-channel factor
+    and offset `_batch_norm_apply` computes from them, computed once, then its affine
+    pass on a float32 C-contiguous (N, C, ...) input; anything else runs the kernel.  The
+    same factor, offset and pass, so the same bits."""
+    params = known[1:5]
+    if attrs.get("training_mode") or n != 1 or len(params) != 4:
+        return None
+    if any(type(p) is not np.ndarray or p.dtype != np.float32 or p.ndim != 1 for p in params):
+        return None
+    c = params[0].size
+    if any(p.size != c for p in params) or not all(frozen(p) for p in params):
+        return None
+    scale, bias, mean, var = params
+    eps = np.float32(attrs.get("epsilon", 1e-5))
+    a = scale / np.sqrt(var + eps)  # (_batch_norm_apply's steps on the (C,) rows)
+    b = bias - mean * a
+    kernel_call = functools.partial(batch_norm, **attrs)
+
+    def call(x: Any, *rest: Any) -> Any:
+        if (
+            len(rest) != 4
+            or rest[0] is not scale
+            or rest[1] is not bias
+            or rest[2] is not mean
+            or rest[3] is not var
+            or type(x) is not np.ndarray
+            or x.dtype != np.float32
+            or x.ndim < 3
+            or x.shape[1] != c
+            or not x.flags.c_contiguous
+        ):
+            return kernel_call(x, *rest)[0]
+        return _affine_per_channel(x, a, b)
+
+    return call
 
 
 def _normalize(
