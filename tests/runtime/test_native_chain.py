@@ -585,11 +585,21 @@ def test_a_held_chain_hands_on_strided_rows_it_cannot_take() -> None:
     part = image[:, :, :, 1:5]
     assert held_channels(part) == "fallback" and seen.pop()[0] is part
     np.testing.assert_array_equal(held_channels(image), image * table.reshape(1, 3, 1, 1))
+    # a channels-last image (one dense NHWC buffer): its flat run, channel i % C, into
+    # empty_like's array of its layout (tables tiled from 2 blocks of 1024 floats on)
+    for shape in ((2, 3, 4, 6), (1, 3, 40, 40)):
+        last = rng.standard_normal(shape).astype(np.float32).transpose(0, 2, 3, 1).copy()
+        last = last.transpose(0, 3, 1, 2)
+        got = held_channels(last)
+        assert not isinstance(got, str) and got.strides == last.strides
+        np.testing.assert_array_equal(got, last * table.reshape(1, 3, 1, 1))
 
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("last", [False, True])
-@pytest.mark.parametrize("shape", [(1, 96, 32, 32), (2, 5, 3, 7), (1, 3, 1, 1)])
+@pytest.mark.parametrize(
+    "shape", [(1, 96, 32, 32), (2, 5, 3, 7), (1, 3, 1, 1), (1, 300, 9, 9), (3, 2, 40, 40)]
+)
 def test_per_channel_steps_and_silu_give_numpys_bits(
     level: int, last: bool, shape: tuple[int, ...]
 ) -> None:

@@ -58,6 +58,7 @@
 #include "levels.h"
 #include "vector_types.h"
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -73,6 +74,9 @@ enum { MAX_TABLES = 16, MAX_TENSORS = 4 };
  * its tensor operands (each of x's length, element i beside x's). */
 typedef struct {
     const float *tables[MAX_TABLES];
+    /* channels-last: each table repeated over BLOCK + C floats (run_steps makes them),
+     * so a block's channel values are tiled[t] + start % C, no per-element fill */
+    const float *tiled[MAX_TABLES];
     Py_ssize_t c, plane;
     int last;
     const float *tensors[MAX_TENSORS];
@@ -276,6 +280,9 @@ static int level = 0;
                                     end - i);                                              \
                     i = end;                                                               \
                 }                                                                          \
+            } else if (s->kind == KIND_CHANNEL && ch->last && ch->tiled[s->side_op]) {     \
+                RS(binary_step)(s->op, 1, s->value_first, dst, src,                        \
+                                ch->tiled[s->side_op] + start % ch->c, scalar, n);         \
             } else if (s->kind == KIND_CHANNEL) {                                          \
                 fill_channels(ch, s->side_op, side, start, n);                             \
                 RS(binary_step)(s->op, 1, s->value_first, dst, src, side, scalar, n);      \
@@ -408,7 +415,7 @@ static int parse(const Py_buffer *prog, step_t *steps, int tables, int tensors) 
 }
 
 /* 1 when a QDQ step met a NaN, else 0 (run's result). */
-static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n,
+static int run_level(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n,
                      const channels_t *ch) {
 #if ONNXVIZ_X86
     if (level >= 2)
@@ -417,6 +424,32 @@ static int run_steps(const step_t *steps, int count, const float *x, float *y, P
         return run_avx2(steps, count, x, y, n, ch);
 #endif
     return run_generic(steps, count, x, y, n, ch);
+}
+
+/* The steps over x into y (run_level); for a channels-last run with per-channel steps,
+ * its tables tiled first (channels_t.tiled: the per-element fill of each block had cost
+ * several times the step itself: a DenseNet's BatchNormalization and Mul -> Add -> Relu
+ * after each channels-last Concat ran slower than numpy's strided passes).  The same
+ * values read, so the same bits.  An allocation failure runs the per-element fill. */
+static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n,
+                     const channels_t *ch) {
+    int tables = 0;
+    for (int i = 0; i < count; i++)
+        if (steps[i].kind == KIND_CHANNEL && steps[i].side_op + 1 > tables)
+            tables = steps[i].side_op + 1;
+    if (!ch || !ch->last || !tables || ch->c < 1 || n < 2 * BLOCK) return run_level(steps, count, x, y, n, ch);
+    const Py_ssize_t span = BLOCK + ch->c;
+    float *buf = malloc((size_t)(tables * span) * sizeof(float));
+    if (!buf) return run_level(steps, count, x, y, n, ch);
+    channels_t tiled = *ch;
+    for (int t = 0; t < tables; t++) {
+        float *row = buf + (Py_ssize_t)t * span;
+        for (Py_ssize_t i = 0; i < span; i++) row[i] = ch->tables[t][i % ch->c];
+        tiled.tiled[t] = row;
+    }
+    const int nan = run_level(steps, count, x, y, n, &tiled);
+    free(buf);
+    return nan;
 }
 
 /* ---- a held chain: a fused chain's program with its scalars -------------------------
@@ -432,7 +465,8 @@ static int run_steps(const step_t *steps, int count, const float *x, float *y, P
  * float32 x that is not C-contiguous runs row by row when its last axis is, or flat when
  * it is one dense buffer in another axis order (held_strided).  With
  * `tables` (the per-channel steps' values, copied: read-only constants of `expect`) x must
- * also be (N, C, ...) of the tables' C, channels first (a channels-last x: the fallback);
+ * also be (N, C, ...) of the tables' C, channels first, or (N, C, H, W) channels-last
+ * (held_channels_last);
  * a GroupNorm tail's 20 us of Python on 64 channels at 8 x 8 went. */
 typedef struct {
     PyObject_HEAD
@@ -544,6 +578,68 @@ static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
     return y;
 }
 
+/* The steps with per-channel tables over a float32 (N, C, H, W) x laid out channels-last
+ * (one dense (N, H, W, C) buffer: a conv chain's or a channel Concat's value,
+ * fusion_layout.py) into y = empty_like(x), laid out as x: the flat run over the two
+ * buffers with element i's channel i % C, the channels-last run the chain's Python call
+ * makes (so its bits).  NULL with no error set when x is not that (the fallback's call);
+ * NULL with an error: failed.  A DenseNet's BatchNormalization -> Mul -> Add -> Relu after
+ * each channels-last Concat had gone through the Python call. */
+static PyObject *held_channels_last(const HeldChain *self, PyObject *x, int *nan) {
+    Py_buffer xv;
+    if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *f = xv.format ? xv.format : "B";
+    int ok = f[0] == 'f' && !f[1] && xv.ndim == 4 && xv.len > 0 &&
+             xv.shape[1] == self->channels;
+    if (ok) {
+        const Py_ssize_t c = xv.shape[1], h = xv.shape[2], w = xv.shape[3];
+        const Py_ssize_t want[4] = {4 * c * h * w, 4, 4 * c * w, 4 * c};
+        for (int d = 0; ok && d < 4; d++) ok = xv.shape[d] == 1 || xv.strides[d] == want[d];
+    }
+    if (!ok) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    PyObject *y = PyObject_CallOneArg(self->empty_like, x);
+    if (!y) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    Py_buffer yv;
+    if (PyObject_GetBuffer(y, &yv, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        ok = 0;
+    } else {
+        ok = yv.len == xv.len && yv.ndim == 4;
+        for (int d = 0; ok && d < 4; d++) ok = xv.shape[d] == 1 || yv.strides[d] == xv.strides[d];
+        if (!ok) PyBuffer_Release(&yv);
+    }
+    if (!ok) {
+        Py_DECREF(y);
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    channels_t ch;
+    memset(&ch, 0, sizeof ch);
+    ch.c = self->channels;
+    ch.plane = 1;
+    ch.last = 1;
+    for (int t = 0; t < self->ntables; t++) ch.tables[t] = self->values + (Py_ssize_t)t * ch.c;
+    if (xv.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS;
+        *nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
+        Py_END_ALLOW_THREADS;
+    } else {
+        *nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
+    }
+    PyBuffer_Release(&yv);
+    PyBuffer_Release(&xv);
+    return y;
+}
+
 static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames) {
     HeldChain *self = (HeldChain *)obj;
@@ -563,9 +659,10 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     channels_t ch;
     memset(&ch, 0, sizeof ch);
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
-        if (!self->ntables && !self->ntensors) { /* not C-contiguous: row by row */
+        if (!self->ntensors) { /* not C-contiguous: row by row, or channels-last */
             int nan = 0;
-            PyObject *y = held_strided(self, args[0], &nan);
+            PyObject *y = self->ntables ? held_channels_last(self, args[0], &nan)
+                                        : held_strided(self, args[0], &nan);
             if (y && !nan) return y;
             Py_XDECREF(y);
             if (PyErr_Occurred()) return NULL;
