@@ -932,3 +932,7 @@ def test_a_standalone_batch_norm_gives_the_stepped_bits_and_numpys_affine(shape)
     if len(shape) > 2:
         strided = np.ascontiguousarray(np.swapaxes(x, -1, -2)).swapaxes(-1, -2)
         assert_stepped_bits(model, {"x": strided})
+    if len(shape) == 4:  # channels-last (a Concat's value): the compiled pass over its rows
+        last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        _, got = assert_stepped_bits(model, {"x": last})
+        np.testing.assert_array_equal(got["y"], x * a.reshape(axes) + b.reshape(axes))
