@@ -37,6 +37,7 @@ import numpy as np
 # 2.4 with them quiet).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_models import LIGHT_MODELS
 from bench_models import MODELS as BASE_MODELS
 from exporter_models import CORPUS_MODELS
 from family_models import FAMILY_MODELS, VARIANT_MODELS
@@ -46,7 +47,9 @@ MODELS = {**BASE_MODELS, **TORCH_MODELS, **FAMILY_MODELS, **VARIANT_MODELS, **CO
 # A round's time per engine at least: shorter runs repeat within it.
 ROUND_SECONDS = 0.02
 DEFAULT = (
-    "resnet50,bert,resnet50_torch,bert_torch,inception_v2,unet,lstm,"
+    "resnet50,bert,resnet50_torch,bert_torch,inception_v2,"
+    + ",".join(LIGHT_MODELS)
+    + ",unet,lstm,"
     + ",".join(FAMILY_MODELS)
     + ",add_chain"
 )

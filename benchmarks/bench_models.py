@@ -16,6 +16,7 @@ Every builder is deterministic (seeded) so that all runtimes get the same model.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -251,9 +252,24 @@ def add_chain(n: int = 5000) -> Built:
     return model, {"x": np.zeros(1, np.float32), "zero": np.zeros(1, np.float32)}
 
 
+# The other light models of the onnx wheel (all of them are the "light models").
+LIGHT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
+    f"light_{name}": (f"{title} (light)", functools.partial(_light, name))
+    for name, title in (
+        ("bvlc_alexnet", "AlexNet"),
+        ("densenet121", "DenseNet-121"),
+        ("inception_v1", "Inception v1"),
+        ("shufflenet", "ShuffleNet (grouped 1x1 convs)"),
+        ("squeezenet", "SqueezeNet"),
+        ("vgg19", "VGG-19"),
+        ("zfnet512", "ZFNet-512"),
+    )
+}
+
 MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "resnet50": ("ResNet-50 (light)", resnet50),
     "inception_v2": ("Inception v2 (light)", inception_v2),
+    **LIGHT_MODELS,
     "bert": ("BERT-base encoder (12 layers, hidden 768, seq 128)", bert),
     "unet": ("UNet (3 levels, 1x3x128x128)", unet),
     "lstm": ("LSTM (2 layers, hidden 256, seq 64, batch 4)", lstm),
