@@ -81,6 +81,9 @@ CONV_CASES = [
     ("1x1_stride2", (1, 32, 14, 14), (16, 32, 1, 1), {"strides": [2, 2]}),
     ("7x7_s2", (1, 3, 32, 32), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
     ("grouped", (1, 32, 12, 12), (64, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    # ShuffleNet's grouped 1x1 convs: the batched product on the image in place
+    ("grouped_1x1", (2, 24, 9, 7), (36, 6, 1, 1), {"group": 4}),
+    ("grouped_1x1_stride2", (1, 24, 9, 7), (36, 8, 1, 1), {"group": 3, "strides": [2, 2]}),
     ("depthwise", (2, 24, 15, 15), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),
     (
         "depthwise_s2",

@@ -936,3 +936,19 @@ def test_a_standalone_batch_norm_gives_the_stepped_bits_and_numpys_affine(shape)
         last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
         _, got = assert_stepped_bits(model, {"x": last})
         np.testing.assert_array_equal(got["y"], x * a.reshape(axes) + b.reshape(axes))
+
+
+def test_a_grouped_pointwise_conv_gives_the_per_group_products() -> None:
+    """A grouped 1x1 conv (ShuffleNet's, group 4) is each group's weight times its slab
+    of channels (the batched product on the image in place): numpy's per-group products
+    bit for bit, plus the bias, in stepped and unwatched runs alike."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 32, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((48, 8, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=4, kernel_shape=[1, 1])
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    _, got = assert_stepped_bits(_model([node], [xi], ["y"], inits), {"x": x})
+    products = np.matmul(w.reshape(4, 12, 8), x.reshape(2, 4, 8, 30)).reshape(2, 48, 6, 5)
+    np.testing.assert_array_equal(got["y"], products + b.reshape(1, 48, 1, 1))
