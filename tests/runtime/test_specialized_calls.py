@@ -952,3 +952,19 @@ def test_a_grouped_pointwise_conv_gives_the_per_group_products() -> None:
     _, got = assert_stepped_bits(_model([node], [xi], ["y"], inits), {"x": x})
     products = np.matmul(w.reshape(4, 12, 8), x.reshape(2, 4, 8, 30)).reshape(2, 48, 6, 5)
     np.testing.assert_array_equal(got["y"], products + b.reshape(1, 48, 1, 1))
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 9, 7), (1, 6, 40), (1, 6, 1, 1)])
+def test_instance_norm_scale_and_shift_give_numpys_bits(monkeypatch, shape) -> None:
+    """InstanceNormalization's per-channel scale and bias: the compiled pass (a Mul and an
+    Add by per-channel tables) gives numpy's two in-place passes' bits."""
+    from onnxviz.runtime.kernels import chain_program, nn_norm
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    scale = rng.uniform(0.5, 2, shape[1]).astype(np.float32)
+    bias = rng.standard_normal(shape[1]).astype(np.float32)
+    got = nn_norm.instance_norm(x, scale, bias, epsilon=1e-3)
+    monkeypatch.setattr(chain_program, "CHAIN", None)  # numpy's passes
+    want = nn_norm.instance_norm(x, scale, bias, epsilon=1e-3)
+    np.testing.assert_array_equal(got, want)
