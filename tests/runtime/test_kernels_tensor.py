@@ -694,3 +694,23 @@ def test_expand_is_numpys_read_only_broadcast(
     if data.ndim:  # (a scalar broadcasts to anything)
         with pytest.raises(ExecutionError, match="cannot broadcast"):
             expand(data, np.array([5, 7, 9], np.int64))
+
+
+def test_reflect_pad_is_np_pads_reflection_for_pads_shorter_than_their_axes() -> None:
+    """Pad in reflect mode builds the output from copies (the middle, then each side
+    from its mirror, axis by axis): np.pad's values for every width shorter than its
+    axis, corners included, and np.pad itself beyond."""
+    from onnxviz.runtime.kernels import tensor_create
+
+    rng = np.random.default_rng(0)
+    for shape in [(5,), (2, 3), (4, 7, 3), (2, 3, 5, 6), (1, 1, 2, 2)]:
+        for _ in range(40):
+            widths = [(int(rng.integers(0, n)), int(rng.integers(0, n))) for n in shape]
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = tensor_create._pad(
+                x, [b for b, _ in widths], [e for _, e in widths], "reflect", 0
+            )
+            np.testing.assert_array_equal(got, np.pad(x, widths, mode="reflect"))
+    x = rng.standard_normal((3, 4)).astype(np.float32)  # a pad as long as its axis: np.pad's
+    got = tensor_create._pad(x, [3, 0], [0, 3], "reflect", 0)
+    np.testing.assert_array_equal(got, np.pad(x, [(3, 0), (0, 3)], mode="reflect"))

@@ -149,7 +149,34 @@ def _pad(data: np.ndarray, begins: list[int], ends: list[int], mode: str, value:
             fail(f"Pad: cannot pad an empty axis {i} in {mode} mode")
         if mode == "reflect" and (b or e) and x.shape[i] < 2:
             fail(f"Pad: reflect mode needs at least 2 elements along axis {i}")
+    if mode == "reflect" and all(b < n and e < n for (b, e), n in zip(widths, x.shape)):
+        return _reflect(x, widths)
     return np.pad(x, widths, mode=mode)  # type: ignore[call-overload]
+
+
+def _reflect(x: np.ndarray, widths: list[tuple[int, int]]) -> np.ndarray:
+    """np.pad(x, widths, mode="reflect") for pads shorter than their axes (the mirror
+    excludes the edge: [a b c d] padded by 2 is [c b a b c d c b]): x copied into the
+    middle, then axis by axis each side copied from its mirror in the output, as np.pad
+    pads axis by axis (the corners from the axes padded before).  Copies, so np.pad's
+    values; np.pad's general machinery took 240 us for 2 on each side of 64 x 56 x 56
+    (onnxruntime 111)."""
+    out = np.empty([n + b + e for (b, e), n in zip(widths, x.shape)], dtype=x.dtype)
+    out[tuple(slice(b, b + n) for (b, _), n in zip(widths, x.shape))] = x
+    every = [slice(None)] * x.ndim
+    for axis, ((b, e), n) in enumerate(zip(widths, x.shape)):
+        if b:
+            to, src = list(every), list(every)
+            to[axis], src[axis] = slice(0, b), slice(2 * b, b, -1)
+            out[tuple(to)] = out[tuple(src)]
+        if e:
+            last = b + n - 1  # the last element of the middle
+            stop = last - 1 - e
+            to, src = list(every), list(every)
+            to[axis] = slice(last + 1, last + 1 + e)
+            src[axis] = slice(last - 1, stop if stop >= 0 else None, -1)
+            out[tuple(to)] = out[tuple(src)]
+    return out
 
 
 def _pads_for(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list[int], list[int]]:
