@@ -433,11 +433,12 @@ static int run_level(const step_t *steps, int count, const float *x, float *y, P
  * values read, so the same bits.  An allocation failure runs the per-element fill. */
 static int run_steps(const step_t *steps, int count, const float *x, float *y, Py_ssize_t n,
                      const channels_t *ch) {
+    if (!ch || !ch->last || ch->c < 1 || n < 2 * BLOCK) return run_level(steps, count, x, y, n, ch);
     int tables = 0;
     for (int i = 0; i < count; i++)
         if (steps[i].kind == KIND_CHANNEL && steps[i].side_op + 1 > tables)
             tables = steps[i].side_op + 1;
-    if (!ch || !ch->last || !tables || ch->c < 1 || n < 2 * BLOCK) return run_level(steps, count, x, y, n, ch);
+    if (!tables) return run_level(steps, count, x, y, n, ch);
     const Py_ssize_t span = BLOCK + ch->c;
     float *buf = malloc((size_t)(tables * span) * sizeof(float));
     if (!buf) return run_level(steps, count, x, y, n, ch);
@@ -466,7 +467,7 @@ static int run_steps(const step_t *steps, int count, const float *x, float *y, P
  * it is one dense buffer in another axis order (held_strided).  With
  * `tables` (the per-channel steps' values, copied: read-only constants of `expect`) x must
  * also be (N, C, ...) of the tables' C, channels first, or (N, C, H, W) channels-last
- * (held_channels_last);
+ * (held_strided);
  * a GroupNorm tail's 20 us of Python on 64 channels at 8 x 8 went. */
 typedef struct {
     PyObject_HEAD
@@ -503,9 +504,9 @@ static int dense_in_some_order(const Py_buffer *v) {
 }
 
 /* The steps over a float32 x that is not C-contiguous, into y = empty_like(x), when x
- * is one of two layouts (else NULL with no error set: not taken, the fallback's call;
- * NULL with an error: failed).  Only for programs with no per-channel step and no tensor
- * operand (they follow the C-order index).
+ * is one of three layouts (else NULL with no error set: not taken, the fallback's call;
+ * NULL with an error: failed).  Only for programs with no tensor operand (they follow
+ * the C-order index), and with per-channel steps only for the third layout.
  *
  *   rows: x's last axis contiguous (a Split's or a Slice's part of each row: an LSTM
  *     cell's gates), y C-contiguous: row by row; each element's steps those of the flat
@@ -514,7 +515,13 @@ static int dense_in_some_order(const Py_buffer *v) {
  *     chain's output, fusion_layout.py) and y laid out as x (numpy's 'K' order gives
  *     it): the flat run over the two buffers, element i of y from element i of x.  A
  *     YOLO's SiLU after every conv had gone through the Python call (6 us of checks and
- *     the transposing views a node). */
+ *     the transposing views a node).
+ *   channels-last, for a program with per-channel steps: x a float32 (N, C, H, W) of the
+ *     tables' C laid out as one dense (N, H, W, C) buffer (a conv chain's or a channel
+ *     Concat's value), y laid out as x: the flat run with element i's channel i % C, the
+ *     run the chain's Python call makes (so its bits).  A DenseNet's BatchNormalization ->
+ *     Mul -> Add -> Relu after each channels-last Concat had gone through the Python
+ *     call. */
 static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
     Py_buffer xv;
     if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
@@ -525,8 +532,16 @@ static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
     const int nd = xv.ndim;
     const int ok = f[0] == 'f' && !f[1] && nd >= 1 && nd >= self->min_ndim && xv.len > 0 &&
                    nd <= 32;
-    const int rows_ok = ok && (xv.strides[nd - 1] == 4 || xv.shape[nd - 1] == 1);
-    if (!rows_ok && !(ok && dense_in_some_order(&xv))) {
+    int last_ok = 0; /* with tables: x is channels-last (N, C, H, W) of the tables' C */
+    if (ok && self->ntables && nd == 4 && xv.shape[1] == self->channels) {
+        const Py_ssize_t c = xv.shape[1], want[4] = {4 * c * xv.shape[2] * xv.shape[3], 4,
+                                                    4 * c * xv.shape[3], 4 * c};
+        last_ok = 1;
+        for (int d = 0; last_ok && d < 4; d++)
+            last_ok = xv.shape[d] == 1 || xv.strides[d] == want[d];
+    }
+    const int rows_ok = ok && !self->ntables && (xv.strides[nd - 1] == 4 || xv.shape[nd - 1] == 1);
+    if (!rows_ok && !last_ok && !(ok && !self->ntables && dense_in_some_order(&xv))) {
         PyBuffer_Release(&xv);
         return NULL;
     }
@@ -555,7 +570,18 @@ static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
     }
     channels_t ch;
     memset(&ch, 0, sizeof ch);
-    if (flat) {
+    if (last_ok) { /* element i's channel i % C */
+        ch.c = self->channels;
+        ch.plane = 1;
+        ch.last = 1;
+        for (int t = 0; t < self->ntables; t++) ch.tables[t] = self->values + (Py_ssize_t)t * ch.c;
+    }
+    if (flat && xv.len >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS;
+        *nan = run_steps(self->steps, self->count, (const float *)xv.buf, (float *)yv.buf,
+                         xv.len / 4, &ch);
+        Py_END_ALLOW_THREADS;
+    } else if (flat) {
         *nan = run_steps(self->steps, self->count, (const float *)xv.buf, (float *)yv.buf,
                          xv.len / 4, &ch);
     } else {
@@ -572,68 +598,6 @@ static PyObject *held_strided(const HeldChain *self, PyObject *x, int *nan) {
                 index[d] = 0;
             }
         }
-    }
-    PyBuffer_Release(&yv);
-    PyBuffer_Release(&xv);
-    return y;
-}
-
-/* The steps with per-channel tables over a float32 (N, C, H, W) x laid out channels-last
- * (one dense (N, H, W, C) buffer: a conv chain's or a channel Concat's value,
- * fusion_layout.py) into y = empty_like(x), laid out as x: the flat run over the two
- * buffers with element i's channel i % C, the channels-last run the chain's Python call
- * makes (so its bits).  NULL with no error set when x is not that (the fallback's call);
- * NULL with an error: failed.  A DenseNet's BatchNormalization -> Mul -> Add -> Relu after
- * each channels-last Concat had gone through the Python call. */
-static PyObject *held_channels_last(const HeldChain *self, PyObject *x, int *nan) {
-    Py_buffer xv;
-    if (PyObject_GetBuffer(x, &xv, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    const char *f = xv.format ? xv.format : "B";
-    int ok = f[0] == 'f' && !f[1] && xv.ndim == 4 && xv.len > 0 &&
-             xv.shape[1] == self->channels;
-    if (ok) {
-        const Py_ssize_t c = xv.shape[1], h = xv.shape[2], w = xv.shape[3];
-        const Py_ssize_t want[4] = {4 * c * h * w, 4, 4 * c * w, 4 * c};
-        for (int d = 0; ok && d < 4; d++) ok = xv.shape[d] == 1 || xv.strides[d] == want[d];
-    }
-    if (!ok) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    PyObject *y = PyObject_CallOneArg(self->empty_like, x);
-    if (!y) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    Py_buffer yv;
-    if (PyObject_GetBuffer(y, &yv, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();
-        ok = 0;
-    } else {
-        ok = yv.len == xv.len && yv.ndim == 4;
-        for (int d = 0; ok && d < 4; d++) ok = xv.shape[d] == 1 || yv.strides[d] == xv.strides[d];
-        if (!ok) PyBuffer_Release(&yv);
-    }
-    if (!ok) {
-        Py_DECREF(y);
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    channels_t ch;
-    memset(&ch, 0, sizeof ch);
-    ch.c = self->channels;
-    ch.plane = 1;
-    ch.last = 1;
-    for (int t = 0; t < self->ntables; t++) ch.tables[t] = self->values + (Py_ssize_t)t * ch.c;
-    if (xv.len >= (1 << 16)) {
-        Py_BEGIN_ALLOW_THREADS;
-        *nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
-        Py_END_ALLOW_THREADS;
-    } else {
-        *nan = run_steps(self->steps, self->count, xv.buf, yv.buf, xv.len / 4, &ch);
     }
     PyBuffer_Release(&yv);
     PyBuffer_Release(&xv);
@@ -661,8 +625,7 @@ static PyObject *held_vectorcall(PyObject *obj, PyObject *const *args, size_t na
     if (ok && !onnxviz_array_view(args[0], self->ndarray, &xv, 'f', -1, NULL)) {
         if (!self->ntensors) { /* not C-contiguous: row by row, or channels-last */
             int nan = 0;
-            PyObject *y = self->ntables ? held_channels_last(self, args[0], &nan)
-                                        : held_strided(self, args[0], &nan);
+            PyObject *y = held_strided(self, args[0], &nan);
             if (y && !nan) return y;
             Py_XDECREF(y);
             if (PyErr_Occurred()) return NULL;
