@@ -56,8 +56,10 @@ def _batch_norm_apply(
 ) -> np.ndarray:
     dt = compute_dtype(x.dtype)
     xc = x.astype(dt, copy=False)
-    a = _param(scale, x, dt) / np.sqrt(_param(var, x, dt) + dt.type(epsilon))
-    b = _param(bias, x, dt) - _param(mean, x, dt) * a
+    a, b = _bn_factors(
+        _param(scale, x, dt), _param(bias, x, dt), _param(mean, x, dt), _param(var, x, dt),
+        dt.type(epsilon),
+    )  # fmt: skip
     if a.size == (x.shape[1] if x.ndim > 1 else 0) and x.ndim > 2 and xc.flags.c_contiguous:
         y = _affine_per_channel(xc, a.reshape(-1), b.reshape(-1))
     elif a.size == (x.shape[1] if x.ndim > 1 else 0) and _affine_last_takes(xc, a):
@@ -68,6 +70,14 @@ def _batch_norm_apply(
     return y.astype(x.dtype, copy=False)
 
 
+def _bn_factors(
+    scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inference BatchNormalization's factor and offset, y = x * a + b."""
+    a = scale / np.sqrt(var + epsilon)
+    return a, bias - mean * a
+
+
 # x * a[c] + b[c] as the compiled chain's program (native/_chain.c): a Mul and an Add by
 # per-channel tables 0 and 1, each step numpy's float32 operation (two roundings, no
 # fused multiply-add), so numpy's bits below.
@@ -76,18 +86,30 @@ _AFFINE_PROGRAM = chain_program.channel_step("Mul", True, 0) + chain_program.cha
 )
 
 
+def _affine_run(
+    x: np.ndarray, y: np.ndarray, a: np.ndarray, b: np.ndarray, plane: int, last: bool
+) -> None:
+    """y = x * a[c] + b[c] over two flat float32 buffers by the compiled chain (y may be
+    x): element i's channel (i / plane) % C, or i % C when ``last`` (channels-last)."""
+    assert chain_program.CHAIN is not None
+    tables = (np.ascontiguousarray(a.reshape(-1)), np.ascontiguousarray(b.reshape(-1)))
+    chain_program.CHAIN.run(x, y, _AFFINE_PROGRAM, (tables, a.size, plane, last))
+
+
 def _affine_per_channel(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """x * a[c] + b[c] for a C-contiguous (N, C, ...) x: float32 in one compiled pass
     (a standalone BatchNormalization of 64 x 56 x 56 values 105 -> 40 us a run,
     onnxruntime 28), else over (N*C, spatial) rows in cache-sized row blocks, so the add
     reads what the multiply just wrote from cache (about one memory pass, not two)."""
     n, c = x.shape[:2]
-    chain = chain_program.CHAIN
-    if chain is not None and x.dtype == np.float32 and a.dtype == np.float32 and x.size:
+    if (
+        chain_program.CHAIN is not None
+        and x.dtype == np.float32
+        and a.dtype == np.float32
+        and x.size
+    ):
         y = np.empty_like(x)
-        tables = (np.ascontiguousarray(a), np.ascontiguousarray(b))
-        plane = x.size // (n * c)
-        chain.run(x.reshape(-1), y.reshape(-1), _AFFINE_PROGRAM, (tables, c, plane, False))
+        _affine_run(x.reshape(-1), y.reshape(-1), a, b, x.size // (n * c), False)
         return y
     rows = x.reshape(n * c, -1)
     y = np.empty_like(x)
@@ -121,12 +143,10 @@ def _affine_channels_last(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.nda
     into an output laid out as x (empty_like): the same two operations per element, so
     the same values.  A DenseNet's BatchNormalization after each channels-last Concat
     took numpy's two strided passes, 157 us a node at 56 x 56."""
-    assert chain_program.CHAIN is not None
     y = np.empty_like(x)
     rows_x = x.transpose(0, 2, 3, 1).reshape(-1)
     rows_y = y.transpose(0, 2, 3, 1).reshape(-1)  # (views: empty_like kept x's layout)
-    tables = (np.ascontiguousarray(a), np.ascontiguousarray(b))
-    chain_program.CHAIN.run(rows_x, rows_y, _AFFINE_PROGRAM, (tables, x.shape[1], 1, True))
+    _affine_run(rows_x, rows_y, a, b, 1, True)
     return y
 
 
@@ -213,8 +233,7 @@ def _prepared_batch_norm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) 
         return None
     scale, bias, mean, var = params
     eps = np.float32(attrs.get("epsilon", 1e-5))
-    a = scale / np.sqrt(var + eps)  # (_batch_norm_apply's steps on the (C,) rows)
-    b = bias - mean * a
+    a, b = _bn_factors(scale, bias, mean, var, eps)  # (_batch_norm_apply's, on the rows)
     kernel_call = functools.partial(batch_norm, **attrs)
 
     def call(x: Any, *rest: Any) -> Any:
@@ -292,10 +311,9 @@ def _scale_shift_in_place(
     Mul and Add steps: numpy's two roundings, so its bits; an InstanceNormalization of
     64 x 56 x 56 values with a real affine part spent two numpy passes there), else
     numpy's two in-place passes."""
-    chain = chain_program.CHAIN
     c = y.shape[1] if y.ndim > 2 else 0
     if (
-        chain is not None
+        chain_program.CHAIN is not None
         and y.dtype == np.float32
         and y.flags.c_contiguous
         and y.size
@@ -303,9 +321,8 @@ def _scale_shift_in_place(
         and scale.size == c
         and b.size == c
     ):
-        tables = (np.ascontiguousarray(scale.reshape(-1)), np.ascontiguousarray(b.reshape(-1)))
         flat = y.reshape(-1)
-        chain.run(flat, flat, _AFFINE_PROGRAM, (tables, c, y.size // (y.shape[0] * c), False))
+        _affine_run(flat, flat, scale, b, y.size // (y.shape[0] * c), False)
         return
     y *= scale.reshape(shape)
     y += b.reshape(shape)
