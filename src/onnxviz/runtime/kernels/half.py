@@ -21,23 +21,22 @@ MIN_SIZE = 256
 
 def to_float16(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float16)`` for a float32 ``x`` (a new C-contiguous array)."""
-    module = _HALF
-    if module is None or x.dtype != _F32 or x.size < MIN_SIZE:
-        return x.astype(_F16)
-    src = np.ascontiguousarray(x)
-    out = np.empty(src.shape, _F16)
-    module.to_half(src, out)
-    return out
+    return _converted(x, _F32, _F16, "to_half")
 
 
 def to_float32(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float32)`` for a float16 ``x`` (a new C-contiguous array)."""
+    return _converted(x, _F16, _F32, "to_single")
+
+
+def _converted(x: np.ndarray, src: np.dtype, dst: np.dtype, name: str) -> np.ndarray:
+    """x (of ``src``) as ``dst`` by the module's function ``name``, or numpy's astype."""
     module = _HALF
-    if module is None or x.dtype != _F16 or x.size < MIN_SIZE:
-        return x.astype(_F32)
-    src = np.ascontiguousarray(x)
-    out = np.empty(src.shape, _F32)
-    module.to_single(src, out)
+    if module is None or x.dtype != src or x.size < MIN_SIZE:
+        return x.astype(dst)
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape, dst)
+    getattr(module, name)(x, out)
     return out
 
 

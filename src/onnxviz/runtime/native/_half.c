@@ -186,48 +186,57 @@ static int get_pair(PyObject *xo, PyObject *yo, Py_buffer *x, Py_buffer *y, char
     return 0;
 }
 
-static PyObject *py_to_half(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *xo, *yo;
-    if (!PyArg_ParseTuple(args, "OO:to_half", &xo, &yo)) return NULL;
-    Py_buffer x, y;
-    if (get_pair(xo, yo, &x, &y, 'f', 4, 'e', 2) < 0) return NULL;
-    const Py_ssize_t n = x.len / 4;
-    PyThreadState *state = n > (1 << 16) ? PyEval_SaveThread() : NULL;
+/* n values from x to y at this process's level: float32 -> float16 when `half`, else
+ * float16 -> float32. */
+static void convert_level(int half, const void *x, void *y, Py_ssize_t n) {
 #if ONNXVIZ_X86
-    if (vectors() && level >= 2)
-        to_half_avx512(x.buf, y.buf, n);
-    else if (vectors())
-        to_half_avx2(x.buf, y.buf, n);
-    else
+    if (vectors() && level >= 2) {
+        if (half)
+            to_half_avx512(x, y, n);
+        else
+            to_single_avx512(x, y, n);
+        return;
+    }
+    if (vectors()) {
+        if (half)
+            to_half_avx2(x, y, n);
+        else
+            to_single_avx2(x, y, n);
+        return;
+    }
 #endif
-        to_half_generic(x.buf, y.buf, n);
+    if (half)
+        to_half_generic(x, y, n);
+    else
+        to_single_generic(x, y, n);
+}
+
+/* to_half(x, y) when `half`, else to_single(x, y): the buffers checked, then converted
+ * with the GIL released for a long run. */
+static PyObject *convert(PyObject *args, int half) {
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, half ? "OO:to_half" : "OO:to_single", &xo, &yo)) return NULL;
+    Py_buffer x, y;
+    if (get_pair(xo, yo, &x, &y, half ? 'f' : 'e', half ? 4 : 2, half ? 'e' : 'f',
+                 half ? 2 : 4) < 0)
+        return NULL;
+    const Py_ssize_t n = x.len / x.itemsize;
+    PyThreadState *state = n > (1 << 16) ? PyEval_SaveThread() : NULL;
+    convert_level(half, x.buf, y.buf, n);
     if (state) PyEval_RestoreThread(state);
     PyBuffer_Release(&x);
     PyBuffer_Release(&y);
     Py_RETURN_NONE;
 }
 
+static PyObject *py_to_half(PyObject *self, PyObject *args) {
+    (void)self;
+    return convert(args, 1);
+}
+
 static PyObject *py_to_single(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xo, *yo;
-    if (!PyArg_ParseTuple(args, "OO:to_single", &xo, &yo)) return NULL;
-    Py_buffer x, y;
-    if (get_pair(xo, yo, &x, &y, 'e', 2, 'f', 4) < 0) return NULL;
-    const Py_ssize_t n = x.len / 2;
-    PyThreadState *state = n > (1 << 16) ? PyEval_SaveThread() : NULL;
-#if ONNXVIZ_X86
-    if (vectors() && level >= 2)
-        to_single_avx512(x.buf, y.buf, n);
-    else if (vectors())
-        to_single_avx2(x.buf, y.buf, n);
-    else
-#endif
-        to_single_generic(x.buf, y.buf, n);
-    if (state) PyEval_RestoreThread(state);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&y);
-    Py_RETURN_NONE;
+    return convert(args, 0);
 }
 
 ONNXVIZ_LEVEL_FUNCTIONS
