@@ -11,6 +11,7 @@ import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,18 @@ def at_level(name: str, level: int | None) -> Iterator[None]:
         native._LEVEL = saved
         if saved is not None and native.built(name):
             importlib.import_module(f"onnxviz.runtime.native._{name}").set_level(saved)
+
+
+class CountingAttend:
+    """native/_gqa.c's module, counting its `attend` calls (so a test knows which path ran:
+    GroupQueryAttention's, Attention's and MultiHeadAttention's compiled core)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module, self.calls = module, 0
+
+    def level(self) -> int:
+        return int(self.module.level())
+
+    def attend(self, *args: Any) -> None:
+        self.calls += 1
+        self.module.attend(*args)

@@ -26,7 +26,7 @@ from onnxviz.runtime import native
 from onnxviz.runtime.kernels import contrib_attention, packed_gemm
 from onnxviz.runtime.registry import KernelContext
 from tests.runtime.differential import assert_stepped_bits
-from tests.runtime.native_modules import compiled
+from tests.runtime.native_modules import CountingAttend, compiled
 from tests.runtime.nodecases import single_node_model
 
 pytestmark = pytest.mark.numeric
@@ -34,20 +34,6 @@ pytestmark = pytest.mark.numeric
 LEVELS = native.levels()
 MS = "com.microsoft"
 HEADS = [1, 2, 3, 5, 8, 12, 16, 20, 33, 40]
-
-
-class _Counting:
-    """The module, counting its `attend` calls (so a test knows which path ran)."""
-
-    def __init__(self, module: Any) -> None:
-        self.module, self.calls = module, 0
-
-    def level(self) -> int:
-        return int(self.module.level())
-
-    def attend(self, *args: Any) -> None:
-        self.calls += 1
-        self.module.attend(*args)
 
 
 def _f(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -101,7 +87,7 @@ def _attention_case(seed: int) -> tuple[list[np.ndarray | None], dict[str, Any],
 
 def _run(fn: Any, module: Any, monkeypatch: Any, *args: Any, **attrs: Any) -> tuple[Any, int]:
     """fn's outputs with the compiled attention counted (module None: the numpy steps)."""
-    counting = None if module is None else _Counting(module)
+    counting = None if module is None else CountingAttend(module)
     monkeypatch.setattr(contrib_attention, "_COMPILED", counting)
     got = fn(*args, **attrs)
     return got, (0 if counting is None else counting.calls)

@@ -29,7 +29,7 @@ from onnxviz.runtime.kernels import contrib_gqa
 from onnxviz.runtime.registry import KernelContext
 from tests.runtime.differential import close, stepped_values
 from tests.runtime.gqa_reference import reference_gqa
-from tests.runtime.native_modules import at_level, compiled
+from tests.runtime.native_modules import CountingAttend, at_level, compiled
 
 pytestmark = pytest.mark.numeric
 
@@ -40,20 +40,6 @@ CTX = KernelContext(n_outputs=3, output_names=("out", "present_k", "present_v"))
 
 def _module() -> Any:
     return compiled("gqa")
-
-
-class _Counting:
-    """The module, counting its calls (so a test knows which path ran)."""
-
-    def __init__(self, module: Any) -> None:
-        self.module, self.calls = module, 0
-
-    def level(self) -> int:
-        return int(self.module.level())
-
-    def attend(self, *args: Any) -> None:
-        self.calls += 1
-        self.module.attend(*args)
 
 
 def _case(seed: int) -> tuple[list[np.ndarray | None], dict[str, Any]]:
@@ -110,7 +96,7 @@ def _numpy_path(inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> Any:
 def _compiled_path(
     monkeypatch: Any, module: Any, inputs: list[np.ndarray | None], attrs: dict[str, Any]
 ) -> tuple[Any, int]:
-    counting = _Counting(module)
+    counting = CountingAttend(module)
     monkeypatch.setattr(contrib_gqa, "_COMPILED", counting)
     got = contrib_gqa.group_query_attention(CTX, *inputs, **attrs)
     return got, counting.calls
@@ -328,7 +314,7 @@ def test_genai_exports_with_and_without_the_kernel(monkeypatch, name: str) -> No
     feeds = dict(np.load(path[:-5] + ".npz"))
     monkeypatch.setattr(contrib_gqa, "_COMPILED", None)
     off = stepped_values(model, feeds)
-    counting = _Counting(module)
+    counting = CountingAttend(module)
     monkeypatch.setattr(contrib_gqa, "_COMPILED", counting)
     on = stepped_values(model, feeds)
     assert counting.calls == sum(n.op_type == "GroupQueryAttention" for n in model.graph.node)
