@@ -968,3 +968,86 @@ def test_instance_norm_scale_and_shift_give_numpys_bits(monkeypatch, shape) -> N
     monkeypatch.setattr(chain_program, "CHAIN", None)  # numpy's passes
     want = nn_norm.instance_norm(x, scale, bias, epsilon=1e-3)
     np.testing.assert_array_equal(got, want)
+
+
+class _Taken:
+    """Counts the calls of a prepared conv call class that gave a result (not None: the
+    prepared call ran, the layers did not)."""
+
+    def __init__(self, monkeypatch: Any, cls: type, method: str = "__call__") -> None:
+        self.count = 0
+        real = getattr(cls, method)
+
+        def counted(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            got = real(obj, *args, **kwargs)
+            self.count += got is not None
+            return got
+
+        monkeypatch.setattr(cls, method, counted)
+
+
+def _grouped_pointwise_model(tail: str, channels_last_input: bool) -> onnx.ModelProto:
+    """Conv (group 4, 1x1, 32 -> 48 channels) [+ residual] [-> Relu]; with
+    ``channels_last_input`` after a stem conv -> Relu -> MaxPool (a ShuffleNet's start),
+    which the layout planner runs channels-last."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((48, 8, 1, 1)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "b"),
+    ]
+    nodes, source = [], "x"
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)]
+    if channels_last_input:
+        stem = rng.standard_normal((32, 3, 3, 3)).astype(np.float32) * 0.3
+        inits.append(numpy_helper.from_array(stem, "ws"))
+        nodes += [
+            helper.make_node("Conv", ["x", "ws"], ["s"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["s"], ["sr"]),
+            helper.make_node(
+                "MaxPool", ["sr"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+            ),
+        ]
+        source = "p"
+    nodes.append(helper.make_node("Conv", [source, "w", "b"], ["y"], group=4, kernel_shape=[1, 1]))
+    last = "y"
+    if "residual" in tail:
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+        nodes.append(helper.make_node("Add", ["y", "r"], ["yr"]))
+        last = "yr"
+    if "relu" in tail:
+        nodes.append(helper.make_node("Relu", [last], ["out"]))
+        last = "out"
+    return _model(nodes, inputs, [last], inits)
+
+
+@pytest.mark.parametrize("tail", ["none", "relu", "residual", "residual relu"])
+def test_a_grouped_pointwise_chain_adds_its_bias_residual_and_relu_in_one_pass(
+    monkeypatch, tail: str
+) -> None:
+    """A grouped 1x1 conv chain (ShuffleNet's, group 4) runs as its prepared call: the
+    batched product, then the bias, the residual and the Relu in one compiled pass, with
+    the stepped run's bits (the conv kernel's product and numpy's additions and max)."""
+    from onnxviz.runtime.kernels import nn_conv
+
+    taken = _Taken(monkeypatch, nn_conv._PreparedGroupedPointwise)
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((2, 32, 9, 7)).astype(np.float32)}
+    if "residual" in tail:
+        feeds["r"] = rng.standard_normal((2, 48, 9, 7)).astype(np.float32)
+    feeds["x"][0, 3, 2, 2] = np.nan  # a NaN goes through the product and the Relu
+    assert_stepped_bits(_grouped_pointwise_model(tail, False), feeds)
+    assert taken.count >= 2 if native.load("chain") is not None else taken.count == 0
+
+
+def test_a_grouped_pointwise_conv_reads_a_channels_last_input_as_planes(monkeypatch) -> None:
+    """ShuffleNet's first grouped conv reads its stem's pooled value, which runs
+    channels-last: the prepared call copies it into planes (native/_channels.c's unplace)
+    and gives the layers' bits (their im2col copy is the same matrix)."""
+    from onnxviz.runtime.kernels import nn_conv
+
+    planes = _Taken(monkeypatch, nn_conv._PreparedGroupedPointwise, "_planes")
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((1, 3, 40, 40)).astype(np.float32)}
+    assert_stepped_bits(_grouped_pointwise_model("relu", True), feeds)
+    if native.load("chain") is not None and native.load("channels") is not None:
+        assert planes.count >= 2

@@ -22,7 +22,7 @@ import numpy as np
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels import _weight_cache, blas, nn_winograd, packed_gemm
+from onnxviz.runtime.kernels import _weight_cache, blas, chain_program, nn_winograd, packed_gemm
 from onnxviz.runtime.kernels.math_linalg import few_rows_by_packed_weight
 from onnxviz.runtime.kernels.nn_geometry import (
     as_compute,
@@ -947,11 +947,11 @@ def _attrs_geometry(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> Any 
 
 
 def _plain_nchw_geometry(
-    x: Any, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
+    x: Any, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any], group: int = 1
 ) -> Any | None:
-    """The geometry of a one-group float32 2-D conv node's NCHW input ``x`` that the
-    prepared calls take (channels that fit, no negative pads, a non-empty output), or
-    None: the layers run it and give its errors."""
+    """The geometry of a float32 2-D conv node's NCHW input ``x`` that the prepared calls
+    take (of ``group`` groups: channels that fit, no negative pads, a non-empty output),
+    or None: the layers run it and give its errors."""
     f32 = np.dtype(np.float32)
     if (
         type(x) is not np.ndarray
@@ -960,14 +960,20 @@ def _plain_nchw_geometry(
         or w.dtype != f32
         or w.ndim != 4
         or (bias is not None and (bias.dtype != f32 or bias.size != w.shape[0]))
-        or attrs.get("group", 1) != 1
+        or attrs.get("group", 1) != group
     ):
         return None
     geometry = _attrs_geometry(x, w, attrs)
     if geometry is None:
         return None
     pads, out_shape = geometry[3], geometry[4]
-    if w.shape[1] != x.shape[1] or min(pads) < 0 or min(out_shape) < 1 or x.size == 0:
+    if (
+        w.shape[1] * group != x.shape[1]
+        or w.shape[0] % group
+        or min(pads) < 0
+        or min(out_shape) < 1
+        or x.size == 0
+    ):
         return None
     return geometry
 
@@ -1168,6 +1174,110 @@ class _PreparedPointwise:
         )
 
 
+def prepared_grouped_pointwise(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
+) -> Any | None:
+    """A grouped 1x1, stride 1, unpadded NCHW conv node's call made once for inputs like
+    ``x`` (ShuffleNet's, more than one channel a group): ``call(x, addend, act=None)`` ->
+    `_conv_dispatch`'s batched product over (image, group), then the bias, ``addend``
+    and a Relu in one compiled pass over the output (native/_chain.c: numpy's float32
+    additions and maximum, in conv_core's and the Relu kernel's order, so their bits).
+    The layers added the bias and the Relu as two numpy passes after the product, as
+    long as the product itself for ShuffleNet's 136-channel 28 x 28 convs.  None for
+    other inputs and activations (the layers run them), or with the compiled chain off."""
+    group = int(attrs.get("group", 1))
+    if group < 2 or w.ndim != 4 or w.shape[1] < 2 or chain_program.CHAIN is None:
+        return None
+    geometry = _plain_nchw_geometry(x, w, bias, attrs, group)
+    if geometry is None:
+        return None
+    kernel, strides, _, pads, out_shape = geometry
+    if not _view_product(kernel, strides, pads):
+        return None
+    return _PreparedGroupedPointwise(x, w, bias, group, out_shape)
+
+
+# The epilogues of `_PreparedGroupedPointwise` by (addend given, Relu): + bias (table 0,
+# when the conv has one), + addend (tensor 0), then max(v, 0).
+def _grouped_epilogue(bias: bool, addend: bool, relu: bool) -> bytes:
+    steps = chain_program.channel_step("Add", True, 0) if bias else b""
+    if addend:
+        steps += chain_program.tensor_step("Add", True, 0)
+    if relu:
+        steps += chain_program.program([("Relu", chain_program.NONE, True, 0.0)])
+    return steps
+
+
+class _PreparedGroupedPointwise:
+    """`prepared_grouped_pointwise`'s call: ``call(x, addend, act=None)`` -> the output,
+    or None (not a call it takes)."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        bias: np.ndarray | None,
+        group: int,
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c = x.shape[:2]
+        m = w.shape[0]
+        self.shape, p_size = tuple(x.shape), math.prod(out_shape)
+        self.out_nchw = (n, m, *out_shape)
+        self.wg = w.reshape(group, m // group, c // group)
+        self.x_groups = (n, group, c // group, p_size)
+        self.y_groups = (n, group, m // group, p_size)
+        self.tables = () if bias is None else (np.ascontiguousarray(bias.reshape(-1)),)
+        self.channels = (self.tables, m, p_size, False)
+        self.programs = {
+            (addend, relu): _grouped_epilogue(bias is not None, addend, relu)
+            for addend in (False, True)
+            for relu in (False, True)
+        }
+
+    def __call__(
+        self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
+    ) -> np.ndarray | None:
+        relu = _activates(act)
+        if (
+            (relu and act[0] != ACT_RELU)  # type: ignore[index]
+            or not _call_takes(xi, self.shape, addend, self.out_nchw)
+            or (addend is not None and not addend.flags.c_contiguous)
+            or chain_program.CHAIN is None
+        ):
+            return None
+        if not xi.flags.c_contiguous:
+            xi = self._planes(xi)
+            if xi is None:
+                return None
+        y = np.empty(self.out_nchw, dtype=np.float32)
+        np.matmul(self.wg, xi.reshape(self.x_groups), out=y.reshape(self.y_groups))
+        program = self.programs[(addend is not None, relu)]
+        if program:
+            flat = y.reshape(-1)
+            tensors = () if addend is None else (addend.reshape(-1),)
+            chain_program.CHAIN.run(flat, flat, program, self.channels, tensors)
+        return y
+
+    def _planes(self, xi: np.ndarray) -> np.ndarray | None:
+        """A channels-last ``xi`` (ShuffleNet's first grouped conv reads its stem's pooled
+        value so) copied into C-contiguous planes by native/_channels.c's `unplace` (the
+        same values; the layers' im2col copy of a 1x1 is the same matrix, so the product
+        below is theirs); None for other layouts or with the kernel off."""
+        chan = native.load("channels")
+        n, c, h, wd = self.shape
+        last = xi.transpose(0, 2, 3, 1)
+        if chan is None or not last.flags.c_contiguous:
+            return None
+        planes = scratch("conv_grouped_planes", self.shape, _F32)
+        chan.unplace(last, planes, (n, h * wd, c))
+        return planes
+
+    def held(self, *args: Any, **kwargs: Any) -> None:
+        """No compiled form: the call's Python is a few us of a product of tens."""
+        return None
+
+
 def prepared_patches(
     x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
 ) -> Any | None:
@@ -1293,6 +1403,7 @@ def prepared_direct(
             prepared_pointwise(x, w, bias, attrs)
             or prepared_patches(x, w, bias, attrs)
             or prepared_nchw(x, w, packed, bias, attrs)
+            or prepared_grouped_pointwise(x, w, bias, attrs)
         )
     if x.ndim == 3:
         return prepared_planar(x, w, packed, bias, attrs)
