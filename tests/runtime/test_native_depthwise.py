@@ -372,8 +372,9 @@ def test_the_conv_kernel_runs_it_with_the_numpy_numbers(
 def test_the_nchw_conv_moves_its_layout_by_the_compiled_copies_with_the_same_bits(
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any], monkeypatch
 ) -> None:
-    # An NCHW depthwise conv (a ConvNeXt-style block's, between NCHW nodes) runs the
-    # kernel on channels-last copies.  _channels.c's place/unplace make them (numpy's
+    # An NCHW depthwise conv (a ConvNeXt-style block's, between NCHW nodes) whose rows
+    # the planes kernel does not take (under 16 outputs here) runs the kernel on
+    # channels-last copies.  _channels.c's place/unplace make them (numpy's
     # strided copies took as long as the conv); they are copies, so the output is the
     # same bits as with numpy's moveaxis copies, and they must really run.
     _module()
@@ -404,6 +405,109 @@ def test_the_nchw_conv_moves_its_layout_by_the_compiled_copies_with_the_same_bit
         monkeypatch.setattr(native, "load", real)
     assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.tuples(st.integers(1, 2), st.integers(1, 12), st.integers(1, 30), st.integers(1, 70)),
+    st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2)),
+    st.tuples(*[st.integers(0, 3)] * 4),
+    st.tuples(st.booleans(), st.booleans(), st.integers(0, 3), st.integers(0, 3)),
+)
+def test_the_planes_kernel_gives_the_channels_last_kernels_bits(
+    size: tuple[int, int, int, int],
+    kernel: tuple[int, int],
+    steps: tuple[int, int, int, int],
+    pads: tuple[int, int, int, int],
+    extras: tuple[bool, bool, int, int],
+) -> None:
+    """conv_nchw (the planes read in place, lanes along the rows) gives conv_nhwc's bits
+    at every level where it runs (AVX-512, strides 1 and 2, rows of 16 outputs and more),
+    NaN and infinite values included; elsewhere it says so and writes nothing."""
+    module = _module()
+    n, c, h, w = size
+    (kh, kw), (sh, sw, dh, dw), (pt, pl, pb, pr) = kernel, steps, pads
+    with_bias, with_addend, act, special = extras
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        return
+    rng = np.random.default_rng(n * 1000 + c * 100 + h + w)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, kh * kw)).astype(np.float32)
+    if special == 1:
+        x.flat[rng.integers(x.size)] = np.nan
+    elif special == 2:
+        wt.flat[rng.integers(wt.size)] = np.inf  # times a padding zero would be NaN
+    b = rng.standard_normal(c).astype(np.float32) if with_bias else None
+    addend = rng.standard_normal((n, c, oh, ow)).astype(np.float32) if with_addend else None
+    lo, hi = (-0.5, 0.75) if act == ACT_CLIP else (NAN, NAN)
+    geometry = ((kh, kw), (oh, ow), (sh, sw), (dh, dw), (pt, pl))
+    want = np.empty((n, oh, ow, c), np.float32)
+    last = None if addend is None else np.ascontiguousarray(addend.transpose(0, 2, 3, 1))
+    module.conv_nhwc(
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+        np.ascontiguousarray(wt.T), b, last, want, (n, h, w, c), *geometry, act, lo, hi,
+    )  # fmt: skip
+    for level in LEVELS:
+        module.set_level(level)
+        try:
+            got = np.full((n, c, oh, ow), 7.0, np.float32)
+            ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, act, lo, hi)
+        finally:
+            module.set_level(LEVELS[-1])
+        assert ran == (level >= native.AVX512 and sw <= 2 and ow >= 16)
+        if ran:
+            np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2), f"level {level}")
+        else:
+            assert (got == 7.0).all()
+
+
+def test_an_nchw_conv_on_wide_rows_reads_its_planes_in_place(monkeypatch) -> None:
+    """The Conv kernel runs an NCHW depthwise conv whose rows fill a vector by conv_nchw,
+    without the channels-last copies, and gives their bits."""
+    module = _module()
+    chan = compiled("channels")
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 20, 18, 40)).astype(np.float32)
+    w = rng.standard_normal((20, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+    copies: list[str] = []
+
+    class Counted:
+        def place(self, *args: Any) -> Any:
+            copies.append("place")
+            return chan.place(*args)
+
+        def unplace(self, *args: Any) -> Any:
+            copies.append("unplace")
+            return chan.unplace(*args)
+
+    class Declining:  # the module, its planes kernel saying no
+        def __getattr__(self, name: str) -> Any:
+            return getattr(module, name)
+
+        def conv_nchw(self, *args: Any) -> bool:
+            return False
+
+    real = native.load
+    for strides in ([1, 1], [2, 2]):
+        with _level(LEVELS[-1]):
+            monkeypatch.setattr(native, "load", lambda n: Counted() if n == "channels" else real(n))
+            got = conv(x, w, b, group=20, pads=[1, 1, 1, 1], strides=strides)
+            planes = not copies
+            copies.clear()
+            monkeypatch.setattr(
+                native, "load",
+                lambda n: Counted() if n == "channels" else Declining() if n == "depthwise" else real(n),
+            )  # fmt: skip
+            want = conv(x, w, b, group=20, pads=[1, 1, 1, 1], strides=strides)
+            assert copies == ["place", "unplace"]
+            copies.clear()
+            monkeypatch.setattr(native, "load", real)
+        assert planes == (LEVELS[-1] >= native.AVX512)
+        np.testing.assert_array_equal(got, want)
 
 
 def _activated(y: np.ndarray, code: int) -> np.ndarray:

@@ -1051,3 +1051,48 @@ def test_a_grouped_pointwise_conv_reads_a_channels_last_input_as_planes(monkeypa
     assert_stepped_bits(_grouped_pointwise_model("relu", True), feeds)
     if native.load("chain") is not None and native.load("channels") is not None:
         assert planes.count >= 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "act"),
+    [
+        ((1, 24, 40, 36), 1, "Relu"),  # rows of 36: the planes kernel
+        ((2, 16, 33, 50), 2, "none"),  # stride 2, rows of 25
+        ((1, 40, 14, 14), 1, "Clip"),  # rows of 14: the channels-last kernel and copies
+        ((1, 12, 30, 21), 2, "Relu"),  # rows of 11
+    ],
+)
+def test_an_nchw_depthwise_chain_runs_its_prepared_call(
+    monkeypatch, shape: tuple[int, ...], strides: int, act: str
+) -> None:
+    """A depthwise conv between channels-first nodes runs its prepared call (the kernel's
+    route without the conv layers), its activation in the kernel: the stepped bits, on
+    wide rows by the planes kernel, on narrow ones by the channels-last kernel."""
+    from onnxviz.runtime.kernels import nn_conv
+
+    taken = _Taken(monkeypatch, nn_conv._PreparedDepthwiseNchw)
+    c = shape[1]
+    rng = np.random.default_rng(6)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((c, 1, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+    ]
+    conv = helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+        strides=[strides, strides],
+    )  # fmt: skip
+    nodes = [conv]
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", ["y"], ["out"]))
+    elif act == "Clip":
+        inits += [
+            numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+            numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        ]
+        nodes.append(helper.make_node("Clip", ["y", "lo", "hi"], ["out"]))
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32) * 3}
+    feeds["x"][0, 1, 5, 5] = np.inf
+    assert_stepped_bits(_model(nodes, [xi], [nodes[-1].output[0]], inits), feeds)
+    kernels = native.load("depthwise") is not None and native.load("channels") is not None
+    assert taken.count >= 2 if kernels else taken.count == 0

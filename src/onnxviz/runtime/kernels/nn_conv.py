@@ -1278,6 +1278,97 @@ class _PreparedGroupedPointwise:
         return None
 
 
+def prepared_depthwise_nchw(
+    x: np.ndarray,
+    w: np.ndarray,
+    packed: ConvWeight | None,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> Any | None:
+    """A 2-D depthwise NCHW conv node's call (one channel a group, no multiplier) made
+    once for inputs like ``x``: ``call(x, addend, act=None)`` -> `_native_depthwise_nchw`'s
+    copies and kernel for this geometry (`_conv_dispatch`'s route for it, so its bits),
+    the chain's activation in the kernel's epilogue (its operations: the Relu, Clip or
+    HardSwish kernels' values), without the conv kernel's layers: ShuffleNet's 272
+    channels of 14 x 14 took 91 us a call, 40 of them the layers around a 25 us kernel.
+    None for an addend (the kernel reads it channels-last), a non-contiguous x, or other
+    inputs (the layers run them)."""
+    if x.ndim != 4 or w.ndim != 4 or w.shape[1] != 1:
+        return None
+    c = x.shape[1]
+    if c < 2 or w.shape[0] != c or int(attrs.get("group", 1)) != c:
+        return None
+    geometry = _plain_nchw_geometry(x, w, bias, attrs, c)
+    depthwise = native.load("depthwise")
+    chan = native.load("channels")
+    if geometry is None or depthwise is None or chan is None or native.level() is None:
+        return None
+    kernel, strides, dilations, pads, out_shape = geometry
+    kh, kw = kernel
+    taps = packed.taps() if packed is not None else None
+    if taps is not None:
+        wk = taps.reshape(kh, kw, c)
+    else:
+        wk = np.ascontiguousarray(w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+    return _PreparedDepthwiseNchw(x, wk, bias, strides, dilations, pads, out_shape)
+
+
+class _PreparedDepthwiseNchw:
+    """`prepared_depthwise_nchw`'s call: ``call(x, addend, act=None)`` -> the output, or
+    None (not a call it takes)."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        wk: np.ndarray,
+        bias: np.ndarray | None,
+        strides: Sequence[int],
+        dilations: Sequence[int],
+        pads: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> None:
+        n, c, h, wd = x.shape
+        oh, ow = out_shape
+        self.shape = tuple(x.shape)
+        self.out_nchw = (n, c, oh, ow)
+        self.wk = wk
+        self.w_planes = np.ascontiguousarray(wk.reshape(-1, c).T)  # (C, KH * KW)
+        self.planes = (n, c, h, wd)
+        self.b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+        self.in_last, self.out_last = (n, h, wd, c), (n, oh, ow, c)
+        self.place_args = (n, h * wd, c, c, 0)
+        self.unplace_args = (n, oh * ow, c)
+        self.geometry = (
+            (n, h, wd, c), (wk.shape[0], wk.shape[1]), (oh, ow), tuple(strides),
+            tuple(dilations), (pads[0], pads[1]),
+        )  # fmt: skip
+
+    def __call__(
+        self, xi: Any, addend: Any, act: tuple[int, float, float] | None = None
+    ) -> np.ndarray | None:
+        if addend is not None or not _call_takes(xi, self.shape, None, self.out_nchw):
+            return None
+        chan, depthwise = native.load("channels"), native.load("depthwise")
+        if not xi.flags.c_contiguous or chan is None or depthwise is None:
+            return None
+        code, lo, hi = (ACT_NONE, math.nan, math.nan) if act is None else act
+        y = np.empty(self.out_nchw, dtype=_F32)
+        if depthwise.conv_nchw(
+            xi, self.w_planes, self.b, None, y, self.planes, *self.geometry[1:], code, lo, hi
+        ):
+            return y
+        xl = scratch("conv_dw_in", self.in_last, _F32, aligned=True)
+        chan.place(xi, xl, self.place_args, True)
+        out = scratch("conv_dw_sum", self.out_last, _F32, aligned=True)
+        depthwise.conv_nhwc(xl, self.wk, self.b, None, out, *self.geometry, code, lo, hi)
+        chan.unplace(out, y, self.unplace_args)
+        return y
+
+    def held(self, *args: Any, **kwargs: Any) -> None:
+        """No compiled form (yet): the copies are another module's."""
+        return None
+
+
 def prepared_patches(
     x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dict[str, Any]
 ) -> Any | None:
@@ -1404,6 +1495,7 @@ def prepared_direct(
             or prepared_patches(x, w, bias, attrs)
             or prepared_nchw(x, w, packed, bias, attrs)
             or prepared_grouped_pointwise(x, w, bias, attrs)
+            or prepared_depthwise_nchw(x, w, packed, bias, attrs)
         )
     if x.ndim == 3:
         return prepared_planar(x, w, packed, bias, attrs)
@@ -1497,6 +1589,18 @@ def _native_depthwise_nchw(
         kernel, strides, dilations = (1, *kernel), (1, *strides), (1, *dilations)
         pads, out_shape = (0, pads[0], 0, pads[1]), (1, *out_shape)
     kh, kw = kernel
+    module = native.load("depthwise")
+    if module is not None and x.flags.c_contiguous:
+        # Planes read where they lie (native/_depthwise.c's conv_nchw, the same bits as
+        # the channels-last kernel below), where it runs this geometry.
+        y = np.empty((n, c, *out_shape), dtype=f32)
+        b = None if bias is None else np.ascontiguousarray(bias.reshape(-1))
+        geometry = ((n, c, *x.shape[2:]), (kh, kw), tuple(out_shape), tuple(strides))
+        if module.conv_nchw(
+            x, np.ascontiguousarray(w.reshape(c, kh * kw)), b, None, y, *geometry,
+            tuple(dilations), (pads[0], pads[1]), ACT_NONE, math.nan, math.nan,
+        ):  # fmt: skip
+            return y.reshape(shape)
     taps = packed.taps() if packed is not None else None
     if taps is not None:
         wk = taps.reshape(kh, kw, c)

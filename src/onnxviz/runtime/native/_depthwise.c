@@ -611,6 +611,222 @@ static void run(const Geometry *g, const float *x, const float *wt, const float 
     }
 }
 
+/* ---- channels-first planes (conv_nchw) ----------------------------------------------
+ *
+ * The same conv of a C-contiguous (N, C, H, W) image into (N, C, OH, OW), with the
+ * weight (C, KH * KW) and an addend of the output's layout: each plane on its own, the
+ * vector lanes along an output row.  A Conv between channels-first nodes (ShuffleNet's,
+ * after its channel shuffle) had been copied into channels-last rows, run there and
+ * copied back: two passes over the image besides the conv's own, the larger part of its
+ * time.  Each output value takes the same operations in the same order as above (every
+ * tap inside the image, row-major, a multiply then an add; then the bias, the addend
+ * and the activation): a lane whose tap falls in the padding keeps its sum (a masked
+ * add), so the same bits as the channels-last kernel.  Strides 1 and 2 at AVX-512
+ * (planes_take); conv_nchw says when it does not run one. */
+
+#if DW_X86
+/* One block of output columns under kernel column kx: the input column `base` its first
+ * lane reads (its first two at stride 2), the lanes whose tap is inside the image and
+ * whose output column exists (`lanes`), and at stride 2 the input positions the two
+ * loads read (`lo`, `hi`: base + 0..L-1, base + L..2L-1 inside the row). */
+typedef struct {
+    Py_ssize_t base;
+    uint32_t lanes, lo, hi;
+} ColumnTap;
+
+/* The bits i (0 <= i < count) with 0 <= first + i * step < size, and i < limit. */
+static uint32_t lane_bits(Py_ssize_t first, Py_ssize_t step, int count, Py_ssize_t size,
+                          Py_ssize_t limit) {
+    uint32_t bits = 0;
+    for (int i = 0; i < count && i < limit; i++) {
+        const Py_ssize_t at = first + i * step;
+        if (at >= 0 && at < size) bits |= 1u << i;
+    }
+    return bits;
+}
+
+/* taps[b * kw + kx] for blocks of L output columns. */
+static void column_taps(const Geometry *g, int L, ColumnTap *taps) {
+    const Py_ssize_t blocks = (g->ow + L - 1) / L;
+    for (Py_ssize_t b = 0; b < blocks; b++)
+        for (Py_ssize_t kx = 0; kx < g->kw; kx++) {
+            ColumnTap *t = &taps[b * g->kw + kx];
+            const Py_ssize_t ox0 = b * L;
+            t->base = ox0 * g->sw - g->pl + kx * g->dw;
+            t->lanes = lane_bits(t->base, g->sw, L, g->w, g->ow - ox0);
+            t->lo = lane_bits(t->base, 1, L, g->w, L);
+            t->hi = lane_bits(t->base + L, 1, L, g->w, L);
+        }
+}
+
+/* Output rows run ROWS at a time, each its own chain of adds: one row's sum is a chain
+ * of dependent adds (a tap's add waits for the last), which left the core idle most of
+ * each add's latency; ROWS chains keep it busy.  Each row's taps still come in its own
+ * order (ky, then kx). */
+#define ROWS 4
+
+/* Rows oy0..oy0+rows-1 (rows <= ROWS) of one plane at AVX-512, the block of 16 output
+ * columns at ct (its kernel columns' taps), into acc[0..ROWS-1].  A row outside the
+ * image (or past `rows`) takes its taps with no lanes: nothing read, its sum kept.  The
+ * four sums are locals, written out once: as an array indexed in the loops they lived
+ * on the stack, each add waiting on a store and a load. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+rows_avx512(const Geometry *g, const float *xp, const float *wp, const ColumnTap *ct,
+            Py_ssize_t oy0, int rows, const int stride2, __m512 *acc) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const Py_ssize_t kw = g->kw;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (Py_ssize_t ky = 0; ky < g->kh; ky++) {
+        const float *row[ROWS];
+        __mmask16 live[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            const Py_ssize_t iy = (oy0 + r) * g->sh - g->pt + ky * g->dh;
+            const int in = r < rows && iy >= 0 && iy < g->h;
+            live[r] = in ? 0xFFFF : 0;
+            row[r] = xp + (in ? iy : 0) * g->w;
+        }
+        for (Py_ssize_t kx = 0; kx < kw; kx++) {
+            const __mmask16 lanes = (__mmask16)ct[kx].lanes;
+            if (!lanes) continue;
+            const __m512 wv = _mm512_set1_ps(wp[ky * kw + kx]);
+            const Py_ssize_t base = ct[kx].base;
+            const __mmask16 lo = (__mmask16)ct[kx].lo, hi = (__mmask16)ct[kx].hi;
+#define TAP(r, a)                                                                            \
+    {                                                                                        \
+        const __mmask16 m = lanes & live[r];                                                 \
+        __m512 v;                                                                            \
+        if (!stride2) {                                                                      \
+            v = _mm512_maskz_loadu_ps(m, row[r] + base);                                     \
+        } else {                                                                             \
+            const __m512 v0 = _mm512_maskz_loadu_ps(lo & live[r], row[r] + base);            \
+            const __m512 v1 = _mm512_maskz_loadu_ps(hi & live[r], row[r] + base + 16);       \
+            v = _mm512_permutex2var_ps(v0, even, v1);                                        \
+        }                                                                                    \
+        a = _mm512_mask_add_ps(a, m, a, _mm512_mul_ps(v, wv));                               \
+    }
+            TAP(0, a0)
+            TAP(1, a1)
+            TAP(2, a2)
+            TAP(3, a3)
+#undef TAP
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* rows_avx512 for a 3x3 kernel on ROWS rows whose taps are all inside the image
+ * (every row but a plane's first and last few): its nine weights in registers, no row
+ * checks, the taps unrolled.  Per-block and per-row work (the masks, the row checks)
+ * had been most of the instructions per multiply-add. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+rows3_avx512(const Geometry *g, const float *xp, const __m512 wv[9], const ColumnTap *ct,
+             Py_ssize_t iy0, const int stride2, __m512 *acc) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const Py_ssize_t step = g->sh * g->w;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int ky = 0; ky < 3; ky++) {
+        const float *row = xp + (iy0 + ky * g->dh) * g->w;
+        for (int kx = 0; kx < 3; kx++) {
+            const __mmask16 lanes = (__mmask16)ct[kx].lanes;
+            const __mmask16 lo = (__mmask16)ct[kx].lo, hi = (__mmask16)ct[kx].hi;
+            const float *at = row + ct[kx].base;
+            const __m512 w1 = wv[ky * 3 + kx];
+#define TAP3(r, a)                                                                           \
+    {                                                                                        \
+        __m512 v;                                                                            \
+        if (!stride2) {                                                                      \
+            v = _mm512_maskz_loadu_ps(lanes, at + (r) * step);                               \
+        } else {                                                                             \
+            const __m512 v0 = _mm512_maskz_loadu_ps(lo, at + (r) * step);                    \
+            const __m512 v1 = _mm512_maskz_loadu_ps(hi, at + (r) * step + 16);               \
+            v = _mm512_permutex2var_ps(v0, even, v1);                                        \
+        }                                                                                    \
+        a = _mm512_mask_add_ps(a, lanes, a, _mm512_mul_ps(v, w1));                           \
+    }
+            TAP3(0, a0)
+            TAP3(1, a1)
+            TAP3(2, a2)
+            TAP3(3, a3)
+#undef TAP3
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+__attribute__((target("avx512f"))) static void planes_avx512(const Geometry *g, const float *x,
+                                                             const float *w,
+                                                             const float *bias,
+                                                             const float *add, float *out,
+                                                             int act, float lo, float hi,
+                                                             const ColumnTap *taps) {
+    const Py_ssize_t blocks = (g->ow + 15) / 16, k = g->kh * g->kw;
+    const int stride2 = g->sw == 2, three = g->kh == 3 && g->kw == 3;
+    for (Py_ssize_t plane = 0; plane < g->n * g->c; plane++) {
+        const Py_ssize_t ch = plane % g->c;
+        const float *xp = x + plane * g->h * g->w, *wp = w + ch * k;
+        float *op = out + plane * g->oh * g->ow;
+        const float *ap = add ? add + plane * g->oh * g->ow : NULL;
+        const __m512 b = _mm512_set1_ps(bias ? bias[ch] : 0.0f);
+        __m512 w9[9];
+        if (three)
+            for (int t = 0; t < 9; t++) w9[t] = _mm512_set1_ps(wp[t]);
+        for (Py_ssize_t oy0 = 0; oy0 < g->oh; oy0 += ROWS) {
+            const int rows = (int)(g->oh - oy0 < ROWS ? g->oh - oy0 : ROWS);
+            const Py_ssize_t iy0 = oy0 * g->sh - g->pt;
+            const int inner = three && rows == ROWS && iy0 >= 0 &&
+                              iy0 + (ROWS - 1) * g->sh + 2 * g->dh < g->h;
+            for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+                __m512 acc[ROWS];
+                const ColumnTap *ct = taps + blk * g->kw;
+                if (inner && stride2)
+                    rows3_avx512(g, xp, w9, ct, iy0, 1, acc);
+                else if (inner)
+                    rows3_avx512(g, xp, w9, ct, iy0, 0, acc);
+                else if (stride2)
+                    rows_avx512(g, xp, wp, ct, oy0, rows, 1, acc);
+                else
+                    rows_avx512(g, xp, wp, ct, oy0, rows, 0, acc);
+                const Py_ssize_t ox0 = blk * 16;
+                const __mmask16 outm =
+                    (__mmask16)((g->ow - ox0 >= 16) ? 0xFFFF : (1u << (g->ow - ox0)) - 1);
+                for (int r = 0; r < rows; r++) {
+                    const Py_ssize_t at = (oy0 + r) * g->ow + ox0;
+                    __m512 y = acc[r];
+                    if (bias) y = _mm512_add_ps(y, b);
+                    if (ap) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(outm, ap + at));
+                    _mm512_mask_storeu_ps(op + at, outm, act16(y, act, lo, hi));
+                }
+            }
+        }
+    }
+}
+
+#endif /* DW_X86 */
+
+/* Whether conv_nchw runs this geometry at the level set: AVX-512, strides 1 and 2, and
+ * rows of at least one whole vector.  On narrower rows (ShuffleNet's 14 x 14 and 7 x 7
+ * planes) most lanes idle and the channels-last kernel with its two copies was faster;
+ * an AVX2 form of this kernel (8 lanes) was slower than it on every ShuffleNet and
+ * MobileNet shape measured.  (us, Zen 4, channels-last with copies / this: 136 channels
+ * of 28 x 28 stride 1, 82-117 / 92-95, in the whole model 159 / 117; 112 of 56 x 56
+ * stride 2 128-173 / 104-120, in the model 471 / 187; 544 of 7 x 7 18 / 50.) */
+static int planes_take(const Geometry *g) {
+#if DW_X86
+    return level >= 2 && (g->sw == 1 || g->sw == 2) && g->ow >= 16;
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
 /* ---- Python interface ----------------------------------------------------------------- */
 
 /* a * b into *out, or -1 when it overflows (never for real shapes). */
@@ -701,6 +917,61 @@ fail_x:
     PyBuffer_Release(&xb);
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *py_conv_nchw(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *wo, *bo, *ao, *oo;
+    Geometry g;
+    int act;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nchw", &xo, &wo, &bo,
+                          &ao, &oo, &g.n, &g.c, &g.h, &g.w, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh,
+                          &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
+        return NULL;
+    Py_ssize_t counts[4];
+    if (geometry_check(&g, counts, "conv_nchw") < 0) return NULL;
+    if (act < 0 || act > 3) {
+        PyErr_SetString(PyExc_ValueError, "conv_nchw: activation must be 0..3");
+        return NULL;
+    }
+    if (!planes_take(&g)) Py_RETURN_FALSE;
+    Py_buffer xb, wb, bb, ab, ob;
+    int have_b = bo != Py_None, have_a = ao != Py_None, rc = -1;
+    if (onnxviz_get_floats(xo, &xb, counts[0], 1, 0, "x") < 0) return NULL;
+    if (onnxviz_get_floats(wo, &wb, counts[1], 1, 0, "w") < 0) goto fail_x;
+    if (have_b && onnxviz_get_floats(bo, &bb, g.c, 1, 0, "bias") < 0) goto fail_w;
+    if (have_a && onnxviz_get_floats(ao, &ab, counts[2], 1, 0, "addend") < 0) goto fail_b;
+    if (onnxviz_get_floats(oo, &ob, counts[2], 1, 1, "out") < 0) goto fail_a;
+#if DW_X86
+    {
+        const int lanes = 16;
+        const Py_ssize_t blocks = (g.ow + lanes - 1) / lanes;
+        ColumnTap *taps = PyMem_RawMalloc((size_t)(blocks * g.kw) * sizeof(ColumnTap));
+        if (!taps) {
+            PyErr_NoMemory();
+        } else {
+            column_taps(&g, lanes, taps);
+            const float *bias = have_b ? bb.buf : NULL, *add = have_a ? ab.buf : NULL;
+            Py_BEGIN_ALLOW_THREADS;
+            planes_avx512(&g, xb.buf, wb.buf, bias, add, ob.buf, act, lo, hi, taps);
+            Py_END_ALLOW_THREADS;
+            PyMem_RawFree(taps);
+            rc = 0;
+        }
+    }
+#endif
+    PyBuffer_Release(&ob);
+fail_a:
+    if (have_a) PyBuffer_Release(&ab);
+fail_b:
+    if (have_b) PyBuffer_Release(&bb);
+fail_w:
+    PyBuffer_Release(&wb);
+fail_x:
+    PyBuffer_Release(&xb);
+    if (rc < 0) return NULL;
+    Py_RETURN_TRUE;
 }
 
 /* ---- a held depthwise conv: a fused conv chain's common call ----------------------------
@@ -805,6 +1076,13 @@ static PyMethodDef methods[] = {
      "channels-last x (N, H, W, C) with w (KH, KW, C), plus bias (C,) and addend "
      "(N, OH, OW, C) (each or None), then activation act (0 none, 1 Relu, 2 Clip(lo, hi), "
      "NaN bound: none, 3 HardSwish), into out (N, OH, OW, C)."},
+    {"conv_nchw", py_conv_nchw, METH_VARARGS,
+     "conv_nchw(x, w, bias, addend, out, (n, c, h, w), (kh, kw), (oh, ow), (sh, sw), "
+     "(dh, dw), (pad_top, pad_left), act, lo, hi) -> bool: conv_nhwc's conv of the "
+     "C-contiguous channels-first x (N, C, H, W) with w (C, KH * KW), plus bias (C,) and "
+     "addend (N, C, OH, OW) (each or None), then act, into out (N, C, OH, OW), with "
+     "conv_nhwc's bits; False (nothing written) where it does not run (generic C, a "
+     "stride other than 1 or 2 across the columns)."},
     {"held", py_held, METH_VARARGS,
      "held(w, bias, (n, h, w, c), (kh, kw), (oh, ow), (sh, sw), (dh, dw), (pad_top, "
      "pad_left), act, lo, hi, nargs, residual, places, expect, fallback, ndarray, empty, "
