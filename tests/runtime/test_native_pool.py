@@ -223,6 +223,35 @@ def test_the_channels_last_pools_give_the_same_bits_at_every_level() -> None:
             module.pool2d_nhwc(*bad)
 
 
+@pytest.mark.parametrize("average", [False, True])
+def test_small_planes_of_many_channels_pool_channels_last(monkeypatch, average: bool) -> None:
+    """An NCHW pool over small planes of 16 channels or more (ShuffleNet's 3x3 stride-2
+    average pools over 272 channels of 14 x 14, a YOLO's SPPF max pools) runs the
+    channels-last kernel on a transposed copy, not the plane kernel (whose per-plane
+    edges cost 5-10x onnxruntime's time there): its values exactly."""
+    module = _module()
+    calls: list[str] = []
+
+    class Counted:
+        def __getattr__(self, name: str) -> Any:
+            calls.append(name)
+            return getattr(module, name)
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 40, 14, 13)).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    real = native.load
+    with _level(LEVELS[-1]):
+        monkeypatch.setattr(native, "load", lambda n: Counted() if n == "pool" else real(n))
+        got = _avg(x, **attrs) if average else _max(x, ceil_mode=0, **attrs)
+        monkeypatch.setattr(native, "load", real)
+    assert calls == ["pool2d_nhwc"]
+    want = np.empty((2, 7, 7, 40), np.float32)
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    module.pool2d_nhwc(xl, want, 2, 14, 13, 40, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1, int(average), 0)
+    np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2))
+
+
 def test_bad_buffers_and_arguments_raise() -> None:
     module = _module()
     x = np.zeros((1, 2, 6, 6), np.float32)

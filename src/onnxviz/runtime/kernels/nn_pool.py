@@ -326,15 +326,19 @@ def native_pool2d(
         module.pool2d_nhwc(x.transpose(0, 2, 3, 1), yl, n, h, w, c, oh, ow, kh, kw, sh, sw,
                            pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
         return yl.transpose(0, 3, 1, 2)
-    if not average and h * w <= _SMALL_PLANE and c >= 16:
+    if h * w <= _SMALL_PLANE and c >= 16:
         # Small planes of many channels (a YOLO's SPPF: 5x5 max pools over 64 channels of
-        # 10 x 10): per plane, the NCHW kernel's edge rows and columns were most of the
-        # work (31 us a pool); channels-last, 16 channels a vector, with a transposing
-        # copy each way, 15.  A max is exact, so the same values either way.
+        # 10 x 10; ShuffleNet's 3x3 stride-2 average pools over 272 channels of 14 x 14
+        # and 544 of 7 x 7): per plane, the NCHW kernel's edge rows and columns were most
+        # of the work (31 us a max pool; the average pools 106 and 100 us, onnxruntime
+        # 19 and 9); channels-last, 16 channels a vector, with a transposing copy each
+        # way, 15.  A max is exact, so the same values either way; an average sums its
+        # taps in row-major order there (the NCHW kernel: its rows' column sums, then
+        # those), as it does for every channels-last value, within float32 rounding.
         xl = dense(x.transpose(0, 2, 3, 1))
         yl = np.empty((n, oh, ow, c), dtype=np.float32)
         module.pool2d_nhwc(xl, yl, n, h, w, c, oh, ow, kh, kw, sh, sw,
-                           pt, pl, pb, pr, 0, 0)  # fmt: skip
+                           pt, pl, pb, pr, int(average), int(include_pad))  # fmt: skip
         return dense(yl.transpose(0, 3, 1, 2))
     y = np.empty((n, c, oh, ow), dtype=np.float32)
     module.pool2d(np.ascontiguousarray(x), y, n * c, h, w, oh, ow, kh, kw, sh, sw,
