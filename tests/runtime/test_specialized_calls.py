@@ -226,7 +226,7 @@ _REDUCERS = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"]
 
 @st.composite
 def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A chain of Sigmoid, Tanh, Cast (to any plain type) and reductions (axes as an
+    """A chain of Sigmoid, Tanh, Relu, Cast (to any plain type) and reductions (axes as an
     initializer, a Constant node, an attribute at opset 13, or none), on a random shape
     and dtype with NaNs, infinities and big values in it."""
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
@@ -245,10 +245,10 @@ def small_op_graphs(draw: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     cur, rank, dtype = "x", len(shape), elem
     for i in range(draw(st.integers(1, 5))):
         out = f"v{i}"
-        kind = draw(st.sampled_from(["Sigmoid", "Tanh", "Cast", "Reduce"]))
-        if kind in ("Sigmoid", "Tanh") and dtype in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        kind = draw(st.sampled_from(["Sigmoid", "Tanh", "Relu", "Cast", "Reduce"]))
+        if kind in ("Sigmoid", "Tanh", "Relu") and dtype in (TensorProto.FLOAT, TensorProto.DOUBLE):
             nodes.append(helper.make_node(kind, [cur], [out]))
-        elif kind in ("Cast", "Sigmoid", "Tanh"):
+        elif kind in ("Cast", "Sigmoid", "Tanh", "Relu"):
             to = draw(st.sampled_from(list(_DTYPES)))
             nodes.append(helper.make_node("Cast", [cur], [out], to=to))
             dtype = to
@@ -1096,3 +1096,25 @@ def test_an_nchw_depthwise_chain_runs_its_prepared_call(
     assert_stepped_bits(_model(nodes, [xi], [nodes[-1].output[0]], inits), feeds)
     kernels = native.load("depthwise") is not None and native.load("channels") is not None
     assert taken.count >= 2 if kernels else taken.count == 0
+
+
+def test_a_lone_relu_runs_the_compiled_relu_step() -> None:
+    """A Relu no chain absorbs (ShuffleNet's after a channel Concat) is the compiled
+    chain's held Relu step in unwatched runs: np.maximum(x, 0)'s bits (NaN kept, -0 to
+    +0) for float32, the kernel for anything else."""
+    nodes = [
+        helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    model = _model(nodes, [xi], ["y"], [])
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 24, 9, 9)).astype(np.float32)
+    x.reshape(-1)[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    session, got = assert_stepped_bits(model, {"x": x})
+    assert np.signbit(got["y"].reshape(-1)[1]) == False  # noqa: E712 (-0 -> +0)
+    if native.load("chain") is not None:
+        assert _specialized(session)["Relu"] == "special"
+    xd = helper.make_tensor_value_info("x", TensorProto.DOUBLE, None)
+    wide = np.arange(-6, 6, dtype=np.float64).reshape(1, 2, 2, 3)
+    assert_stepped_bits(_model(nodes, [xd], ["y"], []), {"x": wide})  # the kernel's call
