@@ -112,6 +112,7 @@ KERNEL_MODULES = (
     "activation",
     "resize",
     "channels",
+    "topk",
 )
 
 
