@@ -35,8 +35,8 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
   128 cached ones.
 
-Variants (``--models variants``) include Hugging Face's GPT-2 as optimum exports it
-(``hf_gpt2``: needs optimum-onnx) and BERT-tiny through onnxruntime's transformers
+Variants (``--models variants``) include Hugging Face's GPT-2 and Llama as optimum
+exports them (``hf_gpt2``, ``hf_llama``: need optimum-onnx) and BERT-tiny through onnxruntime's transformers
 optimizer (``transformers_optimized``).
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.  The
@@ -1004,6 +1004,50 @@ def hf_gpt2(hidden: int, new: int, past: int) -> Built:
     return model, feeds
 
 
+def hf_llama(hidden: int, new: int, past: int) -> Built:
+    """Hugging Face's LlamaForCausalLM (4 layers, heads of 32, 2 key/value heads per 4
+    query heads, vocabulary 1000, random weights) as optimum exports it for text
+    generation with a cache: RMSNorm written out (Pow, ReduceMean, Add, Sqrt, Div, Mul),
+    rotary positions computed in the graph, the grouped keys and values repeated by
+    Expand, a SwiGLU MLP; ``new`` tokens after a cache of ``past``.  Needs optimum-onnx
+    and transformers; the export is kept in the temporary folder."""
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_llama_{hidden}")
+    path = os.path.join(folder, "model.onnx")
+    heads = max(1, hidden // 32)
+    if not os.path.exists(path):
+        import torch
+        from optimum.exporters.onnx import main_export
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=1000, hidden_size=hidden, intermediate_size=hidden * 43 // 16,
+            num_hidden_layers=4, num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2), max_position_embeddings=512,
+        )  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "hf")
+            LlamaForCausalLM(config).eval().save_pretrained(src)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                main_export(src, folder, task="text-generation-with-past", do_validation=False)
+    model = onnx.load(path)
+    rng = np.random.default_rng(5)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.name.startswith("past"):
+            shape = (1, dims[1], past, dims[3])
+            feeds[vi.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones((1, past + new), np.int64)
+        elif vi.name == "position_ids":
+            feeds[vi.name] = np.arange(past, past + new, dtype=np.int64)[None]
+        else:
+            feeds[vi.name] = rng.integers(0, 1000, (1, new)).astype(np.int64)
+    return model, feeds
+
+
 def transformers_optimized(base: Callable[[], Built], heads: int, hidden: int) -> Built:
     """``base`` (a BERT) through onnxruntime's transformers optimizer, as users deploy
     BERTs: com.microsoft Attention, SkipLayerNormalization and BiasGelu."""
@@ -1238,6 +1282,18 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "hf_gpt2_768_decode": (
         "HF GPT-2 2x768 (optimum), decode after 32",
         lambda: hf_gpt2(768, 1, 32),
+    ),
+    "hf_llama_256_decode": (
+        "HF Llama 4x256 GQA (optimum), decode after 32",
+        lambda: hf_llama(256, 1, 32),
+    ),
+    "hf_llama_256_prompt": (
+        "HF Llama 4x256 GQA (optimum), 16-token prompt",
+        lambda: hf_llama(256, 16, 0),
+    ),
+    "hf_llama_512_decode": (
+        "HF Llama 4x512 GQA (optimum), decode after 128",
+        lambda: hf_llama(512, 1, 128),
     ),
     "bert_tiny_optimized": (
         "BERT-tiny seq 32, onnxruntime transformers optimizer",

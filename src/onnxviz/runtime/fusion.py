@@ -83,7 +83,12 @@ from onnxviz.runtime import native, quiet_loop, shape_memo
 from onnxviz.runtime.fusion_conv_trim import trim_convs, trim_routing
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_int8_matmul import find_integer_matmuls, integer_matmul_node
-from onnxviz.runtime.fusion_layernorm import LayerNormChain, find_layer_norms
+from onnxviz.runtime.fusion_layernorm import (
+    LayerNormChain,
+    RmsNormChain,
+    find_layer_norms,
+    find_rms_norms,
+)
 from onnxviz.runtime.fusion_layout import plan_channels_last
 from onnxviz.runtime.fusion_qdq import find_qdq_pairs, qdq_node
 from onnxviz.runtime.fusion_qdq_add import find_qdq_adds, qdq_add_node, settle_float_outputs
@@ -317,6 +322,9 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         take(positions, functools.partial(integer_matmul_node, nodes, positions), taken)
     for positions in find_layer_norms(nodes, users, const, keep, taken):
         norm = functools.partial(steps_node, nodes, positions, LayerNormChain)
+        take(positions, norm, taken)
+    for positions in find_rms_norms(nodes, users, const, keep, taken):
+        norm = functools.partial(steps_node, nodes, positions, RmsNormChain)
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
     shapes = complete_shapes(nodes, plan.shapes, constants)  # (tensor operands: declared)

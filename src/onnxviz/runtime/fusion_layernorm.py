@@ -20,6 +20,18 @@ What the plan cannot see is checked at run time: both means over exactly the las
 with kept dimensions, an exponent of 2, a one-element epsilon, and gamma/beta of the
 input's dtype that do not grow the result.  Anything else runs the nodes one by one, so
 results and error messages are those of the plain kernels.
+
+RMS normalisation (Llama's, Mistral's, T5's) is written out the same way by torch, in
+six to eight nodes over the last axis::
+
+    p = Pow(x, 2)  (or Mul(x, x))   v = ReduceMean(p)     e = Add(v, eps)
+    s = Sqrt(e)    r = Div(1, s)  (or Reciprocal(s))      n = Mul(x, r)
+    (or n = Div(x, s))    [n = Cast(n, to=float)]    [y = Mul(n, gamma)]
+
+`find_rms_norms` finds it and `RmsNormChain` runs it as the compiled row kernel's RMS
+form for float32 (HF Llama's decode step through optimum had 63 such nodes of its 694
+in nine norms, most of them numpy calls on [1, 1, 256]), within float32 rounding of the
+nodes, and the nodes one by one otherwise.
 """
 
 from __future__ import annotations
@@ -125,6 +137,85 @@ def find_layer_norms(
             if other not in const:
                 break
             chain.append(nxt)
+        positions = sorted(position[id(pn)] for pn in chain)
+        found.append(positions)
+        used.update(positions)
+    return found
+
+
+def find_rms_norms(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    const: set[int],
+    keep: set[int],
+    taken: set[int],
+) -> list[list[int]]:
+    """Node positions (in order) of every written-out RMS norm, none of them in
+    ``taken``."""
+    found: list[list[int]] = []
+    used = set(taken)
+
+    def only(slot: int) -> PlanNode | None:
+        readers = users.get(slot, [])
+        if slot in keep or len(readers) != 1 or readers[0] in used:
+            return None
+        return nodes[readers[0]]
+
+    position = {id(pn): i for i, pn in enumerate(nodes)}
+    for i, square in enumerate(nodes):
+        if i in used:
+            continue
+        powered = _binary(square, "Pow") and square.inputs[1] in const
+        if not (powered or (_binary(square, "Mul") and square.inputs[0] == square.inputs[1])):
+            continue
+        x = square.inputs[0]  # squared by Pow(x, 2) or Mul(x, x)
+        if x in const:
+            continue
+        mean = only(square.outputs[0])
+        if mean is None or not _mean(mean) or mean.inputs[0] != square.outputs[0]:
+            continue
+        add = only(mean.outputs[0])
+        if add is None or not _binary(add, "Add"):
+            continue
+        v = mean.outputs[0]
+        eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
+        if eps not in const or eps == v:
+            continue
+        sqrt = only(add.outputs[0])
+        if sqrt is None or not _plain(sqrt, "Sqrt") or len(sqrt.inputs) != 1:
+            continue
+        s = sqrt.outputs[0]
+        nxt = only(s)
+        if nxt is None:
+            continue
+        chain = [square, mean, add, sqrt]
+        if _binary(nxt, "Div") and nxt.inputs == (x, s):
+            scaled = nxt  # x / s
+        else:
+            inverse = nxt  # 1 / s, then x * (1 / s)
+            one = _binary(inverse, "Div") and inverse.inputs[1] == s and inverse.inputs[0] in const
+            recip = _plain(inverse, "Reciprocal") and inverse.inputs == (s,)
+            if not (one or recip):
+                continue
+            r = inverse.outputs[0]
+            times = only(r)
+            if times is None or not _binary(times, "Mul") or sorted(times.inputs) != sorted((x, r)):
+                continue
+            scaled = times
+            chain.append(inverse)
+        chain.append(scaled)  # (x may have other readers: it is the chain's input)
+        last = scaled.outputs[0]
+        cast = only(last)
+        if cast is not None and _plain(cast, "Cast") and len(cast.inputs) == 1:
+            chain.append(cast)  # to float: checked at run time
+            last = cast.outputs[0]
+        gamma = only(last)
+        if gamma is not None and _binary(gamma, "Mul") and gamma.inputs.count(last) == 1:
+            other = gamma.inputs[1] if gamma.inputs[0] == last else gamma.inputs[0]
+            if other in const:
+                chain.append(gamma)
+        if chain[-1].op_type == "Cast":
+            chain.pop()  # a Cast with nothing after it stays a node of its own
         positions = sorted(position[id(pn)] for pn in chain)
         found.append(positions)
         used.update(positions)
@@ -281,3 +372,106 @@ def _fits(c: Any, x: np.ndarray) -> bool:
 
 def _scalar_of(c: Any, x: np.ndarray) -> bool:
     return type(c) is np.ndarray and c.dtype == x.dtype and c.size == 1 and c.ndim <= x.ndim
+
+
+class RmsNormChain:
+    """A written-out RMS norm as one node (see the module docstring)."""
+
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
+        self.steps = steps
+        self.place_of = place_of
+        self.square = steps[0]
+        self.x = self.square.inputs[0]
+        self.mean = next(pn for pn in steps if pn.op_type == "ReduceMean")
+        add = next(pn for pn in steps if pn.op_type == "Add")
+        v = self.mean.outputs[0]
+        self.eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
+        sqrt = next(pn for pn in steps if pn.op_type == "Sqrt")
+        # Div(1, s)'s numerator, checked to be 1 at run time (None: Reciprocal or x / s).
+        self.one: int | None = None
+        for pn in steps:
+            if pn.op_type == "Div" and pn.inputs[1] == sqrt.outputs[0] and pn.inputs[0] != self.x:
+                self.one = pn.inputs[0]
+        self.casts = [pn for pn in steps if pn.op_type == "Cast"]
+        last = steps[-1]
+        self.gamma: int | None = None
+        if last.op_type == "Mul" and self.x not in last.inputs:
+            y = (self.casts[0] if self.casts else steps[-2]).outputs[0]
+            self.gamma = last.inputs[1] if last.inputs[0] == y else last.inputs[0]
+        # As LayerNormChain's: the held call while the constants stay, and the compiled
+        # loop's first try.
+        self._held: tuple[int, list[tuple[int, Any]], Any] | None = None
+        self.quick: Any = None
+
+    def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        place = self.place_of
+        x = ins[place[self.x]]
+        held = self._held
+        if held is not None and type(x) is np.ndarray and x.ndim == held[0]:
+            for i, v in held[1]:
+                if ins[i] is not v:
+                    break
+            else:
+                done = held[2](x)
+                if done is not None:
+                    return [done[0]]
+        if (
+            type(x) is not np.ndarray
+            or x.dtype != np.float32
+            or x.ndim == 0
+            or not x.size
+            or x.shape[-1] >= 1 << 24
+            or not row_norm.enabled()
+            or not self._checks(ins, x)
+        ):
+            return self._one_by_one(ex, ins)
+        gamma = None if self.gamma is None else ins[place[self.gamma]]
+        if gamma is not None and not _fits(gamma, x):
+            return self._one_by_one(ex, ins)
+        epsilon = float(ins[place[self.eps]].reshape(()))
+        done = row_norm.normalize(x, x.ndim - 1, epsilon, rms=True, gamma=gamma)
+        if done is None:
+            return self._one_by_one(ex, ins)
+        self._hold(ins, x, epsilon, gamma)
+        return [done[0]]
+
+    def _checks(self, ins: list[Any], x: np.ndarray) -> bool:
+        """What the plan could not see: the mean over the last axis, x squared, a
+        one-element epsilon, 1 / s, and casts to float."""
+        place = self.place_of
+        if not LayerNormChain._last_axis(self, self.mean, ins, x.ndim):  # type: ignore[arg-type]
+            return False
+        if self.square.op_type == "Pow":
+            k = ins[place[self.square.inputs[1]]]
+            if type(k) is not np.ndarray or k.size != 1 or k.dtype.kind not in "fiu":
+                return False
+            if float(k.reshape(())) != 2:
+                return False
+        if not _scalar_of(ins[place[self.eps]], x):
+            return False
+        if self.one is not None:
+            one = ins[place[self.one]]
+            if not _scalar_of(one, x) or float(one.reshape(())) != 1:
+                return False
+        return all(pn.attrs.get("to") == 1 for pn in self.casts)  # float: the identity
+
+    def _hold(self, ins: list[Any], x: np.ndarray, epsilon: float, gamma: Any) -> None:
+        """Hold the kernel's call for these constants (all but x read-only arrays)."""
+        if gamma is None:
+            return
+        xp = self.place_of[self.x]
+        others = [(i, v) for i, v in enumerate(ins) if i != xp]
+        if any(type(v) is not np.ndarray or v.flags.writeable for _, v in others):
+            return
+        rows = row_norm.with_constants(epsilon, rms=True, gamma=gamma, beta=None)
+        self._held = None if rows is None else (x.ndim, others, rows)
+        module = row_norm.module()
+        if rows is not None and module is not None and xp == 0:
+            self.quick = module.held(
+                gamma.shape[-1], float(np.float32(epsilon)), True, gamma, None, None, False,
+                tuple(others), (0,), True, quiet_loop.decline, np.ndarray, np.empty,
+                np.dtype(np.float32), x.ndim,
+            )  # fmt: skip
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        return run_steps(ex, self.steps, self.place_of, ins)
