@@ -1118,3 +1118,55 @@ def test_a_lone_relu_runs_the_compiled_relu_step() -> None:
     xd = helper.make_tensor_value_info("x", TensorProto.DOUBLE, None)
     wide = np.arange(-6, 6, dtype=np.float64).reshape(1, 2, 2, 3)
     assert_stepped_bits(_model(nodes, [xd], ["y"], []), {"x": wide})  # the kernel's call
+
+
+def test_a_slice_at_computed_bounds_keeps_its_index_while_they_stay() -> None:
+    """HF's rotate_half slices at x.shape[-1] // 2 (Shape arithmetic, kept between runs):
+    the Slice's call keeps the last index with the arrays it came from; a new input shape
+    or bounds fed at run time (writable arrays, changed between runs) take the kernel."""
+    i64 = TensorProto.INT64
+    inits = [
+        numpy_helper.from_array(np.array(-1, np.int64), "last"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "axis"),
+        numpy_helper.from_array(np.array([2**62], np.int64), "big"),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "last"], ["width"], axis=0),
+        helper.make_node("Div", ["width", "two"], ["half0"]),
+        helper.make_node("Unsqueeze", ["half0", "axis0"], ["half"]),
+        helper.make_node("Slice", ["x", "zero", "half", "axis"], ["low"]),
+        helper.make_node("Slice", ["x", "half", "big", "axis"], ["high"]),
+        helper.make_node("Neg", ["high"], ["neg"]),
+        helper.make_node("Concat", ["neg", "low"], ["rot"], axis=-1),
+        helper.make_node("Slice", ["x", "start", "end"], ["fed"]),
+    ]
+    ins = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("start", i64, [1]),
+        helper.make_tensor_value_info("end", i64, [1]),
+    ]
+    model = _model(nodes, ins, ["rot", "fed"], inits)
+    rng = np.random.default_rng(11)
+    session = Session(model)
+    assert "slice_by_identity" in "".join(
+        getattr(pn.call, "__qualname__", "") for pn in run_nodes(session.plan)
+    )
+    start, end = np.array([1], np.int64), np.array([3], np.int64)
+    for shape in [(2, 3, 8), (2, 3, 8), (1, 6), (2, 3, 8), (4, 10)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        feeds = {"x": x, "start": start, "end": end}
+        got = session.run(feeds)
+        want = stepped_values(model, feeds)
+        half = shape[-1] // 2
+        np.testing.assert_array_equal(
+            got["rot"], np.concatenate([-x[..., half:], x[..., :half]], -1)
+        )
+        np.testing.assert_array_equal(got["rot"], want["rot"])
+        np.testing.assert_array_equal(got["fed"], x[start[0] : end[0]])
+        np.testing.assert_array_equal(got["fed"], want["fed"])
+        start[0] = 0  # the same writable array, changed: the next run must read it again
+        end[0] += 1
