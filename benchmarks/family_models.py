@@ -35,8 +35,8 @@ them: small real models, where what each node costs us beyond its arithmetic sho
 * ``gpt2_kv_dynamo``: that 4-layer GPT-2 exported by torch dynamo, 16 new tokens after
   128 cached ones.
 
-Variants (``--models variants``) include Hugging Face's GPT-2 and Llama as optimum
-exports them (``hf_gpt2``, ``hf_llama``: need optimum-onnx) and BERT-tiny through onnxruntime's transformers
+Variants (``--models variants``) include Hugging Face's GPT-2, Llama and MobileNetV2 as
+optimum exports them (``hf_gpt2``, ``hf_llama``, ``hf_mobilenet_v2``: need optimum-onnx) and BERT-tiny through onnxruntime's transformers
 optimizer (``transformers_optimized``).
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.  The
@@ -1048,6 +1048,31 @@ def hf_llama(hidden: int, new: int, past: int) -> Built:
     return model, feeds
 
 
+def hf_mobilenet_v2(size: int) -> Built:
+    """Hugging Face's MobileNetV2ForImageClassification (depth multiplier 0.5, random
+    weights) as optimum exports it: TensorFlow's SAME padding written as a Pad before each
+    of its 52 convs (``tf_padding``), ReLU6 as Clip; one ``size`` px image.  Needs
+    optimum-onnx and transformers; the export is kept in the temporary folder."""
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_mobilenet_v2_{size}")
+    path = os.path.join(folder, "model.onnx")
+    if not os.path.exists(path):
+        import torch
+        from optimum.exporters.onnx import main_export
+        from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+        torch.manual_seed(0)
+        config = MobileNetV2Config(depth_multiplier=0.5, image_size=size, num_labels=10)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "hf")
+            MobileNetV2ForImageClassification(config).eval().save_pretrained(src)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                main_export(src, folder, task="image-classification", do_validation=False)
+    model = onnx.load(path)
+    x = np.random.default_rng(5).standard_normal((1, 3, size, size)).astype(np.float32)
+    return model, {model.graph.input[0].name: x}
+
+
 def transformers_optimized(base: Callable[[], Built], heads: int, hidden: int) -> Built:
     """``base`` (a BERT) through onnxruntime's transformers optimizer, as users deploy
     BERTs: com.microsoft Attention, SkipLayerNormalization and BiasGelu."""
@@ -1294,6 +1319,10 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "hf_llama_512_decode": (
         "HF Llama 4x512 GQA (optimum), decode after 128",
         lambda: hf_llama(512, 1, 128),
+    ),
+    "hf_mobilenet_v2": (
+        "HF MobileNetV2 x0.5 (optimum, TF padding), 224 px",
+        lambda: hf_mobilenet_v2(224),
     ),
     "bert_tiny_optimized": (
         "BERT-tiny seq 32, onnxruntime transformers optimizer",

@@ -43,6 +43,10 @@ as one ("fused") node:
   Conv with less padding, before the conv chains are found (the chain then takes the
   Relu after it).
 
+* **Padded convs** (fusion_conv_pad.py): a zero Pad of the spatial axes whose only
+  reader is a Conv (TensorFlow's SAME padding, HF's MobileNetV2) runs as the Conv with
+  that padding, before the conv chains are found.
+
 * **Written-out layer norms** (fusion_layernorm.py): ReduceMean -> Sub -> Pow ->
   ReduceMean -> Add -> Sqrt -> Div [-> Mul -> Add] over the last axis (TorchScript's
   nn.LayerNorm) as one node.
@@ -80,6 +84,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native, quiet_loop, shape_memo
+from onnxviz.runtime.fusion_conv_pad import pad_convs
 from onnxviz.runtime.fusion_conv_trim import trim_convs, trim_routing
 from onnxviz.runtime.fusion_elementwise import chain_node, find_chains
 from onnxviz.runtime.fusion_int8_matmul import find_integer_matmuls, integer_matmul_node
@@ -210,6 +215,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     nodes = plan.nodes
     if trim_routing():
         nodes = trim_convs(nodes, const, constants, keep)
+    nodes = pad_convs(nodes, const, constants, keep)
     users: dict[int, list[int]] = {}
     producer: dict[int, int] = {}  # slot -> position of the node making it
     for i, pn in enumerate(nodes):
