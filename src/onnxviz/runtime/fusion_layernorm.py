@@ -270,7 +270,7 @@ class LayerNormChain:
                     return [done[0]]
         if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0 or not x.size:
             return self._one_by_one(ex, ins)
-        if not all(self._last_axis(pn, ins, x.ndim) for pn in self.means):
+        if not all(_over_last_axis(pn, ins, self.place_of, x.ndim) for pn in self.means):
             return self._one_by_one(ex, ins)
         eps = ins[place[self.eps]]
         if not _scalar_of(eps, x):
@@ -342,19 +342,20 @@ class LayerNormChain:
                 np.dtype(np.float32), x.ndim,
             )  # fmt: skip
 
-    def _last_axis(self, mean: PlanNode, ins: list[Any], rank: int) -> bool:
-        """The mean is over exactly the last axis."""
-        if mean.opset >= 18:
-            axes = ins[self.place_of[mean.inputs[1]]]
-            if type(axes) is not np.ndarray or axes.dtype.kind not in "iu" or axes.size != 1:
-                return False
-            axis = int(axes.reshape(()))
-        else:
-            axis = int(mean.attrs["axes"][0])
-        return axis in (-1, rank - 1)
-
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
         return run_steps(ex, self.steps, self.place_of, ins)
+
+
+def _over_last_axis(mean: PlanNode, ins: list[Any], place_of: dict[int, int], rank: int) -> bool:
+    """The ReduceMean is over exactly the last axis."""
+    if mean.opset >= 18:
+        axes = ins[place_of[mean.inputs[1]]]
+        if type(axes) is not np.ndarray or axes.dtype.kind not in "iu" or axes.size != 1:
+            return False
+        axis = int(axes.reshape(()))
+    else:
+        axis = int(mean.attrs["axes"][0])
+    return axis in (-1, rank - 1)
 
 
 def _fits(c: Any, x: np.ndarray) -> bool:
@@ -439,7 +440,7 @@ class RmsNormChain:
         """What the plan could not see: the mean over the last axis, x squared, a
         one-element epsilon, 1 / s, and casts to float."""
         place = self.place_of
-        if not LayerNormChain._last_axis(self, self.mean, ins, x.ndim):  # type: ignore[arg-type]
+        if not _over_last_axis(self.mean, ins, place, x.ndim):
             return False
         if self.square.op_type == "Pow":
             k = ins[place[self.square.inputs[1]]]

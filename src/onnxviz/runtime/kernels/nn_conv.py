@@ -1210,7 +1210,8 @@ def _grouped_epilogue(bias: bool, addend: bool, relu: bool) -> bytes:
 
 class _PreparedGroupedPointwise:
     """`prepared_grouped_pointwise`'s call: ``call(x, addend, act=None)`` -> the output,
-    or None (not a call it takes)."""
+    or None (not a call it takes).  No compiled form (`held`): its Python is a few us
+    beside a product of tens."""
 
     def __init__(
         self,
@@ -1273,10 +1274,6 @@ class _PreparedGroupedPointwise:
         chan.unplace(last, planes, (n, h * wd, c))
         return planes
 
-    def held(self, *args: Any, **kwargs: Any) -> None:
-        """No compiled form: the call's Python is a few us of a product of tens."""
-        return None
-
 
 def prepared_depthwise_nchw(
     x: np.ndarray,
@@ -1315,7 +1312,8 @@ def prepared_depthwise_nchw(
 
 class _PreparedDepthwiseNchw:
     """`prepared_depthwise_nchw`'s call: ``call(x, addend, act=None)`` -> the output, or
-    None (not a call it takes)."""
+    None (not a call it takes).  No compiled form (`held`): its copies, when it makes
+    them, are another module's."""
 
     def __init__(
         self,
@@ -1363,10 +1361,6 @@ class _PreparedDepthwiseNchw:
         depthwise.conv_nhwc(xl, self.wk, self.b, None, out, *self.geometry, code, lo, hi)
         chan.unplace(out, y, self.unplace_args)
         return y
-
-    def held(self, *args: Any, **kwargs: Any) -> None:
-        """No compiled form (yet): the copies are another module's."""
-        return None
 
 
 def prepared_patches(
