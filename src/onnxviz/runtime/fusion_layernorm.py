@@ -36,6 +36,7 @@ nodes, and the nodes one by one otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +69,40 @@ def _mean(pn: PlanNode) -> bool:
     return len(pn.inputs) == 1 and axes is not None and len(axes) == 1
 
 
+def _reader_of(
+    nodes: list[PlanNode], users: dict[int, list[int]], keep: set[int], used: set[int]
+) -> Callable[[int], PlanNode | None]:
+    """A finder's ``only(slot)``: the one node reading ``slot`` (once), if nothing else
+    sees the value and no norm found so far took that node (``used``, which grows)."""
+
+    def only(slot: int) -> PlanNode | None:
+        readers = users.get(slot, [])
+        if slot in keep or len(readers) != 1 or readers[0] in used:
+            return None
+        return nodes[readers[0]]
+
+    return only
+
+
+def _eps_sqrt(
+    mean: PlanNode, only: Callable[[int], PlanNode | None], const: set[int]
+) -> tuple[PlanNode, PlanNode] | None:
+    """Both norms' variance steps after their second mean: the Add of a constant epsilon
+    to ``mean``'s output, then the Sqrt of that sum, each the only reader of what it
+    reads; None when they are not there."""
+    v = mean.outputs[0]
+    add = only(v)
+    if add is None or not _binary(add, "Add"):
+        return None
+    eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
+    if eps not in const or eps == v:
+        return None
+    sqrt = only(add.outputs[0])
+    if sqrt is None or not _plain(sqrt, "Sqrt") or len(sqrt.inputs) != 1:
+        return None
+    return add, sqrt
+
+
 def find_layer_norms(
     nodes: list[PlanNode],
     users: dict[int, list[int]],
@@ -79,14 +114,7 @@ def find_layer_norms(
     ``taken``."""
     found: list[list[int]] = []
     used = set(taken)
-
-    def only(slot: int) -> PlanNode | None:
-        """The one node reading ``slot`` (once), if nothing else sees the value."""
-        readers = users.get(slot, [])
-        if slot in keep or len(readers) != 1 or readers[0] in used:
-            return None
-        return nodes[readers[0]]
-
+    only = _reader_of(nodes, users, keep, used)
     position = {id(pn): i for i, pn in enumerate(nodes)}
     for i, mean in enumerate(nodes):
         if i in used or not _mean(mean):
@@ -115,16 +143,10 @@ def find_layer_norms(
         var = only(square.outputs[0])
         if var is None or not _mean(var) or var.inputs[0] != square.outputs[0]:
             continue
-        add = only(var.outputs[0])
-        if add is None or not _binary(add, "Add"):
+        steps = _eps_sqrt(var, only, const)
+        if steps is None:
             continue
-        v = var.outputs[0]
-        eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
-        if eps not in const or eps == v:
-            continue
-        sqrt = only(add.outputs[0])
-        if sqrt is None or not _plain(sqrt, "Sqrt") or len(sqrt.inputs) != 1:
-            continue
+        add, sqrt = steps
         if only(sqrt.outputs[0]) is not div or div.inputs[1] != sqrt.outputs[0]:
             continue
         chain = [mean, sub, square, var, add, sqrt, div]
@@ -154,13 +176,7 @@ def find_rms_norms(
     ``taken``."""
     found: list[list[int]] = []
     used = set(taken)
-
-    def only(slot: int) -> PlanNode | None:
-        readers = users.get(slot, [])
-        if slot in keep or len(readers) != 1 or readers[0] in used:
-            return None
-        return nodes[readers[0]]
-
+    only = _reader_of(nodes, users, keep, used)
     position = {id(pn): i for i, pn in enumerate(nodes)}
     for i, square in enumerate(nodes):
         if i in used:
@@ -174,16 +190,10 @@ def find_rms_norms(
         mean = only(square.outputs[0])
         if mean is None or not _mean(mean) or mean.inputs[0] != square.outputs[0]:
             continue
-        add = only(mean.outputs[0])
-        if add is None or not _binary(add, "Add"):
+        steps = _eps_sqrt(mean, only, const)
+        if steps is None:
             continue
-        v = mean.outputs[0]
-        eps = add.inputs[1] if add.inputs[0] == v else add.inputs[0]
-        if eps not in const or eps == v:
-            continue
-        sqrt = only(add.outputs[0])
-        if sqrt is None or not _plain(sqrt, "Sqrt") or len(sqrt.inputs) != 1:
-            continue
+        add, sqrt = steps
         s = sqrt.outputs[0]
         nxt = only(s)
         if nxt is None:
@@ -222,12 +232,66 @@ def find_rms_norms(
     return found
 
 
-class LayerNormChain:
-    """A written-out layer norm as one node (see the module docstring)."""
+class _NormChain:
+    """What the written-out norms share: their steps one by one, and the compiled row
+    kernel's call held for the last float32 call's constants, with the compiled loop's
+    quick call made from it."""
+
+    rms = False
+    x: int  # x's slot (the subclass's)
 
     def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
         self.steps = steps
         self.place_of = place_of
+        # The compiled kernel's call for the last float32 call's constants, held while
+        # the same read-only constants come with an input of the same rank (what every
+        # check depends on): (x's rank, [(place, constant)], call).  A decoder's norms
+        # are on a few rows, where the checks were most of an 8 us call.
+        self._held: tuple[int, list[tuple[int, Any]], Any] | None = None
+        # The compiled loop's first try: a held norm once the call is held, else None.
+        self.quick: Any = None
+
+    def _held_result(self, ins: list[Any], x: Any) -> np.ndarray | None:
+        """The held call's result for these inputs, or None (not held for them)."""
+        held = self._held
+        if held is None or type(x) is not np.ndarray or x.ndim != held[0]:
+            return None
+        for i, v in held[1]:
+            if ins[i] is not v:
+                return None
+        done = held[2](x)  # None: not float32, another row length, not contiguous
+        return None if done is None else done[0]  # type: ignore[no-any-return]
+
+    def _hold(self, ins: list[Any], x: np.ndarray, epsilon: float, gamma: Any, beta: Any) -> None:
+        """Hold the kernel's call for these constants (all but x read-only arrays)."""
+        if gamma is None:  # with_constants' rows start from gamma
+            return
+        xp = self.place_of[self.x]
+        others = [(i, v) for i, v in enumerate(ins) if i != xp]
+        if any(type(v) is not np.ndarray or v.flags.writeable for _, v in others):
+            return
+        rows = row_norm.with_constants(epsilon, rms=self.rms, gamma=gamma, beta=beta)
+        self._held = None if rows is None else (x.ndim, others, rows)
+        module = row_norm.module()
+        if rows is not None and module is not None and xp == 0:
+            # The compiled loop's first try (quiet_loop.step_mode): the same rows in C
+            # (native/_norm.c's held norm, x of this rank and these constants), so the
+            # same bits as the call above; anything else comes to this node's call.
+            self.quick = module.held(
+                gamma.shape[0], float(np.float32(epsilon)), self.rms, gamma, beta, None,
+                False, tuple(others), (0,), True, quiet_loop.decline, np.ndarray, np.empty,
+                np.dtype(np.float32), x.ndim,
+            )  # fmt: skip
+
+    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
+        return run_steps(ex, self.steps, self.place_of, ins)
+
+
+class LayerNormChain(_NormChain):
+    """A written-out layer norm as one node (see the module docstring)."""
+
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
+        super().__init__(steps, place_of)
         by_op: dict[str, list[PlanNode]] = {}
         for pn in steps:
             by_op.setdefault(pn.op_type, []).append(pn)
@@ -248,26 +312,13 @@ class LayerNormChain:
         for pn in tail:
             self.affine.append((pn.op_type, pn.inputs[1] if pn.inputs[0] == y else pn.inputs[0]))
             y = pn.outputs[0]
-        # The compiled kernel's call for the last float32 call's constants, held while
-        # the same read-only constants come with an input of the same rank (what every
-        # check below depends on): (x's rank, [(place, constant)], call).  A decoder's
-        # norms are on a few rows, where the checks were most of an 8 us call.
-        self._held: tuple[int, list[tuple[int, Any]], Any] | None = None
-        # The compiled loop's first try: a held norm once the call is held, else None.
-        self.quick: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         place = self.place_of
         x = ins[place[self.x]]
-        held = self._held
-        if held is not None and type(x) is np.ndarray and x.ndim == held[0]:
-            for i, v in held[1]:
-                if ins[i] is not v:
-                    break
-            else:
-                done = held[2](x)  # None: not float32, another row length, not contiguous
-                if done is not None:
-                    return [done[0]]
+        held = self._held_result(ins, x)
+        if held is not None:
+            return [held]
         if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0 or not x.size:
             return self._one_by_one(ex, ins)
         if not all(_over_last_axis(pn, ins, self.place_of, x.ndim) for pn in self.means):
@@ -275,15 +326,8 @@ class LayerNormChain:
         eps = ins[place[self.eps]]
         if not _scalar_of(eps, x):
             return self._one_by_one(ex, ins)
-        if self.square.op_type == "Pow":
-            k = ins[place[self.square.inputs[1]]]
-            if (
-                type(k) is not np.ndarray
-                or k.size != 1
-                or k.dtype.kind not in "fiu"
-                or float(k.reshape(())) != 2
-            ):
-                return self._one_by_one(ex, ins)
+        if not _squares(self.square, ins, place):
+            return self._one_by_one(ex, ins)
         consts = [ins[place[s]] for _, s in self.affine]
         if not all(_fits(c, x) for c in consts):
             return self._one_by_one(ex, ins)
@@ -321,29 +365,15 @@ class LayerNormChain:
                 np.add(out, c, out=out)
         return [out]
 
-    def _hold(self, ins: list[Any], x: np.ndarray, epsilon: float, gamma: Any, beta: Any) -> None:
-        """Hold the kernel's call for these constants (all but x read-only arrays)."""
-        if gamma is None:  # with_constants' rows start from gamma
-            return
-        xp = self.place_of[self.x]
-        others = [(i, v) for i, v in enumerate(ins) if i != xp]
-        if any(type(v) is not np.ndarray or v.flags.writeable for _, v in others):
-            return
-        rows = row_norm.with_constants(epsilon, rms=False, gamma=gamma, beta=beta)
-        self._held = None if rows is None else (x.ndim, others, rows)
-        module = row_norm.module()
-        if rows is not None and module is not None and xp == 0:
-            # The compiled loop's first try (quiet_loop.step_mode): the same rows in C
-            # (native/_norm.c's held norm, x of this rank and these constants), so the
-            # same bits as the call above; anything else comes to this node's call.
-            self.quick = module.held(
-                gamma.shape[0], float(np.float32(epsilon)), False, gamma, beta, None, False,
-                tuple(others), (0,), True, quiet_loop.decline, np.ndarray, np.empty,
-                np.dtype(np.float32), x.ndim,
-            )  # fmt: skip
 
-    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        return run_steps(ex, self.steps, self.place_of, ins)
+def _squares(square: PlanNode, ins: list[Any], place_of: dict[int, int]) -> bool:
+    """The square step squares: Mul(x, x), or Pow by an exponent of one value, 2."""
+    if square.op_type != "Pow":
+        return True
+    k = ins[place_of[square.inputs[1]]]
+    if type(k) is not np.ndarray or k.size != 1 or k.dtype.kind not in "fiu":
+        return False
+    return float(k.reshape(())) == 2
 
 
 def _over_last_axis(mean: PlanNode, ins: list[Any], place_of: dict[int, int], rank: int) -> bool:
@@ -375,12 +405,13 @@ def _scalar_of(c: Any, x: np.ndarray) -> bool:
     return type(c) is np.ndarray and c.dtype == x.dtype and c.size == 1 and c.ndim <= x.ndim
 
 
-class RmsNormChain:
+class RmsNormChain(_NormChain):
     """A written-out RMS norm as one node (see the module docstring)."""
 
+    rms = True
+
     def __init__(self, steps: list[PlanNode], place_of: dict[int, int]) -> None:
-        self.steps = steps
-        self.place_of = place_of
+        super().__init__(steps, place_of)
         self.square = steps[0]
         self.x = self.square.inputs[0]
         self.mean = next(pn for pn in steps if pn.op_type == "ReduceMean")
@@ -399,23 +430,13 @@ class RmsNormChain:
         if last.op_type == "Mul" and self.x not in last.inputs:
             y = (self.casts[0] if self.casts else steps[-2]).outputs[0]
             self.gamma = last.inputs[1] if last.inputs[0] == y else last.inputs[0]
-        # As LayerNormChain's: the held call while the constants stay, and the compiled
-        # loop's first try.
-        self._held: tuple[int, list[tuple[int, Any]], Any] | None = None
-        self.quick: Any = None
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         place = self.place_of
         x = ins[place[self.x]]
-        held = self._held
-        if held is not None and type(x) is np.ndarray and x.ndim == held[0]:
-            for i, v in held[1]:
-                if ins[i] is not v:
-                    break
-            else:
-                done = held[2](x)
-                if done is not None:
-                    return [done[0]]
+        held = self._held_result(ins, x)
+        if held is not None:
+            return [held]
         if (
             type(x) is not np.ndarray
             or x.dtype != np.float32
@@ -433,21 +454,17 @@ class RmsNormChain:
         done = row_norm.normalize(x, x.ndim - 1, epsilon, rms=True, gamma=gamma)
         if done is None:
             return self._one_by_one(ex, ins)
-        self._hold(ins, x, epsilon, gamma)
+        self._hold(ins, x, epsilon, gamma, None)
         return [done[0]]
 
     def _checks(self, ins: list[Any], x: np.ndarray) -> bool:
         """What the plan could not see: the mean over the last axis, x squared, a
         one-element epsilon, 1 / s, and casts to float."""
         place = self.place_of
-        if not _over_last_axis(self.mean, ins, place, x.ndim):
+        if not _over_last_axis(self.mean, ins, place, x.ndim) or not _squares(
+            self.square, ins, place
+        ):
             return False
-        if self.square.op_type == "Pow":
-            k = ins[place[self.square.inputs[1]]]
-            if type(k) is not np.ndarray or k.size != 1 or k.dtype.kind not in "fiu":
-                return False
-            if float(k.reshape(())) != 2:
-                return False
         if not _scalar_of(ins[place[self.eps]], x):
             return False
         if self.one is not None:
@@ -455,24 +472,3 @@ class RmsNormChain:
             if not _scalar_of(one, x) or float(one.reshape(())) != 1:
                 return False
         return all(pn.attrs.get("to") == 1 for pn in self.casts)  # float: the identity
-
-    def _hold(self, ins: list[Any], x: np.ndarray, epsilon: float, gamma: Any) -> None:
-        """Hold the kernel's call for these constants (all but x read-only arrays)."""
-        if gamma is None:
-            return
-        xp = self.place_of[self.x]
-        others = [(i, v) for i, v in enumerate(ins) if i != xp]
-        if any(type(v) is not np.ndarray or v.flags.writeable for _, v in others):
-            return
-        rows = row_norm.with_constants(epsilon, rms=True, gamma=gamma, beta=None)
-        self._held = None if rows is None else (x.ndim, others, rows)
-        module = row_norm.module()
-        if rows is not None and module is not None and xp == 0:
-            self.quick = module.held(
-                gamma.shape[-1], float(np.float32(epsilon)), True, gamma, None, None, False,
-                tuple(others), (0,), True, quiet_loop.decline, np.ndarray, np.empty,
-                np.dtype(np.float32), x.ndim,
-            )  # fmt: skip
-
-    def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        return run_steps(ex, self.steps, self.place_of, ins)
