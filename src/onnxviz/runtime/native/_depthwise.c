@@ -665,6 +665,27 @@ static void column_taps(const Geometry *g, int L, ColumnTap *taps) {
  * order (ky, then kx). */
 #define ROWS 4
 
+/* One tap of a block of 16 output columns of a row: acc + x * w on the lanes of
+ * m = lanes & live (acc kept on the others; live empty: a row outside the image), x the
+ * 16 floats at `at` (m's lanes read) or, at stride 2, the even floats of the 32 at `at`
+ * (the lanes of lo & live and hi & live read). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+tap16(__m512 acc, const float *at, __mmask16 lanes, __mmask16 lo, __mmask16 hi, __mmask16 live,
+      const int stride2, __m512 w) {
+    const __mmask16 m = lanes & live;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    __m512 v;
+    if (!stride2) {
+        v = _mm512_maskz_loadu_ps(m, at);
+    } else {
+        const __m512 v0 = _mm512_maskz_loadu_ps(lo & live, at);
+        const __m512 v1 = _mm512_maskz_loadu_ps(hi & live, at + 16);
+        v = _mm512_permutex2var_ps(v0, even, v1);
+    }
+    return _mm512_mask_add_ps(acc, m, acc, _mm512_mul_ps(v, w));
+}
+
 /* Rows oy0..oy0+rows-1 (rows <= ROWS) of one plane at AVX-512, the block of 16 output
  * columns at ct (its kernel columns' taps), into acc[0..ROWS-1].  A row outside the
  * image (or past `rows`) takes its taps with no lanes: nothing read, its sum kept.  The
@@ -673,8 +694,6 @@ static void column_taps(const Geometry *g, int L, ColumnTap *taps) {
 __attribute__((target("avx512f"), always_inline)) static inline void
 rows_avx512(const Geometry *g, const float *xp, const float *wp, const ColumnTap *ct,
             Py_ssize_t oy0, int rows, const int stride2, __m512 *acc) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
     const Py_ssize_t kw = g->kw;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (Py_ssize_t ky = 0; ky < g->kh; ky++) {
@@ -692,24 +711,10 @@ rows_avx512(const Geometry *g, const float *xp, const float *wp, const ColumnTap
             const __m512 wv = _mm512_set1_ps(wp[ky * kw + kx]);
             const Py_ssize_t base = ct[kx].base;
             const __mmask16 lo = (__mmask16)ct[kx].lo, hi = (__mmask16)ct[kx].hi;
-#define TAP(r, a)                                                                            \
-    {                                                                                        \
-        const __mmask16 m = lanes & live[r];                                                 \
-        __m512 v;                                                                            \
-        if (!stride2) {                                                                      \
-            v = _mm512_maskz_loadu_ps(m, row[r] + base);                                     \
-        } else {                                                                             \
-            const __m512 v0 = _mm512_maskz_loadu_ps(lo & live[r], row[r] + base);            \
-            const __m512 v1 = _mm512_maskz_loadu_ps(hi & live[r], row[r] + base + 16);       \
-            v = _mm512_permutex2var_ps(v0, even, v1);                                        \
-        }                                                                                    \
-        a = _mm512_mask_add_ps(a, m, a, _mm512_mul_ps(v, wv));                               \
-    }
-            TAP(0, a0)
-            TAP(1, a1)
-            TAP(2, a2)
-            TAP(3, a3)
-#undef TAP
+            a0 = tap16(a0, row[0] + base, lanes, lo, hi, live[0], stride2, wv);
+            a1 = tap16(a1, row[1] + base, lanes, lo, hi, live[1], stride2, wv);
+            a2 = tap16(a2, row[2] + base, lanes, lo, hi, live[2], stride2, wv);
+            a3 = tap16(a3, row[3] + base, lanes, lo, hi, live[3], stride2, wv);
         }
     }
     acc[0] = a0;
@@ -725,8 +730,6 @@ rows_avx512(const Geometry *g, const float *xp, const float *wp, const ColumnTap
 __attribute__((target("avx512f"), always_inline)) static inline void
 rows3_avx512(const Geometry *g, const float *xp, const __m512 wv[9], const ColumnTap *ct,
              Py_ssize_t iy0, const int stride2, __m512 *acc) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
     const Py_ssize_t step = g->sh * g->w;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int ky = 0; ky < 3; ky++) {
@@ -736,23 +739,10 @@ rows3_avx512(const Geometry *g, const float *xp, const __m512 wv[9], const Colum
             const __mmask16 lo = (__mmask16)ct[kx].lo, hi = (__mmask16)ct[kx].hi;
             const float *at = row + ct[kx].base;
             const __m512 w1 = wv[ky * 3 + kx];
-#define TAP3(r, a)                                                                           \
-    {                                                                                        \
-        __m512 v;                                                                            \
-        if (!stride2) {                                                                      \
-            v = _mm512_maskz_loadu_ps(lanes, at + (r) * step);                               \
-        } else {                                                                             \
-            const __m512 v0 = _mm512_maskz_loadu_ps(lo, at + (r) * step);                    \
-            const __m512 v1 = _mm512_maskz_loadu_ps(hi, at + (r) * step + 16);               \
-            v = _mm512_permutex2var_ps(v0, even, v1);                                        \
-        }                                                                                    \
-        a = _mm512_mask_add_ps(a, lanes, a, _mm512_mul_ps(v, w1));                           \
-    }
-            TAP3(0, a0)
-            TAP3(1, a1)
-            TAP3(2, a2)
-            TAP3(3, a3)
-#undef TAP3
+            a0 = tap16(a0, at, lanes, lo, hi, 0xFFFF, stride2, w1);
+            a1 = tap16(a1, at + step, lanes, lo, hi, 0xFFFF, stride2, w1);
+            a2 = tap16(a2, at + 2 * step, lanes, lo, hi, 0xFFFF, stride2, w1);
+            a3 = tap16(a3, at + 3 * step, lanes, lo, hi, 0xFFFF, stride2, w1);
         }
     }
     acc[0] = a0;
