@@ -871,22 +871,57 @@ static int geometry_run(const Geometry *g, Py_ssize_t taps, const float *x, cons
     return 0;
 }
 
-static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
-    (void)self;
+/* conv_nchw's run of a checked geometry planes_take takes, the GIL released: 0, or -1
+ * with MemoryError. */
+static int planes_run(const Geometry *g, const float *x, const float *wt, const float *bias,
+                      const float *add, float *out, int act, float lo, float hi) {
+#if DW_X86
+    const Py_ssize_t blocks = (g->ow + 15) / 16;
+    ColumnTap *taps = PyMem_RawMalloc((size_t)(blocks * g->kw) * sizeof(ColumnTap));
+    if (!taps) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    column_taps(g, 16, taps);
+    Py_BEGIN_ALLOW_THREADS;
+    planes_avx512(g, x, wt, bias, add, out, act, lo, hi, taps);
+    Py_END_ALLOW_THREADS;
+    PyMem_RawFree(taps);
+    return 0;
+#else
+    (void)g, (void)x, (void)wt, (void)bias, (void)add, (void)out, (void)act, (void)lo, (void)hi;
+    PyErr_SetString(PyExc_RuntimeError, "conv_nchw: no planes kernel on this platform");
+    return -1;
+#endif
+}
+
+/* conv_nhwc (planes 0: x (N, H, W, C), the first tuple (n, h, w, c)) and conv_nchw
+ * (planes 1: x (N, C, H, W), the tuple (n, c, h, w); False where planes_take says no):
+ * the same arguments, checks and buffers. */
+static PyObject *conv_call(PyObject *args, int planes) {
+    const char *name = planes ? "conv_nchw" : "conv_nhwc";
     PyObject *xo, *wo, *bo, *ao, *oo;
+    Py_ssize_t d[4];
     Geometry g;
     int act;
     float lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nhwc", &xo, &wo, &bo,
-                          &ao, &oo, &g.n, &g.h, &g.w, &g.c, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh,
-                          &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
+    if (!PyArg_ParseTuple(args, planes ? "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nchw"
+                                       : "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nhwc",
+                          &xo, &wo, &bo, &ao, &oo, &d[0], &d[1], &d[2], &d[3], &g.kh, &g.kw,
+                          &g.oh, &g.ow, &g.sh, &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo,
+                          &hi))
         return NULL;
+    g.n = d[0];
+    g.c = planes ? d[1] : d[3];
+    g.h = planes ? d[2] : d[1];
+    g.w = planes ? d[3] : d[2];
     Py_ssize_t counts[4];
-    if (geometry_check(&g, counts, "conv_nhwc") < 0) return NULL;
+    if (geometry_check(&g, counts, name) < 0) return NULL;
     if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "conv_nhwc: activation must be 0..3");
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..3", name);
         return NULL;
     }
+    if (planes && !planes_take(&g)) Py_RETURN_FALSE;
     Py_buffer xb, wb, bb, ab, ob;
     int have_b = bo != Py_None, have_a = ao != Py_None, rc = -1;
     if (onnxviz_get_floats(xo, &xb, counts[0], 1, 0, "x") < 0) return NULL;
@@ -894,8 +929,9 @@ static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
     if (have_b && onnxviz_get_floats(bo, &bb, g.c, 1, 0, "bias") < 0) goto fail_w;
     if (have_a && onnxviz_get_floats(ao, &ab, counts[2], 1, 0, "addend") < 0) goto fail_b;
     if (onnxviz_get_floats(oo, &ob, counts[2], 1, 1, "out") < 0) goto fail_a;
-    rc = geometry_run(&g, counts[3], xb.buf, wb.buf, have_b ? bb.buf : NULL,
-                      have_a ? ab.buf : NULL, ob.buf, act, lo, hi);
+    const float *bias = have_b ? bb.buf : NULL, *add = have_a ? ab.buf : NULL;
+    rc = planes ? planes_run(&g, xb.buf, wb.buf, bias, add, ob.buf, act, lo, hi)
+                : geometry_run(&g, counts[3], xb.buf, wb.buf, bias, add, ob.buf, act, lo, hi);
     PyBuffer_Release(&ob);
 fail_a:
     if (have_a) PyBuffer_Release(&ab);
@@ -906,62 +942,18 @@ fail_w:
 fail_x:
     PyBuffer_Release(&xb);
     if (rc < 0) return NULL;
+    if (planes) Py_RETURN_TRUE;
     Py_RETURN_NONE;
+}
+
+static PyObject *py_conv_nhwc(PyObject *self, PyObject *args) {
+    (void)self;
+    return conv_call(args, 0);
 }
 
 static PyObject *py_conv_nchw(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *xo, *wo, *bo, *ao, *oo;
-    Geometry g;
-    int act;
-    float lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nn)(nn)(nn)(nn)(nn)iff:conv_nchw", &xo, &wo, &bo,
-                          &ao, &oo, &g.n, &g.c, &g.h, &g.w, &g.kh, &g.kw, &g.oh, &g.ow, &g.sh,
-                          &g.sw, &g.dh, &g.dw, &g.pt, &g.pl, &act, &lo, &hi))
-        return NULL;
-    Py_ssize_t counts[4];
-    if (geometry_check(&g, counts, "conv_nchw") < 0) return NULL;
-    if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "conv_nchw: activation must be 0..3");
-        return NULL;
-    }
-    if (!planes_take(&g)) Py_RETURN_FALSE;
-    Py_buffer xb, wb, bb, ab, ob;
-    int have_b = bo != Py_None, have_a = ao != Py_None, rc = -1;
-    if (onnxviz_get_floats(xo, &xb, counts[0], 1, 0, "x") < 0) return NULL;
-    if (onnxviz_get_floats(wo, &wb, counts[1], 1, 0, "w") < 0) goto fail_x;
-    if (have_b && onnxviz_get_floats(bo, &bb, g.c, 1, 0, "bias") < 0) goto fail_w;
-    if (have_a && onnxviz_get_floats(ao, &ab, counts[2], 1, 0, "addend") < 0) goto fail_b;
-    if (onnxviz_get_floats(oo, &ob, counts[2], 1, 1, "out") < 0) goto fail_a;
-#if DW_X86
-    {
-        const int lanes = 16;
-        const Py_ssize_t blocks = (g.ow + lanes - 1) / lanes;
-        ColumnTap *taps = PyMem_RawMalloc((size_t)(blocks * g.kw) * sizeof(ColumnTap));
-        if (!taps) {
-            PyErr_NoMemory();
-        } else {
-            column_taps(&g, lanes, taps);
-            const float *bias = have_b ? bb.buf : NULL, *add = have_a ? ab.buf : NULL;
-            Py_BEGIN_ALLOW_THREADS;
-            planes_avx512(&g, xb.buf, wb.buf, bias, add, ob.buf, act, lo, hi, taps);
-            Py_END_ALLOW_THREADS;
-            PyMem_RawFree(taps);
-            rc = 0;
-        }
-    }
-#endif
-    PyBuffer_Release(&ob);
-fail_a:
-    if (have_a) PyBuffer_Release(&ab);
-fail_b:
-    if (have_b) PyBuffer_Release(&bb);
-fail_w:
-    PyBuffer_Release(&wb);
-fail_x:
-    PyBuffer_Release(&xb);
-    if (rc < 0) return NULL;
-    Py_RETURN_TRUE;
+    return conv_call(args, 1);
 }
 
 /* ---- a held depthwise conv: a fused conv chain's common call ----------------------------
