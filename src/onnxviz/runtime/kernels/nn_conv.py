@@ -1301,12 +1301,7 @@ def prepared_depthwise_nchw(
     if geometry is None or depthwise is None or chan is None or native.level() is None:
         return None
     kernel, strides, dilations, pads, out_shape = geometry
-    kh, kw = kernel
-    taps = packed.taps() if packed is not None else None
-    if taps is not None:
-        wk = taps.reshape(kh, kw, c)
-    else:
-        wk = np.ascontiguousarray(w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+    wk = _depthwise_taps(w, packed, kernel)
     return _PreparedDepthwiseNchw(x, wk, bias, strides, dilations, pads, out_shape)
 
 
@@ -1551,6 +1546,17 @@ def _native_direct_nchw(
     return call(x, addend), True
 
 
+def _depthwise_taps(w: np.ndarray, packed: ConvWeight | None, kernel: Sequence[int]) -> np.ndarray:
+    """A depthwise weight (C, 1, kh, kw) as the channels-last kernel's (kh, kw, C) taps:
+    kept by ``packed`` (fused runs), else transposed for this call."""
+    kh, kw = kernel
+    c = w.shape[0]
+    taps = packed.taps() if packed is not None else None
+    if taps is not None:
+        return taps.reshape(kh, kw, c)
+    return np.ascontiguousarray(w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+
+
 def _native_depthwise_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -1595,11 +1601,7 @@ def _native_depthwise_nchw(
             tuple(dilations), (pads[0], pads[1]), ACT_NONE, math.nan, math.nan,
         ):  # fmt: skip
             return y.reshape(shape)
-    taps = packed.taps() if packed is not None else None
-    if taps is not None:
-        wk = taps.reshape(kh, kw, c)
-    else:
-        wk = np.ascontiguousarray(w.reshape(c, kh * kw).T).reshape(kh, kw, c)
+    wk = _depthwise_taps(w, packed, kernel)
     # The layout copies by native/_channels.c (8 x 8 blocks transposed in registers):
     # numpy's strided copies took 100-145 us each for 64 channels at 32 x 32, as long as
     # the conv itself (a ConvNeXt-style block's depthwise conv runs here, between NCHW
