@@ -963,6 +963,25 @@ def _write_tokenizer(folder: str) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(folder)
 
 
+def _generation_feeds(model: onnx.ModelProto, new: int, past: int, vocab: int) -> Built:
+    """``model`` (optimum's text generation with a cache) with feeds for ``new`` tokens
+    (ids below ``vocab``) after a cache of ``past``."""
+    rng = np.random.default_rng(5)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.name.startswith("past"):
+            shape = (1, dims[1], past, dims[3])
+            feeds[vi.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones((1, past + new), np.int64)
+        elif vi.name == "position_ids":
+            feeds[vi.name] = np.arange(past, past + new, dtype=np.int64)[None]
+        else:
+            feeds[vi.name] = rng.integers(0, vocab, (1, new)).astype(np.int64)
+    return model, feeds
+
+
 def hf_gpt2(hidden: int, new: int, past: int) -> Built:
     """Hugging Face's GPT2LMHeadModel (2 layers, heads of 64, vocabulary 2048, random
     weights) as optimum exports it for text generation with a cache (TorchScript
@@ -987,21 +1006,7 @@ def hf_gpt2(hidden: int, new: int, past: int) -> Built:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 main_export(src, folder, task="text-generation-with-past", do_validation=False)
-    model = onnx.load(path)
-    rng = np.random.default_rng(5)
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        if vi.name.startswith("past"):
-            shape = (1, dims[1], past, dims[3])
-            feeds[vi.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
-        elif vi.name == "attention_mask":
-            feeds[vi.name] = np.ones((1, past + new), np.int64)
-        elif vi.name == "position_ids":
-            feeds[vi.name] = np.arange(past, past + new, dtype=np.int64)[None]
-        else:
-            feeds[vi.name] = rng.integers(0, 2048, (1, new)).astype(np.int64)
-    return model, feeds
+    return _generation_feeds(onnx.load(path), new, past, 2048)
 
 
 def hf_llama(hidden: int, new: int, past: int) -> Built:
@@ -1031,21 +1036,7 @@ def hf_llama(hidden: int, new: int, past: int) -> Built:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 main_export(src, folder, task="text-generation-with-past", do_validation=False)
-    model = onnx.load(path)
-    rng = np.random.default_rng(5)
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        if vi.name.startswith("past"):
-            shape = (1, dims[1], past, dims[3])
-            feeds[vi.name] = (rng.standard_normal(shape) * 0.5).astype(np.float32)
-        elif vi.name == "attention_mask":
-            feeds[vi.name] = np.ones((1, past + new), np.int64)
-        elif vi.name == "position_ids":
-            feeds[vi.name] = np.arange(past, past + new, dtype=np.int64)[None]
-        else:
-            feeds[vi.name] = rng.integers(0, 1000, (1, new)).astype(np.int64)
-    return model, feeds
+    return _generation_feeds(onnx.load(path), new, past, 1000)
 
 
 def hf_mobilenet_v2(size: int) -> Built:
