@@ -37,12 +37,45 @@ def _normalize_one(result: Any) -> Any:
     return normalize_outputs(result, 1)[0]
 
 
+_DIRECT_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+
+
+def _probe(a: np.ndarray) -> tuple[Any, ...]:
+    """What Python sees of ``a``, for the loop to compare with numpy's array fields as it
+    reads them in C (native/array_fields.h)."""
+    return (
+        a,
+        a.__array_interface__["data"][0],
+        a.shape,
+        a.strides,
+        a.base,
+        a.dtype,
+        a.flags.num,
+    )
+
+
+def _probes() -> list[tuple[Any, ...]]:
+    """Arrays whose fields differ in every way the loop reads: owners and views, C order
+    and not, writable and read-only, each of the direct dtypes, 0-d to 3-d."""
+    owner = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    view = owner[:, 1:, ::2]
+    view.flags.writeable = False
+    return [
+        _probe(owner),
+        _probe(view),
+        _probe(np.zeros((5, 1), np.int64).T),
+        _probe(np.array(7, np.int32)),
+        _probe(np.ones(3, np.float64)[1:]),
+    ]
+
+
 def loop() -> Any:
     """The compiled loop module, or None (kernels off or not built)."""
     global _ready
     module = native.load("runloop")
     if module is not None and not _ready:
         module.setup(np.ndarray, _normalize_one)
+        module.arrays(_probes(), _DIRECT_DTYPES)
         _ready = True
     return module
 

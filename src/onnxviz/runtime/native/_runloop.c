@@ -5,6 +5,7 @@
  *   setup(ndarray_type, normalize_one): the two Python objects the loop compares with
  *   memo(fn, settle, entries): a node's call keeping its results (shape_memo.py; below)
  *   binary(op, dtypes, fallback): an arithmetic node's call (prepared.py's; below)
+ *   arrays(probes, dtypes): binary's direct arithmetic of small arrays on (below)
  *   split_copy(data, axis, sizes, empty): a small Split's parts as contiguous copies
  *
  * A step is the tuple (mode, inplace, call, extra, ins, outs, free_after):
@@ -44,6 +45,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "array_fields.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -955,8 +958,28 @@ static PyObject *py_reshape(PyObject *self, PyObject *args) {
  * operator on them (a + b, a - b, a * b, a / b: op 0-3, through the number protocol,
  * the same ufunc call the Python shortcut makes), and otherwise fallback(a, b) (the
  * kernel).  The Python shortcut's frame and checks were half of a small Add's time in
- * the node loop (the 5,000-node add chain: 0.67 us a node, onnxruntime 0.37). */
-enum { BINARY_KNOWN = 8 };
+ * the node loop (the 5,000-node add chain: 0.67 us a node, onnxruntime 0.37).
+ *
+ * Small arrays (at most DIRECT_MAX elements) skip numpy's call as well, once
+ * `arrays(probes, dtypes)` has vouched for numpy's array layout (array_fields.h): the
+ * ufunc's dispatch, type resolution, error-state read and allocation were 0.2-0.25 us
+ * of each such node, where the arithmetic is a few ns.  The call keeps its last small
+ * result (`last`); when that array is one nobody else holds (its reference count is
+ * the call's own one: no slot, caller, view or buffer has it), has the shape numpy
+ * would give and is C-contiguous, aligned, writable and its own memory, the call writes
+ * the new result into it and returns it again.  That takes equal shapes, or one
+ * operand of one element and no more dimensions than the other; both C-contiguous and
+ * aligned, of float32, float64, int32 or int64 (the `arrays` dtypes, by identity).
+ * The arithmetic is numpy's: one IEEE operation per element for floats, two's
+ * complement wrapping for integers (computed unsigned).  Only the payload of a NaN made
+ * from two NaN operands may differ: x86 gives one operand's, and which one numpy's own
+ * loops give already varies with the length and which operand is broadcast.  Every other call is numpy's,
+ * and its result, when it qualifies, becomes `last` (a 0-d result, which numpy gives as
+ * a scalar, is made a 0-d array first, as the run loop would make it). */
+enum { BINARY_KNOWN = 8, DIRECT_MAX = 256 };
+enum { D_F32, D_F64, D_I32, D_I64, D_TYPES };
+static int direct_on = 0;                      /* a probe passed */
+static PyObject *direct_dtypes[D_TYPES] = {0}; /* held: float32 float64 int32 int64 */
 
 typedef struct {
     PyObject_HEAD
@@ -968,7 +991,85 @@ typedef struct {
      * addresses stay theirs: a pointer comparison from then on */
     int n_known;
     PyObject *known[BINARY_KNOWN];
+    PyObject *last; /* the last small result (above), or NULL */
 } Binary;
+
+/* The direct type of dtype object d, or -1; `op` 3 (/) takes floats only. */
+static int direct_type(PyObject *d, int op) {
+    for (int t = 0; t < (op == 3 ? D_I32 : D_TYPES); t++)
+        if (direct_dtypes[t] == d) return t;
+    return -1;
+}
+
+#define DIRECT_LOOP(T, EXPR)                                                               \
+    do {                                                                                   \
+        const T *pa = (const T *)a->data, *pb = (const T *)b->data;                       \
+        T *po = (T *)o->data;                                                              \
+        for (Py_ssize_t i = 0; i < n; i++) {                                               \
+            const T x = pa[i * sa], y = pb[i * sb];                                        \
+            po[i] = EXPR;                                                                  \
+        }                                                                                  \
+    } while (0)
+
+#define DIRECT_OPS(T, U)                                                                   \
+    switch (op) {                                                                          \
+    case 0: DIRECT_LOOP(T, (T)((U)x + (U)y)); break;                                       \
+    case 1: DIRECT_LOOP(T, (T)((U)x - (U)y)); break;                                       \
+    case 2: DIRECT_LOOP(T, (T)((U)x * (U)y)); break;                                       \
+    default: DIRECT_LOOP(T, x / y);                                                        \
+    }
+
+/* a op b into the held result `last` when the section above allows it: a new reference
+ * to it, or NULL (no error set) when the call is numpy's. */
+static PyObject *binary_direct(Binary *bin, PyObject *xa, PyObject *xb) {
+    const ArrayFields *a = array_fields(xa), *b = array_fields(xb);
+    const ArrayFields *o = bin->last ? array_fields(bin->last) : NULL;
+    const int need = AF_C_CONTIGUOUS | AF_ALIGNED;
+    if (o == NULL || Py_REFCNT(bin->last) != 1 || a->descr != b->descr ||
+        o->descr != a->descr || (a->flags & need) != need || (b->flags & need) != need ||
+        (o->flags & AF_FLAGS_SEEN) != AF_FLAGS_SEEN)
+        return NULL;
+    const int t = direct_type(a->descr, bin->op);
+    if (t < 0) return NULL;
+    const Py_ssize_t na = array_fields_size(a), nb = array_fields_size(b);
+    const ArrayFields *shape; /* the operand whose shape the result has */
+    if (array_fields_same_shape(a, b))
+        shape = a;
+    else if (nb == 1 && b->nd <= a->nd)
+        shape = a;
+    else if (na == 1 && a->nd <= b->nd)
+        shape = b;
+    else
+        return NULL;
+    if (!array_fields_same_shape(o, shape)) return NULL;
+    const Py_ssize_t n = array_fields_size(o);
+    const Py_ssize_t sa = na == n ? 1 : 0, sb = nb == n ? 1 : 0;
+    const int op = bin->op;
+    switch (t) {
+    case D_F32: DIRECT_OPS(float, float); break;
+    case D_F64: DIRECT_OPS(double, double); break;
+    case D_I32: DIRECT_OPS(int32_t, uint32_t); break;
+    default: DIRECT_OPS(int64_t, uint64_t);
+    }
+    return Py_NewRef(bin->last);
+}
+
+/* numpy's result r of a direct-type call, kept as `last` when small: r, or its 0-d array
+ * (a new reference either way), or NULL with the error set. */
+static PyObject *binary_keep(Binary *bin, PyObject *r) {
+    if (r == NULL || !direct_on) return r;
+    if ((PyObject *)Py_TYPE(r) != ndarray_type) {
+        PyObject *one = PyObject_CallOneArg(normalize_one, r);
+        Py_DECREF(r);
+        if (one == NULL || (PyObject *)Py_TYPE(one) != ndarray_type) return one;
+        r = one;
+    }
+    const ArrayFields *f = array_fields(r);
+    if (array_fields_size(f) <= DIRECT_MAX && direct_type(f->descr, bin->op) >= 0 &&
+        (f->flags & AF_FLAGS_SEEN) == AF_FLAGS_SEEN)
+        Py_XSETREF(bin->last, Py_NewRef(r));
+    return r;
+}
 
 static PyObject *str_dtype = NULL;
 
@@ -979,6 +1080,10 @@ static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         (PyObject *)Py_TYPE(args[0]) != ndarray_type ||
         (PyObject *)Py_TYPE(args[1]) != ndarray_type)
         return PyObject_Vectorcall(b->fallback, args, nargsf, kwnames);
+    if (direct_on && b->last != NULL) {
+        PyObject *r = binary_direct(b, args[0], args[1]);
+        if (r != NULL) return r;
+    }
     PyObject *da = PyObject_GetAttr(args[0], str_dtype);
     if (da == NULL) return NULL;
     PyObject *db = PyObject_GetAttr(args[1], str_dtype);
@@ -1002,12 +1107,14 @@ static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         }
     }
     if (!ok) return PyObject_Vectorcall(b->fallback, args, nargsf, kwnames);
+    PyObject *r;
     switch (b->op) {
-    case 0: return PyNumber_Add(args[0], args[1]);
-    case 1: return PyNumber_Subtract(args[0], args[1]);
-    case 2: return PyNumber_Multiply(args[0], args[1]);
-    default: return PyNumber_TrueDivide(args[0], args[1]);
+    case 0: r = PyNumber_Add(args[0], args[1]); break;
+    case 1: r = PyNumber_Subtract(args[0], args[1]); break;
+    case 2: r = PyNumber_Multiply(args[0], args[1]); break;
+    default: r = PyNumber_TrueDivide(args[0], args[1]);
     }
+    return binary_keep(b, r);
 }
 
 static int binary_traverse(PyObject *obj, visitproc visit, void *arg) {
@@ -1015,6 +1122,7 @@ static int binary_traverse(PyObject *obj, visitproc visit, void *arg) {
     Py_VISIT(b->dtypes);
     Py_VISIT(b->fallback);
     for (int k = 0; k < b->n_known; k++) Py_VISIT(b->known[k]);
+    Py_VISIT(b->last);
     return 0;
 }
 
@@ -1024,6 +1132,7 @@ static int binary_clear(PyObject *obj) {
     Py_CLEAR(b->fallback);
     for (int k = 0; k < b->n_known; k++) Py_CLEAR(b->known[k]);
     b->n_known = 0;
+    Py_CLEAR(b->last);
     return 0;
 }
 
@@ -1070,6 +1179,7 @@ static PyObject *py_binary(PyObject *self, PyObject *args) {
     b->dtypes = Py_NewRef(dtypes);
     b->fallback = Py_NewRef(fallback);
     b->n_known = 0;
+    b->last = NULL;
     PyObject_GC_Track((PyObject *)b);
     return (PyObject *)b;
 }
@@ -1212,6 +1322,25 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* arrays(probes, dtypes): turns the small arrays' direct arithmetic on when every probe
+ * agrees with array_fields.h's layout (after setup), with `dtypes` the four dtype objects
+ * float32, float64, int32 and int64; returns whether it is on. */
+static PyObject *py_arrays(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *probes, *dtypes;
+    if (!PyArg_ParseTuple(args, "OO!:arrays", &probes, &PyTuple_Type, &dtypes)) return NULL;
+    if (ndarray_type == NULL || PyTuple_GET_SIZE(dtypes) != D_TYPES) {
+        PyErr_SetString(PyExc_ValueError, "arrays: call setup first; four dtypes");
+        return NULL;
+    }
+    const int ok = array_fields_probe(probes, ndarray_type);
+    if (ok < 0) return NULL;
+    for (int t = 0; t < D_TYPES; t++)
+        Py_XSETREF(direct_dtypes[t], Py_NewRef(PyTuple_GET_ITEM(dtypes, t)));
+    direct_on = ok;
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *set_level(PyObject *self, PyObject *arg) { Py_RETURN_NONE; }
 
 static PyMethodDef methods[] = {
@@ -1234,6 +1363,9 @@ static PyMethodDef methods[] = {
     {"binary", py_binary, METH_VARARGS,
      "binary(op, dtypes, fallback) -> f(a, b): numpy's + - * / (op 0-3) on two ndarrays of "
      "one dtype of `dtypes`, else fallback(a, b)."},
+    {"arrays", py_arrays, METH_VARARGS,
+     "arrays(probes, dtypes) -> whether binary's direct arithmetic of small arrays is on "
+     "(see the source)."},
     {"seconds_per_tick", py_seconds_per_tick, METH_NOARGS,
      "seconds_per_tick() -> the seconds of one unit of run's step times"},
     {"set_level", set_level, METH_O, "set_level(n): no level-specific code here"},
