@@ -291,6 +291,41 @@ def test_multi_head_attention_specialized_call_gives_the_stepped_bits() -> None:
     assert_stepped_bits(model, feeds, runs=2)
 
 
+@pytest.mark.parametrize("mask", ["none", "lengths", "2d", "3d"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("n_out", [1, 3])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_multi_head_attention_quick_call_gives_the_stepped_bits(
+    monkeypatch, mask: str, bias: bool, n_out: int, unidirectional: int
+) -> None:
+    """contrib_attention._QuickSelfAttention (Q, K and V packed with the bias added in one
+    pass, the present caches kept when nobody reads them) gives the node's own compiled
+    call's bits on every unwatched run, and runs them: `_mha_compiled` only in the stepped
+    run."""
+    general = []
+    mha_compiled = contrib_attention._mha_compiled
+    monkeypatch.setattr(
+        contrib_attention,
+        "_mha_compiled",
+        lambda *a: general.append(1) or mha_compiled(*a),
+    )
+    rng = np.random.default_rng(13)
+    b, s, n, head = 2, 5, 4, 8
+    d = n * head
+    inputs: list[Any] = [_f(rng, b, s, d) for _ in range(3)]
+    inputs.append(_f(rng, 3 * d) if bias else None)
+    inputs.append(_mask(rng, mask, b, s, 0))
+    attrs = {"num_heads": n, "unidirectional": unidirectional, "scale": 0.3 if bias else None}
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    model, feeds = _model("MultiHeadAttention", inputs, n_out, attrs, (3,) if bias else ())
+    assert_stepped_bits(model, feeds, runs=3)
+    if contrib_attention._COMPILED is not None:
+        assert len(general) == 1  # the stepped run's kernel call
+    fed = dict(feeds)
+    fed["in0"] = np.asfortranarray(feeds["in0"])  # another layout: its own copy, same bits
+    assert_stepped_bits(model, fed, runs=2)
+
+
 @pytest.mark.parametrize("mask_dtype", [None, np.int32, np.int64])
 def test_embed_layer_normalization_unwatched_gives_the_stepped_bits(mask_dtype: Any) -> None:
     rng = np.random.default_rng(10)
