@@ -83,8 +83,9 @@ def _same_bits(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
 def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Plain calls (Add, Relu, Reshape), specialized calls of several outputs (Split,
     and LSTM where its compiled loop runs), a context kernel without one (Dropout), a
-    fused node (MatMul + Add), a folded one (Shape of an initializer, Cast), and control
-    flow (If) in one graph."""
+    fused node (MatMul + Add), a folded one (Shape of an initializer, Cast), control
+    flow (If, whose branch runs quietly from the compiled loop) and a function call (the
+    Python loop's) in one graph."""
     hidden = 4
     rng = np.random.default_rng(3)
     then_graph = helper.make_graph(
@@ -120,8 +121,10 @@ def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
             "If", ["positive"], ["branch"], then_branch=then_graph, else_branch=else_graph
         ),
         helper.make_node("Mul", ["branch", "h_last"], ["y_pre"], name="mul"),
+        # A function call: the compiled loop leaves it to the Python loop (PYTHON).
+        helper.make_node("Twice", ["y_pre"], ["y_twice"], domain="local", name="twice"),
         # A context kernel without a specialized call (it may draw): _call_kernel.
-        helper.make_node("Dropout", ["y_pre"], ["y"], name="dropout"),
+        helper.make_node("Dropout", ["y_twice"], ["y"], name="dropout"),
     ]
     inits = {
         "w_mm": rng.standard_normal((6, 8)).astype(np.float32),
@@ -143,7 +146,19 @@ def _every_mode_model() -> tuple[onnx.ModelProto, dict[str, Any]]:
         ],
         initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    twice = helper.make_function(
+        "local",
+        "Twice",
+        ["a"],
+        ["b"],
+        [helper.make_node("Add", ["a", "a"], ["b"])],
+        [helper.make_opsetid("", 17)],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[twice],
+    )
     return model, {"x": rng.standard_normal((2, 6)).astype(np.float32)}
 
 
@@ -156,7 +171,9 @@ def test_every_step_mode_gives_the_python_loops_bits_and_profile(monkeypatch) ->
     nodes = run_nodes(sess.plan)
     modes = {quiet_loop.step_mode(pn, None)[0] for pn in nodes}
     assert {quiet_loop.PLAIN, quiet_loop.MANY, quiet_loop.FUSED, quiet_loop.KERNEL} <= modes
-    assert {quiet_loop.FOLDED, quiet_loop.PYTHON} <= modes  # Shape/Cast folded; the If
+    assert {quiet_loop.FOLDED, quiet_loop.PYTHON} <= modes  # Shape/Cast folded; Twice
+    if_node = next(pn for pn in nodes if pn.op_type == "If")
+    assert quiet_loop.step_mode(if_node, None)[0] == quiet_loop.KERNEL
     assert all(calls == 1 for calls, _ in sess.node_times.values())  # the last run's
     # The MatMul + Add and the chain made their quick calls on the first run, and the
     # later runs took them (held products and chains, compiled).

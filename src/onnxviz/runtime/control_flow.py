@@ -48,6 +48,22 @@ def run_control(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> 
     raise ex.error(pn, ins, f"unknown control-flow op {op}")
 
 
+def run_control_quietly(ex: FrameRunner, pn: PlanNode, ins: list[Any]) -> list[Any]:
+    """A control-flow node's outputs in an unwatched run, without a generator for the
+    node loop to step through: the compiled loop calls this (quiet_loop.step_mode) with
+    the frame that runs ``pn`` on top of the runner's stack.  Nobody watches, so its
+    bodies yield no event and the generator ends at its first ``next``; the frame that
+    holds the node stays in the compiled loop instead of stopping there (a Python
+    loop's frame for each If or Loop node: 2-4 us of a small model's run)."""
+    gen = run_control(ex, ex.current_frame(), pn, ins)
+    try:
+        event = next(gen)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    gen.close()
+    raise RuntimeError(f"an unwatched run of {pn.label} yielded {type(event).__name__}")
+
+
 def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     branch = "then_branch" if _scalar_bool(ins[0]) else "else_branch"
     plan = ex.subplan(frame, pn, branch)
@@ -59,7 +75,9 @@ def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
         kind="subgraph",
         feeds=[],
     )
-    outs = yield from ex.run_frame(sub)
+    outs, stopped = ex.run_quietly(sub)
+    if outs is None:
+        outs = yield from ex.run_frame(sub, stopped)
     return outs
 
 
@@ -92,7 +110,9 @@ def _run_loop(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Ev
             iteration=i,
             iterations=max_trip,
         )
-        outs = yield from ex.run_frame(sub)
+        outs, stopped = ex.run_quietly(sub)
+        if outs is None:
+            outs = yield from ex.run_frame(sub, stopped)
         # The spec's for-loop and infinite forms (no cond input) ignore the body's cond.
         if cond is not None and outs[0] is not None:
             keep_going = _scalar_bool(outs[0])
@@ -183,7 +203,9 @@ def _scan_step(
         iteration=t,
         iterations=length,
     )
-    outs = yield from ex.run_frame(sub)
+    outs, stopped = ex.run_quietly(sub)
+    if outs is None:
+        outs = yield from ex.run_frame(sub, stopped)
     n_state = len(states)
     return list(outs[:n_state]), [np.asarray(o) for o in outs[n_state:]]
 
@@ -259,7 +281,9 @@ def _run_sequence_map(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any
             iteration=i,
             iterations=len(seq),
         )
-        outs = yield from ex.run_frame(sub)
+        outs, stopped = ex.run_quietly(sub)
+        if outs is None:
+            outs = yield from ex.run_frame(sub, stopped)
         for k in range(n_out):
             results[k].append(outs[k])
     return list(results)

@@ -289,10 +289,54 @@ class Executor:
         return err
 
     # -- the node loop -------------------------------------------------------------------
-    def run_frame(self, frame: Frame) -> Events:
-        """Run every node of ``frame``; yields events when watched, returns the graph
-        outputs.  Watched runs execute ``plan.nodes`` one by one; unwatched runs the
-        fused list (fusion.run_nodes) when `fuse` is set."""
+    def current_frame(self) -> Frame:
+        """The frame whose node runs now (the top of the stack)."""
+        return self.stack[-1]
+
+    def run_quietly(self, frame: Frame) -> tuple[list[Any] | None, int]:
+        """Run ``frame`` in the compiled loop alone when nobody watches it: (its outputs,
+        the node count) when the loop ran every node, else (None, the index of the first
+        node it left, with the nodes before it run): the caller then goes on with
+        ``run_frame(frame, start=that index)``.  (None, 0) when the frame is watched,
+        keeps values, has no compiled program or a node only run_frame runs (control
+        flow, a function call).
+
+        Why: a frame's run through the generator (its making, its locals, ``yield
+        from``) cost 2-3 us beyond its nodes: a tiny model's run, each If branch, each
+        iteration of a Loop body (issue 21)."""
+        if self.watched or self.store is not None:
+            return None, 0
+        plan = frame.plan
+        nodes = run_nodes(plan) if self.fuse else plan.nodes
+        compiled = quiet_loop.program_for(plan, nodes, Executor._call_kernel)
+        if compiled is None or not compiled[2]:  # (a node the loop leaves: run_frame's)
+            return None, 0
+        program, run_compiled, _ = compiled
+        limit = inplace_ops.MIN_ELEMENTS if self.inplace else -1
+        where = [0]
+        self.stack.append(frame)
+        try:
+            i = run_compiled(
+                program, 0, frame.values, self, self._times_of(program, nodes), where, limit,
+                self.fold,
+            )  # fmt: skip
+        except Exception as exc:  # (the frame stays on the stack, as run_frame leaves it)
+            err = self._compiled_error(frame, nodes[where[0]], exc)
+            if err is exc:
+                raise
+            raise err from exc
+        self.stack.pop()
+        if i < len(nodes):
+            return None, i
+        frame.node_index = len(plan.nodes)
+        values = frame.values
+        return [values[s] if s >= 0 else None for s in plan.output_slots], i
+
+    def run_frame(self, frame: Frame, start: int = 0) -> Events:
+        """Run every node of ``frame`` from node ``start`` of its list (an unwatched
+        frame's, after `run_quietly` ran those before it); yields events when watched,
+        returns the graph outputs.  Watched runs execute ``plan.nodes`` one by one;
+        unwatched runs the fused list (fusion.run_nodes) when `fuse` is set."""
         self.stack.append(frame)
         plan = frame.plan
         values = frame.values
@@ -319,12 +363,12 @@ class Executor:
         # ... and most of them run in the compiled loop (quiet_loop.py), which stops at
         # the nodes it leaves to this one.
         compiled = quiet_loop.program_for(plan, nodes, Executor._call_kernel) if quiet else None
-        program, run_compiled = compiled if compiled is not None else (None, None)
+        program, run_compiled, _ = compiled if compiled is not None else (None, None, False)
         times = self._times_of(program, nodes) if program is not None else None
         where = [0]
         inplace_limit = inplace_min if inplace else -1
         n_nodes = len(nodes)
-        i = 0
+        i = start
         while i < n_nodes:
             if run_compiled is not None:
                 try:
@@ -579,7 +623,9 @@ class Executor:
             kind="function",
             feeds=list(ins),
         )
-        outs = yield from self.run_frame(sub)
+        outs, stopped = self.run_quietly(sub)
+        if outs is None:
+            outs = yield from self.run_frame(sub, stopped)
         return outs[: len(pn.outputs)] + [None] * max(0, len(pn.outputs) - len(outs))
 
 

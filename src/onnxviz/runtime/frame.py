@@ -85,8 +85,18 @@ class FrameRunner(Protocol):
         """A frame for ``plan`` opened from ``caller``, seeing ``parent``'s scope."""
         ...
 
-    def run_frame(self, frame: Frame) -> Events:
-        """Run every node of ``frame`` (the one node loop); returns its outputs."""
+    def current_frame(self) -> Frame:
+        """The frame whose node runs now (the top of the stack)."""
+        ...
+
+    def run_quietly(self, frame: Frame) -> tuple[list[Any] | None, int]:
+        """Run an unwatched ``frame`` in the compiled loop alone: (its outputs, n), or
+        (None, the node to go on from with run_frame)."""
+        ...
+
+    def run_frame(self, frame: Frame, start: int = 0) -> Events:
+        """Run every node of ``frame`` (the one node loop) from node ``start``; returns
+        its outputs."""
         ...
 
     def check_cancel(self, pn: PlanNode) -> None:

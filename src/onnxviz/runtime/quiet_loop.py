@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime import native
+from onnxviz.runtime.control_flow import run_control_quietly
 from onnxviz.runtime.invoke import normalize_outputs
 
 if TYPE_CHECKING:
@@ -110,7 +111,9 @@ def step_mode(pn: PlanNode, call_kernel: Any) -> tuple[int, Any, Any]:
         # A fused object with a `quick` attribute may make a compiled call of itself on
         # its first run; the loop reads and tries it first (native/_runloop.c, FUSED).
         return FUSED, pn.fused, pn.fused if hasattr(pn.fused, "quick") else None
-    return PYTHON, None, None  # control flow, functions, unsupported
+    if pn.kind == "control":  # (its bodies run quietly too: control_flow.py)
+        return KERNEL, run_control_quietly, pn
+    return PYTHON, None, None  # functions, unsupported
 
 
 def calls_kernel(pn: PlanNode) -> bool:
@@ -120,8 +123,9 @@ def calls_kernel(pn: PlanNode) -> bool:
 
 
 def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any:
-    """The compiled program of ``nodes`` (plan.nodes or its fused list), made once, and
-    the module's ``run``, or None (kernels off or not built)."""
+    """(The compiled program of ``nodes`` (plan.nodes or its fused list), made once, the
+    module's ``run``, whether the program has no PYTHON step: the loop may run the whole
+    list), or None (kernels off or not built)."""
     entry = plan.quiet_programs.get(id(nodes))
     if entry is not None and entry[0] is nodes and native.level() is not None:
         return entry[1]
@@ -142,7 +146,8 @@ def program_for(plan: GraphPlan, nodes: list[PlanNode], call_kernel: Any) -> Any
                 tuple(pn.free_after),
             )
         )
-    program = (module.compile(steps, plan.n_slots), module.run)
+    whole = all(step[0] != PYTHON for step in steps)
+    program = (module.compile(steps, plan.n_slots), module.run, whole)
     plan.quiet_programs[id(nodes)] = (nodes, program)
     return program
 

@@ -253,7 +253,7 @@ class Session:
                     graph_path="main",
                 )
         self.start(feeds or {})
-        gen = self._gen
+        gen: Any = self._gen
         ex = self._executor
         assert gen is not None and ex is not None
         ex.input_values_in_events = False  # nobody sees these events
@@ -274,7 +274,18 @@ class Session:
             ex.unwatched(fuse=self.fuse_ops, inplace=self.inplace_ops)
         token = fp_quiet.quiet()  # (np.errstate(all="ignore"), kept: fp_quiet.py)
         try:
-            while True:
+            if not watch:
+                # The compiled loop alone when it takes every node (no generator: its
+                # cost was a third of a one-node model's fixed cost), else the node
+                # loop goes on from where it stopped.
+                assert self._main_frame is not None
+                outs, stopped = ex.run_quietly(self._main_frame)
+                if outs is not None:
+                    self._finish(outs)
+                    gen = None
+                elif stopped:
+                    gen = self._gen = ex.run_frame(self._main_frame, stopped)
+            while gen is not None:
                 ev = next(gen)
                 if watch and type(ev) is NodeFinished and ev.depth == 0:
                     for name in watch.intersection(ev.outputs):
