@@ -557,3 +557,81 @@ def test_run_checks_its_buffers_before_it_reads_them() -> None:
         module.run(program, 0, [1.0, None], ex, bytearray(16), [], -1, True)
     with pytest.raises(ValueError):
         module.run("not a program", 0, [1.0, None], ex, bytearray(16), [0], -1, True)
+
+
+def test_a_failure_in_a_quietly_run_branch_names_its_node_and_frame() -> None:
+    """An If branch run by the compiled loop (run_control_quietly, then run_quietly) fails
+    as the Python loop's would: the error names the branch's node, the stack shows the
+    branch, and the next run of the session is fine."""
+    then_g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["then_y"], name="bad_reshape")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_y", F, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["else_y"], name="else_neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_y", F, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="cond")],
+        "g",
+        [
+            helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", F, [4]),
+            helper.make_tensor_value_info("shape", onnx.TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = Session(model)
+    x = np.arange(4, dtype=np.float32)
+    ok = {"c": np.array(True), "x": x, "shape": np.array([2, 2], np.int64)[:1] * 2}
+    np.testing.assert_array_equal(session.run(ok)["y"], x)
+    with pytest.raises(ExecutionError, match="bad_reshape") as failure:
+        session.run({**ok, "shape": np.array([3], np.int64)})
+    assert failure.value.node and "bad_reshape" in failure.value.node
+    assert session.state == "failed" and "then_branch" in session.stack_text
+    np.testing.assert_array_equal(session.run({**ok, "c": np.array(False)})["y"], -x)
+    if native.level() is not None:  # (the If was the compiled loop's step)
+        if_node = next(pn for pn in run_nodes(session.plan) if pn.op_type == "If")
+        assert quiet_loop.step_mode(if_node, None)[0] == quiet_loop.KERNEL
+
+
+def test_a_quiet_frame_stopped_early_goes_on_from_that_node(monkeypatch) -> None:
+    """run_quietly runs the nodes before an in-place candidate (a big input), then
+    run_frame(frame, start) runs the rest: every node once, numbers as stepped."""
+    from onnxviz.runtime.executor import Executor
+
+    starts: list[int] = []
+    run_frame = Executor.run_frame
+
+    def spy(self: Executor, frame: Any, start: int = 0) -> Any:
+        starts.append(start)
+        return run_frame(self, frame, start)
+
+    monkeypatch.setattr(Executor, "run_frame", spy)
+    nodes = [
+        helper.make_node("Floor", ["x"], ["r"], name="floor"),  # (never in place)
+        helper.make_node("Add", ["r", "x"], ["a"], name="add_big"),  # r dies here: in place
+        helper.make_node("Neg", ["a"], ["y"], name="neg"),
+    ]
+    graph = helper.make_graph(  # (a is an output too: no elementwise chain takes it)
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [100, 100])],
+        [helper.make_tensor_value_info(v, F, None) for v in ("a", "y")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(5).standard_normal((100, 100)).astype(np.float32)}
+    stepped = assert_modes_agree(model, feeds)
+    session = Session(model)
+    for _ in range(3):
+        starts.clear()
+        np.testing.assert_array_equal(session.run(feeds)["y"], stepped["y"])
+        assert all(calls == 1 for calls, _ in session.node_times.values())
+        assert set(session.node_times) == {"main::floor", "main::add_big", "main::neg"}
+        if native.level() is not None:
+            assert starts == [0, 1]  # (start's generator, unused; then from add_big)
