@@ -35,7 +35,7 @@ pytestmark = [
 
 DIRECT = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 OPS = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.true_divide}
-MAX = 256  # _runloop.c's DIRECT_MAX
+MAX = 4096  # _runloop.c's DIRECT_MAX
 
 
 def _kernel(a: Any, b: Any) -> str:
@@ -78,8 +78,10 @@ def _special_values(rng: np.random.Generator, dt: np.dtype, shape: tuple[int, ..
 
 
 def _shapes(draw) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    base = tuple(draw(st.lists(st.integers(0, 7), max_size=3)))
-    kind = draw(st.sampled_from(["same", "one_right", "one_left", "broadcast"]))
+    base = tuple(draw(st.lists(st.integers(0, 7), max_size=4)))
+    kind = draw(
+        st.sampled_from(["same", "one_right", "one_left", "rows_right", "rows_left", "other"])
+    )
     one = tuple(1 for _ in range(draw(st.integers(0, len(base)))))
     if kind == "same":
         return base, base
@@ -87,8 +89,34 @@ def _shapes(draw) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return base, one
     if kind == "one_left":
         return one, base
-    other = tuple(1 if draw(st.booleans()) else d for d in base)  # numpy's, not direct
+    if kind in ("rows_right", "rows_left"):  # trailing axes, maybe with leading 1s
+        tail = base[draw(st.integers(0, len(base))) :]
+        ones = draw(st.integers(0, len(base) - len(tail)))
+        row = (1,) * ones + tail
+        return (base, row) if kind == "rows_right" else (row, base)
+    other = tuple(1 if draw(st.booleans()) else d for d in base)  # a middle 1: numpy's
     return base, other
+
+
+def _direct(sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
+    """Whether the compiled call computes a op b itself (_runloop.c's binary_direct)."""
+
+    def trailing(small: tuple[int, ...], full: tuple[int, ...]) -> bool:
+        k = 0
+        while k < len(small) and small[k] == 1:
+            k += 1
+        tail = small[k:]
+        return len(small) <= len(full) and (not tail or full[len(full) - len(tail) :] == tail)
+
+    size_a, size_b = int(np.prod(sa)), int(np.prod(sb))
+    fits = (
+        sa == sb
+        or (size_b == 1 and len(sb) <= len(sa))
+        or (size_a == 1 and len(sa) <= len(sb))
+        or (size_b > 0 and trailing(sb, sa))
+        or (size_a > 0 and trailing(sa, sb))
+    )
+    return fits and int(np.prod(np.broadcast_shapes(sa, sb))) <= MAX
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
@@ -102,17 +130,14 @@ def test_repeated_calls_give_numpys_bits(data) -> None:
     sa, sb = _shapes(data.draw)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     call = _call(op)
-    size_a, size_b = int(np.prod(sa)), int(np.prod(sb))
-    direct = (
-        sa == sb or (size_b == 1 and len(sb) <= len(sa)) or (size_a == 1 and len(sa) <= len(sb))
-    ) and max(size_a, size_b) <= MAX
+    direct = _direct(sa, sb)
     last: Any = None
     for k in range(4):
         a = np.asarray(_special_values(rng, dt, sa))
         b = np.asarray(_special_values(rng, dt, sb))
         result = call(a, b)
-        if k and direct:  # written into the array the call kept from the call before
-            assert result is last()
+        if k:  # written into the array the call kept from the call before, or a new one
+            assert (result is last()) == direct
         _same_bits(result, _expected(op, a, b))
         last = weakref.ref(result)
         del result
