@@ -345,21 +345,24 @@ def _prepared_dynamic_quantize(attrs: dict[str, Any], known: tuple[Any, ...], n:
     zeros), calls the kernel."""
     if attrs:
         return None
+    module = native.load("int8")
+    if module is None:  # (the kernel's numpy steps, still without the generic call)
+        return lambda x: specialized_outputs(dynamic_quantize_linear(x), n)
     f32, u8 = _F32, np.dtype(np.uint8)
+    quantize, empty, array = module.dynamic_quantize, np.empty, np.array
 
     def call(x: Any) -> Any:
-        module = native.load("int8")
-        if (
-            module is not None
-            and type(x) is np.ndarray
-            and x.dtype == f32
-            and x.size
-            and x.flags.c_contiguous
-        ):
-            y = np.empty(x.shape, dtype=u8)
-            status, scale, zero = module.dynamic_quantize(x.reshape(-1), y.reshape(-1))
+        # (The pass reads any C-contiguous buffer, whatever its shape: a strided x is
+        # the kernel's.  Its lookups and reshapes had been half of a 448-value call.)
+        if type(x) is np.ndarray and x.dtype == f32 and x.size:
+            y = empty(x.shape, dtype=u8)
+            try:
+                status, scale, zero = quantize(x, y)
+            except ValueError:  # not C-contiguous (the buffer protocol says so)
+                status = -1
             if status == 0:
-                return specialized_outputs((y, np.array(scale, f32), np.array(zero, u8)), n)
+                outs = [y, array(scale, f32), array(zero, u8)]
+                return outs if n == 3 else specialized_outputs(outs, n)
         return specialized_outputs(dynamic_quantize_linear(x), n)
 
     return call
