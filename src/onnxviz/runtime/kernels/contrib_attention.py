@@ -349,6 +349,7 @@ def _quick_attention(
     attend, d_in = _COMPILED.attend, w0.shape[0]
     want_present = ctx.wants_output(1)
     f32 = np.dtype(np.float32)
+    last_mask: list[Any] = [None, None]  # (kept mask, its _bias_rows): found once per mask
 
     def quick(x: Any, mask_index: Any) -> Any:
         if type(x) is not np.ndarray or x.dtype != f32 or x.ndim != 3 or x.shape[2] != d_in:
@@ -356,9 +357,14 @@ def _quick_attention(
         b, s = x.shape[0], x.shape[1]
         if b * n * s * s * head > limit:
             return None
-        rows = _bias_rows(_kept_mask(mask_index, b, s, 0, s, unidirectional, filter_value), b, n, s, s)  # fmt: skip
-        if rows is None:
-            return None
+        kept = _kept_mask(mask_index, b, s, 0, s, unidirectional, filter_value)
+        if kept is not None and kept is last_mask[0]:
+            rows = last_mask[1]
+        else:
+            rows = _bias_rows(kept, b, n, s, s)
+            if rows is None:
+                return None
+            last_mask[:] = (kept, rows)
         qkv = project(x)
         present = np.empty((2, b, n, s, head), dtype=f32)
         out = np.empty((b, s, width), dtype=f32)
