@@ -634,4 +634,4 @@ def test_a_quiet_frame_stopped_early_goes_on_from_that_node(monkeypatch) -> None
         assert all(calls == 1 for calls, _ in session.node_times.values())
         assert set(session.node_times) == {"main::floor", "main::add_big", "main::neg"}
         if native.level() is not None:
-            assert starts == [0, 1]  # (start's generator, unused; then from add_big)
+            assert starts == [1]  # the node loop only from add_big

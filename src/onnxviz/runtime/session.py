@@ -252,10 +252,10 @@ class Session:
                     file=self.file,
                     graph_path="main",
                 )
-        self.start(feeds or {})
-        gen: Any = self._gen
-        ex = self._executor
-        assert gen is not None and ex is not None
+        ex = self._begin(feeds or {})
+        frame = self._main_frame
+        assert frame is not None
+        gen: Any = None
         ex.input_values_in_events = False  # nobody sees these events
         self.state = "running"
         fetched: dict[str, Any] = {}
@@ -274,17 +274,17 @@ class Session:
             ex.unwatched(fuse=self.fuse_ops, inplace=self.inplace_ops)
         token = fp_quiet.quiet()  # (np.errstate(all="ignore"), kept: fp_quiet.py)
         try:
-            if not watch:
+            if watch:
+                gen = self._gen = ex.run_frame(frame)
+            else:
                 # The compiled loop alone when it takes every node (no generator: its
-                # cost was a third of a one-node model's fixed cost), else the node
-                # loop goes on from where it stopped.
-                assert self._main_frame is not None
-                outs, stopped = ex.run_quietly(self._main_frame)
+                # making and driving were a third of a one-node model's fixed cost),
+                # else the node loop goes on from where it stopped.
+                outs, stopped = ex.run_quietly(frame)
                 if outs is not None:
                     self._finish(outs)
-                    gen = None
-                elif stopped:
-                    gen = self._gen = ex.run_frame(self._main_frame, stopped)
+                else:
+                    gen = self._gen = ex.run_frame(frame, stopped)
             while gen is not None:
                 ev = next(gen)
                 if watch and type(ev) is NodeFinished and ev.depth == 0:
@@ -307,6 +307,13 @@ class Session:
 
     def start(self, feeds: Mapping[str, Any]) -> None:
         """Prepare a run paused before its first event (old run abandoned)."""
+        ex = self._begin(feeds)
+        assert self._main_frame is not None
+        self._gen = ex.run_frame(self._main_frame)
+
+    def _begin(self, feeds: Mapping[str, Any]) -> Executor:
+        """`start` without the node loop's generator (`run` makes one only when it needs
+        one): the new run's executor, its main frame fed."""
         self._close()
         values = self._check_feeds(feeds)
         store = IntermediateStore(self.memory_cap_bytes) if self.keep_intermediates else None
@@ -337,7 +344,7 @@ class Session:
         self.state = "paused"
         self._depth = 0
         self._t0 = time.perf_counter()
-        self._gen = ex.run_frame(frame)
+        return ex
 
     def cancel(self) -> None:
         """Ask the running (or paused) run to stop before its next node; callable from
