@@ -55,7 +55,22 @@ def run_control_quietly(ex: FrameRunner, pn: PlanNode, ins: list[Any]) -> list[A
     bodies yield no event and the generator ends at its first ``next``; the frame that
     holds the node stays in the compiled loop instead of stopping there (a Python
     loop's frame for each If or Loop node: 2-4 us of a small model's run)."""
-    gen = run_control(ex, ex.current_frame(), pn, ins)
+    frame = ex.current_frame()
+    if pn.op_type != "If":
+        return _drain(pn, run_control(ex, frame, pn, ins))
+    # An If without its two generators (run_control's and _run_if's): its branch's
+    # frame, run by the compiled loop alone when it can (a torch.cond export's whole
+    # run was 2x onnxruntime's, most of it such fixed costs).
+    try:
+        sub = _if_frame(ex, frame, pn, ins)
+    except (ValueError, TypeError, IndexError) as exc:  # (run_control's errors)
+        raise ex.error(pn, ins, f"{type(exc).__name__}: {exc}") from exc
+    outs, stopped = ex.run_quietly(sub)
+    return outs if outs is not None else _drain(pn, ex.run_frame(sub, stopped))
+
+
+def _drain(pn: PlanNode, gen: Events) -> list[Any]:
+    """The value an unwatched run's generator returns at its first ``next``."""
     try:
         event = next(gen)
     except StopIteration as stop:
@@ -64,10 +79,11 @@ def run_control_quietly(ex: FrameRunner, pn: PlanNode, ins: list[Any]) -> list[A
     raise RuntimeError(f"an unwatched run of {pn.label} yielded {type(event).__name__}")
 
 
-def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+def _if_frame(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Frame:
+    """The frame of the branch an If's condition picks."""
     branch = "then_branch" if _scalar_bool(ins[0]) else "else_branch"
     plan = ex.subplan(frame, pn, branch)
-    sub = ex.new_frame(
+    return ex.new_frame(
         plan,
         parent=frame,
         caller=frame,
@@ -75,6 +91,10 @@ def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Even
         kind="subgraph",
         feeds=[],
     )
+
+
+def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
+    sub = _if_frame(ex, frame, pn, ins)
     outs, stopped = ex.run_quietly(sub)
     if outs is None:
         outs = yield from ex.run_frame(sub, stopped)
