@@ -579,7 +579,7 @@ def test_unexpected_interpreter_exception_becomes_execution_error(
     def broken(*args: object, **kwargs: object) -> object:
         raise KeyError("boom")
 
-    monkeypatch.setattr(control_flow, "_run_if", broken)
+    monkeypatch.setattr(control_flow, "_if_frame", broken)  # (both If paths)
     sess = Session(if_model())
     with pytest.raises(ExecutionError, match="interpreter failed: KeyError") as info:
         sess.run({"c": np.array(True), "x": np.ones(2, np.float32)})
