@@ -215,7 +215,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     nodes = plan.nodes
     if trim_routing():
         nodes = trim_convs(nodes, const, constants, keep)
-    nodes = pad_convs(nodes, const, constants, keep)
+    nodes, reshaped = pad_convs(nodes, const, constants, keep)
     users: dict[int, list[int]] = {}
     producer: dict[int, int] = {}  # slot -> position of the node making it
     for i, pn in enumerate(nodes):
@@ -333,7 +333,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         norm = functools.partial(steps_node, nodes, positions, RmsNormChain)
         take(positions, norm, taken)
     # Chains before pairs: a chain takes the pairs between its ops as steps.
-    shapes = complete_shapes(nodes, plan.shapes, constants)  # (tensor operands: declared)
+    declared = plan.shapes
+    if reshaped:  # (a quantize-dequantize pair a Pad no longer pads: its shapes are new)
+        declared = {s: shape for s, shape in declared.items() if s not in reshaped}
+    shapes = complete_shapes(nodes, declared, constants)  # (tensor operands: declared)
     # Shape arithmetic keeps its results between runs (shape_memo.py), which a chain
     # would not: a GPT-2's 1 / sqrt(head size) from Shape -> Slice -> Cast, a Sqrt -> Div
     # chain on one value, cost 7 us a run where the kept result costs a lookup.
