@@ -36,8 +36,9 @@ them: small real models, where what each node costs us beyond its arithmetic sho
   128 cached ones.
 
 Variants (``--models variants``) include Hugging Face's GPT-2, Llama and MobileNetV2 as
-optimum exports them (``hf_gpt2``, ``hf_llama``, ``hf_mobilenet_v2``: need optimum-onnx) and BERT-tiny through onnxruntime's transformers
-optimizer (``transformers_optimized``).
+optimum exports them (``hf_gpt2``, ``hf_llama``, ``hf_mobilenet_v2``: need optimum-onnx), that
+MobileNetV2 quantized to QDQ (a quantize-dequantize pair between each Pad and its conv),
+and BERT-tiny through onnxruntime's transformers optimizer (``transformers_optimized``).
 
 Random weights, seeded.  torch and onnxscript are benchmark-time tools only.  The
 ``*_bell`` variants draw the matrices from N(0, 0.02) (`bell_weights`), as Hugging Face
@@ -1314,6 +1315,10 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "hf_mobilenet_v2": (
         "HF MobileNetV2 x0.5 (optimum, TF padding), 224 px",
         lambda: hf_mobilenet_v2(224),
+    ),
+    "qdq_hf_mobilenet_v2_u8": (
+        "QDQ HF MobileNetV2 x0.5, uint8 activations",
+        lambda: qdq_static(lambda: hf_mobilenet_v2(224), unsigned=True),
     ),
     "bert_tiny_optimized": (
         "BERT-tiny seq 32, onnxruntime transformers optimizer",
