@@ -72,6 +72,11 @@ KERNEL_CASES = [
     ((2, 3, 48, 50), (16, 3, 16, 16), {"strides": [16, 16]}),
     ((1, 4, 36, 37), (8, 4, 12, 12), {"strides": [12, 12]}),
     ((1, 3, 16, 16), (24, 3, 16, 16), {"strides": [16, 16]}),
+    # grouped, more than one channel a group (ResNeXt's, RegNet's: _Grouped)
+    ((2, 8, 7, 9), (8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((1, 48, 14, 14), (48, 16, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((1, 12, 11, 10), (18, 4, 3, 2), {"group": 3, "pads": [0, 2, 1, 0], "dilations": [2, 1]}),
+    ((1, 8, 9, 9), (8, 4, 3, 3), {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
 ]
 
 
@@ -105,8 +110,8 @@ def test_kernels_match_the_plain_conv(x_shape, w_shape, attrs, dtype, layout, ex
     ("w_shape", "attrs"),
     [
         ((8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # a plain conv
-        ((8, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped, not depthwise
         ((16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),  # depthwise multiplier 2
+        ((16, 2, 1, 1), {"group": 4}),  # a grouped 1x1 (ShuffleNet's: nn_conv's)
         ((8, 8, 1, 1), {"pads": [1, 1, 1, 1]}),  # a padded 1x1
     ],
 )
@@ -973,3 +978,49 @@ def test_patch_convs_are_the_float64_definition(x_shape, w_shape, dtype) -> None
     got = conv_channels_last(_channels_last_copy(x), w, b, attrs, None, relu=False)
     assert got is not None
     close(got, want.astype(dtype), "channels-last", rtol=tol)
+
+
+@pytest.mark.parametrize("strides", [1, 2])
+def test_a_grouped_conv_block_runs_channels_last_and_matches_the_stepped_run(
+    strides: int,
+) -> None:
+    """A ResNeXt/RegNet block (1x1, grouped 3x3 of 4 channels a group, 1x1): the grouped
+    conv keeps the layout between its neighbours (nn_conv_nhwc._Grouped), within float32
+    rounding of the stepped run, whose grouped conv is the plain kernel's im2col."""
+    rng = np.random.default_rng(31)
+    inits = {
+        "w1": rng.standard_normal((16, 8, 1, 1)).astype(np.float32) * 0.3,
+        "w2": rng.standard_normal((16, 4, 3, 3)).astype(np.float32) * 0.3,
+        "b2": rng.standard_normal(16).astype(np.float32),
+        "w3": rng.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.3,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        helper.make_node(
+            "Conv",
+            ["ar", "w2", "b2"],
+            ["g"],
+            kernel_shape=[3, 3],
+            group=4,
+            pads=[1, 1, 1, 1],
+            strides=[strides, strides],
+            name="grouped",
+        ),  # fmt: skip
+        helper.make_node("Relu", ["g"], ["gr"]),
+        helper.make_node("Conv", ["gr", "w3"], ["y"], kernel_shape=[1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "regnet_block",
+        [helper.make_tensor_value_info("x", F, [2, 8, 13, 12])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((2, 8, 13, 12)).astype(np.float32)}
+    assert_modes_agree(model, feeds)
+    session = Session(model)
+    session.run(feeds)
+    grouped = next(pn for pn in run_nodes(session.plan) if pn.label == "grouped")
+    assert grouped.fused.layout.emit

@@ -83,7 +83,7 @@ _ELEMENTWISE = frozenset(
 # channels-last (kernels.nn_pool.native_pool2d; other inputs keep NCHW).
 _POOLS = frozenset({"MaxPool", "AveragePool"})
 # Conv kinds whose kernel computes channels-last (an NCHW output costs it a transpose).
-_NATIVE_LAST = frozenset({"depthwise", "direct"})
+_NATIVE_LAST = frozenset({"depthwise", "direct", "grouped"})
 # Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
 _SPATIAL_REDUCTIONS = frozenset({"ReduceMean", "GlobalAveragePool", "GlobalMaxPool"})
 # The ones `SpatialMean` runs when their input is channels-last.
@@ -96,9 +96,9 @@ def is_conv_chain(pn: PlanNode) -> bool:
 
 
 def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
-    """ "depthwise", "pointwise" or "direct" (a plain conv the compiled direct kernel
-    runs) for a fused Conv the channels-last kernels run (its weight an initializer of
-    that shape), else None."""
+    """ "depthwise", "pointwise", "direct" (a plain conv the compiled direct kernel
+    runs) or "grouped" (more than one channel a group) for a fused Conv the channels-last
+    kernels run (its weight an initializer of that shape), else None."""
     w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
     attrs = pn.attrs
     group = attrs.get("group", 1)
@@ -122,6 +122,10 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
         return "pointwise"
     if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
         return "direct"
+    if group > 1 and w.shape[1] > 1 and w.shape[2:] != (1, 1):
+        # nn_conv_nhwc._Grouped: windows gathered as runs of channels.  (A grouped 1x1,
+        # ShuffleNet's, keeps NCHW: its batched product reads the planes in place.)
+        return "grouped"
     return None
 
 
