@@ -983,31 +983,44 @@ def _generation_feeds(model: onnx.ModelProto, new: int, past: int, vocab: int) -
     return model, feeds
 
 
+def _optimum_export(name: str, task: str, build: Callable[[str], None]) -> onnx.ModelProto:
+    """The model optimum exports for ``task`` from the Hugging Face model that ``build(src)``
+    saves into the folder ``src`` (torch seeded 0 first), exported once and kept in the
+    temporary folder under ``name``.  Needs optimum-onnx and transformers."""
+    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", name)
+    path = os.path.join(folder, "model.onnx")
+    if not os.path.exists(path):
+        import torch
+        from optimum.exporters.onnx import main_export
+
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "hf")
+            build(src)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                main_export(src, folder, task=task, do_validation=False)
+    return onnx.load(path)
+
+
 def hf_gpt2(hidden: int, new: int, past: int) -> Built:
     """Hugging Face's GPT2LMHeadModel (2 layers, heads of 64, vocabulary 2048, random
     weights) as optimum exports it for text generation with a cache (TorchScript
     underneath): the 553-node graph with its shape arithmetic, HF's attention and NewGELU
     (x ** 3 as a Pow), ``new`` tokens after a cache of ``past``.  Needs optimum-onnx and
     transformers (benchmark-time tools); the export is kept in the temporary folder."""
-    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_gpt2_{hidden}")
-    path = os.path.join(folder, "model.onnx")
-    if not os.path.exists(path):
-        import torch
-        from optimum.exporters.onnx import main_export
+
+    def build(src: str) -> None:
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        torch.manual_seed(0)
         config = GPT2Config(
             vocab_size=2048, n_embd=hidden, n_layer=2, n_head=max(1, hidden // 64), n_positions=256
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "hf")
-            GPT2LMHeadModel(config).save_pretrained(src)
-            _write_tokenizer(src)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                main_export(src, folder, task="text-generation-with-past", do_validation=False)
-    return _generation_feeds(onnx.load(path), new, past, 2048)
+        GPT2LMHeadModel(config).save_pretrained(src)
+        _write_tokenizer(src)
+
+    model = _optimum_export(f"hf_gpt2_{hidden}", "text-generation-with-past", build)
+    return _generation_feeds(model, new, past, 2048)
 
 
 def hf_llama(hidden: int, new: int, past: int) -> Built:
@@ -1017,27 +1030,20 @@ def hf_llama(hidden: int, new: int, past: int) -> Built:
     rotary positions computed in the graph, the grouped keys and values repeated by
     Expand, a SwiGLU MLP; ``new`` tokens after a cache of ``past``.  Needs optimum-onnx
     and transformers; the export is kept in the temporary folder."""
-    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_llama_{hidden}")
-    path = os.path.join(folder, "model.onnx")
     heads = max(1, hidden // 32)
-    if not os.path.exists(path):
-        import torch
-        from optimum.exporters.onnx import main_export
+
+    def build(src: str) -> None:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        torch.manual_seed(0)
         config = LlamaConfig(
             vocab_size=1000, hidden_size=hidden, intermediate_size=hidden * 43 // 16,
             num_hidden_layers=4, num_attention_heads=heads,
             num_key_value_heads=max(1, heads // 2), max_position_embeddings=512,
         )  # fmt: skip
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "hf")
-            LlamaForCausalLM(config).eval().save_pretrained(src)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                main_export(src, folder, task="text-generation-with-past", do_validation=False)
-    return _generation_feeds(onnx.load(path), new, past, 1000)
+        LlamaForCausalLM(config).eval().save_pretrained(src)
+
+    model = _optimum_export(f"hf_llama_{hidden}", "text-generation-with-past", build)
+    return _generation_feeds(model, new, past, 1000)
 
 
 def hf_mobilenet_v2(size: int) -> Built:
@@ -1045,22 +1051,14 @@ def hf_mobilenet_v2(size: int) -> Built:
     weights) as optimum exports it: TensorFlow's SAME padding written as a Pad before each
     of its 52 convs (``tf_padding``), ReLU6 as Clip; one ``size`` px image.  Needs
     optimum-onnx and transformers; the export is kept in the temporary folder."""
-    folder = os.path.join(tempfile.gettempdir(), "onnxviz_families", f"hf_mobilenet_v2_{size}")
-    path = os.path.join(folder, "model.onnx")
-    if not os.path.exists(path):
-        import torch
-        from optimum.exporters.onnx import main_export
+
+    def build(src: str) -> None:
         from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
-        torch.manual_seed(0)
         config = MobileNetV2Config(depth_multiplier=0.5, image_size=size, num_labels=10)
-        with tempfile.TemporaryDirectory() as tmp:
-            src = os.path.join(tmp, "hf")
-            MobileNetV2ForImageClassification(config).eval().save_pretrained(src)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                main_export(src, folder, task="image-classification", do_validation=False)
-    model = onnx.load(path)
+        MobileNetV2ForImageClassification(config).eval().save_pretrained(src)
+
+    model = _optimum_export(f"hf_mobilenet_v2_{size}", "image-classification", build)
     x = np.random.default_rng(5).standard_normal((1, 3, size, size)).astype(np.float32)
     return model, {model.graph.input[0].name: x}
 
