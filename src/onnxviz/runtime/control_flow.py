@@ -95,9 +95,7 @@ def _if_frame(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Fr
 
 def _run_if(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Events:
     sub = _if_frame(ex, frame, pn, ins)
-    outs, stopped = ex.run_quietly(sub)
-    if outs is None:
-        outs = yield from ex.run_frame(sub, stopped)
+    outs = yield from ex.run_frame(sub)
     return outs
 
 
@@ -130,9 +128,7 @@ def _run_loop(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> Ev
             iteration=i,
             iterations=max_trip,
         )
-        outs, stopped = ex.run_quietly(sub)
-        if outs is None:
-            outs = yield from ex.run_frame(sub, stopped)
+        outs = yield from ex.run_frame(sub)
         # The spec's for-loop and infinite forms (no cond input) ignore the body's cond.
         if cond is not None and outs[0] is not None:
             keep_going = _scalar_bool(outs[0])
@@ -223,9 +219,7 @@ def _scan_step(
         iteration=t,
         iterations=length,
     )
-    outs, stopped = ex.run_quietly(sub)
-    if outs is None:
-        outs = yield from ex.run_frame(sub, stopped)
+    outs = yield from ex.run_frame(sub)
     n_state = len(states)
     return list(outs[:n_state]), [np.asarray(o) for o in outs[n_state:]]
 
@@ -301,9 +295,7 @@ def _run_sequence_map(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any
             iteration=i,
             iterations=len(seq),
         )
-        outs, stopped = ex.run_quietly(sub)
-        if outs is None:
-            outs = yield from ex.run_frame(sub, stopped)
+        outs = yield from ex.run_frame(sub)
         for k in range(n_out):
             results[k].append(outs[k])
     return list(results)

@@ -332,11 +332,17 @@ class Executor:
         values = frame.values
         return [values[s] if s >= 0 else None for s in plan.output_slots], i
 
-    def run_frame(self, frame: Frame, start: int = 0) -> Events:
-        """Run every node of ``frame`` from node ``start`` of its list (an unwatched
-        frame's, after `run_quietly` ran those before it); yields events when watched,
-        returns the graph outputs.  Watched runs execute ``plan.nodes`` one by one;
-        unwatched runs the fused list (fusion.run_nodes) when `fuse` is set."""
+    def run_frame(self, frame: Frame, start: int | None = None) -> Events:
+        """Run every node of ``frame``; yields events when watched, returns the graph
+        outputs.  Watched runs execute ``plan.nodes`` one by one; unwatched runs the fused
+        list (fusion.run_nodes) when `fuse` is set.  Without ``start``, an unwatched frame
+        is first `run_quietly`'s and the node loop below goes on from where that stopped
+        (every body of control flow and every function call comes through here); with
+        it, the loop starts at that node (a caller that ran `run_quietly` itself)."""
+        if start is None:
+            quiet_outs, start = self.run_quietly(frame)
+            if quiet_outs is not None:
+                return quiet_outs
         self.stack.append(frame)
         plan = frame.plan
         values = frame.values
@@ -623,9 +629,7 @@ class Executor:
             kind="function",
             feeds=list(ins),
         )
-        outs, stopped = self.run_quietly(sub)
-        if outs is None:
-            outs = yield from self.run_frame(sub, stopped)
+        outs = yield from self.run_frame(sub)
         return outs[: len(pn.outputs)] + [None] * max(0, len(pn.outputs) - len(outs))
 
 

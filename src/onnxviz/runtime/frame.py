@@ -94,9 +94,9 @@ class FrameRunner(Protocol):
         (None, the node to go on from with run_frame)."""
         ...
 
-    def run_frame(self, frame: Frame, start: int = 0) -> Events:
-        """Run every node of ``frame`` (the one node loop) from node ``start``; returns
-        its outputs."""
+    def run_frame(self, frame: Frame, start: int | None = None) -> Events:
+        """Run every node of ``frame`` (the one node loop; unwatched, the compiled loop
+        first), or from node ``start``; returns its outputs."""
         ...
 
     def check_cancel(self, pn: PlanNode) -> None:
