@@ -24,10 +24,11 @@ A quantized model (onnxruntime.quantization's QDQ format) puts a quantize-dequan
 pair between the two: ``Pad -> QuantizeLinear -> DequantizeLinear -> Conv``.  The pair
 maps a zero to a zero (quantized, it is the zero point; dequantized, (zp - zp) * s),
 so padding before it equals padding after it: the pair reads the Pad's input and the
-Conv takes the padding, when the pair has one scale and one zero point each (the same
-zero point: a per-tensor pair, whose values do not depend on a position the padding
-moves), no block size, and each of the Pad's, the pair's and the Conv's links has that
-one reader.  The pair's two outputs are then the unpadded shape (`pad_convs` names
+Conv takes the padding, when the pair is one the fused QDQ nodes take
+(`fusion_qdq.input_pair`: no block size, saturating, float32 out) with one scale and
+one zero point each (the same zero point: a per-tensor pair, whose values do not depend
+on a position the padding moves), and each of the Pad's, the pair's and the Conv's
+links has that one reader.  The pair's two outputs are then the unpadded shape (`pad_convs` names
 them, so that no declared shape of the padded one is trusted).  HF's MobileNetV2
 quantized so: its 52 Pads were 2.4 of its 7.8 ms, and they kept its convs NCHW.
 """
@@ -39,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxviz.runtime.fusion_qdq import input_pair
 from onnxviz.runtime.plan import PlanNode, plain_kernel
 
 
@@ -56,11 +58,11 @@ def pad_convs(
                 pads_of[pn.outputs[0]] = (i, spatial)
     if not pads_of:
         return nodes, set()
-    readers: dict[int, int] = {}
+    users: dict[int, list[int]] = {}
     producer: dict[int, int] = {}
     for i, pn in enumerate(nodes):
         for s in (*pn.inputs, *pn.implicit):
-            readers[s] = readers.get(s, 0) + 1
+            users.setdefault(s, []).append(i)
         for s in pn.outputs:
             if s >= 0:
                 producer[s] = i
@@ -71,11 +73,11 @@ def pad_convs(
         if not plain_kernel(conv, "Conv") or len(conv.inputs) < 2:
             continue
         y = conv.inputs[0]
-        if readers.get(y) != 1 or conv.inputs[1:].count(y):
+        if len(users.get(y, ())) != 1 or conv.inputs[1:].count(y):
             continue
-        pair = None if y in pads_of else _zero_pair(nodes, producer, readers, keep, y, constants)
+        pair = None if y in pads_of else _zero_pair(nodes, producer, users, keep, y, constants)
         padded = y if pair is None else nodes[pair[0]].inputs[0]
-        if padded not in pads_of or readers.get(padded) != 1:
+        if padded not in pads_of or len(users.get(padded, ())) != 1:
             continue
         i, spatial = pads_of[padded]
         pads = _grown_pads(conv, spatial, constants)
@@ -112,35 +114,25 @@ def pad_convs(
 def _zero_pair(
     nodes: list[PlanNode],
     producer: dict[int, int],
-    readers: dict[int, int],
+    users: dict[int, list[int]],
     keep: set[int],
     y: int,
     constants: dict[int, Any],
 ) -> tuple[int, int] | None:
     """(QuantizeLinear position, DequantizeLinear position) when ``y`` is the output of
-    a per-tensor quantize-dequantize pair that maps zero to zero (module docstring),
-    each output read once and not a graph output; else None."""
-    dq_at = producer.get(y)
-    if dq_at is None or y in keep:
+    a quantize-dequantize pair (`fusion_qdq.input_pair`'s: its codes read by its
+    dequantizer only) that is per tensor and maps zero to zero (module docstring), ``y``
+    not a graph output; else None."""
+    pair = None if y in keep else input_pair(nodes, producer, users, keep, y)
+    if pair is None:
         return None
-    dq = nodes[dq_at]
-    if not plain_kernel(dq, "DequantizeLinear") or not dq.inputs:
-        return None
-    code = dq.inputs[0]
-    q_at = producer.get(code)
-    if q_at is None or code in keep or readers.get(code) != 1:
-        return None
-    q = nodes[q_at]
-    if not plain_kernel(q, "QuantizeLinear") or not q.inputs or q.inputs[0] < 0:
-        return None
-    if q.attrs.get("block_size", 0) or dq.attrs.get("block_size", 0):
-        return None
+    q, dq = nodes[pair[0]], nodes[pair[1]]
     if _one_value(constants, q, 1) is None or _one_value(constants, dq, 1) is None:
         return None
     zq, zdq = _one_value(constants, q, 2), _one_value(constants, dq, 2)
     if zq is None or zdq is None or zq.dtype != zdq.dtype or zq.tobytes() != zdq.tobytes():
         return None
-    return q_at, dq_at
+    return pair
 
 
 def _one_value(constants: dict[int, Any], pn: PlanNode, k: int) -> np.ndarray | None:
