@@ -261,8 +261,7 @@ class Session:
         fetched: dict[str, Any] = {}
         watch: set[str] = set()
         if wanted:
-            assert self._main_frame is not None
-            main_values = self._main_frame.values
+            main_values = frame.values
             for name in wanted:
                 value = main_values[self.plan.slots[name]]
                 if value is not None:  # a feed or an initializer
