@@ -46,7 +46,14 @@ from onnxviz.runtime.events import (
     NodeFinished,
     NodeStarted,
 )
-from onnxviz.runtime.frame import Events, ExecutionCancelled, Frame, node_ref
+from onnxviz.runtime.frame import (
+    Events,
+    ExecutionCancelled,
+    Frame,
+    LoopScans,
+    QuietProgram,
+    node_ref,
+)
 from onnxviz.runtime.functions import (
     call_attributes,
     context_function,
@@ -304,33 +311,102 @@ class Executor:
         Why: a frame's run through the generator (its making, its locals, ``yield
         from``) cost 2-3 us beyond its nodes: a tiny model's run, each If branch, each
         iteration of a Loop body (issue 21)."""
-        if self.watched or self.store is not None:
+        program = self.quiet_program(frame.plan)
+        if program is None:
             return None, 0
-        plan = frame.plan
+        return self.run_program(frame, program)
+
+    def quiet_program(self, plan: GraphPlan) -> QuietProgram | None:
+        """What `run_program` needs to run a frame of ``plan`` in the compiled loop alone,
+        worked out once for the frames of one plan in a row (a Loop's or a Scan's
+        iterations), or None where `run_quietly` gives (None, 0)."""
+        if self.watched or self.store is not None:
+            return None
         nodes = run_nodes(plan) if self.fuse else plan.nodes
         compiled = quiet_loop.program_for(plan, nodes, Executor._call_kernel)
         if compiled is None or not compiled[2]:  # (a node the loop leaves: run_frame's)
-            return None, 0
+            return None
         program, run_compiled, _ = compiled
         limit = inplace_ops.MIN_ELEMENTS if self.inplace else -1
+        times = self._times_of(program, nodes)
+        module = quiet_loop.loop()
+        return QuietProgram(
+            program, run_compiled, nodes, times, limit, self.fold, module.iteration, module.loop,
+            tuple(plan.input_slots), tuple(plan.output_slots),
+        )  # fmt: skip
+
+    def run_program(self, frame: Frame, quiet: QuietProgram) -> tuple[list[Any] | None, int]:
+        """`run_quietly` of ``frame`` with its plan's `quiet_program`."""
         where = [0]
         self.stack.append(frame)
         try:
-            i = run_compiled(
-                program, 0, frame.values, self, self._times_of(program, nodes), where, limit,
-                self.fold,
-            )  # fmt: skip
+            i = quiet.run(
+                quiet.program, 0, frame.values, self, quiet.times, where, quiet.limit, quiet.fold
+            )
         except Exception as exc:  # (the frame stays on the stack, as run_frame leaves it)
-            err = self._compiled_error(frame, nodes[where[0]], exc)
+            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
             if err is exc:
                 raise
             raise err from exc
         self.stack.pop()
-        if i < len(nodes):
+        if i < len(quiet.nodes):
             return None, i
+        plan = frame.plan
         frame.node_index = len(plan.nodes)
         values = frame.values
         return [values[s] if s >= 0 else None for s in plan.output_slots], i
+
+    def run_iteration(
+        self, frame: Frame, quiet: QuietProgram, base: list[Any], feeds: list[Any]
+    ) -> tuple[list[Any] | None, int]:
+        """`run_program` of ``frame`` (one frame reused by a body's iterations) with its
+        values first set to a copy of ``base`` (constants and captures) with ``feeds`` at
+        its inputs, all in the compiled call (native/_runloop.c, `iteration`)."""
+        where = [0]
+        self.stack.append(frame)
+        try:
+            result = quiet.iteration(
+                quiet.program, frame, base, quiet.inputs, feeds, quiet.outputs, self, quiet.times,
+                where, quiet.limit, quiet.fold,
+            )  # fmt: skip
+        except Exception as exc:
+            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
+            if err is exc:
+                raise
+            raise err from exc
+        self.stack.pop()
+        if type(result) is int:
+            return None, result
+        return result, len(quiet.nodes)
+
+    def run_loop(
+        self, frame: Frame, quiet: QuietProgram, base: list[Any], state: list[Any], scans: LoopScans
+    ) -> int:
+        """A Loop's iterations from state[0] ([i, keep_going, carried]) in ``frame``,
+        reused, each run as `run_iteration` runs one, all in one compiled call
+        (native/_runloop.c, `loop`): -1 when the loop is done, with ``state`` its last,
+        else the node the compiled loop left in iteration state[0], whose frame holds
+        that iteration's values (go on with run_frame).  On a failure, ``frame`` is
+        left on the stack and where[1] of the error is the iteration."""
+        where = [-1, 0]  # (a step's failure sets where[0]; else the condition's: the Loop's)
+        self.stack.append(frame)
+        try:
+            stopped = quiet.loop(
+                quiet.program, frame, base, quiet.inputs, quiet.outputs, self, quiet.times,
+                where, quiet.limit, quiet.fold, state, scans.max_trip, scans.use_cond,
+                scans.scans, scans.counter, scans.flag, scans.truth,
+            )  # fmt: skip
+        except Exception as exc:
+            state[0] = where[1]  # (the failed iteration, for the caller's frame title)
+            if where[0] < 0:
+                self.stack.pop()
+                raise
+            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
+            if err is exc:
+                raise
+            raise err from exc
+        self.stack.pop()
+        return stopped  # type: ignore[no-any-return]
 
     def run_frame(self, frame: Frame, start: int | None = None) -> Events:
         """Run every node of ``frame``; yields events when watched, returns the graph

@@ -10,7 +10,7 @@ executor can import control flow without control flow importing the executor.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime.events import Event, FrameInfo, NodeRef
@@ -59,6 +59,34 @@ class Frame:
         return None
 
 
+class QuietProgram(NamedTuple):
+    """A plan's compiled program and what its run needs, for frames nobody watches
+    (`FrameRunner.quiet_program`): made once for the many frames of a Loop's, a Scan's
+    or a SequenceMap's body, each then run by `FrameRunner.run_program`."""
+
+    program: Any  # the compiled loop's program (quiet_loop.program_for)
+    run: Any  # the compiled loop's run function
+    nodes: list[PlanNode]  # the node list the program runs
+    times: bytearray  # the program's step times
+    limit: int  # the in-place size limit (-1: no in-place)
+    fold: bool  # fold constant nodes on their first run
+    iteration: Any  # the compiled loop's iteration function
+    loop: Any  # the compiled loop's loop function (a Loop node's iterations)
+    inputs: tuple[int, ...]  # the plan's input slots
+    outputs: tuple[int, ...]  # the plan's output slots
+
+
+class LoopScans(NamedTuple):
+    """What a Loop's compiled iterations need beyond its program (`run_loop`)."""
+
+    max_trip: int  # the trip count, -1 for none
+    use_cond: bool  # the body's condition decides whether the loop goes on
+    scans: list[list[Any]]  # the scan outputs' values so far, one list each
+    counter: Any  # i -> the iteration number's array
+    flag: Any  # the condition input's array (true: the iteration runs)
+    truth: Any  # the body's condition output -> whether the loop goes on
+
+
 def node_ref(pn: PlanNode) -> NodeRef:
     return NodeRef(pn.graph_path, pn.label, pn.index, pn.op_type, pn.domain)
 
@@ -92,6 +120,27 @@ class FrameRunner(Protocol):
     def run_quietly(self, frame: Frame) -> tuple[list[Any] | None, int]:
         """Run an unwatched ``frame`` in the compiled loop alone: (its outputs, n), or
         (None, the node to go on from with run_frame)."""
+        ...
+
+    def quiet_program(self, plan: GraphPlan) -> QuietProgram | None:
+        """What run_program needs for the frames of ``plan``, or None when they cannot
+        run in the compiled loop alone (watched, kept values, a node it leaves)."""
+        ...
+
+    def run_iteration(
+        self, frame: Frame, quiet: QuietProgram, base: list[Any], feeds: list[Any]
+    ) -> tuple[list[Any] | None, int]:
+        """run_quietly of ``frame`` (reused by a body's iterations) with its plan's
+        quiet_program, its values first set to a copy of ``base`` with ``feeds`` as its
+        inputs."""
+        ...
+
+    def run_loop(
+        self, frame: Frame, quiet: QuietProgram, base: list[Any], state: list[Any], scans: LoopScans
+    ) -> int:
+        """A Loop's iterations from state[0] in ``frame`` (reused), each as run_iteration
+        runs one, in one compiled call: -1 when the loop is done (``state`` updated), else
+        the node to go on from with run_frame in iteration state[0]."""
         ...
 
     def run_frame(self, frame: Frame, start: int | None = None) -> Events:

@@ -505,6 +505,205 @@ failed : {
 }
 }
 
+/* iteration(program, frame, base, in_slots, feeds, out_slots, executor, times, where,
+ *           inplace_min, fold) -> the body's outputs (a list), or the index of the step
+ * the loop left (an int)
+ *
+ * One iteration of a control-flow body nobody watches, in a frame reused for every
+ * iteration (control_flow.py's _Body): the slots are a copy of `base` (the constants
+ * and captures) with `feeds` at `in_slots` (-1: not read; `feeds` is emptied), set as
+ * `frame.values` before
+ * the first step (so that a nested control node and the error path see them), then
+ * run as `run` runs them; when every step ran, the values at `out_slots` (None for -1).
+ * The copy, the inputs' placement and the outputs' reading were 1 us of Python per
+ * iteration, about what onnxruntime takes for a whole iteration of a small body. */
+static PyObject *str_values = NULL;
+
+static PyObject *iteration(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *frame, *base, *in_slots, *feeds, *out_slots, *executor, *where;
+    Py_buffer tb;
+    Py_ssize_t inplace_min;
+    int fold;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!O!Ow*O!np:iteration", &capsule, &frame, &PyList_Type,
+                          &base, &PyTuple_Type, &in_slots, &PyList_Type, &feeds, &PyTuple_Type,
+                          &out_slots, &executor, &tb, &PyList_Type, &where, &inplace_min, &fold))
+        return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n_slots = PyList_GET_SIZE(base);
+    PyObject *values = PyList_GetSlice(base, 0, n_slots);
+    if (values == NULL) goto done;
+    const Py_ssize_t n_in = PyTuple_GET_SIZE(in_slots) < PyList_GET_SIZE(feeds)
+                                ? PyTuple_GET_SIZE(in_slots)
+                                : PyList_GET_SIZE(feeds);
+    for (Py_ssize_t k = 0; k < n_in; k++) {
+        const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(in_slots, k));
+        if (s == -1 && PyErr_Occurred()) goto done;
+        if (s < 0) continue;
+        if (s >= n_slots) {
+            PyErr_SetString(PyExc_IndexError, "an input slot beyond the frame's");
+            goto done;
+        }
+        PyObject *v = PyList_GET_ITEM(feeds, k);
+        Py_INCREF(v);
+        put(values, s, v);
+    }
+    /* The slots hold the inputs now and the feeds list lets go of them: when the caller
+     * holds them nowhere else either, a small result among them (a Loop's carried
+     * state, made by the last iteration's arithmetic) is the frame's alone and the
+     * call that made it may write it again (`binary`). */
+    if (PyList_SetSlice(feeds, 0, PyList_GET_SIZE(feeds), NULL) < 0) goto done;
+    if (PyObject_SetAttr(frame, str_values, values) < 0) goto done;
+    PyObject *index = run_steps(capsule, 0, values, executor, &tb, where, inplace_min, fold);
+    if (index == NULL) goto done;
+    Program *p = (Program *)PyCapsule_GetPointer(capsule, CAPSULE);
+    const Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (p == NULL || i < p->n_steps) {
+        result = index; /* (NULL with the error set when the capsule is not a program) */
+        goto done;
+    }
+    Py_DECREF(index);
+    const Py_ssize_t n_out = PyTuple_GET_SIZE(out_slots);
+    result = PyList_New(n_out);
+    if (result == NULL) goto done;
+    for (Py_ssize_t k = 0; k < n_out; k++) {
+        const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(out_slots, k));
+        if (s == -1 && PyErr_Occurred()) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyObject *v = s >= 0 && s < n_slots ? PyList_GET_ITEM(values, s) : Py_None;
+        PyList_SET_ITEM(result, k, Py_NewRef(v != NULL ? v : Py_None));
+    }
+done:
+    Py_XDECREF(values);
+    PyBuffer_Release(&tb);
+    return result;
+}
+
+/* loop(program, frame, base, in_slots, out_slots, executor, times, where, inplace_min,
+ *      fold, state, max_trip, use_cond, scans, counter, flag, truth) -> -1 when the loop
+ * is done, else the index of the step the compiled loop left in iteration state[0]
+ *
+ * A Loop node's iterations nobody watches (control_flow.py's _run_loop), each as
+ * `iteration` runs one, without a return to Python in between: the Python loop around
+ * `iteration` (the counter's array, the feeds, the condition, the carried values) was
+ * 1-1.5 us an iteration, where onnxruntime takes 1.5 us for a whole iteration of a
+ * small body.  `state` is [i, keep_going, carried]: the iteration to run next, whether
+ * the loop goes on, the carried values (a list, whose items move into the frame's
+ * slots as the iteration starts and are replaced by its outputs).  Iteration i gets
+ * counter(i), `flag` (the condition's array: true, since it runs) and the carried
+ * values at in_slots; its outputs are the condition (truth(cond) decides whether the
+ * loop goes on when `use_cond`, and cond is not None), the carried values, then one
+ * value for each list of `scans`.  It runs while keep_going and i < max_trip (-1: no
+ * limit).  On an error, where[1] is the failed iteration. */
+static PyObject *loop(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule, *frame, *base, *in_slots, *out_slots, *executor, *where, *state, *scans;
+    PyObject *counter, *flag, *truth;
+    Py_buffer tb;
+    Py_ssize_t inplace_min, max_trip;
+    int fold, use_cond;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!Ow*O!npO!npO!OOO:loop", &capsule, &frame, &PyList_Type,
+                          &base, &PyTuple_Type, &in_slots, &PyTuple_Type, &out_slots, &executor,
+                          &tb, &PyList_Type, &where, &inplace_min, &fold, &PyList_Type, &state,
+                          &max_trip, &use_cond, &PyList_Type, &scans, &counter, &flag, &truth))
+        return NULL;
+    PyObject *result = NULL, *values = NULL;
+    Program *p = (Program *)PyCapsule_GetPointer(capsule, CAPSULE);
+    if (p == NULL) goto done;
+    if (PyList_GET_SIZE(state) != 3 || !PyList_Check(PyList_GET_ITEM(state, 2)) ||
+        PyList_GET_SIZE(where) < 2) {
+        PyErr_SetString(PyExc_ValueError, "loop: state is [i, keep_going, carried]; where [0, 0]");
+        goto done;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(state, 0));
+    if (i == -1 && PyErr_Occurred()) goto done;
+    int keep_going = PyObject_IsTrue(PyList_GET_ITEM(state, 1));
+    if (keep_going < 0) goto done;
+    PyObject *carried = PyList_GET_ITEM(state, 2);
+    const Py_ssize_t n_carried = PyList_GET_SIZE(carried);
+    const Py_ssize_t n_scan = PyList_GET_SIZE(scans);
+    const Py_ssize_t n_slots = PyList_GET_SIZE(base);
+    const Py_ssize_t n_in = PyTuple_GET_SIZE(in_slots), n_out = PyTuple_GET_SIZE(out_slots);
+    if (n_in < 2 + n_carried || n_out < 1 + n_carried + n_scan) {
+        PyErr_SetString(PyExc_ValueError, "loop: fewer body inputs or outputs than values");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_in + n_out; k++) { /* every slot within the frame's */
+        PyObject *o = k < n_in ? PyTuple_GET_ITEM(in_slots, k) : PyTuple_GET_ITEM(out_slots, k - n_in);
+        const Py_ssize_t s = PyLong_AsSsize_t(o);
+        if (s == -1 && PyErr_Occurred()) goto done;
+        if (s >= n_slots) {
+            PyErr_SetString(PyExc_IndexError, "loop: a slot beyond the frame's");
+            goto done;
+        }
+    }
+#define SLOT(tuple, k) PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, k))
+    Py_ssize_t stopped = -1;
+    while (keep_going && (max_trip < 0 || i < max_trip)) {
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) goto done;
+        PyList_SetItem(where, 1, index);
+        values = PyList_GetSlice(base, 0, n_slots);
+        if (values == NULL) goto done;
+        PyObject *count = PyObject_CallOneArg(counter, index);
+        if (count == NULL) goto done;
+        Py_ssize_t s = SLOT(in_slots, 0);
+        if (s >= 0) put(values, s, count); else Py_DECREF(count);
+        s = SLOT(in_slots, 1);
+        if (s >= 0) put(values, s, Py_NewRef(flag));
+        for (Py_ssize_t k = 0; k < n_carried; k++) { /* moved: the slot holds it alone */
+            PyObject *v = PyList_GET_ITEM(carried, k);
+            PyList_SET_ITEM(carried, k, Py_NewRef(Py_None));
+            s = SLOT(in_slots, 2 + k);
+            if (s >= 0) put(values, s, v); else Py_DECREF(v);
+        }
+        /* (the last iteration's slots go: their hold on this one's inputs with them) */
+        if (PyObject_SetAttr(frame, str_values, values) < 0) goto done;
+        index = run_steps(capsule, 0, values, executor, &tb, where, inplace_min, fold);
+        if (index == NULL) goto done;
+        const Py_ssize_t at = PyLong_AsSsize_t(index);
+        Py_DECREF(index);
+        if (at < p->n_steps) {
+            stopped = at;
+            break;
+        }
+        PyObject *cond = NULL;
+        for (Py_ssize_t k = 0; k < n_out; k++) {
+            s = SLOT(out_slots, k);
+            PyObject *v = s >= 0 ? PyList_GET_ITEM(values, s) : NULL;
+            v = v != NULL ? v : Py_None;
+            if (k == 0)
+                cond = v;
+            else if (k <= n_carried)
+                PyList_SetItem(carried, k - 1, Py_NewRef(v));
+            else if (k <= n_carried + n_scan &&
+                     PyList_Append(PyList_GET_ITEM(scans, k - 1 - n_carried), v) < 0)
+                goto done;
+        }
+        if (use_cond && cond != Py_None) {
+            PyObject *go = PyObject_CallOneArg(truth, cond);
+            if (go == NULL) goto done;
+            keep_going = PyObject_IsTrue(go);
+            Py_DECREF(go);
+            if (keep_going < 0) goto done;
+        }
+        Py_CLEAR(values);
+        i++;
+    }
+#undef SLOT
+    PyObject *at_i = PyLong_FromSsize_t(i);
+    if (at_i == NULL) goto done;
+    PyList_SetItem(state, 0, at_i);
+    PyList_SetItem(state, 1, PyBool_FromLong(keep_going));
+    result = PyLong_FromSsize_t(stopped);
+done:
+    Py_XDECREF(values);
+    PyBuffer_Release(&tb);
+    return result;
+}
+
 /* ---- a kept result: shape_memo.py's `_by_inputs` in C -----------------------------------
  *
  * `memo(fn, settle, entries)` makes a callable that returns what `fn` returned for the
@@ -1384,6 +1583,13 @@ static PyMethodDef methods[] = {
     {"compile", compile_program, METH_VARARGS, "compile(steps, n_slots) -> program"},
     {"run", run, METH_VARARGS,
      "run(program, start, values, executor, times, where, inplace_min, fold) -> index"},
+    {"iteration", iteration, METH_VARARGS,
+     "iteration(program, frame, base, in_slots, feeds, out_slots, executor, times, where, "
+     "inplace_min, fold) -> outputs or index (see the source)"},
+    {"loop", loop, METH_VARARGS,
+     "loop(program, frame, base, in_slots, out_slots, executor, times, where, inplace_min, "
+     "fold, state, max_trip, use_cond, scans, counter, flag, truth) -> -1 or the stopped "
+     "step (see the source)"},
     {"setup", setup, METH_VARARGS, "setup(ndarray_type, normalize_one)"},
     {"memo", py_memo, METH_VARARGS,
      "memo(fn, settle, entries) -> fn keeping its results for the same read-only inputs "
@@ -1414,6 +1620,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runloop", NULL, -1,
 PyMODINIT_FUNC PyInit__runloop(void) {
     ticks_init();
     str_cancelled = PyUnicode_InternFromString("cancelled");
+    str_values = PyUnicode_InternFromString("values");
     str_size = PyUnicode_InternFromString("size");
     str_quick = PyUnicode_InternFromString("quick");
     str_base = PyUnicode_InternFromString("base");
@@ -1421,7 +1628,7 @@ PyMODINIT_FUNC PyInit__runloop(void) {
     str_shape = PyUnicode_InternFromString("shape");
     str_reshape = PyUnicode_InternFromString("reshape");
     if (str_cancelled == NULL || str_size == NULL || str_quick == NULL || str_base == NULL ||
-        str_dtype == NULL || str_shape == NULL || str_reshape == NULL)
+        str_dtype == NULL || str_shape == NULL || str_reshape == NULL || str_values == NULL)
         return NULL;
     if (PyType_Ready(&MemoType) < 0 || PyType_Ready(&BinaryType) < 0 ||
         PyType_Ready(&ReshapeType) < 0)
