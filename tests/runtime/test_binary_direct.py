@@ -12,6 +12,7 @@ and integer overflow.
 from __future__ import annotations
 
 import gc
+import pickle
 import sys
 import weakref
 from typing import Any
@@ -192,6 +193,40 @@ def test_a_result_anything_refers_to_is_never_written(holder: str) -> None:
         return  # (nothing holds it, and a read-only array is never written)
     seen = np.asarray(held[0] if holder == "list" else held)
     np.testing.assert_array_equal(seen, want[1:] if holder == "view" else want.reshape(seen.shape))
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        (op, dtype)
+        for op in OPS
+        for dtype in (np.float32, np.float64, np.int32, np.int64)
+        if op != 3 or np.dtype(dtype).kind == "f"  # (Div takes floats only)
+    ],
+)
+def test_equal_dtype_objects_that_are_not_numpys_own_take_the_operator(op, dtype) -> None:
+    """An unpickled array's dtype equals numpy's float32 without being it: against an
+    operand of numpy's own, the call is still numpy's operator (not the kernel) and its
+    direct path, with numpy's bits; a byte-swapped dtype, which only looks alike, goes
+    to the kernel."""
+    call = _call(op)
+    copied = pickle.loads(pickle.dumps(np.arange(1, 7, dtype=dtype)))
+    assert copied.dtype == np.dtype(dtype) and copied.dtype is not np.dtype(dtype)
+    own = np.full(6, 3, dtype)
+    results = []
+    for a, b in ((copied, own), (own, copied), (copied, copied)):
+        for _ in range(3):
+            got = call(a, b)
+            assert isinstance(got, np.ndarray), "went to the kernel"
+            _same_bits(got, _expected(op, a, b))
+            results.append(weakref.ref(got))
+            del got
+    assert any(r() is not None for r in results)
+    reused = call(copied, own)  # (the kept result, nobody holding it: written again)
+    assert reused is results[-1]()
+    swapped = own.astype(np.dtype(dtype).newbyteorder())
+    if swapped.dtype.itemsize > 1:
+        assert call(copied, swapped) == "kernel"
 
 
 def test_shapes_numpy_broadcasts_otherwise_and_big_arrays_stay_numpys() -> None:

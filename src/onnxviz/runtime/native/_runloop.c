@@ -1170,7 +1170,7 @@ static PyObject *py_reshape(PyObject *self, PyObject *args) {
  * one element and no more dimensions than the other, or an operand whose axes after
  * its leading 1s are the other's last ones (a bias row repeated over the other's rows);
  * both C-contiguous and aligned, of float32, float64, int32 or int64 (the `arrays`
- * dtypes, by identity).  Up to 4096 elements the loop here beats numpy's call even at
+ * dtypes, or dtype objects the call has met equal to one).  Up to 4096 elements the loop here beats numpy's call even at
  * the plain C level (numpy's own dispatch and allocation are about 0.5 us).
  * The arithmetic is numpy's: one IEEE operation per element for floats, two's
  * complement wrapping for integers (computed unsigned).  Only the payload of a NaN made
@@ -1193,6 +1193,8 @@ typedef struct {
      * addresses stay theirs: a pointer comparison from then on */
     int n_known;
     PyObject *known[BINARY_KNOWN];
+    int known_as[BINARY_KNOWN]; /* the direct type (D_*) each equals, or -1 */
+    int known_kind[BINARY_KNOWN]; /* the index in `dtypes` each equals */
     PyObject *last; /* the last small result (above), or NULL */
 } Binary;
 
@@ -1200,6 +1202,16 @@ typedef struct {
 static int direct_type(PyObject *d, int op) {
     for (int t = 0; t < (op == 3 ? D_I32 : D_TYPES); t++)
         if (direct_dtypes[t] == d) return t;
+    return -1;
+}
+
+/* The direct type of dtype object d for this call: numpy's own object's, or that of
+ * the one a known equal object equals (an unpickled array's dtype), or -1. */
+static int direct_type_of(const Binary *bin, PyObject *d) {
+    const int t = direct_type(d, bin->op);
+    if (t >= 0) return t;
+    for (int k = 0; k < bin->n_known; k++)
+        if (bin->known[k] == d) return bin->known_as[k];
     return -1;
 }
 
@@ -1256,12 +1268,15 @@ static PyObject *binary_direct(Binary *bin, PyObject *xa, PyObject *xb) {
     const ArrayFields *a = array_fields(xa), *b = array_fields(xb);
     const ArrayFields *o = bin->last ? array_fields(bin->last) : NULL;
     const int need = AF_C_CONTIGUOUS | AF_ALIGNED;
-    if (o == NULL || Py_REFCNT(bin->last) != 1 || a->descr != b->descr ||
-        o->descr != a->descr || (a->flags & need) != need || (b->flags & need) != need ||
-        (o->flags & AF_FLAGS_SEEN) != AF_FLAGS_SEEN)
+    if (o == NULL || Py_REFCNT(bin->last) != 1 || (a->flags & need) != need ||
+        (b->flags & need) != need || (o->flags & AF_FLAGS_SEEN) != AF_FLAGS_SEEN)
         return NULL;
-    const int t = direct_type(a->descr, bin->op);
-    if (t < 0) return NULL;
+    /* one direct type for both operands and the kept result (dtype objects that are
+     * numpy's own or equal to them) */
+    const int t = direct_type_of(bin, a->descr);
+    if (t < 0 || (b->descr != a->descr && direct_type_of(bin, b->descr) != t) ||
+        (o->descr != a->descr && direct_type_of(bin, o->descr) != t))
+        return NULL;
     const Py_ssize_t na = array_fields_size(a), nb = array_fields_size(b);
     const ArrayFields *shape; /* the operand whose shape the result has */
     Py_ssize_t rows = 1, inner, row_a = 0, row_b = 0;
@@ -1301,13 +1316,41 @@ static PyObject *binary_keep(Binary *bin, PyObject *r) {
         r = one;
     }
     const ArrayFields *f = array_fields(r);
-    if (array_fields_size(f) <= DIRECT_MAX && direct_type(f->descr, bin->op) >= 0 &&
+    if (array_fields_size(f) <= DIRECT_MAX && direct_type_of(bin, f->descr) >= 0 &&
         (f->flags & AF_FLAGS_SEEN) == AF_FLAGS_SEEN)
         Py_XSETREF(bin->last, Py_NewRef(r));
     return r;
 }
 
 static PyObject *str_dtype = NULL;
+
+/* Which of the op's dtypes dtype object d is (its index in `dtypes`): by identity, then
+ * by a known object equal to one (numpy makes new ones: an unpickled array's, a result
+ * of such operands), then by equality, once, keeping d as known; -1 for none, -2 on an
+ * error.  Two operands of equal dtypes take numpy's operator even when one dtype object
+ * is numpy's own and the other an equal copy (an unpickled feed's, against a
+ * constant's): a Loop's carried state fed so had every iteration through the kernel. */
+static int binary_kind(Binary *b, PyObject *d) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(b->dtypes);
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (PyTuple_GET_ITEM(b->dtypes, k) == d) return (int)k;
+    for (int k = 0; k < b->n_known; k++)
+        if (b->known[k] == d) return b->known_kind[k];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *t = PyTuple_GET_ITEM(b->dtypes, k);
+        const int eq = PyObject_RichCompareBool(d, t, Py_EQ);
+        if (eq < 0) return -2;
+        if (!eq) continue;
+        if (b->n_known < BINARY_KNOWN) {
+            b->known[b->n_known] = Py_NewRef(d);
+            b->known_kind[b->n_known] = (int)k;
+            b->known_as[b->n_known] = direct_type(t, b->op);
+            b->n_known++;
+        }
+        return (int)k;
+    }
+    return -1;
+}
 
 static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames) {
@@ -1327,21 +1370,14 @@ static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         Py_DECREF(da);
         return NULL;
     }
-    int ok = da == db;
+    /* (a and b keep da and db alive; the pointers compared are held objects') */
     Py_DECREF(da);
     Py_DECREF(db);
-    if (ok) { /* (a and b keep da alive; the pointers compared are held objects') */
-        ok = 0;
-        for (Py_ssize_t k = 0; !ok && k < PyTuple_GET_SIZE(b->dtypes); k++)
-            ok = PyTuple_GET_ITEM(b->dtypes, k) == da;
-        for (int k = 0; !ok && k < b->n_known; k++) ok = b->known[k] == da;
-        /* an equal dtype (the Python shortcut's `in`): once, then known */
-        for (Py_ssize_t k = 0; !ok && k < PyTuple_GET_SIZE(b->dtypes); k++) {
-            ok = PyObject_RichCompareBool(da, PyTuple_GET_ITEM(b->dtypes, k), Py_EQ);
-            if (ok < 0) return NULL;
-            if (ok && b->n_known < BINARY_KNOWN) b->known[b->n_known++] = Py_NewRef(da);
-        }
-    }
+    const int ka = binary_kind(b, da);
+    if (ka == -2) return NULL;
+    const int kb = db == da ? ka : binary_kind(b, db);
+    if (kb == -2) return NULL;
+    const int ok = ka >= 0 && ka == kb;
     if (!ok) return PyObject_Vectorcall(b->fallback, args, nargsf, kwnames);
     PyObject *r;
     switch (b->op) {
