@@ -265,5 +265,90 @@ def test_the_compiled_shortcut_takes_what_the_python_one_takes() -> None:
     assert len(fell) == 4
     np.testing.assert_array_equal(module.binary(1, ints, kernel)(i, i), [0, 0])
     np.testing.assert_array_equal(module.binary(2, ints, kernel)(i, i), [49, 49])
+    np.testing.assert_array_equal(module.binary(4, ints, kernel)(i, i + 1), [True, True])
     with pytest.raises(ValueError):
-        module.binary(4, ints, kernel)
+        module.binary(9, ints, kernel)
+
+
+_COMPARISONS = ["Less", "LessOrEqual", "Equal", "Greater", "GreaterOrEqual"]
+
+
+@st.composite
+def comparison_graphs(draw) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """An arithmetic graph (above) whose values are also compared, 1-5 comparisons,
+    each a bool graph output: operands of any of the graph's values (equal ones too,
+    a value with itself, broadcasts, 0-d), NaNs and signed zeros among float inputs,
+    and sometimes float16 values (the kernel's compute dtype, not the shortcut's)."""
+    model, feeds = draw(arithmetic_graphs())
+    graph = model.graph
+    shapes = {n: v.shape for n, v in feeds.items()}
+    shapes.update({t.name: tuple(t.dims) for t in graph.initializer})
+    names = list(shapes) + [n.output[0] for n in graph.node]
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    for value in feeds.values():
+        if value.dtype.kind == "f" and value.size and draw(st.booleans()):
+            flat = value.reshape(-1)  # (feeds are fresh arrays: changed in place)
+            picks = rng.integers(0, flat.size, size=min(3, flat.size))
+            flat[picks] = rng.choice([np.nan, -0.0, 0.0, np.inf], size=picks.size)
+    for k in range(draw(st.integers(1, 5))):
+        op = draw(st.sampled_from(_COMPARISONS))
+        a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names))
+        out = f"cmp{k}"
+        graph.node.append(helper.make_node(op, [a, b], [out], name=f"cmp{k}"))
+        graph.output.append(helper.make_tensor_value_info(out, onnx.TensorProto.BOOL, None))
+    if draw(st.integers(0, 3)) == 0:  # a float16 comparison: the kernel's own path
+        half = onnx.TensorProto.FLOAT16
+        graph.node.append(helper.make_node("Cast", [names[0]], ["h"], to=half, name="to16"))
+        graph.node.append(helper.make_node("Less", ["h", "h"], ["h_lt"], name="lt16"))
+        graph.output.append(helper.make_tensor_value_info("h_lt", onnx.TensorProto.BOOL, None))
+    return model, feeds
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(comparison_graphs())
+def test_random_comparisons_give_the_stepped_bits_unwatched(case) -> None:
+    model, feeds = case
+    stepped = stepped_values(model, feeds)
+    session = Session(model)
+    with np.errstate(all="ignore"):
+        runs = [session.run(feeds) for _ in range(3)]
+        runs.append(Session(model, fuse_ops=False, inplace_ops=False).run(feeds))
+    for fast in runs:
+        for name, value in fast.items():
+            want = stepped[name]
+            assert type(value) is np.ndarray, name
+            assert value.dtype == want.dtype and value.shape == want.shape, name
+            np.testing.assert_array_equal(value, want, err_msg=name)
+
+
+def test_comparisons_take_the_shortcut_unwatched_only() -> None:
+    """Each comparison of the unwatched list is the compiled shortcut over its kernel
+    (the Python one without the compiled loop); the stepped list calls the kernel."""
+    f = onnx.TensorProto.FLOAT
+    nodes = [helper.make_node(op, ["x", "z"], [op], name=op) for op in _COMPARISONS]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", f, [3]), helper.make_tensor_value_info("z", f, [])],
+        [helper.make_tensor_value_info(op, onnx.TensorProto.BOOL, None) for op in _COMPARISONS],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = Session(model)
+    feeds = {"x": np.float32([1.0, np.nan, 3.0]), "z": np.array(1.0, np.float32)}
+    out = sess.run(feeds)
+    stepped = [pn.call for pn in sess.plan.nodes]
+    fast = [pn.call for pn in run_nodes(sess.plan)]
+    if quiet_loop.loop() is not None:
+        assert {type(f).__name__ for f in fast} == {"Binary"}
+        assert [f.fallback for f in fast] == stepped
+    else:
+        assert [f.__name__ for f in fast] == ["compare"] * len(_COMPARISONS)
+    assert out["Less"].tolist() == [False, False, False]
+    assert out["Equal"].tolist() == [True, False, False]
+    assert out["GreaterOrEqual"].tolist() == [True, False, True]

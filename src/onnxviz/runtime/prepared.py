@@ -15,10 +15,11 @@ node of a list:
   that call, which returns the list of outputs.
 
 For node lists of unwatched runs (``fast=True``, fusion.run_nodes) the binary
-arithmetic ops Add, Sub, Mul (float32/64, int32/64) and Div (float32/64) get a
-shortcut that applies numpy's operator when both inputs are arrays of one of those
-dtypes (what the kernel computes for them: the same ufunc, no casts) and calls the
-kernel otherwise.  Stepped runs always call the kernel, so the differential tests
+arithmetic ops Add, Sub, Mul (float32/64, int32/64) and Div (float32/64), and the
+comparisons Less, LessOrEqual, Equal, Greater and GreaterOrEqual (the same four dtypes),
+get a shortcut that applies numpy's operator when both inputs are arrays of one of
+those dtypes (what the kernel computes for them: the same ufunc, no casts) and calls
+the kernel otherwise.  Stepped runs always call the kernel, so the differential tests
 compare the two.
 
 Also for unwatched runs, a kernel with a registered specializer (registry.specializer)
@@ -103,12 +104,34 @@ def _div(kernel: Callable[..., Any]) -> Callable[..., Any]:
     return div
 
 
+def _comparison(ufunc: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The shortcut maker of a comparison: numpy's ufunc on two arrays of one of the
+    arithmetic dtypes (the kernel's own call for them: no compute dtype, a bool array)."""
+
+    def maker(kernel: Callable[..., Any]) -> Callable[..., Any]:
+        def compare(a: Any, b: Any) -> Any:
+            if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
+                return ufunc(a, b)
+            return kernel(a, b)
+
+        return compare
+
+    return maker
+
+
 # op type -> (the Python shortcut's maker, the compiled one's op code and dtypes)
 _FAST_BINARY: dict[str, tuple[Callable[[Callable[..., Any]], Callable[..., Any]], int, Any]] = {
     "Add": (_add, 0, _ARITH),
     "Sub": (_sub, 1, _ARITH),
     "Mul": (_mul, 2, _ARITH),
     "Div": (_div, 3, _FLOAT),
+    # (the kernel's Python frames and asarray were 1 us of a 0.3 us comparison: a Loop's
+    # condition, a mask)
+    "Less": (_comparison(np.less), 4, _ARITH),
+    "LessOrEqual": (_comparison(np.less_equal), 5, _ARITH),
+    "Equal": (_comparison(np.equal), 6, _ARITH),
+    "Greater": (_comparison(np.greater), 7, _ARITH),
+    "GreaterOrEqual": (_comparison(np.greater_equal), 8, _ARITH),
 }
 
 

@@ -35,6 +35,8 @@ _ready = False
 
 
 def _normalize_one(result: Any) -> Any:
+    if isinstance(result, np.generic):  # (numpy's operators on 0-d arrays: the commonest)
+        return np.asarray(result)
     return normalize_outputs(result, 1)[0]
 
 

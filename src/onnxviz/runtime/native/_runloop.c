@@ -518,6 +518,7 @@ failed : {
  * The copy, the inputs' placement and the outputs' reading were 1 us of Python per
  * iteration, about what onnxruntime takes for a whole iteration of a small body. */
 static PyObject *str_values = NULL;
+static int direct_on; /* (defined with binary's direct path below) */
 
 static PyObject *iteration(PyObject *self, PyObject *args) {
     (void)self;
@@ -683,10 +684,15 @@ static PyObject *loop(PyObject *self, PyObject *args) {
                 goto done;
         }
         if (use_cond && cond != Py_None) {
-            PyObject *go = PyObject_CallOneArg(truth, cond);
-            if (go == NULL) goto done;
-            keep_going = PyObject_IsTrue(go);
-            Py_DECREF(go);
+            if (direct_on && (PyObject *)Py_TYPE(cond) == ndarray_type &&
+                array_fields(cond)->nd == 0) {
+                keep_going = PyObject_IsTrue(cond); /* (a 0-d array's one value: truth's) */
+            } else {
+                PyObject *go = PyObject_CallOneArg(truth, cond);
+                if (go == NULL) goto done;
+                keep_going = PyObject_IsTrue(go);
+                Py_DECREF(go);
+            }
             if (keep_going < 0) goto done;
         }
         Py_CLEAR(values);
@@ -1359,7 +1365,7 @@ static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t 
         (PyObject *)Py_TYPE(args[0]) != ndarray_type ||
         (PyObject *)Py_TYPE(args[1]) != ndarray_type)
         return PyObject_Vectorcall(b->fallback, args, nargsf, kwnames);
-    if (direct_on && b->last != NULL) {
+    if (direct_on && b->last != NULL) { /* (arithmetic only: a comparison keeps none) */
         PyObject *r = binary_direct(b, args[0], args[1]);
         if (r != NULL) return r;
     }
@@ -1384,7 +1390,14 @@ static PyObject *binary_vectorcall(PyObject *obj, PyObject *const *args, size_t 
     case 0: r = PyNumber_Add(args[0], args[1]); break;
     case 1: r = PyNumber_Subtract(args[0], args[1]); break;
     case 2: r = PyNumber_Multiply(args[0], args[1]); break;
-    default: r = PyNumber_TrueDivide(args[0], args[1]);
+    case 3: r = PyNumber_TrueDivide(args[0], args[1]); break;
+    /* Less, LessOrEqual, Equal, Greater, GreaterOrEqual: numpy's comparison ufunc, a
+     * bool array (a 0-d one's numpy scalar is made an array by the loop's step) */
+    case 4: return PyObject_RichCompare(args[0], args[1], Py_LT);
+    case 5: return PyObject_RichCompare(args[0], args[1], Py_LE);
+    case 6: return PyObject_RichCompare(args[0], args[1], Py_EQ);
+    case 7: return PyObject_RichCompare(args[0], args[1], Py_GT);
+    default: return PyObject_RichCompare(args[0], args[1], Py_GE);
     }
     return binary_keep(b, r);
 }
@@ -1440,8 +1453,9 @@ static PyObject *py_binary(PyObject *self, PyObject *args) {
     PyObject *dtypes, *fallback;
     if (!PyArg_ParseTuple(args, "iO!O:binary", &op, &PyTuple_Type, &dtypes, &fallback))
         return NULL;
-    if (op < 0 || op > 3 || !PyCallable_Check(fallback)) {
-        PyErr_SetString(PyExc_ValueError, "binary: op 0-3 (+ - * /) and a callable fallback");
+    if (op < 0 || op > 8 || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "binary: op 0-8 (+ - * / < <= == > >=) and a callable fallback");
         return NULL;
     }
     Binary *b = PyObject_GC_New(Binary, &BinaryType);
@@ -1640,8 +1654,8 @@ static PyMethodDef methods[] = {
      "split_copy(data, axis, sizes, empty) -> the parts of a C-contiguous array along axis, "
      "each a new C-contiguous array (see the source)."},
     {"binary", py_binary, METH_VARARGS,
-     "binary(op, dtypes, fallback) -> f(a, b): numpy's + - * / (op 0-3) on two ndarrays of "
-     "one dtype of `dtypes`, else fallback(a, b)."},
+     "binary(op, dtypes, fallback) -> f(a, b): numpy's + - * / < <= == > >= (op 0-8) on two "
+     "ndarrays of one dtype of `dtypes`, else fallback(a, b)."},
     {"arrays", py_arrays, METH_VARARGS,
      "arrays(probes, dtypes) -> whether binary's direct arithmetic of small arrays is on "
      "(see the source)."},
