@@ -15,8 +15,9 @@ warm-up run's time says how many), so a 30 us model is timed over 20 ms too.  Th
 speed-up that changes the numbers is not one.
 
 Models: the light models of the onnx wheel (bench_models.py), ResNet-50 and BERT-base
-(hand-built and PyTorch exports), the families of family_models.py, and the 5,000-node
-Add chain whose per-node time is the engine's fixed cost.
+(hand-built and PyTorch exports), the families of family_models.py, the 5,000-node
+Add chain whose per-node time is the engine's fixed cost, and the 1,000-iteration Loop
+whose per-iteration time is its cost for each step of a loop.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ DEFAULT = (
     + ",".join(LIGHT_MODELS)
     + ",unet,lstm,"
     + ",".join(FAMILY_MODELS)
-    + ",add_chain"
+    + ",add_chain,loop_steps"
 )
 
 
@@ -165,10 +166,12 @@ def main(argv: list[str]) -> int:
                 f"{row['round_ratio']:6.2f}x {ref} {row['max_abs']:13.3g}",
                 flush=True,
             )
-            if key == "add_chain":
-                per = 1e6 / row["nodes"]
+            if key in ("add_chain", "loop_steps"):
+                per, unit = (
+                    (1e6 / row["nodes"], "node") if key == "add_chain" else (1e3, "iteration")
+                )
                 print(
-                    f"{'':48s} per node: onnxviz {row['ours'] * per:.2f} us, "
+                    f"{'':48s} per {unit}: onnxviz {row['ours'] * per:.2f} us, "
                     f"onnxruntime {row['ort'] * per:.2f} us"
                 )
     return 0

@@ -10,6 +10,8 @@
   layer bidirectional.
 * ``add_chain``: 5,000 Add nodes on [1] tensors (adding a second graph input, so no
   fusion), for the engine's per-node overhead.
+* ``loop_steps``: a Loop of 1,000 iterations of a 4-node body on a [4] state, for the
+  engine's per-iteration overhead (a generation loop's, a scripted while loop's).
 
 Every builder is deterministic (seeded) so that all runtimes get the same model.
 """
@@ -252,6 +254,49 @@ def add_chain(n: int = 5000) -> Built:
     return model, {"x": np.zeros(1, np.float32), "zero": np.zeros(1, np.float32)}
 
 
+def loop_steps(iterations: int = 1000) -> Built:
+    """A Loop whose body updates a [4] state (s = s * k + c) and stops on its
+    condition (i < iterations - 1): nearly all time is the engine's cost per iteration
+    (a new frame, the counter, the condition, the carried value), as in a scripted
+    while loop or a generation loop with a small body."""
+    body = _Graph(4)
+    body.weight("k", 4, scale=0.5)
+    body.weight("c", 4)
+    body.const("last", iterations - 1, np.int64)
+    body.node("Mul", ["s_in", "k"], "scaled")
+    body.node("Add", ["scaled", "c"], "s_out")
+    body.node("Less", ["i", "last"], "cond_out")
+    body.node("Identity", ["s_out"], "s_seen")  # (a scan output: every state)
+    body_graph = helper.make_graph(
+        body.nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("s_seen", TensorProto.FLOAT, [4]),
+        ],
+        initializer=body.inits,
+    )
+    g = _Graph(5)
+    g.const("trips", iterations * 2, np.int64)
+    g.const("go", True, np.bool_)
+    g.nodes.append(helper.make_node("Loop", ["trips", "go", "s"], ["y", "states"], body=body_graph))
+    model = g.model(
+        "loop_steps",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("states", TensorProto.FLOAT, [iterations, 4]),
+        ],
+    )
+    return model, {"s": np.ones(4, np.float32)}
+
+
 # The other light models of the onnx wheel (all of them are the issue's "light models").
 LIGHT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     f"light_{name}": (f"{title} (light)", functools.partial(_light, name))
@@ -274,4 +319,5 @@ MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "unet": ("UNet (3 levels, 1x3x128x128)", unet),
     "lstm": ("LSTM (2 layers, hidden 256, seq 64, batch 4)", lstm),
     "add_chain": ("Add chain (5,000 nodes on [1])", add_chain),
+    "loop_steps": ("Loop (1,000 iterations of a 4-node body)", loop_steps),
 }

@@ -27,6 +27,8 @@ CASES: list[tuple[str, Callable[[], Any]]] = [
     ("bert", lambda: bench_models.bert(layers=2, hidden=64, heads=4, ffn=256, seq=24)),
     ("unet", lambda: bench_models.unet(size=32, base=8, levels=2)),
     ("lstm", lambda: bench_models.lstm(seq=9, batch=3, n_in=16, hidden=24)),
+    # The Loop whose iterations run in one compiled call: its condition ends it.
+    ("loop_steps", lambda: bench_models.loop_steps(iterations=37)),
     # benchmarks/torch_models.py's exports, scaled down and committed in tests/data/exports/.
     ("bert_torch", lambda: load("torchscript_bert_small")[:2]),
     # Basic blocks at 112 px: the shortcut convs and residual Adds take the flat-layout
