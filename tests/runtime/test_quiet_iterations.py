@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
+from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.session import Session
 
 from .differential import stepped_values
@@ -493,3 +494,94 @@ def test_the_compiled_loop_runs_a_loops_iterations_in_one_call(monkeypatch) -> N
     y = session.run({"s": np.ones(3, np.float32), "limit": np.array(0, np.int64)})["y"]
     np.testing.assert_array_equal(y, np.full(3, 2.0**40, np.float32))
     assert calls == {"loop": 1, "frame": 0, "iteration": 0}
+
+
+# -- bodies reading the main graph's initializers ---------------------------------------
+
+
+def _outer_weights_loop(ir_version: int | None = None) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """A recurrent cell as torch's TorchScript export writes a scripted loop: the
+    body's Gemm, MatMul and Add read the main graph's initializers (outer scope), and
+    an If in the body reads one two graphs up.  With ``ir_version`` 3, the bias is
+    also a graph input (a default a feed may replace)."""
+    rng = np.random.default_rng(11)
+    then_g = helper.make_graph(
+        [helper.make_node("MatMul", ["t", "w2"], ["flip"], name="then_mm")],
+        "then",
+        [],
+        [_vi("flip", F, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["t"], ["flip_e"], name="else_neg")],
+        "else",
+        [],
+        [_vi("flip_e", F, None)],
+    )
+    body_nodes = [
+        helper.make_node("Gemm", ["h_in", "w", "bias"], ["g"], transB=1, name="gemm"),
+        helper.make_node("Tanh", ["g"], ["t"], name="tanh"),
+        helper.make_node("Mod", ["i", "two"], ["odd_i"], name="odd_i"),
+        helper.make_node("Cast", ["odd_i"], ["odd"], to=B, name="odd"),
+        helper.make_node("If", ["odd"], ["f"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("MatMul", ["f", "w2"], ["m"], name="mm"),
+        helper.make_node("Add", ["m", "bias"], ["h_out"], name="add_bias"),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"], name="cond"),
+    ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [_vi("i", I64, []), _vi("cond_in", B, []), _vi("h_in", F, [2, 16])],
+        [_vi("cond_out", B, []), _vi("h_out", F, None)],
+        initializer=[numpy_helper.from_array(np.array(2, np.int64), "two")],
+    )
+    loop = helper.make_node("Loop", ["trips", "", "h"], ["y"], body=body, name="cell_loop")
+    inits = {
+        "w": (rng.standard_normal((16, 16)) * 0.3).astype(np.float32),
+        "w2": (rng.standard_normal((16, 16)) * 0.3).astype(np.float32),
+        "bias": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "trips": np.array(9, np.int64),
+    }
+    inputs = [_vi("h", F, [2, 16])]
+    if ir_version == 3:
+        inputs.append(_vi("bias", F, [16]))
+    model = _model([loop], inputs, ["y"], **inits)
+    if ir_version is not None:
+        model.ir_version = ir_version
+    return model, {"h": rng.standard_normal((2, 16)).astype(np.float32)}
+
+
+def test_a_body_reading_outer_initializers_gets_their_specialized_calls() -> None:
+    """The body's Gemm and MatMul by the main graph's weights get the specialized
+    calls their initializers would get in the main graph (a packed weight found once):
+    a scripted RNN's loop ran every product through the kernel's general route, 7x
+    onnxruntime's time.  The numbers are the stepped run's."""
+    model, feeds = _outer_weights_loop()
+    session, _ = _assert_runs_agree(model, feeds)
+    loop = next(pn for pn in session.plan.nodes if pn.op_type == "Loop")
+    body = loop.subplans["body"]
+    assert sorted(body.outer_constants) == sorted(body.slots[n] for n in ("w", "w2", "bias"))
+    products = {pn.op_type: pn for pn in run_nodes(body) if pn.op_type in ("Gemm", "MatMul")}
+    stepped = {pn.op_type: pn for pn in body.nodes if pn.op_type in ("Gemm", "MatMul")}
+    if native.level() is not None:  # (the specializers pack for the compiled GEMM)
+        for op in ("Gemm", "MatMul"):
+            assert products[op].call is not stepped[op].call, op
+    branch = next(pn for pn in body.nodes if pn.op_type == "If").subplans["then_branch"]
+    assert branch.outer_constants == {branch.slots["w2"]: body.outer_constants[body.slots["w2"]]}
+
+
+def test_a_fed_default_read_by_a_body_is_the_fed_value() -> None:
+    """An IR 3 initializer that is also a graph input is no constant for the body: a
+    run that feeds it computes with the fed bias, a run that does not with the
+    initializer's, in any order, as stepped."""
+    model, feeds = _outer_weights_loop(ir_version=3)
+    loop_body = model.graph.node[0].attribute[0].g
+    assert any(n.op_type == "Gemm" for n in loop_body.node)
+    fed = {**feeds, "bias": np.full(16, 0.5, np.float32)}
+    session = Session(model)
+    for run in (feeds, fed, feeds, fed):
+        want = stepped_values(model, run)["y"]
+        np.testing.assert_array_equal(session.run(run)["y"], want)
+    loop = next(pn for pn in session.plan.nodes if pn.op_type == "Loop")
+    body = loop.subplans["body"]
+    assert body.slots["bias"] not in body.outer_constants
+    assert body.slots["w"] in body.outer_constants

@@ -65,7 +65,13 @@ from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.inplace import try_inplace
 from onnxviz.runtime.invoke import UnsupportedOperator, call_node, normalize_outputs, spec_outputs
 from onnxviz.runtime.memory import IntermediateStore
-from onnxviz.runtime.plan import GraphPlan, PlanContext, PlanNode, compile_graph
+from onnxviz.runtime.plan import (
+    GraphPlan,
+    PlanContext,
+    PlanNode,
+    compile_graph,
+    outer_constants,
+)
 from onnxviz.runtime.values import describe
 
 # Subgraphs nest only as deep as protobuf allows (~30-60); functions calling each other
@@ -263,6 +269,7 @@ class Executor:
                 opsets=frame.plan.opsets,
                 outer_attrs=pn.outer_attrs,
             )
+            plan.outer_constants = outer_constants(frame.plan, plan.captures)
             pn.subplans[attr] = plan
         return plan
 

@@ -154,6 +154,7 @@ def run_nodes(plan: GraphPlan) -> list[PlanNode]:
 
 def _constant_slots(plan: GraphPlan) -> set[int]:
     const = {s for s, _ in plan.constants}
+    const.update(plan.outer_constants)
     for pn in plan.nodes:
         if pn.foldable:
             const.update(s for s in pn.outputs if s >= 0)
@@ -211,6 +212,7 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     const = _constant_slots(plan)
     keep = {s for s in plan.output_slots if s >= 0}
     constants = dict(plan.constants)
+    constants.update(plan.outer_constants)  # (a body's: the enclosing initializers)
     constants.update(folded)
     nodes = plan.nodes
     if trim_routing():

@@ -140,6 +140,11 @@ class GraphPlan:
     labels: dict[str, int]  # node label -> index
     # Initializer names that are also graph inputs (IR < 4 defaults a feed may replace).
     overridable: frozenset[str] = frozenset()
+    # A body's captured values that are constants of the graphs around it (their
+    # initializers, by this plan's slot: `outer_constants`), set when it is compiled for
+    # its node: the unwatched node list's specializers and fusions take them as they
+    # take its own initializers.
+    outer_constants: dict[int, Any] = field(default_factory=dict)
     # The node list unwatched runs execute (fusion.py), made on first use.
     run_nodes: list[PlanNode] | None = None
     # Outputs of constant-folded nodes (shared between runs, never handed out as is).
@@ -163,6 +168,26 @@ class GraphPlan:
                 initial[s] = v
             self.initial_values = initial
         return initial.copy()
+
+
+def outer_constants(parent: GraphPlan, captures: list[tuple[int, str]]) -> dict[int, Any]:
+    """The values of ``captures`` (a body's) that are constants where they come from: an
+    initializer of ``parent`` (the graph whose node holds the body), not one a feed may
+    replace, or one of parent's own outer constants; by the body's slot.  A frame of
+    the body gets these very arrays (Frame.lookup finds the name in parent's slots
+    first), so a specialized call made for them (a Loop body's Gemm by the main
+    graph's weight, as torch's exports write it) meets them on every run; it checks
+    their identity all the same."""
+    own = dict(parent.constants)
+    found: dict[int, Any] = {}
+    for s, name in captures:
+        ps = parent.slots.get(name)
+        if ps is None or name in parent.overridable:
+            continue
+        value = own.get(ps, parent.outer_constants.get(ps))
+        if value is not None:
+            found[s] = value
+    return found
 
 
 def node_labels(nodes: Sequence[NodeProto]) -> list[str]:
