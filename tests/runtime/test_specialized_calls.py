@@ -863,6 +863,37 @@ def test_gather_from_a_constant_table_gives_the_stepped_bits_and_the_kernels_err
     assert_stepped_bits(model, {"i": np.array([4, 0], np.uint8)})
 
 
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_by_a_run_time_scalar_index_is_a_view_with_the_kernels_errors(axis: int) -> None:
+    """x[t] with t computed in the run (a scripted loop's counter), int32 or int64,
+    negative or not, along any axis: the stepped values, a view of x when the index is
+    a 0-d integer in range; a 1-D index and an index out of range take the kernel (its
+    values, its error), and the next run is fine."""
+    x = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    dim = x.shape[axis]
+    for index_type, np_type in ((TensorProto.INT64, np.int64), (TensorProto.INT32, np.int32)):
+        ii = helper.make_tensor_value_info("t", index_type, None)
+        model = _model(
+            [helper.make_node("Gather", ["x", "t"], ["y"], axis=axis)], [xi, ii], ["y"], []
+        )
+        session = Session(model)
+        assert _specialized(session)["Gather"] == "special"
+        for t in (0, dim - 1, -1, -dim):
+            feeds = {"x": x, "t": np.array(t, np_type)}
+            got = session.run(feeds)["y"]
+            want = stepped_values(model, feeds)["y"]
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+            assert np.shares_memory(got, x)  # (a view: the kernel's take copies)
+        rows = {"x": x, "t": np.array([1, -1], np_type)}
+        np.testing.assert_array_equal(session.run(rows)["y"], stepped_values(model, rows)["y"])
+        with pytest.raises(Exception, match="Gather"):
+            session.run({"x": x, "t": np.array(dim, np_type)})
+        np.testing.assert_array_equal(session.run({"x": x, "t": np.array(1, np_type)})["y"],
+                                      np.take(x, 1, axis=axis))  # fmt: skip
+
+
 def test_concat_gives_the_stepped_values_and_the_kernels_errors() -> None:
     """Concat's specialized call: numpy's concatenation along the axis (a KV cache's past
     and new rows, a negative axis, three inputs); inputs of different ranks raise the

@@ -37,6 +37,8 @@ _ready = False
 def _normalize_one(result: Any) -> Any:
     if isinstance(result, np.generic):  # (numpy's operators on 0-d arrays: the commonest)
         return np.asarray(result)
+    if type(result) is list:  # a sequence, as it is (normalize_outputs keeps it so)
+        return result
     return normalize_outputs(result, 1)[0]
 
 

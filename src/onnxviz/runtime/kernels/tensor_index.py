@@ -197,6 +197,8 @@ def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
     table = known[0] if known else None
     if idx is RUNTIME and type(table) is np.ndarray and table.ndim:
         return _prepared_table_gather(table, attrs)
+    if idx is RUNTIME:
+        return _prepared_scalar_gather(attrs)
     if type(idx) is not np.ndarray or idx.dtype.kind not in "iu" or idx.size != 1 or idx.ndim > 1:
         return None
     value, keep_axis = int(idx.reshape(-1)[0]), idx.ndim == 1
@@ -225,6 +227,30 @@ def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
 
 
 _INDEX_KINDS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _prepared_scalar_gather(attrs: dict[str, Any]) -> Any:
+    """Indices known only at run time: a 0-d int32/int64 index in range picks by basic
+    indexing, a view of ``data`` as the constant index's call picks (a scripted loop's
+    x[t] by its counter: the kernel's axis, dtype and take steps were 2 us of a 7 us
+    iteration); any other call takes the kernel."""
+    axis0 = int(attrs.get("axis", 0))
+
+    def call(data: Any, given: Any) -> Any:
+        if (
+            type(data) is np.ndarray
+            and type(given) is np.ndarray
+            and given.ndim == 0
+            and given.dtype in _INDEX_KINDS
+            and -data.ndim <= axis0 < data.ndim
+        ):
+            axis = axis0 % data.ndim
+            dim, at = data.shape[axis], int(given)
+            if -dim <= at < dim:
+                return data[at] if axis == 0 else data[(slice(None),) * axis + (at,)]
+        return gather(data, given, **attrs)
+
+    return call
 
 
 def _prepared_table_gather(table: np.ndarray, attrs: dict[str, Any]) -> Any:
