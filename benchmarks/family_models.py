@@ -318,6 +318,36 @@ def elman_rnn(seq: int = 50, batch: int = 4, n_in: int = 64, hidden: int = 128) 
     return _export(Elman(), args, ["x"], dynamo=True), _feeds(["x"], args)
 
 
+def scripted_loop(seq: int = 64, batch: int = 1, n_in: int = 32, hidden: int = 64) -> Built:
+    """A recurrent cell stepped by a TorchScript-scripted loop (torch.jit.script, then
+    the TorchScript exporter): an ONNX Loop whose body reads x[t], makes the cell's two
+    Linear products (Gemm by the main graph's weights), the tanh, and appends h to a
+    sequence; a ConcatFromSequence after it.  Its run is the cost per iteration and per
+    small body node, and the body's products on the outer weights."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Scripted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin_x = nn.Linear(n_in, hidden)
+            self.lin_h = nn.Linear(hidden, hidden)
+            self.hidden = hidden  # (a script reads no closed-over int)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.zeros(x.size(1), self.hidden)
+            outs: list[torch.Tensor] = []
+            for t in range(x.size(0)):
+                h = torch.tanh(self.lin_x(x[t]) + self.lin_h(h))
+                outs.append(h)
+            return torch.stack(outs)
+
+    args = (torch.randn(seq, batch, n_in),)
+    return _export(torch.jit.script(Scripted()), args, ["x"], dynamo=False), _feeds(["x"], args)
+
+
 def unet_torch(size: int = 128, base: int = 16, levels: int = 3) -> Built:
     import torch
     from torch import nn
@@ -1235,6 +1265,10 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "gru_cell_loop_ts": (
         "GRUCell 128 stepped 32 times, batch 1, TorchScript",
         lambda: rnn_cells("gru", batch=1, dynamo=False),
+    ),
+    "scripted_loop": (
+        "RNN cell in a scripted loop, 64 steps, TorchScript Loop",
+        scripted_loop,
     ),
     "fpn": ("ResNet-style encoder + feature pyramid, 224 px, TorchScript", fpn),
     "diffusion_unet_64": (
