@@ -373,8 +373,8 @@ def test_the_nchw_conv_moves_its_layout_by_the_compiled_copies_with_the_same_bit
     x_shape: tuple[int, ...], w_shape: tuple[int, ...], attrs: dict[str, Any], monkeypatch
 ) -> None:
     # An NCHW depthwise conv (a ConvNeXt-style block's, between NCHW nodes) whose rows
-    # the planes kernel does not take (under 16 outputs here) runs the kernel on
-    # channels-last copies.  _channels.c's place/unplace make them (numpy's
+    # the planes kernel does not take (under 16 outputs here, and not a same-size 3x3 at
+    # stride 1: those run as flat rows) runs the kernel on channels-last copies.  _channels.c's place/unplace make them (numpy's
     # strided copies took as long as the conv); they are copies, so the output is the
     # same bits as with numpy's moveaxis copies, and they must really run.
     _module()
@@ -399,7 +399,9 @@ def test_the_nchw_conv_moves_its_layout_by_the_compiled_copies_with_the_same_bit
     with _level(LEVELS[-1]):  # (the kernels on, whatever ONNXVIZ_NATIVE says)
         monkeypatch.setattr(native, "load", lambda n: Counted() if n == "channels" else real(n))
         got = conv(x, w, b, group=c, **attrs)
-        assert calls == ["place", "unplace"]
+        # (3x3 at stride 1 keeping the size: conv_nchw's flat rows at AVX-512, no copies)
+        flat = w_shape[2:] == (3, 3) and "strides" not in attrs and attrs["pads"] == [1] * 4
+        assert calls == ([] if flat and LEVELS[-1] >= native.AVX512 else ["place", "unplace"])
         monkeypatch.setattr(native, "load", lambda n: None if n == "channels" else real(n))
         want = conv(x, w, b, group=c, **attrs)
         monkeypatch.setattr(native, "load", real)
@@ -457,11 +459,65 @@ def test_the_planes_kernel_gives_the_channels_last_kernels_bits(
             ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, act, lo, hi)
         finally:
             module.set_level(LEVELS[-1])
-        assert ran == (level >= native.AVX512 and sw <= 2 and ow >= 16)
+        flat = (kh, kw, sh, sw, dh, dw, oh, ow) == (3, 3, 1, 1, 1, 1, h, w) and ow < 16
+        assert ran == (level >= native.AVX512 and ((sw <= 2 and ow >= 16) or flat))
         if ran:
             np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2), f"level {level}")
         else:
             assert (got == 7.0).all()
+
+
+@pytest.mark.parametrize(
+    ("size", "pads"),
+    [
+        ((1, 272, 14, 14), (1, 1)),  # ShuffleNet's
+        ((2, 5, 7, 7), (1, 1)),
+        ((1, 3, 1, 1), (1, 1)),
+        ((1, 4, 2, 15), (0, 2)),
+        ((2, 3, 9, 4), (2, 0)),
+        ((1, 6, 17, 3), (1, 2)),
+        ((1, 2, 33, 1), (2, 1)),
+    ],
+)
+@pytest.mark.parametrize("act", [ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH])
+def test_narrow_planes_run_flat_with_the_channels_last_kernels_bits(
+    size: tuple[int, int, int, int], pads: tuple[int, int], act: int
+) -> None:
+    """A 3x3 stride-1 conv keeping its planes' size with rows narrower than a vector
+    runs in conv_nchw as flat rows (16 outputs of a plane a vector, across row ends,
+    taps outside the image masked): conv_nhwc's bits, with and without bias and addend,
+    NaN and infinity included, at AVX-512; below it, conv_nchw says no."""
+    module = _module()
+    n, c, h, w = size
+    pt, pl = pads
+    rng = np.random.default_rng(c * h + w)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    x.flat[rng.integers(x.size)] = np.nan
+    wt = rng.standard_normal((c, 9)).astype(np.float32)
+    wt.flat[rng.integers(wt.size)] = np.inf
+    lo, hi = (-0.5, 0.75) if act == ACT_CLIP else (NAN, NAN)
+    geometry = ((3, 3), (h, w), (1, 1), (1, 1), (pt, pl))
+    for with_bias, with_addend in ((False, False), (True, False), (True, True)):
+        b = rng.standard_normal(c).astype(np.float32) if with_bias else None
+        addend = rng.standard_normal((n, c, h, w)).astype(np.float32) if with_addend else None
+        last = None if addend is None else np.ascontiguousarray(addend.transpose(0, 2, 3, 1))
+        want = np.empty((n, h, w, c), np.float32)
+        module.conv_nhwc(
+            np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+            np.ascontiguousarray(wt.T), b, last, want, (n, h, w, c), *geometry, act, lo, hi,
+        )  # fmt: skip
+        for level in LEVELS:
+            module.set_level(level)
+            try:
+                got = np.full((n, c, h, w), 7.0, np.float32)
+                ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, act, lo, hi)
+            finally:
+                module.set_level(LEVELS[-1])
+            assert ran == (level >= native.AVX512)
+            if ran:
+                np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2), f"level {level}")
+            else:
+                assert (got == 7.0).all()
 
 
 def test_an_nchw_conv_on_wide_rows_reads_its_planes_in_place(monkeypatch) -> None:

@@ -799,6 +799,88 @@ __attribute__((target("avx512f"))) static void planes_avx512(const Geometry *g, 
     }
 }
 
+/* ---- small planes as flat rows (stride 1, same size) ----------------------------------
+ *
+ * A 3x3 conv at stride 1 whose output has the input's size (pads summing to 2 on each
+ * axis) reads, for output q = oy * w + ox of a plane, input q + (ky - pt) * w + (kx - pl)
+ * at tap (ky, kx): the same offset for every output, so 16 consecutive outputs of the
+ * flattened plane take their tap from 16 consecutive inputs, across row ends.  The lanes
+ * whose tap falls outside the image (a column past a row's end, a row above or below
+ * the plane) are masked off, by a table of masks per block of 16 outputs and tap made
+ * once per geometry.  Every lane is busy on planes whose rows are narrower than a vector
+ * (ShuffleNet's 14 x 14 and 7 x 7: the row kernel above left 2 or 9 of 16 lanes idle
+ * and, for rows under 16, lost to the channels-last kernel and its two copies), and on
+ * wider ones no row needs border checks.  The operations per output are the row
+ * kernel's: zero, then each tap inside the image in row-major order, a multiply then an
+ * add (masked lanes keep their sum), then the bias, the addend and the activation. */
+typedef struct {
+    uint16_t mask[9]; /* per tap (ky * 3 + kx): the lanes whose tap is inside the image */
+} FlatBlock;
+
+static int flat_take(const Geometry *g) {
+    return level >= 2 && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 &&
+           g->dw == 1 && g->oh == g->h && g->ow == g->w && g->pt <= 2 && g->pl <= 2 &&
+           g->ow < 16;
+}
+
+static void flat_blocks(const Geometry *g, FlatBlock *blocks) {
+    const Py_ssize_t total = g->oh * g->ow, n_blocks = (total + 15) / 16;
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        for (int t = 0; t < 9; t++) {
+            const int ky = t / 3, kx = t % 3;
+            uint16_t m = 0;
+            for (int l = 0; l < 16; l++) {
+                const Py_ssize_t q = b * 16 + l;
+                if (q >= total) break;
+                const Py_ssize_t iy = q / g->ow - g->pt + ky, ix = q % g->ow - g->pl + kx;
+                if (iy >= 0 && iy < g->h && ix >= 0 && ix < g->w) m |= (uint16_t)(1u << l);
+            }
+            blocks[b].mask[t] = m;
+        }
+    }
+}
+
+/* Outputs q0..q0+15 of a plane (those below `total`): the sums, then the bias, the
+ * addend and the activation. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+flat_store(float *op, const float *ap, Py_ssize_t q0, Py_ssize_t total, __m512 y,
+           const float *bias, __m512 b, int act, float lo, float hi) {
+    const __mmask16 outm = (__mmask16)(total - q0 >= 16 ? 0xFFFF : (1u << (total - q0)) - 1);
+    if (bias) y = _mm512_add_ps(y, b);
+    if (ap) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(outm, ap + q0));
+    _mm512_mask_storeu_ps(op + q0, outm, act16(y, act, lo, hi));
+}
+
+__attribute__((target("avx512f"))) static void flat_avx512(const Geometry *g, const float *x,
+                                                           const float *w, const float *bias,
+                                                           const float *add, float *out,
+                                                           int act, float lo, float hi,
+                                                           const FlatBlock *blocks) {
+    const Py_ssize_t total = g->oh * g->ow, n_blocks = (total + 15) / 16;
+    Py_ssize_t off[9];
+    for (int t = 0; t < 9; t++) off[t] = (t / 3 - g->pt) * g->w + (t % 3 - g->pl);
+    for (Py_ssize_t plane = 0; plane < g->n * g->c; plane++) {
+        const Py_ssize_t ch = plane % g->c;
+        const float *xp = x + plane * total, *wp = w + ch * 9;
+        float *op = out + plane * total;
+        const float *ap = add ? add + plane * total : NULL;
+        const __m512 b = _mm512_set1_ps(bias ? bias[ch] : 0.0f);
+        __m512 w9[9];
+        for (int t = 0; t < 9; t++) w9[t] = _mm512_set1_ps(wp[t]);
+        for (Py_ssize_t blk = 0; blk < n_blocks; blk++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int t = 0; t < 9; t++) {
+                const __mmask16 m = (__mmask16)blocks[blk].mask[t];
+                /* (masked-off lanes are not read: their addresses may lie outside the
+                 * plane) */
+                const __m512 v = _mm512_maskz_loadu_ps(m, xp + blk * 16 + off[t]);
+                acc = _mm512_mask_add_ps(acc, m, acc, _mm512_mul_ps(v, w9[t]));
+            }
+            flat_store(op, ap, blk * 16, total, acc, bias, b, act, lo, hi);
+        }
+    }
+}
+
 #endif /* DW_X86 */
 
 /* Whether conv_nchw runs this geometry at the level set: AVX-512, strides 1 and 2, and
@@ -807,9 +889,12 @@ __attribute__((target("avx512f"))) static void planes_avx512(const Geometry *g, 
  * an AVX2 form of this kernel (8 lanes) was slower than it on every ShuffleNet and
  * MobileNet shape measured.  (us, Zen 4, channels-last with copies / this: 136 channels
  * of 28 x 28 stride 1, 82-117 / 92-95, in the whole model 159 / 117; 112 of 56 x 56
- * stride 2 128-173 / 104-120, in the model 471 / 187; 544 of 7 x 7 18 / 50.) */
+ * stride 2 128-173 / 104-120, in the model 471 / 187; 544 of 7 x 7 18 / 50.)  A same-size
+ * 3x3 at stride 1 on such narrow rows runs as flat rows (flat_take, above): 272 channels
+ * of 14 x 14 38-41 / 28, 544 of 7 x 7 18-20 / 17.5. */
 static int planes_take(const Geometry *g) {
 #if DW_X86
+    if (flat_take(g)) return 1;
     return level >= 2 && (g->sw == 1 || g->sw == 2) && g->ow >= 16;
 #else
     (void)g;
@@ -876,6 +961,20 @@ static int geometry_run(const Geometry *g, Py_ssize_t taps, const float *x, cons
 static int planes_run(const Geometry *g, const float *x, const float *wt, const float *bias,
                       const float *add, float *out, int act, float lo, float hi) {
 #if DW_X86
+    if (flat_take(g)) {
+        const Py_ssize_t n_blocks = (g->oh * g->ow + 15) / 16;
+        FlatBlock *fb = PyMem_RawMalloc((size_t)n_blocks * sizeof(FlatBlock));
+        if (!fb) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        flat_blocks(g, fb);
+        Py_BEGIN_ALLOW_THREADS;
+        flat_avx512(g, x, wt, bias, add, out, act, lo, hi, fb);
+        Py_END_ALLOW_THREADS;
+        PyMem_RawFree(fb);
+        return 0;
+    }
     const Py_ssize_t blocks = (g->ow + 15) / 16;
     ColumnTap *taps = PyMem_RawMalloc((size_t)(blocks * g->kw) * sizeof(ColumnTap));
     if (!taps) {
