@@ -446,21 +446,41 @@ def test_the_planes_kernel_gives_the_channels_last_kernels_bits(
     addend = rng.standard_normal((n, c, oh, ow)).astype(np.float32) if with_addend else None
     lo, hi = (-0.5, 0.75) if act == ACT_CLIP else (NAN, NAN)
     geometry = ((kh, kw), (oh, ow), (sh, sw), (dh, dw), (pt, pl))
+    flat = (kh, kw, sh, sw, dh, dw, oh, ow) == (3, 3, 1, 1, 1, 1, h, w) and ow < 16
+    _assert_planes_match(
+        module, x, wt, b, addend, geometry, (act, lo, hi),
+        lambda level: level >= native.AVX512 and ((sw <= 2 and ow >= 16) or flat),
+    )  # fmt: skip
+
+
+def _assert_planes_match(
+    module: Any,
+    x: np.ndarray,
+    wt: np.ndarray,
+    b: np.ndarray | None,
+    addend: np.ndarray | None,
+    geometry: tuple[tuple[int, int], ...],
+    activation: tuple[int, float, float],
+    runs_at: Any,
+) -> None:
+    """conv_nchw of planes ``x`` gives conv_nhwc's bits at every level where
+    ``runs_at(level)``, and elsewhere says no and writes nothing."""
+    n, c, h, w = x.shape
+    oh, ow = geometry[1]
     want = np.empty((n, oh, ow, c), np.float32)
     last = None if addend is None else np.ascontiguousarray(addend.transpose(0, 2, 3, 1))
     module.conv_nhwc(
         np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
-        np.ascontiguousarray(wt.T), b, last, want, (n, h, w, c), *geometry, act, lo, hi,
+        np.ascontiguousarray(wt.T), b, last, want, (n, h, w, c), *geometry, *activation,
     )  # fmt: skip
     for level in LEVELS:
         module.set_level(level)
         try:
             got = np.full((n, c, oh, ow), 7.0, np.float32)
-            ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, act, lo, hi)
+            ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, *activation)
         finally:
             module.set_level(LEVELS[-1])
-        flat = (kh, kw, sh, sw, dh, dw, oh, ow) == (3, 3, 1, 1, 1, 1, h, w) and ow < 16
-        assert ran == (level >= native.AVX512 and ((sw <= 2 and ow >= 16) or flat))
+        assert ran == runs_at(level), f"level {level}"
         if ran:
             np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2), f"level {level}")
         else:
@@ -500,24 +520,10 @@ def test_narrow_planes_run_flat_with_the_channels_last_kernels_bits(
     for with_bias, with_addend in ((False, False), (True, False), (True, True)):
         b = rng.standard_normal(c).astype(np.float32) if with_bias else None
         addend = rng.standard_normal((n, c, h, w)).astype(np.float32) if with_addend else None
-        last = None if addend is None else np.ascontiguousarray(addend.transpose(0, 2, 3, 1))
-        want = np.empty((n, h, w, c), np.float32)
-        module.conv_nhwc(
-            np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
-            np.ascontiguousarray(wt.T), b, last, want, (n, h, w, c), *geometry, act, lo, hi,
+        _assert_planes_match(
+            module, x, wt, b, addend, geometry, (act, lo, hi),
+            lambda level: level >= native.AVX512,
         )  # fmt: skip
-        for level in LEVELS:
-            module.set_level(level)
-            try:
-                got = np.full((n, c, h, w), 7.0, np.float32)
-                ran = module.conv_nchw(x, wt, b, addend, got, (n, c, h, w), *geometry, act, lo, hi)
-            finally:
-                module.set_level(LEVELS[-1])
-            assert ran == (level >= native.AVX512)
-            if ran:
-                np.testing.assert_array_equal(got, want.transpose(0, 3, 1, 2), f"level {level}")
-            else:
-                assert (got == 7.0).all()
 
 
 def test_an_nchw_conv_on_wide_rows_reads_its_planes_in_place(monkeypatch) -> None:
