@@ -581,7 +581,10 @@ def test_held_call_runs_later_inputs_as_the_steps(
             assert not python_calls, f"level {level}: the held call declined a run"
 
 
-@pytest.mark.skipif(not _LEVELS, reason="the held call runs the int8 products (AVX2)")
+@pytest.mark.skipif(
+    not _LEVELS or native.level() is None,
+    reason="the held call runs the int8 products (AVX2, the kernels on)",
+)
 def test_held_call_declines_what_it_was_not_made_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """Called with anything but its case (A of another byte type, layout or width, a zero
     point of another type, a scale of another length or type, another B), the held call
@@ -732,7 +735,10 @@ def test_trained_like_weights_by_int8_activations_are_exact(tmp_path: Path) -> N
                 np.testing.assert_array_equal(got, want, err_msg=f"level {level}")
 
 
-@pytest.mark.skipif(not _LEVELS, reason="the held call runs the int8 products (AVX2)")
+@pytest.mark.skipif(
+    not _LEVELS or native.level() is None,
+    reason="the held call runs the int8 products (AVX2, the kernels on)",
+)
 def test_a_transposed_quantized_input_takes_the_held_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """A quantized A that reaches the product as Transpose's view (a quantized embedding
     permuted to (tokens, batch, hidden) before a TorchScript attention's projection):
