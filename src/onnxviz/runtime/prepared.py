@@ -67,71 +67,39 @@ def _gather(slots: tuple[int, ...]) -> Callable[[list[Any]], Any]:
     return operator.itemgetter(*slots)  # a tuple
 
 
-def _add(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    def add(a: Any, b: Any) -> Any:
-        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
-            return a + b
-        return kernel(a, b)
-
-    return add
-
-
-def _sub(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    def sub(a: Any, b: Any) -> Any:
-        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
-            return a - b
-        return kernel(a, b)
-
-    return sub
-
-
-def _mul(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    def mul(a: Any, b: Any) -> Any:
-        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
-            return a * b
-        return kernel(a, b)
-
-    return mul
-
-
-def _div(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    # Integer Div truncates toward zero in the kernel; numpy's / would give floats.
-    def div(a: Any, b: Any) -> Any:
-        if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _FLOAT:
-            return a / b
-        return kernel(a, b)
-
-    return div
-
-
-def _comparison(ufunc: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The shortcut maker of a comparison: numpy's ufunc on two arrays of one of the
-    arithmetic dtypes (the kernel's own call for them: no compute dtype, a bool array)."""
+def _shortcut(
+    name: str, operation: Callable[[Any, Any], Any], dtypes: frozenset[np.dtype]
+) -> Callable[..., Any]:
+    """The Python shortcut ``name`` of a node whose kernel is ``kernel``: ``operation``
+    (numpy's operator) on two arrays of one dtype object of ``dtypes``, the kernel for
+    anything else."""
 
     def maker(kernel: Callable[..., Any]) -> Callable[..., Any]:
-        def compare(a: Any, b: Any) -> Any:
-            if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in _ARITH:
-                return ufunc(a, b)
+        def call(a: Any, b: Any) -> Any:
+            if type(a) is _ND and type(b) is _ND and a.dtype is b.dtype and a.dtype in dtypes:
+                return operation(a, b)
             return kernel(a, b)
 
-        return compare
+        call.__name__ = name
+        return call
 
     return maker
 
 
-# op type -> (the Python shortcut's maker, the compiled one's op code and dtypes)
-_FAST_BINARY: dict[str, tuple[Callable[[Callable[..., Any]], Callable[..., Any]], int, Any]] = {
-    "Add": (_add, 0, _ARITH),
-    "Sub": (_sub, 1, _ARITH),
-    "Mul": (_mul, 2, _ARITH),
-    "Div": (_div, 3, _FLOAT),
+# op type -> (numpy's operator, the compiled call's op code, the dtypes it takes)
+_FAST_BINARY: dict[str, tuple[Callable[[Any, Any], Any], int, frozenset[np.dtype]]] = {
+    "Add": (operator.add, 0, _ARITH),
+    "Sub": (operator.sub, 1, _ARITH),
+    "Mul": (operator.mul, 2, _ARITH),
+    # Integer Div truncates toward zero in the kernel; numpy's / would give floats.
+    "Div": (operator.truediv, 3, _FLOAT),
     # (the kernel's Python frames and asarray were 1 us of a 0.3 us comparison: a Loop's
     # condition, a mask)
-    "Less": (_comparison(np.less), 4, _ARITH),
-    "LessOrEqual": (_comparison(np.less_equal), 5, _ARITH),
-    "Equal": (_comparison(np.equal), 6, _ARITH),
-    "Greater": (_comparison(np.greater), 7, _ARITH),
-    "GreaterOrEqual": (_comparison(np.greater_equal), 8, _ARITH),
+    "Less": (np.less, 4, _ARITH),
+    "LessOrEqual": (np.less_equal, 5, _ARITH),
+    "Equal": (np.equal, 6, _ARITH),
+    "Greater": (np.greater, 7, _ARITH),
+    "GreaterOrEqual": (np.greater_equal, 8, _ARITH),
 }
 
 
@@ -143,11 +111,11 @@ def _fast_binary(op_type: str, kernel: Callable[..., Any]) -> Callable[..., Any]
     entry = _FAST_BINARY.get(op_type)
     if entry is None:
         return None
-    maker, code, dtypes = entry
+    operation, code, dtypes = entry
     module = quiet_loop.loop()
     if module is not None:
         return module.binary(code, tuple(dtypes), kernel)  # type: ignore[no-any-return]
-    return maker(kernel)
+    return _shortcut(op_type.lower(), operation, dtypes)(kernel)  # type: ignore[no-any-return]
 
 
 def _special(pn: PlanNode, constants: dict[int, Any]) -> Callable[..., Any] | None:
