@@ -147,9 +147,8 @@ class _Body:
         )
 
     def run(self, feeds: list[Any], i: int) -> Events:
-        """Iteration ``i``'s outputs: quietly when it can, else in its own frame."""
-        if self.quiet is not None:
-            return self.run_quietly(feeds, i)
+        """Iteration ``i``'s outputs in its own frame (`quiet` unset: the callers run the
+        other iterations by `run_quietly` or `loop`, without this generator)."""
         return (yield from self.ex.run_frame(self.new_frame(feeds, i)))
 
     def loop(self, state: list[Any], looped: LoopScans) -> list[Any] | None:
@@ -351,6 +350,7 @@ def _run_scan8(ex: FrameRunner, frame: Frame, pn: PlanNode, ins: list[Any]) -> E
             ex.check_cancel(pn)
             slices = [x[b, (length - 1 - t) if d else t] for x, d in zip(scan_ins, dirs)]
             feeds = [*states, *slices]
+            states = []  # (run_quietly: the body's slots alone hold them)
             outs = body.run_quietly(feeds, t) if body.quiet else (yield from body.run(feeds, t))
             states, step_outs = _scan_step(outs, len(states_b))
             for k in range(n_scan_out):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from onnx import NodeProto
@@ -351,10 +351,7 @@ class Executor:
                 quiet.program, 0, frame.values, self, quiet.times, where, quiet.limit, quiet.fold
             )
         except Exception as exc:  # (the frame stays on the stack, as run_frame leaves it)
-            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
-            if err is exc:
-                raise
-            raise err from exc
+            self._raise_compiled(frame, quiet.nodes[where[0]], exc)
         self.stack.pop()
         if i < len(quiet.nodes):
             return None, i
@@ -377,10 +374,7 @@ class Executor:
                 where, quiet.limit, quiet.fold,
             )  # fmt: skip
         except Exception as exc:
-            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
-            if err is exc:
-                raise
-            raise err from exc
+            self._raise_compiled(frame, quiet.nodes[where[0]], exc)
         self.stack.pop()
         if type(result) is int:
             return None, result
@@ -408,10 +402,7 @@ class Executor:
             if where[0] < 0:
                 self.stack.pop()
                 raise
-            err = self._compiled_error(frame, quiet.nodes[where[0]], exc)
-            if err is exc:
-                raise
-            raise err from exc
+            self._raise_compiled(frame, quiet.nodes[where[0]], exc)
         self.stack.pop()
         return stopped  # type: ignore[no-any-return]
 
@@ -463,10 +454,7 @@ class Executor:
                 try:
                     i = run_compiled(program, i, values, self, times, where, inplace_limit, fold)
                 except Exception as exc:
-                    err = self._compiled_error(frame, nodes[where[0]], exc)
-                    if err is exc:
-                        raise
-                    raise err from exc
+                    self._raise_compiled(frame, nodes[where[0]], exc)
                 if i >= n_nodes:
                     break
             pn = nodes[i]
@@ -618,13 +606,17 @@ class Executor:
             return self.error(pn, ins, "out of memory while computing the outputs")
         return self.error(pn, ins, f"{type(exc).__name__}: {exc}")
 
-    def _compiled_error(self, frame: Frame, pn: PlanNode, exc: Exception) -> Exception:
-        """What to raise for an exception of the compiled loop at ``pn``: for its own
-        calls of a kernel, the error naming the node, as this loop's calls raise."""
+    def _raise_compiled(self, frame: Frame, pn: PlanNode, exc: Exception) -> NoReturn:
+        """Raise for an exception of the compiled loop at ``pn`` (from an ``except`` of
+        it): for its own calls of a kernel, the error naming the node, as this loop's
+        calls raise; else ``exc`` itself."""
         frame.node_index = pn.position
         if not quiet_loop.calls_kernel(pn):  # _call_kernel and fused nodes name it already
-            return exc
-        return self._kernel_error(pn, pn.gather(frame.values), exc)
+            raise exc
+        err = self._kernel_error(pn, pn.gather(frame.values), exc)
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def _call_many(self, pn: PlanNode, ins: Sequence[Any]) -> list[Any]:
         """The outputs of a node's specialized call of several outputs (errors name the
