@@ -210,20 +210,31 @@ def _prepared_gather(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> A
             return gather(data, given, **attrs)
         index = indexes.get(data.shape)
         if index is None:
-            if not -data.ndim <= axis0 < data.ndim:
+            index = _basic_index(data.shape, axis0, value, keep_axis)
+            if index is None:
                 return gather(data, given, **attrs)
-            axis = axis0 % data.ndim
-            dim = data.shape[axis]
-            if not -dim <= value < dim:
-                return gather(data, given, **attrs)
-            at = value % dim
-            pick: Any = slice(at, at + 1) if keep_axis else at
-            index = (slice(None),) * axis + (pick,)
             if len(indexes) < 64:
                 indexes[data.shape] = index
         return data[index]
 
     return call
+
+
+def _basic_index(
+    shape: tuple[int, ...], axis0: int, value: int, keep_axis: bool
+) -> tuple[Any, ...] | None:
+    """The basic index that picks element ``value`` along axis ``axis0`` of an array of
+    ``shape`` (keeping that axis, of size 1, when ``keep_axis``), or None when the axis
+    or the element is out of range (the kernel then says so)."""
+    if not -len(shape) <= axis0 < len(shape):
+        return None
+    axis = axis0 % len(shape)
+    dim = shape[axis]
+    if not -dim <= value < dim:
+        return None
+    at = value % dim
+    pick: Any = slice(at, at + 1) if keep_axis else at
+    return (slice(None),) * axis + (pick,)
 
 
 _INDEX_KINDS = (np.dtype(np.int32), np.dtype(np.int64))
@@ -242,12 +253,10 @@ def _prepared_scalar_gather(attrs: dict[str, Any]) -> Any:
             and type(given) is np.ndarray
             and given.ndim == 0
             and given.dtype in _INDEX_KINDS
-            and -data.ndim <= axis0 < data.ndim
         ):
-            axis = axis0 % data.ndim
-            dim, at = data.shape[axis], int(given)
-            if -dim <= at < dim:
-                return data[at] if axis == 0 else data[(slice(None),) * axis + (at,)]
+            index = _basic_index(data.shape, axis0, int(given), False)
+            if index is not None:
+                return data[index]
         return gather(data, given, **attrs)
 
     return call
