@@ -720,7 +720,10 @@ def _draw_conv(net: _Net, x: str, draw) -> str:
 
 
 def _draw_activation(net: _Net, x: str, draw) -> str:
-    op = draw(st.sampled_from(["HardSwish", "HardSigmoid", "Relu", "Clip"]))
+    op = draw(st.sampled_from(["HardSwish", "HardSigmoid", "Relu", "Clip", "SiLU"]))
+    if op == "SiLU":  # written out, as torch exports it: x * Sigmoid(x), either order
+        g = net.add("Sigmoid", [x], net.shapes[x])
+        return net.add("Mul", [x, g] if draw(st.booleans()) else [g, x], net.shapes[x])
     if op == "Clip":
         return net.add(op, [x, net.const(np.array(0.0)), net.const(np.array(6.0))], net.shapes[x])
     return net.add(op, [x], net.shapes[x])
@@ -872,7 +875,7 @@ def test_committed_torch_exports_give_the_stepped_numbers(name: str) -> None:
     assert_modes_agree(model, feeds)
 
 
-@pytest.mark.parametrize("activation", ["HardSwish", "HardSigmoid", "Relu"])
+@pytest.mark.parametrize("activation", ["HardSwish", "HardSigmoid", "Relu", "SiLU"])
 @pytest.mark.parametrize("conv_kind", ["depthwise", "pointwise", "plain"])
 def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: str) -> None:
     """Conv -> activation is one fused node (the activation in place on the conv's
@@ -882,7 +885,10 @@ def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: s
     k, group = {"depthwise": (3, 16), "pointwise": (1, 1), "plain": (3, 1)}[conv_kind]
     y = net.conv("x", 16, k=k, group=group)
     attrs = {"alpha": 0.3, "beta": 0.4} if activation == "HardSigmoid" else {}
-    y = net.add(activation, [y], net.shapes[y], **attrs)
+    if activation == "SiLU":  # y * Sigmoid(y), two nodes
+        y = net.add("Mul", [y, net.add("Sigmoid", [y], net.shapes[y])], net.shapes[y])
+    else:
+        y = net.add(activation, [y], net.shapes[y], **attrs)
     last = net.conv(y, 8, k=3, group=1)  # a reader, so a channels-last output may stay
     model = net.model((1, 16, 9, 9), last)
     feeds = {"x": 3 * RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)}
@@ -890,8 +896,12 @@ def test_a_conv_and_its_activation_run_as_one_node(activation: str, conv_kind: s
     sess.run(feeds)
     assert [pn.kind for pn in run_nodes(sess.plan)] == ["fused", "fused"]
     stepped = assert_modes_agree(model, feeds)
-    # Both sides of the activation's kinks are reached (else the test shows little).
-    assert (stepped[y] == 0).any() and (stepped[y] > 0).any()
+    # Both sides of the activation's kinks are reached (else the test shows little);
+    # SiLU's negative dip and its linear side.
+    if activation == "SiLU":
+        assert (stepped[y] < 0).any() and (stepped[y] > 1).any()
+    else:
+        assert (stepped[y] == 0).any() and (stepped[y] > 0).any()
 
 
 def test_one_session_runs_other_image_sizes_and_batches() -> None:

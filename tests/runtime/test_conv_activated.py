@@ -1,6 +1,6 @@
 """An NCHW conv chain that ends in an activation the direct conv's epilogue knows (Relu,
-Clip, HardSwish, a written-out HardSwish) runs, in unwatched runs, as one compiled call
-with the activation in the kernel (`fusion.ConvChain._conv_activated`, over
+Clip, HardSwish, a written-out HardSwish, a written-out SiLU) runs, in unwatched runs, as
+one compiled call with the activation in the kernel (`fusion.ConvChain._conv_activated`, over
 `nn_conv.prepared_direct`), 1-D convs as the 2-D conv of height 1 they run as; a
 plain conv (no activation, no residual) takes the same call with none.
 
@@ -32,7 +32,7 @@ from .differential import RTOL, assert_modes_agree
 pytestmark = pytest.mark.numeric
 
 # "none": a plain conv chain, which takes the same prepared call with no activation
-ACTIVATIONS = ["relu", "clip", "hardswish", "written_hardswish", "none"]
+ACTIVATIONS = ["relu", "clip", "hardswish", "written_hardswish", "silu", "none"]
 
 
 def _model(
@@ -68,6 +68,9 @@ def _model(
         nodes.append(helper.make_node("Clip", ["y", "lo", "hi"], ["a"]))
     elif act == "hardswish":
         nodes.append(helper.make_node("HardSwish", ["y"], ["a"]))
+    elif act == "silu":  # y * Sigmoid(y), as torch writes nn.SiLU
+        nodes.append(helper.make_node("Sigmoid", ["y"], ["g"]))
+        nodes.append(helper.make_node("Mul", ["g", "y"], ["a"]))
     else:  # x * HardSigmoid(x), alpha 1/6 as torch writes it
         nodes.append(helper.make_node("HardSigmoid", ["y"], ["g"], alpha=1.0 / 6.0, beta=0.5))
         nodes.append(helper.make_node("Mul", ["y", "g"], ["a"]))

@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 from onnxviz.runtime import fusion, native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.kernels import _weight_cache, nn_conv_nhwc, packed_gemm
-from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU
+from onnxviz.runtime.kernels.nn_conv import ACT_CLIP, ACT_HARDSWISH, ACT_RELU, ACT_SILU
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level, compiled
 
@@ -49,6 +49,7 @@ ACTS = [
     (ACT_CLIP, -0.25, 0.5),
     (ACT_CLIP, NAN, 0.5),
     (ACT_HARDSWISH, NAN, NAN),
+    (ACT_SILU, NAN, NAN),
 ]
 
 
@@ -491,7 +492,7 @@ def test_a_wrong_construction_is_a_value_error():
         *(3, -1, False, (1, 2), (w, w), 0, print),
     ]
     sgemm.pointwise(*good, *common)  # well formed
-    for i, bad in [(2, 0), (4, 24), (1, 64), (7, 4), (11, 0), (11, 3), (13, (1, 5)), (14, (w,))]:
+    for i, bad in [(2, 0), (4, 24), (1, 64), (7, 5), (11, 0), (11, 3), (13, (1, 5)), (14, (w,))]:
         args = list(good)
         args[i] = bad
         with pytest.raises((ValueError, TypeError)):

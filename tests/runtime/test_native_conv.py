@@ -34,6 +34,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ACT_SILU,
     direct_lanes,
     pack_direct,
 )
@@ -106,6 +107,9 @@ def _activate(y: np.ndarray, act: tuple[int, float, float]) -> np.ndarray:
         return y
     if code == ACT_HARDSWISH:
         return y * np.clip(y / 6 + 0.5, 0, 1)
+    if code == ACT_SILU:
+        with np.errstate(over="ignore"):
+            return y / (1 + np.exp(-y))
     return y
 
 
@@ -160,7 +164,7 @@ def geometries(draw: Any) -> dict[str, Any]:
     pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
     h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 20))
     w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 20))
-    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH]))
+    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU]))
     lo, hi = NAN, NAN
     if act == ACT_CLIP:
         lo = draw(st.sampled_from([NAN, -1.0, 0.0]))
@@ -202,7 +206,9 @@ def _check_bound(
     g: dict[str, Any],
 ) -> None:
     """got within gamma(K + 2) (sum |x w| + |bias| + |addend|) of the exact conv, the
-    activation applied (HardSwish's slope reaches 1.5; its own float32 steps a few ulps)."""
+    activation applied (HardSwish's slope reaches 1.5; its own float32 steps a few ulps;
+    SiLU's slope within [-0.1, 1.1], its sigmoid within 3 ulps and the product's rounding:
+    8u of the result)."""
     exact, scale = _exact(x, w, g["strides"], g["dilations"], g["pads"])
     if bias is not None:
         exact += bias.reshape(1, -1, 1, 1)
@@ -213,7 +219,8 @@ def _check_bound(
     k = w.shape[1] * w.shape[2] * w.shape[3]
     gamma = (k + 2) * U / (1 - (k + 2) * U)
     want = _activate(exact, g["act"])
-    bound = 1.5 * gamma * scale + 4 * U * np.abs(want) + 1e-30
+    own = 8 if g["act"][0] == ACT_SILU else 4  # the activation's own roundings, in u
+    bound = 1.5 * gamma * scale + own * U * np.abs(want) + 1e-30
     err = np.abs(got.astype(np.float64) - want)
     worst = float(np.max(err / bound, initial=0.0))
     assert worst <= 1.0, f"error {worst:.3g} x the bound"
@@ -387,7 +394,7 @@ BAD_CALLS: list[tuple[str, Any]] = [
     ("strides", (0, 1)),
     ("dilations", (1, -1)),
     ("pads", (-1, 0)),
-    ("act", (4, NAN, NAN)),
+    ("act", (5, NAN, NAN)),
     ("lanes", 4),
     ("layouts", 4),
 ]

@@ -35,6 +35,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ACT_SILU,
     conv_core,
     pack_blocked,
 )
@@ -109,7 +110,7 @@ def geometries(draw: Any) -> dict[str, Any]:
     pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
     h = draw(st.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 12))
     w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 24))
-    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH]))
+    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU]))
     lo, hi = NAN, NAN
     if act == ACT_CLIP:
         lo = draw(st.sampled_from([NAN, -1.0, 0.0]))
@@ -261,7 +262,7 @@ BAD_CALLS: list[tuple[str, Any]] = [
     ("strides", (0, 1)),
     ("dilations", (1, -1)),
     ("pads", (-1, 0)),
-    ("act", (4, NAN, NAN)),
+    ("act", (5, NAN, NAN)),
 ]
 
 

@@ -27,12 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels.math_activation import clip_into, relu_into
+from onnxviz.runtime.kernels.math_activation import clip_into, relu_into, sigmoid_f
 from onnxviz.runtime.kernels.nn_conv import (
     ACT_CLIP,
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ACT_SILU,
     conv,
     depthwise,
 )
@@ -90,6 +91,8 @@ def _reference(
         clip_into(y, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, y)
     elif code == ACT_HARDSWISH:
         activate_in_place(y, "HardSwish", {})
+    elif code == ACT_SILU:  # the Sigmoid kernel, then the Mul's product
+        y = y * sigmoid_f(y)
     return y
 
 
@@ -106,7 +109,7 @@ def geometries(draw: Any) -> dict[str, Any]:
     w = draw(st.integers(w_min, max(w_min, 12)))
     oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1
-    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH]))
+    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU]))
     lo, hi = NAN, NAN
     if act == ACT_CLIP:
         lo = draw(st.sampled_from([NAN, -1.0, 0.0]))
@@ -142,7 +145,7 @@ def row_geometries(draw: Any) -> dict[str, Any]:
     w = draw(st.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 41))
     oh = (h + pads[0] + pads[2] - kh) // sh + 1
     ow = (w + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1
-    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_HARDSWISH]))
+    act = draw(st.sampled_from([ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU]))
     return {
         "n": draw(st.integers(1, 2)),
         "c": draw(st.sampled_from([8, 16, 20, 32, 48, 64, 72, 88, 130])),
@@ -301,7 +304,7 @@ def _call(module: Any, **change: Any) -> None:
         {"strides": (0, 1)},
         {"dilations": (1, -1)},
         {"pads": (-1, 0)},
-        {"act": 4},
+        {"act": 5},
         {"dims": (1, 5, 6, 1 << 40)},
     ],
 )
@@ -499,7 +502,7 @@ def _assert_planes_match(
         ((1, 2, 33, 1), (2, 1)),
     ],
 )
-@pytest.mark.parametrize("act", [ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH])
+@pytest.mark.parametrize("act", [ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU])
 def test_narrow_planes_run_flat_with_the_channels_last_kernels_bits(
     size: tuple[int, int, int, int], pads: tuple[int, int], act: int
 ) -> None:
@@ -580,11 +583,13 @@ def _activated(y: np.ndarray, code: int) -> np.ndarray:
         clip_into(y, 0.0, 6.0, y)
     elif code == ACT_HARDSWISH:
         activate_in_place(y, "HardSwish", {})
+    elif code == ACT_SILU:
+        y *= sigmoid_f(y)
     return y
 
 
 @pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), WIRED_CASES[:7])
-@pytest.mark.parametrize("act", ["none", "Relu", "Clip", "HardSwish"])
+@pytest.mark.parametrize("act", ["none", "Relu", "Clip", "HardSwish", "SiLU"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_the_channels_last_conv_runs_it_with_its_activation(
     x_shape: tuple[int, ...],
@@ -608,6 +613,7 @@ def test_the_channels_last_conv_runs_it_with_its_activation(
         "Relu": (ACT_RELU, NAN, NAN),
         "Clip": (ACT_CLIP, 0.0, 6.0),
         "HardSwish": (ACT_HARDSWISH, NAN, NAN),
+        "SiLU": (ACT_SILU, NAN, NAN),
     }[act]
     with _level(None):
         want, done = runner(x, addend, False, spec)

@@ -35,6 +35,7 @@ from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, packed_gemm
+from onnxviz.runtime.kernels.math_activation import sigmoid_f
 from onnxviz.runtime.session import Session
 from tests.runtime.native_modules import at_level, compiled
 
@@ -69,6 +70,9 @@ def _act64(y: np.ndarray, act: int, lo: float, hi: float) -> np.ndarray:
             y = np.where(y > hi, hi, y)
     if act == packed_gemm.ACT_HARDSWISH:
         y = y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
+    if act == packed_gemm.ACT_SILU:
+        with np.errstate(over="ignore"):
+            y = y / (1.0 + np.exp(-y))
     return y
 
 
@@ -84,10 +88,11 @@ def _check_close(
     C, bias and addend added; Relu and Clip are 1-Lipschitz.  HardSwish (x * clip(x / 6
     + 0.5, 0, 1), slope within [-0.5, 1.5]) scales that by 1.5 and adds its own three
     roundings in float32, at most 4u of the (pre-activation) sum ``pre``: 8u taken.
-    (Plus a tiny absolute slack for sums that cancel to subnormals.)"""
+    SiLU (slope within [-0.1, 1.1]; its sigmoid within 3 ulps, then the product) as
+    much.  (Plus a tiny absolute slack for sums that cancel to subnormals.)"""
     err = np.abs(got.astype(np.float64) - exact)
     e = _gamma(k + 3) * scale
-    if act == packed_gemm.ACT_HARDSWISH:
+    if act in (packed_gemm.ACT_HARDSWISH, packed_gemm.ACT_SILU):
         assert pre is not None
         bound = 1.5 * e + 8 * U * (np.abs(pre) + e) + 1e-30
     else:
@@ -138,10 +143,11 @@ def _cases() -> list[tuple[int, bool, bool, int, bool]]:
         packed_gemm.ACT_RELU,
         packed_gemm.ACT_CLIP,
         packed_gemm.ACT_HARDSWISH,
+        packed_gemm.ACT_SILU,
     ]
     out = []
-    for i in range(8):
-        out.append((acts[i % 4], bool(i & 1), bool(i & 2), (i * 3) % 5, bool(i & 4)))
+    for i in range(10):
+        out.append((acts[i % 5], bool(i & 1), bool(i & 2), (i * 3) % 5, bool(i & 4)))
     return out
 
 
@@ -403,7 +409,10 @@ def test_nan_and_inf_propagate(level):
             packed_gemm.ACT_RELU,
             packed_gemm.ACT_CLIP,
             packed_gemm.ACT_HARDSWISH,
+            packed_gemm.ACT_SILU,
         )
+        # SiLU of -Inf: -Inf times the Sigmoid kernel's value there.
+        silu_low = float(np.float32(-np.inf) * sigmoid_f(np.array([-np.inf], np.float32))[0])
         for act in acts:
             out = np.zeros((m, n), np.float32)
             packed_gemm.matmul_packed(
@@ -416,6 +425,7 @@ def test_nan_and_inf_propagate(level):
                 packed_gemm.ACT_NONE: -np.inf,
                 packed_gemm.ACT_RELU: 0.0,
                 packed_gemm.ACT_HARDSWISH: np.nan,
+                packed_gemm.ACT_SILU: silu_low,
             }.get(act, -1.0)
             np.testing.assert_array_equal(out[20], np.full(n, want, np.float32))
             others = np.delete(out, [3, 17, 20], axis=0)
@@ -465,7 +475,7 @@ def test_every_wrong_call_is_a_value_error():
         {"bias": bias.astype(np.float64)},
         {"addend": np.zeros((m - 1, n), np.float32), "ldadd": n},
         {"addend": np.zeros((m, n), np.float32), "ldadd": n - 1},
-        {"act": 4},
+        {"act": 5},
         {"act": -1},
         {"offset": 64},
         # One float short of the panels (N rounded up to this level's panel width).
@@ -495,7 +505,7 @@ def test_every_wrong_call_is_a_value_error():
         (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, bias, None, 0, 0, NAN, NAN, 0),
         (pl.data, pl.offset, m, k, pl.nr, x, n - 1, n, c, n, None, None, 0, 0, NAN, NAN, 0),
         (pl.data, pl.offset, m, k, pl.nr, x, n, n, x, n, None, None, 0, 0, NAN, NAN, 0),
-        (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, None, None, 0, 4, NAN, NAN, 0),
+        (pl.data, pl.offset, m, k, pl.nr, x, n, n, c, n, None, None, 0, 5, NAN, NAN, 0),
     ]
     for args in left_calls:
         with pytest.raises(ValueError):

@@ -103,13 +103,19 @@ from onnxviz.runtime.fusion_qdq_matmul import find_qdq_matmuls, qdq_matmul_node
 from onnxviz.runtime.fusion_qdq_pointwise import find_qdq_pointwise, qdq_pointwise_node
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
-from onnxviz.runtime.kernels import blas, nn_pool, packed_gemm
-from onnxviz.runtime.kernels.math_activation import clip_into, leaky_relu_in_place, relu_into
+from onnxviz.runtime.kernels import blas, chain_program, nn_pool, packed_gemm
+from onnxviz.runtime.kernels.math_activation import (
+    clip_into,
+    leaky_relu_in_place,
+    relu_into,
+    sigmoid,
+)
 from onnxviz.runtime.kernels.nn_conv import (
     ACT_CLIP,
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ACT_SILU,
     ConvWeight,
     prepared_direct,
 )
@@ -137,8 +143,9 @@ if TYPE_CHECKING:
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _F32 = np.dtype(np.float32)
 # The steps that end a conv chain ("hswish": the Mul of a written-out HardSwish, whose
-# HardSigmoid step, "hsig", comes just before it).
-_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky", "hswish"})
+# HardSigmoid step, "hsig", comes just before it; "silu": the Mul of a SiLU, y *
+# Sigmoid(y), whose Sigmoid step, "sig", comes just before it).
+_ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky", "hswish", "silu"})
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -297,10 +304,15 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         kinds: list[str] = []
         y = pn.outputs[0]
         while y >= 0 and y not in keep and not _ACTIVATIONS.intersection(kinds):
-            pair = _hard_swish_pair(nodes, users, y, keep, claimed)
+            pair = _gated_pair(nodes, users, y, keep, claimed, "HardSigmoid")
             if pair is not None:
                 steps.extend(pair)
                 kinds.extend(["hsig", "hswish"])
+                break
+            pair = _gated_pair(nodes, users, y, keep, claimed, "Sigmoid")
+            if pair is not None:
+                steps.extend(pair)
+                kinds.extend(["sig", "silu"])
                 break
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in claimed:
@@ -558,15 +570,22 @@ class MatMulBias:
         return ex.call_kernel(self.add, args)
 
 
-def _hard_swish_pair(
-    nodes: list[PlanNode], users: dict[int, list[int]], y: int, keep: set[int], claimed: set[int]
+def _gated_pair(
+    nodes: list[PlanNode],
+    users: dict[int, list[int]],
+    y: int,
+    keep: set[int],
+    claimed: set[int],
+    gate: str,
 ) -> list[int] | None:
-    """The positions of a HardSwish written out on ``y`` (opset < 14 exporters): g =
-    HardSigmoid(y) and Mul(y, g) either way round, g read by that Mul only; else None."""
+    """The positions of y * gate(y) written out on ``y``: g = gate(y) and Mul(y, g)
+    either way round, g read by that Mul only; else None.  ``gate`` HardSigmoid: a
+    HardSwish (opset < 14 exporters); Sigmoid: a SiLU (torch's SiLU, EfficientNet's and
+    YOLO's activation, exported as the two nodes)."""
     consumers = users.get(y, [])
     if len(consumers) != 2 or any(c in claimed for c in consumers):
         return None
-    hs_pos = next((c for c in consumers if plain_kernel(nodes[c], "HardSigmoid")), None)
+    hs_pos = next((c for c in consumers if plain_kernel(nodes[c], gate)), None)
     if hs_pos is None:
         return None
     mul_pos = consumers[1] if consumers[0] == hs_pos else consumers[0]
@@ -837,6 +856,12 @@ class ConvChain:
         if self.kinds[-1] == "hswish":
             self._hard_swish_pair(y)
             return y
+        if self.kinds[-1] == "silu":
+            # The Sigmoid node's kernel on the conv's output, then the Mul's product (y *
+            # g is g * y), in place: the stepped run's values.
+            dense = _dense(y)
+            dense *= sigmoid(dense)
+            return y
         # The conv's output is fresh and nobody else holds it.  Relu and Clip are the
         # kernels' own row-wise max/min (math_activation), on the contiguous buffer
         # whatever its layout (NCHW or channels-last).
@@ -876,6 +901,10 @@ class ConvChain:
             return None
         if self.kinds[-1] == "hswish":
             return (ACT_HARDSWISH, math.nan, math.nan) if self.hard_swish_exact else None
+        if self.kinds[-1] == "silu":
+            # The epilogue's sigmoid is the compiled one the Sigmoid kernel runs; without
+            # it (the chain module off) the kernel's is numpy's, and `_activate` runs it.
+            return (ACT_SILU, math.nan, math.nan) if chain_program.CHAIN is not None else None
         if act.op_type == "Relu":
             return (ACT_RELU, math.nan, math.nan)
         if act.op_type == "HardSwish":
@@ -928,7 +957,7 @@ class ConvChain:
             return None
         if b is not None and (type(b) is not np.ndarray or b.dtype != w.dtype):
             return None
-        if all(kind in _ACTIVATIONS or kind in ("residual", "hsig") for kind in self.kinds):
+        if all(kind in _ACTIVATIONS or kind in ("residual", "hsig", "sig") for kind in self.kinds):
             return ConvWeight(w), b
         folded = self._fold(w, b, ins)
         return None if folded is None else (ConvWeight(folded[0]), folded[1])

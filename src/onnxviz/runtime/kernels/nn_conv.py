@@ -430,8 +430,9 @@ def _conv_dispatch(
     return y.reshape(n, m, *out_shape), False
 
 
-# Activation codes of the compiled depthwise kernel (native/_depthwise.c).
-ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH = 0, 1, 2, 3
+# Activation codes of the compiled conv kernels (native/activations.h; 4: SiLU, y *
+# sigmoid(y) by the Sigmoid kernel's float32 sigmoid).
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU = 0, 1, 2, 3, 4
 
 
 def native_depthwise(

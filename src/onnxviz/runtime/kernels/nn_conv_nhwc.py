@@ -57,6 +57,7 @@ from onnxviz.runtime.kernels.nn_conv import (
     ACT_HARDSWISH,
     ACT_NONE,
     ACT_RELU,
+    ACT_SILU,
     PATCH_AREA,
     ConvWeight,
     aligned_empty,
@@ -500,7 +501,7 @@ class _Pointwise(ChannelsLastConv):
         if (
             pool is not None
             or self.strided
-            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH)
+            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU)
         ):
             return None
         route = self._packed_route(x)
@@ -540,8 +541,8 @@ class _Pointwise(ChannelsLastConv):
         addend: np.ndarray | None,
         act: Activation | None,
     ) -> tuple[np.ndarray, bool]:
-        """The compiled GEMM by the packed weight: bias, residual and a Relu, Clip or
-        HardSwish applied before its accumulators are stored (no pass of their own).  A
+        """The compiled GEMM by the packed weight: bias, residual and a Relu, Clip,
+        HardSwish or SiLU applied before its accumulators are stored (no pass of their own).  A
         single NCHW image is read as the transposed operand (the kernel copies it tile by
         tile: Inception's 1x1 convs after a Concat paid a whole transposing copy)."""
         transposed = x.shape[0] == 1 and not self.strided and x.flags.c_contiguous
@@ -558,7 +559,7 @@ class _Pointwise(ChannelsLastConv):
         if addend is not None:
             d = nhwc(addend).reshape(flat.shape)
         code, lo, hi = ACT_NONE, math.nan, math.nan
-        if act is not None and act[0] in (ACT_RELU, ACT_CLIP, ACT_HARDSWISH):
+        if act is not None and act[0] in (ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU):
             code, lo, hi = act
         packed_gemm.matmul_packed(
             mod,

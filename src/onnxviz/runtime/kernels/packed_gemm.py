@@ -23,7 +23,9 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels import _weight_cache, blas
 
-ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH = 0, 1, 2, 3
+# Activation codes of the compiled epilogues (native/activations.h): 4 is SiLU, y *
+# sigmoid(y) by the Sigmoid kernel's own float32 sigmoid.
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU = 0, 1, 2, 3, 4
 
 _F32 = np.dtype(np.float32)
 

@@ -45,8 +45,8 @@
  * order), so it runs only where the caller chose it.
  *
  * Activations (same codes as _depthwise): 0 none; 1 Relu max(y, 0); 2 Clip
- * min(max(y, lo), hi) (lo/hi NaN: no bound); 3 HardSwish y * min(max(y / 6 + 0.5, 0), 1).
- * A NaN sum stays NaN.
+ * min(max(y, lo), hi) (lo/hi NaN: no bound); 3 HardSwish y * min(max(y / 6 + 0.5, 0), 1);
+ * 4 SiLU y * sigmoid(y) (activations.h).  A NaN sum stays NaN.
  *
  * Levels (native/__init__.py): 0 generic C (VL 8, 4 pixels: a plain loop the compiler
  * may vectorize for the baseline SIMD); 1 AVX2+FMA (VL 8); 2 and 3 AVX-512F (VL 16).
@@ -133,8 +133,11 @@ static void epilogue_planes(const Row *r, const float *sums, int ld, int p, int 
         case 2:
             for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 2, r->lo, r->hi);
             break;
-        default:
+        case 3:
             for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 3, 0.0f, 0.0f);
+            break;
+        default:
+            for (int i = 0; i < p; i++) o[i] = act_scalar(o[i], 4, 0.0f, 0.0f);
         }
     }
 }
@@ -1502,8 +1505,8 @@ static int call_run(const Call *c, const float *x, const float *wp, const float 
 static PyObject *call_buffers(Call *c, PyObject *xo, PyObject *wo, PyObject *bo, PyObject *ao,
                               PyObject *oo, int act, float lo, float hi, int vl,
                               const char *name) {
-    if (act < 0 || act > 3) {
-        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..3", name);
+    if (act < 0 || act > 4) {
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..4", name);
         return NULL;
     }
     if (call_check(c, vl, name) < 0) return NULL;
@@ -1853,8 +1856,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     }
     c.blocked = blocked;
     g->x_first = x_first;
-    if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..3");
+    if (act < 0 || act > 4) {
+        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..4");
         return NULL;
     }
     if (call_check(&c, vl, "held") < 0) return NULL;
@@ -1909,7 +1912,8 @@ static PyMethodDef methods[] = {
      "(dh, dw), (pad_top, pad_left), act, lo, hi, vl, layouts=0): float32 direct conv of "
      "the channels-last x (N, H, W, C) with the packed weight w "
      "[ceil(M/vl)][KH][KW][C][vl], plus bias (M,) and addend (N, OH, OW, M) (each or None), "
-     "then activation act (0 none, 1 Relu, 2 Clip(lo, hi), NaN bound: none, 3 HardSwish), "
+     "then activation act (0 none, 1 Relu, 2 Clip(lo, hi), NaN bound: none, 3 HardSwish, "
+     "4 SiLU), "
      "into out (N, OH, OW, M).  vl must be lanes().  layouts: bit 0, x is (N, C, H, W); "
      "bit 1, out and addend are (N, M, OH, OW)."},
     {"conv_blocked", py_conv_blocked, METH_VARARGS,

@@ -22,7 +22,8 @@
  *
  * Activations (applied to the sum in the kernels' own operations, the same values):
  *   0 none; 1 Relu max(y, 0); 2 Clip min(max(y, lo), hi) (lo/hi NaN: no bound);
- *   3 HardSwish y * min(max(y * (1/6) + 0.5, 0), 1).  A NaN sum stays NaN.
+ *   3 HardSwish y * min(max(y * (1/6) + 0.5, 0), 1); 4 SiLU y * sigmoid(y) (activations.h).
+ *   A NaN sum stays NaN.
  *
  * Levels (native/__init__.py): 0 generic C (16 channels at a time as four 4-lane
  * vectors of GCC/Clang's vector extension: the platform's baseline SIMD, SSE2 or NEON;
@@ -1019,8 +1020,8 @@ static PyObject *conv_call(PyObject *args, int planes) {
     g.w = planes ? d[3] : d[2];
     Py_ssize_t counts[4];
     if (geometry_check(&g, counts, name) < 0) return NULL;
-    if (act < 0 || act > 3) {
-        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..3", name);
+    if (act < 0 || act > 4) {
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..4", name);
         return NULL;
     }
     if (planes && !planes_take(&g)) Py_RETURN_FALSE;
@@ -1125,8 +1126,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t counts[4];
     if (geometry_check(&g, counts, "held") < 0) return NULL;
-    if (act < 0 || act > 3) {
-        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..3");
+    if (act < 0 || act > 4) {
+        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..4");
         return NULL;
     }
     Held *obj = PyObject_GC_New(Held, &HeldType);
@@ -1159,7 +1160,7 @@ static PyMethodDef methods[] = {
      "(dh, dw), (pad_top, pad_left), act, lo, hi): float32 depthwise conv of the "
      "channels-last x (N, H, W, C) with w (KH, KW, C), plus bias (C,) and addend "
      "(N, OH, OW, C) (each or None), then activation act (0 none, 1 Relu, 2 Clip(lo, hi), "
-     "NaN bound: none, 3 HardSwish), into out (N, OH, OW, C)."},
+     "NaN bound: none, 3 HardSwish, 4 SiLU), into out (N, OH, OW, C)."},
     {"conv_nchw", py_conv_nchw, METH_VARARGS,
      "conv_nchw(x, w, bias, addend, out, (n, c, h, w), (kh, kw), (oh, ow), (sh, sw), "
      "(dh, dw), (pad_top, pad_left), act, lo, hi) -> bool: conv_nhwc's conv of the "

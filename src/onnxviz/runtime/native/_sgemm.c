@@ -19,7 +19,8 @@
  * (`pack_rows`) into micro-panels of MR rows, by an image X (K x N, rows `ldb` apart):
  * an NCHW 1x1 conv, bias per output channel.  addend (M x N, rows `ldadd` apart) and
  * bias may be None; activations: 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none),
- * 3 HardSwish (activations.h: the numpy kernel's operations in its order).
+ * 3 HardSwish (activations.h: the numpy kernel's operations in its order), 4 SiLU (y *
+ * sigmoid(y), the Sigmoid kernel's sigmoid).
  *
  * Why not OpenBLAS: it packs both operands on every call (13% of ResNet-50's time in a
  * profile, the constant weight's copy included), and the bias, residual and Relu are
@@ -314,6 +315,7 @@ tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, c
         case 1: tile_avx2_full(t, S, B, A, 1, 0); break;                                     \
         case 2: tile_avx2_full(t, S, B, A, 2, 0); break;                                     \
         case 3: tile_avx2_full(t, S, B, A, 3, 0); break;                                     \
+        case 4: tile_avx2_full(t, S, B, A, 4, 0); break;                                     \
         default: tile_avx2_full(t, S, B, A, 0, 0); break;                                    \
         }                                                                                    \
     }                                                                                        \
@@ -323,6 +325,7 @@ tile_avx2_full(const Tile *t, const int STREAM, const int BIAS, const int ADD, c
         case 1: tile_avx2_full(t, S, B, A, 1, 1); break;                                     \
         case 2: tile_avx2_full(t, S, B, A, 2, 1); break;                                     \
         case 3: tile_avx2_full(t, S, B, A, 3, 1); break;                                     \
+        case 4: tile_avx2_full(t, S, B, A, 4, 1); break;                                     \
         default: tile_avx2_full(t, S, B, A, 0, 1); break;                                    \
         }                                                                                    \
     }
@@ -529,6 +532,7 @@ tile_avx512_full(const Tile *t, const int STREAM, const int BIAS, const int ADD,
         case 1: tile_avx512_full(t, S, B, A, 1); break;                                      \
         case 2: tile_avx512_full(t, S, B, A, 2); break;                                      \
         case 3: tile_avx512_full(t, S, B, A, 3); break;                                      \
+        case 4: tile_avx512_full(t, S, B, A, 4); break;                                      \
         default: tile_avx512_full(t, S, B, A, 0); break;                                     \
         }                                                                                    \
     }
@@ -1225,8 +1229,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
                      panel_width_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 3) {
-        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..3");
+    if (p.act < 0 || p.act > 4) {
+        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..4");
         return NULL;
     }
     if (offset < 0 || offset > 63) {
@@ -1683,7 +1687,7 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
                           &places, &expect, &threads, &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
     if (c < 1 || m < 1 || c > LIMIT || m > LIMIT || n < 1 || h < 1 || w < 1 ||
-        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 3) {
+        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 4) {
         PyErr_SetString(PyExc_ValueError, "pointwise: bad sizes, panel width or activation");
         return NULL;
     }
@@ -1916,8 +1920,8 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
                      rows_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 3) {
-        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..3");
+    if (p.act < 0 || p.act > 4) {
+        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..4");
         return NULL;
     }
     if (offset < 0 || offset > 63) {
@@ -2025,7 +2029,7 @@ static PyMethodDef methods[] = {
      "apart; a_trans: A given as its K x M transpose, rows lda apart), B "
      "packed by pack(), C and addend (M x N, rows ldc / ldadd apart), bias (N,); bias "
      "and addend may be None; act 0 none, 1 Relu, 2 Clip(lo, hi) (NaN bound: none), "
-     "3 HardSwish."},
+     "3 HardSwish, 4 SiLU."},
     {"pack_rows", py_pack_rows, METH_VARARGS,
      "pack_rows(W, M, K, mr) -> (bytearray, offset): the row-major float32 M x K matrix W "
      "as micro-panels of mr rows (rows_per_tile()), each K groups of mr floats, from byte "

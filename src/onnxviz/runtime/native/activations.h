@@ -1,10 +1,66 @@
 /* activations.h: a conv's or a GEMM's activation in its epilogue, on one value (plain C),
  * 8 lanes (AVX2) or 16 (AVX-512): 0 none, 1 Relu, 2 Clip(lo, hi) (a NaN bound: none),
- * 3 HardSwish, with the numpy kernels' operations in their order; a NaN stays NaN.
- * Shared by _conv, _depthwise and _sgemm.  Include after levels.h and,
- * on x86, after <immintrin.h>. */
+ * 3 HardSwish, with the numpy kernels' operations in their order, 4 SiLU y * sigmoid(y)
+ * (below); a NaN stays NaN.  Shared by _conv, _depthwise and _sgemm.  Include after
+ * Python.h and levels.h and, on x86, after <immintrin.h>. */
 #ifndef ONNXVIZ_NATIVE_ACTIVATIONS_H
 #define ONNXVIZ_NATIVE_ACTIVATIONS_H
+
+/* SiLU (4): y * sigmoid(y) with vector_math.h's sigmoid, the one the Sigmoid kernel runs
+ * for float32 (and the elementwise chain's Sigmoid and SiLU steps), the same bits at
+ * every level; the product is the Mul's (y * g is g * y).  So a Conv, then its Sigmoid
+ * and the Mul of the two, stepped, give these bits, and the conv's output never makes
+ * a pass of its own through memory (EfficientNet's and YOLO's SiLU after every conv).
+ * vector_math.h is made here once per level under names of its own (sigmoid_act_generic,
+ * _act_avx2, _act_avx512), the AVX-512 one for AVX-512F alone: the kernels' target. */
+#include "vector_types.h"
+#include <string.h>
+#define SFX act_generic
+#define VF v4f
+#define VI v4i
+#define VU v4u
+#define VW 4
+#define ATTR
+#include "vector_math.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#if ONNXVIZ_X86
+#define SFX act_avx2
+#define VF v8f
+#define VI v8i
+#define VU v8u
+#define VW 8
+#define ATTR __attribute__((target("avx2,fma")))
+#include "vector_math.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#define SFX act_avx512
+#define VF v16f
+#define VI v16i
+#define VU v16u
+#define VW 16
+#define ATTR __attribute__((target("avx512f")))
+#include "vector_math.h"
+#undef SFX
+#undef VF
+#undef VI
+#undef VU
+#undef VW
+#undef ATTR
+#endif
+
+static float silu_scalar(float y) {
+    const v4f v = {y, y, y, y};
+    return y * sigmoid_act_generic(v)[0];
+}
 
 static float act_scalar(float y, int act, float lo, float hi) {
     switch (act) {
@@ -21,6 +77,8 @@ static float act_scalar(float y, int act, float lo, float hi) {
         if (g > 1.0f) g = 1.0f;
         return y * g;
     }
+    case 4:
+        return silu_scalar(y);
     default:
         return y;
     }
@@ -43,6 +101,7 @@ __attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act,
         g = _mm256_min_ps(_mm256_set1_ps(1.0f), g);
         return _mm256_mul_ps(y, g);
     }
+    if (act == 4) return _mm256_mul_ps(y, (__m256)sigmoid_act_avx2((v8f)y));
     return y;
 }
 
@@ -103,6 +162,7 @@ __attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act,
         g = _mm512_min_ps(_mm512_set1_ps(1.0f), g);
         return _mm512_mul_ps(y, g);
     }
+    if (act == 4) return _mm512_mul_ps(y, (__m512)sigmoid_act_avx512((v16f)y));
     return y;
 }
 #endif
