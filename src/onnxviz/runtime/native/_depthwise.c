@@ -223,9 +223,16 @@ __attribute__((target("avx2,fma"))) static void block_avx2(const Block *p) {
  * bits. */
 
 /* A group of NP pixels: the kernel without column tests when every pixel reads every
- * column (the image's inside), with them at its borders. */
+ * column (the image's inside), with them at its borders.  The sliding kernel's columns
+ * inside the image are [lo, hi); a group inside the image gets them as constants, so its
+ * copy has no test and no skipped column (ShuffleNet's and EfficientNet's 3x3 convs,
+ * us, variable bounds -> constant: 112 px of 32 channels 129 -> 114, stride 2 of 96
+ * channels 146 -> 123, 56 px of 144 channels 155 -> 138, 7 px of 960 18 -> 14). */
 #define SLIDE(slider, NP, K, S)                                                            \
-    slider(p, j0, NP, at, K, S, lo, hi);
+    if (lo == 0 && hi == (NP - 1) * S + K)                                                 \
+        slider(p, j0, NP, at, K, S, 0, (NP - 1) * S + K);                                  \
+    else                                                                                   \
+        slider(p, j0, NP, at, K, S, lo, hi);
 #define PIXELS(kernel, slider, NP)                                                         \
     if (p->slide && full) {                                                                \
         const Py_ssize_t ix0 = j0 * p->sw - p->pl, cols_read = (NP - 1) * p->sw + p->slide;  \
@@ -367,7 +374,11 @@ __attribute__((target("avx2,fma"))) static void row_avx2(const Block *p, Py_ssiz
     const Py_ssize_t groups = (count + PIX8 - 1) / PIX8;
     for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
         const int np = (int)((count * (g + 1)) / groups - j0);
-        const unsigned *v = (j0 >= p->inner0 && j0 + np <= p->inner1) ||
+        /* The columns each pixel reads, for the kernels that test them: not the
+         * sliding ones, which take every full vector of channels (their bounds are
+         * the image's), so a row whose vectors are all full never needs them. */
+        const int tested = !p->slide || p->width % 8;
+        const unsigned *v = !tested || (j0 >= p->inner0 && j0 + np <= p->inner1) ||
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
                                 : valid;
@@ -510,7 +521,11 @@ __attribute__((target("avx512f"))) static void row_avx512(const Block *p, Py_ssi
     const Py_ssize_t groups = (count + PIX16 - 1) / PIX16;
     for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
         const int np = (int)((count * (g + 1)) / groups - j0);
-        const unsigned *v = (j0 >= p->inner0 && j0 + np <= p->inner1) ||
+        /* The columns each pixel reads, for the kernels that test them: not the
+         * sliding ones, which take every full vector of channels (their bounds are
+         * the image's), so a row whose vectors are all full never needs them. */
+        const int tested = !p->slide || p->width % 16;
+        const unsigned *v = !tested || (j0 >= p->inner0 && j0 + np <= p->inner1) ||
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
                                 : valid;
