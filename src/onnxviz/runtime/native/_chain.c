@@ -220,14 +220,7 @@ static int level = 0;
         case OP_QDQ:                                                                       \
             return RS(qdq_step)(s, dst, src, n, valid);                                    \
         case OP_SILU: /* the Sigmoid node's values, then the Mul's product */              \
-            RS(sigmoid_buffer)(src, side, n);                                              \
-            for (Py_ssize_t i = 0; i < n; i += VW) {                                       \
-                VF g;                                                                      \
-                memcpy(&a, src + i, sizeof a);                                             \
-                memcpy(&g, side + i, sizeof g);                                            \
-                a = a * g;                                                                 \
-                memcpy(dst + i, &a, sizeof a);                                             \
-            }                                                                              \
+            RS(silu_buffer)(src, dst, n);                                                  \
             return 0;                                                                      \
         case OP_ERF:                                                                       \
             RS(erf_buffer)(src, dst, n);                                                   \

@@ -107,6 +107,73 @@ ATTR static inline VF RS(tanh)(VF x) {
     return (VF)((VI)t | ((VI)x & (-0x7fffffff - 1))); /* the sign of x: tanh(-0) = -0 */
 }
 
+/* 2^(j/16) for j = 0..15 as a float and the float nearest its error (mpmath, 40 digits):
+ * exp_neg's table.  Defined once (the header is included once per level). */
+#ifndef ONNXVIZ_EXP16_TABLE
+#define ONNXVIZ_EXP16_TABLE
+static const float EXP16_HI[16] __attribute__((aligned(64))) = {
+    1.0f, 1.0442737340927124f, 1.0905077457427979f, 1.1387885808944702f,
+    1.1892070770263672f, 1.2418577671051025f, 1.2968395948410034f, 1.3542555570602417f,
+    1.4142135381698608f, 1.4768261909484863f, 1.5422108173370361f, 1.610490322113037f,
+    1.6817928552627563f, 1.7562521696090698f, 1.8340080976486206f, 1.9152065515518188f};
+static const float EXP16_LO[16] __attribute__((aligned(64))) = {
+    0.0f, 4.8334701574503924e-08f, -1.3077539939843064e-08f, 5.386222312608879e-08f,
+    3.797635272917432e-08f, 4.496838101886169e-08f, -4.018999533172973e-08f,
+    -1.0123349269974824e-08f, 2.4203234971764687e-08f, -4.500898853621038e-08f,
+    8.070904833346049e-09f, 9.836217174097328e-09f, -2.4755326677450284e-08f,
+    -9.235770370707996e-09f, -1.1239277952768134e-08f, 9.845328108326612e-09f};
+#endif
+
+/* table[j & 15] in each lane: one permute of 16 lanes at AVX-512, two of 8 and a blend by
+ * bit 3 at AVX2, a lane at a time in generic C: the same entry, so the same bits. */
+ATTR static inline VF RS(lookup16)(VI j, const float *table) {
+#if (defined(__x86_64__) || defined(__i386__)) && VW == 16
+    return (VF)_mm512_permutexvar_ps((__m512i)j, _mm512_load_ps(table));
+#elif (defined(__x86_64__) || defined(__i386__)) && VW == 8
+    __m256 lo = _mm256_permutevar8x32_ps(_mm256_load_ps(table), (__m256i)j);
+    __m256 hi = _mm256_permutevar8x32_ps(_mm256_load_ps(table + 8), (__m256i)j);
+    return (VF)_mm256_blendv_ps(lo, hi, (__m256)((VI)j << 28)); /* bit 3 to the sign */
+#else
+    VF v;
+    for (int l = 0; l < VW; l++) v[l] = table[j[l] & 15];
+    return v;
+#endif
+}
+
+/* e^{-a} for a in [0, 105] (NaN in, NaN out): m = -round(16 a / ln 2) (the 1.5 * 2^23
+ * shift rounds it and leaves it in the low bits), r = a + m ln2 / 16 in two parts
+ * (|r| <= ln2 / 32), e^{-r} - 1 = -r + r^2 (1/2 - r/6) (truncation r^4 / 24 < 1e-8 of a
+ * unit), times 2^(j/16) from a 16-entry table as a float plus the float of its error
+ * (j = m mod 16; the entries alone, rounded, put a negative x's sigmoid 3.04 ulps off),
+ * then times 2^k (k = floor(m / 16)), rounded once into the subnormals.  About a dozen
+ * operations where exp's degree-7 series took twenty: the sigmoid of 4K floats in L1 at
+ * AVX-512 on a Zen 4 core 0.38-0.40 -> 0.28 ns a float, within 2.3 ulps (every 61st
+ * float of [-120, 120] against float64). */
+ATTR static inline VF RS(exp_neg)(VF a) {
+    const float shift = 12582912.0f;
+    VF t = RS(fma)(a, RS(splat)(-23.083120654223414f), RS(splat)(shift));
+    VF n = t - shift;
+    VF r = RS(fma)(n, RS(splat)(0.693359375f / 16.0f), a);
+    r = RS(fma)(n, RS(splat)(-2.12194440e-4f / 16.0f), r);
+    VI m = (VI)t - (VI)RS(splat)(shift);
+    VF th = RS(lookup16)(m, EXP16_HI), tl = RS(lookup16)(m, EXP16_LO);
+    VF q = RS(fma)(r, RS(splat)(-1.0f / 6.0f), RS(splat)(0.5f));
+    VF p = RS(fma)(r * r, q, -r);
+    VF e = th + RS(fma)(th, p, tl);
+    VI k = m >> 4; /* floor(m / 16): an arithmetic shift */
+#if (defined(__x86_64__) || defined(__i386__)) && VW == 16
+    return (VF)_mm512_scalef_ps((__m512)e, _mm512_cvtepi32_ps((__m512i)k));
+#else
+    /* e * 2^k as two powers of two (k >= -152: 2^k alone is not a normal float below
+     * -126), the second product rounding once into the subnormals, as scalef does. */
+    VI k1 = k >> 1;
+    VI k2 = k - k1;
+    VF s1 = (VF)(((VU)(k1 + 127)) << 23);
+    VF s2 = (VF)(((VU)(k2 + 127)) << 23);
+    return e * s1 * s2;
+#endif
+}
+
 /* sigmoid = 1 / (1 + e^{-x}) for x >= 0 and e^x / (1 + e^x) below: e = e^{-|x|} never
  * overflows and a negative x keeps its relative accuracy down to the subnormals (the
  * 0.5 + 0.5 tanh(x / 2) form loses it to cancellation).  |x| clamped at 105, where e^{-|x|}
@@ -114,7 +181,7 @@ ATTR static inline VF RS(tanh)(VF x) {
 ATTR static inline VF RS(sigmoid)(VF x) {
     VF a = (VF)((VI)x & 0x7fffffff);
     VF ac = RS(select)(a > 105.0f, RS(splat)(105.0f), a);
-    VF e = RS(exp)(-ac);
+    VF e = RS(exp_neg)(ac);
     VF num = RS(select)(x < 0.0f, e, RS(splat)(1.0f));
     return num / (e + 1.0f);
 }
@@ -226,4 +293,9 @@ ATTR static inline VF RS(erf)(VF x) {
 MAP_BUFFER(erf)
 MAP_BUFFER(tanh)
 MAP_BUFFER(sigmoid)
+/* x * sigmoid(x): a SiLU (the Sigmoid node's value, then the Mul's product) in one pass
+ * over the buffer, where the sigmoid's pass and the product's took two (a chain's SiLU
+ * step over 1.2M floats 0.49 -> 0.40 ns a float). */
+ATTR static inline VF RS(silu)(VF x) { return x * RS(sigmoid)(x); }
+MAP_BUFFER(silu)
 #undef MAP_BUFFER
