@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 from onnxviz.runtime import native, registry
@@ -65,3 +66,18 @@ class CountingAttend:
     def attend(self, *args: Any) -> None:
         self.calls += 1
         self.module.attend(*args)
+
+
+def compiled_silu(y: np.ndarray) -> np.ndarray:
+    """y * sigmoid(y) by the compiled float32 sigmoid (vector_math.h's: the chain
+    module's, which the Sigmoid kernel runs when the kernels are on, the same bits at
+    every level), whatever ONNXVIZ_NATIVE says: what a conv kernel's SiLU epilogue gives
+    when a test runs that kernel itself."""
+    from onnxviz.runtime.kernels import chain_program
+
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    g = np.empty_like(y)
+    if y.size:
+        one = chain_program.program([("Sigmoid", chain_program.NONE, True, 0.0)])
+        compiled("chain").run(y.reshape(-1), g.reshape(-1), one)
+    return y * g

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onnxviz.runtime import native
-from onnxviz.runtime.kernels.math_activation import clip_into, relu_into, sigmoid_f
+from onnxviz.runtime.kernels.math_activation import clip_into, relu_into
 from onnxviz.runtime.kernels.nn_conv import (
     ACT_CLIP,
     ACT_HARDSWISH,
@@ -40,7 +40,7 @@ from onnxviz.runtime.kernels.nn_conv import (
 from onnxviz.runtime.kernels.nn_conv_nhwc import activate_in_place, prepare_channels_last
 from onnxviz.runtime.kernels.nn_geometry import pad_spatial
 from onnxviz.runtime.session import Session
-from tests.runtime.native_modules import at_level, compiled
+from tests.runtime.native_modules import at_level, compiled, compiled_silu
 
 from .differential import assert_modes_agree, close
 
@@ -91,8 +91,8 @@ def _reference(
         clip_into(y, None if math.isnan(lo) else lo, None if math.isnan(hi) else hi, y)
     elif code == ACT_HARDSWISH:
         activate_in_place(y, "HardSwish", {})
-    elif code == ACT_SILU:  # the Sigmoid kernel, then the Mul's product
-        y = y * sigmoid_f(y)
+    elif code == ACT_SILU:  # the compiled Sigmoid kernel's values, then the Mul's product
+        y = compiled_silu(y)
     return y
 
 
@@ -584,7 +584,7 @@ def _activated(y: np.ndarray, code: int) -> np.ndarray:
     elif code == ACT_HARDSWISH:
         activate_in_place(y, "HardSwish", {})
     elif code == ACT_SILU:
-        y *= sigmoid_f(y)
+        y = compiled_silu(y)
     return y
 
 
