@@ -672,6 +672,74 @@ def yolo(size: int = 160, dynamo: bool = False) -> Built:
     return _export(Yolo(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
 
 
+def efficientnet(size: int = 224, dynamo: bool = False, width: float = 1.0) -> Built:
+    """EfficientNet-B0's layout (Tan & Le 2019; its block table, random weights): a 3x3
+    stem, MBConv blocks (1x1 expand, depthwise 3x3 or 5x5, a squeeze-excite gate of two
+    1x1 convs, SiLU and Sigmoid, a 1x1 projection, a residual add where the shape keeps),
+    SiLU after every expand and depthwise conv (torch's nn.SiLU: Sigmoid and Mul nodes),
+    a 1x1 head to 1280 channels, a mean pool and a classifier.  ``width`` scales the
+    channels (B0: 1.0)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def ch(c: int) -> int:
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    class SE(nn.Module):
+        def __init__(self, c: int, r: int) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(c, r, 1), nn.Conv2d(r, c, 1)
+
+        def forward(self, x: Any) -> Any:
+            g = x.mean((2, 3), keepdim=True)
+            return x * torch.sigmoid(self.b(nn.functional.silu(self.a(g))))
+
+    class MBConv(nn.Module):
+        def __init__(self, a: int, b: int, k: int, s: int, e: int) -> None:
+            super().__init__()
+            mid = a * e
+            layers: list[nn.Module] = []
+            if e != 1:
+                layers += [nn.Conv2d(a, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.SiLU()]
+            layers += [
+                nn.Conv2d(mid, mid, k, s, k // 2, groups=mid, bias=False),
+                nn.BatchNorm2d(mid),
+                nn.SiLU(),
+                SE(mid, max(1, a // 4)),
+                nn.Conv2d(mid, b, 1, bias=False),
+                nn.BatchNorm2d(b),
+            ]
+            self.f = nn.Sequential(*layers)
+            self.res = s == 1 and a == b
+
+        def forward(self, x: Any) -> Any:
+            y = self.f(x)
+            return x + y if self.res else y
+
+    # (expansion, channels, repeats, stride, kernel): B0's table
+    table = [(1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3),
+             (6, 112, 3, 1, 5), (6, 192, 4, 2, 5), (6, 320, 1, 1, 3)]  # fmt: skip
+    c = ch(32)
+    layers: list[nn.Module] = [nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c), nn.SiLU()]
+    for e, out, n, s, k in table:
+        for i in range(n):
+            layers.append(MBConv(c, ch(out), k, s if i == 0 else 1, e))
+            c = ch(out)
+    head = ch(1280)
+    layers += [nn.Conv2d(c, head, 1, bias=False), nn.BatchNorm2d(head), nn.SiLU(),
+               nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(head, 1000)]  # fmt: skip
+    net = nn.Sequential(*layers).eval()
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+    args = (torch.randn(1, 3, size, size),)
+    return _export(net, args, ["image"], dynamo=dynamo), _feeds(["image"], args)
+
+
 def unet_convtranspose(size: int = 128, base: int = 16) -> Built:
     """A segmentation UNet whose decoder upsamples by ConvTranspose2d (k2 s2), Conv ->
     BatchNorm -> ReLU blocks, skips concatenated, TorchScript."""
@@ -1163,6 +1231,7 @@ FAMILY_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "vit_tiny": ("ViT-tiny, torch dynamo", vit_tiny),
     "unet_torch": ("small UNet, TorchScript", unet_torch),
     "diffusion_unet": ("diffusion UNet (GroupNorm, SiLU), 32 px, TorchScript", diffusion_unet),
+    "efficientnet": ("EfficientNet-B0 layout (SiLU, SE), 224 px, TorchScript", efficientnet),
     "resnet18_w32": ("ResNet-18 (width 32), torch dynamo", resnet18_w32),
     "genai_llama_int4": ("onnxruntime-genai Llama int4 (tiny)", genai_llama_int4),
     "llama1k_int4_prompt": (
@@ -1245,6 +1314,18 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
     "convnext_ts": ("ConvNeXt (widths 48-192), 128 px, TorchScript", convnext),
     "yolo_ts": ("YOLOv5-style detector (C3, SPPF, SiLU), 160 px, TorchScript", yolo),
+    "efficientnet_dynamo": (
+        "EfficientNet-B0 layout, 224 px, torch dynamo",
+        lambda: efficientnet(dynamo=True),
+    ),
+    "efficientnet_lite_160": (
+        "EfficientNet-B0 layout at width 0.5, 160 px, TorchScript",
+        lambda: efficientnet(160, width=0.5),
+    ),
+    "qdq_efficientnet_u8": (
+        "QDQ EfficientNet-B0 layout, uint8 activations",
+        lambda: qdq_static(efficientnet, unsigned=True),
+    ),
     "yolo_320_dynamo": (
         "YOLOv5-style detector, 320 px, torch dynamo",
         lambda: yolo(320, dynamo=True),
