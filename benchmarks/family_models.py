@@ -1041,14 +1041,19 @@ def _genai_export(name: str, config: dict[str, int]) -> str:
         llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
         llama.save_pretrained(src)
         _write_tokenizer(src)
-        subprocess.run(
+        done = subprocess.run(
             [
                 sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src,
                 "-o", folder, "-p", "int4", "-e", "cpu", "-c", os.path.join(tmp, "cache"),
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )  # fmt: skip
+    if done.returncode != 0:
+        # A builder that does not run here (one newer than the installed transformers:
+        # an ImportError inside it): the table says why and goes on to the next model.
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ImportError(last, name=f"a working onnxruntime-genai builder ({last[:120]})")
     return path
 
 
