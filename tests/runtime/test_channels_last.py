@@ -218,6 +218,19 @@ class _Net:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
 
 
+def as_dtype(model: onnx.ModelProto, feeds: dict[str, Any], dtype: Any) -> dict[str, Any]:
+    """``model``'s initializers, inputs and outputs made ``dtype`` in place (a float32
+    net's float64 twin); returns the feeds in that dtype."""
+    if dtype == np.float32:
+        return feeds
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init).astype(dtype)
+        init.CopyFrom(numpy_helper.from_array(array, init.name))
+    for v in (*model.graph.input, *model.graph.output):
+        v.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return {k: v.astype(dtype) for k, v in feeds.items()}
+
+
 def _inverted_residual(
     net: _Net, x: str, k: int, exp: int, out: int, se: bool, hs: bool, stride: int
 ) -> str:
@@ -596,13 +609,7 @@ def test_a_written_out_hardswish_ends_the_conv_chain_with_the_stepped_bits(
     z = net.add("Mul", [g, y] if gate_first else [y, g], net.shapes[y])
     model = net.model((2, 24, 9, 11), z)
     feeds = {"x": RNG.standard_normal((2, 24, 9, 11)).astype(np.float32)}
-    if dtype != np.float32:
-        for init in model.graph.initializer:
-            array = numpy_helper.to_array(init).astype(dtype)
-            init.CopyFrom(numpy_helper.from_array(array, init.name))
-        for v in (*model.graph.input, *model.graph.output):
-            v.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-        feeds = {k: v.astype(dtype) for k, v in feeds.items()}
+    feeds = as_dtype(model, feeds, dtype)
     sess = Session(model)
     got = sess.run(feeds)[z]
     assert [pn.op_type for pn in run_nodes(sess.plan)] == ["Conv"]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from threadpoolctl import threadpool_limits
 
 from onnxviz.runtime import native
@@ -35,7 +35,7 @@ from onnxviz.runtime.session import Session
 
 from .differential import assert_modes_agree
 from .native_modules import at_level, compiled_silu
-from .test_channels_last import _Net
+from .test_channels_last import _Net, as_dtype
 
 pytestmark = pytest.mark.numeric
 
@@ -136,13 +136,7 @@ def _silu_model(
     last = net.conv(z, 8, k=3)
     model = net.model(shape, last)
     feeds = {"x": (3 * np.random.default_rng(4).standard_normal(shape)).astype(np.float32)}
-    if dtype != np.float32:
-        for init in model.graph.initializer:
-            array = numpy_helper.to_array(init).astype(dtype)
-            init.CopyFrom(numpy_helper.from_array(array, init.name))
-        for v in (*model.graph.input, *model.graph.output):
-            v.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-        feeds = {k: v.astype(dtype) for k, v in feeds.items()}
+    feeds = as_dtype(model, feeds, dtype)
     return model, feeds, z, g
 
 

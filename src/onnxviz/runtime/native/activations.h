@@ -11,51 +11,18 @@
  * every level; the product is the Mul's (y * g is g * y).  So a Conv, then its Sigmoid
  * and the Mul of the two, stepped, give these bits, and the conv's output never makes
  * a pass of its own through memory (EfficientNet's and YOLO's SiLU after every conv).
- * vector_math.h is made here once per level under names of its own (sigmoid_act_generic,
- * _act_avx2, _act_avx512), the AVX-512 one for AVX-512F alone: the kernels' target. */
+ * vector_math.h is made here once per level (vector_levels.h) under names of its own
+ * (sigmoid_act_generic, _act_avx2, _act_avx512), the AVX-512 one for AVX-512F alone:
+ * the kernels' target. */
 #include "vector_types.h"
 #include <string.h>
-#define SFX act_generic
-#define VF v4f
-#define VI v4i
-#define VU v4u
-#define VW 4
-#define ATTR
-#include "vector_math.h"
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#if ONNXVIZ_X86
-#define SFX act_avx2
-#define VF v8f
-#define VI v8i
-#define VU v8u
-#define VW 8
-#define ATTR __attribute__((target("avx2,fma")))
-#include "vector_math.h"
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#define SFX act_avx512
-#define VF v16f
-#define VI v16i
-#define VU v16u
-#define VW 16
-#define ATTR __attribute__((target("avx512f")))
-#include "vector_math.h"
-#undef SFX
-#undef VF
-#undef VI
-#undef VU
-#undef VW
-#undef ATTR
-#endif
+#define VECTOR_LEVEL_NAME(level) act_##level
+#define VECTOR_LEVEL_AVX512 "avx512f"
+#define VECTOR_LEVEL_BODY
+#include "vector_levels.h"
+#undef VECTOR_LEVEL_BODY
+#undef VECTOR_LEVEL_AVX512
+#undef VECTOR_LEVEL_NAME
 
 static float silu_scalar(float y) {
     const v4f v = {y, y, y, y};

@@ -2,9 +2,22 @@
  * once per instruction-set level over vector_math.h: generic C (4 lanes), AVX2 (8) and
  * AVX-512 (16), each with the names vector_math.h reads (SFX, VF, VI, VU, VW, ATTR; see
  * there) defined around it, and the file VECTOR_LEVEL_INCLUDE names (when defined) after
- * vector_math.h.  For _erf, _chain, _softmax and _gqa; no include guard (included once). */
+ * vector_math.h.  For _erf, _chain, _softmax, _gqa and activations.h; no include guard
+ * (included once).
+ *
+ * The includer may define VECTOR_LEVEL_NAME(level), the suffix each level's functions
+ * take (default: the level's name), and VECTOR_LEVEL_AVX512, the AVX-512 level's target
+ * string (default: AVX-512F, BW, DQ, VL with AVX2 and FMA): activations.h makes its
+ * own copies under act_* names for kernels compiled for AVX-512F alone. */
 
-#define SFX generic
+#ifndef VECTOR_LEVEL_NAME
+#define VECTOR_LEVEL_NAME(level) level
+#endif
+#ifndef VECTOR_LEVEL_AVX512
+#define VECTOR_LEVEL_AVX512 "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"
+#endif
+
+#define SFX VECTOR_LEVEL_NAME(generic)
 #define VF v4f
 #define VI v4i
 #define VU v4u
@@ -23,7 +36,7 @@ VECTOR_LEVEL_BODY
 #undef ATTR
 
 #if ONNXVIZ_X86
-#define SFX avx2
+#define SFX VECTOR_LEVEL_NAME(avx2)
 #define VF v8f
 #define VI v8i
 #define VU v8u
@@ -41,12 +54,12 @@ VECTOR_LEVEL_BODY
 #undef VW
 #undef ATTR
 
-#define SFX avx512
+#define SFX VECTOR_LEVEL_NAME(avx512)
 #define VF v16f
 #define VI v16i
 #define VU v16u
 #define VW 16
-#define ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define ATTR __attribute__((target(VECTOR_LEVEL_AVX512)))
 #include "vector_math.h"
 #ifdef VECTOR_LEVEL_INCLUDE
 #include VECTOR_LEVEL_INCLUDE
