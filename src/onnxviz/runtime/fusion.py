@@ -146,6 +146,8 @@ _F32 = np.dtype(np.float32)
 # HardSigmoid step, "hsig", comes just before it; "silu": the Mul of a SiLU, y *
 # Sigmoid(y), whose Sigmoid step, "sig", comes just before it).
 _ACTIVATIONS = frozenset({"relu", "act", "clip", "leaky", "hswish", "silu"})
+# The written-out y * gate(y) pairs a conv chain ends with: (gate op, its kind, the Mul's).
+_GATED = (("HardSigmoid", "hsig", "hswish"), ("Sigmoid", "sig", "silu"))
 
 
 def run_nodes(plan: GraphPlan) -> list[PlanNode]:
@@ -304,15 +306,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         kinds: list[str] = []
         y = pn.outputs[0]
         while y >= 0 and y not in keep and not _ACTIVATIONS.intersection(kinds):
-            pair = _gated_pair(nodes, users, y, keep, claimed, "HardSigmoid")
-            if pair is not None:
-                steps.extend(pair)
-                kinds.extend(["hsig", "hswish"])
-                break
-            pair = _gated_pair(nodes, users, y, keep, claimed, "Sigmoid")
-            if pair is not None:
-                steps.extend(pair)
-                kinds.extend(["sig", "silu"])
+            gated = _gated_tail(nodes, users, y, keep, claimed)
+            if gated is not None:
+                steps.extend(gated[0])
+                kinds.extend(gated[1])
                 break
             consumers = users.get(y, [])
             if len(consumers) != 1 or consumers[0] in claimed:
@@ -568,6 +565,18 @@ class MatMulBias:
         y = ex.call_kernel(self.matmul, [a, w])[0]
         args = [y, c] if self.add.inputs[0] == self.matmul.outputs[0] else [c, y]
         return ex.call_kernel(self.add, args)
+
+
+def _gated_tail(
+    nodes: list[PlanNode], users: dict[int, list[int]], y: int, keep: set[int], claimed: set[int]
+) -> tuple[list[int], list[str]] | None:
+    """The positions and kinds of the first pair of `_GATED` written out on ``y``, or
+    None."""
+    for gate, gate_kind, mul_kind in _GATED:
+        pair = _gated_pair(nodes, users, y, keep, claimed, gate)
+        if pair is not None:
+            return pair, [gate_kind, mul_kind]
+    return None
 
 
 def _gated_pair(

@@ -413,6 +413,10 @@ class _Grouped(ChannelsLastConv):
         return y, False
 
 
+# The activations the packed GEMM's epilogue applies (native/activations.h).
+_GEMM_ACTS = frozenset({ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU})
+
+
 class _Pointwise(ChannelsLastConv):
     """1x1 conv: [N*H'*W', C] @ [C, M], written onto the bias and residual."""
 
@@ -498,11 +502,7 @@ class _Pointwise(ChannelsLastConv):
         product (a strided conv, few rows, another routing) or would leave ``act`` to the
         caller."""
         code = ACT_NONE if act is None else act[0]
-        if (
-            pool is not None
-            or self.strided
-            or code not in (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU)
-        ):
+        if pool is not None or self.strided or (code != ACT_NONE and code not in _GEMM_ACTS):
             return None
         route = self._packed_route(x)
         if route is None:
@@ -559,7 +559,7 @@ class _Pointwise(ChannelsLastConv):
         if addend is not None:
             d = nhwc(addend).reshape(flat.shape)
         code, lo, hi = ACT_NONE, math.nan, math.nan
-        if act is not None and act[0] in (ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU):
+        if act is not None and act[0] in _GEMM_ACTS:
             code, lo, hi = act
         packed_gemm.matmul_packed(
             mod,

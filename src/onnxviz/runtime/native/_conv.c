@@ -1505,8 +1505,8 @@ static int call_run(const Call *c, const float *x, const float *wp, const float 
 static PyObject *call_buffers(Call *c, PyObject *xo, PyObject *wo, PyObject *bo, PyObject *ao,
                               PyObject *oo, int act, float lo, float hi, int vl,
                               const char *name) {
-    if (act < 0 || act > 4) {
-        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..4", name);
+    if (act < 0 || act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..%d", name, ACT_LAST);
         return NULL;
     }
     if (call_check(c, vl, name) < 0) return NULL;
@@ -1856,8 +1856,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
     }
     c.blocked = blocked;
     g->x_first = x_first;
-    if (act < 0 || act > 4) {
-        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..4");
+    if (act < 0 || act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "held: activation must be 0..%d", ACT_LAST);
         return NULL;
     }
     if (call_check(&c, vl, "held") < 0) return NULL;

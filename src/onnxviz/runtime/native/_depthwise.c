@@ -372,12 +372,12 @@ __attribute__((target("avx2,fma"))) static void row_avx2(const Block *p, Py_ssiz
     unsigned valid[MAX_KW];
     /* Near-equal groups (14 pixels: 7 + 7; a group of 2 would run at a third of the rate). */
     const Py_ssize_t groups = (count + PIX8 - 1) / PIX8;
+    /* The columns each pixel reads, for the kernels that test them: not the sliding
+     * ones, which take every full vector of channels (their bounds are the image's), so
+     * a row whose vectors are all full never needs them. */
+    const int tested = !p->slide || p->width % 8;
     for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
         const int np = (int)((count * (g + 1)) / groups - j0);
-        /* The columns each pixel reads, for the kernels that test them: not the
-         * sliding ones, which take every full vector of channels (their bounds are
-         * the image's), so a row whose vectors are all full never needs them. */
-        const int tested = !p->slide || p->width % 8;
         const unsigned *v = !tested || (j0 >= p->inner0 && j0 + np <= p->inner1) ||
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
@@ -519,12 +519,12 @@ __attribute__((target("avx512f"))) static void row_avx512(const Block *p, Py_ssi
     unsigned valid[MAX_KW];
     /* Near-equal groups (14 pixels: 7 + 7; a group of 2 would run at a third of the rate). */
     const Py_ssize_t groups = (count + PIX16 - 1) / PIX16;
+    /* The columns each pixel reads, for the kernels that test them: not the sliding
+     * ones, which take every full vector of channels (their bounds are the image's), so
+     * a row whose vectors are all full never needs them. */
+    const int tested = !p->slide || p->width % 16;
     for (Py_ssize_t g = 0, j0 = 0; g < groups; g++) {
         const int np = (int)((count * (g + 1)) / groups - j0);
-        /* The columns each pixel reads, for the kernels that test them: not the
-         * sliding ones, which take every full vector of channels (their bounds are
-         * the image's), so a row whose vectors are all full never needs them. */
-        const int tested = !p->slide || p->width % 16;
         const unsigned *v = !tested || (j0 >= p->inner0 && j0 + np <= p->inner1) ||
                                     group_columns(cols, j0, np, p->kw, valid)
                                 ? NULL
@@ -1035,8 +1035,8 @@ static PyObject *conv_call(PyObject *args, int planes) {
     g.w = planes ? d[3] : d[2];
     Py_ssize_t counts[4];
     if (geometry_check(&g, counts, name) < 0) return NULL;
-    if (act < 0 || act > 4) {
-        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..4", name);
+    if (act < 0 || act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "%s: activation must be 0..%d", name, ACT_LAST);
         return NULL;
     }
     if (planes && !planes_take(&g)) Py_RETURN_FALSE;
@@ -1141,8 +1141,8 @@ static PyObject *py_held(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t counts[4];
     if (geometry_check(&g, counts, "held") < 0) return NULL;
-    if (act < 0 || act > 4) {
-        PyErr_SetString(PyExc_ValueError, "held: activation must be 0..4");
+    if (act < 0 || act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "held: activation must be 0..%d", ACT_LAST);
         return NULL;
     }
     Held *obj = PyObject_GC_New(Held, &HeldType);

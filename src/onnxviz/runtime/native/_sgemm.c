@@ -1229,8 +1229,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *args) {
                      panel_width_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 4) {
-        PyErr_SetString(PyExc_ValueError, "gemm: activation must be 0..4");
+    if (p.act < 0 || p.act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "gemm: activation must be 0..%d", ACT_LAST);
         return NULL;
     }
     if (offset < 0 || offset > 63) {
@@ -1687,7 +1687,7 @@ static PyObject *py_pointwise(PyObject *self, PyObject *args) {
                           &places, &expect, &threads, &fallback, &ndarray, &empty, &u8, &f32))
         return NULL;
     if (c < 1 || m < 1 || c > LIMIT || m > LIMIT || n < 1 || h < 1 || w < 1 ||
-        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > 4) {
+        (nr != 16 && nr != 32) || offset < 0 || offset > 63 || act < 0 || act > ACT_LAST) {
         PyErr_SetString(PyExc_ValueError, "pointwise: bad sizes, panel width or activation");
         return NULL;
     }
@@ -1920,8 +1920,8 @@ static PyObject *py_gemm_left(PyObject *self, PyObject *args) {
                      rows_of(level));
         return NULL;
     }
-    if (p.act < 0 || p.act > 4) {
-        PyErr_SetString(PyExc_ValueError, "gemm_left: activation must be 0..4");
+    if (p.act < 0 || p.act > ACT_LAST) {
+        PyErr_Format(PyExc_ValueError, "gemm_left: activation must be 0..%d", ACT_LAST);
         return NULL;
     }
     if (offset < 0 || offset > 63) {

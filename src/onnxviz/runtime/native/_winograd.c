@@ -627,7 +627,7 @@ static int wino_refused(const WinoConv *g, const char *name) {
         g->m < 1 || g->ho < 1 || g->wo < 1 || g->tiles < 1 || g->pad_top < 0 ||
         g->pad_left < 0 || g->pad_top > 2 || g->pad_left > 2 || g->c > (1 << 20) ||
         g->m > (1 << 20) || g->h > (1 << 15) || g->w > (1 << 15) || g->n > (1 << 20) ||
-        g->tiles > (1 << 16) || g->act < 0 || g->act > 4 || g->ho > g->h + 2 * 2 - 2 ||
+        g->tiles > (1 << 16) || g->act < 0 || g->act > ACT_LAST || g->ho > g->h + 2 * 2 - 2 ||
         g->wo > g->w + 2 * 2 - 2) {
         PyErr_Format(PyExc_ValueError, "%s: sizes out of range", name);
         return 1;

@@ -12,7 +12,7 @@
  * and the Mul of the two, stepped, give these bits, and the conv's output never makes
  * a pass of its own through memory (EfficientNet's and YOLO's SiLU after every conv).
  * vector_math.h is made here once per level (vector_levels.h) under names of its own
- * (sigmoid_act_generic, _act_avx2, _act_avx512), the AVX-512 one for AVX-512F alone:
+ * (silu_act_generic, _act_avx2, _act_avx512), the AVX-512 one for AVX-512F alone:
  * the kernels' target. */
 #include "vector_types.h"
 #include <string.h>
@@ -24,9 +24,12 @@
 #undef VECTOR_LEVEL_AVX512
 #undef VECTOR_LEVEL_NAME
 
+/* The activation codes run 0..ACT_LAST: every module checks its callers' against it. */
+#define ACT_LAST 4
+
 static float silu_scalar(float y) {
     const v4f v = {y, y, y, y};
-    return y * sigmoid_act_generic(v)[0];
+    return silu_act_generic(v)[0];
 }
 
 static float act_scalar(float y, int act, float lo, float hi) {
@@ -68,7 +71,7 @@ __attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 y, int act,
         g = _mm256_min_ps(_mm256_set1_ps(1.0f), g);
         return _mm256_mul_ps(y, g);
     }
-    if (act == 4) return _mm256_mul_ps(y, (__m256)sigmoid_act_avx2((v8f)y));
+    if (act == 4) return (__m256)silu_act_avx2((v8f)y);
     return y;
 }
 
@@ -129,7 +132,7 @@ __attribute__((target("avx512f"))) static inline __m512 act16(__m512 y, int act,
         g = _mm512_min_ps(_mm512_set1_ps(1.0f), g);
         return _mm512_mul_ps(y, g);
     }
-    if (act == 4) return _mm512_mul_ps(y, (__m512)sigmoid_act_avx512((v16f)y));
+    if (act == 4) return (__m512)silu_act_avx512((v16f)y);
     return y;
 }
 #endif
