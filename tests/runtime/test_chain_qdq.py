@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxviz.runtime import fusion_elementwise, native
+from onnxviz.runtime import fusion, fusion_elementwise, native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.fusion_elementwise import QDQ, ElementwiseChain, _Step
 from onnxviz.runtime.fusion_qdq import QdqPair
@@ -38,6 +38,14 @@ pytestmark = pytest.mark.numeric
 
 LEVELS = native.levels()
 PATHS = ["compiled", "numpy"]
+
+
+@pytest.fixture(autouse=True)
+def _no_code_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These graphs' pairs before a Sigmoid, Tanh or Erf would be a code table
+    (fusion_qdq_table.py, tested in test_qdq_table.py); the chain's pair step, what runs
+    where no table is made (the int8 kernels off, a float head), is tested here."""
+    monkeypatch.setattr(fusion, "find_qdq_tables", lambda *args: [])
 
 
 def _module() -> Any:

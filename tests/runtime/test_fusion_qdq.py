@@ -257,26 +257,29 @@ def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
 
 def test_a_chain_of_pairs_keeps_the_convs_channels_last() -> None:
     """Depthwise conv -> pair -> Sigmoid -> pair -> 1x1 conv: the pairs and the Sigmoid are
-    one elementwise chain, which runs over the conv's channels-last buffer and hands the
-    layout on (taking it back to NCHW made the convs around it several times slower);
-    the stepped values within one quantization step."""
+    one elementwise chain (a table of the codes with the int8 kernels: fusion_qdq_table),
+    which runs over the conv's channels-last buffer and hands the layout on (taking it
+    back to NCHW made the convs around it several times slower); the stepped values
+    within one quantization step."""
     model, feeds = _qdq_conv_net(True, sigmoid=True)
     session = Session(model)
     session.run(feeds)
     nodes = run_nodes(session.plan)
-    assert sum(type(pn.fused).__name__ == "ElementwiseChain" for pn in nodes) == 1
+    kind = "QdqTable" if native.load("int8") is not None else "ElementwiseChain"
+    assert sum(type(pn.fused).__name__ == kind for pn in nodes) == 1
     if native.level() is not None and native.load("chain") is not None:
         chains = {pn.label: pn.fused for pn in nodes if pn.op_type == "Conv"}
         assert chains["mid"].layout.emit  # through the chain to the 1x1 conv
     # The chain itself on a channels-last value: its result channels-last, the same bits
     # as on the NCHW copy.
-    chain = next(pn for pn in nodes if type(pn.fused).__name__ == "ElementwiseChain")
+    chain = next(pn for pn in nodes if type(pn.fused).__name__ == kind)
     constants = dict(session.plan.constants)
     x = np.random.default_rng(3).normal(0, 0.3, (2, 16, 17, 15)).astype(np.float32)
     last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     ins = [constants.get(s) for s in chain.inputs]
-    got = chain.fused(None, [last, *ins[1:]])[0]
-    want = chain.fused(None, [x, *ins[1:]])[0]
+    ex = session._executor  # (the table's steps run once through its kernels)
+    got = chain.fused(ex, [last, *ins[1:]])[0]
+    want = chain.fused(ex, [x, *ins[1:]])[0]
     assert got.transpose(0, 2, 3, 1).flags.c_contiguous
     np.testing.assert_array_equal(got, want)
     assert_modes_agree(model, feeds, steps={model.graph.output[0].name: 0.1})

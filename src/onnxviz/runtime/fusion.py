@@ -60,6 +60,10 @@ as one ("fused") node:
   (weight a DequantizeLinear of int8) [-> Relu] -> QuantizeLinear -> DequantizeLinear as
   one exact integer product by the compiled int8 kernel, when it is built and on.
 
+* **Code tables** (fusion_qdq_table.py): a QDQ model's elementwise chain of one
+  quantized value with a Sigmoid, Tanh or Erf in it (a SiLU between pairs) as a table of
+  its 256 codes, made by the chain's own nodes: one pass of QuantizeLinear and a lookup.
+
 * **Elementwise chains** (fusion_elementwise.py): nodes like Div -> Erf -> Add -> Mul ->
   Mul (a GELU), each the only user of the one before, with scalar constants or the
   chain's input as other operands, run block by block in one pass through memory.  A QDQ
@@ -102,6 +106,7 @@ from onnxviz.runtime.fusion_qdq_idle import find_idle_pairs, idle_pair_node
 from onnxviz.runtime.fusion_qdq_matmul import find_qdq_matmuls, qdq_matmul_node
 from onnxviz.runtime.fusion_qdq_pointwise import find_qdq_pointwise, qdq_pointwise_node
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
+from onnxviz.runtime.fusion_qdq_table import find_qdq_tables, qdq_table_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
 from onnxviz.runtime.kernels import blas, chain_program, nn_pool, packed_gemm
 from onnxviz.runtime.kernels.math_activation import (
@@ -286,6 +291,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
     for pointwise in find_qdq_pointwise(nodes, users, producer, const, keep, claimed, constants):
         maker = functools.partial(qdq_pointwise_node, nodes, pointwise)
         take(pointwise.positions, maker, claimed)
+    # Elementwise chains of one quantized value (a QDQ SiLU, HardSwish): a table of its
+    # codes, before the float chains and pairs would take their nodes.
+    for table in find_qdq_tables(nodes, users, producer, const, keep, claimed, absorbed, constants):
+        take(table.positions, functools.partial(qdq_table_node, nodes, table), claimed)
     for i, pn in enumerate(nodes):
         if i in claimed:
             continue

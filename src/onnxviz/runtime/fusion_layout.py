@@ -43,6 +43,7 @@ from onnxviz.runtime import native, quiet_loop
 from onnxviz.runtime.fusion_elementwise import ElementwiseChain
 from onnxviz.runtime.fusion_qdq import QdqPair
 from onnxviz.runtime.fusion_qdq_pointwise import QdqPointwise
+from onnxviz.runtime.fusion_qdq_table import QdqTable
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
 from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
@@ -200,7 +201,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 return False
             if is_conv_chain(pn):
                 return emits.get(id(pn))
-            if isinstance(pn.fused, (QdqPair, ElementwiseChain, SEGate)) or (
+            if isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable, SEGate)) or (
                 pn.kind == "kernel"
                 and pn.domain == ""
                 and len(pn.outputs) == 1
@@ -235,7 +236,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                     # it (a diffusion UNet's skip convs, the 3x3 after a GroupNorm).
                     ok = runs_channels_last(pn) is not False
                 pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
-            elif isinstance(pn.fused, (QdqPair, ElementwiseChain)) and pn.inputs[0] == slot:
+            elif (
+                isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable)) and pn.inputs[0] == slot
+            ):
                 # A quantize-dequantize pair, or a chain of elementwise steps whose other
                 # operands are single values (a QDQ model's pair -> HardSwish -> pair),
                 # runs over the value's own buffer and hands on its layout (a QDQ model's
@@ -330,7 +333,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 region.add(pn.outputs[0])
         elif isinstance(pn.fused, QdqPointwise):
             region.add(pn.outputs[0])  # its rows are channels-last whatever it read
-        elif isinstance(pn.fused, (QdqPair, ElementwiseChain)):
+        elif isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable)):
             if pn.inputs[0] in region:
                 region.add(pn.outputs[0])
         elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
