@@ -109,6 +109,19 @@ def node_args(pn: PlanNode, values: dict[int, Any]) -> list[Any]:
     return [values[s] if s >= 0 else None for s in present]
 
 
+def run_into(ex: Executor, steps: list[PlanNode], values: dict[int, Any]) -> list[Any]:
+    """``steps`` run one by one through ``ex.call_kernel`` (errors name the step), their
+    inputs taken from ``values`` by slot and every output put there; the last step's
+    outputs.  A fused QDQ node's node-by-node run."""
+    result: list[Any] = []
+    for pn in steps:
+        result = ex.call_kernel(pn, node_args(pn, values))
+        for s, v in zip(pn.outputs, result):
+            if s >= 0:
+                values[s] = v
+    return result
+
+
 def scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
     """``v`` is an ndarray of one value (of ``dtype`` when given)."""
     return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)

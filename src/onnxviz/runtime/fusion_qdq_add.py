@@ -42,6 +42,7 @@ from onnxviz.runtime.fusion_qdq import (
     only_reader,
     plain_dequantizer,
     plain_quantizer,
+    run_into,
     scalar,
 )
 from onnxviz.runtime.kernels import int8_products
@@ -261,12 +262,7 @@ def run_codes_steps(
 ) -> list[Any]:
     """The node-by-node run of a chain ending in an output pair (``steps``, inputs in
     ``values`` by slot): its outputs, the codes then, when needed, the float."""
-    result: list[Any] = []
-    for pn in steps:
-        result = ex.call_kernel(pn, node_args(pn, values))
-        for s, v in zip(pn.outputs, result):
-            if s >= 0:
-                values[s] = v
+    result = run_into(ex, steps, values)
     codes = values[steps[-2].outputs[0]]
     return [codes, result[0]] if float_needed else [codes]
 

@@ -62,6 +62,7 @@ from onnxviz.runtime.fusion_qdq import (
     only_reader,
     plain_dequantizer,
     plain_quantizer,
+    run_into,
     scalar,
 )
 from onnxviz.runtime.kernels import int8_products
@@ -545,13 +546,7 @@ class QdqConv:
         dq = self.codes_dq
         if dq is not None:  # the float the conv reads, from the codes
             values[dq.outputs[0]] = ex.call_kernel(dq, node_args(dq, values))[0]
-        result: list[Any] = []
-        for pn in self.steps:
-            result = ex.call_kernel(pn, node_args(pn, values))
-            for s, v in zip(pn.outputs, result):
-                if s >= 0:
-                    values[s] = v
-        return result
+        return run_into(ex, self.steps, values)
 
 
 class _Ready(NamedTuple):

@@ -46,10 +46,10 @@ from onnxviz.runtime.fusion_qdq import (
     CODE_TYPES,
     CODES_BACK_MAX,
     NORMAL_MIN,
-    node_args,
     only_reader,
     plain_dequantizer,
     plain_quantizer,
+    run_into,
     scalar,
 )
 from onnxviz.runtime.kernels import int8_products
@@ -315,12 +315,11 @@ class QdqTable:
         for v in ins[1:]:
             if v is not None and (type(v) is not np.ndarray or v.size != 1 or v.ndim > x.ndim):
                 return None
-        values = {s: v for s, v in zip(self.slots, ins)}
+        values = dict(zip(self.slots, ins))
         values[self.dq.inputs[0]] = np.arange(256, dtype=np.uint8).view(cz.dtype)
         run = self.steps[2:] if self.absorbed else self.steps
         try:
-            for pn in (self.dq, *run):
-                values[pn.outputs[0]] = ex.call_kernel(pn, node_args(pn, values))[0]
+            run_into(ex, [self.dq, *run], values)
         except Exception:  # (the nodes one by one raise it on the real input)
             return None
         table = values[self.sink]
@@ -330,9 +329,5 @@ class QdqTable:
         return np.ascontiguousarray(table.reshape(-1)), code
 
     def _one_by_one(self, ex: Executor, ins: list[Any]) -> list[Any]:
-        values = {s: v for s, v in zip(self.slots, ins)}
-        if not self.absorbed:
-            values[self.dq.outputs[0]] = ins[0]
-        for pn in self.steps:
-            values[pn.outputs[0]] = ex.call_kernel(pn, node_args(pn, values))[0]
-        return [values[self.sink]]
+        # (not absorbed: x, the dequantizer's output, is slot 0's value already)
+        return run_into(ex, self.steps, dict(zip(self.slots, ins)))[:1]
