@@ -1774,23 +1774,24 @@ static inline float round_even(float t) {
     return fabsf(t) < 4194304.0f ? r : t;
 }
 
-/* QuantizeLinear's steps on n floats: divide, round, add the zero point, clip; the
- * result as bytes; returns whether a NaN was met. */
-#define QUANTIZE_BODY                                                                         \
-    int nan = 0;                                                                              \
-    for (Py_ssize_t i = 0; i < n; i++) {                                                      \
-        float t = round_even(src[i] / scale) + z;                                             \
-        nan |= t != t;                                                                        \
-        t = t < lo ? lo : t;                                                                  \
-        t = t > hi ? hi : t;                                                                  \
-        t = t == t ? t : 0.0f;                                                                \
-        dst[i] = (uint8_t)(int32_t)t;                                                         \
-    }                                                                                         \
-    return nan;
+/* QuantizeLinear's steps on one float: divide, round, add the zero point, clip; the code
+ * as an integer in [lo, hi] (0 for a NaN, which is noted in *nan). */
+static inline int32_t quantize_one(float v, float scale, float z, float lo, float hi,
+                                   int *nan) {
+    float t = round_even(v / scale) + z;
+    *nan |= t != t;
+    t = t < lo ? lo : t;
+    t = t > hi ? hi : t;
+    return (int32_t)(t == t ? t : 0.0f);
+}
 
+/* quantize_one on n floats, the codes as bytes; returns whether a NaN was met. */
 static int quantize_generic(const float *src, uint8_t *dst, Py_ssize_t n, float scale, float z,
                             float lo, float hi) {
-    QUANTIZE_BODY
+    int nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        dst[i] = (uint8_t)quantize_one(src[i], scale, z, lo, hi, &nan);
+    return nan;
 }
 
 /* One row of rescale_qdq and rescale_q: v = float32(acc) * s + b in float32 steps (a
@@ -1939,6 +1940,18 @@ __attribute__((target("avx512f"))) static inline __m512 round_clip16(__m512 t, _
     return _mm512_mask_mov_ps(_mm512_min_ps(_mm512_max_ps(r, lo), hi), bad, r);
 }
 
+/* QuantizeLinear's steps on the floats of mask k at src (scale, zero point and bounds
+ * broadcast): the codes as int32 in [lo, hi], a NaN lane 0 and noted in *nan. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512i quantize16(
+    const float *src, __mmask16 k, __m512 sv, __m512 zv, __m512 lov, __m512 hiv,
+    __mmask16 *nan) {
+    __mmask16 bad = 0;
+    __m512 t = round_clip16(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src), sv), zv, lov, hiv, &bad);
+    *nan |= bad & k;
+    t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
+    return _mm512_cvttps_epi32(t); /* in [lo, hi]: no saturation happens */
+}
+
 /* quantize_avx2's steps 16 at a time (the same IEEE operations: the same bytes); the
  * tail by the scalar code.  With rescale_row_avx512 they are the passes around a QDQ
  * conv's integer product (QDQ ResNet-18 w32: about as long as the product). */
@@ -1952,12 +1965,7 @@ __attribute__((target("avx512f"))) static int quantize_avx512(const float *src, 
     for (Py_ssize_t i = 0; i < n; i += 16) {
         /* the tail masked (a scalar tail cost as much as the vectors on 56-float rows) */
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __mmask16 bad = 0;
-        __m512 t = round_clip16(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), sv), zv, lov,
-                                hiv, &bad);
-        nan |= bad & k;
-        t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
-        const __m512i v = _mm512_cvttps_epi32(t); /* in [lo, hi]: no saturation happens */
+        const __m512i v = quantize16(src + i, k, sv, zv, lov, hiv, &nan);
         const __m128i b = is_signed ? _mm512_cvtsepi32_epi8(v) : _mm512_cvtusepi32_epi8(v);
         if (k == 0xFFFF) {
             _mm_storeu_si128((__m128i *)(dst + i), b);
@@ -2096,14 +2104,8 @@ done:
 static int qdq_table_generic(const float *src, float *dst, Py_ssize_t n, float qs, float z,
                              float lo, float hi, const float *table) {
     int nan = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        float t = round_even(src[i] / qs) + z;
-        nan |= t != t;
-        t = t < lo ? lo : t;
-        t = t > hi ? hi : t;
-        t = t == t ? t : 0.0f;
-        dst[i] = table[(uint8_t)(int32_t)t];
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        dst[i] = table[(uint8_t)quantize_one(src[i], qs, z, lo, hi, &nan)];
     return nan;
 }
 
@@ -2143,12 +2145,7 @@ __attribute__((target("avx512f"))) static int qdq_table_avx512(const float *src,
     __mmask16 nan = 0;
     for (Py_ssize_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __mmask16 bad = 0;
-        __m512 t = round_clip16(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), qv), zv, lov,
-                                hiv, &bad);
-        nan |= bad & k;
-        t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t); /* NaN -> 0 */
-        const __m512i b = _mm512_and_si512(_mm512_cvttps_epi32(t), byte);
+        const __m512i b = _mm512_and_si512(quantize16(src + i, k, qv, zv, lov, hiv, &nan), byte);
         /* eight 32-entry lookups by the low 5 bits, then the byte's bits 5, 6, 7 pick
          * one: 18 instructions, about 3x faster than a gather on Zen 4 */
         const __mmask16 b5 = _mm512_test_epi32_mask(b, bit5), b6 = _mm512_test_epi32_mask(b, bit6),
