@@ -127,6 +127,24 @@ def scalar(v: Any, dtype: np.dtype[Any] | None = None) -> bool:
     return type(v) is np.ndarray and v.size == 1 and (dtype is None or v.dtype == dtype)
 
 
+def codes_fit(cs: Any, cz: Any, sd: Any, zd: Any, read_back: bool) -> bool:
+    """Whether a fused node that reads x as 8-bit codes takes these parameters: one
+    float32 scale and one 8-bit zero point for the codes (``cs``, ``cz``), x's
+    dequantizer's (``sd``, ``zd``) of that type; and when the codes are read back from x
+    (``read_back``), a scale that gives them back exactly.  The codes read back from
+    v = float32((t - z) s), |t - z| <= 255: v / s is within 255 2^-23 of t - z, so
+    QuantizeLinear's steps give t back exactly when s is a normal float32 and the product
+    cannot overflow."""
+    return (
+        scalar(cs, _F32)
+        and scalar(cz)
+        and cz.dtype in CODE_TYPES
+        and scalar(sd, _F32)
+        and scalar(zd, cz.dtype)
+        and (not read_back or NORMAL_MIN <= float(sd.reshape(())) <= CODES_BACK_MAX)
+    )
+
+
 def _plain(pn: PlanNode, op_type: str) -> bool:
     return (
         plain_kernel(pn, op_type)

@@ -48,13 +48,12 @@ import numpy as np
 
 from onnxviz.runtime.fusion_qdq import (
     CODE_TYPES,
-    CODES_BACK_MAX,
     NORMAL_MIN,
+    codes_fit,
     input_pair,
     only_reader,
     plain_dequantizer,
     plain_quantizer,
-    scalar,
 )
 from onnxviz.runtime.fusion_qdq_matmul import constant_dequantizer, pair_args
 from onnxviz.runtime.kernels import int8_products
@@ -370,18 +369,7 @@ class QdqPointwise:
             return None
         cs, cz = (self._get(ins, p) for p in self.code_places)
         sd, zd = (self._get(ins, p) for p in self.dq_places)
-        if (
-            not scalar(cs, _F32)
-            or not scalar(cz)
-            or cz.dtype not in CODE_TYPES
-            or not scalar(sd, _F32)
-            or not scalar(zd, cz.dtype)
-        ):
-            return None
-        if not self.absorbed and not NORMAL_MIN <= float(sd.reshape(())) <= CODES_BACK_MAX:
-            # The codes read back from v = float32((t - z) s), |t - z| <= 255: v / s is
-            # within 255 2^-23 of t - z, so QuantizeLinear's steps give t back exactly
-            # when s is a normal float32 and the product cannot overflow.
+        if not codes_fit(cs, cz, sd, zd, not self.absorbed):
             return None
         output = pair_args(*(self._get(ins, p) for p in self.out_places))
         weights = self._weights_for(mod, ins, sd)

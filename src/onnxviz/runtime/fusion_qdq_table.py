@@ -43,14 +43,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from onnxviz.runtime.fusion_qdq import (
-    CODE_TYPES,
-    CODES_BACK_MAX,
-    NORMAL_MIN,
+    codes_fit,
     only_reader,
     plain_dequantizer,
     plain_quantizer,
     run_into,
-    scalar,
 )
 from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last
@@ -301,16 +298,8 @@ class QdqTable:
         x = ins[0]
         cs, cz = (ins[p] for p in self.code_places)
         ds, dz = (ins[p] for p in self.dq_places)
-        if (
-            not scalar(cs, _F32)
-            or not scalar(cz)
-            or cz.dtype not in CODE_TYPES
-            or not scalar(ds, _F32)
-            or not scalar(dz, cz.dtype)
-        ):
+        if not codes_fit(cs, cz, ds, dz, not self.absorbed):
             return None
-        if not self.absorbed and not NORMAL_MIN <= float(ds.reshape(())) <= CODES_BACK_MAX:
-            return None  # x's codes could not be read back exactly
         # Every other operand one value of rank at most x's: the output has x's shape.
         for v in ins[1:]:
             if v is not None and (type(v) is not np.ndarray or v.size != 1 or v.ndim > x.ndim):
