@@ -1041,3 +1041,19 @@ def test_a_grouped_conv_block_runs_channels_last_and_matches_the_stepped_run(
     session.run(feeds)
     grouped = next(pn for pn in run_nodes(session.plan) if pn.label == "grouped")
     assert grouped.fused.layout.emit
+
+
+@pytest.mark.parametrize("axes", [[2], [3], [1], [1, 2]])
+def test_a_mean_over_other_axes_of_a_channels_last_value_comes_out_in_c_order(axes) -> None:
+    """A ReduceMean of a channels-last value over other axes than (H, W) runs the node's
+    kernel, whose numpy result follows the input's memory order: as a graph output it
+    comes out in C order, as the stepped run's does (the values the same)."""
+    net = _Net(np.random.default_rng(12))
+    net.shapes["x"] = (1, 8, 5, 6)
+    y = net.conv("x", 8, k=3, group=8)  # depthwise: writes channels-last
+    mean = net.mean(y, axes, keepdims=1)
+    model = net.model((1, 8, 5, 6), mean)
+    feeds = {"x": RNG.standard_normal((1, 8, 5, 6)).astype(np.float32)}
+    assert_modes_agree(model, feeds)
+    got = Session(model).run(feeds)[mean]
+    assert got.flags.c_contiguous

@@ -497,7 +497,13 @@ class SpatialMean:
             total = np.matmul(ones, rows)  # (N, 1, C)
             total /= x.dtype.type(h * w)
             return [total.reshape((n, c, 1, 1) if keeps else (n, c))]
-        return ex.call_kernel(self.node, ins)
+        out = ex.call_kernel(self.node, ins)
+        if type(out[0]) is np.ndarray and not out[0].flags.c_contiguous:
+            # A mean over other axes (H alone, the channels) of a channels-last value:
+            # numpy's result follows the input's memory order, and a graph output must
+            # come out in C order as the stepped run's does (a copy of a reduced value).
+            out = [np.ascontiguousarray(out[0])]
+        return out
 
 
 class ChannelScale:
