@@ -77,6 +77,11 @@ KERNEL_CASES = [
     ((1, 48, 14, 14), (48, 16, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ((1, 12, 11, 10), (18, 4, 3, 2), {"group": 3, "pads": [0, 2, 1, 0], "dilations": [2, 1]}),
     ((1, 8, 9, 9), (8, 4, 3, 3), {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    # grouped 1x1 (ShuffleNet's: _GroupedPointwise), one image (an NCHW one read as the
+    # transposed operand) and two
+    ((1, 24, 9, 7), (36, 6, 1, 1), {"group": 4}),
+    ((2, 12, 5, 6), (12, 4, 1, 1), {"group": 3}),
+    ((1, 34, 4, 4), (34, 17, 1, 1), {"group": 2}),
 ]
 
 
@@ -111,7 +116,6 @@ def test_kernels_match_the_plain_conv(x_shape, w_shape, attrs, dtype, layout, ex
     [
         ((8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # a plain conv
         ((16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),  # depthwise multiplier 2
-        ((16, 2, 1, 1), {"group": 4}),  # a grouped 1x1 (ShuffleNet's: nn_conv's)
         ((8, 8, 1, 1), {"pads": [1, 1, 1, 1]}),  # a padded 1x1
     ],
 )
@@ -725,7 +729,8 @@ def _draw_conv(net: _Net, x: str, draw) -> str:
     if kind == "depthwise":
         return net.conv(x, c, k, stride, c, dilation, pads, bias)
     if kind == "grouped" and c % 2 == 0:
-        return net.conv(x, c, k, stride, 2, dilation, pads, bias)
+        group = draw(st.sampled_from([2, 4])) if c % 4 == 0 else 2
+        return net.conv(x, c, k, stride, group, dilation, pads, bias)
     m = draw(st.sampled_from([8, 16, 24, c]))
     return net.conv(x, m, k, stride, 1, dilation, pads, bias)
 

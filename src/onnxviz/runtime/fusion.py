@@ -31,6 +31,9 @@ as one ("fused") node:
   chain (depthwise and pointwise convs, activations, SE blocks) keep their outputs
   channels-last, so the depthwise convs read and write their own layout in place.
 
+* **Channel shuffles** (fusion_shuffle.py): ShuffleNet's Reshape -> Transpose ->
+  Reshape of the channels as one copy in its input's layout (channels-last stays so).
+
 * **MatMul -> Add of a row vector**: a MatMul by a constant 2-D matrix whose output
   only feeds an Add of a constant vector along the last axis (a linear layer's bias)
   runs as one GEMM that writes the bias into its output first and adds the product
@@ -108,6 +111,7 @@ from onnxviz.runtime.fusion_qdq_pointwise import find_qdq_pointwise, qdq_pointwi
 from onnxviz.runtime.fusion_qdq_pool import find_qdq_max_pools, qdq_max_pool_node
 from onnxviz.runtime.fusion_qdq_table import find_qdq_tables, qdq_table_node
 from onnxviz.runtime.fusion_se import SEGate, find_se_gates
+from onnxviz.runtime.fusion_shuffle import channel_shuffle_node, find_channel_shuffles
 from onnxviz.runtime.kernels import blas, chain_program, nn_pool, packed_gemm
 from onnxviz.runtime.kernels.math_activation import (
     clip_into,
@@ -283,6 +287,10 @@ def _fuse(plan: GraphPlan, folded: dict[int, Any]) -> list[PlanNode]:
         maker = functools.partial(qdq_matmul_node, nodes, qdq_matmul)
         take(qdq_matmul.positions[2:], maker, claimed)
     absorbed.update(dropped)  # activation dequantizers read only by fused MatMuls
+    for positions in find_channel_shuffles(nodes, users, keep, claimed, constants):
+        # ShuffleNet's Reshape -> Transpose -> Reshape: one copy in its input's layout.
+        shuffle = functools.partial(channel_shuffle_node, nodes, positions, constants)
+        take(positions, shuffle, claimed)
     for positions in find_se_gates(nodes, users, const, keep, claimed):
         # Before the conv chains: the block's two convs are its own.
         take(positions, functools.partial(steps_node, nodes, positions, SEGate), claimed)

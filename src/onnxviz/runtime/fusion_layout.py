@@ -30,6 +30,11 @@ AveragePool, they pay a copy of the pool's smaller output, not the conv NCHW pla
 a channel Concat with a channels-last input runs as `ChannelsLastConcat`: an Inception
 block's branches and the pools and Concat between blocks stay channels-last too.
 
+A ShuffleNet unit stays channels-last too: its grouped 1x1 convs ("grouped_pointwise",
+nn_conv_nhwc._GroupedPointwise: each group's columns of the rows by the packed GEMM) and
+its channel shuffle (fusion_shuffle.ChannelShuffle, a copy in its input's layout) take
+and write the layout, so the depthwise conv between them reads it in place.
+
 Stepped and watched runs never get here: they run plan.nodes, one plain kernel each.
 """
 
@@ -45,6 +50,7 @@ from onnxviz.runtime.fusion_qdq import QdqPair
 from onnxviz.runtime.fusion_qdq_pointwise import QdqPointwise
 from onnxviz.runtime.fusion_qdq_table import QdqTable
 from onnxviz.runtime.fusion_se import SEGate, SpatialAxes
+from onnxviz.runtime.fusion_shuffle import ChannelShuffle
 from onnxviz.runtime.kernels import nn_pool
 from onnxviz.runtime.kernels.nn_conv_nhwc import (
     Activation,
@@ -84,7 +90,7 @@ _ELEMENTWISE = frozenset(
 # channels-last (kernels.nn_pool.native_pool2d; other inputs keep NCHW).
 _POOLS = frozenset({"MaxPool", "AveragePool"})
 # Conv kinds whose kernel computes channels-last (an NCHW output costs it a transpose).
-_NATIVE_LAST = frozenset({"depthwise", "direct", "grouped"})
+_NATIVE_LAST = frozenset({"depthwise", "direct", "grouped", "grouped_pointwise"})
 # Readers that reduce the spatial axes away: (N, C, 1, 1) is the same memory either way.
 _SPATIAL_REDUCTIONS = frozenset({"ReduceMean", "GlobalAveragePool", "GlobalMaxPool"})
 # The ones `SpatialMean` runs when their input is channels-last.
@@ -98,8 +104,9 @@ def is_conv_chain(pn: PlanNode) -> bool:
 
 def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
     """ "depthwise", "pointwise", "direct" (a plain conv the compiled direct kernel
-    runs) or "grouped" (more than one channel a group) for a fused Conv the channels-last
-    kernels run (its weight an initializer of that shape), else None."""
+    runs), "grouped" (more than one channel a group) or "grouped_pointwise" (a grouped
+    1x1, stride 1, unpadded) for a fused Conv the channels-last kernels run (its weight
+    an initializer of that shape), else None."""
     w = constants.get(pn.inputs[1]) if len(pn.inputs) > 1 else None
     attrs = pn.attrs
     group = attrs.get("group", 1)
@@ -110,8 +117,12 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
         # prepare_channels_last and runs the plain kernel, NCHW, which every reader
         # takes all the same.
         kernel = list(attrs.get("kernel_shape") or ())
-        if group != 1 or len(kernel) != 2:
+        if len(kernel) != 2:
             return None
+        if group != 1:
+            # Grouped or depthwise (the weight's shape tells them apart when it runs):
+            # both channels-last kernels compute in that layout.
+            return "grouped_pointwise" if _grouped_pointwise(attrs, kernel) else "grouped"
         if kernel == [1, 1] and _unpadded(attrs):
             return "pointwise"
         return "direct" if direct_available(np.dtype(np.float32)) else None
@@ -123,11 +134,20 @@ def conv_layout_kind(pn: PlanNode, constants: dict[int, Any]) -> str | None:
         return "pointwise"
     if group == 1 and w.shape[1] >= 1 and direct_available(w.dtype):
         return "direct"
-    if group > 1 and w.shape[1] > 1 and w.shape[2:] != (1, 1):
-        # nn_conv_nhwc._Grouped: windows gathered as runs of channels.  (A grouped 1x1,
-        # ShuffleNet's, keeps NCHW: its batched product reads the planes in place.)
-        return "grouped"
+    if group > 1 and w.shape[1] > 1:
+        if _grouped_pointwise(attrs, list(w.shape[2:])):
+            # nn_conv_nhwc._GroupedPointwise: each group's rows by its weight, any
+            # input layout, channels-last out (ShuffleNet's 1x1s around its shuffles).
+            return "grouped_pointwise"
+        if w.shape[2:] != (1, 1):
+            # nn_conv_nhwc._Grouped: windows gathered as runs of channels.
+            return "grouped"
     return None
+
+
+def _grouped_pointwise(attrs: dict[str, Any], kernel: list[int]) -> bool:
+    """A grouped conv's 1x1 kernel, stride 1, no padding: nn_conv_nhwc._GroupedPointwise."""
+    return kernel == [1, 1] and _unpadded(attrs) and all(s == 1 for s in attrs.get("strides") or ())
 
 
 def _pool_takes_layout(pn: PlanNode) -> bool:
@@ -201,7 +221,9 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 return False
             if is_conv_chain(pn):
                 return emits.get(id(pn))
-            if isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable, SEGate)) or (
+            if isinstance(
+                pn.fused, (QdqPair, ElementwiseChain, QdqTable, SEGate, ChannelShuffle)
+            ) or (
                 pn.kind == "kernel"
                 and pn.domain == ""
                 and len(pn.outputs) == 1
@@ -237,12 +259,13 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                     ok = runs_channels_last(pn) is not False
                 pays = pays or kind in _NATIVE_LAST or emits.get(id(pn), False)
             elif (
-                isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable)) and pn.inputs[0] == slot
+                isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable, ChannelShuffle))
+                and pn.inputs[0] == slot
             ):
                 # A quantize-dequantize pair, or a chain of elementwise steps whose other
                 # operands are single values (a QDQ model's pair -> HardSwish -> pair),
                 # runs over the value's own buffer and hands on its layout (a QDQ model's
-                # convs stay channels-last).
+                # convs stay channels-last); a channel shuffle copies it in its layout.
                 sub_ok, sub_pays = readers(pn.outputs[0])
                 ok, pays = ok and sub_ok, pays or sub_pays
             elif (
@@ -333,7 +356,7 @@ def plan_channels_last(nodes: list[PlanNode], keep: set[int], constants: dict[in
                 region.add(pn.outputs[0])
         elif isinstance(pn.fused, QdqPointwise):
             region.add(pn.outputs[0])  # its rows are channels-last whatever it read
-        elif isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable)):
+        elif isinstance(pn.fused, (QdqPair, ElementwiseChain, QdqTable, ChannelShuffle)):
             if pn.inputs[0] in region:
                 region.add(pn.outputs[0])
         elif pn.kind != "kernel" or pn.domain != "" or not region.intersection(pn.inputs):
