@@ -672,6 +672,90 @@ def yolo(size: int = 160, dynamo: bool = False) -> Built:
     return _export(Yolo(), args, ["x"], dynamo=dynamo), _feeds(["x"], args)
 
 
+def shufflenet_v2(size: int = 224, dynamo: bool = False) -> Built:
+    """ShuffleNetV2 x1.0 (torchvision's layout, written out: torchvision is not a test
+    dependency) with random weights: units that split the channels in two (chunk), a
+    depthwise branch, Concat and the channel shuffle of 2 groups as view -> transpose ->
+    view."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def cbr(a: int, b: int, k: int = 1, s: int = 1, g: int = 1, relu: bool = True) -> Any:
+        layers = [nn.Conv2d(a, b, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(b)]
+        return nn.Sequential(*layers, *([nn.ReLU()] if relu else []))
+
+    def shuffle(x: Any) -> Any:
+        n, c, h, w = x.shape
+        return x.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+    class Unit(nn.Module):
+        def __init__(self, a: int, b: int, stride: int) -> None:
+            super().__init__()
+            self.stride, h = stride, b // 2
+            if stride > 1:
+                self.left = nn.Sequential(cbr(a, a, 3, stride, a, False), cbr(a, h))
+            mid = a if stride > 1 else h
+            self.right = nn.Sequential(cbr(mid, h), cbr(h, h, 3, stride, h, False), cbr(h, h))
+
+        def forward(self, x: Any) -> Any:
+            if self.stride == 1:
+                x1, x2 = x.chunk(2, dim=1)
+                return shuffle(torch.cat((x1, self.right(x2)), 1))
+            return shuffle(torch.cat((self.left(x), self.right(x)), 1))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            widths, repeats = (24, 116, 232, 464), (4, 8, 4)
+            self.stem = nn.Sequential(cbr(3, 24, 3, 2), nn.MaxPool2d(3, 2, 1))
+            units: list[nn.Module] = []
+            a = widths[0]
+            for b, r in zip(widths[1:], repeats):
+                units += [Unit(a, b, 2), *(Unit(b, b, 1) for _ in range(r - 1))]
+                a = b
+            self.units = nn.Sequential(*units)
+            self.head = cbr(a, 1024)
+            self.fc = nn.Linear(1024, 1000)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(self.head(self.units(self.stem(x))).mean([2, 3]))
+
+    net = Net()
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    args = (torch.randn(1, 3, size, size),)
+    return _export(net, args, ["x"], dynamo=dynamo), _feeds(["x"], args)
+
+
+def shufflenet_v1_weights() -> Built:
+    """The onnx wheel's light ShuffleNet (v1: grouped 1x1 convs of 4 groups, the channel
+    shuffle as Reshape -> Transpose -> Reshape) with its ConstantOfShape weights made
+    random initializers: the graph a real export has, where the light model's weights are
+    known only when it runs."""
+    from onnxviz.runtime.conformance import light_dir, light_inputs
+
+    model = onnx.load(os.path.join(light_dir(), "light_shufflenet.onnx"))
+    rng = np.random.default_rng(0)
+    shapes = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape":
+            nodes.append(node)
+            continue
+        name = node.output[0]
+        value = rng.standard_normal(tuple(int(d) for d in shapes[node.input[0]])) * 0.1
+        if name.endswith(("_riv_0", "_s_0")):  # BatchNorm variances and scales
+            value = np.abs(value) + 0.5
+        model.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), name))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model, light_inputs(model)
+
+
 def efficientnet(size: int = 224, dynamo: bool = False, width: float = 1.0) -> Built:
     """EfficientNet-B0's layout (Tan & Le 2019; its block table, random weights): a 3x3
     stem, MBConv blocks (1x1 expand, depthwise 3x3 or 5x5, a squeeze-excite gate of two
@@ -1319,6 +1403,15 @@ VARIANT_MODELS: dict[str, tuple[str, Callable[[], Built]]] = {
     "tcn": ("TCN, dilated causal Conv1d, 4 x 16 x 256, TorchScript", tcn),
     "convnext_ts": ("ConvNeXt (widths 48-192), 128 px, TorchScript", convnext),
     "yolo_ts": ("YOLOv5-style detector (C3, SPPF, SiLU), 160 px, TorchScript", yolo),
+    "shufflenet_v1_weights": (
+        "ShuffleNet v1 (light graph, random initializers)",
+        shufflenet_v1_weights,
+    ),
+    "shufflenet_v2_ts": ("ShuffleNetV2 x1.0, 224 px, TorchScript", shufflenet_v2),
+    "shufflenet_v2_dynamo": (
+        "ShuffleNetV2 x1.0, 224 px, torch dynamo",
+        lambda: shufflenet_v2(dynamo=True),
+    ),
     "efficientnet_dynamo": (
         "EfficientNet-B0 layout, 224 px, torch dynamo",
         lambda: efficientnet(dynamo=True),
