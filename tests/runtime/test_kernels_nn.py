@@ -174,6 +174,51 @@ def test_dropout_old_opsets() -> None:
     assert not yt[~kept].any()
 
 
+@pytest.mark.parametrize("opset", [9, 13])
+def test_an_inference_dropout_makes_no_generator(opset: int) -> None:
+    """Dropout at inference is x and an all-ones mask: the run's random generator (about
+    100 us to make) is not made, and the mask allocates nothing (a read-only broadcast);
+    a training Dropout in the same kind of graph still draws from it."""
+    from onnx import TensorProto
+
+    from onnxviz.runtime.session import Session
+
+    def model(training: bool) -> Any:
+        ins = ["x"] if opset < 12 else ["x", "r", "t"]
+        inits = []
+        if opset >= 12:
+            inits = [
+                helper.make_tensor("r", TensorProto.FLOAT, [], [0.5]),
+                helper.make_tensor("t", TensorProto.BOOL, [], [training]),
+            ]
+        graph = helper.make_graph(
+            [helper.make_node("Dropout", ins, ["y", "mask"], ratio=0.5)]
+            if opset < 12
+            else [helper.make_node("Dropout", ins, ["y", "mask"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 32])],
+            [
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                helper.make_tensor_value_info("mask", TensorProto.UNDEFINED, None),
+            ],
+            inits,
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+    x = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    session = Session(model(False))
+    got = session.run({"x": x})
+    np.testing.assert_array_equal(got["y"], x)
+    assert got["mask"].shape == x.shape and got["mask"].all()
+    assert got["mask"].dtype == (np.float32 if opset < 10 else np.bool_)
+    assert session._executor._rng is None
+    if opset >= 12:
+        trained = Session(model(True))
+        drawn = trained.run({"x": x})
+        assert trained._executor._rng is not None
+        assert 0.3 < drawn["mask"].mean() < 0.7
+
+
 def test_upsample_v1_and_v7_nearest() -> None:
     x = np.array([[[[1, 2], [3, 4]]]], np.float32)
     want = np.repeat(np.repeat(x, 2, axis=2), 3, axis=3)

@@ -499,7 +499,11 @@ def _dropout(
     mask_dtype: np.dtype[Any] | type,
 ) -> tuple[np.ndarray, np.ndarray]:
     if not training or ratio == 0:
-        return x, np.ones(x.shape, dtype=mask_dtype)
+        # Inference: x itself and an all-ones mask, as a read-only broadcast of one
+        # value (the same values; nothing allocated): models write the mask output and
+        # read it nowhere, and a fresh one of SqueezeNet's 512 x 13 x 13 cost its
+        # Dropout 190 us a run, mostly the new pages' first touch.
+        return x, np.broadcast_to(np.ones((), dtype=mask_dtype), x.shape)
     if not 0 <= ratio < 1:
         raise ExecutionError(f"Dropout ratio must be in [0, 1), got {ratio}")
     keep = draw(x.shape) >= ratio
@@ -520,7 +524,8 @@ def dropout_legacy(
     # Opsets 1 and 6 train unless is_test; 7 and 10 are the inference-time identity.
     training = ctx.opset < 7 and not is_test
     mask_dtype = np.bool_ if ctx.opset >= 10 else x.dtype
-    return _dropout(x, ratio, training, ctx.rng.random, mask_dtype)
+    # (ctx.rng only when it draws: making the generator costs ~100 us a run.)
+    return _dropout(x, ratio, training, lambda shape: ctx.rng.random(shape), mask_dtype)
 
 
 @kernel("Dropout", since=(12, 13, 22), ctx=True)
@@ -539,4 +544,4 @@ def dropout(
         # backend test data were generated with, so seeded runs are reproducible anywhere.
         legacy = np.random.RandomState(seed)
         return _dropout(x, r, training, lambda shape: legacy.uniform(0, 1, shape), np.bool_)
-    return _dropout(x, r, training, ctx.rng.random, np.bool_)
+    return _dropout(x, r, training, lambda shape: ctx.rng.random(shape), np.bool_)
