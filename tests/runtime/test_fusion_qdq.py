@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
+from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree, stepped_values
 from tests.runtime.native_modules import at_level, compiled
@@ -257,15 +258,16 @@ def test_qdq_convs_that_pay_run_float_channels_last(depthwise: bool) -> None:
 
 def test_a_chain_of_pairs_keeps_the_convs_channels_last() -> None:
     """Depthwise conv -> pair -> Sigmoid -> pair -> 1x1 conv: the pairs and the Sigmoid are
-    one elementwise chain (a table of the codes with the int8 kernels: fusion_qdq_table),
-    which runs over the conv's channels-last buffer and hands the layout on (taking it
-    back to NCHW made the convs around it several times slower); the stepped values
-    within one quantization step."""
+    one elementwise chain (a table of the codes with the int8 kernels at AVX2 or better:
+    fusion_qdq_table), which runs over the conv's channels-last buffer and hands the
+    layout on (taking it back to NCHW made the convs around it several times slower);
+    the stepped values within one quantization step."""
     model, feeds = _qdq_conv_net(True, sigmoid=True)
     session = Session(model)
     session.run(feeds)
     nodes = run_nodes(session.plan)
-    kind = "QdqTable" if native.load("int8") is not None else "ElementwiseChain"
+    # find_qdq_tables' own condition: the compiled int8 module at AVX2 or better.
+    kind = "QdqTable" if int8_products.module() is not None else "ElementwiseChain"
     assert sum(type(pn.fused).__name__ == kind for pn in nodes) == 1
     if native.level() is not None and native.load("chain") is not None:
         chains = {pn.label: pn.fused for pn in nodes if pn.op_type == "Conv"}

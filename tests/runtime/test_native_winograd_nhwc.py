@@ -50,8 +50,12 @@ def _module(level: int = TOP) -> Any:
 
 
 def _routed() -> bool:
-    """Whether this process's level routes convs to the fused conv (AVX2 or AVX-512)."""
-    return nn_conv_nhwc.direct_lanes() in (8, 16)
+    """Whether this process's level runs convs by the fused conv (AVX2 or AVX-512): the
+    level test of nn_winograd.fused_pays (the compiled direct conv's 8 or 16 lanes, which
+    the generic level's 8 lanes pass too) and a fused conv at this level (its
+    panel_width, 0 at the generic level: packed_nhwc gives no weight, conv_nhwc
+    declines, and the direct kernels run)."""
+    return nn_conv_nhwc.direct_lanes() in (8, 16) and nn_winograd.panel_width() != 0
 
 
 def _reference(

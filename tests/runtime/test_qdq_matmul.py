@@ -19,6 +19,7 @@ from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
 from onnxviz.runtime.fusion import run_nodes
 from onnxviz.runtime.fusion_qdq_matmul import QdqMatMul
+from onnxviz.runtime.kernels import int8_products
 from onnxviz.runtime.kernels.quantize import _dequantize, _quantize
 from onnxviz.runtime.session import Session
 from tests.runtime.differential import assert_modes_agree, stepped_values
@@ -164,6 +165,14 @@ def _fused(model: onnx.ModelProto) -> int:
     return sum(isinstance(pn.fused, QdqMatMul) for pn in run_nodes(Session(model).plan))
 
 
+def _here(count: int) -> int:
+    """How many QdqMatMuls a plan made at this process's level holds where ``count``
+    are fused when the int8 products run: find_qdq_matmuls' own condition, the compiled
+    int8 module at AVX2 or better (int8_products.module(); at ONNXVIZ_NATIVE=generic
+    it is None and the nodes run)."""
+    return count if int8_products.module() is not None else 0
+
+
 def _steps(model: onnx.ModelProto, outs: list[str]) -> dict[str, float]:
     """Each MatMul output pair's quantization step (the output dequantizer's scale)."""
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -193,7 +202,7 @@ def test_qdq_matmul_graphs_agree_with_stepping(
     """Within one output step of the stepped float32 MatMul (only at a rounding
     boundary), on the first run and on the held call's later runs with new values."""
     model, feeds, outs = _chain_graph(seed, signed, per_column, weight_signed, shape, n, shared)
-    assert _fused(model) == (1 if shared == "one" else 2)
+    assert _fused(model) == _here(1 if shared == "one" else 2)
     steps = _steps(model, outs)
     for level in _LEVELS:
         with at_level("int8", level):
@@ -237,7 +246,7 @@ def test_the_fused_node_is_its_definition_bit_for_bit(signed: bool) -> None:
     model, feeds = g.model({"x": [6, 48]}, [first, second])
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     codes = stepped_values(model, feeds)["xp_q"]
-    assert _fused(model) == 2
+    assert _fused(model) == _here(2)
     for level in _LEVELS:
         with at_level("int8", level):
             session = Session(model)
@@ -298,7 +307,9 @@ def test_a_bias_add_after_the_pair_runs_in_the_node(
     and the Add's pair then too), on the first run and the held call's later ones."""
     dims = {"n": (n,), "1n": (1, n), "1": (1,)}[bias_shape]
     model, feeds = _bias_graph(seed, signed, per_column, shape, n, dims, bias_first)
-    assert _fused(model) == 1 and "Add" not in _ops(model)
+    assert _fused(model) == _here(1)
+    if _here(1):
+        assert "Add" not in _ops(model)
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     step = float(inits["mm0_p_s"]) + float(inits["ad_p_s"])
     for level in _LEVELS:
@@ -332,11 +343,12 @@ def test_a_bias_add_the_pass_cannot_take_runs_the_nodes() -> None:
     """A bias with more axes than the product (the Add's result grows one) runs the
     chain's nodes, so the stepped values; a sum someone else reads keeps its Add."""
     model, feeds = _bias_graph(7, False, False, [4, 24], 10, (1, 1, 10), False)
-    assert "Add" not in _ops(model)
+    if _here(1):
+        assert "Add" not in _ops(model)  # (one of the fused node's steps)
     assert_modes_agree(model, feeds, rtol=0.0)
     model, feeds = _bias_graph(8, True, False, [4, 24], 10, (10,), False)
     model.graph.output.append(helper.make_tensor_value_info("ad_sum", TensorProto.FLOAT, None))
-    assert _fused(model) == 1 and "Add" in _ops(model)
+    assert _fused(model) == _here(1) and "Add" in _ops(model)
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     assert_modes_agree(
         model,
@@ -439,7 +451,7 @@ def test_quantize_static_layers_run_fused_as_stepped(
     feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
 
     quantized = quantize_static_qdq(model, feeds, tmp_path, activation_type)
-    assert _fused(quantized) == 2
+    assert _fused(quantized) == _here(2)
     out = quantized.graph.output[0].name
     inits_q = {t.name: onnx.numpy_helper.to_array(t) for t in quantized.graph.initializer}
     # The output's dequantizer scale: the step by which the runs may differ.
@@ -481,7 +493,7 @@ def test_the_held_qdq_matmul_gives_the_kept_calls_bits(
     model, feeds, outs = _chain_graph(9, signed, True, True, [3, 5, 40], 24, shared)
     session, seen = _chains_with_inputs(model, feeds, monkeypatch)
     chains = {id(chain): (chain, ins) for chain, ins in seen}
-    assert len(chains) == (1 if shared == "one" else 2)
+    assert len(chains) == _here(1 if shared == "one" else 2)  # none: no held call
     rng = np.random.default_rng(10)
     for chain, ins in chains.values():
         assert chain.quick is not None and chain._ready is not None
@@ -553,7 +565,7 @@ def test_a_kept_qdq_gemm_given_a_3d_input_fails_as_stepping(tmp_path: Path) -> N
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     feeds = {"x": rng.standard_normal((16, 32)).astype(np.float32)}
     quantized = quantize_static_qdq(model, feeds, tmp_path, "QUInt8")
-    assert _fused(quantized) == 1
+    assert _fused(quantized) == _here(1)
     session = Session(quantized)
     for _ in range(2):  # the call kept, then the held one
         session.run(feeds)
