@@ -352,3 +352,39 @@ def test_comparisons_take_the_shortcut_unwatched_only() -> None:
     assert out["Less"].tolist() == [False, False, False]
     assert out["Equal"].tolist() == [True, False, False]
     assert out["GreaterOrEqual"].tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_a_gemm_given_a_3d_input_fails_unwatched_as_it_does_stepped(trans_b: int) -> None:
+    """Gemm's A must be a matrix.  Its unwatched call is a held product (a Linear layer's
+    weight packed once), which MatMul's N-D inputs share: it must hand a 3-D A to the
+    kernel, which names the error, as the stepped run does; a 2-D one it still takes."""
+    from onnxviz.errors import ExecutionError
+
+    rng = np.random.default_rng(2)
+    b = rng.standard_normal((48, 32) if trans_b else (32, 48)).astype(np.float32)
+    c = rng.standard_normal(48).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Gemm", ["r", "b", "c"], ["y"], transB=trans_b, name="linear"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    matrix = {"x": rng.standard_normal((8, 32)).astype(np.float32)}
+    assert_modes_agree(model, matrix)
+    session = Session(model)
+    for _ in range(2):  # the second run takes the held call the first made
+        session.run(matrix)
+        with pytest.raises(ExecutionError, match="linear.*2-D"):
+            session.run({"x": rng.standard_normal((2, 8, 32)).astype(np.float32)})
+    np.testing.assert_allclose(
+        session.run(matrix)["y"],
+        np.maximum(matrix["x"], 0) @ (b.T if trans_b else b) + c,
+        rtol=1e-5,
+        atol=1e-5,
+    )

@@ -289,7 +289,8 @@ def _prepared_gemm(attrs: dict[str, Any], known: tuple[Any, ...], n: int) -> Any
     # (few_rows_by_packed_weight), held in C too.  An LSTMCell's 4 x 128 -> 512 product
     # and bias in a loop went through the kernel's Python call: 14.3 us a node against
     # onnxruntime's 5.8.
-    return packed_gemm.held_product(mod, p, bias, expect, call, transposed=trans)
+    # (Gemm's A is a matrix: any other rank goes to the kernel, which names the error.)
+    return packed_gemm.held_product(mod, p, bias, expect, call, transposed=trans, rank=2)
 
 
 def few_rows_by_packed_weight(

@@ -368,11 +368,14 @@ def held_product(
     fallback: Any,
     small: int | None = None,
     transposed: bool = False,
+    rank: int = 0,
 ) -> Any:
     """A callable ``f(a, *expect)`` = ``a @ w + bias`` (a new float32 array of
     ``a.shape[:-1] + (N,)``) for the constant weight packed as ``p``, in C from call to
     result (native/_sgemm.c's `product`): for a C-contiguous float32 ndarray ``a`` of
-    ``p.k`` columns, on the rows `use_for` routes here (with ``transposed``, a weight given as its
+    ``p.k`` columns (and of ``rank`` dimensions when it is not 0: a Gemm's 2, whose
+    kernel refuses others; else any from 2, MatMul's), on the rows `use_for` routes here
+    (with ``transposed``, a weight given as its
     transpose, also those of `use_for_few_rows`: OpenBLAS would pack it on every call) and
     on any product of at most ``small`` multiply-adds (`small_macs()` by default), called
     with exactly the objects of ``expect`` after it.  Any other call is ``fallback(a,
@@ -383,7 +386,7 @@ def held_product(
     least = 2 if transposed or few_rows() else MIN_ROWS
     return mod.product(
         p.data, p.offset, p.k, p.n, p.nr, bias, rows, least, one_row(),
-        getter, tuple(expect), fallback, np.ndarray, np.empty, _F32,
+        getter, tuple(expect), fallback, np.ndarray, np.empty, _F32, rank,
     )  # fmt: skip
 
 

@@ -1367,6 +1367,7 @@ typedef struct {
     HeldPacked weight;
     Py_ssize_t k, n, small_rows, min_rows;
     int nr, one_row;
+    int rank; /* the one rank A may have (Gemm's 2), or 0: any from 2 (MatMul's) */
     int (*threads)(void);
 } Product;
 
@@ -1435,7 +1436,8 @@ static PyObject *product_vectorcall(PyObject *obj, PyObject *const *args, size_t
         strided_copy(&ab, dense);
     }
     const int ndim = ab.ndim;
-    const Py_ssize_t rows = ndim >= 2 && ab.shape[ndim - 1] == self->k && ab.len > 0
+    const Py_ssize_t rows = ndim >= 2 && (!self->rank || ndim == self->rank) &&
+                                    ab.shape[ndim - 1] == self->k && ab.len > 0
                                 ? ab.len / 4 / self->k
                                 : 0;
     int routed = rows >= 1 &&
@@ -1539,13 +1541,14 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     PyObject *po, *bo, *expect, *fallback, *ndarray, *empty, *dtype;
     Py_ssize_t offset, k, n, small_rows, min_rows;
     unsigned long long threads;
-    int nr, one_row;
-    if (!PyArg_ParseTuple(args, "OnnniOnnpKO!OOOO:product", &po, &offset, &k, &n, &nr, &bo,
+    int nr, one_row, rank = 0;
+    if (!PyArg_ParseTuple(args, "OnnniOnnpKO!OOOO|i:product", &po, &offset, &k, &n, &nr, &bo,
                           &small_rows, &min_rows, &one_row, &threads, &PyTuple_Type, &expect,
-                          &fallback, &ndarray, &empty, &dtype))
+                          &fallback, &ndarray, &empty, &dtype, &rank))
         return NULL;
     if (k < 1 || n < 1 || k > LIMIT || n > LIMIT || (nr != 16 && nr != 32) || offset < 0 ||
-        offset > 63 || !PyCallable_Check(fallback) || !PyCallable_Check(empty)) {
+        offset > 63 || !PyCallable_Check(fallback) || !PyCallable_Check(empty) || rank < 0 ||
+        rank == 1 || rank > PyBUF_MAX_NDIM) {
         PyErr_SetString(PyExc_ValueError, "product: bad sizes, panel width or callables");
         return NULL;
     }
@@ -1564,6 +1567,7 @@ static PyObject *py_product(PyObject *self, PyObject *args) {
     obj->small_rows = small_rows;
     obj->min_rows = min_rows;
     obj->one_row = one_row;
+    obj->rank = rank;
     obj->threads = (int (*)(void))(uintptr_t)threads;
     PyObject_GC_Track((PyObject *)obj);
     if (held_packed_take(&obj->weight, po, offset, k, n, nr, bo, "product") < 0) {
@@ -2041,9 +2045,10 @@ static PyMethodDef methods[] = {
      "(M,) per row: an NCHW 1x1 conv, W (M, C) by the image (C, H*W)."},
     {"product", py_product, METH_VARARGS,
      "product(packed, offset, K, N, nr, bias, small_rows, min_rows, one_row, threads, "
-     "expect, fallback, ndarray, empty, dtype) -> a callable: f(a, *expect) = a @ W + bias as a "
-     "new float32 array of a.shape[:-1] + (N,), for a C-contiguous float32 ndarray a "
-     "of at least 2 dimensions, the last K, and whose rows are at most small_rows, or at least "
+     "expect, fallback, ndarray, empty, dtype, rank=0) -> a callable: f(a, *expect) = a @ W + "
+     "bias as a new float32 array of a.shape[:-1] + (N,), for a C-contiguous float32 ndarray a "
+     "of at least 2 dimensions (exactly rank when rank > 0), the last K, and whose rows are at "
+     "most small_rows, or at least "
      "min_rows (or one when one_row) while the int function at address `threads` (0: none) "
      "returns at most 1; "
      "any other call is fallback(*args)."},
