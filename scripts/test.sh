@@ -17,17 +17,19 @@ echo "== import-linter"; .venv/bin/lint-imports
 if [ "$#" -ne 0 ]; then echo "== mypy"; .venv/bin/mypy; fi
 echo "== pytest"
 .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider "$@"
-# OpenBLAS picks its kernels by CPU: the runtime's numeric tests run again on the AVX2
-# kernels (Haswell: most CPUs without AVX-512, Zen too) and the AVX ones (Sandybridge),
-# whatever this machine is; on an AVX-512 CPU (flags Linux shows only when the OS saves
-# those registers) on the SkylakeX ones too, which OpenBLAS picks there by itself but an
+# OpenBLAS picks its kernels by CPU, and so do our compiled kernels (ONNXVIZ_NATIVE: the
+# level they run at): the runtime's numeric tests run again as on the CPUs other than
+# this one, both picked alike, whatever this machine is: an AVX2 CPU (Haswell's kernels,
+# most CPUs without AVX-512, Zen too; our AVX2 level) and an AVX one (Sandybridge's; our
+# plain C level, which no AVX2 means); on an AVX-512 CPU (flags Linux shows only when the
+# OS saves those registers) SkylakeX's too, which OpenBLAS picks there by itself but an
 # environment with OPENBLAS_CORETYPE set would never test.
 if [ "$#" -eq 0 ]; then
-    cores="Haswell Sandybridge"
+    cores="Haswell:avx2 Sandybridge:generic"
     flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
     if [ -n "$flags" ] && (for f in avx512f avx512cd avx512bw avx512dq avx512vl; do
         [[ " $flags " == *" $f "* ]] || exit 1; done); then
-        cores="$cores SkylakeX"
+        cores="$cores SkylakeX:auto"
     fi
     mkdir -p build
     .venv/bin/mypy >build/mypy.log 2>&1 &
@@ -49,15 +51,24 @@ if [ "$#" -eq 0 ]; then
 print(' '.join(sorted(i['filepath'].rsplit('/', 1)[-1] + '=' + str(i.get('architecture'))
     for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas')))"
     }
+    # The level our kernels run at for ONNXVIZ_NATIVE=$1 here (at most the CPU's).
+    native_level() {
+        ONNXVIZ_NATIVE=$1 .venv/bin/python -c "from onnxviz.runtime import native
+print(native.level())"
+    }
     main_cores=$(blas_cores)
-    for core in $cores; do
-        if [ "$(OPENBLAS_CORETYPE=$core blas_cores)" = "$main_cores" ]; then
-            echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core): the main run's kernels ($main_cores), tested there"
+    main_level=$(native_level auto)
+    for pair in $cores; do
+        core=${pair%%:*}
+        level=${pair##*:}
+        if [ "$(OPENBLAS_CORETYPE=$core blas_cores)" = "$main_cores" ] &&
+            [ "$(native_level "$level")" = "$main_level" ]; then
+            echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core, ONNXVIZ_NATIVE=$level): the main run's kernels ($main_cores, level $main_level), tested there"
             continue
         fi
-        echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core)"
-        OPENBLAS_CORETYPE=$core .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider \
-            -m numeric tests/runtime
+        echo "== pytest -m numeric (OPENBLAS_CORETYPE=$core, ONNXVIZ_NATIVE=$level)"
+        OPENBLAS_CORETYPE=$core ONNXVIZ_NATIVE=$level .venv/bin/python -m pytest -n 2 -q \
+            -p no:cacheprovider -m numeric tests/runtime
         report_types
     done
     # The compiled kernels (onnxviz.runtime.native) are proven against their numpy twins
