@@ -25,8 +25,9 @@ them: small real models, where what each node costs us beyond its arithmetic sho
   (hidden 1024, 4 layers, 16 query heads over 4 KV heads, MLP 2816, vocabulary 32000),
   exported by onnxruntime-genai's builder at int4 for the CPU (block 32, accuracy level 4):
   a 64-token prompt with an empty cache, and one decode step after 64 cached tokens.  The
-  export (a minute) is kept in the temporary folder; the builder needs
-  onnxruntime-genai and transformers (benchmark-time tools);
+  export (a minute) is kept in the temporary folder; the builder (onnxruntime-genai 0.18,
+  transformers 5.2 or newer: benchmark-time tools) runs in ./.venv-genai, which
+  ``bash scripts/setup.sh genai`` makes (or the Python ``$ONNXVIZ_GENAI_PYTHON`` names);
 * ``llama2k_int4_prompt`` / ``llama2k_int4_decode``: the same at hidden 2048, 8 layers,
   32 query heads over 8 KV heads, MLP 5632 (1.7 GB of float32 weights once dequantized):
   a 32-token prompt, and a decode step after 128 cached tokens;
@@ -1102,9 +1103,27 @@ def genai_llama_int4() -> Built:
     return onnx.load(base + ".onnx"), dict(np.load(base + ".npz"))
 
 
+def _genai_python() -> str:
+    """The Python that runs onnxruntime-genai's builder: ``$ONNXVIZ_GENAI_PYTHON``, else the
+    benchmark-time environment ``scripts/setup.sh genai`` makes (.venv-genai: the builder
+    imports a transformers newer than optimum-onnx lets this one have), else this one."""
+    import sys
+
+    override = os.environ.get("ONNXVIZ_GENAI_PYTHON")
+    if override:
+        return override
+    bin_dir, exe = ("Scripts", "python.exe") if os.name == "nt" else ("bin", "python")
+    venv = os.path.join(ROOT, ".venv-genai", bin_dir, exe)
+    return venv if os.path.exists(venv) else sys.executable
+
+
 def _genai_export(name: str, config: dict[str, int]) -> str:
     """The path of onnxruntime-genai's int4 CPU export of a random Llama of ``config``,
-    built once into the temporary folder (the builder's own command line)."""
+    built once into the temporary folder (the builder's own command line).  Both the
+    checkpoint (`_write_llama`, seeded) and the export are written by `_genai_python`, so
+    the builder reads a checkpoint of its own transformers."""
+    import json
+    import shutil
     import subprocess
     import sys
 
@@ -1112,33 +1131,58 @@ def _genai_export(name: str, config: dict[str, int]) -> str:
     path = os.path.join(folder, "model.onnx")
     if os.path.exists(path):
         return path
-    import importlib.util
+    python = _genai_python()
+    hint = "" if python != sys.executable else "; `bash scripts/setup.sh genai` makes one"
+    if shutil.which(python) is None:
+        raise ImportError(python, name=f"a Python for onnxruntime-genai's builder ({python})")
+    if python == sys.executable:
+        import importlib.util
+
+        if importlib.util.find_spec("onnxruntime_genai") is None:  # the table says so, goes on
+            raise ImportError("builder", name=f"onnxruntime-genai's builder{hint}")
+    part = folder + ".part"  # the export lands in `folder` only whole
+    shutil.rmtree(part, ignore_errors=True)
+    writer = (
+        "import sys; sys.path.append(sys.argv[1]); import family_models; "
+        "family_models._write_llama(sys.argv[2], sys.argv[3])"
+    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "hf")
+        steps = [
+            [python, "-c", writer, here, src, json.dumps(config)],
+            [
+                python, "-m", "onnxruntime_genai.models.builder", "-i", src, "-o", part,
+                "-p", "int4", "-e", "cpu", "-c", os.path.join(tmp, "cache"),
+            ],
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # ours, not theirs
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, cwd=tmp, env=env)
+            if done.returncode != 0:
+                # A builder that does not run here (one newer than the transformers beside
+                # it: an ImportError inside it): the table says why and goes on.
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                why = f"a working onnxruntime-genai builder ({last[:120]}{hint})"
+                shutil.rmtree(part, ignore_errors=True)
+                raise ImportError(last, name=why)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(part, folder)
+    return path
+
+
+def _write_llama(folder: str, config_json: str) -> None:
+    """A random ``LlamaForCausalLM`` of the JSON ``config_json`` (torch seeded 0) and a
+    tokenizer, saved into ``folder``: run by the builder's Python (`_genai_export`)."""
+    import json
 
     import torch
     import transformers
 
-    if importlib.util.find_spec("onnxruntime_genai") is None:  # the table says so, goes on
-        raise ImportError("onnxruntime-genai's builder", name="onnxruntime_genai")
     torch.manual_seed(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "hf")
-        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
-        llama.save_pretrained(src)
-        _write_tokenizer(src)
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src,
-                "-o", folder, "-p", "int4", "-e", "cpu", "-c", os.path.join(tmp, "cache"),
-            ],
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
-    if done.returncode != 0:
-        # A builder that does not run here (one newer than the installed transformers:
-        # an ImportError inside it): the table says why and goes on to the next model.
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ImportError(last, name=f"a working onnxruntime-genai builder ({last[:120]})")
-    return path
+    config = transformers.LlamaConfig(**json.loads(config_json))
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    _write_tokenizer(folder)
 
 
 def _write_tokenizer(folder: str) -> None:
