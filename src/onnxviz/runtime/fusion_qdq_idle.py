@@ -34,7 +34,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxviz.runtime.fusion_qdq import plain_dequantizer, plain_quantizer, scalar
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
+from onnxviz.runtime.plan import (
+    Expected,
+    PlanNode,
+    expected_constants,
+    fused_node,
+    has_constants,
+    outside_inputs,
+    plain_kernel,
+    run_steps,
+)
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -112,26 +121,20 @@ def idle_pair_node(
     """The fused node of the pair at ``positions`` (from find_idle_pairs)."""
     steps = [nodes[p] for p in positions]
     ins, names, place_of = outside_inputs(steps)
-    expected = tuple((place, constants[slot]) for slot, place in place_of.items() if place)
+    expected = expected_constants(place_of, constants)
     return fused_node(steps[0], steps[-1], ins, names, IdlePair(steps, place_of, expected))
 
 
 class IdlePair:
     """A pair over a value already on its grid: the value itself (module docstring)."""
 
-    def __init__(
-        self, steps: list[PlanNode], place_of: dict[int, int], expected: tuple[tuple[int, Any], ...]
-    ) -> None:
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int], expected: Expected) -> None:
         self.steps = steps
         self.place_of = place_of
-        self.expected = expected  # (input place, the plan constant there)
+        self.expected = expected
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         x = ins[0]
-        if type(x) is np.ndarray and x.dtype == _F32:
-            for place, value in self.expected:
-                if ins[place] is not value:
-                    break
-            else:
-                return [x]
+        if type(x) is np.ndarray and x.dtype == _F32 and has_constants(ins, self.expected):
+            return [x]
         return run_steps(ex, self.steps, self.place_of, ins)

@@ -25,7 +25,16 @@ import numpy as np
 from onnxviz.runtime import native
 from onnxviz.runtime.kernels.nn_conv import out_empty
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last, nhwc_view
-from onnxviz.runtime.plan import PlanNode, fused_node, outside_inputs, plain_kernel, run_steps
+from onnxviz.runtime.plan import (
+    Expected,
+    PlanNode,
+    expected_constants,
+    fused_node,
+    has_constants,
+    outside_inputs,
+    plain_kernel,
+    run_steps,
+)
 
 if TYPE_CHECKING:
     from onnxviz.runtime.executor import Executor
@@ -83,7 +92,7 @@ def channel_shuffle_node(
     """The fused node of the shuffle at ``positions`` (from find_channel_shuffles)."""
     steps = [nodes[p] for p in positions]
     ins, names, place_of = outside_inputs(steps)
-    expected = tuple((place, constants[slot]) for slot, place in place_of.items() if place)
+    expected = expected_constants(place_of, constants)
     return fused_node(steps[0], steps[-1], ins, names, ChannelShuffle(steps, place_of, expected))
 
 
@@ -110,12 +119,10 @@ def _resolved(shape: np.ndarray, source: tuple[int, ...], allow_zero: bool) -> t
 class ChannelShuffle:
     """The shuffle of the module docstring; ``groups`` is worked out per input shape."""
 
-    def __init__(
-        self, steps: list[PlanNode], place_of: dict[int, int], expected: tuple[tuple[int, Any], ...]
-    ) -> None:
+    def __init__(self, steps: list[PlanNode], place_of: dict[int, int], expected: Expected) -> None:
         self.steps = steps
         self.place_of = place_of
-        self.expected = expected  # (input place, the plan constant there)
+        self.expected = expected  # (the two shapes)
         self._groups: tuple[tuple[int, ...], int] = ((), 0)  # (input shape, G; 0: no fit)
 
     def groups_for(self, shape: tuple[int, ...]) -> int:
@@ -139,14 +146,15 @@ class ChannelShuffle:
 
     def __call__(self, ex: Executor, ins: list[Any]) -> list[Any]:
         x = ins[0]
-        if type(x) is np.ndarray and x.ndim == 4 and len(self.expected) == 2:
-            for place, value in self.expected:
-                if ins[place] is not value:
-                    break
-            else:
-                g = self.groups_for(x.shape)
-                if g:
-                    return [shuffle(x, g)]
+        if (
+            type(x) is np.ndarray
+            and x.ndim == 4
+            and len(self.expected) == 2
+            and has_constants(ins, self.expected)
+        ):
+            g = self.groups_for(x.shape)
+            if g:
+                return [shuffle(x, g)]
         return run_steps(ex, self.steps, self.place_of, ins)
 
 

@@ -549,6 +549,23 @@ def outside_inputs(steps: Sequence[PlanNode]) -> tuple[list[int], list[str], dic
     return ins, names, place_of
 
 
+# A fused node's constant inputs: (input place, the plan constant there), its first input
+# (the live value) left out.
+Expected = tuple[tuple[int, Any], ...]
+
+
+def expected_constants(place_of: dict[int, int], constants: dict[int, Any]) -> Expected:
+    """The plan constants a fused node of steps with these outside inputs (`outside_inputs`'s
+    slot -> place) reads after its first input: what `has_constants` checks at each call
+    (a run that feeds an overridable initializer passes another object)."""
+    return tuple((place, constants[slot]) for slot, place in place_of.items() if place)
+
+
+def has_constants(ins: Sequence[Any], expected: Expected) -> bool:
+    """Whether a fused node's inputs ``ins`` hold exactly the constants ``expected``."""
+    return all(ins[place] is value for place, value in expected)
+
+
 def steps_node(
     nodes: Sequence[PlanNode],
     positions: Sequence[int],
