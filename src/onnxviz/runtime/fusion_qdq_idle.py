@@ -37,10 +37,8 @@ from onnxviz.runtime.fusion_qdq import plain_dequantizer, plain_quantizer, scala
 from onnxviz.runtime.plan import (
     Expected,
     PlanNode,
-    expected_constants,
-    fused_node,
+    checked_steps_node,
     has_constants,
-    outside_inputs,
     plain_kernel,
     run_steps,
 )
@@ -119,10 +117,7 @@ def idle_pair_node(
     nodes: list[PlanNode], positions: list[int], constants: dict[int, Any]
 ) -> PlanNode:
     """The fused node of the pair at ``positions`` (from find_idle_pairs)."""
-    steps = [nodes[p] for p in positions]
-    ins, names, place_of = outside_inputs(steps)
-    expected = expected_constants(place_of, constants)
-    return fused_node(steps[0], steps[-1], ins, names, IdlePair(steps, place_of, expected))
+    return checked_steps_node(nodes, positions, constants, IdlePair)
 
 
 class IdlePair:

@@ -28,10 +28,8 @@ from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last, nhwc_view
 from onnxviz.runtime.plan import (
     Expected,
     PlanNode,
-    expected_constants,
-    fused_node,
+    checked_steps_node,
     has_constants,
-    outside_inputs,
     plain_kernel,
     run_steps,
 )
@@ -90,10 +88,7 @@ def channel_shuffle_node(
     nodes: list[PlanNode], positions: list[int], constants: dict[int, Any]
 ) -> PlanNode:
     """The fused node of the shuffle at ``positions`` (from find_channel_shuffles)."""
-    steps = [nodes[p] for p in positions]
-    ins, names, place_of = outside_inputs(steps)
-    expected = expected_constants(place_of, constants)
-    return fused_node(steps[0], steps[-1], ins, names, ChannelShuffle(steps, place_of, expected))
+    return checked_steps_node(nodes, positions, constants, ChannelShuffle)
 
 
 def _resolved(shape: np.ndarray, source: tuple[int, ...], allow_zero: bool) -> tuple[int, ...]:

@@ -566,6 +566,20 @@ def has_constants(ins: Sequence[Any], expected: Expected) -> bool:
     return all(ins[place] is value for place, value in expected)
 
 
+def checked_steps_node(
+    nodes: Sequence[PlanNode],
+    positions: Sequence[int],
+    constants: dict[int, Any],
+    make: Callable[[list[PlanNode], dict[int, int], Expected], Any],
+) -> PlanNode:
+    """`steps_node` for a runner that checks its constant inputs at each call:
+    ``make(steps, place_of, expected)``, ``expected`` from `expected_constants`."""
+    steps = [nodes[p] for p in positions]
+    ins, names, place_of = outside_inputs(steps)
+    expected = expected_constants(place_of, constants)
+    return fused_node(steps[0], steps[-1], ins, names, make(steps, place_of, expected))
+
+
 def steps_node(
     nodes: Sequence[PlanNode],
     positions: Sequence[int],
