@@ -17,14 +17,16 @@ three nodes as they are.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from onnxviz.errors import ExecutionError
 from onnxviz.runtime import native
+from onnxviz.runtime.kernels._tensor_common import as_ints
 from onnxviz.runtime.kernels.nn_conv import out_empty
 from onnxviz.runtime.kernels.nn_conv_nhwc import is_channels_last, nhwc_view
+from onnxviz.runtime.kernels.tensor_shape import reshape_target
 from onnxviz.runtime.plan import (
     Expected,
     PlanNode,
@@ -92,23 +94,13 @@ def channel_shuffle_node(
 
 
 def _resolved(shape: np.ndarray, source: tuple[int, ...], allow_zero: bool) -> tuple[int, ...]:
-    """Reshape's target ``shape`` for an input of shape ``source`` (0: the input's size
-    there unless ``allow_zero``; one -1: what is left), or () when it does not fit."""
-    dims = [int(d) for d in shape]
-    for k, d in enumerate(dims):
-        if d == 0 and not allow_zero:
-            if k >= len(source):
-                return ()
-            dims[k] = source[k]
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+    """Reshape's target ``shape`` for an input of shape ``source`` (the Reshape kernel's
+    own resolution of 0 and -1), or () when it does not fit: the steps then run and
+    report it."""
+    try:
+        return tuple(reshape_target(source, as_ints(shape), int(allow_zero)))
+    except ExecutionError:
         return ()
-    total = math.prod(source)
-    if -1 in dims:
-        rest = math.prod(d for d in dims if d != -1)
-        if rest == 0 or total % rest:
-            return ()
-        dims[dims.index(-1)] = total // rest
-    return tuple(dims) if math.prod(dims) == total else ()
 
 
 class ChannelShuffle:
