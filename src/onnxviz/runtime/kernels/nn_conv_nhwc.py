@@ -388,7 +388,7 @@ class _Grouped(ChannelsLastConv):
         self, x: np.ndarray, addend: np.ndarray | None, act: Activation | None
     ) -> tuple[np.ndarray, bool]:
         n, m, oh, ow = self.out_shape
-        g, cg, mg = self.group, self.cg, self.mg
+        g, cg = self.group, self.cg
         (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.strides, self.dilations
         top, left, bottom, right = self.pads
         h, wd = self.in_hw
@@ -407,17 +407,37 @@ class _Grouped(ChannelsLastConv):
                 ]
                 cols[:, :, :, :, ky, kx] = window.reshape(n, oh, ow, g, cg).transpose(3, 0, 1, 2, 4)
         products = np.matmul(cols.reshape(g, n * oh * ow, kh * kw * cg), self.wg)
-        y = np.empty((n, oh, ow, m), dtype=x.dtype)
-        y.reshape(n * oh * ow, g, mg)[...] = products.transpose(1, 0, 2)
-        if self.bias is not None:
-            y += self.bias
-        if addend is not None:
-            y += nhwc_view(addend)
-        return y, False
+        return _groups_out(products, (n, oh, ow, m), self.bias, addend), False
+
+
+def _groups_out(
+    products: np.ndarray,
+    nhwc_shape: tuple[int, ...],
+    bias: np.ndarray | None,
+    addend: np.ndarray | None,
+) -> np.ndarray:
+    """A grouped conv's per-group products [G, rows, Mg] as its channels-last (N, H', W',
+    M) output (group g's channels g*Mg..), plus the bias and the addend (any layout)."""
+    g, rows, mg = products.shape
+    y = np.empty(nhwc_shape, dtype=products.dtype)
+    y.reshape(rows, g, mg)[...] = products.transpose(1, 0, 2)
+    if bias is not None:
+        y += bias
+    if addend is not None:
+        y += nhwc_view(addend)
+    return y
 
 
 # The activations the packed GEMM's epilogue applies (native/activations.h).
 _GEMM_ACTS = frozenset({ACT_RELU, ACT_CLIP, ACT_HARDSWISH, ACT_SILU})
+
+
+def _gemm_act(act: Activation | None) -> Activation:
+    """``act`` when the packed GEMM's epilogue applies it, else none (the caller then
+    applies it after)."""
+    if act is not None and act[0] in _GEMM_ACTS:
+        return act
+    return (ACT_NONE, math.nan, math.nan)
 
 
 class _GroupedPointwise(ChannelsLastConv):
@@ -491,9 +511,7 @@ class _GroupedPointwise(ChannelsLastConv):
         out = out_empty(self.nhwc_shape)
         flat_out = out.reshape(-1)
         flat_add = None if addend is None else nhwc(addend).reshape(-1)
-        code, lo, hi = ACT_NONE, math.nan, math.nan
-        if act is not None and act[0] in _GEMM_ACTS:
-            code, lo, hi = act
+        code, lo, hi = _gemm_act(act)
         bias = self.bias
         for i in range(g):
             p = packs[i]
@@ -509,15 +527,8 @@ class _GroupedPointwise(ChannelsLastConv):
         return out, code != ACT_NONE
 
     def _product(self, x: np.ndarray, addend: np.ndarray | None) -> np.ndarray:
-        g, cg, mg, rows = self.group, self.cg, self.mg, self.rows
-        a = nhwc_view(x).reshape(rows, g, cg).transpose(1, 0, 2)
-        y = np.empty(self.nhwc_shape, dtype=x.dtype)
-        y.reshape(rows, g, mg)[...] = np.matmul(a, self.wg).transpose(1, 0, 2)
-        if self.bias is not None:
-            y += self.bias
-        if addend is not None:
-            y += nhwc_view(addend)
-        return y
+        a = nhwc_view(x).reshape(self.rows, self.group, self.cg).transpose(1, 0, 2)
+        return _groups_out(np.matmul(a, self.wg), self.nhwc_shape, self.bias, addend)
 
 
 class _Pointwise(ChannelsLastConv):
@@ -661,9 +672,7 @@ class _Pointwise(ChannelsLastConv):
         d = None
         if addend is not None:
             d = nhwc(addend).reshape(flat.shape)
-        code, lo, hi = ACT_NONE, math.nan, math.nan
-        if act is not None and act[0] in _GEMM_ACTS:
-            code, lo, hi = act
+        code, lo, hi = _gemm_act(act)
         packed_gemm.matmul_packed(
             mod,
             a,
