@@ -84,6 +84,20 @@ def _feeds(names: list[str], args: tuple[Any, ...]) -> dict[str, np.ndarray]:
     return {n: a.numpy() for n, a in zip(names, args)}
 
 
+def _trained_norms(net: Any, scales: bool = False) -> None:
+    """Trained-looking BatchNorm2d statistics for a random ``net`` (and scales, with
+    ``scales``), drawn from torch's seeded generator module by module: a fresh module's
+    zero means and unit variances would make every norm the identity."""
+    from torch import nn
+
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+            if scales:
+                m.weight.data.uniform_(0.5, 1.5)
+
+
 def mobilenetv3_small(large: bool = False, dynamo: bool = True) -> Built:
     """MobileNetV3-small (or -large: ``large``) with random weights, torch's dynamo
     exporter (or TorchScript's)."""
@@ -166,10 +180,7 @@ def mobilenetv3_small(large: bool = False, dynamo: bool = True) -> Built:
     layers += [*conv_bn(cin, last, 1, 1), nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
     layers += [nn.Linear(last, head), nn.Hardswish(), nn.Linear(head, 1000)]
     net = nn.Sequential(*layers)
-    for m in net.modules():  # trained-looking normalization statistics
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
+    _trained_norms(net)
     args = (torch.randn(1, 3, 224, 224),)
     return _export(net, args, ["image"], dynamo=dynamo), _feeds(["image"], args)
 
@@ -724,10 +735,7 @@ def shufflenet_v2(size: int = 224, dynamo: bool = False) -> Built:
             return self.fc(self.head(self.units(self.stem(x))).mean([2, 3]))
 
     net = Net()
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
+    _trained_norms(net)
     args = (torch.randn(1, 3, size, size),)
     return _export(net, args, ["x"], dynamo=dynamo), _feeds(["x"], args)
 
@@ -816,11 +824,7 @@ def efficientnet(size: int = 224, dynamo: bool = False, width: float = 1.0) -> B
     layers += [nn.Conv2d(c, head, 1, bias=False), nn.BatchNorm2d(head), nn.SiLU(),
                nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(head, 1000)]  # fmt: skip
     net = nn.Sequential(*layers).eval()
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
-            m.weight.data.uniform_(0.5, 1.5)
+    _trained_norms(net, scales=True)
     args = (torch.randn(1, 3, size, size),)
     return _export(net, args, ["image"], dynamo=dynamo), _feeds(["image"], args)
 
@@ -1011,10 +1015,7 @@ def resnet18_w32() -> Built:
         cin = w
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
     net = nn.Sequential(*layers)
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
+    _trained_norms(net)
     args = (torch.randn(1, 3, 224, 224),)
     return _export(net, args, ["image"], dynamo=True), _feeds(["image"], args)
 
